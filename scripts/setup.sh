@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Set up everything kvlab needs, idempotently: a local virtual environment in .venv
+# with kvlab installed (editable) and pinned dependencies, plus the system tools
+# the lessons and tests use (graphviz's `dot`; Chromium with --browser).
+#
+#   scripts/setup.sh            # venv + graphviz
+#   scripts/setup.sh --browser  # also Chromium for the browser test
+#
+# Re-running is fast: the venv is reinstalled only when pyproject.toml or
+# requirements/constraints.txt change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WANT_BROWSER=0
+[[ "${1:-}" == "--browser" ]] && WANT_BROWSER=1
+
+say() { printf '[kvlab setup] %s\n' "$*"; }
+die() { printf '\n[kvlab setup] ERROR: %s\n\n' "$*" >&2; exit 1; }
+
+PYTHON="${PYTHON:-python3}"
+command -v "$PYTHON" >/dev/null || die "no python3 on PATH. Install Python 3.10 or newer (for example: apt-get install -y python3 python3-venv)."
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || die "kvlab needs Python 3.10 or newer; $PYTHON is $("$PYTHON" -V 2>&1)."
+
+# ---- system packages -----------------------------------------------------
+APT_UPDATED=0
+apt_install() {  # apt_install <what-for> <debian packages...>
+  local what="$1"; shift
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    say "installing $* (for $what) with apt-get"
+    if [[ $APT_UPDATED -eq 0 ]]; then apt-get update -qq >/dev/null; APT_UPDATED=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null \
+      || die "apt-get install $* failed. Install it by hand, then run this again."
+  else
+    die "$what needs: $*. Install it (Debian/Ubuntu: sudo apt-get install -y $*; conda: see environment.yml), then run this again."
+  fi
+}
+
+command -v dot >/dev/null || apt_install "graphviz's dot (radix-tree pictures)" graphviz
+if [[ $WANT_BROWSER -eq 1 ]] && [[ ! -x /usr/bin/chromium ]]; then
+  apt_install "the browser test" chromium
+fi
+# CJK glyphs so the Chinese example requests render in screenshots.
+if [[ $WANT_BROWSER -eq 1 ]] && ! fc-list 2>/dev/null | grep -qi 'cjk\|wqy\|droid sans fallback'; then
+  apt_install "Chinese text in screenshots" fonts-wqy-zenhei || true
+fi
+
+# ---- the virtual environment ---------------------------------------------
+VENV=.venv
+STAMP="$VENV/.kvlab-stamp"
+WANT_STAMP="$(cat pyproject.toml requirements/constraints.txt scripts/setup.sh | sha256sum | cut -c1-16)"
+if [[ -f "$STAMP" ]] && [[ "$(cat "$STAMP")" == "$WANT_STAMP" ]] && [[ -x "$VENV/bin/python" ]]; then
+  say "environment up to date ($VENV)"
+  exit 0
+fi
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  say "creating $VENV"
+  "$PYTHON" -m venv "$VENV" || die "could not create a venv. On Debian/Ubuntu: apt-get install -y python3-venv"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+"${PIP[@]}" install --upgrade pip setuptools wheel
+
+# torch: the CPU build unless an NVIDIA GPU is present (then the default CUDA build,
+# which brings the triton it was built against).
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  say "NVIDIA GPU found: installing the CUDA build of torch"
+  "${PIP[@]}" install "torch>=2.4,<2.15"
+  CONSTRAINTS=(-c <(grep -v '^triton' requirements/constraints.txt))
+else
+  say "no NVIDIA GPU: installing the CPU build of torch 2.13.0 (kernels run in the Triton interpreter)"
+  "${PIP[@]}" install "torch==2.13.0" || die "pip could not install torch==2.13.0 (CPU build). Install a CPU torch into $VENV by hand (see https://pytorch.org), then run this again."
+  CONSTRAINTS=(-c requirements/constraints.txt)
+fi
+
+say "installing kvlab and its pinned dependencies"
+"${PIP[@]}" install "${CONSTRAINTS[@]}" -e ".[lab,test]"
+
+# JupyterLab settings for this venv: no news pop-up, no update check.
+mkdir -p "$VENV/share/jupyter/lab/settings"
+cat > "$VENV/share/jupyter/lab/settings/overrides.json" <<'JSON'
+{
+  "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false},
+  "@jupyterlab/notebook-extension:tracker": {"recordTiming": false}
+}
+JSON
+
+echo "$WANT_STAMP" > "$STAMP"
+say "done: $("$VENV/bin/python" -c 'import torch, triton, sys; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}")')"
