@@ -1,0 +1,171 @@
+"""Compile every kernel for a real GPU (sm_90) without needing one: catches interpreter-only code.
+
+The Triton interpreter is more permissive than the GPU compiler (it accepts, for example, a
+``tl.dot`` with an inner dimension below 16), so passing the CPU tests proves little about the
+GPU. This module compiles each ``@triton.jit`` kernel, for the configurations the lessons use
+(block size 4, head_dim 16/32) and real ones (block size 16, head_dim 128, GQA 4 and 8, fp16
+and bf16, split-K), to PTX and a cubin with ``triton.compile(ASTSource(...),
+target=GPUTarget("cuda", 90, 32))``.
+
+It needs the kernels as real ``JITFunction`` objects, i.e. imported in native mode. Run it as::
+
+    python -m kvlab.kernels.compile_check           # re-runs itself with KVLAB_KERNEL_MODE=native
+
+which prints one JSON line per compiled configuration and exits non-zero on any failure.
+Importing kvlab.kernels in forced native mode makes no torch.cuda call, so this works on a
+machine without a GPU.
+
+What it does not check: run-time behaviour, speed, register spills (those need a GPU: see
+bench/bench_kernels.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+TRITON_DTYPE = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+# (num_heads, num_kv_heads, head_dim, block_size, dtype, num_splits): lesson sizes first, then real ones.
+ATTENTION_CONFIGS = [
+    (1, 1, 16, 4, torch.float32, 1),      # self_test
+    (4, 1, 32, 4, torch.float16, 1),      # lesson, GQA 4
+    (8, 2, 32, 4, torch.float32, 2),      # lesson, split-K
+    (2, 2, 8, 4, torch.float32, 1),       # head_dim < 16: no tl.dot
+    (8, 1, 64, 16, torch.float16, 1),     # GQA 8
+    (32, 8, 128, 16, torch.float16, 1),   # Llama-style, the benchmark shape
+    (32, 8, 128, 16, torch.bfloat16, 8),  # bf16 + split-K
+    (8, 8, 64, 32, torch.float32, 4),     # MHA, fp32 (ieee dot), block 32
+]
+# (num_kv_heads, head_dim, block_size, dtype)
+CACHE_CONFIGS = [
+    (1, 16, 4, torch.float32),
+    (2, 32, 4, torch.float16),
+    (3, 8, 4, torch.float32),             # row of 24 elements: padded to 32
+    (8, 128, 16, torch.float16),
+    (8, 128, 16, torch.bfloat16),
+]
+INDEX_POINTERS = {  # pointer arguments that hold indices, and their dtypes as the wrappers pass them
+    "block_tables_ptr": "*i32", "context_lens_ptr": "*i32", "q_starts_ptr": "*i32",
+    "prefix_lens_ptr": "*i32", "extend_lens_ptr": "*i32", "slot_mapping_ptr": "*i64", "block_mapping_ptr": "*i64",
+}
+
+
+def signature_for(fn, constexprs: dict, dtype: torch.dtype) -> dict:
+    """ASTSource signature: each argument of the kernel -> "constexpr", "*fp16", "*i32", "fp32" or "i32"."""
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in INDEX_POINTERS:
+            sig[name] = INDEX_POINTERS[name]
+        elif name.startswith("part_"):
+            sig[name] = "*fp32"
+        elif name.endswith("_ptr"):
+            sig[name] = "*" + TRITON_DTYPE[dtype]
+        elif name == "scale":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def planned_compiles():
+    """Yield (label, jit_fn, constexprs, dtype) for every kernel and configuration."""
+    from . import block_copy, extend, kv_store, paged_decode
+    from ._checks import next_power_of_two
+
+    for heads, kv_heads, head_dim, block_size, dtype, splits in ATTENTION_CONFIGS:
+        shape = f"h{heads}/kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]}"
+        meta = paged_decode.decode_meta(heads, kv_heads, head_dim, block_size, splits, dtype)
+        yield f"paged_decode_kernel {shape} splits{splits}", paged_decode.paged_decode_kernel, meta, dtype
+        if splits > 1:
+            meta = dict(NUM_SPLITS=splits, BLOCK_S=next_power_of_two(splits), HEAD_DIM=head_dim)
+            yield f"split_k_combine_kernel {shape} splits{splits}", paged_decode.split_k_combine_kernel, meta, dtype
+        meta = extend.extend_meta(heads, kv_heads, head_dim, block_size, dtype)
+        yield f"extend_attention_kernel {shape}", extend.extend_attention_kernel, meta, dtype
+    for kv_heads, head_dim, block_size, dtype in CACHE_CONFIGS:
+        shape = f"kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]}"
+        meta = kv_store.store_meta(kv_heads, head_dim, block_size)
+        yield f"store_kvcache_kernel {shape}", kv_store.store_kvcache_kernel, meta, dtype
+        meta = block_copy.copy_meta(block_size, kv_heads, head_dim)
+        yield f"copy_blocks_kernel {shape}", block_copy.copy_blocks_kernel, meta, dtype
+
+
+def all_jit_functions() -> dict:
+    """Every @triton.jit function defined in the kernel modules, by name."""
+    from triton.runtime.jit import JITFunction
+
+    from . import block_copy, extend, kv_store, paged_decode
+
+    found = {}
+    for module in (paged_decode, kv_store, extend, block_copy):
+        for name, obj in vars(module).items():
+            if isinstance(obj, JITFunction) and obj.__module__ == module.__name__:
+                found[name] = obj
+    return found
+
+
+# Called from kernels only (compiled as part of them, never launched on their own).
+HELPERS = {"load_kv_tile", "online_softmax_step"}
+
+
+def run_all(out=sys.stdout) -> bool:
+    """Compile everything (native mode only); print a JSON line each; return True if all compiled."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from ._mode import KERNEL_MODE
+
+    if KERNEL_MODE != "native":
+        raise RuntimeError("compile_check.run_all needs KVLAB_KERNEL_MODE=native (run `python -m kvlab.kernels.compile_check`)")
+    target = GPUTarget("cuda", 90, 32)
+    ok, compiled = True, set()
+    for label, fn, meta, dtype in planned_compiles():
+        t0 = time.perf_counter()
+        record = {"kernel": label}
+        try:
+            src = ASTSource(fn, signature_for(fn, meta, dtype), meta)
+            kernel = triton.compile(src, target=target, options={"num_warps": 4})
+            record.update(ok=True, ptx_chars=len(kernel.asm["ptx"]), cubin_bytes=len(kernel.asm["cubin"]),
+                          shared_bytes=kernel.metadata.shared)
+            compiled.add(fn.__name__)
+        except Exception as exc:  # report every failure, not just the first
+            ok = False
+            record.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[-1500:]}")
+        record["seconds"] = round(time.perf_counter() - t0, 2)
+        print(json.dumps(record), file=out, flush=True)
+    missing = set(all_jit_functions()) - compiled - HELPERS
+    if missing:
+        ok = False
+        print(json.dumps({"kernel": "coverage", "ok": False, "error": f"never compiled: {sorted(missing)}"}), file=out)
+    return ok
+
+
+def run_in_subprocess(timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run this module in a fresh Python with KVLAB_KERNEL_MODE=native and no TRITON_INTERPRET."""
+    env = dict(os.environ, KVLAB_KERNEL_MODE="native")
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, "-m", "kvlab.kernels.compile_check"], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def main() -> int:
+    from ._mode import KERNEL_MODE
+
+    if KERNEL_MODE != "native":  # kernels were defined for the interpreter: start over in native mode
+        proc = run_in_subprocess()
+        sys.stdout.write(proc.stdout)
+        sys.stderr.write(proc.stderr)
+        return proc.returncode
+    return 0 if run_all() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Plain-torch references for every kernel, written to be read, not to be fast.
+
+Each paged reference does the obvious thing: gather a sequence's K and V through its block
+table into contiguous tensors, then run ordinary attention in fp32. ``naive_attention`` is the
+dense baseline over a fully recomputed sequence. The kernel tests compare against these.
+
+Semantics match the kernels exactly, including the in-place ones: ``store_kvcache_ref`` and
+``copy_blocks_ref`` modify ``k_cache``/``v_cache`` in place (like the kernels) and also return
+them, so ``k2, v2 = store_kvcache_ref(..., k.clone(), v.clone(), ...)`` gives a functional style.
+
+What these references do not do: validate inputs (the kernel wrappers do), or run fast.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """The first ``length`` tokens of one sequence, gathered through its block table.
+
+    cache (num_blocks, block_size, num_kv_heads, head_dim) -> (length, num_kv_heads, head_dim).
+    Example: block_size 4, block_table [2, 0], length 5 -> tokens 0-3 of block 2, then token 0 of block 0.
+    """
+    block_size = cache.shape[1]
+    num_used = -(-length // block_size)                                    # ceil(length / block_size)
+    blocks = cache[block_table[:num_used].long()]                          # (num_used, block_size, kv_heads, head_dim)
+    return blocks.reshape(-1, *cache.shape[2:])[:length]                   # (length, kv_heads, head_dim)
+
+
+def naive_attention(q, k, v, causal=True, scale=None):
+    """Dense attention over one sequence, computed in fp32, returned in q's dtype.
+
+    q (T, num_heads, head_dim); k, v (S, num_kv_heads, head_dim) with S >= T. The T queries are
+    the LAST T positions of the S-token sequence: query i sits at position S - T + i and, when
+    causal, sees keys 0 .. S - T + i. (T == S is the usual full recomputation; T == 1 is decode.)
+    Grouped-query attention: query head h uses KV head h // (num_heads // num_kv_heads).
+
+    Example: q, k, v of 3 tokens, causal -> token 0 attends to itself, token 2 to all three.
+    """
+    T, num_heads, head_dim = q.shape
+    S, num_kv_heads, _ = k.shape
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    group = num_heads // num_kv_heads
+    k = k.float().repeat_interleave(group, dim=1)                          # (S, num_heads, head_dim)
+    v = v.float().repeat_interleave(group, dim=1)                          # (S, num_heads, head_dim)
+    scores = torch.einsum("thd,shd->hts", q.float(), k) * scale            # (num_heads, T, S)
+    if causal:
+        q_pos = torch.arange(S - T, S, device=q.device)[:, None]           # (T, 1)
+        k_pos = torch.arange(S, device=q.device)[None, :]                  # (1, S)
+        scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)                                  # (num_heads, T, S)
+    return torch.einsum("hts,shd->thd", probs, v).to(q.dtype)              # (T, num_heads, head_dim)
+
+
+def paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale=None, num_splits=1):
+    """Reference for paged_decode_attention; num_splits is accepted and ignored (same maths)."""
+    out = torch.empty_like(q)                                              # (num_seqs, num_heads, head_dim)
+    for s, n in enumerate(torch.as_tensor(context_lens).tolist()):
+        k = gather_kv(k_cache, block_tables[s], n)                         # (n, kv_heads, head_dim)
+        v = gather_kv(v_cache, block_tables[s], n)
+        out[s] = naive_attention(q[s : s + 1], k, v, causal=False, scale=scale)[0]
+    return out
+
+
+def extend_attention_ref(q, k_cache, v_cache, block_tables, prefix_lens, extend_lens, scale=None):
+    """Reference for extend_attention: per request, gather prefix + new tokens, causal attention."""
+    out = torch.empty_like(q)                                              # (total_new_tokens, num_heads, head_dim)
+    start = 0
+    for r, (p, e) in enumerate(zip(torch.as_tensor(prefix_lens).tolist(), torch.as_tensor(extend_lens).tolist())):
+        if e == 0:
+            continue
+        k = gather_kv(k_cache, block_tables[r], p + e)                     # (p + e, kv_heads, head_dim)
+        v = gather_kv(v_cache, block_tables[r], p + e)
+        out[start : start + e] = naive_attention(q[start : start + e], k, v, causal=True, scale=scale)
+        start += e
+    return out
+
+
+def store_kvcache_ref(key, value, k_cache, v_cache, slot_mapping):
+    """Reference for store_kvcache: writes in place and returns (k_cache, v_cache).
+
+    Token t goes to block slot // block_size, offset slot % block_size; slot -1 is skipped.
+    Example: block_size 4, slot 9 -> block 2, offset 1.
+    """
+    block_size = k_cache.shape[1]
+    for t, slot in enumerate(torch.as_tensor(slot_mapping).tolist()):
+        if slot < 0:
+            continue
+        k_cache[slot // block_size, slot % block_size] = key[t]            # (kv_heads, head_dim)
+        v_cache[slot // block_size, slot % block_size] = value[t]
+    return k_cache, v_cache
+
+
+def copy_blocks_ref(k_cache, v_cache, block_mapping):
+    """Reference for copy_blocks: for each (src, dst), block dst becomes a copy of block src.
+
+    Works in place and returns (k_cache, v_cache). Example: [(3, 7)] -> k_cache[7] = k_cache[3].
+    """
+    pairs = block_mapping.tolist() if isinstance(block_mapping, torch.Tensor) else list(block_mapping)
+    for src, dst in pairs:
+        k_cache[dst] = k_cache[src]
+        v_cache[dst] = v_cache[src]
+    return k_cache, v_cache
