@@ -110,10 +110,10 @@ class ContiguousArena:
         self.moves = 0
 
     # -- free space
-    def free_ranges(self) -> list[tuple[int, int]]:
-        """Free ``(start, length)`` ranges in address order."""
+    def free_ranges(self, exclude: str | None = None) -> list[tuple[int, int]]:
+        """Free ``(start, length)`` ranges in address order (``exclude``: treat that request as gone)."""
         out, cursor = [], 0
-        for r in sorted(self.requests.values(), key=lambda r: r.start):
+        for r in sorted((r for r in self.requests.values() if r.req_id != exclude), key=lambda r: r.start):
             if r.start > cursor:
                 out.append((cursor, r.start - cursor))
             cursor = r.end
@@ -130,15 +130,10 @@ class ContiguousArena:
         return max((n for _, n in self.free_ranges()), default=0)
 
     def _first_fit(self, n: int, ignore: str | None = None) -> int | None:
-        saved = self.requests.pop(ignore) if ignore else None
-        try:
-            for start, length in self.free_ranges():
-                if length >= n:
-                    return start
-            return None
-        finally:
-            if saved is not None:
-                self.requests[ignore] = saved
+        for start, length in self.free_ranges(exclude=ignore):
+            if length >= n:
+                return start
+        return None
 
     def reservation_for(self, length: int, final_len: int | None) -> int:
         """How many slots the policy reserves for a request now ``length`` tokens long."""

@@ -568,9 +568,13 @@ class BlockManager:
         return t
 
     def free(self, seq_id: str) -> list[int]:
-        released = self._get(seq_id).free()
-        del self.tables[seq_id]
-        return released
+        table = self._get(seq_id)
+        del self.tables[seq_id]  # gone before its events, so snapshots never show a half-freed table
+        try:
+            return table.free()
+        except KVCacheError:
+            self.tables[seq_id] = table
+            raise
 
     def check_integrity(self, extra_holders: Iterable[Sequence[int]] = ()) -> None:
         for t in self.tables.values():

@@ -1,0 +1,269 @@
+"""Unit tests of the paged memory core: allocator, block tables, translate."""
+from __future__ import annotations
+
+import pytest
+
+from kvlab.events import EventLog
+from kvlab.examples import NOTES_TABLE, notes_translation
+from kvlab.paged import (
+    BlockAllocator,
+    BlockManager,
+    BlockTable,
+    DoubleFree,
+    KVCacheError,
+    OutOfBlocks,
+    UnknownBlock,
+    blocks_needed,
+    translate,
+)
+
+
+# ----------------------------------------------------------------------- translate
+def test_notes_translation_pos9():
+    t = translate([3, 7, 1, 5, 9], 9, 4, bytes_per_token=1)
+    assert (t.logical_block, t.offset, t.physical_block, t.slot) == (2, 1, 1, 5)
+    assert notes_translation() == t
+
+
+@pytest.mark.parametrize("bpt", [1, 2, 327_680])
+def test_translate_byte_address(bpt):
+    t = translate(NOTES_TABLE, 9, 4, bytes_per_token=bpt, base=1000)
+    assert t.byte_address == 1000 + 1 * 4 * bpt + 1 * bpt  # base(P1) + offset x bytes_per_token
+
+
+def test_translate_every_position_roundtrips():
+    table, bs = [3, 7, 1, 5, 9], 4
+    slots = [translate(table, p, bs).slot for p in range(len(table) * bs)]
+    assert len(set(slots)) == len(slots)
+    for p, s in enumerate(slots):
+        assert s // bs == table[p // bs] and s % bs == p % bs
+
+
+@pytest.mark.parametrize(
+    "pos,bs,match",
+    [(20, 4, "pos 20"), (-1, 4, "pos must be >= 0, got -1"), (0, 0, "block_size must be >= 1, got 0"), (3, -2, "-2")],
+)
+def test_translate_bad_input_names_value(pos, bs, match):
+    with pytest.raises(ValueError, match=match):
+        translate([3, 7, 1, 5, 9], pos, bs)
+
+
+def test_translate_type_errors():
+    with pytest.raises(TypeError, match="pos"):
+        translate([1], 1.5, 4)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="bytes_per_token"):
+        translate([1], 0, 4, bytes_per_token=0)
+
+
+@pytest.mark.parametrize("n,bs,want", [(0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (9, 4, 3), (16, 16, 1), (17, 16, 2)])
+def test_blocks_needed(n, bs, want):
+    assert blocks_needed(n, bs) == want
+
+
+def test_blocks_needed_errors():
+    with pytest.raises(ValueError, match="-1"):
+        blocks_needed(-1, 4)
+    with pytest.raises(ValueError, match="block_size"):
+        blocks_needed(3, 0)
+
+
+# ----------------------------------------------------------------------- allocator
+def test_allocate_all_or_nothing_and_error_message():
+    a = BlockAllocator(4, 16)
+    assert a.allocate(3, owner="A") == [0, 1, 2]
+    before = a.state()
+    with pytest.raises(OutOfBlocks, match=r"asked for 2 block\(s\), only 1 free") as ei:
+        a.allocate(2)
+    assert (ei.value.requested, ei.value.free) == (2, 1)
+    assert a.state() == before
+    a.check_integrity()
+
+
+def test_free_order_is_fifo():
+    """Documented order: freed blocks go to the back of the queue."""
+    a = BlockAllocator(6, 4)
+    assert a.allocate(4) == [0, 1, 2, 3]
+    assert a.free([2, 0]) == [2, 0]
+    assert a.allocate(2) == [4, 5]  # the never-used blocks first
+    assert a.allocate(2) == [2, 0]  # then the freed ones, in the order they were freed
+    a.check_integrity()
+
+
+def test_double_free_and_unknown_ids_change_nothing():
+    a = BlockAllocator(4, 4)
+    a.allocate(2)
+    a.free([1])
+    before = a.state()
+    with pytest.raises(DoubleFree, match="block 1 is already free"):
+        a.free([0, 1])  # 0 is valid, 1 is not: nothing may change
+    with pytest.raises(DoubleFree, match="listed 2 times"):
+        a.free([0, 0])  # the same block twice in one call
+    with pytest.raises(UnknownBlock, match="unknown block id 7"):
+        a.free([0, 7])
+    with pytest.raises(UnknownBlock, match="-1"):
+        a.free([-1])
+    with pytest.raises(UnknownBlock):
+        a.free(["0"])  # type: ignore[list-item]
+    assert a.state() == before
+    a.check_integrity()
+
+
+def test_same_block_twice_allowed_when_ref_count_allows():
+    a = BlockAllocator(2, 4)
+    (b,) = a.allocate(1)
+    a.incref([b])
+    assert a.free([b, b]) == [b]
+    a.check_integrity()
+
+
+def test_incref_free_block_raises():
+    a = BlockAllocator(2, 4)
+    with pytest.raises(KVCacheError, match="block 0 is free"):
+        a.incref([0])
+    assert a.ref_count == [0, 0]
+
+
+@pytest.mark.parametrize("args,match", [((0, 4), "num_blocks"), ((4, 0), "block_size"), ((-3, 4), "-3")])
+def test_allocator_bad_construction(args, match):
+    with pytest.raises(ValueError, match=match):
+        BlockAllocator(*args)
+
+
+def test_check_integrity_catches_corruption():
+    a = BlockAllocator(3, 4)
+    a.allocate(1)
+    a.ref_count[0] = 0  # corrupt on purpose
+    with pytest.raises(AssertionError):
+        a.check_integrity()
+    b = BlockAllocator(3, 4)
+    b.allocate(2)
+    with pytest.raises(AssertionError, match="ref_count != holders"):
+        b.check_integrity(holders=[[0]])
+
+
+# --------------------------------------------------------------------- block table
+def test_append_takes_new_block_only_when_full():
+    a = BlockAllocator(8, 4)
+    t = BlockTable(a, "R")
+    counts = []
+    for _ in range(9):
+        t.append_tokens(1)
+        counts.append(len(t.block_ids))
+    assert counts == [1, 1, 1, 1, 2, 2, 2, 2, 3]
+    assert t.slot_mapping() == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    t.check_integrity()
+
+
+def test_slot_mapping_and_translate_on_table():
+    a = BlockAllocator(10, 4)
+    a.allocate(3)  # make the table's blocks non-trivial: it gets 3, 4
+    t = BlockTable(a, "R")
+    t.append_tokens(6)
+    assert t.block_ids == [3, 4]
+    assert t.slot_mapping(3, 6) == [15, 16, 17]
+    assert t.translate(5).physical_block == 4
+    with pytest.raises(ValueError, match="pos 6"):
+        t.translate(6)
+    with pytest.raises(ValueError, match="slot range"):
+        t.slot_mapping(2, 7)
+
+
+def test_fork_adds_no_blocks():
+    m = BlockManager(8, 4)
+    m.add_sequence("P", 6)
+    free = m.allocator.num_free_blocks
+    child = m.fork("P", "C")
+    assert m.allocator.num_free_blocks == free
+    assert child.block_ids == m.tables["P"].block_ids
+    assert [m.allocator.ref_count[b] for b in child.block_ids] == [2, 2]
+    m.check_integrity()
+
+
+def test_cow_on_shared_partial_block_copies_for_writer_only():
+    m = BlockManager(8, 4)
+    m.add_sequence("P", 6)  # blocks 0 (full), 1 (2 of 4 used)
+    m.fork("P", "C")
+    copies = m.append("C", 1)
+    assert copies == [(1, 2)]
+    assert m.tables["C"].block_ids == [0, 2]
+    assert m.tables["P"].block_ids == [0, 1]
+    assert m.allocator.ref_count[:3] == [2, 1, 1]
+    # the parent now owns block 1 alone: its next write copies nothing
+    assert m.append("P", 1) == []
+    m.check_integrity()
+
+
+def test_write_at_exact_block_boundary_copies_nothing():
+    m = BlockManager(8, 4)
+    m.add_sequence("P", 8)  # two full blocks
+    m.fork("P", "C")
+    assert m.append("C", 1) == []  # a new block, nothing copied
+    assert m.tables["C"].block_ids[:2] == m.tables["P"].block_ids
+    m.check_integrity()
+
+
+def test_write_overwrites_shared_block_with_copy():
+    m = BlockManager(8, 4)
+    m.add_sequence("P", 8)
+    m.fork("P", "C")
+    assert m.tables["C"].write(2) == [(0, 2)]
+    assert m.tables["C"].write(3) == []  # already private
+    m.check_integrity()
+
+
+def test_append_out_of_blocks_changes_nothing_including_cow():
+    m = BlockManager(3, 4)
+    m.add_sequence("P", 6)  # 2 blocks
+    m.fork("P", "C")
+    m.add_sequence("X", 1)  # last free block
+    before = (m.allocator.state(), {s: (list(t.block_ids), t.num_tokens) for s, t in m.tables.items()})
+    with pytest.raises(OutOfBlocks, match=r"asked for 1 block"):
+        m.append("C", 1)  # needs a COW copy, none free
+    after = (m.allocator.state(), {s: (list(t.block_ids), t.num_tokens) for s, t in m.tables.items()})
+    assert after == before
+    m.check_integrity()
+
+
+def test_add_sequence_failure_leaves_no_table():
+    m = BlockManager(2, 4)
+    with pytest.raises(OutOfBlocks):
+        m.add_sequence("big", 9)
+    assert "big" not in m.tables and m.allocator.num_free_blocks == 2
+    with pytest.raises(ValueError, match="already exists"):
+        m.add_sequence("a", 1) and m.add_sequence("a", 1)
+
+
+def test_free_shared_blocks_only_drop_a_reference():
+    m = BlockManager(8, 4)
+    m.add_sequence("P", 6)
+    m.fork("P", "C")
+    assert m.free("P") == []
+    assert m.allocator.num_free_blocks == 6
+    assert sorted(m.free("C")) == [0, 1]
+    assert m.allocator.num_free_blocks == 8
+    m.check_integrity()
+
+
+def test_unknown_sequence_is_named():
+    m = BlockManager(2, 4)
+    with pytest.raises(KeyError, match="ghost"):
+        m.append("ghost", 1)
+
+
+def test_event_log_and_snapshots_replay_every_step():
+    log = EventLog()
+    m = BlockManager(6, 4, log=log, record=True)
+    m.add_sequence("A", 5)
+    m.fork("A", "B")
+    m.append("B", 1)
+    m.free("A")
+    kinds = log.kinds()
+    assert kinds == ["allocate", "append", "incref", "fork", "allocate", "free", "cow", "append", "free", "free_seq"]
+    assert len(m.snapshots) == len(log) + 1  # one per event plus the start
+    for s in m.snapshots:
+        s.check_integrity()
+    cow = next(e for e in log if e.kind == "cow")
+    assert cow.detail == {"src": 1, "dst": 2, "logical_block": 1}
+    assert "copy P1 -> P2" in cow.describe()
+    last = m.snapshots[-1]
+    assert last.tables == {"B": (0, 2)} and last.tokens_in_block[:3] == (4, 0, 2)

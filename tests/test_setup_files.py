@@ -1,0 +1,49 @@
+"""The set-up files agree with each other and with the README."""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _norm(req: str) -> tuple[str, str]:
+    req = req.split(";")[0].strip()
+    m = re.match(r"([A-Za-z0-9_.\-]+)\s*(.*)", req)
+    assert m, req
+    return m.group(1).lower().replace("_", "-"), m.group(2).replace(" ", "")
+
+
+def test_environment_yml_matches_pyproject():
+    py = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    want = {_norm(r) for r in py["dependencies"]}
+    for extra in ("lab", "test"):
+        want |= {_norm(r) for r in py["optional-dependencies"][extra]}
+    pip_lines, in_pip = [], False
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        if re.match(r"^\s*- pip:\s*$", line):
+            in_pip = True
+            continue
+        if in_pip and re.match(r"^\s*- ", line):
+            pip_lines.append(line.strip()[2:].strip())
+    got = {_norm(r) for r in pip_lines}
+    assert got == want, f"only in environment.yml: {sorted(got - want)}; only in pyproject: {sorted(want - got)}"
+    assert re.search(r"^\s*- graphviz\s*$", (ROOT / "environment.yml").read_text(), re.M), "conda graphviz (brings dot)"
+
+
+def test_constraints_only_pin_declared_packages():
+    py = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_norm(r)[0] for r in py["dependencies"]}
+    for extra in py["optional-dependencies"].values():
+        declared |= {_norm(r)[0] for r in extra}
+    for line in (ROOT / "requirements/constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            assert _norm(line)[0] in declared, line
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make lab" in readme
+    ci = [ln for ln in (ROOT / ".ci/run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert ci[-1].strip() == "make test"
