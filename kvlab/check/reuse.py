@@ -1,0 +1,296 @@
+"""Checkers for the reuse lessons (01, 05 to 09): each runs the learner's function against kvlab.
+
+Every checker takes the learner's function, runs it on several sizes, seeds and edge cases,
+computes the expected answer with kvlab's own implementation (the real allocator, the real
+radix tree, the real kernels' references), and prints expected beside actual with a PASS /
+FAIL summary through the harness in :mod:`kvlab.check`. An exception raised by the learner's
+code becomes a FAIL line naming it; the checker itself never shows a traceback.
+
+Checkers (lesson: name -> the function it grades):
+    01  count_flops            attention FLOPs of one decode step, naive vs cached
+    05  paged_gather_kernel    a Triton kernel: the paged kernel's block loop (gather K rows)
+    05  paged_decode_torch     decode attention for one sequence through its block table
+    06  cow_append             append one token with copy-on-write and ref counts
+    06  sampling_blocks        blocks used by parallel sampling, with and without sharing
+    07  match_prefix           longest prefix match on a small radix tree
+    07  prefill_tokens         tokens a batch of requests must prefill with a radix cache
+    08  lru_evict              LRU eviction of unlocked leaves
+    09  max_batch_size         how many requests fit in a KV budget, contiguous vs paged
+
+What this module does not do: time anything (timings are never graded), or need a GPU.
+
+Example:
+    >>> from kvlab.check import reuse
+    >>> r = reuse.sampling_blocks(lambda p, n, g, bs: (0, 0), verbose=False)
+    >>> r.passed
+    False
+"""
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any, Callable
+
+from ..paged import BlockManager, OutOfBlocks, blocks_needed
+from . import Checker, Raised, Raises, same_outcome
+
+__all__ = [
+    "cow_append",
+    "sampling_blocks",
+    "paged_gather_kernel",
+    "paged_decode_torch",
+]
+
+
+# ----------------------------------------------------------------------------- plumbing
+def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run the learner's code on the very arguments (no copy: some exercises work in place);
+    an exception comes back as :class:`Raised`, never raised."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 -- the learner's bug is data here, not a crash
+        return Raised(exc)
+
+
+# ------------------------------------------------------------------- 06: copy-on-write
+def _random_manager(rng: random.Random, num_blocks: int, block_size: int) -> BlockManager:
+    """A pool with a few sequences, some forked (shared blocks), built with the real allocator."""
+    m = BlockManager(num_blocks=num_blocks, block_size=block_size)
+    m.add_sequence("R1", rng.randint(1, 3 * block_size))
+    for i in range(rng.randint(1, 3)):
+        parent = rng.choice(sorted(m.tables))
+        if m.allocator.num_free_blocks >= 2:
+            m.fork(parent, f"R1.{i + 1}")
+            if rng.random() < 0.5:
+                try:
+                    m.append(f"R1.{i + 1}", rng.randint(1, block_size + 1))
+                except OutOfBlocks:
+                    pass
+    return m
+
+
+def _cow_state(m: BlockManager, seq: str) -> dict:
+    t = m.tables[seq]
+    return {
+        "block_table": list(t.block_ids),
+        "ref_count": list(m.allocator.ref_count),
+        "free_blocks": list(m.allocator.free_block_ids),
+    }
+
+
+def cow_append(fn: Callable, verbose: bool = True):
+    """Grade ``fn(block_table, num_tokens, ref_count, free_blocks, block_size) -> copies``.
+
+    The contract (lesson 06): make room for ONE more token of a sequence whose blocks may
+    be shared. ``block_table``, ``ref_count`` and ``free_blocks`` are lists changed in place;
+    the free list is used from the front. Returns the copies to do, ``[]`` or ``[(src, dst)]``.
+    Raise ``kvlab.OutOfBlocks`` (changing nothing) when a block is needed and none is free.
+    The expected result is what ``kvlab.BlockTable.append_tokens(1)`` does on the same state.
+    """
+    rng = random.Random(6)
+    scenarios: list[tuple[str, BlockManager, str]] = []
+    # Hand-made edge cases first: shared partial block, shared full block, private partial block.
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("A", 6)
+    m.fork("A", "B")
+    scenarios.append(("shared partial last block (6 tokens, bs 4)", m, "B"))
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("A", 8)
+    m.fork("A", "B")
+    scenarios.append(("shared FULL last block (8 tokens, bs 4)", m, "B"))
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("A", 5)
+    scenarios.append(("private partial last block", m, "A"))
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("A", 0)
+    scenarios.append(("empty sequence", m, "A"))
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("A", 3)
+    m.fork("A", "B")
+    m.fork("A", "C")
+    scenarios.append(("block shared three ways", m, "C"))
+    for seed in range(8):
+        bs = rng.choice([2, 4, 8])
+        m = _random_manager(rng, num_blocks=rng.randint(10, 16), block_size=bs)
+        seq = rng.choice(sorted(m.tables))
+        scenarios.append((f"random pool seed {seed} (bs {bs}), append to {seq}", m, seq))
+    # Out of blocks: a shared partial block and an empty free list.
+    m = BlockManager(num_blocks=2, block_size=4)
+    m.add_sequence("A", 6)
+    m.fork("A", "B")
+    scenarios.append(("no free block left (must raise OutOfBlocks)", m, "B"))
+
+    c = Checker("cow_append", fn, verbose=verbose)
+    for label, m, seq in scenarios:
+        before = _cow_state(m, seq)
+        mine = copy.deepcopy(before)
+        num_tokens, bs = m.tables[seq].num_tokens, m.block_size
+        try:
+            copies = m.append(seq, 1)
+            expected: Any = dict(copies=copies, **_cow_state(m, seq))
+        except OutOfBlocks:
+            expected = Raises(OutOfBlocks)
+        if not c.ok:
+            c.record(label, expected, Raised(TypeError(c.result.error)), passed=False)
+            continue
+        got = _call(fn, mine["block_table"], num_tokens, mine["ref_count"], mine["free_blocks"], bs)
+        if isinstance(got, Raised) or isinstance(expected, Raises):
+            changed = mine != before
+            c.record(label, expected, got, passed=same_outcome(expected, got) and not changed,
+                     note="...but it changed the lists first" if changed else "")
+            continue
+        actual = dict(copies=[tuple(x) for x in got] if isinstance(got, (list, tuple)) else got, **mine)
+        c.record(label, expected, actual)
+    return c.done()
+
+
+# ---------------------------------------------------------- 06: memory saved by sharing
+def measured_sampling_blocks(prompt_len: int, num_samples: int, gen_len: int, block_size: int) -> tuple[int, int]:
+    """Blocks held at the end of parallel sampling, (without sharing, with sharing), measured
+    by running the real :class:`kvlab.BlockManager`.
+
+    Without sharing every sample stores its own prompt; with sharing the samples are forks of
+    one prefilled prompt and copy a block only when they write into a shared one.
+
+    Example:
+        >>> measured_sampling_blocks(prompt_len=10, num_samples=4, gen_len=5, block_size=4)
+        (16, 10)
+    """
+    total = num_samples * blocks_needed(prompt_len + gen_len, block_size) + 4
+    alone = BlockManager(num_blocks=total, block_size=block_size)
+    for s in range(num_samples):
+        alone.add_sequence(f"S{s}", prompt_len)
+    shared = BlockManager(num_blocks=total, block_size=block_size)
+    shared.add_sequence("S0", prompt_len)
+    for s in range(1, num_samples):
+        shared.fork("S0", f"S{s}")
+    for _ in range(gen_len):  # decode: every sample appends one token per step
+        for s in range(num_samples):
+            alone.append(f"S{s}", 1)
+            shared.append(f"S{s}", 1)
+    alone.check_integrity()
+    shared.check_integrity()
+    return alone.allocator.num_used_blocks, shared.allocator.num_used_blocks
+
+
+def sampling_blocks(fn: Callable, verbose: bool = True):
+    """Grade ``fn(prompt_len, num_samples, gen_len, block_size) -> (without_sharing, with_sharing)``.
+
+    The expected numbers are measured on the real allocator (:func:`measured_sampling_blocks`).
+    """
+    cases_in = [(10, 4, 5, 4), (8, 4, 5, 4), (10, 4, 0, 4), (1, 1, 1, 4), (16, 3, 16, 16),
+                (17, 2, 15, 16), (100, 8, 37, 16), (5, 6, 3, 1)]
+    rng = random.Random(66)
+    for _ in range(4):
+        cases_in.append((rng.randint(1, 60), rng.randint(1, 8), rng.randint(0, 40), rng.choice([2, 4, 8, 16])))
+    c = Checker("sampling_blocks", fn, reference=measured_sampling_blocks, verbose=verbose,
+                compare=lambda e, a: isinstance(a, (tuple, list)) and tuple(a) == tuple(e))
+    for p, n, g, bs in cases_in:
+        c.run(f"prompt {p}, {n} samples, {g} new tokens each, block_size {bs}", p, n, g, bs)
+    return c.done()
+
+
+# ------------------------------------------------------ 05: the paged kernel's block loop
+def _gather_cases() -> list[tuple[int, int, int, int, int]]:
+    """(block_size, context_len, TILE_N, head_dim, seed): partial blocks, a tile of several blocks..."""
+    return [(4, 5, 4, 8, 0), (4, 8, 4, 8, 1), (4, 1, 4, 8, 2), (4, 19, 16, 8, 3),
+            (8, 13, 8, 16, 4), (2, 9, 8, 4, 5), (16, 3, 16, 8, 6), (4, 30, 8, 8, 7)]
+
+
+def paged_gather_kernel(kernel: Callable, verbose: bool = True):
+    """Grade a Triton kernel that copies one sequence's K rows out of the paged cache.
+
+    Launched as ``kernel[(1,)](cache, block_table, out, context_len, HEAD_DIM=..,
+    BLOCK_SIZE=.., TILE_N=..)`` with ``cache`` (num_blocks, BLOCK_SIZE, HEAD_DIM) fp32,
+    ``block_table`` (num_logical_blocks,) int32 and ``out`` (context_len + guard, HEAD_DIM)
+    fp32 pre-filled with the canary -7. Expected: ``out[:context_len]`` equals
+    ``kvlab.kernels.reference.gather_kv`` of the cache, and the guard rows keep the canary
+    (the interpreter does not catch out-of-bounds stores; the canary does).
+    """
+    import torch
+
+    import kvlab.kernels  # noqa: F401  -- sets the kernel mode before any launch
+    from kvlab.kernels import DEVICE
+    from kvlab.kernels.reference import gather_kv
+
+    c = Checker("paged_gather_kernel", kernel, verbose=verbose)
+    for bs, n, tile, d, seed in _gather_cases():
+        g = torch.Generator().manual_seed(seed)
+        nblk = blocks_needed(n, bs)
+        num_blocks = nblk + 3
+        table = torch.randperm(num_blocks, generator=g)[:nblk].to(torch.int32)          # shuffled physical blocks
+        cache = torch.randn((num_blocks, bs, d), generator=g)                          # (num_blocks, bs, head_dim)
+        guard = bs + tile
+        out = torch.full((n + guard, d), -7.0)                                          # (n + guard, head_dim)
+        want = gather_kv(cache[:, :, None, :], table, n)[:, 0, :]                     # (n, head_dim)
+        label = f"block_size {bs}, context_len {n}, TILE_N {tile}, table {table.tolist()}"
+        expected = f"rows 0..{n - 1} = K through the table; {guard} guard rows untouched"
+        cache_d, table_d, out_d = cache.to(DEVICE), table.to(DEVICE), out.to(DEVICE)
+        if not c.ok:
+            c.record(label, expected, Raised(TypeError(c.result.error)), passed=False)
+            continue
+        err = _call(lambda: kernel[(1,)](cache_d, table_d, out_d, n, HEAD_DIM=d, BLOCK_SIZE=bs, TILE_N=tile))
+        if isinstance(err, Raised):
+            c.record(label, expected, err, passed=False)
+            continue
+        got = out_d.cpu()
+        bad_rows = [i for i in range(n) if not torch.allclose(got[i], want[i])]
+        guard_hit = [n + i for i in range(guard) if not torch.all(got[n + i] == -7.0)]
+        if not bad_rows and not guard_hit:
+            actual = expected
+        else:
+            parts = []
+            if bad_rows:
+                parts.append(f"wrong rows {bad_rows[:6]}{'...' if len(bad_rows) > 6 else ''}")
+            if guard_hit:
+                parts.append(f"wrote past context_len into rows {guard_hit[:4]}")
+            actual = "; ".join(parts)
+        c.record(label, expected, actual, passed=not bad_rows and not guard_hit)
+    return c.done()
+
+
+def paged_decode_torch(fn: Callable, verbose: bool = True):
+    """Grade ``fn(q, k_cache, v_cache, block_table, context_len, scale) -> out`` (plain torch).
+
+    q (num_heads, head_dim); k_cache, v_cache (num_blocks, block_size, num_kv_heads, head_dim);
+    block_table a list of ints; out (num_heads, head_dim). Query head h uses KV head
+    ``h // (num_heads // num_kv_heads)``. Expected: ``kvlab.kernels.paged_decode_attention_ref``.
+    """
+    import torch
+
+    from kvlab.kernels.reference import paged_decode_attention_ref
+
+    c = Checker("paged_decode_torch", fn, verbose=verbose)
+    configs = [  # (num_heads, num_kv_heads, head_dim, block_size, context_len, seed)
+        (1, 1, 8, 4, 5, 0), (2, 2, 8, 4, 8, 1), (4, 2, 8, 4, 11, 2), (4, 1, 16, 8, 3, 3),
+        (8, 2, 16, 4, 1, 4), (2, 1, 4, 2, 9, 5),
+    ]
+    for h, kvh, d, bs, n, seed in configs:
+        g = torch.Generator().manual_seed(seed)
+        nblk = blocks_needed(n, bs)
+        num_blocks = nblk + 3
+        table = torch.randperm(num_blocks, generator=g)[:nblk].to(torch.int32)
+        q = torch.randn((h, d), generator=g)                                            # (num_heads, head_dim)
+        k_cache = torch.randn((num_blocks, bs, kvh, d), generator=g) * 2               # (num_blocks, bs, kv_heads, head_dim)
+        v_cache = torch.randn((num_blocks, bs, kvh, d), generator=g)
+        scale = 1.0 / d**0.5
+        want = paged_decode_attention_ref(q[None], k_cache, v_cache, table[None], torch.tensor([n]), scale=scale)[0]
+        label = f"{h} heads / {kvh} KV heads, head_dim {d}, block_size {bs}, context_len {n}, table {table.tolist()}"
+        exp_s = f"out[0,:3] = {[round(x, 4) for x in want[0, :3].tolist()]}"
+        if not c.ok:
+            c.record(label, exp_s, Raised(TypeError(c.result.error)), passed=False)
+            continue
+        got = _call(fn, q.clone(), k_cache.clone(), v_cache.clone(), table.tolist(), n, scale)
+        if isinstance(got, Raised):
+            c.record(label, exp_s, got, passed=False)
+            continue
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            c.record(label, exp_s, f"shape {shape}, expected {tuple(want.shape)}", passed=False)
+            continue
+        ok = torch.allclose(got.float(), want, atol=1e-4, rtol=1e-4)
+        act_s = f"out[0,:3] = {[round(x, 4) for x in got[0, :3].float().tolist()]}"
+        if not ok:
+            act_s += f" (max |diff| {float((got.float() - want).abs().max()):.3g})"
+        c.record(label, exp_s, act_s, passed=bool(ok))
+    return c.done()

@@ -1,0 +1,130 @@
+"""The reuse checkers (lessons 01, 05-09) accept the solutions and reject plausible wrong answers.
+
+Each checker gets the solution from solutions/ (must PASS), an untouched stub (must FAIL
+cleanly, without raising), and at least two plausible wrong implementations (must FAIL).
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from kvlab import OutOfBlocks, blocks_needed
+from kvlab import check
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def solution(lesson: str):
+    path = ROOT / "solutions" / f"{lesson}.py"
+    spec = importlib.util.spec_from_file_location(f"solution_{lesson}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError("your code here")
+
+
+def passes(checker, fn) -> bool:
+    return checker(fn, verbose=False).passed
+
+
+@pytest.fixture(autouse=True)
+
+
+def _not_strict(monkeypatch):
+    monkeypatch.delenv("KVLAB_CHECK_STRICT", raising=False)
+
+
+# ------------------------------------------------------------------------------ 06 sharing
+
+
+S06 = solution("06_sharing")
+
+
+def cow_no_decref(table, n, rc, free, bs):
+    """Forgets to drop the shared block's reference."""
+    if n % bs == 0:
+        b = free.pop(0); rc[b] = 1; table.append(b); return []
+    src = table[-1]
+    if rc[src] == 1:
+        return []
+    dst = free.pop(0); rc[dst] = 1; table[-1] = dst
+    return [(src, dst)]
+
+
+def cow_shared_first(table, n, rc, free, bs):
+    """Checks 'shared?' before 'full?': copies a shared FULL block instead of taking a new one."""
+    if table and rc[table[-1]] > 1:
+        src = table[-1]; dst = free.pop(0); rc[dst] = 1; rc[src] -= 1; table[-1] = dst
+        return [(src, dst)]
+    if n % bs == 0:
+        b = free.pop(0); rc[b] = 1; table.append(b)
+    return []
+
+
+def cow_always_copy(table, n, rc, free, bs):
+    """Copies a partial block even when it is private."""
+    if n % bs == 0:
+        b = free.pop(0); rc[b] = 1; table.append(b); return []
+    src = table[-1]; dst = free.pop(0); rc[dst] = 1; rc[src] -= 1; table[-1] = dst
+    return [(src, dst)]
+
+
+def cow_pop_back(table, n, rc, free, bs):
+    if n % bs == 0:
+        b = free.pop(); rc[b] = 1; table.append(b); return []
+    src = table[-1]
+    if rc[src] == 1:
+        return []
+    dst = free.pop(); rc[dst] = 1; rc[src] -= 1; table[-1] = dst
+    return [(src, dst)]
+
+
+def cow_pop_before_check(table, n, rc, free, bs):
+    """Raises OutOfBlocks but only after changing the ref counts."""
+    if n % bs and rc[table[-1]] > 1:
+        rc[table[-1]] -= 1
+    if not free:
+        raise OutOfBlocks(1, 0)
+    return S06.cow_append(table, n, rc, free, bs)
+
+
+def test_cow_append_accepts_solution_rejects_wrong():
+    assert passes(check.cow_append, S06.cow_append)
+    for wrong in (stub, cow_no_decref, cow_shared_first, cow_always_copy, cow_pop_back, cow_pop_before_check):
+        assert not passes(check.cow_append, wrong), wrong.__name__
+
+
+def sampling_share_partial(p, n, g, bs):
+    """Thinks the partial prompt block stays shared too."""
+    prompt = blocks_needed(p, bs)
+    return n * blocks_needed(p + g, bs), prompt + n * (blocks_needed(p + g, bs) - prompt)
+
+
+def sampling_ceil_everything(p, n, g, bs):
+    """Counts the generated tokens of all samples together."""
+    return n * blocks_needed(p + g, bs), blocks_needed(p, bs) + blocks_needed(n * g, bs)
+
+
+def sampling_no_g0(p, n, g, bs):
+    """Forgets that nothing is copied when nothing is generated."""
+    full = p // bs
+    return n * blocks_needed(p + g, bs), full + n * (blocks_needed(p + g, bs) - full)
+
+
+def test_sampling_blocks_accepts_solution_rejects_wrong():
+    assert passes(check.sampling_blocks, S06.sampling_blocks)
+    for wrong in (stub, sampling_share_partial, sampling_ceil_everything, sampling_no_g0, lambda *a: 3):
+        assert not passes(check.sampling_blocks, wrong)
+
+
+def test_checker_prints_expected_and_actual(capsys):
+    r = check.sampling_blocks(sampling_no_g0)
+    out = capsys.readouterr().out
+    assert "expected (12, 3)" in out and "actual   (12, 6)" in out and out.rstrip().splitlines()[-1].startswith("FAIL")
+    assert not r.passed
