@@ -1,0 +1,64 @@
+"""kvlab.viz: see every allocation, lookup and eviction. Rendering only reads state.
+
+Views (each has a pure-data builder that tests check, and a picture built from it):
+    memory_map_figure(snapshot)            the paged pool as a grid (12 to 4,096+ blocks)
+    animate_memory_map(snapshots, log)     plotly animation, one frame per event
+    memory_map_stepper(snapshots, log)     the same in the stepper widget
+    TranslationWidget()                    pos -> logical block, offset -> table -> physical -> address
+    compare_stepper(trace) / compare_figure(...)   contiguous versus paged on one trace
+    radix_tree_graph(...) / radix_stepper(...)     radix tree in graphviz (SVG)
+    kernel_access_figure(snapshot, seq_id) the order the paged decode kernel reads a sequence's blocks
+    Stepper(frames, render)                prev / next / play / reset + caption over any frames
+    classroom(True)                        large fonts, thick lines, high contrast for a projector
+
+Every figure's title says (simulated) or (measured).
+
+Static fallback: with no widget front end (nbval, exported HTML, a plain Python shell),
+views render their current frame as a static plotly figure or graphviz SVG. Force it
+with ``static=True`` on a view or ``KVLAB_STATIC=1`` in the environment (CI and nbval
+set it); force widgets with ``static=False`` or ``KVLAB_STATIC=0``. See kvlab.viz.display.
+
+CSS classes for browser tests (ipywidgets ``_dom_classes``; select with ``.kvlab-next``):
+    stepper:      kvlab-stepper (box), kvlab-prev, kvlab-next, kvlab-play, kvlab-reset,
+                  kvlab-step-slider, kvlab-caption, kvlab-error, kvlab-figure (plotly
+                  view box) or kvlab-svg (graphviz view)
+    translation:  kvlab-translation (box), kvlab-pos-slider, kvlab-block-size-slider,
+                  kvlab-block-table (text field), kvlab-chain (the chain, HTML),
+                  kvlab-translation-error, kvlab-figure
+    A Button's clickable element carries the class itself (``button.kvlab-next``); a
+    slider's class sits on its outer ``div`` (``.kvlab-pos-slider``), whose input is
+    ``.kvlab-pos-slider .widget-readout`` / the slider handle ``.noUi-handle``.
+
+Imports plotly, ipywidgets and graphviz lazily where possible; the memory, compute and
+simulation layers never import this package.
+
+Example:
+    >>> from kvlab import BlockManager
+    >>> import kvlab.viz as viz
+    >>> m = BlockManager(num_blocks=12, block_size=4, record=True)
+    >>> _ = m.add_sequence("R1", 6)
+    >>> s = viz.memory_map_stepper(m.snapshots, m.log, static=True)
+    >>> len(s), s.caption
+    (2, '#0 allocate R1: P0, P1')
+"""
+from __future__ import annotations
+
+from .display import is_static, static_html
+from .memory_map import (
+    GridLayout, MemoryMapView, animate_memory_map, grid_layout, memory_frames, memory_map_data,
+    memory_map_figure, memory_map_stepper,
+)
+from .palette import (
+    FREE, HIGHLIGHT, HIT, MISS, EVICTED, REQUEST_COLORS, SHARED_OUTLINE, assign_colors, classroom,
+    is_classroom, request_color, theme,
+)
+from .stepper import Frame, Stepper
+
+__all__ = [
+    "is_static", "static_html",
+    "GridLayout", "MemoryMapView", "animate_memory_map", "grid_layout", "memory_frames", "memory_map_data",
+    "memory_map_figure", "memory_map_stepper",
+    "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "assign_colors",
+    "classroom", "is_classroom", "request_color", "theme",
+    "Frame", "Stepper",
+]

@@ -1,0 +1,59 @@
+"""Widget or static: how each view decides, and the static fallback's display helper.
+
+A view shows live widgets (ipywidgets; plotly figures inside Output widgets) when a Jupyter kernel
+with a widget front end is running, and otherwise renders its current frame as a
+static plotly figure or graphviz SVG, so it never fails and never shows a blank box.
+
+The decision, first match wins:
+1. the view's ``static=`` argument (``True`` or ``False``);
+2. the environment variable ``KVLAB_STATIC``: ``1``/``true``/``yes`` -> static,
+   ``0``/``false``/``no`` -> widgets (CI, nbval and HTML export set ``KVLAB_STATIC=1``);
+3. no IPython kernel (a plain Python shell, a script, terminal IPython) -> static;
+4. otherwise (a Jupyter kernel) -> widgets.
+
+Example:
+    >>> is_static(True), is_static(False)
+    (True, False)
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["is_static", "static_html"]
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def is_static(static: bool | None = None) -> bool:
+    """Whether views should render static figures instead of widgets (see module doc)."""
+    if static is not None:
+        if not isinstance(static, bool):
+            raise TypeError(f"static must be True, False or None, got {static!r}")
+        return static
+    env = os.environ.get("KVLAB_STATIC", "").strip().lower()
+    if env in _TRUE:
+        return True
+    if env in _FALSE:
+        return False
+    if env:
+        raise ValueError(f"KVLAB_STATIC must be 1/true/yes or 0/false/no, got {env!r}")
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return True
+    ip = get_ipython()
+    if ip is None:
+        return True
+    return "IPKernelApp" not in getattr(ip, "config", {})
+
+
+def static_html(obj: Any) -> str:
+    """HTML for a static figure: a plotly figure (plotly.js inlined from the installed
+    package: no network) or a graphviz graph (its SVG)."""
+    if hasattr(obj, "pipe"):  # graphviz.Digraph
+        return obj.pipe(format="svg", encoding="utf-8")
+    if hasattr(obj, "to_html"):
+        return obj.to_html(include_plotlyjs=True, full_html=False)
+    return str(obj)

@@ -1,0 +1,147 @@
+"""The one palette every kvlab view uses, and classroom mode (projector theme).
+
+Rules (from DESIGN.md): one fixed colour per request; free blocks light grey; shared
+blocks outlined and labelled with their ref count; radix hits green, misses (newly
+prefilled) blue; evictable nodes dashed; every figure says simulated or measured.
+
+A request's colour is a pure function of its id, so ``R1`` has the same colour in
+every view of every lesson: ids ending in a number use that number (``R1``, ``seq3``),
+single letters use their place in the alphabet (``A``, ``B``...), anything else a
+stable hash. :func:`assign_colors` resolves clashes inside one figure (``R1`` and
+``R11`` would share a colour) by moving the later id to the next unused colour.
+
+Example:
+    >>> request_color("R1") == request_color("R1") != request_color("R2")
+    True
+    >>> assign_colors(["R1", "R11"])["R11"] != request_color("R1")
+    True
+    >>> FREE
+    '#e6e6e6'
+
+Not handled here: drawing (see memory_map, radix_view).
+"""
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Iterable
+
+__all__ = [
+    "REQUEST_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE",
+    "request_color", "assign_colors", "Theme", "theme", "classroom", "is_classroom", "source_label",
+]
+
+# Request colours: qualitative, chosen to avoid the hit green, the miss blue, the
+# highlight red and the free grey, so a block's colour never reads as a radix state.
+REQUEST_COLORS: tuple[str, ...] = (
+    "#ff7f0e",  # orange
+    "#9467bd",  # purple
+    "#17becf",  # cyan
+    "#e377c2",  # pink
+    "#bcbd22",  # olive
+    "#8c564b",  # brown
+    "#f7b6d2",  # light pink
+    "#ffbb78",  # light orange
+    "#c5b0d5",  # lavender
+    "#9edae5",  # light cyan
+    "#dbdb8d",  # khaki
+    "#c49c94",  # tan
+)
+FREE = "#e6e6e6"  # free block: light grey
+UNOWNED = "#7f7f7f"  # used block with no recorded owner (e.g. held only by a radix node)
+HIT = "#2ca02c"  # radix: matched prefix (green, as in the notes)
+MISS = "#1f77b4"  # radix: newly prefilled suffix (blue, as in the notes)
+EVICTED = "#d9d9d9"  # radix: evicted node (faded)
+HIGHLIGHT = "#d62728"  # the block being written or read
+SHARED_OUTLINE = "#222222"  # outline of a block with ref_count > 1
+
+_TRAILING_NUMBER = re.compile(r"^.*?(\d+)$")
+
+
+def _natural_index(seq_id: str) -> int:
+    m = _TRAILING_NUMBER.match(seq_id)
+    if m:
+        return int(m.group(1))
+    if len(seq_id) == 1 and seq_id.isalpha() and seq_id.isascii():
+        return ord(seq_id.upper()) - ord("A")
+    return zlib.crc32(seq_id.encode("utf-8"))
+
+
+def request_color(seq_id: str | None) -> str:
+    """The fixed colour of one request (``UNOWNED`` grey for ``None``).
+
+    Example: ``request_color("R1")`` is ``REQUEST_COLORS[1]`` (purple) in every view.
+    """
+    if seq_id is None:
+        return UNOWNED
+    return REQUEST_COLORS[_natural_index(str(seq_id)) % len(REQUEST_COLORS)]
+
+
+def assign_colors(seq_ids: Iterable[str | None]) -> dict[str, str]:
+    """Colours for every id of one figure: the fixed colour unless another id took it.
+
+    Ids are processed in sorted order, so the result depends only on the set of ids.
+    With more ids than colours, colours repeat (there is no clash-free answer).
+    """
+    ids = sorted({str(s) for s in seq_ids if s is not None})
+    used: set[str] = set()
+    out: dict[str, str] = {}
+    n = len(REQUEST_COLORS)
+    for s in ids:
+        i = _natural_index(s) % n
+        if len(used) < n:
+            while REQUEST_COLORS[i] in used:
+                i = (i + 1) % n
+        out[s] = REQUEST_COLORS[i]
+        used.add(REQUEST_COLORS[i])
+    return out
+
+
+def source_label(source: str) -> str:
+    """``'simulated'`` or ``'measured'``; anything else is a ValueError naming it."""
+    if source not in ("simulated", "measured"):
+        raise ValueError(f"source must be 'simulated' or 'measured', got {source!r}")
+    return source
+
+
+# ------------------------------------------------------------------ classroom mode
+@dataclass(frozen=True)
+class Theme:
+    """Sizes and contrast every view reads when it builds a figure."""
+
+    font_size: int
+    title_size: int
+    label_size: int
+    line_width: float  # outlines, arrows, graph edges
+    shared_width: float  # outline of shared blocks
+    highlight_width: float
+    text_color: str
+    grid_width: int  # canvas width in px of one memory map
+    high_contrast: bool
+
+
+_NORMAL = Theme(12, 15, 10, 1.0, 2.5, 4.0, "#333333", 860, False)
+_CLASSROOM = Theme(20, 26, 16, 3.0, 5.0, 7.0, "#000000", 1100, True)
+_state = {"classroom": False}
+
+
+def classroom(on: bool = True) -> Theme:
+    """Switch every figure built from now on to large fonts, thick lines, high contrast.
+
+    For a projector: ``kvlab.viz.classroom(True)``; back with ``classroom(False)``.
+    Figures already drawn keep their look; re-run the cell to redraw. Returns the theme.
+    """
+    if not isinstance(on, bool):
+        raise TypeError(f"classroom(on) takes True or False, got {on!r}")
+    _state["classroom"] = on
+    return theme()
+
+
+def is_classroom() -> bool:
+    return _state["classroom"]
+
+
+def theme() -> Theme:
+    """The theme in force (classroom or normal)."""
+    return _CLASSROOM if _state["classroom"] else _NORMAL

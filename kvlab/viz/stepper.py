@@ -1,0 +1,273 @@
+"""The stepper: one reusable widget (previous, next, play, reset, caption) over any frames.
+
+A frame is a snapshot plus a caption (:class:`Frame`); a *render* function turns a frame
+into a plotly figure, a graphviz graph or an SVG/HTML string. The stepper shows the
+current frame, calls ``frame.snapshot.check_integrity()`` on every move and shows a
+visible red error (and sets ``stepper.error``) if it fails. Play is an
+``ipywidgets.Play`` (a timer in the browser), never a blocking Python loop.
+
+Widget or static: see :mod:`kvlab.viz.display`. In static mode (``static=True`` or
+``KVLAB_STATIC=1``) no widget is built; displaying the stepper renders its current frame
+as a static figure or SVG with its caption.
+
+CSS classes (for browser tests): ``kvlab-stepper`` (the box), ``kvlab-prev``,
+``kvlab-next``, ``kvlab-play``, ``kvlab-reset``, ``kvlab-step-slider``, ``kvlab-caption``,
+``kvlab-error``, ``kvlab-figure`` (plotly, an Output widget) or ``kvlab-svg`` (graphviz).
+
+Example (no front end needed):
+    >>> s = Stepper([Frame(None, "first"), Frame(None, "second")], render=lambda f: f"<p>{f.caption}</p>", static=True)
+    >>> s.next(); s.index, s.caption
+    (1, 'second')
+    >>> s.reset(); s.index
+    0
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .display import is_static, static_html
+from .palette import theme
+
+__all__ = ["Frame", "Stepper"]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One step of a recorded run: the state (anything with ``check_integrity()``, or
+    None), a caption in words, and the blocks to highlight."""
+
+    snapshot: Any
+    caption: str = ""
+    highlight: tuple[int, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _kind(obj: Any) -> str:
+    if hasattr(obj, "pipe") and hasattr(obj, "source"):
+        return "graphviz"
+    if isinstance(obj, str):
+        return "html"
+    return "plotly"
+
+
+class Stepper:
+    """Step through ``frames`` with ``render(frame)`` (see module doc).
+
+    Python API (also what the buttons call): ``next()``, ``prev()``, ``reset()``,
+    ``go(i)``; state: ``index``, ``frame``, ``caption``, ``error`` (None or the message);
+    ``figure()`` renders the current frame statically; ``widget`` is the ipywidgets box
+    (None in static mode).
+    """
+
+    def __init__(
+        self,
+        frames: Sequence[Frame],
+        render: Callable[[Frame], Any],
+        static: bool | None = None,
+        interval_ms: int = 900,
+        title: str = "",
+    ) -> None:
+        frames = list(frames)
+        if not frames:
+            raise ValueError("Stepper needs at least one frame")
+        for i, f in enumerate(frames):
+            if not isinstance(f, Frame):
+                raise TypeError(f"frame {i} is a {type(f).__name__}, not a kvlab.viz.Frame")
+        if not callable(render):
+            raise TypeError(f"render must be callable, got {render!r}")
+        self.frames = frames
+        self.render = render
+        self.static = is_static(static)
+        self.title = title
+        self.index = 0
+        self.error: str | None = None
+        self.widget: Any = None
+        self._check()
+        if not self.static:
+            self._build(interval_ms)
+
+    # ------------------------------------------------------------------ state
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    @property
+    def frame(self) -> Frame:
+        return self.frames[self.index]
+
+    @property
+    def caption(self) -> str:
+        return self.frame.caption
+
+    def _check(self) -> None:
+        snap = self.frame.snapshot
+        self.error = None
+        if snap is not None and hasattr(snap, "check_integrity"):
+            try:
+                snap.check_integrity()
+            except Exception as e:  # noqa: BLE001 - any failure must be shown, not raised
+                self.error = f"integrity check failed at step {self.index}: {type(e).__name__}: {e}"
+
+    def go(self, i: int) -> None:
+        """Show frame ``i`` (0-based)."""
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.frames):
+            raise ValueError(f"step {i!r} is outside 0..{len(self.frames) - 1}")
+        if self.widget is not None and self._slider.value != i:
+            self._slider.value = i  # the slider's observer calls _show
+        else:
+            self._show(i)
+
+    def next(self) -> None:
+        self.go(min(self.index + 1, len(self.frames) - 1))
+
+    def prev(self) -> None:
+        self.go(max(self.index - 1, 0))
+
+    def reset(self) -> None:
+        if self.widget is not None:
+            self._play.playing = False
+            self._play.value = 0
+        self.go(0)
+
+    def figure(self) -> Any:
+        """The current frame rendered statically (a plotly figure, a graphviz graph or HTML)."""
+        return self.render(self.frame)
+
+    # ---------------------------------------------------------------- widgets
+    def _caption_html(self) -> str:
+        th = theme()
+        head = f"{self.title}: " if self.title else ""
+        return (
+            f"<div style='font-size:{th.font_size + 2}px;color:{th.text_color}'>"
+            f"<b>{html.escape(head)}step {self.index + 1} / {len(self.frames)}</b> &nbsp; "
+            f"{html.escape(self.caption)}</div>"
+        )
+
+    def _error_html(self) -> str:
+        if not self.error:
+            return ""
+        return (
+            "<div style='color:#ffffff;background:#d62728;padding:4px 8px;font-weight:bold'>"
+            f"{html.escape(self.error)}</div>"
+        )
+
+    def _build(self, interval_ms: int) -> None:
+        import ipywidgets as W
+
+        n = len(self.frames)
+        th = theme()
+
+        def button(desc: str, cls: str, tip: str) -> Any:
+            b = W.Button(description=desc, tooltip=tip, layout=W.Layout(width="auto"))
+            b.add_class(cls)
+            return b
+
+        self._prev = button("◀ prev", "kvlab-prev", "previous step")
+        self._next = button("next ▶", "kvlab-next", "next step")
+        self._reset = button("⟲ reset", "kvlab-reset", "back to the first step")
+        self._play = W.Play(value=0, min=0, max=n - 1, step=1, interval=interval_ms, description="play")
+        self._play.add_class("kvlab-play")
+        self._slider = W.IntSlider(value=0, min=0, max=n - 1, description="step", continuous_update=True)
+        self._slider.add_class("kvlab-step-slider")
+        self._link = W.link((self._play, "value"), (self._slider, "value"))
+        self._caption = W.HTML(self._caption_html())
+        self._caption.add_class("kvlab-caption")
+        self._error = W.HTML(self._error_html())
+        self._error.add_class("kvlab-error")
+        self._prev.on_click(lambda _b: self.prev())
+        self._next.on_click(lambda _b: self.next())
+        self._reset.on_click(lambda _b: self.reset())
+        self._slider.observe(lambda ch: self._show(ch["new"]), names="value")
+        view = self._render_widget()
+        controls = W.HBox([self._reset, self._prev, self._play, self._next, self._slider])
+        self.widget = W.VBox([controls, self._caption, self._error, view])
+        self.widget.add_class("kvlab-stepper")
+        if th.high_contrast:
+            for b in (self._prev, self._next, self._reset):
+                b.style.font_size = f"{th.font_size}px"
+
+    def _render_widget(self) -> Any:
+        import ipywidgets as W
+
+        obj = self._safe_render()
+        self._view_kind = _kind(obj) if obj is not None else "html"
+        if self._view_kind == "plotly":
+            # An Output widget holding the figure's plotly mime bundle: rendered by the
+            # JupyterLab plotly renderer plotly ships, no anywidget / FigureWidget needed.
+            self._out = W.Output()
+            self._out.add_class("kvlab-figure")
+            self._set_figure(obj)
+            return self._out
+        self._html = W.HTML(self._as_html(obj))
+        self._html.add_class("kvlab-svg")
+        return self._html
+
+    def _set_figure(self, fig: Any) -> None:
+        self._out.outputs = (figure_output(fig),)
+
+    def _as_html(self, obj: Any) -> str:
+        if obj is None:
+            return ""
+        return obj if isinstance(obj, str) else static_html(obj)
+
+    def _safe_render(self) -> Any:
+        try:
+            return self.render(self.frame)
+        except Exception as e:  # noqa: BLE001 - show it in the widget
+            msg = f"rendering step {self.index} failed: {type(e).__name__}: {e}"
+            self.error = f"{self.error}; {msg}" if self.error else msg
+            return None
+
+    def _show(self, i: int) -> None:
+        self.index = i
+        self._check()
+        if self.widget is None:
+            return
+        obj = self._safe_render()
+        if obj is not None:
+            if self._view_kind == "plotly" and _kind(obj) == "plotly":
+                self._set_figure(obj)
+            elif self._view_kind != "plotly":
+                self._html.value = self._as_html(obj)
+        self._caption.value = self._caption_html()
+        self._error.value = self._error_html()
+
+    # ----------------------------------------------------------------- display
+    def __repr__(self) -> str:
+        err = f" ERROR: {self.error}" if self.error else ""
+        return f"<Stepper step {self.index + 1}/{len(self.frames)}: {self.caption}{err}>"
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, display
+
+        if self.widget is not None:
+            display(self.widget)
+            return
+        display(HTML(self._caption_html() + self._error_html()))
+        obj = self._safe_render()
+        if obj is None:
+            display(HTML(self._error_html()))
+        elif isinstance(obj, str):
+            display(HTML(obj))
+        elif _kind(obj) == "graphviz":
+            from IPython.display import SVG
+
+            display(SVG(static_html(obj)))
+        else:
+            display(obj)
+
+
+def figure_output(fig: Any) -> dict[str, Any]:
+    """A plotly figure as one notebook ``display_data`` output (what an Output widget holds)."""
+    import json
+
+    import plotly.io as pio
+
+    spec = json.loads(pio.to_json(fig, validate=False))
+    return {
+        "output_type": "display_data",
+        "data": {"application/vnd.plotly.v1+json": {**spec, "config": {"displaylogo": False}},
+                 "text/plain": f"<plotly figure: {fig.layout.title.text}>"},
+        "metadata": {},
+    }

@@ -1,0 +1,254 @@
+"""Tests of kvlab.viz's memory map, stepper, palette, classroom mode and static fallback.
+
+They check the data behind the pictures (colours, labels, frame counts, axis ranges,
+widget state after callbacks), never pixels.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("plotly")
+pytest.importorskip("ipywidgets")
+
+import kvlab.viz as viz  # noqa: E402
+from kvlab import BlockManager, MemorySnapshot  # noqa: E402
+from kvlab.viz.palette import FREE, HIGHLIGHT, SHARED_OUTLINE, REQUEST_COLORS  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _normal_theme():
+    viz.classroom(False)
+    yield
+    viz.classroom(False)
+
+
+def scenario() -> BlockManager:
+    """R1 prompt 6 tokens, fork R2, R2 appends (copy-on-write of L1), R3 9 tokens, R1 ends."""
+    m = BlockManager(num_blocks=12, block_size=4, record=True)
+    m.add_sequence("R1", 6)
+    m.fork("R1", "R2")
+    m.append("R2", 1)
+    m.add_sequence("R3", 9)
+    m.free("R1")
+    return m
+
+
+# ------------------------------------------------------------------ palette
+def test_request_colors_are_fixed_and_distinct_in_a_figure():
+    assert viz.request_color("R1") == REQUEST_COLORS[1]
+    assert viz.request_color("A") == REQUEST_COLORS[0]
+    assert viz.request_color("R1") != viz.request_color("R2")
+    cols = viz.assign_colors(["R1", "R11", "R2", "x-long-name"])
+    assert len(set(cols.values())) == 4
+    assert cols["R1"] == viz.request_color("R1")  # R1 keeps its colour, R11 moves
+    assert FREE not in REQUEST_COLORS and viz.HIT not in REQUEST_COLORS and viz.MISS not in REQUEST_COLORS
+
+
+# ---------------------------------------------------------------- memory map
+def test_memory_map_colours_and_labels_after_scenario():
+    m = scenario()
+    snap = m.snapshots[7]  # after the cow: R1 [0, 1], R2 [0, 2]
+    assert snap.tables == {"R1": (0, 1), "R2": (0, 2)}
+    d = viz.memory_map_data(snap, highlight=[2])
+    cols = viz.assign_colors(["R1", "R2"])
+    assert d["color"][0] == cols["R1"] and d["color"][1] == cols["R1"]
+    assert d["color"][2] == cols["R2"]
+    assert d["color"][3] == FREE and d["label"][3] == "P3"
+    assert d["label"][0] == "P0<br>R1 L0<br>x2"  # shared: ref count shown
+    assert d["label"][2] == "P2<br>R2 L1"
+    assert d["shared"] == [0]
+    assert d["outline_color"][0] == SHARED_OUTLINE
+    assert d["outline_color"][2] == HIGHLIGHT and d["highlight"] == [2]
+    assert d["outline_color"][1] == "#ffffff"
+    assert "1/4 tokens" not in d["hover"][0] and "4/4 tokens" in d["hover"][0]
+
+
+def test_final_state_frees_r1_blocks():
+    m = scenario()
+    d = viz.memory_map_data(m.snapshot())
+    assert d["color"][1] == FREE  # R1's private L1 went back to the pool
+    assert d["label"][0] == "P0<br>R2 L0"  # no longer shared
+    assert d["shared"] == []
+    assert d["num_free_blocks"] == m.allocator.num_free_blocks
+
+
+def test_bad_highlight_names_the_block():
+    m = scenario()
+    with pytest.raises(ValueError, match="99"):
+        viz.memory_map_data(m.snapshot(), highlight=[99])
+    with pytest.raises(TypeError):
+        viz.memory_map_data("not a snapshot")
+
+
+def test_rendering_does_not_change_state():
+    m = scenario()
+    before = (m.allocator.state(), {s: list(t.block_ids) for s, t in m.tables.items()}, len(m.log))
+    viz.animate_memory_map(m.snapshots, m.log)
+    viz.memory_map_stepper(m.snapshots, m.log, static=False).next()
+    after = (m.allocator.state(), {s: list(t.block_ids) for s, t in m.tables.items()}, len(m.log))
+    assert before == after
+
+
+def test_animation_one_frame_per_event_and_fixed_axes():
+    m = scenario()
+    fig = viz.animate_memory_map(m.snapshots, m.log)
+    assert len(fig.frames) == len(m.log) == 12
+    xr, yr = list(fig.layout.xaxis.range), list(fig.layout.yaxis.range)
+    assert xr == [-0.5, 11.5] and yr == [0.5, -0.5]
+    for fr in fig.frames:
+        assert list(fr.layout.xaxis.range) == xr and list(fr.layout.yaxis.range) == yr
+        assert len(fr.data) == 1 and len(fr.data[0].x) == 12
+        assert fr.data[0].marker.size == fig.data[0].marker.size
+    # frame 6 is the cow: P1 -> P2 highlighted, caption from the event
+    cow = fig.frames[6]
+    assert "cow" in cow.layout.title.subtitle.text
+    assert cow.data[0].marker.line.color[1] == HIGHLIGHT and cow.data[0].marker.line.color[2] == HIGHLIGHT
+    assert "(simulated)" in fig.layout.title.text
+    assert len(fig.layout.sliders[0].steps) == 12
+
+
+def test_measured_label_and_bad_source():
+    m = scenario()
+    fig = viz.memory_map_figure(m.snapshot(), source="measured")
+    assert fig.layout.title.text.endswith("(measured)")
+    with pytest.raises(ValueError, match="guessed"):
+        viz.memory_map_figure(m.snapshot(), source="guessed")
+
+
+def test_frames_need_matching_log():
+    m = scenario()
+    with pytest.raises(ValueError, match="snapshots"):
+        viz.memory_frames(m.snapshots[:-1], m.log)
+    assert len(viz.memory_frames(m.snapshots)) == len(m.snapshots)
+
+
+def test_sizes_12_to_4096():
+    g = viz.grid_layout(12)
+    assert (g.cols, g.rows, g.mode, g.show_text) == (12, 1, "grid", True)
+    g = viz.grid_layout(256)
+    assert (g.cols, g.rows, g.mode, g.show_text) == (32, 8, "grid", False)
+    m = BlockManager(num_blocks=4096, block_size=16)
+    m.add_sequence("R1", 100)
+    m.fork("R1", "R2")
+    fig = viz.memory_map_figure(m.snapshot())
+    assert fig.data[0].type == "heatmap"
+    z = fig.data[0].z
+    assert len(z) == 64 and len(z[0]) == 64
+    assert z[0][0] == z[0][6] != z[0][7]  # R1's 7 blocks vs the first free one
+    assert len(fig.data[1].x) == 7  # the shared blocks get an outline mark
+    with pytest.raises(ValueError):
+        viz.grid_layout(0)
+    with pytest.raises(ValueError):
+        viz.grid_layout(12, mode="pie")
+
+
+# ------------------------------------------------------------------- stepper
+def test_stepper_buttons_and_slider_update_caption_and_figure():
+    m = scenario()
+    s = viz.memory_map_stepper(m.snapshots, m.log, static=False)
+    assert s.widget is not None and s.index == 0
+    classes = {c for w in _walk(s.widget) for c in w._dom_classes}
+    assert {"kvlab-prev", "kvlab-next", "kvlab-play", "kvlab-reset", "kvlab-caption", "kvlab-error",
+            "kvlab-step-slider", "kvlab-figure", "kvlab-stepper"} <= classes
+    fig0 = s._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    s._next.click()
+    assert s.index == 1 and "append R1" in s._caption.value and "step 2 / 12" in s._caption.value
+    fig1 = s._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    assert fig0["layout"]["title"]["subtitle"]["text"] != fig1["layout"]["title"]["subtitle"]["text"]
+    assert fig0["layout"]["xaxis"]["range"] == fig1["layout"]["xaxis"]["range"]
+    s._play.value = 6  # what the browser's timer does
+    assert s.index == 6 and s._slider.value == 6 and "cow" in s.caption
+    s._prev.click()
+    assert s.index == 5
+    s._reset.click()
+    assert s.index == 0 and s._play.value == 0
+    s.go(11)
+    s.next()
+    assert s.index == 11  # stays at the end
+    assert s.error is None and s._error.value == ""
+    with pytest.raises(ValueError, match="12"):
+        s.go(12)
+
+
+def test_stepper_shows_integrity_error():
+    m = scenario()
+    good = m.snapshots[3]
+    bad = dataclasses.replace(good, ref_count=(0,) + good.ref_count[1:])  # P0 held but ref_count 0
+    with pytest.raises(AssertionError):
+        bad.check_integrity()
+    frames = [viz.Frame(good, "ok"), viz.Frame(bad, "broken")]
+    s = viz.Stepper(frames, viz.MemoryMapView(frames), static=False)
+    assert s.error is None
+    s.next()
+    assert s.error is not None and "integrity check failed at step 1" in s.error
+    assert "integrity check failed" in s._error.value
+    s.prev()
+    assert s.error is None and s._error.value == ""
+
+
+def test_stepper_static_mode_builds_no_widget(monkeypatch):
+    m = scenario()
+    monkeypatch.setenv("KVLAB_STATIC", "1")
+    s = viz.memory_map_stepper(m.snapshots, m.log)
+    assert s.widget is None
+    s.next()
+    fig = s.figure()
+    assert "append R1" in fig.layout.title.subtitle.text
+    assert "step 2/12" in repr(s)
+    monkeypatch.setenv("KVLAB_STATIC", "0")
+    assert viz.is_static() is False
+    monkeypatch.setenv("KVLAB_STATIC", "maybe")
+    with pytest.raises(ValueError, match="maybe"):
+        viz.is_static()
+    monkeypatch.delenv("KVLAB_STATIC")
+    assert viz.is_static() is True  # a plain pytest process has no kernel
+
+
+def test_stepper_static_display_outputs_figure(monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
+    m = scenario()
+    s = viz.memory_map_stepper(m.snapshots, m.log, static=True)
+    s._ipython_display_()
+    kinds = [type(o).__name__ for o in shown]
+    assert kinds == ["HTML", "Figure"]
+
+
+def test_stepper_rejects_bad_frames():
+    with pytest.raises(ValueError):
+        viz.Stepper([], render=str, static=True)
+    with pytest.raises(TypeError):
+        viz.Stepper(["x"], render=str, static=True)
+
+
+def test_stepper_svg_frames():
+    frames = [viz.Frame(None, "a"), viz.Frame(None, "b")]
+    s = viz.Stepper(frames, render=lambda f: f"<svg><text>{f.caption}</text></svg>", static=False)
+    s.next()
+    assert "kvlab-svg" in s._html._dom_classes and "<text>b</text>" in s._html.value
+
+
+# ----------------------------------------------------------------- classroom
+def test_classroom_mode_changes_later_figures():
+    m = scenario()
+    normal = viz.memory_map_figure(m.snapshot())
+    viz.classroom(True)
+    assert viz.is_classroom()
+    big = viz.memory_map_figure(m.snapshot())
+    assert big.layout.font.size > normal.layout.font.size
+    assert big.layout.title.font.size > normal.layout.title.font.size
+    assert max(big.data[0].marker.line.width) > max(normal.data[0].marker.line.width)
+    assert big.layout.font.color == "#000000"
+    with pytest.raises(TypeError):
+        viz.classroom("yes")
+
+
+def _walk(w):
+    yield w
+    for c in getattr(w, "children", ()):
+        yield from _walk(c)
