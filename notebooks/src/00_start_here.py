@@ -1,0 +1,183 @@
+# Lesson 00 source (jupytext percent format). Edit this file, then run
+# `.venv/bin/python scripts/build_notebooks.py 00` to rebuild notebooks/00_start_here.ipynb.
+
+# %% [markdown]
+# # 00 · Start here
+#
+# This series is about one piece of an LLM inference server: the **KV cache**, the keys and
+# values that every generated token leaves behind. You will build up, run and test the two
+# ideas that modern servers use to manage it:
+#
+# > **PagedAttention decides how KV memory is laid out (the physical layer); RadixAttention
+# > decides which cached content can be reused across requests (the logical layer);
+# > RadixAttention is built on top of paged allocation.**
+#
+# **What you will learn here**
+# - how to check that your set-up works (the self-test below; every lesson starts with it);
+# - the map of the ten lessons, and how a lesson is laid out;
+# - how the exercises are checked, by trying two warm-ups.
+#
+# Words in Chinese from the source notes (块表, 前缀树, 写时复制 ...) are in the
+# [glossary](glossary.md).
+
+# %%
+import kvlab
+from kvlab.check import self_test
+
+self_test()
+
+# %% [markdown]
+# If the cell above ends with `self-test OK`, you are set. If it raised an error, the message
+# says what to fix (usually: run `scripts/setup.sh`, then restart the kernel). On a laptop the
+# kernels run in Triton's **interpreter** on the CPU: correct, but slow, so every lesson uses
+# small sizes, and the big runs live in `bench/`.
+#
+# ## The thesis in two tiny runs
+#
+# **The physical layer (lesson 04).** The KV cache is cut into fixed-size *blocks*. A request
+# keeps a *block table* (块表) that maps its logical blocks to physical ones. The source notes'
+# figure: block size 4, table L0→P3, L1→P7, L2→P1, L3→P5, L4→P9. Where is token 9?
+# kvlab's real `translate` walks it (simulated: no tensors, just the arithmetic the kernel does):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.examples import NOTES_TABLE, notes_translation
+
+t = notes_translation(pos=9)
+print("block table:", NOTES_TABLE)
+print("\n".join(t.steps(block_size=4, bytes_per_token=1)))
+
+# %% [markdown]
+# **Why the cache is worth managing (lesson 02).** Its size is
+# `2 × layers × kv_heads × head_dim × tokens × bytes`. For Llama-2 70B at 4096 tokens in fp16
+# (computed from the model's published config, not measured):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+spec = kvlab.get_model("llama-2-70b")
+print(spec.formula(4096))
+
+# %% [markdown]
+# **The logical layer (lesson 07).** Requests that start with the same tokens (a system prompt,
+# few-shot examples) can share the blocks that hold them. Here a real `BlockManager` gives two
+# requests their blocks, and a third one *forks* the first, sharing its blocks by reference
+# count (引用计数) instead of copying them (simulated allocator, block size 4, 12 blocks):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+m = kvlab.BlockManager(num_blocks=12, block_size=4)
+m.add_sequence("R1", 10)  # 10 tokens -> 3 blocks
+m.add_sequence("R2", 5)   # 5 tokens -> 2 blocks
+m.fork("R1", "R1-sample2")  # shares R1's 3 blocks
+snap = m.snapshot()
+for seq, table in snap.tables.items():
+    print(f"{seq:11s} block table {list(table)}")
+print("ref counts  ", list(snap.ref_count))
+print("free blocks ", snap.num_free_blocks, "of", snap.num_blocks)
+m.check_integrity()
+
+# %% [markdown]
+# ## The map of the series
+#
+# | Lesson | What it shows |
+# |---|---|
+# | [00 Start here](00_start_here.ipynb) | this page: the self-test, the map, how exercises work |
+# | [01 Why a KV cache](01_why_kv_cache.ipynb) | naive recomputation versus caching on a tiny real model: same tokens, O(n²) versus O(n) work |
+# | [02 How big is it](02_how_big.ipynb) | the size formula, MHA versus GQA, the notes' 10.7 GB versus the real 1.34 GB, how many requests fit on a GPU |
+# | [03 Contiguous allocation](03_contiguous.ipynb) | the three wastes: over-reservation, copy on growth, external fragmentation (外部碎片) |
+# | [04 Paging](04_paging.ipynb) | blocks, the block table (块表), address translation of pos 9, on-demand growth, waste of at most one block |
+# | [05 The paged kernel](05_paged_kernel.ipynb) | a Triton kernel reads K and V through the block table; shuffled blocks, same answer |
+# | [06 Sharing](06_sharing.ipynb) | fork for parallel sampling and beam search, reference counts, copy-on-write (写时复制) |
+# | [07 RadixAttention](07_radix.ipynb) | the prefix tree (前缀树), longest prefix match (最长前缀匹配), the four customer-service requests |
+# | [08 Eviction and scheduling](08_eviction_scheduling.ipynb) | LRU eviction (驱逐), lock references, cache-aware scheduling, hit rate under memory pressure |
+# | [09 At scale](09_at_scale.ipynb) | the simulator checks the notes' claims against published figures; paged versus radix, summed up |
+#
+# Lessons 02 to 04 are about the **physical layer** (how memory is laid out), 06 to 08 about the
+# **logical layer** (what can be reused); 01, 05 and 09 connect them to real computation and
+# to real scale.
+#
+# ## How a lesson works
+#
+# Every lesson has the same skeleton: *what you will learn*; a tiny worked example; the
+# picture (an interactive view from `kvlab.viz`; set `KVLAB_STATIC=1` before starting Jupyter
+# for static images); the real run (the real allocator, kernel or model, never a mock-up); two
+# to four exercises; a summary. Every number says whether it is **simulated** (kvlab's
+# bookkeeping or simulator) or **measured** (timed or computed on this machine).
+#
+# Run the cells from top to bottom (Run ▸ Run All Cells works too). Lessons import `kvlab`; if
+# you want to see how something is done, open its source: `kvlab.translate??` in a cell.
+#
+# ## How exercises work
+#
+# Each exercise gives a **contract** (inputs, outputs, errors), a **stub** for you to finish,
+# and a **check** cell: `check.<name>(your_function)` runs your function beside kvlab's own
+# on several sizes, seeds and edge cases, prints *expected* beside *actual*, and ends with one
+# `PASS` or `FAIL` line. It never crashes on your bug: an exception from your code becomes a
+# `FAIL` line that names it. Hints are folded under *Hint 1*, *Hint 2* (gentle to strong);
+# worked solutions are in the `solutions/` folder of the repository, apart from the lessons.
+# Until you finish a stub its check says `FAIL`: that is expected.
+#
+# ### Warm-up 1: logical block and offset
+#
+# **Contract.** `block_and_offset(pos, block_size) -> (logical_block, offset)`: which logical
+# block token position `pos` falls in, and where inside that block.
+# - `pos` is an int ≥ 0, `block_size` an int ≥ 1.
+# - Raise `ValueError` if `pos < 0` or `block_size < 1`.
+# - Example: `block_and_offset(9, 4) == (2, 1)`.
+
+# %% tags=["exercise-stub"]
+def block_and_offset(pos, block_size):
+    raise NotImplementedError("your code here")
+
+# %%
+from kvlab import check
+
+check.block_and_offset(block_and_offset)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Position `pos` is the `(pos+1)`-th token. With 4 tokens a block, positions 0-3 are in block
+# 0, 4-7 in block 1, 8-11 in block 2.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Integer division and remainder: `divmod(pos, block_size)`. Check the two error cases first.
+# </details>
+#
+# ### Warm-up 2: the shared prefix
+#
+# **Contract.** `common_prefix_len(a, b) -> int`: how many leading tokens the token-id lists
+# `a` and `b` have in common. 0 when they differ at the first token or one is empty. This is
+# the question RadixAttention asks about every new request (lesson 07).
+# - Example: `common_prefix_len([1, 2, 3, 4, 9], [1, 2, 3, 4, 7, 7]) == 4`.
+
+# %% tags=["exercise-stub"]
+def common_prefix_len(a, b):
+    raise NotImplementedError("your code here")
+
+# %%
+check.common_prefix_len(common_prefix_len)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Walk both lists together from the start and stop at the first difference. Be careful when
+# one list ends before the other.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# `for x, y in zip(a, b):` stops at the shorter list; count until `x != y`.
+# </details>
+#
+# ## Summary
+#
+# - The first cell of every lesson is the self-test: versions, kernel mode, one known-answer
+#   kernel call.
+# - The series goes from how KV memory is laid out (02-05) to what can be reused (06-08), and
+#   checks the source notes' claims at scale (09).
+# - Exercises: contract, stub, `check.<name>(fn)`, hints; solutions live in `solutions/`.
+#
+# Next: [01 Why a KV cache](01_why_kv_cache.ipynb). The words: [glossary](glossary.md).
