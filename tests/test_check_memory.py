@@ -1,0 +1,310 @@
+"""kvlab.check.memory: each checker passes a right answer and rejects plausible wrong ones.
+
+Also the harness (kvlab.check): outcomes, strict mode, never a traceback from the checker.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import kvlab
+from kvlab import check
+from kvlab.check import Checker, Raised, call, same_outcome
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _solutions(stem: str):
+    spec = importlib.util.spec_from_file_location(f"sol_{stem}", ROOT / "solutions" / f"{stem}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def _passes(checker, fn) -> bool:
+    return checker(fn, verbose=False).passed
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError("your code here")
+
+
+# ---------------------------------------------------------------------------- harness
+def test_harness_outcomes():
+    assert isinstance(call(int, "x"), Raised)
+    assert same_outcome(Raised(ValueError("a")), Raised(ValueError("b")))
+    assert not same_outcome(Raised(ValueError("a")), Raised(IndexError("b")))  # wrong exception class
+    assert not same_outcome(Raised(ValueError("a")), 3)
+    assert not same_outcome(3, Raised(ValueError("a")))
+    assert not same_outcome(Raised(NotImplementedError()), Raised(NotImplementedError()))  # a stub never passes
+    assert same_outcome((2, 1), (2, 1)) and not same_outcome((2, 1), (1, 2))
+
+
+def test_harness_deep_copies_arguments():
+    def mutating(xs):
+        xs.append(99)
+        return len(xs)
+
+    c = Checker("len", mutating, reference=len, verbose=False)
+    assert not c.run("mutates", [1, 2]).passed  # 3 != 2, and the reference saw the original list
+    assert c.result.cases[0].expected == 2
+
+
+def test_strict_mode_raises_and_plain_mode_does_not(monkeypatch, capsys):
+    monkeypatch.delenv("KVLAB_CHECK_STRICT", raising=False)
+    r = check.blocks_needed(_stub)
+    out = capsys.readouterr().out
+    assert not r.passed and r.not_implemented
+    assert "FAIL  blocks_needed" in out and "Traceback" not in out
+    monkeypatch.setenv("KVLAB_CHECK_STRICT", "1")
+    with pytest.raises(AssertionError, match="blocks_needed"):
+        check.blocks_needed(_stub)
+    assert check.blocks_needed(kvlab.blocks_needed).passed  # strict and right: no raise
+
+
+def test_not_a_function_is_a_clean_fail(capsys):
+    r = check.translate(42)
+    assert not r.passed and "expected a function" in r.summary
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_unknown_checker_name():
+    with pytest.raises(AttributeError, match="no checker"):
+        check.no_such_checker  # noqa: B018
+
+
+def test_result_display_is_quiet():
+    r = check.blocks_needed(kvlab.blocks_needed, verbose=False)
+    assert r._ipython_display_() is None and "PASS" in repr(r)
+
+
+# --------------------------------------------------------------------------- lesson 00
+def test_block_and_offset():
+    ok = _solutions("00_start_here").block_and_offset
+    assert _passes(check.block_and_offset, ok)
+    assert not _passes(check.block_and_offset, lambda p, bs: (p // bs, p % bs))  # no ValueError
+    assert not _passes(check.block_and_offset, lambda p, bs: (p % bs, p // bs) if p >= 0 and bs >= 1 else 1 / 0)
+    assert not _passes(check.block_and_offset, lambda p, bs: ((p + 1) // bs, p % bs) if p >= 0 < bs else int("x"))
+    assert not _passes(check.block_and_offset, _stub)
+
+
+def test_common_prefix_len():
+    ok = _solutions("00_start_here").common_prefix_len
+    assert _passes(check.common_prefix_len, ok)
+    assert not _passes(check.common_prefix_len, lambda a, b: sum(x == y for x, y in zip(a, b)))  # counts later matches
+    assert not _passes(check.common_prefix_len, lambda a, b: min(len(a), len(b)))  # ignores content
+    assert not _passes(check.common_prefix_len, lambda a, b: next(i for i, (x, y) in enumerate(zip(a, b)) if x != y))
+
+
+# --------------------------------------------------------------------------- lesson 02
+def test_kv_cache_bytes():
+    def right(layers, kv_heads, head_dim, tokens, dtype_bytes=2):
+        if min(layers, kv_heads, head_dim, dtype_bytes) < 1 or tokens < 0:
+            raise ValueError("bad")
+        return 2 * layers * kv_heads * head_dim * tokens * dtype_bytes
+
+    assert _passes(check.kv_cache_bytes, right)
+    assert not _passes(check.kv_cache_bytes, lambda l, h, d, t, b=2: right(l, h, d, t, b) // 2)  # forgot K and V
+    assert not _passes(check.kv_cache_bytes, lambda l, h, d, t, b=2: right(l, h, d, t, 2))  # ignores dtype
+    assert not _passes(check.kv_cache_bytes, lambda l, h, d, t, b=2: 2 * l * h * d * t * b)  # no validation
+
+
+def test_requests_that_fit():
+    def right(budget, bpt, tokens):
+        if bpt < 1 or tokens < 1 or budget < 0:
+            raise ValueError("bad")
+        return budget // (bpt * tokens)
+
+    assert _passes(check.requests_that_fit, right)
+    assert not _passes(check.requests_that_fit, lambda b, p, t: round(b / (p * t)) if p > 0 < t and b >= 0 else 1 / 0)
+    assert not _passes(check.requests_that_fit, lambda b, p, t: -(-b // (p * t)) if p > 0 < t and b >= 0 else int("x"))
+    assert not _passes(check.requests_that_fit, lambda b, p, t: b // (p * t) if p * t else 0)
+
+
+# --------------------------------------------------------------------------- lesson 03
+def test_reservation():
+    def right(policy, length, max_len, final_len=None):
+        if not 1 <= length <= max_len:
+            raise ValueError("length")
+        if policy == "max":
+            return max_len
+        if policy == "pow2":
+            return min(1 << (length - 1).bit_length(), max_len)
+        if policy == "exact":
+            if final_len is None:
+                raise ValueError("final_len")
+            return final_len
+        raise ValueError(policy)
+
+    assert _passes(check.reservation, right)
+
+    def no_cap(policy, length, max_len, final_len=None):
+        return 1 << (length - 1).bit_length() if policy == "pow2" and length >= 1 else right(policy, length, max_len, final_len)
+
+    def pow2_strict(policy, length, max_len, final_len=None):  # next power of two > length (wrong at 8)
+        return min(1 << length.bit_length(), max_len) if policy == "pow2" and length >= 1 else right(policy, length, max_len, final_len)
+
+    assert not _passes(check.reservation, no_cap)
+    assert not _passes(check.reservation, pow2_strict)
+    assert not _passes(check.reservation, lambda p, n, m, f=None: m)
+
+
+def test_first_fit():
+    def right(ranges, n):
+        if n < 1:
+            raise ValueError(n)
+        return next((s for s, length in ranges if length >= n), None)
+
+    assert _passes(check.first_fit, right)
+
+    def best_fit(ranges, n):
+        if n < 1:
+            raise ValueError(n)
+        fits = [(length, s) for s, length in ranges if length >= n]
+        return min(fits)[1] if fits else None
+
+    def strict_gt(ranges, n):
+        if n < 1:
+            raise ValueError(n)
+        return next((s for s, length in ranges if length > n), None)
+
+    def total_free(ranges, n):  # the notes' mistake: adds up the holes
+        if n < 1:
+            raise ValueError(n)
+        return ranges[0][0] if ranges and sum(length for _, length in ranges) >= n else None
+
+    for wrong in (best_fit, strict_gt, total_free):
+        assert not _passes(check.first_fit, wrong), wrong.__name__
+
+
+def test_external_fragmentation():
+    right = lambda r: sum(n for _, n in r) - max((n for _, n in r), default=0)  # noqa: E731
+    assert _passes(check.external_fragmentation, right)
+    assert not _passes(check.external_fragmentation, lambda r: sum(n for _, n in r))  # all free space
+    assert not _passes(check.external_fragmentation, lambda r: sum(n for _, n in r) - r[0][1] if r else 0)  # first, not largest
+    assert not _passes(check.external_fragmentation, lambda r: sum(n for _, n in r) - max(n for _, n in r))  # crashes on []
+
+
+# --------------------------------------------------------------------------- lesson 04
+def _right_translate(table, pos, bs, bpt=1):
+    if pos < 0 or pos >= len(table) * bs:
+        raise ValueError(pos)
+    lb, off = divmod(pos, bs)
+    return lb, off, table[lb], (table[lb] * bs + off) * bpt
+
+
+def test_translate():
+    assert _passes(check.translate, _right_translate)
+    assert not _passes(check.translate, lambda t, p, bs, bpt=1: (p // bs, p % bs, t[p // bs], (t[p // bs] * bs + p % bs) * bpt))
+    assert not _passes(check.translate, lambda t, p, bs, bpt=1: _right_translate(t, p, bs, bpt)[:3] + ((p // bs * bs + p % bs) * bpt,))
+    assert not _passes(check.translate, lambda t, p, bs, bpt=1: _right_translate(t, p, bs, bpt)[:3] + (t[p // bs] * bs + p % bs * bpt,))
+
+
+def test_blocks_needed():
+    assert _passes(check.blocks_needed, kvlab.blocks_needed)
+    assert not _passes(check.blocks_needed, lambda n, bs: n // bs + 1 if n >= 0 < bs else 1 / 0)  # off by one
+    assert not _passes(check.blocks_needed, lambda n, bs: n // bs if n >= 0 < bs else 1 / 0)  # rounds down
+    assert not _passes(check.blocks_needed, lambda n, bs: -(-n // bs))  # no ValueError
+
+
+def test_blocks_to_append():
+    def right(t, n, bs):
+        if t < 0 or n < 0 or bs < 1:
+            raise ValueError("bad")
+        return -(-(t + n) // bs) - -(-t // bs)
+
+    assert _passes(check.blocks_to_append, right)
+    assert not _passes(check.blocks_to_append, lambda t, n, bs: -(-n // bs) if n >= 0 else 1 / 0)  # ignores the partial block
+    assert not _passes(check.blocks_to_append, lambda t, n, bs: (1 if t % bs == 0 else 0) if n >= 0 else 1 / 0)  # n = 1 only
+    assert not _passes(check.blocks_to_append, lambda t, n, bs: right(t, n, bs) if n >= 0 else 0)
+
+
+class _RightAllocator:
+    def __init__(self, num_blocks):
+        self.ref_count = [0] * num_blocks
+        self.free_ids = list(range(num_blocks))
+
+    @property
+    def num_free_blocks(self):
+        return len(self.free_ids)
+
+    def allocate(self, n):
+        if n < 0:
+            raise ValueError(n)
+        if n > len(self.free_ids):
+            raise kvlab.OutOfBlocks(n, len(self.free_ids))
+        ids, self.free_ids = self.free_ids[:n], self.free_ids[n:]
+        for b in ids:
+            self.ref_count[b] = 1
+        return ids
+
+    def incref(self, ids):
+        if any(self.ref_count[b] == 0 for b in ids):
+            raise kvlab.KVCacheError("free block")
+        for b in ids:
+            self.ref_count[b] += 1
+
+    def free(self, ids):
+        if any(self.ref_count[b] == 0 for b in ids):
+            raise kvlab.DoubleFree("double free")
+        out = []
+        for b in ids:
+            self.ref_count[b] -= 1
+            if self.ref_count[b] == 0:
+                self.free_ids.append(b)
+                out.append(b)
+        return out
+
+
+class _ForgetsRefCount(_RightAllocator):
+    def free(self, ids):
+        if any(self.ref_count[b] == 0 for b in ids):
+            raise kvlab.DoubleFree("double free")
+        for b in ids:
+            self.ref_count[b] = 0
+            self.free_ids.append(b)
+        return list(ids)
+
+
+class _LIFO(_RightAllocator):
+    def free(self, ids):
+        out = super().free(ids)
+        for b in out:  # reuse the most recently freed first
+            self.free_ids.remove(b)
+            self.free_ids.insert(0, b)
+        return out
+
+
+class _PartialOnFailure(_RightAllocator):
+    def allocate(self, n):
+        if n < 0:
+            raise ValueError(n)
+        ids = []
+        while len(ids) < n:
+            if not self.free_ids:
+                raise kvlab.OutOfBlocks(n, 0)  # but keeps what it took
+            b = self.free_ids.pop(0)
+            self.ref_count[b] = 1
+            ids.append(b)
+        return ids
+
+
+class _NoDoubleFreeCheck(_RightAllocator):
+    def free(self, ids):
+        out = []
+        for b in ids:
+            self.ref_count[b] = max(0, self.ref_count[b] - 1)
+            if self.ref_count[b] == 0 and b not in self.free_ids:
+                self.free_ids.append(b)
+                out.append(b)
+        return out
+
+
+def test_block_allocator():
+    assert _passes(check.block_allocator, _RightAllocator)
+    assert _passes(check.block_allocator, lambda n: kvlab.BlockAllocator(n, block_size=4))
+    for wrong in (_ForgetsRefCount, _LIFO, _PartialOnFailure, _NoDoubleFreeCheck):
+        assert not _passes(check.block_allocator, wrong), wrong.__name__
+    assert not _passes(check.block_allocator, _stub)
