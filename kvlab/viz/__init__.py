@@ -53,6 +53,9 @@ from .palette import (
     is_classroom, request_color, theme,
 )
 from .stepper import Frame, Stepper
+from .translate_widget import (
+    TranslationWidget, parse_block_table, translation_chain, translation_figure, translation_figure_data,
+)
 
 __all__ = [
     "is_static", "static_html",
@@ -61,4 +64,5 @@ __all__ = [
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
     "Frame", "Stepper",
+    "TranslationWidget", "parse_block_table", "translation_chain", "translation_figure", "translation_figure_data",
 ]

@@ -1,0 +1,363 @@
+"""The address-translation widget: pos -> logical block, offset -> block table -> physical block -> address.
+
+Sliders for the token position and the block size, an editable block table and the
+bytes per token; below them the chain in words and a figure of the three layers (the
+sequence's token positions, its block table, the physical pool) with the token, the
+table row and the physical slot highlighted and joined by arrows, as in the source
+notes' figure. The default state is the notes' example: block size 4, table
+[3, 7, 1, 5, 9], pos 9 -> L2, offset 1 -> P1.
+
+All numbers come from :func:`kvlab.translate`. The widget exposes its state as
+``w.chain`` (a dict, updated by every callback) for tests; CSS classes:
+``kvlab-translation`` (box), ``kvlab-pos-slider``, ``kvlab-block-size-slider``,
+``kvlab-block-table``, ``kvlab-bytes-per-token``, ``kvlab-chain``,
+``kvlab-translation-error``, ``kvlab-figure``.
+
+Example:
+    >>> c = translation_chain([3, 7, 1, 5, 9], pos=9, block_size=4)
+    >>> c["logical_block"], c["offset"], c["physical_block"], c["slot"], c["error"]
+    (2, 1, 1, 5, None)
+    >>> translation_chain([3, 7], pos=8, block_size=4)["error"]
+    'pos 8 is past the block table: 2 block(s) x block_size 4 hold positions 0..7'
+"""
+from __future__ import annotations
+
+import html
+from typing import Any, Sequence
+
+from ..paged import translate
+from .display import is_static
+from .palette import FREE, HIGHLIGHT, request_color, source_label, theme
+
+__all__ = ["translation_chain", "parse_block_table", "translation_figure_data", "translation_figure",
+           "TranslationWidget", "NOTES_TABLE"]
+
+NOTES_TABLE = (3, 7, 1, 5, 9)  # L0->P3, L1->P7, L2->P1, L3->P5, L4->P9 (the notes' figure)
+SEQ = "R1"  # the colour the widget's sequence is drawn in
+
+
+def translation_chain(
+    block_table: Sequence[int], pos: int, block_size: int, bytes_per_token: int = 1, base: int = 0
+) -> dict[str, Any]:
+    """The translation as plain data; on bad input ``error`` holds the message and the
+    numbers are None (the widget shows the message instead of failing)."""
+    out: dict[str, Any] = {
+        "block_table": list(block_table), "pos": pos, "block_size": block_size,
+        "bytes_per_token": bytes_per_token, "base": base, "logical_block": None, "offset": None,
+        "physical_block": None, "slot": None, "byte_address": None, "block_base": None, "steps": [], "error": None,
+    }
+    try:
+        t = translate(list(block_table), pos, block_size, bytes_per_token, base)
+    except (ValueError, TypeError, IndexError) as e:
+        out["error"] = str(e)
+        return out
+    out.update(
+        logical_block=t.logical_block, offset=t.offset, physical_block=t.physical_block, slot=t.slot,
+        byte_address=t.byte_address, block_base=base + t.physical_block * block_size * bytes_per_token,
+        steps=t.steps(block_size, bytes_per_token, base),
+    )
+    return out
+
+
+def parse_block_table(text: str) -> list[int]:
+    """``"3, 7, 1, 5, 9"`` (commas, spaces or brackets) -> ``[3, 7, 1, 5, 9]``.
+
+    Raises ValueError naming the bad entry: not an integer, negative, or repeated (one
+    physical block cannot hold two logical blocks of one sequence).
+    """
+    parts = [p for p in text.replace("[", " ").replace("]", " ").replace(",", " ").split() if p]
+    if not parts:
+        raise ValueError("the block table is empty: type physical block ids, e.g. 3, 7, 1, 5, 9")
+    out = []
+    for p in parts:
+        try:
+            v = int(p)
+        except ValueError:
+            raise ValueError(f"block table entry {p!r} is not an integer") from None
+        if v < 0:
+            raise ValueError(f"block table entry {v} is negative")
+        if v in out:
+            raise ValueError(f"physical block {v} appears twice in the block table")
+        out.append(v)
+    return out
+
+
+def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None) -> dict[str, Any]:
+    """Cells of the three layers, in slot units along x (plain data for the figure).
+
+    ``tokens``: one cell per position the table can hold (y = 2); ``table``: one row per
+    logical block, under its tokens (y = 1); ``physical``: every block of the pool,
+    ``block_size`` slots wide, at ``x = P * block_size`` (y = 0). Each cell has x0, x1,
+    label, color, highlight. ``arrows``: (x, y) points token -> table row -> slot.
+    """
+    table, bs = chain["block_table"], chain["block_size"]
+    if not isinstance(bs, int) or bs < 1:
+        bs = 1
+    n = num_blocks if num_blocks is not None else max(max(table, default=0) + 1, len(table), 8)
+    seq_color = request_color(SEQ)
+    ok = chain["error"] is None
+    lb, off, pb = chain["logical_block"], chain["offset"], chain["physical_block"]
+    tokens = [
+        dict(x0=p, x1=p + 1, label=str(p), color=seq_color,
+             highlight=ok and p == chain["pos"], group=p // bs)
+        for p in range(len(table) * bs)
+    ]
+    rows = [
+        dict(x0=i * bs, x1=(i + 1) * bs, label=f"L{i} → P{b}", color="#ffffff", highlight=ok and i == lb)
+        for i, b in enumerate(table)
+    ]
+    owner = {b: i for i, b in enumerate(table)}
+    phys = [
+        dict(x0=b * bs, x1=(b + 1) * bs, label=f"P{b}" + (f" (L{owner[b]})" if b in owner else ""),
+             color=seq_color if b in owner else FREE, highlight=ok and b == pb)
+        for b in range(n)
+    ]
+    arrows = []
+    if ok:
+        arrows = [(chain["pos"] + 0.5, 2.0), (lb * bs + bs / 2, 1.0), (pb * bs + off + 0.5, 0.0)]
+    return {"tokens": tokens, "table": rows, "physical": phys, "arrows": arrows,
+            "slot_x": (pb * bs + off) if ok else None, "width_slots": max(len(table) * bs, n * bs), "ok": ok}
+
+
+def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, source: str = "simulated") -> Any:
+    """The notes' figure for one translation, as a static plotly figure."""
+    import plotly.graph_objects as go
+
+    d = translation_figure_data(chain, num_blocks)
+    th = theme()
+    shapes, texts = [], []
+    h = 0.36  # half height of a cell
+
+    def cell(c: dict[str, Any], y: float, fill: str, dash: str = "solid") -> None:
+        shapes.append(dict(
+            type="rect", x0=c["x0"], x1=c["x1"], y0=y - h, y1=y + h, fillcolor=fill,
+            line=dict(color=HIGHLIGHT if c["highlight"] else "#555555",
+                      width=th.highlight_width if c["highlight"] else th.line_width, dash=dash),
+            layer="below",
+        ))
+
+    for c in d["tokens"]:
+        cell(c, 2, "#ffe0e0" if c["highlight"] else _light(c["color"], 0.35 + 0.3 * (c["group"] % 2)))
+    for c in d["table"]:
+        cell(c, 1, "#ffe0e0" if c["highlight"] else "#ffffff")
+    for c in d["physical"]:
+        cell(c, 0, c["color"] if c["color"] == FREE else _light(c["color"], 0.6))
+    if d["slot_x"] is not None:
+        shapes.append(dict(type="rect", x0=d["slot_x"], x1=d["slot_x"] + 1, y0=-h, y1=-0.02, fillcolor=HIGHLIGHT,
+                           line=dict(color=HIGHLIGHT, width=th.line_width), opacity=0.8))
+    bs = chain["block_size"] if isinstance(chain["block_size"], int) and chain["block_size"] > 0 else 1
+    for c in d["physical"]:  # slot dividers inside each physical block
+        for k in range(1, bs):
+            shapes.append(dict(type="line", x0=c["x0"] + k, x1=c["x0"] + k, y0=-h, y1=-h + 0.2,
+                               line=dict(color="#777777", width=1)))
+    small = d["width_slots"] > 48
+    tok_x = [(c["x0"] + c["x1"]) / 2 for c in d["tokens"]]
+    texts.append(go.Scatter(x=tok_x, y=[2] * len(tok_x), mode="text",
+                            text=[c["label"] if not small or c["highlight"] else "" for c in d["tokens"]],
+                            textfont=dict(size=th.label_size), hoverinfo="skip", showlegend=False))
+    for layer, y in (("table", 1), ("physical", 0)):
+        cs = d[layer]
+        texts.append(go.Scatter(x=[(c["x0"] + c["x1"]) / 2 for c in cs], y=[y + (0.18 if layer == "physical" else 0)] * len(cs),
+                                mode="text", text=[c["label"] for c in cs], textfont=dict(size=th.label_size),
+                                hoverinfo="skip", showlegend=False))
+    annotations = [
+        dict(x=-0.5, y=y, xref="x", yref="y", text=f"<b>{t}</b>", showarrow=False, xanchor="right",
+             font=dict(size=th.font_size))
+        for y, t in ((2, "token pos"), (1, "block table (块表)"), (0, "physical blocks"))
+    ]
+    for (x0, y0), (x1, y1) in zip(d["arrows"], d["arrows"][1:]):
+        annotations.append(dict(x=x1, y=y1 + h, ax=x0, ay=y0 - h, xref="x", yref="y", axref="x", ayref="y",
+                                text="", showarrow=True, arrowhead=3, arrowsize=1.2,
+                                arrowwidth=th.line_width + 1, arrowcolor=HIGHLIGHT))
+    if chain["error"] is None:
+        sub = (f"pos {chain['pos']} → L{chain['logical_block']} (pos // {bs}), offset {chain['offset']} "
+               f"(pos % {bs}) → P{chain['physical_block']} → slot {chain['slot']} → byte {chain['byte_address']}")
+    else:
+        sub = f"error: {chain['error']}"
+    width = th.grid_width + 150
+    fig = go.Figure(data=texts)
+    fig.update_layout(
+        width=width, height=330 if not th.high_contrast else 420, template="none", shapes=shapes,
+        annotations=annotations, showlegend=False, margin=dict(l=150, r=10, t=80, b=20),
+        title=dict(text=f"Address translation through the block table ({source_label(source)})", x=0.01,
+                   subtitle=dict(text=html.escape(sub), font=dict(size=th.font_size)),
+                   font=dict(size=th.title_size, color=th.text_color)),
+        xaxis=dict(range=[-0.2, d["width_slots"] + 0.2], visible=False, fixedrange=True),
+        yaxis=dict(range=[-0.6, 2.6], visible=False, fixedrange=True),
+        font=dict(size=th.font_size, color=th.text_color), plot_bgcolor="#ffffff",
+    )
+    return fig
+
+
+def _light(hex_color: str, alpha: float) -> str:
+    """Mix a colour with white (alpha 1 = the colour)."""
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    mix = [round(255 - (255 - v) * alpha) for v in (r, g, b)]
+    return "#" + "".join(f"{v:02x}" for v in mix)
+
+
+class TranslationWidget:
+    """The interactive translation (see module doc). ``w.chain`` is the current state.
+
+    Python API: ``set(pos=..., block_size=..., block_table=..., bytes_per_token=...)``
+    moves the widgets (or, in static mode, just the state) and recomputes.
+    """
+
+    def __init__(
+        self,
+        block_table: Sequence[int] = NOTES_TABLE,
+        pos: int = 9,
+        block_size: int = 4,
+        bytes_per_token: int = 1,
+        base: int = 0,
+        num_blocks: int | None = None,
+        static: bool | None = None,
+        max_block_size: int = 16,
+    ) -> None:
+        self.block_table = list(block_table)
+        self.pos, self.block_size, self.bytes_per_token, self.base = pos, block_size, bytes_per_token, base
+        self.num_blocks = num_blocks
+        self.static = is_static(static)
+        self.table_error: str | None = None
+        self.widget: Any = None
+        self.chain: dict[str, Any] = {}
+        self._recompute()
+        if not self.static:
+            self._build(max_block_size)
+
+    # -- state
+    def _recompute(self) -> None:
+        self.chain = translation_chain(self.block_table, self.pos, self.block_size, self.bytes_per_token, self.base)
+        if self.table_error:
+            self.chain["error"] = self.table_error
+
+    def set(self, **kw: Any) -> None:
+        unknown = set(kw) - {"pos", "block_size", "block_table", "bytes_per_token"}
+        if unknown:
+            raise TypeError(f"set() got unknown argument(s) {sorted(unknown)}")
+        if self.widget is None:
+            if "block_table" in kw:
+                self.block_table = list(kw["block_table"])
+            for k in ("block_size", "bytes_per_token", "pos"):
+                if k in kw:
+                    setattr(self, k, kw[k])
+            self._recompute()
+            return
+        if "block_table" in kw:
+            self._table.value = ", ".join(str(b) for b in kw["block_table"])
+        if "block_size" in kw:
+            self._bs.value = kw["block_size"]
+        if "bytes_per_token" in kw:
+            self._bpt.value = kw["bytes_per_token"]
+        if "pos" in kw:
+            self._pos.value = kw["pos"]
+
+    def figure(self) -> Any:
+        return translation_figure(self.chain, self.num_blocks)
+
+    def chain_html(self) -> str:
+        c, th = self.chain, theme()
+        if c["error"]:
+            return ""
+        rows = "".join(f"<li><code>{html.escape(s)}</code></li>" for s in c["steps"])
+        return f"<ol style='font-size:{th.font_size + 1}px;line-height:1.5'>{rows}</ol>"
+
+    def _error_html(self) -> str:
+        if not self.chain["error"]:
+            return ""
+        return ("<div style='color:#ffffff;background:#d62728;padding:4px 8px;font-weight:bold'>"
+                f"{html.escape(self.chain['error'])}</div>")
+
+    # -- widgets
+    def _build(self, max_block_size: int) -> None:
+        import ipywidgets as W
+
+        cap = max(1, len(self.block_table) * self.block_size - 1)
+        style = {"description_width": "initial"}
+        self._pos = W.IntSlider(value=self.pos, min=0, max=cap, description="token position pos", style=style,
+                                layout=W.Layout(width="420px"))
+        self._pos.add_class("kvlab-pos-slider")
+        self._bs = W.IntSlider(value=self.block_size, min=1, max=max(max_block_size, self.block_size),
+                               description="block_size", style=style)
+        self._bs.add_class("kvlab-block-size-slider")
+        self._table = W.Text(value=", ".join(map(str, self.block_table)), description="block table (L0, L1, ...)",
+                             continuous_update=False, style=style, layout=W.Layout(width="420px"))
+        self._table.add_class("kvlab-block-table")
+        self._bpt = W.BoundedIntText(value=self.bytes_per_token, min=1, max=1 << 30, description="bytes per token",
+                                     style=style, layout=W.Layout(width="220px"))
+        self._bpt.add_class("kvlab-bytes-per-token")
+        self._chain = W.HTML(self.chain_html())
+        self._chain.add_class("kvlab-chain")
+        self._error = W.HTML(self._error_html())
+        self._error.add_class("kvlab-translation-error")
+        self._out = W.Output()
+        self._out.add_class("kvlab-figure")
+        self._pos.observe(self._on_pos, names="value")
+        self._bs.observe(self._on_block_size, names="value")
+        self._table.observe(self._on_table, names="value")
+        self._bpt.observe(self._on_bpt, names="value")
+        self._redraw()
+        self.widget = W.VBox([W.HBox([self._pos, self._bs]), W.HBox([self._table, self._bpt]),
+                              self._error, self._chain, self._out])
+        self.widget.add_class("kvlab-translation")
+
+    def _redraw(self) -> None:
+        if not hasattr(self, "_out"):
+            return
+        from .stepper import figure_output
+
+        self._chain.value = self.chain_html()
+        self._error.value = self._error_html()
+        self._out.outputs = (figure_output(self.figure()),)
+
+    def _fit_pos(self) -> None:
+        cap = max(0, len(self.block_table) * self.block_size - 1)
+        self._pos.max = max(cap, 1)
+        if self._pos.value > cap:
+            self._pos.value = cap  # fires _on_pos
+        self.pos = min(self.pos, cap)
+
+    def _on_pos(self, ch: dict[str, Any]) -> None:
+        self.pos = ch["new"]
+        self._recompute()
+        self._redraw()
+
+    def _on_block_size(self, ch: dict[str, Any]) -> None:
+        self.block_size = ch["new"]
+        self._fit_pos()
+        self._recompute()
+        self._redraw()
+
+    def _on_bpt(self, ch: dict[str, Any]) -> None:
+        self.bytes_per_token = ch["new"]
+        self._recompute()
+        self._redraw()
+
+    def _on_table(self, ch: dict[str, Any]) -> None:
+        try:
+            table = parse_block_table(ch["new"])
+        except ValueError as e:
+            self.table_error = str(e)  # keep the last good table; show the message
+        else:
+            self.table_error = None
+            self.block_table = table
+            self._fit_pos()
+        self._recompute()
+        self._redraw()
+
+    # -- display
+    def __repr__(self) -> str:
+        c = self.chain
+        if c["error"]:
+            return f"<TranslationWidget error: {c['error']}>"
+        return (f"<TranslationWidget pos {c['pos']} -> L{c['logical_block']} offset {c['offset']} -> "
+                f"P{c['physical_block']} slot {c['slot']} byte {c['byte_address']}>")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, display
+
+        if self.widget is not None:
+            display(self.widget)
+            return
+        display(HTML(self._error_html() + self.chain_html()))
+        display(self.figure())

@@ -1,0 +1,102 @@
+"""Tests of the address-translation widget: the chain, the figure data, the callbacks."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("plotly")
+pytest.importorskip("ipywidgets")
+
+import kvlab.viz as viz  # noqa: E402
+from kvlab import translate  # noqa: E402
+from kvlab.viz.palette import HIGHLIGHT  # noqa: E402
+
+
+def test_default_state_is_the_notes_example():
+    w = viz.TranslationWidget(static=False)
+    c = w.chain
+    assert (c["block_table"], c["block_size"], c["pos"]) == ([3, 7, 1, 5, 9], 4, 9)
+    assert (c["logical_block"], c["offset"], c["physical_block"], c["slot"]) == (2, 1, 1, 5)
+    assert c["error"] is None
+    assert "block_table[2] = 1" in w._chain.value
+    classes = {cls for ch in _walk(w.widget) for cls in ch._dom_classes}
+    assert {"kvlab-translation", "kvlab-pos-slider", "kvlab-block-size-slider", "kvlab-block-table",
+            "kvlab-chain", "kvlab-translation-error", "kvlab-figure"} <= classes
+
+
+@pytest.mark.parametrize("pos", [0, 3, 4, 9, 13, 19])
+def test_pos_slider_updates_chain(pos):
+    w = viz.TranslationWidget(static=False)
+    w._pos.value = pos
+    t = translate([3, 7, 1, 5, 9], pos, 4)
+    c = w.chain
+    assert (c["pos"], c["logical_block"], c["offset"], c["physical_block"], c["slot"]) == (
+        pos, t.logical_block, t.offset, t.physical_block, t.slot)
+    spec = w._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    assert f"P{t.physical_block}" in spec["layout"]["title"]["subtitle"]["text"]
+
+
+def test_block_size_slider_clamps_pos_and_recomputes():
+    w = viz.TranslationWidget(static=False)
+    w._pos.value = 19
+    w._bs.value = 2  # table now holds positions 0..9
+    assert w._pos.max == 9 and w.chain["pos"] == 9
+    assert (w.chain["logical_block"], w.chain["offset"], w.chain["physical_block"]) == (4, 1, 9)
+    w._bs.value = 8
+    assert w._pos.max == 39 and w.chain["pos"] == 9
+    assert (w.chain["logical_block"], w.chain["offset"], w.chain["physical_block"]) == (1, 1, 7)
+
+
+def test_bytes_per_token_and_table_edit():
+    w = viz.TranslationWidget(static=False)
+    w._bpt.value = 1024
+    assert w.chain["byte_address"] == 5 * 1024 and w.chain["block_base"] == 4 * 1024
+    w._table.value = "[0, 2, 4]"
+    assert w.chain["block_table"] == [0, 2, 4] and w._pos.max == 11
+    assert w.chain["pos"] == 9 and w.chain["physical_block"] == 4
+    w._table.value = "0, 2, 2"
+    assert "appears twice" in w.chain["error"] and "appears twice" in w._error.value
+    assert w.block_table == [0, 2, 4]  # the last good table is kept
+    w._table.value = "1 2"
+    assert w.chain["error"] is None and w._error.value == ""
+
+
+def test_set_api_static_and_widget():
+    s = viz.TranslationWidget(static=True)
+    assert s.widget is None
+    s.set(pos=13)
+    assert s.chain["physical_block"] == 5
+    w = viz.TranslationWidget(static=False)
+    w.set(block_size=2, pos=3)
+    assert w._bs.value == 2 and w.chain["physical_block"] == 7
+    with pytest.raises(TypeError, match="colour"):
+        w.set(colour=1)
+
+
+def test_chain_errors_and_parse():
+    assert viz.parse_block_table(" 3,7 1 ") == [3, 7, 1]
+    for bad, msg in [("", "empty"), ("3, -1", "negative"), ("a", "'a'")]:
+        with pytest.raises(ValueError, match=msg):
+            viz.parse_block_table(bad)
+    c = viz.translation_chain([3, 7], 8, 4)
+    assert c["physical_block"] is None and "past the block table" in c["error"]
+
+
+def test_figure_data_highlights_token_row_and_slot():
+    c = viz.translation_chain([3, 7, 1, 5, 9], 9, 4)
+    d = viz.translation_figure_data(c)
+    assert [t["x0"] for t in d["tokens"] if t["highlight"]] == [9]
+    assert [r["label"] for r in d["table"] if r["highlight"]] == ["L2 → P1"]
+    assert [p["label"] for p in d["physical"] if p["highlight"]] == ["P1 (L2)"]
+    assert d["slot_x"] == 5 and len(d["physical"]) == 10
+    assert d["arrows"] == [(9.5, 2.0), (10.0, 1.0), (5.5, 0.0)]
+    fig = viz.translation_figure(c)
+    assert "(simulated)" in fig.layout.title.text
+    assert any(s.fillcolor == HIGHLIGHT for s in fig.layout.shapes)
+    bad = viz.translation_figure_data(viz.translation_chain([3], 9, 4))
+    assert not bad["ok"] and bad["arrows"] == [] and not any(t["highlight"] for t in bad["tokens"])
+
+
+def _walk(w):
+    yield w
+    for c in getattr(w, "children", ()):
+        yield from _walk(c)
