@@ -13,8 +13,8 @@ References (plain torch, same signatures): *_ref, plus naive_attention (dense, r
 
 Example::
 
-    >>> import kvlab.kernels as K
-    >>> print(K.self_test())          # versions, mode, and a known-answer kernel call
+    import kvlab.kernels as K
+    print(K.self_test())    # versions, mode, and a known-answer kernel call
 """
 
 from . import _mode  # noqa: I001  -- must run before the kernel modules are imported

@@ -129,18 +129,23 @@ def check_block_tables(
 ) -> None:
     """Every block a sequence actually uses must be a valid physical block id.
 
+    ``lens_name`` names sequence s's length in messages, with ``{s}`` for the index,
+    e.g. ``"context_lens[{s}]"``.
+
     Sequence s of length L uses table entries 0 .. ceil(L / block_size) - 1; entries past
     that are padding and may hold anything (vLLM pads with 0, some code with -1).
     """
     check_tensor("block_tables", block_tables, 2, INDEX_DTYPES)
     num_seqs, max_blocks = block_tables.shape
     if len(seq_lens) != num_seqs:
-        raise ValueError(f"block_tables has {num_seqs} rows but {lens_name} has {len(seq_lens)} entries")
+        raise ValueError(
+            f"block_tables has {num_seqs} rows but {lens_name.split('[')[0]} has {len(seq_lens)} entries"
+        )
     capacity = max_blocks * block_size
     for s, n in enumerate(seq_lens):
         if n > capacity:
             raise ValueError(
-                f"{lens_name}[{s}] = {n} exceeds what block_tables holds: "
+                f"{lens_name.format(s=s)} = {n} exceeds what block_tables holds: "
                 f"{max_blocks} blocks x block_size {block_size} = {capacity} tokens"
             )
     if num_seqs == 0 or max_blocks == 0:
@@ -152,5 +157,5 @@ def check_block_tables(
         s, j = (int(x) for x in bad.nonzero()[0].tolist())
         raise ValueError(
             f"block_tables[{s}, {j}] = {int(block_tables[s, j])} is not a block id in [0, {num_blocks}) "
-            f"(sequence {s} uses {int(used[s])} blocks for {lens_name}[{s}] = {seq_lens[s]})"
+            f"(sequence {s} uses {int(used[s])} blocks for {lens_name.format(s=s)} = {seq_lens[s]})"
         )

@@ -19,11 +19,10 @@ tensors (``DEVICE == "cuda"``).
 What this module does not handle: switching mode after the kernels are imported
 (restart the Python process instead), ROCm or other Triton backends.
 
-Example::
+Example (on a laptop without an NVIDIA GPU)::
 
-    >>> from kvlab.kernels import KERNEL_MODE, DEVICE
-    >>> KERNEL_MODE, DEVICE          # on a laptop without an NVIDIA GPU
-    ('interpreter', 'cpu')
+    from kvlab.kernels import KERNEL_MODE, DEVICE
+    KERNEL_MODE, DEVICE    # -> ('interpreter', 'cpu')
 """
 
 from __future__ import annotations

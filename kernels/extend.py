@@ -139,7 +139,7 @@ def extend_attention(q, k_cache, v_cache, block_tables, prefix_lens, extend_lens
     if sum(extend) != q.shape[0]:
         raise ValueError(f"q has {q.shape[0]} rows but sum(extend_lens) = {sum(extend)}")
     seq_lens = [p + e for p, e in zip(prefix, extend)]
-    check_block_tables(block_tables, seq_lens, num_blocks, block_size, "prefix_lens + extend_lens")
+    check_block_tables(block_tables, seq_lens, num_blocks, block_size, "prefix_lens[{s}] + extend_lens[{s}]")
     check_same_device(q=q, block_tables=block_tables)
     scale = resolve_scale(scale, head_dim)
 

@@ -304,7 +304,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scal
     for s, n in enumerate(lens):
         if n < 1:
             raise ValueError(f"context_lens[{s}] = {n}; a decode step needs at least one token of context")
-    check_block_tables(block_tables, lens, num_blocks, block_size, "context_lens")
+    check_block_tables(block_tables, lens, num_blocks, block_size, "context_lens[{s}]")
     check_same_device(q=q, block_tables=block_tables, context_lens=context_lens)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= 1024:
         raise ValueError(f"num_splits must be an int in [1, 1024], got {num_splits!r}")
