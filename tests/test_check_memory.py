@@ -221,41 +221,7 @@ def test_blocks_to_append():
     assert not _passes(check.blocks_to_append, lambda t, n, bs: right(t, n, bs) if n >= 0 else 0)
 
 
-class _RightAllocator:
-    def __init__(self, num_blocks):
-        self.ref_count = [0] * num_blocks
-        self.free_ids = list(range(num_blocks))
-
-    @property
-    def num_free_blocks(self):
-        return len(self.free_ids)
-
-    def allocate(self, n):
-        if n < 0:
-            raise ValueError(n)
-        if n > len(self.free_ids):
-            raise kvlab.OutOfBlocks(n, len(self.free_ids))
-        ids, self.free_ids = self.free_ids[:n], self.free_ids[n:]
-        for b in ids:
-            self.ref_count[b] = 1
-        return ids
-
-    def incref(self, ids):
-        if any(self.ref_count[b] == 0 for b in ids):
-            raise kvlab.KVCacheError("free block")
-        for b in ids:
-            self.ref_count[b] += 1
-
-    def free(self, ids):
-        if any(self.ref_count[b] == 0 for b in ids):
-            raise kvlab.DoubleFree("double free")
-        out = []
-        for b in ids:
-            self.ref_count[b] -= 1
-            if self.ref_count[b] == 0:
-                self.free_ids.append(b)
-                out.append(b)
-        return out
+_RightAllocator = _solutions("04_paging").TinyAllocator  # free queue: self.free_queue (a deque)
 
 
 class _ForgetsRefCount(_RightAllocator):
@@ -264,7 +230,7 @@ class _ForgetsRefCount(_RightAllocator):
             raise kvlab.DoubleFree("double free")
         for b in ids:
             self.ref_count[b] = 0
-            self.free_ids.append(b)
+            self.free_queue.append(b)
         return list(ids)
 
 
@@ -272,8 +238,8 @@ class _LIFO(_RightAllocator):
     def free(self, ids):
         out = super().free(ids)
         for b in out:  # reuse the most recently freed first
-            self.free_ids.remove(b)
-            self.free_ids.insert(0, b)
+            self.free_queue.remove(b)
+            self.free_queue.appendleft(b)
         return out
 
 
@@ -283,9 +249,9 @@ class _PartialOnFailure(_RightAllocator):
             raise ValueError(n)
         ids = []
         while len(ids) < n:
-            if not self.free_ids:
+            if not self.free_queue:
                 raise kvlab.OutOfBlocks(n, 0)  # but keeps what it took
-            b = self.free_ids.pop(0)
+            b = self.free_queue.popleft()
             self.ref_count[b] = 1
             ids.append(b)
         return ids
@@ -296,8 +262,8 @@ class _NoDoubleFreeCheck(_RightAllocator):
         out = []
         for b in ids:
             self.ref_count[b] = max(0, self.ref_count[b] - 1)
-            if self.ref_count[b] == 0 and b not in self.free_ids:
-                self.free_ids.append(b)
+            if self.ref_count[b] == 0 and b not in self.free_queue:
+                self.free_queue.append(b)
                 out.append(b)
         return out
 
