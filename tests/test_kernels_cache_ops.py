@@ -90,3 +90,16 @@ def test_copy_on_write_then_diverge():
     assert torch.equal(k_cache[1], shared), "the original block must be untouched"
     assert torch.equal(k_cache[4, :2], shared[:2]) and not torch.equal(k_cache[4, 2], shared[2])
     copy_blocks(k_cache, v_cache, [])                                       # no pairs: nothing happens
+
+
+def test_store_and_copy_bf16():
+    """bf16 arithmetic is broken in the interpreter, but pure moves of bf16 data are exact."""
+    k_big, k_cache, v_big, v_cache = _guarded_caches([7], 4, 2, 16, torch.bfloat16)
+    key, value = randn(3, 2, 16, dtype=torch.bfloat16), randn(3, 2, 16, dtype=torch.bfloat16, seed=4)
+    slots = torch.tensor([1, -1, 14])
+    k_ref, v_ref = store_kvcache_ref(key, value, k_cache.clone(), v_cache.clone(), slots)
+    k_ref, v_ref = copy_blocks_ref(k_ref, v_ref, [(0, 3)])
+    store_kvcache(key, value, k_cache, v_cache, slots)
+    copy_blocks(k_cache, v_cache, [(0, 3)])
+    assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+    assert_guard_intact(k_big, k_cache)
