@@ -5,7 +5,8 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     animate_memory_map(snapshots, log)     plotly animation, one frame per event
     memory_map_stepper(snapshots, log)     the same in the stepper widget
     TranslationWidget()                    pos -> logical block, offset -> table -> physical -> address
-    compare_stepper(trace) / compare_figure(...)   contiguous versus paged on one trace
+    run_compare(trace) -> steps; compare_figure(step), animate_compare(steps), compare_stepper(trace)
+                                           contiguous versus paged on one trace
     radix_tree_graph(...) / radix_stepper(...)     radix tree in graphviz (SVG)
     kernel_access_figure(snapshot, seq_id) the order the paged decode kernel reads a sequence's blocks
     Stepper(frames, render)                prev / next / play / reset + caption over any frames
@@ -43,6 +44,9 @@ Example:
 """
 from __future__ import annotations
 
+from .compare import (
+    CompareStep, animate_compare, compare_data, compare_figure, compare_stepper, growth_trace, notes_trace, run_compare,
+)
 from .display import is_static, static_html
 from .memory_map import (
     GridLayout, MemoryMapView, animate_memory_map, grid_layout, memory_frames, memory_map_data,
@@ -58,6 +62,8 @@ from .translate_widget import (
 )
 
 __all__ = [
+    "CompareStep", "animate_compare", "compare_data", "compare_figure", "compare_stepper", "growth_trace",
+    "notes_trace", "run_compare",
     "is_static", "static_html",
     "GridLayout", "MemoryMapView", "animate_memory_map", "grid_layout", "memory_frames", "memory_map_data",
     "memory_map_figure", "memory_map_stepper",

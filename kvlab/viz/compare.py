@@ -1,0 +1,362 @@
+"""Contiguous versus paged, side by side on the same request trace.
+
+One trace of operations (admit a request with its prompt, grow it by n tokens, finish
+it) drives a :class:`~kvlab.ContiguousArena` and a :class:`~kvlab.BlockManager` of the
+same capacity. Every step records both states; the figure draws two memory maps at slot
+level (same geometry, animated in step), bars for where the slots are (token states,
+reserved but unused, external fragmentation, free) and the bytes copied on growth.
+
+Slot colours: the request's colour where a token is stored; a light tint of it where a
+slot is reserved (contiguous) or allocated (paged, the tail of a partial block) but
+empty; light grey where free; a darker grey where free but stranded in a hole smaller
+than the largest one (external fragmentation, 外部碎片).
+
+Example (the notes' fragmentation example at lesson size: 48 slots, block size 4):
+    >>> steps = run_compare(notes_trace(), capacity=48, block_size=4)
+    >>> last = steps[-1]
+    >>> last.caption
+    'admit D (24 tokens): contiguous FAILS (24 slots free, largest range 16); paged fits'
+    >>> (last.contiguous["external_fragmentation"], last.paged["external_fragmentation"])
+    (8, 0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..contiguous import ContiguousArena, OutOfContiguousSpace
+from ..paged import BlockManager, MemorySnapshot, OutOfBlocks
+from .palette import FREE, assign_colors, source_label, theme
+
+__all__ = ["notes_trace", "growth_trace", "CompareStep", "run_compare", "compare_data", "compare_figure",
+           "animate_compare", "compare_stepper", "STRANDED"]
+
+STRANDED = "#a6a6a6"  # free slot outside the largest free range (external fragmentation)
+BAR_KINDS = ("token states", "reserved, unused", "external fragmentation", "free (usable)")
+
+
+def notes_trace() -> list[tuple]:
+    """The notes' [A 4096][B 2048][C 4096][free 2048] example scaled by 1/256 (16, 8, 16 in
+    48 slots): A finishes, D needs 24 slots; 24 are free but the largest range is 16."""
+    return [("admit", "A", 16), ("admit", "B", 8), ("admit", "C", 16), ("finish", "A"), ("admit", "D", 24)]
+
+
+def growth_trace() -> list[tuple]:
+    """Requests that grow while decoding: under the ``pow2`` policy they outgrow their
+    ranges and are copied; paged growth only takes a new block."""
+    return [("admit", "R1", 3), ("admit", "R2", 5), ("grow", "R1", 2), ("grow", "R2", 4), ("admit", "R3", 6),
+            ("grow", "R1", 4), ("grow", "R3", 3), ("finish", "R2"), ("grow", "R3", 8)]
+
+
+@dataclass(frozen=True)
+class CompareStep:
+    """Both states after one trace operation (plain data; the stepper's frame snapshot)."""
+
+    index: int
+    op: tuple
+    caption: str
+    capacity: int
+    block_size: int
+    reservations: tuple[tuple[str, int, int, int], ...]  # (req_id, start, reserved, length)
+    contiguous: dict[str, int]  # token_states, reserved_unused, external_fragmentation, free, bytes_copied, moves
+    paged_snapshot: MemorySnapshot
+    paged: dict[str, int]
+    contiguous_ok: bool
+    paged_ok: bool
+
+    def check_integrity(self) -> None:
+        """Paged snapshot invariants, and contiguous ranges inside the arena, disjoint."""
+        self.paged_snapshot.check_integrity()
+        spans = sorted((s, s + r, rid) for rid, s, r, _ in self.reservations)
+        for (s1, e1, a), (s2, _e, b) in zip(spans, spans[1:]):
+            assert e1 <= s2, f"contiguous: {a} [{s1},{e1}) overlaps {b} at {s2}"
+        for rid, s, r, n in self.reservations:
+            assert 0 <= s and s + r <= self.capacity and 0 <= n <= r, f"contiguous: bad range for {rid}"
+        c = self.contiguous
+        assert c["token_states"] + c["reserved_unused"] + c["free"] == self.capacity, "contiguous slots do not add up"
+        p = self.paged
+        assert p["token_states"] + p["reserved_unused"] + p["free"] == self.capacity, "paged slots do not add up"
+
+
+def _paged_stats(snap: MemorySnapshot) -> dict[str, int]:
+    tokens = sum(snap.num_tokens.values())
+    allocated = (snap.num_blocks - snap.num_free_blocks) * snap.block_size
+    free = snap.num_free_blocks * snap.block_size
+    return {"token_states": tokens, "reserved_unused": allocated - tokens, "external_fragmentation": 0,
+            "free": free, "free_usable": free, "bytes_copied": 0, "moves": 0}
+
+
+def run_compare(
+    trace: Sequence[tuple],
+    capacity: int = 48,
+    block_size: int = 4,
+    policy: str = "exact",
+    max_len: int | None = None,
+    bytes_per_token: int = 1,
+) -> list[CompareStep]:
+    """Run ``trace`` on both allocators; one :class:`CompareStep` per operation.
+
+    Operations: ``("admit", req_id, prompt_len)`` (policy ``exact`` reserves the
+    request's final length, computed from the trace's later grows),
+    ``("grow", req_id, n)``, ``("finish", req_id)``. A request that does not fit is
+    recorded as failed on that side and its later operations are skipped there.
+    """
+    if capacity % block_size:
+        raise ValueError(f"capacity {capacity} must be a multiple of block_size {block_size}")
+    arena = ContiguousArena(capacity=capacity, policy=policy, max_len=max_len or capacity,
+                            bytes_per_token=bytes_per_token)
+    pool = BlockManager(num_blocks=capacity // block_size, block_size=block_size)
+    final = _final_lengths(trace)
+    steps: list[CompareStep] = []
+    for i, op in enumerate(trace):
+        kind, rid = op[0], op[1]
+        ok_c = ok_p = True
+        note_c = note_p = ""
+        if kind == "admit":
+            n = op[2]
+            try:
+                arena.admit(rid, n, final_len=final[rid] if policy == "exact" else None)
+            except OutOfContiguousSpace:
+                ok_c = False
+                note_c = f"contiguous FAILS ({arena.free_tokens} slots free, largest range {arena.largest_free_range})"
+            try:
+                pool.add_sequence(rid, n)
+            except OutOfBlocks as e:
+                ok_p, note_p = False, f"paged FAILS ({e})"
+            caption = f"admit {rid} ({n} tokens)"
+        elif kind == "grow":
+            n = op[2]
+            copied = 0
+            if rid in arena.requests:
+                try:
+                    copied = arena.grow(rid, n)
+                except OutOfContiguousSpace:
+                    ok_c, note_c = False, "contiguous FAILS to grow"
+            if rid in pool.tables:
+                try:
+                    pool.append(rid, n)
+                except OutOfBlocks:
+                    ok_p, note_p = False, "paged FAILS to grow"
+            caption = f"grow {rid} by {n}" + (f": contiguous moves it, copying {copied} bytes" if copied else "")
+        elif kind == "finish":
+            if rid in arena.requests:
+                arena.finish(rid)
+            if rid in pool.tables:
+                pool.free(rid)
+            caption = f"finish {rid}"
+        else:
+            raise ValueError(f"trace step {i}: unknown operation {kind!r} (use admit, grow or finish)")
+        notes = [x for x in (note_c, note_p) if x]
+        if kind == "admit" and notes and ok_p:
+            notes.append("paged fits")
+        if notes:
+            caption += ": " + "; ".join(notes)
+        st = arena.stats()
+        cont = {"token_states": st.token_states, "reserved_unused": st.reserved_unused,
+                "external_fragmentation": st.external_fragmentation, "free": st.free,
+                "free_usable": st.largest_free_range, "bytes_copied": st.bytes_copied, "moves": st.moves}
+        snap = pool.snapshot(caption)
+        steps.append(CompareStep(
+            i, tuple(op), caption, capacity, block_size,
+            tuple((r.req_id, r.start, r.reserved, r.length) for r in sorted(arena.requests.values(), key=lambda r: r.start)),
+            cont, snap, _paged_stats(snap), ok_c, ok_p,
+        ))
+    return steps
+
+
+def _final_lengths(trace: Sequence[tuple]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for op in trace:
+        if op[0] == "admit":
+            out[op[1]] = op[2]
+        elif op[0] == "grow":
+            out[op[1]] = out.get(op[1], 0) + op[2]
+    return out
+
+
+# ----------------------------------------------------------------------- data
+def _tint(hex_color: str, alpha: float = 0.35) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(255 - (255 - v) * alpha):02x}" for v in (r, g, b))
+
+
+def compare_data(step: CompareStep, colors: dict[str, str] | None = None, cols: int | None = None) -> dict[str, Any]:
+    """Per-slot colours of both maps (same geometry), and the bar values.
+
+    ``contiguous_color[s]`` / ``paged_color[s]`` for slot ``s``; ``x``, ``y``: its place
+    (``cols`` slots a row, a whole number of blocks); ``bars``: side -> values in
+    :data:`BAR_KINDS` order.
+    """
+    cap, bs = step.capacity, step.block_size
+    colors = colors if colors is not None else assign_colors(
+        [r[0] for r in step.reservations] + list(step.paged_snapshot.tables))
+    cols = cols or _cols(cap, bs)
+    cc, cl = [FREE] * cap, [""] * cap
+    for rid, start, reserved, length in step.reservations:
+        for k in range(reserved):
+            cc[start + k] = colors.get(rid, "#7f7f7f") if k < length else _tint(colors.get(rid, "#7f7f7f"))
+        cl[start] = rid
+    ranges, largest = _free_ranges(step), step.contiguous["free_usable"]
+    big = next((s for s, n in ranges if n == largest), None)
+    for s, n in ranges:
+        if s != big:
+            for k in range(n):
+                cc[s + k] = STRANDED
+    snap = step.paged_snapshot
+    pc, pl = [FREE] * cap, [""] * cap
+    for rid, ids in snap.tables.items():
+        for logical, b in enumerate(ids):
+            filled = min(bs, snap.num_tokens[rid] - logical * bs)
+            for k in range(bs):
+                pc[b * bs + k] = colors.get(rid, "#7f7f7f") if k < filled else _tint(colors.get(rid, "#7f7f7f"))
+            pl[b * bs] = f"{rid} L{logical}"
+    side = {"contiguous": step.contiguous, "paged": step.paged}
+    bars = {k: [v["token_states"], v["reserved_unused"], v["external_fragmentation"], v["free_usable"]]
+            for k, v in side.items()}
+    return {"x": [s % cols for s in range(cap)], "y": [s // cols for s in range(cap)], "cols": cols,
+            "rows": -(-cap // cols), "contiguous_color": cc, "paged_color": pc, "contiguous_label": cl,
+            "paged_label": pl, "bars": bars, "bytes_copied": step.contiguous["bytes_copied"],
+            "moves": step.contiguous["moves"], "caption": step.caption, "legend": colors}
+
+
+def _free_ranges(step: CompareStep) -> list[tuple[int, int]]:
+    out, cursor = [], 0
+    for _rid, s, r, _n in step.reservations:
+        if s > cursor:
+            out.append((cursor, s - cursor))
+        cursor = s + r
+    if cursor < step.capacity:
+        out.append((cursor, step.capacity - cursor))
+    return out
+
+
+def _cols(capacity: int, block_size: int) -> int:
+    per_row = max(1, min(capacity // block_size, 12 if capacity <= 96 else 32))
+    return per_row * block_size
+
+
+# --------------------------------------------------------------------- figures
+def _traces(d: dict[str, Any], step: CompareStep) -> list[Any]:
+    import plotly.graph_objects as go
+
+    th = theme()
+    size = max(3, min(22, int((th.grid_width - 40) / d["cols"] * 0.85)))
+    show_text = d["cols"] <= 48
+    out = []
+    for k, side in enumerate(("contiguous", "paged")):
+        out.append(go.Scatter(
+            x=d["x"], y=d["y"], mode="markers+text" if show_text else "markers",
+            marker=dict(symbol="square", size=size, color=d[f"{side}_color"], line=dict(color="#ffffff", width=1)),
+            text=d[f"{side}_label"] if show_text else None, textposition="top right",
+            textfont=dict(size=max(8, th.label_size - 1), color=th.text_color),
+            hoverinfo="skip", showlegend=False, xaxis=f"x{k + 1}" if k else "x", yaxis=f"y{k + 1}" if k else "y",
+        ))
+    for k, side in enumerate(("contiguous", "paged")):
+        out.append(go.Bar(x=list(BAR_KINDS), y=d["bars"][side], name=side, text=d["bars"][side],
+                          textposition="outside", marker_color=("#7f7f7f", "#393b79")[k],
+                          xaxis="x3", yaxis="y3", showlegend=True))
+    return out
+
+
+def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, caption: str) -> dict[str, Any]:
+    th = theme()
+    rows = d["rows"]
+    map_h = max(50, rows * 34 + 10)
+    bar_h = 230 if not th.high_contrast else 300
+    top, gap = 100, 50
+    height = top + 2 * map_h + bar_h + 3 * gap + 40
+    plot_h = height - top - 40
+
+    def frac(px: float) -> float:
+        return 1 - px / plot_h
+
+    y1 = [frac(map_h), frac(0)]
+    y2 = [frac(2 * map_h + gap), frac(map_h + gap)]
+    y3 = [0, frac(2 * map_h + 2 * gap + 20)]
+    ax = dict(visible=False, fixedrange=True, autorange=False)
+    xr = [-0.6, d["cols"] - 0.4]
+    yr = [rows - 0.5, -0.95]
+    sub = f"{caption}  |  contiguous bytes copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
+    return dict(
+        width=th.grid_width + 40, height=height, template="none", margin=dict(l=60, r=20, t=top, b=40),
+        title=dict(text=f"{title} ({source_label(source)})", x=0.01, font=dict(size=th.title_size),
+                   subtitle=dict(text=sub, font=dict(size=th.font_size))),
+        font=dict(size=th.font_size, color=th.text_color), barmode="group", plot_bgcolor="#ffffff",
+        xaxis=dict(domain=[0, 1], range=xr, anchor="y", **ax), yaxis=dict(domain=y1, range=yr, anchor="x", **ax),
+        xaxis2=dict(domain=[0, 1], range=xr, anchor="y2", **ax), yaxis2=dict(domain=y2, range=yr, anchor="x2", **ax),
+        xaxis3=dict(domain=[0, 1], anchor="y3", fixedrange=True),
+        yaxis3=dict(domain=y3, anchor="x3", range=[0, step.capacity * 1.15], fixedrange=True, autorange=False,
+                    title=dict(text="slots")),
+        legend=dict(orientation="h", x=0.6, y=y3[1], yanchor="bottom"),
+        annotations=[
+            dict(text="<b>contiguous</b>: one range per request", x=0, y=y1[1], xref="paper", yref="paper",
+                 xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
+            dict(text=f"<b>paged</b>: blocks of {step.block_size} slots, on demand", x=0, y=y2[1], xref="paper",
+                 yref="paper", xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
+            dict(text="full colour: a token · tint: reserved or allocated, empty · light grey: free · "
+                      "dark grey: free but stranded (external fragmentation)",
+                 x=0, y=y2[0], xref="paper", yref="paper", xanchor="left", yanchor="top", showarrow=False,
+                 font=dict(size=th.label_size)),
+        ],
+    )
+
+
+def compare_figure(step: CompareStep, title: str = "Contiguous versus paged", source: str = "simulated",
+                   colors: dict[str, str] | None = None) -> Any:
+    """One step as a static figure: both maps, the bars, the copy counter."""
+    import plotly.graph_objects as go
+
+    d = compare_data(step, colors)
+    fig = go.Figure(data=_traces(d, step))
+    fig.update_layout(**_layout(d, step, title, source, step.caption))
+    return fig
+
+
+def _all_colors(steps: Sequence[CompareStep]) -> dict[str, str]:
+    ids: set[str] = set()
+    for s in steps:
+        ids.update(r[0] for r in s.reservations)
+        ids.update(s.paged_snapshot.tables)
+    return assign_colors(ids)
+
+
+def animate_compare(steps: Sequence[CompareStep], title: str = "Contiguous versus paged",
+                    source: str = "simulated", duration_ms: int = 900) -> Any:
+    """A plotly animation: both maps and the bars move in step, one frame per operation."""
+    import plotly.graph_objects as go
+
+    from .memory_map import _animation_controls
+
+    colors = _all_colors(steps)
+    fig = compare_figure(steps[0], title, source, colors)
+    frames = []
+    for i, st in enumerate(steps):
+        d = compare_data(st, colors)
+        lay = _layout(d, st, title, source, st.caption)
+        frames.append(go.Frame(data=_traces(d, st), traces=[0, 1, 2, 3], name=str(i),
+                               layout=dict(title=lay["title"], xaxis=lay["xaxis"], yaxis=lay["yaxis"],
+                                           xaxis2=lay["xaxis2"], yaxis2=lay["yaxis2"], yaxis3=lay["yaxis3"])))
+    fig.frames = frames
+    fig.update_layout(**_animation_controls(len(frames), duration_ms, fig.layout))
+    return fig
+
+
+class CompareView:
+    """Renders CompareStep frames with one palette for the whole trace."""
+
+    def __init__(self, steps: Sequence[CompareStep], title: str = "Contiguous versus paged",
+                 source: str = "simulated") -> None:
+        self.colors, self.title, self.source = _all_colors(steps), title, source_label(source)
+
+    def __call__(self, frame: Any) -> Any:
+        return compare_figure(frame.snapshot, self.title, self.source, self.colors)
+
+
+def compare_stepper(trace: Sequence[tuple] | None = None, capacity: int = 48, block_size: int = 4,
+                    policy: str = "exact", static: bool | None = None, **kw: Any) -> Any:
+    """A stepper over :func:`run_compare` (default: the notes' fragmentation example)."""
+    from .stepper import Frame, Stepper
+
+    steps = run_compare(trace if trace is not None else notes_trace(), capacity, block_size, policy, **kw)
+    frames = [Frame(s, s.caption) for s in steps]
+    return Stepper(frames, CompareView(steps), static=static, title="contiguous vs paged")

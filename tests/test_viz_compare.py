@@ -1,0 +1,79 @@
+"""Tests of the contiguous-versus-paged view: both runs, their slot colours, the bars."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("plotly")
+
+import kvlab.viz as viz  # noqa: E402
+from kvlab.viz.compare import STRANDED, BAR_KINDS  # noqa: E402
+from kvlab.viz.palette import FREE  # noqa: E402
+
+
+def test_notes_example_contiguous_fails_paged_fits():
+    steps = viz.run_compare(viz.notes_trace(), capacity=48, block_size=4)
+    assert len(steps) == 5
+    for s in steps:
+        s.check_integrity()
+    d = steps[-1]
+    assert not d.contiguous_ok and d.paged_ok
+    assert "contiguous FAILS" in d.caption and "paged fits" in d.caption
+    assert d.contiguous["free"] == 24 and d.contiguous["free_usable"] == 16
+    assert d.contiguous["external_fragmentation"] == 8 and d.paged["external_fragmentation"] == 0
+    assert d.paged["free"] == 0 and sorted(d.paged_snapshot.tables) == ["B", "C", "D"]
+
+
+def test_slot_colours_show_free_stranded_and_owners():
+    steps = viz.run_compare(viz.notes_trace(), capacity=48, block_size=4)
+    colors = viz.assign_colors(["A", "B", "C", "D"])
+    data = viz.compare_data(steps[3], colors)  # after A finished
+    cc = data["contiguous_color"]
+    assert cc[0:16] == [FREE] * 16  # A's old range: the largest hole, usable
+    assert cc[16:24] == [colors["B"]] * 8 and cc[24:40] == [colors["C"]] * 16
+    assert cc[40:48] == [STRANDED] * 8  # the 8-slot tail hole: external fragmentation
+    assert data["bars"]["contiguous"] == [24, 0, 8, 16]
+    assert data["bars"]["paged"] == [24, 0, 0, 24]
+    last = viz.compare_data(steps[4], colors)
+    assert last["paged_color"].count(colors["D"]) == 24  # D's 6 blocks: A's old 4 + the free 2
+    assert len(BAR_KINDS) == 4
+
+
+def test_growth_copies_bytes_contiguous_only():
+    steps = viz.run_compare(viz.growth_trace(), capacity=64, block_size=4, policy="pow2", bytes_per_token=2)
+    moved = [s for s in steps if "copying" in s.caption]
+    assert moved, "pow2 growth must move some request"
+    copied = [int(s.caption.split("copying ")[1].split()[0]) for s in moved]
+    assert copied[0] == 3 * 2  # R1 moves with its 5 - 2 = 3 tokens, 2 bytes each
+    assert steps[-1].contiguous["bytes_copied"] == sum(copied)
+    assert steps[-1].contiguous["moves"] == len(moved)
+    assert all(s.paged["bytes_copied"] == 0 for s in steps)
+    tint = viz.compare_data(steps[0])["paged_color"][3]  # R1 has 3 tokens in a 4-slot block
+    assert tint not in (FREE, viz.request_color("R1"))
+
+
+def test_figure_and_animation_fixed_axes():
+    steps = viz.run_compare(viz.notes_trace())
+    fig = viz.animate_compare(steps)
+    assert len(fig.frames) == len(steps)
+    assert "(simulated)" in fig.layout.title.text
+    for fr in fig.frames:
+        assert list(fr.layout.xaxis.range) == list(fig.layout.xaxis.range)
+        assert list(fr.layout.yaxis2.range) == list(fig.layout.yaxis2.range)
+        assert list(fr.layout.yaxis3.range) == list(fig.layout.yaxis3.range)
+    assert list(fig.frames[3].data[2].y) == [24, 0, 8, 16]
+    assert "bytes copied on growth: 0" in fig.frames[0].layout.title.subtitle.text
+
+
+def test_stepper_and_errors():
+    s = viz.compare_stepper(static=False)
+    s.go(4)
+    assert "contiguous FAILS" in s._caption.value and s.error is None
+    bad = dataclasses.replace(s.frame.snapshot, reservations=(("B", 16, 8, 8), ("C", 20, 16, 16)))
+    with pytest.raises(AssertionError, match="overlaps"):
+        bad.check_integrity()
+    with pytest.raises(ValueError, match="multiple"):
+        viz.run_compare(viz.notes_trace(), capacity=50, block_size=4)
+    with pytest.raises(ValueError, match="'shrink'"):
+        viz.run_compare([("shrink", "A")])
