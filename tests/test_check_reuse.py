@@ -128,3 +128,91 @@ def test_checker_prints_expected_and_actual(capsys):
     out = capsys.readouterr().out
     assert "expected (12, 3)" in out and "actual   (12, 6)" in out and out.rstrip().splitlines()[-1].startswith("FAIL")
     assert not r.passed
+
+
+# ------------------------------------------------------------------------ 05 paged kernel
+S05 = solution("05_paged_kernel")
+
+
+def _gather_template():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(cache_ptr, block_table_ptr, out_ptr, context_len,
+               HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr,
+               RULE: tl.constexpr, MASKED: tl.constexpr, LOOP: tl.constexpr):
+        offs_t = tl.arange(0, TILE_N)
+        offs_d = tl.arange(0, HEAD_DIM)
+        num_tiles = (context_len + TILE_N - 1) // TILE_N
+        if not LOOP:
+            num_tiles = 1
+        for tile in range(0, num_tiles):
+            pos = tile * TILE_N + offs_t
+            valid = pos < context_len
+            physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)
+            if RULE == "no_table":
+                slot = pos
+            elif RULE == "div_offset":
+                slot = physical * BLOCK_SIZE + pos // BLOCK_SIZE
+            else:
+                slot = physical * BLOCK_SIZE + pos % BLOCK_SIZE
+            k = tl.load(cache_ptr + slot[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
+            if MASKED:
+                tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])
+            else:
+                tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k)
+
+    return kernel
+
+
+class _GatherVariant:
+    """Launches the template with one plausible bug switched on (``kernel[(1,)](...)`` like a JIT kernel)."""
+
+    template = None
+
+    def __init__(self, rule: str, masked: bool = True, loop: bool = True) -> None:
+        if _GatherVariant.template is None:
+            _GatherVariant.template = _gather_template()
+        self.flags = dict(RULE=rule, MASKED=masked, LOOP=loop)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError("launch with kernel[grid](...)")
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.template[grid](*args, **kwargs, **self.flags)
+
+
+def test_paged_gather_kernel_accepts_solution_rejects_wrong():
+    assert passes(check.paged_gather_kernel, S05.paged_gather_kernel)
+    assert passes(check.paged_gather_kernel, _GatherVariant("right"))  # the template itself is right
+    wrong = [_GatherVariant("no_table"), _GatherVariant("div_offset"),
+             _GatherVariant("right", masked=False), _GatherVariant("right", loop=False), stub, lambda *a: None]
+    for w in wrong:
+        assert not passes(check.paged_gather_kernel, w)
+
+
+def decode_no_scale(q, k, v, table, n, scale):
+    return S05.paged_decode_torch(q, k, v, table, n, 1.0)
+
+
+def decode_ignores_table(q, k, v, table, n, scale):
+    return S05.paged_decode_torch(q, k, v, list(range(len(table))), n, scale)
+
+
+def decode_whole_blocks(q, k, v, table, n, scale):
+    bs = k.shape[1]
+    return S05.paged_decode_torch(q, k, v, table, -(-n // bs) * bs, scale)
+
+
+def decode_gqa_modulo(q, k, v, table, n, scale):
+    """Maps query head h to KV head h % num_kv_heads instead of h // group."""
+    h, kvh = q.shape[0], k.shape[2]
+    idx = [i % kvh for i in range(h)]
+    return S05.paged_decode_torch(q, k[:, :, idx], v[:, :, idx], table, n, scale)
+
+
+def test_paged_decode_torch_accepts_solution_rejects_wrong():
+    assert passes(check.paged_decode_torch, S05.paged_decode_torch)
+    for wrong in (stub, decode_no_scale, decode_ignores_table, decode_whole_blocks, decode_gqa_modulo):
+        assert not passes(check.paged_decode_torch, wrong), wrong.__name__

@@ -1,0 +1,323 @@
+# Lesson 05: the paged attention kernel reads K and V through the block table.
+# Source of truth for notebooks/05_paged_kernel.ipynb; build with: .venv/bin/python scripts/build_notebooks.py 05
+
+# %% [markdown]
+# # 05 · The paged attention kernel
+#
+# **What you will learn**
+#
+# - What one [decode](glossary.md#decode) (解码) step of attention computes, and why, with a paged
+#   cache, the kernel must look up every token's K and V through the
+#   [block table](glossary.md#block-table) (块表).
+# - How kvlab's Triton kernel `paged_decode_attention` does it: one program per (sequence, KV head),
+#   a loop over tiles of positions, and in that loop the same arithmetic as lesson 04:
+#   `logical block = pos // block_size`, `physical block = block_table[logical block]`,
+#   `offset = pos % block_size`.
+# - Why the physical order of blocks does not matter: shuffle every block in the pool, rewrite
+#   the tables, and the answer is bit-for-bit the same.
+# - How to write that block loop yourself in Triton, run in the interpreter on the CPU.
+#
+# Everything here runs on a CPU in Triton's interpreter: correct, but slow, so the sizes are tiny.
+# The same kernels run natively on an NVIDIA GPU (`bench/` has the big runs).
+
+# %%
+import kvlab
+from kvlab.check import self_test
+
+self_test();
+
+# %% [markdown]
+# ## 1. A tiny worked example: reading a sequence back through its table
+#
+# The source notes' table, block size 4: L0→P3, L1→P7, L2→P1, L3→P5, L4→P9. We fill a small
+# K pool so that **the value stored in a slot is the token position that lives there** (and -1
+# in slots nobody uses). Reading positions 0..17 back through the table must then give
+# 0, 1, ..., 17 in order, although they sit in five scattered blocks.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import torch
+
+from kvlab.examples import NOTES_TABLE
+from kvlab.kernels.reference import gather_kv
+
+block_size, num_blocks, context_len = 4, 10, 18
+k_pool = torch.full((num_blocks, block_size, 1, 1), -1.0)   # (num_blocks, block_size, kv_heads=1, head_dim=1)
+for pos in range(context_len):
+    t = kvlab.translate(NOTES_TABLE, pos, block_size)
+    k_pool[t.physical_block, t.offset] = pos                   # token `pos` lives at (P, offset)
+
+print("block table:", NOTES_TABLE)
+print("pool, block by block (-1 = unused):")
+for b in range(num_blocks):
+    print(f"  P{b}: {k_pool[b, :, 0, 0].int().tolist()}")
+table = torch.tensor(NOTES_TABLE, dtype=torch.int32)
+read_back = gather_kv(k_pool, table, context_len)[:, 0, 0]     # (context_len,)
+print("read through the table:", read_back.int().tolist())
+t9 = kvlab.translate(NOTES_TABLE, 9, block_size)
+print(f"pos 9 -> L{t9.logical_block}, offset {t9.offset} -> P{t9.physical_block}, slot {t9.slot}")
+
+# %% [markdown]
+# `gather_kv` is the plain-torch reference the kernel is tested against: it gathers whole
+# blocks through the table, flattens them and keeps the first `context_len` positions. The
+# kernel does the same lookup, but tile by tile and without ever building the contiguous copy.
+#
+# ## 2. The picture: where a sequence's blocks really are
+#
+# Three requests decoding together, sharing one pool of 16 blocks. They grew a token at a time,
+# so their blocks are interleaved: no request owns a contiguous range, and the kernel follows
+# each request's table to find its blocks (simulated layout, from the real allocator).
+
+# %%
+from kvlab import BlockManager
+
+m = BlockManager(num_blocks=16, block_size=4)
+lengths = {"R1": 5, "R2": 13, "R3": 30}
+for seq in lengths:
+    m.add_sequence(seq, 0)
+for step in range(max(lengths.values())):       # decode one token per request per step
+    for seq, n in lengths.items():
+        if step < n:
+            m.append(seq, 1)
+m.check_integrity()
+for seq, t in m.tables.items():
+    print(f"{seq}: {t.num_tokens:>2} tokens, block table {t.block_ids}")
+
+# %%
+from kvlab.viz import memory_map_figure
+
+memory_map_figure(m.snapshot("three requests decoding together"), title="The pool the kernel reads", source="simulated")
+
+# %% [markdown]
+# ## 3. The real run: the Triton kernel against plain attention
+#
+# Now with real tensors: 4 query heads sharing 2 KV heads (grouped-query attention), head_dim 16.
+# We write each request's K and V into its slots with the `store_kvcache` kernel (the slots come
+# from `slot_mapping()`), then run **one** `paged_decode_attention` call for the three requests and
+# compare each with `naive_attention` over that request's K/V laid out contiguously.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import kvlab.kernels as K
+
+torch.manual_seed(0)
+heads, kv_heads, head_dim = 4, 2, 16
+k_cache = torch.zeros(16, 4, kv_heads, head_dim)                    # (num_blocks, block_size, kv_heads, head_dim)
+v_cache = torch.zeros_like(k_cache)
+seqs = list(lengths)
+k_seq = {s: torch.randn(n, kv_heads, head_dim) for s, n in lengths.items()}   # contiguous, for comparison
+v_seq = {s: torch.randn(n, kv_heads, head_dim) for s, n in lengths.items()}
+for s in seqs:
+    K.store_kvcache(k_seq[s], v_seq[s], k_cache, v_cache, torch.tensor(m.tables[s].slot_mapping()))
+
+q = torch.randn(len(seqs), heads, head_dim)                          # (num_seqs, heads, head_dim): one new token each
+width = max(len(t) for t in m.tables.values())
+block_tables = torch.tensor([m.tables[s].block_ids + [0] * (width - len(m.tables[s])) for s in seqs], dtype=torch.int32)
+context_lens = torch.tensor([lengths[s] for s in seqs], dtype=torch.int32)
+out = K.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens)   # (num_seqs, heads, head_dim)
+
+for i, s in enumerate(seqs):
+    want = K.naive_attention(q[i:i + 1], k_seq[s], v_seq[s], causal=False)[0]      # (heads, head_dim)
+    print(f"{s}: context {lengths[s]:>2}, paged kernel == contiguous attention (atol 1e-5): "
+          f"{torch.allclose(out[i], want, atol=1e-5)}")
+
+# %% [markdown]
+# ### Shuffle every physical block: the same answer
+#
+# Paging's promise is that *where* a block sits does not matter. Move every block of the pool
+# to a random new place (`new_pool[perm[b]] = pool[b]`), rewrite every table entry `b` as
+# `perm[b]`, and run the kernel again. It reads the same tokens in the same logical order, so
+# the output is identical, not merely close.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+perm = torch.randperm(16, generator=torch.Generator().manual_seed(1))
+k_shuf, v_shuf = torch.empty_like(k_cache), torch.empty_like(v_cache)
+k_shuf[perm], v_shuf[perm] = k_cache, v_cache                        # block b moves to perm[b]
+tables_shuf = perm[block_tables.long()].to(torch.int32)
+out_shuf = K.paged_decode_attention(q, k_shuf, v_shuf, tables_shuf, context_lens)
+print("R3's table before:", block_tables[2].tolist())
+print("R3's table after: ", tables_shuf[2].tolist())
+print("outputs bit-for-bit identical:", torch.equal(out, out_shuf))
+
+# %% [markdown]
+# ### Split-K (flash-decoding)
+#
+# With few sequences and long contexts a GPU has too few programs to stay busy. `num_splits=S`
+# cuts each context into `S` ranges handled by separate programs and combines their partial
+# softmax results (running max, running sum, weighted values). Same maths, so the same answer up
+# to rounding:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+out_split = K.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, num_splits=2)
+print("num_splits=2 agrees with num_splits=1:", torch.allclose(out, out_split, atol=1e-5))
+
+# %% [markdown]
+# ## 4. Inside the kernel: the block loop
+#
+# This is the part of kvlab's kernel that does the paging, printed from its source (nothing
+# copied by hand). `pos` is a vector of `TILE_N` positions; each position looks up its physical
+# block in the table, and the K/V addresses follow from the cache's strides.
+
+# %%
+import inspect
+
+from kvlab.kernels import paged_decode
+
+src = inspect.getsource(paged_decode.load_kv_tile.fn)
+print(src[src.index("    offs_d"):])
+
+# %% [markdown]
+# And the loop that calls it: one iteration per tile of `TILE_N` positions, each folded into
+# an online softmax (a running max `m_i`, a running sum `l_i` and a running weighted sum `acc`),
+# so the whole context is never held at once.
+
+# %%
+src = inspect.getsource(paged_decode.paged_decode_kernel.fn)
+print(src[src.index("    block_table_ptr = "):src.index("    if NUM_SPLITS == 1:")])
+
+# %% [markdown]
+# **Cost in the interpreter (measured).** The interpreter runs each (program, loop iteration)
+# in Python, a few milliseconds each, whatever the tile size. The grid here is
+# (3 sequences × 2 KV heads) programs, each looping over `ceil(context / TILE_N)` tiles. Timing
+# below is CPU-interpreter time and says nothing about a GPU.
+
+# %%
+import time
+
+t0 = time.perf_counter()
+K.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens)
+t_kernel = time.perf_counter() - t0
+t0 = time.perf_counter()
+K.paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens)
+t_ref = time.perf_counter() - t0
+tile = paged_decode.tile_tokens(4)
+iters = sum(-(-n // tile) for n in lengths.values()) * kv_heads
+print(f"TILE_N = {tile}; program-iterations: {iters}")
+print(f"Triton kernel in the interpreter: {t_kernel * 1e3:.1f} ms (measured, CPU)")
+print(f"torch reference (gather + dense): {t_ref * 1e3:.1f} ms (measured, CPU)")
+
+# %% [markdown]
+# ## 5. Exercises
+#
+# ### Exercise 1: paged decode attention in plain torch
+#
+# Implement `paged_decode_torch(q, k_cache, v_cache, block_table, context_len, scale)` for
+# **one** sequence:
+#
+# - `q`: `(num_heads, head_dim)`, the new token's queries.
+# - `k_cache`, `v_cache`: `(num_blocks, block_size, num_kv_heads, head_dim)`.
+# - `block_table`: a list of ints; position `pos` lives in block `block_table[pos // block_size]`
+#   at offset `pos % block_size`.
+# - `context_len`: attend to positions `0 .. context_len - 1` only (the last block may be partial).
+# - Query head `h` uses KV head `h // (num_heads // num_kv_heads)`.
+# - Returns `(num_heads, head_dim)`: `softmax(q·K^T × scale) · V` for each head.
+#
+# The checker compares with `kvlab.kernels.paged_decode_attention_ref` on shuffled tables,
+# partial blocks, one-token contexts and grouped-query attention.
+
+# %% tags=["exercise-stub"]
+def paged_decode_torch(q, k_cache, v_cache, block_table, context_len, scale):
+    raise NotImplementedError("your code here")
+
+
+# %%
+from kvlab import check
+
+check.paged_decode_torch(paged_decode_torch)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# First gather: `pos = torch.arange(context_len)`, `blocks = torch.tensor(block_table)[pos // block_size]`,
+# then `k = k_cache[blocks, pos % block_size]` is `(context_len, num_kv_heads, head_dim)`.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Grouped-query attention: `k.repeat_interleave(num_heads // num_kv_heads, dim=1)` gives one KV
+# head per query head, in the right order (heads 0 and 1 use KV head 0, and so on).
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# `scores = torch.einsum("hd,thd->ht", q, k) * scale`, then
+# `torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), v)`.
+# </details>
+
+# %% [markdown]
+# ### Exercise 2: the block loop, in Triton
+#
+# Write the paging part of the kernel: a Triton kernel that copies one sequence's K rows out of
+# a paged cache into a contiguous output, tile by tile. It is launched with **one** program:
+#
+# ```python
+# paged_gather_kernel[(1,)](cache, block_table, out, context_len, HEAD_DIM=..., BLOCK_SIZE=..., TILE_N=...)
+# ```
+#
+# - `cache`: `(num_blocks, BLOCK_SIZE, HEAD_DIM)` float32, contiguous: token slot `s` starts at
+#   element `s * HEAD_DIM`, and slot = `physical_block * BLOCK_SIZE + offset`.
+# - `block_table`: `(num_logical_blocks,)` int32.
+# - `out`: `(context_len + guard, HEAD_DIM)` float32; write row `pos` for every
+#   `pos < context_len`, and **nothing else** (the guard rows hold a canary value that must
+#   survive: in the interpreter an unmasked store silently writes past the end).
+#
+# The loop over tiles is given; fill in its body. The checker runs your kernel in the
+# interpreter on shuffled tables, partial blocks and tiles that span several blocks, and
+# compares with `gather_kv`.
+
+# %% tags=["exercise-stub"]
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def paged_gather_kernel(cache_ptr, block_table_ptr, out_ptr, context_len,
+                        HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr):
+    offs_t = tl.arange(0, TILE_N)                      # (TILE_N,)
+    offs_d = tl.arange(0, HEAD_DIM)                    # (HEAD_DIM,)
+    num_tiles = (context_len + TILE_N - 1) // TILE_N   # ceil(context_len / TILE_N)
+    for tile in range(0, num_tiles):
+        pos = tile * TILE_N + offs_t                   # (TILE_N,) positions of this tile
+        # your code here: which positions are valid, their physical blocks, their slots,
+        # then load the K rows from cache_ptr and store them at rows `pos` of out_ptr
+        pass
+
+
+# %%
+check.paged_gather_kernel(paged_gather_kernel)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# `valid = pos < context_len`. Every `tl.load` and `tl.store` of this tile takes a mask built
+# from `valid` (`valid[:, None]` for the 2-D K rows).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# `physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)`, then
+# `slot = physical * BLOCK_SIZE + pos % BLOCK_SIZE`.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# `k = tl.load(cache_ptr + slot[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)` and
+# `tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])`.
+# Compare with `load_kv_tile` printed in section 4, which also adds a KV-head stride.
+# </details>
+
+# %% [markdown]
+# ## Summary
+#
+# - A decode step attends one new query per sequence to its whole context; with paging the
+#   kernel finds each position's K and V through the block table:
+#   `block_table[pos // block_size]`, offset `pos % block_size`.
+# - kvlab's kernel loops over tiles of positions with an online softmax, one program per
+#   (sequence, KV head), all query heads of a GQA group together; split-K adds programs for long
+#   contexts.
+# - Measured here: the kernel matches plain attention on contiguous K/V, and shuffling every
+#   physical block leaves the output bit-for-bit identical. Physical placement is free; only
+#   the table matters.
+# - Next, lesson 06: several block tables pointing at the same blocks (sharing).
