@@ -72,9 +72,9 @@ def extend_attention_kernel(
     for tile in range(0, tl.cdiv(kv_end, TILE_N)):
         pos = tile * TILE_N + offs_t                                       # (TILE_N,) key positions
         valid = pos < kv_end
-        k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, block_table_ptr, pos, valid, kv_head,
-                            stride_cache_block, stride_cache_token, stride_cache_head,
-                            HEAD_DIM, BLOCK_SIZE)                          # (TILE_N, HEAD_DIM) each
+        physical_block = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)  # (TILE_N,)
+        k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, physical_block, pos % BLOCK_SIZE, valid, kv_head,
+                            stride_cache_block, stride_cache_token, stride_cache_head, HEAD_DIM)  # (TILE_N, HEAD_DIM)
         causal = valid[None, :] & (pos[None, :] <= q_pos[:, None])         # (ROWS, TILE_N)
         m_i, l_i, acc = online_softmax_step(q, k, v, causal, m_i, l_i, acc, scale, USE_DOT, DOT_PRECISION)
 

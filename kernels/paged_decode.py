@@ -47,18 +47,15 @@ from ._checks import (
 
 @triton.jit
 def load_kv_tile(
-    k_cache_ptr, v_cache_ptr, block_table_ptr, pos, valid, kv_head,
+    k_cache_ptr, v_cache_ptr, physical_block, offset_in_block, valid, kv_head,
     stride_cache_block, stride_cache_token, stride_cache_head,
-    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
 ):
-    """Load K and V for the token positions ``pos`` of one sequence, through its block table."""
+    """Load K and V of TILE_N tokens, each given by (physical_block, offset_in_block)."""
     offs_d = tl.arange(0, HEAD_DIM)
-    logical_block = pos // BLOCK_SIZE                                      # (TILE_N,) entry of the block table
-    physical_block = tl.load(block_table_ptr + logical_block, mask=valid, other=0)  # (TILE_N,) where it really is
-    offset_in_block = pos % BLOCK_SIZE                                     # (TILE_N,)
     token_start = (physical_block.to(tl.int64) * stride_cache_block
                    + offset_in_block * stride_cache_token
-                   + kv_head * stride_cache_head)                          # (TILE_N,) element offset of K[pos, kv_head, 0]
+                   + kv_head * stride_cache_head)                          # (TILE_N,) offset of K[token, kv_head, 0]
     kv_offs = token_start[:, None] + offs_d[None, :]                       # (TILE_N, HEAD_DIM)
     k = tl.load(k_cache_ptr + kv_offs, mask=valid[:, None], other=0.0)     # (TILE_N, HEAD_DIM)
     v = tl.load(v_cache_ptr + kv_offs, mask=valid[:, None], other=0.0)     # (TILE_N, HEAD_DIM)
@@ -110,6 +107,12 @@ def paged_decode_kernel(
     USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
+    """One program = one sequence x one KV head (x one split of the context).
+
+    It walks the context TILE_N tokens at a time. A tile spans whole blocks (TILE_N is a
+    multiple of BLOCK_SIZE), and every token in it finds its block through the block table,
+    so the physical blocks may sit anywhere in the cache, in any order.
+    """
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -133,16 +136,15 @@ def paged_decode_kernel(
     l_i = tl.zeros([BLOCK_G], tl.float32)                                  # running sum of exp(score - m_i)
     acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)                        # running sum of exp(...) * V
 
-    block_table_ptr = block_tables_ptr + seq * stride_table_seq
+    block_table_ptr = block_tables_ptr + seq * stride_table_seq           # this sequence's row of the table
     for tile in range(tile_start, tile_end):
         pos = tile * TILE_N + offs_t                                       # (TILE_N,) positions in the sequence
         valid = pos < context_len
-        # The paging step: each position looks up its physical block in the block table.
-        #   logical_block = pos // BLOCK_SIZE
-        #   physical_block = tl.load(block_table_ptr + logical_block)
-        k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, block_table_ptr, pos, valid, kv_head,
-                            stride_cache_block, stride_cache_token, stride_cache_head,
-                            HEAD_DIM, BLOCK_SIZE)                          # (TILE_N, HEAD_DIM) each
+        # The paging step: every position looks up which physical block holds it.
+        logical_block = pos // BLOCK_SIZE                                  # (TILE_N,)
+        physical_block = tl.load(block_table_ptr + logical_block, mask=valid, other=0)  # (TILE_N,)
+        k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, physical_block, pos % BLOCK_SIZE, valid, kv_head,
+                            stride_cache_block, stride_cache_token, stride_cache_head, HEAD_DIM)  # (TILE_N, HEAD_DIM)
         m_i, l_i, acc = online_softmax_step(q, k, v, valid[None, :], m_i, l_i, acc, scale,
                                             USE_DOT, DOT_PRECISION)
 
