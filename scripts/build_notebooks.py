@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -176,7 +177,7 @@ def execute(nb: nbformat.NotebookNode, cwd: Path = NB_DIR, timeout: int = 120, e
         kernel_name="python3",
         resources={"metadata": {"path": str(cwd)}},
         allow_errors=allow_errors,
-        record_timing=False,
+        record_timing=True,
     )
     t0 = time.perf_counter()
     old = dict(os.environ)
@@ -187,7 +188,17 @@ def execute(nb: nbformat.NotebookNode, cwd: Path = NB_DIR, timeout: int = 120, e
     finally:
         os.environ.clear()
         os.environ.update(old)
-    return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    nb.metadata.pop("execution", None)
+    times = []
+    for i, cell in enumerate(nb.cells):  # per-cell times, then drop them (they would churn the diffs)
+        ex = cell.get("metadata", {}).pop("execution", None) or {}
+        if "shell.execute_reply" in ex and "iopub.execute_input" in ex:
+            start = datetime.fromisoformat(ex["iopub.execute_input"].replace("Z", "+00:00"))
+            end = datetime.fromisoformat(ex["shell.execute_reply"].replace("Z", "+00:00"))
+            times.append(((end - start).total_seconds(), i))
+    execute.last_cell_times = sorted(times, reverse=True)  # type: ignore[attr-defined]
+    return seconds
 
 
 def build(path: Path, run: bool = True) -> float | None:
@@ -256,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path.stem}: converted (not executed)")
         else:
             total += seconds
-            print(f"{path.stem}: built and executed in {seconds:.1f} s")
+            slow = ", ".join(f"cell {i} {dt:.1f} s" for dt, i in execute.last_cell_times[:3])  # type: ignore[attr-defined]
+            print(f"{path.stem}: built and executed in {seconds:.1f} s (slowest: {slow})")
     if total:
         print(f"total {total:.1f} s")
     return 0

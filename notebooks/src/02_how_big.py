@@ -1,0 +1,235 @@
+# Lesson 02 source (jupytext percent format). Edit this file, then run
+# `.venv/bin/python scripts/build_notebooks.py 02` to rebuild notebooks/02_how_big.ipynb.
+
+# %% [markdown]
+# # 02 · How big is the KV cache?
+#
+# Lesson 01 showed why a server keeps every token's keys and values. This lesson asks what
+# that costs. The answer decides how many requests a GPU can serve at once, and it is the
+# reason the rest of the series is about managing this memory carefully.
+#
+# **What you will learn**
+# - the size formula `2 × layers × kv_heads × head_dim × tokens × bytes`, and where each
+#   factor comes from;
+# - why multi-head attention (MHA) and grouped-query attention (GQA) give caches 8 times apart,
+#   and why the source notes' 10.7 GB for Llama-2 70B is really 1.34 GB;
+# - how many requests fit on an A100 or an H200.
+#
+# Terms in Chinese: [glossary](glossary.md). Model shapes are the published configs; GPU
+# memory the vendors' spec sheets. Numbers derived from them are marked **simulated**
+# (arithmetic, nothing run on a GPU); numbers from tensors on this machine are **measured**.
+
+# %%
+import kvlab
+from kvlab.check import self_test
+
+self_test()
+
+# %% [markdown]
+# ## 1. The worked example: count the numbers
+#
+# For every token, every layer stores one key vector and one value vector per **KV head**
+# (the 2), each `head_dim` numbers long, each number `bytes` wide (2 for fp16/bf16). A toy model
+# with 2 layers, 2 KV heads of dimension 4, in fp16, after 3 tokens:
+#
+# `2 (K and V) × 2 layers × 2 heads × 4 dims × 3 tokens × 2 bytes = 192 bytes`.
+#
+# kvlab's `KVSpec` does the same arithmetic:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+toy = kvlab.KVSpec(layers=2, kv_heads=2, head_dim=4, dtype_bytes=2, name="toy")
+print("bytes per token:", toy.bytes_per_token)
+print(toy.formula(3))
+
+# %% [markdown]
+# ## 2. Real models
+#
+# The presets hold the published shapes. `bytes_per_token` is the cost of one more token of
+# context; a 4,096-token request multiplies it by 4,096 (simulated):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{'model':12s} {'layers':>6s} {'q heads':>7s} {'kv heads':>8s} {'head_dim':>8s} {'bytes/token':>12s} {'4096 tokens':>12s}")
+for spec in kvlab.MODELS.values():
+    print(f"{spec.name:12s} {spec.layers:6d} {spec.num_heads:7d} {spec.kv_heads:8d} {spec.head_dim:8d} "
+          f"{spec.bytes_per_token:12,d} {kvlab.format_bytes(spec.kv_bytes(4096)):>12s}")
+
+# %% [markdown]
+# OPT-13B's 819,200 bytes a token is the "800 KB" of the vLLM paper (Kwon et al., 2023, §3),
+# and its 2,048-token maximum makes 1.6 GB for one request.
+#
+# ## 3. MHA versus GQA: the notes' 10.7 GB
+#
+# The source notes write the formula with `hidden_dim` in place of `kv_heads × head_dim`.
+# That is right for **multi-head attention**, where every one of the `num_heads` query heads
+# has its own K and V head, so `kv_heads × head_dim = num_heads × head_dim = hidden_size`.
+# Llama-2 70B uses **grouped-query attention**: its 64 query heads share 8 KV heads (groups
+# of 8), so it stores 8 times fewer K and V vectors than the hidden size suggests:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+llama70 = kvlab.get_model("llama-2-70b")
+notes = llama70.hidden_formula_bytes(4096)
+real = llama70.kv_bytes(4096)
+print(f"the notes' formula, hidden_size {llama70.hidden_size}: 2 x 80 x {llama70.hidden_size} x 4096 x 2 = "
+      f"{notes:,} bytes ({kvlab.format_bytes(notes)})")
+print(f"with its {llama70.kv_heads} KV heads x head_dim {llama70.head_dim}: {real:,} bytes ({kvlab.format_bytes(real)})")
+print(f"ratio {notes // real} = num_heads {llama70.num_heads} / kv_heads {llama70.kv_heads}")
+
+# %% [markdown]
+# So the notes' 10.7 GB is what Llama-2 70B **would** need with multi-head attention; the real
+# model needs 1.34 GB per 4,096-token request. For the MHA models (Llama-2 7B and 13B, OPT-13B)
+# both formulas agree. GQA is one of the main reasons newer models can serve many more requests
+# per GPU: Llama-3 8B stores 4 times less per token than Llama-2 7B, with a similar number of
+# parameters.
+#
+# ## 4. The picture
+#
+# Both formulas side by side for every preset (simulated: arithmetic from the published
+# configs). Hover for the exact numbers.
+
+# %%
+import plotly.graph_objects as go
+
+names = list(kvlab.MODELS)
+fig = go.Figure([
+    go.Bar(name="notes' formula (hidden_size)", x=names,
+           y=[kvlab.MODELS[n].hidden_formula_bytes(4096) / 1e9 for n in names], marker_color="#bbbbbb"),
+    go.Bar(name="real (kv_heads x head_dim)", x=names,
+           y=[kvlab.MODELS[n].kv_bytes(4096) / 1e9 for n in names], marker_color="#1f77b4"),
+])
+fig.update_layout(title="KV cache of one 4,096-token request, fp16 (simulated)", yaxis_title="GB",
+                  barmode="group", height=380, width=720)
+fig
+
+# %% [markdown]
+# ## 5. How many requests fit on one GPU?
+#
+# A server loads the weights (2 bytes a parameter in fp16) and gives the rest of the memory,
+# up to a utilization limit (vLLM's `gpu_memory_utilization`, 0.9 by default), to the KV cache.
+# `GPUSpec.kv_budget_bytes` does that subtraction; the number of 4,096-token requests that fit
+# is the budget divided by one request's cache, rounded down (simulated; activations and
+# fragmentation are ignored here, lesson 03 adds the fragmentation):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for gpu_name in ("a100-80gb", "h200"):
+    gpu = kvlab.get_gpu(gpu_name)
+    for model_name in ("llama-2-7b", "llama-2-13b", "llama-3-8b", "llama-2-70b"):
+        spec = kvlab.get_model(model_name)
+        try:
+            budget = gpu.kv_budget_bytes(spec)
+        except ValueError as err:
+            print(f"{gpu_name:9s} {model_name:11s} does not fit: {err}")
+            continue
+        print(f"{gpu_name:9s} {model_name:11s} KV budget {kvlab.format_bytes(budget):>9s} -> "
+              f"{budget // spec.kv_bytes(4096):4d} requests of 4,096 tokens")
+
+# %% [markdown]
+# Llama-2 70B's 138 GB of fp16 weights do not fit on one 80 GB card, nor within 90% of an
+# H200; servers split it across GPUs (tensor parallelism). Two H200s together, as one budget:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+h200 = kvlab.get_gpu("h200")
+two = kvlab.GPUSpec("2 x h200", 2 * h200.memory_bytes, 2 * h200.hbm_bandwidth)
+budget = two.kv_budget_bytes(llama70)
+print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget // llama70.kv_bytes(4096)} requests "
+      f"of 4,096 tokens (with the notes' MHA formula it would be {budget // llama70.hidden_formula_bytes(4096)})")
+
+# %% [markdown]
+# ## 6. The real run: allocate the cache
+#
+# The formula is easy to trust on paper. Here it is checked against real tensors: kvlab's
+# kernels store the cache as two tensors per layer, `k_cache, v_cache` of shape
+# `[num_blocks, block_size, kv_heads, head_dim]`. We allocate them for Llama-3 8B's shape, 16
+# blocks of 16 tokens (256 tokens), on the CPU, and count the bytes torch reports (measured):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import torch
+
+spec = kvlab.get_model("llama-3-8b")
+num_blocks, block_size = 16, 16
+caches = [
+    (torch.empty(num_blocks, block_size, spec.kv_heads, spec.head_dim, dtype=torch.float16),   # k_cache
+     torch.empty(num_blocks, block_size, spec.kv_heads, spec.head_dim, dtype=torch.float16))   # v_cache
+    for _ in range(spec.layers)
+]
+measured = sum(k.nbytes + v.nbytes for k, v in caches)
+print(f"measured: {spec.layers} layers x 2 tensors of {tuple(caches[0][0].shape)} fp16 = {measured:,} bytes")
+print(f"formula:  {spec.kv_bytes(num_blocks * block_size):,} bytes; equal: {measured == spec.kv_bytes(num_blocks * block_size)}")
+del caches
+
+# %% [markdown]
+# ## 7. Exercises
+#
+# ### Exercise 1: the size formula
+#
+# **Contract.** `kv_cache_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2) -> int`:
+# bytes of K and V for `tokens` tokens. Raise `ValueError` if `layers`, `kv_heads`, `head_dim`
+# or `dtype_bytes` is below 1, or `tokens` below 0. Example:
+# `kv_cache_bytes(80, 8, 128, 4096) == 1_342_177_280` (Llama-2 70B, 1.34 GB).
+
+# %% tags=["exercise-stub"]
+def kv_cache_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2):
+    raise NotImplementedError("your code here")
+
+# %%
+from kvlab import check
+
+check.kv_cache_bytes(kv_cache_bytes)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# One key and one value per token, per layer, per KV head; each is `head_dim` numbers of
+# `dtype_bytes` bytes.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# `2 * layers * kv_heads * head_dim * tokens * dtype_bytes`, after checking the arguments.
+# Use `kv_heads`, not the number of query heads.
+# </details>
+#
+# ### Exercise 2: how many requests fit
+#
+# **Contract.** `requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request) -> int`:
+# how many whole requests of `tokens_per_request` tokens fit in the budget. A request needs all
+# of its tokens, so round down. Raise `ValueError` if `bytes_per_token < 1`,
+# `tokens_per_request < 1` or `kv_budget_bytes < 0`. Example:
+# `requests_that_fit(3 * 4096 * 100, 100, 4096) == 3`, and one byte less gives 2.
+
+# %% tags=["exercise-stub"]
+def requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request):
+    raise NotImplementedError("your code here")
+
+# %%
+check.requests_that_fit(requests_that_fit)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# One request needs `bytes_per_token × tokens_per_request` bytes.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Integer division `//` rounds down; `round(...)` or `math.ceil(...)` would promise requests
+# that do not fit. Check the arguments before dividing.
+# </details>
+#
+# ## Summary
+#
+# - KV bytes = `2 × layers × kv_heads × head_dim × tokens × bytes`; one token of Llama-2 7B
+#   costs 512 KiB, of OPT-13B 800 KB.
+# - With GQA, `kv_heads` is smaller than the number of query heads: Llama-2 70B needs 1.34 GB
+#   per 4,096-token request, not the 10.7 GB that the hidden-size formula gives (that figure is
+#   right only for multi-head attention).
+# - What is left after the weights holds the cache of a few dozen 4,096-token requests on one
+#   GPU (section 5, simulated). Every slot wasted is a request turned away, which is why
+#   lessons 03 and 04 look at how the cache is laid out.
+#
+# Next: [03 Contiguous allocation](03_contiguous.ipynb). Words: [glossary](glossary.md).
