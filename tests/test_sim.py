@@ -10,13 +10,15 @@ from kvlab.sim import (Budget, BudgetTooSmall, CostModel, make_policy, simulate)
 from kvlab.sim.workloads import (Request, Trace, alpaca, beam_search, few_shot, long_documents, multi_turn,
                                  optimal_hit_rate, parallel_sampling, scenario, shared_prefix, sharegpt)
 
-ALL = ["max", "pow2", "pow2-oracle", "exact", "paged", "paged-share", "radix"]
+ALL = ["max", "pow2", "pow2-oracle", "exact", "paged", "paged-share", "radix", "block-hash"]
 
 
 def _empty(policy) -> bool:
     """The policy's memory holds nothing but (evictable) cache."""
     if hasattr(policy, "arena"):
         return not policy.arena.requests and policy.arena.free_tokens == policy.capacity
+    if hasattr(policy, "pc"):
+        return policy.pc.num_free_blocks == policy.pc.num_blocks
     if hasattr(policy, "cache"):
         c = policy.cache
         return c.protected_size() == 0 and policy.alloc.num_free_blocks + c.evictable_size() // policy.block_size == policy.alloc.num_blocks
@@ -85,7 +87,7 @@ def test_every_request_finishes_memory_returns_and_integrity_holds_every_step(na
     assert all(v >= -1e-9 for v in b.values())
 
 
-@pytest.mark.parametrize("name", ["paged", "paged-share", "max", "radix"])
+@pytest.mark.parametrize("name", ["paged", "paged-share", "max", "radix", "block-hash"])
 def test_samples_and_beams_finish_and_free(name):
     base = alpaca(25, rate=20.0, seed=2)
     for trace in (parallel_sampling(base, 3), beam_search(base, 4)):

@@ -21,7 +21,8 @@ policy              structure and rule
                     prompt's blocks, beams share their common history (vLLM)
 ``radix``           :class:`~kvlab.radix.RadixCache` over the block pool: finished requests
                     stay cached; a new prompt reuses its longest cached prefix (SGLang)
-``block-hash``      :class:`~kvlab.prefix_cache` (vLLM's automatic prefix caching), when present
+``block-hash``      :class:`~kvlab.prefix_cache.PrefixCache`: full blocks cached by chained hash,
+                    freed cached blocks reused in LRU order (vLLM's automatic prefix caching)
 ==================  =====================================================================
 
 Bookkeeping is exact but lazy: a sequence's length grows by one per iteration without
@@ -52,7 +53,7 @@ from ..events import Event, EventLog
 from ..paged import BlockManager, BlockTable, OutOfBlocks, blocks_needed
 from .workloads import Request
 
-__all__ = ["Seq", "Group", "Usage", "MemoryPolicy", "ContiguousPolicy", "PagedPolicy", "RadixPolicy",
+__all__ = ["Seq", "Group", "Usage", "MemoryPolicy", "ContiguousPolicy", "PagedPolicy", "RadixPolicy", "BlockHashPolicy",
            "make_policy", "POLICY_NAMES", "NullLog", "BudgetTooSmall"]
 
 POLICY_NAMES = ("max", "pow2", "pow2-oracle", "exact", "paged", "paged-share", "radix", "block-hash")
@@ -493,6 +494,91 @@ class RadixPolicy(MemoryPolicy):
         assert self.own_blocks == sum(len(o) for o in own)
 
 
+# ----------------------------------------------------------------------------- block hash
+class BlockHashPolicy(MemoryPolicy):
+    """vLLM's automatic prefix caching: :class:`kvlab.prefix_cache.PrefixCache` is the pool.
+
+    Admission: ``match_for_prefill`` (whole cached blocks), ``allocate`` the table (hits
+    shared by ref count), then ``cache_blocks`` the prompt's full blocks right away (so
+    concurrent requests share them, as vLLM does after each step). Finish: cache the full
+    blocks of prompt + output and ``free`` the table; freed cached blocks wait in the LRU
+    free queue until reused. Requests without token ids never hit.
+    """
+
+    uses_tokens = True
+
+    def __init__(self, capacity: int, block_size: int = 16) -> None:
+        from ..prefix_cache import PrefixCache, PrefixMatch
+
+        num_blocks = capacity // block_size
+        if num_blocks < 1:
+            raise BudgetTooSmall(f"KV budget of {capacity} slots holds no block of {block_size}")
+        self.name = "block-hash"
+        self.block_size, self.capacity = block_size, num_blocks * block_size
+        self.pc = PrefixCache(num_blocks, block_size, log=NullLog())
+        self._empty = PrefixMatch(0, [], [])
+        self.logical_blocks = 0
+
+    def min_slots(self, req: Request) -> int:
+        return blocks_needed(req.total_len, self.block_size) * self.block_size * req.num_seqs
+
+    def cached_prefix_len(self, g: Group) -> int:
+        toks = g.tokens_now()
+        return self.pc.match_prefix(toks, record_stats=False).prefix_len if toks is not None else 0
+
+    def admit(self, g: Group) -> bool:
+        p, n = g.prompt_now, g.req.num_seqs
+        toks = g.tokens_now()
+        m = self.pc.match_for_prefill(toks, g.gid) if toks is not None else self._empty
+        tables: list[list[int]] = []
+        try:
+            for _ in range(n):
+                tables.append(self.pc.allocate(p + 1, m, g.gid))
+        except OutOfBlocks:
+            for t in tables:
+                self.pc.free(t, g.gid)
+            return False
+        if toks is not None:
+            self.pc.cache_blocks(toks, tables[0], g.gid, block_hashes=m.block_hashes)
+        g.hit = m.prefix_len
+        for i, t in enumerate(tables):
+            g.seqs.append(Seq(f"{g.gid}.{i}", g, p, 0, len(t) * self.block_size, t))
+            self.logical_blocks += len(t)
+        return True
+
+    def grow(self, s: Seq, need: int) -> bool:
+        k = blocks_needed(need, self.block_size) - len(s.table)
+        try:
+            new = self.pc.allocate(k * self.block_size, self._empty, s.sid)
+        except OutOfBlocks:
+            return False
+        s.table += new
+        s.cap = len(s.table) * self.block_size
+        self.logical_blocks += k
+        return True
+
+    def release(self, g: Group, cur_len: int, finished: bool) -> None:
+        req = g.req
+        for i, s in enumerate(g.seqs):
+            if finished and i == 0 and req.prompt is not None:
+                seq = req.prompt + (req.output or ())[:cur_len - req.prompt_len]
+                self.pc.cache_blocks(seq[:cur_len], s.table, g.gid)
+            self.pc.free(s.table, s.sid)
+            self.logical_blocks -= len(s.table)
+        g.seqs = []
+
+    def usage(self) -> Usage:
+        bs = self.block_size
+        used = self.pc.num_blocks - self.pc.num_free_blocks
+        return Usage(used * bs, None, self.pc.evictable_size(), 0, (self.logical_blocks - used) * bs,
+                     self.logical_blocks, used)
+
+    def check(self, groups) -> None:
+        tables = [s.table for g in groups for s in g.seqs]
+        self.pc.check_integrity(holders=tables)
+        assert self.logical_blocks == sum(len(t) for t in tables)
+
+
 # ----------------------------------------------------------------------------- factory
 def make_policy(name: str, capacity: int, block_size: int = 16, max_len: int = 2048, bytes_per_token: int = 1,
                 eviction_policy: str = "lru") -> MemoryPolicy:
@@ -507,7 +593,5 @@ def make_policy(name: str, capacity: int, block_size: int = 16, max_len: int = 2
     if name == "radix":
         return RadixPolicy(capacity, block_size, eviction_policy)
     if name == "block-hash":
-        from .prefix_policy import BlockHashPolicy  # noqa: F401  (needs kvlab.prefix_cache)
-
         return BlockHashPolicy(capacity, block_size)
     raise ValueError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")
