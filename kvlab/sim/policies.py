@@ -50,7 +50,9 @@ import numpy as np
 
 from ..contiguous import ContiguousArena, OutOfContiguousSpace, next_pow2
 from ..events import Event, EventLog
-from ..paged import BlockManager, BlockTable, OutOfBlocks, blocks_needed
+from ..paged import BlockAllocator, BlockManager, BlockTable, OutOfBlocks, blocks_needed
+from ..prefix_cache import PrefixCache, PrefixMatch
+from ..radix import RadixCache
 from .workloads import Request
 
 __all__ = ["Seq", "Group", "Usage", "MemoryPolicy", "ContiguousPolicy", "PagedPolicy", "RadixPolicy", "BlockHashPolicy",
@@ -162,7 +164,19 @@ class MemoryPolicy:
                 f"policy {self.name!r})")
 
     def min_slots(self, req: Request) -> int:
-        raise NotImplementedError
+        """Slots ``req`` needs alone (default: whole blocks for every sequence, no sharing)."""
+        return blocks_needed(req.total_len, self.block_size) * self.block_size * req.num_seqs
+
+    def _blocks(self, name: str, capacity: int, block_size: int) -> int:
+        """Set name, block_size and capacity (whole blocks); returns the number of blocks."""
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+        num_blocks = capacity // block_size
+        if num_blocks < 1:
+            raise BudgetTooSmall(f"KV budget of {capacity} slots holds no block of {block_size}")
+        self.name, self.block_size, self.capacity = name, block_size, num_blocks * block_size
+        self.logical_blocks = 0
+        return num_blocks
 
     def admit(self, g: Group) -> bool:
         raise NotImplementedError
@@ -276,17 +290,10 @@ class PagedPolicy(MemoryPolicy):
     """Blocks on demand from a :class:`BlockManager`; ``share=True`` forks samples and beams."""
 
     def __init__(self, capacity: int, block_size: int = 16, share: bool = False) -> None:
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
-        num_blocks = capacity // block_size
-        if num_blocks < 1:
-            raise BudgetTooSmall(f"KV budget of {capacity} slots holds no block of {block_size}")
-        self.name = "paged-share" if share else "paged"
+        num_blocks = self._blocks("paged-share" if share else "paged", capacity, block_size)
         self.shares_forks = share
-        self.block_size, self.capacity = block_size, num_blocks * block_size
         self.mgr = BlockManager(num_blocks, block_size, log=NullLog())
         self.alloc = self.mgr.allocator
-        self.logical_blocks = 0
 
     def min_slots(self, req: Request) -> int:
         bs = self.block_size
@@ -385,23 +392,11 @@ class RadixPolicy(MemoryPolicy):
     uses_tokens = True
 
     def __init__(self, capacity: int, block_size: int = 16, eviction_policy: str = "lru") -> None:
-        from ..radix import RadixCache
-
-        num_blocks = capacity // block_size
-        if num_blocks < 1:
-            raise BudgetTooSmall(f"KV budget of {capacity} slots holds no block of {block_size}")
-        self.name = "radix"
-        self.block_size, self.capacity = block_size, num_blocks * block_size
-        from ..paged import BlockAllocator
-
+        num_blocks = self._blocks("radix", capacity, block_size)
         self.alloc = BlockAllocator(num_blocks, block_size, log=NullLog())
         self.cache = RadixCache(self.alloc, page_size=block_size, eviction_policy=eviction_policy)
-        self.logical_blocks = 0
         self.own_blocks = 0
         self.matched_running = 0  # sum of matched prefix tokens of running requests
-
-    def min_slots(self, req: Request) -> int:
-        return blocks_needed(req.total_len, self.block_size) * self.block_size * req.num_seqs
 
     def _take(self, n: int, rid: str) -> list[int] | None:
         free = self.alloc.num_free_blocks
@@ -508,19 +503,9 @@ class BlockHashPolicy(MemoryPolicy):
     uses_tokens = True
 
     def __init__(self, capacity: int, block_size: int = 16) -> None:
-        from ..prefix_cache import PrefixCache, PrefixMatch
-
-        num_blocks = capacity // block_size
-        if num_blocks < 1:
-            raise BudgetTooSmall(f"KV budget of {capacity} slots holds no block of {block_size}")
-        self.name = "block-hash"
-        self.block_size, self.capacity = block_size, num_blocks * block_size
+        num_blocks = self._blocks("block-hash", capacity, block_size)
         self.pc = PrefixCache(num_blocks, block_size, log=NullLog())
         self._empty = PrefixMatch(0, [], [])
-        self.logical_blocks = 0
-
-    def min_slots(self, req: Request) -> int:
-        return blocks_needed(req.total_len, self.block_size) * self.block_size * req.num_seqs
 
     def cached_prefix_len(self, g: Group) -> int:
         toks = g.tokens_now()
