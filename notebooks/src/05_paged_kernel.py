@@ -156,26 +156,28 @@ print("num_splits=2 agrees with num_splits=1:", torch.allclose(out, out_split, a
 # %% [markdown]
 # ## 4. Inside the kernel: the block loop
 #
-# This is the part of kvlab's kernel that does the paging, printed from its source (nothing
-# copied by hand). `pos` is a vector of `TILE_N` positions; each position looks up its physical
-# block in the table, and the K/V addresses follow from the cache's strides.
+# Here is the loop of kvlab's kernel, printed from its source (nothing copied by hand). One
+# iteration handles a tile of `TILE_N` positions: `pos` is a vector, each position looks up its
+# physical block in the table (the paging step), K and V are loaded from there, and the tile is
+# folded into an online softmax (a running max `m_i`, a running sum `l_i` and a running weighted
+# sum `acc`), so the whole context is never held at once.
 
 # %%
 import inspect
 
 from kvlab.kernels import paged_decode
 
-src = inspect.getsource(paged_decode.load_kv_tile.fn)
-print(src[src.index("    offs_d"):])
+lines = inspect.getsource(paged_decode.paged_decode_kernel.fn).splitlines()
+start = next(i for i, line in enumerate(lines) if "for tile in range" in line)
+end = next(i for i, line in enumerate(lines) if i > start and line.strip().startswith("if NUM_SPLITS"))
+print("\n".join(lines[start - 1:end]).rstrip())
 
 # %% [markdown]
-# And the loop that calls it: one iteration per tile of `TILE_N` positions, each folded into
-# an online softmax (a running max `m_i`, a running sum `l_i` and a running weighted sum `acc`),
-# so the whole context is never held at once.
+# And `load_kv_tile`, which turns (physical block, offset) into element addresses with the
+# cache's strides; `kv_head * stride_cache_head` picks this program's KV head:
 
 # %%
-src = inspect.getsource(paged_decode.paged_decode_kernel.fn)
-print(src[src.index("    block_table_ptr = "):src.index("    if NUM_SPLITS == 1:")])
+print(inspect.getsource(paged_decode.load_kv_tile.fn).split('"""')[-1].strip("\n"))
 
 # %% [markdown]
 # **Cost in the interpreter (measured).** The interpreter runs each (program, loop iteration)
