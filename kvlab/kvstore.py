@@ -52,6 +52,11 @@ def kernel_ops(backend: str) -> SimpleNamespace:
                            naive_attention=K.naive_attention, name=backend)
 
 
+def _kv_pair(shape: tuple[int, ...], dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two zero tensors (K and V) of ``shape``."""
+    return torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
+
+
 def _model_dims(model) -> dict:
     c = model.config
     return dict(num_layers=c.num_hidden_layers, num_kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
@@ -78,8 +83,7 @@ class ContiguousKV:
 
     def __post_init__(self) -> None:
         shape = (self.num_layers, self.batch, self.max_len, self.num_kv_heads, self.head_dim)
-        self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)  # (L, B, max_len, nkv, hs)
-        self.v = torch.zeros(shape, dtype=self.dtype, device=self.device)  # (L, B, max_len, nkv, hs)
+        self.k, self.v = _kv_pair(shape, self.dtype, self.device)  # each (L, B, max_len, nkv, hs)
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> "ContiguousKV":
@@ -123,8 +127,7 @@ class PagedKVPool:
         if self.num_blocks < 1 or self.block_size < 1:
             raise ValueError(f"num_blocks={self.num_blocks} and block_size={self.block_size} must be >= 1")
         shape = (self.num_layers, self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)  # (L, NB, bs, nkv, hs)
-        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)  # (L, NB, bs, nkv, hs)
+        self.k_cache, self.v_cache = _kv_pair(shape, self.dtype, self.device)  # each (L, NB, bs, nkv, hs)
 
     @classmethod
     def for_model(cls, model, num_blocks: int, block_size: int) -> "PagedKVPool":

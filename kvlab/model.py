@@ -418,7 +418,7 @@ def save_pretrained(model: Llama, folder: str | os.PathLike, tokenizer=None, dty
         tokenizer.hf.save(str(folder / "tokenizer.json"))
 
 
-def load_bundled(dtype: torch.dtype = torch.float32):
+def load_bundled(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
     """The tiny model bundled in assets/model (trained by scripts/train_model.py): (model, tokenizer).
 
     Example:
@@ -426,4 +426,4 @@ def load_bundled(dtype: torch.dtype = torch.float32):
         >>> model.config.num_attention_heads, model.config.num_key_value_heads
         (4, 2)
     """
-    return load_pretrained(ASSETS_MODEL_DIR, dtype=dtype)
+    return load_pretrained(ASSETS_MODEL_DIR, dtype=dtype, device=device)
