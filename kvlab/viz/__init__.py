@@ -7,7 +7,8 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     TranslationWidget()                    pos -> logical block, offset -> table -> physical -> address
     run_compare(trace) -> steps; compare_figure(step), animate_compare(steps), compare_stepper(trace)
                                            contiguous versus paged on one trace
-    radix_tree_graph(...) / radix_stepper(...)     radix tree in graphviz (SVG)
+    radix_tree_graph(state) / radix_graph_at(frames, step)   radix tree in graphviz (SVG)
+    radix_request_frames(records) / radix_event_frames(RadixRecorder(cache)) / radix_stepper(frames)
     kernel_access_figure(snapshot, seq_id) the order the paged decode kernel reads a sequence's blocks
     Stepper(frames, render)                prev / next / play / reset + caption over any frames
     classroom(True)                        large fonts, thick lines, high contrast for a projector
@@ -56,6 +57,10 @@ from .palette import (
     FREE, HIGHLIGHT, HIT, MISS, EVICTED, REQUEST_COLORS, SHARED_OUTLINE, assign_colors, classroom,
     is_classroom, request_color, theme,
 )
+from .radix_view import (
+    RadixRecorder, RadixState, check_radix_snapshot, radix_event_frames, radix_graph_at, radix_request_frames,
+    radix_stepper, radix_tree_data, radix_tree_graph,
+)
 from .stepper import Frame, Stepper
 from .translate_widget import (
     TranslationWidget, parse_block_table, translation_chain, translation_figure, translation_figure_data,
@@ -70,5 +75,7 @@ __all__ = [
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
     "Frame", "Stepper",
+    "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
+    "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
     "TranslationWidget", "parse_block_table", "translation_chain", "translation_figure", "translation_figure_data",
 ]
