@@ -125,19 +125,7 @@ def test_requests_that_fit():
 
 # --------------------------------------------------------------------------- lesson 03
 def test_reservation():
-    def right(policy, length, max_len, final_len=None):
-        if not 1 <= length <= max_len:
-            raise ValueError("length")
-        if policy == "max":
-            return max_len
-        if policy == "pow2":
-            return min(1 << (length - 1).bit_length(), max_len)
-        if policy == "exact":
-            if final_len is None:
-                raise ValueError("final_len")
-            return final_len
-        raise ValueError(policy)
-
+    right = _solutions("03_contiguous").reservation
     assert _passes(check.reservation, right)
 
     def no_cap(policy, length, max_len, final_len=None):
