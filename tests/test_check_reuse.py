@@ -216,3 +216,84 @@ def test_paged_decode_torch_accepts_solution_rejects_wrong():
     assert passes(check.paged_decode_torch, S05.paged_decode_torch)
     for wrong in (stub, decode_no_scale, decode_ignores_table, decode_whole_blocks, decode_gqa_modulo):
         assert not passes(check.paged_decode_torch, wrong), wrong.__name__
+
+
+# ----------------------------------------------------------------------------------- 07 radix
+S07 = solution("07_radix")
+
+
+def lpm_full_edges_only(root, tokens):
+    """Forgets that a match can end inside an edge."""
+    node, pos = root, 0
+    while pos < len(tokens):
+        child = node.children.get(tokens[pos])
+        if child is None or tokens[pos:pos + len(child.key)] != child.key:
+            break
+        pos, node = pos + len(child.key), child
+    return pos
+
+
+def lpm_first_child(root, tokens):
+    """Always follows the first child instead of the one keyed by the next token."""
+    node, pos = root, 0
+    while node.children and pos < len(tokens):
+        child = next(iter(node.children.values()))
+        i = 0
+        while i < len(child.key) and pos + i < len(tokens) and child.key[i] == tokens[pos + i]:
+            i += 1
+        pos += i
+        if i < len(child.key):
+            break
+        node = child
+    return pos
+
+
+def lpm_mutates(root, tokens):
+    """Right answer, but it prunes the tree while walking."""
+    n = S07.match_prefix(root, tokens)
+    root.children.clear()
+    return n
+
+
+def test_match_prefix_accepts_solution_rejects_wrong():
+    assert passes(check.match_prefix, S07.match_prefix)
+    for wrong in (stub, lpm_full_edges_only, lpm_first_child, lpm_mutates, lambda root, t: len(t)):
+        assert not passes(check.match_prefix, wrong)
+
+
+def prefill_no_cap(prompts):
+    """Forgets that the last prompt token is always computed."""
+    out, seen = [], []
+    for p in prompts:
+        best = max((next((i for i, (a, b) in enumerate(zip(p, q)) if a != b), min(len(p), len(q))) for q in seen), default=0)
+        out.append(len(p) - best)
+        seen.append(p)
+    return out
+
+
+def prefill_previous_only(prompts):
+    """Compares only with the previous prompt, not with everything cached."""
+    out, prev = [], []
+    for p in prompts:
+        n = 0
+        while n < min(len(p), len(prev)) and p[n] == prev[n]:
+            n += 1
+        out.append(len(p) - min(n, len(p) - 1))
+        prev = p
+    return out
+
+
+def prefill_shared_tokens(prompts):
+    """Counts tokens in common anywhere, not a common prefix."""
+    out, seen = [], set()
+    for p in prompts:
+        hits = sum(1 for t in p if t in seen)
+        out.append(max(1, len(p) - hits))
+        seen.update(p)
+    return out
+
+
+def test_prefill_tokens_accepts_solution_rejects_wrong():
+    assert passes(check.prefill_tokens, S07.prefill_tokens)
+    for wrong in (stub, prefill_no_cap, prefill_previous_only, prefill_shared_tokens):
+        assert not passes(check.prefill_tokens, wrong), wrong.__name__

@@ -35,6 +35,8 @@ from ..paged import BlockManager, OutOfBlocks, blocks_needed
 from . import Checker, Raised, Raises, same_outcome
 
 __all__ = [
+    "match_prefix",
+    "prefill_tokens",
     "cow_append",
     "sampling_blocks",
     "paged_gather_kernel",
@@ -293,4 +295,119 @@ def paged_decode_torch(fn: Callable, verbose: bool = True):
         if not ok:
             act_s += f" (max |diff| {float((got.float() - want).abs().max()):.3g})"
         c.record(label, exp_s, act_s, passed=bool(ok))
+    return c.done()
+
+
+# ------------------------------------------------------------- 07: longest prefix match
+def _random_tree(rng: random.Random, num_seqs: int, alphabet: int, max_len: int) -> tuple["RadixCache", list[list[int]]]:
+    """A RadixCache (page_size 1) holding ``num_seqs`` random sequences over a small alphabet."""
+    from ..paged import BlockAllocator
+    from ..radix import RadixCache, serve_request
+
+    cache = RadixCache(BlockAllocator(num_seqs * max_len + 8, block_size=1))
+    seqs = []
+    for _ in range(num_seqs):
+        base = rng.choice(seqs) if seqs and rng.random() < 0.7 else []
+        cut = rng.randint(0, len(base))
+        s = base[:cut] + [rng.randrange(alphabet) for _ in range(rng.randint(1, max_len - cut) if cut < max_len else 0)]
+        if s:
+            serve_request(cache, s)
+            seqs.append(s)
+    return cache, seqs
+
+
+def match_prefix(fn: Callable, verbose: bool = True):
+    """Grade ``fn(root, tokens) -> int``: the longest prefix match (最长前缀匹配) on a radix tree.
+
+    ``root`` is a :class:`kvlab.radix.TreeNode` (page_size 1): ``node.children`` maps the first
+    token of a child's key to the child, ``node.key`` is the list of tokens on the edge into
+    the node (empty for the root). Return how many leading tokens of ``tokens`` the tree holds,
+    a match may end inside an edge. Do not change the tree. Expected:
+    ``RadixCache.peek_prefix_len(tokens)``; the tree must be unchanged afterwards.
+    """
+    from ..paged import BlockAllocator
+    from ..radix import RadixCache, serve_request
+
+    c = Checker("match_prefix", fn, verbose=verbose)
+    trees: list[tuple[str, RadixCache, list[list[int]]]] = []
+    cache = RadixCache(BlockAllocator(32, block_size=1))
+    for s in ([1, 2, 3, 4, 5], [1, 2, 3, 9], [7, 7]):
+        serve_request(cache, s)
+    trees.append(("tree [1 2 3]->{[4 5], [9]}, [7 7]", cache, [
+        [1, 2, 3, 4, 5], [1, 2, 3, 4], [1, 2], [1, 2, 3, 9, 9], [1, 2, 3, 8], [7, 7, 7], [7], [8], [], [1, 2, 4]]))
+    trees.append(("empty tree", RadixCache(BlockAllocator(4, block_size=1)), [[1, 2], []]))
+    rng = random.Random(77)
+    for seed in range(4):
+        cache, seqs = _random_tree(rng, num_seqs=6, alphabet=3, max_len=10)
+        queries = []
+        for _ in range(6):
+            s = rng.choice(seqs)
+            cut = rng.randint(0, len(s))
+            queries.append(s[:cut] + [rng.randrange(4) for _ in range(rng.randint(0, 4))])
+        trees.append((f"random tree {seed} ({cache.num_nodes} nodes)", cache, queries))
+    for name, cache, queries in trees:
+        for q in queries:
+            label = f"{name}: tokens {q}"
+            expected = cache.peek_prefix_len(q)
+            before = cache.snapshot()
+            if not c.ok:
+                c.record(label, expected, Raised(TypeError(c.result.error)), passed=False)
+                continue
+            got = _call(fn, cache.root, list(q))
+            changed = cache.snapshot() != before
+            c.record(label, expected, got, passed=same_outcome(expected, got) and not changed,
+                     note="...but it changed the tree" if changed else "")
+            if changed:  # rebuild nothing: later cases on this tree would be unfair, so stop here
+                break
+    return c.done()
+
+
+def served_prefill_tokens(prompts: list[list[int]]) -> list[int]:
+    """Tokens each prompt must prefill when served in order through a real :class:`RadixCache`
+    (``serve_request``: match, leaving at least one token to compute; then insert).
+
+    Example:
+        >>> served_prefill_tokens([[1, 2, 3], [1, 2, 4], [1, 2, 3]])
+        [3, 1, 1]
+    """
+    from ..paged import BlockAllocator
+    from ..radix import RadixCache, serve_request
+
+    cache = RadixCache(BlockAllocator(sum(len(p) for p in prompts) + 1, block_size=1))
+    out = [serve_request(cache, p).prefill_len for p in prompts]
+    cache.check_integrity()
+    return out
+
+
+def prefill_tokens(fn: Callable, verbose: bool = True):
+    """Grade ``fn(prompts) -> list[int]``: with a radix cache that keeps every served prompt,
+    how many tokens each prompt (served in order) must prefill. At least one token of each
+    prompt is always computed (its logits give the first output token). Expected:
+    :func:`served_prefill_tokens` on the real tree.
+    """
+    from ..radix import FOUR_REQUEST_TEXTS as T, char_tokenize
+
+    sys_, shots = char_tokenize(T["A"]), char_tokenize(T["B"])
+    cases = [
+        ("one prompt", [[1, 2, 3]]),
+        ("same prompt twice (the last token is recomputed)", [[1, 2, 3], [1, 2, 3]]),
+        ("prefix of an earlier prompt", [[1, 2, 3, 4], [1, 2]]),
+        ("extends an earlier prompt", [[1, 2], [1, 2, 3, 4]]),
+        ("shares only with an older prompt", [[5, 6, 7], [1, 2], [5, 6, 8]]),
+        ("a common token that is not a prefix", [[1, 2, 3], [9, 2, 3]]),
+        ("the notes' R1, R2, R3 (chars)", [sys_ + shots + char_tokenize(T[r]) for r in ("R1", "R2", "R3")]),
+        ("empty list", []),
+    ]
+    rng = random.Random(7)
+    for i in range(4):
+        ps: list[list[int]] = []
+        for _ in range(6):
+            base = rng.choice(ps) if ps and rng.random() < 0.7 else []
+            cut = rng.randint(0, len(base))
+            ps.append(base[:cut] + [rng.randrange(3) for _ in range(rng.randint(1, 6))])
+        cases.append((f"random prompts {i}", ps))
+    c = Checker("prefill_tokens", fn, reference=served_prefill_tokens, verbose=verbose,
+                compare=lambda e, a: isinstance(a, (list, tuple)) and list(a) == e)
+    for label, ps in cases:
+        c.run(f"{label}: lengths {[len(p) for p in ps]}", ps)
     return c.done()
