@@ -9,7 +9,8 @@ Views (each has a pure-data builder that tests check, and a picture built from i
                                            contiguous versus paged on one trace
     radix_tree_graph(state) / radix_graph_at(frames, step)   radix tree in graphviz (SVG)
     radix_request_frames(records) / radix_event_frames(RadixRecorder(cache)) / radix_stepper(frames)
-    kernel_access_figure(snapshot, seq_id) the order the paged decode kernel reads a sequence's blocks
+    kernel_access_figure(snapshot, seq_id) / kernel_access_stepper(snapshot, seq_id)
+                                           the order the paged decode kernel reads a sequence's blocks
     Stepper(frames, render)                prev / next / play / reset + caption over any frames
     classroom(True)                        large fonts, thick lines, high contrast for a projector
 
@@ -49,6 +50,10 @@ from .compare import (
     CompareStep, animate_compare, compare_data, compare_figure, compare_stepper, growth_trace, notes_trace, run_compare,
 )
 from .display import is_static, static_html
+from .kernel_view import (
+    BlockRead, kernel_access_data, kernel_access_figure, kernel_access_frames, kernel_access_order,
+    kernel_access_stepper,
+)
 from .memory_map import (
     GridLayout, MemoryMapView, animate_memory_map, grid_layout, memory_frames, memory_map_data,
     memory_map_figure, memory_map_stepper,
@@ -70,6 +75,8 @@ __all__ = [
     "CompareStep", "animate_compare", "compare_data", "compare_figure", "compare_stepper", "growth_trace",
     "notes_trace", "run_compare",
     "is_static", "static_html",
+    "BlockRead", "kernel_access_data", "kernel_access_figure", "kernel_access_frames", "kernel_access_order",
+    "kernel_access_stepper",
     "GridLayout", "MemoryMapView", "animate_memory_map", "grid_layout", "memory_frames", "memory_map_data",
     "memory_map_figure", "memory_map_stepper",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "assign_colors",

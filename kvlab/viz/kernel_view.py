@@ -1,0 +1,190 @@
+"""Kernel access view: the order the paged decode kernel reads one sequence's blocks.
+
+The paged decode kernel (``kvlab.kernels.paged_decode_attention``) walks a sequence's
+context from position 0 up, a tile of tokens per loop iteration; every position finds
+its physical block through the block table. So the blocks are read in block-table
+order, L0, L1, L2..., wherever they sit in the pool. With split-K (``num_splits > 1``)
+the tiles are cut into ``num_splits`` contiguous ranges, each read by its own program,
+in parallel; a second kernel combines the partial results.
+
+This view draws that order over the memory map: the sequence's blocks numbered in read
+order and joined by arrows (one colour per split), the other sequences' blocks faded.
+It needs only the block table (a MemorySnapshot); it imports neither torch nor Triton.
+
+``tile_tokens``: tokens per loop iteration. The default (``block_size``: one block a
+step) shows the order block by block. The kvlab kernel loads ``max(block_size, 64)``
+tokens per iteration (``kvlab.kernels.paged_decode.tile_tokens``); pass that to see its
+exact grouping. The order of the blocks is the same either way.
+
+Example (the notes' table: L0->P3, L1->P7, L2->P1, L3->P5, L4->P9; 18 tokens):
+    >>> [(r.logical, r.physical) for r in kernel_access_order([3, 7, 1, 5, 9], 18, 4)]
+    [(0, 3), (1, 7), (2, 1), (3, 5), (4, 9)]
+    >>> [(r.split, r.iteration, r.physical) for r in kernel_access_order([3, 7, 1, 5, 9], 18, 4, num_splits=2)]
+    [(0, 0, 3), (0, 1, 7), (0, 2, 1), (1, 0, 5), (1, 1, 9)]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..paged import MemorySnapshot
+from .memory_map import _figure_from_data, grid_layout, memory_map_data, snapshot_ids
+from .palette import assign_colors, source_label, theme
+
+__all__ = ["BlockRead", "kernel_access_order", "kernel_access_data", "kernel_access_figure",
+           "kernel_access_frames", "kernel_access_stepper", "SPLIT_COLORS"]
+
+SPLIT_COLORS = ("#000000", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b")
+
+
+@dataclass(frozen=True)
+class BlockRead:
+    """One block read: by program ``split``, in its loop ``iteration``; ``tokens`` of it used."""
+
+    split: int
+    iteration: int
+    logical: int
+    physical: int
+    tokens: int
+
+
+def kernel_access_order(
+    block_table: Sequence[int], context_len: int, block_size: int, num_splits: int = 1,
+    tile_tokens: int | None = None,
+) -> list[BlockRead]:
+    """Every block read for one sequence, program by program, in loop order.
+
+    Mirrors ``paged_decode_kernel``: ``num_tiles = ceil(context_len / tile_tokens)``,
+    ``tiles_per_split = ceil(num_tiles / num_splits)``, split ``s`` reads tiles
+    ``[s * tiles_per_split, min((s + 1) * tiles_per_split, num_tiles))``; a later split
+    may get none. Raises ValueError naming a bad value.
+    """
+    for name, v in (("context_len", context_len), ("block_size", block_size), ("num_splits", num_splits)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "context_len" else 1):
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    tile = block_size if tile_tokens is None else tile_tokens
+    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1 or tile % block_size:
+        raise ValueError(f"tile_tokens must be a positive multiple of block_size {block_size}, got {tile_tokens!r}")
+    if context_len > len(block_table) * block_size:
+        raise ValueError(f"context_len {context_len} is past the block table ({len(block_table)} blocks of {block_size})")
+    num_tiles = -(-context_len // tile)
+    per_split = -(-num_tiles // num_splits) if num_tiles else 0
+    reads = []
+    for s in range(num_splits):
+        for it, t in enumerate(range(s * per_split, min((s + 1) * per_split, num_tiles))):
+            start, end = t * tile, min((t + 1) * tile, context_len)
+            for lb in range(start // block_size, -(-end // block_size)):
+                used = min(end, (lb + 1) * block_size) - max(start, lb * block_size)
+                reads.append(BlockRead(s, it, lb, block_table[lb], used))
+    return reads
+
+
+def _fade(hex_color: str) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(255 - (255 - v) * 0.3):02x}" for v in (r, g, b))
+
+
+def kernel_access_data(
+    snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1, tile_tokens: int | None = None,
+    iteration: int | None = None, colors: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The memory map's data with ``seq_id``'s blocks numbered in read order (``read k``)
+    and everything else faded; ``reads`` (BlockRead list); ``arrows``: (from block, to
+    block, split) between consecutive reads of one program; ``highlight``: the blocks read
+    in ``iteration`` (all splits in parallel), or none when ``iteration`` is None."""
+    if seq_id not in snapshot.tables:
+        raise KeyError(f"unknown sequence {seq_id!r}; live sequences: {sorted(snapshot.tables)}")
+    table = snapshot.tables[seq_id]
+    reads = kernel_access_order(table, snapshot.num_tokens[seq_id], snapshot.block_size, num_splits, tile_tokens)
+    n_iter = 1 + max((r.iteration for r in reads), default=-1)
+    if iteration is not None and not 0 <= iteration < max(n_iter, 1):
+        raise ValueError(f"iteration {iteration} is outside 0..{n_iter - 1}")
+    hl = [r.physical for r in reads if r.iteration == iteration]
+    colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
+    d = memory_map_data(snapshot, hl, colors, grid_layout(snapshot.num_blocks))
+    mine = {r.physical: k for k, r in enumerate(reads)}
+    for b in range(snapshot.num_blocks):
+        if b in mine:
+            r = reads[mine[b]]
+            d["label"][b] += f"<br><b>read {mine[b] + 1}</b>" + (f" (s{r.split})" if num_splits > 1 else "")
+        elif snapshot.ref_count[b]:
+            d["color"][b] = _fade(d["color"][b])
+    arrows = [(a.physical, b.physical, a.split) for a, b in zip(reads, reads[1:]) if a.split == b.split]
+    d.update(reads=reads, arrows=arrows, num_iterations=n_iter, seq_id=seq_id, num_splits=num_splits)
+    return d
+
+
+def kernel_access_figure(
+    snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1, tile_tokens: int | None = None,
+    iteration: int | None = None, source: str = "simulated", colors: dict[str, str] | None = None,
+) -> Any:
+    """The read order over the memory map, as a static plotly figure."""
+    colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
+    d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
+    splits = f", {num_splits} splits (split-K)" if num_splits > 1 else ""
+    cap = d["caption"] = _caption(d, iteration)
+    fig = _figure_from_data(d, colors, f"Paged decode kernel reading {seq_id}'s blocks{splits}", source_label(source))
+    th = theme()
+    lay = d["layout"]
+    shapes, ann = [], []
+    for a, b, s in d["arrows"]:  # arcs above the blocks, so the labels stay readable
+        colour = SPLIT_COLORS[s % len(SPLIT_COLORS)]
+        x0, y0, x1, y1 = d["x"][a], d["y"][a] - 0.45, d["x"][b], d["y"][b] - 0.45
+        h = 0.3 + 0.08 * min(abs(x1 - x0) + abs(y1 - y0), 6)
+        cx, cy = (x0 + x1) / 2, min(y0, y1) - 2 * h
+        shapes.append(dict(type="path", path=f"M {x0},{y0} Q {cx},{cy} {x1},{y1}", xref="x", yref="y",
+                           line=dict(color=colour, width=th.line_width + 1)))
+        ann.append(dict(x=x1, y=y1, ax=x1 + (cx - x1) * 0.12, ay=y1 + (cy - y1) * 0.12, xref="x", yref="y",
+                        axref="x", ayref="y", showarrow=True, arrowhead=2, arrowsize=1.2,
+                        arrowwidth=th.line_width + 1, arrowcolor=colour, text=""))
+    headroom = 1.1  # rows of space above the grid for the arcs
+    fig.update_layout(shapes=shapes, annotations=ann, height=fig.layout.height + int(headroom * lay.cell),
+                      yaxis=dict(range=[lay.rows - 0.5, -0.5 - headroom]))
+    fig.layout.title.subtitle.text = cap
+    return fig
+
+
+def _caption(d: dict[str, Any], iteration: int | None) -> str:
+    reads = d["reads"]
+    order = " → ".join(f"P{r.physical}" for r in reads)
+    if iteration is None:
+        return f"{d['seq_id']}: blocks read in block-table order {order}"
+    parts = []
+    for s in range(d["num_splits"]):
+        now = [r for r in reads if r.split == s and r.iteration == iteration]
+        if now:
+            who = f"program split {s}" if d["num_splits"] > 1 else "the program"
+            parts.append(f"{who} reads " + ", ".join(f"L{r.logical}→P{r.physical} ({r.tokens} tok)" for r in now))
+    return f"iteration {iteration + 1}/{d['num_iterations']}: " + "; ".join(parts or ["nothing left to read"])
+
+
+def kernel_access_frames(snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1,
+                         tile_tokens: int | None = None) -> list[Any]:
+    """One frame per loop iteration (all splits run in parallel within an iteration)."""
+    from .stepper import Frame
+
+    d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens)
+    return [Frame(snapshot, _caption(d, i), tuple(r.physical for r in d["reads"] if r.iteration == i),
+                  {"iteration": i}) for i in range(max(d["num_iterations"], 1))]
+
+
+class KernelAccessView:
+    def __init__(self, snapshot: MemorySnapshot, seq_id: str, num_splits: int, tile_tokens: int | None,
+                 source: str) -> None:
+        self.seq_id, self.num_splits, self.tile_tokens, self.source = seq_id, num_splits, tile_tokens, source
+        self.colors = assign_colors(snapshot_ids([snapshot]))
+
+    def __call__(self, frame: Any) -> Any:
+        return kernel_access_figure(frame.snapshot, self.seq_id, self.num_splits, self.tile_tokens,
+                                    frame.extra["iteration"], self.source, self.colors)
+
+
+def kernel_access_stepper(snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1,
+                          tile_tokens: int | None = None, static: bool | None = None,
+                          source: str = "simulated") -> Any:
+    """A stepper over the kernel's loop iterations for one sequence."""
+    from .stepper import Stepper
+
+    frames = kernel_access_frames(snapshot, seq_id, num_splits, tile_tokens)
+    return Stepper(frames, KernelAccessView(snapshot, seq_id, num_splits, tile_tokens, source), static=static,
+                   title=f"kernel reads {seq_id}")
