@@ -20,6 +20,7 @@ Public API (names as in SGLang's ``radix_cache.py`` so a student can open it aft
     cache.check_integrity(holders=None)           # AssertionError when broken
     cache.snapshot() -> RadixSnapshot; cache.pretty(detokenize=None) -> str
     cache.peek_prefix_len(tokens) -> int          # read-only: no split, no LRU refresh, no stats
+    cache.peek_prefix(tokens) -> (int, list[int]) # read-only, with the blocks
     serve_request(cache, prompt, output=(), rid=None) -> ServeRecord   # the whole request cycle
     four_request_example(tokenize=None, detokenize=None) -> list[RequestRecord]  # the notes' example
     multi_turn_example(turns=None, tokenize=None) -> list[RequestRecord]
@@ -74,6 +75,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -478,6 +480,20 @@ class RadixCache:
         _node, pos, _child, m = self._walk(key, len(key))
         return pos + m
 
+    def peek_prefix(self, tokens: Sequence[int]) -> tuple[int, list[int]]:
+        """``(prefix_len, kv)`` of the cached prefix, changing nothing (see ``peek_prefix_len``)."""
+        key = _as_tokens(tokens)
+        node, pos, child, m = self._walk(key, len(key))
+        parts = []
+        n = node
+        while n is not self.root:
+            parts.append(n.value)
+            n = n.parent
+        kv = [b for v in reversed(parts) for b in v]
+        if child is not None:
+            kv += child.value[:m // self.page_size]
+        return pos + m, kv
+
     # ---------------------------------------------------------------------------- lock
     def inc_lock_ref(self, node: TreeNode, rid: str | None = None) -> int:
         """Lock ``node`` and every ancestor up to the root; returns the change of evictable_size."""
@@ -579,7 +595,7 @@ class RadixCache:
                 raise KVCacheError(f"insert: block {b} is already owned by the tree (it would be kept twice)")
             if len(set(new_blocks)) != len(new_blocks):
                 raise KVCacheError(f"insert: a block id appears twice in kv's new part {new_blocks}")
-            if 0 in [rc[b] for b in new_blocks]:
+            if 0 in (itemgetter(*new_blocks)(rc) if len(new_blocks) > 1 else (rc[new_blocks[0]],)):
                 b = next(b for b in new_blocks if rc[b] == 0)
                 raise KVCacheError(f"insert: block {b} is free; allocate it before inserting it")
         if dups:
