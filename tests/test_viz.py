@@ -252,3 +252,20 @@ def _walk(w):
     yield w
     for c in getattr(w, "children", ()):
         yield from _walk(c)
+
+
+def test_viz_imports_without_plotting_packages_and_core_never_imports_viz():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for m in ('plotly', 'ipywidgets', 'graphviz'): sys.modules[m] = None\n"
+        "import kvlab, kvlab.paged, kvlab.contiguous, kvlab.radix\n"
+        "assert 'kvlab.viz' not in sys.modules, 'the core imported kvlab.viz'\n"
+        "import kvlab.viz as viz\n"
+        "print(viz.translation_chain([3, 7, 1, 5, 9], 9, 4)['physical_block'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
