@@ -55,7 +55,7 @@ from typing import Iterable, Sequence
 
 from .events import Event, EventLog
 from .paged import DoubleFree, KVCacheError, OutOfBlocks, UnknownBlock
-from .radix import _as_tokens
+from .radix import HitStats, _as_tokens
 
 __all__ = [
     "ROOT_HASH",
@@ -113,24 +113,13 @@ class PrefixEvictResult:
 
 
 @dataclass(slots=True)
-class PrefixCacheStats:
-    """Same meaning as :class:`kvlab.radix.RadixStats`."""
+class PrefixCacheStats(HitStats):
+    """Lookups as in the radix tree (:class:`kvlab.radix.HitStats`), plus blocks cached,
+    duplicates not cached (computed twice at once) and cached blocks evicted by reuse."""
 
-    num_matches: int = 0
-    hit_tokens: int = 0
-    missed_tokens: int = 0
     cached_blocks: int = 0
     duplicate_blocks: int = 0
     evicted_blocks: int = 0
-
-    @property
-    def prefill_tokens_saved(self) -> int:
-        return self.hit_tokens
-
-    @property
-    def hit_rate(self) -> float:
-        total = self.hit_tokens + self.missed_tokens
-        return self.hit_tokens / total if total else 0.0
 
 
 class PrefixCache:

@@ -87,6 +87,7 @@ __all__ = [
     "MatchResult",
     "InsertResult",
     "EvictResult",
+    "HitStats",
     "RadixStats",
     "EvictionPolicy",
     "EVICTION_POLICIES",
@@ -185,8 +186,9 @@ class EvictResult:
 
 
 @dataclass(slots=True)
-class RadixStats:
-    """Counters since the cache was made (``match_prefix`` calls with ``record_stats=True``).
+class HitStats:
+    """Lookups counted by ``match_prefix`` (calls with ``record_stats=True``), shared by the
+    radix tree and the block-hash cache.
 
     hit_tokens: prompt tokens found in the cache (their prefill is skipped);
     missed_tokens: prompt tokens not found (they must be prefilled).
@@ -195,12 +197,6 @@ class RadixStats:
     num_matches: int = 0
     hit_tokens: int = 0
     missed_tokens: int = 0
-    num_inserts: int = 0
-    inserted_tokens: int = 0
-    duplicate_tokens: int = 0
-    num_splits: int = 0
-    evicted_tokens: int = 0
-    evicted_nodes: int = 0
 
     @property
     def prefill_tokens_saved(self) -> int:
@@ -210,6 +206,18 @@ class RadixStats:
     def hit_rate(self) -> float:
         total = self.hit_tokens + self.missed_tokens
         return self.hit_tokens / total if total else 0.0
+
+
+@dataclass(slots=True)
+class RadixStats(HitStats):
+    """The radix tree's counters: lookups (:class:`HitStats`), inserts, splits, evictions."""
+
+    num_inserts: int = 0
+    inserted_tokens: int = 0
+    duplicate_tokens: int = 0
+    num_splits: int = 0
+    evicted_tokens: int = 0
+    evicted_nodes: int = 0
 
 
 # --------------------------------------------------------------------------- policies
