@@ -164,14 +164,13 @@ def bench_decode(cfg, timer, peak, num_sms, skip_ref, log):
                         gbps = kv_bytes / (ms * 1e-3) / 1e9
                         split_rows.append(dict(dtype=dtype_name, batch=batch, context=ctx, num_splits=s, ms=ms, GBps=gbps,
                                                pct_peak=None if peak is None else 100 * gbps * 1e9 / peak))
-                del k_contig, v_contig
-        del k_cache, v_cache
+                k_contig = v_contig = None                              # free memory before the next size
     return rows, split_rows
 
 
 def bench_extend(cfg, timer, skip_ref, log):
     rows = []
-    heads, kv_heads, head_dim, bs = cfg["heads"], cfg["kv_heads"], cfg["head_dim"], cfg["block_size"]
+    heads, head_dim, bs = cfg["heads"], cfg["head_dim"], cfg["block_size"]
     prefix, extend = cfg["extend"]["prefix"], cfg["extend"]["extend"]
     for dtype_name in cfg["dtypes"]:
         dtype = getattr(torch, dtype_name)

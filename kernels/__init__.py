@@ -17,7 +17,7 @@ Example::
     print(K.self_test())    # versions, mode, and a known-answer kernel call
 """
 
-from . import _mode  # noqa: I001  -- must run before the kernel modules are imported
+from . import _mode  # noqa: F401, I001  -- must run first: it decides the mode before any kernel is defined
 from ._mode import DEVICE, KERNEL_MODE, kernel_mode_report
 from .block_copy import copy_blocks
 from .extend import extend_attention

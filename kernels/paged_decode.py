@@ -173,12 +173,12 @@ def split_k_combine_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     split_ok = offs_s < NUM_SPLITS
     part = (seq * num_heads + head) * NUM_SPLITS + offs_s                  # (BLOCK_S,)
-    m = tl.load(part_max_ptr + part, mask=split_ok, other=float("-inf"))   # (BLOCK_S,)
-    l = tl.load(part_sum_ptr + part, mask=split_ok, other=0.0)             # (BLOCK_S,)
+    m = tl.load(part_max_ptr + part, mask=split_ok, other=float("-inf"))   # (BLOCK_S,) each split's max
+    s = tl.load(part_sum_ptr + part, mask=split_ok, other=0.0)             # (BLOCK_S,) each split's sum
     acc = tl.load(part_acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :],
                   mask=split_ok[:, None], other=0.0)                       # (BLOCK_S, HEAD_DIM)
     weight = tl.exp(m - tl.max(m, axis=0))                                 # (BLOCK_S,) 0 for empty splits
-    out = tl.sum(acc * weight[:, None], axis=0) / tl.sum(l * weight, axis=0)  # (HEAD_DIM,)
+    out = tl.sum(acc * weight[:, None], axis=0) / tl.sum(s * weight, axis=0)  # (HEAD_DIM,)
     tl.store(out_ptr + seq * stride_out_seq + head * stride_out_head + offs_d,
              out.to(out_ptr.dtype.element_ty))
 

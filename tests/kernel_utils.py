@@ -87,3 +87,19 @@ def assert_guard_intact(big, view):
     inside.view(-1)[index.reshape(-1)] = True
     outside = big[~inside]
     assert bool((outside == SENTINEL).all()), f"{int((outside != SENTINEL).sum())} guard values were overwritten"
+
+
+def tensor(data, **kwargs):
+    """torch.tensor on the kernels' device (so the tests also run unchanged on a GPU)."""
+    kwargs.setdefault("device", DEVICE)
+    return torch.tensor(data, **kwargs)
+
+
+def zeros(*shape, **kwargs):
+    kwargs.setdefault("device", DEVICE)
+    return torch.zeros(*shape, **kwargs)
+
+
+def full(shape, value, **kwargs):
+    kwargs.setdefault("device", DEVICE)
+    return torch.full(shape, value, **kwargs)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kvlab.kernels import copy_blocks, copy_blocks_ref, store_kvcache, store_kvcache_ref
-from kernel_utils import assert_guard_intact, guarded_copy, make_paged_cache, randn
+from kernel_utils import assert_guard_intact, full, guarded_copy, make_paged_cache, randn, tensor, zeros
 
 F32, F16 = torch.float32, torch.float16
 
@@ -34,7 +34,7 @@ def test_store_matches_reference(case):
     k_big, k_cache, v_big, v_cache = _guarded_caches([45, 20], block_size, kv_heads, head_dim, dtype)
     key = randn(len(slots), kv_heads, head_dim, dtype=dtype, seed=2)       # (num_tokens, kv_heads, head_dim)
     value = randn(len(slots), kv_heads, head_dim, dtype=dtype, seed=3)
-    slot_mapping = torch.tensor(slots, dtype=torch.int64, device=key.device)
+    slot_mapping = tensor(slots, dtype=torch.int64, device=key.device)
     k_ref, v_ref = store_kvcache_ref(key, value, k_cache.clone(), v_cache.clone(), slot_mapping)
     assert store_kvcache(key, value, k_cache, v_cache, slot_mapping.to(torch.int32)) is None
     assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
@@ -46,8 +46,8 @@ def test_store_all_padding_and_empty_batch_change_nothing():
     k_big, k_cache, v_big, v_cache = _guarded_caches([8], 4, 2, 16, F32)
     before = k_cache.clone()
     key = randn(3, 2, 16)
-    store_kvcache(key, key, k_cache, v_cache, torch.full((3,), -1, dtype=torch.int64))
-    store_kvcache(key[:0], key[:0], k_cache, v_cache, torch.zeros(0, dtype=torch.int64))
+    store_kvcache(key, key, k_cache, v_cache, full((3,), -1, dtype=torch.int64))
+    store_kvcache(key[:0], key[:0], k_cache, v_cache, zeros(0, dtype=torch.int64))
     assert torch.equal(k_cache, before)
     assert_guard_intact(k_big, k_cache)
 
@@ -56,7 +56,7 @@ def test_store_non_contiguous_key():
     k_big, k_cache, v_big, v_cache = _guarded_caches([8], 4, 2, 16, F32)
     kv = randn(5, 2, 2, 16)                                                 # (tokens, k/v, kv_heads, head_dim)
     key, value = kv[:, 0], kv[:, 1]                                         # strided views
-    slots = torch.tensor([1, 2, 3, -1, 9])
+    slots = tensor([1, 2, 3, -1, 9])
     k_ref, v_ref = store_kvcache_ref(key, value, k_cache.clone(), v_cache.clone(), slots)
     store_kvcache(key, value, k_cache, v_cache, slots)
     assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
@@ -66,8 +66,8 @@ def test_store_non_contiguous_key():
     "case",
     [
         (2, 32, 4, F32, [(0, 3), (2, 1)]),
-        (1, 16, 4, F16, torch.tensor([[4, 0], [4, 2], [5, 3]], dtype=torch.int32)),  # one source, two copies
-        (8, 128, 16, F16, torch.tensor([[1, 2]], dtype=torch.int64)),                 # 4 chunks of 4096
+        (1, 16, 4, F16, tensor([[4, 0], [4, 2], [5, 3]], dtype=torch.int32)),  # one source, two copies
+        (8, 128, 16, F16, tensor([[1, 2]], dtype=torch.int64)),                 # 4 chunks of 4096
     ],
     ids=["list-fp32", "int32-tensor-fp16", "int64-tensor-real-size"],
 )
@@ -86,7 +86,7 @@ def test_copy_on_write_then_diverge():
     k_big, k_cache, v_big, v_cache = _guarded_caches([6], 4, 2, 16, F32)   # blocks 0..4 (3 spare)
     shared = k_cache[1].clone()
     copy_blocks(k_cache, v_cache, [(1, 4)])
-    store_kvcache(randn(1, 2, 16, seed=9), randn(1, 2, 16, seed=10), k_cache, v_cache, torch.tensor([4 * 4 + 2]))
+    store_kvcache(randn(1, 2, 16, seed=9), randn(1, 2, 16, seed=10), k_cache, v_cache, tensor([4 * 4 + 2]))
     assert torch.equal(k_cache[1], shared), "the original block must be untouched"
     assert torch.equal(k_cache[4, :2], shared[:2]) and not torch.equal(k_cache[4, 2], shared[2])
     copy_blocks(k_cache, v_cache, [])                                       # no pairs: nothing happens
@@ -96,7 +96,7 @@ def test_store_and_copy_bf16():
     """bf16 arithmetic is broken in the interpreter, but pure moves of bf16 data are exact."""
     k_big, k_cache, v_big, v_cache = _guarded_caches([7], 4, 2, 16, torch.bfloat16)
     key, value = randn(3, 2, 16, dtype=torch.bfloat16), randn(3, 2, 16, dtype=torch.bfloat16, seed=4)
-    slots = torch.tensor([1, -1, 14])
+    slots = tensor([1, -1, 14])
     k_ref, v_ref = store_kvcache_ref(key, value, k_cache.clone(), v_cache.clone(), slots)
     k_ref, v_ref = copy_blocks_ref(k_ref, v_ref, [(0, 3)])
     store_kvcache(key, value, k_cache, v_cache, slots)

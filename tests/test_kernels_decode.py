@@ -10,7 +10,7 @@ import torch
 from kvlab.kernels import KERNEL_MODE, naive_attention, paged_decode_attention, paged_decode_attention_ref
 from kvlab.kernels.paged_decode import launch_paged_decode
 from kvlab.kernels.reference import gather_kv
-from kernel_utils import assert_guard_intact, guarded_empty, make_paged_cache, randn, tolerance
+from kernel_utils import assert_guard_intact, guarded_empty, make_paged_cache, randn, tensor, tolerance, zeros
 
 F32, F16 = torch.float32, torch.float16
 
@@ -36,7 +36,7 @@ def _inputs(case, seed=0):
     h, kvh, d, bs, dtype, lens, splits = case
     k_cache, v_cache, block_tables = make_paged_cache(lens, bs, kvh, d, dtype, seed=seed)
     q = randn(len(lens), h, d, dtype=dtype, seed=seed + 1)               # (num_seqs, num_heads, head_dim)
-    context_lens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+    context_lens = tensor(lens, dtype=torch.int32, device=q.device)
     return q, k_cache, v_cache, block_tables, context_lens
 
 
@@ -69,7 +69,7 @@ def test_result_does_not_depend_on_where_blocks_sit():
     h, kvh, d, bs, lens = 8, 2, 32, 4, [6, 13, 16]
     k1, v1, t1 = make_paged_cache(lens, bs, kvh, d, F32, seed=3)
     q = randn(len(lens), h, d, seed=4)
-    context_lens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+    context_lens = tensor(lens, dtype=torch.int32, device=q.device)
     # Move every block to a new place and rewrite the tables to match.
     perm = torch.randperm(k1.shape[0], generator=torch.Generator().manual_seed(5)).to(q.device)
     k2, v2 = torch.empty_like(k1), torch.empty_like(v1)
@@ -109,7 +109,7 @@ def test_no_stray_writes_around_output(num_splits):
 
 def test_non_contiguous_query():
     q, k_cache, v_cache, block_tables, context_lens = _inputs((4, 2, 32, 4, F32, [5, 11], 1))
-    q_wide = torch.zeros(q.shape[0], q.shape[1], 2 * q.shape[2], device=q.device)
+    q_wide = zeros(q.shape[0], q.shape[1], 2 * q.shape[2], device=q.device)
     q_wide[..., ::2] = q
     q_strided = q_wide[..., ::2]                                            # stride 2 in head_dim
     out = paged_decode_attention(q_strided, k_cache, v_cache, block_tables, context_lens)

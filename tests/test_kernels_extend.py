@@ -10,7 +10,7 @@ import torch
 from kvlab.kernels import KERNEL_MODE, extend_attention, extend_attention_ref, naive_attention, paged_decode_attention
 from kvlab.kernels.extend import launch_extend_attention
 from kvlab.kernels.reference import gather_kv
-from kernel_utils import assert_guard_intact, guarded_empty, make_paged_cache, randn, tolerance
+from kernel_utils import assert_guard_intact, guarded_empty, make_paged_cache, randn, tensor, tolerance
 
 F32, F16 = torch.float32, torch.float16
 
@@ -41,7 +41,7 @@ def _inputs(case, seed=0):
 def test_extend_matches_reference(case):
     q, k_cache, v_cache, block_tables = _inputs(case)
     pre, ext = case[5], case[6]
-    out = extend_attention(q, k_cache, v_cache, block_tables, torch.tensor(pre, dtype=torch.int32), ext)
+    out = extend_attention(q, k_cache, v_cache, block_tables, tensor(pre, dtype=torch.int32), ext)
     ref = extend_attention_ref(q, k_cache, v_cache, block_tables, pre, ext)
     assert out.shape == q.shape and out.dtype == q.dtype
     torch.testing.assert_close(out, ref, **tolerance(q.dtype))
@@ -63,14 +63,14 @@ def test_cached_prefix_equals_full_recomputation():
 def test_one_new_token_equals_decode():
     q, k_cache, v_cache, block_tables = _inputs((8, 2, 32, 4, F32, [9, 0, 4], [1, 1, 1]))
     out = extend_attention(q, k_cache, v_cache, block_tables, [9, 0, 4], [1, 1, 1])
-    dec = paged_decode_attention(q, k_cache, v_cache, block_tables, torch.tensor([10, 1, 5], dtype=torch.int32))
+    dec = paged_decode_attention(q, k_cache, v_cache, block_tables, tensor([10, 1, 5], dtype=torch.int32))
     torch.testing.assert_close(out, dec, atol=1e-6, rtol=1e-6)
 
 
 def test_no_stray_writes_around_output():
     q, k_cache, v_cache, block_tables = _inputs((4, 1, 32, 4, F16, [5, 0], [3, 10]))
     big, out = guarded_empty(tuple(q.shape), q.dtype)
-    as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=q.device)  # noqa: E731
+    as_i32 = lambda xs: tensor(xs, dtype=torch.int32, device=q.device)  # noqa: E731
     launch_extend_attention(q, k_cache, v_cache, block_tables, as_i32([0, 3]), as_i32([5, 0]), as_i32([3, 10]), 10,
                             out, 32**-0.5)
     assert_guard_intact(big, out)

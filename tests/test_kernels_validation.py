@@ -14,19 +14,19 @@ from kvlab.kernels import (
     paged_decode_attention,
     store_kvcache,
 )
-from kernel_utils import make_paged_cache, randn
+from kernel_utils import make_paged_cache, randn, tensor, zeros
 
 
 def decode_args(**change):
     """Valid decode inputs (2 sequences, 4 query heads, 2 KV heads, head_dim 16, block size 4)."""
     k_cache, v_cache, block_tables = make_paged_cache([5, 8], 4, 2, 16, torch.float32)
     args = dict(q=randn(2, 4, 16), k_cache=k_cache, v_cache=v_cache, block_tables=block_tables,
-                context_lens=torch.tensor([5, 8], dtype=torch.int32))
+                context_lens=tensor([5, 8], dtype=torch.int32))
     return {**args, **{k: (v(args) if callable(v) else v) for k, v in change.items()}}
 
 
 def bad_cache(shape=(6, 4, 2, 16), dtype=torch.float32):
-    return torch.zeros(shape, dtype=dtype)
+    return zeros(shape, dtype=dtype)
 
 
 DECODE_ERRORS = [
@@ -40,25 +40,26 @@ DECODE_ERRORS = [
     ("k-ndim", dict(k_cache=lambda a: a["k_cache"][0]), "k_cache must have 4 dimensions"),
     ("v-shape", dict(v_cache=lambda a: a["v_cache"][:-1].clone()), "v_cache shape"),
     ("v-dtype", dict(v_cache=lambda a: a["v_cache"].half()), "v_cache dtype"),
-    ("v-strides", dict(v_cache=lambda a: torch.zeros(a["v_cache"].shape[0] * 2, *a["v_cache"].shape[1:])[::2]),
+    ("v-strides", dict(v_cache=lambda a: zeros(a["v_cache"].shape[0] * 2, *a["v_cache"].shape[1:])[::2]),
      "v_cache strides"),
     ("block-size-not-pow2", dict(k_cache=bad_cache((6, 6, 2, 16)), v_cache=bad_cache((6, 6, 2, 16))),
      r"block_size \(k_cache.shape\[1\]\) must be a power of two.*6"),
     ("head-dim-not-pow2", dict(q=randn(2, 4, 24), k_cache=bad_cache((6, 4, 2, 24)), v_cache=bad_cache((6, 4, 2, 24))),
      r"head_dim \(k_cache.shape\[3\]\) must be a power of two.*24"),
-    ("cache-not-contiguous", dict(k_cache=bad_cache((6, 4, 16, 2)).transpose(2, 3), v_cache=bad_cache((6, 4, 16, 2)).transpose(2, 3)),
+    ("cache-not-contiguous",
+     dict(k_cache=bad_cache((6, 4, 16, 2)).transpose(2, 3), v_cache=bad_cache((6, 4, 16, 2)).transpose(2, 3)),
      "k_cache must be contiguous in its last two dimensions"),
-    ("lens-float", dict(context_lens=torch.tensor([5.0, 8.0])), "context_lens has dtype float32"),
-    ("lens-count", dict(context_lens=torch.tensor([5], dtype=torch.int32)), "context_lens has 1 entries, expected 2"),
-    ("lens-zero", dict(context_lens=torch.tensor([0, 8], dtype=torch.int32)), r"context_lens\[0\] = 0"),
-    ("lens-over-capacity", dict(context_lens=torch.tensor([5, 13], dtype=torch.int32)),
+    ("lens-float", dict(context_lens=tensor([5.0, 8.0])), "context_lens has dtype float32"),
+    ("lens-count", dict(context_lens=tensor([5], dtype=torch.int32)), "context_lens has 1 entries, expected 2"),
+    ("lens-zero", dict(context_lens=tensor([0, 8], dtype=torch.int32)), r"context_lens\[0\] = 0"),
+    ("lens-over-capacity", dict(context_lens=tensor([5, 13], dtype=torch.int32)),
      r"context_lens\[1\] = 13 exceeds .* 3 blocks x block_size 4 = 12"),
     ("table-ndim", dict(block_tables=lambda a: a["block_tables"][0]), "block_tables must have 2 dimensions"),
     ("table-float", dict(block_tables=lambda a: a["block_tables"].float()), "block_tables has dtype float32"),
     ("table-rows", dict(block_tables=lambda a: a["block_tables"][:1]), "block_tables has 1 rows but context_lens has 2"),
-    ("block-id-too-big", dict(block_tables=lambda a: a["block_tables"].index_fill(1, torch.tensor([1]), 99)),
+    ("block-id-too-big", dict(block_tables=lambda a: a["block_tables"].index_fill(1, tensor([1]), 99)),
      r"block_tables\[0, 1\] = 99 is not a block id in \[0, 7\)"),
-    ("block-id-negative", dict(block_tables=lambda a: a["block_tables"].index_fill(1, torch.tensor([0]), -1)),
+    ("block-id-negative", dict(block_tables=lambda a: a["block_tables"].index_fill(1, tensor([0]), -1)),
      r"block_tables\[0, 0\] = -1"),
 ]
 
@@ -97,7 +98,7 @@ def test_bf16_refused_in_interpreter():
 def store_args(**change):
     k_cache, v_cache, _ = make_paged_cache([8], 4, 2, 16, torch.float32)    # 5 blocks, 20 slots
     args = dict(key=randn(3, 2, 16), value=randn(3, 2, 16), k_cache=k_cache, v_cache=v_cache,
-                slot_mapping=torch.tensor([0, -1, 19]))
+                slot_mapping=tensor([0, -1, 19]))
     return {**args, **change}
 
 
@@ -105,12 +106,12 @@ STORE_ERRORS = [
     ("key-shape", dict(key=randn(3, 1, 16)), r"key has shape \(3, 1, 16\); expected \(num_tokens, 2, 16\)"),
     ("value-dtype", dict(value=randn(3, 2, 16).half()), "value dtype torch.float16 differs"),
     ("value-tokens", dict(value=randn(2, 2, 16)), "value has 2 tokens but key has 3"),
-    ("slots-count", dict(slot_mapping=torch.tensor([0, 1])), "slot_mapping has 2 entries but key has 3 tokens"),
-    ("slots-float", dict(slot_mapping=torch.tensor([0.0, 1.0, 2.0])), "slot_mapping has dtype float32"),
-    ("slot-too-big", dict(slot_mapping=torch.tensor([0, 20, 1])), r"slot_mapping\[1\] = 20 is neither -1 nor a slot in \[0, 20\)"),
-    ("slot-minus-two", dict(slot_mapping=torch.tensor([-2, 0, 1])), r"slot_mapping\[0\] = -2"),
-    ("slot-twice", dict(slot_mapping=torch.tensor([7, -1, 7])), "writes slot 7 more than once"),
-    ("cache-dtype", dict(k_cache=torch.zeros(5, 4, 2, 16, dtype=torch.int32)), "k_cache has dtype int32"),
+    ("slots-count", dict(slot_mapping=tensor([0, 1])), "slot_mapping has 2 entries but key has 3 tokens"),
+    ("slots-float", dict(slot_mapping=tensor([0.0, 1.0, 2.0])), "slot_mapping has dtype float32"),
+    ("slot-too-big", dict(slot_mapping=tensor([0, 20, 1])), r"slot_mapping\[1\] = 20 is neither -1 nor a slot in \[0, 20\)"),
+    ("slot-minus-two", dict(slot_mapping=tensor([-2, 0, 1])), r"slot_mapping\[0\] = -2"),
+    ("slot-twice", dict(slot_mapping=tensor([7, -1, 7])), "writes slot 7 more than once"),
+    ("cache-dtype", dict(k_cache=zeros(5, 4, 2, 16, dtype=torch.int32)), "k_cache has dtype int32"),
 ]
 
 
@@ -123,7 +124,7 @@ def test_store_rejects(change, match):
 def extend_args(**change):
     k_cache, v_cache, block_tables = make_paged_cache([6, 3], 4, 2, 16, torch.float32)
     args = dict(q=randn(5, 4, 16), k_cache=k_cache, v_cache=v_cache, block_tables=block_tables,
-                prefix_lens=[4, 0], extend_lens=torch.tensor([2, 3], dtype=torch.int32))
+                prefix_lens=[4, 0], extend_lens=tensor([2, 3], dtype=torch.int32))
     return {**args, **change}
 
 
@@ -132,10 +133,10 @@ EXTEND_ERRORS = [
     ("negative-prefix", dict(prefix_lens=[-1, 0], q=randn(5, 4, 16)), r"prefix_lens\[0\] = -1 is negative"),
     ("lens-count", dict(extend_lens=[5]), "extend_lens has 1 entries, expected 2"),
     ("lens-not-ints", dict(prefix_lens=["a", 0]), "prefix_lens must be a 1-D int tensor or a list of ints"),
-    ("lens-2d", dict(prefix_lens=torch.zeros(2, 1, dtype=torch.int32)), "prefix_lens must be 1-D"),
+    ("lens-2d", dict(prefix_lens=zeros(2, 1, dtype=torch.int32)), "prefix_lens must be 1-D"),
     ("over-capacity", dict(prefix_lens=[11, 0]), r"prefix_lens\[0\] \+ extend_lens\[0\] = 13 exceeds .* = 12 tokens"),
     ("padding-entry-used", dict(prefix_lens=[7, 0]), r"block_tables\[0, 2\] = -1 .* prefix_lens\[0\] \+ extend_lens\[0\] = 9"),
-    ("bad-block", dict(block_tables=torch.tensor([[0, 99, 0], [1, 2, 3]], dtype=torch.int32)),
+    ("bad-block", dict(block_tables=tensor([[0, 99, 0], [1, 2, 3]], dtype=torch.int32)),
      r"block_tables\[0, 1\] = 99"),
     ("q-dtype", dict(q=randn(5, 4, 16).half()), "q dtype torch.float16 differs"),
     ("heads", dict(q=randn(5, 3, 16)), "num_heads=3"),
@@ -154,8 +155,8 @@ COPY_ERRORS = [
     ("dst-twice", [(0, 3), (1, 3)], "destination block twice: \\[3\\]"),
     ("src-is-dst", [(0, 1), (1, 2)], r"block\(s\) \[1\] as both source and destination"),
     ("not-pairs", [(0, 1, 2)], "block_mapping must be \\(src, dst\\) pairs"),
-    ("tensor-shape", torch.tensor([[0, 1, 2]]), r"block_mapping must have shape \(n, 2\)"),
-    ("tensor-float", torch.tensor([[0.0, 1.0]]), "block_mapping has dtype torch.float32"),
+    ("tensor-shape", tensor([[0, 1, 2]]), r"block_mapping must have shape \(n, 2\)"),
+    ("tensor-float", tensor([[0.0, 1.0]]), "block_mapping has dtype torch.float32"),
 ]
 
 
@@ -171,6 +172,6 @@ def test_copy_rejects_non_contiguous_blocks():
     v_cache = randn(3, 5, 2, 16, seed=2)[:, :4]
     copy_blocks(k_cache, v_cache, [(0, 2)])
     assert torch.equal(k_cache[2], k_cache[0]) and torch.equal(v_cache[2], v_cache[0])
-    wide = torch.zeros(5, 8, 2, 16)[:, ::2]                                 # ...gaps between tokens are not
+    wide = zeros(5, 8, 2, 16)[:, ::2]                                 # ...gaps between tokens are not
     with pytest.raises(ValueError, match="blocks must be contiguous"):
-        copy_blocks(wide, torch.zeros(5, 8, 2, 16)[:, ::2], [(0, 1)])
+        copy_blocks(wide, zeros(5, 8, 2, 16)[:, ::2], [(0, 1)])
