@@ -158,12 +158,12 @@ def test_stepper_buttons_and_slider_update_caption_and_figure():
     fig1 = s._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     assert fig0["layout"]["title"]["subtitle"]["text"] != fig1["layout"]["title"]["subtitle"]["text"]
     assert fig0["layout"]["xaxis"]["range"] == fig1["layout"]["xaxis"]["range"]
-    s._play.value = 6  # what the browser's timer does
-    assert s.index == 6 and s._slider.value == 6 and "cow" in s.caption
+    s._play.value = 7  # what the browser's timer does (1-based, as the caption)
+    assert s.index == 6 and s._slider.value == 7 and "cow" in s.caption and "step 7 / 12" in s._caption.value
     s._prev.click()
     assert s.index == 5
     s._reset.click()
-    assert s.index == 0 and s._play.value == 0
+    assert s.index == 0 and s._play.value == 1 and s._slider.value == 1
     s.go(11)
     s.next()
     assert s.index == 11  # stays at the end

@@ -28,9 +28,14 @@ CSS classes for browser tests (ipywidgets ``_dom_classes``; select with ``.kvlab
     translation:  kvlab-translation (box), kvlab-pos-slider, kvlab-block-size-slider,
                   kvlab-block-table (text field), kvlab-chain (the chain, HTML),
                   kvlab-translation-error, kvlab-figure
-    A Button's clickable element carries the class itself (``button.kvlab-next``); a
-    slider's class sits on its outer ``div`` (``.kvlab-pos-slider``), whose input is
-    ``.kvlab-pos-slider .widget-readout`` / the slider handle ``.noUi-handle``.
+    Checked in JupyterLab 4 + Chromium (playwright): a Button carries the class itself
+    (``button.kvlab-next``); the Play widget's class is on its container, whose first button
+    starts playing (``.kvlab-play button``); a slider's class is on its outer div: focus
+    ``.kvlab-pos-slider .noUi-handle`` and press ArrowRight, or click its editable readout
+    ``.kvlab-pos-slider .widget-readout``, type a number and press Enter. The stepper's
+    slider and Play count from 1, like its caption ("step 2 / 12"). Plotly figures sit in
+    Output widgets (``.kvlab-figure .js-plotly-plot``); radix trees are inline SVG
+    (``.kvlab-svg svg``).
 
 Imports plotly, ipywidgets and graphviz lazily where possible; the memory, compute and
 simulation layers never import this package.

@@ -113,8 +113,8 @@ class Stepper:
         """Show frame ``i`` (0-based)."""
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.frames):
             raise ValueError(f"step {i!r} is outside 0..{len(self.frames) - 1}")
-        if self.widget is not None and self._slider.value != i:
-            self._slider.value = i  # the slider's observer calls _show
+        if self.widget is not None and self._slider.value != i + 1:
+            self._slider.value = i + 1  # the slider (1-based, as the caption) calls _show
         else:
             self._show(i)
 
@@ -127,7 +127,7 @@ class Stepper:
     def reset(self) -> None:
         if self.widget is not None:
             self._play.playing = False
-            self._play.value = 0
+            self._play.value = 1
         self.go(0)
 
     def figure(self) -> Any:
@@ -166,9 +166,10 @@ class Stepper:
         self._prev = button("◀ prev", "kvlab-prev", "previous step")
         self._next = button("next ▶", "kvlab-next", "next step")
         self._reset = button("⟲ reset", "kvlab-reset", "back to the first step")
-        self._play = W.Play(value=0, min=0, max=n - 1, step=1, interval=interval_ms, description="play")
+        # Play and the slider count steps from 1, as the caption does ("step 2 / 12").
+        self._play = W.Play(value=1, min=1, max=n, step=1, interval=interval_ms, description="play")
         self._play.add_class("kvlab-play")
-        self._slider = W.IntSlider(value=0, min=0, max=n - 1, description="step", continuous_update=True)
+        self._slider = W.IntSlider(value=1, min=1, max=n, description="step", continuous_update=True)
         self._slider.add_class("kvlab-step-slider")
         self._link = W.link((self._play, "value"), (self._slider, "value"))
         self._caption = W.HTML(self._caption_html())
@@ -178,7 +179,7 @@ class Stepper:
         self._prev.on_click(lambda _b: self.prev())
         self._next.on_click(lambda _b: self.next())
         self._reset.on_click(lambda _b: self.reset())
-        self._slider.observe(lambda ch: self._show(ch["new"]), names="value")
+        self._slider.observe(lambda ch: self._show(ch["new"] - 1), names="value")
         view = self._render_widget()
         controls = W.HBox([self._reset, self._prev, self._play, self._next, self._slider])
         self.widget = W.VBox([controls, self._caption, self._error, view])

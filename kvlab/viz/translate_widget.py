@@ -174,11 +174,11 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
                f"(pos % {bs}) → P{chain['physical_block']} → slot {chain['slot']} → byte {chain['byte_address']}")
     else:
         sub = f"error: {chain['error']}"
-    width = th.grid_width + 150
+    width = th.grid_width
     fig = go.Figure(data=texts)
     fig.update_layout(
         width=width, height=330 if not th.high_contrast else 420, template="none", shapes=shapes,
-        annotations=annotations, showlegend=False, margin=dict(l=150, r=10, t=80, b=20),
+        annotations=annotations, showlegend=False, margin=dict(l=135, r=10, t=80, b=20),
         title=dict(text=f"Address translation through the block table ({source_label(source)})", x=0.01,
                    subtitle=dict(text=html.escape(sub), font=dict(size=th.font_size)),
                    font=dict(size=th.title_size, color=th.text_color)),
