@@ -36,6 +36,7 @@ ATTENTION_CONFIGS = [
     (1, 1, 16, 4, torch.float32, 1),      # self_test
     (4, 1, 32, 4, torch.float16, 1),      # lesson, GQA 4
     (8, 2, 32, 4, torch.float32, 2),      # lesson, split-K
+    (4, 2, 32, 4, torch.float32, 1),      # the bundled tiny model (GQA 2)
     (2, 2, 8, 4, torch.float32, 1),       # head_dim < 16: no tl.dot
     (8, 1, 64, 16, torch.float16, 1),     # GQA 8
     (32, 8, 128, 16, torch.float16, 1),   # Llama-style, the benchmark shape
@@ -46,6 +47,7 @@ ATTENTION_CONFIGS = [
 CACHE_CONFIGS = [
     (1, 16, 4, torch.float32),
     (2, 32, 4, torch.float16),
+    (2, 32, 4, torch.float32),            # the bundled tiny model
     (3, 8, 4, torch.float32),             # row of 24 elements: padded to 32
     (8, 128, 16, torch.float16),
     (8, 128, 16, torch.bfloat16),
