@@ -297,3 +297,80 @@ def test_prefill_tokens_accepts_solution_rejects_wrong():
     assert passes(check.prefill_tokens, S07.prefill_tokens)
     for wrong in (stub, prefill_no_cap, prefill_previous_only, prefill_shared_tokens):
         assert not passes(check.prefill_tokens, wrong), wrong.__name__
+
+
+# ------------------------------------------------------------------ 08 eviction, scheduling
+S08 = solution("08_eviction_scheduling")
+
+
+def _below(root):
+    for c in root.children.values():
+        yield c
+        yield from _below(c)
+
+
+def _evict_by(key, respect_locks=True, cascade=True):
+    """An eviction order builder with one rule switched (each a plausible bug)."""
+    def fn(root, num_tokens):
+        nodes, removed, order, freed = list(_below(root)), set(), [], 0
+        if not cascade:
+            leaves = sorted((n for n in nodes if not n.children and n.lock_ref == 0), key=key)
+            for n in leaves:
+                if freed >= num_tokens:
+                    break
+                order.append(n.id)
+                freed += len(n.key)
+            return order
+        while freed < num_tokens:
+            cands = [n for n in nodes if n.id not in removed and (n.lock_ref == 0 or not respect_locks)
+                     and all(c.id in removed for c in n.children.values())]
+            if not cands:
+                break
+            v = min(cands, key=key)
+            removed.add(v.id)
+            order.append(v.id)
+            freed += len(v.key)
+        return order
+    return fn
+
+
+def test_lru_evict_accepts_solution_rejects_wrong():
+    lru = lambda n: (n.last_access_time, n.id)  # noqa: E731
+    assert passes(check.lru_evict, S08.lru_evict)
+    assert passes(check.lru_evict, _evict_by(lru))  # the builder itself is right
+    wrong = [stub, _evict_by(lru, respect_locks=False), _evict_by(lru, cascade=False),
+             _evict_by(lambda n: (-n.last_access_time, n.id)), _evict_by(lambda n: (len(n.key), n.id)),
+             lambda root, k: S08.lru_evict(root, k + 1)]
+    for w in wrong:
+        assert not passes(check.lru_evict, w)
+
+
+def lock_node_only(node):
+    d = -len(node.key) if node.lock_ref == 0 else 0
+    node.lock_ref += 1
+    return d
+
+
+def lock_with_root(node):
+    d = 0
+    while node is not None:
+        if node.lock_ref == 0:
+            d -= len(node.key)
+        node.lock_ref += 1
+        node = node.parent
+    return d
+
+
+def lock_counts_locked_too(node):
+    d = 0
+    while node.parent is not None:
+        d -= len(node.key)
+        node.lock_ref += 1
+        node = node.parent
+    return d
+
+
+def test_inc_lock_ref_accepts_solution_rejects_wrong():
+    assert passes(check.inc_lock_ref, S08.inc_lock_ref)
+    for wrong in (stub, lock_node_only, lock_with_root, lock_counts_locked_too, lambda n: -S08.inc_lock_ref(n)):
+        assert not passes(check.inc_lock_ref, wrong)
