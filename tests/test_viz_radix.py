@@ -134,3 +134,32 @@ def test_classroom_graph_bigger(frames):
     finally:
         viz.classroom(False)
     assert "fontsize=12" in small and "fontsize=24" in big and "penwidth=4.5" in big
+
+
+def test_radix_pool_on_the_memory_map():
+    cache = RadixCache(BlockAllocator(16, 1))
+    serve_request(cache, [1, 2, 3, 4], rid="R1")
+    r2 = serve_request(cache, [1, 2, 3, 9], rid="R2")
+    tree = cache.snapshot()
+    snap = viz.pool_snapshot(cache.allocator, {f"node {n.id}": n.kv for n in tree.nodes})
+    snap.check_integrity()
+    d = viz.memory_map_data(snap, highlight=list(r2.matched_kv))
+    assert d["highlight"] == [0, 1, 2]
+    assert d["color"][4] == viz.assign_colors(["R1", "R2"])["R2"] and d["color"][5] == viz.FREE
+    assert d["label"][3].startswith("P3<br>node ")
+    with pytest.raises(ValueError, match="99"):
+        viz.pool_snapshot(cache.allocator, {"x": [99]})
+
+
+def test_static_display_of_radix_and_translation(monkeypatch, frames):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
+    viz.radix_stepper(frames, static=True)._ipython_display_()
+    assert [type(o).__name__ for o in shown] == ["HTML", "SVG"]
+    assert "人工呢" not in shown[1].data and "warm-up" in shown[1].data  # first frame
+    shown.clear()
+    viz.TranslationWidget(static=True)._ipython_display_()
+    assert [type(o).__name__ for o in shown] == ["HTML", "Figure"]
+    assert "block_table[2] = 1" in shown[0].data

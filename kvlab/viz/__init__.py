@@ -4,6 +4,7 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     memory_map_figure(snapshot)            the paged pool as a grid (12 to 4,096+ blocks)
     animate_memory_map(snapshots, log)     plotly animation, one frame per event
     memory_map_stepper(snapshots, log)     the same in the stepper widget
+    pool_snapshot(allocator, tables)       a bare allocator's pool (e.g. under a RadixCache) as a snapshot
     TranslationWidget()                    pos -> logical block, offset -> table -> physical -> address
     run_compare(trace) -> steps; compare_figure(step), animate_compare(steps), compare_stepper(trace)
                                            contiguous versus paged on one trace
@@ -61,7 +62,7 @@ from .kernel_view import (
 )
 from .memory_map import (
     GridLayout, MemoryMapView, animate_memory_map, grid_layout, memory_frames, memory_map_data,
-    memory_map_figure, memory_map_stepper,
+    memory_map_figure, memory_map_stepper, pool_snapshot,
 )
 from .palette import (
     FREE, HIGHLIGHT, HIT, MISS, EVICTED, REQUEST_COLORS, SHARED_OUTLINE, assign_colors, classroom,
@@ -83,7 +84,7 @@ __all__ = [
     "BlockRead", "kernel_access_data", "kernel_access_figure", "kernel_access_frames", "kernel_access_order",
     "kernel_access_stepper",
     "GridLayout", "MemoryMapView", "animate_memory_map", "grid_layout", "memory_frames", "memory_map_data",
-    "memory_map_figure", "memory_map_stepper",
+    "memory_map_figure", "memory_map_stepper", "pool_snapshot",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
     "Frame", "Stepper",

@@ -39,7 +39,7 @@ from .palette import (
 
 __all__ = [
     "GridLayout", "grid_layout", "snapshot_ids", "memory_map_data", "memory_map_figure",
-    "memory_frames", "animate_memory_map", "memory_map_stepper", "event_highlight",
+    "memory_frames", "animate_memory_map", "memory_map_stepper", "event_highlight", "pool_snapshot",
 ]
 
 LABELLED_MAX = 64  # up to this many blocks: squares with text labels
@@ -213,6 +213,34 @@ def memory_map_data(
         "caption": snapshot.caption,
         "layout": lay,
     }
+
+
+def pool_snapshot(allocator: Any, tables: dict[str, Sequence[int]] | None = None, caption: str = "") -> MemorySnapshot:
+    """A MemorySnapshot of a bare :class:`~kvlab.BlockAllocator` (e.g. the pool under a
+    ``RadixCache``), read only. ``tables``: who holds which blocks, drawn as block tables
+    (for a radix tree: ``{f"node {n.id}": n.kv for n in cache.snapshot().nodes}``); held
+    blocks count as full. Blocks in no table are drawn with their owner's colour.
+
+    Example:
+        >>> from kvlab import BlockAllocator
+        >>> a = BlockAllocator(4, block_size=2)
+        >>> _ = a.allocate(2, owner="R1")
+        >>> s = pool_snapshot(a, {"R1": [0, 1]})
+        >>> s.ref_count, s.num_tokens, s.free_block_ids
+        ((1, 1, 0, 0), {'R1': 4}, (2, 3))
+    """
+    tables = {str(k): tuple(v) for k, v in (tables or {}).items()}
+    n, bs = allocator.num_blocks, allocator.block_size
+    for k, ids in tables.items():
+        bad = [b for b in ids if not (isinstance(b, int) and 0 <= b < n)]
+        if bad:
+            raise ValueError(f"pool_snapshot: table {k!r} holds unknown block id(s) {bad[:5]}")
+    filled = [bs if allocator.ref_count[b] else 0 for b in range(n)]
+    return MemorySnapshot(
+        num_blocks=n, block_size=bs, ref_count=tuple(allocator.ref_count), owner=tuple(allocator.owner),
+        tables=tables, num_tokens={k: len(v) * bs for k, v in tables.items()}, tokens_in_block=tuple(filled),
+        free_block_ids=tuple(allocator.free_block_ids), caption=caption,
+    )
 
 
 # ------------------------------------------------------------------------ figures
