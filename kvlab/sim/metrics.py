@@ -51,6 +51,7 @@ class RunMetrics:
     sum_physical_blocks: float = 0.0
     sum_loaded_requests: float = 0.0
     max_token_states: float = 0.0
+    max_internal_per_seq: float = 0.0  # paged: the worst iteration's (unfilled slots / sequences)
 
     def add_segment(self, k: int, requests: int, seqs: int, token_states: float, held: int, will_use: int | None,
                     cached: int, ext: int, dup: int, logical: int, physical: int, loaded: bool) -> None:
@@ -62,6 +63,10 @@ class RunMetrics:
             res, internal = will_use - ts, held - will_use
         free = self.capacity - held - cached - ext
         vals = (ts, res, internal, ext, cached, free)
+        if seqs:
+            first = internal + (seqs * (k - 1) / 2 if will_use is None else 0)  # largest at the segment's start
+            self.max_internal_per_seq = max(self.max_internal_per_seq, first / seqs)
+            self.max_token_states = max(self.max_token_states, ts + seqs * (k - 1) / 2)
         self.iterations += k
         self.sum_requests += requests * k
         self.sum_seqs += seqs * k

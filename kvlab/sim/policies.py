@@ -106,10 +106,10 @@ class Group:
     finish_time: float | None = None
     preemptions: int = 0
     node: object = None  # radix: the locked last node
+    gid: str = ""
 
-    @property
-    def gid(self) -> str:
-        return f"r{self.req.req_id}"
+    def __post_init__(self) -> None:
+        self.gid = f"r{self.req.req_id}"
 
     @property
     def prompt_now(self) -> int:
@@ -292,6 +292,7 @@ class PagedPolicy(MemoryPolicy):
     def __init__(self, capacity: int, block_size: int = 16, share: bool = False) -> None:
         num_blocks = self._blocks("paged-share" if share else "paged", capacity, block_size)
         self.shares_forks = share
+        self._forks = 0
         self.mgr = BlockManager(num_blocks, block_size, log=NullLog())
         self.alloc = self.mgr.allocator
 
@@ -329,10 +330,20 @@ class PagedPolicy(MemoryPolicy):
     def grow(self, s: Seq, need: int) -> bool:
         t: BlockTable = s.table
         before = len(t.block_ids)
-        try:
-            t.append_tokens(need - t.num_tokens)
-        except OutOfBlocks:
-            return False
+        if not (self.shares_forks and t._last_block_shared_and_partial()):
+            # Fast path, same effect as t.append_tokens(need - t.num_tokens) when the last
+            # block is not a shared partial one (no copy-on-write): take the missing blocks.
+            k = -(-need // self.block_size) - before
+            if k > self.alloc.num_free_blocks:
+                return False
+            if k > 0:
+                t.block_ids += self.alloc.allocate(k, s.sid)
+            t.num_tokens = need
+        else:
+            try:
+                t.append_tokens(need - t.num_tokens)
+            except OutOfBlocks:
+                return False
         self.logical_blocks += len(t.block_ids) - before
         s.cap = self._cap(t)
         return True
@@ -343,22 +354,32 @@ class PagedPolicy(MemoryPolicy):
             assert not t.append_tokens(cur_len - t.num_tokens) and blocks_needed(cur_len, self.block_size) == len(t.block_ids)
 
     def beam_reorder(self, g: Group, cur_len: int, rng: np.random.Generator, decay: float) -> None:
-        """One beam-search step's bookkeeping: each new beam forks a parent beam (beam i
-        with weight ``decay**i``: the best beams get most children); old beams are freed."""
+        """One beam-search step's bookkeeping: the k new beams pick parents among the k
+        current beams (beam i with weight ``decay**i``: the best beams get most children).
+        A parent with one child continues as it is; each extra child is a ``fork`` (shares
+        every block); a parent with no child is freed. The append that follows copies a
+        shared partial last block (copy-on-write)."""
         k = len(g.seqs)
         w = decay ** np.arange(k)
-        parents = np.sort(rng.choice(k, size=k, p=w / w.sum()))
-        old = g.seqs
-        for s in old:
-            self.sync(s, cur_len)
-        new_tables = [self.mgr.fork(old[j].sid, f"{g.gid}.{i}@{cur_len}") for i, j in enumerate(parents)]
-        for s in old:
-            self.logical_blocks -= len(s.table.block_ids)
-            self.mgr.free(s.sid)
-        g.seqs = []
-        for t in new_tables:
-            g.seqs.append(Seq(t.seq_id, g, cur_len, 0, self._cap(t), t))
-            self.logical_blocks += len(t.block_ids)
+        children = np.bincount(rng.choice(k, size=k, p=w / w.sum()), minlength=k)
+        old, new = g.seqs, []
+        for s, c in zip(old, children):
+            if c:
+                self.sync(s, cur_len)
+                s.base_len, s.base_it = cur_len, 0
+                new.append(s)
+                for _ in range(1, c):
+                    self._forks += 1
+                    t = self.mgr.fork(s.sid, f"{g.gid}.f{self._forks}")
+                    new.append(Seq(t.seq_id, g, cur_len, 0, self._cap(t), t))
+                    self.logical_blocks += len(t.block_ids)
+        for s, c in zip(old, children):
+            if not c:
+                self.logical_blocks -= len(s.table.block_ids)
+                self.mgr.free(s.sid)
+        for s in new:
+            s.cap = self._cap(s.table)
+        g.seqs = new
 
     def release(self, g: Group, cur_len: int, finished: bool) -> None:
         for s in g.seqs:

@@ -395,10 +395,10 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
             ctx0 = SB + B * it
             if check:
                 k = 1
-            elif pending:
-                dt = pending[0][0] - now
-                if cost.span(k, B, ctx0, prefill) > dt:
-                    k = min(k, cost.iterations_until(dt, B, ctx0, prefill))
+            span = cost.span(k, B, ctx0, prefill)
+            if pending and now + span > pending[0][0] and k > 1:
+                k = min(k, cost.iterations_until(pending[0][0] - now, B, ctx0, prefill))
+                span = cost.span(k, B, ctx0, prefill)
             # 5. account k iterations
             u = policy.usage()
             ts_mean = ctx0 + B + B * (k - 1) / 2
@@ -413,7 +413,7 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
                     timeline[:] = timeline[::2]
                     stride *= 2
             t_first = now
-            now += cost.span(k, B, ctx0, prefill)
+            now += span
             if prefill:
                 t1 = t_first + cost.span(1, B, ctx0, prefill)
                 for g in running.values():
