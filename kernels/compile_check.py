@@ -77,26 +77,50 @@ def signature_for(fn, constexprs: dict, dtype: torch.dtype) -> dict:
     return sig
 
 
+def alignment_attrs(fn, aligned: bool) -> dict:
+    """What the launcher tells the compiler about 16-divisible arguments, as ASTSource attrs.
+
+    At launch Triton specialises every pointer and int argument divisible by 16; with that
+    hint the compiler emits vector loads and cp.async pipelining. torch allocations are
+    aligned, and strides are multiples of head_dim, so aligned=True is the usual case.
+    """
+    if not aligned:
+        return {}
+    return {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+            if name.endswith("_ptr") or name.startswith("stride_")}
+
+
 def planned_compiles():
-    """Yield (label, jit_fn, constexprs, dtype) for every kernel and configuration."""
+    """Yield (label, jit_fn, constexprs, dtype, aligned) for every kernel and configuration.
+
+    Every configuration is compiled with the alignment hints a real launch has (when head_dim
+    >= 16); the self-test configuration is compiled without them as well.
+    """
     from . import block_copy, extend, kv_store, paged_decode
     from ._checks import next_power_of_two
 
     for heads, kv_heads, head_dim, block_size, dtype, splits in ATTENTION_CONFIGS:
         shape = f"h{heads}/kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]}"
+        aligned = head_dim >= 16
         meta = paged_decode.decode_meta(heads, kv_heads, head_dim, block_size, splits, dtype)
-        yield f"paged_decode_kernel {shape} splits{splits}", paged_decode.paged_decode_kernel, meta, dtype
+        yield f"paged_decode_kernel {shape} splits{splits}", paged_decode.paged_decode_kernel, meta, dtype, aligned
         if splits > 1:
             meta = dict(NUM_SPLITS=splits, BLOCK_S=next_power_of_two(splits), HEAD_DIM=head_dim)
-            yield f"split_k_combine_kernel {shape} splits{splits}", paged_decode.split_k_combine_kernel, meta, dtype
+            yield (f"split_k_combine_kernel {shape} splits{splits}", paged_decode.split_k_combine_kernel, meta, dtype,
+                   aligned)
         meta = extend.extend_meta(heads, kv_heads, head_dim, block_size, dtype)
-        yield f"extend_attention_kernel {shape}", extend.extend_attention_kernel, meta, dtype
+        yield f"extend_attention_kernel {shape}", extend.extend_attention_kernel, meta, dtype, aligned
     for kv_heads, head_dim, block_size, dtype in CACHE_CONFIGS:
         shape = f"kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]}"
+        aligned = head_dim >= 16
         meta = kv_store.store_meta(kv_heads, head_dim, block_size)
-        yield f"store_kvcache_kernel {shape}", kv_store.store_kvcache_kernel, meta, dtype
+        yield f"store_kvcache_kernel {shape}", kv_store.store_kvcache_kernel, meta, dtype, aligned
         meta = block_copy.copy_meta(block_size, kv_heads, head_dim)
-        yield f"copy_blocks_kernel {shape}", block_copy.copy_blocks_kernel, meta, dtype
+        yield f"copy_blocks_kernel {shape}", block_copy.copy_blocks_kernel, meta, dtype, aligned
+    heads, kv_heads, head_dim, block_size, dtype, splits = ATTENTION_CONFIGS[0]
+    meta = paged_decode.decode_meta(heads, kv_heads, head_dim, block_size, splits, dtype)
+    yield (f"paged_decode_kernel h{heads}/kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]} unaligned",
+           paged_decode.paged_decode_kernel, meta, dtype, False)
 
 
 def all_jit_functions() -> dict:
@@ -129,11 +153,11 @@ def run_all(out=sys.stdout) -> bool:
         raise RuntimeError("compile_check.run_all needs KVLAB_KERNEL_MODE=native (run `python -m kvlab.kernels.compile_check`)")
     target = GPUTarget("cuda", 90, 32)
     ok, compiled = True, set()
-    for label, fn, meta, dtype in planned_compiles():
+    for label, fn, meta, dtype, aligned in planned_compiles():
         t0 = time.perf_counter()
         record = {"kernel": label}
         try:
-            src = ASTSource(fn, signature_for(fn, meta, dtype), meta)
+            src = ASTSource(fn, signature_for(fn, meta, dtype), meta, alignment_attrs(fn, aligned))
             kernel = triton.compile(src, target=target, options={"num_warps": 4})
             record.update(ok=True, ptx_chars=len(kernel.asm["ptx"]), cubin_bytes=len(kernel.asm["cubin"]),
                           shared_bytes=kernel.metadata.shared)

@@ -24,5 +24,5 @@ def test_all_kernels_compile_for_sm90():
     assert names == {"paged_decode_kernel", "split_k_combine_kernel", "extend_attention_kernel",
                      "store_kvcache_kernel", "copy_blocks_kernel"}
     splitk = sum(1 for c in ATTENTION_CONFIGS if c[-1] > 1)
-    assert len(records) == 2 * len(ATTENTION_CONFIGS) + splitk + 2 * len(CACHE_CONFIGS)
+    assert len(records) == 2 * len(ATTENTION_CONFIGS) + splitk + 2 * len(CACHE_CONFIGS) + 1  # + one unaligned
     assert all(r["cubin_bytes"] > 0 for r in records)
