@@ -8,7 +8,7 @@ reuses the KV of the matched prefix and prefills only the rest.
 
 Public API (names as in SGLang's ``radix_cache.py`` so a student can open it afterwards)::
 
-    cache = RadixCache(allocator, page_size=1, eviction_policy="lru")  # allocator.block_size == page_size
+    cache = RadixCache(allocator, page_size=1, eviction_policy="lru", check_kv=True)  # block_size == page_size
     m  = cache.match_prefix(tokens, rid=None)     -> MatchResult(prefix_len, kv, last_node)
     m  = cache.match_for_prefill(tokens, rid=None)  # same, but leaves >= 1 token to compute
     d  = cache.inc_lock_ref(node, rid=None)       -> int  (change of evictable_size, <= 0)
@@ -298,7 +298,8 @@ class RadixCache:
         >>> cache.check_integrity()
     """
 
-    def __init__(self, allocator: BlockAllocator, page_size: int = 1, eviction_policy: str = "lru") -> None:
+    def __init__(self, allocator: BlockAllocator, page_size: int = 1, eviction_policy: str = "lru",
+                 check_kv: bool = True) -> None:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
             raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
         if allocator.block_size != page_size:
@@ -315,7 +316,10 @@ class RadixCache:
         self._evictable_size = 0
         self._protected_size = 0
         self._num_nodes = 0  # non-root
-        self._tree_blocks: set[int] = set()
+        # check_kv: insert verifies that each new block is in use and not already in the tree
+        # (a set of the tree's blocks; about a third of insert's time at page_size 1).
+        self.check_kv = check_kv
+        self._tree_blocks: set[int] | None = set() if check_kv else None
         self._lock_targets: dict[int, int] = {}  # node id -> locks taken on exactly that node
         self._heap: list = []
         self.policy = self._get_policy(eviction_policy)
@@ -563,8 +567,8 @@ class RadixCache:
         the tree's, are freed (handed back) and listed in ``freed``; use ``result.kv``.
 
         Raises (changing nothing): TypeError for a non-int token or block id, ValueError
-        for a kv of the wrong length, KVCacheError for a new block that is free, unknown
-        or already owned by the tree.
+        for a kv of the wrong length, KVCacheError for an unknown block id and (with
+        ``check_kv``, the default) for a new block that is free or already owned by the tree.
         """
         key = _as_tokens(tokens)
         ps = self.page_size
@@ -595,11 +599,13 @@ class RadixCache:
         # validate everything before changing anything
         nblocks = self.allocator.num_blocks
         rc = self.allocator.ref_count
+        tree_blocks = self._tree_blocks
         if new_blocks:
             if max(new_blocks) >= nblocks:
                 raise KVCacheError(f"insert: unknown block id {max(new_blocks)} (valid ids are 0..{nblocks - 1})")
-            if not self._tree_blocks.isdisjoint(new_blocks):
-                b = next(b for b in new_blocks if b in self._tree_blocks)
+        if new_blocks and tree_blocks is not None:
+            if not tree_blocks.isdisjoint(new_blocks):
+                b = next(b for b in new_blocks if b in tree_blocks)
                 raise KVCacheError(f"insert: block {b} is already owned by the tree (it would be kept twice)")
             if len(set(new_blocks)) != len(new_blocks):
                 raise KVCacheError(f"insert: a block id appears twice in kv's new part {new_blocks}")
@@ -613,7 +619,7 @@ class RadixCache:
             for b, c in counts.items():
                 if b >= nblocks:
                     raise KVCacheError(f"insert: unknown block id {b} (valid ids are 0..{nblocks - 1})")
-                if b in self._tree_blocks:
+                if tree_blocks is not None and b in tree_blocks:
                     raise KVCacheError(f"insert: duplicate block {b} passed for cached tokens is owned by the "
                                        "tree at another position; freeing it would corrupt the cache")
                 if rc[b] < c:
@@ -638,7 +644,8 @@ class RadixCache:
             node.children[self._child_key(leaf.key)] = leaf  # node's heap entry, if any, goes stale
             self._num_nodes += 1
             self._evictable_size += len(leaf.key)  # a new leaf is unlocked
-            self._tree_blocks.update(new_blocks)
+            if tree_blocks is not None:
+                tree_blocks.update(new_blocks)
             self._push(leaf)
             node = leaf
         elif node is not self.root and not node.children and node.lock_ref == 0:
@@ -683,7 +690,8 @@ class RadixCache:
             if parent is not root and not parent.children and parent.lock_ref == 0:
                 heapq.heappush(heap, (prio(parent), parent.id, parent))
         if blocks:
-            self._tree_blocks.difference_update(blocks)
+            if self._tree_blocks is not None:
+                self._tree_blocks.difference_update(blocks)
             self.allocator.free(blocks, seq_id=rid)
             s = self.stats
             s.evicted_tokens += freed_tokens
@@ -752,7 +760,7 @@ class RadixCache:
                     assert (node.id, self.policy.priority(node)) in heap_ok, f"evictable leaf {node.id} missing from the heap"
             else:
                 protected += len(node.key)
-        assert seen == self._tree_blocks, "the tree's block set is out of date"
+        assert self._tree_blocks is None or seen == self._tree_blocks, "the tree's block set is out of date"
         assert count == self._num_nodes, f"num_nodes {self._num_nodes} != {count}"
         assert evictable == self._evictable_size, f"evictable_size {self._evictable_size} != {evictable}"
         assert protected == self._protected_size, f"protected_size {self._protected_size} != {protected}"

@@ -535,3 +535,15 @@ def test_peek_changes_nothing():
     before = (shape(cache), len(cache.log), cache.stats.num_matches, cache._clock)
     assert cache.peek_prefix_len([1, 2, 9]) == 2
     assert before == (shape(cache), len(cache.log), cache.stats.num_matches, cache._clock)
+
+
+def test_check_kv_off_skips_only_the_ownership_checks():
+    cache = RadixCache(BlockAllocator(16, 1), check_kv=False)
+    kv = put(cache, [1, 2, 3])
+    with pytest.raises(ValueError, match="kv has 1 block"):
+        cache.insert([4, 5], [7])
+    with pytest.raises(KVCacheError, match="unknown block id 99"):
+        cache.insert([4, 5], [7, 99])
+    cache.insert([4], [kv[0]])  # a tree block passed as new KV: not caught at insert...
+    with pytest.raises(AssertionError, match="held by two nodes"):
+        cache.check_integrity()  # ...but by the integrity check

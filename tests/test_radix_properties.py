@@ -78,11 +78,11 @@ def check(cache: RadixCache, ref: set, running: list[Running]) -> None:
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, page_size=st.sampled_from([1, 1, 2, 4]), policy=st.sampled_from(sorted(EVICTION_POLICIES)),
-       num_blocks=st.integers(6, 40))
-def test_radix_cache_matches_brute_force_reference(ops, page_size, policy, num_blocks):
+       num_blocks=st.integers(6, 40), check_kv=st.booleans())
+def test_radix_cache_matches_brute_force_reference(ops, page_size, policy, num_blocks, check_kv):
     ps = page_size
     alloc = BlockAllocator(num_blocks, ps)
-    cache = RadixCache(alloc, page_size=ps, eviction_policy=policy)
+    cache = RadixCache(alloc, page_size=ps, eviction_policy=policy, check_kv=check_kv)
     ref: set = set()
     running: list[Running] = []
 
