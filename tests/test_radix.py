@@ -547,3 +547,49 @@ def test_check_kv_off_skips_only_the_ownership_checks():
     cache.insert([4], [kv[0]])  # a tree block passed as new KV: not caught at insert...
     with pytest.raises(AssertionError, match="held by two nodes"):
         cache.check_integrity()  # ...but by the integrity check
+
+
+def test_four_request_example_with_the_bundled_tokenizer():
+    pytest.importorskip("tokenizers")
+    from kvlab.tokenizer import load_bundled_tokenizer
+
+    try:
+        tok = load_bundled_tokenizer()
+    except (OSError, FileNotFoundError) as e:  # pragma: no cover - asset missing
+        pytest.skip(f"no bundled tokenizer: {e}")
+    recs = four_request_example(tokenize=tok.encode, detokenize=tok.decode)
+    r4 = recs[-1]
+    assert r4.hit_segments == ["A", "B", "C"] and r4.missed_segments == ["R4"]
+    assert r4.prefill_len == len(tok.encode(FOUR_REQUEST_TEXTS["R4"]))
+    assert [s.text for s in recs[2].segments if not s.hit] == [FOUR_REQUEST_TEXTS["R2"]]
+    assert sorted(r4.node_labels.values()) == ["A", "B", "C", "R2", "R3", "R4"]
+
+
+class _CountingInt(int):
+    """An int token that counts how often it is compared."""
+
+    compares = 0
+
+    def __eq__(self, other):
+        _CountingInt.compares += 1
+        return int.__eq__(self, other)
+
+    def __ne__(self, other):
+        _CountingInt.compares += 1
+        return int.__ne__(self, other)
+
+    __hash__ = int.__hash__
+
+
+def test_match_costs_linear_token_comparisons_not_times_children():
+    C = _CountingInt
+    cache = make(num_blocks=20000)
+    for t in range(300):  # 300 children under a shared 50-token prefix, each 40 tokens long
+        put(cache, [C(x) for x in [7] * 50 + [1000 + t] + list(range(39))])
+    n = 50 + 40
+    query = [C(x) for x in [7] * 50 + [1299] + list(range(38)) + [5]]
+    C.compares = 0
+    m = cache.match_prefix(query)
+    assert m.prefix_len == n - 1
+    assert C.compares <= 2 * n + 64, C.compares  # O(n), not O(n x 300 children)
+    cache.check_integrity()
