@@ -100,6 +100,11 @@ class RunMetrics:
         return self.sum_loaded_requests / self.loaded_iterations if self.loaded_iterations else self.mean_batch
 
     @property
+    def mean_blocks_saved(self) -> float:
+        """Blocks saved by sharing (fork, or a prefix cache shared by running requests), per iteration."""
+        return (self.sum_logical_blocks - self.sum_physical_blocks) / self.iterations if self.iterations else 0.0
+
+    @property
     def sharing_saving(self) -> float:
         """Blocks saved by sharing / blocks needed without sharing (the vLLM paper's Fig. 15 measure)."""
         if self.sum_logical_blocks == 0:
@@ -181,6 +186,20 @@ class SimResult:
     def breakdown(self, loaded: bool = True) -> dict[str, float]:
         return self.metrics.breakdown(loaded)
 
+    def timeline_rows(self) -> list[dict]:
+        """The sampled timeline as dicts: time (s), iteration, running and waiting requests,
+        the six categories in slots (at the end of that iteration) and blocks saved by sharing."""
+        out = []
+        for t, it, run, wait, ts, held, will_use, cached, ext, saved in self.timeline:
+            if will_use is None:
+                res, internal = 0, held - ts
+            else:
+                res, internal = will_use - ts, held - will_use
+            out.append({"time": t, "iteration": it, "running": run, "waiting": wait, "token_states": ts,
+                        "reservation": res, "internal_fragmentation": internal, "external_fragmentation": ext,
+                        "cached": cached, "free": self.capacity - held - cached - ext, "blocks_saved": saved})
+        return out
+
     def summary(self, loaded: bool = True) -> dict:
         b = self.breakdown(loaded)
         return {
@@ -189,6 +208,7 @@ class SimResult:
             "token_states": b["token_states"], "reservation": b["reservation"],
             "internal_frag": b["internal_fragmentation"], "external_frag": b["external_fragmentation"],
             "cached": b["cached"], "free": b["free"], "sharing_saving": self.metrics.sharing_saving,
+            "blocks_saved": self.metrics.mean_blocks_saved,
             "hit_rate": self.hit_rate, "prefill_saved": self.hit_tokens, "preemptions": self.preemptions,
             "throughput_tok_s": self.throughput, "ttft_p50_s": self.ttft(50), "ttft_p99_s": self.ttft(99),
             "duration_s": self.duration, "wall_s": self.wall_seconds,

@@ -407,7 +407,8 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
             if it >= next_sample:
                 ts_end = ctx0 + B
                 timeline.append((now, it, len(running), len(waiting), ts_end - u.dup_slots, u.held_slots,
-                                 u.cached_slots, u.external_fragmentation))
+                                 u.will_use_slots, u.cached_slots, u.external_fragmentation,
+                                 u.logical_blocks - u.physical_blocks))
                 next_sample = it + stride
                 if len(timeline) > 2 * timeline_points:
                     timeline[:] = timeline[::2]
