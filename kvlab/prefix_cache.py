@@ -217,10 +217,10 @@ class PrefixCache:
             raise ValueError(f"num_tokens must be an int >= the match's {match.prefix_len} tokens, got {num_tokens!r}")
         blocks, queue = self.blocks, self.free_block_queue
         hits = match.block_ids
-        for b in hits:
-            blk = blocks[b]
-            if blk.block_hash is None:
-                raise KVCacheError(f"allocate: matched block {b} is no longer cached (match is stale)")
+        for i, b in enumerate(hits):
+            if blocks[b].block_hash is None or blocks[b].block_hash != match.block_hashes[i]:
+                raise KVCacheError(f"allocate: matched block {b} no longer caches those tokens (the match is "
+                                   "stale: the block was reused since); match again")
         need = -(-num_tokens // self.block_size) - len(hits)
         hits_free = sum(1 for b in hits if blocks[b].ref_cnt == 0)
         if need > len(queue) - hits_free:

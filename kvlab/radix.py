@@ -24,7 +24,15 @@ Public API (names as in SGLang's ``radix_cache.py`` so a student can open it aft
     serve_request(cache, prompt, output=(), rid=None) -> ServeRecord   # the whole request cycle
     four_request_example(tokenize=None, detokenize=None) -> list[RequestRecord]  # the notes' example
     multi_turn_example(turns=None, tokenize=None) -> list[RequestRecord]
-    EVICTION_POLICIES: "lru", "fewest_tokens", "lfu";  char_tokenize / char_detokenize
+    EVICTION_POLICIES: "lru", "fewest_tokens", "lfu";  cache.set_eviction_policy(name)
+    cache.node_blocks() -> list[list[int]];  cache.reset();  char_tokenize / char_detokenize
+    kvlab.schedule.order_by_shared_prefix(requests, cache=None, policy="dfs-weight")  # cache-aware order
+    kvlab.prefix_cache.PrefixCache                # vLLM's block-hash prefix cache, for comparison
+
+A fully cached prompt: ``match_for_prefill`` caps the match at ``len(tokens) - 1`` (then cut to
+whole pages), because the caller must compute at least the last prompt token to get the
+logits that sample the first output token. ``serve_request`` and the engine use it;
+``match_prefix`` itself never caps (lookups, scheduling, tests).
 
 Ownership protocol (who holds which reference on a block; SGLang's, on a ref-counting pool):
     * the tree holds exactly one allocator reference on every block of every node;
@@ -52,8 +60,9 @@ list-slice equality (C loops), plus O(depth) Python steps; children are found by
 lookup on the first token. ``evict`` pops a lazily maintained heap (no tree walk per call).
 Time is a logical clock (one tick per match or insert), so runs are deterministic.
 
-Not handled here: the K/V tensors (``kvlab.kvstore`` / the engine copies nothing: the tree
-only hands out block ids), host-memory tiers (SGLang's HiCache), per-request extra keys.
+Not handled here: the K/V tensors (the tree only hands out block ids; ``kvlab.kvstore`` and
+the engine hold the data), host-memory tiers (SGLang's HiCache), per-request extra keys
+(LoRA, images), and thread safety.
 
 Example (page_size 1, one slot per token):
     >>> from kvlab.paged import BlockAllocator

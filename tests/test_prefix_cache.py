@@ -3,6 +3,8 @@ with the radix tree. Integrity, with every running block table as holder, after 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvlab.events import EventLog
 from kvlab.paged import BlockAllocator, DoubleFree, KVCacheError, OutOfBlocks, UnknownBlock
@@ -171,3 +173,56 @@ def test_radix_shares_at_token_granularity_block_hash_at_block_granularity():
     assert m.prefix_len == 32
     r.check_integrity(holders=[])
     pc.check_integrity(holders=[])
+
+
+def test_a_stale_match_is_refused():
+    pc = PrefixCache(2, 2)
+    pc.free(run(pc, [1, 2, 3, 4]))
+    m = pc.match_for_prefill([1, 2, 3, 4, 5])  # hits both blocks
+    assert m.prefix_len == 4
+    pc.free(run(pc, [8, 8, 9, 9]))  # reuses (and re-caches) both blocks meanwhile
+    before = pc.state()
+    with pytest.raises(KVCacheError, match="stale"):
+        pc.allocate(5, m)
+    assert before == pc.state()
+    pc.check_integrity(holders=[])
+
+
+SEQ = st.tuples(st.integers(0, 2), st.integers(0, 9), st.lists(st.integers(0, 3), max_size=5)).map(
+    lambda t: [[0, 1, 2, 3, 0, 1, 2, 3, 0], [0, 1, 2, 0, 0, 1, 3, 3], [1, 1, 1, 1, 2, 2, 2, 2]][t[0]][:t[1]] + t[2])
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["run", "hold", "finish", "evict"]), SEQ, st.integers(0, 7)),
+                    max_size=30),
+       block_size=st.sampled_from([1, 2, 4]), num_blocks=st.integers(4, 24))
+def test_block_hash_cache_properties(ops, block_size, num_blocks):
+    """Every hit is sound (the blocks hold exactly the query's tokens), a sequence just cached
+    is found in full, and ref counts equal the running tables after every step."""
+    pc = PrefixCache(num_blocks, block_size)
+    running: list[list[int]] = []
+    for kind, seq, k in ops:
+        if kind in ("run", "hold"):
+            m = pc.match_prefix(seq)
+            for i, b in enumerate(m.block_ids):
+                assert pc.blocks[b].token_ids == tuple(seq[i * block_size:(i + 1) * block_size])
+            try:
+                table = pc.allocate(len(seq), m)
+            except OutOfBlocks:
+                pc.check_integrity(holders=running)
+                continue
+            pc.cache_blocks(seq, table, block_hashes=m.block_hashes)
+            assert pc.match_prefix(seq, record_stats=False).prefix_len == len(seq) // block_size * block_size
+            if kind == "hold":
+                running.append(table)
+            else:
+                pc.free(table)
+        elif kind == "finish" and running:
+            pc.free(running.pop(k % len(running)))
+        elif kind == "evict":
+            pc.evict(k)
+        pc.check_integrity(holders=running)
+    for t in running:
+        pc.free(t)
+    pc.check_integrity(holders=[])
+    assert pc.num_free_blocks == num_blocks
