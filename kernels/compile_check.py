@@ -15,8 +15,9 @@ which prints one JSON line per compiled configuration and exits non-zero on any 
 Importing kvlab.kernels in forced native mode makes no torch.cuda call, so this works on a
 machine without a GPU.
 
-What it does not check: run-time behaviour, speed, register spills (those need a GPU: see
-bench/bench_kernels.py).
+Each record also gives shared memory, registers and spill bytes (from Triton's bundled
+``ptxas -v``), a first hint of GPU performance. What it does not check: run-time behaviour
+or speed (those need a GPU: see bench/bench_kernels.py).
 """
 
 from __future__ import annotations
@@ -141,6 +142,31 @@ def all_jit_functions() -> dict:
 HELPERS = {"load_kv_tile", "online_softmax_step"}
 
 
+def ptxas_usage(ptx: str) -> dict:
+    """Registers and spill bytes from Triton's bundled ptxas (-v), or {} if it is not there.
+
+    Example: {"registers": 120, "spill_bytes": 0} for the decode kernel at the benchmark shape.
+    """
+    import re
+    import tempfile
+
+    try:
+        import triton.backends.nvidia as nvidia
+
+        ptxas = os.path.join(os.path.dirname(nvidia.__file__), "bin", "ptxas")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "k.ptx")
+            with open(path, "w") as f:
+                f.write(ptx)
+            info = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", os.path.join(tmp, "k.cubin")],
+                                  capture_output=True, text=True, timeout=120).stderr
+        regs = re.search(r"Used (\d+) registers", info)
+        spills = re.search(r"(\d+) bytes spill stores", info)
+        return {"registers": int(regs.group(1)), "spill_bytes": int(spills.group(1)) if spills else 0} if regs else {}
+    except Exception:  # informational only
+        return {}
+
+
 def run_all(out=sys.stdout) -> bool:
     """Compile everything (native mode only); print a JSON line each; return True if all compiled."""
     import triton
@@ -160,7 +186,7 @@ def run_all(out=sys.stdout) -> bool:
             src = ASTSource(fn, signature_for(fn, meta, dtype), meta, alignment_attrs(fn, aligned))
             kernel = triton.compile(src, target=target, options={"num_warps": 4})
             record.update(ok=True, ptx_chars=len(kernel.asm["ptx"]), cubin_bytes=len(kernel.asm["cubin"]),
-                          shared_bytes=kernel.metadata.shared)
+                          shared_bytes=kernel.metadata.shared, **ptxas_usage(kernel.asm["ptx"]))
             compiled.add(fn.__name__)
         except Exception as exc:  # report every failure, not just the first
             ok = False

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ._checks import as_length_list, check_block_tables, check_kv_cache, check_same_device
-from .paged_decode import attention_meta, check_query, load_kv_tile, online_softmax_step, resolve_scale, tile_tokens
+from .paged_decode import attention_meta, check_query, load_kv_tile, online_softmax_step, resolve_scale
 
 
 @triton.jit
@@ -86,11 +86,14 @@ def extend_attention_kernel(
 def extend_meta(num_heads, num_kv_heads, head_dim, block_size, dtype) -> dict:
     """All constexprs of extend_attention_kernel (used by the compile check too).
 
-    Example: group 4 (32 query heads, 8 KV heads) -> BLOCK_G 4, BLOCK_M 16: 64 query rows a program.
+    A program holds BLOCK_M * BLOCK_G query rows against TILE_N keys: 64 x 64 for fp16/bf16
+    with tl.dot (>= 16 each, as the GPU needs); 32 x 32 for fp32 or a small head_dim, whose
+    tiles take more registers. Example: group 4, fp16 -> BLOCK_G 4, BLOCK_M 16, TILE_N 64.
     """
     meta = attention_meta(num_heads, num_kv_heads, head_dim, dtype)
-    # BLOCK_M * BLOCK_G query rows: 64 (>= 16, as tl.dot needs), unless one group alone is bigger.
-    return dict(meta, BLOCK_SIZE=block_size, BLOCK_M=max(1, 64 // meta["BLOCK_G"]), TILE_N=tile_tokens(block_size))
+    big = meta["USE_DOT"] and dtype != torch.float32
+    rows, keys = (64, 64) if big else (32, 32)
+    return dict(meta, BLOCK_SIZE=block_size, BLOCK_M=max(1, rows // meta["BLOCK_G"]), TILE_N=max(block_size, keys))
 
 
 def launch_extend_attention(q, k_cache, v_cache, block_tables, q_starts, prefix_lens, extend_lens, max_extend, out, scale):
