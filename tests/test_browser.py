@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -141,8 +142,6 @@ def browser(lab):
 def _open_and_run_all(browser, lab, name: str):
     """Open a lesson, Run All Cells, wait until every code cell has run; return the page."""
     base, token, folder = lab
-    if not (folder / name).exists():
-        return None
     page = browser.new_page(viewport={"width": 1800, "height": 1000})
     try:
         _run_all(page, base, token, folder, name)
@@ -207,17 +206,25 @@ def _shot(page, locator, filename: str) -> Path:
     return out
 
 
-def test_lesson_02_plotly(browser, lab):
-    page = _open_and_run_all(browser, lab, "02_how_big.ipynb")
-    assert page is not None, "notebooks/02_how_big.ipynb is missing"
+@contextmanager
+def _lesson(browser, lab, name: str):
+    """Open and run a lesson, check it shows no error, yield the page; screenshot and close it after."""
+    if not (lab[2] / name).exists():
+        pytest.fail(f"notebooks/{name} is missing")
+    page = _open_and_run_all(browser, lab, name)
     try:
-        _assert_no_errors(page, "02")
+        _assert_no_errors(page, name[:2])
+        yield page
+    finally:
+        page.screenshot(path=str(ARTIFACTS / f"{name[:2]}_page.png"))
+        page.close()
+
+
+def test_lesson_02_plotly(browser, lab):
+    with _lesson(browser, lab, "02_how_big.ipynb") as page:
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=20_000)
         assert page.locator(".js-plotly-plot").count() >= 1
         _shot(page, page.locator(".js-plotly-plot").first, "02_kv_sizes.png")
-    finally:
-        page.screenshot(path=str(ARTIFACTS / "02_page.png"))
-        page.close()
 
 
 def _set_slider(page, slider_class: str, value: int):
@@ -229,10 +236,7 @@ def _set_slider(page, slider_class: str, value: int):
 
 
 def test_lesson_04_widgets(browser, lab):
-    page = _open_and_run_all(browser, lab, "04_paging.ipynb")
-    assert page is not None, "notebooks/04_paging.ipynb is missing"
-    try:
-        _assert_no_errors(page, "04")
+    with _lesson(browser, lab, "04_paging.ipynb") as page:
         page.wait_for_selector(".jupyter-widgets", timeout=20_000)
         page.wait_for_selector(".kvlab-translation .js-plotly-plot", timeout=20_000)
         chain = page.locator(".kvlab-translation .kvlab-chain").first
@@ -261,18 +265,13 @@ def test_lesson_04_widgets(browser, lab):
         page.wait_for_function("el => /#18 /.test(el.textContent)", arg=caption.element_handle(), timeout=10_000)
         page.wait_for_selector(".kvlab-stepper .js-plotly-plot .main-svg", timeout=20_000)
         _shot(page, stepper, "memory_map.png")
-    finally:
-        page.screenshot(path=str(ARTIFACTS / "04_page.png"), full_page=False)
-        page.close()
 
 
 def test_lesson_07_radix_stepper(browser, lab):
     base, token, folder = lab
     if not (folder / "07_radix.ipynb").exists():
         pytest.skip("notebooks/07_radix.ipynb does not exist yet (lesson 07 is written by lessons engineer B)")
-    page = _open_and_run_all(browser, lab, "07_radix.ipynb")
-    try:
-        _assert_no_errors(page, "07")
+    with _lesson(browser, lab, "07_radix.ipynb") as page:
         steppers = page.locator(".kvlab-stepper:has(.kvlab-svg)")
         if steppers.count() == 0:
             pytest.fail("lesson 07 shows no radix stepper (.kvlab-stepper with a .kvlab-svg view)")
@@ -290,6 +289,3 @@ def test_lesson_07_radix_stepper(browser, lab):
             stepper.locator("button.kvlab-next").first.click()
             page.wait_for_timeout(300)
         _shot(page, stepper, "radix_tree.png")
-    finally:
-        page.screenshot(path=str(ARTIFACTS / "07_page.png"))
-        page.close()
