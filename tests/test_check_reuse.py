@@ -374,3 +374,77 @@ def test_inc_lock_ref_accepts_solution_rejects_wrong():
     assert passes(check.inc_lock_ref, S08.inc_lock_ref)
     for wrong in (stub, lock_node_only, lock_with_root, lock_counts_locked_too, lambda n: -S08.inc_lock_ref(n)):
         assert not passes(check.inc_lock_ref, wrong)
+
+
+# -------------------------------------------------------------------------------- 09 at scale
+S09 = solution("09_at_scale")
+
+
+def fit_floor_blocks(cap, bs, max_len, lengths):
+    """Rounds blocks down."""
+    free, n = cap // bs, 0
+    for x in lengths:
+        if x // bs > free:
+            break
+        free, n = free - x // bs, n + 1
+    return min(len(lengths), cap // max_len), n
+
+
+def fit_skip_ahead(cap, bs, max_len, lengths):
+    """Admits later requests that fit after one did not (a queue does not skip ahead)."""
+    free, n = cap // bs, 0
+    for x in lengths:
+        need = -(-x // bs)
+        if need <= free:
+            free, n = free - need, n + 1
+    return min(len(lengths), cap // max_len), n
+
+
+def fit_tokens_not_blocks(cap, bs, max_len, lengths):
+    """Counts tokens, forgetting that memory is handed out in whole blocks."""
+    used, n = 0, 0
+    for x in lengths:
+        if used + x > cap:
+            break
+        used, n = used + x, n + 1
+    return min(len(lengths), cap // max_len), n
+
+
+def fit_no_cap(cap, bs, max_len, lengths):
+    """Reserve-max count not capped by the number of requests."""
+    return cap // max_len, S09.fit_requests(cap, bs, max_len, lengths)[1]
+
+
+def test_fit_requests_accepts_solution_rejects_wrong():
+    assert passes(check.fit_requests, S09.fit_requests)
+    for wrong in (stub, fit_floor_blocks, fit_skip_ahead, fit_tokens_not_blocks, fit_no_cap):
+        assert not passes(check.fit_requests, wrong), wrong.__name__
+
+
+def hit_distinct_tokens(prompts):
+    """Counts distinct tokens, not distinct prefixes."""
+    total = sum(map(len, prompts))
+    return 1 - len({t for p in prompts for t in p}) / total if total else 0.0
+
+
+def hit_consecutive_only(prompts):
+    """Shares only with the previous prompt (unsorted)."""
+    total, computed, prev = sum(map(len, prompts)), 0, []
+    for p in prompts:
+        n = 0
+        while n < min(len(p), len(prev)) and p[n] == prev[n]:
+            n += 1
+        computed, prev = computed + len(p) - n, p
+    return 1 - computed / total if total else 0.0
+
+
+def hit_distinct_prompts(prompts):
+    """Only identical prompts are reused."""
+    total = sum(map(len, prompts))
+    return 1 - sum(map(len, {tuple(p) for p in prompts})) / total if total else 0.0
+
+
+def test_optimal_hit_rate_accepts_solution_rejects_wrong():
+    assert passes(check.optimal_hit_rate, S09.optimal_hit_rate)
+    for wrong in (stub, hit_distinct_tokens, hit_consecutive_only, hit_distinct_prompts):
+        assert not passes(check.optimal_hit_rate, wrong), wrong.__name__

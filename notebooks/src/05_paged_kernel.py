@@ -6,9 +6,9 @@
 #
 # **What you will learn**
 #
-# - What one [decode](glossary.md#decode) (解码) step of attention computes, and why, with a paged
+# - What one [decode](glossary.md) (解码) step of attention computes, and why, with a paged
 #   cache, the kernel must look up every token's K and V through the
-#   [block table](glossary.md#block-table) (块表).
+#   [block table](glossary.md) (块表).
 # - How kvlab's Triton kernel `paged_decode_attention` does it: one program per (sequence, KV head),
 #   a loop over tiles of positions, and in that loop the same arithmetic as lesson 04:
 #   `logical block = pos // block_size`, `physical block = block_table[logical block]`,

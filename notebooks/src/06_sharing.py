@@ -7,11 +7,11 @@
 # **What you will learn**
 #
 # - Why parallel sampling and beam search make several sequences hold **the same prompt**, and how a
-#   paged KV cache stores that prompt once: every sequence's [block table](glossary.md#block-table)
+#   paged KV cache stores that prompt once: every sequence's [block table](glossary.md)
 #   points at the same physical blocks.
-# - How a [reference count](glossary.md#reference-count) (引用计数) per block says how many block
+# - How a [reference count](glossary.md) (引用计数) per block says how many block
 #   tables hold it, and when a block really returns to the free pool.
-# - **Copy-on-write** ([写时复制](glossary.md#copy-on-write)): a sequence that is about to write into a
+# - **Copy-on-write** ([写时复制](glossary.md)): a sequence that is about to write into a
 #   block it shares first gets a private copy, and only that block is copied.
 # - How much memory sharing saves, measured on kvlab's real allocator, and why the vLLM paper's
 #   "up to 55%" is a beam-search number.

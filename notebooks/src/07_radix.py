@@ -8,12 +8,12 @@
 #
 # - Why requests to one server repeat each other (a system prompt, few-shot examples, the
 #   history of a chat), and why their K/V can be reused only for a shared **prefix**.
-# - The [radix tree](glossary.md#prefix-tree) (前缀树) that SGLang keeps over token ids: each
+# - The [radix tree](glossary.md) (前缀树) that SGLang keeps over token ids: each
 #   edge holds a run of tokens and the KV blocks that store them; a new request walks it with
-#   its prompt, the [longest prefix match](glossary.md#longest-prefix-match) (最长前缀匹配, LPM).
+#   its prompt, the [longest prefix match](glossary.md) (最长前缀匹配, LPM).
 # - The source notes' four customer-service requests, hits in **green** and misses in **blue**.
 # - Multi-turn chat: each turn matches the whole history, so history is never recomputed.
-# - Incremental [prefill](glossary.md#prefill) (预填充): only the missed suffix is computed, and the
+# - Incremental [prefill](glossary.md) (预填充): only the missed suffix is computed, and the
 #   result is the same as computing everything.
 #
 # This is the sentence the series is about: *PagedAttention decides where KV lives (lesson

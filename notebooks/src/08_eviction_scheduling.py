@@ -6,7 +6,7 @@
 #
 # **What you will learn**
 #
-# - What a radix cache does when the pool is full: [eviction](glossary.md#eviction) (驱逐) of
+# - What a radix cache does when the pool is full: [eviction](glossary.md) (驱逐) of
 #   unlocked **leaves**, least recently used first (SGLang's default), and what other policies do.
 # - Why a running request **locks** its matched path (`lock_ref`), and what `evictable_size` and
 #   `protected_size` count.
@@ -104,7 +104,7 @@ radix_stepper(radix_event_frames(recorder))
 # %% [markdown]
 # ## 4. Hit rate under memory pressure (real tree, simulated workload)
 #
-# A stream of 300 requests: 60% start with one of four popular system prompts (30 tokens; the
+# A stream of 200 requests: 60% start with one of four popular system prompts (30 tokens; the
 # most popular is used 4 times as often as the least) followed by a short question; 40% are
 # one-off documents of 20 to 60 tokens that nobody will ask about again. Each request is served
 # with `serve_request` on a real `RadixCache`, which evicts when the pool is short. The hit rate
@@ -115,7 +115,7 @@ radix_stepper(radix_event_frames(recorder))
 import random
 
 
-def stream(n=300, seed=0):
+def stream(n=200, seed=0):
     """(prompt, output) pairs: popular prefixes + questions, mixed with one-off documents."""
     rng, next_id = random.Random(seed), iter(range(1000, 10**9))
     fresh = lambda k: [next(next_id) for _ in range(k)]  # noqa: E731 -- new, never repeated token ids
@@ -131,7 +131,7 @@ def stream(n=300, seed=0):
 
 
 requests = stream()
-capacities = [80, 120, 160, 240, 400]
+capacities = [80, 120, 200, 400]
 hit = {name: [] for name in EVICTION_POLICIES}
 for cap in capacities:
     for name in EVICTION_POLICIES:
@@ -155,7 +155,7 @@ fig
 # %% [markdown]
 # On this stream LFU wins under pressure: the one-off documents are each matched once, so a
 # frequency count keeps the popular prefixes while LRU lets a burst of documents push them out.
-# "Fewest tokens" does worst here: it evicts the short question leaves and keeps the long
+# "Fewest tokens" does worst in most rows: it evicts the short question leaves and keeps the long
 # one-off documents. No policy is best for every workload; LRU is the simple, robust default
 # (SGLang's), and the difference shrinks as the pool grows.
 #
