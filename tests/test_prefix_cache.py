@@ -192,7 +192,7 @@ SEQ = st.tuples(st.integers(0, 2), st.integers(0, 9), st.lists(st.integers(0, 3)
     lambda t: [[0, 1, 2, 3, 0, 1, 2, 3, 0], [0, 1, 2, 0, 0, 1, 3, 3], [1, 1, 1, 1, 2, 2, 2, 2]][t[0]][:t[1]] + t[2])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(ops=st.lists(st.tuples(st.sampled_from(["run", "hold", "finish", "evict"]), SEQ, st.integers(0, 7)),
                     max_size=30),
        block_size=st.sampled_from([1, 2, 4]), num_blocks=st.integers(4, 24))
