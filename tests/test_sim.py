@@ -211,3 +211,32 @@ def test_speed_10k_sharegpt_requests_is_not_absurdly_slow():
     # the 10 s target is measured in bench/bench_sim.py; here only a loose guard (CI is shared)
     r = simulate(sharegpt(2000, rate=2.0, seed=0), make_policy("paged", 14648, 16), progress=False)
     assert r.wall_seconds < 10
+
+
+# ------------------------------------------------------------------ property: any config
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60)
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(ALL), block_size=st.sampled_from([1, 4, 16]),
+       workload=st.sampled_from(["alpaca", "multi_turn", "few_shot", "samples", "beams"]),
+       rate=st.sampled_from([2.0, 20.0, math.inf]), slack=st.floats(1.0, 4.0), order=st.sampled_from(["fcfs", "cache-aware"]))
+def test_property_every_run_conserves_memory_and_keeps_integrity(seed, name, block_size, workload, rate, slack, order):
+    if workload == "alpaca":
+        t = alpaca(12, rate, seed)
+    elif workload == "multi_turn":
+        t = multi_turn(4, 3, rate if rate != math.inf else 5.0, seed, system_len=20, user_mean=10, output_mean=12, think_time=0.5)
+    elif workload == "few_shot":
+        t = few_shot(12, rate, seed, num_subjects=3, shots_len=40, question_mean=8, output_mean=4)
+    elif workload == "samples":
+        t = parallel_sampling(alpaca(8, rate, seed), 3)
+    else:
+        t = beam_search(alpaca(8, rate, seed), 3)
+    max_len = t.max_total_len
+    probe = make_policy(name, 4096 * block_size, block_size, max_len=max_len)
+    need = max(probe.min_slots(r) for r in t)
+    pol = make_policy(name, int(need * slack) + block_size, block_size, max_len=max_len)
+    r = simulate(t, pol, check=True, order=order, seed=seed)
+    assert len(r.records) == len(t) and _empty(pol)
+    assert r.metrics.max_token_states <= pol.capacity
+    assert r.output_tokens == sum(q.output_len * q.num_seqs for q in t)

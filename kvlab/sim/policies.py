@@ -193,6 +193,10 @@ class MemoryPolicy:
     def sync(self, s: Seq, cur_len: int) -> None:
         pass
 
+    def busy(self) -> bool:
+        """True while some sequence holds memory (a policy serves one simulation at a time)."""
+        return getattr(self, "logical_blocks", 0) != 0
+
     def check(self, groups) -> None:
         pass
 
@@ -274,6 +278,9 @@ class ContiguousPolicy(MemoryPolicy):
             self.arena.finish(s.sid)
             self.will_use -= self._final.pop(s.sid)
         g.seqs = []
+
+    def busy(self) -> bool:
+        return bool(self.arena.requests)
 
     def usage(self) -> Usage:
         free = self.arena.free_tokens

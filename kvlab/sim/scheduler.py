@@ -175,7 +175,10 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
              progress: bool | None = None, max_batch: int = 256, max_prefill_tokens: int = 8192,
              cache_aware_window: int = 256, beam_decay: float = 0.5, timeline_points: int = 400,
              max_iterations: int = 50_000_000) -> SimResult:
-    """Run ``trace`` through ``policy`` (a :class:`MemoryPolicy`, or a name plus ``capacity``).
+    """Run ``trace`` through ``policy`` (a fresh :class:`MemoryPolicy`, or a name plus ``capacity``).
+
+    A policy keeps its state after the run (a radix or block-hash policy keeps its cache,
+    so a second trace can start warm); one that still holds sequences is refused.
 
     Returns a :class:`SimResult`. Deterministic: the same arguments give the same result
     (``seed`` drives beam-search parent choices only). ``progress``: a tqdm bar over
@@ -188,6 +191,8 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
         if capacity is None:
             raise ValueError("give capacity (token slots) with a policy name")
         policy = make_policy(policy, capacity, block_size, max_len=max(2048, trace.max_total_len))
+    if policy.busy():
+        raise ValueError(f"policy {policy.name!r} still holds sequences from another run; make a fresh one")
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; choose one of {ORDERS}")
     if max_batch < 1 or max_prefill_tokens < 1:
