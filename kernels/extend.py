@@ -149,8 +149,8 @@ def extend_attention(q, k_cache, v_cache, block_tables, prefix_lens, extend_lens
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)             # (total_new_tokens, num_heads, head_dim)
     if q.shape[0] == 0:
         return out
-    if q.stride(2) != 1:
-        q = q.contiguous()
+    # The kernel steps through q's head_dim and a table row with stride 1.
+    q, block_tables = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, block_tables))
     starts = [0]
     for e in extend[:-1]:
         starts.append(starts[-1] + e)

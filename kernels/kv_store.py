@@ -102,5 +102,6 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping):
         return None
     key = key.contiguous()      # one token's heads x head_dim must be one run of memory
     value = value.contiguous()
+    slot_mapping = slot_mapping.contiguous()
     launch_store_kvcache(key, value, k_cache, v_cache, slot_mapping)
     return None

@@ -315,6 +315,6 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scal
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # (num_seqs, num_heads, head_dim)
     if num_seqs == 0:
         return out
-    if q.stride(2) != 1:
-        q = q.contiguous()
+    # The kernel steps through q's head_dim, a table row and context_lens with stride 1.
+    q, block_tables, context_lens = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, block_tables, context_lens))
     return launch_paged_decode(q, k_cache, v_cache, block_tables, context_lens, out, scale, num_splits)

@@ -103,3 +103,12 @@ def test_store_and_copy_bf16():
     copy_blocks(k_cache, v_cache, [(0, 3)])
     assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
     assert_guard_intact(k_big, k_cache)
+
+
+def test_store_strided_slot_mapping():
+    k_big, k_cache, v_big, v_cache = _guarded_caches([8], 4, 2, 16, F32)
+    key, value = randn(3, 2, 16), randn(3, 2, 16, seed=5)
+    wide = tensor([2, 0, -1, 0, 11, 0])                                     # slots 2, -1, 11 at stride 2
+    k_ref, v_ref = store_kvcache_ref(key, value, k_cache.clone(), v_cache.clone(), wide[::2])
+    store_kvcache(key, value, k_cache, v_cache, wide[::2])
+    assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)

@@ -123,3 +123,16 @@ def test_decode_bf16_on_gpu():
     out = paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, num_splits=2)
     ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+
+
+def test_strided_index_tensors_and_empty_batch():
+    q, k_cache, v_cache, block_tables, context_lens = _inputs((4, 2, 32, 4, F32, [5, 11], 1))
+    wide_table = zeros(block_tables.shape[0], 2 * block_tables.shape[1], dtype=torch.int32)
+    wide_table[:, ::2] = block_tables
+    wide_lens = zeros(4, dtype=torch.int32)
+    wide_lens[::2] = context_lens
+    out = paged_decode_attention(q, k_cache, v_cache, wide_table[:, ::2], wide_lens[::2])
+    ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens)
+    torch.testing.assert_close(out, ref, **tolerance(F32))
+    empty = paged_decode_attention(q[:0], k_cache, v_cache, block_tables[:0], context_lens[:0])
+    assert empty.shape == (0, 4, 32)

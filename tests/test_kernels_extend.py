@@ -84,3 +84,13 @@ def test_extend_bf16_on_gpu():
     out = extend_attention(q, k_cache, v_cache, block_tables, [100, 0], [37, 64])
     ref = extend_attention_ref(q, k_cache, v_cache, block_tables, [100, 0], [37, 64])
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+
+
+def test_strided_table_and_nothing_to_extend():
+    q, k_cache, v_cache, block_tables = _inputs((4, 2, 32, 4, F32, [3, 6], [4, 2]))
+    wide = tensor([[-1] * block_tables.shape[1]] * 2, dtype=torch.int32).repeat_interleave(2, dim=1)
+    wide[:, ::2] = block_tables
+    out = extend_attention(q, k_cache, v_cache, wide[:, ::2], [3, 6], [4, 2])
+    ref = extend_attention_ref(q, k_cache, v_cache, block_tables, [3, 6], [4, 2])
+    torch.testing.assert_close(out, ref, **tolerance(F32))
+    assert extend_attention(q[:0], k_cache, v_cache, block_tables, [3, 6], [0, 0]).shape == (0, 4, 32)
