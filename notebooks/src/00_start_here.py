@@ -77,6 +77,15 @@ print("free blocks ", snap.num_free_blocks, "of", snap.num_blocks)
 m.check_integrity()
 
 # %% [markdown]
+# The same pool as a picture (kvlab.viz reads the snapshot; it never changes state). Shared
+# blocks are outlined and labelled with their reference count:
+
+# %%
+import kvlab.viz as viz
+
+viz.memory_map_figure(snap, title="Two requests and a fork")
+
+# %% [markdown]
 # ## The map of the series
 #
 # | Lesson | What it shows |

@@ -91,6 +91,13 @@ m.check_integrity()
 viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growth")
 
 # %% [markdown]
+# The same recording as a plotly animation (press play, or drag the slider). It needs no
+# running kernel, so it also plays in an exported HTML page:
+
+# %%
+viz.animate_memory_map(m.snapshots, m.log, title="Paged KV pool: on-demand growth", duration_ms=500)
+
+# %% [markdown]
 # The final state, as data. R2's blocks are P2, P3, P5: not next to each other, because R1
 # took P4 while R2 was still filling P3. R3 got P6, P7, P8 and not R1's old P0, P1, P4: the free
 # pool is a first-in first-out queue, and freed blocks join its back (as in vLLM's free-block
