@@ -26,7 +26,7 @@ FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthChec
 @given(
     block_size=st.sampled_from([4, 16]),
     group=st.sampled_from([1, 2, 4, 8]),
-    kv_heads=st.integers(1, 2),
+    kv_heads=st.integers(1, 3),
     head_dim=st.sampled_from([8, 16, 32]),
     lens=st.lists(st.integers(1, 80), min_size=1, max_size=3),
     num_splits=st.integers(1, 3),
