@@ -5,8 +5,7 @@ import math
 
 import pytest
 
-from kvlab import sim
-from kvlab.sim import (Budget, BudgetTooSmall, CostModel, make_policy, simulate)
+from kvlab.sim import Budget, BudgetTooSmall, CostModel, make_policy, simulate
 from kvlab.sim.workloads import (Request, Trace, alpaca, beam_search, few_shot, long_documents, multi_turn,
                                  optimal_hit_rate, parallel_sampling, scenario, shared_prefix, sharegpt)
 

@@ -43,7 +43,6 @@ Example (a budget of 64 slots in blocks of 16; one 20-token request):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np

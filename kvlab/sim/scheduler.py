@@ -202,6 +202,8 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
     for r in reqs:
         if r.prompt_len < 1 or r.output_len < 1:
             raise ValueError(f"request {r.req_id}: prompt_len and output_len must be >= 1, got {r.prompt_len}, {r.output_len}")
+        if r.num_seqs > max_batch:
+            raise ValueError(f"request {r.req_id} has {r.num_seqs} sequences, more than max_batch {max_batch}")
         policy.validate(r)
     ids = [r.req_id for r in reqs]
     if len(set(ids)) != len(ids):
