@@ -85,11 +85,11 @@ from __future__ import annotations
 import heapq
 from array import array
 from operator import itemgetter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from .events import Event, EventLog
-from .paged import BlockAllocator, DoubleFree, KVCacheError, OutOfBlocks
+from .paged import BlockAllocator, DoubleFree, KVCacheError
 
 __all__ = [
     "TreeNode",
@@ -427,7 +427,7 @@ class RadixCache:
     # --------------------------------------------------------------------------- match
     def _walk(self, key: list, limit: int) -> tuple[TreeNode, int, TreeNode | None, int]:
         """Read-only descent: (last fully matched node, its end, partly matched child, tokens of it)."""
-        node, pos, ps, children_get = self.root, 0, self.page_size, None
+        node, pos, ps = self.root, 0, self.page_size
         while pos < limit:
             if ps == 1:
                 child = node.children.get(key[pos])
