@@ -6,11 +6,13 @@ several sizes, seeds and edge cases, prints expected beside actual, and returns 
 stated in each checker's docstring and in the lessons.
 
 Example:
+    >>> import kvlab
     >>> from kvlab.check import memory
-    >>> memory.blocks_needed(lambda n, bs: -(-n // bs), verbose=False).passed
+    >>> memory.blocks_needed(kvlab.blocks_needed, verbose=False).passed
     True
-    >>> memory.blocks_needed(lambda n, bs: n // bs + 1, verbose=False).passed   # wrong on n=8
-    False
+    >>> r = memory.blocks_needed(lambda n, bs: n // bs + 1, verbose=False)   # wrong on n=8
+    >>> r.passed, r.failures[0].label, r.failures[0].expected, r.failures[0].actual
+    (False, 'num_tokens=8, block_size=4', 2, 3)
 """
 from __future__ import annotations
 
