@@ -66,6 +66,29 @@ def _device_name() -> str:
     return f"CPU ({platform.processor() or platform.machine()}), Triton interpreter"
 
 
+def known_problems() -> list[str]:
+    """Version combinations known to break the kernels in this mode (empty when none).
+
+    Example: triton 3.6 + numpy 2.4 in the interpreter -> one warning (loop bounds loaded with
+    tl.load fail with "only 0-dimensional arrays can be converted to Python scalars").
+    """
+    import numpy
+    import triton
+
+    def major_minor(version: str) -> tuple[int, int]:
+        parts = (version.split("+")[0].split(".") + ["0", "0"])[:2]
+        return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in parts)
+
+    problems = []
+    if KERNEL_MODE == "interpreter" and major_minor(triton.__version__) < (3, 7) \
+            and major_minor(numpy.__version__) >= (2, 4):
+        problems.append(
+            f"warning: triton {triton.__version__} with numpy {numpy.__version__} fails in the interpreter; "
+            "install numpy<2.4 or triton>=3.7"
+        )
+    return problems
+
+
 def kernel_mode_report() -> str:
     """One line per fact: library versions, the kernel mode, why, and the device.
 
@@ -84,4 +107,4 @@ def kernel_mode_report() -> str:
         f" | python {platform.python_version()}\n"
         f"kernel mode: {KERNEL_MODE} ({_REASON})\n"
         f"device: {DEVICE} -- {_device_name()}"
-    )
+    ) + "".join("\n" + line for line in known_problems())
