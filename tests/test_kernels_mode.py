@@ -89,3 +89,20 @@ def test_public_api():
         "copy_blocks_ref", "naive_attention",
     }
     assert all(hasattr(K, name) for name in K.__all__)
+
+
+@pytest.mark.skipif(K.KERNEL_MODE != "interpreter", reason="the warning concerns the interpreter")
+def test_known_bad_versions_are_flagged(monkeypatch):
+    import numpy
+    import triton
+
+    from kvlab.kernels._mode import known_problems
+
+    monkeypatch.setattr(numpy, "__version__", "2.4.1")
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    assert len(known_problems()) == 1 and "numpy<2.4" in known_problems()[0]
+    monkeypatch.setattr(triton, "__version__", "3.7.1")
+    assert known_problems() == []
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    monkeypatch.setattr(numpy, "__version__", "2.3.5")
+    assert known_problems() == []
