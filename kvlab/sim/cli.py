@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", default="a100-40gb", help=f"one of: {', '.join(GPUS)} (default a100-40gb)")
     p.add_argument("--workload", default="sharegpt", choices=sorted(WORKLOADS), help="trace to generate")
     p.add_argument("--policy", default="all",
-                   help=f"one of: {', '.join(POLICY_NAMES)}, or 'all' ({', '.join(ALL_BASIC)}, plus radix "
+                   help=f"one of: {', '.join(POLICY_NAMES)}, or 'all' ({', '.join(ALL_BASIC)}, plus radix and block-hash "
                         "for workloads with shared prefixes)")
     p.add_argument("--num-requests", type=int, default=1000, help="requests (sessions for multi_turn)")
     p.add_argument("--rate", type=_rate, default=None, help="arrivals per second (default: per workload; inf = all at once)")
@@ -71,7 +71,7 @@ def run(a: argparse.Namespace) -> None:
     rate = a.rate if a.rate is not None else DEFAULT_RATES[a.workload]
     trace = WORKLOADS[a.workload](a.num_requests, rate=rate, seed=a.seed)
     if a.policy == "all":
-        policies = list(ALL_BASIC) + (["radix"] if trace.has_tokens else [])
+        policies = list(ALL_BASIC) + (["radix", "block-hash"] if trace.has_tokens else [])
     elif a.policy in POLICY_NAMES:
         policies = [a.policy]
     else:

@@ -175,7 +175,12 @@ class MemoryPolicy:
             raise BudgetTooSmall(f"KV budget of {capacity} slots holds no block of {block_size}")
         self.name, self.block_size, self.capacity = name, block_size, num_blocks * block_size
         self.logical_blocks = 0
+        self.watermark_blocks = 0
         return num_blocks
+
+    def _watermark(self) -> int:
+        """Blocks admission must leave free (vLLM's watermark), none while nothing runs."""
+        return self.watermark_blocks if self.logical_blocks else 0
 
     def admit(self, g: Group) -> bool:
         raise NotImplementedError
@@ -319,7 +324,7 @@ class PagedPolicy(MemoryPolicy):
             need = blocks_needed(p, bs) + (n if p % bs == 0 else n - 1)
         else:
             need = blocks_needed(p + 1, bs) * n
-        if need > self.alloc.num_free_blocks:
+        if need > self.alloc.num_free_blocks - self._watermark():
             return False
         if self.shares_forks and n > 1:
             parent = self.mgr.add_sequence(f"{g.gid}.0", p)
@@ -425,11 +430,12 @@ class RadixPolicy(MemoryPolicy):
         self.own_blocks = 0
         self.matched_running = 0  # sum of matched prefix tokens of running requests
 
-    def _take(self, n: int, rid: str) -> list[int] | None:
+    def _take(self, n: int, rid: str, keep_free: int = 0) -> list[int] | None:
+        """``n`` blocks, evicting cached leaves when short; None (nothing taken) if impossible."""
         free = self.alloc.num_free_blocks
-        if n > free:
-            self.cache.evict((n - free) * self.block_size, rid)
-            if n > self.alloc.num_free_blocks:
+        if n + keep_free > free:
+            self.cache.evict((n + keep_free - free) * self.block_size, rid)
+            if n + keep_free > self.alloc.num_free_blocks:
                 return None
         return self.alloc.allocate(n, owner=rid)
 
@@ -447,7 +453,7 @@ class RadixPolicy(MemoryPolicy):
         else:
             node, matched, kv = None, 0, []
         per = blocks_needed(p + 1, bs) - len(kv)
-        new = self._take(per * n, g.gid)
+        new = self._take(per * n, g.gid, self._watermark())
         if new is None:
             if node is not None:
                 self.cache.dec_lock_ref(node, g.gid)
@@ -542,6 +548,10 @@ class BlockHashPolicy(MemoryPolicy):
         p, n = g.prompt_now, g.req.num_seqs
         toks = g.tokens_now()
         m = self.pc.match_for_prefill(toks, g.gid) if toks is not None else self._empty
+        need = n * (blocks_needed(p + 1, self.block_size) - len(m.block_ids))
+        hits_free = sum(1 for b in m.block_ids if self.pc.blocks[b].ref_cnt == 0)
+        if need + self._watermark() > self.pc.num_free_blocks - hits_free:
+            return False
         tables: list[list[int]] = []
         try:
             for _ in range(n):
@@ -593,17 +603,28 @@ class BlockHashPolicy(MemoryPolicy):
 
 # ----------------------------------------------------------------------------- factory
 def make_policy(name: str, capacity: int, block_size: int = 16, max_len: int = 2048, bytes_per_token: int = 1,
-                eviction_policy: str = "lru") -> MemoryPolicy:
-    """A policy by name (one of :data:`POLICY_NAMES`) over ``capacity`` token slots."""
+                eviction_policy: str = "lru", watermark: float = 0.01) -> MemoryPolicy:
+    """A policy by name (one of :data:`POLICY_NAMES`) over ``capacity`` token slots.
+
+    ``max_len``: the context limit (contiguous policies reserve up to it); ``watermark``:
+    block policies admit a request only if this fraction of the blocks stays free (vLLM's
+    default 0.01, to leave running sequences room to grow); ``eviction_policy``: the radix
+    tree's ("lru", "lfu", "fewest_tokens").
+    """
+    if not 0 <= watermark < 1:
+        raise ValueError(f"watermark must be in [0, 1), got {watermark}")
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ValueError(f"capacity must be a positive number of token slots, got {capacity!r}")
     capacity = int(capacity)
     if name in ("max", "pow2", "pow2-oracle", "exact"):
         return ContiguousPolicy(capacity, name, max_len, bytes_per_token)
     if name in ("paged", "paged-share"):
-        return PagedPolicy(capacity, block_size, share=name == "paged-share")
-    if name == "radix":
-        return RadixPolicy(capacity, block_size, eviction_policy)
-    if name == "block-hash":
-        return BlockHashPolicy(capacity, block_size)
-    raise ValueError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")
+        pol: MemoryPolicy = PagedPolicy(capacity, block_size, share=name == "paged-share")
+    elif name == "radix":
+        pol = RadixPolicy(capacity, block_size, eviction_policy)
+    elif name == "block-hash":
+        pol = BlockHashPolicy(capacity, block_size)
+    else:
+        raise ValueError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")
+    pol.watermark_blocks = int(watermark * (pol.capacity // pol.block_size))
+    return pol

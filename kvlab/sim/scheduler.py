@@ -17,7 +17,9 @@ Scheduling (vLLM's and SGLang's rules):
 - **preemption by recomputation**: when a running sequence needs a slot and there is
   none, the most recently admitted request is evicted (all its memory freed) and put
   back at the head of the queue; when it runs again it prefills prompt + what it had
-  generated. Counted in ``SimResult.preemptions``.
+  generated. Counted in ``SimResult.preemptions``. As in vLLM, no request is admitted
+  in an iteration that preempted, and block policies admit only while a watermark of
+  free blocks remains (``make_policy(watermark=0.01)``).
 
 **Cost model** (a proxy for throughput and time to first token; documented, not measured):
 
@@ -263,7 +265,8 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
         g.version += 1
 
     def preempt(g: Group) -> None:
-        nonlocal preemptions
+        nonlocal preemptions, preempted_now
+        preempted_now = True
         cur = g.seqs[0].len_at(it)
         g.generated += it - g.admit_it
         drop(g)
@@ -340,8 +343,10 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
             bar.update(1)
 
     dirty = True
+    preempted_now = False
     try:
         while True:
+            preempted_now = False
             # 1. events due at this boundary: finishes of the last iteration, growth needed by the next
             while events and events[0][0] <= it:
                 e, kind, _, _, obj, ver = heapq.heappop(events)
@@ -378,13 +383,13 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
                 dirty = True
             # 3. admission
             prefill = 0
-            if dirty and waiting:
+            if dirty and waiting and (not preempted_now or not running):  # vLLM: no prefill in a step that preempted
                 n_before = len(running)
                 prefill = admit_waiting()
                 for g in list(running.values())[n_before:]:
                     if g.first_token_time is None:
                         g.first_hit = g.hit
-            dirty = False
+            dirty = preempted_now and bool(waiting)
             if not running:
                 if pending:
                     now = max(now, pending[0][0])
@@ -400,7 +405,7 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
             k = events[0][0] - it if events else 1
             k = max(1, k)
             ctx0 = SB + B * it
-            if check:
+            if check or (preempted_now and waiting):  # admission is retried next iteration
                 k = 1
             span = cost.span(k, B, ctx0, prefill)
             if pending and now + span > pending[0][0] and k > 1:
