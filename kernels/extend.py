@@ -42,6 +42,11 @@ def extend_attention_kernel(
     USE_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
+    """One program = one request x one KV head x BLOCK_M of the request's new tokens.
+
+    The same loop as the decode kernel (keys read through the block table, online softmax),
+    with more query rows and a causal mask: a new token at position p sees keys 0..p.
+    """
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     m_block = tl.program_id(2)
