@@ -49,6 +49,7 @@ Example:
 """
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -161,12 +162,30 @@ class PrefixCache:
         key = _as_tokens(tokens)
         return self._hashes(key, len(key) // self.block_size)
 
-    def _hashes(self, key: list, n: int) -> list[int]:
-        bs, h, out = self.block_size, ROOT_HASH, []
-        for i in range(n):
-            h = hash((h, tuple(key[i * bs:(i + 1) * bs])))
+    def _hashes(self, key: list, n: int, out: list[int] | None = None,
+                tuples: list[tuple[int, ...]] | None = None) -> list[int]:
+        """Hashes of blocks 0..n-1, continuing the chain after the ones already in ``out``
+        (and collecting each block's token tuple into ``tuples`` when given)."""
+        bs = self.block_size
+        out = [] if out is None else out
+        h = out[-1] if out else ROOT_HASH
+        for i in range(len(out), n):
+            t = tuple(key[i * bs:(i + 1) * bs])
+            h = hash((h, t))
             out.append(h)
+            if tuples is not None:
+                tuples.append(t)
         return out
+
+    def _check_ids(self, ids: list, what: str) -> None:
+        """Raise UnknownBlock naming the first id that is not an int in 0..num_blocks-1 (C-speed pass)."""
+        try:
+            ok = not ids or (max(array("q", ids)) < self.num_blocks and min(ids) >= 0)
+        except (TypeError, OverflowError):
+            ok = False
+        if not ok:
+            bad = next(b for b in ids if not isinstance(b, int) or not 0 <= b < self.num_blocks)
+            raise UnknownBlock(f"{what}: unknown block id {bad!r} (valid ids are 0..{self.num_blocks - 1})")
 
     # ------------------------------------------------------------------------- lookup
     def match_prefix(self, tokens: Sequence[int], rid: str | None = None, *, record_stats: bool = True,
@@ -176,7 +195,8 @@ class PrefixCache:
         key = _as_tokens(tokens)
         limit = len(key) if _limit is None else _limit
         bs = self.block_size
-        hashes = self._hashes(key, len(key) // bs)
+        toks: list[tuple[int, ...]] = []
+        hashes = self._hashes(key, len(key) // bs, None, toks)
         blocks, get, ids = self.blocks, self.cached_block_hash_to_block.get, []
         parent = ROOT_HASH
         for i in range(min(len(hashes), limit // bs)):
@@ -184,7 +204,7 @@ class PrefixCache:
             if b is None:
                 break
             blk = blocks[b]
-            if blk.parent_hash != parent or blk.token_ids != tuple(key[i * bs:(i + 1) * bs]):
+            if blk.parent_hash != parent or blk.token_ids != toks[i]:
                 break  # a hash collision: not the same tokens
             ids.append(b)
             parent = hashes[i]
@@ -263,13 +283,13 @@ class PrefixCache:
         ids = list(block_ids)
         if len(ids) < n_full:
             raise ValueError(f"block_ids has {len(ids)} block(s) but {len(key)} tokens fill {n_full} full block(s)")
+        self._check_ids(ids[:n_full], "cache_blocks")
+        blocks = self.blocks
         for b in ids[:n_full]:
-            if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < self.num_blocks:
-                raise UnknownBlock(f"cache_blocks: unknown block id {b!r}")
-            if self.blocks[b].ref_cnt == 0:
+            if blocks[b].ref_cnt == 0:
                 raise KVCacheError(f"cache_blocks: block {b} is free; it must belong to the request")
-        hashes = list(block_hashes[:n_full]) if block_hashes is not None and len(block_hashes) >= n_full \
-            else self._hashes(key, n_full)
+        # the hashes the match computed (of the prompt's full blocks), continued over the rest
+        hashes = self._hashes(key, n_full, list(block_hashes[:n_full]) if block_hashes is not None else None)
         cmap, blocks = self.cached_block_hash_to_block, self.blocks
         added, dups = [], 0
         parent = ROOT_HASH
@@ -298,16 +318,17 @@ class PrefixCache:
         head, as in vLLM). Raises (changing nothing) for an unknown id or a double free,
         including the same block twice in one call."""
         ids = list(block_ids)
-        want: dict[int, int] = {}
-        for b in ids:
-            if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < self.num_blocks:
-                raise UnknownBlock(f"free: unknown block id {b!r} (valid ids are 0..{self.num_blocks - 1})")
-            want[b] = want.get(b, 0) + 1
-        for b, k in want.items():
-            if k > self.blocks[b].ref_cnt:
-                raise DoubleFree(f"free: block {b} listed {k} time(s) but has ref_cnt {self.blocks[b].ref_cnt} (double free)")
-        released = []
+        self._check_ids(ids, "free")
         blocks, queue = self.blocks, self.free_block_queue
+        if len(set(ids)) != len(ids) or any(blocks[b].ref_cnt < 1 for b in ids):
+            want: dict[int, int] = {}
+            for b in ids:
+                want[b] = want.get(b, 0) + 1
+            for b, k in want.items():
+                if k > blocks[b].ref_cnt:
+                    raise DoubleFree(f"free: block {b} listed {k} time(s) but has ref_cnt {blocks[b].ref_cnt} "
+                                     "(double free)")
+        released = []
         for b in reversed(ids):
             blk = blocks[b]
             blk.ref_cnt -= 1
