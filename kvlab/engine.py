@@ -33,11 +33,13 @@ Example:
     >>> from kvlab.model import load_bundled
     >>> model, tok = load_bundled()
     >>> eng = Engine(model, num_blocks=64, block_size=4)
-    >>> a = eng.submit(tok.encode("The socket module provides"), max_new_tokens=4)
-    >>> b = eng.submit(tok.encode("The socket module returns"), max_new_tokens=4)
+    >>> shared = "The socket module provides access to the BSD socket interface."
+    >>> a = eng.submit(tok.encode(shared + " It is"), max_new_tokens=4)
+    >>> b = eng.submit(tok.encode(shared + " Use"), max_new_tokens=4, arrival_step=1)
     >>> report = eng.run()
-    >>> b.prefill_saved > 0          # "The socket module" was already in the tree
+    >>> b.prefill_saved > 0          # the shared sentence was already in the tree
     True
+    >>> eng.check_integrity()
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ import torch
 from .events import Event, EventLog
 from .generate import sample_next, paged_forward, validate
 from .kvstore import PagedKVPool, kernel_ops
-from .paged import BlockAllocator, BlockTable, KVCacheError, OutOfBlocks, blocks_needed
+from .paged import BlockAllocator, BlockTable, KVCacheError, MemorySnapshot, OutOfBlocks, blocks_needed
 
 
 @dataclass
@@ -78,6 +80,7 @@ class Request:
     preemptions: int = 0
     admitted_step: int | None = None
     finished_step: int | None = None
+    pending_forks: list = field(default_factory=list, repr=False)   # samples 1..n-1 until the prompt is prefilled
 
     @property
     def done(self) -> bool:
@@ -176,11 +179,12 @@ class Engine:
     radix: reuse cached prefixes (RadixCache over the same allocator); False = plain paged.
     max_batch_size: most sequences running at once.
     attention_backend: "torch" (references) or "triton" (kernels).
+    check: run check_integrity() after every step (tests). record: keep a MemorySnapshot per step.
     """
 
     def __init__(self, model, num_blocks: int, block_size: int = 4, *, radix: bool = True, max_batch_size: int = 16,
                  attention_backend: str = "torch", eviction_policy: str = "lru", log: EventLog | None = None,
-                 check: bool = False) -> None:
+                 check: bool = False, record: bool = False) -> None:
         from .radix import RadixCache
 
         self.model = model
@@ -200,6 +204,8 @@ class Engine:
         self.timeline: list[StepRecord] = []
         self.step_no = 0
         self.t0: float | None = None
+        self.record = record
+        self.snapshots: list[MemorySnapshot] = []       # one per step when record=True
 
     # ------------------------------------------------------------------------ requests
     def submit(self, prompt_ids: Sequence[int], max_new_tokens: int, *, n: int = 1, temperature: float = 0.0,
@@ -233,6 +239,22 @@ class Engine:
             self.cache.check_integrity(holders=self.holders())
         else:
             self.allocator.check_integrity(self.holders())
+
+    def snapshot(self, caption: str = "") -> MemorySnapshot:
+        """The pool as a kvlab.paged.MemorySnapshot (what kvlab.viz draws): one table per running
+        sequence, plus the radix tree's blocks as the table "tree"."""
+        a, bs = self.allocator, self.block_size
+        tables = {s.sid: tuple(s.table.block_ids) for s in self.running}
+        num_tokens = {s.sid: s.computed for s in self.running}
+        if self.cache is not None:
+            tables["tree"] = tuple(b for blocks in self.cache.node_blocks() for b in blocks)
+            num_tokens["tree"] = self.cache.total_size()
+        filled = [0] * a.num_blocks
+        for sid, ids in tables.items():
+            for i, b in enumerate(ids):
+                filled[b] = max(filled[b], bs if sid == "tree" else min(bs, num_tokens[sid] - i * bs))
+        return MemorySnapshot(a.num_blocks, bs, tuple(a.ref_count), tuple(a.owner), tables, num_tokens,
+                              tuple(filled), tuple(a.free_block_ids), caption)
 
     def _make_room(self, need: int) -> bool:
         """Evict unlocked tree leaves until ``need`` blocks are free; True when they are."""
@@ -334,9 +356,10 @@ class Engine:
                 continue
             gens = [torch.Generator().manual_seed(req.seed + i) for i in range(req.n)]
             self.waiting.append(Seq(req, 0, gens[0]))
-            req._forks = [Seq(req, i, gens[i]) for i in range(1, req.n)]  # type: ignore[attr-defined]
+            req.pending_forks = [Seq(req, i, gens[i]) for i in range(1, req.n)]
 
         # admit
+        idle = not self.running
         admitted: list[Seq] = []
         while self.waiting and len(self.running) + 1 <= self.max_batch_size:
             seq = self.waiting[0]
@@ -345,6 +368,9 @@ class Engine:
             self.waiting.pop(0)
             self.running.append(seq)
             admitted.append(seq)
+        if idle and self.waiting and not admitted:        # nothing runs, nothing to evict: it never fits
+            raise KVCacheError(f"sequence {self.waiting[0].sid} ({len(self.waiting[0].tokens)} tokens) cannot be "
+                               f"admitted: {self.allocator.num_free_blocks} free blocks after eviction")
 
         # prefill (one packed extend pass)
         prefill_tokens = 0
@@ -364,9 +390,9 @@ class Engine:
                 s.computed = len(s.tokens)
                 self._cache_prefix(s)
                 group = [s]
-                forks = getattr(s.req, "_forks", [])
+                forks = s.req.pending_forks
                 if s.index == 0 and forks and not s.req.outputs[0]:      # fresh n > 1: share the prompt
-                    s.req._forks = []  # type: ignore[attr-defined]
+                    s.req.pending_forks = []
                     for f in forks:
                         f.table = s.table.fork(f.sid)
                         f.lock_node, f.computed = s.lock_node, s.computed
@@ -375,7 +401,6 @@ class Engine:
                         self.running.insert(self.running.index(s) + f.index, f)
                         group.append(f)
                         fresh.append(f)
-                        self._emit("fork", f.sid, parent=s.sid)
                 for g in group:
                     self._append_token(g, logits[row : row + 1])
         # decode (one batched paged pass over everyone else still running)
@@ -392,6 +417,9 @@ class Engine:
                 self._emit("finish", req.rid, outputs=[len(o) for o in req.outputs])
         if self.check:
             self.check_integrity()
+        if self.record:
+            self.snapshots.append(self.snapshot(f"engine step {self.step_no}: {len(admitted)} admitted, "
+                                                f"{decode_tokens} decoded, {len(self.running)} running"))
         rec = StepRecord(self.step_no, time.perf_counter() - self.t0, self.allocator.num_used_blocks,
                          len(self.running), len(self.waiting), prefill_tokens, decode_tokens,
                          self.cache.total_size() if self.cache is not None else 0)
@@ -438,6 +466,4 @@ class Engine:
         t = time.perf_counter()
         while (self.pending or self.waiting or self.running) and self.step_no < max_steps:
             self.step()
-            if not self.running and self.waiting and not self.pending and self.timeline[-1].prefill_tokens == 0:
-                raise KVCacheError(f"request {self.waiting[0].sid} cannot be admitted: the pool is too small")
         return EngineReport(list(self.requests), list(self.timeline), self.log, time.perf_counter() - t)

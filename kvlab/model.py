@@ -22,9 +22,10 @@ checkpoints. Each of these raises :class:`CheckpointError` naming it.
 
 Example:
     >>> model, tok = load_bundled()
-    >>> ids = torch.tensor([tok.encode("def ")])
-    >>> model(ids).shape[:2]
-    torch.Size([1, 1])
+    >>> ids = torch.tensor([tok.encode("Return the list")])   # (B=1, T)
+    >>> logits = model(ids)                                     # (1, T, V)
+    >>> logits.shape[-1] == model.config.vocab_size
+    True
 """
 from __future__ import annotations
 
@@ -388,13 +389,12 @@ def load_pretrained(folder: str | os.PathLike, dtype: torch.dtype = torch.float3
         raise CheckpointError(f"no config.json in {folder}")
     cfg = LlamaConfig.from_dict(json.loads(cfg_path.read_text()))
     tensors = _read_safetensors(folder)
-    with torch.device("meta"):
-        model = Llama(cfg)
-    model = model.to_empty(device=device).to(dtype)
-    model.inv_freq = rope_inv_freq(cfg).to(device)
-    if cfg.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
+    # Built on the CPU and then overwritten. (Not under `with torch.device("meta")`: after that,
+    # importing Triton's interpreter breaks: "Cannot call @triton.jit'd outside of the scope of a kernel".)
+    model = Llama(cfg)
     load_state(model, tensors)
+    model = model.to(device=device, dtype=dtype)
+    model.inv_freq = rope_inv_freq(cfg).to(device)         # keep the rotary frequencies in fp32
     model.eval()
     tok = load_tokenizer(folder) if (folder / "tokenizer.json").is_file() else None
     return model, tok

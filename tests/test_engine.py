@@ -30,7 +30,7 @@ def shared_prefix_requests(tok, eng, new=5):
 @pytest.mark.parametrize("radix", [True, False])
 def test_engine_tokens_equal_generate_and_reuse_saves_prefill(bundled, radix):
     model, tok = bundled
-    eng = Engine(model, num_blocks=96, block_size=4, radix=radix, max_batch_size=4, check=True)
+    eng = Engine(model, num_blocks=96, block_size=4, radix=radix, max_batch_size=4, check=True, record=True)
     reqs = shared_prefix_requests(tok, eng)
     rep = eng.run()
     for r in reqs:
@@ -50,6 +50,10 @@ def test_engine_tokens_equal_generate_and_reuse_saves_prefill(bundled, radix):
     eng.check_integrity()
     assert [t.step for t in rep.timeline] == list(range(len(rep.timeline)))
     assert max(t.blocks_in_use for t in rep.timeline) == s["peak_blocks"] > 0
+    assert len(eng.snapshots) == len(rep.timeline)
+    for snap, rec in zip(eng.snapshots, rep.timeline):
+        snap.check_integrity()
+        assert snap.num_blocks - snap.num_free_blocks == rec.blocks_in_use
     kinds = {e.kind for e in rep.log}
     assert {"arrive", "admit", "finish", "allocate"} <= kinds
     assert ({"match", "insert", "lock"} <= kinds) == radix
@@ -57,7 +61,7 @@ def test_engine_tokens_equal_generate_and_reuse_saves_prefill(bundled, radix):
 
 def test_preemption_under_memory_pressure_recomputes_correctly(bundled):
     model, tok = bundled
-    eng = Engine(model, num_blocks=22, block_size=4, radix=True, max_batch_size=4, check=True)
+    eng = Engine(model, num_blocks=14, block_size=4, radix=True, max_batch_size=4, check=True)
     prompts = ["Return the list of", "The socket module", "Raise an error if the", "Open the file and"]
     reqs = [eng.submit(tok.encode(p), 16) for p in prompts]
     rep = eng.run()
