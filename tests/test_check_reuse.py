@@ -448,3 +448,67 @@ def test_optimal_hit_rate_accepts_solution_rejects_wrong():
     assert passes(check.optimal_hit_rate, S09.optimal_hit_rate)
     for wrong in (stub, hit_distinct_tokens, hit_consecutive_only, hit_distinct_prompts):
         assert not passes(check.optimal_hit_rate, wrong), wrong.__name__
+
+
+# ------------------------------------------------------------------------- 01 why a KV cache
+S01 = solution("01_why_kv_cache")
+
+
+def flops_off_by_one(f, p, n):
+    """Cached steps attend to one token too few."""
+    naive, cached = S01.count_flops(f, p, n)
+    return naive, cached[:1] + [f(p + t - 1) for t in range(1, n)]
+
+
+def flops_no_prefill(f, p, n):
+    """Forgets that step 0 is the prefill of the whole prompt."""
+    naive, cached = S01.count_flops(f, p, n)
+    return naive, [f(p)] + cached[1:]
+
+
+def flops_naive_flat(f, p, n):
+    """Charges every recomputed token the full context."""
+    return [(p + t) * f(p + t) for t in range(n)], S01.count_flops(f, p, n)[1]
+
+
+def test_count_flops_accepts_solution_rejects_wrong():
+    assert passes(check.count_flops, S01.count_flops)
+    for wrong in (stub, flops_off_by_one, flops_no_prefill, flops_naive_flat, lambda f, p, n: ([], [])):
+        assert not passes(check.count_flops, wrong)
+
+
+def attend_before_append(q, k_new, v_new, k_cache, v_cache):
+    """Attends over the old cache only (a token must see itself)."""
+    import torch
+
+    if k_cache.shape[0] == 0:
+        return S01.attend_with_cache(q, k_new, v_new, k_cache, v_cache)
+    out, _, _ = S01.attend_with_cache(q, k_cache[-1], v_cache[-1], k_cache[:-1], v_cache[:-1])
+    return out, torch.cat([k_cache, k_new[None]]), torch.cat([v_cache, v_new[None]])
+
+
+def attend_no_scale(q, k_new, v_new, k_cache, v_cache):
+    return S01.attend_with_cache(q * q.shape[1] ** 0.5, k_new, v_new, k_cache, v_cache)
+
+
+def attend_cache_not_grown(q, k_new, v_new, k_cache, v_cache):
+    out, _, _ = S01.attend_with_cache(q, k_new, v_new, k_cache, v_cache)
+    return out, k_cache, v_cache
+
+
+def attend_gqa_modulo(q, k_new, v_new, k_cache, v_cache):
+    """Maps query head h to KV head h % num_kv_heads."""
+    import torch
+
+    kvh, h = k_new.shape[0], q.shape[0]
+    idx = [i % kvh for i in range(h)]
+    k_all = torch.cat([k_cache, k_new[None]])
+    v_all = torch.cat([v_cache, v_new[None]])
+    w = torch.softmax(torch.einsum("hd,thd->ht", q, k_all[:, idx]) / q.shape[1] ** 0.5, dim=-1)
+    return torch.einsum("ht,thd->hd", w, v_all[:, idx]), k_all, v_all
+
+
+def test_attend_with_cache_accepts_solution_rejects_wrong():
+    assert passes(check.attend_with_cache, S01.attend_with_cache)
+    for wrong in (stub, attend_before_append, attend_no_scale, attend_cache_not_grown, attend_gqa_modulo):
+        assert not passes(check.attend_with_cache, wrong), wrong.__name__
