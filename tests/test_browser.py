@@ -8,7 +8,9 @@ check that no cell shows an error, that plotly figures and widgets render, and d
 - lesson 04: the translation widget's position slider, moved to 4 (L1 -> P7) and back to 9,
   shows L2, offset 1 and P1; the memory-map stepper's Next button changes its caption;
 - lesson 02: the plotly bar chart renders;
-- lesson 07 (when it exists): the radix stepper's Next button changes the caption and the tree.
+- lesson 07 (when it exists): the radix stepper's Next button changes the caption and the tree;
+- every other lesson: runs clean, and its widgets and plotly figures render.
+Each lesson's kernel is shut down after its test. The whole file takes about 2 minutes.
 
 Screenshots go to tests/_artifacts/ (git-ignored). With KVLAB_UPDATE_SCREENSHOTS=1 the two for
 the README are also copied to docs/img/ (memory_map.png, radix_tree.png).
@@ -18,6 +20,7 @@ and CI is not set; with CI=true a missing browser is a failure. Never runs `play
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -218,6 +221,48 @@ def _lesson(browser, lab, name: str):
     finally:
         page.screenshot(path=str(ARTIFACTS / f"{name[:2]}_page.png"))
         page.close()
+        _shutdown_kernels(lab)
+
+
+def _shutdown_kernels(lab) -> None:
+    """Stop every kernel of the server (each lesson's kernel holds torch; CI has little memory)."""
+    base, token, _ = lab
+    try:
+        with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r:
+            kernels = json.load(r)
+        for k in kernels:
+            req = urllib.request.Request(f"{base}/api/kernels/{k['id']}?token={token}", method="DELETE")
+            urllib.request.urlopen(req, timeout=10).close()
+    except OSError:
+        pass  # the server is going away anyway
+
+
+def _stored_kinds(name: str) -> set[str]:
+    """What the built notebook's stored outputs contain: 'plotly' and/or 'widget'."""
+    kinds = set()
+    for cell in nbformat.read(ROOT / "notebooks" / name, as_version=4).cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "application/vnd.plotly.v1+json" in data:
+                kinds.add("plotly")
+            if "application/vnd.jupyter.widget-view+json" in data:
+                kinds.add("widget")
+    return kinds
+
+
+# Lessons with their own test below; every other lesson is run clean here.
+_DEDICATED = {"02_how_big.ipynb", "04_paging.ipynb", "07_radix.ipynb"}
+_OTHERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if p.name not in _DEDICATED)
+
+
+@pytest.mark.parametrize("name", _OTHERS)
+def test_lesson_runs_clean(browser, lab, name):
+    with _lesson(browser, lab, name) as page:
+        kinds = _stored_kinds(name)
+        if "widget" in kinds:
+            page.wait_for_selector(".jupyter-widgets", timeout=20_000)
+        if "plotly" in kinds or "widget" in kinds:  # kvlab's widgets hold plotly figures or SVG
+            page.wait_for_selector(".js-plotly-plot .main-svg, .kvlab-svg svg", timeout=20_000)
 
 
 def test_lesson_02_plotly(browser, lab):
