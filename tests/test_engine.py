@@ -102,3 +102,15 @@ def test_bad_requests_rejected_without_changes(bundled):
     assert a.done and a.outputs == [[]] and rep.summary()["prefill_computed"] == 0
     with pytest.raises(ValueError, match="already used"):
         eng.submit([5], 1, rid=a.rid)
+
+
+def test_engine_triton_backend_matches_torch(bundled):
+    model, tok = bundled
+    outs = {}
+    for backend in ("torch", "triton"):
+        eng = Engine(model, num_blocks=16, block_size=4, attention_backend=backend, check=True)
+        a = eng.submit(tok.encode("Return the list of all"), 2)
+        b = eng.submit(tok.encode("Return the list of items"), 2, arrival_step=1)
+        eng.run()
+        outs[backend] = (a.outputs, b.outputs, b.prefill_saved)
+    assert outs["torch"] == outs["triton"] and outs["torch"][2] > 0
