@@ -224,6 +224,8 @@ class ContiguousPolicy(MemoryPolicy):
         self.arena = ContiguousArena(capacity, arena_mode, max_len, bytes_per_token, log=NullLog())
         self.will_use = 0
         self._final: dict[str, int] = {}
+        self._free = capacity  # slots not reserved (the arena recomputes it by a scan; we keep count)
+        self._usage: Usage | None = None  # cached until the arena changes
 
     def _final_len(self, req: Request) -> int | None:
         if self.mode == "exact":
@@ -242,6 +244,8 @@ class ContiguousPolicy(MemoryPolicy):
     def admit(self, g: Group) -> bool:
         L = g.prompt_now + 1
         fin = self._final_len(g.req)
+        if self.arena.reservation_for(L, fin) * g.req.num_seqs > self._free:
+            return False  # not enough free slots at all: skip the arena's first-fit scan
         done: list[str] = []
         try:
             for i in range(g.req.num_seqs):
@@ -258,14 +262,23 @@ class ContiguousPolicy(MemoryPolicy):
             w = min(s.cap, g.req.total_len)
             self._final[s.sid] = w
             self.will_use += w
+            self._free -= s.cap
+        self._usage = None
         return True
 
     def grow(self, s: Seq, need: int) -> bool:
         r = self.arena.requests[s.sid]
+        before = r.reserved
+        target = self.arena.reservation_for(need, r.final_len) if self.arena.policy == "pow2" else need
+        if need > r.reserved and target > self._free + r.reserved:
+            return False  # no range could hold it even after moving: skip the scan
         try:
             self.arena.grow(s.sid, need - r.length)
         except OutOfContiguousSpace:
             return False
+        if r.reserved != before:
+            self._free -= r.reserved - before
+            self._usage = None
         s.cap = r.reserved
         w = min(s.cap, s.group.req.total_len)
         self.will_use += w - self._final[s.sid]
@@ -279,19 +292,23 @@ class ContiguousPolicy(MemoryPolicy):
 
     def release(self, g: Group, cur_len: int, finished: bool) -> None:
         for s in g.seqs:
+            self._free += self.arena.requests[s.sid].reserved
             self.arena.finish(s.sid)
             self.will_use -= self._final.pop(s.sid)
         g.seqs = []
+        self._usage = None
 
     def busy(self) -> bool:
         return bool(self.arena.requests)
 
     def usage(self) -> Usage:
-        free = self.arena.free_tokens
-        return Usage(self.capacity - free, self.will_use, 0, free - self.arena.largest_free_range)
+        if self._usage is None:
+            self._usage = Usage(self.capacity - self._free, self.will_use, 0, self._free - self.arena.largest_free_range)
+        return self._usage
 
     def check(self, groups) -> None:
         self.arena.check_integrity()
+        assert self._free == self.arena.free_tokens, f"free count {self._free} != arena's {self.arena.free_tokens}"
         live = {s.sid for g in groups for s in g.seqs}
         assert live == set(self.arena.requests), "arena and scheduler disagree on who is running"
 
