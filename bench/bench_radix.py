@@ -13,7 +13,12 @@ Timed, for each cache:
     plus the answer (evicting when the pool is short), insert prompt + answer, unlock
     (block-hash cache: match, allocate with touch, cache_blocks, free);
   * match alone: one more pass of match_prefix over every prompt on the warm cache.
+Rows: the radix tree at page_size 1 (SGLang's default: one block per token) under LRU and
+fewest-tokens eviction, at page_size 16, each also with ``check_kv=False`` (insert skips
+its ownership checks); the block-hash cache at block_size 16 (vLLM's default).
 Every cache op writes its events to an EventLog, as in the library's normal use.
+At page_size 1 the paged allocator does one Python step per token slot (allocate and, on
+eviction, free), which is why the "alloc share" column is large there.
 The figures are measured on this machine in CPU seconds of this process (one Python
 thread; a shared machine's other jobs do not count against it); the script prints them,
 tests never assert timings.
