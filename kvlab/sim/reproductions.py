@@ -11,8 +11,10 @@ Published figures used (and where they come from):
 - vLLM paper (Kwon et al., SOSP 2023), Fig. 2: share of KV memory holding token states,
   Orca (Max) 20.4%, Orca (Pow2) 26.8%, Orca (Oracle) 38.2%, vLLM 96.3%.
 - vLLM paper, Fig. 13: average batched requests serving OPT-13B; ShareGPT at 2 req/s:
-  Orca (Max) 7.00, (Pow2) 9.81, (Oracle) 13.62, vLLM 30.42 (the text: vLLM batches 2.2x
-  Orca (Oracle) and 4.3x Orca (Max)); Alpaca at 30 req/s: 7.00, 43.24, 72.75, 132.44.
+  Orca (Max) 7.00, (Pow2) 9.81, (Oracle) 13.62, vLLM 30.42; Alpaca at 30 req/s: 7.00,
+  43.24, 72.75, 132.44. These are the figure's bar labels; the paper's text confirms the
+  ShareGPT ratios (vLLM batches 2.2x Orca (Oracle) and 4.3x Orca (Max)), the Alpaca
+  values are not restated in the text (check them against the PDF before quoting).
 - vLLM paper, Sec. 6.3 / Fig. 15: memory saved by sharing on OPT-13B, Alpaca: parallel
   sampling 6.1%-9.8%, beam search 37.6%-55.2%; ShareGPT: 16.2%-30.5% and 44.3%-66.3%.
 - SGLang paper (Zheng et al., NeurIPS 2024): cache hit rates from 50% to 99% across its
