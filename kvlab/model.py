@@ -94,11 +94,11 @@ class LlamaConfig:
     def from_dict(cls, d: dict) -> "LlamaConfig":
         """From a config.json dict: known keys are taken, the rest ignored (model_type is checked)."""
         mt = d.get("model_type", "llama")
-        if mt not in ("llama", "mistral", "qwen2", "smollm", "kvlab-llama"):
-            raise CheckpointError(f"model_type={mt!r} is not a Llama-architecture model")
-        if d.get("sliding_window") and d.get("use_sliding_window", mt != "qwen2"):
-            if mt == "mistral":
-                raise CheckpointError(f"sliding_window={d['sliding_window']} is not supported")
+        if mt not in ("llama", "mistral"):
+            raise CheckpointError(f"model_type={mt!r} is not a Llama-architecture model (llama, mistral)")
+        sw = d.get("sliding_window")
+        if sw and sw < d.get("max_position_embeddings", 0):
+            raise CheckpointError(f"sliding_window={sw} is not supported (attention here sees the whole context)")
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         if isinstance(kw.get("eos_token_id"), list):

@@ -96,9 +96,11 @@ def write_checkpoint(folder, cfg=HF_CONFIG, tensors=None, shards: int = 1, token
     return tensors
 
 
-@pytest.mark.parametrize("shards", [1, 3])
-def test_hf_checkpoint_matches_reference_forward(tmp_path, shards):
-    tensors = write_checkpoint(tmp_path / "ckpt", shards=shards)
+@pytest.mark.parametrize("shards,dtype", [(1, torch.float32), (3, torch.bfloat16)])
+def test_hf_checkpoint_matches_reference_forward(tmp_path, shards, dtype):
+    tensors = {k: v.to(dtype) for k, v in random_hf_tensors(HF_CONFIG).items()}   # bf16, as most checkpoints ship
+    write_checkpoint(tmp_path / "ckpt", tensors=tensors, shards=shards)
+    tensors = {k: v.float() for k, v in tensors.items()}
     model, tok = load_pretrained(tmp_path / "ckpt")
     assert tok is not None and model.config.rope_theta == 50000.0 and model.config.head_dim == 16
     ids = [3, 141, 59, 26, 5, 35, 8, 97, 93, 238, 46]
