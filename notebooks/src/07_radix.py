@@ -189,6 +189,53 @@ print(f"tokens run through the layer: {computed} of {total} ({1 - computed / tot
 # here, so R4 matches less than in section 2; the engine below inserts them.)
 
 # %% [markdown]
+# ### The same with the bundled model, in a serving engine
+#
+# `kvlab.engine.Engine` is a small continuous-batching server over a paged K/V pool (block size
+# 4) with the radix tree in front: each request's prompt is matched, only the missed suffix is
+# prefilled (with the extend kernel's torch reference), the answer is decoded through the block
+# tables, and the finished sequence goes into the tree. The notes' texts are tokenized with the
+# model's own tokenizer (the model was trained on Python documentation, so its Chinese answers are
+# nonsense; what matters is that they are the same). R4 is R1's follow-up: R1's prompt, R1's
+# actual answer, then 人工呢. We run it twice, with and without the radix tree.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.engine import Engine
+from kvlab.model import load_bundled
+from kvlab.radix import FOUR_REQUEST_TEXTS as T
+
+torch.set_num_threads(1)                                      # a tiny model is fastest on one thread
+model, tok = load_bundled()
+system = T["A"] + T["B"]
+
+
+def serve(radix):
+    eng = Engine(model, num_blocks=256, block_size=4, radix=radix, check=True)
+    r1 = eng.submit(tok.encode(system + T["R1"]), 8, rid="R1")
+    eng.submit(tok.encode(system + T["R2"]), 8, rid="R2", arrival_step=12)
+    eng.submit(tok.encode(system + T["R3"]), 8, rid="R3", arrival_step=24)
+    eng.run()
+    eng.submit(r1.prompt_ids + r1.outputs[0] + tok.encode(T["R4"]), 8, rid="R4", arrival_step=eng.step_no)
+    return eng.run()
+
+
+plain, radix = serve(radix=False), serve(radix=True)
+print(f"{'request':<8} {'prompt':>6} | {'prefilled (no tree)':>19} | {'reused (tree)':>13} {'prefilled (tree)':>16}")
+for a, b in zip(plain.requests, radix.requests):
+    print(f"{a.rid:<8} {len(a.prompt_ids):>6} | {a.prefill_computed:>19} | {b.prefill_saved:>13} {b.prefill_computed:>16}")
+print("same answers with and without the tree:", [r.outputs for r in plain.requests] == [r.outputs for r in radix.requests])
+print(f"prompt tokens run through the model: {plain.summary()['prefill_computed']} without the tree, "
+      f"{radix.summary()['prefill_computed']} with it")
+n_shared = len(tok.encode(system))
+print(f"[A] + [B]: {n_shared} tokens, reusable in whole pages of 4: {n_shared // 4 * 4}")
+
+# %% [markdown]
+# The reuse is cut to whole pages of 4 tokens (a block holds one page), so R2 and R3 reuse the
+# whole pages of [A] + [B] and prefill the rest together with their questions. R4 reuses R1's
+# prompt and answer (all but the last, partial page) and prefills little more than 人工呢.
+
+# %% [markdown]
 # ## 6. Exercises
 #
 # ### Exercise 1: longest prefix match on a small radix tree
