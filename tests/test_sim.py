@@ -239,3 +239,15 @@ def test_property_every_run_conserves_memory_and_keeps_integrity(seed, name, blo
     assert len(r.records) == len(t) and _empty(pol)
     assert r.metrics.max_token_states <= pol.capacity
     assert r.output_tokens == sum(q.output_len * q.num_seqs for q in t)
+
+
+def test_prefill_budget_spreads_admissions_over_iterations():
+    t = alpaca(40, rate=math.inf, seed=1)
+    r = simulate(t, make_policy("paged", 20_000, 16), max_prefill_tokens=64)
+    admitted_first = sum(1 for x in r.records if x.first_token == min(y.first_token for y in r.records))
+    assert 1 <= admitted_first < 40  # not all in the first iteration
+    assert len(r.records) == 40
+    big = simulate(t, make_policy("paged", 20_000, 16), max_batch=10)
+    assert big.metrics.max_requests == 10
+    with pytest.raises(ValueError, match="max_batch"):
+        simulate(beam_search(t, 4), make_policy("paged", 20_000, 16), max_batch=3)

@@ -289,7 +289,7 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
         return True
 
     def admit_waiting() -> int:
-        nonlocal B, SB, admit_counter, prompt_tokens, hit_tokens, prefill_total
+        nonlocal B, SB, admit_counter, prompt_tokens, hit_tokens, prefill_total, budget_hit
         if order == "cache-aware" and policy.uses_tokens and len(waiting) > 1:
             head = [waiting.popleft() for _ in range(min(len(waiting), cache_aware_window))]
             keyed = sorted(enumerate(head), key=lambda ig: (-policy.cached_prefix_len(ig[1]), ig[0]))
@@ -299,7 +299,10 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
         while waiting:
             g = waiting[0]
             n = g.req.num_seqs
-            if B + n > max_batch or (prefill and prefill + g.prompt_now > max_prefill_tokens):
+            if B + n > max_batch:
+                break
+            if prefill and prefill + g.prompt_now > max_prefill_tokens:
+                budget_hit = True  # the rest waits for the next iteration's prefill budget
                 break
             if not policy.admit(g):
                 break
@@ -343,10 +346,10 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
             bar.update(1)
 
     dirty = True
-    preempted_now = False
+    preempted_now = budget_hit = False
     try:
         while True:
-            preempted_now = False
+            preempted_now = budget_hit = False
             # 1. events due at this boundary: finishes of the last iteration, growth needed by the next
             while events and events[0][0] <= it:
                 e, kind, _, _, obj, ver = heapq.heappop(events)
@@ -389,7 +392,7 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
                 for g in list(running.values())[n_before:]:
                     if g.first_token_time is None:
                         g.first_hit = g.hit
-            dirty = preempted_now and bool(waiting)
+            dirty = (preempted_now or budget_hit) and bool(waiting)
             if not running:
                 if pending:
                     now = max(now, pending[0][0])
@@ -405,7 +408,7 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
             k = events[0][0] - it if events else 1
             k = max(1, k)
             ctx0 = SB + B * it
-            if check or (preempted_now and waiting):  # admission is retried next iteration
+            if check or dirty:  # admission is retried next iteration
                 k = 1
             span = cost.span(k, B, ctx0, prefill)
             if pending and now + span > pending[0][0] and k > 1:
