@@ -188,12 +188,13 @@ class PrefixCache:
             raise UnknownBlock(f"{what}: unknown block id {bad!r} (valid ids are 0..{self.num_blocks - 1})")
 
     # ------------------------------------------------------------------------- lookup
-    def match_prefix(self, tokens: Sequence[int], rid: str | None = None, *, record_stats: bool = True,
-                     _limit: int | None = None) -> PrefixMatch:
+    def match_prefix(self, tokens: Sequence[int], rid: str | None = None, *, record_stats: bool = True) -> PrefixMatch:
         """The longest run of cached full blocks at the start of ``tokens`` (vLLM's
         ``get_computed_blocks``). Changes no ref count; ``allocate`` takes the hits."""
         key = _as_tokens(tokens)
-        limit = len(key) if _limit is None else _limit
+        return self._match(key, len(key), rid, record_stats)
+
+    def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> PrefixMatch:
         bs = self.block_size
         toks: list[tuple[int, ...]] = []
         hashes = self._hashes(key, len(key) // bs, None, toks)
@@ -222,7 +223,7 @@ class PrefixCache:
         fully cached prompt still computes its last token (vLLM's ``max_cache_hit_length``).
         Example: 8 cached tokens, block_size 4, prompt of those 8 -> prefix_len 4."""
         key = _as_tokens(tokens)
-        return self.match_prefix(key, rid, _limit=max(0, len(key) - 1))
+        return self._match(key, max(0, len(key) - 1), rid, True)
 
     # -------------------------------------------------------------------- allocation
     def allocate(self, num_tokens: int, match: PrefixMatch, rid: str | None = None) -> list[int]:
