@@ -84,9 +84,26 @@ for seq, t in m.tables.items():
     print(f"{seq}: {t.num_tokens:>2} tokens, block table {t.block_ids}")
 
 # %%
-from kvlab.viz import memory_map_figure
+from kvlab.viz import kernel_access_stepper, memory_map_figure
 
 memory_map_figure(m.snapshot("three requests decoding together"), title="The pool the kernel reads", source="simulated")
+
+# %% [markdown]
+# And the order in which the kernel reads R3's blocks: it walks the positions from 0 up, so it
+# follows the block table, L0, L1, L2..., wherever those blocks sit (simulated view of the
+# kernel's loop, one block per step). Step through it; the other requests' blocks are faded.
+
+# %%
+kernel_access_stepper(m.snapshot(), "R3", tile_tokens=4)
+
+# %% [markdown]
+# With split-K (section 3) the positions are cut into ranges, each read by its own program in
+# parallel: here two programs, one colour each.
+
+# %%
+from kvlab.viz import kernel_access_figure
+
+kernel_access_figure(m.snapshot(), "R3", num_splits=2, tile_tokens=4)
 
 # %% [markdown]
 # ## 3. The real run: the Triton kernel against plain attention
