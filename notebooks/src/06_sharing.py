@@ -154,6 +154,36 @@ print("prompt blocks P0, P1 stored once, shared by", run.allocator.ref_count[0],
 # Every sample sees the shared prompt *and only its own* token 10: copy-on-write kept them apart
 # while the first 8 tokens' K/V exist once in memory.
 #
+# ### With the bundled model
+#
+# `kvlab.generate.generate(..., strategy="paged", n=4)` does all of this inside a real decode:
+# it prefills the prompt once, forks it for 4 samples, and copies on write when a sample first
+# writes into the shared partial block. The samples draw their own random noise (seeded), so
+# they diverge; the same seeds without any cache (`"naive"`, each sample recomputing its whole
+# sequence) give the same tokens.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.generate import generate
+from kvlab.model import load_bundled
+
+torch.set_num_threads(1)                      # a tiny model is fastest on one thread
+model, tok = load_bundled()
+prompt = tok.encode("The socket module provides a")
+res = generate(model, prompt, 12, strategy="paged", n=4, temperature=0.8, seed=0, block_size=4, keep=True)
+print(f"prompt: {len(prompt)} tokens = {len(prompt) // 4} full block(s) + {len(prompt) % 4} token(s) in a partial block")
+print("copy-on-write copies (src, dst):", res.copies)
+for sid in res.seq_ids:
+    print(f"{sid}: block table {res.manager.tables[sid].block_ids}")
+print("ref_count of the full prompt block P0:", res.manager.allocator.ref_count[0])
+naive = generate(model, prompt, 12, strategy="naive", n=4, temperature=0.8, seed=0)
+print("same samples as recomputing without a cache:", naive.sequences == res.sequences)
+res.manager.check_integrity()
+
+# %%
+for i in range(4):
+    print(f"sample {i}: {res.text(tok, i)!r}")
+#
 # ## 5. How much memory does sharing save? (measured on the allocator)
 #
 # **Parallel sampling.** A prompt of `P` tokens, `n` samples, `g` new tokens each. Without
