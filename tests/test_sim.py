@@ -251,3 +251,11 @@ def test_prefill_budget_spreads_admissions_over_iterations():
     assert big.metrics.max_requests == 10
     with pytest.raises(ValueError, match="max_batch"):
         simulate(beam_search(t, 4), make_policy("paged", 20_000, 16), max_batch=3)
+
+
+def test_requests_with_prompt_ids_but_no_output_ids_still_run_under_prefix_caches():
+    reqs = [Request(i, 0.0, 40, 30, tuple(range(32)) + tuple(range(1000 + 8 * i, 1008 + 8 * i))) for i in range(12)]
+    for name in ("radix", "block-hash"):
+        pol = make_policy(name, 400, 8)
+        r = simulate(Trace("ids", reqs), pol, check=True)
+        assert len(r.records) == 12 and r.hit_tokens > 0 and r.preemptions > 0 and _empty(pol)

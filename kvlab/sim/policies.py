@@ -482,7 +482,7 @@ class RadixPolicy(MemoryPolicy):
                 # SGLang's cache_unfinished_req: the prompt's full pages enter the tree right
                 # after prefill, so requests running at the same time can share them.
                 allkv = table + own
-                full = p // bs
+                full = len(toks) // bs  # (== p // bs unless output ids are missing)
                 res = self.cache.insert(toks[:full * bs], allkv[:full], g.gid)
                 self.cache.inc_lock_ref(res.last_node, g.gid)
                 self.cache.dec_lock_ref(node, g.gid)
