@@ -361,8 +361,11 @@ class Engine:
         # admit
         idle = not self.running
         admitted: list[Seq] = []
-        while self.waiting and len(self.running) + 1 <= self.max_batch_size:
+        while self.waiting:
             seq = self.waiting[0]
+            width = 1 + len(seq.req.pending_forks) if seq.index == 0 else 1   # a fresh n > 1 request forks
+            if len(self.running) + width > self.max_batch_size and self.running:
+                break
             if not self._admit(seq):
                 break
             self.waiting.pop(0)
