@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import time
+import uuid
 from datetime import datetime
 from pathlib import Path
 
@@ -207,9 +208,43 @@ def build(path: Path, run: bool = True) -> float | None:
     seconds = execute(nb) if run else None
     out = NB_DIR / (path.stem + ".ipynb")
     nbformat.validate(nb)
-    with open(out, "w", encoding="utf-8") as f:
-        nbformat.write(nb, f)
+    out.write_text(stable_widget_ids(nb, path.stem) + "\n", encoding="utf-8")
     return seconds
+
+
+def stable_widget_ids(nb: nbformat.NotebookNode, stem: str) -> str:
+    """Replace the random widget model ids (uuid4) by ids derived from the lesson and the
+    widgets' structure, so rebuilding an unchanged lesson gives an unchanged file.
+
+    Models are numbered in a depth-first walk from each widget output (cells in order),
+    following ``IPY_MODEL_<id>`` references in key order; unreachable models come last,
+    ordered by their content. Returns the notebook's JSON text.
+    """
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    if not state:
+        return nbformat.writes(nb)
+    ref = re.compile(r"IPY_MODEL_([0-9a-f]{32})")
+    order: list[str] = []
+
+    def visit(model_id: str) -> None:
+        if model_id in order or model_id not in state:
+            return
+        order.append(model_id)
+        for child in ref.findall(json.dumps(state[model_id], sort_keys=True)):
+            visit(child)
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            view = out.get("data", {}).get("application/vnd.jupyter.widget-view+json")
+            if view:
+                visit(view["model_id"])
+    rest = sorted((m for m in state if m not in order), key=lambda m: ref.sub("", json.dumps(state[m], sort_keys=True)))
+    for m in rest:
+        visit(m)
+    text = nbformat.writes(nb)
+    for i, model_id in enumerate(order):
+        text = text.replace(model_id, uuid.uuid5(uuid.NAMESPACE_URL, f"kvlab/{stem}/{i}").hex)
+    return nbformat.writes(nbformat.reads(text, as_version=4))  # keys sorted again, now by the stable ids
 
 
 # ---------------------------------------------------------------------------- check

@@ -187,7 +187,9 @@ for how in ("max", "pow2", "exact", "paged"):
 #
 # The vLLM paper (Kwon et al., 2023, Fig. 2) measured the same thing in real systems: only
 # 20.4% to 38.2% of the KV memory held token states in the systems before it, 96.3% in vLLM.
-# Our tiny run is not their workload, but the ordering is the same.
+# Our tiny run is not their workload, but the ordering is the same. Lesson 09 runs kvlab's
+# workload simulator at the papers' scale and puts its figures beside theirs; for the large
+# runs, `bench/bench_sim.py` prints them from the command line.
 #
 # ## 4. Exercises
 #
