@@ -64,7 +64,11 @@ class EventLog:
         self._listeners: list[Callable[[Event], None]] = []
 
     def emit(self, event: Event) -> Event:
-        stamped = Event(event.kind, event.seq_id, tuple(event.block_ids), dict(event.detail), len(self.events))
+        if event.step == -1:  # fresh event: stamp it in place (frozen only to callers)
+            object.__setattr__(event, "step", len(self.events))
+            stamped = event
+        else:  # an event from another log: copy it, never restamp a shared object
+            stamped = Event(event.kind, event.seq_id, tuple(event.block_ids), dict(event.detail), len(self.events))
         self.events.append(stamped)
         for fn in self._listeners:
             fn(stamped)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Iterable, Sequence
 
 from .events import Event, EventLog
@@ -205,7 +206,10 @@ class BlockAllocator:
         return 0 <= n <= len(self.free_block_ids)
 
     def _validate_ids(self, block_ids: Iterable[int], what: str) -> list[int]:
-        ids = list(block_ids)
+        ids = block_ids if type(block_ids) is list else list(block_ids)
+        # Fast path (one C-level pass each): all plain ints, all in range.
+        if not ids or (set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < self.num_blocks):
+            return ids
         for b in ids:
             if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < self.num_blocks:
                 raise UnknownBlock(f"{what}: unknown block id {b!r} (valid ids are 0..{self.num_blocks - 1})")
@@ -223,11 +227,13 @@ class BlockAllocator:
             raise ValueError(f"n must be >= 0, got {n}")
         if n > len(self.free_block_ids):
             raise OutOfBlocks(n, len(self.free_block_ids), f"owner {owner}" if owner else "")
-        ids = [self.free_block_ids.popleft() for _ in range(n)]
-        for b in ids:
-            self.ref_count[b] = 1
-            self.owner[b] = owner
-            self.used_block_ids.add(b)
+        pop = self.free_block_ids.popleft
+        ids = [pop() for _ in range(n)]
+        # ref_count[b] = 1 and owner[b] = owner for each b, as C-level loops (the hot path
+        # of a radix cache with page_size 1 allocates one block per token)
+        deque(map(self.ref_count.__setitem__, ids, repeat(1)), maxlen=0)
+        deque(map(self.owner.__setitem__, ids, repeat(owner)), maxlen=0)
+        self.used_block_ids.update(ids)
         if ids:
             self.log.emit(Event("allocate", owner, tuple(ids)))
         return ids
@@ -252,24 +258,35 @@ class BlockAllocator:
         one call is a double free unless its ref count is at least 2).
         """
         ids = self._validate_ids(block_ids, "free")
-        wanted: dict[int, int] = {}
-        for b in ids:
-            wanted[b] = wanted.get(b, 0) + 1
-        for b, k in wanted.items():
-            if self.ref_count[b] == 0:
+        rc = self.ref_count
+        if len(set(ids)) == len(ids):  # fast path: each block once
+            if 0 in map(rc.__getitem__, ids):
+                b = next(b for b in ids if rc[b] == 0)
                 raise DoubleFree(f"free: block {b} is already free (double free)")
-            if k > self.ref_count[b]:
-                raise DoubleFree(
-                    f"free: block {b} listed {k} times in one call but has ref_count {self.ref_count[b]} (double free)"
-                )
+        else:
+            wanted: dict[int, int] = {}
+            for b in ids:
+                wanted[b] = wanted.get(b, 0) + 1
+            for b, k in wanted.items():
+                if rc[b] == 0:
+                    raise DoubleFree(f"free: block {b} is already free (double free)")
+                if k > rc[b]:
+                    raise DoubleFree(f"free: block {b} listed {k} times in one call but has ref_count {rc[b]} (double free)")
         released: list[int] = []
-        for b in ids:
-            self.ref_count[b] -= 1
-            if self.ref_count[b] == 0:
-                self.used_block_ids.discard(b)
-                self.owner[b] = None
-                self.free_block_ids.append(b)
-                released.append(b)
+        if len(set(ids)) == len(ids):  # each block once: new counts computed in bulk
+            counts = [c - 1 for c in map(rc.__getitem__, ids)]
+            deque(map(rc.__setitem__, ids, counts), maxlen=0)
+            released = [b for b, c in zip(ids, counts) if c == 0]
+        else:
+            for b in ids:
+                c = rc[b] - 1
+                rc[b] = c
+                if c == 0:
+                    released.append(b)
+        if released:
+            self.used_block_ids.difference_update(released)
+            deque(map(self.owner.__setitem__, released, repeat(None)), maxlen=0)
+            self.free_block_ids.extend(released)
         if ids:
             self.log.emit(Event("free", seq_id, tuple(ids), {"released": released}))
         return released
