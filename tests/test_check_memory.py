@@ -70,6 +70,11 @@ def test_not_a_function_is_a_clean_fail(capsys):
     assert "FAIL" in capsys.readouterr().out
 
 
+def test_every_checker_module_loads():
+    assert not check._IMPORT_ERRORS, check._IMPORT_ERRORS
+    assert check._SOURCES.get("translate") == "memory" and check.translate.__module__ == "kvlab.check.memory"
+
+
 def test_unknown_checker_name():
     with pytest.raises(AttributeError, match="no checker"):
         check.no_such_checker  # noqa: B018

@@ -364,8 +364,10 @@ def _load_submodules() -> None:
             warnings.warn(f"kvlab.check.{info.name} failed to import: {exc}", stacklevel=2)
             continue
         for name in getattr(mod, "__all__", ()):
-            if name in globals() and _SOURCES.get(name) != info.name:
-                raise ImportError(f"kvlab.check: {name!r} from {info.name} clashes with {_SOURCES.get(name, 'the harness')}")
+            if name in globals() and _SOURCES.get(name) != info.name:  # keep the first; say so
+                _IMPORT_ERRORS[info.name] = f"{name!r} clashes with {_SOURCES.get(name, 'the harness')}; kept the first"
+                warnings.warn(f"kvlab.check.{info.name}: {_IMPORT_ERRORS[info.name]}", stacklevel=2)
+                continue
             globals()[name] = getattr(mod, name)
             _SOURCES[name] = info.name
 
