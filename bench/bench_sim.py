@@ -17,9 +17,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kvlab.sim import format_table  # noqa: E402
 from kvlab.sim.policies import POLICY_NAMES  # noqa: E402
-from kvlab.sim.reproductions import all_reproductions, notes_claims, scenario_table, speed  # noqa: E402
+from kvlab.sim.reproductions import report, speed  # noqa: E402
 
 
 def main() -> None:
@@ -31,17 +30,7 @@ def main() -> None:
     a = ap.parse_args()
     t0 = time.perf_counter()
     if not a.speed_only:
-        for rep in all_reproductions(a.scale, a.seed):
-            print(rep)
-            print()
-        rows = scenario_table(max(100, int(300 * a.scale)), a.seed)
-        print("== The notes' scenario table (simulated: requests served at once when all arrive at t=0) ==")
-        print(format_table(rows, ["scenario", "mean_in", "mean_out", "max", "exact", "paged", "radix", "paged_vs_max",
-                                  "paged_vs_exact", "radix_hit"], percent=("radix_hit",)))
-        print("(paged batches are capped at max_batch=256 sequences, vLLM's max_num_seqs)\n")
-        print("== The notes' claims, checked (simulated) ==")
-        for c in notes_claims(max(200, int(400 * a.scale)), a.seed, scenarios=rows):
-            print(f"- \"{c.claim}\": {c.verdict.upper()}\n  {c.evidence}")
+        print(report(a.scale, a.seed))
         print()
     print(f"== Speed: {a.speed_requests:,} ShareGPT-like requests (2/s) through one policy, wall time here ==")
     for p in POLICY_NAMES:

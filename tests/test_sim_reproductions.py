@@ -67,3 +67,10 @@ def test_notes_claims_are_computed_not_fixed():
 def test_speed_reports_a_wall_time():
     s = rp.speed(num_requests=500, policy="paged")
     assert s["requests"] == 500 and s["simulate_s"] > 0 and s["iterations"] > 0
+
+
+def test_report_has_every_section_with_published_and_simulated():
+    text = rp.report(scale=0.2)
+    for section in ("vLLM Fig. 2", "vLLM Fig. 13", "vLLM Fig. 15", "SGLang", "scenario table", "claims"):
+        assert section in text
+    assert text.count("published") >= 5 and "simulated" in text
