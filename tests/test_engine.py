@@ -13,8 +13,10 @@ SYSTEM = "你是一个电商平台的客服助手，请礼貌、简洁地回答�
 
 @pytest.fixture(scope="module")
 def bundled():
-    torch.set_num_threads(1)
-    return load_bundled()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)          # tiny matmuls: one thread is faster, and CI has 2 shared cores
+    yield load_bundled()
+    torch.set_num_threads(threads)
 
 
 def expected(model, req):

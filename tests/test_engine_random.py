@@ -15,11 +15,14 @@ from kvlab.paged import KVCacheError
 
 @pytest.fixture(scope="module")
 def tiny():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)          # tiny matmuls: one thread is faster, and CI has 2 shared cores
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=96,
                       tie_word_embeddings=False)
-    return Llama(cfg).eval()
+    yield Llama(cfg).eval()
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("seed", range(40))
