@@ -163,6 +163,27 @@ print(f"formula:  {spec.kv_bytes(num_blocks * block_size):,} bytes; equal: {meas
 del caches
 
 # %% [markdown]
+# And for a real model: kvlab's bundled tiny Llama (the one lessons 01 and 05 generate text
+# with) has 4 query heads sharing 2 KV heads, GQA in miniature. Its config gives a `KVSpec`;
+# the paged pool that kvlab's engine allocates for it holds exactly that many bytes (measured
+# on the pool's tensors; the model runs in fp32 on the CPU, so 4 bytes a number):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.kvstore import PagedKVPool
+from kvlab.model import load_bundled
+
+model, tokenizer = load_bundled()
+cfg = model.config
+pool = PagedKVPool.for_model(model, num_blocks=32, block_size=4)
+bundled = kvlab.KVSpec(layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                       dtype_bytes=pool.k_cache[0].element_size(), num_heads=cfg.num_attention_heads, name="bundled")
+print(f"bundled model: {cfg.num_hidden_layers} layers, {cfg.num_attention_heads} query heads, "
+      f"{cfg.num_key_value_heads} KV heads, head_dim {cfg.head_dim}")
+print(bundled.formula(32 * 4))
+print(f"measured pool: {pool.nbytes:,} bytes; equal: {pool.nbytes == bundled.kv_bytes(32 * 4)}")
+
+# %% [markdown]
 # ## 7. Exercises
 #
 # ### Exercise 1: the size formula
