@@ -118,25 +118,27 @@ kernel_access_figure(m.snapshot(), "R3", num_splits=2, tile_tokens=4)
 import kvlab.kernels as K
 
 torch.manual_seed(0)
+dev = K.DEVICE                                                       # "cpu" in the interpreter, "cuda" on a GPU
 heads, kv_heads, head_dim = 4, 2, 16
-k_cache = torch.zeros(16, 4, kv_heads, head_dim)                    # (num_blocks, block_size, kv_heads, head_dim)
+k_cache = torch.zeros(16, 4, kv_heads, head_dim, device=dev)        # (num_blocks, block_size, kv_heads, head_dim)
 v_cache = torch.zeros_like(k_cache)
 seqs = list(lengths)
 k_seq = {s: torch.randn(n, kv_heads, head_dim) for s, n in lengths.items()}   # contiguous, for comparison
 v_seq = {s: torch.randn(n, kv_heads, head_dim) for s, n in lengths.items()}
 for s in seqs:
-    K.store_kvcache(k_seq[s], v_seq[s], k_cache, v_cache, torch.tensor(m.tables[s].slot_mapping()))
+    K.store_kvcache(k_seq[s].to(dev), v_seq[s].to(dev), k_cache, v_cache, torch.tensor(m.tables[s].slot_mapping(), device=dev))
 
-q = torch.randn(len(seqs), heads, head_dim)                          # (num_seqs, heads, head_dim): one new token each
+q = torch.randn(len(seqs), heads, head_dim).to(dev)                  # (num_seqs, heads, head_dim): one new token each
 width = max(len(t) for t in m.tables.values())
-block_tables = torch.tensor([m.tables[s].block_ids + [0] * (width - len(m.tables[s])) for s in seqs], dtype=torch.int32)
-context_lens = torch.tensor([lengths[s] for s in seqs], dtype=torch.int32)
+block_tables = torch.tensor([m.tables[s].block_ids + [0] * (width - len(m.tables[s])) for s in seqs],
+                            dtype=torch.int32, device=dev)
+context_lens = torch.tensor([lengths[s] for s in seqs], dtype=torch.int32, device=dev)
 out = K.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens)   # (num_seqs, heads, head_dim)
 
 for i, s in enumerate(seqs):
-    want = K.naive_attention(q[i:i + 1], k_seq[s], v_seq[s], causal=False)[0]      # (heads, head_dim)
+    want = K.naive_attention(q[i:i + 1].cpu(), k_seq[s], v_seq[s], causal=False)[0]  # (heads, head_dim)
     print(f"{s}: context {lengths[s]:>2}, paged kernel == contiguous attention (atol 1e-5): "
-          f"{torch.allclose(out[i], want, atol=1e-5)}")
+          f"{torch.allclose(out[i].cpu(), want, atol=1e-5)}")
 
 # %% [markdown]
 # ### Shuffle every physical block: the same answer
@@ -148,7 +150,7 @@ for i, s in enumerate(seqs):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-perm = torch.randperm(16, generator=torch.Generator().manual_seed(1))
+perm = torch.randperm(16, generator=torch.Generator().manual_seed(1)).to(dev)
 k_shuf, v_shuf = torch.empty_like(k_cache), torch.empty_like(v_cache)
 k_shuf[perm], v_shuf[perm] = k_cache, v_cache                        # block b moves to perm[b]
 tables_shuf = perm[block_tables.long()].to(torch.int32)

@@ -115,15 +115,16 @@ import torch
 import kvlab.kernels as K
 
 torch.manual_seed(0)
+dev = K.DEVICE                                                      # "cpu" in the interpreter, "cuda" on a GPU
 block_size, num_blocks, kv_heads, heads, head_dim = 4, 12, 2, 4, 16
-k_cache = torch.zeros(num_blocks, block_size, kv_heads, head_dim)   # (num_blocks, block_size, kv_heads, head_dim)
+k_cache = torch.zeros(num_blocks, block_size, kv_heads, head_dim, device=dev)  # (num_blocks, block_size, kv_heads, head_dim)
 v_cache = torch.zeros_like(k_cache)
 
 run = BlockManager(num_blocks=num_blocks, block_size=block_size)
 prompt_k = torch.randn(10, kv_heads, head_dim)                       # (10, kv_heads, head_dim)
 prompt_v = torch.randn(10, kv_heads, head_dim)
 run.add_sequence("R1", 10)
-K.store_kvcache(prompt_k, prompt_v, k_cache, v_cache, torch.tensor(run.tables["R1"].slot_mapping()))
+K.store_kvcache(prompt_k.to(dev), prompt_v.to(dev), k_cache, v_cache, torch.tensor(run.tables["R1"].slot_mapping(), device=dev))
 run.fork("R1", "R2")
 run.fork("R1", "R3")
 
@@ -133,21 +134,21 @@ for s in ["R2", "R3", "R1"]:
     copies = run.append(s, 1)
     if copies:
         K.copy_blocks(k_cache, v_cache, copies)                       # copy-on-write, on the tensors
-    slot = torch.tensor(run.tables[s].slot_mapping(10, 11))           # where token 10 of s goes
-    K.store_kvcache(new_k[s], new_v[s], k_cache, v_cache, slot)
+    slot = torch.tensor(run.tables[s].slot_mapping(10, 11), device=dev)   # where token 10 of s goes
+    K.store_kvcache(new_k[s].to(dev), new_v[s].to(dev), k_cache, v_cache, slot)
 run.check_integrity()
 
 seqs = ["R1", "R2", "R3"]
-q = torch.randn(3, heads, head_dim)                                  # (num_seqs, heads, head_dim)
-tables = torch.tensor([run.tables[s].block_ids for s in seqs], dtype=torch.int32)
-lens = torch.tensor([11, 11, 11], dtype=torch.int32)
+q = torch.randn(3, heads, head_dim).to(dev)                          # (num_seqs, heads, head_dim)
+tables = torch.tensor([run.tables[s].block_ids for s in seqs], dtype=torch.int32, device=dev)
+lens = torch.tensor([11, 11, 11], dtype=torch.int32, device=dev)
 out = K.paged_decode_attention(q, k_cache, v_cache, tables, lens)    # (3, heads, head_dim)
 for i, s in enumerate(seqs):
     k_full = torch.cat([prompt_k, new_k[s]])                          # (11, kv_heads, head_dim) contiguous
     v_full = torch.cat([prompt_v, new_v[s]])
-    want = K.naive_attention(q[i:i + 1], k_full, v_full, causal=False)[0]
+    want = K.naive_attention(q[i:i + 1].cpu(), k_full, v_full, causal=False)[0]
     print(f"{s}: table {run.tables[s].block_ids}  paged kernel == own contiguous K/V: "
-          f"{torch.allclose(out[i], want, atol=1e-5)}")
+          f"{torch.allclose(out[i].cpu(), want, atol=1e-5)}")
 print("prompt blocks P0, P1 stored once, shared by", run.allocator.ref_count[0], "sequences")
 
 # %% [markdown]

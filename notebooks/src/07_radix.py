@@ -159,7 +159,8 @@ def qkv(tokens, start):
 
 alloc = BlockAllocator(num_blocks=num_slots, block_size=1)
 tree = RadixCache(alloc)
-k_cache = torch.zeros(num_slots, 1, kv_heads, head_dim)      # (num_blocks, block_size=1, kv_heads, head_dim)
+dev = K.DEVICE                                               # "cpu" in the interpreter, "cuda" on a GPU
+k_cache = torch.zeros(num_slots, 1, kv_heads, head_dim, device=dev)  # (num_blocks, block_size=1, kv_heads, head_dim)
 v_cache = torch.zeros_like(k_cache)
 computed = total = 0
 for rec in records:
@@ -169,9 +170,9 @@ for rec in records:
     p = m.prefix_len
     new = alloc.allocate(len(prompt) - p, owner=rec.name)    # blocks for the missed suffix only
     q, k, v = qkv(prompt[p:], start=p)                       # computed for the suffix only
-    K.store_kvcache(k, v, k_cache, v_cache, torch.tensor(new))
-    table = torch.tensor([m.kv + new], dtype=torch.int32)    # cached blocks, then the new ones
-    out = K.extend_attention(q, k_cache, v_cache, table, [p], [len(prompt) - p])   # (suffix, heads, head_dim)
+    K.store_kvcache(k.to(dev), v.to(dev), k_cache, v_cache, torch.tensor(new, device=dev))
+    table = torch.tensor([m.kv + new], dtype=torch.int32, device=dev)   # cached blocks, then the new ones
+    out = K.extend_attention(q.to(dev), k_cache, v_cache, table, [p], [len(prompt) - p]).cpu()  # (suffix, heads, head_dim)
 
     q_all, k_all, v_all = qkv(prompt, start=0)               # from scratch, for comparison
     want = K.naive_attention(q_all, k_all, v_all, causal=True)[p:]
