@@ -57,9 +57,10 @@ def test_there_are_lessons():
     assert any(p.stem == "00_start_here" for p in SOURCES), f"no lesson 00 in {bn.SRC}"
 
 
-def test_notebooks_in_sync():
+def test_notebooks_in_sync(capsys):
     problems = bn.check_sync()
     assert not problems, "\n".join(problems)
+    assert bn.main(["--check"]) == 0 and "notebooks in sync" in capsys.readouterr().out
 
 
 def test_parser_rejects_bad_sources():
