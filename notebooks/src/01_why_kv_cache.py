@@ -92,7 +92,7 @@ torch.set_num_threads(1)   # a model this small runs fastest on one thread (no t
 torch.manual_seed(0)
 prompt = tok.encode("The socket module provides")
 new_tokens = 96
-runs = {s: generate(model, prompt, new_tokens, strategy=s) for s in ["naive", "contiguous", "paged"]}
+runs = {s: generate(model, prompt, new_tokens, strategy=s, keep=s == "paged") for s in ["naive", "contiguous", "paged"]}
 print(f"prompt: {len(prompt)} tokens; generated {new_tokens} tokens per path")
 print("identical tokens, naive == contiguous == paged:",
       runs["naive"].tokens == runs["contiguous"].tokens == runs["paged"].tokens)
@@ -147,7 +147,16 @@ for s in ["naive", "contiguous", "paged"]:
 # The price of the cache is memory. The contiguous path reserved K/V for the prompt plus all 96
 # new tokens up front (it was told the length; a server is not, and must reserve the model's
 # maximum); the paged path took 4-token blocks as the sequence grew, so its total is rounded up
-# to whole blocks. How big that memory gets on real models is lesson 02.
+# to whole blocks. Here is the paged pool after the answer, as kvlab's allocator left it (one
+# block table, every block full but the last). How big that memory gets on real models is
+# lesson 02; how the pool is shared by many requests, lessons 04 to 06.
+
+# %%
+from kvlab.viz import memory_map_figure
+
+pool = runs["paged"].manager
+memory_map_figure(pool.snapshot(f"{len(prompt)} prompt + {new_tokens} generated tokens, block size 4"),
+                  title="The paged KV pool after decoding", source="measured")
 #
 # ## 4. O(n²) versus O(n)
 #
