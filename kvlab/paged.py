@@ -191,7 +191,7 @@ class BlockAllocator:
         self.ref_count: list[int] = [0] * num_blocks
         self.owner: list[str | None] = [None] * num_blocks  # who allocated it (for pictures)
         self.free_block_ids: deque[int] = deque(range(num_blocks))
-        self.used_block_ids: set[int] = set()
+        # A block is used iff its ref_count is positive (no separate set to keep in step).
 
     # -- queries
     @property
@@ -200,7 +200,12 @@ class BlockAllocator:
 
     @property
     def num_used_blocks(self) -> int:
-        return len(self.used_block_ids)
+        return self.num_blocks - len(self.free_block_ids)
+
+    @property
+    def used_block_ids(self) -> set[int]:
+        """Blocks with a positive ref count (computed: O(num_blocks))."""
+        return {b for b, c in enumerate(self.ref_count) if c}
 
     def can_allocate(self, n: int) -> bool:
         return 0 <= n <= len(self.free_block_ids)
@@ -233,7 +238,6 @@ class BlockAllocator:
         # of a radix cache with page_size 1 allocates one block per token)
         deque(map(self.ref_count.__setitem__, ids, repeat(1)), maxlen=0)
         deque(map(self.owner.__setitem__, ids, repeat(owner)), maxlen=0)
-        self.used_block_ids.update(ids)
         if ids:
             self.log.emit(Event("allocate", owner, tuple(ids)))
         return ids
@@ -284,7 +288,6 @@ class BlockAllocator:
                 if c == 0:
                     released.append(b)
         if released:
-            self.used_block_ids.difference_update(released)
             deque(map(self.owner.__setitem__, released, repeat(None)), maxlen=0)
             self.free_block_ids.extend(released)
         if ids:
@@ -303,14 +306,13 @@ class BlockAllocator:
         free = list(self.free_block_ids)
         assert len(free) == len(set(free)), f"duplicate ids in the free queue: {free}"
         fs = set(free)
-        assert not (fs & self.used_block_ids), f"blocks both free and used: {sorted(fs & self.used_block_ids)}"
-        assert len(fs) + len(self.used_block_ids) == self.num_blocks, (
-            f"free {len(fs)} + used {len(self.used_block_ids)} != total {self.num_blocks}"
-        )
+        assert all(0 <= b < self.num_blocks for b in fs), "free queue holds an unknown id"
         for b in range(self.num_blocks):
             rc = self.ref_count[b]
             assert rc >= 0, f"block {b} has negative ref_count {rc}"
-            assert (rc > 0) == (b in self.used_block_ids), f"block {b}: ref_count {rc} but used={b in self.used_block_ids}"
+            assert (rc == 0) == (b in fs), f"block {b}: ref_count {rc} but in free queue={b in fs}"
+            assert rc > 0 or self.owner[b] is None, f"free block {b} still has owner {self.owner[b]!r}"
+        assert len(fs) + sum(1 for c in self.ref_count if c) == self.num_blocks, "free + used != total"
         if holders is not None:
             counts = [0] * self.num_blocks
             for held in holders:
@@ -321,7 +323,7 @@ class BlockAllocator:
 
     def state(self) -> tuple:
         """Everything that defines the allocator, for 'nothing changed' checks in tests."""
-        return (tuple(self.ref_count), tuple(self.owner), tuple(self.free_block_ids), frozenset(self.used_block_ids))
+        return (tuple(self.ref_count), tuple(self.owner), tuple(self.free_block_ids))
 
 
 # ---------------------------------------------------------------------- block table
