@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Property tests: deterministic in CI (same examples every run), a few hundred by default.
@@ -14,3 +15,17 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("kvlab")
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    """The bundled model and tokenizer, with torch on one thread while a module uses it
+    (tiny matmuls: one thread is faster, and CI has 2 shared cores)."""
+    import torch
+
+    from kvlab.model import load_bundled
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield load_bundled()
+    torch.set_num_threads(threads)

@@ -6,17 +6,9 @@ import torch
 
 from kvlab.engine import Engine
 from kvlab.generate import EmptyPromptError, generate
-from kvlab.model import load_bundled
 
 SYSTEM = "你是一个电商平台的客服助手，请礼貌、简洁地回答用户的问题。\n"
 
-
-@pytest.fixture(scope="module")
-def bundled():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)          # tiny matmuls: one thread is faster, and CI has 2 shared cores
-    yield load_bundled()
-    torch.set_num_threads(threads)
 
 
 def expected(model, req):

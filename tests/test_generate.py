@@ -7,18 +7,10 @@ import torch
 from kvlab.generate import (ContextOverflowError, EmptyPromptError, GenerateError, UnknownStrategyError,
                             generate)
 from kvlab.kvstore import ContiguousKV, PagedKVPool, slot_mapping
-from kvlab.model import load_bundled
 from kvlab.paged import BlockManager, OutOfBlocks
 
 PROMPTS = ["Return the", "The socket module provides", "怎么申请退款", "def f(x):\n    ", "A"]
 
-
-@pytest.fixture(scope="module")
-def bundled():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)          # tiny matmuls: one thread is faster, and CI has 2 shared cores
-    yield load_bundled()
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("text,steps", [(PROMPTS[0], 11), (PROMPTS[1], 7), (PROMPTS[2], 9), (PROMPTS[3], 6), (PROMPTS[4], 13)])
