@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from kvlab.engine import Engine
 from kvlab.generate import EmptyPromptError, generate
