@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Iterable, Sequence
 
 from .events import Event, EventLog
@@ -212,12 +211,15 @@ class BlockAllocator:
 
     def _validate_ids(self, block_ids: Iterable[int], what: str) -> list[int]:
         ids = block_ids if type(block_ids) is list else list(block_ids)
-        # Fast path (one C-level pass each): all plain ints, all in range.
-        if not ids or (set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < self.num_blocks):
+        nb = self.num_blocks
+        for b in ids:  # plain loops: the hot path of a radix cache with page_size 1 (one block per token)
+            if type(b) is not int or b < 0 or b >= nb:
+                break
+        else:
             return ids
         for b in ids:
-            if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < self.num_blocks:
-                raise UnknownBlock(f"{what}: unknown block id {b!r} (valid ids are 0..{self.num_blocks - 1})")
+            if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < nb:
+                raise UnknownBlock(f"{what}: unknown block id {b!r} (valid ids are 0..{nb - 1})")
         return ids
 
     # -- state changes (all-or-nothing)
@@ -234,10 +236,10 @@ class BlockAllocator:
             raise OutOfBlocks(n, len(self.free_block_ids), f"owner {owner}" if owner else "")
         pop = self.free_block_ids.popleft
         ids = [pop() for _ in range(n)]
-        # ref_count[b] = 1 and owner[b] = owner for each b, as C-level loops (the hot path
-        # of a radix cache with page_size 1 allocates one block per token)
-        deque(map(self.ref_count.__setitem__, ids, repeat(1)), maxlen=0)
-        deque(map(self.owner.__setitem__, ids, repeat(owner)), maxlen=0)
+        rc, own = self.ref_count, self.owner
+        for b in ids:
+            rc[b] = 1
+            own[b] = owner
         if ids:
             self.log.emit(Event("allocate", owner, tuple(ids)))
         return ids
@@ -245,11 +247,12 @@ class BlockAllocator:
     def incref(self, block_ids: Iterable[int], seq_id: str | None = None) -> None:
         """Add one reference to each used block (sharing: fork, prefix reuse)."""
         ids = self._validate_ids(block_ids, "incref")
+        rc = self.ref_count
         for b in ids:
-            if self.ref_count[b] == 0:
+            if rc[b] == 0:
                 raise KVCacheError(f"incref: block {b} is free; allocate it before sharing it")
         for b in ids:
-            self.ref_count[b] += 1
+            rc[b] += 1
         if ids:
             self.log.emit(Event("incref", seq_id, tuple(ids)))
 
@@ -263,32 +266,25 @@ class BlockAllocator:
         """
         ids = self._validate_ids(block_ids, "free")
         rc = self.ref_count
-        if len(set(ids)) == len(ids):  # fast path: each block once
-            if 0 in map(rc.__getitem__, ids):
-                b = next(b for b in ids if rc[b] == 0)
+        for b in ids:
+            if rc[b] == 0:
                 raise DoubleFree(f"free: block {b} is already free (double free)")
-        else:
+        if len(set(ids)) != len(ids):  # a block listed several times: it needs that many references
             wanted: dict[int, int] = {}
             for b in ids:
                 wanted[b] = wanted.get(b, 0) + 1
             for b, k in wanted.items():
-                if rc[b] == 0:
-                    raise DoubleFree(f"free: block {b} is already free (double free)")
                 if k > rc[b]:
                     raise DoubleFree(f"free: block {b} listed {k} times in one call but has ref_count {rc[b]} (double free)")
         released: list[int] = []
-        if len(set(ids)) == len(ids):  # each block once: new counts computed in bulk
-            counts = [c - 1 for c in map(rc.__getitem__, ids)]
-            deque(map(rc.__setitem__, ids, counts), maxlen=0)
-            released = [b for b, c in zip(ids, counts) if c == 0]
-        else:
-            for b in ids:
-                c = rc[b] - 1
-                rc[b] = c
-                if c == 0:
-                    released.append(b)
+        own = self.owner
+        for b in ids:
+            c = rc[b] - 1
+            rc[b] = c
+            if not c:
+                released.append(b)
+                own[b] = None
         if released:
-            deque(map(self.owner.__setitem__, released, repeat(None)), maxlen=0)
             self.free_block_ids.extend(released)
         if ids:
             self.log.emit(Event("free", seq_id, tuple(ids), {"released": released}))
