@@ -116,6 +116,11 @@ viz.memory_map_figure(snap, title="Two requests and a fork")
 # Run the cells from top to bottom (Run ▸ Run All Cells works too). Lessons import `kvlab`; if
 # you want to see how something is done, open its source: `kvlab.translate??` in a cell.
 #
+# **Teaching with a projector?** Run `import kvlab.viz as viz; viz.classroom(True)` right after a
+# lesson's self-test: every figure drawn after it uses large fonts, thick lines and high
+# contrast (`viz.classroom(False)` switches back; figures already drawn keep their look until
+# their cell runs again). The steppers' *play* button walks through a run on its own.
+#
 # ## How exercises work
 #
 # Each exercise gives a **contract** (inputs, outputs, errors), a **stub** for you to finish,
