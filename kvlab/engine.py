@@ -243,18 +243,13 @@ class Engine:
     def snapshot(self, caption: str = "") -> MemorySnapshot:
         """The pool as a kvlab.paged.MemorySnapshot (what kvlab.viz draws): one table per running
         sequence, plus the radix tree's blocks as the table "tree"."""
-        a, bs = self.allocator, self.block_size
-        tables = {s.sid: tuple(s.table.block_ids) for s in self.running}
+        tables = {s.sid: s.table.block_ids for s in self.running}
         num_tokens = {s.sid: s.computed for s in self.running}
         if self.cache is not None:
-            tables["tree"] = tuple(b for blocks in self.cache.node_blocks() for b in blocks)
+            # the tree caches whole pages only, so its total_size fills every one of its blocks
+            tables["tree"] = [b for blocks in self.cache.node_blocks() for b in blocks]
             num_tokens["tree"] = self.cache.total_size()
-        filled = [0] * a.num_blocks
-        for sid, ids in tables.items():
-            for i, b in enumerate(ids):
-                filled[b] = max(filled[b], bs if sid == "tree" else min(bs, num_tokens[sid] - i * bs))
-        return MemorySnapshot(a.num_blocks, bs, tuple(a.ref_count), tuple(a.owner), tables, num_tokens,
-                              tuple(filled), tuple(a.free_block_ids), caption)
+        return MemorySnapshot.of(self.allocator, tables, num_tokens, caption)
 
     def _make_room(self, need: int) -> bool:
         """Evict unlocked tree leaves until ``need`` blocks are free; True when they are."""

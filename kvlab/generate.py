@@ -40,8 +40,8 @@ from typing import Sequence
 
 import torch
 
-from .kvstore import BACKENDS, ContiguousKV, PagedKVPool, block_tables_tensor, kernel_ops, slot_mapping
-from .paged import BlockManager, KVCacheError, blocks_needed
+from .kvstore import BACKENDS, ContiguousKV, PagedKVPool, block_tables_tensor, kernel_ops
+from .paged import BlockManager, KVCacheError, blocks_needed, slot_mapping
 
 STRATEGIES = ("naive", "contiguous", "paged")
 

@@ -157,14 +157,6 @@ class PagedKVPool:
         return gather_kv(self.k_cache[layer], table, length), gather_kv(self.v_cache[layer], table, length)
 
 
-def slot_mapping(block_table: Sequence[int], start: int, end: int, block_size: int) -> list[int]:
-    """Slots of positions start .. end-1: block_table[pos // block_size] * block_size + pos % block_size.
-
-    Example: slot_mapping([3, 7, 1], 3, 6, 4) -> [15, 28, 29]
-    """
-    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
-
-
 def block_tables_tensor(tables: Sequence[Sequence[int]], device="cpu") -> torch.Tensor:
     """Ragged block tables -> (num_seqs, max_blocks) int32, padded with 0 (ignored past each length)."""
     width = max((len(t) for t in tables), default=0)

@@ -40,6 +40,7 @@ __all__ = [
     "Translation",
     "translate",
     "blocks_needed",
+    "slot_mapping",
     "BlockAllocator",
     "BlockTable",
     "BlockManager",
@@ -138,6 +139,17 @@ def translate(
     slot = physical_block * block_size + offset
     byte_address = base + slot * bytes_per_token
     return Translation(pos, logical_block, offset, physical_block, slot, byte_address)
+
+
+def slot_mapping(block_table: Sequence[int], start: int, end: int, block_size: int) -> list[int]:
+    """Slots of positions ``start..end-1``: ``block_table[pos // block_size] * block_size + pos % block_size``.
+
+    The pure form of :meth:`BlockTable.slot_mapping` (no range checks), for callers that hold
+    plain block-id lists, such as the model's paged forward pass.
+
+    Example: ``slot_mapping([3, 7, 1], 3, 6, 4) -> [15, 28, 29]``.
+    """
+    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -377,19 +389,24 @@ class BlockTable:
         _check_int("end", end)
         if not 0 <= start <= end <= self.num_tokens:
             raise ValueError(f"slot range {start}..{end} is outside sequence {self.seq_id}'s {self.num_tokens} token(s)")
-        bs = self.block_size
-        return [self.block_ids[p // bs] * bs + p % bs for p in range(start, end)]
+        return slot_mapping(self.block_ids, start, end, self.block_size)
 
     # -- growth and copy-on-write
     def blocks_to_append(self, n: int) -> int:
         """How many fresh blocks ``append_tokens(n)`` would take (copy-on-write included)."""
+        cow, new = self._append_plan(n)
+        return cow + new
+
+    def _append_plan(self, n: int) -> tuple[bool, int]:
+        """(copy the last block first?, new blocks past the table's end) for appending ``n`` tokens."""
         _check_int("n", n)
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        new = blocks_needed(self.num_tokens + n, self.block_size) - len(self.block_ids)
-        return new + (1 if n > 0 and self._last_block_shared_and_partial() else 0)
+        new = -(-(self.num_tokens + n) // self.block_size) - len(self.block_ids)  # blocks_needed(...) - held
+        return n > 0 and self.last_block_shared_and_partial(), new
 
-    def _last_block_shared_and_partial(self) -> bool:
+    def last_block_shared_and_partial(self) -> bool:
+        """True when the next append must first copy the last block (copy-on-write)."""
         return (
             bool(self.block_ids)
             and self.num_tokens % self.block_size != 0
@@ -408,13 +425,10 @@ class BlockTable:
         All or nothing: raises :class:`OutOfBlocks` and changes nothing when the pool
         cannot supply every block needed (the copy included).
         """
-        need = self.blocks_to_append(n)
-        if need > self.allocator.num_free_blocks:
-            raise OutOfBlocks(need, self.allocator.num_free_blocks, f"append {n} token(s) to {self.seq_id}")
-        copies: list[tuple[int, int]] = []
-        if n > 0 and self._last_block_shared_and_partial():
-            copies.append(self._copy_on_write(len(self.block_ids) - 1))
-        new = blocks_needed(self.num_tokens + n, self.block_size) - len(self.block_ids)
+        cow, new = self._append_plan(n)
+        if cow + new > self.allocator.num_free_blocks:
+            raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"append {n} token(s) to {self.seq_id}")
+        copies = [self._copy_on_write(len(self.block_ids) - 1)] if cow else []
         fresh = self.allocator.allocate(new, owner=self.seq_id) if new > 0 else []
         self.block_ids.extend(fresh)
         start = self.num_tokens
@@ -496,6 +510,38 @@ class MemorySnapshot:
     tokens_in_block: tuple[int, ...]
     free_block_ids: tuple[int, ...]
     caption: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        allocator: BlockAllocator,
+        tables: dict[str, Sequence[int]],
+        num_tokens: dict[str, int],
+        caption: str = "",
+    ) -> "MemorySnapshot":
+        """Freeze ``allocator`` with the block tables that hold its blocks.
+
+        ``tables[s]`` holds ``num_tokens[s]`` tokens, so its block ``i`` is filled with
+        ``min(block_size, num_tokens[s] - i * block_size)`` of them; a block held by several
+        tables counts its fullest holder.
+        """
+        bs = allocator.block_size
+        filled = [0] * allocator.num_blocks
+        for s, ids in tables.items():
+            n = num_tokens[s]
+            for i, b in enumerate(ids):
+                filled[b] = max(filled[b], min(bs, n - i * bs))
+        return cls(
+            num_blocks=allocator.num_blocks,
+            block_size=bs,
+            ref_count=tuple(allocator.ref_count),
+            owner=tuple(allocator.owner),
+            tables={s: tuple(ids) for s, ids in tables.items()},
+            num_tokens=dict(num_tokens),
+            tokens_in_block=tuple(filled),
+            free_block_ids=tuple(allocator.free_block_ids),
+            caption=caption,
+        )
 
     @property
     def num_free_blocks(self) -> int:
@@ -597,19 +643,9 @@ class BlockManager:
         self.allocator.check_integrity([t.block_ids for t in self.tables.values()] + list(extra_holders))
 
     def snapshot(self, caption: str = "") -> MemorySnapshot:
-        a, bs = self.allocator, self.block_size
-        filled = [0] * a.num_blocks
-        for t in self.tables.values():
-            for i, b in enumerate(t.block_ids):
-                filled[b] = max(filled[b], min(bs, t.num_tokens - i * bs))
-        return MemorySnapshot(
-            num_blocks=a.num_blocks,
-            block_size=bs,
-            ref_count=tuple(a.ref_count),
-            owner=tuple(a.owner),
-            tables={s: tuple(t.block_ids) for s, t in self.tables.items()},
-            num_tokens={s: t.num_tokens for s, t in self.tables.items()},
-            tokens_in_block=tuple(filled),
-            free_block_ids=tuple(a.free_block_ids),
-            caption=caption,
+        return MemorySnapshot.of(
+            self.allocator,
+            {s: t.block_ids for s, t in self.tables.items()},
+            {s: t.num_tokens for s, t in self.tables.items()},
+            caption,
         )

@@ -6,8 +6,8 @@ import torch
 
 from kvlab.generate import (ContextOverflowError, EmptyPromptError, GenerateError, UnknownStrategyError,
                             generate)
-from kvlab.kvstore import ContiguousKV, PagedKVPool, slot_mapping
-from kvlab.paged import BlockManager, OutOfBlocks
+from kvlab.kvstore import ContiguousKV, PagedKVPool
+from kvlab.paged import BlockManager, OutOfBlocks, slot_mapping
 
 PROMPTS = ["Return the", "The socket module provides", "怎么申请退款", "def f(x):\n    ", "A"]
 

@@ -331,7 +331,7 @@ class PagedPolicy(MemoryPolicy):
         return blocks_needed(req.total_len, bs) * bs * req.num_seqs
 
     def _cap(self, t: BlockTable) -> int:
-        if t._last_block_shared_and_partial():
+        if t.last_block_shared_and_partial():
             return t.num_tokens
         return len(t.block_ids) * self.block_size
 
@@ -358,20 +358,10 @@ class PagedPolicy(MemoryPolicy):
     def grow(self, s: Seq, need: int) -> bool:
         t: BlockTable = s.table
         before = len(t.block_ids)
-        if not (self.shares_forks and t._last_block_shared_and_partial()):
-            # Fast path, same effect as t.append_tokens(need - t.num_tokens) when the last
-            # block is not a shared partial one (no copy-on-write): take the missing blocks.
-            k = -(-need // self.block_size) - before
-            if k > self.alloc.num_free_blocks:
-                return False
-            if k > 0:
-                t.block_ids += self.alloc.allocate(k, s.sid)
-            t.num_tokens = need
-        else:
-            try:
-                t.append_tokens(need - t.num_tokens)
-            except OutOfBlocks:
-                return False
+        try:
+            t.append_tokens(need - t.num_tokens)
+        except OutOfBlocks:
+            return False
         self.logical_blocks += len(t.block_ids) - before
         s.cap = self._cap(t)
         return True
