@@ -213,11 +213,6 @@ class BlockAllocator:
     def num_used_blocks(self) -> int:
         return self.num_blocks - len(self.free_block_ids)
 
-    @property
-    def used_block_ids(self) -> set[int]:
-        """Blocks with a positive ref count (computed: O(num_blocks))."""
-        return {b for b, c in enumerate(self.ref_count) if c}
-
     def can_allocate(self, n: int) -> bool:
         return 0 <= n <= len(self.free_block_ids)
 
@@ -320,7 +315,7 @@ class BlockAllocator:
             assert rc >= 0, f"block {b} has negative ref_count {rc}"
             assert (rc == 0) == (b in fs), f"block {b}: ref_count {rc} but in free queue={b in fs}"
             assert rc > 0 or self.owner[b] is None, f"free block {b} still has owner {self.owner[b]!r}"
-        assert len(fs) + sum(1 for c in self.ref_count if c) == self.num_blocks, "free + used != total"
+        # with the free queue inside 0..num_blocks-1, the loop above also gives free + used == total
         if holders is not None:
             counts = [0] * self.num_blocks
             for held in holders:
