@@ -24,16 +24,16 @@ command -v "$PYTHON" >/dev/null || die "no python3 on PATH. Install Python 3.10 
 
 # ---- system packages -----------------------------------------------------
 APT_UPDATED=0
-apt_install() {  # apt_install <what-for> <debian packages...>
+can_apt() { [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; }
+apt_get_install() {  # apt_get_install <debian packages...>: apt-get update once, then install
+  say "installing $* with apt-get"
+  if [[ $APT_UPDATED -eq 0 ]]; then apt-get update -qq >/dev/null || true; APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+apt_install() {  # apt_install <what-for> <debian packages...>: install, or stop saying what to install
   local what="$1"; shift
-  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-    say "installing $* (for $what) with apt-get"
-    if [[ $APT_UPDATED -eq 0 ]]; then apt-get update -qq >/dev/null; APT_UPDATED=1; fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null \
-      || die "apt-get install $* failed. Install it by hand, then run this again."
-  else
-    die "$what needs: $*. Install it (Debian/Ubuntu: sudo apt-get install -y $*; conda: see environment.yml), then run this again."
-  fi
+  can_apt || die "$what needs: $*. Install it (Debian/Ubuntu: sudo apt-get install -y $*; conda: see environment.yml), then run this again."
+  apt_get_install "$@" || die "apt-get install $* failed. Install it by hand, then run this again."
 }
 
 command -v dot >/dev/null || apt_install "graphviz's dot (radix-tree pictures)" graphviz
@@ -43,10 +43,8 @@ fi
 # CJK glyphs so the Chinese example requests render in screenshots (optional: warn only).
 if [[ $WANT_BROWSER -eq 1 ]] && command -v dpkg-query >/dev/null \
    && ! dpkg-query -W -f='${Status}' fonts-wqy-zenhei 2>/dev/null | grep -q 'ok installed'; then
-  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-    say "installing fonts-wqy-zenhei (Chinese text in screenshots) with apt-get"
-    [[ $APT_UPDATED -eq 1 ]] || apt-get update -qq >/dev/null || true
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-wqy-zenhei >/dev/null \
+  if can_apt; then
+    apt_get_install fonts-wqy-zenhei \
       || say "warning: could not install fonts-wqy-zenhei; Chinese text in screenshots may show as boxes"
   else
     say "note: install fonts-wqy-zenhei for Chinese text in browser screenshots (optional)"
