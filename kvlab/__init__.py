@@ -1,14 +1,16 @@
 """kvlab: learn how LLM inference servers manage the KV cache, by running it.
 
-Layers (each imports only the ones above it in this list):
-    kvlab.events, kvlab.paged, kvlab.contiguous, kvlab.kvspec   memory (pure Python)
-    kvlab.radix, kvlab.prefix_cache                              reuse (pure Python)
-    kvlab.kernels, kvlab.model, kvlab.engine                     compute (torch, Triton)
-    kvlab.sim                                                    scale (simulated)
-    kvlab.viz, kvlab.check                                       seeing and grading
+Layers (folders), each importing only the ones above it in this list:
+    kvlab.memory    block pool, block tables + BlockManager, contiguous arena, KV sizes, events (pure Python)
+    kvlab.reuse     radix cache, eviction, block-hash cache, CacheManager (the request cycle), order (pure Python)
+    kvlab.kernels   Triton kernels and their torch references (the repository's kernels/ folder)
+    kvlab.compute   model, loader, tokenizer, KV tensors, ModelRunner, Scheduler, Engine, generate (torch)
+    kvlab.sim       serving at scale, simulated
+    kvlab.lessons   the source notes' worked examples
+    kvlab.viz, kvlab.check   seeing and grading
 
-``import kvlab`` is light: it loads the memory layer only. torch and Triton load when
-you import ``kvlab.kernels`` or the model.
+``import kvlab`` is light: it loads the memory and reuse layers only. torch and Triton load when
+you import ``kvlab.kernels`` or ``kvlab.compute``.
 
 Example:
     >>> import kvlab
@@ -17,32 +19,33 @@ Example:
 """
 from __future__ import annotations
 
-import os as _os
-
-# kernels/ lives at the top of the repository and is installed as kvlab.kernels. In a
-# source checkout (PYTHONPATH=., or an editable install) make `kvlab.kernels` resolve
-# to that folder too. (Never import it as a top-level `kernels`: a PyPI package has that name.)
-_here = _os.path.dirname(_os.path.abspath(__file__))
-_repo = _os.path.dirname(_here)
-if not _os.path.isdir(_os.path.join(_here, "kernels")) and _os.path.isfile(_os.path.join(_repo, "kernels", "__init__.py")):
-    __path__.append(_repo)  # type: ignore[name-defined]  # only `kvlab.kernels` is looked up there
-
-from .events import Event, EventLog  # noqa: E402
-from .kvspec import GPUS, MODELS, GPUSpec, KVSpec, format_bytes, get_gpu, get_model  # noqa: E402
-from .paged import (  # noqa: E402
+from .memory import (
+    GPUS,
+    MODELS,
+    NO_LOG,
     BlockAllocator,
     BlockManager,
     BlockTable,
+    ContiguousArena,
     DoubleFree,
+    Event,
+    EventLog,
+    GPUSpec,
     KVCacheError,
+    KVSpec,
     MemorySnapshot,
+    NullLog,
     OutOfBlocks,
+    OutOfContiguousSpace,
     Translation,
     UnknownBlock,
     blocks_needed,
+    format_bytes,
+    get_gpu,
+    get_model,
     translate,
 )
-from .contiguous import ContiguousArena, OutOfContiguousSpace  # noqa: E402
+from .reuse import BlockHashCache, CacheManager, RadixCache, serve_request
 
 __version__ = "0.1.0"
 
@@ -72,5 +75,6 @@ __all__ = [
     "Event", "EventLog", "KVSpec", "GPUSpec", "MODELS", "GPUS", "get_model", "get_gpu", "format_bytes",
     "BlockAllocator", "BlockTable", "BlockManager", "MemorySnapshot", "Translation", "translate", "blocks_needed",
     "KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "ContiguousArena", "OutOfContiguousSpace",
+    "NullLog", "NO_LOG", "CacheManager", "RadixCache", "BlockHashCache", "serve_request",
     "kernel_mode", "versions",
 ]

@@ -4,7 +4,9 @@
     python -m kvlab size --model llama-2-70b --tokens 4096
 
 Bad arguments print one line starting with ``kvlab: error:`` and exit with code 2.
-Other modules add commands by appending to ``COMMANDS`` (name -> (add_arguments, run)).
+``COMMANDS`` lists every command (name -> (help, add_arguments, run)); a command of a higher
+layer (``simulate``) imports its module only when it runs, so this file imports no layer above
+``kvlab.memory`` at start and nothing imports this file.
 """
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ import argparse
 import sys
 from typing import Callable
 
-from .kvspec import DTYPE_BYTES, MODELS, format_bytes, get_model
-from .paged import translate
+from .memory.block_table import translate
+from .memory.kvspec import DTYPE_BYTES, MODELS, format_bytes, get_model
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,22 +78,26 @@ def _run_size(a: argparse.Namespace) -> None:
               f"{h:,} bytes ({format_bytes(h)}), {spec.gqa_ratio}x too much")
 
 
+def _add_simulate(p: argparse.ArgumentParser) -> None:
+    from .sim import cli
+
+    cli.add_arguments(p)
+
+
+def _run_simulate(a: argparse.Namespace) -> None:
+    from .sim import cli
+
+    cli.run(a)
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], None]]] = {
     "translate": ("walk a token position through a block table", _add_translate, _run_translate),
     "size": ("KV cache size of a model preset", _add_size, _run_size),
+    "simulate": ("simulate serving a workload under memory policies (simulated)", _add_simulate, _run_simulate),
 }
 
 
-def _register_optional() -> None:
-    """Commands of higher layers, if present (they import more)."""
-    try:
-        from . import sim  # noqa: F401  (registers `simulate`)
-    except ImportError:
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
-    _register_optional()
     parser = _Parser(prog="kvlab", description="kvlab: KV-cache management, run for real.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for name, (help_, add, _run) in COMMANDS.items():

@@ -143,22 +143,22 @@ def test_check_integrity_catches_corruption():
 
 # --------------------------------------------------------------------- block table
 def test_append_takes_new_block_only_when_full():
-    a = BlockAllocator(8, 4)
-    t = BlockTable(a, "R")
+    m = BlockManager(8, 4)
+    t = m.add_sequence("R")
     counts = []
     for _ in range(9):
-        t.append_tokens(1)
+        m.append("R", 1)
         counts.append(len(t.block_ids))
     assert counts == [1, 1, 1, 1, 2, 2, 2, 2, 3]
     assert t.slot_mapping() == [0, 1, 2, 3, 4, 5, 6, 7, 8]
-    t.check_integrity()
+    t.check_integrity(m.allocator.ref_count)
+    m.check_integrity()
 
 
 def test_slot_mapping_and_translate_on_table():
-    a = BlockAllocator(10, 4)
-    a.allocate(3)  # make the table's blocks non-trivial: it gets 3, 4
-    t = BlockTable(a, "R")
-    t.append_tokens(6)
+    m = BlockManager(10, 4)
+    m.allocator.allocate(3)  # make the table's blocks non-trivial: it gets 3, 4
+    t = m.add_sequence("R", 6)
     assert t.block_ids == [3, 4]
     assert t.slot_mapping(3, 6) == [15, 16, 17]
     assert t.translate(5).physical_block == 4
@@ -206,8 +206,8 @@ def test_write_overwrites_shared_block_with_copy():
     m = BlockManager(8, 4)
     m.add_sequence("P", 8)
     m.fork("P", "C")
-    assert m.tables["C"].write(2) == [(0, 2)]
-    assert m.tables["C"].write(3) == []  # already private
+    assert m.write("C", 2) == [(0, 2)]
+    assert m.write("C", 3) == []  # already private
     m.check_integrity()
 
 

@@ -89,7 +89,7 @@ class PagedMachine(RuleBasedStateMachine):
         pos = data.draw(st.integers(0, t.num_tokens - 1))
         before = self._state()
         try:
-            copies = t.write(pos)
+            copies = self.m.write(seq, pos)
         except OutOfBlocks:
             assert self._state() == before
             return

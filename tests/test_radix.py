@@ -158,7 +158,8 @@ def test_fully_cached_prompt_leaves_its_last_token_to_compute():
     assert cache.match_for_prefill([]).prefix_len == 0
     r = serve_request(cache, [1, 2, 3, 4])
     assert (r.matched_len, r.prefill_len) == (3, 1)
-    assert r.insert.freed  # the recomputed last token's block was a duplicate: handed back
+    assert r.insert.duplicates == [4]  # the recomputed last token's block was a duplicate: handed back
+    assert cache.allocator.ref_count[4] == 0
     cache.check_integrity()
     # page_size 2: 4 cached tokens, cap at 3, cut to 2
     pc = make(page_size=2)

@@ -50,31 +50,3 @@ __all__ = [
     "SimResult", "RunMetrics", "RequestRecord", "format_table", "CATEGORIES",
 ]
 
-
-def _register_cli() -> None:
-    """Add ``simulate`` to ``python -m kvlab``'s ``COMMANDS``.
-
-    ``kvlab.__main__`` imports this package on start. Run as ``python -m kvlab`` that module
-    is ``sys.modules["__main__"]``, not ``kvlab.__main__``, so both are updated.
-    """
-    import sys
-
-    from . import cli
-
-    entry = ("simulate serving a workload under memory policies (simulated)", cli.add_arguments, cli.run)
-    targets = [sys.modules.get("__main__"), sys.modules.get("kvlab.__main__")]
-    found = False
-    for mod in targets:
-        spec = getattr(mod, "__spec__", None)
-        if mod is not None and getattr(spec, "name", None) == "kvlab.__main__" and isinstance(getattr(mod, "COMMANDS", None), dict):
-            mod.COMMANDS.setdefault("simulate", entry)
-            found = True
-    if not found:
-        try:
-            from .. import __main__ as cli_main
-        except ImportError:  # pragma: no cover
-            return
-        cli_main.COMMANDS.setdefault("simulate", entry)
-
-
-_register_cli()

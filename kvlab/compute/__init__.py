@@ -1,0 +1,1 @@
+"""kvlab.compute: the model, its KV tensors and the engine (torch)."""

@@ -1,0 +1,286 @@
+"""The block manager: the only code that changes a block table.
+
+A :class:`BlockManager` keeps one :class:`~kvlab.memory.block_table.BlockTable` per sequence
+over one :class:`~kvlab.memory.block_pool.BlockAllocator`. Every change to a table goes through
+it, so each reference a table holds is taken and dropped in one place:
+
+==================  ==========================================================================
+``add_sequence``    a new table for ``num_tokens`` tokens (fresh blocks)
+``adopt``           a new table that starts with blocks handed over by a prefix hit (one
+                    reference taken on each: the table's own), then grows with fresh blocks
+``append``          reserve slots for ``n`` more tokens: a fresh block when the last is full;
+                    a shared, partial last block is copied first (copy-on-write, 写时复制),
+                    and the ``(src, dst)`` copy is returned for the K/V tensors to perform
+``write``           prepare to overwrite a written position (copy its block if shared)
+``fork``            a child table that shares every block (ref counts + 1; parallel
+                    sampling, beam search)
+``share_prefix``    point the first blocks at other blocks holding the same tokens (the tree's
+                    canonical copies after an insert found them cached); drops the replaced ones
+``free``            release every block of a table (shared ones only lose a reference)
+==================  ==========================================================================
+
+Each operation is all-or-nothing: it raises (``OutOfBlocks``, ``KeyError``, ``ValueError``) and
+changes nothing, or it completes.
+
+Mirrors nano-vllm ``nanovllm/engine/block_manager.py`` (``allocate`` = ``add_sequence``,
+``may_append`` = ``append``, ``deallocate`` = ``free``) and vLLM's ``KVCacheManager``
+(``allocate_slots``); kvlab adds ``fork``/copy-on-write (vLLM v0's ``BlockSpaceManager``).
+
+Example (block size 4):
+    >>> m = BlockManager(num_blocks=6, block_size=4)
+    >>> m.add_sequence("A", 5).block_ids        # 5 tokens: 2 blocks
+    [0, 1]
+    >>> m.fork("A", "A2").block_ids             # shares both; no new block
+    [0, 1]
+    >>> m.allocator.ref_count[:2]
+    [2, 2]
+    >>> m.append("A2", 1)                       # A2 writes into shared, partial block 1: copy it
+    [(1, 2)]
+    >>> m.tables["A2"].block_ids, m.tables["A"].block_ids
+    ([0, 2], [0, 1])
+    >>> m.check_integrity()
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from .block_pool import BlockAllocator, KVCacheError, OutOfBlocks
+from .block_table import BlockTable
+from .events import EventLog
+from .ids import as_ids, check_int
+from .snapshot import MemorySnapshot
+
+__all__ = ["BlockManager"]
+
+
+class BlockManager:
+    """Block tables for many sequences over one allocator.
+
+    Give ``num_blocks`` and ``block_size`` (a new allocator), or ``allocator=`` to share one
+    (the cache manager puts a radix tree on the same pool). ``record=True`` keeps a
+    :class:`MemorySnapshot` after every event in ``self.snapshots`` (frames for the visualizer).
+    """
+
+    def __init__(self, num_blocks: int | None = None, block_size: int | None = None, log: EventLog | None = None,
+                 record: bool = False, *, allocator: BlockAllocator | None = None) -> None:
+        if allocator is None:
+            if num_blocks is None or block_size is None:
+                raise TypeError("give num_blocks and block_size, or allocator=")
+            allocator = BlockAllocator(num_blocks, block_size, log)
+        self.allocator = allocator
+        self.tables: dict[str, BlockTable] = {}
+        self.snapshots: list[MemorySnapshot] = []
+        if record:
+            self.snapshots.append(self.snapshot("start"))
+            self.log.subscribe(lambda e: self.snapshots.append(self.snapshot(e.describe())))
+
+    @property
+    def log(self) -> EventLog:
+        return self.allocator.log
+
+    @property
+    def block_size(self) -> int:
+        return self.allocator.block_size
+
+    @property
+    def num_blocks(self) -> int:
+        return self.allocator.num_blocks
+
+    def table(self, seq_id: str) -> BlockTable:
+        """The table of ``seq_id`` (KeyError naming the live sequences when unknown)."""
+        try:
+            return self.tables[seq_id]
+        except KeyError:
+            raise KeyError(f"unknown sequence {seq_id!r}; live sequences: {sorted(self.tables)}") from None
+
+    def _new_id(self, seq_id: str) -> None:
+        if not isinstance(seq_id, str):
+            raise TypeError(f"seq_id must be a str, got {seq_id!r}")
+        if seq_id in self.tables:
+            raise ValueError(f"sequence {seq_id!r} already exists")
+
+    # ------------------------------------------------------------------ queries
+    def can_allocate(self, num_tokens: int) -> bool:
+        """Would a new sequence of ``num_tokens`` tokens fit in the free blocks?"""
+        return -(-check_int("num_tokens", num_tokens, 0) // self.block_size) <= self.allocator.num_free_blocks
+
+    def last_block_shared_and_partial(self, seq_id: str) -> bool:
+        """True when the next append to ``seq_id`` must first copy its last block (copy-on-write)."""
+        t = self.table(seq_id)
+        return bool(t.block_ids) and t.num_tokens % self.block_size != 0 and self.allocator.ref_count[t.block_ids[-1]] > 1
+
+    def _append_plan(self, t: BlockTable, n: int) -> tuple[bool, int]:
+        """(copy the last block first?, new blocks past the table's end) for appending ``n`` tokens."""
+        n = check_int("n", n, 0)
+        new = -(-(t.num_tokens + n) // self.block_size) - len(t.block_ids)
+        cow = n > 0 and bool(t.block_ids) and t.num_tokens % self.block_size != 0 \
+            and self.allocator.ref_count[t.block_ids[-1]] > 1
+        return cow, new
+
+    def blocks_to_append(self, seq_id: str, n: int = 1) -> int:
+        """How many fresh blocks ``append(seq_id, n)`` would take (copy-on-write included)."""
+        cow, new = self._append_plan(self.table(seq_id), n)
+        return cow + new
+
+    # ------------------------------------------------------------------ creating tables
+    def add_sequence(self, seq_id: str, num_tokens: int = 0) -> BlockTable:
+        """A new sequence with ``num_tokens`` prompt tokens, all in fresh blocks."""
+        return self.adopt(seq_id, [], 0, num_tokens)
+
+    def adopt(self, seq_id: str, block_ids: Sequence[int], num_tokens: int | None = None,
+              extra_tokens: int = 0) -> BlockTable:
+        """A new table whose first blocks are ``block_ids`` (already in use: cached blocks a prefix
+        hit hands over), holding ``num_tokens`` tokens (default: every slot of them), then
+        ``extra_tokens`` more slots in fresh blocks.
+
+        The table takes its own reference on each handed-over block, so afterwards
+        ``ref_count`` = the tree's reference + one per table. All or nothing.
+
+        Example: ``adopt("R2", [4, 5], extra_tokens=3)`` with block size 4 -> table [4, 5, 0],
+        8 + 3 = 11 tokens.
+        """
+        self._new_id(seq_id)
+        ids = as_ids(block_ids, "block_ids")
+        bs, rc = self.block_size, self.allocator.ref_count
+        n = len(ids) * bs if num_tokens is None else check_int("num_tokens", num_tokens, 0)
+        if -(-n // bs) != len(ids):
+            raise ValueError(f"adopt {seq_id}: {len(ids)} block(s) cannot hold exactly {n} token(s) (block_size {bs})")
+        if ids:
+            if max(ids) >= self.num_blocks:
+                raise KVCacheError(f"adopt {seq_id}: unknown block id {max(ids)} (valid ids are 0..{self.num_blocks - 1})")
+            if len(set(ids)) != len(ids):
+                raise ValueError(f"adopt {seq_id}: a block appears twice in {ids}")
+            free = [b for b in ids if rc[b] == 0]
+            if free:
+                raise KVCacheError(f"adopt {seq_id}: block {free[0]} is free; only blocks in use can be handed over")
+        extra = check_int("extra_tokens", extra_tokens, 0)
+        t = BlockTable(seq_id, bs, list(ids), n)
+        cow, new = self._append_plan(t, extra)
+        if cow + new > self.allocator.num_free_blocks:
+            raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
+        self.tables[seq_id] = t
+        if ids:
+            self.allocator._incref(ids, seq_id)
+            self.log.record("adopt", seq_id, ids, num_tokens=n)
+        if extra:
+            self._grow(t, extra, cow, new)
+        return t
+
+    def fork(self, parent: str, child: str) -> BlockTable:
+        """A child that shares every block of ``parent`` (ref counts rise by one; no block taken)."""
+        self._new_id(child)
+        p = self.table(parent)
+        self.allocator._incref(p.block_ids, child)
+        t = BlockTable(child, self.block_size, list(p.block_ids), p.num_tokens)
+        self.tables[child] = t
+        self.log.record("fork", child, p.block_ids, parent=parent)
+        return t
+
+    # ------------------------------------------------------------------ growing and writing
+    def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]]:
+        """Reserve slots for ``n`` more tokens; returns the block copies to perform.
+
+        A new block is taken only when the last one is full. If the last block is partial and
+        shared with another sequence, this sequence is about to write into it, so it gets a
+        private copy first: the result is ``[(src, dst)]`` and the K/V tensors must copy block
+        ``src`` to ``dst`` before writing. Writing at an exact block boundary copies nothing
+        (a shared full block is never written again).
+
+        All or nothing: raises :class:`OutOfBlocks` and changes nothing when the pool cannot
+        supply every block needed (the copy included).
+        """
+        t = self.table(seq_id)
+        cow, new = self._append_plan(t, n)
+        if cow + new > self.allocator.num_free_blocks:
+            raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"append {n} token(s) to {seq_id}")
+        return self._grow(t, n, cow, new)
+
+    def _grow(self, t: BlockTable, n: int, cow: bool, new: int) -> list[tuple[int, int]]:
+        copies = [self._copy_on_write(t, len(t.block_ids) - 1)] if cow else []
+        fresh = self.allocator.allocate(new, owner=t.seq_id) if new > 0 else []
+        t.block_ids += fresh
+        start = t.num_tokens
+        t.num_tokens += n
+        if n > 0:
+            self.log.record("append", t.seq_id, fresh, start=start, num_tokens=n)
+        return copies
+
+    def _copy_on_write(self, t: BlockTable, logical_block: int) -> tuple[int, int]:
+        src = t.block_ids[logical_block]
+        (dst,) = self.allocator.allocate(1, owner=t.seq_id)
+        t.block_ids[logical_block] = dst
+        self.allocator._decref([src], t.seq_id)  # drop our reference to the shared one
+        self.log.record("cow", t.seq_id, (src, dst), src=src, dst=dst, logical_block=logical_block)
+        return (src, dst)
+
+    def write(self, seq_id: str, pos: int) -> list[tuple[int, int]]:
+        """Prepare to overwrite position ``pos`` (already written): copy its block if shared.
+
+        Returns ``[(src, dst)]`` when a copy was needed, else ``[]``. (Beam search rewrites
+        tokens of a shared block; plain decoding only appends.)
+        """
+        t = self.table(seq_id)
+        pos = check_int("pos", pos)
+        if not 0 <= pos < t.num_tokens:
+            raise ValueError(f"pos {pos} is outside sequence {seq_id}'s {t.num_tokens} token(s)")
+        lb = pos // self.block_size
+        if self.allocator.ref_count[t.block_ids[lb]] == 1:
+            return []
+        if self.allocator.num_free_blocks < 1:
+            raise OutOfBlocks(1, 0, f"copy-on-write of L{lb} for {seq_id}")
+        return [self._copy_on_write(t, lb)]
+
+    def share_prefix(self, seq_id: str, block_ids: Sequence[int]) -> list[int]:
+        """Point the table's first ``len(block_ids)`` logical blocks at ``block_ids`` (blocks in
+        use that hold the same tokens, such as the radix tree's copies): take a reference on each
+        that differs, drop the one on the block it replaces. Only full blocks can be switched.
+        Returns the replaced blocks that became free.
+
+        Example: R2 computed blocks [6, 7] for a prefix that R1 cached first in [2, 3] ->
+        ``share_prefix("R2", [2, 3])`` makes R2's table [2, 3, ...] and frees 6 and 7.
+        """
+        t = self.table(seq_id)
+        ids = as_ids(block_ids, "block_ids")
+        if len(ids) > t.num_full_blocks:
+            raise ValueError(f"share_prefix {seq_id}: {len(ids)} block(s) but only {t.num_full_blocks} full")
+        old = t.block_ids[:len(ids)]
+        if old == ids:
+            return []
+        rc = self.allocator.ref_count
+        take = [b for b, o in zip(ids, old) if b != o]
+        drop = [o for b, o in zip(ids, old) if b != o]
+        if max(take) >= self.num_blocks or any(rc[b] == 0 for b in take):
+            raise KVCacheError(f"share_prefix {seq_id}: every block must be in use, got {take}")
+        if set(take) & (set(t.block_ids) - set(drop)) or len(set(ids)) != len(ids):
+            raise ValueError(f"share_prefix {seq_id}: a block would appear twice in the table")
+        self.allocator._incref(take, seq_id)
+        t.block_ids[:len(ids)] = ids
+        return self.allocator._decref(drop, seq_id)
+
+    # ------------------------------------------------------------------ release
+    def free(self, seq_id: str) -> list[int]:
+        """Release every block of ``seq_id`` (shared ones only lose a reference); returns blocks freed."""
+        t = self.table(seq_id)
+        del self.tables[seq_id]  # gone before its events, so snapshots never show a half-freed table
+        ids = t.block_ids
+        released = self.allocator._decref(ids, seq_id) if ids else []
+        self.log.record("free_seq", seq_id, ids, released=released)
+        return released
+
+    # ------------------------------------------------------------------ invariants and pictures
+    def check_integrity(self, extra_holders: Iterable[Sequence[int]] = ()) -> None:
+        """Every table consistent, and ``ref_count`` = tables (+ ``extra_holders``, e.g. tree nodes)."""
+        rc = self.allocator.ref_count
+        for s, t in self.tables.items():
+            assert t.seq_id == s and t.block_size == self.block_size, f"table {s} is filed wrongly"
+            t.check_integrity(rc)
+        self.allocator.check_integrity([t.block_ids for t in self.tables.values()] + list(extra_holders))
+
+    def snapshot(self, caption: str = "", extra: dict[str, tuple[Sequence[int], int]] | None = None) -> MemorySnapshot:
+        """The pool with every table, frozen. ``extra``: more holders as {name: (blocks, tokens)}
+        (the cache manager adds the radix tree's blocks as "tree")."""
+        tables = {s: t.block_ids for s, t in self.tables.items()}
+        num_tokens = {s: t.num_tokens for s, t in self.tables.items()}
+        for name, (ids, n) in (extra or {}).items():
+            tables[name], num_tokens[name] = ids, n
+        return MemorySnapshot.of(self.allocator, tables, num_tokens, caption)

@@ -1,0 +1,145 @@
+"""The event log every kvlab structure writes to, so any run can be replayed.
+
+The allocator, the block manager, the radix tree, the block-hash cache, the cache manager and
+the engine emit one event per state change into a shared :class:`EventLog`. The visualizer
+turns a log into animation frames; tests replay it. Events are plain data: they never hold
+references to live objects. The subject of every event is ``seq_id`` (the sequence or
+request concerned, if any).
+
+Cheap by design: a log stores each event as one plain tuple of ints, strings and tuples (the
+garbage collector stops tracking such tuples after its first pass, so a long run does not make
+every later collection rescan tens of thousands of objects), and builds :class:`Event` objects
+only when someone reads them. A run that records nothing passes :data:`NO_LOG` (or a
+:class:`NullLog`): its ``record`` does nothing.
+
+Not handled here: rendering (see ``kvlab.viz``) and persistence (``dataclasses.asdict`` of an
+event gives a JSON-ready dict).
+
+Example:
+    >>> log = EventLog()
+    >>> log.record("allocate", "R1", (0, 1))
+    >>> [e.kind for e in log]
+    ['allocate']
+    >>> log[0].step, log[0].block_ids
+    (0, (0, 1))
+    >>> NO_LOG.record("allocate", "R1", (0, 1)); len(NO_LOG)
+    0
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+__all__ = ["Event", "EventLog", "NullLog", "NO_LOG"]
+
+
+def _frozen(value: Any) -> Any:
+    """Lists (and lists in tuples) as tuples, so a stored event holds nothing mutable."""
+    if type(value) is list:
+        return tuple(value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One state change.
+
+    kind: what happened. Memory layer: ``allocate``, ``incref``, ``free``, ``append``, ``adopt``,
+        ``fork``, ``cow`` (copy-on-write), ``free_seq``. Reuse layer: ``match``, ``insert``,
+        ``split``, ``evict``, ``lock``, ``unlock``, ``admit``, ``cache``; the engine adds
+        ``arrive``, ``preempt``, ``finish``.
+    seq_id: the sequence or request concerned, if any.
+    block_ids: the physical blocks (or slots) involved.
+    detail: anything else, as plain data (for ``cow``: ``{"src": 3, "dst": 8, "logical_block": 1}``).
+    step: position in the log.
+    """
+
+    kind: str
+    seq_id: str | None = None
+    block_ids: tuple[int, ...] = ()
+    detail: dict[str, Any] = field(default_factory=dict)
+    step: int = -1
+
+    def describe(self) -> str:
+        """A one-line caption, e.g. ``'#3 cow R2: copy P1 -> P6 (logical block L1)'``."""
+        who = f" {self.seq_id}" if self.seq_id is not None else ""
+        if self.kind == "cow":
+            d = self.detail
+            return f"#{self.step} cow{who}: copy P{d['src']} -> P{d['dst']} (logical block L{d['logical_block']})"
+        blocks = ", ".join(f"P{b}" for b in self.block_ids)
+        extra = "".join(f" {k}={v}" for k, v in self.detail.items())
+        return f"#{self.step} {self.kind}{who}" + (f": {blocks}" if blocks else "") + extra
+
+
+class EventLog:
+    """An append-only log of events with optional listeners.
+
+    ``record(kind, seq_id, block_ids, **detail)`` is the fast way in (what kvlab's own code
+    calls); ``emit(Event(...))`` adds a ready-made event and returns it stamped with its step.
+    Reading (``log[i]``, iteration, ``events``) builds :class:`Event` objects on demand.
+    A listener (``subscribe``) is called after every event with the stamped Event; the
+    visualizer uses one to take a snapshot after each step (``BlockManager(record=True)``).
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[tuple] = []  # (kind, seq_id, block_ids, ((key, value), ...))
+        self._listeners: list[Callable[[Event], None]] = []
+
+    def record(self, kind: str, seq_id: str | None = None, block_ids: Iterable[int] = (), **detail: Any) -> None:
+        """Append one event (block ids and list values in ``detail`` are copied to tuples)."""
+        row = (kind, seq_id, tuple(block_ids),
+               tuple([(k, _frozen(v)) for k, v in detail.items()]) if detail else ())
+        self._rows.append(row)
+        if self._listeners:
+            ev = self._event(len(self._rows) - 1)
+            for fn in self._listeners:
+                fn(ev)
+
+    def emit(self, event: Event) -> Event:
+        """Append a ready-made event; returns it as stored (a new Event stamped with its step)."""
+        self.record(event.kind, event.seq_id, event.block_ids, **event.detail)
+        return self._event(len(self._rows) - 1)
+
+    def subscribe(self, fn: Callable[[Event], None]) -> None:
+        self._listeners.append(fn)
+
+    def _event(self, i: int) -> Event:
+        kind, seq_id, ids, detail = self._rows[i]
+        return Event(kind, seq_id, ids, {k: list(v) if type(v) is tuple else v for k, v in detail}, i)
+
+    @property
+    def events(self) -> list[Event]:
+        """Every event, as Event objects (built now)."""
+        return [self._event(i) for i in range(len(self._rows))]
+
+    def kinds(self) -> list[str]:
+        return [r[0] for r in self._rows]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[Event]:
+        return (self._event(i) for i in range(len(self._rows)))
+
+    def __getitem__(self, i: int) -> Event:
+        if i < 0:
+            i += len(self._rows)
+        if not 0 <= i < len(self._rows):
+            raise IndexError(f"event {i} out of range: the log holds {len(self._rows)}")
+        return self._event(i)
+
+
+class NullLog(EventLog):
+    """A log that keeps nothing: pass it (or :data:`NO_LOG`) to record no events at all."""
+
+    def record(self, kind: str, seq_id: str | None = None, block_ids: Iterable[int] = (), **detail: Any) -> None:
+        return None
+
+    def emit(self, event: Event) -> Event:
+        return event
+
+    def subscribe(self, fn: Callable[[Event], None]) -> None:
+        raise ValueError("a NullLog records nothing: subscribe to a real EventLog")
+
+
+NO_LOG = NullLog()

@@ -1,0 +1,361 @@
+"""The request cycle, written once: match, lock, allocate (evicting when short), cache, free, unlock.
+
+OWNERSHIP (the rule every part of kvlab follows; :meth:`CacheManager.check_integrity` checks it)
+
+======================  =====================================================================
+state                   who may change it
+======================  =====================================================================
+a block's ``ref_count``  the allocator, on behalf of its holders: **one reference for the radix
+                        tree if a node holds the block + one per running block table that uses
+                        it** (matched blocks included), so ``ref_count == tree + tables``
+a block table           only :class:`~kvlab.memory.block_manager.BlockManager`
+tree nodes, locks       only :class:`~kvlab.reuse.radix_cache.RadixCache`, called from here
+the request cycle       only this class: the engine, the simulator's radix policy,
+                        ``serve_request`` and the lessons all call it
+======================  =====================================================================
+
+A running sequence holds one lock (``inc_lock_ref``) on the deepest tree node its table uses,
+so nothing it reads can be evicted; its table starts with exactly that node's path of blocks.
+
+One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c`` computed)::
+
+    admit(s, tokens)         match_for_prefill -> m tokens cached (at least one token is left
+                             to compute), lock the node where the match ends, adopt its blocks
+                             into a new table (+1 ref each), allocate the rest (evict LRU
+                             leaves when short; None and nothing changed when it cannot fit)
+
+        tokens  |<---- m matched ---->|<------- to compute ------->|
+        table   [ tree's  | tree's    | own      | own      | own  ]
+                  ref 2     ref 2       ref 1      ref 1      ref 1 (partial)
+
+    cache_unfinished_req     after prefill: insert the full pages (the tree takes its own
+                             reference on the new ones); where another request cached the same
+                             tokens first, switch the table to the tree's blocks (its own go
+                             back); move the lock down to the new last node
+
+        table   [ tree's  | tree's    | tree's   | tree's   | own  ]
+                  ref 2     ref 2       ref 2      ref 2      ref 1 (not cached: partial)
+
+    append(s, n)             reserve n more slots (copy-on-write of a shared partial block;
+                             evict when short; None and nothing changed when it cannot fit)
+    fork(s, child)           n > 1 samples: the child shares every block and locks the node too
+    cache_finished_req       finish or preemption: insert the computed full pages, free the
+                             table (duplicates and the partial tail go back to the pool, tree
+                             blocks keep the tree's reference), unlock
+    free(s)                  abort: release the table and the lock, cache nothing
+
+Mirrors mini-sglang ``python/minisgl/kvcache/radix_manager.py`` (``cache_req``) and SGLang
+``radix_cache.py`` (``cache_finished_req``, ``cache_unfinished_req``, ``match_prefix``), with
+reference counts where SGLang hands slots between the tree and the request.
+
+Example (block size 1; R2 hits the 3 tokens R1 cached):
+    >>> cm = CacheManager(num_blocks=16, block_size=1)
+    >>> a = cm.admit("R1", [1, 2, 3, 4])
+    >>> a.prefix_len, a.table.block_ids
+    (0, [0, 1, 2, 3])
+    >>> cm.cache_finished_req("R1", [1, 2, 3, 4]).prefix_len   # nothing was cached before
+    0
+    >>> b = cm.admit("R2", [1, 2, 3, 9])
+    >>> b.prefix_len, b.table.block_ids, cm.allocator.ref_count[:5]
+    (3, [0, 1, 2, 4], [2, 2, 2, 1, 1])
+    >>> cm.check_integrity()
+    >>> cm.cache_finished_req("R2", [1, 2, 3, 9]).prefix_len
+    3
+    >>> print(cm.tree.pretty())
+    root
+    └── [1 2 3] kv=[0-2]
+        ├── [4] kv=[3]
+        └── [9] kv=[4]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..memory.block_manager import BlockManager
+from ..memory.block_pool import BlockAllocator, OutOfBlocks
+from ..memory.block_table import BlockTable
+from ..memory.events import EventLog
+from ..memory.ids import as_ids, check_int
+from ..memory.snapshot import MemorySnapshot
+from .radix_cache import InsertResult, RadixCache, TreeNode
+
+__all__ = ["Admission", "CacheManager", "ServeRecord", "serve_request"]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A sequence that got its blocks: ``prefix_len`` tokens were cached (their blocks adopted),
+    ``table`` holds ``table.num_tokens`` slots, ``evicted_tokens`` were evicted to make room."""
+
+    seq_id: str
+    prefix_len: int
+    table: BlockTable
+    evicted_tokens: int = 0
+
+    @property
+    def matched_kv(self) -> list[int]:
+        return self.table.block_ids[:self.prefix_len // self.table.block_size]
+
+
+class CacheManager:
+    """One pool, its block tables and (``radix=True``) the radix tree over it, and the request cycle.
+
+    ``block_size`` is also the tree's page size. ``log``: where every event goes (a fresh
+    EventLog by default; ``NO_LOG`` records nothing). ``radix=False``: plain paged memory (no
+    matching, nothing cached), the same cycle otherwise.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, *, radix: bool = True, eviction_policy: str = "lru",
+                 log: EventLog | None = None, check_kv: bool = True) -> None:
+        allocator = BlockAllocator(num_blocks, block_size, log)
+        tree = RadixCache(allocator, block_size, eviction_policy, check_kv) if radix else None
+        self._setup(allocator, tree)
+
+    @classmethod
+    def for_tree(cls, tree: RadixCache) -> "CacheManager":
+        """A manager over an existing tree and its allocator (no running tables yet)."""
+        cm = cls.__new__(cls)
+        cm._setup(tree.allocator, tree)
+        return cm
+
+    def _setup(self, allocator: BlockAllocator, tree: RadixCache | None) -> None:
+        self.allocator = allocator
+        self.block_manager = BlockManager(allocator=allocator)
+        self.tree = tree
+        self.block_size = allocator.block_size
+        self._locks: dict[str, TreeNode] = {}       # running sequence -> the node it locks
+        self._tokens: dict[str, list[int]] = {}     # running sequence -> its validated tokens (for cache_*)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def log(self) -> EventLog:
+        return self.allocator.log
+
+    @property
+    def num_blocks(self) -> int:
+        return self.allocator.num_blocks
+
+    @property
+    def tables(self) -> dict[str, BlockTable]:
+        """The running sequences' block tables (read them; change them through this class)."""
+        return self.block_manager.tables
+
+    def table(self, seq_id: str) -> BlockTable:
+        return self.block_manager.table(seq_id)
+
+    def lock_node(self, seq_id: str) -> TreeNode | None:
+        """The tree node ``seq_id`` locks (None without a tree)."""
+        self.block_manager.table(seq_id)
+        return self._locks.get(seq_id)
+
+    def cached_prefix_len(self, tokens: Sequence[int]) -> int:
+        """Tokens of ``tokens`` the tree holds, changing nothing (for scheduling order)."""
+        return self.tree.peek_prefix_len(tokens) if self.tree is not None else 0
+
+    def available_blocks(self) -> int:
+        """Free blocks plus those eviction could free now (unlocked cached pages)."""
+        ev = self.tree.evictable_size() // self.block_size if self.tree is not None else 0
+        return self.allocator.num_free_blocks + ev
+
+    # ------------------------------------------------------------------ the cycle
+    def make_room(self, num_blocks: int, seq_id: str | None = None) -> bool:
+        """Evict unlocked tree leaves until ``num_blocks`` blocks are free; True when they are."""
+        free = self.allocator.num_free_blocks
+        if num_blocks > free and self.tree is not None:
+            self.tree.evict((num_blocks - free) * self.block_size, seq_id)
+        return num_blocks <= self.allocator.num_free_blocks
+
+    def admit(self, seq_id: str, tokens: Sequence[int] | None, num_tokens: int | None = None) -> Admission | None:
+        """Give ``seq_id`` a table for ``num_tokens`` slots (default ``len(tokens)``): match the
+        longest cached prefix of ``tokens`` (capped so at least one token is computed), lock it,
+        adopt its blocks, allocate the rest, evicting when short.
+
+        Returns None, with nothing changed (the lock is dropped again), when the pool cannot
+        hold it even after eviction. ``tokens=None``: ids unknown (the simulator's length-only
+        requests): nothing is matched, ``num_tokens`` slots are allocated.
+        """
+        if seq_id in self.block_manager.tables:
+            raise ValueError(f"sequence {seq_id!r} already runs")
+        key = as_ids(tokens) if tokens is not None else None
+        n = check_int("num_tokens", num_tokens if num_tokens is not None else len(key or ()), 1)
+        if key is not None and n < len(key):
+            raise ValueError(f"num_tokens {n} is fewer than the {len(key)} tokens to admit")
+        node, prefix_len, kv = None, 0, []
+        if self.tree is not None and key:
+            m = self.tree._match(key, len(key) - 1, seq_id, True)
+            node, prefix_len, kv = m.last_node, m.prefix_len, m.kv
+            self.tree.inc_lock_ref(node, seq_id)
+        need = -(-n // self.block_size) - len(kv)
+        before = self.tree.stats.evicted_tokens if self.tree is not None else 0
+        if not self.make_room(need, seq_id):
+            if node is not None:
+                self.tree.dec_lock_ref(node, seq_id)
+            return None
+        table = self.block_manager.adopt(seq_id, kv, prefix_len, n - prefix_len)
+        if node is not None:
+            self._locks[seq_id] = node
+        if key is not None:
+            self._tokens[seq_id] = key
+        evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
+        self.log.record("admit", seq_id, kv, prefix_len=prefix_len, num_tokens=n)
+        return Admission(seq_id, prefix_len, table, evicted)
+
+    def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
+        """Reserve ``n`` more slots for ``seq_id``, evicting when short; returns the copy-on-write
+        block copies to perform, or None (nothing changed) when the pool cannot supply them."""
+        need = self.block_manager.blocks_to_append(seq_id, n)
+        if not self.make_room(need, seq_id):
+            return None
+        return self.block_manager.append(seq_id, n)
+
+    def fork(self, parent: str, child: str) -> BlockTable:
+        """``child`` shares every block of ``parent`` (parallel samples) and locks the same node."""
+        table = self.block_manager.fork(parent, child)
+        node = self._locks.get(parent)
+        if node is not None:
+            self.tree.inc_lock_ref(node, child)
+            self._locks[child] = node
+        if parent in self._tokens:
+            self._tokens[child] = self._tokens[parent]
+        return table
+
+    def _key(self, seq_id: str, tokens: Sequence[int]) -> list[int]:
+        """``tokens`` checked against the table: validated once (the admitted part is reused)."""
+        t = self.block_manager.table(seq_id)
+        known = self._tokens.get(seq_id)
+        if known is not None and len(tokens) >= len(known) and tokens[:len(known)] == known:
+            key = known + as_ids(tokens[len(known):]) if len(tokens) > len(known) else known
+        else:
+            key = as_ids(tokens)
+            if known is not None and key[:len(known)] != known[:len(key)]:
+                raise ValueError(f"{seq_id}: tokens do not match the ones it was admitted with")
+        if len(key) > t.num_tokens:
+            raise ValueError(f"{seq_id}: {len(key)} tokens but its table holds only {t.num_tokens} slots")
+        return key
+
+    def _insert(self, seq_id: str, key: list[int]) -> InsertResult | None:
+        """Put the full pages of ``key`` into the tree (its own references; the table keeps its)."""
+        full = len(key) // self.block_size
+        if self.tree is None or full == 0:
+            return None
+        kv = self.block_manager.table(seq_id).block_ids[:full]
+        return self.tree._insert(key[:full * self.block_size], kv, seq_id, True)
+
+    def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
+        """Cache a running sequence's computed tokens (after prefill): insert the full pages of
+        ``tokens``, point the table at the tree's blocks where they differ (duplicates go back to
+        the pool), and move the lock down to the node where ``tokens`` end. Requests admitted
+        later can then reuse them while this one still runs."""
+        key = self._key(seq_id, tokens)
+        self._tokens[seq_id] = key
+        res = self._insert(seq_id, key)
+        if res is None:
+            return None
+        self.block_manager.share_prefix(seq_id, res.kv)
+        old = self._locks.get(seq_id)
+        if res.last_node is not old:
+            self.tree.inc_lock_ref(res.last_node, seq_id)
+            if old is not None:
+                self.tree.dec_lock_ref(old, seq_id)
+            self._locks[seq_id] = res.last_node
+        self.log.record("cache", seq_id, res.kv, prefix_len=res.prefix_len, num_tokens=len(key), finished=False)
+        return res
+
+    def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
+        """A sequence leaves (finished or preempted): insert the full pages of ``tokens`` (the
+        ones whose KV is computed; None caches nothing), free its table and drop its lock."""
+        key = self._key(seq_id, tokens) if tokens is not None else None
+        res = self._insert(seq_id, key) if key is not None else None
+        if res is not None:
+            self.log.record("cache", seq_id, res.kv, prefix_len=res.prefix_len, num_tokens=len(key), finished=True)
+        self.free(seq_id)
+        return res
+
+    def free(self, seq_id: str) -> list[int]:
+        """Release ``seq_id``'s table and lock without caching anything; returns blocks freed."""
+        released = self.block_manager.free(seq_id)
+        node = self._locks.pop(seq_id, None)
+        if node is not None:
+            self.tree.dec_lock_ref(node, seq_id)
+        self._tokens.pop(seq_id, None)
+        return released
+
+    # ------------------------------------------------------------------ invariants and pictures
+    def check_integrity(self) -> None:
+        """The ownership rule, exactly: ``ref_count == tree + tables`` for every block; every
+        table consistent; every running sequence's table starts with the blocks of the path it
+        locks; the tree consistent."""
+        tables = self.block_manager.tables
+        for s, t in tables.items():
+            t.check_integrity(self.allocator.ref_count)
+            node = self._locks.get(s)
+            if node is not None:
+                path = self.tree._path_kv(node)
+                assert t.block_ids[:len(path)] == path, f"{s}: its table does not start with the path it locks"
+        assert set(self._locks) <= set(tables), "a lock is held for a sequence that does not run"
+        assert set(self._tokens) <= set(tables), "tokens kept for a sequence that does not run"
+        holders = [t.block_ids for t in tables.values()]
+        if self.tree is not None:
+            self.tree.check_integrity(holders)
+            locks: dict[int, int] = {}
+            for node in self._locks.values():
+                locks[node.id] = locks.get(node.id, 0) + 1
+            assert locks == self.tree._lock_targets, "tree locks != the running sequences' locks"
+        else:
+            self.allocator.check_integrity(holders)
+
+    def snapshot(self, caption: str = "") -> MemorySnapshot:
+        """The pool with every running table, plus the tree's blocks as the holder "tree"."""
+        extra = None
+        if self.tree is not None:
+            extra = {"tree": (self.tree.tree_block_ids(), self.tree.total_size())}
+        return self.block_manager.snapshot(caption, extra)
+
+
+# --------------------------------------------------------------------------- one request at once
+@dataclass(frozen=True)
+class ServeRecord:
+    """One request through the cache: matched, prefilled (missed) and cached afterwards."""
+
+    rid: str | None
+    prompt_len: int
+    output_len: int
+    matched_len: int
+    prefill_len: int
+    matched_kv: tuple[int, ...]
+    new_kv: tuple[int, ...]
+    evicted_tokens: int
+    insert: InsertResult | None
+
+
+def serve_request(cache: RadixCache | CacheManager, prompt: Sequence[int], output: Sequence[int] = (),
+                  rid: str | None = None) -> ServeRecord:
+    """One request's whole cycle at once, through :class:`CacheManager`: admit the prompt (and
+    room for ``output``), then cache prompt + output as finished. No model runs: only the memory
+    bookkeeping happens. Raises OutOfBlocks, with nothing changed, when even eviction cannot
+    make room.
+
+    Example:
+        >>> from kvlab.memory.block_pool import BlockAllocator
+        >>> cache = RadixCache(BlockAllocator(num_blocks=16, block_size=1))
+        >>> r = serve_request(cache, [1, 2, 3, 4], output=[5])
+        >>> (r.matched_len, r.prefill_len)
+        (0, 4)
+        >>> r = serve_request(cache, [1, 2, 3, 9])
+        >>> (r.matched_len, r.prefill_len, r.matched_kv)
+        (3, 1, (0, 1, 2))
+    """
+    cm = cache if isinstance(cache, CacheManager) else CacheManager.for_tree(cache)
+    prompt = as_ids(prompt, "prompt")
+    seq = prompt + as_ids(output, "output")
+    sid = rid if rid is not None else "request"
+    a = cm.admit(sid, prompt, len(seq))
+    if a is None:
+        need = -(-len(seq) // cm.block_size)
+        raise OutOfBlocks(need, cm.available_blocks(), f"request {rid}: even after eviction")
+    matched = tuple(a.matched_kv)
+    new = tuple(a.table.block_ids[len(matched):])
+    res = cm.cache_finished_req(sid, seq)
+    return ServeRecord(rid, len(prompt), len(seq) - len(prompt), a.prefix_len, len(prompt) - a.prefix_len,
+                       matched, new, a.evicted_tokens, res)

@@ -1,0 +1,682 @@
+"""RadixAttention's logical layer: a radix tree (前缀树) of cached token prefixes on the paged pool.
+
+PagedAttention (``kvlab.memory``) decides *where* KV lives; this tree decides *which* cached KV
+a new request can reuse. Every cached token sequence is a path from the root; an edge (a
+:class:`TreeNode`) holds a run of token ids and the KV blocks that hold their keys and values.
+A new request walks the tree with its prompt (longest prefix match, 最长前缀匹配), reuses the
+KV of the matched prefix and prefills only the rest.
+
+Mirrors SGLang ``python/sglang/srt/mem_cache/radix_cache.py`` and mini-sglang
+``python/minisgl/kvcache/radix_manager.py``: ``match_prefix``, ``insert``, ``evict(num_tokens)``,
+``inc_lock_ref`` / ``dec_lock_ref`` up the path, ``evictable_size`` / ``protected_size``, a node
+split on a partial match, children keyed by the first token (first page), a root that is never
+evicted, only unlocked leaves evicted. Where kvlab differs: blocks are reference counted (the
+tree holds one reference per block; running block tables hold their own, see
+``kvlab.reuse.cache_manager``), time is a logical clock, and a split refreshes only the part
+of the node the request used (SGLang's split also marks the lower remainder as just used; here
+it keeps its own age, so LRU sees that nobody used it).
+
+The request cycle that uses this tree (match, lock, allocate with eviction, insert, free the
+duplicates and the tail, unlock) is written once, in :class:`kvlab.reuse.cache_manager.CacheManager`.
+
+With ``page_size > 1`` a node's key length is a multiple of ``page_size``, children are keyed by
+their first page (a tuple), a match is cut down to whole pages, a node holds one block per page
+and ``insert`` caches whole pages only (``len(kv) == len(tokens) // page_size``). With
+``page_size == 1`` a block is one token slot.
+
+Costs: ``match_prefix`` and ``insert`` on an n-token sequence do O(n) token comparisons, as
+list-slice equality (C loops), plus O(depth) Python steps; ``evict`` pops a lazily maintained
+heap (no tree walk per call).
+
+Not handled here: the K/V tensors (the tree only hands out block ids), per-request extra keys
+(LoRA, images), thread safety.
+
+Example (page_size 1, one slot per token):
+    >>> from kvlab.memory.block_pool import BlockAllocator
+    >>> a = BlockAllocator(num_blocks=16, block_size=1)
+    >>> cache = RadixCache(a)
+    >>> cache.insert([1, 2, 3, 4, 5], a.allocate(5)).prefix_len
+    0
+    >>> m = cache.match_prefix([1, 2, 3, 9])
+    >>> (m.prefix_len, m.kv)
+    (3, [0, 1, 2])
+    >>> print(cache.pretty())
+    root
+    └── [1 2 3] kv=[0-2]
+        └── [4 5] kv=[3-4]
+    >>> cache.check_integrity()
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from ..memory.block_pool import BlockAllocator, DoubleFree, KVCacheError, UnknownBlock
+from ..memory.events import EventLog
+from ..memory.ids import as_ids, check_int
+from .eviction import EVICTION_POLICIES, EvictionPolicy, get_eviction_policy
+from .radix_snapshot import NodeView, RadixSnapshot
+from .stats import HitStats
+
+__all__ = ["TreeNode", "MatchResult", "InsertResult", "EvictResult", "RadixStats", "RadixCache",
+           "common_prefix_len", "EVICTION_POLICIES", "EvictionPolicy"]
+
+
+class TreeNode:
+    """One edge of the radix tree: a run of tokens (``key``) and the blocks of their KV (``value``).
+
+    ``children`` is keyed by the first token of the child's key (its first page, as a tuple,
+    when ``page_size > 1``). ``lock_ref`` counts the running requests whose matched path goes
+    through this node (locked nodes are never evicted). ``last_access_time`` is the logical
+    clock of the last match or insert that used it; ``hit_count`` the number of matches through
+    it. ``parent is None`` for the root and for evicted (detached) nodes.
+    """
+
+    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access_time", "hit_count")
+
+    def __init__(self, node_id: int, key: list, value: list[int], parent: "TreeNode | None", time: int) -> None:
+        self.id = node_id
+        self.key = key
+        self.value = value
+        self.children: dict = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access_time = time
+        self.hit_count = 0
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def __repr__(self) -> str:
+        k = self.key if len(self.key) <= 8 else self.key[:6] + ["...", self.key[-1]]
+        return (f"TreeNode(id={self.id}, key={k}, len={len(self.key)}, lock_ref={self.lock_ref}, "
+                f"children={len(self.children)}, last_access_time={self.last_access_time})")
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """Longest cached prefix: ``prefix_len`` tokens, their blocks ``kv``, the node where it ends.
+
+    ``last_node`` is the root for an empty match. Lock it (``inc_lock_ref``) before using ``kv``.
+    """
+
+    prefix_len: int
+    kv: list[int]
+    last_node: TreeNode
+
+
+@dataclass(frozen=True, slots=True)
+class InsertResult:
+    """What ``insert`` did: ``prefix_len`` tokens were already cached; ``kv`` is the canonical
+    block list for the inserted (page-aligned) tokens (use it from now on); ``freed`` are the
+    caller's duplicate blocks handed back to the allocator (none with ``share=True``: the caller
+    keeps them); ``last_node`` ends the sequence; ``duplicates``: the caller's blocks for tokens
+    that were already cached in other blocks (computed twice)."""
+
+    prefix_len: int
+    kv: list[int]
+    freed: list[int]
+    last_node: TreeNode
+    duplicates: list[int] = ()  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class EvictResult:
+    """``num_tokens`` freed out of ``requested`` (less when too little was evictable: no error)."""
+
+    requested: int
+    num_tokens: int
+    block_ids: list[int]
+    node_ids: list[int]
+
+    @property
+    def satisfied(self) -> bool:
+        return self.num_tokens >= self.requested
+
+    @property
+    def short_by(self) -> int:
+        return max(0, self.requested - self.num_tokens)
+
+
+@dataclass(slots=True)
+class RadixStats(HitStats):
+    """The radix tree's counters: lookups (:class:`HitStats`), inserts, splits, evictions."""
+
+    num_inserts: int = 0
+    inserted_tokens: int = 0
+    duplicate_tokens: int = 0
+    num_splits: int = 0
+    evicted_tokens: int = 0
+    evicted_nodes: int = 0
+
+
+def common_prefix_len(a: list, b: list, start: int = 0) -> int:
+    """Length of the common prefix of ``a`` and ``b[start:]``: O(n) comparisons, 32 at a time.
+
+    Example: ``common_prefix_len([1, 2, 3], [9, 1, 2, 7], start=1) -> 2``.
+    """
+    n = min(len(a), len(b) - start)
+    i = 0
+    while i + 32 <= n and a[i:i + 32] == b[start + i:start + i + 32]:
+        i += 32
+    while i < n and a[i] == b[start + i]:
+        i += 1
+    return i
+
+
+class RadixCache:
+    """A radix tree over token ids whose nodes own KV blocks of ``allocator``.
+
+    ``allocator.block_size`` must equal ``page_size`` (one block = one page; with
+    ``page_size=1`` one block is one token slot). Events go to ``allocator.log``.
+    ``check_kv``: the public ``insert`` also verifies that each new block is in use and not
+    already in the tree (a set of the tree's blocks).
+
+    Example (page_size 2: matches are cut to whole pages):
+        >>> from kvlab.memory.block_pool import BlockAllocator
+        >>> a = BlockAllocator(8, block_size=2)
+        >>> cache = RadixCache(a, page_size=2)
+        >>> kv = a.allocate(3, owner="R1")               # 6 tokens, 3 pages
+        >>> cache.insert([1, 2, 3, 4, 5, 6], kv).prefix_len
+        0
+        >>> m = cache.match_prefix([1, 2, 3, 9, 9])       # 3 tokens match, cut to 1 page
+        >>> (m.prefix_len, m.kv)
+        (2, [0])
+        >>> cache.evictable_size(), cache.protected_size()
+        (6, 0)
+        >>> cache.inc_lock_ref(m.last_node)
+        -2
+        >>> cache.evict(100).num_tokens                  # the locked page survives
+        4
+        >>> cache.dec_lock_ref(m.last_node)
+        2
+        >>> cache.check_integrity()
+    """
+
+    def __init__(self, allocator: BlockAllocator, page_size: int = 1, eviction_policy: str = "lru",
+                 check_kv: bool = True) -> None:
+        page_size = check_int("page_size", page_size, 1)
+        if allocator.block_size != page_size:
+            raise ValueError(f"allocator.block_size {allocator.block_size} != page_size {page_size}: "
+                             "one block must hold exactly one page")
+        self.allocator = allocator
+        self.page_size = page_size
+        self.log: EventLog = allocator.log
+        self.stats = RadixStats()
+        self._clock = 0
+        self._next_id = 1
+        self.root = TreeNode(0, [], [], None, 0)
+        self.root.lock_ref = 1  # the root is never evicted (as in SGLang)
+        self._evictable_size = 0
+        self._protected_size = 0
+        self._num_nodes = 0  # non-root
+        self.check_kv = check_kv
+        self._tree_blocks: set[int] | None = set() if check_kv else None
+        self._lock_targets: dict[int, int] = {}  # node id -> locks taken on exactly that node
+        self._heap: list = []
+        self.policy = get_eviction_policy(eviction_policy)
+
+    # ------------------------------------------------------------------ small helpers
+    def set_eviction_policy(self, name: str) -> None:
+        """Switch the policy (rebuilds the eviction heap)."""
+        self.policy = get_eviction_policy(name)
+        self._rebuild_heap()
+
+    def _child_key(self, key: list, pos: int = 0):
+        return key[pos] if self.page_size == 1 else tuple(key[pos:pos + self.page_size])
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _push(self, node: TreeNode) -> None:
+        """Record an evictable leaf in the heap (stale entries are skipped when popped)."""
+        heapq.heappush(self._heap, (self.policy.priority(node), node.id, node))
+        if len(self._heap) > 2 * self._num_nodes + 64:
+            self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        prio = self.policy.priority
+        self._heap = [(prio(n), n.id, n) for n in self._iter_nodes() if not n.children and n.lock_ref == 0]
+        heapq.heapify(self._heap)
+
+    def _iter_nodes(self) -> Iterable[TreeNode]:
+        """Every non-root node, depth first (children in insertion order)."""
+        stack = list(reversed(self.root.children.values()))
+        while stack:
+            n = stack.pop()
+            yield n
+            stack.extend(reversed(n.children.values()))
+
+    def _check_node(self, node: TreeNode, what: str) -> None:
+        if not isinstance(node, TreeNode):
+            raise TypeError(f"{what}: expected a TreeNode, got {node!r}")
+        n = node
+        while n.parent is not None:
+            n = n.parent
+        if n is not self.root:
+            raise KVCacheError(f"{what}: node {node.id} is not in this tree (evicted or from another cache)")
+
+    def _path_kv(self, node: TreeNode) -> list[int]:
+        """The blocks of every node from the root down to ``node``."""
+        parts = []
+        n = node
+        while n is not self.root:
+            parts.append(n.value)
+            n = n.parent
+        kv: list[int] = []
+        for v in reversed(parts):
+            kv += v
+        return kv
+
+    # ------------------------------------------------------------------ sizes
+    def evictable_size(self) -> int:
+        """Tokens in unlocked nodes (each node counted once, shared or not)."""
+        return self._evictable_size
+
+    def protected_size(self) -> int:
+        """Tokens in locked nodes (on the path of some running request)."""
+        return self._protected_size
+
+    def total_size(self) -> int:
+        return self._evictable_size + self._protected_size
+
+    @property
+    def num_nodes(self) -> int:
+        return self._num_nodes
+
+    # ------------------------------------------------------------------ split
+    def _split(self, child: TreeNode, m: int) -> TreeNode:
+        """Cut ``child`` after its first ``m`` tokens; returns the new parent holding them.
+
+        The new node inherits the lock count, access time and hit count (a locked path stays
+        locked). The lower part keeps its age (see the module docstring).
+        """
+        ps = self.page_size
+        parent = child.parent
+        new = TreeNode(self._next_id, child.key[:m], child.value[:m // ps], parent, child.last_access_time)
+        self._next_id += 1
+        new.lock_ref = child.lock_ref
+        new.hit_count = child.hit_count
+        old_prio = self.policy.priority(child) if not child.children and child.lock_ref == 0 else None
+        child.key = child.key[m:]
+        child.value = child.value[m // ps:]
+        child.parent = new
+        new.children[self._child_key(child.key)] = child
+        parent.children[self._child_key(new.key)] = new
+        self._num_nodes += 1
+        self.stats.num_splits += 1
+        if old_prio is not None and self.policy.priority(child) != old_prio:
+            self._push(child)
+        self.log.record("split", None, new.value, node=child.id, new_node=new.id, at=m, parent=parent.id)
+        return new
+
+    # ------------------------------------------------------------------ match
+    def _walk(self, key: list, limit: int) -> tuple[TreeNode, int, TreeNode | None, int]:
+        """Read-only descent: (last fully matched node, its end, partly matched child, tokens of it)."""
+        node, pos, ps = self.root, 0, self.page_size
+        while pos < limit:
+            if ps == 1:
+                child = node.children.get(key[pos])
+            else:
+                if pos + ps > limit:
+                    break
+                child = node.children.get(tuple(key[pos:pos + ps]))
+            if child is None:
+                break
+            ck = child.key
+            n = len(ck)
+            if pos + n <= limit and key[pos:pos + n] == ck:
+                node, pos = child, pos + n
+                continue
+            m = common_prefix_len(ck, key[:limit], pos)
+            if ps > 1:
+                m -= m % ps
+            return node, pos, (child if m else None), m
+        return node, pos, None, 0
+
+    def match_prefix(self, tokens: Sequence[int], rid: str | None = None, *,
+                     record_stats: bool = True) -> MatchResult:
+        """The longest cached prefix of ``tokens`` (cut to whole pages).
+
+        Splits a node when the match ends inside it (so ``last_node`` ends exactly at the
+        prefix), refreshes the access time and hit count of every node on the path, and counts
+        hits and misses in ``stats``. Does not lock: call ``inc_lock_ref(last_node)``.
+
+        Example: cache holds [1, 2, 3]; ``match_prefix([1, 2, 7])`` -> prefix_len 2 and the
+        node [1, 2, 3] is split into [1, 2] -> [3].
+        """
+        key = as_ids(tokens)
+        return self._match(key, len(key), rid, record_stats)
+
+    def match_for_prefill(self, tokens: Sequence[int], rid: str | None = None) -> MatchResult:
+        """``match_prefix`` capped at ``len(tokens) - 1`` tokens: a fully cached prompt still
+        leaves its last token to compute, because the caller needs that token's logits to
+        sample the first output token (SGLang and vLLM cap the same way). Example: cache holds
+        [1, 2, 3]; ``match_for_prefill([1, 2, 3])`` -> prefix_len 2."""
+        key = as_ids(tokens)
+        return self._match(key, max(0, len(key) - 1), rid, True)
+
+    def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> MatchResult:
+        """match_prefix on a validated key, matching at most ``limit`` tokens."""
+        node, pos, child, m = self._walk(key, limit)
+        if child is not None:
+            node, pos = self._split(child, m), pos + m
+        t = self._tick()
+        n = node
+        while n is not self.root:
+            n.last_access_time = t
+            n.hit_count += 1
+            n = n.parent
+        kv = self._path_kv(node)
+        if node is not self.root and not node.children and node.lock_ref == 0:
+            self._push(node)  # its priority changed while it is an evictable leaf
+        if record_stats:
+            s = self.stats
+            s.num_matches += 1
+            s.hit_tokens += pos
+            s.missed_tokens += len(key) - pos
+        self.log.record("match", rid, kv, prefix_len=pos, num_tokens=len(key), node=node.id)
+        return MatchResult(pos, kv, node)
+
+    def peek_prefix_len(self, tokens: Sequence[int]) -> int:
+        """Length of the cached prefix, changing nothing (no split, no LRU refresh, no stats, no event)."""
+        key = as_ids(tokens)
+        _node, pos, _child, m = self._walk(key, len(key))
+        return pos + m
+
+    def peek_prefix(self, tokens: Sequence[int]) -> tuple[int, list[int]]:
+        """``(prefix_len, kv)`` of the cached prefix, changing nothing (see ``peek_prefix_len``)."""
+        key = as_ids(tokens)
+        node, pos, child, m = self._walk(key, len(key))
+        kv = self._path_kv(node)
+        if child is not None:
+            kv += child.value[:m // self.page_size]
+        return pos + m, kv
+
+    # ------------------------------------------------------------------ lock
+    def inc_lock_ref(self, node: TreeNode, rid: str | None = None) -> int:
+        """Lock ``node`` and every ancestor up to the root; returns the change of evictable_size."""
+        self._check_node(node, "inc_lock_ref")
+        delta = 0
+        n = node
+        while n is not self.root:
+            if n.lock_ref == 0:
+                delta -= len(n.key)
+            n.lock_ref += 1
+            n = n.parent
+        self._evictable_size += delta
+        self._protected_size -= delta
+        if node is not self.root:
+            self._lock_targets[node.id] = self._lock_targets.get(node.id, 0) + 1
+        self.log.record("lock", rid, node=node.id, delta=delta)
+        return delta
+
+    def dec_lock_ref(self, node: TreeNode, rid: str | None = None) -> int:
+        """Undo one ``inc_lock_ref(node)``; returns the change of evictable_size.
+
+        Raises KVCacheError (changing nothing) when ``node`` holds no lock of its own
+        (unlocking more than was locked; SGLang once let the count go negative).
+        """
+        self._check_node(node, "dec_lock_ref")
+        if node is self.root:
+            self.log.record("unlock", rid, node=0, delta=0)
+            return 0
+        own = self._lock_targets.get(node.id, 0)
+        if own <= 0:
+            raise KVCacheError(f"dec_lock_ref: node {node.id} is not locked (lock_ref {node.lock_ref}, "
+                               f"no inc_lock_ref on it to undo)")
+        if own == 1:
+            del self._lock_targets[node.id]
+        else:
+            self._lock_targets[node.id] = own - 1
+        delta = 0
+        n = node
+        while n is not self.root:
+            n.lock_ref -= 1
+            if n.lock_ref == 0:
+                delta += len(n.key)
+                if not n.children:
+                    self._push(n)
+            n = n.parent
+        self._evictable_size += delta
+        self._protected_size -= delta
+        self.log.record("unlock", rid, node=node.id, delta=delta)
+        return delta
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, tokens: Sequence[int], kv: Sequence[int], rid: str | None = None, *,
+               share: bool = False) -> InsertResult:
+        """Cache ``tokens`` whose KV is in blocks ``kv``; returns how much was already cached.
+
+        ``kv`` covers all of ``tokens`` (one block per token when page_size is 1, one per full
+        page otherwise: ``len(kv) == len(tokens) // page_size``; a trailing partial page is not
+        cached). Blocks passed for tokens that were already cached, and that differ from the
+        tree's, are duplicates; use ``result.kv`` from now on.
+
+        ``share=False`` (SGLang's ``insert``): the tree takes over the caller's reference on the
+        blocks of the new suffix, and hands the duplicates back to the allocator (``freed``).
+        ``share=True`` (a running block table keeps its blocks, see ``CacheManager``): the tree
+        takes a reference of its own on the new blocks and leaves the duplicates to the caller.
+
+        Raises (changing nothing): TypeError for a non-int token or block id, ValueError for a
+        kv of the wrong length, KVCacheError for an unknown block id and (with ``check_kv``,
+        the default) for a new block that is free or already owned by the tree.
+        """
+        key = as_ids(tokens)
+        kv = as_ids(kv, "kv")
+        ps = self.page_size
+        if len(kv) != len(key) // ps:
+            raise ValueError(f"kv has {len(kv)} block id(s) but {len(key)} token(s) with page_size {ps} "
+                             f"need {len(key) // ps}")
+        key = key[:len(kv) * ps] if ps > 1 else key
+        node, pos, child, m = self._walk(key, len(key))
+        end = pos + m
+        tree_kv = self._path_kv(node)
+        if child is not None:
+            tree_kv += child.value[:m // ps]
+        nb = end // ps
+        dups = [b for b, t in zip(kv[:nb], tree_kv) if b != t] if kv[:nb] != tree_kv else []
+        self._validate_insert(kv[nb:], dups, share)
+        return self._insert(key, kv, rid, share, (node, pos, child, m))
+
+    def _validate_insert(self, new_blocks: list[int], dups: list[int], share: bool) -> None:
+        nblocks, rc, tree_blocks = self.allocator.num_blocks, self.allocator.ref_count, self._tree_blocks
+        for b in new_blocks + dups:
+            if b >= nblocks:
+                raise UnknownBlock(f"insert: unknown block id {b} (valid ids are 0..{nblocks - 1})")
+        if len(set(new_blocks)) != len(new_blocks):
+            raise KVCacheError(f"insert: a block id appears twice in kv's new part {new_blocks}")
+        for b in new_blocks:
+            if rc[b] == 0:
+                raise KVCacheError(f"insert: block {b} is free; allocate it before inserting it")
+        if tree_blocks is not None and not tree_blocks.isdisjoint(new_blocks):
+            b = next(b for b in new_blocks if b in tree_blocks)
+            raise KVCacheError(f"insert: block {b} is already owned by the tree (it would be kept twice)")
+        if dups and not share:
+            counts: dict[int, int] = {}
+            for b in dups:
+                counts[b] = counts.get(b, 0) + 1
+            for b, c in counts.items():
+                if tree_blocks is not None and b in tree_blocks:
+                    raise KVCacheError(f"insert: duplicate block {b} passed for cached tokens is owned by the "
+                                       "tree at another position; freeing it would corrupt the cache")
+                if rc[b] < c:
+                    raise DoubleFree(f"insert: duplicate block {b} is listed {c} time(s) but has ref_count {rc[b]}")
+            if not set(dups).isdisjoint(new_blocks):
+                raise KVCacheError("insert: a block is passed both as a duplicate and as new KV")
+
+    def _insert(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
+        """insert without validation: ``key`` holds whole pages and ``kv`` one valid block per page
+        (the cache manager's path: its blocks come from block tables it owns). ``walk``: the
+        result of ``_walk(key)`` when the caller has it already."""
+        ps = self.page_size
+        node, pos, child, m = walk if walk is not None else self._walk(key, len(key))
+        end = pos + m
+        if child is not None:
+            node = self._split(child, m)
+        tree_kv = self._path_kv(node)
+        nb = end // ps
+        freed: list[int] = []
+        d: list[int] = []
+        if kv[:nb] != tree_kv:
+            d = [b for b, t in zip(kv[:nb], tree_kv) if b != t]
+            if not share:
+                self.allocator._decref(d, rid)
+                freed = d
+        new_blocks = kv[nb:]
+        t = self._tick()
+        n = node
+        while n is not self.root:
+            n.last_access_time = t
+            n = n.parent
+        if end < len(key):
+            if share:
+                self.allocator._incref(new_blocks, rid)
+            leaf = TreeNode(self._next_id, key[end:], new_blocks, node, t)
+            self._next_id += 1
+            node.children[self._child_key(leaf.key)] = leaf  # node's heap entry, if any, goes stale
+            self._num_nodes += 1
+            self._evictable_size += len(leaf.key)  # a new leaf is unlocked
+            if self._tree_blocks is not None:
+                self._tree_blocks.update(new_blocks)
+            self._push(leaf)
+            node = leaf
+        elif node is not self.root and not node.children and node.lock_ref == 0:
+            self._push(node)  # access time changed
+        s = self.stats
+        s.num_inserts += 1
+        s.inserted_tokens += len(key) - end
+        s.duplicate_tokens += len(d) * ps
+        self.log.record("insert", rid, new_blocks, prefix_len=end, num_tokens=len(key), node=node.id, freed=freed)
+        return InsertResult(end, tree_kv + new_blocks, freed, node, d)
+
+    # ------------------------------------------------------------------ evict
+    def evict(self, num_tokens: int, rid: str | None = None) -> EvictResult:
+        """Free at least ``num_tokens`` tokens from unlocked leaves, in policy order.
+
+        A parent whose last child goes becomes a leaf and may go next. When less is evictable,
+        frees what it can and says so (``result.satisfied`` is False); never raises for that.
+        The blocks go back to the allocator in one step.
+        """
+        num_tokens = check_int("num_tokens", num_tokens, 0)
+        heap, prio, root = self._heap, self.policy.priority, self.root
+        freed_tokens = 0
+        blocks: list[int] = []
+        node_ids: list[int] = []
+        while freed_tokens < num_tokens and heap:
+            p, _, node = heapq.heappop(heap)
+            if node.parent is None or node.children or node.lock_ref or prio(node) != p:
+                continue  # stale entry
+            parent = node.parent
+            del parent.children[self._child_key(node.key)]
+            node.parent = None
+            ln = len(node.key)
+            freed_tokens += ln
+            blocks += node.value
+            node_ids.append(node.id)
+            self._evictable_size -= ln
+            self._num_nodes -= 1
+            if parent is not root and not parent.children and parent.lock_ref == 0:
+                heapq.heappush(heap, (prio(parent), parent.id, parent))
+        if blocks:
+            if self._tree_blocks is not None:
+                self._tree_blocks.difference_update(blocks)
+            self.allocator._decref(blocks, rid)  # the tree's own references: valid by construction
+            s = self.stats
+            s.evicted_tokens += freed_tokens
+            s.evicted_nodes += len(node_ids)
+        self.log.record("evict", rid, blocks, requested=num_tokens, num_tokens=freed_tokens, nodes=node_ids,
+                        policy=self.policy.name)
+        return EvictResult(num_tokens, freed_tokens, blocks, node_ids)
+
+    def reset(self) -> None:
+        """Evict everything (raises if a node is still locked)."""
+        if self._protected_size:
+            raise KVCacheError(f"reset: {self._protected_size} token(s) are still locked")
+        self.evict(self._evictable_size)
+
+    # ------------------------------------------------------------------ integrity
+    def node_blocks(self) -> list[list[int]]:
+        """Every node's block list (holders for ``allocator.check_integrity``)."""
+        return [n.value for n in self._iter_nodes()]
+
+    def tree_block_ids(self) -> list[int]:
+        """Every block the tree holds, depth first."""
+        return [b for n in self._iter_nodes() for b in n.value]
+
+    def check_integrity(self, holders: Iterable[Sequence[int]] = ()) -> None:
+        """Raise AssertionError unless the tree is consistent.
+
+        Checks: no empty non-root node; keys page-aligned with one block per page; children
+        keyed by their first token/page and pointing back to their parent; every block an int
+        in exactly one node; evictable and protected sizes add up; each node's lock_ref equals
+        its own locks plus its children's; every evictable leaf is in the eviction heap. Then
+        every block's ref count must equal tree + ``holders`` exactly (``holders``: the running
+        block tables; none by default), so a block that nobody holds is caught.
+        """
+        ps = self.page_size
+        assert self.root.parent is None and not self.root.key and self.root.lock_ref == 1, "broken root"
+        seen: set[int] = set()
+        evictable = protected = count = 0
+        live_ids: set[int] = set()
+        stack = [self.root]
+        heap_ok = {(n.id, p) for p, _, n in self._heap if n.parent is not None}
+        while stack:
+            node = stack.pop()
+            child_locks = 0
+            for k, c in node.children.items():
+                assert c.parent is node, f"node {c.id}: parent pointer is not node {node.id}"
+                assert c.key, f"node {c.id} is an empty non-root node"
+                assert k == self._child_key(c.key), f"node {c.id} filed under {k!r}, first token/page {self._child_key(c.key)!r}"
+                child_locks += c.lock_ref
+                stack.append(c)
+            if node is self.root:
+                continue
+            count += 1
+            live_ids.add(node.id)
+            assert len(node.key) % ps == 0, f"node {node.id}: {len(node.key)} tokens is not whole pages of {ps}"
+            assert len(node.value) == len(node.key) // ps, (
+                f"node {node.id}: {len(node.value)} block(s) for {len(node.key)} token(s), page_size {ps}")
+            for b in node.value:
+                assert type(b) is int and 0 <= b < self.allocator.num_blocks, f"node {node.id}: block id {b!r} is not a block"
+                assert b not in seen, f"block {b} is held by two nodes (or twice by node {node.id})"
+                seen.add(b)
+            own = self._lock_targets.get(node.id, 0)
+            assert node.lock_ref == own + child_locks, (
+                f"node {node.id}: lock_ref {node.lock_ref} != own locks {own} + children's {child_locks}")
+            if node.lock_ref == 0:
+                evictable += len(node.key)
+                if not node.children:
+                    assert (node.id, self.policy.priority(node)) in heap_ok, f"evictable leaf {node.id} missing from the heap"
+            else:
+                protected += len(node.key)
+        assert self._tree_blocks is None or seen == self._tree_blocks, "the tree's block set is out of date"
+        assert count == self._num_nodes, f"num_nodes {self._num_nodes} != {count}"
+        assert evictable == self._evictable_size, f"evictable_size {self._evictable_size} != {evictable}"
+        assert protected == self._protected_size, f"protected_size {self._protected_size} != {protected}"
+        assert set(self._lock_targets) <= live_ids, "a lock is held on a node that is not in the tree"
+        self.allocator.check_integrity([n.value for n in self._iter_nodes()] + [list(h) for h in holders])
+
+    # ------------------------------------------------------------------ for pictures
+    def snapshot(self) -> RadixSnapshot:
+        """The tree as plain data (depth-first order, parents before children)."""
+        views: list[NodeView] = []
+        stack: list[tuple[TreeNode, int, int, int]] = [(c, 0, 1, 0) for c in reversed(self.root.children.values())]
+        while stack:
+            n, parent_id, depth, start = stack.pop()
+            views.append(NodeView(n.id, parent_id, depth, start, tuple(n.key), tuple(n.value), n.lock_ref,
+                                  n.last_access_time, n.hit_count, not n.children, n.lock_ref == 0))
+            for c in reversed(n.children.values()):
+                stack.append((c, n.id, depth + 1, start + len(n.key)))
+        return RadixSnapshot(self.page_size, tuple(views), self._evictable_size, self._protected_size,
+                             self.policy.name)
+
+    def pretty(self, detokenize: Callable[[Sequence[int]], str] | None = None, max_tokens: int = 12) -> str:
+        """The tree as text, one node a line (tokens, blocks, lock count when locked)."""
+        return self.snapshot().pretty(detokenize, max_tokens)
