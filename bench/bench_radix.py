@@ -9,16 +9,22 @@ requests are follow-up turns of an earlier conversation (their prompt is the who
 turn, prompt and answer, plus a new question). About 500 prompt tokens per request.
 
 Timed, for each cache:
-  * full cycle: match (leaving >= 1 token to compute), lock, allocate the missed suffix
-    plus the answer (evicting when the pool is short), insert prompt + answer, unlock
-    (block-hash cache: match, allocate with touch, cache_blocks, free);
+  * full cycle, through kvlab.reuse.cache_manager.CacheManager (the one implementation of the
+    request cycle that the engine and the simulator use): ``admit`` = match (leaving >= 1 token
+    to compute), lock, adopt the matched blocks into a block table (+1 reference each, the
+    table's own), allocate the missed suffix plus the answer (evicting when the pool is short);
+    then ``cache_finished_req`` = insert prompt + answer, free the table (duplicates and the
+    partial tail go back), unlock (block-hash cache: match, allocate with touch,
+    cache_full_blocks, free_blocks);
   * match alone: one more pass of match_prefix over every prompt on the warm cache.
 Rows: the radix tree at page_size 1 (SGLang's default: one block per token) under LRU and
-fewest-tokens eviction, at page_size 16, each also with ``check_kv=False`` (insert skips
-its ownership checks); the block-hash cache at block_size 16 (vLLM's default).
-Every cache op writes its events to an EventLog, as in the library's normal use.
-At page_size 1 the paged allocator does one Python step per token slot (allocate and, on
-eviction, free), which is why the "alloc share" column is large there.
+fewest-tokens eviction, at page_size 16, each also with ``check_kv=True`` (the tree keeps a
+set of its blocks for the checks of its public ``insert``; the cache manager does not need
+it); the block-hash cache at block_size 16 (vLLM's default).
+Every cache op writes its events to an EventLog, as in the library's normal use; the
+"no event log" rows pass NO_LOG (nothing recorded) to show what recording costs.
+At page_size 1 every token is a block, so the allocator's reference counts are touched once
+per token (adopt, allocate, free): the "alloc share" column.
 The figures are measured on this machine in CPU seconds of this process (one Python
 thread; a shared machine's other jobs do not count against it); the script prints them,
 tests never assert timings.
@@ -34,9 +40,11 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from kvlab.paged import BlockAllocator  # noqa: E402
-from kvlab.prefix_cache import PrefixCache  # noqa: E402
-from kvlab.radix import RadixCache  # noqa: E402
+from kvlab.memory.block_pool import BlockAllocator  # noqa: E402
+from kvlab.memory.events import NO_LOG, EventLog  # noqa: E402
+from kvlab.reuse.block_hash_cache import BlockHashCache  # noqa: E402
+from kvlab.reuse.cache_manager import CacheManager  # noqa: E402
+from kvlab.reuse.radix_cache import RadixCache  # noqa: E402
 
 VOCAB = 32000
 # CPU time of this process: the machine is shared (2 cores, other jobs), and CPU time is
@@ -81,44 +89,41 @@ class TimedAllocator(BlockAllocator):
         super().__init__(*args, **kwargs)
         self.seconds = 0.0
 
-    def allocate(self, n, owner=None):
+    def _allocate(self, *args, **kwargs):
         t = CLOCK()
         try:
-            return super().allocate(n, owner)
+            return super()._allocate(*args, **kwargs)
         finally:
             self.seconds += CLOCK() - t
 
-    def free(self, block_ids, seq_id=None):
+    def _incref(self, *args, **kwargs):
         t = CLOCK()
         try:
-            return super().free(block_ids, seq_id)
+            return super()._incref(*args, **kwargs)
+        finally:
+            self.seconds += CLOCK() - t
+
+    def _decref(self, *args, **kwargs):
+        t = CLOCK()
+        try:
+            return super()._decref(*args, **kwargs)
         finally:
             self.seconds += CLOCK() - t
 
 
-def bench_radix(trace, pool_tokens: int, page_size: int = 1, policy: str = "lru", check_kv: bool = True) -> dict:
-    alloc = TimedAllocator(pool_tokens // page_size, page_size)
+def bench_radix(trace, pool_tokens: int, page_size: int = 1, policy: str = "lru", check_kv: bool = False,
+                log: EventLog | None = None, timed_alloc: bool = True) -> dict:
+    alloc = (TimedAllocator if timed_alloc else BlockAllocator)(pool_tokens // page_size, page_size, log)
     cache = RadixCache(alloc, page_size=page_size, eviction_policy=policy, check_kv=check_kv)
-    ps = page_size
+    cm = CacheManager.for_tree(cache)
     t0 = CLOCK()
     for n, (prompt, answer) in enumerate(trace):
         rid = f"r{n}"
-        seq = prompt + answer
-        m = cache.match_for_prefill(prompt, rid)                      # match
-        cache.inc_lock_ref(m.last_node, rid)                          # lock
-        need = -(-len(seq) // ps) - len(m.kv)
-        if need > alloc.num_free_blocks:
-            cache.evict((need - alloc.num_free_blocks) * ps, rid)
-        new = alloc.allocate(need, owner=rid)                         # allocate
-        full = len(seq) // ps
-        kv = m.kv + new
-        cache.insert(seq, kv[:full], rid)                             # insert
-        if len(kv) > full:
-            alloc.free(kv[full:], seq_id=rid)
-        cache.dec_lock_ref(m.last_node, rid)                          # unlock
+        cm.admit(rid, prompt, len(prompt) + len(answer))   # match, lock, adopt, allocate (evict when short)
+        cm.cache_finished_req(rid, prompt + answer)          # insert, free table (dups, tail), unlock
     t_cycle = CLOCK() - t0
-    t_alloc = alloc.seconds
-    cache.check_integrity(holders=[])
+    t_alloc = alloc.seconds if timed_alloc else None
+    cm.check_integrity()
     t0 = CLOCK()
     for prompt, _ in trace:
         cache.match_prefix(prompt, record_stats=False)
@@ -131,15 +136,15 @@ def bench_radix(trace, pool_tokens: int, page_size: int = 1, policy: str = "lru"
 
 
 def bench_block_hash(trace, pool_tokens: int, block_size: int = 16) -> dict:
-    pc = PrefixCache(pool_tokens // block_size, block_size)
+    pc = BlockHashCache(pool_tokens // block_size, block_size)
     t0 = CLOCK()
     for n, (prompt, answer) in enumerate(trace):
         rid = f"r{n}"
         seq = prompt + answer
         m = pc.match_for_prefill(prompt, rid)                         # match
         table = pc.allocate(len(seq), m, rid)                         # lock (touch) + allocate
-        pc.cache_blocks(seq, table, rid, block_hashes=m.block_hashes)  # insert
-        pc.free(table, rid)                                           # unlock
+        pc.cache_full_blocks(seq, table, rid, block_hashes=m.block_hashes)  # insert
+        pc.free_blocks(table, rid)                                    # unlock
     t_cycle = CLOCK() - t0
     pc.check_integrity(holders=[])
     t0 = CLOCK()
@@ -171,27 +176,39 @@ def main(argv: list[str] | None = None) -> None:
     print(f"measured on this machine: {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}, one thread\n")
     rows = [
         ("radix tree, page_size 1, lru", lambda: bench_radix(trace, a.pool_tokens, 1, "lru")),
-        ("  same, check_kv=False", lambda: bench_radix(trace, a.pool_tokens, 1, "lru", check_kv=False)),
+        ("  same, untimed allocator", lambda: bench_radix(trace, a.pool_tokens, 1, "lru", timed_alloc=False)),
+        ("  same, no event log", lambda: bench_radix(trace, a.pool_tokens, 1, "lru", log=NO_LOG, timed_alloc=False)),
+        ("  same, check_kv=True", lambda: bench_radix(trace, a.pool_tokens, 1, "lru", check_kv=True)),
         ("radix tree, page_size 1, fewest_tokens", lambda: bench_radix(trace, a.pool_tokens, 1, "fewest_tokens")),
         ("radix tree, page_size 16, lru", lambda: bench_radix(trace, a.pool_tokens, 16, "lru")),
-        ("  same, check_kv=False", lambda: bench_radix(trace, a.pool_tokens, 16, "lru", check_kv=False)),
+        ("  same, untimed allocator", lambda: bench_radix(trace, a.pool_tokens, 16, "lru", timed_alloc=False)),
+        ("  same, no event log", lambda: bench_radix(trace, a.pool_tokens, 16, "lru", log=NO_LOG, timed_alloc=False)),
+        ("  same, check_kv=True", lambda: bench_radix(trace, a.pool_tokens, 16, "lru", check_kv=True)),
         ("block-hash cache, block_size 16", lambda: bench_block_hash(trace, a.pool_tokens, 16)),
     ]
     print(f"{'cache':40s} {'cycles/s':>10s} {'tokens/s':>12s} {'alloc share':>11s} {'w/o alloc':>10s} "
           f"{'matches/s':>10s} {'match tok/s':>12s} {'hit rate':>8s} {'evicted tok':>11s} {'nodes/blocks':>12s}")
     wall = time.perf_counter()
-    for name, fn in rows:
+    rates: dict[tuple[int, str], float] = {}
+    for i, (name, fn) in enumerate(rows):
         best = min((fn() for _ in range(a.repeat)), key=lambda r: r["cycle_s"])
+        rates[(i, name)] = n / best["cycle_s"]
         al = best["alloc_s"]
-        share = f"{al / best['cycle_s']:11.0%}" if al is not None else f"{'(inside)':>11s}"
+        label = "(inside)" if name.startswith("block-hash") else "-"
+        share = f"{al / best['cycle_s']:11.0%}" if al is not None else f"{label:>11s}"
         own = f"{n / (best['cycle_s'] - al):10,.0f}" if al is not None else f"{'':>10s}"
         print(f"{name:40s} {n / best['cycle_s']:10,.0f} {prompt_tokens / best['cycle_s']:12,.0f} {share} {own} "
               f"{n / best['match_s']:10,.0f} {prompt_tokens / best['match_s']:12,.0f} {best['hit_rate']:8.1%} "
               f"{best['evicted']:11,} {best['nodes']:12,}")
+    names = [r[0] for r in rows]
+    for ps, i in (("1", names.index("radix tree, page_size 1, lru")), ("16", names.index("radix tree, page_size 16, lru"))):
+        rec, off = rates[(i + 1, names[i + 1])], rates[(i + 2, names[i + 2])]
+        print(f"\nevent log at page_size {ps}: {rec:,.0f} cycles/s recording vs {off:,.0f} not recording: "
+              f"recording costs {1 - rec / off:.1%}")
     print(f"\n(whole run: {time.perf_counter() - wall:.1f} s wall clock; rates above use CPU time)")
     print("\ncycles/s: full request cycles per second; tokens/s: prompt tokens per second through the cycle;"
-          "\nalloc share: the part of the cycle spent in kvlab.paged.BlockAllocator.allocate/free (one"
-          "\nPython step per block); w/o alloc: cycles/s of the radix tree's own work;"
+          "\nalloc share: the part of the cycle spent in the allocator's allocate / reference-count updates"
+          "\n(timed rows only: timing adds overhead of its own); w/o alloc: cycles/s of everything else;"
           "\nmatches/s: match_prefix alone on the warm cache. For scale (from the issue, not run here):"
           "\nSGLang's pure-Python radix cache ~14-21k cycles/s and 60-86k warm matches/s on a 2-core"
           "\nmachine; vLLM's block pool with hashing ~17-20k cycles/s.")

@@ -520,7 +520,7 @@ def test_events_share_the_allocators_log_and_stats_add_up():
     serve_request(cache, char_tokenize("abz"), rid="R2")
     cache.evict(1)
     kinds = log.kinds()
-    for k in ("match", "lock", "allocate", "insert", "unlock", "split", "evict", "free"):
+    for k in ("match", "lock", "admit", "append", "insert", "unlock", "split", "evict", "free_seq", "cache"):
         assert k in kinds, k
     assert [e.seq_id for e in log if e.kind == "match"] == ["R1", "R2"]
     s = cache.stats
@@ -594,3 +594,62 @@ def test_match_costs_linear_token_comparisons_not_times_children():
     assert m.prefix_len == n - 1
     assert C.compares <= 2 * n + 64, C.compares  # O(n), not O(n x 300 children)
     cache.check_integrity()
+
+
+def test_a_split_refreshes_only_the_part_the_request_used():
+    """LRU at a split (documented in kvlab.reuse.radix_cache): the upper part of a split node is
+    on the request's path and becomes just-used; the lower remainder keeps its own age. (SGLang's
+    split marks the remainder as just used too; kvlab lets LRU see that nobody used it.)"""
+    a = BlockAllocator(16, 1)
+    cache = RadixCache(a)
+    cache.insert([1, 2, 3, 4], a.allocate(4))          # t1
+    cache.insert([9], a.allocate(1))                   # t2
+    m = cache.match_prefix([1, 2, 7])                  # t3: splits [1 2 3 4] into [1 2] -> [3 4]
+    upper = m.last_node
+    lower = next(iter(upper.children.values()))
+    assert (upper.key, lower.key) == ([1, 2], [3, 4])
+    assert upper.last_access_time > lower.last_access_time
+    ev = cache.evict(1)                                # LRU: the untouched remainder [3 4] goes first
+    assert ev.num_tokens == 2 and lower.parent is None
+    assert cache.peek_prefix_len([9]) == 1              # [9], used after [3 4] was last used, stays
+    cache.check_integrity()
+
+
+def test_numpy_block_ids_are_plain_ints_in_the_tree_and_evict_frees_them():
+    """Issue 15 item 2: numpy ids used to enter the tree as they were and break eviction."""
+    np = pytest.importorskip("numpy")
+    a = BlockAllocator(8, 1)
+    c = RadixCache(a)
+    c.insert([1, 2, 3], [np.int64(b) for b in a.allocate(3)])
+    assert all(type(b) is int for n in c.node_blocks() for b in n)
+    assert c.evict(3).num_tokens == 3
+    assert c.total_size() == 0 and a.num_used_blocks == 0
+    c.check_integrity()
+    with pytest.raises(TypeError, match=r"kv\[0\] = True"):
+        c.insert([4], [True])
+    c.check_integrity()
+
+
+def test_default_integrity_check_catches_a_block_nobody_holds():
+    a = BlockAllocator(8, 1)
+    c = RadixCache(a)
+    c.insert([1, 2], a.allocate(2))
+    a.allocate(1)  # a leak: used, but neither the tree nor any table holds it
+    with pytest.raises(AssertionError, match="ref_count != holders"):
+        c.check_integrity()
+    c.check_integrity(holders=[[2]])  # ... unless the caller says who holds it
+
+
+def test_pretty_and_snapshot_walk_a_5000_deep_tree_without_recursion():
+    """Issue 15 item 3: a tree 5,000 nodes deep (every prefix matched plus a different token)."""
+    depth = 5000
+    a = BlockAllocator(2 * depth + 2, 1)
+    c = RadixCache(a)
+    seq = list(range(1, depth + 1))
+    c.insert(seq, a.allocate(depth))
+    for i in range(depth - 1, 0, -1):  # branch off after every prefix, deepest first (each walk is short)
+        c.insert(seq[:i] + [depth + 1], c.match_prefix(seq[:i]).kv + a.allocate(1))
+    text = c.pretty()
+    assert text.count("\n") == c.num_nodes and c.num_nodes >= depth
+    assert len(c.snapshot().sequences()) == depth
+    c.check_integrity()

@@ -154,15 +154,21 @@ class BlockManager:
             if free:
                 raise KVCacheError(f"adopt {seq_id}: block {free[0]} is free; only blocks in use can be handed over")
         extra = check_int("extra_tokens", extra_tokens, 0)
-        t = BlockTable(seq_id, bs, list(ids), n)
-        cow, new = self._append_plan(t, extra)
-        if cow + new > self.allocator.num_free_blocks:
-            raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
+        need = sum(self._append_plan(BlockTable(seq_id, bs, ids, n), extra))
+        if need > self.allocator.num_free_blocks:
+            raise OutOfBlocks(need, self.allocator.num_free_blocks, f"a table for {seq_id}")
+        return self._adopt(seq_id, list(ids), n, extra)
+
+    def _adopt(self, seq_id: str, ids: list[int], n: int, extra: int) -> BlockTable:
+        """adopt without validation: ``ids`` are valid blocks in use (a prefix hit the tree just
+        returned), holding ``n`` tokens, and the pool has the blocks ``extra`` more slots need."""
+        t = BlockTable(seq_id, self.block_size, ids, n)
         self.tables[seq_id] = t
         if ids:
-            self.allocator._incref(ids, seq_id)
+            self.allocator._incref(ids, seq_id, record=False)
             self.log.record("adopt", seq_id, ids, num_tokens=n)
         if extra:
+            cow, new = self._append_plan(t, extra)
             self._grow(t, extra, cow, new)
         return t
 
@@ -170,7 +176,7 @@ class BlockManager:
         """A child that shares every block of ``parent`` (ref counts rise by one; no block taken)."""
         self._new_id(child)
         p = self.table(parent)
-        self.allocator._incref(p.block_ids, child)
+        self.allocator._incref(p.block_ids, child, record=False)
         t = BlockTable(child, self.block_size, list(p.block_ids), p.num_tokens)
         self.tables[child] = t
         self.log.record("fork", child, p.block_ids, parent=parent)
@@ -197,7 +203,7 @@ class BlockManager:
 
     def _grow(self, t: BlockTable, n: int, cow: bool, new: int) -> list[tuple[int, int]]:
         copies = [self._copy_on_write(t, len(t.block_ids) - 1)] if cow else []
-        fresh = self.allocator.allocate(new, owner=t.seq_id) if new > 0 else []
+        fresh = self.allocator._allocate(new, t.seq_id, record=False) if new > 0 else []
         t.block_ids += fresh
         start = t.num_tokens
         t.num_tokens += n
@@ -207,9 +213,9 @@ class BlockManager:
 
     def _copy_on_write(self, t: BlockTable, logical_block: int) -> tuple[int, int]:
         src = t.block_ids[logical_block]
-        (dst,) = self.allocator.allocate(1, owner=t.seq_id)
+        (dst,) = self.allocator._allocate(1, t.seq_id, record=False)
         t.block_ids[logical_block] = dst
-        self.allocator._decref([src], t.seq_id)  # drop our reference to the shared one
+        self.allocator._decref([src], t.seq_id, record=False)  # drop our reference to the shared one
         self.log.record("cow", t.seq_id, (src, dst), src=src, dst=dst, logical_block=logical_block)
         return (src, dst)
 
@@ -253,9 +259,11 @@ class BlockManager:
             raise KVCacheError(f"share_prefix {seq_id}: every block must be in use, got {take}")
         if set(take) & (set(t.block_ids) - set(drop)) or len(set(ids)) != len(ids):
             raise ValueError(f"share_prefix {seq_id}: a block would appear twice in the table")
-        self.allocator._incref(take, seq_id)
+        self.allocator._incref(take, seq_id, record=False)
         t.block_ids[:len(ids)] = ids
-        return self.allocator._decref(drop, seq_id)
+        released = self.allocator._decref(drop, seq_id, record=False)
+        self.log.record("share_prefix", seq_id, take, replaced=drop, released=released)
+        return released
 
     # ------------------------------------------------------------------ release
     def free(self, seq_id: str) -> list[int]:
@@ -263,8 +271,17 @@ class BlockManager:
         t = self.table(seq_id)
         del self.tables[seq_id]  # gone before its events, so snapshots never show a half-freed table
         ids = t.block_ids
-        released = self.allocator._decref(ids, seq_id) if ids else []
-        self.log.record("free_seq", seq_id, ids, released=released)
+        released = self.allocator._decref(ids, seq_id, record=False) if ids else []
+        self.log.record("free_seq", seq_id, released, num_blocks=len(ids))  # block_ids: those back in the pool
+        return released
+
+    def _release(self, seq_id: str, drop: list[int]) -> list[int]:
+        """Remove ``seq_id``'s table, dropping its reference on the blocks in ``drop`` only: its
+        references on the others were handed over (the radix tree took them over as its own, or
+        a duplicate was already freed). For the cache manager, which knows which is which."""
+        t = self.tables.pop(seq_id)
+        released = self.allocator._decref(drop, seq_id, record=False) if drop else []
+        self.log.record("free_seq", seq_id, released, num_blocks=len(t.block_ids), handed_over=len(t.block_ids) - len(drop))
         return released
 
     # ------------------------------------------------------------------ invariants and pictures

@@ -114,9 +114,13 @@ class BlockAllocator:
         when fewer than ``n`` are free.
         """
         n = check_int("n", n, 0)
+        if n > len(self._free) - self._head:
+            raise OutOfBlocks(n, len(self._free) - self._head, f"owner {owner}" if owner else "")
+        return self._allocate(n, owner)
+
+    def _allocate(self, n: int, owner: str | None, record: bool = True) -> list[int]:
+        """allocate without checks (``n`` free blocks are known to be there)."""
         h = self._head
-        if n > len(self._free) - h:
-            raise OutOfBlocks(n, len(self._free) - h, f"owner {owner}" if owner else "")
         ids = self._free[h:h + n]
         self._head = h + n
         if self._head > 4096 and self._head * 2 > len(self._free):  # compact: amortised O(1) per block
@@ -126,7 +130,7 @@ class BlockAllocator:
         for b in ids:
             rc[b] = 1
             own[b] = owner
-        if ids:
+        if ids and record:
             self.log.record("allocate", owner, ids)
         return ids
 
@@ -139,12 +143,13 @@ class BlockAllocator:
                 raise KVCacheError(f"incref: block {b} is free; allocate it before sharing it")
         self._incref(ids, seq_id)
 
-    def _incref(self, ids: list[int], seq_id: str | None) -> None:
-        """incref without validation: for blocks a table or the tree already holds."""
+    def _incref(self, ids: list[int], seq_id: str | None, record: bool = True) -> None:
+        """incref without validation: for blocks a table or the tree already holds. ``record=False``:
+        the caller records a higher-level event that says it (``adopt``, ``fork``, ``insert``)."""
         rc = self.ref_count
         for b in ids:
             rc[b] += 1
-        if ids:
+        if ids and record:
             self.log.record("incref", seq_id, ids)
 
     def free(self, block_ids: Iterable[int], seq_id: str | None = None) -> list[int]:
@@ -169,8 +174,9 @@ class BlockAllocator:
                     raise DoubleFree(f"free: block {b} listed {k} times in one call but has ref_count {rc[b]} (double free)")
         return self._decref(ids, seq_id)
 
-    def _decref(self, ids: list[int], seq_id: str | None) -> list[int]:
-        """free without validation: for references a table or the tree is known to hold."""
+    def _decref(self, ids: list[int], seq_id: str | None, record: bool = True) -> list[int]:
+        """free without validation: for references a table or the tree is known to hold
+        (``record=False``: the caller records ``free_seq``, ``evict`` or ``insert`` instead)."""
         rc, own = self.ref_count, self.owner
         released: list[int] = []
         for b in ids:
@@ -181,7 +187,7 @@ class BlockAllocator:
                 own[b] = None
         if released:
             self._free += released
-        if ids:
+        if ids and record:
             self.log.record("free", seq_id, ids, released=released)
         return released
 

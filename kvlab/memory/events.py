@@ -6,10 +6,11 @@ turns a log into animation frames; tests replay it. Events are plain data: they 
 references to live objects. The subject of every event is ``seq_id`` (the sequence or
 request concerned, if any).
 
-Cheap by design: a log stores each event as one plain tuple of ints, strings and tuples (the
-garbage collector stops tracking such tuples after its first pass, so a long run does not make
-every later collection rescan tens of thousands of objects), and builds :class:`Event` objects
-only when someone reads them. A run that records nothing passes :data:`NO_LOG` (or a
+Cheap by design: a log keeps four plain lists (kinds, seq ids, block ids packed into ``bytes``,
+4 bytes an id, and detail dicts holding only strings, numbers and packed ids), so recording an
+event allocates no object the garbage collector has to track and a long run does not make every
+later collection rescan tens of thousands of events; :class:`Event` objects are built only when
+someone reads the log. A run that records nothing passes :data:`NO_LOG` (or a
 :class:`NullLog`): its ``record`` does nothing.
 
 Not handled here: rendering (see ``kvlab.viz``) and persistence (``dataclasses.asdict`` of an
@@ -27,16 +28,28 @@ Example:
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 __all__ = ["Event", "EventLog", "NullLog", "NO_LOG"]
 
 
-def _frozen(value: Any) -> Any:
-    """Lists (and lists in tuples) as tuples, so a stored event holds nothing mutable."""
-    if type(value) is list:
-        return tuple(value)
+def _compact(values: Iterable[int]) -> Any:
+    """Block ids (or any ints) as ``bytes``, 4 bytes an id (bytes are never tracked by the garbage
+    collector, unlike lists, tuples and arrays); a tuple when they are not plain ids."""
+    try:
+        return array("I", values).tobytes()
+    except (TypeError, OverflowError):
+        return tuple(values)
+
+
+def _expand(value: Any) -> Any:
+    """Inverse of :func:`_compact`: bytes back to a list of ints; anything else as it is."""
+    if type(value) is bytes:
+        a = array("I")
+        a.frombytes(value)
+        return a.tolist()
     return value
 
 
@@ -44,10 +57,11 @@ def _frozen(value: Any) -> Any:
 class Event:
     """One state change.
 
-    kind: what happened. Memory layer: ``allocate``, ``incref``, ``free``, ``append``, ``adopt``,
-        ``fork``, ``cow`` (copy-on-write), ``free_seq``. Reuse layer: ``match``, ``insert``,
-        ``split``, ``evict``, ``lock``, ``unlock``, ``admit``, ``cache``; the engine adds
-        ``arrive``, ``preempt``, ``finish``.
+    kind: what happened. Allocator (direct calls only): ``allocate``, ``incref``, ``free``.
+        Block manager (one event per table operation): ``append``, ``adopt``, ``fork``, ``cow``
+        (copy-on-write), ``share_prefix``, ``free_seq`` (its block_ids: the blocks that went back
+        to the pool). Reuse layer: ``match``, ``insert``, ``split``, ``evict``, ``lock``,
+        ``unlock``, ``admit``, ``cache``; the engine adds ``arrive``, ``preempt``, ``finish``.
     seq_id: the sequence or request concerned, if any.
     block_ids: the physical blocks (or slots) involved.
     detail: anything else, as plain data (for ``cow``: ``{"src": 3, "dst": 8, "logical_block": 1}``).
@@ -82,50 +96,60 @@ class EventLog:
     """
 
     def __init__(self) -> None:
-        self._rows: list[tuple] = []  # (kind, seq_id, block_ids, ((key, value), ...))
+        self._kind: list[str] = []
+        self._seq: list[str | None] = []
+        self._ids: list[Any] = []       # bytes per event (4 bytes an id; b"" when none)
+        self._detail: list[dict] = []   # the record() call's own keyword dict; lists packed as bytes
         self._listeners: list[Callable[[Event], None]] = []
 
     def record(self, kind: str, seq_id: str | None = None, block_ids: Iterable[int] = (), **detail: Any) -> None:
-        """Append one event (block ids and list values in ``detail`` are copied to tuples)."""
-        row = (kind, seq_id, tuple(block_ids),
-               tuple([(k, _frozen(v)) for k, v in detail.items()]) if detail else ())
-        self._rows.append(row)
+        """Append one event (block ids, and list values in ``detail``, are copied)."""
+        for v in detail.values():
+            if type(v) is list or type(v) is tuple:  # a new dict: the old one is tracked for good
+                detail = {k: _compact(v) if type(v) is list or type(v) is tuple else v for k, v in detail.items()}
+                break
+        self._kind.append(kind)
+        self._seq.append(seq_id)
+        self._ids.append(_compact(block_ids) if block_ids else b"")
+        self._detail.append(detail)
         if self._listeners:
-            ev = self._event(len(self._rows) - 1)
+            ev = self._event(len(self._kind) - 1)
             for fn in self._listeners:
                 fn(ev)
 
     def emit(self, event: Event) -> Event:
         """Append a ready-made event; returns it as stored (a new Event stamped with its step)."""
         self.record(event.kind, event.seq_id, event.block_ids, **event.detail)
-        return self._event(len(self._rows) - 1)
+        return self._event(len(self._kind) - 1)
 
     def subscribe(self, fn: Callable[[Event], None]) -> None:
         self._listeners.append(fn)
 
     def _event(self, i: int) -> Event:
-        kind, seq_id, ids, detail = self._rows[i]
-        return Event(kind, seq_id, ids, {k: list(v) if type(v) is tuple else v for k, v in detail}, i)
+        detail = {k: list(v) if type(v) is tuple else _expand(v) for k, v in self._detail[i].items()}
+        ids = self._ids[i]
+        return Event(self._kind[i], self._seq[i], tuple(_expand(ids)) if type(ids) is bytes else ids, detail, i)
 
     @property
     def events(self) -> list[Event]:
         """Every event, as Event objects (built now)."""
-        return [self._event(i) for i in range(len(self._rows))]
+        return [self._event(i) for i in range(len(self._kind))]
 
     def kinds(self) -> list[str]:
-        return [r[0] for r in self._rows]
+        return list(self._kind)
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._kind)
 
     def __iter__(self) -> Iterator[Event]:
-        return (self._event(i) for i in range(len(self._rows)))
+        return (self._event(i) for i in range(len(self._kind)))
 
     def __getitem__(self, i: int) -> Event:
+        n = len(self._kind)
         if i < 0:
-            i += len(self._rows)
-        if not 0 <= i < len(self._rows):
-            raise IndexError(f"event {i} out of range: the log holds {len(self._rows)}")
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"event {i} out of range: the log holds {n}")
         return self._event(i)
 
 

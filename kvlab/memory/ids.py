@@ -9,8 +9,8 @@ the rule is written once.
     check_int(name, value, minimum=None) -> int
     as_ids(values, what="tokens") -> list[int]     # a sequence of non-negative ints
 
-Cost: ``as_ids`` makes one C-level pass (``array('Q')``) plus one pass over the element types,
-and only on an error a slow search that names the first bad element.
+Cost: ``as_ids`` makes two C-level passes (the element types, then ``array('Q')`` for the
+range), and only on an error a slow search that names the first bad element.
 
 Example:
     >>> check_int("block_size", 4, minimum=1)
@@ -65,9 +65,10 @@ def as_ids(values: Iterable[int], what: str = "tokens") -> list[int]:
     if isinstance(values, (str, bytes)):
         raise TypeError(f"{what} must be a sequence of int ids, got a {type(values).__name__} {values!r:.40}")
     key = values if type(values) is list else list(values)
-    try:
-        array("Q", key)  # C-level: every element an integer >= 0
-        ok = set(map(type, key)) <= {int}
+    try:  # two C-level passes: every element exactly an int, every one >= 0
+        ok = list(map(type, key)).count(int) == len(key)
+        if ok:
+            array("Q", key)  # raises OverflowError for a negative id
     except (TypeError, OverflowError, ValueError):
         ok = False
     if ok:

@@ -103,11 +103,13 @@ class CacheManager:
 
     ``block_size`` is also the tree's page size. ``log``: where every event goes (a fresh
     EventLog by default; ``NO_LOG`` records nothing). ``radix=False``: plain paged memory (no
-    matching, nothing cached), the same cycle otherwise.
+    matching, nothing cached), the same cycle otherwise. ``check_kv``: the tree's own set of its
+    blocks, for its public ``insert`` checks (off by default: this class inserts only blocks of
+    tables it owns; ``check_integrity`` checks the tree's blocks either way).
     """
 
     def __init__(self, num_blocks: int, block_size: int, *, radix: bool = True, eviction_policy: str = "lru",
-                 log: EventLog | None = None, check_kv: bool = True) -> None:
+                 log: EventLog | None = None, check_kv: bool = False) -> None:
         allocator = BlockAllocator(num_blocks, block_size, log)
         tree = RadixCache(allocator, block_size, eviction_policy, check_kv) if radix else None
         self._setup(allocator, tree)
@@ -192,13 +194,13 @@ class CacheManager:
             if node is not None:
                 self.tree.dec_lock_ref(node, seq_id)
             return None
-        table = self.block_manager.adopt(seq_id, kv, prefix_len, n - prefix_len)
+        table = self.block_manager._adopt(seq_id, kv, prefix_len, n - prefix_len)  # kv: the tree's, in use
         if node is not None:
             self._locks[seq_id] = node
         if key is not None:
             self._tokens[seq_id] = key
         evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
-        self.log.record("admit", seq_id, kv, prefix_len=prefix_len, num_tokens=n)
+        self.log.record("admit", seq_id, prefix_len=prefix_len, num_tokens=n)
         return Admission(seq_id, prefix_len, table, evicted)
 
     def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
@@ -259,17 +261,38 @@ class CacheManager:
             if old is not None:
                 self.tree.dec_lock_ref(old, seq_id)
             self._locks[seq_id] = res.last_node
-        self.log.record("cache", seq_id, res.kv, prefix_len=res.prefix_len, num_tokens=len(key), finished=False)
+        self.log.record("cache", seq_id, prefix_len=res.prefix_len, num_tokens=len(key), finished=False)
         return res
 
     def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
         """A sequence leaves (finished or preempted): insert the full pages of ``tokens`` (the
-        ones whose KV is computed; None caches nothing), free its table and drop its lock."""
-        key = self._key(seq_id, tokens) if tokens is not None else None
-        res = self._insert(seq_id, key) if key is not None else None
-        if res is not None:
-            self.log.record("cache", seq_id, res.kv, prefix_len=res.prefix_len, num_tokens=len(key), finished=True)
-        self.free(seq_id)
+        ones whose KV is computed; None caches nothing), free its table and drop its lock.
+
+        The table is going away, so the tree takes over the table's own reference on each new
+        block (SGLang's insert) instead of taking one more, and a duplicate block goes back to
+        the pool; the table then drops its reference on the rest (the blocks the tree already
+        held, and the partial tail). ``ref_count == tree + tables`` holds before and after."""
+        full = len(tokens) // self.block_size if tokens is not None and self.tree is not None else 0
+        if full == 0:
+            if tokens is not None:
+                self._key(seq_id, tokens)  # still a wrong token list is an error
+            self.free(seq_id)
+            return None
+        key = self._key(seq_id, tokens)
+        ids = self.block_manager.table(seq_id).block_ids
+        res = self.tree._insert(key[:full * self.block_size], ids[:full], seq_id, False)
+        nb = res.prefix_len // self.block_size
+        if res.duplicates:  # the tree freed those: the table's reference on them is used up
+            dup = set(res.duplicates)
+            drop = [b for b in ids[:nb] if b not in dup] + ids[full:]
+        else:
+            drop = ids[:nb] + ids[full:]
+        self.block_manager._release(seq_id, drop)
+        node = self._locks.pop(seq_id, None)
+        if node is not None:
+            self.tree.dec_lock_ref(node, seq_id)
+        self._tokens.pop(seq_id, None)
+        self.log.record("cache", seq_id, prefix_len=res.prefix_len, num_tokens=len(key), finished=True)
         return res
 
     def free(self, seq_id: str) -> list[int]:

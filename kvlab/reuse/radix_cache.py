@@ -381,7 +381,7 @@ class RadixCache:
             s.num_matches += 1
             s.hit_tokens += pos
             s.missed_tokens += len(key) - pos
-        self.log.record("match", rid, kv, prefix_len=pos, num_tokens=len(key), node=node.id)
+        self.log.record("match", rid, prefix_len=pos, num_tokens=len(key), node=node.id)  # kv: see the node's path
         return MatchResult(pos, kv, node)
 
     def peek_prefix_len(self, tokens: Sequence[int]) -> int:
@@ -527,7 +527,7 @@ class RadixCache:
         if kv[:nb] != tree_kv:
             d = [b for b, t in zip(kv[:nb], tree_kv) if b != t]
             if not share:
-                self.allocator._decref(d, rid)
+                self.allocator._decref(d, rid, record=False)  # the insert event lists them as freed
                 freed = d
         new_blocks = kv[nb:]
         t = self._tick()
@@ -537,7 +537,7 @@ class RadixCache:
             n = n.parent
         if end < len(key):
             if share:
-                self.allocator._incref(new_blocks, rid)
+                self.allocator._incref(new_blocks, rid, record=False)  # the insert event says it
             leaf = TreeNode(self._next_id, key[end:], new_blocks, node, t)
             self._next_id += 1
             node.children[self._child_key(leaf.key)] = leaf  # node's heap entry, if any, goes stale
@@ -587,7 +587,7 @@ class RadixCache:
         if blocks:
             if self._tree_blocks is not None:
                 self._tree_blocks.difference_update(blocks)
-            self.allocator._decref(blocks, rid)  # the tree's own references: valid by construction
+            self.allocator._decref(blocks, rid, record=False)  # the tree's own references; the evict event says it
             s = self.stats
             s.evicted_tokens += freed_tokens
             s.evicted_nodes += len(node_ids)
