@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import kvlab.viz as viz  # noqa: E402
-from kvlab import BlockManager  # noqa: E402
+from kvlab.memory.block_manager import BlockManager  # noqa: E402
 
 
 def recorded_run(num_blocks: int, block_size: int = 16, seed: int = 0, events: int = 60) -> BlockManager:

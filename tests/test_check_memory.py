@@ -1,17 +1,23 @@
-"""kvlab.check.memory: each checker passes a right answer and rejects plausible wrong ones.
+"""The memory lessons' checkers (00, 02-04): each passes a right answer and rejects plausible wrong ones.
 
-Also the harness (kvlab.check): outcomes, strict mode, never a traceback from the checker.
+Also the harness (kvlab.check.harness): outcomes, strict mode, never a traceback from the
+checker; and the package's shape: ``kvlab.check`` exposes exactly the checkers the lessons
+call, each in the module named for its lesson, imported explicitly and without torch.
 """
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-import kvlab
 from kvlab import check
-from kvlab.check import Checker, Raised, call, same_outcome
+from kvlab.check.harness import Checker, Raised, call, same_outcome
+from kvlab.memory.block_pool import BlockAllocator, DoubleFree, OutOfBlocks
+from kvlab.memory.block_table import blocks_needed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +67,7 @@ def test_strict_mode_raises_and_plain_mode_does_not(monkeypatch, capsys):
     monkeypatch.setenv("KVLAB_CHECK_STRICT", "1")
     with pytest.raises(AssertionError, match="blocks_needed"):
         check.blocks_needed(_stub)
-    assert check.blocks_needed(kvlab.blocks_needed).passed  # strict and right: no raise
+    assert check.blocks_needed(blocks_needed).passed  # strict and right: no raise
 
 
 def test_not_a_function_is_a_clean_fail(capsys):
@@ -70,18 +76,59 @@ def test_not_a_function_is_a_clean_fail(capsys):
     assert "FAIL" in capsys.readouterr().out
 
 
-def test_every_checker_module_loads():
-    assert not check._IMPORT_ERRORS, check._IMPORT_ERRORS
-    assert check._SOURCES.get("translate") == "memory" and check.translate.__module__ == "kvlab.check.memory"
+def _lesson_calls() -> dict[str, str]:
+    """Checker name -> the lesson ("04_paging") whose source calls ``check.<name>(``."""
+    out: dict[str, str] = {}
+    for path in sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py")):
+        for name in re.findall(r"\bcheck\.([A-Za-z_]\w*)\(", path.read_text(encoding="utf-8")):
+            assert out.setdefault(name, path.stem) == path.stem, f"{name} is called by two lessons"
+    return out
+
+
+def _checker_names() -> set[str]:
+    return {n for n in check.__all__ if getattr(getattr(check, n), "__module__", "").startswith("kvlab.check.l")}
+
+
+def test_check_exposes_exactly_the_lessons_checkers_each_in_its_lessons_module():
+    calls = _lesson_calls()
+    assert len(calls) >= 23, sorted(calls)
+    assert _checker_names() == set(calls), (sorted(_checker_names() ^ set(calls)))
+    for name, lesson in calls.items():  # check.translate (lesson 04_paging) lives in kvlab.check.l04_paging
+        module = getattr(check, name).__module__
+        short = module.removeprefix("kvlab.check.l")
+        assert re.fullmatch(r"\d\d_[a-z_0-9]+", short) and lesson.startswith(short), (name, lesson, module)
+        assert name in sys.modules[module].__all__, (name, module)
+    assert set(check.__all__) == _checker_names() | set(check.harness.__all__) | set(check.environment.__all__)
+
+
+def test_checkers_are_imported_explicitly_and_without_torch():
+    src = (ROOT / "kvlab" / "check" / "__init__.py").read_text(encoding="utf-8")
+    assert "pkgutil" not in src and "__getattr__" not in src and "import_module" not in src
+    for name in _checker_names():
+        assert re.search(rf"^from \.l\d\d_\w+ import .*\b{name}\b", src, re.M), name
+    code = ("import sys\nimport kvlab.check\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'numpy')\n"
+            "             or m.startswith(('kvlab.compute', 'kvlab.sim', 'kvlab.kernels', 'kvlab.viz')))\n"
+            "assert not bad, bad\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
+def test_old_checker_modules_still_import():
+    from kvlab.check import memory, reuse
+
+    assert memory.translate is check.translate and reuse.match_prefix is check.match_prefix
+    assert set(memory.__all__) | {n for n in reuse.__all__ if n in check.__all__} == _checker_names()
+    assert reuse.measured_sampling_blocks(prompt_len=10, num_samples=4, gen_len=5, block_size=4) == (16, 10)
 
 
 def test_unknown_checker_name():
-    with pytest.raises(AttributeError, match="no checker"):
+    with pytest.raises(AttributeError, match="no_such_checker"):
         check.no_such_checker  # noqa: B018
 
 
 def test_result_display_is_quiet():
-    r = check.blocks_needed(kvlab.blocks_needed, verbose=False)
+    r = check.blocks_needed(blocks_needed, verbose=False)
     assert r._ipython_display_() is None and "PASS" in repr(r)
 
 
@@ -196,7 +243,7 @@ def test_translate():
 
 
 def test_blocks_needed():
-    assert _passes(check.blocks_needed, kvlab.blocks_needed)
+    assert _passes(check.blocks_needed, blocks_needed)
     assert not _passes(check.blocks_needed, lambda n, bs: n // bs + 1 if n >= 0 < bs else 1 / 0)  # off by one
     assert not _passes(check.blocks_needed, lambda n, bs: n // bs if n >= 0 < bs else 1 / 0)  # rounds down
     assert not _passes(check.blocks_needed, lambda n, bs: -(-n // bs))  # no ValueError
@@ -220,7 +267,7 @@ _RightAllocator = _solutions("04_paging").TinyAllocator  # free queue: self.free
 class _ForgetsRefCount(_RightAllocator):
     def free(self, ids):
         if any(self.ref_count[b] == 0 for b in ids):
-            raise kvlab.DoubleFree("double free")
+            raise DoubleFree("double free")
         for b in ids:
             self.ref_count[b] = 0
             self.free_queue.append(b)
@@ -243,7 +290,7 @@ class _PartialOnFailure(_RightAllocator):
         ids = []
         while len(ids) < n:
             if not self.free_queue:
-                raise kvlab.OutOfBlocks(n, 0)  # but keeps what it took
+                raise OutOfBlocks(n, 0)  # but keeps what it took
             b = self.free_queue.popleft()
             self.ref_count[b] = 1
             ids.append(b)
@@ -263,7 +310,7 @@ class _NoDoubleFreeCheck(_RightAllocator):
 
 def test_block_allocator():
     assert _passes(check.block_allocator, _RightAllocator)
-    assert _passes(check.block_allocator, lambda n: kvlab.BlockAllocator(n, block_size=4))
+    assert _passes(check.block_allocator, lambda n: BlockAllocator(n, block_size=4))
     for wrong in (_ForgetsRefCount, _LIFO, _PartialOnFailure, _NoDoubleFreeCheck):
         assert not _passes(check.block_allocator, wrong), wrong.__name__
     assert not _passes(check.block_allocator, _stub)

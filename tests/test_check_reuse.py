@@ -1,4 +1,4 @@
-"""The reuse checkers (lessons 01, 05-09) accept the solutions and reject plausible wrong answers.
+"""The checkers of lessons 01 and 05-09 accept the solutions and reject plausible wrong answers.
 
 Each checker gets the solution from solutions/ (must PASS), an untouched stub (must FAIL
 cleanly, without raising), and at least two plausible wrong implementations (must FAIL).
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kvlab import OutOfBlocks, blocks_needed
 from kvlab import check
+from kvlab.memory.block_pool import OutOfBlocks
+from kvlab.memory.block_table import blocks_needed
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +35,6 @@ def passes(checker, fn) -> bool:
 
 
 @pytest.fixture(autouse=True)
-
-
 def _not_strict(monkeypatch):
     monkeypatch.delenv("KVLAB_CHECK_STRICT", raising=False)
 

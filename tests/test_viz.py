@@ -6,6 +6,7 @@ widget state after callbacks), never pixels.
 from __future__ import annotations
 
 import dataclasses
+import html
 
 import pytest
 
@@ -13,7 +14,7 @@ pytest.importorskip("plotly")
 pytest.importorskip("ipywidgets")
 
 import kvlab.viz as viz  # noqa: E402
-from kvlab import BlockManager, MemorySnapshot  # noqa: E402
+from kvlab.memory.block_manager import BlockManager  # noqa: E402
 from kvlab.viz.palette import FREE, HIGHLIGHT, SHARED_OUTLINE, REQUEST_COLORS  # noqa: E402
 
 
@@ -35,6 +36,12 @@ def scenario() -> BlockManager:
     return m
 
 
+def _step(m: BlockManager, kind: str) -> int:
+    """The index of the first event of ``kind`` in the scenario's log (found by content: the
+    memory layer decides how many events each operation records)."""
+    return m.log.kinds().index(kind)
+
+
 # ------------------------------------------------------------------ palette
 def test_request_colors_are_fixed_and_distinct_in_a_figure():
     assert viz.request_color("R1") == REQUEST_COLORS[1]
@@ -49,7 +56,7 @@ def test_request_colors_are_fixed_and_distinct_in_a_figure():
 # ---------------------------------------------------------------- memory map
 def test_memory_map_colours_and_labels_after_scenario():
     m = scenario()
-    snap = m.snapshots[7]  # after the cow: R1 [0, 1], R2 [0, 2]
+    snap = m.snapshots[_step(m, "cow") + 1]  # after the cow: R1 [0, 1], R2 [0, 2]
     assert snap.tables == {"R1": (0, 1), "R2": (0, 2)}
     d = viz.memory_map_data(snap, highlight=[2])
     cols = viz.assign_colors(["R1", "R2"])
@@ -94,19 +101,20 @@ def test_rendering_does_not_change_state():
 def test_animation_one_frame_per_event_and_fixed_axes():
     m = scenario()
     fig = viz.animate_memory_map(m.snapshots, m.log)
-    assert len(fig.frames) == len(m.log) == 12
+    n = len(m.log)
+    assert len(fig.frames) == n and {"append", "fork", "cow", "free_seq"} <= set(m.log.kinds())
     xr, yr = list(fig.layout.xaxis.range), list(fig.layout.yaxis.range)
     assert xr == [-0.5, 11.5] and yr == [0.5, -0.5]
     for fr in fig.frames:
         assert list(fr.layout.xaxis.range) == xr and list(fr.layout.yaxis.range) == yr
         assert len(fr.data) == 1 and len(fr.data[0].x) == 12
         assert fr.data[0].marker.size == fig.data[0].marker.size
-    # frame 6 is the cow: P1 -> P2 highlighted, caption from the event
-    cow = fig.frames[6]
+    # the cow's frame: P1 -> P2 highlighted, caption from the event
+    cow = fig.frames[_step(m, "cow")]
     assert "cow" in cow.layout.title.subtitle.text
     assert cow.data[0].marker.line.color[1] == HIGHLIGHT and cow.data[0].marker.line.color[2] == HIGHLIGHT
     assert "(simulated)" in fig.layout.title.text
-    assert len(fig.layout.sliders[0].steps) == 12
+    assert len(fig.layout.sliders[0].steps) == n
 
 
 def test_measured_label_and_bad_source():
@@ -147,6 +155,7 @@ def test_sizes_12_to_4096():
 # ------------------------------------------------------------------- stepper
 def test_stepper_buttons_and_slider_update_caption_and_figure():
     m = scenario()
+    n, cow = len(m.log), _step(m, "cow")
     s = viz.memory_map_stepper(m.snapshots, m.log, static=False)
     assert s.widget is not None and s.index == 0
     classes = {c for w in _walk(s.widget) for c in w._dom_classes}
@@ -154,27 +163,28 @@ def test_stepper_buttons_and_slider_update_caption_and_figure():
             "kvlab-step-slider", "kvlab-figure", "kvlab-stepper"} <= classes
     fig0 = s._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     s._next.click()
-    assert s.index == 1 and "append R1" in s._caption.value and "step 2 / 12" in s._caption.value
+    assert s.index == 1 and html.escape(m.log[1].describe()) in s._caption.value and f"step 2 / {n}" in s._caption.value
     fig1 = s._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     assert fig0["layout"]["title"]["subtitle"]["text"] != fig1["layout"]["title"]["subtitle"]["text"]
     assert fig0["layout"]["xaxis"]["range"] == fig1["layout"]["xaxis"]["range"]
-    s._play.value = 7  # what the browser's timer does (1-based, as the caption)
-    assert s.index == 6 and s._slider.value == 7 and "cow" in s.caption and "step 7 / 12" in s._caption.value
+    s._play.value = cow + 1  # what the browser's timer does (1-based, as the caption)
+    assert s.index == cow and s._slider.value == cow + 1 and "cow" in s.caption
+    assert f"step {cow + 1} / {n}" in s._caption.value
     s._prev.click()
-    assert s.index == 5
+    assert s.index == cow - 1
     s._reset.click()
     assert s.index == 0 and s._play.value == 1 and s._slider.value == 1
-    s.go(11)
+    s.go(n - 1)
     s.next()
-    assert s.index == 11  # stays at the end
+    assert s.index == n - 1  # stays at the end
     assert s.error is None and s._error.value == ""
-    with pytest.raises(ValueError, match="12"):
-        s.go(12)
+    with pytest.raises(ValueError, match=str(n)):
+        s.go(n)
 
 
 def test_stepper_shows_integrity_error():
     m = scenario()
-    good = m.snapshots[3]
+    good = m.snapshots[_step(m, "fork") + 1]
     bad = dataclasses.replace(good, ref_count=(0,) + good.ref_count[1:])  # P0 held but ref_count 0
     with pytest.raises(AssertionError):
         bad.check_integrity()
@@ -195,8 +205,8 @@ def test_stepper_static_mode_builds_no_widget(monkeypatch):
     assert s.widget is None
     s.next()
     fig = s.figure()
-    assert "append R1" in fig.layout.title.subtitle.text
-    assert "step 2/12" in repr(s)
+    assert fig.layout.title.subtitle.text == m.log[1].describe()
+    assert f"step 2/{len(m.log)}" in repr(s)
     monkeypatch.setenv("KVLAB_STATIC", "0")
     assert viz.is_static() is False
     monkeypatch.setenv("KVLAB_STATIC", "maybe")
@@ -261,7 +271,7 @@ def test_viz_imports_without_plotting_packages_and_core_never_imports_viz():
     code = (
         "import sys\n"
         "for m in ('plotly', 'ipywidgets', 'graphviz'): sys.modules[m] = None\n"
-        "import kvlab, kvlab.paged, kvlab.contiguous, kvlab.radix\n"
+        "import kvlab, kvlab.memory, kvlab.reuse, kvlab.lessons, kvlab.check\n"
         "assert 'kvlab.viz' not in sys.modules, 'the core imported kvlab.viz'\n"
         "import kvlab.viz as viz\n"
         "print(viz.translation_chain([3, 7, 1, 5, 9], 9, 4)['physical_block'])\n"

@@ -8,8 +8,10 @@ import pytest
 pytest.importorskip("graphviz")
 
 import kvlab.viz as viz  # noqa: E402
-from kvlab.paged import BlockAllocator  # noqa: E402
-from kvlab.radix import RadixCache, char_detokenize, char_tokenize, four_request_example, serve_request  # noqa: E402
+from kvlab.lessons.four_requests import char_detokenize, char_tokenize, four_request_example  # noqa: E402
+from kvlab.memory.block_pool import BlockAllocator  # noqa: E402
+from kvlab.reuse.cache_manager import serve_request  # noqa: E402
+from kvlab.reuse.radix_cache import RadixCache  # noqa: E402
 from kvlab.viz.palette import EVICTED, HIT, MISS  # noqa: E402
 
 
@@ -79,7 +81,12 @@ def test_event_frames_show_match_insert_and_evicted_nodes():
     serve_request(cache, char_tokenize("goodbye all you"), rid="R3")  # pool too small: evicts
     fr = viz.radix_event_frames(rec, char_detokenize)
     assert len(rec.snapshots) == len(rec.events) + 1
-    match = next(f for f in fr if f.caption.startswith("#6 R2: matched 6 of 11"))
+    # frames are found by what they show: the stepper numbers them 1..N, captions carry no event number
+    assert not any(f.caption.startswith("#") for f in fr)
+    steps = [f.extra["event"] for f in fr]
+    assert steps == sorted(set(steps)) and all(rec.events[i].kind in viz.radix_view._TREE_EVENTS for i in steps)
+    match = next(f for f in fr if f.caption.startswith("R2: matched 6 of 11"))
+    assert rec.events[match.extra["event"]].kind == "match"
     assert len(match.snapshot.hit) == 1
     ev = next(f for f in fr if "evicted" in f.caption)
     gone = {n.tokens for n in ev.snapshot.evicted}
@@ -94,7 +101,10 @@ def test_event_frames_show_match_insert_and_evicted_nodes():
     for f in fr:
         f.snapshot.check_integrity()
     g = viz.radix_graph_at(fr, 0)
-    assert "#0 R1: matched 0 of 11" in g.source
+    assert fr[0].caption == "R1: matched 0 of 11 tokens, prefilling 11" and "R1: matched 0 of 11" in g.source
+    assert not any("locked nothing" in f.caption for f in fr)  # locking the bare root changes nothing: no frame
+    every = viz.radix_event_frames(rec, tree_events_only=False)
+    assert len(every) == len(rec.events) and any(f.caption.startswith("admit R1") for f in every)
     with pytest.raises(ValueError):
         viz.radix_graph_at(fr, len(fr))
 

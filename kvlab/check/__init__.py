@@ -2,379 +2,66 @@
 
 Every lesson starts with :func:`self_test` (versions, native or interpreter mode, one
 known-answer kernel call). Every exercise ends with a checker, ``check.<name>(fn)``, that
-runs the learner's function beside kvlab's own implementation (the reference) on several
-sizes, seeds and edge cases, prints expected beside actual, and ends with one PASS or FAIL
-line. A checker never shows a traceback of its own: an exception raised by the learner's
-code becomes a FAIL line that names it.
+runs the learner's function beside kvlab's own implementation on several sizes, seeds and
+edge cases, prints expected beside actual, and ends with one PASS or FAIL line.
 
-Checkers live in submodules (``kvlab.check.memory`` for lessons 00-04, ``kvlab.check.reuse``
-for 01 and 05-09); every submodule found here is imported, and the names in its
-``__all__`` appear as ``kvlab.check.<name>``.
+    harness.py            Checker, CheckResult, call, same_outcome, Raised, Raises, strict mode
+    environment.py        self_test: the first cell of every lesson
+    l00_start.py          block_and_offset, common_prefix_len
+    l01_why_kv_cache.py   count_flops, attend_with_cache                       (torch, the model)
+    l02_how_big.py        kv_cache_bytes, requests_that_fit
+    l03_contiguous.py     reservation, first_fit, external_fragmentation
+    l04_paging.py         translate, blocks_needed, blocks_to_append, block_allocator
+    l05_paged_kernel.py   paged_gather_kernel, paged_decode_torch              (torch, Triton)
+    l06_sharing.py        cow_append, sampling_blocks
+    l07_radix.py          match_prefix, prefill_tokens
+    l08_eviction.py       lru_evict, inc_lock_ref
+    l09_at_scale.py       fit_requests, optimal_hit_rate                       (kvlab.sim)
+
+``import kvlab.check`` is light (pure Python): the checkers marked above import torch, the
+model or the simulator inside the function, when they run. ``kvlab.check.memory`` and
+``kvlab.check.reuse`` are the old module paths, kept as re-exports for one release.
 
 Strict mode: with ``KVLAB_CHECK_STRICT=1`` in the environment a failing check raises
 ``AssertionError`` (CI runs the lessons with the solutions injected this way).
 
-Writing a checker (the harness API)::
-
-    from kvlab.check import Checker
-
-    def blocks_needed(fn):
-        c = Checker("blocks_needed", fn, reference=kvlab.blocks_needed)
-        for n in (0, 1, 4, 5, 9):
-            c.run(f"n={n}, block_size=4", n, 4)   # calls both, records expected vs actual
-        c.run("negative tokens", -1, 4)           # reference raises -> learner must raise too
-        return c.done()                           # prints the report; strict mode raises
-
 Example:
-    >>> c = Checker("double", lambda x: 2 * x, reference=lambda x: x + x, verbose=False)
-    >>> c.run("x=3", 3).passed
-    True
-    >>> r = c.done()
-    >>> r.passed, r.num_passed, r.num_cases
-    (True, 1, 1)
-    >>> bad = Checker("double", lambda x: 3 * x, reference=lambda x: x + x, verbose=False)
-    >>> bad.run("x=3", 3).actual
-    9
-    >>> bad.done(strict=False).summary
-    'FAIL  double: 0/1 cases passed; first failure: x=3: expected 6, got 9'
-
-What this module does not handle: a learner's function that never returns (interrupt the
-kernel), or output printed by the learner's function (it appears above the report).
+    >>> from kvlab import check
+    >>> r = check.blocks_needed(lambda n, bs: -(-n // bs), verbose=False)   # no ValueError for n < 0
+    >>> r.passed, r.failures[0].label
+    (False, 'num_tokens=-1 (must raise ValueError)')
+    >>> check.blocks_needed.__module__
+    'kvlab.check.l04_paging'
 """
 from __future__ import annotations
 
-import copy
-import importlib
-import os
-import pkgutil
-import warnings
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from .environment import SelfTestResult, self_test
+from .harness import (STRICT_ENV, CaseResult, Checker, CheckResult, Raised, Raises, call, call_in_place, is_strict,
+                      same_outcome)
+from .l00_start import block_and_offset, common_prefix_len
+from .l01_why_kv_cache import attend_with_cache, count_flops
+from .l02_how_big import kv_cache_bytes, requests_that_fit
+from .l03_contiguous import external_fragmentation, first_fit, reservation
+from .l04_paging import block_allocator, blocks_needed, blocks_to_append, translate
+from .l05_paged_kernel import paged_decode_torch, paged_gather_kernel
+from .l06_sharing import cow_append, sampling_blocks
+from .l07_radix import match_prefix, prefill_tokens
+from .l08_eviction import inc_lock_ref, lru_evict
+from .l09_at_scale import fit_requests, optimal_hit_rate
 
 __all__ = [
-    "self_test",
-    "SelfTestResult",
-    "is_strict",
-    "Raised",
-    "Raises",
-    "call",
-    "CaseResult",
-    "CheckResult",
-    "Checker",
-    "same_outcome",
-    "STRICT_ENV",
+    # the harness and the self-test
+    "self_test", "SelfTestResult", "is_strict", "Raised", "Raises", "call", "call_in_place", "CaseResult",
+    "CheckResult", "Checker", "same_outcome", "STRICT_ENV",
+    # the checkers, by lesson
+    "block_and_offset", "common_prefix_len",                                      # 00
+    "count_flops", "attend_with_cache",                                           # 01
+    "kv_cache_bytes", "requests_that_fit",                                        # 02
+    "reservation", "first_fit", "external_fragmentation",                         # 03
+    "translate", "blocks_needed", "blocks_to_append", "block_allocator",          # 04
+    "paged_gather_kernel", "paged_decode_torch",                                  # 05
+    "cow_append", "sampling_blocks",                                              # 06
+    "match_prefix", "prefill_tokens",                                             # 07
+    "lru_evict", "inc_lock_ref",                                                  # 08
+    "fit_requests", "optimal_hit_rate",                                           # 09
 ]
-
-STRICT_ENV = "KVLAB_CHECK_STRICT"
-_MAX_REPR = 90
-_MAX_ROWS = 14
-
-
-def is_strict() -> bool:
-    """True when ``KVLAB_CHECK_STRICT`` is set to 1/true/yes (read at every check)."""
-    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes")
-
-
-# ------------------------------------------------------------------------- outcomes
-@dataclass(frozen=True)
-class Raised:
-    """The outcome of a call that raised: the exception, kept for the report."""
-
-    exc: BaseException
-
-    def __repr__(self) -> str:
-        msg = str(self.exc)
-        if len(msg) > 60:
-            msg = msg[:57] + "..."
-        return f"raised {type(self.exc).__name__}" + (f": {msg}" if msg else "")
-
-
-@dataclass(frozen=True)
-class Raises:
-    """An expected outcome: the call must raise ``exc_type`` (or a subclass)."""
-
-    exc_type: type
-
-    def __repr__(self) -> str:
-        return f"raises {self.exc_type.__name__}"
-
-
-def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*deep copies of args)``; an exception comes back as :class:`Raised`, never raised.
-
-    Arguments are deep-copied so that a function that mutates its input cannot change
-    what the other side (reference or learner) sees.
-
-        >>> call(int, "12")
-        12
-        >>> call(int, "x")
-        raised ValueError: invalid literal for int() with base 10: 'x'
-    """
-    args, kwargs = copy.deepcopy(args), copy.deepcopy(kwargs)
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:  # the learner's bug is data here, not a crash
-        return Raised(exc)
-
-
-def same_outcome(expected: Any, actual: Any, compare: Callable[[Any, Any], bool] | None = None) -> bool:
-    """Whether ``actual`` matches ``expected``.
-
-    An expected :class:`Raised` (the reference raised) or :class:`Raises` matches an
-    actual :class:`Raised` of the same exception class or a subclass of it (ValueError vs
-    ValueError); a NotImplementedError from an unfinished stub never matches. Values are
-    compared with ``compare`` (default ``==``; a compare that raises counts as a mismatch).
-    """
-    if isinstance(actual, Raised) and isinstance(actual.exc, NotImplementedError):
-        return False
-    if isinstance(expected, (Raised, Raises)):
-        want = expected.exc_type if isinstance(expected, Raises) else type(expected.exc)
-        return isinstance(actual, Raised) and isinstance(actual.exc, want)
-    if isinstance(actual, Raised):
-        return False
-    try:
-        return bool(compare(expected, actual) if compare else expected == actual)
-    except Exception:
-        return False
-
-
-def _short(x: Any) -> str:
-    try:
-        s = repr(x)
-    except Exception as exc:  # a learner's object with a broken __repr__
-        s = f"<unprintable {type(x).__name__}: {type(exc).__name__}>"
-    s = " ".join(s.split())
-    return s if len(s) <= _MAX_REPR else s[: _MAX_REPR - 3] + "..."
-
-
-# -------------------------------------------------------------------------- results
-@dataclass
-class CaseResult:
-    """One case: its label, expected and actual outcome, and whether they match."""
-
-    label: str
-    expected: Any
-    actual: Any
-    passed: bool
-    note: str = ""
-
-    def line(self) -> str:
-        mark = "ok  " if self.passed else "FAIL"
-        extra = f"   ({self.note})" if self.note else ""
-        return f"  {mark} {self.label}\n         expected {_short(self.expected)}\n         actual   {_short(self.actual)}{extra}"
-
-
-@dataclass
-class CheckResult:
-    """The result of one ``check.<name>(fn)`` call. ``.passed`` is True only if every case passed."""
-
-    name: str
-    cases: list[CaseResult] = field(default_factory=list)
-    error: str = ""  # set when the checker could not run the learner's code at all
-
-    @property
-    def num_cases(self) -> int:
-        return len(self.cases)
-
-    @property
-    def num_passed(self) -> int:
-        return sum(c.passed for c in self.cases)
-
-    @property
-    def passed(self) -> bool:
-        return not self.error and bool(self.cases) and all(c.passed for c in self.cases)
-
-    @property
-    def failures(self) -> list[CaseResult]:
-        return [c for c in self.cases if not c.passed]
-
-    @property
-    def not_implemented(self) -> bool:
-        """True when the learner's function raised NotImplementedError (an untouched stub)."""
-        return any(isinstance(c.actual, Raised) and isinstance(c.actual.exc, NotImplementedError) for c in self.cases)
-
-    @property
-    def summary(self) -> str:
-        if self.error:
-            return f"FAIL  {self.name}: {self.error}"
-        if self.passed:
-            return f"PASS  {self.name}: all {self.num_cases} cases passed"
-        first = self.failures[0] if self.failures else None
-        why = f"; first failure: {first.label}: expected {_short(first.expected)}, got {_short(first.actual)}" if first else ""
-        if self.not_implemented:
-            why += " -- the stub still raises NotImplementedError: finish it and run its cell again"
-        return f"FAIL  {self.name}: {self.num_passed}/{self.num_cases} cases passed{why}"
-
-    def report(self) -> str:
-        """Expected beside actual for each case (failures first when there are many), then the summary."""
-        lines = [f"check {self.name}: {self.num_cases} case(s)"]
-        rows = self.cases
-        if self.cases and all(isinstance(c.actual, Raised) and isinstance(c.actual.exc, NotImplementedError) for c in self.cases):
-            rows = self.cases[:2]  # an untouched stub: two rows say it all
-        elif len(rows) > _MAX_ROWS:
-            rows = (self.failures + [c for c in self.cases if c.passed])[:_MAX_ROWS]
-        lines += [c.line() for c in rows]
-        if len(rows) < len(self.cases):
-            rest = self.cases[len(rows):] if rows == self.cases[: len(rows)] else [c for c in self.cases if c not in rows]
-            lines.append(f"  ... {len(rest)} more case(s), " + ("all passed" if all(c.passed for c in rest) else "not all passed"))
-        lines.append(self.summary)
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return f"<CheckResult {self.summary}>"
-
-    def _ipython_display_(self) -> None:
-        # The report was printed when the check ran; show nothing more in a notebook.
-        return None
-
-
-# -------------------------------------------------------------------------- checker
-class Checker:
-    """Collects cases for one exercise, then prints the report (``done``).
-
-    ``fn``: the learner's function; ``reference``: kvlab's own implementation (the
-    expected outcome of ``run`` is computed by calling it); ``compare(expected, actual)``:
-    equality by default. ``verbose=False`` keeps ``done`` quiet (for tests).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        fn: Any = None,
-        reference: Callable | None = None,
-        compare: Callable[[Any, Any], bool] | None = None,
-        verbose: bool = True,
-    ) -> None:
-        self.name, self.fn, self.reference, self.compare, self.verbose = name, fn, reference, compare, verbose
-        self.result = CheckResult(name)
-        if fn is not None and not callable(fn):
-            self.result.error = f"expected a function, got {_short(fn)} ({type(fn).__name__})"
-
-    @property
-    def ok(self) -> bool:
-        """False once the learner's object proved unusable (not callable)."""
-        return not self.result.error
-
-    def record(self, label: str, expected: Any, actual: Any, passed: bool | None = None, note: str = "") -> CaseResult:
-        """Add one case whose outcomes were computed by the checker itself."""
-        if passed is None:
-            passed = same_outcome(expected, actual, self.compare)
-        case = CaseResult(label, expected, actual, bool(passed), note)
-        self.result.cases.append(case)
-        return case
-
-    def run(self, label: str, *args: Any, **kwargs: Any) -> CaseResult:
-        """Call reference and learner on the same (deep-copied) arguments and record the pair."""
-        if self.reference is None:
-            raise TypeError(f"Checker {self.name!r} has no reference; use record()")
-        expected = call(self.reference, *args, **kwargs)
-        if isinstance(expected, Raised) and not isinstance(expected.exc, (ValueError, TypeError, KeyError, LookupError, ArithmeticError)) and not _is_kvlab_error(expected.exc):
-            raise RuntimeError(f"reference for {self.name!r} failed on {label!r}: {expected!r}")  # a checker bug
-        if not self.ok:
-            return self.record(label, expected, Raised(TypeError(self.result.error)), passed=False)
-        actual = call(self.fn, *args, **kwargs)
-        return self.record(label, expected, actual)
-
-    def done(self, strict: bool | None = None) -> CheckResult:
-        """Print the report (when verbose) and return the result; in strict mode a FAIL raises AssertionError."""
-        if not self.result.error and not self.result.cases:
-            self.result.error = "the checker ran no cases (a checker bug)"
-        if self.verbose:
-            print(self.result.report())
-        if (is_strict() if strict is None else strict) and not self.result.passed:
-            raise AssertionError(f"{STRICT_ENV}=1 and the check failed:\n{self.result.report()}")
-        return self.result
-
-
-def _is_kvlab_error(exc: BaseException) -> bool:
-    return type(exc).__module__.startswith("kvlab")
-
-
-# ------------------------------------------------------------------------ self-test
-def _lab_packages() -> list[str]:
-    """Warnings (with the fix) for missing lesson-only packages; empty when all is well."""
-    import importlib.util
-    import shutil
-
-    out = []
-    for mod in ("ipywidgets", "plotly", "graphviz"):
-        if importlib.util.find_spec(mod) is None:
-            out.append(f"WARNING: {mod} is not installed: pictures fall back to text. Fix: pip install -e '.[lab]'")
-    if importlib.util.find_spec("graphviz") is not None and shutil.which("dot") is None:
-        out.append("WARNING: graphviz's `dot` program is missing: radix trees show as text. Fix: apt-get install graphviz")
-    return out
-
-
-class SelfTestResult(dict):
-    """What :func:`self_test` found (a dict); shows nothing in a notebook (the report was printed)."""
-
-    def _ipython_display_(self) -> None:
-        return None
-
-
-def self_test(verbose: bool = True) -> SelfTestResult:
-    """The first cell of every lesson: versions, kernel mode, one known-answer kernel call.
-
-    Prints (when verbose) and returns ``{"versions": ..., "mode": ..., "kernel": report,
-    "static": bool, "warnings": [...]}``. Raises RuntimeError with the fix when the
-    kernels cannot be imported or give a wrong answer.
-    """
-    import kvlab
-
-    versions = kvlab.versions()
-    lines = ["kvlab self-test", "versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
-    static = os.environ.get("KVLAB_STATIC", "").strip().lower() in ("1", "true", "yes")
-    try:
-        import kvlab.kernels as K
-    except Exception as exc:
-        raise RuntimeError(
-            f"kvlab self-test: cannot import kvlab.kernels ({type(exc).__name__}: {exc}).\n"
-            "Fix: run scripts/setup.sh (or pip install -e '.[lab,test]' with torch>=2.4 and triton 3.6-3.9), "
-            "then restart the Python kernel."
-        ) from exc
-    report = K.self_test()  # raises RuntimeError with its own fix
-    lines.append(report)
-    if K.KERNEL_MODE == "interpreter":
-        lines.append("note: the Triton interpreter runs the kernels on the CPU: correct but slow; every kernel "
-                     "timing in the lessons is CPU-interpreter time")
-    lines.append("pictures: " + ("static images (KVLAB_STATIC=1)" if static else "interactive widgets"))
-    warns = _lab_packages()
-    lines += warns
-    if _IMPORT_ERRORS:
-        lines += [f"WARNING: checker module kvlab.check.{m} failed to import: {e}" for m, e in _IMPORT_ERRORS.items()]
-    lines.append("self-test OK")
-    if verbose:
-        print("\n".join(lines))
-    return SelfTestResult(versions=versions, mode=K.KERNEL_MODE, kernel=report, static=static, warnings=warns)
-
-
-# ------------------------------------------------------- checkers from the submodules
-_IMPORT_ERRORS: dict[str, str] = {}
-_SOURCES: dict[str, str] = {}
-
-
-def _load_submodules() -> None:
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):  # type: ignore[name-defined]
-        if info.name.startswith("_"):
-            continue
-        try:
-            mod = importlib.import_module(f"{__name__}.{info.name}")
-        except Exception as exc:  # one broken checker module must not break every lesson
-            _IMPORT_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
-            warnings.warn(f"kvlab.check.{info.name} failed to import: {exc}", stacklevel=2)
-            continue
-        for name in getattr(mod, "__all__", ()):
-            if name in globals() and _SOURCES.get(name) != info.name:  # keep the first; say so
-                _IMPORT_ERRORS[info.name] = f"{name!r} clashes with {_SOURCES.get(name, 'the harness')}; kept the first"
-                warnings.warn(f"kvlab.check.{info.name}: {_IMPORT_ERRORS[info.name]}", stacklevel=2)
-                continue
-            globals()[name] = getattr(mod, name)
-            _SOURCES[name] = info.name
-
-
-_load_submodules()
-
-
-def __getattr__(name: str) -> Any:
-    broken = "; ".join(f"kvlab.check.{m}: {e}" for m, e in _IMPORT_ERRORS.items())
-    raise AttributeError(f"kvlab.check has no checker {name!r}" + (f" (these modules failed to import: {broken})" if broken else ""))

@@ -42,13 +42,13 @@ Imports plotly, ipywidgets and graphviz lazily where possible; the memory, compu
 simulation layers never import this package.
 
 Example:
-    >>> from kvlab import BlockManager
+    >>> from kvlab.memory.block_manager import BlockManager
     >>> import kvlab.viz as viz
     >>> m = BlockManager(num_blocks=12, block_size=4, record=True)
-    >>> _ = m.add_sequence("R1", 6)
-    >>> s = viz.memory_map_stepper(m.snapshots, m.log, static=True)
-    >>> len(s), s.caption
-    (2, '#0 allocate R1: P0, P1')
+    >>> _ = m.add_sequence("R1", 6); _ = m.fork("R1", "R2")
+    >>> s = viz.memory_map_stepper(m.snapshots, m.log, static=True)   # one frame per event
+    >>> len(s) == len(m.log), s.caption == m.log[0].describe()
+    (True, True)
 """
 from __future__ import annotations
 
@@ -60,10 +60,8 @@ from .kernel_view import (
     BlockRead, kernel_access_data, kernel_access_figure, kernel_access_frames, kernel_access_order,
     kernel_access_stepper,
 )
-from .memory_map import (
-    GridLayout, MemoryMapView, animate_memory_map, grid_layout, memory_frames, memory_map_data,
-    memory_map_figure, memory_map_stepper, pool_snapshot,
-)
+from .memory_animation import MemoryMapView, animate_memory_map, memory_frames, memory_map_stepper
+from .memory_map import GridLayout, grid_layout, memory_map_data, memory_map_figure, pool_snapshot
 from .palette import (
     FREE, HIGHLIGHT, HIT, MISS, EVICTED, REQUEST_COLORS, SHARED_OUTLINE, assign_colors, classroom,
     is_classroom, request_color, theme,

@@ -1,7 +1,8 @@
 """Contiguous versus paged, side by side on the same request trace.
 
 One trace of operations (admit a request with its prompt, grow it by n tokens, finish
-it) drives a :class:`~kvlab.ContiguousArena` and a :class:`~kvlab.BlockManager` of the
+it) drives a :class:`~kvlab.memory.contiguous.ContiguousArena` and a
+:class:`~kvlab.memory.block_manager.BlockManager` of the
 same capacity. Every step records both states; the figure draws two memory maps at slot
 level (same geometry, animated in step), bars for where the slots are (token states,
 reserved but unused, external fragmentation, free) and the bytes copied on growth.
@@ -24,8 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..contiguous import ContiguousArena, OutOfContiguousSpace
-from ..paged import BlockManager, MemorySnapshot, OutOfBlocks
+from ..memory.block_manager import BlockManager
+from ..memory.block_pool import OutOfBlocks
+from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
+from ..memory.snapshot import MemorySnapshot
 from .palette import FREE, assign_colors, source_label, theme
 
 __all__ = ["notes_trace", "growth_trace", "CompareStep", "run_compare", "compare_data", "compare_figure",
@@ -325,7 +328,7 @@ def animate_compare(steps: Sequence[CompareStep], title: str = "Contiguous versu
     """A plotly animation: both maps and the bars move in step, one frame per operation."""
     import plotly.graph_objects as go
 
-    from .memory_map import _animation_controls
+    from .memory_animation import _animation_controls
 
     colors = _all_colors(steps)
     fig = compare_figure(steps[0], title, source, colors)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..paged import MemorySnapshot
+from ..memory.snapshot import MemorySnapshot
 from .memory_map import _figure_from_data, grid_layout, memory_map_data, snapshot_ids
 from .palette import assign_colors, source_label, theme
 

@@ -7,10 +7,10 @@ nodes that can be evicted (unlocked) have a dashed border; nodes evicted since t
 previous frame are drawn faded where they were.
 
 Sources of frames:
-* the notes' four-request example (``kvlab.radix.four_request_example()``): one frame per
+* the notes' four-request example (``kvlab.lessons.four_request_example()``): one frame per
   request, captioned in words, e.g. ``"R3: matched 57 tokens (system prompt [A] +
   few-shot examples [B]), prefilling 5 (R3)"``; see :func:`radix_request_frames`;
-* any run on a :class:`~kvlab.radix.RadixCache`: :class:`RadixRecorder` keeps a
+* any run on a :class:`~kvlab.reuse.radix_cache.RadixCache`: :class:`RadixRecorder` keeps a
   snapshot after every event (match, split, insert, lock, evict...), and
   :func:`radix_event_frames` turns them into frames.
 
@@ -18,7 +18,7 @@ Sources of frames:
 plain data behind it (tests check it and the DOT source, never the SVG bytes).
 
 Example:
-    >>> from kvlab.radix import four_request_example
+    >>> from kvlab.lessons.four_requests import four_request_example
     >>> frames = radix_request_frames(four_request_example())
     >>> frames[3].caption
     'R3: matched 57 tokens (system prompt [A] + few-shot examples [B]), prefilling 5 (R3: 发票怎么开)'
@@ -32,6 +32,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ..lessons.four_requests import char_detokenize, char_tokenize, four_request_example
 from .palette import EVICTED, HIT, MISS, source_label, theme
 
 __all__ = ["RadixState", "check_radix_snapshot", "radix_tree_data", "radix_tree_graph", "radix_request_frames",
@@ -84,7 +85,7 @@ class RadixState:
     """One frame's tree: the snapshot, which nodes matched (hit) or were prefilled now
     (miss), the nodes evicted since the previous frame (as they were), and text for labels."""
 
-    snapshot: Any  # kvlab.radix.RadixSnapshot
+    snapshot: Any  # kvlab.reuse.radix_snapshot.RadixSnapshot
     hit: frozenset[int] = frozenset()
     miss: frozenset[int] = frozenset()
     evicted: tuple[Any, ...] = ()  # NodeViews of the previous frame, gone now
@@ -228,19 +229,16 @@ def _words(labels: Sequence[str]) -> str:
 def radix_request_frames(records: Sequence[Any] | None = None, title: str = "Radix tree") -> list[Any]:
     """One frame per request of an example run (default: the notes' four requests).
 
-    ``records``: ``RequestRecord``s (``kvlab.radix.four_request_example()``,
-    ``multi_turn_example()``). The frame's tree is the cache after the request; the nodes
-    its prompt matched are green, the nodes holding its prefilled suffix (and the answer
-    cached with it) blue; nodes gone since the previous request are shown faded.
+    ``records``: :class:`~kvlab.lessons.four_requests.ExampleRequest` records
+    (``kvlab.lessons.four_request_example()``, ``multi_turn_example()``). The frame's tree is
+    the cache after the request; the nodes its prompt matched are green, the nodes holding its
+    prefilled suffix (and the answer cached with it) blue; nodes gone since the previous
+    request are shown faded.
     """
     from .stepper import Frame
 
     if records is None:
-        from ..radix import four_request_example
-
         records = four_request_example()
-    from ..radix import char_detokenize
-
     frames = []
     prev = None
     for r in records:
@@ -265,8 +263,6 @@ def radix_request_frames(records: Sequence[Any] | None = None, title: str = "Rad
 
 def _decodable(record: Any) -> bool:
     """The records' texts were tokenized one char a token (the default) -> show text."""
-    from ..radix import char_tokenize
-
     return tuple(char_tokenize(record.text)) == tuple(record.prompt_tokens)
 
 
@@ -300,21 +296,27 @@ def _ancestors(snap: Any, node_id: int) -> set[int]:
 
 def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[int]], str] | None = None,
                        tree_events_only: bool = True, title: str = "Radix tree") -> list[Any]:
-    """One frame per recorded event (by default only the tree's own events: match, split,
-    insert, lock, unlock, evict; allocator events are skipped). A match colours its path
-    green; an insert colours the nodes it added blue; an evict shows its victims faded."""
+    """One frame per recorded event that changes or colours the tree (by default: match,
+    split, insert, evict, and lock / unlock of a path; the other layers' events (allocate,
+    admit, cache...) and locks of the bare root, which change nothing, are skipped;
+    ``tree_events_only=False`` keeps every event). A match colours its path green; an insert
+    colours the nodes it added blue; an evict shows its victims faded.
+
+    The caption says what happened, e.g. ``"R2: matched 6 of 11 tokens, prefilling 5"``; the
+    stepper numbers the frames (step 1 / N ...) and ``frame.extra["event"]`` is the event's
+    step in the log.
+    """
     from .stepper import Frame
 
     frames = []
     for i, (e, snap) in enumerate(zip(recorder.events, recorder.snapshots[1:])):
-        if tree_events_only and e.kind not in _TREE_EVENTS:
+        d = e.detail
+        if tree_events_only and (e.kind not in _TREE_EVENTS or (e.kind in ("lock", "unlock") and not d["node"])):
             continue
-        before = recorder.snapshots[i]
         hit: set[int] = set()
         miss: set[int] = set()
         gone: tuple[Any, ...] = ()
         who = f"{e.seq_id}: " if e.seq_id else ""
-        d = e.detail
         if e.kind == "match":
             hit = _ancestors(snap, d["node"])
             cap = f"{who}matched {d['prefix_len']} of {d['num_tokens']} tokens"
@@ -323,7 +325,7 @@ def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[i
             miss = {n.id for n in snap.nodes if n.id in _ancestors(snap, d["node"]) and n.start >= d["prefix_len"]}
             cap = f"{who}inserted {d['num_tokens'] - d['prefix_len']} new tokens ({d['prefix_len']} were cached)"
         elif e.kind == "evict":
-            wanted = set(d["nodes"])  # the allocator's free event came first: look further back
+            wanted = set(d["nodes"])  # the victims as they were before (an allocator event may come first)
             found: dict[int, Any] = {}
             for earlier in reversed(recorder.snapshots[: i + 1]):
                 for n in earlier.nodes:
@@ -335,11 +337,13 @@ def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[i
             cap = f"{who}evicted {d['num_tokens']} tokens ({len(d['nodes'])} nodes, policy {d['policy']})"
         elif e.kind == "split":
             cap = f"split node {d['node']} after {d['at']} tokens (new parent node {d['new_node']})"
-        else:
+        elif e.kind in ("lock", "unlock"):
             what = f"the path to node {d['node']}" if d["node"] else "nothing (empty match: the root)"
             cap = f"{who}{'locked' if e.kind == 'lock' else 'unlocked'} {what}"
-        frames.append(Frame(RadixState(snap, frozenset(hit), frozenset(miss), gone, {}, detokenize, title),
-                            f"#{e.step} {cap}"))
+        else:  # another layer's event (tree_events_only=False): its own description, without "#step"
+            cap = e.describe().split(" ", 1)[1]
+        frames.append(Frame(RadixState(snap, frozenset(hit), frozenset(miss), gone, {}, detokenize, title), cap,
+                            extra={"event": e.step}))
     if not frames:
         raise ValueError("no tree events recorded (was the recorder made before the requests ran?)")
     return frames

@@ -7,7 +7,7 @@ table row and the physical slot highlighted and joined by arrows, as in the sour
 notes' figure. The default state is the notes' example: block size 4, table
 [3, 7, 1, 5, 9], pos 9 -> L2, offset 1 -> P1.
 
-All numbers come from :func:`kvlab.translate`. The widget exposes its state as
+All numbers come from :func:`kvlab.memory.block_table.translate`. The widget exposes its state as
 ``w.chain`` (a dict, updated by every callback) for tests; CSS classes:
 ``kvlab-translation`` (box), ``kvlab-pos-slider``, ``kvlab-block-size-slider``,
 ``kvlab-block-table``, ``kvlab-bytes-per-token``, ``kvlab-chain``,
@@ -25,7 +25,7 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
-from ..paged import translate
+from ..memory.block_table import translate
 from .display import is_static
 from .palette import FREE, HIGHLIGHT, request_color, source_label, theme
 

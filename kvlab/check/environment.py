@@ -1,0 +1,72 @@
+"""The first cell of every lesson: :func:`self_test` checks the machine the lesson runs on.
+
+It prints the versions of kvlab and the libraries the lessons use, the kernel mode (native
+CUDA or the Triton CPU interpreter), one known-answer kernel call, and a warning with the fix
+for each missing optional package. It raises RuntimeError, with the fix, when the kernels
+cannot be imported or give a wrong answer.
+
+Named ``environment`` rather than ``self_test`` so that the module and the function
+``kvlab.check.self_test`` are never confused.
+
+Mirrors no vLLM or SGLang file (a lesson's setup check).
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["SelfTestResult", "self_test"]
+
+
+def _lab_packages() -> list[str]:
+    """Warnings (with the fix) for missing lesson-only packages; empty when all is well."""
+    import importlib.util
+    import shutil
+
+    out = []
+    for mod in ("ipywidgets", "plotly", "graphviz"):
+        if importlib.util.find_spec(mod) is None:
+            out.append(f"WARNING: {mod} is not installed: pictures fall back to text. Fix: pip install -e '.[lab]'")
+    if importlib.util.find_spec("graphviz") is not None and shutil.which("dot") is None:
+        out.append("WARNING: graphviz's `dot` program is missing: radix trees show as text. Fix: apt-get install graphviz")
+    return out
+
+
+class SelfTestResult(dict):
+    """What :func:`self_test` found (a dict); shows nothing in a notebook (the report was printed)."""
+
+    def _ipython_display_(self) -> None:
+        return None
+
+
+def self_test(verbose: bool = True) -> SelfTestResult:
+    """The first cell of every lesson: versions, kernel mode, one known-answer kernel call.
+
+    Prints (when verbose) and returns ``{"versions": ..., "mode": ..., "kernel": report,
+    "static": bool, "warnings": [...]}``. Raises RuntimeError with the fix when the
+    kernels cannot be imported or give a wrong answer.
+    """
+    import kvlab
+
+    versions = kvlab.versions()
+    lines = ["kvlab self-test", "versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
+    static = os.environ.get("KVLAB_STATIC", "").strip().lower() in ("1", "true", "yes")
+    try:
+        import kvlab.kernels as K
+    except Exception as exc:
+        raise RuntimeError(
+            f"kvlab self-test: cannot import kvlab.kernels ({type(exc).__name__}: {exc}).\n"
+            "Fix: run scripts/setup.sh (or pip install -e '.[lab,test]' with torch>=2.4 and triton 3.6-3.9), "
+            "then restart the Python kernel."
+        ) from exc
+    report = K.self_test()  # raises RuntimeError with its own fix
+    lines.append(report)
+    if K.KERNEL_MODE == "interpreter":
+        lines.append("note: the Triton interpreter runs the kernels on the CPU: correct but slow; every kernel "
+                     "timing in the lessons is CPU-interpreter time")
+    lines.append("pictures: " + ("static images (KVLAB_STATIC=1)" if static else "interactive widgets"))
+    warns = _lab_packages()
+    lines += warns
+    lines.append("self-test OK")
+    if verbose:
+        print("\n".join(lines))
+    return SelfTestResult(versions=versions, mode=K.KERNEL_MODE, kernel=report, static=static, warnings=warns)

@@ -1,0 +1,198 @@
+"""Checkers for lesson 04 (paging): address translation, block counts, the block allocator.
+
+    translate          pos -> (logical block, offset, physical block, byte address)
+    blocks_needed      ceil(num_tokens / block_size)
+    blocks_to_append   new blocks a sequence needs to append n tokens
+    block_allocator    an allocator class, compared with kvlab's BlockAllocator step for step
+
+Mirrors no vLLM or SGLang file (exercises); the reference allocator is
+:class:`kvlab.memory.block_pool.BlockAllocator` (vLLM's ``BlockPool``).
+
+Example:
+    >>> from kvlab.memory.block_table import blocks_needed as right
+    >>> blocks_needed(right, verbose=False).passed
+    True
+    >>> r = blocks_needed(lambda n, bs: n // bs + 1, verbose=False)   # wrong on n=8
+    >>> r.passed, r.failures[0].label, r.failures[0].expected, r.failures[0].actual
+    (False, 'num_tokens=8, block_size=4', 2, 3)
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from ..memory.block_pool import BlockAllocator
+from ..memory.block_table import blocks_needed as _blocks_needed
+from ..memory.block_table import translate as _translate
+from .harness import Checker, CheckResult, Raised, call
+
+__all__ = ["translate", "blocks_needed", "blocks_to_append", "block_allocator"]
+
+
+def _translate_ref(block_table: list[int], pos: int, block_size: int, bytes_per_token: int = 1) -> tuple[int, int, int, int]:
+    t = _translate(block_table, pos, block_size, bytes_per_token)
+    return (t.logical_block, t.offset, t.physical_block, t.byte_address)
+
+
+def translate(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(block_table, pos, block_size, bytes_per_token=1) -> (logical_block, offset, physical_block, byte_address)``.
+
+    byte_address = (physical_block x block_size + offset) x bytes_per_token (pool base 0).
+    ValueError for pos < 0 or pos past the table's last slot.
+    """
+    c = Checker("translate", fn, _translate_ref, verbose=verbose)
+    notes = [3, 7, 1, 5, 9]
+    c.run("the notes: table [3,7,1,5,9], pos 9, block_size 4", notes, 9, 4)
+    c.run("the notes, pos 9, bytes_per_token 1024", notes, 9, 4, 1024)
+    for pos in (0, 3, 4, 19):
+        c.run(f"the notes' table, pos {pos}", notes, pos, 4)
+    c.run("block_size 16, pos 40", [8, 2, 5], 40, 16, 2)
+    rng = random.Random(6)
+    for seed in range(3):
+        bs = rng.choice([1, 2, 4, 8, 16])
+        table = rng.sample(range(64), rng.randrange(1, 8))
+        pos = rng.randrange(len(table) * bs)
+        c.run(f"random seed {seed}: {len(table)} blocks, block_size {bs}, pos {pos}", table, pos, bs, rng.choice([1, 64, 320]))
+    c.run("pos 20 past the notes' table (5 blocks x 4 = 20 slots; must raise ValueError)", notes, 20, 4)
+    c.run("pos -1 (must raise ValueError)", notes, -1, 4)
+    return c.done()
+
+
+def blocks_needed(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(num_tokens, block_size) -> int`` = ceil(num_tokens / block_size); ValueError for num_tokens < 0 or block_size < 1."""
+    c = Checker("blocks_needed", fn, _blocks_needed, verbose=verbose)
+    for n, bs in [(9, 4), (8, 4), (0, 4), (1, 4), (4, 4), (5, 4), (16, 16), (17, 16), (1, 1), (4096, 16), (4097, 16)]:
+        c.run(f"num_tokens={n}, block_size={bs}", n, bs)
+    rng = random.Random(7)
+    for _ in range(3):
+        n, bs = rng.randrange(0, 5000), rng.choice([3, 8, 16, 32])
+        c.run(f"num_tokens={n}, block_size={bs} (random)", n, bs)
+    c.run("num_tokens=-1 (must raise ValueError)", -1, 4)
+    c.run("block_size=0 (must raise ValueError)", 5, 0)
+    return c.done()
+
+
+def _blocks_to_append_ref(num_tokens: int, n: int, block_size: int) -> int:
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    return _blocks_needed(num_tokens + n, block_size) - _blocks_needed(num_tokens, block_size)
+
+
+def blocks_to_append(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(num_tokens, n, block_size) -> int`` new blocks a sequence of num_tokens needs to append n tokens.
+
+    ValueError for num_tokens < 0, n < 0 or block_size < 1.
+    """
+    c = Checker("blocks_to_append", fn, _blocks_to_append_ref, verbose=verbose)
+    for t, n, bs in [(9, 1, 4), (8, 1, 4), (7, 1, 4), (0, 1, 4), (0, 0, 4), (5, 10, 4), (4, 4, 4), (3, 1, 4), (16, 100, 16)]:
+        c.run(f"num_tokens={t}, append n={n}, block_size={bs}", t, n, bs)
+    rng = random.Random(8)
+    for _ in range(3):
+        t, n, bs = rng.randrange(0, 300), rng.randrange(0, 40), rng.choice([2, 4, 16])
+        c.run(f"num_tokens={t}, n={n}, block_size={bs} (random)", t, n, bs)
+    c.run("n=-1 (must raise ValueError)", 5, -1, 4)
+    return c.done()
+
+
+# ------------------------------------------------------------------ the allocator
+def _alloc_state(obj: Any, num_blocks: int) -> Any:
+    try:
+        return {"ref_count": [int(obj.ref_count[b]) for b in range(num_blocks)], "num_free_blocks": int(obj.num_free_blocks)}
+    except Exception as exc:
+        return Raised(exc)
+
+
+def _scenario_ops(seed: int, num_blocks: int) -> list[tuple]:
+    """A deterministic op list; the scripted seeds cover FIFO reuse, sharing, double free, out of blocks."""
+    if seed == 0:  # scripted: FIFO order, sharing, a release only at ref count 0
+        return [("allocate", 2), ("allocate", 3), ("free", 0), ("allocate", 2), ("incref", 1), ("free", 1),
+                ("free", 1), ("allocate", 4)]
+    if seed == 1:  # scripted: out of blocks (all-or-nothing), double free, n=0, negative n
+        return [("allocate", 3), ("allocate", num_blocks), ("allocate", 0), ("free", 0), ("free_again", 0),
+                ("allocate", -1), ("allocate", num_blocks - 3)]
+    rng = random.Random(seed)
+    ops: list[tuple] = []
+    for _ in range(14):
+        ops.append(rng.choice([("allocate", rng.randrange(0, 4)), ("allocate", rng.randrange(0, 4)), ("free", rng.randrange(6)),
+                               ("incref", rng.randrange(6)), ("allocate", num_blocks + 1)]))
+    return ops
+
+
+def _run_scenario(make: Callable, ops: list[tuple], num_blocks: int) -> list[tuple[str, Any, Any]]:
+    """Apply ops; ``("free", i)`` frees the i-th list returned by allocate (mod how many). Returns (op, outcome, state)."""
+    obj = call(make, num_blocks)
+    if isinstance(obj, Raised):
+        return [(f"{getattr(make, '__name__', 'cls')}({num_blocks})", obj, None)]
+    held: list[list[int]] = []
+    trace = []
+    for op, arg in ops:
+        if op == "allocate":
+            label = f"allocate({arg})"
+            out = call(obj.allocate, arg)
+            if isinstance(out, list) and arg > 0:
+                held.append(list(out))
+            elif not isinstance(out, (list, Raised)):
+                out = Raised(TypeError(f"allocate returned {type(out).__name__}, not a list"))
+        elif not held:  # nothing allocated yet: nothing to share or free
+            label, out = "allocate(1)", call(obj.allocate, 1)
+            if isinstance(out, list):
+                held.append(list(out))
+        else:
+            ids = held[arg % len(held)]
+            if op == "incref":
+                label = f"incref({ids})"
+                out = call(obj.incref, ids)
+            else:
+                label = f"free({ids})" + (" again" if op == "free_again" else "")
+                out = call(obj.free, ids)
+        trace.append((label, out, _alloc_state(obj, num_blocks)))
+        if isinstance(out, Raised) and isinstance(out.exc, NotImplementedError):
+            break
+    return trace
+
+
+def _kvlab_allocator(num_blocks: int) -> BlockAllocator:
+    return BlockAllocator(num_blocks, block_size=4)
+
+
+def _same_step(expected: tuple, actual: tuple) -> bool:
+    (_, e_out, e_state), (_, a_out, a_state) = expected, actual
+    if isinstance(e_out, Raised):
+        ok = isinstance(a_out, Raised) and isinstance(a_out.exc, type(e_out.exc))
+    else:
+        ok = not isinstance(a_out, Raised) and a_out == e_out
+    return ok and e_state == a_state
+
+
+def block_allocator(cls: Callable, verbose: bool = True) -> CheckResult:
+    """``cls(num_blocks)`` -> an allocator like kvlab's ``BlockAllocator``, step for step.
+
+    Contract: ``allocate(n) -> list[int]`` takes n blocks from the front of a FIFO free
+    queue (initially 0..num_blocks-1), each with ref count 1, all or nothing:
+    ``kvlab.OutOfBlocks`` when fewer than n are free, ValueError for n < 0.
+    ``incref(ids)`` adds one reference to each (``kvlab.KVCacheError`` for a free block,
+    nothing changed). ``free(ids) -> list[int]`` drops one
+    reference from each and returns the blocks that reached 0, which join the back of
+    the queue; ``kvlab.DoubleFree`` (nothing changed) for a block that is already free.
+    Attributes ``ref_count`` (indexable by block id) and ``num_free_blocks``.
+    Each scenario is compared after every operation (its result and the state).
+    """
+    c = Checker("block_allocator", cls, verbose=verbose)
+    if c.unusable("construct", "an allocator class"):
+        return c.done()
+    for seed, num_blocks in [(0, 8), (1, 6), (2, 8), (3, 5), (4, 12)]:
+        ops = _scenario_ops(seed, num_blocks)
+        want = _run_scenario(_kvlab_allocator, ops, num_blocks)
+        got = _run_scenario(cls, ops, num_blocks)
+        name = "scripted: FIFO reuse and ref counts" if seed == 0 else "scripted: errors leave the state unchanged" if seed == 1 else f"random seed {seed}"
+        for i, w in enumerate(want):
+            g = got[i] if i < len(got) else ("(not reached)", Raised(RuntimeError("stopped earlier")), None)
+            if not _same_step(w, g):
+                stub = isinstance(g[1], Raised) and isinstance(g[1].exc, NotImplementedError)
+                got = g[1] if g[2] is None or stub else {"returns": g[1], **(g[2] if isinstance(g[2], dict) else {"state": g[2]})}
+                c.record(f"{name}, {num_blocks} blocks, step {i + 1} {w[0]}", {"returns": w[1], **w[2]}, got, passed=False)
+                break
+        else:
+            c.record(f"{name}, {num_blocks} blocks: {len(want)} operations", f"{len(want)} steps as kvlab",
+                     f"{len(want)} steps as kvlab", passed=True)
+    return c.done()

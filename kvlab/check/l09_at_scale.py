@@ -1,0 +1,120 @@
+"""Checkers for lesson 09 (at scale): how many requests fit, and the best hit rate possible.
+
+    fit_requests       how many requests fit at once, reserving max_len vs paged
+    optimal_hit_rate   the best prefix hit rate any cache could reach on some prompts
+
+fit_requests is measured on the real :class:`~kvlab.memory.contiguous.ContiguousArena` and
+:class:`~kvlab.memory.block_manager.BlockManager`; optimal_hit_rate's reference is
+:func:`kvlab.sim.optimal_hit_rate` (imported inside the function: the simulator is not needed to
+import this module). Mirrors no vLLM or SGLang file (exercises).
+
+Example:
+    >>> fit_requests(lambda cap, bs, max_len, lengths: (0, 0), verbose=False).passed
+    False
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from ..lessons.four_requests import FOUR_REQUEST_TEXTS as T
+from ..lessons.four_requests import char_tokenize
+from ..memory.block_manager import BlockManager
+from ..memory.block_pool import OutOfBlocks
+from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
+from .harness import Checker, CheckResult
+
+__all__ = ["fit_requests", "optimal_hit_rate"]
+
+
+def measured_fit(capacity: int, block_size: int, max_len: int, lengths: list[int]) -> tuple[int, int]:
+    """How many of ``lengths`` (admitted in order, stopping at the first that does not fit)
+    fit at once, (reserving max_len contiguously, paged), on the real arena and allocator.
+
+    Example:
+        >>> measured_fit(capacity=64, block_size=4, max_len=32, lengths=[5, 9, 3, 20])
+        (2, 4)
+    """
+
+    def admitted(admit: Callable[[str, int], object], full: type) -> int:
+        """Admit the requests in order; how many went in before the first that did not fit."""
+        for i, n in enumerate(lengths):
+            try:
+                admit(f"R{i}", n)
+            except full:
+                return i
+        return len(lengths)
+
+    arena = ContiguousArena(capacity=capacity, policy="max", max_len=max_len)
+    m = BlockManager(num_blocks=capacity // block_size, block_size=block_size)
+    contiguous = admitted(arena.admit, OutOfContiguousSpace)
+    paged = admitted(m.add_sequence, OutOfBlocks)
+    m.check_integrity()
+    return contiguous, paged
+
+
+def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(capacity, block_size, max_len, lengths) -> (reserve_max, paged)``: how many
+    requests of the given token lengths fit at once in ``capacity`` token slots, admitted in
+    order until the first one that does not fit, when each reserves ``max_len`` contiguous
+    slots, and when each takes ``ceil(length / block_size)`` blocks of a pool of
+    ``capacity // block_size`` blocks. Expected: :func:`measured_fit` (real arena, real allocator).
+    """
+    cases = [(64, 4, 32, [5, 9, 3, 20]), (64, 4, 16, [16, 16, 16, 16, 1]), (64, 16, 64, [1, 1, 1, 1, 1]),
+             (100, 8, 30, [7, 8, 9, 30, 2, 2]), (4096, 16, 2048, [161, 338, 90, 700, 1200, 55, 400]),
+             (10, 4, 10, [10, 1]), (32, 4, 8, [])]
+    rng = random.Random(9)
+    for _ in range(5):
+        bs = rng.choice([1, 2, 4, 8, 16])
+        max_len = rng.choice([16, 32, 64])
+        cases.append((rng.randint(max_len, 6 * max_len), bs, max_len,
+                      [rng.randint(1, max_len) for _ in range(rng.randint(1, 12))]))
+    c = Checker("fit_requests", fn, reference=measured_fit, verbose=verbose,
+                compare=lambda e, a: isinstance(a, (tuple, list)) and tuple(a) == tuple(e))
+    for cap, bs, ml, lengths in cases:
+        c.run(f"capacity {cap}, block_size {bs}, max_len {ml}, lengths {lengths}", cap, bs, ml, lengths)
+    return c.done()
+
+
+def optimal_prompt_hit_rate(prompts: list[list[int]]) -> float:
+    """The best prefix hit rate for ``prompts`` with unlimited memory: :func:`kvlab.sim.optimal_hit_rate`
+    of a trace holding them (outputs not counted).
+
+    Example:
+        >>> optimal_prompt_hit_rate([list(range(10)), list(range(8)) + [50, 51]])
+        0.4
+    """
+    from kvlab.sim import Request, Trace, optimal_hit_rate  # lazy: the simulator is being restructured (issue 11 item 5)
+
+    reqs = [Request(i, 0.0, len(p), 1, tuple(p), ()) for i, p in enumerate(prompts)]
+    return optimal_hit_rate(Trace("prompts", reqs))
+
+
+def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(prompts) -> float``: the best hit rate any prefix cache could reach on these
+    prompts with unlimited memory: 1 - (distinct prefixes, i.e. tokens of a trie of the
+    prompts) / (all prompt tokens). Expected: :func:`optimal_prompt_hit_rate` (kvlab.sim).
+    """
+    a, b = char_tokenize(T["A"]), char_tokenize(T["B"])
+    cases = [
+        ("two prompts sharing 8 tokens", [list(range(10)), list(range(8)) + [50, 51]]),
+        ("one prompt", [[1, 2, 3]]),
+        ("the same prompt three times", [[1, 2, 3]] * 3),
+        ("a prompt and its prefix", [[1, 2, 3, 4], [1, 2]]),
+        ("no sharing", [[1, 2], [3, 4], [5]]),
+        ("same tokens, different order", [[1, 2, 3], [3, 2, 1]]),
+        ("the notes' R1, R2, R3 (chars)", [a + b + char_tokenize(T[r]) for r in ("R1", "R2", "R3")]),
+    ]
+    rng = random.Random(99)
+    for i in range(5):
+        ps: list[list[int]] = []
+        for _ in range(rng.randint(2, 8)):
+            base = rng.choice(ps) if ps and rng.random() < 0.7 else []
+            cut = rng.randint(0, len(base))
+            ps.append(base[:cut] + [rng.randrange(3) for _ in range(rng.randint(1, 6))])
+        cases.append((f"random prompts {i}", ps))
+    c = Checker("optimal_hit_rate", fn, reference=optimal_prompt_hit_rate, verbose=verbose,
+                compare=lambda e, a: isinstance(a, (int, float)) and abs(a - e) < 1e-9)
+    for label, ps in cases:
+        c.run(f"{label}: lengths {[len(p) for p in ps]}", ps)
+    return c.done()
