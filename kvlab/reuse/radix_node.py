@@ -1,0 +1,122 @@
+"""The radix tree's node and the results of its operations (plain data).
+
+Mirrors SGLang's ``TreeNode`` and ``MatchResult`` (``python/sglang/srt/mem_cache/radix_cache.py``,
+``base_prefix_cache.py``); kvlab's node keeps a ``hit_count`` for LFU and an ``id`` for pictures.
+
+Example:
+    >>> common_prefix_len([1, 2, 3], [9, 1, 2, 7], start=1)
+    2
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .stats import HitStats
+
+__all__ = ["TreeNode", "MatchResult", "InsertResult", "EvictResult", "RadixStats", "common_prefix_len"]
+
+
+class TreeNode:
+    """One edge of the radix tree: a run of tokens (``key``) and the blocks of their KV (``value``).
+
+    ``children`` is keyed by the first token of the child's key (its first page, as a tuple,
+    when ``page_size > 1``). ``lock_ref`` counts the running requests whose matched path goes
+    through this node (locked nodes are never evicted). ``last_access_time`` is the logical
+    clock of the last match or insert that used it; ``hit_count`` the number of matches through
+    it. ``parent is None`` for the root and for evicted (detached) nodes.
+    """
+
+    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access_time", "hit_count")
+
+    def __init__(self, node_id: int, key: list, value: list[int], parent: "TreeNode | None", time: int) -> None:
+        self.id = node_id
+        self.key = key
+        self.value = value
+        self.children: dict = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access_time = time
+        self.hit_count = 0
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def __repr__(self) -> str:
+        k = self.key if len(self.key) <= 8 else self.key[:6] + ["...", self.key[-1]]
+        return (f"TreeNode(id={self.id}, key={k}, len={len(self.key)}, lock_ref={self.lock_ref}, "
+                f"children={len(self.children)}, last_access_time={self.last_access_time})")
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """Longest cached prefix: ``prefix_len`` tokens, their blocks ``kv``, the node where it ends.
+
+    ``last_node`` is the root for an empty match. Lock it (``inc_lock_ref``) before using ``kv``.
+    """
+
+    prefix_len: int
+    kv: list[int]
+    last_node: TreeNode
+
+
+@dataclass(frozen=True, slots=True)
+class InsertResult:
+    """What ``insert`` did: ``prefix_len`` tokens were already cached; ``kv`` is the canonical
+    block list for the inserted (page-aligned) tokens (use it from now on); ``freed`` are the
+    caller's duplicate blocks handed back to the allocator (none with ``share=True``: the caller
+    keeps them); ``last_node`` ends the sequence; ``duplicates``: the caller's blocks for tokens
+    that were already cached in other blocks (computed twice)."""
+
+    prefix_len: int
+    kv: list[int]
+    freed: list[int]
+    last_node: TreeNode
+    duplicates: list[int] = ()  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class EvictResult:
+    """``num_tokens`` freed out of ``requested`` (less when too little was evictable: no error)."""
+
+    requested: int
+    num_tokens: int
+    block_ids: list[int]
+    node_ids: list[int]
+
+    @property
+    def satisfied(self) -> bool:
+        return self.num_tokens >= self.requested
+
+    @property
+    def short_by(self) -> int:
+        return max(0, self.requested - self.num_tokens)
+
+
+@dataclass(slots=True)
+class RadixStats(HitStats):
+    """The radix tree's counters: lookups (:class:`HitStats`), inserts, splits, evictions."""
+
+    num_inserts: int = 0
+    inserted_tokens: int = 0
+    duplicate_tokens: int = 0
+    num_splits: int = 0
+    evicted_tokens: int = 0
+    evicted_nodes: int = 0
+
+
+def common_prefix_len(a: list, b: list, start: int = 0) -> int:
+    """Length of the common prefix of ``a`` and ``b[start:]``: O(n) comparisons, 32 at a time.
+
+    Example: ``common_prefix_len([1, 2, 3], [9, 1, 2, 7], start=1) -> 2``.
+    """
+    n = min(len(a), len(b) - start)
+    i = 0
+    while i + 32 <= n and a[i:i + 32] == b[start + i:start + i + 32]:
+        i += 32
+    while i < n and a[i] == b[start + i]:
+        i += 1
+    return i

@@ -1,0 +1,77 @@
+"""The shape of the package: layers that only look down, ordinary imports, one owner per table."""
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import draw_architecture as arch  # noqa: E402
+
+MAX_LINES = 450
+
+
+def test_no_layer_imports_a_layer_above_it():
+    assert arch.upward_imports() == []
+
+
+def test_the_picture_is_computed_from_the_imports():
+    src = arch.dot_source()
+    assert "reuse -> memory;" in src and "compute -> reuse;" in src
+    assert "memory ->" not in src  # the bottom layer imports nothing of kvlab
+
+
+@pytest.mark.parametrize("name", ["kvlab.bench", "kvlab.scripts", "kvlab.tests", "kvlab.notebooks"])
+def test_only_the_package_is_importable_under_kvlab(name):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(name)
+
+
+def test_kernels_are_an_ordinary_import_and_no_path_tricks():
+    init = (ROOT / "kvlab" / "__init__.py").read_text(encoding="utf-8")
+    assert "__path__" not in init
+    link = ROOT / "kvlab" / "kernels"
+    assert link.is_symlink() and link.resolve() == (ROOT / "kernels").resolve()
+
+
+def test_no_import_circle_between_the_command_line_and_the_simulator():
+    for path in (ROOT / "kvlab" / "sim").rglob("*.py"):
+        assert "__main__" not in path.read_text(encoding="utf-8"), f"{path} touches kvlab.__main__"
+    code = "import sys, kvlab.__main__; assert 'kvlab.sim' not in sys.modules; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_check_loads_its_checker_modules_explicitly():
+    init = (ROOT / "kvlab" / "check" / "__init__.py").read_text(encoding="utf-8")
+    assert "pkgutil" not in init and "def __getattr__" not in init
+
+
+def test_only_the_memory_layer_writes_block_tables():
+    pattern = re.compile(r"\.block_ids(\[[^]]*\])? *(=|\+=)|\.block_ids\.(append|extend|pop|clear|insert)\(|"
+                         r"\.num_tokens *(=|\+=|-=)")
+    bad = []
+    for path in sorted((ROOT / "kvlab").rglob("*.py")):
+        rel = path.relative_to(ROOT / "kvlab")
+        if rel.parts[0] in ("memory", "kernels"):
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if pattern.search(line) and "self.num_tokens" not in line:
+                bad.append(f"{rel}:{i}: {line.strip()}")
+    assert bad == [], "only kvlab.memory.block_manager.BlockManager may change a block table"
+
+
+def test_every_module_is_short_or_says_why():
+    long = []
+    for path in sorted((ROOT / "kvlab").rglob("*.py")):
+        if path.relative_to(ROOT / "kvlab").parts[0] == "kernels":
+            continue
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MAX_LINES and "longer than" not in text.split('"""')[1]:
+            long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+    assert long == [], f"modules over {MAX_LINES} lines whose docstring does not say why they are longer than that"
