@@ -45,9 +45,13 @@ def _add_translate(p: argparse.ArgumentParser) -> None:
 
 
 def _run_translate(a: argparse.Namespace) -> None:
+    if a.model is not None and a.bytes_per_token is not None:
+        raise UsageError("--model and --bytes-per-token both set the bytes per token; give one of them")
     bpt = a.bytes_per_token
-    if bpt is None:
-        bpt = get_model(a.model).bytes_per_token if a.model else 1
+    if a.model is not None:
+        bpt = get_model(a.model).bytes_per_token  # ValueError naming the model for '' or an unknown name
+    elif bpt is None:
+        bpt = 1
     try:
         t = translate(a.table, a.pos, a.block_size, bpt)
     except (ValueError, TypeError) as e:
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         add(sub.add_parser(name, help=help_, description=help_))
     a = parser.parse_args(argv)
     if a.command is None:
-        parser.print_help()
+        print(f"kvlab: error: choose a command: {', '.join(COMMANDS)} (see: python -m kvlab --help)", file=sys.stderr)
         return 2
     try:
         COMMANDS[a.command][2](a)

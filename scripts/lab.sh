@@ -21,6 +21,8 @@ ROOT_FLAG=(); [[ $(id -u) -eq 0 ]] && ROOT_FLAG=(--allow-root)
 URL="http://127.0.0.1:${PORT}/lab/tree/00_start_here.ipynb?token=${TOKEN}"
 printf '\n  kvlab lessons: %s\n  (open it in your browser; Ctrl-C here stops JupyterLab)\n\n' "$URL"
 cd notebooks
+# The token goes through the environment (JupyterLab reads JUPYTER_TOKEN), never the command
+# line, where every local user could read it in `ps`.
+export JUPYTER_TOKEN="$TOKEN"
 exec ../.venv/bin/jupyter lab "${ROOT_FLAG[@]}" --no-browser --ip=127.0.0.1 --port="$PORT" \
-  --IdentityProvider.token="$TOKEN" --ServerApp.root_dir="$PWD" \
-  --LabApp.default_url="/lab/tree/00_start_here.ipynb"
+  --ServerApp.root_dir="$PWD" --LabApp.default_url="/lab/tree/00_start_here.ipynb"

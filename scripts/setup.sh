@@ -74,10 +74,27 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   "${PIP[@]}" install "torch>=2.4,<2.15"
   CONSTRAINTS=(-c <(grep -v '^triton' requirements/constraints.txt))
 else
+  # The default index's Linux torch is the CUDA build (several GB of NVIDIA libraries): take
+  # PyTorch's CPU wheel index when it answers. KVLAB_TORCH_INDEX_URL overrides it; set it
+  # empty to use only the default index (and any local wheels pip is configured with).
+  TORCH_INDEX="${KVLAB_TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
+  TORCH_FROM=()
+  if [[ -n "$TORCH_INDEX" ]]; then
+    if "$PYTHON" - "$TORCH_INDEX" <<'PYEOF' >/dev/null 2>&1
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=5)
+PYEOF
+    then
+      TORCH_FROM=(--index-url "$TORCH_INDEX")
+    else
+      say "warning: $TORCH_INDEX did not answer within 5 s; installing torch from the default index instead"
+    fi
+  fi
   say "no NVIDIA GPU: installing the CPU build of torch 2.13.0 (kernels run in the Triton interpreter)"
-  "${PIP[@]}" install "torch==2.13.0" || die "pip could not install torch==2.13.0 (CPU build). Install a CPU torch into $VENV by hand (see https://pytorch.org), then run this again."
+  "${PIP[@]}" install "${TORCH_FROM[@]}" "torch==2.13.0" || die "pip could not install torch==2.13.0 (CPU build). Install a CPU torch into $VENV by hand (see https://pytorch.org), then run this again."
   CONSTRAINTS=(-c requirements/constraints.txt)
 fi
+say "torch: $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "(CPU build)" if torch.version.cuda is None else f"(CUDA {torch.version.cuda} build)")')"
 
 say "installing kvlab and its pinned dependencies"
 "${PIP[@]}" install "${CONSTRAINTS[@]}" -e ".[lab,test]"

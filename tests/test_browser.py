@@ -101,13 +101,14 @@ def lab(tmp_path_factory):
     (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         '{"fetchNews": "false", "checkForUpdates": false}')
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={folder}",
+           f"--ServerApp.root_dir={folder}",
            f"--LabApp.workspaces_dir={folder / '.workspaces'}", f"--LabApp.user_settings_dir={settings}",
            "--ServerApp.port_retries=0"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = open(ARTIFACTS / "jupyterlab.log", "w")
+    env = dict(env, JUPYTER_TOKEN=token)  # as scripts/lab.sh: never on the command line (visible in ps)
     proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60

@@ -47,3 +47,23 @@ def test_bad_arguments_one_line_exit_2():
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_translate_refuses_tables_that_are_not_block_tables():
+    """Issue 15 item 5: a negative block id, or one physical block named twice, used to print a slot."""
+    for args, needle in [
+        (("translate", "--table=-1,2", "--pos", "0"), "-1"),
+        (("translate", "--table", "3,3", "--pos", "5"), "twice"),
+        (("translate", "--pos", "1", "--model", ""), "''"),
+        (("translate", "--pos", "1", "--model", "nope", "--bytes-per-token", "8"), "--bytes-per-token"),
+    ]:
+        r = run(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and needle in lines[0] and not r.stdout, (args, r.stdout, r.stderr)
+
+
+def test_bare_command_says_what_to_do_on_stderr():
+    r = run()
+    assert r.returncode == 2 and not r.stdout
+    assert "choose a command" in r.stderr and "translate" in r.stderr and "simulate" in r.stderr

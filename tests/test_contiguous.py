@@ -94,3 +94,30 @@ def test_next_pow2():
     assert [next_pow2(n) for n in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 16]
     with pytest.raises(ValueError):
         next_pow2(0)
+
+
+@pytest.mark.parametrize("policy", ["max", "exact", "pow2"])
+@pytest.mark.parametrize("bad", [1.5, True, "2", None])
+def test_sizes_must_be_ints_and_nothing_changes(policy, bad):
+    """Issue 15 item 8: fractional or bool sizes used to give lengths like 4.5 that passed integrity."""
+    a = ContiguousArena(64, policy, max_len=32)
+    a.admit("A", 3, final_len=8 if policy == "exact" else None)
+    before = (dict((k, (r.start, r.reserved, r.length)) for k, r in a.requests.items()), a.bytes_copied)
+    with pytest.raises((TypeError, ValueError), match="must be|int"):
+        a.grow("A", bad)
+    with pytest.raises((TypeError, ValueError)):
+        a.admit("B", bad, final_len=8 if policy == "exact" else None)
+    if policy == "exact":
+        with pytest.raises((TypeError, ValueError)):
+            a.admit("C", 2, final_len=bad)
+    assert (dict((k, (r.start, r.reserved, r.length)) for k, r in a.requests.items()), a.bytes_copied) == before
+    a.check_integrity()
+
+
+def test_numpy_sizes_are_accepted_as_ints():
+    np = pytest.importorskip("numpy")
+    a = ContiguousArena(64, "exact", max_len=32)
+    r = a.admit("A", np.int64(3), final_len=np.int32(5))
+    a.grow("A", np.int64(1))
+    assert (type(r.length), r.length, r.reserved) == (int, 4, 5)
+    a.check_integrity()

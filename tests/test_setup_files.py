@@ -47,3 +47,25 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in readme and "make lab" in readme
     ci = [ln for ln in (ROOT / ".ci/run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     assert ci[-1].strip() == "make test"
+
+
+def test_the_lab_token_never_goes_on_a_command_line():
+    """Issue 15 item 10: `ps` shows every process's arguments to every local user."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for f in (root / "scripts" / "lab.sh", root / "tests" / "test_browser.py"):
+        text = f.read_text(encoding="utf-8")
+        assert "IdentityProvider.token" not in text and "ServerApp.token" not in text, f
+        assert "JUPYTER_TOKEN" in text, f
+
+
+def test_setup_takes_the_cpu_torch_index_when_there_is_no_gpu_and_says_which_build():
+    """Issue 15: a plain `pip install torch==2.13.0` on a stock laptop brings the CUDA build."""
+    from pathlib import Path
+
+    sh = (Path(__file__).resolve().parents[1] / "scripts" / "setup.sh").read_text(encoding="utf-8")
+    assert "https://download.pytorch.org/whl/cpu" in sh and "KVLAB_TORCH_INDEX_URL" in sh
+    assert "timeout=5" in sh and "--index-url" in sh  # probed with a short timeout, then used
+    assert "did not answer" in sh  # ... or a one-line warning and the default index
+    assert "torch.version.cuda is None" in sh  # the build actually installed is printed

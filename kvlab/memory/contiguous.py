@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .events import EventLog
+from .ids import check_int
 
 __all__ = ["ContiguousArena", "OutOfContiguousSpace", "Reservation", "ArenaStats", "next_pow2", "POLICIES"]
 
@@ -52,8 +53,7 @@ class OutOfContiguousSpace(Exception):
 
 def next_pow2(n: int) -> int:
     """Smallest power of two >= n (n >= 1). Example: 5 -> 8, 8 -> 8, 1 -> 1."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    n = check_int("n", n, 1)
     return 1 << (n - 1).bit_length()
 
 
@@ -102,9 +102,7 @@ class ContiguousArena:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; choose one of {POLICIES}")
         for name in ("capacity", "max_len", "bytes_per_token"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            setattr(self, name, check_int(name, getattr(self, name), 1))
         self.requests: dict[str, Reservation] = {}
         self.bytes_copied = 0
         self.moves = 0
@@ -146,6 +144,8 @@ class ContiguousArena:
         return final_len
 
     def can_admit(self, length: int, final_len: int | None = None) -> bool:
+        length = check_int("length", length, 1)
+        final_len = check_int("final_len", final_len, 1) if final_len is not None else None
         need = self.reservation_for(length, final_len if final_len is not None else length)
         return self._first_fit(need) is not None
 
@@ -154,8 +154,9 @@ class ContiguousArena:
         """Place a request holding ``length`` prompt tokens; raises OutOfContiguousSpace."""
         if req_id in self.requests:
             raise ValueError(f"request {req_id!r} is already in the arena")
-        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-            raise ValueError(f"length must be a positive int, got {length!r}")
+        length = check_int("length", length, 1)
+        if final_len is not None:
+            final_len = check_int("final_len", final_len, 1)
         if length > self.max_len:
             raise ValueError(f"length {length} exceeds max_len {self.max_len}")
         if final_len is not None and not length <= final_len <= self.max_len:
@@ -179,8 +180,7 @@ class ContiguousArena:
         r = self.requests.get(req_id)
         if r is None:
             raise KeyError(f"unknown request {req_id!r}")
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+        n = check_int("n", n, 0)
         new_len = r.length + n
         if new_len > self.max_len:
             raise ValueError(f"{req_id}: length {new_len} would exceed max_len {self.max_len}")
@@ -222,6 +222,7 @@ class ContiguousArena:
         for (s1, e1, a), (s2, _e2, b) in zip(spans, spans[1:]):
             assert e1 <= s2, f"{a} [{s1},{e1}) overlaps {b} at {s2}"
         for r in self.requests.values():
+            assert all(type(v) is int for v in (r.start, r.reserved, r.length)), f"{r.req_id}: non-int sizes {r}"
             assert 0 <= r.start and r.end <= self.capacity, f"{r.req_id} outside the arena"
             assert 1 <= r.length <= r.reserved, f"{r.req_id}: length {r.length} vs reserved {r.reserved}"
         assert self.free_tokens == sum(n for _, n in self.free_ranges())
