@@ -6,7 +6,7 @@ import math
 import pytest
 
 from kvlab.sim import Budget, BudgetTooSmall, CostModel, make_policy, simulate
-from kvlab.sim.workloads import (Request, Trace, alpaca, beam_search, few_shot, long_documents, multi_turn,
+from kvlab.sim.workloads import (Trace, TraceRequest, alpaca, beam_search, few_shot, long_documents, multi_turn,
                                  optimal_hit_rate, parallel_sampling, scenario, shared_prefix, sharegpt)
 
 ALL = ["max", "pow2", "pow2-oracle", "exact", "paged", "paged-share", "radix", "block-hash"]
@@ -18,9 +18,10 @@ def _empty(policy) -> bool:
         return not policy.arena.requests and policy.arena.free_tokens == policy.capacity
     if hasattr(policy, "pc"):
         return policy.pc.num_free_blocks == policy.pc.num_blocks
-    if hasattr(policy, "cache"):
-        c = policy.cache
-        return c.protected_size() == 0 and policy.alloc.num_free_blocks + c.evictable_size() // policy.block_size == policy.alloc.num_blocks
+    if hasattr(policy, "cm"):
+        c = policy.tree
+        return not policy.cm.tables and c.protected_size() == 0 and \
+            policy.alloc.num_free_blocks + c.evictable_size() // policy.block_size == policy.alloc.num_blocks
     return policy.alloc.num_free_blocks == policy.alloc.num_blocks and not policy.mgr.tables
 
 
@@ -55,9 +56,9 @@ def test_multi_turn_prompts_extend_the_previous_turn():
 
 
 def test_optimal_hit_rate_counts_each_distinct_prefix_once():
-    a = Request(0, 0.0, 4, 1, (1, 2, 3, 4), (9,))
-    b = Request(1, 0.0, 4, 1, (1, 2, 3, 5), (8,))
-    c = Request(2, 0.0, 6, 1, (1, 2, 3, 4, 9, 7), (6,))  # a follow-up of a: 5 tokens reusable
+    a = TraceRequest(0, 0.0, 4, 1, (1, 2, 3, 4), (9,))
+    b = TraceRequest(1, 0.0, 4, 1, (1, 2, 3, 5), (8,))
+    c = TraceRequest(2, 0.0, 6, 1, (1, 2, 3, 4, 9, 7), (6,))  # a follow-up of a: 5 tokens reusable
     assert optimal_hit_rate(Trace("t", [a, b])) == pytest.approx(3 / 8)
     assert optimal_hit_rate(Trace("t", [a, b, c])) == pytest.approx(8 / 14)
 
@@ -254,7 +255,7 @@ def test_prefill_budget_spreads_admissions_over_iterations():
 
 
 def test_requests_with_prompt_ids_but_no_output_ids_still_run_under_prefix_caches():
-    reqs = [Request(i, 0.0, 40, 30, tuple(range(32)) + tuple(range(1000 + 8 * i, 1008 + 8 * i))) for i in range(12)]
+    reqs = [TraceRequest(i, 0.0, 40, 30, tuple(range(32)) + tuple(range(1000 + 8 * i, 1008 + 8 * i))) for i in range(12)]
     for name in ("radix", "block-hash"):
         pol = make_policy(name, 400, 8)
         r = simulate(Trace("ids", reqs), pol, check=True)

@@ -8,16 +8,20 @@ Prints one row per run (every figure **simulated**): mean requests in the batch,
 memory breakdown of the vLLM paper's Figure 2 (averaged over iterations where requests
 were waiting, i.e. memory was the limit), prefix hit rate, preemptions, and the cost
 model's throughput and median time to first token.
+
+Mirrors vLLM's ``benchmarks/benchmark_serving.py`` options where they exist (``--num-prompts``
+is ``--num-requests``, ``--request-rate`` is ``--rate``, ``--block-size``); the rest are kvlab's.
 """
 from __future__ import annotations
 
 import argparse
 import math
 
-from ..kvspec import GPUS, MODELS
+from ..memory.kvspec import GPUS, MODELS, get_model
+from .cost import Budget, CostModel
 from .metrics import format_table
-from .policies import POLICY_NAMES
-from .scheduler import ORDERS, Budget, CostModel, simulate
+from .policies import POLICY_NAMES, make_policy
+from .simulation import ORDERS, simulate
 from .workloads import WORKLOADS
 
 __all__ = ["add_arguments", "run", "DEFAULT_RATES"]
@@ -62,8 +66,6 @@ def run(a: argparse.Namespace) -> None:
     if a.tokens is not None:
         if a.tokens < 1:
             raise ValueError(f"--tokens must be >= 1, got {a.tokens}")
-        from ..kvspec import get_model
-
         budget = Budget(a.tokens, get_model(a.model).bytes_per_token, f"{a.tokens:,} token slots given")
     else:
         kv = a.kv_gb * 1e9 if a.kv_gb is not None else None
@@ -82,8 +84,6 @@ def run(a: argparse.Namespace) -> None:
     print(f"{trace.summary()}, rate {rate}/s, seed {a.seed}")
     print(f"KV budget: {budget.tokens:,} token slots ({budget.source}); block size {a.block_size}; max_len {max_len}")
     rows = []
-    from .policies import make_policy
-
     for name in policies:
         for order in orders:
             if order == "cache-aware" and name not in ("radix", "block-hash"):

@@ -16,6 +16,10 @@ The paper's "external fragmentation & others" is ``external_fragmentation + free
 ``loaded`` averages count only iterations where some request was waiting: the server
 was out of memory, which is when the waste matters (and what the paper measured).
 
+Mirrors the vLLM paper's measures (Kwon et al., SOSP 2023: Fig. 2's categories, Fig. 13's mean
+batched requests, Fig. 15's sharing saving) rather than a vLLM file; SGLang's hit rate is
+prompt tokens found cached / prompt tokens (``SimResult.hit_rate``).
+
 Example:
     >>> m = RunMetrics(capacity=100)
     >>> m.add_segment(k=2, requests=1, seqs=1, token_states=30.0, held=48, will_use=None, cached=0, ext=0,
@@ -62,7 +66,6 @@ class RunMetrics:
         else:
             res, internal = will_use - ts, held - will_use
         free = self.capacity - held - cached - ext
-        vals = (ts, res, internal, ext, cached, free)
         if seqs:
             first = internal + (seqs * (k - 1) / 2 if will_use is None else 0)  # largest at the segment's start
             self.max_internal_per_seq = max(self.max_internal_per_seq, first / seqs)
@@ -71,13 +74,16 @@ class RunMetrics:
         self.sum_requests += requests * k
         self.sum_seqs += seqs * k
         self.max_requests = max(self.max_requests, requests)
-        for c, v in zip(CATEGORIES, vals):
-            self.sums[c] += v * k
         if loaded:
             self.loaded_iterations += k
             self.sum_loaded_requests += requests * k
-            for c, v in zip(CATEGORIES, vals):
-                self.loaded_sums[c] += v * k
+        for sums in (self.sums, self.loaded_sums) if loaded else (self.sums,):  # CATEGORIES, spelled out (hot)
+            sums["token_states"] += ts * k
+            sums["reservation"] += res * k
+            sums["internal_fragmentation"] += internal * k
+            sums["external_fragmentation"] += ext * k
+            sums["cached"] += cached * k
+            sums["free"] += free * k
         self.sum_logical_blocks += logical * k
         self.sum_physical_blocks += physical * k
 

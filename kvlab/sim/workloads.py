@@ -1,7 +1,7 @@
 """Request traces for the simulator: who arrives when, with how many tokens in and out.
 
 Every generator is seeded (``numpy.random.default_rng(seed)``) and returns a
-:class:`Trace`, a list of :class:`Request` sorted by arrival time.
+:class:`Trace`, a list of :class:`TraceRequest` sorted by arrival time.
 
 Arrivals are a Poisson process: exponential gaps with mean ``1 / rate`` seconds
 (``rate=math.inf`` puts every request at time 0, a saturated server).
@@ -23,6 +23,10 @@ says they do. Plain traces carry no ids (``prompt is None``): they never share.
 Not handled: real text or tokenizers, output lengths that depend on the prompt,
 bursty (non-Poisson) arrivals.
 
+Mirrors vLLM's ``benchmarks/benchmark_serving.py`` (ShareGPT sampling with its length filter,
+Poisson arrivals) and the vLLM paper's Sec. 6.1 traces; the prefix-sharing workloads follow
+the SGLang paper's benchmarks (few-shot, multi-turn chat).
+
 Example:
     >>> t = sharegpt(1000, rate=2.0, seed=0)
     >>> len(t), t.requests[0].arrival <= t.requests[-1].arrival
@@ -40,8 +44,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 __all__ = [
-    "Request", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix", "few_shot",
-    "scenario", "parallel_sampling", "beam_search", "poisson_arrivals", "optimal_hit_rate", "WORKLOADS",
+    "TraceRequest", "Request", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix",
+    "few_shot", "scenario", "parallel_sampling", "beam_search", "poisson_arrivals", "optimal_hit_rate", "WORKLOADS",
     "LENGTH_STATS",
 ]
 
@@ -54,8 +58,8 @@ MIN_LEN = 4  # vLLM's benchmark drops prompts or outputs shorter than this
 
 
 @dataclass(slots=True)
-class Request:
-    """One request of a trace.
+class TraceRequest:
+    """One request of a trace (the simulator's input; its running state is ``SimRequest``).
 
     prompt_len, output_len: tokens in and out. ``prompt``: token ids when the request
     may share a prefix with others (else None). ``output``: the ids it will generate
@@ -86,12 +90,16 @@ class Request:
         return self.prompt_len + self.output_len
 
 
+# The old name, kept importable for one release (kvlab 0.2).
+Request = TraceRequest
+
+
 @dataclass
 class Trace:
     """A workload: requests sorted by arrival, plus how it was made."""
 
     name: str
-    requests: list[Request]
+    requests: list[TraceRequest]
     params: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -179,7 +187,7 @@ def _length_trace(name: str, num_requests: int, rate: float, seed: int, max_len:
     rng = np.random.default_rng(seed)
     arrivals = poisson_arrivals(num_requests, rate, rng)
     ins, outs = _filtered_pairs(rng, num_requests, mu_in, st["sigma_in"], mu_out, st["sigma_out"], max_len)
-    reqs = [Request(i, float(arrivals[i]), int(ins[i]), int(outs[i]), tag=name) for i in range(num_requests)]
+    reqs = [TraceRequest(i, float(arrivals[i]), int(ins[i]), int(outs[i]), tag=name) for i in range(num_requests)]
     return Trace(name, reqs, {"num_requests": num_requests, "rate": rate, "seed": seed, "max_len": max_len,
                               "family": "log-normal", **st})
 
@@ -228,7 +236,7 @@ def long_documents(num_requests: int = 200, rate: float = 0.5, seed: int = 0, do
     outs = _lognormal_ints(rng, output_mean, 0.6, num_requests, MIN_LEN, max_len // 4)
     ins = _lognormal_ints(rng, doc_mean, 0.5, num_requests, MIN_LEN, max_len)
     ins = np.minimum(ins, max_len - outs)
-    reqs = [Request(i, float(arr[i]), int(ins[i]), int(outs[i]), tag="document") for i in range(num_requests)]
+    reqs = [TraceRequest(i, float(arr[i]), int(ins[i]), int(outs[i]), tag="document") for i in range(num_requests)]
     return Trace("long_documents", reqs, {"num_requests": num_requests, "rate": rate, "seed": seed,
                                           "doc_mean": doc_mean, "output_mean": output_mean, "max_len": max_len})
 
@@ -257,7 +265,7 @@ def shared_prefix(num_requests: int = 500, rate: float = 4.0, seed: int = 0, num
     reqs = []
     for i in range(num_requests):
         prompt = prefixes[which[i]] + ids.take(int(qs[i]))
-        reqs.append(Request(i, float(arr[i]), len(prompt), int(outs[i]), prompt, ids.take(int(outs[i])),
+        reqs.append(TraceRequest(i, float(arr[i]), len(prompt), int(outs[i]), prompt, ids.take(int(outs[i])),
                             tag=f"prefix{which[i]}"))
     return Trace(name, reqs, {"num_requests": num_requests, "rate": rate, "seed": seed, "num_prefixes": num_prefixes,
                               "prefix_len": prefix_len, "question_mean": question_mean, "output_mean": output_mean})
@@ -292,7 +300,7 @@ def multi_turn(num_sessions: int = 50, turns: int = 4, rate: float = 1.0, seed: 
     starts = poisson_arrivals(num_sessions, rate, rng)
     users = _lognormal_ints(rng, user_mean, 0.6, num_sessions * turns, 1, 8 * user_mean)
     outs = _lognormal_ints(rng, output_mean, 0.7, num_sessions * turns, MIN_LEN, 8 * output_mean)
-    reqs: list[Request] = []
+    reqs: list[TraceRequest] = []
     for s in range(num_sessions):
         history: tuple[int, ...] = system if shared_system else ids.take(system_len)
         parent = None
@@ -300,7 +308,7 @@ def multi_turn(num_sessions: int = 50, turns: int = 4, rate: float = 1.0, seed: 
             k = s * turns + t
             prompt = history + ids.take(int(users[k]))
             out = ids.take(int(outs[k]))
-            reqs.append(Request(-1, float(starts[s]), len(prompt), len(out), prompt, out, parent=parent,
+            reqs.append(TraceRequest(-1, float(starts[s]), len(prompt), len(out), prompt, out, parent=parent,
                                 think_time=think_time if parent is not None else 0.0, tag=f"s{s}t{t}"))
             parent = k
             history = prompt + out
@@ -388,8 +396,8 @@ def optimal_hit_rate(trace: Trace) -> float:
     Requests without token ids never hit.
 
     Example: two requests with one 8-token system prompt and 2 own tokens each:
-        >>> a = Request(0, 0.0, 10, 2, tuple(range(10)), (100, 101))
-        >>> b = Request(1, 0.0, 10, 2, tuple(range(8)) + (50, 51), (102, 103))
+        >>> a = TraceRequest(0, 0.0, 10, 2, tuple(range(10)), (100, 101))
+        >>> b = TraceRequest(1, 0.0, 10, 2, tuple(range(8)) + (50, 51), (102, 103))
         >>> optimal_hit_rate(Trace("t", [a, b]))    # 8 of 20 prompt tokens reusable
         0.4
     """
