@@ -26,8 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kvlab.generate import generate  # noqa: E402
-from kvlab.model import load_bundled  # noqa: E402
+from kvlab.compute.generate import generate  # noqa: E402
+from kvlab.compute.loader import load_bundled  # noqa: E402
 
 
 def prompt_of(tok, length: int) -> list[int]:

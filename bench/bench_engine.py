@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_decode import parse_common  # noqa: E402
 
-from kvlab.engine import Engine  # noqa: E402
+from kvlab.compute.engine import Engine  # noqa: E402
 
 SYSTEM = ("你是一个电商平台的客服助手，请礼貌、简洁地回答用户的问题。\n"
           "示例：用户问：怎么申请退款？客服答：请在订单页面点击申请退款，填写原因后提交。\n"

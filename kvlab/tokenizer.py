@@ -2,3 +2,4 @@
 from __future__ import annotations
 
 from .compute.tokenizer import *  # noqa: F401,F403
+from .compute.tokenizer import __all__  # noqa: F401

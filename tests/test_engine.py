@@ -1,10 +1,10 @@
-"""kvlab.engine: continuous batching on the paged cache with radix prefix reuse (bundled model)."""
+"""kvlab.compute.engine: continuous batching on the paged cache with radix prefix reuse (bundled model)."""
 from __future__ import annotations
 
 import pytest
 
-from kvlab.engine import Engine
-from kvlab.generate import EmptyPromptError, generate
+from kvlab.compute.engine import Engine
+from kvlab.compute.generate import EmptyPromptError, generate
 
 SYSTEM = "你是一个电商平台的客服助手，请礼貌、简洁地回答用户的问题。\n"
 
@@ -48,7 +48,7 @@ def test_engine_tokens_equal_generate_and_reuse_saves_prefill(bundled, radix):
         snap.check_integrity()
         assert snap.num_blocks - snap.num_free_blocks == rec.blocks_in_use
     kinds = {e.kind for e in rep.log}
-    assert {"arrive", "admit", "finish", "allocate"} <= kinds
+    assert {"arrive", "admit", "append", "finish", "free_seq"} <= kinds
     assert ({"match", "insert", "lock"} <= kinds) == radix
 
 
@@ -71,7 +71,7 @@ def test_parallel_sampling_forks_prompt_blocks(bundled):
     r = eng.submit(tok.encode("Return a new list of"), 8, n=3, temperature=1.0, seed=11)
     g = eng.submit(tok.encode("Return a new list of"), 8, arrival_step=3)
     eng.step()
-    tables = [s.table.block_ids for s in eng.running]
+    tables = [s.block_table.block_ids for s in eng.running]
     assert len(tables) == 3 and tables[0][:-1] == tables[1][:-1] == tables[2][:-1]
     assert sum(e.kind == "fork" for e in eng.log) == 2
     eng.run()
@@ -107,3 +107,27 @@ def test_engine_triton_backend_matches_torch(bundled):
         eng.run()
         outs[backend] = (a.outputs, b.outputs, b.prefill_saved)
     assert outs["torch"] == outs["triton"] and outs["torch"][2] > 0
+
+
+def test_engine_events_state_view_and_order(bundled):
+    """The handle submit returns (RequestState), the engine's events with their step, and the
+    lpm order: a request sharing the cached prefix overtakes an unrelated one."""
+    model, tok = bundled
+    eng = Engine(model, num_blocks=64, block_size=4, max_batch_size=1, order="lpm", check=True)
+    shared = tok.encode("The socket module provides access to the BSD socket interface.")
+    a = eng.submit(shared, 2)
+    other = eng.submit(tok.encode("Open the file and read"), 2, arrival_step=1)
+    follow = eng.submit(shared + tok.encode(" It is"), 2, arrival_step=1)
+    rep = eng.run()
+    assert a.metrics.admitted_step == 0 and follow.metrics.admitted_step < other.metrics.admitted_step
+    assert follow.prefill_saved > 0 and other.prefill_saved == 0
+    assert [r.rid for r in rep.requests] == ["R1", "R2", "R3"] and all(r.done for r in rep.requests)
+    assert a.request.sampling_params.max_new_tokens == 2 and a.seqs[0].seq_id == "R1"
+    ev = [e for e in rep.log if e.kind in ("arrive", "finish")]
+    assert [(e.kind, e.seq_id, e.detail["engine_step"]) for e in ev[:4]] == [
+        ("arrive", "R1", 0), ("arrive", "R2", 1), ("arrive", "R3", 1), ("finish", "R1", 1)]
+    assert "R3" in rep.table() and rep.summary()["generated_tokens"] == 6
+    # a follow-up turn submitted after a run, as lesson 07 does
+    r4 = eng.submit(a.prompt_ids + a.outputs[0] + tok.encode(" Use"), 2, rid="R4", arrival_step=eng.step_no)
+    eng.run()
+    assert r4.done and r4.prefill_saved >= len(shared) // 4 * 4

@@ -1,13 +1,13 @@
-"""kvlab.generate: three decode paths give the same tokens and logits on the bundled model."""
+"""kvlab.compute.generate: three decode paths give the same tokens and logits on the bundled model."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from kvlab.generate import (ContextOverflowError, EmptyPromptError, GenerateError, UnknownStrategyError,
-                            generate)
-from kvlab.kvstore import ContiguousKV, PagedKVPool
-from kvlab.paged import BlockManager, OutOfBlocks, slot_mapping
+from kvlab.compute.generate import (ContextOverflowError, EmptyPromptError, GenerateError, UnknownStrategyError,
+                                    generate)
+from kvlab.compute.kv_tensors import ContiguousKV, PagedKVPool
+from kvlab.memory import BlockManager, OutOfBlocks, slot_mapping
 
 PROMPTS = ["Return the", "The socket module provides", "怎么申请退款", "def f(x):\n    ", "A"]
 

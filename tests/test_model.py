@@ -224,3 +224,31 @@ def test_tokenizer_round_trip_and_display():
     assert b"".join(tok.token_bytes(i) for i in rare) == "龘".encode()
     with pytest.raises(ValueError, match="99999"):
         tok.token_text(99999)
+
+
+def test_old_module_paths_export_exactly_the_old_public_names():
+    """kvlab.model (model + loader + config), kvlab.kvstore, kvlab.generate, kvlab.engine and
+    kvlab.tokenizer are shims over kvlab.compute for one release."""
+    import kvlab.engine
+    import kvlab.generate
+    import kvlab.kvstore
+    import kvlab.model
+    import kvlab.tokenizer
+    from kvlab.compute import loader, model
+
+    assert set(kvlab.model.__all__) == {
+        "ASSETS_MODEL_DIR", "AttentionFn", "CheckpointError", "LlamaConfig", "RMSNorm", "rope_inv_freq",
+        "rotate_half", "apply_rope", "causal_attention", "Attention", "MLP", "DecoderLayer", "Llama",
+        "expected_shapes", "load_state", "load_pretrained", "save_pretrained", "load_bundled"}
+    assert kvlab.model.Llama is model.Llama and kvlab.model.load_pretrained is loader.load_pretrained
+    assert not hasattr(model, "load_pretrained")                     # the model module holds only the model
+    assert set(kvlab.kvstore.__all__) == {"BACKENDS", "kernel_ops", "ContiguousKV", "PagedKVPool", "block_tables_tensor"}
+    assert set(kvlab.generate.__all__) == {"STRATEGIES", "GenerateError", "EmptyPromptError", "ContextOverflowError",
+                                           "UnknownStrategyError", "GenerationResult", "validate", "sample_next",
+                                           "generate"}
+    assert {"Engine", "EngineReport", "StepRecord", "Request"} <= set(kvlab.engine.__all__)
+    assert set(kvlab.tokenizer.__all__) == {"ASSETS_MODEL_DIR", "BOS", "EOS", "Tokenizer", "load_tokenizer",
+                                            "load_bundled_tokenizer"}
+    for shim in (kvlab.model, kvlab.kvstore, kvlab.generate, kvlab.engine, kvlab.tokenizer):
+        for name in shim.__all__:
+            assert getattr(shim, name) is not None, (shim.__name__, name)

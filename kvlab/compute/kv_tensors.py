@@ -6,12 +6,16 @@ front whether or not a sequence ever gets that long.
 
 :class:`PagedKVPool` holds, per layer, ``k_cache, v_cache (num_blocks, block_size, nkv, hs)``,
 the layout of vLLM and of ``kvlab.kernels``. It does not decide which block belongs to whom:
-that is the job of ``kvlab.paged`` (BlockManager / BlockTable); the pool only stores the numbers
-and copies blocks when a table asks for copy-on-write.
+that is the job of ``kvlab.memory`` (BlockManager / BlockTable, driven by the CacheManager); the
+pool only stores the numbers and copies blocks when a table asks for copy-on-write.
 
 :func:`kernel_ops` picks the attention/store functions: ``"torch"`` gives the plain-torch
 ``*_ref`` references of ``kvlab.kernels`` (fast on a CPU), ``"triton"`` the Triton kernels
 (native on a GPU, the slow interpreter on a CPU).
+
+Mirrors nano-vllm ``nanovllm/engine/model_runner.py`` (``allocate_kv_cache``: one
+``(2, layers, num_blocks, block_size, nkv, hs)`` tensor) and vLLM's ``CacheEngine`` (``copy_blocks``);
+kvlab keeps K and V as two tensors and names the pool.
 
 Not handled here: quantized caches, swapping to host memory, eviction policy.
 
@@ -29,6 +33,8 @@ from types import SimpleNamespace
 from typing import Sequence
 
 import torch
+
+__all__ = ["BACKENDS", "kernel_ops", "ContiguousKV", "PagedKVPool"]
 
 BACKENDS = ("torch", "triton")
 
@@ -112,7 +118,7 @@ class PagedKVPool:
 
     k_cache, v_cache: (num_layers, num_blocks, block_size, nkv, hs); ``k_cache[layer]`` is the
     (num_blocks, block_size, nkv, hs) tensor the kernels take. Blocks are handed out by a
-    kvlab.paged.BlockManager over the same num_blocks / block_size.
+    kvlab.memory.BlockManager over the same num_blocks / block_size.
     """
 
     num_layers: int
@@ -142,12 +148,13 @@ class PagedKVPool:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.k_cache.element_size()
 
     def copy_blocks(self, pairs: Sequence[tuple[int, int]], backend: str = "torch") -> None:
-        """Copy-on-write: for each (src, dst), block dst of every layer becomes a copy of block src."""
-        if not pairs:
-            return
+        """Copy-on-write: for each (src, dst) in order, block dst of every layer becomes a copy of
+        block src. A pair that reads a block an earlier pair writes (or the reverse) goes into a
+        later kernel call, so the result is that of copying one pair after the other."""
         ops = kernel_ops(backend)
-        for layer in range(self.num_layers):
-            ops.copy_blocks(self.k_cache[layer], self.v_cache[layer], list(pairs))
+        for wave in _independent_runs(pairs):
+            for layer in range(self.num_layers):
+                ops.copy_blocks(self.k_cache[layer], self.v_cache[layer], wave)
 
     def gather(self, layer: int, block_table: Sequence[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V of one sequence's first ``length`` tokens, read through its block table: (length, nkv, hs)."""
@@ -157,10 +164,20 @@ class PagedKVPool:
         return gather_kv(self.k_cache[layer], table, length), gather_kv(self.v_cache[layer], table, length)
 
 
-def block_tables_tensor(tables: Sequence[Sequence[int]], device="cpu") -> torch.Tensor:
-    """Ragged block tables -> (num_seqs, max_blocks) int32, padded with 0 (ignored past each length)."""
-    width = max((len(t) for t in tables), default=0)
-    out = torch.zeros((len(tables), max(width, 1)), dtype=torch.int32)
-    for i, t in enumerate(tables):
-        out[i, : len(t)] = torch.as_tensor(list(t), dtype=torch.int32)
-    return out.to(device)
+def _independent_runs(pairs: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Consecutive runs of (src, dst) pairs in which no block is written twice or both read and
+    written, the condition the copy kernel needs to run a run's pairs in parallel.
+
+    Example: [(1, 2), (3, 4), (2, 5)] -> [[(1, 2), (3, 4)], [(2, 5)]] (block 2 is written, then read).
+    """
+    runs: list[list[tuple[int, int]]] = []
+    srcs: set[int] = set()
+    dsts: set[int] = set()
+    for src, dst in pairs:
+        if not runs or src in dsts or dst in srcs or dst in dsts:
+            runs.append([])
+            srcs, dsts = set(), set()
+        runs[-1].append((src, dst))
+        srcs.add(src)
+        dsts.add(dst)
+    return runs

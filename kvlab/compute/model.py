@@ -1,122 +1,60 @@
-"""A small Llama-style decoder, written for reading, that also loads real Llama checkpoints.
+"""A small Llama-style decoder, written for reading; the same module runs real Llama checkpoints.
 
 The architecture is Llama's: token embedding, then ``num_hidden_layers`` blocks of
 (RMSNorm -> grouped-query attention with rotary positions -> residual, RMSNorm -> SwiGLU MLP ->
 residual), a final RMSNorm and a linear head to vocabulary logits. Parameter names are exactly
 Hugging Face's (``model.layers.{i}.self_attn.q_proj.weight``...), and rotary embeddings use HF's
-``rotate_half`` convention, so a Llama-architecture checkpoint folder (SmolLM, TinyLlama, Llama)
-loads with :func:`load_pretrained` and gives the same numbers as ``transformers`` would.
+``rotate_half`` convention, so a Llama-architecture checkpoint (SmolLM, TinyLlama, Llama) loads
+with :func:`kvlab.compute.loader.load_pretrained` and gives the same numbers as ``transformers``.
 
 The model knows nothing about KV caches. Each attention layer computes q, k, v for the tokens
 it is given and hands them to an ``attention`` callback: ``attention(layer, q, k, v) -> out``.
-``kvlab.generate`` supplies the three callbacks (naive recomputation, a contiguous cache, a
-paged cache); with no callback the model runs plain causal attention over a (B, T) batch, which
-is what training uses.
+``kvlab.compute.generate`` (naive recomputation, a contiguous cache) and
+``kvlab.compute.model_runner`` (the paged cache) supply the callbacks; with no callback the
+model runs plain causal attention over a (B, T) batch, which is what training uses.
 
 Shapes: B batch, T tokens, N packed tokens, C hidden_size, nh query heads, nkv KV heads,
 hs head_dim, V vocab_size.
 
-Not handled here: quantized checkpoints, bias terms in projections (``attention_bias``),
-sliding windows, rope scaling types other than none/"linear"/"llama3", and .bin (pickle)
-checkpoints. Each of these raises :class:`CheckpointError` naming it.
+Mirrors nano-vllm ``nanovllm/models/qwen3.py`` (a decoder whose attention layer writes and reads
+the paged cache through a context) and HF ``modeling_llama.py`` (names, RoPE layout); kvlab
+passes the cache as a callback instead of nano-vllm's global context.
+
+Not handled here: loading and saving (``kvlab.compute.loader``), sliding windows, rope scaling
+types other than none/"linear"/"llama3" (they raise :class:`CheckpointError`).
 
 Example:
-    >>> model, tok = load_bundled()
-    >>> ids = torch.tensor([tok.encode("Return the list")])   # (B=1, T)
-    >>> logits = model(ids)                                     # (1, T, V)
-    >>> logits.shape[-1] == model.config.vocab_size
+    >>> torch.manual_seed(0) and None
+    >>> model = Llama(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
+    ...                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
+    >>> ids = torch.tensor([[5, 9, 2]])                  # (B=1, T=3)
+    >>> model(ids).shape                                  # (B, T, V)
+    torch.Size([1, 3, 64])
+    >>> seen = []
+    >>> def attention(layer, q, k, v):                    # q (B, T, nh, hs); k, v (B, T, nkv, hs)
+    ...     seen.append((layer, tuple(q.shape), tuple(k.shape)))
+    ...     return causal_attention(q, k, v)
+    >>> torch.allclose(model(ids, attention=attention), model(ids))
     True
+    >>> seen[0]
+    (0, (1, 3, 4, 8), (1, 3, 2, 8))
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ASSETS_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "model"
+from .config import CheckpointError, LlamaConfig
+
+__all__ = ["AttentionFn", "RMSNorm", "rope_inv_freq", "rotate_half", "apply_rope", "causal_attention",
+           "Attention", "MLP", "DecoderLayer", "Llama"]
 
 # attention(layer_idx, q (..., nh, hs), k (..., nkv, hs), v (..., nkv, hs)) -> (..., nh, hs)
 AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder that cannot be loaded: missing files, missing/unexpected/mismatched tensors."""
-
-
-@dataclass
-class LlamaConfig:
-    """Hyper-parameters, with Hugging Face's LlamaConfig key names (config.json round-trips).
-
-    Example: LlamaConfig(hidden_size=128, num_attention_heads=4).head_dim -> 32 when not given.
-    """
-
-    vocab_size: int = 4096
-    hidden_size: int = 128
-    intermediate_size: int = 352
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int | None = None
-    max_position_embeddings: int = 2048
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    rope_scaling: dict | None = None
-    tie_word_embeddings: bool = True
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
-    hidden_act: str = "silu"
-    attention_bias: bool = False
-    torch_dtype: str = "float32"
-
-    def __post_init__(self) -> None:
-        if self.head_dim is None:
-            self.head_dim = self.hidden_size // self.num_attention_heads
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise CheckpointError(
-                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}"
-            )
-        if self.hidden_act != "silu":
-            raise CheckpointError(f"hidden_act={self.hidden_act!r} is not supported (only 'silu')")
-        if self.attention_bias:
-            raise CheckpointError("attention_bias=True is not supported")
-        if self.head_dim % 2:
-            raise CheckpointError(f"head_dim={self.head_dim} must be even for rotary embeddings")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LlamaConfig":
-        """From a config.json dict: known keys are taken, the rest ignored (model_type is checked)."""
-        mt = d.get("model_type", "llama")
-        if mt not in ("llama", "mistral"):
-            raise CheckpointError(f"model_type={mt!r} is not a Llama-architecture model (llama, mistral)")
-        sw = d.get("sliding_window")
-        if sw and sw < d.get("max_position_embeddings", 0):
-            raise CheckpointError(f"sliding_window={sw} is not supported (attention here sees the whole context)")
-        names = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names}
-        if isinstance(kw.get("eos_token_id"), list):
-            kw["eos_token_id"] = kw["eos_token_id"][0]
-        return cls(**kw)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(model_type="llama", architectures=["LlamaForCausalLM"])
-        return d
-
-    @property
-    def num_params(self) -> int:
-        C, I, hs = self.hidden_size, self.intermediate_size, self.head_dim
-        attn = C * hs * (2 * self.num_attention_heads + 2 * self.num_key_value_heads)
-        layer = attn + 3 * C * I + 2 * C
-        emb = self.vocab_size * C * (1 if self.tie_word_embeddings else 2)
-        return self.num_hidden_layers * layer + emb + C
 
 
 class RMSNorm(nn.Module):
@@ -245,7 +183,7 @@ class Llama(nn.Module):
 
     input_ids (B, T) with positions defaulting to 0..T-1 and plain causal attention; or packed
     (N,) tokens of several sequences with explicit positions (N,) and an ``attention`` callback
-    that knows where each sequence starts (see kvlab.generate).
+    that knows where each sequence starts (see kvlab.compute.model_runner).
     Returns logits (..., V) in fp32.
     """
 
@@ -294,136 +232,3 @@ class Llama(nn.Module):
         proj = C * hs * (2 * nh + 2 * nkv) + 3 * C * I
         attn = 2 * nh * hs * context_len
         return 2 * (L * (proj + attn) + C * c.vocab_size)
-
-
-# ----------------------------------------------------------------------------------------------
-# loading and saving
-
-def expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor name a checkpoint for ``cfg`` must hold, with its shape (HF names)."""
-    C, I, hs, nh, nkv = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
-    out: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, C), "model.norm.weight": (C,)}
-    for i in range(cfg.num_hidden_layers):
-        p = f"model.layers.{i}."
-        out.update({
-            p + "input_layernorm.weight": (C,),
-            p + "post_attention_layernorm.weight": (C,),
-            p + "self_attn.q_proj.weight": (nh * hs, C),
-            p + "self_attn.k_proj.weight": (nkv * hs, C),
-            p + "self_attn.v_proj.weight": (nkv * hs, C),
-            p + "self_attn.o_proj.weight": (C, nh * hs),
-            p + "mlp.gate_proj.weight": (I, C),
-            p + "mlp.up_proj.weight": (I, C),
-            p + "mlp.down_proj.weight": (C, I),
-        })
-    if not cfg.tie_word_embeddings:
-        out["lm_head.weight"] = (cfg.vocab_size, C)
-    return out
-
-
-def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    index = folder / "model.safetensors.index.json"
-    single = folder / "model.safetensors"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        tensors: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(weight_map.values())):
-            if not (folder / shard).is_file():
-                raise CheckpointError(f"shard {shard} listed in {index.name} is missing from {folder}")
-            tensors.update(load_file(str(folder / shard)))
-        return tensors
-    if single.is_file():
-        return load_file(str(single))
-    if list(folder.glob("*.bin")):
-        raise CheckpointError(f"{folder} has only .bin (pickle) weights; convert them to safetensors")
-    raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {folder}")
-
-
-def load_state(model: Llama, tensors: dict[str, torch.Tensor]) -> None:
-    """Copy HF-named tensors into ``model``; raise CheckpointError naming every missing,
-    unexpected or mis-shaped tensor (the model is left unchanged on error)."""
-    cfg = model.config
-    want = expected_shapes(cfg)
-    tensors = {k: v for k, v in tensors.items() if not k.endswith("rotary_emb.inv_freq")}
-    if cfg.tie_word_embeddings and "lm_head.weight" in tensors:
-        if not torch.equal(tensors["lm_head.weight"], tensors.get("model.embed_tokens.weight", tensors["lm_head.weight"])):
-            raise CheckpointError("tie_word_embeddings=True but lm_head.weight differs from model.embed_tokens.weight")
-        tensors = {k: v for k, v in tensors.items() if k != "lm_head.weight"}
-    missing = sorted(set(want) - set(tensors))
-    unexpected = sorted(set(tensors) - set(want))
-    mismatched = sorted(f"{k}: checkpoint {tuple(tensors[k].shape)} vs config {want[k]}"
-                        for k in set(want) & set(tensors) if tuple(tensors[k].shape) != want[k])
-    problems = []
-    if missing:
-        problems.append(f"missing tensors {missing}")
-    if unexpected:
-        problems.append(f"unexpected tensors {unexpected}")
-    if mismatched:
-        problems.append(f"mismatched shapes {mismatched}")
-    if problems:
-        raise CheckpointError("; ".join(problems))
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for k in want:
-            params[k].copy_(tensors[k].to(params[k].dtype))
-
-
-def load_pretrained(folder: str | os.PathLike, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
-    """Load a Llama-architecture checkpoint in the Hugging Face layout from a local folder.
-
-    The folder holds config.json (Llama keys), model.safetensors or model.safetensors.index.json
-    with its shards, and tokenizer.json. Returns (model in eval mode, kvlab.tokenizer.Tokenizer or
-    None when there is no tokenizer.json). Nothing is downloaded.
-
-    Example: model, tok = load_pretrained("~/models/SmolLM2-135M")
-    """
-    from .tokenizer import load_tokenizer
-
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise CheckpointError(f"checkpoint folder {folder} does not exist")
-    cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
-        raise CheckpointError(f"no config.json in {folder}")
-    cfg = LlamaConfig.from_dict(json.loads(cfg_path.read_text()))
-    tensors = _read_safetensors(folder)
-    # Built on the CPU and then overwritten. (Not under `with torch.device("meta")`: after that,
-    # importing Triton's interpreter breaks: "Cannot call @triton.jit'd outside of the scope of a kernel".)
-    model = Llama(cfg)
-    load_state(model, tensors)
-    model = model.to(device=device, dtype=dtype)
-    model.inv_freq = rope_inv_freq(cfg).to(device)         # keep the rotary frequencies in fp32
-    model.eval()
-    tok = load_tokenizer(folder) if (folder / "tokenizer.json").is_file() else None
-    return model, tok
-
-
-def save_pretrained(model: Llama, folder: str | os.PathLike, tokenizer=None, dtype: torch.dtype | None = None) -> None:
-    """Write config.json + model.safetensors (+ tokenizer.json) in the HF layout."""
-    from safetensors.torch import save_file
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    cfg = model.config
-    d = cfg.to_dict()
-    if dtype is not None:
-        d["torch_dtype"] = str(dtype).removeprefix("torch.")
-    (folder / "config.json").write_text(json.dumps(d, indent=2) + "\n")
-    sd = {k: v.detach().to(dtype or v.dtype).contiguous() for k, v in model.state_dict().items()
-          if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
-    save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    if tokenizer is not None:
-        tokenizer.hf.save(str(folder / "tokenizer.json"))
-
-
-def load_bundled(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
-    """The tiny model bundled in assets/model (trained by scripts/train_model.py): (model, tokenizer).
-
-    Example:
-        >>> model, tok = load_bundled()
-        >>> model.config.num_attention_heads, model.config.num_key_value_heads
-        (4, 2)
-    """
-    return load_pretrained(ASSETS_MODEL_DIR, dtype=dtype, device=device)

@@ -12,6 +12,9 @@ Not handled here: chat templates, special-token policies beyond ``<|bos|>``/``<|
 (a checkpoint's own tokenizer.json keeps whatever it defines), and training (see
 ``scripts/train_model.py``).
 
+Mirrors nano-vllm's use of ``transformers.AutoTokenizer`` (``nanovllm/engine/llm_engine.py``);
+kvlab wraps the ``tokenizers`` library directly and adds the per-token display.
+
 Example:
     >>> tok = load_bundled_tokenizer()
     >>> ids = tok.encode("def hello():")
@@ -27,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
+
+__all__ = ["ASSETS_MODEL_DIR", "BOS", "EOS", "Tokenizer", "load_tokenizer", "load_bundled_tokenizer"]
 
 ASSETS_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "model"
 BOS, EOS = "<|bos|>", "<|eos|>"

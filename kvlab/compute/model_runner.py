@@ -1,0 +1,172 @@
+"""One forward pass over the paged K/V pool: its inputs, built in one place, and the pass itself.
+
+    runner = ModelRunner(model, kv_pool, attention_backend="torch")
+    batch = runner.prepare_prefill(seqs)      # or prepare_decode(seqs), or prepare(...) from plain lists
+    logits = runner.run(batch)                # (num_seqs, V): each sequence's last new token
+
+Sequence ``r`` of a batch feeds its new tokens: those at positions ``prefix_lens[r] ..
+context_lens[r] - 1`` (``extend_lens[r]`` of them; the first ``prefix_lens[r]`` are already
+in the cache: a radix hit, or the tokens decoded so far). Everything the attention kernels need
+is derived here, from the sequences' block tables, which are read and never changed (the
+scheduler reserved the slots through the cache manager first)::
+
+    input_ids     (N,)            the new tokens of every sequence, packed
+    positions     (N,)            their positions (RoPE)
+    slot_mapping  (N,)            where their K/V go: block_table[pos // bs] * bs + pos % bs
+    block_tables  (B, max_blocks) each sequence's blocks, padded with 0
+    context_lens  (B,)            tokens each sequence attends over after this pass
+    prefix_lens, extend_lens (B,) cached / new tokens per sequence
+
+``run`` stores the new K/V with ``store_kvcache`` and attends with ``paged_decode_attention``
+when every sequence adds one token (``forward_mode == "decode"``), ``extend_attention``
+otherwise, then returns the logits of each sequence's last new token. Sampling is
+``kvlab.compute.sampler``'s job.
+
+Mirrors nano-vllm ``nanovllm/engine/model_runner.py`` (``prepare_prefill``, ``prepare_decode``,
+``prepare_block_tables``, ``run``) and SGLang ``forward_batch_info.py`` (``ForwardBatch``,
+``extend_prefix_lens``, ``extend_seq_lens``, ``out_cache_loc`` = ``slot_mapping``). Differences:
+nano-vllm's ``cu_seqlens`` are per-sequence lengths here; the model gets the cache through an
+attention callback, not a global context; no CUDA graphs.
+
+Example (block size 4; a 6-token prompt whose first 4 tokens are cached in block 3):
+    >>> from kvlab.compute.loader import load_bundled
+    >>> from kvlab.compute.kv_tensors import PagedKVPool
+    >>> model, tok = load_bundled()
+    >>> runner = ModelRunner(model, PagedKVPool.for_model(model, num_blocks=8, block_size=4))
+    >>> b = runner.prepare([7, 8], block_tables=[[3, 5]], prefix_lens=[4], extend_lens=[2])
+    >>> b.positions.tolist(), b.slot_mapping.tolist(), b.context_lens.tolist(), b.forward_mode
+    ([4, 5], [20, 21], [6], 'extend')
+    >>> runner.run(b).shape == (1, model.config.vocab_size)
+    True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections import abc
+
+import torch
+
+from ..memory.block_table import slot_mapping
+from .kv_tensors import PagedKVPool, kernel_ops
+from .sequence import Sequence
+
+__all__ = ["ForwardBatch", "ModelRunner", "block_tables_tensor"]
+
+
+def block_tables_tensor(tables: abc.Sequence[abc.Sequence[int]], device="cpu") -> torch.Tensor:
+    """Ragged block tables -> (num_seqs, max_blocks) int32, padded with 0 (ignored past each length)."""
+    width = max((len(t) for t in tables), default=0)
+    out = torch.zeros((len(tables), max(width, 1)), dtype=torch.int32)   # (B, max_blocks)
+    for i, t in enumerate(tables):
+        out[i, : len(t)] = torch.as_tensor(list(t), dtype=torch.int32)
+    return out.to(device)
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    """The inputs of one forward pass (see the module docstring). N new tokens, B sequences."""
+
+    forward_mode: str            # "decode" (every sequence adds one token) or "extend"
+    input_ids: torch.Tensor      # (N,) long
+    positions: torch.Tensor      # (N,) long
+    slot_mapping: torch.Tensor   # (N,) long
+    block_tables: torch.Tensor   # (B, max_blocks) int32
+    context_lens: torch.Tensor   # (B,) int32
+    prefix_lens: torch.Tensor    # (B,) int32
+    extend_lens: torch.Tensor    # (B,) int32
+    last_rows: torch.Tensor      # (B,) long: the row of each sequence's last new token
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.shape[0]
+
+
+class ModelRunner:
+    """Runs ``model`` over ``kv_pool`` with the ``attention_backend`` ops ("torch" references or
+    "triton" kernels)."""
+
+    def __init__(self, model, kv_pool: PagedKVPool, attention_backend: str = "torch") -> None:
+        self.ops = kernel_ops(attention_backend)
+        self.model = model
+        self.kv_pool = kv_pool
+        self.attention_backend = attention_backend
+
+    # ------------------------------------------------------------------ inputs
+    def prepare(self, token_ids: abc.Sequence[int], block_tables: abc.Sequence[abc.Sequence[int]],
+                prefix_lens: abc.Sequence[int], extend_lens: abc.Sequence[int]) -> ForwardBatch:
+        """The batch for plain lists: sequence r feeds ``extend_lens[r]`` tokens of ``token_ids``
+        (packed) after ``prefix_lens[r]`` cached ones, through the blocks ``block_tables[r]``."""
+        bs, dev = self.kv_pool.block_size, self.model.device
+        if not len(block_tables) == len(prefix_lens) == len(extend_lens) >= 1:
+            raise ValueError(f"{len(block_tables)} block tables, {len(prefix_lens)} prefix and "
+                             f"{len(extend_lens)} extend lengths: need one of each per sequence")
+        if sum(extend_lens) != len(token_ids) or min(extend_lens) < 1:
+            raise ValueError(f"extend_lens {list(extend_lens)} must be >= 1 and add up to the {len(token_ids)} tokens")
+        positions, slots = [], []
+        for r, (table, p, e) in enumerate(zip(block_tables, prefix_lens, extend_lens)):
+            if p + e > len(table) * bs:
+                raise ValueError(f"sequence {r}: positions up to {p + e - 1} need more than its {len(table)} block(s)")
+            positions.extend(range(p, p + e))
+            slots.extend(slot_mapping(table, p, p + e, bs))
+        int32 = dict(dtype=torch.int32, device=dev)
+        return ForwardBatch(
+            forward_mode="decode" if max(extend_lens) == 1 else "extend",
+            input_ids=torch.tensor(list(token_ids), dtype=torch.long, device=dev),                # (N,)
+            positions=torch.tensor(positions, dtype=torch.long, device=dev),                     # (N,)
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),                      # (N,)
+            block_tables=block_tables_tensor(block_tables, dev),                                 # (B, max_blocks)
+            context_lens=torch.tensor([p + e for p, e in zip(prefix_lens, extend_lens)], **int32),  # (B,)
+            prefix_lens=torch.tensor(list(prefix_lens), **int32),                                # (B,)
+            extend_lens=torch.tensor(list(extend_lens), **int32),                                # (B,)
+            last_rows=torch.tensor(list(extend_lens), device=dev).cumsum(0) - 1,                 # (B,)
+        )
+
+    def prepare_prefill(self, seqs: abc.Sequence[Sequence]) -> ForwardBatch:
+        """Each sequence feeds every token past ``num_computed_tokens`` (a prompt's unmatched
+        suffix; after a preemption, prompt + outputs). A batch in which each sequence computes
+        one token runs the decode kernel, which gives the same numbers."""
+        tokens: list[int] = []
+        for s in seqs:
+            ids = self._table_holds(s)
+            if not 0 <= s.num_computed_tokens < len(ids):
+                raise ValueError(f"{s.seq_id}: {s.num_computed_tokens} of {len(ids)} tokens computed: nothing to prefill")
+            tokens += ids[s.num_computed_tokens:]
+        return self.prepare(tokens, [s.block_table.block_ids for s in seqs], [s.num_computed_tokens for s in seqs],
+                            [s.num_tokens - s.num_computed_tokens for s in seqs])
+
+    def prepare_decode(self, seqs: abc.Sequence[Sequence]) -> ForwardBatch:
+        """Each sequence feeds its last token (every earlier one is in the cache)."""
+        for s in seqs:
+            self._table_holds(s)
+            if s.num_computed_tokens != s.num_tokens - 1:
+                raise ValueError(f"{s.seq_id}: {s.num_computed_tokens} of {s.num_tokens} tokens computed; "
+                                 f"decode needs all but the last")
+        return self.prepare([s.last_token_id for s in seqs], [s.block_table.block_ids for s in seqs],
+                            [s.num_tokens - 1 for s in seqs], [1] * len(seqs))
+
+    @staticmethod
+    def _table_holds(s: Sequence) -> list[int]:
+        """``s.token_ids``, after checking that its block table has a slot for each."""
+        ids = s.token_ids
+        if s.block_table is None or s.block_table.num_tokens < len(ids):
+            have = "no block table" if s.block_table is None else f"{s.block_table.num_tokens} slots"
+            raise ValueError(f"{s.seq_id}: {len(ids)} tokens but {have}: reserve slots before a forward pass")
+        return ids
+
+    # ------------------------------------------------------------------ the pass
+    @torch.no_grad()
+    def run(self, batch: ForwardBatch) -> torch.Tensor:
+        """Store the new tokens' K/V, attend through the block tables; returns logits (B, V) of
+        each sequence's last new token (fp32)."""
+        ops, pool = self.ops, self.kv_pool
+        decode = batch.forward_mode == "decode"
+
+        def attention(layer: int, q, k, v):                                   # q (N, nh, hs); k, v (N, nkv, hs)
+            kc, vc = pool.k_cache[layer], pool.v_cache[layer]                 # (NB, bs, nkv, hs)
+            ops.store_kvcache(k, v, kc, vc, batch.slot_mapping)
+            if decode:
+                return ops.paged_decode_attention(q, kc, vc, batch.block_tables, batch.context_lens)  # (N, nh, hs)
+            return ops.extend_attention(q, kc, vc, batch.block_tables, batch.prefix_lens, batch.extend_lens)
+
+        logits = self.model(batch.input_ids, batch.positions, attention)     # (N, V)
+        return logits[batch.last_rows]                                        # (B, V)
