@@ -22,7 +22,8 @@ One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c
     admit(s, tokens)         match_for_prefill -> m tokens cached (at least one token is left
                              to compute), lock the node where the match ends, adopt its blocks
                              into a new table (+1 ref each), allocate the rest (evict LRU
-                             leaves when short; None and nothing changed when it cannot fit)
+                             leaves when short; None, no block taken or evicted, when it
+                             cannot fit)
 
         tokens  |<---- m matched ---->|<------- to compute ------->|
         table   [ tree's  | tree's    | own      | own      | own  ]
@@ -162,10 +163,15 @@ class CacheManager:
 
     # ------------------------------------------------------------------ the cycle
     def make_room(self, num_blocks: int, seq_id: str | None = None) -> bool:
-        """Evict unlocked tree leaves until ``num_blocks`` blocks are free; True when they are."""
+        """Evict unlocked tree leaves until ``num_blocks`` blocks are free; True when they are.
+        Evicts nothing when even evicting every unlocked leaf would not be enough (as SGLang
+        checks free + evictable first)."""
         free = self.allocator.num_free_blocks
-        if num_blocks > free and self.tree is not None:
-            self.tree.evict((num_blocks - free) * self.block_size, seq_id)
+        if num_blocks <= free:
+            return True
+        if num_blocks > self.available_blocks():
+            return False
+        self.tree.evict((num_blocks - free) * self.block_size, seq_id)
         return num_blocks <= self.allocator.num_free_blocks
 
     def admit(self, seq_id: str, tokens: Sequence[int] | None, num_tokens: int | None = None) -> Admission | None:
@@ -173,8 +179,9 @@ class CacheManager:
         longest cached prefix of ``tokens`` (capped so at least one token is computed), lock it,
         adopt its blocks, allocate the rest, evicting when short.
 
-        Returns None, with nothing changed (the lock is dropped again), when the pool cannot
-        hold it even after eviction. ``tokens=None``: ids unknown (the simulator's length-only
+        Returns None when the pool cannot hold it even after eviction: no block is allocated or
+        evicted and the lock is dropped again (the match itself has run: it may have split a node
+        and refreshed the access time of the matched path, as a lookup in SGLang does). ``tokens=None``: ids unknown (the simulator's length-only
         requests): nothing is matched, ``num_tokens`` slots are allocated.
         """
         if seq_id in self.block_manager.tables:
@@ -186,8 +193,10 @@ class CacheManager:
         node, prefix_len, kv = None, 0, []
         if self.tree is not None and key:
             m = self.tree._match(key, len(key) - 1, seq_id, True)
-            node, prefix_len, kv = m.last_node, m.prefix_len, m.kv
-            self.tree.inc_lock_ref(node, seq_id)
+            prefix_len, kv = m.prefix_len, m.kv
+            if m.last_node is not self.tree.root:  # a lock on the root protects nothing
+                node = m.last_node
+                self.tree.inc_lock_ref(node, seq_id)
         need = -(-n // self.block_size) - len(kv)
         before = self.tree.stats.evicted_tokens if self.tree is not None else 0
         if not self.make_room(need, seq_id):
@@ -206,10 +215,12 @@ class CacheManager:
     def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
         """Reserve ``n`` more slots for ``seq_id``, evicting when short; returns the copy-on-write
         block copies to perform, or None (nothing changed) when the pool cannot supply them."""
-        need = self.block_manager.blocks_to_append(seq_id, n)
-        if not self.make_room(need, seq_id):
+        bm = self.block_manager
+        t = bm.table(seq_id)
+        cow, new = bm._append_plan(t, n)
+        if not self.make_room(cow + new, seq_id):
             return None
-        return self.block_manager.append(seq_id, n)
+        return bm._grow(t, n, cow, new)
 
     def fork(self, parent: str, child: str) -> BlockTable:
         """``child`` shares every block of ``parent`` (parallel samples) and locks the same node."""
