@@ -314,3 +314,31 @@ def test_block_allocator():
     for wrong in (_ForgetsRefCount, _LIFO, _PartialOnFailure, _NoDoubleFreeCheck):
         assert not _passes(check.block_allocator, wrong), wrong.__name__
     assert not _passes(check.block_allocator, _stub)
+
+
+def test_checkers_name_the_common_mistakes():
+    """Issue 16: a half-size answer asks about K and V, a swapped pair says so, off by one block too."""
+    from kvlab import check
+
+    r = check.kv_cache_bytes(lambda L, h, d, t, b=2: L * h * d * t * b, verbose=False)  # forgot the 2
+    assert not r.passed and "both K and V" in r.summary
+    r = check.translate(lambda tab, pos, bs, bpt=1: (pos % bs, pos // bs, tab[pos // bs],
+                                                     (tab[pos // bs] * bs + pos % bs) * bpt), verbose=False)
+    assert not r.passed and "logical block and offset are swapped" in r.summary
+    r = check.blocks_needed(lambda n, bs: n // bs + 1 if n >= 0 and bs >= 1 else (_ for _ in ()).throw(ValueError()),
+                            verbose=False)
+    assert not r.passed and "off by one block" in r.summary
+    r = check.block_and_offset(lambda pos, bs: (pos % bs, pos // bs) if pos >= 0 and bs > 0 else 1 / 0, verbose=False)
+    assert not r.passed and "swapped" in r.summary
+
+
+def test_state_failures_show_only_the_fields_that_differ_in_full():
+    from kvlab.check.harness import Checker
+
+    c = Checker("state", verbose=False)
+    long = list(range(60))
+    c.record("after step 3", {"tables": {"A": long}, "ref_count": [1] * 40},
+             {"tables": {"A": long}, "ref_count": [1] * 39 + [2]})
+    r = c.done(strict=False)
+    assert "tables" not in r.summary and "ref_count: expected" in r.summary and "..." not in r.summary
+    assert "differs: ref_count" in r.report()

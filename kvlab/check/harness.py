@@ -39,6 +39,11 @@ Example:
     9
     >>> bad.done(strict=False).summary
     'FAIL  double: 0/1 cases passed; first failure: x=3: expected 6, got 9'
+    >>> from kvlab.check.diagnose import half_or_double
+    >>> kv = Checker("kv_bytes", lambda t: 128 * t, reference=lambda t: 256 * t, verbose=False,
+    ...              diagnose=[half_or_double])
+    >>> kv.run("tokens=4", 4).note
+    'exactly half the right value: did you count both K and V (the 2 in 2 x layers x ...)?'
 
 What this module does not handle: a learner's function that never returns (interrupt the
 kernel), or output printed by the learner's function (it appears above the report).
@@ -48,7 +53,9 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+from .diagnose import Diagnosis, differing_fields, first_diagnosis
 
 __all__ = [
     "is_strict",
@@ -172,8 +179,17 @@ class CaseResult:
 
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
-        extra = f"   ({self.note})" if self.note else ""
+        extra = f"\n         -> {self.note}" if self.note else ""
+        diff = None if self.passed else differing_fields(self.expected, self.actual)
+        if diff:  # a state: only the fields that differ, in full
+            return f"  {mark} {self.label}\n         differs: {diff}{extra}"
         return f"  {mark} {self.label}\n         expected {_short(self.expected)}\n         actual   {_short(self.actual)}{extra}"
+
+    def why(self) -> str:
+        """The failure in one line: what differs, and the diagnosis when there is one."""
+        diff = differing_fields(self.expected, self.actual)
+        what = diff if diff else f"expected {_short(self.expected)}, got {_short(self.actual)}"
+        return what + (f" -- {self.note}" if self.note else "")
 
 
 @dataclass
@@ -212,7 +228,7 @@ class CheckResult:
         if self.passed:
             return f"PASS  {self.name}: all {self.num_cases} cases passed"
         first = self.failures[0] if self.failures else None
-        why = f"; first failure: {first.label}: expected {_short(first.expected)}, got {_short(first.actual)}" if first else ""
+        why = f"; first failure: {first.label}: {first.why()}" if first else ""
         if self.not_implemented:
             why += " -- the stub still raises NotImplementedError: finish it and run its cell again"
         return f"FAIL  {self.name}: {self.num_passed}/{self.num_cases} cases passed{why}"
@@ -246,7 +262,10 @@ class Checker:
 
     ``fn``: the learner's function; ``reference``: kvlab's own implementation (the
     expected outcome of ``run`` is computed by calling it); ``compare(expected, actual)``:
-    equality by default. ``verbose=False`` keeps ``done`` quiet (for tests).
+    equality by default. ``diagnose``: functions ``(expected, actual) -> str | None`` that name
+    the common mistake behind a wrong answer (:mod:`kvlab.check.diagnose`); the first that
+    speaks is shown under the failing case and in the summary. ``verbose=False`` keeps ``done``
+    quiet (for tests).
     """
 
     def __init__(
@@ -256,8 +275,10 @@ class Checker:
         reference: Callable | None = None,
         compare: Callable[[Any, Any], bool] | None = None,
         verbose: bool = True,
+        diagnose: Sequence[Diagnosis] = (),
     ) -> None:
         self.name, self.fn, self.reference, self.compare, self.verbose = name, fn, reference, compare, verbose
+        self.diagnose = list(diagnose)
         self.result = CheckResult(name)
         if fn is not None and not callable(fn):
             self.result.error = f"expected a function, got {_short(fn)} ({type(fn).__name__})"
@@ -279,6 +300,8 @@ class Checker:
         """Add one case whose outcomes were computed by the checker itself."""
         if passed is None:
             passed = same_outcome(expected, actual, self.compare)
+        if not passed and not note and not isinstance(actual, Raised):
+            note = first_diagnosis(self.diagnose, expected, actual)
         case = CaseResult(label, expected, actual, bool(passed), note)
         self.result.cases.append(case)
         return case

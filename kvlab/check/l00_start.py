@@ -17,6 +17,7 @@ import random
 from typing import Callable
 
 from ..memory.block_table import translate as _translate
+from .diagnose import swapped
 from .harness import Checker, CheckResult
 
 __all__ = ["block_and_offset", "common_prefix_len"]
@@ -29,7 +30,8 @@ def _block_and_offset_ref(pos: int, block_size: int) -> tuple[int, int]:
 
 def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(pos, block_size) -> (logical_block, offset)``; ValueError for pos < 0 or block_size < 1."""
-    c = Checker("block_and_offset", fn, _block_and_offset_ref, verbose=verbose)
+    c = Checker("block_and_offset", fn, _block_and_offset_ref, verbose=verbose,
+                diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset"))])
     for pos, bs in [(9, 4), (0, 4), (3, 4), (4, 4), (15, 16), (16, 16), (1000, 16), (7, 1)]:
         c.run(f"pos={pos}, block_size={bs}", pos, bs)
     rng = random.Random(0)

@@ -16,6 +16,7 @@ import random
 from typing import Callable
 
 from ..memory.kvspec import MODELS, KVSpec
+from .diagnose import half_or_double
 from .harness import Checker, CheckResult
 
 __all__ = ["kv_cache_bytes", "requests_that_fit"]
@@ -30,7 +31,7 @@ def kv_cache_bytes(fn: Callable, verbose: bool = True) -> CheckResult:
 
     ValueError when layers, kv_heads, head_dim or dtype_bytes < 1, or tokens < 0.
     """
-    c = Checker("kv_cache_bytes", fn, _kv_cache_bytes_ref, verbose=verbose)
+    c = Checker("kv_cache_bytes", fn, _kv_cache_bytes_ref, verbose=verbose, diagnose=[half_or_double])
     for name in ("llama-2-70b", "llama-2-7b", "llama-3-8b"):
         m = MODELS[name]
         c.run(f"{name} ({m.layers} layers, {m.kv_heads} KV heads), 4096 tokens, fp16",

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from ..memory.block_pool import BlockAllocator
 from ..memory.block_table import blocks_needed as _blocks_needed
 from ..memory.block_table import translate as _translate
+from .diagnose import off_by, swapped
 from .harness import Checker, CheckResult, Raised, call
 
 __all__ = ["translate", "blocks_needed", "blocks_to_append", "block_allocator"]
@@ -40,7 +41,8 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
     byte_address = (physical_block x block_size + offset) x bytes_per_token (pool base 0).
     ValueError for pos < 0 or pos past the table's last slot.
     """
-    c = Checker("translate", fn, _translate_ref, verbose=verbose)
+    c = Checker("translate", fn, _translate_ref, verbose=verbose,
+                diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset"))])
     notes = [3, 7, 1, 5, 9]
     c.run("the notes: table [3,7,1,5,9], pos 9, block_size 4", notes, 9, 4)
     c.run("the notes, pos 9, bytes_per_token 1024", notes, 9, 4, 1024)
@@ -60,7 +62,7 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
 
 def blocks_needed(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(num_tokens, block_size) -> int`` = ceil(num_tokens / block_size); ValueError for num_tokens < 0 or block_size < 1."""
-    c = Checker("blocks_needed", fn, _blocks_needed, verbose=verbose)
+    c = Checker("blocks_needed", fn, _blocks_needed, verbose=verbose, diagnose=[off_by])
     for n, bs in [(9, 4), (8, 4), (0, 4), (1, 4), (4, 4), (5, 4), (16, 16), (17, 16), (1, 1), (4096, 16), (4097, 16)]:
         c.run(f"num_tokens={n}, block_size={bs}", n, bs)
     rng = random.Random(7)
@@ -83,7 +85,8 @@ def blocks_to_append(fn: Callable, verbose: bool = True) -> CheckResult:
 
     ValueError for num_tokens < 0, n < 0 or block_size < 1.
     """
-    c = Checker("blocks_to_append", fn, _blocks_to_append_ref, verbose=verbose)
+    c = Checker("blocks_to_append", fn, _blocks_to_append_ref, verbose=verbose,
+                diagnose=[lambda e, a: off_by(e, a, 1, "block", "a new block is taken only when the last one is full")])
     for t, n, bs in [(9, 1, 4), (8, 1, 4), (7, 1, 4), (0, 1, 4), (0, 0, 4), (5, 10, 4), (4, 4, 4), (3, 1, 4), (16, 100, 16)]:
         c.run(f"num_tokens={t}, append n={n}, block_size={bs}", t, n, bs)
     rng = random.Random(8)
