@@ -4,11 +4,15 @@ Import order matters: ``._mode`` runs first and decides, once, whether kernels r
 a CUDA GPU or in the Triton interpreter on the CPU (it sets ``TRITON_INTERPRET`` before any
 ``@triton.jit`` below runs). Override with ``KVLAB_KERNEL_MODE=native|interpreter``.
 
-Kernels (each validates its inputs and raises ValueError before launch):
-    paged_decode_attention  one query token per sequence over its paged context (GQA, split-K)
+Kernels (each validates its inputs and raises ValueError before launch; ``check=False`` keeps
+the checks that need no device->host copy, for the engine's hot path):
+    paged_decode_attention  one query token per sequence over its paged context (GQA, split-K
+                            chosen at run time per sequence)
     store_kvcache           write new K/V into slots (slot -1 = skip)
     extend_attention        new tokens over cached prefix + causal self (radix-cache hits)
     copy_blocks             copy-on-write block copies
+Launch plans: plan_decode / plan_extend say how a call runs (grid, rows per program, splits)
+and why; ``.explain()`` prints it.
 References (plain torch, same signatures): *_ref, plus naive_attention (dense, recomputed).
 
 Example::
@@ -22,6 +26,7 @@ from ._mode import DEVICE, KERNEL_MODE, kernel_mode_report
 from .block_copy import copy_blocks
 from .extend import extend_attention
 from .paged_decode import paged_decode_attention
+from .plan import plan_decode, plan_extend
 from .reference import (
     copy_blocks_ref,
     extend_attention_ref,
@@ -40,6 +45,8 @@ __all__ = [
     "store_kvcache",
     "extend_attention",
     "copy_blocks",
+    "plan_decode",
+    "plan_extend",
     "paged_decode_attention_ref",
     "store_kvcache_ref",
     "extend_attention_ref",

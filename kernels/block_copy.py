@@ -16,7 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import INDEX_DTYPES, check_kv_cache, next_power_of_two
+from ._checks import INDEX_DTYPES, check_kv_cache, is_int, next_power_of_two
+from .plan import upload_ints
 
 
 @triton.jit
@@ -44,12 +45,14 @@ def copy_meta(block_size: int, num_kv_heads: int, head_dim: int) -> dict:
     return dict(BLOCK_NUMEL=numel, CHUNK=min(4096, next_power_of_two(numel)))
 
 
-def copy_blocks(k_cache, v_cache, block_mapping):
+def copy_blocks(k_cache, v_cache, block_mapping, *, check=True):
     """Copy blocks in place: block_mapping is a list of (src, dst) pairs or an int tensor (n, 2).
 
     Example: copy_blocks(k_cache, v_cache, [(3, 7)]) makes block 7 of both caches a copy of
     block 3 (the copy-on-write step before a forked sequence writes into its last block).
-    Returns None.
+    Pairs given as host ints are always checked (ids in range, ints only: no floats or bools,
+    no overlaps); a tensor mapping is read on the host for those checks only with ``check``
+    (``check=False`` trusts it and copies nothing to the host). Returns None.
     """
     num_blocks, block_size, num_kv_heads, head_dim = check_kv_cache(k_cache, v_cache)
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -60,12 +63,18 @@ def copy_blocks(k_cache, v_cache, block_mapping):
             raise ValueError(f"block_mapping must have shape (n, 2), got {tuple(block_mapping.shape)}")
         if block_mapping.dtype not in INDEX_DTYPES:
             raise ValueError(f"block_mapping has dtype {block_mapping.dtype}; expected int32 or int64")
+        if not check:
+            return launch_copy_blocks(k_cache, v_cache, block_mapping.to(device=k_cache.device, dtype=torch.int64))
         pairs = [tuple(p) for p in block_mapping.tolist()]
     else:
-        try:
-            pairs = [(int(s), int(d)) for s, d in block_mapping]
-        except (TypeError, ValueError):
-            raise ValueError(f"block_mapping must be (src, dst) pairs, got {block_mapping!r}") from None
+        pairs = []
+        for i, pair in enumerate(block_mapping):
+            if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
+                raise ValueError(f"block_mapping must be (src, dst) pairs, got {block_mapping!r}")
+            for what, b in zip(("src", "dst"), pair):
+                if not is_int(b):
+                    raise ValueError(f"block_mapping[{i}] {what} = {b!r} is not an int ({type(b).__name__})")
+            pairs.append((int(pair[0]), int(pair[1])))
     for i, (src, dst) in enumerate(pairs):
         for what, b in (("src", src), ("dst", dst)):
             if not 0 <= b < num_blocks:
@@ -76,11 +85,16 @@ def copy_blocks(k_cache, v_cache, block_mapping):
     both = set(dsts) & {s for s, _ in pairs}
     if both:
         raise ValueError(f"block_mapping uses block(s) {sorted(both)} as both source and destination")
-    if not pairs:
+    return launch_copy_blocks(k_cache, v_cache, upload_ints(pairs, k_cache.device, torch.int64) if pairs else None)
+
+
+def launch_copy_blocks(k_cache, v_cache, mapping) -> None:
+    """Launch without checks: mapping (n, 2) int64 on the caches' device, or None for no pairs."""
+    if mapping is None or mapping.shape[0] == 0:
         return None
-    mapping = torch.tensor(pairs, dtype=torch.int64, device=k_cache.device)  # (n, 2)
-    copy_blocks_kernel[(len(pairs),)](
-        k_cache, v_cache, mapping, k_cache.stride(0),
+    _, block_size, num_kv_heads, head_dim = k_cache.shape
+    copy_blocks_kernel[(mapping.shape[0],)](
+        k_cache, v_cache, mapping.contiguous(), k_cache.stride(0),
         **copy_meta(block_size, num_kv_heads, head_dim), num_warps=4,
     )
     return None

@@ -4,7 +4,8 @@ The Triton interpreter is more permissive than the GPU compiler (it accepts, for
 ``tl.dot`` with an inner dimension below 16), so passing the CPU tests proves little about the
 GPU. This module compiles each ``@triton.jit`` kernel, for the configurations the lessons use
 (block size 4, head_dim 16/32) and real ones (block size 16, head_dim 128, GQA 4 and 8, fp16
-and bf16, split-K), to PTX and a cubin with ``triton.compile(ASTSource(...),
+and bf16, split-K; head_dim 80 and 96 padded to 128-wide tiles; a group of 64 query heads,
+which runs as four programs of 16 rows), to PTX and a cubin with ``triton.compile(ASTSource(...),
 target=GPUTarget("cuda", 90, 32))``.
 
 It needs the kernels as real ``JITFunction`` objects, i.e. imported in native mode. Run it as::
@@ -16,7 +17,8 @@ Importing kvlab.kernels in forced native mode makes no torch.cuda call, so this 
 machine without a GPU.
 
 Each record also gives shared memory, registers and spill bytes (from Triton's bundled
-``ptxas -v``), a first hint of GPU performance. What it does not check: run-time behaviour
+``ptxas -v``) and the PTX's vector loads and ``cp.async`` copies (pipelined loads), a first
+hint of GPU performance; the test requires no spills anywhere. What it does not check: run-time behaviour
 or speed (those need a GPU: see bench/bench_kernels.py).
 """
 
@@ -43,6 +45,11 @@ ATTENTION_CONFIGS = [
     (32, 8, 128, 16, torch.float16, 1),   # Llama-style, the benchmark shape
     (32, 8, 128, 16, torch.bfloat16, 8),  # bf16 + split-K
     (8, 8, 64, 32, torch.float32, 4),     # MHA, fp32 (ieee dot), block 32
+    (16, 2, 80, 16, torch.float16, 1),    # head_dim 80: 128-wide tiles, masked
+    (32, 8, 96, 16, torch.bfloat16, 4),   # head_dim 96 + split-K
+    (8, 2, 80, 16, torch.float32, 2),     # head_dim 80, fp32 (ieee dot) + split-K
+    (64, 1, 128, 16, torch.float16, 1),   # MQA, group 64: 4 programs of 16 rows per KV head
+    (64, 8, 128, 16, torch.bfloat16, 64), # group 8 (Llama-70B style), the most splits the plan picks
 ]
 # (num_kv_heads, head_dim, block_size, dtype)
 CACHE_CONFIGS = [
@@ -97,19 +104,20 @@ def planned_compiles():
     Every configuration is compiled with the alignment hints a real launch has (when head_dim
     >= 16); the self-test configuration is compiled without them as well.
     """
-    from . import block_copy, extend, kv_store, paged_decode
+    from . import block_copy, extend, kv_store, paged_decode, plan
     from ._checks import next_power_of_two
 
     for heads, kv_heads, head_dim, block_size, dtype, splits in ATTENTION_CONFIGS:
         shape = f"h{heads}/kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]}"
         aligned = head_dim >= 16
-        meta = paged_decode.decode_meta(heads, kv_heads, head_dim, block_size, splits, dtype)
+        meta = plan.decode_meta(heads, kv_heads, head_dim, block_size, splits, dtype)
         yield f"paged_decode_kernel {shape} splits{splits}", paged_decode.paged_decode_kernel, meta, dtype, aligned
         if splits > 1:
-            meta = dict(NUM_SPLITS=splits, BLOCK_S=next_power_of_two(splits), HEAD_DIM=head_dim)
+            meta = dict(NUM_SPLITS=splits, BLOCK_S=next_power_of_two(splits), HEAD_DIM=head_dim,
+                        BLOCK_D=meta["BLOCK_D"], TILE_N=meta["TILE_N"])
             yield (f"split_k_combine_kernel {shape} splits{splits}", paged_decode.split_k_combine_kernel, meta, dtype,
                    aligned)
-        meta = extend.extend_meta(heads, kv_heads, head_dim, block_size, dtype)
+        meta = plan.extend_meta(heads, kv_heads, head_dim, block_size, dtype)
         yield f"extend_attention_kernel {shape}", extend.extend_attention_kernel, meta, dtype, aligned
     for kv_heads, head_dim, block_size, dtype in CACHE_CONFIGS:
         shape = f"kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]}"
@@ -119,7 +127,7 @@ def planned_compiles():
         meta = block_copy.copy_meta(block_size, kv_heads, head_dim)
         yield f"copy_blocks_kernel {shape}", block_copy.copy_blocks_kernel, meta, dtype, aligned
     heads, kv_heads, head_dim, block_size, dtype, splits = ATTENTION_CONFIGS[0]
-    meta = paged_decode.decode_meta(heads, kv_heads, head_dim, block_size, splits, dtype)
+    meta = plan.decode_meta(heads, kv_heads, head_dim, block_size, splits, dtype)
     yield (f"paged_decode_kernel h{heads}/kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]} unaligned",
            paged_decode.paged_decode_kernel, meta, dtype, False)
 
@@ -139,7 +147,7 @@ def all_jit_functions() -> dict:
 
 
 # Called from kernels only (compiled as part of them, never launched on their own).
-HELPERS = {"load_kv_tile", "online_softmax_step"}
+HELPERS = {"load_kv_tile", "online_softmax_step", "split_range"}
 
 
 def ptxas_usage(ptx: str) -> dict:
@@ -185,8 +193,10 @@ def run_all(out=sys.stdout) -> bool:
         try:
             src = ASTSource(fn, signature_for(fn, meta, dtype), meta, alignment_attrs(fn, aligned))
             kernel = triton.compile(src, target=target, options={"num_warps": 4})
-            record.update(ok=True, ptx_chars=len(kernel.asm["ptx"]), cubin_bytes=len(kernel.asm["cubin"]),
-                          shared_bytes=kernel.metadata.shared, **ptxas_usage(kernel.asm["ptx"]))
+            ptx = kernel.asm["ptx"]
+            record.update(ok=True, ptx_chars=len(ptx), cubin_bytes=len(kernel.asm["cubin"]),
+                          shared_bytes=kernel.metadata.shared, vector_loads=ptx.count("ld.global.v4"),
+                          cp_async=ptx.count("cp.async"), **ptxas_usage(ptx))
             compiled.add(fn.__name__)
         except Exception as exc:  # report every failure, not just the first
             ok = False

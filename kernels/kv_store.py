@@ -62,10 +62,12 @@ def launch_store_kvcache(key, value, k_cache, v_cache, slot_mapping):
     )
 
 
-def store_kvcache(key, value, k_cache, v_cache, slot_mapping):
+def store_kvcache(key, value, k_cache, v_cache, slot_mapping, *, check=True):
     """Write key/value (num_tokens, num_kv_heads, head_dim) into the paged cache, in place.
 
     slot_mapping: (num_tokens,) int64 or int32; slot = block_id * block_size + offset, -1 = skip.
+    check: also check every slot's range and that none is written twice (reads slot_mapping on
+    the host: a sync on a GPU). ``check=False`` (the hot path) checks shapes, dtypes and devices only.
     Returns None; k_cache and v_cache are modified.
 
     Example (block_size 4): slot_mapping [9, -1, 0] writes token 0 to block 2 offset 1,
@@ -87,15 +89,15 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping):
         raise ValueError(f"slot_mapping has {slot_mapping.shape[0]} entries but key has {key.shape[0]} tokens")
     check_same_device(key=key, value=value, k_cache=k_cache, slot_mapping=slot_mapping)
     num_slots = num_blocks * block_size
-    bad = (slot_mapping < -1) | (slot_mapping >= num_slots)
-    if bool(bad.any()):
+    bad = (slot_mapping < -1) | (slot_mapping >= num_slots) if check else None
+    if check and bool(bad.any()):
         t = int(bad.nonzero()[0, 0])
         raise ValueError(
             f"slot_mapping[{t}] = {int(slot_mapping[t])} is neither -1 nor a slot in [0, {num_slots}) "
             f"({num_blocks} blocks x block_size {block_size})"
         )
-    used = slot_mapping[slot_mapping >= 0]
-    if used.numel() != torch.unique(used).numel():
+    used = slot_mapping[slot_mapping >= 0] if check else None
+    if check and used.numel() != torch.unique(used).numel():
         values, counts = torch.unique(used, return_counts=True)
         raise ValueError(f"slot_mapping writes slot {int(values[counts > 1][0])} more than once")
     if key.shape[0] == 0:

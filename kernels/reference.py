@@ -8,6 +8,9 @@ Semantics match the kernels exactly, including the in-place ones: ``store_kvcach
 ``copy_blocks_ref`` modify ``k_cache``/``v_cache`` in place (like the kernels) and also return
 them, so ``k2, v2 = store_kvcache_ref(..., k.clone(), v.clone(), ...)`` gives a functional style.
 
+They take the kernels' keyword arguments too (``context_lens_cpu``, ``check``, ...), so the
+engine can call either with the same line; host lengths, when given, save the references a copy.
+
 What these references do not do: validate inputs (the kernel wrappers do), or run fast.
 """
 
@@ -31,7 +34,7 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> to
 
 
 def naive_attention(q, k, v, causal=True, scale=None):
-    """Dense attention over one sequence, computed in fp32, returned in q's dtype.
+    """Dense attention over one sequence, computed in fp32 (float64 inputs: in float64), returned in q's dtype.
 
     q (T, num_heads, head_dim); k, v (S, num_kv_heads, head_dim) with S >= T. The T queries are
     the LAST T positions of the S-token sequence: query i sits at position S - T + i and, when
@@ -44,9 +47,10 @@ def naive_attention(q, k, v, causal=True, scale=None):
     S, num_kv_heads, _ = k.shape
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     group = num_heads // num_kv_heads
-    k = k.float().repeat_interleave(group, dim=1)                          # (S, num_heads, head_dim)
-    v = v.float().repeat_interleave(group, dim=1)                          # (S, num_heads, head_dim)
-    scores = torch.einsum("thd,shd->hts", q.float(), k) * scale            # (num_heads, T, S)
+    compute = torch.promote_types(q.dtype, torch.float32)                  # fp32, or float64 for float64
+    k = k.to(compute).repeat_interleave(group, dim=1)                      # (S, num_heads, head_dim)
+    v = v.to(compute).repeat_interleave(group, dim=1)                      # (S, num_heads, head_dim)
+    scores = torch.einsum("thd,shd->hts", q.to(compute), k) * scale        # (num_heads, T, S)
     if causal:
         q_pos = torch.arange(S - T, S, device=q.device)[:, None]           # (T, 1)
         k_pos = torch.arange(S, device=q.device)[None, :]                  # (1, S)
@@ -55,21 +59,31 @@ def naive_attention(q, k, v, causal=True, scale=None):
     return torch.einsum("hts,shd->thd", probs, v).to(q.dtype)              # (T, num_heads, head_dim)
 
 
-def paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale=None, num_splits=1):
-    """Reference for paged_decode_attention; num_splits is accepted and ignored (same maths)."""
+def host_ints(values, values_cpu=None) -> list[int]:
+    """Host lengths: values_cpu if given, else the values themselves (a tensor is copied to the host)."""
+    if values_cpu is not None:
+        return [int(x) for x in values_cpu]
+    return torch.as_tensor(values).tolist()
+
+
+def paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale=None, num_splits=None, *,
+                               context_lens_cpu=None, check=True):
+    """Reference for paged_decode_attention; num_splits and check are accepted and ignored (same maths)."""
     out = torch.empty_like(q)                                              # (num_seqs, num_heads, head_dim)
-    for s, n in enumerate(torch.as_tensor(context_lens).tolist()):
+    for s, n in enumerate(host_ints(context_lens, context_lens_cpu)):
         k = gather_kv(k_cache, block_tables[s], n)                         # (n, kv_heads, head_dim)
         v = gather_kv(v_cache, block_tables[s], n)
         out[s] = naive_attention(q[s : s + 1], k, v, causal=False, scale=scale)[0]
     return out
 
 
-def extend_attention_ref(q, k_cache, v_cache, block_tables, prefix_lens, extend_lens, scale=None):
+def extend_attention_ref(q, k_cache, v_cache, block_tables, prefix_lens, extend_lens, scale=None, *,
+                         prefix_lens_cpu=None, extend_lens_cpu=None, check=True):
     """Reference for extend_attention: per request, gather prefix + new tokens, causal attention."""
     out = torch.empty_like(q)                                              # (total_new_tokens, num_heads, head_dim)
     start = 0
-    for r, (p, e) in enumerate(zip(torch.as_tensor(prefix_lens).tolist(), torch.as_tensor(extend_lens).tolist())):
+    pairs = zip(host_ints(prefix_lens, prefix_lens_cpu), host_ints(extend_lens, extend_lens_cpu))
+    for r, (p, e) in enumerate(pairs):
         if e == 0:
             continue
         k = gather_kv(k_cache, block_tables[r], p + e)                     # (p + e, kv_heads, head_dim)
@@ -79,7 +93,7 @@ def extend_attention_ref(q, k_cache, v_cache, block_tables, prefix_lens, extend_
     return out
 
 
-def store_kvcache_ref(key, value, k_cache, v_cache, slot_mapping):
+def store_kvcache_ref(key, value, k_cache, v_cache, slot_mapping, *, check=True):
     """Reference for store_kvcache: writes in place and returns (k_cache, v_cache).
 
     Token t goes to block slot // block_size, offset slot % block_size; slot -1 is skipped.
@@ -94,7 +108,7 @@ def store_kvcache_ref(key, value, k_cache, v_cache, slot_mapping):
     return k_cache, v_cache
 
 
-def copy_blocks_ref(k_cache, v_cache, block_mapping):
+def copy_blocks_ref(k_cache, v_cache, block_mapping, *, check=True):
     """Reference for copy_blocks: for each (src, dst), block dst becomes a copy of block src.
 
     Works in place and returns (k_cache, v_cache). Example: [(3, 7)] -> k_cache[7] = k_cache[3].

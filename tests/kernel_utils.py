@@ -20,14 +20,15 @@ def tolerance(dtype: torch.dtype) -> dict:
     return {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=3e-3, rtol=3e-3)}[dtype]
 
 
-def make_paged_cache(seq_lens, block_size, num_kv_heads, head_dim, dtype, seed=0, spare_blocks=3, pad_blocks=1):
+def make_paged_cache(seq_lens, block_size, num_kv_heads, head_dim, dtype, seed=0, spare_blocks=3, pad_blocks=1,
+                     poison=POISON):
     """K/V caches and block tables for sequences of the given lengths, blocks shuffled.
 
     Returns (k_cache, v_cache, block_tables) with
     k_cache, v_cache (num_blocks, block_size, num_kv_heads, head_dim) and block_tables
     (num_seqs, max_blocks + pad_blocks) int32. Physical blocks are a random permutation, with
     ``spare_blocks`` never used; table entries past a sequence's blocks are -1; every unused
-    slot holds POISON.
+    slot holds ``poison`` (POISON, or NaN: then even a load weighted by zero shows).
 
     Example: seq_lens [5], block_size 4 -> 2 blocks used, e.g. table [[6, 1, -1]].
     """
@@ -36,8 +37,8 @@ def make_paged_cache(seq_lens, block_size, num_kv_heads, head_dim, dtype, seed=0
     num_blocks = sum(used) + spare_blocks
     perm = torch.randperm(num_blocks, generator=g).tolist()
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    k_cache = torch.full(shape, POISON, dtype=dtype)
-    v_cache = torch.full(shape, POISON, dtype=dtype)
+    k_cache = torch.full(shape, poison, dtype=dtype)
+    v_cache = torch.full(shape, poison, dtype=dtype)
     max_blocks = max(used, default=0) + pad_blocks
     block_tables = torch.full((len(seq_lens), max_blocks), -1, dtype=torch.int32)
     next_free = 0
@@ -50,6 +51,11 @@ def make_paged_cache(seq_lens, block_size, num_kv_heads, head_dim, dtype, seed=0
             k_cache[b, :tokens] = torch.randn((tokens, num_kv_heads, head_dim), generator=g).to(dtype)
             v_cache[b, :tokens] = torch.randn((tokens, num_kv_heads, head_dim), generator=g).to(dtype)
     return k_cache.to(DEVICE), v_cache.to(DEVICE), block_tables.to(DEVICE)
+
+
+def as_f64(*tensors):
+    """CPU float64 copies: the references then compute in float64 (a reference for the fp32 reference)."""
+    return [t.detach().cpu().double() if t.is_floating_point() else t.cpu() for t in tensors]
 
 
 def randn(*shape, dtype=torch.float32, seed=1):

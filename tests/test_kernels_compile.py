@@ -26,3 +26,9 @@ def test_all_kernels_compile_for_sm90():
     splitk = sum(1 for c in ATTENTION_CONFIGS if c[-1] > 1)
     assert len(records) == 2 * len(ATTENTION_CONFIGS) + splitk + 2 * len(CACHE_CONFIGS) + 1  # + one unaligned
     assert all(r["cubin_bytes"] > 0 for r in records)
+    with_usage = [r for r in records if "registers" in r]                   # ptxas found (it ships with triton)
+    spilled = [f"{r['kernel']}: {r['spill_bytes']} bytes" for r in with_usage if r["spill_bytes"]]
+    assert not spilled, spilled
+    # Real shapes (block 16, head_dim >= 64, including 80 and 96 padded to 128) keep pipelined loads.
+    real = [r for r in records if r["kernel"].startswith("paged_decode_kernel") and " bs16 " in r["kernel"]]
+    assert real and all(r["cp_async"] > 0 for r in real), [(r["kernel"], r["cp_async"]) for r in real]

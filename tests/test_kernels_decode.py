@@ -1,4 +1,5 @@
-"""Paged decode attention against its references: GQA, ragged contexts, shuffled blocks, split-K.
+"""Paged decode attention against its references: GQA, ragged contexts, shuffled blocks, split-K,
+head_dim 80/96 (padded tiles), groups wider than one program's 16 rows.
 
 Sizes are tiny on purpose: in the Triton interpreter one (program x loop iteration) costs
 about 2.5 ms, and a decode program loops over ceil(context_len / 64) tiles.
@@ -7,10 +8,19 @@ about 2.5 ms, and a decode program loops over ceil(context_len / 64) tiles.
 import pytest
 import torch
 
-from kvlab.kernels import KERNEL_MODE, naive_attention, paged_decode_attention, paged_decode_attention_ref
+from kvlab.kernels import KERNEL_MODE, naive_attention, paged_decode_attention, paged_decode_attention_ref, plan_decode
 from kvlab.kernels.paged_decode import launch_paged_decode
 from kvlab.kernels.reference import gather_kv
-from kernel_utils import assert_guard_intact, guarded_empty, make_paged_cache, randn, tensor, tolerance, zeros
+from kernel_utils import (
+    as_f64,
+    assert_guard_intact,
+    guarded_empty,
+    make_paged_cache,
+    randn,
+    tensor,
+    tolerance,
+    zeros,
+)
 
 F32, F16 = torch.float32, torch.float16
 
@@ -24,6 +34,11 @@ CASES = [
     (8, 2, 128, 16, F16, [200, 1, 48], 3),        # split-K, fp16, head_dim 128
     (2, 1, 16, 4, F32, [3, 70], 8),               # more splits than tiles
     (2, 2, 8, 4, F32, [1, 9], 1),                 # head_dim 8: the no-tl.dot path
+    (4, 2, 80, 16, F32, [5, 70], 1),              # head_dim 80: 128-wide tiles, lanes 80-127 masked
+    (8, 2, 96, 16, F16, [33, 1, 64], 2),          # head_dim 96, fp16, split-K
+    (64, 1, 32, 4, F32, [9, 70], 1),              # group 64: four programs of 16 rows per KV head
+    (24, 1, 16, 4, F16, [20], 3),                 # group 24: a full chunk and a half-padded one, split-K
+    (6, 2, 12, 4, F32, [7, 30], None),            # head_dim 12 (tiles of 16), the run-time plan
 ]
 
 
@@ -96,15 +111,45 @@ def test_custom_scale_and_int64_indices():
     torch.testing.assert_close(out, ref, **tolerance(F32))
 
 
-@pytest.mark.parametrize("num_splits", [1, 2])
-def test_no_stray_writes_around_output(num_splits):
+def plan_for(q, k_cache, context_lens, **kwargs):
+    """The plan paged_decode_attention would make for these tensors (kwargs: num_splits, num_sms)."""
+    _, block_size, kv_heads, head_dim = k_cache.shape
+    return plan_decode(q.shape[0], q.shape[1], kv_heads, head_dim, block_size, q.dtype,
+                       context_lens=context_lens.tolist(), **kwargs)
+
+
+@pytest.mark.parametrize("num_splits, head_dim", [(1, 32), (2, 32), (3, 80)])
+def test_no_stray_writes_around_output(num_splits, head_dim):
     """Write into a strided view of a sentinel-filled buffer: only the view may change."""
-    q, k_cache, v_cache, block_tables, context_lens = _inputs((8, 2, 32, 4, F16, [5, 70], 1))
+    q, k_cache, v_cache, block_tables, context_lens = _inputs((8, 2, head_dim, 4, F16, [5, 70], 1))
     big, out = guarded_empty(tuple(q.shape), q.dtype)
-    launch_paged_decode(q, k_cache, v_cache, block_tables, context_lens, out, 32**-0.5, num_splits)
+    plan = plan_for(q, k_cache, context_lens, num_splits=num_splits)
+    launch_paged_decode(q, k_cache, v_cache, block_tables, context_lens, out, head_dim**-0.5, plan)
     assert_guard_intact(big, out)
     ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens)
     torch.testing.assert_close(out, ref, **tolerance(F16))
+
+
+@pytest.mark.parametrize("head_dim", [32, 80])
+def test_result_does_not_depend_on_the_split_count(head_dim):
+    """Forced split counts and the plan a 132-SM GPU would choose all match the fp32 and float64
+    references; unused slots hold NaN, so a kernel that loaded one (even with weight 0) would show
+    it; with head_dim 80 the padded lanes 80-127 of the last KV head point into such slots."""
+    lens = [1, 37, 200]
+    k_cache, v_cache, block_tables = make_paged_cache(lens, 16, 2, head_dim, F32, seed=11, poison=float("nan"))
+    q = randn(3, 8, head_dim, seed=12)
+    context_lens = tensor(lens, dtype=torch.int32)
+    ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens)
+    ref64 = paged_decode_attention_ref(*as_f64(q, k_cache, v_cache, block_tables, context_lens))
+    gpu_plan = plan_for(q, k_cache, context_lens, num_sms=132)
+    assert gpu_plan.num_splits > 1 and gpu_plan.seq_splits == [1, 1, 2]   # 200 tokens = 4 tiles, in pieces of 2
+    plans = [plan_for(q, k_cache, context_lens, num_splits=s) for s in (1, 2, 3, 7)] + [gpu_plan]
+    for plan in plans:
+        big, out = guarded_empty(tuple(q.shape), q.dtype)
+        launch_paged_decode(q, k_cache, v_cache, block_tables, context_lens, out, head_dim**-0.5, plan)
+        assert_guard_intact(big, out)
+        torch.testing.assert_close(out, ref, atol=2e-6, rtol=2e-6, msg=lambda m: f"{plan.explain()}\n{m}")
+        torch.testing.assert_close(out.cpu().double(), ref64, atol=2e-6, rtol=2e-6)
 
 
 def test_non_contiguous_query():
@@ -118,9 +163,15 @@ def test_non_contiguous_query():
 
 
 @pytest.mark.skipif(KERNEL_MODE != "native", reason="bf16 is wrong in the Triton interpreter; GPU only")
-def test_decode_bf16_on_gpu():
-    q, k_cache, v_cache, block_tables, context_lens = _inputs((32, 8, 128, 16, torch.bfloat16, [1, 300, 64], 1))
-    out = paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, num_splits=2)
+@pytest.mark.parametrize("case", [
+    (32, 8, 128, 16, torch.bfloat16, [1, 300, 64], 2),
+    (32, 8, 128, 16, torch.bfloat16, [5000, 17], None),     # the GPU's own plan: the long one is split
+    (16, 2, 80, 16, torch.bfloat16, [700, 5], None),        # head_dim 80
+    (64, 1, 96, 16, torch.bfloat16, [2000], None),          # head_dim 96, group 64: 4 row chunks, split
+], ids=_ids)
+def test_decode_bf16_on_gpu(case):
+    q, k_cache, v_cache, block_tables, context_lens = _inputs(case)
+    out = paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, num_splits=case[-1])
     ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
 

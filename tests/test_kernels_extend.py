@@ -1,16 +1,25 @@
 """Prefix (extend) attention against its references, with prefix lengths 0 and non-zero.
 
 Also checks the property the radix cache relies on: attention for the new tokens computed
-over a cached prefix equals what a full recomputation gives for those positions.
+over a cached prefix equals what a full recomputation gives for those positions, and the
+edges of the causal-mask skip (key tiles wholly before a program's first new token are read
+without a mask, fp16/bf16 only: TILE_N 64 there).
 """
 
 import pytest
 import torch
 
-from kvlab.kernels import KERNEL_MODE, extend_attention, extend_attention_ref, naive_attention, paged_decode_attention
+from kvlab.kernels import (
+    KERNEL_MODE,
+    extend_attention,
+    extend_attention_ref,
+    naive_attention,
+    paged_decode_attention,
+    plan_extend,
+)
 from kvlab.kernels.extend import launch_extend_attention
 from kvlab.kernels.reference import gather_kv
-from kernel_utils import assert_guard_intact, guarded_empty, make_paged_cache, randn, tensor, tolerance
+from kernel_utils import as_f64, assert_guard_intact, guarded_empty, make_paged_cache, randn, tensor, tolerance
 
 F32, F16 = torch.float32, torch.float16
 
@@ -22,6 +31,9 @@ CASES = [
     (4, 1, 32, 4, F16, [8, 3], [0, 6]),            # a request with nothing new
     (2, 2, 8, 4, F32, [4], [5]),                   # head_dim 8: the no-tl.dot path
     (4, 2, 32, 4, F32, [70], [2]),                 # long prefix, two key tiles
+    (4, 2, 80, 16, F32, [20, 0], [5, 9]),          # head_dim 80: 128-wide tiles, masked lanes
+    (8, 2, 96, 16, F16, [64, 3], [17, 2]),         # head_dim 96, fp16 (unmasked loop over the 64-token prefix)
+    (64, 1, 32, 4, F16, [5], [6]),                 # group 64: 4 programs of 16 heads x 4 tokens
 ]
 
 
@@ -60,6 +72,25 @@ def test_cached_prefix_equals_full_recomputation():
         torch.testing.assert_close(out, dense[prefix:], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("prefix, extend", [(63, 3), (62, 3), (64, 2), (110, 20), (0, 130)],
+                         ids=["key-tile-ends-at-first-token", "key-tile-ends-one-past-it", "token-opens-a-tile",
+                              "second-block-starts-at-126", "no-prefix-three-tiles"])
+def test_causal_mask_skip_edges(prefix, extend):
+    """fp16 (the unmasked full-tile loop is on): the program's first new token at the end of a key
+    tile, at the start of one, and token blocks whose diagonal falls on either side of a tile
+    edge; NaN in every unused slot. Against fp32 and float64 references."""
+    k_cache, v_cache, block_tables = make_paged_cache([prefix + extend], 16, 1, 32, F16, seed=5,
+                                                      poison=float("nan"))
+    q = randn(extend, 4, 32, dtype=F16, seed=6)
+    plan = plan_extend(1, 4, 1, 32, 16, F16, extend)
+    assert plan.meta["SKIP_FULL_MASK"] and plan.meta["TILE_N"] == 64 and plan.meta["BLOCK_M"] == 16
+    out = extend_attention(q, k_cache, v_cache, block_tables, [prefix], [extend])
+    torch.testing.assert_close(out, extend_attention_ref(q, k_cache, v_cache, block_tables, [prefix], [extend]),
+                               **tolerance(F16))
+    ref64 = extend_attention_ref(*as_f64(q, k_cache, v_cache, block_tables), [prefix], [extend])
+    torch.testing.assert_close(out.cpu().double(), ref64, **tolerance(F16))
+
+
 def test_one_new_token_equals_decode():
     q, k_cache, v_cache, block_tables = _inputs((8, 2, 32, 4, F32, [9, 0, 4], [1, 1, 1]))
     out = extend_attention(q, k_cache, v_cache, block_tables, [9, 0, 4], [1, 1, 1])
@@ -79,10 +110,16 @@ def test_no_stray_writes_around_output():
 
 
 @pytest.mark.skipif(KERNEL_MODE != "native", reason="bf16 is wrong in the Triton interpreter; GPU only")
-def test_extend_bf16_on_gpu():
-    q, k_cache, v_cache, block_tables = _inputs((32, 8, 128, 16, torch.bfloat16, [100, 0], [37, 64]))
-    out = extend_attention(q, k_cache, v_cache, block_tables, [100, 0], [37, 64])
-    ref = extend_attention_ref(q, k_cache, v_cache, block_tables, [100, 0], [37, 64])
+@pytest.mark.parametrize("case", [
+    (32, 8, 128, 16, torch.bfloat16, [100, 0], [37, 64]),
+    (16, 2, 80, 16, torch.bfloat16, [130, 63], [70, 2]),    # head_dim 80
+    (64, 1, 96, 16, torch.bfloat16, [64, 0], [20, 9]),      # head_dim 96, group 64
+], ids=_ids)
+def test_extend_bf16_on_gpu(case):
+    q, k_cache, v_cache, block_tables = _inputs(case)
+    pre, ext = case[5], case[6]
+    out = extend_attention(q, k_cache, v_cache, block_tables, pre, ext)
+    ref = extend_attention_ref(q, k_cache, v_cache, block_tables, pre, ext)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
 
 

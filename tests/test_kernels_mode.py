@@ -86,7 +86,7 @@ def test_public_api():
     assert set(K.__all__) == {
         "KERNEL_MODE", "DEVICE", "kernel_mode_report", "self_test", "paged_decode_attention", "store_kvcache",
         "extend_attention", "copy_blocks", "paged_decode_attention_ref", "store_kvcache_ref", "extend_attention_ref",
-        "copy_blocks_ref", "naive_attention",
+        "copy_blocks_ref", "naive_attention", "plan_decode", "plan_extend",
     }
     assert all(hasattr(K, name) for name in K.__all__)
 

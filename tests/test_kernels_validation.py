@@ -1,9 +1,11 @@
 """Every input check of the kernel wrappers: a bad argument raises ValueError naming it.
 
 In the interpreter an out-of-bounds access is silent, so these checks are the only guard;
-each case below starts from valid inputs and breaks exactly one thing.
+each case below starts from valid inputs and breaks exactly one thing. Lengths, positions and
+block ids are integers: floats and bools are refused (numpy integers and int tensors are fine).
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -44,8 +46,8 @@ DECODE_ERRORS = [
      "v_cache strides"),
     ("block-size-not-pow2", dict(k_cache=bad_cache((6, 6, 2, 16)), v_cache=bad_cache((6, 6, 2, 16))),
      r"block_size \(k_cache.shape\[1\]\) must be a power of two.*6"),
-    ("head-dim-not-pow2", dict(q=randn(2, 4, 24), k_cache=bad_cache((6, 4, 2, 24)), v_cache=bad_cache((6, 4, 2, 24))),
-     r"head_dim \(k_cache.shape\[3\]\) must be a power of two.*24"),
+    ("head-dim-too-big", dict(q=randn(2, 4, 264), k_cache=bad_cache((6, 4, 2, 264)), v_cache=bad_cache((6, 4, 2, 264))),
+     r"head_dim \(k_cache.shape\[3\]\) must be in \[1, 256\], got 264"),
     ("cache-not-contiguous",
      dict(k_cache=bad_cache((6, 4, 16, 2)).transpose(2, 3), v_cache=bad_cache((6, 4, 16, 2)).transpose(2, 3)),
      "k_cache must be contiguous in its last two dimensions"),
@@ -61,6 +63,13 @@ DECODE_ERRORS = [
      r"block_tables\[0, 1\] = 99 is not a block id in \[0, 7\)"),
     ("block-id-negative", dict(block_tables=lambda a: a["block_tables"].index_fill(1, tensor([0]), -1)),
      r"block_tables\[0, 0\] = -1"),
+    ("cpu-lens-float", dict(context_lens_cpu=[5, 7.5]), r"context_lens_cpu\[1\] = 7.5 is not an int \(float\)"),
+    ("cpu-lens-bool", dict(context_lens_cpu=[True, 8]), r"context_lens_cpu\[0\] = True is not an int \(bool\)"),
+    ("cpu-lens-count", dict(context_lens_cpu=[5]), "context_lens_cpu has 1 entries, expected 2"),
+    ("cpu-lens-disagree", dict(context_lens_cpu=[5, 7]), r"context_lens_cpu = \[5, 7\] differs from context_lens = \[5, 8\]"),
+    ("cpu-lens-over-capacity", dict(context_lens_cpu=[5, 13], check=False),
+     r"context_lens_cpu\[1\] = 13 exceeds .* = 12 tokens"),
+    ("cpu-lens-zero", dict(context_lens_cpu=[0, 8], check=False), r"context_lens_cpu\[0\] = 0"),
 ]
 
 
@@ -70,7 +79,15 @@ def test_decode_rejects(change, match):
         paged_decode_attention(**decode_args(**change))
 
 
-@pytest.mark.parametrize("num_splits", [0, 1.5, True, 5000])
+def test_decode_accepts_numpy_and_unchecked_host_lengths():
+    """numpy integers are ints; check=False with host lengths gives the same answer."""
+    args = decode_args()
+    want = paged_decode_attention(**args)
+    got = paged_decode_attention(**args, context_lens_cpu=np.array([5, 8]), num_splits=np.int64(2), check=False)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("num_splits", [0, 1.5, True, 5000, "2"])
 def test_decode_rejects_num_splits(num_splits):
     with pytest.raises(ValueError, match="num_splits"):
         paged_decode_attention(**decode_args(), num_splits=num_splits)
@@ -132,8 +149,18 @@ EXTEND_ERRORS = [
     ("rows-vs-extend", dict(q=randn(4, 4, 16)), r"q has 4 rows but sum\(extend_lens\) = 5"),
     ("negative-prefix", dict(prefix_lens=[-1, 0], q=randn(5, 4, 16)), r"prefix_lens\[0\] = -1 is negative"),
     ("lens-count", dict(extend_lens=[5]), "extend_lens has 1 entries, expected 2"),
-    ("lens-not-ints", dict(prefix_lens=["a", 0]), "prefix_lens must be a 1-D int tensor or a list of ints"),
-    ("lens-2d", dict(prefix_lens=zeros(2, 1, dtype=torch.int32)), "prefix_lens must be 1-D"),
+    ("lens-not-ints", dict(prefix_lens=["a", 0]), r"prefix_lens\[0\] = 'a' is not an int \(str\)"),
+    ("lens-float", dict(prefix_lens=[2.7, 0], extend_lens=[2, 3]), r"prefix_lens\[0\] = 2.7 is not an int \(float\)"),
+    ("lens-whole-float", dict(extend_lens=[2.0, 3]), r"extend_lens\[0\] = 2.0 is not an int \(float\)"),
+    ("lens-bool", dict(extend_lens=[True, 3], q=randn(4, 4, 16)), r"extend_lens\[0\] = True is not an int \(bool\)"),
+    ("lens-numpy-float", dict(prefix_lens=np.array([4.0, 0.0])), r"prefix_lens\[0\] = .*4.0.* is not an int"),
+    ("lens-float-tensor", dict(extend_lens=tensor([2.0, 3.0])), "extend_lens has dtype float32"),
+    ("lens-not-a-list", dict(prefix_lens=4), "prefix_lens must be a 1-D int tensor or a list of ints"),
+    ("lens-2d", dict(prefix_lens=zeros(2, 1, dtype=torch.int32)), "prefix_lens must have 1 dimensions"),
+    ("cpu-for-a-list", dict(prefix_lens_cpu=[4, 0]), "prefix_lens_cpu is for a tensor prefix_lens"),
+    ("cpu-disagree", dict(prefix_lens=tensor([4, 0], dtype=torch.int32), prefix_lens_cpu=[3, 0]),
+     r"prefix_lens_cpu = \[3, 0\] differs from prefix_lens = \[4, 0\]"),
+    ("cpu-float", dict(extend_lens_cpu=[2, 3.5]), r"extend_lens_cpu\[1\] = 3.5 is not an int"),
     ("over-capacity", dict(prefix_lens=[11, 0]), r"prefix_lens\[0\] \+ extend_lens\[0\] = 13 exceeds .* = 12 tokens"),
     ("padding-entry-used", dict(prefix_lens=[7, 0]), r"block_tables\[0, 2\] = -1 .* prefix_lens\[0\] \+ extend_lens\[0\] = 9"),
     ("bad-block", dict(block_tables=tensor([[0, 99, 0], [1, 2, 3]], dtype=torch.int32)),
@@ -149,6 +176,20 @@ def test_extend_rejects(change, match):
         extend_attention(**extend_args(**change))
 
 
+def test_extend_accepts_numpy_tensors_and_unchecked_lengths():
+    """numpy integers, int64 tensors, and tensors with host copies under check=False: one answer."""
+    args = extend_args()
+    want = extend_attention(**args)
+    variants = [
+        dict(prefix_lens=np.array([4, 0]), extend_lens=[np.int32(2), 3]),
+        dict(prefix_lens=tensor([4, 0]), extend_lens=tensor([2, 3]), check=False),        # no host copies: q bounds the grid
+        dict(prefix_lens=tensor([4, 0]), extend_lens=tensor([2, 3], dtype=torch.int32), prefix_lens_cpu=[4, 0],
+             extend_lens_cpu=(2, 3), check=False),
+    ]
+    for change in variants:
+        torch.testing.assert_close(extend_attention(**{**args, **change}), want, atol=1e-6, rtol=1e-6)
+
+
 COPY_ERRORS = [
     ("src-out-of-range", [(5, 1)], r"block_mapping\[0\] src = 5 is not a block id in \[0, 5\)"),
     ("dst-negative", [(0, 1), (2, -1)], r"block_mapping\[1\] dst = -1"),
@@ -157,6 +198,8 @@ COPY_ERRORS = [
     ("not-pairs", [(0, 1, 2)], "block_mapping must be \\(src, dst\\) pairs"),
     ("tensor-shape", tensor([[0, 1, 2]]), r"block_mapping must have shape \(n, 2\)"),
     ("tensor-float", tensor([[0.0, 1.0]]), "block_mapping has dtype torch.float32"),
+    ("float-id", [(0, 1), (2.7, 3)], r"block_mapping\[1\] src = 2.7 is not an int \(float\)"),
+    ("bool-id", [(0, True)], r"block_mapping\[0\] dst = True is not an int \(bool\)"),
 ]
 
 
