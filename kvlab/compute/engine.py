@@ -132,7 +132,7 @@ class Engine:
         self.cache_manager = CacheManager(num_blocks, block_size, radix=radix, eviction_policy=eviction_policy, log=log)
         self.scheduler = Scheduler(self.cache_manager, max_batch_size, order)
         self.kv_pool = PagedKVPool.for_model(model, num_blocks, block_size)
-        self.runner = ModelRunner(model, self.kv_pool, attention_backend)
+        self.runner = ModelRunner(model, self.kv_pool, attention_backend, check=check)  # check: kernels re-validate
         self.model = model
         self.attention_backend = attention_backend
         self.check = check

@@ -16,11 +16,16 @@ scheduler reserved the slots through the cache manager first)::
     block_tables  (B, max_blocks) each sequence's blocks, padded with 0
     context_lens  (B,)            tokens each sequence attends over after this pass
     prefix_lens, extend_lens (B,) cached / new tokens per sequence
+    *_lens_cpu                    the same lengths as host tuples: the kernels size their grids and
+                                  split-K plans from these, so a step makes no device-to-host copy
 
 ``run`` stores the new K/V with ``store_kvcache`` and attends with ``paged_decode_attention``
 when every sequence adds one token (``forward_mode == "decode"``), ``extend_attention``
 otherwise, then returns the logits of each sequence's last new token. Sampling is
-``kvlab.compute.sampler``'s job.
+``kvlab.compute.sampler``'s job. The index tensors are built on the host and uploaded without a
+sync (``kvlab.kernels.plan.upload_ints``); ``check=True`` makes the kernels re-validate every
+input against the device tensors (tests), ``check=False`` (the default) trusts the lengths the
+runner computed itself.
 
 Mirrors nano-vllm ``nanovllm/engine/model_runner.py`` (``prepare_prefill``, ``prepare_decode``,
 ``prepare_block_tables``, ``run``) and SGLang ``forward_batch_info.py`` (``ForwardBatch``,
@@ -46,6 +51,7 @@ from collections import abc
 
 import torch
 
+from ..kernels.plan import upload_ints
 from ..memory.block_table import slot_mapping
 from .kv_tensors import PagedKVPool, kernel_ops
 from .sequence import Sequence
@@ -55,11 +61,9 @@ __all__ = ["ForwardBatch", "ModelRunner", "block_tables_tensor"]
 
 def block_tables_tensor(tables: abc.Sequence[abc.Sequence[int]], device="cpu") -> torch.Tensor:
     """Ragged block tables -> (num_seqs, max_blocks) int32, padded with 0 (ignored past each length)."""
-    width = max((len(t) for t in tables), default=0)
-    out = torch.zeros((len(tables), max(width, 1)), dtype=torch.int32)   # (B, max_blocks)
-    for i, t in enumerate(tables):
-        out[i, : len(t)] = torch.as_tensor(list(t), dtype=torch.int32)
-    return out.to(device)
+    width = max(1, max((len(t) for t in tables), default=0))
+    rows = [list(t) + [0] * (width - len(t)) for t in tables]
+    return upload_ints(rows, device) if rows else torch.zeros((0, width), dtype=torch.int32, device=device)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,9 @@ class ForwardBatch:
     prefix_lens: torch.Tensor    # (B,) int32
     extend_lens: torch.Tensor    # (B,) int32
     last_rows: torch.Tensor      # (B,) long: the row of each sequence's last new token
+    context_lens_cpu: tuple[int, ...] = ()   # the same lengths on the host
+    prefix_lens_cpu: tuple[int, ...] = ()
+    extend_lens_cpu: tuple[int, ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -85,11 +92,12 @@ class ModelRunner:
     """Runs ``model`` over ``kv_pool`` with the ``attention_backend`` ops ("torch" references or
     "triton" kernels)."""
 
-    def __init__(self, model, kv_pool: PagedKVPool, attention_backend: str = "torch") -> None:
+    def __init__(self, model, kv_pool: PagedKVPool, attention_backend: str = "torch", check: bool = False) -> None:
         self.ops = kernel_ops(attention_backend)
         self.model = model
         self.kv_pool = kv_pool
         self.attention_backend = attention_backend
+        self.check = check
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, token_ids: abc.Sequence[int], block_tables: abc.Sequence[abc.Sequence[int]],
@@ -108,17 +116,23 @@ class ModelRunner:
                 raise ValueError(f"sequence {r}: positions up to {p + e - 1} need more than its {len(table)} block(s)")
             positions.extend(range(p, p + e))
             slots.extend(slot_mapping(table, p, p + e, bs))
-        int32 = dict(dtype=torch.int32, device=dev)
+        ctx = tuple(p + e for p, e in zip(prefix_lens, extend_lens))
+        pre, ext = tuple(prefix_lens), tuple(extend_lens)
+        last, acc = [], 0
+        for e in ext:
+            acc += e
+            last.append(acc - 1)
         return ForwardBatch(
-            forward_mode="decode" if max(extend_lens) == 1 else "extend",
-            input_ids=torch.tensor(list(token_ids), dtype=torch.long, device=dev),                # (N,)
-            positions=torch.tensor(positions, dtype=torch.long, device=dev),                     # (N,)
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),                      # (N,)
-            block_tables=block_tables_tensor(block_tables, dev),                                 # (B, max_blocks)
-            context_lens=torch.tensor([p + e for p, e in zip(prefix_lens, extend_lens)], **int32),  # (B,)
-            prefix_lens=torch.tensor(list(prefix_lens), **int32),                                # (B,)
-            extend_lens=torch.tensor(list(extend_lens), **int32),                                # (B,)
-            last_rows=torch.tensor(list(extend_lens), device=dev).cumsum(0) - 1,                 # (B,)
+            forward_mode="decode" if max(ext) == 1 else "extend",
+            input_ids=upload_ints(list(token_ids), dev, torch.long),   # (N,)
+            positions=upload_ints(positions, dev, torch.long),         # (N,)
+            slot_mapping=upload_ints(slots, dev, torch.long),          # (N,)
+            block_tables=block_tables_tensor(block_tables, dev),       # (B, max_blocks)
+            context_lens=upload_ints(list(ctx), dev),                  # (B,)
+            prefix_lens=upload_ints(list(pre), dev),                   # (B,)
+            extend_lens=upload_ints(list(ext), dev),                   # (B,)
+            last_rows=upload_ints(last, dev, torch.long),              # (B,)
+            context_lens_cpu=ctx, prefix_lens_cpu=pre, extend_lens_cpu=ext,
         )
 
     def prepare_prefill(self, seqs: abc.Sequence[Sequence]) -> ForwardBatch:
@@ -158,15 +172,18 @@ class ModelRunner:
     def run(self, batch: ForwardBatch) -> torch.Tensor:
         """Store the new tokens' K/V, attend through the block tables; returns logits (B, V) of
         each sequence's last new token (fp32)."""
-        ops, pool = self.ops, self.kv_pool
+        ops, pool, check = self.ops, self.kv_pool, self.check
         decode = batch.forward_mode == "decode"
 
         def attention(layer: int, q, k, v):                                   # q (N, nh, hs); k, v (N, nkv, hs)
             kc, vc = pool.k_cache[layer], pool.v_cache[layer]                 # (NB, bs, nkv, hs)
-            ops.store_kvcache(k, v, kc, vc, batch.slot_mapping)
+            ops.store_kvcache(k, v, kc, vc, batch.slot_mapping, check=check)
             if decode:
-                return ops.paged_decode_attention(q, kc, vc, batch.block_tables, batch.context_lens)  # (N, nh, hs)
-            return ops.extend_attention(q, kc, vc, batch.block_tables, batch.prefix_lens, batch.extend_lens)
+                return ops.paged_decode_attention(q, kc, vc, batch.block_tables, batch.context_lens,  # (N, nh, hs)
+                                                  context_lens_cpu=batch.context_lens_cpu, check=check)
+            return ops.extend_attention(q, kc, vc, batch.block_tables, batch.prefix_lens, batch.extend_lens,
+                                        prefix_lens_cpu=batch.prefix_lens_cpu, extend_lens_cpu=batch.extend_lens_cpu,
+                                        check=check)
 
         logits = self.model(batch.input_ids, batch.positions, attention)     # (N, V)
         return logits[batch.last_rows]                                        # (B, V)
