@@ -2,11 +2,12 @@
 
     python -m kvlab translate --block-size 4 --table 3,7,1,5,9 --pos 9
     python -m kvlab size --model llama-2-70b --tokens 4096
+    python -m kvlab generate --prompt "Return the list" --max-tokens 32 --strategy paged
 
-Bad arguments print one line starting with ``kvlab: error:`` and exit with code 2.
+Bad arguments print one line starting with ``kvlab <command>: error:`` and exit with code 2.
 ``COMMANDS`` lists every command (name -> (help, add_arguments, run)); a command of a higher
-layer (``simulate``) imports its module only when it runs, so this file imports no layer above
-``kvlab.memory`` at start and nothing imports this file.
+layer (``simulate``, ``generate``) imports its module only when it runs, so this file imports no
+layer above ``kvlab.memory`` at start (not torch either) and nothing imports this file.
 """
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ import sys
 from typing import Callable
 
 from .memory.block_table import translate
-from .memory.kvspec import DTYPE_BYTES, MODELS, format_bytes, get_model
+from .memory.kvspec import DTYPE_BYTES, MODELS, KVSpec, format_bytes, get_model
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
-        print(f"kvlab: error: {message} (see: python -m kvlab {self.prog.split()[-1] if ' ' in self.prog else ''} --help)".replace("  ", " "), file=sys.stderr)
+        print(f"{self.prog}: error: {message} (see: python -m {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
 
 
@@ -94,10 +95,108 @@ def _run_simulate(a: argparse.Namespace) -> None:
     cli.run(a)
 
 
+LONG_RUN = 64  # tokens from which `generate` shows a progress bar on stderr
+STRATEGIES = ("naive", "contiguous", "paged")  # kvlab.compute.STRATEGIES (not imported here: torch; a test checks)
+
+
+def _add_generate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="a local Llama-architecture checkpoint folder in the Hugging Face layout "
+                        "(config.json, *.safetensors, tokenizer.json); default: the bundled model")
+    p.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt")
+    p.add_argument("--max-tokens", type=int, default=32, metavar="N", help="tokens to generate (default 32)")
+    p.add_argument("--strategy", default="paged", choices=STRATEGIES,
+                   help="naive recomputation, a contiguous cache, or a paged cache (default paged)")
+    p.add_argument("--block-size", type=int, default=16, metavar="B", help="tokens per block, paged only (default 16)")
+    p.add_argument("--no-progress", action="store_true", help=f"no progress bar (shown from {LONG_RUN} tokens)")
+
+
+def _run_generate(a: argparse.Namespace) -> None:
+    if a.max_tokens < 1:
+        raise UsageError(f"--max-tokens must be >= 1, got {a.max_tokens}")
+    if a.block_size < 1:
+        raise UsageError(f"--block-size must be >= 1, got {a.block_size}")
+    from .compute import generate, load_bundled, load_pretrained
+    from .compute.generate import validate
+
+    model, tok = load_bundled() if a.model is None else load_pretrained(a.model)
+    if tok is None:
+        raise UsageError(f"{a.model}: no tokenizer.json in the checkpoint folder (generate needs one to read "
+                         "the prompt)")
+    ids = tok.encode(a.prompt)
+    validate(model, ids, a.max_tokens, a.strategy)          # empty prompt, context overflow: before any work
+    bar, hook = None, None
+    if a.max_tokens >= LONG_RUN and not a.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=a.max_tokens, desc=f"generate ({a.strategy})", unit="tok", leave=False, file=sys.stderr)
+
+        def tick(*_) -> None:       # one forward pass per generated token; returns None (keeps the output)
+            bar.update(1)
+
+        hook = model.register_forward_hook(tick)
+    try:
+        res = generate(model, ids, a.max_tokens, a.strategy, block_size=a.block_size, keep=True)
+    finally:
+        if bar is not None:
+            hook.remove()
+            bar.close()
+    print(tok.decode(ids + res.tokens))
+    print()
+    for line in _kv_report(model, a, res):
+        print(line)
+    if res.manager is not None:
+        for sid in res.seq_ids:
+            res.manager.free(sid)
+
+
+def _kv_report(model, a: argparse.Namespace, res) -> list[str]:
+    """The KV cache this run held: tokens, blocks, bytes (the size formula filled in), time per step."""
+    c = model.config
+    elem = next(model.parameters()).element_size()
+    spec = KVSpec(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, elem, c.num_attention_heads)
+    P, M = len(res.prompt_ids), len(res.tokens)
+    kv_tokens = P + M - 1                                   # the last token is sampled, never fed back
+    where = "the bundled model" if a.model is None else a.model
+    rope = f"rope theta {c.rope_theta:g}" + (f", {c.rope_scaling['rope_type']} scaling" if c.rope_scaling else "")
+    out = [f"model      {where}: {c.num_hidden_layers} layers, {c.num_attention_heads} query heads, "
+           f"{c.num_key_value_heads} KV heads, head_dim {c.head_dim}, {str(model.dtype).removeprefix('torch.')}, "
+           f"{rope} (from {c.rope_source})",
+           f"tokens     prompt {P} + generated {M} = {P + M}; K/V held for {kv_tokens} "
+           "(the last token is never fed back)"]
+    if a.strategy == "paged":
+        table = res.manager.table(res.seq_ids[0])
+        nb, bs = len(table.block_ids), a.block_size
+        out += [f"blocks     {nb} of {bs} tokens = {nb * bs} slots, {nb * bs - kv_tokens} unused in the last block; "
+                f"block table {table.block_ids[:8]}{' ...' if nb > 8 else ''}",
+                f"bytes      {spec.formula(kv_tokens)}",
+                f"           in blocks {nb * bs * spec.bytes_per_token:,} bytes; the pool holds {res.pool.num_blocks} "
+                f"blocks, {res.kv_bytes:,} bytes"]
+    elif a.strategy == "contiguous":
+        out += [f"blocks     none: one buffer per layer for {res.kv_bytes // spec.bytes_per_token} tokens (prompt + "
+                "max tokens), reserved before the first step",
+                f"bytes      {spec.formula(kv_tokens)}",
+                f"           reserved {res.kv_bytes:,} bytes"]
+    else:
+        out += ["blocks     none: no cache; every step recomputes K and V of every token",
+                f"bytes      {spec.formula(kv_tokens)}",
+                "           what a cache would hold; this run kept none between steps"]
+    t = res.step_times
+    decode = t[1:]
+    line = f"time       prefill {t[0] * 1e3:.1f} ms ({P} tokens)"
+    if decode:
+        line += (f"; decode {sum(decode) / len(decode) * 1e3:.2f} ms per token (mean of {len(decode)} steps, "
+                 f"max {max(decode) * 1e3:.2f}); {M / sum(t):.0f} tokens/s")
+    out.append(line)
+    return out
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], None]]] = {
     "translate": ("walk a token position through a block table", _add_translate, _run_translate),
     "size": ("KV cache size of a model preset", _add_size, _run_size),
     "simulate": ("simulate serving a workload under memory policies (simulated)", _add_simulate, _run_simulate),
+    "generate": ("generate text with a local Llama checkpoint and report its KV cache (measured)", _add_generate,
+                 _run_generate),
 }
 
 

@@ -1,16 +1,25 @@
 """Load and save Llama checkpoints in the Hugging Face layout, and the bundled tiny model.
 
 A checkpoint folder holds ``config.json`` (Llama keys, read into
-:class:`~kvlab.compute.config.LlamaConfig`), ``model.safetensors`` or
-``model.safetensors.index.json`` with its shards, and ``tokenizer.json``. Every tensor is checked
-by name and shape before any is copied: a missing, unexpected or mis-shaped tensor raises
-:class:`CheckpointError` naming each one, and the model is left unchanged. Nothing is downloaded.
+:class:`~kvlab.compute.config.LlamaConfig`: both rope layouts, every value checked),
+``model.safetensors`` or ``model.safetensors.index.json`` with its shards, and ``tokenizer.json``.
+Every tensor is checked by name, shape and dtype before any is copied: a missing, unexpected or
+mis-shaped tensor raises :class:`CheckpointError` naming each one, and the model is left
+unchanged. Nothing is downloaded and no code runs (safetensors and JSON only).
+
+Every failure is one error type, :class:`CheckpointError`, whose ``file`` is the file at fault
+and whose ``field`` is the config key, tensor name or index entry: unreadable or invalid JSON,
+a truncated or corrupt safetensors file, a corrupt tokenizer.json, an index without a
+``weight_map``. Every file is read only if it resolves inside the checkpoint folder: a symlink out
+of it, a shard named ``../x.safetensors`` or ``/abs/x.safetensors`` is refused. (One exception:
+a Hugging Face hub cache snapshot, ``models--org--name/snapshots/<rev>/``, whose files are
+symlinks into the same repository's ``blobs/``.)
 
 Mirrors nano-vllm ``nanovllm/utils/loader.py`` (``load_model``: safetensors files into the
 module's parameters by name); kvlab checks every name and shape first, and keeps HF's names.
 
 Not handled here: quantized checkpoints, ``.bin`` (pickle) weights (refused with a message),
-downloading. (Issue 14 reworks this module; its behaviour is unchanged from kvlab 0.1.)
+downloading.
 
 Example:
     >>> model, tok = load_bundled()
@@ -19,23 +28,28 @@ Example:
     True
     >>> sorted(expected_shapes(model.config))[:2]
     ['model.embed_tokens.weight', 'model.layers.0.input_layernorm.weight']
+    >>> load_pretrained("/no/such/folder")
+    Traceback (most recent call last):
+    ...
+    kvlab.compute.config.CheckpointError: /no/such/folder: checkpoint folder does not exist
 """
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from .config import CheckpointError, LlamaConfig
 from .model import Llama, rope_inv_freq
-from .tokenizer import load_tokenizer
+from .tokenizer import ASSETS_MODEL_DIR, load_tokenizer
 
 __all__ = ["ASSETS_MODEL_DIR", "CheckpointError", "expected_shapes", "load_state", "load_pretrained",
            "save_pretrained", "load_bundled"]
 
-ASSETS_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "model"
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -60,49 +74,129 @@ def expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
+# ---- files: inside the folder, readable, well-formed ------------------------------------------
 
+def _hub_blobs(folder: Path) -> Path | None:
+    """``models--org--name/blobs`` when ``folder`` is a hub cache snapshot (its files link there)."""
+    repo = folder.parent.parent
+    if folder.parent.name == "snapshots" and repo.name.startswith("models--") and (repo / "blobs").is_dir():
+        return repo / "blobs"
+    return None
+
+
+def _inside(folder: Path, name: Any, *, listed_in: Path | None = None, field: str | None = None) -> Path:
+    """``folder / name``, refused (CheckpointError) when it is absolute or resolves outside ``folder``
+    (through ``..`` or a symlink). ``listed_in``/``field``: where the name came from, for the message."""
+    where = dict(file=listed_in or folder / str(name), field=field)
+    if not isinstance(name, str) or not name:
+        raise CheckpointError(f"{field}={name!r} must be a file name inside the checkpoint folder", **where)
+    if Path(name).is_absolute():
+        raise CheckpointError(f"{field or 'path'}={name!r} is an absolute path; only files inside the checkpoint "
+                              f"folder {folder} are read", **where)
+    path = folder / name
+    real = path.resolve()
+    blobs = _hub_blobs(folder)
+    if not (real.is_relative_to(folder) or (blobs is not None and real.is_relative_to(blobs.resolve()))):
+        what = f"{field}={name!r}" if field else name
+        raise CheckpointError(f"{what} resolves to {real}, outside the checkpoint folder {folder}; "
+                              "only files inside it are read", **where)
+    return path
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"cannot be read ({type(e).__name__}: {e})", file=path) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})", file=path,
+                              field=f"line {e.lineno} column {e.colno}") from None
+
+
+def _read_safetensors_file(path: Path, names: list[str] | None = None,
+                           listed_in: Path | None = None) -> dict[str, torch.Tensor]:
+    """The tensors ``names`` (all when None) of one safetensors file, floats only."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys = set(f.keys())
+            absent = [n for n in (names or []) if n not in keys]
+            tensors = {k: f.get_tensor(k) for k in (sorted(keys) if names is None else names) if k in keys}
+    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+        raise CheckpointError(f"is not a readable safetensors file ({type(e).__name__}: {e})", file=path) from None
+    if absent:
+        raise CheckpointError(f"tensors {absent[:5]} are listed in {listed_in} but not in this file",
+                              file=path, field=absent[0])
+    for k, t in tensors.items():
+        if t.dtype not in _FLOAT_DTYPES:
+            raise CheckpointError(f"tensor {k} has dtype {t.dtype}; only float32, float16, bfloat16 "
+                                  "(unquantized) weights are supported", file=path, field=k)
+    return tensors
+
+
+def _read_safetensors(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Path], Path]:
+    """(tensors, the file each came from, the file that lists them: index or model.safetensors)."""
     index = folder / "model.safetensors.index.json"
     single = folder / "model.safetensors"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
+    if index.is_file() or index.is_symlink():
+        _inside(folder, index.name)
+        data = _read_json(index)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            got = " is missing" if not isinstance(data, dict) or "weight_map" not in data else f"={weight_map!r}"[:60]
+            raise CheckpointError(f"weight_map{got}: it must be a non-empty object of tensor name -> shard file",
+                                  file=index, field="weight_map")
+        by_shard: dict[str, list[str]] = {}
+        for name, shard in weight_map.items():
+            _inside(folder, shard, listed_in=index, field=f"weight_map[{name!r}]")
+            by_shard.setdefault(shard, []).append(name)
         tensors: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(weight_map.values())):
+        files: dict[str, Path] = {}
+        for shard, names in sorted(by_shard.items()):
             if not (folder / shard).is_file():
-                raise CheckpointError(f"shard {shard} listed in {index.name} is missing from {folder}")
-            tensors.update(load_file(str(folder / shard)))
-        return tensors
-    if single.is_file():
-        return load_file(str(single))
+                raise CheckpointError(f"shard {shard} listed in {index.name} is missing from {folder}", file=index,
+                                      field=f"weight_map[{names[0]!r}]")
+            tensors.update(_read_safetensors_file(folder / shard, names, listed_in=index))
+            files.update(dict.fromkeys(names, folder / shard))
+        return tensors, files, index
+    if single.is_file() or single.is_symlink():
+        _inside(folder, single.name)
+        tensors = _read_safetensors_file(single)
+        return tensors, dict.fromkeys(tensors, single), single
     if list(folder.glob("*.bin")):
-        raise CheckpointError(f"{folder} has only .bin (pickle) weights; convert them to safetensors")
-    raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {folder}")
+        raise CheckpointError("has only .bin (pickle) weights; convert them to safetensors", file=folder)
+    raise CheckpointError("no model.safetensors or model.safetensors.index.json in the checkpoint folder", file=folder)
 
+
+# ---- tensors into the model --------------------------------------------------------------------
 
 def load_state(model: Llama, tensors: dict[str, torch.Tensor]) -> None:
     """Copy HF-named tensors into ``model``; raise CheckpointError naming every missing,
-    unexpected or mis-shaped tensor (the model is left unchanged on error)."""
+    unexpected or mis-shaped tensor (``field`` is the first of them; the model is left unchanged)."""
     cfg = model.config
     want = expected_shapes(cfg)
     tensors = {k: v for k, v in tensors.items() if not k.endswith("rotary_emb.inv_freq")}
     if cfg.tie_word_embeddings and "lm_head.weight" in tensors:
         if not torch.equal(tensors["lm_head.weight"], tensors.get("model.embed_tokens.weight", tensors["lm_head.weight"])):
-            raise CheckpointError("tie_word_embeddings=True but lm_head.weight differs from model.embed_tokens.weight")
+            raise CheckpointError("tie_word_embeddings=True but lm_head.weight differs from model.embed_tokens.weight",
+                                  field="lm_head.weight")
         tensors = {k: v for k, v in tensors.items() if k != "lm_head.weight"}
     missing = sorted(set(want) - set(tensors))
     unexpected = sorted(set(tensors) - set(want))
-    mismatched = sorted(f"{k}: checkpoint {tuple(tensors[k].shape)} vs config {want[k]}"
-                        for k in set(want) & set(tensors) if tuple(tensors[k].shape) != want[k])
+    mismatched = sorted(k for k in set(want) & set(tensors) if tuple(tensors[k].shape) != want[k])
     problems = []
+    if mismatched:
+        problems.append("mismatched shapes " + str([f"{k}: checkpoint {tuple(tensors[k].shape)} vs config {want[k]}"
+                                                    for k in mismatched]))
     if missing:
         problems.append(f"missing tensors {missing}")
     if unexpected:
         problems.append(f"unexpected tensors {unexpected}")
-    if mismatched:
-        problems.append(f"mismatched shapes {mismatched}")
     if problems:
-        raise CheckpointError("; ".join(problems))
+        raise CheckpointError("; ".join(problems), field=(mismatched or missing or unexpected)[0])
     params = dict(model.named_parameters())
     with torch.no_grad():
         for k in want:
@@ -113,27 +207,37 @@ def load_pretrained(folder: str | os.PathLike, dtype: torch.dtype = torch.float3
     """Load a Llama-architecture checkpoint in the Hugging Face layout from a local folder.
 
     The folder holds config.json (Llama keys), model.safetensors or model.safetensors.index.json
-    with its shards, and tokenizer.json. Returns (model in eval mode, kvlab.tokenizer.Tokenizer or
-    None when there is no tokenizer.json). Nothing is downloaded.
+    with its shards, and tokenizer.json. Returns (model in eval mode, kvlab Tokenizer or None when
+    there is no tokenizer.json). Nothing is downloaded. Every failure is a CheckpointError naming
+    the file (and the field): see the module docstring.
 
     Example: model, tok = load_pretrained("~/models/SmolLM2-135M")
     """
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise CheckpointError(f"checkpoint folder {folder} does not exist")
+    given = Path(folder).expanduser()
+    if not given.exists():
+        raise CheckpointError("checkpoint folder does not exist", file=given)
+    if not given.is_dir():
+        raise CheckpointError("is not a folder (give the checkpoint folder that holds config.json)", file=given)
+    folder = given.resolve()
     cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
-        raise CheckpointError(f"no config.json in {folder}")
-    cfg = LlamaConfig.from_dict(json.loads(cfg_path.read_text()))
-    tensors = _read_safetensors(folder)
+    if not (cfg_path.is_file() or cfg_path.is_symlink()):
+        raise CheckpointError("no config.json in the checkpoint folder", file=given)
+    _inside(folder, cfg_path.name)
+    cfg = LlamaConfig.from_dict(_read_json(cfg_path), file=cfg_path)
+    tensors, files, listing = _read_safetensors(folder)
     # Built on the CPU and then overwritten. (Not under `with torch.device("meta")`: after that,
     # importing Triton's interpreter breaks: "Cannot call @triton.jit'd outside of the scope of a kernel".)
     model = Llama(cfg)
-    load_state(model, tensors)
+    try:
+        load_state(model, tensors)
+    except CheckpointError as e:
+        raise e.with_file(files.get(e.field, listing)) from None   # a tensor's own file, else the listing
     model = model.to(device=device, dtype=dtype)
     model.inv_freq = rope_inv_freq(cfg).to(device)         # keep the rotary frequencies in fp32
     model.eval()
-    tok = load_tokenizer(folder) if (folder / "tokenizer.json").is_file() else None
+    tok_path, tok = folder / "tokenizer.json", None
+    if tok_path.is_file() or tok_path.is_symlink():
+        tok = load_tokenizer(_inside(folder, tok_path.name))
     return model, tok
 
 
@@ -157,6 +261,7 @@ def save_pretrained(model: Llama, folder: str | os.PathLike, tokenizer=None, dty
 
 def load_bundled(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
     """The tiny model bundled in assets/model (trained by scripts/train_model.py): (model, tokenizer).
+    An installed wheel ships it as package data (kvlab/assets/model); a checkout reads assets/model.
 
     Example:
         >>> model, tok = load_bundled()

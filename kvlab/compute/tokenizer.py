@@ -31,9 +31,23 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 
+from .config import CheckpointError
+
 __all__ = ["ASSETS_MODEL_DIR", "BOS", "EOS", "Tokenizer", "load_tokenizer", "load_bundled_tokenizer"]
 
-ASSETS_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "model"
+
+
+def _bundled_model_dir() -> Path:
+    """assets/model inside the installed package (a wheel ships it as kvlab/assets/model), else the
+    source checkout's assets/model next to the kvlab folder (an editable install, PYTHONPATH=.)."""
+    package = Path(__file__).resolve().parents[1]
+    for d in (package / "assets" / "model", package.parent / "assets" / "model"):
+        if (d / "config.json").is_file():
+            return d
+    return package / "assets" / "model"
+
+
+ASSETS_MODEL_DIR = _bundled_model_dir()
 BOS, EOS = "<|bos|>", "<|eos|>"
 
 
@@ -115,13 +129,22 @@ class Tokenizer:
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
-    """Load a tokenizer.json file, or the tokenizer.json inside a folder."""
-    p = Path(path)
+    """Load a tokenizer.json file, or the tokenizer.json inside a folder.
+
+    A missing, unreadable or corrupt file raises CheckpointError naming it (the tokenizers
+    library's own message is kept after the file name).
+    """
+    p = Path(path).expanduser()
     if p.is_dir():
         p = p / "tokenizer.json"
     if not p.is_file():
-        raise FileNotFoundError(f"no tokenizer.json at {p}")
-    return Tokenizer(_HFTokenizer.from_file(str(p)), str(p))
+        raise CheckpointError("no such tokenizer file", file=p)
+    try:
+        hf = _HFTokenizer.from_file(str(p))
+    except Exception as e:  # the tokenizers library raises plain Exception for a corrupt file
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"is not a readable tokenizer.json ({msg})", file=p) from None
+    return Tokenizer(hf, str(p))
 
 
 def load_bundled_tokenizer() -> Tokenizer:
