@@ -24,5 +24,7 @@ cd notebooks
 # The token goes through the environment (JupyterLab reads JUPYTER_TOKEN), never the command
 # line, where every local user could read it in `ps`.
 export JUPYTER_TOKEN="$TOKEN"
+# The lessons' models are tiny: one CPU thread per kernel is fastest (see scripts/test.sh).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 exec ../.venv/bin/jupyter lab "${ROOT_FLAG[@]}" --no-browser --ip=127.0.0.1 --port="$PORT" \
   --ServerApp.root_dir="$PWD" --LabApp.default_url="/lab/tree/00_start_here.ipynb"
