@@ -33,7 +33,17 @@ Mirrors nano-vllm ``nanovllm/engine/llm_engine.py`` (``add_request`` = ``submit`
 ``generate`` = ``run``) and SGLang's scheduler loop (``event_loop_normal``). Differences: requests
 arrive at engine steps (a reproducible clock) and the radix tree reuses prefixes across them.
 
-Not handled here: chunked prefill, priorities, stop strings, swapping to host memory.
+**Tiers** (``host_ratio > 0``): the cache manager is a ``HiCacheManager`` (a host pool under the
+radix tree, optionally a disk tier ``storage``), and the engine keeps the host K/V tensors
+(:class:`~kvlab.compute.host_pool.HostKVPool`). The copies the manager queues (write-through,
+write-back, load-back, save, fetch) run in queue order right after scheduling, before the
+copy-on-write copies and the forward pass, and again at the end of the step (the write-through
+of what was just cached). ``report.tiers`` gives the bytes moved, the measured copy time and the
+time at the stated link bandwidth (simulated). With ``host_ratio=0`` (the default) nothing of
+this exists: the engine is exactly the untiered one.
+
+Not handled here: chunked prefill, priorities, stop strings, preemption by swapping (tiers keep
+cached prefixes, not running sequences).
 
 Example:
     >>> from kvlab.compute.loader import load_bundled
@@ -57,7 +67,8 @@ import torch
 from ..memory.block_table import blocks_needed
 from ..memory.events import EventLog
 from ..memory.snapshot import MemorySnapshot
-from ..reuse.cache_manager import CacheManager
+from ..reuse.hicache_manager import make_cache_manager
+from .host_pool import HostKVPool, TierCopier
 from .kv_tensors import PagedKVPool
 from .model_runner import ModelRunner
 from .sampler import sample_next
@@ -87,6 +98,7 @@ class EngineReport:
     timeline: list[StepRecord]
     log: EventLog
     wall_s: float
+    tiers: dict | None = None   # host_ratio > 0: bytes moved, measured and simulated copy seconds
 
     def summary(self) -> dict:
         reqs = self.requests
@@ -124,14 +136,32 @@ class Engine:
     attention_backend: "torch" (references) or "triton" (kernels).
     log: the event log (a fresh one by default; NO_LOG records nothing).
     check: check every invariant after every step (tests). record: keep a MemorySnapshot per step.
+    host_ratio: host blocks per device block (0: no tiers). write_policy: "write_through"
+        (default with tiers), "write_through_selective" or "write_back". storage: the disk tier,
+        a ``kvlab.compute.storage.FileStorage`` or a directory for one (needs host_ratio > 0).
+    host_link, disk_link: the stated links of the simulated copy times (``kvlab.reuse.offload.LINKS``).
     """
 
     def __init__(self, model, num_blocks: int, block_size: int = 4, *, radix: bool = True, max_batch_size: int = 16,
                  attention_backend: str = "torch", eviction_policy: str = "lru", order: str = "fcfs",
-                 log: EventLog | None = None, check: bool = False, record: bool = False) -> None:
-        self.cache_manager = CacheManager(num_blocks, block_size, radix=radix, eviction_policy=eviction_policy, log=log)
-        self.scheduler = Scheduler(self.cache_manager, max_batch_size, order)
+                 log: EventLog | None = None, check: bool = False, record: bool = False, host_ratio: float = 0.0,
+                 write_policy: str | None = None, storage=None, host_link: str = "pcie-gen5-x16",
+                 disk_link: str = "nvme-gen4") -> None:
+        if storage is not None and not host_ratio:
+            raise ValueError("a storage tier saves from the host pool: give host_ratio > 0 with storage")
         self.kv_pool = PagedKVPool.for_model(model, num_blocks, block_size)
+        if storage is not None and not hasattr(storage, "write"):
+            from .storage import FileStorage
+
+            storage = FileStorage.for_pool(self.kv_pool, storage)
+        self.cache_manager = make_cache_manager(num_blocks, block_size, radix=radix, eviction_policy=eviction_policy,
+                                                log=log, host_ratio=host_ratio, storage=storage,
+                                                write_policy=write_policy)
+        self.scheduler = Scheduler(self.cache_manager, max_batch_size, order)
+        self.copier: TierCopier | None = None
+        if hasattr(self.cache_manager, "take_transfers"):
+            host = HostKVPool.like(self.kv_pool, self.cache_manager.host_allocator.num_blocks)
+            self.copier = TierCopier(self.kv_pool, host, storage, host_link, disk_link)
         self.runner = ModelRunner(model, self.kv_pool, attention_backend, check=check)  # check: kernels re-validate
         self.model = model
         self.attention_backend = attention_backend
@@ -225,6 +255,7 @@ class Engine:
             state = self._by_rid[group[0].request.rid]
             state.metrics.preemptions += 1
             self._event("preempt", state.rid, tokens=[len(o) for o in state.outputs])
+        self._run_transfers()                                                     # tiers: before any KV is read
         prefill_tokens = decode_tokens = 0
         if seqs:
             if is_prefill:
@@ -242,6 +273,7 @@ class Engine:
             token_ids = sample_next(logits, [s.temperature for s in seqs], [s.generator for s in seqs])
             finished = self.scheduler.postprocess(seqs, token_ids)
             self._count_tokens(seqs, finished)
+            self._run_transfers()                                                 # tiers: write-through of new pages
         if self.check:
             self.check_integrity()
         if self.record:
@@ -259,9 +291,18 @@ class Engine:
         t = time.perf_counter()
         while (self.pending or not self.scheduler.is_finished()) and self.step_no < max_steps:
             self.step()
-        return EngineReport(list(self.requests), list(self.timeline), self.log, time.perf_counter() - t)
+        tiers = None
+        if self.copier is not None:
+            tiers = {**self.copier.stats.summary(), "tier_stats": self.cache_manager.tier_stats,
+                     "host_link": self.copier.links["host->device"].name, "disk_link": self.copier.links["disk->device"].name}
+        return EngineReport(list(self.requests), list(self.timeline), self.log, time.perf_counter() - t, tiers)
 
     # ------------------------------------------------------------------ bookkeeping
+    def _run_transfers(self) -> None:
+        """Perform the copies the tiered cache manager queued, in order (nothing without tiers)."""
+        if self.copier is not None:
+            self.copier.apply(self.cache_manager.take_transfers())
+
     def _event(self, kind: str, seq_id: str, **detail) -> None:
         self.log.record(kind, seq_id, (), engine_step=self.step_no, **detail)
 

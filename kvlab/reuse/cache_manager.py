@@ -45,6 +45,10 @@ One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c
                              blocks keep the tree's reference), unlock
     free(s)                  abort: release the table and the lock, cache nothing
 
+With tiers (a host pool and a disk tier under the tree), ``kvlab.reuse.hicache_manager.HiCacheManager``
+runs this same cycle: its two hooks here (``_room_for_admit``, ``_extend_match``) check the disk
+pages of a match and load host and disk pages back before the table adopts them.
+
 Mirrors mini-sglang ``python/minisgl/kvcache/radix_manager.py`` (``cache_req``) and SGLang
 ``radix_cache.py`` (``cache_finished_req``, ``cache_unfinished_req``, ``match_prefix``), with
 reference counts where SGLang hands slots between the tree and the request.
@@ -190,7 +194,7 @@ class CacheManager:
         n = check_int("num_tokens", num_tokens if num_tokens is not None else len(key or ()), 1)
         if key is not None and n < len(key):
             raise ValueError(f"num_tokens {n} is fewer than the {len(key)} tokens to admit")
-        node, prefix_len, kv = None, 0, []
+        node, prefix_len, kv, m = None, 0, [], None
         if self.tree is not None and key:
             m = self.tree._match(key, len(key) - 1, seq_id, True)
             prefix_len, kv = m.prefix_len, m.kv
@@ -199,10 +203,12 @@ class CacheManager:
                 self.tree.inc_lock_ref(node, seq_id)
         need = -(-n // self.block_size) - len(kv)
         before = self.tree.stats.evicted_tokens if self.tree is not None else 0
-        if not self.make_room(need, seq_id):
+        if not self._room_for_admit(need, seq_id, m):
             if node is not None:
                 self.tree.dec_lock_ref(node, seq_id)
             return None
+        if m is not None:  # tiers: pages matched off the device come back now (a no-op here)
+            node, prefix_len, kv = self._extend_match(seq_id, m, node, prefix_len, kv)
         table = self.block_manager._adopt(seq_id, kv, prefix_len, n - prefix_len)  # kv: the tree's, in use
         if node is not None:
             self._locks[seq_id] = node
@@ -211,6 +217,17 @@ class CacheManager:
         evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
         self.log.record("admit", seq_id, prefix_len=prefix_len, num_tokens=n)
         return Admission(seq_id, prefix_len, table, evicted)
+
+    def _room_for_admit(self, need: int, seq_id: str, m) -> bool:
+        """Make ``need`` blocks free for an admission whose match is ``m`` (a hook: the tiered
+        manager, ``kvlab.reuse.hicache_manager``, also checks the disk pages of ``m`` here)."""
+        return self.make_room(need, seq_id)
+
+    def _extend_match(self, seq_id: str, m, node: TreeNode | None, prefix_len: int,
+                      kv: list[int]) -> tuple[TreeNode | None, int, list[int]]:
+        """After room was made: the match to adopt. Here ``(node, prefix_len, kv)`` as they are;
+        the tiered manager loads the host and disk pages of ``m`` back and locks further down."""
+        return node, prefix_len, kv
 
     def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
         """Reserve ``n`` more slots for ``seq_id``, evicting when short; returns the copy-on-write

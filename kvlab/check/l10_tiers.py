@@ -1,0 +1,317 @@
+"""Checkers for lesson 10 (tiers and the lifecycle of a KV block).
+
+    write_back_evict   where each device leaf ends up when write_back eviction frees room
+    load_back_plan     on a match over the tiers: tokens reused on the device, loaded back, computed
+    next_placement     the node placement machine as a transition table
+
+Every expected answer comes from the real tiered cache (``kvlab.reuse.hiradix_cache``,
+``kvlab.reuse.hicache_manager``) on the same case, or from the legal edges of
+``kvlab.reuse.lifecycle`` replayed on a real run. A FAIL names the mistake when the answer is
+exactly what a common one gives. Mirrors no vLLM or SGLang file (exercises); the rules are
+SGLang HiCache's ``evict`` / ``load_back`` / ``evict_host``.
+
+Example:
+    >>> next_placement(lambda state, event, storage=False: "device", verbose=False).passed
+    False
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from ..memory.block_pool import BlockAllocator
+from ..memory.events import NO_LOG
+from ..reuse.hicache_manager import HiCacheManager
+from ..reuse.hicache_storage import MemoryStorage
+from ..reuse.hiradix_cache import HiRadixCache
+from ..reuse.lifecycle import is_legal
+from ..reuse.radix_node import common_prefix_len
+from .harness import Checker, CheckResult, Raised, call, same_outcome
+
+__all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
+           "PLACEMENT_TABLE"]
+
+
+# ------------------------------------------------------------------ exercise 1: write-back on eviction
+def evict_with_tiers(leaves: list[tuple[str, int, bool]], host_free: int, need: int) -> dict[str, str]:
+    """The real tree's answer: each leaf ``(name, pages, backed_up)`` (least recently used first)
+    is one child of the root of a HiRadixCache (block size 1, write_back) with ``host_free`` free
+    host blocks; ``evict(need)``; returns every leaf's placement afterwards ("device", "both",
+    "host" or "evicted").
+
+    Example:
+        >>> evict_with_tiers([("A", 2, False), ("B", 2, True), ("C", 3, False)], host_free=2, need=3)
+        {'A': 'host', 'B': 'host', 'C': 'device'}
+    """
+    total = sum(p for _, p, _ in leaves)
+    backed = sum(p for _, p, b in leaves if b)
+    dev = BlockAllocator(max(1, total), 1, NO_LOG)
+    host = BlockAllocator(backed + host_free + 1, 1, NO_LOG)
+    host.allocate(1)  # one block never free: a host pool of exactly backed + host_free free blocks
+    tree = HiRadixCache(dev, host, write_policy="write_back", check_kv=False, track=False)
+    nodes = {}
+    for i, (name, pages, b) in enumerate(leaves):
+        tokens = [1000 * (i + 1) + j for j in range(pages)]
+        res = tree.insert(tokens, dev.allocate(pages))
+        nodes[name] = res.last_node
+        if b:
+            tree.backup(res.last_node)
+    tree.take_transfers()
+    tree.evict(need)
+    return {name: tree.placement(n) if n.parent is not None else "evicted" for name, n in nodes.items()}
+
+
+def _never_write_back(leaves, host_free, need):
+    out, freed = {}, 0
+    for name, pages, b in leaves:
+        if freed < need:
+            out[name], freed = ("host" if b else "evicted"), freed + pages
+        else:
+            out[name] = "both" if b else "device"
+    return out
+
+
+def _unlimited_host(leaves, host_free, need):
+    return evict_with_tiers(leaves, 10**6, need)
+
+
+def _evict_all(leaves, host_free, need):
+    return evict_with_tiers(leaves, host_free, sum(p for _, p, _ in leaves))
+
+
+def _mru_first(leaves, host_free, need):
+    out = evict_with_tiers(list(reversed(leaves)), host_free, need)
+    return {name: out[name] for name, _, _ in leaves}
+
+
+EVICT_MISTAKES = {
+    "write_back copies a leaf that has no host copy to the host before it leaves the device": _never_write_back,
+    "the host pool is finite: a write-back that does not fit (even after host eviction) drops the leaf": _unlimited_host,
+    "stop as soon as `need` pages are freed": _evict_all,
+    "least recently used first: the list starts with the oldest leaf": _mru_first,
+}
+
+
+def _named_mistake(got, mistakes: dict, expected, *args) -> str:
+    """Every known mistake that gives ``got`` on these arguments (joined with " -- or: ")."""
+    whys = []
+    for why, wrong in mistakes.items():
+        out = call(wrong, *args)
+        if not isinstance(out, Raised) and out == got and out != expected:
+            whys.append(why)
+    return " -- or: ".join(whys)
+
+
+def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(leaves, host_free, need) -> {name: placement}``: write_back device eviction.
+
+    ``leaves``: ``(name, pages, backed_up)`` device leaves, least recently used first;
+    ``host_free``: free host pages; ``need``: device pages to free. Rules (HiCache's
+    ``evict`` with ``write_back``): take leaves oldest first until ``need`` pages are freed; a
+    backed-up leaf keeps its host copy ("host"); another is first copied to the host when it
+    fits, making room by evicting host-only leaves (those that left the device earlier,
+    oldest first) when that is enough; if it still does not fit it is dropped ("evicted").
+    Leaves not taken stay ("both" if backed up, else "device"). Expected: a real HiRadixCache.
+    """
+    c = Checker("write_back_evict", fn, verbose=verbose)
+    cases = [
+        ("one leaf, room on the host", [("A", 2, False)], 4, 1),
+        ("already backed up: no copy needed", [("A", 2, True)], 0, 2),
+        ("the host is full: dropped", [("A", 2, False)], 0, 1),
+        ("stop when enough is freed", [("A", 2, False), ("B", 2, False), ("C", 2, False)], 8, 3),
+        ("host eviction makes room for the next one", [("A", 2, False), ("B", 2, False)], 2, 4),
+        ("a mix", [("A", 3, True), ("B", 1, False), ("C", 2, False), ("D", 2, True)], 2, 6),
+        ("need nothing", [("A", 2, False)], 2, 0),
+        ("need more than there is", [("A", 1, False), ("B", 1, True)], 1, 9),
+    ]
+    rng = random.Random(10)
+    for i in range(6):
+        leaves = [(chr(65 + j), rng.randint(1, 4), rng.random() < 0.4) for j in range(rng.randint(2, 6))]
+        cases.append((f"random {i}", leaves, rng.randint(0, 8), rng.randint(1, sum(p for _, p, _ in leaves))))
+    for label, leaves, host_free, need in cases:
+        expected = evict_with_tiers(leaves, host_free, need)
+        full = f"{label}: leaves {leaves}, host_free {host_free}, need {need}"
+        if c.unusable(full, expected):
+            continue
+        got = call(fn, leaves, host_free, need)
+        c.record(full, expected, got, note=_named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need))
+    return c.done()
+
+
+# ------------------------------------------------------------------ exercise 2: load-back on a host hit
+def _segments(cm: HiCacheManager, prompt: list[int]) -> list[tuple[int, str]]:
+    """The prompt's path in the tree, read only: (tokens matched in each node, its placement)."""
+    tree, node, pos, segs = cm.tree, cm.tree.root, 0, []
+    while pos < len(prompt):
+        child = node.children.get(prompt[pos])
+        if child is None:
+            break
+        m = common_prefix_len(child.key, prompt, pos)
+        segs.append((m, tree.placement(child)))
+        if m < len(child.key):
+            break
+        node, pos = child, pos + m
+    return segs
+
+
+def plan_from_cache(seed: int, threshold: int) -> list[tuple[list[tuple[int, str]], int, int, tuple[int, int, int]]]:
+    """Cases from a real run: a HiCacheManager (block size 1, a small device pool, a host pool,
+    a disk tier) serves random chat-like prompts; before each admission the prompt's path is read
+    (segments), then the admission gives the answer ``(device, loaded, computed)`` tokens."""
+    rng = random.Random(seed)
+    cm = HiCacheManager(14, 1, num_host_blocks=10, write_policy=rng.choice(["write_through", "write_back"]),
+                        storage=MemoryStorage(), load_back_threshold=threshold, log=NO_LOG)
+    bases = [[rng.randrange(30) for _ in range(rng.randint(3, 8))] for _ in range(3)]
+    history: list[list[int]] = []
+    cases = []
+    for i in range(10):
+        if history and rng.random() < 0.5:
+            prompt = rng.choice(history)[: rng.randint(1, 12)] + [rng.randrange(30) for _ in range(rng.randint(0, 2))]
+        else:
+            prompt = rng.choice(bases) + [rng.randrange(30) for _ in range(rng.randint(1, 3))]
+        prompt = prompt[:12] or [1]
+        segs = _segments(cm, prompt)
+        s = cm.tier_stats
+        before = s.loaded_tokens + s.fetched_tokens
+        a = cm.admit(f"R{i}", prompt)
+        if a is None:
+            continue
+        loaded = s.loaded_tokens + s.fetched_tokens - before
+        cases.append((segs, len(prompt), threshold, (a.prefix_len - loaded, loaded, len(prompt) - a.prefix_len)))
+        out = [rng.randrange(30) for _ in range(rng.randint(0, 3))]
+        cm.append(f"R{i}", len(out)) if out else None
+        cm.cache_finished_req(f"R{i}", prompt + out if out and cm.table(f"R{i}").num_tokens >= len(prompt + out) else prompt)
+        cm.take_transfers()
+        history.append(prompt + out)
+    cm.check_integrity()
+    return cases
+
+
+def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_device=True, load=("host", "disk")):
+    limit = prompt_len - 1 if cap else prompt_len
+    dev = beyond = pos = 0
+    on_device = True
+    for tokens, where in segments:
+        take = min(tokens, limit - pos)
+        if take <= 0:
+            break
+        if on_device and (where == "device" or (where == "both" and both_is_device)):
+            dev += take
+        else:
+            on_device = False
+            if where not in load:
+                break
+            beyond += take
+        pos += take
+    loaded = beyond if beyond and (beyond >= threshold or not threshold_on) else 0
+    return dev, loaded, prompt_len - dev - loaded
+
+
+PLAN_MISTAKES = {
+    "the match stops one token early: the last prompt token is always computed (its logits)":
+        lambda s, n, t: _plan(s, n, t, cap=False),
+    "host and disk pages are loaded back, not recomputed": lambda s, n, t: _plan(s, n, t, load=()),
+    "hits shorter than load_back_threshold tokens are recomputed": lambda s, n, t: _plan(s, n, t, threshold_on=False),
+    "'both' is on the device too: reuse it in place": lambda s, n, t: _plan(s, n, t, both_is_device=False),
+    "disk pages load back as well as host pages": lambda s, n, t: _plan(s, n, t, load=("host",)),
+}
+
+
+def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(segments, prompt_len, threshold) -> (device, loaded, computed)``.
+
+    ``segments``: the prompt's path in the tree, ``(tokens matched in the node, placement)`` from
+    the root ("device", "both", "host" or "disk"); placements nest, so device pages come first.
+    Rules (HiCache's ``match_prefix`` + ``load_back``, kvlab's admission): at most
+    ``prompt_len - 1`` tokens are matched (the last is computed for its logits); the leading
+    device/both tokens are reused in place; the host/disk tokens after them are loaded back if
+    there are at least ``threshold`` of them (else recomputed); the rest is computed. Expected:
+    a real HiCacheManager's admission on the same tree (:func:`plan_from_cache`).
+    """
+    c = Checker("load_back_plan", fn, verbose=verbose)
+    hand = [([(4, "device"), (3, "host")], 9, 1), ([(4, "both"), (4, "disk")], 8, 1), ([(5, "host")], 5, 1),
+            ([(2, "device"), (2, "host")], 9, 4), ([], 3, 1), ([(6, "device")], 6, 1)]
+    cases = [(s, n, t, _plan(s, n, t)) for s, n, t in hand]
+    for seed, t in ((0, 1), (1, 1), (2, 3), (3, 0)):
+        cases += plan_from_cache(seed, t)
+    for segs, n, t, expected in cases:
+        label = f"segments {segs}, prompt {n} tokens, threshold {t}"
+        if c.unusable(label, expected):
+            continue
+        got = call(fn, segs, n, t)
+        if isinstance(got, list):
+            got = tuple(got)
+        c.record(label, expected, got, note=_named_mistake(got, PLAN_MISTAKES, expected, segs, n, t))
+    return c.done()
+
+
+# ------------------------------------------------------------------ exercise 3: a transition table
+PLACEMENT_TABLE: dict[tuple[str, str], str] = {
+    ("new", "insert"): "device",
+    ("device", "write"): "both",
+    ("device", "evict"): "evicted",
+    ("both", "evict"): "host",
+    ("host", "load_back"): "both",
+    ("disk", "load_back"): "device",
+    ("host", "evict_host"): "evicted",  # with storage: "disk"
+    ("disk", "miss"): "evicted",
+}
+EVENTS = ("insert", "write", "evict", "load_back", "evict_host", "miss")
+_CAUSE_EVENT = {"insert": "insert", "write_through": "write", "write_through_selective": "write", "write_back": "write",
+                "evict": "evict", "load_back": "load_back", "recompute": "load_back", "evict_host": "evict_host",
+                "miss": "miss"}
+
+
+def placement_after(state: str, event: str, storage: bool = False) -> str:
+    """The reference: the node's placement after ``event`` (ValueError when it cannot happen there)."""
+    dst = PLACEMENT_TABLE.get((state, event))
+    if dst is None:
+        raise ValueError(f"a node in state {state!r} cannot {event!r}")
+    return "disk" if (state, event) == ("host", "evict_host") and storage else dst
+
+
+def _real_run_cases(seed: int) -> list[tuple[str, str, bool, str]]:
+    """Node transitions of a real random run, as (src, event, storage, dst)."""
+    rng = random.Random(seed)
+    storage = MemoryStorage() if seed % 2 else None
+    cm = HiCacheManager(8, 1, host_ratio=1, write_policy=rng.choice(["write_through", "write_back"]), storage=storage)
+    for i in range(40):
+        p = [rng.randrange(6) for _ in range(rng.randint(1, 6))]
+        if cm.admit(f"R{i}", p) is not None:
+            cm.cache_finished_req(f"R{i}", p)
+        if storage is not None and storage.chunks and rng.random() < 0.1:
+            storage.drop(sorted(storage.chunks)[0])
+    out = []
+    for e in cm.log:
+        d = e.detail
+        if e.kind == "transition" and d["machine"] == "node" and d["cause"] in _CAUSE_EVENT:
+            out.append((d["src"], _CAUSE_EVENT[d["cause"]], storage is not None, d["dst"]))
+    return out
+
+
+def next_placement(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(state, event, storage=False) -> new state``: the node placement machine.
+
+    States: "new", "device", "both", "host", "disk", "evicted". Events: "insert", "write" (a
+    backup to the host), "evict" (from the device), "load_back", "evict_host", "miss" (a disk
+    chunk is missing or corrupt). ``storage``: a disk tier is attached (then host eviction saves
+    to disk). An event that cannot happen in that state raises ValueError. Expected: the legal
+    edges of ``kvlab.reuse.lifecycle``, and every node transition of real runs.
+    """
+    c = Checker("next_placement", fn, reference=placement_after, verbose=verbose)
+    for state in ("new", "device", "both", "host", "disk", "evicted"):
+        for event in EVENTS:
+            for storage in ((False, True) if (state, event) == ("host", "evict_host") else (False,)):
+                c.run(f"{state} --{event}-->" + (" (with storage)" if storage else ""), state, event, storage)
+    seen = set()
+    for seed in range(4):
+        for src, event, storage, dst in _real_run_cases(seed):
+            if (src, event, storage, dst) in seen or not is_legal("node", src, dst):
+                continue
+            seen.add((src, event, storage, dst))
+            label = f"real run {seed}: a {src} node, {event}" + (" (storage)" if storage else "")
+            got = call(fn, src, event, storage) if c.ok else None
+            if c.unusable(label, dst):
+                continue
+            c.record(label, dst, got, passed=same_outcome(dst, got))
+    return c.done()

@@ -1,0 +1,220 @@
+"""The request cycle over tiers: CacheManager with a host pool (and a disk tier) under its radix tree.
+
+:class:`HiCacheManager` runs the same cycle as :class:`~kvlab.reuse.cache_manager.CacheManager`
+(the engine's Scheduler, the simulator's radix policy and the lessons call it unchanged), over a
+:class:`~kvlab.reuse.hiradix_cache.HiRadixCache`. What changes, step by step::
+
+    admit(s, tokens)    match over the tiers: device pages, then host pages, then disk pages
+                        (a disk chunk that is missing or corrupt is a miss: pruned here); lock the
+                        device part; make room for the whole request (device eviction keeps
+                        backed-up nodes on the host; write_back copies them there first); then
+                        load_back the host and disk pages into fresh device blocks (queued
+                        copies) and move the lock down: the request adopts them like any hit
+    cache_*_req         insert as before; write_through backs new nodes up (queued copies); a
+                        node that was off the device and got recomputed takes the new blocks
+    take_transfers()    the queued copies, in order, for the compute layer (the engine performs
+                        them before each forward pass; pure-Python runs just drop them)
+
+After every step the manager marks a lifecycle checkpoint: each block whose state changed is one
+``transition`` event (``kvlab.reuse.lifecycle``), and ``check_integrity`` also checks that the
+tracker's states are the states of the pools now, and that no illegal edge was taken.
+
+The ownership rule of CacheManager holds on the device pool (``ref_count == tree + tables``);
+on the host pool a block is held by at most one node and never by a table (``HiRadixCache``).
+
+Mirrors SGLang's scheduler use of ``HiRadixCache`` (``match_prefix`` with ``host_hit_length``,
+``init_load_back``, ``check_hicache_events``) and ``--hicache-ratio`` / ``--hicache-write-policy``.
+Differences: copies are a queue drained synchronously, no prefetch thread; the load happens at
+admission (SGLang loads in ``init_load_back`` when the request is scheduled: the same point).
+
+Example (block size 1, a device pool of 4 blocks, a host pool twice that):
+    >>> cm = HiCacheManager(num_blocks=4, block_size=1, host_ratio=2, write_policy="write_through")
+    >>> cm.admit("R1", [1, 2, 3]).prefix_len
+    0
+    >>> _ = cm.cache_finished_req("R1", [1, 2, 3])     # cached, and copied to the host
+    >>> cm.admit("R2", [7, 8, 9]).prefix_len            # needs the device: R1's pages go (kept on the host)
+    0
+    >>> _ = cm.cache_finished_req("R2", [7, 8, 9])
+    >>> a = cm.admit("R3", [1, 2, 3, 4])                # a host hit: loaded back, not recomputed
+    >>> a.prefix_len, cm.tier_stats.loaded_tokens
+    (3, 3)
+    >>> [t.kind for t in cm.take_transfers()]
+    ['write', 'write', 'load']
+    >>> cm.check_integrity()
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..memory.block_pool import BlockAllocator
+from ..memory.block_table import BlockTable
+from ..memory.events import EventLog
+from ..memory.ids import check_int
+from .cache_manager import Admission, CacheManager
+from .hicache_storage import HiCacheStorage
+from .hiradix_cache import HiRadixCache
+from .hiradix_node import HiMatchResult, TierSnapshot, TierStats, Transfer
+from .radix_cache import InsertResult, TreeNode
+
+__all__ = ["HiCacheManager", "make_cache_manager"]
+
+
+def _host_blocks(num_blocks: int, host_ratio: float | None, num_host_blocks: int | None) -> int:
+    if num_host_blocks is not None:
+        return check_int("num_host_blocks", num_host_blocks, 1)
+    if isinstance(host_ratio, bool) or not isinstance(host_ratio, (int, float)) or not math.isfinite(host_ratio) \
+            or host_ratio <= 0:
+        raise ValueError(f"host_ratio must be a number > 0 (host blocks per device block), got {host_ratio!r}")
+    n = int(num_blocks * host_ratio)
+    if n < 1:
+        raise ValueError(f"host_ratio {host_ratio} of {num_blocks} device blocks is no host block")
+    return n
+
+
+class HiCacheManager(CacheManager):
+    """A device pool of ``num_blocks``, a host pool of ``host_ratio`` times as many blocks (or
+    ``num_host_blocks``), the tiered radix tree over both, and the request cycle.
+
+    ``write_policy``: "write_through" (default), "write_through_selective" (after
+    ``write_through_threshold`` matches) or "write_back". ``storage``: a disk tier
+    (``kvlab.reuse.hicache_storage.HiCacheStorage``), or None. ``load_back_threshold``: host or
+    disk hits shorter than this many tokens are recomputed. ``track``: emit lifecycle transitions
+    (default: unless ``log`` is a NullLog). Other arguments as CacheManager's.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, *, host_ratio: float = 2.0, num_host_blocks: int | None = None,
+                 write_policy: str = "write_through", storage: HiCacheStorage | None = None,
+                 eviction_policy: str = "lru", log: EventLog | None = None, check_kv: bool = False,
+                 write_through_threshold: int = 2, load_back_threshold: int = 1, track: bool | None = None) -> None:
+        nh = _host_blocks(check_int("num_blocks", num_blocks, 1), host_ratio, num_host_blocks)
+        allocator = BlockAllocator(num_blocks, block_size, log)
+        tree = HiRadixCache(allocator, BlockAllocator(nh, block_size, allocator.log), block_size, eviction_policy,
+                            check_kv, write_policy=write_policy, write_through_threshold=write_through_threshold,
+                            load_back_threshold=load_back_threshold, storage=storage, track=track)
+        self._setup(allocator, tree)
+        self._beyond: list[TreeNode] = []
+
+    @classmethod
+    def for_tree(cls, tree: HiRadixCache) -> "HiCacheManager":
+        cm = super().for_tree(tree)
+        cm._beyond = []
+        return cm
+
+    # ------------------------------------------------------------------ views
+    @property
+    def host_allocator(self) -> BlockAllocator:
+        return self.tree.host_allocator
+
+    @property
+    def tier_stats(self) -> TierStats:
+        return self.tree.tier_stats
+
+    @property
+    def write_policy(self) -> str:
+        return self.tree.write_policy
+
+    def snapshot_tiers(self, caption: str = "") -> TierSnapshot:
+        """Both pools' block states now (for ``kvlab.viz.tier_view``)."""
+        return self.tree.snapshot_tiers(caption)
+
+    def take_transfers(self) -> list[Transfer]:
+        """The copies queued since the last call, in the order they must run (see HiRadixCache)."""
+        return self.tree.take_transfers()
+
+    # ------------------------------------------------------------------ the cycle, with checkpoints
+    def _room_for_admit(self, need: int, seq_id: str, m: HiMatchResult) -> bool:
+        tree = self.tree
+        tree._checkpoint("match", seq_id)
+        self._beyond = tree.check_disk(m.beyond, seq_id) if m is not None and m.beyond else []
+        if self.make_room(need, seq_id):
+            return True
+        self._beyond, tree._protected_host = [], set()
+        return False
+
+    def _extend_match(self, seq_id: str, m: HiMatchResult, node: TreeNode | None, prefix_len: int,
+                      kv: list[int]) -> tuple[TreeNode | None, int, list[int]]:
+        beyond, self._beyond = self._beyond, []
+        tree = self.tree
+        tokens = sum(len(n.key) for n in beyond)
+        if not beyond or tokens < tree.load_back_threshold:
+            tree.tier_stats.skipped_tokens += tokens
+            tree._protected_host = set()
+            return node, prefix_len, kv
+        blocks = tree.load_back(beyond, seq_id)
+        last = beyond[-1]
+        tree.inc_lock_ref(last, seq_id)
+        if node is not None:
+            tree.dec_lock_ref(node, seq_id)
+        return last, prefix_len + tokens, kv + blocks
+
+    def admit(self, seq_id: str, tokens: Sequence[int] | None, num_tokens: int | None = None) -> Admission | None:
+        a = super().admit(seq_id, tokens, num_tokens)
+        self.tree._checkpoint("admit", seq_id)
+        return a
+
+    def make_room(self, num_blocks: int, seq_id: str | None = None) -> bool:
+        ok = super().make_room(num_blocks, seq_id)
+        self.tree._checkpoint("evict", seq_id)
+        return ok
+
+    def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
+        copies = super().append(seq_id, n)
+        self.tree._checkpoint("append", seq_id)
+        return copies
+
+    def fork(self, parent: str, child: str) -> BlockTable:
+        table = super().fork(parent, child)
+        self.tree._checkpoint("fork", child)
+        return table
+
+    def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
+        res = super().cache_unfinished_req(seq_id, tokens)
+        self.tree._checkpoint("cache_unfinished_req", seq_id)
+        return res
+
+    def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
+        res = super().cache_finished_req(seq_id, tokens)
+        self.tree._checkpoint("cache_finished_req", seq_id)
+        return res
+
+    def free(self, seq_id: str) -> list[int]:
+        released = super().free(seq_id)
+        self.tree._checkpoint("free", seq_id)
+        return released
+
+    # ------------------------------------------------------------------ invariants
+    def check_integrity(self) -> None:
+        """CacheManager's checks (the device pool's ``ref_count == tree + tables``, locks on the
+        tables' paths), the tree's placements and the host pool's rule, and the lifecycle: the
+        tracker's states are the pools' states now, every transition taken was a legal edge."""
+        super().check_integrity()
+        tr = self.tree.tracker
+        if tr is not None:
+            assert tr.device == self.tree.device_states(), "lifecycle: device block states out of date"
+            assert tr.host == self.tree.host_states(), "lifecycle: host block states out of date"
+            live = {n.id: self.tree.placement(n) for n in self.tree._iter_nodes()}
+            assert tr.nodes == live, "lifecycle: node placements out of date"
+
+
+def make_cache_manager(num_blocks: int, block_size: int, *, radix: bool = True, host_ratio: float = 0.0,
+                       storage: HiCacheStorage | None = None, eviction_policy: str = "lru", log: EventLog | None = None,
+                       check_kv: bool = False, **tier_kw) -> CacheManager:
+    """A CacheManager when there is no tier (``host_ratio`` 0, no ``num_host_blocks``, no storage:
+    exactly the untiered manager), else a HiCacheManager. ``tier_kw``: HiCacheManager's own
+    keywords (``write_policy``, ``num_host_blocks``, ...); a None value means its default.
+
+    Example:
+        >>> type(make_cache_manager(8, 4)).__name__, type(make_cache_manager(8, 4, host_ratio=2)).__name__
+        ('CacheManager', 'HiCacheManager')
+    """
+    given = {k: v for k, v in tier_kw.items() if v is not None}
+    if not host_ratio and "num_host_blocks" not in given:
+        if storage is not None or given:
+            raise ValueError(f"{sorted(given) or ['storage']} need a host tier: give host_ratio > 0")
+        return CacheManager(num_blocks, block_size, radix=radix, eviction_policy=eviction_policy, log=log,
+                            check_kv=check_kv)
+    if not radix:
+        raise ValueError("tiers live under the radix tree: radix=False takes no host_ratio or storage")
+    return HiCacheManager(num_blocks, block_size, host_ratio=host_ratio, storage=storage,
+                          eviction_policy=eviction_policy, log=log, check_kv=check_kv, **given)

@@ -1,0 +1,506 @@
+# Lesson 10: tiers and the lifecycle of a KV block (GPU pool, host pool, disk under the radix tree).
+# Source of truth for notebooks/10_tiers.ipynb; build with: .venv/bin/python scripts/build_notebooks.py 10
+
+# %% [markdown]
+# # 10 · Tiers and the lifecycle of a KV block
+#
+# **What you will learn**
+#
+# - What the source notes' "L1 hot / L2 warm / L3 cold" KV tiers get right, and the one thing
+#   they get wrong (SRAM is not a tier), and how SGLang's **HiCache** builds the real tiers:
+#   GPU memory (HBM), host memory (DRAM), disk or remote storage, under one radix tree.
+# - The whole life of one KV block as a state machine: free, allocated (being written), cached,
+#   locked, backed up to the host, host only, on disk, loading back, evicted; every step of a
+#   real run is one legal edge of it.
+# - The write policies (`write_through`, `write_through_selective`, `write_back`), load-back on
+#   a host hit, and what a host tier buys a long chat whose history no longer fits the GPU.
+# - When loading a prefix back beats recomputing it (prefill FLOPs against bytes over PCIe or
+#   NVMe), per model: a break-even prefix length.
+#
+# Terms are in the [glossary](glossary.md): block (块), radix tree (前缀树), eviction (驱逐),
+# prefill (预填充). New here: **tier** (存储层级), **offload** (卸载), **load-back** (回载).
+
+# %%
+import kvlab
+from kvlab.check import self_test
+
+self_test();
+
+# %% [markdown]
+# ## 1. The notes' L1/L2/L3, and its correction
+#
+# The second source note ends with a proposal: keep hot KV in "L1" (SRAM), warm KV in "L2"
+# (HBM), cold KV in "L3" (even SSD), like a CPU's cache hierarchy. Two things to separate:
+#
+# - **SRAM is not a KV tier.** A GPU's SRAM (shared memory, registers) holds the tiles a kernel
+#   is working on for microseconds: the paged attention kernel of lesson 05 loads a block of K
+#   and V into SRAM, uses it, and drops it. Nothing stays there between kernel launches, and an
+#   H100 has about 110 MB of it (registers, shared memory, a 50 MB L2 cache) against 80 GB of
+#   HBM. **All** of the KV cache lives in HBM.
+# - **The real tiers sit below HBM**: host DRAM over PCIe, then local SSDs or remote storage.
+#   That is exactly SGLang's HiCache, which happens to use the notes' own names: GPU memory is
+#   L1, host memory L2, storage L3. vLLM offloads KV blocks to CPU memory through its KV
+#   connector; LMCache keeps chunks of KV in CPU memory and on disk.
+#
+# The numbers below are stated (spec sheets), not measured:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.memory.kvspec import GPUS, MODELS
+from kvlab.reuse.offload import LINKS
+
+h100, spec = GPUS["h100-80gb"], MODELS["llama-3-8b"]
+rows = [("L1: GPU HBM (H100)", h100.memory_bytes / 2**30, "GiB", h100.hbm_bandwidth / 1e9),
+        ("L2: host DRAM over PCIe 5.0 x16", 2 * 80, "GiB (2x, HiCache's default ratio)", LINKS["pcie-gen5-x16"].bandwidth / 1e9),
+        ("L3: one NVMe SSD (PCIe 4.0 x4)", 4096, "GiB (a 4 TB drive)", LINKS["nvme-gen4"].bandwidth / 1e9)]
+print(f"{'tier':<34} {'size':>6}  {'':<34} {'GB/s to the GPU':>15}")
+for name, size, unit, bw in rows:
+    print(f"{name:<34} {size:>6.0f}  {unit:<34} {bw:>15,.0f}")
+print(f"\nLlama-3 8B keeps {spec.bytes_per_token // 1024} KiB of KV per token: all of an H100's ~110 MB of SRAM "
+      f"would hold {110e6 / spec.bytes_per_token:.0f} tokens, its 80 GB of HBM {80e9 / spec.bytes_per_token:,.0f}")
+
+# %% [markdown]
+# ## 2. A tiny worked example
+#
+# A device pool of 4 blocks (block size 1: one token a block) and a host pool twice as big,
+# under one `HiCacheManager`: the same request cycle as `CacheManager` (lessons 07 and 08), with
+# the tiers underneath. With `write_through`, a request's pages are copied to the host as soon
+# as they are cached. When the device must make room, a page that has a host copy is **not
+# dropped**: its node stays in the tree, on the host only. A later request that matches it gets
+# it **loaded back** into fresh device blocks instead of recomputing it.
+#
+# The manager never touches a tensor: every copy is a queued `Transfer` (`write`: device to
+# host, `load`: host to device, `save`/`fetch`: to and from disk) that the engine performs
+# before the next forward pass, as it performs copy-on-write copies.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.reuse.hicache_manager import HiCacheManager
+
+cm = HiCacheManager(num_blocks=4, block_size=1, host_ratio=2, write_policy="write_through")
+cm.admit("R1", [1, 2, 3]); cm.cache_finished_req("R1", [1, 2, 3])
+print("after R1:\n" + cm.tree.pretty_tiers())
+cm.admit("R2", [7, 8, 9]); cm.cache_finished_req("R2", [7, 8, 9])
+print("\nafter R2 (R1's pages had to leave the device):\n" + cm.tree.pretty_tiers())
+a = cm.admit("R3", [1, 2, 3, 4])
+print(f"\nR3 [1 2 3 4]: {a.prefix_len} tokens reused ({cm.tier_stats.loaded_tokens} loaded back from the host), "
+      f"{4 - a.prefix_len} computed")
+print(cm.tree.pretty_tiers())
+for t in cm.take_transfers():
+    print(f"  transfer {t.kind:<5} {t.src} -> {t.dst}")
+cm.check_integrity()
+
+# %% [markdown]
+# `both` means the node's KV is on the device and on the host; `host` that the host copy is
+# the only one. R3's match ended in a node that was on the host only: it got fresh device
+# blocks, and the queued `load` copies host blocks 0-2 into them (R2's pages made room, and are
+# on the host only now). The first two transfers are the write-throughs of R1 and R2.
+
+# %% [markdown]
+# ## 3. The lifecycle of a KV block
+#
+# Every state change above is one edge of three small state machines, defined once in
+# `kvlab.reuse.lifecycle` and emitted as `transition` events in the run's event log: a
+# **device block** (free → allocated → cached ⇄ locked → free, or free → loading when a copy
+# comes back), a **host block** (free → writing → backup → host → free), and a **node's
+# placement** (device → both → host → disk → evicted). A test drives random workloads and
+# checks that every transition in the log is one of these edges and that no state is skipped.
+# Bold red: the edges the run above took in its last step (the load-back). The numbers: how
+# often the whole run took each edge.
+
+# %%
+from kvlab.viz.tier_view import lifecycle_graph
+
+last = [e for e in cm.log if e.kind == "transition"][-6:]
+lifecycle_graph("all", cm.tree.tracker.counts, [(e.detail["machine"], e.detail["src"], e.detail["dst"]) for e in last],
+                "the worked example above")
+
+# %% [markdown]
+# The same edges as a table, with what makes each one happen:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.reuse.lifecycle import transition_table
+
+for src, dst, why in transition_table("node"):
+    print(f"{src:>7} -> {dst:<8} {why}")
+
+# %% [markdown]
+# ## 4. The four customer-service requests, on a pool too small for them
+#
+# The notes' four requests of lesson 07 (system prompt [A], few-shot examples [B], R1 to R3,
+# and R4 = R1's follow-up), one token per character, block size 4, and a device pool of 28
+# blocks (112 token slots): R2 and R3 push R1's turn out of the device. Without a host tier,
+# R4 must recompute R1's turn; with one (`write_back`: pages are copied to the host only when
+# they are evicted), R1's turn comes back from the host.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.lessons.four_requests import FOUR_REQUEST_TEXTS as T
+from kvlab.lessons.four_requests import char_tokenize, four_request_example
+from kvlab.reuse.cache_manager import CacheManager, serve_request
+from kvlab.viz.tier_view import TierRecorder
+
+records = four_request_example()
+answers = {name: char_tokenize(T[f"{name} answer"]) for name in ("R1", "R2", "R3", "R4")}
+
+
+def four_requests(cm, recorder=None):
+    rows = []
+    for r in records:
+        rec = serve_request(cm, list(r.prompt_tokens), answers.get(r.name, []), rid=r.name)
+        rows.append((r.name, len(r.prompt_tokens), rec.matched_len, rec.prefill_len))
+        if recorder is not None:
+            cm.take_transfers()
+            recorder.snap(f"{r.name} done: {rec.matched_len} tokens reused, {rec.prefill_len} prefilled")
+    return rows
+
+
+plain = four_requests(CacheManager(28, 4))
+tiered_cm = HiCacheManager(28, 4, host_ratio=1, write_policy="write_back")
+rec = TierRecorder(tiered_cm, "start: both pools free")
+tiered = four_requests(tiered_cm, rec)
+print(f"{'request':<8} {'prompt':>6} | {'reused':>6} {'prefilled':>9} (device only) | {'reused':>6} {'prefilled':>9} (+ host 1x)")
+for (name, n, m0, p0), (_, _, m1, p1) in zip(plain, tiered):
+    print(f"{name:<8} {n:>6} | {m0:>6} {p0:>9}               | {m1:>6} {p1:>9}")
+s = tiered_cm.tier_stats
+print(f"host tier: {s.written_tokens} tokens written back on eviction, {s.loaded_tokens} loaded back for R4")
+tiered_cm.check_integrity()
+
+# %% [markdown]
+# ### The picture: both pools, block by block
+#
+# The device pool on the top row, the host pool below, after each request (simulated: the
+# real cache code, no model). A block's colour is its lifecycle state: green cached, red
+# locked, blue being written, orange loading; on the host, light cyan a backup of a page still
+# on the device, cyan a page that is only on the host. The label is the radix node holding it.
+# Press play, or drag the slider.
+
+# %%
+from kvlab.viz.tier_view import animate_tiers
+
+animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 28 blocks")
+
+# %% [markdown]
+# The same run with the state diagram: each step's transitions in bold, the counts so far on
+# the edges.
+
+# %%
+from kvlab.viz.tier_view import tier_stepper
+
+tier_stepper(rec, graph=True)
+
+# %% [markdown]
+# ## 5. A long chat session, replayed with a small device pool
+#
+# Three customers chat at once; each turn's prompt is the whole conversation so far (lesson
+# 07's multi-turn chat). The device pool (64 blocks of 4 tokens) holds one conversation, not
+# three: between two turns of one customer, the two others' turns push its history out. A
+# host tier twice the device pool keeps it. Every number is simulated on the real cache code.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def chat_sessions(cm, sessions=3, turns=6, question=12, answer=24):
+    system = char_tokenize(T["A"])
+    history = {s: list(system) for s in range(sessions)}
+    rows = []
+    for t in range(turns):
+        for s in range(sessions):
+            q = [10_000 + 1000 * s + 100 * t + i for i in range(question)]
+            a = [50_000 + 1000 * s + 100 * t + i for i in range(answer)]
+            before = getattr(cm, "tier_stats", None) and cm.tier_stats.loaded_tokens
+            r = serve_request(cm, history[s] + q, a, rid=f"s{s}t{t}")
+            loaded = cm.tier_stats.loaded_tokens - before if before is not None else 0
+            rows.append((t, s, r.prompt_len, r.prefill_len, loaded))
+            history[s] += q + a
+            if hasattr(cm, "take_transfers"):
+                cm.take_transfers()
+    return rows
+
+
+no_tier = chat_sessions(CacheManager(64, 4))
+with_tier = chat_sessions(HiCacheManager(64, 4, host_ratio=2, write_policy="write_back"))
+print(f"{'turn':>4} {'prompt':>6} | prefilled: {'device only':>11} {'+ host 2x':>9} (loaded back)")
+for t in range(6):
+    a = [r for r in no_tier if r[0] == t]
+    b = [r for r in with_tier if r[0] == t]
+    print(f"{t + 1:>4} {sum(r[2] for r in a) // 3:>6} |            {sum(r[3] for r in a):>11} {sum(r[3] for r in b):>9} "
+          f"({sum(r[4] for r in b)})")
+print(f"prefill over the chat: {sum(r[3] for r in no_tier)} tokens with the device pool alone, "
+      f"{sum(r[3] for r in with_tier)} with the host tier (prompts: {sum(r[2] for r in no_tier)} tokens)")
+
+# %% [markdown]
+# Without the tier, every turn after the first recomputes almost all of its history: the cache
+# holds only what the last customer left. With it, each turn prefills little more than its own
+# question, the same as if the GPU were big enough, and its history comes back over PCIe.
+#
+# ### The same at scale (simulated)
+#
+# The simulator's radix policy over the tiered cache: 40 sessions of 6 turns, Llama-3 8B on an
+# H100, a device pool of 8,192 token slots, host tiers of 0x to 4x. TTFT is the cost model's,
+# plus each request's load time over PCIe 5.0 x16 (64 GB/s), counted as if it did not overlap
+# compute (HiCache overlaps it layer by layer, so this is an upper bound).
+
+# %%
+from kvlab.sim.tiers import format_tier_rows, judge, multi_turn_chat, run_tiers, shared_documents
+
+chat_rows = run_tiers(multi_turn_chat(num_sessions=40, turns=6, seed=0), capacity=8192, host_ratios=(0, 1, 2, 4),
+                      write_policy="write_back")
+doc_rows = run_tiers(shared_documents(num_requests=200, seed=0), capacity=8192, host_ratios=(0, 1, 2, 4))
+print("multi-turn chat (simulated)\n" + format_tier_rows(chat_rows))
+print("\nshared documents (simulated)\n" + format_tier_rows(doc_rows))
+print("\nagainst SGLang's HiCache documentation and blog, and the notes:")
+for line in judge(chat_rows, doc_rows):
+    print(line)
+
+# %% [markdown]
+# What to read in it:
+#
+# - **HiCache's claim holds, and its shape is worth seeing.** The device pool alone hits under
+#   a third of the prompt tokens; the hit rate rises slowly at 1x and 2x, then jumps once the
+#   tiers hold the history that is reused. LRU on a cyclic reuse pattern is nearly all or
+#   nothing: until the whole working set fits, the oldest history is always the next to go.
+#   SGLang's docs put it as "the relationship between cache size and hit rate is not linear".
+# - **The notes' claim that tiering saves memory does not hold.** The device pool is the same
+#   with and without the tier, and it must be: attention reads every token of a running
+#   request from HBM. The tier *adds* host memory (write_through even duplicates what is on the
+#   device) and saves **compute**: prefill tokens not recomputed, TTFT.
+# - Try `write_policy="write_through"`: the host then holds copies of what is also on the
+#   device, so a 1x host tier adds almost nothing (HiCache asks for at least 2x).
+
+# %% [markdown]
+# ## 6. When offloading pays
+#
+# Loading a prefix back costs its bytes over a link; recomputing it costs its prefill FLOPs
+# (`kvlab.reuse.offload`, stated numbers: H100 989 TFLOP/s dense bf16 at 50% utilisation,
+# PCIe 5.0 x16 at 64 GB/s with 10 µs per copy, SSDs at 7 and 3 GB/s with 100 µs per read).
+# Per token, Llama-3 8B (grouped-query attention, 128 KiB a token) is ~16x cheaper to load over
+# PCIe than to recompute; an MHA model like Llama-2 7B has 4x the bytes per token.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.reuse.offload import LinkSpec, break_even_tokens, offload_costs
+
+slow_ssd = LinkSpec("slow-ssd", 3e9, 100e-6, "a 3 GB/s SSD")
+for model in ("llama-3-8b", "llama-2-7b", "llama-2-70b"):
+    cells = [f"{break_even_tokens(model, 'h100-80gb', link):>8,}" for link in ("pcie-gen5-x16", "nvme-gen4", slow_ssd)]
+    print(f"{model:<12} loading wins from: host {cells[0]}, SSD 7 GB/s {cells[1]}, SSD 3 GB/s {cells[2]} tokens")
+c = offload_costs("llama-3-8b", 4096)
+print(f"\nLlama-3 8B, a 4,096-token prefix: recompute {1e3 * c.recompute_s:.1f} ms, load over PCIe 5 "
+      f"{1e3 * c.load_s:.2f} ms ({c.speedup:.0f}x faster) (simulated)")
+
+# %%
+import plotly.graph_objects as go
+
+from kvlab.reuse.offload import load_seconds, recompute_seconds
+
+lengths = [2**k for k in range(4, 18)]
+fig = go.Figure()
+for model, dash in (("llama-3-8b", "solid"), ("llama-2-7b", "dot")):
+    fig.add_trace(go.Scatter(x=lengths, y=[recompute_seconds(model, n) for n in lengths], name=f"{model}: recompute",
+                             line=dict(color="#1f77b4", dash=dash)))
+    for link, color in (("pcie-gen5-x16", "#2ca02c"), ("nvme-gen4", "#ff7f0e"), (slow_ssd, "#8c564b")):
+        name = link if isinstance(link, str) else link.name
+        fig.add_trace(go.Scatter(x=lengths, y=[load_seconds(model, n, link) for n in lengths],
+                                 name=f"{model}: load over {name}", line=dict(color=color, dash=dash)))
+fig.update_layout(title="Recompute a prefix or load it back (simulated, stated H100 and link numbers)",
+                  xaxis=dict(type="log", title="prefix length (tokens)"), yaxis=dict(type="log", title="seconds"),
+                  height=460, legend=dict(font=dict(size=10)))
+fig
+
+# %% [markdown]
+# Where a load line lies under the recompute line of the same model, offloading pays. For
+# Llama-3 8B, PCIe and both NVMe SSDs pay from a handful of tokens on (the fixed cost of a
+# copy is all there is to beat); a 3 GB/s SSD only from ~21,000 tokens, when the L² attention
+# term of recomputing catches up with it. For Llama-2 7B (4x the bytes) a 7 GB/s SSD loses
+# until ~90,000 tokens and a 3 GB/s one within any real context. This is the decision HiCache's
+# `load_back_threshold` makes with a constant.
+#
+# **Measured** on the bundled model and this machine: a prefill of the prefix against copying
+# its KV between two pools. On a CPU-only machine both pools are host memory, so the copy is a
+# memcpy, far faster than PCIe would be; the simulated transfer time at a stated bandwidth is
+# what the engine reports for that (next section).
+
+# %%
+import torch
+
+from kvlab.compute.host_pool import measure_offload
+from kvlab.compute.loader import load_bundled
+
+torch.set_num_threads(1)
+model, tok = load_bundled()
+for r in measure_offload(model, [32, 128, 512], repeats=2):
+    print(f"prefix {r['prefix_len']:>4}: recompute {1e3 * r['recompute_s']:7.2f} ms, copy back "
+          f"{1e3 * r['load_s']:6.3f} ms ({r['recompute_s'] / r['load_s']:4.0f}x) (measured)")
+
+# %% [markdown]
+# ## 7. The real run: the bundled model, with and without a host tier
+#
+# The serving engine of lessons 07 and 08, on the bundled model, with a pool of 32 blocks of 4
+# tokens. Three customers chat, four turns each; each turn's prompt is the conversation so far,
+# with the model's real answers. The host tier's K and V live in a host tensor (pinned memory
+# on a GPU machine); every queued copy runs with `index_copy_` over block ids before the next
+# forward pass. The answers must be the same token for token.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.compute.engine import Engine
+
+system = "You are a helpful assistant who answers questions about the Python standard library."
+questions = [["How do I open a socket and read from it?", " And how do I close it cleanly?",
+              " What about timeouts on a slow network?", " Can it be non-blocking?"],
+             ["Read a file line by line in Python.", " Skip the blank lines.", " Count the words on each line.",
+              " Print the longest one."],
+             ["Sort a list of tuples in Python.", " By the second item of each?", " In reverse order?",
+              " And keep it stable?"]]
+
+
+def chat_on_model(**tiers):
+    eng = Engine(model, num_blocks=32, block_size=4, check=True, **tiers)
+    history = [tok.encode(system) for _ in questions]
+    states = []
+    for turn in range(4):
+        for s in range(3):
+            prompt = history[s] + tok.encode(questions[s][turn])
+            st = eng.submit(prompt, 8, rid=f"s{s}t{turn}", arrival_step=eng.step_no)
+            eng.run()
+            history[s] = prompt + st.outputs[0]
+            states.append(st)
+    return eng, states, eng.run()
+
+
+eng0, plain_states, plain_report = chat_on_model()
+eng1, tier_states, tier_report = chat_on_model(host_ratio=2, write_policy="write_back")
+print("same answers with and without the host tier:", [s.outputs for s in plain_states] == [s.outputs for s in tier_states])
+print(f"prompt tokens computed: {plain_report.summary()['prefill_computed']} with the device pool alone, "
+      f"{tier_report.summary()['prefill_computed']} with the host tier "
+      f"({eng1.cache_manager.tier_stats.loaded_tokens} tokens loaded back)")
+
+# %%
+t = tier_report.tiers
+print(f"bytes moved: {t['bytes_moved']:,} ({', '.join(f'{k[6:]} {v:,}' for k, v in t.items() if k.startswith('bytes ') and v)})")
+print(f"copy time: {1e3 * t['measured_s']:.2f} ms measured on this machine (host to host), "
+      f"{1e3 * t['simulated_s']:.3f} ms simulated over {t['host_link']} (64 GB/s, 10 µs a copy)")
+
+# %% [markdown]
+# ## 8. Exercises
+#
+# ### Exercise 1: write-back on eviction
+#
+# Implement `write_back_evict(leaves, host_free, need)`. `leaves` lists the device leaves as
+# `(name, pages, backed_up)`, least recently used first; `host_free` is the number of free host
+# pages; `need` how many device pages must be freed. Take leaves oldest first until `need`
+# pages are freed. A leaf that is backed up just leaves the device (its placement becomes
+# `"host"`). Any other leaf is first copied to the host (`write_back`), which needs `pages` free
+# host pages: if there are too few, host-only leaves (ones that left the device earlier, oldest
+# first) leave the host for good (`"evicted"`) to make room, but only when that makes enough
+# room. A leaf that cannot be copied is dropped (`"evicted"`). Leaves not taken stay `"both"`
+# (backed up) or `"device"`. Return `{name: placement}` for every leaf. The checker compares
+# with a real `HiRadixCache.evict` on the same leaves.
+
+# %% tags=["exercise-stub"]
+def write_back_evict(leaves, host_free, need):
+    raise NotImplementedError("your code here")
+
+
+# %%
+from kvlab import check
+
+check.write_back_evict(write_back_evict)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Start with every leaf in its current state (`"both"` or `"device"`), then walk the list while
+# `freed < need`. Keep a list of the leaves that became `"host"`, oldest first: those are the
+# ones host eviction may drop.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Before evicting anything from the host, check that it would be enough:
+# `host_free + sum of the host-only leaves' pages >= pages`. If not, drop the leaf and keep the
+# host as it is.
+# </details>
+
+# %% [markdown]
+# ### Exercise 2: load-back on a host hit
+#
+# Implement `load_back_plan(segments, prompt_len, threshold)`. `segments` is the prompt's path
+# in the tree: for each node from the root, `(tokens matched in it, placement)`, placement one
+# of `"device"`, `"both"`, `"host"`, `"disk"` (they nest: device pages come first). Return
+# `(device, loaded, computed)`: tokens reused in place on the device, tokens loaded back from
+# the host or disk, tokens computed. Rules: at most `prompt_len - 1` tokens are matched (the
+# last prompt token is always computed: its logits give the first output token); host and disk
+# tokens after the device part are loaded back when there are at least `threshold` of them
+# (else they are recomputed). The checker serves requests through a real `HiCacheManager` and
+# compares with its admissions.
+
+# %% tags=["exercise-stub"]
+def load_back_plan(segments, prompt_len, threshold):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.load_back_plan(load_back_plan)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Walk the segments with a position `pos`, taking `min(tokens, prompt_len - 1 - pos)` from each.
+# `"both"` counts as device: its KV is on the device (and also on the host).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Once a segment is off the device, every later one is too (placements nest). Sum those, then
+# apply the threshold to the sum, not to each segment.
+# </details>
+
+# %% [markdown]
+# ### Exercise 3: a transition table
+#
+# Implement `next_placement(state, event, storage=False)`: a node's placement after `event`.
+# States: `"new"`, `"device"`, `"both"`, `"host"`, `"disk"`, `"evicted"`. Events: `"insert"`,
+# `"write"` (a backup to the host), `"evict"` (from the device), `"load_back"`, `"evict_host"`,
+# `"miss"` (a disk chunk that is missing or corrupt). With `storage`, host eviction saves to
+# disk. An event that cannot happen in that state raises `ValueError`. The checker tries every
+# state and event, and replays the node transitions of real runs.
+
+# %% tags=["exercise-stub"]
+def next_placement(state, event, storage=False):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.next_placement(next_placement)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# A dict from `(state, event)` to the new state is the whole machine; only `("host",
+# "evict_host")` depends on `storage`. Look at the diagram in section 3.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Evicting a node that is on both tiers keeps its host copy; loading back from disk puts it on
+# the device only (the chunk stays on disk, but the tree does not count on it any more).
+# </details>
+
+# %% [markdown]
+# ## Summary
+#
+# - The notes' L1/L2/L3 corrected: SRAM holds a kernel's tiles for microseconds, not KV; the KV
+#   cache lives in HBM, and the real tiers are host DRAM and SSD or remote storage below it,
+#   HiCache's own L1/L2/L3.
+# - A KV block's life is a state machine (free, allocated, cached, locked, loading; on the host
+#   writing, backup, host only; a node on device, both, host, disk, evicted), and every step of a
+#   real run is one of its edges.
+# - A host tier under the radix tree turns evictions into offloads: write_through copies at
+#   once, write_back on eviction, selective after enough hits; a later hit loads back instead of
+#   recomputing. The model's tokens are the same either way.
+# - It pays most where history outgrows the GPU: long multi-turn chats (HiCache's claim). It
+#   does not save memory, it spends host memory to save prefill compute.
+# - Loading beats recomputing for GQA models over PCIe from a few tokens on; for MHA models
+#   from slow disks it may never pay.

@@ -1,0 +1,96 @@
+"""Lesson 10's checkers: the solutions pass, common wrong answers fail (with the mistake named),
+stubs and non-functions fail cleanly, and the rules the exercises state are the real cache's."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from kvlab.check import l10_tiers as L
+from kvlab.reuse.lifecycle import is_legal
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("sol10", ROOT / "solutions" / "10_tiers.py")
+sol = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sol)  # type: ignore[union-attr]
+
+NAMES = ["write_back_evict", "load_back_plan", "next_placement"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solutions_pass(name):
+    r = getattr(L, name)(getattr(sol, name), verbose=False)
+    assert r.passed, r.report()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stubs_and_non_functions_fail_cleanly(name):
+    def stub(*a, **k):
+        raise NotImplementedError("your code here")
+
+    r = getattr(L, name)(stub, verbose=False)
+    assert not r.passed and r.not_implemented and "NotImplementedError" in r.summary
+    r = getattr(L, name)(42, verbose=False)
+    assert not r.passed and "expected a function" in r.summary
+
+
+@pytest.mark.parametrize("mistake", sorted(L.EVICT_MISTAKES))
+def test_write_back_evict_rejects_the_common_mistakes(mistake):
+    r = L.write_back_evict(L.EVICT_MISTAKES[mistake], verbose=False)
+    assert not r.passed
+    assert any(c.note == mistake for c in r.failures), [c.note for c in r.failures]
+
+
+def test_write_back_evict_rejects_write_through_thinking_and_ignoring_need():
+    def drop_unbacked(leaves, host_free, need):  # eviction never writes: what write_through would do
+        return L._never_write_back(leaves, host_free, need)
+
+    def keep_everything(leaves, host_free, need):
+        return {n: "both" if b else "device" for n, _, b in leaves}
+
+    for wrong in (drop_unbacked, keep_everything):
+        assert not L.write_back_evict(wrong, verbose=False).passed
+
+
+@pytest.mark.parametrize("mistake", sorted(L.PLAN_MISTAKES))
+def test_load_back_plan_rejects_the_common_mistakes(mistake):
+    r = L.load_back_plan(L.PLAN_MISTAKES[mistake], verbose=False)
+    assert not r.passed
+    assert any(mistake in c.note for c in r.failures), [c.note for c in r.failures]
+
+
+def test_the_stated_load_back_rule_is_the_real_admission():
+    for seed in range(8):
+        for t in (0, 1, 2, 5):
+            for segs, n, thr, expected in L.plan_from_cache(seed, t):
+                assert L._plan(segs, n, thr) == expected, (segs, n, thr)
+
+
+def test_next_placement_rejects_wrong_tables():
+    def forgets_the_host_copy(state, event, storage=False):  # both --evict--> evicted
+        return "evicted" if (state, event) == ("both", "evict") else sol.next_placement(state, event, storage)
+
+    def disk_to_both(state, event, storage=False):
+        return "both" if (state, event) == ("disk", "load_back") else sol.next_placement(state, event, storage)
+
+    def never_raises(state, event, storage=False):
+        try:
+            return sol.next_placement(state, event, storage)
+        except ValueError:
+            return state
+
+    def ignores_storage(state, event, storage=False):
+        return sol.next_placement(state, event, False)
+
+    for wrong in (forgets_the_host_copy, disk_to_both, never_raises, ignores_storage):
+        assert not L.next_placement(wrong, verbose=False).passed, wrong.__name__
+
+
+def test_the_placement_table_is_made_of_legal_edges():
+    for (src, _event), dst in L.PLACEMENT_TABLE.items():
+        assert is_legal("node", src, dst)
+    assert is_legal("node", "host", "disk")
+    for seed in range(4):
+        for src, event, storage, dst in L._real_run_cases(seed):
+            assert L.placement_after(src, event, storage) == dst
