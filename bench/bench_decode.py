@@ -87,7 +87,21 @@ def parse_common(ap: argparse.ArgumentParser):
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = load_bundled(device=args.device)
+    if tok is None:  # a GPU machine without the tokenizers package: the same shapes, made-up ids
+        print("(tokenizers is not installed: prompts are synthetic token ids of the same lengths)")
+        tok = SyntheticTokenizer(model.config.vocab_size)
     return args, model, tok
+
+
+class SyntheticTokenizer:
+    """Stands in for the bundled tokenizer where the tokenizers package is missing: one id per
+    character (ord modulo the vocabulary), so shared text still gives shared token prefixes."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return [1 + ord(c) % (self.vocab_size - 1) for c in text]
 
 
 def main() -> int:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -237,7 +238,10 @@ def load_pretrained(folder: str | os.PathLike, dtype: torch.dtype = torch.float3
     model.eval()
     tok_path, tok = folder / "tokenizer.json", None
     if tok_path.is_file() or tok_path.is_symlink():
-        tok = load_tokenizer(_inside(folder, tok_path.name))
+        try:
+            tok = load_tokenizer(_inside(folder, tok_path.name))
+        except ModuleNotFoundError as e:  # a machine with torch but without the tokenizers package
+            warnings.warn(f"{tok_path}: not loaded ({e}); the model works without it", stacklevel=2)
     return model, tok
 
 

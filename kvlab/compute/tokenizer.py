@@ -29,7 +29,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer as _HFTokenizer
 
 from .config import CheckpointError
 
@@ -71,7 +70,7 @@ _BYTE_DECODER = _byte_decoder()
 class Tokenizer:
     """A loaded tokenizer.json. Build with :func:`load_tokenizer` or :func:`load_bundled_tokenizer`."""
 
-    hf: _HFTokenizer
+    hf: "object"  # a tokenizers.Tokenizer (imported when a tokenizer is loaded)
     path: str = ""
 
     @property
@@ -139,6 +138,8 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
         p = p / "tokenizer.json"
     if not p.is_file():
         raise CheckpointError("no such tokenizer file", file=p)
+    from tokenizers import Tokenizer as _HFTokenizer  # here, so the model and kernels import without it
+
     try:
         hf = _HFTokenizer.from_file(str(p))
     except Exception as e:  # the tokenizers library raises plain Exception for a corrupt file
