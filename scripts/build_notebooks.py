@@ -5,7 +5,7 @@ Usage (from the repository root, with the venv's python):
     .venv/bin/python scripts/build_notebooks.py            # build and execute every lesson
     .venv/bin/python scripts/build_notebooks.py 02 04      # only these lessons
     .venv/bin/python scripts/build_notebooks.py --no-exec  # convert only (no outputs)
-    .venv/bin/python scripts/build_notebooks.py --check    # every .ipynb's cells == its .py source?
+    .venv/bin/python scripts/build_notebooks.py --check    # every .ipynb's cells == its .py source? lint?
 
 The source format (a subset of jupytext's "percent" format; no jupytext needed):
     # %% [markdown]              a markdown cell; each following line starts with "# " (or is "#")
@@ -19,8 +19,13 @@ widgets; the stubs' checks report FAIL without raising). It prints each lesson's
 Cell ids are deterministic (``cell-NN``) so rebuilding an unchanged lesson changes only
 outputs. ``--check`` compares cell types, sources and tags and exits 1 on any difference.
 
+Lint (``lint_cells``; run by ``--check``, and a lesson that fails it is not built): a code cell
+must not hold markdown written as comments. A line such as ``# ## 4. O(n^2) versus O(n)`` in a
+code cell is a heading the learner never sees rendered: the cell above it is missing its
+``# %% [markdown]`` header.
+
 Also used by tests/test_notebooks.py: ``parse_source``, ``to_notebook``, ``inject_solutions``,
-``execute``, ``check_sync``.
+``execute``, ``check_sync``, ``lint_cells``, ``lint_sources``.
 """
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ NB_DIR = ROOT / "notebooks"
 SOLUTIONS = ROOT / "solutions"
 _HEADER = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[.*\]))?\s*$")
 KERNEL_ENV_DROP = ("KVLAB_STATIC", "KVLAB_CHECK_STRICT")
+_HEADING_COMMENT = re.compile(r"^\s*# +#{1,6} +\S")  # "# ## Title": a markdown heading written as a comment
 
 
 # ------------------------------------------------------------------------------ parse
@@ -86,6 +92,35 @@ def parse_source(text: str, name: str = "<source>") -> list[dict]:
             raise ValueError(f"{name}:{c['line']}: empty cell")
         out.append({"cell_type": c["cell_type"], "source": src, "tags": c["tags"]})
     return out
+
+
+def lint_cells(cells: list[dict], name: str = "<source>") -> list[str]:
+    """Problems a learner would see in the built notebook: a code cell with a markdown heading
+    written as a comment (its ``# %% [markdown]`` header is missing).
+
+    >>> lint_cells(parse_source('# %%\\nx = 1\\n#\\n# ## 4. Next part\\n'), "01")
+    ["01: code cell 0 holds a markdown heading written as a comment (line 3: '# ## 4. Next part'); start a '# %% [markdown]' cell before it"]
+    >>> lint_cells(parse_source('# %%\\n# a comment\\nx = 1  # ## not at the start\\n'))
+    []
+    """
+    problems = []
+    for i, c in enumerate(cells):
+        if c["cell_type"] != "code":
+            continue
+        for k, line in enumerate(c["source"].splitlines(), 1):
+            if _HEADING_COMMENT.match(line):
+                problems.append(f"{name}: code cell {i} holds a markdown heading written as a comment "
+                                f"(line {k}: {line.strip()!r}); start a '# %% [markdown]' cell before it")
+                break
+    return problems
+
+
+def lint_sources(selected: list[str] | None = None) -> list[str]:
+    """:func:`lint_cells` over every lesson source (or the ``selected`` ones): all problems, every lesson."""
+    problems = []
+    for path in lesson_sources(selected):
+        problems += lint_cells(parse_source(path.read_text(), str(path)), path.stem)
+    return problems
 
 
 def to_notebook(cells: list[dict]) -> nbformat.NotebookNode:
@@ -204,6 +239,9 @@ def execute(nb: nbformat.NotebookNode, cwd: Path = NB_DIR, timeout: int = 120, e
 
 def build(path: Path, run: bool = True) -> float | None:
     cells = parse_source(path.read_text(), str(path))
+    problems = lint_cells(cells, path.stem)
+    if problems:
+        raise SystemExit("not built:\n" + "\n".join(problems))
     nb = to_notebook(cells)
     seconds = execute(nb) if run else None
     out = NB_DIR / (path.stem + ".ipynb")
@@ -286,7 +324,8 @@ def check_sync(selected: list[str] | None = None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("lessons", nargs="*", help="lesson numbers or stems (default: all)")
-    ap.add_argument("--check", action="store_true", help="only verify that each .ipynb matches its source")
+    ap.add_argument("--check", action="store_true",
+                    help="only verify that each .ipynb matches its source, and lint the sources")
     ap.add_argument("--no-exec", action="store_true", help="convert without executing")
     args = ap.parse_args(argv)
     if args.check:
@@ -294,7 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(p)
         print("notebooks in sync" if not problems else f"{len(problems)} problem(s)")
-        return 1 if problems else 0
+        lint = lint_sources(args.lessons or None)
+        for p in lint:
+            print(p)
+        print("sources lint clean" if not lint else f"{len(lint)} lint problem(s)")
+        return 1 if problems or lint else 0
     total = 0.0
     for path in lesson_sources(args.lessons or None):
         seconds = build(path, run=not args.no_exec)

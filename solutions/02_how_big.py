@@ -1,6 +1,5 @@
 """Solutions to lesson 02's exercises (injected in place of the stubs by tests/test_notebooks.py)."""
 
-
 def kv_cache_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2):
     if min(layers, kv_heads, head_dim, dtype_bytes) < 1:
         raise ValueError("layers, kv_heads, head_dim and dtype_bytes must be >= 1")
@@ -9,9 +8,37 @@ def kv_cache_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2):
     return 2 * layers * kv_heads * head_dim * tokens * dtype_bytes
 
 
+def bytes_per_token_from_config(config):
+    dtype_bytes = {"float16": 2, "bfloat16": 2, "float32": 4}
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads", heads)          # absent: multi-head attention
+    head_dim = config.get("head_dim", config["hidden_size"] // heads)
+    dtype = config.get("torch_dtype", "float16")
+    if dtype not in dtype_bytes:
+        raise ValueError(f"unknown torch_dtype {dtype!r}")
+    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * dtype_bytes[dtype]
+
+
 def requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request):
     if bytes_per_token < 1 or tokens_per_request < 1:
         raise ValueError("bytes_per_token and tokens_per_request must be >= 1")
     if kv_budget_bytes < 0:
         raise ValueError(f"kv_budget_bytes must be >= 0, got {kv_budget_bytes}")
     return kv_budget_bytes // (bytes_per_token * tokens_per_request)
+
+
+def max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16):
+    if not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be in (0, 1], got {utilization}")
+    if block_size < 1 or bytes_per_token < 1 or any(n < 1 for n in lengths):
+        raise ValueError("block_size, bytes_per_token and every length must be >= 1")
+    budget = int(gpu_bytes * utilization) - weight_bytes
+    free_blocks = max(0, budget) // (block_size * bytes_per_token)
+    count = 0
+    for n in sorted(lengths):                      # shortest first: the most requests fit
+        need = -(-n // block_size)                 # whole blocks, the last one partly empty
+        if need > free_blocks:
+            break
+        free_blocks -= need
+        count += 1
+    return count

@@ -5,12 +5,15 @@ lessons with their outputs stripped, in a temporary folder (stale stored outputs
 the checks). For each lesson opened: Run > Run All Cells, wait until every cell has run, then
 check that no cell shows an error, that plotly figures and widgets render, and drive widgets:
 
-- lesson 04: the translation widget's position slider, moved to 4 (L1 -> P7) and back to 9,
-  shows L2, offset 1 and P1; the memory-map stepper's Next button changes its caption;
+- lesson 04, in classroom mode on a 1280x720 screen with the file browser open (a projector):
+  no figure or widget is wider than its output area, the widget controls are larger, the
+  translation widget's position slider, moved to 4 (L1 -> P7) and back to 9, shows L2, offset 1
+  and P1, and the memory-map stepper's Next button moves its caption, numbered "step k / N";
 - lesson 02: the plotly bar chart renders;
 - lesson 07 (when it exists): the radix stepper's Next button changes the caption and the tree;
 - every other lesson: runs clean, and its widgets and plotly figures render.
-Each lesson's kernel is shut down after its test. The whole file takes about 2 minutes.
+Each lesson's kernel is shut down after its test. The whole file takes about 2 minutes (one
+JupyterLab server and one browser for every lesson).
 
 Screenshots go to tests/_artifacts/ (git-ignored). With KVLAB_UPDATE_SCREENSHOTS=1 the two for
 the README are also copied to docs/img/ (memory_map.png, radix_tree.png).
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -68,7 +72,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _stripped_copy(name: str, dest: Path) -> bool:
+CLASSROOM_LESSON = "04_paging.ipynb"  # run in classroom mode, on a projector-sized screen
+CLASSROOM_VIEWPORT = {"width": 1280, "height": 720}
+CLASSROOM_CELL = "import kvlab.viz as viz\nviz.classroom(True)  # inserted by tests/test_browser.py: a projector"
+
+
+def _stripped_copy(name: str, dest: Path, classroom: bool = False) -> bool:
+    """A copy without outputs; with ``classroom``, a cell turning classroom mode on after the self-test."""
     src = ROOT / "notebooks" / name
     if not src.exists():
         return False
@@ -77,6 +87,11 @@ def _stripped_copy(name: str, dest: Path) -> bool:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+    if classroom:
+        first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+        cell = nbformat.v4.new_code_cell(CLASSROOM_CELL)
+        cell.id = "classroom"
+        nb.cells.insert(first + 1, cell)
     nbformat.write(nb, dest / name)
     return True
 
@@ -87,7 +102,7 @@ def lab(tmp_path_factory):
     _require_browser()
     folder = tmp_path_factory.mktemp("lab")
     for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"):
-        _stripped_copy(p.name, folder)
+        _stripped_copy(p.name, folder, classroom=p.name == CLASSROOM_LESSON)
     shutil.copy(ROOT / "notebooks" / "glossary.md", folder / "glossary.md")
     port, token = _free_port(), secrets.token_hex(16)
     env = {k: v for k, v in os.environ.items() if k not in ("KVLAB_STATIC", "KVLAB_CHECK_STRICT")}
@@ -143,10 +158,10 @@ def browser(lab):
         b.close()
 
 
-def _open_and_run_all(browser, lab, name: str):
+def _open_and_run_all(browser, lab, name: str, viewport: dict | None = None):
     """Open a lesson, Run All Cells, wait until every code cell has run; return the page."""
     base, token, folder = lab
-    page = browser.new_page(viewport={"width": 1800, "height": 1000})
+    page = browser.new_page(viewport=viewport or {"width": 1800, "height": 1000})
     try:
         _run_all(page, base, token, folder, name)
     except Exception:
@@ -211,11 +226,11 @@ def _shot(page, locator, filename: str) -> Path:
 
 
 @contextmanager
-def _lesson(browser, lab, name: str):
+def _lesson(browser, lab, name: str, viewport: dict | None = None):
     """Open and run a lesson, check it shows no error, yield the page; screenshot and close it after."""
     if not (lab[2] / name).exists():
         pytest.fail(f"notebooks/{name} is missing")
-    page = _open_and_run_all(browser, lab, name)
+    page = _open_and_run_all(browser, lab, name, viewport)
     try:
         _assert_no_errors(page, name[:2])
         yield page
@@ -252,7 +267,7 @@ def _stored_kinds(name: str) -> set[str]:
 
 
 # Lessons with their own test below; every other lesson is run clean here.
-_DEDICATED = {"02_how_big.ipynb", "04_paging.ipynb", "07_radix.ipynb"}
+_DEDICATED = {"02_how_big.ipynb", CLASSROOM_LESSON, "07_radix.ipynb"}
 _OTHERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if p.name not in _DEDICATED)
 
 
@@ -281,12 +296,53 @@ def _set_slider(page, slider_class: str, value: int):
     page.keyboard.press("Enter")
 
 
-def test_lesson_04_widgets(browser, lab):
-    with _lesson(browser, lab, "04_paging.ipynb") as page:
+def _ensure_file_browser_open(page) -> None:
+    """The left sidebar's file browser shown (as a teacher has it), whatever the restored layout."""
+    if not page.evaluate("() => (document.querySelector('#filebrowser')?.offsetWidth || 0) > 100"):
+        page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab[data-id='filebrowser']").first.click()
+        page.wait_for_function("() => (document.querySelector('#filebrowser')?.offsetWidth || 0) > 100", timeout=10_000)
+
+
+def _overflowing_outputs(page) -> list[str]:
+    """Every output area whose figure or widget is wider than the area itself (it would be cut off
+    or scroll sideways on the projector)."""
+    return page.evaluate("""() => {
+        const bad = [];
+        document.querySelectorAll('.jp-OutputArea-output').forEach((out, i) => {
+            const box = out.getBoundingClientRect();
+            if (box.width === 0) return;
+            const inner = out.querySelectorAll('.js-plotly-plot, .main-svg, .jupyter-widgets, .kvlab-svg svg, .widget-hbox, img');
+            let right = box.right;
+            inner.forEach(el => { right = Math.max(right, el.getBoundingClientRect().right); });
+            if (right > box.right + 2 || out.scrollWidth > out.clientWidth + 2)
+                bad.push(`output ${i}: content ends at ${Math.round(right)} px, the area at ${Math.round(box.right)} px ` +
+                         `(scrollWidth ${out.scrollWidth}, clientWidth ${out.clientWidth})`);
+        });
+        return bad;
+    }""")
+
+
+def test_lesson_04_in_classroom_mode_on_a_projector(browser, lab):
+    """Lesson 04 at 1280x720, classroom mode, file browser open: nothing overflows, the controls
+    grow, and the widgets respond."""
+    with _lesson(browser, lab, CLASSROOM_LESSON, CLASSROOM_VIEWPORT) as page:
+        _ensure_file_browser_open(page)
         page.wait_for_selector(".jupyter-widgets", timeout=20_000)
         page.wait_for_selector(".kvlab-translation .js-plotly-plot", timeout=20_000)
-        chain = page.locator(".kvlab-translation .kvlab-chain").first
+        page.wait_for_selector(".kvlab-stepper .js-plotly-plot .main-svg", timeout=20_000)
+        figures = page.locator(".jp-RenderedPlotly")
+        assert figures.count() >= 3, f"lesson 04 shows {figures.count()} figures, expected the widget's, the stepper's, the animation"
+        for i in range(figures.count()):  # plotly draws a figure when it comes into view: visit each one
+            figures.nth(i).scroll_into_view_if_needed()
+            figures.nth(i).locator(".main-svg").first.wait_for(timeout=20_000)
+        page.wait_for_timeout(500)  # let plotly finish sizing the figures to their areas
+        bad = _overflowing_outputs(page)
+        assert not bad, "classroom mode at 1280x720: figures wider than their output area:\n" + "\n".join(bad)
+        px = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('.kvlab-stepper button.kvlab-next')).fontSize)")
+        assert px >= 17, f"classroom mode: the stepper's buttons are {px}px, not enlarged"
+        _shot(page, page.locator(".kvlab-translation").first, "classroom_translation.png")
 
+        chain = page.locator(".kvlab-translation .kvlab-chain").first
         _set_slider(page, "kvlab-pos-slider", 4)
         page.wait_for_function("() => { const c = document.querySelector('.kvlab-translation .kvlab-chain');"
                                " return c && /P7/.test(c.textContent) && /L1/.test(c.textContent); }", timeout=10_000)
@@ -296,20 +352,25 @@ def test_lesson_04_widgets(browser, lab):
         text = chain.text_content()
         assert "L2" in text and "P1" in text and "offset" in text.lower() and "1" in text, text
         assert "P7" not in text, f"chain still shows pos 4's block: {text}"
-        _shot(page, page.locator(".kvlab-translation").first, "translation_pos9.png")
 
         stepper = page.locator(".kvlab-stepper").first
         stepper.scroll_into_view_if_needed()
         caption = stepper.locator(".kvlab-caption").first
         before = caption.text_content()
+        assert re.search(r"step 1 / \d+:", before), before
         stepper.locator("button.kvlab-next").first.click()
         page.wait_for_function("([el, old]) => el.textContent !== old", arg=[caption.element_handle(), before], timeout=10_000)
-        assert caption.text_content() != before
-        for _ in range(17):  # to the step before R1 finishes: R1 and R2 hold interleaved blocks
-            stepper.locator("button.kvlab-next").first.click()
-            page.wait_for_timeout(60)
-        page.wait_for_function("el => /#18 /.test(el.textContent)", arg=caption.element_handle(), timeout=10_000)
+        assert re.search(r"step 2 / \d+:", caption.text_content())
+        for _ in range(30):  # step by step to where R1 finishes (its blocks go back to the pool)
+            now = caption.text_content()
+            if "R1 finishes" in now:
+                break
+            stepper.locator("button.kvlab-next").first.click()  # one click, then wait for its caption
+            page.wait_for_function("([el, old]) => el.textContent !== old", arg=[caption.element_handle(), now],
+                                   timeout=10_000)
+        assert "R1 finishes" in caption.text_content(), caption.text_content()
         page.wait_for_selector(".kvlab-stepper .js-plotly-plot .main-svg", timeout=20_000)
+        assert not _overflowing_outputs(page)
         _shot(page, stepper, "memory_map.png")
 
 

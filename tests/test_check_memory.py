@@ -118,7 +118,9 @@ def test_old_checker_modules_still_import():
     from kvlab.check import memory, reuse
 
     assert memory.translate is check.translate and reuse.match_prefix is check.match_prefix
-    assert set(memory.__all__) | {n for n in reuse.__all__ if n in check.__all__} == _checker_names()
+    first_release = set(memory.__all__) | {n for n in reuse.__all__ if n in check.__all__}
+    assert len(first_release) == 23 and first_release <= _checker_names()  # later checkers live only in kvlab.check
+    assert all(getattr(memory, n) is getattr(check, n) for n in memory.__all__)
     assert reuse.measured_sampling_blocks(prompt_len=10, num_samples=4, gen_len=5, block_size=4) == (16, 10)
 
 
@@ -342,3 +344,151 @@ def test_state_failures_show_only_the_fields_that_differ_in_full():
     r = c.done(strict=False)
     assert "tables" not in r.summary and "ref_count: expected" in r.summary and "..." not in r.summary
     assert "differs: ref_count" in r.report()
+
+
+# ------------------------------------------------------------- issue 16: new exercises of 02 and 03
+from kvlab.check import l02_how_big, l03_contiguous  # noqa: E402  (registered in kvlab.check too)
+
+
+def _fails_with(checker, fn, *notes) -> str:
+    """The checker rejects ``fn`` and its summary names one of ``notes`` (the diagnosed mistake)."""
+    r = checker(fn, verbose=False)
+    assert not r.passed, f"{getattr(fn, '__name__', fn)} passed"
+    text = r.report()
+    assert any(n in text for n in notes), f"no diagnosis among {notes} in:\n{text}"
+    return r.summary
+
+
+def test_bytes_per_token_from_config():
+    sol = _solutions("02_how_big")
+    check_ = l02_how_big.bytes_per_token_from_config
+    assert _passes(check_, sol.bytes_per_token_from_config)
+    db = l02_how_big.DTYPE_BYTES
+
+    def hidden(cfg):  # the notes' formula
+        return 2 * cfg["num_hidden_layers"] * cfg["hidden_size"] * db[cfg.get("torch_dtype", "float16")]
+
+    def no_default_kv(cfg):
+        return sol.bytes_per_token_from_config({**cfg, "num_key_value_heads": cfg["num_key_value_heads"]})
+
+    def ignores_head_dim(cfg):
+        return sol.bytes_per_token_from_config({k: v for k, v in cfg.items() if k != "head_dim"})
+
+    def no_two(cfg):
+        return sol.bytes_per_token_from_config(cfg) // 2
+
+    def ignores_dtype(cfg):
+        sol.bytes_per_token_from_config(cfg)  # the ValueError for int4 stays
+        return sol.bytes_per_token_from_config({**cfg, "torch_dtype": "float16"})
+
+    _fails_with(check_, hidden, "hidden_size (the notes' formula)")
+    _fails_with(check_, no_default_kv, "KeyError")
+    _fails_with(check_, ignores_head_dim, "head_dim given in the config was ignored")
+    _fails_with(check_, no_two, "both K and V")
+    _fails_with(check_, ignores_dtype, "torch_dtype ignored")
+    assert l02_how_big.bytes_per_token_from_config is check.bytes_per_token_from_config
+
+
+def _max_concurrent_variant(order=True, blocks=True, floor=False, util=True, weights=True, mean=False):
+    sol = _solutions("02_how_big")
+
+    def f(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16):
+        sol.max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size)  # validates
+        budget = int(gpu_bytes * (utilization if util else 1.0)) - (weight_bytes if weights else 0)
+        if blocks:
+            room = max(0, budget) // (block_size * bytes_per_token)
+            sizes = [n // block_size if floor else -(-n // block_size) for n in lengths]
+        else:
+            room, sizes = max(0, budget) // bytes_per_token, list(lengths)
+        if mean:
+            return min(len(lengths), room // -(-round(sum(lengths) / len(lengths)) // block_size))
+        k = used = 0
+        for s in (sorted(sizes) if order else sizes):
+            if used + s > room:
+                break
+            used, k = used + s, k + 1
+        return k
+
+    return f
+
+
+def test_max_concurrent():
+    check_ = l02_how_big.max_concurrent
+    assert _passes(check_, _solutions("02_how_big").max_concurrent)
+    assert _passes(check_, _max_concurrent_variant())  # the variant builder is right by default
+    for kw, note in [(dict(order=False), "take the shortest first"),
+                     (dict(blocks=False), "counted tokens, not blocks"),
+                     (dict(floor=True), "rounded each request's blocks down"),
+                     (dict(util=False), "utilization ignored"),
+                     (dict(weights=False), "weights were not subtracted"),
+                     (dict(mean=True), "used the mean length")]:
+        _fails_with(check_, _max_concurrent_variant(**kw), note)
+    assert not _passes(check_, lambda L, g, u, w, b, bs=16: _max_concurrent_variant()(L, g, min(u, 1.0), w, b, bs)
+                       if u <= 1 else 0)  # no ValueError for utilization 1.5
+
+
+def test_place_first_fit():
+    sol = _solutions("03_contiguous")
+    check_ = l03_contiguous.place_first_fit
+    assert _passes(check_, sol.place_first_fit)
+    sim = l03_contiguous._simulate
+
+    def valid(f):
+        def g(cap, ops):
+            sol.place_first_fit(cap, ops)  # the same ValueErrors
+            return f(cap, ops)
+        return g
+
+    right = sol.place_first_fit
+    _fails_with(check_, valid(lambda c, o: sim(c, o, coalesce=False)), "merge with the free ranges beside it")
+    _fails_with(check_, valid(lambda c, o: sim(c, o, fit="best")), "best fit")
+    _fails_with(check_, valid(lambda c, o: sim(c, o, bump=True)), "never reused")
+    _fails_with(check_, valid(lambda c, o: {**right(c, o), "wasted_share": right(c, o)["wasted_share"] * 0.5}),
+                "wasted_share")  # any other share is wrong (halved: no diagnosis, but rejected)
+
+    def capacity_share(c, o):
+        r = right(c, o)
+        free = r["largest_hole"] / (1 - r["wasted_share"]) if r["wasted_share"] < 1 and r["largest_hole"] else 0
+        return {**r, "wasted_share": (free - r["largest_hole"]) / c}
+
+    _fails_with(check_, valid(capacity_share), "share of the FREE memory")
+
+    def total_free(c, o):
+        r = right(c, o)
+        free = round(r["largest_hole"] / (1 - r["wasted_share"])) if r["largest_hole"] else 0
+        return {**r, "largest_hole": free}
+
+    _fails_with(check_, valid(total_free), "biggest single hole")
+    _fails_with(check_, lambda c, o: sim(c, [x for x in o if x[0] in ("admit", "finish") and (x[0] == "finish" or x[2] > 0)]),
+                "must raise ValueError")
+
+
+def test_lesson_00_to_04_checkers_name_their_mistakes():
+    """Issue 16: every checker of lessons 00-04 where a common mistake exists names it."""
+    cases = [
+        (check.block_and_offset, lambda p, bs: ((p + 1) // bs, p % bs) if p >= 0 < bs else 1 / 0, "counted tokens from 1"),
+        (check.common_prefix_len, lambda a, b: sum(x == y for x, y in zip(a, b)), "stop counting at the first token"),
+        (check.kv_cache_bytes, lambda l, h, d, t, b=2: 2 * l * h * d * t * 2 if min(l, h, d, b) > 0 <= t else int("x"),
+         "dtype_bytes ignored"),
+        (check.requests_that_fit, lambda b, p, t: round(b / (p * t)) if p > 0 < t and b >= 0 else int("x"), "round down"),
+        (check.reservation, lambda p, n, m, f=None: _solutions("03_contiguous").reservation(p, n, 10**9, f)
+         if p == "pow2" else _solutions("03_contiguous").reservation(p, n, m, f), "cap it"),
+        (check.first_fit, lambda r, n: (r[0][0] if r and sum(x for _, x in r) >= n else None) if n > 0 else int("x"),
+         "you added up the holes"),
+        (check.external_fragmentation, lambda r: sum(n for _, n in r), "subtract the largest hole"),
+        (check.translate, lambda t, p, bs, bpt=1: _right_translate(t, p, bs, bpt)[:3] + ((p // bs * bs + p % bs) * bpt,),
+         "PHYSICAL block"),
+        (check.blocks_needed, lambda n, bs: n // bs if n >= 0 < bs else int("x"), "rounded down"),
+        (check.blocks_to_append, lambda t, n, bs: -(-n // bs) if n >= 0 <= t and bs > 0 else int("x"), "fill it before"),
+        (check.block_allocator, _LIFO, "BACK of the free queue"),
+        (check.block_allocator, _ForgetsRefCount, "ref count 2 stays in use"),
+        (check.block_allocator, _PartialOnFailure, "all or nothing"),
+        (check.block_allocator, _NoDoubleFreeCheck, "DoubleFree"),
+    ]
+    for checker, wrong, note in cases:
+        _fails_with(checker, wrong, note)
+
+
+def test_should_have_raised_is_named():
+    r = check.blocks_needed(lambda n, bs: -(-n // bs) if bs > 0 else 0, verbose=False)
+    assert "must raise ValueError" in r.report()

@@ -60,7 +60,25 @@ def test_there_are_lessons():
 def test_notebooks_in_sync(capsys):
     problems = bn.check_sync()
     assert not problems, "\n".join(problems)
-    assert bn.main(["--check"]) == 0 and "notebooks in sync" in capsys.readouterr().out
+    bn.main(["--check"])  # its exit status also counts lint problems: test_no_markdown_written_as_comments
+    assert "notebooks in sync" in capsys.readouterr().out
+
+
+def test_no_markdown_written_as_comments():
+    """Issue 16 bug 1: a heading such as "## 4. O(n^2) versus O(n)" written as `#` comments inside a
+    code cell (its markdown header missing). Reports every offending lesson at once."""
+    problems = bn.lint_sources()
+    assert not problems, f"{len(problems)} lesson(s) hide markdown in code cells:\n" + "\n".join(problems)
+
+
+def test_lint_catches_a_heading_comment_and_nothing_else(capsys):
+    bad = bn.parse_source("# %%\nshow(fig)\n#\n# ## 4. O(n^2) versus O(n)\n#\n# Summing the counts...\n")
+    (problem,) = bn.lint_cells(bad, "01_x")
+    assert "01_x: code cell 0" in problem and "'# ## 4. O(n^2) versus O(n)'" in problem
+    ok = bn.parse_source("# %% [markdown]\n# ## A real heading\n\n# %%\n# a comment\n## double-hash comment\n"
+                         "x = '# ## in a string'  # ## trailing\n")
+    assert bn.lint_cells(ok) == []
+    assert bn.main(["--check", "00"]) in (0, 1) and "lint" in capsys.readouterr().out
 
 
 def test_parser_rejects_bad_sources():
@@ -150,3 +168,122 @@ def test_solutions_pass(path: Path):
             f"{path.name}: with the solution injected, this check did not pass:\n{c.source}\n{text[-600:]}"
         )
     assert seconds < 60, f"{path.name} took {seconds:.0f} s with solutions (target 30 s, hard limit 60 s)"
+
+
+# --------------------------------------------------- issue 16: lessons 00-04, the bugs and the notes' items
+def _nb(stem: str):
+    return nbformat.read(bn.NB_DIR / f"{stem}.ipynb", as_version=4)
+
+
+def _checked_outputs(stem: str) -> str:
+    """The stored text of the lesson's NBVAL_CHECK_OUTPUT cells (what nbval compares on every run)."""
+    return "\n".join(_text(c.outputs) for c in _nb(stem).cells
+                     if c.cell_type == "code" and c.source.startswith("# NBVAL_CHECK_OUTPUT"))
+
+
+def _markdown(stem: str) -> str:
+    return "\n".join(c["source"] for c in _cells(bn.SRC / f"{stem}.py") if c["cell_type"] == "markdown")
+
+
+def test_self_test_prints_each_version_once(capsys):
+    """Issue 16 bug 8: the self-test printed the versions twice (its own line and the kernel report's)."""
+    from kvlab.check import self_test
+
+    self_test()
+    out = capsys.readouterr().out
+    for name in ("torch", "triton", "numpy", "python"):
+        assert len(re.findall(rf"\b{name} \d", out)) == 1, f"{name}'s version printed more than once:\n{out}"
+
+
+def test_lesson_00_map_lists_eleven_lessons_with_their_layers():
+    """Issue 16 bug 8 and item 7: lessons 00-10, fork and copy-on-write physical, 07-08 logical."""
+    md = _markdown("00_start_here")
+    rows = re.findall(r"^\| \[(\d\d) [^]]+\]\(((\d\d)_\w+\.ipynb)\) \| [^|]+ \| ([^|]*) \|$", md, re.M)
+    assert [r[0] for r in rows] == [f"{i:02d}" for i in range(11)], rows
+    layer = {r[0]: r[3].strip() for r in rows}
+    assert all(layer[f"{i:02d}"] == "physical" for i in range(2, 7)), layer
+    assert layer["07"] == layer["08"] == "logical", layer
+    stems = {p.stem[:2]: p.stem for p in SOURCES}
+    for number, link, _n, _layer in rows:  # a link names the lesson's real file once that lesson exists
+        if number in stems:
+            assert link == f"{stems[number]}.ipynb", (number, link)
+    assert "06 to 08" not in md and "Lessons 02 to 06 are the **physical layer**" in md
+    assert not re.search(r"logical layer[^.]*\(lesson 0?6\)|\(lesson 0?6\)[^.]*logical layer", md)
+
+
+def test_lesson_01_memory_numbers_add_up():
+    """Issue 16 bug 2: "every block full but the last" was said of 100 tokens filling 25 whole blocks;
+    the spare block came from generate(). The cell now prints the numbers; they must add up."""
+    assert "every block full but the last" not in _markdown("01_why_kv_cache")
+    out = _checked_outputs("01_why_kv_cache")
+    m = re.search(r"the table holds (\d+) tokens .* in (\d+) blocks of (\d+), the last holding (\d+) of \3", out)
+    assert m, out[-1500:]
+    n, blocks, bs, last = map(int, m.groups())
+    assert n == (blocks - 1) * bs + last and 0 < last <= bs
+    m = re.search(r"the pool has (\d+) blocks: (\d+) for (\d+) tokens and (\d+) spare", out)
+    assert m and int(m[1]) == int(m[2]) + int(m[4]) and int(m[2]) == -(-int(m[3]) // bs), out[-800:]
+
+
+def test_lesson_01_says_what_its_measurements_show():
+    """Issue 16 bug 3: the time plot promised a quadratic growth the CPU did not show. The lesson now
+    times single steps up to 1,024 tokens of context (medians) beside the counted FLOPs, and the
+    sentence about the trend is printed from the numbers."""
+    src = (bn.SRC / "01_why_kv_cache.py").read_text()
+    assert "contexts = [" in src and "1024" in src and "statistics.median" in src
+    assert "The measured times follow the same shape" not in _markdown("01_why_kv_cache")
+    verdicts = [_text(c.outputs) for c in _nb("01_why_kv_cache").cells if c.cell_type == "code" and "fit(xs" in c.source]
+    assert verdicts and re.search(r"so: .*(shows in the measured times|do NOT show the counted growth)", verdicts[0]), verdicts
+
+
+def test_lesson_02_budgets_and_units():
+    """Issue 16 bug 6: "(85.90 GB at 90%)" was the card's total, not its 90% share; the H200 showed as
+    150.75 GB where students know "141 GB", unexplained."""
+    out = _checked_outputs("02_how_big")
+    assert not re.search(r"GB at \d+%\)", out)
+    pairs = re.findall(r"(\d+)% of ([\d.]+) GB is ([\d.]+) GB", out)
+    assert len(pairs) >= 8
+    for pct, total, share in pairs:
+        assert abs(float(total) * int(pct) / 100 - float(share)) < 0.011, (pct, total, share)
+    md = _markdown("02_how_big")
+    assert "GiB" in md and "141 GB" in md and "nvidia-smi" in md
+    assert re.search(r"h200\s+141GB\s+143,771\s+140\.4\s+150\.75", out)
+
+
+@pytest.mark.parametrize("stem, patterns", [
+    ("02_how_big", [r"10 x 10\.74 GB = 107\.37 GB: more than", r"10 x 1\.34 GB =\s+13\.42 GB: less than"]),
+    ("03_contiguous", [r"4096: 3596 slots reserved for tokens that never came = 87\.8%", r"no sharing\s+4 samples",
+                       r"over-reservation", r"copy on growth", r"external fragmentation\s+A finished"]),
+    ("04_paging", [r"block_size 16: .*largest waste of one request 15 \(bound 15\)",
+                   r"block_size 32: .*largest waste of one request 31 \(bound 31\)",
+                   r"^\s+16\s+[\d.]+%\s+15\s", r"the same bytes, in 64 tensors", r"= slot 5 x 8,192 bytes .*: True"]),
+])
+def test_the_notes_items_are_computed_in_the_run(stem, patterns):
+    """Issue 16 "what the notes say": each number is printed by a checked cell (nbval compares it on every run)."""
+    out = _checked_outputs(stem)
+    for p in patterns:
+        assert re.search(p, out, re.M), f"{stem}: no checked output matches {p!r}"
+
+
+def test_lesson_04_analogy_boxes_say_where_they_hold_and_break():
+    md = _markdown("04_paging")
+    boxes = re.findall(r"> \*\*Analogy box: ([^*]+)\*\*(.*?)(?=\n\n[^>]|\n\n> \*\*Analogy box|\Z)", md, re.S)
+    assert {b[0].split(" (")[0].rstrip(".") for b in boxes} >= {"the block table as an index", "virtual memory"}, boxes
+    for name, body in boxes:
+        assert "*Where it holds.*" in body and "*Where it breaks.*" in body, name
+    assert "skip list" in md and "forward index" in md and "page table" in md and "one array read" in md
+
+
+def test_no_hint_is_the_whole_solution():
+    """Issue 16: the last hint is the strongest nudge, never the solution's code."""
+    for path in SOURCES:
+        sol = ROOT / "solutions" / f"{path.stem}.py"
+        if not sol.exists():
+            continue
+        code_lines = {ln.strip() for ln in sol.read_text().splitlines()
+                      if len(ln.strip()) > 25 and not ln.strip().startswith(("#", '"""', "raise", "def ", "if ", "return None"))}
+        hints = re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", "\n".join(
+            c["source"] for c in _cells(path) if c["cell_type"] == "markdown"), re.S)
+        for h in hints:
+            shown = [ln for ln in code_lines if ln in h]
+            if path.stem[:2] in ("00", "01", "02", "03", "04"):
+                assert not shown, f"{path.stem}: a hint quotes the solution: {shown}"

@@ -1,7 +1,7 @@
-"""Tests of kvlab.viz's memory map, stepper, palette, classroom mode and static fallback.
+"""Tests of kvlab.viz's memory map, block tables, captions, stepper, palette, classroom mode and static fallback.
 
-They check the data behind the pictures (colours, labels, frame counts, axis ranges,
-widget state after callbacks), never pixels.
+They check the data behind the pictures (colours, fill, labels, arrows, frame counts, axis
+ranges, captions, widget state after callbacks), never pixels.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("plotly")
 pytest.importorskip("ipywidgets")
 
+import kvlab  # noqa: E402
 import kvlab.viz as viz  # noqa: E402
 from kvlab.memory.block_manager import BlockManager  # noqa: E402
 from kvlab.viz.palette import FREE, HIGHLIGHT, SHARED_OUTLINE, REQUEST_COLORS  # noqa: E402
@@ -70,6 +71,8 @@ def test_memory_map_colours_and_labels_after_scenario():
     assert d["outline_color"][2] == HIGHLIGHT and d["highlight"] == [2]
     assert d["outline_color"][1] == "#ffffff"
     assert "1/4 tokens" not in d["hover"][0] and "4/4 tokens" in d["hover"][0]
+    assert d["fill"][:4] == [1.0, 0.5, 0.5, 0.0]  # R1 L1 holds 2 of 4; R2's fresh copy P2 the same 2; P3 free
+    assert d["holders"][0] == [("R1", 0), ("R2", 0)]
 
 
 def test_final_state_frees_r1_blocks():
@@ -104,17 +107,81 @@ def test_animation_one_frame_per_event_and_fixed_axes():
     n = len(m.log)
     assert len(fig.frames) == n and {"append", "fork", "cow", "free_seq"} <= set(m.log.kinds())
     xr, yr = list(fig.layout.xaxis.range), list(fig.layout.yaxis.range)
-    assert xr == [-0.5, 11.5] and yr == [0.5, -0.5]
+    assert xr == [-0.5, 11.5] and yr[1] == -0.5 and yr[0] > 3  # tables above the pool, copy room below
+    n_traces = len(fig.frames[0].data)
     for fr in fig.frames:
         assert list(fr.layout.xaxis.range) == xr and list(fr.layout.yaxis.range) == yr
-        assert len(fr.data) == 1 and len(fr.data[0].x) == 12
-        assert fr.data[0].marker.size == fig.data[0].marker.size
-    # the cow's frame: P1 -> P2 highlighted, caption from the event
+        assert len(fr.data) == n_traces and len(fr.data[0].y) == 12  # the pool's 12 cells in every frame
+    # the cow's frame: P1 and P2 outlined red, the copy drawn as an arc from P1 to P2, captioned in words
     cow = fig.frames[_step(m, "cow")]
-    assert "cow" in cow.layout.title.subtitle.text
+    sub = cow.layout.title.subtitle.text
+    assert sub == f"step {_step(m, 'cow') + 1} / {n}: R2 writes into shared block P1: copy it to P2, then write there (copy-on-write)"
     assert cow.data[0].marker.line.color[1] == HIGHLIGHT and cow.data[0].marker.line.color[2] == HIGHLIGHT
+    arc = next(t for t in cow.data if t.name == "copy-on-write")
+    xs = [x for x in arc.x if x is not None]
+    assert (xs[0], xs[-1]) == (1.0, 2.0) and "copy P1 → P2" in arc.text
+    quiet = fig.frames[0].data[[t.name for t in fig.frames[0].data].index("copy-on-write")]
+    assert not [x for x in quiet.x if x is not None]  # no copy, no arc
     assert "(simulated)" in fig.layout.title.text
-    assert len(fig.layout.sliders[0].steps) == n
+    # frames numbered as the stepper numbers them: 1..n
+    assert [s.label for s in fig.layout.sliders[0].steps] == [str(i) for i in range(1, n + 1)]
+    assert [f.name for f in fig.frames] == [str(i) for i in range(1, n + 1)]
+
+
+def test_block_tables_drawn_with_an_arrow_into_every_block():
+    m = scenario()
+    snap = m.snapshots[_step(m, "cow") + 1]  # R1 [0, 1], R2 [0, 2]
+    g = viz.map_geometry(viz.grid_layout(12), [snap])
+    assert g.holders == ("R1", "R2")
+    fig = viz.memory_map_figure(snap)
+    arrows = {t.name: t for t in fig.data if t.name and t.name.endswith(" arrows")}
+    assert set(arrows) == {"R1 arrows", "R2 arrows"}
+    ends = {h: [(round(x), y) for x, y in zip(t.x[1::3], t.y[1::3])] for h, t in arrows.items()}
+    pool_top = g.pool_y0 - 0.42
+    assert [x for x, _ in ends["R1 arrows"]] == [0, 1] and [x for x, _ in ends["R2 arrows"]] == [0, 2]
+    assert all(abs(y - pool_top) < 1e-9 for e in ends.values() for _, y in e)
+    # the shared P0 gets two arrows, side by side, so both holders show
+    into_p0 = sorted(t.x[1] for t in arrows.values())
+    assert into_p0[0] < 0 < into_p0[1]
+    cells = next(t for t in fig.data if t.name == "table labels")
+    assert list(cells.text) == ["L0→P0", "L1→P1", "L0→P0", "L1→P2"]
+    names = [a.text for a in fig.layout.annotations]
+    assert names == ["<b>R1</b>", "<b>R2</b>", "<b>pool</b>"]
+    assert viz.memory_map_figure(snap, tables=False).layout.annotations == ()
+
+
+def test_the_radix_tree_is_a_holder_too():
+    cm = kvlab.CacheManager(num_blocks=8, block_size=4)
+    cm.admit("R1", list(range(10)))
+    cm.cache_finished_req("R1", list(range(10)))   # R1's two full pages go to the tree
+    cm.admit("R2", list(range(8)) + [50, 51])       # R2 matches them
+    snap = cm.snapshot("R2 reuses R1's pages")
+    assert "tree" in snap.tables
+    g = viz.map_geometry(viz.grid_layout(8), [snap])
+    assert g.holders[-1] == "tree" and g.legend({})["tree"] == viz.TREE
+    fig = viz.memory_map_figure(snap)
+    tree = next(t for t in fig.data if t.name == "tree arrows")
+    shared = [b for b in range(8) if snap.ref_count[b] > 1]
+    assert shared and {round(x) for x in tree.x[1::3]} >= set(shared)  # the tree points at the shared pages
+    assert "<b>radix tree</b>" in [a.text for a in fig.layout.annotations]
+
+
+def test_captions_are_sentences_never_event_reprs():
+    m = scenario()
+    frames = viz.memory_frames(m.snapshots, m.log)
+    captions = [f.caption for f in frames]
+    for c, e in zip(captions, m.log):
+        assert c != e.describe() and "#" not in c and "=" not in c, c
+        assert c[0].isupper() and e.seq_id in c
+    assert captions[0] == "R1 arrives with 6 tokens: it takes P0, P1 (P1 has 2 of 4 slots used)"
+    assert captions[_step(m, "fork")] == "R2 forks R1: it shares all 2 blocks P0, P1 (ref count +1 each, nothing copied)"
+    assert captions[_step(m, "free_seq")].startswith("R1 finishes: P1 go back to the free queue; 1 shared block stay")
+    for kind in ("allocate", "incref", "free", "match", "insert", "split", "evict", "lock", "unlock", "admit",
+                 "cache", "adopt", "share_prefix", "preempt", "something_new"):
+        e = kvlab.Event(kind, "R9", (3,), {"src": 1, "dst": 2, "prefix_len": 4, "num_tokens": 8, "parent": "R1",
+                                         "replaced": [5], "released": [5], "node": 2, "at": 3, "new_node": 4})
+        sentence = viz.event_sentence(e)
+        assert sentence and "#" not in sentence and "{" not in sentence and "Event(" not in sentence, sentence
 
 
 def test_measured_label_and_bad_source():
@@ -163,12 +230,12 @@ def test_stepper_buttons_and_slider_update_caption_and_figure():
             "kvlab-step-slider", "kvlab-figure", "kvlab-stepper"} <= classes
     fig0 = s._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     s._next.click()
-    assert s.index == 1 and html.escape(m.log[1].describe()) in s._caption.value and f"step 2 / {n}" in s._caption.value
+    assert s.index == 1 and html.escape(s.frames[1].caption) in s._caption.value and f"step 2 / {n}:" in s._caption.value
     fig1 = s._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     assert fig0["layout"]["title"]["subtitle"]["text"] != fig1["layout"]["title"]["subtitle"]["text"]
     assert fig0["layout"]["xaxis"]["range"] == fig1["layout"]["xaxis"]["range"]
     s._play.value = cow + 1  # what the browser's timer does (1-based, as the caption)
-    assert s.index == cow and s._slider.value == cow + 1 and "cow" in s.caption
+    assert s.index == cow and s._slider.value == cow + 1 and "copy-on-write" in s.caption
     assert f"step {cow + 1} / {n}" in s._caption.value
     s._prev.click()
     assert s.index == cow - 1
@@ -205,7 +272,7 @@ def test_stepper_static_mode_builds_no_widget(monkeypatch):
     assert s.widget is None
     s.next()
     fig = s.figure()
-    assert fig.layout.title.subtitle.text == m.log[1].describe()
+    assert fig.layout.title.subtitle.text == f"step 2 / {len(m.log)}: " + s.caption
     assert f"step 2/{len(m.log)}" in repr(s)
     monkeypatch.setenv("KVLAB_STATIC", "0")
     assert viz.is_static() is False
@@ -254,8 +321,41 @@ def test_classroom_mode_changes_later_figures():
     assert big.layout.title.font.size > normal.layout.title.font.size
     assert max(big.data[0].marker.line.width) > max(normal.data[0].marker.line.width)
     assert big.layout.font.color == "#000000"
+    # a projector: the figure takes the output area's width; laid out for about 900 px, not wider
+    assert normal.layout.width == 860 and big.layout.width is None and big.layout.autosize is True
+    assert viz.theme().grid_width <= 900
     with pytest.raises(TypeError):
         viz.classroom("yes")
+
+
+def test_classroom_mode_grows_widget_controls():
+    m = scenario()
+    plain = viz.memory_map_stepper(m.snapshots, m.log, static=False)
+    assert not any("<style>" in str(getattr(w, "value", "")) for w in _walk(plain.widget))
+    viz.classroom(True)
+    s = viz.memory_map_stepper(m.snapshots, m.log, static=False)
+    css = next(w.value for w in _walk(s.widget) if "<style>" in str(getattr(w, "value", "")))
+    assert ".kvlab-stepper" in css and f"font-size: {viz.theme().control_px}px" in css and "flex-wrap: wrap" in css
+    assert s._next.style.font_size == f"{viz.theme().control_px}px"
+    w = viz.TranslationWidget(static=False)
+    assert any(".kvlab-translation" in str(getattr(c, "value", "")) for c in _walk(w.widget))
+    assert w.figure().layout.width is None
+
+
+def test_legend_names_only_what_the_figure_draws():
+    """Issue 16 bug 8: the legend showed "R1-sample2" for no block (a fork owns no block)."""
+    m = BlockManager(num_blocks=12, block_size=4)
+    m.add_sequence("R1", 10)
+    m.add_sequence("R2", 5)
+    m.fork("R1", "R1-sample2")
+    snap = m.snapshot()
+    no_tables = viz.memory_map_figure(snap, tables=False)
+    names = {t.name for t in no_tables.data if t.showlegend is not False}
+    assert "R1-sample2" not in names and {"R1", "R2"} <= names
+    with_tables = viz.memory_map_figure(snap)
+    names = {t.name for t in with_tables.data if t.showlegend is not False}
+    assert "R1-sample2" in names  # now it colours its block-table row
+    assert "R1-sample2 arrows" in {t.name for t in with_tables.data}
 
 
 def _walk(w):
@@ -279,3 +379,10 @@ def test_viz_imports_without_plotting_packages_and_core_never_imports_viz():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
+
+
+def test_classroom_call_shows_one_line(capsys):
+    viz.classroom(True)._ipython_display_()
+    assert capsys.readouterr().out.startswith("classroom mode on: figures drawn from now on take the output width")
+    viz.classroom(False)._ipython_display_()
+    assert "classroom mode off" in capsys.readouterr().out

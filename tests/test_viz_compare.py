@@ -77,3 +77,28 @@ def test_stepper_and_errors():
         viz.run_compare(viz.notes_trace(), capacity=50, block_size=4)
     with pytest.raises(ValueError, match="'shrink'"):
         viz.run_compare([("shrink", "A")])
+
+
+def test_animation_numbers_frames_as_the_stepper():
+    """Issue 16: steppers and animations number frames the same way (1..N, "step k / N")."""
+    steps = viz.run_compare(viz.notes_trace())
+    fig = viz.animate_compare(steps)
+    n = len(steps)
+    assert [s.label for s in fig.layout.sliders[0].steps] == [str(i) for i in range(1, n + 1)]
+    assert fig.layout.sliders[0].currentvalue.suffix == f" / {n}"
+    for i, fr in enumerate(fig.frames):
+        assert fr.name == str(i + 1) and fr.layout.title.subtitle.text.startswith(f"step {i + 1} / {n}: ")
+    s = viz.compare_stepper(static=False)
+    s.go(2)
+    assert f"step 3 / {n}:" in s._caption.value
+
+
+def test_classroom_compare_takes_the_output_width():
+    viz.classroom(True)
+    try:
+        fig = viz.compare_figure(viz.run_compare(viz.notes_trace())[-1])
+        assert fig.layout.width is None and fig.layout.autosize is True
+        assert fig.layout.margin.t >= 140  # title and two subtitle lines above the first map
+    finally:
+        viz.classroom(False)
+    assert viz.compare_figure(viz.run_compare(viz.notes_trace())[-1]).layout.width == viz.theme().grid_width + 40

@@ -1,6 +1,8 @@
 """Tests of the address-translation widget: the chain, the figure data, the callbacks."""
 from __future__ import annotations
 
+import html
+
 import pytest
 
 pytest.importorskip("plotly")
@@ -100,3 +102,32 @@ def _walk(w):
     yield w
     for c in getattr(w, "children", ()):
         yield from _walk(c)
+
+
+def test_chain_labels_never_run_into_their_formulas():
+    """Issue 16 bug 10: HTML collapsed the spaces between a step's label and its formula."""
+    w = viz.TranslationWidget(static=False)
+    rows = viz.chain_rows(w.chain["steps"])
+    assert rows[1] == ("logical block", "pos // block_size = 9 // 4 = 2  (L2)")
+    assert rows[2] == ("offset in block", "pos % block_size = 9 % 4 = 1")
+    h = w._chain.value
+    assert "<table" in h and h.count("<tr>") == len(w.chain["steps"]) == 6
+    for label, formula in rows:  # each in a cell of its own
+        assert f">{label}</td>" in h and f"<code>{html.escape(formula)}</code>" in h
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 8, 16])
+def test_token_numbers_are_kept_at_every_block_size(block_size):
+    """Issue 16 bug 10: at block size 8 or more the token row lost its numbers."""
+    w = viz.TranslationWidget(static=False)
+    w._bs.value = block_size
+    fig = w.figure()
+    tokens = list(fig.data[0].text)
+    n = 5 * block_size
+    assert len(tokens) == n
+    pos = w.chain["pos"]
+    for p in range(0, n, block_size):  # the first position of every block is always written
+        assert tokens[p] == str(p), (block_size, p, tokens[:20])
+    assert tokens[pos] == str(pos)  # and the position being translated
+    assert viz.token_labels(16, 8, 9, 20.0) == [str(p) for p in range(16)]
+    assert viz.token_labels(16, 8, 9, 5.0)[:10] == ["0", "", "", "", "", "", "", "", "8", "9"]

@@ -65,3 +65,26 @@ __all__ = [
     "lru_evict", "inc_lock_ref",                                                  # 08
     "fit_requests", "optimal_hit_rate",                                           # 09
 ]
+
+# Added for lessons 05, 07 and 08 (issue 16): l05 kernel_tiles, l07 block_hash_reuse, l08 admit_plan.
+from .l05_paged_kernel import kernel_tiles  # noqa: E402
+from .l07_radix import block_hash_reuse  # noqa: E402
+from .l08_eviction import admit_plan  # noqa: E402
+
+__all__ += ["kernel_tiles", "block_hash_reuse", "admit_plan"]
+
+# Added for lessons 02 and 03 (issue 16): l02 bytes_per_token_from_config, max_concurrent; l03 place_first_fit.
+from .l02_how_big import bytes_per_token_from_config, max_concurrent  # noqa: E402
+from .l03_contiguous import place_first_fit  # noqa: E402
+
+__all__ += ["bytes_per_token_from_config", "max_concurrent", "place_first_fit"]
+
+# Added for lesson 09 (issue 12): l09 orca_reservation.
+from .l09_at_scale import orca_reservation  # noqa: E402
+
+__all__ += ["orca_reservation"]
+
+# Added for lesson 10 (issue 13): l10 write_back_evict, load_back_plan, next_placement.
+from .l10_tiers import load_back_plan, next_placement, write_back_evict  # noqa: E402
+
+__all__ += ["write_back_evict", "load_back_plan", "next_placement"]

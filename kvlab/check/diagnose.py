@@ -24,7 +24,8 @@ import numbers
 from typing import Any, Callable, Sequence
 
 __all__ = ["Diagnosis", "half_or_double", "off_by", "swapped", "differing_fields", "first_diagnosis",
-           "shared_block_written", "KV_FACTOR_HINT"]
+           "shared_block_written", "KV_FACTOR_HINT", "should_have_raised", "factor_of", "matching_mistake",
+           "more_or_less", "mistake_runner"]
 
 Diagnosis = Callable[[Any, Any], "str | None"]
 
@@ -101,3 +102,121 @@ def first_diagnosis(diagnoses: Sequence[Diagnosis], expected: Any, actual: Any) 
         if note:
             return note
     return ""
+
+
+# ------------------------------------------------------------------ appended for lessons 05-08
+def radix_granularity(expected: Any, actual: Any, block_size: int = 16) -> str | None:
+    """Lists of reused token counts where the learner matched token by token (as a radix tree
+    with page size 1 does) instead of whole blocks: some count is not a multiple of the block
+    size and every count is at least the right one.
+
+    Example:
+        >>> radix_granularity([0, 16], [0, 20], block_size=16)[:40]
+        'some counts are not whole blocks of 16: '
+        >>> radix_granularity([0, 16], [0, 32], block_size=16) is None
+        True
+    """
+    if not (isinstance(expected, list) and isinstance(actual, list)) or len(expected) != len(actual):
+        return None
+    if not all(_num(a) for a in actual) or all(a % block_size == 0 for a in actual):
+        return None
+    if all(a >= e for e, a in zip(expected, actual)):
+        return (f"some counts are not whole blocks of {block_size}: a block-hash cache shares whole full blocks "
+                "only (that is the radix tree's token-by-token answer)")
+    return None
+
+
+# ------------------------------------------------------------------ added for lessons 00-04 (issue 16)
+def should_have_raised(expected: Any, actual: Any) -> str | None:
+    """The reference raised (or must raise) but the learner returned a value: a missing check.
+
+    >>> class Raised:  # what kvlab.check.harness.Raised looks like
+    ...     def __init__(self, exc): self.exc = exc
+    >>> should_have_raised(Raised(ValueError("pos -1")), (0, 3))
+    'this input must raise ValueError: check the arguments before computing anything'
+    """
+    kind = type(expected).__name__
+    if kind not in ("Raised", "Raises") or type(actual).__name__ == "Raised":
+        return None
+    exc = expected.exc_type if kind == "Raises" else type(expected.exc)
+    return f"this input must raise {exc.__name__}: check the arguments before computing anything"
+
+
+def factor_of(factor: float, message: str) -> Diagnosis:
+    """A diagnosis for an answer exactly ``factor`` times the right one (a known wrong factor).
+
+    >>> gqa = factor_of(8, "you used the query heads: with GQA the cache has num_key_value_heads heads")
+    >>> gqa(100, 800)
+    'exactly 8 times the right value: you used the query heads: with GQA the cache has num_key_value_heads heads'
+    >>> gqa(100, 200) is None
+    True
+    """
+    def diagnose(expected: Any, actual: Any) -> str | None:
+        if _num(expected) and _num(actual) and expected != 0 and factor != 1 and actual == expected * factor:
+            shown = int(factor) if float(factor).is_integer() else factor
+            return f"exactly {shown} times the right value: {message}"
+        return None
+
+    return diagnose
+
+
+def matching_mistake(actual: Any, mistakes: dict[str, Callable[..., Any]], *args: Any,
+                     expected: Any = None) -> str:
+    """The messages of the known mistakes that, run on the same ``args``, give ``actual`` (and
+    differ from ``expected``), joined with " -- or: " when several give the same answer; ``''``
+    when none does. A mistake is a function written the way a learner gets it wrong; one that
+    raises never matches.
+
+    >>> mistakes = {"rounded down: a request needs all its blocks (round up)": lambda n, bs: n // bs}
+    >>> matching_mistake(2, mistakes, 9, 4, expected=3)
+    'rounded down: a request needs all its blocks (round up)'
+    >>> matching_mistake(3, mistakes, 9, 4, expected=3)
+    ''
+    """
+    if type(actual).__name__ == "Raised":
+        return ""
+    found = []
+    for message, wrong in mistakes.items():
+        try:
+            got = wrong(*args)
+            if got == actual and got != expected:
+                found.append(message)
+        except Exception:  # a mistake that cannot run on these inputs says nothing
+            continue
+    return " -- or: ".join(found)
+
+
+def more_or_less(more: str, less: str) -> Diagnosis:
+    """A diagnosis that says which way a count is wrong: ``more`` when too big, ``less`` when too small.
+
+    >>> d = more_or_less("too many: stop at the first difference", "too few")
+    >>> d(4, 6), d(4, 3), d(4, 4)
+    ('too many: stop at the first difference', 'too few', None)
+    """
+    def diagnose(expected: Any, actual: Any) -> str | None:
+        if not (_num(expected) and _num(actual)) or actual == expected:
+            return None
+        return more if actual > expected else less
+
+    return diagnose
+
+
+def mistake_runner(checker: Any, mistakes: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
+    """``checker.run`` with this case's known ``mistakes`` tried first: when the learner's answer is
+    what a mistake gives on the case's own arguments, the FAIL line names that mistake.
+
+    >>> from kvlab.check.harness import Checker
+    >>> c = Checker("ceil_div", lambda n, bs: n // bs, reference=lambda n, bs: -(-n // bs), verbose=False)
+    >>> run = mistake_runner(c, {"rounded down: round up instead": lambda n, bs: n // bs})
+    >>> run("9 tokens, blocks of 4", 9, 4).note
+    'rounded down: round up instead'
+    """
+    def run(label: str, *args: Any) -> Any:
+        base = checker.diagnose
+        checker.diagnose = [lambda e, a: matching_mistake(a, mistakes, *args, expected=e) or None, *base]
+        try:
+            return checker.run(label, *args)
+        finally:
+            checker.diagnose = base
+
+    return run

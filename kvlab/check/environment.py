@@ -59,7 +59,9 @@ def self_test(verbose: bool = True) -> SelfTestResult:
             "then restart the Python kernel."
         ) from exc
     report = K.self_test()  # raises RuntimeError with its own fix
-    lines.append(report)
+    # The kernel report starts with its own versions line (torch | triton | numpy | python); the
+    # "versions:" line above already names each of them: print every version once (issue 16 bug 8).
+    lines += [ln for ln in report.splitlines() if not (ln.startswith("torch ") and " | triton " in ln)]
     if K.KERNEL_MODE == "interpreter":
         lines.append("note: the Triton interpreter runs the kernels on the CPU: correct but slow; every kernel "
                      "timing in the lessons is CPU-interpreter time")

@@ -17,7 +17,7 @@ import random
 from typing import Callable
 
 from ..memory.block_table import translate as _translate
-from .diagnose import swapped
+from .diagnose import mistake_runner, more_or_less, should_have_raised, swapped
 from .harness import Checker, CheckResult
 
 __all__ = ["block_and_offset", "common_prefix_len"]
@@ -31,13 +31,20 @@ def _block_and_offset_ref(pos: int, block_size: int) -> tuple[int, int]:
 def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(pos, block_size) -> (logical_block, offset)``; ValueError for pos < 0 or block_size < 1."""
     c = Checker("block_and_offset", fn, _block_and_offset_ref, verbose=verbose,
-                diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset"))])
+                diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset")), should_have_raised])
+    run = mistake_runner(c, {
+        "counted tokens from 1: position pos is token pos + 1, but it lives in block pos // block_size":
+            lambda pos, bs: ((pos + 1) // bs, pos % bs),
+        "the offset counts from 1: offsets in a block are 0 .. block_size - 1": lambda pos, bs: (pos // bs, pos % bs + 1),
+        "rounded the block up: block i holds positions i x block_size .. (i + 1) x block_size - 1":
+            lambda pos, bs: (-(-pos // bs), pos % bs),
+    })
     for pos, bs in [(9, 4), (0, 4), (3, 4), (4, 4), (15, 16), (16, 16), (1000, 16), (7, 1)]:
-        c.run(f"pos={pos}, block_size={bs}", pos, bs)
+        run(f"pos={pos}, block_size={bs}", pos, bs)
     rng = random.Random(0)
     for _ in range(3):
         pos, bs = rng.randrange(0, 500), rng.choice([2, 4, 8, 16, 32])
-        c.run(f"pos={pos}, block_size={bs} (random)", pos, bs)
+        run(f"pos={pos}, block_size={bs} (random)", pos, bs)
     c.run("pos=-1 (must raise ValueError)", -1, 4)
     c.run("block_size=0 (must raise ValueError)", 5, 0)
     return c.done()
@@ -49,7 +56,10 @@ def _common_prefix_len_ref(a: list[int], b: list[int]) -> int:
 
 def common_prefix_len(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(a, b) -> int``: how many leading tokens two token-id lists share (0 if none)."""
-    c = Checker("common_prefix_len", fn, _common_prefix_len_ref, verbose=verbose)
+    c = Checker("common_prefix_len", fn, _common_prefix_len_ref, verbose=verbose, diagnose=[more_or_less(
+        "more than the shared prefix: stop counting at the first token that differs (later matches do not count)",
+        "fewer than the shared prefix: count every leading token the two lists have in common",
+    )])
     cases = [
         ("shared system prompt", [1, 2, 3, 4, 9], [1, 2, 3, 4, 7, 7]),
         ("identical", [5, 6, 7], [5, 6, 7]),

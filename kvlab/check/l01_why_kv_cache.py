@@ -50,6 +50,29 @@ def _bundled():
     return _BUNDLED[0]
 
 
+def _flops_note(expected, actual) -> str | None:
+    """Which of the two lists is wrong, and the usual reason (issue 16: checkers name the mistake)."""
+    try:
+        (e_naive, e_cached), (a_naive, a_cached) = expected, actual
+        a_naive, a_cached = list(a_naive), list(a_cached)
+    except (TypeError, ValueError):
+        return "return two lists, (naive_steps, cached_steps), one FLOP count per step each"
+    if [a_naive, a_cached] == [list(e_cached), list(e_naive)]:
+        return "naive and cached are swapped: return (naive_steps, cached_steps)"
+    if len(a_naive) != len(e_naive) or len(a_cached) != len(e_cached):
+        return f"each list needs new_tokens = {len(e_naive)} entries, one per step (step 0 included)"
+    notes = []
+    if a_naive != list(e_naive):
+        notes.append("naive step t reruns all prompt_len + t tokens, and the i-th of them (1-based) attends to i "
+                     "tokens: itself included")
+    if a_cached != list(e_cached):
+        if a_cached[0] != e_cached[0]:
+            notes.append("cached step 0 is the prefill: the whole prompt once, as naive step 0")
+        else:
+            notes.append("cached step t >= 1 runs one token, which attends to prompt_len + t tokens (itself included)")
+    return "; ".join(notes) or None
+
+
 def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(flops_per_token, prompt_len, new_tokens) -> (naive_steps, cached_steps)``.
 
@@ -62,7 +85,7 @@ def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
     model (strategies ``"naive"`` and ``"contiguous"``).
     """
     model, _tok = _bundled()
-    c = Checker("count_flops", fn, verbose=verbose,
+    c = Checker("count_flops", fn, verbose=verbose, diagnose=[_flops_note],
                 compare=lambda e, a: isinstance(a, (tuple, list)) and len(a) == 2 and [list(x) for x in a] == [list(x) for x in e])
     for p, n in [(1, 1), (1, 4), (5, 1), (5, 6), (12, 3), (30, 10)]:
         expected = generate_step_flops(p, n)
@@ -71,6 +94,43 @@ def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         c.record(label, expected, call_in_place(fn, model.flops_per_token, p, n))
     return c.done()
+
+
+def _attention_mistake(out, q, k, v, t: int) -> str:
+    """Name the usual mistake when ``out`` (one step's output) is wrong: it equals attention computed
+    one of the wrong ways below, on the same q and cache."""
+    import math
+
+    import torch
+
+    h, d = q.shape[-2], q.shape[-1]
+    kvh = k.shape[1]
+    group = h // kvh
+
+    def attend(keys, values, scale, head_of):
+        kk = keys[:, [head_of(i) for i in range(h)]]                        # (T, h, d)
+        vv = values[:, [head_of(i) for i in range(h)]]
+        w = torch.softmax(torch.einsum("hd,thd->ht", q[t], kk) * scale, dim=-1)  # (h, T)
+        return torch.einsum("ht,thd->hd", w, vv)                            # (h, d)
+
+    right_head = lambda i: i // group  # noqa: E731
+    tries = {
+        "attended before appending: the new token attends to itself too (append its K and V first)":
+            (lambda: attend(k[:t], v[:t], 1 / math.sqrt(d), right_head)) if t > 0 else None,
+        "no scale: multiply the scores by 1/sqrt(head_dim)": lambda: attend(k[:t + 1], v[:t + 1], 1.0, right_head),
+        "scaled by 1/head_dim: the scale is 1/sqrt(head_dim)": lambda: attend(k[:t + 1], v[:t + 1], 1 / d, right_head),
+        "query heads mapped to KV heads with h % num_kv_heads: query head h uses KV head h // (num_heads // num_kv_heads)":
+            (lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), lambda i: i % kvh)) if group > 1 and kvh > 1 else None,
+    }
+    for note, make in tries.items():
+        if make is None:
+            continue
+        try:
+            if torch.allclose(out.float(), make(), atol=1e-4, rtol=1e-4):
+                return note
+        except Exception:  # noqa: BLE001 - a diagnosis never breaks a check
+            continue
+    return ""
 
 
 def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -100,7 +160,7 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
         if c.unusable(label, expected):
             continue
         kc, vc = torch.zeros((0, kvh, d)), torch.zeros((0, kvh, d))
-        actual = expected
+        actual, note = expected, ""
         for t in range(n):
             got = call_in_place(fn, q[t].clone(), k[t].clone(), v[t].clone(), kc, vc)
             if isinstance(got, Raised):
@@ -117,6 +177,7 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                 break
             if not torch.allclose(out.float(), want[t], atol=1e-4, rtol=1e-4):
                 actual = f"step {t}: max |out - recomputed| = {float((out.float() - want[t]).abs().max()):.3g}"
+                note = _attention_mistake(out, q, k, v, t)
                 break
-        c.record(label, expected, actual, passed=actual == expected)
+        c.record(label, expected, actual, passed=actual == expected, note=note if actual != expected else "")
     return c.done()

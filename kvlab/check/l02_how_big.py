@@ -1,10 +1,14 @@
 """Checkers for lesson 02 (how big is the KV cache).
 
-    kv_cache_bytes      bytes of K and V for a model and a number of tokens
-    requests_that_fit   whole requests of one length that fit in a KV budget
+    kv_cache_bytes               bytes of K and V for a model and a number of tokens
+    bytes_per_token_from_config  the same from a model's config.json (GQA, head_dim, dtype defaults)
+    requests_that_fit            whole requests of one length that fit in a KV budget
+    max_concurrent               how many requests of mixed lengths a GPU holds at once (paged, at a utilization)
 
-The expected numbers come from :class:`kvlab.memory.kvspec.KVSpec` and its model table.
-Mirrors no vLLM or SGLang file (exercises).
+The expected numbers come from :class:`kvlab.memory.kvspec.KVSpec` and its model table, and for
+``max_concurrent`` from kvlab's :class:`~kvlab.memory.block_manager.BlockManager` admitting the
+requests. Each checker names the common mistake when a wrong answer matches it. Mirrors no vLLM
+or SGLang file (exercises).
 
 Example:
     >>> kv_cache_bytes(lambda l, h, d, t, b=2: l * h * d * t * b, verbose=False).passed   # forgot K and V
@@ -15,11 +19,13 @@ from __future__ import annotations
 import random
 from typing import Callable
 
+from ..memory.block_manager import BlockManager
+from ..memory.block_pool import OutOfBlocks
 from ..memory.kvspec import MODELS, KVSpec
-from .diagnose import half_or_double
-from .harness import Checker, CheckResult
+from .diagnose import half_or_double, mistake_runner, off_by, should_have_raised
+from .harness import Checker, CheckResult, Raised
 
-__all__ = ["kv_cache_bytes", "requests_that_fit"]
+__all__ = ["kv_cache_bytes", "bytes_per_token_from_config", "requests_that_fit", "max_concurrent", "CONFIGS"]
 
 
 def _kv_cache_bytes_ref(layers: int, kv_heads: int, head_dim: int, tokens: int, dtype_bytes: int = 2) -> int:
@@ -31,24 +37,95 @@ def kv_cache_bytes(fn: Callable, verbose: bool = True) -> CheckResult:
 
     ValueError when layers, kv_heads, head_dim or dtype_bytes < 1, or tokens < 0.
     """
-    c = Checker("kv_cache_bytes", fn, _kv_cache_bytes_ref, verbose=verbose, diagnose=[half_or_double])
+    c = Checker("kv_cache_bytes", fn, _kv_cache_bytes_ref, verbose=verbose, diagnose=[half_or_double, should_have_raised])
+    run = mistake_runner(c, {
+        "dtype_bytes ignored: fp32 (dtype_bytes=4) takes twice the bytes of fp16":
+            lambda l, h, d, t, b=2: 2 * l * h * d * t * 2,
+    })
     for name in ("llama-2-70b", "llama-2-7b", "llama-3-8b"):
         m = MODELS[name]
-        c.run(f"{name} ({m.layers} layers, {m.kv_heads} KV heads), 4096 tokens, fp16",
-              m.layers, m.kv_heads, m.head_dim, 4096, 2)
-    c.run("llama-2-70b, 1 token, fp16", 80, 8, 128, 1, 2)
-    c.run("llama-2-70b, 4096 tokens, fp32 (dtype_bytes=4)", 80, 8, 128, 4096, 4)
-    c.run("tiny model, default dtype_bytes", 2, 2, 16, 10)
-    c.run("0 tokens", 32, 8, 128, 0, 2)
+        run(f"{name} ({m.layers} layers, {m.kv_heads} KV heads), 4096 tokens, fp16", m.layers, m.kv_heads, m.head_dim, 4096, 2)
+    run("llama-2-70b, 1 token, fp16", 80, 8, 128, 1, 2)
+    run("llama-2-70b, 4096 tokens, fp32 (dtype_bytes=4)", 80, 8, 128, 4096, 4)
+    run("tiny model, default dtype_bytes", 2, 2, 16, 10)
+    run("0 tokens", 32, 8, 128, 0, 2)
     rng = random.Random(2)
     for _ in range(3):
         args = (rng.randrange(1, 100), rng.choice([1, 2, 4, 8, 32]), rng.choice([64, 80, 128]), rng.randrange(1, 9000), rng.choice([1, 2, 4]))
-        c.run(f"random {args}", *args)
+        run(f"random {args}", *args)
     c.run("tokens=-1 (must raise ValueError)", 32, 8, 128, -1, 2)
     c.run("kv_heads=0 (must raise ValueError)", 32, 0, 128, 10, 2)
     return c.done()
 
 
+# ------------------------------------------------------------------ from a config.json
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+# The fields that matter, as the models' config.json files on the Hugging Face hub give them.
+CONFIGS: dict[str, dict] = {
+    "llama-2-7b": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+                   "hidden_size": 4096, "torch_dtype": "float16"},
+    "llama-2-70b": {"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+                    "hidden_size": 8192, "torch_dtype": "float16"},
+    "mistral-7b": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "hidden_size": 4096, "torch_dtype": "bfloat16"},
+    "qwen2-7b": {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                 "hidden_size": 3584, "torch_dtype": "bfloat16"},
+    "gemma-7b": {"num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+                 "hidden_size": 3072, "torch_dtype": "bfloat16"},
+    "opt-13b": {"num_hidden_layers": 40, "num_attention_heads": 40, "hidden_size": 5120, "torch_dtype": "float16"},
+}
+
+
+def _bytes_per_token_ref(config: dict) -> int:
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim", config["hidden_size"] // heads)
+    dtype = config.get("torch_dtype", "float16")
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown torch_dtype {dtype!r}; known: {sorted(DTYPE_BYTES)}")
+    return KVSpec(config["num_hidden_layers"], kv_heads, head_dim, DTYPE_BYTES[dtype]).bytes_per_token
+
+
+def _hidden(config: dict) -> int:
+    return 2 * config["num_hidden_layers"] * config["hidden_size"] * DTYPE_BYTES[config.get("torch_dtype", "float16")]
+
+
+def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(config) -> int``: K and V bytes of one token, from a model's config.json (a dict).
+
+    ``num_key_value_heads`` absent: multi-head attention (as many KV heads as query heads);
+    ``head_dim`` absent: ``hidden_size // num_attention_heads``; ``torch_dtype`` "float16" or
+    "bfloat16": 2 bytes, "float32": 4, absent: 2; any other dtype: ValueError naming it.
+    """
+    c = Checker("bytes_per_token_from_config", fn, _bytes_per_token_ref, verbose=verbose, diagnose=[half_or_double])
+    run = mistake_runner(c, {
+        "you used hidden_size (the notes' formula): with grouped-query attention the cache stores only "
+        "num_key_value_heads x head_dim numbers per layer": _hidden,
+        "head_dim given in the config was ignored (hidden_size // num_attention_heads is only the default)":
+            lambda cfg: 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+            * (cfg["hidden_size"] // cfg["num_attention_heads"]) * DTYPE_BYTES[cfg.get("torch_dtype", "float16")],
+        "torch_dtype ignored: a float32 model takes 4 bytes a number":
+            lambda cfg: _bytes_per_token_ref({**cfg, "torch_dtype": "float16"}),
+    })
+    for name, cfg in CONFIGS.items():
+        note = {"opt-13b": " (no num_key_value_heads: MHA)", "gemma-7b": " (head_dim 256 given; 3072 / 16 = 192)",
+                "mistral-7b": " (no head_dim)"}.get(name, "")
+        case = run(f"{name}{note}", cfg)
+        if not case.passed and isinstance(case.actual, Raised) and isinstance(case.actual.exc, KeyError):
+            case.note = (f"raised KeyError {case.actual.exc}: a config may leave out num_key_value_heads, head_dim "
+                         "or torch_dtype; use the defaults of the contract (dict.get)")
+    tiny = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128,
+            "head_dim": 32, "torch_dtype": "float32"}
+    run("kvlab's bundled model (fp32)", tiny)
+    case = run("no torch_dtype (2 bytes)", {k: v for k, v in CONFIGS["llama-2-70b"].items() if k != "torch_dtype"})
+    if not case.passed and isinstance(case.actual, Raised) and isinstance(case.actual.exc, KeyError):
+        case.note = "raised KeyError: no torch_dtype means 2 bytes (fp16), see the contract"
+    c.run("torch_dtype 'int4' (must raise ValueError)", {**CONFIGS["llama-2-7b"], "torch_dtype": "int4"})
+    return c.done()
+
+
+# ------------------------------------------------------------------ requests that fit
 def _requests_that_fit_ref(kv_budget_bytes: int, bytes_per_token: int, tokens_per_request: int) -> int:
     if bytes_per_token < 1 or tokens_per_request < 1:
         raise ValueError(f"bytes_per_token {bytes_per_token} and tokens_per_request {tokens_per_request} must be >= 1")
@@ -63,7 +140,8 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     Rounds down (a request needs all its tokens). ValueError when bytes_per_token or
     tokens_per_request < 1, or kv_budget_bytes < 0.
     """
-    c = Checker("requests_that_fit", fn, _requests_that_fit_ref, verbose=verbose)
+    c = Checker("requests_that_fit", fn, _requests_that_fit_ref, verbose=verbose, diagnose=[
+        should_have_raised, lambda e, a: off_by(e, a, 1, "request", "a request needs all of its tokens: round down (//)")])
     m = MODELS["llama-2-70b"]
     c.run("llama-2-70b per-token bytes, 20 GB budget, 4096 tokens", 20 * 10**9, m.bytes_per_token, 4096)
     c.run("exactly 3 requests", 3 * 4096 * 100, 100, 4096)
@@ -76,4 +154,92 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         c.run(f"random {args}", *args)
     c.run("tokens_per_request=0 (must raise ValueError)", 1000, 10, 0)
     c.run("negative budget (must raise ValueError)", -1, 10, 10)
+    return c.done()
+
+
+# ------------------------------------------------------------------ mixed lengths, paged
+def _pool_blocks(gpu_bytes: int, utilization: float, weight_bytes: int, bytes_per_token: int, block_size: int) -> int:
+    budget = int(gpu_bytes * utilization) - weight_bytes
+    return max(0, budget) // (block_size * bytes_per_token)
+
+
+def _max_concurrent_ref(lengths: list[int], gpu_bytes: int, utilization: float, weight_bytes: int,
+                        bytes_per_token: int, block_size: int = 16) -> int:
+    """kvlab's allocator admits the requests shortest first until one does not fit."""
+    if not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be in (0, 1], got {utilization}")
+    if block_size < 1 or bytes_per_token < 1 or any(n < 1 for n in lengths):
+        raise ValueError("block_size, bytes_per_token and every length must be >= 1")
+    blocks = _pool_blocks(gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size)
+    if blocks == 0:
+        return 0
+    m = BlockManager(num_blocks=blocks, block_size=block_size)
+    for i, n in enumerate(sorted(lengths)):
+        try:
+            m.add_sequence(f"r{i}", n)
+        except OutOfBlocks:
+            return i
+    return len(lengths)
+
+
+def _ceil(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def _count_fitting(sizes: list[int], room: int) -> int:
+    k, used = 0, 0
+    for s in sizes:
+        if used + s > room:
+            break
+        used, k = used + s, k + 1
+    return k
+
+
+def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16) -> int``.
+
+    The most requests of ``lengths`` (tokens each) whose KV fits at once in a paged pool: the pool
+    is ``int(gpu_bytes x utilization) - weight_bytes`` bytes cut into whole blocks of
+    ``block_size`` tokens; a request holds ``ceil(length / block_size)`` blocks. ValueError for
+    a utilization outside (0, 1], a block_size or bytes_per_token below 1, a length below 1.
+    """
+    c = Checker("max_concurrent", fn, _max_concurrent_ref, verbose=verbose, diagnose=[should_have_raised])
+    run = mistake_runner(c, {
+        "admitted in the given order: to fit the MOST requests, take the shortest first":
+            lambda L, g, u, w, b, bs=16: _count_fitting([_ceil(n, bs) for n in L], _pool_blocks(g, u, w, b, bs)),
+        "counted tokens, not blocks: every request holds whole blocks (its last one partly empty)":
+            lambda L, g, u, w, b, bs=16: _count_fitting(sorted(L), max(0, int(g * u) - w) // b),
+        "rounded each request's blocks down: a request of 17 tokens needs 2 blocks of 16":
+            lambda L, g, u, w, b, bs=16: _count_fitting(sorted(n // bs for n in L), _pool_blocks(g, u, w, b, bs)),
+        "utilization ignored: a server gives the KV cache only utilization x the GPU's memory":
+            lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L), _pool_blocks(g, 1.0, w, b, bs)),
+        "the weights were not subtracted: they live in the same GPU memory":
+            lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L), _pool_blocks(g, u, 0, b, bs)),
+        "used the mean length: requests differ, and short ones fit where long ones do not":
+            lambda L, g, u, w, b, bs=16: min(len(L), _pool_blocks(g, u, w, b, bs) // _ceil(round(sum(L) / len(L)), bs)),
+    })
+    a100, gib = 80 * 1024**3, 1024**3
+    llama7 = MODELS["llama-2-7b"]
+    rng = random.Random(11)
+    chat = [rng.randrange(100, 2000) for _ in range(60)] + [4096] * 4
+    rng.shuffle(chat)
+    run("64 chat requests (100-2,000 tokens, four of 4,096), A100 80 GB at 90%, llama-2-7b (13.5 GB of weights)",
+        chat, a100, 0.9, 13_480_000_000, llama7.bytes_per_token)
+    run("a long request first, then short ones (order matters for FCFS, not for the most that fit)",
+        [3000, 40, 40, 40, 40], 1000 * 17 * 64, 1.0, 0, 64, 16)
+    run("lengths that are not multiples of the block size", [17, 17, 17, 33], 200 * 16, 1.0, 0, 1, 16)
+    run("utilization 0.5 halves the pool", [100] * 10, 64 * 16 * 100, 0.5, 0, 16, 16)
+    run("weights take most of the card", [16] * 20, 10_000, 1.0, 6_000, 16, 16)
+    run("weights bigger than the budget: nothing fits", [10, 10], 1000, 0.9, 950, 1, 16)
+    run("all fit", [5, 9, 30], 10**6, 0.9, 0, 2, 8)
+    run("mean length would overestimate", [1, 1, 1, 1, 60], 5 * 16 * 8, 1.0, 0, 8, 16)
+    run("block size 1 (tokens)", [3, 4, 5], 11, 1.0, 0, 1, 1)
+    for seed in range(2):
+        r = random.Random(20 + seed)
+        lengths = [r.randrange(1, 3000) for _ in range(r.randrange(5, 30))]
+        args = (lengths, r.randrange(1, 80) * gib, r.choice([0.8, 0.9, 0.95]), r.randrange(0, 10) * gib,
+                r.choice([131072, 327680, 524288]), r.choice([8, 16, 32]))
+        run(f"random seed {seed}: {len(lengths)} requests, block size {args[5]}", *args)
+    c.run("utilization 1.5 (must raise ValueError)", [10], 1000, 1.5, 0, 1, 16)
+    c.run("a request of 0 tokens (must raise ValueError)", [10, 0], 1000, 0.9, 0, 1, 16)
     return c.done()

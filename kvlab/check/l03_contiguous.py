@@ -3,9 +3,11 @@
     reservation             slots a request reserves up front under a policy (max, pow2, exact)
     first_fit               the lowest-address free range that is long enough
     external_fragmentation  free slots outside the largest free range
+    place_first_fit         place a sequence of requests first-fit: where each went, who was
+                            refused, the largest hole left and the share of free memory stranded
 
-The expected answers come from :class:`kvlab.memory.contiguous.ContiguousArena`.
-Mirrors no vLLM or SGLang file (exercises).
+The expected answers come from :class:`kvlab.memory.contiguous.ContiguousArena`. Each checker
+names the common mistake when a wrong answer matches it. Mirrors no vLLM or SGLang file (exercises).
 
 Example:
     >>> external_fragmentation(lambda ranges: sum(n for _, n in ranges), verbose=False).passed
@@ -16,10 +18,11 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from ..memory.contiguous import ContiguousArena
+from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
+from .diagnose import mistake_runner, should_have_raised
 from .harness import Checker, CheckResult, call
 
-__all__ = ["reservation", "first_fit", "external_fragmentation"]
+__all__ = ["reservation", "first_fit", "external_fragmentation", "place_first_fit"]
 
 
 def _reservation_ref(policy: str, length: int, max_len: int, final_len: int | None = None) -> int:
@@ -36,15 +39,22 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     "exact": final_len (ValueError when final_len is None). ValueError for another
     policy or a length outside [1, max_len].
     """
-    c = Checker("reservation", fn, _reservation_ref, verbose=verbose)
+    c = Checker("reservation", fn, _reservation_ref, verbose=verbose, diagnose=[should_have_raised])
+    run = mistake_runner(c, {
+        "pow2 must not exceed max_len: cap it (min(..., max_len))":
+            lambda p, n, m, f=None: 1 << (n - 1).bit_length() if p == "pow2" else _reservation_ref(p, n, m, f),
+        "pow2: a length that is a power of two is its own next power of two (8 -> 8, not 16)":
+            lambda p, n, m, f=None: min(1 << n.bit_length(), m) if p == "pow2" else _reservation_ref(p, n, m, f),
+        "'max' reserves max_len whatever the length": lambda p, n, m, f=None: n if p == "max" else _reservation_ref(p, n, m, f),
+    })
     for policy, length, max_len, final in [
         ("max", 10, 2048, None), ("max", 2048, 2048, None),
         ("pow2", 5, 2048, None), ("pow2", 8, 2048, None), ("pow2", 9, 2048, None), ("pow2", 1, 2048, None),
         ("pow2", 1500, 2048, None), ("pow2", 1500, 1600, None),
         ("exact", 10, 2048, 300), ("exact", 10, 2048, 10),
     ]:
-        c.run(f"policy={policy!r}, length={length}, max_len={max_len}" + (f", final_len={final}" if final else ""),
-              policy, length, max_len, final)
+        run(f"policy={policy!r}, length={length}, max_len={max_len}" + (f", final_len={final}" if final else ""),
+            policy, length, max_len, final)
     c.run("policy 'exact' without final_len (must raise ValueError)", "exact", 10, 2048, None)
     c.run("unknown policy 'best' (must raise ValueError)", "best", 10, 2048, None)
     c.run("length=0 (must raise ValueError)", "max", 0, 2048, None)
@@ -76,20 +86,32 @@ def first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     ``free_ranges``: ``(start, length)`` pairs in address order. None when no range is
     long enough. ValueError for n < 1.
     """
-    c = Checker("first_fit", fn, _first_fit_ref, verbose=verbose)
+    c = Checker("first_fit", fn, _first_fit_ref, verbose=verbose, diagnose=[should_have_raised])
+
+    def best(ranges, n):
+        fits = [(length, s) for s, length in ranges if length >= n]
+        return min(fits)[1] if fits else None
+
+    run = mistake_runner(c, {
+        "that is best fit (the smallest hole that fits): first fit takes the first hole, in address order": best,
+        "a hole exactly n long fits too (length >= n)": lambda r, n: next((s for s, ln in r if ln > n), None),
+        "you added up the holes (the notes' slip): a request needs ONE hole that is long enough":
+            lambda r, n: r[0][0] if r and sum(ln for _, ln in r) >= n else None,
+    })
     notes = [(0, 4096), (10240, 2048)]  # the notes' arena after A finished: holes of 4096 and 2048
-    c.run("the notes' holes, D needs 8192", notes, 8192)
-    c.run("the notes' holes, 6144 (all free space, but split)", notes, 6144)
-    c.run("the notes' holes, 4096 fits exactly in the first", notes, 4096)
-    c.run("the notes' holes, 3000", notes, 3000)
-    c.run("first hole too small, second fits", [(0, 10), (50, 100)], 20)
-    c.run("exact fit in a later hole", [(0, 10), (50, 20), (90, 40)], 20)
-    c.run("no free space", [], 1)
+    run("the notes' holes, D needs 8192", notes, 8192)
+    run("the notes' holes, 6144 (all free space, but split)", notes, 6144)
+    run("the notes' holes, 4096 fits exactly in the first", notes, 4096)
+    run("the notes' holes, 3000", notes, 3000)
+    run("first hole too small, second fits", [(0, 10), (50, 100)], 20)
+    run("exact fit in a later hole", [(0, 10), (50, 20), (90, 40)], 20)
+    run("a big hole first, a snug one later", [(0, 100), (300, 25)], 20)
+    run("no free space", [], 1)
     rng = random.Random(4)
     for seed in range(4):
         ranges = _random_free_ranges(rng)
         n = rng.randrange(1, 320)
-        c.run(f"random seed {seed}: {len(ranges)} holes, n={n}", ranges, n)
+        run(f"random seed {seed}: {len(ranges)} holes, n={n}", ranges, n)
     c.run("n=0 (must raise ValueError)", notes, 0)
     return c.done()
 
@@ -101,18 +123,175 @@ def _external_fragmentation_ref(free_ranges: list[tuple[int, int]]) -> int:
 def external_fragmentation(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(free_ranges) -> int``: free slots outside the largest free range (0 when <= 1 range)."""
     c = Checker("external_fragmentation", fn, _external_fragmentation_ref, verbose=verbose)
+    run = mistake_runner(c, {
+        "that is all the free space: subtract the largest hole (a request can use that one)": lambda r: sum(n for _, n in r),
+        "subtract the LARGEST hole, not the first": lambda r: sum(n for _, n in r) - r[0][1] if r else 0,
+        "that is the largest hole itself: the answer is the free space outside it":
+            lambda r: max((n for _, n in r), default=0),
+    })
     arena = ContiguousArena(capacity=12288, policy="exact", max_len=12288)
     for rid, n in [("A", 4096), ("B", 2048), ("C", 4096)]:
         arena.admit(rid, n, final_len=n)
     arena.finish("A")
     c.record("the notes' arena after A finished (kvlab's ContiguousArena)", arena.stats().external_fragmentation,
              call(fn, arena.free_ranges()))
-    c.run("one hole", [(0, 100)])
-    c.run("no free space", [])
-    c.run("three equal holes", [(0, 10), (20, 10), (40, 10)])
-    c.run("largest hole last", [(0, 5), (10, 7), (20, 50)])
+    run("one hole", [(0, 100)])
+    run("no free space", [])
+    run("three equal holes", [(0, 10), (20, 10), (40, 10)])
+    run("largest hole last", [(0, 5), (10, 7), (20, 50)])
     rng = random.Random(5)
     for seed in range(3):
         ranges = _random_free_ranges(rng)
-        c.run(f"random seed {seed}: {len(ranges)} holes", ranges)
+        run(f"random seed {seed}: {len(ranges)} holes", ranges)
     return c.done()
+
+
+# ------------------------------------------------------------------ a whole trace, first fit
+def _place_ref(capacity: int, ops: list[tuple]) -> dict:
+    """kvlab's ContiguousArena (first fit, exact sizes) runs the trace."""
+    return _place_run(capacity, ops)[0]
+
+
+def _place_run(capacity: int, ops: list[tuple]) -> tuple[dict, int]:
+    """The expected result, and the free slots at the end."""
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    arena = ContiguousArena(capacity=capacity, policy="exact", max_len=capacity)
+    starts: dict[str, int] = {}
+    refused: list[str] = []
+    for op in ops:
+        if op[0] == "admit":
+            rid, n = op[1], op[2]
+            if n < 1:
+                raise ValueError(f"admit {rid}: size must be >= 1, got {n}")
+            if rid in arena.requests:
+                raise ValueError(f"admit {rid}: it is already placed")
+            try:
+                if n > capacity:
+                    raise OutOfContiguousSpace(n, arena.free_tokens, arena.largest_free_range, rid)
+                starts[rid] = arena.admit(rid, n, final_len=n).start
+            except OutOfContiguousSpace:
+                refused.append(rid)
+        elif op[0] == "finish":
+            if op[1] in arena.requests:
+                arena.finish(op[1])
+        else:
+            raise ValueError(f"unknown operation {op[0]!r} (admit or finish)")
+    arena.check_integrity()
+    st = arena.stats()
+    return {"starts": starts, "refused": refused, "largest_hole": st.largest_free_range,
+            "wasted_share": (st.free - st.largest_free_range) / st.free if st.free else 0.0}, st.free
+
+
+def _simulate(capacity: int, ops: list[tuple], fit: str = "first", coalesce: bool = True, bump: bool = False) -> dict:
+    """The trace done the ways learners get it wrong (for the diagnoses): best fit, holes never
+    merged, or a bump allocator that never reuses a hole."""
+    holes = [(0, capacity)]  # (start, length), address order
+    live: dict[str, tuple[int, int]] = {}
+    starts, refused, end = {}, [], 0
+    for op in ops:
+        if op[0] == "admit":
+            rid, n = op[1], op[2]
+            if bump:
+                ok = end + n <= capacity
+                s = end if ok else None
+            else:
+                fits = [(ln, st) for st, ln in holes if ln >= n]
+                s = (min(fits)[1] if fit == "best" else min(st for _, st in fits)) if fits else None
+            if s is None:
+                refused.append(rid)
+                continue
+            starts[rid], live[rid] = s, (s, n)
+            end = max(end, s + n)
+            if not bump:
+                i = next(i for i, (st, _) in enumerate(holes) if st == s)
+                st, ln = holes[i]
+                holes[i:i + 1] = [(st + n, ln - n)] if ln > n else []
+        elif op[1] in live:
+            s, n = live.pop(op[1])
+            holes = sorted(holes + [(s, n)])
+            if coalesce:
+                merged: list[tuple[int, int]] = []
+                for st, ln in holes:
+                    if merged and merged[-1][0] + merged[-1][1] == st:
+                        merged[-1] = (merged[-1][0], merged[-1][1] + ln)
+                    else:
+                        merged.append((st, ln))
+                holes = merged
+    if bump:
+        holes = [(end, capacity - end)] if end < capacity else []
+    free = sum(ln for _, ln in holes)
+    largest = max((ln for _, ln in holes), default=0)
+    return {"starts": starts, "refused": refused, "largest_hole": largest,
+            "wasted_share": (free - largest) / free if free else 0.0}
+
+
+def _same_placement(expected: dict, actual) -> bool:
+    if not isinstance(actual, dict) or set(actual) != set(expected):
+        return False
+    share = actual["wasted_share"]
+    ok_share = isinstance(share, (int, float)) and abs(share - expected["wasted_share"]) < 1e-9
+    return ok_share and all(actual[k] == expected[k] for k in ("starts", "refused", "largest_hole"))
+
+
+def _trace_ops(rng: random.Random, capacity: int) -> list[tuple]:
+    ops, live, k = [], [], 0
+    for _ in range(rng.randrange(6, 14)):
+        if live and rng.random() < 0.4:
+            ops.append(("finish", live.pop(rng.randrange(len(live)))))
+        else:
+            k += 1
+            ops.append(("admit", f"R{k}", rng.randrange(1, capacity // 3)))
+            live.append(f"R{k}")
+    return ops
+
+
+def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(capacity, ops) -> {"starts", "refused", "largest_hole", "wasted_share"}``.
+
+    ``ops``: ``("admit", rid, n)`` places a request of ``n`` slots at the start of the first
+    hole (lowest address) that holds it, or refuses it (it takes no space; its later finish is
+    ignored); ``("finish", rid)`` frees its range (a hole merges with free neighbours). Returns
+    where each placed request started, the refused ids in order, the largest hole at the end and
+    the share of free memory outside it (0.0 when nothing is free). ValueError for a size below
+    1, a request admitted twice while placed, or an unknown operation.
+    """
+    c = Checker("place_first_fit", fn, _place_ref, verbose=verbose, compare=_same_placement,
+                diagnose=[should_have_raised])
+    run = mistake_runner(c, {
+        "a freed range must merge with the free ranges beside it: two neighbouring holes are one hole":
+            lambda cap, ops: _simulate(cap, ops, coalesce=False),
+        "that is best fit (the smallest hole that fits): first fit takes the lowest address that fits":
+            lambda cap, ops: _simulate(cap, ops, fit="best"),
+        "freed holes were never reused: place each request in the first hole that fits, not after the last one":
+            lambda cap, ops: _simulate(cap, ops, bump=True),
+        "wasted_share is a share of the FREE memory, not of the capacity": _share_of_capacity,
+        "largest_hole is the biggest single hole, not all the free slots added up":
+            lambda cap, ops: {**_place_ref(cap, ops), "largest_hole": _place_run(cap, ops)[1]},
+    })
+    notes = [("admit", "A", 4096), ("admit", "B", 2048), ("admit", "C", 4096), ("finish", "A"),
+             ("admit", "D", 8192), ("admit", "E", 3000)]
+    run("the notes: A, B, C; A finishes; D (8,192) is refused; E (3,000) goes where A was", 12288, notes)
+    run("two neighbours finish: their ranges make one hole of 20",
+        60, [("admit", "A", 10), ("admit", "B", 10), ("admit", "C", 10), ("finish", "A"), ("finish", "B"),
+             ("admit", "D", 15)])
+    run("first fit, not best fit: a big hole first, a snug one later",
+        100, [("admit", "A", 30), ("admit", "B", 20), ("admit", "C", 12), ("admit", "X", 38), ("finish", "A"),
+              ("finish", "C"), ("admit", "D", 12)])
+    run("a refused request takes no space, and its finish is ignored",
+        50, [("admit", "A", 30), ("admit", "B", 30), ("finish", "B"), ("admit", "C", 20)])
+    run("everything fits, nothing is free", 30, [("admit", "A", 10), ("admit", "B", 20)])
+    run("a request bigger than the arena is refused", 30, [("admit", "A", 31), ("admit", "B", 5)])
+    rng = random.Random(13)
+    for seed in range(4):
+        cap = rng.choice([64, 100, 256])
+        ops = _trace_ops(rng, cap)
+        run(f"random seed {seed}: {len(ops)} operations in {cap} slots", cap, ops)
+    c.run("a request of 0 slots (must raise ValueError)", 10, [("admit", "A", 0)])
+    c.run("an unknown operation 'grow' (must raise ValueError)", 10, [("admit", "A", 2), ("grow", "A", 1)])
+    return c.done()
+
+
+def _share_of_capacity(capacity: int, ops: list[tuple]) -> dict:
+    r, free = _place_run(capacity, ops)
+    return {**r, "wasted_share": (free - r["largest_hole"]) / capacity}

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from ..memory.block_pool import BlockAllocator
 from ..memory.block_table import blocks_needed as _blocks_needed
 from ..memory.block_table import translate as _translate
-from .diagnose import off_by, swapped
+from .diagnose import mistake_runner, off_by, should_have_raised, swapped
 from .harness import Checker, CheckResult, Raised, call
 
 __all__ = ["translate", "blocks_needed", "blocks_to_append", "block_allocator"]
@@ -42,19 +42,33 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
     ValueError for pos < 0 or pos past the table's last slot.
     """
     c = Checker("translate", fn, _translate_ref, verbose=verbose,
-                diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset"))])
+                diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset")), should_have_raised])
+
+    def addr(t, p, bs, bpt, block):
+        return (p // bs, p % bs, t[p // bs], (block * bs + p % bs) * bpt)
+
+    run = mistake_runner(c, {
+        "the address used the logical block: bytes are counted from the PHYSICAL block (the table's entry)":
+            lambda t, p, bs, bpt=1: addr(t, p, bs, bpt, p // bs),
+        "only the offset was multiplied by bytes_per_token: the whole slot (P x block_size + offset) is":
+            lambda t, p, bs, bpt=1: (p // bs, p % bs, t[p // bs], t[p // bs] * bs + p % bs * bpt),
+        "the address forgot the offset inside the block": lambda t, p, bs, bpt=1: addr(t, p, bs, bpt, t[p // bs])[:3]
+            + (t[p // bs] * bs * bpt,),
+        "the address is pos x bytes_per_token only if the blocks were in order: go through the table":
+            lambda t, p, bs, bpt=1: (p // bs, p % bs, t[p // bs], p * bpt),
+    })
     notes = [3, 7, 1, 5, 9]
-    c.run("the notes: table [3,7,1,5,9], pos 9, block_size 4", notes, 9, 4)
-    c.run("the notes, pos 9, bytes_per_token 1024", notes, 9, 4, 1024)
+    run("the notes: table [3,7,1,5,9], pos 9, block_size 4", notes, 9, 4)
+    run("the notes, pos 9, bytes_per_token 1024", notes, 9, 4, 1024)
     for pos in (0, 3, 4, 19):
-        c.run(f"the notes' table, pos {pos}", notes, pos, 4)
-    c.run("block_size 16, pos 40", [8, 2, 5], 40, 16, 2)
+        run(f"the notes' table, pos {pos}", notes, pos, 4)
+    run("block_size 16, pos 40", [8, 2, 5], 40, 16, 2)
     rng = random.Random(6)
     for seed in range(3):
         bs = rng.choice([1, 2, 4, 8, 16])
         table = rng.sample(range(64), rng.randrange(1, 8))
         pos = rng.randrange(len(table) * bs)
-        c.run(f"random seed {seed}: {len(table)} blocks, block_size {bs}, pos {pos}", table, pos, bs, rng.choice([1, 64, 320]))
+        run(f"random seed {seed}: {len(table)} blocks, block_size {bs}, pos {pos}", table, pos, bs, rng.choice([1, 64, 320]))
     c.run("pos 20 past the notes' table (5 blocks x 4 = 20 slots; must raise ValueError)", notes, 20, 4)
     c.run("pos -1 (must raise ValueError)", notes, -1, 4)
     return c.done()
@@ -62,13 +76,20 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
 
 def blocks_needed(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(num_tokens, block_size) -> int`` = ceil(num_tokens / block_size); ValueError for num_tokens < 0 or block_size < 1."""
-    c = Checker("blocks_needed", fn, _blocks_needed, verbose=verbose, diagnose=[off_by])
+    c = Checker("blocks_needed", fn, _blocks_needed, verbose=verbose, diagnose=[off_by, should_have_raised])
+    run = mistake_runner(c, {
+        "rounded down: 9 tokens in blocks of 4 need 3 blocks, the last one partly empty": lambda n, bs: n // bs,
+        "off by one block: n // block_size + 1 is one too many when the tokens fill their blocks exactly "
+        "(8 tokens, blocks of 4: 2)":
+            lambda n, bs: n // bs + 1,
+    })
     for n, bs in [(9, 4), (8, 4), (0, 4), (1, 4), (4, 4), (5, 4), (16, 16), (17, 16), (1, 1), (4096, 16), (4097, 16)]:
-        c.run(f"num_tokens={n}, block_size={bs}", n, bs)
+        run(f"num_tokens={n}, block_size={bs}", n, bs)
+    run("num_tokens=2**60 + 1, block_size=16 (floats lose the +1)", 2**60 + 1, 16)
     rng = random.Random(7)
     for _ in range(3):
         n, bs = rng.randrange(0, 5000), rng.choice([3, 8, 16, 32])
-        c.run(f"num_tokens={n}, block_size={bs} (random)", n, bs)
+        run(f"num_tokens={n}, block_size={bs} (random)", n, bs)
     c.run("num_tokens=-1 (must raise ValueError)", -1, 4)
     c.run("block_size=0 (must raise ValueError)", 5, 0)
     return c.done()
@@ -85,14 +106,20 @@ def blocks_to_append(fn: Callable, verbose: bool = True) -> CheckResult:
 
     ValueError for num_tokens < 0, n < 0 or block_size < 1.
     """
-    c = Checker("blocks_to_append", fn, _blocks_to_append_ref, verbose=verbose,
-                diagnose=[lambda e, a: off_by(e, a, 1, "block", "a new block is taken only when the last one is full")])
+    c = Checker("blocks_to_append", fn, _blocks_to_append_ref, verbose=verbose, diagnose=[
+        should_have_raised, lambda e, a: off_by(e, a, 1, "block", "a new block is taken only when the last one is full")])
+    run = mistake_runner(c, {
+        "the last block's free slots were not used: the new tokens fill it before a new block is taken":
+            lambda t, n, bs: -(-n // bs),
+        "that counts all the blocks after the append: subtract the blocks the request already holds":
+            lambda t, n, bs: -(-(t + n) // bs),
+    })
     for t, n, bs in [(9, 1, 4), (8, 1, 4), (7, 1, 4), (0, 1, 4), (0, 0, 4), (5, 10, 4), (4, 4, 4), (3, 1, 4), (16, 100, 16)]:
-        c.run(f"num_tokens={t}, append n={n}, block_size={bs}", t, n, bs)
+        run(f"num_tokens={t}, append n={n}, block_size={bs}", t, n, bs)
     rng = random.Random(8)
     for _ in range(3):
         t, n, bs = rng.randrange(0, 300), rng.randrange(0, 40), rng.choice([2, 4, 16])
-        c.run(f"num_tokens={t}, n={n}, block_size={bs} (random)", t, n, bs)
+        run(f"num_tokens={t}, n={n}, block_size={bs} (random)", t, n, bs)
     c.run("n=-1 (must raise ValueError)", 5, -1, 4)
     return c.done()
 
@@ -167,6 +194,30 @@ def _same_step(expected: tuple, actual: tuple) -> bool:
     return ok and e_state == a_state
 
 
+def _allocator_note(label: str, want: tuple, got: tuple) -> str:
+    """The usual allocator mistake behind a step that differs from kvlab's."""
+    (_, w_out, w_state), (_, g_out, g_state) = want, got
+    if isinstance(w_out, Raised) and not isinstance(g_out, Raised):
+        if type(w_out.exc).__name__ == "DoubleFree":
+            return "freeing a block that is already free must raise kvlab.DoubleFree and change nothing"
+        if type(w_out.exc).__name__ == "OutOfBlocks":
+            return "asking for more blocks than are free must raise kvlab.OutOfBlocks (all or nothing)"
+        if type(w_out.exc).__name__ == "KVCacheError":
+            return "incref of a free block must raise kvlab.KVCacheError: only blocks in use can be shared"
+        return f"this call must raise {type(w_out.exc).__name__}"
+    if isinstance(w_out, Raised) and isinstance(g_out, Raised) and w_state != g_state:
+        return "the call raised but changed the state first: check everything, then change (all or nothing)"
+    if label.startswith("allocate") and isinstance(w_out, list) and isinstance(g_out, list) and sorted(w_out) == sorted(g_out):
+        return "the right blocks in the wrong order: take them from the FRONT of the queue, in order"
+    if label.startswith("allocate") and isinstance(w_out, list) and isinstance(g_out, list):
+        return ("a different block came out: freed blocks join the BACK of the free queue (first in, first out), "
+                "so the block freed last is reused last")
+    if label.startswith("free") and isinstance(w_state, dict) and isinstance(g_state, dict):
+        if w_state.get("num_free_blocks", 0) < g_state.get("num_free_blocks", 0):
+            return "a block with ref count 2 stays in use after one free: it goes back only when its count reaches 0"
+    return ""
+
+
 def block_allocator(cls: Callable, verbose: bool = True) -> CheckResult:
     """``cls(num_blocks)`` -> an allocator like kvlab's ``BlockAllocator``, step for step.
 
@@ -193,7 +244,9 @@ def block_allocator(cls: Callable, verbose: bool = True) -> CheckResult:
             if not _same_step(w, g):
                 stub = isinstance(g[1], Raised) and isinstance(g[1].exc, NotImplementedError)
                 got = g[1] if g[2] is None or stub else {"returns": g[1], **(g[2] if isinstance(g[2], dict) else {"state": g[2]})}
-                c.record(f"{name}, {num_blocks} blocks, step {i + 1} {w[0]}", {"returns": w[1], **w[2]}, got, passed=False)
+                note = "" if stub else _allocator_note(w[0], w, g)
+                c.record(f"{name}, {num_blocks} blocks, step {i + 1} {w[0]}", {"returns": w[1], **w[2]}, got, passed=False,
+                         note=note)
                 break
         else:
             c.record(f"{name}, {num_blocks} blocks: {len(want)} operations", f"{len(want)} steps as kvlab",

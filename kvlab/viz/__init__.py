@@ -1,9 +1,12 @@
 """kvlab.viz: see every allocation, lookup and eviction. Rendering only reads state.
 
 Views (each has a pure-data builder that tests check, and a picture built from it):
-    memory_map_figure(snapshot)            the paged pool as a grid (12 to 4,096+ blocks)
-    animate_memory_map(snapshots, log)     plotly animation, one frame per event
-    memory_map_stepper(snapshots, log)     the same in the stepper widget
+    memory_map_figure(snapshot)            the paged pool as a grid (12 to 4,096+ blocks): each block filled
+                                           as far as it holds tokens, each holder's block table above it
+                                           with an arrow into every block it holds (the radix tree too)
+    animate_memory_map(snapshots, log)     plotly animation, one frame per event, captioned in words
+    memory_map_stepper(snapshots, log)     the same in the stepper widget (frames numbered alike: step 3 / 16)
+    event_sentence(event, snapshot)        the caption of an event: one plain sentence
     pool_snapshot(allocator, tables)       a bare allocator's pool (e.g. under a RadixCache) as a snapshot
     TranslationWidget()                    pos -> logical block, offset -> table -> physical -> address
     run_compare(trace) -> steps; compare_figure(step), animate_compare(steps), compare_stepper(trace)
@@ -13,7 +16,8 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     kernel_access_figure(snapshot, seq_id) / kernel_access_stepper(snapshot, seq_id)
                                            the order the paged decode kernel reads a sequence's blocks
     Stepper(frames, render)                prev / next / play / reset + caption over any frames
-    classroom(True)                        large fonts, thick lines, high contrast for a projector
+    classroom(True)                        for a 1280x720 projector: figures take the output width,
+                                           large fonts, thick lines, bigger widget controls
 
 Every figure's title says (simulated) or (measured).
 
@@ -47,23 +51,25 @@ Example:
     >>> m = BlockManager(num_blocks=12, block_size=4, record=True)
     >>> _ = m.add_sequence("R1", 6); _ = m.fork("R1", "R2")
     >>> s = viz.memory_map_stepper(m.snapshots, m.log, static=True)   # one frame per event
-    >>> len(s) == len(m.log), s.caption == m.log[0].describe()
-    (True, True)
+    >>> len(s) == len(m.log), s.caption
+    (True, 'R1 arrives with 6 tokens: it takes P0, P1 (P1 has 2 of 4 slots used)')
 """
 from __future__ import annotations
 
 from .compare import (
     CompareStep, animate_compare, compare_data, compare_figure, compare_stepper, growth_trace, notes_trace, run_compare,
 )
+from .block_tables import MapGeometry, map_geometry
+from .captions import event_sentence
 from .display import is_static, static_html
 from .kernel_view import (
     BlockRead, kernel_access_data, kernel_access_figure, kernel_access_frames, kernel_access_order,
     kernel_access_stepper,
 )
-from .memory_animation import MemoryMapView, animate_memory_map, memory_frames, memory_map_stepper
+from .memory_animation import MemoryMapView, animate_memory_map, memory_frames, memory_map_stepper, step_caption
 from .memory_map import GridLayout, grid_layout, memory_map_data, memory_map_figure, pool_snapshot
 from .palette import (
-    FREE, HIGHLIGHT, HIT, MISS, EVICTED, REQUEST_COLORS, SHARED_OUTLINE, assign_colors, classroom,
+    FREE, HIGHLIGHT, HIT, MISS, EVICTED, REQUEST_COLORS, SHARED_OUTLINE, TREE, assign_colors, classroom,
     is_classroom, request_color, theme,
 )
 from .radix_view import (
@@ -71,22 +77,26 @@ from .radix_view import (
     radix_stepper, radix_tree_data, radix_tree_graph,
 )
 from .stepper import Frame, Stepper
+from .tier_view import TierRecorder, animate_tiers, lifecycle_graph, tier_map_figure, tier_stepper  # lesson 10
 from .translate_widget import (
-    TranslationWidget, parse_block_table, translation_chain, translation_figure, translation_figure_data,
+    TranslationWidget, chain_rows, parse_block_table, token_labels, translation_chain, translation_figure,
+    translation_figure_data,
 )
 
 __all__ = [
     "CompareStep", "animate_compare", "compare_data", "compare_figure", "compare_stepper", "growth_trace",
     "notes_trace", "run_compare",
+    "MapGeometry", "map_geometry", "event_sentence", "step_caption",
     "is_static", "static_html",
     "BlockRead", "kernel_access_data", "kernel_access_figure", "kernel_access_frames", "kernel_access_order",
     "kernel_access_stepper",
     "GridLayout", "MemoryMapView", "animate_memory_map", "grid_layout", "memory_frames", "memory_map_data",
     "memory_map_figure", "memory_map_stepper", "pool_snapshot",
-    "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "assign_colors",
+    "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "TREE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
     "Frame", "Stepper",
     "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
     "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
-    "TranslationWidget", "parse_block_table", "translation_chain", "translation_figure", "translation_figure_data",
+    "TranslationWidget", "chain_rows", "parse_block_table", "token_labels", "translation_chain", "translation_figure",
+    "translation_figure_data",
 ]

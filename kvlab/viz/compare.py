@@ -29,7 +29,7 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
 from ..memory.snapshot import MemorySnapshot
-from .palette import FREE, assign_colors, source_label, theme
+from .palette import FREE, assign_colors, source_label, theme, tint
 
 __all__ = ["notes_trace", "growth_trace", "CompareStep", "run_compare", "compare_data", "compare_figure",
            "animate_compare", "compare_stepper", "STRANDED"]
@@ -178,11 +178,6 @@ def _final_lengths(trace: Sequence[tuple]) -> dict[str, int]:
 
 
 # ----------------------------------------------------------------------- data
-def _tint(hex_color: str, alpha: float = 0.35) -> str:
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-    return "#" + "".join(f"{round(255 - (255 - v) * alpha):02x}" for v in (r, g, b))
-
-
 def compare_data(step: CompareStep, colors: dict[str, str] | None = None, cols: int | None = None) -> dict[str, Any]:
     """Per-slot colours of both maps (same geometry), and the bar values.
 
@@ -197,7 +192,7 @@ def compare_data(step: CompareStep, colors: dict[str, str] | None = None, cols: 
     cc, cl = [FREE] * cap, [""] * cap
     for rid, start, reserved, length in step.reservations:
         for k in range(reserved):
-            cc[start + k] = colors.get(rid, "#7f7f7f") if k < length else _tint(colors.get(rid, "#7f7f7f"))
+            cc[start + k] = colors.get(rid, "#7f7f7f") if k < length else tint(colors.get(rid, "#7f7f7f"))
         cl[start] = rid
     ranges, largest = _free_ranges(step), step.contiguous["free_usable"]
     big = next((s for s, n in ranges if n == largest), None)
@@ -211,7 +206,7 @@ def compare_data(step: CompareStep, colors: dict[str, str] | None = None, cols: 
         for logical, b in enumerate(ids):
             filled = min(bs, snap.num_tokens[rid] - logical * bs)
             for k in range(bs):
-                pc[b * bs + k] = colors.get(rid, "#7f7f7f") if k < filled else _tint(colors.get(rid, "#7f7f7f"))
+                pc[b * bs + k] = colors.get(rid, "#7f7f7f") if k < filled else tint(colors.get(rid, "#7f7f7f"))
             pl[b * bs] = f"{rid} L{logical}"
     side = {"contiguous": step.contiguous, "paged": step.paged}
     bars = {k: [v["token_states"], v["reserved_unused"], v["external_fragmentation"], v["free_usable"]]
@@ -266,8 +261,8 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
     rows = d["rows"]
     map_h = max(50, rows * 34 + 10)
     bar_h = 230 if not th.high_contrast else 300
-    top, gap = 100, 50
-    height = top + 2 * map_h + bar_h + 3 * gap + 40
+    top, gap = (150 if th.high_contrast else 115), 50
+    height = top + 2 * map_h + bar_h + 3 * gap + 60
     plot_h = height - top - 40
 
     def frac(px: float) -> float:
@@ -275,14 +270,16 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
 
     y1 = [frac(map_h), frac(0)]
     y2 = [frac(2 * map_h + gap), frac(map_h + gap)]
-    y3 = [0, frac(2 * map_h + 2 * gap + 20)]
+    y3 = [0, frac(2 * map_h + 2 * gap + 40)]
     ax = dict(visible=False, fixedrange=True, autorange=False)
     xr = [-0.6, d["cols"] - 0.4]
     yr = [rows - 0.5, -0.95]
-    sub = f"{caption}  |  contiguous bytes copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
+    sub = f"{caption}<br>contiguous bytes copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
     return dict(
-        width=th.grid_width + 40, height=height, template="none", margin=dict(l=60, r=20, t=top, b=40),
+        width=None if th.autosize else th.grid_width + 40, autosize=th.autosize, height=height, template="none",
+        margin=dict(l=60, r=20, t=top, b=40),
         title=dict(text=f"{title} ({source_label(source)})", x=0.01, font=dict(size=th.title_size),
+                   yref="container", y=1, yanchor="top", pad=dict(t=12),
                    subtitle=dict(text=sub, font=dict(size=th.font_size))),
         font=dict(size=th.font_size, color=th.text_color), barmode="group", plot_bgcolor="#ffffff",
         xaxis=dict(domain=[0, 1], range=xr, anchor="y", **ax), yaxis=dict(domain=y1, range=yr, anchor="x", **ax),
@@ -296,9 +293,9 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
                  xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
             dict(text=f"<b>paged</b>: blocks of {step.block_size} slots, on demand", x=0, y=y2[1], xref="paper",
                  yref="paper", xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
-            dict(text="full colour: a token · tint: reserved or allocated, empty · light grey: free · "
-                      "dark grey: free but stranded (external fragmentation)",
-                 x=0, y=y2[0], xref="paper", yref="paper", xanchor="left", yanchor="top", showarrow=False,
+            dict(text="full colour: a token · tint: reserved or allocated, empty ·<br>"
+                      "light grey: free · dark grey: free but stranded (external fragmentation)",
+                 x=0, y=y2[0], xref="paper", yref="paper", xanchor="left", yanchor="top", showarrow=False, align="left",
                  font=dict(size=th.label_size)),
         ],
     )
@@ -328,15 +325,17 @@ def animate_compare(steps: Sequence[CompareStep], title: str = "Contiguous versu
     """A plotly animation: both maps and the bars move in step, one frame per operation."""
     import plotly.graph_objects as go
 
-    from .memory_animation import _animation_controls
+    from .memory_animation import _animation_controls, step_caption
 
     colors = _all_colors(steps)
     fig = compare_figure(steps[0], title, source, colors)
+    first = _layout(compare_data(steps[0], colors), steps[0], title, source, step_caption(0, len(steps), steps[0].caption))
+    fig.layout.title.subtitle.text = first["title"]["subtitle"]["text"]
     frames = []
     for i, st in enumerate(steps):
         d = compare_data(st, colors)
-        lay = _layout(d, st, title, source, st.caption)
-        frames.append(go.Frame(data=_traces(d, st), traces=[0, 1, 2, 3], name=str(i),
+        lay = _layout(d, st, title, source, step_caption(i, len(steps), st.caption))
+        frames.append(go.Frame(data=_traces(d, st), traces=[0, 1, 2, 3], name=str(i + 1),
                                layout=dict(title=lay["title"], xaxis=lay["xaxis"], yaxis=lay["yaxis"],
                                            xaxis2=lay["xaxis2"], yaxis2=lay["yaxis2"], yaxis3=lay["yaxis3"])))
     fig.frames = frames

@@ -2,10 +2,14 @@
 
 A run recorded with ``BlockManager(record=True)`` keeps one :class:`MemorySnapshot` after
 every event of its log (plus the start). :func:`memory_frames` pairs each event with the
-snapshot after it (the event's blocks highlighted, its description as the caption);
+snapshot after it: the event's blocks highlighted, a copy-on-write drawn as an arc from the
+source block to its copy, and the caption one plain sentence (:func:`kvlab.viz.captions.event_sentence`:
+"R2 writes into shared block P1: copy it to P6, then write there (copy-on-write)").
 :func:`animate_memory_map` draws them as one plotly animation (slider, play/pause; no kernel
-needed) and :func:`memory_map_stepper` in the stepper widget. Axes, canvas and traces never
-change between frames. One memory map is drawn by :mod:`kvlab.viz.memory_map`. Mirrors no
+needed) and :func:`memory_map_stepper` in the stepper widget. Both number the frames the same
+way, from 1: the animation's slider and its subtitle say "step 3 / 16" where the stepper says
+"step 3 / 16". Axes, canvas and traces never change between frames. One memory map is drawn
+by :mod:`kvlab.viz.memory_map`, the block tables by :mod:`kvlab.viz.block_tables`. Mirrors no
 vLLM or SGLang file (kvlab's pictures).
 
 Example:
@@ -14,7 +18,7 @@ Example:
     >>> _ = m.add_sequence("R1", 5); _ = m.fork("R1", "R2")
     >>> frames = memory_frames(m.snapshots, m.log)          # one frame per event
     >>> frames[-1].caption, frames[-1].highlight, frames[-1].snapshot.tables
-    ('#1 fork R2: P0, P1 parent=R1', (0, 1), {'R1': (0, 1), 'R2': (0, 1)})
+    ('R2 forks R1: it shares all 2 blocks P0, P1 (ref count +1 each, nothing copied)', (0, 1), {'R1': (0, 1), 'R2': (0, 1)})
 """
 from __future__ import annotations
 
@@ -22,11 +26,17 @@ from typing import Any, Sequence
 
 from ..memory.events import Event, EventLog
 from ..memory.snapshot import MemorySnapshot
-from .memory_map import (_axes, _block_traces, _figure_from_data, _title, event_highlight, grid_layout, memory_map_data,
-                         snapshot_ids)
+from .block_tables import frame_traces, map_geometry
+from .captions import event_sentence
+from .memory_map import _figure_from_data, _title, event_highlight, grid_layout, memory_map_data, snapshot_ids
 from .palette import assign_colors, source_label, theme
 
-__all__ = ["memory_frames", "animate_memory_map", "MemoryMapView", "memory_map_stepper"]
+__all__ = ["memory_frames", "animate_memory_map", "MemoryMapView", "memory_map_stepper", "step_caption"]
+
+
+def step_caption(i: int, n: int, caption: str) -> str:
+    """How every view numbers a frame: ``step_caption(0, 16, "R1 arrives") -> 'step 1 / 16: R1 arrives'``."""
+    return f"step {i + 1} / {n}: {caption}" if caption else f"step {i + 1} / {n}"
 
 
 def memory_frames(
@@ -36,7 +46,8 @@ def memory_frames(
 
     With ``log`` (the run's event log; ``snapshots`` from ``BlockManager(record=True)``,
     one more than there are events: the start state first): one frame per event, the
-    snapshot after it, the event's blocks highlighted, its description as caption.
+    snapshot after it, the event's blocks highlighted, a copy-on-write's ``(src, dst)`` in
+    ``frame.extra["copies"]``, the event in ``frame.extra["event"]``, and one sentence as caption.
     Without ``log``: one frame per snapshot, its own caption, nothing highlighted.
     """
     from .stepper import Frame
@@ -52,11 +63,44 @@ def memory_frames(
             f"memory_frames: {len(snaps)} snapshots for {len(events)} events; expected one snapshot per "
             "event plus the start (record the manager from the log's first event)"
         )
-    return [Frame(s, e.describe(), event_highlight(e, s)) for e, s in zip(events, snaps[1:])]
+    out = []
+    for e, s in zip(events, snaps[1:]):
+        copies = [(int(e.detail["src"]), int(e.detail["dst"]))] if e.kind == "cow" else []
+        out.append(Frame(s, event_sentence(e, s), event_highlight(e, s), {"event": e, "copies": copies}))
+    return out
 
 
 def _frame_colors(frames: Sequence["Frame"]) -> dict[str, str]:
     return assign_colors(snapshot_ids(f.snapshot for f in frames))
+
+
+def _copies(frame: "Frame") -> list[tuple[int, int]]:
+    return list(frame.extra.get("copies", ())) if frame.extra else []
+
+
+class MemoryMapView:
+    """Renders stepper frames of one run as memory maps with one layout, geometry and palette."""
+
+    def __init__(self, frames: Sequence["Frame"], title: str = "Paged KV pool", source: str = "simulated",
+                 cols: int | None = None, mode: str = "auto", tables: bool | None = None) -> None:
+        source_label(source)
+        self.frames = list(frames)
+        self.colors = _frame_colors(self.frames)
+        self.layout = grid_layout(self.frames[0].snapshot.num_blocks, cols, mode)
+        self.geometry = map_geometry(self.layout, [f.snapshot for f in self.frames], tables,
+                                     copies=any(_copies(f) for f in self.frames))
+        self.title, self.source = title, source
+        self._index = {id(f): i for i, f in enumerate(self.frames)}
+
+    def data(self, frame: "Frame") -> dict[str, Any]:
+        """The frame's memory-map data; its caption numbered as the stepper numbers it ("step 3 / 16: ...")."""
+        d = memory_map_data(frame.snapshot, frame.highlight, self.colors, self.layout, _copies(frame))
+        i = self._index.get(id(frame))
+        d["caption"] = step_caption(i, len(self.frames), frame.caption) if i is not None else frame.caption
+        return d
+
+    def __call__(self, frame: "Frame") -> Any:
+        return _figure_from_data(self.data(frame), self.colors, self.title, self.source, self.geometry)
 
 
 def animate_memory_map(
@@ -67,34 +111,33 @@ def animate_memory_map(
     cols: int | None = None,
     mode: str = "auto",
     duration_ms: int = 600,
+    tables: bool | None = None,
 ) -> Any:
     """A plotly animation of a recorded run: one frame per event (see :func:`memory_frames`),
-    with a slider and play/pause. Axes, canvas and traces are fixed across frames; runs in
-    any plotly front end (also in exported HTML: no kernel needed)."""
+    with a slider and play/pause, numbered from 1 as the stepper numbers them. Axes, canvas and
+    traces are fixed across frames; runs in any plotly front end (also in exported HTML: no
+    kernel needed)."""
     import plotly.graph_objects as go
 
     frames = memory_frames(snapshots, log)
-    colors = _frame_colors(frames)
-    lay = grid_layout(frames[0].snapshot.num_blocks, cols, mode)
-    datas = [memory_map_data(f.snapshot, f.highlight, colors, lay) for f in frames]
-    for d, f in zip(datas, frames):
-        d["caption"] = f.caption
-    fig = _figure_from_data(datas[0], colors, title, source)
-    n_fixed = len(_block_traces(datas[0], colors))
+    view = MemoryMapView(frames, title, source, cols, mode, tables)
+    n = len(frames)
+    datas = [view.data(f) for f in frames]
+    fig = _figure_from_data(datas[0], view.colors, title, source, view.geometry)
+    n_fixed = len(frame_traces(datas[0], view.colors, view.geometry))
     fig.frames = [
-        go.Frame(
-            data=_block_traces(d, colors), traces=list(range(n_fixed)), name=str(i),
-            layout=dict(title=_title(title, source, d["caption"]), **_axes(lay)),
-        )
+        go.Frame(data=frame_traces(d, view.colors, view.geometry), traces=list(range(n_fixed)), name=str(i + 1),
+                 layout=dict(title=_title(title, source, d["caption"]), xaxis=fig.layout.xaxis, yaxis=fig.layout.yaxis))
         for i, d in enumerate(datas)
     ]
-    fig.update_layout(**_animation_controls(len(frames), duration_ms, fig.layout))
+    fig.update_layout(**_animation_controls(n, duration_ms, fig.layout))
     return fig
 
 
 def _animation_controls(n: int, duration_ms: int, base: Any) -> dict[str, Any]:
-    """Play/pause and a step slider in a band added under the legend (paper coordinates
-    are fractions of the plot height, so the band's offset is computed from pixels)."""
+    """Play/pause and a step slider (steps 1..n, as the stepper counts) in a band added under
+    the legend (paper coordinates are fractions of the plot height, so the band's offset is
+    computed from pixels). Frames must be named "1".."n"."""
     th = theme()
     play = {"frame": {"duration": duration_ms, "redraw": True}, "fromcurrent": True, "transition": {"duration": 0}}
     pause = {"frame": {"duration": 0, "redraw": False}, "mode": "immediate", "transition": {"duration": 0}}
@@ -112,31 +155,12 @@ def _animation_controls(n: int, duration_ms: int, base: Any) -> dict[str, Any]:
         )],
         sliders=[dict(
             active=0, x=0.2, len=0.8, y=y, yanchor="top", pad=dict(t=10),
-            currentvalue=dict(prefix="step ", font=dict(size=th.font_size)),
+            currentvalue=dict(prefix="step ", suffix=f" / {n}", font=dict(size=th.font_size)),
             steps=[dict(label=str(i), method="animate",
                         args=[[str(i)], {"frame": {"duration": 0, "redraw": True}, "mode": "immediate",
-                                         "transition": {"duration": 0}}]) for i in range(n)],
+                                         "transition": {"duration": 0}}]) for i in range(1, n + 1)],
         )],
     )
-
-
-class MemoryMapView:
-    """Renders stepper frames of one run as memory maps with a fixed layout and palette."""
-
-    def __init__(self, frames: Sequence["Frame"], title: str = "Paged KV pool", source: str = "simulated",
-                 cols: int | None = None, mode: str = "auto") -> None:
-        source_label(source)
-        self.colors = _frame_colors(frames)
-        self.layout = grid_layout(frames[0].snapshot.num_blocks, cols, mode)
-        self.title, self.source = title, source
-
-    def data(self, frame: "Frame") -> dict[str, Any]:
-        d = memory_map_data(frame.snapshot, frame.highlight, self.colors, self.layout)
-        d["caption"] = frame.caption
-        return d
-
-    def __call__(self, frame: "Frame") -> Any:
-        return _figure_from_data(self.data(frame), self.colors, self.title, self.source)
 
 
 def memory_map_stepper(
@@ -147,9 +171,10 @@ def memory_map_stepper(
     static: bool | None = None,
     cols: int | None = None,
     mode: str = "auto",
+    tables: bool | None = None,
 ) -> "Stepper":
-    """A :class:`~kvlab.viz.stepper.Stepper` over a recorded run's memory maps."""
+    """A :class:`~kvlab.viz.stepper.Stepper` over a recorded run's memory maps (numbered from 1)."""
     from .stepper import Stepper
 
     frames = memory_frames(snapshots, log)
-    return Stepper(frames, MemoryMapView(frames, title, source, cols, mode), static=static)
+    return Stepper(frames, MemoryMapView(frames, title, source, cols, mode, tables), static=static)

@@ -1,16 +1,21 @@
-"""The memory map: the paged pool's physical blocks as a fixed grid (plotly).
+"""The memory map: the paged pool's physical blocks as a fixed grid, with the block tables that point into it.
 
-Each block is coloured by the request that owns it and labelled ``P5 / R1 L2``
-(physical block, request, logical block); free blocks are light grey; a block shared by
-several block tables (ref_count > 1) gets a dark outline and ``x2`` (its ref count);
-the block being written or read gets a red outline. Hover shows the token fill.
+Each block is a cell coloured by the request that allocated it and filled from the left as far
+as it holds tokens (a block of 4 with 3 tokens is three quarters full); free blocks are light
+grey; a block shared by several holders (ref_count > 1) gets a dark outline and ``x2`` (its ref
+count); the block being written or read gets a red outline. Above the pool, every holder's block
+table is drawn as a row of cells ``L0 L1 ...`` with an arrow from each cell to its physical block
+(as the translation widget draws one table), so every holder of a shared block is visible; the
+radix tree is a holder too (``CacheManager.snapshot()`` adds its blocks as ``"tree"``). A
+copy-on-write copy is an arc from the source block to its copy. Module layout: this file draws
+the pool; :mod:`kvlab.viz.block_tables` the tables, arrows and copies.
 
-Sizes: up to 64 blocks are drawn as labelled squares (the lessons use a dozen),
-up to 256 as unlabelled squares (hover for details), more (a real pool, up to 4,096
-and beyond) as a heatmap. Axes, canvas size and trace structure never change between
-frames of one animation or stepper.
+Sizes: up to 64 blocks are drawn as labelled cells with their tables (the lessons use a dozen),
+up to 256 as unlabelled cells (hover for details), more (a real pool, up to 4,096 and beyond) as
+a heatmap. Axes, canvas size and trace structure never change between frames of one animation
+or stepper.
 
-Pure data first, pictures second: :func:`memory_map_data` returns plain lists (colour,
+Pure data first, pictures second: :func:`memory_map_data` returns plain lists (colour, fill,
 label, outline per block) that tests check; :func:`memory_map_figure` draws them. A recorded
 run's frames, its plotly animation and its stepper are in :mod:`kvlab.viz.memory_animation`.
 
@@ -19,13 +24,13 @@ Example:
     >>> m = BlockManager(num_blocks=6, block_size=4)
     >>> _ = m.add_sequence("R1", 5); _ = m.fork("R1", "R2")
     >>> d = memory_map_data(m.snapshot())
-    >>> d["label"][0], d["color"][0] == request_color("R1"), d["color"][5]
-    ('P0<br>R1 L0<br>x2', True, '#e6e6e6')
-    >>> d["shared"]
-    [0, 1]
+    >>> d["label"][0], d["color"][0] == request_color("R1"), d["color"][5], d["fill"][:2]
+    ('P0<br>R1 L0<br>x2', True, '#e6e6e6', [1.0, 0.25])
+    >>> d["shared"], d["holders"][1]
+    ([0, 1], [('R1', 1), ('R2', 1)])
 
-Not handled: what the blocks contain (tokens as text are drawn by the translation
-widget and the radix view).
+Mirrors no vLLM or SGLang file (kvlab's pictures). Not handled: what the blocks contain (tokens
+as text are drawn by the translation widget and the radix view).
 """
 from __future__ import annotations
 
@@ -34,15 +39,14 @@ from typing import Any, Iterable, Sequence
 
 from ..memory.events import Event
 from ..memory.snapshot import MemorySnapshot
-from .palette import (
-    FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, assign_colors, request_color, source_label, theme,
-)
+from .palette import FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, assign_colors, request_color, source_label, theme, tint
 
 __all__ = ["GridLayout", "grid_layout", "snapshot_ids", "memory_map_data", "memory_map_figure", "event_highlight",
            "pool_snapshot"]
 
-LABELLED_MAX = 64  # up to this many blocks: squares with text labels
-SQUARES_MAX = 256  # up to this many: squares, hover only; above: heatmap
+LABELLED_MAX = 64  # up to this many blocks: cells with text labels (and block tables drawn)
+SQUARES_MAX = 256  # up to this many: cells, hover only; above: heatmap
+CELL_W, CELL_H = 0.9, 0.84  # a block's cell, in grid units
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class GridLayout:
 def grid_layout(num_blocks: int, cols: int | None = None, mode: str = "auto") -> GridLayout:
     """The fixed layout for a pool of ``num_blocks`` (see the module doc for the sizes).
 
-    Example: 12 blocks -> one row of 12 labelled squares; 4096 -> a 64 x 64 heatmap.
+    Example: 12 blocks -> one row of 12 labelled cells; 4096 -> a 64 x 64 heatmap.
         >>> g = grid_layout(12); (g.cols, g.rows, g.mode, g.show_text)
         (12, 1, 'grid', True)
         >>> g = grid_layout(4096); (g.cols, g.rows, g.mode)
@@ -84,22 +88,14 @@ def grid_layout(num_blocks: int, cols: int | None = None, mode: str = "auto") ->
     if mode == "auto":
         mode = "grid" if num_blocks <= SQUARES_MAX else "heatmap"
     if cols is None:
-        if num_blocks <= 16:
-            cols = num_blocks
-        elif num_blocks <= LABELLED_MAX:
-            cols = 16
-        elif num_blocks <= SQUARES_MAX:
-            cols = 32
-        else:
-            cols = 64
+        cols = num_blocks if num_blocks <= 16 else 16 if num_blocks <= LABELLED_MAX else 32 if num_blocks <= SQUARES_MAX else 64
     if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
         raise ValueError(f"cols must be a positive int, got {cols!r}")
     cols = min(cols, num_blocks)
     rows = -(-num_blocks // cols)
     th = theme()
     left, right, top, bottom = 10, 10, 80 if th.high_contrast else 70, 50 if th.high_contrast else 40
-    cell = (th.grid_width - left - right) / cols
-    cell = min(cell, 110.0 if th.high_contrast else 80.0)
+    cell = min((th.grid_width - left - right) / cols, 110.0 if th.high_contrast else 80.0)
     width = int(round(cell * cols)) + left + right
     height = int(round(cell * rows)) + top + bottom
     show_text = mode == "grid" and num_blocks <= LABELLED_MAX
@@ -111,7 +107,7 @@ def snapshot_ids(snapshots: Iterable[MemorySnapshot]) -> list[str]:
     ids: set[str] = set()
     for s in snapshots:
         ids.update(o for o in s.owner if o is not None)
-        ids.update(s.tables)
+        ids.update(h for h in s.tables if h != "tree")
     return sorted(ids)
 
 
@@ -138,14 +134,17 @@ def memory_map_data(
     highlight: Sequence[int] = (),
     colors: dict[str, str] | None = None,
     layout: GridLayout | None = None,
+    copies: Sequence[tuple[int, int]] = (),
 ) -> dict[str, Any]:
-    """Per-block colour, label, outline and hover text for one snapshot (plain data).
+    """Per-block colour, fill, label, outline and hover text for one snapshot (plain data).
 
     ``highlight``: blocks being written or read (red outline). ``colors``: request ->
     colour (default: :func:`assign_colors` over this snapshot's ids; an animation passes
-    one mapping for all frames). Keys of the result: ``color``, ``label``, ``hover``,
-    ``outline_color``, ``outline_width``, ``x``, ``y`` (one entry per block), ``shared``,
-    ``highlight`` (block ids), ``legend`` (request -> colour), ``layout``.
+    one mapping for all frames). ``copies``: copy-on-write ``(src, dst)`` pairs to draw.
+    Keys of the result: ``color``, ``fill`` (tokens / block_size), ``tokens``, ``label``, ``hover``,
+    ``outline_color``, ``outline_width``, ``x``, ``y`` (one entry per block), ``holders`` (per block:
+    ``(holder, logical block)`` pairs), ``shared``, ``highlight`` (block ids), ``copies``,
+    ``legend`` (request -> colour, only those that colour a block), ``tables``, ``num_tokens``, ``layout``.
     """
     if not isinstance(snapshot, MemorySnapshot):
         raise TypeError(f"memory_map_data takes a MemorySnapshot, got {type(snapshot).__name__}")
@@ -154,31 +153,28 @@ def memory_map_data(
     if lay.num_blocks != n:
         raise ValueError(f"layout is for {lay.num_blocks} blocks, snapshot has {n}")
     bad = [b for b in highlight if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < n]
+    bad += [b for pair in copies for b in pair if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < n]
     if bad:
-        raise ValueError(f"highlight: unknown block id(s) {bad} (valid ids are 0..{n - 1})")
+        raise ValueError(f"highlight/copies: unknown block id(s) {bad} (valid ids are 0..{n - 1})")
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     th = theme()
     held = _holders(snapshot)
     hl = set(highlight)
-    color, label, hover, oc, ow, shared = [], [], [], [], [], []
+    bs = snapshot.block_size
+    color, label, hover, oc, ow, shared, fill, owners = [], [], [], [], [], [], [], set()
     for b in range(n):
-        rc = snapshot.ref_count[b]
-        owner = snapshot.owner[b]
-        who = held[b]
+        rc, owner, who, k = snapshot.ref_count[b], snapshot.owner[b], held[b], snapshot.tokens_in_block[b]
         if rc == 0:
-            c = FREE
-            lines = [f"P{b}"]
-            hv = f"P{b}: free"
+            c, lines, hv = FREE, [f"P{b}"], f"P{b}: free"
         else:
-            key = owner if owner is not None else (who[0][0] if who else None)
+            key = owner if owner is not None else next((s for s, _ in who if s != "tree"), None)
             c = colors.get(key, request_color(key)) if key is not None else UNOWNED
+            if key is not None:
+                owners.add(key)
             first = f"{who[0][0]} L{who[0][1]}" if who else (owner or "?")
             lines = [f"P{b}", first]
             tables = ", ".join(f"{s} L{i}" for s, i in who) or "no block table"
-            hv = (
-                f"P{b}: owner {owner}; {tables}; "
-                f"{snapshot.tokens_in_block[b]}/{snapshot.block_size} tokens; ref_count {rc}"
-            )
+            hv = f"P{b}: owner {owner}; {tables}; {k}/{bs} tokens; ref_count {rc}"
         if rc > 1:
             lines.append(f"x{rc}")
             shared.append(b)
@@ -192,22 +188,29 @@ def memory_map_data(
             oc.append("#ffffff")
             ow.append(th.line_width)
         color.append(c)
+        fill.append(k / bs if rc else 0.0)
         label.append("<br>".join(lines))
         hover.append(hv)
-    used = {o for o in snapshot.owner if o is not None} | set(snapshot.tables)
     return {
         "num_blocks": n,
-        "block_size": snapshot.block_size,
+        "block_size": bs,
         "x": [b % lay.cols for b in range(n)],
         "y": [b // lay.cols for b in range(n)],
         "color": color,
+        "fill": fill,
+        "tokens": list(snapshot.tokens_in_block),
+        "ref_count": list(snapshot.ref_count),
         "label": label,
         "hover": hover,
         "outline_color": oc,
         "outline_width": ow,
+        "holders": held,
         "shared": shared,
         "highlight": sorted(hl),
-        "legend": {s: colors.get(s, request_color(s)) for s in sorted(used)},
+        "copies": [tuple(p) for p in copies],
+        "legend": {s: colors.get(s, request_color(s)) for s in sorted(owners)},
+        "tables": {h: list(ids) for h, ids in snapshot.tables.items()},
+        "num_tokens": dict(snapshot.num_tokens),
         "num_free_blocks": snapshot.num_free_blocks,
         "caption": snapshot.caption,
         "layout": lay,
@@ -252,30 +255,38 @@ def _palette_index(colors: dict[str, str]) -> list[str]:
     return out
 
 
-def _block_traces(data: dict[str, Any], colors: dict[str, str]) -> list[Any]:
-    """The traces that change from frame to frame (same count and kinds in every frame)."""
+def _block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, labels: list[str] | None = None) -> list[Any]:
+    """The pool's traces that change from frame to frame (same count and kinds in every frame).
+
+    Grid mode: each block a cell (a horizontal bar ``CELL_W`` wide) tinted in its owner's
+    colour, filled in that colour from the left as far as it holds tokens, outlined when shared
+    or highlighted, and its label; ``y0``: the pool's first row in figure units."""
     import plotly.graph_objects as go
 
     lay: GridLayout = data["layout"]
     th = theme()
+    n = data["num_blocks"]
     if lay.mode == "grid":
+        ys = [y0 + y for y in data["y"]]
+        left = [x - CELL_W / 2 for x in data["x"]]
+        bg = [c if c in (FREE, UNOWNED) else tint(c, 0.3) for c in data["color"]]
+        text = labels if labels is not None else data["label"]
         return [
-            go.Scatter(
-                x=data["x"], y=data["y"], mode="markers+text" if lay.show_text else "markers",
-                marker=dict(
-                    symbol="square", size=lay.cell * 0.9, color=data["color"],
-                    line=dict(color=data["outline_color"], width=data["outline_width"]),
-                ),
-                text=data["label"] if lay.show_text else None,
-                textfont=dict(size=min(th.label_size, max(7, int(lay.cell / 4.2))), color=th.text_color),
-                hovertext=data["hover"], hoverinfo="text", showlegend=False, name="blocks",
-            )
+            go.Bar(x=[CELL_W] * n, y=ys, base=left, orientation="h", width=CELL_H, name="blocks",
+                   marker=dict(color=bg, line=dict(color=data["outline_color"], width=data["outline_width"])),
+                   hovertext=data["hover"], hoverinfo="text", showlegend=False),
+            go.Bar(x=[CELL_W * f for f in data["fill"]], y=ys, base=left, orientation="h", width=CELL_H * 0.92,
+                   name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
+                   showlegend=False),
+            go.Scatter(x=data["x"], y=ys, mode="text", text=text if lay.show_text else [""] * n,
+                       textfont=dict(size=min(th.label_size, max(7, int(lay.cell / 4.2))), color=th.text_color),
+                       hoverinfo="skip", showlegend=False, name="labels"),
         ]
     pal = _palette_index(colors)
     idx = {c: i for i, c in enumerate(pal)}
     z = [[None] * lay.cols for _ in range(lay.rows)]
     hv = [[""] * lay.cols for _ in range(lay.rows)]
-    for b in range(data["num_blocks"]):
+    for b in range(n):
         z[data["y"][b]][data["x"][b]] = idx[data["color"][b]]
         hv[data["y"][b]][data["x"][b]] = data["hover"][b]
     k = len(pal)
@@ -300,6 +311,23 @@ def _block_traces(data: dict[str, Any], colors: dict[str, str]) -> list[Any]:
     ]
 
 
+def _slot_ticks(lay: GridLayout, block_size: int, y0: float = 0.0) -> list[Any]:
+    """Static ticks along each cell's bottom edge, one per slot boundary (labelled grids, block size <= 16)."""
+    import plotly.graph_objects as go
+
+    if lay.mode != "grid" or not lay.show_text or block_size < 2 or block_size > 16:
+        return []
+    xs, ys = [], []
+    for b in range(lay.num_blocks):
+        x0, y = b % lay.cols - CELL_W / 2, y0 + b // lay.cols + CELL_H / 2
+        for k in range(1, block_size):
+            x = x0 + CELL_W * k / block_size
+            xs += [x, x, None]
+            ys += [y, y - 0.12, None]
+    return [go.Scatter(x=xs, y=ys, mode="lines", line=dict(color="#555555", width=1), hoverinfo="skip",
+                       showlegend=False, name="slots")]
+
+
 LEGEND_MAX_REQUESTS = 16  # more requests than this: no per-request legend entries (hover tells)
 
 
@@ -307,12 +335,12 @@ def _legend_entries(legend: dict[str, str]) -> dict[str, str]:
     return legend if len(legend) <= LEGEND_MAX_REQUESTS else {}
 
 
-def _legend_rows(legend: dict[str, str], lay: GridLayout) -> int:
-    per_row = max(1, int((lay.width - 20) // (200 if theme().high_contrast else 140)))
+def _legend_rows(legend: dict[str, str], width: int) -> int:
+    per_row = max(1, int((width - 20) // (210 if theme().high_contrast else 140)))
     return -(-(len(_legend_entries(legend)) + 3) // per_row)
 
 
-def _legend_traces(legend: dict[str, str], lay: GridLayout) -> list[Any]:
+def _legend_traces(legend: dict[str, str]) -> list[Any]:
     import plotly.graph_objects as go
 
     th = theme()
@@ -343,22 +371,29 @@ def _title(title: str, source: str, caption: str = "") -> dict[str, Any]:
     return t
 
 
-def _axes(lay: GridLayout) -> dict[str, Any]:
+def _axes(lay: GridLayout, y_range: list[float] | None = None) -> dict[str, Any]:
     common = dict(visible=False, fixedrange=True, autorange=False, showgrid=False, zeroline=False)
-    return {"xaxis": dict(range=lay.x_range, **common), "yaxis": dict(range=lay.y_range, **common)}
+    return {"xaxis": dict(range=lay.x_range, **common), "yaxis": dict(range=y_range or lay.y_range, **common)}
 
 
-def _base_layout(lay: GridLayout, title: str, source: str, caption: str, legend: dict[str, str]) -> dict[str, Any]:
+def _base_layout(lay: GridLayout, title: str, source: str, caption: str, legend: dict[str, str],
+                 geom: Any = None) -> dict[str, Any]:
     th = theme()
-    left, right, top, bottom = lay.margin
-    extra = _legend_rows(legend, lay) * (30 if th.high_contrast else 22)
-    return dict(
-        width=lay.width, height=lay.height + extra, margin=dict(l=left, r=right, t=top, b=bottom + extra),
+    left, right, top, bottom = geom.margin if geom is not None else lay.margin
+    width = geom.width if geom is not None else lay.width
+    height = geom.height if geom is not None else lay.height
+    extra = _legend_rows(legend, width) * (30 if th.high_contrast else 22)
+    out = dict(
+        width=None if th.autosize else width, autosize=th.autosize, height=height + extra,
+        margin=dict(l=left, r=right, t=top, b=bottom + extra),
         title=_title(title, source, caption), plot_bgcolor="#ffffff", paper_bgcolor="#ffffff",
-        font=dict(size=th.font_size, color=th.text_color),
+        font=dict(size=th.font_size, color=th.text_color), barmode="overlay", bargap=0,
         legend=dict(orientation="h", x=0, y=0, yanchor="top", font=dict(size=th.font_size)),
-        hovermode="closest", template="none", **_axes(lay),
+        hovermode="closest", template="none", **_axes(lay, geom.y_range if geom is not None else None),
     )
+    if geom is not None:
+        out["annotations"] = geom.annotations()
+    return out
 
 
 def memory_map_figure(
@@ -369,22 +404,41 @@ def memory_map_figure(
     colors: dict[str, str] | None = None,
     cols: int | None = None,
     mode: str = "auto",
+    tables: bool | None = None,
+    copies: Sequence[tuple[int, int]] = (),
 ) -> Any:
     """One snapshot as a static plotly figure (``go.Figure``).
 
     The title ends in ``(simulated)`` or ``(measured)``; the snapshot's caption is the
-    subtitle.
+    subtitle. ``tables``: draw each holder's block table above the pool with arrows into it
+    (default: when the pool is drawn with labels and there are at most 8 holders);
+    ``copies``: copy-on-write ``(src, dst)`` arcs to draw.
     """
+    from .block_tables import map_geometry
+
     lay = grid_layout(snapshot.num_blocks, cols, mode)
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
-    data = memory_map_data(snapshot, highlight, colors, lay)
-    return _figure_from_data(data, colors, title, source)
+    data = memory_map_data(snapshot, highlight, colors, lay, copies)
+    geom = map_geometry(lay, [snapshot], tables, copies=bool(copies))
+    return _figure_from_data(data, colors, title, source, geom)
 
 
-def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, source: str) -> Any:
+def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, source: str, geom: Any = None) -> Any:
+    """The figure for one frame's data. Without ``geom`` (a :class:`~kvlab.viz.block_tables.MapGeometry`)
+    the pool alone, in grid units (row 0 at y = 0): what the kernel view draws its arcs over."""
     import plotly.graph_objects as go
 
+    from .block_tables import frame_traces
+
     lay = data["layout"]
-    fig = go.Figure(data=_block_traces(data, colors) + _legend_traces(colors, lay))
-    fig.update_layout(**_base_layout(lay, title, source, data["caption"], colors))
+    if geom is None:
+        traces = _block_traces(data, colors)
+        legend = data["legend"]
+        static = _slot_ticks(lay, data["block_size"])
+    else:
+        traces = frame_traces(data, colors, geom)
+        legend = geom.legend(colors)
+        static = _slot_ticks(lay, data["block_size"], geom.pool_y0)
+    fig = go.Figure(data=traces + static + _legend_traces(legend))
+    fig.update_layout(**_base_layout(lay, title, source, data["caption"], legend, geom))
     return fig

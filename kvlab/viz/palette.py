@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 __all__ = [
-    "REQUEST_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE",
-    "request_color", "assign_colors", "Theme", "theme", "classroom", "is_classroom", "source_label",
+    "REQUEST_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE", "TREE",
+    "request_color", "assign_colors", "holder_color", "tint", "Theme", "theme", "classroom", "is_classroom",
+    "source_label", "classroom_css",
 ]
 
 # Request colours: qualitative, chosen to avoid the hit green, the miss blue, the
@@ -55,6 +56,7 @@ MISS = "#1f77b4"  # radix: newly prefilled suffix (blue, as in the notes)
 EVICTED = "#d9d9d9"  # radix: evicted node (faded)
 HIGHLIGHT = "#d62728"  # the block being written or read
 SHARED_OUTLINE = "#222222"  # outline of a block with ref_count > 1
+TREE = "#2ca02c"  # the radix tree as a holder of blocks (cached, reusable: the hit green)
 
 _TRAILING_NUMBER = re.compile(r"^.*?(\d+)$")
 
@@ -98,6 +100,19 @@ def assign_colors(seq_ids: Iterable[str | None]) -> dict[str, str]:
     return out
 
 
+def holder_color(holder: str, colors: dict[str, str]) -> str:
+    """The colour a block table is drawn in: the tree's green for ``"tree"``, else the request's."""
+    if holder == "tree":
+        return TREE
+    return colors.get(holder, request_color(holder))
+
+
+def tint(hex_color: str, alpha: float = 0.35) -> str:
+    """Mix a colour with white (``alpha`` 1 = the colour itself). Example: ``tint("#000000", 0.5) -> '#808080'``."""
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(255 - (255 - v) * alpha):02x}" for v in (r, g, b))
+
+
 def source_label(source: str) -> str:
     """``'simulated'`` or ``'measured'``; anything else is a ValueError naming it."""
     if source not in ("simulated", "measured"):
@@ -117,12 +132,24 @@ class Theme:
     shared_width: float  # outline of shared blocks
     highlight_width: float
     text_color: str
-    grid_width: int  # canvas width in px of one memory map
+    grid_width: int  # canvas width in px a figure is laid out for (its height follows from it)
     high_contrast: bool
+    autosize: bool = False  # True: figures take the output area's width (layout.width unset)
+    control_px: int = 13  # font size of widget controls (buttons, sliders, captions)
+
+    def _ipython_display_(self) -> None:
+        """What a notebook shows after ``viz.classroom(True)``: one line, not the dataclass."""
+        if self.high_contrast:
+            print(f"classroom mode on: figures drawn from now on take the output width, fonts {self.font_size}px, "
+                  f"controls {self.control_px}px (viz.classroom(False) switches back)")
+        else:
+            print("classroom mode off: figures drawn from now on use the normal sizes")
 
 
+# A 1280x720 projector with JupyterLab's file browser open leaves an output area about 900 px
+# wide: classroom figures are laid out for 880 px and then take whatever width the output has.
 _NORMAL = Theme(12, 15, 10, 1.0, 2.5, 4.0, "#333333", 860, False)
-_CLASSROOM = Theme(20, 26, 16, 3.0, 5.0, 7.0, "#000000", 1100, True)
+_CLASSROOM = Theme(18, 22, 15, 3.0, 5.0, 7.0, "#000000", 880, True, autosize=True, control_px=18)
 _state = {"classroom": False}
 
 
@@ -130,6 +157,8 @@ def classroom(on: bool = True) -> Theme:
     """Switch every figure built from now on to large fonts, thick lines, high contrast.
 
     For a projector: ``kvlab.viz.classroom(True)``; back with ``classroom(False)``.
+    Classroom figures take the output area's width (laid out for a 1280x720 screen with
+    JupyterLab's file browser open), and widget controls (buttons, sliders, captions) grow.
     Figures already drawn keep their look; re-run the cell to redraw. Returns the theme.
     """
     if not isinstance(on, bool):
@@ -145,3 +174,23 @@ def is_classroom() -> bool:
 def theme() -> Theme:
     """The theme in force (classroom or normal)."""
     return _CLASSROOM if _state["classroom"] else _NORMAL
+
+
+def classroom_css(box_class: str) -> str:
+    """A ``<style>`` block that enlarges the controls inside widgets of class ``box_class``
+    (labels, slider readouts, text fields, buttons) and lets their rows wrap instead of
+    overflowing a narrow output area; empty outside classroom mode."""
+    th = theme()
+    if not th.high_contrast:
+        return ""
+    px, sel = th.control_px, f".{box_class}"
+    return (
+        "<style>"
+        f"{sel} .widget-label, {sel} .widget-readout, {sel} .widget-html-content, {sel} input, "
+        f"{sel} .widget-button, {sel} button {{font-size: {px}px !important; line-height: 1.4;}}"
+        f"{sel} .widget-button, {sel} button {{height: auto !important; padding: 4px 12px;}}"
+        f"{sel} .widget-hbox {{flex-wrap: wrap; max-width: 100%;}}"
+        f"{sel} .widget-inline-hbox {{max-width: 100%;}}"
+        f"{sel} .widget-label {{min-width: fit-content;}}"
+        "</style>"
+    )

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .display import is_static, static_html
-from .palette import theme
+from .palette import classroom_css, theme
 
 __all__ = ["Frame", "Stepper"]
 
@@ -136,11 +136,14 @@ class Stepper:
 
     # ---------------------------------------------------------------- widgets
     def _caption_html(self) -> str:
+        """"step 3 / 16: R1 appends ..." (the numbering the animations use), with the title first."""
         th = theme()
         head = f"{self.title}: " if self.title else ""
+        sep = ":" if self.caption else ""
         return (
-            f"<div style='font-size:{th.font_size + 2}px;color:{th.text_color}'>"
-            f"<b>{html.escape(head)}step {self.index + 1} / {len(self.frames)}</b> &nbsp; "
+            f"<div style='font-size:{max(th.font_size + 2, th.control_px)}px;color:{th.text_color};"
+            f"line-height:1.35;overflow-wrap:anywhere'>"
+            f"<b>{html.escape(head)}step {self.index + 1} / {len(self.frames)}{sep}</b> "
             f"{html.escape(self.caption)}</div>"
         )
 
@@ -181,12 +184,16 @@ class Stepper:
         self._reset.on_click(lambda _b: self.reset())
         self._slider.observe(lambda ch: self._show(ch["new"] - 1), names="value")
         view = self._render_widget()
-        controls = W.HBox([self._reset, self._prev, self._play, self._next, self._slider])
-        self.widget = W.VBox([controls, self._caption, self._error, view])
-        self.widget.add_class("kvlab-stepper")
-        if th.high_contrast:
+        controls = W.HBox([self._reset, self._prev, self._play, self._next, self._slider],
+                          layout=W.Layout(flex_flow="row wrap", max_width="100%"))
+        parts = [controls, self._caption, self._error, view]
+        css = classroom_css("kvlab-stepper")
+        if css:  # classroom mode: bigger controls that wrap instead of overflowing a projector's width
+            parts.insert(0, W.HTML(css))
             for b in (self._prev, self._next, self._reset):
-                b.style.font_size = f"{th.font_size}px"
+                b.style.font_size = f"{th.control_px}px"
+        self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
+        self.widget.add_class("kvlab-stepper")
 
     def _render_widget(self) -> Any:
         import ipywidgets as W

@@ -27,10 +27,10 @@ from typing import Any, Sequence
 
 from ..memory.block_table import translate
 from .display import is_static
-from .palette import FREE, HIGHLIGHT, request_color, source_label, theme
+from .palette import FREE, HIGHLIGHT, classroom_css, request_color, source_label, theme, tint
 
 __all__ = ["translation_chain", "parse_block_table", "translation_figure_data", "translation_figure",
-           "TranslationWidget", "NOTES_TABLE"]
+           "TranslationWidget", "NOTES_TABLE", "chain_rows", "token_labels"]
 
 NOTES_TABLE = (3, 7, 1, 5, 9)  # L0->P3, L1->P7, L2->P1, L3->P5, L4->P9 (the notes' figure)
 SEQ = "R1"  # the colour the widget's sequence is drawn in
@@ -57,6 +57,29 @@ def translation_chain(
         steps=t.steps(block_size, bytes_per_token, base),
     )
     return out
+
+
+def chain_rows(steps: Sequence[str]) -> list[tuple[str, str]]:
+    """Each step of the walk as (label, formula): ``"offset in block       pos % block_size = 9 % 4 = 1"``
+    -> ``("offset in block", "pos % block_size = 9 % 4 = 1")``. The widget draws them as two columns,
+    so a label never runs into its formula (HTML collapses the spaces between them)."""
+    out = []
+    for line in steps:
+        label, _sep, formula = line.partition("  ")
+        out.append((label.strip(), formula.strip()))
+    return out
+
+
+def token_labels(num_tokens: int, block_size: int, pos: int | None, px_per_slot: float) -> list[str]:
+    """The numbers written on the token row: every position when a slot is wide enough for one
+    (``px_per_slot`` >= 13), otherwise the first position of each block and ``pos`` itself, so the
+    numbers are never all lost at large block sizes.
+
+    Example: ``token_labels(16, 8, 9, 9.0)`` -> '0' at 0, '8' at 8, '9' at 9, '' elsewhere.
+    """
+    if px_per_slot >= 13:
+        return [str(p) for p in range(num_tokens)]
+    return [str(p) if p % block_size == 0 or p == pos else "" for p in range(num_tokens)]
 
 
 def parse_block_table(text: str) -> list[int]:
@@ -137,11 +160,11 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
         ))
 
     for c in d["tokens"]:
-        cell(c, 2, "#ffe0e0" if c["highlight"] else _light(c["color"], 0.35 + 0.3 * (c["group"] % 2)))
+        cell(c, 2, "#ffe0e0" if c["highlight"] else tint(c["color"], 0.35 + 0.3 * (c["group"] % 2)))
     for c in d["table"]:
         cell(c, 1, "#ffe0e0" if c["highlight"] else "#ffffff")
     for c in d["physical"]:
-        cell(c, 0, c["color"] if c["color"] == FREE else _light(c["color"], 0.6))
+        cell(c, 0, c["color"] if c["color"] == FREE else tint(c["color"], 0.6))
     if d["slot_x"] is not None:
         shapes.append(dict(type="rect", x0=d["slot_x"], x1=d["slot_x"] + 1, y0=-h, y1=-0.02, fillcolor=HIGHLIGHT,
                            line=dict(color=HIGHLIGHT, width=th.line_width), opacity=0.8))
@@ -150,11 +173,14 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
         for k in range(1, bs):
             shapes.append(dict(type="line", x0=c["x0"] + k, x1=c["x0"] + k, y0=-h, y1=-h + 0.2,
                                line=dict(color="#777777", width=1)))
-    small = d["width_slots"] > 48
+    width = th.grid_width
+    px_per_slot = (width - 145) / max(d["width_slots"], 1)
     tok_x = [(c["x0"] + c["x1"]) / 2 for c in d["tokens"]]
-    texts.append(go.Scatter(x=tok_x, y=[2] * len(tok_x), mode="text",
-                            text=[c["label"] if not small or c["highlight"] else "" for c in d["tokens"]],
-                            textfont=dict(size=th.label_size), hoverinfo="skip", showlegend=False))
+    labels = token_labels(len(d["tokens"]), bs, chain["pos"] if d["ok"] else None, px_per_slot)
+    texts.append(go.Scatter(x=tok_x, y=[2] * len(tok_x), mode="text", text=labels,
+                            textfont=dict(size=max(8, min(th.label_size, int(px_per_slot * 0.9) if px_per_slot >= 13
+                                                          else th.label_size))),
+                            hoverinfo="skip", showlegend=False))
     for layer, y in (("table", 1), ("physical", 0)):
         cs = d[layer]
         texts.append(go.Scatter(x=[(c["x0"] + c["x1"]) / 2 for c in cs], y=[y + (0.18 if layer == "physical" else 0)] * len(cs),
@@ -174,10 +200,10 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
                f"(pos % {bs}) → P{chain['physical_block']} → slot {chain['slot']} → byte {chain['byte_address']}")
     else:
         sub = f"error: {chain['error']}"
-    width = th.grid_width
     fig = go.Figure(data=texts)
     fig.update_layout(
-        width=width, height=330 if not th.high_contrast else 420, template="none", shapes=shapes,
+        width=None if th.autosize else width, autosize=th.autosize, height=330 if not th.high_contrast else 420,
+        template="none", shapes=shapes,
         annotations=annotations, showlegend=False, margin=dict(l=135, r=10, t=80, b=20),
         title=dict(text=f"Address translation through the block table ({source_label(source)})", x=0.01,
                    subtitle=dict(text=html.escape(sub), font=dict(size=th.font_size)),
@@ -187,13 +213,6 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
         font=dict(size=th.font_size, color=th.text_color), plot_bgcolor="#ffffff",
     )
     return fig
-
-
-def _light(hex_color: str, alpha: float) -> str:
-    """Mix a colour with white (alpha 1 = the colour)."""
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-    mix = [round(255 - (255 - v) * alpha) for v in (r, g, b)]
-    return "#" + "".join(f"{v:02x}" for v in mix)
 
 
 class TranslationWidget:
@@ -256,11 +275,17 @@ class TranslationWidget:
         return translation_figure(self.chain, self.num_blocks)
 
     def chain_html(self) -> str:
+        """The walk as a numbered two-column table: what each step is, then its formula with numbers."""
         c, th = self.chain, theme()
         if c["error"]:
             return ""
-        rows = "".join(f"<li><code>{html.escape(s)}</code></li>" for s in c["steps"])
-        return f"<ol style='font-size:{th.font_size + 1}px;line-height:1.5'>{rows}</ol>"
+        px = max(th.font_size + 1, th.control_px)
+        rows = "".join(
+            f"<tr><td style='padding:1px 10px 1px 0;color:#666'>{i}.</td>"
+            f"<td style='padding:1px 16px 1px 0;white-space:nowrap'>{html.escape(label)}</td>"
+            f"<td style='padding:1px 0'><code>{html.escape(formula)}</code></td></tr>"
+            for i, (label, formula) in enumerate(chain_rows(c["steps"]), 1))
+        return f"<table style='font-size:{px}px;line-height:1.5;border-collapse:collapse'>{rows}</table>"
 
     def _error_html(self) -> str:
         if not self.chain["error"]:
@@ -274,14 +299,15 @@ class TranslationWidget:
 
         cap = max(1, len(self.block_table) * self.block_size - 1)
         style = {"description_width": "initial"}
+        wide = "min(420px, 100%)"
         self._pos = W.IntSlider(value=self.pos, min=0, max=cap, description="token position pos", style=style,
-                                layout=W.Layout(width="420px"))
+                                layout=W.Layout(width=wide))
         self._pos.add_class("kvlab-pos-slider")
         self._bs = W.IntSlider(value=self.block_size, min=1, max=max(max_block_size, self.block_size),
                                description="block_size", style=style)
         self._bs.add_class("kvlab-block-size-slider")
         self._table = W.Text(value=", ".join(map(str, self.block_table)), description="block table (L0, L1, ...)",
-                             continuous_update=False, style=style, layout=W.Layout(width="420px"))
+                             continuous_update=False, style=style, layout=W.Layout(width=wide))
         self._table.add_class("kvlab-block-table")
         self._bpt = W.BoundedIntText(value=self.bytes_per_token, min=1, max=1 << 30, description="bytes per token",
                                      style=style, layout=W.Layout(width="220px"))
@@ -297,8 +323,13 @@ class TranslationWidget:
         self._table.observe(self._on_table, names="value")
         self._bpt.observe(self._on_bpt, names="value")
         self._redraw()
-        self.widget = W.VBox([W.HBox([self._pos, self._bs]), W.HBox([self._table, self._bpt]),
-                              self._error, self._chain, self._out])
+        row = W.Layout(flex_flow="row wrap", max_width="100%")
+        parts = [W.HBox([self._pos, self._bs], layout=row), W.HBox([self._table, self._bpt], layout=row),
+                 self._error, self._chain, self._out]
+        css = classroom_css("kvlab-translation")
+        if css:  # classroom mode: bigger controls that wrap instead of overflowing a projector's width
+            parts.insert(0, W.HTML(css))
+        self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-translation")
 
     def _redraw(self) -> None:

@@ -14,7 +14,7 @@
 #
 # **What you will learn here**
 # - how to check that your set-up works (the self-test below; every lesson starts with it);
-# - the map of the ten lessons, and how a lesson is laid out;
+# - the map of the eleven lessons, and which layer each one is about;
 # - how the exercises are checked, by trying two warm-ups.
 #
 # Words in Chinese from the source notes (块表, 前缀树, 写时复制 ...) are in the
@@ -24,7 +24,7 @@
 import kvlab
 from kvlab.check import self_test
 
-self_test()
+self_test();
 
 # %% [markdown]
 # If the cell above ends with `self-test OK`, you are set. If it raised an error, the message
@@ -32,16 +32,17 @@ self_test()
 # kernels run in Triton's **interpreter** on the CPU: correct, but slow, so every lesson uses
 # small sizes, and the big runs live in `bench/`.
 #
-# ## The thesis in two tiny runs
+# ## The thesis in four tiny runs
 #
-# **The physical layer (lesson 04).** The KV cache is cut into fixed-size *blocks*. A request
-# keeps a *block table* (块表) that maps its logical blocks to physical ones. The source notes'
-# figure: block size 4, table L0→P3, L1→P7, L2→P1, L3→P5, L4→P9. Where is token 9?
-# kvlab's real `translate` walks it (simulated: no tensors, just the arithmetic the kernel does):
+# **The physical layer: where a token lives (lesson 04).** The KV cache is cut into fixed-size
+# *blocks*. A request keeps a *block table* (块表) that maps its logical blocks to physical ones.
+# The source notes' figure: block size 4, table L0→P3, L1→P7, L2→P1, L3→P5, L4→P9. Where is
+# token 9? kvlab's real `translate` walks it (simulated: no tensors, just the arithmetic the
+# kernel does):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.examples import NOTES_TABLE, notes_translation
+from kvlab.lessons import NOTES_TABLE, notes_translation
 
 t = notes_translation(pos=9)
 print("block table:", NOTES_TABLE)
@@ -58,10 +59,11 @@ spec = kvlab.get_model("llama-2-70b")
 print(spec.formula(4096))
 
 # %% [markdown]
-# **The logical layer (lesson 07).** Requests that start with the same tokens (a system prompt,
-# few-shot examples) can share the blocks that hold them. Here a real `BlockManager` gives two
-# requests their blocks, and a third one *forks* the first, sharing its blocks by reference
-# count (引用计数) instead of copying them (simulated allocator, block size 4, 12 blocks):
+# **Still the physical layer: sharing blocks (lesson 06).** Two requests get their blocks from a
+# real `BlockManager`; a third sequence *forks* the first (a second sample of the same prompt),
+# sharing its blocks by reference count (引用计数) instead of copying them. Nothing here looks at
+# what the tokens are: fork and copy-on-write (写时复制) are about how blocks are laid out and
+# shared, so they belong to the physical layer (simulated allocator, block size 4, 12 blocks):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -69,7 +71,7 @@ m = kvlab.BlockManager(num_blocks=12, block_size=4)
 m.add_sequence("R1", 10)  # 10 tokens -> 3 blocks
 m.add_sequence("R2", 5)   # 5 tokens -> 2 blocks
 m.fork("R1", "R1-sample2")  # shares R1's 3 blocks
-snap = m.snapshot()
+snap = m.snapshot("R1-sample2 forks R1: its table points at R1's blocks")
 for seq, table in snap.tables.items():
     print(f"{seq:11s} block table {list(table)}")
 print("ref counts  ", list(snap.ref_count))
@@ -77,8 +79,10 @@ print("free blocks ", snap.num_free_blocks, "of", snap.num_blocks)
 m.check_integrity()
 
 # %% [markdown]
-# The same pool as a picture (kvlab.viz reads the snapshot; it never changes state). Shared
-# blocks are outlined and labelled with their reference count:
+# The same pool as a picture (kvlab.viz reads the snapshot; it never changes state). Each block
+# is filled from the left as far as it holds tokens; above the pool, each sequence's block table
+# with an arrow into every block it uses, so a shared block shows all its holders (and its
+# reference count, `x2`):
 
 # %%
 import kvlab.viz as viz
@@ -86,24 +90,51 @@ import kvlab.viz as viz
 viz.memory_map_figure(snap, title="Two requests and a fork")
 
 # %% [markdown]
+# **The logical layer: reusing content (lesson 07).** Now the *tokens* matter. A
+# `CacheManager` keeps a radix tree (前缀树) over the token ids of finished requests. R1 finishes;
+# R2 starts with the same system prompt, so its longest prefix match (最长前缀匹配) finds R1's
+# cached blocks and R2 computes only its own question (simulated, one token a character):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.lessons import char_tokenize
+
+cm = kvlab.CacheManager(num_blocks=12, block_size=4)
+system = char_tokenize("你是客服助手，请简洁回答")          # a 12-token system prompt (3 blocks)
+r1, r2 = system + char_tokenize("怎么退款"), system + char_tokenize("何时发货")
+cm.admit("R1", r1)
+cm.cache_finished_req("R1", r1)                           # R1 is done: its full blocks stay cached
+adm = cm.admit("R2", r2)
+print(f"R2: {len(r2)} tokens, {adm.prefix_len} found in the cache (R1's blocks), {len(r2) - adm.prefix_len} to compute")
+print("R2's block table:", list(adm.table.block_ids), "| the tree holds:", cm.tree.tree_block_ids())
+cm.check_integrity()
+
+# %%
+viz.memory_map_figure(cm.snapshot("R2 reuses the system prompt R1 left in the radix tree"),
+                      title="The radix tree is a holder too")
+
+# %% [markdown]
 # ## The map of the series
 #
-# | Lesson | What it shows |
-# |---|---|
-# | [00 Start here](00_start_here.ipynb) | this page: the self-test, the map, how exercises work |
-# | [01 Why a KV cache](01_why_kv_cache.ipynb) | naive recomputation versus caching on a tiny real model: same tokens, O(n²) versus O(n) work |
-# | [02 How big is it](02_how_big.ipynb) | the size formula, MHA versus GQA, the notes' 10.7 GB versus the real 1.34 GB, how many requests fit on a GPU |
-# | [03 Contiguous allocation](03_contiguous.ipynb) | the three wastes: over-reservation, copy on growth, external fragmentation (外部碎片) |
-# | [04 Paging](04_paging.ipynb) | blocks, the block table (块表), address translation of pos 9, on-demand growth, waste of at most one block |
-# | [05 The paged kernel](05_paged_kernel.ipynb) | a Triton kernel reads K and V through the block table; shuffled blocks, same answer |
-# | [06 Sharing](06_sharing.ipynb) | fork for parallel sampling and beam search, reference counts, copy-on-write (写时复制) |
-# | [07 RadixAttention](07_radix.ipynb) | the prefix tree (前缀树), longest prefix match (最长前缀匹配), the four customer-service requests |
-# | [08 Eviction and scheduling](08_eviction_scheduling.ipynb) | LRU eviction (驱逐), lock references, cache-aware scheduling, hit rate under memory pressure |
-# | [09 At scale](09_at_scale.ipynb) | the simulator checks the notes' claims against published figures; paged versus radix, summed up |
+# | Lesson | What it shows | Layer |
+# |---|---|---|
+# | [00 Start here](00_start_here.ipynb) | this page: the self-test, the map, how exercises work | the map |
+# | [01 Why a KV cache](01_why_kv_cache.ipynb) | naive recomputation versus caching on a tiny real model: same tokens, O(n²) versus O(n) work | computation |
+# | [02 How big is it](02_how_big.ipynb) | the size formula, MHA versus GQA, the notes' 10.7 GB versus the real 1.34 GB, how many requests fit on a GPU | physical |
+# | [03 Contiguous allocation](03_contiguous.ipynb) | the four costs: over-reservation, copy on growth, external fragmentation (外部碎片), no sharing | physical |
+# | [04 Paging](04_paging.ipynb) | blocks, the block table (块表), address translation of pos 9, on-demand growth, waste of at most one block, why 16 | physical |
+# | [05 The paged kernel](05_paged_kernel.ipynb) | a Triton kernel reads K and V through the block table; shuffled blocks, same answer | physical |
+# | [06 Sharing](06_sharing.ipynb) | fork for parallel sampling and beam search, reference counts, copy-on-write (写时复制) | physical |
+# | [07 RadixAttention](07_radix.ipynb) | the prefix tree (前缀树), longest prefix match (最长前缀匹配), the four customer-service requests | logical |
+# | [08 Eviction and scheduling](08_eviction_scheduling.ipynb) | LRU eviction (驱逐), lock references, cache-aware scheduling, hit rate under memory pressure | logical |
+# | [09 At scale](09_at_scale.ipynb) | the simulator checks the notes' claims against published figures; paged versus radix, summed up | both, at scale |
+# | [10 Tiers and the lifecycle of a KV block](10_tiers.ipynb) | one block from free to cached to offloaded and back: GPU, host memory and disk under the radix tree | both, beyond the GPU |
 #
-# Lessons 02 to 04 are about the **physical layer** (how memory is laid out), 06 to 08 about the
-# **logical layer** (what can be reused); 01, 05 and 09 connect them to real computation and
-# to real scale.
+# Lessons 02 to 06 are the **physical layer**: how KV memory is sized, laid out, read and
+# shared block by block (fork and copy-on-write share blocks by reference count; they never ask
+# what the tokens are). Lessons 07 and 08 are the **logical layer**: which cached content a new
+# request can reuse, found by matching its tokens. 01 connects both to real computation, 09 to
+# real scale, and 10 to memory beyond the GPU.
 #
 # ## How a lesson works
 #
@@ -111,15 +142,18 @@ viz.memory_map_figure(snap, title="Two requests and a fork")
 # picture (an interactive view from `kvlab.viz`; set `KVLAB_STATIC=1` before starting Jupyter
 # for static images); the real run (the real allocator, kernel or model, never a mock-up); two
 # to four exercises; a summary. Every number says whether it is **simulated** (kvlab's
-# bookkeeping or simulator) or **measured** (timed or computed on this machine).
+# bookkeeping or simulator) or **measured** (timed or computed on this machine), and every
+# sentence that names a trend or a winner is printed from the numbers above it.
 #
 # Run the cells from top to bottom (Run ▸ Run All Cells works too). Lessons import `kvlab`; if
 # you want to see how something is done, open its source: `kvlab.translate??` in a cell.
 #
 # **Teaching with a projector?** Run `import kvlab.viz as viz; viz.classroom(True)` right after a
-# lesson's self-test: every figure drawn after it uses large fonts, thick lines and high
-# contrast (`viz.classroom(False)` switches back; figures already drawn keep their look until
-# their cell runs again). The steppers' *play* button walks through a run on its own.
+# lesson's self-test. Every figure drawn after it takes the width of the output area (laid out
+# for a 1280×720 screen with JupyterLab's file browser open), with large fonts, thick lines and
+# high contrast, and the widgets' buttons, sliders and captions grow (`viz.classroom(False)`
+# switches back; figures already drawn keep their look until their cell runs again). The
+# steppers' *play* button walks through a run on its own.
 #
 # ## How exercises work
 #
@@ -127,9 +161,11 @@ viz.memory_map_figure(snap, title="Two requests and a fork")
 # and a **check** cell: `check.<name>(your_function)` runs your function beside kvlab's own
 # on several sizes, seeds and edge cases, prints *expected* beside *actual*, and ends with one
 # `PASS` or `FAIL` line. It never crashes on your bug: an exception from your code becomes a
-# `FAIL` line that names it. Hints are folded under *Hint 1*, *Hint 2* (gentle to strong);
-# worked solutions are in the `solutions/` folder of the repository, apart from the lessons.
-# Until you finish a stub its check says `FAIL`: that is expected.
+# `FAIL` line that names it, and when your answer is a common mistake (half the right size, off
+# by one block, two values swapped...) the line under it says which. Hints are folded under
+# *Hint 1*, *Hint 2* (gentle to strong; none is the whole answer); worked solutions are in the
+# `solutions/` folder of the repository, apart from the lessons. Until you finish a stub its
+# check says `FAIL`: that is expected.
 #
 # ### Warm-up 1: logical block and offset
 #
@@ -152,12 +188,13 @@ check.block_and_offset(block_and_offset)
 # <details><summary>Hint 1</summary>
 #
 # Position `pos` is the `(pos+1)`-th token. With 4 tokens a block, positions 0-3 are in block
-# 0, 4-7 in block 1, 8-11 in block 2.
+# 0, 4-7 in block 1, 8-11 in block 2. Which block is position 8 in, and how far into it?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Integer division and remainder: `divmod(pos, block_size)`. Check the two error cases first.
+# The block is a quotient and the offset a remainder; Python has one built-in that gives both
+# at once. Check the two bad inputs before you divide.
 # </details>
 #
 # ### Warm-up 2: the shared prefix
@@ -183,15 +220,17 @@ check.common_prefix_len(common_prefix_len)
 #
 # <details><summary>Hint 2</summary>
 #
-# `for x, y in zip(a, b):` stops at the shorter list; count until `x != y`.
+# `zip(a, b)` pairs the tokens up and stops at the shorter list. Matches after the first
+# difference do not count: what must your loop do when a pair differs?
 # </details>
 #
 # ## Summary
 #
 # - The first cell of every lesson is the self-test: versions, kernel mode, one known-answer
 #   kernel call.
-# - The series goes from how KV memory is laid out (02-05) to what can be reused (06-08), and
-#   checks the source notes' claims at scale (09).
+# - The series goes from how KV memory is laid out and shared block by block (02-06, the
+#   physical layer) to which cached content can be reused (07-08, the logical layer), checks the
+#   source notes' claims at scale (09) and follows a block beyond the GPU (10).
 # - Exercises: contract, stub, `check.<name>(fn)`, hints; solutions live in `solutions/`.
 #
 # Next: [01 Why a KV cache](01_why_kv_cache.ipynb). The words: [glossary](glossary.md).

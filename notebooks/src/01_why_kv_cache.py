@@ -13,7 +13,8 @@
 # - That both give **identical tokens** on kvlab's bundled model (a 4-layer Llama-style model
 #   with grouped-query attention, trained on Python documentation), while the work per step is
 #   O(n) against O(1) in the projections, so O(n²) against O(n) over a whole answer.
-# - Time and FLOPs per step, **measured** and **counted** on this CPU.
+# - Time and FLOPs per step, **measured** and **counted** on this CPU, and what this machine can
+#   and cannot show of the difference.
 #
 # The cache is what the rest of the series manages: how big it is (02), where it lives (03-05),
 # and how to share and reuse it (06-08).
@@ -40,7 +41,7 @@ self_test();
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.model import load_bundled
+from kvlab.compute.loader import load_bundled
 
 model, tok = load_bundled()
 cfg = model.config
@@ -57,24 +58,25 @@ for c in [1, 10, 100]:
 # - **with a cache**, run only the newest token: `flops_per_token(P + t)` (after a one-time
 #   prefill of the prompt, step 0).
 #
-# For a 10-token prompt:
+# For a 10-token prompt (counted):
 
 # %%
 # NBVAL_CHECK_OUTPUT
 P = 10
+ratios = {}
 print(f"{'step':>4} {'tokens run (naive)':>19} {'FLOPs naive':>14} {'FLOPs cached':>13} {'ratio':>6}")
 for t in [1, 2, 5, 10, 50, 100]:
     naive = sum(model.flops_per_token(i) for i in range(1, P + t + 1))
     cached = model.flops_per_token(P + t)
-    print(f"{t:>4} {P + t:>19} {naive:>14,} {cached:>13,} {naive / cached:>6.1f}")
+    ratios[t] = naive / cached
+    print(f"{t:>4} {P + t:>19} {naive:>14,} {cached:>13,} {ratios[t]:>6.1f}")
+print(f"from step 10 to step 100 the sequence grows {(P + 100) / (P + 10):.1f}x and the ratio {ratios[100] / ratios[10]:.1f}x: "
+      f"at step t the naive path does about P + t times the cached work")
 
 # %% [markdown]
-# The ratio grows linearly with the sequence: at step *t* the naive path does about `P + t`
-# times the work. Summed over an answer of *n* tokens that is O(n²) against O(n).
-#
 # ## 2. The real run: three decode paths, identical tokens
 #
-# `kvlab.generate.generate` runs the bundled model three ways (greedy decoding):
+# `kvlab.compute.generate.generate` runs the bundled model three ways (greedy decoding):
 #
 # - `"naive"`: no cache; every step feeds the whole sequence through the model again;
 # - `"contiguous"`: a K/V tensor per layer, preallocated to the maximum length;
@@ -86,7 +88,7 @@ for t in [1, 2, 5, 10, 50, 100]:
 # NBVAL_CHECK_OUTPUT
 import torch
 
-from kvlab.generate import generate
+from kvlab.compute.generate import generate
 
 torch.set_num_threads(1)   # a model this small runs fastest on one thread (no thread hand-offs)
 torch.manual_seed(0)
@@ -104,77 +106,151 @@ print("text:", repr(runs["paged"].text(tok)[:120]))
 # Same tokens, same logits up to float rounding: the cache is an optimisation, not an
 # approximation.
 #
-# ## 3. The picture: work per step (counted) and time per step (measured)
+# ## 3. Work and time per step, as the context grows
 #
-# `generate` records the FLOPs it ran at each step (counted from the model's shapes) and the
-# wall time of each step (measured on this CPU; step 0 is the prefill, which yields the first
-# token).
+# On the run above the context never passes 100 tokens. A step of a model this small also has
+# a fixed cost that does not depend on the context (Python, the framework, the output layer),
+# so the difference shows best at longer contexts. Time single steps there: for each context
+# length `L` (a prompt of `L` tokens of Python source: the `statistics` module), the **naive**
+# step is one forward pass over all `L` tokens, the **cached** step one token attending to `L`
+# cached ones.
+# Each time is the **median** of five or six steps, so one slow step (the machine doing
+# something else for a moment) does not move it; any wobble left between neighbouring points
+# comes from the machine, not the model. The FLOPs beside it are counted from the model's
+# shapes.
+
+# %%
+import inspect
+import statistics
+
+text_ids = tok.encode(inspect.getsource(statistics))          # a long real text to cut prompts from
+contexts = [32, 128, 256, 512, 768, 1024]
+sweep = []
+for L in contexts:
+    ids = text_ids[:L]
+    naive = generate(model, ids, 5, strategy="naive")           # 5 steps over L .. L+4 tokens
+    cached = generate(model, ids, 7, strategy="contiguous")     # prefill, then 6 one-token steps
+    sweep.append(dict(L=L,
+                      naive_ms=1e3 * statistics.median(naive.step_times),
+                      cached_ms=1e3 * statistics.median(cached.step_times[1:]),
+                      naive_flops=naive.step_flops[0], cached_flops=cached.step_flops[1]))
+print(f"{'context L':>9} {'naive ms/step':>14} {'cached ms/step':>15} {'naive FLOPs':>14} {'cached FLOPs':>13}  (measured | counted)")
+for r in sweep:
+    print(f"{r['L']:>9} {r['naive_ms']:>14.2f} {r['cached_ms']:>15.2f} {r['naive_flops']:>14,} {r['cached_flops']:>13,}")
 
 # %%
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-steps = list(range(new_tokens))
-fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step (counted)", "time per step, ms (measured, CPU)"))
-for s, color in [("naive", "#d62728"), ("contiguous", "#1f77b4"), ("paged", "#2ca02c")]:
-    fig.add_trace(go.Scatter(x=steps[1:], y=runs[s].step_flops[1:], name=s, line_color=color, legendgroup=s), 1, 1)
-    fig.add_trace(go.Scatter(x=steps[1:], y=[1e3 * x for x in runs[s].step_times[1:]], name=s, line_color=color,
-                             legendgroup=s, showlegend=False), 1, 2)
-fig.update_xaxes(title_text="decode step")
-fig.update_layout(height=380, title="Naive recomputation vs KV cache on the bundled model (step 0, the prefill, left out)")
+xs = [r["L"] for r in sweep]
+fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step (counted)", "time per step, ms (measured, median)"))
+for key, name, color in [("naive", "naive recomputation", "#d62728"), ("cached", "KV cache", "#1f77b4")]:
+    fig.add_trace(go.Scatter(x=xs, y=[r[f"{key}_flops"] for r in sweep], name=name, line_color=color,
+                             mode="lines+markers", legendgroup=key), 1, 1)
+    fig.add_trace(go.Scatter(x=xs, y=[r[f"{key}_ms"] for r in sweep], name=name, line_color=color, mode="lines+markers",
+                             legendgroup=key, showlegend=False), 1, 2)
+fig.update_xaxes(title_text="context length L (tokens)")
+fig.update_layout(height=380, title="One decode step at context L, bundled model on this CPU (counted | measured)")
 fig
 
-# %%
-# NBVAL_CHECK_OUTPUT
-for s in ["naive", "contiguous", "paged"]:
-    r = runs[s]
-    print(f"{s:<10} total FLOPs {sum(r.step_flops):>16,}  KV bytes reserved {r.kv_bytes:>9,}")
-print(f"naive / cached FLOPs over the answer: {sum(runs['naive'].step_flops) / sum(runs['contiguous'].step_flops):.1f}x")
+# %% [markdown]
+# What the measurements say is printed from them, so it holds on whatever machine runs this
+# cell. A straight line `time ≈ fixed + slope × L` is fitted to each path: the fixed part is
+# what a step costs whatever the context (Python, the framework, the output layer), the slope
+# what each token of context adds.
 
 # %%
-for s in ["naive", "contiguous", "paged"]:
-    t = runs[s].step_times
-    print(f"{s:<10} measured: first 10 decode steps {1e3 * sum(t[1:11]) / 10:6.2f} ms/step, "
-          f"last 10 {1e3 * sum(t[-10:]) / 10:6.2f} ms/step, total {sum(t):.2f} s")
+def fit(xs, ys):
+    """Least-squares line: (intercept, slope)."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
+first, last = sweep[0], sweep[-1]
+grow_t = {k: last[f"{k}_ms"] / first[f"{k}_ms"] for k in ("naive", "cached")}
+grow_f = {k: last[f"{k}_flops"] / first[f"{k}_flops"] for k in ("naive", "cached")}
+(n0, n1), (c0, c1) = fit(xs, [r["naive_ms"] for r in sweep]), fit(xs, [r["cached_ms"] for r in sweep])
+print(f"from L = {first['L']} to {last['L']} ({last['L'] / first['L']:.0f}x the context):")
+print(f"  counted FLOPs per step: naive x{grow_f['naive']:.1f}, cached x{grow_f['cached']:.2f}")
+print(f"  measured time per step: naive x{grow_t['naive']:.1f}, cached x{grow_t['cached']:.2f}")
+print(f"  fitted lines: naive {n0:.1f} ms + {1e3 * n1:.1f} ms per 1,000 tokens; cached {c0:.1f} ms + {1e3 * c1:.1f} ms per 1,000 tokens")
+if grow_t["naive"] > 3 and grow_t["naive"] > 2 * grow_t["cached"]:
+    cached_words = "barely grows" if grow_t["cached"] < 1.5 else f"grows {grow_t['cached']:.1f}x, far less"
+    print(f"  so: the naive step's time grows with the context ({grow_t['naive']:.0f}x) and the cached step's "
+          f"{cached_words}, as the counted FLOPs say: O(n) work per step against nearly O(1) shows in the measured times.")
+else:
+    print(f"  so: on this machine the measured times do NOT show the counted growth: a step's fixed cost "
+          f"({n0:.1f} ms) is larger than what {last['L']} tokens of context add ({1e3 * n1 * last['L'] / 1e3:.1f} ms naive). "
+          "The FLOPs are still counted right; a bigger model, or a GPU, makes the growing part dominate.")
+n = 1000
+naive_s = sum(n0 + n1 * (P + t) for t in range(n)) / 1e3
+cached_s = sum(c0 + c1 * (P + t) for t in range(n)) / 1e3
+print(f"an answer of {n:,} tokens after a {P}-token prompt, from the fitted lines (estimated): naive {naive_s:.1f} s, "
+      f"cached {cached_s:.1f} s ({naive_s / cached_s:.0f}x)")
 
 # %% [markdown]
-# The counted FLOPs say it exactly: the naive path's work per step grows linearly, the cached
-# paths' stays nearly flat (only the attention part grows). The measured times follow the same
-# shape, but on a model this small the CPU spends much of each step on Python and framework
-# overhead, so the measured gap is smaller than the FLOP gap; on a real model on a GPU the
-# recomputation dominates. (`bench/` times bigger runs.)
-#
-# The price of the cache is memory. The contiguous path reserved K/V for the prompt plus all 96
-# new tokens up front (it was told the length; a server is not, and must reserve the model's
-# maximum); the paged path took 4-token blocks as the sequence grew, so its total is rounded up
-# to whole blocks. Here is the paged pool after the answer, as kvlab's allocator left it (one
-# block table, every block full but the last). How big that memory gets on real models is
-# lesson 02; how the pool is shared by many requests, lessons 04 to 06.
-
-# %%
-from kvlab.viz import memory_map_figure
-
-pool = runs["paged"].manager
-memory_map_figure(pool.snapshot(f"{len(prompt)} prompt + {new_tokens} generated tokens, block size 4"),
-                  title="The paged KV pool after decoding", source="measured")
-#
 # ## 4. O(n²) versus O(n)
 #
-# Summing the counts over answers of growing length (counted, from `flops_per_token`; prompt 10):
+# Summing the counted FLOPs over answers of growing length (prompt 10):
 
 # %%
 # NBVAL_CHECK_OUTPUT
 f = model.flops_per_token
+totals = []
 print(f"{'answer length n':>15} {'naive total':>18} {'cached total':>16} {'ratio':>7}")
 for n in [16, 64, 256, 1024]:
     naive = sum(sum(f(i) for i in range(1, P + t + 1)) for t in range(n))
     cached = sum(f(i) for i in range(1, P + 1)) + sum(f(P + t) for t in range(1, n))
+    totals.append((n, naive, cached))
     print(f"{n:>15} {naive:>18,} {cached:>16,} {naive / cached:>7.1f}")
+(n_a, na, ca), (n_b, nb, cb) = totals[-2], totals[-1]
+print(f"{n_b // n_a}x the answer: naive total x{nb / na:.1f} (close to {n_b // n_a}² = {(n_b // n_a) ** 2}: O(n²)), "
+      f"cached total x{cb / ca:.1f} (close to {n_b // n_a}: O(n))")
 
 # %% [markdown]
-# Four times the answer, about four times the ratio: naive total work grows as n², cached as n.
+# ## 5. The price: memory
 #
-# ## 5. Exercises
+# The cache costs memory that grows with every token. The contiguous path reserved K/V for the
+# prompt plus all 96 new tokens up front (it was told the length; a server is not, and must
+# reserve the model's maximum); the paged path took 4-token blocks as the sequence grew. What
+# each reserved, and why the paged figure is what it is, computed from the runs (measured: the
+# bytes of the runs' own tensors):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+pool = runs["paged"].manager
+(seq,) = pool.tables
+table = pool.table(seq)
+bpt = runs["paged"].pool.bytes_per_token()
+last_fill = table.num_tokens - (len(table) - 1) * pool.block_size
+print(f"bytes per token (K and V, {cfg.num_hidden_layers} layers, fp32): {bpt:,}")
+for s in ["naive", "contiguous", "paged"]:
+    print(f"{s:<10} KV bytes reserved {runs[s].kv_bytes:>9,}")
+print(f"contiguous: {len(prompt)} prompt + {new_tokens} new = {len(prompt) + new_tokens} tokens x {bpt:,} = "
+      f"{(len(prompt) + new_tokens) * bpt:,} bytes")
+print(f"paged: the table holds {table.num_tokens} tokens ({len(prompt)} prompt + {table.num_tokens - len(prompt)} generated; "
+      f"the last generated token's K and V would be computed by the next step) in {len(table)} blocks of "
+      f"{pool.block_size}, the last holding {last_fill} of {pool.block_size}")
+need = kvlab.blocks_needed(len(prompt) + new_tokens, pool.block_size)
+print(f"       the pool has {pool.num_blocks} blocks: {need} for {len(prompt) + new_tokens} tokens and "
+      f"{pool.num_blocks - need} spare that generate() adds, free at the end; "
+      f"{pool.num_blocks} x {pool.block_size} x {bpt:,} = {pool.num_blocks * pool.block_size * bpt:,} bytes")
+
+# %% [markdown]
+# Here is that paged pool as kvlab's allocator left it: one block table (drawn above the pool,
+# wrapping like it) with an arrow into each of its blocks, every block filled as far as it holds
+# tokens, and the spare block free. How big this memory gets on real models is lesson 02; how the
+# pool is shared by many requests, lessons 04 to 06.
+
+# %%
+from kvlab.viz import memory_map_figure
+
+memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} blocks of {pool.block_size}"),
+                  title="The paged KV pool after decoding", source="measured")
+
+# %% [markdown]
+# ## 6. Exercises
 #
 # ### Exercise 1: count the FLOPs of each step
 #
@@ -188,8 +264,8 @@ for n in [16, 64, 256, 1024]:
 # - cached: step 0 is the prefill (the prompt's tokens, the same way); step `t ≥ 1` runs one
 #   token, the last one produced, which attends to `prompt_len + t` tokens.
 #
-# The checker compares with the FLOPs that `kvlab.generate.generate` counted on the bundled
-# model for several prompt and answer lengths.
+# The checker compares with the FLOPs that `kvlab.compute.generate.generate` counted on the
+# bundled model for several prompt and answer lengths.
 
 # %% tags=["exercise-stub"]
 def count_flops(flops_per_token, prompt_len, new_tokens):
@@ -204,13 +280,15 @@ check.count_flops(count_flops)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Naive step `t`: `sum(flops_per_token(i) for i in range(1, prompt_len + t + 1))`.
+# Naive step `t` runs a sequence of `prompt_len + t` tokens and token `i` of it (1-based)
+# attends to `i` tokens: the step's FLOPs are a sum over the sequence.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Cached: the prefill equals naive step 0; afterwards the token run at step `t` sits at
-# position `prompt_len + t - 1` and attends to positions `0 .. prompt_len + t - 1`.
+# Cached: step 0 costs what naive step 0 costs (the prefill). At step `t ≥ 1` the only token run
+# is the one sampled at step `t - 1`. At which position does it sit, and how many tokens does it
+# attend to, counting itself?
 # </details>
 
 # %% [markdown]
@@ -244,9 +322,10 @@ check.attend_with_cache(attend_with_cache)
 #
 # <details><summary>Hint 2</summary>
 #
-# `k.repeat_interleave(num_heads // num_kv_heads, dim=1)` gives one KV head per query head; then
-# `torch.einsum("hd,thd->ht", q, k) / sqrt(head_dim)`, a softmax over `t`, and
-# `torch.einsum("ht,thd->hd", weights, v)`.
+# Give every query head its own copy of its KV head (which torch function repeats entries
+# along a dimension?), then three steps per head: a score per cached token (a dot product with
+# `q`, scaled), a softmax over the tokens, and the values weighted by it. `torch.einsum` writes
+# each step in one line.
 # </details>
 
 # %% [markdown]
@@ -257,6 +336,6 @@ check.attend_with_cache(attend_with_cache)
 # - The KV cache keeps them: each decode step runs one token, and the attention reads the cache.
 #   Measured here: identical tokens from naive, contiguous-cache and paged-cache decoding.
 # - Counted: naive work per step grows with the sequence (O(n²) per answer), cached work stays
-#   nearly flat (O(n)); measured times show the same shape on this CPU.
+#   nearly flat (O(n)). Measured: section 3 printed what this CPU shows of it, and why.
 # - The cost is memory that grows with every token of every running request. Next,
 #   [02 How big is it](02_how_big.ipynb).

@@ -12,8 +12,10 @@
 # - the size formula `2 × layers × kv_heads × head_dim × tokens × bytes`, and where each
 #   factor comes from;
 # - why multi-head attention (MHA) and grouped-query attention (GQA) give caches 8 times apart,
-#   and why the source notes' 10.7 GB for Llama-2 70B is really 1.34 GB;
-# - how many requests fit on an A100 or an H200.
+#   and why the source notes' 10.7 GB for Llama-2 70B is really 1.34 GB (and their "10 requests
+#   need 107 GB" really 13.4 GB);
+# - what "80 GB" and "141 GB" on a GPU's spec sheet count, and how many requests fit on an A100
+#   or an H200.
 #
 # Terms in Chinese: [glossary](glossary.md). Model shapes are the published configs; GPU
 # memory the vendors' spec sheets. Numbers derived from them are marked **simulated**
@@ -23,7 +25,7 @@
 import kvlab
 from kvlab.check import self_test
 
-self_test()
+self_test();
 
 # %% [markdown]
 # ## 1. The worked example: count the numbers
@@ -81,9 +83,24 @@ print(f"ratio {notes // real} = num_heads {llama70.num_heads} / kv_heads {llama7
 # So the notes' 10.7 GB is what Llama-2 70B **would** need with multi-head attention; the real
 # model needs 1.34 GB per 4,096-token request. For the MHA models (Llama-2 7B and 13B, OPT-13B)
 # both formulas agree. GQA is one of the main reasons newer models can serve many more requests
-# per GPU: Llama-3 8B stores 4 times less per token than Llama-2 7B, with a similar number of
-# parameters.
+# per GPU.
 #
+# The notes go on: *10 concurrent requests need 107 GB, more than an 80 GB card holds*. Re-checked
+# with both formulas (simulated):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+card = kvlab.get_gpu("a100-80gb")
+weights = int(llama70.params_b * 1e9 * 2)
+for label, per_request in [("the notes (MHA formula)", notes), ("the real model (GQA)", real)]:
+    total = 10 * per_request
+    verdict = "more" if total > card.memory_bytes else "less"
+    print(f"{label:24s} 10 x {kvlab.format_bytes(per_request)} = {kvlab.format_bytes(total):>9s}: {verdict} than "
+          f"the {kvlab.format_bytes(card.memory_bytes)} of an A100 80GB")
+print(f"but the fp16 weights alone take {kvlab.format_bytes(weights)} "
+      f"({'more' if weights > card.memory_bytes else 'less'} than one card): Llama-2 70B is served on several GPUs either way")
+
+# %% [markdown]
 # ## 4. The picture
 #
 # Both formulas side by side for every preset (simulated: arithmetic from the published
@@ -104,27 +121,51 @@ fig.update_layout(title="KV cache of one 4,096-token request, fp16 (simulated)",
 fig
 
 # %% [markdown]
-# ## 5. How many requests fit on one GPU?
+# ## 5. What "80 GB" and "141 GB" count
 #
-# A server loads the weights (2 bytes a parameter in fp16) and gives the rest of the memory,
-# up to a utilization limit (vLLM's `gpu_memory_utilization`, 0.9 by default), to the KV cache.
-# `GPUSpec.kv_budget_bytes` does that subtraction; the number of 4,096-token requests that fit
-# is the budget divided by one request's cache, rounded down (simulated; activations and
-# fragmentation are ignored here, lesson 03 adds the fragmentation):
+# Two units hide in GPU memory sizes. A **GB** is 10⁹ bytes (what papers and kvlab's
+# `format_bytes` print); a **GiB** is 2³⁰ = 1,073,741,824 bytes, 7.4% more. Memory chips come
+# in powers of two, so an "A100 80GB" holds 80 GiB, which is 85.9 GB; the H200's "141 GB" on
+# its spec sheet is the 143,771 MiB that `nvidia-smi` reports, 140.4 GiB, which is 150.8 GB.
+# kvlab's presets hold the bytes the driver reports; everything below is computed from them:
 
 # %%
 # NBVAL_CHECK_OUTPUT
+SPEC_SHEET = {"a100-40gb": "40GB", "a100-80gb": "80GB", "h100-80gb": "80GB", "h200": "141GB"}
+print(f"{'gpu':10s} {'spec sheet':>10s} {'MiB (nvidia-smi)':>17s} {'GiB':>8s} {'GB (10^9)':>10s}")
+for name, gpu in kvlab.GPUS.items():
+    b = gpu.memory_bytes
+    print(f"{name:10s} {SPEC_SHEET[name]:>10s} {b // 2**20:>17,} {b / 2**30:>8.1f} {b / 1e9:>10.2f}")
+
+# %% [markdown]
+# That is all the memory on the card. A server cannot use all of it: the CUDA context and the
+# framework take some, activations need room during each forward pass, and vLLM's
+# `gpu_memory_utilization` (0.9 by default) leaves 10% of the card alone for all of that.
+#
+# ## 6. How many requests fit on one GPU?
+#
+# A server loads the weights (2 bytes a parameter in fp16) and gives the rest of its share of
+# the card, `utilization × memory − weights`, to the KV cache. `GPUSpec.kv_budget_bytes` does
+# that subtraction; the number of 4,096-token requests that fit is the budget divided by one
+# request's cache, rounded down (simulated; activations and fragmentation are ignored here,
+# lesson 03 adds the fragmentation):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+util = 0.9
 for gpu_name in ("a100-80gb", "h200"):
     gpu = kvlab.get_gpu(gpu_name)
+    share = int(gpu.memory_bytes * util)
     for model_name in ("llama-2-7b", "llama-2-13b", "llama-3-8b", "llama-2-70b"):
         spec = kvlab.get_model(model_name)
-        try:
-            budget = gpu.kv_budget_bytes(spec)
-        except ValueError as err:
-            print(f"{gpu_name:9s} {model_name:11s} does not fit: {err}")
+        w = int(spec.params_b * 1e9 * 2)
+        head = f"{gpu_name:9s} {model_name:11s} {util:.0%} of {kvlab.format_bytes(gpu.memory_bytes)} is {kvlab.format_bytes(share)}"
+        if w >= share:
+            print(f"{head}; the weights alone take {kvlab.format_bytes(w)}: does not fit")
             continue
-        print(f"{gpu_name:9s} {model_name:11s} KV budget {kvlab.format_bytes(budget):>9s} -> "
-              f"{budget // spec.kv_bytes(4096):4d} requests of 4,096 tokens")
+        budget = gpu.kv_budget_bytes(spec, utilization=util)
+        print(f"{head} - weights {kvlab.format_bytes(w)} = KV budget {kvlab.format_bytes(budget)} -> "
+              f"{budget // spec.kv_bytes(4096)} requests of 4,096 tokens")
 
 # %% [markdown]
 # Llama-2 70B's 138 GB of fp16 weights do not fit on one 80 GB card, nor within 90% of an
@@ -139,7 +180,7 @@ print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget
       f"of 4,096 tokens (with the notes' MHA formula it would be {budget // llama70.hidden_formula_bytes(4096)})")
 
 # %% [markdown]
-# ## 6. The real run: allocate the cache
+# ## 7. The real run: allocate the cache
 #
 # The formula is easy to trust on paper. Here it is checked against real tensors: kvlab's
 # kernels store the cache as two tensors per layer, `k_cache, v_cache` of shape
@@ -170,8 +211,8 @@ del caches
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.kvstore import PagedKVPool
-from kvlab.model import load_bundled
+from kvlab.compute.kv_tensors import PagedKVPool
+from kvlab.compute.loader import load_bundled
 
 model, tokenizer = load_bundled()
 cfg = model.config
@@ -184,7 +225,7 @@ print(bundled.formula(32 * 4))
 print(f"measured pool: {pool.nbytes:,} bytes; equal: {pool.nbytes == bundled.kv_bytes(32 * 4)}")
 
 # %% [markdown]
-# ## 7. Exercises
+# ## 8. Exercises
 #
 # ### Exercise 1: the size formula
 #
@@ -211,11 +252,47 @@ check.kv_cache_bytes(kv_cache_bytes)
 #
 # <details><summary>Hint 2</summary>
 #
-# `2 * layers * kv_heads * head_dim * tokens * dtype_bytes`, after checking the arguments.
-# Use `kv_heads`, not the number of query heads.
+# Multiply the factors of section 1; check the arguments first. Two factors are easy to drop:
+# one of them is why the formula starts with a 2, the other is the width of a number. Use
+# `kv_heads`, not the number of query heads.
 # </details>
 #
-# ### Exercise 2: how many requests fit
+# ### Exercise 2: read a model's config
+#
+# Real models ship a `config.json`. Its fields are not always all there: an MHA model such as
+# OPT has no `num_key_value_heads`, most models have no `head_dim`, and some have no
+# `torch_dtype`.
+#
+# **Contract.** `bytes_per_token_from_config(config) -> int`: K and V bytes of one token over
+# all layers, from a dict with the fields `num_hidden_layers`, `num_attention_heads`,
+# `hidden_size` and maybe `num_key_value_heads` (absent: as many as `num_attention_heads`),
+# `head_dim` (absent: `hidden_size // num_attention_heads`) and `torch_dtype` (`"float16"` or
+# `"bfloat16"`: 2 bytes, `"float32"`: 4, absent: 2; anything else: `ValueError`). Example:
+# Llama-2 70B's config (`num_hidden_layers` 80, `num_attention_heads` 64, `num_key_value_heads`
+# 8, `hidden_size` 8192, `torch_dtype` "float16") gives 327,680.
+
+# %% tags=["exercise-stub"]
+def bytes_per_token_from_config(config):
+    raise NotImplementedError("your code here")
+
+# %%
+check.bytes_per_token_from_config(bytes_per_token_from_config)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Find `kv_heads`, `head_dim` and the bytes per number first, each with its default, then use
+# the formula of exercise 1 with one token. `dict.get(key, default)` gives a default.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Gemma-7B gives `head_dim` 256 although `hidden_size / num_attention_heads` is 192: use the
+# config's own `head_dim` when it has one. And `hidden_size` only stands for `kv_heads × head_dim`
+# in an MHA model.
+# </details>
+#
+# ### Exercise 3: how many requests fit
 #
 # **Contract.** `requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request) -> int`:
 # how many whole requests of `tokens_per_request` tokens fit in the budget. A request needs all
@@ -238,8 +315,43 @@ check.requests_that_fit(requests_that_fit)
 #
 # <details><summary>Hint 2</summary>
 #
-# Integer division `//` rounds down; `round(...)` or `math.ceil(...)` would promise requests
-# that do not fit. Check the arguments before dividing.
+# A request that fits only 99% of the way does not fit: which division rounds the right way,
+# and what do `round(...)` or `math.ceil(...)` promise? Check the arguments before dividing.
+# </details>
+#
+# ### Exercise 4: a real mix of requests on a real GPU
+#
+# Requests are not all 4,096 tokens long. On a paged pool (lesson 04), each request holds whole
+# blocks: `ceil(length / block_size)` of them.
+#
+# **Contract.** `max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token,
+# block_size=16) -> int`: the **most** of these requests (`lengths`: tokens each) whose KV can be
+# in GPU memory at the same time. The KV cache gets `int(gpu_bytes × utilization) − weight_bytes`
+# bytes (nothing if that is not positive), cut into whole blocks of `block_size` tokens. Raise
+# `ValueError` for a `utilization` outside (0, 1], a `block_size` or `bytes_per_token` below 1,
+# or a length below 1. Example: lengths `[3000, 40, 40, 40, 40]`, a pool of exactly 17 blocks of
+# 16 tokens (`gpu_bytes = 17 × 16 × 64`, utilization 1, no weights, `bytes_per_token` 64): the four
+# short requests take 3 blocks each, the long one 188: the answer is 4.
+
+# %% tags=["exercise-stub"]
+def max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16):
+    raise NotImplementedError("your code here")
+
+# %%
+check.max_concurrent(max_concurrent)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Three questions, in order: how many whole blocks does the pool have; how many blocks does
+# each request need; which requests do you pick to fit as many as possible?
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Any set of `k` requests that fits can be swapped for the `k` shortest ones, which need no more
+# blocks. So the order the requests arrived in does not matter, and neither does their average
+# length.
 # </details>
 #
 # ## Summary
@@ -248,9 +360,10 @@ check.requests_that_fit(requests_that_fit)
 #   costs 512 KiB, of OPT-13B 800 KB.
 # - With GQA, `kv_heads` is smaller than the number of query heads: Llama-2 70B needs 1.34 GB
 #   per 4,096-token request, not the 10.7 GB that the hidden-size formula gives (that figure is
-#   right only for multi-head attention).
-# - What is left after the weights holds the cache of a few dozen 4,096-token requests on one
-#   GPU (section 5, simulated). Every slot wasted is a request turned away, which is why
-#   lessons 03 and 04 look at how the cache is laid out.
+#   right only for multi-head attention), and 10 such requests need 13.4 GB, not 107 GB.
+# - An "80GB" card holds 80 GiB (85.9 GB); a server gives the KV cache `utilization × memory −
+#   weights`: the cache of a few dozen 4,096-token requests on one GPU (section 6, simulated).
+#   Every slot wasted is a request turned away, which is why lessons 03 and 04 look at how the
+#   cache is laid out.
 #
 # Next: [03 Contiguous allocation](03_contiguous.ipynb). Words: [glossary](glossary.md).

@@ -2,7 +2,7 @@
 # `.venv/bin/python scripts/build_notebooks.py 03` to rebuild notebooks/03_contiguous.ipynb.
 
 # %% [markdown]
-# # 03 · Contiguous allocation and its three wastes
+# # 03 · Contiguous allocation and its four costs
 #
 # Before vLLM, serving systems gave each request **one contiguous range** of KV memory. The
 # output length is unknown when a request arrives, so the range is sized up front. This lesson
@@ -10,10 +10,11 @@
 # something to beat.
 #
 # **What you will learn**
-# - the three wastes: **over-reservation** (slots reserved for tokens that never come),
-#   **copy on growth** (a request that outgrows its range is moved, token by token), and
+# - the three wastes of memory: **over-reservation** (slots reserved for tokens that never
+#   come), **copy on growth** (a request that outgrows its range is moved, token by token), and
 #   **external fragmentation** (外部碎片: free space split into holes too small to use);
-# - the source notes' A/B/C/D example, and precisely what it does and does not show;
+# - the fourth cost, **no sharing**: two requests with the same prefix each hold their own copy;
+# - the source notes' A/B/C/D example and their "87% wasted", and precisely what they show;
 # - how much of the memory holds tokens under each policy, on a small serving run.
 #
 # Terms in Chinese: [glossary](glossary.md). Everything here is **simulated**: the arena does
@@ -23,10 +24,10 @@
 import kvlab
 from kvlab.check import self_test
 
-self_test()
+self_test();
 
 # %% [markdown]
-# ## 1. Worked examples: one waste at a time
+# ## 1. Worked examples: one cost at a time
 #
 # **Over-reservation.** With policy `"max"` every request reserves the model's maximum length
 # (here 16 slots) because it might produce that many. Three requests holding 3, 5 and 2 tokens
@@ -40,6 +41,19 @@ for rid, n in [("R1", 3), ("R2", 5), ("R3", 2)]:
 st = arena.stats()
 print(f"token states {st.token_states}, reserved but unused {st.reserved_unused}, free {st.free} (of {st.capacity})")
 print(f"fraction of memory holding tokens: {st.token_state_fraction:.0%}")
+
+# %% [markdown]
+# The notes put a number on it: *request A reserves 4,096 tokens and finishes at 500: 87% of
+# its reservation was wasted.* The same on the arena:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+arena = kvlab.ContiguousArena(capacity=8192, policy="max", max_len=4096)
+arena.admit("A", 20)            # a 20-token prompt reserves the maximum, 4,096 slots
+arena.grow("A", 480)            # A produces 480 tokens and stops: 500 in all
+r, st = arena.requests["A"], arena.stats()
+print(f"A holds {r.length} tokens in a reservation of {r.reserved}: {st.reserved_unused} slots reserved for tokens "
+      f"that never came = {st.reserved_unused / r.reserved:.1%} of the reservation (the notes round it to 87%)")
 
 # %% [markdown]
 # **Copy on growth.** Policy `"pow2"` reserves less (the next power of two of the current
@@ -64,7 +78,7 @@ arena.check_integrity()
 # A (4,096), B (2,048) and C (4,096), with 2,048 free at the end. A finishes. The notes say:
 # now D needs 8,192 and fails *although 4,096 + 2,048 = 6,144 are free*. Read that sentence
 # carefully: **8,192 is more than 6,144**, so D would fail under *any* allocator, paged or not.
-# The example mixes two things. `kvlab.examples.fragmentation_example()` separates them:
+# The example mixes two things. `kvlab.lessons.fragmentation_example()` separates them:
 #
 # - the fragmentation part: a request of **6,144** tokens (all the free space) fails
 #   contiguously, because the largest hole is 4,096, but fits in blocks;
@@ -73,7 +87,7 @@ arena.check_integrity()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.examples import fragmentation_example
+from kvlab.lessons import fragmentation_example
 
 ex = fragmentation_example()
 print(f"free after A finished: {ex.contiguous_free}, largest hole: {ex.contiguous_largest_free}, "
@@ -82,6 +96,47 @@ print(f"D = {ex.d_tokens}: contiguous fits? {ex.d_fits_contiguous}; paged, same 
 print(f"D' = {ex.d_small_tokens}: contiguous fits? {ex.d_small_fits_contiguous}; paged: fits? {ex.d_small_fits_paged}")
 print(f"D = {ex.d_tokens}, paged, B and C at {ex.b_used} and {ex.c_used} tokens: fits? {ex.d_fits_paged_on_demand}")
 print("contiguous error:", ex.error_contiguous)
+
+# %% [markdown]
+# **No sharing.** The fourth cost wastes no slot inside a range, and it is the one the notes
+# list last: a contiguous range belongs to one request, so two requests can never hold the same
+# tokens once. Four samples of one answer (parallel sampling, `n = 4`) share a 1,000-token
+# prompt and each add 100 tokens. Contiguously, each sample's range holds the whole prompt; in a
+# paged pool the four block tables point at the same prompt blocks (a *fork*, lesson 06), and
+# only the partly filled last prompt block is copied before a sample writes into it:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+prompt, new, samples, bs = 1000, 100, 4, 16
+arena = kvlab.ContiguousArena(capacity=8192, policy="exact", max_len=8192)
+for i in range(samples):
+    arena.admit(f"S{i}", prompt, final_len=prompt + new)        # each sample: its own copy of the prompt
+pool = kvlab.BlockManager(num_blocks=8192 // bs, block_size=bs)
+pool.add_sequence("S0", prompt)
+for i in range(1, samples):
+    pool.fork("S0", f"S{i}")                                     # shares every prompt block
+copies = sum(len(pool.append(f"S{i}", new)) for i in range(samples))
+held = (pool.num_blocks - pool.allocator.num_free_blocks) * bs
+print(f"contiguous: {samples} x ({prompt} + {new}) = {arena.stats().token_states + samples * new} slots "
+      f"({samples * prompt} of them the same prompt, {samples} times)")
+print(f"paged, forked: {held} slots in {held // bs} blocks ({copies} block copies on the first write)")
+print(f"no sharing costs {samples * (prompt + new) - held} slots here: {1 - held / (samples * (prompt + new)):.0%} "
+      "of the contiguous total")
+pool.check_integrity()
+
+# %% [markdown]
+# The four costs side by side, each from its example above (simulated, slots or tokens):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+costs = [
+    ("over-reservation", "A: reserved 4,096, finished at 500", f"{4096 - 500:,} slots never used"),
+    ("copy on growth", "R1 outgrew its 4 slots", f"{copied} tokens copied, 1 move"),
+    ("external fragmentation", "A finished: holes of 4,096 and 2,048", f"{ex.contiguous_external_fragmentation:,} slots stranded"),
+    ("no sharing", f"{samples} samples of a {prompt:,}-token prompt", f"{samples * (prompt + new) - held:,} slots duplicated"),
+]
+for name, example, cost in costs:
+    print(f"{name:24s} {example:40s} {cost}")
 
 # %% [markdown]
 # ## 2. The picture: contiguous and paged, side by side
@@ -171,25 +226,34 @@ def serve(requests, how, capacity=4096, max_len=512, block_size=16, steps=400):
 # %%
 # NBVAL_CHECK_OUTPUT
 requests = make_requests(60)
+results = {how: serve(requests, how) for how in ("max", "pow2", "exact", "paged")}
 print(f"{'policy':8s} {'memory holding tokens':>22s} {'finished':>9s} {'preempted':>10s} {'tokens copied':>14s}")
-for how in ("max", "pow2", "exact", "paged"):
-    r = serve(requests, how)
+for how, r in results.items():
     print(f"{how:8s} {r['token states']:22.1%} {r['finished']:9d} {r['preempted']:10d} {r['tokens copied']:14d}")
 
 # %% [markdown]
-# What the table says (simulated, this workload):
-# - `"max"` keeps most of the memory reserved for tokens that are never produced.
-# - `"pow2"` holds more tokens but pays twice: it copies requests that outgrow their range,
-#   and when no range is free for the doubled size the request is preempted and recomputed.
-# - `"exact"` is an oracle (no real server knows the output length), and it still loses memory
-#   to reservations for tokens not yet produced and to holes between requests.
-# - Paged allocation holds tokens in nearly all of its memory and finishes the most requests.
-#
+# What the table says, printed from it (simulated, this workload):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+share = {h: r["token states"] for h, r in results.items()}
+best_share = max(share, key=share.get)
+most_done = max(results, key=lambda h: results[h]["finished"])
+print(f"- 'max' keeps only {share['max']:.1%} of the memory holding tokens: the rest is reserved for tokens "
+      "not produced (yet, or ever).")
+print(f"- 'pow2' holds {share['pow2']:.1%} but pays twice: {results['pow2']['tokens copied']:,} tokens copied on growth, "
+      f"{results['pow2']['preempted']} preemptions when no range was free for the doubled size.")
+print(f"- 'exact' is an oracle (no real server knows the output length) and still holds only {share['exact']:.1%}: "
+      "reservations for tokens not yet produced, and holes between requests.")
+print(f"- the most memory holding tokens: {best_share} ({share[best_share]:.1%}); the most requests finished: "
+      f"{most_done} ({results[most_done]['finished']}).")
+
+# %% [markdown]
 # The vLLM paper (Kwon et al., 2023, Fig. 2) measured the same thing in real systems: only
 # 20.4% to 38.2% of the KV memory held token states in the systems before it, 96.3% in vLLM.
-# Our tiny run is not their workload, but the ordering is the same. Lesson 09 runs kvlab's
-# workload simulator at the papers' scale and puts its figures beside theirs; for the large
-# runs, `bench/bench_sim.py` prints them from the command line.
+# Our tiny run is not their workload; lesson 09 runs kvlab's workload simulator at the papers'
+# scale and puts its figures beside theirs; for the large runs, `bench/bench_sim.py` prints
+# them from the command line.
 #
 # ## 4. Exercises
 #
@@ -222,7 +286,8 @@ check.reservation(reservation)
 #
 # <details><summary>Hint 2</summary>
 #
-# The next power of two of `n ≥ 1` is `1 << (n - 1).bit_length()`; then `min(..., max_len)`.
+# An int knows how many bits it needs: `(n - 1).bit_length()` is the exponent of the next power
+# of two of `n ≥ 1`. And a power of two can still be more than the model's maximum.
 # </details>
 #
 # ### Exercise 2: first fit
@@ -249,8 +314,8 @@ check.first_fit(first_fit)
 #
 # <details><summary>Hint 2</summary>
 #
-# Loop over the holes in order and return the first `start` whose `length >= n`; after the
-# loop, return `None`.
+# "First" means the lowest address, not the snuggest hole: stop at the first hole that is long
+# enough (a hole exactly `n` long is long enough). What do you return when the loop ends?
 # </details>
 #
 # ### Exercise 3: external fragmentation
@@ -269,23 +334,65 @@ check.external_fragmentation(external_fragmentation)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Total free space minus the largest hole.
+# The biggest request that can still be placed uses the largest hole. Everything else that is
+# free is stranded.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# `max(...)` of an empty list raises: use `max(lengths, default=0)`.
+# Two numbers: the free space in all, and the largest hole. The second needs care when there is
+# no hole at all (`max` of an empty list raises; it takes a `default`).
+# </details>
+#
+# ### Exercise 4: run an arena by hand
+#
+# Put exercises 2 and 3 together, the way a contiguous allocator lives: requests arrive and
+# finish, holes open and close.
+#
+# **Contract.** `place_first_fit(capacity, ops) -> dict`. `ops` is a list of
+# `("admit", rid, n)` and `("finish", rid)`. Admit places a request of `n` slots at the start of
+# the first hole (lowest address) that holds it; if none does, the request is **refused**: it
+# takes no space, and its later finish is ignored. Finish frees the request's range; a freed
+# range and the free ranges right next to it are then **one** hole. Return
+# `{"starts": {rid: start} of every request placed, "refused": [rids, in order],
+# "largest_hole": int, "wasted_share": float}`, where `wasted_share` is the share of the free
+# memory at the end that lies outside the largest hole (0.0 when nothing is free). Raise
+# `ValueError` for `n < 1`, for admitting a request that is placed already, or for another
+# operation. Example: the notes' ops `A 4096, B 2048, C 4096, finish A, D 8192, E 3000` in
+# 12,288 slots: D is refused, E starts at 0; the holes left are 1,096 and 2,048 slots, so
+# `largest_hole` is 2048 and `wasted_share` 1096 / 3144 ≈ 0.349.
+
+# %% tags=["exercise-stub"]
+def place_first_fit(capacity, ops):
+    raise NotImplementedError("your code here")
+
+# %%
+check.place_first_fit(place_first_fit)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Keep the free ranges as a list of `(start, length)` in address order, starting with one
+# range, the whole arena. Admit cuts the front off a range (or uses it all); finish puts a range
+# back.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# After a finish, sort the ranges and walk them once: a range that starts where the previous
+# one ends joins it. Without that, two neighbouring holes of 10 never hold a request of 15.
 # </details>
 #
 # ## Summary
 #
 # - A contiguous range per request wastes memory three ways: reservation for tokens not yet
-#   (or never) produced, copies when a request outgrows its range, and holes too small for the
-#   next request (external fragmentation).
+#   (or never) produced (the notes' A: 87.8% of its 4,096 slots), copies when a request outgrows
+#   its range, and holes too small for the next request (external fragmentation). And it cannot
+#   share: requests with a common prefix each hold their own copy.
 # - The notes' D (8,192 tokens) cannot fit in 6,144 free slots under any allocator; what
 #   fragmentation does is make even 6,144 tokens fail when the largest hole is 4,096. Paging
 #   fixes that, and on-demand growth frees enough for D itself.
-# - On a small serving run, the contiguous policies keep tokens in a fraction of the memory;
-#   paging keeps them in nearly all of it (simulated), as the vLLM paper measured.
+# - On a small serving run, section 3 printed which policy kept the most memory holding
+#   tokens (simulated), as the vLLM paper measured on real systems.
 #
 # Next: [04 Paging](04_paging.ipynb). Words: [glossary](glossary.md).

@@ -5,25 +5,27 @@
 # # 04 · Paging: blocks, the block table, address translation
 #
 # Lesson 03 showed what goes wrong when every request gets one contiguous range: memory
-# reserved for tokens that never come, copies when a request outgrows its range, and free
-# space in holes too small to use. PagedAttention's answer is the operating system's: cut the
-# KV cache into fixed-size **blocks** and give each request a **block table** (块表).
+# reserved for tokens that never come, copies when a request outgrows its range, free space in
+# holes too small to use, and no sharing. PagedAttention's answer is the operating system's:
+# cut the KV cache into fixed-size **blocks** and give each request a **block table** (块表).
 #
 # **What you will learn**
-# - how a token position becomes a physical address: the notes' pos 9 → L2, offset 1 → P1;
+# - how a token position becomes a physical address: the notes' pos 9 → L2, offset 1 → P1, and
+#   where its K and V really sit in vLLM's and kvlab's per-layer tensors;
 # - how a request grows on demand, one block at a time, and where its blocks end up;
-# - why the waste is at most one partly filled block per request;
+# - why the waste is at most one partly filled block per request (15 tokens with blocks of 16,
+#   31 with blocks of 32), and why vLLM's default block size is 16;
 # - how an allocator with reference counts (引用计数) hands out and takes back blocks.
 #
-# Terms in Chinese: [glossary](glossary.md). Every number below is **simulated** (kvlab's
-# allocator does the bookkeeping a server does; there are no K/V tensors in this lesson:
-# lesson 05 adds them).
+# Terms in Chinese: [glossary](glossary.md). The block bookkeeping below is **simulated**
+# (kvlab's allocator does what a server does); the bytes of section 1 are **measured** on real
+# tensors.
 
 # %%
 import kvlab
 from kvlab.check import self_test
 
-self_test()
+self_test();
 
 # %% [markdown]
 # ## 1. The worked example: where is token 9?
@@ -36,31 +38,62 @@ self_test()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.examples import NOTES_TABLE
+from kvlab.lessons import NOTES_TABLE
 
 t = kvlab.translate(NOTES_TABLE, pos=9, block_size=4)
 print(f"block table {NOTES_TABLE}, block_size 4")
 print("\n".join(t.steps(block_size=4, bytes_per_token=1)))
 
 # %% [markdown]
-# In bytes, each slot holds one token's K and V for every layer: `bytes_per_token` from
-# lesson 02. For Llama-2 7B that is 512 KiB a token, so P1 starts at `1 × 4 × 524288` bytes and
-# token 9 sits one slot further:
+# In bytes, the notes write `address = base(P1) + offset × bytes_per_token`, where one token
+# costs `bytes_per_token` = its K and V for **every layer** (lesson 02). For Llama-2 7B that is
+# 512 KiB a token, so P1 would start at `1 × 4 × 524,288` bytes and token 9 one slot further:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-bpt = kvlab.get_model("llama-2-7b").bytes_per_token
+llama7 = kvlab.get_model("llama-2-7b")
+bpt = llama7.bytes_per_token
 t7 = kvlab.translate(NOTES_TABLE, pos=9, block_size=4, bytes_per_token=bpt)
 print(f"bytes_per_token = {bpt:,}")
 print(t7.steps(block_size=4, bytes_per_token=bpt)[-1])
 
 # %% [markdown]
+# That formula is the address in **one** buffer laid out block by block, each slot holding a
+# token's K and V of all layers together. Neither vLLM nor kvlab stores it that way: each layer
+# has its own K tensor and V tensor of shape `(num_blocks, block_size, kv_heads, head_dim)`
+# (kvlab's `PagedKVPool.k_cache[layer]`), and **the same block id indexes all of them**: the
+# kernel for layer 3 reads `k_cache[3][P1, 1]`. So token 9's K and V are 2 × 32 pieces, one per
+# layer and per K or V, each at slot 5 of its own tensor. Measured on a real pool with
+# Llama-2 7B's shapes (fp16, 10 blocks of 4):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import torch
+
+from kvlab.compute.kv_tensors import PagedKVPool
+
+pool = PagedKVPool(num_layers=llama7.layers, num_blocks=10, block_size=4, num_kv_heads=llama7.kv_heads,
+                   head_dim=llama7.head_dim, dtype=torch.float16)
+k3 = pool.k_cache[3]                                                  # layer 3's K: (num_blocks, block_size, kv_heads, head_dim)
+offset = k3[t.physical_block, t.offset].data_ptr() - k3.data_ptr()    # bytes from the start of that tensor
+per_slot = llama7.kv_heads * llama7.head_dim * 2                      # one token's K (or V) in one layer
+print(f"k_cache[3] has shape {tuple(k3.shape)}; token 9 (P{t.physical_block}, offset {t.offset}) starts "
+      f"{offset:,} bytes into it")
+print(f"= slot {t.slot} x {per_slot:,} bytes (kv_heads {llama7.kv_heads} x head_dim {llama7.head_dim} x 2): {offset == t.slot * per_slot}")
+print(f"2 (K, V) x {llama7.layers} layers x {per_slot:,} = {2 * llama7.layers * per_slot:,} bytes = bytes_per_token "
+      f"{pool.bytes_per_token():,}: the same bytes, in {2 * llama7.layers} tensors")
+
+# %% [markdown]
+# The slot (5) and the byte count agree; what differs is where the bytes sit. A per-layer
+# layout is what the kernels want: one layer's attention reads only that layer's K and V,
+# contiguously per block.
+#
 # ## 2. The picture: move the position
 #
-# Drag **pos** (or change the block size, or type another block table). The chain shows each
-# step; the grid shows which physical block and slot the token lands in. Positions 8, 9, 10, 11
-# all land in P1, at offsets 0 to 3; position 12 jumps to P5. The request's blocks do not need
-# to be in order or next to each other: that is the whole point.
+# Drag **pos** (or change the block size, or type another block table). The table on top of the
+# widget walks the steps, one row each; the figure shows which physical block and slot the token
+# lands in. Positions 8, 9, 10, 11 all land in P1, at offsets 0 to 3; position 12 jumps to P5.
+# The request's blocks do not need to be in order or next to each other: that is the whole point.
 
 # %%
 import kvlab.viz as viz
@@ -68,13 +101,41 @@ import kvlab.viz as viz
 viz.TranslationWidget(block_table=NOTES_TABLE, pos=9, block_size=4)
 
 # %% [markdown]
+# > **Analogy box: the block table as an index (the second source note).** The notes compare a
+# > sequence's block table to a search engine's **forward index** (a document → the terms it
+# > holds) and the lookup to an **inverted index**'s **skip list** (jump ahead in a long sorted
+# > list instead of reading every entry).
+# >
+# > *Where it holds.* A block table is a forward index: a sequence → the blocks it holds, in
+# > order. The other direction, a block → the sequences holding it, is what an inverted index
+# > would store; the pool keeps only its size, the reference count (the memory map draws the
+# > holders as arrows). And like a skip list, the table lets the kernel reach position 9 without
+# > walking positions 0 to 8.
+# >
+# > *Where it breaks.* A skip list is still a **search**: O(log n) hops, comparing keys at each.
+# > A block table is a **page table**: `block_table[pos // block_size]` is one array read, no
+# > search and no comparison, the same cost for every position. And no real inverted index
+# > exists in the pool: nothing asks "who holds P5?"; a block is freed when its count reaches 0.
+#
+# > **Analogy box: virtual memory.** PagedAttention is named after the operating system's
+# > paging: block = page, block table = page table, a sequence = a process, a token position = a
+# > virtual address.
+# >
+# > *Where it holds.* The translation arithmetic; pages allocated on demand, anywhere; no
+# > external fragmentation; pages shared after a fork and copied on write (lesson 06).
+# >
+# > *Where it breaks.* No MMU or TLB does the lookup: the attention kernel reads the table itself,
+# > in software, for every block it reads. No page faults: a sequence's blocks are allocated before
+# > the kernel runs. And the unit is a token slot, not a byte: a slot holds a token's K and V.
+#
 # ## 3. The real run: requests grow on demand
 #
 # A pool of 12 blocks of 4 tokens. R1 arrives with a 6-token prompt, R2 with 3 tokens. Each
 # decode step appends one token to each; a request gets a new block **only when its last block
 # is full**. Then R1 finishes and its blocks go back to the pool, and R3 (9 tokens) arrives.
-# kvlab's `BlockManager` records a snapshot after every event; step through them below
-# (the integrity check runs on every frame).
+# kvlab's `BlockManager` records a snapshot after every event; step through them below: each
+# step is one action, said in words, with every block table drawn above the pool (the integrity
+# check runs on every frame).
 
 # %%
 m = kvlab.BlockManager(num_blocks=12, block_size=4, record=True)
@@ -91,18 +152,16 @@ m.check_integrity()
 viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growth")
 
 # %% [markdown]
-# The same recording as a plotly animation (press play, or drag the slider). It needs no
-# running kernel, so it also plays in an exported HTML page:
+# The same recording as a plotly animation (press play, or drag the slider: its steps are
+# numbered as the stepper's). It needs no running kernel, so it also plays in an exported HTML
+# page:
 
 # %%
 viz.animate_memory_map(m.snapshots, m.log, title="Paged KV pool: on-demand growth", duration_ms=500)
 
 # %% [markdown]
-# The final state, as data. R2's blocks are P2, P3, P5: not next to each other, because R1
-# took P4 while R2 was still filling P3. R3 got P6, P7, P8 and not R1's old P0, P1, P4: the free
-# pool is a first-in first-out queue, and freed blocks join its back (as in vLLM's free-block
-# queue; it is also what makes a freed block the last to be reused, which lesson 08's prefix
-# cache relies on).
+# The final state, as data, and what it says about where blocks come from (printed from the
+# run):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -110,32 +169,97 @@ final = m.snapshot()
 for seq, table in final.tables.items():
     print(f"{seq}: {final.num_tokens[seq]} tokens, block table {list(table)}")
 print("free queue (front first):", list(final.free_block_ids))
-print("events recorded:", len(m.snapshots) - 1)
+print("events recorded (one per table operation):", len(m.log), "=", len(m.snapshots) - 1, "frames")
+r2, r3 = final.tables["R2"], final.tables["R3"]
+r1_blocks = next(e.block_ids for e in m.log if e.kind == "free_seq" and e.seq_id == "R1")
+between = [b for a, c in zip(r2, r2[1:]) for b in range(a + 1, c)]
+if between:
+    print(f"R2's blocks {list(r2)} are not next to each other: {', '.join(f'P{b}' for b in between)} between them "
+          f"{'was' if len(between) == 1 else 'were'} {'R1' if set(between) <= set(r1_blocks) else 'another'}'s, "
+          "taken while R2 was still filling its block")
+else:
+    print(f"R2's blocks {list(r2)} happen to be next to each other")
+print(f"R1's freed blocks {list(r1_blocks)} joined the back of the free queue, so R3 got {list(r3)}: "
+      f"{'none' if not set(r3) & set(r1_blocks) else sorted(set(r3) & set(r1_blocks))} of R1's")
 
 # %% [markdown]
+# The free pool is a first-in first-out queue, and freed blocks join its back (as in vLLM's
+# free-block queue; it is also what makes a freed block the last to be reused, which lesson 08's
+# prefix cache relies on).
+#
 # ## 4. Waste is at most one block per request
 #
 # A request with `n` tokens holds `ceil(n / block_size)` blocks, so only its last block can be
-# partly empty: at most `block_size - 1` wasted slots, whatever `n` is. Compare with a
-# contiguous arena that reserves the maximum length up front (lesson 03), on the same 8 random
-# requests (simulated, seed 0):
+# partly empty: at most `block_size - 1` wasted slots, whatever `n` is: 15 tokens with blocks of
+# 16, 31 with blocks of 32. Measured on the allocator, for 1,000 requests with lengths from 1 to
+# 4,096 (simulated, seed 0), beside a contiguous arena that reserves the maximum length:
 
 # %%
 # NBVAL_CHECK_OUTPUT
 import random
 
 rng = random.Random(0)
-lengths = [rng.randrange(1, 200) for _ in range(8)]
-block_size, max_len = 16, 2048
-paged_slots = sum(kvlab.blocks_needed(n, block_size) * block_size for n in lengths)
-print("request lengths:", lengths, "(tokens)")
-print(f"tokens held:               {sum(lengths):6d}")
-print(f"paged, block_size {block_size}:     {paged_slots:6d} slots, waste {paged_slots - sum(lengths):5d} "
-      f"(bound: {len(lengths)} x {block_size - 1} = {len(lengths) * (block_size - 1)})")
-print(f"contiguous, max_len {max_len}: {len(lengths) * max_len:6d} slots, waste {len(lengths) * max_len - sum(lengths):5d}")
+lengths = [min(4096, max(1, int(rng.lognormvariate(6.0, 0.9)))) for _ in range(1000)]
+
+
+def waste_on_allocator(lengths, block_size):
+    """Admit every request into a pool just big enough; return (slots held, wasted slots per request)."""
+    pool = kvlab.BlockManager(num_blocks=sum(kvlab.blocks_needed(n, block_size) for n in lengths), block_size=block_size)
+    for i, n in enumerate(lengths):
+        pool.add_sequence(f"r{i}", n)
+    snap = pool.snapshot()
+    waste = [len(snap.tables[s]) * block_size - snap.num_tokens[s] for s in snap.tables]
+    pool.check_integrity()
+    return sum(len(t) for t in snap.tables.values()) * block_size, waste
+
+
+tokens = sum(lengths)
+print(f"{len(lengths)} requests, {tokens:,} tokens (median {sorted(lengths)[len(lengths) // 2]})")
+for bs in (16, 32):
+    held, waste = waste_on_allocator(lengths, bs)
+    print(f"block_size {bs}: {held:,} slots held, waste {held - tokens:,} ({(held - tokens) / held:.1%}); "
+          f"largest waste of one request {max(waste)} (bound {bs - 1}); mean {sum(waste) / len(waste):.1f}")
+print(f"contiguous, max_len 4096: {len(lengths) * 4096:,} slots, waste {len(lengths) * 4096 - tokens:,} "
+      f"({1 - tokens / (len(lengths) * 4096):.1%})")
 
 # %% [markdown]
-# And the notes' fragmentation example from lesson 03, run on the paged pool: the 6,144 tokens
+# ## 5. Why blocks of 16?
+#
+# vLLM's default block size is 16 tokens. Smaller blocks waste less (the last block is smaller)
+# but make the attention kernel's work choppier: it looks up one table entry per block and reads
+# one block's K and V at a time, so tiny blocks mean many lookups and short memory reads, which
+# a GPU does badly. The vLLM paper (Kwon et al., 2023) weighs exactly these two sides in its
+# ablation of the block size, and makes 16 the default. The waste side is measured here on the
+# allocator, for the same 1,000 requests; the kernel side is counted (no GPU time is measured):
+# block-table lookups per request, bytes of one contiguous read (one block of one KV head,
+# Llama-2 7B, fp16), and blocks in each loop iteration of kvlab's decode kernel (`tile_tokens`:
+# whole blocks, at least 64 tokens):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.kernels.paged_decode import tile_tokens
+
+rows = []
+print(f"{'block_size':>10} {'waste':>7} {'max waste/request':>18} {'lookups/request':>16} {'bytes per read':>15} "
+      f"{'blocks per tile':>16}")
+for bs in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+    held, waste = waste_on_allocator(lengths, bs)
+    lookups = sum(kvlab.blocks_needed(n, bs) for n in lengths) / len(lengths)
+    read = bs * llama7.head_dim * 2
+    rows.append((bs, (held - tokens) / held, max(waste), lookups))
+    print(f"{bs:>10} {(held - tokens) / held:>7.1%} {max(waste):>18} {lookups:>16.1f} {read:>15,} "
+          f"{tile_tokens(bs) // bs:>16}")
+w = {bs: share for bs, share, _, _ in rows}
+lk = {bs: n for bs, _, _, n in rows}
+print(f"from 16 to 256 the waste grows {w[256] / w[16]:.0f}x ({w[16]:.1%} -> {w[256]:.1%}); from 16 down to 1 the "
+      f"lookups per request grow {lk[1] / lk[16]:.0f}x ({lk[16]:.0f} -> {lk[1]:.0f}) while the waste falls by "
+      f"{w[16] - w[1]:.1%} of the memory")
+
+# %% [markdown]
+# Where the balance lies depends on the workload's lengths (short requests make big blocks
+# waste more of their memory), which is why vLLM's `--block-size` is a setting, 16 by default.
+#
+# The notes' fragmentation example from lesson 03, run on the paged pool: the 6,144 tokens
 # that fit nowhere contiguously fit in blocks, and D (8,192 tokens) fits too once B and C hold
 # only the tokens they have produced so far instead of their reservations (on-demand growth).
 # `fragmentation_example()` runs both allocators (simulated; its docstring explains the
@@ -143,7 +267,7 @@ print(f"contiguous, max_len {max_len}: {len(lengths) * max_len:6d} slots, waste 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.examples import fragmentation_example
+from kvlab.lessons import fragmentation_example
 
 ex = fragmentation_example()
 print(f"contiguous: {ex.contiguous_free} free, largest hole {ex.contiguous_largest_free}: "
@@ -154,7 +278,7 @@ print(f"paged, D = {ex.d_tokens} with B = {ex.b_used}, C = {ex.c_used} tokens so
       f"fits? {ex.d_fits_paged_on_demand} ({ex.paged_free_blocks_on_demand} free blocks before D)")
 
 # %% [markdown]
-# ## 5. Exercises
+# ## 6. Exercises
 #
 # ### Exercise 1: translate
 #
@@ -184,9 +308,9 @@ check.translate(translate)
 #
 # <details><summary>Hint 2</summary>
 #
-# `logical_block, offset = divmod(pos, block_size)`; `physical_block = block_table[logical_block]`.
-# The slot is `physical_block * block_size + offset`; multiply by `bytes_per_token`. Check the
-# range of `pos` first: a negative index would silently read the table from the end.
+# The address counts slots from the start of the pool, so it uses the **physical** block, not
+# the logical one, and the whole slot is multiplied by `bytes_per_token`. Check the range of
+# `pos` first: a negative index would silently read the table from its end.
 # </details>
 #
 # ### Exercise 2: blocks_needed
@@ -210,8 +334,9 @@ check.blocks_needed(blocks_needed)
 #
 # <details><summary>Hint 2</summary>
 #
-# `(num_tokens + block_size - 1) // block_size`, or `-(-num_tokens // block_size)`. Avoid
-# `math.ceil(num_tokens / block_size)`: floats lose precision for large counts.
+# Python's `//` rounds down; there is a way to make it round up with integers only (what do you
+# add to the numerator first?). Avoid `math.ceil(num_tokens / block_size)`: floats lose the
+# last digits of large counts.
 # </details>
 #
 # ### Exercise 3: blocks to append
@@ -237,8 +362,8 @@ check.blocks_to_append(blocks_to_append)
 #
 # <details><summary>Hint 2</summary>
 #
-# The difference of two `blocks_needed` values: after (`num_tokens + n`) minus now
-# (`num_tokens`).
+# The new tokens first fill the free slots of the last block; only what is left over needs new
+# blocks. Exercise 2's function answers both "how many now" and "how many after".
 # </details>
 #
 # ### Exercise 4: an allocator with reference counts
@@ -300,18 +425,20 @@ check.block_allocator(TinyAllocator)
 #
 # <details><summary>Hint 3</summary>
 #
-# `allocate`: `ids = [self.free_queue.popleft() for _ in range(n)]`, then set each count to 1.
-# `free`: decrement; when a count hits 0, `self.free_queue.append(b)` and collect `b`.
+# A `deque` takes from one end and adds at the other: which end is the front of the queue, and
+# which end must a freed block join so that it is reused last?
 # </details>
 #
 # ## Summary
 #
 # - A block table maps a request's logical blocks to physical blocks anywhere in the pool;
 #   position `pos` lives in logical block `pos // block_size` at offset `pos % block_size`.
-#   The notes' pos 9 → L2, offset 1 → P1 (slot 5).
+#   The notes' pos 9 → L2, offset 1 → P1 (slot 5); its K and V sit at slot 5 of each layer's K
+#   and V tensor, all indexed by the same block id.
 # - Requests grow on demand, one block when the last one is full; freed blocks return to the
 #   pool and can be reused by anyone: no external fragmentation.
-# - The waste is at most `block_size - 1` slots per request (the last block).
+# - The waste is at most `block_size - 1` slots per request (the last block): 15 with vLLM's
+#   default of 16, which trades little waste against a kernel that reads whole blocks.
 # - Reference counts let several holders share a block; it is freed when the count reaches 0.
 #
 # Next: [05 The paged kernel](05_paged_kernel.ipynb), where K and V are real tensors and a
