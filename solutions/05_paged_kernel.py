@@ -35,3 +35,16 @@ def paged_decode_torch(q, k_cache, v_cache, block_table, context_len, scale):
     v = v.repeat_interleave(group, dim=1)
     scores = torch.einsum("hd,thd->ht", q, k) * scale                       # (heads, context_len)
     return torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), v)     # (heads, head_dim)
+
+
+def kernel_tiles(context_len, block_size, tile_tokens, num_splits):
+    num_tiles = -(-context_len // tile_tokens)                              # ceil: the last tile may be partial
+    per = -(-num_tiles // num_splits)                                       # tiles per program, a ceiling too
+    out = []
+    for split in range(num_splits):
+        tiles = []
+        for t in range(split * per, min((split + 1) * per, num_tiles)):    # a contiguous range of tiles
+            start, end = t * tile_tokens, min((t + 1) * tile_tokens, context_len)
+            tiles.append(list(range(start // block_size, (end - 1) // block_size + 1)))
+        out.append(tiles)
+    return out

@@ -31,3 +31,17 @@ def prefill_tokens(prompts):
         out.append(len(p) - min(best, len(p) - 1))
         seen.append(p)
     return out
+
+
+def block_hash_reuse(prompts, block_size):
+    cached = set()            # every full-block prefix served so far: p[:k * block_size]
+    out = []
+    for p in prompts:
+        limit = (len(p) - 1) // block_size      # at most len(p) - 1 tokens, in whole blocks
+        n = 0
+        while n < limit and tuple(p[:(n + 1) * block_size]) in cached:
+            n += 1                              # this block and every block before it match
+        out.append(n * block_size)
+        for k in range(1, len(p) // block_size + 1):
+            cached.add(tuple(p[:k * block_size]))
+    return out

@@ -33,3 +33,35 @@ def inc_lock_ref(node):
         node.lock_ref += 1
         node = node.parent
     return delta
+
+
+def admit_plan(root, tokens, num_free):
+    # 1. the longest match, leaving at least one token to compute; keep the path
+    limit = len(tokens) - 1
+    node, pos, path = root, 0, []             # path: (node, how many of its tokens matched)
+    while pos < limit:
+        child = node.children.get(tokens[pos])
+        if child is None:
+            break
+        k = 0
+        while k < len(child.key) and pos + k < limit and child.key[k] == tokens[pos + k]:
+            k += 1
+        path.append((child, k))
+        pos += k
+        if k < len(child.key):                # the match ends inside this node
+            break
+        node = child
+    # 2. after the lock, the matched part of the path is no longer evictable
+    evictable, stack = 0, list(root.children.values())
+    while stack:
+        n = stack.pop()
+        evictable += len(n.key) if n.lock_ref == 0 else 0
+        stack.extend(n.children.values())
+    evictable -= sum(k for n, k in path if n.lock_ref == 0)
+    # 3. fits as it is, fits after eviction, or waits
+    need = len(tokens) - pos
+    if need <= num_free:
+        return (pos, 0)
+    if need > num_free + evictable:
+        return None
+    return (pos, need - num_free)

@@ -379,6 +379,69 @@ def test_inc_lock_ref_accepts_solution_rejects_wrong():
 S09 = solution("09_at_scale")
 
 
+def _est(o, mode, max_len):
+    return max_len if mode == "max" else (1 << (o - 1).bit_length()) if mode == "pow2" else o
+
+
+def orca_no_rounding(p, o, mode, block_size=16, max_len=2048):
+    """Forgets the buddy allocator's power-of-two run."""
+    S09.orca_reservation(p, o, mode, block_size, max_len)  # same errors
+    return -(-min(p + _est(o, mode, max_len), max_len) // block_size)
+
+
+def orca_floor_blocks(p, o, mode, block_size=16, max_len=2048):
+    """Rounds the blocks down before the power of two."""
+    S09.orca_reservation(p, o, mode, block_size, max_len)
+    b = max(1, min(p + _est(o, mode, max_len), max_len) // block_size)
+    return 1 << (b - 1).bit_length()
+
+
+def orca_tokens(p, o, mode, block_size=16, max_len=2048):
+    """Returns token slots, not blocks."""
+    return block_size * S09.orca_reservation(p, o, mode, block_size, max_len)
+
+
+def orca_pow2_of_total(p, o, mode, block_size=16, max_len=2048):
+    """Orca (Pow2) rounding prompt + output instead of the output."""
+    if mode != "pow2":
+        return S09.orca_reservation(p, o, mode, block_size, max_len)
+    b = -(-min(1 << (p + o - 1).bit_length(), max_len) // block_size)
+    return 1 << (b - 1).bit_length()
+
+
+def orca_no_cap(p, o, mode, block_size=16, max_len=2048):
+    """Forgets min(prompt + estimate, max_len)."""
+    S09.orca_reservation(p, o, mode, block_size, max_len)
+    b = -(-(p + _est(o, mode, max_len)) // block_size)
+    return 1 << (b - 1).bit_length()
+
+
+def orca_estimate_only(p, o, mode, block_size=16, max_len=2048):
+    """Reserves the estimate without the prompt."""
+    S09.orca_reservation(p, o, mode, block_size, max_len)
+    b = -(-min(_est(o, mode, max_len), max_len) // block_size)
+    return 1 << (b - 1).bit_length()
+
+
+def orca_any_mode(p, o, mode, block_size=16, max_len=2048):
+    """Treats an unknown mode as the oracle instead of raising."""
+    return S09.orca_reservation(p, o, mode if mode in ("max", "pow2") else "oracle", block_size, max_len)
+
+
+def test_orca_reservation_accepts_solution_rejects_wrong_and_names_the_mistake():
+    from kvlab.check.l09_at_scale import orca_reservation
+
+    assert passes(orca_reservation, S09.orca_reservation)
+    wrongs = (stub, orca_no_rounding, orca_floor_blocks, orca_tokens, orca_pow2_of_total, orca_no_cap,
+              orca_estimate_only, orca_any_mode)
+    for wrong in wrongs:
+        assert not passes(orca_reservation, wrong), wrong.__name__
+    assert "power-of-two rounding" in orca_reservation(orca_no_rounding, verbose=False).summary
+    assert "blocks, not token slots" in orca_reservation(orca_tokens, verbose=False).summary
+    assert "capped at max_len" in orca_reservation(orca_no_cap, verbose=False).summary
+    assert "raise ValueError" in orca_reservation(orca_any_mode, verbose=False).summary
+
+
 def fit_floor_blocks(cap, bs, max_len, lengths):
     """Rounds blocks down."""
     free, n = cap // bs, 0
@@ -511,3 +574,151 @@ def test_attend_with_cache_accepts_solution_rejects_wrong():
     assert passes(check.attend_with_cache, S01.attend_with_cache)
     for wrong in (stub, attend_before_append, attend_no_scale, attend_cache_not_grown, attend_gqa_modulo):
         assert not passes(check.attend_with_cache, wrong), wrong.__name__
+
+
+# ------------------------------------------- new exercises of lessons 05, 07, 08 (issue 16)
+from kvlab.check import l05_paged_kernel as L05  # noqa: E402
+from kvlab.check import l07_radix as L07  # noqa: E402
+from kvlab.check import l08_eviction as L08  # noqa: E402
+
+
+def _note(result) -> str:
+    return result.failures[0].note if result.failures else ""
+
+
+def test_kernel_tiles_accepts_solution_rejects_wrong_and_names_the_mistake():
+    assert passes(L05.kernel_tiles, S05.kernel_tiles)
+    assert L05.kernel_tiles_reference(18, 4, 8, 2) == [[[0, 1], [2, 3]], [[4]]]
+    assert L05.kernel_tiles_reference(5, 4, 4, 4) == [[[0]], [[1]], [], []]
+    for message, wrong in L05.TILE_MISTAKES.items():
+        r = L05.kernel_tiles(wrong, verbose=False)
+        assert not r.passed, message
+        assert any(message in c.note for c in r.failures), message
+    assert not passes(L05.kernel_tiles, stub)
+    assert not passes(L05.kernel_tiles, lambda n, bs, t, s: [[list(range(-(-n // bs)))]] + [[]] * (s - 1))
+
+
+def test_paged_decode_torch_names_the_mistake():
+    for wrong, words in ((decode_no_scale, "scale"), (decode_ignores_table, "block table"),
+                         (decode_whole_blocks, "past context_len"), (decode_gqa_modulo, "h // (num_heads")):
+        assert words in _note(check.paged_decode_torch(wrong, verbose=False)), wrong.__name__
+
+
+def test_paged_gather_kernel_names_the_mistake():
+    notes = {rule: _note(check.paged_gather_kernel(_GatherVariant(rule, **kw), verbose=False))
+             for rule, kw in (("no_table", {}), ("div_offset", {}))}
+    assert "block table" in notes["no_table"] and "pos % BLOCK_SIZE" in notes["div_offset"]
+    assert "mask" in _note(check.paged_gather_kernel(_GatherVariant("right", masked=False), verbose=False))
+    assert "first tile" in _note(check.paged_gather_kernel(_GatherVariant("right", loop=False), verbose=False))
+    assert "canary" in _note(check.paged_gather_kernel(S05_gather_noop(), verbose=False))
+
+
+def S05_gather_noop():
+    """A kernel whose loop body is still `pass` (the stub as shipped)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(cache_ptr, block_table_ptr, out_ptr, context_len,
+               HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr):
+        offs_t = tl.arange(0, TILE_N)
+        num_tiles = (context_len + TILE_N - 1) // TILE_N
+        for tile in range(0, num_tiles):
+            pos = tile * TILE_N + offs_t  # noqa: F841
+    return kernel
+
+
+def block_hash_token_level(prompts, bs):
+    """The radix tree's answer (token by token), not whole blocks."""
+    return [len(p) - n for p, n in zip(prompts, L07.served_prefill_tokens(prompts))] if prompts else []
+
+
+def test_block_hash_reuse_accepts_solution_rejects_wrong_and_names_the_mistake():
+    assert passes(L07.block_hash_reuse, S07.block_hash_reuse)
+    assert passes(L07.block_hash_reuse, L07._reuse_by("right"))  # the mistake builder itself is right
+    for message, wrong in L07.REUSE_MISTAKES.items():
+        r = L07.block_hash_reuse(wrong, verbose=False)
+        assert not r.passed and any(message in c.note for c in r.failures), message
+    r = L07.block_hash_reuse(block_hash_token_level, verbose=False)
+    assert not r.passed and "whole full blocks only" in _note(r)
+    assert not passes(L07.block_hash_reuse, stub)
+
+
+def test_admit_plan_accepts_solution_rejects_wrong_and_names_the_mistake():
+    assert passes(L08.admit_plan, S08.admit_plan)
+    assert passes(L08.admit_plan, L08._plan_by("right"))
+    for message, wrong in L08.ADMIT_MISTAKES.items():
+        r = L08.admit_plan(wrong, verbose=False)
+        assert not r.passed and any(message in c.note for c in r.failures), message
+
+    def mutates(root, tokens, num_free):
+        out = S08.admit_plan(root, tokens, num_free)
+        for child in root.children.values():
+            child.lock_ref += 1
+        return out
+
+    r = L08.admit_plan(mutates, verbose=False)
+    assert not r.passed and "changed the tree" in _note(r)
+    assert not passes(L08.admit_plan, stub)
+    assert not passes(L08.admit_plan, lambda root, tokens, free: None)
+
+
+def test_inc_lock_ref_failures_show_only_the_nodes_that_differ_and_name_the_mistake():
+    r = check.inc_lock_ref(lock_node_only, verbose=False)
+    why = r.failures[0].why()
+    assert "node 0 lock_ref" not in why and "not every node up the path" in why
+    assert why.count("lock_ref: expected") <= 3  # only the nodes that differ, never the whole tree
+    assert "the root was locked" in _note(check.inc_lock_ref(lock_with_root, verbose=False))
+    assert "already protected" in _note(check.inc_lock_ref(lock_counts_locked_too, verbose=False))
+    assert "the sign" in _note(check.inc_lock_ref(lambda n: -S08.inc_lock_ref(n), verbose=False))
+
+
+# ------------------------------------------ lesson 08's prose follows its own data (issue 16, bug 4)
+def _stored_outputs(stem: str) -> tuple[list[str], list[str]]:
+    """(markdown sources, code-cell stdout texts) of a built lesson."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    md = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    out = ["".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream")
+           for c in nb.cells if c.cell_type == "code"]
+    return md, out
+
+
+def test_lesson_08_sentences_follow_its_tables():
+    """The trend and winner sentences are printed from the tables in the same run, and no
+    markdown cell states a trend of its own (the bug: "the difference shrinks as the pool grows"
+    under a table whose spread grew from 2.4 to 27.6 points; preemption said to start at 16
+    blocks when it started at 24)."""
+    import re
+
+    md, out = _stored_outputs("08_eviction_scheduling")
+    text = "\n".join(md).lower()
+    for claim in ("shrinks as the pool grows", "wins under pressure", "difference shrinks", "at 16 blocks"):
+        assert claim not in text, f"lesson 08 markdown states {claim!r}: print it from the data instead"
+    hit_table = next(o for o in out if o.startswith("pool (slots)") and "spread" in o)
+    spreads = [float(line.split()[-1]) for line in hit_table.splitlines()[1:] if line.strip()]
+    sentences = next(o for o in out if "The spread between the policies" in o)
+    trend = "grows" if spreads[-1] > spreads[0] else "shrinks"
+    assert f"The spread between the policies {trend}" in sentences
+    engine = next(o for o in out if o.startswith("pool (blocks)"))
+    rows = [line.split() for line in engine.splitlines()[1:] if line.strip() and line.split()[0].isdigit()]
+    first_preempt = next(int(r[0]) for r in rows if int(r[5]) > 0)
+    said = next(o for o in out if "Preemption starts at" in o)
+    assert re.search(rf"Preemption starts at {first_preempt} blocks", said)
+    assert "reused per admission" in said and "admissions" in engine
+
+
+def test_lesson_06_checkers_name_the_mistake():
+    notes = {w.__name__: [c.note for c in check.cow_append(w, verbose=False).failures]
+             for w in (cow_no_decref, cow_shared_first, cow_always_copy, cow_pop_back)}
+    assert any("kept its reference" in n for n in notes["cow_no_decref"])
+    assert any("the last block was full" in n for n in notes["cow_shared_first"])
+    assert any("writes in place" in n for n in notes["cow_always_copy"])
+    assert any("FIRST free block" in n for n in notes["cow_pop_back"])
+    r = check.cow_append(cow_no_decref, verbose=False)
+    assert "free_blocks" not in r.failures[0].why()  # only the fields that differ
+    assert "gen_len == 0" in _note(check.sampling_blocks(sampling_no_g0, verbose=False))
+    assert "partial last prompt block" in _note(check.sampling_blocks(sampling_share_partial, verbose=False))
+    assert "swapped" in _note(check.sampling_blocks(lambda p, n, g, bs: S06.sampling_blocks(p, n, g, bs)[::-1],
+                                                    verbose=False))

@@ -1,4 +1,10 @@
-"""Tests of the kernel access view: read order = block-table order, split-K ranges, figure data."""
+"""Tests of the kernel access view: read order = block-table order, split-K ranges, figure data.
+
+Bugs these keep from coming back (issue 16, item 7): the split-K figure said "one colour each"
+while every block had the sequence's colour and the arrows the legend's "read now" red; the
+read-order stepper drew every read from its first step; the teaching view's 4-token tiles
+were not told apart from the kernel's 64-token tiles.
+"""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +13,8 @@ pytest.importorskip("plotly")
 
 import kvlab.viz as viz  # noqa: E402
 from kvlab import BlockManager  # noqa: E402
-from kvlab.viz.palette import HIGHLIGHT  # noqa: E402
+from kvlab.viz.kernel_view import ARROW_COLOR, SPLIT_COLORS  # noqa: E402
+from kvlab.viz.palette import FREE, HIGHLIGHT, HIT, MISS, REQUEST_COLORS  # noqa: E402
 
 
 def scattered() -> BlockManager:
@@ -50,16 +57,16 @@ def test_figure_data_numbers_reads_and_fades_others():
     m = scattered()
     snap = m.snapshot()
     assert snap.tables["R1"] == (3, 7, 9, 10, 11)
-    d = viz.kernel_access_data(snap, "R1", num_splits=2, iteration=1)
-    assert d["label"][3].endswith("read 1</b> (s0)") and "read 5" in d["label"][11]
+    d = viz.kernel_access_data(snap, "R1", num_splits=2)
+    assert d["label"][3].endswith("read 1</b> (p0)") and d["label"][11].endswith("read 2</b> (p1)")
     assert d["arrows"] == [(3, 7, 0), (7, 9, 0), (10, 11, 1)]
+    d = viz.kernel_access_data(snap, "R1", num_splits=2, iteration=1)
     assert d["highlight"] == [7, 11]  # iteration 2: both programs in parallel
     assert d["outline_color"][7] == HIGHLIGHT
     plain = viz.memory_map_data(snap)
-    assert d["color"][4] != plain["color"][4] and d["color"][3] == plain["color"][3]  # Y faded, R1 not
+    assert d["color"][4] != plain["color"][4]  # Y faded
     fig = viz.kernel_access_figure(snap, "R1", num_splits=2, iteration=1)
-    assert len(fig.layout.shapes) == 3 and len(fig.layout.annotations) == 3
-    assert "split 1 reads L4→P11 (2 tok)" in fig.layout.title.subtitle.text
+    assert "program 1 reads L4→P11 (2 tok)" in fig.layout.title.subtitle.text
     assert "(simulated)" in fig.layout.title.text
     with pytest.raises(KeyError, match="R9"):
         viz.kernel_access_data(snap, "R9")
@@ -74,3 +81,46 @@ def test_stepper_one_frame_per_iteration():
     s.go(2)
     assert "L2→P9" in s.caption and s.error is None
     assert s.frame.highlight == (9,)
+
+
+def test_split_k_one_colour_per_program_never_the_highlight_red():
+    snap = scattered().snapshot()
+    d = viz.kernel_access_data(snap, "R1", num_splits=2)
+    by_split = {s: {d["color"][r.physical] for r in d["reads"] if r.split == s} for s in (0, 1)}
+    assert by_split == {0: {SPLIT_COLORS[0]}, 1: {SPLIT_COLORS[1]}}  # one colour each, different
+    fig = viz.kernel_access_figure(snap, "R1", num_splits=2)
+    arrow_colours = [a.arrowcolor for a in fig.layout.annotations]
+    assert [sh.line.color for sh in fig.layout.shapes] == arrow_colours == [SPLIT_COLORS[0]] * 2 + [SPLIT_COLORS[1]]
+    legend = {t.name: t.marker.color for t in fig.data if t.name and t.x == (None,)}
+    assert legend["R1: read by program 0 (split 0)"] == SPLIT_COLORS[0]
+    assert legend["R1: read by program 1 (split 1)"] == SPLIT_COLORS[1]
+    assert "one colour each" in fig.layout.title.text
+    assert not {HIGHLIGHT, FREE, HIT, MISS, *REQUEST_COLORS} & set(SPLIT_COLORS + (ARROW_COLOR,))
+    one = viz.kernel_access_figure(snap, "R1")
+    assert {sh.line.color for sh in one.layout.shapes} == {ARROW_COLOR}
+
+
+def test_stepper_draws_only_the_reads_done_so_far():
+    snap = scattered().snapshot()
+    table = snap.tables["R1"]
+    for it in range(5):
+        d = viz.kernel_access_data(snap, "R1", iteration=it)
+        numbered = [b for b in table if "<b>read " in d["label"][b]]
+        assert numbered == list(table[:it + 1])
+        assert all("not yet" in d["label"][b] for b in table[it + 1:])
+        assert len(d["arrows"]) == it and d["highlight"] == [table[it]]
+        assert len({d["color"][b] for b in table[it + 1:]} & {d["color"][table[0]]}) == 0  # unread: faded
+    s = viz.kernel_access_stepper(snap, "R1", static=True)
+    s.go(1)
+    fig = s.figure()
+    assert len(fig.layout.shapes) == 1 and "read so far: 2 of 5 blocks" in fig.layout.title.subtitle.text
+
+
+def test_tile_size_is_in_the_title():
+    """The teaching view steps 4-token tiles; the kernel's 64-token tile reads all 5 blocks in one iteration."""
+    snap = scattered().snapshot()
+    small = viz.kernel_access_figure(snap, "R1")
+    assert "4-token tiles" in small.layout.title.text
+    real = viz.kernel_access_data(snap, "R1", tile_tokens=64)
+    assert real["num_iterations"] == 1 and len(real["reads"]) == 5
+    assert "64-token tiles" in viz.kernel_access_figure(snap, "R1", tile_tokens=64).layout.title.text

@@ -1,7 +1,14 @@
-"""Tests of the radix-tree view: DOT source (nodes, labels, colours), captions, frames."""
+"""Tests of the radix-tree view: DOT source (nodes, labels, colours), captions, frames.
+
+Bugs these keep from coming back (issue 16, item 9): the stepper's tree clipped at the right
+edge (the SVG now scales to the output width), a node split without a caption, node letters
+other than the notes' figure ([A] .. [F]), question and answer run together in a node's text,
+and in the event stepper a split shown before the match that causes it.
+"""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -30,8 +37,45 @@ def test_four_request_captions(frames):
     caps = [f.caption for f in frames]
     assert caps[0] == "warm-up: matched 0 tokens, prefilling 26 (system prompt [A])"
     assert caps[1].startswith("R1: matched 26 tokens (system prompt [A]), prefilling 37")
-    assert caps[3] == "R3: matched 57 tokens (system prompt [A] + few-shot examples [B]), prefilling 5 (R3: 发票怎么开)"
+    assert caps[3] == ("R3: matched 57 tokens (system prompt [A] + few-shot examples [B]), prefilling 5 "
+                       "(R3's question [E]: 发票怎么开)")
     assert caps[4].startswith("R4: matched 88 tokens (system prompt [A] + few-shot examples [B] + R1's turn [C])")
+    assert caps[4].endswith("prefilling 3 (R4's follow-up [F]: 人工呢)")
+
+
+def test_every_split_has_a_caption(frames):
+    """Between R1 and R2 the node [B+C] is split at the end of B: R2's caption says so, and
+    every frame whose tree gained a node by splitting names the split."""
+    assert caps_with_split(frames) == [2]
+    assert frames[2].caption.endswith(
+        "; its match ended inside node [B+C] after 31 of its 62 tokens, so that node was split into [B] -> [C]")
+    for prev, f in zip(frames, frames[1:]):
+        old = {n.id: n for n in prev.snapshot.snapshot.nodes}
+        moved = [n for n in f.snapshot.snapshot.nodes if n.id in old and n.start != old[n.id].start]
+        assert bool(moved) == ("split into" in f.caption), f.caption
+
+
+def caps_with_split(frames):
+    return [i for i, f in enumerate(frames) if "split" in f.caption]
+
+
+def test_node_letters_are_the_notes_figure(frames):
+    assert sorted(frames[4].snapshot.node_labels.values()) == ["A", "B", "C", "D", "E", "F"]
+    assert sorted(frames[1].snapshot.node_labels.values()) == ["A", "B+C"]  # before the split
+    src = viz.radix_tree_graph(frames[4].snapshot).source
+    for letter in "ABCDEF":
+        assert f"[{letter}] " in src
+    assert "[R2]" not in src and "[R4]" not in src
+
+
+def test_question_and_answer_on_separate_lines(frames):
+    d = viz.radix_tree_data(frames[4].snapshot, max_chars=40)
+    label = {n["label"].split(" ", 1)[0]: n["label"] for n in d["nodes"][1:]}
+    c = label["[C]"].split("\n")
+    assert c[0] == "[C] “怎么申请退款”" and c[1] == "answer “在订单详情页点击“申请退款”，选择原因后提交即可。”"
+    f = label["[F]"].split("\n")
+    assert f[0] == "[F] “人工呢”" and f[1].startswith("answer “正在为您转接")
+    assert "\nanswer" not in label["[A]"] and "\nanswer" not in label["[B]"]  # no answer in the shared prompt
 
 
 def test_hit_path_green_suffix_blue(frames):
@@ -39,13 +83,13 @@ def test_hit_path_green_suffix_blue(frames):
     labels = r3.node_labels
     by_label = {v: k for k, v in labels.items()}
     assert r3.hit == {by_label["A"], by_label["B"]}
-    assert r3.miss == {by_label["R3"]}
+    assert r3.miss == {by_label["E"]}
     d = viz.radix_tree_data(r3)
     kinds = {n["name"]: n["kind"] for n in d["nodes"]}
-    assert kinds[f"n{by_label['R2']}"] == "cached" and kinds[f"n{by_label['C']}"] == "cached"
+    assert kinds[f"n{by_label['D']}"] == "cached" and kinds[f"n{by_label['C']}"] == "cached"
     g = viz.radix_tree_graph(r3, frames[3].caption)
     src = g.source
-    a, r3node, c = (_node(src, f"n{by_label[k]}") for k in ("A", "R3", "C"))
+    a, r3node, c = (_node(src, f"n{by_label[k]}") for k in ("A", "E", "C"))
     assert f'fillcolor="{HIT}"' in a and "[A]" in a and "26 tok" in a and "lock 0" in a and "t=" in a
     assert f'fillcolor="{MISS}"' in r3node and "发票怎么开" in r3node
     assert 'fillcolor="#ffffff"' in c and "dashed" in c  # unlocked: evictable
@@ -58,7 +102,7 @@ def test_r4_matches_whole_history(frames):
     r4 = frames[4].snapshot
     by_label = {v: k for k, v in r4.node_labels.items()}
     assert r4.hit == {by_label[k] for k in ("A", "B", "C")}
-    assert r4.miss == {by_label["R4"]}
+    assert r4.miss == {by_label["F"]}
     svg = viz.radix_tree_graph(r4).pipe(format="svg", encoding="utf-8")
     assert svg.lstrip().startswith("<?xml") and "人工呢" in svg
 
@@ -82,12 +126,20 @@ def test_event_frames_show_match_insert_and_evicted_nodes():
     fr = viz.radix_event_frames(rec, char_detokenize)
     assert len(rec.snapshots) == len(rec.events) + 1
     # frames are found by what they show: the stepper numbers them 1..N, captions carry no event number
-    assert not any(f.caption.startswith("#") for f in fr)
+    assert not any(re.search(r"#\d", f.caption) for f in fr)
     steps = [f.extra["event"] for f in fr]
-    assert steps == sorted(set(steps)) and all(rec.events[i].kind in viz.radix_view._TREE_EVENTS for i in steps)
-    match = next(f for f in fr if f.caption.startswith("R2: matched 6 of 11"))
-    assert rec.events[match.extra["event"]].kind == "match"
-    assert len(match.snapshot.hit) == 1
+    assert len(steps) == len(set(steps)) and all(rec.events[i].kind in viz.radix_view._TREE_EVENTS for i in steps)
+    match = next(i for i, f in enumerate(fr) if f.caption.startswith("R2: matched 6 of 11"))
+    assert rec.events[fr[match].extra["event"]].kind == "match"
+    assert len(fr[match].snapshot.hit) == 1
+    # the split that match causes comes right after it, never before
+    assert "the match ends inside node 1, after 6 of its 12 tokens" in fr[match].caption
+    assert fr[match + 1].caption.startswith("R2: split node 1 after 6 tokens")
+    assert not any("split" in f.caption for f in fr[:match])
+    before, after = fr[match].snapshot.snapshot, fr[match + 1].snapshot.snapshot
+    assert len(after.nodes) == len(before.nodes) + 1  # the match is drawn on the tree before the split
+    labels = [n["label"] for n in viz.radix_tree_data(fr[match + 1].snapshot)["nodes"][1:]]
+    assert any(lab.startswith("[node 1] ") for lab in labels)  # the node the captions name is labelled
     ev = next(f for f in fr if "evicted" in f.caption)
     gone = {n.tokens for n in ev.snapshot.evicted}
     assert gone == {tuple(char_tokenize("world!")), tuple(char_tokenize("there"))}
@@ -135,6 +187,10 @@ def test_stepper_over_radix_frames_and_integrity(frames):
         viz.check_radix_snapshot(bad)
 
 
+def _node_attr(src: str, name: str) -> float:
+    return float(re.search(r"\tnode \[[^]]*\b" + name + r"=([0-9.]+)", src).group(1))
+
+
 def test_classroom_graph_bigger(frames):
     viz.classroom(False)
     small = viz.radix_tree_graph(frames[1].snapshot).source
@@ -143,7 +199,25 @@ def test_classroom_graph_bigger(frames):
         big = viz.radix_tree_graph(frames[1].snapshot).source
     finally:
         viz.classroom(False)
-    assert "fontsize=12" in small and "fontsize=24" in big and "penwidth=4.5" in big
+    assert _node_attr(big, "fontsize") > _node_attr(small, "fontsize")
+    assert _node_attr(big, "penwidth") > _node_attr(small, "penwidth")
+
+
+def test_stepper_tree_fits_the_output_width(frames):
+    """The tree is never clipped: every frame's SVG scales to 100% of the output width (up
+    to its drawn width), with a viewBox holding every node, R4's node [F] included."""
+    s = viz.radix_stepper(frames, static=False)
+    for i in range(len(frames)):
+        s.go(i)
+        html_ = s._html.value
+        tag = re.search(r"<svg\b[^>]*>", html_).group(0)
+        assert 'width="100%"' in tag and "max-width:" in tag and "height=" not in tag.replace("height:auto", "")
+        assert "viewBox=" in tag and not html_.lstrip().startswith("<?xml")
+    assert "人工呢" in s._html.value  # the rightmost node, [F], is in the picture
+    assert viz.radix_view.fit_svg('<svg width="10pt" height="5pt" viewBox="0 0 10 5"/>') == (
+        '<svg width="100%" style="max-width:10pt;height:auto" viewBox="0 0 10 5"/>')
+    with pytest.raises(ValueError):
+        viz.radix_view.fit_svg("<p>no svg</p>")
 
 
 def test_radix_pool_on_the_memory_map():
@@ -167,8 +241,9 @@ def test_static_display_of_radix_and_translation(monkeypatch, frames):
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
     viz.radix_stepper(frames, static=True)._ipython_display_()
-    assert [type(o).__name__ for o in shown] == ["HTML", "SVG"]
-    assert "人工呢" not in shown[1].data and "warm-up" in shown[1].data  # first frame
+    assert [type(o).__name__ for o in shown] == ["HTML", "HTML"]  # caption, then the fitted SVG
+    assert "<svg" in shown[1].data and 'width="100%"' in shown[1].data
+    assert "人工呢" not in shown[1].data and "after warm&#45;up" in shown[1].data  # the first frame
     shown.clear()
     viz.TranslationWidget(static=True)._ipython_display_()
     assert [type(o).__name__ for o in shown] == ["HTML", "Figure"]

@@ -2,20 +2,28 @@
 
     paged_gather_kernel   a Triton kernel: the paged kernel's block loop (gather K rows)
     paged_decode_torch    decode attention for one sequence through its block table (plain torch)
+    kernel_tiles          the kernel's loop bounds: which logical blocks each split reads, tile by tile
 
-Both need torch (and the first Triton): they import them inside the function, so
+The first two need torch (and the first Triton): they import them inside the function, so
 ``import kvlab.check`` stays light. The expected outputs are the kernels' torch references
-(:mod:`kvlab.kernels.reference`). Mirrors no vLLM or SGLang file (exercises); the kernel it
-grades is a piece of vLLM's ``paged_attention`` / ``kvlab.kernels.paged_decode``.
+(:mod:`kvlab.kernels.reference`) and, for ``kernel_tiles``, the kernel view's
+``kernel_access_order``. Each FAIL names the common mistake when the answer is exactly what
+that mistake gives. Mirrors no vLLM or SGLang file (exercises); the kernel it grades is a
+piece of vLLM's ``paged_attention`` / ``kvlab.kernels.paged_decode``.
+
+Example:
+    >>> kernel_tiles(lambda n, bs, tile, s: [[[0, 1], [2, 3]], [[4]]], verbose=False).passed   # one case right only
+    False
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from ..memory.block_table import blocks_needed
+from .diagnose import mistake_runner
 from .harness import Checker, CheckResult, Raised, call_in_place
 
-__all__ = ["paged_gather_kernel", "paged_decode_torch"]
+__all__ = ["paged_gather_kernel", "paged_decode_torch", "kernel_tiles"]
 
 
 def _gather_cases() -> list[tuple[int, int, int, int, int]]:
@@ -71,8 +79,37 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
             if guard_hit:
                 parts.append(f"wrote past context_len into rows {guard_hit[:4]}")
             actual = "; ".join(parts)
-        c.record(label, expected, actual, passed=not bad_rows and not guard_hit)
+        c.record(label, expected, actual, passed=not bad_rows and not guard_hit,
+                 note=_gather_note(got, cache, want, table, n, bs, tile, bad_rows, guard_hit))
     return c.done()
+
+
+def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: list[int],
+                 guard_hit: list[int]) -> str:
+    """What a wrong gather kernel did, from what it wrote ('' when it is not one of the usual)."""
+    import torch
+
+    if not bad_rows and not guard_hit:
+        return ""
+    if guard_hit:
+        return "a store without the mask wrote past context_len: mask every tl.store with valid"
+    flat = cache.reshape(-1, cache.shape[-1])                      # (num_blocks * bs, head_dim): one row a slot
+
+    def rows_are(slot_of) -> bool:
+        slots = [slot_of(i) for i in bad_rows]
+        return all(0 <= x < flat.shape[0] for x in slots) and all(
+            torch.allclose(got[i], flat[x]) for i, x in zip(bad_rows, slots))
+
+    canary = [bool(torch.all(got[i] == -7.0)) for i in bad_rows]
+    if all(canary) and len(bad_rows) == n:
+        return "nothing was written (every row still holds the canary -7): load the K rows and tl.store them"
+    if all(canary) and min(bad_rows) >= tile:
+        return "only the first tile was written: every iteration of the loop must store its tile"
+    if rows_are(lambda i: i):
+        return "rows were read from slot pos, not through the block table: physical = block_table[pos // BLOCK_SIZE]"
+    if rows_are(lambda i: int(table[i // bs]) * bs + i // bs):
+        return "the offset inside the block is pos % BLOCK_SIZE (not pos // BLOCK_SIZE)"
+    return ""
 
 
 def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -115,7 +152,125 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         ok = torch.allclose(got.float(), want, atol=1e-4, rtol=1e-4)
         act_s = f"out[0,:3] = {[round(x, 4) for x in got[0, :3].float().tolist()]}"
+        note = ""
         if not ok:
             act_s += f" (max |diff| {float((got.float() - want).abs().max()):.3g})"
-        c.record(label, exp_s, act_s, passed=bool(ok))
+            note = _close_to_mistake(got.float(), _decode_mistakes(paged_decode_attention_ref, h, kvh, bs),
+                                     q[None], k_cache, v_cache, table, n, scale)
+        c.record(label, exp_s, act_s, passed=bool(ok), note=note)
+    return c.done()
+
+
+def _decode_mistakes(ref: Callable, heads: int, kv_heads: int, block_size: int) -> list[tuple[str, Callable]]:
+    """Plausible wrong answers of paged_decode_torch, each as the reference on changed inputs."""
+    import torch
+
+    def run(q, k, v, table, n, scale):
+        return ref(q, k, v, table[None], torch.tensor([n]), scale=scale)[0]
+
+    modulo = [h % kv_heads for h in range(heads)]      # query head h -> KV head h % kv_heads
+    return [
+        ("the scores were not multiplied by scale (softmax(q.K^T * scale))",
+         lambda q, k, v, t, n, s: run(q, k, v, t, n, 1.0)),
+        ("the block table was not used: position pos lives in block block_table[pos // block_size]",
+         lambda q, k, v, t, n, s: run(q, k, v, torch.arange(len(t), dtype=t.dtype), n, s)),
+        ("positions past context_len were attended: the last block may be partial, mask it",
+         lambda q, k, v, t, n, s: run(q, k, v, t, -(-n // block_size) * block_size, s)),
+        ("query head h uses KV head h // (num_heads // num_kv_heads), not h % num_kv_heads",
+         lambda q, k, v, t, n, s: _gqa_modulo(ref, q, k, v, t, n, s, modulo)),
+    ]
+
+
+def _close_to_mistake(got, mistakes: list[tuple[str, Callable]], *args) -> str:
+    """The message of the first mistake whose output on ``args`` is (allclose) ``got``; '' if none."""
+    import torch
+
+    for message, wrong in mistakes:
+        try:
+            if torch.allclose(wrong(*args), got, atol=1e-4, rtol=1e-4):
+                return message
+        except Exception:  # a mistake that cannot run on these inputs says nothing
+            continue
+    return ""
+
+
+def _gqa_modulo(ref: Callable, q, k, v, table, n: int, scale: float, modulo: list[int]):
+    """Attention where query head h reads KV head ``modulo[h]`` (one KV head per query head)."""
+    import torch
+
+    k1, v1 = k[:, :, modulo], v[:, :, modulo]        # (num_blocks, block_size, heads, head_dim)
+    return ref(q, k1, v1, table[None], torch.tensor([n]), scale=scale)[0]
+
+
+# ---------------------------------------------------------------------------- kernel tiles
+def kernel_tiles_reference(context_len: int, block_size: int, tile_tokens: int, num_splits: int) -> list:
+    """The logical blocks each program reads, tile by tile, as the kernel's loop bounds give them
+    (from the kernel view's :func:`~kvlab.viz.kernel_view.kernel_access_order`).
+
+    Example:
+        >>> kernel_tiles_reference(18, 4, 8, 2)
+        [[[0, 1], [2, 3]], [[4]]]
+    """
+    from ..viz.kernel_view import kernel_access_order
+
+    table = list(range(blocks_needed(context_len, block_size)))   # identity: physical = logical
+    out: list[list[list[int]]] = [[] for _ in range(num_splits)]
+    for r in kernel_access_order(table, context_len, block_size, num_splits, tile_tokens):
+        tiles = out[r.split]
+        if len(tiles) <= r.iteration:
+            tiles.append([])
+        tiles[r.iteration].append(r.logical)
+    return out
+
+
+def _tiles_from(num_tiles: Callable[[int, int], int], per: Callable[[int, int], int], last: bool = True,
+                round_robin: bool = False) -> Callable:
+    """A kernel_tiles with one rule changed (each a plausible mistake)."""
+    def fn(n: int, bs: int, tile: int, splits: int) -> list:
+        t_count = num_tiles(n, tile)
+        p = per(t_count, splits)
+        out: list[list[list[int]]] = [[] for _ in range(splits)]
+        for t in range(t_count):
+            start, end = t * tile, (min((t + 1) * tile, n) if last else (t + 1) * tile)
+            s = t % splits if round_robin else (t // p if p else splits)
+            if s < splits:
+                out[s].append(list(range(start // bs, -(-end // bs))))
+        return out
+    return fn
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+TILE_MISTAKES = dict([
+    ("the last, partial tile is missing: num_tiles = ceil(context_len / tile_tokens), not a floor",
+     _tiles_from(lambda n, t: n // t, _ceil)),
+    ("tiles per program is a ceiling too (ceil(num_tiles / num_splits)): with a floor the last tiles "
+     "are read by nobody, or by a program that does not exist", _tiles_from(_ceil, lambda t, s: max(1, t // s))),
+    ("the last tile reads blocks past the context: it ends at min((t + 1) * tile_tokens, context_len)",
+     _tiles_from(_ceil, _ceil, last=False)),
+    ("programs read contiguous ranges of tiles, not every num_splits-th tile",
+     _tiles_from(_ceil, _ceil, round_robin=True)),
+])
+
+
+def kernel_tiles(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(context_len, block_size, tile_tokens, num_splits) -> list`` (one list per
+    program, its tiles in loop order, each the logical blocks it reads). Expected:
+    :func:`kernel_tiles_reference`; the FAIL names the mistake when the answer is exactly one
+    of :data:`TILE_MISTAKES`."""
+    import random
+
+    cases = [(18, 4, 8, 2), (18, 4, 4, 1), (5, 4, 4, 4), (1, 4, 64, 2), (64, 4, 64, 2), (65, 4, 64, 2),
+             (300, 16, 64, 2), (300, 16, 64, 3), (37, 4, 4, 3), (100, 2, 8, 5), (30, 4, 64, 1), (7, 1, 2, 3)]
+    rng = random.Random(5)
+    for _ in range(6):
+        bs = rng.choice([1, 2, 4, 8, 16])
+        cases.append((rng.randint(1, 200), bs, bs * rng.choice([1, 2, 4]), rng.randint(1, 5)))
+    cmp = lambda e, a: isinstance(a, (list, tuple)) and [[list(t) for t in p] for p in a] == e  # noqa: E731
+    c = Checker("kernel_tiles", fn, reference=kernel_tiles_reference, verbose=verbose, compare=cmp)
+    run = mistake_runner(c, TILE_MISTAKES)
+    for n, bs, tile, splits in cases:
+        run(f"context_len {n}, block_size {bs}, tile_tokens {tile}, num_splits {splits}", n, bs, tile, splits)
     return c.done()

@@ -4,7 +4,9 @@
     sampling_blocks   blocks used by parallel sampling, with and without sharing
 
 The expected results are measured on the real :class:`kvlab.memory.block_manager.BlockManager`
-(``append``, ``fork``). Mirrors no vLLM or SGLang file (exercises).
+(``append``, ``fork``). A failing state lists only the fields that differ, and each FAIL names
+the common mistake when it recognises it (a shared block written in place, a reference not
+dropped, a full block copied...). Mirrors no vLLM or SGLang file (exercises).
 
 Example:
     >>> sampling_blocks(lambda p, n, g, bs: (0, 0), verbose=False).passed
@@ -19,6 +21,7 @@ from typing import Any, Callable
 from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.block_table import blocks_needed
+from .diagnose import mistake_runner, shared_block_written, swapped
 from .harness import Checker, CheckResult, Raised, Raises, call_in_place, same_outcome
 
 __all__ = ["cow_append", "sampling_blocks"]
@@ -91,7 +94,7 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
     m.fork("A", "B")
     scenarios.append(("no free block left (must raise OutOfBlocks)", m, "B"))
 
-    c = Checker("cow_append", fn, verbose=verbose)
+    c = Checker("cow_append", fn, verbose=verbose, diagnose=[_cow_mistake, shared_block_written])
     for label, m, seq in scenarios:
         before = _cow_state(m, seq)
         mine = copy.deepcopy(before)
@@ -112,6 +115,27 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
         actual = dict(copies=[tuple(x) for x in got] if isinstance(got, (list, tuple)) else got, **mine)
         c.record(label, expected, actual)
     return c.done()
+
+
+def _cow_mistake(expected: Any, actual: Any) -> str | None:
+    """The usual copy-on-write mistakes, read from the expected and actual states."""
+    if not (isinstance(expected, dict) and isinstance(actual, dict)):
+        return None
+    e_cp, a_cp = expected.get("copies"), actual.get("copies")
+    if not isinstance(a_cp, list):
+        return "return the list of copies to do: [] or [(src, dst)]"
+    et, at, free = expected["block_table"], actual.get("block_table", []), expected["free_blocks"]
+    if not e_cp and a_cp:
+        if len(at) < len(et):
+            return "the last block was full: it is never written again, so take a fresh block (no copy)"
+        return "the last block had no other holder: the last holder writes in place, no copy"
+    if e_cp and a_cp and at == et:
+        src = e_cp[0][0]
+        if actual["ref_count"][src] == expected["ref_count"][src] + 1:
+            return f"the copied block P{src} kept its reference: drop one (ref_count[src] -= 1)"
+    if free and at and et and at[-1] != et[-1] and at[-1] == free[-1]:
+        return "take the FIRST free block (free_blocks.pop(0)), not the last"
+    return None
 
 
 # ----------------------------------------------------------------- memory saved by sharing
@@ -154,7 +178,23 @@ def sampling_blocks(fn: Callable, verbose: bool = True) -> CheckResult:
     for _ in range(4):
         cases_in.append((rng.randint(1, 60), rng.randint(1, 8), rng.randint(0, 40), rng.choice([2, 4, 8, 16])))
     c = Checker("sampling_blocks", fn, reference=measured_sampling_blocks, verbose=verbose,
-                compare=lambda e, a: isinstance(a, (tuple, list)) and tuple(a) == tuple(e))
+                compare=lambda e, a: isinstance(a, (tuple, list)) and tuple(a) == tuple(e),
+                diagnose=[lambda e, a: swapped(e, a, ("without sharing", "with sharing"))])
+    run = mistake_runner(c, SAMPLING_MISTAKES)
     for p, n, g, bs in cases_in:
-        c.run(f"prompt {p}, {n} samples, {g} new tokens each, block_size {bs}", p, n, g, bs)
+        run(f"prompt {p}, {n} samples, {g} new tokens each, block_size {bs}", p, n, g, bs)
     return c.done()
+
+
+def _with_sharing(p: int, n: int, g: int, bs: int, shared: int) -> tuple[int, int]:
+    """(without, with) sharing when ``shared`` prompt blocks stay shared and the rest is per sample."""
+    alone = blocks_needed(p + g, bs)
+    return n * alone, shared + n * (alone - shared)
+
+
+SAMPLING_MISTAKES = dict([
+    ("when no token is generated nothing is copied yet: every block is still shared (gen_len == 0)",
+     lambda p, n, g, bs: _with_sharing(p, n, g, bs, p // bs)),
+    ("the partial last prompt block does not stay shared: every sample but one copies it when it writes",
+     lambda p, n, g, bs: _with_sharing(p, n, g, bs, blocks_needed(p, bs))),
+])

@@ -1,11 +1,14 @@
 """Checkers for lesson 07 (RadixAttention): the longest prefix match, and what a radix cache saves.
 
-    match_prefix     longest prefix match (最长前缀匹配) on a small radix tree
-    prefill_tokens   tokens each request must prefill with a radix cache
+    match_prefix       longest prefix match (最长前缀匹配) on a small radix tree
+    prefill_tokens     tokens each request must prefill with a radix cache
+    block_hash_reuse   tokens each request reuses with vLLM's block-hash prefix cache
 
 The trees are built, and the expected numbers measured, by serving requests through the real
-request cycle (:class:`kvlab.reuse.cache_manager.CacheManager`, :func:`serve_request`).
-Mirrors no vLLM or SGLang file (exercises); the tree is SGLang's ``RadixCache``.
+request cycle (:class:`kvlab.reuse.cache_manager.CacheManager`, :func:`serve_request`) and
+vLLM's (:class:`kvlab.reuse.block_hash_cache.BlockHashCache`). Each FAIL names the common
+mistake when the answer is exactly what that mistake gives. Mirrors no vLLM or SGLang file
+(exercises); the tree is SGLang's ``RadixCache``, the hash cache vLLM v1's prefix caching.
 
 Example:
     >>> prefill_tokens(lambda prompts: [len(p) for p in prompts], verbose=False).passed   # no reuse
@@ -18,11 +21,14 @@ from typing import Callable
 
 from ..lessons.four_requests import FOUR_REQUEST_TEXTS as T
 from ..lessons.four_requests import char_tokenize
+from ..memory.block_table import blocks_needed
+from ..reuse.block_hash_cache import BlockHashCache
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache
-from .harness import Checker, CheckResult, call_in_place, same_outcome
+from .diagnose import matching_mistake, radix_granularity
+from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
 
-__all__ = ["match_prefix", "prefill_tokens"]
+__all__ = ["match_prefix", "prefill_tokens", "block_hash_reuse"]
 
 
 def _random_tree(rng: random.Random, num_seqs: int, alphabet: int, max_len: int) -> tuple[RadixCache, list[list[int]]]:
@@ -38,6 +44,17 @@ def _random_tree(rng: random.Random, num_seqs: int, alphabet: int, max_len: int)
             serve_request(cm, s)
             seqs.append(s)
     return cm.tree, seqs
+
+
+def related_prompts(rng: random.Random, count: int, alphabet: int, max_new: int) -> list[list[int]]:
+    """``count`` random prompts over ``alphabet`` token ids; most start with a cut of an earlier
+    one (so they share prefixes) and add 1 to ``max_new`` tokens of their own."""
+    ps: list[list[int]] = []
+    for _ in range(count):
+        base = rng.choice(ps) if ps and rng.random() < 0.7 else []
+        cut = rng.randint(0, len(base))
+        ps.append(base[:cut] + [rng.randrange(alphabet) for _ in range(rng.randint(1, max_new))])
+    return ps
 
 
 def match_prefix(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -116,14 +133,106 @@ def prefill_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
     ]
     rng = random.Random(7)
     for i in range(4):
-        ps: list[list[int]] = []
-        for _ in range(6):
-            base = rng.choice(ps) if ps and rng.random() < 0.7 else []
-            cut = rng.randint(0, len(base))
-            ps.append(base[:cut] + [rng.randrange(3) for _ in range(rng.randint(1, 6))])
-        cases.append((f"random prompts {i}", ps))
+        cases.append((f"random prompts {i}", related_prompts(rng, 6, alphabet=3, max_new=6)))
     c = Checker("prefill_tokens", fn, reference=served_prefill_tokens, verbose=verbose,
                 compare=lambda e, a: isinstance(a, (list, tuple)) and list(a) == e)
     for label, ps in cases:
         c.run(f"{label}: lengths {[len(p) for p in ps]}", ps)
+    return c.done()
+
+
+# -------------------------------------------------------------------------- block-hash reuse
+def hashed_reuse(prompts: list[list[int]], block_size: int) -> list[int]:
+    """Tokens each prompt reuses when served in order by vLLM's cycle on a
+    :class:`BlockHashCache` big enough that nothing is evicted: match (whole cached blocks,
+    leaving at least one token to compute), allocate, cache the full blocks, free.
+
+    Example:
+        >>> hashed_reuse([[1, 2, 3, 4, 5], [1, 2, 3, 4, 9], [1, 2, 3, 4]], block_size=2)
+        [0, 4, 2]
+    """
+    pc = BlockHashCache(sum(blocks_needed(len(p), block_size) for p in prompts) + 1, block_size)
+    out = []
+    for i, p in enumerate(prompts):
+        m = pc.match_for_prefill(p, f"P{i}")
+        table = pc.allocate(len(p), m, f"P{i}")
+        pc.cache_full_blocks(p, table, f"P{i}", m.block_hashes)
+        pc.free_blocks(table, f"P{i}")
+        out.append(m.prefix_len)
+    pc.check_integrity()
+    return out
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _reuse_by(rule: str) -> Callable:
+    """block_hash_reuse with one rule changed (each a plausible mistake)."""
+    def fn(prompts: list[list[int]], bs: int) -> list[int]:
+        out, seen = [], []
+        for p in prompts:
+            earlier = seen[-1:] if rule == "previous" else seen
+            limit = len(p) if rule == "no_cap" else len(p) - 1
+            if rule == "content":  # leading blocks whose tokens appear as some earlier block, anywhere
+                blocks = {tuple(q[i:i + bs]) for q in seen for i in range(0, len(q) // bs * bs, bs)}
+                n = 0
+                while n + bs <= limit and tuple(p[n:n + bs]) in blocks:
+                    n += bs
+            else:  # the prefix shared with the cached (full-block) part of an earlier prompt
+                lcp = max((_common(p, q[:len(q) // bs * bs]) for q in earlier), default=0)
+                k = -(-lcp // bs) if rule == "ceil" else lcp // bs
+                n = min(k, limit // bs) * bs
+            out.append(n)
+            seen.append(list(p))
+        return out
+    return fn
+
+
+REUSE_MISTAKES = dict([
+    ("a fully cached prompt still computes its last token: reuse at most len(prompt) - 1 tokens, "
+     "rounded down to whole blocks", _reuse_by("no_cap")),
+    ("a block is reused only if every block before it matches too (the chained hash): the same tokens "
+     "after a different prefix have other K/V", _reuse_by("content")),
+    ("the cache holds the blocks of every earlier prompt, not only the previous one's", _reuse_by("previous")),
+    ("only full blocks are cached: round the match down to whole blocks, not up", _reuse_by("ceil")),
+])
+
+
+def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(prompts, block_size) -> list[int]``: tokens each prompt (served in order)
+    reuses from vLLM's block-hash prefix cache, which keeps every served prompt's full blocks.
+    Expected: :func:`hashed_reuse` on the real :class:`BlockHashCache`."""
+    sys_, shots = char_tokenize(T["A"]), char_tokenize(T["B"])
+    cases = [
+        ("one prompt", [list(range(10))], 4),
+        ("same prompt twice (the last token is computed)", [list(range(8)), list(range(8))], 4),
+        ("shares 6 tokens: one whole block of 4", [list(range(1, 13)), [1, 2, 3, 4, 5, 6] + [0] * 6], 4),
+        ("shares with an older prompt", [[5, 6, 7, 8, 9], [1, 2, 3, 4], [5, 6, 7, 8, 1]], 2),
+        ("the same block after a different prefix", [[1, 2, 3, 4, 7, 8], [9, 9, 3, 4, 7, 8]], 2),
+        ("an earlier block's tokens again, at other places", [[1, 2, 5, 5, 5], [1, 2, 1, 2, 1, 2, 9]], 2),
+        ("the notes' R1, R2, R3 (chars, blocks of 16)", [sys_ + shots + char_tokenize(T[r]) for r in ("R1", "R2", "R3")], 16),
+        ("a prompt shorter than a block", [[1, 2, 3], [1, 2, 3, 4]], 4),
+        ("no prompts", [], 4),
+    ]
+    rng = random.Random(17)
+    for i in range(4):
+        cases.append((f"random prompts {i}", related_prompts(rng, 6, alphabet=3, max_new=9), rng.choice([2, 3, 4])))
+    cmp = lambda e, a: isinstance(a, (list, tuple)) and list(a) == e  # noqa: E731
+    c = Checker("block_hash_reuse", fn, verbose=verbose, compare=cmp)
+    for label, ps, bs in cases:
+        label = f"{label}: block_size {bs}, lengths {[len(p) for p in ps]}"
+        expected = call(hashed_reuse, ps, bs)
+        if c.unusable(label, expected):
+            continue
+        got = call(fn, ps, bs)
+        ok = same_outcome(expected, got, cmp)
+        note = ""
+        if not ok and not isinstance(got, Raised):
+            got = list(got) if isinstance(got, tuple) else got
+            note = radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
+        c.record(label, expected, got, passed=ok, note=note)
     return c.done()

@@ -2,10 +2,13 @@
 
     lru_evict      the nodes LRU eviction removes, in order (unlocked leaves only)
     inc_lock_ref   lock a path of the tree (lock references), returning the evictable change
+    admit_plan     does a new request fit, and how many tokens must be evicted for it
 
-The expected answers are :meth:`RadixCache.evict` and :meth:`RadixCache.inc_lock_ref` on a
-copy of the same tree. Mirrors no vLLM or SGLang file (exercises); the rules are SGLang's
-``RadixCache.evict`` / ``inc_lock_ref``.
+The expected answers are :meth:`RadixCache.evict`, :meth:`RadixCache.inc_lock_ref` and
+:meth:`CacheManager.admit` on a copy of the same tree or cache. State failures list only the
+nodes that differ; each FAIL names the common mistake when the answer is exactly what that
+mistake gives. Mirrors no vLLM or SGLang file (exercises); the rules are SGLang's
+``RadixCache.evict`` / ``inc_lock_ref`` and its scheduler's admission check.
 
 Example:
     >>> lru_evict(lambda root, num_tokens: [], verbose=False).passed   # evicts nothing
@@ -19,9 +22,11 @@ from typing import Callable
 
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache, TreeNode
+from .diagnose import matching_mistake
 from .harness import Checker, CheckResult, Raised, call_in_place, same_outcome
+from .l07_radix import related_prompts
 
-__all__ = ["lru_evict", "inc_lock_ref"]
+__all__ = ["lru_evict", "inc_lock_ref", "admit_plan"]
 
 
 def _pressure_tree(seed: int) -> tuple[RadixCache, list[TreeNode]]:
@@ -109,7 +114,7 @@ def inc_lock_ref(fn: Callable, verbose: bool = True) -> CheckResult:
         for node_id in rng.sample(ids, k=min(3, len(ids))) + ([0] if seed == 0 else []):
             ref, mine = copy.deepcopy(cache), copy.deepcopy(cache)
             delta = ref.inc_lock_ref(_find(ref, node_id))
-            expected = {"returned": delta, "lock_ref": {n: s[1] for n, s in _tree_state(ref).items()}}
+            expected = {"returned": delta, **_locks(ref)}
             label = f"tree {seed} ({cache.num_nodes} nodes), lock node {node_id}" + (" (the root)" if node_id == 0 else "")
             if c.unusable(label, expected):
                 continue
@@ -117,5 +122,149 @@ def inc_lock_ref(fn: Callable, verbose: bool = True) -> CheckResult:
             if isinstance(got, Raised):
                 c.record(label, expected, got)
                 continue
-            c.record(label, expected, {"returned": got, "lock_ref": {n: s[1] for n, s in _tree_state(mine).items()}})
+            c.record(label, expected, {"returned": got, **_locks(mine)}, note=_lock_note(expected, got, _locks(mine)))
+    return c.done()
+
+
+def _locks(cache: RadixCache) -> dict:
+    """Every node's lock_ref as its own field, so a failure lists only the nodes that differ."""
+    return {f"node {n} lock_ref": st[1] for n, st in _tree_state(cache).items()}
+
+
+def _lock_note(expected: dict, returned: object, locks: dict) -> str:
+    """The usual inc_lock_ref mistakes, from what the learner's version did to the tree."""
+    wrong = [k for k in expected if k != "returned" and expected[k] != locks.get(k)]
+    if "node 0 lock_ref" in wrong:
+        return "the root was locked too: stop below it (while node.parent is not None)"
+    if wrong and all(locks[k] < expected[k] for k in wrong):
+        return "not every node up the path was locked: walk up through node.parent to the root's child"
+    if not wrong and isinstance(returned, int) and returned == -expected["returned"] != 0:
+        return "the sign: locking takes tokens away from the evictable size (a negative change)"
+    if not wrong and isinstance(returned, int) and returned < expected["returned"]:
+        return "nodes that were already locked were already protected: only 0 -> 1 changes the evictable size"
+    return ""
+
+
+# -------------------------------------------------------------------------- admission plan
+def _nodes_below(root: TreeNode) -> list[TreeNode]:
+    out, stack = [], list(root.children.values())
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n.children.values())
+    return out
+
+
+def _plan_by(rule: str):
+    """admit_plan with one rule changed (each a plausible mistake; "right" changes none)."""
+    def fn(root: TreeNode, tokens: list[int], num_free: int):
+        limit = len(tokens) if rule == "no_cap" else len(tokens) - 1
+        node, pos, path = root, 0, []                       # path: (node, its tokens matched)
+        while pos < limit:
+            child = node.children.get(tokens[pos])
+            if child is None:
+                break
+            k = 0
+            while k < len(child.key) and pos + k < limit and child.key[k] == tokens[pos + k]:
+                k += 1
+            path.append((child, k))
+            pos += k
+            if k < len(child.key):
+                break
+            node = child
+        need = len(tokens) - (0 if rule == "no_prefix" else pos)
+        evictable = sum(len(n.key) for n in _nodes_below(root) if n.lock_ref == 0)
+        if rule != "no_lock":
+            evictable -= sum(len(n.key) if rule == "whole_node" else k for n, k in path if n.lock_ref == 0)
+        if need <= num_free:
+            return (pos, 0)
+        if rule != "partial" and need > num_free + evictable:
+            return None
+        return (pos, need if rule == "evict_need" else need - num_free)
+    return fn
+
+
+ADMIT_MISTAKES = dict([
+    ("the request locks its matched prefix before anything is evicted: those tokens cannot be evicted "
+     "to make room for it", _plan_by("no_lock")),
+    ("a fully cached prompt still computes its last token: match at most len(tokens) - 1 tokens", _plan_by("no_cap")),
+    ("evict only what the free slots do not cover (need - num_free)", _plan_by("evict_need")),
+    ("a match that ends inside a node locks only its matched part (the node is split there); the rest "
+     "stays evictable", _plan_by("whole_node")),
+    ("when even every unlocked token is not enough, nothing is evicted: the request waits (None)",
+     _plan_by("partial")),
+    ("the matched prefix needs no new slots: need = len(tokens) - prefix_len", _plan_by("no_prefix")),
+])
+
+
+def _admission_cases() -> list[tuple[str, CacheManager, list[int]]]:
+    """(label, cache, tokens): hand-made trees first (each mistake shows on one), then random ones."""
+    out = []
+    for pool in (20, 14):
+        cm = CacheManager(pool, block_size=1)
+        for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 9, 9, 9]):
+            serve_request(cm, seq)
+        tree = f"tree [1 2 3]->{{[4 5 6], [7 8]}}, [9 9 9 9]; {cm.allocator.num_free_blocks} free"
+        for tokens in ([1, 2, 3, 7, 8, 10, 11], [1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8] + list(range(20, 26)),
+                       [1, 2, 3, 7, 8] + list(range(20, 30)), [1, 2, 3, 4] + list(range(20, 29)),
+                       list(range(20, 34)), list(range(20, 40)), [5]):
+            out.append((f"{tree}: tokens {tokens}", cm, tokens))
+    cm = CacheManager(14, block_size=1)
+    for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 9, 9, 9]):
+        serve_request(cm, seq)
+    cm.admit("running", [9, 9, 9, 9, 5])                         # a running request locks [9 9 9 9]
+    for tokens in ([9, 9, 9, 9, 6], [1, 2, 3] + list(range(20, 30)), list(range(20, 30))):
+        out.append((f"same tree, [9 9 9 9] locked by a running request, 1 free: tokens {tokens}", cm, tokens))
+    rng = random.Random(8)
+    for seed in range(6):
+        seqs = related_prompts(rng, rng.randint(3, 6), alphabet=4, max_new=6)
+        cm = CacheManager(sum(map(len, seqs)) + rng.randint(2, 6), block_size=1)
+        for q in seqs:
+            serve_request(cm, q)
+        if rng.random() < 0.6:
+            s = rng.choice(seqs)
+            cm.admit("running", s[: rng.randint(1, len(s))] + [7])
+        for _ in range(3):
+            s = rng.choice(seqs)
+            tokens = s[: rng.randint(1, len(s))] + [rng.randrange(4, 8) for _ in range(rng.randint(0, 8))]
+            out.append((f"random cache {seed} ({cm.tree.num_nodes} nodes, {cm.allocator.num_free_blocks} free): "
+                        f"tokens {tokens}", cm, tokens))
+    return out
+
+
+def admit_reference(cm: CacheManager, tokens: list[int]) -> tuple[int, int] | None:
+    """What :meth:`CacheManager.admit` does on a copy of ``cm``: None (does not fit), or
+    (prefix_len, tokens the tree was asked to evict)."""
+    c = copy.deepcopy(cm)
+    start = len(c.log)
+    a = c.admit("new request", tokens)
+    if a is None:
+        return None
+    asked = [e.detail["requested"] for e in list(c.log)[start:] if e.kind == "evict"]
+    c.check_integrity()
+    return (a.prefix_len, asked[0] if asked else 0)
+
+
+def admit_plan(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(root, tokens, num_free) -> None | (prefix_len, tokens_to_evict)`` (block size 1):
+    does a new request fit, and how much must the tree evict for it. Expected:
+    :func:`admit_reference`, ``CacheManager.admit`` on a copy of the same cache; the tree must be
+    unchanged afterwards."""
+    c = Checker("admit_plan", fn, verbose=verbose,
+                compare=lambda e, a: (e is None and a is None) or (isinstance(a, (tuple, list)) and tuple(a) == e))
+    for label, cm, tokens in _admission_cases():
+        expected = admit_reference(cm, tokens)
+        if c.unusable(label, expected):
+            continue
+        mine = copy.deepcopy(cm)
+        before = _tree_state(mine.tree)
+        got = call_in_place(fn, mine.tree.root, list(tokens), mine.allocator.num_free_blocks)
+        changed = _tree_state(mine.tree) != before
+        ok = same_outcome(expected, got, c.compare) and not changed
+        note = "...but it changed the tree" if changed else ""
+        if not ok and not note:
+            answer = tuple(got) if isinstance(got, list) else got
+            note = matching_mistake(answer, ADMIT_MISTAKES, cm.tree.root, list(tokens), cm.allocator.num_free_blocks,
+                                    expected=expected)
+        c.record(label, expected, got, passed=ok, note=note)
     return c.done()

@@ -8,19 +8,28 @@ the tiles are cut into ``num_splits`` contiguous ranges, each read by its own pr
 in parallel; a second kernel combines the partial results.
 
 This view draws that order over the memory map: the sequence's blocks numbered in read
-order and joined by arrows (one colour per split), the other sequences' blocks faded.
-It needs only the block table (a MemorySnapshot); it imports neither torch nor Triton.
+order and joined by arrows, the other sequences' blocks faded. With split-K each program
+has one colour, used for its blocks, its arrows and its legend entry (never the red of
+"written / read now", which marks the blocks of the current iteration in the stepper).
+The stepper draws only the reads done so far: blocks not read yet are faded and
+unnumbered ("not yet"), and arrows join only blocks already read.
 
 ``tile_tokens``: tokens per loop iteration. The default (``block_size``: one block a
-step) shows the order block by block. The kvlab kernel loads ``max(block_size, 64)``
-tokens per iteration (``kvlab.kernels.paged_decode.tile_tokens``); pass that to see its
-exact grouping. The order of the blocks is the same either way.
+step) is a teaching view that shows the order block by block. The kvlab kernel loads
+``max(block_size, 64)`` tokens per iteration (``kvlab.kernels.paged_decode.tile_tokens``):
+a 30-token context with block size 4 is ONE iteration that reads all 8 blocks at once. Pass
+that value to see its exact grouping; the order of the blocks is the same either way. It
+needs only the block table (a MemorySnapshot); it imports neither torch nor Triton.
+
+Mirrors no vLLM or SGLang file (a picture of ``kernels/paged_decode.py``'s loop).
 
 Example (the notes' table: L0->P3, L1->P7, L2->P1, L3->P5, L4->P9; 18 tokens):
     >>> [(r.logical, r.physical) for r in kernel_access_order([3, 7, 1, 5, 9], 18, 4)]
     [(0, 3), (1, 7), (2, 1), (3, 5), (4, 9)]
     >>> [(r.split, r.iteration, r.physical) for r in kernel_access_order([3, 7, 1, 5, 9], 18, 4, num_splits=2)]
     [(0, 0, 3), (0, 1, 7), (0, 2, 1), (1, 0, 5), (1, 1, 9)]
+    >>> {r.iteration for r in kernel_access_order([3, 7, 1, 5, 9], 18, 4, tile_tokens=64)}   # the real tile
+    {0}
 """
 from __future__ import annotations
 
@@ -29,12 +38,15 @@ from typing import Any, Sequence
 
 from ..memory.snapshot import MemorySnapshot
 from .memory_map import _figure_from_data, grid_layout, memory_map_data, snapshot_ids
-from .palette import assign_colors, source_label, theme
+from .palette import FREE, assign_colors, source_label, theme, tint
 
 __all__ = ["BlockRead", "kernel_access_order", "kernel_access_data", "kernel_access_figure",
-           "kernel_access_frames", "kernel_access_stepper", "SPLIT_COLORS"]
+           "kernel_access_frames", "kernel_access_stepper", "SPLIT_COLORS", "ARROW_COLOR"]
 
-SPLIT_COLORS = ("#000000", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b")
+# One colour per split-K program: mid tones that dark labels stay readable on and lines show on
+# white; none is a request colour, the highlight red, the free grey or a radix green/blue.
+SPLIT_COLORS = ("#e6a100", "#7b86c9", "#c9577b", "#5aa39a", "#a08f5a", "#8f8f8f")
+ARROW_COLOR = "#333333"  # the read order of a single program
 
 
 @dataclass(frozen=True)
@@ -80,38 +92,70 @@ def kernel_access_order(
 
 
 def _fade(hex_color: str) -> str:
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-    return "#" + "".join(f"{round(255 - (255 - v) * 0.3):02x}" for v in (r, g, b))
+    return tint(hex_color, 0.3)
 
 
 def kernel_access_data(
     snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1, tile_tokens: int | None = None,
     iteration: int | None = None, colors: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The memory map's data with ``seq_id``'s blocks numbered in read order (``read k``)
-    and everything else faded; ``reads`` (BlockRead list); ``arrows``: (from block, to
-    block, split) between consecutive reads of one program; ``highlight``: the blocks read
-    in ``iteration`` (all splits in parallel), or none when ``iteration`` is None."""
+    """The memory map's data with ``seq_id``'s blocks numbered in read order and the other
+    sequences' faded. ``iteration`` None: every read; an int: the reads of iterations
+    0..iteration only (the stepper), those of ``iteration`` itself highlighted (all splits in
+    parallel), later ones faded and unnumbered.
+
+    Extra keys: ``reads`` (every BlockRead), ``done`` (those drawn), ``arrows`` ((from block,
+    to block, split) between consecutive drawn reads of one program), ``split_colors`` (split
+    -> colour), ``legend_colors`` (legend entry -> colour, for the figure), ``tile_tokens``.
+    """
     if seq_id not in snapshot.tables:
         raise KeyError(f"unknown sequence {seq_id!r}; live sequences: {sorted(snapshot.tables)}")
     table = snapshot.tables[seq_id]
-    reads = kernel_access_order(table, snapshot.num_tokens[seq_id], snapshot.block_size, num_splits, tile_tokens)
+    tile = snapshot.block_size if tile_tokens is None else tile_tokens
+    reads = kernel_access_order(table, snapshot.num_tokens[seq_id], snapshot.block_size, num_splits, tile)
     n_iter = 1 + max((r.iteration for r in reads), default=-1)
     if iteration is not None and not 0 <= iteration < max(n_iter, 1):
         raise ValueError(f"iteration {iteration} is outside 0..{n_iter - 1}")
+    done = reads if iteration is None else [r for r in reads if r.iteration <= iteration]
     hl = [r.physical for r in reads if r.iteration == iteration]
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = memory_map_data(snapshot, hl, colors, grid_layout(snapshot.num_blocks))
-    mine = {r.physical: k for k, r in enumerate(reads)}
+    own = colors.get(seq_id, d["color"][table[0]] if table else FREE)
+    split_colors = {s: SPLIT_COLORS[s % len(SPLIT_COLORS)] if num_splits > 1 else own for s in range(num_splits)}
+    legend: dict[str, str] = {}
+    drawn, count = {}, [0] * num_splits
+    for r in done:  # each program numbers its own reads
+        count[r.split] += 1
+        drawn[r.physical] = (r, count[r.split])
     for b in range(snapshot.num_blocks):
-        if b in mine:
-            r = reads[mine[b]]
-            d["label"][b] += f"<br><b>read {mine[b] + 1}</b>" + (f" (s{r.split})" if num_splits > 1 else "")
+        if b in drawn:
+            r, k = drawn[b]
+            d["color"][b] = split_colors[r.split]
+            d["label"][b] += f"<br><b>read {k}</b>" + (f" (p{r.split})" if num_splits > 1 else "")
+            name = f"{seq_id}: read by program {r.split} (split {r.split})" if num_splits > 1 else f"{seq_id}: read"
+            legend[name] = split_colors[r.split]
+        elif b in table:
+            d["color"][b] = _fade(own)
+            d["label"][b] += "<br>not yet"
+            legend[f"{seq_id}: not read yet"] = _fade(own)
         elif snapshot.ref_count[b]:
             d["color"][b] = _fade(d["color"][b])
-    arrows = [(a.physical, b.physical, a.split) for a, b in zip(reads, reads[1:]) if a.split == b.split]
-    d.update(reads=reads, arrows=arrows, num_iterations=n_iter, seq_id=seq_id, num_splits=num_splits)
+            who = d["holders"][b][0][0] if d.get("holders") and d["holders"][b] else snapshot.owner[b]
+            legend.setdefault(f"{who} (another sequence)", d["color"][b])
+    arrows = [(a.physical, b.physical, a.split) for a, b in zip(done, done[1:]) if a.split == b.split]
+    d.update(reads=reads, done=done, arrows=arrows, num_iterations=n_iter, seq_id=seq_id, num_splits=num_splits,
+             split_colors=split_colors, legend_colors=_legend_order(legend, d["color"]), tile_tokens=tile)
+    d["legend"] = d["legend_colors"]  # what the figure's legend lists
     return d
+
+
+def _legend_order(legend: dict[str, str], used: list[str]) -> dict[str, str]:
+    """The legend entries, sorted, plus an unnamed entry for any other colour in use (the
+    picture's palette must hold every colour it draws)."""
+    out = dict(sorted(legend.items()))
+    for i, c in enumerate(dict.fromkeys(c for c in used if c != FREE and c not in out.values())):
+        out[f"other block {i + 1}"] = c
+    return out
 
 
 def kernel_access_figure(
@@ -121,14 +165,15 @@ def kernel_access_figure(
     """The read order over the memory map, as a static plotly figure."""
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
-    splits = f", {num_splits} splits (split-K)" if num_splits > 1 else ""
+    splits = f", split-K: {num_splits} programs, one colour each" if num_splits > 1 else ""
     cap = d["caption"] = _caption(d, iteration)
-    fig = _figure_from_data(d, colors, f"Paged decode kernel reading {seq_id}'s blocks{splits}", source_label(source))
+    title = f"Paged decode kernel reading {seq_id}'s blocks, {d['tile_tokens']}-token tiles{splits}"
+    fig = _figure_from_data(d, d["legend_colors"], title, source_label(source))
     th = theme()
     lay = d["layout"]
     shapes, ann = [], []
     for a, b, s in d["arrows"]:  # arcs above the blocks, so the labels stay readable
-        colour = SPLIT_COLORS[s % len(SPLIT_COLORS)]
+        colour = d["split_colors"][s] if num_splits > 1 else ARROW_COLOR
         x0, y0, x1, y1 = d["x"][a], d["y"][a] - 0.45, d["x"][b], d["y"][b] - 0.45
         h = 0.3 + 0.08 * min(abs(x1 - x0) + abs(y1 - y0), 6)
         cx, cy = (x0 + x1) / 2, min(y0, y1) - 2 * h
@@ -145,17 +190,21 @@ def kernel_access_figure(
 
 
 def _caption(d: dict[str, Any], iteration: int | None) -> str:
-    reads = d["reads"]
-    order = " → ".join(f"P{r.physical}" for r in reads)
+    reads, ns = d["reads"], d["num_splits"]
     if iteration is None:
-        return f"{d['seq_id']}: blocks read in block-table order {order}"
+        if ns == 1:
+            return f"{d['seq_id']}: blocks read in block-table order " + " → ".join(f"P{r.physical}" for r in reads)
+        parts = [f"program {s} reads " + " → ".join(f"P{r.physical}" for r in reads if r.split == s)
+                 for s in range(ns) if any(r.split == s for r in reads)]
+        return f"{d['seq_id']}: " + "; ".join(parts) + " (in parallel)"
     parts = []
-    for s in range(d["num_splits"]):
+    for s in range(ns):
         now = [r for r in reads if r.split == s and r.iteration == iteration]
         if now:
-            who = f"program split {s}" if d["num_splits"] > 1 else "the program"
+            who = f"program {s}" if ns > 1 else "the program"
             parts.append(f"{who} reads " + ", ".join(f"L{r.logical}→P{r.physical} ({r.tokens} tok)" for r in now))
-    return f"iteration {iteration + 1}/{d['num_iterations']}: " + "; ".join(parts or ["nothing left to read"])
+    so_far = f"; read so far: {len(d['done'])} of {len(reads)} blocks"
+    return f"iteration {iteration + 1}/{d['num_iterations']}: " + "; ".join(parts or ["nothing left to read"]) + so_far
 
 
 def kernel_access_frames(snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1,

@@ -9,19 +9,29 @@ previous frame are drawn faded where they were.
 Sources of frames:
 * the notes' four-request example (``kvlab.lessons.four_request_example()``): one frame per
   request, captioned in words, e.g. ``"R3: matched 57 tokens (system prompt [A] +
-  few-shot examples [B]), prefilling 5 (R3)"``; see :func:`radix_request_frames`;
+  few-shot examples [B]), prefilling 5 (R3's question [E]: 发票怎么开)"``, a node split
+  named in the caption of the request that caused it, nodes lettered as in the notes'
+  figure ([A] system prompt, [B] few-shot examples, [C] R1's turn, [D] R2, [E] R3, [F] R4),
+  a node's question and answer on separate lines; see :func:`radix_request_frames`;
 * any run on a :class:`~kvlab.reuse.radix_cache.RadixCache`: :class:`RadixRecorder` keeps a
   snapshot after every event (match, split, insert, lock, evict...), and
-  :func:`radix_event_frames` turns them into frames.
+  :func:`radix_event_frames` turns them into frames (a match that splits a node is shown
+  first, then the split it causes).
+
+In the stepper the tree is drawn as an SVG that scales to the output's width
+(:func:`fit_svg`), so a deep tree is never cut off at the right edge.
 
 :func:`radix_tree_graph` renders one tree (any step); :func:`radix_tree_data` is the
-plain data behind it (tests check it and the DOT source, never the SVG bytes).
+plain data behind it (tests check it and the DOT source, never the SVG bytes). The frame
+builders are in :mod:`kvlab.viz.radix_frames` and re-exported here.
 
 Example:
     >>> from kvlab.lessons.four_requests import four_request_example
     >>> frames = radix_request_frames(four_request_example())
     >>> frames[3].caption
-    'R3: matched 57 tokens (system prompt [A] + few-shot examples [B]), prefilling 5 (R3: 发票怎么开)'
+    "R3: matched 57 tokens (system prompt [A] + few-shot examples [B]), prefilling 5 (R3's question [E]: 发票怎么开)"
+    >>> frames[2].caption.split("; ")[1]
+    'its match ended inside node [B+C] after 31 of its 62 tokens, so that node was split into [B] -> [C]'
     >>> g = radix_tree_graph(frames[3].snapshot)
     >>> 'fillcolor="#2ca02c"' in g.source
     True
@@ -29,17 +39,15 @@ Example:
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..lessons.four_requests import char_detokenize, char_tokenize, four_request_example
 from .palette import EVICTED, HIT, MISS, source_label, theme
 
 __all__ = ["RadixState", "check_radix_snapshot", "radix_tree_data", "radix_tree_graph", "radix_request_frames",
-           "RadixRecorder", "radix_event_frames", "radix_stepper", "radix_graph_at", "SEGMENT_WORDS"]
-
-# How captions name the notes' segments.
-SEGMENT_WORDS = {"A": "system prompt [A]", "B": "few-shot examples [B]", "C": "R1's turn [C]"}
+           "RadixRecorder", "radix_event_frames", "radix_stepper", "radix_graph_at", "SEGMENT_WORDS",
+           "NOTES_LETTERS", "fit_svg"]
 
 
 def check_radix_snapshot(snap: Any) -> None:
@@ -83,7 +91,9 @@ def check_radix_snapshot(snap: Any) -> None:
 @dataclass(frozen=True)
 class RadixState:
     """One frame's tree: the snapshot, which nodes matched (hit) or were prefilled now
-    (miss), the nodes evicted since the previous frame (as they were), and text for labels."""
+    (miss), the nodes evicted since the previous frame (as they were), and text for labels.
+    ``answer_at``: node id -> the offset in that node where a cached answer starts (its
+    tokens before are the question), so the label shows the two apart."""
 
     snapshot: Any  # kvlab.reuse.radix_snapshot.RadixSnapshot
     hit: frozenset[int] = frozenset()
@@ -92,6 +102,7 @@ class RadixState:
     node_labels: dict[int, str] = field(default_factory=dict)
     detokenize: Callable[[Sequence[int]], str] | None = None
     title: str = "Radix tree"
+    answer_at: dict[int, int] = field(default_factory=dict)
 
     def check_integrity(self) -> None:
         check_radix_snapshot(self.snapshot)
@@ -132,8 +143,14 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10) -> dict[str, A
         gone = n not in snap.nodes and n in state.evicted
         tag = state.node_labels.get(n.id)
         head = f"[{tag}] " if tag else ""
-        label = (f"{head}{_text(n.tokens, det, max_chars)}\n{len(n.tokens)} tok · lock {n.lock_ref} · "
-                 f"t={n.last_access_time}")
+        k = state.answer_at.get(n.id)
+        if k is None or not 0 <= k < len(n.tokens):
+            text = _text(n.tokens, det, max_chars)
+        elif k == 0:
+            text = f"answer {_text(n.tokens, det, max_chars)}"
+        else:  # a question and the answer cached after it: two lines
+            text = f"{_text(n.tokens[:k], det, max_chars)}\nanswer {_text(n.tokens[k:], det, max_chars)}"
+        label = f"{head}{text}\n{len(n.tokens)} tok · lock {n.lock_ref} · t={n.last_access_time}"
         if gone:
             kind, fill, font, style = "evicted", EVICTED, "#9a9a9a", "filled,dotted"
             label += "\n(evicted)"
@@ -197,166 +214,36 @@ def _legend_row() -> str:
             f'<td bgcolor="{EVICTED}"><font color="#9a9a9a">faded: evicted</font></td></tr>')
 
 
-# ---------------------------------------------------------------------- frames
-def _path_ids(snap: Any, tokens: Sequence[int]) -> list[tuple[int, int, int]]:
-    """Nodes on the path of ``tokens`` from the root: (id, start, end)."""
-    out: list[tuple[int, int, int]] = []
-    parent, pos = 0, 0
-    kids: dict[int, list[Any]] = {}
-    for n in snap.nodes:
-        kids.setdefault(n.parent_id, []).append(n)
-    while pos < len(tokens):
-        # a child on the path: its tokens continue the sequence (the last one may go on past
-        # its end: a prompt ends inside the node that also caches its answer)
-        nxt = next((c for c in kids.get(parent, [])
-                    if tuple(tokens[pos:pos + len(c.tokens)]) == c.tokens[: len(tokens) - pos]), None)
-        if nxt is None:
-            break
-        out.append((nxt.id, pos, pos + len(nxt.tokens)))
-        parent, pos = nxt.id, pos + len(nxt.tokens)
-    return out
+def fit_svg(svg: str) -> str:
+    """An SVG that scales down to its container's width (never wider than drawn, never cut off).
 
+    graphviz writes ``width="Wpt" height="Hpt"`` and a viewBox; the fixed width is what an
+    output area clips. Here the width becomes 100% up to W pt and the height follows (the XML
+    prolog before ``<svg`` is dropped: the result goes inside HTML).
 
-def _words(labels: Sequence[str]) -> str:
-    out: list[str] = []
-    for lab in labels:
-        w = SEGMENT_WORDS.get(lab, lab)
-        if w not in out:
-            out.append(w)
-    return " + ".join(out)
-
-
-def radix_request_frames(records: Sequence[Any] | None = None, title: str = "Radix tree") -> list[Any]:
-    """One frame per request of an example run (default: the notes' four requests).
-
-    ``records``: :class:`~kvlab.lessons.four_requests.ExampleRequest` records
-    (``kvlab.lessons.four_request_example()``, ``multi_turn_example()``). The frame's tree is
-    the cache after the request; the nodes its prompt matched are green, the nodes holding its
-    prefilled suffix (and the answer cached with it) blue; nodes gone since the previous
-    request are shown faded.
+    Example:
+        >>> fit_svg('<svg width="620pt" height="80pt" viewBox="0 0 620 80"><g/></svg>')
+        '<svg width="100%" style="max-width:620pt;height:auto" viewBox="0 0 620 80"><g/></svg>'
     """
-    from .stepper import Frame
-
-    if records is None:
-        records = four_request_example()
-    frames = []
-    prev = None
-    for r in records:
-        snap = r.tree
-        full_path = _path_ids(snap, r.prompt_tokens)
-        hit = {i for i, s, e in full_path if e <= r.matched_len}
-        miss = {i for i, s, e in full_path if s >= r.matched_len}
-        gone = tuple(n for n in (prev.nodes if prev else ()) if n.id not in {m.id for m in snap.nodes})
-        hits = [s.label for s in r.segments if s.hit]
-        misses = [s.label for s in r.segments if not s.hit]
-        miss_text = "".join(s.text for s in r.segments if not s.hit and s.text)
-        cap = f"{r.name}: matched {r.matched_len} tokens" + (f" ({_words(hits)})" if hits else "")
-        cap += f", prefilling {r.prefill_len}"
-        if misses:
-            cap += f" ({_words(misses)}" + (f": {miss_text}" if miss_text and len(miss_text) <= 16 else "") + ")"
-        state = RadixState(snap, frozenset(hit), frozenset(miss - hit), gone, dict(r.node_labels), char_detokenize
-                           if _decodable(r) else None, f"{title} after {r.name}")
-        frames.append(Frame(state, cap))
-        prev = snap
-    return frames
-
-
-def _decodable(record: Any) -> bool:
-    """The records' texts were tokenized one char a token (the default) -> show text."""
-    return tuple(char_tokenize(record.text)) == tuple(record.prompt_tokens)
-
-
-class RadixRecorder:
-    """Keeps ``cache.snapshot()`` after every event of a RadixCache's log (like
-    ``BlockManager(record=True)``): ``events`` and ``snapshots`` (one per event, plus the
-    state when recording began, first). Reads the tree only; it adds a log listener."""
-
-    def __init__(self, cache: Any) -> None:
-        self.cache = cache
-        self.events: list[Any] = []
-        self.snapshots: list[Any] = [cache.snapshot()]
-        cache.log.subscribe(self._on_event)
-
-    def _on_event(self, event: Any) -> None:
-        self.events.append(event)
-        self.snapshots.append(self.cache.snapshot())
-
-
-_TREE_EVENTS = ("match", "split", "insert", "evict", "lock", "unlock")
-
-
-def _ancestors(snap: Any, node_id: int) -> set[int]:
-    by_id = {n.id: n for n in snap.nodes}
-    out: set[int] = set()
-    while node_id in by_id:
-        out.add(node_id)
-        node_id = by_id[node_id].parent_id
-    return out
-
-
-def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[int]], str] | None = None,
-                       tree_events_only: bool = True, title: str = "Radix tree") -> list[Any]:
-    """One frame per recorded event that changes or colours the tree (by default: match,
-    split, insert, evict, and lock / unlock of a path; the other layers' events (allocate,
-    admit, cache...) and locks of the bare root, which change nothing, are skipped;
-    ``tree_events_only=False`` keeps every event). A match colours its path green; an insert
-    colours the nodes it added blue; an evict shows its victims faded.
-
-    The caption says what happened, e.g. ``"R2: matched 6 of 11 tokens, prefilling 5"``; the
-    stepper numbers the frames (step 1 / N ...) and ``frame.extra["event"]`` is the event's
-    step in the log.
-    """
-    from .stepper import Frame
-
-    frames = []
-    for i, (e, snap) in enumerate(zip(recorder.events, recorder.snapshots[1:])):
-        d = e.detail
-        if tree_events_only and (e.kind not in _TREE_EVENTS or (e.kind in ("lock", "unlock") and not d["node"])):
-            continue
-        hit: set[int] = set()
-        miss: set[int] = set()
-        gone: tuple[Any, ...] = ()
-        who = f"{e.seq_id}: " if e.seq_id else ""
-        if e.kind == "match":
-            hit = _ancestors(snap, d["node"])
-            cap = f"{who}matched {d['prefix_len']} of {d['num_tokens']} tokens"
-            cap += f", prefilling {d['num_tokens'] - d['prefix_len']}"
-        elif e.kind == "insert":
-            miss = {n.id for n in snap.nodes if n.id in _ancestors(snap, d["node"]) and n.start >= d["prefix_len"]}
-            cap = f"{who}inserted {d['num_tokens'] - d['prefix_len']} new tokens ({d['prefix_len']} were cached)"
-        elif e.kind == "evict":
-            wanted = set(d["nodes"])  # the victims as they were before (an allocator event may come first)
-            found: dict[int, Any] = {}
-            for earlier in reversed(recorder.snapshots[: i + 1]):
-                for n in earlier.nodes:
-                    if n.id in wanted and n.id not in found:
-                        found[n.id] = n
-                if len(found) == len(wanted):
-                    break
-            gone = tuple(found[k] for k in d["nodes"] if k in found)
-            cap = f"{who}evicted {d['num_tokens']} tokens ({len(d['nodes'])} nodes, policy {d['policy']})"
-        elif e.kind == "split":
-            cap = f"split node {d['node']} after {d['at']} tokens (new parent node {d['new_node']})"
-        elif e.kind in ("lock", "unlock"):
-            what = f"the path to node {d['node']}" if d["node"] else "nothing (empty match: the root)"
-            cap = f"{who}{'locked' if e.kind == 'lock' else 'unlocked'} {what}"
-        else:  # another layer's event (tree_events_only=False): its own description, without "#step"
-            cap = e.describe().split(" ", 1)[1]
-        frames.append(Frame(RadixState(snap, frozenset(hit), frozenset(miss), gone, {}, detokenize, title), cap,
-                            extra={"event": e.step}))
-    if not frames:
-        raise ValueError("no tree events recorded (was the recorder made before the requests ran?)")
-    return frames
+    m = re.search(r'<svg\b[^>]*>', svg)
+    if m is None:
+        raise ValueError("fit_svg: no <svg> element in the text")
+    tag = m.group(0)
+    w = re.search(r'\swidth="([^"]+)"', tag)
+    new = re.sub(r'\s(width|height)="[^"]*"', "", tag)
+    new = new.replace("<svg", f'<svg width="100%" style="max-width:{w.group(1) if w else "100%"};height:auto"', 1)
+    return new + svg[m.end():]  # from <svg on: the XML prolog has no place inside HTML
 
 
 class RadixView:
-    """Renders RadixState frames as graphviz graphs."""
+    """Renders RadixState frames as SVG that fits the output width (graphviz, then :func:`fit_svg`)."""
 
     def __init__(self, source: str = "simulated", max_chars: int = 10) -> None:
         self.source, self.max_chars = source_label(source), max_chars
 
-    def __call__(self, frame: Any) -> Any:
-        return radix_tree_graph(frame.snapshot, frame.caption, self.source, self.max_chars)
+    def __call__(self, frame: Any) -> str:
+        g = radix_tree_graph(frame.snapshot, frame.caption, self.source, self.max_chars)
+        return fit_svg(g.pipe(format="svg", encoding="utf-8"))
 
 
 def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = None, source: str = "simulated",
@@ -375,3 +262,10 @@ def radix_graph_at(frames: Sequence[Any], step: int, source: str = "simulated") 
         raise ValueError(f"step {step} is outside 0..{len(frames) - 1}")
     f = frames[step]
     return radix_tree_graph(f.snapshot, f.caption, source)
+
+
+# The frames (one per request of an example, one per event of a recorded run) live in
+# radix_frames.py; they are part of this view's API. Imported last: radix_frames uses RadixState.
+from .radix_frames import (  # noqa: E402
+    _TREE_EVENTS, NOTES_LETTERS, SEGMENT_WORDS, RadixRecorder, radix_event_frames, radix_request_frames,
+)

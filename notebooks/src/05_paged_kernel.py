@@ -15,6 +15,8 @@
 #   `offset = pos % block_size`.
 # - Why the physical order of blocks does not matter: shuffle every block in the pool, rewrite
 #   the tables, and the answer is bit-for-bit the same.
+# - How the loop is cut into tiles (4 tokens in the pictures, 64 in the kernel) and, with
+#   split-K, into ranges read by separate programs.
 # - How to write that block loop yourself in Triton, run in the interpreter on the CPU.
 #
 # Everything here runs on a CPU in Triton's interpreter: correct, but slow, so the sizes are tiny.
@@ -38,7 +40,7 @@ self_test();
 # NBVAL_CHECK_OUTPUT
 import torch
 
-from kvlab.examples import NOTES_TABLE
+from kvlab.lessons import NOTES_TABLE
 from kvlab.kernels.reference import gather_kv
 
 block_size, num_blocks, context_len = 4, 10, 18
@@ -84,21 +86,46 @@ for seq, t in m.tables.items():
     print(f"{seq}: {t.num_tokens:>2} tokens, block table {t.block_ids}")
 
 # %%
-from kvlab.viz import kernel_access_stepper, memory_map_figure
+from kvlab.viz import memory_map_figure
 
 memory_map_figure(m.snapshot("three requests decoding together"), title="The pool the kernel reads", source="simulated")
 
 # %% [markdown]
 # And the order in which the kernel reads R3's blocks: it walks the positions from 0 up, so it
 # follows the block table, L0, L1, L2..., wherever those blocks sit (simulated view of the
-# kernel's loop, one block per step). Step through it; the other requests' blocks are faded.
+# kernel's loop). Step through it: each step draws only the reads done so far, numbered, with
+# an arrow from the previous block; the block read in this step is outlined red, blocks not
+# read yet are faded, and the other requests' blocks too.
 
 # %%
+from kvlab.viz import kernel_access_stepper
+
 kernel_access_stepper(m.snapshot(), "R3", tile_tokens=4)
 
 # %% [markdown]
+# **Tiles of 4 tokens here, 64 in the kernel.** The stepper moves one block (4 tokens) per
+# loop iteration so that you can follow the order. The real kernel reads a *tile* of
+# `TILE_N` positions per iteration, whole blocks and at least 64 tokens
+# (`kvlab.kernels.paged_decode.tile_tokens`): a GPU does the tile's loads and dot products in
+# parallel, and fewer, bigger iterations pay the loop's fixed cost (the online-softmax update)
+# less often. The *order* is the same; only the grouping differs:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.kernels.paged_decode import tile_tokens
+from kvlab.viz.kernel_view import kernel_access_order
+
+r3 = m.tables["R3"]
+for tile in (4, tile_tokens(4)):
+    reads = kernel_access_order(r3.block_ids, r3.num_tokens, 4, tile_tokens=tile)
+    per_iter = [[f"P{r.physical}" for r in reads if r.iteration == i] for i in range(1 + reads[-1].iteration)]
+    print(f"TILE_N = {tile:>2}: {len(per_iter)} loop iteration(s) for R3's {r3.num_tokens} tokens (simulated):",
+          " | ".join(" ".join(blocks) for blocks in per_iter))
+
+# %% [markdown]
 # With split-K (section 3) the positions are cut into ranges, each read by its own program in
-# parallel: here two programs, one colour each.
+# parallel: here two programs, one colour each (their blocks, their arrows and their legend
+# entry), still in the teaching view's 4-token tiles.
 
 # %%
 from kvlab.viz import kernel_access_figure
@@ -163,14 +190,30 @@ print("outputs bit-for-bit identical:", torch.equal(out, out_shuf))
 # ### Split-K (flash-decoding)
 #
 # With few sequences and long contexts a GPU has too few programs to stay busy. `num_splits=S`
-# cuts each context into `S` ranges handled by separate programs and combines their partial
-# softmax results (running max, running sum, weighted values). Same maths, so the same answer up
-# to rounding:
+# cuts each context into `S` ranges of whole tiles handled by separate programs, and a second
+# kernel combines their partial softmax results (running max, running sum, weighted values).
+# Same maths, so the same answer up to rounding. With 64-token tiles the contexts above are a
+# single tile each, so there is nothing to split; we use one longer sequence, 300 tokens in
+# blocks of 16, shuffled over a pool of 24 blocks:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-out_split = K.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, num_splits=2)
-print("num_splits=2 agrees with num_splits=1:", torch.allclose(out, out_split, atol=1e-5))
+long_len, bs16 = 300, 16
+g = torch.Generator().manual_seed(2)
+long_table = torch.randperm(24, generator=g)[:-(-long_len // bs16)].to(torch.int32)
+k_long = torch.randn(24, bs16, kv_heads, head_dim, generator=g).to(dev)   # (num_blocks, block_size, kv_heads, head_dim)
+v_long = torch.randn(24, bs16, kv_heads, head_dim, generator=g).to(dev)
+q_long = torch.randn(1, heads, head_dim, generator=g).to(dev)               # (1, heads, head_dim)
+table_long = long_table[None].to(dev)
+lens_long = torch.tensor([long_len], dtype=torch.int32, device=dev)
+reads = kernel_access_order(long_table.tolist(), long_len, bs16, num_splits=2, tile_tokens=tile_tokens(bs16))
+for split in (0, 1):
+    mine = [r for r in reads if r.split == split]
+    print(f"program {split}: {1 + mine[-1].iteration} tiles of {tile_tokens(bs16)} tokens, "
+          f"logical blocks L{mine[0].logical}..L{mine[-1].logical}")
+one = K.paged_decode_attention(q_long, k_long, v_long, table_long, lens_long, num_splits=1)
+two = K.paged_decode_attention(q_long, k_long, v_long, table_long, lens_long, num_splits=2)
+print("num_splits=2 agrees with num_splits=1:", torch.allclose(one, two, atol=1e-5))
 
 # %% [markdown]
 # ## 4. Inside the kernel: the block loop
@@ -188,7 +231,9 @@ from kvlab.kernels import paged_decode
 
 lines = inspect.getsource(paged_decode.paged_decode_kernel.fn).splitlines()
 start = next(i for i, line in enumerate(lines) if "for tile in range" in line)
-end = next(i for i, line in enumerate(lines) if i > start and line.strip().startswith("if NUM_SPLITS"))
+indent = len(lines[start]) - len(lines[start].lstrip())
+end = next(i for i, line in enumerate(lines)                 # the loop ends where the indent comes back
+           if i > start and line.strip() and len(line) - len(line.lstrip()) <= indent)
 print("\n".join(lines[start - 1:end]).rstrip())
 
 # %% [markdown]
@@ -268,7 +313,52 @@ check.paged_decode_torch(paged_decode_torch)
 # </details>
 
 # %% [markdown]
-# ### Exercise 2: the block loop, in Triton
+# ### Exercise 2: which blocks does each program read, in which iteration?
+#
+# Implement `kernel_tiles(context_len, block_size, tile_tokens, num_splits)`, the kernel's loop
+# bounds as data. Return one list per program (split), in split order; each holds that
+# program's tiles in loop order; each tile is the list of **logical** block numbers it reads.
+#
+# - The context is cut into `num_tiles = ceil(context_len / tile_tokens)` tiles; tile `t`
+#   covers positions `t * tile_tokens` up to (not including)
+#   `min((t + 1) * tile_tokens, context_len)`. `tile_tokens` is a multiple of `block_size`.
+# - Program `s` reads the tiles `s * per, ..., min((s + 1) * per, num_tiles) - 1` with
+#   `per = ceil(num_tiles / num_splits)`: contiguous ranges, so a late program may get none
+#   (an empty list).
+#
+# Example: 18 tokens, block size 4, 8-token tiles, 2 programs: `[[[0, 1], [2, 3]], [[4]]]`.
+# The checker compares with `kvlab.viz.kernel_view.kernel_access_order`, the view of section 2.
+
+# %% tags=["exercise-stub"]
+def kernel_tiles(context_len, block_size, tile_tokens, num_splits):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.kernel_tiles(kernel_tiles)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Ceiling division in Python without floats: `-(-a // b)`. Both `num_tiles` and `per` are
+# ceilings; a floor loses the last, partial tile (or the last tiles of the context).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# A tile's positions are `start = t * tile_tokens` to `end = min(start + tile_tokens,
+# context_len)`; its blocks run from `start // block_size` to the block that holds position
+# `end - 1`. Where does the last tile of a 18-token context stop?
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Splits get **contiguous** ranges of tiles, not every `num_splits`-th tile: with 5 tiles and
+# 2 programs, program 0 reads tiles 0, 1, 2 and program 1 tiles 3, 4.
+# </details>
+
+# %% [markdown]
+# ### Exercise 3: the block loop, in Triton
 #
 # Write the paging part of the kernel: a Triton kernel that copies one sequence's K rows out of
 # a paged cache into a contiguous output, tile by tile. It is launched with **one** program:
@@ -336,8 +426,9 @@ check.paged_gather_kernel(paged_gather_kernel)
 #   kernel finds each position's K and V through the block table:
 #   `block_table[pos // block_size]`, offset `pos % block_size`.
 # - kvlab's kernel loops over tiles of positions with an online softmax, one program per
-#   (sequence, KV head), all query heads of a GQA group together; split-K adds programs for long
-#   contexts.
+#   (sequence, KV head), all query heads of a GQA group together. A tile is at least 64 tokens
+#   of whole blocks (the pictures step 4-token tiles to show the order, which is the same);
+#   split-K cuts a long context's tiles into contiguous ranges, one program each.
 # - Measured here: the kernel matches plain attention on contiguous K/V, and shuffling every
 #   physical block leaves the output bit-for-bit identical. Physical placement is free; only
 #   the table matters.

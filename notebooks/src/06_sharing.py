@@ -51,7 +51,7 @@ m.check_integrity()
 #
 # Now each sample decodes its first token. Token 10 goes to logical block L2, offset 2. L2 is
 # **partial and shared**: if R2 wrote there in place, R1 and R3 would see R2's token. So
-# `append_tokens(1)` first copies L2 into a fresh block and returns the copy to do, `(src, dst)`.
+# `m.append(seq, 1)` first copies L2 into a fresh block and returns the copy to do, `(src, dst)`.
 # The full blocks L0 and L1 are never written again, so they stay shared.
 
 # %%
@@ -74,9 +74,10 @@ m.check_integrity()
 # %% [markdown]
 # ## 2. The picture
 #
-# Every event of the run above, replayed from the allocator's event log: blocks coloured by the
-# sequence that allocated them, shared blocks outlined with their reference count (`x3`), the
-# block being touched outlined in red. Step through it with the buttons.
+# Every step of the run above, replayed from its event log (one step per table operation):
+# blocks coloured by the sequence that allocated them, shared blocks outlined with their
+# reference count (`x3`), the block being touched outlined in red. Step through it with the
+# buttons.
 
 # %%
 from kvlab.viz import memory_map_stepper
@@ -157,7 +158,7 @@ print("prompt blocks P0, P1 stored once, shared by", run.allocator.ref_count[0],
 #
 # ### With the bundled model
 #
-# `kvlab.generate.generate(..., strategy="paged", n=4)` does all of this inside a real decode:
+# `kvlab.compute.generate.generate(..., strategy="paged", n=4)` does all of this inside a real decode:
 # it prefills the prompt once, forks it for 4 samples, and copies on write when a sample first
 # writes into the shared partial block. The samples draw their own random noise (seeded), so
 # they diverge; the same seeds without any cache (`"naive"`, each sample recomputing its whole
@@ -165,8 +166,8 @@ print("prompt blocks P0, P1 stored once, shared by", run.allocator.ref_count[0],
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.generate import generate
-from kvlab.model import load_bundled
+from kvlab.compute.generate import generate
+from kvlab.compute.loader import load_bundled
 
 torch.set_num_threads(1)                      # a tiny model is fastest on one thread
 model, tok = load_bundled()
@@ -184,7 +185,8 @@ res.manager.check_integrity()
 # %%
 for i in range(4):
     print(f"sample {i}: {res.text(tok, i)!r}")
-#
+
+# %% [markdown]
 # ## 5. How much memory does sharing save? (measured on the allocator)
 #
 # **Parallel sampling.** A prompt of `P` tokens, `n` samples, `g` new tokens each. Without
@@ -194,7 +196,7 @@ for i in range(4):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.check.reuse import measured_sampling_blocks
+from kvlab.check.l06_sharing import measured_sampling_blocks
 
 print(f"{'prompt':>6} {'n':>3} {'new':>4} | {'blocks, no sharing':>18} {'with sharing':>12} {'saved':>6}")
 for P, n, g in [(10, 3, 1), (200, 4, 50), (500, 4, 50), (500, 8, 200), (2000, 8, 100)]:
@@ -289,7 +291,7 @@ fig
 # block `dst`, give it ref count 1, drop one reference from `src`, put `dst` in the table and
 # return `[(src, dst)]`. If it is partial and private, return `[]`. When a block is needed and
 # `free_blocks` is empty, raise `kvlab.OutOfBlocks(1, 0)` **without changing anything**.
-# The checker compares with `kvlab.BlockTable.append_tokens(1)` on hand-made and random pools.
+# The checker compares with `kvlab.BlockManager.append(seq_id, 1)` on hand-made and random pools.
 
 # %% tags=["exercise-stub"]
 def cow_append(block_table, num_tokens, ref_count, free_blocks, block_size):
@@ -316,9 +318,9 @@ check.cow_append(cow_append)
 #
 # <details><summary>Hint 3</summary>
 #
-# Copying: `src = block_table[-1]; dst = free_blocks.pop(0); ref_count[dst] = 1;
-# ref_count[src] -= 1; block_table[-1] = dst; return [(src, dst)]`. Check `free_blocks` is
-# not empty before popping, so that raising changes nothing.
+# A copy changes four things: the new block's count, the shared block's count (one holder
+# fewer), the table's last entry, and what you return. Which list tells you whether a block
+# can be had at all, and must you look at it before or after changing the other three?
 # </details>
 
 # %% [markdown]
@@ -354,8 +356,9 @@ check.sampling_blocks(sampling_blocks)
 #
 # <details><summary>Hint 3</summary>
 #
-# `full + num_samples * (blocks_needed(prompt_len + gen_len, block_size) - full)`, except when
-# `gen_len == 0`: nobody has written anything, so everything is still shared.
+# Count the shared blocks once, then ask how many blocks each sample holds **alone** at the
+# end (its copy of the partial block and the blocks its new tokens filled). One case breaks
+# the pattern: what has been copied when no sample has written a token yet?
 # </details>
 
 # %% [markdown]

@@ -14,11 +14,14 @@
 # - The source notes' four customer-service requests, hits in **green** and misses in **blue**.
 # - Multi-turn chat: each turn matches the whole history, so history is never recomputed.
 # - Incremental [prefill](glossary.md) (预填充): only the missed suffix is computed, and the
-#   result is the same as computing everything.
+#   result is the same as computing everything; and the time to first token it saves, measured.
+# - vLLM's other way to share prefixes, a [block hash](glossary.md) (块哈希) chained over full
+#   blocks: what it and the radix tree can share, and what neither can, on the same requests.
 #
 # This is the sentence the series is about: *PagedAttention decides where KV lives (lesson
 # 04-06); RadixAttention decides which cached KV a new request can reuse, and it is built on
-# the paged allocator.* Every node of the tree below owns blocks of a real `BlockAllocator`.
+# the paged allocator.* Every node of the tree below owns blocks of a real `BlockAllocator`, and
+# every request goes through one request cycle, `kvlab.reuse.CacheManager`.
 
 # %%
 import kvlab
@@ -29,23 +32,24 @@ self_test();
 # %% [markdown]
 # ## 1. A tiny worked example
 #
-# A `RadixCache` over an allocator with block size 1 (one block = one token slot, so block ids
-# are slot ids). `serve_request` runs a request's whole memory cycle: match the prompt, lock the
+# A `CacheManager` with block size 1 (one block = one token slot, so block ids are slot ids):
+# a pool, the block tables of running requests, and the radix tree `cm.tree` over the pool.
+# `serve_request` runs a request's whole memory cycle through it: match the prompt, lock the
 # matched path, allocate blocks for the rest, insert prompt + output into the tree, unlock.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab import BlockAllocator
-from kvlab.radix import RadixCache, serve_request
+from kvlab.reuse import CacheManager, serve_request
 
-cache = RadixCache(BlockAllocator(num_blocks=16, block_size=1))
-r = serve_request(cache, [1, 2, 3, 4], output=[5], rid="R1")
+cm = CacheManager(num_blocks=16, block_size=1)
+cache = cm.tree
+r = serve_request(cm, [1, 2, 3, 4], output=[5], rid="R1")
 print(f"R1 [1 2 3 4] -> answers [5]: matched {r.matched_len}, prefilled {r.prefill_len}")
 print(cache.pretty())
-r = serve_request(cache, [1, 2, 3, 9], rid="R2")
+r = serve_request(cm, [1, 2, 3, 9], rid="R2")
 print(f"\nR2 [1 2 3 9]: matched {r.matched_len}, prefilled {r.prefill_len}")
 print(cache.pretty())
-cache.check_integrity()
+cm.check_integrity()
 
 # %% [markdown]
 # R2's match ended **inside** the edge `[1 2 3 4 5]`, after 3 tokens, so the tree split that
@@ -65,28 +69,36 @@ cache.check_integrity()
 # ## 2. The source notes' four requests
 #
 # An online shop's assistant. Every request starts with the same system prompt **[A]** and the
-# same few-shot examples **[B]**:
+# same few-shot examples **[B]**. The nodes are lettered as in the notes' figure:
 #
-# | request | its own part | what happens |
-# |---|---|---|
-# | R1 | 怎么申请退款 (how do I get a refund) | [A] hits; [B] and the question are prefilled |
-# | R2 | 订单什么时候发货 (when will my order ship) | [A][B] hit; only its question is prefilled |
-# | R3 | 发票怎么开 (how do I get an invoice) | [A][B] hit; a miss on its own suffix |
-# | R4 | 人工呢 (a human, please?), R1's follow-up | LPM goes root→A→B→C (R1's whole turn); only 人工呢 is prefilled |
+# | request | its own part | node | what happens |
+# |---|---|---|---|
+# | R1 | 怎么申请退款 (how do I get a refund) | [C] | [A] hits; [B] and the question are prefilled |
+# | R2 | 订单什么时候发货 (when will my order ship) | [D] | [A][B] hit; only its question is prefilled |
+# | R3 | 发票怎么开 (how do I get an invoice) | [E] | [A][B] hit; a miss on its own suffix |
+# | R4 | 人工呢 (a human, please?), R1's follow-up | [F] | LPM goes root→A→B→C (R1's whole turn); only 人工呢 is prefilled |
 #
-# `kvlab.radix.four_request_example()` runs them on a real `RadixCache`, one token per character
-# (a server that warmed the system prompt first, as many do). Each answer is inserted after its
-# request, as SGLang caches finished requests with their output.
+# `kvlab.lessons.four_request_example()` runs them through a real `CacheManager`, one token per
+# character (a server that warmed the system prompt first, as many do). Each answer is inserted
+# after its request, as SGLang caches finished requests with their output, so node [C] holds
+# R1's question *and* its answer.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.radix import four_request_example
+from kvlab.lessons import four_request_example
+from kvlab.viz.radix_view import NOTES_LETTERS
+
+
+def letters(labels):
+    """Segment labels as the notes' node letters: ['A', 'R2'] -> 'A+D'."""
+    return "+".join(NOTES_LETTERS.get(x, x) for x in labels) or "-"
+
 
 records = four_request_example()
 print(f"{'request':<8} {'prompt':>6} {'matched':>7} {'prefilled':>9}  hits (green)   misses (blue)")
 for rec in records:
     print(f"{rec.name:<8} {len(rec.prompt_tokens):>6} {rec.matched_len:>7} {rec.prefill_len:>9}  "
-          f"{'+'.join(rec.hit_segments) or '-':<14} {'+'.join(rec.missed_segments)}")
+          f"{letters(rec.hit_segments):<14} {letters(rec.missed_segments)}")
 print()
 print(records[-1].tree_text)
 
@@ -95,7 +107,10 @@ print(records[-1].tree_text)
 #
 # The tree after each request (simulated, on the real tree code): the path its prompt matched
 # in **green**, the suffix it had to prefill (and the answer cached with it) in **blue**,
-# unlocked (evictable) nodes dashed. Press *next*.
+# unlocked (evictable) nodes dashed. A node that holds a question and its answer shows them on
+# two lines. Watch step 3: R2's match ends inside node [B+C] (the few-shot examples and R1's
+# turn, one edge until now), so the tree **splits** it into [B] and [C]; the caption says so.
+# Press *next*.
 
 # %%
 from kvlab.viz import radix_stepper
@@ -112,7 +127,7 @@ radix_stepper(radix_request_frames(records))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.radix import multi_turn_example
+from kvlab.lessons import multi_turn_example
 
 turns = multi_turn_example()
 for rec in turns:
@@ -131,17 +146,18 @@ print(f"prefill tokens over the chat: {no_cache} without a cache, {with_cache} w
 # positions: there K/V depend only on the token and its position). The K/V pool is a paged
 # tensor whose blocks are the tree's blocks.
 #
-# For each request: match the prompt in the tree, compute Q/K/V for the **missed suffix only**,
-# write its K/V into freshly allocated blocks (`store_kvcache`), and run the `extend_attention`
-# kernel, which attends the new tokens over *cached prefix + themselves* through the block
-# table. Then compare with plain causal attention over the whole prompt, recomputed from scratch.
+# For each request: `cm.admit` matches the prompt in the tree and gives the request a block
+# table that starts with the cached blocks; we compute Q/K/V for the **missed suffix only**,
+# write its K/V into the new blocks (`store_kvcache`, at the slots `slot_mapping` gives), and run
+# the `extend_attention` kernel, which attends the new tokens over *cached prefix + themselves*
+# through the block table. Then compare with plain causal attention over the whole prompt,
+# recomputed from scratch; `cm.cache_finished_req` puts the prompt into the tree.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 import torch
 
 import kvlab.kernels as K
-from kvlab.radix import char_tokenize
 
 torch.manual_seed(0)
 heads, kv_heads, head_dim, dim, num_slots = 2, 1, 16, 32, 256
@@ -157,28 +173,25 @@ def qkv(tokens, start):
             (x @ Wv).view(-1, kv_heads, head_dim))
 
 
-alloc = BlockAllocator(num_blocks=num_slots, block_size=1)
-tree = RadixCache(alloc)
+cm = CacheManager(num_blocks=num_slots, block_size=1)
 dev = K.DEVICE                                               # "cpu" in the interpreter, "cuda" on a GPU
 k_cache = torch.zeros(num_slots, 1, kv_heads, head_dim, device=dev)  # (num_blocks, block_size=1, kv_heads, head_dim)
 v_cache = torch.zeros_like(k_cache)
 computed = total = 0
 for rec in records:
     prompt = list(rec.prompt_tokens)
-    m = tree.match_for_prefill(prompt, rid=rec.name)         # longest cached prefix (>= 1 token left)
-    tree.inc_lock_ref(m.last_node, rid=rec.name)
-    p = m.prefix_len
-    new = alloc.allocate(len(prompt) - p, owner=rec.name)    # blocks for the missed suffix only
+    a = cm.admit(rec.name, prompt)            # match (>= 1 token left), lock, adopt the cached blocks, allocate the rest
+    p = a.prefix_len
     q, k, v = qkv(prompt[p:], start=p)                       # computed for the suffix only
-    K.store_kvcache(k.to(dev), v.to(dev), k_cache, v_cache, torch.tensor(new, device=dev))
-    table = torch.tensor([m.kv + new], dtype=torch.int32, device=dev)   # cached blocks, then the new ones
+    slots = torch.tensor(a.table.slot_mapping(p, len(prompt)), device=dev)
+    K.store_kvcache(k.to(dev), v.to(dev), k_cache, v_cache, slots)
+    table = torch.tensor([a.table.block_ids], dtype=torch.int32, device=dev)   # cached blocks, then the new ones
     out = K.extend_attention(q.to(dev), k_cache, v_cache, table, [p], [len(prompt) - p]).cpu()  # (suffix, heads, head_dim)
 
     q_all, k_all, v_all = qkv(prompt, start=0)               # from scratch, for comparison
     want = K.naive_attention(q_all, k_all, v_all, causal=True)[p:]
-    tree.insert(prompt, m.kv + new, rid=rec.name)            # the tree takes over the new blocks
-    tree.dec_lock_ref(m.last_node, rid=rec.name)
-    tree.check_integrity()
+    cm.cache_finished_req(rec.name, prompt)                  # the tree takes over the new blocks; unlock
+    cm.check_integrity()
     computed, total = computed + len(prompt) - p, total + len(prompt)
     print(f"{rec.name:<8} cached {p:>3}, computed {len(prompt) - p:>3} of {len(prompt):>3} tokens; "
           f"same as full recomputation: {torch.allclose(out, want, atol=1e-4)}")
@@ -192,42 +205,47 @@ print(f"tokens run through the layer: {computed} of {total} ({1 - computed / tot
 # %% [markdown]
 # ### The same with the bundled model, in a serving engine
 #
-# `kvlab.engine.Engine` is a small continuous-batching server over a paged K/V pool (block size
-# 4) with the radix tree in front: each request's prompt is matched, only the missed suffix is
-# prefilled (with the extend kernel's torch reference), the answer is decoded through the block
-# tables, and the finished sequence goes into the tree. The notes' texts are tokenized with the
-# model's own tokenizer (the model was trained on Python documentation, so its Chinese answers are
-# nonsense; what matters is that they are the same). R4 is R1's follow-up: R1's prompt, R1's
-# actual answer, then 人工呢. We run it twice, with and without the radix tree.
+# `kvlab.compute.engine.Engine` is a small continuous-batching server over a paged K/V pool
+# (block size 4) with the radix tree in front: each request's prompt is matched, only the missed
+# suffix is prefilled (with the extend kernel's torch reference), the answer is decoded through
+# the block tables, and the finished sequence goes into the tree. The notes' texts are tokenized
+# with the model's own tokenizer (the model was trained on Python documentation, so its Chinese
+# answers are nonsense; what matters is that they are the same). R4 is R1's follow-up: R1's
+# prompt, R1's actual answer, then 人工呢. We serve the four one after another, twice: with and
+# without the radix tree.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.engine import Engine
-from kvlab.model import load_bundled
-from kvlab.radix import FOUR_REQUEST_TEXTS as T
+from kvlab.compute.engine import Engine
+from kvlab.compute.loader import load_bundled
+from kvlab.lessons import FOUR_REQUEST_TEXTS as T
 
 torch.set_num_threads(1)                                      # a tiny model is fastest on one thread
 model, tok = load_bundled()
 system = T["A"] + T["B"]
 
 
-def serve(radix):
+def serve(radix, system=system):
+    """R1, R2, R3, then R4 (R1's follow-up), each arriving when the one before has finished."""
     eng = Engine(model, num_blocks=256, block_size=4, radix=radix, check=True)
-    r1 = eng.submit(tok.encode(system + T["R1"]), 8, rid="R1")
-    eng.submit(tok.encode(system + T["R2"]), 8, rid="R2", arrival_step=12)
-    eng.submit(tok.encode(system + T["R3"]), 8, rid="R3", arrival_step=24)
-    eng.run()
-    eng.submit(r1.prompt_ids + r1.outputs[0] + tok.encode(T["R4"]), 8, rid="R4", arrival_step=eng.step_no)
-    return eng.run()
+    done = {}
+    for rid in ["R1", "R2", "R3", "R4"]:
+        if rid == "R4":
+            prompt = done["R1"].prompt_ids + done["R1"].outputs[0] + tok.encode(T["R4"])
+        else:
+            prompt = tok.encode(system + T[rid])
+        done[rid] = eng.submit(prompt, 8, rid=rid, arrival_step=eng.step_no)
+        eng.run()
+    return list(done.values())
 
 
 plain, radix = serve(radix=False), serve(radix=True)
 print(f"{'request':<8} {'prompt':>6} | {'prefilled (no tree)':>19} | {'reused (tree)':>13} {'prefilled (tree)':>16}")
-for a, b in zip(plain.requests, radix.requests):
+for a, b in zip(plain, radix):
     print(f"{a.rid:<8} {len(a.prompt_ids):>6} | {a.prefill_computed:>19} | {b.prefill_saved:>13} {b.prefill_computed:>16}")
-print("same answers with and without the tree:", [r.outputs for r in plain.requests] == [r.outputs for r in radix.requests])
-print(f"prompt tokens run through the model: {plain.summary()['prefill_computed']} without the tree, "
-      f"{radix.summary()['prefill_computed']} with it")
+print("same answers with and without the tree:", [r.outputs for r in plain] == [r.outputs for r in radix])
+print(f"prompt tokens run through the model: {sum(r.prefill_computed for r in plain)} without the tree, "
+      f"{sum(r.prefill_computed for r in radix)} with it")
 n_shared = len(tok.encode(system))
 print(f"[A] + [B]: {n_shared} tokens, reusable in whole pages of 4: {n_shared // 4 * 4}")
 
@@ -235,20 +253,183 @@ print(f"[A] + [B]: {n_shared} tokens, reusable in whole pages of 4: {n_shared //
 # The reuse is cut to whole pages of 4 tokens (a block holds one page), so R2 and R3 reuse the
 # whole pages of [A] + [B] and prefill the rest together with their questions. R4 reuses R1's
 # prompt and answer (all but the last, partial page) and prefills little more than 人工呢.
+#
+# ### Time to first token, measured
+#
+# The notes claim that with prefix reuse the first token comes much sooner: a request's first
+# token is sampled from the logits of its prefill, so a shorter prefill is a sooner first token.
+# Here each request's time to first token (TTFT: from its arrival to its first token), measured
+# on this machine's CPU, median of 5 runs each way (other programs share the CPU, so single runs
+# jitter; compare the ratios, not the milliseconds):
+
+# %%
+import statistics
+
+runs = {False: [], True: []}
+for _ in range(5):
+    for on in (False, True):
+        runs[on].append([r.ttft for r in serve(radix=on)])
+ttft = {on: [statistics.median(run[i] for run in runs[on]) for i in range(4)] for on in runs}
+print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up  (measured, CPU)")
+print(f"{'':<8} {'no tree':>18} | {'radix tree':>18} |")
+for i, (a, b) in enumerate(zip(plain, radix)):
+    print(f"{a.rid:<8} {a.prefill_computed:>9} {1e3 * ttft[False][i]:>8.1f} | {b.prefill_computed:>9} "
+          f"{1e3 * ttft[True][i]:>8.1f} | {ttft[False][i] / ttft[True][i]:>5.1f}x")
+hits = [i for i, b in enumerate(radix) if b.prefill_saved]
+speedup = statistics.median(ttft[False][i] / ttft[True][i] for i in hits)
+saved = statistics.median(plain[i].prefill_computed / radix[i].prefill_computed for i in hits)
+print(f"requests that hit the tree: first token {speedup:.1f}x sooner (median), "
+      f"for {saved:.1f}x fewer prompt tokens computed")
+print("sooner for every request that hits:", all(ttft[True][i] < ttft[False][i] for i in hits))
 
 # %% [markdown]
-# ## 6. Exercises
+# Why can the first token come sooner by less than the tokens saved (compare the two factors
+# above)? A forward pass of this 4-layer model on a CPU has a fixed cost (Python, launching
+# every layer's operations, sampling) that does not shrink with the prompt, and a 60-token
+# prefill is not much more than that. The time saved follows the tokens saved when prefill
+# dominates: a long shared prefix, as real system prompts and chat histories are. The same two
+# requests behind a system prompt 8 times longer ([A] + [B] repeated, about 460 tokens):
+
+# %%
+long_system = system * 8
+
+
+def second_ttft(radix):
+    """TTFT of R2 served right after R1, both behind the long system prompt."""
+    eng = Engine(model, num_blocks=1024, block_size=4, radix=radix)
+    eng.submit(tok.encode(long_system + T["R1"]), 2, rid="R1")
+    eng.run()
+    r2 = eng.submit(tok.encode(long_system + T["R2"]), 2, rid="R2", arrival_step=eng.step_no)
+    eng.run()
+    return r2.ttft, r2.prefill_computed
+
+
+long_runs = {on: [second_ttft(on) for _ in range(3)] for on in (False, True)}   # medians of 3
+for on in (False, True):
+    ms = 1e3 * statistics.median(t for t, _ in long_runs[on])
+    print(f"{'radix tree' if on else 'no tree':<10}: R2 prefills {long_runs[on][0][1]:>3} tokens, TTFT {ms:6.1f} ms (measured, CPU)")
+ratio = statistics.median(t for t, _ in long_runs[False]) / statistics.median(t for t, _ in long_runs[True])
+print(f"with a {len(tok.encode(long_system))}-token shared prefix the first token comes {ratio:.1f}x sooner")
+
+# %% [markdown]
+# ## 6. vLLM's way: a hash chained over full blocks
+#
+# The notes say PagedAttention does no reuse across requests. vLLM's PagedAttention alone does
+# not, but vLLM (v1) turns on **automatic prefix caching** by default, without a tree: every
+# *full* block of `block_size` tokens gets a hash of its tokens **chained with the hash of the
+# block before it**, so equal hashes mean equal prefixes up to the end of that block. A map
+# `hash -> block` finds cached blocks; a freed block keeps its hash in the free queue until the
+# block is reused (that is its eviction, least recently freed first).
+# `kvlab.reuse.BlockHashCache` is that cache, with vLLM's names (`match_prefix` is vLLM's
+# `get_computed_blocks`). Each request runs vLLM's cycle: match, allocate, compute, cache the
+# full blocks, free. The same four requests (one token per character, answers cached too),
+# against the radix tree at page size 1 (SGLang's default) and 16:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.lessons import char_detokenize, char_tokenize
+from kvlab.reuse import BlockHashCache
+
+
+def hash_cache_reuse(requests, block_size):
+    """Tokens each (rid, prompt, answer) reuses in vLLM's cycle; and the cache afterwards."""
+    pc = BlockHashCache(num_blocks=512, block_size=block_size)
+    reused = []
+    for rid, prompt, answer in requests:
+        m = pc.match_for_prefill(prompt, rid)                 # whole cached blocks, >= 1 token left
+        table = pc.allocate(len(prompt) + len(answer), m, rid)
+        pc.cache_full_blocks(prompt + answer, table, rid)    # the full blocks' hashes, once computed
+        pc.free_blocks(table, rid)                           # finished: the blocks stay cached
+        reused.append(m.prefix_len)
+    pc.check_integrity()
+    return reused, pc
+
+
+requests = [(r.name, list(r.prompt_tokens), char_tokenize(r.answer_text)) for r in records]
+radix_1 = [r.matched_len for r in records]
+radix_16 = [r.matched_len for r in four_request_example(page_size=16)]
+hashed_16, pc = hash_cache_reuse(requests, 16)
+print("tokens reused (simulated: the caches' own bookkeeping, no model runs)")
+print(f"{'request':<8} {'prompt':>6} | reused: {'radix, page 1':>13} {'radix, page 16':>14} {'block hash, 16':>14}")
+for (rid, prompt, _), a, b, c in zip(requests, radix_1, radix_16, hashed_16):
+    print(f"{rid:<8} {len(prompt):>6} |         {a:>13} {b:>14} {c:>14}")
+print("block hash, 16 == radix tree, page 16, for every request:", hashed_16 == radix_16)
+
+# %% [markdown]
+# Page for page they reuse exactly the same tokens: both share whole full blocks of the same
+# prefix. The radix tree at page size 1 reuses more because a match may end anywhere, even in
+# the middle of what would be a block. What each can and cannot share, computed on the caches
+# that just served the four requests:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+cm = CacheManager(num_blocks=512, block_size=1)
+for rid, prompt, answer in requests:
+    serve_request(cm, prompt, answer, rid)
+r2 = requests[2][1]
+b_only = char_tokenize(T["B"] + T["R2"])                     # [B] without [A] in front
+print(f"R2's prompt ({len(r2)} tokens, all cached): the radix tree finds {cm.cached_prefix_len(r2)}, "
+      f"the block hash {pc.match_prefix(r2).prefix_len} (whole blocks of 16; the last token sits in a partial block)")
+print(f"R2's first 20 tokens: the radix tree finds {cm.cached_prefix_len(r2[:20])}, "
+      f"the block hash {pc.match_prefix(r2[:20]).prefix_len} (a partial block is never shared)")
+print(f"[B] + R2's question, without [A] first: the radix tree finds {cm.cached_prefix_len(b_only)}, "
+      f"the block hash {pc.match_prefix(b_only).prefix_len} (the same text after a different prefix: neither)")
+print(f"structures: radix tree {cm.tree.num_nodes} nodes (walked and split by every match); "
+      f"block hash {len(pc.cached_block_hash_to_block)} cached blocks (one dict lookup per block)")
+
+# %% [markdown]
+# | | radix tree (SGLang) | block hash (vLLM) |
+# |---|---|---|
+# | shares | any cached prefix, to the token (page size 1) or the page | cached prefixes in whole full blocks |
+# | cannot share | the same text after a different prefix | that, and a prompt's last partial block |
+# | lookup | walk the tree, split a node where a match ends inside it | hash each full block, one dict lookup each |
+# | eviction | unlocked leaves, LRU by default (lesson 08) | reuse a freed block: the free queue is the LRU order |
+#
+# Lesson 09's simulator has both as memory policies ("radix" and "block-hash").
+#
+# > **Analogy: field dedup (the second note: "field dedup saves 15%").** A search index
+# > stores a field value that many documents repeat once and points at it. That much holds
+# > for prefix sharing: equal content stored once, with a reference count per holder, and the
+# > saving is whatever repeats: there is no fixed 15%. Below, on the four requests in blocks of
+# > 4 tokens, prefix sharing stores far fewer blocks than that. Where it breaks: dedup does
+# > not care *where* a value sits, but a token's K and V depend on its position and on every
+# > token before it. Two blocks with the same four characters after different prefixes have
+# > different K/V and must both be stored. That is why vLLM chains each block's hash with its
+# > parent's: without the chain, its cache would be field dedup, and wrong.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+bs = 4
+seqs = [prompt + answer for _, prompt, answer in requests]
+chain = BlockHashCache(num_blocks=1, block_size=bs)          # used only to compute the chained hashes
+stored = sum(len(s) // bs for s in seqs)
+prefix_shared = len({h for s in seqs for h in chain.compute_block_hashes(s)})
+by_content = len({tuple(s[i:i + bs]) for s in seqs for i in range(0, len(s) // bs * bs, bs)})
+print(f"full blocks of {bs} tokens in the four requests (prompt + answer): {stored} (simulated: counted, no model)")
+print(f"stored with prefix sharing (chained hash): {prefix_shared} ({1 - prefix_shared / stored:.0%} saved)")
+print(f"stored by field dedup (equal content anywhere): {by_content} ({1 - by_content / stored:.0%} 'saved')")
+seen = {}
+for s in seqs:
+    for i, h in enumerate(chain.compute_block_hashes(s)):
+        block = tuple(s[i * bs:(i + 1) * bs])
+        first = seen.setdefault(block, (h, i * bs))
+        if first[0] != h:
+            print(f"dedup would wrongly share '{char_detokenize(block)}' at position {i * bs} "
+                  f"with the same text at position {first[1]}: same characters, different K/V")
+
+# %% [markdown]
+# ## 7. Exercises
 #
 # ### Exercise 1: longest prefix match on a small radix tree
 #
 # Implement `match_prefix(root, tokens)` returning how many leading tokens of `tokens` the tree
-# holds. The tree is kvlab's own (`kvlab.radix.TreeNode`, page size 1):
+# holds. The tree is kvlab's own (`kvlab.reuse.TreeNode`, page size 1):
 #
 # - `node.children`: a dict from the **first token** of a child's edge to that child;
 # - `node.key`: the list of tokens on the edge into `node` (empty for the root).
 #
 # A match may end in the middle of an edge (then count the tokens that matched). Do not change
-# the tree. The checker builds hand-made and random trees with `RadixCache` and compares with
+# the tree. The checker builds hand-made and random trees through `CacheManager` and compares with
 # `RadixCache.peek_prefix_len`.
 
 # %% tags=["exercise-stub"]
@@ -289,7 +470,7 @@ check.match_prefix(match_prefix)
 # answers are not cached). Return, for each prompt, how many of its tokens must be prefilled:
 # its length minus the longest prefix it shares with **any** earlier prompt, but **at least 1**
 # (the last token is always computed, for its logits). The checker serves the same prompts
-# through a real `RadixCache` (`serve_request`) and compares.
+# through a real `CacheManager` (`serve_request`) and compares.
 
 # %% tags=["exercise-stub"]
 def prefill_tokens(prompts):
@@ -312,6 +493,48 @@ check.prefill_tokens(prefill_tokens)
 # </details>
 
 # %% [markdown]
+# ### Exercise 3: what does vLLM's block-hash cache reuse?
+#
+# Implement `block_hash_reuse(prompts, block_size)`: the prompts are served one after another
+# by a vLLM-style cache that keeps the full blocks of every prompt it has served (nothing is
+# evicted, answers are not cached). Return, for each prompt, how many of its tokens are reused:
+#
+# - only **full** blocks are cached and matched, from the start of the prompt, one after the
+#   other; a block matches only if it **and every block before it** equal an earlier prompt's
+#   (that is what the chained hash means);
+# - at least one token is always computed: a prompt of exactly 32 cached tokens in blocks of 16
+#   reuses 16, not 32.
+#
+# You may use Python's `hash` of tuples or just compare token lists. The checker serves the same
+# prompts through `kvlab.reuse.BlockHashCache` and compares.
+
+# %% tags=["exercise-stub"]
+def block_hash_reuse(prompts, block_size):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.block_hash_reuse(block_hash_reuse)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# What is cached after some prompts were served? Every sequence `p[:k * block_size]` for each
+# earlier prompt `p` and each `k` up to `len(p) // block_size`. A set of tuples holds them.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Count the blocks of the new prompt whose whole prefix (up to the block's end) is in that set,
+# stopping at the first that is not. A block of the same tokens at another place does not count.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# The cap: you may reuse at most `len(prompt) - 1` tokens, rounded **down** to whole blocks.
+# </details>
+
+# %% [markdown]
 # ## Summary
 #
 # - RadixAttention keeps every computed prefix in a radix tree over token ids; each node owns
@@ -321,6 +544,10 @@ check.prefill_tokens(prefill_tokens)
 # - The notes' example, run for real: R2 and R3 reuse [A][B] and prefill only their questions;
 #   R4 matches root→A→B→C and prefills only 人工呢. A chat prefills only each new question.
 # - Measured with the real kernels: attention over cached prefix + new suffix equals a full
-#   recomputation.
+#   recomputation. Measured on the bundled model: the first token comes sooner for every
+#   request that hits the tree, by more the longer the shared prefix.
+# - vLLM's automatic prefix caching shares the same prefixes in whole blocks, found by a hash
+#   chained over the blocks instead of a tree walk; neither can share the same text after a
+#   different prefix (the chain is what makes it prefix sharing, not field dedup).
 # - Next, lesson 08: the pool is finite. Which cached prefixes to evict, what must never be
 #   evicted (lock references), and in which order to serve requests to hit the cache more.

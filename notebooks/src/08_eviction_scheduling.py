@@ -7,10 +7,13 @@
 # **What you will learn**
 #
 # - What a radix cache does when the pool is full: [eviction](glossary.md) (驱逐) of
-#   unlocked **leaves**, least recently used first (SGLang's default), and what other policies do.
+#   unlocked **leaves**, least recently used first (SGLang's default), and what other policies do;
+#   and why SGLang evicts leaf by leaf, not "the whole subtree" as the first note puts it.
 # - Why a running request **locks** its matched path (`lock_ref`), and what `evictable_size` and
 #   `protected_size` count.
 # - How much the policy matters under memory pressure: hit rates measured on kvlab's real tree.
+# - What [preemption](glossary.md) (抢占) does on a real engine, and why the "reused" count
+#   rises as memory shrinks.
 # - Cache-aware scheduling: serving the waiting requests with the longest cached prefix first
 #   (SGLang's longest-shared-prefix-first), and what it does to the hit rate (simulated).
 
@@ -31,21 +34,21 @@ self_test();
 # NBVAL_CHECK_OUTPUT
 import copy
 
-from kvlab import BlockAllocator
-from kvlab.radix import EVICTION_POLICIES, RadixCache, serve_request
+from kvlab.reuse import EVICTION_POLICIES, CacheManager, serve_request
 from kvlab.viz.radix_view import RadixRecorder
 
-cache = RadixCache(BlockAllocator(num_blocks=20, block_size=1))
+cm = CacheManager(num_blocks=20, block_size=1)                  # 20 slots and the radix tree over them
+cache = cm.tree
 recorder = RadixRecorder(cache)                                  # keeps a snapshot after every event
-serve_request(cache, [1, 2, 3, 4, 5, 6], rid="R1")
-serve_request(cache, [1, 2, 3, 7, 8], rid="R2")
-serve_request(cache, [9, 9, 9, 9], rid="R3")
+serve_request(cm, [1, 2, 3, 4, 5, 6], rid="R1")
+serve_request(cm, [1, 2, 3, 7, 8], rid="R2")
+serve_request(cm, [9, 9, 9, 9], rid="R3")
 cache.match_prefix([9, 9, 9, 9], rid="R3 again")                # touch R3's node
 print(cache.pretty())
 print("\nnode   tokens        last_access_time  leaf")
 for n in cache.snapshot().nodes:
     print(f"{n.id:>4}   {str(list(n.tokens)):<13} {n.last_access_time:>16}  {n.is_leaf}")
-print("evictable tokens:", cache.evictable_size(), "| free slots:", cache.allocator.num_free_blocks)
+print("evictable tokens:", cache.evictable_size(), "| free slots:", cm.allocator.num_free_blocks)
 
 # %% [markdown]
 # Now a new request needs 4 slots. Only **leaves** can be evicted: an inner node like `[1 2 3]`
@@ -64,6 +67,51 @@ for name, policy in EVICTION_POLICIES.items():
 # %% [markdown]
 # LRU removes `[4 5 6]` (R1's, untouched longest) then `[7 8]`; "fewest tokens" takes the
 # shortest leaf first; LFU the least matched. Evicting more than asked is normal: whole nodes go.
+#
+# ### "Evict the whole subtree, weighted by token count"?
+#
+# The first source note says a full radix cache "evicts the whole subtree", "weighted by token
+# count". Read literally: drop a child of the root together with everything below it, choosing
+# the subtree by how many tokens it holds. SGLang does neither. Its `RadixCache.evict` pops
+# unlocked **leaves** from a heap, one at a time, ordered by the eviction policy (LRU by
+# default; `--radix-eviction-policy` also offers LFU and a few others), and stops as soon as
+# enough tokens are free; a parent goes only after its last child has gone, as a leaf in its own
+# turn. Token count enters only as *how much* to free (`evict(num_tokens)`); kvlab's
+# `fewest_tokens` policy is the nearest leaf-by-leaf reading of "weighted by token count". The
+# same request for 4 tokens, the literal way and SGLang's way:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+snap = cache.snapshot()
+by_id = {n.id: n for n in snap.nodes}
+
+
+def top(n):
+    """The child of the root above node n: the subtree n belongs to."""
+    while n.parent_id != 0:
+        n = by_id[n.parent_id]
+    return n.id
+
+
+subtrees = {}
+for n in snap.nodes:
+    subtrees.setdefault(top(n), []).append(n)
+print("subtrees of the root (simulated, on the real tree):")
+for root_child, nodes in subtrees.items():
+    print(f"  under node {root_child}: nodes {[n.id for n in nodes]}, {sum(len(n.tokens) for n in nodes)} tokens, "
+          f"last used at t={max(n.last_access_time for n in nodes)}")
+for rule, pick in [("fewest tokens", min), ("most tokens", max)]:
+    victim = pick(subtrees, key=lambda k: sum(len(n.tokens) for n in subtrees[k]))
+    lost = subtrees[victim]
+    print(f"whole subtree, {rule} first: drops nodes {[n.id for n in lost]}, {sum(len(n.tokens) for n in lost)} tokens")
+res = copy.deepcopy(cache).evict(4)
+print(f"SGLang, leaf by leaf, LRU: drops nodes {res.node_ids}, {res.num_tokens} tokens; keeps the shared [1 2 3]")
+
+# %% [markdown]
+# The literal reading either throws away the most recently used prefix (R3's `[9 9 9 9]`,
+# touched last) because it is small, or drops twice what was asked, including `[1 2 3]`, the
+# prefix R1 and R2 share. Leaf by leaf, the shared prefix outlives every branch below it, and
+# recency decides.
 #
 # ## 2. Lock references: never evict what a running request uses
 #
@@ -93,7 +141,8 @@ cache.check_integrity()
 #
 # The recorder kept the tree after every event (match, split, insert, lock, unlock, evict).
 # Matched paths are green, inserted nodes blue, evicted nodes faded, evictable (unlocked) nodes
-# dashed (simulated, real tree code).
+# dashed (simulated, real tree code). Step 3 is R2's match, which ends inside R1's node
+# `[1 2 3 4 5 6]`; step 4 is the split that match causes.
 
 # %%
 from kvlab.viz import radix_stepper
@@ -107,8 +156,8 @@ radix_stepper(radix_event_frames(recorder))
 # A stream of 200 requests: 60% start with one of four popular system prompts (30 tokens; the
 # most popular is used 4 times as often as the least) followed by a short question; 40% are
 # one-off documents of 20 to 60 tokens that nobody will ask about again. Each request is served
-# with `serve_request` on a real `RadixCache`, which evicts when the pool is short. The hit rate
-# is the share of prompt tokens found in the cache (`cache.stats.hit_rate`).
+# with `serve_request` on a real `CacheManager`, which evicts when the pool is short. The hit
+# rate is the share of prompt tokens found in the cache (`cm.tree.stats.hit_rate`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -135,14 +184,15 @@ capacities = [80, 120, 200, 400]
 hit = {name: [] for name in EVICTION_POLICIES}
 for cap in capacities:
     for name in EVICTION_POLICIES:
-        c = RadixCache(BlockAllocator(num_blocks=cap, block_size=1), eviction_policy=name)
+        c = CacheManager(num_blocks=cap, block_size=1, eviction_policy=name)
         for prompt, output in requests:
             serve_request(c, prompt, output)
         c.check_integrity()
-        hit[name].append(c.stats.hit_rate)
-print("pool (slots)  " + "".join(f"{n:>15}" for n in hit))
+        hit[name].append(c.tree.stats.hit_rate)
+spread = [100 * (max(hit[n][i] for n in hit) - min(hit[n][i] for n in hit)) for i in range(len(capacities))]
+print("pool (slots)  " + "".join(f"{n:>15}" for n in hit) + "  spread (points)")
 for i, cap in enumerate(capacities):
-    print(f"{cap:>12}  " + "".join(f"{hit[n][i]:>15.1%}" for n in hit))
+    print(f"{cap:>12}  " + "".join(f"{hit[n][i]:>15.1%}" for n in hit) + f"  {spread[i]:>15.1f}")
 
 # %%
 import plotly.graph_objects as go
@@ -153,28 +203,50 @@ fig.update_layout(title="Prompt-token hit rate vs pool size (simulated workload,
 fig
 
 # %% [markdown]
-# On this stream LFU wins under pressure: the one-off documents are each matched once, so a
-# frequency count keeps the popular prefixes while LRU lets a burst of documents push them out.
-# "Fewest tokens" does worst in most rows: it evicts the short question leaves and keeps the long
-# one-off documents. No policy is best for every workload; LRU is the simple, robust default
-# (SGLang's), and the difference shrinks as the pool grows.
+# What the table says, in sentences computed from it (so they change when the numbers do):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for i, cap in enumerate(capacities):
+    ranked = sorted(hit, key=lambda n: hit[n][i], reverse=True)
+    print(f"{cap:>3} slots: best {ranked[0]} ({hit[ranked[0]][i]:.1%}), worst {ranked[-1]} ({hit[ranked[-1]][i]:.1%}), "
+          f"spread {spread[i]:.1f} points")
+trend = "grows" if spread[-1] > spread[0] else "shrinks"
+print(f"The spread between the policies {trend} with the pool: {spread[0]:.1f} points at {capacities[0]} slots, "
+      f"{spread[-1]:.1f} at {capacities[-1]}.")
+for n in hit:
+    worst_at = sum(min(hit, key=lambda m: hit[m][i]) == n for i in range(len(capacities)))
+    best_at = sum(max(hit, key=lambda m: hit[m][i]) == n for i in range(len(capacities)))
+    print(f"{n}: best at {best_at}, worst at {worst_at} of the {len(capacities)} pool sizes")
 
 # %% [markdown]
+# What drives those numbers on this stream. A pool of 80 slots holds about two of the 30-token
+# popular prefixes beside the request being served, so every policy must evict prefixes it
+# will need again soon; with more room the policy decides *which* prefixes survive. LFU counts
+# how often each node was matched, so the one-off documents (matched once) go first and the
+# popular prefixes stay; LRU keeps whatever came last, so a burst of documents can push the
+# prefixes out; "fewest tokens" evicts the short question leaves first and keeps the long
+# documents nobody asks for again. No policy is best for every workload: LRU is the simple,
+# robust default (SGLang's).
+#
 # ### The real run: the bundled model under memory pressure
 #
 # Eviction and preemption must never change an answer, only the work done. Here the bundled
 # model serves 12 requests (three system prompts, four questions, a new request every two
-# steps) in `kvlab.engine.Engine` with the radix tree, in pools of shrinking size (block size 4).
-# When the pool is short the engine evicts unlocked leaves; when even that is not enough it
-# preempts the most recently admitted request, which later re-prefills (mostly from the tree).
-# Prefill tokens are counted; `check=True` verifies every reference count after every step.
+# steps) in `kvlab.compute.engine.Engine` with the radix tree, in pools of shrinking size
+# (block size 4). When the pool is short the engine evicts unlocked leaves; when even that is
+# not enough for the next decode step it **preempts** the most recently admitted request: its
+# computed tokens (prompt and the tokens generated so far) are cached in the tree, its blocks
+# freed, and it goes back to the head of the queue, to be admitted again later. Prompt tokens
+# are counted at every admission: `prefilled` ran through the model, `reused` came from the
+# tree. `check=True` verifies every reference count after every step (measured on the CPU).
 
 # %%
 # NBVAL_CHECK_OUTPUT
 import torch
 
-from kvlab.engine import Engine
-from kvlab.model import load_bundled
+from kvlab.compute.engine import Engine
+from kvlab.compute.loader import load_bundled
 
 torch.set_num_threads(1)                                      # a tiny model is fastest on one thread
 model, tok = load_bundled()
@@ -184,9 +256,11 @@ systems = ["You are a helpful assistant for the socket module. Answer briefly.\n
 questions = ["How do I open a connection?", "What does this return?", "Is it thread safe?", "Which exceptions are raised?"]
 rng = random.Random(0)
 texts = [rng.choice(systems) + rng.choice(questions) for _ in range(12)]
+prompt_tokens = sum(len(tok.encode(t)) for t in texts)
 
-print(f"{'pool (blocks)':>13} {'prefilled':>9} {'reused':>6} {'evicted tokens':>14} {'preemptions':>11}  same answers")
-reference = None
+print(f"{'pool (blocks)':>13} {'prefilled':>9} {'reused':>6} {'admissions':>10} {'evicted tokens':>14} "
+      f"{'preemptions':>11}  same answers")
+reference, rows = None, []
 for num_blocks in [400, 32, 24, 16]:
     eng = Engine(model, num_blocks=num_blocks, block_size=4, radix=True, check=True, max_batch_size=4)
     for i, text in enumerate(texts):
@@ -195,13 +269,48 @@ for num_blocks in [400, 32, 24, 16]:
     answers = [r.outputs for r in report.requests]
     reference = reference or answers
     s = report.summary()
-    print(f"{num_blocks:>13} {s['prefill_computed']:>9} {s['prefill_saved']:>6} {eng.cache.stats.evicted_tokens:>14} "
-          f"{s['preemptions']:>11}  {answers == reference}")
+    row = dict(blocks=num_blocks, prefilled=s["prefill_computed"], reused=s["prefill_saved"],
+               admissions=len(texts) + s["preemptions"], evicted=eng.cache_manager.tree.stats.evicted_tokens,
+               preemptions=s["preemptions"], same=answers == reference)
+    rows.append(row)
+    print(f"{row['blocks']:>13} {row['prefilled']:>9} {row['reused']:>6} {row['admissions']:>10} {row['evicted']:>14} "
+          f"{row['preemptions']:>11}  {row['same']}")
+print(f"the 12 prompts hold {prompt_tokens} tokens")
 
 # %% [markdown]
-# With room for everything nothing is evicted and most prompt tokens are reused; as the pool
-# shrinks, cached prefixes are evicted and recomputed, and at 16 blocks requests are preempted
-# and redone, yet every answer stays the same.
+# The same data in sentences, computed from the table above:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+big, small = rows[0], rows[-1]
+evicting = [r["blocks"] for r in rows if r["evicted"]]
+preempting = [r for r in rows if r["preemptions"]]
+print(f"With {big['blocks']} blocks {big['evicted']} tokens are evicted and {big['reused']} of "
+      f"{big['prefilled'] + big['reused']} prompt tokens are reused.")
+print(f"Eviction starts at {evicting[0]} blocks." if evicting else "Nothing is evicted in any pool.")
+if preempting:
+    print(f"Preemption starts at {preempting[0]['blocks']} blocks ({preempting[0]['preemptions']} preemptions) "
+          f"and reaches {small['preemptions']} at {small['blocks']} blocks.")
+print(f"Every answer is the same in every pool: {all(r['same'] for r in rows)}.")
+for r in rows:
+    seen = r["prefilled"] + r["reused"]
+    print(f"{r['blocks']:>3} blocks: {r['admissions']} admissions saw {seen} prompt tokens "
+          f"({seen - prompt_tokens} more than the 12 prompts hold); {r['reused'] / r['admissions']:.1f} reused per admission")
+grow = {k: small[k] / big[k] for k in ("reused", "admissions")}
+per = (small["reused"] / small["admissions"]) / (big["reused"] / big["admissions"])
+print(f"From {big['blocks']} to {small['blocks']} blocks: reused x{grow['reused']:.2f}, admissions x{grow['admissions']:.2f}, "
+      f"reused per admission x{per:.2f}.")
+if per - 1 < (grow["reused"] - 1) / 2:
+    print("So most of the rise in reused comes from the extra admissions, not from better reuse.")
+
+# %% [markdown]
+# Why does **reused** rise as memory shrinks? Not because a small pool caches better: every
+# preempted request is admitted again, and its second admission matches what its first one left
+# in the tree, its own prompt *and* the tokens it had generated (preemption caches them with
+# `cache_finished_req`). Those tokens are counted as reused a second time, so the count grows
+# with the admissions, while **prefilled** grows too: what was evicted in between must be
+# computed again. The last lines above compare the growth of the reused count with the growth
+# of the admissions.
 #
 # ## 5. Cache-aware scheduling
 #
@@ -209,19 +318,19 @@ for num_blocks in [400, 32, 24, 16]:
 # requests sharing a prefix are served together, their prefix is computed once and stays hot;
 # served first-come-first-served, unrelated requests in between can evict it. SGLang sorts the
 # queue by the length of each request's cached prefix, longest first (`"lpm"`), or walks the
-# tree depth-first so that one subtree is served at a time (`"dfs-weight"`). `kvlab.schedule`
-# has both:
+# tree depth-first so that one subtree is served at a time (`"dfs-weight"`).
+# `kvlab.reuse.schedule` has both:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.schedule import order_by_shared_prefix, shared_prefix_lengths
+from kvlab.reuse.schedule import order_by_shared_prefix, shared_prefix_lengths
 
-c = RadixCache(BlockAllocator(num_blocks=64, block_size=1))
+c = CacheManager(num_blocks=64, block_size=1)
 serve_request(c, [1, 2, 3, 4, 5])
 queue = [[9, 9], [1, 2, 7], [1, 2, 3, 4, 8], [9, 9, 1]]
-print("cached prefix of each waiting request:", shared_prefix_lengths(queue, c))
+print("cached prefix of each waiting request:", shared_prefix_lengths(queue, c.tree))
 for policy in ["fcfs", "lpm", "dfs-weight"]:
-    print(f"{policy:<10}", order_by_shared_prefix(queue, c, policy=policy))
+    print(f"{policy:<10}", order_by_shared_prefix(queue, c.tree, policy=policy))
 
 # %% [markdown]
 # At scale, with the simulator (**simulated**: `kvlab.sim`, the same radix tree code, OPT-13B on
@@ -259,7 +368,7 @@ for capacity in [2048, 4096]:
 # ### Exercise 1: LRU eviction
 #
 # Implement `lru_evict(root, num_tokens)` returning the **ids** of the nodes LRU eviction
-# removes, in order, without changing the tree. The tree is kvlab's (`kvlab.radix.TreeNode`):
+# removes, in order, without changing the tree. The tree is kvlab's (`kvlab.reuse.TreeNode`):
 # `node.children` (a dict), `node.key` (its tokens), `node.lock_ref`, `node.last_access_time`,
 # `node.id`.
 #
@@ -290,9 +399,15 @@ check.lru_evict(lru_evict)
 #
 # <details><summary>Hint 2</summary>
 #
-# Loop while freed < num_tokens: find the candidates, stop if there are none, take
-# `min(candidates, key=lambda n: (n.last_access_time, n.id))`, mark it removed, add `len(n.key)`.
-# (SGLang uses a heap; a scan is fine at this size.)
+# One node goes per round. In each round, which nodes are candidates *now* (a removal can make
+# a new one)? Which of them goes first, and what key sorts them? When do you stop?
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# SGLang keeps the candidates in a heap; at this size a scan of every node per round is fine.
+# Two stopping rules: enough tokens freed (at least `num_tokens`), or no candidate left. Check
+# the second before you take the minimum of an empty list.
 # </details>
 
 # %% [markdown]
@@ -321,17 +436,72 @@ check.inc_lock_ref(inc_lock_ref)
 #
 # <details><summary>Hint 2</summary>
 #
-# Check `node.lock_ref == 0` **before** incrementing it, and subtract `len(node.key)` only then.
+# A node that was already locked was already protected: the evictable size changes only for
+# the nodes that go from unlocked to locked. So look at each node's count before you change it.
+# </details>
+
+# %% [markdown]
+# ### Exercise 3: can a new request be admitted, and what must be evicted?
+#
+# Implement `admit_plan(root, tokens, num_free)` for a radix cache of block size 1 (one slot
+# per token) with `num_free` free slots. It does what `CacheManager.admit` does, as SGLang does:
+#
+# 1. match the longest cached prefix of `tokens`, leaving at least one token to compute:
+#    `prefix_len = min(longest match, len(tokens) - 1)`;
+# 2. **lock** the matched path: from now on those tokens cannot be evicted, not even to make
+#    room for this very request (if the match ends inside a node, only its matched part is
+#    locked: the node is split there);
+# 3. the request needs `len(tokens) - prefix_len` new slots. If `num_free` covers them, nothing
+#    is evicted. Otherwise the tree must evict the difference, but only if the free slots plus
+#    the unlocked cached tokens (after step 2) are enough; if not, the request does not fit,
+#    nothing is evicted, and it waits.
+#
+# Return `None` when it does not fit, else `(prefix_len, tokens_to_evict)`. The tree is the one
+# of exercise 1 (`node.children`, `node.key`, `node.lock_ref`, `node.parent`); do not change it.
+# The checker runs `CacheManager.admit` on a copy of the same cache and compares.
+
+# %% tags=["exercise-stub"]
+def admit_plan(root, tokens, num_free):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.admit_plan(admit_plan)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Start from lesson 07's `match_prefix`, but keep the nodes you pass through and how many tokens
+# of the last one matched: you need them for step 2.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The unlocked tokens before the request: `len(node.key)` summed over every node below the
+# root with `lock_ref == 0`. Step 2 takes away the matched tokens of the path's nodes that were
+# unlocked, and nothing else.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Three outcomes to tell apart: it fits in the free slots; it fits after evicting what the
+# free slots do not cover; it does not fit at all. A fully cached prompt still needs one slot.
 # </details>
 
 # %% [markdown]
 # ## Summary
 #
-# - A full radix cache evicts unlocked leaves; a parent whose last child goes becomes a leaf.
-#   LRU (SGLang's default) is simple and robust; on a stream of popular prefixes mixed with
-#   one-off documents LFU kept more hits, and "fewest tokens" fewer (measured on the real tree).
+# - A full radix cache evicts unlocked **leaves**, one at a time, in policy order; a parent whose
+#   last child goes becomes a leaf. It never drops a whole subtree at once, and the order is
+#   recency (LRU, SGLang's default), not token count: a shared prefix outlives its branches.
 # - Running requests lock their matched path (`inc_lock_ref` up to the root); locked tokens
-#   are `protected_size` and are never evicted; `dec_lock_ref` releases them.
+#   are `protected_size` and are never evicted, not even to admit the request that locked them;
+#   `dec_lock_ref` releases them.
+# - How much the policy matters depends on the workload and the pool: the sentences computed
+#   under the hit-rate table say which policy won at which size (real tree, simulated stream).
+# - On the bundled model, eviction and preemption change the work, never the answers; a
+#   preempted request is admitted again and re-matches what it had cached, so "reused" grows
+#   with the preemptions.
 # - Serving the longest cached prefix first keeps shared prefixes hot: under memory pressure the
 #   simulated hit rate went from FCFS's level to near the optimum.
 # - Next, lesson 09: the whole picture at scale, and the notes' claims checked against the
