@@ -108,8 +108,8 @@ class GPUSpec:
         left = int(self.memory_bytes * utilization) - weights - int(activation_reserve)
         if left <= 0:
             raise ValueError(
-                f"{model.name} weights ({format_bytes(weights)}) do not leave room for KV on {self.name} "
-                f"({format_bytes(self.memory_bytes)} at {utilization:.0%})"
+                f"{model.name} weights ({format_bytes(weights)}) do not leave room for KV on {self.name}: "
+                f"{utilization:.0%} of {format_bytes(self.memory_bytes)} is {format_bytes(self.memory_bytes * utilization)}"
             )
         return left
 
