@@ -1,6 +1,20 @@
 """Solutions to lesson 09 (at scale): same names as the stubs."""
 
 
+def orca_reservation(prompt_len, output_len, mode, block_size=16, max_len=2048):
+    if mode == "max":
+        estimate = max_len                                      # Orca (Max): the model's context
+    elif mode == "pow2":
+        estimate = 1 << (output_len - 1).bit_length()           # Orca (Pow2): next power of two of the output
+    elif mode == "oracle":
+        estimate = output_len                                   # Orca (Oracle): the true output length
+    else:
+        raise ValueError(f"mode must be 'max', 'pow2' or 'oracle', got {mode!r}")
+    tokens = min(prompt_len + estimate, max_len)                # cacheflow caps the reservation at 2,048
+    blocks = -(-tokens // block_size)                           # whole blocks
+    return 1 << (blocks - 1).bit_length()                       # the buddy allocator's power-of-two run
+
+
 def fit_requests(capacity, block_size, max_len, lengths):
     reserve_max = min(len(lengths), capacity // max_len)      # every request reserves max_len slots
     free_blocks = capacity // block_size

@@ -9,13 +9,17 @@ from kvlab.sim import Budget, BudgetTooSmall, CostModel, make_policy, simulate
 from kvlab.sim.workloads import (Trace, TraceRequest, alpaca, beam_search, few_shot, long_documents, multi_turn,
                                  optimal_hit_rate, parallel_sampling, scenario, shared_prefix, sharegpt)
 
-ALL = ["max", "pow2", "pow2-oracle", "exact", "paged", "paged-share", "radix", "block-hash"]
+ALL = ["orca-max", "orca-pow2", "orca-oracle", "vllm", "firstfit-max", "firstfit-pow2", "firstfit-oracle", "pow2",
+       "paged", "paged-share", "radix", "block-hash", "max", "exact"]  # the last two: old aliases
 
 
 def _empty(policy) -> bool:
     """The policy's memory holds nothing but (evictable) cache."""
     if hasattr(policy, "arena"):
         return not policy.arena.requests and policy.arena.free_tokens == policy.capacity
+    if hasattr(policy, "buddy"):
+        b = policy.buddy
+        return not b.allocated and b.num_free_blocks == b.num_blocks and b.free_runs() == policy._empty.free_runs()
     if hasattr(policy, "pc"):
         return policy.pc.num_free_blocks == policy.pc.num_blocks
     if hasattr(policy, "cm"):
@@ -87,7 +91,7 @@ def test_every_request_finishes_memory_returns_and_integrity_holds_every_step(na
     assert all(v >= -1e-9 for v in b.values())
 
 
-@pytest.mark.parametrize("name", ["paged", "paged-share", "max", "radix", "block-hash"])
+@pytest.mark.parametrize("name", ["paged", "paged-share", "firstfit-max", "orca-pow2", "vllm", "radix", "block-hash"])
 def test_samples_and_beams_finish_and_free(name):
     base = alpaca(25, rate=20.0, seed=2)
     for trace in (parallel_sampling(base, 3), beam_search(base, 4)):
@@ -132,7 +136,7 @@ def test_simulation_is_deterministic():
 
 def test_jumping_over_iterations_gives_the_same_answer_as_stepping():
     t = sharegpt(80, rate=4.0, seed=11)
-    for name in ("paged", "exact", "pow2", "radix"):
+    for name in ("paged", "vllm", "orca-oracle", "firstfit-oracle", "pow2", "radix"):
         fast = simulate(t, make_policy(name, 6000, 16))
         slow = simulate(t, make_policy(name, 6000, 16), check=True)
         assert [(x.req_id, x.preemptions) for x in fast.records] == [(x.req_id, x.preemptions) for x in slow.records]
@@ -146,13 +150,20 @@ def test_jumping_over_iterations_gives_the_same_answer_as_stepping():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_paged_never_holds_fewer_requests_than_reserve_max(seed):
     t = sharegpt(300, rate=math.inf, seed=seed)
-    res = {n: simulate(t, make_policy(n, 14648, 16)) for n in ("max", "pow2-oracle", "exact", "paged")}
+    slots = Budget.table1().tokens
+    names = ("orca-max", "orca-pow2", "orca-oracle", "vllm", "firstfit-max", "firstfit-pow2", "firstfit-oracle")
+    res = {n: simulate(t, make_policy(n, slots, 16)) for n in names}
     batch = {n: r.metrics.mean_loaded_batch for n, r in res.items()}
-    assert batch["max"] <= batch["pow2-oracle"] <= batch["exact"] <= batch["paged"]
-    assert res["max"].metrics.max_requests == 14648 // 2048  # reserve-max fits exactly 7
+    assert batch["orca-max"] <= batch["orca-pow2"] <= batch["orca-oracle"] <= batch["vllm"]
+    assert batch["firstfit-max"] <= batch["firstfit-pow2"] <= batch["firstfit-oracle"] <= batch["vllm"]
+    for mode in ("pow2", "oracle"):  # the buddy's power-of-two rounding costs requests
+        assert batch[f"orca-{mode}"] < batch[f"firstfit-{mode}"]
+    assert res["orca-max"].metrics.max_requests == slots // 2048 == 7  # reserve-max fits exactly 7
     ts = {n: r.breakdown()["token_states"] for n, r in res.items()}
-    assert ts["max"] < ts["exact"] < ts["paged"]
-    assert res["paged"].breakdown()["internal_fragmentation"] < 16 * batch["paged"] / 14648 + 1e-9  # < 1 block per sequence
+    assert ts["orca-max"] < ts["orca-oracle"] < ts["vllm"]
+    assert res["vllm"].breakdown()["internal_fragmentation"] < 16 * batch["vllm"] / slots + 1e-9  # < 1 block per sequence
+    b = res["orca-oracle"].breakdown(loaded=False)
+    assert b["internal_fragmentation"] == pytest.approx(0, abs=1e-12) and b["rounding"] > 0.1  # the oracle's waste is rounding
 
 
 def test_cache_aware_order_beats_fcfs_under_memory_pressure():
@@ -186,14 +197,75 @@ def test_bad_configurations_give_clear_errors():
 def test_budget_and_cost_model():
     b = Budget.from_model("opt-13b", "a100-40gb", kv_bytes=12e9)
     assert b.tokens == int(12e9 // (2 * 40 * 40 * 128 * 2))
+    assert Budget.table1().tokens == 12 * 2**30 // 819_200 == 15_728  # the paper's "15.7K" (Table 1)
+    assert Budget.from_model("opt-13b", "a100-40gb").tokens == 15_728  # one budget everywhere
+    assert Budget.from_model("opt-13b", "a100-40gb", utilization=0.9).tokens == 15_813
     h = Budget.from_model("llama-3-8b", "h200")
     assert h.tokens > 500_000
+    for bad in (math.inf, math.nan, -1.0, 0):
+        with pytest.raises(ValueError, match="kv_bytes"):
+            Budget.from_model("opt-13b", kv_bytes=bad)
+    with pytest.raises(ValueError, match="utilization"):
+        Budget.from_model("opt-13b", "a100-40gb", utilization=1.5)
     c = CostModel.for_model("opt-13b", "a100-40gb")
     t1 = c.iteration_time(1, 500)
     assert 0.02 < t1 < 0.04  # one decode step of OPT-13B: ~26 GB of weights at ~1.1 TB/s
     assert c.span(5, 3, 100, 40) == pytest.approx(sum(c.iteration_time(3, 100 + 3 * j, 40 if j == 0 else 0) for j in range(5)))
     k = c.iterations_until(1.0, 10, 5000, 0)
     assert c.span(k, 10, 5000, 0) >= 1.0 > c.span(k - 1, 10, 5000, 0)
+    v = CostModel.for_model("opt-13b", "a100-40gb", preset="vllm-2023")
+    assert v.kv_bw_eff == pytest.approx(0.7 / 1.23) and v.iteration_time(30, 15_000) > c.iteration_time(30, 15_000)
+    assert v.iteration_time(30, 15_000) == pytest.approx(c.iteration_time(30, 0) + 15_000 * 819_200 / (1.555e12 * 0.7 / 1.23))
+    # a separate prompt step reads the weights again and pays the overhead again
+    sep = v.span(4, 30, 15_000, 200, separate=True) - v.span(4, 30, 15_000, 200)
+    assert sep == pytest.approx(v.overhead_s + v.weight_bytes / (v.hbm_bandwidth * v.bw_eff))
+    assert v.span(4, 30, 15_000, 0, separate=True) == v.span(4, 30, 15_000, 0)
+    k = v.iterations_until(2.0, 30, 15_000, 200, separate=True)
+    assert v.span(k, 30, 15_000, 200, True) >= 2.0 > v.span(k - 1, 30, 15_000, 200, True)
+    assert CostModel.for_model("opt-13b", "a100-40gb", scale=2.0).iteration_time(3, 100) == pytest.approx(
+        2 * c.iteration_time(3, 100))
+    for kw, match in [(dict(preset="2024"), "preset"), (dict(scale=0.0), "scale"), (dict(bw_eff=math.nan), "bw_eff"),
+                      (dict(kv_bw_eff=-1.0), "kv_bw_eff")]:
+        with pytest.raises(ValueError, match=match):
+            CostModel.for_model("opt-13b", "a100-40gb", **kw)
+
+
+def test_the_vllm_policy_runs_its_2023_scheduler_unless_told_otherwise():
+    t = sharegpt(60, rate=20.0, seed=3)
+    v = simulate(t, make_policy("vllm", 6000, 16))
+    p = simulate(t, make_policy("paged", 6000, 16))
+    assert v.params["separate_prefill"] and v.params["max_prefill_tokens"] == 2560
+    assert not p.params["separate_prefill"] and p.params["max_prefill_tokens"] == 8192
+    o = simulate(t, make_policy("orca-oracle", 6000, 16))
+    assert not o.params["separate_prefill"] and o.params["max_prefill_tokens"] > 10**9  # Orca: no prompt budget
+    same = simulate(t, make_policy("vllm", 6000, 16), separate_prefill=False, max_prefill_tokens=8192)
+    assert [r.finish for r in same.records] == [r.finish for r in p.records]  # the memory policy is paged's
+    assert v.duration > p.duration  # prompt steps on their own cost time
+    assert v.metrics.prompt_steps > 0 and p.metrics.prompt_steps == 0
+    assert v.metrics.mean_batch_per_step < v.mean_batch and p.metrics.mean_batch_per_step == p.mean_batch
+
+
+def test_capacity_is_bounded_so_an_absurd_budget_allocates_nothing():
+    from kvlab.sim.policies import MAX_CAPACITY
+
+    with pytest.raises(ValueError, match="67,108,864"):
+        make_policy("paged", 10**12)
+    assert make_policy("orca-max", MAX_CAPACITY).capacity == MAX_CAPACITY
+
+
+def test_length_shapes_keep_the_published_means():
+    from kvlab.sim.workloads import SHAPES, synthetic
+
+    for shape in SHAPES:
+        t = sharegpt(6000, rate=2.0, seed=1, shape=shape)
+        assert abs(t.mean_prompt_len - 161.31) / 161.31 < 0.05 and abs(t.mean_output_len - 337.99) / 337.99 < 0.05
+        assert t.params["family"] == shape and all(r.total_len <= 2048 for r in t)
+    assert sharegpt(50, seed=4).requests == sharegpt(50, seed=4, shape="lognormal").requests
+    assert sharegpt(50, seed=4).requests != sharegpt(50, seed=4, shape="gamma").requests
+    with pytest.raises(ValueError, match="shape"):
+        sharegpt(10, shape="normal")
+    with pytest.raises(ValueError, match="means"):
+        synthetic(10, 1.0, 0, 1500, 1500)
 
 
 def test_cli_prints_a_table(capsys):
@@ -208,9 +280,14 @@ def test_cli_prints_a_table(capsys):
 
 
 def test_speed_10k_sharegpt_requests_is_not_absurdly_slow():
-    # the 10 s target is measured in bench/bench_sim.py; here only a loose guard (CI is shared)
-    r = simulate(sharegpt(2000, rate=2.0, seed=0), make_policy("paged", 14648, 16), progress=False)
-    assert r.wall_seconds < 10
+    # the 5 s CPU target for 10,000 requests is measured in bench/bench_sim.py; here a loose guard (CI is shared)
+    import time
+
+    t = sharegpt(2000, rate=2.0, seed=0)
+    for name in ("vllm", "orca-oracle"):
+        c0 = time.process_time()
+        simulate(t, make_policy(name, 15_728, 16), progress=False)
+        assert time.process_time() - c0 < 1.0  # 10,000 requests would be 5 x this: under 5 s
 
 
 # ------------------------------------------------------------------ property: any config

@@ -29,10 +29,24 @@ def test_every_sim_module_imports_on_its_own(module):
 
 def test_one_policy_a_file_and_names_written_once():
     files = {p.stem for p in (SIM / "policies").glob("*.py")}
-    assert files == {"__init__", "base", "contiguous", "paged", "radix", "block_hash"}
+    assert files == {"__init__", "base", "contiguous", "orca", "paged", "radix", "block_hash"}
     init = (SIM / "policies" / "__init__.py").read_text()
     assert init.count("POLICY_NAMES =") == 1
-    assert POLICY_NAMES == ("max", "pow2", "pow2-oracle", "exact", "paged", "paged-share", "radix", "block-hash")
+    assert POLICY_NAMES == ("orca-max", "orca-pow2", "orca-oracle", "vllm", "pow2", "firstfit-max", "firstfit-pow2",
+                            "firstfit-oracle", "paged", "paged-share", "radix", "block-hash")
+
+
+def test_the_first_releases_policy_names_are_aliases_of_the_first_fit_ablation():
+    from kvlab.sim.policies import ALIASES, canonical_name
+
+    assert ALIASES == {"max": "firstfit-max", "pow2-oracle": "firstfit-pow2", "exact": "firstfit-oracle"}
+    t = shared_prefix(30, rate=5.0, seed=1, prefix_len=40)
+    for old, new in ALIASES.items():
+        a, b = simulate(t, make_policy(old, 8000, 16)), simulate(t, make_policy(new, 8000, 16))
+        assert a.policy == b.policy == new and a.records == b.records
+    assert canonical_name("orca-max") == "orca-max" and make_policy("pow2", 8000).name == "pow2"
+    with pytest.raises(ValueError, match="unknown policy 'orca'; choose one of: orca-max"):
+        make_policy("orca", 8000)
 
 
 def test_no_block_table_is_written_outside_kvlab_memory():

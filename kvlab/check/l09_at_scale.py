@@ -1,12 +1,16 @@
-"""Checkers for lesson 09 (at scale): how many requests fit, and the best hit rate possible.
+"""Checkers for lesson 09 (at scale): the Orca baselines' reservation, how many requests fit, and
+the best hit rate possible.
 
+    orca_reservation   the buddy run (blocks) the paper's Orca (Max / Pow2 / Oracle) reserves
     fit_requests       how many requests fit at once, reserving max_len vs paged
     optimal_hit_rate   the best prefix hit rate any cache could reach on some prompts
 
-fit_requests is measured on the real :class:`~kvlab.memory.contiguous.ContiguousArena` and
-:class:`~kvlab.memory.block_manager.BlockManager`; optimal_hit_rate's reference is
-:func:`kvlab.sim.optimal_hit_rate` (imported inside the function: the simulator is not needed to
-import this module). Mirrors no vLLM or SGLang file (exercises).
+orca_reservation's reference is the simulator's :class:`~kvlab.sim.policies.orca.OrcaPolicy` on
+a :class:`~kvlab.memory.buddy.BuddyAllocator`; fit_requests is measured on the real
+:class:`~kvlab.memory.contiguous.ContiguousArena` and :class:`~kvlab.memory.block_manager.BlockManager`;
+optimal_hit_rate's reference is :func:`kvlab.sim.optimal_hit_rate` (the simulator is imported
+inside the functions: it is not needed to import this module). Mirrors no vLLM or SGLang file
+(exercises).
 
 Example:
     >>> fit_requests(lambda cap, bs, max_len, lengths: (0, 0), verbose=False).passed
@@ -24,7 +28,96 @@ from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
 from .harness import Checker, CheckResult
 
-__all__ = ["fit_requests", "optimal_hit_rate"]
+__all__ = ["orca_reservation", "fit_requests", "optimal_hit_rate"]
+
+ORCA_MODES = ("max", "pow2", "oracle")
+
+
+def orca_run_blocks(prompt_len: int, output_len: int, mode: str, block_size: int = 16, max_len: int = 2048) -> int:
+    """The blocks of the buddy run the vLLM paper's Orca baseline reserves for one request: the
+    simulator's own answer (:class:`~kvlab.sim.policies.orca.OrcaPolicy`).
+
+    Example:
+        >>> orca_run_blocks(161, 338, "oracle"), orca_run_blocks(161, 338, "pow2"), orca_run_blocks(161, 338, "max")
+        (32, 64, 128)
+    """
+    from kvlab.sim.policies.orca import OrcaPolicy  # lazy: the simulator is not needed to import the checkers
+    from kvlab.sim.workloads import TraceRequest
+
+    if mode not in ORCA_MODES:
+        raise ValueError(f"mode must be one of {ORCA_MODES}, got {mode!r}")
+    if prompt_len < 1 or output_len < 1 or prompt_len + output_len > max_len:
+        raise ValueError(f"need prompt_len, output_len >= 1 with prompt + output <= max_len {max_len}, got "
+                         f"{prompt_len}, {output_len}")
+    pol = OrcaPolicy(4 * max_len, f"orca-{mode}", block_size, max_len)
+    return pol._run_blocks(TraceRequest(0, 0.0, prompt_len, output_len))
+
+
+def _pow2(n: int) -> int:
+    return 1 << (max(n, 1) - 1).bit_length()
+
+
+def _estimate(p: int, o: int, mode: str, max_len: int) -> int:
+    return max_len if mode == "max" else _pow2(o) if mode == "pow2" else o
+
+
+# Common mistakes, each written the way a learner gets it wrong: the FAIL line names the one that
+# gives exactly the learner's answer on that case.
+ORCA_MISTAKES = {
+    "no power-of-two rounding: the buddy allocator rounds the run up to a power of two blocks":
+        lambda p, o, m, bs=16, ml=2048: -(-min(p + _estimate(p, o, m, ml), ml) // bs),
+    "rounded the blocks down: a run must hold every slot (round up)":
+        lambda p, o, m, bs=16, ml=2048: _pow2(min(p + _estimate(p, o, m, ml), ml) // bs),
+    "the answer is in blocks, not token slots":
+        lambda p, o, m, bs=16, ml=2048: bs * _pow2(-(-min(p + _estimate(p, o, m, ml), ml) // bs)),
+    "Orca (Pow2) rounds the output up to a power of two, not prompt + output":
+        lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(_pow2(p + o) if m == "pow2" else p + _estimate(p, o, m, ml), ml)
+                                                // bs)),
+    "the reservation is capped at max_len (cacheflow: min(prompt + estimate, 2048))":
+        lambda p, o, m, bs=16, ml=2048: _pow2(-(-(p + _estimate(p, o, m, ml)) // bs)),
+    "the estimate replaces the output, it is added to the prompt":
+        lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(_estimate(p, o, m, ml), ml) // bs)),
+}
+
+
+def _mistake(args: tuple) -> "Callable[[object, object], str | None]":
+    def diagnose(expected: object, actual: object) -> str | None:
+        for message, wrong in ORCA_MISTAKES.items():
+            try:
+                got = wrong(*args)
+            except Exception:  # a mistake that does not apply to these inputs
+                continue
+            if got == actual and got != expected:
+                return message
+        return None
+
+    return diagnose
+
+
+def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(prompt_len, output_len, mode, block_size=16, max_len=2048) -> int``: the blocks
+    of the buddy run that the vLLM paper's Orca baseline reserves for a request (``mode`` "max",
+    "pow2" or "oracle"; any other mode raises ValueError): the estimate of the output (max_len,
+    the next power of two of the output, the output itself) added to the prompt, capped at
+    ``max_len``, in whole blocks, rounded up to a power of two. Expected: :func:`orca_run_blocks`.
+    """
+    cases = [(161, 338, "oracle"), (161, 338, "pow2"), (161, 338, "max"), (1, 1, "oracle"), (100, 64, "pow2"),
+             (1500, 548, "oracle"), (1500, 548, "pow2"), (20, 2028, "pow2"), (16, 16, "oracle", 16),
+             (15, 1, "oracle", 8), (300, 200, "pow2", 1), (300, 200, "oracle", 32), (3000, 900, "pow2", 16, 4096),
+             (40, 9, "max", 16, 4096), (200, 61, "oracle"), (130, 5, "oracle", 8)]  # 16 blocks and a bit: 32
+    rng = random.Random(12)
+    for _ in range(6):
+        bs, ml = rng.choice([(8, 2048), (16, 2048), (16, 1024), (32, 4096)])
+        p = rng.randint(1, ml // 2)
+        cases.append((p, rng.randint(1, ml - p), rng.choice(ORCA_MODES), bs, ml))
+    c = Checker("orca_reservation", fn, reference=orca_run_blocks, verbose=verbose)
+    for args in cases:
+        c.diagnose = [_mistake(args)]
+        full = args + (16, 2048)[len(args) - 3:]
+        c.run(f"prompt {full[0]}, output {full[1]}, mode {full[2]!r}, block_size {full[3]}, max_len {full[4]}", *args)
+    c.diagnose = []
+    c.run("mode 'exact' (not one of max, pow2, oracle): must raise ValueError", 161, 338, "exact")
+    return c.done()
 
 
 def measured_fit(capacity: int, block_size: int, max_len: int, lengths: list[int]) -> tuple[int, int]:

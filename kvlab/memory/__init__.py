@@ -16,6 +16,7 @@ from __future__ import annotations
 from .block_manager import BlockManager
 from .block_pool import BlockAllocator, DoubleFree, KVCacheError, OutOfBlocks, UnknownBlock
 from .block_table import BlockTable, Translation, blocks_needed, slot_mapping, translate
+from .buddy import BuddyAllocator, BuddyStats
 from .contiguous import ContiguousArena, OutOfContiguousSpace
 from .events import NO_LOG, Event, EventLog, NullLog
 from .ids import as_ids, check_int
@@ -27,5 +28,5 @@ __all__ = [
     "BlockTable", "Translation", "blocks_needed", "slot_mapping", "translate",
     "ContiguousArena", "OutOfContiguousSpace", "Event", "EventLog", "NullLog", "NO_LOG",
     "as_ids", "check_int", "GPUS", "MODELS", "GPUSpec", "KVSpec", "format_bytes", "get_gpu", "get_model",
-    "MemorySnapshot",
+    "MemorySnapshot", "BuddyAllocator", "BuddyStats",
 ]

@@ -4,16 +4,19 @@ A laptop cannot serve OPT-13B, but it can simulate the memory of a server that d
 
 - :mod:`kvlab.sim.workloads`: seeded request traces (ShareGPT- and Alpaca-like lengths,
   long documents, multi-turn chats, shared prefixes, few-shot, parallel sampling, beam search);
-- :mod:`kvlab.sim.policies`: one memory policy a file over one KV budget: contiguous (max,
-  pow2, pow2-oracle, exact), paged, paged with sharing, radix tree (through
-  ``kvlab.reuse.CacheManager``), block-hash prefix cache;
+- :mod:`kvlab.sim.policies`: one memory policy a file over one KV budget: the vLLM paper's four
+  systems (``orca-max``, ``orca-pow2``, ``orca-oracle`` on a buddy allocator, ``vllm``), the
+  first-fit ablation (``firstfit-*``), kvlab's ``pow2``, paged, paged with sharing, radix tree
+  (through ``kvlab.reuse.CacheManager``), block-hash prefix cache;
 - :mod:`kvlab.sim.simulation`: :class:`Simulation` (continuous batching in named steps:
   arrive, admit, grow, preempt, finish, advance) and :func:`simulate`, FCFS or cache-aware
   order (``kvlab.reuse.schedule``);
-- :mod:`kvlab.sim.cost`: the documented cost model (:class:`CostModel`) and :class:`Budget`;
+- :mod:`kvlab.sim.cost`: the documented cost model (:class:`CostModel`, presets ``kvlab`` and
+  ``vllm-2023``) and :class:`Budget` (``Budget.table1()``: the vLLM paper's 15,728 slots);
 - :mod:`kvlab.sim.metrics`: the memory breakdown over time, batch sizes, sharing, hit rates;
-- :mod:`kvlab.sim.reproductions`: the vLLM and SGLang papers' figures, published beside
-  simulated, and the source notes' claims checked.
+- :mod:`kvlab.sim.reproductions`: the vLLM paper's figures, published beside simulated, with 95%
+  intervals over seeds; :mod:`kvlab.sim.claims`: the source notes' claims re-judged, the notes'
+  scenario table, SGLang's hit rates; :mod:`kvlab.sim.plots`: plotly figures of them (lazy).
 
 Every number it produces is **simulated**. ``python -m kvlab simulate`` is its command line
 (:mod:`kvlab.sim.cli`, imported only when that command runs; this package knows nothing of
@@ -25,16 +28,16 @@ the model replaced by a cost model (each module names what it mirrors).
 Example:
     >>> from kvlab import sim
     >>> t = sim.sharegpt(200, rate=4.0, seed=0)
-    >>> r = sim.simulate(t, "paged", capacity=16384)
+    >>> r = sim.simulate(t, "vllm", capacity=sim.Budget.table1().tokens)
     >>> r.num_requests
     200
 """
 from __future__ import annotations
 
-from .cost import PEAK_FP16_FLOPS, Budget, CostModel
+from .cost import COST_PRESETS, PEAK_FP16_FLOPS, Budget, CostModel
 from .metrics import CATEGORIES, RequestRecord, RunMetrics, SimResult, format_table
-from .policies import (POLICY_NAMES, BudgetTooSmall, Group, MemoryPolicy, Seq, SimRequest, SimSequence, Usage,
-                       make_policy)
+from .policies import (ALIASES, PAPER_POLICIES, POLICY_NAMES, BudgetTooSmall, Group, MemoryPolicy, Seq, SimRequest,
+                       SimSequence, Usage, make_policy)
 from .simulation import ORDERS, Simulation, simulate
 from .workloads import (
     WORKLOADS,
@@ -51,15 +54,16 @@ from .workloads import (
     scenario,
     shared_prefix,
     sharegpt,
+    synthetic,
 )
 
 # Old names (Request, Seq, Group) stay importable for one release (kvlab 0.2): TraceRequest,
 # SimSequence, SimRequest are the new ones.
 __all__ = [
     "TraceRequest", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix", "few_shot",
-    "scenario", "parallel_sampling", "beam_search", "optimal_hit_rate", "WORKLOADS",
-    "MemoryPolicy", "make_policy", "POLICY_NAMES", "BudgetTooSmall", "SimRequest", "SimSequence", "Usage",
-    "Simulation", "simulate", "CostModel", "Budget", "ORDERS", "PEAK_FP16_FLOPS",
+    "scenario", "parallel_sampling", "beam_search", "optimal_hit_rate", "WORKLOADS", "synthetic",
+    "MemoryPolicy", "make_policy", "POLICY_NAMES", "PAPER_POLICIES", "ALIASES", "BudgetTooSmall", "SimRequest",
+    "SimSequence", "Usage", "Simulation", "simulate", "CostModel", "Budget", "ORDERS", "PEAK_FP16_FLOPS", "COST_PRESETS",
     "SimResult", "RunMetrics", "RequestRecord", "format_table", "CATEGORIES",
     "Request", "Seq", "Group",
 ]

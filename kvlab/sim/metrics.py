@@ -7,12 +7,17 @@ Figure 2, as fractions of the KV budget (they sum to 1):
 - ``token_states``: slots holding a token of a running sequence (a shared slot once);
 - ``reservation``: slots reserved for tokens a request will still produce (contiguous);
 - ``internal_fragmentation``: reserved or allocated slots that will never hold a token
-  (contiguous: past the final length; paged: the unfilled end of each last block);
+  (contiguous: what the length estimate reserved past the final length; paged: the unfilled
+  end of each last block);
+- ``rounding``: slots the allocator added to what was asked for (the buddy allocator's
+  power-of-two rounding of the Orca baselines);
 - ``external_fragmentation``: free slots outside the largest free range (contiguous);
 - ``cached``: slots of cached prefixes no running request uses (radix, block hash);
 - ``free``: the rest.
 
-The paper's "external fragmentation & others" is ``external_fragmentation + free``.
+The paper's "external fragmentation & others" is ``rounding + external_fragmentation + free``
+(its Orca (Oracle) bar has no internal fragmentation, so the buddy's rounding is not counted
+there).
 ``loaded`` averages count only iterations where some request was waiting: the server
 was out of memory, which is when the waste matters (and what the paper measured).
 
@@ -36,7 +41,8 @@ import numpy as np
 
 __all__ = ["RunMetrics", "RequestRecord", "SimResult", "format_table", "CATEGORIES"]
 
-CATEGORIES = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "cached", "free")
+CATEGORIES = ("token_states", "reservation", "internal_fragmentation", "rounding", "external_fragmentation", "cached",
+              "free")
 
 
 @dataclass
@@ -56,15 +62,21 @@ class RunMetrics:
     sum_loaded_requests: float = 0.0
     max_token_states: float = 0.0
     max_internal_per_seq: float = 0.0  # paged: the worst iteration's (unfilled slots / sequences)
+    prompt_steps: int = 0  # separate prompt steps (vLLM 2023), not counted in ``iterations``
+    sum_prompt_requests: int = 0  # requests those prompt steps ran
 
     def add_segment(self, k: int, requests: int, seqs: int, token_states: float, held: int, will_use: int | None,
-                    cached: int, ext: int, dup: int, logical: int, physical: int, loaded: bool) -> None:
-        """``token_states``: the mean over the k iterations (logical: shared slots counted per user)."""
+                    cached: int, ext: int, dup: int, logical: int, physical: int, loaded: bool,
+                    requested: int | None = None) -> None:
+        """``token_states``: the mean over the k iterations (logical: shared slots counted per user);
+        ``requested``: the slots the reservations asked for before the allocator rounded them
+        (None: no rounding, ``held``)."""
         ts = token_states - dup
+        rounding = 0 if requested is None else held - requested
         if will_use is None:
-            res, internal = 0.0, held - ts
+            res, internal = 0.0, held - rounding - ts
         else:
-            res, internal = will_use - ts, held - will_use
+            res, internal = will_use - ts, held - rounding - will_use
         free = self.capacity - held - cached - ext
         if seqs:
             first = internal + (seqs * (k - 1) / 2 if will_use is None else 0)  # largest at the segment's start
@@ -81,6 +93,7 @@ class RunMetrics:
             sums["token_states"] += ts * k
             sums["reservation"] += res * k
             sums["internal_fragmentation"] += internal * k
+            sums["rounding"] += rounding * k
             sums["external_fragmentation"] += ext * k
             sums["cached"] += cached * k
             sums["free"] += free * k
@@ -100,6 +113,13 @@ class RunMetrics:
     @property
     def mean_batch(self) -> float:
         return self.sum_requests / self.iterations if self.iterations else 0.0
+
+    @property
+    def mean_batch_per_step(self) -> float:
+        """Requests per model execution when a separate prompt step counts as a step of its own,
+        with only its new requests in it (equal to ``mean_batch`` without separate prompt steps)."""
+        n = self.iterations + self.prompt_steps
+        return (self.sum_requests + self.sum_prompt_requests) / n if n else 0.0
 
     @property
     def mean_loaded_batch(self) -> float:
@@ -141,7 +161,7 @@ class RequestRecord:
 @dataclass
 class SimResult:
     """Everything one ``simulate`` run measured. ``timeline``: sampled rows (time, iteration,
-    requests running, waiting, then the six categories in slots) for plots."""
+    requests running, waiting, then the categories in slots) for plots."""
 
     policy: str
     trace: str
@@ -194,16 +214,18 @@ class SimResult:
 
     def timeline_rows(self) -> list[dict]:
         """The sampled timeline as dicts: time (s), iteration, running and waiting requests,
-        the six categories in slots (at the end of that iteration) and blocks saved by sharing."""
+        the categories in slots (at the end of that iteration) and blocks saved by sharing."""
         out = []
-        for t, it, run, wait, ts, held, will_use, cached, ext, saved in self.timeline:
+        for t, it, run, wait, ts, held, will_use, cached, ext, saved, requested in self.timeline:
+            rounding = 0 if requested is None else held - requested
             if will_use is None:
-                res, internal = 0, held - ts
+                res, internal = 0, held - rounding - ts
             else:
-                res, internal = will_use - ts, held - will_use
+                res, internal = will_use - ts, held - rounding - will_use
             out.append({"time": t, "iteration": it, "running": run, "waiting": wait, "token_states": ts,
-                        "reservation": res, "internal_fragmentation": internal, "external_fragmentation": ext,
-                        "cached": cached, "free": self.capacity - held - cached - ext, "blocks_saved": saved})
+                        "reservation": res, "internal_fragmentation": internal, "rounding": rounding,
+                        "external_fragmentation": ext, "cached": cached, "free": self.capacity - held - cached - ext,
+                        "blocks_saved": saved})
         return out
 
     def summary(self, loaded: bool = True) -> dict:
@@ -212,8 +234,11 @@ class SimResult:
             "policy": self.policy, "order": self.order, "requests": self.num_requests,
             "mean_batch": self.metrics.mean_batch, "max_batch": self.metrics.max_requests,
             "token_states": b["token_states"], "reservation": b["reservation"],
-            "internal_frag": b["internal_fragmentation"], "external_frag": b["external_fragmentation"],
-            "cached": b["cached"], "free": b["free"], "sharing_saving": self.metrics.sharing_saving,
+            "internal_frag": b["internal_fragmentation"], "rounding": b["rounding"],
+            "external_frag": b["external_fragmentation"],
+            "cached": b["cached"], "free": b["free"],
+            "ext_others": b["rounding"] + b["external_fragmentation"] + b["free"],
+            "sharing_saving": self.metrics.sharing_saving,
             "blocks_saved": self.metrics.mean_blocks_saved,
             "hit_rate": self.hit_rate, "prefill_saved": self.hit_tokens, "preemptions": self.preemptions,
             "throughput_tok_s": self.throughput, "ttft_p50_s": self.ttft(50), "ttft_p99_s": self.ttft(99),

@@ -22,7 +22,9 @@ Between two iterations a :class:`Simulation` runs its steps in this order (``ste
                iteration at most); the first that does not fit stops admission (no skipping
                ahead). Order: ``"fcfs"`` (arrival) or ``"cache-aware"`` (SGLang's
                longest-prefix-match: the first ``cache_aware_window`` waiting requests sorted
-               by their cached prefix, ties by queue order, from ``kvlab.reuse.schedule``)
+               by their cached prefix, ties by queue order, from ``kvlab.reuse.schedule``).
+               ``separate_prefill`` (vLLM 2023): the admitted prompts run in a step of their own
+               (the cost model charges it), counted in ``RunMetrics.prompt_steps``
 ``advance``    run k iterations at once and account them (below)
 =============  ==============================================================================
 
@@ -33,6 +35,9 @@ iterations in between to the metrics in closed form (all categories are linear i
 iteration there; the cost model sums them, :mod:`kvlab.sim.cost`). Beam search with sharing
 steps every iteration. ``check=True`` steps every iteration and checks the policy's structure
 (allocator, tables, tree) each time.
+
+This module is longer than 450 lines: the named steps and the closed-form jump over iterations
+share one state, and they read best as one class.
 
 Mirrors vLLM v0 ``vllm/core/scheduler.py`` (``_schedule_prefills`` with the watermark,
 ``_preempt`` by recomputation of the newest request, no prefill in a step that preempted) and
@@ -94,8 +99,9 @@ class Simulation:
     def __init__(self, trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None = None,
                  block_size: int = 16, order: str = "fcfs", cost: CostModel | None = None, seed: int = 0,
                  check: bool = False, progress: bool | None = None, max_batch: int = 256,
-                 max_prefill_tokens: int = 8192, cache_aware_window: int = 256, beam_decay: float = 0.5,
-                 timeline_points: int = 400, max_iterations: int = 50_000_000) -> None:
+                 max_prefill_tokens: int | None = None, cache_aware_window: int = 256, beam_decay: float = 0.5,
+                 timeline_points: int = 400, max_iterations: int = 50_000_000,
+                 separate_prefill: bool | None = None) -> None:
         self._t0 = time.perf_counter()
         if isinstance(policy, str):
             if capacity is None:
@@ -105,6 +111,10 @@ class Simulation:
             raise ValueError(f"policy {policy.name!r} still holds sequences from another run; make a fresh one")
         if order not in ORDERS:
             raise ValueError(f"unknown order {order!r}; choose one of {ORDERS}")
+        server = policy.server  # the scheduler of the system the policy stands for (None: no prompt budget)
+        if max_prefill_tokens is None:
+            max_prefill_tokens = server.get("max_prefill_tokens", 8192) or 2**62
+        separate_prefill = bool(server.get("separate_prefill")) if separate_prefill is None else separate_prefill
         if max_batch < 1 or max_prefill_tokens < 1:
             raise ValueError(f"max_batch and max_prefill_tokens must be >= 1, got {max_batch}, {max_prefill_tokens}")
         reqs = trace.requests
@@ -119,6 +129,7 @@ class Simulation:
         if len(set(ids)) != len(ids):
             raise ValueError("request ids must be unique")
         self.trace, self.policy, self.order, self.check = trace, policy, order, check
+        self.separate_prefill = separate_prefill
         self.cost = cost or CostModel.for_model("opt-13b", "a100-40gb")
         self.seed, self.progress, self.beam_decay = seed, progress, beam_decay
         self.max_batch, self.max_prefill_tokens, self.cache_aware_window = max_batch, max_prefill_tokens, cache_aware_window
@@ -151,6 +162,7 @@ class Simulation:
         self._stride, self._next_sample, self._bar = 1, 0, None
         self.dirty = True  # admission may succeed now (something changed since it last failed)
         self.preempted_now = self.budget_hit = False
+        self.admitted_now = 0  # requests the last ``admit`` started
 
     # ------------------------------------------------------------------ events
     def _push(self, e: int, kind: int, obj, r: SimRequest) -> None:
@@ -196,6 +208,7 @@ class Simulation:
         if self.order == "cache-aware" and policy.uses_tokens and len(waiting) > 1:
             self._order_cache_aware()
         prefill = 0
+        self.admitted_now = 0
         while waiting:
             r = waiting[0]
             if self.running_seqs + r.req.num_seqs > self.max_batch:
@@ -207,6 +220,7 @@ class Simulation:
                 break
             waiting.popleft()
             self._admitted += 1
+            self.admitted_now += 1
             r.admit_it, r.admit_order = it, self._admitted
             running[r.gid] = r
             for s in r.seqs:
@@ -348,25 +362,28 @@ class Simulation:
             if top[5] == r.version and r.gid in running:
                 break
             heapq.heappop(events)
-        it, now, B = self.it, self.now, self.running_seqs
+        it, now, B, sep = self.it, self.now, self.running_seqs, self.separate_prefill
         k = max(1, events[0][0] - it) if events else 1
         ctx0 = self.context_base + B * it
         if self.check or self.dirty:
             k = 1
-        span = cost.span(k, B, ctx0, prefill)
+        span = cost.span(k, B, ctx0, prefill, sep)
         pending = self.pending
         if pending and now + span > pending[0][0] and k > 1:
-            k = min(k, cost.iterations_until(pending[0][0] - now, B, ctx0, prefill))
-            span = cost.span(k, B, ctx0, prefill)
+            k = min(k, cost.iterations_until(pending[0][0] - now, B, ctx0, prefill, sep))
+            span = cost.span(k, B, ctx0, prefill, sep)
         u = self.policy.usage()
         self.metrics.add_segment(k, len(running), B, ctx0 + B + B * (k - 1) / 2, u.held_slots, u.will_use_slots,
                                  u.cached_slots, u.external_fragmentation, u.dup_slots, u.logical_blocks,
-                                 u.physical_blocks, bool(self.waiting))
+                                 u.physical_blocks, bool(self.waiting), u.requested_slots)
         if it >= self._next_sample:
             self._sample(u, ctx0 + B)
         self.now = now + span
         if prefill:
-            t1 = now + cost.span(1, B, ctx0, prefill)
+            if sep:
+                self.metrics.prompt_steps += 1
+                self.metrics.sum_prompt_requests += self.admitted_now
+            t1 = now + cost.span(1, B, ctx0, prefill, sep)
             for r in running.values():
                 if r.admit_it == it and r.first_token_time is None:
                     r.first_token_time = t1
@@ -381,7 +398,8 @@ class Simulation:
         """One timeline row (thinned to about ``timeline_points`` rows by doubling the stride)."""
         tl = self.timeline
         tl.append((self.now, self.it, len(self.running), len(self.waiting), tokens - u.dup_slots, u.held_slots,
-                   u.will_use_slots, u.cached_slots, u.external_fragmentation, u.logical_blocks - u.physical_blocks))
+                   u.will_use_slots, u.cached_slots, u.external_fragmentation, u.logical_blocks - u.physical_blocks,
+                   u.requested_slots))
         self._next_sample = self.it + self._stride
         if len(tl) > 2 * self.timeline_points:
             tl[:] = tl[::2]
@@ -423,18 +441,21 @@ class Simulation:
                          self.preemptions, self.prompt_tokens, self.hit_tokens, self.prefill_tokens, self.output_tokens,
                          p.bytes_copied, self.timeline, time.perf_counter() - self._t0,
                          {"max_batch": self.max_batch, "max_prefill_tokens": self.max_prefill_tokens, "seed": self.seed,
-                          "cost": self.cost})
+                          "cost": self.cost, "separate_prefill": self.separate_prefill})
 
 
 def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None = None, block_size: int = 16,
              order: str = "fcfs", cost: CostModel | None = None, seed: int = 0, check: bool = False,
-             progress: bool | None = None, max_batch: int = 256, max_prefill_tokens: int = 8192,
+             progress: bool | None = None, max_batch: int = 256, max_prefill_tokens: int | None = None,
              cache_aware_window: int = 256, beam_decay: float = 0.5, timeline_points: int = 400,
-             max_iterations: int = 50_000_000) -> SimResult:
+             max_iterations: int = 50_000_000, separate_prefill: bool | None = None) -> SimResult:
     """Run ``trace`` through ``policy`` (a fresh :class:`MemoryPolicy`, or a name plus ``capacity``).
 
     A policy keeps its state after the run (a radix or block-hash policy keeps its cache,
     so a second trace can start warm); one that still holds sequences is refused.
+
+    ``max_prefill_tokens`` and ``separate_prefill`` (prompt steps apart, as vLLM in 2023) default
+    to the policy's ``server`` (``vllm``: 2,560 and True; ``orca-*``: no limit; others 8,192).
 
     Returns a :class:`SimResult`. Deterministic: the same arguments give the same result
     (``seed`` drives beam-search parent choices only). ``progress``: a tqdm bar over
@@ -445,4 +466,4 @@ def simulate(trace: Trace, policy: MemoryPolicy | str, *, capacity: int | None =
     return Simulation(trace, policy, capacity=capacity, block_size=block_size, order=order, cost=cost, seed=seed,
                       check=check, progress=progress, max_batch=max_batch, max_prefill_tokens=max_prefill_tokens,
                       cache_aware_window=cache_aware_window, beam_decay=beam_decay, timeline_points=timeline_points,
-                      max_iterations=max_iterations).run()
+                      max_iterations=max_iterations, separate_prefill=separate_prefill).run()

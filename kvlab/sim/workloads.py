@@ -13,7 +13,10 @@ We draw input and output lengths independently from **log-normal** distributions
 benchmark does (input or output under 4 tokens, input + output over ``max_len``), and
 calibrate each log-normal's ``mu`` so that the means *after* that filter match the
 published means. The shapes (``sigma``: 1.0 and 0.85 for ShareGPT, 0.7 and 0.8 for Alpaca)
-are our choice, not published figures.
+are our choice, not published figures (and not fitted to any published result). ``shape``
+gives the sensitivity rows: ``"gamma"`` (a gamma law with the log-normal's coefficient of
+variation, a lighter tail) and ``"wide"`` (log-normal with ``sigma + 0.3``, a heavier tail),
+each calibrated to the same means.
 
 Requests that share prefixes (system prompts, few-shot examples, multi-turn chats)
 carry token ids, so the radix tree and the block-hash cache can match them; ids are
@@ -46,7 +49,7 @@ import numpy as np
 __all__ = [
     "TraceRequest", "Request", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix",
     "few_shot", "scenario", "parallel_sampling", "beam_search", "poisson_arrivals", "optimal_hit_rate", "WORKLOADS",
-    "LENGTH_STATS",
+    "LENGTH_STATS", "SHAPES", "synthetic",
 ]
 
 # Published means (vLLM paper, Sec. 6.1 / Fig. 11) and our log-normal shapes.
@@ -55,6 +58,7 @@ LENGTH_STATS: dict[str, dict[str, float]] = {
     "alpaca": {"mean_in": 19.31, "mean_out": 58.45, "sigma_in": 0.7, "sigma_out": 0.8},
 }
 MIN_LEN = 4  # vLLM's benchmark drops prompts or outputs shorter than this
+SHAPES = ("lognormal", "gamma", "wide")  # length families (see the module docstring)
 
 
 @dataclass(slots=True)
@@ -145,14 +149,22 @@ def poisson_arrivals(num: int, rate: float, rng: np.random.Generator) -> np.ndar
     return np.cumsum(rng.exponential(1.0 / rate, size=num))
 
 
+def _draw(rng: np.random.Generator, shape: str, loc: float, sigma: float, m: int) -> np.ndarray:
+    """``m`` lengths of one family; ``loc`` is on the log scale (log-normal ``mu``, gamma log-scale)."""
+    if shape == "gamma":
+        k = 1.0 / math.expm1(sigma**2)  # the log-normal's coefficient of variation
+        return np.rint(rng.gamma(k, math.exp(loc), m)).astype(np.int64)
+    return np.rint(rng.lognormal(loc, sigma + (0.3 if shape == "wide" else 0.0), m)).astype(np.int64)
+
+
 def _filtered_pairs(rng: np.random.Generator, n: int, mu_in: float, s_in: float, mu_out: float, s_out: float,
-                    max_len: int, max_in: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` (input, output) pairs drawn log-normal and filtered as vLLM's benchmark does."""
+                    max_len: int, max_in: int | None = None, shape: str = "lognormal") -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (input, output) pairs drawn from ``shape`` and filtered as vLLM's benchmark does."""
     ins, outs, have = [], [], 0
     while have < n:
         m = max(64, int((n - have) * 1.3))
-        a = np.rint(rng.lognormal(mu_in, s_in, m)).astype(np.int64)
-        b = np.rint(rng.lognormal(mu_out, s_out, m)).astype(np.int64)
+        a = _draw(rng, shape, mu_in, s_in, m)
+        b = _draw(rng, shape, mu_out, s_out, m)
         ok = (a >= MIN_LEN) & (b >= MIN_LEN) & (a + b <= max_len)
         if max_in is not None:
             ok &= a <= max_in
@@ -162,48 +174,74 @@ def _filtered_pairs(rng: np.random.Generator, n: int, mu_in: float, s_in: float,
     return np.concatenate(ins)[:n], np.concatenate(outs)[:n]
 
 
-@lru_cache(maxsize=32)
-def _calibrated_mus(mean_in: float, mean_out: float, s_in: float, s_out: float, max_len: int) -> tuple[float, float]:
-    """``mu`` of each log-normal so that the filtered means equal the targets.
+def _start_loc(shape: str, mean: float, sigma: float) -> float:  # gamma: theta = mean / k
+    return math.log(mean * math.expm1(sigma**2)) if shape == "gamma" else \
+        math.log(mean) - (sigma + (0.3 if shape == "wide" else 0.0))**2 / 2
+
+
+@lru_cache(maxsize=64)
+def _calibrated_mus(mean_in: float, mean_out: float, s_in: float, s_out: float, max_len: int,
+                    shape: str = "lognormal") -> tuple[float, float]:
+    """The log-scale location of each length law so that the filtered means equal the targets.
 
     Fixed-point iteration on a fixed calibration sample (seed 12345, 100,000 pairs), so
     the result is deterministic and does not depend on the caller's seed.
     """
-    mu_in = math.log(mean_in) - s_in**2 / 2
-    mu_out = math.log(mean_out) - s_out**2 / 2
+    mu_in, mu_out = _start_loc(shape, mean_in, s_in), _start_loc(shape, mean_out, s_out)
     for _ in range(8):
-        a, b = _filtered_pairs(np.random.default_rng(12345), 100_000, mu_in, s_in, mu_out, s_out, max_len)
+        a, b = _filtered_pairs(np.random.default_rng(12345), 100_000, mu_in, s_in, mu_out, s_out, max_len, shape=shape)
         mu_in += math.log(mean_in / a.mean())
         mu_out += math.log(mean_out / b.mean())
     return mu_in, mu_out
 
 
-def _length_trace(name: str, num_requests: int, rate: float, seed: int, max_len: int) -> Trace:
+def synthetic(num_requests: int, rate: float, seed: int, mean_in: float, mean_out: float, shape: str = "lognormal",
+              sigma_in: float = 1.0, sigma_out: float = 0.85, max_len: int = 2048, name: str = "synthetic") -> Trace:
+    """Independent input and output lengths of one family (``shape``, :data:`SHAPES`), filtered
+    as vLLM's benchmark does and calibrated so the filtered means are ``mean_in`` and ``mean_out``.
+
+    Example:
+        >>> t = synthetic(2000, 2.0, 0, mean_in=50, mean_out=100, shape="gamma")
+        >>> 45 < t.mean_prompt_len < 55 and 90 < t.mean_output_len < 110
+        True
+    """
     _check_common(num_requests, rate)
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose one of: {', '.join(SHAPES)}")
     if max_len < 2 * MIN_LEN:
         raise ValueError(f"max_len must be >= {2 * MIN_LEN}, got {max_len}")
-    st = LENGTH_STATS[name]
-    mu_in, mu_out = _calibrated_mus(st["mean_in"], st["mean_out"], st["sigma_in"], st["sigma_out"], max_len)
+    if not (MIN_LEN <= mean_in and MIN_LEN <= mean_out and mean_in + mean_out < max_len):
+        raise ValueError(f"means {mean_in} and {mean_out} must be >= {MIN_LEN} with a sum below max_len {max_len}")
+    mu_in, mu_out = _calibrated_mus(mean_in, mean_out, sigma_in, sigma_out, max_len, shape)
     rng = np.random.default_rng(seed)
     arrivals = poisson_arrivals(num_requests, rate, rng)
-    ins, outs = _filtered_pairs(rng, num_requests, mu_in, st["sigma_in"], mu_out, st["sigma_out"], max_len)
+    ins, outs = _filtered_pairs(rng, num_requests, mu_in, sigma_in, mu_out, sigma_out, max_len, shape=shape)
     reqs = [TraceRequest(i, float(arrivals[i]), int(ins[i]), int(outs[i]), tag=name) for i in range(num_requests)]
     return Trace(name, reqs, {"num_requests": num_requests, "rate": rate, "seed": seed, "max_len": max_len,
-                              "family": "log-normal", **st})
+                              "family": shape, "mean_in": mean_in, "mean_out": mean_out, "sigma_in": sigma_in,
+                              "sigma_out": sigma_out})
+
+
+def _length_trace(name: str, num: int, rate: float, seed: int, max_len: int, shape: str = "lognormal") -> Trace:
+    s = LENGTH_STATS[name]
+    return synthetic(num, rate, seed, s["mean_in"], s["mean_out"], shape, s["sigma_in"], s["sigma_out"], max_len, name)
 
 
 # --------------------------------------------------------------------------- workloads
-def sharegpt(num_requests: int = 1000, rate: float = 2.0, seed: int = 0, max_len: int = 2048) -> Trace:
+def sharegpt(num_requests: int = 1000, rate: float = 2.0, seed: int = 0, max_len: int = 2048,
+             shape: str = "lognormal") -> Trace:
     """ShareGPT-like chats: mean input 161.31, mean output 337.99 tokens (after the filter).
 
-    ``max_len``: the model's context (2048 for OPT, as in the vLLM paper).
+    ``max_len``: the model's context (2048 for OPT, as in the vLLM paper); ``shape``: the
+    length family (:data:`SHAPES`).
     """
-    return _length_trace("sharegpt", num_requests, rate, seed, max_len)
+    return _length_trace("sharegpt", num_requests, rate, seed, max_len, shape)
 
 
-def alpaca(num_requests: int = 1000, rate: float = 30.0, seed: int = 0, max_len: int = 2048) -> Trace:
+def alpaca(num_requests: int = 1000, rate: float = 30.0, seed: int = 0, max_len: int = 2048,
+           shape: str = "lognormal") -> Trace:
     """Alpaca-like instructions: mean input 19.31, mean output 58.45 tokens."""
-    return _length_trace("alpaca", num_requests, rate, seed, max_len)
+    return _length_trace("alpaca", num_requests, rate, seed, max_len, shape)
 
 
 class _Ids:

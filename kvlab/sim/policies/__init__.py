@@ -1,26 +1,33 @@
 """Memory policies for the simulator: who gets which KV slots, on the real allocator code.
 
 One policy a file, each a thin adapter over the structure the lessons animate (the protocol,
-:class:`Usage` and the simulator's request state are in ``base.py``):
+:class:`Usage` and the simulator's request state are in ``base.py``). The vLLM paper's four
+systems come first (Kwon et al., SOSP 2023, Sec. 6.1), then the ablation and kvlab's own:
 
-==================  ===========================  =============================================
-policy              file                         structure and rule
-==================  ===========================  =============================================
-``max``             ``contiguous.py``            ContiguousArena: reserve ``max_len`` slots per
-                                                 request (Orca (Max) in the vLLM paper)
-``pow2``            ``contiguous.py``            reserve the next power of two of the current
-                                                 length, grow by doubling (kvlab's own policy)
-``pow2-oracle``     ``contiguous.py``            reserve ``prompt + next_pow2(output)``: the
-                                                 paper's Orca (Pow2) rule, on first fit
-``exact``           ``contiguous.py``            reserve the true final length (Orca (Oracle))
-``paged``           ``paged.py``                 BlockManager: blocks on demand; n samples or
-                                                 beams are independent sequences (no sharing)
-``paged-share``     ``paged.py``                 the same plus ``fork`` and copy-on-write:
-                                                 samples share the prompt, beams their history
-``radix``           ``radix.py``                 CacheManager (SGLang's RadixAttention): what a
-                                                 request computed stays cached in the tree
-``block-hash``      ``block_hash.py``            BlockHashCache: vLLM's automatic prefix caching
-==================  ===========================  =============================================
+=====================  ======================  ==============================================
+policy                 file                    structure and rule
+=====================  ======================  ==============================================
+``orca-max``           ``orca.py``             BuddyAllocator: one power-of-two run per
+                                               sequence holding ``max_len`` (Orca (Max))
+``orca-pow2``          ``orca.py``             ... holding ``prompt + next_pow2(output)``
+                                               (Orca (Pow2))
+``orca-oracle``        ``orca.py``             ... holding ``prompt + output`` (Orca (Oracle))
+``vllm``               ``paged.py``            BlockManager, blocks on demand, with vLLM
+                                               2023's scheduler (prompt steps on their own)
+``firstfit-max``,      ``contiguous.py``       the ablation: the Orca estimates on a first-fit
+``firstfit-pow2``,                             arena of token slots, no rounding (aliases:
+``firstfit-oracle``                            ``max``, ``pow2-oracle``, ``exact``)
+``pow2``               ``contiguous.py``       reserve the next power of two of the current
+                                               length, grow by doubling (kvlab's own policy,
+                                               not the paper's Orca (Pow2))
+``paged``              ``paged.py``            BlockManager: blocks on demand; n samples or
+                                               beams are independent sequences (no sharing)
+``paged-share``        ``paged.py``            the same plus ``fork`` and copy-on-write:
+                                               samples share the prompt, beams their history
+``radix``              ``radix.py``            CacheManager (SGLang's RadixAttention): what a
+                                               request computed stays cached in the tree
+``block-hash``         ``block_hash.py``       BlockHashCache: vLLM's automatic prefix caching
+=====================  ======================  ==============================================
 
 Not handled: swapping to CPU memory, chunked prefill, sliding windows.
 
@@ -44,14 +51,21 @@ from ...memory.events import NullLog
 from .base import BudgetTooSmall, MemoryPolicy, SimRequest, SimSequence, Usage
 from .block_hash import BlockHashPolicy
 from .contiguous import CONTIGUOUS_MODES, ContiguousPolicy
+from .orca import ORCA_MODES, OrcaPolicy
 from .paged import PagedPolicy
 from .radix import RadixPolicy
 
-__all__ = ["SimSequence", "SimRequest", "Usage", "MemoryPolicy", "ContiguousPolicy", "PagedPolicy", "RadixPolicy",
-           "BlockHashPolicy", "make_policy", "POLICY_NAMES", "BudgetTooSmall",
-           "Seq", "Group", "NullLog"]
+__all__ = ["SimSequence", "SimRequest", "Usage", "MemoryPolicy", "ContiguousPolicy", "OrcaPolicy", "PagedPolicy",
+           "RadixPolicy", "BlockHashPolicy", "make_policy", "canonical_name", "POLICY_NAMES", "PAPER_POLICIES",
+           "ALIASES", "MAX_CAPACITY", "BudgetTooSmall", "Seq", "Group", "NullLog"]
 
-POLICY_NAMES = (*CONTIGUOUS_MODES, "paged", "paged-share", "radix", "block-hash")
+PAPER_POLICIES = (*ORCA_MODES, "vllm")  # the vLLM paper's four systems, in its order
+POLICY_NAMES = (*PAPER_POLICIES, *CONTIGUOUS_MODES, "paged", "paged-share", "radix", "block-hash")
+# The first release's names of the first-fit ablation, kept for one release (kvlab 0.2).
+ALIASES = {"max": "firstfit-max", "pow2-oracle": "firstfit-pow2", "exact": "firstfit-oracle"}
+# The most token slots a policy takes: block policies keep a few Python objects per block, so a
+# budget of 10**12 slots would need hundreds of GB of RAM (2**26 slots = 64 Mi = 4 Mi blocks of 16).
+MAX_CAPACITY = 2**26
 
 # Old names, kept importable for one release (kvlab 0.2): Seq -> SimSequence, Group -> SimRequest;
 # NullLog lives in kvlab.memory.events.
@@ -59,29 +73,42 @@ Seq = SimSequence
 Group = SimRequest
 
 
+def canonical_name(name: str) -> str:
+    """The policy's name as :data:`POLICY_NAMES` spells it (an old alias mapped); ValueError
+    naming the choices for an unknown one."""
+    name = ALIASES.get(name, name)
+    if name not in POLICY_NAMES:
+        raise ValueError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")
+    return name
+
+
 def make_policy(name: str, capacity: int, block_size: int = 16, max_len: int = 2048, bytes_per_token: int = 1,
                 eviction_policy: str = "lru", watermark: float = 0.01) -> MemoryPolicy:
-    """A policy by name (one of :data:`POLICY_NAMES`) over ``capacity`` token slots.
+    """A policy by name (one of :data:`POLICY_NAMES`, or an old alias) over ``capacity`` token slots.
 
-    ``max_len``: the context limit (contiguous policies reserve up to it); ``watermark``:
+    ``max_len``: the context limit (contiguous and Orca policies reserve up to it); ``watermark``:
     block policies admit a request only if this fraction of the blocks stays free (vLLM's
     default 0.01, to leave running sequences room to grow); ``eviction_policy``: the radix
-    tree's ("lru", "lfu", "fewest_tokens").
+    tree's ("lru", "lfu", "fewest_tokens"). ``capacity`` is at most :data:`MAX_CAPACITY`.
     """
     if not 0 <= watermark < 1:
         raise ValueError(f"watermark must be in [0, 1), got {watermark}")
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ValueError(f"capacity must be a positive number of token slots, got {capacity!r}")
     capacity = int(capacity)
+    if capacity > MAX_CAPACITY:
+        raise ValueError(f"capacity of {capacity:,} token slots is more than the simulator's limit of "
+                         f"{MAX_CAPACITY:,} (2**26; a block policy keeps Python objects per block)")
+    name = canonical_name(name)
     if name in CONTIGUOUS_MODES:
         return ContiguousPolicy(capacity, name, max_len, bytes_per_token)
-    if name in ("paged", "paged-share"):
-        pol: MemoryPolicy = PagedPolicy(capacity, block_size, share=name == "paged-share")
+    if name in ORCA_MODES:
+        return OrcaPolicy(capacity, name, block_size, max_len)
+    if name in ("paged", "paged-share", "vllm"):
+        pol: MemoryPolicy = PagedPolicy(capacity, block_size, share=name == "paged-share", name=name)
     elif name == "radix":
         pol = RadixPolicy(capacity, block_size, eviction_policy)
-    elif name == "block-hash":
-        pol = BlockHashPolicy(capacity, block_size)
     else:
-        raise ValueError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")
+        pol = BlockHashPolicy(capacity, block_size)
     pol.watermark_blocks = int(watermark * (pol.capacity // pol.block_size))
     return pol

@@ -106,7 +106,7 @@ class SimRequest:
         return r.prompt + (r.output or ())[: n - r.prompt_len] if n > r.prompt_len else r.prompt[:n]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once an iteration, and a frozen dataclass is slow to build
 class Usage:
     """Where the budget is, apart from the running sequences' tokens (known to the simulation).
 
@@ -116,7 +116,9 @@ class Usage:
     cached_slots: slots holding cached prefixes no running request uses (evictable);
     external_fragmentation: free slots outside the largest free range (contiguous only);
     dup_slots: logical token slots served by a slot another sequence also uses (sharing);
-    logical_blocks / physical_blocks: blocks without / with sharing (block policies).
+    logical_blocks / physical_blocks: blocks without / with sharing (block policies);
+    requested_slots: what the reservations asked for before the allocator rounded them up
+    (the buddy allocator; None: no rounding, the same as ``held_slots``).
     """
 
     held_slots: int
@@ -126,6 +128,7 @@ class Usage:
     dup_slots: int = 0
     logical_blocks: int = 0
     physical_blocks: int = 0
+    requested_slots: int | None = None
 
 
 class MemoryPolicy:
@@ -133,7 +136,9 @@ class MemoryPolicy:
 
     ``prefix_cache``: an object with ``peek_prefix_len(tokens)`` (the radix tree) that the
     cache-aware order reads, or None. ``logical_blocks``: blocks the running sequences' tables
-    list (a shared block once per table), kept by the block policies.
+    list (a shared block once per table), kept by the block policies. ``server``: the scheduler
+    settings of the system the policy stands for (:class:`~kvlab.sim.simulation.Simulation`
+    arguments it fills in when they are not given: ``separate_prefill``, ``max_prefill_tokens``).
     """
 
     name = "base"
@@ -144,6 +149,7 @@ class MemoryPolicy:
     prefix_cache: Any = None
     logical_blocks: int = 0
     watermark_blocks: int = 0
+    server: dict = {}
 
     def validate(self, req: TraceRequest) -> None:
         """Raise BudgetTooSmall unless ``req`` fits an empty budget."""

@@ -1,24 +1,28 @@
-"""Contiguous reservation, the baselines of the vLLM paper: one range per sequence, first fit.
+"""Contiguous reservation on a first-fit arena: kvlab's grow-by-doubling policy and the ablation
+of the paper's Orca baselines without their buddy allocator.
 
-==================  =====================================================================
-mode                rule (:class:`~kvlab.memory.contiguous.ContiguousArena` policy)
-==================  =====================================================================
-``max``             arena ``"max"``: reserve ``max_len`` slots per request (Orca (Max))
-``pow2``            arena ``"pow2"``: reserve the next power of two of the current length,
-                    grow by doubling (moving and copying when the next range is taken);
-                    kvlab's own growth policy, not the paper's Orca (Pow2)
-``pow2-oracle``     arena ``"exact"`` told ``prompt + next_pow2(output)``: over-reserves at
-                    most 2x of the output, as the vLLM paper's Orca (Pow2) baseline
-``exact``           arena ``"exact"`` told the true final length (Orca (Oracle))
-==================  =====================================================================
+====================  =====================================================================
+mode                  rule (:class:`~kvlab.memory.contiguous.ContiguousArena` policy)
+====================  =====================================================================
+``pow2``              arena ``"pow2"``: reserve the next power of two of the current length,
+                      grow by doubling (moving and copying when the next range is taken);
+                      kvlab's own growth policy, **not** the paper's Orca (Pow2)
+``firstfit-max``      arena ``"max"``: reserve ``max_len`` slots per request
+``firstfit-pow2``     arena ``"exact"`` told ``prompt + next_pow2(output)``
+``firstfit-oracle``   arena ``"exact"`` told the true final length
+====================  =====================================================================
 
-Mirrors the Orca baselines of the vLLM paper (Kwon et al., SOSP 2023, Sec. 6.1). The paper's
-baselines ran on a buddy allocator (vLLM's pre-release ``BuddyBlockSpaceManager``); this one
-places ranges first fit, in token slots.
+The three ``firstfit-*`` modes use the Orca baselines' length estimates (``orca.py``) but place
+each range first fit, in token slots, with no power-of-two rounding: the **ablation** that shows
+what the paper's buddy allocator costs (old names ``max``, ``pow2-oracle``, ``exact`` are
+aliases of them, kept for one release).
+
+Mirrors the Orca baselines of the vLLM paper (Kwon et al., SOSP 2023, Sec. 6.1) minus their
+allocator (vLLM's pre-release ``BuddyBlockSpaceManager``, which ``orca.py`` follows).
 
 Example (a budget of 4,096 slots; a 100-token request that will write 50 more):
     >>> from kvlab.sim.workloads import TraceRequest
-    >>> p = ContiguousPolicy(4096, "exact")
+    >>> p = ContiguousPolicy(4096, "firstfit-oracle")
     >>> r = SimRequest(TraceRequest(0, 0.0, 100, 50))
     >>> p.admit(r), r.seqs[0].cap, p.usage().held_slots
     (True, 150, 150)
@@ -35,13 +39,13 @@ from .base import BudgetTooSmall, MemoryPolicy, SimRequest, SimSequence, Usage
 __all__ = ["ContiguousPolicy", "CONTIGUOUS_MODES"]
 
 # policy name -> the arena's reservation rule
-CONTIGUOUS_MODES = {"max": "max", "pow2": "pow2", "pow2-oracle": "exact", "exact": "exact"}
+CONTIGUOUS_MODES = {"pow2": "pow2", "firstfit-max": "max", "firstfit-pow2": "exact", "firstfit-oracle": "exact"}
 
 
 class ContiguousPolicy(MemoryPolicy):
     """One contiguous range per sequence in a :class:`ContiguousArena` (first fit)."""
 
-    def __init__(self, capacity: int, mode: str = "max", max_len: int = 2048, bytes_per_token: int = 1) -> None:
+    def __init__(self, capacity: int, mode: str = "firstfit-max", max_len: int = 2048, bytes_per_token: int = 1) -> None:
         arena_mode = CONTIGUOUS_MODES.get(mode)
         if arena_mode is None:
             raise ValueError(f"unknown contiguous mode {mode!r}; choose {', '.join(CONTIGUOUS_MODES)}")
@@ -54,16 +58,16 @@ class ContiguousPolicy(MemoryPolicy):
         self._usage: Usage | None = None  # cached until the arena changes
 
     def _final_len(self, req: TraceRequest) -> int | None:
-        if self.mode == "exact":
+        if self.mode == "firstfit-oracle":
             return req.total_len
-        if self.mode == "pow2-oracle":
+        if self.mode == "firstfit-pow2":
             return min(self.max_len, req.prompt_len + next_pow2(req.output_len))
         return None
 
     def min_slots(self, req: TraceRequest) -> int:
         if req.total_len > self.max_len:
             raise BudgetTooSmall(f"request {req.req_id} has {req.total_len} tokens, more than max_len {self.max_len}")
-        per = {"max": self.max_len, "exact": req.total_len, "pow2-oracle": self._final_len(req),
+        per = {"firstfit-max": self.max_len, "firstfit-oracle": req.total_len, "firstfit-pow2": self._final_len(req),
                "pow2": next_pow2(req.total_len)}[self.mode]
         return min(per, self.max_len) * req.num_seqs
 

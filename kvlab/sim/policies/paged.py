@@ -3,6 +3,9 @@
 ``paged``: every sequence (each of n samples or beams too) gets its own blocks as it grows.
 ``paged-share``: parallel samples fork the prompt's table and beams fork their parents'
 (vLLM's copy-on-write), so shared blocks are held once.
+``vllm``: ``paged`` with the scheduler of the vLLM the paper measured (v0.1, 2023: ``server``):
+prompt steps run on their own, never beside decode steps, at most 2,560 prompt tokens a step
+(``max_num_batched_tokens``); memory as ``paged`` (the 1% watermark, preemption by recomputation).
 
 Mirrors vLLM v0 ``vllm/core/block_manager.py`` (``can_allocate`` = ``admit``'s check with the
 watermark, ``append_slots`` = ``grow``, ``fork``, ``free``) over kvlab's
@@ -30,7 +33,11 @@ from ...memory.events import NO_LOG
 from ..workloads import TraceRequest
 from .base import MemoryPolicy, SimRequest, SimSequence, Usage
 
-__all__ = ["PagedPolicy", "table_cap"]
+__all__ = ["PagedPolicy", "table_cap", "VLLM_2023_SERVER"]
+
+# vLLM v0.1 (2023) ``vllm/core/scheduler.py``: a step that admits prompts runs only them (``prompt_run``);
+# ``SchedulerConfig.max_num_batched_tokens`` defaulted to 2,560.
+VLLM_2023_SERVER = {"separate_prefill": True, "max_prefill_tokens": 2560}
 
 
 def table_cap(mgr: BlockManager, t: BlockTable) -> int:
@@ -44,8 +51,11 @@ def table_cap(mgr: BlockManager, t: BlockTable) -> int:
 class PagedPolicy(MemoryPolicy):
     """Blocks on demand from a :class:`BlockManager`; ``share=True`` forks samples and beams."""
 
-    def __init__(self, capacity: int, block_size: int = 16, share: bool = False) -> None:
-        num_blocks = self._blocks("paged-share" if share else "paged", capacity, block_size)
+    def __init__(self, capacity: int, block_size: int = 16, share: bool = False, name: str | None = None) -> None:
+        name = name or ("paged-share" if share else "paged")
+        num_blocks = self._blocks(name, capacity, block_size)
+        if name == "vllm":
+            self.server = VLLM_2023_SERVER
         self.shares_forks = share
         self._forks = 0
         self.mgr = BlockManager(num_blocks, block_size, log=NO_LOG)
@@ -80,6 +90,13 @@ class PagedPolicy(MemoryPolicy):
     def grow(self, s: SimSequence, need: int) -> bool:
         t: BlockTable = s.table
         before = len(t.block_ids)
+        if not self.shares_forks:  # no block is shared: the plan is whole blocks, checked without raising
+            if -(-need // self.block_size) - before > self.alloc.num_free_blocks:
+                return False
+            self.mgr.append(s.sid, need - t.num_tokens)
+            self.logical_blocks += len(t.block_ids) - before
+            s.cap = len(t.block_ids) * self.block_size
+            return True
         try:
             self.mgr.append(s.sid, need - t.num_tokens)
         except OutOfBlocks:

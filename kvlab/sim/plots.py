@@ -1,0 +1,278 @@
+"""Plotly figures of the simulator's results (pure data -> figure), for lesson 09 and the bench.
+
+Every figure's title says **simulated** beside the simulator's numbers, and every published bar
+says where it comes from (figure, page, "read off the figure's bar labels"). plotly and
+ipywidgets are imported inside the functions: ``import kvlab.sim`` does not need them.
+
+    compare_bars(rep)              published vs simulated per row of a Reproduction, 95% intervals
+    memory_breakdown_bars(rep)     Fig. 2: stacked shares per system, published beside simulated
+    batch_vs_rate_figure(rows)     mean batch against request rate, memory-bound points filled
+    memory_timeline_figure(res)    where the budget is over one run (stacked areas)
+    buddy_layout_figure(buddy)     a buddy allocator's runs, one bar each
+    RateWidget(...)                rate and policy sliders that re-run a small simulation
+
+``theme``: any object with ``font_size``, ``title_size``, ``grid_width`` and ``autosize``
+(``kvlab.viz.theme()``; the simulator does not import kvlab.viz, the layer above it).
+
+Mirrors no vLLM or SGLang file (pictures of the paper's Figs. 2, 12 and 13).
+
+Example:
+    >>> from kvlab.sim.reproductions import Reproduction, Row, interval
+    >>> rep = Reproduction("t", "src", "setup", [Row("vLLM", 30.42, 31.0, "", interval([30.0, 31.0, 32.0]))], "")
+    >>> fig = compare_bars(rep, "Mean batch")
+    >>> [t.name for t in fig.data], "simulated" in fig.layout.title.text
+    (['published', 'simulated (mean of 3 seeds, 95% interval)'], True)
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+__all__ = ["compare_bars", "memory_breakdown_bars", "batch_vs_rate_figure", "memory_timeline_figure",
+           "buddy_layout_figure", "RateWidget", "COLORS", "SYSTEM_COLORS"]
+
+# the memory categories (Fig. 2's colours: states green, reservation amber, waste red shades, free grey)
+COLORS = {"token_states": "#2ca02c", "reservation": "#ffbf00", "internal_fragmentation": "#d62728",
+          "rounding": "#ff9896", "external_fragmentation": "#8c564b", "ext_others": "#c49c94", "cached": "#1f77b4",
+          "free": "#d9d9d9"}
+SYSTEM_COLORS = {"orca-max": "#7f7f7f", "orca-pow2": "#bcbd22", "orca-oracle": "#17becf", "vllm": "#1f77b4",
+                 "paged": "#9467bd", "radix": "#2ca02c"}
+LABELS = {"token_states": "token states", "reservation": "reservation", "internal_fragmentation": "internal frag.",
+          "rounding": "buddy rounding", "external_fragmentation": "external frag.", "ext_others": "external frag. & others",
+          "cached": "cached", "free": "free"}
+
+
+class _Theme:
+    font_size, title_size, grid_width, autosize = 12, 15, 860, False
+
+
+def _layout(fig: Any, title: str, theme: Any, height: int = 420, **kw) -> Any:
+    th = theme or _Theme()
+    fig.update_layout(title=dict(text=title, font=dict(size=th.title_size), x=0.01), height=height,
+                      width=None if th.autosize else th.grid_width, autosize=th.autosize, template="plotly_white",
+                      font=dict(size=th.font_size), margin=dict(l=60, r=20, t=80, b=60), **kw)
+    return fig
+
+
+def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None, rows: Sequence[int] | None = None) -> Any:
+    """Grouped bars: the published value (grey) beside the simulated mean (blue) with its 95%
+    interval as an error bar, one group per row of ``rep`` (``rows``: which, default all)."""
+    import plotly.graph_objects as go
+
+    picked = [rep.rows[i] for i in (rows if rows is not None else range(len(rep.rows)))]
+    picked = [r for r in picked if isinstance(r.simulated, (int, float))]
+    x = [r.label.split(" = ")[0] for r in picked]
+    scale = 100 if percent else 1
+    pub = [r.published * scale if isinstance(r.published, (int, float)) else None for r in picked]
+    sim = [r.simulated * scale for r in picked]
+    lo = [(r.simulated - r.interval.lo) * scale if r.interval else 0 for r in picked]
+    hi = [(r.interval.hi - r.simulated) * scale if r.interval else 0 for r in picked]
+    n = max((len(r.interval.values) for r in picked if r.interval), default=1)
+    fmt = "%{y:.1f}%" if percent else "%{y:.2f}"
+    fig = go.Figure([
+        go.Bar(name="published", x=x, y=pub, marker_color="#bdbdbd", texttemplate=fmt, textposition="outside"),
+        go.Bar(name=f"simulated (mean of {n} seeds, 95% interval)", x=x, y=sim, marker_color="#1f77b4",
+               error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo), texttemplate=fmt,
+               textposition="outside")])
+    return _layout(fig, f"{rep.name} (simulated beside published)<br><sup>published: {rep.source}</sup>", theme,
+                   barmode="group", yaxis_title=yaxis + (" (%)" if percent else ""),
+                   legend=dict(orientation="h", y=-0.15))
+
+
+def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
+    """Fig. 2 as stacked bars: for each system the published shares (the figure's bar labels)
+    beside the simulated ones, in the paper's four categories (kvlab's rounding, external
+    fragmentation and free summed into 'external fragmentation & others')."""
+    import plotly.graph_objects as go
+
+    from .reproductions import PUBLISHED
+
+    cats = ["token_states", "reservation", "internal_fragmentation", "ext_others"]
+    systems = list(PUBLISHED["fig2"])
+    x = [[], []]
+    vals: dict[str, list[float]] = {c: [] for c in cats}
+    runs = rep.results["runs"]
+    for p in systems:
+        from .reproductions import PAPER_NAMES
+
+        pub = PUBLISHED["fig2"][p]
+        sims = [r[p].breakdown(loaded=False) for r in runs]
+        sim = {c: sum(b[c] for b in sims) / len(sims) for c in sims[0]}
+        sim["ext_others"] = sim["rounding"] + sim["external_fragmentation"] + sim["free"]
+        pub_full = {c: pub.get(c, 0.0) for c in cats}
+        if "ext_others" not in pub:
+            pub_full["ext_others"] = 1 - pub["token_states"]
+        for src, d in (("published", pub_full), ("simulated", sim)):
+            x[0].append(PAPER_NAMES[p])
+            x[1].append(src)
+            for c in cats:
+                vals[c].append(100 * d[c])
+    fig = go.Figure([go.Bar(name=LABELS[c], x=x, y=vals[c], marker_color=COLORS[c], texttemplate="%{y:.1f}",
+                            textposition="inside") for c in cats])
+    return _layout(fig, "Where the KV memory goes (simulated beside published)<br><sup>published: vLLM paper, Fig. 2, "
+                   "p. 2, read off the bar labels; vLLM's 3.7% 'others' is 100% - 96.3%</sup>", theme, height=460,
+                   barmode="stack", yaxis_title="share of the 15,728 slots (%)", legend=dict(orientation="h", y=-0.22))
+
+
+def batch_vs_rate_figure(rows: Sequence[dict], theme: Any = None, published: dict | None = None,
+                         paper_rate: float = 2.0) -> Any:
+    """Mean batch against request rate, one line per system; a filled marker where the system
+    is memory-bound (requests waiting) in over half its iterations, an open one where it keeps
+    up; the published Fig. 13 bars as stars at ``paper_rate``."""
+    import plotly.graph_objects as go
+
+    from .reproductions import PAPER_NAMES
+
+    fig = go.Figure()
+    for p in dict.fromkeys(r["policy"] for r in rows):
+        pts = [r for r in rows if r["policy"] == p]
+        fig.add_trace(go.Scatter(
+            x=[r["rate"] for r in pts], y=[r["mean_batch"] for r in pts], name=f"{PAPER_NAMES.get(p, p)} (simulated)",
+            mode="lines+markers", line=dict(color=SYSTEM_COLORS.get(p)),
+            marker=dict(size=10, symbol=["circle" if r["memory_bound"] > 0.5 else "circle-open" for r in pts]),
+            customdata=[100 * r["memory_bound"] for r in pts],
+            hovertemplate="%{x} req/s: %{y:.1f} requests, memory-bound %{customdata:.0f}% of iterations"))
+    if published:
+        fig.add_trace(go.Scatter(x=[paper_rate] * len(published), y=list(published.values()), mode="markers",
+                                 name="published, Fig. 13a p. 10 (bar labels)",
+                                 marker=dict(symbol="star", size=13, color="#000000")))
+    return _layout(fig, "Mean batched requests against request rate, ShareGPT, OPT-13B (simulated)<br><sup>filled: "
+                   "memory-bound (requests waiting) in over half the iterations; open: keeping up with arrivals</sup>",
+                   theme, xaxis_title="request rate (req/s)", yaxis_title="mean batched requests",
+                   legend=dict(orientation="h", y=-0.2))
+
+
+def memory_timeline_figure(res: Any, theme: Any = None, title: str | None = None) -> Any:
+    """Where the budget is during one run (stacked areas over simulated time) and the requests
+    running (a line on the right axis), from ``SimResult.timeline_rows()``."""
+    import plotly.graph_objects as go
+
+    rows = res.timeline_rows()
+    t = [r["time"] for r in rows]
+    cats = [c for c in ("token_states", "reservation", "internal_fragmentation", "rounding", "external_fragmentation",
+                        "cached", "free") if any(r[c] for r in rows)]
+    fig = go.Figure([go.Scatter(x=t, y=[100 * r[c] / res.capacity for r in rows], name=LABELS[c], stackgroup="m",
+                                mode="none", fillcolor=COLORS[c]) for c in cats])
+    fig.add_trace(go.Scatter(x=t, y=[r["running"] for r in rows], name="requests running", yaxis="y2",
+                             line=dict(color="#000000", width=1.5)))
+    return _layout(fig, title or f"{res.policy}: KV memory over one run (simulated)", theme, height=400,
+                   xaxis_title="simulated time (s)", yaxis=dict(title="share of the budget (%)", range=[0, 100]),
+                   yaxis2=dict(title="requests running", overlaying="y", side="right", rangemode="tozero"),
+                   legend=dict(orientation="h", y=-0.25))
+
+
+def buddy_layout_figure(buddy: Any, theme: Any = None, title: str = "A buddy allocator's runs (simulated)") -> Any:
+    """The runs of ``buddy`` (a BuddyAllocator) along the block axis, in address order: the blocks
+    each request asked for in its colour, the rounding up to a power of two hatched, free runs grey
+    (three traces, one bar per run)."""
+    import plotly.graph_objects as go
+
+    layout = buddy.layout()
+    owners = sorted({o for _, _, o, _ in layout if o is not None})
+    palette = ["#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#7f7f7f", "#1f77b4"]
+    color = {o: palette[i % len(palette)] for i, o in enumerate(owners)}
+    free = [(s, n) for s, n, o, _ in layout if o is None]
+    used = [(s, r, o) for s, _, o, r in layout if o is not None]
+    extra = [(s + r, n - r, o) for s, n, o, r in layout if o is not None and n > r]
+
+    def bars(rows, name, marker, text):
+        return go.Bar(x=[r[1] for r in rows], base=[r[0] for r in rows], y=["pool"] * len(rows), orientation="h",
+                      name=name, marker=marker, hovertext=text, hoverinfo="text")
+
+    fig = go.Figure([
+        bars(free, "free run", dict(color=COLORS["free"]), [f"free run of {n} at {s}" for s, n in free]),
+        bars(used, "asked for", dict(color=[color[o] for _, _, o in used]), [f"{o}: {r} blocks" for _, r, o in used]),
+        bars(extra, "rounding", dict(color=COLORS["rounding"], pattern_shape="/"),
+             [f"{o}: +{n} blocks of rounding" for _, n, o in extra])])
+    return _layout(fig, title + "<br><sup>colour: blocks a request asked for; hatched: rounding up to a power of two; "
+                   "grey: free</sup>", theme, height=230, barmode="overlay", xaxis_title="block",
+                   yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.5))
+
+
+def _figure_output(fig: Any) -> dict:
+    """A plotly figure as one ``display_data`` output for an Output widget's ``outputs`` (as
+    ``kvlab.viz.stepper.figure_output``; the simulator does not import kvlab.viz). Setting
+    ``outputs`` directly, not ``with out: fig.show()``, works without a front end."""
+    import json
+
+    import plotly.io as pio
+
+    spec = json.loads(pio.to_json(fig, validate=False))
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"application/vnd.plotly.v1+json": {**spec, "config": {"displaylogo": False}},
+                     "text/plain": f"<plotly figure: {fig.layout.title.text}>"}}
+
+
+class RateWidget:
+    """A rate slider and a policy menu that re-run a small simulation (``run(rate, policy)`` ->
+    SimResult) and redraw its memory timeline with the mean batch in the caption.
+
+    ``static=True`` (nbval, exported HTML): no widgets, ``show()`` returns the figure of the
+    current state. ``w.result`` and ``w.caption`` are the current state (for tests).
+    """
+
+    def __init__(self, run: Callable[[float, str], Any], policies: Sequence[str], rate: float = 2.0,
+                 rates: tuple[float, float, float] = (0.5, 4.0, 0.25), static: bool = True, theme: Any = None) -> None:
+        if not policies:
+            raise ValueError("give at least one policy")
+        lo, hi, step = rates
+        if not (0 < lo <= rate <= hi and step > 0) or math.isinf(hi):
+            raise ValueError(f"rate {rate} must lie in [{lo}, {hi}] with step {step} > 0")
+        self._run, self.policies, self.theme = run, list(policies), theme
+        self.rate, self.policy, self.static = rate, self.policies[0], static
+        self.result: Any = None
+        self.caption = ""
+        self.widget: Any = None
+        self.update(rate, self.policy)
+        if not static:
+            import ipywidgets as W
+
+            self._rate = W.FloatSlider(value=rate, min=lo, max=hi, step=step, description="request rate (req/s)",
+                                       continuous_update=False, style={"description_width": "initial"})
+            self._pol = W.Dropdown(options=self.policies, value=self.policy, description="policy")
+            self._cap = W.HTML(self._caption_html())
+            self._out = W.Output()
+            self._out.add_class("kvlab-figure")
+            self._rate.observe(lambda ch: self._redraw(rate=ch["new"]), names="value")
+            self._pol.observe(lambda ch: self._redraw(policy=ch["new"]), names="value")
+            self._out.outputs = (_figure_output(self.figure()),)
+            self.widget = W.VBox([W.HBox([self._rate, self._pol], layout=W.Layout(flex_flow="row wrap")), self._cap,
+                                  self._out])
+            self.widget.add_class("kvlab-rate-widget")
+
+    def update(self, rate: float | None = None, policy: str | None = None) -> Any:
+        """Re-run at ``rate`` and ``policy`` (either may stay as it is); returns the result."""
+        if policy is not None and policy not in self.policies:
+            raise ValueError(f"unknown policy {policy!r}; choose one of: {', '.join(self.policies)}")
+        self.rate = self.rate if rate is None else float(rate)
+        self.policy = policy or self.policy
+        self.result = r = self._run(self.rate, self.policy)
+        m = r.metrics
+        bound = m.loaded_iterations / m.iterations if m.iterations else 0.0
+        self.caption = (f"{self.policy} at {self.rate:g} req/s: {r.mean_batch:.1f} requests in the batch on average, "
+                        f"memory-bound (requests waiting) in {100 * bound:.0f}% of iterations, token states "
+                        f"{100 * r.breakdown(loaded=False)['token_states']:.1f}% of the budget (simulated)")
+        return r
+
+    def figure(self) -> Any:
+        return memory_timeline_figure(self.result, self.theme, f"{self.policy} at {self.rate:g} req/s: KV memory over "
+                                      f"one run (simulated)")
+
+    def _caption_html(self) -> str:
+        import html
+
+        return f"<b>{html.escape(self.caption)}</b>"
+
+    def _redraw(self, **kw) -> None:
+        self.update(**kw)
+        self._cap.value = self._caption_html()
+        self._out.outputs = (_figure_output(self.figure()),)
+
+    def show(self) -> Any:
+        """The widget (live) or the current figure (static)."""
+        return self.figure() if self.static else self.widget
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.show())

@@ -1,0 +1,88 @@
+"""kvlab.sim.plots: every figure labelled simulated beside published, and lesson 09's rate widget under 2 s."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kvlab import sim
+from kvlab.sim import plots
+from kvlab.sim import reproductions as rp
+from kvlab.sim.policies import OrcaPolicy, SimRequest
+
+
+@pytest.fixture(scope="module")
+def small():
+    return rp.vllm_batched_requests("sharegpt", 400, seeds=(0, 1)), rp.vllm_memory_breakdown(400, seeds=(0, 1))
+
+
+def test_compare_bars_show_published_beside_simulated_with_intervals(small):
+    fig13, _ = small
+    fig = plots.compare_bars(fig13, "mean batched requests", rows=[0, 1, 2, 3])
+    pub, simd = fig.data
+    assert list(pub.y) == [7.0, 9.81, 13.62, 30.42] and list(pub.x) == ["Orca (Max)", "Orca (Pow2)", "Orca (Oracle)", "vLLM"]
+    assert list(simd.y) == pytest.approx([r.simulated for r in fig13.rows[:4]])
+    assert "simulated" in fig.layout.title.text and "Fig. 13, p. 10" in fig.layout.title.text
+    assert all(e >= 0 for e in simd.error_y.array) and "2 seeds" in simd.name
+
+
+def test_memory_breakdown_bars_stack_the_papers_four_categories(small):
+    _, fig2 = small
+    fig = plots.memory_breakdown_bars(fig2)
+    assert [t.name for t in fig.data] == ["token states", "reservation", "internal frag.", "external frag. & others"]
+    published = [sum(t.y[i] for t in fig.data) for i in range(0, 8, 2)]  # the published bars sum to 100%
+    assert published == pytest.approx([99.9, 99.9, 100.0, 100.0], abs=0.11)
+    simulated = [sum(t.y[i] for t in fig.data) for i in range(1, 8, 2)]
+    assert simulated == pytest.approx([100.0] * 4)
+    assert "read off the bar labels" in fig.layout.title.text and "simulated" in fig.layout.title.text
+
+
+def test_rate_figure_marks_memory_bound_points_and_published_stars():
+    rows = rp.batch_vs_rate(rates=(0.5, 2.0), duration_s=300, policies=("orca-max", "vllm"))
+    fig = plots.batch_vs_rate_figure(rows, published={"orca-max": 7.0, "vllm": 30.42})
+    assert [t.name for t in fig.data][:2] == ["Orca (Max) (simulated)", "vLLM (simulated)"]
+    assert list(fig.data[0].marker.symbol) == ["circle-open", "circle"]  # reserve-max fills up at 2 req/s
+    assert list(fig.data[-1].y) == [7.0, 30.42] and "Fig. 13a p. 10" in fig.data[-1].name
+
+
+def test_timeline_and_buddy_figures():
+    res = sim.simulate(sim.sharegpt(80, 4.0, seed=1), sim.make_policy("orca-pow2", 15_728), progress=False)
+    fig = plots.memory_timeline_figure(res)
+    names = [t.name for t in fig.data]
+    assert "token states" in names and "buddy rounding" in names and names[-1] == "requests running"
+    pol = OrcaPolicy(15_728, "orca-oracle")
+    for r in sim.sharegpt(12, 2.0, seed=0):
+        pol.admit(SimRequest(r))
+    fig = plots.buddy_layout_figure(pol.buddy)
+    free, asked, rounding = fig.data
+    assert sum(free.x) + sum(asked.x) + sum(rounding.x) == 983
+    assert sum(rounding.x) == pol.buddy.stats().rounding_blocks and sum(asked.x) == pol.buddy.requested_blocks
+
+
+def _five_minutes(rate, policy):
+    t = sim.sharegpt(max(100, int(rate * 300)), rate=rate, seed=0)
+    return sim.simulate(t, sim.make_policy(policy, 15_728), progress=False)
+
+
+def test_rate_widget_reruns_a_small_simulation_in_under_2_seconds():
+    w = plots.RateWidget(_five_minutes, rp.PAPER_POLICIES, rate=2.0, static=True)
+    assert w.policy == "orca-max" and "orca-max at 2 req/s" in w.caption and w.show() is not None
+    for rate, policy in ((4.0, "vllm"), (4.0, "orca-oracle")):
+        c0 = time.process_time()
+        w.update(rate, policy)
+        assert time.process_time() - c0 < 2.0
+        assert f"{policy} at 4 req/s" in w.caption and w.result.num_requests == 1200
+    with pytest.raises(ValueError, match="unknown policy"):
+        w.update(policy="paged")
+    with pytest.raises(ValueError, match="rate"):
+        plots.RateWidget(_five_minutes, ["vllm"], rate=9.0)
+
+
+def test_rate_widget_live_controls_redraw():
+    pytest.importorskip("ipywidgets")
+    w = plots.RateWidget(_five_minutes, ["vllm", "orca-max"], rate=1.0, static=False)
+    assert w.widget is not None and w._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    w._pol.value = "orca-max"  # the menu re-runs and redraws
+    assert w.policy == "orca-max" and "orca-max at 1 req/s" in w._cap.value
+    w._rate.value = 1.5
+    assert w.rate == 1.5 and "1.5 req/s" in w._out.outputs[0]["data"]["text/plain"]
