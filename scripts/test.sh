@@ -12,7 +12,13 @@ export PYTHONHASHSEED=0 MPLBACKEND=Agg
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 start=$(date +%s)
 set +e
-.venv/bin/python -m pytest "$@"
+# Parallel workers (pytest-xdist), each taking whole test files (--dist loadfile): a lesson's
+# cells, the browser test's one JupyterLab and a module's fixtures stay in one process.
+# KVLAB_TEST_WORKERS=1 runs everything in this process.
+WORKERS="${KVLAB_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}"
+PARALLEL=()
+[[ "$WORKERS" -gt 1 ]] && PARALLEL=(-n "$WORKERS" --dist loadfile)
+.venv/bin/python -m pytest "${PARALLEL[@]}" "$@"
 rc=$?
 set -e
 echo "[kvlab test] pytest exit code $rc after $(( $(date +%s) - start )) s"
