@@ -14,7 +14,7 @@ Imports nothing from the layers above (reuse, compute, sim, viz, check).
 from __future__ import annotations
 
 from .block_manager import BlockManager
-from .block_pool import BlockAllocator, DoubleFree, KVCacheError, OutOfBlocks, UnknownBlock
+from .block_pool import BlockAllocator, DoubleFree, KVCacheError, NotABlockId, OutOfBlocks, UnknownBlock
 from .block_table import BlockTable, Translation, blocks_needed, slot_mapping, translate
 from .buddy import BuddyAllocator, BuddyStats
 from .contiguous import ContiguousArena, OutOfContiguousSpace
@@ -24,7 +24,7 @@ from .kvspec import GPUS, MODELS, GPUSpec, KVSpec, format_bytes, get_gpu, get_mo
 from .snapshot import MemorySnapshot
 
 __all__ = [
-    "BlockManager", "BlockAllocator", "DoubleFree", "KVCacheError", "OutOfBlocks", "UnknownBlock",
+    "BlockManager", "BlockAllocator", "DoubleFree", "KVCacheError", "NotABlockId", "OutOfBlocks", "UnknownBlock",
     "BlockTable", "Translation", "blocks_needed", "slot_mapping", "translate",
     "ContiguousArena", "OutOfContiguousSpace", "Event", "EventLog", "NullLog", "NO_LOG",
     "as_ids", "check_int", "GPUS", "MODELS", "GPUSpec", "KVSpec", "format_bytes", "get_gpu", "get_model",

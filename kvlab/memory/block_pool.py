@@ -37,7 +37,7 @@ from typing import Iterable, Sequence
 from .events import EventLog
 from .ids import as_ids, check_int
 
-__all__ = ["KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "BlockAllocator"]
+__all__ = ["KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "NotABlockId", "BlockAllocator"]
 
 
 class KVCacheError(Exception):
@@ -58,7 +58,12 @@ class DoubleFree(KVCacheError):
 
 
 class UnknownBlock(KVCacheError, ValueError):
-    """A block id outside ``[0, num_blocks)`` (or not an int)."""
+    """A block id outside ``[0, num_blocks)`` (or not an int: :class:`NotABlockId`)."""
+
+
+class NotABlockId(UnknownBlock, TypeError):
+    """A block id that is not an int (a float, a bool, a string, None): also a TypeError, as
+    everywhere else in kvlab (kvlab.memory.ids)."""
 
 
 class BlockAllocator:
@@ -98,7 +103,9 @@ class BlockAllocator:
     def _validate(self, block_ids: Iterable[int], what: str) -> list[int]:
         try:
             ids = as_ids(block_ids, "block_ids")
-        except (TypeError, ValueError) as e:
+        except TypeError as e:
+            raise NotABlockId(f"{what}: {e}") from None
+        except ValueError as e:
             raise UnknownBlock(f"{what}: {e}") from None
         nb = self.num_blocks
         if ids and max(ids) >= nb:
