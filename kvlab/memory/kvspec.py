@@ -92,11 +92,13 @@ class KVSpec:
 
 @dataclass(frozen=True, slots=True)
 class GPUSpec:
-    """A GPU's memory (bytes) and peak HBM bandwidth (bytes/s), from the spec sheets."""
+    """A GPU's memory (bytes), peak HBM bandwidth (bytes/s) and dense fp16/bf16 tensor-core peak
+    (FLOP/s), from the vendors' spec sheets (the one place kvlab keeps them)."""
 
     name: str
     memory_bytes: int
     hbm_bandwidth: float
+    peak_fp16_flops: float | None = None  # None: not known (a made-up card), so no FLOP-based figure
 
     def kv_budget_bytes(self, model: KVSpec, utilization: float = 0.9, activation_reserve: float = 0.0) -> int:
         """Memory left for KV after the fp16 weights, at ``utilization`` of the card (vLLM's gpu_memory_utilization)."""
@@ -126,10 +128,10 @@ MODELS: dict[str, KVSpec] = {
 }
 
 GPUS: dict[str, GPUSpec] = {
-    "a100-40gb": GPUSpec("a100-40gb", 40 * GiB, 1.555e12),
-    "a100-80gb": GPUSpec("a100-80gb", 80 * GiB, 2.039e12),
-    "h100-80gb": GPUSpec("h100-80gb", 80 * GiB, 3.35e12),
-    "h200": GPUSpec("h200", 143_771 * 1024**2, 4.8e12),  # "141 GB"; nvidia-smi reports 143,771 MiB
+    "a100-40gb": GPUSpec("a100-40gb", 40 * GiB, 1.555e12, 312e12),
+    "a100-80gb": GPUSpec("a100-80gb", 80 * GiB, 2.039e12, 312e12),
+    "h100-80gb": GPUSpec("h100-80gb", 80 * GiB, 3.35e12, 989e12),
+    "h200": GPUSpec("h200", 143_771 * 1024**2, 4.8e12, 989e12),  # "141 GB"; nvidia-smi reports 143,771 MiB
 }
 
 

@@ -37,13 +37,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..memory.kvspec import GPUSpec, KVSpec, get_gpu, get_model
+from ..memory.kvspec import GPUS, GPUSpec, KVSpec, get_gpu, get_model
 
 __all__ = ["PEAK_FLOPS", "LinkSpec", "LINKS", "get_link", "OffloadCost", "recompute_seconds", "load_seconds",
            "offload_costs", "break_even_tokens"]
 
-# Dense fp16/bf16 tensor-core peaks from the vendors' spec sheets (FLOP/s), as kvlab.sim.cost's.
-PEAK_FLOPS = {"a100-40gb": 312e12, "a100-80gb": 312e12, "h100-80gb": 989e12, "h200": 989e12}
+# Dense fp16/bf16 tensor-core peaks (FLOP/s), from the GPU presets (kvlab.memory.kvspec.GPUS).
+PEAK_FLOPS = {name: g.peak_fp16_flops for name, g in GPUS.items() if g.peak_fp16_flops is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +98,9 @@ def _flops(gpu: str | GPUSpec | float, mfu: float) -> float:
             raise ValueError(f"gpu FLOP/s must be > 0, got {gpu!r}")
         return gpu * mfu
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    if g.name not in PEAK_FLOPS:
+    if g.peak_fp16_flops is None:
         raise ValueError(f"no FLOP/s preset for gpu {g.name!r}; give the FLOP/s as a number")
-    return PEAK_FLOPS[g.name] * mfu
+    return g.peak_fp16_flops * mfu
 
 
 def _tokens(prefix_len: int) -> int:

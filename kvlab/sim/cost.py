@@ -56,12 +56,12 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..memory.kvspec import GPUSpec, KVSpec, get_gpu, get_model
+from ..memory.kvspec import GPUS, GPUSpec, KVSpec, get_gpu, get_model
 
 __all__ = ["CostModel", "Budget", "PEAK_FP16_FLOPS", "COST_PRESETS", "TABLE1_KV_BYTES"]
 
-# Dense fp16/bf16 tensor-core peaks from the vendors' spec sheets (FLOP/s).
-PEAK_FP16_FLOPS = {"a100-40gb": 312e12, "a100-80gb": 312e12, "h100-80gb": 989e12, "h200": 989e12}
+# Dense fp16/bf16 tensor-core peaks (FLOP/s), from the GPU presets (kvlab.memory.kvspec.GPUS).
+PEAK_FP16_FLOPS = {name: g.peak_fp16_flops for name, g in GPUS.items() if g.peak_fp16_flops is not None}
 # The presets' constants (see the module docstring for where each comes from).
 COST_PRESETS = {"kvlab": {}, "vllm-2023": {"kv_bw_eff": 0.7 / 1.23}}
 # The vLLM paper's Table 1 (p. 9): OPT-13B on one A100-40GB, 26 GB of weights, 12 GB for KV, "15.7K" slots.
@@ -110,7 +110,9 @@ class CostModel:
             raise ValueError(f"unknown cost preset {preset!r}; choose one of: {', '.join(COST_PRESETS)}")
         params = spec.params_b * 1e9
         kw = {**COST_PRESETS[preset], "preset": preset, **kw}
-        return cls(params * 2, spec.bytes_per_token, params, g.hbm_bandwidth, PEAK_FP16_FLOPS.get(g.name, 312e12), **kw)
+        if g.peak_fp16_flops is None:
+            raise ValueError(f"gpu {g.name!r} has no FLOP/s figure; the cost model needs one")
+        return cls(params * 2, spec.bytes_per_token, params, g.hbm_bandwidth, g.peak_fp16_flops, **kw)
 
     @cached_property
     def _a(self) -> float:  # per iteration, fixed
