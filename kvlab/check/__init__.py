@@ -7,16 +7,18 @@ edge cases, prints expected beside actual, and ends with one PASS or FAIL line.
 
     harness.py            Checker, CheckResult, call, same_outcome, Raised, Raises, strict mode
     environment.py        self_test: the first cell of every lesson
+    diagnose.py           the common mistakes a FAIL line names (half the size: K and V?, ...)
     l00_start.py          block_and_offset, common_prefix_len
     l01_why_kv_cache.py   count_flops, attend_with_cache                       (torch, the model)
-    l02_how_big.py        kv_cache_bytes, requests_that_fit
-    l03_contiguous.py     reservation, first_fit, external_fragmentation
+    l02_how_big.py        kv_cache_bytes, requests_that_fit, bytes_per_token_from_config, max_concurrent
+    l03_contiguous.py     reservation, first_fit, external_fragmentation, place_first_fit
     l04_paging.py         translate, blocks_needed, blocks_to_append, block_allocator
-    l05_paged_kernel.py   paged_gather_kernel, paged_decode_torch              (torch, Triton)
+    l05_paged_kernel.py   paged_gather_kernel, paged_decode_torch, kernel_tiles (torch, Triton)
     l06_sharing.py        cow_append, sampling_blocks
-    l07_radix.py          match_prefix, prefill_tokens
-    l08_eviction.py       lru_evict, inc_lock_ref
-    l09_at_scale.py       fit_requests, optimal_hit_rate                       (kvlab.sim)
+    l07_radix.py          match_prefix, prefill_tokens, block_hash_reuse
+    l08_eviction.py       lru_evict, inc_lock_ref, admit_plan
+    l09_at_scale.py       fit_requests, optimal_hit_rate, orca_reservation     (kvlab.sim)
+    l10_tiers.py          write_back_evict, load_back_plan, next_placement
 
 ``import kvlab.check`` is light (pure Python): the checkers marked above import torch, the
 model or the simulator inside the function, when they run. ``kvlab.check.memory`` and
@@ -40,51 +42,30 @@ from .harness import (STRICT_ENV, CaseResult, Checker, CheckResult, Raised, Rais
                       same_outcome)
 from .l00_start import block_and_offset, common_prefix_len
 from .l01_why_kv_cache import attend_with_cache, count_flops
-from .l02_how_big import kv_cache_bytes, requests_that_fit
-from .l03_contiguous import external_fragmentation, first_fit, reservation
+from .l02_how_big import bytes_per_token_from_config, kv_cache_bytes, max_concurrent, requests_that_fit
+from .l03_contiguous import external_fragmentation, first_fit, place_first_fit, reservation
 from .l04_paging import block_allocator, blocks_needed, blocks_to_append, translate
-from .l05_paged_kernel import paged_decode_torch, paged_gather_kernel
+from .l05_paged_kernel import kernel_tiles, paged_decode_torch, paged_gather_kernel
 from .l06_sharing import cow_append, sampling_blocks
-from .l07_radix import match_prefix, prefill_tokens
-from .l08_eviction import inc_lock_ref, lru_evict
-from .l09_at_scale import fit_requests, optimal_hit_rate
+from .l07_radix import block_hash_reuse, match_prefix, prefill_tokens
+from .l08_eviction import admit_plan, inc_lock_ref, lru_evict
+from .l09_at_scale import fit_requests, optimal_hit_rate, orca_reservation
+from .l10_tiers import load_back_plan, next_placement, write_back_evict
 
 __all__ = [
     # the harness and the self-test
     "self_test", "SelfTestResult", "is_strict", "Raised", "Raises", "call", "call_in_place", "CaseResult",
     "CheckResult", "Checker", "same_outcome", "STRICT_ENV",
     # the checkers, by lesson
-    "block_and_offset", "common_prefix_len",                                      # 00
-    "count_flops", "attend_with_cache",                                           # 01
-    "kv_cache_bytes", "requests_that_fit",                                        # 02
-    "reservation", "first_fit", "external_fragmentation",                         # 03
-    "translate", "blocks_needed", "blocks_to_append", "block_allocator",          # 04
-    "paged_gather_kernel", "paged_decode_torch",                                  # 05
-    "cow_append", "sampling_blocks",                                              # 06
-    "match_prefix", "prefill_tokens",                                             # 07
-    "lru_evict", "inc_lock_ref",                                                  # 08
-    "fit_requests", "optimal_hit_rate",                                           # 09
+    "block_and_offset", "common_prefix_len",                                                      # 00
+    "count_flops", "attend_with_cache",                                                           # 01
+    "kv_cache_bytes", "requests_that_fit", "bytes_per_token_from_config", "max_concurrent",       # 02
+    "reservation", "first_fit", "external_fragmentation", "place_first_fit",                      # 03
+    "translate", "blocks_needed", "blocks_to_append", "block_allocator",                          # 04
+    "paged_gather_kernel", "paged_decode_torch", "kernel_tiles",                                  # 05
+    "cow_append", "sampling_blocks",                                                              # 06
+    "match_prefix", "prefill_tokens", "block_hash_reuse",                                         # 07
+    "lru_evict", "inc_lock_ref", "admit_plan",                                                    # 08
+    "fit_requests", "optimal_hit_rate", "orca_reservation",                                       # 09
+    "write_back_evict", "load_back_plan", "next_placement",                                       # 10
 ]
-
-# Added for lessons 05, 07 and 08 (issue 16): l05 kernel_tiles, l07 block_hash_reuse, l08 admit_plan.
-from .l05_paged_kernel import kernel_tiles  # noqa: E402
-from .l07_radix import block_hash_reuse  # noqa: E402
-from .l08_eviction import admit_plan  # noqa: E402
-
-__all__ += ["kernel_tiles", "block_hash_reuse", "admit_plan"]
-
-# Added for lessons 02 and 03 (issue 16): l02 bytes_per_token_from_config, max_concurrent; l03 place_first_fit.
-from .l02_how_big import bytes_per_token_from_config, max_concurrent  # noqa: E402
-from .l03_contiguous import place_first_fit  # noqa: E402
-
-__all__ += ["bytes_per_token_from_config", "max_concurrent", "place_first_fit"]
-
-# Added for lesson 09 (issue 12): l09 orca_reservation.
-from .l09_at_scale import orca_reservation  # noqa: E402
-
-__all__ += ["orca_reservation"]
-
-# Added for lesson 10 (issue 13): l10 write_back_evict, load_back_plan, next_placement.
-from .l10_tiers import load_back_plan, next_placement, write_back_evict  # noqa: E402
-
-__all__ += ["write_back_evict", "load_back_plan", "next_placement"]

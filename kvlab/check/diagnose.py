@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 __all__ = ["Diagnosis", "half_or_double", "off_by", "swapped", "differing_fields", "first_diagnosis",
            "shared_block_written", "KV_FACTOR_HINT", "should_have_raised", "factor_of", "matching_mistake",
-           "more_or_less", "mistake_runner"]
+           "more_or_less", "mistake_runner", "radix_granularity"]
 
 Diagnosis = Callable[[Any, Any], "str | None"]
 
