@@ -518,26 +518,14 @@ class HiRadixCache(RadixCache):
         exactly one node, ``ref_count`` 1, nobody else); the side tables name live nodes only.
         """
         ps = self.page_size
-        assert self.root.parent is None and not self.root.key and self.root.lock_ref == 1, "broken root"
         seen_dev: set[int] = set()
         seen_host: set[int] = set()
         unlocked = locked = offloaded = count = 0
         live: set[int] = set()
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            below = 0
-            for k, c in node.children.items():
-                assert c.parent is node and c.key, f"node {c.id}: bad parent pointer or empty key"
-                assert k == self._child_key(c.key), f"node {c.id} filed under {k!r}"
-                below += c.lock_ref
-                stack.append(c)
-            if node is self.root:
-                continue
+        for node in self._checked_nodes():  # parents, keys, child keys, lock counts: RadixCache's checks
             count += 1
             live.add(node.id)
             pages = len(node.key) // ps
-            assert len(node.key) % ps == 0, f"node {node.id}: {len(node.key)} tokens is not whole pages of {ps}"
             where = self.placement(node)
             hv = self.host_value.get(node.id)
             assert not node.value or len(node.value) == pages, f"node {node.id}: {len(node.value)} device blocks, {pages} pages"
@@ -556,8 +544,6 @@ class HiRadixCache(RadixCache):
             for b in hv or ():
                 assert type(b) is int and b not in seen_host, f"host block {b!r} held twice (or not an id)"
                 seen_host.add(b)
-            own = self._lock_targets.get(node.id, 0)
-            assert node.lock_ref == own + below, f"node {node.id}: lock_ref {node.lock_ref} != own {own} + children {below}"
             if node.lock_ref:
                 assert node.value, f"node {node.id} is locked but its KV is not on the device ({where})"
                 locked += len(node.key)

@@ -508,23 +508,13 @@ class RadixCache:
         """Every block the tree holds, depth first."""
         return [b for n in self._iter_nodes() for b in n.value]
 
-    def check_integrity(self, holders: Iterable[Sequence[int]] = ()) -> None:
-        """Raise AssertionError unless the tree is consistent.
-
-        Checks: no empty non-root node; keys page-aligned with one block per page; children
-        keyed by their first token/page and pointing back to their parent; every block an int
-        in exactly one node; evictable and protected sizes add up; each node's lock_ref equals
-        its own locks plus its children's; every evictable leaf is in the eviction heap. Then
-        every block's ref count must equal tree + ``holders`` exactly (``holders``: the running
-        block tables; none by default), so a block that nobody holds is caught.
-        """
+    def _checked_nodes(self) -> Iterable[TreeNode]:
+        """Every non-root node, parents first, each yielded after the checks every radix tree must
+        pass there: a sound root; the parent pointer; a non-empty key of whole pages, filed under its
+        first token (page); ``lock_ref`` equal to the node's own locks plus its children's."""
         ps = self.page_size
         assert self.root.parent is None and not self.root.key and self.root.lock_ref == 1, "broken root"
-        seen: set[int] = set()
-        evictable = protected = count = 0
-        live_ids: set[int] = set()
         stack = [self.root]
-        heap_ok = {(n.id, p) for p, _, n in self._heap if n.parent is not None}
         while stack:
             node = stack.pop()
             child_locks = 0
@@ -536,18 +526,36 @@ class RadixCache:
                 stack.append(c)
             if node is self.root:
                 continue
+            assert len(node.key) % ps == 0, f"node {node.id}: {len(node.key)} tokens is not whole pages of {ps}"
+            own = self._lock_targets.get(node.id, 0)
+            assert node.lock_ref == own + child_locks, (
+                f"node {node.id}: lock_ref {node.lock_ref} != own locks {own} + children's {child_locks}")
+            yield node
+
+    def check_integrity(self, holders: Iterable[Sequence[int]] = ()) -> None:
+        """Raise AssertionError unless the tree is consistent.
+
+        Checks: no empty non-root node; keys page-aligned with one block per page; children
+        keyed by their first token/page and pointing back to their parent; every block an int
+        in exactly one node; evictable and protected sizes add up; each node's lock_ref equals
+        its own locks plus its children's; every evictable leaf is in the eviction heap. Then
+        every block's ref count must equal tree + ``holders`` exactly (``holders``: the running
+        block tables; none by default), so a block that nobody holds is caught.
+        """
+        ps = self.page_size
+        seen: set[int] = set()
+        evictable = protected = count = 0
+        live_ids: set[int] = set()
+        heap_ok = {(n.id, p) for p, _, n in self._heap if n.parent is not None}
+        for node in self._checked_nodes():
             count += 1
             live_ids.add(node.id)
-            assert len(node.key) % ps == 0, f"node {node.id}: {len(node.key)} tokens is not whole pages of {ps}"
             assert len(node.value) == len(node.key) // ps, (
                 f"node {node.id}: {len(node.value)} block(s) for {len(node.key)} token(s), page_size {ps}")
             for b in node.value:
                 assert type(b) is int and 0 <= b < self.allocator.num_blocks, f"node {node.id}: block id {b!r} is not a block"
                 assert b not in seen, f"block {b} is held by two nodes (or twice by node {node.id})"
                 seen.add(b)
-            own = self._lock_targets.get(node.id, 0)
-            assert node.lock_ref == own + child_locks, (
-                f"node {node.id}: lock_ref {node.lock_ref} != own locks {own} + children's {child_locks}")
             if node.lock_ref == 0:
                 evictable += len(node.key)
                 if not node.children:
