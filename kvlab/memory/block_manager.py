@@ -46,7 +46,7 @@ from typing import Iterable, Sequence
 
 from .block_pool import BlockAllocator, KVCacheError, OutOfBlocks
 from .block_table import BlockTable
-from .events import EventLog
+from .events import EventLog, pack_ids
 from .ids import as_ids, check_int
 from .snapshot import MemorySnapshot
 
@@ -166,7 +166,7 @@ class BlockManager:
         self.tables[seq_id] = t
         if ids:
             self.allocator._incref(ids, seq_id, record=False)
-            self.log.record("adopt", seq_id, ids, num_tokens=n)
+            self.log.add("adopt", seq_id, ids, n)
         if extra:
             cow, new = self._append_plan(t, extra)
             self._grow(t, extra, cow, new)
@@ -179,7 +179,7 @@ class BlockManager:
         self.allocator._incref(p.block_ids, child, record=False)
         t = BlockTable(child, self.block_size, list(p.block_ids), p.num_tokens)
         self.tables[child] = t
-        self.log.record("fork", child, p.block_ids, parent=parent)
+        self.log.add("fork", child, p.block_ids, parent)
         return t
 
     # ------------------------------------------------------------------ growing and writing
@@ -208,7 +208,7 @@ class BlockManager:
         start = t.num_tokens
         t.num_tokens += n
         if n > 0:
-            self.log.record("append", t.seq_id, fresh, start=start, num_tokens=n)
+            self.log.add("append", t.seq_id, fresh, start, n)
         return copies
 
     def _copy_on_write(self, t: BlockTable, logical_block: int) -> tuple[int, int]:
@@ -216,7 +216,7 @@ class BlockManager:
         (dst,) = self.allocator._allocate(1, t.seq_id, record=False)
         t.block_ids[logical_block] = dst
         self.allocator._decref([src], t.seq_id, record=False)  # drop our reference to the shared one
-        self.log.record("cow", t.seq_id, (src, dst), src=src, dst=dst, logical_block=logical_block)
+        self.log.add("cow", t.seq_id, (src, dst), src, dst, logical_block)
         return (src, dst)
 
     def write(self, seq_id: str, pos: int) -> list[tuple[int, int]]:
@@ -262,7 +262,7 @@ class BlockManager:
         self.allocator._incref(take, seq_id, record=False)
         t.block_ids[:len(ids)] = ids
         released = self.allocator._decref(drop, seq_id, record=False)
-        self.log.record("share_prefix", seq_id, take, replaced=drop, released=released)
+        self.log.add("share_prefix", seq_id, take, pack_ids(drop), pack_ids(released))
         return released
 
     # ------------------------------------------------------------------ release
@@ -272,7 +272,7 @@ class BlockManager:
         del self.tables[seq_id]  # gone before its events, so snapshots never show a half-freed table
         ids = t.block_ids
         released = self.allocator._decref(ids, seq_id, record=False) if ids else []
-        self.log.record("free_seq", seq_id, released, num_blocks=len(ids))  # block_ids: those back in the pool
+        self.log.add("free_seq", seq_id, released, len(ids), 0)  # block_ids: those back in the pool
         return released
 
     def _release(self, seq_id: str, drop: list[int]) -> list[int]:
@@ -281,7 +281,7 @@ class BlockManager:
         a duplicate was already freed). For the cache manager, which knows which is which."""
         t = self.tables.pop(seq_id)
         released = self.allocator._decref(drop, seq_id, record=False) if drop else []
-        self.log.record("free_seq", seq_id, released, num_blocks=len(t.block_ids), handed_over=len(t.block_ids) - len(drop))
+        self.log.add("free_seq", seq_id, released, len(t.block_ids), len(t.block_ids) - len(drop))
         return released
 
     # ------------------------------------------------------------------ invariants and pictures

@@ -6,11 +6,11 @@ turns a log into animation frames; tests replay it. Events are plain data: they 
 references to live objects. The subject of every event is ``seq_id`` (the sequence or
 request concerned, if any).
 
-Cheap by design: a log keeps four plain lists (kinds, seq ids, block ids packed into ``bytes``,
-4 bytes an id, and detail dicts holding only strings, numbers and packed ids), so recording an
-event allocates no object the garbage collector has to track and a long run does not make every
-later collection rescan tens of thousands of events; :class:`Event` objects are built only when
-someone reads the log. A run that records nothing passes :data:`NO_LOG` (or a
+Cheap by design: a log keeps plain lists of strings, numbers and block ids packed into
+``bytes`` (4 bytes an id); the hot path (``add``) keeps no container object per event at all, so
+recording adds nothing for the garbage collector to count or rescan (a long run would otherwise
+trigger full collections over the whole pool and tree); :class:`Event` objects are built only
+when someone reads the log. A run that records nothing passes :data:`NO_LOG` (or a
 :class:`NullLog`): its ``record`` does nothing.
 
 Not handled here: rendering (see ``kvlab.viz``) and persistence (``dataclasses.asdict`` of an
@@ -23,6 +23,9 @@ Example:
     ['allocate']
     >>> log[0].step, log[0].block_ids
     (0, (0, 1))
+    >>> log.add("lock", "R1", (), 7, -3)          # a kind of FIELDS: its detail values in order
+    >>> log[1].detail
+    {'node': 7, 'delta': -3}
     >>> NO_LOG.record("allocate", "R1", (0, 1)); len(NO_LOG)
     0
 """
@@ -32,7 +35,30 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["Event", "EventLog", "NullLog", "NO_LOG"]
+__all__ = ["Event", "EventLog", "NullLog", "NO_LOG", "FIELDS", "pack_ids"]
+
+# The detail fields of kvlab's own event kinds, in order: ``EventLog.add(kind, seq_id, block_ids,
+# *values)`` stores just the values (no dict per event), ``Event.detail`` names them again.
+# Fields that hold several block ids are passed packed (``pack_ids``).
+FIELDS: dict[str, tuple[str, ...]] = {
+    # block manager (one event per table operation)
+    "append": ("start", "num_tokens"),
+    "adopt": ("num_tokens",),
+    "fork": ("parent",),
+    "cow": ("src", "dst", "logical_block"),
+    "share_prefix": ("replaced", "released"),
+    "free_seq": ("num_blocks", "handed_over"),
+    # radix tree
+    "match": ("prefix_len", "num_tokens", "node"),
+    "split": ("node", "new_node", "at", "parent"),
+    "lock": ("node", "delta"),
+    "unlock": ("node", "delta"),
+    "insert": ("prefix_len", "num_tokens", "node", "freed"),
+    "evict": ("requested", "num_tokens", "nodes", "policy"),
+    # cache manager
+    "admit": ("prefix_len", "num_tokens"),
+    "cache": ("prefix_len", "num_tokens", "finished"),
+}
 
 
 def _compact(values: Iterable[int]) -> Any:
@@ -42,6 +68,12 @@ def _compact(values: Iterable[int]) -> Any:
         return array("I", values).tobytes()
     except (TypeError, OverflowError):
         return tuple(values)
+
+
+def pack_ids(ids: Iterable[int]) -> bytes:
+    """Block ids as ``bytes`` (4 bytes an id): how ``EventLog.add`` takes a detail field that
+    holds several ids. Example: ``pack_ids([1, 2])`` -> 8 bytes."""
+    return array("I", ids).tobytes()
 
 
 def _expand(value: Any) -> Any:
@@ -88,8 +120,10 @@ class Event:
 class EventLog:
     """An append-only log of events with optional listeners.
 
-    ``record(kind, seq_id, block_ids, **detail)`` is the fast way in (what kvlab's own code
-    calls); ``emit(Event(...))`` adds a ready-made event and returns it stamped with its step.
+    ``record(kind, seq_id, block_ids, **detail)`` adds any event; ``add(kind, seq_id, block_ids,
+    *values)`` is the fast way in for the kinds in :data:`FIELDS` (what kvlab's hot paths call:
+    no keyword dict per event); ``emit(Event(...))`` adds a ready-made event and returns it
+    stamped with its step.
     Reading (``log[i]``, iteration, ``events``) builds :class:`Event` objects on demand.
     A listener (``subscribe``) is called after every event with the stamped Event; the
     visualizer uses one to take a snapshot after each step (``BlockManager(record=True)``).
@@ -99,7 +133,8 @@ class EventLog:
         self._kind: list[str] = []
         self._seq: list[str | None] = []
         self._ids: list[Any] = []       # bytes per event (4 bytes an id; b"" when none)
-        self._detail: list[dict] = []   # the record() call's own keyword dict; lists packed as bytes
+        self._detail: list[Any] = []    # record(): its keyword dict (lists packed); add(): an offset into _vals
+        self._vals: list[Any] = []      # add()'s detail values, flat (ints, strings, bools, packed ids)
         self._listeners: list[Callable[[Event], None]] = []
 
     def record(self, kind: str, seq_id: str | None = None, block_ids: Iterable[int] = (), **detail: Any) -> None:
@@ -117,6 +152,19 @@ class EventLog:
             for fn in self._listeners:
                 fn(ev)
 
+    def add(self, kind: str, seq_id: str | None, block_ids: Iterable[int], *values: Any) -> None:
+        """Append one event of a kind in :data:`FIELDS`, its detail as ``values`` in that order
+        (several block ids packed with :func:`pack_ids`). Example: ``log.add("lock", "R1", (), 7, -3)``."""
+        self._kind.append(kind)
+        self._seq.append(seq_id)
+        self._ids.append(array("I", block_ids).tobytes() if block_ids else b"")
+        self._detail.append(len(self._vals))
+        self._vals += values
+        if self._listeners:
+            ev = self._event(len(self._kind) - 1)
+            for fn in self._listeners:
+                fn(ev)
+
     def emit(self, event: Event) -> Event:
         """Append a ready-made event; returns it as stored (a new Event stamped with its step)."""
         self.record(event.kind, event.seq_id, event.block_ids, **event.detail)
@@ -126,7 +174,13 @@ class EventLog:
         self._listeners.append(fn)
 
     def _event(self, i: int) -> Event:
-        detail = {k: list(v) if type(v) is tuple else _expand(v) for k, v in self._detail[i].items()}
+        d = self._detail[i]
+        if type(d) is int:
+            names = FIELDS[self._kind[i]]
+            items = zip(names, self._vals[d:d + len(names)])
+        else:
+            items = d.items()
+        detail = {k: list(v) if type(v) is tuple else _expand(v) for k, v in items}
         ids = self._ids[i]
         return Event(self._kind[i], self._seq[i], tuple(_expand(ids)) if type(ids) is bytes else ids, detail, i)
 
@@ -157,6 +211,9 @@ class NullLog(EventLog):
     """A log that keeps nothing: pass it (or :data:`NO_LOG`) to record no events at all."""
 
     def record(self, kind: str, seq_id: str | None = None, block_ids: Iterable[int] = (), **detail: Any) -> None:
+        return None
+
+    def add(self, kind: str, seq_id: str | None, block_ids: Iterable[int], *values: Any) -> None:
         return None
 
     def emit(self, event: Event) -> Event:

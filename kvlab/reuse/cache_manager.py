@@ -215,7 +215,7 @@ class CacheManager:
         if key is not None:
             self._tokens[seq_id] = key
         evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
-        self.log.record("admit", seq_id, prefix_len=prefix_len, num_tokens=n)
+        self.log.add("admit", seq_id, (), prefix_len, n)
         return Admission(seq_id, prefix_len, table, evicted)
 
     def _room_for_admit(self, need: int, seq_id: str, m) -> bool:
@@ -289,7 +289,7 @@ class CacheManager:
             if old is not None:
                 self.tree.dec_lock_ref(old, seq_id)
             self._locks[seq_id] = res.last_node
-        self.log.record("cache", seq_id, prefix_len=res.prefix_len, num_tokens=len(key), finished=False)
+        self.log.add("cache", seq_id, (), res.prefix_len, len(key), False)
         return res
 
     def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
@@ -320,7 +320,7 @@ class CacheManager:
         if node is not None:
             self.tree.dec_lock_ref(node, seq_id)
         self._tokens.pop(seq_id, None)
-        self.log.record("cache", seq_id, prefix_len=res.prefix_len, num_tokens=len(key), finished=True)
+        self.log.add("cache", seq_id, (), res.prefix_len, len(key), True)
         return res
 
     def free(self, seq_id: str) -> list[int]:

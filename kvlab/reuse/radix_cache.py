@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from ..memory.block_pool import BlockAllocator, DoubleFree, KVCacheError, UnknownBlock
-from ..memory.events import EventLog
+from ..memory.events import EventLog, pack_ids
 from ..memory.ids import as_ids, check_int
 from .eviction import EVICTION_POLICIES, EvictionPolicy, get_eviction_policy
 from .radix_node import EvictResult, InsertResult, MatchResult, RadixStats, TreeNode, common_prefix_len
@@ -211,7 +211,7 @@ class RadixCache:
         self.stats.num_splits += 1
         if old_prio is not None and self.policy.priority(child) != old_prio:
             self._push(child)
-        self.log.record("split", None, new.value, node=child.id, new_node=new.id, at=m, parent=parent.id)
+        self.log.add("split", None, new.value, child.id, new.id, m, parent.id)
         return new
 
     # ------------------------------------------------------------------ match
@@ -279,7 +279,7 @@ class RadixCache:
             s.num_matches += 1
             s.hit_tokens += pos
             s.missed_tokens += len(key) - pos
-        self.log.record("match", rid, prefix_len=pos, num_tokens=len(key), node=node.id)  # kv: see the node's path
+        self.log.add("match", rid, (), pos, len(key), node.id)  # kv: see the node's path
         return MatchResult(pos, kv, node)
 
     def peek_prefix_len(self, tokens: Sequence[int]) -> int:
@@ -312,7 +312,7 @@ class RadixCache:
         self._protected_size -= delta
         if node is not self.root:
             self._lock_targets[node.id] = self._lock_targets.get(node.id, 0) + 1
-        self.log.record("lock", rid, node=node.id, delta=delta)
+        self.log.add("lock", rid, (), node.id, delta)
         return delta
 
     def dec_lock_ref(self, node: TreeNode, rid: str | None = None) -> int:
@@ -323,7 +323,7 @@ class RadixCache:
         """
         self._check_node(node, "dec_lock_ref")
         if node is self.root:
-            self.log.record("unlock", rid, node=0, delta=0)
+            self.log.add("unlock", rid, (), 0, 0)
             return 0
         own = self._lock_targets.get(node.id, 0)
         if own <= 0:
@@ -344,7 +344,7 @@ class RadixCache:
             n = n.parent
         self._evictable_size += delta
         self._protected_size -= delta
-        self.log.record("unlock", rid, node=node.id, delta=delta)
+        self.log.add("unlock", rid, (), node.id, delta)
         return delta
 
     # ------------------------------------------------------------------ insert
@@ -451,7 +451,7 @@ class RadixCache:
         s.num_inserts += 1
         s.inserted_tokens += len(key) - end
         s.duplicate_tokens += len(d) * ps
-        self.log.record("insert", rid, new_blocks, prefix_len=end, num_tokens=len(key), node=node.id, freed=freed)
+        self.log.add("insert", rid, new_blocks, end, len(key), node.id, pack_ids(freed))
         return InsertResult(end, tree_kv + new_blocks, freed, node, d)
 
     # ------------------------------------------------------------------ evict
@@ -489,8 +489,7 @@ class RadixCache:
             s = self.stats
             s.evicted_tokens += freed_tokens
             s.evicted_nodes += len(node_ids)
-        self.log.record("evict", rid, blocks, requested=num_tokens, num_tokens=freed_tokens, nodes=node_ids,
-                        policy=self.policy.name)
+        self.log.add("evict", rid, blocks, num_tokens, freed_tokens, pack_ids(node_ids), self.policy.name)
         return EvictResult(num_tokens, freed_tokens, blocks, node_ids)
 
     def reset(self) -> None:
