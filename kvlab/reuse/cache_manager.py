@@ -343,7 +343,7 @@ class CacheManager:
             node = self._locks.get(s)
             if node is not None:
                 path = self.tree._path_kv(node)
-                assert t.block_ids[:len(path)] == path, f"{s}: its table does not start with the path it locks"
+                assert path == t.block_ids[:len(path)], f"{s}: its table does not start with the path it locks"
         assert set(self._locks) <= set(tables), "a lock is held for a sequence that does not run"
         assert set(self._tokens) <= set(tables), "tokens kept for a sequence that does not run"
         holders = [t.block_ids for t in tables.values()]
