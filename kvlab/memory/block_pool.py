@@ -80,18 +80,21 @@ class BlockAllocator:
         self.log = log if log is not None else EventLog()
         self.ref_count: list[int] = [0] * num_blocks
         self.owner: list[str | None] = [None] * num_blocks
-        self._free: list[int] = list(range(num_blocks))  # the queue is _free[_head:]
+        # The free queue is the never-used blocks _fresh..num_blocks-1 (always at its front), then
+        # the freed ones in the order they were freed, _free[_head:]: no list of every id up front.
+        self._fresh = 0
+        self._free: list[int] = []
         self._head = 0
 
     # ------------------------------------------------------------------ queries
     @property
     def free_block_ids(self) -> list[int]:
         """The free queue, front (next to be allocated) first (a copy)."""
-        return self._free[self._head:]
+        return list(range(self._fresh, self.num_blocks)) + self._free[self._head:]
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free) - self._head
+        return self.num_blocks - self._fresh + len(self._free) - self._head
 
     @property
     def num_used_blocks(self) -> int:
@@ -121,18 +124,23 @@ class BlockAllocator:
         when fewer than ``n`` are free.
         """
         n = check_int("n", n, 0)
-        if n > len(self._free) - self._head:
-            raise OutOfBlocks(n, len(self._free) - self._head, f"owner {owner}" if owner else "")
+        if n > self.num_free_blocks:
+            raise OutOfBlocks(n, self.num_free_blocks, f"owner {owner}" if owner else "")
         return self._allocate(n, owner)
 
     def _allocate(self, n: int, owner: str | None, record: bool = True) -> list[int]:
         """allocate without checks (``n`` free blocks are known to be there)."""
-        h = self._head
-        ids = self._free[h:h + n]
-        self._head = h + n
-        if self._head > 4096 and self._head * 2 > len(self._free):  # compact: amortised O(1) per block
-            del self._free[:self._head]
-            self._head = 0
+        f = self._fresh
+        k = min(n, self.num_blocks - f)
+        ids = list(range(f, f + k))  # never-used blocks first (the front of the queue)
+        self._fresh = f + k
+        if k < n:
+            h = self._head
+            ids += self._free[h:h + n - k]
+            self._head = h + n - k
+            if self._head > 4096 and self._head * 2 > len(self._free):  # compact: amortised O(1) per block
+                del self._free[:self._head]
+                self._head = 0
         rc, own = self.ref_count, self.owner
         for b in ids:
             rc[b] = 1
