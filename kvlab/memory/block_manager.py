@@ -153,22 +153,21 @@ class BlockManager:
             free = [b for b in ids if rc[b] == 0]
             if free:
                 raise KVCacheError(f"adopt {seq_id}: block {free[0]} is free; only blocks in use can be handed over")
-        extra = check_int("extra_tokens", extra_tokens, 0)
-        need = sum(self._append_plan(BlockTable(seq_id, bs, ids, n), extra))
-        if need > self.allocator.num_free_blocks:
-            raise OutOfBlocks(need, self.allocator.num_free_blocks, f"a table for {seq_id}")
-        return self._adopt(seq_id, list(ids), n, extra)
+        return self._adopt(seq_id, list(ids), n, check_int("extra_tokens", extra_tokens, 0))
 
     def _adopt(self, seq_id: str, ids: list[int], n: int, extra: int) -> BlockTable:
-        """adopt without validation: ``ids`` are valid blocks in use (a prefix hit the tree just
-        returned), holding ``n`` tokens, and the pool has the blocks ``extra`` more slots need."""
+        """adopt without validating the ids: they are valid blocks in use (a prefix hit the tree
+        just returned) holding ``n`` tokens. Still all or nothing: OutOfBlocks, nothing changed,
+        when the pool cannot supply the blocks ``extra`` more slots need."""
         t = BlockTable(seq_id, self.block_size, ids, n)
+        cow, new = self._append_plan(t, extra)
+        if cow + new > self.allocator.num_free_blocks:
+            raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
         self.tables[seq_id] = t
         if ids:
             self.allocator._incref(ids, seq_id, record=False)
             self.log.add("adopt", seq_id, ids, n)
         if extra:
-            cow, new = self._append_plan(t, extra)
             self._grow(t, extra, cow, new)
         return t
 
