@@ -61,19 +61,19 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def pack_ids(ids: Iterable[int]) -> bytes:
+    """Block ids as ``bytes`` (4 bytes an id; bytes are never tracked by the garbage collector,
+    unlike lists, tuples and arrays): how ``EventLog.add`` takes a detail field that holds several
+    ids. Example: ``pack_ids([1, 2])`` -> 8 bytes."""
+    return array("I", ids).tobytes()
+
+
 def _compact(values: Iterable[int]) -> Any:
-    """Block ids (or any ints) as ``bytes``, 4 bytes an id (bytes are never tracked by the garbage
-    collector, unlike lists, tuples and arrays); a tuple when they are not plain ids."""
+    """``pack_ids(values)``, or a tuple when they are not plain ids."""
     try:
-        return array("I", values).tobytes()
+        return pack_ids(values)
     except (TypeError, OverflowError):
         return tuple(values)
-
-
-def pack_ids(ids: Iterable[int]) -> bytes:
-    """Block ids as ``bytes`` (4 bytes an id): how ``EventLog.add`` takes a detail field that
-    holds several ids. Example: ``pack_ids([1, 2])`` -> 8 bytes."""
-    return array("I", ids).tobytes()
 
 
 def _expand(value: Any) -> Any:
@@ -157,7 +157,7 @@ class EventLog:
         (several block ids packed with :func:`pack_ids`). Example: ``log.add("lock", "R1", (), 7, -3)``."""
         self._kind.append(kind)
         self._seq.append(seq_id)
-        self._ids.append(array("I", block_ids).tobytes() if block_ids else b"")
+        self._ids.append(array("I", block_ids).tobytes() if block_ids else b"")  # pack_ids, inlined (hot path)
         self._detail.append(len(self._vals))
         self._vals += values
         if self._listeners:
