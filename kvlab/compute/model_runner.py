@@ -51,12 +51,19 @@ from collections import abc
 
 import torch
 
-from ..kernels.plan import upload_ints
 from ..memory.block_table import slot_mapping
 from .kv_tensors import PagedKVPool, kernel_ops
 from .sequence import Sequence
 
 __all__ = ["ForwardBatch", "ModelRunner", "block_tables_tensor"]
+
+
+def upload_ints(rows, device, dtype=torch.int32) -> torch.Tensor:
+    """``kvlab.kernels.plan.upload_ints`` (host ints to ``device`` without a sync), imported when
+    first used so that importing kvlab.compute does not load Triton."""
+    from ..kernels.plan import upload_ints as upload
+
+    return upload(rows, device, dtype)
 
 
 def block_tables_tensor(tables: abc.Sequence[abc.Sequence[int]], device="cpu") -> torch.Tensor:
