@@ -75,3 +75,10 @@ def test_every_module_is_short_or_says_why():
         if text.count("\n") > MAX_LINES and "longer than" not in text.split('"""')[1]:
             long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
     assert long == [], f"modules over {MAX_LINES} lines whose docstring does not say why they are longer than that"
+
+
+def test_the_committed_picture_is_todays():
+    """docs/img/architecture.dot (and its .svg) must be redrawn when the imports change:
+    `.venv/bin/python scripts/draw_architecture.py`."""
+    committed = (ROOT / "docs" / "img" / "architecture.dot").read_text(encoding="utf-8")
+    assert committed.strip() == arch.dot_source().strip(), "run scripts/draw_architecture.py"
