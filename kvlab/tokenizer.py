@@ -2,4 +2,7 @@
 from __future__ import annotations
 
 from .compute.tokenizer import *  # noqa: F401,F403
-from .compute.tokenizer import __all__  # noqa: F401
+from .compute.tokenizer import __all__ as _all
+
+# names added since the move live only in kvlab.compute.tokenizer
+__all__ = [n for n in _all if n != "bytes_to_unicode"]
