@@ -66,7 +66,7 @@ from .hicache_storage import HiCacheStorage
 from .hiradix_node import HiMatchResult, TierSnapshot, TierStats, Transfer
 from .hiradix_storage import PREFETCH_POLICIES, StorageTier
 from .lifecycle import LifecycleTracker
-from .eviction import get_eviction_policy
+from .host_policy import make_host_policy
 from .radix_cache import EvictResult, InsertResult, RadixCache, TreeNode
 
 __all__ = ["WRITE_POLICIES", "Transfer", "TierStats", "HiMatchResult", "TierSnapshot", "HiRadixCache"]  # types: hiradix_node
@@ -117,7 +117,7 @@ class HiRadixCache(StorageTier, RadixCache):
         self.disk_ref: dict[int, list[str]] = {}          # node id -> its pages' storage keys (placement disk)
         self._saving: set[str] = set()                    # page keys a queued "save" writes
         self._inserted_by: dict[int, set] = {}            # node id -> requests that inserted it (selective)
-        self.host_policy = get_eviction_policy(host_eviction_policy or eviction_policy)
+        self.host_policy = make_host_policy(host_eviction_policy or eviction_policy, host_allocator.num_blocks)
         self._tiered: dict[int, TreeNode] = {}            # nodes with a host copy or a disk chunk
         self._offloaded = 0                               # tokens of nodes off the device
         self._transfers: list[Transfer] = []
@@ -162,6 +162,10 @@ class HiRadixCache(StorageTier, RadixCache):
             parts.append(n.key)
             n = n.parent
         return [t for p in reversed(parts) for t in p]
+
+    def _content(self, node: TreeNode) -> str:
+        """What ``node``'s KV is (its whole prefix), for the host policy's ghosts."""
+        return str(hash(tuple(self._prefix_tokens(node))))
 
     def _queue(self, t: Transfer) -> None:
         self._transfers.append(t)
@@ -233,6 +237,8 @@ class HiRadixCache(StorageTier, RadixCache):
             self.disk_ref[new.id], self.disk_ref[child.id] = keys[:k], keys[k:]
         if child.id in self._inserted_by:
             self._inserted_by[new.id] = set(self._inserted_by[child.id])
+        if child.id in self.host_value:
+            self.host_policy.split(child.id, new.id, k)
         if child.id in self._tiered:
             self._tiered[new.id] = new
         if child.id in self._protected_host:
@@ -254,6 +260,11 @@ class HiRadixCache(StorageTier, RadixCache):
         disk = sum(len(n.key) for n in beyond) - host
         dev_len = m.prefix_len - host - disk
         self._protected_host = {n.id for n in beyond}
+        n = m.last_node
+        while n is not self.root:  # the host policy sees which host copies a request uses
+            if n.id in self.host_value:
+                self.host_policy.touch(n.id)
+            n = n.parent
         if record_stats:
             s = self.stats
             s.num_matches += 1
@@ -336,6 +347,7 @@ class HiRadixCache(StorageTier, RadixCache):
                 return False
         hv = ha._allocate(n, None, record=False)
         self.host_value[node.id] = hv
+        self.host_policy.store(node.id, n, self._content(node))
         self._tiered[node.id] = node
         self._queue(Transfer("write", tuple(node.value), tuple(hv), node=node.id))
         self.tier_stats.written_tokens += len(node.key)
@@ -407,7 +419,10 @@ class HiRadixCache(StorageTier, RadixCache):
                     self._tree_blocks.difference_update(n.value)
             else:
                 self._offloaded -= len(n.key)
-            hv = self.host_value.pop(n.id, None)
+            hv = self.host_value.get(n.id)
+            if hv:
+                self.host_policy.evicted(n.id, "")
+            self.host_value.pop(n.id, None)
             if hv:
                 self.host_allocator._decref(hv, rid, record=False)
                 self._writing.difference_update(hv)
@@ -431,16 +446,17 @@ class HiRadixCache(StorageTier, RadixCache):
 
     def evict_host(self, num_pages: int, rid: str | None = None) -> int:
         """Free at least ``num_pages`` host blocks from host-only nodes with no child on the host,
-        in policy order: each is saved to disk (``host -> disk``; a queued "save" unless the chunk
+        in the host policy's order (``kvlab.reuse.host_policy``): each is saved to disk (``host -> disk``; a queued "save" unless the chunk
         exists already) with a storage tier, else dropped. Returns the host blocks freed."""
         num_pages = check_int("num_pages", num_pages, 0)
         prio = self.host_policy.priority
-        heap = [(prio(n), n.id, n) for n in list(self._tiered.values()) if self._host_leaf(n)]
-        heapq.heapify(heap)
+        cands = {n.id: n for n in list(self._tiered.values()) if self._host_leaf(n)}
         freed, ids, blocks = 0, [], []
-        while freed < num_pages and heap:
-            _, _, x = heapq.heappop(heap)
+        while freed < num_pages and cands:
+            x = min(cands.values(), key=lambda n: (prio(n), n.id))  # asked again each time: ARC re-decides
+            del cands[x.id]
             parent = x.parent
+            self.host_policy.evicted(x.id, self._content(x))
             hv = self.host_value.pop(x.id)
             if self.storage is not None:
                 self.disk_ref[x.id] = self._save_pages(x, hv, rid)
@@ -456,7 +472,7 @@ class HiRadixCache(StorageTier, RadixCache):
             blocks += hv
             ids.append(x.id)
             if parent is not self.root and self._host_leaf(parent):
-                heapq.heappush(heap, (prio(parent), parent.id, parent))
+                cands[parent.id] = parent
         self.log.record("evict_host", rid, blocks, requested=num_pages, num_pages=freed, nodes=ids,
                         to_disk=self.storage is not None)
         self._checkpoint("evict_host", rid, device=False)
