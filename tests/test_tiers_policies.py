@@ -3,37 +3,24 @@ one-off prompts mixed with a few reused system prompts, ARC keeps the reused one
 (they reach T2) while LRU lets the scan push them out; both keep every invariant."""
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from kvlab.reuse.hicache_manager import HiCacheManager
 from kvlab.reuse.host_policy import ARCHostPolicy, make_host_policy
 from kvlab.reuse.lifecycle import replay
-
-
-def scan_with_hot_set(seed: int, n: int = 200) -> list[list[int]]:
-    rng = random.Random(seed)
-    hot = [[100 + 10 * h + i for i in range(4)] for h in range(3)]
-    out, u = [], 1000
-    for _ in range(n):
-        if rng.random() < 0.35:
-            out.append(rng.choice(hot) + [rng.randrange(1, 50)])
-        else:
-            out.append([u, u + 1, u + 2, u + 3, 7])
-            u += 4
-    return out
+from kvlab.sim.tiers import host_policy_hits, scan_with_hot_set
 
 
 def host_hits(policy: str, seed: int, host_blocks: int = 16) -> int:
     cm = HiCacheManager(8, 1, num_host_blocks=host_blocks, write_policy="write_through",
                         host_eviction_policy=policy)
-    for i, p in enumerate(scan_with_hot_set(seed)):
+    for i, p in enumerate(scan_with_hot_set(seed=seed)):
         assert cm.admit(f"R{i}", p) is not None
         cm.cache_finished_req(f"R{i}", p)
         cm.take_transfers()
         cm.check_integrity()
     assert replay(cm.log).illegal == []
+    assert cm.tier_stats.host_hit_tokens == host_policy_hits(policy, scan_with_hot_set(seed=seed), 8, host_blocks)
     return cm.tier_stats.host_hit_tokens
 
 
