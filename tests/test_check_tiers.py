@@ -53,9 +53,11 @@ def test_write_back_evict_rejects_write_through_thinking_and_ignoring_need():
         assert not L.write_back_evict(wrong, verbose=False).passed
 
 
-@pytest.mark.parametrize("mistake", sorted(L.PLAN_MISTAKES))
-def test_load_back_plan_rejects_the_common_mistakes(mistake):
-    r = L.load_back_plan(L.PLAN_MISTAKES[mistake], verbose=False)
+@pytest.mark.parametrize("checker,mistake", [("load_back_plan", m) for m in sorted(L.PLAN_MISTAKES)]
+                         + [("arc_victims", m) for m in sorted(L.ARC_MISTAKES)])
+def test_common_mistakes_are_rejected_and_named(checker, mistake):
+    mistakes = L.PLAN_MISTAKES if checker == "load_back_plan" else L.ARC_MISTAKES
+    r = getattr(L, checker)(mistakes[mistake], verbose=False)
     assert not r.passed
     assert any(mistake in c.note for c in r.failures), [c.note for c in r.failures]
 
@@ -94,13 +96,6 @@ def test_the_placement_table_is_made_of_legal_edges():
     for seed in range(4):
         for src, event, storage, dst in L._real_run_cases(seed):
             assert L.placement_after(src, event, storage) == dst
-
-
-@pytest.mark.parametrize("mistake", sorted(L.ARC_MISTAKES))
-def test_arc_victims_rejects_the_common_mistakes(mistake):
-    r = L.arc_victims(L.ARC_MISTAKES[mistake], verbose=False)
-    assert not r.passed
-    assert any(mistake in c.note for c in r.failures), [c.note for c in r.failures]
 
 
 def test_arc_victims_rejects_lru_and_mru():
