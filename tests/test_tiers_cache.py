@@ -262,3 +262,61 @@ def test_a_page_key_names_its_whole_prefix():
     assert set(s.chunks) == set(_keys([1, 2, 3, 4])[2:] + _keys([1, 2, 5, 6])[2:])  # [3 4], [5 6]
     assert _keys([1, 2, 3, 4])[2] != _keys([9, 2, 3, 4])[2] and all(k.isalnum() for k in s.chunks)
     cm.check_integrity()
+
+
+def _warm_store(pages: int) -> MemoryStorage:
+    s = MemoryStorage()
+    for k in _keys(list(range(1, pages + 1))):
+        s.add(k)
+    return s
+
+
+def test_a_fresh_manager_finds_pages_an_earlier_run_saved():
+    s = MemoryStorage()
+    first = HiCacheManager(4, 1, num_host_blocks=3, write_policy="write_back", storage=s)
+    for i, p in enumerate(([1, 2, 3], [4, 5, 6], [7, 8, 9])):
+        _serve(first, f"R{i}", p)                  # [1 2 3] goes host -> disk
+    fresh = HiCacheManager(6, 1, host_ratio=1, storage=s)   # a restart: an empty tree, the same store
+    a = _serve(fresh, "R9", [1, 2, 3, 4])
+    st = fresh.tier_stats
+    assert a.prefix_len == 3 and st.storage_hit_tokens == 3 and st.fetched_tokens == 3
+    assert [t.kind for t in fresh.take_transfers()][:1] == ["fetch"]
+
+
+@pytest.mark.parametrize("policy,timeout,threshold,want", [
+    ("wait_complete", 1.0, 1, 5), ("best_effort", 1.0, 1, 5),
+    ("timeout", 0.0, 1, 1),          # the budget is spent after the first page
+    ("wait_complete", 1.0, 6, 0),    # fewer tokens than prefetch_threshold: not worth it
+])
+def test_prefetch_stop_policies_and_threshold(policy, timeout, threshold, want):
+    cm = HiCacheManager(8, 1, host_ratio=1, storage=_warm_store(5), prefetch_policy=policy,
+                        prefetch_timeout_s=timeout, prefetch_threshold=threshold)
+    a = _serve(cm, "R", [1, 2, 3, 4, 5, 6, 7])
+    assert a.prefix_len == want and cm.tier_stats.storage_hit_tokens == want
+
+
+def test_storage_options_are_checked():
+    for kw, word in ((dict(prefetch_policy="eager"), "prefetch_policy"), (dict(storage_write="never"), "storage_write"),
+                     (dict(prefetch_timeout_s=-1), "prefetch_timeout_s"), (dict(prefetch_threshold=-1), "prefetch_threshold")):
+        with pytest.raises(ValueError, match=word):
+            HiCacheManager(8, 1, host_ratio=1, storage=MemoryStorage(), **kw)
+
+
+def test_write_through_to_storage_saves_when_the_host_copy_is_made():
+    s = MemoryStorage()
+    cm = HiCacheManager(8, 1, host_ratio=1, storage=s, storage_write="write_through")
+    _serve(cm, "R1", [1, 2, 3])
+    assert [t.kind for t in cm.take_transfers()] == ["write", "save"] and set(_keys([1, 2, 3])) <= set(s.chunks)
+    cm2 = HiCacheManager(8, 1, host_ratio=1, storage=MemoryStorage())   # default: saved only on host eviction
+    _serve(cm2, "R1", [1, 2, 3])
+    assert [t.kind for t in cm2.take_transfers()] == ["write"]
+
+
+def test_a_page_whose_save_is_still_queued_is_a_miss_not_a_fetch():
+    s = MemoryStorage()
+    cm = HiCacheManager(4, 1, num_host_blocks=3, write_policy="write_back", storage=s)
+    for i, p in enumerate(([1, 2, 3], [4, 5, 6], [7, 8, 9])):
+        _serve(cm, f"R{i}", p)                     # [1 2 3]'s save is queued, not performed
+    a = _serve(cm, "R9", [1, 2, 3, 4])
+    kinds = [t.kind for t in cm.take_transfers()]
+    assert a.prefix_len == 0 and "fetch" not in kinds and cm.tier_stats.disk_misses == 1
