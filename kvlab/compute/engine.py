@@ -38,8 +38,11 @@ radix tree, optionally a disk tier ``storage``), and the engine keeps the host K
 (:class:`~kvlab.compute.host_pool.HostKVPool`). The copies the manager queues (write-through,
 write-back, load-back, save, fetch) run in queue order right after scheduling, before the
 copy-on-write copies and the forward pass, and again at the end of the step (the write-through
-of what was just cached). ``report.tiers`` gives the bytes moved, the measured copy time and the
-time at the stated link bandwidth (simulated). With ``host_ratio=0`` (the default) nothing of
+of what was just cached). With ``storage`` (a directory), pages are keyed by the model's weights
+digest and the KV layout: a restarted engine, or a second one on the same directory, fetches the
+pages an earlier one saved, another model never does, and a storage folder that is removed,
+made unwritable or corrupted costs recomputation, never a wrong token. ``report.tiers`` gives
+the bytes moved, the measured copy time and the time at the stated link bandwidth (simulated). With ``host_ratio=0`` (the default) nothing of
 this exists: the engine is exactly the untiered one.
 
 Not handled here: chunked prefill, priorities, stop strings, preemption by swapping (tiers keep

@@ -5,7 +5,9 @@
 :class:`~kvlab.reuse.hiradix_cache.HiRadixCache`. What changes, step by step::
 
     admit(s, tokens)    match over the tiers: device pages, then host pages, then disk pages
-                        (a disk chunk that is missing or corrupt is a miss: pruned here); lock the
+                        (each disk page read and checked now; one that is missing, corrupt or
+                        foreign is a miss: pruned here); then the storage's longest run of pages
+                        for the rest of the prompt (a restart, another engine); lock the
                         device part; make room for the whole request (device eviction keeps
                         backed-up nodes on the host; write_back copies them there first); then
                         load_back the host and disk pages into fresh device blocks (queued
@@ -25,7 +27,8 @@ on the host pool a block is held by at most one node and never by a table (``HiR
 Mirrors SGLang's scheduler use of ``HiRadixCache`` (``match_prefix`` with ``host_hit_length``,
 ``init_load_back``, ``check_hicache_events``) and ``--hicache-ratio`` / ``--hicache-write-policy``.
 Differences: copies are a queue drained synchronously, no prefetch thread; the load happens at
-admission (SGLang loads in ``init_load_back`` when the request is scheduled: the same point).
+admission (SGLang loads in ``init_load_back`` when the request is scheduled: the same point), and
+storage pages go straight to the device (SGLang prefetches them into the host pool first).
 
 Example (block size 1, a device pool of 4 blocks, a host pool twice that):
     >>> cm = HiCacheManager(num_blocks=4, block_size=1, host_ratio=2, write_policy="write_through")
