@@ -1,7 +1,7 @@
 # kvlab: the two commands (see README.md)
 #   make lab    set everything up, then open the lessons in JupyterLab
 #   make test   set everything up, then run the whole test suite (what CI runs)
-.PHONY: lab test setup notebooks bench clean
+.PHONY: lab test setup notebooks bench clean screenshots
 
 lab:
 	@bash scripts/lab.sh
@@ -15,6 +15,11 @@ setup:
 # Re-execute the lessons and store their outputs (after changing kvlab or a lesson).
 notebooks: setup
 	.venv/bin/python scripts/build_notebooks.py
+
+# Every lesson in JupyterLab + headless Chromium, normal (1500x1000) and classroom mode (1280x720):
+# page PNGs and overflow.json in tests/_artifacts/screenshots/. Some lessons: make screenshots LESSONS="04 07"
+screenshots:
+	.venv/bin/python scripts/screenshots.py $(LESSONS)
 
 clean:
 	rm -rf .venv .pytest_cache .hypothesis tests/_artifacts bench/out
