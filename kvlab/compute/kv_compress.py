@@ -131,6 +131,8 @@ class _Record:
 
     last_row_mass: list[torch.Tensor] = field(default_factory=list)      # per layer (T,): the prompt's last query
     reads: list[int] = field(default_factory=list)                         # per position: layer-reads during decode
+    decode_mass: dict[int, list[float]] = field(default_factory=dict)    # per layer, per position: attention
+                                                                           # summed over decode steps (head mean)
 
 
 class CompressedDecoder:
@@ -298,10 +300,14 @@ class CompressedDecoder:
         kk = k[idx].float().repeat_interleave(group, 1)                    # (m, nh, hs)
         vv = v[idx].float().repeat_interleave(group, 1)
         probs = (torch.einsum("hd,shd->hs", q[0].float(), kk) * self.scale).softmax(-1)          # (nh, m)
-        got = probs.sum(0).tolist()
+        got, mean = probs.sum(0).tolist(), probs.mean(0).tolist()
+        mass = self.record.decode_mass.setdefault(layer, [])
+        mass.extend([0.0] * (len(self.record.reads) - len(mass)))
         for j, i in enumerate(idx.tolist()):
+            p = self.positions[i]
             self.token_scores[i] += got[j]
-            self.record.reads[self.positions[i]] += 1
+            self.record.reads[p] += 1
+            mass[p] += mean[j]
         return torch.einsum("hs,shd->hd", probs, vv)[None].to(q.dtype)   # (1, nh, hs)
 
     def _attend_kernel(self, layer: int, q: torch.Tensor, block_ids: list[int], n: int) -> torch.Tensor:
