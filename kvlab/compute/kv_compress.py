@@ -275,13 +275,29 @@ class CompressedDecoder:
 
     # ------------------------------------------------------------------ storing and attending
     def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-        if isinstance(self.pool, QuantizedKVPool):
-            self.pool.store(layer, k, v, slots, self.backend)
-            return
-        from .. import kernels as K
+        """Write k, v (N, nkv, hs) into ``slots``: the store kernel ("triton"), or one indexed copy
+        (torch; the same numbers as ``store_kvcache_ref`` / ``store_kvcache_quant_ref``, whose loop
+        over tokens is slow for a 300-token prompt)."""
+        p = self.pool
+        if self.backend == "triton":
+            if isinstance(p, QuantizedKVPool):
+                p.store(layer, k, v, slots, "triton")
+                return
+            from .. import kernels as K
 
-        fn = K.store_kvcache if self.backend == "triton" else K.store_kvcache_ref
-        fn(k, v, self.pool.k_cache[layer], self.pool.v_cache[layer], slots)
+            K.store_kvcache(k, v, p.k_cache[layer], p.v_cache[layer], slots)
+            return
+        nkv, hs = k.shape[1], k.shape[2]
+        if isinstance(p, QuantizedKVPool):
+            from ..kernels.reference import quantize_kv_ref
+
+            for x, cache, scale in ((k, p.k_cache, p.k_scale), (v, p.v_cache, p.v_scale)):
+                xq, xs = quantize_kv_ref(x, p.kv_dtype)                    # (N, nkv, hs), (N, nkv)
+                cache[layer].view(-1, nkv, hs)[slots] = xq
+                scale[layer].view(-1, nkv)[slots] = xs
+            return
+        p.k_cache[layer].view(-1, nkv, hs)[slots] = k.to(p.k_cache.dtype)  # slot = block * bs + offset
+        p.v_cache[layer].view(-1, nkv, hs)[slots] = v.to(p.v_cache.dtype)
 
     def _selected_blocks(self, q: torch.Tensor, k: torch.Tensor) -> list[int] | None:
         """Quest's blocks for this query (None: read everything)."""

@@ -33,7 +33,7 @@ import torch
 
 from .kv_compress import CompressedDecoder, CompressionConfig
 
-__all__ = ["heldout_texts", "Profile", "attention_profile", "MethodResult", "compare_methods", "needle",
+__all__ = ["heldout_texts", "chat_ids", "doc_prompts", "heldout_pairs", "needle_prompt", "Profile", "attention_profile", "MethodResult", "compare_methods", "needle",
            "format_results"]
 
 STDLIB_MODULES = ("heapq", "bisect", "fractions", "statistics", "textwrap", "difflib", "fnmatch", "shlex", "csv",
@@ -60,6 +60,50 @@ def heldout_texts(n: int = 4, min_chars: int = 1200) -> list[str]:
         if len(out) == n:
             return out
     raise ValueError(f"only {len(out)} standard-library texts of {min_chars} characters; ask for fewer")
+
+
+def chat_ids(tokenizer, user_text: str) -> list[int]:
+    """A user turn through the model's chat template (a real chat model), else the plain text's ids."""
+    if hasattr(tokenizer, "apply_chat_template"):
+        return list(tokenizer.apply_chat_template([{"role": "user", "content": user_text}], add_generation_prompt=True))
+    return list(tokenizer.encode(user_text))
+
+
+def _chunks(tokenizer, n: int, tokens: int, from_end: bool = False) -> list[str]:
+    """``n`` passages of about ``tokens`` tokens cut from the standard-library texts (the last ``n``
+    with ``from_end``: held-out text far from the prompts' passages)."""
+    out: list[str] = []
+    for text in heldout_texts(len(STDLIB_MODULES) // 2, 400):
+        ids = tokenizer.encode(text)
+        for start in range(0, len(ids) - tokens + 1, tokens):
+            out.append(tokenizer.decode(ids[start:start + tokens]))
+    if len(out) < n:
+        raise ValueError(f"only {len(out)} passages of {tokens} tokens; ask for fewer")
+    return out[len(out) - n:] if from_end else out[:n]
+
+
+def doc_prompts(tokenizer, n: int, doc_tokens: int = 300) -> list[list[int]]:
+    """``n`` chat prompts: a passage of standard-library documentation, then a question about it."""
+    return [chat_ids(tokenizer, f"{p}\n\nIn one sentence, what does the text above describe?")
+            for p in _chunks(tokenizer, n, doc_tokens)]
+
+
+def heldout_pairs(tokenizer, n: int, context_tokens: int = 300, continuation: int = 32) -> list[tuple[list[int], list[int]]]:
+    """``n`` (context, continuation) id pairs of documentation text (other passages than doc_prompts')."""
+    pairs = []
+    for p in _chunks(tokenizer, n, context_tokens + continuation, from_end=True):
+        ids = tokenizer.encode(p)[:context_tokens + continuation]
+        pairs.append((ids[:context_tokens], ids[context_tokens:]))
+    return pairs
+
+
+def needle_prompt(tokenizer, filler_tokens: int = 400, code: str = "7391") -> list[int]:
+    """A fact in the middle of ``filler_tokens`` of documentation, asked for at the end."""
+    text = tokenizer.decode(tokenizer.encode("\n\n".join(heldout_texts(6, 400)))[:filler_tokens])
+    cut = len(text) // 2
+    fact = f"\n\nImportant: the secret code of the vault is {code}.\n\n"
+    return chat_ids(tokenizer, text[:cut] + fact + text[cut:] + "\n\nWhat is the secret code of the vault? "
+                    "Answer with the number only.")
 
 
 @dataclass
