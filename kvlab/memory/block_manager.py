@@ -49,7 +49,7 @@ from typing import Iterable, Sequence
 from .block_pool import BlockAllocator, KVCacheError, OutOfBlocks
 from .block_table import BlockTable
 from .events import EventLog, pack_ids
-from .ids import as_ids, check_int
+from .ids import as_ids, check_int, check_seq_id
 from .snapshot import MemorySnapshot
 
 __all__ = ["BlockManager"]
@@ -93,12 +93,11 @@ class BlockManager:
         try:
             return self.tables[seq_id]
         except KeyError:
+            check_seq_id(seq_id)
             raise KeyError(f"unknown sequence {seq_id!r}; live sequences: {sorted(self.tables)}") from None
 
     def _new_id(self, seq_id: str) -> None:
-        if not isinstance(seq_id, str):
-            raise TypeError(f"seq_id must be a str, got {seq_id!r}")
-        if seq_id in self.tables:
+        if check_seq_id(seq_id) in self.tables:
             raise ValueError(f"sequence {seq_id!r} already exists")
 
     # ------------------------------------------------------------------ queries
@@ -111,17 +110,19 @@ class BlockManager:
         t = self.table(seq_id)
         return bool(t.block_ids) and t.num_tokens % self.block_size != 0 and self.allocator.ref_count[t.block_ids[-1]] > 1
 
-    def _append_plan(self, t: BlockTable, n: int) -> tuple[bool, int]:
-        """(copy the last block first?, new blocks past the table's end) for appending ``n`` tokens."""
+    def _append_plan(self, t: BlockTable, n: int) -> tuple[int, bool, int]:
+        """(``n`` as a checked int, copy the last block first?, new blocks past the table's end) for
+        appending ``n`` tokens. Use the returned ``n`` from here on: a numpy count must never reach
+        the table (``np.uint8(200)`` would wrap when added to it)."""
         n = check_int("n", n, 0)
         new = -(-(t.num_tokens + n) // self.block_size) - len(t.block_ids)
         cow = n > 0 and bool(t.block_ids) and t.num_tokens % self.block_size != 0 \
             and self.allocator.ref_count[t.block_ids[-1]] > 1
-        return cow, new
+        return n, cow, new
 
     def blocks_to_append(self, seq_id: str, n: int = 1) -> int:
         """How many fresh blocks ``append(seq_id, n)`` would take (copy-on-write included)."""
-        cow, new = self._append_plan(self.table(seq_id), n)
+        _n, cow, new = self._append_plan(self.table(seq_id), n)
         return cow + new
 
     # ------------------------------------------------------------------ creating tables
@@ -162,7 +163,7 @@ class BlockManager:
         just returned) holding ``n`` tokens. Still all or nothing: OutOfBlocks, nothing changed,
         when the pool cannot supply the blocks ``extra`` more slots need."""
         t = BlockTable(seq_id, self.block_size, ids, n)
-        cow, new = self._append_plan(t, extra)
+        extra, cow, new = self._append_plan(t, extra)
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
         self.tables[seq_id] = t
@@ -197,7 +198,7 @@ class BlockManager:
         supply every block needed (the copy included).
         """
         t = self.table(seq_id)
-        cow, new = self._append_plan(t, n)
+        n, cow, new = self._append_plan(t, n)
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"append {n} token(s) to {seq_id}")
         return self._grow(t, n, cow, new)

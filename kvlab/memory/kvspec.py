@@ -44,6 +44,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .ids import check_int
+
 __all__ = ["KVSpec", "GPUSpec", "MODELS", "GPUS", "get_model", "get_gpu", "DTYPE_BYTES", "SCALE_BYTES", "KV_DTYPES",
            "format_bytes"]
 
@@ -81,13 +83,9 @@ class KVSpec:
 
     def __post_init__(self) -> None:
         for f in ("layers", "kv_heads", "head_dim", "dtype_bytes"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"KVSpec.{f} must be a positive int, got {v!r}")
+            object.__setattr__(self, f, check_int(f"KVSpec.{f}", getattr(self, f), 1))
         for f in ("scale_bytes", "rope_dim"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"KVSpec.{f} must be an int >= 0, got {v!r}")
+            object.__setattr__(self, f, check_int(f"KVSpec.{f}", getattr(self, f), 0))
         if self.num_heads is not None and (self.num_heads < self.kv_heads or self.num_heads % self.kv_heads):
             raise ValueError(f"num_heads {self.num_heads} must be a multiple of kv_heads {self.kv_heads}")
         if self.kv_lora_rank is not None:
@@ -143,8 +141,7 @@ class KVSpec:
 
     def kv_bytes(self, tokens: int) -> int:
         """Bytes of KV for ``tokens`` tokens."""
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise ValueError(f"tokens must be an int >= 0, got {tokens!r}")
+        tokens = check_int("tokens", tokens, 0)
         return self.bytes_per_token * tokens
 
     @property
@@ -153,8 +150,7 @@ class KVSpec:
 
     def hidden_formula_bytes(self, tokens: int) -> int:
         """The notes' formula 2 x layers x hidden_size x tokens x bytes (right only for MHA)."""
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise ValueError(f"tokens must be an int >= 0, got {tokens!r}")
+        tokens = check_int("tokens", tokens, 0)
         return 2 * self.layers * self.hidden_size * tokens * self.dtype_bytes
 
     @property

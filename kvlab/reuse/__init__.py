@@ -6,6 +6,7 @@
     block_hash_cache.py  BlockHashCache: vLLM's hash-chained prefix cache, for comparison
     stats.py             HitStats: hits and misses, shared by both caches
     cache_manager.py     CacheManager: the one request cycle and the ownership rule
+    fork_sharing.py      ForkSharing: forks lock the pages another fork caches (CacheManager's mixin)
     schedule.py          order_by_shared_prefix: fcfs, lpm, dfs-weight (cache-aware order)
     lifecycle.py         the states of a KV block and of a node, the legal edges, LifecycleTracker, replay
     hiradix_cache.py     HiRadixCache: the radix tree over a device pool and a host pool (SGLang's HiCache)

@@ -28,6 +28,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ..memory.ids import check_int
 from .display import is_static, static_frames, static_html
 from .palette import classroom_css, theme
 
@@ -112,7 +113,7 @@ class Stepper:
 
     def go(self, i: int) -> None:
         """Show frame ``i`` (0-based)."""
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.frames):
+        if not 0 <= check_int("step", i) < len(self.frames):
             raise ValueError(f"step {i!r} is outside 0..{len(self.frames) - 1}")
         if self.widget is not None and self._slider.value != i + 1:
             self._slider.value = i + 1  # the slider (1-based, as the caption) calls _show
