@@ -99,7 +99,7 @@ def test_mla_and_dtype_errors_name_the_value():
         KVSpec(61, 2, 576, kv_lora_rank=512, rope_dim=64)
     with pytest.raises(ValueError, match="kv_lora_rank must be a positive int"):
         KVSpec(61, 1, 64, kv_lora_rank=0, rope_dim=64)
-    with pytest.raises(ValueError, match="scale_bytes must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match="scale_bytes must be >= 0, got -1"):
         KVSpec(2, 2, 8, scale_bytes=-1)
     with pytest.raises(ValueError, match="unknown KV dtype 'int4'"):
         get_model("llama-3-8b").with_dtype("int4")
