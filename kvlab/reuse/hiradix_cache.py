@@ -554,6 +554,8 @@ class HiRadixCache(StorageTier, RadixCache):
             assert hv is None or len(hv) == pages, f"node {node.id}: {len(hv)} host blocks, {pages} pages"
             dk = self.disk_ref.get(node.id)
             assert dk is None or len(dk) == pages, f"node {node.id}: {len(dk)} page keys, {pages} pages"
+            assert dk is None or (self.storage is not None and dk == self.node_keys(node)), \
+                f"node {node.id}: its page keys are not the keys of its tokens"  # the KV it would fetch is its own
             assert (where == "disk") == (node.id in self.disk_ref), f"node {node.id} ({where}): disk_ref disagrees"
             assert where == "device" or self._tiered.get(node.id) is node, f"node {node.id} ({where}) not in _tiered"
             parent_where = "device" if node.parent is self.root else self.placement(node.parent)
