@@ -320,3 +320,40 @@ def test_a_page_whose_save_is_still_queued_is_a_miss_not_a_fetch():
     a = _serve(cm, "R9", [1, 2, 3, 4])
     kinds = [t.kind for t in cm.take_transfers()]
     assert a.prefix_len == 0 and "fetch" not in kinds and cm.tier_stats.disk_misses == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=OPS, seed=st.integers(0, 1000), policy=st.sampled_from(["write_through", "write_back"]),
+       block_size=st.sampled_from([1, 2]), storage_write=st.sampled_from(["on_host_evict", "write_through"]),
+       host_policy=st.sampled_from(["lru", "arc"]))
+def test_a_restart_on_a_shared_store_only_finds_its_own_tokens(ops, seed, policy, block_size, storage_write,
+                                                               host_policy):
+    """A first manager fills a store; a second one (a restart) runs random workloads on it. Every
+    disk node's page keys are the keys of its own tokens (check_integrity), so a fetch can only
+    bring back the KV of the tokens it stands for; a store seeded for another model finds nothing."""
+    store = MemoryStorage()
+    kw = dict(num_blocks=8, block_size=block_size, host_ratio=0.5, write_policy=policy, storage=store,
+              storage_write=storage_write, host_eviction_policy=host_policy)
+    _drive(HiCacheManager(**kw), ops, None, seed)   # fills the store (no sabotage)
+    second = HiCacheManager(**kw)                   # the restart: same prompts, pages corrupted or dropped at random
+    _drive(second, ops, store, seed)
+    other = MemoryStorage(fingerprint="another model")
+    other.chunks = dict(store.chunks)            # the same files, under another model's fingerprint
+    third = HiCacheManager(**{**kw, "storage": other})
+    _drive(third, ops, None, seed)
+    assert third.tier_stats.storage_hit_tokens == 0
+
+
+def test_the_restart_property_test_is_not_vacuous():
+    hits = 0
+    for seed in range(10):
+        rng = random.Random(seed)
+        ops = [(rng.randrange(6), rng.randrange(10_000)) for _ in range(60)]
+        store = MemoryStorage()
+        kw = dict(num_blocks=8, block_size=1, host_ratio=0.5, write_policy="write_back", storage=store,
+                  storage_write="write_through")
+        _drive(HiCacheManager(**kw), ops, None, seed)
+        second = HiCacheManager(**kw)
+        _drive(second, ops, store, seed)
+        hits += second.tier_stats.storage_hit_tokens > 0
+    assert hits >= 4

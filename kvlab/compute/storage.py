@@ -116,6 +116,7 @@ class FileStorage:
         self._lru: OrderedDict[str, int] = OrderedDict()   # key -> file size, least recently used first
         for p in sorted(self.root.glob("*.safetensors"), key=lambda p: p.stat().st_mtime):
             self._lru[p.stem] = p.stat().st_size
+        self._bytes = sum(self._lru.values())
         self.misses = self.write_errors = self.evicted_files = 0
 
     @classmethod
@@ -131,8 +132,15 @@ class FileStorage:
 
     # ------------------------------------------------------------------ HiCacheStorage
     def exists(self, key: str) -> bool:
-        """True when the page's file passes every check now."""
-        return key in self._staged or self._load(key) is not None
+        """True when the page's file is a regular file of the right size whose header names this
+        key, this fingerprint, the page shape and dtype (the bytes are checked by ``prefetch``)."""
+        if key in self._staged:
+            return True
+        try:
+            meta = self._header(self._read_regular(self.path(key), header_only=True))
+        except Exception:
+            return False
+        return {x: meta.get(x) for x in self._meta(key)} == self._meta(key)
 
     def batch_exists(self, keys: Sequence[str]) -> int:
         """How many of ``keys``, from the first, pass every check."""
@@ -159,7 +167,7 @@ class FileStorage:
     def remove(self, key: str) -> None:
         """Forget a page and delete its file (after a miss: a bad file is not tried again)."""
         self._staged.pop(key, None)
-        self._lru.pop(key, None)
+        self._bytes -= self._lru.pop(key, 0)
         try:
             self.path(key).unlink(missing_ok=True)
         except OSError:
@@ -200,7 +208,7 @@ class FileStorage:
             self._staged.pop(key, None)
             return False
         self._staged.pop(key, None)
-        self._lru.pop(key, None)
+        self._bytes += size - self._lru.pop(key, 0)
         self._lru[key] = size
         self._enforce_cap(keep=key)
         return True
@@ -208,22 +216,33 @@ class FileStorage:
     def _enforce_cap(self, keep: str) -> None:
         if self.max_bytes is None:
             return
-        while sum(self._lru.values()) > self.max_bytes and len(self._lru) > 1:
+        while self._bytes > self.max_bytes and len(self._lru) > 1:
             old = next(k for k in self._lru if k != keep)
             self.remove(old)
             self.evicted_files += 1
 
-    def _read_regular(self, path: Path) -> bytes:
-        """The bytes of a regular file, opened without following a link or blocking on a FIFO."""
+    def _read_regular(self, path: Path, header_only: bool = False) -> bytes:
+        """The bytes of a regular file (or its safetensors header), opened without following a
+        link or blocking on a FIFO."""
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > self.page_bytes + _MAX_HEADER:
+            if not stat.S_ISREG(st.st_mode) or not self.page_bytes < st.st_size <= self.page_bytes + _MAX_HEADER:
                 raise ValueError("not a regular page file")
             with os.fdopen(fd, "rb", closefd=False) as f:
-                return f.read()
+                if not header_only:
+                    return f.read()
+                head = f.read(8)
+                return head + f.read(min(int.from_bytes(head, "little"), _MAX_HEADER))
         finally:
             os.close(fd)
+
+    @staticmethod
+    def _header(data: bytes) -> dict:
+        n = int.from_bytes(data[:8], "little")
+        if n > _MAX_HEADER:
+            raise ValueError("header too long")
+        return json.loads(data[8:8 + n]).get("__metadata__") or {}
 
     def _load(self, key: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Read the file into memory (one read, so a later change on disk cannot reach it) and check
@@ -233,10 +252,7 @@ class FileStorage:
         path = self.path(key)
         try:
             data = self._read_regular(path)
-            n = int.from_bytes(data[:8], "little")
-            if n > _MAX_HEADER:
-                raise ValueError("header too long")
-            meta = json.loads(data[8:8 + n]).get("__metadata__") or {}
+            meta = self._header(data)
             tensors = load(data)
             k, v = tensors["k"], tensors["v"]
             self._check(k, v)
@@ -244,7 +260,7 @@ class FileStorage:
             if {x: meta.get(x) for x in want} != want or meta.get("sha256") != _digest(want, k, v):
                 raise ValueError("key, fingerprint or checksum does not match")
         except FileNotFoundError:
-            self._lru.pop(key, None)
+            self._bytes -= self._lru.pop(key, 0)
             return None
         except Exception:  # truncated, garbage, foreign, copied, not a file: a miss, never a crash
             self.misses += 1
@@ -269,4 +285,4 @@ class FileStorage:
 
     def size_bytes(self) -> int:
         """Bytes of the page files this storage knows of."""
-        return sum(self._lru.values())
+        return self._bytes

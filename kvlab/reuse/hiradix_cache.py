@@ -10,12 +10,15 @@ the host has its parent on one of them. So a prompt's match is device pages, the
 then disk pages (HiCache's ``last_device_node``, ``last_host_node``).
 
 Write policies (SGLang's ``--hicache-write-policy``): ``write_through`` backs a node up to the
-host as soon as it is cached; ``write_through_selective`` once it has been matched
-``write_through_threshold`` times; ``write_back`` only when device eviction would drop it.
-Device eviction (:meth:`evict`) takes unlocked nodes without a device child, LRU first: a
-backed-up one keeps its host copy (``both -> host``), any other is dropped. Host eviction
-(:meth:`evict_host`) takes host-only nodes without a host child: saved to disk when a storage
-tier is attached, else dropped for good. :meth:`load_back` gives host and disk pages fresh
+host as soon as it is cached; ``write_through_selective`` once ``write_through_threshold``
+(default 2) requests have inserted it: counted at insert, once per request, as SGLang's
+``_inc_hit_count`` (which skips chunked-prefill inserts) -- so the second request that caches a
+prefix backs it up (kvlab counted matches before, one request later); ``write_back`` only when
+device eviction would drop it. Device eviction (:meth:`evict`) takes unlocked nodes without a
+device child, LRU first: a backed-up one keeps its host copy (``both -> host``), any other is
+dropped. Host eviction (:meth:`evict_host`) takes host-only nodes without a host child, in the
+host policy's order (LRU, or ARC: ``kvlab.reuse.host_policy``): saved to disk, page by page
+(``kvlab.reuse.hiradix_storage``), when a storage tier is attached, else dropped for good. :meth:`load_back` gives host and disk pages fresh
 device blocks on a hit. The tree never touches a tensor or a file: every copy is a queued
 :class:`Transfer` (``write`` device->host, ``load`` host->device, ``save`` host->disk,
 ``fetch`` disk->device), which the compute layer performs in queue order before the next
@@ -26,11 +29,12 @@ Ownership on the host pool: a host block's ``ref_count`` is 1 while exactly one 
 pool keeps the rule of ``kvlab.reuse.cache_manager`` (``ref_count == tree + tables``); a node
 off the device holds no device block. :meth:`check_integrity` checks both, and the placements.
 
-Mirrors SGLang ``python/sglang/srt/mem_cache/hiradix_cache.py`` (``write_backup``,
-``inc_hit_count``, ``evict``, ``evict_host``, ``load_back``, ``host_value``, ``backuped``,
-``evicted``) and ``memory_pool_host.py`` (the host pool as a ratio of the device pool). kvlab
-differs: copies are a queue, not a background thread; disk chunks are kept as tree nodes (SGLang
-asks L3 for what it does not match locally); a device leaf that must be dropped while nodes below
+Mirrors SGLang ``python/sglang/srt/mem_cache/hiradix_cache.py`` at commit 263bc85d (a 0.5.x
+tree; the file is gone from 0.5.23) (``write_backup``, ``_inc_hit_count``, ``evict``,
+``evict_host``, ``load_back``, ``host_value``, ``backuped``, ``evicted``) and ``memory_pool_host.py`` (the host pool as a ratio of the device pool). kvlab
+differs: copies are a queue, not a background thread; pages saved to disk stay in the tree as
+disk nodes, and, as SGLang does, storage is also asked for the pages it does not hold at all
+(``lookup_storage``); a device leaf that must be dropped while nodes below
 it are off the device takes them with it.
 
 This file is longer than 450 lines because HiRadixCache is one class whose methods share the
@@ -554,6 +558,8 @@ class HiRadixCache(StorageTier, RadixCache):
             assert hv is None or len(hv) == pages, f"node {node.id}: {len(hv)} host blocks, {pages} pages"
             dk = self.disk_ref.get(node.id)
             assert dk is None or len(dk) == pages, f"node {node.id}: {len(dk)} page keys, {pages} pages"
+            assert dk is None or (self.storage is not None and dk == self.node_keys(node)), \
+                f"node {node.id}: its page keys are not the keys of its tokens"  # the KV it would fetch is its own
             assert (where == "disk") == (node.id in self.disk_ref), f"node {node.id} ({where}): disk_ref disagrees"
             assert where == "device" or self._tiered.get(node.id) is node, f"node {node.id} ({where}) not in _tiered"
             parent_where = "device" if node.parent is self.root else self.placement(node.parent)
