@@ -91,7 +91,7 @@ class RadixEviction:
 
     def _rebuild_heap(self) -> None:
         prio = self.policy.priority
-        self._heap = [(prio(n), n.id, n) for n in self._iter_nodes() if not n.children and n.lock_ref == 0]
+        self._heap = [(prio(n), n.id, n) for n in self.iter_nodes() if not n.children and n.lock_ref == 0]
         heapq.heapify(self._heap)
 
     # ------------------------------------------------------------------ evict
@@ -125,7 +125,7 @@ class RadixEviction:
         if blocks:
             if self._tree_blocks is not None:
                 self._tree_blocks.difference_update(blocks)
-            self.allocator._decref(blocks, rid, record=False)  # the tree's own references; the evict event says it
+            self.allocator.free_blocks(blocks, rid, record=False)  # the tree's own references; the evict event says it
             s = self.stats
             s.evicted_tokens += freed_tokens
             s.evicted_nodes += len(node_ids)

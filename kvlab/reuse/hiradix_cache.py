@@ -188,7 +188,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
         self._loading.clear()
         self._writing.clear()
         self._saving.clear()
-        self._checkpoint("transfers done")
+        self.checkpoint("transfers done")
         return out
 
     @property
@@ -211,8 +211,10 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
                 out[b] = "writing" if b in self._writing else s
         return out
 
-    def _checkpoint(self, cause: str, rid: str | None = None, device: bool = True) -> None:
-        """Emit the block transitions since the last checkpoint (called between the steps of a cycle)."""
+    def checkpoint(self, cause: str, rid: str | None = None, device: bool = True) -> None:
+        """Emit the block transitions since the last checkpoint, each with ``cause`` (the tree calls
+        it after its own steps; the tiered cache manager after each step of the cycle). Nothing
+        without a tracker."""
         if self.tracker is not None:
             if device:
                 self.tracker.observe("device", self.device_states(), cause, rid)
@@ -222,7 +224,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
         dev = [0] * self.allocator.num_blocks
         host = [0] * self.host_allocator.num_blocks
         places = {}
-        for n in self._iter_nodes():
+        for n in self.iter_nodes():
             places[n.id] = self.placement(n)
             for b in n.value:
                 dev[b] = n.id
@@ -252,11 +254,11 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
         self._note(new, "split", None)
         return new
 
-    def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> HiMatchResult:
+    def match_key(self, key: list, limit: int, rid: str | None = None, record_stats: bool = True) -> HiMatchResult:
         """RadixCache's match (split, refresh), then the part of it off the device; a selective
         write-through backs up the matched device nodes hit often enough."""
         self._protected_host = set()
-        m = super()._match(key, limit, rid, False)
+        m = super().match_key(key, limit, rid, False)
         node, beyond = m.last_node, []
         while node is not self.root and not node.value:
             beyond.append(node)
@@ -280,11 +282,11 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
             self.tier_stats.disk_hit_tokens += disk
         return HiMatchResult(dev_len, m.kv, node, tuple(beyond), host, disk)
 
-    def _insert(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
+    def insert_key(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
         """RadixCache's insert, after giving the caller's blocks to matched nodes that are off the
         device (their KV was just recomputed: ``host -> both``, ``disk -> device``); then, for
         write_through, back up the path."""
-        self._checkpoint("allocate", rid)
+        self.checkpoint("allocate", rid)
         node, pos, child, m = walk if walk is not None else self._walk(key, len(key))
         if child is not None and not child.value:
             node, pos, walk = self._split(child, m), pos + m, None
@@ -292,7 +294,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
             self._reattach(node, pos, kv, rid)
             walk = None
         known = self.tracker.nodes if self.tracker is not None else None
-        res = super()._insert(key, kv, rid, share, walk)
+        res = super().insert_key(key, kv, rid, share, walk)
         if known is not None and res.last_node.id not in known:
             self._note(res.last_node, "insert", rid)
         if self.write_policy != "write_back":
@@ -308,7 +310,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
                         continue
                 if n.id not in self.host_value and not self.backup(n, rid, self.write_policy):
                     break
-        self._checkpoint("insert", rid)
+        self.checkpoint("insert", rid)
         return res
 
     def _reattach(self, node: TreeNode, end: int, kv: list[int], rid: str | None) -> None:
@@ -321,7 +323,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
             n = n.parent
         for n, e in reversed(chain):
             blocks = list(kv[(e - len(n.key)) // ps:e // ps])
-            self.allocator._incref(blocks, rid, record=False)
+            self.allocator.touch(blocks, rid, record=False)
             n.value = blocks
             self._offloaded -= len(n.key)
             if self._tree_blocks is not None:
@@ -329,7 +331,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
             if self.disk_ref.pop(n.id, None) is not None and n.id not in self.host_value:
                 del self._tiered[n.id]
             self._note(n, "recompute", rid)
-        self._checkpoint("recompute", rid)
+        self.checkpoint("recompute", rid)
 
     def reset(self) -> None:
         """Drop everything on every tier (raises if a node is still locked)."""
@@ -338,7 +340,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
         self._protected_host = set()
         for c in list(self.root.children.values()):
             dev = self._remove(c, "reset", None)
-            self.allocator._decref(dev, None, record=False)
+            self.allocator.free_blocks(dev, None, record=False)
             self._loading.difference_update(dev)
 
     # ------------------------------------------------------------------ integrity
@@ -395,7 +397,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
         assert set(self._inserted_by) <= live, "insert counts name dead nodes"
         assert set(self._lock_targets) <= live and self._protected_host <= live, "a lock or protection on a dead node"
         assert self._tree_blocks is None or seen_dev == self._tree_blocks, "the tree's block set is out of date"
-        self.allocator.check_integrity([n.value for n in self._iter_nodes()] + [list(h) for h in holders])
+        self.allocator.check_integrity([n.value for n in self.iter_nodes()] + [list(h) for h in holders])
         self.host_allocator.check_integrity(list(self.host_value.values()))
         if self.tracker is not None:
             assert not self.tracker.illegal, f"illegal lifecycle transitions: {self.tracker.illegal[:4]}"

@@ -57,10 +57,10 @@ class TierMoves:
             if ha.num_free_blocks + self._host_evictable() < n:
                 return False  # host eviction could not make room: evict nothing for nothing
             self.evict_host(n - ha.num_free_blocks, rid)
-            self._checkpoint(cause, rid, device=False)
+            self.checkpoint(cause, rid, device=False)
             if ha.num_free_blocks < n:
                 return False
-        hv = ha._allocate(n, None, record=False)
+        hv = ha.get_new_blocks(n, None, record=False)
         self.host_value[node.id] = hv
         self.host_policy.store(node.id, n, self._content(node))
         self._tiered[node.id] = node
@@ -68,13 +68,13 @@ class TierMoves:
         self.tier_stats.written_tokens += len(node.key)
         self.log.record("write", rid, hv, node=node.id, src=list(node.value), policy=cause)
         self._note(node, cause, rid)
-        self._checkpoint(cause, rid, device=False)
+        self.checkpoint(cause, rid, device=False)
         if self.storage is not None and self.storage_write == "write_through":
             self._save_pages(node, hv, rid)  # queued after the write: it reads the host copy
         return True
 
     def _device_leaves(self) -> list[TreeNode]:
-        return [n for n in self._iter_nodes()
+        return [n for n in self.iter_nodes()
                 if n.value and not n.lock_ref and not any(c.value for c in n.children.values())]
 
     def evict(self, num_tokens: int, rid: str | None = None) -> EvictResult:
@@ -99,10 +99,10 @@ class TierMoves:
                     self._tree_blocks.difference_update(dev)
                 kept.append(x.id)
                 self._note(x, "evict", rid)
-                self._checkpoint("evict", rid, device=False)  # its host blocks: backup -> host
+                self.checkpoint("evict", rid, device=False)  # its host blocks: backup -> host
             else:
                 self._remove(x, "evict", rid)
-            self.allocator._decref(dev, rid, record=False)
+            self.allocator.free_blocks(dev, rid, record=False)
             self._loading.difference_update(dev)  # a queued copy into them is wasted now
             freed += ln
             blocks += dev
@@ -114,7 +114,7 @@ class TierMoves:
             self.stats.evicted_nodes += len(ids)
         self.log.record("evict", rid, blocks, requested=num_tokens, num_tokens=freed, nodes=ids, kept_on_host=kept,
                         policy=self.policy.name)
-        self._checkpoint("evict", rid)
+        self.checkpoint("evict", rid)
         return EvictResult(num_tokens, freed, blocks, ids)
 
     def _remove(self, node: TreeNode, cause: str, rid: str | None) -> list[int]:
@@ -139,7 +139,7 @@ class TierMoves:
                 self.host_policy.evicted(n.id, "")
             self.host_value.pop(n.id, None)
             if hv:
-                self.host_allocator._decref(hv, rid, record=False)
+                self.host_allocator.free_blocks(hv, rid, record=False)
                 self._writing.difference_update(hv)
                 self.tier_stats.host_dropped_tokens += len(n.key)
             self.disk_ref.pop(n.id, None)
@@ -147,7 +147,7 @@ class TierMoves:
             self._inserted_by.pop(n.id, None)
             self._protected_host.discard(n.id)
             self._note(n, cause if n is node else "drop", rid, "evicted")
-        self._checkpoint(cause, rid, device=False)  # host blocks freed with the nodes: host -> free, now
+        self.checkpoint(cause, rid, device=False)  # host blocks freed with the nodes: host -> free, now
         return dev
 
     def _host_evictable(self) -> int:
@@ -181,7 +181,7 @@ class TierMoves:
                 self._remove(x, "evict_host", rid)
                 hv = []
             if hv:
-                self.host_allocator._decref(hv, rid, record=False)
+                self.host_allocator.free_blocks(hv, rid, record=False)
                 self._writing.difference_update(hv)
             freed += len(x.key) // self.page_size
             blocks += hv
@@ -190,7 +190,7 @@ class TierMoves:
                 cands[parent.id] = parent
         self.log.record("evict_host", rid, blocks, requested=num_pages, num_pages=freed, nodes=ids,
                         to_disk=self.storage is not None)
-        self._checkpoint("evict_host", rid, device=False)
+        self.checkpoint("evict_host", rid, device=False)
         return freed
 
     # ------------------------------------------------------------------ load back
@@ -230,5 +230,5 @@ class TierMoves:
         self._protected_host.difference_update(n.id for n in nodes)
         if nodes:
             self.log.record("load_back", rid, blocks, nodes=[n.id for n in nodes], num_tokens=total * self.page_size)
-        self._checkpoint("load_back", rid)
+        self.checkpoint("load_back", rid)
         return blocks

@@ -126,13 +126,16 @@ class RadixCache(RadixInsertion, RadixEviction):
         self._clock += 1
         return self._clock
 
-    def _iter_nodes(self) -> Iterable[TreeNode]:
-        """Every non-root node, depth first (children in insertion order)."""
+    def iter_nodes(self) -> Iterable[TreeNode]:
+        """Every non-root node, depth first (children in insertion order). Read them; change the
+        tree through its methods."""
         stack = list(reversed(self.root.children.values()))
         while stack:
             n = stack.pop()
             yield n
             stack.extend(reversed(n.children.values()))
+
+    _iter_nodes = iter_nodes  # the old name, still used by kvlab/check/l08_eviction.py (to go)
 
     def _check_node(self, node: TreeNode, what: str) -> None:
         if not isinstance(node, TreeNode):
@@ -143,8 +146,11 @@ class RadixCache(RadixInsertion, RadixEviction):
         if n is not self.root:
             raise KVCacheError(f"{what}: node {node.id} is not in this tree (evicted or from another cache)")
 
-    def _path_kv(self, node: TreeNode) -> list[int]:
-        """The blocks of every node from the root down to ``node``."""
+    def path_kv(self, node: TreeNode) -> list[int]:
+        """The blocks of every node from the root down to ``node`` (a node of this tree, trusted).
+
+        Example: after ``insert([1, 2, 3], [4, 5, 6])`` and a match that split it at 2, the path of
+        the node [3] is [4, 5, 6]."""
         parts = []
         n = node
         while n is not self.root:
@@ -233,7 +239,7 @@ class RadixCache(RadixInsertion, RadixEviction):
         node [1, 2, 3] is split into [1, 2] -> [3].
         """
         key = as_ids(tokens)
-        return self._match(key, len(key), rid, record_stats)
+        return self.match_key(key, len(key), rid, record_stats)
 
     def match_for_prefill(self, tokens: Sequence[int], rid: str | None = None) -> MatchResult:
         """``match_prefix`` capped at ``len(tokens) - 1`` tokens: a fully cached prompt still
@@ -241,10 +247,12 @@ class RadixCache(RadixInsertion, RadixEviction):
         sample the first output token (SGLang and vLLM cap the same way). Example: cache holds
         [1, 2, 3]; ``match_for_prefill([1, 2, 3])`` -> prefix_len 2."""
         key = as_ids(tokens)
-        return self._match(key, max(0, len(key) - 1), rid, True)
+        return self.match_key(key, max(0, len(key) - 1), rid, True)
 
-    def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> MatchResult:
-        """match_prefix on a validated key, matching at most ``limit`` tokens."""
+    def match_key(self, key: list, limit: int, rid: str | None = None, record_stats: bool = True) -> MatchResult:
+        """The trusted path of :meth:`match_prefix`: ``key`` is already a list of ints (the cache
+        manager validated it once, at ``admit``); match at most ``limit`` tokens (``len(key) - 1``
+        for a prefill, as :meth:`match_for_prefill`). Splits, refreshes and counts as match_prefix."""
         node, pos, child, m = self._walk(key, limit)
         if child is not None:
             node, pos = self._split(child, m), pos + m
@@ -254,7 +262,7 @@ class RadixCache(RadixInsertion, RadixEviction):
             n.last_access_time = t
             n.hit_count += 1
             n = n.parent
-        kv = self._path_kv(node)
+        kv = self.path_kv(node)
         if node is not self.root and not node.children and node.lock_ref == 0:
             self._push(node)  # its priority changed while it is an evictable leaf
         if record_stats:
@@ -275,7 +283,7 @@ class RadixCache(RadixInsertion, RadixEviction):
         """``(prefix_len, kv)`` of the cached prefix, changing nothing (see ``peek_prefix_len``)."""
         key = as_ids(tokens)
         node, pos, child, m = self._walk(key, len(key))
-        kv = self._path_kv(node)
+        kv = self.path_kv(node)
         if child is not None:
             kv += child.value[:m // self.page_size]
         return pos + m, kv
@@ -330,14 +338,28 @@ class RadixCache(RadixInsertion, RadixEviction):
         self.log.add("unlock", rid, (), node.id, delta)
         return delta
 
+    def lock_counts(self) -> dict[int, int]:
+        """``{node id: inc_lock_ref calls on exactly that node not yet undone}`` (a copy), for
+        checks: the cache manager compares it with the locks its running sequences hold."""
+        return dict(self._lock_targets)
+
+    def split_at(self, key: list, n: int) -> TreeNode:
+        """The node where the first ``n`` tokens of ``key`` end (trusted: ``key`` a list of ints
+        whose first ``n`` tokens, whole pages, are in the tree), split there when they end inside a
+        node. No refresh, no stats: for the cache manager's fork sharing, which locks it.
+
+        Example: the tree holds [1, 2, 3, 4]; ``split_at([1, 2, 3, 4], 2)`` -> the new node [1, 2]."""
+        node, _pos, child, m = self._walk(key, n)
+        return self._split(child, m) if child is not None else node
+
     # ------------------------------------------------------------------ integrity
     def node_blocks(self) -> list[list[int]]:
         """Every node's block list (holders for ``allocator.check_integrity``)."""
-        return [n.value for n in self._iter_nodes()]
+        return [n.value for n in self.iter_nodes()]
 
     def tree_block_ids(self) -> list[int]:
         """Every block the tree holds, depth first."""
-        return [b for n in self._iter_nodes() for b in n.value]
+        return [b for n in self.iter_nodes() for b in n.value]
 
     def _checked_nodes(self) -> Iterable[TreeNode]:
         """Every non-root node, parents first, each yielded after the checks every radix tree must
@@ -398,7 +420,7 @@ class RadixCache(RadixInsertion, RadixEviction):
         assert evictable == self._evictable_size, f"evictable_size {self._evictable_size} != {evictable}"
         assert protected == self._protected_size, f"protected_size {self._protected_size} != {protected}"
         assert set(self._lock_targets) <= live_ids, "a lock is held on a node that is not in the tree"
-        self.allocator.check_integrity([n.value for n in self._iter_nodes()] + [list(h) for h in holders])
+        self.allocator.check_integrity([n.value for n in self.iter_nodes()] + [list(h) for h in holders])
 
     # ------------------------------------------------------------------ for pictures
     def snapshot(self) -> RadixSnapshot:

@@ -70,13 +70,13 @@ class RadixInsertion:
         key = key[:len(kv) * ps] if ps > 1 else key
         node, pos, child, m = self._walk(key, len(key))
         end = pos + m
-        tree_kv = self._path_kv(node)
+        tree_kv = self.path_kv(node)
         if child is not None:
             tree_kv += child.value[:m // ps]
         nb = end // ps
         dups = [b for b, t in zip(kv[:nb], tree_kv) if b != t] if kv[:nb] != tree_kv else []
         self._validate_insert(kv[nb:], dups, share)
-        return self._insert(key, kv, rid, share, (node, pos, child, m))
+        return self.insert_key(key, kv, rid, share, (node, pos, child, m))
 
     def _validate_insert(self, new_blocks: list[int], dups: list[int], share: bool) -> None:
         nblocks, rc, tree_blocks = self.allocator.num_blocks, self.allocator.ref_count, self._tree_blocks
@@ -104,23 +104,24 @@ class RadixInsertion:
             if not set(dups).isdisjoint(new_blocks):
                 raise KVCacheError("insert: a block is passed both as a duplicate and as new KV")
 
-    def _insert(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
-        """insert without validation: ``key`` holds whole pages and ``kv`` one valid block per page
-        (the cache manager's path: its blocks come from block tables it owns). ``walk``: the
+    def insert_key(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
+        """The trusted path of :meth:`insert`: no validation, ``key`` holds whole pages (a list of
+        ints) and ``kv`` one valid block per page (the cache manager's path: its blocks come from
+        block tables it owns). ``walk``: the
         result of ``_walk(key)`` when the caller has it already."""
         ps = self.page_size
         node, pos, child, m = walk if walk is not None else self._walk(key, len(key))
         end = pos + m
         if child is not None:
             node = self._split(child, m)
-        tree_kv = self._path_kv(node)
+        tree_kv = self.path_kv(node)
         nb = end // ps
         freed: list[int] = []
         d: list[int] = []
         if kv[:nb] != tree_kv:
             d = [b for b, t in zip(kv[:nb], tree_kv) if b != t]
             if not share:
-                self.allocator._decref(d, rid, record=False)  # the insert event lists them as freed
+                self.allocator.free_blocks(d, rid, record=False)  # the insert event lists them as freed
                 freed = d
         new_blocks = kv[nb:]
         t = self._tick()
@@ -130,7 +131,7 @@ class RadixInsertion:
             n = n.parent
         if end < len(key):
             if share:
-                self.allocator._incref(new_blocks, rid, record=False)  # the insert event says it
+                self.allocator.touch(new_blocks, rid, record=False)  # the insert event says it
             leaf = TreeNode(self._next_id, key[end:], new_blocks, node, t)
             self._next_id += 1
             node.children[self._child_key(leaf.key)] = leaf  # node's heap entry, if any, goes stale
