@@ -1,10 +1,11 @@
 """Moving a node's KV between tiers: ``backup`` (device -> host), ``evict`` (device -> host or
 gone), ``evict_host`` (host -> disk or gone), ``load_back`` (host or disk -> device). One concept
 of :class:`kvlab.reuse.hiradix_cache.HiRadixCache`, kept in its own file; the placements these
-moves keep consistent are described there.
+moves keep consistent are described there. ``init_load_back`` is where the request cycle
+(``CacheManager.admit``) calls in: the pages of a match off the device come back.
 
 Mirrors SGLang ``mem_cache/hiradix_cache.py`` at commit 263bc85d: ``write_backup``, ``evict``
-(``_evict_backuped`` / ``_evict_regular``), ``evict_host``, ``load_back``.
+(``_evict_backuped`` / ``_evict_regular``), ``evict_host``, ``load_back``, ``init_load_back``.
 
 Example (block size 1; write_back: a node is copied to the host only when evicted):
     >>> from kvlab.memory.block_pool import BlockAllocator
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..memory.block_pool import KVCacheError
 from ..memory.ids import check_int
-from .hiradix_node import Transfer
+from .hiradix_node import HiMatchResult, Transfer
 from .radix_node import EvictResult, TreeNode
 
 if TYPE_CHECKING:
@@ -194,6 +195,35 @@ class TierMoves:
         return freed
 
     # ------------------------------------------------------------------ load back
+    def init_load_back(self, m: HiMatchResult, key: list, limit: int, rid: str | None = None) -> HiMatchResult:
+        """The match a request adopts, once the cache manager has made room (called by
+        ``CacheManager.admit``; SGLang's ``init_load_back``): the disk pages of ``m.beyond`` are read
+        and checked (``check_disk``: a page that fails ends the match there), storage is asked for
+        the pages of ``key[:limit]`` the tree does not hold (``lookup_storage``), and when at least
+        ``load_back_threshold`` tokens are off the device they get fresh device blocks
+        (``load_back``: queued copies) and the lock moves from ``m.last_node`` down to the last of
+        them. Otherwise ``m`` itself (the host and disk hits are recomputed: ``skipped_tokens``).
+        The room made covers these blocks: they are part of the request's blocks not matched on
+        the device."""
+        self.checkpoint("match", rid)
+        beyond = self.check_disk(m.beyond, rid) if m.beyond else []
+        if self.storage is not None:  # L3: pages the tree does not hold at all
+            found = self.lookup_storage(key[:limit], beyond[-1] if beyond else m.last_node, rid)
+            if found is not None:
+                beyond.append(found)
+                self.checkpoint("storage_hit", rid)
+        tokens = sum(len(n.key) for n in beyond)
+        if not beyond or tokens < self.load_back_threshold:
+            self.tier_stats.skipped_tokens += tokens
+            self._protected_host = set()
+            return m
+        blocks = self.load_back(beyond, rid)
+        last = beyond[-1]
+        self.inc_lock_ref(last, rid)
+        if m.last_node is not self.root:
+            self.dec_lock_ref(m.last_node, rid)
+        return HiMatchResult(m.prefix_len + tokens, m.kv + blocks, last)
+
     def load_back(self, nodes: Sequence[TreeNode], rid: str | None = None) -> list[int]:
         """Give ``nodes`` (a match's ``beyond``, top down, none on the device) fresh device blocks
         and queue their copies ("load" from the host, "fetch" from disk); ``host -> both``,

@@ -273,6 +273,13 @@ class RadixCache(RadixInsertion, RadixEviction):
         self.log.add("match", rid, (), pos, len(key), node.id)  # kv: see the node's path
         return MatchResult(pos, kv, node)
 
+    def init_load_back(self, m: MatchResult, key: list, limit: int, rid: str | None = None) -> MatchResult:
+        """The match a request adopts, once the cache manager has made room for it: here ``m``
+        itself, since every page this tree matches is on the device. The one point where tiers
+        plug into the cycle: :class:`~kvlab.reuse.hiradix_cache.HiRadixCache` loads the host and
+        disk pages of its match back into fresh device blocks here (SGLang's ``init_load_back``)."""
+        return m
+
     def peek_prefix_len(self, tokens: Sequence[int]) -> int:
         """Length of the cached prefix, changing nothing (no split, no LRU refresh, no stats, no event)."""
         key = as_ids(tokens)
