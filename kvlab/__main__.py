@@ -30,8 +30,14 @@ class UsageError(Exception):
 
 
 def _ints(text: str) -> list[int]:
+    """``"3,7,1"`` -> [3, 7, 1]; an empty entry (``3,,7``, a trailing comma) is an error, not skipped."""
+    parts = text.split(",")
+    empty = next((i for i, x in enumerate(parts, 1) if not x.strip()), None)
+    if empty is not None:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints like 3,7,1,5,9, got {text!r} "
+                                         f"(entry {empty} of {len(parts)} is empty)")
     try:
-        return [int(x) for x in text.split(",") if x.strip() != ""]
+        return [int(x) for x in parts]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated ints like 3,7,1,5,9, got {text!r}") from None
 
@@ -96,6 +102,7 @@ def _run_simulate(a: argparse.Namespace) -> None:
 
 
 LONG_RUN = 64  # tokens from which `generate` shows a progress bar on stderr
+MAX_BLOCK_SIZE = 2048  # tokens per block `generate` accepts (as `simulate`): checked before any allocation
 STRATEGIES = ("naive", "contiguous", "paged")  # kvlab.compute.STRATEGIES (not imported here: torch; a test checks)
 
 
@@ -111,11 +118,21 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help=f"no progress bar (shown from {LONG_RUN} tokens)")
 
 
-def _run_generate(a: argparse.Namespace) -> None:
+def _check_generate_args(a: argparse.Namespace) -> None:
+    """The flags of ``generate`` that need no model, checked before anything is loaded or allocated."""
     if a.max_tokens < 1:
         raise UsageError(f"--max-tokens must be >= 1, got {a.max_tokens}")
-    if a.block_size < 1:
-        raise UsageError(f"--block-size must be >= 1, got {a.block_size}")
+    if not 1 <= a.block_size <= MAX_BLOCK_SIZE:
+        raise UsageError(f"--block-size must be >= 1 and <= {MAX_BLOCK_SIZE:,} tokens, got {a.block_size:,}")
+    try:  # a prompt that is not UTF-8 reaches argv as lone surrogates (surrogateescape)
+        a.prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = a.prompt[e.start].encode("utf-8", "surrogateescape")
+        raise UsageError(f"--prompt is not valid UTF-8 text: byte 0x{bad.hex()} at character {e.start}") from None
+
+
+def _run_generate(a: argparse.Namespace) -> None:
+    _check_generate_args(a)
     from .compute import generate, load_bundled, load_pretrained
     from .compute.generate import validate
 
