@@ -16,6 +16,8 @@ it, so each reference a table holds is taken and dropped in one place:
                     sampling, beam search)
 ``share_prefix``    point the first blocks at other blocks holding the same tokens (the tree's
                     canonical copies after an insert found them cached); drops the replaced ones
+``drop_blocks``     take full blocks out of the middle of a table (KV compression: StreamingLLM,
+                    H2O); the table gets shorter, the blocks go back to the pool
 ``free``            release every block of a table (shared ones only lose a reference)
 ==================  ==========================================================================
 
@@ -263,6 +265,36 @@ class BlockManager:
         t.block_ids[:len(ids)] = ids
         released = self.allocator._decref(drop, seq_id, record=False)
         self.log.add("share_prefix", seq_id, take, pack_ids(drop), pack_ids(released))
+        return released
+
+    def drop_blocks(self, seq_id: str, logical_blocks: Sequence[int]) -> list[int]:
+        """Remove the full logical blocks ``logical_blocks`` from ``seq_id``'s table (KV compression):
+        the later blocks move up, ``num_tokens`` drops by ``block_size`` per block, and each removed
+        block loses this table's reference (returned: those that became free).
+
+        After a drop, slot ``i`` of the table no longer holds position ``i``: the caller keeps each
+        kept token's original position (for RoPE and masks; see ``kvlab.compute.kv_compress``).
+        Only full blocks can go (the last, partial block is still being written). All or nothing.
+
+        Example (block size 4, 14 tokens in [0, 1, 2, 3]): ``drop_blocks("A", [1, 2])`` -> [1, 2];
+        the table is [0, 3] with 6 tokens (positions 0-3 and 12-13).
+        """
+        t = self.table(seq_id)
+        drop = as_ids(logical_blocks, "logical_blocks")
+        if len(set(drop)) != len(drop):
+            raise ValueError(f"drop_blocks {seq_id}: a logical block appears twice in {drop}")
+        bad = [i for i in drop if not 0 <= i < t.num_full_blocks]
+        if bad:
+            raise ValueError(f"drop_blocks {seq_id}: logical block {bad[0]} is not a full block of the table "
+                             f"(full blocks: 0..{t.num_full_blocks - 1} of {len(t.block_ids)})")
+        if not drop:
+            return []
+        gone = set(drop)
+        ids = [t.block_ids[i] for i in sorted(gone)]
+        t.block_ids = [b for i, b in enumerate(t.block_ids) if i not in gone]
+        t.num_tokens -= len(ids) * self.block_size
+        released = self.allocator._decref(ids, seq_id, record=False)
+        self.log.add("drop", seq_id, ids, pack_ids(sorted(gone)), pack_ids(released))
         return released
 
     # ------------------------------------------------------------------ release

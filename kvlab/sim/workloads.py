@@ -49,7 +49,7 @@ import numpy as np
 from ..memory.ids import check_int
 
 __all__ = [
-    "TraceRequest", "Request", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix",
+    "TraceRequest", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix",
     "few_shot", "scenario", "parallel_sampling", "beam_search", "poisson_arrivals", "optimal_hit_rate", "WORKLOADS",
     "LENGTH_STATS", "SHAPES", "synthetic",
 ]
@@ -96,8 +96,6 @@ class TraceRequest:
         return self.prompt_len + self.output_len
 
 
-# The old name, kept importable for one release (kvlab 0.2).
-Request = TraceRequest
 
 
 @dataclass

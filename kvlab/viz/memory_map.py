@@ -41,7 +41,9 @@ from ..memory.block_pool import check_block_ids
 from ..memory.events import Event
 from ..memory.ids import check_int
 from ..memory.snapshot import MemorySnapshot
-from .palette import FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, assign_colors, request_color, source_label, theme, tint
+from .palette import (
+    FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, assign_colors, label_px, request_color, source_label, theme, tint,
+)
 
 __all__ = ["GridLayout", "grid_layout", "snapshot_ids", "memory_map_data", "memory_map_figure", "event_highlight",
            "pool_snapshot"]
@@ -275,7 +277,7 @@ def _block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0,
                    name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
                    showlegend=False),
             go.Scatter(x=data["x"], y=ys, mode="text", text=text if lay.show_text else [""] * n,
-                       textfont=dict(size=min(th.label_size, max(7, int(lay.cell / 4.2))), color=th.text_color),
+                       textfont=dict(size=label_px(lay.cell / 4.2), color=th.text_color),
                        hoverinfo="skip", showlegend=False, name="labels"),
         ]
     pal = _palette_index(colors)
