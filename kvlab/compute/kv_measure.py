@@ -162,9 +162,9 @@ def attention_profile(model, prompt_ids: Sequence[int], steps: int = 8, block_si
     T, L = len(prompt_ids) + steps, model.config.num_hidden_layers
     mass = torch.zeros(L, T)
     for layer, values in d.record.decode_mass.items():
-        mass[layer, :len(values)] = torch.tensor(values) / steps
+        mass[layer, :len(values)] = values / steps
     per_layer_token = d.pool.bytes_per_token() / L
-    reads = [r * per_layer_token / steps for r in d.record.reads[:len(prompt_ids)]]   # positions every step saw
+    reads = (d.record.reads[:len(prompt_ids)] * per_layer_token / steps).tolist()   # positions every step saw
     return Profile(mass[:, :T], reads, sinks, min(recent, T - sinks))
 
 
@@ -186,7 +186,7 @@ def _run(model, config: CompressionConfig, prompt: Sequence[int], n: int, block_
                           num_blocks=-(-(len(prompt) + n) // block_size) + 2)
     out = d.generate(prompt, n)
     steps = max(1, n)
-    read = sum(d.record.reads) * d.pool.bytes_per_token() / model.config.num_hidden_layers / steps
+    read = float(d.record.reads.sum()) * d.pool.bytes_per_token() / model.config.num_hidden_layers / steps
     return out, d.kv_bytes(), read, d.pool.bytes_per_token()
 
 
