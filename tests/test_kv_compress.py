@@ -164,3 +164,18 @@ def test_bad_configs_name_the_value(model):
     with pytest.raises(ValueError, match="backend must be"):
         CompressedDecoder(model, backend="cuda")
     assert set(METHODS) == {"full", "streaming", "h2o", "quest", "int8", "fp8"}
+
+
+@pytest.mark.parametrize("method", ["full", "streaming", "h2o", "quest", "int8"])
+def test_starting_from_a_shared_prefill_is_the_same_as_prefilling(model, method):
+    cfg = CompressionConfig(method, budget_tokens=16)
+    a = CompressedDecoder(model, cfg, block_size=4)
+    want = a.generate(PROMPT, 5)
+    full = CompressedDecoder(model, CompressionConfig("full"), block_size=4)
+    full.prefill(PROMPT)
+    b = CompressedDecoder(model, cfg, block_size=4)
+    assert b.generate(PROMPT, 5, full.prefill_state) == want
+    assert b.positions == a.positions
+    b.manager.check_integrity()
+    with pytest.raises(ValueError, match="already holds a sequence"):
+        b.start_from(full.prefill_state)

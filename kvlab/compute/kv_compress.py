@@ -42,7 +42,7 @@ from ..memory.block_manager import BlockManager
 from .kv_quant import QuantizedKVPool, kv_dtype_by_name
 from .kv_tensors import PagedKVPool
 
-__all__ = ["METHODS", "CompressionConfig", "streaming_drop", "h2o_drop", "block_key_minmax", "quest_bounds",
+__all__ = ["METHODS", "CompressionConfig", "PrefillState", "streaming_drop", "h2o_drop", "block_key_minmax", "quest_bounds",
            "quest_select", "CompressedDecoder"]
 
 METHODS = ("full", "streaming", "h2o", "quest", "int8", "fp8")
@@ -125,6 +125,25 @@ def quest_select(bounds: torch.Tensor, top_k: int) -> list[int]:
     return sorted(torch.topk(score, top_k).indices.tolist())
 
 
+@dataclass(frozen=True)
+class PrefillState:
+    """What a dense prefill produced, to start other decoders from without running the model again
+    (every method's prefill computes the same numbers; only what it keeps afterwards differs).
+
+    kv: per layer (k, v), each (T, nkv, hs); received (T,): attention each key received;
+    last_row_mass: per layer (T,); logits (V,): the last prompt token's.
+    """
+
+    kv: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    received: torch.Tensor
+    last_row_mass: tuple[torch.Tensor, ...]
+    logits: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return self.received.shape[0]
+
+
 @dataclass
 class _Record:
     """What a run saw: per original position, attention received and K/V reads."""
@@ -157,6 +176,7 @@ class CompressedDecoder:
         self.positions: list[int] = []
         self.token_scores = torch.zeros(0, dtype=torch.float64)          # (kept,) attention received (H2O)
         self.record = _Record()
+        self.prefill_state: PrefillState | None = None
         self.scale = 1.0 / math.sqrt(model.config.head_dim)
 
     # ------------------------------------------------------------------ sizes
@@ -184,27 +204,40 @@ class CompressedDecoder:
         T = len(token_ids)
         if T < 1:
             raise ValueError("the prompt needs at least one token")
-        table = self.manager.add_sequence(self.seq_id, T)
-        slots = torch.tensor(table.slot_mapping(0, T), dtype=torch.long)
-        self.positions = list(range(T))
         received = torch.zeros(T)
+        kv, rows = [], []
 
         def attention(layer, q, k, v):                                     # q (T, nh, hs); k, v (T, nkv, hs)
-            self._store(layer, k, v, slots)
+            kv.append((k, v))
             nkv, hs = k.shape[1], k.shape[2]
             qg = q.float().view(T, nkv, -1, hs)                            # (T, nkv, group, hs)
             scores = torch.einsum("tkgd,skd->kgts", qg, k.float()) * self.scale                    # (nkv, g, T, T)
             scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
             probs = scores.softmax(-1)
             received.add_(probs.sum((0, 1, 2)))                            # (T,) attention each key received
-            self.record.last_row_mass.append(probs[:, :, -1].mean((0, 1)))  # (T,) averaged over heads
+            rows.append(probs[:, :, -1].mean((0, 1)))                      # (T,) averaged over heads
             return torch.einsum("kgts,skd->tkgd", probs, v.float()).reshape(T, -1, hs).to(q.dtype)  # (T, nh, hs)
 
         ids = torch.tensor(list(token_ids), device=self.model.device)
         logits = self.model(ids, torch.arange(T, device=self.model.device), attention)             # (T, V)
-        self.token_scores = received.double()
+        self.prefill_state = PrefillState(tuple(kv), received, tuple(rows), logits[-1])
+        return self.start_from(self.prefill_state)
+
+    def start_from(self, state: PrefillState) -> torch.Tensor:
+        """Fill the cache from a prefill (this decoder's or another's, same model), then apply the
+        method; returns the last prompt token's logits (V,)."""
+        if self.positions:
+            raise ValueError("this decoder already holds a sequence; make a new one")
+        T = state.num_tokens
+        table = self.manager.add_sequence(self.seq_id, T)
+        slots = torch.tensor(table.slot_mapping(0, T), dtype=torch.long)
+        for layer, (k, v) in enumerate(state.kv):
+            self._store(layer, k, v, slots)
+        self.positions = list(range(T))
+        self.token_scores = state.received.double().clone()
+        self.record.last_row_mass = list(state.last_row_mass)
         self.compress()
-        return logits[-1]
+        return state.logits
 
     @torch.no_grad()
     def step(self, token_id: int) -> torch.Tensor:
@@ -235,18 +268,22 @@ class CompressedDecoder:
         return logits
 
     @torch.no_grad()
-    def generate(self, prompt_ids: Sequence[int], max_tokens: int) -> list[int]:
-        """Greedy decoding: ``max_tokens`` new tokens after the prompt."""
-        logits, out = self.prefill(prompt_ids), []
+    def generate(self, prompt_ids: Sequence[int], max_tokens: int, state: PrefillState | None = None) -> list[int]:
+        """Greedy decoding: ``max_tokens`` new tokens after the prompt (its prefill ``state`` if given)."""
+        logits = self.prefill(prompt_ids) if state is None else self.start_from(state)
+        out: list[int] = []
         for _ in range(max_tokens):
             out.append(int(logits.argmax()))
             logits = self.step(out[-1])
         return out
 
     @torch.no_grad()
-    def continuation_nll(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> float:
-        """Mean negative log-likelihood of ``continuation`` after the prompt (teacher forcing); exp() is perplexity."""
-        logits, total = self.prefill(prompt_ids), 0.0
+    def continuation_nll(self, prompt_ids: Sequence[int], continuation: Sequence[int],
+                         state: PrefillState | None = None) -> float:
+        """Mean negative log-likelihood of ``continuation`` after the prompt (teacher forcing; the
+        prompt's prefill ``state`` if given); exp() is perplexity."""
+        logits = self.prefill(prompt_ids) if state is None else self.start_from(state)
+        total = 0.0
         for i, t in enumerate(continuation):
             total -= float(torch.log_softmax(logits.float(), -1)[t])
             if i + 1 < len(continuation):
