@@ -54,7 +54,7 @@ UNOWNED = "#7f7f7f"  # used block with no recorded owner (e.g. held only by a ra
 HIT = "#2ca02c"  # radix: matched prefix (green, as in the notes)
 MISS = "#1f77b4"  # radix: newly prefilled suffix (blue, as in the notes)
 EVICTED = "#d9d9d9"  # radix: evicted node (faded)
-HIGHLIGHT = "#d62728"  # the block being written or read
+HIGHLIGHT = "#d62728"  # the blocks this step changed (taken, written, freed) or the kernel reads now
 SHARED_OUTLINE = "#222222"  # outline of a block with ref_count > 1
 TREE = "#2ca02c"  # the radix tree as a holder of blocks (cached, reusable: the hit green)
 
