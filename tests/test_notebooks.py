@@ -267,7 +267,8 @@ def test_the_notes_items_are_computed_in_the_run(stem, patterns):
 def test_lesson_04_analogy_boxes_say_where_they_hold_and_break():
     md = _markdown("04_paging")
     boxes = re.findall(r"> \*\*Analogy box: ([^*]+)\*\*(.*?)(?=\n\n[^>]|\n\n> \*\*Analogy box|\Z)", md, re.S)
-    assert {b[0].split(" (")[0].rstrip(".") for b in boxes} >= {"the block table as an index", "virtual memory"}, boxes
+    assert {b[0].split(" (")[0].rstrip(".") for b in boxes} >= {"the KV cache as a search index", "virtual memory", "a shared memory pool",
+                                                              "L2 on-demand loading", "mmap"}, boxes
     for name, body in boxes:
         assert "*Where it holds.*" in body and "*Where it breaks.*" in body, name
     assert "skip list" in md and "forward index" in md and "page table" in md and "one array read" in md
