@@ -216,9 +216,10 @@ def execute(nb: nbformat.NotebookNode, cwd: Path = NB_DIR, timeout: int = 120, e
         record_timing=True,
     )
     t0 = time.perf_counter()
+    env = env if env is not None else kernel_env()  # before the clear below (else the kernel got an empty environment)
     old = dict(os.environ)
     os.environ.clear()
-    os.environ.update(env if env is not None else kernel_env())
+    os.environ.update(env)
     try:
         client.execute()
     finally:

@@ -288,3 +288,13 @@ def test_no_hint_is_the_whole_solution():
             shown = [ln for ln in code_lines if ln in h]
             if path.stem[:2] in ("00", "01", "02", "03", "04"):
                 assert not shown, f"{path.stem}: a hint quotes the solution: {shown}"
+
+
+def test_execute_keeps_the_callers_environment(monkeypatch):
+    """The kernel that builds a lesson got an EMPTY environment (the default env was read after
+    os.environ was cleared), so PYTHONPATH was lost and a worktree's lessons ran another checkout's kvlab."""
+    monkeypatch.setenv("KVLAB_ENV_PROBE", "kept")
+    nb = bn.to_notebook([{"cell_type": "code", "source": "import os\nprint(os.environ.get('KVLAB_ENV_PROBE'))",
+                          "tags": []}])
+    bn.execute(nb)
+    assert _text(nb.cells[0].outputs).strip() == "kept"

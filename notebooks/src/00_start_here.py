@@ -114,6 +114,22 @@ viz.memory_map_figure(cm.snapshot("R2 reuses the system prompt R1 left in the ra
                       title="The radix tree is a holder too")
 
 # %% [markdown]
+# ## The thesis in one widget
+#
+# The two layers, working together on one small pool (12 blocks of 4, a real `CacheManager`,
+# simulated). R1 runs and finishes; the radix tree keeps its blocks. Then R2 arrives.
+#
+# - Tick or untick **R2 starts with R1's system prompt**: the radix tree (drawn last; matched
+#   nodes green, what R2 computes now blue) finds R1's blocks, or nothing.
+# - Pick a **block table** and move the **token position**: the figure walks the translation
+#   through that table, and the sentence says whether the token lives in a block R1 and R2
+#   share. With the prefix shared, R2's positions 0-11 land in R1's blocks: the logical layer
+#   chose *which* blocks to reuse, the physical layer says *where* each token is.
+
+# %%
+viz.ThesisWidget(shared=True, table="R2", pos=5)
+
+# %% [markdown]
 # ## The map of the series
 #
 # | Lesson | What it shows | Layer |
