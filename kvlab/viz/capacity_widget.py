@@ -35,7 +35,8 @@ DTYPES = (("fp32 (4 bytes)", 4), ("fp16 / bf16 (2 bytes)", 2), ("fp8 / int8 (1 b
 TOKEN_CHOICES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
 _MODEL_NAMES = {"llama-2-7b": "Llama-2 7B", "llama-2-13b": "Llama-2 13B", "llama-2-70b": "Llama-2 70B",
                 "llama-3-8b": "Llama-3 8B", "opt-13b": "OPT-13B"}
-_DEVICE_NAMES = {"a100-40gb": "A100 40GB", "a100-80gb": "A100 80GB", "h100-80gb": "H100 80GB", "h200": "H200 141GB"}
+_DEVICE_NAMES = {"a100-40gb": "A100 40GB", "a100-80gb": "A100 80GB", "h100-80gb": "H100 80GB", "h200": "H200 141GB",
+                 "2 x h200": "2 x H200 (one budget)"}
 WEIGHTS, RESERVED = "#7f7f7f", "#ffffff"
 
 

@@ -125,9 +125,10 @@ fig
 #
 # Two units hide in GPU memory sizes. A **GB** is 10⁹ bytes (what papers and kvlab's
 # `format_bytes` print); a **GiB** is 2³⁰ = 1,073,741,824 bytes, 7.4% more. Memory chips come
-# in powers of two, so an "A100 80GB" holds 80 GiB, which is 85.9 GB; the H200's "141 GB" on
-# its spec sheet is the 143,771 MiB that `nvidia-smi` reports, 140.4 GiB, which is 150.8 GB.
-# kvlab's presets hold the bytes the driver reports; everything below is computed from them:
+# in powers of two, so an "A100 80GB" holds 80 GiB, which is 85.9 GB. Not every card is that
+# round: `nvidia-smi` reports 81,559 MiB (79.6 GiB) on an "H100 80GB", and the H200's "141 GB" on
+# its spec sheet is the 143,771 MiB it reports, 140.4 GiB, which is 150.8 GB. kvlab's presets
+# hold the MiB the driver reports; everything below is computed from them:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -178,6 +179,28 @@ two = kvlab.GPUSpec("2 x h200", 2 * h200.memory_bytes, 2 * h200.hbm_bandwidth)
 budget = two.kv_budget_bytes(llama70)
 print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget // llama70.kv_bytes(4096)} requests "
       f"of 4,096 tokens (with the notes' MHA formula it would be {budget // llama70.hidden_formula_bytes(4096)})")
+
+# %% [markdown]
+# ### Try your own: model, number format, device, request length
+#
+# Every number above comes from five choices. Change them here and the formula, the budget and
+# the count follow (simulated: arithmetic from the configs and spec sheets). Things to try:
+# Llama-2 70B on one H200 (the weights alone do not fit) and on two; Llama-2 7B against
+# Llama-3 8B (about the same size, MHA against GQA); fp8 instead of fp16 (half the bytes per
+# token, twice the requests); 32,768-token requests. The bar is the device's memory: weights
+# grey, the requests' KV cache orange, the rest of the server's share light grey, and the part
+# the server leaves alone white.
+
+# %%
+import os
+
+from kvlab.viz import CapacityWidget
+
+devices = {name: gpu.memory_bytes for name, gpu in kvlab.GPUS.items()}
+devices["2 x h200"] = 2 * kvlab.GPUS["h200"].memory_bytes
+ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")   # this machine's memory (measured)
+devices[f"this machine's RAM ({ram / 2**30:.0f} GiB)"] = ram
+CapacityWidget(devices=devices, model="llama-2-70b", device="2 x h200", tokens=4096)
 
 # %% [markdown]
 # ## 7. The real run: allocate the cache
