@@ -97,13 +97,18 @@ def capacity_figure(state: dict[str, Any]) -> Any:
     for name, size, color in parts:
         fig.add_trace(go.Bar(y=[""], x=[size / 1e9], orientation="h", name=name, marker=dict(color=color,
                              line=dict(color="#444444", width=1)), hovertemplate=f"{html.escape(name)}: %{{x:.2f}} GB<extra></extra>"))
+    # Fixed pixels, so the legend sits under the axis title at any font size: the bar's height, the
+    # axis (ticks and title) and two rows of legend below it.
+    plot_h, axis_h, legend_h = (90, 60, 60) if not th.high_contrast else (120, 95, 95)
+    top = 50 if not th.high_contrast else 70
     fig.update_layout(
-        barmode="stack", template="plotly_white", height=230 if not th.high_contrast else 300,
+        barmode="stack", template="plotly_white", height=top + plot_h + axis_h + legend_h,
         width=None if th.autosize else 760, autosize=th.autosize, font=dict(size=th.font_size),
         title=dict(text=f"{html.escape(device_label(state['device']))}: {total / 1e9:.1f} GB (simulated)", x=0.01,
                    font=dict(size=th.title_size)),
         xaxis=dict(title="GB (10^9 bytes)", range=[0, total / 1e9 * 1.001]),
-        legend=dict(orientation="h", y=-0.55, x=0), margin=dict(l=20, r=20, t=50, b=20),
+        legend=dict(orientation="h", yanchor="top", y=-axis_h / plot_h, x=0),
+        margin=dict(l=20, r=20, t=top, b=axis_h + legend_h),
     )
     return fig
 
@@ -157,6 +162,7 @@ class CapacityWidget:
 
         style = {"description_width": "initial"}
         wide = W.Layout(width="min(400px, 100%)")
+        slider = W.Layout(width="min(620px, 100%)")
         c = self.choice
         tokens = sorted(set(TOKEN_CHOICES) | {c["tokens"]})
         self._controls = {
@@ -167,9 +173,9 @@ class CapacityWidget:
             "device": W.Dropdown(options=[(device_label(k), k) for k in self.devices], value=c["device"],
                                  description="device", style=style, layout=wide),
             "tokens": W.SelectionSlider(options=[(f"{t:,}", t) for t in tokens], value=c["tokens"],
-                                        description="tokens per request", style=style, layout=wide),
+                                        description="tokens per request", style=style, layout=slider),
             "utilization": W.FloatSlider(value=c["utilization"], min=0.5, max=1.0, step=0.05, readout_format=".0%",
-                                         description="share of memory the server uses", style=style, layout=wide),
+                                         description="share of memory the server uses", style=style, layout=slider),
         }
         for key, w in self._controls.items():
             w.add_class(f"kvlab-capacity-{key.replace('_', '-')}")
@@ -179,7 +185,7 @@ class CapacityWidget:
         self._out.add_class("kvlab-figure")
         row = W.Layout(flex_flow="row wrap", max_width="100%")
         ctl = list(self._controls.values())
-        parts = [W.HBox(ctl[:3], layout=row), W.HBox(ctl[3:], layout=row), self._text, self._out]
+        parts = [W.HBox(ctl[:3], layout=row), *ctl[3:], self._text, self._out]  # a slider a row: room for its track
         css = classroom_css("kvlab-capacity")
         if css:
             parts.insert(0, W.HTML(css))
@@ -196,7 +202,7 @@ class CapacityWidget:
         px = max(theme().font_size + 1, theme().control_px)
         s = self.state
         return (f"<div style='font-size:{px}px;line-height:1.45'>"
-                f"<p style='margin:4px 0'><code>{html.escape(s['formula'])}</code></p>"
+                f"<p style='margin:4px 0'><code style='font-size:inherit'>{html.escape(s['formula'])}</code></p>"
                 f"<p style='margin:4px 0'><b>{s['requests']:,} requests fit.</b> {html.escape(s['verdict'])}</p></div>")
 
     def _redraw(self) -> None:

@@ -100,14 +100,14 @@ def cost_figure(state: dict[str, Any]) -> Any:
                                  line=dict(color=color, width=th.line_width + 1)))
         fig.add_trace(go.Scatter(x=[state["context"]], y=[state[f"{key}_flops"]], mode="markers+text",
                                  marker=dict(color=color, size=14, line=dict(color="#000000", width=1)),
-                                 text=[_fmt(state[f"{key}_flops"])], textposition="middle left",
+                                 text=[_fmt(state[f"{key}_flops"])], textposition="top left",
                                  textfont=dict(size=th.font_size, color=color), showlegend=False, hoverinfo="skip"))
     fig.add_vline(x=state["context"], line=dict(color="#777777", dash="dot", width=1))
     fig.update_layout(
-        title=dict(text=f"FLOPs of one decode step, {html.escape(state['model'])} (counted from its shapes, not measured)", x=0.01,
-                   font=dict(size=th.title_size)),
-        xaxis=dict(type="log", title="context length (tokens), log scale", tickvals=state["xs"][::2]),
-        yaxis=dict(type="log", title="FLOPs per step, log scale", exponentformat="SI"),
+        title=dict(text="FLOPs of one decode step (counted, not measured)", x=0.01, font=dict(size=th.title_size)),
+        xaxis=dict(type="log", title="context length (tokens), log scale", tickvals=state["xs"][::2],
+                   ticktext=[f"{x:,}" for x in state["xs"][::2]]),
+        yaxis=dict(type="log", title="FLOPs per step, log scale", exponentformat="SI", dtick=1),  # powers of 10 only
         height=400 if not th.high_contrast else 480, width=None if th.autosize else 760, autosize=th.autosize,
         legend=dict(orientation="h", y=-0.25, x=0), margin=dict(l=70, r=20, t=60, b=40),
         font=dict(size=th.font_size), template="plotly_white",

@@ -148,7 +148,7 @@ class Theme:
 
 # A 1280x720 projector with JupyterLab's file browser open leaves an output area about 900 px
 # wide: classroom figures are laid out for 880 px and then take whatever width the output has.
-_NORMAL = Theme(12, 15, 10, 1.0, 2.5, 4.0, "#333333", 860, False)
+_NORMAL = Theme(12, 15, 12, 1.0, 2.5, 4.0, "#333333", 860, False)  # no text under 12 px (the rubric)
 _CLASSROOM = Theme(18, 22, 15, 3.0, 5.0, 7.0, "#000000", 880, True, autosize=True, control_px=18)
 _state = {"classroom": False}
 
@@ -186,8 +186,9 @@ def classroom_css(box_class: str) -> str:
     px, sel = th.control_px, f".{box_class}"
     return (
         "<style>"
-        f"{sel} .widget-label, {sel} .widget-readout, {sel} .widget-html-content, {sel} input, "
+        f"{sel} .widget-label, {sel} .widget-readout, {sel} .widget-html-content, {sel} input, {sel} select, "
         f"{sel} .widget-button, {sel} button {{font-size: {px}px !important; line-height: 1.4;}}"
+        f"{sel} .widget-dropdown, {sel} select {{height: auto !important;}}"
         f"{sel} .widget-button, {sel} button {{height: auto !important; padding: 4px 12px;}}"
         f"{sel} .widget-hbox {{flex-wrap: wrap; max-width: 100%;}}"
         f"{sel} .widget-inline-hbox {{max-width: 100%;}}"

@@ -142,6 +142,8 @@ for r in sweep:
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+import kvlab.viz as viz
+
 xs = [r["L"] for r in sweep]
 fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step (counted)", "time per step, ms (measured, median)"))
 for key, name, color in [("naive", "naive recomputation", "#d62728"), ("cached", "KV cache", "#1f77b4")]:
@@ -150,9 +152,12 @@ for key, name, color in [("naive", "naive recomputation", "#d62728"), ("cached",
     fig.add_trace(go.Scatter(x=xs, y=[r[f"{key}_ms"] for r in sweep], name=name, line_color=color, mode="lines+markers",
                              legendgroup=key, showlegend=False), 1, 2)
 fig.update_xaxes(title_text="context length L (tokens), log scale", type="log", tickvals=xs)
-fig.update_yaxes(title_text="FLOPs, log scale", type="log", exponentformat="SI", row=1, col=1)  # the cached line is ~1,000x lower
-fig.update_layout(height=400, title="One decode step at context L, bundled model on this CPU (counted | measured)",
-                  legend=dict(orientation="h", y=-0.3, x=0))
+fig.update_yaxes(title_text="FLOPs, log scale", type="log", exponentformat="SI", dtick=1, row=1, col=1)  # the cached line is ~1,000x lower
+th = viz.theme()  # the fonts and width of the current mode (classroom mode: larger, the output's width)
+fig.update_layout(height=420 if not th.high_contrast else 500, font=dict(size=th.font_size),
+                  title=dict(text="One decode step at context L, on this CPU (counted | measured)", font=dict(size=th.title_size)),
+                  width=None if th.autosize else 860, autosize=th.autosize, legend=dict(orientation="h", y=-0.3, x=0))
+fig.update_annotations(font_size=th.font_size + 1)  # the subplot titles
 fig
 
 # %% [markdown]

@@ -109,6 +109,9 @@ print(f"but the fp16 weights alone take {kvlab.format_bytes(weights)} "
 # %%
 import plotly.graph_objects as go
 
+import kvlab.viz as viz
+
+th = viz.theme()  # the fonts and width of the current mode (classroom mode: larger, the output's width)
 names = list(kvlab.MODELS)
 fig = go.Figure([
     go.Bar(name="notes' formula (hidden_size)", x=names,
@@ -116,8 +119,10 @@ fig = go.Figure([
     go.Bar(name="real (kv_heads x head_dim)", x=names,
            y=[kvlab.MODELS[n].kv_bytes(4096) / 1e9 for n in names], marker_color="#1f77b4"),
 ])
-fig.update_layout(title="KV cache of one 4,096-token request, fp16 (simulated)", yaxis_title="GB",
-                  barmode="group", height=380, width=720)
+fig.update_layout(title=dict(text="KV cache of one 4,096-token request, fp16 (simulated)", font=dict(size=th.title_size)),
+                  yaxis_title="GB", barmode="group", height=380 if not th.high_contrast else 460,
+                  width=None if th.autosize else 720, autosize=th.autosize, font=dict(size=th.font_size),
+                  legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0))
 fig
 
 # %% [markdown]
