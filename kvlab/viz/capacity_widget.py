@@ -202,7 +202,7 @@ class CapacityWidget:
         px = max(theme().font_size + 1, theme().control_px)
         s = self.state
         return (f"<div style='font-size:{px}px;line-height:1.45'>"
-                f"<p style='margin:4px 0'><code style='font-size:inherit'>{html.escape(s['formula'])}</code></p>"
+                f"<p style='margin:4px 0'><code>{html.escape(s['formula'])}</code></p>"
                 f"<p style='margin:4px 0'><b>{s['requests']:,} requests fit.</b> {html.escape(s['verdict'])}</p></div>")
 
     def _redraw(self) -> None:

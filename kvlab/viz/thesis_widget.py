@@ -122,7 +122,7 @@ def thesis_tree(state: dict[str, Any]) -> Any:
 def _html(state: dict[str, Any]) -> str:
     px = max(theme().font_size + 1, theme().control_px)
     rows = "".join(f"<tr><td style='padding:0 12px 0 0;white-space:nowrap'>{html.escape(a)}</td>"
-                   f"<td><code style='font-size:inherit'>{html.escape(b)}</code></td></tr>" for a, b in chain_rows(state["chain"]["steps"]))
+                   f"<td><code>{html.escape(b)}</code></td></tr>" for a, b in chain_rows(state["chain"]["steps"]))
     return (f"<div style='font-size:{px}px;line-height:1.45;max-width:100%'>"
             f"<p style='margin:4px 0'><b>Logical layer (which blocks are reused):</b> {html.escape(state['tree_sentence'])}</p>"
             f"<p style='margin:4px 0'><b>Physical layer (where a token lives):</b> "

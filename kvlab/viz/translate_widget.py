@@ -282,7 +282,7 @@ class TranslationWidget:
         rows = "".join(
             f"<tr><td style='padding:1px 10px 1px 0;color:#666'>{i}.</td>"
             f"<td style='padding:1px 16px 1px 0;white-space:nowrap'>{html.escape(label)}</td>"
-            f"<td style='padding:1px 0'><code style='font-size:inherit'>{html.escape(formula)}</code></td></tr>"
+            f"<td style='padding:1px 0'><code>{html.escape(formula)}</code></td></tr>"
             for i, (label, formula) in enumerate(chain_rows(c["steps"]), 1))
         return f"<table style='font-size:{px}px;line-height:1.5;border-collapse:collapse'>{rows}</table>"
 
