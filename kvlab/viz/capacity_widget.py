@@ -34,7 +34,8 @@ __all__ = ["capacity_state", "capacity_figure", "CapacityWidget", "model_label",
 DTYPES = (("fp32 (4 bytes)", 4), ("fp16 / bf16 (2 bytes)", 2), ("fp8 / int8 (1 byte)", 1))
 TOKEN_CHOICES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
 _MODEL_NAMES = {"llama-2-7b": "Llama-2 7B", "llama-2-13b": "Llama-2 13B", "llama-2-70b": "Llama-2 70B",
-                "llama-3-8b": "Llama-3 8B", "opt-13b": "OPT-13B"}
+                "llama-3-8b": "Llama-3 8B", "opt-13b": "OPT-13B", "falcon-7b": "Falcon-7B", "smollm2-135m": "SmolLM2-135M",
+                "deepseek-v2": "DeepSeek-V2", "deepseek-v3": "DeepSeek-V3"}
 _DEVICE_NAMES = {"a100-40gb": "A100 40GB", "a100-80gb": "A100 80GB", "h100-80gb": "H100 80GB", "h200": "H200 141GB",
                  "2 x h200": "2 x H200 (one budget)"}
 WEIGHTS, RESERVED = "#7f7f7f", "#ffffff"
