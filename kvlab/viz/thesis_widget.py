@@ -175,8 +175,8 @@ class ThesisWidget:
         row = W.Layout(flex_flow="row wrap", max_width="100%")
         parts = [W.HBox([self._shared, self._table], layout=row), self._pos, self._text, self._fig, self._tree]
         css = classroom_css("kvlab-thesis")
-        if css:
-            parts.insert(0, W.HTML(css))
+        if css:  # and a checkbox as tall as its (larger) label
+            parts.insert(0, W.HTML(css + "<style>.kvlab-thesis .widget-checkbox {height: auto !important;}</style>"))
         self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-thesis")
         self._redraw()
@@ -192,7 +192,7 @@ class ThesisWidget:
         from .stepper import figure_output
 
         self._text.value = _html(self.state)
-        self._fig.outputs = (figure_output(translation_figure(self.state["chain"], num_blocks=NUM_BLOCKS)),)
+        self._fig.outputs = (figure_output(translation_figure(self.state["chain"])),)
         self._tree.value = fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))
 
     def __repr__(self) -> str:
@@ -208,5 +208,5 @@ class ThesisWidget:
         from .radix_view import fit_svg
 
         display(HTML(_html(self.state)))
-        display(translation_figure(self.state["chain"], num_blocks=NUM_BLOCKS))
+        display(translation_figure(self.state["chain"]))
         display(HTML(fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))))

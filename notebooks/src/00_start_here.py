@@ -135,7 +135,7 @@ viz.ThesisWidget(shared=True, table="R2", pos=5)
 # | Lesson | What it shows | Layer |
 # |---|---|---|
 # | [00 Start here](00_start_here.ipynb) | this page: the self-test, the map, how exercises work | the map |
-# | [01 Why a KV cache](01_why_kv_cache.ipynb) | naive recomputation versus caching on a tiny real model: same tokens, O(n²) versus O(n) work | computation |
+# | [01 Why a KV cache](01_why_kv_cache.ipynb) | naive recomputation versus caching on the bundled model and a real LLM (SmolLM2-135M): same tokens, O(n²) versus O(n) work | computation |
 # | [02 How big is it](02_how_big.ipynb) | the size formula, MHA versus GQA, the notes' 10.7 GB versus the real 1.34 GB, how many requests fit on a GPU | physical |
 # | [03 Contiguous allocation](03_contiguous.ipynb) | the four costs: over-reservation, copy on growth, external fragmentation (外部碎片), no sharing | physical |
 # | [04 Paging](04_paging.ipynb) | blocks, the block table (块表), address translation of pos 9, on-demand growth, waste of at most one block, why 16 | physical |

@@ -15,7 +15,9 @@
 #   and why the source notes' 10.7 GB for Llama-2 70B is really 1.34 GB (and their "10 requests
 #   need 107 GB" really 13.4 GB);
 # - what "80 GB" and "141 GB" on a GPU's spec sheet count, and how many requests fit on an A100
-#   or an H200.
+#   or an H200 (and, with the widget of section 6, on any device you pick);
+# - the real bytes per token of a real LLM, SmolLM2-135M, read from its file and measured on
+#   tensors, and what fits in this machine's memory.
 #
 # Terms in Chinese: [glossary](glossary.md). Model shapes are the published configs; GPU
 # memory the vendors' spec sheets. Numbers derived from them are marked **simulated**
