@@ -197,4 +197,9 @@ SAMPLING_MISTAKES = dict([
      lambda p, n, g, bs: _with_sharing(p, n, g, bs, p // bs)),
     ("the partial last prompt block does not stay shared: every sample but one copies it when it writes",
      lambda p, n, g, bs: _with_sharing(p, n, g, bs, blocks_needed(p, bs))),
+    ("each sample's new tokens first fill its own copy of the partial prompt block: count its blocks from "
+     "prompt_len % block_size + gen_len, not from gen_len alone",
+     lambda p, n, g, bs: (n * blocks_needed(p + g, bs), blocks_needed(p, bs) + n * blocks_needed(g, bs))),
+    ("each sample holds its own blocks for its new tokens: they are not pooled across samples",
+     lambda p, n, g, bs: (n * blocks_needed(p + g, bs), blocks_needed(p, bs) + blocks_needed(n * g, bs))),
 ])
