@@ -216,6 +216,20 @@ two = K.paged_decode_attention(q_long, k_long, v_long, table_long, lens_long, nu
 print("num_splits=2 agrees with num_splits=1:", torch.allclose(one, two, atol=1e-5))
 
 # %% [markdown]
+# ### Try it: shuffle the blocks, change the number of programs
+#
+# The same 300-token sequence. **shuffle the blocks** moves every block of the pool to a new
+# place and rewrites the table; **programs (split-K)** cuts the loop into that many ranges.
+# Each change runs the real kernel again (in the interpreter: a fraction of a second) and
+# compares its output with the first run (original layout, one program). Watch the colours:
+# each program reads a contiguous range of the *table*, wherever its blocks sit in the pool.
+
+# %%
+from kvlab.viz import ShuffleControl
+
+ShuffleControl(q_long, k_long, v_long, long_table.tolist(), long_len)
+
+# %% [markdown]
 # ## 4. Inside the kernel: the block loop
 #
 # Here is the loop of kvlab's kernel, printed from its source (nothing copied by hand). One
