@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab.kvspec import GPUS, MODELS, KVSpec, format_bytes, get_gpu, get_model
+from kvlab.memory.kvspec import GPUS, MODELS, KVSpec, format_bytes, get_gpu, get_model
 
 
 def test_llama2_70b_gqa_vs_notes_formula():

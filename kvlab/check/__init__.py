@@ -21,8 +21,7 @@ edge cases, prints expected beside actual, and ends with one PASS or FAIL line.
     l10_tiers.py          write_back_evict, load_back_plan, next_placement
 
 ``import kvlab.check`` is light (pure Python): the checkers marked above import torch, the
-model or the simulator inside the function, when they run. ``kvlab.check.memory`` and
-``kvlab.check.reuse`` are the old module paths, kept as re-exports for one release.
+model or the simulator inside the function, when they run.
 
 Strict mode: with ``KVLAB_CHECK_STRICT=1`` in the environment a failing check raises
 ``AssertionError`` (CI runs the lessons with the solutions injected this way).

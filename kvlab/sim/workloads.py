@@ -47,7 +47,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 __all__ = [
-    "TraceRequest", "Request", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix",
+    "TraceRequest", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix",
     "few_shot", "scenario", "parallel_sampling", "beam_search", "poisson_arrivals", "optimal_hit_rate", "WORKLOADS",
     "LENGTH_STATS", "SHAPES", "synthetic",
 ]
@@ -94,8 +94,6 @@ class TraceRequest:
         return self.prompt_len + self.output_len
 
 
-# The old name, kept importable for one release (kvlab 0.2).
-Request = TraceRequest
 
 
 @dataclass
