@@ -76,6 +76,11 @@ def test_path_node_ids_follows_the_tree():
     path = path_node_ids(cm.tree.snapshot(), [1, 2, 3, 9, 7])
     assert [end for _, end in path] == [3, 4]
     assert path_node_ids(cm.tree.snapshot(), [8]) == []
+    paged = CacheManager(32, block_size=2)                       # siblings keyed by their first page:
+    serve_request(paged, [1, 2, 3, 4, 5, 6])                     # [1 2] -> {[3 4 5 6], [3 9 ...]}
+    serve_request(paged, [1, 2, 3, 9, 7, 7])
+    ends = [end for _, end in path_node_ids(paged.tree.snapshot(), [1, 2, 3, 4, 5, 6])]
+    assert ends == [2, 6], ends
 
 
 def test_widget_send_and_clear(bundled):
@@ -96,3 +101,24 @@ def test_widget_send_and_clear(bundled):
     text.value = ""
     send.click()                                                          # an empty question: a message, no turn
     assert len(s.turns) == 2 and "non-empty" in caption.value
+
+
+def test_the_notes_four_requests_as_chat_turns(bundled):
+    """R2 and R3 reuse [A] + [B]; R4, R1's second turn, reuses R1's whole turn; the tree's
+    letters and the fastest-of-n TTFT cover the four (issue 19 item 6, on the bundled model)."""
+    from kvlab.lessons.chat import fastest_ttft, serve_support_requests, support_node_labels, support_session
+
+    model, tok = bundled
+    s = support_session(model, tok, max_new_tokens=3)
+    turns = serve_support_requests(s)
+    assert list(turns) == ["R1", "R2", "R3", "R4"] and turns["R1"].matched == 0
+    r1, r2 = turns["R1"].prompt_ids, turns["R2"].prompt_ids
+    lcp = next(i for i, (a, b) in enumerate(zip(r1, r2)) if a != b)       # [A] + [B] + the user turn's start
+    assert turns["R2"].matched == lcp // 4 * 4 > 0                         # in whole pages of 4
+    assert turns["R3"].matched >= turns["R2"].matched                      # R3 also shares "How do I" with R1
+    assert turns["R4"].prompt_ids[: len(turns["R1"].prompt_ids)] == turns["R1"].prompt_ids
+    assert turns["R4"].matched > len(turns["R1"].prompt_ids) - 4           # R1's turn: never recomputed
+    labels = support_node_labels(s, turns)
+    assert sorted(labels.values()) == ["A+B", "C", "D", "E", "F"], labels
+    on, off = fastest_ttft(model, turns, radix=True, repeats=2), fastest_ttft(model, turns, radix=False, repeats=1)
+    assert set(on) == set(off) == set(turns) and all(v > 0 for v in on.values())

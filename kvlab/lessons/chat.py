@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 __all__ = ["ChatSession", "ChatTurn", "cached_model", "path_node_ids", "SUPPORT_SYSTEM", "SUPPORT_EXAMPLES",
-           "SUPPORT_QUESTIONS"]
+           "SUPPORT_QUESTIONS", "support_session", "serve_support_requests", "fastest_ttft", "support_node_labels"]
 
 SUPPORT_SYSTEM = ("You are the customer-service assistant of an online shop. "
                   "Answer in one or two short, friendly sentences.")                                  # [A]
@@ -74,6 +74,7 @@ class ChatTurn:
     hit_nodes: frozenset[int] = frozenset()
     miss_nodes: frozenset[int] = frozenset()
     messages: list[dict[str, str]] = field(default_factory=list)   # the conversation after this turn
+    output_ids: list[int] = field(default_factory=list)           # every generated token (the tree holds them)
 
 
 def path_node_ids(snapshot: Any, tokens: Sequence[int]) -> list[tuple[int, int]]:
@@ -82,12 +83,13 @@ def path_node_ids(snapshot: Any, tokens: Sequence[int]) -> list[tuple[int, int]]
 
     Example: a tree [1 2 3] -> [4 5]: tokens [1, 2, 3, 4, 5, 6] -> [(id of [1 2 3], 3), (id of [4 5], 5)].
     """
-    children: dict[int, dict[int, Any]] = {}
-    for n in snapshot.nodes:
-        children.setdefault(n.parent_id, {})[n.tokens[0]] = n
+    page = getattr(snapshot, "page_size", 1) or 1
+    children: dict[int, dict[tuple[int, ...], Any]] = {}
+    for n in snapshot.nodes:                     # children are keyed by their first page, as in the tree
+        children.setdefault(n.parent_id, {})[tuple(n.tokens[:page])] = n
     out, node_id, pos = [], 0, 0
     while pos < len(tokens):
-        n = children.get(node_id, {}).get(tokens[pos])
+        n = children.get(node_id, {}).get(tuple(tokens[pos:pos + page]))
         if n is None or list(tokens[pos:pos + len(n.tokens)]) != list(n.tokens)[: len(tokens) - pos]:
             break
         pos += min(len(n.tokens), len(tokens) - pos)
@@ -143,7 +145,7 @@ class ChatSession:
         return {i for i in ids if i is not None}
 
     # ------------------------------------------------------------------ a turn
-    def ask(self, question: str, history: Sequence[dict[str, str]] | None = None) -> ChatTurn:
+    def ask(self, question: str, history: Sequence[dict[str, str]] | None = None, rid: str | None = None) -> ChatTurn:
         """Serve one user turn after ``history`` (default: the current conversation; give an
         earlier turn's ``messages`` to continue that one); the reply joins the conversation.
         An empty question is a ValueError and changes nothing."""
@@ -151,7 +153,7 @@ class ChatSession:
             raise ValueError(f"a question must be non-empty text, got {question!r}")
         messages = list(self.messages if history is None else history) + [{"role": "user", "content": question}]
         prompt = self.render(messages)
-        rid = f"T{len(self.turns) + 1}"
+        rid = rid or f"T{len(self.turns) + 1}"
         req = self.engine.submit(prompt, self.max_new_tokens, rid=rid, arrival_step=self.engine.step_no)
         self.engine.run()
         out = req.outputs[0]
@@ -164,7 +166,61 @@ class ChatSession:
                 (hit if node_end <= req.prefill_saved else miss).add(node_id)
         self.messages = messages + [{"role": "assistant", "content": reply}]
         turn = ChatTurn(rid, question, prompt, req.prefill_saved, req.prefill_computed, reply_ids, reply,
-                        req.ttft, self._cleared, frozenset(hit), frozenset(miss), list(self.messages))
+                        req.ttft, self._cleared, frozenset(hit), frozenset(miss), list(self.messages), list(out))
         self._cleared = False
         self.turns.append(turn)
         return turn
+
+
+# ---------------------------------------------------------------------- the notes' four requests
+def support_session(model: Any, tok: Any, radix: bool = True, max_new_tokens: int = 24) -> ChatSession:
+    """A session of the shop's assistant: system prompt [A], few-shot examples [B]."""
+    return ChatSession(model, tok, SUPPORT_SYSTEM, SUPPORT_EXAMPLES, max_new_tokens=max_new_tokens, radix=radix)
+
+
+def serve_support_requests(session: ChatSession) -> dict[str, ChatTurn]:
+    """R1, R2, R3 as first questions (each a new conversation after [A] [B]), then R4 as R1's
+    second turn, one after another through ``session``."""
+    turns: dict[str, ChatTurn] = {}
+    for rid in ("R1", "R2", "R3"):
+        session.new_conversation()
+        turns[rid] = session.ask(SUPPORT_QUESTIONS[rid][0], rid=rid)
+    turns["R4"] = session.ask(SUPPORT_QUESTIONS["R4"][0], history=turns["R1"].messages, rid="R4")
+    return turns
+
+
+def fastest_ttft(model: Any, turns: dict[str, ChatTurn], radix: bool, repeats: int = 3,
+                 num_blocks: int = 256, block_size: int = 4) -> dict[str, float]:
+    """Each request's time to first token, the fastest of ``repeats`` runs (other programs on the
+    machine can only add time), served again in order on a fresh engine with the same prompts,
+    one token each. With the tree, R1's reply is then put in the tree as the real run left it
+    (its prompt and generated tokens, prefilled: only the reply is computed), so that R4 finds
+    R1's whole turn cached."""
+    from ..compute.engine import Engine
+
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        eng = Engine(model, num_blocks=num_blocks, block_size=block_size, radix=radix)
+        for rid, t in turns.items():
+            r = eng.submit(t.prompt_ids, 1, rid=rid, arrival_step=eng.step_no)
+            eng.run()
+            best[rid] = min(best.get(rid, float("inf")), r.ttft)
+            if radix and rid == "R1":                     # R1's reply into the tree (not timed)
+                eng.submit(t.prompt_ids + t.output_ids, 1, rid="R1 reply", arrival_step=eng.step_no)
+                eng.run()
+    return best
+
+
+def support_node_labels(session: ChatSession, turns: dict[str, ChatTurn]) -> dict[int, str]:
+    """The notes' letters on the session's tree: the node every request's sequence ends at
+    ([C] R1's turn, [D] R2, [E] R3, [F] R4) and the shared [A]+[B] above them."""
+    snap = session.engine.cache.snapshot()
+    labels: dict[int, str] = {}
+    for rid, letter in (("R1", "C"), ("R2", "D"), ("R3", "E"), ("R4", "F")):
+        path = path_node_ids(snap, turns[rid].prompt_ids + turns[rid].output_ids)
+        if path:
+            labels.setdefault(path[-1][0], letter)
+    shared = path_node_ids(snap, turns["R2"].prompt_ids)
+    if shared:
+        labels.setdefault(shared[0][0], "A+B")
+    return labels

@@ -19,6 +19,8 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     ShuffleControl(q, k, v, table, n)      lesson 05: shuffle the blocks, choose split-K's programs; the kernel reruns
     SharingControl()                       lesson 06: samples n, beam width, prompt length -> blocks shared and saved
     HitRateControl()                       lesson 08: pool size and eviction policy -> hit rate
+    chat_demo(session=None)                lesson 07: a chat box on SmolLM2; each turn's tokens matched (green) or
+                                           prefilled (blue), the radix tree growing, the pool filling, the TTFT
     classroom(True)                        for a 1280x720 projector: figures take the output width,
                                            large fonts, thick lines, bigger widget controls
 
@@ -86,6 +88,7 @@ from .radix_view import (
 )
 from .stepper import Frame, Stepper
 from .control import LiveControl
+from .chat_demo import chat_demo
 from .eviction_view import HitRateControl
 from .sharing_view import SharingControl
 from .shuffle_view import ShuffleControl
@@ -106,7 +109,7 @@ __all__ = [
     "memory_map_figure", "memory_map_stepper", "pool_snapshot",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "TREE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
-    "Frame", "Stepper", "LiveControl", "HitRateControl", "SharingControl", "ShuffleControl",
+    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "SharingControl", "ShuffleControl",
     "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
     "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
     "TranslationWidget", "chain_rows", "parse_block_table", "token_labels", "translation_chain", "translation_figure",

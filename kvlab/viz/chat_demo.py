@@ -59,8 +59,9 @@ def turn_sentence(turn: ChatTurn) -> str:
             f"(measured, this CPU). Reply: {turn.reply!r}")
 
 
-def tree_svg(session: ChatSession, max_chars: int = 18) -> str:
-    """The radix tree now, token text on its nodes, the last turn's path green / blue."""
+def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None) -> str:
+    """The radix tree now, token text on its nodes, the last turn's path green / blue;
+    ``labels``: node id -> a letter shown on the node (the notes' [A]..[F])."""
     from .radix_view import RadixState, fit_svg, radix_tree_graph
 
     if session.engine.cache is None:
@@ -68,6 +69,7 @@ def tree_svg(session: ChatSession, max_chars: int = 18) -> str:
     last = session.turns[-1] if session.turns else None
     state = RadixState(session.engine.cache.snapshot(), hit=last.hit_nodes if last else frozenset(),
                        miss=last.miss_nodes if last else frozenset(), detokenize=session.tok.decode,
+                       node_labels=dict(labels or {}),
                        title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
     return fit_svg(radix_tree_graph(state, source="measured", max_chars=max_chars).pipe(format="svg", encoding="utf-8"))
 
