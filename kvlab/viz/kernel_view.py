@@ -204,7 +204,7 @@ def _caption(d: dict[str, Any], iteration: int | None) -> str:
         if now:
             who = f"program {s}" if ns > 1 else "the program"
             parts.append(f"{who} reads " + ", ".join(f"L{r.logical}→P{r.physical} ({r.tokens} tok)" for r in now))
-    so_far = f"; read so far: {len(d['done'])} of {len(reads)} blocks"
+    so_far = f"; read so far: {sum(r.iteration <= iteration for r in reads)} of {len(reads)} blocks"
     return f"iteration {iteration + 1}/{d['num_iterations']}: " + "; ".join(parts or ["nothing left to read"]) + so_far
 
 
