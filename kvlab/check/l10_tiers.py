@@ -61,26 +61,59 @@ def evict_with_tiers(leaves: list[tuple[str, int, bool]], host_free: int, need: 
     return {name: tree.placement(n) if n.parent is not None else "evicted" for name, n in nodes.items()}
 
 
+def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, stop=True, check_room=True,
+                track_host=True):
+    """The stated rule in plain Python (equal to :func:`evict_with_tiers`; a test checks it on
+    many cases); each flag turned off is one common mistake: ``write_back`` (never copy before
+    leaving), ``host_limit`` (the host is endless), ``stop`` (evict every leaf), ``check_room``
+    (evict host-only leaves even when that cannot make enough room), ``track_host`` (never evict
+    the host-only leaves this eviction made)."""
+    state = {name: "both" if b else "device" for name, _, b in leaves}
+    host_only: list[tuple[str, int]] = []
+    freed = 0
+    for name, pages, backed in leaves:
+        if stop and freed >= need:
+            break
+        if not backed and write_back:
+            room = host_free + (sum(p for _, p in host_only) if track_host else 0)
+            if not host_limit:
+                backed = True
+            else:
+                if host_free < pages and (room >= pages or not check_room):
+                    while host_free < pages and host_only and track_host:
+                        old, p = host_only.pop(0)
+                        state[old], host_free = "evicted", host_free + p
+                if host_free >= pages:
+                    host_free, backed = host_free - pages, True
+        state[name] = "host" if backed else "evicted"
+        if backed:
+            host_only.append((name, pages))
+        freed += pages
+    return state
+
+
 def _never_write_back(leaves, host_free, need):
-    out, freed = {}, 0
-    for name, pages, b in leaves:
-        if freed < need:
-            out[name], freed = ("host" if b else "evicted"), freed + pages
-        else:
-            out[name] = "both" if b else "device"
-    return out
+    return evict_plain(leaves, host_free, need, write_back=False)
 
 
 def _unlimited_host(leaves, host_free, need):
-    return evict_with_tiers(leaves, 10**6, need)
+    return evict_plain(leaves, host_free, need, host_limit=False)
 
 
 def _evict_all(leaves, host_free, need):
-    return evict_with_tiers(leaves, host_free, sum(p for _, p, _ in leaves))
+    return evict_plain(leaves, host_free, need, stop=False)
+
+
+def _evict_host_blindly(leaves, host_free, need):
+    return evict_plain(leaves, host_free, need, check_room=False)
+
+
+def _no_host_eviction(leaves, host_free, need):
+    return evict_plain(leaves, host_free, need, track_host=False)
 
 
 def _mru_first(leaves, host_free, need):
-    out = evict_with_tiers(list(reversed(leaves)), host_free, need)
+    out = evict_plain(list(reversed(leaves)), host_free, need)
     return {name: out[name] for name, _, _ in leaves}
 
 
@@ -88,6 +121,10 @@ EVICT_MISTAKES = {
     "write_back copies a leaf that has no host copy to the host before it leaves the device": _never_write_back,
     "the host pool is finite: a write-back that does not fit (even after host eviction) drops the leaf": _unlimited_host,
     "stop as soon as `need` pages are freed": _evict_all,
+    "evict host-only leaves only when that makes enough room: here it cannot, so keep them and drop the leaf":
+        _evict_host_blindly,
+    "the leaves that just left the device are host-only: evict the oldest of them to make room on the host":
+        _no_host_eviction,
     "least recently used first: the list starts with the oldest leaf": _mru_first,
 }
 
@@ -123,6 +160,9 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         ("a mix", [("A", 3, True), ("B", 1, False), ("C", 2, False), ("D", 2, True)], 2, 6),
         ("need nothing", [("A", 2, False)], 2, 0),
         ("need more than there is", [("A", 1, False), ("B", 1, True)], 1, 9),
+        ("host eviction cannot make room: keep the host as it is", [("A", 1, True), ("B", 4, False)], 1, 5),
+        ("host eviction cannot make room, then a small leaf fits", [("A", 2, True), ("B", 5, False), ("C", 1, False)], 1, 8),
+        ("the leaves that just left become room", [("A", 2, True), ("B", 2, True), ("C", 3, False)], 1, 7),
     ]
     rng = random.Random(10)
     for i in range(6):
