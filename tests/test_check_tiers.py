@@ -112,3 +112,22 @@ def test_write_back_evict_catches_host_eviction_that_cannot_make_room():
     assert L.evict_with_tiers([("A", 1, True), ("B", 4, False)], 1, 5) == {"A": "host", "B": "evicted"}
     r = L.write_back_evict(L._evict_host_blindly, verbose=False)
     assert not r.passed and "only when that makes enough room" in r.failures[0].note
+
+
+def test_next_placement_names_its_common_mistakes():
+    def forgets_the_host_copy(state, event, storage=False):
+        return "evicted" if (state, event) == ("both", "evict") else sol.next_placement(state, event, storage)
+
+    def never_raises(state, event, storage=False):
+        try:
+            return sol.next_placement(state, event, storage)
+        except ValueError:
+            return "evicted"
+
+    def ignores_storage(state, event, storage=False):
+        return sol.next_placement(state, event, False)
+
+    for wrong, words in ((forgets_the_host_copy, "keeps its host copy"), (never_raises, "raise ValueError"),
+                         (ignores_storage, "saves the node to disk")):
+        r = L.next_placement(wrong, verbose=False)
+        assert not r.passed and any(words in c.note for c in r.failures), [c.note for c in r.failures][:3]

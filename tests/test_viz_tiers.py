@@ -93,3 +93,27 @@ def test_tree_coloured_by_tier_matches_the_pools(run):
     st = V.tier_tree_stepper(rec, labels, static=True)
     st.go(len(rec.trees) - 1)
     assert st.error is None
+
+
+def test_tier_controls_answer_for_every_ratio_and_policy_in_under_a_second():
+    import time
+
+    from kvlab.sim.tiers import multi_turn_chat, run_tiers
+    from kvlab.viz.tier_controls import POLICY_WORDS, TierControls
+
+    trace = multi_turn_chat(num_sessions=20, turns=6, seed=0)
+    c = TierControls(lambda r, p: run_tiers(trace, capacity=4096, host_ratios=(r,), write_policy=p)[0], host_ratio=2)
+    for policy in POLICY_WORDS:
+        t0 = time.perf_counter()
+        row = c.update(4, policy)
+        assert time.perf_counter() - t0 < 1.0
+        assert row.host_ratio == 4 and row.write_policy == policy
+        assert POLICY_WORDS[policy] in c.caption and "(simulated)" in c.caption
+    assert c.row.hit_rate > c.base.hit_rate  # a 4x host pool keeps history the device pool alone loses
+    fig = c.figure()
+    assert [t.y for t in fig.data][0][1] == pytest.approx(100 * c.row.hit_rate)
+    assert fig.layout.width is None or fig.layout.width <= 850
+    with pytest.raises(ValueError, match="write policy"):
+        c.update(policy="write_around")
+    with pytest.raises(ValueError, match="host_ratio"):
+        c.update(host_ratio=7)

@@ -26,7 +26,7 @@ from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
 from ..reuse.radix_node import common_prefix_len
-from .harness import Checker, CheckResult, Raised, call, same_outcome
+from .harness import Checker, CheckResult, Raised, Raises, call, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
            "PLACEMENT_TABLE"]
@@ -302,6 +302,32 @@ _CAUSE_EVENT = {"insert": "insert", "write_through": "write", "write_through_sel
                 "miss": "miss"}
 
 
+PLACEMENT_MISTAKES: dict[tuple[str, str, str], str] = {
+    # (state, event, the wrong answer) -> the likely mistake
+    ("both", "evict", "evicted"): "a node on both tiers keeps its host copy when it leaves the device: 'host'",
+    ("both", "evict", "device"): "evict takes the node OFF the device: what stays is the host copy, 'host'",
+    ("disk", "load_back", "both"): "a disk load-back fills the device only (the tree does not count on the disk copy): "
+                                   "'device'",
+    ("host", "load_back", "device"): "loading back from the host keeps the host copy: 'both'",
+    ("host", "evict_host", "evicted"): "with storage attached, host eviction saves the node to disk: 'disk'",
+    ("host", "evict_host", "disk"): "without storage, host eviction drops the node: 'evicted'",
+    ("device", "write", "host"): "a write copies to the host and keeps the device copy: 'both'",
+    ("device", "evict", "host"): "a node with no host copy that leaves the device is gone: 'evicted'",
+}
+
+
+def _placement_mistake(state: str, event: str, storage: bool):
+    """A diagnosis for one (state, event): the known wrong answer's message, or "must raise"."""
+    def diagnose(expected: object, actual: object) -> str | None:
+        if isinstance(expected, Raises) or (isinstance(expected, Raised)):
+            return f"a {state!r} node cannot {event!r}: raise ValueError instead of returning a state"
+        if isinstance(actual, str):
+            return PLACEMENT_MISTAKES.get((state, event, actual))
+        return None
+
+    return diagnose
+
+
 def placement_after(state: str, event: str, storage: bool = False) -> str:
     """The reference: the node's placement after ``event`` (ValueError when it cannot happen there)."""
     dst = PLACEMENT_TABLE.get((state, event))
@@ -342,6 +368,7 @@ def next_placement(fn: Callable, verbose: bool = True) -> CheckResult:
     for state in ("new", "device", "both", "host", "disk", "evicted"):
         for event in EVENTS:
             for storage in ((False, True) if (state, event) == ("host", "evict_host") else (False,)):
+                c.diagnose = [_placement_mistake(state, event, storage)]
                 c.run(f"{state} --{event}-->" + (" (with storage)" if storage else ""), state, event, storage)
     seen = set()
     for seed in range(4):
