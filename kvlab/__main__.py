@@ -75,9 +75,9 @@ def _run_size(a: argparse.Namespace) -> None:
         raise UsageError(f"--tokens must be >= 0, got {a.tokens}")
     spec = get_model(a.model).with_dtype(a.dtype)
     print(f"{spec.name}: {spec.layers} layers, {spec.num_heads} query heads, {spec.kv_heads} KV heads, head_dim {spec.head_dim}, {a.dtype}")
-    print(f"  bytes per token = 2 x {spec.layers} x {spec.kv_heads} x {spec.head_dim} x {spec.dtype_bytes} = {spec.bytes_per_token:,}")
+    print(f"  bytes per token ({spec.kind.upper()}) = {spec.per_token_formula()}")
     print(f"  KV for {a.tokens:,} tokens = {spec.formula(a.tokens)}")
-    if spec.num_heads and spec.num_heads != spec.kv_heads:
+    if spec.kind in ("gqa", "mqa"):
         h = spec.hidden_formula_bytes(a.tokens)
         print(f"  with hidden_size {spec.hidden_size} in place of kv_heads x head_dim (right only for multi-head attention): "
               f"{h:,} bytes ({format_bytes(h)}), {spec.gqa_ratio}x too much")

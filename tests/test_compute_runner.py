@@ -28,8 +28,6 @@ def test_prepare_builds_positions_slots_and_lengths(bundled):
         with pytest.raises(ValueError, match=needle):
             runner.prepare(*args)
     assert block_tables_tensor([[1], [2, 3]]).tolist() == [[1, 0], [2, 3]]
-    from kvlab.kvstore import block_tables_tensor as old_path
-    assert old_path is block_tables_tensor
 
 
 def test_paged_prefill_with_prefix_then_decode_equal_dense_forward(bundled):

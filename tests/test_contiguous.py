@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab.contiguous import ContiguousArena, OutOfContiguousSpace, next_pow2
-from kvlab.examples import fragmentation_example
+from kvlab.memory.contiguous import ContiguousArena, OutOfContiguousSpace, next_pow2
+from kvlab.lessons import fragmentation_example
 
 
 def test_notes_fragmentation_example():

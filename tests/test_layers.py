@@ -1,6 +1,7 @@
 """The shape of the package: layers that only look down, ordinary imports, one owner per table."""
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import subprocess
@@ -30,6 +31,41 @@ def test_the_picture_is_computed_from_the_imports():
 def test_only_the_package_is_importable_under_kvlab(name):
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(name)
+
+
+OLD_PATHS = ["kvlab.paged", "kvlab.radix", "kvlab.events", "kvlab.engine", "kvlab.model", "kvlab.kvspec",
+             "kvlab.contiguous", "kvlab.examples", "kvlab.generate", "kvlab.kvstore", "kvlab.prefix_cache",
+             "kvlab.schedule", "kvlab.tokenizer", "kvlab.sim.scheduler", "kvlab.check.memory", "kvlab.check.reuse"]
+
+
+@pytest.mark.parametrize("name", OLD_PATHS)
+def test_the_first_releases_module_paths_are_gone(name):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(name)
+
+
+def test_no_module_only_re_exports():
+    """A module whose whole body is imports (and ``__all__``) is a shim: every name has one path.
+    Package ``__init__`` files are the exception: they name a layer's public API."""
+    shims = []
+    for path in sorted((ROOT / "kvlab").rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py") or path.relative_to(ROOT / "kvlab").parts[0] == "kernels":
+            continue
+        body = ast.parse(path.read_text(encoding="utf-8")).body
+        if all(isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr)) or
+               (isinstance(n, ast.Assign) and [getattr(t, "id", "") for t in n.targets] == ["__all__"]) for n in body):
+            shims.append(str(path.relative_to(ROOT)))
+    assert shims == []
+
+
+def test_no_old_aliases():
+    import kvlab.sim as sim
+    import kvlab.sim.policies as policies
+    import kvlab.sim.workloads as workloads
+
+    for mod, name in [(sim, "Request"), (sim, "Seq"), (sim, "Group"), (sim, "ALIASES"), (policies, "Seq"),
+                      (policies, "Group"), (policies, "ALIASES"), (workloads, "Request")]:
+        assert not hasattr(mod, name), f"{mod.__name__}.{name} is an old alias"
 
 
 def test_kernels_are_an_ordinary_import_and_no_path_tricks():

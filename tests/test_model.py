@@ -1,4 +1,4 @@
-"""kvlab.model: HF-layout checkpoints (built here, nothing downloaded), bundled model, tokenizer."""
+"""kvlab.compute (model, loader, tokenizer): HF-layout checkpoints (built here, nothing downloaded), bundled model, tokenizer."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,9 @@ import time
 import pytest
 import torch
 
-from kvlab.model import CheckpointError, Llama, LlamaConfig, load_bundled, load_pretrained, rope_inv_freq
-from kvlab.tokenizer import load_bundled_tokenizer
+from kvlab.compute import CheckpointError, Llama, LlamaConfig, load_bundled, load_pretrained
+from kvlab.compute.model import rope_inv_freq
+from kvlab.compute.tokenizer import load_bundled_tokenizer
 
 HF_CONFIG = {  # the keys a real Llama config.json has, tiny sizes
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
@@ -41,7 +42,7 @@ def random_hf_tensors(cfg: dict, seed: int = 0) -> dict[str, torch.Tensor]:
 
 def hf_reference_logits(t: dict, cfg: dict, ids: list[int]) -> torch.Tensor:
     """Transformers' LlamaForCausalLM forward, transcribed step by step (rotate_half RoPE,
-    repeat_kv, fp32 RMSNorm), written independently of kvlab.model. ids -> (T, V)."""
+    repeat_kv, fp32 RMSNorm), written independently of kvlab.compute.model. ids -> (T, V)."""
     C, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hs, T, eps = C // nh, len(ids), cfg["rms_norm_eps"]
 
@@ -224,31 +225,3 @@ def test_tokenizer_round_trip_and_display():
     assert b"".join(tok.token_bytes(i) for i in rare) == "龘".encode()
     with pytest.raises(ValueError, match="99999"):
         tok.token_text(99999)
-
-
-def test_old_module_paths_export_exactly_the_old_public_names():
-    """kvlab.model (model + loader + config), kvlab.kvstore, kvlab.generate, kvlab.engine and
-    kvlab.tokenizer are shims over kvlab.compute for one release."""
-    import kvlab.engine
-    import kvlab.generate
-    import kvlab.kvstore
-    import kvlab.model
-    import kvlab.tokenizer
-    from kvlab.compute import loader, model
-
-    assert set(kvlab.model.__all__) == {
-        "ASSETS_MODEL_DIR", "AttentionFn", "CheckpointError", "LlamaConfig", "RMSNorm", "rope_inv_freq",
-        "rotate_half", "apply_rope", "causal_attention", "Attention", "MLP", "DecoderLayer", "Llama",
-        "expected_shapes", "load_state", "load_pretrained", "save_pretrained", "load_bundled"}
-    assert kvlab.model.Llama is model.Llama and kvlab.model.load_pretrained is loader.load_pretrained
-    assert not hasattr(model, "load_pretrained")                     # the model module holds only the model
-    assert set(kvlab.kvstore.__all__) == {"BACKENDS", "kernel_ops", "ContiguousKV", "PagedKVPool", "block_tables_tensor"}
-    assert set(kvlab.generate.__all__) == {"STRATEGIES", "GenerateError", "EmptyPromptError", "ContextOverflowError",
-                                           "UnknownStrategyError", "GenerationResult", "validate", "sample_next",
-                                           "generate"}
-    assert {"Engine", "EngineReport", "StepRecord", "Request"} <= set(kvlab.engine.__all__)
-    assert set(kvlab.tokenizer.__all__) == {"ASSETS_MODEL_DIR", "BOS", "EOS", "Tokenizer", "load_tokenizer",
-                                            "load_bundled_tokenizer"}
-    for shim in (kvlab.model, kvlab.kvstore, kvlab.generate, kvlab.engine, kvlab.tokenizer):
-        for name in shim.__all__:
-            assert getattr(shim, name) is not None, (shim.__name__, name)

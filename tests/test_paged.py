@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab.events import EventLog
-from kvlab.examples import NOTES_TABLE, notes_translation
-from kvlab.paged import (
+from kvlab.memory.events import EventLog
+from kvlab.lessons import NOTES_TABLE, notes_translation
+from kvlab.memory import (
     BlockAllocator,
     BlockManager,
     BlockTable,

@@ -13,7 +13,7 @@ import itertools
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvlab.paged import BlockManager, DoubleFree, OutOfBlocks, UnknownBlock
+from kvlab.memory import BlockManager, DoubleFree, OutOfBlocks, UnknownBlock
 
 _values = itertools.count()
 

@@ -1,4 +1,4 @@
-"""Tests of kvlab.prefix_cache (vLLM-style block-hash prefix caching) and its comparison
+"""Tests of kvlab.reuse.block_hash_cache (vLLM-style block-hash prefix caching) and its comparison
 with the radix tree. Integrity, with every running block table as holder, after every step."""
 from __future__ import annotations
 
@@ -6,23 +6,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab.events import EventLog
-from kvlab.paged import BlockAllocator, DoubleFree, KVCacheError, OutOfBlocks, UnknownBlock
-from kvlab.prefix_cache import ROOT_HASH, PrefixCache, hash_block_tokens
-from kvlab.radix import RadixCache, serve_request
+from kvlab.memory.events import EventLog
+from kvlab.memory import BlockAllocator, DoubleFree, KVCacheError, OutOfBlocks, UnknownBlock
+from kvlab.reuse.block_hash_cache import ROOT_HASH, BlockHashCache, hash_block_tokens
+from kvlab.reuse import RadixCache, serve_request
 
 
-def run(pc: PrefixCache, seq: list[int], rid: str = "R", tables: list | None = None) -> list[int]:
+def run(pc: BlockHashCache, seq: list[int], rid: str = "R", tables: list | None = None) -> list[int]:
     """One request: match, allocate, cache its full blocks; returns its table (still held)."""
     m = pc.match_for_prefill(seq, rid)
     table = pc.allocate(len(seq), m, rid)
-    pc.cache_blocks(seq, table, rid, block_hashes=m.block_hashes)
+    pc.cache_full_blocks(seq, table, rid, block_hashes=m.block_hashes)
     pc.check_integrity(holders=(tables or []) + [table])
     return table
 
 
 def test_hashes_are_chained_over_full_blocks_only():
-    pc = PrefixCache(8, 4)
+    pc = BlockHashCache(8, 4)
     h = pc.compute_block_hashes(list(range(10)))
     assert len(h) == 2
     assert h[0] == hash_block_tokens(ROOT_HASH, [0, 1, 2, 3])
@@ -32,9 +32,9 @@ def test_hashes_are_chained_over_full_blocks_only():
 
 
 def test_reuse_of_full_blocks_only_and_hit_stats():
-    pc = PrefixCache(16, 4)
+    pc = BlockHashCache(16, 4)
     t1 = run(pc, list(range(10)))  # 2 full blocks cached, third partial
-    pc.free(t1)
+    pc.free_blocks(t1)
     m = pc.match_prefix(list(range(10)) + [50, 51])
     assert (m.prefix_len, m.block_ids) == (8, t1[:2])  # the partial block is never shared
     m = pc.match_prefix([0, 1, 2, 3, 4, 5, 9, 9])
@@ -46,9 +46,9 @@ def test_reuse_of_full_blocks_only_and_hit_stats():
 
 
 def test_a_hit_on_a_free_cached_block_takes_it_out_of_the_queue():
-    pc = PrefixCache(6, 2)
+    pc = BlockHashCache(6, 2)
     t1 = run(pc, [1, 2, 3, 4, 5])
-    pc.free(t1)
+    pc.free_blocks(t1)
     assert pc.evictable_size() == 4 and pc.protected_size() == 0
     t2 = run(pc, [1, 2, 3, 4, 7])
     assert t2[:2] == t1[:2]
@@ -57,16 +57,16 @@ def test_a_hit_on_a_free_cached_block_takes_it_out_of_the_queue():
     assert pc.protected_size() == 4 and pc.evictable_size() == 0
     t3 = run(pc, [1, 2, 3, 4, 8], tables=[t2])
     assert pc.blocks[t1[0]].ref_cnt == 2
-    pc.free(t2)
-    pc.free(t3)
+    pc.free_blocks(t2)
+    pc.free_blocks(t3)
     pc.check_integrity(holders=[])
 
 
 def test_block_hash_entry_is_dropped_when_its_block_is_reused():
-    pc = PrefixCache(3, 2)
+    pc = BlockHashCache(3, 2)
     t1 = run(pc, [1, 2, 3, 4])
     assert t1 == [0, 1]
-    pc.free(t1)  # both cached and free; queue: 2, then 1 (the tail of t1), then 0
+    pc.free_blocks(t1)  # both cached and free; queue: 2, then 1 (the tail of t1), then 0
     assert list(pc.free_block_queue) == [2, 1, 0]
     old = pc.blocks[1].block_hash
     t2 = run(pc, [7, 7, 8])  # needs 2 blocks: 2 (never cached), then 1 (cached [3 4]: evicted)
@@ -79,24 +79,24 @@ def test_block_hash_entry_is_dropped_when_its_block_is_reused():
 
 
 def test_two_requests_with_one_prefix_in_one_step():
-    pc = PrefixCache(8, 2)
+    pc = BlockHashCache(8, 2)
     seq = [1, 2, 3, 4, 5]
     m1, m2 = pc.match_for_prefill(seq), pc.match_for_prefill(seq)  # both miss
     t1 = pc.allocate(len(seq), m1, "R1")
     t2 = pc.allocate(len(seq), m2, "R2")
-    assert pc.cache_blocks(seq, t1) == 2
-    assert pc.cache_blocks(seq, t2) == 0  # same content: the first copy stays the cached one
+    assert pc.cache_full_blocks(seq, t1) == 2
+    assert pc.cache_full_blocks(seq, t2) == 0  # same content: the first copy stays the cached one
     assert pc.stats.duplicate_blocks == 2
     pc.check_integrity(holders=[t1, t2])
-    pc.free(t1)
-    pc.free(t2)
+    pc.free_blocks(t1)
+    pc.free_blocks(t2)
     pc.check_integrity(holders=[])
     assert pc.match_prefix(seq).block_ids == t1[:2]
 
 
 def test_exact_block_boundary_prompt_leaves_a_token_to_compute():
-    pc = PrefixCache(8, 4)
-    pc.free(run(pc, list(range(8))))
+    pc = BlockHashCache(8, 4)
+    pc.free_blocks(run(pc, list(range(8))))
     m = pc.match_for_prefill(list(range(8)))
     assert m.prefix_len == 4  # not 8: the last token must be computed (logits)
     assert pc.match_prefix(list(range(8))).prefix_len == 8
@@ -106,9 +106,9 @@ def test_exact_block_boundary_prompt_leaves_a_token_to_compute():
 
 
 def test_allocate_is_all_or_nothing():
-    pc = PrefixCache(4, 2)
+    pc = BlockHashCache(4, 2)
     t1 = run(pc, [1, 2, 3, 4])
-    pc.free(t1)
+    pc.free_blocks(t1)
     m = pc.match_for_prefill([1, 2, 3, 4, 5, 6, 7, 8, 9])  # 2 hits, both in the free queue
     before = pc.state()
     with pytest.raises(OutOfBlocks):
@@ -120,31 +120,31 @@ def test_allocate_is_all_or_nothing():
 
 
 def test_bad_input_raises_and_changes_nothing():
-    pc = PrefixCache(8, 2)
+    pc = BlockHashCache(8, 2)
     t = run(pc, [1, 2, 3, 4])
     before = pc.state()
     with pytest.raises(TypeError, match=r"tokens\[1\] = 'a'"):
         pc.match_prefix([1, "a"])
     with pytest.raises(DoubleFree, match="block"):
-        pc.free([t[0], t[0]])  # the same block twice in one call
+        pc.free_blocks([t[0], t[0]])  # the same block twice in one call
     with pytest.raises(UnknownBlock):
-        pc.free([99])
+        pc.free_blocks([99])
     with pytest.raises(ValueError, match="block_ids has 1"):
-        pc.cache_blocks([1, 2, 3, 4], t[:1])
+        pc.cache_full_blocks([1, 2, 3, 4], t[:1])
     with pytest.raises(KVCacheError, match="is free"):
-        pc.cache_blocks([5, 6], [7])
+        pc.cache_full_blocks([5, 6], [7])
     assert before == pc.state()
-    pc.free(t)
+    pc.free_blocks(t)
     with pytest.raises(DoubleFree):
-        pc.free(t)
+        pc.free_blocks(t)
     pc.check_integrity(holders=[])
 
 
 def test_evict_drops_lru_hashes_and_says_when_short():
-    pc = PrefixCache(8, 2)
+    pc = BlockHashCache(8, 2)
     t1 = run(pc, [1, 2, 3, 4])
     t2 = run(pc, [5, 6, 7, 8], tables=[t1])
-    pc.free(t1)
+    pc.free_blocks(t1)
     res = pc.evict(100)
     assert (res.num_tokens, res.satisfied) == (4, False)  # t2's blocks are in use
     assert pc.match_prefix([1, 2, 3, 4]).prefix_len == 0
@@ -154,8 +154,8 @@ def test_evict_drops_lru_hashes_and_says_when_short():
 
 def test_events_and_shared_log():
     log = EventLog()
-    pc = PrefixCache(8, 2, log)
-    pc.free(run(pc, [1, 2, 3]))
+    pc = BlockHashCache(8, 2, log)
+    pc.free_blocks(run(pc, [1, 2, 3]))
     assert log.kinds() == ["match", "allocate", "insert", "free"]
 
 
@@ -166,8 +166,8 @@ def test_radix_shares_at_token_granularity_block_hash_at_block_granularity():
     r = RadixCache(BlockAllocator(256, 1))
     serve_request(r, shared + [1000, 1001])
     rec = serve_request(r, shared + [2000, 2001])
-    pc = PrefixCache(64, 16)
-    pc.free(run(pc, shared + [1000, 1001]))
+    pc = BlockHashCache(64, 16)
+    pc.free_blocks(run(pc, shared + [1000, 1001]))
     m = pc.match_for_prefill(shared + [2000, 2001])
     assert rec.matched_len == 37
     assert m.prefix_len == 32
@@ -176,11 +176,11 @@ def test_radix_shares_at_token_granularity_block_hash_at_block_granularity():
 
 
 def test_a_stale_match_is_refused():
-    pc = PrefixCache(2, 2)
-    pc.free(run(pc, [1, 2, 3, 4]))
+    pc = BlockHashCache(2, 2)
+    pc.free_blocks(run(pc, [1, 2, 3, 4]))
     m = pc.match_for_prefill([1, 2, 3, 4, 5])  # hits both blocks
     assert m.prefix_len == 4
-    pc.free(run(pc, [8, 8, 9, 9]))  # reuses (and re-caches) both blocks meanwhile
+    pc.free_blocks(run(pc, [8, 8, 9, 9]))  # reuses (and re-caches) both blocks meanwhile
     before = pc.state()
     with pytest.raises(KVCacheError, match="stale"):
         pc.allocate(5, m)
@@ -199,7 +199,7 @@ SEQ = st.tuples(st.integers(0, 2), st.integers(0, 9), st.lists(st.integers(0, 3)
 def test_block_hash_cache_properties(ops, block_size, num_blocks):
     """Every hit is sound (the blocks hold exactly the query's tokens), a sequence just cached
     is found in full, and ref counts equal the running tables after every step."""
-    pc = PrefixCache(num_blocks, block_size)
+    pc = BlockHashCache(num_blocks, block_size)
     running: list[list[int]] = []
     for kind, seq, k in ops:
         if kind in ("run", "hold"):
@@ -211,18 +211,18 @@ def test_block_hash_cache_properties(ops, block_size, num_blocks):
             except OutOfBlocks:
                 pc.check_integrity(holders=running)
                 continue
-            pc.cache_blocks(seq, table, block_hashes=m.block_hashes)
+            pc.cache_full_blocks(seq, table, block_hashes=m.block_hashes)
             assert pc.match_prefix(seq, record_stats=False).prefix_len == len(seq) // block_size * block_size
             if kind == "hold":
                 running.append(table)
             else:
-                pc.free(table)
+                pc.free_blocks(table)
         elif kind == "finish" and running:
-            pc.free(running.pop(k % len(running)))
+            pc.free_blocks(running.pop(k % len(running)))
         elif kind == "evict":
             pc.evict(k)
         pc.check_integrity(holders=running)
     for t in running:
-        pc.free(t)
+        pc.free_blocks(t)
     pc.check_integrity(holders=[])
     assert pc.num_free_blocks == num_blocks

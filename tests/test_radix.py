@@ -1,4 +1,4 @@
-"""Unit and regression tests of kvlab.radix (RadixCache on the paged allocator).
+"""Unit and regression tests of kvlab.reuse.radix_cache (RadixCache on the paged allocator).
 
 Integrity (tree + allocator, with every running request's own blocks as holders) is
 checked after every step.
@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab.events import EventLog
-from kvlab.paged import BlockAllocator, DoubleFree, KVCacheError, OutOfBlocks
-from kvlab.radix import (
-    EVICTION_POLICIES,
-    FOUR_REQUEST_TEXTS,
-    RadixCache,
-    char_tokenize,
-    four_request_example,
-    multi_turn_example,
-    serve_request,
-)
+from kvlab.memory.events import EventLog
+from kvlab.memory import BlockAllocator, DoubleFree, KVCacheError, OutOfBlocks
+from kvlab.lessons import FOUR_REQUEST_TEXTS, char_tokenize, four_request_example, multi_turn_example
+from kvlab.reuse import EVICTION_POLICIES, RadixCache, serve_request
 
 
 def make(num_blocks: int = 64, page_size: int = 1, policy: str = "lru") -> RadixCache:
@@ -552,7 +545,7 @@ def test_check_kv_off_skips_only_the_ownership_checks():
 
 def test_four_request_example_with_the_bundled_tokenizer():
     pytest.importorskip("tokenizers")
-    from kvlab.tokenizer import load_bundled_tokenizer
+    from kvlab.compute.tokenizer import load_bundled_tokenizer
 
     try:
         tok = load_bundled_tokenizer()

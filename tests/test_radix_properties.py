@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvlab.paged import BlockAllocator, KVCacheError, OutOfBlocks
-from kvlab.radix import EVICTION_POLICIES, RadixCache
+from kvlab.memory import BlockAllocator, KVCacheError, OutOfBlocks
+from kvlab.reuse import EVICTION_POLICIES, RadixCache
 
 # sequences share prefixes often: a cut of one of three base sequences, then a random tail
 BASES = [[0, 1, 2, 3, 0, 1, 2, 3, 0, 1], [0, 1, 2, 0, 0, 1, 3, 3], [1, 1, 1, 1, 2, 2, 2, 2, 3]]

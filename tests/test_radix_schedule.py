@@ -1,13 +1,13 @@
-"""Tests of kvlab.schedule: cache-aware ordering of the waiting queue."""
+"""Tests of kvlab.reuse.schedule: cache-aware ordering of the waiting queue."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import pytest
 
-from kvlab.paged import BlockAllocator
-from kvlab.radix import RadixCache, serve_request
-from kvlab.schedule import SCHEDULE_POLICIES, order_by_shared_prefix, shared_prefix_lengths
+from kvlab.memory import BlockAllocator
+from kvlab.reuse import RadixCache, serve_request
+from kvlab.reuse.schedule import SCHEDULE_POLICIES, order_by_shared_prefix, shared_prefix_lengths
 
 
 def cache_with(*seqs: list[int], num_blocks: int = 256) -> RadixCache:

@@ -10,7 +10,7 @@ from kvlab.sim.workloads import (Trace, TraceRequest, alpaca, beam_search, few_s
                                  optimal_hit_rate, parallel_sampling, scenario, shared_prefix, sharegpt)
 
 ALL = ["orca-max", "orca-pow2", "orca-oracle", "vllm", "firstfit-max", "firstfit-pow2", "firstfit-oracle", "pow2",
-       "paged", "paged-share", "radix", "block-hash", "max", "exact"]  # the last two: old aliases
+       "paged", "paged-share", "radix", "block-hash"]
 
 
 def _empty(policy) -> bool:
@@ -179,7 +179,7 @@ def test_bad_configurations_give_clear_errors():
     with pytest.raises(BudgetTooSmall, match="smaller than one request"):
         simulate(t, make_policy("paged", 200, 16))
     with pytest.raises(BudgetTooSmall, match="smaller than one request"):
-        simulate(t, make_policy("max", 1000, max_len=2048))
+        simulate(t, make_policy("firstfit-max", 1000, max_len=2048))
     with pytest.raises(ValueError, match="unknown model"):
         Budget.from_model("gpt-5", "a100-40gb")
     with pytest.raises(ValueError, match="unknown gpu"):

@@ -36,14 +36,13 @@ def test_one_policy_a_file_and_names_written_once():
                             "firstfit-oracle", "paged", "paged-share", "radix", "block-hash")
 
 
-def test_the_first_releases_policy_names_are_aliases_of_the_first_fit_ablation():
-    from kvlab.sim.policies import ALIASES, canonical_name
+def test_policy_names_have_one_spelling():
+    """The first release's aliases (max, pow2-oracle, exact) are gone: one name per policy."""
+    from kvlab.sim.policies import canonical_name
 
-    assert ALIASES == {"max": "firstfit-max", "pow2-oracle": "firstfit-pow2", "exact": "firstfit-oracle"}
-    t = shared_prefix(30, rate=5.0, seed=1, prefix_len=40)
-    for old, new in ALIASES.items():
-        a, b = simulate(t, make_policy(old, 8000, 16)), simulate(t, make_policy(new, 8000, 16))
-        assert a.policy == b.policy == new and a.records == b.records
+    for old in ("max", "pow2-oracle", "exact"):
+        with pytest.raises(ValueError, match=f"unknown policy '{old}'"):
+            make_policy(old, 8000, 16)
     assert canonical_name("orca-max") == "orca-max" and make_policy("pow2", 8000).name == "pow2"
     with pytest.raises(ValueError, match="unknown policy 'orca'; choose one of: orca-max"):
         make_policy("orca", 8000)
@@ -54,20 +53,6 @@ def test_no_block_table_is_written_outside_kvlab_memory():
     hits = [f"{p}:{i}" for p in SIM.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
             if pattern.search(line)]
     assert hits == []
-
-
-def test_old_names_stay_importable_for_one_release():
-    import kvlab.memory.events as events
-    import kvlab.sim as sim
-    from kvlab.sim.policies import Group, NullLog, Seq, SimSequence
-    from kvlab.sim.scheduler import ORDERS, PEAK_FP16_FLOPS, Budget, CostModel, simulate as old_simulate
-    from kvlab.sim.workloads import Request
-
-    assert Request is sim.TraceRequest is sim.Request
-    assert Seq is SimSequence is sim.Seq and Group is SimRequest is sim.Group
-    assert NullLog is events.NullLog
-    assert old_simulate is simulate and CostModel is sim.CostModel and Budget is sim.Budget
-    assert ORDERS == ("fcfs", "cache-aware") and "a100-40gb" in PEAK_FP16_FLOPS
 
 
 def test_sim_does_not_touch_the_command_line_module():

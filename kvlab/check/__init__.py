@@ -19,10 +19,10 @@ edge cases, prints expected beside actual, and ends with one PASS or FAIL line.
     l08_eviction.py       lru_evict, inc_lock_ref, admit_plan
     l09_at_scale.py       fit_requests, optimal_hit_rate, orca_reservation     (kvlab.sim)
     l10_tiers.py          write_back_evict, load_back_plan, next_placement
+    l11_fewer_bytes.py    streaming_keep, quest_pick, quantize_per_token        (torch)
 
 ``import kvlab.check`` is light (pure Python): the checkers marked above import torch, the
-model or the simulator inside the function, when they run. ``kvlab.check.memory`` and
-``kvlab.check.reuse`` are the old module paths, kept as re-exports for one release.
+model or the simulator inside the function, when they run.
 
 Strict mode: with ``KVLAB_CHECK_STRICT=1`` in the environment a failing check raises
 ``AssertionError`` (CI runs the lessons with the solutions injected this way).
@@ -51,6 +51,7 @@ from .l07_radix import block_hash_reuse, match_prefix, prefill_tokens
 from .l08_eviction import admit_plan, inc_lock_ref, lru_evict
 from .l09_at_scale import fit_requests, optimal_hit_rate, orca_reservation
 from .l10_tiers import load_back_plan, next_placement, write_back_evict
+from .l11_fewer_bytes import quantize_per_token, quest_pick, streaming_keep
 
 __all__ = [
     # the harness and the self-test
@@ -68,4 +69,5 @@ __all__ = [
     "lru_evict", "inc_lock_ref", "admit_plan",                                                    # 08
     "fit_requests", "optimal_hit_rate", "orca_reservation",                                       # 09
     "write_back_evict", "load_back_plan", "next_placement",                                       # 10
+    "streaming_keep", "quest_pick", "quantize_per_token",                                         # 11
 ]

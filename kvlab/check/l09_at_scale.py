@@ -220,9 +220,9 @@ def optimal_prompt_hit_rate(prompts: list[list[int]]) -> float:
         >>> optimal_prompt_hit_rate([list(range(10)), list(range(8)) + [50, 51]])
         0.4
     """
-    from kvlab.sim import Request, Trace, optimal_hit_rate  # lazy: the simulator is being restructured (issue 11 item 5)
+    from kvlab.sim import Trace, TraceRequest, optimal_hit_rate  # lazy: the simulator imports torch-free but is large
 
-    reqs = [Request(i, 0.0, len(p), 1, tuple(p), ()) for i, p in enumerate(prompts)]
+    reqs = [TraceRequest(i, 0.0, len(p), 1, tuple(p), ()) for i, p in enumerate(prompts)]
     return optimal_hit_rate(Trace("prompts", reqs))
 
 

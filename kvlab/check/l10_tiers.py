@@ -3,6 +3,7 @@
     write_back_evict   where each device leaf ends up when write_back eviction frees room
     load_back_plan     on a match over the tiers: tokens reused on the device, loaded back, computed
     next_placement     the node placement machine as a transition table
+    arc_victims        which host copies ARC evicts (T1 / T2 against its target), then LRU vs ARC
 
 Every expected answer comes from the real tiered cache (``kvlab.reuse.hiradix_cache``,
 ``kvlab.reuse.hicache_manager``) on the same case, or from the legal edges of
@@ -20,7 +21,7 @@ import random
 from typing import Callable
 
 from ..memory.block_pool import BlockAllocator
-from ..memory.events import NO_LOG
+from ..memory.events import NO_LOG, EventLog
 from ..reuse.hicache_manager import HiCacheManager
 from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
@@ -29,7 +30,7 @@ from ..reuse.radix_node import common_prefix_len
 from .harness import Checker, CheckResult, Raised, Raises, call, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
-           "PLACEMENT_TABLE"]
+           "PLACEMENT_TABLE", "arc_victims", "arc_evict_real", "ARC_MISTAKES"]
 
 
 # ------------------------------------------------------------------ exercise 1: write-back on eviction
@@ -382,3 +383,103 @@ def next_placement(fn: Callable, verbose: bool = True) -> CheckResult:
                 continue
             c.record(label, dst, got, passed=same_outcome(dst, got))
     return c.done()
+
+
+# ------------------------------------------------------------------ exercise 4: ARC on the host pool
+def arc_evict_real(t1: list[tuple[str, int]], t2: list[tuple[str, int]], target: int, need: int) -> list[str]:
+    """The real tree's answer: host-only nodes ``(name, pages)`` in ARC's lists T1 and T2 (least
+    recently used first), ARC's ``target`` (pages), ``evict_host(need)`` on a HiRadixCache with
+    ``host_eviction_policy="arc"``; returns the names evicted, in order.
+
+    Example:
+        >>> arc_evict_real([("a", 2), ("b", 1)], [("c", 2)], target=4, need=2)
+        ['c']
+    """
+    total = sum(p for _, p in t1 + t2)
+    log = EventLog()  # evict_host's event lists the victims in order
+    dev, host = BlockAllocator(max(1, total), 1, log), BlockAllocator(max(1, total), 1, log)
+    tree = HiRadixCache(dev, host, write_policy="write_back", check_kv=False, track=False,
+                        host_eviction_policy="arc")
+    names = {}
+    for i, (name, pages) in enumerate(t1 + t2):
+        node = tree.insert([1000 * (i + 1) + j for j in range(pages)], dev.allocate(pages)).last_node
+        tree.backup(node)
+        names[node.id] = name
+    for node_id, name in names.items():
+        if name in dict(t2):
+            tree.host_policy.touch(node_id)   # used again: T2, in the order given
+    tree.take_transfers()
+    tree.evict(total)                         # every copy now only on the host
+    tree.host_policy.target = target
+    tree.evict_host(need)
+    ev = [e for e in log if e.kind == "evict_host"][-1]
+    return [names[i] for i in ev.detail["nodes"]]
+
+
+def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count_nodes=False, strict=False):
+    t1, t2, out, freed = list(t1), list(t2), [], 0
+    first = None
+    while freed < need and (t1 or t2):
+        size = len(t1) if count_nodes else sum(p for _, p in t1)
+        use_t1 = bool(t1) and (always_t1 or (size > target if strict else size >= target) or not t2)
+        if decide_once:
+            first = use_t1 if first is None else first
+            use_t1 = (first and bool(t1)) or not t2
+        name, pages = (t1 if use_t1 else t2).pop(0)
+        out.append(name)
+        freed += pages
+    return out
+
+
+ARC_MISTAKES = {
+    "you ignored target: always T1 first is plain LRU over the two lists": lambda *a: _arc_rule(*a, always_t1=True),
+    "ARC decides again after every eviction (T1 shrinks)": lambda *a: _arc_rule(*a, decide_once=True),
+    "target counts pages, not nodes": lambda *a: _arc_rule(*a, count_nodes=True),
+    "T1 goes first when it holds at least target pages (>=, not >)": lambda *a: _arc_rule(*a, strict=True),
+}
+
+
+def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(t1, t2, target, need) -> [names evicted, in order]``: ARC's replacement on the host pool.
+
+    ``t1``, ``t2``: ARC's lists of host copies ``(name, pages)``, least recently used first (T1:
+    used once since stored, T2: used again); ``target``: the pages ARC wants in T1; ``need``:
+    pages to free. Rule (vLLM's ``ARCOffloadingManager.prepare_store``): until ``need`` pages are
+    freed, evict the oldest of T1 when T1 holds at least ``target`` pages (or T2 is empty), else
+    the oldest of T2. Expected: a real HiRadixCache with ``host_eviction_policy="arc"``. Then it
+    prints, for a scan with a hot set, the host hits of LRU against ARC (simulated).
+    """
+    from ..sim.tiers import host_policy_hits, scan_with_hot_set
+
+    c = Checker("arc_victims", fn, verbose=verbose)
+    cases = [
+        ("T1 at its target: T1 first", [("a", 2), ("b", 2)], [("c", 2)], 4, 2),
+        ("T1 under its target: T2 first", [("a", 2)], [("c", 2), ("d", 1)], 3, 3),
+        ("T1 shrinks below target: switch to T2", [("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6),
+        ("T2 empty: T1 whatever the target", [("a", 1), ("b", 1)], [], 5, 2),
+        ("T1 empty", [], [("c", 1), ("d", 3)], 0, 2),
+        ("target 0: T1 first", [("a", 3)], [("c", 1)], 0, 1),
+        ("pages, not nodes", [("a", 1), ("b", 1), ("e", 1)], [("c", 4)], 2, 1),
+        ("need nothing", [("a", 1)], [("c", 1)], 0, 0),
+        ("need more than there is", [("a", 1)], [("c", 2)], 1, 9),
+    ]
+    rng = random.Random(10)
+    for i in range(8):
+        t1 = [(f"a{j}", rng.randint(1, 3)) for j in range(rng.randint(0, 4))]
+        t2 = [(f"c{j}", rng.randint(1, 3)) for j in range(rng.randint(0 if t1 else 1, 4))]
+        total = sum(p for _, p in t1 + t2)
+        cases.append((f"random {i}", t1, t2, rng.randint(0, total), rng.randint(1, total)))
+    for label, t1, t2, target, need in cases:
+        expected = arc_evict_real(t1, t2, target, need)
+        full = f"{label}: T1 {t1}, T2 {t2}, target {target}, need {need}"
+        if c.unusable(full, expected):
+            continue
+        got = call(fn, list(t1), list(t2), target, need)
+        c.record(full, expected, got, note=_named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
+    res = c.done()
+    if verbose:
+        trace = scan_with_hot_set(seed=0)
+        lru, arc = host_policy_hits("lru", trace), host_policy_hits("arc", trace)
+        print(f"LRU against ARC on a scan with 3 reused system prompts ({len(trace)} requests, 16 host blocks; "
+              f"simulated): host hits LRU {lru} tokens, ARC {arc} tokens ({'ARC' if arc > lru else 'LRU'} keeps more)")
+    return res

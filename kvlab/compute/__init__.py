@@ -2,7 +2,8 @@
 
     config.py        LlamaConfig, CheckpointError: the model's hyper-parameters (HF key names)
     model.py         Llama, RMSNorm, RoPE, the attention callback: the model, cache-agnostic
-    loader.py        load_pretrained, save_pretrained, load_bundled: HF-layout checkpoints
+    loader.py        load_pretrained, save_pretrained, load_bundled: HF-layout checkpoints, "smollm2", GGUF
+    gguf.py          load_gguf, smollm2_path: GGUF files (llama.cpp's format), the registry SmolLM2
     tokenizer.py     Tokenizer: byte-level BPE with per-token display
     kv_tensors.py    ContiguousKV, PagedKVPool, kernel_ops: where K and V live, which kernels run
     sequence.py      SamplingParams, Request, Sequence, RequestMetrics, RequestState
@@ -35,7 +36,7 @@ from .engine import Engine, EngineReport, StepRecord
 from .generate import (STRATEGIES, ContextOverflowError, EmptyPromptError, GenerateError, GenerationResult,
                        UnknownStrategyError, generate)
 from .kv_tensors import BACKENDS, ContiguousKV, PagedKVPool, kernel_ops
-from .loader import load_bundled, load_pretrained, save_pretrained
+from .loader import SMOLLM2_HINT, load_bundled, load_pretrained, save_pretrained, smollm2_path
 from .model import Llama
 from .model_runner import ForwardBatch, ModelRunner
 from .sampler import sample_next
@@ -45,6 +46,7 @@ from .tokenizer import Tokenizer, load_bundled_tokenizer, load_tokenizer
 
 __all__ = [
     "CheckpointError", "LlamaConfig", "Llama", "load_bundled", "load_pretrained", "save_pretrained",
+    "smollm2_path", "SMOLLM2_HINT",
     "Tokenizer", "load_tokenizer", "load_bundled_tokenizer",
     "BACKENDS", "ContiguousKV", "PagedKVPool", "kernel_ops",
     "SamplingParams", "Request", "Sequence", "SequenceStatus", "RequestMetrics", "RequestState",

@@ -51,7 +51,15 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["CheckpointError", "LlamaConfig"]
+__all__ = ["CheckpointError", "HF_LLAMA_DEFAULTS", "LlamaConfig"]
+
+# transformers' LlamaConfig() defaults for the keys a checkpoint may leave out (checked against
+# transformers 5.24; num_key_value_heads defaults to num_attention_heads, head_dim to
+# hidden_size // num_attention_heads). kvlab's own dataclass defaults describe the tiny model.
+HF_LLAMA_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+}
 
 # rope_type -> the keys it needs (transformers' names); anything else raises CheckpointError
 ROPE_TYPES = {

@@ -8,9 +8,12 @@ Lessons show tokens one at a time, so :meth:`Tokenizer.token_text` decodes a sin
 display: leading spaces become ``␣``, newlines ``↵``, and a token that is only part of a UTF-8
 character shows its bytes as ``<e9 80>``. ``decode`` of a whole list always gives the text back.
 
-Not handled here: chat templates, special-token policies beyond ``<|bos|>``/``<|eos|>``
-(a checkpoint's own tokenizer.json keeps whatever it defines), and training (see
-``scripts/train_model.py``).
+Chat templates (a GGUF's ``tokenizer.chat_template``) are rendered with jinja2 in a sandbox, as
+transformers renders them: :meth:`Tokenizer.render_chat` gives the text,
+:meth:`Tokenizer.apply_chat_template` its ids.
+
+Not handled here: special-token policies beyond BOS/EOS (a checkpoint's own tokenizer.json keeps
+whatever it defines), and training (see ``scripts/train_model.py``).
 
 Mirrors nano-vllm's use of ``transformers.AutoTokenizer`` (``nanovllm/engine/llm_engine.py``);
 kvlab wraps the ``tokenizers`` library directly and adds the per-token display.
@@ -25,6 +28,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +36,7 @@ from pathlib import Path
 
 from .config import CheckpointError
 
-__all__ = ["ASSETS_MODEL_DIR", "BOS", "EOS", "Tokenizer", "load_tokenizer", "load_bundled_tokenizer"]
+__all__ = ["ASSETS_MODEL_DIR", "BOS", "EOS", "Tokenizer", "bytes_to_unicode", "load_tokenizer", "load_bundled_tokenizer"]
 
 
 
@@ -50,8 +54,11 @@ ASSETS_MODEL_DIR = _bundled_model_dir()
 BOS, EOS = "<|bos|>", "<|eos|>"
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte <-> printable-character table, inverted: printable char -> byte value."""
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable-character table (byte-level BPE spells every byte with one of these).
+
+    Example: bytes_to_unicode()[ord(" ")] -> "Ġ"; bytes_to_unicode()[ord("a")] -> "a".
+    """
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
@@ -60,7 +67,12 @@ def _byte_decoder() -> dict[str, int]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def _byte_decoder() -> dict[str, int]:
+    """bytes_to_unicode inverted: printable char -> byte value."""
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 _BYTE_DECODER = _byte_decoder()
@@ -68,10 +80,19 @@ _BYTE_DECODER = _byte_decoder()
 
 @dataclass
 class Tokenizer:
-    """A loaded tokenizer.json. Build with :func:`load_tokenizer` or :func:`load_bundled_tokenizer`."""
+    """A loaded tokenizer. Build with :func:`load_tokenizer`, :func:`load_bundled_tokenizer` or
+    :func:`kvlab.compute.gguf.gguf_tokenizer`.
+
+    bos_token / eos_token: the special tokens' text (None: ``<|bos|>`` / ``<|eos|>``, the bundled
+    model's); chat_template: a jinja2 chat template (a GGUF's ``tokenizer.chat_template``), used by
+    :meth:`render_chat` and :meth:`apply_chat_template`.
+    """
 
     hf: "object"  # a tokenizers.Tokenizer (imported when a tokenizer is loaded)
     path: str = ""
+    bos_token: str | None = None
+    eos_token: str | None = None
+    chat_template: str | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -79,11 +100,38 @@ class Tokenizer:
 
     @property
     def bos_id(self) -> int | None:
-        return self.hf.token_to_id(BOS)
+        return self.hf.token_to_id(self.bos_token or BOS)
 
     @property
     def eos_id(self) -> int | None:
-        return self.hf.token_to_id(EOS)
+        return self.hf.token_to_id(self.eos_token or EOS)
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
+        """The chat template rendered to text (jinja2, sandboxed, as transformers renders it).
+
+        messages: [{"role": "system" | "user" | "assistant", "content": str}, ...]. A missing
+        template or a malformed message raises ValueError / TypeError naming it.
+
+        Example (SmolLM2): render_chat([{"role": "user", "content": "hi"}]) ->
+        '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, ...<|im_end|>\\n<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n'
+        """
+        if not self.chat_template:
+            raise ValueError(f"this tokenizer ({self.path or 'no file'}) has no chat template; use encode() for raw text")
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise TypeError(f"messages must be a non-empty list of {{'role': ..., 'content': ...}} dicts, got {messages!r}")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise TypeError(f"messages[{i}] = {m!r} must be a dict with str 'role' and 'content'")
+        return _compiled_template(self.chat_template).render(
+            messages=list(messages), add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "", eos_token=self.eos_token or "", **extra)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> list[int]:
+        """Token ids of :meth:`render_chat` (special tokens such as ``<|im_start|>`` are one id each).
+
+        Example (SmolLM2): a system + user turn -> 30 ids starting [1, 9690, 198] (<|im_start|> system ↵).
+        """
+        return self.encode(self.render_chat(messages, add_generation_prompt, **extra))
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         """Text -> token ids (no special tokens unless add_bos and the vocabulary has <|bos|>)."""
@@ -125,6 +173,23 @@ class Tokenizer:
     def tokens_text(self, ids: list[int]) -> list[str]:
         """token_text of each id. Example: tokens_text(encode("hi there")) -> ['hi', '␣there']."""
         return [self.token_text(i) for i in ids]
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_template(source: str):
+    """A chat template compiled as transformers compiles it (sandboxed, trim_blocks, lstrip_blocks)."""
+    import json
+
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise ValueError(f"the chat template refused the messages: {message}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source)
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:

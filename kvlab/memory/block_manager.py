@@ -16,6 +16,8 @@ it, so each reference a table holds is taken and dropped in one place:
                     sampling, beam search)
 ``share_prefix``    point the first blocks at other blocks holding the same tokens (the tree's
                     canonical copies after an insert found them cached); drops the replaced ones
+``drop_blocks``     take full blocks out of the middle of a table (KV compression: StreamingLLM,
+                    H2O); the table gets shorter, the blocks go back to the pool
 ``free``            release every block of a table (shared ones only lose a reference)
 ==================  ==========================================================================
 
@@ -47,7 +49,7 @@ from typing import Iterable, Sequence
 from .block_pool import BlockAllocator, KVCacheError, OutOfBlocks
 from .block_table import BlockTable
 from .events import EventLog, pack_ids
-from .ids import as_ids, check_int
+from .ids import as_ids, check_int, check_seq_id
 from .snapshot import MemorySnapshot
 
 __all__ = ["BlockManager"]
@@ -91,12 +93,11 @@ class BlockManager:
         try:
             return self.tables[seq_id]
         except KeyError:
+            check_seq_id(seq_id)
             raise KeyError(f"unknown sequence {seq_id!r}; live sequences: {sorted(self.tables)}") from None
 
     def _new_id(self, seq_id: str) -> None:
-        if not isinstance(seq_id, str):
-            raise TypeError(f"seq_id must be a str, got {seq_id!r}")
-        if seq_id in self.tables:
+        if check_seq_id(seq_id) in self.tables:
             raise ValueError(f"sequence {seq_id!r} already exists")
 
     # ------------------------------------------------------------------ queries
@@ -109,17 +110,19 @@ class BlockManager:
         t = self.table(seq_id)
         return bool(t.block_ids) and t.num_tokens % self.block_size != 0 and self.allocator.ref_count[t.block_ids[-1]] > 1
 
-    def _append_plan(self, t: BlockTable, n: int) -> tuple[bool, int]:
-        """(copy the last block first?, new blocks past the table's end) for appending ``n`` tokens."""
+    def _append_plan(self, t: BlockTable, n: int) -> tuple[int, bool, int]:
+        """(``n`` as a checked int, copy the last block first?, new blocks past the table's end) for
+        appending ``n`` tokens. Use the returned ``n`` from here on: a numpy count must never reach
+        the table (``np.uint8(200)`` would wrap when added to it)."""
         n = check_int("n", n, 0)
         new = -(-(t.num_tokens + n) // self.block_size) - len(t.block_ids)
         cow = n > 0 and bool(t.block_ids) and t.num_tokens % self.block_size != 0 \
             and self.allocator.ref_count[t.block_ids[-1]] > 1
-        return cow, new
+        return n, cow, new
 
     def blocks_to_append(self, seq_id: str, n: int = 1) -> int:
         """How many fresh blocks ``append(seq_id, n)`` would take (copy-on-write included)."""
-        cow, new = self._append_plan(self.table(seq_id), n)
+        _n, cow, new = self._append_plan(self.table(seq_id), n)
         return cow + new
 
     # ------------------------------------------------------------------ creating tables
@@ -160,7 +163,7 @@ class BlockManager:
         just returned) holding ``n`` tokens. Still all or nothing: OutOfBlocks, nothing changed,
         when the pool cannot supply the blocks ``extra`` more slots need."""
         t = BlockTable(seq_id, self.block_size, ids, n)
-        cow, new = self._append_plan(t, extra)
+        extra, cow, new = self._append_plan(t, extra)
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
         self.tables[seq_id] = t
@@ -195,7 +198,7 @@ class BlockManager:
         supply every block needed (the copy included).
         """
         t = self.table(seq_id)
-        cow, new = self._append_plan(t, n)
+        n, cow, new = self._append_plan(t, n)
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"append {n} token(s) to {seq_id}")
         return self._grow(t, n, cow, new)
@@ -262,6 +265,36 @@ class BlockManager:
         t.block_ids[:len(ids)] = ids
         released = self.allocator._decref(drop, seq_id, record=False)
         self.log.add("share_prefix", seq_id, take, pack_ids(drop), pack_ids(released))
+        return released
+
+    def drop_blocks(self, seq_id: str, logical_blocks: Sequence[int]) -> list[int]:
+        """Remove the full logical blocks ``logical_blocks`` from ``seq_id``'s table (KV compression):
+        the later blocks move up, ``num_tokens`` drops by ``block_size`` per block, and each removed
+        block loses this table's reference (returned: those that became free).
+
+        After a drop, slot ``i`` of the table no longer holds position ``i``: the caller keeps each
+        kept token's original position (for RoPE and masks; see ``kvlab.compute.kv_compress``).
+        Only full blocks can go (the last, partial block is still being written). All or nothing.
+
+        Example (block size 4, 14 tokens in [0, 1, 2, 3]): ``drop_blocks("A", [1, 2])`` -> [1, 2];
+        the table is [0, 3] with 6 tokens (positions 0-3 and 12-13).
+        """
+        t = self.table(seq_id)
+        drop = as_ids(logical_blocks, "logical_blocks")
+        if len(set(drop)) != len(drop):
+            raise ValueError(f"drop_blocks {seq_id}: a logical block appears twice in {drop}")
+        bad = [i for i in drop if not 0 <= i < t.num_full_blocks]
+        if bad:
+            raise ValueError(f"drop_blocks {seq_id}: logical block {bad[0]} is not a full block of the table "
+                             f"(full blocks: 0..{t.num_full_blocks - 1} of {len(t.block_ids)})")
+        if not drop:
+            return []
+        gone = set(drop)
+        ids = [t.block_ids[i] for i in sorted(gone)]
+        t.block_ids = [b for i, b in enumerate(t.block_ids) if i not in gone]
+        t.num_tokens -= len(ids) * self.block_size
+        released = self.allocator._decref(ids, seq_id, record=False)
+        self.log.add("drop", seq_id, ids, pack_ids(sorted(gone)), pack_ids(released))
         return released
 
     # ------------------------------------------------------------------ release

@@ -37,7 +37,28 @@ from typing import Iterable, Sequence
 from .events import EventLog
 from .ids import as_ids, check_int
 
-__all__ = ["KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "NotABlockId", "BlockAllocator"]
+__all__ = ["KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "NotABlockId", "BlockAllocator",
+           "check_block_ids"]
+
+
+def check_block_ids(block_ids: Iterable[int], num_blocks: int, what: str) -> list[int]:
+    """``block_ids`` as a list of Python ints in ``0..num_blocks-1`` (the id rule of
+    :mod:`kvlab.memory.ids`: numpy integers converted); :class:`NotABlockId` (a TypeError) for a
+    bool, float, string or None, :class:`UnknownBlock` for an id out of range. For every pool
+    that takes block ids back (this allocator, ``kvlab.reuse.block_hash_cache``).
+
+    Example: ``check_block_ids([2, np.int64(0)], 4, "free") -> [2, 0]``; ``[True]`` and ``[4]``
+    are refused."""
+    try:
+        ids = as_ids(block_ids, "block_ids")
+    except TypeError as e:
+        raise NotABlockId(f"{what}: {e}") from None
+    except ValueError as e:
+        raise UnknownBlock(f"{what}: {e}") from None
+    if ids and max(ids) >= num_blocks:
+        b = next(b for b in ids if b >= num_blocks)
+        raise UnknownBlock(f"{what}: unknown block id {b} (valid ids are 0..{num_blocks - 1})")
+    return ids
 
 
 class KVCacheError(Exception):
@@ -101,20 +122,10 @@ class BlockAllocator:
         return self.num_blocks - self.num_free_blocks
 
     def can_allocate(self, n: int) -> bool:
-        return 0 <= n <= self.num_free_blocks
+        return 0 <= check_int("n", n) <= self.num_free_blocks
 
     def _validate(self, block_ids: Iterable[int], what: str) -> list[int]:
-        try:
-            ids = as_ids(block_ids, "block_ids")
-        except TypeError as e:
-            raise NotABlockId(f"{what}: {e}") from None
-        except ValueError as e:
-            raise UnknownBlock(f"{what}: {e}") from None
-        nb = self.num_blocks
-        if ids and max(ids) >= nb:
-            b = next(b for b in ids if b >= nb)
-            raise UnknownBlock(f"{what}: unknown block id {b} (valid ids are 0..{nb - 1})")
-        return ids
+        return check_block_ids(block_ids, self.num_blocks, what)
 
     # ------------------------------------------------------------------ state changes (all or nothing)
     def allocate(self, n: int, owner: str | None = None) -> list[int]:

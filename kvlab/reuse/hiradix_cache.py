@@ -62,9 +62,11 @@ from typing import Iterable, Sequence
 from ..memory.block_pool import BlockAllocator, KVCacheError
 from ..memory.events import NullLog
 from ..memory.ids import check_int
-from .hicache_storage import HiCacheStorage, chunk_key
+from .hicache_storage import HiCacheStorage
 from .hiradix_node import HiMatchResult, TierSnapshot, TierStats, Transfer
+from .hiradix_storage import PREFETCH_POLICIES, StorageTier
 from .lifecycle import LifecycleTracker
+from .host_policy import make_host_policy
 from .radix_cache import EvictResult, InsertResult, RadixCache, TreeNode
 
 __all__ = ["WRITE_POLICIES", "Transfer", "TierStats", "HiMatchResult", "TierSnapshot", "HiRadixCache"]  # types: hiradix_node
@@ -72,27 +74,38 @@ __all__ = ["WRITE_POLICIES", "Transfer", "TierStats", "HiMatchResult", "TierSnap
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
 
-class HiRadixCache(RadixCache):
+class HiRadixCache(StorageTier, RadixCache):
     """A radix tree over a device pool (``allocator``) and a host pool (``host_allocator``).
 
-    ``write_policy``: one of WRITE_POLICIES. ``write_through_threshold``: matches before a
-    selective write-through backs a node up. ``load_back_threshold``: fewer host/disk tokens than
-    this on a match are recomputed instead of loaded (SGLang's ``load_back_threshold``).
-    ``storage``: a HiCacheStorage for the disk tier, or None. ``track``: emit lifecycle
-    transitions (default: unless the log is a NullLog).
+    ``write_policy``: one of WRITE_POLICIES. ``write_through_threshold``: for
+    ``write_through_selective``, the number of requests that must have inserted a node before it
+    is backed up (SGLang's rule and default: counted at insert, 2). ``load_back_threshold``: fewer
+    host/disk tokens than this on a match are recomputed instead of loaded (SGLang's
+    ``load_back_threshold``). ``storage``: a HiCacheStorage for the disk tier, or None.
+    ``prefetch_policy``, ``prefetch_threshold``, ``prefetch_timeout_s``, ``storage_write``: how
+    pages come from and go to storage (``kvlab.reuse.hiradix_storage``). ``host_eviction_policy``:
+    the order host-only nodes leave the host pool (default: the device's ``eviction_policy``).
+    ``track``: emit lifecycle transitions (default: unless the log is a NullLog).
     """
 
     def __init__(self, allocator: BlockAllocator, host_allocator: BlockAllocator, page_size: int = 1,
                  eviction_policy: str = "lru", check_kv: bool = True, *, write_policy: str = "write_through",
                  write_through_threshold: int = 2, load_back_threshold: int = 1,
-                 storage: HiCacheStorage | None = None, track: bool | None = None) -> None:
+                 storage: HiCacheStorage | None = None, track: bool | None = None,
+                 prefetch_policy: str = "wait_complete", prefetch_threshold: int = 1,
+                 prefetch_timeout_s: float = 1.0, storage_write: str = "on_host_evict",
+                 host_eviction_policy: str | None = None) -> None:
         if write_policy not in WRITE_POLICIES:
             raise ValueError(f"unknown write_policy {write_policy!r}; choose one of {WRITE_POLICIES}")
         if not isinstance(host_allocator, BlockAllocator) or host_allocator.block_size != allocator.block_size:
             raise ValueError("host_allocator must be a BlockAllocator with the device pool's block_size "
                              f"{allocator.block_size}, got {host_allocator!r}")
+        if host_allocator is allocator:
+            raise ValueError("host_allocator is the device pool itself: the host tier needs its own BlockAllocator")
         if storage is not None and not isinstance(storage, HiCacheStorage):
-            raise TypeError(f"storage must have exists/add/remove (a HiCacheStorage), got {storage!r}")
+            raise TypeError("storage must have fingerprint, exists, batch_exists, prefetch, add, remove "
+                            f"(a HiCacheStorage), got {storage!r}")
+        self._storage_options(prefetch_policy, prefetch_threshold, prefetch_timeout_s, storage_write)
         self.write_through_threshold = check_int("write_through_threshold", write_through_threshold, 1)
         self.load_back_threshold = check_int("load_back_threshold", load_back_threshold, 0)
         super().__init__(allocator, page_size, eviction_policy, check_kv)
@@ -101,7 +114,10 @@ class HiRadixCache(RadixCache):
         self.storage = storage
         self.tier_stats = TierStats()
         self.host_value: dict[int, list[int]] = {}        # node id -> its host blocks (SGLang's host_value)
-        self.disk_ref: dict[int, tuple[str, int]] = {}    # node id -> (chunk key, first page in it)
+        self.disk_ref: dict[int, list[str]] = {}          # node id -> its pages' storage keys (placement disk)
+        self._saving: set[str] = set()                    # page keys a queued "save" writes
+        self._inserted_by: dict[int, set] = {}            # node id -> requests that inserted it (selective)
+        self.host_policy = make_host_policy(host_eviction_policy or eviction_policy, host_allocator.num_blocks)
         self._tiered: dict[int, TreeNode] = {}            # nodes with a host copy or a disk chunk
         self._offloaded = 0                               # tokens of nodes off the device
         self._transfers: list[Transfer] = []
@@ -147,18 +163,25 @@ class HiRadixCache(RadixCache):
             n = n.parent
         return [t for p in reversed(parts) for t in p]
 
+    def _content(self, node: TreeNode) -> str:
+        """What ``node``'s KV is (its whole prefix), for the host policy's ghosts."""
+        return str(hash(tuple(self._prefix_tokens(node))))
+
     def _queue(self, t: Transfer) -> None:
         self._transfers.append(t)
         if t.kind == "write":
             self._writing.update(t.dst)
         elif t.kind in ("load", "fetch"):
             self._loading.update(t.dst)
+        elif t.kind == "save":
+            self._saving.update(t.keys)
 
     def take_transfers(self) -> list[Transfer]:
         """The queued copies, in the order they must run (and clear the queue: they are done)."""
         out, self._transfers = self._transfers, []
         self._loading.clear()
         self._writing.clear()
+        self._saving.clear()
         self._checkpoint("transfers done")
         return out
 
@@ -210,8 +233,12 @@ class HiRadixCache(RadixCache):
             hv = self.host_value[child.id]
             self.host_value[new.id], self.host_value[child.id] = hv[:k], hv[k:]
         if child.id in self.disk_ref:
-            key, off = self.disk_ref[child.id]
-            self.disk_ref[new.id], self.disk_ref[child.id] = (key, off), (key, off + k)
+            keys = self.disk_ref[child.id]
+            self.disk_ref[new.id], self.disk_ref[child.id] = keys[:k], keys[k:]
+        if child.id in self._inserted_by:
+            self._inserted_by[new.id] = set(self._inserted_by[child.id])
+        if child.id in self.host_value:
+            self.host_policy.split(child.id, new.id, k)
         if child.id in self._tiered:
             self._tiered[new.id] = new
         if child.id in self._protected_host:
@@ -233,6 +260,11 @@ class HiRadixCache(RadixCache):
         disk = sum(len(n.key) for n in beyond) - host
         dev_len = m.prefix_len - host - disk
         self._protected_host = {n.id for n in beyond}
+        n = m.last_node
+        while n is not self.root:  # the host policy sees which host copies a request uses
+            if n.id in self.host_value:
+                self.host_policy.touch(n.id)
+            n = n.parent
         if record_stats:
             s = self.stats
             s.num_matches += 1
@@ -240,15 +272,6 @@ class HiRadixCache(RadixCache):
             s.missed_tokens += len(key) - m.prefix_len
             self.tier_stats.host_hit_tokens += host
             self.tier_stats.disk_hit_tokens += disk
-        if self.write_policy == "write_through_selective":
-            n, hot = node, []
-            while n is not self.root:
-                if n.hit_count >= self.write_through_threshold and n.id not in self.host_value:
-                    hot.append(n)
-                n = n.parent
-            for n in reversed(hot):
-                if not self.backup(n, rid, "write_through_selective"):
-                    break
         return HiMatchResult(dev_len, m.kv, node, tuple(beyond), host, disk)
 
     def _insert(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
@@ -266,13 +289,18 @@ class HiRadixCache(RadixCache):
         res = super()._insert(key, kv, rid, share, walk)
         if known is not None and res.last_node.id not in known:
             self._note(res.last_node, "insert", rid)
-        if self.write_policy == "write_through":
+        if self.write_policy != "write_back":
             path, n = [], res.last_node
             while n is not self.root:
                 path.append(n)
                 n = n.parent
             for n in reversed(path):
-                if n.id not in self.host_value and not self.backup(n, rid, "write_through"):
+                if self.write_policy == "write_through_selective":  # SGLang's inc_hit_count at insert
+                    seen = self._inserted_by.setdefault(n.id, set())
+                    seen.add(rid if rid is not None else object())
+                    if len(seen) < self.write_through_threshold:
+                        continue
+                if n.id not in self.host_value and not self.backup(n, rid, self.write_policy):
                     break
         self._checkpoint("insert", rid)
         return res
@@ -302,6 +330,9 @@ class HiRadixCache(RadixCache):
         """Copy a device node to the host (SGLang's ``write_backup``): host blocks (host eviction
         first when short) and a queued "write"; ``device -> both``. False, with nothing changed,
         when even host eviction cannot make room."""
+        self._check_node(node, "backup")
+        if node is self.root:
+            raise KVCacheError("backup: the root holds no KV")
         n, ha = len(node.value), self.host_allocator
         if node.id in self.host_value:
             return True
@@ -316,12 +347,15 @@ class HiRadixCache(RadixCache):
                 return False
         hv = ha._allocate(n, None, record=False)
         self.host_value[node.id] = hv
+        self.host_policy.store(node.id, n, self._content(node))
         self._tiered[node.id] = node
         self._queue(Transfer("write", tuple(node.value), tuple(hv), node=node.id))
         self.tier_stats.written_tokens += len(node.key)
         self.log.record("write", rid, hv, node=node.id, src=list(node.value), policy=cause)
         self._note(node, cause, rid)
         self._checkpoint(cause, rid, device=False)
+        if self.storage is not None and self.storage_write == "write_through":
+            self._save_pages(node, hv, rid)  # queued after the write: it reads the host copy
         return True
 
     def _device_leaves(self) -> list[TreeNode]:
@@ -385,15 +419,20 @@ class HiRadixCache(RadixCache):
                     self._tree_blocks.difference_update(n.value)
             else:
                 self._offloaded -= len(n.key)
-            hv = self.host_value.pop(n.id, None)
+            hv = self.host_value.get(n.id)
+            if hv:
+                self.host_policy.evicted(n.id, "")
+            self.host_value.pop(n.id, None)
             if hv:
                 self.host_allocator._decref(hv, rid, record=False)
                 self._writing.difference_update(hv)
                 self.tier_stats.host_dropped_tokens += len(n.key)
             self.disk_ref.pop(n.id, None)
             self._tiered.pop(n.id, None)
+            self._inserted_by.pop(n.id, None)
             self._protected_host.discard(n.id)
             self._note(n, cause if n is node else "drop", rid, "evicted")
+        self._checkpoint(cause, rid, device=False)  # host blocks freed with the nodes: host -> free, now
         return dev
 
     def _host_evictable(self) -> int:
@@ -407,25 +446,20 @@ class HiRadixCache(RadixCache):
 
     def evict_host(self, num_pages: int, rid: str | None = None) -> int:
         """Free at least ``num_pages`` host blocks from host-only nodes with no child on the host,
-        in policy order: each is saved to disk (``host -> disk``; a queued "save" unless the chunk
+        in the host policy's order (``kvlab.reuse.host_policy``): each is saved to disk (``host -> disk``; a queued "save" unless the chunk
         exists already) with a storage tier, else dropped. Returns the host blocks freed."""
         num_pages = check_int("num_pages", num_pages, 0)
-        prio = self.policy.priority
-        heap = [(prio(n), n.id, n) for n in list(self._tiered.values()) if self._host_leaf(n)]
-        heapq.heapify(heap)
+        prio = self.host_policy.priority
+        cands = {n.id: n for n in list(self._tiered.values()) if self._host_leaf(n)}
         freed, ids, blocks = 0, [], []
-        while freed < num_pages and heap:
-            _, _, x = heapq.heappop(heap)
+        while freed < num_pages and cands:
+            x = min(cands.values(), key=lambda n: (prio(n), n.id))  # asked again each time: ARC re-decides
+            del cands[x.id]
             parent = x.parent
+            self.host_policy.evicted(x.id, self._content(x))
             hv = self.host_value.pop(x.id)
             if self.storage is not None:
-                prefix = self._prefix_tokens(x)
-                key = chunk_key(prefix, len(prefix) - len(x.key))
-                if not self.storage.exists(key):
-                    self.storage.add(key, len(hv))
-                    self._queue(Transfer("save", tuple(hv), (), key=key, node=x.id))
-                    self.tier_stats.saved_tokens += len(x.key)
-                self.disk_ref[x.id] = (key, 0)
+                self.disk_ref[x.id] = self._save_pages(x, hv, rid)
                 self._note(x, "evict_host", rid)
             else:
                 self.host_value[x.id] = hv  # _remove frees it with the node
@@ -438,27 +472,13 @@ class HiRadixCache(RadixCache):
             blocks += hv
             ids.append(x.id)
             if parent is not self.root and self._host_leaf(parent):
-                heapq.heappush(heap, (prio(parent), parent.id, parent))
+                cands[parent.id] = parent
         self.log.record("evict_host", rid, blocks, requested=num_pages, num_pages=freed, nodes=ids,
                         to_disk=self.storage is not None)
         self._checkpoint("evict_host", rid, device=False)
         return freed
 
     # ------------------------------------------------------------------ load back
-    def check_disk(self, nodes: Sequence[TreeNode], rid: str | None = None) -> list[TreeNode]:
-        """``nodes`` (a match's ``beyond``) up to the first disk node whose chunk is missing or
-        corrupt; that node and everything below it leave the tree (a miss, never a wrong answer)."""
-        for i, n in enumerate(nodes):
-            if n.id in self.disk_ref and (self.storage is None or not self.storage.exists(self.disk_ref[n.id][0])):
-                key = self.disk_ref[n.id][0]
-                if self.storage is not None:
-                    self.storage.remove(key)
-                self.tier_stats.disk_misses += 1
-                self.log.record("disk_miss", rid, (), node=n.id, key=key)
-                self._remove(n, "miss", rid)
-                return list(nodes[:i])
-        return list(nodes)
-
     def load_back(self, nodes: Sequence[TreeNode], rid: str | None = None) -> list[int]:
         """Give ``nodes`` (a match's ``beyond``, top down, none on the device) fresh device blocks
         and queue their copies ("load" from the host, "fetch" from disk); ``host -> both``,
@@ -467,6 +487,8 @@ class HiRadixCache(RadixCache):
         nodes = list(nodes)
         for i, n in enumerate(nodes):
             self._check_node(n, "load_back")
+            if n is self.root:
+                raise KVCacheError("load_back: the root holds no KV")
             parent_ok = (n.parent is self.root or n.parent.value) if i == 0 else n.parent is nodes[i - 1]
             if n.value or not parent_ok:
                 raise KVCacheError(f"load_back: node {n.id} is on the device or does not continue the path")
@@ -485,9 +507,9 @@ class HiRadixCache(RadixCache):
                 self._queue(Transfer("load", tuple(self.host_value[n.id]), tuple(dev), node=n.id))
                 self.tier_stats.loaded_tokens += len(n.key)
             else:
-                key, page = self.disk_ref.pop(n.id)
+                keys = self.disk_ref.pop(n.id)
                 del self._tiered[n.id]
-                self._queue(Transfer("fetch", (), tuple(dev), key=key, page_offset=page, node=n.id))
+                self._queue(Transfer("fetch", (), tuple(dev), keys=tuple(keys), node=n.id))
                 self.tier_stats.fetched_tokens += len(n.key)
             self._note(n, "load_back", rid)
         self._protected_host.difference_update(n.id for n in nodes)
@@ -530,6 +552,8 @@ class HiRadixCache(RadixCache):
             hv = self.host_value.get(node.id)
             assert not node.value or len(node.value) == pages, f"node {node.id}: {len(node.value)} device blocks, {pages} pages"
             assert hv is None or len(hv) == pages, f"node {node.id}: {len(hv)} host blocks, {pages} pages"
+            dk = self.disk_ref.get(node.id)
+            assert dk is None or len(dk) == pages, f"node {node.id}: {len(dk)} page keys, {pages} pages"
             assert (where == "disk") == (node.id in self.disk_ref), f"node {node.id} ({where}): disk_ref disagrees"
             assert where == "device" or self._tiered.get(node.id) is node, f"node {node.id} ({where}) not in _tiered"
             parent_where = "device" if node.parent is self.root else self.placement(node.parent)
@@ -553,6 +577,7 @@ class HiRadixCache(RadixCache):
         assert unlocked == self._evictable_size and locked == self._protected_size, "evictable/protected sizes"
         assert offloaded == self._offloaded, f"offloaded tokens {self._offloaded} != {offloaded}"
         assert set(self.host_value) | set(self.disk_ref) == set(self._tiered) <= live, "side tables name dead nodes"
+        assert set(self._inserted_by) <= live, "insert counts name dead nodes"
         assert set(self._lock_targets) <= live and self._protected_host <= live, "a lock or protection on a dead node"
         assert self._tree_blocks is None or seen_dev == self._tree_blocks, "the tree's block set is out of date"
         self.allocator.check_integrity([n.value for n in self._iter_nodes()] + [list(h) for h in holders])
@@ -571,7 +596,7 @@ class HiRadixCache(RadixCache):
             if n.id in self.host_value:
                 where.append(f"host={self.host_value[n.id]}")
             if n.id in self.disk_ref:
-                where.append(f"disk={self.disk_ref[n.id][0][:8]}+{self.disk_ref[n.id][1]}")
+                where.append(f"disk={self.disk_ref[n.id][0][:8]}..x{len(self.disk_ref[n.id])}")
             lock = f" lock={n.lock_ref}" if n.lock_ref else ""
             lines.append(f"{pad}[{toks}] {self.placement(n)} {' '.join(where)}{lock}")
             stack.extend((c, pad + "  ") for c in reversed(n.children.values()))

@@ -36,12 +36,11 @@ from __future__ import annotations
 
 from .cost import COST_PRESETS, PEAK_FP16_FLOPS, Budget, CostModel
 from .metrics import CATEGORIES, RequestRecord, RunMetrics, SimResult, format_table
-from .policies import (ALIASES, PAPER_POLICIES, POLICY_NAMES, BudgetTooSmall, Group, MemoryPolicy, Seq, SimRequest,
-                       SimSequence, Usage, make_policy)
+from .policies import (PAPER_POLICIES, POLICY_NAMES, BudgetTooSmall, MemoryPolicy, SimRequest, SimSequence, Usage,
+                       make_policy)
 from .simulation import ORDERS, Simulation, simulate
 from .workloads import (
     WORKLOADS,
-    Request,
     Trace,
     TraceRequest,
     alpaca,
@@ -57,13 +56,10 @@ from .workloads import (
     synthetic,
 )
 
-# Old names (Request, Seq, Group) stay importable for one release (kvlab 0.2): TraceRequest,
-# SimSequence, SimRequest are the new ones.
 __all__ = [
     "TraceRequest", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix", "few_shot",
     "scenario", "parallel_sampling", "beam_search", "optimal_hit_rate", "WORKLOADS", "synthetic",
-    "MemoryPolicy", "make_policy", "POLICY_NAMES", "PAPER_POLICIES", "ALIASES", "BudgetTooSmall", "SimRequest",
+    "MemoryPolicy", "make_policy", "POLICY_NAMES", "PAPER_POLICIES", "BudgetTooSmall", "SimRequest",
     "SimSequence", "Usage", "Simulation", "simulate", "CostModel", "Budget", "ORDERS", "PEAK_FP16_FLOPS", "COST_PRESETS",
     "SimResult", "RunMetrics", "RequestRecord", "format_table", "CATEGORIES",
-    "Request", "Seq", "Group",
 ]

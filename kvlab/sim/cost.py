@@ -241,6 +241,18 @@ class Budget:
         tokens = int(kv_bytes // spec.bytes_per_token)
         return cls(tokens, spec.bytes_per_token, f"{src} = {kv_bytes / 1e9:.2f} GB / {spec.bytes_per_token:,} B per token")
 
+    def with_bytes_per_token(self, bytes_per_token: int, what: str = "") -> "Budget":
+        """The same memory in slots of another size (int8 KV, MLA, ...): ``tokens x bytes_per_token``
+        bytes re-divided. Example: Table 1's 15,728 fp16 slots of OPT-13B in int8 (2 x 40 x 40 x
+        (128 + 4) = 422,400 B) -> 30,502 slots."""
+        if isinstance(bytes_per_token, bool) or not isinstance(bytes_per_token, int) or bytes_per_token < 1:
+            raise ValueError(f"bytes_per_token must be an int >= 1, got {bytes_per_token!r}")
+        if bytes_per_token == self.bytes_per_token:
+            return self
+        tokens = self.tokens * self.bytes_per_token // bytes_per_token
+        return Budget(tokens, bytes_per_token, f"{self.source}; re-divided into {bytes_per_token:,} B per token"
+                      + (f" ({what})" if what else ""))
+
     @classmethod
     def table1(cls) -> "Budget":
         """The vLLM paper's setting (Table 1, p. 9): OPT-13B on an A100-40GB with 12 GiB for KV:

@@ -29,7 +29,7 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
 from ..memory.snapshot import MemorySnapshot
-from .palette import FREE, assign_colors, source_label, theme, tint
+from .palette import FREE, assign_colors, label_px, source_label, theme, tint
 
 __all__ = ["notes_trace", "growth_trace", "CompareStep", "run_compare", "compare_data", "compare_figure",
            "animate_compare", "compare_stepper", "STRANDED"]
@@ -246,7 +246,7 @@ def _traces(d: dict[str, Any], step: CompareStep) -> list[Any]:
             x=d["x"], y=d["y"], mode="markers+text" if show_text else "markers",
             marker=dict(symbol="square", size=size, color=d[f"{side}_color"], line=dict(color="#ffffff", width=1)),
             text=d[f"{side}_label"] if show_text else None, textposition="top right",
-            textfont=dict(size=max(8, th.label_size - 1), color=th.text_color),
+            textfont=dict(size=label_px(), color=th.text_color),
             hoverinfo="skip", showlegend=False, xaxis=f"x{k + 1}" if k else "x", yaxis=f"y{k + 1}" if k else "y",
         ))
     for k, side in enumerate(("contiguous", "paged")):

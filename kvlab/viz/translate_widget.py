@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from ..memory.block_table import translate
 from .display import is_static
-from .palette import FREE, HIGHLIGHT, classroom_css, request_color, source_label, theme, tint
+from .palette import FREE, HIGHLIGHT, classroom_css, label_px, request_color, source_label, theme, tint
 
 __all__ = ["translation_chain", "parse_block_table", "translation_figure_data", "translation_figure",
            "TranslationWidget", "NOTES_TABLE", "chain_rows", "token_labels"]
@@ -178,8 +178,7 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
     tok_x = [(c["x0"] + c["x1"]) / 2 for c in d["tokens"]]
     labels = token_labels(len(d["tokens"]), bs, chain["pos"] if d["ok"] else None, px_per_slot)
     texts.append(go.Scatter(x=tok_x, y=[2] * len(tok_x), mode="text", text=labels,
-                            textfont=dict(size=max(8, min(th.label_size, int(px_per_slot * 0.9) if px_per_slot >= 13
-                                                          else th.label_size))),
+                            textfont=dict(size=label_px(px_per_slot * 0.9 if px_per_slot >= 13 else None)),
                             hoverinfo="skip", showlegend=False))
     for layer, y in (("table", 1), ("physical", 0)):
         cs = d[layer]

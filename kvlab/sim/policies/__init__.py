@@ -45,9 +45,7 @@ Example (a budget of 64 slots in blocks of 16; one 20-token request):
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ...memory.events import NullLog
+from ...memory.ids import check_int
 from .base import BudgetTooSmall, MemoryPolicy, SimRequest, SimSequence, Usage
 from .block_hash import BlockHashPolicy
 from .contiguous import CONTIGUOUS_MODES, ContiguousPolicy
@@ -57,26 +55,17 @@ from .radix import RadixPolicy
 
 __all__ = ["SimSequence", "SimRequest", "Usage", "MemoryPolicy", "ContiguousPolicy", "OrcaPolicy", "PagedPolicy",
            "RadixPolicy", "BlockHashPolicy", "make_policy", "canonical_name", "POLICY_NAMES", "PAPER_POLICIES",
-           "ALIASES", "MAX_CAPACITY", "BudgetTooSmall", "Seq", "Group", "NullLog"]
+           "MAX_CAPACITY", "BudgetTooSmall"]
 
 PAPER_POLICIES = (*ORCA_MODES, "vllm")  # the vLLM paper's four systems, in its order
 POLICY_NAMES = (*PAPER_POLICIES, *CONTIGUOUS_MODES, "paged", "paged-share", "radix", "block-hash")
-# The first release's names of the first-fit ablation, kept for one release (kvlab 0.2).
-ALIASES = {"max": "firstfit-max", "pow2-oracle": "firstfit-pow2", "exact": "firstfit-oracle"}
 # The most token slots a policy takes: block policies keep a few Python objects per block, so a
 # budget of 10**12 slots would need hundreds of GB of RAM (2**26 slots = 64 Mi = 4 Mi blocks of 16).
 MAX_CAPACITY = 2**26
 
-# Old names, kept importable for one release (kvlab 0.2): Seq -> SimSequence, Group -> SimRequest;
-# NullLog lives in kvlab.memory.events.
-Seq = SimSequence
-Group = SimRequest
-
 
 def canonical_name(name: str) -> str:
-    """The policy's name as :data:`POLICY_NAMES` spells it (an old alias mapped); ValueError
-    naming the choices for an unknown one."""
-    name = ALIASES.get(name, name)
+    """``name`` if it is one of :data:`POLICY_NAMES`; a ValueError naming the choices otherwise."""
     if name not in POLICY_NAMES:
         raise ValueError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")
     return name
@@ -93,9 +82,7 @@ def make_policy(name: str, capacity: int, block_size: int = 16, max_len: int = 2
     """
     if not 0 <= watermark < 1:
         raise ValueError(f"watermark must be in [0, 1), got {watermark}")
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise ValueError(f"capacity must be a positive number of token slots, got {capacity!r}")
-    capacity = int(capacity)
+    capacity = check_int("capacity", capacity, 1)  # token slots
     if capacity > MAX_CAPACITY:
         raise ValueError(f"capacity of {capacity:,} token slots is more than the simulator's limit of "
                          f"{MAX_CAPACITY:,} (2**26; a block policy keeps Python objects per block)")

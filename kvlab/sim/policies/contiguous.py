@@ -14,8 +14,7 @@ mode                  rule (:class:`~kvlab.memory.contiguous.ContiguousArena` po
 
 The three ``firstfit-*`` modes use the Orca baselines' length estimates (``orca.py``) but place
 each range first fit, in token slots, with no power-of-two rounding: the **ablation** that shows
-what the paper's buddy allocator costs (old names ``max``, ``pow2-oracle``, ``exact`` are
-aliases of them, kept for one release).
+what the paper's buddy allocator costs.
 
 Mirrors the Orca baselines of the vLLM paper (Kwon et al., SOSP 2023, Sec. 6.1) minus their
 allocator (vLLM's pre-release ``BuddyBlockSpaceManager``, which ``orca.py`` follows).
