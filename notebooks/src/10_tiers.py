@@ -16,6 +16,8 @@
 #   a host hit, and what a host tier buys a long chat whose history no longer fits the GPU.
 # - When loading a prefix back beats recomputing it (prefill FLOPs against bytes over PCIe or
 #   NVMe), per model: a break-even prefix length.
+# - On a real model (SmolLM2-135M-Instruct): restart the server and the system prompt comes back
+#   from disk instead of being computed again.
 #
 # Terms are in the [glossary](glossary.md): block (块), radix tree (前缀树), eviction (驱逐),
 # prefill (预填充). New here: **tier** (存储层级), **offload** (卸载), **load-back** (回载).
@@ -493,7 +495,62 @@ print(f"copy time: {1e3 * t['measured_s']:.2f} ms measured on this machine (host
       f"{1e3 * t['simulated_s']:.3f} ms simulated over {t['host_link']} (64 GB/s, 10 µs a copy)")
 
 # %% [markdown]
-# ## 8. Exercises
+# ## 8. Restart the server: the system prompt comes back from disk (the real model)
+#
+# Now a real pretrained model, SmolLM2-135M-Instruct (30 layers, 3 KV heads of 64: 45 KiB of KV
+# a token in fp32), with a disk tier. Server A serves one customer and, with
+# `storage_write="write_through"`, saves every page it computes to a folder, each chunk keyed
+# by a hash chain over its page's whole token prefix and a fingerprint of the model, checked on
+# read. Then the server restarts: server B is a fresh engine, empty device and host pools, on
+# the same folder. Its first customer asks something else under the same system prompt: B asks
+# the disk for the longest run of pages it holds and loads them instead of computing them.
+# Server C is the same fresh engine on an empty folder (a cold start). Measured on this machine.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import tempfile
+
+from kvlab.compute.loader import load_pretrained
+
+smol, smol_tok = load_pretrained("smollm2")
+shop = ("You are a customer-service assistant for an online shop. Answer politely in one sentence. Refunds take five "
+        "to seven working days. Orders ship within two days. Invoices are emailed after shipping. Never share another "
+        "customer's data.")
+
+
+def chat_prompt(question):
+    return smol_tok.apply_chat_template([{"role": "system", "content": shop}, {"role": "user", "content": question}],
+                                        add_generation_prompt=True)
+
+
+def serve_once(prompt, folder, **kw):
+    eng = Engine(smol, num_blocks=16, block_size=16, host_ratio=1, storage=folder, **kw)
+    st = eng.submit(prompt, 6)
+    eng.run()
+    return eng, st
+
+
+p_refund, p_ship = chat_prompt("How do I get a refund?"), chat_prompt("When will my order ship?")
+shared = next(i for i, (x, y) in enumerate(zip(p_refund, p_ship)) if x != y)
+with tempfile.TemporaryDirectory() as store, tempfile.TemporaryDirectory() as empty:
+    serve_once(p_refund, store, storage_write="write_through")          # server A, then it stops
+    eng_b, warm = serve_once(p_ship, store)                              # server B: restarted, same folder
+    eng_c, cold = serve_once(p_ship, empty)                              # server C: a cold start
+print(f"the two prompts share their first {shared} tokens (the chat template and the system prompt); pages of 16")
+print(f"server B after the restart: {eng_b.cache_manager.tier_stats.fetched_tokens} tokens fetched from disk, "
+      f"{warm.prefill_computed} computed; cold server C: {cold.prefill_computed} computed")
+print("same reply from both:", warm.outputs == cold.outputs, repr(smol_tok.decode(warm.outputs[0])))
+
+# %%
+print(f"time to first token (measured, this CPU): {1e3 * warm.ttft:.0f} ms after the restart against "
+      f"{1e3 * cold.ttft:.0f} ms cold ({cold.ttft / warm.ttft:.1f}x)")
+
+# %% [markdown]
+# Only full pages are saved and found, so the tokens fetched are the shared prefix rounded down
+# to a page of 16. On a GPU server the same idea is what LMCache, Mooncake and HiCache's storage
+# backends are run for: a fleet of servers, and restarts, sharing one store of prefixes.
+#
+# ## 9. Exercises
 #
 # ### Exercise 1: write-back on eviction
 #
@@ -599,6 +656,38 @@ check.next_placement(next_placement)
 # </details>
 
 # %% [markdown]
+# ### Exercise 4: which host copy goes first (ARC)
+#
+# A host pool evicts too. LRU drops the oldest copy, so a long scan of one-off prompts flushes
+# the system prompts that many requests share. vLLM's CPU offloading can use **ARC** instead:
+# two lists, T1 (copies used once since they were stored) and T2 (used again), and a target
+# size for T1 that adapts. Implement `arc_victims(t1, t2, target, need)`: `t1` and `t2` list
+# `(name, pages)` oldest first; free at least `need` pages by evicting, one at a time, the
+# oldest of T1 when T1 holds at least `target` pages (or T2 is empty), else the oldest of T2.
+# Return the names evicted, in order. The checker compares with a real `HiRadixCache` using
+# `host_eviction_policy="arc"`, then prints LRU against ARC on a scan with a hot set.
+
+# %% tags=["exercise-stub"]
+def arc_victims(t1, t2, target, need):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.arc_victims(arc_victims)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Work on copies of the two lists and pop from the front; recompute T1's pages after each
+# eviction: the rule is checked again before every victim.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Stop when enough pages are freed or both lists are empty; count pages, not names.
+# </details>
+
+# %% [markdown]
 # ## Summary
 #
 # - The notes' L1/L2/L3 corrected: SRAM holds a kernel's tiles for microseconds, not KV; the KV
@@ -612,6 +701,8 @@ check.next_placement(next_placement)
 #   recomputing. The model's tokens are the same either way.
 # - It pays most where history outgrows the GPU: long multi-turn chats (HiCache's claim). It
 #   does not save memory, it spends host memory to save prefill compute.
+# - A disk tier keyed by the pages' token prefix and the model survives a restart: a fresh
+#   server on a warm store fetched its system prompt instead of computing it (section 8).
 # - Loading beats recomputing for GQA models over PCIe from the first tokens (in a marginal-cost
 #   model; SGLang waits for 10); from an SSD only for long prefixes, and for MHA models from a
 #   slow disk within no real context.
