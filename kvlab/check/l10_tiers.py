@@ -11,6 +11,10 @@ Every expected answer comes from the real tiered cache (``kvlab.reuse.hiradix_ca
 exactly what a common one gives. Mirrors no vLLM or SGLang file (exercises); the rules are
 SGLang HiCache's ``evict`` / ``load_back`` / ``evict_host``.
 
+It is longer than 450 lines because it holds four exercises' checkers, each with the real-cache
+reference it compares with and the table of common mistakes it names; split, each would import
+the same helpers (``_named_mistake``) from the others.
+
 Example:
     >>> next_placement(lambda state, event, storage=False: "device", verbose=False).passed
     False
