@@ -175,3 +175,25 @@ def test_a_sequence_id_that_is_not_a_str_is_a_type_error(bad):
     with pytest.raises(KeyError, match="nope"):  # a plain unknown id names it, never a sort TypeError
         cm.free("nope")
     cm.check_integrity()
+
+
+# ------------------------------------------------------------------ the tiered manager inherits both
+@pytest.mark.parametrize("policy", ["write_through", "write_back", "write_through_selective"])
+def test_the_tiered_manager_locks_forks_and_checks_ids_too(policy):
+    from kvlab.reuse.hicache_manager import HiCacheManager
+
+    cm = HiCacheManager(num_blocks=12, block_size=1, host_ratio=2, write_policy=policy)
+    with pytest.raises(TypeError, match=r"seq_id must be a str, got None"):
+        cm.admit(None, [1, 2])
+    cm.admit("P", list(range(1, 9)))
+    cm.fork("P", "C")
+    cm.append("C", 4)
+    cm.cache_finished_req("C", list(range(1, 13)))
+    cm.check_integrity()  # includes: no illegal lifecycle edge
+    assert cm.available_blocks() == 4
+    evicted = cm.tree.stats.evicted_tokens
+    assert cm.admit("D", [50, 51, 52, 53, 54]) is None and cm.tree.stats.evicted_tokens == evicted
+    assert cm.admit("D", [50, 51, 52, 53]) is not None
+    for s, toks in (("P", list(range(1, 9))), ("D", [50, 51, 52, 53])):
+        cm.cache_finished_req(s, toks)
+        cm.check_integrity()

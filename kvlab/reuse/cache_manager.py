@@ -174,6 +174,7 @@ class CacheManager(ForkSharing):
         """Evict unlocked tree leaves until ``num_blocks`` blocks are free; True when they are.
         Evicts nothing when even evicting every unlocked leaf would not be enough (as SGLang
         checks free + evictable first)."""
+        num_blocks = check_int("num_blocks", num_blocks, 0)
         free = self.allocator.num_free_blocks
         if num_blocks <= free:
             return True
@@ -263,7 +264,7 @@ class CacheManager(ForkSharing):
             if len(key) == len(known):
                 return known
         if len(key) > t.num_tokens:
-            raise ValueError(f"{seq_id}: {len(key)} tokens but its table holds only {t.num_tokens} slots")
+            raise ValueError(f"sequence {seq_id!r}: {len(key)} tokens but its table holds only {t.num_tokens} slots")
         return list(key) if key is tokens else key
 
     def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:

@@ -29,8 +29,10 @@ fragmentation, the paper's "external fragmentation & others").
 
 Mirrors vLLM's pre-release ``cacheflow/master/block_manager.py`` (``BuddyBlockSpaceManager``:
 ``_compute_allocation_size``, ``can_allocate``, ``allocate``, ``free``) and
-``cacheflow/master/scheduler.py`` (the Orca scheduler); github.com/vllm-project/vllm, commit
-38ed06a. The first-fit contiguous arena (``firstfit-*`` in ``contiguous.py``) is the ablation.
+``cacheflow/master/scheduler.py`` (the Orca scheduler), in a pre-release version of
+github.com/vllm-project/vllm (the one whose ``BuddyBlockSpaceManager`` takes a ``len_estimator``
+of "constant", "power2" or "oracle"; later versions of the file, e.g. commit 38ed06a, hold only
+the paged ``BlockSpaceManager``). The first-fit contiguous arena (``firstfit-*`` in ``contiguous.py``) is the ablation.
 
 Example (983 blocks of 16 = 15,728 slots, the vLLM paper's Table 1 budget for OPT-13B):
     >>> from kvlab.sim.workloads import TraceRequest
