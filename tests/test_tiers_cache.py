@@ -96,6 +96,21 @@ def test_host_eviction_frees_for_good_or_saves_to_disk():
             assert any(t.kind == "fetch" and t.keys == tuple(_keys([1, 2, 3])) for t in cm.take_transfers())
 
 
+def test_evict_and_evict_host_count_tokens_as_sglang_does():
+    """page size 2: evict(2) and evict_host(2) each free one page (2 tokens), not two."""
+    dev, host = BlockAllocator(4, 2), BlockAllocator(4, 2)
+    tree = HiRadixCache(dev, host, page_size=2, write_policy="write_through")
+    tree.insert([1, 2], dev.allocate(1))
+    tree.insert([3, 4], dev.allocate(1))
+    r = tree.evict(2)
+    assert (r.requested, r.num_tokens, len(r.block_ids)) == (2, 2, 1) and dev.num_free_blocks == 3
+    tree.evict(2)
+    h = tree.evict_host(2)
+    assert (h.requested, h.num_tokens, len(h.node_ids)) == (2, 2, 1)  # one node of one page, dropped
+    assert host.num_free_blocks == 3 and tree.host_size() == 2
+    tree.check_integrity()
+
+
 @pytest.mark.parametrize("damage", ["corrupt", "drop"])
 def test_a_missing_or_corrupt_chunk_is_a_miss(damage):
     s = MemoryStorage()

@@ -19,23 +19,22 @@ so nothing it reads can be evicted; its table starts with exactly that node's pa
 
 One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c`` computed)::
 
-    admit(s, tokens)         match_for_prefill -> m tokens cached (at least one token is left
-                             to compute), lock the node where the match ends, adopt its blocks
-                             into a new table (+1 ref each), allocate the rest (evict LRU
-                             leaves when short; None, no block taken or evicted, when it
-                             cannot fit)
+    admit(s, tokens)         tree.match_key(tokens, len - 1) -> m tokens cached (at least one
+                             token is left to compute), lock the node where the match ends,
+                             make room (evict LRU leaves when short; None, no block taken or
+                             evicted, when it cannot fit), tree.init_load_back (tiers only),
+                             adopt the matched blocks into a new table (+1 ref each: adopt_match),
+                             allocate the rest
 
         tokens  |<---- m matched ---->|<------- to compute ------->|
         table   [ tree's  | tree's    | own      | own      | own  ]
                   ref 2     ref 2       ref 1      ref 1      ref 1 (partial)
 
-    cache_unfinished_req     after prefill: insert the full pages (the tree takes its own
-                             reference on the new ones); where another request cached the same
-                             tokens first, switch the table to the tree's blocks (its own go
-                             back); move the lock down to the new last node
-
-        table   [ tree's  | tree's    | tree's   | tree's   | own  ]
-                  ref 2     ref 2       ref 2      ref 2      ref 1 (not cached: partial)
+    cache_req(s, tokens, finished=False)   (cache_unfinished_req, after prefill)
+    cache_req(s, tokens, finished=True)    (cache_finished_req: finished or preempted)
+                             insert the computed full pages; then keep the table, switched to
+                             the tree's blocks, and move the lock down (unfinished), or free it
+                             and unlock (finished); the table region by region: ``cache_req``
 
     append(s, n)             reserve n more slots (copy-on-write of a shared partial block;
                              evict when short; None and nothing changed when it cannot fit)
@@ -43,18 +42,23 @@ One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c
                              when one of them caches pages the others still share, they lock
                              those pages as well (an unlocked cached block is always one that
                              eviction frees)
-    cache_finished_req       finish or preemption: insert the computed full pages, free the
-                             table (duplicates and the partial tail go back to the pool, tree
-                             blocks keep the tree's reference), unlock
     free(s)                  abort: release the table and the lock, cache nothing
 
 With tiers (a host pool and a disk tier under the tree), ``kvlab.reuse.hicache_manager.HiCacheManager``
-runs this same cycle: its two hooks here (``_room_for_admit``, ``_extend_match``) check the disk
-pages of a match and load host and disk pages back before the table adopts them.
+runs this same cycle, unchanged, over a ``HiRadixCache``: the tiered tree plugs in at one point,
+``tree.init_load_back`` in ``admit`` (it checks the disk pages of the match and loads host and
+disk pages back before the table adopts them; the plain tree returns the match as it is), and
+marks its lifecycle checkpoints on the events the cycle records.
 
-Mirrors mini-sglang ``python/minisgl/kvcache/radix_manager.py`` (``cache_req``) and SGLang
-``radix_cache.py`` (``cache_finished_req``, ``cache_unfinished_req``, ``match_prefix``), with
-reference counts where SGLang hands slots between the tree and the request.
+The trusted paths: ``admit`` and ``cache_req`` validate what comes from outside (the sequence id,
+the token ids, the counts) once, then call the trusted twins below them, which check nothing
+again: ``RadixCache.match_key`` / ``insert_key`` / ``path_kv``, ``BlockManager.adopt_match`` /
+``append_plan`` + ``apply_append`` / ``release_to_tree``, and in turn the allocator's
+``get_new_blocks`` / ``touch`` / ``free_blocks`` (vLLM's names).
+
+Mirrors mini-sglang ``python/minisgl/scheduler/cache.py`` (``CacheManager.cache_req``, read at
+commit 0467802d) and SGLang ``radix_cache.py`` (``cache_finished_req``, ``cache_unfinished_req``,
+``match_prefix``), with reference counts where SGLang hands slots between tree and request.
 
 Example (block size 1; R2 hits the 3 tokens R1 cached):
     >>> cm = CacheManager(num_blocks=16, block_size=1)
@@ -407,7 +411,7 @@ class ServeRecord:
     insert: InsertResult | None
 
 
-def serve_request(cache: RadixCache | CacheManager, prompt: Sequence[int], output: Sequence[int] = (),
+def serve_request(tree: RadixCache | CacheManager, prompt: Sequence[int], output: Sequence[int] = (),
                   rid: str | None = None) -> ServeRecord:
     """One request's whole cycle at once, through :class:`CacheManager`: admit the prompt (and
     room for ``output``), then cache prompt + output as finished. No model runs: only the memory
@@ -416,15 +420,15 @@ def serve_request(cache: RadixCache | CacheManager, prompt: Sequence[int], outpu
 
     Example:
         >>> from kvlab.memory.block_pool import BlockAllocator
-        >>> cache = RadixCache(BlockAllocator(num_blocks=16, block_size=1))
-        >>> r = serve_request(cache, [1, 2, 3, 4], output=[5])
+        >>> tree = RadixCache(BlockAllocator(num_blocks=16, block_size=1))
+        >>> r = serve_request(tree, [1, 2, 3, 4], output=[5])
         >>> (r.matched_len, r.prefill_len)
         (0, 4)
-        >>> r = serve_request(cache, [1, 2, 3, 9])
+        >>> r = serve_request(tree, [1, 2, 3, 9])
         >>> (r.matched_len, r.prefill_len, r.matched_kv)
         (3, 1, (0, 1, 2))
     """
-    cm = cache if isinstance(cache, CacheManager) else CacheManager.for_tree(cache)
+    cm = tree if isinstance(tree, CacheManager) else CacheManager.for_tree(tree)
     prompt = as_ids(prompt, "prompt")
     seq = prompt + as_ids(output, "output")
     sid = rid if rid is not None else "request"

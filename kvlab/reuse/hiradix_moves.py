@@ -15,7 +15,7 @@ Example (block size 1; write_back: a node is copied to the host only when evicte
     >>> _ = tree.insert([1, 2], dev.allocate(2))
     >>> tree.evict(2).num_tokens, tree.placement(tree.root.children[1]), tree.host_size()
     (2, 'host', 2)
-    >>> tree.evict_host(2), tree.num_nodes                   # no storage tier: gone for good
+    >>> tree.evict_host(2).num_tokens, tree.num_nodes        # no storage tier: gone for good
     (2, 0)
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ class TierMoves:
         if ha.num_free_blocks < n:
             if ha.num_free_blocks + self._host_evictable() < n:
                 return False  # host eviction could not make room: evict nothing for nothing
-            self.evict_host(n - ha.num_free_blocks, rid)
+            self.evict_host((n - ha.num_free_blocks) * self.page_size, rid)
             self.checkpoint(cause, rid, device=False)
             if ha.num_free_blocks < n:
                 return False
@@ -160,15 +160,17 @@ class TierMoves:
         return (not n.value and n.id in self.host_value and n.id not in self._protected_host
                 and not any(c.id in self.host_value for c in n.children.values()))
 
-    def evict_host(self, num_pages: int, rid: str | None = None) -> int:
-        """Free at least ``num_pages`` host blocks from host-only nodes with no child on the host,
-        in the host policy's order (``kvlab.reuse.host_policy``): each is saved to disk (``host -> disk``; a queued "save" unless the chunk
-        exists already) with a storage tier, else dropped. Returns the host blocks freed."""
-        num_pages = check_int("num_pages", num_pages, 0)
+    def evict_host(self, num_tokens: int, rid: str | None = None) -> EvictResult:
+        """Free at least ``num_tokens`` host tokens (whole pages) from host-only nodes with no child
+        on the host, in the host policy's order (``kvlab.reuse.host_policy``): each is saved to disk
+        (``host -> disk``; a queued "save" unless the chunk exists already) with a storage tier,
+        else dropped. Counts tokens, as :meth:`evict` and SGLang's ``evict_host(num_tokens)``;
+        returns the tokens freed (less when less is evictable, and says so) and the host blocks."""
+        num_tokens = check_int("num_tokens", num_tokens, 0)
         prio = self.host_policy.priority
         cands = {n.id: n for n in list(self._tiered.values()) if self._host_leaf(n)}
         freed, ids, blocks = 0, [], []
-        while freed < num_pages and cands:
+        while freed < num_tokens and cands:
             x = min(cands.values(), key=lambda n: (prio(n), n.id))  # asked again each time: ARC re-decides
             del cands[x.id]
             parent = x.parent
@@ -184,15 +186,15 @@ class TierMoves:
             if hv:
                 self.host_allocator.free_blocks(hv, rid, record=False)
                 self._writing.difference_update(hv)
-            freed += len(x.key) // self.page_size
+            freed += len(x.key)
             blocks += hv
             ids.append(x.id)
             if parent is not self.root and self._host_leaf(parent):
                 cands[parent.id] = parent
-        self.log.record("evict_host", rid, blocks, requested=num_pages, num_pages=freed, nodes=ids,
-                        to_disk=self.storage is not None)
+        self.log.record("evict_host", rid, blocks, requested=num_tokens,
+                        num_tokens=freed, nodes=ids, to_disk=self.storage is not None)
         self.checkpoint("evict_host", rid, device=False)
-        return freed
+        return EvictResult(num_tokens, freed, blocks, ids)
 
     # ------------------------------------------------------------------ load back
     def init_load_back(self, m: HiMatchResult, key: list, limit: int, rid: str | None = None) -> HiMatchResult:

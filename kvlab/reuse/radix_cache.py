@@ -38,17 +38,17 @@ locking, sizes, invariants), ``radix_insert.py`` (:class:`RadixInsertion`: ``ins
 Example (page_size 1, one slot per token):
     >>> from kvlab.memory.block_pool import BlockAllocator
     >>> a = BlockAllocator(num_blocks=16, block_size=1)
-    >>> cache = RadixCache(a)
-    >>> cache.insert([1, 2, 3, 4, 5], a.allocate(5)).prefix_len
+    >>> tree = RadixCache(a)
+    >>> tree.insert([1, 2, 3, 4, 5], a.allocate(5)).prefix_len
     0
-    >>> m = cache.match_prefix([1, 2, 3, 9])
+    >>> m = tree.match_prefix([1, 2, 3, 9])
     >>> (m.prefix_len, m.kv)
     (3, [0, 1, 2])
-    >>> print(cache.pretty())
+    >>> print(tree.pretty())
     root
     └── [1 2 3] kv=[0-2]
         └── [4 5] kv=[3-4]
-    >>> cache.check_integrity()
+    >>> tree.check_integrity()
 """
 from __future__ import annotations
 
@@ -77,22 +77,22 @@ class RadixCache(RadixInsertion, RadixEviction):
     Example (page_size 2: matches are cut to whole pages):
         >>> from kvlab.memory.block_pool import BlockAllocator
         >>> a = BlockAllocator(8, block_size=2)
-        >>> cache = RadixCache(a, page_size=2)
+        >>> tree = RadixCache(a, page_size=2)
         >>> kv = a.allocate(3, owner="R1")               # 6 tokens, 3 pages
-        >>> cache.insert([1, 2, 3, 4, 5, 6], kv).prefix_len
+        >>> tree.insert([1, 2, 3, 4, 5, 6], kv).prefix_len
         0
-        >>> m = cache.match_prefix([1, 2, 3, 9, 9])       # 3 tokens match, cut to 1 page
+        >>> m = tree.match_prefix([1, 2, 3, 9, 9])       # 3 tokens match, cut to 1 page
         >>> (m.prefix_len, m.kv)
         (2, [0])
-        >>> cache.evictable_size(), cache.protected_size()
+        >>> tree.evictable_size(), tree.protected_size()
         (6, 0)
-        >>> cache.inc_lock_ref(m.last_node)
+        >>> tree.inc_lock_ref(m.last_node)
         -2
-        >>> cache.evict(100).num_tokens                  # the locked page survives
+        >>> tree.evict(100).num_tokens                  # the locked page survives
         4
-        >>> cache.dec_lock_ref(m.last_node)
+        >>> tree.dec_lock_ref(m.last_node)
         2
-        >>> cache.check_integrity()
+        >>> tree.check_integrity()
     """
 
     def __init__(self, allocator: BlockAllocator, page_size: int = 1, eviction_policy: str = "lru",
@@ -134,8 +134,6 @@ class RadixCache(RadixInsertion, RadixEviction):
             n = stack.pop()
             yield n
             stack.extend(reversed(n.children.values()))
-
-    _iter_nodes = iter_nodes  # the old name, still used by kvlab/check/l08_eviction.py (to go)
 
     def _check_node(self, node: TreeNode, what: str) -> None:
         if not isinstance(node, TreeNode):
