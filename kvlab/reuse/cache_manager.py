@@ -329,8 +329,12 @@ class CacheManager(ForkSharing):
         old = self._locks.get(seq_id)
         if finished:
             end = res.prefix_len // self.block_size  # M and D end here
-            dup = set(res.duplicates)
-            self.block_manager.release_to_tree(seq_id, [b for b in table_ids[:end] if b not in dup] + table_ids[full:])
+            if res.duplicates:  # the tree freed D: the table's reference on them is used up
+                dup = set(res.duplicates)
+                drop = [b for b in table_ids[:end] if b not in dup] + table_ids[full:]
+            else:
+                drop = table_ids[:end] + table_ids[full:]  # M and T
+            self.block_manager.release_to_tree(seq_id, drop)
             self._lock_sharers(sharers, key, ids, res.kv)
             self._locks.pop(seq_id, None)
             self._tokens.pop(seq_id, None)

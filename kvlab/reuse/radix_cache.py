@@ -6,8 +6,9 @@ a new request can reuse. Every cached token sequence is a path from the root; an
 A new request walks the tree with its prompt (longest prefix match, 最长前缀匹配), reuses the
 KV of the matched prefix and prefills only the rest.
 
-Mirrors SGLang ``python/sglang/srt/mem_cache/radix_cache.py`` and mini-sglang
-``python/minisgl/kvcache/radix_manager.py``: ``match_prefix``, ``insert``, ``evict(num_tokens)``,
+Mirrors SGLang ``python/sglang/srt/mem_cache/radix_cache.py`` (0.4.6.post5 and 0.5.23, the versions
+``bench/bench_peers.py`` runs beside this tree) and mini-sglang ``python/minisgl/kvcache/radix_cache.py``
+(formerly ``radix_manager.py``): ``match_prefix``, ``insert``, ``evict(num_tokens)``,
 ``inc_lock_ref`` / ``dec_lock_ref`` up the path, ``evictable_size`` / ``protected_size``, a node
 split on a partial match, children keyed by the first token (first page), a root that is never
 evicted, only unlocked leaves evicted. Where kvlab differs: blocks are reference counted (the
