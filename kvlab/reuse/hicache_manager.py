@@ -19,9 +19,10 @@ admission (``init_load_back``). What changes, step by step::
     take_transfers()    the queued copies, in order, for the compute layer (the engine performs
                         them before each forward pass; pure-Python runs just drop them)
 
-After every step the tree marks a lifecycle checkpoint (it subscribes to the cycle's events): each block whose state changed is one
-``transition`` event (``kvlab.reuse.lifecycle``), and ``check_integrity`` also checks that the
-tracker's states are the states of the pools now, and that no illegal edge was taken.
+After every step the tree marks a lifecycle checkpoint (it subscribes to the cycle's events in
+the log): each block whose state changed is one ``transition`` event (``kvlab.reuse.lifecycle``),
+and ``check_integrity`` also checks that the tracker's states are the states of the pools now,
+and that no illegal edge was taken.
 
 The ownership rule of CacheManager holds on the device pool (``ref_count == tree + tables``);
 on the host pool a block is held by at most one node and never by a table (``HiRadixCache``).

@@ -92,7 +92,8 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
     ``prefetch_policy``, ``prefetch_threshold``, ``prefetch_timeout_s``, ``storage_write``: how
     pages come from and go to storage (``kvlab.reuse.hiradix_storage``). ``host_eviction_policy``:
     the order host-only nodes leave the host pool (default: the device's ``eviction_policy``).
-    ``track``: emit lifecycle transitions (default: unless the log is a NullLog).
+    ``track``: emit lifecycle transitions (default: unless the log is a NullLog; True with a NullLog is a
+    ValueError).
     """
 
     def __init__(self, allocator: BlockAllocator, host_allocator: BlockAllocator, page_size: int = 1,
@@ -278,7 +279,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
         host = sum(len(n.key) for n in beyond if n.id in self.host_value)
         disk = sum(len(n.key) for n in beyond) - host
         dev_len = m.prefix_len - host - disk
-        self._protected_host = {n.id for n in beyond}
+        self._protected_host = {n.id for n in beyond}  # until init_load_back or the next match (a refusal keeps it)
         n = m.last_node
         while n is not self.root:  # the host policy sees which host copies a request uses
             if n.id in self.host_value:
