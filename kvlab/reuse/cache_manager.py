@@ -48,6 +48,11 @@ One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c
                              blocks keep the tree's reference), unlock
     free(s)                  abort: release the table and the lock, cache nothing
 
+The tokens a sequence was admitted with, or has cached, only grow: a ``cache_*_req`` list that
+is shorter, or differs at a known position, is a ValueError naming the sequence and the position
+(nothing changed). Otherwise the tree could map other tokens to blocks that hold this KV, and a
+later request would be served the wrong KV.
+
 With tiers (a host pool and a disk tier under the tree), ``kvlab.reuse.hicache_manager.HiCacheManager``
 runs this same cycle: its two hooks here (``_room_for_admit``, ``_extend_match``) check the disk
 pages of a match and load host and disk pages back before the table adopts them.
