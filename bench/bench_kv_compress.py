@@ -37,6 +37,7 @@ from kvlab.compute.kv_measure import (  # noqa: E402
     heldout_pairs,
     needle,
     needle_prompt,
+    prefill,
 )
 
 
@@ -78,9 +79,10 @@ def main(argv=None) -> int:
     prof = attention_profile(model, prompts[0], steps=8, block_size=a.block_size)
     print("\nhot and cold tokens (measured on prompt 0, 8 decode steps):", prof.verdict())
     question = needle_prompt(tok)
+    state = prefill(model, question, a.block_size)
     print(f"\nneedle: a code in the middle of a {len(question)}-token prompt, asked for at the end (expected 7391)")
     for cfg in configs(a.budget, a.sink):
-        out = needle(model, question, cfg, max_tokens=8, block_size=a.block_size)
+        out = needle(model, question, cfg, max_tokens=12, block_size=a.block_size, state=state)
         text = tok.decode(out).strip().replace("\n", " ")
         print(f"  {cfg.label:<14} {'found' if '7391' in text else 'MISSED':<7} {text!r}")
     if a.json:

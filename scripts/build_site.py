@@ -183,8 +183,7 @@ def build(selected: list[str], out: Path, stored: bool, jobs: int) -> dict:
                                         "notebook": str(executed[name].resolve().relative_to(ROOT))}
         print(f"  {html_name}: {stats.plotly} figures, {stats.flipbooks} players, {stats.svg} SVG, "
               f"{stats.widgets} widget notes, {len(stats.errors)} errors")
-    glossary = (ROOT / "notebooks" / "glossary.md").read_text()
-    (out / "glossary.html").write_text(page("Glossary", md_to_html(glossary), None, None, plotly=False))
+    (out / "glossary.html").write_text(page("Glossary", md_to_html(_glossary()), None, None, plotly=False))
     manifest["pages"]["glossary.html"] = {"plotly": 0, "flipbooks": 0, "widgets": 0, "svg": 0, "errors": []}
     (out / "index.html").write_text(page("kvlab", _index(nbs, names), None, None, plotly=False))
     manifest["pages"]["index.html"] = {"plotly": 0, "flipbooks": 0, "widgets": 0, "svg": 0, "errors": []}
@@ -213,8 +212,13 @@ def _index(nbs: dict, names: list[str]) -> str:
           "parameters and check your answers: <code>make lab</code>. Terms in English and Chinese: "
           "<a href='glossary.html'>the glossary</a>.</p>"
         + f"<h2 id='series'>The series</h2><table class='series'><tr><th>#</th><th>lesson</th><th>what it is about"
-          f"</th></tr>{rows}</table><div class='pictures'>{pics}</div>"
+          f"</th></tr>{rows}</table><h2 id='pictures'>What you will see</h2><div class='pictures'>{pics}</div>"
+        + "<section id='glossary'>" + md_to_html(_glossary().replace("# Glossary", "## Glossary", 1)) + "</section>"
     )
+
+
+def _glossary() -> str:
+    return (ROOT / "notebooks" / "glossary.md").read_text()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -99,7 +99,7 @@ def test_a_fork_that_finishes_first_hands_its_lock_on_to_the_other():
     cm = _forked()
     assert cm.tree.peek_prefix_len(list(range(1, 13))) == 12
     node = cm.lock_node("P")
-    assert node is not None and cm.tree._path_kv(node) == cm.table("P").block_ids  # P locks what it uses
+    assert node is not None and cm.tree.path_kv(node) == cm.table("P").block_ids  # P locks what it uses
     assert cm.tree.evictable_size() == 4  # only C's own tail frees blocks
     assert cm.available_blocks() == cm.allocator.num_free_blocks + 4
 
@@ -131,7 +131,7 @@ def test_a_fork_sharing_part_of_a_new_leaf_locks_a_split_node(block_size):
     """C forked when P had 8 tokens, then grew: P shares only the first 8 tokens of C's leaf."""
     cm = _forked(block_size)
     p = cm.table("P")
-    assert cm.tree._path_kv(cm.lock_node("P")) == p.block_ids[:8 // block_size]
+    assert cm.tree.path_kv(cm.lock_node("P")) == p.block_ids[:8 // block_size]
     cm.cache_finished_req("P", list(range(1, 9)))
     cm.check_integrity()
     assert cm.tree.evictable_size() == 12

@@ -120,7 +120,7 @@ def test_a_split_disk_chunk_serves_each_half_from_its_own_pages():
     keys = _keys([1, 2, 3, 4])
     assert a.prefix_len == 2 and fetch[0].keys == tuple(keys[:2]) and len(fetch[0].dst) == 2
     tree = cm.tree
-    lower = next(n for n in tree._iter_nodes() if n.key == [3, 4])
+    lower = next(n for n in tree.iter_nodes() if n.key == [3, 4])
     assert tree.placement(lower) == "disk" and tree.disk_ref[lower.id] == keys[2:]  # its half
     a = _serve(cm, "R5", [1, 2, 3, 4])  # [1 2] on the device, [3] from page 2 of the same run
     fetch = [t for t in cm.take_transfers() if t.kind == "fetch"]

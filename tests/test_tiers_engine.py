@@ -38,7 +38,7 @@ def _serve(model, prompts, between=None, **kw):
 def _host_copies_match(eng) -> bool:
     """Every node on both tiers: its host blocks hold its device blocks' K and V."""
     tree, dev, host = eng.cache_manager.tree, eng.kv_pool, eng.copier.host
-    for n in tree._iter_nodes():
+    for n in tree.iter_nodes():
         hv = tree.host_value.get(n.id)
         if n.value and hv:
             for d, h in ((dev.k_cache, host.k_cache), (dev.v_cache, host.v_cache)):

@@ -11,6 +11,10 @@ Every expected answer comes from the real tiered cache (``kvlab.reuse.hiradix_ca
 exactly what a common one gives. Mirrors no vLLM or SGLang file (exercises); the rules are
 SGLang HiCache's ``evict`` / ``load_back`` / ``evict_host``.
 
+It is longer than 450 lines because it holds four exercises' checkers, each with the real-cache
+reference it compares with and the table of common mistakes it names; split, each would import
+the same helpers (``_named_mistake``) from the others.
+
 Example:
     >>> next_placement(lambda state, event, storage=False: "device", verbose=False).passed
     False
@@ -27,7 +31,7 @@ from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
 from ..reuse.radix_node import common_prefix_len
-from .harness import Checker, CheckResult, Raised, call, same_outcome
+from .harness import Checker, CheckResult, Raised, Raises, call, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
            "PLACEMENT_TABLE", "arc_victims", "arc_evict_real", "ARC_MISTAKES"]
@@ -62,26 +66,59 @@ def evict_with_tiers(leaves: list[tuple[str, int, bool]], host_free: int, need: 
     return {name: tree.placement(n) if n.parent is not None else "evicted" for name, n in nodes.items()}
 
 
+def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, stop=True, check_room=True,
+                track_host=True):
+    """The stated rule in plain Python (equal to :func:`evict_with_tiers`; a test checks it on
+    many cases); each flag turned off is one common mistake: ``write_back`` (never copy before
+    leaving), ``host_limit`` (the host is endless), ``stop`` (evict every leaf), ``check_room``
+    (evict host-only leaves even when that cannot make enough room), ``track_host`` (never evict
+    the host-only leaves this eviction made)."""
+    state = {name: "both" if b else "device" for name, _, b in leaves}
+    host_only: list[tuple[str, int]] = []
+    freed = 0
+    for name, pages, backed in leaves:
+        if stop and freed >= need:
+            break
+        if not backed and write_back:
+            room = host_free + (sum(p for _, p in host_only) if track_host else 0)
+            if not host_limit:
+                backed = True
+            else:
+                if host_free < pages and (room >= pages or not check_room):
+                    while host_free < pages and host_only and track_host:
+                        old, p = host_only.pop(0)
+                        state[old], host_free = "evicted", host_free + p
+                if host_free >= pages:
+                    host_free, backed = host_free - pages, True
+        state[name] = "host" if backed else "evicted"
+        if backed:
+            host_only.append((name, pages))
+        freed += pages
+    return state
+
+
 def _never_write_back(leaves, host_free, need):
-    out, freed = {}, 0
-    for name, pages, b in leaves:
-        if freed < need:
-            out[name], freed = ("host" if b else "evicted"), freed + pages
-        else:
-            out[name] = "both" if b else "device"
-    return out
+    return evict_plain(leaves, host_free, need, write_back=False)
 
 
 def _unlimited_host(leaves, host_free, need):
-    return evict_with_tiers(leaves, 10**6, need)
+    return evict_plain(leaves, host_free, need, host_limit=False)
 
 
 def _evict_all(leaves, host_free, need):
-    return evict_with_tiers(leaves, host_free, sum(p for _, p, _ in leaves))
+    return evict_plain(leaves, host_free, need, stop=False)
+
+
+def _evict_host_blindly(leaves, host_free, need):
+    return evict_plain(leaves, host_free, need, check_room=False)
+
+
+def _no_host_eviction(leaves, host_free, need):
+    return evict_plain(leaves, host_free, need, track_host=False)
 
 
 def _mru_first(leaves, host_free, need):
-    out = evict_with_tiers(list(reversed(leaves)), host_free, need)
+    out = evict_plain(list(reversed(leaves)), host_free, need)
     return {name: out[name] for name, _, _ in leaves}
 
 
@@ -89,6 +126,10 @@ EVICT_MISTAKES = {
     "write_back copies a leaf that has no host copy to the host before it leaves the device": _never_write_back,
     "the host pool is finite: a write-back that does not fit (even after host eviction) drops the leaf": _unlimited_host,
     "stop as soon as `need` pages are freed": _evict_all,
+    "evict host-only leaves only when that makes enough room: here it cannot, so keep them and drop the leaf":
+        _evict_host_blindly,
+    "the leaves that just left the device are host-only: evict the oldest of them to make room on the host":
+        _no_host_eviction,
     "least recently used first: the list starts with the oldest leaf": _mru_first,
 }
 
@@ -124,6 +165,9 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         ("a mix", [("A", 3, True), ("B", 1, False), ("C", 2, False), ("D", 2, True)], 2, 6),
         ("need nothing", [("A", 2, False)], 2, 0),
         ("need more than there is", [("A", 1, False), ("B", 1, True)], 1, 9),
+        ("host eviction cannot make room: keep the host as it is", [("A", 1, True), ("B", 4, False)], 1, 5),
+        ("host eviction cannot make room, then a small leaf fits", [("A", 2, True), ("B", 5, False), ("C", 1, False)], 1, 8),
+        ("the leaves that just left become room", [("A", 2, True), ("B", 2, True), ("C", 3, False)], 1, 7),
     ]
     rng = random.Random(10)
     for i in range(6):
@@ -263,6 +307,32 @@ _CAUSE_EVENT = {"insert": "insert", "write_through": "write", "write_through_sel
                 "miss": "miss"}
 
 
+PLACEMENT_MISTAKES: dict[tuple[str, str, str], str] = {
+    # (state, event, the wrong answer) -> the likely mistake
+    ("both", "evict", "evicted"): "a node on both tiers keeps its host copy when it leaves the device: 'host'",
+    ("both", "evict", "device"): "evict takes the node OFF the device: what stays is the host copy, 'host'",
+    ("disk", "load_back", "both"): "a disk load-back fills the device only (the tree does not count on the disk copy): "
+                                   "'device'",
+    ("host", "load_back", "device"): "loading back from the host keeps the host copy: 'both'",
+    ("host", "evict_host", "evicted"): "with storage attached, host eviction saves the node to disk: 'disk'",
+    ("host", "evict_host", "disk"): "without storage, host eviction drops the node: 'evicted'",
+    ("device", "write", "host"): "a write copies to the host and keeps the device copy: 'both'",
+    ("device", "evict", "host"): "a node with no host copy that leaves the device is gone: 'evicted'",
+}
+
+
+def _placement_mistake(state: str, event: str, storage: bool):
+    """A diagnosis for one (state, event): the known wrong answer's message, or "must raise"."""
+    def diagnose(expected: object, actual: object) -> str | None:
+        if isinstance(expected, Raises) or (isinstance(expected, Raised)):
+            return f"a {state!r} node cannot {event!r}: raise ValueError instead of returning a state"
+        if isinstance(actual, str):
+            return PLACEMENT_MISTAKES.get((state, event, actual))
+        return None
+
+    return diagnose
+
+
 def placement_after(state: str, event: str, storage: bool = False) -> str:
     """The reference: the node's placement after ``event`` (ValueError when it cannot happen there)."""
     dst = PLACEMENT_TABLE.get((state, event))
@@ -303,6 +373,7 @@ def next_placement(fn: Callable, verbose: bool = True) -> CheckResult:
     for state in ("new", "device", "both", "host", "disk", "evicted"):
         for event in EVENTS:
             for storage in ((False, True) if (state, event) == ("host", "evict_host") else (False,)):
+                c.diagnose = [_placement_mistake(state, event, storage)]
                 c.run(f"{state} --{event}-->" + (" (with storage)" if storage else ""), state, event, storage)
     seen = set()
     for seed in range(4):

@@ -42,7 +42,7 @@ from ..memory.block_manager import BlockManager
 from .kv_quant import QuantizedKVPool, kv_dtype_by_name
 from .kv_tensors import PagedKVPool
 
-__all__ = ["METHODS", "CompressionConfig", "streaming_drop", "h2o_drop", "block_key_minmax", "quest_bounds",
+__all__ = ["METHODS", "CompressionConfig", "PrefillState", "streaming_drop", "h2o_drop", "block_key_minmax", "quest_bounds",
            "quest_select", "CompressedDecoder"]
 
 METHODS = ("full", "streaming", "h2o", "quest", "int8", "fp8")
@@ -125,14 +125,33 @@ def quest_select(bounds: torch.Tensor, top_k: int) -> list[int]:
     return sorted(torch.topk(score, top_k).indices.tolist())
 
 
+@dataclass(frozen=True)
+class PrefillState:
+    """What a dense prefill produced, to start other decoders from without running the model again
+    (every method's prefill computes the same numbers; only what it keeps afterwards differs).
+
+    kv: per layer (k, v), each (T, nkv, hs); received (T,): attention each key received;
+    last_row_mass: per layer (T,); logits (V,): the last prompt token's.
+    """
+
+    kv: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    received: torch.Tensor
+    last_row_mass: tuple[torch.Tensor, ...]
+    logits: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return self.received.shape[0]
+
+
 @dataclass
 class _Record:
     """What a run saw: per original position, attention received and K/V reads."""
 
     last_row_mass: list[torch.Tensor] = field(default_factory=list)      # per layer (T,): the prompt's last query
-    reads: list[int] = field(default_factory=list)                         # per position: layer-reads during decode
-    decode_mass: dict[int, list[float]] = field(default_factory=dict)    # per layer, per position: attention
-                                                                           # summed over decode steps (head mean)
+    reads: torch.Tensor = field(default_factory=lambda: torch.zeros(0))   # (positions,) layer-reads during decode
+    decode_mass: dict[int, torch.Tensor] = field(default_factory=dict)    # per layer (positions,): attention summed
+                                                                           # over decode steps (mean over heads)
 
 
 class CompressedDecoder:
@@ -155,8 +174,9 @@ class CompressedDecoder:
         self.manager = BlockManager(num_blocks, block_size)
         self.seq_id = "S"
         self.positions: list[int] = []
-        self.token_scores: list[float] = []
+        self.token_scores = torch.zeros(0, dtype=torch.float64)          # (kept,) attention received (H2O)
         self.record = _Record()
+        self.prefill_state: PrefillState | None = None
         self.scale = 1.0 / math.sqrt(model.config.head_dim)
 
     # ------------------------------------------------------------------ sizes
@@ -184,27 +204,40 @@ class CompressedDecoder:
         T = len(token_ids)
         if T < 1:
             raise ValueError("the prompt needs at least one token")
-        table = self.manager.add_sequence(self.seq_id, T)
-        slots = torch.tensor(table.slot_mapping(0, T), dtype=torch.long)
-        self.positions, self.token_scores = list(range(T)), [0.0] * T
         received = torch.zeros(T)
+        kv, rows = [], []
 
         def attention(layer, q, k, v):                                     # q (T, nh, hs); k, v (T, nkv, hs)
-            self._store(layer, k, v, slots)
-            group = q.shape[1] // k.shape[1]
-            kk, vv = k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)  # (T, nh, hs)
-            scores = torch.einsum("thd,shd->hts", q.float(), kk) * self.scale                      # (nh, T, T)
+            kv.append((k, v))
+            nkv, hs = k.shape[1], k.shape[2]
+            qg = q.float().view(T, nkv, -1, hs)                            # (T, nkv, group, hs)
+            scores = torch.einsum("tkgd,skd->kgts", qg, k.float()) * self.scale                    # (nkv, g, T, T)
             scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
             probs = scores.softmax(-1)
-            received.add_(probs.sum((0, 1)))                               # (T,) attention each key received
-            self.record.last_row_mass.append(probs[:, -1].mean(0))         # (T,) averaged over heads
-            return torch.einsum("hts,shd->thd", probs, vv).to(q.dtype)    # (T, nh, hs)
+            received.add_(probs.sum((0, 1, 2)))                            # (T,) attention each key received
+            rows.append(probs[:, :, -1].mean((0, 1)))                      # (T,) averaged over heads
+            return torch.einsum("kgts,skd->tkgd", probs, v.float()).reshape(T, -1, hs).to(q.dtype)  # (T, nh, hs)
 
         ids = torch.tensor(list(token_ids), device=self.model.device)
         logits = self.model(ids, torch.arange(T, device=self.model.device), attention)             # (T, V)
-        self.token_scores = received.tolist()
+        self.prefill_state = PrefillState(tuple(kv), received, tuple(rows), logits[-1])
+        return self.start_from(self.prefill_state)
+
+    def start_from(self, state: PrefillState) -> torch.Tensor:
+        """Fill the cache from a prefill (this decoder's or another's, same model), then apply the
+        method; returns the last prompt token's logits (V,)."""
+        if self.positions:
+            raise ValueError("this decoder already holds a sequence; make a new one")
+        T = state.num_tokens
+        table = self.manager.add_sequence(self.seq_id, T)
+        slots = torch.tensor(table.slot_mapping(0, T), dtype=torch.long)
+        for layer, (k, v) in enumerate(state.kv):
+            self._store(layer, k, v, slots)
+        self.positions = list(range(T))
+        self.token_scores = state.received.double().clone()
+        self.record.last_row_mass = list(state.last_row_mass)
         self.compress()
-        return logits[-1]
+        return state.logits
 
     @torch.no_grad()
     def step(self, token_id: int) -> torch.Tensor:
@@ -216,15 +249,17 @@ class CompressedDecoder:
         n = table.num_tokens
         slot = torch.tensor(table.slot_mapping(n - 1, n), dtype=torch.long)
         self.positions.append(pos)
-        self.token_scores.append(0.0)
-        while len(self.record.reads) <= pos:
-            self.record.reads.append(0)
+        self.token_scores = torch.cat([self.token_scores, self.token_scores.new_zeros(1)])
+        rec = self.record
+        if rec.reads.shape[0] <= pos:
+            rec.reads = torch.cat([rec.reads, rec.reads.new_zeros(pos + 1 - rec.reads.shape[0])])
+        positions = torch.tensor(self.positions)                           # (n,) original position of each slot
 
         def attention(layer, q, k, v):                                     # q (1, nh, hs); k, v (1, nkv, hs)
             self._store(layer, k, v, slot)
             if self.backend == "triton":
                 return self._attend_kernel(layer, q, table.block_ids, n)
-            return self._attend_torch(layer, q, table.block_ids, n)
+            return self._attend_torch(layer, q, table.block_ids, n, positions)
 
         logits = self.model(torch.tensor([token_id], device=self.model.device),
                             torch.tensor([pos], device=self.model.device), attention)[-1]
@@ -233,18 +268,22 @@ class CompressedDecoder:
         return logits
 
     @torch.no_grad()
-    def generate(self, prompt_ids: Sequence[int], max_tokens: int) -> list[int]:
-        """Greedy decoding: ``max_tokens`` new tokens after the prompt."""
-        logits, out = self.prefill(prompt_ids), []
+    def generate(self, prompt_ids: Sequence[int], max_tokens: int, state: PrefillState | None = None) -> list[int]:
+        """Greedy decoding: ``max_tokens`` new tokens after the prompt (its prefill ``state`` if given)."""
+        logits = self.prefill(prompt_ids) if state is None else self.start_from(state)
+        out: list[int] = []
         for _ in range(max_tokens):
             out.append(int(logits.argmax()))
             logits = self.step(out[-1])
         return out
 
     @torch.no_grad()
-    def continuation_nll(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> float:
-        """Mean negative log-likelihood of ``continuation`` after the prompt (teacher forcing); exp() is perplexity."""
-        logits, total = self.prefill(prompt_ids), 0.0
+    def continuation_nll(self, prompt_ids: Sequence[int], continuation: Sequence[int],
+                         state: PrefillState | None = None) -> float:
+        """Mean negative log-likelihood of ``continuation`` after the prompt (teacher forcing; the
+        prompt's prefill ``state`` if given); exp() is perplexity."""
+        logits = self.prefill(prompt_ids) if state is None else self.start_from(state)
+        total = 0.0
         for i, t in enumerate(continuation):
             total -= float(torch.log_softmax(logits.float(), -1)[t])
             if i + 1 < len(continuation):
@@ -263,13 +302,13 @@ class CompressedDecoder:
             sinks = min(-(-self.config.sink_tokens // bs), budget - 1)
             drop = streaming_drop(nb, full, sinks, budget - sinks)
         else:
-            scores = [sum(self.token_scores[i * bs:(i + 1) * bs]) for i in range(nb)]
+            scores = [float(self.token_scores[i * bs:(i + 1) * bs].sum()) for i in range(nb)]
             drop = h2o_drop(scores, full, budget, max(1, budget // 2))
         self.manager.drop_blocks(self.seq_id, drop)
         gone = set(drop)
         keep = [i for i in range(len(self.positions)) if i // bs not in gone]
         self.positions = [self.positions[i] for i in keep]
-        self.token_scores = [self.token_scores[i] for i in keep]
+        self.token_scores = self.token_scores[keep]
         self.manager.check_integrity()
         return drop
 
@@ -306,25 +345,27 @@ class CompressedDecoder:
         k_min, k_max = block_key_minmax(k, self.block_size)
         return quest_select(quest_bounds(q, k_min, k_max), self.budget_blocks())
 
-    def _attend_torch(self, layer: int, q: torch.Tensor, block_ids: list[int], n: int) -> torch.Tensor:
+    def _attend_torch(self, layer: int, q: torch.Tensor, block_ids: list[int], n: int,
+                      positions: torch.Tensor) -> torch.Tensor:
+        """Attention of one query over the kept (or selected) slots, recording what it read."""
         k, v = self.pool.gather(layer, block_ids, n)                       # (n, nkv, hs), fp32 (dequantized)
         idx = torch.arange(n)
         blocks = self._selected_blocks(q[0], k)
         if blocks is not None:
             idx = torch.cat([torch.arange(b * self.block_size, min(n, (b + 1) * self.block_size)) for b in blocks])
-        group = q.shape[1] // k.shape[1]
-        kk = k[idx].float().repeat_interleave(group, 1)                    # (m, nh, hs)
-        vv = v[idx].float().repeat_interleave(group, 1)
-        probs = (torch.einsum("hd,shd->hs", q[0].float(), kk) * self.scale).softmax(-1)          # (nh, m)
-        got, mean = probs.sum(0).tolist(), probs.mean(0).tolist()
-        mass = self.record.decode_mass.setdefault(layer, [])
-        mass.extend([0.0] * (len(self.record.reads) - len(mass)))
-        for j, i in enumerate(idx.tolist()):
-            p = self.positions[i]
-            self.token_scores[i] += got[j]
-            self.record.reads[p] += 1
-            mass[p] += mean[j]
-        return torch.einsum("hs,shd->hd", probs, vv)[None].to(q.dtype)   # (1, nh, hs)
+        nkv, hs = k.shape[1], k.shape[2]
+        qg = q[0].float().view(nkv, -1, hs)                                # (nkv, group, hs)
+        probs = (torch.einsum("kgd,skd->kgs", qg, k[idx]) * self.scale).softmax(-1)   # (nkv, group, m)
+        out = torch.einsum("kgs,skd->kgd", probs, v[idx])                 # (nkv, group, hs)
+        rec = self.record
+        self.token_scores.index_add_(0, idx, probs.sum((0, 1)).double())  # H2O's accumulated attention
+        pos = positions[idx]                                               # (m,) original positions read
+        rec.reads.index_add_(0, pos, torch.ones(len(idx), dtype=rec.reads.dtype))
+        mass = rec.decode_mass.get(layer, torch.zeros(0))
+        if mass.shape[0] < rec.reads.shape[0]:
+            mass = torch.cat([mass, mass.new_zeros(rec.reads.shape[0] - mass.shape[0])])
+        rec.decode_mass[layer] = mass.index_add_(0, pos, probs.mean((0, 1)))
+        return out.reshape(1, -1, hs).to(q.dtype)                          # (1, nh, hs)
 
     def _attend_kernel(self, layer: int, q: torch.Tensor, block_ids: list[int], n: int) -> torch.Tensor:
         from .. import kernels as K

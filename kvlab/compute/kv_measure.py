@@ -31,9 +31,9 @@ from typing import Sequence
 
 import torch
 
-from .kv_compress import CompressedDecoder, CompressionConfig
+from .kv_compress import CompressedDecoder, CompressionConfig, PrefillState
 
-__all__ = ["heldout_texts", "chat_ids", "doc_prompts", "heldout_pairs", "needle_prompt", "Profile", "attention_profile", "MethodResult", "compare_methods", "needle",
+__all__ = ["prefill", "heldout_texts", "chat_ids", "doc_prompts", "heldout_pairs", "needle_prompt", "Profile", "attention_profile", "MethodResult", "compare_methods", "needle",
            "format_results"]
 
 STDLIB_MODULES = ("heapq", "bisect", "fractions", "statistics", "textwrap", "difflib", "fnmatch", "shlex", "csv",
@@ -162,9 +162,9 @@ def attention_profile(model, prompt_ids: Sequence[int], steps: int = 8, block_si
     T, L = len(prompt_ids) + steps, model.config.num_hidden_layers
     mass = torch.zeros(L, T)
     for layer, values in d.record.decode_mass.items():
-        mass[layer, :len(values)] = torch.tensor(values) / steps
+        mass[layer, :len(values)] = values / steps
     per_layer_token = d.pool.bytes_per_token() / L
-    reads = [r * per_layer_token / steps for r in d.record.reads[:len(prompt_ids)]]   # positions every step saw
+    reads = (d.record.reads[:len(prompt_ids)] * per_layer_token / steps).tolist()   # positions every step saw
     return Profile(mass[:, :T], reads, sinks, min(recent, T - sinks))
 
 
@@ -181,12 +181,23 @@ class MethodResult:
     tokens: list[list[int]] = field(default_factory=list)
 
 
-def _run(model, config: CompressionConfig, prompt: Sequence[int], n: int, block_size: int):
-    d = CompressedDecoder(model, config, block_size=block_size,
-                          num_blocks=-(-(len(prompt) + n) // block_size) + 2)
-    out = d.generate(prompt, n)
+def _decoder(model, config: CompressionConfig, tokens: int, block_size: int) -> CompressedDecoder:
+    return CompressedDecoder(model, config, block_size=block_size, num_blocks=-(-tokens // block_size) + 2)
+
+
+@torch.no_grad()
+def prefill(model, prompt_ids: Sequence[int], block_size: int = 16) -> PrefillState:
+    """The dense prefill of a prompt, once, for every method to start from."""
+    d = _decoder(model, CompressionConfig("full"), len(prompt_ids), block_size)
+    d.prefill(prompt_ids)
+    return d.prefill_state
+
+
+def _run(model, config: CompressionConfig, prompt: Sequence[int], state: PrefillState, n: int, block_size: int):
+    d = _decoder(model, config, len(prompt) + n, block_size)
+    out = d.generate(prompt, n, state)
     steps = max(1, n)
-    read = sum(d.record.reads) * d.pool.bytes_per_token() / model.config.num_hidden_layers / steps
+    read = float(d.record.reads.sum()) * d.pool.bytes_per_token() / model.config.num_hidden_layers / steps
     return out, d.kv_bytes(), read, d.pool.bytes_per_token()
 
 
@@ -201,14 +212,15 @@ def compare_methods(model, configs: Sequence[CompressionConfig], prompts: Sequen
     if not configs or configs[0].method != "full":
         raise ValueError("the first config must be the full cache (the reference)")
     results: list[MethodResult] = []
+    states = [prefill(model, p, block_size) for p in prompts]             # one prefill per prompt, shared
+    held = [prefill(model, c, block_size) for c, _ in heldout]
     for cfg in configs:
-        runs = [_run(model, cfg, p, n_tokens, block_size) for p in prompts]
+        runs = [_run(model, cfg, p, st, n_tokens, block_size) for p, st in zip(prompts, states)]
         toks = [r[0] for r in runs]
         ref = toks if not results else results[0].tokens
         agree = sum(sum(a == b for a, b in zip(t, r)) / max(1, len(r)) for t, r in zip(toks, ref)) / len(toks)
-        nll = [CompressedDecoder(model, cfg, block_size=block_size,
-                                 num_blocks=-(-(len(c) + len(x)) // block_size) + 2).continuation_nll(c, x)
-               for c, x in heldout]
+        nll = [_decoder(model, cfg, len(c) + len(x), block_size).continuation_nll(c, x, st)
+               for (c, x), st in zip(heldout, held)]
         results.append(MethodResult(cfg.label, runs[0][3], sum(r[1] for r in runs) / len(runs),
                                     sum(r[2] for r in runs) / len(runs), math.exp(sum(nll) / max(1, len(nll))),
                                     agree, toks))
@@ -229,8 +241,7 @@ def format_results(rows: Sequence[MethodResult]) -> str:
 
 @torch.no_grad()
 def needle(model, prompt_ids: Sequence[int], config: CompressionConfig, max_tokens: int = 8,
-           block_size: int = 16) -> list[int]:
-    """Greedy tokens after a long prompt that hides a fact in its middle and asks for it at the end."""
-    d = CompressedDecoder(model, config, block_size=block_size,
-                          num_blocks=-(-(len(prompt_ids) + max_tokens) // block_size) + 2)
-    return d.generate(prompt_ids, max_tokens)
+           block_size: int = 16, state: PrefillState | None = None) -> list[int]:
+    """Greedy tokens after a long prompt that hides a fact in its middle and asks for it at the end
+    (``state``: the prompt's prefill, shared between methods)."""
+    return _decoder(model, config, len(prompt_ids) + max_tokens, block_size).generate(prompt_ids, max_tokens, state)

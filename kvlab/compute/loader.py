@@ -298,6 +298,16 @@ def build_model(cfg: LlamaConfig, tensors: dict[str, torch.Tensor], dtype: torch
     return model.eval()
 
 
+def _check_untied_head(raw: dict, tensors: dict[str, torch.Tensor], cfg_path: Path) -> None:
+    """A config.json without tie_word_embeddings means false (transformers' default): a separate
+    lm_head.weight. When the checkpoint has none, the mistake is most likely the missing key, so the
+    error names it (transformers would start from a random head)."""
+    if "tie_word_embeddings" not in raw and "lm_head.weight" not in tensors:
+        raise CheckpointError("tie_word_embeddings is not given, so it is false (transformers' default) and the "
+                              "checkpoint needs lm_head.weight, which it lacks; add \"tie_word_embeddings\": true "
+                              "if the output head shares the token embedding", file=cfg_path, field="tie_word_embeddings")
+
+
 def _is_gguf(path: Path) -> bool:
     """A .gguf file, or a folder with a .gguf file and no config.json (the HF layout wins)."""
     if path.is_file():
@@ -337,9 +347,11 @@ def load_pretrained(folder: str | os.PathLike, dtype: torch.dtype = torch.float3
     if not (cfg_path.is_file() or cfg_path.is_symlink()):
         raise CheckpointError("no config.json in the checkpoint folder", file=given)
     _inside(folder, cfg_path.name)
-    cfg = LlamaConfig.from_dict(_read_json(cfg_path), file=cfg_path)
+    raw = _read_json(cfg_path)
+    cfg = LlamaConfig.from_dict(raw, file=cfg_path)
     check_headers(folder, cfg, cfg_path)   # sizes and shapes from the headers, before any tensor is read
     tensors, files, listing = _read_safetensors(folder)
+    _check_untied_head(raw, tensors, cfg_path)
     model = build_model(cfg, tensors, dtype=dtype, device=device,
                         file_of=lambda field: files.get(field, listing))  # a tensor's own file, else the listing
     tok_path, tok = folder / "tokenizer.json", None

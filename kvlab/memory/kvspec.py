@@ -229,11 +229,15 @@ MODELS: dict[str, KVSpec] = {
     "deepseek-v3": KVSpec.mla(61, 512, 64, num_heads=128, name="deepseek-v3", params_b=671.0),
 }
 
+MiB = 1024**2
+
+# Memory as ``nvidia-smi`` reports it (MiB), not the spec sheet's round number: an A100's "80GB" is
+# 81,920 MiB = 80 GiB, but an H100 80GB HBM3 shows 81,559 MiB and an H200 ("141GB") 143,771 MiB.
 GPUS: dict[str, GPUSpec] = {
-    "a100-40gb": GPUSpec("a100-40gb", 40 * GiB, 1.555e12, 312e12),
-    "a100-80gb": GPUSpec("a100-80gb", 80 * GiB, 2.039e12, 312e12),
-    "h100-80gb": GPUSpec("h100-80gb", 80 * GiB, 3.35e12, 989e12),
-    "h200": GPUSpec("h200", 143_771 * 1024**2, 4.8e12, 989e12),  # "141 GB"; nvidia-smi reports 143,771 MiB
+    "a100-40gb": GPUSpec("a100-40gb", 40_960 * MiB, 1.555e12, 312e12),   # A100-SXM4-40GB: 40,960 MiB
+    "a100-80gb": GPUSpec("a100-80gb", 81_920 * MiB, 2.039e12, 312e12),   # A100-SXM4-80GB: 81,920 MiB
+    "h100-80gb": GPUSpec("h100-80gb", 81_559 * MiB, 3.35e12, 989e12),    # H100 80GB HBM3 (SXM5): 81,559 MiB
+    "h200": GPUSpec("h200", 143_771 * MiB, 4.8e12, 989e12),              # H200 "141GB": 143,771 MiB
 }
 
 

@@ -1,8 +1,10 @@
 """kvlab.reuse: the logical layer, which cached KV a new request can reuse (pure Python).
 
-    radix_cache.py       RadixCache: SGLang's radix tree over token ids (match, insert, lock, evict)
+    radix_cache.py       RadixCache: SGLang's radix tree over token ids (match, split, lock, invariants)
+    radix_insert.py      RadixInsertion: the tree's insert (RadixCache's mixin)
+    radix_node.py        TreeNode, MatchResult, InsertResult, EvictResult, RadixStats: plain data
     radix_snapshot.py    NodeView, RadixSnapshot: the tree frozen for pictures and printing
-    eviction.py          EvictionPolicy, EVICTION_POLICIES: which leaf goes first
+    eviction.py          EvictionPolicy, EVICTION_POLICIES: which leaf goes first; RadixEviction: evict
     block_hash_cache.py  BlockHashCache: vLLM's hash-chained prefix cache, for comparison
     stats.py             HitStats: hits and misses, shared by both caches
     cache_manager.py     CacheManager: the one request cycle and the ownership rule
@@ -10,6 +12,7 @@
     schedule.py          order_by_shared_prefix: fcfs, lpm, dfs-weight (cache-aware order)
     lifecycle.py         the states of a KV block and of a node, the legal edges, LifecycleTracker, replay
     hiradix_cache.py     HiRadixCache: the radix tree over a device pool and a host pool (SGLang's HiCache)
+    hiradix_moves.py     TierMoves: backup, evict, evict_host, load_back (HiRadixCache's mixin)
     hiradix_node.py      Transfer, TierStats, HiMatchResult, TierSnapshot: its plain data
     hicache_storage.py   HiCacheStorage (the disk tier's interface), MemoryStorage, page_keys, kv_fingerprint
     hiradix_storage.py   the tree's storage side: saves, disk checks, lookup of pages it does not hold

@@ -206,7 +206,7 @@ class CacheManager(ForkSharing):
             raise ValueError(f"num_tokens {n} is fewer than the {len(key)} tokens to admit")
         node, prefix_len, kv, m = None, 0, [], None
         if self.tree is not None and key:
-            m = self.tree._match(key, len(key) - 1, seq_id, True)
+            m = self.tree.match_key(key, len(key) - 1, seq_id, True)
             prefix_len, kv = m.prefix_len, m.kv
             if m.last_node is not self.tree.root:  # a lock on the root protects nothing
                 node = m.last_node
@@ -219,7 +219,7 @@ class CacheManager(ForkSharing):
             return None
         if m is not None:  # tiers: pages matched off the device come back now (a no-op here)
             node, prefix_len, kv = self._extend_match(seq_id, m, node, prefix_len, kv)
-        table = self.block_manager._adopt(seq_id, kv, prefix_len, n - prefix_len)  # kv: the tree's, in use
+        table = self.block_manager.adopt_match(seq_id, kv, prefix_len, n - prefix_len)  # kv: the tree's, in use
         if node is not None:
             self._locks[seq_id] = node
         if key is not None:
@@ -244,10 +244,10 @@ class CacheManager(ForkSharing):
         block copies to perform, or None (nothing changed) when the pool cannot supply them."""
         bm = self.block_manager
         t = bm.table(seq_id)
-        n, cow, new = bm._append_plan(t, n)
+        n, cow, new = bm.append_plan(t, n)
         if not self.make_room(cow + new, seq_id):
             return None
-        return bm._grow(t, n, cow, new)
+        return bm.apply_append(t, n, cow, new)
 
     def fork(self, parent: str, child: str) -> BlockTable:
         """``child`` shares every block of ``parent`` (parallel samples) and locks the same node."""
@@ -295,7 +295,7 @@ class CacheManager(ForkSharing):
             return None
         sharers, ids = self._sharers(seq_id, key, full)
         self._tokens[seq_id] = key
-        res = self.tree._insert(key[:full * self.block_size], ids, seq_id, True)
+        res = self.tree.insert_key(key[:full * self.block_size], ids, seq_id, True)
         self.block_manager.share_prefix(seq_id, res.kv)
         old = self._locks.get(seq_id)
         if res.last_node is not old:
@@ -324,14 +324,14 @@ class CacheManager(ForkSharing):
             return None
         sharers, ids = self._sharers(seq_id, key, full)
         all_ids = self.block_manager.table(seq_id).block_ids
-        res = self.tree._insert(key[:full * self.block_size], ids, seq_id, False)
+        res = self.tree.insert_key(key[:full * self.block_size], ids, seq_id, False)
         nb = res.prefix_len // self.block_size
         if res.duplicates:  # the tree freed those: the table's reference on them is used up
             dup = set(res.duplicates)
             drop = [b for b in all_ids[:nb] if b not in dup] + all_ids[full:]
         else:
             drop = all_ids[:nb] + all_ids[full:]
-        self.block_manager._release(seq_id, drop)
+        self.block_manager.release_to_tree(seq_id, drop)
         self._lock_sharers(sharers, key, ids, res.kv)
         node = self._locks.pop(seq_id, None)
         if node is not None:
@@ -361,7 +361,7 @@ class CacheManager(ForkSharing):
             t.check_integrity(self.allocator.ref_count)
             node = self._locks.get(s)
             if node is not None:
-                path = self.tree._path_kv(node)
+                path = self.tree.path_kv(node)
                 assert path == t.block_ids[:len(path)], f"{s}: its table does not start with the path it locks"
             if self.tree is not None:
                 stray = in_tree.intersection(t.block_ids[len(path) if node is not None else 0:])
@@ -375,7 +375,7 @@ class CacheManager(ForkSharing):
             locks: dict[int, int] = {}
             for node in self._locks.values():
                 locks[node.id] = locks.get(node.id, 0) + 1
-            assert locks == self.tree._lock_targets, "tree locks != the running sequences' locks"
+            assert locks == self.tree.lock_counts(), "tree locks != the running sequences' locks"
         else:
             self.allocator.check_integrity(holders)
 

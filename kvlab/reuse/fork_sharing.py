@@ -74,7 +74,7 @@ class ForkSharing:
         ValueError, nothing changed, when a sharer holds other tokens for a shared page."""
         ids = self.block_manager.table(seq_id).block_ids[:full]
         node = self._locks.get(seq_id)
-        start = len(self.tree._path_kv(node)) if node is not None else 0  # pages it already locks
+        start = len(self.tree.path_kv(node)) if node is not None else 0  # pages it already locks
         rc = self.allocator.ref_count
         if all(rc[b] == 1 for b in ids[start:]):  # the usual case: nobody shares them
             return [], ids
@@ -103,12 +103,10 @@ class ForkSharing:
             while k < lim and t.block_ids[k] in (tree_kv[k], ids[k]):
                 k += 1
             old = self._locks.get(s)
-            if k <= (len(tree._path_kv(old)) if old is not None else 0):
+            if k <= (len(tree.path_kv(old)) if old is not None else 0):
                 continue
             self.block_manager.share_prefix(s, tree_kv[:k])
-            node, _pos, child, m = tree._walk(key, k * ps)
-            if child is not None:
-                node = tree._split(child, m)
+            node = tree.split_at(key, k * ps)
             tree.inc_lock_ref(node, s)
             if old is not None:
                 tree.dec_lock_ref(old, s)

@@ -141,14 +141,14 @@ class HiCacheManager(CacheManager):
     # ------------------------------------------------------------------ the cycle, with checkpoints
     def _room_for_admit(self, need: int, seq_id: str, m: HiMatchResult) -> bool:
         tree = self.tree
-        tree._checkpoint("match", seq_id)
+        tree.checkpoint("match", seq_id)
         self._beyond = tree.check_disk(m.beyond, seq_id) if m is not None and m.beyond else []
         if m is not None and tree.storage is not None:  # L3: pages the tree does not hold at all
             after = self._beyond[-1] if self._beyond else m.last_node
             found = tree.lookup_storage(self._admitting[:-1], after, seq_id)
             if found is not None:
                 self._beyond.append(found)
-                tree._checkpoint("storage_hit", seq_id)
+                tree.checkpoint("storage_hit", seq_id)
         if self.make_room(need, seq_id):
             return True
         self._beyond, tree._protected_host = [], set()
@@ -176,37 +176,37 @@ class HiCacheManager(CacheManager):
             a = super().admit(seq_id, tokens, num_tokens)
         finally:
             self._admitting = []
-        self.tree._checkpoint("admit", seq_id)
+        self.tree.checkpoint("admit", seq_id)
         return a
 
     def make_room(self, num_blocks: int, seq_id: str | None = None) -> bool:
         ok = super().make_room(num_blocks, seq_id)
-        self.tree._checkpoint("evict", seq_id)
+        self.tree.checkpoint("evict", seq_id)
         return ok
 
     def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
         copies = super().append(seq_id, n)
-        self.tree._checkpoint("append", seq_id)
+        self.tree.checkpoint("append", seq_id)
         return copies
 
     def fork(self, parent: str, child: str) -> BlockTable:
         table = super().fork(parent, child)
-        self.tree._checkpoint("fork", child)
+        self.tree.checkpoint("fork", child)
         return table
 
     def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
         res = super().cache_unfinished_req(seq_id, tokens)
-        self.tree._checkpoint("cache_unfinished_req", seq_id)
+        self.tree.checkpoint("cache_unfinished_req", seq_id)
         return res
 
     def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
         res = super().cache_finished_req(seq_id, tokens)
-        self.tree._checkpoint("cache_finished_req", seq_id)
+        self.tree.checkpoint("cache_finished_req", seq_id)
         return res
 
     def free(self, seq_id: str) -> list[int]:
         released = super().free(seq_id)
-        self.tree._checkpoint("free", seq_id)
+        self.tree.checkpoint("free", seq_id)
         return released
 
     # ------------------------------------------------------------------ invariants
@@ -219,7 +219,7 @@ class HiCacheManager(CacheManager):
         if tr is not None:
             assert tr.device == self.tree.device_states(), "lifecycle: device block states out of date"
             assert tr.host == self.tree.host_states(), "lifecycle: host block states out of date"
-            live = {n.id: self.tree.placement(n) for n in self.tree._iter_nodes()}
+            live = {n.id: self.tree.placement(n) for n in self.tree.iter_nodes()}
             assert tr.nodes == live, "lifecycle: node placements out of date"
 
 

@@ -37,9 +37,11 @@ disk nodes, and, as SGLang does, storage is also asked for the pages it does not
 (``lookup_storage``); a device leaf that must be dropped while nodes below
 it are off the device takes them with it.
 
-This file is longer than 450 lines because HiRadixCache is one class whose methods share the
-placement invariants (split, match, insert, evict, evict_host, load_back, check_integrity);
-SGLang's hiradix_cache.py is longer still. Its plain data types are in ``hiradix_node.py``.
+The class is written in three files, one concept each: this one (placements, the transfer
+queue, lifecycle checkpoints, split/match/insert over the tiers, invariants),
+``hiradix_moves.py`` (:class:`TierMoves`: ``backup``, ``evict``, ``evict_host``, ``load_back``:
+every move of a node between tiers) and ``hiradix_storage.py`` (:class:`StorageTier`: the disk
+side). Its plain data types are in ``hiradix_node.py``.
 
 Example (block size 1; write_through: every cached page is copied to the host at once):
     >>> dev, host = BlockAllocator(4, 1), BlockAllocator(8, 1)
@@ -60,25 +62,25 @@ Example (block size 1; write_through: every cached page is copied to the host at
 """
 from __future__ import annotations
 
-import heapq
 from typing import Iterable, Sequence
 
 from ..memory.block_pool import BlockAllocator, KVCacheError
 from ..memory.events import NullLog
 from ..memory.ids import check_int
 from .hicache_storage import HiCacheStorage
+from .hiradix_moves import TierMoves
 from .hiradix_node import HiMatchResult, TierSnapshot, TierStats, Transfer
 from .hiradix_storage import PREFETCH_POLICIES, StorageTier
 from .lifecycle import LifecycleTracker
 from .host_policy import make_host_policy
-from .radix_cache import EvictResult, InsertResult, RadixCache, TreeNode
+from .radix_cache import InsertResult, RadixCache, TreeNode
 
 __all__ = ["WRITE_POLICIES", "Transfer", "TierStats", "HiMatchResult", "TierSnapshot", "HiRadixCache"]  # types: hiradix_node
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
 
-class HiRadixCache(StorageTier, RadixCache):
+class HiRadixCache(StorageTier, TierMoves, RadixCache):
     """A radix tree over a device pool (``allocator``) and a host pool (``host_allocator``).
 
     ``write_policy``: one of WRITE_POLICIES. ``write_through_threshold``: for
@@ -186,7 +188,7 @@ class HiRadixCache(StorageTier, RadixCache):
         self._loading.clear()
         self._writing.clear()
         self._saving.clear()
-        self._checkpoint("transfers done")
+        self.checkpoint("transfers done")
         return out
 
     @property
@@ -209,8 +211,10 @@ class HiRadixCache(StorageTier, RadixCache):
                 out[b] = "writing" if b in self._writing else s
         return out
 
-    def _checkpoint(self, cause: str, rid: str | None = None, device: bool = True) -> None:
-        """Emit the block transitions since the last checkpoint (called between the steps of a cycle)."""
+    def checkpoint(self, cause: str, rid: str | None = None, device: bool = True) -> None:
+        """Emit the block transitions since the last checkpoint, each with ``cause`` (the tree calls
+        it after its own steps; the tiered cache manager after each step of the cycle). Nothing
+        without a tracker."""
         if self.tracker is not None:
             if device:
                 self.tracker.observe("device", self.device_states(), cause, rid)
@@ -220,7 +224,7 @@ class HiRadixCache(StorageTier, RadixCache):
         dev = [0] * self.allocator.num_blocks
         host = [0] * self.host_allocator.num_blocks
         places = {}
-        for n in self._iter_nodes():
+        for n in self.iter_nodes():
             places[n.id] = self.placement(n)
             for b in n.value:
                 dev[b] = n.id
@@ -250,11 +254,11 @@ class HiRadixCache(StorageTier, RadixCache):
         self._note(new, "split", None)
         return new
 
-    def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> HiMatchResult:
+    def match_key(self, key: list, limit: int, rid: str | None = None, record_stats: bool = True) -> HiMatchResult:
         """RadixCache's match (split, refresh), then the part of it off the device; a selective
         write-through backs up the matched device nodes hit often enough."""
         self._protected_host = set()
-        m = super()._match(key, limit, rid, False)
+        m = super().match_key(key, limit, rid, False)
         node, beyond = m.last_node, []
         while node is not self.root and not node.value:
             beyond.append(node)
@@ -278,11 +282,11 @@ class HiRadixCache(StorageTier, RadixCache):
             self.tier_stats.disk_hit_tokens += disk
         return HiMatchResult(dev_len, m.kv, node, tuple(beyond), host, disk)
 
-    def _insert(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
+    def insert_key(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
         """RadixCache's insert, after giving the caller's blocks to matched nodes that are off the
         device (their KV was just recomputed: ``host -> both``, ``disk -> device``); then, for
         write_through, back up the path."""
-        self._checkpoint("allocate", rid)
+        self.checkpoint("allocate", rid)
         node, pos, child, m = walk if walk is not None else self._walk(key, len(key))
         if child is not None and not child.value:
             node, pos, walk = self._split(child, m), pos + m, None
@@ -290,7 +294,7 @@ class HiRadixCache(StorageTier, RadixCache):
             self._reattach(node, pos, kv, rid)
             walk = None
         known = self.tracker.nodes if self.tracker is not None else None
-        res = super()._insert(key, kv, rid, share, walk)
+        res = super().insert_key(key, kv, rid, share, walk)
         if known is not None and res.last_node.id not in known:
             self._note(res.last_node, "insert", rid)
         if self.write_policy != "write_back":
@@ -306,7 +310,7 @@ class HiRadixCache(StorageTier, RadixCache):
                         continue
                 if n.id not in self.host_value and not self.backup(n, rid, self.write_policy):
                     break
-        self._checkpoint("insert", rid)
+        self.checkpoint("insert", rid)
         return res
 
     def _reattach(self, node: TreeNode, end: int, kv: list[int], rid: str | None) -> None:
@@ -319,7 +323,7 @@ class HiRadixCache(StorageTier, RadixCache):
             n = n.parent
         for n, e in reversed(chain):
             blocks = list(kv[(e - len(n.key)) // ps:e // ps])
-            self.allocator._incref(blocks, rid, record=False)
+            self.allocator.touch(blocks, rid, record=False)
             n.value = blocks
             self._offloaded -= len(n.key)
             if self._tree_blocks is not None:
@@ -327,200 +331,7 @@ class HiRadixCache(StorageTier, RadixCache):
             if self.disk_ref.pop(n.id, None) is not None and n.id not in self.host_value:
                 del self._tiered[n.id]
             self._note(n, "recompute", rid)
-        self._checkpoint("recompute", rid)
-
-    # ------------------------------------------------------------------ backup, evict, evict_host
-    def backup(self, node: TreeNode, rid: str | None = None, cause: str = "write_through") -> bool:
-        """Copy a device node to the host (SGLang's ``write_backup``): host blocks (host eviction
-        first when short) and a queued "write"; ``device -> both``. False, with nothing changed,
-        when even host eviction cannot make room."""
-        self._check_node(node, "backup")
-        if node is self.root:
-            raise KVCacheError("backup: the root holds no KV")
-        n, ha = len(node.value), self.host_allocator
-        if node.id in self.host_value:
-            return True
-        if not n or n > ha.num_blocks:
-            return False
-        if ha.num_free_blocks < n:
-            if ha.num_free_blocks + self._host_evictable() < n:
-                return False  # host eviction could not make room: evict nothing for nothing
-            self.evict_host(n - ha.num_free_blocks, rid)
-            self._checkpoint(cause, rid, device=False)
-            if ha.num_free_blocks < n:
-                return False
-        hv = ha._allocate(n, None, record=False)
-        self.host_value[node.id] = hv
-        self.host_policy.store(node.id, n, self._content(node))
-        self._tiered[node.id] = node
-        self._queue(Transfer("write", tuple(node.value), tuple(hv), node=node.id))
-        self.tier_stats.written_tokens += len(node.key)
-        self.log.record("write", rid, hv, node=node.id, src=list(node.value), policy=cause)
-        self._note(node, cause, rid)
-        self._checkpoint(cause, rid, device=False)
-        if self.storage is not None and self.storage_write == "write_through":
-            self._save_pages(node, hv, rid)  # queued after the write: it reads the host copy
-        return True
-
-    def _device_leaves(self) -> list[TreeNode]:
-        return [n for n in self._iter_nodes()
-                if n.value and not n.lock_ref and not any(c.value for c in n.children.values())]
-
-    def evict(self, num_tokens: int, rid: str | None = None) -> EvictResult:
-        """Free at least ``num_tokens`` device tokens from unlocked nodes with no child on the device,
-        in policy order. A node with a host copy stays in the tree on the host (``both -> host``);
-        write_back first copies one that has none; any other is dropped (with the nodes below it,
-        all off the device). Frees less, and says so, when less is evictable."""
-        num_tokens = check_int("num_tokens", num_tokens, 0)
-        prio, root = self.policy.priority, self.root
-        heap = [(prio(n), n.id, n) for n in self._device_leaves()]
-        heapq.heapify(heap)
-        freed, blocks, ids, kept = 0, [], [], []
-        while freed < num_tokens and heap:
-            _, _, x = heapq.heappop(heap)
-            parent, ln, dev = x.parent, len(x.key), x.value
-            if x.id not in self.host_value and self.write_policy == "write_back":
-                self.backup(x, rid, "write_back")
-            if x.id in self.host_value:
-                x.value = []
-                self._offloaded += ln
-                if self._tree_blocks is not None:
-                    self._tree_blocks.difference_update(dev)
-                kept.append(x.id)
-                self._note(x, "evict", rid)
-                self._checkpoint("evict", rid, device=False)  # its host blocks: backup -> host
-            else:
-                self._remove(x, "evict", rid)
-            self.allocator._decref(dev, rid, record=False)
-            self._loading.difference_update(dev)  # a queued copy into them is wasted now
-            freed += ln
-            blocks += dev
-            ids.append(x.id)
-            if parent is not root and not parent.lock_ref and not any(c.value for c in parent.children.values()):
-                heapq.heappush(heap, (prio(parent), parent.id, parent))
-        if blocks:
-            self.stats.evicted_tokens += freed
-            self.stats.evicted_nodes += len(ids)
-        self.log.record("evict", rid, blocks, requested=num_tokens, num_tokens=freed, nodes=ids, kept_on_host=kept,
-                        policy=self.policy.name)
-        self._checkpoint("evict", rid)
-        return EvictResult(num_tokens, freed, blocks, ids)
-
-    def _remove(self, node: TreeNode, cause: str, rid: str | None) -> list[int]:
-        """Take ``node`` and everything below it (all unlocked) out of the tree; free their host
-        blocks; returns their device blocks (the caller frees those)."""
-        del node.parent.children[self._child_key(node.key)]
-        node.parent = None
-        stack, dev = [node], []
-        while stack:
-            n = stack.pop()
-            stack.extend(n.children.values())
-            self._num_nodes -= 1
-            self._evictable_size -= len(n.key)
-            if n.value:
-                dev += n.value
-                if self._tree_blocks is not None:
-                    self._tree_blocks.difference_update(n.value)
-            else:
-                self._offloaded -= len(n.key)
-            hv = self.host_value.get(n.id)
-            if hv:
-                self.host_policy.evicted(n.id, "")
-            self.host_value.pop(n.id, None)
-            if hv:
-                self.host_allocator._decref(hv, rid, record=False)
-                self._writing.difference_update(hv)
-                self.tier_stats.host_dropped_tokens += len(n.key)
-            self.disk_ref.pop(n.id, None)
-            self._tiered.pop(n.id, None)
-            self._inserted_by.pop(n.id, None)
-            self._protected_host.discard(n.id)
-            self._note(n, cause if n is node else "drop", rid, "evicted")
-        self._checkpoint(cause, rid, device=False)  # host blocks freed with the nodes: host -> free, now
-        return dev
-
-    def _host_evictable(self) -> int:
-        """Host blocks host eviction could free now (host-only nodes not about to be loaded)."""
-        return sum(len(hv) for i, hv in self.host_value.items()
-                   if not self._tiered[i].value and i not in self._protected_host)
-
-    def _host_leaf(self, n: TreeNode) -> bool:
-        return (not n.value and n.id in self.host_value and n.id not in self._protected_host
-                and not any(c.id in self.host_value for c in n.children.values()))
-
-    def evict_host(self, num_pages: int, rid: str | None = None) -> int:
-        """Free at least ``num_pages`` host blocks from host-only nodes with no child on the host,
-        in the host policy's order (``kvlab.reuse.host_policy``): each is saved to disk (``host -> disk``; a queued "save" unless the chunk
-        exists already) with a storage tier, else dropped. Returns the host blocks freed."""
-        num_pages = check_int("num_pages", num_pages, 0)
-        prio = self.host_policy.priority
-        cands = {n.id: n for n in list(self._tiered.values()) if self._host_leaf(n)}
-        freed, ids, blocks = 0, [], []
-        while freed < num_pages and cands:
-            x = min(cands.values(), key=lambda n: (prio(n), n.id))  # asked again each time: ARC re-decides
-            del cands[x.id]
-            parent = x.parent
-            self.host_policy.evicted(x.id, self._content(x))
-            hv = self.host_value.pop(x.id)
-            if self.storage is not None:
-                self.disk_ref[x.id] = self._save_pages(x, hv, rid)
-                self._note(x, "evict_host", rid)
-            else:
-                self.host_value[x.id] = hv  # _remove frees it with the node
-                self._remove(x, "evict_host", rid)
-                hv = []
-            if hv:
-                self.host_allocator._decref(hv, rid, record=False)
-                self._writing.difference_update(hv)
-            freed += len(x.key) // self.page_size
-            blocks += hv
-            ids.append(x.id)
-            if parent is not self.root and self._host_leaf(parent):
-                cands[parent.id] = parent
-        self.log.record("evict_host", rid, blocks, requested=num_pages, num_pages=freed, nodes=ids,
-                        to_disk=self.storage is not None)
-        self._checkpoint("evict_host", rid, device=False)
-        return freed
-
-    # ------------------------------------------------------------------ load back
-    def load_back(self, nodes: Sequence[TreeNode], rid: str | None = None) -> list[int]:
-        """Give ``nodes`` (a match's ``beyond``, top down, none on the device) fresh device blocks
-        and queue their copies ("load" from the host, "fetch" from disk); ``host -> both``,
-        ``disk -> device``. The caller makes room first: raises OutOfBlocks (nothing changed) when
-        the pool is short. Returns the new device blocks."""
-        nodes = list(nodes)
-        for i, n in enumerate(nodes):
-            self._check_node(n, "load_back")
-            if n is self.root:
-                raise KVCacheError("load_back: the root holds no KV")
-            parent_ok = (n.parent is self.root or n.parent.value) if i == 0 else n.parent is nodes[i - 1]
-            if n.value or not parent_ok:
-                raise KVCacheError(f"load_back: node {n.id} is on the device or does not continue the path")
-        total = sum(len(n.key) for n in nodes) // self.page_size
-        blocks = self.allocator.allocate(total, rid) if total else []
-        off = 0
-        for n in nodes:
-            k = len(n.key) // self.page_size
-            dev = blocks[off:off + k]
-            off += k
-            n.value = dev
-            self._offloaded -= len(n.key)
-            if self._tree_blocks is not None:
-                self._tree_blocks.update(dev)
-            if n.id in self.host_value:
-                self._queue(Transfer("load", tuple(self.host_value[n.id]), tuple(dev), node=n.id))
-                self.tier_stats.loaded_tokens += len(n.key)
-            else:
-                keys = self.disk_ref.pop(n.id)
-                del self._tiered[n.id]
-                self._queue(Transfer("fetch", (), tuple(dev), keys=tuple(keys), node=n.id))
-                self.tier_stats.fetched_tokens += len(n.key)
-            self._note(n, "load_back", rid)
-        self._protected_host.difference_update(n.id for n in nodes)
-        if nodes:
-            self.log.record("load_back", rid, blocks, nodes=[n.id for n in nodes], num_tokens=total * self.page_size)
-        self._checkpoint("load_back", rid)
-        return blocks
+        self.checkpoint("recompute", rid)
 
     def reset(self) -> None:
         """Drop everything on every tier (raises if a node is still locked)."""
@@ -529,7 +340,7 @@ class HiRadixCache(StorageTier, RadixCache):
         self._protected_host = set()
         for c in list(self.root.children.values()):
             dev = self._remove(c, "reset", None)
-            self.allocator._decref(dev, None, record=False)
+            self.allocator.free_blocks(dev, None, record=False)
             self._loading.difference_update(dev)
 
     # ------------------------------------------------------------------ integrity
@@ -586,7 +397,7 @@ class HiRadixCache(StorageTier, RadixCache):
         assert set(self._inserted_by) <= live, "insert counts name dead nodes"
         assert set(self._lock_targets) <= live and self._protected_host <= live, "a lock or protection on a dead node"
         assert self._tree_blocks is None or seen_dev == self._tree_blocks, "the tree's block set is out of date"
-        self.allocator.check_integrity([n.value for n in self._iter_nodes()] + [list(h) for h in holders])
+        self.allocator.check_integrity([n.value for n in self.iter_nodes()] + [list(h) for h in holders])
         self.host_allocator.check_integrity(list(self.host_value.values()))
         if self.tracker is not None:
             assert not self.tracker.illegal, f"illegal lifecycle transitions: {self.tracker.illegal[:4]}"

@@ -16,7 +16,7 @@ Example (the notes' fragmentation example at lesson size: 48 slots, block size 4
     >>> steps = run_compare(notes_trace(), capacity=48, block_size=4)
     >>> last = steps[-1]
     >>> last.caption
-    'admit D (24 tokens): contiguous FAILS (24 slots free, largest range 16); paged fits'
+    "admit D' (24 tokens): contiguous FAILS (24 slots free, largest range 16); paged fits"
     >>> (last.contiguous["external_fragmentation"], last.paged["external_fragmentation"])
     (8, 0)
 """
@@ -40,8 +40,11 @@ BAR_KINDS = ("token states", "reserved, unused", "external fragmentation", "free
 
 def notes_trace() -> list[tuple]:
     """The notes' [A 4096][B 2048][C 4096][free 2048] example scaled by 1/256 (16, 8, 16 in
-    48 slots): A finishes, D needs 24 slots; 24 are free but the largest range is 16."""
-    return [("admit", "A", 16), ("admit", "B", 8), ("admit", "C", 16), ("finish", "A"), ("admit", "D", 24)]
+    48 slots): A finishes, D' needs 24 slots; 24 are free but the largest range is 16.
+
+    The last request is D' (6,144 / 256 = 24, all the free space), not the notes' D (8,192 / 256
+    = 32, more than is free, which no allocator could place): lesson 03 tells the two apart."""
+    return [("admit", "A", 16), ("admit", "B", 8), ("admit", "C", 16), ("finish", "A"), ("admit", "D'", 24)]
 
 
 def growth_trace() -> list[tuple]:

@@ -3,7 +3,7 @@
 Each block is a cell coloured by the request that allocated it and filled from the left as far
 as it holds tokens (a block of 4 with 3 tokens is three quarters full); free blocks are light
 grey; a block shared by several holders (ref_count > 1) gets a dark outline and ``x2`` (its ref
-count); the block being written or read gets a red outline. Above the pool, every holder's block
+count); the blocks the step changed (taken, written or freed) get a red outline. Above the pool, every holder's block
 table is drawn as a row of cells ``L0 L1 ...`` with an arrow from each cell to its physical block
 (as the translation widget draws one table), so every holder of a shared block is visible; the
 radix tree is a holder too (``CacheManager.snapshot()`` adds its blocks as ``"tree"``). A
@@ -140,7 +140,7 @@ def memory_map_data(
 ) -> dict[str, Any]:
     """Per-block colour, fill, label, outline and hover text for one snapshot (plain data).
 
-    ``highlight``: blocks being written or read (red outline). ``colors``: request ->
+    ``highlight``: blocks the step changed (red outline; ``highlight_name`` in the legend). ``colors``: request ->
     colour (default: :func:`assign_colors` over this snapshot's ids; an animation passes
     one mapping for all frames). ``copies``: copy-on-write ``(src, dst)`` pairs to draw.
     Keys of the result: ``color``, ``fill`` (tokens / block_size), ``tokens``, ``label``, ``hover``,
@@ -207,6 +207,7 @@ def memory_map_data(
         "holders": held,
         "shared": shared,
         "highlight": sorted(hl),
+        "highlight_name": "changed this step",  # the legend's words for the red outline (the kernel view: "read now")
         "copies": [tuple(p) for p in copies],
         "legend": {s: colors.get(s, request_color(s)) for s in sorted(owners)},
         "tables": {h: list(ids) for h, ids in snapshot.tables.items()},
@@ -338,7 +339,7 @@ def _legend_rows(legend: dict[str, str], width: int) -> int:
     return -(-(len(_legend_entries(legend)) + 3) // per_row)
 
 
-def _legend_traces(legend: dict[str, str]) -> list[Any]:
+def _legend_traces(legend: dict[str, str], highlight_name: str = "changed this step") -> list[Any]:
     import plotly.graph_objects as go
 
     th = theme()
@@ -353,7 +354,7 @@ def _legend_traces(legend: dict[str, str]) -> list[Any]:
         marker=dict(color="#ffffff", line=dict(color=SHARED_OUTLINE, width=th.shared_width), **sq),
     ))
     out.append(go.Scatter(
-        x=[None], y=[None], mode="markers", name="written / read now",
+        x=[None], y=[None], mode="markers", name=highlight_name,
         marker=dict(color="#ffffff", line=dict(color=HIGHLIGHT, width=th.highlight_width), **sq),
     ))
     return out
@@ -437,6 +438,6 @@ def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, 
         traces = frame_traces(data, colors, geom)
         legend = geom.legend(colors)
         static = _slot_ticks(lay, data["block_size"], geom.pool_y0)
-    fig = go.Figure(data=traces + static + _legend_traces(legend))
+    fig = go.Figure(data=traces + static + _legend_traces(legend, data.get("highlight_name", "changed this step")))
     fig.update_layout(**_base_layout(lay, title, source, data["caption"], legend, geom))
     return fig
