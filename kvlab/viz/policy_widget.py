@@ -29,7 +29,7 @@ from .palette import classroom_css, theme
 
 __all__ = ["POLICIES", "TRACES", "policy_state", "PolicyWidget"]
 
-POLICIES = (("reserve the maximum length (24 slots)", "max"), ("the next power of two, doubled on growth", "pow2"),
+POLICIES = (("the maximum length (24 slots)", "max"), ("the next power of two, doubled on growth", "pow2"),
             ("exactly the final length (an oracle)", "exact"))
 TRACES = (("the notes' A, B, C, then D'", "notes"), ("requests that grow while decoding", "growth"))
 BLOCK_SIZES = (1, 2, 4, 8, 16)
@@ -95,7 +95,7 @@ class PolicyWidget:
         s = self.state
         self._controls = {
             "policy": W.Dropdown(options=list(POLICIES), value=s["policy"], description="contiguous side reserves",
-                                 style=style, layout=W.Layout(width="min(560px, 100%)")),
+                                 style=style, layout=W.Layout(width="min(640px, 100%)")),
             "trace": W.Dropdown(options=list(TRACES), value=s["trace"], description="requests", style=style,
                                 layout=W.Layout(width="min(440px, 100%)")),
             "block_size": W.SelectionSlider(options=list(BLOCK_SIZES), value=s["block_size"],
