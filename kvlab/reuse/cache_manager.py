@@ -44,6 +44,11 @@ One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c
                              eviction frees)
     free(s)                  abort: release the table and the lock, cache nothing
 
+The tokens a sequence was admitted with, or has cached, only grow: a ``cache_*_req`` list that
+is shorter, or differs at a known position, is a ValueError naming the sequence and the position
+(nothing changed). Otherwise the tree could map other tokens to blocks that hold this KV, and a
+later request would be served the wrong KV.
+
 With tiers (a host pool and a disk tier under the tree), ``kvlab.reuse.hicache_manager.HiCacheManager``
 runs this same cycle, unchanged, over a ``HiRadixCache``: the tiered tree plugs in at one point,
 ``tree.init_load_back`` in ``admit`` (it checks the disk pages of the match and loads host and
