@@ -38,10 +38,8 @@ One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c
 
     append(s, n)             reserve n more slots (copy-on-write of a shared partial block;
                              evict when short; None and nothing changed when it cannot fit)
-    fork(s, child)           n > 1 samples: the child shares every block and locks the node too;
-                             when one of them caches pages the others still share, they lock
-                             those pages as well (an unlocked cached block is always one that
-                             eviction frees)
+    fork(s, child)           n > 1 samples: the child shares every block and locks the node too
+                             (and the pages a fork caches later: ``kvlab.reuse.fork_sharing``)
     free(s)                  abort: release the table and the lock, cache nothing
 
 The tokens a sequence was admitted with, or has cached, only grow: a ``cache_*_req`` list that
@@ -49,17 +47,13 @@ is shorter, or differs at a known position, is a ValueError naming the sequence 
 (nothing changed). Otherwise the tree could map other tokens to blocks that hold this KV, and a
 later request would be served the wrong KV.
 
-With tiers (a host pool and a disk tier under the tree), ``kvlab.reuse.hicache_manager.HiCacheManager``
-runs this same cycle, unchanged, over a ``HiRadixCache``: the tiered tree plugs in at one point,
-``tree.init_load_back`` in ``admit`` (it checks the disk pages of the match and loads host and
-disk pages back before the table adopts them; the plain tree returns the match as it is), and
-marks its lifecycle checkpoints on the events the cycle records.
+With tiers, ``HiCacheManager`` runs this same cycle, unchanged, over a ``HiRadixCache``, which
+plugs in at one point: ``tree.init_load_back`` in ``admit`` loads the match's host and disk pages
+back (the plain tree returns the match as it is).
 
-The trusted paths: ``admit`` and ``cache_req`` validate what comes from outside (the sequence id,
-the token ids, the counts) once, then call the trusted twins below them, which check nothing
-again: ``RadixCache.match_key`` / ``insert_key`` / ``path_kv``, ``BlockManager.adopt_match`` /
-``append_plan`` + ``apply_append`` / ``release_to_tree``, and in turn the allocator's
-``get_new_blocks`` / ``touch`` / ``free_blocks`` (vLLM's names).
+Each step validates what comes from outside once, then calls only trusted twins that check
+nothing again (``match_key``, ``insert_key``, ``adopt_match``, ``apply_append``, ``release_to_tree``;
+the table of them: docs/ARCHITECTURE.md).
 
 Mirrors mini-sglang ``python/minisgl/scheduler/cache.py`` (``CacheManager.cache_req``, read at
 commit 0467802d) and SGLang ``radix_cache.py`` (``cache_finished_req``, ``cache_unfinished_req``,
@@ -313,8 +307,7 @@ class CacheManager(ForkSharing):
         ``tokens`` must extend the ones the sequence was admitted with or cached (``_key``):
         ValueError, nothing changed, otherwise.
 
-        Mirrors mini-sglang's ``CacheManager.cache_req(req, finished=...)``
-        (``python/minisgl/scheduler/cache.py``), with reference counts where it frees indices.
+        Mirrors mini-sglang's ``cache_req(req, finished=...)``, with reference counts where it frees.
 
         Example: the module docstring's R2 (admitted [1, 2, 3, 9], 3 matched) finishes with
         ``[1, 2, 3, 9]``: M = blocks 0-2 (drop the table's ref: 1 left, the tree's), N = block 4
