@@ -372,3 +372,21 @@ def test_the_restart_property_test_is_not_vacuous():
         _drive(second, ops, store, seed)
         hits += second.tier_stats.storage_hit_tokens > 0
     assert hits >= 4
+
+
+def test_tiers_plug_in_at_one_point_and_override_no_step_of_the_cycle():
+    """HiCacheManager is CacheManager's cycle unchanged; the plain admit has no template hook."""
+    steps = ("admit", "make_room", "append", "fork", "cache_req", "cache_unfinished_req", "cache_finished_req", "free")
+    assert [s for s in steps if s in vars(HiCacheManager)] == []
+    assert not [n for n in vars(CacheManager) if n in ("_room_for_admit", "_extend_match")]
+    from kvlab.reuse.radix_cache import RadixCache
+    assert HiRadixCache.init_load_back is not RadixCache.init_load_back  # the one point (the plain tree: the match)
+    # and a plain CacheManager over a tiered tree gets the tiers too (load back, lifecycle checkpoints)
+    tree = HiCacheManager(4, 1, host_ratio=2, write_policy="write_through").tree
+    cm = CacheManager.for_tree(tree)
+    for rid, toks in (("R1", [1, 2, 3]), ("R2", [7, 8, 9])):
+        cm.admit(rid, toks)
+        cm.cache_finished_req(rid, toks)
+    assert cm.admit("R3", [1, 2, 3, 4]).prefix_len == 3 and tree.tier_stats.loaded_tokens == 3
+    assert tree.tracker.device == tree.device_states() and not tree.tracker.illegal
+    cm.check_integrity()  # the tree's placements and both pools, with R3's table as a holder
