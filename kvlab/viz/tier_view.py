@@ -172,7 +172,7 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
                                      marker=dict(symbol="square", size=12, color=c, line=dict(width=1, color="#666"))))
     fig.update_layout(
         title=dict(text=f"{title} ({source})<br><sub>{html.escape(snap.caption)}</sub>", font=dict(size=th.title_size)),
-        width=width or th.grid_width, height=300, margin=dict(l=70, r=20, t=70, b=40),
+        width=width or (None if th.autosize else th.grid_width), autosize=th.autosize and not width, height=300, margin=dict(l=70, r=20, t=70, b=40),
         xaxis=dict(range=[-0.7, n - 0.3], showgrid=False, zeroline=False, title="block id", dtick=1 if n <= 16 else None),
         yaxis=dict(range=[-0.6, 1.6], tickvals=[1, 0], ticktext=["device", "host"], showgrid=False, zeroline=False),
         plot_bgcolor="white", font=dict(size=th.font_size), legend=dict(orientation="h", y=-0.25, font=dict(size=th.font_size)))
