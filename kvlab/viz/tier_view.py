@@ -242,7 +242,7 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
     fig.update_layout(
         title=dict(text=_title(title, source, snap.caption), font=dict(size=th.title_size),
                    yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
-        width=width or _width(), height=plot_h + top + 40, margin=dict(l=70, r=20, t=top, b=40),
+        width=width or _width(), autosize=theme().autosize and not width, height=plot_h + top + 40, margin=dict(l=70, r=20, t=top, b=40),
         xaxis=dict(range=[-0.7, n - 0.3], showgrid=False, zeroline=False, title="block id", dtick=1 if n <= 16 else None),
         yaxis=dict(range=[-0.6, 1.6], tickvals=[1, 0], ticktext=["device", "host"], showgrid=False, zeroline=False),
         plot_bgcolor="white", font=dict(size=th.font_size),
