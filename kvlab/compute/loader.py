@@ -198,11 +198,12 @@ def _read_header(path: Path) -> dict[str, tuple[int, ...]]:
         raise CheckpointError(f"is not a readable safetensors file ({type(e).__name__}: {e})", file=path) from None
 
 
-def check_headers(folder: Path, cfg: LlamaConfig, cfg_path: Path) -> None:
+def check_headers(folder: Path, cfg: LlamaConfig, cfg_path: Path, raw: dict | None = None) -> None:
     """The sizes and shapes ``cfg`` asks for against the safetensors headers of ``folder``, before
     any tensor is read or the model is built (see :mod:`kvlab.compute.checkpoint_checks`). A config
     size is named against ``cfg_path``, a tensor against its shard (or the index, when missing). A
-    listing that is itself broken is left to ``_read_safetensors``, which names the problem."""
+    listing that is itself broken is left to ``_read_safetensors``, which names the problem. With the
+    config's ``raw`` JSON, a missing ``tie_word_embeddings`` without ``lm_head.weight`` is named first."""
     index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
     if index.is_file() or index.is_symlink():
         _inside(folder, index.name)
@@ -225,6 +226,8 @@ def check_headers(folder: Path, cfg: LlamaConfig, cfg_path: Path) -> None:
         files = dict.fromkeys(shapes, single)
     else:
         return
+    if raw is not None:
+        _check_untied_head(raw, shapes, cfg_path)  # the missing key, not the missing tensor it implies
     try:
         check_tensor_shapes(cfg, shapes)
     except CheckpointError as e:
@@ -298,7 +301,7 @@ def build_model(cfg: LlamaConfig, tensors: dict[str, torch.Tensor], dtype: torch
     return model.eval()
 
 
-def _check_untied_head(raw: dict, tensors: dict[str, torch.Tensor], cfg_path: Path) -> None:
+def _check_untied_head(raw: dict, tensors: dict, cfg_path: Path) -> None:
     """A config.json without tie_word_embeddings means false (transformers' default): a separate
     lm_head.weight. When the checkpoint has none, the mistake is most likely the missing key, so the
     error names it (transformers would start from a random head)."""
@@ -349,7 +352,7 @@ def load_pretrained(folder: str | os.PathLike, dtype: torch.dtype = torch.float3
     _inside(folder, cfg_path.name)
     raw = _read_json(cfg_path)
     cfg = LlamaConfig.from_dict(raw, file=cfg_path)
-    check_headers(folder, cfg, cfg_path)   # sizes and shapes from the headers, before any tensor is read
+    check_headers(folder, cfg, cfg_path, raw)   # sizes and shapes from the headers, before any tensor is read
     tensors, files, listing = _read_safetensors(folder)
     _check_untied_head(raw, tensors, cfg_path)
     model = build_model(cfg, tensors, dtype=dtype, device=device,
