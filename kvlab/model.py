@@ -11,5 +11,5 @@ from .compute.model import *  # noqa: F401,F403
 from .compute.model import __all__ as _model
 
 # names added since the move live only in kvlab.compute
-_NEW = {"HF_LLAMA_DEFAULTS", "MODEL_NAMES", "SMOLLM2_HINT", "smollm2_path", "build_model"}
+_NEW = {"HF_LLAMA_DEFAULTS", "MODEL_NAMES", "SMOLLM2_HINT", "smollm2_path", "build_model", "decode_attention"}
 __all__ = sorted((set(_config) | set(_model) | set(_loader)) - _NEW)
