@@ -74,9 +74,11 @@ def hf(path):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def two_threads():
+def one_thread():
+    """One torch thread: on 2 shared cores, two threads spin-waiting for each other cost far more than
+    they gain (a 20-token greedy run took minutes of wall time under load with 2)."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
 
