@@ -59,6 +59,12 @@ def test_format_bytes():
     assert format_bytes(512) == "512 B"
 
 
+def test_gpu_presets_hold_what_nvidia_smi_reports():
+    """Issue 21 [7]: the H100 80GB preset was 81,920 MiB (80 GiB); nvidia-smi shows 81,559 MiB on an
+    H100 80GB HBM3. The A100s really are 40 and 80 GiB; the H200's "141GB" is 143,771 MiB."""
+    mib = {name: gpu.memory_bytes / 2**20 for name, gpu in GPUS.items()}
+    assert mib == {"a100-40gb": 40_960, "a100-80gb": 81_920, "h100-80gb": 81_559, "h200": 143_771}
+
 # ---------------------------------------------------------------- MLA, MQA and quantized KV (lesson 11)
 
 def test_mla_bytes_per_token_is_latent_plus_rope_once_per_layer():
@@ -99,7 +105,7 @@ def test_mla_and_dtype_errors_name_the_value():
         KVSpec(61, 2, 576, kv_lora_rank=512, rope_dim=64)
     with pytest.raises(ValueError, match="kv_lora_rank must be a positive int"):
         KVSpec(61, 1, 64, kv_lora_rank=0, rope_dim=64)
-    with pytest.raises(ValueError, match="scale_bytes must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match="scale_bytes must be >= 0, got -1"):
         KVSpec(2, 2, 8, scale_bytes=-1)
     with pytest.raises(ValueError, match="unknown KV dtype 'int4'"):
         get_model("llama-3-8b").with_dtype("int4")

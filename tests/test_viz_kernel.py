@@ -124,3 +124,13 @@ def test_tile_size_is_in_the_title():
     real = viz.kernel_access_data(snap, "R1", tile_tokens=64)
     assert real["num_iterations"] == 1 and len(real["reads"]) == 5
     assert "64-token tiles" in viz.kernel_access_figure(snap, "R1", tile_tokens=64).layout.title.text
+
+
+def test_stepper_caption_counts_the_reads_of_its_own_step():
+    """Issue 21 [5]: every frame said "read so far: 8 of 8 blocks" (the count of the whole run)."""
+    snap = scattered().snapshot()
+    frames = viz.kernel_access_frames(snap, "R1")
+    assert [f.caption.rsplit("read so far: ", 1)[1] for f in frames] == [
+        f"{k} of 5 blocks" for k in range(1, 6)]
+    split = viz.kernel_access_frames(snap, "R1", num_splits=2)  # 3 + 2 tiles: both programs per step
+    assert [f.caption.rsplit("read so far: ", 1)[1] for f in split] == ["2 of 5 blocks", "4 of 5 blocks", "5 of 5 blocks"]

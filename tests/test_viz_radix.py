@@ -248,3 +248,29 @@ def test_static_display_of_radix_and_translation(monkeypatch, frames):
     viz.TranslationWidget(static=True)._ipython_display_()
     assert [type(o).__name__ for o in shown] == ["HTML", "Figure"]
     assert "block_table[2] = 1" in shown[0].data
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_split_frame_keeps_its_text_size(frames, classroom):
+    """Issue 21 [4]: lesson 07's split frame was 2,219 pt wide in classroom mode (its one-line
+    caption), so fitting it to an ~850 px output drew its text at 0.37 scale. The caption is
+    wrapped, the legend takes two rows, and a tree wider than the limit is laid out top-to-bottom."""
+    from kvlab.viz.radix_view import MAX_WIDTH_PT, RadixView, radix_tree_graph
+
+    viz.classroom(classroom)
+    try:
+        for f in frames:
+            svg = RadixView()(f)
+            width = float(re.search(r"max-width:([\d.]+)pt", svg).group(1))
+            assert width <= MAX_WIDTH_PT[classroom] * 1.0, (f.caption, width)
+            # the smallest text, scaled to an 850 px output: >= 16 px in classroom mode, >= 12 px otherwise
+            font_pt = min(float(x) for x in re.findall(r'font-size="([\d.]+)"', svg))
+            assert font_pt * 4 / 3 * min(1.0, 850 / (width * 4 / 3)) >= (16 if classroom else 12)
+        split = next(f for f in frames if "split" in f.caption)
+        src = radix_tree_graph(split.snapshot, split.caption).source
+        wrapped = re.search(r"<td[^>]*>(R2: matched.*?)</td>", src).group(1).split('<br align="left"/>')
+        assert len(wrapped) >= 4 and all(len(line) <= 80 for line in wrapped)
+    finally:
+        viz.classroom(False)
+    with pytest.raises(ValueError, match="rankdir"):
+        radix_tree_graph(frames[0].snapshot, rankdir="BT")

@@ -151,10 +151,12 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
             c.record(label, exp_s, f"shape {shape}, expected {tuple(want.shape)}", passed=False)
             continue
         ok = torch.allclose(got.float(), want, atol=1e-4, rtol=1e-4)
-        act_s = f"out[0,:3] = {[round(x, 4) for x in got[0, :3].float().tolist()]}"
+        worst = int((got.float() - want).abs().amax(dim=-1).argmax()) if not ok else 0   # the head to show
+        exp_s = f"out[{worst},:3] = {[round(x, 4) for x in want[worst, :3].tolist()]}"
+        act_s = f"out[{worst},:3] = {[round(x, 4) for x in got[worst, :3].float().tolist()]}"
         note = ""
         if not ok:
-            act_s += f" (max |diff| {float((got.float() - want).abs().max()):.3g})"
+            act_s += f" (max |diff| {float((got.float() - want).abs().max()):.3g}, head {worst} the worst)"
             note = _close_to_mistake(got.float(), _decode_mistakes(paged_decode_attention_ref, h, kvh, bs),
                                      q[None], k_cache, v_cache, table, n, scale)
         c.record(label, exp_s, act_s, passed=bool(ok), note=note)

@@ -20,11 +20,12 @@ from typing import Any, Callable
 
 from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
+from ..lessons.sharing import measured_sampling_blocks
 from ..memory.block_table import blocks_needed
 from .diagnose import mistake_runner, shared_block_written, swapped
 from .harness import Checker, CheckResult, Raised, Raises, call_in_place, same_outcome
 
-__all__ = ["cow_append", "sampling_blocks"]
+__all__ = ["cow_append", "sampling_blocks", "measured_sampling_blocks"]
 
 
 def _random_manager(rng: random.Random, num_blocks: int, block_size: int) -> BlockManager:
@@ -139,34 +140,6 @@ def _cow_mistake(expected: Any, actual: Any) -> str | None:
 
 
 # ----------------------------------------------------------------- memory saved by sharing
-def measured_sampling_blocks(prompt_len: int, num_samples: int, gen_len: int, block_size: int) -> tuple[int, int]:
-    """Blocks held at the end of parallel sampling, (without sharing, with sharing), measured
-    by running the real :class:`kvlab.BlockManager`.
-
-    Without sharing every sample stores its own prompt; with sharing the samples are forks of
-    one prefilled prompt and copy a block only when they write into a shared one.
-
-    Example:
-        >>> measured_sampling_blocks(prompt_len=10, num_samples=4, gen_len=5, block_size=4)
-        (16, 10)
-    """
-    total = num_samples * blocks_needed(prompt_len + gen_len, block_size) + 4
-    alone = BlockManager(num_blocks=total, block_size=block_size)
-    for s in range(num_samples):
-        alone.add_sequence(f"S{s}", prompt_len)
-    shared = BlockManager(num_blocks=total, block_size=block_size)
-    shared.add_sequence("S0", prompt_len)
-    for s in range(1, num_samples):
-        shared.fork("S0", f"S{s}")
-    for _ in range(gen_len):  # decode: every sample appends one token per step
-        for s in range(num_samples):
-            alone.append(f"S{s}", 1)
-            shared.append(f"S{s}", 1)
-    alone.check_integrity()
-    shared.check_integrity()
-    return alone.allocator.num_used_blocks, shared.allocator.num_used_blocks
-
-
 def sampling_blocks(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(prompt_len, num_samples, gen_len, block_size) -> (without_sharing, with_sharing)``.
 
@@ -197,4 +170,9 @@ SAMPLING_MISTAKES = dict([
      lambda p, n, g, bs: _with_sharing(p, n, g, bs, p // bs)),
     ("the partial last prompt block does not stay shared: every sample but one copies it when it writes",
      lambda p, n, g, bs: _with_sharing(p, n, g, bs, blocks_needed(p, bs))),
+    ("each sample's new tokens first fill its own copy of the partial prompt block: count its blocks from "
+     "prompt_len % block_size + gen_len, not from gen_len alone",
+     lambda p, n, g, bs: (n * blocks_needed(p + g, bs), blocks_needed(p, bs) + n * blocks_needed(g, bs))),
+    ("each sample holds its own blocks for its new tokens: they are not pooled across samples",
+     lambda p, n, g, bs: (n * blocks_needed(p + g, bs), blocks_needed(p, bs) + blocks_needed(n * g, bs))),
 ])

@@ -25,7 +25,7 @@ from ..memory.block_table import blocks_needed
 from ..reuse.block_hash_cache import BlockHashCache
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache
-from .diagnose import matching_mistake, radix_granularity
+from .diagnose import matching_mistake, mistake_runner, radix_granularity
 from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
 
 __all__ = ["match_prefix", "prefill_tokens", "block_hash_reuse"]
@@ -55,6 +55,34 @@ def related_prompts(rng: random.Random, count: int, alphabet: int, max_new: int)
         cut = rng.randint(0, len(base))
         ps.append(base[:cut] + [rng.randrange(alphabet) for _ in range(rng.randint(1, max_new))])
     return ps
+
+
+def _lpm_by(rule: str) -> Callable:
+    """match_prefix with one rule changed (each a plausible mistake)."""
+    def fn(root, tokens: list[int]) -> int:
+        node, pos = root, 0
+        while pos < len(tokens):
+            child = node.children.get(tokens[pos]) if rule != "first_child" else next(iter(node.children.values()), None)
+            if child is None:
+                break
+            key, i = child.key, 0
+            while i < len(key) and pos + i < len(tokens) and key[i] == tokens[pos + i]:
+                i += 1
+            if i < len(key):                                    # the match ends inside this edge
+                pos += {"whole_edge": 0, "whole_key": len(key)}.get(rule, i)
+                break
+            pos, node = pos + i, child
+        return pos
+    return fn
+
+
+MATCH_MISTAKES = dict([
+    ("a match may end inside an edge: count the tokens of that edge that matched, then stop",
+     _lpm_by("whole_edge")),
+    ("a match that ends inside an edge counts only the tokens that match, not the whole edge", _lpm_by("whole_key")),
+    ("follow the child keyed by the next token (node.children.get(tokens[pos])), not the first child",
+     _lpm_by("first_child")),
+])
 
 
 def match_prefix(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -92,8 +120,11 @@ def match_prefix(fn: Callable, verbose: bool = True) -> CheckResult:
                 continue
             got = call_in_place(fn, cache.root, list(q))
             changed = cache.snapshot() != before
-            c.record(label, expected, got, passed=same_outcome(expected, got) and not changed,
-                     note="...but it changed the tree" if changed else "")
+            ok = same_outcome(expected, got) and not changed
+            note = "...but it changed the tree" if changed else ""
+            if not ok and not changed:
+                note = matching_mistake(got, MATCH_MISTAKES, cache.root, list(q), expected=expected)
+            c.record(label, expected, got, passed=ok, note=note)
             if changed:  # rebuild nothing: later cases on this tree would be unfair, so stop here
                 break
     return c.done()
@@ -112,6 +143,35 @@ def served_prefill_tokens(prompts: list[list[int]]) -> list[int]:
     out = [serve_request(cm, p).prefill_len for p in prompts]
     cm.check_integrity()
     return out
+
+
+def _prefill_by(rule: str) -> Callable:
+    """prefill_tokens with one rule changed (each a plausible mistake)."""
+    def fn(prompts: list[list[int]]) -> list[int]:
+        out, seen = [], []
+        for p in prompts:
+            if rule == "anywhere":  # tokens seen before, wherever they were
+                out.append(max(1, len(p) - sum(t in {x for q in seen for x in q} for t in p)))
+                seen.append(list(p))
+                continue
+            earlier = seen[-1:] if rule == "previous" else seen
+            best = max((_common(p, q) for q in earlier), default=0)
+            if rule != "no_cap":
+                best = min(best, len(p) - 1)
+            out.append(best if rule == "reused" else len(p) - best)
+            seen.append(list(p))
+        return out
+    return fn
+
+
+PREFILL_MISTAKES = dict([
+    ("the last prompt token is always computed (its logits give the first output token): prefill at least 1",
+     _prefill_by("no_cap")),
+    ("the tree keeps every prompt served so far, not only the previous one", _prefill_by("previous")),
+    ("that is the number of tokens reused from the tree; return how many must be prefilled", _prefill_by("reused")),
+    ("only a shared PREFIX is reused: count the leading tokens in common, up to the first difference "
+     "(a token's K/V depends on every token before it)", _prefill_by("anywhere")),
+])
 
 
 def prefill_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -136,8 +196,9 @@ def prefill_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
         cases.append((f"random prompts {i}", related_prompts(rng, 6, alphabet=3, max_new=6)))
     c = Checker("prefill_tokens", fn, reference=served_prefill_tokens, verbose=verbose,
                 compare=lambda e, a: isinstance(a, (list, tuple)) and list(a) == e)
+    run = mistake_runner(c, PREFILL_MISTAKES)
     for label, ps in cases:
-        c.run(f"{label}: lengths {[len(p) for p in ps]}", ps)
+        run(f"{label}: lengths {[len(p) for p in ps]}", ps)
     return c.done()
 
 
@@ -175,6 +236,10 @@ def _reuse_by(rule: str) -> Callable:
     def fn(prompts: list[list[int]], bs: int) -> list[int]:
         out, seen = [], []
         for p in prompts:
+            if rule == "anywhere":  # tokens seen before, wherever they were
+                out.append(max(1, len(p) - sum(t in {x for q in seen for x in q} for t in p)))
+                seen.append(list(p))
+                continue
             earlier = seen[-1:] if rule == "previous" else seen
             limit = len(p) if rule == "no_cap" else len(p) - 1
             if rule == "content":  # leading blocks whose tokens appear as some earlier block, anywhere

@@ -59,11 +59,44 @@ def _pressure_tree(seed: int) -> tuple[RadixCache, list[TreeNode]]:
 def _find(cache: RadixCache, node_id: int) -> TreeNode:
     if node_id == 0:
         return cache.root
-    return next(n for n in cache._iter_nodes() if n.id == node_id)
+    return next(n for n in _nodes_below(cache.root) if n.id == node_id)
 
 
 def _tree_state(cache: RadixCache) -> dict:
-    return {n.id: (tuple(n.key), n.lock_ref, n.last_access_time, len(n.children)) for n in [cache.root, *cache._iter_nodes()]}
+    return {n.id: (tuple(n.key), n.lock_ref, n.last_access_time, len(n.children)) for n in [cache.root, *_nodes_below(cache.root)]}
+
+
+def _lru_by(rule: str) -> Callable:
+    """lru_evict with one rule changed (each a plausible mistake)."""
+    def fn(root: TreeNode, num_tokens: int) -> list[int]:
+        nodes, removed, order, freed = _nodes_below(root), set(), [], 0
+        first_leaves = {n.id for n in nodes if not n.children}
+        while freed < num_tokens or rule == "no_stop" or (rule == "strict" and freed == num_tokens):
+            cands = [n for n in nodes if n.id not in removed
+                     and (n.lock_ref == 0 or rule == "locked")
+                     and (rule == "inner" or all(ch.id in removed for ch in n.children.values()))
+                     and (rule != "no_new_leaves" or n.id in first_leaves)]
+            if not cands:
+                break
+            key = {"mru": lambda n: (-n.last_access_time, n.id), "size": lambda n: (len(n.key), n.id)}.get(
+                rule, lambda n: (n.last_access_time, n.id))
+            victim = min(cands, key=key)
+            removed.add(victim.id)
+            order.append(victim.id)
+            freed += len(victim.key)
+        return order
+    return fn
+
+
+LRU_MISTAKES = dict([
+    ("only leaves can go: an inner node holds a prefix its children still need", _lru_by("inner")),
+    ("a locked node (lock_ref > 0) is in use by a running request: never evict it", _lru_by("locked")),
+    ("when a node's last child goes, it becomes a leaf and may go next", _lru_by("no_new_leaves")),
+    ("least recently used goes first: the smallest last_access_time, not the largest", _lru_by("mru")),
+    ("stop as soon as at least num_tokens tokens are freed", _lru_by("no_stop")),
+    ("LRU orders the leaves by last_access_time (then id), not by how many tokens they hold", _lru_by("size")),
+    ("stop as soon as the freed tokens reach num_tokens (>=): one more node is one too many", _lru_by("strict")),
+])
 
 
 def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -91,11 +124,30 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
             changed = _tree_state(cache) != before
             if isinstance(got, (list, tuple)):
                 got = list(got)
-            c.record(label, expected, got, passed=same_outcome(expected, got) and not changed,
-                     note="...but it changed the tree" if changed else "")
+            ok = same_outcome(expected, got) and not changed
+            note = "...but it changed the tree" if changed else ""
+            if not ok and not changed:
+                note = matching_mistake(got, LRU_MISTAKES, cache.root, want, expected=expected) or _evict_note(cache, got)
+            c.record(label, expected, got, passed=ok, note=note)
             if changed:
                 break
     return c.done()
+
+
+def _evict_note(cache: RadixCache, got: object) -> str:
+    """What is wrong in an eviction order no single known mistake gives: an inner or locked node in it."""
+    if not isinstance(got, list):
+        return ""
+    by_id = {n.id: n for n in _nodes_below(cache.root)}
+    if any(by_id[i].lock_ref > 0 for i in got if isinstance(i, int) and i in by_id):
+        return "a locked node (lock_ref > 0) is in the list: a running request uses it, never evict it"
+    gone: set[int] = set()
+    for i in got:
+        n = by_id.get(i) if isinstance(i, int) else None
+        if n is not None and any(ch.id not in gone for ch in n.children.values()):
+            return f"node {i} still had children when it went: only leaves can go (a parent after its last child)"
+        gone.add(i)
+    return ""
 
 
 def inc_lock_ref(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -110,7 +162,7 @@ def inc_lock_ref(fn: Callable, verbose: bool = True) -> CheckResult:
     for seed in range(8):
         cache, _locked = _pressure_tree(100 + seed)
         rng = random.Random(seed)
-        ids = [n.id for n in cache._iter_nodes()]
+        ids = sorted(n.id for n in _nodes_below(cache.root))
         for node_id in rng.sample(ids, k=min(3, len(ids))) + ([0] if seed == 0 else []):
             ref, mine = copy.deepcopy(cache), copy.deepcopy(cache)
             delta = ref.inc_lock_ref(_find(ref, node_id))

@@ -3,6 +3,8 @@
     translation.py     the address-translation figure (block size 4, table [3, 7, 1, 5, 9], pos 9)
     fragmentation.py   [A 4096][B 2048][C 4096][free 2048]: contiguous versus paged
     four_requests.py   the four customer-service requests and a multi-turn chat on the radix tree
+    sharing.py         blocks held by parallel sampling and beam search, with and without sharing (lesson 06)
+    eviction.py        popular prompts among one-off documents, and a radix cache's hit rate on them (lesson 08)
 
 The lessons and the checkers call these; nothing here is hard-coded beyond the notes' inputs.
 """

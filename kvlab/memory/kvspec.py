@@ -44,6 +44,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .ids import check_int
+
 __all__ = ["KVSpec", "GPUSpec", "MODELS", "GPUS", "get_model", "get_gpu", "DTYPE_BYTES", "SCALE_BYTES", "KV_DTYPES",
            "format_bytes"]
 
@@ -81,13 +83,9 @@ class KVSpec:
 
     def __post_init__(self) -> None:
         for f in ("layers", "kv_heads", "head_dim", "dtype_bytes"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"KVSpec.{f} must be a positive int, got {v!r}")
+            object.__setattr__(self, f, check_int(f"KVSpec.{f}", getattr(self, f), 1))
         for f in ("scale_bytes", "rope_dim"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"KVSpec.{f} must be an int >= 0, got {v!r}")
+            object.__setattr__(self, f, check_int(f"KVSpec.{f}", getattr(self, f), 0))
         if self.num_heads is not None and (self.num_heads < self.kv_heads or self.num_heads % self.kv_heads):
             raise ValueError(f"num_heads {self.num_heads} must be a multiple of kv_heads {self.kv_heads}")
         if self.kv_lora_rank is not None:
@@ -143,8 +141,7 @@ class KVSpec:
 
     def kv_bytes(self, tokens: int) -> int:
         """Bytes of KV for ``tokens`` tokens."""
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise ValueError(f"tokens must be an int >= 0, got {tokens!r}")
+        tokens = check_int("tokens", tokens, 0)
         return self.bytes_per_token * tokens
 
     @property
@@ -153,8 +150,7 @@ class KVSpec:
 
     def hidden_formula_bytes(self, tokens: int) -> int:
         """The notes' formula 2 x layers x hidden_size x tokens x bytes (right only for MHA)."""
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise ValueError(f"tokens must be an int >= 0, got {tokens!r}")
+        tokens = check_int("tokens", tokens, 0)
         return 2 * self.layers * self.hidden_size * tokens * self.dtype_bytes
 
     @property
@@ -233,11 +229,15 @@ MODELS: dict[str, KVSpec] = {
     "deepseek-v3": KVSpec.mla(61, 512, 64, num_heads=128, name="deepseek-v3", params_b=671.0),
 }
 
+MiB = 1024**2
+
+# Memory as ``nvidia-smi`` reports it (MiB), not the spec sheet's round number: an A100's "80GB" is
+# 81,920 MiB = 80 GiB, but an H100 80GB HBM3 shows 81,559 MiB and an H200 ("141GB") 143,771 MiB.
 GPUS: dict[str, GPUSpec] = {
-    "a100-40gb": GPUSpec("a100-40gb", 40 * GiB, 1.555e12, 312e12),
-    "a100-80gb": GPUSpec("a100-80gb", 80 * GiB, 2.039e12, 312e12),
-    "h100-80gb": GPUSpec("h100-80gb", 80 * GiB, 3.35e12, 989e12),
-    "h200": GPUSpec("h200", 143_771 * 1024**2, 4.8e12, 989e12),  # "141 GB"; nvidia-smi reports 143,771 MiB
+    "a100-40gb": GPUSpec("a100-40gb", 40_960 * MiB, 1.555e12, 312e12),   # A100-SXM4-40GB: 40,960 MiB
+    "a100-80gb": GPUSpec("a100-80gb", 81_920 * MiB, 2.039e12, 312e12),   # A100-SXM4-80GB: 81,920 MiB
+    "h100-80gb": GPUSpec("h100-80gb", 81_559 * MiB, 3.35e12, 989e12),    # H100 80GB HBM3 (SXM5): 81,559 MiB
+    "h200": GPUSpec("h200", 143_771 * MiB, 4.8e12, 989e12),              # H200 "141GB": 143,771 MiB
 }
 
 

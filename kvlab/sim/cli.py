@@ -59,7 +59,7 @@ def _float(flag: str, lo: float, hi: float = math.inf, allow_inf: bool = False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} must be a number, got {text!r}") from None
         if math.isnan(v) or (math.isinf(v) and not allow_inf) or not lo < v <= hi:
-            rng = f"> {lo:g}" + (f" and <= {hi:g}" if hi != math.inf else "") + (" (or inf)" if allow_inf else "")
+            rng = f"> {lo:g}" + (f" and <= {hi:g}" if hi != math.inf else " (or inf)" if allow_inf else " and finite")
             raise argparse.ArgumentTypeError(f"{flag} must be {rng}, got {text}")
         return v
     return parse

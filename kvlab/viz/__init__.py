@@ -9,6 +9,10 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     event_sentence(event, snapshot)        the caption of an event: one plain sentence
     pool_snapshot(allocator, tables)       a bare allocator's pool (e.g. under a RadixCache) as a snapshot
     TranslationWidget()                    pos -> logical block, offset -> table -> physical -> address
+    ThesisWidget()                         lesson 00: a shared prefix on/off (the radix tree) and a position
+                                           translated through R1's or R2's block table (the physical layer)
+    CostWidget(models)                     lesson 01: a context-length slider, naive vs cached FLOPs per step (log axes)
+    CapacityWidget()                       lesson 02: model, KV number format, device, request length -> requests that fit
     run_compare(trace) -> steps; compare_figure(step), animate_compare(steps), compare_stepper(trace)
                                            contiguous versus paged on one trace
     radix_tree_graph(state) / radix_graph_at(frames, step)   radix tree in graphviz (SVG)
@@ -16,6 +20,11 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     kernel_access_figure(snapshot, seq_id) / kernel_access_stepper(snapshot, seq_id)
                                            the order the paged decode kernel reads a sequence's blocks
     Stepper(frames, render)                prev / next / play / reset + caption over any frames
+    ShuffleControl(q, k, v, table, n)      lesson 05: shuffle the blocks, choose split-K's programs; the kernel reruns
+    SharingControl()                       lesson 06: samples n, beam width, prompt length -> blocks shared and saved
+    HitRateControl()                       lesson 08: pool size and eviction policy -> hit rate
+    chat_demo(session=None)                lesson 07: a chat box on SmolLM2; each turn's tokens matched (green) or
+                                           prefilled (blue), the radix tree growing, the pool filling, the TTFT
     classroom(True)                        for a 1280x720 projector: figures take the output width,
                                            large fonts, thick lines, bigger widget controls
 
@@ -27,6 +36,11 @@ with ``static=True`` on a view or ``KVLAB_STATIC=1`` in the environment (CI and 
 set it); force widgets with ``static=False`` or ``KVLAB_STATIC=0``. See kvlab.viz.display.
 
 CSS classes for browser tests (ipywidgets ``_dom_classes``; select with ``.kvlab-next``):
+    controls:     kvlab-control (box) + kvlab-shuffle / kvlab-sharing / kvlab-hit-rate,
+                  kvlab-control-caption, kvlab-figure; inputs kvlab-shuffle-button,
+                  kvlab-unshuffle-button, kvlab-splits-slider, kvlab-samples-slider,
+                  kvlab-beam-width-slider, kvlab-prompt-len-slider, kvlab-pool-size-slider,
+                  kvlab-policy-menu
     stepper:      kvlab-stepper (box), kvlab-prev, kvlab-next, kvlab-play, kvlab-reset,
                   kvlab-step-slider, kvlab-caption, kvlab-error, kvlab-figure (plotly
                   view box) or kvlab-svg (graphviz view)
@@ -56,6 +70,7 @@ Example:
 """
 from __future__ import annotations
 
+from .capacity_widget import CapacityWidget, capacity_figure, capacity_state  # lesson 02
 from .compare import (
     CompareStep, animate_compare, compare_data, compare_figure, compare_stepper, growth_trace, notes_trace, run_compare,
 )
@@ -76,7 +91,14 @@ from .radix_view import (
     RadixRecorder, RadixState, check_radix_snapshot, radix_event_frames, radix_graph_at, radix_request_frames,
     radix_stepper, radix_tree_data, radix_tree_graph,
 )
+from .cost_widget import CostModel, CostWidget, cost_figure, cost_state  # lesson 01
 from .stepper import Frame, Stepper
+from .thesis_widget import ThesisWidget, thesis_state  # lesson 00
+from .control import LiveControl
+from .chat_demo import chat_demo
+from .eviction_view import HitRateControl
+from .sharing_view import SharingControl
+from .shuffle_view import ShuffleControl
 from .tier_view import TierRecorder, animate_tiers, lifecycle_graph, tier_map_figure, tier_stepper  # lesson 10
 from .translate_widget import (
     TranslationWidget, chain_rows, parse_block_table, token_labels, translation_chain, translation_figure,
@@ -84,6 +106,8 @@ from .translate_widget import (
 )
 
 __all__ = [
+    "CapacityWidget", "capacity_figure", "capacity_state", "CostModel", "CostWidget", "cost_figure", "cost_state",
+    "ThesisWidget", "thesis_state",
     "CompareStep", "animate_compare", "compare_data", "compare_figure", "compare_stepper", "growth_trace",
     "notes_trace", "run_compare",
     "MapGeometry", "map_geometry", "event_sentence", "step_caption",
@@ -94,7 +118,7 @@ __all__ = [
     "memory_map_figure", "memory_map_stepper", "pool_snapshot",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "TREE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
-    "Frame", "Stepper",
+    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "SharingControl", "ShuffleControl",
     "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
     "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
     "TranslationWidget", "chain_rows", "parse_block_table", "token_labels", "translation_chain", "translation_figure",

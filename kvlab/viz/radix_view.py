@@ -174,9 +174,40 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10) -> dict[str, A
             "evictable_size": snap.evictable_size, "protected_size": snap.protected_size}
 
 
+# The widest a tree may be drawn (points) before it is laid out top-to-bottom instead: an
+# output area of about 850 px shows a wider SVG scaled down, and its text with it.
+MAX_WIDTH_PT = {False: 880, True: 1000}
+
+
+def _svg_width_pt(g: Any) -> float:
+    m = re.search(r'<svg\b[^>]*\swidth="([\d.]+)pt"', g.pipe(format="svg", encoding="utf-8"))
+    return float(m.group(1)) if m else 0.0
+
+
 def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "simulated",
-                     max_chars: int = 10, legend: bool = True) -> Any:
-    """One tree as a ``graphviz.Digraph`` (``.source`` is the DOT text, ``.pipe('svg')`` the picture)."""
+                     max_chars: int = 10, legend: bool = True, rankdir: str | None = None) -> Any:
+    """One tree as a ``graphviz.Digraph`` (``.source`` is the DOT text, ``.pipe('svg')`` the picture).
+
+    The caption is wrapped (about 70 characters a line, 50 in classroom mode) so that it never
+    sets the picture's width. ``rankdir``: ``"LR"`` (root on the left) or ``"TB"`` (root on
+    top); None: LR unless that is wider than :data:`MAX_WIDTH_PT`, then whichever is narrower,
+    so a wide tree keeps its text size when it is fitted to the output width.
+    """
+    if rankdir is None:
+        wide = _radix_graph(state, caption, source, max_chars, legend, "LR")
+        if _svg_width_pt(wide) <= MAX_WIDTH_PT[theme().high_contrast]:
+            return wide
+        tall = _radix_graph(state, caption, source, max_chars, legend, "TB")
+        return tall if _svg_width_pt(tall) < _svg_width_pt(wide) else wide
+    if rankdir not in ("LR", "TB"):
+        raise ValueError(f"rankdir must be 'LR', 'TB' or None, got {rankdir!r}")
+    return _radix_graph(state, caption, source, max_chars, legend, rankdir)
+
+
+def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: int, legend: bool,
+                 rankdir: str) -> Any:
+    import textwrap
+
     import graphviz
 
     if not isinstance(state, RadixState):
@@ -185,15 +216,16 @@ def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "
     th = theme()
     fs = str(th.font_size + (4 if th.high_contrast else 0))
     pen = str(th.line_width + (1.5 if th.high_contrast else 0.5))
+    wrap = 50 if th.high_contrast else 70
     lines = [f"<b>{html.escape(state.title)} ({source_label(source)})</b>"]
     if caption:
-        lines.append(html.escape(caption))
+        lines.append('<br align="left"/>'.join(html.escape(x) for x in textwrap.wrap(caption, wrap)) + '<br align="left"/>')
     lines.append(f"evictable {d['evictable_size']} tokens · protected (locked) {d['protected_size']} tokens")
     rows = "".join(f'<tr><td align="left" colspan="4">{x}</td></tr>' for x in lines)
     if legend:
-        rows += _legend_row()
+        rows += _legend_row(two_rows=th.high_contrast)
     g = graphviz.Digraph("radix", format="svg")
-    g.attr(rankdir="LR", label=f'<<table border="0" cellspacing="3" cellpadding="2">{rows}</table>>', labelloc="t",
+    g.attr(rankdir=rankdir, label=f'<<table border="0" cellspacing="3" cellpadding="2">{rows}</table>>', labelloc="t",
            labeljust="l", fontsize=str(int(fs) + 1), fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
            bgcolor="white", nodesep="0.25", ranksep="0.45")
     g.attr("node", shape="box", fontsize=fs, fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
@@ -207,11 +239,15 @@ def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "
     return g
 
 
-def _legend_row() -> str:
-    return (f'<tr><td bgcolor="{HIT}"><font color="white">matched (hit, reused)</font></td>'
-            f'<td bgcolor="{MISS}"><font color="white">prefilled now (miss)</font></td>'
-            '<td border="1" style="dashed">dashed: evictable (unlocked)</td>'
-            f'<td bgcolor="{EVICTED}"><font color="#9a9a9a">faded: evicted</font></td></tr>')
+def _legend_row(two_rows: bool = False) -> str:
+    cells = [f'<td bgcolor="{HIT}"><font color="white">matched (hit, reused)</font></td>',
+             f'<td bgcolor="{MISS}"><font color="white">prefilled now (miss)</font></td>',
+             '<td border="1" style="dashed">dashed: evictable (unlocked)</td>',
+             f'<td bgcolor="{EVICTED}"><font color="#6e6e6e">faded: evicted</font></td>']
+    if two_rows:  # classroom mode: two cells a row, so the legend never sets the width
+        wide = [c.replace("<td", '<td colspan="2"', 1) for c in cells]
+        return f"<tr>{wide[0]}{wide[1]}</tr><tr>{wide[2]}{wide[3]}</tr>"
+    return "<tr>" + "".join(cells) + "</tr>"
 
 
 def fit_svg(svg: str) -> str:

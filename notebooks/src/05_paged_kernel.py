@@ -216,6 +216,20 @@ two = K.paged_decode_attention(q_long, k_long, v_long, table_long, lens_long, nu
 print("num_splits=2 agrees with num_splits=1:", torch.allclose(one, two, atol=1e-5))
 
 # %% [markdown]
+# ### Try it: shuffle the blocks, change the number of programs
+#
+# The same 300-token sequence. **shuffle the blocks** moves every block of the pool to a new
+# place and rewrites the table; **programs (split-K)** cuts the loop into that many ranges.
+# Each change runs the real kernel again (in the interpreter: a fraction of a second) and
+# compares its output with the first run (original layout, one program). Watch the colours:
+# each program reads a contiguous range of the *table*, wherever its blocks sit in the pool.
+
+# %%
+from kvlab.viz import ShuffleControl
+
+ShuffleControl(q_long, k_long, v_long, long_table.tolist(), long_len)
+
+# %% [markdown]
 # ## 4. Inside the kernel: the block loop
 #
 # Here is the loop of kvlab's kernel, printed from its source (nothing copied by hand). One
@@ -237,11 +251,12 @@ end = next(i for i, line in enumerate(lines)                 # the loop ends whe
 print("\n".join(lines[start - 1:end]).rstrip())
 
 # %% [markdown]
-# And `load_kv_tile`, which turns (physical block, offset) into element addresses with the
-# cache's strides; `kv_head * stride_cache_head` picks this program's KV head:
+# And `load_kv_tile`, whole with its signature, which turns (physical block, offset) into
+# element addresses with the cache's strides; `kv_head * stride_cache_head` picks this
+# program's KV head:
 
 # %%
-print(inspect.getsource(paged_decode.load_kv_tile.fn).split('"""')[-1].strip("\n"))
+print(inspect.getsource(paged_decode.load_kv_tile.fn).rstrip())
 
 # %% [markdown]
 # **Cost in the interpreter (measured).** The interpreter runs each (program, loop iteration)
@@ -296,20 +311,23 @@ check.paged_decode_torch(paged_decode_torch)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# First gather: `pos = torch.arange(context_len)`, `blocks = torch.tensor(block_table)[pos // block_size]`,
-# then `k = k_cache[blocks, pos % block_size]` is `(context_len, num_kv_heads, head_dim)`.
+# Gather first, compute second. Build the context's K (and V) as one
+# `(context_len, num_kv_heads, head_dim)` tensor by indexing `k_cache` with two index tensors
+# of length `context_len`: which physical block each position is in, and where inside it.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Grouped-query attention: `k.repeat_interleave(num_heads // num_kv_heads, dim=1)` gives one KV
-# head per query head, in the right order (heads 0 and 1 use KV head 0, and so on).
+# Grouped-query attention: each KV head serves `num_heads // num_kv_heads` *consecutive*
+# query heads (with 4 heads and 2 KV heads: heads 0 and 1 read KV head 0). Repeating each KV
+# head in place gives that order; tiling the whole set of KV heads does not.
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# `scores = torch.einsum("hd,thd->ht", q, k) * scale`, then
-# `torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), v)`.
+# The scores are one number per (head, position), scaled; the softmax runs over positions;
+# the output is the weighted sum of V rows. Each product is one line of `torch.einsum`.
+# Only positions `< context_len` may take part.
 # </details>
 
 # %% [markdown]
@@ -402,21 +420,24 @@ check.paged_gather_kernel(paged_gather_kernel)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# `valid = pos < context_len`. Every `tl.load` and `tl.store` of this tile takes a mask built
-# from `valid` (`valid[:, None]` for the 2-D K rows).
+# The last tile may run past the context. Which of its positions are real? Make that a
+# boolean vector and give it to every load and store of the tile as its mask (a 2-D load
+# needs it broadcast over `head_dim`).
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# `physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)`, then
-# `slot = physical * BLOCK_SIZE + pos % BLOCK_SIZE`.
+# The paging step is lesson 04's translation, done on a whole vector of positions at once:
+# the logical block of each position, its entry in the block table (a load from
+# `block_table_ptr`), and its offset inside the block. A token's slot then follows as in the
+# exercise's description.
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# `k = tl.load(cache_ptr + slot[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)` and
-# `tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])`.
-# Compare with `load_kv_tile` printed in section 4, which also adds a KV-head stride.
+# A K row is `HEAD_DIM` contiguous floats; a 2-D tile of addresses is a column of row starts
+# plus a row of `offs_d`. The output row of a position is addressed the same way, from `pos`
+# instead of its slot. `load_kv_tile` in section 4 builds its addresses like this.
 # </details>
 
 # %% [markdown]

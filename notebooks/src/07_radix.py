@@ -14,7 +14,9 @@
 # - The source notes' four customer-service requests, hits in **green** and misses in **blue**.
 # - Multi-turn chat: each turn matches the whole history, so history is never recomputed.
 # - Incremental [prefill](glossary.md) (预填充): only the missed suffix is computed, and the
-#   result is the same as computing everything; and the time to first token it saves, measured.
+#   result is the same as computing everything; then the four requests as real chat turns on a
+#   real model (SmolLM2), the time to first token measured with the tree and without it, and a
+#   live chat you can type into.
 # - vLLM's other way to share prefixes, a [block hash](glossary.md) (块哈希) chained over full
 #   blocks: what it and the radix tree can share, and what neither can, on the same requests.
 #
@@ -101,6 +103,30 @@ for rec in records:
           f"{letters(rec.hit_segments):<14} {letters(rec.missed_segments)}")
 print()
 print(records[-1].tree_text)
+
+# %% [markdown]
+# **"Leaves are requests."** The notes put it this way. Every leaf of the tree is where some
+# request's sequence (its prompt and answer) ends; the converse does not hold, because a later
+# request can continue an earlier one's sequence and turn its last node into an inner node.
+# Checked on the tree of the four requests:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.lessons import char_tokenize
+
+cm4 = CacheManager(num_blocks=512, block_size=1)
+seqs = {rec.name: (list(rec.prompt_tokens), char_tokenize(rec.answer_text)) for rec in records}
+for name, (prompt, answer) in seqs.items():
+    serve_request(cm4, prompt, answer, rid=name)
+ends = {name: cm4.tree.match_prefix(p + a).last_node for name, (p, a) in seqs.items()}
+for name, node in ends.items():
+    kind = "a leaf" if not node.children else f"an inner node ({len(node.children)} later request(s) continued it)"
+    print(f"{name:<8} ends at node {node.id} ({len(node.key)} tokens): {kind}")
+leaves = [n for n in cm4.tree.snapshot().nodes if n.is_leaf]
+ending = {node.id for node in ends.values()}
+print(f"{len(leaves)} leaves for {len(ends)} requests; every leaf ends a request: "
+      f"{all(n.id in ending for n in leaves)}; requests that end at an inner node: "
+      f"{[name for name, node in ends.items() if node.children]}")
 
 # %% [markdown]
 # ## 3. The picture: step through the four requests
@@ -203,113 +229,98 @@ print(f"tokens run through the layer: {computed} of {total} ({1 - computed / tot
 # here, so R4 matches less than in section 2; the engine below inserts them.)
 
 # %% [markdown]
-# ### The same with the bundled model, in a serving engine
+# ### The real thing: the four requests as chat turns on SmolLM2
 #
-# `kvlab.compute.engine.Engine` is a small continuous-batching server over a paged K/V pool
-# (block size 4) with the radix tree in front: each request's prompt is matched, only the missed
-# suffix is prefilled (with the extend kernel's torch reference), the answer is decoded through
-# the block tables, and the finished sequence goes into the tree. The notes' texts are tokenized
-# with the model's own tokenizer (the model was trained on Python documentation, so its Chinese
-# answers are nonsense; what matters is that they are the same). R4 is R1's follow-up: R1's
-# prompt, R1's actual answer, then 人工呢. We serve the four one after another, twice: with and
-# without the radix tree.
+# Now a real model, SmolLM2-135M-Instruct (30 layers, 3 KV heads of 64 dimensions; read offline
+# from its GGUF file, see lesson 01), and the notes' four requests as real chat turns, rendered
+# through the model's own chat template. The shop's system prompt is **[A]**, two example
+# questions with their answers are **[B]**; R1 (a refund, 怎么申请退款), R2 (shipping,
+# 订单什么时候发货) and R3 (an invoice, 发票怎么开) are first questions, each after [A] [B];
+# R4 ("A human, please", 人工呢) is R1's **second turn**. The model is small and English, so the
+# questions are asked in English. They are served one after another by
+# `kvlab.compute.engine.Engine`: a paged K/V pool (block size 4, so reuse comes in whole pages of
+# 4 tokens) with the radix tree in front. Replies are cut at 16 tokens to keep the lesson fast.
 
 # %%
-# NBVAL_CHECK_OUTPUT
-from kvlab.compute.engine import Engine
-from kvlab.compute.loader import load_bundled
-from kvlab.lessons import FOUR_REQUEST_TEXTS as T
+import torch
 
-torch.set_num_threads(1)                                      # a tiny model is fastest on one thread
-model, tok = load_bundled()
-system = T["A"] + T["B"]
+from kvlab.lessons.chat import SUPPORT_QUESTIONS, cached_model, serve_support_requests, support_session
 
-
-def serve(radix, system=system):
-    """R1, R2, R3, then R4 (R1's follow-up), each arriving when the one before has finished."""
-    eng = Engine(model, num_blocks=256, block_size=4, radix=radix, check=True)
-    done = {}
-    for rid in ["R1", "R2", "R3", "R4"]:
-        if rid == "R4":
-            prompt = done["R1"].prompt_ids + done["R1"].outputs[0] + tok.encode(T["R4"])
-        else:
-            prompt = tok.encode(system + T[rid])
-        done[rid] = eng.submit(prompt, 8, rid=rid, arrival_step=eng.step_no)
-        eng.run()
-    return list(done.values())
-
-
-plain, radix = serve(radix=False), serve(radix=True)
-print(f"{'request':<8} {'prompt':>6} | {'prefilled (no tree)':>19} | {'reused (tree)':>13} {'prefilled (tree)':>16}")
-for a, b in zip(plain, radix):
-    print(f"{a.rid:<8} {len(a.prompt_ids):>6} | {a.prefill_computed:>19} | {b.prefill_saved:>13} {b.prefill_computed:>16}")
-print("same answers with and without the tree:", [r.outputs for r in plain] == [r.outputs for r in radix])
-print(f"prompt tokens run through the model: {sum(r.prefill_computed for r in plain)} without the tree, "
-      f"{sum(r.prefill_computed for r in radix)} with it")
-n_shared = len(tok.encode(system))
-print(f"[A] + [B]: {n_shared} tokens, reusable in whole pages of 4: {n_shared // 4 * 4}")
+torch.set_num_threads(1)                         # one thread: steadier on a shared CPU
+model, tok = cached_model("smollm2")             # loaded once per kernel (a few seconds)
+chat = support_session(model, tok, max_new_tokens=16)
+turns = serve_support_requests(chat)             # R1, R2, R3, then R4 after R1's turn
+print(f"{'request':<8} {'prompt tokens':>13} {'matched':>8} {'prefilled':>9}   the question, and the reply (measured run)")
+for rid, t in turns.items():
+    q, zh = SUPPORT_QUESTIONS[rid]
+    print(f"{rid:<8} {len(t.prompt_ids):>13} {t.matched:>8} {t.prefilled:>9}   {q} ({zh})")
+    print(f"{'':<43}-> {t.reply!r}")
+total = sum(len(t.prompt_ids) for t in turns.values())
+computed = sum(t.prefilled for t in turns.values())
+print(f"prompt tokens run through the model: {computed} of {total} ({1 - computed / total:.0%} reused from the tree)")
 
 # %% [markdown]
-# The reuse is cut to whole pages of 4 tokens (a block holds one page), so R2 and R3 reuse the
-# whole pages of [A] + [B] and prefill the rest together with their questions. R4 reuses R1's
-# prompt and answer (all but the last, partial page) and prefills little more than 人工呢.
-#
-# ### Time to first token, measured
-#
-# The notes claim that with prefix reuse the first token comes much sooner: a request's first
-# token is sampled from the logits of its prefill, so a shorter prefill is a sooner first token.
-# Here each request's time to first token (TTFT: from its arrival to its first token), measured
-# on this machine's CPU, median of 5 runs each way (other programs share the CPU, so single runs
-# jitter; compare the ratios, not the milliseconds):
+# The radix tree after R4, over the real token ids (each node shows the start of its text):
+# R4's path is green up to the end of R1's turn (root → [A+B] → [C]: the whole history), and
+# only R4's own question, with its reply, is blue. [A] and [B] are one node here, because every
+# request so far used both; a request that used only [A] would split it.
 
 # %%
-import statistics
+from IPython.display import HTML
 
-runs = {False: [], True: []}
-for _ in range(5):
-    for on in (False, True):
-        runs[on].append([r.ttft for r in serve(radix=on)])
-ttft = {on: [statistics.median(run[i] for run in runs[on]) for i in range(4)] for on in runs}
+from kvlab.lessons.chat import support_node_labels
+from kvlab.viz.chat_demo import tree_svg
+
+HTML(tree_svg(chat, labels=support_node_labels(chat, turns)))
+
+# %% [markdown]
+# ### Time to first token, with the tree and without it (measured)
+#
+# A request's first token is sampled from the logits of its prefill, so a shorter prefill is a
+# sooner first token. The same four prompts are served again, with the tree and without it,
+# three times each; each time is the **fastest of the three** (other programs share the CPU and
+# can only add time). The sentences under the table are printed from it.
+
+# %%
+from kvlab.lessons.chat import fastest_ttft
+
+ttft_on = fastest_ttft(model, turns, radix=True)
+ttft_off = fastest_ttft(model, turns, radix=False)
 print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up  (measured, CPU)")
 print(f"{'':<8} {'no tree':>18} | {'radix tree':>18} |")
-for i, (a, b) in enumerate(zip(plain, radix)):
-    print(f"{a.rid:<8} {a.prefill_computed:>9} {1e3 * ttft[False][i]:>8.1f} | {b.prefill_computed:>9} "
-          f"{1e3 * ttft[True][i]:>8.1f} | {ttft[False][i] / ttft[True][i]:>5.1f}x")
-hits = [i for i, b in enumerate(radix) if b.prefill_saved]
-speedup = statistics.median(ttft[False][i] / ttft[True][i] for i in hits)
-saved = statistics.median(plain[i].prefill_computed / radix[i].prefill_computed for i in hits)
-print(f"requests that hit the tree: first token {speedup:.1f}x sooner (median), "
-      f"for {saved:.1f}x fewer prompt tokens computed")
-print("sooner for every request that hits:", all(ttft[True][i] < ttft[False][i] for i in hits))
+for rid, t in turns.items():
+    print(f"{rid:<8} {len(t.prompt_ids):>9} {1e3 * ttft_off[rid]:>8.0f} | {t.prefilled:>9} {1e3 * ttft_on[rid]:>8.0f} | "
+          f"{ttft_off[rid] / ttft_on[rid]:>5.1f}x")
+hits = [rid for rid, t in turns.items() if t.matched]
+sooner = [rid for rid in hits if ttft_on[rid] < ttft_off[rid]]
+fewer = sum(len(turns[r].prompt_ids) for r in hits) / sum(turns[r].prefilled for r in hits)
+faster = sum(ttft_off[r] for r in hits) / sum(ttft_on[r] for r in hits)
+print(f"The {len(hits)} requests that hit the tree ({', '.join(hits)}) computed {fewer:.1f}x fewer prompt tokens "
+      f"and got their first token {faster:.1f}x sooner, taken together.")
+if sooner == hits:
+    print("Every one of them got its first token sooner with the tree.")
+else:
+    print(f"Sooner with the tree: {', '.join(sooner) or 'none'}; not on this run: "
+          f"{', '.join(r for r in hits if r not in sooner)} (its saving is within this machine's jitter).")
 
 # %% [markdown]
-# Why can the first token come sooner by less than the tokens saved (compare the two factors
-# above)? A forward pass of this 4-layer model on a CPU has a fixed cost (Python, launching
-# every layer's operations, sampling) that does not shrink with the prompt, and a 60-token
-# prefill is not much more than that. The time saved follows the tokens saved when prefill
-# dominates: a long shared prefix, as real system prompts and chat histories are. The same two
-# requests behind a system prompt 8 times longer ([A] + [B] repeated, about 460 tokens):
+# The first token comes sooner by less than the tokens saved (compare the two factors): a
+# forward pass has a fixed cost (launching every layer's operations for 30 layers, sampling)
+# that does not shrink with the prompt. The longer the shared prefix (a long system prompt, a
+# long chat history), the closer the time saved follows the tokens saved.
+#
+# ### Live: chat with the shop's assistant
+#
+# The same session, live. Type a question and press *send*: the turn's prompt is shown token by
+# token, matched in the tree (green) or prefilled (blue), with its time to first token; below
+# it the tree grows and the block pool fills. *new conversation* starts again after [A] [B]
+# (still cached); *clear the cache* empties the pool and the tree but keeps the conversation:
+# ask again and compare the time to first token. A turn takes a few seconds on a CPU.
 
 # %%
-long_system = system * 8
+from kvlab.viz import chat_demo
 
-
-def second_ttft(radix):
-    """TTFT of R2 served right after R1, both behind the long system prompt."""
-    eng = Engine(model, num_blocks=1024, block_size=4, radix=radix)
-    eng.submit(tok.encode(long_system + T["R1"]), 2, rid="R1")
-    eng.run()
-    r2 = eng.submit(tok.encode(long_system + T["R2"]), 2, rid="R2", arrival_step=eng.step_no)
-    eng.run()
-    return r2.ttft, r2.prefill_computed
-
-
-long_runs = {on: [second_ttft(on) for _ in range(3)] for on in (False, True)}   # medians of 3
-for on in (False, True):
-    ms = 1e3 * statistics.median(t for t, _ in long_runs[on])
-    print(f"{'radix tree' if on else 'no tree':<10}: R2 prefills {long_runs[on][0][1]:>3} tokens, TTFT {ms:6.1f} ms (measured, CPU)")
-ratio = statistics.median(t for t, _ in long_runs[False]) / statistics.median(t for t, _ in long_runs[True])
-print(f"with a {len(tok.encode(long_system))}-token shared prefix the first token comes {ratio:.1f}x sooner")
+chat_demo(chat)
 
 # %% [markdown]
 # ## 6. vLLM's way: a hash chained over full blocks
@@ -327,6 +338,7 @@ print(f"with a {len(tok.encode(long_system))}-token shared prefix the first toke
 
 # %%
 # NBVAL_CHECK_OUTPUT
+from kvlab.lessons import FOUR_REQUEST_TEXTS as T
 from kvlab.lessons import char_detokenize, char_tokenize
 from kvlab.reuse import BlockHashCache
 
@@ -544,8 +556,9 @@ check.block_hash_reuse(block_hash_reuse)
 # - The notes' example, run for real: R2 and R3 reuse [A][B] and prefill only their questions;
 #   R4 matches root→A→B→C and prefills only 人工呢. A chat prefills only each new question.
 # - Measured with the real kernels: attention over cached prefix + new suffix equals a full
-#   recomputation. Measured on the bundled model: the first token comes sooner for every
-#   request that hits the tree, by more the longer the shared prefix.
+#   recomputation. Measured on SmolLM2 with real chat turns: a request that hits the tree
+#   prefills only its own question; how much sooner its first token comes is printed in
+#   section 5 from this run's times.
 # - vLLM's automatic prefix caching shares the same prefixes in whole blocks, found by a hash
 #   chained over the blocks instead of a tree walk; neither can share the same text after a
 #   different prefix (the chain is what makes it prefix sharing, not field dedup).

@@ -163,23 +163,9 @@ radix_stepper(radix_event_frames(recorder))
 # NBVAL_CHECK_OUTPUT
 import random
 
+from kvlab.lessons.eviction import popular_prefix_stream
 
-def stream(n=200, seed=0):
-    """(prompt, output) pairs: popular prefixes + questions, mixed with one-off documents."""
-    rng, next_id = random.Random(seed), iter(range(1000, 10**9))
-    fresh = lambda k: [next(next_id) for _ in range(k)]  # noqa: E731 -- new, never repeated token ids
-    popular = [fresh(30) for _ in range(4)]
-    reqs = []
-    for _ in range(n):
-        if rng.random() < 0.6:
-            prefix = rng.choices(popular, weights=[4, 3, 2, 1])[0]
-            reqs.append((prefix + fresh(rng.randint(3, 8)), fresh(5)))
-        else:
-            reqs.append((fresh(rng.randint(20, 60)), fresh(5)))
-    return reqs
-
-
-requests = stream()
+requests = popular_prefix_stream(200, seed=0)   # (prompt, output) pairs, seeded
 capacities = [80, 120, 200, 400]
 hit = {name: [] for name in EVICTION_POLICIES}
 for cap in capacities:
@@ -194,13 +180,15 @@ print("pool (slots)  " + "".join(f"{n:>15}" for n in hit) + "  spread (points)")
 for i, cap in enumerate(capacities):
     print(f"{cap:>12}  " + "".join(f"{hit[n][i]:>15.1%}" for n in hit) + f"  {spread[i]:>15.1f}")
 
-# %%
-import plotly.graph_objects as go
+# %% [markdown]
+# **Try it.** Pick a pool size and a policy: the same 200 requests are served again through
+# the real tree at that size, for every policy (a fraction of a second), and marked on the
+# curves; the policy you picked is drawn thick.
 
-fig = go.Figure([go.Scatter(x=capacities, y=hit[n], name=n, mode="lines+markers") for n in hit])
-fig.update_layout(title="Prompt-token hit rate vs pool size (simulated workload, real radix tree)",
-                  xaxis_title="pool size (token slots)", yaxis_title="hit rate", yaxis_tickformat=".0%", height=380)
-fig
+# %%
+from kvlab.viz import HitRateControl
+
+HitRateControl(requests, sizes=(80, 120, 160, 200, 260, 320, 400), pool_size=120, policy="lru")
 
 # %% [markdown]
 # What the table says, in sentences computed from it (so they change when the numbers do):

@@ -1,0 +1,186 @@
+"""Lesson 07's live classroom demo: a chat box on a real model, the radix cache in plain sight.
+
+:func:`chat_demo` wraps a :class:`kvlab.lessons.chat.ChatSession` (the logic, testable without a
+browser) in widgets: a text box and a *send* button, *clear the cache* and *new conversation*
+buttons; under them the turn in one sentence (tokens matched, tokens prefilled, time to first
+token, the reply), the turn's prompt as token chips (matched green, prefilled blue: token text,
+not ids), the radix tree (token text on every node) and the block pool filling. *Clear the
+cache* empties the pool and the tree but keeps the conversation, so the next turn recomputes it
+all: feel the difference in its time to first token. Without a widget front end it shows the
+state after the questions it was given. Replies are short (24 tokens by default) so that a turn
+answers in a few seconds on a CPU.
+
+CSS classes: ``kvlab-chat`` (box), ``kvlab-chat-text``, ``kvlab-chat-send``,
+``kvlab-chat-clear-the-cache``, ``kvlab-chat-new-conversation``, ``kvlab-control-caption``,
+``kvlab-svg`` (the tree), ``kvlab-figure`` (the pool).
+
+Example (the bundled model, fast):
+    >>> from kvlab.lessons.chat import ChatSession
+    >>> from kvlab.compute.loader import load_bundled
+    >>> model, tok = load_bundled()
+    >>> s = ChatSession(model, tok, system="You document Python.", max_new_tokens=3)
+    >>> t = s.ask("What is socket?")
+    >>> turn_sentence(t).startswith("T1: ") and "matched in the tree" in turn_sentence(t)
+    True
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..lessons.chat import ChatSession, ChatTurn, cached_model
+from .palette import HIT, MISS, theme
+
+__all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure"]
+
+
+def token_html(session: ChatSession, turn: ChatTurn, max_tokens: int = 400) -> str:
+    """The turn's prompt as token chips: matched green, prefilled blue (token text, not ids)."""
+    th = theme()
+    chips = []
+    ids = turn.prompt_ids[-max_tokens:]
+    first = len(turn.prompt_ids) - len(ids)
+    for i, t in enumerate(ids, start=first):
+        colour = HIT if i < turn.matched else MISS
+        text = html.escape(session.tok.token_text(t) if hasattr(session.tok, "token_text") else str(t))
+        chips.append(f"<span style='background:{colour};color:white;padding:1px 3px;margin:1px;"
+                     f"border-radius:3px;display:inline-block'>{text}</span>")
+    more = f"<i>({first} earlier tokens not shown)</i> " if first else ""
+    return (f"<div style='font-size:{th.font_size}px;line-height:1.7;overflow-wrap:anywhere'>{more}"
+            + "".join(chips) + "</div>")
+
+
+def turn_sentence(turn: ChatTurn) -> str:
+    """The turn in one sentence, from its numbers (the reply in quotes)."""
+    cleared = " (the cache had just been cleared)" if turn.cache_was_cleared and turn.rid != "T1" else ""
+    return (f"{turn.rid}: {len(turn.prompt_ids)} prompt tokens, {turn.matched} matched in the tree (green), "
+            f"{turn.prefilled} prefilled (blue){cleared}; first token after {1e3 * turn.ttft:.0f} ms "
+            f"(measured, this CPU). Reply: {turn.reply!r}")
+
+
+def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None) -> str:
+    """The radix tree now, token text on its nodes, the last turn's path green / blue;
+    ``labels``: node id -> a letter shown on the node (the notes' [A]..[F])."""
+    from .radix_view import RadixState, fit_svg, radix_tree_graph
+
+    if session.engine.cache is None:
+        return "<p>(no radix tree: radix=False)</p>"
+    last = session.turns[-1] if session.turns else None
+    state = RadixState(session.engine.cache.snapshot(), hit=last.hit_nodes if last else frozenset(),
+                       miss=last.miss_nodes if last else frozenset(), detokenize=session.tok.decode,
+                       node_labels=dict(labels or {}),
+                       title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
+    return fit_svg(radix_tree_graph(state, source="measured", max_chars=max_chars).pipe(format="svg", encoding="utf-8"))
+
+
+def pool_figure(session: ChatSession) -> Any:
+    """The block pool now: the tree's blocks and any running request's."""
+    from .memory_map import memory_map_figure
+
+    used = session.engine.allocator.num_used_blocks
+    return memory_map_figure(session.engine.snapshot(), source="measured",
+                             title=f"The block pool: {used} of {session.num_blocks} blocks hold KV")
+
+
+# ---------------------------------------------------------------------- the widget
+@dataclass
+class _Widgets:
+    box: Any
+    text: Any
+    tokens: Any
+    tree: Any
+    pool: Any
+    caption: Any
+    buttons: dict[str, Any] = field(default_factory=dict)
+
+
+def chat_demo(session: ChatSession | None = None, questions: Sequence[str] = (), static: bool | None = None,
+              max_new_tokens: int = 24) -> Any:
+    """A chat box on a real model (SmolLM2 by default) showing the radix cache at work.
+
+    ``questions`` are asked first (the demo is never empty). Returns the widget box, or in
+    static mode an object that displays the last turn, the tree and the pool."""
+    from .display import is_static
+
+    if session is None:
+        from ..lessons.chat import SUPPORT_EXAMPLES, SUPPORT_SYSTEM
+
+        model, tok = cached_model("smollm2")
+        session = ChatSession(model, tok, SUPPORT_SYSTEM, SUPPORT_EXAMPLES, max_new_tokens=max_new_tokens)
+    for q in questions:
+        session.ask(q)
+    if is_static(static):
+        return _StaticChat(session)
+    return _build(session).box
+
+
+class _StaticChat:
+    def __init__(self, session: ChatSession) -> None:
+        self.session = session
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, display
+
+        s = self.session
+        if s.turns:
+            display(HTML(f"<p>{html.escape(turn_sentence(s.turns[-1]))}</p>" + token_html(s, s.turns[-1])))
+        display(HTML(tree_svg(s)))
+        display(pool_figure(s))
+
+
+def _build(session: ChatSession) -> _Widgets:
+    import ipywidgets as W
+
+    from .palette import classroom_css
+    from .stepper import figure_output
+
+    text = W.Text(placeholder="ask the shop assistant something", layout=W.Layout(width="420px", max_width="100%"))
+    text.add_class("kvlab-chat-text")
+    buttons = {name: W.Button(description=name, layout=W.Layout(width="auto"))
+               for name in ("send", "clear the cache", "new conversation")}
+    for name, b in buttons.items():
+        b.add_class("kvlab-chat-" + name.replace(" ", "-"))
+    caption, tokens, tree, pool = W.HTML(), W.HTML(), W.HTML(), W.Output()
+    caption.add_class("kvlab-control-caption")
+    tree.add_class("kvlab-svg")
+    pool.add_class("kvlab-figure")
+    css = classroom_css("kvlab-chat")
+    parts = ([W.HTML(css)] if css else []) + [
+        W.HBox([text, *buttons.values()], layout=W.Layout(flex_flow="row wrap", max_width="100%")),
+        caption, tokens, tree, pool]
+    box = W.VBox(parts, layout=W.Layout(max_width="100%"))
+    box.add_class("kvlab-control")
+    box.add_class("kvlab-chat")
+    w = _Widgets(box, text, tokens, tree, pool, caption, buttons)
+
+    def show(note: str = "") -> None:
+        last = session.turns[-1] if session.turns else None
+        caption.value = html.escape(note or (turn_sentence(last) if last else "Ask a question."))
+        tokens.value = token_html(session, last) if last else ""
+        tree.value = tree_svg(session)
+        pool.outputs = (figure_output(pool_figure(session)),)
+
+    def send(_b: Any = None) -> None:
+        q = text.value
+        try:
+            session.ask(q)
+        except ValueError as e:
+            show(str(e))
+            return
+        text.value = ""
+        show()
+
+    def clear(_b: Any) -> None:
+        session.clear_cache()
+        show("The cache is empty: the next turn prefills the whole conversation (watch its time to first token).")
+
+    def restart(_b: Any) -> None:
+        session.new_conversation()
+        show("A new conversation: the next turn starts from the system prompt and the examples, still cached.")
+
+    buttons["send"].on_click(send)
+    buttons["clear the cache"].on_click(clear)
+    buttons["new conversation"].on_click(restart)
+    show()
+    return w

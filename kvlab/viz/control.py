@@ -1,0 +1,137 @@
+"""A live control: a few inputs a student changes, and a figure and a caption redrawn at once.
+
+The base of the lessons' "change the parameter, see the consequence" widgets (lesson 05's
+shuffle and split count, 06's samples and beam width, 08's pool size and policy). A subclass
+keeps its state in plain attributes, recomputes in ``update()`` (well under a second), and
+says what to show in ``caption()`` and ``figure()``; its ``_inputs(W)`` builds the ipywidgets
+inputs and calls ``self.set(name=value)`` from their callbacks. Everything but the widgets
+works without a browser (tests call ``set`` and read ``result``, ``caption()``, ``figure()``).
+
+Widget or static (see :mod:`kvlab.viz.display`): with no widget front end the control shows
+its current caption and figure, so nbval and exported HTML never see a blank box.
+
+CSS classes: the box has ``kvlab-control`` and the subclass's ``css_class``; the caption
+``kvlab-control-caption``; the figure ``kvlab-figure`` (an Output widget with the plotly figure).
+
+Example:
+    >>> class Double(LiveControl):
+    ...     def __init__(self):
+    ...         self.x = 2
+    ...         super().__init__(static=True)
+    ...     def update(self):
+    ...         self.result = {"y": 2 * self.x}
+    ...     def caption(self):
+    ...         return f"2 x {self.x} = {self.result['y']}"
+    >>> c = Double(); c.set(x=5); c.caption()
+    '2 x 5 = 10'
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from .display import is_static
+from .palette import classroom_css, theme
+
+__all__ = ["LiveControl"]
+
+
+class LiveControl:
+    """Base class (see the module doc). ``result``: the last computed data (a dict)."""
+
+    css_class = "kvlab-control"
+
+    def __init__(self, static: bool | None = None) -> None:
+        self.static = is_static(static)
+        self.result: dict[str, Any] = {}
+        self.widget: Any = None
+        self.update()
+        if not self.static:
+            self._build()
+
+    # ------------------------------------------------------------------ subclass API
+    def update(self) -> None:
+        """Recompute ``self.result`` from the current inputs."""
+        raise NotImplementedError
+
+    def caption(self) -> str:
+        """The result in one or two plain sentences."""
+        return ""
+
+    def figure(self) -> Any:
+        """The picture of the result (a plotly figure), or None."""
+        return None
+
+    def _inputs(self, W: Any) -> list[Any]:
+        """The ipywidgets inputs, each calling ``self.set(...)`` when it changes."""
+        return []
+
+    # ------------------------------------------------------------------ state changes
+    def set(self, **values: Any) -> None:
+        """Change inputs by name, recompute and redraw. An unknown name or a value the
+        subclass's ``check`` refuses is an error that leaves the state as it was."""
+        for name in values:
+            if name.startswith("_") or not hasattr(self, name) or callable(getattr(self, name)):
+                raise ValueError(f"{type(self).__name__} has no input {name!r}")
+        old = {name: getattr(self, name) for name in values}
+        for name, v in values.items():
+            setattr(self, name, v)
+        try:
+            self.check()
+            self.update()
+        except Exception:
+            for name, v in old.items():
+                setattr(self, name, v)
+            self.update()
+            raise
+        self.refresh()
+
+    def check(self) -> None:
+        """Raise ValueError naming a bad input (called before every update)."""
+
+    # ------------------------------------------------------------------ widgets
+    def caption_html(self) -> str:
+        th = theme()
+        return (f"<div style='font-size:{max(th.font_size + 2, th.control_px)}px;color:{th.text_color};"
+                f"line-height:1.35;overflow-wrap:anywhere'>{html.escape(self.caption())}</div>")
+
+    def refresh(self) -> None:
+        if self.widget is None:
+            return
+        from .stepper import figure_output
+
+        self._caption.value = self.caption_html()
+        fig = self.figure()
+        self._out.outputs = (figure_output(fig),) if fig is not None else ()
+
+    def _build(self) -> None:
+        import ipywidgets as W
+
+        inputs = self._inputs(W)
+        self._caption = W.HTML()
+        self._caption.add_class("kvlab-control-caption")
+        self._out = W.Output()
+        self._out.add_class("kvlab-figure")
+        row = W.HBox(inputs, layout=W.Layout(flex_flow="row wrap", max_width="100%"))
+        parts = [row, self._caption, self._out]
+        css = classroom_css(self.css_class)
+        if css:
+            parts.insert(0, W.HTML(css))
+        self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
+        self.widget.add_class("kvlab-control")
+        self.widget.add_class(self.css_class)
+        self.refresh()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, display
+
+        if self.widget is not None:
+            display(self.widget)
+            return
+        display(HTML(self.caption_html()))
+        fig = self.figure()
+        if fig is not None:
+            display(fig)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {self.caption()}>"

@@ -1,0 +1,124 @@
+"""Lesson 07's chat demo without a browser (issue 19 item 6): what each turn matched and
+prefilled, the tree's green / blue path, clearing the cache, continuing an earlier turn, and the
+widget's buttons. On the bundled model (fast); the lesson runs the same code on SmolLM2."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("graphviz")
+
+from kvlab.compute.loader import load_bundled  # noqa: E402
+from kvlab.lessons.chat import ChatSession, path_node_ids  # noqa: E402
+from kvlab.reuse.cache_manager import CacheManager, serve_request  # noqa: E402
+from kvlab.viz.chat_demo import chat_demo, token_html, tree_svg, turn_sentence  # noqa: E402
+from kvlab.viz.palette import HIT, MISS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return load_bundled()
+
+
+def session(bundled, **kw):
+    model, tok = bundled
+    return ChatSession(model, tok, "You document the Python standard library.",
+                       [("What is os?", "Operating system interfaces.")], max_new_tokens=3, **kw)
+
+
+def test_second_turn_matches_the_first_turns_whole_conversation(bundled):
+    s = session(bundled)
+    t1 = s.ask("What is socket?")
+    t2 = s.ask("And json?")
+    assert t1.matched == 0 and t1.prefilled == len(t1.prompt_ids)
+    assert t2.prompt_ids[: len(t1.prompt_ids)] == t1.prompt_ids        # the history is a prefix
+    assert t2.matched >= len(t1.prompt_ids) // 4 * 4 - 4 and t2.matched + t2.prefilled == len(t2.prompt_ids)
+    assert t2.hit_nodes and t2.miss_nodes and not (t2.hit_nodes & t2.miss_nodes)
+    assert t2.messages[-2] == {"role": "user", "content": "And json?"} and t2.messages[-1]["role"] == "assistant"
+    assert t2.ttft > 0
+
+
+def test_clear_cache_recomputes_everything_and_new_conversation_reuses_the_system_prompt(bundled):
+    s = session(bundled)
+    s.ask("What is socket?")
+    s.clear_cache()
+    t = s.ask("And json?")
+    assert t.matched == 0 and t.cache_was_cleared and "just been cleared" in turn_sentence(t)
+    s.new_conversation()
+    fresh = s.ask("What is re?")
+    assert fresh.matched > 0 and len(fresh.messages) == 5                # system, example q/a, q, reply
+    r4 = s.ask("Why?", history=t.messages)                               # continue an earlier turn
+    assert r4.prompt_ids[: len(t.prompt_ids)] == t.prompt_ids and r4.matched >= len(t.prompt_ids) - 4
+    with pytest.raises(ValueError, match="non-empty"):
+        s.ask("   ")
+    assert len(s.turns) == 4
+
+
+def test_pictures_show_token_text_in_green_and_blue(bundled):
+    s = session(bundled)
+    s.ask("What is socket?")
+    t = s.ask("And json?")
+    chips = token_html(s, t)
+    assert chips.count(f"background:{HIT}") == t.matched and chips.count(f"background:{MISS}") == t.prefilled
+    text = "".join(re.findall(r">([^<]*)</span>", chips)).replace("␣", " ").replace("↵", "\n")
+    assert "And json?" in text                                           # token text, not ids
+    svg = tree_svg(s)
+    assert "<svg" in svg and "system: You" in svg and HIT in svg and MISS in svg      # token text on the nodes
+    assert "(measured)" in svg
+
+
+def test_path_node_ids_follows_the_tree():
+    cm = CacheManager(32, block_size=1)
+    serve_request(cm, [1, 2, 3, 4, 5])
+    serve_request(cm, [1, 2, 3, 9])
+    path = path_node_ids(cm.tree.snapshot(), [1, 2, 3, 9, 7])
+    assert [end for _, end in path] == [3, 4]
+    assert path_node_ids(cm.tree.snapshot(), [8]) == []
+    paged = CacheManager(32, block_size=2)                       # siblings keyed by their first page:
+    serve_request(paged, [1, 2, 3, 4, 5, 6])                     # [1 2] -> {[3 4 5 6], [3 9 ...]}
+    serve_request(paged, [1, 2, 3, 9, 7, 7])
+    ends = [end for _, end in path_node_ids(paged.tree.snapshot(), [1, 2, 3, 4, 5, 6])]
+    assert ends == [2, 6], ends
+
+
+def test_widget_send_and_clear(bundled):
+    s = session(bundled)
+    box = chat_demo(s, questions=["What is socket?"], static=False)
+    assert "kvlab-chat" in box._dom_classes
+    row = box.children[0] if "kvlab-chat-text" in str(box.children[0]) else box.children[1]
+    text = next(w for w in row.children if "kvlab-chat-text" in w._dom_classes)
+    send = next(w for w in row.children if "kvlab-chat-send" in w._dom_classes)
+    clear = next(w for w in row.children if "kvlab-chat-clear-the-cache" in w._dom_classes)
+    text.value = "And json?"
+    send.click()
+    assert len(s.turns) == 2 and text.value == ""
+    caption = next(w for w in box.children if "kvlab-control-caption" in w._dom_classes)
+    assert caption.value.startswith("T2: ") and re.search(r"\d+ matched in the tree", caption.value)
+    clear.click()
+    assert "cache is empty" in caption.value and s.engine.allocator.num_used_blocks == 0
+    text.value = ""
+    send.click()                                                          # an empty question: a message, no turn
+    assert len(s.turns) == 2 and "non-empty" in caption.value
+
+
+def test_the_notes_four_requests_as_chat_turns(bundled):
+    """R2 and R3 reuse [A] + [B]; R4, R1's second turn, reuses R1's whole turn; the tree's
+    letters and the fastest-of-n TTFT cover the four (issue 19 item 6, on the bundled model)."""
+    from kvlab.lessons.chat import fastest_ttft, serve_support_requests, support_node_labels, support_session
+
+    model, tok = bundled
+    s = support_session(model, tok, max_new_tokens=3)
+    turns = serve_support_requests(s)
+    assert list(turns) == ["R1", "R2", "R3", "R4"] and turns["R1"].matched == 0
+    r1, r2 = turns["R1"].prompt_ids, turns["R2"].prompt_ids
+    lcp = next(i for i, (a, b) in enumerate(zip(r1, r2)) if a != b)       # [A] + [B] + the user turn's start
+    assert turns["R2"].matched == lcp // 4 * 4 > 0                         # in whole pages of 4
+    assert turns["R3"].matched >= turns["R2"].matched                      # R3 also shares "How do I" with R1
+    assert turns["R4"].prompt_ids[: len(turns["R1"].prompt_ids)] == turns["R1"].prompt_ids
+    assert turns["R4"].matched > len(turns["R1"].prompt_ids) - 4           # R1's turn: never recomputed
+    labels = support_node_labels(s, turns)
+    assert sorted(labels.values()) == ["A+B", "C", "D", "E", "F"], labels
+    on, off = fastest_ttft(model, turns, radix=True, repeats=2), fastest_ttft(model, turns, radix=False, repeats=1)
+    assert set(on) == set(off) == set(turns) and all(v > 0 for v in on.values())

@@ -1,0 +1,92 @@
+"""The lessons' live controls (issue 21 item 2), driven without a browser: each input changes
+the result, the caption says it in words, bad input is refused and changes nothing."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("plotly")
+pytest.importorskip("ipywidgets")
+torch = pytest.importorskip("torch")
+
+from kvlab.lessons.eviction import POLICY_NAMES, popular_prefix_stream  # noqa: E402
+from kvlab.lessons.sharing import beam_search_blocks, measured_sampling_blocks  # noqa: E402
+from kvlab.viz import HitRateControl, SharingControl, ShuffleControl  # noqa: E402
+from kvlab.viz.shuffle_view import permuted_table, table_snapshot  # noqa: E402
+
+
+def _inputs(control, cls):
+    """The input widget whose CSS class is ``cls``."""
+    row = next(c for c in control.widget.children if hasattr(c, "children"))
+    return next(w for w in row.children if cls in w._dom_classes)
+
+
+@pytest.fixture(scope="module")
+def shuffle():
+    g = torch.Generator().manual_seed(2)
+    table = torch.randperm(12, generator=g)[:10].tolist()          # 10 blocks of 16: 150 tokens, 3 tiles
+    k = torch.randn(12, 16, 2, 8, generator=g)                      # (num_blocks, block_size, kv_heads, head_dim)
+    v = torch.randn(12, 16, 2, 8, generator=g)
+    q = torch.randn(1, 4, 8, generator=g)                           # (1, heads, head_dim)
+    return ShuffleControl(q, k, v, table, 150, max_splits=3, static=False)
+
+
+def test_shuffle_gives_the_same_output_bit_for_bit(shuffle):
+    first = shuffle.result["table"]
+    _inputs(shuffle, "kvlab-shuffle-button").click()
+    assert shuffle.shuffles == 1 and shuffle.result["table"] != first
+    assert shuffle.result["identical"] and shuffle.result["max_diff"] == 0.0
+    assert "shuffle 1" in shuffle.caption() and "bit-for-bit identical" in shuffle.caption()
+    assert shuffle._out.outputs                                     # the figure is drawn
+
+
+def test_split_count_changes_the_programs_and_agrees_up_to_rounding(shuffle):
+    _inputs(shuffle, "kvlab-splits-slider").value = 2
+    assert shuffle.num_splits == 2 and shuffle.result["max_diff"] < 1e-5
+    assert "2 programs" in shuffle.caption()
+    fig = shuffle.figure()
+    assert "split-K: 2 programs" in fig.layout.title.text
+    with pytest.raises(ValueError, match="num_splits"):
+        shuffle.set(num_splits=4)
+    assert shuffle.num_splits == 2                                   # unchanged
+    _inputs(shuffle, "kvlab-unshuffle-button").click()
+    shuffle.set(num_splits=1)
+    assert shuffle.result["identical"] and "the original layout" in shuffle.caption()
+
+
+def test_table_snapshot_and_permutation():
+    snap = table_snapshot(5, 4, {"R1": [3, 0]}, {"R1": 6})
+    assert snap.owner == ("R1", None, None, "R1", None) and snap.tokens_in_block == (2, 0, 0, 4, 0)
+    assert permuted_table([3, 0], [4, 3, 2, 1, 0]) == [1, 4]
+    with pytest.raises(ValueError, match="held twice"):
+        table_snapshot(5, 4, {"R1": [3, 3]}, {"R1": 6})
+
+
+def test_sharing_control_counts_on_the_allocator():
+    c = SharingControl(static=False)
+    _inputs(c, "kvlab-samples-slider").value = 6
+    _inputs(c, "kvlab-beam-width-slider").value = 3
+    _inputs(c, "kvlab-prompt-len-slider").value = 200
+    assert c.result["sampling"] == measured_sampling_blocks(200, 6, c.new_tokens, 16)
+    shared, alone = beam_search_blocks(200, 3, c.new_tokens, 16)
+    assert c.result["beam"] == (alone[-1], shared[-1])
+    assert "n = 6" in c.caption() and "width 3" in c.caption() and "% saved" in c.caption()
+    _inputs(c, "kvlab-samples-slider").value = 1
+    assert c.result["sampling"][0] == c.result["sampling"][1] and "(0% saved)" in c.caption()
+    with pytest.raises(ValueError, match="beam_width"):
+        c.set(beam_width=0)
+    assert c.beam_width == 3
+
+
+def test_hit_rate_control_policy_menu_in_words():
+    c = HitRateControl(popular_prefix_stream(80, seed=3), sizes=(70, 120, 200), static=False)
+    menu = _inputs(c, "kvlab-policy-menu")
+    assert [label for label, _ in menu.options] == list(POLICY_NAMES.values())
+    menu.value = "lfu"
+    _inputs(c, "kvlab-pool-size-slider").value = 200
+    assert c.result["hit_rate"]["lfu"] == pytest.approx(c.curves["lfu"][-1])
+    assert POLICY_NAMES["lfu"] in c.caption() and "200 token slots" in c.caption()
+    small = HitRateControl(popular_prefix_stream(80, seed=3), sizes=(70, 120, 200), static=True)
+    assert small.result["hit_rate"]["lru"] <= c.result["hit_rate"]["lru"]
+    with pytest.raises(ValueError, match="unknown policy"):
+        c.set(policy="LRU")
+    assert c.policy == "lfu"
