@@ -226,7 +226,7 @@ print("decode kernel equals the reference:",
 # full cache; StreamingLLM, H2O and Quest at a budget of 64 tokens (4 blocks of 16; StreamingLLM
 # with 16 sink tokens); int8 and fp8 KV. For each: KV bytes kept at the end, K/V bytes read per
 # decode step, perplexity of a held-out passage of documentation (200 tokens of context, then
-# 12 scored), and the share of 12 greedy tokens equal to the full cache's on 2 prompts. The
+# 10 scored), and the share of 10 greedy tokens equal to the full cache's on 2 prompts. The
 # bench (`bench/bench_kv_compress.py`) runs 20 prompts x 32 tokens; here a small default keeps
 # the lesson under a minute. The model runs in fp32 on the CPU, so the full cache is fp32 here
 # (4 bytes a value): int8 and fp8 keep a quarter of it plus their scales.
@@ -237,7 +237,7 @@ from kvlab.compute.kv_measure import compare_methods, format_results, heldout_pa
 
 configs = [CompressionConfig("full"), CompressionConfig("streaming", 64, 16), CompressionConfig("h2o", 64),
            CompressionConfig("quest", 64), CompressionConfig("int8"), CompressionConfig("fp8")]
-rows = compare_methods(model, configs, prompts, 12, heldout_pairs(tok, 1, 200, 12), block_size=16)
+rows = compare_methods(model, configs, prompts, 10, heldout_pairs(tok, 1, 200, 10), block_size=16)
 print(format_results(rows))
 
 # %% [markdown]
