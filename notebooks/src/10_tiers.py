@@ -355,7 +355,6 @@ def one_tier(host_ratio, write_policy):
 
 
 controls = TierControls(one_tier, host_ratio=2, policy="write_back", static=viz.is_static())
-print(controls.caption)
 controls
 
 # %% [markdown]
