@@ -152,7 +152,9 @@ def test_sglang_sentences_are_written_from_the_hit_rates():
 
 
 def test_report_has_every_section_with_published_and_simulated():
-    text = rp.report(scale=0.05, seeds=(0,))
+    from kvlab.sim.report import report
+
+    text = report(scale=0.05, seeds=(0,))
     for section in ("Setting", "vLLM Fig. 2", "vLLM Fig. 13", "vLLM Fig. 15", "SGLang", "against request rate",
                     "Sensitivity", "scenario table", "paging's advantage", "claims"):
         assert section in text, section
