@@ -120,9 +120,6 @@ def test_the_committed_picture_is_todays():
     assert committed.strip() == arch.dot_source().strip(), "run scripts/draw_architecture.py"
 
 
-# Accesses to another module's private members that the lesson helpers' modules still make; the
-# lead empties this list when kvlab/check and kvlab/viz are migrated (each entry: "path x._name").
-PRIVATE_ACCESS_LEFT = {"kvlab/check/l09_at_scale.py pol._run_blocks"}
 OUTSIDE = ("self", "cls", "sys", "os", "np", "torch", "tl", "triton")  # self/cls; and libraries' own names
 
 
@@ -152,8 +149,7 @@ def private_accesses(root: Path = ROOT) -> list[str]:
 def test_no_module_reaches_into_another_modules_private_members():
     """A path between modules has a public, documented name (the trusted twins included:
     ``BlockAllocator.touch``, ``RadixCache.insert_key``, ...); ``x._name`` from outside is a missing one."""
-    found = [f for f in private_accesses() if "{} {}".format(f.split(":")[0], f.split(" ", 1)[1]) not in PRIVATE_ACCESS_LEFT]
-    assert found == []
+    assert private_accesses() == []
 
 
 def test_the_private_access_scan_finds_a_reach_in(tmp_path):
@@ -163,3 +159,83 @@ def test_the_private_access_scan_finds_a_reach_in(tmp_path):
                               "        tree._protected = set()\n        return self._y, tree._x, super()._z\n")
     # a call and a write from outside are caught; self, super() and a name this file defines are not
     assert private_accesses(tmp_path) == ["kvlab/a.py:4 tree._checkpoint", "kvlab/a.py:5 tree._protected"]
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the kvlab modules it imports, anywhere in the file (a function-level import
+    counts: it holds a circle together as well as a top-level one). A submodule importing its own
+    package (``from . import x`` resolved to the package) is left out: that is the package's API."""
+    mods = {}
+    for path in (root / "kvlab").rglob("*.py"):
+        rel = path.relative_to(root)
+        if rel.parts[1] == "kernels":
+            continue
+        name = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        mods[name] = path
+    graph: dict[str, set[str]] = {}
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        deps = set()
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.Import):
+                targets = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom):
+                base = n.module or ""
+                if n.level:
+                    parts = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    parts = parts[:len(parts) - (n.level - 1)]
+                    base = ".".join(parts + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in n.names]
+            else:
+                continue
+            deps |= {t for t in targets if t in mods and t != mod and not mod.startswith(t + ".")}
+        graph[mod] = deps
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    """Issue 23 item 5: a circle held together by a late (function-level) import is still a circle:
+    one concept split in two files. Each such pair now has a lower module both import."""
+    assert import_circles(import_graph()) == []
+
+
+def test_the_circle_finder_finds_a_late_import_circle(tmp_path):
+    pkg = tmp_path / "kvlab"
+    (pkg / "viz").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "viz" / "__init__.py").write_text("")
+    (pkg / "viz" / "a.py").write_text("from .b import f\n")
+    (pkg / "viz" / "b.py").write_text("def f():\n    from .a import g\n")
+    assert import_circles(import_graph(tmp_path)) == [["kvlab.viz.a", "kvlab.viz.b"]]

@@ -50,7 +50,7 @@ def orca_run_blocks(prompt_len: int, output_len: int, mode: str, block_size: int
         raise ValueError(f"need prompt_len, output_len >= 1 with prompt + output <= max_len {max_len}, got "
                          f"{prompt_len}, {output_len}")
     pol = OrcaPolicy(4 * max_len, f"orca-{mode}", block_size, max_len)
-    return pol._run_blocks(TraceRequest(0, 0.0, prompt_len, output_len))
+    return pol.run_blocks(TraceRequest(0, 0.0, prompt_len, output_len))
 
 
 def _pow2(n: int) -> int:

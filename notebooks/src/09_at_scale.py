@@ -99,7 +99,7 @@ req = TraceRequest(0, 0.0, prompt_len=161, output_len=338)
 for mode in ("orca-max", "orca-pow2", "orca-oracle"):
     p = OrcaPolicy(budget.tokens, mode)
     asked = p.reservation(req)
-    run = p._run_blocks(req)
+    run = p.run_blocks(req)
     print(f"{mode:<12} asks {asked:>4} slots = {-(-asked // 16):>3} blocks -> a run of {run:>3} blocks "
           f"({run * 16:>4} slots): {run * 16 - asked:>3} slots of rounding")
 

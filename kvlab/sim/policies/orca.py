@@ -89,7 +89,6 @@ class OrcaPolicy(MemoryPolicy):
         rounded up to a power of two (the buddy allocator's run)."""
         return self.buddy.run_blocks(blocks_needed(self.reservation(req), self.block_size))
 
-    _run_blocks = run_blocks  # the old name, still used by kvlab/check/l09_at_scale.py and lesson 09 (to go)
 
     def min_slots(self, req: TraceRequest) -> int:
         if req.total_len > self.max_len:
