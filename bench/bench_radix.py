@@ -89,24 +89,24 @@ class TimedAllocator(BlockAllocator):
         super().__init__(*args, **kwargs)
         self.seconds = 0.0
 
-    def _allocate(self, *args, **kwargs):
+    def get_new_blocks(self, *args, **kwargs):
         t = CLOCK()
         try:
-            return super()._allocate(*args, **kwargs)
+            return super().get_new_blocks(*args, **kwargs)
         finally:
             self.seconds += CLOCK() - t
 
-    def _incref(self, *args, **kwargs):
+    def touch(self, *args, **kwargs):
         t = CLOCK()
         try:
-            return super()._incref(*args, **kwargs)
+            return super().touch(*args, **kwargs)
         finally:
             self.seconds += CLOCK() - t
 
-    def _decref(self, *args, **kwargs):
+    def free_blocks(self, *args, **kwargs):
         t = CLOCK()
         try:
-            return super()._decref(*args, **kwargs)
+            return super().free_blocks(*args, **kwargs)
         finally:
             self.seconds += CLOCK() - t
 

@@ -16,6 +16,12 @@
    5.0 x16 (64 GB/s, 10 us per copy) and from NVMe SSDs (7 and 14 GB/s, 100 us per read).
 3. **Measured** (``--measured``): on the bundled model and this machine, a prefill of the prefix
    against a copy of its KV between two pools (``kvlab.compute.host_pool.measure_offload``).
+4. **Measured, restart** (``--restart``, or with ``--measured``): "restart the server": an
+   engine with a disk tier serves a request with a long system prompt; a fresh engine (a restart)
+   on the same directory, and one on an empty directory (cold store), serve the next request with
+   the same system prompt: prefill tokens computed, pages fetched from disk, time to first token
+   (median of a few runs), and whether the tokens equal an engine without tiers.
+   ``--model smollm2`` runs it on SmolLM2-135M when ``load_pretrained("smollm2")`` exists.
 """
 from __future__ import annotations
 
@@ -34,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smaller trace (seconds)")
     ap.add_argument("--measured", action="store_true", help="also time the bundled model (needs torch)")
+    ap.add_argument("--restart", action="store_true", help="only the restart case (measured)")
+    ap.add_argument("--model", default="bundled", help="bundled (default) or smollm2 for the restart case")
     args = ap.parse_args(argv)
+    if args.restart:
+        return restart_case(args.model, args.quick)
     sessions, capacity = (12, 2048) if args.quick else (40, 8192)
     t0 = time.perf_counter()
     chat = multi_turn_chat(num_sessions=sessions, turns=6, seed=0)
@@ -77,7 +87,70 @@ def main(argv: list[str] | None = None) -> int:
         for r in measure_offload(model, [64, 256, 1024] if not args.quick else [64, 256]):
             print(f"   prefix {r['prefix_len']:>5}: recompute {1e3 * r['recompute_s']:8.2f} ms, copy back "
                   f"{1e3 * r['load_s']:6.3f} ms ({r['recompute_s'] / r['load_s']:.0f}x), {r['kv_bytes'] / 1e6:.2f} MB")
+        restart_case(args.model, args.quick)
     print(f"\n({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+def _load(name: str):
+    from kvlab.compute import loader
+
+    if name == "bundled":
+        return loader.load_bundled()
+    try:
+        return loader.load_pretrained(name)
+    except Exception as e:  # the SmolLM2 loader may not be in this checkout
+        raise SystemExit(f"--model {name}: load_pretrained({name!r}) failed here ({type(e).__name__}: {e})")
+
+
+def restart_case(model_name: str = "bundled", quick: bool = False) -> int:
+    """Section 4: a cold store against a warm one after a restart (measured on this machine)."""
+    import statistics
+    import tempfile
+
+    import torch
+
+    from kvlab.compute.engine import Engine
+
+    torch.set_num_threads(1)
+    model, tok = _load(model_name)
+    system = ("You are a customer-service assistant for an online shop. Answer politely and briefly. "
+              "Refunds take five to seven working days. Orders ship within two days. Invoices are sent by "
+              "email after shipping. Never share another customer's data. ") * (1 if quick else 3)
+    questions = ["How do I get a refund?", "When will my order ship?"]
+    prompts = [tok.encode(system + q) for q in questions]
+    bs, new = 16, 8
+    nb = 2 * (len(prompts[0]) // bs + 4) + 8
+    repeats = 1 if quick else 3
+
+    def serve(prompt, **kw):
+        eng = Engine(model, num_blocks=nb, block_size=bs, **kw)
+        st = eng.submit(prompt, new)
+        eng.run()
+        return eng, st
+
+    shared = next(i for i, (a, b) in enumerate(zip(*prompts)) if a != b)
+    plains = [serve(prompts[1])[1] for _ in range(repeats)]
+    plain = plains[-1]
+    rows = []
+    for label in ("cold store", "warm store (restart)"):
+        ttfts, computed, fetched, same = [], 0, 0, True
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory() as d:
+                if label.startswith("warm"):  # an earlier server wrote the system prompt's pages
+                    serve(prompts[0], host_ratio=1, storage=d, storage_write="write_through")
+                eng, st = serve(prompts[1], host_ratio=1, storage=d)
+            ttfts.append(st.ttft)
+            computed, fetched = st.prefill_computed, eng.cache_manager.tier_stats.fetched_tokens
+            same = same and st.outputs == plain.outputs
+        rows.append((label, computed, fetched, statistics.median(ttfts), same))
+    print(f"\n4. restart the server (measured, {model_name} model, this machine): a {len(prompts[1])}-token prompt "
+          f"whose first {shared} tokens (the system prompt) an earlier engine saved; block size {bs}, median of {repeats}")
+    print(f"   {'store':<22} {'prefill computed':>16} {'fetched from disk':>17} {'TTFT ms':>8} {'same tokens':>11}")
+    for label, computed, fetched, ttft, same in rows:
+        print(f"   {label:<22} {computed:>16} {fetched:>17} {1e3 * ttft:>8.1f} {str(same):>11}")
+    print(f"   no tiers: prefill computed {plain.prefill_computed}, "
+          f"TTFT {1e3 * statistics.median(p.ttft for p in plains):.1f} ms")
     return 0
 
 

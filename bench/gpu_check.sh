@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One prepared GPU check (issue 14), in under 8 minutes, every step under a timeout:
-#   1. measure       bench/gpu_summary.py measure: decode at batch 64 x 4k (fp16, bf16; 64 q / 8 KV
-#                    heads, head_dim 128), split-K at batch 1 x 32k, each against contiguous SDPA
+#   1. measure       bench/gpu_summary.py measure: decode at batch 64 x 4k with real models' kernel
+#                    shapes (fp16, bf16: Llama-3 8B's 32 q / 8 KV heads x 128; fp16: SmolLM2's 9 q /
+#                    3 KV heads x 64), split-K at batch 1 x 32k, each against contiguous SDPA. The engine
+#                    run (step 5) uses the bundled model: nothing over 64 MiB travels, no registry.
 #   2. kernel_tests  pytest tests/test_kernels_*.py natively (bf16 and the no-sync test included; not the
 #                    sm_90 compile check or this script's own dry-run test, which CI runs on a CPU)
 #   3. bench_kernels bench/bench_kernels.py --skip-ref (the full kernel table)

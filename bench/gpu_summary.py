@@ -3,8 +3,10 @@
     python bench/gpu_summary.py measure --out WORK/measure.json [--dry-run]
     python bench/gpu_summary.py assemble --dir WORK --out summary.json [--dry-run]   # also printed
 
-``measure`` times, on the GPU, the shapes the targets are set on: paged decode at batch 64 x 4k
-context (fp16 and bf16; 64 query / 8 KV heads, GQA group 8, head_dim 128, block size 16) and
+``measure`` times, on the GPU, the shapes the targets are set on, those of real models: paged
+decode at batch 64 x 4k context (fp16 and bf16; Llama-3 8B's 32 query / 8 KV heads, GQA group 4,
+head_dim 128, block size 16; then fp16 with SmolLM2-135M's 9 query / 3 KV heads x 64, the model
+the CPU lessons run, whose 98 MB file stays home: only its shape travels) and
 split-K at batch 1 x 32k (the run-time plan, and a sweep of forced split counts), each beside
 torch SDPA on contiguous copies of the same K/V. Bandwidth = K+V bytes / time, as a share of
 the device's HBM peak (looked up from its name, as bench_kernels.py does). ``assemble`` joins
@@ -36,19 +38,23 @@ import bench_kernels as bk  # noqa: E402
 from kvlab.kernels import DEVICE, KERNEL_MODE, kernel_mode_report, paged_decode_attention, plan_decode  # noqa: E402
 from kvlab.kernels.paged_decode import launch_paged_decode  # noqa: E402
 
-FULL = dict(heads=64, kv_heads=8, head_dim=128, block_size=16, decode=(64, 4096), split_k=(1, 32768),
-            dtypes=["float16", "bfloat16"], split_dtype="float16", sweep=[1, 8, 16, 32, 64])
-DRY = dict(heads=4, kv_heads=2, head_dim=32, block_size=16, decode=(2, 48), split_k=(1, 200),
-           dtypes=["float16", "bfloat16"], split_dtype="float16", sweep=[1, 2, 4])
+# Kernel shapes of real models (query heads, KV heads, head_dim); the dry run checks the same
+# head layouts (a GQA group of 3, head_dim 64) at tiny batch and context.
+SMOLLM2 = dict(model="smollm2-135m", heads=9, kv_heads=3, head_dim=64)
+FULL = dict(model="llama-3-8b", heads=32, kv_heads=8, head_dim=128, block_size=16, decode=(64, 4096),
+            split_k=(1, 32768), dtypes=["float16", "bfloat16"], split_dtype="float16", sweep=[1, 8, 16, 32, 64],
+            models=[SMOLLM2])
+DRY = dict(model="tiny", heads=4, kv_heads=2, head_dim=32, block_size=16, decode=(2, 48), split_k=(1, 200),
+           dtypes=["float16", "bfloat16"], split_dtype="float16", sweep=[1, 2, 4], models=[SMOLLM2])
 TARGETS = dict(decode_pct_peak=70.0, split_k_pct_peak=50.0, paged_over_sdpa=1.1)
 # Every field summary.json has, so a missing one is a bug (tests/test_kernels_gpu_check.py checks).
 FIELDS = {
     "meta": ["dry_run", "mode", "device", "report", "peak_bytes_per_s", "shapes", "targets", "written_utc"],
     "steps": ["name", "status", "required", "rc", "seconds", "timeout_s", "log", "last_line"],
     "kernel_tests": ["status", "passed", "failed", "skipped", "errors", "seconds"],
-    "decode": ["dtype", "batch", "context", "heads", "kv_heads", "head_dim", "plan", "paged_ms", "wrapper_ms",
+    "decode": ["model", "dtype", "batch", "context", "heads", "kv_heads", "head_dim", "plan", "paged_ms", "wrapper_ms",
                "GBps", "pct_peak", "sdpa_ms", "paged_over_sdpa", "max_abs_diff", "status"],
-    "split_k": ["dtype", "batch", "context", "plan", "auto_splits", "paged_ms", "GBps", "pct_peak", "sdpa_ms",
+    "split_k": ["model", "dtype", "batch", "context", "plan", "auto_splits", "paged_ms", "GBps", "pct_peak", "sdpa_ms",
                 "paged_over_sdpa", "sweep", "best_splits", "best_pct_peak", "max_abs_diff", "status"],
     "targets": ["name", "value", "target", "status"],
 }
@@ -56,7 +62,7 @@ FIELDS = {
 
 def measure_shape(cfg, batch, context, dtype_name, timer, peak, num_sms, sweep=()):
     """One shape: the planned paged decode, its hot-path wrapper, SDPA on contiguous K/V, a split sweep."""
-    row = dict(dtype=dtype_name, batch=batch, context=context, heads=cfg["heads"], kv_heads=cfg["kv_heads"],
+    row = dict(model=cfg["model"], dtype=dtype_name, batch=batch, context=context, heads=cfg["heads"], kv_heads=cfg["kv_heads"],
                head_dim=cfg["head_dim"], plan=None, auto_splits=None, paged_ms=None, wrapper_ms=None, GBps=None,
                pct_peak=None, sdpa_ms=None, paged_over_sdpa=None, max_abs_diff=None, sweep=[], best_splits=None,
                best_pct_peak=None, status="ok")
@@ -118,6 +124,8 @@ def measure(args) -> int:
     timer = bk.make_timer(native)
     started = time.perf_counter()
     decode = [measure_shape(cfg, *cfg["decode"], d, timer, peak, num_sms) for d in cfg["dtypes"]]
+    decode += [measure_shape(dict(cfg, **m), *cfg["decode"], cfg["dtypes"][0], timer, peak, num_sms)
+               for m in cfg["models"]]
     split = measure_shape(cfg, *cfg["split_k"], cfg["split_dtype"], timer, peak, num_sms, cfg["sweep"])
     result = dict(meta=dict(dry_run=bool(args.dry_run or not native), mode=KERNEL_MODE, device=device,
                             report=kernel_mode_report(), peak_bytes_per_s=peak, num_sms=num_sms, shapes=cfg,
@@ -175,7 +183,7 @@ def verdict(value, target, at_least: bool, dry: bool) -> str:
 def targets(decode: list[dict], split: dict, dry: bool) -> list[dict]:
     rows = []
     for r in decode + [split]:
-        what = f"{r['dtype']} B{r['batch']} x {r['context']}"
+        what = f"{r['model']} {r['dtype']} B{r['batch']} x {r['context']}"
         if r is not split:
             rows.append(dict(name=f"decode {what}: % of HBM peak", value=r["pct_peak"],
                              target=f">= {TARGETS['decode_pct_peak']:.0f}",
@@ -196,9 +204,12 @@ def assemble(args) -> int:
     measured_path = folder / "measure.json"
     measured = json.loads(measured_path.read_text()) if measured_path.exists() else {}
     cfg = DRY if args.dry_run else FULL
-    empty = lambda dtype, shape: dict({k: None for k in FIELDS["split_k"] + FIELDS["decode"]}, dtype=dtype,  # noqa: E731
-                                      batch=shape[0], context=shape[1], sweep=[], status="not measured")
-    decode = measured.get("decode") or [empty(d, cfg["decode"]) for d in cfg["dtypes"]]
+    empty = lambda dtype, shape, shape_of=cfg: dict(  # noqa: E731
+        {k: None for k in FIELDS["split_k"] + FIELDS["decode"]}, dtype=dtype, batch=shape[0], context=shape[1],
+        model=shape_of["model"], heads=shape_of["heads"], kv_heads=shape_of["kv_heads"], head_dim=shape_of["head_dim"],
+        sweep=[], status="not measured")
+    decode = measured.get("decode") or ([empty(d, cfg["decode"]) for d in cfg["dtypes"]]
+                                        + [empty(cfg["dtypes"][0], cfg["decode"], m) for m in cfg["models"]])
     split = measured.get("split_k") or empty(cfg["split_dtype"], cfg["split_k"])
     meta = measured.get("meta", {})
     dry = bool(args.dry_run or meta.get("dry_run"))
@@ -238,7 +249,8 @@ def render(summary: dict) -> str:
     lines.append(f"  kernel tests: {t['status']} (passed {t['passed']}, failed {t['failed']}, errors {t['errors']}, "
                  f"skipped {t['skipped']})")
     for r in summary["decode"] + [summary["split_k"]]:
-        lines.append(f"  {r['dtype']:>8} B{r['batch']} x {r['context']}: paged {f(r['paged_ms'], '.4f')} ms "
+        lines.append(f"  {r['model']} ({r['heads']}/{r['kv_heads']} heads x {r['head_dim']}) {r['dtype']:>8} "
+                     f"B{r['batch']} x {r['context']}: paged {f(r['paged_ms'], '.4f')} ms "
                      f"({f(r['GBps'], '.0f')} GB/s, {f(r['pct_peak'], '.1f')}% peak, splits {r['auto_splits']}), "
                      f"wrapper {f(r['wrapper_ms'], '.4f')} ms, SDPA {f(r['sdpa_ms'], '.4f')} ms, "
                      f"ratio {f(r['paged_over_sdpa'])} [{r['status']}]")

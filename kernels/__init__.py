@@ -11,6 +11,10 @@ the checks that need no device->host copy, for the engine's hot path):
     store_kvcache           write new K/V into slots (slot -1 = skip)
     extend_attention        new tokens over cached prefix + causal self (radix-cache hits)
     copy_blocks             copy-on-write block copies
+    store_kvcache_quant     write new K/V into an int8/fp8 cache, one scale per token and KV head
+    quantized_decode_attention / selected_decode_attention
+                            decode over an int8/fp8 cache (dequantize on load), and over only
+                            the selected blocks of each sequence (Quest); lesson 11
 Launch plans: plan_decode / plan_extend say how a call runs (grid, rows per program, splits)
 and why; ``.explain()`` prints it.
 References (plain torch, same signatures): *_ref, plus naive_attention (dense, recomputed).
@@ -24,11 +28,15 @@ Example::
 from . import _mode  # noqa: F401, I001  -- must run first: it decides the mode before any kernel is defined
 from ._mode import DEVICE, KERNEL_MODE, kernel_mode_report
 from .block_copy import copy_blocks
+from .compressed_decode import quantized_decode_attention, selected_decode_attention, store_kvcache_quant
 from .extend import extend_attention
 from .paged_decode import paged_decode_attention
 from .plan import plan_decode, plan_extend
 from .reference import (
+    compressed_decode_attention_ref,
     copy_blocks_ref,
+    quantize_kv_ref,
+    store_kvcache_quant_ref,
     extend_attention_ref,
     naive_attention,
     paged_decode_attention_ref,
@@ -45,6 +53,9 @@ __all__ = [
     "store_kvcache",
     "extend_attention",
     "copy_blocks",
+    "store_kvcache_quant",
+    "quantized_decode_attention",
+    "selected_decode_attention",
     "plan_decode",
     "plan_extend",
     "paged_decode_attention_ref",
@@ -52,6 +63,9 @@ __all__ = [
     "extend_attention_ref",
     "copy_blocks_ref",
     "naive_attention",
+    "compressed_decode_attention_ref",
+    "quantize_kv_ref",
+    "store_kvcache_quant_ref",
 ]
 
 

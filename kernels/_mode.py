@@ -66,8 +66,10 @@ def _device_name() -> str:
     return f"CPU ({platform.processor() or platform.machine()}), Triton interpreter"
 
 
-def known_problems() -> list[str]:
-    """Version combinations known to break the kernels in this mode (empty when none).
+def known_problems(mode: str | None = None) -> list[str]:
+    """Version combinations known to break the kernels in ``mode`` (default: this process's
+    KERNEL_MODE; "interpreter" asks about a subprocess forced into the interpreter, even on a GPU
+    machine). Empty when none.
 
     Example: triton 3.6 + numpy 2.4 in the interpreter -> one warning (loop bounds loaded with
     tl.load fail with "only 0-dimensional arrays can be converted to Python scalars").
@@ -80,7 +82,7 @@ def known_problems() -> list[str]:
         return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in parts)
 
     problems = []
-    if KERNEL_MODE == "interpreter" and major_minor(triton.__version__) < (3, 7) \
+    if (mode or KERNEL_MODE) == "interpreter" and major_minor(triton.__version__) < (3, 7) \
             and major_minor(numpy.__version__) >= (2, 4):
         problems.append(
             f"warning: triton {triton.__version__} with numpy {numpy.__version__} fails in the interpreter; "

@@ -60,21 +60,34 @@ CACHE_CONFIGS = [
     (8, 128, 16, torch.float16),
     (8, 128, 16, torch.bfloat16),
 ]
+# Lesson 11's kernels: (num_heads, num_kv_heads, head_dim, block_size, q dtype, cache dtype, selected)
+COMPRESSED_CONFIGS = [
+    (4, 2, 32, 4, torch.float32, "i8", False),          # the bundled tiny model, int8 cache
+    (9, 3, 64, 16, torch.float16, "i8", False),         # SmolLM2's heads, int8
+    (9, 3, 64, 16, torch.float16, "fp8e4nv", False),    # SmolLM2's heads, fp8 e4m3
+    (32, 8, 128, 16, torch.bfloat16, "fp8e4nv", True),  # Llama-3 8B, fp8 + Quest-selected blocks
+    (8, 2, 128, 16, torch.float16, None, True),         # Quest over an fp16 cache
+    (2, 2, 24, 4, torch.float32, None, True),           # head_dim 24: padded lanes
+]
 INDEX_POINTERS = {  # pointer arguments that hold indices, and their dtypes as the wrappers pass them
+    "selected_blocks_ptr": "*i32", "num_selected_ptr": "*i32",
     "block_tables_ptr": "*i32", "context_lens_ptr": "*i32", "q_starts_ptr": "*i32",
     "prefix_lens_ptr": "*i32", "extend_lens_ptr": "*i32", "slot_mapping_ptr": "*i64", "block_mapping_ptr": "*i64",
 }
 
 
-def signature_for(fn, constexprs: dict, dtype: torch.dtype) -> dict:
-    """ASTSource signature: each argument of the kernel -> "constexpr", "*fp16", "*i32", "fp32" or "i32"."""
+def signature_for(fn, constexprs: dict, dtype: torch.dtype, cache_dtype: str | None = None) -> dict:
+    """ASTSource signature: each argument of the kernel -> "constexpr", "*fp16", "*i32", "fp32" or "i32".
+    ``cache_dtype`` ("i8", "fp8e4nv"): the element type of k_cache_ptr/v_cache_ptr of a quantized cache."""
     sig = {}
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
         elif name in INDEX_POINTERS:
             sig[name] = INDEX_POINTERS[name]
-        elif name.startswith("part_"):
+        elif cache_dtype and name in ("k_cache_ptr", "v_cache_ptr"):
+            sig[name] = "*" + cache_dtype
+        elif name.startswith("part_") or name.endswith("_scale_ptr"):
             sig[name] = "*fp32"
         elif name.endswith("_ptr"):
             sig[name] = "*" + TRITON_DTYPE[dtype]
@@ -104,7 +117,7 @@ def planned_compiles():
     Every configuration is compiled with the alignment hints a real launch has (when head_dim
     >= 16); the self-test configuration is compiled without them as well.
     """
-    from . import block_copy, extend, kv_store, paged_decode, plan
+    from . import block_copy, compressed_decode, extend, kv_store, paged_decode, plan
     from ._checks import next_power_of_two
 
     for heads, kv_heads, head_dim, block_size, dtype, splits in ATTENTION_CONFIGS:
@@ -126,6 +139,16 @@ def planned_compiles():
         yield f"store_kvcache_kernel {shape}", kv_store.store_kvcache_kernel, meta, dtype, aligned
         meta = block_copy.copy_meta(block_size, kv_heads, head_dim)
         yield f"copy_blocks_kernel {shape}", block_copy.copy_blocks_kernel, meta, dtype, aligned
+    for heads, kv_heads, head_dim, block_size, dtype, cache, selected in COMPRESSED_CONFIGS:
+        shape = f"h{heads}/kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]} cache {cache or 'same'}"
+        meta = compressed_decode.decode_meta(heads, kv_heads, head_dim, block_size, cache is not None, selected)
+        yield (f"compressed_decode_kernel {shape}{' selected' if selected else ''}",
+               compressed_decode.compressed_decode_kernel, meta, (dtype, cache), head_dim >= 16)
+        if cache is not None:
+            meta = dict(HEAD_DIM=head_dim, BLOCK_D=next_power_of_two(head_dim), BLOCK_SIZE=block_size,
+                        QMAX=127.0 if cache == "i8" else 448.0, FP8=cache != "i8")
+            yield (f"store_kvcache_quant_kernel {shape}", compressed_decode.store_kvcache_quant_kernel, meta,
+                   (dtype, cache), head_dim >= 16)
     heads, kv_heads, head_dim, block_size, dtype, splits = ATTENTION_CONFIGS[0]
     meta = plan.decode_meta(heads, kv_heads, head_dim, block_size, splits, dtype)
     yield (f"paged_decode_kernel h{heads}/kv{kv_heads} d{head_dim} bs{block_size} {TRITON_DTYPE[dtype]} unaligned",
@@ -136,10 +159,10 @@ def all_jit_functions() -> dict:
     """Every @triton.jit function defined in the kernel modules, by name."""
     from triton.runtime.jit import JITFunction
 
-    from . import block_copy, extend, kv_store, paged_decode
+    from . import block_copy, compressed_decode, extend, kv_store, paged_decode
 
     found = {}
-    for module in (paged_decode, kv_store, extend, block_copy):
+    for module in (paged_decode, kv_store, extend, block_copy, compressed_decode):
         for name, obj in vars(module).items():
             if isinstance(obj, JITFunction) and obj.__module__ == module.__name__:
                 found[name] = obj
@@ -147,7 +170,7 @@ def all_jit_functions() -> dict:
 
 
 # Called from kernels only (compiled as part of them, never launched on their own).
-HELPERS = {"load_kv_tile", "online_softmax_step", "split_range"}
+HELPERS = {"load_kv_tile", "online_softmax_step", "split_range", "round_to_e4m3"}
 
 
 def ptxas_usage(ptx: str) -> dict:
@@ -191,7 +214,8 @@ def run_all(out=sys.stdout) -> bool:
         t0 = time.perf_counter()
         record = {"kernel": label}
         try:
-            src = ASTSource(fn, signature_for(fn, meta, dtype), meta, alignment_attrs(fn, aligned))
+            dtype, cache = dtype if isinstance(dtype, tuple) else (dtype, None)
+            src = ASTSource(fn, signature_for(fn, meta, dtype, cache), meta, alignment_attrs(fn, aligned))
             kernel = triton.compile(src, target=target, options={"num_warps": 4})
             ptx = kernel.asm["ptx"]
             record.update(ok=True, ptx_chars=len(ptx), cubin_bytes=len(kernel.asm["cubin"]),

@@ -118,3 +118,84 @@ def copy_blocks_ref(k_cache, v_cache, block_mapping, *, check=True):
         k_cache[dst] = k_cache[src]
         v_cache[dst] = v_cache[src]
     return k_cache, v_cache
+
+
+# ----------------------------------------------------------------------------- fewer bytes, fewer tokens (lesson 11)
+
+# The largest magnitude each quantized KV dtype stores: int8 -127..127 (symmetric), fp8 e4m3 +-448.
+QMAX = {torch.int8: 127.0}
+if hasattr(torch, "float8_e4m3fn"):
+    QMAX[torch.float8_e4m3fn] = 448.0
+
+
+def quantize_kv_ref(x, kv_dtype=torch.int8):
+    """Symmetric quantization with one scale per token and KV head.
+
+    x (N, num_kv_heads, head_dim) float -> (xq (N, num_kv_heads, head_dim) kv_dtype, scale (N, num_kv_heads) fp32)
+    with scale = max|x| / QMAX over the head's head_dim values (1 for an all-zero head) and
+    int8: xq = clamp(floor(x / scale + 0.5), -127, 127); fp8 e4m3: xq = (x / scale) rounded to the nearest e4m3.
+    Example (int8): a head [0.5, -1.0] -> scale 1/127, xq [64, -127]; dequantized [0.504, -1.0].
+    """
+    if kv_dtype not in QMAX:
+        raise ValueError(f"kv_dtype must be one of {list(QMAX)}, got {kv_dtype}")
+    x = x.float()
+    scale = x.abs().amax(dim=-1) / QMAX[kv_dtype]                           # (N, num_kv_heads)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    y = x / scale[..., None]                                                # (N, num_kv_heads, head_dim) in [-QMAX, QMAX]
+    if kv_dtype == torch.int8:
+        return torch.clamp(torch.floor(y + 0.5), -127, 127).to(torch.int8), scale
+    return y.to(kv_dtype), scale
+
+
+def dequantize_kv_ref(xq, scale):
+    """xq (..., head_dim) int8/fp8, scale (...) fp32 -> xq * scale in fp32."""
+    return xq.float() * scale[..., None]
+
+
+def store_kvcache_quant_ref(key, value, k_cache, v_cache, k_scale, v_scale, slot_mapping, *, check=True):
+    """Reference for store_kvcache_quant: quantize each token's heads, write values and scales in place.
+
+    k_cache, v_cache (num_blocks, block_size, num_kv_heads, head_dim) int8/fp8;
+    k_scale, v_scale (num_blocks, block_size, num_kv_heads) fp32; slot -1 is skipped.
+    """
+    block_size = k_cache.shape[1]
+    kq, ks = quantize_kv_ref(key, k_cache.dtype)
+    vq, vs = quantize_kv_ref(value, v_cache.dtype)
+    for t, slot in enumerate(torch.as_tensor(slot_mapping).tolist()):
+        if slot < 0:
+            continue
+        b, o = slot // block_size, slot % block_size
+        k_cache[b, o], v_cache[b, o], k_scale[b, o], v_scale[b, o] = kq[t], vq[t], ks[t], vs[t]
+    return k_cache, v_cache, k_scale, v_scale
+
+
+def selected_positions(selected_blocks, num_selected: int, context_len: int, block_size: int) -> torch.Tensor:
+    """Positions of the selected logical blocks that lie before context_len, block by block.
+    Example: blocks [0, 3], block_size 4, context_len 14 -> [0, 1, 2, 3, 12, 13]."""
+    blocks = torch.as_tensor(selected_blocks)[:num_selected].long()
+    pos = (blocks[:, None] * block_size + torch.arange(block_size)[None, :]).reshape(-1)
+    return pos[pos < context_len]
+
+
+def compressed_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale=None, *,
+                                    k_scale=None, v_scale=None, selected_blocks=None, num_selected=None,
+                                    context_lens_cpu=None, check=True):
+    """Reference for quantized_decode_attention and selected_decode_attention (one function, two options).
+
+    With k_scale/v_scale the cache is int8/fp8 and is dequantized (value x its token-and-head
+    scale) before attention. With selected_blocks (num_seqs, max_selected) and num_selected
+    (num_seqs,), sequence s attends only to the positions of its first num_selected[s] logical
+    blocks (Quest); otherwise to all of [0, context_lens[s]).
+    """
+    if k_scale is not None:
+        k_cache, v_cache = dequantize_kv_ref(k_cache, k_scale), dequantize_kv_ref(v_cache, v_scale)
+    out = torch.empty_like(q)                                              # (num_seqs, num_heads, head_dim)
+    block_size = k_cache.shape[1]
+    for s, n in enumerate(host_ints(context_lens, context_lens_cpu)):
+        k = gather_kv(k_cache, block_tables[s], n)                         # (n, kv_heads, head_dim)
+        v = gather_kv(v_cache, block_tables[s], n)
+        if selected_blocks is not None:
+            pos = selected_positions(selected_blocks[s].cpu(), int(num_selected[s]), n, block_size).to(k.device)
+            k, v = k[pos], v[pos]                                          # (kept, kv_heads, head_dim)
+        out[s] = naive_attention(q[s : s + 1], k, v, causal=False, scale=scale)[0]
+    return out

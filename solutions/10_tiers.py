@@ -56,3 +56,13 @@ def next_placement(state, event, storage=False):
     if (state, event) not in table:
         raise ValueError(f"a {state} node cannot {event}")
     return table[(state, event)]
+
+
+def arc_victims(t1, t2, target, need):
+    t1, t2, out, freed = list(t1), list(t2), [], 0
+    while freed < need and (t1 or t2):
+        from_t1 = t1 and (sum(p for _, p in t1) >= target or not t2)
+        name, pages = (t1 if from_t1 else t2).pop(0)
+        out.append(name)
+        freed += pages
+    return out

@@ -1,19 +1,22 @@
 """The lessons in a real browser: JupyterLab in headless Chromium, driven by Playwright.
 
-One module-scoped JupyterLab server (127.0.0.1, a free port, a random token) serves copies of
-lessons with their outputs stripped, in a temporary folder (stale stored outputs cannot fool
-the checks). For each lesson opened: Run > Run All Cells, wait until every cell has run, then
-check that no cell shows an error, that plotly figures and widgets render, and drive widgets:
+One module-scoped JupyterLab server serves copies of the lessons with their outputs stripped
+(tests/browser_utils.py, shared with `make screenshots`). Every lesson runs twice, one after
+the other, each kernel shut down after its run:
 
-- lesson 04, in classroom mode on a 1280x720 screen with the file browser open (a projector):
-  no figure or widget is wider than its output area, the widget controls are larger, the
-  translation widget's position slider, moved to 4 (L1 -> P7) and back to 9, shows L2, offset 1
-  and P1, and the memory-map stepper's Next button moves its caption, numbered "step k / N";
-- lesson 02: the plotly bar chart renders;
-- lesson 07 (when it exists): the radix stepper's Next button changes the caption and the tree;
-- every other lesson: runs clean, and its widgets and plotly figures render.
-Each lesson's kernel is shut down after its test. The whole file takes about 2 minutes (one
-JupyterLab server and one browser for every lesson).
+- normal, on a 1500x1000 screen, and in classroom mode (``viz.classroom(True)`` inserted after
+  the first code cell) on a 1280x720 projector with the file browser open. In both: Run All
+  Cells, no cell shows an error, plotly figures and widgets render, and the layout check finds
+  nothing: no output wider than its output area, no visible text in an output under 12 px
+  (16 px in classroom mode) (SVG and plotly text, HTML tables, widget labels, printed text).
+  Every finding goes to tests/_artifacts/browser_layout.json as well as into the failure.
+- lesson 04 in classroom mode: the widget controls are larger, the translation widget's position
+  slider, moved to 4 (L1 -> P7) and back to 9, shows L2, offset 1 and P1, and the memory-map
+  stepper's Next button moves its caption, numbered "step k / N";
+- lesson 02: the plotly bar chart renders; lesson 07: the radix stepper's Next button changes
+  the caption and the tree.
+
+About 5 minutes for 11 lessons x 2 modes on 2 cores (one server, one browser).
 
 Screenshots go to tests/_artifacts/ (git-ignored). With KVLAB_UPDATE_SCREENSHOTS=1 the two for
 the README are also copied to docs/img/ (memory_map.png, radix_tree.png).
@@ -26,39 +29,26 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
 import pytest
+from browser_utils import (
+    ARTIFACTS, ROOT, browser_problems, cell_errors, chromium, format_report, jupyter_lab, layout_report,
+    lesson_names, lesson_page, page_chunks, prepare_folder,
+)
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "tests" / "_artifacts"
-CHROMIUM = Path(os.environ.get("KVLAB_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 IN_CI = os.environ.get("CI", "").lower() == "true"
-RUN_TIMEOUT_MS = 90_000
+CLASSROOM_LESSON = "04_paging.ipynb"  # its widgets are driven in classroom mode, on a projector-sized screen
+LAYOUT_LOG = ARTIFACTS / "browser_layout.json"
 
 
 def _require_browser():
-    problems = []
-    if not CHROMIUM.exists():
-        problems.append(f"{CHROMIUM} not found (apt-get install -y chromium)")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        problems.append("the playwright Python package is missing (pip install playwright; never `playwright install`)")
+    problems = browser_problems()
     if problems:
         msg = "; ".join(problems)
         if IN_CI:
@@ -66,153 +56,55 @@ def _require_browser():
         pytest.skip(f"browser test skipped outside CI: {msg}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-CLASSROOM_LESSON = "04_paging.ipynb"  # run in classroom mode, on a projector-sized screen
-CLASSROOM_VIEWPORT = {"width": 1280, "height": 720}
-CLASSROOM_CELL = "import kvlab.viz as viz\nviz.classroom(True)  # inserted by tests/test_browser.py: a projector"
-
-
-def _stripped_copy(name: str, dest: Path, classroom: bool = False) -> bool:
-    """A copy without outputs; with ``classroom``, a cell turning classroom mode on after the self-test."""
-    src = ROOT / "notebooks" / name
-    if not src.exists():
-        return False
-    nb = nbformat.read(src, as_version=4)
-    nb.metadata.pop("widgets", None)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    if classroom:
-        first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-        cell = nbformat.v4.new_code_cell(CLASSROOM_CELL)
-        cell.id = "classroom"
-        nb.cells.insert(first + 1, cell)
-    nbformat.write(nb, dest / name)
-    return True
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """(base_url, token, folder) of a JupyterLab server over stripped lesson copies."""
+    """(base_url, token, folder) of a JupyterLab server over stripped lesson copies (both modes)."""
     _require_browser()
     folder = tmp_path_factory.mktemp("lab")
-    for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"):
-        _stripped_copy(p.name, folder, classroom=p.name == CLASSROOM_LESSON)
-    shutil.copy(ROOT / "notebooks" / "glossary.md", folder / "glossary.md")
-    port, token = _free_port(), secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items() if k not in ("KVLAB_STATIC", "KVLAB_CHECK_STRICT")}
-    env["JUPYTER_RUNTIME_DIR"] = str(folder / ".runtime")
-    # Render every cell (JupyterLab 4 otherwise renders only the cells in view), no news popups.
-    settings = folder / ".settings"
-    (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
-    (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
-        '{"windowingMode": "none", "recordTiming": false}')
-    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
-    (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
-        '{"fetchNews": "false", "checkForUpdates": false}')
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--ServerApp.root_dir={folder}",
-           f"--LabApp.workspaces_dir={folder / '.workspaces'}", f"--LabApp.user_settings_dir={settings}",
-           "--ServerApp.port_retries=0"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = open(ARTIFACTS / "jupyterlab.log", "w")
-    env = dict(env, JUPYTER_TOKEN=token)  # as scripts/lab.sh: never on the command line (visible in ps)
-    proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            log.close()
-            pytest.fail(f"JupyterLab did not start (exit {proc.poll()}); see {ARTIFACTS / 'jupyterlab.log'}")
-        time.sleep(0.3)
-    yield base, token, folder
-    os.killpg(proc.pid, signal.SIGTERM)
+    prepare_folder(folder, lesson_names())
+    LAYOUT_LOG.unlink(missing_ok=True)
     try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
+        with jupyter_lab(folder) as server:
+            yield server
+    except RuntimeError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")
 def browser(lab):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+    with chromium() as b:
         yield b
-        b.close()
 
 
-def _open_and_run_all(browser, lab, name: str, viewport: dict | None = None):
-    """Open a lesson, Run All Cells, wait until every code cell has run; return the page."""
-    base, token, folder = lab
-    page = browser.new_page(viewport=viewport or {"width": 1800, "height": 1000})
-    try:
-        _run_all(page, base, token, folder, name)
-    except Exception:
-        page.screenshot(path=str(ARTIFACTS / f"{name[:2]}_failed.png"))
-        page.close()
-        raise
-    return page
+def _log_layout(entries: list[dict]) -> None:
+    """Append to tests/_artifacts/browser_layout.json (what the lead routes to lesson owners)."""
+    old = json.loads(LAYOUT_LOG.read_text()) if LAYOUT_LOG.exists() else []
+    LAYOUT_LOG.write_text(json.dumps(old + entries, indent=1, ensure_ascii=False))
 
 
-def _run_all(page, base, token, folder, name):
-    page.goto(f"{base}/lab/tree/{name}?token={token}&reset", timeout=60_000)
-    # The kernel is ready when the status bar says "Idle" (the execution indicator says idle too early).
-    page.wait_for_function(
-        """() => /Python 3.*\\|\\s*Idle/.test(document.querySelector('.jp-StatusBar-Widget, #jp-main-statusbar')?.textContent || '')""",
-        timeout=60_000, polling=300,
-    )
-    started = False
-    for _attempt in range(3):  # a Run All sent while the kernel still connects can be dropped: send it again
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+def _assert_fits(page, name: str, classroom: bool) -> None:
+    """Scroll the whole lesson (plotly draws figures in view), then: nothing wider than its
+    output area, no text under the minimum."""
+    page_chunks(page)
+    entries = layout_report(page, name[:2], classroom)
+    _log_layout(entries)
+    mode = "classroom mode at 1280x720" if classroom else "1500x1000"
+    assert not entries, f"lesson {name[:2]} ({mode}): outputs that do not fit or text too small:\n" + format_report(entries)
+
+
+@contextmanager
+def _lesson(browser, lab, name: str, classroom: bool = False):
+    """Open and run a lesson, check it shows no error, yield the page; screenshot and close it after."""
+    if not (lab[2] / name).exists():
+        pytest.fail(f"notebooks/{name} is missing")
+    mode = "classroom" if classroom else "normal"
+    with lesson_page(browser, lab, name, classroom) as page:
         try:
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))",
-                timeout=10_000, polling=300,
-            )
-            started = True
-            break
-        except Exception:
-            continue
-    assert started, f"{name}: Run All Cells did not start any cell"
-    n_code = sum(1 for c in nbformat.read(folder / name, as_version=4).cells if c.cell_type == "code")
-    # every code cell's prompt shows a number (not "[ ]" or "[*]") once the kernel has run it
-    page.wait_for_function(
-        """(n) => {
-            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
-            const done = prompts.filter(p => /\\[\\d+\\]/.test(p.textContent));
-            return prompts.length >= n && done.length >= n;
-        }""",
-        arg=n_code, timeout=RUN_TIMEOUT_MS, polling=500,
-    )
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=30_000)
-
-
-def _assert_no_errors(page, name: str):
-    errors = page.evaluate(
-        """() => [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
-                 .map(e => e.textContent).filter(t => /Traceback|\\w+Error:|Exception:/.test(t))"""
-    )
-    assert not errors, f"{name}: a cell shows an error:\n{errors[0][:1500]}"
-    broken = page.locator(".jupyter-widgets .jp-RenderedText:has-text('Error displaying widget')").count()
-    assert broken == 0, f"{name}: a widget failed to render"
+            errors = cell_errors(page)
+            assert not errors, f"{name[:2]} ({mode}): a cell shows an error:\n{errors[0][:1500]}"
+            yield page
+        finally:
+            page.screenshot(path=str(ARTIFACTS / f"{name[:2]}_{mode}_page.png"))
 
 
 def _shot(page, locator, filename: str) -> Path:
@@ -223,34 +115,6 @@ def _shot(page, locator, filename: str) -> Path:
         (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
         shutil.copy(out, ROOT / "docs" / "img" / filename)
     return out
-
-
-@contextmanager
-def _lesson(browser, lab, name: str, viewport: dict | None = None):
-    """Open and run a lesson, check it shows no error, yield the page; screenshot and close it after."""
-    if not (lab[2] / name).exists():
-        pytest.fail(f"notebooks/{name} is missing")
-    page = _open_and_run_all(browser, lab, name, viewport)
-    try:
-        _assert_no_errors(page, name[:2])
-        yield page
-    finally:
-        page.screenshot(path=str(ARTIFACTS / f"{name[:2]}_page.png"))
-        page.close()
-        _shutdown_kernels(lab)
-
-
-def _shutdown_kernels(lab) -> None:
-    """Stop every kernel of the server (each lesson's kernel holds torch; CI has little memory)."""
-    base, token, _ = lab
-    try:
-        with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r:
-            kernels = json.load(r)
-        for k in kernels:
-            req = urllib.request.Request(f"{base}/api/kernels/{k['id']}?token={token}", method="DELETE")
-            urllib.request.urlopen(req, timeout=10).close()
-    except OSError:
-        pass  # the server is going away anyway
 
 
 def _stored_kinds(name: str) -> set[str]:
@@ -266,19 +130,34 @@ def _stored_kinds(name: str) -> set[str]:
     return kinds
 
 
-# Lessons with their own test below; every other lesson is run clean here.
-_DEDICATED = {"02_how_big.ipynb", CLASSROOM_LESSON, "07_radix.ipynb"}
-_OTHERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if p.name not in _DEDICATED)
+def _wait_for_figures(page, name: str) -> None:
+    kinds = _stored_kinds(name)
+    if "widget" in kinds:
+        page.wait_for_selector(".jupyter-widgets", timeout=20_000)
+    if "plotly" in kinds or "widget" in kinds:  # kvlab's widgets hold plotly figures or SVG
+        page.wait_for_selector(".js-plotly-plot .main-svg, .kvlab-svg svg", timeout=20_000)
 
 
-@pytest.mark.parametrize("name", _OTHERS)
-def test_lesson_runs_clean(browser, lab, name):
+# Lessons with their own test below (in that mode); every other run is checked here.
+_LESSONS = lesson_names()
+_NORMAL = [n for n in _LESSONS if n not in ("02_how_big.ipynb", "07_radix.ipynb")]
+_CLASSROOM = [n for n in _LESSONS if n != CLASSROOM_LESSON]
+
+
+@pytest.mark.parametrize("name", _NORMAL)
+def test_lesson_runs_clean_and_fits(browser, lab, name):
     with _lesson(browser, lab, name) as page:
-        kinds = _stored_kinds(name)
-        if "widget" in kinds:
-            page.wait_for_selector(".jupyter-widgets", timeout=20_000)
-        if "plotly" in kinds or "widget" in kinds:  # kvlab's widgets hold plotly figures or SVG
-            page.wait_for_selector(".js-plotly-plot .main-svg, .kvlab-svg svg", timeout=20_000)
+        _wait_for_figures(page, name)
+        _assert_fits(page, name, classroom=False)
+
+
+@pytest.mark.parametrize("name", _CLASSROOM)
+def test_lesson_fits_in_classroom_mode(browser, lab, name):
+    """At 1280x720 with the file browser open, after viz.classroom(True): runs clean, nothing
+    wider than its output area, no text under 16 px."""
+    with _lesson(browser, lab, name, classroom=True) as page:
+        _wait_for_figures(page, name)
+        _assert_fits(page, name, classroom=True)
 
 
 def test_lesson_02_plotly(browser, lab):
@@ -286,6 +165,7 @@ def test_lesson_02_plotly(browser, lab):
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=20_000)
         assert page.locator(".js-plotly-plot").count() >= 1
         _shot(page, page.locator(".js-plotly-plot").first, "02_kv_sizes.png")
+        _assert_fits(page, "02_how_big.ipynb", classroom=False)
 
 
 def _set_slider(page, slider_class: str, value: int):
@@ -296,37 +176,10 @@ def _set_slider(page, slider_class: str, value: int):
     page.keyboard.press("Enter")
 
 
-def _ensure_file_browser_open(page) -> None:
-    """The left sidebar's file browser shown (as a teacher has it), whatever the restored layout."""
-    if not page.evaluate("() => (document.querySelector('#filebrowser')?.offsetWidth || 0) > 100"):
-        page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab[data-id='filebrowser']").first.click()
-        page.wait_for_function("() => (document.querySelector('#filebrowser')?.offsetWidth || 0) > 100", timeout=10_000)
-
-
-def _overflowing_outputs(page) -> list[str]:
-    """Every output area whose figure or widget is wider than the area itself (it would be cut off
-    or scroll sideways on the projector)."""
-    return page.evaluate("""() => {
-        const bad = [];
-        document.querySelectorAll('.jp-OutputArea-output').forEach((out, i) => {
-            const box = out.getBoundingClientRect();
-            if (box.width === 0) return;
-            const inner = out.querySelectorAll('.js-plotly-plot, .main-svg, .jupyter-widgets, .kvlab-svg svg, .widget-hbox, img');
-            let right = box.right;
-            inner.forEach(el => { right = Math.max(right, el.getBoundingClientRect().right); });
-            if (right > box.right + 2 || out.scrollWidth > out.clientWidth + 2)
-                bad.push(`output ${i}: content ends at ${Math.round(right)} px, the area at ${Math.round(box.right)} px ` +
-                         `(scrollWidth ${out.scrollWidth}, clientWidth ${out.clientWidth})`);
-        });
-        return bad;
-    }""")
-
-
 def test_lesson_04_in_classroom_mode_on_a_projector(browser, lab):
     """Lesson 04 at 1280x720, classroom mode, file browser open: nothing overflows, the controls
     grow, and the widgets respond."""
-    with _lesson(browser, lab, CLASSROOM_LESSON, CLASSROOM_VIEWPORT) as page:
-        _ensure_file_browser_open(page)
+    with _lesson(browser, lab, CLASSROOM_LESSON, classroom=True) as page:
         page.wait_for_selector(".jupyter-widgets", timeout=20_000)
         page.wait_for_selector(".kvlab-translation .js-plotly-plot", timeout=20_000)
         page.wait_for_selector(".kvlab-stepper .js-plotly-plot .main-svg", timeout=20_000)
@@ -336,8 +189,6 @@ def test_lesson_04_in_classroom_mode_on_a_projector(browser, lab):
             figures.nth(i).scroll_into_view_if_needed()
             figures.nth(i).locator(".main-svg").first.wait_for(timeout=20_000)
         page.wait_for_timeout(500)  # let plotly finish sizing the figures to their areas
-        bad = _overflowing_outputs(page)
-        assert not bad, "classroom mode at 1280x720: figures wider than their output area:\n" + "\n".join(bad)
         px = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('.kvlab-stepper button.kvlab-next')).fontSize)")
         assert px >= 17, f"classroom mode: the stepper's buttons are {px}px, not enlarged"
         _shot(page, page.locator(".kvlab-translation").first, "classroom_translation.png")
@@ -370,8 +221,8 @@ def test_lesson_04_in_classroom_mode_on_a_projector(browser, lab):
                                    timeout=10_000)
         assert "R1 finishes" in caption.text_content(), caption.text_content()
         page.wait_for_selector(".kvlab-stepper .js-plotly-plot .main-svg", timeout=20_000)
-        assert not _overflowing_outputs(page)
         _shot(page, stepper, "memory_map.png")
+        _assert_fits(page, CLASSROOM_LESSON, classroom=True)
 
 
 def test_lesson_07_radix_stepper(browser, lab):
@@ -396,3 +247,4 @@ def test_lesson_07_radix_stepper(browser, lab):
             stepper.locator("button.kvlab-next").first.click()
             page.wait_for_timeout(300)
         _shot(page, stepper, "radix_tree.png")
+        _assert_fits(page, "07_radix.ipynb", classroom=False)

@@ -722,3 +722,21 @@ def test_lesson_06_checkers_name_the_mistake():
     assert "partial last prompt block" in _note(check.sampling_blocks(sampling_share_partial, verbose=False))
     assert "swapped" in _note(check.sampling_blocks(lambda p, n, g, bs: S06.sampling_blocks(p, n, g, bs)[::-1],
                                                     verbose=False))
+
+
+def test_l09_checkers_name_their_common_mistakes_and_empty_input():
+    from kvlab.check import l09_at_scale as L9
+
+    def zero_division(prompts):  # the formula without the empty case
+        total = sum(len(p) for p in prompts)
+        return 1 - len({tuple(p[:i]) for p in prompts for i in range(1, len(p) + 1)}) / total
+
+    r = L9.optimal_hit_rate(zero_division, verbose=False)
+    assert not r.passed and any("ZeroDivisionError" in c.note for c in r.failures)
+    for table, check in ((L9.HIT_MISTAKES, L9.optimal_hit_rate), (L9.FIT_MISTAKES, L9.fit_requests)):
+        for why, wrong in table.items():
+            r = check(wrong, verbose=False)
+            assert not r.passed and any(c.note == why for c in r.failures), why
+    capped = next(f for m, f in L9.ORCA_MISTAKES.items() if "capped" in m)
+    notes = {c.note for c in L9.orca_reservation(capped, verbose=False).failures if c.note}
+    assert any("here 4096" in n for n in notes) and any("here 2048" in n for n in notes)  # the case's max_len

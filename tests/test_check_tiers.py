@@ -15,7 +15,7 @@ _spec = importlib.util.spec_from_file_location("sol10", ROOT / "solutions" / "10
 sol = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sol)  # type: ignore[union-attr]
 
-NAMES = ["write_back_evict", "load_back_plan", "next_placement"]
+NAMES = ["write_back_evict", "load_back_plan", "next_placement", "arc_victims"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -53,9 +53,11 @@ def test_write_back_evict_rejects_write_through_thinking_and_ignoring_need():
         assert not L.write_back_evict(wrong, verbose=False).passed
 
 
-@pytest.mark.parametrize("mistake", sorted(L.PLAN_MISTAKES))
-def test_load_back_plan_rejects_the_common_mistakes(mistake):
-    r = L.load_back_plan(L.PLAN_MISTAKES[mistake], verbose=False)
+@pytest.mark.parametrize("checker,mistake", [("load_back_plan", m) for m in sorted(L.PLAN_MISTAKES)]
+                         + [("arc_victims", m) for m in sorted(L.ARC_MISTAKES)])
+def test_common_mistakes_are_rejected_and_named(checker, mistake):
+    mistakes = L.PLAN_MISTAKES if checker == "load_back_plan" else L.ARC_MISTAKES
+    r = getattr(L, checker)(mistakes[mistake], verbose=False)
     assert not r.passed
     assert any(mistake in c.note for c in r.failures), [c.note for c in r.failures]
 
@@ -94,3 +96,54 @@ def test_the_placement_table_is_made_of_legal_edges():
     for seed in range(4):
         for src, event, storage, dst in L._real_run_cases(seed):
             assert L.placement_after(src, event, storage) == dst
+
+
+def test_the_plain_eviction_rule_is_the_real_tree():
+    import random
+
+    rng = random.Random(3)
+    for _ in range(400):
+        leaves = [(chr(65 + j), rng.randint(1, 5), rng.random() < 0.4) for j in range(rng.randint(1, 7))]
+        host_free, need = rng.randint(0, 8), rng.randint(0, sum(p for _, p, _ in leaves) + 2)
+        assert L.evict_plain(leaves, host_free, need) == L.evict_with_tiers(leaves, host_free, need), leaves
+
+
+def test_write_back_evict_catches_host_eviction_that_cannot_make_room():
+    # A leaves the device with its copy (host-only); B needs 4 host pages, 1 free + A's 1 = 2: evicting A
+    # cannot make room, so A stays on the host and B is dropped
+    assert L.evict_with_tiers([("A", 1, True), ("B", 4, False)], 1, 5) == {"A": "host", "B": "evicted"}
+    r = L.write_back_evict(L._evict_host_blindly, verbose=False)
+    assert not r.passed and "only when that makes enough room" in r.failures[0].note
+
+
+def test_next_placement_names_its_common_mistakes():
+    def forgets_the_host_copy(state, event, storage=False):
+        return "evicted" if (state, event) == ("both", "evict") else sol.next_placement(state, event, storage)
+
+    def never_raises(state, event, storage=False):
+        try:
+            return sol.next_placement(state, event, storage)
+        except ValueError:
+            return "evicted"
+
+    def ignores_storage(state, event, storage=False):
+        return sol.next_placement(state, event, False)
+
+    for wrong, words in ((forgets_the_host_copy, "keeps its host copy"), (never_raises, "raise ValueError"),
+                         (ignores_storage, "saves the node to disk")):
+        r = L.next_placement(wrong, verbose=False)
+        assert not r.passed and any(words in c.note for c in r.failures), [c.note for c in r.failures][:3]
+
+
+def test_arc_victims_rejects_lru_and_mru():
+    lru = lambda t1, t2, target, need: L._arc_rule(t1, t2, target, need, always_t1=True)  # noqa: E731
+    assert not L.arc_victims(lru, verbose=False).passed
+    def t2_first(t1, t2, target, need):
+        return L._arc_rule(t2, t1, 0, need, always_t1=True)
+    assert not L.arc_victims(t2_first, verbose=False).passed
+
+
+def test_the_comparison_printed_is_measured_on_the_real_manager(capsys):
+    L.arc_victims(sol.arc_victims)
+    out = capsys.readouterr().out
+    assert "host hits LRU" in out and "ARC keeps more" in out

@@ -65,6 +65,16 @@ def test_translate_refuses_tables_that_are_not_block_tables():
         assert len(lines) == 1 and needle in lines[0] and not r.stdout, (args, r.stdout, r.stderr)
 
 
+def test_an_empty_table_entry_is_an_error_not_skipped():
+    """``--table 3,,7`` was read as 3,7 (issue 24 item 7)."""
+    for table, needle in [("3,,7", "'3,,7' (entry 2 of 3 is empty)"), ("3,7,", "entry 3 of 3"), (",3", "entry 1 of 2"),
+                          ("3, ,7", "entry 2 of 3")]:
+        r = run("translate", "--table", table, "--pos", "1")
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and not r.stdout and len(lines) == 1, (table, r.stderr)
+        assert "--table" in lines[0] and needle in lines[0], (table, r.stderr)
+
+
 def test_bare_command_says_what_to_do_on_stderr():
     r = run()
     assert r.returncode == 2 and not r.stdout
@@ -172,6 +182,21 @@ def test_generate_bad_input_one_line_exit_2(capsys, tmp_path):
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert code == 2 and not out, (args, out, err)
         assert len(lines) == 1 and lines[0].startswith("kvlab generate: error:") and needle in lines[0], (args, err)
+
+
+def test_generate_refuses_a_huge_block_size_and_a_prompt_that_is_not_utf8_before_loading(capsys):
+    """``--block-size 100000000`` once died allocating 204.8 GB; a non-UTF-8 prompt died in the tokenizer."""
+    for args, needle in [
+        (("--prompt", "x", "--block-size", "100000000"), "--block-size must be >= 1 and <= 2,048 tokens, got 100,000,000"),
+        (("--prompt", "ab\udcffc"), "--prompt is not valid UTF-8 text: byte 0xff at character 2"),
+    ]:
+        code, out, err = generate_in_process(capsys, *args)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert code == 2 and not out and len(lines) == 1 and needle in lines[0], (args, err)
+    r = subprocess.run([sys.executable, "-m", "kvlab", "generate", "--prompt", b"ab\xffc"],  # bytes, as a shell passes them
+                       capture_output=True, timeout=60)
+    assert r.returncode == 2 and not r.stdout, r.stderr
+    assert r.stderr.decode().strip() == "kvlab generate: error: --prompt is not valid UTF-8 text: byte 0xff at character 2"
 
 
 def test_the_command_line_offers_the_strategies_generate_has():

@@ -15,8 +15,10 @@ import pytest
 
 from kvlab.memory.block_manager import BlockManager
 from kvlab.memory.block_pool import BlockAllocator
-from kvlab.memory.block_table import BlockTable, blocks_needed, translate
+from kvlab.memory.block_table import BlockTable, blocks_needed, slot_mapping, translate
+from kvlab.memory.buddy import BuddyAllocator
 from kvlab.memory.contiguous import ContiguousArena
+from kvlab.memory.kvspec import KVSpec
 from kvlab.reuse.block_hash_cache import BlockHashCache
 from kvlab.reuse.cache_manager import CacheManager
 from kvlab.reuse.radix_cache import RadixCache
@@ -47,6 +49,18 @@ def _cm():
     return cm
 
 
+def _hash_cache():
+    pc = BlockHashCache(8, 2)
+    pc.allocate(4, pc.match_prefix([]), "A")  # blocks 0 and 1 in use
+    return pc
+
+
+def _buddy():
+    b = BuddyAllocator(8, 4)
+    b.allocate(2)
+    return b
+
+
 def _arena():
     a = ContiguousArena(64, "exact", max_len=32)
     a.admit("A", 3, final_len=8)
@@ -66,6 +80,8 @@ def _state(obj: Any) -> Any:
         return {k: (r.start, r.reserved, r.length) for k, r in obj.requests.items()}
     if isinstance(obj, BlockHashCache):
         return obj.state()
+    if isinstance(obj, BuddyAllocator):
+        return obj.free_runs()
     return None
 
 
@@ -98,6 +114,28 @@ CASES: list[tuple[str, Callable | None, Callable, int]] = [
     ("ContiguousArena.grow(n)", _arena, lambda a, v: a.grow("A", v), 1),
     ("BlockHashCache(num_blocks)", None, lambda _, v: BlockHashCache(v, 4).num_blocks, 8),
     ("BlockHashCache.match_prefix(tokens)", None, lambda _, v: BlockHashCache(8, 2).match_prefix([1, v]).prefix_len, 2),
+    # the gaps the robustness pass found (issue 24 items 2 and 8), and every entry point since
+    ("BlockAllocator.can_allocate(n)", _allocator, lambda a, v: a.can_allocate(v), 6),
+    ("slot_mapping(start)", None, lambda _, v: slot_mapping([3, 7, 1], v, 6, 4), 3),
+    ("slot_mapping(table entry)", None, lambda _, v: slot_mapping([3, v, 1], 3, 6, 4), 7),
+    ("BlockTable(num_tokens)", None, lambda _, v: BlockTable("R", 4, [3, 7, 1], v).slot_mapping(), 10),
+    ("BlockTable(block_ids)", None, lambda _, v: BlockTable("R", 4, [3, v], 5).slot_mapping(), 7),
+    ("can_allocate(num_tokens)", _manager, lambda m, v: m.can_allocate(v), 12),
+    ("blocks_to_append(n)", _manager, lambda m, v: m.blocks_to_append("A", v), 8),
+    ("adopt(num_tokens)", _manager, lambda m, v: m.adopt("B", [0], v).num_tokens, 3),
+    ("adopt(extra_tokens)", _manager, lambda m, v: m.adopt("B", [0], 4, v).num_tokens, 5),
+    ("share_prefix(block_ids)", _manager, lambda m, v: m.share_prefix("A", [v]), 0),
+    ("CacheManager.make_room(num_blocks)", _cm, lambda cm, v: cm.make_room(v), 3),
+    ("CacheManager.cache_unfinished_req(tokens)", _cm, lambda cm, v: cm.cache_unfinished_req("A", [1, 2, v]).prefix_len, 3),
+    ("CacheManager.cache_finished_req(tokens)", _cm, lambda cm, v: cm.cache_finished_req("A", [1, 2, v]).prefix_len, 3),
+    ("BlockHashCache.allocate(num_tokens)", _hash_cache, lambda pc, v: pc.allocate(v, pc.match_prefix([]), "B"), 4),
+    ("BlockHashCache.free_blocks([id])", _hash_cache, lambda pc, v: pc.free_blocks([v], "A"), 0),
+    ("BlockHashCache.cache_full_blocks(block_ids)", _hash_cache,
+     lambda pc, v: pc.cache_full_blocks([1, 2], [v], "A"), 0),
+    ("BlockHashCache.evict(num_tokens)", _hash_cache, lambda pc, v: pc.evict(v).num_tokens, 2),
+    ("BuddyAllocator.allocate(n)", _buddy, lambda b, v: b.allocate(v), 2),
+    ("KVSpec(layers)", None, lambda _, v: KVSpec(v, 2, 4).bytes_per_token, 3),
+    ("KVSpec.kv_bytes(tokens)", None, lambda _, v: KVSpec(3, 2, 4).kv_bytes(v), 5),
 ]
 
 
@@ -111,8 +149,8 @@ def test_numpy_ints_work_like_ints(name, make, call, good):
 @pytest.mark.parametrize("bad", [True, float(2), 2.5, "2", None], ids=["bool", "float", "fraction", "str", "None"])
 @pytest.mark.parametrize("name, make, call, good", CASES, ids=[c[0] for c in CASES])
 def test_bools_floats_and_strings_are_refused_and_change_nothing(name, make, call, good, bad):
-    if bad is None and name == "CacheManager.admit(num_tokens)":
-        pytest.skip("num_tokens=None means: as many slots as tokens")
+    if bad is None and name in ("CacheManager.admit(num_tokens)", "adopt(num_tokens)"):
+        pytest.skip("num_tokens=None means: as many slots as tokens (blocks)")
     obj = make() if make else None
     before = _state(obj)
     with pytest.raises(TypeError):
@@ -159,3 +197,89 @@ def test_compute_entry_points_follow_the_same_rule(bundled, name, call, good):
     for bad in (True, 2.0, 2.5, "2", None):
         with pytest.raises(TypeError):
             call(model, bad)
+
+
+# ------------------------------------------------------------------ counts that enter state
+WIDTHS = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
+
+
+def _all_ints(*values) -> bool:
+    """Every value, and every element of a list/tuple value, is a plain Python int."""
+    flat = [x for v in values for x in (v if isinstance(v, (list, tuple)) else [v])]
+    return all(type(x) is int for x in flat)
+
+
+@pytest.mark.parametrize("dtype", WIDTHS, ids=[w.__name__ for w in WIDTHS])
+def test_a_numpy_count_enters_state_as_the_plain_int(dtype):
+    """``append("A", np.uint8(200))`` on a 100-token table once stored ``np.uint8(44)`` (it wrapped)."""
+    m = BlockManager(400, 1)
+    m.add_sequence("A", 100)
+    m.append("A", dtype(100))
+    m.append("A", dtype(100))
+    t = m.tables["A"]
+    assert (t.num_tokens, len(t.block_ids)) == (300, 300) and _all_ints(t.num_tokens, t.block_ids)
+    m.add_sequence("B", dtype(7))
+    m.adopt("C", [0], dtype(1), dtype(9))
+    assert [m.tables[s].num_tokens for s in "BC"] == [7, 10] and _all_ints(*(m.tables[s].num_tokens for s in "BC"))
+    m.check_integrity()
+
+    cm = CacheManager(64, 4)
+    a = cm.admit("A", np.array([1, 2, 3], dtype=dtype), dtype(9))
+    cm.append("A", dtype(3))
+    t = cm.table("A")
+    assert (t.num_tokens, len(t.block_ids)) == (12, 3) and _all_ints(t.num_tokens, t.block_ids, a.prefix_len)
+    res = cm.cache_finished_req("A", np.array(list(range(1, 13)), dtype=dtype))  # admit took an array: so does this
+    assert res.prefix_len == 0 and _all_ints(*cm.tree.snapshot().sequences())
+    cm.check_integrity()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int64], ids=["int8", "uint16", "int64"])
+def test_numpy_ids_and_counts_come_back_as_plain_ints(dtype):
+    pc = BlockHashCache(8, 2)
+    table = pc.allocate(dtype(4), pc.match_prefix([]), "A")  # once refused although numpy ints are ints
+    assert table == [0, 1] and _all_ints(table)
+    assert pc.free_blocks([dtype(1), dtype(0)], "A") == [0, 1]
+    assert _all_ints(list(pc.free_block_queue)) and sorted(pc.free_block_queue) == list(range(8))
+    assert pc.allocate(4, pc.match_prefix([]), "B") == [2, 3]  # never a numpy id handed out
+    pc.check_integrity()
+    slots = slot_mapping(np.array([3, 7, 1], dtype=dtype), dtype(3), dtype(6), dtype(4))
+    assert slots == [15, 28, 29] and _all_ints(slots)
+    assert _all_ints(BlockTable("R", dtype(4), np.array([3, 7], dtype=dtype), dtype(5)).slot_mapping())
+
+
+@pytest.mark.parametrize("bad", [True, False, 1.0, "0", None], ids=["True", "False", "float", "str", "None"])
+def test_a_block_id_that_is_not_an_int_never_enters_the_free_queue(bad):
+    pc = _hash_cache()
+    before = pc.state()
+    with pytest.raises(TypeError, match=repr(bad)):
+        pc.free_blocks([bad], "A")
+    with pytest.raises(TypeError):
+        pc.cache_full_blocks([1, 2], [bad], "A")
+    assert pc.state() == before
+    pc.check_integrity()
+
+
+def _sim_and_viz_cases():
+    from kvlab.sim.policies import make_policy
+    from kvlab.sim.workloads import sharegpt
+    from kvlab.viz.kernel_view import kernel_access_order
+    from kvlab.viz.memory_map import grid_layout
+
+    return [
+        ("make_policy(capacity)", lambda v: make_policy("paged", v, 4).capacity, 64),
+        ("make_policy(block_size)", lambda v: make_policy("radix", 64, v).block_size, 4),
+        ("sharegpt(num_requests)", lambda v: len(sharegpt(v, seed=0)), 3),
+        ("grid_layout(num_blocks)", lambda v: grid_layout(v).cols, 12),
+        ("grid_layout(cols)", lambda v: grid_layout(12, cols=v).rows, 4),
+        ("kernel_access_order(context_len)", lambda v: len(kernel_access_order([1, 2], v, 4)), 5),
+        ("kernel_access_order(tile_tokens)", lambda v: len(kernel_access_order([1, 2], 5, 4, tile_tokens=v)), 8),
+    ]
+
+
+def test_the_simulator_and_the_pictures_follow_the_same_rule():
+    pytest.importorskip("plotly")
+    for name, call, good in _sim_and_viz_cases():
+        assert call(np.int64(good)) == call(good), name
+        for bad in (True, 2.0, 2.5, "2"):
+            with pytest.raises(TypeError, match="must be an int"):
+                call(bad)

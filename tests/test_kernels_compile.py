@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from kvlab.kernels.compile_check import ATTENTION_CONFIGS, CACHE_CONFIGS, run_in_subprocess
+from kvlab.kernels.compile_check import ATTENTION_CONFIGS, CACHE_CONFIGS, COMPRESSED_CONFIGS, run_in_subprocess
 
 
 @pytest.mark.slow
@@ -22,9 +22,12 @@ def test_all_kernels_compile_for_sm90():
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = {r["kernel"].split()[0] for r in records}
     assert names == {"paged_decode_kernel", "split_k_combine_kernel", "extend_attention_kernel",
-                     "store_kvcache_kernel", "copy_blocks_kernel"}
+                     "store_kvcache_kernel", "copy_blocks_kernel", "compressed_decode_kernel",
+                     "store_kvcache_quant_kernel"}
     splitk = sum(1 for c in ATTENTION_CONFIGS if c[-1] > 1)
-    assert len(records) == 2 * len(ATTENTION_CONFIGS) + splitk + 2 * len(CACHE_CONFIGS) + 1  # + one unaligned
+    quant = sum(1 for c in COMPRESSED_CONFIGS if c[5] is not None)
+    assert len(records) == (2 * len(ATTENTION_CONFIGS) + splitk + 2 * len(CACHE_CONFIGS) + 1   # + one unaligned
+                            + len(COMPRESSED_CONFIGS) + quant)
     assert all(r["cubin_bytes"] > 0 for r in records)
     with_usage = [r for r in records if "registers" in r]                   # ptxas found (it ships with triton)
     spilled = [f"{r['kernel']}: {r['spill_bytes']} bytes" for r in with_usage if r["spill_bytes"]]

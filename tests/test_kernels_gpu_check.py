@@ -34,8 +34,12 @@ def test_gpu_check_dry_run_writes_the_summary(tmp_path):
     assert [s["name"] for s in summary["steps"]] == STEPS
     assert all(s["status"] == "ok" for s in summary["steps"] if s["required"] or s["name"] == "bench_kernels")
     assert summary["kernel_tests"]["status"] == "PASS" and summary["kernel_tests"]["passed"] >= 1
-    assert [r["dtype"] for r in summary["decode"]] == ["float16", "bfloat16"]
-    assert summary["decode"][0]["status"] == "ok" and summary["decode"][0]["max_abs_diff"] < 1e-2
+    assert [(r["model"], r["dtype"]) for r in summary["decode"]] == \
+        [("tiny", "float16"), ("tiny", "bfloat16"), ("smollm2-135m", "float16")]
+    smollm2 = summary["decode"][2]                      # a real model's head layout: GQA group 3, head_dim 64
+    assert (smollm2["heads"], smollm2["kv_heads"], smollm2["head_dim"]) == (9, 3, 64)
+    for row in (summary["decode"][0], smollm2):
+        assert row["status"] == "ok" and row["max_abs_diff"] < 1e-2, row
     assert [r["num_splits"] for r in summary["split_k"]["sweep"]] == [1, 2, 4]
-    assert len(summary["targets"]) == 6 and all(t["status"].startswith("n/a") for t in summary["targets"])
+    assert len(summary["targets"]) == 8 and all(t["status"].startswith("n/a") for t in summary["targets"])
     assert "targets:" in proc.stdout and "GPU check summary (DRY RUN" in proc.stdout

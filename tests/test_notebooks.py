@@ -250,12 +250,17 @@ def test_lesson_02_budgets_and_units():
 
 
 @pytest.mark.parametrize("stem, patterns", [
-    ("02_how_big", [r"10 x 10\.74 GB = 107\.37 GB: more than", r"10 x 1\.34 GB =\s+13\.42 GB: less than"]),
+    ("01_why_kv_cache", [r"space: 204,800 bytes of K and V", r"compute saved: 49\.\dx fewer FLOPs"]),  # the summary's numbers
+    ("02_how_big", [r"10 x 10\.74 GB = 107\.37 GB: more than", r"10 x 1\.34 GB =\s+13\.42 GB: less than",
+                    r"SmolLM2-135M \(measured\)\s+46,080\s+23,040", r"equal to the measured: True"]),
     ("03_contiguous", [r"4096: 3596 slots reserved for tokens that never came = 87\.8%", r"no sharing\s+4 samples",
+                       r"the notes cut it to 87%: truncated, not rounded, which would give 88%", r"the maxim holds here",
                        r"over-reservation", r"copy on growth", r"external fragmentation\s+A finished"]),
     ("04_paging", [r"block_size 16: .*largest waste of one request 15 \(bound 15\)",
                    r"block_size 32: .*largest waste of one request 31 \(bound 31\)",
-                   r"^\s+16\s+[\d.]+%\s+15\s", r"the same bytes, in 64 tensors", r"= slot 5 x 8,192 bytes .*: True"]),
+                   r"^\s+16\s+[\d.]+%\s+15\s", r"the same bytes, in 64 tensors", r"= slot 5 x 8,192 bytes .*: True",
+                   r"^1\. no external fragmentation: holds", r"^2\. waste of at most one block per request: holds",
+                   r"^3\. memory taken on demand: holds", r"^4\. blocks shared between requests: holds"]),
 ])
 def test_the_notes_items_are_computed_in_the_run(stem, patterns):
     """Issue 16 "what the notes say": each number is printed by a checked cell (nbval compares it on every run)."""
@@ -267,7 +272,8 @@ def test_the_notes_items_are_computed_in_the_run(stem, patterns):
 def test_lesson_04_analogy_boxes_say_where_they_hold_and_break():
     md = _markdown("04_paging")
     boxes = re.findall(r"> \*\*Analogy box: ([^*]+)\*\*(.*?)(?=\n\n[^>]|\n\n> \*\*Analogy box|\Z)", md, re.S)
-    assert {b[0].split(" (")[0].rstrip(".") for b in boxes} >= {"the block table as an index", "virtual memory"}, boxes
+    assert {b[0].split(" (")[0].rstrip(".") for b in boxes} >= {"the KV cache as a search index", "virtual memory", "a shared memory pool",
+                                                              "L2 on-demand loading", "mmap"}, boxes
     for name, body in boxes:
         assert "*Where it holds.*" in body and "*Where it breaks.*" in body, name
     assert "skip list" in md and "forward index" in md and "page table" in md and "one array read" in md
@@ -287,3 +293,13 @@ def test_no_hint_is_the_whole_solution():
             shown = [ln for ln in code_lines if ln in h]
             if path.stem[:2] in ("00", "01", "02", "03", "04"):
                 assert not shown, f"{path.stem}: a hint quotes the solution: {shown}"
+
+
+def test_execute_keeps_the_callers_environment(monkeypatch):
+    """The kernel that builds a lesson got an EMPTY environment (the default env was read after
+    os.environ was cleared), so PYTHONPATH was lost and a worktree's lessons ran another checkout's kvlab."""
+    monkeypatch.setenv("KVLAB_ENV_PROBE", "kept")
+    nb = bn.to_notebook([{"cell_type": "code", "source": "import os\nprint(os.environ.get('KVLAB_ENV_PROBE'))",
+                          "tags": []}])
+    bn.execute(nb)
+    assert _text(nb.cells[0].outputs).strip() == "kept"

@@ -216,16 +216,27 @@ def test_budget_and_cost_model():
     v = CostModel.for_model("opt-13b", "a100-40gb", preset="vllm-2023")
     assert v.kv_bw_eff == pytest.approx(0.7 / 1.23) and v.iteration_time(30, 15_000) > c.iteration_time(30, 15_000)
     assert v.iteration_time(30, 15_000) == pytest.approx(c.iteration_time(30, 0) + 15_000 * 819_200 / (1.555e12 * 0.7 / 1.23))
+    # a step costs the larger of its memory and compute times, not their sum
+    w = v.weight_bytes / (v.hbm_bandwidth * v.bw_eff)
+    per_tok = 2 * v.params / (v.peak_flops * v.flops_eff)
+    assert v.iteration_time(30, 0) == pytest.approx(v.overhead_s + w)  # 30 tokens of compute hide under the weights
+    assert v.iteration_time(0, 0, 2000) == pytest.approx(v.overhead_s + 2000 * per_tok)  # a long prompt: compute bound
+    old = CostModel.for_model("opt-13b", "a100-40gb", preset="vllm-2023", combine="sum")
+    assert old.iteration_time(30, 0) == pytest.approx(v.overhead_s + w + 30 * per_tok)
     # a separate prompt step reads the weights again and pays the overhead again
-    sep = v.span(4, 30, 15_000, 200, separate=True) - v.span(4, 30, 15_000, 200)
-    assert sep == pytest.approx(v.overhead_s + v.weight_bytes / (v.hbm_bandwidth * v.bw_eff))
+    sep = v.span(4, 30, 15_000, 20, separate=True) - v.span(4, 30, 15_000, 20)
+    assert sep == pytest.approx(v.overhead_s + w)
     assert v.span(4, 30, 15_000, 0, separate=True) == v.span(4, 30, 15_000, 0)
     k = v.iterations_until(2.0, 30, 15_000, 200, separate=True)
     assert v.span(k, 30, 15_000, 200, True) >= 2.0 > v.span(k - 1, 30, 15_000, 200, True)
     assert CostModel.for_model("opt-13b", "a100-40gb", scale=2.0).iteration_time(3, 100) == pytest.approx(
         2 * c.iteration_time(3, 100))
+    for model in (c, old):  # the closed-form span is the sum of its iterations, across the memory/compute crossover
+        for k, seqs, ctx, pre, sp in [(7, 200, 0, 0, False), (30, 150, 100, 500, True), (12, 400, 9000, 0, False)]:
+            assert model.span(k, seqs, ctx, pre, sp) == pytest.approx(
+                sum(model.iteration_time(seqs, ctx + seqs * j, pre if j == 0 else 0, sp) for j in range(k)))
     for kw, match in [(dict(preset="2024"), "preset"), (dict(scale=0.0), "scale"), (dict(bw_eff=math.nan), "bw_eff"),
-                      (dict(kv_bw_eff=-1.0), "kv_bw_eff")]:
+                      (dict(kv_bw_eff=-1.0), "kv_bw_eff"), (dict(combine="add"), "combine")]:
         with pytest.raises(ValueError, match=match):
             CostModel.for_model("opt-13b", "a100-40gb", **kw)
 

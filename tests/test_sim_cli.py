@@ -46,8 +46,8 @@ def test_policy_all_skips_what_cannot_hold_one_request_and_says_so():
     (("--tokens", "1000000000000", "--policy", "paged"), "--tokens must be in [1, 67,108,864]"),
     (("--tokens", "1000000000000", "--policy", "radix", "--workload", "shared_prefix"), "67,108,864"),
     (("--kv-gb", "1000000"), "--kv-gb: a budget of 1,220,703,125 token slots is more than"),
-    (("--kv-gb", "inf"), "--kv-gb must be > 0, got inf"),
-    (("--kv-gb", "nan"), "--kv-gb must be > 0, got nan"),
+    (("--kv-gb", "inf"), "--kv-gb must be > 0 and finite, got inf"),  # once: "must be > 0, got inf"
+    (("--kv-gb", "nan"), "--kv-gb must be > 0 and finite, got nan"),
     (("--kv-gb", "-3"), "--kv-gb must be > 0"),
     (("--seed", "-1"), "--seed must be in [0,"),
     (("--seeds", "0"), "--seeds must be in [1,"),

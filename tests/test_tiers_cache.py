@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kvlab.memory.block_pool import BlockAllocator, KVCacheError, OutOfBlocks
 from kvlab.reuse.cache_manager import CacheManager, serve_request
 from kvlab.reuse.hicache_manager import HiCacheManager, make_cache_manager
-from kvlab.reuse.hicache_storage import MemoryStorage, chunk_key
+from kvlab.reuse.hicache_storage import MemoryStorage, page_keys
 from kvlab.reuse.hiradix_cache import HiRadixCache
 from kvlab.reuse.lifecycle import replay
 
@@ -22,6 +22,10 @@ def _serve(cm, sid, prompt, out=()):
     cm.cache_finished_req(sid, list(prompt) + list(out))
     cm.check_integrity()
     return a
+
+
+def _keys(tokens, page_size=1):
+    return page_keys(tokens, page_size, "")  # MemoryStorage's default fingerprint
 
 
 def _node(cm, first):
@@ -52,15 +56,20 @@ def test_write_back_copies_only_on_eviction():
     assert _serve(cm, "R3", [1, 2, 3, 5]).prefix_len == 3
 
 
-def test_selective_write_through_waits_for_hits():
-    cm = HiCacheManager(16, 1, host_ratio=2, write_policy="write_through_selective", write_through_threshold=2)
-    _serve(cm, "R1", [1, 2, 3, 4])
-    assert cm.take_transfers() == []
-    _serve(cm, "R2", [1, 2, 3, 4, 5])  # first hit
-    assert cm.take_transfers() == []
-    _serve(cm, "R3", [1, 2, 3, 4, 6])  # second hit: backed up now
+def test_selective_write_through_counts_inserts_as_sglang_does():
+    """SGLang's inc_hit_count runs at insert (hiradix_cache.py ``_insert_helper``), threshold 2: a
+    node is backed up when the second request caches it. kvlab used to count matches and waited
+    for a third request; a request counts once however often it inserts (cache_unfinished_req)."""
+    cm = HiCacheManager(16, 1, host_ratio=2, write_policy="write_through_selective")
+    assert cm.tree.write_through_threshold == 2
+    a = cm.admit("R1", [1, 2, 3, 4])
+    cm.cache_unfinished_req("R1", [1, 2, 3, 4])   # the engine caches the prompt after prefill ...
+    cm.cache_finished_req("R1", [1, 2, 3, 4])     # ... and again at the end: still one request
+    assert a is not None and cm.take_transfers() == []
+    _serve(cm, "R2", [1, 2, 3, 4, 5])  # the second request that inserts [1 2 3 4]: backed up now
     assert [t.kind for t in cm.take_transfers()] == ["write"]
     assert cm.tree.placement(_node(cm, 1)) == "both"
+    assert cm.tree.placement(_node(cm, 1).children[5]) == "device"  # [5]: inserted once
 
 
 def test_without_a_host_copy_eviction_drops_and_the_prefix_is_recomputed():
@@ -80,11 +89,11 @@ def test_host_eviction_frees_for_good_or_saves_to_disk():
         if storage is None:
             assert 1 not in cm.tree.root.children and cm.tier_stats.host_dropped_tokens == 3
         else:
-            assert cm.tree.placement(_node(cm, 1)) == "disk" and chunk_key([1, 2, 3]) in storage.chunks  # a root child: start 0
+            assert cm.tree.placement(_node(cm, 1)) == "disk" and set(_keys([1, 2, 3])) <= set(storage.chunks)
             assert [t.kind for t in cm.take_transfers()].count("save") == 1
             a = _serve(cm, "R4", [1, 2, 3, 9])
             assert a.prefix_len == 3 and cm.tier_stats.fetched_tokens == 3
-            assert any(t.kind == "fetch" and t.key == chunk_key([1, 2, 3]) for t in cm.take_transfers())
+            assert any(t.kind == "fetch" and t.keys == tuple(_keys([1, 2, 3])) for t in cm.take_transfers())
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "drop"])
@@ -93,7 +102,7 @@ def test_a_missing_or_corrupt_chunk_is_a_miss(damage):
     cm = HiCacheManager(4, 1, num_host_blocks=3, write_policy="write_back", storage=s)
     for i, p in enumerate(([1, 2, 3], [4, 5, 6], [7, 8, 9])):
         _serve(cm, f"R{i}", p)
-    getattr(s, damage)(chunk_key([1, 2, 3]))
+    getattr(s, damage)(_keys([1, 2, 3])[0])
     a = _serve(cm, "R9", [1, 2, 3, 4])
     assert a.prefix_len == 0 and cm.tier_stats.disk_misses == 1 and 1 in cm.tree.root.children  # recomputed, cached anew
     assert cm.tree.placement(_node(cm, 1)) == "device"
@@ -108,13 +117,14 @@ def test_a_split_disk_chunk_serves_each_half_from_its_own_pages():
     cm.take_transfers()
     a = _serve(cm, "R4", [1, 2, 9])  # splits the disk node after 2 tokens, fetches pages 0-1
     fetch = [t for t in cm.take_transfers() if t.kind == "fetch"]
-    assert a.prefix_len == 2 and fetch[0].page_offset == 0 and len(fetch[0].dst) == 2
+    keys = _keys([1, 2, 3, 4])
+    assert a.prefix_len == 2 and fetch[0].keys == tuple(keys[:2]) and len(fetch[0].dst) == 2
     tree = cm.tree
-    lower = next(n for n in tree._iter_nodes() if n.key == [3, 4])
-    assert tree.placement(lower) == "disk" and tree.disk_ref[lower.id] == (chunk_key([1, 2, 3, 4]), 2)  # its half
-    a = _serve(cm, "R5", [1, 2, 3, 4])  # [1 2] on the device, [3] from pages 2.. of the same chunk
+    lower = next(n for n in tree.iter_nodes() if n.key == [3, 4])
+    assert tree.placement(lower) == "disk" and tree.disk_ref[lower.id] == keys[2:]  # its half
+    a = _serve(cm, "R5", [1, 2, 3, 4])  # [1 2] on the device, [3] from page 2 of the same run
     fetch = [t for t in cm.take_transfers() if t.kind == "fetch"]
-    assert a.prefix_len == 3 and (fetch[0].key, fetch[0].page_offset, len(fetch[0].dst)) == (chunk_key([1, 2, 3, 4]), 2, 1)
+    assert a.prefix_len == 3 and fetch[0].keys == (keys[2],) and len(fetch[0].dst) == 1
 
 
 def test_a_locked_node_stays_on_the_device():
@@ -241,14 +251,109 @@ def test_every_edge_of_the_machines_is_reached():
     assert want - seen == set(), sorted(want - seen)
 
 
-def test_a_chunk_key_names_its_tokens_and_where_they_start():
-    """The same tokens saved from nodes that start at different places are different chunks."""
+def test_a_page_key_names_its_whole_prefix():
+    """The same tokens after different prefixes are different pages."""
     s = MemoryStorage()
     cm = HiCacheManager(6, 1, num_host_blocks=2, write_policy="write_back", storage=s)
     _serve(cm, "R1", [1, 2, 3, 4])
     _serve(cm, "R2", [1, 2, 5, 6])  # splits: [1 2] -> {[3 4], [5 6]}
     _serve(cm, "R3", [7, 8, 9, 10, 11])
     _serve(cm, "R4", [12, 13, 14, 15, 16])
-    assert set(s.chunks) == {chunk_key([1, 2, 3, 4], start=2), chunk_key([1, 2, 5, 6], start=2)}  # [3 4], [5 6]
-    assert chunk_key([1, 2, 3, 4], start=2) != chunk_key([1, 2, 3, 4]) and all(k.isalnum() for k in s.chunks)
+    assert set(s.chunks) == set(_keys([1, 2, 3, 4])[2:] + _keys([1, 2, 5, 6])[2:])  # [3 4], [5 6]
+    assert _keys([1, 2, 3, 4])[2] != _keys([9, 2, 3, 4])[2] and all(k.isalnum() for k in s.chunks)
     cm.check_integrity()
+
+
+def _warm_store(pages: int) -> MemoryStorage:
+    s = MemoryStorage()
+    for k in _keys(list(range(1, pages + 1))):
+        s.add(k)
+    return s
+
+
+def test_a_fresh_manager_finds_pages_an_earlier_run_saved():
+    s = MemoryStorage()
+    first = HiCacheManager(4, 1, num_host_blocks=3, write_policy="write_back", storage=s)
+    for i, p in enumerate(([1, 2, 3], [4, 5, 6], [7, 8, 9])):
+        _serve(first, f"R{i}", p)                  # [1 2 3] goes host -> disk
+    fresh = HiCacheManager(6, 1, host_ratio=1, storage=s)   # a restart: an empty tree, the same store
+    a = _serve(fresh, "R9", [1, 2, 3, 4])
+    st = fresh.tier_stats
+    assert a.prefix_len == 3 and st.storage_hit_tokens == 3 and st.fetched_tokens == 3
+    assert [t.kind for t in fresh.take_transfers()][:1] == ["fetch"]
+
+
+@pytest.mark.parametrize("policy,timeout,threshold,want", [
+    ("wait_complete", 1.0, 1, 5), ("best_effort", 1.0, 1, 5),
+    ("timeout", 0.0, 1, 1),          # the budget is spent after the first page
+    ("wait_complete", 1.0, 6, 0),    # fewer tokens than prefetch_threshold: not worth it
+])
+def test_prefetch_stop_policies_and_threshold(policy, timeout, threshold, want):
+    cm = HiCacheManager(8, 1, host_ratio=1, storage=_warm_store(5), prefetch_policy=policy,
+                        prefetch_timeout_s=timeout, prefetch_threshold=threshold)
+    a = _serve(cm, "R", [1, 2, 3, 4, 5, 6, 7])
+    assert a.prefix_len == want and cm.tier_stats.storage_hit_tokens == want
+
+
+def test_storage_options_are_checked():
+    for kw, word in ((dict(prefetch_policy="eager"), "prefetch_policy"), (dict(storage_write="never"), "storage_write"),
+                     (dict(prefetch_timeout_s=-1), "prefetch_timeout_s"), (dict(prefetch_threshold=-1), "prefetch_threshold")):
+        with pytest.raises(ValueError, match=word):
+            HiCacheManager(8, 1, host_ratio=1, storage=MemoryStorage(), **kw)
+
+
+def test_write_through_to_storage_saves_when_the_host_copy_is_made():
+    s = MemoryStorage()
+    cm = HiCacheManager(8, 1, host_ratio=1, storage=s, storage_write="write_through")
+    _serve(cm, "R1", [1, 2, 3])
+    assert [t.kind for t in cm.take_transfers()] == ["write", "save"] and set(_keys([1, 2, 3])) <= set(s.chunks)
+    cm2 = HiCacheManager(8, 1, host_ratio=1, storage=MemoryStorage())   # default: saved only on host eviction
+    _serve(cm2, "R1", [1, 2, 3])
+    assert [t.kind for t in cm2.take_transfers()] == ["write"]
+
+
+def test_a_page_whose_save_is_still_queued_is_a_miss_not_a_fetch():
+    s = MemoryStorage()
+    cm = HiCacheManager(4, 1, num_host_blocks=3, write_policy="write_back", storage=s)
+    for i, p in enumerate(([1, 2, 3], [4, 5, 6], [7, 8, 9])):
+        _serve(cm, f"R{i}", p)                     # [1 2 3]'s save is queued, not performed
+    a = _serve(cm, "R9", [1, 2, 3, 4])
+    kinds = [t.kind for t in cm.take_transfers()]
+    assert a.prefix_len == 0 and "fetch" not in kinds and cm.tier_stats.disk_misses == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=OPS, seed=st.integers(0, 1000), policy=st.sampled_from(["write_through", "write_back"]),
+       block_size=st.sampled_from([1, 2]), storage_write=st.sampled_from(["on_host_evict", "write_through"]),
+       host_policy=st.sampled_from(["lru", "arc"]))
+def test_a_restart_on_a_shared_store_only_finds_its_own_tokens(ops, seed, policy, block_size, storage_write,
+                                                               host_policy):
+    """A first manager fills a store; a second one (a restart) runs random workloads on it. Every
+    disk node's page keys are the keys of its own tokens (check_integrity), so a fetch can only
+    bring back the KV of the tokens it stands for; a store seeded for another model finds nothing."""
+    store = MemoryStorage()
+    kw = dict(num_blocks=8, block_size=block_size, host_ratio=0.5, write_policy=policy, storage=store,
+              storage_write=storage_write, host_eviction_policy=host_policy)
+    _drive(HiCacheManager(**kw), ops, None, seed)   # fills the store (no sabotage)
+    second = HiCacheManager(**kw)                   # the restart: same prompts, pages corrupted or dropped at random
+    _drive(second, ops, store, seed)
+    other = MemoryStorage(fingerprint="another model")
+    other.chunks = dict(store.chunks)            # the same files, under another model's fingerprint
+    third = HiCacheManager(**{**kw, "storage": other})
+    _drive(third, ops, None, seed)
+    assert third.tier_stats.storage_hit_tokens == 0
+
+
+def test_the_restart_property_test_is_not_vacuous():
+    hits = 0
+    for seed in range(10):
+        rng = random.Random(seed)
+        ops = [(rng.randrange(6), rng.randrange(10_000)) for _ in range(60)]
+        store = MemoryStorage()
+        kw = dict(num_blocks=8, block_size=1, host_ratio=0.5, write_policy="write_back", storage=store,
+                  storage_write="write_through")
+        _drive(HiCacheManager(**kw), ops, None, seed)
+        second = HiCacheManager(**kw)
+        _drive(second, ops, store, seed)
+        hits += second.tier_stats.storage_hit_tokens > 0
+    assert hits >= 4

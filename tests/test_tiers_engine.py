@@ -38,7 +38,7 @@ def _serve(model, prompts, between=None, **kw):
 def _host_copies_match(eng) -> bool:
     """Every node on both tiers: its host blocks hold its device blocks' K and V."""
     tree, dev, host = eng.cache_manager.tree, eng.kv_pool, eng.copier.host
-    for n in tree._iter_nodes():
+    for n in tree.iter_nodes():
         hv = tree.host_value.get(n.id)
         if n.value and hv:
             for d, h in ((dev.k_cache, host.k_cache), (dev.v_cache, host.v_cache)):
@@ -117,3 +117,24 @@ def test_no_tiers_is_the_untiered_engine(bundled, tmp_path):
     assert not (tmp_path / "disk").exists()  # refused before anything was made
     with pytest.raises(ValueError, match="host_ratio"):
         Engine(model, num_blocks=8, block_size=2, host_ratio=-1)
+
+
+def test_storage_arguments_are_checked_when_the_engine_is_built(bundled, tmp_path):
+    from kvlab.compute.storage import FileStorage
+    from kvlab.reuse.hicache_storage import MemoryStorage
+
+    model, _ = bundled
+    a_file = tmp_path / "not_a_dir"
+    a_file.write_text("x")
+    with pytest.raises(NotADirectoryError, match="not_a_dir"):
+        Engine(model, num_blocks=8, block_size=2, host_ratio=1, storage=a_file)
+    cfg = model.config
+    wrong = FileStorage(tmp_path / "s", (cfg.num_hidden_layers, 4, cfg.num_key_value_heads, cfg.head_dim),
+                        model_id="m")   # block size 4, the engine's is 2
+    with pytest.raises(ValueError, match="storage pages"):
+        Engine(model, num_blocks=8, block_size=2, host_ratio=1, storage=wrong)
+    with pytest.raises(TypeError, match="storage must be"):
+        Engine(model, num_blocks=8, block_size=2, host_ratio=1, storage=MemoryStorage())
+    with pytest.raises(ValueError, match="prefetch_policy"):
+        Engine(model, num_blocks=8, block_size=2, host_ratio=1, storage=tmp_path / "t", prefetch_policy="eager")
+    assert list((tmp_path / "s").iterdir()) == []

@@ -386,3 +386,18 @@ def test_classroom_call_shows_one_line(capsys):
     assert capsys.readouterr().out.startswith("classroom mode on: figures drawn from now on take the output width")
     viz.classroom(False)._ipython_display_()
     assert "classroom mode off" in capsys.readouterr().out
+
+
+def test_red_outline_legend_says_what_it_marks():
+    """Issue 21 [6]: the red outline's legend said "written / read now" on a frame where it marked the
+    blocks R1 had just freed. It marks what the step changed; the kernel view's says "read"."""
+    m = scenario()
+    frames = viz.memory_frames(m.snapshots, m.log)
+    free = next(f for f in frames if f.extra["event"].kind == "free_seq")
+    assert free.highlight and all(free.snapshot.ref_count[b] == 0 for b in free.highlight)
+    fig = viz.animate_memory_map(m.snapshots, m.log)
+    names = {t.name for t in fig.data if t.showlegend is not False}
+    assert "changed this step" in names and "written / read now" not in names
+    kfig = viz.kernel_access_figure(m.snapshot(), "R3", iteration=0)
+    knames = {t.name for t in kfig.data if t.showlegend is not False}
+    assert "read this iteration" in knames and "changed this step" not in knames

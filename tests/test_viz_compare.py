@@ -22,12 +22,13 @@ def test_notes_example_contiguous_fails_paged_fits():
     assert "contiguous FAILS" in d.caption and "paged fits" in d.caption
     assert d.contiguous["free"] == 24 and d.contiguous["free_usable"] == 16
     assert d.contiguous["external_fragmentation"] == 8 and d.paged["external_fragmentation"] == 0
-    assert d.paged["free"] == 0 and sorted(d.paged_snapshot.tables) == ["B", "C", "D"]
+    assert d.paged["free"] == 0 and sorted(d.paged_snapshot.tables) == ["B", "C", "D'"]
+    assert "admit D' (24 tokens)" in d.caption  # issue 21 [8]: the scaled D' is not the notes' D (32 here)
 
 
 def test_slot_colours_show_free_stranded_and_owners():
     steps = viz.run_compare(viz.notes_trace(), capacity=48, block_size=4)
-    colors = viz.assign_colors(["A", "B", "C", "D"])
+    colors = viz.assign_colors(["A", "B", "C", "D'"])
     data = viz.compare_data(steps[3], colors)  # after A finished
     cc = data["contiguous_color"]
     assert cc[0:16] == [FREE] * 16  # A's old range: the largest hole, usable
@@ -36,7 +37,7 @@ def test_slot_colours_show_free_stranded_and_owners():
     assert data["bars"]["contiguous"] == [24, 0, 8, 16]
     assert data["bars"]["paged"] == [24, 0, 0, 24]
     last = viz.compare_data(steps[4], colors)
-    assert last["paged_color"].count(colors["D"]) == 24  # D's 6 blocks: A's old 4 + the free 2
+    assert last["paged_color"].count(colors["D'"]) == 24  # D' has 6 blocks: A's old 4 + the free 2
     assert len(BAR_KINDS) == 4
 
 

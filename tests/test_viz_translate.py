@@ -131,3 +131,15 @@ def test_token_numbers_are_kept_at_every_block_size(block_size):
     assert tokens[pos] == str(pos)  # and the position being translated
     assert viz.token_labels(16, 8, 9, 20.0) == [str(p) for p in range(16)]
     assert viz.token_labels(16, 8, 9, 5.0)[:10] == ["0", "", "", "", "", "", "", "", "8", "9"]
+
+
+def test_labels_never_run_together_at_classroom_sizes():
+    """Seen in classroom mode: "1011121314" (two-digit positions at 16 px in 15 px slots) and
+    "L1 → P1L2 → P2" (table labels wider than their cells)."""
+    from kvlab.viz.translate_widget import _wrap, fits, token_labels
+
+    assert token_labels(16, 4, 5, 14.7, font_px=16)[10:16] == ["", "", "12", "", "", ""]
+    assert token_labels(16, 4, 5, 22.0, font_px=16)[10] == "10"  # room enough: every position
+    assert token_labels(8, 4, 5, 14.7, font_px=16)[:3] == ["0", "1", "2"]  # one digit fits
+    assert _wrap("L1 → P1", 58.0, 16) == "L1<br>→ P1" and _wrap("L1 → P1", 120.0, 16) == "L1 → P1"
+    assert fits("P10", 40, 12) and not fits("P10 (L3)", 40, 12)

@@ -18,7 +18,8 @@ edge cases, prints expected beside actual, and ends with one PASS or FAIL line.
     l07_radix.py          match_prefix, prefill_tokens, block_hash_reuse
     l08_eviction.py       lru_evict, inc_lock_ref, admit_plan
     l09_at_scale.py       fit_requests, optimal_hit_rate, orca_reservation     (kvlab.sim)
-    l10_tiers.py          write_back_evict, load_back_plan, next_placement
+    l10_tiers.py          write_back_evict, load_back_plan, next_placement, arc_victims
+    l11_fewer_bytes.py    streaming_keep, quest_pick, quantize_per_token        (torch)
 
 ``import kvlab.check`` is light (pure Python): the checkers marked above import torch, the
 model or the simulator inside the function, when they run.
@@ -49,7 +50,8 @@ from .l06_sharing import cow_append, sampling_blocks
 from .l07_radix import block_hash_reuse, match_prefix, prefill_tokens
 from .l08_eviction import admit_plan, inc_lock_ref, lru_evict
 from .l09_at_scale import fit_requests, optimal_hit_rate, orca_reservation
-from .l10_tiers import load_back_plan, next_placement, write_back_evict
+from .l10_tiers import arc_victims, load_back_plan, next_placement, write_back_evict
+from .l11_fewer_bytes import quantize_per_token, quest_pick, streaming_keep
 
 __all__ = [
     # the harness and the self-test
@@ -66,5 +68,6 @@ __all__ = [
     "match_prefix", "prefill_tokens", "block_hash_reuse",                                         # 07
     "lru_evict", "inc_lock_ref", "admit_plan",                                                    # 08
     "fit_requests", "optimal_hit_rate", "orca_reservation",                                       # 09
-    "write_back_evict", "load_back_plan", "next_placement",                                       # 10
+    "write_back_evict", "load_back_plan", "next_placement", "arc_victims",                        # 10
+    "streaming_keep", "quest_pick", "quantize_per_token",                                         # 11
 ]

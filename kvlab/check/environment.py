@@ -49,7 +49,7 @@ def self_test(verbose: bool = True) -> SelfTestResult:
 
     versions = kvlab.versions()
     lines = ["kvlab self-test", "versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
-    static = os.environ.get("KVLAB_STATIC", "").strip().lower() in ("1", "true", "yes")
+    static = os.environ.get("KVLAB_STATIC", "").strip().lower() in ("1", "true", "yes", "frames")
     try:
         import kvlab.kernels as K
     except Exception as exc:
@@ -65,7 +65,7 @@ def self_test(verbose: bool = True) -> SelfTestResult:
     if K.KERNEL_MODE == "interpreter":
         lines.append("note: the Triton interpreter runs the kernels on the CPU: correct but slow; every kernel "
                      "timing in the lessons is CPU-interpreter time")
-    lines.append("pictures: " + ("static images (KVLAB_STATIC=1)" if static else "interactive widgets"))
+    lines.append("pictures: " + (f"static images (KVLAB_STATIC={os.environ['KVLAB_STATIC'].strip()})" if static else "interactive widgets"))
     warns = _lab_packages()
     lines += warns
     lines.append("self-test OK")

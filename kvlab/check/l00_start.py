@@ -33,10 +33,11 @@ def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("block_and_offset", fn, _block_and_offset_ref, verbose=verbose,
                 diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset")), should_have_raised])
     run = mistake_runner(c, {
-        "counted tokens from 1: position pos is token pos + 1, but it lives in block pos // block_size":
+        "counted tokens from 1: positions start at 0, so with block_size 4 the last position of block 0 is 3, "
+        "not 4 (try pos = block_size - 1 by hand)":
             lambda pos, bs: ((pos + 1) // bs, pos % bs),
-        "the offset counts from 1: offsets in a block are 0 .. block_size - 1": lambda pos, bs: (pos // bs, pos % bs + 1),
-        "rounded the block up: block i holds positions i x block_size .. (i + 1) x block_size - 1":
+        "the offset counts from 1: the first slot of a block is offset 0": lambda pos, bs: (pos // bs, pos % bs + 1),
+        "rounded the block up: position 1 with block_size 4 is still in block 0 (work it out by hand)":
             lambda pos, bs: (-(-pos // bs), pos % bs),
     })
     for pos, bs in [(9, 4), (0, 4), (3, 4), (4, 4), (15, 16), (16, 16), (1000, 16), (7, 1)]:

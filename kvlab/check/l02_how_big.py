@@ -38,15 +38,24 @@ def kv_cache_bytes(fn: Callable, verbose: bool = True) -> CheckResult:
     ValueError when layers, kv_heads, head_dim or dtype_bytes < 1, or tokens < 0.
     """
     c = Checker("kv_cache_bytes", fn, _kv_cache_bytes_ref, verbose=verbose, diagnose=[half_or_double, should_have_raised])
+    # In fp16 (2 bytes) "no factor 2 for K and V" and "no bytes per number" give the same answer, half the
+    # right one; the fp32 and fp8 cases, run first, tell the two apart (issue 21: the dtype mistake was
+    # told "did you count both K and V").
     run = mistake_runner(c, {
-        "dtype_bytes ignored: fp32 (dtype_bytes=4) takes twice the bytes of fp16":
+        "the bytes per number are missing: the formula counts numbers, and each is dtype_bytes bytes wide "
+        "(2 in fp16, 4 in fp32, 1 in fp8)":
+            lambda l, h, d, t, b=2: 2 * l * h * d * t,
+        "the 2 for K and V is missing: every token stores a key AND a value vector per KV head and layer":
+            lambda l, h, d, t, b=2: l * h * d * t * b,
+        "dtype_bytes ignored: the size was always computed for fp16 (2 bytes), whatever dtype_bytes says":
             lambda l, h, d, t, b=2: 2 * l * h * d * t * 2,
     })
+    run("llama-2-70b, 4096 tokens, fp8 (dtype_bytes=1)", 80, 8, 128, 4096, 1)
+    run("llama-2-70b, 4096 tokens, fp32 (dtype_bytes=4)", 80, 8, 128, 4096, 4)
     for name in ("llama-2-70b", "llama-2-7b", "llama-3-8b"):
         m = MODELS[name]
         run(f"{name} ({m.layers} layers, {m.kv_heads} KV heads), 4096 tokens, fp16", m.layers, m.kv_heads, m.head_dim, 4096, 2)
     run("llama-2-70b, 1 token, fp16", 80, 8, 128, 1, 2)
-    run("llama-2-70b, 4096 tokens, fp32 (dtype_bytes=4)", 80, 8, 128, 4096, 4)
     run("tiny model, default dtype_bytes", 2, 2, 16, 10)
     run("0 tokens", 32, 8, 128, 0, 2)
     rng = random.Random(2)
@@ -142,16 +151,27 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     c = Checker("requests_that_fit", fn, _requests_that_fit_ref, verbose=verbose, diagnose=[
         should_have_raised, lambda e, a: off_by(e, a, 1, "request", "a request needs all of its tokens: round down (//)")])
+    run = mistake_runner(c, {
+        "rounded up: a request that fits only part of the way does not fit (round down)":
+            lambda kv, b, t: -(-kv // (b * t)) if -(-kv // (b * t)) != round(kv / (b * t)) else None,
+        "rounded to the nearest whole number: 2.9 requests are 2 requests, not 3 (round down)":
+            lambda kv, b, t: round(kv / (b * t)),
+        "returned a fraction: count whole requests (an int)": lambda kv, b, t: kv / (b * t),
+        "that counts tokens, not requests: divide by the bytes of a whole request (bytes_per_token x tokens_per_request)":
+            lambda kv, b, t: kv // b,
+    })
     m = MODELS["llama-2-70b"]
-    c.run("llama-2-70b per-token bytes, 20 GB budget, 4096 tokens", 20 * 10**9, m.bytes_per_token, 4096)
-    c.run("exactly 3 requests", 3 * 4096 * 100, 100, 4096)
-    c.run("one byte short of 3 requests", 3 * 4096 * 100 - 1, 100, 4096)
-    c.run("budget smaller than one request", 500, 100, 10)
-    c.run("zero budget", 0, 100, 10)
+    run("2.2 requests' worth of bytes", 22 * 4096 * 10, 100, 4096)
+    run("2.9 requests' worth of bytes", 29 * 4096 * 10, 100, 4096)
+    run("llama-2-70b per-token bytes, 20 GB budget, 4096 tokens", 20 * 10**9, m.bytes_per_token, 4096)
+    run("exactly 3 requests", 3 * 4096 * 100, 100, 4096)
+    run("one byte short of 3 requests", 3 * 4096 * 100 - 1, 100, 4096)
+    run("budget smaller than one request", 500, 100, 10)
+    run("zero budget", 0, 100, 10)
     rng = random.Random(3)
     for _ in range(3):
         args = (rng.randrange(0, 10**11), rng.randrange(1, 10**6), rng.randrange(1, 10**4))
-        c.run(f"random {args}", *args)
+        run(f"random {args}", *args)
     c.run("tokens_per_request=0 (must raise ValueError)", 1000, 10, 0)
     c.run("negative budget (must raise ValueError)", -1, 10, 10)
     return c.done()
@@ -225,8 +245,11 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     rng.shuffle(chat)
     run("64 chat requests (100-2,000 tokens, four of 4,096), A100 80 GB at 90%, llama-2-7b (13.5 GB of weights)",
         chat, a100, 0.9, 13_480_000_000, llama7.bytes_per_token)
-    run("a long request first, then short ones (order matters for FCFS, not for the most that fit)",
-        [3000, 40, 40, 40, 40], 1000 * 17 * 64, 1.0, 0, 64, 16)
+    run("a long request that fits first, then short ones: in arrival order only 2 fit, shortest first 5",
+        [200, 40, 40, 40, 40, 40], 16 * 16 * 64, 1.0, 0, 64, 16)
+    run("the contract's example: a long request first, then four short ones, in a pool of 17 blocks "
+        "(in arrival order the long one blocks the queue: 0; the most that fit: 4)",
+        [3000, 40, 40, 40, 40], 17 * 16 * 64, 1.0, 0, 64, 16)
     run("lengths that are not multiples of the block size", [17, 17, 17, 33], 200 * 16, 1.0, 0, 1, 16)
     run("utilization 0.5 halves the pool", [100] * 10, 64 * 16 * 100, 0.5, 0, 16, 16)
     run("weights take most of the card", [16] * 20, 10_000, 1.0, 6_000, 16, 16)

@@ -18,6 +18,7 @@ Example:
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Callable
 
@@ -74,11 +75,29 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
     return c.done()
 
 
+def _same_int(expected: Any, actual: Any) -> bool:
+    """Equal and an int: a float 2.0 is not a block count (and 2.25 never is)."""
+    return isinstance(actual, int) and not isinstance(actual, bool) and actual == expected
+
+
+def _float_answer(expected: Any, actual: Any) -> str | None:
+    if not isinstance(actual, float):
+        return None
+    if actual.is_integer():
+        return f"returned the float {actual!r}: a block count is an int (use integer division, //)"
+    return f"returned {actual!r}, a fraction of a block: a request holds whole blocks (round up, with integers)"
+
+
 def blocks_needed(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(num_tokens, block_size) -> int`` = ceil(num_tokens / block_size); ValueError for num_tokens < 0 or block_size < 1."""
-    c = Checker("blocks_needed", fn, _blocks_needed, verbose=verbose, diagnose=[off_by, should_have_raised])
+    c = Checker("blocks_needed", fn, _blocks_needed, verbose=verbose, diagnose=[_float_answer, off_by, should_have_raised],
+                compare=_same_int)
     run = mistake_runner(c, {
-        "rounded down: 9 tokens in blocks of 4 need 3 blocks, the last one partly empty": lambda n, bs: n // bs,
+        "float division: math.ceil(num_tokens / block_size) goes through a float, which drops the last digits of a "
+        "big count (2**60 + 1 tokens): round up with integers only":
+            lambda n, bs: math.ceil(n / bs) if math.ceil(n / bs) != -(-n // bs) else None,
+        "rounded down: 9 tokens in blocks of 4 need 3 blocks, the last one partly empty":
+            lambda n, bs: n // bs if n // bs != math.ceil(n / bs) else None,
         "off by one block: n // block_size + 1 is one too many when the tokens fill their blocks exactly "
         "(8 tokens, blocks of 4: 2)":
             lambda n, bs: n // bs + 1,

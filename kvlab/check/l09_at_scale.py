@@ -26,7 +26,7 @@ from ..lessons.four_requests import char_tokenize
 from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
-from .harness import Checker, CheckResult
+from .harness import Checker, CheckResult, Raised, call
 
 __all__ = ["orca_reservation", "fit_requests", "optimal_hit_rate"]
 
@@ -73,7 +73,7 @@ ORCA_MISTAKES = {
     "Orca (Pow2) rounds the output up to a power of two, not prompt + output":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(_pow2(p + o) if m == "pow2" else p + _estimate(p, o, m, ml), ml)
                                                 // bs)),
-    "the reservation is capped at max_len (cacheflow: min(prompt + estimate, 2048))":
+    "the reservation is capped at max_len (cacheflow: min(prompt + estimate, max_len), here {max_len})":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-(p + _estimate(p, o, m, ml)) // bs)),
     "the estimate replaces the output, it is added to the prompt":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(_estimate(p, o, m, ml), ml) // bs)),
@@ -81,6 +81,8 @@ ORCA_MISTAKES = {
 
 
 def _mistake(args: tuple) -> "Callable[[object, object], str | None]":
+    max_len = (args + (16, 2048)[len(args) - 3:])[4]
+
     def diagnose(expected: object, actual: object) -> str | None:
         for message, wrong in ORCA_MISTAKES.items():
             try:
@@ -88,7 +90,7 @@ def _mistake(args: tuple) -> "Callable[[object, object], str | None]":
             except Exception:  # a mistake that does not apply to these inputs
                 continue
             if got == actual and got != expected:
-                return message
+                return message.format(max_len=max_len)
         return None
 
     return diagnose
@@ -146,6 +148,46 @@ def measured_fit(capacity: int, block_size: int, max_len: int, lengths: list[int
     return contiguous, paged
 
 
+def _paged_fit(capacity, block_size, lengths, blocks=lambda n, bs: -(-n // bs), skip=False) -> int:
+    free, n_in = capacity // block_size, 0
+    for n in lengths:
+        need = blocks(n, block_size)
+        if need > free:
+            if skip:
+                continue
+            break
+        free, n_in = free - need, n_in + 1
+    return n_in
+
+
+FIT_MISTAKES: dict[str, Callable] = {
+    "a request of n tokens takes ceil(n / block_size) blocks (round up: a partial block is a whole block)":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, lambda n, b: n // b)),
+    "admission is in order and stops at the first request that does not fit (no skipping ahead)":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, skip=True)),
+    "reserving max_len: each request takes max_len slots whatever its length (capacity // max_len of them)":
+        lambda cap, bs, ml, ls: (_paged_fit(cap, 1, ls), _paged_fit(cap, bs, ls)),
+    "paged: count blocks, not tokens (a block's unused slots are still taken)":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, 1, ls)),
+}
+
+
+def _named(mistakes: dict[str, Callable], *args: object) -> "Callable[[object, object], str | None]":
+    """A diagnosis: the first mistake in ``mistakes`` whose answer on ``args`` is the learner's."""
+    def diagnose(expected: object, actual: object) -> str | None:
+        got_actual = tuple(actual) if isinstance(actual, list) else actual
+        for message, wrong in mistakes.items():
+            try:
+                got = wrong(*args)
+            except Exception:  # noqa: BLE001 - the mistake itself fails on these inputs
+                continue
+            if got == got_actual and got != expected:
+                return message
+        return None
+
+    return diagnose
+
+
 def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(capacity, block_size, max_len, lengths) -> (reserve_max, paged)``: how many
     requests of the given token lengths fit at once in ``capacity`` token slots, admitted in
@@ -165,6 +207,7 @@ def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("fit_requests", fn, reference=measured_fit, verbose=verbose,
                 compare=lambda e, a: isinstance(a, (tuple, list)) and tuple(a) == tuple(e))
     for cap, bs, ml, lengths in cases:
+        c.diagnose = [_named(FIT_MISTAKES, cap, bs, ml, lengths)]
         c.run(f"capacity {cap}, block_size {bs}, max_len {ml}, lengths {lengths}", cap, bs, ml, lengths)
     return c.done()
 
@@ -181,6 +224,33 @@ def optimal_prompt_hit_rate(prompts: list[list[int]]) -> float:
 
     reqs = [TraceRequest(i, 0.0, len(p), 1, tuple(p), ()) for i, p in enumerate(prompts)]
     return optimal_hit_rate(Trace("prompts", reqs))
+
+
+def _hit(prompts: list[list[int]], shared: Callable[[list[list[int]]], int]) -> float:
+    total = sum(len(p) for p in prompts)
+    return 1 - shared(prompts) / total if total else 0.0
+
+
+HIT_MISTAKES: dict[str, Callable] = {
+    "count distinct prefixes (nodes of a trie of the prompts), not distinct tokens":
+        lambda ps: _hit(ps, lambda q: len({t for p in q for t in p})),
+    "a prompt can hit the prefix of ANY earlier prompt, not only the first one":
+        lambda ps: _hit(ps, lambda q: len({tuple(p[:i]) for p in q[:1] for i in range(1, len(p) + 1)})
+                        + sum(len(p) - max((i for i in range(len(p) + 1) if p[:i] == q[0][:i]), default=0)
+                              for p in q[1:])),
+    "the hit rate is a fraction of all prompt tokens, hits / total, not hits / distinct":
+        lambda ps: (lambda n, d: (n - d) / d if d else 0.0)(sum(len(p) for p in ps),
+                                                           len({tuple(p[:i]) for p in ps for i in range(1, len(p) + 1)})),
+}
+
+
+def _zero_tokens(prompts: list[list[int]]) -> "Callable[[object, object], str | None]":
+    def diagnose(expected: object, actual: object) -> str | None:
+        if isinstance(actual, Raised) and not sum(len(p) for p in prompts):
+            return f"no prompt tokens: return 0.0 (nothing could hit), not {type(actual.exc).__name__}"
+        return None
+
+    return diagnose
 
 
 def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -206,8 +276,15 @@ def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
             cut = rng.randint(0, len(base))
             ps.append(base[:cut] + [rng.randrange(3) for _ in range(rng.randint(1, 6))])
         cases.append((f"random prompts {i}", ps))
+    cases += [("no prompts at all (nothing to hit: 0.0)", []), ("one empty prompt (0.0)", [[]]),
+              ("an empty prompt among others", [[], [1, 2, 3], [1, 2]])]
     c = Checker("optimal_hit_rate", fn, reference=optimal_prompt_hit_rate, verbose=verbose,
-                compare=lambda e, a: isinstance(a, (int, float)) and abs(a - e) < 1e-9)
+                compare=lambda e, a: isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - e) < 1e-9)
     for label, ps in cases:
-        c.run(f"{label}: lengths {[len(p) for p in ps]}", ps)
+        c.diagnose = [_named(HIT_MISTAKES, ps)]
+        full, expected = f"{label}: lengths {[len(p) for p in ps]}", optimal_prompt_hit_rate(ps)
+        if c.unusable(full, expected):
+            continue
+        got = call(fn, ps)
+        c.record(full, expected, got, note=_zero_tokens(ps)(expected, got) or "")
     return c.done()

@@ -3,12 +3,17 @@
     write_back_evict   where each device leaf ends up when write_back eviction frees room
     load_back_plan     on a match over the tiers: tokens reused on the device, loaded back, computed
     next_placement     the node placement machine as a transition table
+    arc_victims        which host copies ARC evicts (T1 / T2 against its target), then LRU vs ARC
 
 Every expected answer comes from the real tiered cache (``kvlab.reuse.hiradix_cache``,
 ``kvlab.reuse.hicache_manager``) on the same case, or from the legal edges of
 ``kvlab.reuse.lifecycle`` replayed on a real run. A FAIL names the mistake when the answer is
 exactly what a common one gives. Mirrors no vLLM or SGLang file (exercises); the rules are
 SGLang HiCache's ``evict`` / ``load_back`` / ``evict_host``.
+
+It is longer than 450 lines because it holds four exercises' checkers, each with the real-cache
+reference it compares with and the table of common mistakes it names; split, each would import
+the same helpers (``_named_mistake``) from the others.
 
 Example:
     >>> next_placement(lambda state, event, storage=False: "device", verbose=False).passed
@@ -20,16 +25,16 @@ import random
 from typing import Callable
 
 from ..memory.block_pool import BlockAllocator
-from ..memory.events import NO_LOG
+from ..memory.events import NO_LOG, EventLog
 from ..reuse.hicache_manager import HiCacheManager
 from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
 from ..reuse.radix_node import common_prefix_len
-from .harness import Checker, CheckResult, Raised, call, same_outcome
+from .harness import Checker, CheckResult, Raised, Raises, call, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
-           "PLACEMENT_TABLE"]
+           "PLACEMENT_TABLE", "arc_victims", "arc_evict_real", "ARC_MISTAKES"]
 
 
 # ------------------------------------------------------------------ exercise 1: write-back on eviction
@@ -61,26 +66,59 @@ def evict_with_tiers(leaves: list[tuple[str, int, bool]], host_free: int, need: 
     return {name: tree.placement(n) if n.parent is not None else "evicted" for name, n in nodes.items()}
 
 
+def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, stop=True, check_room=True,
+                track_host=True):
+    """The stated rule in plain Python (equal to :func:`evict_with_tiers`; a test checks it on
+    many cases); each flag turned off is one common mistake: ``write_back`` (never copy before
+    leaving), ``host_limit`` (the host is endless), ``stop`` (evict every leaf), ``check_room``
+    (evict host-only leaves even when that cannot make enough room), ``track_host`` (never evict
+    the host-only leaves this eviction made)."""
+    state = {name: "both" if b else "device" for name, _, b in leaves}
+    host_only: list[tuple[str, int]] = []
+    freed = 0
+    for name, pages, backed in leaves:
+        if stop and freed >= need:
+            break
+        if not backed and write_back:
+            room = host_free + (sum(p for _, p in host_only) if track_host else 0)
+            if not host_limit:
+                backed = True
+            else:
+                if host_free < pages and (room >= pages or not check_room):
+                    while host_free < pages and host_only and track_host:
+                        old, p = host_only.pop(0)
+                        state[old], host_free = "evicted", host_free + p
+                if host_free >= pages:
+                    host_free, backed = host_free - pages, True
+        state[name] = "host" if backed else "evicted"
+        if backed:
+            host_only.append((name, pages))
+        freed += pages
+    return state
+
+
 def _never_write_back(leaves, host_free, need):
-    out, freed = {}, 0
-    for name, pages, b in leaves:
-        if freed < need:
-            out[name], freed = ("host" if b else "evicted"), freed + pages
-        else:
-            out[name] = "both" if b else "device"
-    return out
+    return evict_plain(leaves, host_free, need, write_back=False)
 
 
 def _unlimited_host(leaves, host_free, need):
-    return evict_with_tiers(leaves, 10**6, need)
+    return evict_plain(leaves, host_free, need, host_limit=False)
 
 
 def _evict_all(leaves, host_free, need):
-    return evict_with_tiers(leaves, host_free, sum(p for _, p, _ in leaves))
+    return evict_plain(leaves, host_free, need, stop=False)
+
+
+def _evict_host_blindly(leaves, host_free, need):
+    return evict_plain(leaves, host_free, need, check_room=False)
+
+
+def _no_host_eviction(leaves, host_free, need):
+    return evict_plain(leaves, host_free, need, track_host=False)
 
 
 def _mru_first(leaves, host_free, need):
-    out = evict_with_tiers(list(reversed(leaves)), host_free, need)
+    out = evict_plain(list(reversed(leaves)), host_free, need)
     return {name: out[name] for name, _, _ in leaves}
 
 
@@ -88,6 +126,10 @@ EVICT_MISTAKES = {
     "write_back copies a leaf that has no host copy to the host before it leaves the device": _never_write_back,
     "the host pool is finite: a write-back that does not fit (even after host eviction) drops the leaf": _unlimited_host,
     "stop as soon as `need` pages are freed": _evict_all,
+    "evict host-only leaves only when that makes enough room: here it cannot, so keep them and drop the leaf":
+        _evict_host_blindly,
+    "the leaves that just left the device are host-only: evict the oldest of them to make room on the host":
+        _no_host_eviction,
     "least recently used first: the list starts with the oldest leaf": _mru_first,
 }
 
@@ -123,6 +165,9 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         ("a mix", [("A", 3, True), ("B", 1, False), ("C", 2, False), ("D", 2, True)], 2, 6),
         ("need nothing", [("A", 2, False)], 2, 0),
         ("need more than there is", [("A", 1, False), ("B", 1, True)], 1, 9),
+        ("host eviction cannot make room: keep the host as it is", [("A", 1, True), ("B", 4, False)], 1, 5),
+        ("host eviction cannot make room, then a small leaf fits", [("A", 2, True), ("B", 5, False), ("C", 1, False)], 1, 8),
+        ("the leaves that just left become room", [("A", 2, True), ("B", 2, True), ("C", 3, False)], 1, 7),
     ]
     rng = random.Random(10)
     for i in range(6):
@@ -262,6 +307,32 @@ _CAUSE_EVENT = {"insert": "insert", "write_through": "write", "write_through_sel
                 "miss": "miss"}
 
 
+PLACEMENT_MISTAKES: dict[tuple[str, str, str], str] = {
+    # (state, event, the wrong answer) -> the likely mistake
+    ("both", "evict", "evicted"): "a node on both tiers keeps its host copy when it leaves the device: 'host'",
+    ("both", "evict", "device"): "evict takes the node OFF the device: what stays is the host copy, 'host'",
+    ("disk", "load_back", "both"): "a disk load-back fills the device only (the tree does not count on the disk copy): "
+                                   "'device'",
+    ("host", "load_back", "device"): "loading back from the host keeps the host copy: 'both'",
+    ("host", "evict_host", "evicted"): "with storage attached, host eviction saves the node to disk: 'disk'",
+    ("host", "evict_host", "disk"): "without storage, host eviction drops the node: 'evicted'",
+    ("device", "write", "host"): "a write copies to the host and keeps the device copy: 'both'",
+    ("device", "evict", "host"): "a node with no host copy that leaves the device is gone: 'evicted'",
+}
+
+
+def _placement_mistake(state: str, event: str, storage: bool):
+    """A diagnosis for one (state, event): the known wrong answer's message, or "must raise"."""
+    def diagnose(expected: object, actual: object) -> str | None:
+        if isinstance(expected, Raises) or (isinstance(expected, Raised)):
+            return f"a {state!r} node cannot {event!r}: raise ValueError instead of returning a state"
+        if isinstance(actual, str):
+            return PLACEMENT_MISTAKES.get((state, event, actual))
+        return None
+
+    return diagnose
+
+
 def placement_after(state: str, event: str, storage: bool = False) -> str:
     """The reference: the node's placement after ``event`` (ValueError when it cannot happen there)."""
     dst = PLACEMENT_TABLE.get((state, event))
@@ -302,6 +373,7 @@ def next_placement(fn: Callable, verbose: bool = True) -> CheckResult:
     for state in ("new", "device", "both", "host", "disk", "evicted"):
         for event in EVENTS:
             for storage in ((False, True) if (state, event) == ("host", "evict_host") else (False,)):
+                c.diagnose = [_placement_mistake(state, event, storage)]
                 c.run(f"{state} --{event}-->" + (" (with storage)" if storage else ""), state, event, storage)
     seen = set()
     for seed in range(4):
@@ -315,3 +387,103 @@ def next_placement(fn: Callable, verbose: bool = True) -> CheckResult:
                 continue
             c.record(label, dst, got, passed=same_outcome(dst, got))
     return c.done()
+
+
+# ------------------------------------------------------------------ exercise 4: ARC on the host pool
+def arc_evict_real(t1: list[tuple[str, int]], t2: list[tuple[str, int]], target: int, need: int) -> list[str]:
+    """The real tree's answer: host-only nodes ``(name, pages)`` in ARC's lists T1 and T2 (least
+    recently used first), ARC's ``target`` (pages), ``evict_host(need)`` on a HiRadixCache with
+    ``host_eviction_policy="arc"``; returns the names evicted, in order.
+
+    Example:
+        >>> arc_evict_real([("a", 2), ("b", 1)], [("c", 2)], target=4, need=2)
+        ['c']
+    """
+    total = sum(p for _, p in t1 + t2)
+    log = EventLog()  # evict_host's event lists the victims in order
+    dev, host = BlockAllocator(max(1, total), 1, log), BlockAllocator(max(1, total), 1, log)
+    tree = HiRadixCache(dev, host, write_policy="write_back", check_kv=False, track=False,
+                        host_eviction_policy="arc")
+    names = {}
+    for i, (name, pages) in enumerate(t1 + t2):
+        node = tree.insert([1000 * (i + 1) + j for j in range(pages)], dev.allocate(pages)).last_node
+        tree.backup(node)
+        names[node.id] = name
+    for node_id, name in names.items():
+        if name in dict(t2):
+            tree.host_policy.touch(node_id)   # used again: T2, in the order given
+    tree.take_transfers()
+    tree.evict(total)                         # every copy now only on the host
+    tree.host_policy.target = target
+    tree.evict_host(need)
+    ev = [e for e in log if e.kind == "evict_host"][-1]
+    return [names[i] for i in ev.detail["nodes"]]
+
+
+def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count_nodes=False, strict=False):
+    t1, t2, out, freed = list(t1), list(t2), [], 0
+    first = None
+    while freed < need and (t1 or t2):
+        size = len(t1) if count_nodes else sum(p for _, p in t1)
+        use_t1 = bool(t1) and (always_t1 or (size > target if strict else size >= target) or not t2)
+        if decide_once:
+            first = use_t1 if first is None else first
+            use_t1 = (first and bool(t1)) or not t2
+        name, pages = (t1 if use_t1 else t2).pop(0)
+        out.append(name)
+        freed += pages
+    return out
+
+
+ARC_MISTAKES = {
+    "you ignored target: always T1 first is plain LRU over the two lists": lambda *a: _arc_rule(*a, always_t1=True),
+    "ARC decides again after every eviction (T1 shrinks)": lambda *a: _arc_rule(*a, decide_once=True),
+    "target counts pages, not nodes": lambda *a: _arc_rule(*a, count_nodes=True),
+    "T1 goes first when it holds at least target pages (>=, not >)": lambda *a: _arc_rule(*a, strict=True),
+}
+
+
+def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(t1, t2, target, need) -> [names evicted, in order]``: ARC's replacement on the host pool.
+
+    ``t1``, ``t2``: ARC's lists of host copies ``(name, pages)``, least recently used first (T1:
+    used once since stored, T2: used again); ``target``: the pages ARC wants in T1; ``need``:
+    pages to free. Rule (vLLM's ``ARCOffloadingManager.prepare_store``): until ``need`` pages are
+    freed, evict the oldest of T1 when T1 holds at least ``target`` pages (or T2 is empty), else
+    the oldest of T2. Expected: a real HiRadixCache with ``host_eviction_policy="arc"``. Then it
+    prints, for a scan with a hot set, the host hits of LRU against ARC (simulated).
+    """
+    from ..sim.tiers import host_policy_hits, scan_with_hot_set
+
+    c = Checker("arc_victims", fn, verbose=verbose)
+    cases = [
+        ("T1 at its target: T1 first", [("a", 2), ("b", 2)], [("c", 2)], 4, 2),
+        ("T1 under its target: T2 first", [("a", 2)], [("c", 2), ("d", 1)], 3, 3),
+        ("T1 shrinks below target: switch to T2", [("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6),
+        ("T2 empty: T1 whatever the target", [("a", 1), ("b", 1)], [], 5, 2),
+        ("T1 empty", [], [("c", 1), ("d", 3)], 0, 2),
+        ("target 0: T1 first", [("a", 3)], [("c", 1)], 0, 1),
+        ("pages, not nodes", [("a", 1), ("b", 1), ("e", 1)], [("c", 4)], 2, 1),
+        ("need nothing", [("a", 1)], [("c", 1)], 0, 0),
+        ("need more than there is", [("a", 1)], [("c", 2)], 1, 9),
+    ]
+    rng = random.Random(10)
+    for i in range(8):
+        t1 = [(f"a{j}", rng.randint(1, 3)) for j in range(rng.randint(0, 4))]
+        t2 = [(f"c{j}", rng.randint(1, 3)) for j in range(rng.randint(0 if t1 else 1, 4))]
+        total = sum(p for _, p in t1 + t2)
+        cases.append((f"random {i}", t1, t2, rng.randint(0, total), rng.randint(1, total)))
+    for label, t1, t2, target, need in cases:
+        expected = arc_evict_real(t1, t2, target, need)
+        full = f"{label}: T1 {t1}, T2 {t2}, target {target}, need {need}"
+        if c.unusable(full, expected):
+            continue
+        got = call(fn, list(t1), list(t2), target, need)
+        c.record(full, expected, got, note=_named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
+    res = c.done()
+    if verbose:
+        trace = scan_with_hot_set(seed=0)
+        lru, arc = host_policy_hits("lru", trace), host_policy_hits("arc", trace)
+        print(f"LRU against ARC on a scan with 3 reused system prompts ({len(trace)} requests, 16 host blocks; "
+              f"simulated): host hits LRU {lru} tokens, ARC {arc} tokens ({'ARC' if arc > lru else 'LRU'} keeps more)")
+    return res

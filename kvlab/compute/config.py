@@ -22,6 +22,11 @@ Mirrors Hugging Face ``transformers/models/llama/configuration_llama.py`` (same 
 ``modeling_rope_utils.py`` (the two rope layouts); nano-vllm reads the same file through
 ``transformers.AutoConfig`` (``nanovllm/config.py``).
 
+Keys a config leaves out take transformers' ``LlamaConfig`` defaults (:data:`HF_LLAMA_DEFAULTS`:
+``rms_norm_eps`` 1e-6, ``num_key_value_heads`` = ``num_attention_heads``, ``tie_word_embeddings``
+false...), so a config.json means what it means to transformers; the dataclass's own defaults
+describe the bundled tiny model and apply only when LlamaConfig is built directly.
+
 Not handled here: any architecture but Llama's (model_type llama, or mistral without a sliding
 window), bias terms, activations other than SiLU, several eos ids (the first one is kept).
 
@@ -246,6 +251,7 @@ class LlamaConfig:
                     raise CheckpointError(f"{key}=[] is empty (give null or at least one id)", field=key)
                 kw[key] = kw[key][0]
         kw.update(_read_rope(d))
+        _fill_hf_defaults(kw)
         return cls(**kw)
 
     def to_dict(self) -> dict:
@@ -261,6 +267,21 @@ class LlamaConfig:
         layer = attn + 3 * C * I + 2 * C
         emb = self.vocab_size * C * (1 if self.tie_word_embeddings else 2)
         return self.num_hidden_layers * layer + emb + C
+
+
+def _fill_hf_defaults(kw: dict[str, Any]) -> None:
+    """Missing keys take transformers' LlamaConfig defaults (not the tiny model's dataclass defaults):
+    HF_LLAMA_DEFAULTS, num_key_value_heads = num_attention_heads, tie_word_embeddings = False
+    (a checkpoint without lm_head.weight then fails naming tie_word_embeddings, see the loader).
+    bos/eos ids stay None rather than transformers' 1 and 2, which name no real token.
+
+    Example: {"hidden_size": 64, "num_attention_heads": 4} -> rms_norm_eps 1e-6, 4 KV heads, vocab 32000.
+    """
+    for key, value in HF_LLAMA_DEFAULTS.items():
+        if key != "rope_theta":                   # read with the rope settings (_read_rope)
+            kw.setdefault(key, value)
+    kw.setdefault("num_key_value_heads", kw["num_attention_heads"])
+    kw.setdefault("tie_word_embeddings", False)
 
 
 def _read_rope(d: dict) -> dict:

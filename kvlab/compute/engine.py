@@ -38,8 +38,11 @@ radix tree, optionally a disk tier ``storage``), and the engine keeps the host K
 (:class:`~kvlab.compute.host_pool.HostKVPool`). The copies the manager queues (write-through,
 write-back, load-back, save, fetch) run in queue order right after scheduling, before the
 copy-on-write copies and the forward pass, and again at the end of the step (the write-through
-of what was just cached). ``report.tiers`` gives the bytes moved, the measured copy time and the
-time at the stated link bandwidth (simulated). With ``host_ratio=0`` (the default) nothing of
+of what was just cached). With ``storage`` (a directory), pages are keyed by the model's weights
+digest and the KV layout: a restarted engine, or a second one on the same directory, fetches the
+pages an earlier one saved, another model never does, and a storage folder that is removed,
+made unwritable or corrupted costs recomputation, never a wrong token. ``report.tiers`` gives
+the bytes moved, the measured copy time and the time at the stated link bandwidth (simulated). With ``host_ratio=0`` (the default) nothing of
 this exists: the engine is exactly the untiered one.
 
 Not handled here: chunked prefill, priorities, stop strings, preemption by swapping (tiers keep
@@ -58,6 +61,7 @@ Example:
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from collections import abc
@@ -138,7 +142,11 @@ class Engine:
     check: check every invariant after every step (tests). record: keep a MemorySnapshot per step.
     host_ratio: host blocks per device block (0: no tiers). write_policy: "write_through"
         (default with tiers), "write_through_selective" or "write_back". storage: the disk tier,
-        a ``kvlab.compute.storage.FileStorage`` or a directory for one (needs host_ratio > 0).
+        a ``kvlab.compute.storage.FileStorage`` or a directory for one (needs host_ratio > 0); its
+        pages are keyed by the model's weights digest and the KV layout, so a restarted engine, or
+        a second engine on the same directory, reuses them and another model never does.
+    prefetch_policy, prefetch_threshold, storage_write, host_eviction_policy: the tiered
+        tree's options (``kvlab.reuse.hiradix_storage``; None: their defaults).
     host_link, disk_link: the stated links of the simulated copy times (``kvlab.reuse.offload.LINKS``).
     """
 
@@ -146,17 +154,23 @@ class Engine:
                  attention_backend: str = "torch", eviction_policy: str = "lru", order: str = "fcfs",
                  log: EventLog | None = None, check: bool = False, record: bool = False, host_ratio: float = 0.0,
                  write_policy: str | None = None, storage=None, host_link: str = "pcie-gen5-x16",
-                 disk_link: str = "nvme-gen4") -> None:
+                 disk_link: str = "nvme-gen4", prefetch_policy: str | None = None,
+                 prefetch_threshold: int | None = None, storage_write: str | None = None,
+                 host_eviction_policy: str | None = None) -> None:
         if storage is not None and not host_ratio:
             raise ValueError("a storage tier saves from the host pool: give host_ratio > 0 with storage")
         self.kv_pool = PagedKVPool.for_model(model, num_blocks, block_size)
-        if storage is not None and not hasattr(storage, "write"):
-            from .storage import FileStorage
+        if isinstance(storage, (str, os.PathLike)):
+            from .storage import FileStorage, model_digest
 
-            storage = FileStorage.for_pool(self.kv_pool, storage)
+            storage = FileStorage.for_pool(self.kv_pool, storage, model_digest(model))
+        elif storage is not None and not hasattr(storage, "write"):
+            raise TypeError(f"storage must be a directory or a FileStorage, got {storage!r}")
         self.cache_manager = make_cache_manager(num_blocks, block_size, radix=radix, eviction_policy=eviction_policy,
                                                 log=log, host_ratio=host_ratio, storage=storage,
-                                                write_policy=write_policy)
+                                                write_policy=write_policy, prefetch_policy=prefetch_policy,
+                                                prefetch_threshold=prefetch_threshold, storage_write=storage_write,
+                                                host_eviction_policy=host_eviction_policy)
         self.scheduler = Scheduler(self.cache_manager, max_batch_size, order)
         self.copier: TierCopier | None = None
         if hasattr(self.cache_manager, "take_transfers"):

@@ -11,8 +11,8 @@ block holds what: ``kvlab.reuse.hiradix_cache`` does, and queues every copy as a
 
     write   host.k[:, dst] = device.k[:, src]          device -> host (write_through, write_back)
     load    device.k[:, dst] = host.k[:, src]          host -> device (load_back)
-    save    storage.write(key, host.k[:, src], ...)    host -> disk (evict_host with storage)
-    fetch   device.k[:, dst] = storage.read(key, ...)  disk -> device (load_back)
+    save    storage.write(key, host.k[:, b], ...)      host -> disk, one page a key (a failed write: counted)
+    fetch   device.k[:, dst] = storage.read(key)       disk -> device (pages checked and kept at admission)
 
 It counts the bytes of each direction and reports two times: **measured** (wall clock of the
 copies on this machine; on a CPU-only machine both pools are host memory, so a "load" is a
@@ -102,9 +102,13 @@ class TierCopier:
 
     def __init__(self, device: PagedKVPool, host: HostKVPool, storage=None, host_link: str | LinkSpec = "pcie-gen5-x16",
                  disk_link: str | LinkSpec = "nvme-gen4") -> None:
-        if (host.num_layers, host.block_size, host.num_kv_heads, host.head_dim, host.dtype) != \
-                (device.num_layers, device.block_size, device.num_kv_heads, device.head_dim, device.dtype):
+        shape = (device.num_layers, device.block_size, device.num_kv_heads, device.head_dim)
+        if (host.num_layers, host.block_size, host.num_kv_heads, host.head_dim, host.dtype) != (*shape, device.dtype):
             raise ValueError("the host pool's blocks must have the device pool's shape and dtype")
+        if storage is not None and (getattr(storage, "page_shape", shape) != shape
+                                    or getattr(storage, "dtype", device.dtype) != device.dtype):
+            raise ValueError(f"storage pages are {storage.page_shape} in {storage.dtype}, the pool's are {shape} in "
+                             f"{device.dtype}")
         self.device, self.host, self.storage = device, host, storage
         self.links = {"device->host": get_link(host_link), "host->device": get_link(host_link),
                       "host->disk": get_link(disk_link), "disk->device": get_link(disk_link)}
@@ -135,15 +139,15 @@ class TierCopier:
             elif t.kind == "save":
                 if self.storage is None:
                     raise KVCacheError("a save transfer but no storage tier")
-                src = self._ids(t.src, host)
-                self.storage.write(t.key, host.k_cache.index_select(1, src), host.v_cache.index_select(1, src))
+                for b, key in zip(t.src, t.keys):  # a write that fails is counted by the storage: a miss later
+                    self.storage.write(key, host.k_cache[:, b], host.v_cache[:, b])           # (L, bs, nkv, hs)
             else:
-                kv = self.storage.read(t.key, t.page_offset, len(t.dst)) if self.storage is not None else None
-                if kv is None:  # checked by exists() at admission and kept since: only an outside hand gets here
-                    raise KVCacheError(f"disk chunk {t.key} vanished between its check and its read")
+                kvs = [self.storage.read(key) for key in t.keys] if self.storage is not None else [None]
+                if any(kv is None for kv in kvs):  # prefetched and kept at admission: only a bug gets here
+                    raise KVCacheError(f"disk pages {t.keys} were checked at admission but cannot be read")
                 dst = self._ids(t.dst, dev)
-                for d, x in ((dev.k_cache, kv[0]), (dev.v_cache, kv[1])):
-                    d.index_copy_(1, dst, x.to(d.device))
+                for i, d in enumerate((dev.k_cache, dev.v_cache)):
+                    d.index_copy_(1, dst, torch.stack([kv[i] for kv in kvs], 1).to(d.device))  # (L, n, bs, nkv, hs)
             if on_gpu:
                 torch.cuda.synchronize()
             s = self.stats
@@ -152,6 +156,8 @@ class TierCopier:
             s.bytes[way] += nbytes
             s.measured_s[way] += time.perf_counter() - t0
             s.simulated_s[way] += self.links[way].seconds(nbytes)
+        if self.storage is not None and hasattr(self.storage, "forget_staged"):
+            self.storage.forget_staged()  # every queued fetch ran: pages kept for them are not needed
 
 
 @torch.no_grad()

@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import warnings
@@ -48,6 +49,7 @@ from typing import Any, Callable
 
 import torch
 
+from .checkpoint_checks import MAX_JSON_BYTES, check_tensor_shapes, parse_json
 from .config import CheckpointError, LlamaConfig
 from .gguf import SMOLLM2_HINT, load_gguf, require_smollm2, smollm2_path
 from .model import Llama, rope_inv_freq
@@ -99,13 +101,17 @@ def _inside(folder: Path, name: Any, *, listed_in: Path | None = None, field: st
     """``folder / name``, refused (CheckpointError) when it is absolute or resolves outside ``folder``
     (through ``..`` or a symlink). ``listed_in``/``field``: where the name came from, for the message."""
     where = dict(file=listed_in or folder / str(name), field=field)
-    if not isinstance(name, str) or not name:
-        raise CheckpointError(f"{field}={name!r} must be a file name inside the checkpoint folder", **where)
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise CheckpointError(f"{field}={name!r} must be a file name inside the checkpoint folder"
+                              + (" (it holds a NUL byte)" if isinstance(name, str) and "\x00" in name else ""), **where)
     if Path(name).is_absolute():
         raise CheckpointError(f"{field or 'path'}={name!r} is an absolute path; only files inside the checkpoint "
                               f"folder {folder} are read", **where)
     path = folder / name
-    real = path.resolve()
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (config.json -> config.json)
+        raise CheckpointError(f"{field or name} cannot be resolved ({type(e).__name__}: {e})", **where) from None
     blobs = _hub_blobs(folder)
     if not (real.is_relative_to(folder) or (blobs is not None and real.is_relative_to(blobs.resolve()))):
         what = f"{field}={name!r}" if field else name
@@ -116,14 +122,13 @@ def _inside(folder: Path, name: Any, *, listed_in: Path | None = None, field: st
 
 def _read_json(path: Path) -> Any:
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise CheckpointError(f"is {path.stat().st_size:,} bytes; a JSON file of a checkpoint is at most "
+                                  f"{MAX_JSON_BYTES:,}", file=path)
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise CheckpointError(f"cannot be read ({type(e).__name__}: {e})", file=path) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})", file=path,
-                              field=f"line {e.lineno} column {e.colno}") from None
+    return parse_json(text, path)  # CheckpointError for invalid JSON, too deep, an int too long
 
 
 def _read_safetensors_file(path: Path, names: list[str] | None = None,
@@ -182,6 +187,51 @@ def _read_safetensors(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, 
     raise CheckpointError("no model.safetensors or model.safetensors.index.json in the checkpoint folder", file=folder)
 
 
+def _read_header(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from a safetensors file's header (no tensor is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+        raise CheckpointError(f"is not a readable safetensors file ({type(e).__name__}: {e})", file=path) from None
+
+
+def check_headers(folder: Path, cfg: LlamaConfig, cfg_path: Path) -> None:
+    """The sizes and shapes ``cfg`` asks for against the safetensors headers of ``folder``, before
+    any tensor is read or the model is built (see :mod:`kvlab.compute.checkpoint_checks`). A config
+    size is named against ``cfg_path``, a tensor against its shard (or the index, when missing). A
+    listing that is itself broken is left to ``_read_safetensors``, which names the problem."""
+    index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
+    if index.is_file() or index.is_symlink():
+        _inside(folder, index.name)
+        wm, listing = _read_json(index), index
+        wm = wm.get("weight_map") if isinstance(wm, dict) else None
+        if not isinstance(wm, dict) or not wm:
+            return
+        for name, shard in wm.items():
+            _inside(folder, shard, listed_in=index, field=f"weight_map[{name!r}]")
+        if not all((folder / shard).is_file() for shard in set(wm.values())):
+            return
+        files = {name: folder / shard for name, shard in wm.items()}
+        headers = {p: _read_header(p) for p in sorted(set(files.values()))}
+        if any(name not in headers[p] for name, p in files.items()):
+            return
+        shapes = {name: headers[p][name] for name, p in files.items()}
+    elif single.is_file() or single.is_symlink():
+        _inside(folder, single.name)
+        shapes, listing = _read_header(single), single
+        files = dict.fromkeys(shapes, single)
+    else:
+        return
+    try:
+        check_tensor_shapes(cfg, shapes)
+    except CheckpointError as e:
+        config_field = e.field in {f.name for f in dataclasses.fields(LlamaConfig)}
+        raise e.with_file(cfg_path if config_field else files.get(e.field, listing)) from None
+
+
 # ---- tensors into the model --------------------------------------------------------------------
 
 def load_state(model: Llama, tensors: dict[str, torch.Tensor], share: bool = False) -> None:
@@ -191,29 +241,16 @@ def load_state(model: Llama, tensors: dict[str, torch.Tensor], share: bool = Fal
     share=True: a tensor already in the parameter's dtype and device becomes the parameter's data
     (no copy; both then change together), the others are copied."""
     cfg = model.config
-    want = expected_shapes(cfg)
     tensors = {k: v for k, v in tensors.items() if not k.endswith("rotary_emb.inv_freq")}
     if cfg.tie_word_embeddings and "lm_head.weight" in tensors:
         if not torch.equal(tensors["lm_head.weight"], tensors.get("model.embed_tokens.weight", tensors["lm_head.weight"])):
             raise CheckpointError("tie_word_embeddings=True but lm_head.weight differs from model.embed_tokens.weight",
                                   field="lm_head.weight")
         tensors = {k: v for k, v in tensors.items() if k != "lm_head.weight"}
-    missing = sorted(set(want) - set(tensors))
-    unexpected = sorted(set(tensors) - set(want))
-    mismatched = sorted(k for k in set(want) & set(tensors) if tuple(tensors[k].shape) != want[k])
-    problems = []
-    if mismatched:
-        problems.append("mismatched shapes " + str([f"{k}: checkpoint {tuple(tensors[k].shape)} vs config {want[k]}"
-                                                    for k in mismatched]))
-    if missing:
-        problems.append(f"missing tensors {missing}")
-    if unexpected:
-        problems.append(f"unexpected tensors {unexpected}")
-    if problems:
-        raise CheckpointError("; ".join(problems), field=(mismatched or missing or unexpected)[0])
+    check_tensor_shapes(cfg, {k: tuple(v.shape) for k, v in tensors.items()})  # sizes first, then each shape
     params = dict(model.named_parameters())
     with torch.no_grad():
-        for k in want:
+        for k in expected_shapes(cfg):
             p, t = params[k], tensors[k]
             if share and t.dtype == p.dtype and t.device == p.device:
                 p.data = t
@@ -249,15 +286,26 @@ def build_model(cfg: LlamaConfig, tensors: dict[str, torch.Tensor], dtype: torch
     # Built on the CPU without random initialisation, then overwritten. (Not under
     # `with torch.device("meta")`: after that, importing Triton's interpreter breaks: "Cannot call
     # @triton.jit'd outside of the scope of a kernel".)
-    with _no_init():
-        model = Llama(cfg)
     try:
+        check_tensor_shapes(cfg, {k: tuple(v.shape) for k, v in tensors.items()})  # before any allocation
+        with _no_init():
+            model = Llama(cfg)
         load_state(model, tensors, share=share)
     except CheckpointError as e:
         raise e.with_file(file_of(e.field) if file_of else None) from None
     model = model.to(device=device, dtype=dtype)
     model.inv_freq = rope_inv_freq(cfg).to(device)         # keep the rotary frequencies in fp32
     return model.eval()
+
+
+def _check_untied_head(raw: dict, tensors: dict[str, torch.Tensor], cfg_path: Path) -> None:
+    """A config.json without tie_word_embeddings means false (transformers' default): a separate
+    lm_head.weight. When the checkpoint has none, the mistake is most likely the missing key, so the
+    error names it (transformers would start from a random head)."""
+    if "tie_word_embeddings" not in raw and "lm_head.weight" not in tensors:
+        raise CheckpointError("tie_word_embeddings is not given, so it is false (transformers' default) and the "
+                              "checkpoint needs lm_head.weight, which it lacks; add \"tie_word_embeddings\": true "
+                              "if the output head shares the token embedding", file=cfg_path, field="tie_word_embeddings")
 
 
 def _is_gguf(path: Path) -> bool:
@@ -299,8 +347,11 @@ def load_pretrained(folder: str | os.PathLike, dtype: torch.dtype = torch.float3
     if not (cfg_path.is_file() or cfg_path.is_symlink()):
         raise CheckpointError("no config.json in the checkpoint folder", file=given)
     _inside(folder, cfg_path.name)
-    cfg = LlamaConfig.from_dict(_read_json(cfg_path), file=cfg_path)
+    raw = _read_json(cfg_path)
+    cfg = LlamaConfig.from_dict(raw, file=cfg_path)
+    check_headers(folder, cfg, cfg_path)   # sizes and shapes from the headers, before any tensor is read
     tensors, files, listing = _read_safetensors(folder)
+    _check_untied_head(raw, tensors, cfg_path)
     model = build_model(cfg, tensors, dtype=dtype, device=device,
                         file_of=lambda field: files.get(field, listing))  # a tensor's own file, else the listing
     tok_path, tok = folder / "tokenizer.json", None

@@ -16,8 +16,15 @@ it, so each reference a table holds is taken and dropped in one place:
                     sampling, beam search)
 ``share_prefix``    point the first blocks at other blocks holding the same tokens (the tree's
                     canonical copies after an insert found them cached); drops the replaced ones
+``drop_blocks``     take full blocks out of the middle of a table (KV compression: StreamingLLM,
+                    H2O); the table gets shorter, the blocks go back to the pool
 ``free``            release every block of a table (shared ones only lose a reference)
 ==================  ==========================================================================
+
+The request cycle (``kvlab.reuse.cache_manager``) uses four trusted twins, which skip the checks
+of ids it already knows are valid: ``adopt_match`` (``adopt`` of blocks the tree just matched),
+``append_plan`` + ``apply_append`` (``append`` split around the cache manager's eviction) and
+``release_to_tree`` (``free`` of a table whose new full blocks the tree took over).
 
 Each operation is all-or-nothing: it raises (``OutOfBlocks``, ``KeyError``, ``ValueError``) and
 changes nothing, or it completes.
@@ -47,7 +54,7 @@ from typing import Iterable, Sequence
 from .block_pool import BlockAllocator, KVCacheError, OutOfBlocks
 from .block_table import BlockTable
 from .events import EventLog, pack_ids
-from .ids import as_ids, check_int
+from .ids import as_ids, check_int, check_seq_id
 from .snapshot import MemorySnapshot
 
 __all__ = ["BlockManager"]
@@ -91,12 +98,11 @@ class BlockManager:
         try:
             return self.tables[seq_id]
         except KeyError:
+            check_seq_id(seq_id)
             raise KeyError(f"unknown sequence {seq_id!r}; live sequences: {sorted(self.tables)}") from None
 
     def _new_id(self, seq_id: str) -> None:
-        if not isinstance(seq_id, str):
-            raise TypeError(f"seq_id must be a str, got {seq_id!r}")
-        if seq_id in self.tables:
+        if check_seq_id(seq_id) in self.tables:
             raise ValueError(f"sequence {seq_id!r} already exists")
 
     # ------------------------------------------------------------------ queries
@@ -109,17 +115,20 @@ class BlockManager:
         t = self.table(seq_id)
         return bool(t.block_ids) and t.num_tokens % self.block_size != 0 and self.allocator.ref_count[t.block_ids[-1]] > 1
 
-    def _append_plan(self, t: BlockTable, n: int) -> tuple[bool, int]:
-        """(copy the last block first?, new blocks past the table's end) for appending ``n`` tokens."""
+    def append_plan(self, t: BlockTable, n: int) -> tuple[int, bool, int]:
+        """The first half of :meth:`append`, changing nothing: (``n`` as a checked int, copy the last
+        block first?, new blocks past the table's end) for appending ``n`` tokens to table ``t``.
+        The cache manager makes room for ``cow + new`` blocks, then calls :meth:`apply_append`. Use the returned ``n`` from here on: a numpy count must never reach
+        the table (``np.uint8(200)`` would wrap when added to it)."""
         n = check_int("n", n, 0)
         new = -(-(t.num_tokens + n) // self.block_size) - len(t.block_ids)
         cow = n > 0 and bool(t.block_ids) and t.num_tokens % self.block_size != 0 \
             and self.allocator.ref_count[t.block_ids[-1]] > 1
-        return cow, new
+        return n, cow, new
 
     def blocks_to_append(self, seq_id: str, n: int = 1) -> int:
         """How many fresh blocks ``append(seq_id, n)`` would take (copy-on-write included)."""
-        cow, new = self._append_plan(self.table(seq_id), n)
+        _n, cow, new = self.append_plan(self.table(seq_id), n)
         return cow + new
 
     # ------------------------------------------------------------------ creating tables
@@ -153,29 +162,29 @@ class BlockManager:
             free = [b for b in ids if rc[b] == 0]
             if free:
                 raise KVCacheError(f"adopt {seq_id}: block {free[0]} is free; only blocks in use can be handed over")
-        return self._adopt(seq_id, list(ids), n, check_int("extra_tokens", extra_tokens, 0))
+        return self.adopt_match(seq_id, list(ids), n, check_int("extra_tokens", extra_tokens, 0))
 
-    def _adopt(self, seq_id: str, ids: list[int], n: int, extra: int) -> BlockTable:
-        """adopt without validating the ids: they are valid blocks in use (a prefix hit the tree
-        just returned) holding ``n`` tokens. Still all or nothing: OutOfBlocks, nothing changed,
+    def adopt_match(self, seq_id: str, ids: list[int], n: int, extra: int) -> BlockTable:
+        """The trusted path of :meth:`adopt`, for the cache manager: ``ids`` are not validated, they
+        are blocks in use that the tree just matched, holding ``n`` tokens. Still all or nothing: OutOfBlocks, nothing changed,
         when the pool cannot supply the blocks ``extra`` more slots need."""
         t = BlockTable(seq_id, self.block_size, ids, n)
-        cow, new = self._append_plan(t, extra)
+        extra, cow, new = self.append_plan(t, extra)
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
         self.tables[seq_id] = t
         if ids:
-            self.allocator._incref(ids, seq_id, record=False)
+            self.allocator.touch(ids, seq_id, record=False)
             self.log.add("adopt", seq_id, ids, n)
         if extra:
-            self._grow(t, extra, cow, new)
+            self.apply_append(t, extra, cow, new)
         return t
 
     def fork(self, parent: str, child: str) -> BlockTable:
         """A child that shares every block of ``parent`` (ref counts rise by one; no block taken)."""
         self._new_id(child)
         p = self.table(parent)
-        self.allocator._incref(p.block_ids, child, record=False)
+        self.allocator.touch(p.block_ids, child, record=False)
         t = BlockTable(child, self.block_size, list(p.block_ids), p.num_tokens)
         self.tables[child] = t
         self.log.add("fork", child, p.block_ids, parent)
@@ -195,14 +204,16 @@ class BlockManager:
         supply every block needed (the copy included).
         """
         t = self.table(seq_id)
-        cow, new = self._append_plan(t, n)
+        n, cow, new = self.append_plan(t, n)
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"append {n} token(s) to {seq_id}")
-        return self._grow(t, n, cow, new)
+        return self.apply_append(t, n, cow, new)
 
-    def _grow(self, t: BlockTable, n: int, cow: bool, new: int) -> list[tuple[int, int]]:
+    def apply_append(self, t: BlockTable, n: int, cow: bool, new: int) -> list[tuple[int, int]]:
+        """The second half of :meth:`append` (trusted): perform the plan ``(n, cow, new)`` of
+        :meth:`append_plan`; the caller has made sure ``cow + new`` blocks are free."""
         copies = [self._copy_on_write(t, len(t.block_ids) - 1)] if cow else []
-        fresh = self.allocator._allocate(new, t.seq_id, record=False) if new > 0 else []
+        fresh = self.allocator.get_new_blocks(new, t.seq_id, record=False) if new > 0 else []
         t.block_ids += fresh
         start = t.num_tokens
         t.num_tokens += n
@@ -212,9 +223,9 @@ class BlockManager:
 
     def _copy_on_write(self, t: BlockTable, logical_block: int) -> tuple[int, int]:
         src = t.block_ids[logical_block]
-        (dst,) = self.allocator._allocate(1, t.seq_id, record=False)
+        (dst,) = self.allocator.get_new_blocks(1, t.seq_id, record=False)
         t.block_ids[logical_block] = dst
-        self.allocator._decref([src], t.seq_id, record=False)  # drop our reference to the shared one
+        self.allocator.free_blocks([src], t.seq_id, record=False)  # drop our reference to the shared one
         self.log.add("cow", t.seq_id, (src, dst), src, dst, logical_block)
         return (src, dst)
 
@@ -258,10 +269,40 @@ class BlockManager:
             raise KVCacheError(f"share_prefix {seq_id}: every block must be in use, got {take}")
         if set(take) & (set(t.block_ids) - set(drop)) or len(set(ids)) != len(ids):
             raise ValueError(f"share_prefix {seq_id}: a block would appear twice in the table")
-        self.allocator._incref(take, seq_id, record=False)
+        self.allocator.touch(take, seq_id, record=False)
         t.block_ids[:len(ids)] = ids
-        released = self.allocator._decref(drop, seq_id, record=False)
+        released = self.allocator.free_blocks(drop, seq_id, record=False)
         self.log.add("share_prefix", seq_id, take, pack_ids(drop), pack_ids(released))
+        return released
+
+    def drop_blocks(self, seq_id: str, logical_blocks: Sequence[int]) -> list[int]:
+        """Remove the full logical blocks ``logical_blocks`` from ``seq_id``'s table (KV compression):
+        the later blocks move up, ``num_tokens`` drops by ``block_size`` per block, and each removed
+        block loses this table's reference (returned: those that became free).
+
+        After a drop, slot ``i`` of the table no longer holds position ``i``: the caller keeps each
+        kept token's original position (for RoPE and masks; see ``kvlab.compute.kv_compress``).
+        Only full blocks can go (the last, partial block is still being written). All or nothing.
+
+        Example (block size 4, 14 tokens in [0, 1, 2, 3]): ``drop_blocks("A", [1, 2])`` -> [1, 2];
+        the table is [0, 3] with 6 tokens (positions 0-3 and 12-13).
+        """
+        t = self.table(seq_id)
+        drop = as_ids(logical_blocks, "logical_blocks")
+        if len(set(drop)) != len(drop):
+            raise ValueError(f"drop_blocks {seq_id}: a logical block appears twice in {drop}")
+        bad = [i for i in drop if not 0 <= i < t.num_full_blocks]
+        if bad:
+            raise ValueError(f"drop_blocks {seq_id}: logical block {bad[0]} is not a full block of the table "
+                             f"(full blocks: 0..{t.num_full_blocks - 1} of {len(t.block_ids)})")
+        if not drop:
+            return []
+        gone = set(drop)
+        ids = [t.block_ids[i] for i in sorted(gone)]
+        t.block_ids = [b for i, b in enumerate(t.block_ids) if i not in gone]
+        t.num_tokens -= len(ids) * self.block_size
+        released = self.allocator.free_blocks(ids, seq_id, record=False)
+        self.log.add("drop", seq_id, ids, pack_ids(sorted(gone)), pack_ids(released))
         return released
 
     # ------------------------------------------------------------------ release
@@ -270,16 +311,17 @@ class BlockManager:
         t = self.table(seq_id)
         del self.tables[seq_id]  # gone before its events, so snapshots never show a half-freed table
         ids = t.block_ids
-        released = self.allocator._decref(ids, seq_id, record=False) if ids else []
+        released = self.allocator.free_blocks(ids, seq_id, record=False) if ids else []
         self.log.add("free_seq", seq_id, released, len(ids), 0)  # block_ids: those back in the pool
         return released
 
-    def _release(self, seq_id: str, drop: list[int]) -> list[int]:
-        """Remove ``seq_id``'s table, dropping its reference on the blocks in ``drop`` only: its
-        references on the others were handed over (the radix tree took them over as its own, or
-        a duplicate was already freed). For the cache manager, which knows which is which."""
+    def release_to_tree(self, seq_id: str, drop: list[int]) -> list[int]:
+        """The trusted path of :meth:`free` for a finishing request: remove ``seq_id``'s table,
+        dropping its reference on the blocks in ``drop`` only; its references on the others were
+        handed over (the radix tree took them over as its own, or a duplicate was already freed).
+        For the cache manager's ``cache_finished_req``, which knows which is which."""
         t = self.tables.pop(seq_id)
-        released = self.allocator._decref(drop, seq_id, record=False) if drop else []
+        released = self.allocator.free_blocks(drop, seq_id, record=False) if drop else []
         self.log.add("free_seq", seq_id, released, len(t.block_ids), len(t.block_ids) - len(drop))
         return released
 

@@ -11,7 +11,10 @@ nano-vllm ``block_manager.py``; kvlab says ``ref_count`` for vLLM's ``ref_cnt`` 
 hash here (the block-hash cache is ``kvlab.reuse.block_hash_cache``).
 
 Every public operation either succeeds completely or raises and leaves the pool exactly as it
-was. A run of blocks is handed out and taken back in one step (a list slice and one pass over
+was. Each state change has a checked entry (``allocate``, ``incref``, ``free``: for ids that
+come from outside) and a trusted twin without checks (``get_new_blocks``, ``touch``,
+``free_blocks``, vLLM's names: for ``BlockManager`` and the radix tree, whose ids are blocks
+they hold). A run of blocks is handed out and taken back in one step (a list slice and one pass over
 the counts). Pure Python; no torch.
 
 Not handled here: block tables (``kvlab.memory.block_table``, ``kvlab.memory.block_manager``),
@@ -37,7 +40,28 @@ from typing import Iterable, Sequence
 from .events import EventLog
 from .ids import as_ids, check_int
 
-__all__ = ["KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "NotABlockId", "BlockAllocator"]
+__all__ = ["KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "NotABlockId", "BlockAllocator",
+           "check_block_ids"]
+
+
+def check_block_ids(block_ids: Iterable[int], num_blocks: int, what: str) -> list[int]:
+    """``block_ids`` as a list of Python ints in ``0..num_blocks-1`` (the id rule of
+    :mod:`kvlab.memory.ids`: numpy integers converted); :class:`NotABlockId` (a TypeError) for a
+    bool, float, string or None, :class:`UnknownBlock` for an id out of range. For every pool
+    that takes block ids back (this allocator, ``kvlab.reuse.block_hash_cache``).
+
+    Example: ``check_block_ids([2, np.int64(0)], 4, "free") -> [2, 0]``; ``[True]`` and ``[4]``
+    are refused."""
+    try:
+        ids = as_ids(block_ids, "block_ids")
+    except TypeError as e:
+        raise NotABlockId(f"{what}: {e}") from None
+    except ValueError as e:
+        raise UnknownBlock(f"{what}: {e}") from None
+    if ids and max(ids) >= num_blocks:
+        b = next(b for b in ids if b >= num_blocks)
+        raise UnknownBlock(f"{what}: unknown block id {b} (valid ids are 0..{num_blocks - 1})")
+    return ids
 
 
 class KVCacheError(Exception):
@@ -101,20 +125,10 @@ class BlockAllocator:
         return self.num_blocks - self.num_free_blocks
 
     def can_allocate(self, n: int) -> bool:
-        return 0 <= n <= self.num_free_blocks
+        return 0 <= check_int("n", n) <= self.num_free_blocks
 
     def _validate(self, block_ids: Iterable[int], what: str) -> list[int]:
-        try:
-            ids = as_ids(block_ids, "block_ids")
-        except TypeError as e:
-            raise NotABlockId(f"{what}: {e}") from None
-        except ValueError as e:
-            raise UnknownBlock(f"{what}: {e}") from None
-        nb = self.num_blocks
-        if ids and max(ids) >= nb:
-            b = next(b for b in ids if b >= nb)
-            raise UnknownBlock(f"{what}: unknown block id {b} (valid ids are 0..{nb - 1})")
-        return ids
+        return check_block_ids(block_ids, self.num_blocks, what)
 
     # ------------------------------------------------------------------ state changes (all or nothing)
     def allocate(self, n: int, owner: str | None = None) -> list[int]:
@@ -126,10 +140,13 @@ class BlockAllocator:
         n = check_int("n", n, 0)
         if n > self.num_free_blocks:
             raise OutOfBlocks(n, self.num_free_blocks, f"owner {owner}" if owner else "")
-        return self._allocate(n, owner)
+        return self.get_new_blocks(n, owner)
 
-    def _allocate(self, n: int, owner: str | None, record: bool = True) -> list[int]:
-        """allocate without checks (``n`` free blocks are known to be there)."""
+    def get_new_blocks(self, n: int, owner: str | None, record: bool = True) -> list[int]:
+        """The trusted path of :meth:`allocate` (vLLM's ``BlockPool.get_new_blocks``): no checks,
+        for callers that know ``n`` free blocks are there (``BlockManager`` after its own count,
+        the tiered tree after host eviction). ``record=False``: the caller records a higher-level
+        event that says it (``append``, ``cow``, ``write``)."""
         f = self._fresh
         k = min(n, self.num_blocks - f)
         ids = list(range(f, f + k))  # never-used blocks first (the front of the queue)
@@ -156,11 +173,14 @@ class BlockAllocator:
         for b in ids:
             if rc[b] == 0:
                 raise KVCacheError(f"incref: block {b} is free; allocate it before sharing it")
-        self._incref(ids, seq_id)
+        self.touch(ids, seq_id)
 
-    def _incref(self, ids: list[int], seq_id: str | None, record: bool = True) -> None:
-        """incref without validation: for blocks a table or the tree already holds. ``record=False``:
-        the caller records a higher-level event that says it (``adopt``, ``fork``, ``insert``)."""
+    def touch(self, ids: list[int], seq_id: str | None, record: bool = True) -> None:
+        """The trusted path of :meth:`incref` (vLLM's ``BlockPool.touch``): one more reference on
+        each of ``ids``, no checks, for blocks a table or the tree already holds. ``record=False``:
+        the caller records a higher-level event that says it (``adopt``, ``fork``, ``insert``).
+        (vLLM's ``touch`` also takes a cached block with ``ref_cnt`` 0 out of the free queue; here a
+        cached block is never free: the tree holds a reference.)"""
         rc = self.ref_count
         for b in ids:
             rc[b] += 1
@@ -187,11 +207,13 @@ class BlockAllocator:
             for b, k in wanted.items():
                 if k > rc[b]:
                     raise DoubleFree(f"free: block {b} listed {k} times in one call but has ref_count {rc[b]} (double free)")
-        return self._decref(ids, seq_id)
+        return self.free_blocks(ids, seq_id)
 
-    def _decref(self, ids: list[int], seq_id: str | None, record: bool = True) -> list[int]:
-        """free without validation: for references a table or the tree is known to hold
-        (``record=False``: the caller records ``free_seq``, ``evict`` or ``insert`` instead)."""
+    def free_blocks(self, ids: list[int], seq_id: str | None, record: bool = True) -> list[int]:
+        """The trusted path of :meth:`free` (vLLM's ``BlockPool.free_blocks``): one reference less on
+        each of ``ids``, no checks, for references a table or the tree is known to hold; returns
+        the blocks that became free (``record=False``: the caller records ``free_seq``, ``evict``
+        or ``insert`` instead)."""
         rc, own = self.ref_count, self.owner
         released: list[int] = []
         for b in ids:

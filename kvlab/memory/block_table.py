@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .ids import as_ids, check_int
+from .ids import as_ids, check_int, check_seq_id
 
 __all__ = ["Translation", "translate", "slot_mapping", "blocks_needed", "BlockTable"]
 
@@ -96,12 +96,16 @@ def translate(block_table: Sequence[int], pos: int, block_size: int, bytes_per_t
 def slot_mapping(block_table: Sequence[int], start: int, end: int, block_size: int) -> list[int]:
     """Slots of positions ``start..end-1``: ``block_table[pos // block_size] * block_size + pos % block_size``.
 
-    The pure form of :meth:`BlockTable.slot_mapping` (no range checks), for callers that hold
-    plain block-id lists, such as the model runner.
+    The pure form of :meth:`BlockTable.slot_mapping` (no range checks past the id rule of
+    :mod:`kvlab.memory.ids`: a numpy table or numpy positions give plain ints), for callers that
+    hold plain block-id lists, such as the model runner.
 
     Example: ``slot_mapping([3, 7, 1], 3, 6, 4) -> [15, 28, 29]``.
     """
-    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+    table = as_ids(block_table, "block_table")
+    start, end = check_int("start", start, 0), check_int("end", end)
+    block_size = check_int("block_size", block_size, 1)
+    return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -129,6 +133,12 @@ class BlockTable:
     block_size: int
     block_ids: list[int] = field(default_factory=list)
     num_tokens: int = 0
+
+    def __post_init__(self) -> None:  # the id rule (kvlab.memory.ids): plain ints and a str id
+        check_seq_id(self.seq_id)
+        self.block_size = check_int("block_size", self.block_size, 1)
+        self.block_ids = as_ids(self.block_ids, "block_ids")
+        self.num_tokens = check_int("num_tokens", self.num_tokens, 0)
 
     def __len__(self) -> int:
         return len(self.block_ids)

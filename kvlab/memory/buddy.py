@@ -20,7 +20,8 @@ The pool is carved at the start into the largest aligned runs that fit (as many 
 multiple of ``max_run`` keeps small runs at its end that can never join a big one.
 
 Mirrors vLLM's pre-release code, ``cacheflow/master/block_manager.py`` (``BuddyAllocator``,
-used by ``BuddyBlockSpaceManager``; github.com/vllm-project/vllm, commit 38ed06a), the code the
+used by ``BuddyBlockSpaceManager``, in a pre-release version of github.com/vllm-project/vllm;
+commit 38ed06a's version of the file no longer has it), the code the
 paper's Orca baselines ran on: the same carving, the same rounding (``_resize``), split and
 coalesce (``free``: ``buddy = start ^ size``), and the same order (a free list per size, the
 most recently freed run reused first). Names differ: cacheflow's ``size_to_free_blocks`` is

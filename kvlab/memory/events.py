@@ -48,6 +48,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "cow": ("src", "dst", "logical_block"),
     "share_prefix": ("replaced", "released"),
     "free_seq": ("num_blocks", "handed_over"),
+    "drop": ("logical_blocks", "released"),
     # radix tree
     "match": ("prefix_len", "num_tokens", "node"),
     "split": ("node", "new_node", "at", "parent"),

@@ -8,6 +8,7 @@ the rule is written once.
 
     check_int(name, value, minimum=None) -> int
     as_ids(values, what="tokens") -> list[int]     # a sequence of non-negative ints
+    check_seq_id(value, name="seq_id") -> str      # sequence ids are strings, nothing else
 
 Cost: ``as_ids`` makes two C-level passes (the element types, then ``array('Q')`` for the
 range), and only on an error a slow search that names the first bad element.
@@ -25,13 +26,17 @@ Example:
     Traceback (most recent call last):
     ...
     TypeError: tokens[1] = 7.2 is not an int (float)
+    >>> check_seq_id(5)
+    Traceback (most recent call last):
+    ...
+    TypeError: seq_id must be a str, got 5 (int)
 """
 from __future__ import annotations
 
 from array import array
 from typing import Any, Iterable
 
-__all__ = ["check_int", "as_ids"]
+__all__ = ["check_int", "as_ids", "check_seq_id"]
 
 
 def _is_int_like(value: Any) -> bool:
@@ -82,3 +87,11 @@ def as_ids(values: Iterable[int], what: str = "tokens") -> list[int]:
             raise ValueError(f"{what}[{i}] = {t} is negative; ids must be >= 0")
         out.append(t)
     return out
+
+
+def check_seq_id(value: Any, name: str = "seq_id") -> str:
+    """``value`` when it is a str (a sequence id); TypeError naming it otherwise (an int, None,
+    bytes: ids of mixed types would also make every sorted listing of them fail)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {value!r} ({type(value).__name__})")
+    return value

@@ -1,16 +1,21 @@
 """kvlab.reuse: the logical layer, which cached KV a new request can reuse (pure Python).
 
-    radix_cache.py       RadixCache: SGLang's radix tree over token ids (match, insert, lock, evict)
+    radix_cache.py       RadixCache: SGLang's radix tree over token ids (match, split, lock, invariants)
+    radix_insert.py      RadixInsertion: the tree's insert (RadixCache's mixin)
+    radix_node.py        TreeNode, MatchResult, InsertResult, EvictResult, RadixStats: plain data
     radix_snapshot.py    NodeView, RadixSnapshot: the tree frozen for pictures and printing
-    eviction.py          EvictionPolicy, EVICTION_POLICIES: which leaf goes first
+    eviction.py          EvictionPolicy, EVICTION_POLICIES: which leaf goes first; RadixEviction: evict
     block_hash_cache.py  BlockHashCache: vLLM's hash-chained prefix cache, for comparison
     stats.py             HitStats: hits and misses, shared by both caches
     cache_manager.py     CacheManager: the one request cycle and the ownership rule
+    fork_sharing.py      ForkSharing: forks lock the pages another fork caches (CacheManager's mixin)
     schedule.py          order_by_shared_prefix: fcfs, lpm, dfs-weight (cache-aware order)
     lifecycle.py         the states of a KV block and of a node, the legal edges, LifecycleTracker, replay
     hiradix_cache.py     HiRadixCache: the radix tree over a device pool and a host pool (SGLang's HiCache)
+    hiradix_moves.py     TierMoves: backup, evict, evict_host, load_back (HiRadixCache's mixin)
     hiradix_node.py      Transfer, TierStats, HiMatchResult, TierSnapshot: its plain data
-    hicache_storage.py   HiCacheStorage (the disk tier's interface), MemoryStorage, chunk_key
+    hicache_storage.py   HiCacheStorage (the disk tier's interface), MemoryStorage, page_keys, kv_fingerprint
+    hiradix_storage.py   the tree's storage side: saves, disk checks, lookup of pages it does not hold
     hicache_manager.py   HiCacheManager: the request cycle over the tiers; make_cache_manager
     offload.py           recompute or load back: break_even_tokens, offload_costs, LINKS
 
@@ -22,7 +27,7 @@ from .block_hash_cache import BlockHashCache, PrefixMatch, hash_block_tokens
 from .cache_manager import Admission, CacheManager, ServeRecord, serve_request
 from .eviction import EVICTION_POLICIES, EvictionPolicy
 from .hicache_manager import HiCacheManager, make_cache_manager
-from .hicache_storage import HiCacheStorage, MemoryStorage, chunk_key
+from .hicache_storage import HiCacheStorage, MemoryStorage, kv_fingerprint, page_keys
 from .hiradix_cache import WRITE_POLICIES, HiRadixCache
 from .hiradix_node import TierSnapshot, TierStats, Transfer
 from .lifecycle import LEGAL_EDGES, LifecycleTracker, replay
@@ -36,6 +41,6 @@ __all__ = ["BlockHashCache", "PrefixMatch", "hash_block_tokens", "Admission", "C
            "serve_request", "EVICTION_POLICIES", "EvictionPolicy", "EvictResult", "InsertResult", "MatchResult",
            "RadixCache", "RadixStats", "TreeNode", "NodeView", "RadixSnapshot", "SCHEDULE_POLICIES",
            "order_by_shared_prefix", "shared_prefix_lengths", "HitStats",
-           "HiCacheManager", "make_cache_manager", "HiCacheStorage", "MemoryStorage", "chunk_key", "WRITE_POLICIES",
+           "HiCacheManager", "make_cache_manager", "HiCacheStorage", "MemoryStorage", "kv_fingerprint", "page_keys", "WRITE_POLICIES",
            "HiRadixCache", "TierSnapshot", "TierStats", "Transfer", "LEGAL_EDGES", "LifecycleTracker", "replay",
            "LINKS", "LinkSpec", "break_even_tokens", "offload_costs"]

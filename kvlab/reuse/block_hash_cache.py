@@ -52,12 +52,11 @@ Example:
 """
 from __future__ import annotations
 
-from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..memory.block_pool import DoubleFree, KVCacheError, OutOfBlocks, UnknownBlock
+from ..memory.block_pool import DoubleFree, KVCacheError, OutOfBlocks, check_block_ids
 from ..memory.events import EventLog
 from ..memory.ids import as_ids, check_int
 from .stats import HitStats
@@ -178,16 +177,6 @@ class BlockHashCache:
                 tuples.append(t)
         return out
 
-    def _check_ids(self, ids: list, what: str) -> None:
-        """Raise UnknownBlock naming the first id that is not an int in 0..num_blocks-1 (C-speed pass)."""
-        try:
-            ok = not ids or (max(array("q", ids)) < self.num_blocks and min(ids) >= 0)
-        except (TypeError, OverflowError):
-            ok = False
-        if not ok:
-            bad = next(b for b in ids if not isinstance(b, int) or not 0 <= b < self.num_blocks)
-            raise UnknownBlock(f"{what}: unknown block id {bad!r} (valid ids are 0..{self.num_blocks - 1})")
-
     # ------------------------------------------------------------------------- lookup
     def match_prefix(self, tokens: Sequence[int], rid: str | None = None, *, record_stats: bool = True) -> PrefixMatch:
         """The longest run of cached full blocks at the start of ``tokens`` (vLLM's
@@ -235,8 +224,9 @@ class BlockHashCache:
         All or nothing: raises OutOfBlocks, changing nothing, when too few blocks are free
         (hit blocks that sit in the free queue do not count as free for the new ones).
         """
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < match.prefix_len:
-            raise ValueError(f"num_tokens must be an int >= the match's {match.prefix_len} tokens, got {num_tokens!r}")
+        num_tokens = check_int("num_tokens", num_tokens, 0)
+        if num_tokens < match.prefix_len:
+            raise ValueError(f"num_tokens must be >= the match's {match.prefix_len} tokens, got {num_tokens}")
         blocks, queue = self.blocks, self.free_block_queue
         hits = match.block_ids
         for i, b in enumerate(hits):
@@ -295,7 +285,7 @@ class BlockHashCache:
         ids = list(block_ids)
         if len(ids) < n_full:
             raise ValueError(f"block_ids has {len(ids)} block(s) but {len(key)} tokens fill {n_full} full block(s)")
-        self._check_ids(ids[:n_full], "cache_full_blocks")
+        ids = check_block_ids(ids[:n_full], self.num_blocks, "cache_full_blocks")
         blocks = self.blocks
         for b in ids[:n_full]:
             if blocks[b].ref_cnt == 0:
@@ -330,8 +320,7 @@ class BlockHashCache:
         of the free queue in reverse table order (a sequence's tail is evicted before its
         head, as in vLLM). Raises (changing nothing) for an unknown id or a double free,
         including the same block twice in one call."""
-        ids = list(block_ids)
-        self._check_ids(ids, "free")
+        ids = check_block_ids(block_ids, self.num_blocks, "free")
         blocks, queue = self.blocks, self.free_block_queue
         if len(set(ids)) != len(ids) or any(blocks[b].ref_cnt < 1 for b in ids):
             want: dict[int, int] = {}

@@ -39,7 +39,10 @@ One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c
 
     append(s, n)             reserve n more slots (copy-on-write of a shared partial block;
                              evict when short; None and nothing changed when it cannot fit)
-    fork(s, child)           n > 1 samples: the child shares every block and locks the node too
+    fork(s, child)           n > 1 samples: the child shares every block and locks the node too;
+                             when one of them caches pages the others still share, they lock
+                             those pages as well (an unlocked cached block is always one that
+                             eviction frees)
     cache_finished_req       finish or preemption: insert the computed full pages, free the
                              table (duplicates and the partial tail go back to the pool, tree
                              blocks keep the tree's reference), unlock
@@ -81,8 +84,9 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import BlockAllocator, OutOfBlocks
 from ..memory.block_table import BlockTable
 from ..memory.events import EventLog
-from ..memory.ids import as_ids, check_int
+from ..memory.ids import as_ids, check_int, check_seq_id
 from ..memory.snapshot import MemorySnapshot
+from .fork_sharing import ForkSharing, token_mismatch
 from .radix_cache import InsertResult, RadixCache, TreeNode
 
 __all__ = ["Admission", "CacheManager", "ServeRecord", "serve_request"]
@@ -103,7 +107,7 @@ class Admission:
         return self.table.block_ids[:self.prefix_len // self.table.block_size]
 
 
-class CacheManager:
+class CacheManager(ForkSharing):
     """One pool, its block tables and (``radix=True``) the radix tree over it, and the request cycle.
 
     ``block_size`` is also the tree's page size. ``log``: where every event goes (a fresh
@@ -170,6 +174,7 @@ class CacheManager:
         """Evict unlocked tree leaves until ``num_blocks`` blocks are free; True when they are.
         Evicts nothing when even evicting every unlocked leaf would not be enough (as SGLang
         checks free + evictable first)."""
+        num_blocks = check_int("num_blocks", num_blocks, 0)
         free = self.allocator.num_free_blocks
         if num_blocks <= free:
             return True
@@ -188,7 +193,7 @@ class CacheManager:
         and refreshed the access time of the matched path, as a lookup in SGLang does). ``tokens=None``: ids unknown (the simulator's length-only
         requests): nothing is matched, ``num_tokens`` slots are allocated.
         """
-        if seq_id in self.block_manager.tables:
+        if check_seq_id(seq_id) in self.block_manager.tables:
             raise ValueError(f"sequence {seq_id!r} already runs")
         key = as_ids(tokens) if tokens is not None else None
         n = check_int("num_tokens", num_tokens if num_tokens is not None else len(key or ()), 1)
@@ -196,7 +201,7 @@ class CacheManager:
             raise ValueError(f"num_tokens {n} is fewer than the {len(key)} tokens to admit")
         node, prefix_len, kv, m = None, 0, [], None
         if self.tree is not None and key:
-            m = self.tree._match(key, len(key) - 1, seq_id, True)
+            m = self.tree.match_key(key, len(key) - 1, seq_id, True)
             prefix_len, kv = m.prefix_len, m.kv
             if m.last_node is not self.tree.root:  # a lock on the root protects nothing
                 node = m.last_node
@@ -209,11 +214,11 @@ class CacheManager:
             return None
         if m is not None:  # tiers: pages matched off the device come back now (a no-op here)
             node, prefix_len, kv = self._extend_match(seq_id, m, node, prefix_len, kv)
-        table = self.block_manager._adopt(seq_id, kv, prefix_len, n - prefix_len)  # kv: the tree's, in use
+        table = self.block_manager.adopt_match(seq_id, kv, prefix_len, n - prefix_len)  # kv: the tree's, in use
         if node is not None:
             self._locks[seq_id] = node
         if key is not None:
-            self._tokens[seq_id] = key
+            self._tokens[seq_id] = key if key is not tokens else list(key)  # a copy: never the caller's list
         evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
         self.log.add("admit", seq_id, (), prefix_len, n)
         return Admission(seq_id, prefix_len, table, evicted)
@@ -234,10 +239,10 @@ class CacheManager:
         block copies to perform, or None (nothing changed) when the pool cannot supply them."""
         bm = self.block_manager
         t = bm.table(seq_id)
-        cow, new = bm._append_plan(t, n)
+        n, cow, new = bm.append_plan(t, n)
         if not self.make_room(cow + new, seq_id):
             return None
-        return bm._grow(t, n, cow, new)
+        return bm.apply_append(t, n, cow, new)
 
     def fork(self, parent: str, child: str) -> BlockTable:
         """``child`` shares every block of ``parent`` (parallel samples) and locks the same node."""
@@ -251,37 +256,41 @@ class CacheManager:
         return table
 
     def _key(self, seq_id: str, tokens: Sequence[int]) -> list[int]:
-        """``tokens`` checked against the table: validated once (the admitted part is reused)."""
-        t = self.block_manager.table(seq_id)
-        known = self._tokens.get(seq_id)
-        if known is not None and len(tokens) >= len(known) and tokens[:len(known)] == known:
-            key = known + as_ids(tokens[len(known):]) if len(tokens) > len(known) else known
-        else:
-            key = as_ids(tokens)
-            if known is not None and key[:len(known)] != known[:len(key)]:
-                raise ValueError(f"{seq_id}: tokens do not match the ones it was admitted with")
-        if len(key) > t.num_tokens:
-            raise ValueError(f"{seq_id}: {len(key)} tokens but its table holds only {t.num_tokens} slots")
-        return key
+        """``tokens`` checked against what ``seq_id`` holds: ids (a numpy array is fine), at most
+        the table's slots, and an extension of the tokens it was admitted with or cached before.
+        Those only grow: a shorter list, or one that differs at a known position, would let the
+        tree map other tokens to blocks that hold this KV. The key returned is never the caller's
+        own list (a caller that appends to it later changes nothing here).
 
-    def _insert(self, seq_id: str, key: list[int]) -> InsertResult | None:
-        """Put the full pages of ``key`` into the tree (its own references; the table keeps its)."""
-        full = len(key) // self.block_size
-        if self.tree is None or full == 0:
-            return None
-        kv = self.block_manager.table(seq_id).block_ids[:full]
-        return self.tree._insert(key[:full * self.block_size], kv, seq_id, True)
+        Example: admitted [1, 2, 3] -> [1, 2, 3, 4] is the key; [1, 2] and [1, 9, 3] are refused
+        (ValueError naming the sequence and position 2, resp. 1)."""
+        t = self.block_manager.table(seq_id)
+        key = as_ids(tokens)
+        known = self._tokens.get(seq_id)
+        if known is not None:
+            if key[:len(known)] != known:
+                raise ValueError(token_mismatch(seq_id, key, known, "it holds"))
+            if len(key) == len(known):
+                return known
+        if len(key) > t.num_tokens:
+            raise ValueError(f"sequence {seq_id!r}: {len(key)} tokens but its table holds only {t.num_tokens} slots")
+        return list(key) if key is tokens else key
 
     def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
         """Cache a running sequence's computed tokens (after prefill): insert the full pages of
         ``tokens``, point the table at the tree's blocks where they differ (duplicates go back to
         the pool), and move the lock down to the node where ``tokens`` end. Requests admitted
-        later can then reuse them while this one still runs."""
+        later can then reuse them while this one still runs. Forks that share the new pages
+        lock them too. ``tokens`` must extend the ones it was admitted with or cached (see
+        ``_key``): ValueError, nothing changed, otherwise."""
         key = self._key(seq_id, tokens)
-        self._tokens[seq_id] = key
-        res = self._insert(seq_id, key)
-        if res is None:
+        full = len(key) // self.block_size
+        if self.tree is None or full == 0:
+            self._tokens[seq_id] = key
             return None
+        sharers, ids = self._sharers(seq_id, key, full)
+        self._tokens[seq_id] = key
+        res = self.tree.insert_key(key[:full * self.block_size], ids, seq_id, True)
         self.block_manager.share_prefix(seq_id, res.kv)
         old = self._locks.get(seq_id)
         if res.last_node is not old:
@@ -289,33 +298,36 @@ class CacheManager:
             if old is not None:
                 self.tree.dec_lock_ref(old, seq_id)
             self._locks[seq_id] = res.last_node
+        self._lock_sharers(sharers, key, ids, res.kv)
         self.log.add("cache", seq_id, (), res.prefix_len, len(key), False)
         return res
 
     def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
         """A sequence leaves (finished or preempted): insert the full pages of ``tokens`` (the
         ones whose KV is computed; None caches nothing), free its table and drop its lock.
+        ``tokens`` must extend the ones it was admitted with or cached (ValueError, nothing
+        changed, otherwise); forks that share the new pages lock them.
 
         The table is going away, so the tree takes over the table's own reference on each new
         block (SGLang's insert) instead of taking one more, and a duplicate block goes back to
         the pool; the table then drops its reference on the rest (the blocks the tree already
         held, and the partial tail). ``ref_count == tree + tables`` holds before and after."""
-        full = len(tokens) // self.block_size if tokens is not None and self.tree is not None else 0
+        key = self._key(seq_id, tokens) if tokens is not None else None
+        full = len(key) // self.block_size if key is not None and self.tree is not None else 0
         if full == 0:
-            if tokens is not None:
-                self._key(seq_id, tokens)  # still a wrong token list is an error
             self.free(seq_id)
             return None
-        key = self._key(seq_id, tokens)
-        ids = self.block_manager.table(seq_id).block_ids
-        res = self.tree._insert(key[:full * self.block_size], ids[:full], seq_id, False)
+        sharers, ids = self._sharers(seq_id, key, full)
+        all_ids = self.block_manager.table(seq_id).block_ids
+        res = self.tree.insert_key(key[:full * self.block_size], ids, seq_id, False)
         nb = res.prefix_len // self.block_size
         if res.duplicates:  # the tree freed those: the table's reference on them is used up
             dup = set(res.duplicates)
-            drop = [b for b in ids[:nb] if b not in dup] + ids[full:]
+            drop = [b for b in all_ids[:nb] if b not in dup] + all_ids[full:]
         else:
-            drop = ids[:nb] + ids[full:]
-        self.block_manager._release(seq_id, drop)
+            drop = all_ids[:nb] + all_ids[full:]
+        self.block_manager.release_to_tree(seq_id, drop)
+        self._lock_sharers(sharers, key, ids, res.kv)
         node = self._locks.pop(seq_id, None)
         if node is not None:
             self.tree.dec_lock_ref(node, seq_id)
@@ -336,14 +348,20 @@ class CacheManager:
     def check_integrity(self) -> None:
         """The ownership rule, exactly: ``ref_count == tree + tables`` for every block; every
         table consistent; every running sequence's table starts with the blocks of the path it
-        locks; the tree consistent."""
+        locks and uses no other cached block (so every unlocked cached block is one eviction
+        frees: ``available_blocks`` is exact); the tree consistent."""
         tables = self.block_manager.tables
+        in_tree = set(self.tree.tree_block_ids()) if self.tree is not None else set()
         for s, t in tables.items():
             t.check_integrity(self.allocator.ref_count)
             node = self._locks.get(s)
             if node is not None:
-                path = self.tree._path_kv(node)
+                path = self.tree.path_kv(node)
                 assert path == t.block_ids[:len(path)], f"{s}: its table does not start with the path it locks"
+            if self.tree is not None:
+                stray = in_tree.intersection(t.block_ids[len(path) if node is not None else 0:])
+                assert not stray, (f"{s}: uses cached block(s) {sorted(stray)} past the node it locks "
+                                   "(evicting them would free nothing)")
         assert set(self._locks) <= set(tables), "a lock is held for a sequence that does not run"
         assert set(self._tokens) <= set(tables), "tokens kept for a sequence that does not run"
         holders = [t.block_ids for t in tables.values()]
@@ -352,7 +370,7 @@ class CacheManager:
             locks: dict[int, int] = {}
             for node in self._locks.values():
                 locks[node.id] = locks.get(node.id, 0) + 1
-            assert locks == self.tree._lock_targets, "tree locks != the running sequences' locks"
+            assert locks == self.tree.lock_counts(), "tree locks != the running sequences' locks"
         else:
             self.allocator.check_integrity(holders)
 

@@ -5,7 +5,9 @@
 :class:`~kvlab.reuse.hiradix_cache.HiRadixCache`. What changes, step by step::
 
     admit(s, tokens)    match over the tiers: device pages, then host pages, then disk pages
-                        (a disk chunk that is missing or corrupt is a miss: pruned here); lock the
+                        (each disk page read and checked now; one that is missing, corrupt or
+                        foreign is a miss: pruned here); then the storage's longest run of pages
+                        for the rest of the prompt (a restart, another engine); lock the
                         device part; make room for the whole request (device eviction keeps
                         backed-up nodes on the host; write_back copies them there first); then
                         load_back the host and disk pages into fresh device blocks (queued
@@ -25,7 +27,8 @@ on the host pool a block is held by at most one node and never by a table (``HiR
 Mirrors SGLang's scheduler use of ``HiRadixCache`` (``match_prefix`` with ``host_hit_length``,
 ``init_load_back``, ``check_hicache_events``) and ``--hicache-ratio`` / ``--hicache-write-policy``.
 Differences: copies are a queue drained synchronously, no prefetch thread; the load happens at
-admission (SGLang loads in ``init_load_back`` when the request is scheduled: the same point).
+admission (SGLang loads in ``init_load_back`` when the request is scheduled: the same point), and
+storage pages go straight to the device (SGLang prefetches them into the host pool first).
 
 Example (block size 1, a device pool of 4 blocks, a host pool twice that):
     >>> cm = HiCacheManager(num_blocks=4, block_size=1, host_ratio=2, write_policy="write_through")
@@ -50,7 +53,7 @@ from typing import Sequence
 from ..memory.block_pool import BlockAllocator
 from ..memory.block_table import BlockTable
 from ..memory.events import EventLog
-from ..memory.ids import check_int
+from ..memory.ids import as_ids, check_int
 from .cache_manager import Admission, CacheManager
 from .hicache_storage import HiCacheStorage
 from .hiradix_cache import HiRadixCache
@@ -60,12 +63,21 @@ from .radix_cache import InsertResult, TreeNode
 __all__ = ["HiCacheManager", "make_cache_manager"]
 
 
+MAX_HOST_BLOCKS = 1 << 24  # 16 M host blocks: far beyond any host pool a lesson or test builds
+
+
 def _host_blocks(num_blocks: int, host_ratio: float | None, num_host_blocks: int | None) -> int:
     if num_host_blocks is not None:
-        return check_int("num_host_blocks", num_host_blocks, 1)
+        n = check_int("num_host_blocks", num_host_blocks, 1)
+        if n > MAX_HOST_BLOCKS:
+            raise ValueError(f"num_host_blocks {n} is more than {MAX_HOST_BLOCKS} (kvlab's bound)")
+        return n
     if isinstance(host_ratio, bool) or not isinstance(host_ratio, (int, float)) or not math.isfinite(host_ratio) \
             or host_ratio <= 0:
         raise ValueError(f"host_ratio must be a number > 0 (host blocks per device block), got {host_ratio!r}")
+    if num_blocks * host_ratio > MAX_HOST_BLOCKS:
+        raise ValueError(f"host_ratio {host_ratio} x {num_blocks} device blocks is more than {MAX_HOST_BLOCKS} "
+                         "host blocks (kvlab's bound)")
     n = int(num_blocks * host_ratio)
     if n < 1:
         raise ValueError(f"host_ratio {host_ratio} of {num_blocks} device blocks is no host block")
@@ -76,29 +88,33 @@ class HiCacheManager(CacheManager):
     """A device pool of ``num_blocks``, a host pool of ``host_ratio`` times as many blocks (or
     ``num_host_blocks``), the tiered radix tree over both, and the request cycle.
 
-    ``write_policy``: "write_through" (default), "write_through_selective" (after
-    ``write_through_threshold`` matches) or "write_back". ``storage``: a disk tier
+    ``write_policy``: "write_through" (default), "write_through_selective" (once
+    ``write_through_threshold`` requests have inserted a node, SGLang's rule) or "write_back". ``storage``: a disk tier
     (``kvlab.reuse.hicache_storage.HiCacheStorage``), or None. ``load_back_threshold``: host or
     disk hits shorter than this many tokens are recomputed. ``track``: emit lifecycle transitions
-    (default: unless ``log`` is a NullLog). Other arguments as CacheManager's.
+    (default: unless ``log`` is a NullLog). ``storage_kw``: HiRadixCache's storage options
+    (``prefetch_policy``, ``prefetch_threshold``, ``prefetch_timeout_s``, ``storage_write``,
+    ``host_eviction_policy``). Other arguments as CacheManager's.
     """
 
     def __init__(self, num_blocks: int, block_size: int, *, host_ratio: float = 2.0, num_host_blocks: int | None = None,
                  write_policy: str = "write_through", storage: HiCacheStorage | None = None,
                  eviction_policy: str = "lru", log: EventLog | None = None, check_kv: bool = False,
-                 write_through_threshold: int = 2, load_back_threshold: int = 1, track: bool | None = None) -> None:
+                 write_through_threshold: int = 2, load_back_threshold: int = 1, track: bool | None = None,
+                 **storage_kw) -> None:
         nh = _host_blocks(check_int("num_blocks", num_blocks, 1), host_ratio, num_host_blocks)
         allocator = BlockAllocator(num_blocks, block_size, log)
         tree = HiRadixCache(allocator, BlockAllocator(nh, block_size, allocator.log), block_size, eviction_policy,
                             check_kv, write_policy=write_policy, write_through_threshold=write_through_threshold,
-                            load_back_threshold=load_back_threshold, storage=storage, track=track)
+                            load_back_threshold=load_back_threshold, storage=storage, track=track, **storage_kw)
         self._setup(allocator, tree)
         self._beyond: list[TreeNode] = []
+        self._admitting: list[int] = []
 
     @classmethod
     def for_tree(cls, tree: HiRadixCache) -> "HiCacheManager":
         cm = super().for_tree(tree)
-        cm._beyond = []
+        cm._beyond, cm._admitting = [], []
         return cm
 
     # ------------------------------------------------------------------ views
@@ -125,8 +141,14 @@ class HiCacheManager(CacheManager):
     # ------------------------------------------------------------------ the cycle, with checkpoints
     def _room_for_admit(self, need: int, seq_id: str, m: HiMatchResult) -> bool:
         tree = self.tree
-        tree._checkpoint("match", seq_id)
+        tree.checkpoint("match", seq_id)
         self._beyond = tree.check_disk(m.beyond, seq_id) if m is not None and m.beyond else []
+        if m is not None and tree.storage is not None:  # L3: pages the tree does not hold at all
+            after = self._beyond[-1] if self._beyond else m.last_node
+            found = tree.lookup_storage(self._admitting[:-1], after, seq_id)
+            if found is not None:
+                self._beyond.append(found)
+                tree.checkpoint("storage_hit", seq_id)
         if self.make_room(need, seq_id):
             return True
         self._beyond, tree._protected_host = [], set()
@@ -149,38 +171,42 @@ class HiCacheManager(CacheManager):
         return last, prefix_len + tokens, kv + blocks
 
     def admit(self, seq_id: str, tokens: Sequence[int] | None, num_tokens: int | None = None) -> Admission | None:
-        a = super().admit(seq_id, tokens, num_tokens)
-        self.tree._checkpoint("admit", seq_id)
+        self._admitting = as_ids(tokens) if tokens is not None and self.tree.storage is not None else []
+        try:
+            a = super().admit(seq_id, tokens, num_tokens)
+        finally:
+            self._admitting = []
+        self.tree.checkpoint("admit", seq_id)
         return a
 
     def make_room(self, num_blocks: int, seq_id: str | None = None) -> bool:
         ok = super().make_room(num_blocks, seq_id)
-        self.tree._checkpoint("evict", seq_id)
+        self.tree.checkpoint("evict", seq_id)
         return ok
 
     def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
         copies = super().append(seq_id, n)
-        self.tree._checkpoint("append", seq_id)
+        self.tree.checkpoint("append", seq_id)
         return copies
 
     def fork(self, parent: str, child: str) -> BlockTable:
         table = super().fork(parent, child)
-        self.tree._checkpoint("fork", child)
+        self.tree.checkpoint("fork", child)
         return table
 
     def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
         res = super().cache_unfinished_req(seq_id, tokens)
-        self.tree._checkpoint("cache_unfinished_req", seq_id)
+        self.tree.checkpoint("cache_unfinished_req", seq_id)
         return res
 
     def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
         res = super().cache_finished_req(seq_id, tokens)
-        self.tree._checkpoint("cache_finished_req", seq_id)
+        self.tree.checkpoint("cache_finished_req", seq_id)
         return res
 
     def free(self, seq_id: str) -> list[int]:
         released = super().free(seq_id)
-        self.tree._checkpoint("free", seq_id)
+        self.tree.checkpoint("free", seq_id)
         return released
 
     # ------------------------------------------------------------------ invariants
@@ -193,7 +219,7 @@ class HiCacheManager(CacheManager):
         if tr is not None:
             assert tr.device == self.tree.device_states(), "lifecycle: device block states out of date"
             assert tr.host == self.tree.host_states(), "lifecycle: host block states out of date"
-            live = {n.id: self.tree.placement(n) for n in self.tree._iter_nodes()}
+            live = {n.id: self.tree.placement(n) for n in self.tree.iter_nodes()}
             assert tr.nodes == live, "lifecycle: node placements out of date"
 
 

@@ -10,12 +10,15 @@ the host has its parent on one of them. So a prompt's match is device pages, the
 then disk pages (HiCache's ``last_device_node``, ``last_host_node``).
 
 Write policies (SGLang's ``--hicache-write-policy``): ``write_through`` backs a node up to the
-host as soon as it is cached; ``write_through_selective`` once it has been matched
-``write_through_threshold`` times; ``write_back`` only when device eviction would drop it.
-Device eviction (:meth:`evict`) takes unlocked nodes without a device child, LRU first: a
-backed-up one keeps its host copy (``both -> host``), any other is dropped. Host eviction
-(:meth:`evict_host`) takes host-only nodes without a host child: saved to disk when a storage
-tier is attached, else dropped for good. :meth:`load_back` gives host and disk pages fresh
+host as soon as it is cached; ``write_through_selective`` once ``write_through_threshold``
+(default 2) requests have inserted it: counted at insert, once per request, as SGLang's
+``_inc_hit_count`` (which skips chunked-prefill inserts) -- so the second request that caches a
+prefix backs it up (kvlab counted matches before, one request later); ``write_back`` only when
+device eviction would drop it. Device eviction (:meth:`evict`) takes unlocked nodes without a
+device child, LRU first: a backed-up one keeps its host copy (``both -> host``), any other is
+dropped. Host eviction (:meth:`evict_host`) takes host-only nodes without a host child, in the
+host policy's order (LRU, or ARC: ``kvlab.reuse.host_policy``): saved to disk, page by page
+(``kvlab.reuse.hiradix_storage``), when a storage tier is attached, else dropped for good. :meth:`load_back` gives host and disk pages fresh
 device blocks on a hit. The tree never touches a tensor or a file: every copy is a queued
 :class:`Transfer` (``write`` device->host, ``load`` host->device, ``save`` host->disk,
 ``fetch`` disk->device), which the compute layer performs in queue order before the next
@@ -26,16 +29,19 @@ Ownership on the host pool: a host block's ``ref_count`` is 1 while exactly one 
 pool keeps the rule of ``kvlab.reuse.cache_manager`` (``ref_count == tree + tables``); a node
 off the device holds no device block. :meth:`check_integrity` checks both, and the placements.
 
-Mirrors SGLang ``python/sglang/srt/mem_cache/hiradix_cache.py`` (``write_backup``,
-``inc_hit_count``, ``evict``, ``evict_host``, ``load_back``, ``host_value``, ``backuped``,
-``evicted``) and ``memory_pool_host.py`` (the host pool as a ratio of the device pool). kvlab
-differs: copies are a queue, not a background thread; disk chunks are kept as tree nodes (SGLang
-asks L3 for what it does not match locally); a device leaf that must be dropped while nodes below
+Mirrors SGLang ``python/sglang/srt/mem_cache/hiradix_cache.py`` at commit 263bc85d (a 0.5.x
+tree; the file is gone from 0.5.23) (``write_backup``, ``_inc_hit_count``, ``evict``,
+``evict_host``, ``load_back``, ``host_value``, ``backuped``, ``evicted``) and ``memory_pool_host.py`` (the host pool as a ratio of the device pool). kvlab
+differs: copies are a queue, not a background thread; pages saved to disk stay in the tree as
+disk nodes, and, as SGLang does, storage is also asked for the pages it does not hold at all
+(``lookup_storage``); a device leaf that must be dropped while nodes below
 it are off the device takes them with it.
 
-This file is longer than 450 lines because HiRadixCache is one class whose methods share the
-placement invariants (split, match, insert, evict, evict_host, load_back, check_integrity);
-SGLang's hiradix_cache.py is longer still. Its plain data types are in ``hiradix_node.py``.
+The class is written in three files, one concept each: this one (placements, the transfer
+queue, lifecycle checkpoints, split/match/insert over the tiers, invariants),
+``hiradix_moves.py`` (:class:`TierMoves`: ``backup``, ``evict``, ``evict_host``, ``load_back``:
+every move of a node between tiers) and ``hiradix_storage.py`` (:class:`StorageTier`: the disk
+side). Its plain data types are in ``hiradix_node.py``.
 
 Example (block size 1; write_through: every cached page is copied to the host at once):
     >>> dev, host = BlockAllocator(4, 1), BlockAllocator(8, 1)
@@ -56,43 +62,56 @@ Example (block size 1; write_through: every cached page is copied to the host at
 """
 from __future__ import annotations
 
-import heapq
 from typing import Iterable, Sequence
 
 from ..memory.block_pool import BlockAllocator, KVCacheError
 from ..memory.events import NullLog
 from ..memory.ids import check_int
-from .hicache_storage import HiCacheStorage, chunk_key
+from .hicache_storage import HiCacheStorage
+from .hiradix_moves import TierMoves
 from .hiradix_node import HiMatchResult, TierSnapshot, TierStats, Transfer
+from .hiradix_storage import PREFETCH_POLICIES, StorageTier
 from .lifecycle import LifecycleTracker
-from .radix_cache import EvictResult, InsertResult, RadixCache, TreeNode
+from .host_policy import make_host_policy
+from .radix_cache import InsertResult, RadixCache, TreeNode
 
 __all__ = ["WRITE_POLICIES", "Transfer", "TierStats", "HiMatchResult", "TierSnapshot", "HiRadixCache"]  # types: hiradix_node
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
 
-class HiRadixCache(RadixCache):
+class HiRadixCache(StorageTier, TierMoves, RadixCache):
     """A radix tree over a device pool (``allocator``) and a host pool (``host_allocator``).
 
-    ``write_policy``: one of WRITE_POLICIES. ``write_through_threshold``: matches before a
-    selective write-through backs a node up. ``load_back_threshold``: fewer host/disk tokens than
-    this on a match are recomputed instead of loaded (SGLang's ``load_back_threshold``).
-    ``storage``: a HiCacheStorage for the disk tier, or None. ``track``: emit lifecycle
-    transitions (default: unless the log is a NullLog).
+    ``write_policy``: one of WRITE_POLICIES. ``write_through_threshold``: for
+    ``write_through_selective``, the number of requests that must have inserted a node before it
+    is backed up (SGLang's rule and default: counted at insert, 2). ``load_back_threshold``: fewer
+    host/disk tokens than this on a match are recomputed instead of loaded (SGLang's
+    ``load_back_threshold``). ``storage``: a HiCacheStorage for the disk tier, or None.
+    ``prefetch_policy``, ``prefetch_threshold``, ``prefetch_timeout_s``, ``storage_write``: how
+    pages come from and go to storage (``kvlab.reuse.hiradix_storage``). ``host_eviction_policy``:
+    the order host-only nodes leave the host pool (default: the device's ``eviction_policy``).
+    ``track``: emit lifecycle transitions (default: unless the log is a NullLog).
     """
 
     def __init__(self, allocator: BlockAllocator, host_allocator: BlockAllocator, page_size: int = 1,
                  eviction_policy: str = "lru", check_kv: bool = True, *, write_policy: str = "write_through",
                  write_through_threshold: int = 2, load_back_threshold: int = 1,
-                 storage: HiCacheStorage | None = None, track: bool | None = None) -> None:
+                 storage: HiCacheStorage | None = None, track: bool | None = None,
+                 prefetch_policy: str = "wait_complete", prefetch_threshold: int = 1,
+                 prefetch_timeout_s: float = 1.0, storage_write: str = "on_host_evict",
+                 host_eviction_policy: str | None = None) -> None:
         if write_policy not in WRITE_POLICIES:
             raise ValueError(f"unknown write_policy {write_policy!r}; choose one of {WRITE_POLICIES}")
         if not isinstance(host_allocator, BlockAllocator) or host_allocator.block_size != allocator.block_size:
             raise ValueError("host_allocator must be a BlockAllocator with the device pool's block_size "
                              f"{allocator.block_size}, got {host_allocator!r}")
+        if host_allocator is allocator:
+            raise ValueError("host_allocator is the device pool itself: the host tier needs its own BlockAllocator")
         if storage is not None and not isinstance(storage, HiCacheStorage):
-            raise TypeError(f"storage must have exists/add/remove (a HiCacheStorage), got {storage!r}")
+            raise TypeError("storage must have fingerprint, exists, batch_exists, prefetch, add, remove "
+                            f"(a HiCacheStorage), got {storage!r}")
+        self._storage_options(prefetch_policy, prefetch_threshold, prefetch_timeout_s, storage_write)
         self.write_through_threshold = check_int("write_through_threshold", write_through_threshold, 1)
         self.load_back_threshold = check_int("load_back_threshold", load_back_threshold, 0)
         super().__init__(allocator, page_size, eviction_policy, check_kv)
@@ -101,7 +120,10 @@ class HiRadixCache(RadixCache):
         self.storage = storage
         self.tier_stats = TierStats()
         self.host_value: dict[int, list[int]] = {}        # node id -> its host blocks (SGLang's host_value)
-        self.disk_ref: dict[int, tuple[str, int]] = {}    # node id -> (chunk key, first page in it)
+        self.disk_ref: dict[int, list[str]] = {}          # node id -> its pages' storage keys (placement disk)
+        self._saving: set[str] = set()                    # page keys a queued "save" writes
+        self._inserted_by: dict[int, set] = {}            # node id -> requests that inserted it (selective)
+        self.host_policy = make_host_policy(host_eviction_policy or eviction_policy, host_allocator.num_blocks)
         self._tiered: dict[int, TreeNode] = {}            # nodes with a host copy or a disk chunk
         self._offloaded = 0                               # tokens of nodes off the device
         self._transfers: list[Transfer] = []
@@ -147,19 +169,26 @@ class HiRadixCache(RadixCache):
             n = n.parent
         return [t for p in reversed(parts) for t in p]
 
+    def _content(self, node: TreeNode) -> str:
+        """What ``node``'s KV is (its whole prefix), for the host policy's ghosts."""
+        return str(hash(tuple(self._prefix_tokens(node))))
+
     def _queue(self, t: Transfer) -> None:
         self._transfers.append(t)
         if t.kind == "write":
             self._writing.update(t.dst)
         elif t.kind in ("load", "fetch"):
             self._loading.update(t.dst)
+        elif t.kind == "save":
+            self._saving.update(t.keys)
 
     def take_transfers(self) -> list[Transfer]:
         """The queued copies, in the order they must run (and clear the queue: they are done)."""
         out, self._transfers = self._transfers, []
         self._loading.clear()
         self._writing.clear()
-        self._checkpoint("transfers done")
+        self._saving.clear()
+        self.checkpoint("transfers done")
         return out
 
     @property
@@ -182,8 +211,10 @@ class HiRadixCache(RadixCache):
                 out[b] = "writing" if b in self._writing else s
         return out
 
-    def _checkpoint(self, cause: str, rid: str | None = None, device: bool = True) -> None:
-        """Emit the block transitions since the last checkpoint (called between the steps of a cycle)."""
+    def checkpoint(self, cause: str, rid: str | None = None, device: bool = True) -> None:
+        """Emit the block transitions since the last checkpoint, each with ``cause`` (the tree calls
+        it after its own steps; the tiered cache manager after each step of the cycle). Nothing
+        without a tracker."""
         if self.tracker is not None:
             if device:
                 self.tracker.observe("device", self.device_states(), cause, rid)
@@ -193,7 +224,7 @@ class HiRadixCache(RadixCache):
         dev = [0] * self.allocator.num_blocks
         host = [0] * self.host_allocator.num_blocks
         places = {}
-        for n in self._iter_nodes():
+        for n in self.iter_nodes():
             places[n.id] = self.placement(n)
             for b in n.value:
                 dev[b] = n.id
@@ -210,8 +241,12 @@ class HiRadixCache(RadixCache):
             hv = self.host_value[child.id]
             self.host_value[new.id], self.host_value[child.id] = hv[:k], hv[k:]
         if child.id in self.disk_ref:
-            key, off = self.disk_ref[child.id]
-            self.disk_ref[new.id], self.disk_ref[child.id] = (key, off), (key, off + k)
+            keys = self.disk_ref[child.id]
+            self.disk_ref[new.id], self.disk_ref[child.id] = keys[:k], keys[k:]
+        if child.id in self._inserted_by:
+            self._inserted_by[new.id] = set(self._inserted_by[child.id])
+        if child.id in self.host_value:
+            self.host_policy.split(child.id, new.id, k)
         if child.id in self._tiered:
             self._tiered[new.id] = new
         if child.id in self._protected_host:
@@ -219,11 +254,11 @@ class HiRadixCache(RadixCache):
         self._note(new, "split", None)
         return new
 
-    def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> HiMatchResult:
+    def match_key(self, key: list, limit: int, rid: str | None = None, record_stats: bool = True) -> HiMatchResult:
         """RadixCache's match (split, refresh), then the part of it off the device; a selective
         write-through backs up the matched device nodes hit often enough."""
         self._protected_host = set()
-        m = super()._match(key, limit, rid, False)
+        m = super().match_key(key, limit, rid, False)
         node, beyond = m.last_node, []
         while node is not self.root and not node.value:
             beyond.append(node)
@@ -233,6 +268,11 @@ class HiRadixCache(RadixCache):
         disk = sum(len(n.key) for n in beyond) - host
         dev_len = m.prefix_len - host - disk
         self._protected_host = {n.id for n in beyond}
+        n = m.last_node
+        while n is not self.root:  # the host policy sees which host copies a request uses
+            if n.id in self.host_value:
+                self.host_policy.touch(n.id)
+            n = n.parent
         if record_stats:
             s = self.stats
             s.num_matches += 1
@@ -240,22 +280,13 @@ class HiRadixCache(RadixCache):
             s.missed_tokens += len(key) - m.prefix_len
             self.tier_stats.host_hit_tokens += host
             self.tier_stats.disk_hit_tokens += disk
-        if self.write_policy == "write_through_selective":
-            n, hot = node, []
-            while n is not self.root:
-                if n.hit_count >= self.write_through_threshold and n.id not in self.host_value:
-                    hot.append(n)
-                n = n.parent
-            for n in reversed(hot):
-                if not self.backup(n, rid, "write_through_selective"):
-                    break
         return HiMatchResult(dev_len, m.kv, node, tuple(beyond), host, disk)
 
-    def _insert(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
+    def insert_key(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
         """RadixCache's insert, after giving the caller's blocks to matched nodes that are off the
         device (their KV was just recomputed: ``host -> both``, ``disk -> device``); then, for
         write_through, back up the path."""
-        self._checkpoint("allocate", rid)
+        self.checkpoint("allocate", rid)
         node, pos, child, m = walk if walk is not None else self._walk(key, len(key))
         if child is not None and not child.value:
             node, pos, walk = self._split(child, m), pos + m, None
@@ -263,18 +294,23 @@ class HiRadixCache(RadixCache):
             self._reattach(node, pos, kv, rid)
             walk = None
         known = self.tracker.nodes if self.tracker is not None else None
-        res = super()._insert(key, kv, rid, share, walk)
+        res = super().insert_key(key, kv, rid, share, walk)
         if known is not None and res.last_node.id not in known:
             self._note(res.last_node, "insert", rid)
-        if self.write_policy == "write_through":
+        if self.write_policy != "write_back":
             path, n = [], res.last_node
             while n is not self.root:
                 path.append(n)
                 n = n.parent
             for n in reversed(path):
-                if n.id not in self.host_value and not self.backup(n, rid, "write_through"):
+                if self.write_policy == "write_through_selective":  # SGLang's inc_hit_count at insert
+                    seen = self._inserted_by.setdefault(n.id, set())
+                    seen.add(rid if rid is not None else object())
+                    if len(seen) < self.write_through_threshold:
+                        continue
+                if n.id not in self.host_value and not self.backup(n, rid, self.write_policy):
                     break
-        self._checkpoint("insert", rid)
+        self.checkpoint("insert", rid)
         return res
 
     def _reattach(self, node: TreeNode, end: int, kv: list[int], rid: str | None) -> None:
@@ -287,7 +323,7 @@ class HiRadixCache(RadixCache):
             n = n.parent
         for n, e in reversed(chain):
             blocks = list(kv[(e - len(n.key)) // ps:e // ps])
-            self.allocator._incref(blocks, rid, record=False)
+            self.allocator.touch(blocks, rid, record=False)
             n.value = blocks
             self._offloaded -= len(n.key)
             if self._tree_blocks is not None:
@@ -295,206 +331,7 @@ class HiRadixCache(RadixCache):
             if self.disk_ref.pop(n.id, None) is not None and n.id not in self.host_value:
                 del self._tiered[n.id]
             self._note(n, "recompute", rid)
-        self._checkpoint("recompute", rid)
-
-    # ------------------------------------------------------------------ backup, evict, evict_host
-    def backup(self, node: TreeNode, rid: str | None = None, cause: str = "write_through") -> bool:
-        """Copy a device node to the host (SGLang's ``write_backup``): host blocks (host eviction
-        first when short) and a queued "write"; ``device -> both``. False, with nothing changed,
-        when even host eviction cannot make room."""
-        n, ha = len(node.value), self.host_allocator
-        if node.id in self.host_value:
-            return True
-        if not n or n > ha.num_blocks:
-            return False
-        if ha.num_free_blocks < n:
-            if ha.num_free_blocks + self._host_evictable() < n:
-                return False  # host eviction could not make room: evict nothing for nothing
-            self.evict_host(n - ha.num_free_blocks, rid)
-            self._checkpoint(cause, rid, device=False)
-            if ha.num_free_blocks < n:
-                return False
-        hv = ha._allocate(n, None, record=False)
-        self.host_value[node.id] = hv
-        self._tiered[node.id] = node
-        self._queue(Transfer("write", tuple(node.value), tuple(hv), node=node.id))
-        self.tier_stats.written_tokens += len(node.key)
-        self.log.record("write", rid, hv, node=node.id, src=list(node.value), policy=cause)
-        self._note(node, cause, rid)
-        self._checkpoint(cause, rid, device=False)
-        return True
-
-    def _device_leaves(self) -> list[TreeNode]:
-        return [n for n in self._iter_nodes()
-                if n.value and not n.lock_ref and not any(c.value for c in n.children.values())]
-
-    def evict(self, num_tokens: int, rid: str | None = None) -> EvictResult:
-        """Free at least ``num_tokens`` device tokens from unlocked nodes with no child on the device,
-        in policy order. A node with a host copy stays in the tree on the host (``both -> host``);
-        write_back first copies one that has none; any other is dropped (with the nodes below it,
-        all off the device). Frees less, and says so, when less is evictable."""
-        num_tokens = check_int("num_tokens", num_tokens, 0)
-        prio, root = self.policy.priority, self.root
-        heap = [(prio(n), n.id, n) for n in self._device_leaves()]
-        heapq.heapify(heap)
-        freed, blocks, ids, kept = 0, [], [], []
-        while freed < num_tokens and heap:
-            _, _, x = heapq.heappop(heap)
-            parent, ln, dev = x.parent, len(x.key), x.value
-            if x.id not in self.host_value and self.write_policy == "write_back":
-                self.backup(x, rid, "write_back")
-            if x.id in self.host_value:
-                x.value = []
-                self._offloaded += ln
-                if self._tree_blocks is not None:
-                    self._tree_blocks.difference_update(dev)
-                kept.append(x.id)
-                self._note(x, "evict", rid)
-                self._checkpoint("evict", rid, device=False)  # its host blocks: backup -> host
-            else:
-                self._remove(x, "evict", rid)
-            self.allocator._decref(dev, rid, record=False)
-            self._loading.difference_update(dev)  # a queued copy into them is wasted now
-            freed += ln
-            blocks += dev
-            ids.append(x.id)
-            if parent is not root and not parent.lock_ref and not any(c.value for c in parent.children.values()):
-                heapq.heappush(heap, (prio(parent), parent.id, parent))
-        if blocks:
-            self.stats.evicted_tokens += freed
-            self.stats.evicted_nodes += len(ids)
-        self.log.record("evict", rid, blocks, requested=num_tokens, num_tokens=freed, nodes=ids, kept_on_host=kept,
-                        policy=self.policy.name)
-        self._checkpoint("evict", rid)
-        return EvictResult(num_tokens, freed, blocks, ids)
-
-    def _remove(self, node: TreeNode, cause: str, rid: str | None) -> list[int]:
-        """Take ``node`` and everything below it (all unlocked) out of the tree; free their host
-        blocks; returns their device blocks (the caller frees those)."""
-        del node.parent.children[self._child_key(node.key)]
-        node.parent = None
-        stack, dev = [node], []
-        while stack:
-            n = stack.pop()
-            stack.extend(n.children.values())
-            self._num_nodes -= 1
-            self._evictable_size -= len(n.key)
-            if n.value:
-                dev += n.value
-                if self._tree_blocks is not None:
-                    self._tree_blocks.difference_update(n.value)
-            else:
-                self._offloaded -= len(n.key)
-            hv = self.host_value.pop(n.id, None)
-            if hv:
-                self.host_allocator._decref(hv, rid, record=False)
-                self._writing.difference_update(hv)
-                self.tier_stats.host_dropped_tokens += len(n.key)
-            self.disk_ref.pop(n.id, None)
-            self._tiered.pop(n.id, None)
-            self._protected_host.discard(n.id)
-            self._note(n, cause if n is node else "drop", rid, "evicted")
-        return dev
-
-    def _host_evictable(self) -> int:
-        """Host blocks host eviction could free now (host-only nodes not about to be loaded)."""
-        return sum(len(hv) for i, hv in self.host_value.items()
-                   if not self._tiered[i].value and i not in self._protected_host)
-
-    def _host_leaf(self, n: TreeNode) -> bool:
-        return (not n.value and n.id in self.host_value and n.id not in self._protected_host
-                and not any(c.id in self.host_value for c in n.children.values()))
-
-    def evict_host(self, num_pages: int, rid: str | None = None) -> int:
-        """Free at least ``num_pages`` host blocks from host-only nodes with no child on the host,
-        in policy order: each is saved to disk (``host -> disk``; a queued "save" unless the chunk
-        exists already) with a storage tier, else dropped. Returns the host blocks freed."""
-        num_pages = check_int("num_pages", num_pages, 0)
-        prio = self.policy.priority
-        heap = [(prio(n), n.id, n) for n in list(self._tiered.values()) if self._host_leaf(n)]
-        heapq.heapify(heap)
-        freed, ids, blocks = 0, [], []
-        while freed < num_pages and heap:
-            _, _, x = heapq.heappop(heap)
-            parent = x.parent
-            hv = self.host_value.pop(x.id)
-            if self.storage is not None:
-                prefix = self._prefix_tokens(x)
-                key = chunk_key(prefix, len(prefix) - len(x.key))
-                if not self.storage.exists(key):
-                    self.storage.add(key, len(hv))
-                    self._queue(Transfer("save", tuple(hv), (), key=key, node=x.id))
-                    self.tier_stats.saved_tokens += len(x.key)
-                self.disk_ref[x.id] = (key, 0)
-                self._note(x, "evict_host", rid)
-            else:
-                self.host_value[x.id] = hv  # _remove frees it with the node
-                self._remove(x, "evict_host", rid)
-                hv = []
-            if hv:
-                self.host_allocator._decref(hv, rid, record=False)
-                self._writing.difference_update(hv)
-            freed += len(x.key) // self.page_size
-            blocks += hv
-            ids.append(x.id)
-            if parent is not self.root and self._host_leaf(parent):
-                heapq.heappush(heap, (prio(parent), parent.id, parent))
-        self.log.record("evict_host", rid, blocks, requested=num_pages, num_pages=freed, nodes=ids,
-                        to_disk=self.storage is not None)
-        self._checkpoint("evict_host", rid, device=False)
-        return freed
-
-    # ------------------------------------------------------------------ load back
-    def check_disk(self, nodes: Sequence[TreeNode], rid: str | None = None) -> list[TreeNode]:
-        """``nodes`` (a match's ``beyond``) up to the first disk node whose chunk is missing or
-        corrupt; that node and everything below it leave the tree (a miss, never a wrong answer)."""
-        for i, n in enumerate(nodes):
-            if n.id in self.disk_ref and (self.storage is None or not self.storage.exists(self.disk_ref[n.id][0])):
-                key = self.disk_ref[n.id][0]
-                if self.storage is not None:
-                    self.storage.remove(key)
-                self.tier_stats.disk_misses += 1
-                self.log.record("disk_miss", rid, (), node=n.id, key=key)
-                self._remove(n, "miss", rid)
-                return list(nodes[:i])
-        return list(nodes)
-
-    def load_back(self, nodes: Sequence[TreeNode], rid: str | None = None) -> list[int]:
-        """Give ``nodes`` (a match's ``beyond``, top down, none on the device) fresh device blocks
-        and queue their copies ("load" from the host, "fetch" from disk); ``host -> both``,
-        ``disk -> device``. The caller makes room first: raises OutOfBlocks (nothing changed) when
-        the pool is short. Returns the new device blocks."""
-        nodes = list(nodes)
-        for i, n in enumerate(nodes):
-            self._check_node(n, "load_back")
-            parent_ok = (n.parent is self.root or n.parent.value) if i == 0 else n.parent is nodes[i - 1]
-            if n.value or not parent_ok:
-                raise KVCacheError(f"load_back: node {n.id} is on the device or does not continue the path")
-        total = sum(len(n.key) for n in nodes) // self.page_size
-        blocks = self.allocator.allocate(total, rid) if total else []
-        off = 0
-        for n in nodes:
-            k = len(n.key) // self.page_size
-            dev = blocks[off:off + k]
-            off += k
-            n.value = dev
-            self._offloaded -= len(n.key)
-            if self._tree_blocks is not None:
-                self._tree_blocks.update(dev)
-            if n.id in self.host_value:
-                self._queue(Transfer("load", tuple(self.host_value[n.id]), tuple(dev), node=n.id))
-                self.tier_stats.loaded_tokens += len(n.key)
-            else:
-                key, page = self.disk_ref.pop(n.id)
-                del self._tiered[n.id]
-                self._queue(Transfer("fetch", (), tuple(dev), key=key, page_offset=page, node=n.id))
-                self.tier_stats.fetched_tokens += len(n.key)
-            self._note(n, "load_back", rid)
-        self._protected_host.difference_update(n.id for n in nodes)
-        if nodes:
-            self.log.record("load_back", rid, blocks, nodes=[n.id for n in nodes], num_tokens=total * self.page_size)
-        self._checkpoint("load_back", rid)
-        return blocks
+        self.checkpoint("recompute", rid)
 
     def reset(self) -> None:
         """Drop everything on every tier (raises if a node is still locked)."""
@@ -503,7 +340,7 @@ class HiRadixCache(RadixCache):
         self._protected_host = set()
         for c in list(self.root.children.values()):
             dev = self._remove(c, "reset", None)
-            self.allocator._decref(dev, None, record=False)
+            self.allocator.free_blocks(dev, None, record=False)
             self._loading.difference_update(dev)
 
     # ------------------------------------------------------------------ integrity
@@ -530,6 +367,10 @@ class HiRadixCache(RadixCache):
             hv = self.host_value.get(node.id)
             assert not node.value or len(node.value) == pages, f"node {node.id}: {len(node.value)} device blocks, {pages} pages"
             assert hv is None or len(hv) == pages, f"node {node.id}: {len(hv)} host blocks, {pages} pages"
+            dk = self.disk_ref.get(node.id)
+            assert dk is None or len(dk) == pages, f"node {node.id}: {len(dk)} page keys, {pages} pages"
+            assert dk is None or (self.storage is not None and dk == self.node_keys(node)), \
+                f"node {node.id}: its page keys are not the keys of its tokens"  # the KV it would fetch is its own
             assert (where == "disk") == (node.id in self.disk_ref), f"node {node.id} ({where}): disk_ref disagrees"
             assert where == "device" or self._tiered.get(node.id) is node, f"node {node.id} ({where}) not in _tiered"
             parent_where = "device" if node.parent is self.root else self.placement(node.parent)
@@ -553,9 +394,10 @@ class HiRadixCache(RadixCache):
         assert unlocked == self._evictable_size and locked == self._protected_size, "evictable/protected sizes"
         assert offloaded == self._offloaded, f"offloaded tokens {self._offloaded} != {offloaded}"
         assert set(self.host_value) | set(self.disk_ref) == set(self._tiered) <= live, "side tables name dead nodes"
+        assert set(self._inserted_by) <= live, "insert counts name dead nodes"
         assert set(self._lock_targets) <= live and self._protected_host <= live, "a lock or protection on a dead node"
         assert self._tree_blocks is None or seen_dev == self._tree_blocks, "the tree's block set is out of date"
-        self.allocator.check_integrity([n.value for n in self._iter_nodes()] + [list(h) for h in holders])
+        self.allocator.check_integrity([n.value for n in self.iter_nodes()] + [list(h) for h in holders])
         self.host_allocator.check_integrity(list(self.host_value.values()))
         if self.tracker is not None:
             assert not self.tracker.illegal, f"illegal lifecycle transitions: {self.tracker.illegal[:4]}"
@@ -571,7 +413,7 @@ class HiRadixCache(RadixCache):
             if n.id in self.host_value:
                 where.append(f"host={self.host_value[n.id]}")
             if n.id in self.disk_ref:
-                where.append(f"disk={self.disk_ref[n.id][0][:8]}+{self.disk_ref[n.id][1]}")
+                where.append(f"disk={self.disk_ref[n.id][0][:8]}..x{len(self.disk_ref[n.id])}")
             lock = f" lock={n.lock_ref}" if n.lock_ref else ""
             lines.append(f"{pad}[{toks}] {self.placement(n)} {' '.join(where)}{lock}")
             stack.extend((c, pad + "  ") for c in reversed(n.children.values()))

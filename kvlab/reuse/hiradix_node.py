@@ -21,14 +21,13 @@ __all__ = ["Transfer", "TierStats", "HiMatchResult", "TierSnapshot"]
 @dataclass(frozen=True, slots=True)
 class Transfer:
     """One copy for the compute layer. ``kind``: "write" (device blocks ``src`` -> host blocks
-    ``dst``), "load" (host -> device), "save" (host blocks ``src`` -> the chunk ``key``), "fetch"
-    (pages ``page_offset ...`` of chunk ``key`` -> device blocks ``dst``). ``node``: whose KV."""
+    ``dst``), "load" (host -> device), "save" (host blocks ``src`` -> the pages ``keys``, one key
+    a block), "fetch" (the pages ``keys`` -> device blocks ``dst``). ``node``: whose KV."""
 
     kind: str
     src: tuple[int, ...]
     dst: tuple[int, ...]
-    key: str = ""
-    page_offset: int = 0
+    keys: tuple[str, ...] = ()
     node: int = 0
 
     @property
@@ -46,6 +45,7 @@ class TierStats:
     loaded_tokens: int = 0        # host -> device (load_back)
     saved_tokens: int = 0         # host -> disk
     fetched_tokens: int = 0       # disk -> device (load_back)
+    storage_hit_tokens: int = 0   # found in storage beyond the tree (a restart, another engine)
     skipped_tokens: int = 0       # host or disk hits not loaded (fewer than load_back_threshold)
     disk_misses: int = 0          # chunks found missing or corrupt
     host_dropped_tokens: int = 0  # left the host for good (no storage tier)

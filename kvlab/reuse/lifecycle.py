@@ -91,7 +91,7 @@ LEGAL_EDGES: dict[str, dict[tuple[str, str], str]] = {
         ("new", "device"): "insert: a request's computed pages are cached",
         ("new", "both"): "split of a node on both tiers",
         ("new", "host"): "split of a host-only node",
-        ("new", "disk"): "split of a disk-only node",
+        ("new", "disk"): "split of a disk-only node, or pages found in storage beyond the tree (a restart, another engine)",
         ("device", "both"): "backed up to the host (write_through, selective after enough hits, write_back on eviction)",
         ("both", "host"): "its device copy was evicted; the host copy stays",
         ("host", "both"): "loaded back onto the device on a hit (or recomputed)",

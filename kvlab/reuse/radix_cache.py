@@ -31,9 +31,9 @@ heap (no tree walk per call).
 Not handled here: the K/V tensors (the tree only hands out block ids), per-request extra keys
 (LoRA, images), thread safety. The node and result types are in ``radix_node.py``.
 
-This file is longer than 450 lines because RadixCache is one class whose methods share the
-tree's invariants (match, split, lock, insert, evict, check_integrity); splitting it would
-scatter them. SGLang's radix_cache.py is longer still.
+The class is written in three files, one concept each: this one (nodes, matching, splitting,
+locking, sizes, invariants), ``radix_insert.py`` (:class:`RadixInsertion`: ``insert``) and
+``eviction.py`` (:class:`RadixEviction`: the policies' heap, ``evict``, ``reset``).
 
 Example (page_size 1, one slot per token):
     >>> from kvlab.memory.block_pool import BlockAllocator
@@ -52,14 +52,13 @@ Example (page_size 1, one slot per token):
 """
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from ..memory.block_pool import BlockAllocator, DoubleFree, KVCacheError, UnknownBlock
-from ..memory.events import EventLog, pack_ids
+from ..memory.block_pool import BlockAllocator, KVCacheError
+from ..memory.events import EventLog
 from ..memory.ids import as_ids, check_int
-from .eviction import EVICTION_POLICIES, EvictionPolicy, get_eviction_policy
+from .eviction import EVICTION_POLICIES, EvictionPolicy, RadixEviction, get_eviction_policy
+from .radix_insert import RadixInsertion
 from .radix_node import EvictResult, InsertResult, MatchResult, RadixStats, TreeNode, common_prefix_len
 from .radix_snapshot import NodeView, RadixSnapshot
 
@@ -67,7 +66,7 @@ __all__ = ["TreeNode", "MatchResult", "InsertResult", "EvictResult", "RadixStats
            "common_prefix_len", "EVICTION_POLICIES", "EvictionPolicy"]
 
 
-class RadixCache:
+class RadixCache(RadixInsertion, RadixEviction):
     """A radix tree over token ids whose nodes own KV blocks of ``allocator``.
 
     ``allocator.block_size`` must equal ``page_size`` (one block = one page; with
@@ -120,11 +119,6 @@ class RadixCache:
         self.policy = get_eviction_policy(eviction_policy)
 
     # ------------------------------------------------------------------ small helpers
-    def set_eviction_policy(self, name: str) -> None:
-        """Switch the policy (rebuilds the eviction heap)."""
-        self.policy = get_eviction_policy(name)
-        self._rebuild_heap()
-
     def _child_key(self, key: list, pos: int = 0):
         return key[pos] if self.page_size == 1 else tuple(key[pos:pos + self.page_size])
 
@@ -132,24 +126,16 @@ class RadixCache:
         self._clock += 1
         return self._clock
 
-    def _push(self, node: TreeNode) -> None:
-        """Record an evictable leaf in the heap (stale entries are skipped when popped)."""
-        heapq.heappush(self._heap, (self.policy.priority(node), node.id, node))
-        if len(self._heap) > 2 * self._num_nodes + 64:
-            self._rebuild_heap()
-
-    def _rebuild_heap(self) -> None:
-        prio = self.policy.priority
-        self._heap = [(prio(n), n.id, n) for n in self._iter_nodes() if not n.children and n.lock_ref == 0]
-        heapq.heapify(self._heap)
-
-    def _iter_nodes(self) -> Iterable[TreeNode]:
-        """Every non-root node, depth first (children in insertion order)."""
+    def iter_nodes(self) -> Iterable[TreeNode]:
+        """Every non-root node, depth first (children in insertion order). Read them; change the
+        tree through its methods."""
         stack = list(reversed(self.root.children.values()))
         while stack:
             n = stack.pop()
             yield n
             stack.extend(reversed(n.children.values()))
+
+    _iter_nodes = iter_nodes  # the old name, still used by kvlab/check/l08_eviction.py (to go)
 
     def _check_node(self, node: TreeNode, what: str) -> None:
         if not isinstance(node, TreeNode):
@@ -160,8 +146,11 @@ class RadixCache:
         if n is not self.root:
             raise KVCacheError(f"{what}: node {node.id} is not in this tree (evicted or from another cache)")
 
-    def _path_kv(self, node: TreeNode) -> list[int]:
-        """The blocks of every node from the root down to ``node``."""
+    def path_kv(self, node: TreeNode) -> list[int]:
+        """The blocks of every node from the root down to ``node`` (a node of this tree, trusted).
+
+        Example: after ``insert([1, 2, 3], [4, 5, 6])`` and a match that split it at 2, the path of
+        the node [3] is [4, 5, 6]."""
         parts = []
         n = node
         while n is not self.root:
@@ -250,7 +239,7 @@ class RadixCache:
         node [1, 2, 3] is split into [1, 2] -> [3].
         """
         key = as_ids(tokens)
-        return self._match(key, len(key), rid, record_stats)
+        return self.match_key(key, len(key), rid, record_stats)
 
     def match_for_prefill(self, tokens: Sequence[int], rid: str | None = None) -> MatchResult:
         """``match_prefix`` capped at ``len(tokens) - 1`` tokens: a fully cached prompt still
@@ -258,10 +247,12 @@ class RadixCache:
         sample the first output token (SGLang and vLLM cap the same way). Example: cache holds
         [1, 2, 3]; ``match_for_prefill([1, 2, 3])`` -> prefix_len 2."""
         key = as_ids(tokens)
-        return self._match(key, max(0, len(key) - 1), rid, True)
+        return self.match_key(key, max(0, len(key) - 1), rid, True)
 
-    def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> MatchResult:
-        """match_prefix on a validated key, matching at most ``limit`` tokens."""
+    def match_key(self, key: list, limit: int, rid: str | None = None, record_stats: bool = True) -> MatchResult:
+        """The trusted path of :meth:`match_prefix`: ``key`` is already a list of ints (the cache
+        manager validated it once, at ``admit``); match at most ``limit`` tokens (``len(key) - 1``
+        for a prefill, as :meth:`match_for_prefill`). Splits, refreshes and counts as match_prefix."""
         node, pos, child, m = self._walk(key, limit)
         if child is not None:
             node, pos = self._split(child, m), pos + m
@@ -271,7 +262,7 @@ class RadixCache:
             n.last_access_time = t
             n.hit_count += 1
             n = n.parent
-        kv = self._path_kv(node)
+        kv = self.path_kv(node)
         if node is not self.root and not node.children and node.lock_ref == 0:
             self._push(node)  # its priority changed while it is an evictable leaf
         if record_stats:
@@ -292,7 +283,7 @@ class RadixCache:
         """``(prefix_len, kv)`` of the cached prefix, changing nothing (see ``peek_prefix_len``)."""
         key = as_ids(tokens)
         node, pos, child, m = self._walk(key, len(key))
-        kv = self._path_kv(node)
+        kv = self.path_kv(node)
         if child is not None:
             kv += child.value[:m // self.page_size]
         return pos + m, kv
@@ -347,165 +338,28 @@ class RadixCache:
         self.log.add("unlock", rid, (), node.id, delta)
         return delta
 
-    # ------------------------------------------------------------------ insert
-    def insert(self, tokens: Sequence[int], kv: Sequence[int], rid: str | None = None, *,
-               share: bool = False) -> InsertResult:
-        """Cache ``tokens`` whose KV is in blocks ``kv``; returns how much was already cached.
+    def lock_counts(self) -> dict[int, int]:
+        """``{node id: inc_lock_ref calls on exactly that node not yet undone}`` (a copy), for
+        checks: the cache manager compares it with the locks its running sequences hold."""
+        return dict(self._lock_targets)
 
-        ``kv`` covers all of ``tokens`` (one block per token when page_size is 1, one per full
-        page otherwise: ``len(kv) == len(tokens) // page_size``; a trailing partial page is not
-        cached). Blocks passed for tokens that were already cached, and that differ from the
-        tree's, are duplicates; use ``result.kv`` from now on.
+    def split_at(self, key: list, n: int) -> TreeNode:
+        """The node where the first ``n`` tokens of ``key`` end (trusted: ``key`` a list of ints
+        whose first ``n`` tokens, whole pages, are in the tree), split there when they end inside a
+        node. No refresh, no stats: for the cache manager's fork sharing, which locks it.
 
-        ``share=False`` (SGLang's ``insert``): the tree takes over the caller's reference on the
-        blocks of the new suffix, and hands the duplicates back to the allocator (``freed``).
-        ``share=True`` (a running block table keeps its blocks, see ``CacheManager``): the tree
-        takes a reference of its own on the new blocks and leaves the duplicates to the caller.
-
-        Raises (changing nothing): TypeError for a non-int token or block id, ValueError for a
-        kv of the wrong length, KVCacheError for an unknown block id and (with ``check_kv``,
-        the default) for a new block that is free or already owned by the tree.
-        """
-        key = as_ids(tokens)
-        kv = as_ids(kv, "kv")
-        ps = self.page_size
-        if len(kv) != len(key) // ps:
-            raise ValueError(f"kv has {len(kv)} block id(s) but {len(key)} token(s) with page_size {ps} "
-                             f"need {len(key) // ps}")
-        key = key[:len(kv) * ps] if ps > 1 else key
-        node, pos, child, m = self._walk(key, len(key))
-        end = pos + m
-        tree_kv = self._path_kv(node)
-        if child is not None:
-            tree_kv += child.value[:m // ps]
-        nb = end // ps
-        dups = [b for b, t in zip(kv[:nb], tree_kv) if b != t] if kv[:nb] != tree_kv else []
-        self._validate_insert(kv[nb:], dups, share)
-        return self._insert(key, kv, rid, share, (node, pos, child, m))
-
-    def _validate_insert(self, new_blocks: list[int], dups: list[int], share: bool) -> None:
-        nblocks, rc, tree_blocks = self.allocator.num_blocks, self.allocator.ref_count, self._tree_blocks
-        for b in new_blocks + dups:
-            if b >= nblocks:
-                raise UnknownBlock(f"insert: unknown block id {b} (valid ids are 0..{nblocks - 1})")
-        if len(set(new_blocks)) != len(new_blocks):
-            raise KVCacheError(f"insert: a block id appears twice in kv's new part {new_blocks}")
-        for b in new_blocks:
-            if rc[b] == 0:
-                raise KVCacheError(f"insert: block {b} is free; allocate it before inserting it")
-        if tree_blocks is not None and not tree_blocks.isdisjoint(new_blocks):
-            b = next(b for b in new_blocks if b in tree_blocks)
-            raise KVCacheError(f"insert: block {b} is already owned by the tree (it would be kept twice)")
-        if dups and not share:
-            counts: dict[int, int] = {}
-            for b in dups:
-                counts[b] = counts.get(b, 0) + 1
-            for b, c in counts.items():
-                if tree_blocks is not None and b in tree_blocks:
-                    raise KVCacheError(f"insert: duplicate block {b} passed for cached tokens is owned by the "
-                                       "tree at another position; freeing it would corrupt the cache")
-                if rc[b] < c:
-                    raise DoubleFree(f"insert: duplicate block {b} is listed {c} time(s) but has ref_count {rc[b]}")
-            if not set(dups).isdisjoint(new_blocks):
-                raise KVCacheError("insert: a block is passed both as a duplicate and as new KV")
-
-    def _insert(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
-        """insert without validation: ``key`` holds whole pages and ``kv`` one valid block per page
-        (the cache manager's path: its blocks come from block tables it owns). ``walk``: the
-        result of ``_walk(key)`` when the caller has it already."""
-        ps = self.page_size
-        node, pos, child, m = walk if walk is not None else self._walk(key, len(key))
-        end = pos + m
-        if child is not None:
-            node = self._split(child, m)
-        tree_kv = self._path_kv(node)
-        nb = end // ps
-        freed: list[int] = []
-        d: list[int] = []
-        if kv[:nb] != tree_kv:
-            d = [b for b, t in zip(kv[:nb], tree_kv) if b != t]
-            if not share:
-                self.allocator._decref(d, rid, record=False)  # the insert event lists them as freed
-                freed = d
-        new_blocks = kv[nb:]
-        t = self._tick()
-        n = node
-        while n is not self.root:
-            n.last_access_time = t
-            n = n.parent
-        if end < len(key):
-            if share:
-                self.allocator._incref(new_blocks, rid, record=False)  # the insert event says it
-            leaf = TreeNode(self._next_id, key[end:], new_blocks, node, t)
-            self._next_id += 1
-            node.children[self._child_key(leaf.key)] = leaf  # node's heap entry, if any, goes stale
-            self._num_nodes += 1
-            self._evictable_size += len(leaf.key)  # a new leaf is unlocked
-            if self._tree_blocks is not None:
-                self._tree_blocks.update(new_blocks)
-            self._push(leaf)
-            node = leaf
-        elif node is not self.root and not node.children and node.lock_ref == 0:
-            self._push(node)  # access time changed
-        s = self.stats
-        s.num_inserts += 1
-        s.inserted_tokens += len(key) - end
-        s.duplicate_tokens += len(d) * ps
-        self.log.add("insert", rid, new_blocks, end, len(key), node.id, pack_ids(freed))
-        return InsertResult(end, tree_kv + new_blocks, freed, node, d)
-
-    # ------------------------------------------------------------------ evict
-    def evict(self, num_tokens: int, rid: str | None = None) -> EvictResult:
-        """Free at least ``num_tokens`` tokens from unlocked leaves, in policy order.
-
-        A parent whose last child goes becomes a leaf and may go next. When less is evictable,
-        frees what it can and says so (``result.satisfied`` is False); never raises for that.
-        The blocks go back to the allocator in one step.
-        """
-        num_tokens = check_int("num_tokens", num_tokens, 0)
-        heap, prio, root = self._heap, self.policy.priority, self.root
-        freed_tokens = 0
-        blocks: list[int] = []
-        node_ids: list[int] = []
-        while freed_tokens < num_tokens and heap:
-            p, _, node = heapq.heappop(heap)
-            if node.parent is None or node.children or node.lock_ref or prio(node) != p:
-                continue  # stale entry
-            parent = node.parent
-            del parent.children[self._child_key(node.key)]
-            node.parent = None
-            ln = len(node.key)
-            freed_tokens += ln
-            blocks += node.value
-            node_ids.append(node.id)
-            self._evictable_size -= ln
-            self._num_nodes -= 1
-            if parent is not root and not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, (prio(parent), parent.id, parent))
-        if blocks:
-            if self._tree_blocks is not None:
-                self._tree_blocks.difference_update(blocks)
-            self.allocator._decref(blocks, rid, record=False)  # the tree's own references; the evict event says it
-            s = self.stats
-            s.evicted_tokens += freed_tokens
-            s.evicted_nodes += len(node_ids)
-        self.log.add("evict", rid, blocks, num_tokens, freed_tokens, pack_ids(node_ids), self.policy.name)
-        return EvictResult(num_tokens, freed_tokens, blocks, node_ids)
-
-    def reset(self) -> None:
-        """Evict everything (raises if a node is still locked)."""
-        if self._protected_size:
-            raise KVCacheError(f"reset: {self._protected_size} token(s) are still locked")
-        self.evict(self._evictable_size)
+        Example: the tree holds [1, 2, 3, 4]; ``split_at([1, 2, 3, 4], 2)`` -> the new node [1, 2]."""
+        node, _pos, child, m = self._walk(key, n)
+        return self._split(child, m) if child is not None else node
 
     # ------------------------------------------------------------------ integrity
     def node_blocks(self) -> list[list[int]]:
         """Every node's block list (holders for ``allocator.check_integrity``)."""
-        return [n.value for n in self._iter_nodes()]
+        return [n.value for n in self.iter_nodes()]
 
     def tree_block_ids(self) -> list[int]:
         """Every block the tree holds, depth first."""
-        return [b for n in self._iter_nodes() for b in n.value]
+        return [b for n in self.iter_nodes() for b in n.value]
 
     def _checked_nodes(self) -> Iterable[TreeNode]:
         """Every non-root node, parents first, each yielded after the checks every radix tree must
@@ -566,7 +420,7 @@ class RadixCache:
         assert evictable == self._evictable_size, f"evictable_size {self._evictable_size} != {evictable}"
         assert protected == self._protected_size, f"protected_size {self._protected_size} != {protected}"
         assert set(self._lock_targets) <= live_ids, "a lock is held on a node that is not in the tree"
-        self.allocator.check_integrity([n.value for n in self._iter_nodes()] + [list(h) for h in holders])
+        self.allocator.check_integrity([n.value for n in self.iter_nodes()] + [list(h) for h in holders])
 
     # ------------------------------------------------------------------ for pictures
     def snapshot(self) -> RadixSnapshot:

@@ -3,6 +3,11 @@
     python -m kvlab simulate --model opt-13b --gpu a100-40gb --workload sharegpt --policy all --rate 2
     python -m kvlab simulate --workload sharegpt --policy vllm --seeds 3
     python -m kvlab simulate --workload few_shot --policy radix --order both --tokens 20000
+    python -m kvlab simulate --policy vllm --kv-dtype int8         # the same GPU memory, int8 KV
+
+``--kv-dtype int8`` (one byte a value plus an fp32 scale per token and head) or ``fp8`` re-divides
+the same KV memory into smaller slots (``Budget.with_bytes_per_token``) and makes each decode step
+read fewer bytes (the cost model); ``--bytes-per-token N`` does the same for any layout (MLA, ...).
 
 Prints one row per run (every figure **simulated**): mean requests in the batch (with a 95%
 interval over ``--seeds`` seeds), the vLLM paper's Fig. 13 bar where the setting is the paper's,
@@ -23,10 +28,11 @@ is ``--num-requests``, ``--request-rate`` is ``--rate``, ``--block-size``); the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 
-from ..memory.kvspec import GPUS, MODELS, get_gpu, get_model
+from ..memory.kvspec import GPUS, KV_DTYPES, MODELS, get_gpu, get_model
 from .cost import COST_PRESETS, Budget, CostModel
 from .metrics import format_table
 from .policies import MAX_CAPACITY, PAPER_POLICIES, POLICY_NAMES, BudgetTooSmall, canonical_name, make_policy
@@ -53,7 +59,7 @@ def _float(flag: str, lo: float, hi: float = math.inf, allow_inf: bool = False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} must be a number, got {text!r}") from None
         if math.isnan(v) or (math.isinf(v) and not allow_inf) or not lo < v <= hi:
-            rng = f"> {lo:g}" + (f" and <= {hi:g}" if hi != math.inf else "") + (" (or inf)" if allow_inf else "")
+            rng = f"> {lo:g}" + (f" and <= {hi:g}" if hi != math.inf else " (or inf)" if allow_inf else " and finite")
             raise argparse.ArgumentTypeError(f"{flag} must be {rng}, got {text}")
         return v
     return parse
@@ -94,6 +100,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fraction of GPU memory the server may use (default 0.9; giving it overrides the paper's budget)")
     p.add_argument("--tokens", type=_int("--tokens", 1, MAX_CAPACITY), default=None,
                    help=f"KV budget in token slots (overrides --kv-gb; at most {MAX_CAPACITY:,})")
+    p.add_argument("--kv-dtype", default="fp16", choices=list(KV_DTYPES),
+                   help="KV cache dtype (default fp16); int8 counts its per-token-per-head scales")
+    p.add_argument("--bytes-per-token", type=_int("--bytes-per-token", 1, 2**40), default=None,
+                   help="KV bytes per token, for any other layout (overrides the model's; not with --kv-dtype)")
     p.add_argument("--cost", default="vllm-2023", choices=list(COST_PRESETS), help="cost model preset")
     p.add_argument("--loaded-only", action="store_true", help="average the breakdown only over iterations with "
                                                               "requests waiting (default: every iteration)")
@@ -101,15 +111,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _budget(a: argparse.Namespace) -> Budget:
+def _bytes_per_token(a: argparse.Namespace) -> tuple[int, str]:
+    """The KV bytes per token of this run, and what they are (from --kv-dtype or --bytes-per-token)."""
     spec = get_model(a.model)  # ValueError naming the model
+    if a.bytes_per_token is not None:
+        if a.kv_dtype != "fp16":
+            raise ValueError(f"give --kv-dtype or --bytes-per-token, not both (got {a.kv_dtype} and {a.bytes_per_token})")
+        return a.bytes_per_token, "--bytes-per-token"
+    q = spec.with_dtype(a.kv_dtype)
+    return q.bytes_per_token, f"{a.kv_dtype} KV: {q.per_token_formula()}"
+
+
+def _budget(a: argparse.Namespace) -> Budget:
+    """The run's KV budget: --tokens slots as given, else the model's memory on the GPU (or --kv-gb)
+    divided into slots of this run's bytes per token."""
+    bpt, what = _bytes_per_token(a)
     get_gpu(a.gpu)
     if a.tokens is not None:
-        return Budget(a.tokens, spec.bytes_per_token, f"{a.tokens:,} token slots given")
+        return Budget(a.tokens, bpt, f"{a.tokens:,} token slots given")
     try:
         b = Budget.from_model(a.model, a.gpu, a.utilization, a.kv_gb * 1e9 if a.kv_gb is not None else None)
     except ValueError as e:
         raise ValueError(f"--kv-gb/--utilization: {e}") from None
+    b = b.with_bytes_per_token(bpt, what)
     flag = "--kv-gb" if a.kv_gb is not None else "--utilization" if a.utilization is not None else "--gpu"
     if b.tokens > MAX_CAPACITY:
         raise ValueError(f"{flag}: a budget of {b.tokens:,} token slots is more than the simulator's limit of "
@@ -134,7 +158,7 @@ def run(a: argparse.Namespace) -> None:
     if names is None:
         names = list(ALL_BASIC) + (["radix", "block-hash"] if traces[0].has_tokens else [])
     orders = list(ORDERS) if a.order == "both" else [a.order]
-    cost = CostModel.for_model(a.model, a.gpu, preset=a.cost)
+    cost = dataclasses.replace(CostModel.for_model(a.model, a.gpu, preset=a.cost), bytes_per_token=budget.bytes_per_token)
     max_len = max(2048, max(t.max_total_len for t in traces))
 
     def policy(name: str):

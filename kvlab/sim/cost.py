@@ -2,13 +2,17 @@
 
 **Cost model** (a proxy for throughput and time to first token; documented, not measured)::
 
-    iteration time = overhead + weights / (HBM bandwidth x bw_eff)
-                     + KV of every running token / (HBM bandwidth x kv_bw_eff)
-                     + 2 x params x (decoded + prefilled tokens) / (peak FLOPs x flops_eff)
-                     [+ overhead + weights / (HBM bandwidth x bw_eff)   with separate prompt steps]
+    step time = overhead + max(memory, compute)
+      memory  = weights / (HBM bandwidth x bw_eff) + KV of every running token / (HBM bandwidth x kv_bw_eff)
+      compute = 2 x params x (decoded + prefilled tokens) / (peak FLOPs x flops_eff)
+    iteration = one mixed step, or (separate prompt steps) a prompt step + a decode step
 
-Decode is memory bound (it reads all weights once per iteration and every cached K and V);
-prefill is compute bound (2 FLOPs per parameter per token; attention's own FLOPs are ignored).
+A step streams the weights and the cached K and V from HBM while the tensor cores work, so it
+costs the larger of its memory time and its compute time (a roofline), not their sum: decode is
+memory bound (it reads all weights once per step and every cached K and V; its 2 FLOPs per
+parameter per sequence hide under that read), prefill of a long prompt is compute bound
+(attention's own FLOPs are ignored). ``combine="sum"`` keeps the older additive model, which
+charged decode compute on top of the weight read, for comparison.
 A server that runs prompts in a step of their own (vLLM in 2023: ``separate=True``) pays the
 fixed part twice in an iteration that admits requests: once for the prompt step, once for the
 decode step of everyone else; an Orca-style server mixes both in one step.
@@ -19,7 +23,8 @@ Presets (``CostModel.for_model(model, gpu, preset)``), every constant with where
   order of magnitude, not measured), ``bw_eff`` = ``kv_bw_eff`` = 0.7 (the share of peak HBM
   bandwidth a well-tuned memory-bound kernel reaches, a common rule of thumb), ``flops_eff``
   0.5; the weights in fp16 and the GPU's spec-sheet bandwidth and dense fp16 peak. For OPT-13B
-  on an A100-40GB a decode step of 30 requests of 500 tokens comes to about 42 ms.
+  on an A100-40GB a decode step of 30 requests of 500 tokens comes to about 37 ms (2 ms + 23.6 ms
+  of weights + 11.3 ms of KV; its 4.9 ms of compute hide under the reads).
 - ``"vllm-2023"``: the same, except the attention kernel: the vLLM paper measured its 2023
   PagedAttention kernel at 20-26% higher latency than FasterTransformer's (Kwon et al., SOSP
   2023, Sec. 7.1 and Fig. 18a, p. 12), so ``kv_bw_eff`` = 0.7 / 1.23 = 0.57 (FasterTransformer's
@@ -29,7 +34,7 @@ Presets (``CostModel.for_model(model, gpu, preset)``), every constant with where
 No constant is fitted to a published serving figure (Fig. 2, 12, 13): the reproductions show
 how the results move when the iteration time is scaled (``scale``).
 
-``span`` and ``iterations_until`` sum k iterations in closed form, which is what lets the
+``span`` sums k iterations in closed form (and ``iterations_until`` bisects on it), which is what lets the
 simulation jump over iterations in which nothing but decoding happens.
 
 **Budget**: KV slots from a model and a GPU (the share of the card the server may use, vLLM's
@@ -46,7 +51,7 @@ Not handled: attention FLOPs, tensor parallelism, CPU overheads that grow with t
 Example:
     >>> c = CostModel.for_model("opt-13b", "a100-40gb")
     >>> round(c.iteration_time(decode_seqs=30, context_tokens=15_000) * 1000)
-    42
+    37
     >>> Budget.table1().tokens
     15728
 """
@@ -75,7 +80,7 @@ class CostModel:
     Example (OPT-13B on an A100-40GB, 30 sequences holding 15,000 tokens, no prefill):
         >>> c = CostModel.for_model("opt-13b", "a100-40gb")
         >>> round(c.iteration_time(decode_seqs=30, context_tokens=15_000, prefill_tokens=0) * 1000)
-        42
+        37
     """
 
     weight_bytes: float
@@ -89,12 +94,15 @@ class CostModel:
     kv_bw_eff: float | None = None  # None: bw_eff
     scale: float = 1.0  # every iteration time times this (the sensitivity of a result to the model)
     preset: str = "custom"
+    combine: str = "max"  # "max": memory and compute overlap (a step costs the larger); "sum": the older additive model
 
     def __post_init__(self) -> None:
         for name in ("overhead_s", "bw_eff", "flops_eff", "scale"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0) or (name != "overhead_s" and v == 0):
                 raise ValueError(f"{name} must be a finite number > 0 (overhead_s >= 0), got {v!r}")
+        if self.combine not in ("max", "sum"):
+            raise ValueError(f"combine must be 'max' or 'sum', got {self.combine!r}")
         if self.kv_bw_eff is not None and not (math.isfinite(self.kv_bw_eff) and self.kv_bw_eff > 0):
             raise ValueError(f"kv_bw_eff must be a finite number > 0, got {self.kv_bw_eff!r}")
 
@@ -115,8 +123,12 @@ class CostModel:
         return cls(params * 2, spec.bytes_per_token, params, g.hbm_bandwidth, g.peak_fp16_flops, **kw)
 
     @cached_property
-    def _a(self) -> float:  # per iteration, fixed
-        return self.scale * (self.overhead_s + self.weight_bytes / (self.hbm_bandwidth * self.bw_eff))
+    def _o(self) -> float:  # per step, fixed: launches and scheduling
+        return self.scale * self.overhead_s
+
+    @cached_property
+    def _w(self) -> float:  # per step: reading every weight once
+        return self.scale * self.weight_bytes / (self.hbm_bandwidth * self.bw_eff)
 
     @cached_property
     def _c_tok(self) -> float:  # per token computed
@@ -126,34 +138,64 @@ class CostModel:
     def _c_kv(self) -> float:  # per cached token read
         return self.scale * self.bytes_per_token / (self.hbm_bandwidth * (self.kv_bw_eff or self.bw_eff))
 
+    def _step(self, read_s: float, tokens: float) -> float:
+        """One forward pass: the overhead, then memory (``read_s``) and compute (``tokens``) overlapped
+        (the larger of the two), or added up with ``combine="sum"``."""
+        compute = self._c_tok * tokens
+        return self._o + (max(read_s, compute) if self.combine == "max" else read_s + compute)
+
+    def step_parts(self, decode_seqs: int, context_tokens: float, prefill_tokens: int = 0) -> dict[str, float]:
+        """The parts of one mixed step (s): overhead, weight read, KV read, compute; which one bounds it.
+
+        Example:
+            >>> p = CostModel.for_model("opt-13b", "a100-40gb").step_parts(30, 15_000)
+            >>> p["bound"], round(1e3 * p["weights"], 1), round(1e3 * p["kv"], 1), round(1e3 * p["compute"], 1)
+            ('memory', 23.6, 11.3, 4.9)
+        """
+        mem, comp = self._w + self._c_kv * context_tokens, self._c_tok * (decode_seqs + prefill_tokens)
+        return {"overhead": self._o, "weights": self._w, "kv": self._c_kv * context_tokens, "compute": comp,
+                "bound": "memory" if mem >= comp else "compute"}
+
     def iteration_time(self, decode_seqs: int, context_tokens: float, prefill_tokens: int = 0,
                        separate: bool = False) -> float:
-        """One iteration; ``separate``: its ``prefill_tokens`` run in a prompt step of their own."""
-        extra = self._a if separate and prefill_tokens else 0.0
-        return self._a + self._c_tok * (decode_seqs + prefill_tokens) + self._c_kv * context_tokens + extra
+        """One iteration; ``separate``: its ``prefill_tokens`` run in a prompt step of their own
+        (which reads the weights again), before the decode step of the running sequences."""
+        if separate and prefill_tokens:
+            return self._step(self._w, prefill_tokens) + self._step(self._w + self._c_kv * context_tokens, decode_seqs)
+        return self._step(self._w + self._c_kv * context_tokens, decode_seqs + prefill_tokens)
+
+    def _decode_sum(self, n: int, seqs: int, ctx0: float) -> float:
+        """Decode steps i = 1..n with ``seqs`` sequences and ``ctx0 + seqs * i`` cached tokens, in closed form."""
+        if n <= 0:
+            return 0.0
+        m0, g, c = self._w + self._c_kv * ctx0, self._c_kv * seqs, self._c_tok * seqs
+        tri = n * (n + 1) / 2
+        if self.combine != "max":
+            return n * (self._o + m0 + c) + g * tri
+        # memory m0 + g*i grows with i; compute c is flat: the first j steps cost c, the rest m0 + g*i
+        j = n if g == 0 and m0 < c else 0 if g == 0 else min(n, max(0, math.ceil((c - m0) / g) - 1))
+        return n * self._o + j * c + (n - j) * m0 + g * (tri - j * (j + 1) / 2)
 
     def span(self, k: int, seqs: int, ctx0: float, prefill_tokens: int, separate: bool = False) -> float:
         """Time of k iterations with ``seqs`` sequences whose context starts at ``ctx0`` tokens
         and grows by ``seqs`` per iteration; prefill only in the first one."""
-        extra = self._a if separate and prefill_tokens else 0.0
-        return (k * (self._a + self._c_tok * seqs) + self._c_kv * (k * ctx0 + seqs * k * (k - 1) / 2)
-                + self._c_tok * prefill_tokens + extra)
+        if k <= 0:
+            return 0.0
+        return self.iteration_time(seqs, ctx0, prefill_tokens, separate) + self._decode_sum(k - 1, seqs, ctx0)
 
     def iterations_until(self, dt: float, seqs: int, ctx0: float, prefill_tokens: int, separate: bool = False) -> int:
-        """Smallest k >= 1 with ``span(k) >= dt``."""
-        a2 = self._c_kv * seqs / 2
-        b = self._a + self._c_tok * seqs + self._c_kv * ctx0 - a2
-        c = self._c_tok * prefill_tokens + (self._a if separate and prefill_tokens else 0.0) - dt
-        if a2 > 0:
-            k = (-b + math.sqrt(max(0.0, b * b - 4 * a2 * c))) / (2 * a2)
-        else:
-            k = -c / b
-        k = max(1, int(math.ceil(k)))
-        while k > 1 and self.span(k - 1, seqs, ctx0, prefill_tokens, separate) >= dt:
-            k -= 1
-        while self.span(k, seqs, ctx0, prefill_tokens, separate) < dt:
-            k += 1
-        return k
+        """Smallest k >= 1 with ``span(k) >= dt`` (span grows with k: doubling, then bisection)."""
+        hi = 1
+        while self.span(hi, seqs, ctx0, prefill_tokens, separate) < dt:
+            hi *= 2
+        lo = hi // 2  # span(lo) < dt (or lo == 0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.span(mid, seqs, ctx0, prefill_tokens, separate) >= dt:
+                hi = mid
+            else:
+                lo = mid
+        return max(1, hi)
 
 
 @dataclass(frozen=True)
@@ -198,6 +240,18 @@ class Budget:
             raise ValueError(f"kv_bytes must be a finite number > 0, got {kv_bytes}")
         tokens = int(kv_bytes // spec.bytes_per_token)
         return cls(tokens, spec.bytes_per_token, f"{src} = {kv_bytes / 1e9:.2f} GB / {spec.bytes_per_token:,} B per token")
+
+    def with_bytes_per_token(self, bytes_per_token: int, what: str = "") -> "Budget":
+        """The same memory in slots of another size (int8 KV, MLA, ...): ``tokens x bytes_per_token``
+        bytes re-divided. Example: Table 1's 15,728 fp16 slots of OPT-13B in int8 (2 x 40 x 40 x
+        (128 + 4) = 422,400 B) -> 30,502 slots."""
+        if isinstance(bytes_per_token, bool) or not isinstance(bytes_per_token, int) or bytes_per_token < 1:
+            raise ValueError(f"bytes_per_token must be an int >= 1, got {bytes_per_token!r}")
+        if bytes_per_token == self.bytes_per_token:
+            return self
+        tokens = self.tokens * self.bytes_per_token // bytes_per_token
+        return Budget(tokens, bytes_per_token, f"{self.source}; re-divided into {bytes_per_token:,} B per token"
+                      + (f" ({what})" if what else ""))
 
     @classmethod
     def table1(cls) -> "Budget":

@@ -49,14 +49,17 @@ class _Theme:
 def _layout(fig: Any, title: str, theme: Any, height: int = 420, **kw) -> Any:
     th = theme or _Theme()
     fig.update_layout(title=dict(text=title, font=dict(size=th.title_size), x=0.01), height=height,
-                      width=None if th.autosize else th.grid_width, autosize=th.autosize, template="plotly_white",
+                      width=None if th.autosize else min(th.grid_width, 840), autosize=th.autosize, template="plotly_white",
                       font=dict(size=th.font_size), margin=dict(l=60, r=20, t=80, b=60), **kw)
     return fig
 
 
-def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None, rows: Sequence[int] | None = None) -> Any:
+def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None, rows: Sequence[int] | None = None,
+                 spread: Sequence[tuple[float, float]] | None = None, spread_name: str = "") -> Any:
     """Grouped bars: the published value (grey) beside the simulated mean (blue) with its 95%
-    interval as an error bar, one group per row of ``rep`` (``rows``: which, default all)."""
+    interval as an error bar, one group per row of ``rep`` (``rows``: which, default all).
+    ``spread``: per shown row, a (low, high) range drawn as a floating bar beside the simulated
+    one (e.g. the same runs with the step time 20% shorter and longer), named ``spread_name``."""
     import plotly.graph_objects as go
 
     picked = [rep.rows[i] for i in (rows if rows is not None else range(len(rep.rows)))]
@@ -74,6 +77,14 @@ def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None,
         go.Bar(name=f"simulated (mean of {n} seeds, 95% interval)", x=x, y=sim, marker_color="#1f77b4",
                error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo), texttemplate=fmt,
                textposition="outside")])
+    if spread is not None:
+        if len(spread) != len(picked):
+            raise ValueError(f"spread has {len(spread)} ranges for {len(picked)} bars")
+        low = [min(a, b) * scale for a, b in spread]
+        fig.add_trace(go.Bar(name=spread_name or "range", x=x, base=low, y=[abs(b - a) * scale for a, b in spread],
+                             marker=dict(color="#aec7e8", pattern=dict(shape="/")),
+                             text=[f"{min(a, b) * scale:.1f}-{max(a, b) * scale:.1f}" for a, b in spread],
+                             textposition="outside"))
     return _layout(fig, f"{rep.name} (simulated beside published)<br><sup>published: {rep.source}</sup>", theme,
                    barmode="group", yaxis_title=yaxis + (" (%)" if percent else ""),
                    legend=dict(orientation="h", y=-0.15))
@@ -212,13 +223,15 @@ class RateWidget:
     """
 
     def __init__(self, run: Callable[[float, str], Any], policies: Sequence[str], rate: float = 2.0,
-                 rates: tuple[float, float, float] = (0.5, 4.0, 0.25), static: bool = True, theme: Any = None) -> None:
+                 rates: tuple[float, float, float] = (0.5, 4.0, 0.25), static: bool = True, theme: Any = None,
+                 labels: dict[str, str] | None = None) -> None:
         if not policies:
             raise ValueError("give at least one policy")
         lo, hi, step = rates
         if not (0 < lo <= rate <= hi and step > 0) or math.isinf(hi):
             raise ValueError(f"rate {rate} must lie in [{lo}, {hi}] with step {step} > 0")
         self._run, self.policies, self.theme = run, list(policies), theme
+        self.labels = {p: (labels or {}).get(p, p) for p in self.policies}  # menu names a student reads
         self.rate, self.policy, self.static = rate, self.policies[0], static
         self.result: Any = None
         self.caption = ""
@@ -229,7 +242,8 @@ class RateWidget:
 
             self._rate = W.FloatSlider(value=rate, min=lo, max=hi, step=step, description="request rate (req/s)",
                                        continuous_update=False, style={"description_width": "initial"})
-            self._pol = W.Dropdown(options=self.policies, value=self.policy, description="policy")
+            self._pol = W.Dropdown(options=[(self.labels[p], p) for p in self.policies], value=self.policy,
+                                   description="system")
             self._cap = W.HTML(self._caption_html())
             self._out = W.Output()
             self._out.add_class("kvlab-figure")
@@ -249,13 +263,13 @@ class RateWidget:
         self.result = r = self._run(self.rate, self.policy)
         m = r.metrics
         bound = m.loaded_iterations / m.iterations if m.iterations else 0.0
-        self.caption = (f"{self.policy} at {self.rate:g} req/s: {r.mean_batch:.1f} requests in the batch on average, "
+        self.caption = (f"{self.labels[self.policy]} at {self.rate:g} req/s: {r.mean_batch:.1f} requests in the batch on average, "
                         f"memory-bound (requests waiting) in {100 * bound:.0f}% of iterations, token states "
                         f"{100 * r.breakdown(loaded=False)['token_states']:.1f}% of the budget (simulated)")
         return r
 
     def figure(self) -> Any:
-        return memory_timeline_figure(self.result, self.theme, f"{self.policy} at {self.rate:g} req/s: KV memory over "
+        return memory_timeline_figure(self.result, self.theme, f"{self.labels[self.policy]} at {self.rate:g} req/s: KV memory over "
                                       f"one run (simulated)")
 
     def _caption_html(self) -> str:

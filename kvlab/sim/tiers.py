@@ -55,7 +55,7 @@ from .simulation import simulate
 from .workloads import Trace, multi_turn, shared_prefix
 
 __all__ = ["TieredRadixPolicy", "TierRow", "run_tiers", "multi_turn_chat", "shared_documents", "HICACHE_CLAIMS",
-           "judge", "format_tier_rows"]
+           "judge", "format_tier_rows", "scan_with_hot_set", "host_policy_hits"]
 
 
 class TieredRadixPolicy(RadixPolicy):
@@ -197,3 +197,39 @@ def judge(chat: list[TierRow], docs: list[TierRow]) -> list[str]:
         f"what is on the device) and saves {chat[-1].prefill_saved - chat[0].prefill_saved:+,} prefill tokens: "
         "tiering spends memory to save compute",
     ]
+
+
+def scan_with_hot_set(num_requests: int = 200, hot: int = 3, hot_share: float = 0.35, prefix_len: int = 4,
+                      seed: int = 0) -> list[list[int]]:
+    """Prompts (token ids): ``hot`` system prompts of ``prefix_len`` tokens reused by a share
+    ``hot_share`` of the requests (each with its own last token), the rest a scan of one-off
+    prompts. The workload where an LRU host pool loses its reused prefixes and ARC keeps them.
+
+    Example: ``scan_with_hot_set(4, seed=1)`` -> 4 prompts of ``prefix_len + 1`` tokens.
+    """
+    import random
+
+    rng = random.Random(seed)
+    hots = [[100 + 10 * h + i for i in range(prefix_len)] for h in range(hot)]
+    out, u = [], 1000
+    for _ in range(num_requests):
+        if rng.random() < hot_share:
+            out.append(rng.choice(hots) + [rng.randrange(1, 50)])
+        else:
+            out.append(list(range(u, u + prefix_len)) + [7])
+            u += prefix_len
+    return out
+
+
+def host_policy_hits(policy: str, prompts: list[list[int]], num_blocks: int = 8, host_blocks: int = 16) -> int:
+    """Tokens found on the host when ``prompts`` are served one after another by a HiCacheManager
+    (block size 1, write_through) whose host pool evicts with ``policy`` ("lru", "arc", ...).
+    Simulated (no tensors). Example: ``host_policy_hits("arc", scan_with_hot_set())`` > the same for "lru"."""
+    cm = HiCacheManager(num_blocks, 1, num_host_blocks=host_blocks, write_policy="write_through",
+                        host_eviction_policy=policy, log=NO_LOG)
+    for i, p in enumerate(prompts):
+        if cm.admit(f"R{i}", p) is None:
+            raise ValueError(f"prompt {i} ({len(p)} tokens) does not fit {num_blocks} device blocks")
+        cm.cache_finished_req(f"R{i}", p)
+        cm.take_transfers()
+    return cm.tier_stats.host_hit_tokens

@@ -46,6 +46,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..memory.ids import check_int
+
 __all__ = [
     "TraceRequest", "Trace", "sharegpt", "alpaca", "long_documents", "multi_turn", "shared_prefix",
     "few_shot", "scenario", "parallel_sampling", "beam_search", "poisson_arrivals", "optimal_hit_rate", "WORKLOADS",
@@ -131,10 +133,8 @@ class Trace:
                 f"mean output {self.mean_output_len:.1f}, longest {self.max_total_len} tokens")
 
 
-# ----------------------------------------------------------------------------- helpers
-def _check_common(num: int, rate: float, what: str = "num_requests") -> None:
-    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
-        raise ValueError(f"{what} must be a positive int, got {num!r}")
+def _check_common(num: int, rate: float, what: str = "num_requests") -> None:  # helpers from here on
+    check_int(what, num, 1)
     if not isinstance(rate, (int, float)) or math.isnan(rate) or rate <= 0:
         raise ValueError(f"rate must be > 0 requests/s (math.inf: all at once), got {rate!r}")
 

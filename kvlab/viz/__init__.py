@@ -9,6 +9,10 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     event_sentence(event, snapshot)        the caption of an event: one plain sentence
     pool_snapshot(allocator, tables)       a bare allocator's pool (e.g. under a RadixCache) as a snapshot
     TranslationWidget()                    pos -> logical block, offset -> table -> physical -> address
+    ThesisWidget()                         lesson 00: a shared prefix on/off (the radix tree) and a position
+                                           translated through R1's or R2's block table (the physical layer)
+    CostWidget(models)                     lesson 01: a context-length slider, naive vs cached FLOPs per step (log axes)
+    CapacityWidget()                       lesson 02: model, KV number format, device, request length -> requests that fit
     run_compare(trace) -> steps; compare_figure(step), animate_compare(steps), compare_stepper(trace)
                                            contiguous versus paged on one trace
     radix_tree_graph(state) / radix_graph_at(frames, step)   radix tree in graphviz (SVG)
@@ -66,6 +70,7 @@ Example:
 """
 from __future__ import annotations
 
+from .capacity_widget import CapacityWidget, capacity_figure, capacity_state  # lesson 02
 from .compare import (
     CompareStep, animate_compare, compare_data, compare_figure, compare_stepper, growth_trace, notes_trace, run_compare,
 )
@@ -86,7 +91,9 @@ from .radix_view import (
     RadixRecorder, RadixState, check_radix_snapshot, radix_event_frames, radix_graph_at, radix_request_frames,
     radix_stepper, radix_tree_data, radix_tree_graph,
 )
+from .cost_widget import CostModel, CostWidget, cost_figure, cost_state  # lesson 01
 from .stepper import Frame, Stepper
+from .thesis_widget import ThesisWidget, thesis_state  # lesson 00
 from .control import LiveControl
 from .chat_demo import chat_demo
 from .eviction_view import HitRateControl
@@ -99,6 +106,8 @@ from .translate_widget import (
 )
 
 __all__ = [
+    "CapacityWidget", "capacity_figure", "capacity_state", "CostModel", "CostWidget", "cost_figure", "cost_state",
+    "ThesisWidget", "thesis_state",
     "CompareStep", "animate_compare", "compare_data", "compare_figure", "compare_stepper", "growth_trace",
     "notes_trace", "run_compare",
     "MapGeometry", "map_geometry", "event_sentence", "step_caption",

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Sequence
 
 from ..memory.snapshot import MemorySnapshot
 from .memory_map import CELL_H, CELL_W, GridLayout, _block_traces
-from .palette import HIGHLIGHT, holder_color, theme, tint
+from .palette import HIGHLIGHT, holder_color, label_px, theme, tint
 
 __all__ = ["MapGeometry", "map_geometry", "table_arrows", "copy_arc", "frame_traces", "MAX_TABLE_HOLDERS"]
 
@@ -183,7 +183,7 @@ def _table_traces(data: dict[str, Any], colors: dict[str, str], geom: MapGeometr
             ct.append(f"→P{b}" if h == "tree" else f"L{i}→P{b}")
             ch.append(f"{h}: L{i} -> P{b}" + ("" if h == "tree" else f" (tokens {i * data['block_size']}.."
                                                                          f"{min(n, (i + 1) * data['block_size']) - 1})"))
-    size = min(th.label_size, max(7, int(geom.layout.cell / 5.2)))
+    size = label_px(geom.layout.cell / 5.2)
     out = [
         go.Bar(x=[CELL_W] * len(cx), y=cy, base=[x - CELL_W / 2 for x in cx], orientation="h", width=TABLE_CELL_H,
                marker=dict(color=cc, line=dict(color="#555555", width=th.line_width)), hovertext=ch,

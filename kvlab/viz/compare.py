@@ -16,7 +16,7 @@ Example (the notes' fragmentation example at lesson size: 48 slots, block size 4
     >>> steps = run_compare(notes_trace(), capacity=48, block_size=4)
     >>> last = steps[-1]
     >>> last.caption
-    'admit D (24 tokens): contiguous FAILS (24 slots free, largest range 16); paged fits'
+    "admit D' (24 tokens): contiguous FAILS (24 slots free, largest range 16); paged fits"
     >>> (last.contiguous["external_fragmentation"], last.paged["external_fragmentation"])
     (8, 0)
 """
@@ -29,7 +29,7 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
 from ..memory.snapshot import MemorySnapshot
-from .palette import FREE, assign_colors, source_label, theme, tint
+from .palette import FREE, assign_colors, label_px, source_label, theme, tint
 
 __all__ = ["notes_trace", "growth_trace", "CompareStep", "run_compare", "compare_data", "compare_figure",
            "animate_compare", "compare_stepper", "STRANDED"]
@@ -40,8 +40,11 @@ BAR_KINDS = ("token states", "reserved, unused", "external fragmentation", "free
 
 def notes_trace() -> list[tuple]:
     """The notes' [A 4096][B 2048][C 4096][free 2048] example scaled by 1/256 (16, 8, 16 in
-    48 slots): A finishes, D needs 24 slots; 24 are free but the largest range is 16."""
-    return [("admit", "A", 16), ("admit", "B", 8), ("admit", "C", 16), ("finish", "A"), ("admit", "D", 24)]
+    48 slots): A finishes, D' needs 24 slots; 24 are free but the largest range is 16.
+
+    The last request is D' (6,144 / 256 = 24, all the free space), not the notes' D (8,192 / 256
+    = 32, more than is free, which no allocator could place): lesson 03 tells the two apart."""
+    return [("admit", "A", 16), ("admit", "B", 8), ("admit", "C", 16), ("finish", "A"), ("admit", "D'", 24)]
 
 
 def growth_trace() -> list[tuple]:
@@ -246,7 +249,7 @@ def _traces(d: dict[str, Any], step: CompareStep) -> list[Any]:
             x=d["x"], y=d["y"], mode="markers+text" if show_text else "markers",
             marker=dict(symbol="square", size=size, color=d[f"{side}_color"], line=dict(color="#ffffff", width=1)),
             text=d[f"{side}_label"] if show_text else None, textposition="top right",
-            textfont=dict(size=max(8, th.label_size - 1), color=th.text_color),
+            textfont=dict(size=label_px(), color=th.text_color),
             hoverinfo="skip", showlegend=False, xaxis=f"x{k + 1}" if k else "x", yaxis=f"y{k + 1}" if k else "y",
         ))
     for k, side in enumerate(("contiguous", "paged")):

@@ -8,6 +8,7 @@ The decision, first match wins:
 1. the view's ``static=`` argument (``True`` or ``False``);
 2. the environment variable ``KVLAB_STATIC``: ``1``/``true``/``yes`` -> static,
    ``0``/``false``/``no`` -> widgets (CI, nbval and HTML export set ``KVLAB_STATIC=1``);
+   ``frames`` -> static, and steppers show every frame in a player (the static site);
 3. no IPython kernel (a plain Python shell, a script, terminal IPython) -> static;
 4. otherwise (a Jupyter kernel) -> widgets.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["is_static", "static_html"]
+__all__ = ["is_static", "static_frames", "static_html"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -33,12 +34,12 @@ def is_static(static: bool | None = None) -> bool:
             raise TypeError(f"static must be True, False or None, got {static!r}")
         return static
     env = os.environ.get("KVLAB_STATIC", "").strip().lower()
-    if env in _TRUE:
+    if env in _TRUE or env == "frames":
         return True
     if env in _FALSE:
         return False
     if env:
-        raise ValueError(f"KVLAB_STATIC must be 1/true/yes or 0/false/no, got {env!r}")
+        raise ValueError(f"KVLAB_STATIC must be 1/true/yes, frames or 0/false/no, got {env!r}")
     try:
         from IPython import get_ipython
     except ImportError:
@@ -47,6 +48,12 @@ def is_static(static: bool | None = None) -> bool:
     if ip is None:
         return True
     return "IPKernelApp" not in getattr(ip, "config", {})
+
+
+def static_frames() -> bool:
+    """``KVLAB_STATIC=frames`` (what scripts/build_site.py sets): static, and steppers render
+    every frame into a player that runs in a browser without a kernel (kvlab.viz.flipbook)."""
+    return os.environ.get("KVLAB_STATIC", "").strip().lower() == "frames"
 
 
 def static_html(obj: Any) -> str:

@@ -10,7 +10,7 @@ in parallel; a second kernel combines the partial results.
 This view draws that order over the memory map: the sequence's blocks numbered in read
 order and joined by arrows, the other sequences' blocks faded. With split-K each program
 has one colour, used for its blocks, its arrows and its legend entry (never the red of
-"written / read now", which marks the blocks of the current iteration in the stepper).
+"read this iteration", which marks the blocks of the current iteration in the stepper).
 The stepper draws only the reads done so far: blocks not read yet are faded and
 unnumbered ("not yet"), and arrows join only blocks already read.
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..memory.ids import check_int
 from ..memory.snapshot import MemorySnapshot
 from .memory_map import _figure_from_data, grid_layout, memory_map_data, snapshot_ids
 from .palette import FREE, assign_colors, source_label, theme, tint
@@ -71,11 +72,10 @@ def kernel_access_order(
     ``[s * tiles_per_split, min((s + 1) * tiles_per_split, num_tiles))``; a later split
     may get none. Raises ValueError naming a bad value.
     """
-    for name, v in (("context_len", context_len), ("block_size", block_size), ("num_splits", num_splits)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "context_len" else 1):
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
-    tile = block_size if tile_tokens is None else tile_tokens
-    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1 or tile % block_size:
+    context_len = check_int("context_len", context_len, 0)
+    block_size, num_splits = check_int("block_size", block_size, 1), check_int("num_splits", num_splits, 1)
+    tile = block_size if tile_tokens is None else check_int("tile_tokens", tile_tokens, 1)
+    if tile % block_size:
         raise ValueError(f"tile_tokens must be a positive multiple of block_size {block_size}, got {tile_tokens!r}")
     if context_len > len(block_table) * block_size:
         raise ValueError(f"context_len {context_len} is past the block table ({len(block_table)} blocks of {block_size})")
@@ -180,6 +180,7 @@ def kernel_access_figure(
     """The read order over the memory map, as a static plotly figure."""
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
+    d["highlight_name"] = "read this iteration"  # the red outline's legend words here
     splits = f", split-K: {num_splits} programs, one colour each" if num_splits > 1 else ""
     cap = d["caption"] = _caption(d, iteration)
     title = f"Kernel reads {seq_id}: {d['tile_tokens']}-token tiles{splits}"

@@ -3,7 +3,7 @@
 Each block is a cell coloured by the request that allocated it and filled from the left as far
 as it holds tokens (a block of 4 with 3 tokens is three quarters full); free blocks are light
 grey; a block shared by several holders (ref_count > 1) gets a dark outline and ``x2`` (its ref
-count); the block being written or read gets a red outline. Above the pool, every holder's block
+count); the blocks the step changed (taken, written or freed) get a red outline. Above the pool, every holder's block
 table is drawn as a row of cells ``L0 L1 ...`` with an arrow from each cell to its physical block
 (as the translation widget draws one table), so every holder of a shared block is visible; the
 radix tree is a holder too (``CacheManager.snapshot()`` adds its blocks as ``"tree"``). A
@@ -37,9 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from ..memory.block_pool import check_block_ids
 from ..memory.events import Event
+from ..memory.ids import check_int
 from ..memory.snapshot import MemorySnapshot
-from .palette import FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, assign_colors, request_color, source_label, theme, tint
+from .palette import (
+    FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, assign_colors, label_px, request_color, source_label, theme, tint,
+)
 
 __all__ = ["GridLayout", "grid_layout", "snapshot_ids", "memory_map_data", "memory_map_figure", "event_highlight",
            "pool_snapshot"]
@@ -81,16 +85,14 @@ def grid_layout(num_blocks: int, cols: int | None = None, mode: str = "auto") ->
         >>> g = grid_layout(4096); (g.cols, g.rows, g.mode)
         (64, 64, 'heatmap')
     """
-    if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
-        raise ValueError(f"num_blocks must be a positive int, got {num_blocks!r}")
+    num_blocks = check_int("num_blocks", num_blocks, 1)
     if mode not in ("auto", "grid", "heatmap"):
         raise ValueError(f"mode must be 'auto', 'grid' or 'heatmap', got {mode!r}")
     if mode == "auto":
         mode = "grid" if num_blocks <= SQUARES_MAX else "heatmap"
     if cols is None:
         cols = num_blocks if num_blocks <= 16 else 16 if num_blocks <= LABELLED_MAX else 32 if num_blocks <= SQUARES_MAX else 64
-    if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
-        raise ValueError(f"cols must be a positive int, got {cols!r}")
+    cols = check_int("cols", cols, 1)
     cols = min(cols, num_blocks)
     rows = -(-num_blocks // cols)
     th = theme()
@@ -138,7 +140,7 @@ def memory_map_data(
 ) -> dict[str, Any]:
     """Per-block colour, fill, label, outline and hover text for one snapshot (plain data).
 
-    ``highlight``: blocks being written or read (red outline). ``colors``: request ->
+    ``highlight``: blocks the step changed (red outline; ``highlight_name`` in the legend). ``colors``: request ->
     colour (default: :func:`assign_colors` over this snapshot's ids; an animation passes
     one mapping for all frames). ``copies``: copy-on-write ``(src, dst)`` pairs to draw.
     Keys of the result: ``color``, ``fill`` (tokens / block_size), ``tokens``, ``label``, ``hover``,
@@ -152,10 +154,8 @@ def memory_map_data(
     lay = layout or grid_layout(n)
     if lay.num_blocks != n:
         raise ValueError(f"layout is for {lay.num_blocks} blocks, snapshot has {n}")
-    bad = [b for b in highlight if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < n]
-    bad += [b for pair in copies for b in pair if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < n]
-    if bad:
-        raise ValueError(f"highlight/copies: unknown block id(s) {bad} (valid ids are 0..{n - 1})")
+    highlight = check_block_ids(highlight, n, "highlight")
+    copies = [tuple(check_block_ids(pair, n, "copies")) for pair in copies]
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     th = theme()
     held = _holders(snapshot)
@@ -207,6 +207,7 @@ def memory_map_data(
         "holders": held,
         "shared": shared,
         "highlight": sorted(hl),
+        "highlight_name": "changed this step",  # the legend's words for the red outline (the kernel view: "read now")
         "copies": [tuple(p) for p in copies],
         "legend": {s: colors.get(s, request_color(s)) for s in sorted(owners)},
         "tables": {h: list(ids) for h, ids in snapshot.tables.items()},
@@ -234,9 +235,7 @@ def pool_snapshot(allocator: Any, tables: dict[str, Sequence[int]] | None = None
     tables = {str(k): tuple(v) for k, v in (tables or {}).items()}
     n, bs = allocator.num_blocks, allocator.block_size
     for k, ids in tables.items():
-        bad = [b for b in ids if not (isinstance(b, int) and 0 <= b < n)]
-        if bad:
-            raise ValueError(f"pool_snapshot: table {k!r} holds unknown block id(s) {bad[:5]}")
+        tables[k] = tuple(check_block_ids(ids, n, f"pool_snapshot: table {k!r}"))
     filled = [bs if allocator.ref_count[b] else 0 for b in range(n)]
     return MemorySnapshot(
         num_blocks=n, block_size=bs, ref_count=tuple(allocator.ref_count), owner=tuple(allocator.owner),
@@ -279,7 +278,7 @@ def _block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0,
                    name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
                    showlegend=False),
             go.Scatter(x=data["x"], y=ys, mode="text", text=text if lay.show_text else [""] * n,
-                       textfont=dict(size=min(th.label_size, max(7, int(lay.cell / 4.2))), color=th.text_color),
+                       textfont=dict(size=label_px(lay.cell / 4.2), color=th.text_color),
                        hoverinfo="skip", showlegend=False, name="labels"),
         ]
     pal = _palette_index(colors)
@@ -340,7 +339,7 @@ def _legend_rows(legend: dict[str, str], width: int) -> int:
     return -(-(len(_legend_entries(legend)) + 3) // per_row)
 
 
-def _legend_traces(legend: dict[str, str]) -> list[Any]:
+def _legend_traces(legend: dict[str, str], highlight_name: str = "changed this step") -> list[Any]:
     import plotly.graph_objects as go
 
     th = theme()
@@ -355,7 +354,7 @@ def _legend_traces(legend: dict[str, str]) -> list[Any]:
         marker=dict(color="#ffffff", line=dict(color=SHARED_OUTLINE, width=th.shared_width), **sq),
     ))
     out.append(go.Scatter(
-        x=[None], y=[None], mode="markers", name="written / read now",
+        x=[None], y=[None], mode="markers", name=highlight_name,
         marker=dict(color="#ffffff", line=dict(color=HIGHLIGHT, width=th.highlight_width), **sq),
     ))
     return out
@@ -439,6 +438,6 @@ def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, 
         traces = frame_traces(data, colors, geom)
         legend = geom.legend(colors)
         static = _slot_ticks(lay, data["block_size"], geom.pool_y0)
-    fig = go.Figure(data=traces + static + _legend_traces(legend))
+    fig = go.Figure(data=traces + static + _legend_traces(legend, data.get("highlight_name", "changed this step")))
     fig.update_layout(**_base_layout(lay, title, source, data["caption"], legend, geom))
     return fig

@@ -30,7 +30,7 @@ from typing import Iterable
 __all__ = [
     "REQUEST_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE", "TREE",
     "request_color", "assign_colors", "holder_color", "tint", "Theme", "theme", "classroom", "is_classroom",
-    "source_label", "classroom_css",
+    "source_label", "classroom_css", "label_px", "classroom_page_css",
 ]
 
 # Request colours: qualitative, chosen to avoid the hit green, the miss blue, the
@@ -136,20 +136,33 @@ class Theme:
     high_contrast: bool
     autosize: bool = False  # True: figures take the output area's width (layout.width unset)
     control_px: int = 13  # font size of widget controls (buttons, sliders, captions)
+    min_text_px: int = 12  # no text in a figure or output is drawn smaller (LESSON-RUBRIC: 12, classroom 16)
 
     def _ipython_display_(self) -> None:
-        """What a notebook shows after ``viz.classroom(True)``: one line, not the dataclass."""
+        """What a notebook shows after ``viz.classroom(True)``: one line, not the dataclass; in a
+        Jupyter kernel, with :func:`classroom_page_css` (printed text, tables and widgets grow)."""
         if self.high_contrast:
-            print(f"classroom mode on: figures drawn from now on take the output width, fonts {self.font_size}px, "
-                  f"controls {self.control_px}px (viz.classroom(False) switches back)")
+            line = (f"classroom mode on: figures drawn from now on take the output width, fonts {self.font_size}px, "
+                    f"controls {self.control_px}px, printed text and tables larger (viz.classroom(False) switches back)")
         else:
-            print("classroom mode off: figures drawn from now on use the normal sizes")
+            line = "classroom mode off: figures drawn from now on use the normal sizes"
+        from .display import is_static
+
+        if is_static():
+            print(line)
+            return
+        from IPython.display import display
+
+        css = classroom_page_css() if self.high_contrast else ""
+        display({"text/html": f"{css}<pre>{line}</pre>", "text/plain": line}, raw=True)
 
 
 # A 1280x720 projector with JupyterLab's file browser open leaves an output area about 900 px
 # wide: classroom figures are laid out for 880 px and then take whatever width the output has.
-_NORMAL = Theme(12, 15, 10, 1.0, 2.5, 4.0, "#333333", 860, False)
-_CLASSROOM = Theme(18, 22, 15, 3.0, 5.0, 7.0, "#000000", 880, True, autosize=True, control_px=18)
+# Every font size a view uses comes from here (font_size, title_size, label_size, control_px) or
+# from label_px(); none is below min_text_px.
+_NORMAL = Theme(12, 15, 12, 1.0, 2.5, 4.0, "#333333", 860, False)
+_CLASSROOM = Theme(18, 22, 16, 3.0, 5.0, 7.0, "#000000", 880, True, autosize=True, control_px=18, min_text_px=16)
 _state = {"classroom": False}
 
 
@@ -164,7 +177,36 @@ def classroom(on: bool = True) -> Theme:
     if not isinstance(on, bool):
         raise TypeError(f"classroom(on) takes True or False, got {on!r}")
     _state["classroom"] = on
+    _plotly_default_template(on)
     return theme()
+
+
+CLASSROOM_TEMPLATE = "kvlab_classroom"
+
+
+def _plotly_default_template(on: bool) -> None:
+    """Figures a lesson builds itself (``px.bar(...)``, ``go.Figure(...)``) get the theme's sizes
+    too: in classroom mode plotly's default template gains a ``kvlab_classroom`` layer (fonts,
+    titles, legends, hover labels, slider labels); off, the previous default comes back.
+    A figure with its own ``template=`` or explicit font sizes keeps them. No-op without plotly."""
+    try:
+        import plotly.graph_objects as go
+        import plotly.io as pio
+    except ImportError:
+        return
+    th = _CLASSROOM
+    if CLASSROOM_TEMPLATE not in pio.templates:
+        pio.templates[CLASSROOM_TEMPLATE] = go.layout.Template(layout=dict(
+            font=dict(size=th.font_size, color=th.text_color),
+            title=dict(font=dict(size=th.title_size)),
+            legend=dict(font=dict(size=th.font_size)),
+            hoverlabel=dict(font=dict(size=th.font_size)),
+            annotationdefaults=dict(font=dict(size=th.font_size)),
+            sliderdefaults=dict(font=dict(size=th.font_size), currentvalue=dict(font=dict(size=th.font_size))),
+            updatemenudefaults=dict(font=dict(size=th.font_size)),
+        ))
+    layers = [t for t in str(pio.templates.default or "").split("+") if t and t != CLASSROOM_TEMPLATE]
+    pio.templates.default = "+".join(layers + [CLASSROOM_TEMPLATE] if on else layers) or "plotly"
 
 
 def is_classroom() -> bool:
@@ -174,6 +216,41 @@ def is_classroom() -> bool:
 def theme() -> Theme:
     """The theme in force (classroom or normal)."""
     return _CLASSROOM if _state["classroom"] else _NORMAL
+
+
+def label_px(room_px: float | None = None) -> int:
+    """The font size of a label with ``room_px`` pixels of room (a block's cell, a token's slot):
+    the theme's label size, smaller when the room is short, but never under the theme's minimum
+    (12 px, 16 px in classroom mode): below that a view should hide the label (hover still has it).
+
+    Example (normal theme): ``label_px() -> 12``, ``label_px(5.0) -> 12``.
+    """
+    th = theme()
+    if room_px is None:
+        return th.label_size
+    return int(max(th.min_text_px, min(th.label_size, room_px)))
+
+
+def classroom_page_css() -> str:
+    """A ``<style>`` block, shown by ``viz.classroom(True)`` in a notebook, that enlarges the text
+    of every output on the page for a projector: printed text (``print``) to the minimum (16 px:
+    80 characters still fit an 850 px output area), HTML and pandas tables and every widget's
+    labels, readouts, buttons, menus and text fields to the controls' size (18 px)."""
+    th = _CLASSROOM
+    out, px, small = ".jp-OutputArea-output", th.control_px, th.min_text_px
+    return (
+        "<style>"
+        f"{out} pre, {out}.jp-RenderedText pre {{font-size: {small}px !important; line-height: 1.35;}}"
+        f"{out} table, {out} th, {out} td, {out} code, {out} .jp-RenderedHTMLCommon {{font-size: {px}px !important;}}"
+        f".jupyter-widgets .widget-label, .jupyter-widgets .widget-readout, .jupyter-widgets .widget-html-content, "
+        f".jupyter-widgets .widget-label-basic, .jupyter-widgets input, .jupyter-widgets select, "
+        f".jupyter-widgets button, .jupyter-widgets .widget-button, .jupyter-widgets .widget-toggle-button, "
+        f".jupyter-widgets .widget-dropdown, .jupyter-widgets textarea {{font-size: {px}px !important;}}"
+        f".jupyter-widgets .widget-button, .jupyter-widgets button, .jupyter-widgets select, "
+        f".jupyter-widgets input {{height: auto !important; min-height: {px + 12}px;}}"
+        f".jupyter-widgets .widget-label {{min-width: fit-content;}}"
+        "</style>"
+    )
 
 
 def classroom_css(box_class: str) -> str:

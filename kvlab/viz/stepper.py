@@ -8,7 +8,8 @@ visible red error (and sets ``stepper.error``) if it fails. Play is an
 
 Widget or static: see :mod:`kvlab.viz.display`. In static mode (``static=True`` or
 ``KVLAB_STATIC=1``) no widget is built; displaying the stepper renders its current frame
-as a static figure or SVG with its caption.
+as a static figure or SVG with its caption; with ``KVLAB_STATIC=frames`` (the static site) it
+renders every frame into a player that needs no kernel (:meth:`Stepper.flipbook_html`).
 
 CSS classes (for browser tests): ``kvlab-stepper`` (the box), ``kvlab-prev``,
 ``kvlab-next``, ``kvlab-play``, ``kvlab-reset``, ``kvlab-step-slider``, ``kvlab-caption``,
@@ -27,7 +28,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .display import is_static, static_html
+from ..memory.ids import check_int
+from .display import is_static, static_frames, static_html
 from .palette import classroom_css, theme
 
 __all__ = ["Frame", "Stepper"]
@@ -111,7 +113,7 @@ class Stepper:
 
     def go(self, i: int) -> None:
         """Show frame ``i`` (0-based)."""
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.frames):
+        if not 0 <= check_int("step", i) < len(self.frames):
             raise ValueError(f"step {i!r} is outside 0..{len(self.frames) - 1}")
         if self.widget is not None and self._slider.value != i + 1:
             self._slider.value = i + 1  # the slider (1-based, as the caption) calls _show
@@ -241,6 +243,23 @@ class Stepper:
         self._caption.value = self._caption_html()
         self._error.value = self._error_html()
 
+    def flipbook_html(self, interval_ms: int = 900) -> str:
+        """Every frame rendered, with its caption, into one HTML block that plays in a browser
+        without a kernel (see :mod:`kvlab.viz.flipbook`); the stepper stays on its frame."""
+        from .flipbook import flipbook_html
+
+        start, rendered, captions = self.index, [], []
+        try:
+            for i in range(len(self.frames)):
+                self.index = i
+                self._check()
+                rendered.append(self.render(self.frame))
+                captions.append(self._caption_html() + self._error_html())
+        finally:
+            self.index = start
+            self._check()
+        return flipbook_html(rendered, captions, interval_ms=interval_ms)
+
     # ----------------------------------------------------------------- display
     def __repr__(self) -> str:
         err = f" ERROR: {self.error}" if self.error else ""
@@ -251,6 +270,9 @@ class Stepper:
 
         if self.widget is not None:
             display(self.widget)
+            return
+        if static_frames():  # a browser without a kernel (the static site): every frame, playable
+            display(HTML(self.flipbook_html()))
             return
         display(HTML(self._caption_html() + self._error_html()))
         obj = self._safe_render()

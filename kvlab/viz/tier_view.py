@@ -30,13 +30,15 @@ Example:
 from __future__ import annotations
 
 import html
+import re
 from typing import Any, Sequence
 
 from ..reuse.hiradix_node import TierSnapshot
 from ..reuse.lifecycle import LEGAL_EDGES, MACHINES
 from .palette import FREE, HIGHLIGHT, HIT, MISS, REQUEST_COLORS, source_label, theme
 
-__all__ = ["STATE_COLORS", "EDGE_LABELS", "lifecycle_graph", "TierRecorder", "tier_map_data", "tier_map_figure",
+__all__ = ["STATE_COLORS", "EDGE_LABELS", "lifecycle_graph", "LifecycleFigure", "TierRecorder", "tier_map_data", "tier_map_figure",
+           "tier_tree_figure", "tier_tree_stepper", "majority_labels", "PLACEMENT_WORDS",
            "animate_tiers", "tier_stepper"]
 
 STATE_COLORS: dict[str, dict[str, str]] = {
@@ -62,39 +64,85 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
 _TITLES = {"device": "a device (GPU) block", "host": "a host (DRAM) block", "node": "a radix node's KV (placement)"}
 
 
-def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Sequence = (), caption: str = "",
-                    source: str = "simulated") -> Any:
-    """The state machine(s) as a ``graphviz.Digraph``. ``machine``: "device", "host", "node" or
-    "all"; ``counts``: ``{(machine, src, dst): n}`` (a tracker's ``counts``) written on the edges;
-    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold (one step of a run)."""
+def _machine_graph(m: str, counts: dict | None, bold: set, th: Any) -> Any:
+    """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others)."""
     import graphviz
 
+    fs = str(th.font_size + (4 if th.high_contrast else 0))
+    g = graphviz.Digraph(f"lifecycle_{m}", format="svg")
+    g.attr(label=f"<<b>{_TITLES[m]}</b>>", labelloc="t", fontsize=fs, fontname="Helvetica,Arial,sans-serif",
+           rankdir="TB", nodesep="0.25", ranksep="0.35", bgcolor="white", margin="0.05")
+    g.attr("node", shape="box", style="rounded,filled", fontsize=fs, fontname="Helvetica,Arial,sans-serif")
+    g.attr("edge", fontsize=fs, fontname="Helvetica,Arial,sans-serif", arrowsize="0.7")
+    for s in MACHINES[m]:
+        shape = "circle" if s == "new" else "box"
+        g.node(f"{m}_{s}", "" if s == "new" else s, fillcolor=STATE_COLORS[m][s], shape=shape,
+               width="0.25" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
+    for (src, dst) in LEGAL_EDGES[m]:
+        n = (counts or {}).get((m, src, dst))
+        text = EDGE_LABELS[m][(src, dst)] + (f" ×{n}" if n else "")
+        hot = (m, src, dst) in bold
+        g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width),
+               color=HIGHLIGHT if hot else ("#444444" if n or counts is None else "#c8c8c8"),
+               fontcolor="#000000" if n or counts is None else "#777777")
+    return g
+
+
+class LifecycleFigure:
+    """The three state machines side by side, each its own top-to-bottom graph, in a row that
+    wraps: at 850 px the device and host machines share a row and the node machine takes the
+    next, each SVG at its drawn size (text never below 12 px) and never wider than the output
+    (``max-width: 100%``). ``source`` is the DOT of all three (tests read it); ``html()`` the
+    markup a notebook shows."""
+
+    def __init__(self, graphs: list, title: str) -> None:
+        self.graphs, self.title = graphs, title
+
+    @property
+    def source(self) -> str:
+        return "\n".join(g.source for g in self.graphs)
+
+    def svgs(self) -> list[tuple[float, str]]:
+        """Each machine's (drawn width in pt, SVG made to scale down to its container: ``radix_view.fit_svg``)."""
+        from .radix_view import fit_svg
+
+        out = []
+        for g in self.graphs:
+            svg = g.pipe(format="svg", encoding="utf-8")
+            w = re.search(r'<svg\b[^>]*\swidth="([0-9.]+)pt"', svg)
+            out.append((float(w.group(1)) if w else 300.0, fit_svg(svg)))
+        return out
+
+    def html(self) -> str:
+        th = theme()
+        # each cell is as wide as its graph was drawn (never scaled up), and at most the output's width
+        cells = "".join(f"<div style='flex:0 1 {w:.0f}pt;width:{w:.0f}pt;max-width:100%'>{svg}</div>"
+                        for w, svg in self.svgs())
+        return (f"<div class='kvlab-lifecycle' style='max-width:100%'>"
+                f"<div style='font-size:{th.title_size}px;color:{th.text_color};overflow-wrap:anywhere'>{self.title}</div>"
+                f"<div style='display:flex;flex-wrap:wrap;gap:8px 18px;align-items:flex-start;max-width:100%'>{cells}"
+                "</div></div>")
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return {"text/html": self.html(), "text/plain": f"<lifecycle graphs: {', '.join(g.name for g in self.graphs)}>"}
+
+
+def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Sequence = (), caption: str = "",
+                    source: str = "simulated") -> Any:
+    """The state machine(s). ``machine``: "device", "host" or "node" (a ``graphviz.Digraph``,
+    top to bottom) or "all" (a :class:`LifecycleFigure`: the three side by side, wrapping);
+    ``counts``: ``{(machine, src, dst): n}`` (a tracker's ``counts``) written on the edges;
+    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold red (one step of a run)."""
     names = list(MACHINES) if machine == "all" else [machine]
     if any(m not in MACHINES for m in names):
         raise ValueError(f"machine must be one of {sorted(MACHINES)} or 'all', got {machine!r}")
     th = theme()
-    fs = str(th.font_size + (4 if th.high_contrast else 0))
     bold = {tuple(t[:3]) for t in taken}
-    g = graphviz.Digraph("lifecycle", format="svg")
-    label = f"<b>the lifecycle of a KV block ({source_label(source)})</b>" + (f"<br/>{html.escape(caption)}" if caption else "")
-    g.attr(label=f"<{label}>", labelloc="t", fontsize=str(int(fs) + 1), fontname="Helvetica,Arial,sans-serif",
-           rankdir="LR", nodesep="0.3", ranksep="0.5", bgcolor="white")
-    g.attr("node", shape="box", style="rounded,filled", fontsize=fs, fontname="Helvetica,Arial,sans-serif")
-    g.attr("edge", fontsize=str(int(fs) - 2), fontname="Helvetica,Arial,sans-serif", arrowsize="0.7")
-    for m in names:
-        with g.subgraph(name=f"cluster_{m}") as c:
-            c.attr(label=_TITLES[m], style="dashed", color="#999999")
-            for s in MACHINES[m]:
-                shape = "circle" if s == "new" else "box"
-                c.node(f"{m}_{s}", "" if s == "new" else s, fillcolor=STATE_COLORS[m][s], shape=shape,
-                       width="0.25" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
-            for (src, dst) in LEGAL_EDGES[m]:
-                n = (counts or {}).get((m, src, dst))
-                text = EDGE_LABELS[m][(src, dst)] + (f" ×{n}" if n else "")
-                hot = (m, src, dst) in bold
-                c.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width),
-                       color=HIGHLIGHT if hot else ("#444444" if n or counts is None else "#c8c8c8"))
-    return g
+    graphs = [_machine_graph(m, counts, bold, th) for m in names]
+    if machine != "all":
+        return graphs[0]
+    title = f"<b>The lifecycle of a KV block ({source_label(source)})</b>" + (f": {html.escape(caption)}" if caption else "")
+    return LifecycleFigure(graphs, title)
 
 
 class TierRecorder:
@@ -106,6 +154,7 @@ class TierRecorder:
             raise TypeError(f"TierRecorder needs a HiCacheManager, got {type(cm).__name__}")
         self.cm = cm
         self.snapshots: list[TierSnapshot] = []
+        self.trees: list = []  # the radix tree (RadixSnapshot) at each snap, host-only nodes included
         self.taken: list[list[tuple[str, str, str, int]]] = []
         self._seen = len(cm.log)
         self.snap(caption)
@@ -120,6 +169,7 @@ class TierRecorder:
                 moves[k] = moves.get(k, 0) + (1 if k[0] == "node" else len(e.block_ids))
         self._seen = len(log)
         self.snapshots.append(self.cm.snapshot_tiers(caption))
+        self.trees.append(self.cm.tree.snapshot())
         self.taken.append([(*k, n) for k, n in moves.items()])
 
 
@@ -133,6 +183,21 @@ def tier_map_data(snap: TierSnapshot) -> dict[str, Any]:
                     "hover": [f"{row} block {b}: {s}" + (f", node {n} ({snap.placements.get(n, '?')})" if n else "")
                               for b, (s, n) in enumerate(zip(states, nodes))]}
     return out
+
+
+def _title(title: str, source: str, caption: str) -> str:
+    """A figure title and its caption on a second line at the body font size (a ``<sub>`` would
+    shrink it under 12 px)."""
+    return f"{title} ({source})<br><span style='font-size:{theme().font_size}px'>{html.escape(caption)}</span>"
+
+
+def _width() -> int | None:
+    """Figure width: the output's (classroom mode), else 840 px (fits an 850 px output area)."""
+    th = theme()
+    return None if th.autosize else min(th.grid_width, 840)
+
+
+_LEGEND_PER_ROW = 5  # legend entries per row (9 pool states: two rows)
 
 
 def _marker_size(n: int) -> int:
@@ -170,12 +235,21 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
         for s, c in STATE_COLORS[row].items():
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {s}",
                                      marker=dict(symbol="square", size=12, color=c, line=dict(width=1, color="#666"))))
+    rows = -(-sum(len(v) for v in STATE_COLORS.values() if v is not STATE_COLORS["node"]) // _LEGEND_PER_ROW)
+    legend_h = rows * (th.font_size + 12)
+    top = 62 + (14 if th.high_contrast else 0) + legend_h
+    plot_h = 190
     fig.update_layout(
-        title=dict(text=f"{title} ({source})<br><sub>{html.escape(snap.caption)}</sub>", font=dict(size=th.title_size)),
-        width=width or th.grid_width, height=300, margin=dict(l=70, r=20, t=70, b=40),
+        title=dict(text=_title(title, source, snap.caption), font=dict(size=th.title_size),
+                   yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
+        width=width or _width(), height=plot_h + top + 40, margin=dict(l=70, r=20, t=top, b=40),
         xaxis=dict(range=[-0.7, n - 0.3], showgrid=False, zeroline=False, title="block id", dtick=1 if n <= 16 else None),
         yaxis=dict(range=[-0.6, 1.6], tickvals=[1, 0], ticktext=["device", "host"], showgrid=False, zeroline=False),
-        plot_bgcolor="white", font=dict(size=th.font_size), legend=dict(orientation="h", y=-0.25, font=dict(size=10)))
+        plot_bgcolor="white", font=dict(size=th.font_size),
+        # the legend sits ABOVE the plot, under the title: the play/pause buttons and the slider
+        # that animate_tiers adds go below it, so the two never overlap
+        legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom", font=dict(size=th.font_size),
+                    entrywidth=1 / _LEGEND_PER_ROW, entrywidthmode="fraction", maxheight=legend_h + 40))
     return fig
 
 
@@ -191,8 +265,8 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
         raise ValueError("animate_tiers: no snapshots (record a run with TierRecorder)")
     fig = tier_map_figure(snaps[0], title, source)
     fig.frames = [go.Frame(data=_traces(tier_map_data(s)), traces=[0, 1], name=str(i + 1),
-                           layout=dict(title=dict(text=f"{title} ({source})<br><sub>step {i + 1} / {len(snaps)}: "
-                                                       f"{html.escape(s.caption)}</sub>")))
+                           # the slider already reads "step i / n": the title carries the words only
+                           layout=dict(title=dict(text=_title(title, source, s.caption))))
                   for i, s in enumerate(snaps)]
     fig.update_layout(**_animation_controls(len(snaps), duration_ms, fig.layout))
     return fig
@@ -204,7 +278,8 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
     diagram with that step's transitions in bold and the run's counts so far."""
     from .stepper import Frame, Stepper
 
-    frames = [Frame(s, f"step {i + 1} / {len(rec.snapshots)}: {s.caption}", extra={"taken": t, "i": i})
+    # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
+    frames = [Frame(s, s.caption, extra={"taken": t, "i": i})
               for i, (s, t) in enumerate(zip(rec.snapshots, rec.taken))]
 
     def render(f: Frame) -> Any:
@@ -214,6 +289,144 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
-        return lifecycle_graph("all", counts, f.extra["taken"], f.caption, source)
+        return lifecycle_graph("all", counts, f.extra["taken"], f.caption, source).html()
 
     return Stepper(frames, render, static=static, title="tiers")
+
+
+# ------------------------------------------------------------------ the tree beside the pools
+PLACEMENT_WORDS = {"device": "device only", "both": "device + host copy", "host": "host only", "disk": "disk only"}
+
+
+def majority_labels(tree: Any, spans: Sequence[tuple[Sequence[int], Sequence[tuple[str, int, int]]]]) -> dict[int, str]:
+    """Name each node of a RadixSnapshot by the labelled part that holds most of its tokens.
+
+    ``spans``: per request, ``(its tokens, [(label, start, end), ...])``. With pages of 4 tokens
+    a node rarely starts exactly where a part does (the tree splits on page boundaries), so a
+    node is named by the part that holds most of it; a node no span covers is "?".
+
+    Example:
+        >>> from kvlab.reuse.radix_cache import RadixCache
+        >>> from kvlab.memory.block_pool import BlockAllocator
+        >>> t = RadixCache(BlockAllocator(8, 1))
+        >>> _ = t.insert([1, 2, 3, 4], t.allocator.allocate(4))
+        >>> majority_labels(t.snapshot(), [([1, 2, 3, 4], [("A", 0, 3), ("B", 3, 4)])])
+        {1: 'A'}
+    """
+    paths: dict[int, tuple[int, ...]] = {}
+    out: dict[int, str] = {}
+    for n in tree.nodes:  # parents come first
+        paths[n.id] = paths.get(n.parent_id, ()) + tuple(n.tokens)
+        full, a, b = paths[n.id], n.start, n.start + len(n.tokens)
+        best: tuple[int, str] = (0, "?")
+        for tokens, parts in spans:
+            if tuple(tokens[:b]) != full:
+                continue
+            for label, s0, e0 in parts:
+                best = max(best, (min(b, e0) - max(a, s0), label))
+            break
+        out[n.id] = best[1]
+    return out
+
+
+def _tree_layout(tree: Any) -> dict[int, tuple[float, float]]:
+    """Leaves at consecutive x, a parent over the middle of its children, y = -depth (root 0)."""
+    kids: dict[int, list[int]] = {}
+    for n in tree.nodes:
+        kids.setdefault(n.parent_id, []).append(n.id)
+    pos: dict[int, tuple[float, float]] = {}
+    nxt = [0.0]
+
+    def place(i: int, depth: int) -> float:
+        ch = kids.get(i, [])
+        x = sum(place(c, depth + 1) for c in ch) / len(ch) if ch else nxt[0]
+        if not ch:
+            nxt[0] += 1
+        pos[i] = (x, -depth)
+        return x
+
+    place(0, 0)
+    return pos
+
+
+def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | None = None, title: str = "Where each node's KV lives",
+                     source: str = "simulated", cols: int = 7) -> Any:
+    """The radix tree (left), each node coloured by where its KV lives (device only, device +
+    host copy, host only, disk only), beside the device and host pools (right) as grids whose
+    blocks carry their node's letter and colour. ``tree``: a RadixSnapshot of the tiered tree
+    (``cm.tree.snapshot()``); ``snap``: the same moment's TierSnapshot; ``labels``: node id ->
+    letter (:func:`majority_labels`)."""
+    import plotly.graph_objects as go
+
+    source_label(source)
+    th = theme()
+    labels = labels or {}
+    colors = STATE_COLORS["node"]
+    pos = _tree_layout(tree)
+    name = {n.id: f"[{labels.get(n.id, n.id)}]" for n in tree.nodes}
+    fig = go.Figure()
+    ex, ey = [], []
+    for n in tree.nodes:
+        (x0, y0), (x1, y1) = pos[n.parent_id], pos[n.id]
+        ex += [x0, x1, None]
+        ey += [y0, y1, None]
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#888", width=th.line_width), hoverinfo="skip",
+                             showlegend=False, xaxis="x", yaxis="y"))
+    ids = [0] + [n.id for n in tree.nodes]
+    fill = [FREE] + [colors[snap.placements.get(i, "device")] for i in ids[1:]]
+    text = ["root"] + [f"{name[n.id]}<br>{len(n.tokens)} tok" for n in tree.nodes]
+    hover = ["root"] + [f"node {name[n.id]}: {len(n.tokens)} tokens, {PLACEMENT_WORDS[snap.placements.get(n.id, 'device')]}"
+                        for n in tree.nodes]
+    fig.add_trace(go.Scatter(x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", text=text,
+                             textfont=dict(size=th.font_size, color="black"), hovertext=hover, hoverinfo="text",
+                             marker=dict(symbol="square", size=th.font_size * 4, color=fill, line=dict(width=1, color="#444")),
+                             showlegend=False, xaxis="x", yaxis="y"))
+    # the pools: device grid on top, host grid under it, a gap row between
+    dev_rows = -(-len(snap.device_states) // cols)
+    gx, gy, gc, gt, gh = [], [], [], [], []
+    for row, states, nodes, top in (("device", snap.device_states, snap.device_nodes, 0),
+                                    ("host", snap.host_states, snap.host_nodes, dev_rows + 1.2)):
+        for b, (st, nd) in enumerate(zip(states, nodes)):
+            gx.append(b % cols)
+            gy.append(-(top + b // cols))
+            place = snap.placements.get(nd) if nd else None
+            gc.append(colors[place] if place else FREE)
+            gt.append(str(labels.get(nd, nd)) if nd else "")
+            gh.append(f"{row} block {b}: {st}" + (f", node {name.get(nd, nd)} ({PLACEMENT_WORDS.get(place, place)})" if nd else ""))
+    fig.add_trace(go.Scatter(x=gx, y=gy, mode="markers+text", text=gt, textfont=dict(size=th.font_size), hovertext=gh,
+                             hoverinfo="text", showlegend=False, xaxis="x2", yaxis="y2",
+                             marker=dict(symbol="square", size=th.font_size * 2.3, color=gc, line=dict(width=1, color="#666"))))
+    for p, words in [("free", "free block"), *PLACEMENT_WORDS.items()]:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{words}", xaxis="x", yaxis="y",
+                                 marker=dict(symbol="square", size=14, color=colors.get(p, FREE),
+                                             line=dict(width=1, color="#444"))))
+    host_rows = -(-len(snap.host_states) // cols)
+    depth = -min(y for _, y in pos.values())
+    leaves = max(x for x, _ in pos.values()) + 1
+    fig.update_layout(
+        title=dict(text=_title(title, source, snap.caption), font=dict(size=th.title_size),
+                   yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
+        width=_width(), height=420 + (60 if th.high_contrast else 0),
+        margin=dict(l=10, r=10, t=110 + (20 if th.high_contrast else 0), b=10), plot_bgcolor="white",
+        font=dict(size=th.font_size), showlegend=True,
+        legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom", font=dict(size=th.font_size),
+                    maxheight=120),
+        xaxis=dict(domain=[0, 0.5], range=[-0.7, leaves - 0.3], visible=False),
+        yaxis=dict(range=[-depth - 0.6, 0.5], visible=False),
+        xaxis2=dict(domain=[0.56, 1], range=[-1.9, cols - 0.4], visible=False),
+        yaxis2=dict(range=[-(dev_rows + 1.2 + host_rows) + 0.4, 0.6], visible=False),
+        annotations=[dict(x=-0.6, y=-(r0 + (n - 1) / 2), xref="x2", yref="y2", text=f"{row}<br>pool", showarrow=False,
+                          xanchor="right", font=dict(size=th.font_size))
+                     for row, r0, n in (("device", 0, dev_rows), ("host", dev_rows + 1.2, host_rows))])
+    return fig
+
+
+def tier_tree_stepper(rec: TierRecorder, labels: dict[int, str] | None = None, static: bool | None = None,
+                      source: str = "simulated") -> Any:
+    """A stepper over a recorded run: per step, :func:`tier_tree_figure` (the tree coloured by
+    where each node's KV lives, beside both pools)."""
+    from .stepper import Frame, Stepper
+
+    frames = [Frame((t, s), s.caption) for t, s in zip(rec.trees, rec.snapshots)]
+    return Stepper(frames, lambda f: tier_tree_figure(f.snapshot[0], f.snapshot[1], labels, source=source),
+                   static=static, title="tree and pools")

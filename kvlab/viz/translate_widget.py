@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from ..memory.block_table import translate
 from .display import is_static
-from .palette import FREE, HIGHLIGHT, classroom_css, request_color, source_label, theme, tint
+from .palette import FREE, HIGHLIGHT, classroom_css, label_px, request_color, source_label, theme, tint
 
 __all__ = ["translation_chain", "parse_block_table", "translation_figure_data", "translation_figure",
            "TranslationWidget", "NOTES_TABLE", "chain_rows", "token_labels"]
@@ -70,16 +70,29 @@ def chain_rows(steps: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
-def token_labels(num_tokens: int, block_size: int, pos: int | None, px_per_slot: float) -> list[str]:
-    """The numbers written on the token row: every position when a slot is wide enough for one
-    (``px_per_slot`` >= 13), otherwise the first position of each block and ``pos`` itself, so the
-    numbers are never all lost at large block sizes.
+def fits(text: str, room_px: float, font_px: float) -> bool:
+    """Whether ``text`` (one line) fits in ``room_px`` at ``font_px`` (about 0.58 em a character)."""
+    return room_px >= 0.58 * font_px * len(text) + 3
+
+
+def token_labels(num_tokens: int, block_size: int, pos: int | None, px_per_slot: float, font_px: float = 12) -> list[str]:
+    """The numbers written on the token row: every position when a slot is wide enough for the
+    longest number at ``font_px``, otherwise the first position of each block and ``pos`` itself, so
+    neighbouring numbers never run together and are never all lost at large block sizes.
 
     Example: ``token_labels(16, 8, 9, 9.0)`` -> '0' at 0, '8' at 8, '9' at 9, '' elsewhere.
     """
-    if px_per_slot >= 13:
+    if px_per_slot >= 13 and fits(str(max(num_tokens - 1, 0)), px_per_slot, font_px):
         return [str(p) for p in range(num_tokens)]
     return [str(p) if p % block_size == 0 or p == pos else "" for p in range(num_tokens)]
+
+
+def _wrap(label: str, room_px: float, font_px: float) -> str:
+    """``"L0 → P3"`` on two lines (``"L0<br>→ P3"``) when one line does not fit its cell."""
+    if fits(label, room_px, font_px) or " " not in label:
+        return label
+    head, tail = label.split(" ", 1)
+    return f"{head}<br>{tail}"
 
 
 def parse_block_table(text: str) -> list[int]:
@@ -176,16 +189,15 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
     width = th.grid_width
     px_per_slot = (width - 145) / max(d["width_slots"], 1)
     tok_x = [(c["x0"] + c["x1"]) / 2 for c in d["tokens"]]
-    labels = token_labels(len(d["tokens"]), bs, chain["pos"] if d["ok"] else None, px_per_slot)
-    texts.append(go.Scatter(x=tok_x, y=[2] * len(tok_x), mode="text", text=labels,
-                            textfont=dict(size=max(8, min(th.label_size, int(px_per_slot * 0.9) if px_per_slot >= 13
-                                                          else th.label_size))),
+    tok_px = label_px(px_per_slot * 0.9 if px_per_slot >= 13 else None)
+    labels = token_labels(len(d["tokens"]), bs, chain["pos"] if d["ok"] else None, px_per_slot, tok_px)
+    texts.append(go.Scatter(x=tok_x, y=[2] * len(tok_x), mode="text", text=labels, textfont=dict(size=tok_px),
                             hoverinfo="skip", showlegend=False))
     for layer, y in (("table", 1), ("physical", 0)):
         cs = d[layer]
         texts.append(go.Scatter(x=[(c["x0"] + c["x1"]) / 2 for c in cs], y=[y + (0.18 if layer == "physical" else 0)] * len(cs),
-                                mode="text", text=[c["label"] for c in cs], textfont=dict(size=th.label_size),
-                                hoverinfo="skip", showlegend=False))
+                                mode="text", text=[_wrap(c["label"], bs * px_per_slot, th.label_size) for c in cs],
+                                textfont=dict(size=th.label_size), hoverinfo="skip", showlegend=False))
     annotations = [
         dict(x=-0.5, y=y, xref="x", yref="y", text=f"<b>{t}</b>", showarrow=False, xanchor="right",
              font=dict(size=th.font_size))

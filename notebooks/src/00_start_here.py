@@ -114,12 +114,28 @@ viz.memory_map_figure(cm.snapshot("R2 reuses the system prompt R1 left in the ra
                       title="The radix tree is a holder too")
 
 # %% [markdown]
+# ## The thesis in one widget
+#
+# The two layers, working together on one small pool (12 blocks of 4, a real `CacheManager`,
+# simulated). R1 runs and finishes; the radix tree keeps its blocks. Then R2 arrives.
+#
+# - Tick or untick **R2 starts with R1's system prompt**: the radix tree (drawn last; matched
+#   nodes green, what R2 computes now blue) finds R1's blocks, or nothing.
+# - Pick a **block table** and move the **token position**: the figure walks the translation
+#   through that table, and the sentence says whether the token lives in a block R1 and R2
+#   share. With the prefix shared, R2's positions 0-11 land in R1's blocks: the logical layer
+#   chose *which* blocks to reuse, the physical layer says *where* each token is.
+
+# %%
+viz.ThesisWidget(shared=True, table="R2", pos=5)
+
+# %% [markdown]
 # ## The map of the series
 #
 # | Lesson | What it shows | Layer |
 # |---|---|---|
 # | [00 Start here](00_start_here.ipynb) | this page: the self-test, the map, how exercises work | the map |
-# | [01 Why a KV cache](01_why_kv_cache.ipynb) | naive recomputation versus caching on a tiny real model: same tokens, O(n²) versus O(n) work | computation |
+# | [01 Why a KV cache](01_why_kv_cache.ipynb) | naive recomputation versus caching on the bundled model and a real LLM (SmolLM2-135M): same tokens, O(n²) versus O(n) work | computation |
 # | [02 How big is it](02_how_big.ipynb) | the size formula, MHA versus GQA, the notes' 10.7 GB versus the real 1.34 GB, how many requests fit on a GPU | physical |
 # | [03 Contiguous allocation](03_contiguous.ipynb) | the four costs: over-reservation, copy on growth, external fragmentation (外部碎片), no sharing | physical |
 # | [04 Paging](04_paging.ipynb) | blocks, the block table (块表), address translation of pos 9, on-demand growth, waste of at most one block, why 16 | physical |

@@ -15,7 +15,9 @@
 #   and why the source notes' 10.7 GB for Llama-2 70B is really 1.34 GB (and their "10 requests
 #   need 107 GB" really 13.4 GB);
 # - what "80 GB" and "141 GB" on a GPU's spec sheet count, and how many requests fit on an A100
-#   or an H200.
+#   or an H200 (and, with the widget of section 6, on any device you pick);
+# - the real bytes per token of a real LLM, SmolLM2-135M, read from its file and measured on
+#   tensors, and what fits in this machine's memory.
 #
 # Terms in Chinese: [glossary](glossary.md). Model shapes are the published configs; GPU
 # memory the vendors' spec sheets. Numbers derived from them are marked **simulated**
@@ -48,13 +50,17 @@ print(toy.formula(3))
 # ## 2. Real models
 #
 # The presets hold the published shapes. `bytes_per_token` is the cost of one more token of
-# context; a 4,096-token request multiplies it by 4,096 (simulated):
+# context; a 4,096-token request multiplies it by 4,096 (simulated). The `kind` column says how
+# the query heads share K and V heads: MHA (each its own), GQA (in groups), MQA (all share one).
+# DeepSeek's MLA presets store a compressed latent instead of K and V heads: lesson 11.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(f"{'model':12s} {'layers':>6s} {'q heads':>7s} {'kv heads':>8s} {'head_dim':>8s} {'bytes/token':>12s} {'4096 tokens':>12s}")
-for spec in kvlab.MODELS.values():
-    print(f"{spec.name:12s} {spec.layers:6d} {spec.num_heads:7d} {spec.kv_heads:8d} {spec.head_dim:8d} "
+LESSON_MODELS = [name for name, spec in kvlab.MODELS.items() if spec.kind != "mla"]
+print(f"{'model':12s} {'kind':>4s} {'layers':>6s} {'q heads':>7s} {'kv heads':>8s} {'head_dim':>8s} {'bytes/token':>12s} "
+      f"{'4096 tokens':>12s}")
+for spec in (kvlab.MODELS[n] for n in LESSON_MODELS):
+    print(f"{spec.name:12s} {spec.kind:>4s} {spec.layers:6d} {spec.num_heads:7d} {spec.kv_heads:8d} {spec.head_dim:8d} "
           f"{spec.bytes_per_token:12,d} {kvlab.format_bytes(spec.kv_bytes(4096)):>12s}")
 
 # %% [markdown]
@@ -104,20 +110,27 @@ print(f"but the fp16 weights alone take {kvlab.format_bytes(weights)} "
 # ## 4. The picture
 #
 # Both formulas side by side for every preset (simulated: arithmetic from the published
-# configs). Hover for the exact numbers.
+# configs). The axis is logarithmic (each grid line 10 times the one below): SmolLM2's cache is
+# more than 100 times smaller than the notes' 10.7 GB. Hover for the exact numbers. Where the
+# grey and blue bars are equal the model is MHA; the gap is the GQA (or MQA) factor.
 
 # %%
 import plotly.graph_objects as go
 
-names = list(kvlab.MODELS)
+import kvlab.viz as viz
+
+th = viz.theme()  # the fonts and width of the current mode (classroom mode: larger, the output's width)
+names = LESSON_MODELS
 fig = go.Figure([
     go.Bar(name="notes' formula (hidden_size)", x=names,
            y=[kvlab.MODELS[n].hidden_formula_bytes(4096) / 1e9 for n in names], marker_color="#bbbbbb"),
     go.Bar(name="real (kv_heads x head_dim)", x=names,
            y=[kvlab.MODELS[n].kv_bytes(4096) / 1e9 for n in names], marker_color="#1f77b4"),
 ])
-fig.update_layout(title="KV cache of one 4,096-token request, fp16 (simulated)", yaxis_title="GB",
-                  barmode="group", height=380, width=720)
+fig.update_layout(title=dict(text="KV cache of one 4,096-token request, fp16 (simulated)", font=dict(size=th.title_size)),
+                  yaxis=dict(title="GB, log scale", type="log", dtick=1), barmode="group",  # 0.09 to 10.7 GB height=380 if not th.high_contrast else 460,
+                  width=None if th.autosize else 720, autosize=th.autosize, font=dict(size=th.font_size),
+                  legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0))
 fig
 
 # %% [markdown]
@@ -125,9 +138,10 @@ fig
 #
 # Two units hide in GPU memory sizes. A **GB** is 10⁹ bytes (what papers and kvlab's
 # `format_bytes` print); a **GiB** is 2³⁰ = 1,073,741,824 bytes, 7.4% more. Memory chips come
-# in powers of two, so an "A100 80GB" holds 80 GiB, which is 85.9 GB; the H200's "141 GB" on
-# its spec sheet is the 143,771 MiB that `nvidia-smi` reports, 140.4 GiB, which is 150.8 GB.
-# kvlab's presets hold the bytes the driver reports; everything below is computed from them:
+# in powers of two, so an "A100 80GB" holds 80 GiB, which is 85.9 GB. Not every card is that
+# round: `nvidia-smi` reports 81,559 MiB (79.6 GiB) on an "H100 80GB", and the H200's "141 GB" on
+# its spec sheet is the 143,771 MiB it reports, 140.4 GiB, which is 150.8 GB. kvlab's presets
+# hold the MiB the driver reports; everything below is computed from them:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -180,6 +194,29 @@ print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget
       f"of 4,096 tokens (with the notes' MHA formula it would be {budget // llama70.hidden_formula_bytes(4096)})")
 
 # %% [markdown]
+# ### Try your own: model, number format, device, request length
+#
+# Every number above comes from five choices. Change them here and the formula, the budget and
+# the count follow (simulated: arithmetic from the configs and spec sheets). Things to try:
+# Llama-2 70B on one H200 (the weights alone do not fit) and on two; Llama-2 7B against
+# Llama-3 8B (about the same size, MHA against GQA); fp8 instead of fp16 (half the bytes per
+# token, twice the requests); 32,768-token requests. The bar is the device's memory: weights
+# grey, the requests' KV cache orange, the rest of the server's share light grey, and the part
+# the server leaves alone white.
+
+# %%
+import os
+
+from kvlab.viz import CapacityWidget
+
+devices = {name: gpu.memory_bytes for name, gpu in kvlab.GPUS.items()}
+devices["2 x h200"] = 2 * kvlab.GPUS["h200"].memory_bytes
+ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")   # this machine's memory (measured)
+devices[f"this machine's RAM ({ram / 2**30:.0f} GiB)"] = ram
+CapacityWidget(models={n: kvlab.MODELS[n] for n in LESSON_MODELS}, devices=devices, model="llama-2-70b",
+               device="2 x h200", tokens=4096)
+
+# %% [markdown]
 # ## 7. The real run: allocate the cache
 #
 # The formula is easy to trust on paper. Here it is checked against real tensors: kvlab's
@@ -223,6 +260,55 @@ print(f"bundled model: {cfg.num_hidden_layers} layers, {cfg.num_attention_heads}
       f"{cfg.num_key_value_heads} KV heads, head_dim {cfg.head_dim}")
 print(bundled.formula(32 * 4))
 print(f"measured pool: {pool.nbytes:,} bytes; equal: {pool.nbytes == bundled.kv_bytes(32 * 4)}")
+
+# %% [markdown]
+# ### A real LLM: SmolLM2-135M-Instruct
+#
+# The model lesson 01 ran. Its shape is read from its GGUF file's own metadata (not from a
+# preset), then its cache is allocated as kvlab's engine allocates it, in fp32 (how it runs on
+# this CPU) and in fp16, and its bytes per token are measured on the tensors, beside Llama-2
+# 70B's from the formula:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.compute.gguf import gguf_metadata, require_smollm2
+
+meta = gguf_metadata(require_smollm2())          # the file's own hyper-parameters (no weights loaded)
+smol = kvlab.KVSpec(layers=meta["llama.block_count"], kv_heads=meta["llama.attention.head_count_kv"],
+                    head_dim=meta["llama.embedding_length"] // meta["llama.attention.head_count"],
+                    num_heads=meta["llama.attention.head_count"], name="smollm2-135m",
+                    params_b=kvlab.MODELS["smollm2-135m"].params_b)
+print(f"SmolLM2-135M from its file: {smol.layers} layers, {smol.num_heads} query heads sharing {smol.kv_heads} KV heads "
+      f"of {smol.head_dim} (GQA, groups of {smol.gqa_ratio})")
+measured = {}
+for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
+    p = PagedKVPool(num_layers=smol.layers, num_blocks=8, block_size=16, num_kv_heads=smol.kv_heads,
+                    head_dim=smol.head_dim, dtype=dtype)
+    measured[name] = p.nbytes // (8 * 16)
+print(f"{'bytes per token':24s} {'fp32':>10s} {'fp16':>10s}   (4,096 tokens in fp16)")
+print(f"{'SmolLM2-135M (measured)':24s} {measured['fp32']:>10,} {measured['fp16']:>10,}   "
+      f"{kvlab.format_bytes(4096 * measured['fp16'])}")
+print(f"{'Llama-2 70B (formula)':24s} {llama70.with_dtype('fp32').bytes_per_token:>10,} {llama70.bytes_per_token:>10,}   "
+      f"{kvlab.format_bytes(llama70.kv_bytes(4096))}")
+print(f"formula for SmolLM2 in fp16: {smol.bytes_per_token:,}; equal to the measured: {smol.bytes_per_token == measured['fp16']}; "
+      f"Llama-2 70B needs {llama70.bytes_per_token / smol.bytes_per_token:.0f}x more per token")
+
+# %% [markdown]
+# And what fits in **this machine's** memory (the RAM is measured; the kernel runs SmolLM2 in
+# fp32, so its weights take 4 bytes a parameter and its cache the fp32 figure above; the amount
+# free changes from moment to moment, so these lines are not checked by the tests):
+
+# %%
+total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+w_smol = int(smol.params_b * 1e9 * 4)
+left = free - w_smol
+print(f"this machine: {kvlab.format_bytes(total)} of RAM, {kvlab.format_bytes(free)} free now (measured)")
+print(f"SmolLM2 in fp32: weights {kvlab.format_bytes(w_smol)}; the free memory left holds "
+      f"{left // measured['fp32']:,} tokens of KV cache = {left // (4096 * measured['fp32']):,} requests of 4,096 tokens")
+w70 = int(llama70.params_b * 1e9 * 2)
+print(f"Llama-2 70B in fp16: weights alone {kvlab.format_bytes(w70)}: "
+      + ("more than this machine's RAM: it does not fit at all" if w70 > total else "they fit"))
 
 # %% [markdown]
 # ## 8. Exercises

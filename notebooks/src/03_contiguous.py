@@ -53,7 +53,8 @@ arena.admit("A", 20)            # a 20-token prompt reserves the maximum, 4,096 
 arena.grow("A", 480)            # A produces 480 tokens and stops: 500 in all
 r, st = arena.requests["A"], arena.stats()
 print(f"A holds {r.length} tokens in a reservation of {r.reserved}: {st.reserved_unused} slots reserved for tokens "
-      f"that never came = {st.reserved_unused / r.reserved:.1%} of the reservation (the notes round it to 87%)")
+      f"that never came = {st.reserved_unused / r.reserved:.1%} of the reservation (the notes cut it to 87%: "
+      f"truncated, not rounded, which would give {st.reserved_unused / r.reserved:.0%})")
 
 # %% [markdown]
 # **Copy on growth.** Policy `"pow2"` reserves less (the next power of two of the current
@@ -141,10 +142,11 @@ for name, example, cost in costs:
 # %% [markdown]
 # ## 2. The picture: contiguous and paged, side by side
 #
-# The same example scaled down by 256 (A 16, B 8, C 16 slots in 48; D needs 24), run on both
-# allocators in step. Step through it: the left map is the contiguous arena, the right one the
-# paged pool with blocks of 4; dark grey slots are free but stranded (external fragmentation).
-# At the last step D fails on the left and fits on the right.
+# The same example scaled down by 256 (A 16, B 8, C 16 slots in 48), run on both allocators in
+# step. The last request is **D'**, all the free space (6,144 / 256 = 24 slots), not the notes'
+# D (8,192 / 256 = 32, more than is free). Step through it: the left map is the contiguous
+# arena, the right one the paged pool with blocks of 4; dark grey slots are free but stranded
+# (external fragmentation). At the last step D' fails on the left and fits on the right.
 
 # %%
 import kvlab.viz as viz
@@ -247,6 +249,25 @@ print(f"- 'exact' is an oracle (no real server knows the output length) and stil
       "reservations for tokens not yet produced, and holes between requests.")
 print(f"- the most memory holding tokens: {best_share} ({share[best_share]:.1%}); the most requests finished: "
       f"{most_done} ({results[most_done]['finished']}).")
+
+# %% [markdown]
+# The notes close with a maxim: **"fragmentation is the enemy of dynamic allocation."** Judged on
+# this lesson's runs (simulated): in the A/B/C/D example, and in the serving loop, where `pow2` is
+# the dynamic policy (ranges grow as requests do) and paging has no external fragmentation:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+stranded = ex.contiguous_external_fragmentation / ex.contiguous_free
+print(f"- A/B/C/D: {ex.contiguous_external_fragmentation:,} of the {ex.contiguous_free:,} free slots ({stranded:.0%}) lie "
+      f"outside the largest hole, so a request of {ex.d_small_tokens:,} fails with that much memory free")
+pw, pg = results["pow2"], results["paged"]
+print(f"- serving loop: 'pow2' had to move requests ({pw['tokens copied']:,} tokens copied) and preempted "
+      f"{pw['preempted']} when no free range was big enough for a doubled size; paged preempted {pg['preempted']} "
+      f"and finished {pg['finished']} requests against {pw['finished']}")
+holds = stranded > 0 and pg["finished"] >= pw["finished"] and share["paged"] > share["pow2"]
+print(f"- the maxim {'holds here' if holds else 'does NOT hold on this run'}: contiguous ranges that grow leave holes "
+      f"that stop the next request; blocks of one size leave none, and hold {share['paged']:.1%} of the memory with "
+      f"tokens against {share['pow2']:.1%}")
 
 # %% [markdown]
 # The vLLM paper (Kwon et al., 2023, Fig. 2) measured the same thing in real systems: only

@@ -101,21 +101,20 @@ import kvlab.viz as viz
 viz.TranslationWidget(block_table=NOTES_TABLE, pos=9, block_size=4)
 
 # %% [markdown]
-# > **Analogy box: the block table as an index (the second source note).** The notes compare a
-# > sequence's block table to a search engine's **forward index** (a document → the terms it
-# > holds) and the lookup to an **inverted index**'s **skip list** (jump ahead in a long sorted
-# > list instead of reading every entry).
+# > **Analogy box: the KV cache as a search index (the second source note).** The notes compare
+# > the **KV cache** to a search engine's **forward index** (each document → the terms it holds,
+# > built once when the document is indexed and read by every query) and the **block table** to
+# > a **skip list** (jump ahead in a long sorted list instead of reading every entry).
 # >
-# > *Where it holds.* A block table is a forward index: a sequence → the blocks it holds, in
-# > order. The other direction, a block → the sequences holding it, is what an inverted index
-# > would store; the pool keeps only its size, the reference count (the memory map draws the
-# > holders as arrows). And like a skip list, the table lets the kernel reach position 9 without
-# > walking positions 0 to 8.
+# > *Where it holds.* A forward index is built once and then only read, and so is the cache: a
+# > token's K and V are computed once and read at every later decode step (lesson 01). And like a
+# > skip list, the block table lets the kernel reach position 9 without walking positions 0 to 8.
 # >
 # > *Where it breaks.* A skip list is still a **search**: O(log n) hops, comparing keys at each.
 # > A block table is a **page table**: `block_table[pos // block_size]` is one array read, no
-# > search and no comparison, the same cost for every position. And no real inverted index
-# > exists in the pool: nothing asks "who holds P5?"; a block is freed when its count reaches 0.
+# > search and no comparison, the same cost for every position. And an index is consulted for a
+# > few entries per query, while attention reads **every** cached token at every step: the cache
+# > is scanned, not searched (lesson 11 measures what that costs).
 #
 # > **Analogy box: virtual memory.** PagedAttention is named after the operating system's
 # > paging: block = page, block table = page table, a sequence = a process, a token position = a
@@ -127,6 +126,20 @@ viz.TranslationWidget(block_table=NOTES_TABLE, pos=9, block_size=4)
 # > *Where it breaks.* No MMU or TLB does the lookup: the attention kernel reads the table itself,
 # > in software, for every block it reads. No page faults: a sequence's blocks are allocated before
 # > the kernel runs. And the unit is a token slot, not a byte: a slot holds a token's K and V.
+#
+# > **Analogy box: mmap (the source notes: "mmap = block table").** `mmap` gives a process one
+# > contiguous range of virtual addresses whose pages sit anywhere in physical memory, filled in
+# > when first touched.
+# >
+# > *Where it holds.* A sequence sees one contiguous run of positions 0, 1, 2, ... while its
+# > blocks sit anywhere in the pool (the notes' table: P3, P7, P1, P5, P9); a block is given out
+# > only when a position in it is first needed; two processes that map the same file share its
+# > pages, as two requests with the same prefix share its blocks (lessons 06 and 07).
+# >
+# > *Where it breaks.* `mmap` is backed by a file and the MMU translates in hardware, filling a
+# > page on a fault; a KV block is backed by nothing (its K and V are computed, not read from a
+# > file, until lesson 10 adds host memory and disk), the attention kernel translates in software,
+# > and the scheduler allocates before the kernel runs, so nothing ever faults.
 #
 # ## 3. The real run: requests grow on demand
 #
@@ -187,6 +200,49 @@ print(f"R1's freed blocks {list(r1_blocks)} joined the back of the free queue, s
 # free-block queue; it is also what makes a freed block the last to be reused, which lesson 08's
 # prefix cache relies on).
 #
+# The notes compare this to two things a programmer knows. Each is judged on the run above
+# (simulated), with the numbers printed below the boxes.
+#
+# > **Analogy box: a shared memory pool (the notes: "shared memory pool = block pool").** One
+# > pool of equal blocks, set aside when the server starts, that every request draws from.
+# >
+# > *Where it holds.* No request owns a region of memory: any free block serves any request, and
+# > the blocks R1 freed joined the one free queue that R3 and every later request draw from. The
+# > pool's size is fixed up front: vLLM measures the memory left after the
+# > weights and makes that many blocks (`num_gpu_blocks`).
+# >
+# > *Where it breaks.* "Shared" means shared **over time**: at any moment a block has one
+# > writer; it is shared at the same time only when its reference count is above 1, and then
+# > only read (copy-on-write, lesson 06). And it is not a GPU's "shared memory": that is the
+# > few hundred KB of on-chip SRAM per streaming multiprocessor a kernel uses for its tiles.
+#
+# > **Analogy box: L2 on-demand loading (the notes: "L2 on-demand loading = on-demand
+# > allocation").** A cache line is brought into L2 only when it is first touched; a block is
+# > allocated only when the request's last block is full.
+# >
+# > *Where it holds.* Nothing is taken ahead of need: R1 and R2 each took a block at the step
+# > their last block filled, never before, so a request that stops early never held memory for
+# > tokens it did not produce (lesson 03's over-reservation is gone).
+# >
+# > *Where it breaks.* L2 loads on a miss, in hardware, a copy of data that already exists
+# > further down; a KV block is allocated ahead of the write by the scheduler, in software, and
+# > holds data that exists nowhere else until the model computes it. And L2 evicts on its own;
+# > a full KV pool does not: the scheduler must preempt a request (lesson 08).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+decode = list(m.log)[2:14]                          # the twelve one-token appends of the six decode steps
+grow = [e for e in decode if e.block_ids]            # those that had to take a new block
+print(f"on demand: {len(grow)} blocks were taken while decoding, each at the step its request's last block was full: "
+      + ", ".join(f"{e.seq_id} -> P{e.block_ids[0]}" for e in grow))
+held_max = max(len(s.tables.get("R1", ())) for s in m.snapshots)
+print(f"R1 held at most {held_max} blocks ({held_max * m.block_size} slots) for its {6 + 6} tokens; reserving its "
+      f"maximum length up front (say 4,096) would have held {4096 // m.block_size:,} blocks, more than the whole pool of {m.num_blocks}")
+print(f"one pool, drawn on by everyone: R1's freed blocks {list(r1_blocks)} joined the free queue "
+      f"{list(final.free_block_ids)} that R3 took {list(r3)} from; blocks shared at this moment (ref count > 1): "
+      f"{sum(1 for c in final.ref_count if c > 1)}")
+
+# %% [markdown]
 # ## 4. Waste is at most one block per request
 #
 # A request with `n` tokens holds `ceil(n / block_size)` blocks, so only its last block can be
@@ -278,7 +334,36 @@ print(f"paged, D = {ex.d_tokens} with B = {ex.b_used}, C = {ex.c_used} tokens so
       f"fits? {ex.d_fits_paged_on_demand} ({ex.paged_free_blocks_on_demand} free blocks before D)")
 
 # %% [markdown]
-# ## 6. Exercises
+# ## 6. Paging's four benefits, each with its number
+#
+# The notes credit paging with four things. Each is checked here on this lesson's runs
+# (simulated), and the line says whether it held:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+held16, waste16 = waste_on_allocator(lengths, 16)
+fork = kvlab.BlockManager(num_blocks=512, block_size=16)
+fork.add_sequence("S0", 1000)
+for i in range(1, 4):
+    fork.fork("S0", f"S{i}")                      # four samples of one 1,000-token prompt
+shared_slots = (fork.num_blocks - fork.allocator.num_free_blocks) * 16
+benefits = [
+    ("no external fragmentation", ex.d_small_fits_paged and not ex.d_small_fits_contiguous,
+     f"{ex.d_small_tokens:,} tokens fit in blocks where the largest contiguous hole was {ex.contiguous_largest_free:,}"),
+    ("waste of at most one block per request", max(waste16) <= 15,
+     f"{(held16 - tokens) / held16:.1%} of the slots wasted with blocks of 16 (largest {max(waste16)} per request), "
+     f"against {1 - tokens / (len(lengths) * 4096):.1%} reserving 4,096 each"),
+    ("memory taken on demand", ex.d_fits_paged_on_demand and not ex.d_fits_paged_same_sizes,
+     f"D ({ex.d_tokens:,} tokens) fits once B and C hold only the tokens they produced"),
+    ("blocks shared between requests", shared_slots < 4 * 1000,
+     f"4 samples of a 1,000-token prompt hold {shared_slots:,} slots, not {4 * 1000:,} (ref counts, lesson 06)"),
+]
+for i, (name, held, evidence) in enumerate(benefits, 1):
+    print(f"{i}. {name}: {'holds' if held else 'does NOT hold'} -- {evidence}")
+fork.check_integrity()
+
+# %% [markdown]
+# ## 7. Exercises
 #
 # ### Exercise 1: translate
 #

@@ -16,6 +16,8 @@
 #   a host hit, and what a host tier buys a long chat whose history no longer fits the GPU.
 # - When loading a prefix back beats recomputing it (prefill FLOPs against bytes over PCIe or
 #   NVMe), per model: a break-even prefix length.
+# - On a real model (SmolLM2-135M-Instruct): restart the server and the system prompt comes back
+#   from disk instead of being computed again.
 #
 # Terms are in the [glossary](glossary.md): block (块), radix tree (前缀树), eviction (驱逐),
 # prefill (预填充). New here: **tier** (存储层级), **offload** (卸载), **load-back** (回载).
@@ -32,17 +34,21 @@ self_test();
 # The second source note ends with a proposal: keep hot KV in "L1" (SRAM), warm KV in "L2"
 # (HBM), cold KV in "L3" (even SSD), like a CPU's cache hierarchy. Two things to separate:
 #
-# - **SRAM is not a KV tier.** A GPU's SRAM (shared memory, registers) holds the tiles a kernel
-#   is working on for microseconds: the paged attention kernel of lesson 05 loads a block of K
-#   and V into SRAM, uses it, and drops it. Nothing stays there between kernel launches, and an
-#   H100 has about 110 MB of it (registers, shared memory, a 50 MB L2 cache) against 80 GB of
-#   HBM. **All** of the KV cache lives in HBM.
+# - **SRAM is not a KV tier.** A GPU's shared memory and registers hold the tiles a kernel is
+#   working on for microseconds: the paged attention kernel of lesson 05 loads a block of K and
+#   V there, uses it, and drops it; they are gone when the kernel ends. The L2 cache (50 MB on an
+#   H100) does keep data between kernel launches, but it is a hardware cache *of* HBM: it keeps
+#   whatever was read last, and no server decides what stays in it. An H100 has about 110 MB of
+#   on-chip memory in all (registers, shared memory, L2) against 80 GB of HBM. **All** of the KV
+#   cache lives in HBM.
 # - **The real tiers sit below HBM**: host DRAM over PCIe, then local SSDs or remote storage.
 #   That is exactly SGLang's HiCache, which happens to use the notes' own names: GPU memory is
 #   L1, host memory L2, storage L3. vLLM offloads KV blocks to CPU memory through its KV
 #   connector; LMCache keeps chunks of KV in CPU memory and on disk.
 #
-# The numbers below are stated (spec sheets), not measured:
+# The numbers below are stated (spec sheets), not measured. SGLang sizes the host pool as a
+# multiple (`--hicache-ratio`, default 2) of the **device KV pool**, not of the card: what is
+# left for KV after the weights (here 90% of the card minus Llama-3 8B's fp16 weights).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -50,12 +56,13 @@ from kvlab.memory.kvspec import GPUS, MODELS
 from kvlab.reuse.offload import LINKS
 
 h100, spec = GPUS["h100-80gb"], MODELS["llama-3-8b"]
-rows = [("L1: GPU HBM (H100)", h100.memory_bytes / 2**30, "GiB", h100.hbm_bandwidth / 1e9),
-        ("L2: host DRAM over PCIe 5.0 x16", 2 * 80, "GiB (2x, HiCache's default ratio)", LINKS["pcie-gen5-x16"].bandwidth / 1e9),
-        ("L3: one NVMe SSD (PCIe 4.0 x4)", 4096, "GiB (a 4 TB drive)", LINKS["nvme-gen4"].bandwidth / 1e9)]
-print(f"{'tier':<34} {'size':>6}  {'':<34} {'GB/s to the GPU':>15}")
+kv_pool = h100.kv_budget_bytes(spec, 0.9)
+rows = [("L1: GPU HBM (H100)", h100.memory_bytes / 2**30, f"GiB, of which {kv_pool / 2**30:.0f} GiB hold KV", h100.hbm_bandwidth / 1e9),
+        ("L2: host DRAM over PCIe 5.0 x16", 2 * kv_pool / 2**30, "GiB (2x the device KV pool)", LINKS["pcie-gen5-x16"].bandwidth / 1e9),
+        ("L3: one NVMe SSD (PCIe 4.0 x4)", 4e12 / 2**30, "GiB (a 4 TB drive)", LINKS["nvme-gen4"].bandwidth / 1e9)]
+print(f"{'tier':<32} {'size':>6}  {'':<30} {'GB/s to the GPU':>15}")
 for name, size, unit, bw in rows:
-    print(f"{name:<34} {size:>6.0f}  {unit:<34} {bw:>15,.0f}")
+    print(f"{name:<32} {size:>6.0f}  {unit:<30} {bw:>15,.0f}")
 print(f"\nLlama-3 8B keeps {spec.bytes_per_token // 1024} KiB of KV per token: all of an H100's ~110 MB of SRAM "
       f"would hold {110e6 / spec.bytes_per_token:.0f} tokens, its 80 GB of HBM {80e9 / spec.bytes_per_token:,.0f}")
 
@@ -95,6 +102,15 @@ cm.check_integrity()
 # the only one. R3's match ended in a node that was on the host only: it got fresh device
 # blocks, and the queued `load` copies host blocks 0-2 into them (R2's pages made room, and are
 # on the host only now). The first two transfers are the write-throughs of R1 and R2.
+#
+# > **The notes' analogy: "L2 on-demand loading = on-demand allocation".** A CPU cache fetches
+# > a line only when it is touched; paging (lesson 04) allocates a block only when a token needs
+# > it. *Where it holds:* both work in fixed units (a 64-byte line, a block of tokens), only for
+# > what is used, and keep a table of where each unit is. *Where it breaks:* a cache line is a
+# > copy of memory that exists anyway, so dropping it is free; a KV block on the device is the
+# > only copy of computed state, and dropping it costs a recompute. The part of this lesson
+# > that really is "on-demand loading" is the load-back above: once a host copy exists, the
+# > device copy is fetched when a request touches it, like a cache miss served from DRAM.
 
 # %% [markdown]
 # ## 3. The lifecycle of a KV block
@@ -132,13 +148,15 @@ for src, dst, why in transition_table("node"):
 # and R4 = R1's follow-up), one token per character, block size 4, and a device pool of 28
 # blocks (112 token slots): R2 and R3 push R1's turn out of the device. Without a host tier,
 # R4 must recompute R1's turn; with one (`write_back`: pages are copied to the host only when
-# they are evicted), R1's turn comes back from the host.
+# they are evicted; a host pool of 16 blocks, and below it a disk tier, here an in-memory
+# stand-in for files), R1's turn comes back from the host.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from kvlab.lessons.four_requests import FOUR_REQUEST_TEXTS as T
 from kvlab.lessons.four_requests import char_tokenize, four_request_example
 from kvlab.reuse.cache_manager import CacheManager, serve_request
+from kvlab.reuse.hicache_storage import MemoryStorage
 from kvlab.viz.tier_view import TierRecorder
 
 records = four_request_example()
@@ -157,10 +175,10 @@ def four_requests(cm, recorder=None):
 
 
 plain = four_requests(CacheManager(28, 4))
-tiered_cm = HiCacheManager(28, 4, host_ratio=1, write_policy="write_back")
+tiered_cm = HiCacheManager(28, 4, num_host_blocks=16, write_policy="write_back", storage=MemoryStorage())
 rec = TierRecorder(tiered_cm, "start: both pools free")
 tiered = four_requests(tiered_cm, rec)
-print(f"{'request':<8} {'prompt':>6} | {'reused':>6} {'prefilled':>9} (device only) | {'reused':>6} {'prefilled':>9} (+ host 1x)")
+print(f"{'request':<8} {'prompt':>6} | {'reused':>6} {'prefilled':>9} (device only) | {'reused':>6} {'prefilled':>9} (+ host, disk)")
 for (name, n, m0, p0), (_, _, m1, p1) in zip(plain, tiered):
     print(f"{name:<8} {n:>6} | {m0:>6} {p0:>9}               | {m1:>6} {p1:>9}")
 s = tiered_cm.tier_stats
@@ -179,7 +197,41 @@ tiered_cm.check_integrity()
 # %%
 from kvlab.viz.tier_view import animate_tiers
 
-animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 28 blocks")
+animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 16 blocks")
+
+# %% [markdown]
+# ### The tree and the pools together
+#
+# The same run, one picture per request: the radix tree on the left, each node lettered as in
+# the notes ([A] system prompt, [B] few-shot examples, [C] R1's turn, [D] R2's, [E] R3's, [F]
+# R4's follow-up) and coloured by where its KV lives: **on the device only**, **on the device
+# with a host copy**, **on the host only**, **on disk only**. On the right the device and host
+# pools, each block carrying its node's letter and colour. With pages of 4 tokens a node starts
+# on a page boundary, so [B] also holds the last 2 tokens of [A]: a node is named by the part
+# that holds most of it. Step to R4: [C] came back from the host (device + host copy), [D] was
+# pushed from the host to disk, [E] waits on the host.
+
+# %%
+from kvlab.viz.radix_frames import NOTES_LETTERS
+from kvlab.viz.tier_view import majority_labels, tier_tree_stepper
+
+spans = []
+for r in records:
+    ans = answers.get(r.name, [])
+    parts = [(NOTES_LETTERS.get(sg.label, sg.label), sg.start, sg.end) for sg in r.segments]
+    if ans:
+        parts.append((parts[-1][0], len(r.prompt_tokens), len(r.prompt_tokens) + len(ans)))
+    spans.append((list(r.prompt_tokens) + ans, parts))
+letters = majority_labels(rec.trees[-1], spans)
+tree_steps = tier_tree_stepper(rec, letters)
+tree_steps.go(len(rec.trees) - 1)
+tree_steps
+
+# %%
+# NBVAL_CHECK_OUTPUT
+final = rec.snapshots[-1].placements
+for nid, letter in sorted(letters.items(), key=lambda kv: kv[1]):
+    print(f"[{letter}] {final[nid]}")
 
 # %% [markdown]
 # The same run with the state diagram: each step's transitions in bold, the counts so far on
@@ -219,7 +271,8 @@ def chat_sessions(cm, sessions=3, turns=6, question=12, answer=24):
 
 
 no_tier = chat_sessions(CacheManager(64, 4))
-with_tier = chat_sessions(HiCacheManager(64, 4, host_ratio=2, write_policy="write_back"))
+chat_cm = HiCacheManager(64, 4, host_ratio=2, write_policy="write_back")
+with_tier = chat_sessions(chat_cm)
 print(f"{'turn':>4} {'prompt':>6} | prefilled: {'device only':>11} {'+ host 2x':>9} (loaded back)")
 for t in range(6):
     a = [r for r in no_tier if r[0] == t]
@@ -230,9 +283,22 @@ print(f"prefill over the chat: {sum(r[3] for r in no_tier)} tokens with the devi
       f"{sum(r[3] for r in with_tier)} with the host tier (prompts: {sum(r[2] for r in no_tier)} tokens)")
 
 # %% [markdown]
-# Without the tier, every turn after the first recomputes almost all of its history: the cache
-# holds only what the last customer left. With it, each turn prefills little more than its own
-# question, the same as if the GPU were big enough, and its history comes back over PCIe.
+# What the table says, written from it:
+
+# %%
+per_q = 12  # each customer's new question, tokens
+extra = sorted({r[3] - per_q for r in with_tier if r[0] > 0})
+lost = [(t + 1, s + 1, p) for t, s, _, p, _ in with_tier if t > 0 and p - per_q > 4]
+print(f"device only: turns 2-6 prefill {min(r[3] for r in no_tier if r[0] > 0)}-{max(r[3] for r in no_tier)} tokens "
+      "per customer: most of each history is recomputed (the cache holds what the last customer left)")
+print(f"host 2x: a customer's turn prefills its {per_q}-token question plus {extra[0]} tokens (the history's last "
+      f"partial page of 4 is recomputed: only full pages are cached)")
+if lost:
+    print(f"except {len(lost)} turn(s) of the last round ({', '.join(f'customer {s}: {p} tokens' for _, s, p in lost)}): the "
+          f"host pool ({chat_cm.host_allocator.num_blocks} blocks) is full by then and its oldest pages "
+          "are gone; a bigger host pool keeps them (try host_ratio=4)")
+
+# %% [markdown]
 #
 # ### The same at scale (simulated)
 #
@@ -265,8 +331,32 @@ for line in judge(chat_rows, doc_rows):
 #   with and without the tier, and it must be: attention reads every token of a running
 #   request from HBM. The tier *adds* host memory (write_through even duplicates what is on the
 #   device) and saves **compute**: prefill tokens not recomputed, TTFT.
-# - Try `write_policy="write_through"`: the host then holds copies of what is also on the
-#   device, so a 1x host tier adds almost nothing (HiCache asks for at least 2x).
+# - The time to first token here counts each load as if it did not overlap compute (HiCache
+#   overlaps it layer by layer), so a tier that saves few prefill tokens can show a *slower*
+#   mean time to first token: the loads cost more than the recompute they save.
+#
+# ### Try it: host pool size and write policy
+#
+# The chat workload above (40 sessions, a device pool of 8,192 slots), re-simulated whenever you
+# move the slider or pick a policy (each run takes well under a second). With
+# `write-through` the host holds copies of what is also on the device, so a small host pool
+# adds almost nothing (HiCache asks for at least 2x); `write-back` spends host memory only on
+# what leaves the device.
+
+# %%
+from kvlab import viz
+from kvlab.viz.tier_controls import TierControls
+
+chat_trace = multi_turn_chat(num_sessions=40, turns=6, seed=0)
+
+
+def one_tier(host_ratio, write_policy):
+    return run_tiers(chat_trace, capacity=8192, host_ratios=(host_ratio,), write_policy=write_policy)[0]
+
+
+controls = TierControls(one_tier, host_ratio=2, policy="write_back", static=viz.is_static())
+print(controls.caption)
+controls
 
 # %% [markdown]
 # ## 6. When offloading pays
@@ -274,17 +364,27 @@ for line in judge(chat_rows, doc_rows):
 # Loading a prefix back costs its bytes over a link; recomputing it costs its prefill FLOPs
 # (`kvlab.reuse.offload`, stated numbers: H100 989 TFLOP/s dense bf16 at 50% utilisation,
 # PCIe 5.0 x16 at 64 GB/s with 10 µs per copy, SSDs at 7 and 3 GB/s with 100 µs per read).
-# Per token, Llama-3 8B (grouped-query attention, 128 KiB a token) is ~16x cheaper to load over
-# PCIe than to recompute; an MHA model like Llama-2 7B has 4x the bytes per token.
+# An MHA model like Llama-2 7B has 4x the bytes per token of Llama-3 8B (grouped-query
+# attention, 128 KiB a token).
+#
+# This is a **marginal-cost model**: it charges a recompute of L tokens L tokens' worth of
+# FLOPs at 50% utilisation, even for one token, and a load the link's bytes plus a fixed 10 µs.
+# On a real GPU a prefill of a handful of tokens runs far below 50% utilisation (it is memory
+# bound, like decode) and a load-back has its own launch and bookkeeping costs, so a
+# "break-even at 1 token" means only "no fixed cost decides it". SGLang does not load back
+# fewer than `load_back_threshold` tokens (10 in its `HiRadixCache`); kvlab's default is 1, the
+# exercises' threshold is a parameter.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from kvlab.reuse.offload import LinkSpec, break_even_tokens, offload_costs
 
 slow_ssd = LinkSpec("slow-ssd", 3e9, 100e-6, "a 3 GB/s SSD")
+be = {}
 for model in ("llama-3-8b", "llama-2-7b", "llama-2-70b"):
-    cells = [f"{break_even_tokens(model, 'h100-80gb', link):>8,}" for link in ("pcie-gen5-x16", "nvme-gen4", slow_ssd)]
-    print(f"{model:<12} loading wins from: host {cells[0]}, SSD 7 GB/s {cells[1]}, SSD 3 GB/s {cells[2]} tokens")
+    be[model] = [break_even_tokens(model, "h100-80gb", link) for link in ("pcie-gen5-x16", "nvme-gen4", slow_ssd)]
+    print(f"{model:<12} loading wins from: host {be[model][0]:>8,}, SSD 7 GB/s {be[model][1]:>8,}, "
+          f"SSD 3 GB/s {be[model][2]:>8,} tokens")
 c = offload_costs("llama-3-8b", 4096)
 print(f"\nLlama-3 8B, a 4,096-token prefix: recompute {1e3 * c.recompute_s:.1f} ms, load over PCIe 5 "
       f"{1e3 * c.load_s:.2f} ms ({c.speedup:.0f}x faster) (simulated)")
@@ -309,12 +409,24 @@ fig.update_layout(title="Recompute a prefix or load it back (simulated, stated H
 fig
 
 # %% [markdown]
-# Where a load line lies under the recompute line of the same model, offloading pays. For
-# Llama-3 8B, PCIe and both NVMe SSDs pay from a handful of tokens on (the fixed cost of a
-# copy is all there is to beat); a 3 GB/s SSD only from ~21,000 tokens, when the L² attention
-# term of recomputing catches up with it. For Llama-2 7B (4x the bytes) a 7 GB/s SSD loses
-# until ~90,000 tokens and a 3 GB/s one within any real context. This is the decision HiCache's
-# `load_back_threshold` makes with a constant.
+# Where a load line lies under the recompute line of the same model, offloading pays. Read
+# from the break-even table above:
+
+# %%
+names = ("host memory over PCIe 5", "a 7 GB/s SSD", "a 3 GB/s SSD")
+
+
+def when(n):
+    return "from the first token" if n <= 1 else f"from {n:,} tokens" if n < 2**20 else "within no real context"
+
+
+for model in ("llama-3-8b", "llama-2-7b"):
+    print(f"{model}: " + "; ".join(f"{name} pays {when(n)}" for name, n in zip(names, be[model])))
+cheap = [name for name, n in zip(names, be["llama-3-8b"]) if n <= 16]
+print(f"for Llama-3 8B, {' and '.join(cheap) or 'no link'} pay{'s' if len(cheap) == 1 else ''} within 16 tokens; the slower "
+      "links lose to recomputing until the quadratic attention term of a long prefix catches up with their bytes")
+
+# %% [markdown]
 #
 # **Measured** on the bundled model and this machine: a prefill of the prefix against copying
 # its KV between two pools. On a CPU-only machine both pools are host memory, so the copy is a
@@ -383,7 +495,62 @@ print(f"copy time: {1e3 * t['measured_s']:.2f} ms measured on this machine (host
       f"{1e3 * t['simulated_s']:.3f} ms simulated over {t['host_link']} (64 GB/s, 10 µs a copy)")
 
 # %% [markdown]
-# ## 8. Exercises
+# ## 8. Restart the server: the system prompt comes back from disk (the real model)
+#
+# Now a real pretrained model, SmolLM2-135M-Instruct (30 layers, 3 KV heads of 64: 45 KiB of KV
+# a token in fp32), with a disk tier. Server A serves one customer and, with
+# `storage_write="write_through"`, saves every page it computes to a folder, each chunk keyed
+# by a hash chain over its page's whole token prefix and a fingerprint of the model, checked on
+# read. Then the server restarts: server B is a fresh engine, empty device and host pools, on
+# the same folder. Its first customer asks something else under the same system prompt: B asks
+# the disk for the longest run of pages it holds and loads them instead of computing them.
+# Server C is the same fresh engine on an empty folder (a cold start). Measured on this machine.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import tempfile
+
+from kvlab.compute.loader import load_pretrained
+
+smol, smol_tok = load_pretrained("smollm2")
+shop = ("You are a customer-service assistant for an online shop. Answer politely in one sentence. Refunds take five "
+        "to seven working days. Orders ship within two days. Invoices are emailed after shipping. Never share another "
+        "customer's data.")
+
+
+def chat_prompt(question):
+    return smol_tok.apply_chat_template([{"role": "system", "content": shop}, {"role": "user", "content": question}],
+                                        add_generation_prompt=True)
+
+
+def serve_once(prompt, folder, **kw):
+    eng = Engine(smol, num_blocks=16, block_size=16, host_ratio=1, storage=folder, **kw)
+    st = eng.submit(prompt, 6)
+    eng.run()
+    return eng, st
+
+
+p_refund, p_ship = chat_prompt("How do I get a refund?"), chat_prompt("When will my order ship?")
+shared = next(i for i, (x, y) in enumerate(zip(p_refund, p_ship)) if x != y)
+with tempfile.TemporaryDirectory() as store, tempfile.TemporaryDirectory() as empty:
+    serve_once(p_refund, store, storage_write="write_through")          # server A, then it stops
+    eng_b, warm = serve_once(p_ship, store)                              # server B: restarted, same folder
+    eng_c, cold = serve_once(p_ship, empty)                              # server C: a cold start
+print(f"the two prompts share their first {shared} tokens (the chat template and the system prompt); pages of 16")
+print(f"server B after the restart: {eng_b.cache_manager.tier_stats.fetched_tokens} tokens fetched from disk, "
+      f"{warm.prefill_computed} computed; cold server C: {cold.prefill_computed} computed")
+print("same reply from both:", warm.outputs == cold.outputs, repr(smol_tok.decode(warm.outputs[0])))
+
+# %%
+print(f"time to first token (measured, this CPU): {1e3 * warm.ttft:.0f} ms after the restart against "
+      f"{1e3 * cold.ttft:.0f} ms cold ({cold.ttft / warm.ttft:.1f}x)")
+
+# %% [markdown]
+# Only full pages are saved and found, so the tokens fetched are the shared prefix rounded down
+# to a page of 16. On a GPU server the same idea is what LMCache, Mooncake and HiCache's storage
+# backends are run for: a fleet of servers, and restarts, sharing one store of prefixes.
+#
+# ## 9. Exercises
 #
 # ### Exercise 1: write-back on eviction
 #
@@ -489,6 +656,38 @@ check.next_placement(next_placement)
 # </details>
 
 # %% [markdown]
+# ### Exercise 4: which host copy goes first (ARC)
+#
+# A host pool evicts too. LRU drops the oldest copy, so a long scan of one-off prompts flushes
+# the system prompts that many requests share. vLLM's CPU offloading can use **ARC** instead:
+# two lists, T1 (copies used once since they were stored) and T2 (used again), and a target
+# size for T1 that adapts. Implement `arc_victims(t1, t2, target, need)`: `t1` and `t2` list
+# `(name, pages)` oldest first; free at least `need` pages by evicting, one at a time, the
+# oldest of T1 when T1 holds at least `target` pages (or T2 is empty), else the oldest of T2.
+# Return the names evicted, in order. The checker compares with a real `HiRadixCache` using
+# `host_eviction_policy="arc"`, then prints LRU against ARC on a scan with a hot set.
+
+# %% tags=["exercise-stub"]
+def arc_victims(t1, t2, target, need):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.arc_victims(arc_victims)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Work on copies of the two lists and pop from the front; recompute T1's pages after each
+# eviction: the rule is checked again before every victim.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Stop when enough pages are freed or both lists are empty; count pages, not names.
+# </details>
+
+# %% [markdown]
 # ## Summary
 #
 # - The notes' L1/L2/L3 corrected: SRAM holds a kernel's tiles for microseconds, not KV; the KV
@@ -502,5 +701,8 @@ check.next_placement(next_placement)
 #   recomputing. The model's tokens are the same either way.
 # - It pays most where history outgrows the GPU: long multi-turn chats (HiCache's claim). It
 #   does not save memory, it spends host memory to save prefill compute.
-# - Loading beats recomputing for GQA models over PCIe from a few tokens on; for MHA models
-#   from slow disks it may never pay.
+# - A disk tier keyed by the pages' token prefix and the model survives a restart: a fresh
+#   server on a warm store fetched its system prompt instead of computing it (section 8).
+# - Loading beats recomputing for GQA models over PCIe from the first tokens (in a marginal-cost
+#   model; SGLang waits for 10); from an SSD only for long prefixes, and for MHA models from a
+#   slow disk within no real context.

@@ -45,8 +45,7 @@ Example (a budget of 64 slots in blocks of 16; one 20-token request):
 """
 from __future__ import annotations
 
-import numpy as np
-
+from ...memory.ids import check_int
 from .base import BudgetTooSmall, MemoryPolicy, SimRequest, SimSequence, Usage
 from .block_hash import BlockHashPolicy
 from .contiguous import CONTIGUOUS_MODES, ContiguousPolicy
@@ -83,9 +82,7 @@ def make_policy(name: str, capacity: int, block_size: int = 16, max_len: int = 2
     """
     if not 0 <= watermark < 1:
         raise ValueError(f"watermark must be in [0, 1), got {watermark}")
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise ValueError(f"capacity must be a positive number of token slots, got {capacity!r}")
-    capacity = int(capacity)
+    capacity = check_int("capacity", capacity, 1)  # token slots
     if capacity > MAX_CAPACITY:
         raise ValueError(f"capacity of {capacity:,} token slots is more than the simulator's limit of "
                          f"{MAX_CAPACITY:,} (2**26; a block policy keeps Python objects per block)")

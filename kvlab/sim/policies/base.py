@@ -36,6 +36,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ...memory.block_table import blocks_needed
+from ...memory.ids import check_int
 from ..workloads import TraceRequest
 
 __all__ = ["BudgetTooSmall", "SimSequence", "SimRequest", "Usage", "MemoryPolicy"]
@@ -166,8 +167,7 @@ class MemoryPolicy:
 
     def _blocks(self, name: str, capacity: int, block_size: int) -> int:
         """Set name, block_size and capacity (whole blocks); returns the number of blocks."""
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+        block_size = check_int("block_size", block_size, 1)
         num_blocks = capacity // block_size
         if num_blocks < 1:
             raise BudgetTooSmall(f"KV budget of {capacity} slots holds no block of {block_size}")

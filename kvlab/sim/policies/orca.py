@@ -29,8 +29,10 @@ fragmentation, the paper's "external fragmentation & others").
 
 Mirrors vLLM's pre-release ``cacheflow/master/block_manager.py`` (``BuddyBlockSpaceManager``:
 ``_compute_allocation_size``, ``can_allocate``, ``allocate``, ``free``) and
-``cacheflow/master/scheduler.py`` (the Orca scheduler); github.com/vllm-project/vllm, commit
-38ed06a. The first-fit contiguous arena (``firstfit-*`` in ``contiguous.py``) is the ablation.
+``cacheflow/master/scheduler.py`` (the Orca scheduler), in a pre-release version of
+github.com/vllm-project/vllm (the one whose ``BuddyBlockSpaceManager`` takes a ``len_estimator``
+of "constant", "power2" or "oracle"; later versions of the file, e.g. commit 38ed06a, hold only
+the paged ``BlockSpaceManager``). The first-fit contiguous arena (``firstfit-*`` in ``contiguous.py``) is the ablation.
 
 Example (983 blocks of 16 = 15,728 slots, the vLLM paper's Table 1 budget for OPT-13B):
     >>> from kvlab.sim.workloads import TraceRequest
@@ -82,19 +84,23 @@ class OrcaPolicy(MemoryPolicy):
         est = self.max_len if self.mode == "orca-max" else next_pow2(out) if self.mode == "orca-pow2" else out
         return min(req.prompt_len + est, self.max_len)
 
-    def _run_blocks(self, req: TraceRequest) -> int:
+    def run_blocks(self, req: TraceRequest) -> int:
+        """Blocks of the buddy run one sequence of ``req`` reserves: its reservation in blocks,
+        rounded up to a power of two (the buddy allocator's run)."""
         return self.buddy.run_blocks(blocks_needed(self.reservation(req), self.block_size))
+
+    _run_blocks = run_blocks  # the old name, still used by kvlab/check/l09_at_scale.py and lesson 09 (to go)
 
     def min_slots(self, req: TraceRequest) -> int:
         if req.total_len > self.max_len:
             raise BudgetTooSmall(f"request {req.req_id} has {req.total_len} tokens, more than max_len {self.max_len}")
-        return self._run_blocks(req) * self.block_size * req.num_seqs
+        return self.run_blocks(req) * self.block_size * req.num_seqs
 
     def validate(self, req: TraceRequest) -> None:
         """Also refuse a request whose runs the empty pool does not have (a pool of ``n`` blocks
         has no run larger than the largest power of two <= n)."""
         super().validate(req)
-        run = self._run_blocks(req)
+        run = self.run_blocks(req)
         if not self._empty.can_allocate([run] * req.num_seqs):
             raise BudgetTooSmall(f"KV budget of {self.capacity:,} slots has no {req.num_seqs} free run(s) of {run} "
                                  f"blocks for request {req.req_id} (policy {self.name!r})")

@@ -1,0 +1,231 @@
+"""Checkers for lesson 11 (fewer bytes per token): StreamingLLM's kept blocks, Quest's block
+choice, int8 quantization with a scale per token and head.
+
+    streaming_keep      which logical blocks StreamingLLM keeps (sinks + recent window)
+    quest_pick          Quest's top-k blocks by the upper bound of q.k   (torch)
+    quantize_per_token  int8 values and one scale per token and head     (torch)
+
+The expected results come from kvlab's own code (``kvlab.compute.kv_compress.streaming_drop``,
+``quest_bounds``, ``kvlab.kernels.reference.quantize_kv_ref``). Each FAIL names the common mistake
+when it recognises it: the window kept but the sinks dropped, the blocks picked by q.max or by the
+centre instead of the bound, one scale for the whole tensor (or the whole token) instead of one
+per token and head. Mirrors no vLLM or SGLang file (exercises).
+
+Example:
+    >>> streaming_keep(lambda n, bs, s, w: [], verbose=False).passed
+    False
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from .diagnose import mistake_runner
+from .harness import Checker, CheckResult, Raised, Raises, call
+
+__all__ = ["streaming_keep", "quest_pick", "quantize_per_token"]
+
+
+# ---------------------------------------------------------------- 1. StreamingLLM
+
+def _streaming_keep_ref(num_tokens: int, block_size: int, sink_tokens: int, window_tokens: int) -> list[int]:
+    from ..compute.kv_compress import streaming_drop
+
+    for name, v, lo in (("num_tokens", num_tokens, 0), ("block_size", block_size, 1), ("sink_tokens", sink_tokens, 0),
+                        ("window_tokens", window_tokens, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    nb = -(-num_tokens // block_size)
+    drop = streaming_drop(nb, num_tokens // block_size, -(-sink_tokens // block_size), -(-window_tokens // block_size))
+    return [i for i in range(nb) if i not in drop]
+
+
+STREAMING_MISTAKES = {
+    "you kept the recent window but dropped the sink blocks: StreamingLLM keeps the first blocks too "
+    "(the attention sinks)": lambda n, bs, s, w: list(range(max(0, -(-n // bs) - -(-w // bs)), -(-n // bs))),
+    "the sinks were counted with floor: a block that holds any sink token must stay (round up)":
+        lambda n, bs, s, w: sorted(set(range(min(s // bs, -(-n // bs)))) |
+                                   set(range(max(0, -(-n // bs) - -(-w // bs)), -(-n // bs)))),
+    "a block appears twice: when sinks and window overlap (a short sequence), keep each block once":
+        lambda n, bs, s, w: list(range(min(-(-s // bs), -(-n // bs)))) +
+        list(range(max(0, -(-n // bs) - -(-w // bs)), -(-n // bs))),
+    "the window missed the newest (partial) block: count the window back from the last block, "
+    "partial or not": lambda n, bs, s, w: sorted(set(range(min(-(-s // bs), -(-n // bs)))) |
+                                                 set(range(max(0, n // bs - -(-w // bs)), n // bs))),
+}
+
+
+def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(num_tokens, block_size, sink_tokens, window_tokens) -> list[int]``: the logical
+    blocks StreamingLLM keeps, ascending: the first ``ceil(sink_tokens / block_size)`` blocks and
+    the last ``ceil(window_tokens / block_size)`` (the newest, partial block included), each once.
+    ValueError for a negative count, a block size below 1 or a window below 1."""
+    c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=verbose)
+    run = mistake_runner(c, STREAMING_MISTAKES)
+    run("the lesson's table: 30 tokens, blocks of 4, 4 sinks, window 8", 30, 4, 4, 8)
+    run("sinks smaller than a block: 100 tokens, bs 16, 4 sinks, window 32", 100, 16, 4, 32)
+    run("a short sequence: sinks and window overlap (10 tokens, bs 4, 4 + 8)", 10, 4, 4, 8)
+    run("a whole number of blocks (64 tokens, bs 16, 16 + 16)", 64, 16, 16, 16)
+    run("no sinks at all (sink_tokens 0)", 40, 4, 0, 8)
+    run("empty sequence", 0, 4, 4, 8)
+    rng = random.Random(11)
+    for i in range(6):
+        bs = rng.choice([2, 4, 8, 16])
+        run(f"random case {i}", rng.randint(1, 300), bs, rng.randint(0, 3 * bs), rng.randint(1, 6 * bs))
+    run("window_tokens 0 (must raise ValueError)", 40, 4, 4, 0)
+    return c.done()
+
+
+# ---------------------------------------------------------------- 2. Quest
+
+def _quest_pick_ref(q, k_min, k_max, top_k: int) -> list[int]:
+    import torch
+
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    bound = torch.maximum(q[None] * k_max, q[None] * k_min).sum(-1)       # (num_blocks,)
+    order = sorted(range(bound.shape[0]), key=lambda b: (-float(bound[b]), b))
+    return sorted(order[:top_k])
+
+
+def _pick_by(score: Callable) -> Callable:
+    def pick(q, k_min, k_max, top_k):
+        s = score(q, k_min, k_max)
+        return sorted(sorted(range(s.shape[0]), key=lambda b: (-float(s[b]), b))[:top_k])
+    return pick
+
+
+QUEST_MISTAKES = {
+    "you ranked blocks by q . max: where q_d < 0 the block's MIN gives the larger product "
+    "(bound = sum_d max(q_d max_d, q_d min_d))": _pick_by(lambda q, lo, hi: (q[None] * hi).sum(-1)),
+    "you ranked blocks by q . (min + max) / 2, the centre: that is not an upper bound, and a block "
+    "with one high-scoring key is missed": _pick_by(lambda q, lo, hi: (q[None] * (lo + hi) / 2).sum(-1)),
+    "you ranked blocks by |q| . max|k|: a bound, but a loose one that ignores signs": _pick_by(
+        lambda q, lo, hi: (q.abs()[None] * hi.abs().maximum(lo.abs())).sum(-1)),
+    "you picked the blocks with the LOWEST bounds": lambda q, lo, hi, k: sorted(sorted(
+        range(lo.shape[0]), key=lambda b: (float(_bound(q, lo, hi)[b]), b))[:k]),
+}
+
+
+def _bound(q, lo, hi):
+    import torch
+
+    return torch.maximum(q[None] * hi, q[None] * lo).sum(-1)
+
+
+def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(q, k_min, k_max, top_k) -> list[int]``: q (head_dim,), k_min/k_max (num_blocks,
+    head_dim) float64 tensors; the ``top_k`` blocks with the largest upper bound
+    ``sum_d max(q_d * k_max[b, d], q_d * k_min[b, d])``, ascending (ties: the lower block);
+    all blocks when top_k >= num_blocks; ValueError for top_k < 1."""
+    import torch
+
+    c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=verbose)
+    run = mistake_runner(c, QUEST_MISTAKES)
+    q = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    lo = torch.tensor([[0.0, -3.0], [1.0, 0.0], [-2.0, -1.0]], dtype=torch.float64)
+    hi = torch.tensor([[1.0, 3.0], [2.0, 1.0], [0.5, 0.0]], dtype=torch.float64)
+    run("by hand: q = [1, -1], three blocks, top 1 (block 0's min of -3 on channel 1 wins)", q, lo, hi, 1)
+    for i, (nb, hd, k) in enumerate([(6, 4, 2), (10, 8, 3), (16, 16, 4), (5, 8, 5), (12, 4, 1)]):
+        g = torch.Generator().manual_seed(100 + i)
+        keys = torch.randn(nb, 4, hd, generator=g, dtype=torch.float64)   # 4 tokens per block
+        keys[:, 0] *= torch.rand(nb, 1, generator=g, dtype=torch.float64) * 4   # one outlier key per block
+        run(f"random: {nb} blocks of 4 keys, head_dim {hd}, top {k}",
+            torch.randn(hd, generator=g, dtype=torch.float64), keys.amin(1), keys.amax(1), k)
+    run("top_k larger than the number of blocks", q, lo, hi, 7)
+    run("top_k 0 (must raise ValueError)", q, lo, hi, 0)
+    return c.done()
+
+
+# ---------------------------------------------------------------- 3. int8 with a scale per token and head
+
+def _same_quant(expected: Any, actual: Any) -> bool:
+    import torch
+
+    if isinstance(expected, (Raised, Raises)) or isinstance(actual, Raised):
+        return False
+    try:
+        xq, s = actual
+        return (isinstance(xq, torch.Tensor) and xq.dtype == torch.int8 and xq.shape == expected[0].shape
+                and torch.equal(xq, expected[0]) and s.shape == expected[1].shape
+                and torch.allclose(s.float(), expected[1], rtol=1e-6, atol=0))
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _quant_ref(x):
+    from ..kernels.reference import quantize_kv_ref
+
+    return quantize_kv_ref(x)
+
+
+def _q(x, scale):
+    import torch
+
+    s = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.clamp(torch.floor(x / s + 0.5), -127, 127).to(torch.int8), s
+
+
+QUANT_MISTAKES = {
+    "one scale for the whole tensor: a token with small values loses its precision next to a large one; "
+    "take max|x| per token and head (amax over head_dim only)":
+        lambda x: (_q(x, x.abs().max() / 127)[0], _q(x, x.abs().max() / 127)[1].expand(x.shape[:2]).clone()),
+    "one scale per token across its heads: take the max over head_dim only, one scale per (token, head)":
+        lambda x: (_q(x, x.abs().amax((1, 2), keepdim=True) / 127)[0],
+                   _q(x, x.abs().amax((1, 2), keepdim=True) / 127)[1][..., 0].expand(x.shape[:2]).clone()),
+    "values truncated toward zero (.to(torch.int8) alone): round to the nearest first":
+        lambda x: ((x / _q(x, x.abs().amax(-1, keepdim=True) / 127)[1]).to(__import__("torch").int8),
+                   _q(x, x.abs().amax(-1, keepdim=True) / 127)[1][..., 0]),
+}
+
+
+def _quant_diagnosis(x):
+    def diagnose(expected, actual):
+        for message, wrong in QUANT_MISTAKES.items():
+            try:
+                if _same_quant(wrong(x), actual):
+                    return message
+            except Exception:
+                continue
+        if not isinstance(actual, Raised):
+            try:
+                if bool(actual[1].isnan().any()) or bool((actual[1] == 0).any()):
+                    return "an all-zero head gives scale 0 (and 0/0 = NaN): use scale 1 there"
+            except (TypeError, AttributeError, IndexError):
+                pass
+        return None
+    return diagnose
+
+
+def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(x) -> (xq, scale)``: x (num_tokens, num_heads, head_dim) float32;
+    ``scale[t, h] = max_d |x[t, h, d]| / 127`` (1 where that is 0), ``xq = clamp(floor(x / scale
+    + 0.5), -127, 127)`` as torch.int8. ValueError for a tensor that is not 3-D."""
+    import torch
+
+    c = Checker("quantize_per_token", fn, compare=_same_quant, verbose=verbose)
+    cases = []
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(6, 2, 8, generator=g)
+    x[0] *= 100                                                            # one loud token
+    cases.append(("6 tokens, 2 heads, one token 100x louder", x))
+    x = torch.randn(4, 3, 16, generator=g)
+    x[:, 1] *= 0.01                                                        # one quiet head
+    cases.append(("4 tokens, 3 heads, head 1 100x quieter", x))
+    x = torch.randn(3, 1, 4, generator=g)
+    x[1] = 0.0
+    cases.append(("an all-zero token (scale must be 1, not 0)", x))
+    for i, shape in enumerate([(1, 1, 1), (9, 4, 32), (2, 8, 64)]):
+        cases.append((f"random {shape}", torch.randn(*shape, generator=g) * (i + 1) * 3))
+    for label, x in cases:
+        expected = _quant_ref(x)
+        if c.unusable(label, expected):
+            continue
+        c.diagnose = [_quant_diagnosis(x)]
+        c.record(label, expected, call(fn, x.clone()))
+    bad = torch.randn(4, 8)
+    c.diagnose = []
+    got = call(fn, bad)
+    c.record("a 2-D tensor (must raise ValueError)", Raises(ValueError), got,
+             passed=isinstance(got, Raised) and isinstance(got.exc, ValueError))
+    return c.done()

@@ -1,0 +1,227 @@
+"""How many requests fit: a model, the KV cache's number format, a GPU and a request length (lesson 02).
+
+:func:`capacity_state` does lesson 02's arithmetic for one choice: bytes per token
+``2 x layers x kv_heads x head_dim x bytes``, one request's cache, the server's share of the
+device (``utilization x memory``), the weights (2 bytes a parameter, fp16), the KV budget that
+leaves, and how many whole requests fit in it. :func:`capacity_figure` draws the device's memory
+as one bar: weights, the KV cache of the requests that fit, what is left of the share, and the
+part the server leaves alone. Everything is arithmetic from published configs and spec sheets
+(simulated): nothing runs on a GPU.
+
+:class:`CapacityWidget` puts four menus and two sliders over them, with names a student knows:
+**model**, **KV numbers stored as** (fp32 / fp16 / fp8), **device**, **tokens per request** and
+**share of memory the server uses**. Each change recomputes in milliseconds.
+
+Example:
+    >>> from kvlab.memory.kvspec import GPUS, MODELS
+    >>> s = capacity_state(MODELS["llama-2-7b"], GPUS["a100-80gb"].memory_bytes, 4096, 2)
+    >>> s["bytes_per_token"], s["requests"]
+    (524288, 29)
+    >>> capacity_state(MODELS["llama-2-70b"], GPUS["a100-80gb"].memory_bytes, 4096, 2)["requests"]   # weights too big
+    0
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from ..memory.kvspec import GPUS, MODELS, KVSpec, format_bytes
+from .display import is_static
+from .palette import FREE, classroom_css, request_color, theme
+
+__all__ = ["capacity_state", "capacity_figure", "CapacityWidget", "model_label", "device_label", "DTYPES", "TOKEN_CHOICES"]
+
+DTYPES = (("fp32 (4 bytes)", 4), ("fp16 / bf16 (2 bytes)", 2), ("fp8 / int8 (1 byte)", 1))
+TOKEN_CHOICES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
+_MODEL_NAMES = {"llama-2-7b": "Llama-2 7B", "llama-2-13b": "Llama-2 13B", "llama-2-70b": "Llama-2 70B",
+                "llama-3-8b": "Llama-3 8B", "opt-13b": "OPT-13B", "falcon-7b": "Falcon-7B", "smollm2-135m": "SmolLM2-135M",
+                "deepseek-v2": "DeepSeek-V2", "deepseek-v3": "DeepSeek-V3"}
+_DEVICE_NAMES = {"a100-40gb": "A100 40GB", "a100-80gb": "A100 80GB", "h100-80gb": "H100 80GB", "h200": "H200 141GB",
+                 "2 x h200": "2 x H200 (one budget)"}
+WEIGHTS, RESERVED = "#7f7f7f", "#ffffff"
+
+
+def model_label(spec: KVSpec) -> str:
+    """A name a student knows: ``"Llama-2 70B (80 layers, 8 KV heads)"``."""
+    name = _MODEL_NAMES.get(spec.name, spec.name)
+    return f"{name} ({spec.layers} layers, {spec.kv_heads} KV heads of {spec.head_dim})"
+
+
+def device_label(name: str) -> str:
+    return _DEVICE_NAMES.get(name, name)
+
+
+def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: int, utilization: float = 0.9,
+                   device: str = "device") -> dict[str, Any]:
+    """The numbers for one choice (see module doc); ``requests`` is 0 when the weights leave no room."""
+    if not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be in (0, 1], got {utilization}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"tokens must be an int >= 1, got {tokens!r}")
+    if spec.params_b is None:
+        raise ValueError(f"model {spec.name!r} has no parameter count")
+    kv = spec.with_dtype(dtype_bytes)
+    bpt, per_request = kv.bytes_per_token, kv.kv_bytes(tokens)
+    share = int(device_bytes * utilization)
+    weights = int(spec.params_b * 1e9 * 2)
+    budget = max(0, share - weights)
+    n = budget // per_request
+    name = _MODEL_NAMES.get(spec.name, spec.name)
+    formula = (f"2 x {kv.layers} layers x {kv.kv_heads} KV heads x {kv.head_dim} x {dtype_bytes} bytes = "
+               f"{bpt:,} bytes per token; x {tokens:,} tokens = {format_bytes(per_request)} per request")
+    if weights >= share:
+        verdict = (f"{name}'s weights ({format_bytes(weights)} in fp16) do not fit in {utilization:.0%} of the "
+                   f"{device} ({format_bytes(share)}): no request fits; a server splits this model over several GPUs.")
+    else:
+        verdict = (f"{utilization:.0%} of the {device} is {format_bytes(share)}; minus the weights "
+                   f"({format_bytes(weights)}) leaves {format_bytes(budget)} for the KV cache: {n:,} requests of "
+                   f"{tokens:,} tokens fit at once ({n * tokens:,} tokens in all).")
+    return {"model": spec.name, "device": device, "tokens": tokens, "dtype_bytes": dtype_bytes,
+            "utilization": utilization, "bytes_per_token": bpt, "per_request": per_request, "device_bytes": device_bytes,
+            "share": share, "weights": weights, "kv_budget": budget, "requests": n, "kv_used": n * per_request,
+            "formula": formula, "verdict": verdict}
+
+
+def capacity_figure(state: dict[str, Any]) -> Any:
+    """The device's memory as one horizontal bar (GB): weights, KV of the requests that fit, the rest
+    of the server's share, the part left alone (simulated)."""
+    import plotly.graph_objects as go
+
+    th = theme()
+    total = state["device_bytes"]
+    weights = min(state["weights"], state["share"])
+    parts = [("weights (fp16)", weights, WEIGHTS),
+             (f"KV cache of {state['requests']:,} requests", state["kv_used"], request_color("R1")),
+             ("free in the share (less than one request)", state["share"] - weights - state["kv_used"], FREE),
+             (f"left alone ({1 - state['utilization']:.0%}: CUDA context, activations)", total - state["share"], RESERVED)]
+    fig = go.Figure()
+    for name, size, color in parts:
+        fig.add_trace(go.Bar(y=[""], x=[size / 1e9], orientation="h", name=name, marker=dict(color=color,
+                             line=dict(color="#444444", width=1)), hovertemplate=f"{html.escape(name)}: %{{x:.2f}} GB<extra></extra>"))
+    # Fixed pixels, so the legend sits under the axis title at any font size: the bar's height, the
+    # axis (ticks and title) and two rows of legend below it.
+    plot_h, axis_h, legend_h = (90, 60, 60) if not th.high_contrast else (120, 95, 95)
+    top = 50 if not th.high_contrast else 70
+    fig.update_layout(
+        barmode="stack", template="plotly_white", height=top + plot_h + axis_h + legend_h,
+        width=None if th.autosize else 760, autosize=th.autosize, font=dict(size=th.font_size),
+        title=dict(text=f"{html.escape(device_label(state['device']))}: {total / 1e9:.1f} GB (simulated)", x=0.01,
+                   font=dict(size=th.title_size)),
+        xaxis=dict(title="GB (10^9 bytes)", range=[0, total / 1e9 * 1.001]),
+        legend=dict(orientation="h", yanchor="top", y=-axis_h / plot_h, x=0),
+        margin=dict(l=20, r=20, t=top, b=axis_h + legend_h),
+    )
+    return fig
+
+
+class CapacityWidget:
+    """Menus and sliders over :func:`capacity_state` (see module doc). ``w.state`` is the current
+    state; ``w.set(model=..., dtype_bytes=..., device=..., tokens=..., utilization=...)`` moves the controls.
+
+    ``models``: name -> KVSpec (default: kvlab's presets); ``devices``: name -> bytes (default: the GPU
+    presets), e.g. ``{"this machine's RAM": 16 * 2**30}`` added by the lesson.
+    """
+
+    def __init__(self, models: dict[str, KVSpec] | None = None, devices: dict[str, int] | None = None,
+                 model: str = "llama-3-8b", dtype_bytes: int = 2, device: str = "h200", tokens: int = 4096,
+                 utilization: float = 0.9, static: bool | None = None) -> None:
+        self.models = dict(models) if models is not None else dict(MODELS)
+        self.devices = dict(devices) if devices is not None else {k: g.memory_bytes for k, g in GPUS.items()}
+        for what, key, table in (("model", model, self.models), ("device", device, self.devices)):
+            if key not in table:
+                raise ValueError(f"{what} must be one of {list(table)}, got {key!r}")
+        self.choice = dict(model=model, dtype_bytes=dtype_bytes, device=device, tokens=tokens, utilization=utilization)
+        self.static = is_static(static)
+        self.widget: Any = None
+        self.state = self._compute()
+        if not self.static:
+            self._build()
+
+    def _compute(self) -> dict[str, Any]:
+        c = self.choice
+        return capacity_state(self.models[c["model"]], self.devices[c["device"]], c["tokens"], c["dtype_bytes"],
+                              c["utilization"], device_label(c["device"]))
+
+    def set(self, **kw: Any) -> None:
+        unknown = set(kw) - set(self.choice)
+        if unknown:
+            raise TypeError(f"set() got unknown argument(s) {sorted(unknown)}")
+        if self.widget is None:
+            old = dict(self.choice)
+            self.choice.update(kw)
+            try:
+                self.state = self._compute()
+            except (ValueError, KeyError):
+                self.choice = old
+                raise
+            return
+        for key, value in kw.items():
+            self._controls[key].value = value
+
+    def _build(self) -> None:
+        import ipywidgets as W
+
+        style = {"description_width": "initial"}
+        wide = W.Layout(width="min(400px, 100%)")
+        slider = W.Layout(width="min(620px, 100%)")
+        c = self.choice
+        tokens = sorted(set(TOKEN_CHOICES) | {c["tokens"]})
+        self._controls = {
+            "model": W.Dropdown(options=[(model_label(s), k) for k, s in self.models.items()], value=c["model"],
+                                description="model", style=style, layout=wide),
+            "dtype_bytes": W.Dropdown(options=list(DTYPES), value=c["dtype_bytes"], description="KV numbers stored as",
+                                      style=style, layout=wide),
+            "device": W.Dropdown(options=[(device_label(k), k) for k in self.devices], value=c["device"],
+                                 description="device", style=style, layout=wide),
+            "tokens": W.SelectionSlider(options=[(f"{t:,}", t) for t in tokens], value=c["tokens"],
+                                        description="tokens per request", style=style, layout=slider),
+            "utilization": W.FloatSlider(value=c["utilization"], min=0.5, max=1.0, step=0.05, readout_format=".0%",
+                                         description="share of memory the server uses", style=style, layout=slider),
+        }
+        for key, w in self._controls.items():
+            w.add_class(f"kvlab-capacity-{key.replace('_', '-')}")
+            w.observe(self._changed, names="value")
+        self._text = W.HTML()
+        self._out = W.Output()
+        self._out.add_class("kvlab-figure")
+        row = W.Layout(flex_flow="row wrap", max_width="100%")
+        ctl = list(self._controls.values())
+        parts = [W.HBox(ctl[:3], layout=row), *ctl[3:], self._text, self._out]  # a slider a row: room for its track
+        css = classroom_css("kvlab-capacity")
+        if css:
+            parts.insert(0, W.HTML(css))
+        self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
+        self.widget.add_class("kvlab-capacity")
+        self._redraw()
+
+    def _changed(self, _change: dict[str, Any]) -> None:
+        self.choice = {k: w.value for k, w in self._controls.items()}
+        self.state = self._compute()
+        self._redraw()
+
+    def _html(self) -> str:
+        px = max(theme().font_size + 1, theme().control_px)
+        s = self.state
+        return (f"<div style='font-size:{px}px;line-height:1.45'>"
+                f"<p style='margin:4px 0'><code>{html.escape(s['formula'])}</code></p>"
+                f"<p style='margin:4px 0'><b>{s['requests']:,} requests fit.</b> {html.escape(s['verdict'])}</p></div>")
+
+    def _redraw(self) -> None:
+        from .stepper import figure_output
+
+        self._text.value = self._html()
+        self._out.outputs = (figure_output(capacity_figure(self.state)),)
+
+    def __repr__(self) -> str:
+        s = self.state
+        return (f"<CapacityWidget {s['model']} on {s['device']}, {s['tokens']:,} tokens, {s['dtype_bytes']} bytes: "
+                f"{s['bytes_per_token']:,} B/token, {s['requests']:,} requests fit>")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, display
+
+        if self.widget is not None:
+            display(self.widget)
+            return
+        display(HTML(self._html()))
+        display(capacity_figure(self.state))

@@ -1,0 +1,198 @@
+"""What one decode step costs at a given context length, with and without a KV cache (lesson 01).
+
+Without a cache, the step at context ``L`` runs all ``L`` tokens through the model again:
+``sum(flops_per_token(i) for i in 1..L)``. With a cache it runs one token that attends to ``L``:
+``flops_per_token(L)``. :func:`cost_state` computes both (counted from the model's shapes, no
+run), their ratio, and, when the lesson passes the lines it fitted to its measured step times,
+the time each step would take on this machine (an estimate, labelled so). :func:`cost_figure`
+draws both curves against the context on **log-log axes** (the cached curve is thousands of
+times lower: on a linear axis it lies flat on zero), with the chosen context marked.
+
+:class:`CostWidget` puts a **context length** slider (16 to 32,768 tokens, doubling) and a
+**model** menu over them; each change recomputes in a few milliseconds (the per-position sums are
+computed once per model).
+
+Example:
+    >>> f = lambda c: 1000 + 10 * c            # a model whose step costs 1,000 FLOPs + 10 per token attended
+    >>> s = cost_state({"toy": CostModel(f)}, "toy", 64)
+    >>> s["naive_flops"], s["cached_flops"], round(s["ratio"], 1)
+    (84800, 1640, 51.7)
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .display import is_static
+from .palette import classroom_css, theme
+
+__all__ = ["CostModel", "CONTEXTS", "cost_state", "cost_figure", "CostWidget", "NAIVE_COLOR", "CACHED_COLOR"]
+
+CONTEXTS = tuple(2 ** k for k in range(4, 16))  # 16 .. 32,768 tokens
+NAIVE_COLOR, CACHED_COLOR = "#d62728", "#1f77b4"  # as lesson 01's plots
+
+
+@dataclass
+class CostModel:
+    """One model's ``flops_per_token(context_len)`` and, optionally, the straight lines
+    ``(intercept_ms, ms_per_token)`` fitted to its measured naive and cached step times."""
+
+    flops_per_token: Callable[[int], int]
+    naive_fit: tuple[float, float] | None = None
+    cached_fit: tuple[float, float] | None = None
+    _cum: list[int] = field(default_factory=list, repr=False)
+
+    def naive_step(self, context: int) -> int:
+        """FLOPs of a step without a cache: all ``context`` tokens, the i-th attending to i."""
+        if len(self._cum) <= context:
+            cum = self._cum or [0]
+            for i in range(len(cum), max(context, CONTEXTS[-1]) + 1):
+                cum.append(cum[-1] + int(self.flops_per_token(i)))
+            self._cum = cum
+        return self._cum[context]
+
+    def cached_step(self, context: int) -> int:
+        return int(self.flops_per_token(context))
+
+
+def _ms(fit: tuple[float, float] | None, context: int) -> float | None:
+    return None if fit is None else fit[0] + fit[1] * context
+
+
+def _fmt(flops: float) -> str:
+    for unit, scale in (("TFLOPs", 1e12), ("GFLOPs", 1e9), ("MFLOPs", 1e6), ("kFLOPs", 1e3)):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.0f} FLOPs"
+
+
+def cost_state(models: dict[str, CostModel], model: str, context: int) -> dict[str, Any]:
+    """The numbers for one (model, context): ``naive_flops``, ``cached_flops``, ``ratio``, the
+    curves over :data:`CONTEXTS` (``xs``, ``naive``, ``cached``), the estimated times in ms
+    (``naive_ms``/``cached_ms``, None without a fit) and ``sentence``."""
+    if model not in models:
+        raise ValueError(f"model must be one of {list(models)}, got {model!r}")
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise ValueError(f"context must be an int >= 1, got {context!r}")
+    m = models[model]
+    naive, cached = m.naive_step(context), m.cached_step(context)
+    n_ms, c_ms = _ms(m.naive_fit, context), _ms(m.cached_fit, context)
+    sentence = (f"At {context:,} tokens of context ({model}): without a cache the step runs all {context:,} tokens again, "
+                f"{_fmt(naive)}; with the cache it runs one token, {_fmt(cached)}: {naive / cached:,.0f}x less work.")
+    if n_ms is not None and c_ms is not None:
+        sentence += (f" On this CPU that is about {n_ms:,.0f} ms against {c_ms:,.1f} ms per step (estimated from the "
+                     "lines fitted to the measured times above).")
+    xs = list(CONTEXTS)
+    return {"model": model, "context": context, "naive_flops": naive, "cached_flops": cached, "ratio": naive / cached,
+            "naive_ms": n_ms, "cached_ms": c_ms, "xs": xs, "naive": [m.naive_step(x) for x in xs],
+            "cached": [m.cached_step(x) for x in xs], "sentence": sentence}
+
+
+def cost_figure(state: dict[str, Any]) -> Any:
+    """Both curves on log-log axes, the chosen context marked (plotly)."""
+    import plotly.graph_objects as go
+
+    th = theme()
+    fig = go.Figure()
+    for key, name, color in (("naive", "no cache: rerun every token", NAIVE_COLOR), ("cached", "KV cache: one token", CACHED_COLOR)):
+        fig.add_trace(go.Scatter(x=state["xs"], y=state[key], name=name, mode="lines+markers",
+                                 line=dict(color=color, width=th.line_width + 1)))
+        fig.add_trace(go.Scatter(x=[state["context"]], y=[state[f"{key}_flops"]], mode="markers+text",
+                                 marker=dict(color=color, size=14, line=dict(color="#000000", width=1)),
+                                 text=[_fmt(state[f"{key}_flops"])], textposition="top left",
+                                 textfont=dict(size=th.font_size, color=color), showlegend=False, hoverinfo="skip"))
+    fig.add_vline(x=state["context"], line=dict(color="#777777", dash="dot", width=1))
+    fig.update_layout(
+        title=dict(text="FLOPs of one decode step (counted, not measured)", x=0.01, font=dict(size=th.title_size)),
+        xaxis=dict(type="log", title="context length (tokens), log scale", tickvals=state["xs"][::2],
+                   ticktext=[f"{x:,}" for x in state["xs"][::2]]),
+        yaxis=dict(type="log", title="FLOPs per step, log scale", exponentformat="SI", dtick=1),  # powers of 10 only
+        height=400 if not th.high_contrast else 480, width=None if th.autosize else 760, autosize=th.autosize,
+        legend=dict(orientation="h", y=-0.25, x=0), margin=dict(l=70, r=20, t=60, b=40),
+        font=dict(size=th.font_size), template="plotly_white",
+    )
+    return fig
+
+
+class CostWidget:
+    """A context-length slider and a model menu over :func:`cost_figure` (see module doc).
+
+    ``w.state`` is the current :func:`cost_state`; ``w.set(context=..., model=...)`` moves the
+    controls (or, in static mode, only the state)."""
+
+    def __init__(self, models: dict[str, CostModel], model: str | None = None, context: int = 1024,
+                 static: bool | None = None) -> None:
+        if not models:
+            raise ValueError("CostWidget needs at least one model")
+        self.models = models
+        self.static = is_static(static)
+        self.widget: Any = None
+        self.state = cost_state(models, model or next(iter(models)), context)
+        if not self.static:
+            self._build()
+
+    def set(self, **kw: Any) -> None:
+        unknown = set(kw) - {"context", "model"}
+        if unknown:
+            raise TypeError(f"set() got unknown argument(s) {sorted(unknown)}")
+        if self.widget is None:
+            self.state = cost_state(self.models, kw.get("model", self.state["model"]), kw.get("context", self.state["context"]))
+            return
+        if "model" in kw:
+            self._model.value = kw["model"]
+        if "context" in kw:
+            self._context.value = kw["context"]
+
+    def _build(self) -> None:
+        import ipywidgets as W
+
+        style = {"description_width": "initial"}
+        options = sorted(set(CONTEXTS) | {self.state["context"]})
+        self._context = W.SelectionSlider(options=[(f"{c:,}", c) for c in options], value=self.state["context"],
+                                          description="context length (tokens)", style=style,
+                                          layout=W.Layout(width="min(460px, 100%)"))
+        self._context.add_class("kvlab-context-slider")
+        self._model = W.Dropdown(options=list(self.models), value=self.state["model"], description="model", style=style,
+                                 layout=W.Layout(width="min(360px, 100%)"))
+        self._model.add_class("kvlab-model-menu")
+        self._text = W.HTML()
+        self._out = W.Output()
+        self._out.add_class("kvlab-figure")
+        for w in (self._context, self._model):
+            w.observe(self._changed, names="value")
+        parts = [W.HBox([self._context, self._model], layout=W.Layout(flex_flow="row wrap", max_width="100%")),
+                 self._text, self._out]
+        css = classroom_css("kvlab-cost")
+        if css:
+            parts.insert(0, W.HTML(css))
+        self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
+        self.widget.add_class("kvlab-cost")
+        self._redraw()
+
+    def _changed(self, _change: dict[str, Any]) -> None:
+        self.state = cost_state(self.models, self._model.value, self._context.value)
+        self._redraw()
+
+    def _html(self) -> str:
+        px = max(theme().font_size + 1, theme().control_px)
+        return f"<p style='font-size:{px}px;line-height:1.45;margin:4px 0'>{html.escape(self.state['sentence'])}</p>"
+
+    def _redraw(self) -> None:
+        from .stepper import figure_output
+
+        self._text.value = self._html()
+        self._out.outputs = (figure_output(cost_figure(self.state)),)
+
+    def __repr__(self) -> str:
+        s = self.state
+        return f"<CostWidget {s['model']} at {s['context']:,} tokens: {s['ratio']:,.0f}x less work with the cache>"
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, display
+
+        if self.widget is not None:
+            display(self.widget)
+            return
+        display(HTML(self._html()))
+        display(cost_figure(self.state))

@@ -1,0 +1,212 @@
+"""The series' thesis in one widget: the radix tree decides which blocks R2 reuses (logical layer),
+the block table decides where each of R2's tokens lives (physical layer).
+
+Two requests share a pool of 12 blocks of 4 tokens (a real :class:`~kvlab.reuse.cache_manager.CacheManager`,
+one token a character). R1 (a 12-token system prompt and its question) runs and finishes, so its
+full blocks stay cached in the radix tree; then R2 arrives. The controls:
+
+* **R2 starts with R1's system prompt** (a checkbox): on, R2's longest prefix match finds R1's
+  blocks and its block table *points at them*; off, R2 has another prompt and every block is new;
+* **block table of** (a menu): R2's or R1's table from that run, or the source notes' example
+  (L0->P3, L1->P7, L2->P1, L3->P5, L4->P9);
+* **token position** (a slider): the position translated through the chosen table.
+
+Below them: one sentence of what the radix tree found, one of where the position lives (and
+whether that block is shared, so R2 reads K and V that R1 computed), the translation figure
+(:func:`kvlab.viz.translate_widget.translation_figure`) and the radix tree (graphviz), hits green
+and R2's newly computed suffix blue, as in the notes.
+
+All the numbers come from the run (:func:`thesis_state`, plain data, what the tests check).
+
+Example:
+    >>> s = thesis_state(shared=True, table="R2", pos=5)
+    >>> s["prefix_len"], s["computed"], s["chain"]["physical_block"] in s["shared_blocks"]
+    (12, 4, True)
+    >>> thesis_state(shared=False, table="R2", pos=5)["prefix_len"]
+    0
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from ..lessons.four_requests import char_detokenize, char_tokenize
+from ..lessons.translation import NOTES_TABLE
+from ..reuse.cache_manager import CacheManager
+from .display import is_static
+from .palette import classroom_css, theme
+from .translate_widget import chain_rows, translation_chain, translation_figure
+
+__all__ = ["thesis_state", "thesis_tree", "ThesisWidget", "SYSTEM_PROMPT", "TABLE_CHOICES"]
+
+SYSTEM_PROMPT = "你是客服助手，请简洁回答"  # "you are a support assistant, answer briefly": 12 tokens, 3 blocks
+OTHER_PROMPT = "你是翻译助手，请译成英文"    # another 12-token prompt (a translation assistant)
+QUESTIONS = {"R1": "怎么退款", "R2": "何时发货"}  # "how do I get a refund", "when does it ship"
+TABLE_CHOICES = (("R2's block table (from the run)", "R2"), ("R1's block table (from the run)", "R1"),
+                 ("the notes' example (P3, P7, P1, P5, P9)", "notes"))
+BLOCK_SIZE, NUM_BLOCKS = 4, 12
+
+
+def _run(shared: bool) -> tuple[CacheManager, dict[str, list[int]], dict[str, Any]]:
+    """R1 runs and finishes (its blocks stay in the tree), then R2 is admitted and finishes too."""
+    cm = CacheManager(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE)
+    toks = {"R1": char_tokenize(SYSTEM_PROMPT + QUESTIONS["R1"]),
+            "R2": char_tokenize((SYSTEM_PROMPT if shared else OTHER_PROMPT) + QUESTIONS["R2"])}
+    cm.admit("R1", toks["R1"])
+    tables = {"R1": list(cm.table("R1").block_ids)}
+    cm.cache_finished_req("R1", toks["R1"])
+    adm = cm.admit("R2", toks["R2"])
+    tables["R2"] = list(adm.table.block_ids)
+    info = {"prefix_len": adm.prefix_len, "matched_blocks": list(adm.matched_kv), "tokens": toks}
+    cm.cache_finished_req("R2", toks["R2"])
+    cm.check_integrity()
+    return cm, tables, info
+
+
+def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[str, Any]:
+    """Everything the widget shows, as plain data.
+
+    Keys: ``shared``, ``table`` (the menu's key), ``block_table``, ``pos``, ``max_pos``, ``chain``
+    (:func:`translation_chain`), ``prefix_len`` (R2's tokens found in the tree), ``computed`` (R2's
+    tokens prefilled now), ``shared_blocks`` (blocks in both R1's and R2's tables), ``tree`` (a
+    RadixSnapshot after both finished), ``hit``/``miss`` (node ids on R2's path), ``tree_sentence``,
+    ``position_sentence``. ``pos`` past the table is clamped to its last slot.
+    """
+    if table not in {key for _, key in TABLE_CHOICES}:
+        raise ValueError(f"table must be one of {[k for _, k in TABLE_CHOICES]}, got {table!r}")
+    cm, tables, info = _run(bool(shared))
+    block_table = list(NOTES_TABLE) if table == "notes" else tables[table]
+    num_tokens = len(info["tokens"][table]) if table in tables else len(block_table) * BLOCK_SIZE
+    max_pos = num_tokens - 1
+    pos = max(0, min(int(pos), max_pos))
+    chain = translation_chain(block_table, pos, BLOCK_SIZE)
+    both = sorted(set(tables["R1"]) & set(tables["R2"]))
+    snap = cm.tree.snapshot()
+    r2 = info["tokens"]["R2"]
+    on_path = [n for n in snap.nodes if tuple(r2[n.start:n.start + len(n.tokens)]) == n.tokens]
+    hit = frozenset(n.id for n in on_path if n.start + len(n.tokens) <= info["prefix_len"])
+    miss = frozenset(n.id for n in on_path if n.id not in hit)
+    k, n2 = info["prefix_len"], len(r2)
+    if k:
+        tree_sentence = (f"R2 has {n2} tokens; its longest prefix match found {k} in the radix tree (R1's system "
+                         f"prompt, blocks {', '.join(f'P{b}' for b in info['matched_blocks'])}), so only {n2 - k} "
+                         f"are computed now. R1's and R2's tables point at the same {len(both)} blocks.")
+    else:
+        tree_sentence = (f"R2 has {n2} tokens and another system prompt: the radix tree matches none of them, so all "
+                         f"{n2} are computed and R2 gets {len(tables['R2'])} new blocks; no block is shared.")
+    pb = chain["physical_block"]
+    if table == "notes":
+        position_sentence = (f"position {pos} of the notes' table lives in P{pb} at offset {chain['offset']} "
+                             "(no run behind this table: the notes' figure).")
+    elif pb in both:
+        position_sentence = (f"{table}'s position {pos} lives in P{pb}, offset {chain['offset']}: a block in both R1's "
+                             "and R2's tables (the tree kept it when R1 finished), so R2 reads the K and V that R1 "
+                             "computed there.")
+    else:
+        position_sentence = (f"{table}'s position {pos} lives in P{pb}, offset {chain['offset']}: {table}'s own block, "
+                             f"{'computed when R2 arrived' if table == 'R2' else 'computed by R1'}.")
+    return {"shared": bool(shared), "table": table, "block_table": block_table, "pos": pos, "max_pos": max_pos,
+            "chain": chain, "prefix_len": k, "computed": n2 - k, "shared_blocks": both, "tree": snap,
+            "hit": hit, "miss": miss, "tree_sentence": tree_sentence, "position_sentence": position_sentence}
+
+
+def thesis_tree(state: dict[str, Any]) -> Any:
+    """The radix tree after R1 and R2 finished, R2's path coloured (graphviz Digraph)."""
+    from .radix_view import RadixState, radix_tree_graph
+
+    rs = RadixState(state["tree"], hit=state["hit"], miss=state["miss"], detokenize=char_detokenize,
+                    title="The radix tree after R1 and R2")
+    return radix_tree_graph(rs, max_chars=12)
+
+
+def _html(state: dict[str, Any]) -> str:
+    px = max(theme().font_size + 1, theme().control_px)
+    rows = "".join(f"<tr><td style='padding:0 12px 0 0;white-space:nowrap'>{html.escape(a)}</td>"
+                   f"<td><code>{html.escape(b)}</code></td></tr>" for a, b in chain_rows(state["chain"]["steps"]))
+    return (f"<div style='font-size:{px}px;line-height:1.45;max-width:100%'>"
+            f"<p style='margin:4px 0'><b>Logical layer (which blocks are reused):</b> {html.escape(state['tree_sentence'])}</p>"
+            f"<p style='margin:4px 0'><b>Physical layer (where a token lives):</b> "
+            f"{html.escape(state['position_sentence'])}</p>"
+            f"<table style='border-collapse:collapse'>{rows}</table></div>")
+
+
+class ThesisWidget:
+    """The widget (see module doc). ``w.state`` is :func:`thesis_state` of the current controls;
+    ``w.set(shared=..., table=..., pos=...)`` moves them (also in static mode)."""
+
+    def __init__(self, shared: bool = True, table: str = "R2", pos: int = 5, static: bool | None = None) -> None:
+        self.static = is_static(static)
+        self.widget: Any = None
+        self.state = thesis_state(shared, table, pos)
+        if not self.static:
+            self._build()
+
+    def set(self, **kw: Any) -> None:
+        unknown = set(kw) - {"shared", "table", "pos"}
+        if unknown:
+            raise TypeError(f"set() got unknown argument(s) {sorted(unknown)}")
+        if self.widget is None:
+            s = self.state
+            self.state = thesis_state(kw.get("shared", s["shared"]), kw.get("table", s["table"]), kw.get("pos", s["pos"]))
+            return
+        for key, w in (("shared", self._shared), ("table", self._table), ("pos", self._pos)):
+            if key in kw:
+                w.value = kw[key]
+
+    def _build(self) -> None:
+        import ipywidgets as W
+
+        style = {"description_width": "initial"}
+        self._shared = W.Checkbox(value=self.state["shared"], description="R2 starts with R1's system prompt",
+                                  style=style, indent=False, layout=W.Layout(width="auto", margin="2px 28px 2px 0"))
+        self._table = W.Dropdown(options=list(TABLE_CHOICES), value=self.state["table"], description="block table of",
+                                 style=style, layout=W.Layout(width="min(400px, 100%)"))
+        self._pos = W.IntSlider(value=self.state["pos"], min=0, max=self.state["max_pos"], description="token position",
+                                style=style, layout=W.Layout(width="min(420px, 100%)"))
+        for w, cls in ((self._shared, "kvlab-thesis-shared"), (self._table, "kvlab-thesis-table"),
+                       (self._pos, "kvlab-pos-slider")):
+            w.add_class(cls)
+            w.observe(self._changed, names="value")
+        self._text = W.HTML()
+        self._fig = W.Output()
+        self._fig.add_class("kvlab-figure")
+        self._tree = W.HTML()
+        self._tree.add_class("kvlab-svg")
+        row = W.Layout(flex_flow="row wrap", max_width="100%")
+        parts = [W.HBox([self._shared, self._table], layout=row), self._pos, self._text, self._fig, self._tree]
+        css = classroom_css("kvlab-thesis")
+        if css:  # and a checkbox as tall as its (larger) label
+            parts.insert(0, W.HTML(css + "<style>.kvlab-thesis .widget-checkbox {height: auto !important;}</style>"))
+        self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
+        self.widget.add_class("kvlab-thesis")
+        self._redraw()
+
+    def _changed(self, _change: dict[str, Any]) -> None:
+        self.state = thesis_state(self._shared.value, self._table.value, self._pos.value)
+        if self._pos.max != self.state["max_pos"]:
+            self._pos.max = self.state["max_pos"]  # may clamp the value: fires _changed again
+        self._redraw()
+
+    def _redraw(self) -> None:
+        from .radix_view import fit_svg
+        from .stepper import figure_output
+
+        self._text.value = _html(self.state)
+        self._fig.outputs = (figure_output(translation_figure(self.state["chain"])),)
+        self._tree.value = fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))
+
+    def __repr__(self) -> str:
+        s = self.state
+        return f"<ThesisWidget shared={s['shared']} table={s['table']} pos={s['pos']} -> P{s['chain']['physical_block']}>"
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, display
+
+        if self.widget is not None:
+            display(self.widget)
+            return
+        from .radix_view import fit_svg
+
+        display(HTML(_html(self.state)))
+        display(translation_figure(self.state["chain"]))
+        display(HTML(fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))))

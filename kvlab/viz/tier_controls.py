@@ -1,0 +1,138 @@
+"""Lesson 10's control: a host-pool size and a write policy, and what they do to a simulated chat.
+
+:class:`TierControls` re-runs a small tiered simulation (``run(host_ratio, write_policy)`` ->
+a row with ``hit_rate``, ``prefill_tokens`` and ``ttft_mean_s``, e.g. one
+:class:`kvlab.sim.tiers.TierRow`) whenever the student moves the slider or picks a policy, and
+draws three bars beside the device-only run: the prefix hit rate, the prompt tokens computed
+(prefill) and the mean time to first token. Every number is simulated, and the caption says so.
+
+Without a widget front end (``static=True``: nbval, exported HTML) it shows the figure of its
+current state; ``update()`` changes that state (tests drive it so).
+
+Example:
+    >>> from types import SimpleNamespace as NS
+    >>> run = lambda r, p: NS(hit_rate=0.2 + 0.1 * r, prefill_tokens=1000 - 100 * r, ttft_mean_s=0.05 - 0.01 * r)
+    >>> c = TierControls(run, host_ratio=2)
+    >>> c.caption.split(":")[0]
+    'host pool 2x the device pool, write-back (copy on eviction)'
+"""
+from __future__ import annotations
+
+import html
+from typing import Any, Callable, Sequence
+
+from .palette import HIT, MISS, theme
+
+__all__ = ["TierControls", "POLICY_WORDS"]
+
+POLICY_WORDS = {"write_through": "write-through (copy at once)",
+                "write_through_selective": "selective write-through (after repeated hits)",
+                "write_back": "write-back (copy on eviction)"}
+
+
+class TierControls:
+    """A host-ratio slider and a write-policy menu over ``run(host_ratio, write_policy)``."""
+
+    def __init__(self, run: Callable[[float, str], Any], host_ratio: float = 2.0,
+                 ratios: Sequence[float] = (0.5, 1, 1.5, 2, 3, 4), policy: str = "write_back",
+                 static: bool = True, source: str = "simulated") -> None:
+        if policy not in POLICY_WORDS:
+            raise ValueError(f"unknown write policy {policy!r}; choose one of: {', '.join(POLICY_WORDS)}")
+        if host_ratio not in ratios:
+            raise ValueError(f"host_ratio {host_ratio!r} must be one of {list(ratios)}")
+        self._run, self.ratios, self.static, self.source = run, list(ratios), static, source
+        self.base = run(0, policy)  # the device pool alone (no host tier: the policy does not matter)
+        self.host_ratio, self.policy = host_ratio, policy
+        self.row: Any = None
+        self.caption = ""
+        self.widget: Any = None
+        self.update(host_ratio, policy)
+        if not static:
+            import ipywidgets as W
+
+            self._ratio = W.SelectionSlider(options=[(f"{r:g}x", r) for r in self.ratios], value=host_ratio,
+                                            description="host pool (x device pool)", continuous_update=False,
+                                            style={"description_width": "initial"})
+            self._pol = W.Dropdown(options=[(w, p) for p, w in POLICY_WORDS.items()], value=policy,
+                                   description="write policy", style={"description_width": "initial"})
+            self._cap = W.HTML(self._caption_html())
+            self._out = W.Output()
+            self._out.add_class("kvlab-figure")
+            self._ratio.observe(lambda ch: self._redraw(host_ratio=ch["new"]), names="value")
+            self._pol.observe(lambda ch: self._redraw(policy=ch["new"]), names="value")
+            self._show_figure()
+            self.widget = W.VBox([W.HBox([self._ratio, self._pol], layout=W.Layout(flex_flow="row wrap")), self._cap,
+                                  self._out], layout=W.Layout(max_width="100%"))
+            self.widget.add_class("kvlab-tier-controls")
+
+    def update(self, host_ratio: float | None = None, policy: str | None = None) -> Any:
+        """Re-run with ``host_ratio`` and ``policy`` (either may stay as it is); returns the row."""
+        if policy is not None and policy not in POLICY_WORDS:
+            raise ValueError(f"unknown write policy {policy!r}; choose one of: {', '.join(POLICY_WORDS)}")
+        if host_ratio is not None and host_ratio not in self.ratios:
+            raise ValueError(f"host_ratio {host_ratio!r} must be one of {self.ratios}")
+        self.host_ratio = self.host_ratio if host_ratio is None else host_ratio
+        self.policy = policy or self.policy
+        self.row = r = self._run(self.host_ratio, self.policy)
+        b = self.base
+        saved = 1 - r.prefill_tokens / b.prefill_tokens if b.prefill_tokens else 0.0
+        faster = b.ttft_mean_s / r.ttft_mean_s if r.ttft_mean_s else float("inf")
+        self.caption = (f"host pool {self.host_ratio:g}x the device pool, {POLICY_WORDS[self.policy]}: hit rate "
+                        f"{100 * r.hit_rate:.0f}% (device only {100 * b.hit_rate:.0f}%), prefill {r.prefill_tokens:,} "
+                        f"tokens ({100 * saved:.0f}% fewer), mean time to first token {1e3 * r.ttft_mean_s:.0f} ms "
+                        + (f"({faster:.1f}x faster)" if faster >= 1 else f"({1 / faster:.1f}x slower)") + f" ({self.source})")
+        return r
+
+    def figure(self) -> Any:
+        """Three bar pairs: device only (grey) beside the chosen tier (green/blue)."""
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+
+        th = theme()
+        b, r = self.base, self.row
+        names = ["hit rate (%)", "prefill tokens", "mean time to first token (ms)"]
+        fig = make_subplots(rows=1, cols=3, subplot_titles=names, horizontal_spacing=0.12)
+        label = f"host {self.host_ratio:g}x"
+        for i, (v0, v1) in enumerate(((100 * b.hit_rate, 100 * r.hit_rate), (b.prefill_tokens, r.prefill_tokens),
+                                      (1e3 * b.ttft_mean_s, 1e3 * r.ttft_mean_s))):
+            fig.add_trace(go.Bar(x=["device only", label], y=[v0, v1], marker_color=["#bdbdbd", HIT if i == 0 else MISS],
+                                 text=[f"{v0:,.0f}", f"{v1:,.0f}"], textposition="outside", showlegend=False,
+                                 cliponaxis=False), row=1, col=i + 1)
+        for ann in fig.layout.annotations:
+            ann.font = dict(size=th.font_size)
+        fig.update_layout(title=dict(text=f"A host tier under the radix tree ({self.source})", font=dict(size=th.title_size)),
+                          height=330, width=None if th.autosize else min(th.grid_width, 840), template="plotly_white",
+                          font=dict(size=th.font_size), margin=dict(l=50, r=20, t=80, b=40))
+        fig.update_yaxes(rangemode="tozero")
+        return fig
+
+    def _caption_html(self) -> str:
+        return f"<div style='font-size:{max(theme().font_size + 1, 13)}px'><b>{html.escape(self.caption)}</b></div>"
+
+    def _show_figure(self) -> None:
+        from .stepper import figure_output
+
+        self._out.outputs = (figure_output(self.figure()),)
+
+    def _redraw(self, **kw) -> None:
+        self.update(**kw)
+        self._cap.value = self._caption_html()
+        self._show_figure()
+
+    def show(self) -> Any:
+        """The widget (live) or the current figure (static)."""
+        return self.figure() if self.static else self.widget
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        if self.static:
+            display(html_caption(self.caption))
+        display(self.show())
+
+
+def html_caption(text: str) -> Any:
+    """The caption as an HTML display object (static mode shows it above the figure)."""
+    from IPython.display import HTML
+
+    return HTML(f"<b>{html.escape(text)}</b>")

@@ -1,0 +1,237 @@
+"""`make site`: the executed lessons as a static web site in site/ (works offline, no kernel).
+
+Steps:
+1. Run every lesson (``notebooks/NN_*.ipynb``, outputs stripped) top to bottom with
+   ``KVLAB_STATIC=frames``: figures come out static, and every stepper comes out as a player
+   with all its frames (kvlab.viz.flipbook). Two lessons at a time (``--jobs``). The executed
+   copies are kept in ``build/site-cache/`` and reused while the lesson, the solutions and
+   kvlab are unchanged (a hash of them), so a second build takes seconds.
+   ``--stored`` skips running: it renders the outputs stored in notebooks/ (widgets then
+   appear as a note).
+2. Render one page per lesson (scripts/site_render.py), the glossary page, and the index
+   (the thesis, the README's pictures, the series map, the glossary link).
+3. Copy plotly.js from the installed plotly package (once, ``assets/plotly.min.js``), the
+   site's CSS/JS and ``docs/img``; write ``manifest.json`` (per page: figures, players, widgets;
+   what tests/test_site.py compares the browser against).
+
+Open ``site/index.html`` in a browser (a file:// page works; or
+``python -m http.server -d site`` and http://127.0.0.1:8000).
+
+Usage: .venv/bin/python scripts/build_site.py [04 07 ...] [--stored] [--jobs 2] [--out site]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import html
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from site_page import INDEX_CSS, SITE_JS, page  # noqa: E402
+from site_render import PageStats, md_to_html, render_cells  # noqa: E402
+
+CACHE = ROOT / "build" / "site-cache"
+
+
+def lesson_files(selected: list[str]) -> list[Path]:
+    files = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if selected:
+        wanted = {s.zfill(2)[:2] for s in selected}
+        files = [f for f in files if f.name[:2] in wanted]
+    return files
+
+
+def _source_hash(nb_path: Path) -> str:
+    """The lesson's cells, its solutions and every kvlab source file: any change reruns it."""
+    h = hashlib.sha256()
+    nb = nbformat.read(nb_path, as_version=4)
+    h.update(json.dumps([(c.cell_type, c.source) for c in nb.cells]).encode())
+    extra = [ROOT / "solutions" / (nb_path.stem + ".py")] + sorted((ROOT / "kvlab").rglob("*.py"))
+    for p in extra:
+        if p.exists():
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _execute(nb_path: str, out_path: str) -> tuple[str, float]:
+    """Run one lesson with KVLAB_STATIC=frames (in a worker process: its own environment)."""
+    from build_notebooks import execute, kernel_env
+
+    nb = nbformat.read(nb_path, as_version=4)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    env = kernel_env()
+    env.update(KVLAB_STATIC="frames", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p))
+    seconds = execute(nb, cwd=ROOT / "notebooks", timeout=300, env=env, allow_errors=True)
+    nbformat.write(nb, out_path)
+    return nb_path, seconds
+
+
+def executed_notebooks(files: list[Path], stored: bool, jobs: int) -> dict[str, Path]:
+    """name -> path of an executed copy (cached by source hash), or the stored notebook."""
+    if stored:
+        return {f.name: f for f in files}
+    CACHE.mkdir(parents=True, exist_ok=True)
+    out, todo = {}, []
+    for f in files:
+        cached = CACHE / f"{f.stem}.{_source_hash(f)}.ipynb"
+        out[f.name] = cached
+        if cached.exists():
+            print(f"  {f.name}: executed copy reused ({cached.relative_to(ROOT)})")
+        else:
+            for old in CACHE.glob(f"{f.stem}.*.ipynb"):
+                old.unlink()
+            todo.append((str(f), str(cached)))
+    if todo:
+        with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for name, seconds in pool.map(_execute, *zip(*todo)):
+                print(f"  {Path(name).name}: ran in {seconds:.1f} s", flush=True)
+    return out
+
+
+def _title(nb) -> str:
+    for c in nb.cells:
+        if c.cell_type == "markdown":
+            m = re.search(r"^#\s+(.+)$", c.source, re.M)
+            if m:
+                return m.group(1).strip()
+    return "lesson"
+
+
+def _summary(nb) -> str:
+    """The lesson's first paragraph after its title (what it is about), as plain text."""
+    for c in nb.cells:
+        if c.cell_type == "markdown":
+            paras = [p for p in c.source.split("\n\n") if p.strip() and not p.lstrip().startswith("#")]
+            if paras:
+                text = re.sub(r"[*_`]|\[([^\]]*)\]\([^)]*\)", r"\1", paras[0])
+                return " ".join(text.split())[:300]
+    return ""
+
+
+def _machine(nb) -> str:
+    """The machine the outputs were computed on, from the lesson's self-test output."""
+    lines = []
+    for c in nb.cells:
+        if c.cell_type == "code":
+            text = "".join(o.get("text", "") for o in c.get("outputs", []))
+            lines = [ln for ln in text.splitlines() if ln.startswith(("kernel mode:", "device:"))]
+            break
+    return "; ".join(lines) or f"{platform.machine()} CPU"
+
+
+def _banner(stats: PageStats, machine: str, built: str) -> str:
+    return (
+        "<div class='banner'><b>A static copy of an executed lesson.</b> Every number and figure below was "
+        f"computed when this page was built ({built}) on: <code>{html.escape(machine)}</code>. Outputs labelled "
+        f"<b>simulated</b> come from kvlab's allocator and simulator ({stats.simulated} mentions on this page); "
+        f"<b>measured</b> ones were timed or run for real on that machine ({stats.measured} mentions): on a CPU "
+        "the Triton kernels run in the interpreter, so their times are not GPU times. Figures are live (hover, "
+        "zoom); steppers play without Python. To change a parameter or check your own answers: "
+        "<code>make lab</code>.</div>"
+    )
+
+
+def build(selected: list[str], out: Path, stored: bool, jobs: int) -> dict:
+    t0 = time.time()
+    files = lesson_files(selected)
+    if not files:
+        raise SystemExit(f"no lesson matches {selected}")
+    print(f"[site] running {len(files)} lesson(s) with KVLAB_STATIC=frames" if not stored else "[site] stored outputs")
+    executed = executed_notebooks(files, stored, jobs)
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "assets").mkdir(parents=True)
+    import plotly
+
+    shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "assets" / "plotly.min.js")
+    (out / "assets" / "site.js").write_text(SITE_JS)
+    from pygments.formatters import HtmlFormatter
+
+    (out / "assets" / "site.css").write_text(INDEX_CSS + HtmlFormatter(cssclass="code").get_style_defs(".code"))
+    if (ROOT / "docs" / "img").exists():
+        shutil.copytree(ROOT / "docs" / "img", out / "img")
+    built = time.strftime("%Y-%m-%d")
+    nbs = {name: nbformat.read(path, as_version=4) for name, path in executed.items()}
+    names = [f.name for f in files]
+    manifest: dict = {"pages": {}, "built": built}
+    for i, name in enumerate(names):
+        nb, stats = nbs[name], PageStats()
+        body = render_cells(nb, ROOT / "solutions" / (Path(name).stem + ".py"), stats)
+        prev_link = (names[i - 1], _title(nbs[names[i - 1]])) if i else None
+        next_link = (names[i + 1], _title(nbs[names[i + 1]])) if i + 1 < len(names) else None
+        html_name = Path(name).stem + ".html"
+        (out / html_name).write_text(page(_title(nb), _banner(stats, _machine(nb), built) + body, prev_link, next_link,
+                                          plotly=True))
+        manifest["pages"][html_name] = {"plotly": stats.plotly, "flipbooks": stats.flipbooks, "widgets": stats.widgets,
+                                        "svg": stats.svg, "errors": stats.errors, "title": _title(nb),
+                                        "notebook": str(executed[name].resolve().relative_to(ROOT))}
+        print(f"  {html_name}: {stats.plotly} figures, {stats.flipbooks} players, {stats.svg} SVG, "
+              f"{stats.widgets} widget notes, {len(stats.errors)} errors")
+    (out / "glossary.html").write_text(page("Glossary", md_to_html(_glossary()), None, None, plotly=False))
+    manifest["pages"]["glossary.html"] = {"plotly": 0, "flipbooks": 0, "widgets": 0, "svg": 0, "errors": []}
+    (out / "index.html").write_text(page("kvlab", _index(nbs, names), None, None, plotly=False))
+    manifest["pages"]["index.html"] = {"plotly": 0, "flipbooks": 0, "widgets": 0, "svg": 0, "errors": []}
+    manifest["seconds"] = round(time.time() - t0, 1)
+    manifest["bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
+    print(f"[site] {out}: {len(manifest['pages'])} pages, {manifest['bytes'] / 1e6:.1f} MB, {manifest['seconds']} s")
+    return manifest
+
+
+def _index(nbs: dict, names: list[str]) -> str:
+    readme = (ROOT / "README.md").read_text()
+    thesis = re.search(r"^> \*\*PagedAttention.*?(?:\n>.*)*", readme, re.M)
+    rows = "".join(
+        f"<tr><td>{n[:2]}</td><td><a href='{Path(n).stem}.html'>{html.escape(_title(nbs[n]))}</a></td>"
+        f"<td>{html.escape(_summary(nbs[n]))}</td></tr>" for n in names)
+    pics = "".join(f"<figure><img src='img/{p.name}' alt='{p.stem}'><figcaption>{p.stem.replace('_', ' ')}"
+                   f"</figcaption></figure>" for p in sorted((ROOT / "docs" / "img").glob("*"))
+                   if p.suffix in (".png", ".svg"))
+    return (
+        "<h1>kvlab: how LLM inference servers manage the KV cache, run for real</h1>"
+        + (md_to_html(thesis.group(0)) if thesis else "")
+        + "<p>An interactive lesson series: every number is computed by kvlab (a paged block manager, a radix "
+          "cache, Triton kernels, a real small model and a simulator) and labelled <b>measured</b> or "
+          "<b>simulated</b>. This site is a static copy of the executed lessons; to run them, change "
+          "parameters and check your answers: <code>make lab</code>. Terms in English and Chinese: "
+          "<a href='glossary.html'>the glossary</a>.</p>"
+        + f"<h2 id='series'>The series</h2><table class='series'><tr><th>#</th><th>lesson</th><th>what it is about"
+          f"</th></tr>{rows}</table><h2 id='pictures'>What you will see</h2><div class='pictures'>{pics}</div>"
+        + "<section id='glossary'>" + md_to_html(_glossary().replace("# Glossary", "## Glossary", 1)) + "</section>"
+    )
+
+
+def _glossary() -> str:
+    return (ROOT / "notebooks" / "glossary.md").read_text()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
+    ap.add_argument("--stored", action="store_true", help="render the outputs stored in notebooks/ (no run)")
+    ap.add_argument("--jobs", type=int, default=2, help="lessons run at the same time (default 2)")
+    ap.add_argument("--out", type=Path, default=ROOT / "site")
+    args = ap.parse_args(argv)
+    lessons = [w for a in args.lessons for w in a.replace(",", " ").split()]
+    build(lessons, args.out, args.stored, args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

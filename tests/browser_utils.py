@@ -1,0 +1,402 @@
+"""JupyterLab + headless Chromium, shared by tests/test_browser.py and scripts/screenshots.py.
+
+One JupyterLab server (127.0.0.1, a free port, a random token passed through the environment)
+serves copies of the lessons with their outputs stripped (stale stored outputs cannot fool a
+check); a page opens a lesson, runs Run > Run All Cells and waits until every code cell has
+run. Then :func:`layout_report` measures what a student would see: every output wider than its
+output area, and every visible text in an output smaller than the minimum (12 px, or 16 px in
+classroom mode, where :data:`CLASSROOM_CELL` is inserted after the first code cell).
+
+Example (what scripts/screenshots.py does for one lesson):
+    >>> with jupyter_lab(folder) as lab, chromium() as browser:             # doctest: +SKIP
+    ...     page = open_and_run_all(browser, lab, "04_paging.ipynb", NORMAL_VIEWPORT)
+    ...     layout_report(page, "04", classroom=False)   # [] when everything fits
+    []
+
+Needs Debian's Chromium (/usr/bin/chromium, or $KVLAB_CHROMIUM) and the playwright package;
+never runs `playwright install` (it downloads a browser).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "_artifacts"
+CHROMIUM = Path(os.environ.get("KVLAB_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+RUN_TIMEOUT_MS = 120_000
+NORMAL_VIEWPORT = {"width": 1500, "height": 1000}
+CLASSROOM_VIEWPORT = {"width": 1280, "height": 720}  # a projector, with the file browser open
+CLASSROOM_CELL = "import kvlab.viz as viz\nviz.classroom(True)  # inserted by the browser check: a projector"
+MIN_TEXT_PX = {False: 12, True: 16}  # normal, classroom
+
+
+def lesson_names(selected: list[str] | None = None) -> list[str]:
+    """The lesson notebooks (``NN_*.ipynb``), all or those whose number is in ``selected``.
+
+    Example: ``lesson_names(["4", "07"]) -> ['04_paging.ipynb', '07_radix.ipynb']``.
+    """
+    names = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if not selected:
+        return names
+    wanted = {s.zfill(2)[:2] for s in selected}
+    unknown = wanted - {n[:2] for n in names}
+    if unknown:
+        raise ValueError(f"no lesson numbered {sorted(unknown)} in notebooks/ (have {[n[:2] for n in names]})")
+    return [n for n in names if n[:2] in wanted]
+
+
+def browser_problems() -> list[str]:
+    """What is missing to run Chromium under playwright (empty when both are there)."""
+    problems = []
+    if not CHROMIUM.exists():
+        problems.append(f"{CHROMIUM} not found (apt-get install -y chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        problems.append("the playwright Python package is missing (pip install playwright; never `playwright install`)")
+    return problems
+
+
+def classroom_name(name: str) -> str:
+    """The file name of a lesson's classroom copy: ``04_paging.ipynb -> 04_paging.classroom.ipynb``."""
+    return name.replace(".ipynb", ".classroom.ipynb")
+
+
+def stripped_copy(name: str, dest: Path, classroom: bool = False) -> Path:
+    """Copy ``notebooks/<name>`` into ``dest`` without outputs; with ``classroom``, as
+    :func:`classroom_name` with :data:`CLASSROOM_CELL` inserted after the first code cell."""
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    if classroom:
+        first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+        cell = nbformat.v4.new_code_cell(CLASSROOM_CELL)
+        cell.id = "classroom"
+        nb.cells.insert(first + 1, cell)
+        name = classroom_name(name)
+    nbformat.write(nb, dest / name)
+    return dest / name
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def jupyter_lab(folder: Path, log_path: Path | None = None) -> Iterator[tuple[str, str, Path]]:
+    """A JupyterLab server over ``folder``; yields ``(base_url, token, folder)``.
+
+    Every cell renders (no windowing), no news popups, kernels import this checkout's kvlab
+    (PYTHONPATH), and KVLAB_STATIC / KVLAB_CHECK_STRICT are dropped (live widgets). Raises
+    RuntimeError, naming the log, when the server does not answer within 60 s.
+    """
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items() if k not in ("KVLAB_STATIC", "KVLAB_CHECK_STRICT")}
+    env["JUPYTER_RUNTIME_DIR"] = str(folder / ".runtime")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["JUPYTER_TOKEN"] = token  # as scripts/lab.sh: never on the command line (visible in ps)
+    settings = folder / ".settings"
+    for ext, text in (("notebook-extension/tracker", '{"windowingMode": "none", "recordTiming": false}'),
+                      ("apputils-extension/notification", '{"fetchNews": "false", "checkForUpdates": false}')):
+        path = settings / "@jupyterlab" / f"{ext}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+           f"--ServerApp.root_dir={folder}", f"--LabApp.workspaces_dir={folder / '.workspaces'}",
+           f"--LabApp.user_settings_dir={settings}", "--ServerApp.port_retries=0"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log_path = log_path or ARTIFACTS / "jupyterlab.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"JupyterLab did not start (exit {proc.poll()}); see {log_path}")
+            time.sleep(0.3)
+        yield base, token, folder
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium under playwright, headless (a playwright Browser)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def run_all(page, lab: tuple[str, str, Path], name: str) -> None:
+    """Open ``name`` in ``page``, Run All Cells, wait until every code cell shows a number."""
+    base, token, folder = lab
+    page.goto(f"{base}/lab/tree/{name}?token={token}&reset", timeout=60_000)
+    # The kernel is ready when the status bar says "Idle" (the execution indicator says idle too early).
+    page.wait_for_function(
+        """() => /Python 3.*\\|\\s*Idle/.test(document.querySelector('.jp-StatusBar-Widget, #jp-main-statusbar')?.textContent || '')""",
+        timeout=60_000, polling=300,
+    )
+    started = False
+    for _attempt in range(3):  # a Run All sent while the kernel still connects can be dropped: send it again
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))",
+                timeout=10_000, polling=300,
+            )
+            started = True
+            break
+        except Exception:
+            continue
+    if not started:
+        raise AssertionError(f"{name}: Run All Cells did not start any cell")
+    n_code = sum(1 for c in nbformat.read(folder / name, as_version=4).cells if c.cell_type == "code")
+    page.wait_for_function(  # every code cell's prompt shows a number (not "[ ]" or "[*]")
+        """(n) => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+            return prompts.length >= n && prompts.filter(p => /\\[\\d+\\]/.test(p.textContent)).length >= n;
+        }""",
+        arg=n_code, timeout=RUN_TIMEOUT_MS, polling=500,
+    )
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=30_000)
+
+
+def open_and_run_all(browser, lab, name: str, viewport: dict, failed_shot: Path | None = None):
+    """A new page at ``viewport`` with ``name`` run top to bottom (see :func:`run_all`)."""
+    page = browser.new_page(viewport=viewport)
+    try:
+        run_all(page, lab, name)
+    except Exception:
+        if failed_shot is not None:
+            failed_shot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(failed_shot))
+        page.close()
+        raise
+    return page
+
+
+def prepare_folder(folder: Path, names: list[str]) -> None:
+    """Stripped copies of ``names`` into ``folder``, each also as its classroom copy, and the glossary."""
+    for name in names:
+        stripped_copy(name, folder)
+        stripped_copy(name, folder, classroom=True)
+    shutil.copy(ROOT / "notebooks" / "glossary.md", folder / "glossary.md")
+
+
+@contextmanager
+def lesson_page(browser, lab, name: str, classroom: bool = False, viewport: dict | None = None):
+    """A page with lesson ``name`` run top to bottom: at 1500x1000, or in classroom mode (its
+    classroom copy) at 1280x720 with the file browser open. Closed after, with every kernel."""
+    file = classroom_name(name) if classroom else name
+    viewport = viewport or (CLASSROOM_VIEWPORT if classroom else NORMAL_VIEWPORT)
+    mode = "classroom" if classroom else "normal"
+    page = open_and_run_all(browser, lab, file, viewport, failed_shot=ARTIFACTS / f"{name[:2]}_{mode}_failed.png")
+    try:
+        if classroom:
+            ensure_file_browser_open(page)
+        yield page
+    finally:
+        page.close()
+        shutdown_kernels(lab)
+
+
+def cell_errors(page) -> list[str]:
+    """The tracebacks shown in the page's outputs, and widgets that failed to render."""
+    errors = page.evaluate(
+        """() => [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+                 .map(e => e.textContent).filter(t => /Traceback|\\w+Error:|Exception:/.test(t))"""
+    )
+    if page.locator(".jupyter-widgets .jp-RenderedText:has-text('Error displaying widget')").count():
+        errors.append("a widget failed to render (Error displaying widget)")
+    return errors
+
+
+def shutdown_kernels(lab) -> None:
+    """Stop every kernel of the server (each lesson's kernel holds torch; CI has little memory)."""
+    base, token, _ = lab
+    try:
+        with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r:
+            kernels = json.load(r)
+        for k in kernels:
+            req = urllib.request.Request(f"{base}/api/kernels/{k['id']}?token={token}", method="DELETE")
+            urllib.request.urlopen(req, timeout=10).close()
+    except OSError:
+        pass  # the server is going away anyway
+
+
+def ensure_file_browser_open(page) -> None:
+    """The left sidebar's file browser shown (as a teacher has it), whatever the restored layout."""
+    if not page.evaluate("() => (document.querySelector('#filebrowser')?.offsetWidth || 0) > 100"):
+        page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab[data-id='filebrowser']").first.click()
+        page.wait_for_function("() => (document.querySelector('#filebrowser')?.offsetWidth || 0) > 100", timeout=10_000)
+
+
+_SCROLLER = "document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')"
+
+
+def page_chunks(page, out_dir: Path | None = None, prefix: str = "", max_chunks: int = 60) -> list[Path]:
+    """Scroll the notebook from top to bottom one screen at a time (plotly draws a figure only
+    once it comes into view); with ``out_dir``, save each screen as ``<prefix>_NN.png``."""
+    paths: list[Path] = []
+    page.evaluate(f"() => {{ const s = {_SCROLLER}; if (s) s.scrollTop = 0; }}")
+    for i in range(max_chunks):
+        page.wait_for_timeout(250 if out_dir else 80)
+        if out_dir is not None:
+            path = out_dir / f"{prefix}_{i:02d}.png"
+            page.screenshot(path=str(path))
+            paths.append(path)
+        moved = page.evaluate(f"""() => {{
+            const s = {_SCROLLER};
+            if (!s) return false;
+            const before = s.scrollTop;
+            s.scrollTop = before + Math.round(s.clientHeight * 0.9);
+            return s.scrollTop > before;
+        }}""")
+        if not moved:
+            break
+    page.wait_for_timeout(500)  # let plotly finish sizing the last figures to their areas
+    return paths
+
+
+_LAYOUT_JS = """([minPx]) => {
+    const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')];
+    const found = [];
+    const describe = el => {
+        const cls = (typeof el.className === 'string' ? el.className : el.className.baseVal || '')
+            .split(/\\s+/).filter(c => c && !c.startsWith('lm-')).slice(0, 3).join('.');
+        return el.tagName.toLowerCase() + (cls ? '.' + cls : '');
+    };
+    const visible = el => {
+        const r = el.getBoundingClientRect();
+        if (r.width < 1 || r.height < 1) return false;
+        const st = getComputedStyle(el);
+        return st.visibility !== 'hidden' && st.display !== 'none' && parseFloat(st.opacity || '1') > 0.05;
+    };
+    const ownText = el => [...el.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('').trim();
+    cells.forEach((cell, index) => {
+        cell.querySelectorAll('.jp-OutputArea-output').forEach(out => {
+            const box = out.getBoundingClientRect();
+            if (box.width === 0) return;
+            // 1. wider than the output area: content past its right edge, or an element scrolling sideways
+            let widest = null, right = box.right;
+            out.querySelectorAll('.js-plotly-plot, .main-svg, .jupyter-widgets, svg, img, table, canvas, pre').forEach(el => {
+                const r = el.getBoundingClientRect();
+                if (r.width > 0 && r.right > right) { right = r.right; widest = el; }
+            });
+            if (right > box.right + 2)
+                found.push({kind: 'overflow', cell: index, element: describe(widest),
+                            content_px: Math.round(right - box.left), area_px: Math.round(box.width)});
+            [out, ...out.querySelectorAll('*')].forEach(el => {
+                if (el.tagName === 'svg' || el.closest('svg')) return;
+                const ox = getComputedStyle(el).overflowX;
+                if ((ox === 'auto' || ox === 'scroll') && el.scrollWidth > el.clientWidth + 2 && el.clientWidth > 0)
+                    found.push({kind: 'overflow', cell: index, element: describe(el) + ' (scrolls sideways)',
+                                content_px: el.scrollWidth, area_px: el.clientWidth});
+            });
+            // 2. text under the minimum size, as drawn (an SVG's scale counts)
+            out.querySelectorAll('text, tspan').forEach(el => {
+                if (el.tagName === 'tspan' && el.parentElement.closest('text')) return;  // counted with its <text>
+                if (!el.textContent.trim() || !visible(el)) return;
+                const m = el.getScreenCTM();
+                const scale = m ? Math.sqrt(Math.abs(m.a * m.d - m.b * m.c)) : 1;
+                const px = parseFloat(getComputedStyle(el).fontSize) * scale;
+                if (px < minPx - 0.05)
+                    found.push({kind: 'small-text', cell: index, element: describe(el.closest('svg') || el) + ' text',
+                                px: Math.round(px * 10) / 10, text: el.textContent.trim().slice(0, 60)});
+            });
+            out.querySelectorAll('*').forEach(el => {
+                if (el.closest('svg') || el.tagName === 'STYLE' || el.tagName === 'SCRIPT') return;
+                const t = ownText(el);
+                if (!t || !visible(el)) return;
+                const px = parseFloat(getComputedStyle(el).fontSize);
+                if (px < minPx - 0.05)
+                    found.push({kind: 'small-text', cell: index, element: describe(el), px: Math.round(px * 10) / 10,
+                                text: t.slice(0, 60)});
+            });
+        });
+    });
+    return found;
+}"""
+
+
+def layout_report(page, lesson: str, classroom: bool) -> list[dict]:
+    """What does not fit in the page as it is now: one dict per output wider than its output
+    area (``kind='overflow'``: element, ``content_px``, ``area_px``) and per group of visible
+    text in outputs under 12 px (16 px in classroom mode) (``kind='small-text'``: element,
+    ``px``, how many, the first text). ``cell`` is the cell's index in ``notebooks/<lesson>``
+    (the inserted classroom cell is not counted). Call :func:`page_chunks` first."""
+    raw = page.evaluate(_LAYOUT_JS, [MIN_TEXT_PX[classroom]])
+    mode = "classroom" if classroom else "normal"
+    first_code = _first_code_index(lesson)
+    grouped: dict[tuple, dict] = {}
+    for item in raw:
+        cell = item["cell"]
+        if classroom and cell == first_code + 1:
+            cell = "classroom"  # the inserted viz.classroom(True) cell
+        elif classroom and cell > first_code:
+            cell -= 1
+        key = (item["kind"], cell, item["element"], item.get("px"), item.get("content_px"))
+        if key in grouped:
+            grouped[key]["count"] += 1
+            continue
+        grouped[key] = {"lesson": lesson, "mode": mode, **item, "cell": cell, "count": 1}
+    return list(grouped.values())
+
+
+def _first_code_index(lesson: str) -> int:
+    matches = lesson_names([lesson[:2]])
+    nb = nbformat.read(ROOT / "notebooks" / matches[0], as_version=4)
+    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+
+
+def format_report(entries: list[dict]) -> str:
+    """One line per entry, for an assertion message or a terminal."""
+    lines = []
+    for e in entries:
+        where = f"{e['lesson']} {e['mode']} cell {e['cell']}: {e['element']}"
+        if e["kind"] == "overflow":
+            lines.append(f"{where} is {e['content_px']} px wide in a {e['area_px']} px output area")
+        else:
+            lines.append(f"{where}: {e['count']} text(s) at {e['px']} px, e.g. {e['text']!r}")
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""Lesson 11's checkers pass the solutions and name the common mistakes."""
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from kvlab import check
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("sol11", ROOT / "solutions" / "11_fewer_bytes.py")
+sol = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sol)
+
+
+def test_solutions_pass():
+    for name in ("streaming_keep", "quest_pick", "quantize_per_token"):
+        assert getattr(check, name)(getattr(sol, name), verbose=False).passed, name
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def test_streaming_window_without_sinks_is_named():
+    r = check.streaming_keep(lambda n, bs, s, w: list(range(max(0, cdiv(n, bs) - cdiv(w, bs)), cdiv(n, bs))),
+                             verbose=False)
+    assert not r.passed and "dropped the sink blocks" in r.summary
+
+
+def test_streaming_overlap_and_floor_are_named():
+    dup = lambda n, bs, s, w: list(range(min(cdiv(s, bs), cdiv(n, bs)))) + list(range(max(0, cdiv(n, bs) - cdiv(w, bs)), cdiv(n, bs)))  # noqa: E731
+    assert "appears twice" in check.streaming_keep(dup, verbose=False).report()
+    floor = lambda n, bs, s, w: sorted(set(range(min(s // bs, cdiv(n, bs)))) | set(range(max(0, cdiv(n, bs) - cdiv(w, bs)), cdiv(n, bs))))  # noqa: E731
+    assert "round up" in check.streaming_keep(floor, verbose=False).summary
+
+
+def pick_by(score):
+    def pick(q, lo, hi, k):
+        if k < 1:
+            raise ValueError("top_k")
+        s = score(q, lo, hi)
+        return sorted(sorted(range(len(s)), key=lambda b: (-float(s[b]), b))[:k])
+    return pick
+
+
+def test_quest_wrong_bounds_are_named():
+    r = check.quest_pick(pick_by(lambda q, lo, hi: (q * hi).sum(-1)), verbose=False)
+    assert not r.passed and "q . max" in r.summary
+    r = check.quest_pick(pick_by(lambda q, lo, hi: (q * (lo + hi) / 2).sum(-1)), verbose=False)
+    assert not r.passed and "centre" in r.report()
+
+
+def test_per_tensor_and_per_token_scales_are_named():
+    def per_tensor(x):
+        if x.dim() != 3:
+            raise ValueError
+        s = x.abs().max() / 127
+        return torch.clamp(torch.floor(x / s + 0.5), -127, 127).to(torch.int8), s.expand(x.shape[:2]).clone()
+
+    r = check.quantize_per_token(per_tensor, verbose=False)
+    assert not r.passed and "one scale for the whole tensor" in r.summary
+
+    def per_token(x):
+        if x.dim() != 3:
+            raise ValueError
+        s = x.abs().amax((1, 2), keepdim=True) / 127
+        q = torch.clamp(torch.floor(x / s + 0.5), -127, 127).to(torch.int8)
+        return q, s[..., 0].expand(x.shape[:2]).clone()
+
+    assert "across its heads" in check.quantize_per_token(per_token, verbose=False).report()
+
+    def truncating(x):
+        if x.dim() != 3:
+            raise ValueError
+        s = x.abs().amax(-1) / 127
+        s = torch.where(s > 0, s, torch.ones_like(s))
+        return (x / s[..., None]).to(torch.int8), s
+
+    assert "truncated toward zero" in check.quantize_per_token(truncating, verbose=False).summary
+
+
+def test_zero_scale_is_named_and_stub_fails_cleanly():
+    def zero_scale(x):
+        if x.dim() != 3:
+            raise ValueError
+        s = x.abs().amax(-1) / 127
+        return torch.clamp(torch.floor(x / s[..., None] + 0.5), -127, 127).to(torch.int8), s
+
+    assert "scale 1 there" in check.quantize_per_token(zero_scale, verbose=False).report()
+
+    def stub(x):
+        raise NotImplementedError
+
+    assert check.quantize_per_token(stub, verbose=False).summary.startswith("FAIL")

@@ -1,0 +1,181 @@
+"""Keeping fewer tokens as block-table operations (StreamingLLM, H2O, Quest) and int8/fp8 KV, on
+the bundled tiny model: the table changes only through BlockManager.drop_blocks, integrity holds
+after every step, dropped blocks go back to the pool, and each rule keeps what its paper keeps."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from kvlab.compute.generate import generate
+from kvlab.compute.kv_compress import (
+    METHODS,
+    CompressedDecoder,
+    CompressionConfig,
+    block_key_minmax,
+    h2o_drop,
+    quest_bounds,
+    quest_select,
+    streaming_drop,
+)
+from kvlab.compute.kv_quant import QuantizedKVPool
+from kvlab.compute.loader import load_bundled
+from kvlab.memory.block_manager import BlockManager
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_bundled()[0]
+
+
+PROMPT = [(7 * i + 3) % 4000 + 5 for i in range(45)]
+
+
+# ---------------------------------------------------------------- BlockManager.drop_blocks
+
+def test_drop_blocks_shortens_the_table_and_frees_the_blocks():
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("A", 14)                                   # blocks [0, 1, 2, 3], last holds 2 tokens
+    free_before = m.allocator.num_free_blocks
+    assert m.drop_blocks("A", [2, 1]) == [1, 2]
+    t = m.table("A")
+    assert (t.block_ids, t.num_tokens) == ([0, 3], 6)
+    assert m.allocator.num_free_blocks == free_before + 2
+    m.check_integrity()
+    assert m.log.events[-1].kind == "drop"
+    m.append("A", 3)                                          # growing afterwards still works
+    m.check_integrity()
+
+
+def test_drop_blocks_of_a_shared_block_only_drops_a_reference():
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("A", 12)
+    m.fork("A", "B")
+    assert m.drop_blocks("B", [1]) == []                      # A still holds it
+    assert m.allocator.ref_count[1] == 1 and m.table("A").block_ids == [0, 1, 2]
+    m.check_integrity()
+
+
+@pytest.mark.parametrize("bad,match", [([3], "logical block 3 is not a full block"), ([1, 1], "appears twice"),
+                                       ([-1], "block"), ([1.0], None)])
+def test_drop_blocks_refuses_and_changes_nothing(bad, match):
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("A", 14)
+    before = (list(m.table("A").block_ids), m.table("A").num_tokens, list(m.allocator.ref_count))
+    with pytest.raises((ValueError, TypeError), match=match):
+        m.drop_blocks("A", bad)
+    assert (m.table("A").block_ids, m.table("A").num_tokens, m.allocator.ref_count) == before
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 80), st.integers(1, 4), st.integers(1, 6), st.sampled_from([2, 4, 8]))
+def test_streaming_keeps_sinks_and_window_property(n, sink, window, bs):
+    m = BlockManager(num_blocks=64, block_size=bs)
+    m.add_sequence("A", n)
+    t = m.table("A")
+    nb, full = len(t.block_ids), t.num_full_blocks
+    drop = streaming_drop(nb, full, sink, window)
+    kept_ids = [b for i, b in enumerate(t.block_ids) if i not in drop]
+    m.drop_blocks("A", drop)
+    m.check_integrity()
+    assert m.table("A").block_ids == kept_ids
+    keep = sorted(set(range(nb)) - set(drop))
+    assert set(range(min(sink, nb))) <= set(keep)                      # the sinks stay
+    assert set(range(max(0, nb - window), nb)) <= set(keep)            # so does the window
+    assert len(keep) == min(nb, sink + window) or nb - 1 not in drop
+
+
+def test_h2o_keeps_heavy_hitters_and_the_window():
+    assert h2o_drop([9, 1, 7, 1, 1, 1, 1, 1, 1, 1], 9, 4, 2) == [1, 3, 4, 5, 6, 7]
+    assert h2o_drop([1, 2, 3], 3, 5, 1) == []                          # within budget: nothing goes
+    assert h2o_drop([0, 0, 0, 0], 4, 2, 1) == [1, 2]                  # ties: the earlier block
+
+
+def test_quest_bound_is_an_upper_bound_and_picks_the_right_blocks():
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(37, 2, 16, generator=g)                           # 37 tokens, 2 KV heads
+    q = torch.randn(4, 16, generator=g)                               # 4 query heads (GQA 2)
+    k_min, k_max = block_key_minmax(k, 4)
+    assert k_min.shape == (10, 2, 16)
+    bounds = quest_bounds(q, k_min, k_max)                            # (4, 10)
+    scores = torch.einsum("hd,shd->hs", q, k.repeat_interleave(2, 1))  # (4, 37)
+    for b in range(10):
+        assert (scores[:, b * 4:(b + 1) * 4].max(1).values <= bounds[:, b] + 1e-5).all()
+    assert quest_bounds(torch.tensor([[1.0, -1.0]]), torch.zeros(1, 1, 2), torch.tensor([[[2.0, 3.0]]])).item() == 2
+    assert quest_select(torch.tensor([[5.0, 1, 4, 0]]), 2) == [0, 3]
+    assert quest_select(torch.tensor([[5.0, 1, 4, 0]]), 9) == [0, 1, 2, 3]
+
+
+# ---------------------------------------------------------------- the decoder on the bundled model
+
+def test_full_method_gives_the_paged_engines_tokens(model):
+    want = generate(model, PROMPT, 10, strategy="paged").tokens
+    assert CompressedDecoder(model, CompressionConfig("full"), block_size=4).generate(PROMPT, 10) == want
+
+
+@pytest.mark.parametrize("method", ["streaming", "h2o"])
+def test_dropping_methods_keep_the_budget_and_return_blocks(model, method):
+    d = CompressedDecoder(model, CompressionConfig(method, budget_tokens=16, sink_tokens=4), block_size=4,
+                          num_blocks=32)
+    d.generate(PROMPT, 9)
+    table = d.manager.table("S")
+    assert len(table.block_ids) <= 4 + 1 and d.num_kept == table.num_tokens
+    assert d.manager.allocator.num_free_blocks == 32 - len(table.block_ids)
+    d.manager.check_integrity()
+    assert d.positions == sorted(d.positions) and d.positions[-1] == len(PROMPT) + 8   # original positions kept
+    if method == "streaming":
+        assert d.positions[:4] == [0, 1, 2, 3]                        # the sink block
+        assert d.positions[4:] == list(range(d.positions[4], len(PROMPT) + 9))         # then one recent run
+
+
+def test_quest_reads_only_its_budget_but_keeps_every_token(model):
+    d = CompressedDecoder(model, CompressionConfig("quest", budget_tokens=8), block_size=4)
+    d.generate(PROMPT, 6)
+    assert d.num_kept == len(PROMPT) + 6                              # generate feeds each of its 6 tokens
+    layers = model.config.num_hidden_layers
+    assert float(d.record.reads.sum()) <= 6 * layers * 8                      # 2 blocks of 4 per layer and step
+    dense = CompressedDecoder(model, CompressionConfig("full"), block_size=4)
+    dense.generate(PROMPT, 6)
+    assert set(dense.record.reads[:len(PROMPT)].tolist()) == {6 * layers}       # dense: every position, every step
+
+
+def test_int8_pool_holds_about_half_the_bytes_and_nearly_the_same_tokens(model):
+    full = CompressedDecoder(model, CompressionConfig("full"), block_size=4)
+    q8 = CompressedDecoder(model, CompressionConfig("int8"), block_size=4)
+    a, b = full.generate(PROMPT, 8), q8.generate(PROMPT, 8)
+    assert isinstance(q8.pool, QuantizedKVPool)
+    assert q8.pool.bytes_per_token() == 2 * 4 * 2 * (32 + 4)          # vs fp32: 2 x 4 x 2 x 32 x 4
+    assert a[0] == b[0]
+
+
+@pytest.mark.parametrize("method", ["quest", "int8", "streaming"])
+def test_triton_backend_gives_the_torch_backends_tokens(model, method):
+    prompt = PROMPT[:13]
+    cfg = CompressionConfig(method, budget_tokens=8, sink_tokens=4)
+    a = CompressedDecoder(model, cfg, block_size=4).generate(prompt, 3)
+    b = CompressedDecoder(model, cfg, block_size=4, backend="triton").generate(prompt, 3)
+    assert a == b
+
+
+def test_bad_configs_name_the_value(model):
+    with pytest.raises(ValueError, match="method 'lru' is not one of"):
+        CompressionConfig("lru")
+    with pytest.raises(ValueError, match="budget_tokens must be an int >= 1, got 0"):
+        CompressionConfig("h2o", budget_tokens=0)
+    with pytest.raises(ValueError, match="backend must be"):
+        CompressedDecoder(model, backend="cuda")
+    assert set(METHODS) == {"full", "streaming", "h2o", "quest", "int8", "fp8"}
+
+
+@pytest.mark.parametrize("method", ["full", "streaming", "h2o", "quest", "int8"])
+def test_starting_from_a_shared_prefill_is_the_same_as_prefilling(model, method):
+    cfg = CompressionConfig(method, budget_tokens=16)
+    a = CompressedDecoder(model, cfg, block_size=4)
+    want = a.generate(PROMPT, 5)
+    full = CompressedDecoder(model, CompressionConfig("full"), block_size=4)
+    full.prefill(PROMPT)
+    b = CompressedDecoder(model, cfg, block_size=4)
+    assert b.generate(PROMPT, 5, full.prefill_state) == want
+    assert b.positions == a.positions
+    b.manager.check_integrity()
+    with pytest.raises(ValueError, match="already holds a sequence"):
+        b.start_from(full.prefill_state)

@@ -1,0 +1,199 @@
+"""Regression tests of kvlab.reuse.cache_manager.CacheManager (the request cycle): the token
+lists a sequence hands to ``cache_*_req`` may only grow, counts entering state are plain ints,
+eviction is only ever asked to free what it really frees, and sequence ids are strings.
+
+Each test checks ``ref_count == tree + tables`` (``check_integrity``) after every step.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvlab.reuse.cache_manager import CacheManager
+
+
+def _state(cm: CacheManager):
+    """Everything a refused call must leave as it was."""
+    return (cm.allocator.state(), cm.tree.snapshot(), {s: (list(t.block_ids), t.num_tokens) for s, t in cm.tables.items()},
+            {s: n.id for s, n in cm._locks.items()}, {s: list(k) for s, k in cm._tokens.items()}, len(cm.log))
+
+
+# ------------------------------------------------------------------ item 1: tokens only grow
+def test_a_shrunk_then_changed_token_list_is_refused():
+    """The issue's reproducer: caching a prefix first must not let a later call rewrite the rest."""
+    cm = CacheManager(32, 1)
+    cm.admit("A", [1, 2, 3, 4, 5, 6, 7, 8])
+    cm.cache_unfinished_req("A", [1, 2, 3, 4, 5, 6, 7, 8])
+    before = _state(cm)
+    with pytest.raises(ValueError, match=r"A.*position 2"):
+        cm.cache_unfinished_req("A", [1, 2])
+    assert _state(cm) == before
+    with pytest.raises(ValueError, match=r"A.*position 2"):
+        cm.cache_finished_req("A", [1, 2, 9, 9, 9, 9, 9, 9])
+    assert _state(cm) == before
+    cm.check_integrity()
+    cm.cache_finished_req("A", [1, 2, 3, 4, 5, 6, 7, 8])
+    assert cm.admit("B", [1, 2, 9, 9, 9, 9, 9, 9, 5]).prefix_len == 2  # never the KV of 3..8
+    cm.check_integrity()
+
+
+def test_the_issue_sequence_without_the_full_cache_first():
+    cm = CacheManager(32, 1)
+    cm.admit("A", list(range(1, 9)))
+    with pytest.raises(ValueError, match=r"'A'.*shorter"):
+        cm.cache_unfinished_req("A", [1, 2])
+    with pytest.raises(ValueError, match=r"'A'.*position 2"):
+        cm.cache_finished_req("A", [1, 2, 9, 9, 9, 9, 9, 9])
+    cm.cache_finished_req("A", list(range(1, 9)))
+    assert cm.admit("B", [1, 2, 9, 9, 9, 9, 9, 9, 5]).prefix_len == 2
+    cm.check_integrity()
+
+
+@pytest.mark.parametrize("call", ["cache_unfinished_req", "cache_finished_req"])
+@pytest.mark.parametrize("tokens, where", [([1, 2, 3], "shorter"), ([1, 2, 3, 5], "position 3"),
+                                           ([9, 2, 3, 4], "position 0"), ([1, 2, 3, 4, 5, 6, 7, 8, 9], "slots")])
+def test_every_mismatch_is_refused_and_changes_nothing(call, tokens, where):
+    cm = CacheManager(32, 2)
+    cm.admit("A", [1, 2, 3, 4], 8)
+    before = _state(cm)
+    with pytest.raises(ValueError, match=where):
+        getattr(cm, call)("A", tokens)
+    assert _state(cm) == before
+    cm.check_integrity()
+
+
+def test_the_callers_list_is_copied_not_aliased():
+    """The manager remembers a copy: a caller that appends to its own list changes nothing here."""
+    cm = CacheManager(32, 1)
+    toks = [1, 2, 3]
+    cm.admit("A", toks, 6)
+    toks.append(4)
+    cm.cache_unfinished_req("A", [1, 2, 3])  # still an extension of the admitted [1, 2, 3]
+    toks += [5, 6]
+    cm.cache_finished_req("A", [1, 2, 3])
+    cm.check_integrity()
+
+
+def test_numpy_token_arrays_are_accepted_everywhere():
+    cm = CacheManager(32, 1)
+    cm.admit("A", np.array([1, 2, 3, 4]), 6)
+    assert cm.cache_unfinished_req("A", np.array([1, 2, 3, 4, 5])).prefix_len == 0
+    assert cm.cache_finished_req("A", np.array([1, 2, 3, 4, 5, 6])).prefix_len == 5
+    assert [type(t) for s in cm.tree.snapshot().sequences() for t in s] == [int] * 6
+    cm.check_integrity()
+
+
+# ------------------------------------------------------------------ item 3: evicting for nothing
+def _forked(block_size: int = 1) -> CacheManager:
+    """P runs [1..8]; its fork C finished with 4 more tokens: the tree holds blocks P still uses."""
+    cm = CacheManager(12, block_size)
+    cm.admit("P", list(range(1, 9)))
+    cm.fork("P", "C")
+    cm.append("C", 4)
+    cm.cache_finished_req("C", list(range(1, 13)))
+    cm.check_integrity()
+    return cm
+
+
+def test_a_fork_that_finishes_first_hands_its_lock_on_to_the_other():
+    cm = _forked()
+    assert cm.tree.peek_prefix_len(list(range(1, 13))) == 12
+    node = cm.lock_node("P")
+    assert node is not None and cm.tree.path_kv(node) == cm.table("P").block_ids  # P locks what it uses
+    assert cm.tree.evictable_size() == 4  # only C's own tail frees blocks
+    assert cm.available_blocks() == cm.allocator.num_free_blocks + 4
+
+
+def test_available_blocks_counts_only_what_eviction_frees():
+    cm = _forked()
+    free = cm.allocator.num_free_blocks
+    assert free == 0
+    assert cm.available_blocks() == 4
+    evicted = cm.tree.stats.evicted_tokens
+    assert not cm.make_room(5)
+    assert cm.tree.stats.evicted_tokens == evicted  # nothing evicted for a room it cannot make
+    assert cm.make_room(4) and cm.allocator.num_free_blocks == 4
+    cm.check_integrity()
+
+
+def test_admit_that_does_not_fit_evicts_nothing():
+    cm = _forked()
+    before = (cm.allocator.state(), cm.tree.stats.evicted_tokens, cm.tree.total_size())
+    assert cm.admit("D", [50, 51, 52, 53, 54]) is None  # 5 blocks; only C's 4 could be freed
+    assert (cm.allocator.state(), cm.tree.stats.evicted_tokens, cm.tree.total_size()) == before
+    cm.check_integrity()
+    assert cm.admit("D", [50, 51, 52, 53]) is not None
+    cm.check_integrity()
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 4])
+def test_a_fork_sharing_part_of_a_new_leaf_locks_a_split_node(block_size):
+    """C forked when P had 8 tokens, then grew: P shares only the first 8 tokens of C's leaf."""
+    cm = _forked(block_size)
+    p = cm.table("P")
+    assert cm.tree.path_kv(cm.lock_node("P")) == p.block_ids[:8 // block_size]
+    cm.cache_finished_req("P", list(range(1, 9)))
+    cm.check_integrity()
+    assert cm.tree.evictable_size() == 12
+    assert cm.tables == {}
+
+
+def test_a_fork_whose_known_tokens_disagree_with_the_shared_slots_is_refused():
+    """P reserved 8 slots for 4 known tokens and forked: whoever caches the shared slots first
+    defines them; the other may not claim other tokens for them."""
+    cm = CacheManager(16, 4)
+    cm.admit("P", [1, 2, 3, 4], 8)
+    cm.fork("P", "C")
+    cm.cache_unfinished_req("C", [1, 2, 3, 4, 5, 6, 7, 8])  # the shared block 1 is cached as 5..8
+    cm.check_integrity()
+    before = _state(cm)
+    with pytest.raises(ValueError, match=r"'P'.*position 4"):
+        cm.cache_finished_req("P", [1, 2, 3, 4, 9, 9, 9, 9])
+    assert _state(cm) == before
+    cm.cache_finished_req("P", [1, 2, 3, 4, 5, 6, 7, 8])
+    cm.cache_finished_req("C", [1, 2, 3, 4, 5, 6, 7, 8])
+    cm.check_integrity()
+
+
+# ------------------------------------------------------------------ item 5: sequence ids
+@pytest.mark.parametrize("bad", [5, None, b"A", ("A",), 1.5])
+def test_a_sequence_id_that_is_not_a_str_is_a_type_error(bad):
+    cm = CacheManager(16, 1)
+    cm.admit("R", [1, 2, 3])
+    before = _state(cm)
+    with pytest.raises(TypeError, match=r"seq_id must be a str"):
+        cm.admit(bad, [1, 2])
+    with pytest.raises(TypeError, match=r"seq_id must be a str"):
+        cm.admit(bad, None, 3)
+    with pytest.raises(TypeError, match=r"seq_id must be a str"):
+        cm.fork("R", bad)
+    for call in (cm.free, cm.table, cm.lock_node, lambda s: cm.append(s, 1),
+                 lambda s: cm.cache_finished_req(s, [1, 2, 3]), lambda s: cm.cache_unfinished_req(s, [1, 2, 3])):
+        with pytest.raises(TypeError, match=r"seq_id must be a str"):
+            call(bad)
+    assert _state(cm) == before
+    with pytest.raises(KeyError, match="nope"):  # a plain unknown id names it, never a sort TypeError
+        cm.free("nope")
+    cm.check_integrity()
+
+
+# ------------------------------------------------------------------ the tiered manager inherits both
+@pytest.mark.parametrize("policy", ["write_through", "write_back", "write_through_selective"])
+def test_the_tiered_manager_locks_forks_and_checks_ids_too(policy):
+    from kvlab.reuse.hicache_manager import HiCacheManager
+
+    cm = HiCacheManager(num_blocks=12, block_size=1, host_ratio=2, write_policy=policy)
+    with pytest.raises(TypeError, match=r"seq_id must be a str, got None"):
+        cm.admit(None, [1, 2])
+    cm.admit("P", list(range(1, 9)))
+    cm.fork("P", "C")
+    cm.append("C", 4)
+    cm.cache_finished_req("C", list(range(1, 13)))
+    cm.check_integrity()  # includes: no illegal lifecycle edge
+    assert cm.available_blocks() == 4
+    evicted = cm.tree.stats.evicted_tokens
+    assert cm.admit("D", [50, 51, 52, 53, 54]) is None and cm.tree.stats.evicted_tokens == evicted
+    assert cm.admit("D", [50, 51, 52, 53]) is not None
+    for s, toks in (("P", list(range(1, 9))), ("D", [50, 51, 52, 53])):
+        cm.cache_finished_req(s, toks)
+        cm.check_integrity()

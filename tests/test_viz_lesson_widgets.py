@@ -1,0 +1,150 @@
+"""The controls of lessons 00-02 (issue 21 item 2): each moves the parameter its lesson is about and
+the numbers and picture follow, in well under a second. Callbacks are driven by setting the
+ipywidgets' values, as a click does; no browser."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("plotly")
+pytest.importorskip("ipywidgets")
+
+import kvlab.viz as viz  # noqa: E402
+from kvlab import translate  # noqa: E402
+from kvlab.memory.kvspec import GPUS, MODELS  # noqa: E402
+
+
+def _spec(out) -> dict:
+    return out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
+
+
+# ------------------------------------------------------------------ lesson 00: the thesis
+def test_thesis_shared_prefix_reuses_r1s_blocks_and_the_table_points_at_them():
+    w = viz.ThesisWidget(static=False)
+    s = w.state
+    assert (s["shared"], s["table"], s["prefix_len"], s["computed"]) == (True, "R2", 12, 4)
+    assert s["block_table"][:3] == s["shared_blocks"] and len(s["shared_blocks"]) == 3
+    assert s["hit"] and s["miss"] and not (s["hit"] & s["miss"])
+    assert "found 12 in the radix tree" in w._text.value and "<svg" in w._tree.value
+    green = w._tree.value.count("#2ca02c")  # the hit node (and edge) green, beside the legend's swatch
+    t0 = time.perf_counter()
+    w._shared.value = False  # the checkbox: R2 gets another system prompt
+    assert time.perf_counter() - t0 < 1.0
+    s = w.state
+    assert s["prefix_len"] == 0 and s["computed"] == 16 and s["shared_blocks"] == [] and not s["hit"]
+    assert not set(s["block_table"]) & set(viz.thesis_state(False, "R1")["block_table"])
+    assert "matches none of them" in w._text.value and w._tree.value.count("#2ca02c") < green
+
+
+@pytest.mark.parametrize("pos", [0, 5, 11, 12, 15])
+def test_thesis_position_is_translated_through_the_chosen_table(pos):
+    w = viz.ThesisWidget(static=False)
+    w._pos.value = pos
+    s = w.state
+    t = translate(s["block_table"], pos, 4)
+    assert (s["chain"]["physical_block"], s["chain"]["offset"]) == (t.physical_block, t.offset)
+    assert f"P{t.physical_block}" in _spec(w._fig)["layout"]["title"]["subtitle"]["text"]
+    shared = t.physical_block in s["shared_blocks"]
+    assert shared == (pos < 12)  # the 12-token system prompt: R1's blocks, read by R2
+    assert ("reads the K and V that R1" in s["position_sentence"]) == shared
+
+
+def test_thesis_table_menu_switches_tables_and_clamps_the_position():
+    w = viz.ThesisWidget(static=False)
+    w._table.value = "notes"
+    assert w.state["block_table"] == [3, 7, 1, 5, 9] and w._pos.max == 19
+    w._pos.value = 19
+    w._table.value = "R1"  # 16 tokens: the slider shrinks and the position follows
+    assert w._pos.max == 15 and w.state["pos"] == 15 and w._pos.value == 15
+    labels = [label for label, _ in w._table.options]
+    assert all("block table" in lab or "example" in lab for lab in labels)
+    with pytest.raises(ValueError, match="table must be one of"):
+        viz.thesis_state(table="R3")
+
+
+def test_thesis_static_mode_has_the_same_state():
+    w = viz.ThesisWidget(static=True)
+    assert w.widget is None
+    w.set(shared=False, pos=13)
+    assert w.state["prefix_len"] == 0 and w.state["pos"] == 13
+    with pytest.raises(TypeError):
+        w.set(position=3)
+
+
+# ------------------------------------------------------------------ lesson 01: the cost of a step
+def _bundled_costs():
+    from kvlab.compute.loader import load_bundled
+
+    model, _ = load_bundled()
+    return model, {"bundled": viz.CostModel(model.flops_per_token, (5.0, 0.02), (3.0, 0.001))}
+
+
+def test_cost_widget_context_slider_recomputes_both_paths():
+    model, models = _bundled_costs()
+    w = viz.CostWidget(models, context=1024, static=False)
+    t0 = time.perf_counter()
+    w._context.value = 4096
+    assert time.perf_counter() - t0 < 1.0
+    s = w.state
+    assert s["context"] == 4096
+    assert s["cached_flops"] == model.flops_per_token(4096)
+    assert s["naive_flops"] == sum(model.flops_per_token(i) for i in range(1, 4097))
+    assert s["ratio"] == s["naive_flops"] / s["cached_flops"] > 1000
+    assert s["naive_ms"] == pytest.approx(5.0 + 0.02 * 4096) and "estimated" in s["sentence"]
+    assert "4,096 tokens" in w._text.value
+
+
+def test_cost_figure_is_log_log_so_the_cached_line_is_visible():
+    """Issue 21 [6]: on a linear FLOPs axis the cached line lay flat on zero."""
+    _model, models = _bundled_costs()
+    w = viz.CostWidget(models, static=False)
+    lay = _spec(w._out)["layout"]
+    assert lay["xaxis"]["type"] == "log" and lay["yaxis"]["type"] == "log"
+    s = w.state
+    assert max(s["naive"]) / min(s["cached"]) > 100  # spans more than 100x: the rubric wants a log axis
+    w2 = viz.CostWidget({**models, "no fit": viz.CostModel(lambda c: 10 + c)}, model="no fit", static=False)
+    assert w2.state["naive_ms"] is None and "estimated" not in w2.state["sentence"]
+    w2._model.value = "bundled"
+    assert w2.state["model"] == "bundled"
+    with pytest.raises(ValueError, match="context must be"):
+        viz.cost_state(models, "bundled", 0)
+
+
+# ------------------------------------------------------------------ lesson 02: what fits
+def test_capacity_widget_menus_recompute_bytes_and_requests():
+    w = viz.CapacityWidget(model="llama-2-70b", device="h200", static=False)
+    assert w.state["requests"] == 0 and "do not fit" in w.state["verdict"]  # 138 GB of weights
+    w._controls["model"].value = "llama-3-8b"
+    s = w.state
+    spec, gpu = MODELS["llama-3-8b"], GPUS["h200"]
+    budget = int(gpu.memory_bytes * 0.9) - int(spec.params_b * 1e9 * 2)
+    assert s["bytes_per_token"] == spec.bytes_per_token == 131072
+    assert s["requests"] == budget // spec.kv_bytes(4096) and s["requests"] > 0
+    t0 = time.perf_counter()
+    w._controls["dtype_bytes"].value = 1  # fp8 KV: half the bytes, about twice the requests
+    assert time.perf_counter() - t0 < 1.0
+    assert w.state["bytes_per_token"] == 65536 and w.state["requests"] == budget // (65536 * 4096)
+    w._controls["tokens"].value = 32768
+    assert w.state["requests"] == budget // (65536 * 32768)
+    w._controls["utilization"].value = 1.0
+    assert w.state["share"] == gpu.memory_bytes
+    w._controls["device"].value = "a100-40gb"
+    assert w.state["device_bytes"] == GPUS["a100-40gb"].memory_bytes
+    names = [label for label, _ in w._controls["model"].options]
+    assert "Llama-2 70B (80 layers, 8 KV heads of 128)" in names and not any(n.startswith("llama-") for n in names)
+    bars = _spec(w._out)["data"]
+    assert sum(b["x"][0] for b in bars) == pytest.approx(w.state["device_bytes"] / 1e9)
+
+
+def test_capacity_widget_takes_extra_models_and_devices_and_rejects_bad_ones():
+    tiny = MODELS["llama-3-8b"].__class__(layers=30, kv_heads=3, head_dim=64, num_heads=9, name="smollm2-135m",
+                                          params_b=0.135)
+    w = viz.CapacityWidget(models={**MODELS, "smollm2-135m": tiny}, devices={"this machine's RAM": 8 * 2**30},
+                           model="smollm2-135m", device="this machine's RAM", dtype_bytes=4, static=True)
+    assert w.state["bytes_per_token"] == 2 * 30 * 3 * 64 * 4
+    with pytest.raises(ValueError, match="device must be one of"):
+        viz.CapacityWidget(device="tpu", static=True)
+    with pytest.raises(ValueError, match="tokens must be"):
+        w.set(tokens=0)
+    assert w.choice["tokens"] == 4096  # state left as it was

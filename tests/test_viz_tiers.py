@@ -1,0 +1,119 @@
+"""Lesson 10's pictures: the lifecycle graphs fit an 850 px output, the animation's legend stays
+off its controls, the stepper's caption counts steps once, and the tree coloured by tier agrees
+with both pools."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("plotly")
+pytest.importorskip("graphviz")
+
+from kvlab.lessons.four_requests import FOUR_REQUEST_TEXTS as T  # noqa: E402
+from kvlab.lessons.four_requests import char_tokenize, four_request_example  # noqa: E402
+from kvlab.reuse.cache_manager import serve_request  # noqa: E402
+from kvlab.reuse.hicache_manager import HiCacheManager  # noqa: E402
+from kvlab.reuse.hicache_storage import MemoryStorage  # noqa: E402
+from kvlab.viz import tier_view as V  # noqa: E402
+from kvlab.viz.radix_frames import NOTES_LETTERS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def run():
+    records = four_request_example()
+    answers = {n: char_tokenize(T[f"{n} answer"]) for n in ("R1", "R2", "R3", "R4")}
+    cm = HiCacheManager(28, 4, num_host_blocks=16, write_policy="write_back", storage=MemoryStorage())
+    rec = V.TierRecorder(cm, "start")
+    spans = []
+    for r in records:
+        serve_request(cm, list(r.prompt_tokens), answers.get(r.name, []), rid=r.name)
+        cm.take_transfers()
+        rec.snap(f"{r.name} done")
+        parts = [(NOTES_LETTERS.get(s.label, s.label), s.start, s.end) for s in r.segments]
+        ans = answers.get(r.name, [])
+        if ans:
+            parts.append((parts[-1][0], len(r.prompt_tokens), len(r.prompt_tokens) + len(ans)))
+        spans.append((list(r.prompt_tokens) + ans, parts))
+    return cm, rec, spans
+
+
+def test_lifecycle_graphs_fit_850px_with_readable_text(run):
+    cm, _, _ = run
+    fig = V.lifecycle_graph("all", cm.tree.tracker.counts, [], "a caption")
+    page = fig.html()
+    assert page.count("<svg") == 3 and "max-width:100%" in page
+    for w, svg in fig.svgs():
+        # drawn at most 850 px wide (pt = 4/3 px) so the 12 pt labels are never scaled below 12 px
+        assert w * 4 / 3 <= 850, w
+        tag = re.search(r"<svg\b[^>]*>", svg).group(0)
+        assert 'width="100%"' in tag and "max-width" in tag and 'height="' not in tag
+    assert all('rankdir=TB' in g.source for g in fig.graphs)
+    assert min(int(x) for x in re.findall(r'fontsize=(\d+)', fig.source)) >= 12
+
+
+def test_animation_legend_is_off_the_controls(run):
+    _, rec, _ = run
+    fig = V.animate_tiers(rec.snapshots)
+    assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1  # above the plot
+    assert fig.layout.updatemenus[0].y < 0 and fig.layout.sliders[0].y < 0  # controls below it
+    assert fig.layout.legend.font.size >= 12
+    # the slider counts the steps: the frames' titles do not repeat "step i / n"
+    assert not any("step " in f.layout.title.text for f in fig.frames)
+    assert fig.layout.width is None or fig.layout.width <= 850
+
+
+def test_stepper_caption_counts_steps_once(run):
+    _, rec, _ = run
+    s = V.tier_stepper(rec, static=True, graph=True)
+    s.go(2)
+    cap = s._caption_html()
+    assert cap.count("step ") == 1 and "step 3 / 6" in cap
+    assert s.error is None
+
+
+def test_tree_coloured_by_tier_matches_the_pools(run):
+    cm, rec, spans = run
+    tree, snap = rec.trees[-1], rec.snapshots[-1]
+    labels = V.majority_labels(tree, spans)
+    assert sorted(labels.values()) == ["A", "B", "C", "D", "E", "F"]
+    assert set(snap.placements.values()) == {"device", "both", "host", "disk"}
+    fig = V.tier_tree_figure(tree, snap, labels)
+    nodes = fig.data[1]
+    colors = V.STATE_COLORS["node"]
+    for text, color in zip(nodes.text[1:], nodes.marker.color[1:]):
+        letter = text[1]
+        nid = next(i for i, lab in labels.items() if lab == letter)
+        assert color == colors[snap.placements[nid]], (letter, snap.placements[nid])
+    grid = fig.data[2]
+    # every pool block carries its node's letter and colour; the disk-only node [D] holds no pool block
+    disk = next(labels[i] for i, p in snap.placements.items() if p == "disk")
+    assert disk not in grid.text
+    assert fig.layout.width is None or fig.layout.width <= 850
+    st = V.tier_tree_stepper(rec, labels, static=True)
+    st.go(len(rec.trees) - 1)
+    assert st.error is None
+
+
+def test_tier_controls_answer_for_every_ratio_and_policy_in_under_a_second():
+    import time
+
+    from kvlab.sim.tiers import multi_turn_chat, run_tiers
+    from kvlab.viz.tier_controls import POLICY_WORDS, TierControls
+
+    trace = multi_turn_chat(num_sessions=20, turns=6, seed=0)
+    c = TierControls(lambda r, p: run_tiers(trace, capacity=4096, host_ratios=(r,), write_policy=p)[0], host_ratio=2)
+    for policy in POLICY_WORDS:
+        t0 = time.perf_counter()
+        row = c.update(4, policy)
+        assert time.perf_counter() - t0 < 1.0
+        assert row.host_ratio == 4 and row.write_policy == policy
+        assert POLICY_WORDS[policy] in c.caption and "(simulated)" in c.caption
+    assert c.row.hit_rate > c.base.hit_rate  # a 4x host pool keeps history the device pool alone loses
+    fig = c.figure()
+    assert [t.y for t in fig.data][0][1] == pytest.approx(100 * c.row.hit_rate)
+    assert fig.layout.width is None or fig.layout.width <= 850
+    with pytest.raises(ValueError, match="write policy"):
+        c.update(policy="write_around")
+    with pytest.raises(ValueError, match="host_ratio"):
+        c.update(host_ratio=7)
