@@ -360,7 +360,8 @@ check.sampling_blocks(sampling_blocks)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Without sharing: `num_samples * blocks_needed(prompt_len + gen_len, block_size)`.
+# Without sharing, every sample is an ordinary sequence of `prompt_len + gen_len` tokens with
+# its own blocks. How many blocks does one such sequence need (lesson 04)?
 # </details>
 #
 # <details><summary>Hint 2</summary>
