@@ -233,8 +233,9 @@ fig = go.Figure([
     go.Scatter(y=alone_used, name="without sharing (each beam its own copy)", mode="lines+markers"),
     go.Scatter(y=shared_used, name="with sharing (fork + copy-on-write)", mode="lines+markers"),
 ])
-fig.update_layout(title="Beam search, width 4, prompt 100, block size 16: blocks in use (simulated scores, real allocator)",
-                  xaxis_title="decode step", yaxis_title="blocks in use", height=380)
+fig.update_layout(title="Beam search, width 4, prompt 100, blocks of 16<br>blocks in use (simulated scores, real allocator)",
+                  xaxis_title="decode step", yaxis_title="blocks in use", height=420, margin=dict(t=90, b=120),
+                  legend=dict(orientation="h", x=0, y=-0.3))
 fig
 
 # %% [markdown]
