@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     state = prefill(model, question, a.block_size)
     print(f"\nneedle: a code in the middle of a {len(question)}-token prompt, asked for at the end (expected 7391)")
     for cfg in configs(a.budget, a.sink):
-        out = needle(model, question, cfg, max_tokens=12, block_size=a.block_size, state=state)
+        out = needle(model, question, cfg, max_tokens=14, block_size=a.block_size, state=state)
         text = tok.decode(out).strip().replace("\n", " ")
         print(f"  {cfg.label:<14} {'found' if '7391' in text else 'MISSED':<7} {text!r}")
     if a.json:

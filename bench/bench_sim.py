@@ -20,7 +20,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kvlab.sim.policies import POLICY_NAMES  # noqa: E402
-from kvlab.sim.reproductions import report, speed  # noqa: E402
+from kvlab.sim.report import report  # noqa: E402
+from kvlab.sim.reproductions import speed  # noqa: E402
 
 
 def main() -> None:

@@ -99,12 +99,11 @@ def store_kvcache_ref(key, value, k_cache, v_cache, slot_mapping, *, check=True)
     Token t goes to block slot // block_size, offset slot % block_size; slot -1 is skipped.
     Example: block_size 4, slot 9 -> block 2, offset 1.
     """
-    block_size = k_cache.shape[1]
-    for t, slot in enumerate(torch.as_tensor(slot_mapping).tolist()):
-        if slot < 0:
-            continue
-        k_cache[slot // block_size, slot % block_size] = key[t]            # (kv_heads, head_dim)
-        v_cache[slot // block_size, slot % block_size] = value[t]
+    slots = torch.as_tensor(slot_mapping, device=key.device).long()        # (T,)
+    keep = slots >= 0
+    flat = (-1, *k_cache.shape[2:])                                        # slot -> (kv_heads, head_dim)
+    k_cache.view(flat)[slots[keep]] = key[keep].to(k_cache.dtype)          # block slot // bs, offset slot % bs
+    v_cache.view(flat)[slots[keep]] = value[keep].to(v_cache.dtype)
     return k_cache, v_cache
 
 

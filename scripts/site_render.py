@@ -33,7 +33,10 @@ _LINK = re.compile(r'href="(?!https?:|#)([^"#]*?)(\.ipynb|\.md)(#[^"]*)?"')
 
 
 def _markdown():
-    from markdown_it import MarkdownIt
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError as e:  # comes with jupyterlab's dependencies today; named in pyproject's lab extra
+        raise SystemExit("the static site needs markdown-it-py: .venv/bin/python -m pip install 'markdown-it-py>=3,<5'") from e
 
     md = MarkdownIt("commonmark", {"html": True}).enable("table")
 
@@ -136,10 +139,7 @@ def _count_labels(text: str, stats: PageStats) -> None:
 
 def solution_source(stub: str, solution_file: Path) -> str | None:
     """The solution's definitions for the names a stub cell defines (as the notebook tests inject them)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from build_notebooks import inject_solutions
+    from build_notebooks import inject_solutions  # scripts/ is on sys.path (build_site.py puts it there)
 
     if not solution_file.exists():
         return None

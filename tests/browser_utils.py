@@ -39,7 +39,7 @@ ARTIFACTS = ROOT / "tests" / "_artifacts"
 CHROMIUM = Path(os.environ.get("KVLAB_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-RUN_TIMEOUT_MS = 120_000
+RUN_TIMEOUT_MS = 240_000  # lesson 09 ran 100 s on a loaded 2-core machine
 NORMAL_VIEWPORT = {"width": 1500, "height": 1000}
 CLASSROOM_VIEWPORT = {"width": 1280, "height": 720}  # a projector, with the file browser open
 CLASSROOM_CELL = "import kvlab.viz as viz\nviz.classroom(True)  # inserted by the browser check: a projector"

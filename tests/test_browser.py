@@ -16,7 +16,9 @@ the other, each kernel shut down after its run:
 - lesson 02: the plotly bar chart renders; lesson 07: the radix stepper's Next button changes
   the caption and the tree.
 
-About 5 minutes for 11 lessons x 2 modes on 2 cores (one server, one browser).
+One server and one browser for all 22 runs; the time is the lessons' own run time: measured
+16.5 minutes on a shared 2-core machine at load ~10 (lesson 09 alone about 2 minutes a mode),
+so about 5 to 8 minutes on a quiet one.
 
 Screenshots go to tests/_artifacts/ (git-ignored). With KVLAB_UPDATE_SCREENSHOTS=1 the two for
 the README are also copied to docs/img/ (memory_map.png, radix_tree.png).

@@ -50,17 +50,36 @@ STRINGS = [
 
 
 @pytest.fixture(scope="module")
-def models():
-    path = smollm2_path()
-    if path is None:
+def path():
+    found = smollm2_path()
+    if found is None:
         pytest.skip(SMOLLM2_HINT)
+    return found
+
+
+@pytest.fixture(scope="module")
+def ours(path):
+    return load_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def hf_tok(path):
+    return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+@pytest.fixture(scope="module")
+def hf(path):
+    return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                              dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: on 2 shared cores, two threads spin-waiting for each other cost far more than
+    they gain (a 20-token greedy run took minutes of wall time under load with 2)."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    folder, name = str(path.parent), path.name
-    hf_tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
-    model, tok = load_pretrained("smollm2")
-    yield model, tok, hf, hf_tok
+    torch.set_num_threads(1)
+    yield
     torch.set_num_threads(threads)
 
 
@@ -68,40 +87,8 @@ def prompt_ids(tok, prompt) -> list[int]:
     return tok.apply_chat_template(prompt) if isinstance(prompt, list) else tok.encode(prompt)
 
 
-def test_config_matches_transformers(models):
-    model, _, hf, _ = models
-    c, h = model.config, hf.config
-    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings"):
-        assert getattr(c, key) == getattr(h, key), key
-    assert c.rope_theta == h.rope_parameters["rope_theta"]
-
-
-@pytest.mark.parametrize("kind", list(PROMPTS))
-def test_logits_match_transformers(models, kind):
-    model, tok, hf, _ = models
-    ids = torch.tensor([prompt_ids(tok, PROMPTS[kind])])                # (1, T)
-    with torch.no_grad():
-        ours = model(ids)                                                # (1, T, V)
-        theirs = hf(ids).logits.float()                                  # (1, T, V)
-    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
-
-
-@pytest.mark.parametrize("kind", ["chat", "chinese"])
-def test_greedy_tokens_match_transformers_on_every_path(models, kind):
-    model, tok, hf, _ = models
-    ids = prompt_ids(tok, PROMPTS[kind])
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([ids]), max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False,
-                          attention_mask=torch.ones(1, len(ids), dtype=torch.long), pad_token_id=tok.eos_id)
-    want = out[0, len(ids):].tolist()
-    for strategy in STRATEGIES:
-        got = generate(model, ids, STEPS, strategy=strategy).tokens
-        assert got == want, f"{strategy}: {tok.decode(got)!r} vs transformers {tok.decode(want)!r}"
-
-
-def test_tokenizer_ids_match_transformers_on_50_strings(models):
-    _, tok, _, hf_tok = models
+def test_tokenizer_ids_match_transformers_on_50_strings(ours, hf_tok):
+    _, tok = ours
     assert len(STRINGS) == 50
     for s in STRINGS:
         want = hf_tok(s, add_special_tokens=False)["input_ids"]
@@ -110,8 +97,8 @@ def test_tokenizer_ids_match_transformers_on_50_strings(models):
 
 
 @pytest.mark.parametrize("kind", ["chat", "chinese"])
-def test_chat_template_matches_transformers(models, kind):
-    _, tok, _, hf_tok = models
+def test_chat_template_matches_transformers(ours, hf_tok, kind):
+    _, tok = ours
     msgs = PROMPTS[kind]
     assert tok.render_chat(msgs) == hf_tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
     want = hf_tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
@@ -120,3 +107,35 @@ def test_chat_template_matches_transformers(models, kind):
     turn = msgs + [{"role": "assistant", "content": "Sure."}]
     assert tok.render_chat(turn, add_generation_prompt=False) == \
         hf_tok.apply_chat_template(turn, add_generation_prompt=False, tokenize=False)
+
+
+def test_config_matches_transformers(ours, hf):
+    model, _ = ours
+    c, h = model.config, hf.config
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings"):
+        assert getattr(c, key) == getattr(h, key), key
+    assert c.rope_theta == h.rope_parameters["rope_theta"]
+
+
+@pytest.mark.parametrize("kind", list(PROMPTS))
+def test_logits_match_transformers(ours, hf, kind):
+    model, tok = ours
+    ids = torch.tensor([prompt_ids(tok, PROMPTS[kind])])                # (1, T)
+    with torch.no_grad():
+        ours = model(ids)                                                # (1, T, V)
+        theirs = hf(ids).logits.float()                                  # (1, T, V)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["chat", "chinese"])
+def test_greedy_tokens_match_transformers_on_every_path(ours, hf, kind):
+    model, tok = ours
+    ids = prompt_ids(tok, PROMPTS[kind])
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([ids]), max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False,
+                          attention_mask=torch.ones(1, len(ids), dtype=torch.long), pad_token_id=tok.eos_id)
+    want = out[0, len(ids):].tolist()
+    for strategy in STRATEGIES:
+        got = generate(model, ids, STEPS, strategy=strategy).tokens
+        assert got == want, f"{strategy}: {tok.decode(got)!r} vs transformers {tok.decode(want)!r}"

@@ -283,3 +283,19 @@ def test_the_simulator_and_the_pictures_follow_the_same_rule():
         for bad in (True, 2.0, 2.5, "2"):
             with pytest.raises(TypeError, match="must be an int"):
                 call(bad)
+
+
+@pytest.mark.parametrize("bad", [5, None, b"A", 1.5], ids=["int", "None", "bytes", "float"])
+def test_sequence_and_request_ids_are_strings(bad):
+    """``CacheManager.admit(5, ...)`` was accepted, and then ``free("nope")`` failed sorting mixed ids."""
+    m, cm, arena = _manager(), _cm(), _arena()
+    before = [_state(x) for x in (m, cm, arena)]
+    for call in (lambda: m.add_sequence(bad, 4), lambda: m.adopt(bad, [0], 4), lambda: m.fork("A", bad),
+                 lambda: m.append(bad, 1), lambda: m.free(bad), lambda: cm.admit(bad, [1, 2]),
+                 lambda: cm.admit(bad, None, 3), lambda: cm.fork("A", bad), lambda: cm.free(bad),
+                 lambda: arena.admit(bad, 3, final_len=8), lambda: BlockTable(bad, 4, [1], 2)):
+        with pytest.raises(TypeError, match=r"(seq|req)_id must be a str, got " + repr(bad).replace("[", r"\[")):
+            call()
+    assert [_state(x) for x in (m, cm, arena)] == before
+    with pytest.raises(KeyError, match="'nope'"):
+        cm.free("nope")

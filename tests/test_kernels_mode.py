@@ -101,6 +101,9 @@ def test_public_api():
         "KERNEL_MODE", "DEVICE", "kernel_mode_report", "self_test", "paged_decode_attention", "store_kvcache",
         "extend_attention", "copy_blocks", "paged_decode_attention_ref", "store_kvcache_ref", "extend_attention_ref",
         "copy_blocks_ref", "naive_attention", "plan_decode", "plan_extend",
+        # lesson 11: int8/fp8 KV and decode over Quest-selected blocks
+        "store_kvcache_quant", "quantized_decode_attention", "selected_decode_attention", "store_kvcache_quant_ref",
+        "quantize_kv_ref", "compressed_decode_attention_ref",
     }
     assert all(hasattr(K, name) for name in K.__all__)
 

@@ -118,3 +118,48 @@ def test_the_committed_picture_is_todays():
     `.venv/bin/python scripts/draw_architecture.py`."""
     committed = (ROOT / "docs" / "img" / "architecture.dot").read_text(encoding="utf-8")
     assert committed.strip() == arch.dot_source().strip(), "run scripts/draw_architecture.py"
+
+
+# Accesses to another module's private members that the lesson helpers' modules still make; the
+# lead empties this list when kvlab/check and kvlab/viz are migrated (each entry: "path x._name").
+PRIVATE_ACCESS_LEFT = {"kvlab/check/l09_at_scale.py pol._run_blocks"}
+OUTSIDE = ("self", "cls", "sys", "os", "np", "torch", "tl", "triton")  # self/cls; and libraries' own names
+
+
+def private_accesses(root: Path = ROOT) -> list[str]:
+    """Every ``x._name`` in kvlab/ where ``x`` is not ``self``/``cls``/``super()`` and ``_name`` is not
+    defined in the same file (a def, a class, or an attribute set on ``self``/``cls``)."""
+    out = []
+    for path in sorted((root / "kvlab").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("kvlab/kernels/"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = {d.name for d in ast.walk(tree) if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        own |= {a.attr for a in ast.walk(tree) if isinstance(a, ast.Attribute) and isinstance(a.ctx, ast.Store)
+                and isinstance(a.value, ast.Name) and a.value.id in ("self", "cls")}
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")):
+                continue
+            v = n.value
+            if isinstance(v, ast.Name) and v.id in OUTSIDE or isinstance(v, ast.Call) and getattr(v.func, "id", "") == "super":
+                continue
+            if n.attr not in own:
+                out.append((rel, n.lineno, ast.unparse(n)))
+    return [f"{rel}:{line} {what}" for rel, line, what in sorted(out)]
+
+
+def test_no_module_reaches_into_another_modules_private_members():
+    """A path between modules has a public, documented name (the trusted twins included:
+    ``BlockAllocator.touch``, ``RadixCache.insert_key``, ...); ``x._name`` from outside is a missing one."""
+    found = [f for f in private_accesses() if "{} {}".format(f.split(":")[0], f.split(" ", 1)[1]) not in PRIVATE_ACCESS_LEFT]
+    assert found == []
+
+
+def test_the_private_access_scan_finds_a_reach_in(tmp_path):
+    pkg = tmp_path / "kvlab"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("class A:\n    def f(self, tree):\n        self._x = 1\n        tree._checkpoint('x')\n"
+                              "        tree._protected = set()\n        return self._y, tree._x, super()._z\n")
+    # a call and a write from outside are caught; self, super() and a name this file defines are not
+    assert private_accesses(tmp_path) == ["kvlab/a.py:4 tree._checkpoint", "kvlab/a.py:5 tree._protected"]

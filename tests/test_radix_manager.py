@@ -197,3 +197,28 @@ def test_the_tiered_manager_locks_forks_and_checks_ids_too(policy):
     for s, toks in (("P", list(range(1, 9))), ("D", [50, 51, 52, 53])):
         cm.cache_finished_req(s, toks)
         cm.check_integrity()
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_cache_req_treats_each_region_of_the_table_as_its_diagram_says(finished):
+    """Block size 2. R1's table at cache time: M (matched at admit) | D (R2 cached those tokens
+    meanwhile) | N N (newly cached) | T (partial tail), each block as cache_req's docstring says."""
+    cm = CacheManager(num_blocks=16, block_size=2)
+    cm.admit("R0", [1, 2, 3])
+    cm.cache_finished_req("R0", [1, 2, 3])                       # the tree holds [1 2]
+    r1 = cm.admit("R1", [1, 2, 3, 4, 5, 6, 7, 8, 9]).table.block_ids
+    cm.admit("R2", [1, 2, 3, 4, 10])
+    cm.cache_unfinished_req("R2", [1, 2, 3, 4, 10])              # R2 caches [3 4] first
+    m, d, n1, n2, t = r1
+    tree_d = cm.table("R2").block_ids[1]
+    rc = cm.allocator.ref_count
+    res = cm.cache_req("R1", list(range(1, 10)), finished=finished)
+    assert res.prefix_len == 4 and res.duplicates == [d] and res.kv == [m, tree_d, n1, n2]
+    if finished:   # M: tree + R2; D, T: freed; N: the tree's only; R1 gone and unlocked
+        assert (rc[m], rc[d], rc[n1], rc[n2], rc[t], rc[tree_d]) == (2, 0, 1, 1, 0, 2)
+        assert "R1" not in cm.tables and cm.tree.evictable_size() == 4   # [5 6 7 8] evictable
+    else:          # M: tree + R1 + R2; D switched to the tree's; N: tree + table; T kept
+        assert cm.table("R1").block_ids == [m, tree_d, n1, n2, t]
+        assert (rc[m], rc[d], rc[n1], rc[n2], rc[t], rc[tree_d]) == (3, 0, 2, 2, 1, 3)
+        assert cm.tree.path_kv(cm.lock_node("R1")) == [m, tree_d, n1, n2]
+    cm.check_integrity()

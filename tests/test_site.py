@@ -118,6 +118,12 @@ def test_site_is_small_and_complete(site):
         text = (SITE / name).read_text()
         assert text.count("plotly.min.js") == 1, f"{name} loads plotly.js {text.count('plotly.min.js')} times"
         assert "cdn" not in text.lower().split("<main>")[0], f"{name} loads something from a CDN"
+        assert "class='banner'" in text and "simulated" in text and "measured" in text, f"{name} has no banner"
+        nb = nbformat.read(ROOT / "notebooks" / name.replace(".html", ".ipynb"), as_version=4)
+        stubs = sum("exercise-stub" in c.get("metadata", {}).get("tags", []) for c in nb.cells)
+        shown = text.count("<details class='solution'>")
+        assert shown == stubs, f"{name}: {stubs} exercise stubs, {shown} solutions behind 'show'"
+        assert text.count("class='run-locally'") == stubs and (stubs == 0 or "make lab" in text)
     index = (SITE / "index.html").read_text()
     assert all(f"href='{name}'" in index for name in lessons), "the index does not link every lesson"
     assert "RadixAttention" in index and "img/" in index and "glossary.html" in index
@@ -162,7 +168,7 @@ def test_page_renders_offline_and_fits(site, server, browser, name):
         v.page.close()
 
 
-def test_a_player_plays_to_its_last_frame_and_solutions_stay_hidden(site, server, browser):
+def test_a_player_plays_to_its_last_frame_and_solutions_and_hints_stay_hidden(site, server, browser):
     with_players = [n for n, i in site["pages"].items() if i.get("flipbooks")]
     if not with_players:
         pytest.fail("no page has a stepper player (build with KVLAB_STATIC=frames)")
@@ -184,11 +190,16 @@ def test_a_player_plays_to_its_last_frame_and_solutions_stay_hidden(site, server
             box.locator(".kvlab-fb-prev").click()
             assert box.get_attribute("data-step") == str(n - 1)
         assert not v.errors, v.errors
+        with_solutions = [n for n in site["pages"] if "<details class='solution'>" in (SITE / n).read_text()]
+        assert with_solutions, "no page shows an exercise's solution"
+        v.page.goto(f"{server}/{with_solutions[0]}", wait_until="load")
         solution = v.page.locator("details.solution").first
-        if solution.count():
-            assert not solution.locator("pre").first.is_visible()
-            solution.locator("summary").click()
-            assert solution.locator("pre").first.is_visible()
+        solution.scroll_into_view_if_needed()
+        assert not solution.locator("pre").first.is_visible(), "the solution shows before 'show' is clicked"
+        solution.locator("summary").click()
+        assert solution.locator("pre").first.is_visible()
+        hint = v.page.locator("section.md details").first  # the hints: collapsed too
+        assert hint.count() and not hint.evaluate("d => d.open")
     finally:
         v.page.close()
 

@@ -96,6 +96,21 @@ def test_host_eviction_frees_for_good_or_saves_to_disk():
             assert any(t.kind == "fetch" and t.keys == tuple(_keys([1, 2, 3])) for t in cm.take_transfers())
 
 
+def test_evict_and_evict_host_count_tokens_as_sglang_does():
+    """page size 2: evict(2) and evict_host(2) each free one page (2 tokens), not two."""
+    dev, host = BlockAllocator(4, 2), BlockAllocator(4, 2)
+    tree = HiRadixCache(dev, host, page_size=2, write_policy="write_through")
+    tree.insert([1, 2], dev.allocate(1))
+    tree.insert([3, 4], dev.allocate(1))
+    r = tree.evict(2)
+    assert (r.requested, r.num_tokens, len(r.block_ids)) == (2, 2, 1) and dev.num_free_blocks == 3
+    tree.evict(2)
+    h = tree.evict_host(2)
+    assert (h.requested, h.num_tokens, len(h.node_ids)) == (2, 2, 1)  # one node of one page, dropped
+    assert host.num_free_blocks == 3 and tree.host_size() == 2
+    tree.check_integrity()
+
+
 @pytest.mark.parametrize("damage", ["corrupt", "drop"])
 def test_a_missing_or_corrupt_chunk_is_a_miss(damage):
     s = MemoryStorage()
@@ -357,3 +372,21 @@ def test_the_restart_property_test_is_not_vacuous():
         _drive(second, ops, store, seed)
         hits += second.tier_stats.storage_hit_tokens > 0
     assert hits >= 4
+
+
+def test_tiers_plug_in_at_one_point_and_override_no_step_of_the_cycle():
+    """HiCacheManager is CacheManager's cycle unchanged; the plain admit has no template hook."""
+    steps = ("admit", "make_room", "append", "fork", "cache_req", "cache_unfinished_req", "cache_finished_req", "free")
+    assert [s for s in steps if s in vars(HiCacheManager)] == []
+    assert not [n for n in vars(CacheManager) if n in ("_room_for_admit", "_extend_match")]
+    from kvlab.reuse.radix_cache import RadixCache
+    assert HiRadixCache.init_load_back is not RadixCache.init_load_back  # the one point (the plain tree: the match)
+    # and a plain CacheManager over a tiered tree gets the tiers too (load back, lifecycle checkpoints)
+    tree = HiCacheManager(4, 1, host_ratio=2, write_policy="write_through").tree
+    cm = CacheManager.for_tree(tree)
+    for rid, toks in (("R1", [1, 2, 3]), ("R2", [7, 8, 9])):
+        cm.admit(rid, toks)
+        cm.cache_finished_req(rid, toks)
+    assert cm.admit("R3", [1, 2, 3, 4]).prefix_len == 3 and tree.tier_stats.loaded_tokens == 3
+    assert tree.tracker.device == tree.device_states() and not tree.tracker.illegal
+    cm.check_integrity()  # the tree's placements and both pools, with R3's table as a holder

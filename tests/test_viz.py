@@ -401,3 +401,13 @@ def test_red_outline_legend_says_what_it_marks():
     kfig = viz.kernel_access_figure(m.snapshot(), "R3", iteration=0)
     knames = {t.name for t in kfig.data if t.showlegend is not False}
     assert "read this iteration" in knames and "changed this step" not in knames
+
+
+def test_animation_shows_its_step_counter_once():
+    """The slider repeated the subtitle's "step k / N" (the rubric: the step counter appears once)."""
+    m = scenario()
+    fig = viz.animate_memory_map(m.snapshots, m.log)
+    assert fig.layout.sliders[0].currentvalue.visible is False
+    assert fig.layout.title.subtitle.text.startswith("step 1 / ")
+    cfig = viz.animate_compare(viz.run_compare(viz.notes_trace()))
+    assert cfig.layout.sliders[0].currentvalue.visible is False

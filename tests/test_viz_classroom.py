@@ -52,7 +52,17 @@ def _figures() -> dict[str, Any]:
     big = BlockManager(num_blocks=512, block_size=16)  # small cells: labels must not shrink below the minimum
     for i in range(30):
         big.add_sequence(f"R{i}", 100 + 7 * i)  # 30 requests, 7 to 13 blocks each
+    from kvlab.reuse.hicache_manager import HiCacheManager
+    from kvlab.viz.tier_view import TierRecorder
+
+    cm = HiCacheManager(4, 1, host_ratio=2, write_policy="write_through")
+    rec = TierRecorder(cm)
+    for i, p in enumerate(([1, 2, 3], [7, 8, 9], [1, 2, 3, 4])):
+        cm.admit(f"R{i}", p)
+        cm.cache_finished_req(f"R{i}", p)
+        rec.snap(f"R{i} done")
     return {
+        "tiers": viz.animate_tiers(rec.snapshots),
         "memory map": viz.memory_map_figure(m.snapshot()),
         "memory map, 512 blocks": viz.memory_map_figure(big.snapshot()),
         "memory animation": viz.animate_memory_map(m.snapshots, m.log),
@@ -70,6 +80,12 @@ def test_no_figure_font_under_the_minimum(classroom, minimum):
     small = [f"{name}: {path} = {size}" for name, fig in _figures().items()
              for path, size in _font_sizes(fig.to_plotly_json()) if size < minimum]
     assert not small, "fonts under the minimum:\n" + "\n".join(small[:20])
+
+
+def test_classroom_figures_take_the_output_width():
+    viz.classroom(True)
+    fixed = [name for name, fig in _figures().items() if fig.layout.width is not None]
+    assert not fixed, f"figures with a fixed width in classroom mode (wider than an 850 px output area?): {fixed}"
 
 
 def test_label_px_never_under_the_minimum_and_never_over_the_label_size():

@@ -132,7 +132,7 @@ def test_capacity_widget_menus_recompute_bytes_and_requests():
     w._controls["device"].value = "a100-40gb"
     assert w.state["device_bytes"] == GPUS["a100-40gb"].memory_bytes
     names = [label for label, _ in w._controls["model"].options]
-    assert "Llama-2 70B (80 layers, 8 KV heads of 128)" in names and not any(n.startswith("llama-") for n in names)
+    assert "Llama-2 70B (80 layers, 8 KV heads)" in names and not any(n.startswith("llama-") for n in names)
     bars = _spec(w._out)["data"]
     assert sum(b["x"][0] for b in bars) == pytest.approx(w.state["device_bytes"] / 1e9)
 
@@ -148,3 +148,25 @@ def test_capacity_widget_takes_extra_models_and_devices_and_rejects_bad_ones():
     with pytest.raises(ValueError, match="tokens must be"):
         w.set(tokens=0)
     assert w.choice["tokens"] == 4096  # state left as it was
+
+
+# ------------------------------------------------------------------ lesson 03: the reservation policy
+def test_policy_widget_menus_rerun_the_trace():
+    w = viz.PolicyWidget(static=False)
+    s = w.state
+    assert (s["policy"], s["trace"], s["block_size"]) == ("max", "notes", 4)
+    assert s["refused_contiguous"] == ["C"] and s["refused_paged"] == []  # A and B reserve 24 each
+    t0 = time.perf_counter()
+    w._controls["policy"].value = "exact"
+    assert time.perf_counter() - t0 < 1.0
+    assert w.state["refused_contiguous"] == ["D'"]  # the notes' fragmentation: 24 free, largest hole 16
+    w._controls["trace"].value = "growth"
+    w._controls["policy"].value = "pow2"
+    assert w.state["copied"] > 0 and w.state["refused_contiguous"] == []
+    w._controls["block_size"].value = 16
+    assert w.state["worst_paged"] > viz.policy_state("pow2", "growth", 1)["worst_paged"] == 0
+    assert "refused" in w._text.value and _spec(w._out)["layout"]["title"]["text"].endswith("(simulated)")
+    with pytest.raises(ValueError, match="policy must be one of"):
+        viz.policy_state("best")
+    labels = [label for label, _ in w._controls["policy"].options]
+    assert all(" " in lab for lab in labels)  # words, not the policy ids

@@ -117,3 +117,14 @@ def test_tier_controls_answer_for_every_ratio_and_policy_in_under_a_second():
         c.update(policy="write_around")
     with pytest.raises(ValueError, match="host_ratio"):
         c.update(host_ratio=7)
+
+
+def test_steppers_print_the_caption_once(run):
+    _, rec, _ = run
+    s = V.tier_tree_stepper(rec, static=True)
+    s.go(len(rec.trees) - 1)
+    fig = s.figure()
+    assert rec.snapshots[-1].caption not in fig.layout.title.text  # the stepper's caption line carries it
+    g = V.tier_stepper(rec, static=True, graph=True)
+    g.go(1)
+    assert rec.snapshots[1].caption not in g.figure()

@@ -5,6 +5,7 @@
     loader.py        load_pretrained, save_pretrained, load_bundled: HF-layout checkpoints, "smollm2", GGUF
     gguf.py          load_gguf, smollm2_path: GGUF files (llama.cpp's format), the registry SmolLM2
     checkpoint_checks.py  the loader's guards: sizes and shapes against the file headers, before any allocation
+    weights.py       build_model, load_state: a Llama filled with HF-named tensors (both readers end here)
     tokenizer.py     Tokenizer: byte-level BPE with per-token display
     kv_tensors.py    ContiguousKV, PagedKVPool, kernel_ops: where K and V live, which kernels run
     sequence.py      SamplingParams, Request, Sequence, RequestMetrics, RequestState

@@ -41,7 +41,8 @@ from typing import Any, Mapping, Sequence
 
 from .config import CheckpointError, LlamaConfig
 
-__all__ = ["MAX_DIM", "MAX_JSON_BYTES", "MAX_JSON_DIGITS", "parse_json", "check_config_sizes", "check_tensor_shapes"]
+__all__ = ["MAX_DIM", "MAX_JSON_BYTES", "MAX_JSON_DIGITS", "parse_json", "check_config_sizes", "expected_shapes",
+           "check_tensor_shapes"]
 
 MAX_DIM = 2**31 - 1            # any one size of a config (vocab, widths, heads, layers, positions)
 MAX_JSON_BYTES = 64 * 2**20    # config.json and model.safetensors.index.json (real ones: a few KB to 100s of KB)
@@ -131,11 +132,32 @@ def check_config_sizes(cfg: LlamaConfig) -> None:
             raise CheckpointError(f"{name}={shown} is larger than {MAX_DIM:,}; no checkpoint holds that", field=name)
 
 
+def expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor name a checkpoint for ``cfg`` must hold, with its shape (HF names)."""
+    C, I, hs, nh, nkv = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+    out: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, C), "model.norm.weight": (C,)}
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        out.update({
+            p + "input_layernorm.weight": (C,),
+            p + "post_attention_layernorm.weight": (C,),
+            p + "self_attn.q_proj.weight": (nh * hs, C),
+            p + "self_attn.k_proj.weight": (nkv * hs, C),
+            p + "self_attn.v_proj.weight": (nkv * hs, C),
+            p + "self_attn.o_proj.weight": (C, nh * hs),
+            p + "mlp.gate_proj.weight": (I, C),
+            p + "mlp.up_proj.weight": (I, C),
+            p + "mlp.down_proj.weight": (C, I),
+        })
+    if not cfg.tie_word_embeddings:
+        out["lm_head.weight"] = (cfg.vocab_size, C)
+    return out
+
+
 def _per_layer(cfg: LlamaConfig) -> tuple[int, int]:
     """(tensors outside the layers, tensors per layer) a model for ``cfg`` needs."""
     from dataclasses import replace
 
-    from .loader import expected_shapes  # (the loader imports this module)
 
     one = len(expected_shapes(replace(cfg, num_hidden_layers=1)))
     two = len(expected_shapes(replace(cfg, num_hidden_layers=2)))
@@ -150,7 +172,6 @@ def check_tensor_shapes(cfg: LlamaConfig, shapes: Mapping[str, Sequence[int]]) -
     layers, else naming every missing, unexpected or mis-shaped tensor (``field``: the first; at most
     five of each are listed). ``rotary_emb.inv_freq`` tensors are ignored; with tied embeddings a
     ``lm_head.weight`` is allowed (``load_state`` checks it equals the embedding)."""
-    from .loader import expected_shapes
 
     check_config_sizes(cfg)
     held = {k: tuple(v) for k, v in shapes.items() if not k.endswith("rotary_emb.inv_freq")}

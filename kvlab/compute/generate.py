@@ -53,6 +53,7 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_table import blocks_needed
 from ..memory.ids import check_int
 from .kv_tensors import BACKENDS, ContiguousKV, PagedKVPool, kernel_ops
+from .model import causal_attention, decode_attention
 from .model_runner import ModelRunner
 from .sampler import sample_next
 from .sequence import (ContextOverflowError, EmptyPromptError, GenerateError, Request, SamplingParams, Sequence,
@@ -139,7 +140,7 @@ def _naive(model, seqs: list[Sequence], rec: _Recorder, steps: int) -> None:
         t0 = time.perf_counter()
         L = P + step
         ids = torch.tensor([s.token_ids for s in seqs], dtype=torch.long, device=model.device)  # (n, L)
-        logits = model(ids)[:, -1]                                                            # (n, V)
+        logits = model(ids, logits_rows=slice(-1, None))[:, -1]                                # (n, V)
         rec.step(step, logits, t0, n * sum(fpt(i + 1) for i in range(L)), L)
 
 
@@ -154,14 +155,17 @@ def _contiguous(model, seqs: list[Sequence], rec: _Recorder, steps: int, ops) ->
     def attention(layer, q, k, v):                                      # q (B, T, nh, hs); k, v (B, T, nkv, hs)
         start, T = state["start"], q.shape[1]
         cache.write(layer, start, k, v)
+        if start == 0:                                                  # the prompt: its own K/V, fused causal SDPA
+            return causal_attention(q, k, v)                            # (B, T, nh, hs)
         K, Vv = cache.read(layer, start + T)                            # (n, start+T, nkv, hs)
-        if q.shape[0] == 1 and n > 1:                                   # the prompt: one pass, copied to n rows
-            K, Vv = K[:1], Vv[:1]
+        if T == 1:                                                      # a decode step: fused SDPA, GQA unrepeated
+            return torch.stack([decode_attention(q[b, 0], K[b], Vv[b]) for b in range(q.shape[0])])[:, None]
         return torch.stack([ops.naive_attention(q[b], K[b], Vv[b], causal=True) for b in range(q.shape[0])])
 
     t0 = time.perf_counter()
     ids = torch.tensor([prompt], dtype=torch.long, device=dev)          # (1, P)
-    logits = model(ids, torch.arange(P, device=dev)[None], attention)[:, -1].expand(n, -1)  # (n, V)
+    logits = model(ids, torch.arange(P, device=dev)[None], attention, logits_rows=slice(-1, None))[:, -1]  # (1, V)
+    logits = logits.expand(n, -1)                                       # (n, V)
     rec.step(0, logits, t0, sum(fpt(i + 1) for i in range(P)), P)
     for step in range(1, steps):
         t0 = time.perf_counter()

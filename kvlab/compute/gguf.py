@@ -54,6 +54,7 @@ import torch
 
 from .config import HF_LLAMA_DEFAULTS, CheckpointError, LlamaConfig
 from .tokenizer import Tokenizer, bytes_to_unicode
+from .weights import build_model
 
 __all__ = ["SMOLLM2_FILE", "SMOLLM2_WHEEL", "SMOLLM2_HINT", "smollm2_path", "require_smollm2", "find_gguf",
            "gguf_metadata", "permute_qk", "unpermute_qk", "gguf_config", "gguf_tokenizer", "gguf_state", "load_gguf"]
@@ -398,7 +399,6 @@ def load_gguf(path: str | os.PathLike, dtype: torch.dtype = torch.float32, devic
 
     Example: model, tok = load_gguf(smollm2_path()); model.config.num_hidden_layers -> 30
     """
-    from .loader import build_model   # loader imports this module for load_pretrained
 
     if dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
         raise CheckpointError(f"dtype={dtype} is not a float dtype (float32, float16, bfloat16, float64)",

@@ -143,12 +143,12 @@ class Profile:
         sink = s["sink_mass"] > 2 * s["sink_tokens"]
         early = (f"wrong that early tokens are cold: the first {self.sinks} act as attention sinks" if sink else
                  f"right that these early tokens are cold: the first {self.sinks} get no more than their share")
-        recent = "right" if s["recent_mass"] > 1.2 * s["recent_tokens"] else "wrong"
+        recent = "right" if s["recent_mass"] > 1.05 * s["recent_tokens"] else "wrong"
         return (f"Access: {reads}, so by access no token is hotter than another. Attention mass: the first "
                 f"{self.sinks} tokens ({s['sink_tokens']:.1%} of them) received {s['sink_mass']:.1%}, the last "
                 f"{self.recent} tokens ({s['recent_tokens']:.1%}) {s['recent_mass']:.1%}, the middle "
                 f"{s['middle_mass']:.1%}. By attention the notes are {recent} that recent tokens matter more than "
-                f"their share, and {early}.")
+                f"their share ({s['recent_mass'] / s['recent_tokens']:.2f}x), and {early}.")
 
 
 @torch.no_grad()

@@ -53,9 +53,10 @@ import torch
 
 from ..memory.block_table import slot_mapping
 from .kv_tensors import PagedKVPool, kernel_ops
+from .model import causal_attention, decode_attention
 from .sequence import Sequence
 
-__all__ = ["ForwardBatch", "ModelRunner", "block_tables_tensor"]
+__all__ = ["ForwardBatch", "ModelRunner", "block_tables_tensor", "fresh_prefill_attention", "paged_decode_sdpa"]
 
 
 def upload_ints(rows, device, dtype=torch.int32) -> torch.Tensor:
@@ -71,6 +72,39 @@ def block_tables_tensor(tables: abc.Sequence[abc.Sequence[int]], device="cpu") -
     width = max(1, max((len(t) for t in tables), default=0))
     rows = [list(t) + [0] * (width - len(t)) for t in tables]
     return upload_ints(rows, device) if rows else torch.zeros((0, width), dtype=torch.int32, device=device)
+
+
+def fresh_prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            extend_lens: abc.Sequence[int]) -> torch.Tensor:
+    """Causal attention of packed sequences that have nothing cached: each attends only over its
+    own new tokens. q (N, nh, hs), k/v (N, nkv, hs), extend_lens summing to N -> (N, nh, hs).
+
+    Example: extend_lens [3, 2] -> tokens 0-2 attend among themselves, tokens 3-4 among themselves.
+    """
+    out, start = [], 0
+    for e in extend_lens:
+        sl = slice(start, start + e)
+        out.append(causal_attention(q[None, sl], k[None, sl], v[None, sl])[0])   # (e, nh, hs)
+        start += e
+    return torch.cat(out) if len(out) > 1 else out[0]                              # (N, nh, hs)
+
+
+def paged_decode_sdpa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                      context_lens: abc.Sequence[int]) -> torch.Tensor:
+    """Paged decode attention in torch: q (B, nh, hs), caches (NB, bs, nkv, hs), block tables
+    (B, max_blocks), host context lengths -> (B, nh, hs). Sequence b reads its first
+    ``context_lens[b]`` tokens through its block table (as ``paged_decode_attention_ref``).
+
+    Example: block_size 4, table [2, 0], length 5 -> tokens 0-3 of block 2, then token 0 of block 0.
+    """
+    bs = k_cache.shape[1]
+    out = torch.empty_like(q)                                                     # (B, nh, hs)
+    for b, n in enumerate(context_lens):
+        blocks = block_tables[b, :-(-n // bs)].long()                             # (used blocks,)
+        k = k_cache[blocks].flatten(0, 1)[:n]                                     # (n, nkv, hs)
+        v = v_cache[blocks].flatten(0, 1)[:n]
+        out[b] = decode_attention(q[b], k, v)                                     # (nh, hs)
+    return out
 
 
 @dataclass(frozen=True)
@@ -181,16 +215,29 @@ class ModelRunner:
         each sequence's last new token (fp32)."""
         ops, pool, check = self.ops, self.kv_pool, self.check
         decode = batch.forward_mode == "decode"
+        # A fresh prefill (nothing cached before the new tokens) on the torch backend attends over
+        # the K/V it has just stored, with torch's fused causal SDPA, as vLLM's prefill runs
+        # flash-attention on the new K/V; the Triton backend keeps its extend kernel (the lessons').
+        fresh = (not decode and self.attention_backend == "torch" and len(batch.prefix_lens_cpu) > 0
+                 and not any(batch.prefix_lens_cpu) and len(batch.extend_lens_cpu) == len(batch.prefix_lens_cpu))
+        # Decode on the torch backend: each sequence's K/V gathered through its block table, then
+        # torch's fused SDPA with the GQA group as the query axis (the *_ref reference repeats K/V
+        # per query head and does the softmax by hand: same numbers, slower).
+        torch_decode = decode and self.attention_backend == "torch" and \
+            len(batch.context_lens_cpu) == batch.block_tables.shape[0]
 
         def attention(layer: int, q, k, v):                                   # q (N, nh, hs); k, v (N, nkv, hs)
             kc, vc = pool.k_cache[layer], pool.v_cache[layer]                 # (NB, bs, nkv, hs)
             ops.store_kvcache(k, v, kc, vc, batch.slot_mapping, check=check)
+            if decode and torch_decode:
+                return paged_decode_sdpa(q, kc, vc, batch.block_tables, batch.context_lens_cpu)  # (N, nh, hs)
             if decode:
                 return ops.paged_decode_attention(q, kc, vc, batch.block_tables, batch.context_lens,  # (N, nh, hs)
                                                   context_lens_cpu=batch.context_lens_cpu, check=check)
+            if fresh:
+                return fresh_prefill_attention(q, k, v, batch.extend_lens_cpu)  # (N, nh, hs)
             return ops.extend_attention(q, kc, vc, batch.block_tables, batch.prefix_lens, batch.extend_lens,
                                         prefix_lens_cpu=batch.prefix_lens_cpu, extend_lens_cpu=batch.extend_lens_cpu,
                                         check=check)
 
-        logits = self.model(batch.input_ids, batch.positions, attention)     # (N, V)
-        return logits[batch.last_rows]                                        # (B, V)
+        return self.model(batch.input_ids, batch.positions, attention, logits_rows=batch.last_rows)  # (B, V)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .events import EventLog
-from .ids import check_int
+from .ids import check_int, check_seq_id
 
 __all__ = ["ContiguousArena", "OutOfContiguousSpace", "Reservation", "ArenaStats", "next_pow2", "POLICIES"]
 
@@ -152,7 +152,7 @@ class ContiguousArena:
     # -- state changes (all-or-nothing)
     def admit(self, req_id: str, length: int, final_len: int | None = None) -> Reservation:
         """Place a request holding ``length`` prompt tokens; raises OutOfContiguousSpace."""
-        if req_id in self.requests:
+        if check_seq_id(req_id, "req_id") in self.requests:
             raise ValueError(f"request {req_id!r} is already in the arena")
         length = check_int("length", length, 1)
         if final_len is not None:

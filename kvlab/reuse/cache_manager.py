@@ -19,42 +19,45 @@ so nothing it reads can be evicted; its table starts with exactly that node's pa
 
 One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c`` computed)::
 
-    admit(s, tokens)         match_for_prefill -> m tokens cached (at least one token is left
-                             to compute), lock the node where the match ends, adopt its blocks
-                             into a new table (+1 ref each), allocate the rest (evict LRU
-                             leaves when short; None, no block taken or evicted, when it
-                             cannot fit)
+    admit(s, tokens)         tree.match_key(tokens, len - 1) -> m tokens cached (at least one
+                             token is left to compute), lock the node where the match ends,
+                             make room (evict LRU leaves when short; None, no block taken or
+                             evicted, when it cannot fit), tree.init_load_back (tiers only),
+                             adopt the matched blocks into a new table (+1 ref each: adopt_match),
+                             allocate the rest
 
         tokens  |<---- m matched ---->|<------- to compute ------->|
         table   [ tree's  | tree's    | own      | own      | own  ]
                   ref 2     ref 2       ref 1      ref 1      ref 1 (partial)
 
-    cache_unfinished_req     after prefill: insert the full pages (the tree takes its own
-                             reference on the new ones); where another request cached the same
-                             tokens first, switch the table to the tree's blocks (its own go
-                             back); move the lock down to the new last node
-
-        table   [ tree's  | tree's    | tree's   | tree's   | own  ]
-                  ref 2     ref 2       ref 2      ref 2      ref 1 (not cached: partial)
+    cache_req(s, tokens, finished=False)   (cache_unfinished_req, after prefill)
+    cache_req(s, tokens, finished=True)    (cache_finished_req: finished or preempted)
+                             insert the computed full pages; then keep the table, switched to
+                             the tree's blocks, and move the lock down (unfinished), or free it
+                             and unlock (finished); the table region by region: ``cache_req``
 
     append(s, n)             reserve n more slots (copy-on-write of a shared partial block;
                              evict when short; None and nothing changed when it cannot fit)
-    fork(s, child)           n > 1 samples: the child shares every block and locks the node too;
-                             when one of them caches pages the others still share, they lock
-                             those pages as well (an unlocked cached block is always one that
-                             eviction frees)
-    cache_finished_req       finish or preemption: insert the computed full pages, free the
-                             table (duplicates and the partial tail go back to the pool, tree
-                             blocks keep the tree's reference), unlock
+    fork(s, child)           n > 1 samples: the child shares every block and locks the node too
+                             (and the pages a fork caches later: ``kvlab.reuse.fork_sharing``)
     free(s)                  abort: release the table and the lock, cache nothing
 
-With tiers (a host pool and a disk tier under the tree), ``kvlab.reuse.hicache_manager.HiCacheManager``
-runs this same cycle: its two hooks here (``_room_for_admit``, ``_extend_match``) check the disk
-pages of a match and load host and disk pages back before the table adopts them.
+The tokens a sequence was admitted with, or has cached, only grow: a ``cache_*_req`` list that
+is shorter, or differs at a known position, is a ValueError naming the sequence and the position
+(nothing changed). Otherwise the tree could map other tokens to blocks that hold this KV, and a
+later request would be served the wrong KV.
 
-Mirrors mini-sglang ``python/minisgl/kvcache/radix_manager.py`` (``cache_req``) and SGLang
-``radix_cache.py`` (``cache_finished_req``, ``cache_unfinished_req``, ``match_prefix``), with
-reference counts where SGLang hands slots between the tree and the request.
+With tiers, ``HiCacheManager`` runs this same cycle, unchanged, over a ``HiRadixCache``, which
+plugs in at one point: ``tree.init_load_back`` in ``admit`` loads the match's host and disk pages
+back (the plain tree returns the match as it is).
+
+Each step validates what comes from outside once, then calls only trusted twins that check
+nothing again (``match_key``, ``insert_key``, ``adopt_match``, ``apply_append``, ``release_to_tree``;
+the table of them: docs/ARCHITECTURE.md).
+
+Mirrors mini-sglang ``python/minisgl/scheduler/cache.py`` (``CacheManager.cache_req``, read at
+commit 0467802d) and SGLang ``radix_cache.py`` (``cache_finished_req``, ``cache_unfinished_req``,
+``match_prefix``), with reference counts where SGLang hands slots between tree and request.
 
 Example (block size 1; R2 hits the 3 tokens R1 cached):
     >>> cm = CacheManager(num_blocks=16, block_size=1)
@@ -201,19 +204,21 @@ class CacheManager(ForkSharing):
             raise ValueError(f"num_tokens {n} is fewer than the {len(key)} tokens to admit")
         node, prefix_len, kv, m = None, 0, [], None
         if self.tree is not None and key:
-            m = self.tree.match_key(key, len(key) - 1, seq_id, True)
+            m = self.tree.match_key(key, len(key) - 1, seq_id)
             prefix_len, kv = m.prefix_len, m.kv
             if m.last_node is not self.tree.root:  # a lock on the root protects nothing
                 node = m.last_node
                 self.tree.inc_lock_ref(node, seq_id)
         need = -(-n // self.block_size) - len(kv)
         before = self.tree.stats.evicted_tokens if self.tree is not None else 0
-        if not self._room_for_admit(need, seq_id, m):
+        if not self.make_room(need, seq_id):
             if node is not None:
                 self.tree.dec_lock_ref(node, seq_id)
             return None
-        if m is not None:  # tiers: pages matched off the device come back now (a no-op here)
-            node, prefix_len, kv = self._extend_match(seq_id, m, node, prefix_len, kv)
+        if m is not None:  # the one point where tiers plug in (the plain tree returns m itself)
+            loaded = self.tree.init_load_back(m, key, len(key) - 1, seq_id)
+            if loaded is not m:  # host or disk pages came back: the lock moved down to their last node
+                node, prefix_len, kv = loaded.last_node, loaded.prefix_len, loaded.kv
         table = self.block_manager.adopt_match(seq_id, kv, prefix_len, n - prefix_len)  # kv: the tree's, in use
         if node is not None:
             self._locks[seq_id] = node
@@ -222,17 +227,6 @@ class CacheManager(ForkSharing):
         evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
         self.log.add("admit", seq_id, (), prefix_len, n)
         return Admission(seq_id, prefix_len, table, evicted)
-
-    def _room_for_admit(self, need: int, seq_id: str, m) -> bool:
-        """Make ``need`` blocks free for an admission whose match is ``m`` (a hook: the tiered
-        manager, ``kvlab.reuse.hicache_manager``, also checks the disk pages of ``m`` here)."""
-        return self.make_room(need, seq_id)
-
-    def _extend_match(self, seq_id: str, m, node: TreeNode | None, prefix_len: int,
-                      kv: list[int]) -> tuple[TreeNode | None, int, list[int]]:
-        """After room was made: the match to adopt. Here ``(node, prefix_len, kv)`` as they are;
-        the tiered manager loads the host and disk pages of ``m`` back and locks further down."""
-        return node, prefix_len, kv
 
     def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
         """Reserve ``n`` more slots for ``seq_id``, evicting when short; returns the copy-on-write
@@ -277,62 +271,83 @@ class CacheManager(ForkSharing):
         return list(key) if key is tokens else key
 
     def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
-        """Cache a running sequence's computed tokens (after prefill): insert the full pages of
-        ``tokens``, point the table at the tree's blocks where they differ (duplicates go back to
-        the pool), and move the lock down to the node where ``tokens`` end. Requests admitted
-        later can then reuse them while this one still runs. Forks that share the new pages
-        lock them too. ``tokens`` must extend the ones it was admitted with or cached (see
-        ``_key``): ValueError, nothing changed, otherwise."""
-        key = self._key(seq_id, tokens)
-        full = len(key) // self.block_size
-        if self.tree is None or full == 0:
-            self._tokens[seq_id] = key
-            return None
-        sharers, ids = self._sharers(seq_id, key, full)
-        self._tokens[seq_id] = key
-        res = self.tree.insert_key(key[:full * self.block_size], ids, seq_id, True)
-        self.block_manager.share_prefix(seq_id, res.kv)
-        old = self._locks.get(seq_id)
-        if res.last_node is not old:
-            self.tree.inc_lock_ref(res.last_node, seq_id)
-            if old is not None:
-                self.tree.dec_lock_ref(old, seq_id)
-            self._locks[seq_id] = res.last_node
-        self._lock_sharers(sharers, key, ids, res.kv)
-        self.log.add("cache", seq_id, (), res.prefix_len, len(key), False)
-        return res
+        """After prefill: cache the computed pages and keep running (:meth:`cache_req`,
+        ``finished=False``; SGLang's name)."""
+        return self.cache_req(seq_id, tokens, finished=False)
 
     def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
-        """A sequence leaves (finished or preempted): insert the full pages of ``tokens`` (the
-        ones whose KV is computed; None caches nothing), free its table and drop its lock.
-        ``tokens`` must extend the ones it was admitted with or cached (ValueError, nothing
-        changed, otherwise); forks that share the new pages lock them.
-
-        The table is going away, so the tree takes over the table's own reference on each new
-        block (SGLang's insert) instead of taking one more, and a duplicate block goes back to
-        the pool; the table then drops its reference on the rest (the blocks the tree already
-        held, and the partial tail). ``ref_count == tree + tables`` holds before and after."""
-        key = self._key(seq_id, tokens) if tokens is not None else None
-        full = len(key) // self.block_size if key is not None and self.tree is not None else 0
-        if full == 0:
+        """The sequence leaves, finished or preempted (:meth:`cache_req`, ``finished=True``;
+        SGLang's name). ``tokens=None`` caches nothing (as :meth:`free`)."""
+        if tokens is None:
             self.free(seq_id)
             return None
+        return self.cache_req(seq_id, tokens, finished=True)
+
+    def cache_req(self, seq_id: str, tokens: Sequence[int], *, finished: bool) -> InsertResult | None:
+        """The one place where a request's blocks go to the tree: insert the full pages of
+        ``tokens`` (those whose KV is computed), then keep the sequence running
+        (``finished=False``, after prefill: requests admitted later reuse its pages) or end it
+        (``finished=True``: finished or preempted). Its table, region by region (block size 4)::
+
+            tokens  |<- matched at admit ->|<----------- computed by this request ----------->|
+            table   [  M  |  M  |  M  |  M  |  D  |  D  |  N  |  N  |  N  |  T (partial)      ]
+                    |<----- matched ------>|<- duplicate ->|<-- newly cached -->|<- partial tail ->|
+
+            region             is                            unfinished: after      finished: after
+            M matched          the tree's block              table keeps its ref    table drops its ref
+            D duplicate        its own copy of pages another  table switches to the  freed
+                               request cached meanwhile      tree's; own freed
+            N newly cached     its own, now in a new leaf    tree takes its own     tree takes over the
+                                                             ref (ref_count 2)      table's ref (1)
+            T partial tail     its own, not a whole page     kept (still written)   freed
+
+        Unfinished, the lock moves down to the node where the cached pages end; finished, the
+        lock is released and the table is gone. ``ref_count == tree + tables`` holds before and
+        after. Forks that share the new pages lock them too (``kvlab.reuse.fork_sharing``).
+        ``tokens`` must extend the ones the sequence was admitted with or cached (``_key``):
+        ValueError, nothing changed, otherwise.
+
+        Mirrors mini-sglang's ``cache_req(req, finished=...)``, with reference counts where it frees.
+
+        Example: the module docstring's R2 (admitted [1, 2, 3, 9], 3 matched) finishes with
+        ``[1, 2, 3, 9]``: M = blocks 0-2 (drop the table's ref: 1 left, the tree's), N = block 4
+        (the tree takes over its ref), no D, no T."""
+        key = self._key(seq_id, tokens)
+        full = len(key) // self.block_size if self.tree is not None else 0
+        if full == 0:  # no whole page: nothing to cache
+            if finished:
+                self.free(seq_id)
+            else:
+                self._tokens[seq_id] = key
+            return None
         sharers, ids = self._sharers(seq_id, key, full)
-        all_ids = self.block_manager.table(seq_id).block_ids
-        res = self.tree.insert_key(key[:full * self.block_size], ids, seq_id, False)
-        nb = res.prefix_len // self.block_size
-        if res.duplicates:  # the tree freed those: the table's reference on them is used up
-            dup = set(res.duplicates)
-            drop = [b for b in all_ids[:nb] if b not in dup] + all_ids[full:]
+        table_ids = self.block_manager.table(seq_id).block_ids
+        # finished: the tree takes over the table's ref on N and frees D; unfinished: its own ref on N
+        res = self.tree.insert_key(key[:full * self.block_size], ids, seq_id, not finished)
+        old = self._locks.get(seq_id)
+        if finished:
+            end = res.prefix_len // self.block_size  # M and D end here
+            if res.duplicates:  # the tree freed D: the table's reference on them is used up
+                dup = set(res.duplicates)
+                drop = [b for b in table_ids[:end] if b not in dup] + table_ids[full:]
+            else:
+                drop = table_ids[:end] + table_ids[full:]  # M and T
+            self.block_manager.release_to_tree(seq_id, drop)
+            self._lock_sharers(sharers, key, ids, res.kv)
+            self._locks.pop(seq_id, None)
+            self._tokens.pop(seq_id, None)
+            if old is not None:
+                self.tree.dec_lock_ref(old, seq_id)
         else:
-            drop = all_ids[:nb] + all_ids[full:]
-        self.block_manager.release_to_tree(seq_id, drop)
-        self._lock_sharers(sharers, key, ids, res.kv)
-        node = self._locks.pop(seq_id, None)
-        if node is not None:
-            self.tree.dec_lock_ref(node, seq_id)
-        self._tokens.pop(seq_id, None)
-        self.log.add("cache", seq_id, (), res.prefix_len, len(key), True)
+            self._tokens[seq_id] = key
+            self.block_manager.share_prefix(seq_id, res.kv)  # D: the table takes the tree's blocks
+            if res.last_node is not old:
+                self.tree.inc_lock_ref(res.last_node, seq_id)
+                if old is not None:
+                    self.tree.dec_lock_ref(old, seq_id)
+                self._locks[seq_id] = res.last_node
+            self._lock_sharers(sharers, key, ids, res.kv)
+        self.log.add("cache", seq_id, (), res.prefix_len, len(key), finished)
         return res
 
     def free(self, seq_id: str) -> list[int]:
@@ -398,7 +413,7 @@ class ServeRecord:
     insert: InsertResult | None
 
 
-def serve_request(cache: RadixCache | CacheManager, prompt: Sequence[int], output: Sequence[int] = (),
+def serve_request(tree: RadixCache | CacheManager, prompt: Sequence[int], output: Sequence[int] = (),
                   rid: str | None = None) -> ServeRecord:
     """One request's whole cycle at once, through :class:`CacheManager`: admit the prompt (and
     room for ``output``), then cache prompt + output as finished. No model runs: only the memory
@@ -407,15 +422,15 @@ def serve_request(cache: RadixCache | CacheManager, prompt: Sequence[int], outpu
 
     Example:
         >>> from kvlab.memory.block_pool import BlockAllocator
-        >>> cache = RadixCache(BlockAllocator(num_blocks=16, block_size=1))
-        >>> r = serve_request(cache, [1, 2, 3, 4], output=[5])
+        >>> tree = RadixCache(BlockAllocator(num_blocks=16, block_size=1))
+        >>> r = serve_request(tree, [1, 2, 3, 4], output=[5])
         >>> (r.matched_len, r.prefill_len)
         (0, 4)
-        >>> r = serve_request(cache, [1, 2, 3, 9])
+        >>> r = serve_request(tree, [1, 2, 3, 9])
         >>> (r.matched_len, r.prefill_len, r.matched_kv)
         (3, 1, (0, 1, 2))
     """
-    cm = cache if isinstance(cache, CacheManager) else CacheManager.for_tree(cache)
+    cm = tree if isinstance(tree, CacheManager) else CacheManager.for_tree(tree)
     prompt = as_ids(prompt, "prompt")
     seq = prompt + as_ids(output, "output")
     sid = rid if rid is not None else "request"

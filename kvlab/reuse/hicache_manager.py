@@ -1,25 +1,28 @@
 """The request cycle over tiers: CacheManager with a host pool (and a disk tier) under its radix tree.
 
-:class:`HiCacheManager` runs the same cycle as :class:`~kvlab.reuse.cache_manager.CacheManager`
-(the engine's Scheduler, the simulator's radix policy and the lessons call it unchanged), over a
-:class:`~kvlab.reuse.hiradix_cache.HiRadixCache`. What changes, step by step::
+:class:`HiCacheManager` is :class:`~kvlab.reuse.cache_manager.CacheManager`'s cycle, unchanged
+(it overrides none of its steps), over a :class:`~kvlab.reuse.hiradix_cache.HiRadixCache`: the
+tiered tree plugs in where the plain cycle calls its tree, at one documented point for the
+admission (``init_load_back``). What changes, step by step::
 
-    admit(s, tokens)    match over the tiers: device pages, then host pages, then disk pages
-                        (each disk page read and checked now; one that is missing, corrupt or
-                        foreign is a miss: pruned here); then the storage's longest run of pages
-                        for the rest of the prompt (a restart, another engine); lock the
-                        device part; make room for the whole request (device eviction keeps
-                        backed-up nodes on the host; write_back copies them there first); then
-                        load_back the host and disk pages into fresh device blocks (queued
-                        copies) and move the lock down: the request adopts them like any hit
+    admit(s, tokens)    match over the tiers: device pages, then host pages, then disk pages;
+                        lock the device part; make room for the whole request (device eviction
+                        keeps backed-up nodes on the host; write_back copies them there first);
+                        then ``tree.init_load_back``: each disk page is read and checked (one
+                        that is missing, corrupt or foreign is a miss: pruned here), storage is
+                        asked for its longest run of pages for the rest of the prompt (a
+                        restart, another engine), and the host and disk pages are loaded into
+                        fresh device blocks (queued copies); the lock moves down: the request
+                        adopts them like any hit
     cache_*_req         insert as before; write_through backs new nodes up (queued copies); a
                         node that was off the device and got recomputed takes the new blocks
     take_transfers()    the queued copies, in order, for the compute layer (the engine performs
                         them before each forward pass; pure-Python runs just drop them)
 
-After every step the manager marks a lifecycle checkpoint: each block whose state changed is one
-``transition`` event (``kvlab.reuse.lifecycle``), and ``check_integrity`` also checks that the
-tracker's states are the states of the pools now, and that no illegal edge was taken.
+After every step the tree marks a lifecycle checkpoint (it subscribes to the cycle's events in
+the log): each block whose state changed is one ``transition`` event (``kvlab.reuse.lifecycle``),
+and ``check_integrity`` also checks that the tracker's states are the states of the pools now,
+and that no illegal edge was taken.
 
 The ownership rule of CacheManager holds on the device pool (``ref_count == tree + tables``);
 on the host pool a block is held by at most one node and never by a table (``HiRadixCache``).
@@ -48,17 +51,14 @@ Example (block size 1, a device pool of 4 blocks, a host pool twice that):
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 from ..memory.block_pool import BlockAllocator
-from ..memory.block_table import BlockTable
 from ..memory.events import EventLog
-from ..memory.ids import as_ids, check_int
-from .cache_manager import Admission, CacheManager
+from ..memory.ids import check_int
+from .cache_manager import CacheManager
 from .hicache_storage import HiCacheStorage
 from .hiradix_cache import HiRadixCache
-from .hiradix_node import HiMatchResult, TierSnapshot, TierStats, Transfer
-from .radix_cache import InsertResult, TreeNode
+from .hiradix_node import TierSnapshot, TierStats, Transfer
 
 __all__ = ["HiCacheManager", "make_cache_manager"]
 
@@ -108,14 +108,6 @@ class HiCacheManager(CacheManager):
                             check_kv, write_policy=write_policy, write_through_threshold=write_through_threshold,
                             load_back_threshold=load_back_threshold, storage=storage, track=track, **storage_kw)
         self._setup(allocator, tree)
-        self._beyond: list[TreeNode] = []
-        self._admitting: list[int] = []
-
-    @classmethod
-    def for_tree(cls, tree: HiRadixCache) -> "HiCacheManager":
-        cm = super().for_tree(tree)
-        cm._beyond, cm._admitting = [], []
-        return cm
 
     # ------------------------------------------------------------------ views
     @property
@@ -137,77 +129,6 @@ class HiCacheManager(CacheManager):
     def take_transfers(self) -> list[Transfer]:
         """The copies queued since the last call, in the order they must run (see HiRadixCache)."""
         return self.tree.take_transfers()
-
-    # ------------------------------------------------------------------ the cycle, with checkpoints
-    def _room_for_admit(self, need: int, seq_id: str, m: HiMatchResult) -> bool:
-        tree = self.tree
-        tree.checkpoint("match", seq_id)
-        self._beyond = tree.check_disk(m.beyond, seq_id) if m is not None and m.beyond else []
-        if m is not None and tree.storage is not None:  # L3: pages the tree does not hold at all
-            after = self._beyond[-1] if self._beyond else m.last_node
-            found = tree.lookup_storage(self._admitting[:-1], after, seq_id)
-            if found is not None:
-                self._beyond.append(found)
-                tree.checkpoint("storage_hit", seq_id)
-        if self.make_room(need, seq_id):
-            return True
-        self._beyond, tree._protected_host = [], set()
-        return False
-
-    def _extend_match(self, seq_id: str, m: HiMatchResult, node: TreeNode | None, prefix_len: int,
-                      kv: list[int]) -> tuple[TreeNode | None, int, list[int]]:
-        beyond, self._beyond = self._beyond, []
-        tree = self.tree
-        tokens = sum(len(n.key) for n in beyond)
-        if not beyond or tokens < tree.load_back_threshold:
-            tree.tier_stats.skipped_tokens += tokens
-            tree._protected_host = set()
-            return node, prefix_len, kv
-        blocks = tree.load_back(beyond, seq_id)
-        last = beyond[-1]
-        tree.inc_lock_ref(last, seq_id)
-        if node is not None:
-            tree.dec_lock_ref(node, seq_id)
-        return last, prefix_len + tokens, kv + blocks
-
-    def admit(self, seq_id: str, tokens: Sequence[int] | None, num_tokens: int | None = None) -> Admission | None:
-        self._admitting = as_ids(tokens) if tokens is not None and self.tree.storage is not None else []
-        try:
-            a = super().admit(seq_id, tokens, num_tokens)
-        finally:
-            self._admitting = []
-        self.tree.checkpoint("admit", seq_id)
-        return a
-
-    def make_room(self, num_blocks: int, seq_id: str | None = None) -> bool:
-        ok = super().make_room(num_blocks, seq_id)
-        self.tree.checkpoint("evict", seq_id)
-        return ok
-
-    def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
-        copies = super().append(seq_id, n)
-        self.tree.checkpoint("append", seq_id)
-        return copies
-
-    def fork(self, parent: str, child: str) -> BlockTable:
-        table = super().fork(parent, child)
-        self.tree.checkpoint("fork", child)
-        return table
-
-    def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
-        res = super().cache_unfinished_req(seq_id, tokens)
-        self.tree.checkpoint("cache_unfinished_req", seq_id)
-        return res
-
-    def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
-        res = super().cache_finished_req(seq_id, tokens)
-        self.tree.checkpoint("cache_finished_req", seq_id)
-        return res
-
-    def free(self, seq_id: str) -> list[int]:
-        released = super().free(seq_id)
-        self.tree.checkpoint("free", seq_id)
-        return released
 
     # ------------------------------------------------------------------ invariants
     def check_integrity(self) -> None:

@@ -65,7 +65,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from ..memory.block_pool import BlockAllocator, KVCacheError
-from ..memory.events import NullLog
+from ..memory.events import Event, NullLog
 from ..memory.ids import check_int
 from .hicache_storage import HiCacheStorage
 from .hiradix_moves import TierMoves
@@ -78,6 +78,7 @@ from .radix_cache import InsertResult, RadixCache, TreeNode
 __all__ = ["WRITE_POLICIES", "Transfer", "TierStats", "HiMatchResult", "TierSnapshot", "HiRadixCache"]  # types: hiradix_node
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+CYCLE_STEPS = frozenset({"admit", "append", "fork", "cache", "free_seq"})  # events that end a step of the cycle
 
 
 class HiRadixCache(StorageTier, TierMoves, RadixCache):
@@ -91,7 +92,8 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
     ``prefetch_policy``, ``prefetch_threshold``, ``prefetch_timeout_s``, ``storage_write``: how
     pages come from and go to storage (``kvlab.reuse.hiradix_storage``). ``host_eviction_policy``:
     the order host-only nodes leave the host pool (default: the device's ``eviction_policy``).
-    ``track``: emit lifecycle transitions (default: unless the log is a NullLog).
+    ``track``: emit lifecycle transitions (default: unless the log is a NullLog; True with a NullLog is a
+    ValueError).
     """
 
     def __init__(self, allocator: BlockAllocator, host_allocator: BlockAllocator, page_size: int = 1,
@@ -131,7 +133,11 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
         self._writing: set[int] = set()                   # host blocks a queued copy writes
         self._protected_host: set[int] = set()            # nodes a running admission is about to load
         track = not isinstance(allocator.log, NullLog) if track is None else track
+        if track and isinstance(allocator.log, NullLog):
+            raise ValueError("track=True needs an EventLog to record transitions in (the pool's log is a NullLog)")
         self.tracker = LifecycleTracker(self.log, allocator.num_blocks, host_allocator.num_blocks) if track else None
+        if self.tracker is not None:  # a checkpoint after each step of the request cycle (see checkpoint)
+            self.log.subscribe(self._after_step)
 
     # ------------------------------------------------------------------ placement
     def placement(self, node: TreeNode) -> str:
@@ -212,13 +218,19 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
         return out
 
     def checkpoint(self, cause: str, rid: str | None = None, device: bool = True) -> None:
-        """Emit the block transitions since the last checkpoint, each with ``cause`` (the tree calls
-        it after its own steps; the tiered cache manager after each step of the cycle). Nothing
-        without a tracker."""
+        """Emit the block transitions since the last checkpoint, each with ``cause``. The tree calls
+        it after its own steps, and after each step of the request cycle that changes block
+        states outside it: the events in :data:`CYCLE_STEPS` (``admit``, ``append``, ``fork``,
+        ``cache``, ``free_seq``, recorded by the cache manager and ``BlockManager``), through a
+        subscription to the log. So any CacheManager over this tree is tracked, unchanged."""
         if self.tracker is not None:
             if device:
                 self.tracker.observe("device", self.device_states(), cause, rid)
             self.tracker.observe("host", self.host_states(), cause, rid)
+
+    def _after_step(self, e: Event) -> None:
+        if e.kind in CYCLE_STEPS:
+            self.checkpoint(e.kind, e.seq_id)
 
     def snapshot_tiers(self, caption: str = "") -> TierSnapshot:
         dev = [0] * self.allocator.num_blocks
@@ -267,7 +279,7 @@ class HiRadixCache(StorageTier, TierMoves, RadixCache):
         host = sum(len(n.key) for n in beyond if n.id in self.host_value)
         disk = sum(len(n.key) for n in beyond) - host
         dev_len = m.prefix_len - host - disk
-        self._protected_host = {n.id for n in beyond}
+        self._protected_host = {n.id for n in beyond}  # until init_load_back or the next match (a refusal keeps it)
         n = m.last_node
         while n is not self.root:  # the host policy sees which host copies a request uses
             if n.id in self.host_value:

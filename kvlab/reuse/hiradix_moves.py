@@ -1,10 +1,11 @@
 """Moving a node's KV between tiers: ``backup`` (device -> host), ``evict`` (device -> host or
 gone), ``evict_host`` (host -> disk or gone), ``load_back`` (host or disk -> device). One concept
 of :class:`kvlab.reuse.hiradix_cache.HiRadixCache`, kept in its own file; the placements these
-moves keep consistent are described there.
+moves keep consistent are described there. ``init_load_back`` is where the request cycle
+(``CacheManager.admit``) calls in: the pages of a match off the device come back.
 
 Mirrors SGLang ``mem_cache/hiradix_cache.py`` at commit 263bc85d: ``write_backup``, ``evict``
-(``_evict_backuped`` / ``_evict_regular``), ``evict_host``, ``load_back``.
+(``_evict_backuped`` / ``_evict_regular``), ``evict_host``, ``load_back``, ``init_load_back``.
 
 Example (block size 1; write_back: a node is copied to the host only when evicted):
     >>> from kvlab.memory.block_pool import BlockAllocator
@@ -14,7 +15,7 @@ Example (block size 1; write_back: a node is copied to the host only when evicte
     >>> _ = tree.insert([1, 2], dev.allocate(2))
     >>> tree.evict(2).num_tokens, tree.placement(tree.root.children[1]), tree.host_size()
     (2, 'host', 2)
-    >>> tree.evict_host(2), tree.num_nodes                   # no storage tier: gone for good
+    >>> tree.evict_host(2).num_tokens, tree.num_nodes        # no storage tier: gone for good
     (2, 0)
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..memory.block_pool import KVCacheError
 from ..memory.ids import check_int
-from .hiradix_node import Transfer
+from .hiradix_node import HiMatchResult, Transfer
 from .radix_node import EvictResult, TreeNode
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class TierMoves:
         if ha.num_free_blocks < n:
             if ha.num_free_blocks + self._host_evictable() < n:
                 return False  # host eviction could not make room: evict nothing for nothing
-            self.evict_host(n - ha.num_free_blocks, rid)
+            self.evict_host((n - ha.num_free_blocks) * self.page_size, rid)
             self.checkpoint(cause, rid, device=False)
             if ha.num_free_blocks < n:
                 return False
@@ -159,15 +160,17 @@ class TierMoves:
         return (not n.value and n.id in self.host_value and n.id not in self._protected_host
                 and not any(c.id in self.host_value for c in n.children.values()))
 
-    def evict_host(self, num_pages: int, rid: str | None = None) -> int:
-        """Free at least ``num_pages`` host blocks from host-only nodes with no child on the host,
-        in the host policy's order (``kvlab.reuse.host_policy``): each is saved to disk (``host -> disk``; a queued "save" unless the chunk
-        exists already) with a storage tier, else dropped. Returns the host blocks freed."""
-        num_pages = check_int("num_pages", num_pages, 0)
+    def evict_host(self, num_tokens: int, rid: str | None = None) -> EvictResult:
+        """Free at least ``num_tokens`` host tokens (whole pages) from host-only nodes with no child
+        on the host, in the host policy's order (``kvlab.reuse.host_policy``): each is saved to disk
+        (``host -> disk``; a queued "save" unless the chunk exists already) with a storage tier,
+        else dropped. Counts tokens, as :meth:`evict` and SGLang's ``evict_host(num_tokens)``;
+        returns the tokens freed (less when less is evictable, and says so) and the host blocks."""
+        num_tokens = check_int("num_tokens", num_tokens, 0)
         prio = self.host_policy.priority
         cands = {n.id: n for n in list(self._tiered.values()) if self._host_leaf(n)}
         freed, ids, blocks = 0, [], []
-        while freed < num_pages and cands:
+        while freed < num_tokens and cands:
             x = min(cands.values(), key=lambda n: (prio(n), n.id))  # asked again each time: ARC re-decides
             del cands[x.id]
             parent = x.parent
@@ -183,17 +186,46 @@ class TierMoves:
             if hv:
                 self.host_allocator.free_blocks(hv, rid, record=False)
                 self._writing.difference_update(hv)
-            freed += len(x.key) // self.page_size
+            freed += len(x.key)
             blocks += hv
             ids.append(x.id)
             if parent is not self.root and self._host_leaf(parent):
                 cands[parent.id] = parent
-        self.log.record("evict_host", rid, blocks, requested=num_pages, num_pages=freed, nodes=ids,
-                        to_disk=self.storage is not None)
+        self.log.record("evict_host", rid, blocks, requested=num_tokens,
+                        num_tokens=freed, nodes=ids, to_disk=self.storage is not None)
         self.checkpoint("evict_host", rid, device=False)
-        return freed
+        return EvictResult(num_tokens, freed, blocks, ids)
 
     # ------------------------------------------------------------------ load back
+    def init_load_back(self, m: HiMatchResult, key: list, limit: int, rid: str | None = None) -> HiMatchResult:
+        """The match a request adopts, once the cache manager has made room (called by
+        ``CacheManager.admit``; SGLang's ``init_load_back``): the disk pages of ``m.beyond`` are read
+        and checked (``check_disk``: a page that fails ends the match there), storage is asked for
+        the pages of ``key[:limit]`` the tree does not hold (``lookup_storage``), and when at least
+        ``load_back_threshold`` tokens are off the device they get fresh device blocks
+        (``load_back``: queued copies) and the lock moves from ``m.last_node`` down to the last of
+        them. Otherwise ``m`` itself (the host and disk hits are recomputed: ``skipped_tokens``).
+        The room made covers these blocks: they are part of the request's blocks not matched on
+        the device."""
+        self.checkpoint("match", rid)
+        beyond = self.check_disk(m.beyond, rid) if m.beyond else []
+        if self.storage is not None:  # L3: pages the tree does not hold at all
+            found = self.lookup_storage(key[:limit], beyond[-1] if beyond else m.last_node, rid)
+            if found is not None:
+                beyond.append(found)
+                self.checkpoint("storage_hit", rid)
+        tokens = sum(len(n.key) for n in beyond)
+        if not beyond or tokens < self.load_back_threshold:
+            self.tier_stats.skipped_tokens += tokens
+            self._protected_host = set()
+            return m
+        blocks = self.load_back(beyond, rid)
+        last = beyond[-1]
+        self.inc_lock_ref(last, rid)
+        if m.last_node is not self.root:
+            self.dec_lock_ref(m.last_node, rid)
+        return HiMatchResult(m.prefix_len + tokens, m.kv + blocks, last)
+
     def load_back(self, nodes: Sequence[TreeNode], rid: str | None = None) -> list[int]:
         """Give ``nodes`` (a match's ``beyond``, top down, none on the device) fresh device blocks
         and queue their copies ("load" from the host, "fetch" from disk); ``host -> both``,

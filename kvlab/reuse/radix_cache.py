@@ -6,8 +6,9 @@ a new request can reuse. Every cached token sequence is a path from the root; an
 A new request walks the tree with its prompt (longest prefix match, 最长前缀匹配), reuses the
 KV of the matched prefix and prefills only the rest.
 
-Mirrors SGLang ``python/sglang/srt/mem_cache/radix_cache.py`` and mini-sglang
-``python/minisgl/kvcache/radix_manager.py``: ``match_prefix``, ``insert``, ``evict(num_tokens)``,
+Mirrors SGLang ``python/sglang/srt/mem_cache/radix_cache.py`` (0.4.6.post5 and 0.5.23, the versions
+``bench/bench_peers.py`` runs beside this tree) and mini-sglang ``python/minisgl/kvcache/radix_cache.py``
+(formerly ``radix_manager.py``): ``match_prefix``, ``insert``, ``evict(num_tokens)``,
 ``inc_lock_ref`` / ``dec_lock_ref`` up the path, ``evictable_size`` / ``protected_size``, a node
 split on a partial match, children keyed by the first token (first page), a root that is never
 evicted, only unlocked leaves evicted. Where kvlab differs: blocks are reference counted (the
@@ -38,17 +39,17 @@ locking, sizes, invariants), ``radix_insert.py`` (:class:`RadixInsertion`: ``ins
 Example (page_size 1, one slot per token):
     >>> from kvlab.memory.block_pool import BlockAllocator
     >>> a = BlockAllocator(num_blocks=16, block_size=1)
-    >>> cache = RadixCache(a)
-    >>> cache.insert([1, 2, 3, 4, 5], a.allocate(5)).prefix_len
+    >>> tree = RadixCache(a)
+    >>> tree.insert([1, 2, 3, 4, 5], a.allocate(5)).prefix_len
     0
-    >>> m = cache.match_prefix([1, 2, 3, 9])
+    >>> m = tree.match_prefix([1, 2, 3, 9])
     >>> (m.prefix_len, m.kv)
     (3, [0, 1, 2])
-    >>> print(cache.pretty())
+    >>> print(tree.pretty())
     root
     └── [1 2 3] kv=[0-2]
         └── [4 5] kv=[3-4]
-    >>> cache.check_integrity()
+    >>> tree.check_integrity()
 """
 from __future__ import annotations
 
@@ -77,22 +78,22 @@ class RadixCache(RadixInsertion, RadixEviction):
     Example (page_size 2: matches are cut to whole pages):
         >>> from kvlab.memory.block_pool import BlockAllocator
         >>> a = BlockAllocator(8, block_size=2)
-        >>> cache = RadixCache(a, page_size=2)
+        >>> tree = RadixCache(a, page_size=2)
         >>> kv = a.allocate(3, owner="R1")               # 6 tokens, 3 pages
-        >>> cache.insert([1, 2, 3, 4, 5, 6], kv).prefix_len
+        >>> tree.insert([1, 2, 3, 4, 5, 6], kv).prefix_len
         0
-        >>> m = cache.match_prefix([1, 2, 3, 9, 9])       # 3 tokens match, cut to 1 page
+        >>> m = tree.match_prefix([1, 2, 3, 9, 9])       # 3 tokens match, cut to 1 page
         >>> (m.prefix_len, m.kv)
         (2, [0])
-        >>> cache.evictable_size(), cache.protected_size()
+        >>> tree.evictable_size(), tree.protected_size()
         (6, 0)
-        >>> cache.inc_lock_ref(m.last_node)
+        >>> tree.inc_lock_ref(m.last_node)
         -2
-        >>> cache.evict(100).num_tokens                  # the locked page survives
+        >>> tree.evict(100).num_tokens                  # the locked page survives
         4
-        >>> cache.dec_lock_ref(m.last_node)
+        >>> tree.dec_lock_ref(m.last_node)
         2
-        >>> cache.check_integrity()
+        >>> tree.check_integrity()
     """
 
     def __init__(self, allocator: BlockAllocator, page_size: int = 1, eviction_policy: str = "lru",
@@ -134,8 +135,6 @@ class RadixCache(RadixInsertion, RadixEviction):
             n = stack.pop()
             yield n
             stack.extend(reversed(n.children.values()))
-
-    _iter_nodes = iter_nodes  # the old name, still used by kvlab/check/l08_eviction.py (to go)
 
     def _check_node(self, node: TreeNode, what: str) -> None:
         if not isinstance(node, TreeNode):
@@ -272,6 +271,13 @@ class RadixCache(RadixInsertion, RadixEviction):
             s.missed_tokens += len(key) - pos
         self.log.add("match", rid, (), pos, len(key), node.id)  # kv: see the node's path
         return MatchResult(pos, kv, node)
+
+    def init_load_back(self, m: MatchResult, key: list, limit: int, rid: str | None = None) -> MatchResult:
+        """The match a request adopts, once the cache manager has made room for it: here ``m``
+        itself, since every page this tree matches is on the device. The one point where tiers
+        plug into the cycle: :class:`~kvlab.reuse.hiradix_cache.HiRadixCache` loads the host and
+        disk pages of its match back into fresh device blocks here (SGLang's ``init_load_back``)."""
+        return m
 
     def peek_prefix_len(self, tokens: Sequence[int]) -> int:
         """Length of the cached prefix, changing nothing (no split, no LRU refresh, no stats, no event)."""

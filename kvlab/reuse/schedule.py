@@ -6,12 +6,12 @@ with the longest cached prefix first ("lpm", longest prefix match), or a depth-f
 of the tree that keeps requests of one subtree together, heavier subtrees first
 ("dfs-weight"). Both are here, with "fcfs" as the baseline.
 
-    order_by_shared_prefix(requests, cache=None, policy="dfs-weight", tokens_of=None) -> list
-    shared_prefix_lengths(requests, cache, tokens_of=None) -> list[int]
+    order_by_shared_prefix(requests, tree=None, policy="dfs-weight", tokens_of=None) -> list
+    shared_prefix_lengths(requests, tree, tokens_of=None) -> list[int]
     SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
 
 ``requests`` are token lists, or any objects with ``tokens_of(request) -> list[int]``
-(default: the object itself, or its ``.tokens`` / ``.prompt`` attribute). With ``cache=None``
+(default: the object itself, or its ``.tokens`` / ``.prompt`` attribute). With ``tree=None``
 the requests are ordered by the prefixes they share *with each other* (a temporary tree of
 the queue), which is what matters before anything is cached. Lookups never change the
 cache (no split, no LRU refresh, no stats).
@@ -26,11 +26,11 @@ Example:
     >>> from kvlab.reuse.cache_manager import CacheManager, serve_request
     >>> cm = CacheManager(num_blocks=64, block_size=1)
     >>> _ = serve_request(cm, [1, 2, 3, 4, 5])
-    >>> cache = cm.tree
+    >>> tree = cm.tree
     >>> queue = [[9, 9], [1, 2, 7], [1, 2, 3, 4, 8], [9, 9, 1]]
-    >>> order_by_shared_prefix(queue, cache, policy="lpm")
+    >>> order_by_shared_prefix(queue, tree, policy="lpm")
     [[1, 2, 3, 4, 8], [1, 2, 7], [9, 9], [9, 9, 1]]
-    >>> order_by_shared_prefix(queue, cache)    # dfs-weight: one subtree at a time
+    >>> order_by_shared_prefix(queue, tree)     # dfs-weight: one subtree at a time
     [[1, 2, 3, 4, 8], [1, 2, 7], [9, 9], [9, 9, 1]]
     >>> queue = [[9, 9], [1, 2, 7], [1, 2, 3, 4, 8], [5], [1, 2, 3, 4, 6]]
     >>> order_by_shared_prefix(queue)           # nothing cached: what the queue shares with itself
@@ -56,11 +56,11 @@ def _default_tokens_of(r: Any) -> Sequence[int]:
     return r
 
 
-def shared_prefix_lengths(requests: Sequence[Any], cache: RadixCache,
+def shared_prefix_lengths(requests: Sequence[Any], tree: RadixCache,
                           tokens_of: Callable[[Any], Sequence[int]] | None = None) -> list[int]:
     """The cached prefix length of each request (read-only lookups)."""
     tok = tokens_of or _default_tokens_of
-    return [cache.peek_prefix_len(tok(r)) for r in requests]
+    return [tree.peek_prefix_len(tok(r)) for r in requests]
 
 
 def _queue_tree(token_lists: list[Sequence[int]]) -> RadixCache:
@@ -72,7 +72,7 @@ def _queue_tree(token_lists: list[Sequence[int]]) -> RadixCache:
     return cm.tree
 
 
-def order_by_shared_prefix(requests: Sequence[Any], cache: RadixCache | None = None, policy: str = "dfs-weight",
+def order_by_shared_prefix(requests: Sequence[Any], tree: RadixCache | None = None, policy: str = "dfs-weight",
                            tokens_of: Callable[[Any], Sequence[int]] | None = None) -> list[Any]:
     """``requests`` reordered, longest shared prefix first (stable: ties keep arrival order).
 
@@ -80,7 +80,7 @@ def order_by_shared_prefix(requests: Sequence[Any], cache: RadixCache | None = N
     policy "dfs-weight" (SGLang's): each request hangs at the node where its match ends;
     a node weighs the number of requests in its subtree; a depth-first walk visits heavier
     children first and emits a node's requests after its subtree's, so requests that share
-    the most run back to back. "fcfs": arrival order. With ``cache=None`` the tree is built
+    the most run back to back. "fcfs": arrival order. With ``tree=None`` the tree is built
     from the queue itself.
     """
     if policy not in SCHEDULE_POLICIES:
@@ -90,8 +90,8 @@ def order_by_shared_prefix(requests: Sequence[Any], cache: RadixCache | None = N
         return reqs
     tok = tokens_of or _default_tokens_of
     token_lists = [list(tok(r)) for r in reqs]
-    tree = cache if cache is not None else _queue_tree(token_lists)
-    if cache is None:  # in the queue's own tree every request matches itself in full: use what it shares
+    if tree is None:  # in the queue's own tree every request matches itself in full: use what it shares
+        tree = _queue_tree(token_lists)
         lens = [_shared_with_others(tree, t) for t in token_lists]
     else:
         lens = [tree.peek_prefix_len(t) for t in token_lists]

@@ -16,7 +16,8 @@ A laptop cannot serve OPT-13B, but it can simulate the memory of a server that d
 - :mod:`kvlab.sim.metrics`: the memory breakdown over time, batch sizes, sharing, hit rates;
 - :mod:`kvlab.sim.reproductions`: the vLLM paper's figures, published beside simulated, with 95%
   intervals over seeds; :mod:`kvlab.sim.claims`: the source notes' claims re-judged, the notes'
-  scenario table, SGLang's hit rates; :mod:`kvlab.sim.plots`: plotly figures of them (lazy).
+  scenario table, SGLang's hit rates; :mod:`kvlab.sim.report`: all of them as one text (the bench);
+  :mod:`kvlab.sim.plots`: plotly figures of them (lazy).
 
 Every number it produces is **simulated**. ``python -m kvlab simulate`` is its command line
 (:mod:`kvlab.sim.cli`, imported only when that command runs; this package knows nothing of

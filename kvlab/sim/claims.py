@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from .metrics import SimResult
 from .policies import make_policy
-from .reproductions import PUBLISHED, Reproduction, Row, paper_runs, setting
+from .reproductions import PUBLISHED, Reproduction, Row, interval, paper_runs, setting
 from .simulation import simulate
 from .workloads import Trace, few_shot, multi_turn, optimal_hit_rate, scenario, synthetic
 
@@ -222,8 +222,6 @@ def sglang_hit_rates(num_requests: int = 300, num_sessions: int = 40, budget_tok
     mean over ``seeds`` with its 95% interval; ``results[key]`` is the first seed's run.
     """
     import time
-
-    from .reproductions import interval
 
     t0 = time.perf_counter()
     _, cost = setting()

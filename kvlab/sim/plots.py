@@ -46,8 +46,11 @@ class _Theme:
     font_size, title_size, grid_width, autosize = 12, 15, 860, False
 
 
-def _layout(fig: Any, title: str, theme: Any, height: int = 420, **kw) -> Any:
+def _layout(fig: Any, title: str, theme: Any, height: int = 420, text_mode: str = "show", **kw) -> Any:
+    """Title, size, fonts; bar texts never under 12 px (``text_mode`` "hide": a label that does
+    not fit its bar at that size is left out, "show": it is drawn anyway)."""
     th = theme or _Theme()
+    fig.update_layout(uniformtext=dict(minsize=max(12, th.font_size), mode=text_mode))
     fig.update_layout(title=dict(text=title, font=dict(size=th.title_size), x=0.01), height=height,
                       width=None if th.autosize else min(th.grid_width, 840), autosize=th.autosize, template="plotly_white",
                       font=dict(size=th.font_size), margin=dict(l=60, r=20, t=80, b=60), **kw)
@@ -122,7 +125,7 @@ def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
                             textposition="inside") for c in cats])
     return _layout(fig, "Where the KV memory goes (simulated beside published)<br><sup>published: vLLM paper, Fig. 2, "
                    "p. 2, read off the bar labels; vLLM's 3.7% 'others' is 100% - 96.3%</sup>", theme, height=460,
-                   barmode="stack", yaxis_title="share of the 15,728 slots (%)", legend=dict(orientation="h", y=-0.22))
+                   text_mode="hide", barmode="stack", yaxis_title="share of the 15,728 slots (%)", legend=dict(orientation="h", y=-0.22))
 
 
 def batch_vs_rate_figure(rows: Sequence[dict], theme: Any = None, published: dict | None = None,

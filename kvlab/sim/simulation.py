@@ -199,7 +199,7 @@ class Simulation:
         queue order), by ``kvlab.reuse.schedule``'s lpm over the policy's cache."""
         waiting = self.waiting
         head = [waiting.popleft() for _ in range(min(len(waiting), self.cache_aware_window))]
-        ordered = order_by_shared_prefix(head, cache=self.policy.prefix_cache, policy="lpm", tokens_of=_tokens_of)
+        ordered = order_by_shared_prefix(head, tree=self.policy.prefix_cache, policy="lpm", tokens_of=_tokens_of)
         waiting.extendleft(reversed(ordered))
 
     def admit(self) -> int:

@@ -13,6 +13,7 @@ Views (each has a pure-data builder that tests check, and a picture built from i
                                            translated through R1's or R2's block table (the physical layer)
     CostWidget(models)                     lesson 01: a context-length slider, naive vs cached FLOPs per step (log axes)
     CapacityWidget()                       lesson 02: model, KV number format, device, request length -> requests that fit
+    PolicyWidget()                         lesson 03: the contiguous reservation policy and the paged block size
     run_compare(trace) -> steps; compare_figure(step), animate_compare(steps), compare_stepper(trace)
                                            contiguous versus paged on one trace
     radix_tree_graph(state) / radix_graph_at(frames, step)   radix tree in graphviz (SVG)
@@ -92,6 +93,7 @@ from .radix_view import (
     radix_stepper, radix_tree_data, radix_tree_graph,
 )
 from .cost_widget import CostModel, CostWidget, cost_figure, cost_state  # lesson 01
+from .policy_widget import PolicyWidget, policy_state  # lesson 03
 from .stepper import Frame, Stepper
 from .thesis_widget import ThesisWidget, thesis_state  # lesson 00
 from .control import LiveControl
@@ -107,7 +109,7 @@ from .translate_widget import (
 
 __all__ = [
     "CapacityWidget", "capacity_figure", "capacity_state", "CostModel", "CostWidget", "cost_figure", "cost_state",
-    "ThesisWidget", "thesis_state",
+    "ThesisWidget", "thesis_state", "PolicyWidget", "policy_state",
     "CompareStep", "animate_compare", "compare_data", "compare_figure", "compare_stepper", "growth_trace",
     "notes_trace", "run_compare",
     "MapGeometry", "map_geometry", "event_sentence", "step_caption",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ..memory.snapshot import MemorySnapshot
-from .memory_map import CELL_H, CELL_W, GridLayout, _block_traces
+from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces
 from .palette import HIGHLIGHT, holder_color, label_px, theme, tint
 
 __all__ = ["MapGeometry", "map_geometry", "table_arrows", "copy_arc", "frame_traces", "MAX_TABLE_HOLDERS"]
@@ -242,7 +242,7 @@ def frame_traces(data: dict[str, Any], colors: dict[str, str], geom: MapGeometry
     """Every trace that changes between frames, in a fixed order: the pool, then (with tables)
     the tables and one arrow trace per holder, then (with copy room) the copy arcs."""
     labels = _short_labels(data) if geom.holders else None
-    out = _block_traces(data, colors, geom.pool_y0, labels)
+    out = block_traces(data, colors, geom.pool_y0, labels)
     if geom.holders:
         out += _table_traces(data, colors, geom)
     if geom.copy_room:

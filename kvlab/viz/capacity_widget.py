@@ -44,7 +44,7 @@ WEIGHTS, RESERVED = "#7f7f7f", "#ffffff"
 def model_label(spec: KVSpec) -> str:
     """A name a student knows: ``"Llama-2 70B (80 layers, 8 KV heads)"``."""
     name = _MODEL_NAMES.get(spec.name, spec.name)
-    return f"{name} ({spec.layers} layers, {spec.kv_heads} KV heads of {spec.head_dim})"
+    return f"{name} ({spec.layers} layers, {spec.kv_heads} KV heads)"
 
 
 def device_label(name: str) -> str:
@@ -168,7 +168,7 @@ class CapacityWidget:
         tokens = sorted(set(TOKEN_CHOICES) | {c["tokens"]})
         self._controls = {
             "model": W.Dropdown(options=[(model_label(s), k) for k, s in self.models.items()], value=c["model"],
-                                description="model", style=style, layout=wide),
+                                description="model", style=style, layout=W.Layout(width="min(520px, 100%)")),
             "dtype_bytes": W.Dropdown(options=list(DTYPES), value=c["dtype_bytes"], description="KV numbers stored as",
                                       style=style, layout=wide),
             "device": W.Dropdown(options=[(device_label(k), k) for k in self.devices], value=c["device"],

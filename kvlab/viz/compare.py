@@ -343,6 +343,7 @@ def animate_compare(steps: Sequence[CompareStep], title: str = "Contiguous versu
                                            xaxis2=lay["xaxis2"], yaxis2=lay["yaxis2"], yaxis3=lay["yaxis3"])))
     fig.frames = frames
     fig.update_layout(**_animation_controls(len(frames), duration_ms, fig.layout))
+    fig.layout.sliders[0].currentvalue.visible = False  # the subtitle says "step k / N" already: once is enough
     return fig
 
 

@@ -131,6 +131,7 @@ def animate_memory_map(
         for i, d in enumerate(datas)
     ]
     fig.update_layout(**_animation_controls(n, duration_ms, fig.layout))
+    fig.layout.sliders[0].currentvalue.visible = False  # the subtitle says "step k / N" already: once is enough
     return fig
 
 

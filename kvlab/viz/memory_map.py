@@ -8,7 +8,8 @@ table is drawn as a row of cells ``L0 L1 ...`` with an arrow from each cell to i
 (as the translation widget draws one table), so every holder of a shared block is visible; the
 radix tree is a holder too (``CacheManager.snapshot()`` adds its blocks as ``"tree"``). A
 copy-on-write copy is an arc from the source block to its copy. Module layout: this file draws
-the pool; :mod:`kvlab.viz.block_tables` the tables, arrows and copies.
+the pool's data and figures; :mod:`kvlab.viz.pool_grid` its grid and cells; :mod:`kvlab.viz.block_tables`
+the tables, arrows and copies.
 
 Sizes: up to 64 blocks are drawn as labelled cells with their tables (the lessons use a dozen),
 up to 256 as unlabelled cells (hover for details), more (a real pool, up to 4,096 and beyond) as
@@ -34,74 +35,19 @@ as text are drawn by the translation widget and the radix view).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ..memory.block_pool import check_block_ids
 from ..memory.events import Event
-from ..memory.ids import check_int
 from ..memory.snapshot import MemorySnapshot
+from .block_tables import frame_traces, map_geometry
 from .palette import (
-    FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, assign_colors, label_px, request_color, source_label, theme, tint,
+    FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, assign_colors, request_color, source_label, theme,
 )
+from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces, grid_layout
 
 __all__ = ["GridLayout", "grid_layout", "snapshot_ids", "memory_map_data", "memory_map_figure", "event_highlight",
            "pool_snapshot"]
-
-LABELLED_MAX = 64  # up to this many blocks: cells with text labels (and block tables drawn)
-SQUARES_MAX = 256  # up to this many: cells, hover only; above: heatmap
-CELL_W, CELL_H = 0.9, 0.84  # a block's cell, in grid units
-
-
-@dataclass(frozen=True)
-class GridLayout:
-    """Where blocks sit: block ``b`` at column ``b % cols``, row ``b // cols`` (row 0 on top)."""
-
-    num_blocks: int
-    cols: int
-    rows: int
-    mode: str  # "grid" or "heatmap"
-    show_text: bool
-    width: int
-    height: int
-    cell: float  # px per block
-    margin: tuple[int, int, int, int]  # left, right, top, bottom
-
-    @property
-    def x_range(self) -> list[float]:
-        return [-0.5, self.cols - 0.5]
-
-    @property
-    def y_range(self) -> list[float]:
-        return [self.rows - 0.5, -0.5]  # reversed: row 0 at the top
-
-
-def grid_layout(num_blocks: int, cols: int | None = None, mode: str = "auto") -> GridLayout:
-    """The fixed layout for a pool of ``num_blocks`` (see the module doc for the sizes).
-
-    Example: 12 blocks -> one row of 12 labelled cells; 4096 -> a 64 x 64 heatmap.
-        >>> g = grid_layout(12); (g.cols, g.rows, g.mode, g.show_text)
-        (12, 1, 'grid', True)
-        >>> g = grid_layout(4096); (g.cols, g.rows, g.mode)
-        (64, 64, 'heatmap')
-    """
-    num_blocks = check_int("num_blocks", num_blocks, 1)
-    if mode not in ("auto", "grid", "heatmap"):
-        raise ValueError(f"mode must be 'auto', 'grid' or 'heatmap', got {mode!r}")
-    if mode == "auto":
-        mode = "grid" if num_blocks <= SQUARES_MAX else "heatmap"
-    if cols is None:
-        cols = num_blocks if num_blocks <= 16 else 16 if num_blocks <= LABELLED_MAX else 32 if num_blocks <= SQUARES_MAX else 64
-    cols = check_int("cols", cols, 1)
-    cols = min(cols, num_blocks)
-    rows = -(-num_blocks // cols)
-    th = theme()
-    left, right, top, bottom = 10, 10, 80 if th.high_contrast else 70, 50 if th.high_contrast else 40
-    cell = min((th.grid_width - left - right) / cols, 110.0 if th.high_contrast else 80.0)
-    width = int(round(cell * cols)) + left + right
-    height = int(round(cell * rows)) + top + bottom
-    show_text = mode == "grid" and num_blocks <= LABELLED_MAX
-    return GridLayout(num_blocks, cols, rows, mode, show_text, width, height, cell, (left, right, top, bottom))
 
 
 def snapshot_ids(snapshots: Iterable[MemorySnapshot]) -> list[str]:
@@ -245,71 +191,6 @@ def pool_snapshot(allocator: Any, tables: dict[str, Sequence[int]] | None = None
 
 
 # ------------------------------------------------------------------------ figures
-def _palette_index(colors: dict[str, str]) -> list[str]:
-    """The discrete colour list of heatmap mode: free, unowned, then each request colour."""
-    out = [FREE, UNOWNED]
-    for c in colors.values():
-        if c not in out:
-            out.append(c)
-    return out
-
-
-def _block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, labels: list[str] | None = None) -> list[Any]:
-    """The pool's traces that change from frame to frame (same count and kinds in every frame).
-
-    Grid mode: each block a cell (a horizontal bar ``CELL_W`` wide) tinted in its owner's
-    colour, filled in that colour from the left as far as it holds tokens, outlined when shared
-    or highlighted, and its label; ``y0``: the pool's first row in figure units."""
-    import plotly.graph_objects as go
-
-    lay: GridLayout = data["layout"]
-    th = theme()
-    n = data["num_blocks"]
-    if lay.mode == "grid":
-        ys = [y0 + y for y in data["y"]]
-        left = [x - CELL_W / 2 for x in data["x"]]
-        bg = [c if c in (FREE, UNOWNED) else tint(c, 0.3) for c in data["color"]]
-        text = labels if labels is not None else data["label"]
-        return [
-            go.Bar(x=[CELL_W] * n, y=ys, base=left, orientation="h", width=CELL_H, name="blocks",
-                   marker=dict(color=bg, line=dict(color=data["outline_color"], width=data["outline_width"])),
-                   hovertext=data["hover"], hoverinfo="text", showlegend=False),
-            go.Bar(x=[CELL_W * f for f in data["fill"]], y=ys, base=left, orientation="h", width=CELL_H * 0.92,
-                   name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
-                   showlegend=False),
-            go.Scatter(x=data["x"], y=ys, mode="text", text=text if lay.show_text else [""] * n,
-                       textfont=dict(size=label_px(lay.cell / 4.2), color=th.text_color),
-                       hoverinfo="skip", showlegend=False, name="labels"),
-        ]
-    pal = _palette_index(colors)
-    idx = {c: i for i, c in enumerate(pal)}
-    z = [[None] * lay.cols for _ in range(lay.rows)]
-    hv = [[""] * lay.cols for _ in range(lay.rows)]
-    for b in range(n):
-        z[data["y"][b]][data["x"][b]] = idx[data["color"][b]]
-        hv[data["y"][b]][data["x"][b]] = data["hover"][b]
-    k = len(pal)
-    scale = []
-    for i, c in enumerate(pal):
-        scale += [[i / k, c], [(i + 1) / k, c]]
-    marked = sorted(set(data["shared"]) | set(data["highlight"]))
-    return [
-        go.Heatmap(
-            z=z, hovertext=hv, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=k - 0.5,
-            showscale=False, xgap=1 if lay.cell >= 6 else 0, ygap=1 if lay.cell >= 6 else 0, name="blocks",
-        ),
-        go.Scatter(
-            x=[data["x"][b] for b in marked], y=[data["y"][b] for b in marked], mode="markers",
-            marker=dict(
-                symbol="square-open", size=max(lay.cell, 4),
-                color=[data["outline_color"][b] for b in marked],
-                line=dict(width=[min(data["outline_width"][b], 3) for b in marked]),
-            ),
-            hoverinfo="skip", showlegend=False, name="marks",
-        ),
-    ]
-
-
 def _slot_ticks(lay: GridLayout, block_size: int, y0: float = 0.0) -> list[Any]:
     """Static ticks along each cell's bottom edge, one per slot boundary (labelled grids, block size <= 16)."""
     import plotly.graph_objects as go
@@ -413,8 +294,6 @@ def memory_map_figure(
     (default: when the pool is drawn with labels and there are at most 8 holders);
     ``copies``: copy-on-write ``(src, dst)`` arcs to draw.
     """
-    from .block_tables import map_geometry
-
     lay = grid_layout(snapshot.num_blocks, cols, mode)
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     data = memory_map_data(snapshot, highlight, colors, lay, copies)
@@ -427,11 +306,9 @@ def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, 
     the pool alone, in grid units (row 0 at y = 0): what the kernel view draws its arcs over."""
     import plotly.graph_objects as go
 
-    from .block_tables import frame_traces
-
     lay = data["layout"]
     if geom is None:
-        traces = _block_traces(data, colors)
+        traces = block_traces(data, colors)
         legend = data["legend"]
         static = _slot_ticks(lay, data["block_size"])
     else:

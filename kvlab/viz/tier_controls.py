@@ -52,7 +52,8 @@ class TierControls:
 
             self._ratio = W.SelectionSlider(options=[(f"{r:g}x", r) for r in self.ratios], value=host_ratio,
                                             description="host pool (x device pool)", continuous_update=False,
-                                            style={"description_width": "initial"})
+                                            style={"description_width": "initial"},
+                                            layout=W.Layout(width="420px", max_width="100%"))
             self._pol = W.Dropdown(options=[(w, p) for p, w in POLICY_WORDS.items()], value=policy,
                                    description="write policy", style={"description_width": "initial"})
             self._cap = W.HTML(self._caption_html())

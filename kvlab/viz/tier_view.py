@@ -188,6 +188,8 @@ def tier_map_data(snap: TierSnapshot) -> dict[str, Any]:
 def _title(title: str, source: str, caption: str) -> str:
     """A figure title and its caption on a second line at the body font size (a ``<sub>`` would
     shrink it under 12 px)."""
+    if not caption:
+        return f"{title} ({source})"
     return f"{title} ({source})<br><span style='font-size:{theme().font_size}px'>{html.escape(caption)}</span>"
 
 
@@ -242,7 +244,7 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
     fig.update_layout(
         title=dict(text=_title(title, source, snap.caption), font=dict(size=th.title_size),
                    yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
-        width=width or _width(), height=plot_h + top + 40, margin=dict(l=70, r=20, t=top, b=40),
+        width=width or _width(), autosize=theme().autosize and not width, height=plot_h + top + 40, margin=dict(l=70, r=20, t=top, b=40),
         xaxis=dict(range=[-0.7, n - 0.3], showgrid=False, zeroline=False, title="block id", dtick=1 if n <= 16 else None),
         yaxis=dict(range=[-0.6, 1.6], tickvals=[1, 0], ticktext=["device", "host"], showgrid=False, zeroline=False),
         plot_bgcolor="white", font=dict(size=th.font_size),
@@ -289,7 +291,7 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
-        return lifecycle_graph("all", counts, f.extra["taken"], f.caption, source).html()
+        return lifecycle_graph("all", counts, f.extra["taken"], "", source).html()  # the stepper shows the caption
 
     return Stepper(frames, render, static=static, title="tiers")
 
@@ -350,12 +352,13 @@ def _tree_layout(tree: Any) -> dict[int, tuple[float, float]]:
 
 
 def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | None = None, title: str = "Where each node's KV lives",
-                     source: str = "simulated", cols: int = 7) -> Any:
+                     source: str = "simulated", cols: int = 7, caption: bool = True) -> Any:
     """The radix tree (left), each node coloured by where its KV lives (device only, device +
     host copy, host only, disk only), beside the device and host pools (right) as grids whose
     blocks carry their node's letter and colour. ``tree``: a RadixSnapshot of the tiered tree
     (``cm.tree.snapshot()``); ``snap``: the same moment's TierSnapshot; ``labels``: node id ->
-    letter (:func:`majority_labels`)."""
+    letter (:func:`majority_labels`); ``caption``: the snapshot's caption under the title (a
+    stepper, which prints it above its view, passes False)."""
     import plotly.graph_objects as go
 
     source_label(source)
@@ -404,7 +407,7 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
     depth = -min(y for _, y in pos.values())
     leaves = max(x for x, _ in pos.values()) + 1
     fig.update_layout(
-        title=dict(text=_title(title, source, snap.caption), font=dict(size=th.title_size),
+        title=dict(text=_title(title, source, snap.caption if caption else ""), font=dict(size=th.title_size),
                    yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
         width=_width(), height=420 + (60 if th.high_contrast else 0),
         margin=dict(l=10, r=10, t=110 + (20 if th.high_contrast else 0), b=10), plot_bgcolor="white",
@@ -428,5 +431,5 @@ def tier_tree_stepper(rec: TierRecorder, labels: dict[int, str] | None = None, s
     from .stepper import Frame, Stepper
 
     frames = [Frame((t, s), s.caption) for t, s in zip(rec.trees, rec.snapshots)]
-    return Stepper(frames, lambda f: tier_tree_figure(f.snapshot[0], f.snapshot[1], labels, source=source),
+    return Stepper(frames, lambda f: tier_tree_figure(f.snapshot[0], f.snapshot[1], labels, source=source, caption=False),
                    static=static, title="tree and pools")

@@ -14,7 +14,7 @@
 #
 # **What you will learn here**
 # - how to check that your set-up works (the self-test below; every lesson starts with it);
-# - the map of the eleven lessons, and which layer each one is about;
+# - the map of the twelve lessons, and which layer each one is about;
 # - how the exercises are checked, by trying two warm-ups.
 #
 # Words in Chinese from the source notes (块表, 前缀树, 写时复制 ...) are in the
@@ -145,6 +145,7 @@ viz.ThesisWidget(shared=True, table="R2", pos=5)
 # | [08 Eviction and scheduling](08_eviction_scheduling.ipynb) | LRU eviction (驱逐), lock references, cache-aware scheduling, hit rate under memory pressure | logical |
 # | [09 At scale](09_at_scale.ipynb) | the simulator checks the notes' claims against published figures; paged versus radix, summed up | both, at scale |
 # | [10 Tiers and the lifecycle of a KV block](10_tiers.ipynb) | one block from free to cached to offloaded and back: GPU, host memory and disk under the radix tree | both, beyond the GPU |
+# | [11 Fewer bytes per token](11_fewer_bytes.ipynb) | the notes' hot and cold tokens measured on SmolLM2; MHA, GQA, MQA, MLA; int8 and fp8 KV; StreamingLLM, H2O and Quest as block-table operations, against measured quality | bytes per token |
 #
 # Lessons 02 to 06 are the **physical layer**: how KV memory is sized, laid out, read and
 # shared block by block (fork and copy-on-write share blocks by reference count; they never ask

@@ -137,7 +137,8 @@ print("reply:", repr(real_runs["contiguous"].text(real_tok)))
 # %% [markdown]
 # Each step's time against the position of the token it produces (measured; step 0, the prefill
 # of the prompt, is left out). The naive step reruns all the tokens so far, so it costs more at
-# every position and more with every position; the cached step runs one token:
+# every position (and, by its FLOPs, a little more with each one: too little to see over 20
+# positions on a busy CPU); the cached step runs one token:
 
 # %%
 rn, rcache = real_runs["naive"], real_runs["contiguous"]
@@ -147,7 +148,7 @@ fig = go.Figure([go.Scatter(x=pos, y=[1e3 * t for t in rn.step_times[1:]], name=
                  go.Scatter(x=pos, y=[1e3 * t for t in rcache.step_times[1:]], name="KV cache", mode="lines+markers",
                             line_color="#1f77b4")])
 fig.update_layout(title=dict(text="SmolLM2-135M: time of each decode step (measured, this CPU)", font=dict(size=th.title_size)),
-                  xaxis_title="position of the token being produced", yaxis_title="ms per step",
+                  xaxis_title="position of the token being produced", yaxis=dict(title="ms per step", rangemode="tozero"),
                   height=360 if not th.high_contrast else 440, font=dict(size=th.font_size),
                   width=None if th.autosize else 760, autosize=th.autosize, legend=dict(orientation="h", y=-0.3, x=0))
 fig

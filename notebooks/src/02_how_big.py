@@ -130,7 +130,7 @@ fig = go.Figure([
 fig.update_layout(title=dict(text="KV cache of one 4,096-token request, fp16 (simulated)", font=dict(size=th.title_size)),
                   yaxis=dict(title="GB, log scale", type="log", dtick=1), barmode="group",  # 0.09 to 10.7 GB height=380 if not th.high_contrast else 460,
                   width=None if th.autosize else 720, autosize=th.autosize, font=dict(size=th.font_size),
-                  legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0))
+                  legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), xaxis=dict(tickangle=-30))
 fig
 
 # %% [markdown]

@@ -161,6 +161,21 @@ viz.compare_stepper(viz.notes_trace(), capacity=48, block_size=4)
 viz.compare_stepper(viz.growth_trace(), capacity=48, block_size=4, policy="pow2")
 
 # %% [markdown]
+# ### Change the policy yourself
+#
+# The steppers above fix the choices. Here you pick them: how the contiguous side **reserves**
+# (the maximum length, here 24 slots; the next power of two, doubled when a request outgrows
+# it; or exactly the final length, which no real server knows), which **requests** run, and the
+# paged side's **block size**. The sentence sums up the whole run and the figure shows its last
+# step (simulated). Try: the maximum on the notes' requests (C is refused: A and B reserved
+# everything), the oracle on the same (D' still fails: fragmentation, not reservation), the power
+# of two on growing requests (tokens copied), and blocks of 16 (paged refuses D' too: big blocks
+# waste their last slots).
+
+# %%
+viz.PolicyWidget(policy="max", trace="notes", block_size=4)
+
+# %% [markdown]
 # ## 3. The real run: a small serving loop
 #
 # Sixty requests (prompt 8 to 199 tokens, output 8 to 299, seed 0) wait in a queue for an

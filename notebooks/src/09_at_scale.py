@@ -333,9 +333,9 @@ fig = go.Figure([go.Scatter(x=[r["mean_len"] for r in ln], y=[r["vllm/oracle"] f
                  go.Scatter(x=[r["mean_len"] for r in ln], y=[r["vllm/max"] for r in ln], name="vs Orca (Max), by length",
                             mode="lines+markers")])
 fig.update_layout(title="Paging's batch over the baselines' against the mean request length (simulated)",
-                  xaxis=dict(title="mean request length (tokens)", type="log"),
-                  yaxis=dict(title="vLLM batch / baseline batch", type="log"), height=380, template="plotly_white",
-                  font=dict(size=viz.theme().font_size))
+                  xaxis=dict(title="mean request length (tokens)", type="log", dtick=1),
+                  yaxis=dict(title="vLLM batch / baseline batch", type="log", dtick=1), height=380,
+                  template="plotly_white", font=dict(size=viz.theme().font_size))
 fig
 
 # %%
@@ -389,7 +389,7 @@ names = {"orca-max": "Orca (Max)", "orca-oracle": "Orca (Oracle)", "paged": "pag
 fig = go.Figure([go.Bar(name=label, x=[r["scenario"] for r in scenarios], y=[r[p] for r in scenarios])
                  for p, label in names.items()])
 fig.update_layout(barmode="group", title="Requests finished per minute, the notes' scenarios (simulated)",
-                  yaxis=dict(title="requests per minute (log)", type="log"), height=400, template="plotly_white",
+                  yaxis=dict(title="requests per minute (log)", type="log", dtick=1), height=400, template="plotly_white",
                   font=dict(size=viz.theme().font_size), legend=dict(orientation="h", y=-0.2))
 fig
 

@@ -355,7 +355,6 @@ def one_tier(host_ratio, write_policy):
 
 
 controls = TierControls(one_tier, host_ratio=2, policy="write_back", static=viz.is_static())
-print(controls.caption)
 controls
 
 # %% [markdown]
@@ -404,8 +403,9 @@ for model, dash in (("llama-3-8b", "solid"), ("llama-2-7b", "dot")):
         fig.add_trace(go.Scatter(x=lengths, y=[load_seconds(model, n, link) for n in lengths],
                                  name=f"{model}: load over {name}", line=dict(color=color, dash=dash)))
 fig.update_layout(title="Recompute a prefix or load it back (simulated, stated H100 and link numbers)",
-                  xaxis=dict(type="log", title="prefix length (tokens)"), yaxis=dict(type="log", title="seconds"),
-                  height=460, legend=dict(font=dict(size=10)))
+                  xaxis=dict(type="log", title="prefix length (tokens)", dtick=1),
+                  yaxis=dict(type="log", title="seconds", dtick=1), font=dict(size=viz.theme().font_size),
+                  height=520, legend=dict(orientation="h", y=-0.2, font=dict(size=viz.theme().font_size)))
 fig
 
 # %% [markdown]

@@ -1,0 +1,174 @@
+"""Lesson 11's pictures: attention mass against bytes read by position, what a token budget keeps,
+and bytes against quality for every method. They draw measurements; they change nothing.
+
+    attention_figure(profile)       heatmap (layer x position) of attention mass, and below it
+                                    the mass averaged over layers beside the bytes read per step
+    kept_blocks(profile, ...)       which positions StreamingLLM / H2O keep at a budget, and the
+                                    share of the measured attention mass they cover (plain data)
+    budget_explorer(profile, ...)   a widget: method, budget and sinks -> the kept positions
+    tradeoff_figure(rows)           KV bytes kept and read against perplexity and agreement
+
+Example:
+    >>> import torch
+    >>> from kvlab.compute.kv_measure import Profile
+    >>> p = Profile(torch.tensor([[0.4, 0.1, 0.1, 0.1, 0.1, 0.2]]), [8.0] * 6, sinks=1, recent=2)
+    >>> k = kept_blocks(p, "streaming", budget_tokens=4, sink_tokens=2, block_size=2)
+    >>> k["kept"], round(k["mass_kept"], 2)
+    ([0, 1, 4, 5], 0.8)
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .display import is_static
+from .palette import FREE, classroom_css, source_label, theme
+
+__all__ = ["attention_figure", "kept_blocks", "budget_explorer", "tradeoff_figure"]
+
+METHOD_COLORS = {"full": "#333333", "streaming": "#1f77b4", "h2o": "#ff7f0e", "quest": "#2ca02c",
+                 "int8": "#9467bd", "fp8": "#8c564b"}
+MAX_WIDTH = 840   # every figure fits an 850 px output area
+
+
+def _width(th) -> int | None:
+    return None if th.autosize else min(th.grid_width, MAX_WIDTH)
+
+
+def attention_figure(profile: Any, title: str = "Where decode attention goes, and what each step reads") -> Any:
+    """Two rows (measured): the attention mass each position received from the decode queries, per
+    layer (log colour scale); below, averaged over layers (log axis) beside the K/V bytes read per
+    decode step for that position (flat: dense attention reads everything)."""
+    import plotly.graph_objects as go
+    import torch
+    from plotly.subplots import make_subplots
+
+    th = theme()
+    mass = profile.layer_mass                                               # (layers, T)
+    T = mass.shape[1]
+    x = list(range(T))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.55, 0.45],
+                        specs=[[{}], [{"secondary_y": True}]])
+    fig.add_trace(go.Heatmap(z=torch.log10(mass.clamp_min(1e-6)).tolist(), x=x, colorscale="Viridis",
+                             colorbar=dict(title="log10 mass", len=0.5, y=0.78, thickness=12),
+                             hovertemplate="layer %{y}, position %{x}: log10 mass %{z:.2f}<extra></extra>"), 1, 1)
+    fig.add_trace(go.Scatter(x=x, y=profile.mass.tolist(), name="attention mass (mean over layers)",
+                             line=dict(color="#d62728", width=th.line_width)), 2, 1)
+    fig.add_trace(go.Scatter(x=x[:len(profile.reads)], y=[r / 1e3 for r in profile.reads],
+                             name="K/V KB read per decode step", line=dict(color="#1f77b4", width=th.line_width,
+                                                                            dash="dash")), 2, 1, secondary_y=True)
+    fig.update_yaxes(title_text="layer", row=1, col=1)
+    fig.update_yaxes(title_text="mass (log)", type="log", row=2, col=1)
+    fig.update_yaxes(title_text="KB read", rangemode="tozero", row=2, col=1, secondary_y=True)
+    fig.update_xaxes(title_text="token position", row=2, col=1)
+    fig.update_layout(title=dict(text=f"{title} ({source_label('measured')})", font=dict(size=th.title_size)),
+                      height=560, width=_width(th), autosize=th.autosize, template="plotly_white",
+                      font=dict(size=th.font_size), margin=dict(l=60, r=20, t=60, b=50),
+                      legend=dict(orientation="h", y=-0.14, x=0))
+    return fig
+
+
+def kept_blocks(profile: Any, method: str, budget_tokens: int, sink_tokens: int, block_size: int) -> dict:
+    """Which positions a method keeps under ``budget_tokens`` (whole blocks), judged by the
+    profile's measured attention: {"kept": positions, "mass_kept": share of the mass they got,
+    "tokens_kept": share of the tokens}. H2O ranks blocks by that mass (the heavy hitters)."""
+    from ..compute.kv_compress import h2o_drop, streaming_drop
+
+    mass = profile.mass
+    T = mass.shape[0]
+    nb, full = -(-T // block_size), T // block_size
+    budget = max(1, -(-budget_tokens // block_size))
+    if method == "streaming":
+        sinks = min(-(-sink_tokens // block_size), budget - 1)
+        drop = streaming_drop(nb, full, sinks, budget - sinks) if nb > budget else []
+    elif method == "h2o":
+        scores = [float(mass[b * block_size:(b + 1) * block_size].sum()) for b in range(nb)]
+        drop = h2o_drop(scores, full, budget, max(1, budget // 2)) if nb > budget else []
+    else:
+        raise ValueError(f"method must be 'streaming' or 'h2o', got {method!r}")
+    gone = set(drop)
+    kept = [p for p in range(T) if p // block_size not in gone]
+    return {"kept": kept, "mass_kept": float(mass[kept].sum() / mass.sum()), "tokens_kept": len(kept) / T}
+
+
+def _kept_figure(profile: Any, k: dict, caption: str) -> Any:
+    import plotly.graph_objects as go
+
+    th = theme()
+    keep = set(k["kept"])
+    mass = profile.mass.tolist()
+    fig = go.Figure(go.Bar(x=list(range(len(mass))), y=mass, marker_color=[
+        "#1f77b4" if p in keep else FREE for p in range(len(mass))], hovertemplate="position %{x}: %{y:.4f}"))
+    fig.update_layout(title=dict(text=caption, font=dict(size=th.font_size + 1)), height=300, width=_width(th),
+                      autosize=th.autosize, template="plotly_white", font=dict(size=th.font_size),
+                      yaxis=dict(type="log", title="attention mass"), xaxis_title="token position (blue: kept)",
+                      margin=dict(l=60, r=20, t=60, b=50), showlegend=False)
+    return fig
+
+
+def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64, sink_tokens: int = 16) -> Any:
+    """A widget: pick StreamingLLM or H2O, a budget and the sinks; see which positions stay (blue)
+    and what share of the measured attention mass they got. Static figure when widgets are off."""
+    T = profile.mass.shape[0]
+
+    def caption(k: dict, method: str, budget: int) -> str:
+        return (f"{method}, budget {budget} tokens: keeps {len(k['kept'])} of {T} tokens "
+                f"({k['tokens_kept']:.0%} of the KV memory) and {k['mass_kept']:.0%} of the attention mass (measured)")
+
+    k = kept_blocks(profile, "streaming", budget_tokens, sink_tokens, block_size)
+    if is_static():
+        return _kept_figure(profile, k, caption(k, "streaming", budget_tokens))
+    import ipywidgets as w
+    from IPython.display import display
+
+    method = w.ToggleButtons(options=[("StreamingLLM", "streaming"), ("H2O", "h2o")], value="streaming",
+                             description="method")
+    budget = w.IntSlider(value=budget_tokens, min=block_size, max=max(block_size, T), step=block_size,
+                         description="budget (tokens)", continuous_update=False, style={"description_width": "110px"})
+    sinks = w.IntSlider(value=sink_tokens, min=0, max=4 * block_size, step=block_size // 4 or 1,
+                        description="sinks (StreamingLLM)", continuous_update=False,
+                        style={"description_width": "140px"})
+    out = w.Output()
+
+    def redraw(_=None) -> None:
+        kk = kept_blocks(profile, method.value, budget.value, sinks.value, block_size)
+        name = "StreamingLLM" if method.value == "streaming" else "H2O"
+        with out:
+            out.clear_output(wait=True)
+            display(_kept_figure(profile, kk, caption(kk, name, budget.value)))
+
+    for c in (method, budget, sinks):
+        c.observe(redraw, names="value")
+    redraw()
+    box = w.VBox([w.HTML(classroom_css("kvlab-budget")), method, w.HBox([budget, sinks],
+                  layout=w.Layout(flex_flow="row wrap")), out])
+    box.add_class("kvlab-budget")
+    return box
+
+
+def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, every method, same prompts") -> Any:
+    """Two panels (measured): KV bytes kept per sequence against perplexity, and K/V bytes read per
+    decode step against the share of greedy tokens equal to the full cache's."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    th = theme()
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
+                        subplot_titles=("memory kept vs perplexity (lower is better)",
+                                        "bytes read per step vs greedy agreement"))
+    for r in rows:
+        color = METHOD_COLORS.get(r.label.split()[0], "#555555")
+        common = dict(mode="markers+text", text=[r.label], textposition="top center", name=r.label,
+                      marker=dict(size=12, color=color), textfont=dict(size=th.font_size - 1))
+        fig.add_trace(go.Scatter(x=[r.kv_bytes / 1e6], y=[r.ppl], showlegend=False, **common), 1, 1)
+        fig.add_trace(go.Scatter(x=[r.read_bytes_per_step / 1e6], y=[100 * r.agreement], showlegend=False,
+                                 **common), 1, 2)
+    fig.update_xaxes(title_text="KV MB kept (one sequence)", rangemode="tozero", row=1, col=1)
+    fig.update_xaxes(title_text="K/V MB read per decode step", rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(title_text="perplexity", row=1, col=1)
+    fig.update_yaxes(title_text="% tokens = full cache", range=[0, 108], row=1, col=2)
+    fig.update_layout(title=dict(text=f"{title} ({source_label('measured')})", font=dict(size=th.title_size)),
+                      height=420, width=_width(th), autosize=th.autosize, template="plotly_white",
+                      font=dict(size=th.font_size), margin=dict(l=60, r=20, t=90, b=60))
+    for a in fig.layout.annotations:
+        a.font = dict(size=th.font_size)
+    return fig

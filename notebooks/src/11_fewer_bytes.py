@@ -1,0 +1,409 @@
+# Lesson 11: fewer bytes per token, measured on a real model.
+# Source of truth for notebooks/11_fewer_bytes.ipynb; build with: .venv/bin/python scripts/build_notebooks.py 11
+
+# %% [markdown]
+# # 11 · Fewer bytes per token
+#
+# **What you will learn**
+#
+# - What one token costs in the [KV cache](glossary.md) (KV 缓存) under multi-head (MHA),
+#   grouped-query (GQA), multi-query (MQA) and DeepSeek's multi-head latent attention (MLA), and
+#   in int8 or fp8 instead of fp16.
+# - Whether the source notes' "hot and cold tokens" hold: measured on SmolLM2-135M, how many
+#   bytes each decode step reads for each position, beside how much attention each position gets.
+# - Three ways to keep or read fewer tokens, each as an operation on the
+#   [block table](glossary.md) (块表): StreamingLLM (sinks + a recent window), H2O (heavy
+#   hitters), Quest (read only the top-k blocks by a bound); and their price in quality.
+# - int8 KV with one scale per token and head: a store kernel that quantizes, a decode kernel
+#   that dequantizes on load, both in Triton.
+#
+# Paging (lessons 04-06) and prefix reuse (07-10) fight *waste*; this lesson attacks what each
+# kept token costs. Every number below is computed in this run and labelled **measured** (on
+# this machine, with the real model) or **simulated** (arithmetic from published configs).
+
+# %%
+import kvlab
+from kvlab import check
+from kvlab.check import self_test
+
+self_test();
+
+# %% [markdown]
+# ## 1. Bytes per token, four ways
+#
+# Lesson 02's formula, `2 x layers x kv_heads x head_dim x bytes`, covers MHA, GQA and MQA: they
+# differ only in how many K/V heads a layer keeps. MLA (DeepSeek-V2 and V3) caches something
+# else: per layer and token one compressed latent `c_KV` of 512 numbers, from which the
+# keys and the values of all 128 heads are rebuilt, plus a 64-wide key part that carries RoPE.
+# So its formula has no factor 2 and no heads: `layers x (512 + 64) x bytes`. int8 stores one
+# byte a value plus, in kvlab, one fp32 scale per token, head and K/V (section 5), which the
+# formula counts (simulated: arithmetic from the published configs).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.memory.kvspec import MODELS
+
+print(f"{'model':14s} {'kind':5s} {'fp16 bytes/token':>40s} {'int8 bytes/token':>44s}")
+for name in ("llama-2-7b", "llama-3-8b", "falcon-7b", "deepseek-v3", "smollm2-135m"):
+    spec = MODELS[name]
+    print(f"{name:14s} {spec.kind:5s} {spec.per_token_formula():>40s} {spec.with_dtype('int8').per_token_formula():>44s}")
+v3, l70 = MODELS["deepseek-v3"], MODELS["llama-2-70b"]
+print(f"DeepSeek-V3 (671B parameters) keeps {v3.bytes_per_token:,} B per token, "
+      f"{l70.bytes_per_token / v3.bytes_per_token:.1f}x less than Llama-2 70B with GQA")
+
+# %% [markdown]
+# MLA keeps less per token than Llama-3 8B although the model is 80 times bigger. The price is
+# paid in compute: each step multiplies the latent back up (or folds that matrix into the query
+# and the output projection, "absorbing" it). The rest of the lesson keeps SmolLM2's GQA layout
+# (3 KV heads x 64) and asks how many tokens, and how many bytes for each, must be kept.
+#
+# ## 2. The real model, and the notes' claim
+#
+# The second source note says: *"the most recent ~100 tokens are hot (accessed often), early
+# tokens are cold"*, and imagines the hot ones in SRAM. Two different things hide in "hot":
+# how often a token's K and V are **read**, and how much **attention** a token receives. We
+# measure both on SmolLM2-135M-Instruct (loaded from its GGUF file; about 4 s), on a chat
+# prompt made of about 200 tokens of the standard library's documentation and a question,
+# over 8 greedy decode steps with the full cache.
+
+# %%
+import torch
+
+from kvlab.compute.loader import load_pretrained
+from kvlab.compute.kv_measure import attention_profile, doc_prompts
+
+torch.manual_seed(0)
+model, tok = load_pretrained("smollm2")
+prompts = doc_prompts(tok, 2, doc_tokens=200)
+profile = attention_profile(model, prompts[0], steps=8, block_size=16, sinks=4, recent=100)
+print(f"SmolLM2: {model.config.num_hidden_layers} layers, {model.config.num_key_value_heads} KV heads x "
+      f"{model.config.head_dim}; prompt of {len(prompts[0])} tokens, 8 decode steps (measured)")
+
+# %% [markdown]
+# The picture: on top, for each layer (rows) and position (columns), the attention the 8 decode
+# queries gave that position, averaged over heads (log colour scale). Below, the same averaged
+# over layers (red, log axis) beside the bytes of K and V each decode step read for that
+# position (blue, dashed).
+
+# %%
+from kvlab.viz.kv_compress_view import attention_figure
+
+attention_figure(profile)
+
+# %%
+print(profile.verdict())
+s = profile.shares()
+
+# %% [markdown]
+# Two things to read off. **Access**: under dense attention every decode step reads every
+# token's K and V once, the first token as often as the last; the blue line is flat because that
+# is what the algorithm does, and the verdict's max/min ratio confirms the count. By access
+# nothing is hot or cold, and there is no SRAM tier to put hot KV in (lesson 10). **Attention
+# mass** is another matter: the verdict above says, from this run's numbers, how much the first
+# tokens and the recent window got against their share of the tokens. Where the first few
+# tokens get far more than their share they are *attention sinks*: a head that has nothing to
+# attend to parks its softmax mass there. That unevenness is what the methods below bet on: a
+# token that gets almost no attention should be cheap to drop (or not to read). Section 5
+# measures the price.
+#
+# ## 3. Keeping fewer tokens is a block-table operation
+#
+# kvlab owns the block table, so dropping tokens is a table edit: whole blocks leave the table
+# through `BlockManager.drop_blocks` and go back to the pool, and each kept token keeps its
+# **original position** (its RoPE angle), as StreamingLLM's cache does. A tiny example (block
+# size 4, 30 tokens = 8 blocks, the last one partial), with StreamingLLM (Xiao et al. 2023)
+# keeping 1 sink block and a window of 2:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab import BlockManager
+from kvlab.compute.kv_compress import h2o_drop, streaming_drop
+
+m = BlockManager(num_blocks=10, block_size=4)
+table = m.add_sequence("R1", 30)
+print(f"before: table {table.block_ids}, {table.num_tokens} tokens, free blocks {m.allocator.num_free_blocks}")
+drop = streaming_drop(num_blocks=8, num_full=7, sink_blocks=1, window_blocks=2)
+released = m.drop_blocks("R1", drop)
+m.check_integrity()
+t = m.table("R1")
+kept_positions = [p for p in range(30) if p // 4 not in drop]
+print(f"drop logical blocks {drop}: blocks {released} back to the pool")
+print(f"after:  table {t.block_ids}, {t.num_tokens} tokens, free blocks {m.allocator.num_free_blocks}")
+print(f"slot i now holds original position {kept_positions}")
+scores = [9.0, 0.5, 6.0, 0.2, 0.1, 0.3, 0.4, 0.2]     # attention received per block (made-up numbers)
+print(f"H2O (Zhang et al. 2023), 4 blocks, window 2, scores {scores}: drop {h2o_drop(scores, 7, 4, 2)}")
+
+# %% [markdown]
+# H2O keeps the window and then the *heavy hitters*, the blocks that received the most
+# attention so far (here block 0, the sink, and block 2). Quest (Tang et al. 2024) drops nothing:
+# it keeps, per block, the minimum and maximum of every key channel, and before each step
+# reads only the top-k blocks by an **upper bound** of the query's scores in that block,
+# `sum_d max(q_d * max_d, q_d * min_d)`. The Triton kernel `selected_decode_attention` takes
+# each sequence's list of selected blocks and reads only those, through the block table; here
+# it is checked against its torch reference in the interpreter:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.compute.kv_compress import block_key_minmax, quest_bounds, quest_select
+from kvlab.kernels import compressed_decode_attention_ref, selected_decode_attention
+
+g = torch.Generator().manual_seed(0)
+k_cache = torch.randn(6, 4, 1, 16, generator=g)              # (num_blocks, block_size, kv_heads, head_dim)
+v_cache = torch.randn(6, 4, 1, 16, generator=g)
+q = torch.randn(1, 2, 16, generator=g)                       # one sequence, 2 query heads
+block_table, n = torch.tensor([[3, 0, 5, 1, 4]], dtype=torch.int32), 18
+keys = k_cache[block_table[0].long()].reshape(-1, 1, 16)[:n]
+chosen = quest_select(quest_bounds(q[0], *block_key_minmax(keys, 4)), top_k=2)
+sel = torch.tensor([chosen], dtype=torch.int32)
+args = (q, k_cache, v_cache, block_table, torch.tensor([n], dtype=torch.int32))
+out = selected_decode_attention(*args, sel, torch.tensor([2], dtype=torch.int32))
+ref = compressed_decode_attention_ref(*args, selected_blocks=sel, num_selected=torch.tensor([2]))
+print(f"Quest reads logical blocks {chosen} of 5; kernel equals the reference: {torch.allclose(out, ref, atol=1e-5)}")
+
+# %% [markdown]
+# Try a budget yourself on the profile measured above: pick a method, a budget and the sinks,
+# and see which positions stay (blue) and what share of the measured attention mass they got.
+# StreamingLLM without sinks (set them to 0) loses the first tokens' mass at once.
+
+# %%
+from kvlab.viz.kv_compress_view import budget_explorer
+
+budget_explorer(profile, block_size=16, budget_tokens=64, sink_tokens=16)
+
+# %% [markdown]
+# ## 4. Fewer bytes per kept token: int8 with a scale per token and head
+#
+# A K or V row of one head is quantized with its own scale: `scale = max|x| / 127`,
+# `x_q = round(x / scale)` in int8, and read back as `x_q * scale`. One scale per token and head
+# matters because magnitudes differ a lot between tokens (sinks have large keys) and between
+# heads: a single scale for the whole tensor would round a quiet head to zeros. Measured on
+# SmolLM2's real keys of layer 0 for the prompt above:
+
+# %%
+from kvlab.compute.kv_measure import prefill
+from kvlab.kernels.reference import dequantize_kv_ref, quantize_kv_ref
+
+state = prefill(model, prompts[0], block_size=16)
+k0 = state.kv[0][0].float()                                  # (T, kv_heads, head_dim): layer 0's keys
+xq, scale = quantize_kv_ref(k0)
+err_token = ((dequantize_kv_ref(xq, scale) - k0).norm() / k0.norm()).item()
+one = k0.abs().max() / 127
+err_tensor = ((torch.clamp(torch.floor(k0 / one + 0.5), -127, 127) * one - k0).norm() / k0.norm()).item()
+print(f"relative error of layer 0's keys: one scale per token and head {err_token:.2%}, "
+      f"one scale for the tensor {err_tensor:.2%} (measured)")
+print(f"bytes per token: fp32 {2 * 30 * 3 * 64 * 4:,}, fp16 {2 * 30 * 3 * 64 * 2:,}, "
+      f"int8 + scales {MODELS['smollm2-135m'].with_dtype('int8').bytes_per_token:,}")
+
+# %% [markdown]
+# In the engine the store kernel (`store_kvcache_quant`) quantizes as it writes each new token's
+# K and V into its slot, and the decode kernel (`quantized_decode_attention`) dequantizes each
+# tile as it loads it, so the cache never exists in full precision. Both against their torch
+# references in the interpreter (fp8 e4m3 works the same way with 448 in place of 127):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.kernels import quantized_decode_attention, store_kvcache_quant
+from kvlab.kernels.reference import store_kvcache_quant_ref
+
+key, value = torch.randn(6, 1, 16, generator=g) * 3, torch.randn(6, 1, 16, generator=g)
+slots = torch.tensor([4, 5, 6, 7, 8, 9])                     # blocks 1 and 2, block size 4
+caches = [[torch.zeros(3, 4, 1, 16, dtype=torch.int8) for _ in range(2)] + [torch.ones(3, 4, 1) for _ in range(2)]
+          for _ in range(2)]
+store_kvcache_quant(key, value, *caches[0], slots)
+store_kvcache_quant_ref(key, value, *caches[1], slots)
+print("store kernel equals the reference:", all(torch.equal(a, b) for a, b in zip(*caches)))
+kc, vc, ks, vs = caches[0]
+q1 = torch.randn(1, 2, 16, generator=g)
+args = (q1, kc, vc, ks, vs, torch.tensor([[1, 2]], dtype=torch.int32), torch.tensor([6], dtype=torch.int32))
+print("decode kernel equals the reference:",
+      torch.allclose(quantized_decode_attention(*args), compressed_decode_attention_ref(
+          q1, kc, vc, args[5], args[6], k_scale=ks, v_scale=vs), atol=1e-5))
+
+# %% [markdown]
+# ## 5. The real run: memory kept against quality
+#
+# Every method on the same model and prompts, each starting from the same dense prefill: the
+# full cache; StreamingLLM, H2O and Quest at a budget of 64 tokens (4 blocks of 16; StreamingLLM
+# with 16 sink tokens); int8 and fp8 KV. For each: KV bytes kept at the end, K/V bytes read per
+# decode step, perplexity of a held-out passage of documentation (200 tokens of context, then
+# 10 scored), and the share of 10 greedy tokens equal to the full cache's on 2 prompts. The
+# bench (`bench/bench_kv_compress.py`) runs 20 prompts x 32 tokens; here a small default keeps
+# the lesson under a minute. The model runs in fp32 on the CPU, so the full cache is fp32 here
+# (4 bytes a value): int8 and fp8 keep a quarter of it plus their scales.
+
+# %%
+from kvlab.compute.kv_compress import CompressionConfig
+from kvlab.compute.kv_measure import compare_methods, format_results, heldout_pairs
+
+configs = [CompressionConfig("full"), CompressionConfig("streaming", 64, 16), CompressionConfig("h2o", 64),
+           CompressionConfig("quest", 64), CompressionConfig("int8"), CompressionConfig("fp8")]
+rows = compare_methods(model, configs, prompts, 10, heldout_pairs(tok, 1, 200, 10), block_size=16)
+print(format_results(rows))
+
+# %% [markdown]
+# The one picture of the lesson: memory kept against perplexity (left), bytes read per step
+# against agreement with the full cache (right), every method, this run.
+
+# %%
+from kvlab.viz.kv_compress_view import tradeoff_figure
+
+tradeoff_figure(rows)
+
+# %%
+full = rows[0]
+best = max(rows[1:], key=lambda r: (r.agreement, -r.ppl))
+small = min(rows[1:], key=lambda r: r.kv_bytes)
+print(f"Closest to the full cache: {best.label} ({best.agreement:.0%} of greedy tokens equal, perplexity "
+      f"{best.ppl:.2f} vs {full.ppl:.2f}) with {best.kv_bytes / full.kv_bytes:.0%} of its KV memory.")
+print(f"Smallest cache: {small.label}, {small.kv_bytes / full.kv_bytes:.0%} of the memory, "
+      f"{small.agreement:.0%} of greedy tokens equal, perplexity {small.ppl:.2f}.")
+q = next(r for r in rows if r.label.startswith("quest"))
+print(f"Quest keeps all {q.kv_bytes / full.kv_bytes:.0%} of the memory but reads "
+      f"{q.read_bytes_per_step / full.read_bytes_per_step:.0%} of the bytes per step.")
+
+# %% [markdown]
+# ## 6. Where dropping breaks: a fact in the middle
+#
+# Attention mass is small in the middle *on average*, but a question can make one middle token
+# matter. A prompt of about 400 tokens of documentation hides "the secret code of the vault is
+# 7391" in its middle and asks for it at the end:
+
+# %%
+from kvlab.compute.kv_measure import needle, needle_prompt
+
+question = needle_prompt(tok, filler_tokens=400)
+nstate = prefill(model, question, block_size=16)
+found = {}
+for cfg in configs[:4]:
+    text = tok.decode(needle(model, question, cfg, max_tokens=14, block_size=16, state=nstate)).strip()
+    found[cfg.label] = "7391" in text
+    print(f"{cfg.label:14s} {'found' if found[cfg.label] else 'MISSED':7s} {text!r}")
+
+# %% [markdown]
+# Methods that decide once what to drop cannot get a dropped token back: its K and V are gone
+# from the pool. Quest keeps every block and chooses per step, per layer, with the query in
+# hand; it finds the fact only if the bound ranks the fact's block among the top 4 at the step
+# that needs it, which the run above shows (Quest saves bytes read, never memory).
+#
+# ## 7. Exercises
+#
+# ### Exercise 1: which blocks StreamingLLM keeps
+#
+# Implement `streaming_keep(num_tokens, block_size, sink_tokens, window_tokens)`: the logical
+# blocks kept, ascending: the first `ceil(sink_tokens / block_size)` blocks (the sinks) and the
+# last `ceil(window_tokens / block_size)` blocks (the newest, partial one included), each once.
+# `ValueError` for a negative count, a block size below 1 or a window below 1.
+
+# %% tags=["exercise-stub"]
+def streaming_keep(num_tokens, block_size, sink_tokens, window_tokens):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.streaming_keep(streaming_keep)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Count blocks, not tokens: a sequence of `num_tokens` has `ceil(num_tokens / block_size)` blocks,
+# and a block that holds any sink token stays.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# For a short sequence the sinks and the window overlap: a set of block indices, sorted at the
+# end, keeps each block once.
+# </details>
+
+# %% [markdown]
+# ### Exercise 2: Quest's choice
+#
+# Implement `quest_pick(q, k_min, k_max, top_k)`: `q` is one query head `(head_dim,)`, `k_min`
+# and `k_max` are `(num_blocks, head_dim)`, the per-channel minimum and maximum of each block's
+# keys. Return the `top_k` blocks with the largest upper bound of `q . k` over the block,
+# ascending (ties: the lower block; all blocks when `top_k >= num_blocks`; `ValueError` when
+# `top_k < 1`).
+
+# %% tags=["exercise-stub"]
+def quest_pick(q, k_min, k_max, top_k):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.quest_pick(quest_pick)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# The bound must be at least `q . k` for every key `k` of the block. Per channel, which of
+# `k_min[d]` and `k_max[d]` makes `q[d] * k[d]` largest depends on the sign of `q[d]`.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# `torch.maximum(q * k_max, q * k_min).sum(-1)` gives one bound per block; sort the block
+# indices by `(-bound, index)`.
+# </details>
+
+# %% [markdown]
+# ### Exercise 3: int8 with a scale per token and head
+#
+# Implement `quantize_per_token(x)` for `x (num_tokens, num_heads, head_dim)` float32: return
+# `(xq, scale)` with `scale[t, h] = max_d |x[t, h, d]| / 127` (1 where that is 0) and
+# `xq = clamp(floor(x / scale + 0.5), -127, 127)` as `torch.int8`. `ValueError` unless `x` is 3-D.
+
+# %% tags=["exercise-stub"]
+def quantize_per_token(x):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.quantize_per_token(quantize_per_token)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# `x.abs().amax(dim=-1)` reduces over head_dim only: one value per (token, head).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Divide by `scale[..., None]` to broadcast over head_dim; `.to(torch.int8)` alone truncates
+# toward zero, so round first.
+# </details>
+
+# %% [markdown]
+# ## What the notes got right and wrong, from this run
+
+# %%
+ratio = (s["sink_mass"] / s["sink_tokens"], s["recent_mass"] / s["recent_tokens"])
+print(f"- Access: each decode step read every position's K and V (max/min reads {s['reads_ratio']:.2f}): "
+      "not hot or cold by access (the notes: wrong).")
+print(f"- Recent tokens: the last {profile.recent} got {ratio[1]:.2f}x their share of attention "
+      f"(the notes: {'right' if ratio[1] > 1.05 else 'wrong'}, by attention).")
+print(f"- Early tokens: the first {profile.sinks} got {ratio[0]:.1f}x their share "
+      f"(the notes' 'cold': {'wrong, they are sinks' if ratio[0] > 2 else 'right here'}).")
+q8 = next(r for r in rows if r.label == "int8")
+print(f"- int8 KV: {q8.kv_bytes / full.kv_bytes:.0%} of the fp32 cache's bytes, {q8.agreement:.0%} of greedy "
+      f"tokens equal, perplexity {q8.ppl:.2f} vs {full.ppl:.2f}.")
+lost = [k for k, v in found.items() if not v]
+if not found["full"]:
+    print("- The needle: even the full cache missed the fact in this run (a 135M model).")
+else:
+    print(f"- The needle: the full cache found the fact; {', '.join(lost) if lost else 'no method'} lost it.")
+
+# %% [markdown]
+# ## Summary
+#
+# - Bytes per token: `2 x layers x kv_heads x head_dim x bytes` for MHA, GQA and MQA; MLA
+#   caches one 512 + 64 latent per layer (no factor 2). int8 stores one byte a value plus a
+#   scale per token and head; the simulator takes it too
+#   (`python -m kvlab simulate --kv-dtype int8`), so lesson 09's batch sizes can be redone.
+# - The notes' "hot and cold tokens" split into two questions: how often a token is read (under
+#   dense attention: every step, every token) and how much attention it gets (uneven: see the
+#   lines above for this run).
+# - StreamingLLM and H2O drop whole blocks from the table (`BlockManager.drop_blocks`), the
+#   pool gets them back and kept tokens keep their positions; Quest keeps everything and reads
+#   the top-k blocks by an upper bound. Section 5 gives each one's memory and quality on this
+#   model; section 6 shows what a drop cannot undo.
+# - int8 and fp8 cut the bytes of every kept token and combine with any of the three.
