@@ -150,3 +150,11 @@ def test_a_long_sequence_is_drawn_in_rows_of_8_without_tangled_arrows():
     assert all(len(line) <= 115 for line in fig.layout.title.subtitle.text.split("<br>"))
     few = viz.kernel_access_figure(scattered().snapshot(), "R1")          # 5 reads: arrows drawn
     assert len(few.layout.shapes) == 4
+
+
+def test_the_legend_lists_the_red_outline_only_when_a_step_is_shown():
+    """The whole-run picture outlines nothing in red, so its legend must not explain red."""
+    snap = scattered().snapshot()
+    names = lambda fig: [t.name for t in fig.data if t.x == (None,)]  # noqa: E731
+    assert "read this iteration" not in names(viz.kernel_access_figure(snap, "R1"))
+    assert "read this iteration" in names(viz.kernel_access_figure(snap, "R1", iteration=1))

@@ -180,7 +180,7 @@ def kernel_access_figure(
     """The read order over the memory map, as a static plotly figure."""
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
-    d["highlight_name"] = "read this iteration"  # the red outline's legend words here
+    d["highlight_name"] = "read this iteration" if iteration is not None else ""  # the red outline's legend words
     splits = f", split-K: {num_splits} programs, one colour each" if num_splits > 1 else ""
     cap = d["caption"] = _caption(d, iteration)
     title = f"Kernel reads {seq_id}: {d['tile_tokens']}-token tiles{splits}"
