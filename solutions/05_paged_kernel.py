@@ -1,11 +1,10 @@
 """Solutions to lesson 05 (the paged attention kernel): same names as the stubs."""
 import math
 
-import torch
+import kvlab.kernels  # noqa: F401  -- first: decides the kernel mode before Triton is imported (its own
+import torch          # @triton.jit helpers, tl.cdiv..., are built in that mode at import)
 import triton
 import triton.language as tl
-
-import kvlab.kernels  # noqa: F401  -- decides the kernel mode before @triton.jit runs
 
 
 @triton.jit

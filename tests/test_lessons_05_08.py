@@ -42,6 +42,9 @@ def test_no_hint_quotes_the_solution(stem):
     for h in hints:
         assert not [ln for ln in code if ln in h], f"{stem}: a hint quotes the solution"
         assert "tl.load(" not in h and "tl.store(" not in h and "einsum(\"" not in h, f"{stem}: a hint hands over a call"
+        flat = re.sub(r"\s+", " ", sol)
+        long_spans = [x for x in re.findall(r"`([^`]+)`", re.sub(r"\n# ?", " ", h)) if len(x) >= 28]
+        assert not [x for x in long_spans if re.sub(r"\s+", " ", x) in flat], f"{stem}: a hint quotes an expression of the solution"
 
 
 def test_lesson_05_prints_load_kv_tile_with_its_signature():

@@ -90,3 +90,26 @@ def test_hit_rate_control_policy_menu_in_words():
     with pytest.raises(ValueError, match="unknown policy"):
         c.set(policy="LRU")
     assert c.policy == "lfu"
+
+
+def test_block_table_labels_never_spill_over_their_cells():
+    """Lesson 05's pool in classroom mode: table cells 'L12→P13' ran into each other at 16 px;
+    when the long label does not fit, a cell shows only its physical block (its place says L)."""
+    import kvlab.viz as viz
+    from kvlab import BlockManager
+
+    m = BlockManager(num_blocks=16, block_size=4)                    # lesson 05's three requests
+    for seq in ("R1", "R2", "R3"):
+        m.add_sequence(seq, 0)
+    for step in range(30):
+        for seq, n in (("R1", 5), ("R2", 13), ("R3", 30)):
+            if step < n:
+                m.append(seq, 1)
+    for cls, want in ((False, "L0→P0"), (True, "P0")):
+        viz.classroom(cls)
+        try:
+            fig = viz.memory_map_figure(m.snapshot())
+        finally:
+            viz.classroom(False)
+        labels = next(t for t in fig.data if t.name == "table labels")
+        assert labels.text[0] == want

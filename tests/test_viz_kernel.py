@@ -134,3 +134,27 @@ def test_stepper_caption_counts_the_reads_of_its_own_step():
         f"{k} of 5 blocks" for k in range(1, 6)]
     split = viz.kernel_access_frames(snap, "R1", num_splits=2)  # 3 + 2 tiles: both programs per step
     assert [f.caption.rsplit("read so far: ", 1)[1] for f in split] == ["2 of 5 blocks", "4 of 5 blocks", "5 of 5 blocks"]
+
+
+def test_a_long_sequence_is_drawn_in_rows_of_8_without_tangled_arrows():
+    """Lesson 05's shuffle control draws a 19-block sequence over 24 blocks: at 16 columns its
+    labels overlapped and 18 arcs tangled; now 8 columns, the order in numbers, a wrapped subtitle."""
+    from kvlab.viz.shuffle_view import table_snapshot
+
+    snap = table_snapshot(24, 16, {"R1": [13, 0, 23, 16, 19, 11, 17, 7, 22, 15, 20, 21, 8, 14, 2, 3, 1, 12, 6]},
+                          {"R1": 300})
+    d = viz.kernel_access_data(snap, "R1", num_splits=2, tile_tokens=64)
+    assert d["layout"].cols == 8 and d["layout"].rows == 3
+    fig = viz.kernel_access_figure(snap, "R1", num_splits=2, tile_tokens=64)
+    assert not fig.layout.shapes and "the numbers on the blocks give the order" in fig.layout.title.subtitle.text.replace("<br>", " ")
+    assert all(len(line) <= 115 for line in fig.layout.title.subtitle.text.split("<br>"))
+    few = viz.kernel_access_figure(scattered().snapshot(), "R1")          # 5 reads: arrows drawn
+    assert len(few.layout.shapes) == 4
+
+
+def test_the_legend_lists_the_red_outline_only_when_a_step_is_shown():
+    """The whole-run picture outlines nothing in red, so its legend must not explain red."""
+    snap = scattered().snapshot()
+    names = lambda fig: [t.name for t in fig.data if t.x == (None,)]  # noqa: E731
+    assert "read this iteration" not in names(viz.kernel_access_figure(snap, "R1"))
+    assert "read this iteration" in names(viz.kernel_access_figure(snap, "R1", iteration=1))

@@ -212,15 +212,15 @@ def fastest_ttft(model: Any, turns: dict[str, ChatTurn], radix: bool, repeats: i
 
 
 def support_node_labels(session: ChatSession, turns: dict[str, ChatTurn]) -> dict[int, str]:
-    """The notes' letters on the session's tree: the node every request's sequence ends at
-    ([C] R1's turn, [D] R2, [E] R3, [F] R4) and the shared [A]+[B] above them."""
+    """The notes' letters on the session's tree: [A+B] the shared system prompt and examples (one
+    node while every request used both), then the first node of each request's own part: [C]
+    R1's turn, [D] R2's, [E] R3's, and [F] where R4 leaves R1's path."""
     snap = session.engine.cache.snapshot()
-    labels: dict[int, str] = {}
-    for rid, letter in (("R1", "C"), ("R2", "D"), ("R3", "E"), ("R4", "F")):
-        path = path_node_ids(snap, turns[rid].prompt_ids + turns[rid].output_ids)
-        if path:
-            labels.setdefault(path[-1][0], letter)
-    shared = path_node_ids(snap, turns["R2"].prompt_ids)
-    if shared:
-        labels.setdefault(shared[0][0], "A+B")
+    paths = {rid: [n for n, _ in path_node_ids(snap, t.prompt_ids + t.output_ids)] for rid, t in turns.items()}
+    shared = [n for n, _ in path_node_ids(snap, turns["R2"].prompt_ids)][:1]
+    labels = {shared[0]: "A+B"} if shared else {}
+    for rid, letter, before in (("R1", "C", shared), ("R2", "D", shared), ("R3", "E", shared), ("R4", "F", paths["R1"])):
+        own = [n for n in paths[rid] if n not in before and n not in labels]
+        if own:
+            labels[own[0]] = letter
     return labels

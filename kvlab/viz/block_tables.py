@@ -184,6 +184,8 @@ def _table_traces(data: dict[str, Any], colors: dict[str, str], geom: MapGeometr
             ch.append(f"{h}: L{i} -> P{b}" + ("" if h == "tree" else f" (tokens {i * data['block_size']}.."
                                                                          f"{min(n, (i + 1) * data['block_size']) - 1})"))
     size = label_px(geom.layout.cell / 5.2)
+    if ct and max(map(len, ct)) * size * 0.6 > geom.layout.cell * CELL_W:  # "L12→P13" would spill over its cell:
+        ct = [t.split("→")[-1] if "→" in t else t for t in ct]            # the position says L, the cell says P
     out = [
         go.Bar(x=[CELL_W] * len(cx), y=cy, base=[x - CELL_W / 2 for x in cx], orientation="h", width=TABLE_CELL_H,
                marker=dict(color=cc, line=dict(color="#555555", width=th.line_width)), hovertext=ch,

@@ -84,13 +84,14 @@ class HitRateControl(LiveControl):
                         line=dict(color=HIGHLIGHT, width=2 + th.line_width))))
         fig.add_vline(x=self.pool_size, line=dict(color=HIGHLIGHT, width=th.line_width, dash="dash"))
         fig.update_layout(
-            template="none", height=380 if not th.high_contrast else 460,
+            template="none", height=420 if not th.high_contrast else 520,
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
             font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Prompt-token hit rate vs pool size ({source_label('simulated')} stream, real radix tree)",
-                       font=dict(size=th.title_size)),
+                       font=dict(size=th.title_size), y=0.98, yanchor="top"),
             xaxis=dict(title="pool size (token slots)"), yaxis=dict(title="hit rate", tickformat=".0%"),
-            legend=dict(orientation="h", y=-0.22, x=0), margin=dict(t=60, b=110, l=60, r=20))
+            legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),     # above the plot, under the title
+            margin=dict(t=140 if th.high_contrast else 110, b=70, l=70, r=20))
         return fig
 
     def _inputs(self, W: Any) -> list[Any]:

@@ -119,7 +119,7 @@ def kernel_access_data(
     done = reads if iteration is None else [r for r in reads if r.iteration <= iteration]
     hl = [r.physical for r in reads if r.iteration == iteration]
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
-    d = memory_map_data(snapshot, hl, colors, grid_layout(snapshot.num_blocks))
+    d = memory_map_data(snapshot, hl, colors, grid_layout(snapshot.num_blocks, cols=_cols(snapshot.num_blocks)))
     own = colors.get(seq_id, d["color"][table[0]] if table else FREE)
     split_colors = {s: SPLIT_COLORS[s % len(SPLIT_COLORS)] if num_splits > 1 else own for s in range(num_splits)}
     legend: dict[str, str] = {}
@@ -149,6 +149,21 @@ def kernel_access_data(
     return d
 
 
+def _cols(num_blocks: int) -> int | None:
+    """Rows of 8 above 16 blocks: a cell wide enough for its three lines of text."""
+    return 8 if num_blocks > 16 else None
+
+
+MAX_ARROWS = 12  # more reads than this: the numbers on the blocks say the order, arrows would tangle
+
+
+def _wrap(text: str, chars: int) -> str:
+    """Plotly does not wrap a subtitle: break it into lines of about ``chars`` characters."""
+    import textwrap
+
+    return "<br>".join(textwrap.wrap(text, chars)) or text
+
+
 def _legend_order(legend: dict[str, str], used: list[str]) -> dict[str, str]:
     """The legend entries, sorted, plus an unnamed entry for any other colour in use (the
     picture's palette must hold every colour it draws)."""
@@ -165,15 +180,16 @@ def kernel_access_figure(
     """The read order over the memory map, as a static plotly figure."""
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
-    d["highlight_name"] = "read this iteration"  # the red outline's legend words here
+    d["highlight_name"] = "read this iteration" if iteration is not None else ""  # the red outline's legend words
     splits = f", split-K: {num_splits} programs, one colour each" if num_splits > 1 else ""
     cap = d["caption"] = _caption(d, iteration)
-    title = f"Paged decode kernel reading {seq_id}'s blocks, {d['tile_tokens']}-token tiles{splits}"
+    title = f"Kernel reads {seq_id}: {d['tile_tokens']}-token tiles{splits}"
     fig = _figure_from_data(d, d["legend_colors"], title, source_label(source))
     th = theme()
     lay = d["layout"]
     shapes, ann = [], []
-    for a, b, s in d["arrows"]:  # arcs above the blocks, so the labels stay readable
+    arrows = d["arrows"] if len(d["arrows"]) <= MAX_ARROWS else []
+    for a, b, s in arrows:  # arcs above the blocks, so the labels stay readable
         colour = d["split_colors"][s] if num_splits > 1 else ARROW_COLOR
         x0, y0, x1, y1 = d["x"][a], d["y"][a] - 0.45, d["x"][b], d["y"][b] - 0.45
         h = 0.3 + 0.08 * min(abs(x1 - x0) + abs(y1 - y0), 6)
@@ -183,10 +199,18 @@ def kernel_access_figure(
         ann.append(dict(x=x1, y=y1, ax=x1 + (cx - x1) * 0.12, ay=y1 + (cy - y1) * 0.12, xref="x", yref="y",
                         axref="x", ayref="y", showarrow=True, arrowhead=2, arrowsize=1.2,
                         arrowwidth=th.line_width + 1, arrowcolor=colour, text=""))
-    headroom = 1.1  # rows of space above the grid for the arcs
-    fig.update_layout(shapes=shapes, annotations=ann, height=fig.layout.height + int(headroom * lay.cell),
-                      yaxis=dict(range=[lay.rows - 0.5, -0.5 - headroom]))
-    fig.layout.title.subtitle.text = cap
+    headroom = 1.1 if arrows else 0.0  # rows of space above the grid for the arcs
+    if d["arrows"] and not arrows and iteration is None:  # too many reads to list: say who reads how many
+        per = [[r for r in d["reads"] if r.split == p] for p in range(num_splits)]
+        cap = (f"{seq_id}: " + "; ".join(f"program {p} reads {len(rs)} blocks, P{rs[0].physical} first"
+                                         for p, rs in enumerate(per) if rs)
+               + (" (in parallel)" if num_splits > 1 else "") + "; the numbers on the blocks give the order")
+    lines = _wrap(cap, 76 if th.high_contrast else 110)
+    extra = int(1.9 * th.font_size) * lines.count("<br>")           # room for the subtitle's extra lines
+    fig.update_layout(shapes=shapes, annotations=ann, height=fig.layout.height + int(headroom * lay.cell) + extra,
+                      yaxis=dict(range=[lay.rows - 0.5, -0.5 - headroom]),
+                      margin=dict(t=fig.layout.margin.t + extra))
+    fig.layout.title.subtitle.text = lines
     return fig
 
 

@@ -234,10 +234,11 @@ def _legend_traces(legend: dict[str, str], highlight_name: str = "changed this s
         x=[None], y=[None], mode="markers", name="shared (xN = ref count)",
         marker=dict(color="#ffffff", line=dict(color=SHARED_OUTLINE, width=th.shared_width), **sq),
     ))
-    out.append(go.Scatter(
-        x=[None], y=[None], mode="markers", name=highlight_name,
-        marker=dict(color="#ffffff", line=dict(color=HIGHLIGHT, width=th.highlight_width), **sq),
-    ))
+    if highlight_name:  # "" when no block can be outlined red in this picture
+        out.append(go.Scatter(
+            x=[None], y=[None], mode="markers", name=highlight_name,
+            marker=dict(color="#ffffff", line=dict(color=HIGHLIGHT, width=th.highlight_width), **sq),
+        ))
     return out
 
 

@@ -233,8 +233,9 @@ fig = go.Figure([
     go.Scatter(y=alone_used, name="without sharing (each beam its own copy)", mode="lines+markers"),
     go.Scatter(y=shared_used, name="with sharing (fork + copy-on-write)", mode="lines+markers"),
 ])
-fig.update_layout(title="Beam search, width 4, prompt 100, block size 16: blocks in use (simulated scores, real allocator)",
-                  xaxis_title="decode step", yaxis_title="blocks in use", height=380)
+fig.update_layout(title="Beam search, width 4, prompt 100, blocks of 16<br>blocks in use (simulated scores, real allocator)",
+                  xaxis_title="decode step", yaxis_title="blocks in use", height=420, margin=dict(t=90, b=120),
+                  legend=dict(orientation="h", x=0, y=-0.3))
 fig
 
 # %% [markdown]
@@ -360,7 +361,8 @@ check.sampling_blocks(sampling_blocks)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Without sharing: `num_samples * blocks_needed(prompt_len + gen_len, block_size)`.
+# Without sharing, every sample is an ordinary sequence of `prompt_len + gen_len` tokens with
+# its own blocks. How many blocks does one such sequence need (lesson 04)?
 # </details>
 #
 # <details><summary>Hint 2</summary>

@@ -457,8 +457,9 @@ check.match_prefix(match_prefix)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Keep a current node (start at `root`) and a position `pos` in `tokens`. The next child to
-# try is `node.children.get(tokens[pos])`: at most one child can match.
+# Keep a current node (start at `root`) and a position in `tokens`. Children are keyed by the
+# first token of their edge, so one dictionary lookup with the next token finds the only child
+# that can match.
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -501,7 +502,8 @@ check.prefill_tokens(prefill_tokens)
 #
 # <details><summary>Hint 2</summary>
 #
-# Served twice, `[1, 2, 3]` prefills 1 token, not 0: `len(p) - min(best, len(p) - 1)`.
+# Served twice, `[1, 2, 3]` prefills 1 token, not 0: a prompt may reuse at most all but its
+# last token.
 # </details>
 
 # %% [markdown]

@@ -419,7 +419,8 @@ check.inc_lock_ref(inc_lock_ref)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# `while node.parent is not None:` visits the node and its ancestors and stops at the root.
+# Walk up through `node.parent`. The root is the one node whose parent is `None`; it is never
+# locked, so stop before it.
 # </details>
 #
 # <details><summary>Hint 2</summary>
