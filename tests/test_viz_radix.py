@@ -128,7 +128,7 @@ def test_event_frames_show_match_insert_and_evicted_nodes():
     # frames are found by what they show: the stepper numbers them 1..N, captions carry no event number
     assert not any(re.search(r"#\d", f.caption) for f in fr)
     steps = [f.extra["event"] for f in fr]
-    assert len(steps) == len(set(steps)) and all(rec.events[i].kind in viz.radix_view._TREE_EVENTS for i in steps)
+    assert len(steps) == len(set(steps)) and all(rec.events[i].kind in viz.radix_frames._TREE_EVENTS for i in steps)
     match = next(i for i, f in enumerate(fr) if f.caption.startswith("R2: matched 6 of 11"))
     assert rec.events[fr[match].extra["event"]].kind == "match"
     assert len(fr[match].snapshot.hit) == 1

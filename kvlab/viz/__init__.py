@@ -88,10 +88,9 @@ from .palette import (
     FREE, HIGHLIGHT, HIT, MISS, EVICTED, REQUEST_COLORS, SHARED_OUTLINE, TREE, assign_colors, classroom,
     is_classroom, request_color, theme,
 )
-from .radix_view import (
-    RadixRecorder, RadixState, check_radix_snapshot, radix_event_frames, radix_graph_at, radix_request_frames,
-    radix_stepper, radix_tree_data, radix_tree_graph,
-)
+from .radix_frames import RadixRecorder, radix_event_frames, radix_request_frames
+from .radix_state import RadixState, check_radix_snapshot
+from .radix_view import radix_graph_at, radix_stepper, radix_tree_data, radix_tree_graph
 from .cost_widget import CostModel, CostWidget, cost_figure, cost_state  # lesson 01
 from .policy_widget import PolicyWidget, policy_state  # lesson 03
 from .stepper import Frame, Stepper

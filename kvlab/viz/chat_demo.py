@@ -62,7 +62,8 @@ def turn_sentence(turn: ChatTurn) -> str:
 def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None) -> str:
     """The radix tree now, token text on its nodes, the last turn's path green / blue;
     ``labels``: node id -> a letter shown on the node (the notes' [A]..[F])."""
-    from .radix_view import RadixState, fit_svg, radix_tree_graph
+    from .radix_state import RadixState
+    from .radix_view import fit_svg, radix_tree_graph
 
     if session.engine.cache is None:
         return "<p>(no radix tree: radix=False)</p>"

@@ -2,7 +2,7 @@
 
 Part of :mod:`kvlab.viz.radix_view` (which re-exports everything here); split off so that each
 file stays short. Frames are plain data (:class:`~kvlab.viz.stepper.Frame` holding a
-:class:`~kvlab.viz.radix_view.RadixState`); the view draws them.
+:class:`~kvlab.viz.radix_state.RadixState`); the view draws them.
 
 * :func:`radix_request_frames`: the notes' four-request example (or a multi-turn chat), one frame
   per request: its matched path green, its prefilled suffix blue, a node split named in the
@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from ..lessons.four_requests import char_detokenize, char_tokenize, four_request_example
+from .radix_state import RadixState
 
 __all__ = ["NOTES_LETTERS", "SEGMENT_WORDS", "radix_request_frames", "RadixRecorder", "radix_event_frames"]
 
@@ -78,7 +79,6 @@ def radix_request_frames(records: Sequence[Any] | None = None, title: str = "Rad
     ``letters``: segment label -> the letter its node carries (default :data:`NOTES_LETTERS`,
     the notes' figure: R2's node is [D], R3's [E], R4's [F]).
     """
-    from .radix_view import RadixState
     from .stepper import Frame
 
     if records is None:
@@ -195,7 +195,6 @@ def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[i
     stepper numbers the frames (step 1 / N, consecutive: captions carry no event numbers) and
     ``frame.extra["event"]`` is the event's step in the log.
     """
-    from .radix_view import RadixState
     from .stepper import Frame
 
     def state(snap: Any, hit: set[int] = frozenset(), miss: set[int] = frozenset(), gone: tuple = ()) -> Any:

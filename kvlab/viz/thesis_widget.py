@@ -112,7 +112,8 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
 
 def thesis_tree(state: dict[str, Any]) -> Any:
     """The radix tree after R1 and R2 finished, R2's path coloured (graphviz Digraph)."""
-    from .radix_view import RadixState, radix_tree_graph
+    from .radix_state import RadixState
+    from .radix_view import radix_tree_graph
 
     rs = RadixState(state["tree"], hit=state["hit"], miss=state["miss"], detokenize=char_detokenize,
                     title="The radix tree after R1 and R2")

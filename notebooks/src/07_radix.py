@@ -88,7 +88,7 @@ cm.check_integrity()
 # %%
 # NBVAL_CHECK_OUTPUT
 from kvlab.lessons import four_request_example
-from kvlab.viz.radix_view import NOTES_LETTERS
+from kvlab.viz.radix_frames import NOTES_LETTERS
 
 
 def letters(labels):
@@ -140,7 +140,7 @@ print(f"{len(leaves)} leaves for {len(ends)} requests; every leaf ends a request
 
 # %%
 from kvlab.viz import radix_stepper
-from kvlab.viz.radix_view import radix_request_frames
+from kvlab.viz.radix_frames import radix_request_frames
 
 radix_stepper(radix_request_frames(records))
 

@@ -35,7 +35,7 @@ self_test();
 import copy
 
 from kvlab.reuse import EVICTION_POLICIES, CacheManager, serve_request
-from kvlab.viz.radix_view import RadixRecorder
+from kvlab.viz.radix_frames import RadixRecorder
 
 cm = CacheManager(num_blocks=20, block_size=1)                  # 20 slots and the radix tree over them
 cache = cm.tree
@@ -146,7 +146,7 @@ cache.check_integrity()
 
 # %%
 from kvlab.viz import radix_stepper
-from kvlab.viz.radix_view import radix_event_frames
+from kvlab.viz.radix_frames import radix_event_frames
 
 radix_stepper(radix_event_frames(recorder))
 
