@@ -57,7 +57,7 @@ def attention_figure(profile: Any, title: str = "Where decode attention goes, an
                              name="K/V KB read per decode step", line=dict(color="#1f77b4", width=th.line_width,
                                                                             dash="dash")), 2, 1, secondary_y=True)
     fig.update_yaxes(title_text="layer", row=1, col=1)
-    fig.update_yaxes(title_text="mass (log)", type="log", row=2, col=1)
+    fig.update_yaxes(title_text="mass (log)", type="log", dtick=1, row=2, col=1)  # decades only: no small minor labels
     fig.update_yaxes(title_text="KB read", rangemode="tozero", row=2, col=1, secondary_y=True)
     fig.update_xaxes(title_text="token position", row=2, col=1)
     fig.update_layout(title=dict(text=f"{title} ({source_label('measured')})", font=dict(size=th.title_size)),
@@ -158,7 +158,7 @@ def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, ev
     for r in rows:
         color = METHOD_COLORS.get(r.label.split()[0], "#555555")
         common = dict(mode="markers+text", text=[r.label], textposition="top center", name=r.label,
-                      marker=dict(size=12, color=color), textfont=dict(size=th.font_size - 1))
+                      marker=dict(size=12, color=color), textfont=dict(size=th.font_size))
         fig.add_trace(go.Scatter(x=[r.kv_bytes / 1e6], y=[r.ppl], showlegend=False, **common), 1, 1)
         fig.add_trace(go.Scatter(x=[r.read_bytes_per_step / 1e6], y=[100 * r.agreement], showlegend=False,
                                  **common), 1, 2)
