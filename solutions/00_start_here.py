@@ -16,3 +16,10 @@ def common_prefix_len(a, b):
             break
         n += 1
     return n
+
+
+def reusable_tokens(finished, new, block_size):
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    shared = min(common_prefix_len(finished, new), len(new) - 1)   # the last token is always computed
+    return max(shared, 0) // block_size * block_size                 # only whole blocks are cached

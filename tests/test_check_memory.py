@@ -134,6 +134,18 @@ def test_block_and_offset():
     assert not _passes(check.block_and_offset, _stub)
 
 
+def test_reusable_tokens():
+    ok = _solutions("00_start_here").reusable_tokens
+    assert _passes(check.reusable_tokens, ok)
+    shared = check.l00_start._common_prefix_len_ref
+    assert not _passes(check.reusable_tokens, lambda a, b, bs: shared(a, b))  # the shared prefix itself
+    assert not _passes(check.reusable_tokens, lambda a, b, bs: shared(a, b) // bs * bs)  # computes no token
+    assert not _passes(check.reusable_tokens, lambda a, b, bs: min(shared(a, b), len(b) - 1))  # partial blocks
+    assert not _passes(check.reusable_tokens, lambda a, b, bs: max(min(shared(a, b), len(a) - 1), 0) // bs * bs)
+    r = check.reusable_tokens(lambda a, b, bs: shared(a, b) // bs * bs if bs > 0 else 1 / 0, verbose=False)
+    assert "at least its last token" in r.summary
+
+
 def test_common_prefix_len():
     ok = _solutions("00_start_here").common_prefix_len
     assert _passes(check.common_prefix_len, ok)

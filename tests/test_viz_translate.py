@@ -139,7 +139,9 @@ def test_labels_never_run_together_at_classroom_sizes():
     from kvlab.viz.translate_widget import _wrap, fits, token_labels
 
     assert token_labels(16, 4, 5, 14.7, font_px=16)[10:16] == ["", "", "12", "", "", ""]
-    assert token_labels(16, 4, 5, 22.0, font_px=16)[10] == "10"  # room enough: every position
+    assert token_labels(16, 4, 5, 22.0, font_px=16)[10] == ""  # "10" would touch "11" (the tight classroom row)
+    assert token_labels(16, 4, 5, 26.0, font_px=16)[10] == "10"  # room enough: every position
+    assert token_labels(16, 4, 5, 22.0, font_px=12)[10] == "10"  # normal mode: every position
     assert token_labels(8, 4, 5, 14.7, font_px=16)[:3] == ["0", "1", "2"]  # one digit fits
     assert _wrap("L1 → P1", 58.0, 16) == "L1<br>→ P1" and _wrap("L1 → P1", 120.0, 16) == "L1 → P1"
     assert fits("P10", 40, 12) and not fits("P10 (L3)", 40, 12)

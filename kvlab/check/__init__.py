@@ -8,7 +8,7 @@ edge cases, prints expected beside actual, and ends with one PASS or FAIL line.
     harness.py            Checker, CheckResult, call, same_outcome, Raised, Raises, strict mode
     environment.py        self_test: the first cell of every lesson
     diagnose.py           the common mistakes a FAIL line names (half the size: K and V?, ...)
-    l00_start.py          block_and_offset, common_prefix_len
+    l00_start.py          block_and_offset, common_prefix_len, reusable_tokens
     l01_why_kv_cache.py   count_flops, attend_with_cache                       (torch, the model)
     l02_how_big.py        kv_cache_bytes, requests_that_fit, bytes_per_token_from_config, max_concurrent
     l03_contiguous.py     reservation, first_fit, external_fragmentation, place_first_fit
@@ -40,7 +40,7 @@ from __future__ import annotations
 from .environment import SelfTestResult, self_test
 from .harness import (STRICT_ENV, CaseResult, Checker, CheckResult, Raised, Raises, call, call_in_place, is_strict,
                       same_outcome)
-from .l00_start import block_and_offset, common_prefix_len
+from .l00_start import block_and_offset, common_prefix_len, reusable_tokens
 from .l01_why_kv_cache import attend_with_cache, count_flops
 from .l02_how_big import bytes_per_token_from_config, kv_cache_bytes, max_concurrent, requests_that_fit
 from .l03_contiguous import external_fragmentation, first_fit, place_first_fit, reservation
@@ -58,7 +58,7 @@ __all__ = [
     "self_test", "SelfTestResult", "is_strict", "Raised", "Raises", "call", "call_in_place", "CaseResult",
     "CheckResult", "Checker", "same_outcome", "STRICT_ENV",
     # the checkers, by lesson
-    "block_and_offset", "common_prefix_len",                                                      # 00
+    "block_and_offset", "common_prefix_len", "reusable_tokens",                                     # 00
     "count_flops", "attend_with_cache",                                                           # 01
     "kv_cache_bytes", "requests_that_fit", "bytes_per_token_from_config", "max_concurrent",       # 02
     "reservation", "first_fit", "external_fragmentation", "place_first_fit",                      # 03

@@ -1,7 +1,8 @@
-"""Checkers for lesson 00 (start here): the two warm-ups.
+"""Checkers for lesson 00 (start here): the three warm-ups.
 
     block_and_offset    a token position -> (logical block, offset in it)
     common_prefix_len   how many leading tokens two token-id lists share
+    reusable_tokens     how many of a new request's tokens a radix cache serves from a finished one
 
 Each ``check.<name>(fn)`` runs the learner's ``fn`` beside kvlab's own implementation on
 several sizes, seeds and edge cases, prints expected beside actual, and returns a
@@ -17,10 +18,11 @@ import random
 from typing import Callable
 
 from ..memory.block_table import translate as _translate
+from ..reuse.cache_manager import CacheManager
 from .diagnose import mistake_runner, more_or_less, should_have_raised, swapped
 from .harness import Checker, CheckResult
 
-__all__ = ["block_and_offset", "common_prefix_len"]
+__all__ = ["block_and_offset", "common_prefix_len", "reusable_tokens"]
 
 
 def _block_and_offset_ref(pos: int, block_size: int) -> tuple[int, int]:
@@ -80,4 +82,63 @@ def common_prefix_len(fn: Callable, verbose: bool = True) -> CheckResult:
         a = common + [100 + rng.randrange(5) for _ in range(rng.randrange(0, 5))]
         b = common + [200 + rng.randrange(5) for _ in range(rng.randrange(0, 5))]
         c.run(f"random seed {seed} ({len(a)} vs {len(b)} tokens)", a, b)
+    return c.done()
+
+
+def _reusable_tokens_ref(finished: list[int], new: list[int], block_size: int) -> int:
+    """kvlab's own CacheManager: ``finished`` runs and is cached, then ``new`` is admitted."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    blocks = (len(finished) + len(new)) // block_size + 4
+    cm = CacheManager(num_blocks=blocks, block_size=block_size)
+    cm.admit("finished", list(finished))
+    cm.cache_finished_req("finished", list(finished))
+    return cm.admit("new", list(new)).prefix_len
+
+
+def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(finished, new, block_size) -> int``: how many of ``new``'s tokens the radix cache serves
+    after the request ``finished`` ran and was cached (kvlab's ``CacheManager`` is the reference).
+
+    Only whole blocks are cached, and a request always computes at least its last token.
+    ValueError for block_size < 1.
+    """
+    def prefix(a, b):
+        return _common_prefix_len_ref(a, b)
+
+    c = Checker("reusable_tokens", fn, _reusable_tokens_ref, verbose=verbose, diagnose=[should_have_raised])
+    run = mistake_runner(c, {
+        "only whole blocks are cached: a block the two requests share only in part is not reused":
+            lambda a, b, bs: min(prefix(a, b), len(b) - 1),
+        "rounded up to a whole block: a block the two requests share only in part is not reused (round down)":
+            lambda a, b, bs: -(-min(prefix(a, b), len(b) - 1) // bs) * bs,
+        "the token left to compute is the NEW request's last one, not the finished request's":
+            lambda a, b, bs: max(min(prefix(a, b), len(a) - 1), 0) // bs * bs,
+        "a request always computes at least its last token (its logits give the next token): "
+        "a fully cached prompt still leaves one token to run":
+            lambda a, b, bs: prefix(a, b) // bs * bs,
+        "that is the shared prefix itself: think about what the cache keeps (blocks) and what R2 must still run":
+            lambda a, b, bs: prefix(a, b),
+    })
+    system = list(range(100, 112))  # lesson 00's 12-token system prompt, as ids
+    cases = [
+        ("lesson 00's R1 and R2: a 12-token shared prompt, blocks of 4", system + [1, 2, 3, 4], system + [5, 6, 7, 8], 4),
+        ("shared prefix of 6 tokens, blocks of 4", [1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 9, 9], 4),
+        ("shared prefix of 3 tokens: less than one block", [1, 2, 3, 4], [1, 2, 3, 9, 9], 4),
+        ("the same prompt again (8 tokens, blocks of 4)", [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8], 4),
+        ("the new request is the finished one plus one token", [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9], 4),
+        ("the new request is a prefix of the finished one", [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4], 4),
+        ("nothing shared", [1, 2, 3, 4], [9, 2, 3, 4], 4),
+        ("block size 1: every shared token is a block", [1, 2, 3, 4, 5], [1, 2, 3, 9], 1),
+    ]
+    for label, a, b, bs in cases:
+        run(label, a, b, bs)
+    rng = random.Random(2)
+    for seed in range(3):
+        bs = rng.choice([2, 4, 8])
+        common = [rng.randrange(50) for _ in range(rng.randrange(0, 20))]
+        a = common + [100 + rng.randrange(5) for _ in range(rng.randrange(1, 6))]
+        b = common + [200 + rng.randrange(5) for _ in range(rng.randrange(1, 6))]
+        run(f"random seed {seed} ({len(common)} shared tokens, blocks of {bs})", a, b, bs)
+    c.run("block_size=0 (must raise ValueError)", [1, 2], [1, 2], 0)
     return c.done()

@@ -277,7 +277,8 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
     ax = dict(visible=False, fixedrange=True, autorange=False)
     xr = [-0.6, d["cols"] - 0.4]
     yr = [rows - 0.5, -0.95]
-    sub = f"{caption}<br>contiguous bytes copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
+    copied = f"contiguous bytes copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
+    sub = f"{caption}<br>{copied}" if caption else copied
     return dict(
         width=None if th.autosize else th.grid_width + 40, autosize=th.autosize, height=height, template="none",
         margin=dict(l=60, r=20, t=top, b=40),
@@ -305,13 +306,17 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
 
 
 def compare_figure(step: CompareStep, title: str = "Contiguous versus paged", source: str = "simulated",
-                   colors: dict[str, str] | None = None) -> Any:
-    """One step as a static figure: both maps, the bars, the copy counter."""
+                   colors: dict[str, str] | None = None, caption: str | None = None) -> Any:
+    """One step as a static figure: both maps, the bars, the copy counter.
+
+    ``caption`` (default: the step's own) heads the subtitle; ``""`` leaves it out, for a
+    stepper that already shows "step k / N: caption" above the figure (once is enough).
+    """
     import plotly.graph_objects as go
 
     d = compare_data(step, colors)
     fig = go.Figure(data=_traces(d, step))
-    fig.update_layout(**_layout(d, step, title, source, step.caption))
+    fig.update_layout(**_layout(d, step, title, source, step.caption if caption is None else caption))
     return fig
 
 
@@ -355,7 +360,8 @@ class CompareView:
         self.colors, self.title, self.source = _all_colors(steps), title, source_label(source)
 
     def __call__(self, frame: Any) -> Any:
-        return compare_figure(frame.snapshot, self.title, self.source, self.colors)
+        # The stepper's line above the figure says "step k / N: caption": not again in the subtitle.
+        return compare_figure(frame.snapshot, self.title, self.source, self.colors, caption="")
 
 
 def compare_stepper(trace: Sequence[tuple] | None = None, capacity: int = 48, block_size: int = 4,

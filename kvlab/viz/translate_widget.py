@@ -77,12 +77,15 @@ def fits(text: str, room_px: float, font_px: float) -> bool:
 
 def token_labels(num_tokens: int, block_size: int, pos: int | None, px_per_slot: float, font_px: float = 12) -> list[str]:
     """The numbers written on the token row: every position when a slot is wide enough for the
-    longest number at ``font_px``, otherwise the first position of each block and ``pos`` itself, so
-    neighbouring numbers never run together and are never all lost at large block sizes.
+    longest number at ``font_px`` (plus a quarter of an em of gap for two digits or more),
+    otherwise the first position of each block and ``pos`` itself, so neighbouring numbers never
+    run together (two-digit numbers at classroom mode's 16 px need that gap) and are never all
+    lost at large block sizes.
 
     Example: ``token_labels(16, 8, 9, 9.0)`` -> '0' at 0, '8' at 8, '9' at 9, '' elsewhere.
     """
-    if px_per_slot >= 13 and fits(str(max(num_tokens - 1, 0)), px_per_slot, font_px):
+    longest = str(max(num_tokens - 1, 0))
+    if px_per_slot >= 13 and fits(longest, px_per_slot - 0.25 * font_px * (len(longest) - 1), font_px):
         return [str(p) for p in range(num_tokens)]
     return [str(p) if p % block_size == 0 or p == pos else "" for p in range(num_tokens)]
 

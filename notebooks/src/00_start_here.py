@@ -15,7 +15,7 @@
 # **What you will learn here**
 # - how to check that your set-up works (the self-test below; every lesson starts with it);
 # - the map of the twelve lessons, and which layer each one is about;
-# - how the exercises are checked, by trying two warm-ups.
+# - how the exercises are checked, by trying three warm-ups (the last one needs some thought).
 #
 # Words in Chinese from the source notes (块表, 前缀树, 写时复制 ...) are in the
 # [glossary](glossary.md).
@@ -239,6 +239,44 @@ check.common_prefix_len(common_prefix_len)
 #
 # `zip(a, b)` pairs the tokens up and stops at the shorter list. Matches after the first
 # difference do not count: what must your loop do when a pair differs?
+# </details>
+#
+# ### Warm-up 3: what the radix cache really serves
+#
+# Warm-up 2 counts the shared tokens; the cache serves fewer. Look back at the run above: R1's
+# 16 tokens finished and **only its full blocks** stayed in the radix tree, and R2 reused 12
+# tokens because the system prompt filled exactly 3 blocks of 4. One more rule: a request
+# always **computes at least its last token**, even when the cache holds all of it, because
+# that token's output (its logits) picks the next token.
+#
+# **Contract.** `reusable_tokens(finished, new, block_size) -> int`: request `finished` ran and
+# was cached; then `new` arrives. How many of `new`'s tokens come from the cache? Raise
+# `ValueError` if `block_size < 1`. The check compares your answer with kvlab's real
+# `CacheManager` on the same two requests. Before you write code, work these out by hand
+# (blocks of 4):
+# - R1 and R2 above: 12 (the shared system prompt is 3 whole blocks);
+# - `finished = [1, 2, 3, 4, 5, 6, 7]`, `new = [1, 2, 3, 4, 5, 6, 9, 9]`: 6 tokens shared, how many served?
+# - the same 8 tokens sent twice: all 8 are cached, how many served?
+
+# %% tags=["exercise-stub"]
+def reusable_tokens(finished, new, block_size):
+    raise NotImplementedError("your code here")
+
+# %%
+check.reusable_tokens(reusable_tokens)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Start from warm-up 2's answer. Two things can only make it smaller: the last token of `new`
+# is never served from the cache, and a block that is only partly shared is not served at all.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Apply the two limits in that order: first at most `len(new) - 1` tokens, then down to a whole
+# number of blocks. If the same 8 tokens sent twice give you 8 or 7, a limit is missing or
+# the two are in the wrong order.
 # </details>
 #
 # ## Summary
