@@ -570,10 +570,30 @@ def attend_gqa_modulo(q, k_new, v_new, k_cache, v_cache):
     return torch.einsum("ht,thd->hd", w, v_all[:, idx]), k_all, v_all
 
 
+def attend_k_v_swapped(q, k_new, v_new, k_cache, v_cache):
+    out, _, _ = S01.attend_with_cache(q, v_new, k_new, v_cache, k_cache)
+    return out, *S01.attend_with_cache(q, k_new, v_new, k_cache, v_cache)[1:]
+
+
+def attend_softmax_over_heads(q, k_new, v_new, k_cache, v_cache):
+    import torch
+
+    k_all, v_all = torch.cat([k_cache, k_new[None]]), torch.cat([v_cache, v_new[None]])
+    group = q.shape[0] // k_new.shape[0]
+    k, v = k_all.repeat_interleave(group, dim=1), v_all.repeat_interleave(group, dim=1)
+    w = torch.softmax(torch.einsum("hd,thd->ht", q, k) / q.shape[1] ** 0.5, dim=0)
+    return torch.einsum("ht,thd->hd", w, v), k_all, v_all
+
+
 def test_attend_with_cache_accepts_solution_rejects_wrong():
     assert passes(check.attend_with_cache, S01.attend_with_cache)
-    for wrong in (stub, attend_before_append, attend_no_scale, attend_cache_not_grown, attend_gqa_modulo):
+    for wrong in (stub, attend_before_append, attend_no_scale, attend_cache_not_grown, attend_gqa_modulo,
+                  attend_k_v_swapped, attend_softmax_over_heads):
         assert not passes(check.attend_with_cache, wrong), wrong.__name__
+    for wrong, words in ((attend_k_v_swapped, "keys and values swapped"), (attend_softmax_over_heads, "softmax over the heads"),
+                         (attend_cache_not_grown, "return the grown caches")):
+        r = check.attend_with_cache(wrong, verbose=False)
+        assert any(words in c.note for c in r.failures), wrong.__name__
 
 
 # ------------------------------------------- new exercises of lessons 05, 07, 08 (issue 16)

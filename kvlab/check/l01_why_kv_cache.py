@@ -107,10 +107,10 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
     kvh = k.shape[1]
     group = h // kvh
 
-    def attend(keys, values, scale, head_of):
+    def attend(keys, values, scale, head_of, softmax_dim=-1):
         kk = keys[:, [head_of(i) for i in range(h)]]                        # (T, h, d)
         vv = values[:, [head_of(i) for i in range(h)]]
-        w = torch.softmax(torch.einsum("hd,thd->ht", q[t], kk) * scale, dim=-1)  # (h, T)
+        w = torch.softmax(torch.einsum("hd,thd->ht", q[t], kk) * scale, dim=softmax_dim)  # (h, T)
         return torch.einsum("ht,thd->hd", w, vv)                            # (h, d)
 
     right_head = lambda i: i // group  # noqa: E731
@@ -121,6 +121,10 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
         "scaled by 1/head_dim: the scale is 1/sqrt(head_dim)": lambda: attend(k[:t + 1], v[:t + 1], 1 / d, right_head),
         "query heads mapped to KV heads with h % num_kv_heads: query head h uses KV head h // (num_heads // num_kv_heads)":
             (lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), lambda i: i % kvh)) if group > 1 and kvh > 1 else None,
+        "softmax over the heads: each head's weights are a softmax over the tokens (the last dimension of the scores)":
+            lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), right_head, softmax_dim=0),
+        "keys and values swapped: the scores come from K, the output is a weighted sum of V":
+            lambda: attend(v[:t + 1], k[:t + 1], 1 / math.sqrt(d), right_head),
     }
     for note, make in tries.items():
         if make is None:
@@ -174,6 +178,8 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                 break
             if not shape_ok:
                 actual = f"step {t}: shapes out {tuple(out.shape)}, k_cache {tuple(kc.shape)}, v_cache {tuple(vc.shape)}"
+                if tuple(kc.shape)[:1] == (t,) or tuple(vc.shape)[:1] == (t,):
+                    note = "the caches came back without the new token: return the grown caches (T + 1 tokens)"
                 break
             if not torch.allclose(out.float(), want[t], atol=1e-4, rtol=1e-4):
                 actual = f"step {t}: max |out - recomputed| = {float((out.float() - want[t]).abs().max()):.3g}"

@@ -136,17 +136,18 @@ costs = [
     ("external fragmentation", "A finished: holes of 4,096 and 2,048", f"{ex.contiguous_external_fragmentation:,} slots stranded"),
     ("no sharing", f"{samples} samples of a {prompt:,}-token prompt", f"{samples * (prompt + new) - held:,} slots duplicated"),
 ]
-for name, example, cost in costs:
-    print(f"{name:24s} {example:40s} {cost}")
+for name, example, cost in costs:  # two short lines each: they fit a projector's narrow output too
+    print(f"{name:23s} {cost}\n{'':23s} ({example})")
 
 # %% [markdown]
 # ## 2. The picture: contiguous and paged, side by side
 #
 # The same example scaled down by 256 (A 16, B 8, C 16 slots in 48), run on both allocators in
 # step. The last request is **D'**, all the free space (6,144 / 256 = 24 slots), not the notes'
-# D (8,192 / 256 = 32, more than is free). Step through it: the left map is the contiguous
-# arena, the right one the paged pool with blocks of 4; dark grey slots are free but stranded
-# (external fragmentation). At the last step D' fails on the left and fits on the right.
+# D (8,192 / 256 = 32, more than is free). Step through it: the upper map is the contiguous
+# arena, the lower one the paged pool with blocks of 4; dark grey slots are free but stranded
+# (external fragmentation). The bars below count the same slots for both. At the last step D'
+# fails in the upper map and fits in the lower one.
 
 # %%
 import kvlab.viz as viz
@@ -322,8 +323,9 @@ check.reservation(reservation)
 #
 # <details><summary>Hint 2</summary>
 #
-# An int knows how many bits it needs: `(n - 1).bit_length()` is the exponent of the next power
-# of two of `n ≥ 1`. And a power of two can still be more than the model's maximum.
+# The next power of two of `n` is 2 raised to the number of bits that `n - 1` needs (a Python
+# int can tell you how many). Check 1 → 1, 5 → 8, 8 → 8 and 9 → 16 by hand before you trust
+# it. And a power of two can still be more than the model's maximum.
 # </details>
 #
 # ### Exercise 2: first fit
@@ -376,8 +378,8 @@ check.external_fragmentation(external_fragmentation)
 #
 # <details><summary>Hint 2</summary>
 #
-# Two numbers: the free space in all, and the largest hole. The second needs care when there is
-# no hole at all (`max` of an empty list raises; it takes a `default`).
+# Two numbers: the free space in all, and the largest hole. What is the largest hole when
+# nothing is free at all?
 # </details>
 #
 # ### Exercise 4: run an arena by hand
