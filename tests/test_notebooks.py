@@ -226,13 +226,15 @@ def test_lesson_01_memory_numbers_add_up():
 
 def test_lesson_01_says_what_its_measurements_show():
     """Issue 16 bug 3: the time plot promised a quadratic growth the CPU did not show. The lesson now
-    times single steps up to 1,024 tokens of context (medians) beside the counted FLOPs, and the
-    sentence about the trend is printed from the numbers."""
+    times single steps up to 1,024 tokens of context (the fastest of repeated steps: a busy machine
+    only slows a step down) beside the counted FLOPs, and the sentence about the trend is printed
+    from the numbers."""
     src = (bn.SRC / "01_why_kv_cache.py").read_text()
-    assert "contexts = [" in src and "1024" in src and "statistics.median" in src
+    assert "contexts = [" in src and "1024" in src and "min(t for r in naive" in src and "fastest" in src
     assert "The measured times follow the same shape" not in _markdown("01_why_kv_cache")
     verdicts = [_text(c.outputs) for c in _nb("01_why_kv_cache").cells if c.cell_type == "code" and "fit(xs" in c.source]
-    assert verdicts and re.search(r"so: .*(shows in the measured times|do NOT show the counted growth)", verdicts[0]), verdicts
+    said = " ".join(verdicts[0].split()) if verdicts else ""  # the sentences are wrapped to the output's width
+    assert re.search(r"so: .*(shows in the measured times|do NOT show the counted growth)", said), verdicts
 
 
 def test_lesson_02_budgets_and_units():
@@ -253,9 +255,9 @@ def test_lesson_02_budgets_and_units():
     ("01_why_kv_cache", [r"space: 204,800 bytes of K and V", r"compute saved: 49\.\dx fewer FLOPs"]),  # the summary's numbers
     ("02_how_big", [r"10 x 10\.74 GB = 107\.37 GB: more than", r"10 x 1\.34 GB =\s+13\.42 GB: less than",
                     r"SmolLM2-135M \(measured\)\s+46,080\s+23,040", r"equal to the measured: True"]),
-    ("03_contiguous", [r"4096: 3596 slots reserved for tokens that never came = 87\.8%", r"no sharing\s+4 samples",
+    ("03_contiguous", [r"4096: 3596 slots reserved for tokens that never came = 87\.8%", r"no sharing\s+[\d,]+ slots duplicated\s+\(4 samples",
                        r"the notes cut it to 87%: truncated, not rounded, which would give 88%", r"the maxim holds here",
-                       r"over-reservation", r"copy on growth", r"external fragmentation\s+A finished"]),
+                       r"over-reservation", r"copy on growth", r"external fragmentation\s+[\d,]+ slots stranded\s+\(A finished"]),
     ("04_paging", [r"block_size 16: .*largest waste of one request 15 \(bound 15\)",
                    r"block_size 32: .*largest waste of one request 31 \(bound 31\)",
                    r"^\s+16\s+[\d.]+%\s+15\s", r"the same bytes, in 64 tensors", r"= slot 5 x 8,192 bytes .*: True",

@@ -160,19 +160,27 @@ fig.update_layout(title=dict(text="SmolLM2-135M: each decode step (measured, fas
 fig
 
 # %%
+from textwrap import fill
+
+
+def say(text):
+    """Print a sentence wrapped at 76 characters (a projector's narrow output never cuts a word)."""
+    print(fill(text, 76, subsequent_indent="    "))
+
+
 half = len(pos) // 2
 early = {k: statistics.median(fastest[s][1:half + 1]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
 late = {k: statistics.median(fastest[s][half + 1:]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
-print(f"median of the faster-of-2 ms per step, positions {pos[0]}-{pos[half - 1]} | {pos[half]}-{pos[-1]}: "
-      f"naive {1e3 * early['naive']:.0f} | {1e3 * late['naive']:.0f}, cached {1e3 * early['cached']:.0f} | "
-      f"{1e3 * late['cached']:.0f} (measured)")
-print(f"counted FLOPs per step at position {pos[-1]}: naive {rn.step_flops[-1]:,}, cached {rcache.step_flops[-1]:,} "
-      f"({rn.step_flops[-1] / rcache.step_flops[-1]:.0f}x)")
+say(f"ms per step (measured; the median over the positions of each step's faster run), positions "
+    f"{pos[0]}-{pos[half - 1]} | {pos[half]}-{pos[-1]}: naive {1e3 * early['naive']:.0f} | {1e3 * late['naive']:.0f}, "
+    f"cached {1e3 * early['cached']:.0f} | {1e3 * late['cached']:.0f}")
+say(f"counted FLOPs per step at position {pos[-1]}: naive {rn.step_flops[-1]:,}, cached {rcache.step_flops[-1]:,} "
+    f"({rn.step_flops[-1] / rcache.step_flops[-1]:.0f}x)")
 ratio = late["naive"] / late["cached"]
-print(f"so: on this real model the cache makes a step {ratio:.1f}x faster already at ~{pos[-1]} tokens of context"
-      if ratio > 1.2 else
-      f"so: at ~{pos[-1]} tokens the measured gap is small here ({ratio:.1f}x): the fixed cost of a step "
-      "(30 layers of projections) dominates; it grows with the context, as section 3 shows")
+say(f"so: on this real model the cache makes a step {ratio:.1f}x faster already at ~{pos[-1]} tokens of context"
+    if ratio > 1.2 else
+    f"so: at ~{pos[-1]} tokens the measured gap is small here ({ratio:.1f}x): the fixed cost of a step "
+    "(30 layers of projections) dominates; it grows with the context, as section 3 shows")
 
 # %% [markdown]
 # ## 3. Work and time per step, as the context grows
@@ -204,10 +212,10 @@ for L in contexts:
                       naive_ms=1e3 * min(t for r in naive for t in r.step_times),
                       cached_ms=1e3 * min(t for r in cached for t in r.step_times[1:]),
                       naive_flops=naive[0].step_flops[0], cached_flops=cached[0].step_flops[1]))
-print(f"{'context L':>9} {'naive ms/step':>14} {'cached ms/step':>15} {'naive FLOPs':>14} {'cached FLOPs':>13}"
-      "  (measured, fastest step | counted)")
+print("ms per step: measured, the fastest step | FLOPs per step: counted")
+print(f"{'context L':>9} {'naive ms':>9} {'cached ms':>10} {'naive FLOPs':>14} {'cached FLOPs':>13}")
 for r in sweep:
-    print(f"{r['L']:>9} {r['naive_ms']:>14.2f} {r['cached_ms']:>15.2f} {r['naive_flops']:>14,} {r['cached_flops']:>13,}")
+    print(f"{r['L']:>9} {r['naive_ms']:>9.2f} {r['cached_ms']:>10.2f} {r['naive_flops']:>14,} {r['cached_flops']:>13,}")
 
 # %%
 import plotly.graph_objects as go
@@ -252,20 +260,24 @@ grow_f = {k: last[f"{k}_flops"] / first[f"{k}_flops"] for k in ("naive", "cached
 print(f"from L = {first['L']} to {last['L']} ({last['L'] / first['L']:.0f}x the context):")
 print(f"  counted FLOPs per step: naive x{grow_f['naive']:.1f}, cached x{grow_f['cached']:.2f}")
 print(f"  measured time per step: naive x{grow_t['naive']:.1f}, cached x{grow_t['cached']:.2f}")
-print(f"  fitted lines: naive {n0:.1f} ms + {1e3 * n1:.1f} ms per 1,000 tokens; cached {c0:.1f} ms + {1e3 * c1:.1f} ms per 1,000 tokens")
+say(f"  fitted lines: naive {n0:.1f} ms + {1e3 * n1:.1f} ms per 1,000 tokens; "
+    f"cached {c0:.1f} ms + {1e3 * c1:.1f} ms per 1,000 tokens")
+if min(n0, c0) < 0:
+    say("  (a fixed part below zero is the fit, not the machine: the step grows a little faster than a straight "
+        "line, because attention over L tokens costs O(L²) in the naive step)")
 if grow_t["naive"] > 3 and grow_t["naive"] > 2 * grow_t["cached"]:
     cached_words = "barely grows" if grow_t["cached"] < 1.5 else f"grows {grow_t['cached']:.1f}x, far less"
-    print(f"  so: the naive step's time grows with the context ({grow_t['naive']:.0f}x) and the cached step's "
-          f"{cached_words}, as the counted FLOPs say: O(n) work per step against nearly O(1) shows in the measured times.")
+    say(f"  so: the naive step's time grows with the context ({grow_t['naive']:.0f}x) and the cached step's "
+        f"{cached_words}, as the counted FLOPs say: O(n) work per step against nearly O(1) shows in the measured times.")
 else:
-    print(f"  so: on this machine the measured times do NOT show the counted growth: a step's fixed cost "
-          f"({n0:.1f} ms) is larger than what {last['L']} tokens of context add ({1e3 * n1 * last['L'] / 1e3:.1f} ms naive). "
-          "The FLOPs are still counted right; a bigger model, or a GPU, makes the growing part dominate.")
+    say(f"  so: on this machine the measured times do NOT show the counted growth: a step's fixed cost "
+        f"({n0:.1f} ms) is larger than what {last['L']} tokens of context add ({1e3 * n1 * last['L'] / 1e3:.1f} ms naive). "
+        "The FLOPs are still counted right; a bigger model, or a GPU, makes the growing part dominate.")
 n = 1000
 naive_s = sum(n0 + n1 * (P + t) for t in range(n)) / 1e3
 cached_s = sum(c0 + c1 * (P + t) for t in range(n)) / 1e3
-print(f"an answer of {n:,} tokens after a {P}-token prompt, from the fitted lines (estimated): naive {naive_s:.1f} s, "
-      f"cached {cached_s:.1f} s ({naive_s / cached_s:.0f}x)")
+say(f"an answer of {n:,} tokens after a {P}-token prompt, from the fitted lines (estimated): naive {naive_s:.1f} s, "
+    f"cached {cached_s:.1f} s ({naive_s / cached_s:.0f}x)")
 
 # %% [markdown]
 # ## 4. O(n²) versus O(n)
@@ -454,7 +466,8 @@ check.attend_with_cache(attend_with_cache)
 #   step is wasted work.
 # - The KV cache keeps them: each decode step runs one token, and the attention reads the cache.
 #   Measured here: identical tokens from naive, contiguous-cache and paged-cache decoding, on the
-#   bundled model and on SmolLM2-135M, whose cached steps were already several times faster.
+#   bundled model and on SmolLM2-135M (section 2 printed how much faster its cached steps were
+#   on this machine).
 # - Counted: naive work per step grows with the sequence (O(n²) per answer), cached work stays
 #   nearly flat (O(n)). Measured: section 3 printed what this CPU shows of it, and why.
 # - Caching trades space for time: here 204,800 bytes of K and V bought about 49 times fewer
