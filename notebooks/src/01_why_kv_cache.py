@@ -191,23 +191,26 @@ say(f"so: on this real model the cache makes a step {ratio:.1f}x faster already 
 # length `L` (a prompt of `L` tokens of Python source: the `statistics` module), the **naive**
 # step is one forward pass over all `L` tokens, the **cached** step one token attending to `L`
 # cached ones.
-# Each time is the **fastest** of several steps (five naive, six cached, each run twice): the
-# machine's other programs can only make a step slower, never faster, so the minimum is the
-# step's own cost and a busy moment does not move it. The FLOPs beside it are counted from the
-# model's shapes.
+# Each time is the **fastest** of nine steps (three steps, in each of three passes over all the
+# contexts): the machine's other programs can only make a step slower, never faster, so the
+# minimum is the step's own cost, and a busy spell during one pass does not move it. The FLOPs
+# beside it are counted from the model's shapes.
 
 # %%
 import inspect
 import statistics
 
 text_ids = tok.encode(inspect.getsource(statistics))          # a long real text to cut prompts from
-contexts = [32, 128, 256, 512, 768, 1024]
+contexts = [32, 64, 128, 256, 512, 1024]           # doubling: evenly spaced on the log axis
 sweep = []
-REPEATS = 2                                                     # each run twice; the fastest step counts
+REPEATS = 3                                   # three passes over all the contexts; the fastest step counts
+timed = {L: {"naive": [], "cached": []} for L in contexts}
+for _ in range(REPEATS):                      # passes, not back-to-back repeats: a busy spell hits one pass
+    for L in contexts:
+        timed[L]["naive"].append(generate(model, text_ids[:L], 3, strategy="naive"))         # 3 steps over L .. L+2 tokens
+        timed[L]["cached"].append(generate(model, text_ids[:L], 4, strategy="contiguous"))   # prefill, then 3 one-token steps
 for L in contexts:
-    ids = text_ids[:L]
-    naive = [generate(model, ids, 5, strategy="naive") for _ in range(REPEATS)]        # 5 steps over L .. L+4 tokens
-    cached = [generate(model, ids, 7, strategy="contiguous") for _ in range(REPEATS)]  # prefill, then 6 one-token steps
+    naive, cached = timed[L]["naive"], timed[L]["cached"]
     sweep.append(dict(L=L,
                       naive_ms=1e3 * min(t for r in naive for t in r.step_times),
                       cached_ms=1e3 * min(t for r in cached for t in r.step_times[1:]),
