@@ -174,11 +174,12 @@ for gpu_name in ("a100-80gb", "h200"):
         spec = kvlab.get_model(model_name)
         w = int(spec.params_b * 1e9 * 2)
         head = f"{gpu_name:9s} {model_name:11s} {util:.0%} of {kvlab.format_bytes(gpu.memory_bytes)} is {kvlab.format_bytes(share)}"
+        print(head)  # two lines a row: they fit a projector's narrow output too
         if w >= share:
-            print(f"{head}; the weights alone take {kvlab.format_bytes(w)}: does not fit")
+            print(f"{'':10s}the weights alone take {kvlab.format_bytes(w)}: does not fit")
             continue
         budget = gpu.kv_budget_bytes(spec, utilization=util)
-        print(f"{head} - weights {kvlab.format_bytes(w)} = KV budget {kvlab.format_bytes(budget)} -> "
+        print(f"{'':10s}minus weights {kvlab.format_bytes(w)} = KV budget {kvlab.format_bytes(budget)}: "
               f"{budget // spec.kv_bytes(4096)} requests of 4,096 tokens")
 
 # %% [markdown]
