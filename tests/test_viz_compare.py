@@ -94,6 +94,17 @@ def test_animation_numbers_frames_as_the_stepper():
     assert f"step 3 / {n}:" in s._caption.value
 
 
+def test_stepper_states_its_caption_once():
+    """Round 2 review: the stepper's line says "step k / N: caption"; the figure's subtitle must not
+    repeat the caption (it keeps the copy counter); a figure on its own still carries its caption."""
+    s = viz.compare_stepper(static=False)
+    s.go(3)
+    sub = s.render(s.frame).layout.title.subtitle.text
+    assert s.caption in s._caption.value and s.caption not in sub and "bytes copied on growth" in sub
+    step = viz.run_compare(viz.notes_trace())[3]
+    assert viz.compare_figure(step).layout.title.subtitle.text.startswith(step.caption)
+
+
 def test_classroom_compare_takes_the_output_width():
     viz.classroom(True)
     try:
