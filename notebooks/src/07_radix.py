@@ -270,7 +270,7 @@ print(f"prompt tokens run through the model: {computed} of {total} ({1 - compute
 # where, and a leading "…" marks a node whose first token continues its parent's last word.
 
 # %%
-from IPython.display import HTML
+from IPython.display import HTML, display
 
 from kvlab.lessons.chat import support_node_labels
 from kvlab.viz.chat_demo import mid_word_decode, tree_svg
@@ -284,9 +284,9 @@ if mid:
     where = f"{len(mid)} node(s) here do: “…{first}” follows “{before}”, the last token of its parent"
 else:
     where = "no node here does"
-HTML(tree_svg(chat, labels=support_node_labels(chat, turns))
-     + f"<p>Nodes split only every {snap.page_size} tokens (one page, one block of the pool), so a node can "
-       f"start inside a word; {where}.</p>")
+display(HTML(tree_svg(chat, labels=support_node_labels(chat, turns))))
+print(f"Nodes split only every {snap.page_size} tokens (one page, one block of the pool), so a node can start\n"
+      f"inside a word; {where}.")
 
 # %% [markdown]
 # ### Time to first token, with the tree and without it (measured)
