@@ -274,3 +274,32 @@ def test_split_frame_keeps_its_text_size(frames, classroom):
         viz.classroom(False)
     with pytest.raises(ValueError, match="rankdir"):
         radix_tree_graph(frames[0].snapshot, rankdir="BT")
+
+
+
+def test_legend_names_only_what_the_picture_uses(frames):
+    """"faded: evicted" was in every legend, also where nothing was evicted."""
+    first = viz.radix_tree_graph(frames[0].snapshot, frames[0].caption).source
+    assert "faded: evicted" not in first and "prefilled now (miss)" in first
+    assert "matched (hit" not in first  # the warm-up matched nothing
+    later = viz.radix_tree_graph(frames[3].snapshot, frames[3].caption).source
+    assert "matched (hit, reused)" in later and "faded: evicted" not in later
+    cache = RadixCache(BlockAllocator(24, 1))
+    rec = viz.RadixRecorder(cache)
+    serve_request(cache, char_tokenize("hello world"), char_tokenize("!"), rid="R1")
+    serve_request(cache, char_tokenize("goodbye all you, friends"), rid="R2")  # pool too small: evicts
+    ev = next(f for f in viz.radix_event_frames(rec, char_detokenize) if "evicted" in f.caption)
+    assert "faded: evicted" in viz.radix_tree_graph(ev.snapshot, ev.caption).source
+
+
+def test_mid_word_node_text_is_marked():
+    """A page-sized node can start inside a word ("istant" after "ass"): its label starts with "…"."""
+    from kvlab.viz.chat_demo import mid_word_decode
+
+    cache = RadixCache(BlockAllocator(32, block_size=4), page_size=4)
+    serve_request(cache, char_tokenize("the assistant is"), rid="R1")
+    serve_request(cache, char_tokenize("the assistant did"), rid="R2")   # pages of 4: split after "the assistan"
+    snap = cache.snapshot()
+    decode = mid_word_decode(snap, char_detokenize)
+    labels = {char_detokenize(n.tokens): decode(n.tokens) for n in snap.nodes}
+    assert labels == {"the assistan": "the assistan", "t is": "…t is", "t di": "…t di"}, labels

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ..memory.snapshot import MemorySnapshot
-from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces
-from .palette import HIGHLIGHT, holder_color, label_px, theme, tint
+from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces, cell_label_px
+from .palette import HIGHLIGHT, holder_color, theme, tint
 
 __all__ = ["MapGeometry", "map_geometry", "table_arrows", "copy_arc", "frame_traces", "MAX_TABLE_HOLDERS"]
 
@@ -58,6 +58,11 @@ class MapGeometry:
     width: int
     height: int
     legend_ids: tuple[str, ...]  # every id that colours something in some frame
+
+    @property
+    def cell_px(self) -> float:
+        """A block's column in px on the canvas (the table labels are sized from it)."""
+        return (self.width - self.margin[0] - self.margin[1]) / self.layout.cols
 
     @property
     def y_range(self) -> list[float]:
@@ -183,8 +188,8 @@ def _table_traces(data: dict[str, Any], colors: dict[str, str], geom: MapGeometr
             ct.append(f"→P{b}" if h == "tree" else f"L{i}→P{b}")
             ch.append(f"{h}: L{i} -> P{b}" + ("" if h == "tree" else f" (tokens {i * data['block_size']}.."
                                                                          f"{min(n, (i + 1) * data['block_size']) - 1})"))
-    size = label_px(geom.layout.cell / 5.2)
-    if ct and max(map(len, ct)) * size * 0.6 > geom.layout.cell * CELL_W:  # "L12→P13" would spill over its cell:
+    size = cell_label_px(geom.cell_px, 5.2)
+    if ct and max(map(len, ct)) * size * 0.68 > geom.cell_px * CELL_W:  # "L12→P13" would spill over its cell:
         ct = [t.split("→")[-1] if "→" in t else t for t in ct]            # the position says L, the cell says P
     out = [
         go.Bar(x=[CELL_W] * len(cx), y=cy, base=[x - CELL_W / 2 for x in cx], orientation="h", width=TABLE_CELL_H,

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from ..lessons.chat import ChatSession, ChatTurn, cached_model
 from .palette import HIT, MISS, theme
 
-__all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure"]
+__all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode"]
 
 
 def token_html(session: ChatSession, turn: ChatTurn, max_tokens: int = 400) -> str:
@@ -68,11 +68,41 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
     if session.engine.cache is None:
         return "<p>(no radix tree: radix=False)</p>"
     last = session.turns[-1] if session.turns else None
-    state = RadixState(session.engine.cache.snapshot(), hit=last.hit_nodes if last else frozenset(),
-                       miss=last.miss_nodes if last else frozenset(), detokenize=session.tok.decode,
+    snap = session.engine.cache.snapshot()
+    state = RadixState(snap, hit=last.hit_nodes if last else frozenset(),
+                       miss=last.miss_nodes if last else frozenset(), detokenize=mid_word_decode(snap, session.tok.decode),
                        node_labels=dict(labels or {}),
                        title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
     return fit_svg(radix_tree_graph(state, source="measured", max_chars=max_chars).pipe(format="svg", encoding="utf-8"))
+
+
+def mid_word_decode(snapshot: Any, decode: Any) -> Any:
+    """``decode`` for node labels that starts a node's text with "…" when its first token
+    continues its parent's last word: the tree splits only at page boundaries (every
+    ``page_size`` tokens), so a node can begin inside a word ("…istant" after "ass").
+
+    Example:
+        >>> from types import SimpleNamespace as N
+        >>> snap = N(nodes=[N(id=1, parent_id=0, tokens=(7, 8)), N(id=2, parent_id=1, tokens=(9,))])
+        >>> text = {7: " the", 8: " ass", 9: "istant"}
+        >>> d = mid_word_decode(snap, lambda ids: "".join(text[i] for i in ids))
+        >>> d([9]), d([7, 8])
+        ('…istant', ' the ass')
+    """
+    by_id = {n.id: n for n in snapshot.nodes}
+    starts: set[tuple[int, ...]] = set()
+    for n in snapshot.nodes:
+        parent = by_id.get(n.parent_id)
+        if parent is None or not parent.tokens or not n.tokens:
+            continue
+        before, after = decode([parent.tokens[-1]]), decode([n.tokens[0]])
+        if before[-1:].isalnum() and after[:1].isalnum():
+            starts.add(tuple(n.tokens[:4]))
+
+    def marked(ids: Sequence[int]) -> str:
+        text = decode(list(ids))
+        return "…" + text if tuple(ids[:4]) in starts else text
+    return marked
 
 
 def pool_figure(session: ChatSession) -> Any:

@@ -150,8 +150,8 @@ def kernel_access_data(
 
 
 def _cols(num_blocks: int) -> int | None:
-    """Rows of 8 above 16 blocks: a cell wide enough for its three lines of text."""
-    return 8 if num_blocks > 16 else None
+    """Rows of 8 above 8 blocks: a cell wide enough for its three lines of text."""
+    return 8 if num_blocks > 8 else None
 
 
 MAX_ARROWS = 12  # more reads than this: the numbers on the blocks say the order, arrows would tangle

@@ -16,7 +16,8 @@ from typing import Any
 from ..memory.ids import check_int
 from .palette import FREE, UNOWNED, label_px, theme, tint
 
-__all__ = ["CELL_W", "CELL_H", "LABELLED_MAX", "SQUARES_MAX", "GridLayout", "grid_layout", "block_traces"]
+__all__ = ["CELL_W", "CELL_H", "LABELLED_MAX", "SQUARES_MAX", "GridLayout", "grid_layout", "block_traces",
+           "cell_label_px"]
 
 LABELLED_MAX = 64  # up to this many blocks: cells with text labels (and block tables drawn)
 SQUARES_MAX = 256  # up to this many: cells, hover only; above: heatmap
@@ -74,6 +75,18 @@ def grid_layout(num_blocks: int, cols: int | None = None, mode: str = "auto") ->
     return GridLayout(num_blocks, cols, rows, mode, show_text, width, height, cell, (left, right, top, bottom))
 
 
+def cell_label_px(cell_px: float, lines: float = 4.2) -> int:
+    """The font size of a cell's label: :func:`~kvlab.viz.palette.label_px` of ``cell_px / lines``,
+    up to 2 px larger when the cell is wide (a pool drawn 8 to a row), never under the minimum.
+
+    Example (normal theme):
+        >>> cell_label_px(52), cell_label_px(80)
+        (12, 14)
+    """
+    th = theme()
+    return min(th.label_size + 2, max(label_px(cell_px / lines), int(cell_px / 5.5)))
+
+
 def _palette_index(colors: dict[str, str]) -> list[str]:
     """The discrete colour list of heatmap mode: free, unowned, then each request colour."""
     out = [FREE, UNOWNED]
@@ -107,7 +120,7 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
                    name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
                    showlegend=False),
             go.Scatter(x=data["x"], y=ys, mode="text", text=text if lay.show_text else [""] * n,
-                       textfont=dict(size=label_px(lay.cell / 4.2), color=th.text_color),
+                       textfont=dict(size=cell_label_px(lay.cell), color=th.text_color),
                        hoverinfo="skip", showlegend=False, name="labels"),
         ]
     pal = _palette_index(colors)

@@ -161,7 +161,8 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     lines.append(f"evictable {d['evictable_size']} tokens · protected (locked) {d['protected_size']} tokens")
     rows = "".join(f'<tr><td align="left" colspan="4">{x}</td></tr>' for x in lines)
     if legend:
-        rows += _legend_row(two_rows=th.high_contrast)
+        kinds = {n["kind"] for n in d["nodes"]} | ({"evictable"} if any("dashed" in n["style"] for n in d["nodes"]) else set())
+        rows += _legend_row(two_rows=th.high_contrast, kinds=kinds)
     g = graphviz.Digraph("radix", format="svg")
     g.attr(rankdir=rankdir, label=f'<<table border="0" cellspacing="3" cellpadding="2">{rows}</table>>', labelloc="t",
            labeljust="l", fontsize=str(int(fs) + 1), fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
@@ -177,15 +178,20 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     return g
 
 
-def _legend_row(two_rows: bool = False) -> str:
-    cells = [f'<td bgcolor="{HIT}"><font color="white">matched (hit, reused)</font></td>',
-             f'<td bgcolor="{MISS}"><font color="white">prefilled now (miss)</font></td>',
-             '<td border="1" style="dashed">dashed: evictable (unlocked)</td>',
-             f'<td bgcolor="{EVICTED}"><font color="#6e6e6e">faded: evicted</font></td>']
+def _legend_row(two_rows: bool = False, kinds: set[str] | None = None) -> str:
+    """The legend as table rows: only the entries this picture uses (``kinds``: hit, miss,
+    evictable, evicted; None: all four), so "faded: evicted" shows only where a node is evicted."""
+    cells = {"hit": f'<td bgcolor="{HIT}"><font color="white">matched (hit, reused)</font></td>',
+             "miss": f'<td bgcolor="{MISS}"><font color="white">prefilled now (miss)</font></td>',
+             "evictable": '<td border="1" style="dashed">dashed: evictable (unlocked)</td>',
+             "evicted": f'<td bgcolor="{EVICTED}"><font color="#6e6e6e">faded: evicted</font></td>'}
+    used = [c for k, c in cells.items() if kinds is None or k in kinds]
+    if not used:
+        return ""
     if two_rows:  # classroom mode: two cells a row, so the legend never sets the width
-        wide = [c.replace("<td", '<td colspan="2"', 1) for c in cells]
-        return f"<tr>{wide[0]}{wide[1]}</tr><tr>{wide[2]}{wide[3]}</tr>"
-    return "<tr>" + "".join(cells) + "</tr>"
+        wide = [c.replace("<td", '<td colspan="2"', 1) for c in used]
+        return "".join(f"<tr>{''.join(wide[i:i + 2])}</tr>" for i in range(0, len(wide), 2))
+    return "<tr>" + "".join(used) + "</tr>"
 
 
 def fit_svg(svg: str) -> str:

@@ -88,7 +88,8 @@ for seq, t in m.tables.items():
 # %%
 from kvlab.viz import memory_map_figure
 
-memory_map_figure(m.snapshot("three requests decoding together"), title="The pool the kernel reads", source="simulated")
+memory_map_figure(m.snapshot("three requests decoding together"), title="The pool the kernel reads",
+                  source="simulated", cols=8)   # 8 blocks a row: room for each label
 
 # %% [markdown]
 # And the order in which the kernel reads R3's blocks: it walks the positions from 0 up, so it

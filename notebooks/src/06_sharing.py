@@ -82,7 +82,8 @@ m.check_integrity()
 # %%
 from kvlab.viz import memory_map_stepper
 
-memory_map_stepper(m.snapshots, m.log, title="Parallel sampling: fork and copy-on-write", source="simulated")
+memory_map_stepper(m.snapshots, m.log, title="Parallel sampling: fork and copy-on-write", source="simulated",
+                   cols=6)   # 6 blocks a row: room for each label
 
 # %% [markdown]
 # ## 3. Freeing shared blocks

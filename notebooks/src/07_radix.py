@@ -264,14 +264,29 @@ print(f"prompt tokens run through the model: {computed} of {total} ({1 - compute
 # R4's path is green up to the end of R1's turn (root → [A+B] → [C]: the whole history), and
 # only R4's own question, with its reply, is blue. [A] and [B] are one node here, because every
 # request so far used both; a request that used only [A] would split it.
+#
+# The tree holds whole **pages** of KV (a page is one block of the pool), so a node's length is a
+# multiple of the page size and a split can fall inside a word: the line under the tree says
+# where, and a leading "…" marks a node whose first token continues its parent's last word.
 
 # %%
-from IPython.display import HTML
+from IPython.display import HTML, display
 
 from kvlab.lessons.chat import support_node_labels
-from kvlab.viz.chat_demo import tree_svg
+from kvlab.viz.chat_demo import mid_word_decode, tree_svg
 
-HTML(tree_svg(chat, labels=support_node_labels(chat, turns)))
+snap = chat.engine.cache.snapshot()
+decode = mid_word_decode(snap, tok.decode)
+parent_of = {n.id: n for n in snap.nodes}
+mid = [n for n in snap.nodes if decode(n.tokens).startswith("…")]
+if mid:
+    first, before = tok.decode(mid[0].tokens[:1]), tok.decode(parent_of[mid[0].parent_id].tokens[-1:])
+    where = f"{len(mid)} node(s) here do: “…{first}” follows “{before}”, the last token of its parent"
+else:
+    where = "no node here does"
+display(HTML(tree_svg(chat, labels=support_node_labels(chat, turns))))
+print(f"Nodes split only every {snap.page_size} tokens (one page, one block of the pool), so a node can start\n"
+      f"inside a word; {where}.")
 
 # %% [markdown]
 # ### Time to first token, with the tree and without it (measured)
