@@ -28,6 +28,7 @@ from ..memory.events import Event, EventLog
 from ..memory.snapshot import MemorySnapshot
 from .block_tables import frame_traces, map_geometry
 from .captions import event_sentence
+from .display import is_static
 from .memory_map import _figure_from_data, _title, event_highlight, grid_layout, memory_map_data, snapshot_ids
 from .palette import assign_colors, source_label, theme
 
@@ -82,8 +83,10 @@ class MemoryMapView:
     """Renders stepper frames of one run as memory maps with one layout, geometry and palette."""
 
     def __init__(self, frames: Sequence["Frame"], title: str = "Paged KV pool", source: str = "simulated",
-                 cols: int | None = None, mode: str = "auto", tables: bool | None = None) -> None:
+                 cols: int | None = None, mode: str = "auto", tables: bool | None = None,
+                 numbered: bool = True) -> None:
         source_label(source)
+        self.numbered = numbered  # False: a live stepper's caption line numbers the frame, the figure does not
         self.frames = list(frames)
         self.colors = _frame_colors(self.frames)
         self.layout = grid_layout(self.frames[0].snapshot.num_blocks, cols, mode)
@@ -96,7 +99,10 @@ class MemoryMapView:
         """The frame's memory-map data; its caption numbered as the stepper numbers it ("step 3 / 16: ...")."""
         d = memory_map_data(frame.snapshot, frame.highlight, self.colors, self.layout, _copies(frame))
         i = self._index.get(id(frame))
-        d["caption"] = step_caption(i, len(self.frames), frame.caption) if i is not None else frame.caption
+        if not self.numbered:
+            d["caption"] = ""  # the live stepper's caption line says "step k / N: ..." (once)
+        else:
+            d["caption"] = step_caption(i, len(self.frames), frame.caption) if i is not None else frame.caption
         return d
 
     def __call__(self, frame: "Frame") -> Any:
@@ -178,4 +184,5 @@ def memory_map_stepper(
     from .stepper import Stepper
 
     frames = memory_frames(snapshots, log)
-    return Stepper(frames, MemoryMapView(frames, title, source, cols, mode, tables), static=static)
+    live = not is_static(static)  # a live stepper numbers and captions each frame in its own line
+    return Stepper(frames, MemoryMapView(frames, title, source, cols, mode, tables, numbered=not live), static=static)
