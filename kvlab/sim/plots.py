@@ -292,7 +292,8 @@ class RateWidget:
         return r
 
     def figure(self) -> Any:
-        return memory_timeline_figure(self.result, self.theme, f"{self.labels[self.policy]} at {self.rate:g} req/s: KV memory over "
+        at = f", step time x{self.step_time:g}" if self.step_times is not None else ""
+        return memory_timeline_figure(self.result, self.theme, f"{self.labels[self.policy]} at {self.rate:g} req/s{at}: KV memory over "
                                       f"one run (simulated)")
 
     def _caption_html(self) -> str:
