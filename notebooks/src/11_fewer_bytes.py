@@ -363,8 +363,9 @@ check.quest_pick(quest_pick)
 #
 # <details><summary>Hint 2</summary>
 #
-# `torch.maximum(q * k_max, q * k_min).sum(-1)` gives one bound per block; sort the block
-# indices by `(-bound, index)`.
+# Both products can be formed for all blocks at once by broadcasting `q` over the block axis;
+# keep the larger one per channel, sum over channels, and order the blocks by bound (largest
+# first; the lower index on a tie) before taking `top_k` and sorting them back.
 # </details>
 
 # %% [markdown]
