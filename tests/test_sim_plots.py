@@ -86,3 +86,29 @@ def test_rate_widget_live_controls_redraw():
     assert w.policy == "orca-max" and "orca-max at 1 req/s" in w._cap.value
     w._rate.value = 1.5
     assert w.rate == 1.5 and "1.5 req/s" in w._out.outputs[0]["data"]["text/plain"]
+
+
+def test_rate_widget_step_time_slider_moves_a_bar_that_keeps_up_not_a_memory_bound_one():
+    from kvlab.sim.reproductions import setting
+
+    def run(rate, policy, step_time):
+        t = sim.sharegpt(240, rate=rate, seed=0)
+        return sim.simulate(t, sim.make_policy(policy, 15_728), cost=setting(step_time)[1], progress=False)
+
+    w = plots.RateWidget(run, ["vllm", "orca-max"], rate=2.0, static=True, step_times=(0.6, 1.6, 0.1))
+    base = w.result.mean_batch
+    assert "step time x1" in w.caption
+    w.update(step_time=1.5)
+    assert w.result.mean_batch > base * 1.1 and "step time x1.5" in w.caption   # slower steps: a bigger batch
+    w.update(step_time=1.0, policy="orca-max")
+    capped = w.result.mean_batch
+    w.update(step_time=1.5)
+    assert abs(w.result.mean_batch / capped - 1) < 0.05                          # memory-bound: the batch stays
+    before = (w.rate, w.policy, w.step_time, w.caption)
+    with pytest.raises(ValueError, match="step_time"):
+        w.update(step_time=0.0)
+    assert (w.rate, w.policy, w.step_time, w.caption) == before
+    with pytest.raises(ValueError, match="step_time"):
+        plots.RateWidget(_five_minutes, ["vllm"]).update(step_time=1.2)
+    with pytest.raises(ValueError, match="step_times"):
+        plots.RateWidget(run, ["vllm"], step_times=(1.2, 2.0, 0.1))

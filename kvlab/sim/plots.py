@@ -219,7 +219,9 @@ def _figure_output(fig: Any) -> dict:
 
 class RateWidget:
     """A rate slider and a policy menu that re-run a small simulation (``run(rate, policy)`` ->
-    SimResult) and redraw its memory timeline with the mean batch in the caption.
+    SimResult) and redraw its memory timeline with the mean batch in the caption. With
+    ``step_times=(lo, hi, step)`` a third slider scales the cost model's step time and the run is
+    ``run(rate, policy, step_time)``: ``RateWidget(run, ["vllm"], step_times=(0.6, 1.6, 0.1))``.
 
     ``static=True`` (nbval, exported HTML): no widgets, ``show()`` returns the figure of the
     current state. ``w.result`` and ``w.caption`` are the current state (for tests).
@@ -227,7 +229,7 @@ class RateWidget:
 
     def __init__(self, run: Callable[[float, str], Any], policies: Sequence[str], rate: float = 2.0,
                  rates: tuple[float, float, float] = (0.5, 4.0, 0.25), static: bool = True, theme: Any = None,
-                 labels: dict[str, str] | None = None) -> None:
+                 labels: dict[str, str] | None = None, step_times: tuple[float, float, float] | None = None) -> None:
         if not policies:
             raise ValueError("give at least one policy")
         lo, hi, step = rates
@@ -236,6 +238,9 @@ class RateWidget:
         self._run, self.policies, self.theme = run, list(policies), theme
         self.labels = {p: (labels or {}).get(p, p) for p in self.policies}  # menu names a student reads
         self.rate, self.policy, self.static = rate, self.policies[0], static
+        if step_times is not None and not (0 < step_times[0] <= 1.0 <= step_times[1] and step_times[2] > 0):
+            raise ValueError(f"step_times {step_times} must be (lo, hi, step) with 0 < lo <= 1 <= hi and step > 0")
+        self.step_times, self.step_time = step_times, 1.0
         self.result: Any = None
         self.caption = ""
         self.widget: Any = None
@@ -244,35 +249,51 @@ class RateWidget:
             import ipywidgets as W
 
             self._rate = W.FloatSlider(value=rate, min=lo, max=hi, step=step, description="request rate (req/s)",
-                                       continuous_update=False, style={"description_width": "initial"})
+                                       continuous_update=False, style={"description_width": "initial"},
+                                       layout=W.Layout(min_width="400px"))   # classroom size: the track keeps its length
             self._pol = W.Dropdown(options=[(self.labels[p], p) for p in self.policies], value=self.policy,
-                                   description="system")
+                                   description="system", layout=W.Layout(min_width="300px"))
             self._cap = W.HTML(self._caption_html())
             self._out = W.Output()
             self._out.add_class("kvlab-figure")
             self._rate.observe(lambda ch: self._redraw(rate=ch["new"]), names="value")
             self._pol.observe(lambda ch: self._redraw(policy=ch["new"]), names="value")
+            controls = [self._rate, self._pol]
+            if step_times is not None:
+                lo, hi, step = step_times
+                self._step = W.FloatSlider(value=1.0, min=lo, max=hi, step=step, continuous_update=False,
+                                           description="step time (x the cost model)", style={"description_width": "initial"},
+                                           layout=W.Layout(min_width="460px"))
+                self._step.observe(lambda ch: self._redraw(step_time=ch["new"]), names="value")
+                controls.append(self._step)
             self._out.outputs = (_figure_output(self.figure()),)
-            self.widget = W.VBox([W.HBox([self._rate, self._pol], layout=W.Layout(flex_flow="row wrap")), self._cap,
-                                  self._out])
+            self.widget = W.VBox([W.HBox(controls, layout=W.Layout(flex_flow="row wrap")), self._cap, self._out])
             self.widget.add_class("kvlab-rate-widget")
 
-    def update(self, rate: float | None = None, policy: str | None = None) -> Any:
-        """Re-run at ``rate`` and ``policy`` (either may stay as it is); returns the result."""
+    def update(self, rate: float | None = None, policy: str | None = None, step_time: float | None = None) -> Any:
+        """Re-run at ``rate``, ``policy`` and ``step_time`` (each may stay as it is); returns the result."""
         if policy is not None and policy not in self.policies:
             raise ValueError(f"unknown policy {policy!r}; choose one of: {', '.join(self.policies)}")
+        if step_time is not None and (self.step_times is None or not 0 < step_time):
+            raise ValueError(f"step_time {step_time} needs step_times=(lo, hi, step) and a value above 0")
         self.rate = self.rate if rate is None else float(rate)
         self.policy = policy or self.policy
-        self.result = r = self._run(self.rate, self.policy)
+        self.step_time = self.step_time if step_time is None else float(step_time)
+        if self.step_times is None:
+            self.result = r = self._run(self.rate, self.policy)
+        else:
+            self.result = r = self._run(self.rate, self.policy, self.step_time)
         m = r.metrics
         bound = m.loaded_iterations / m.iterations if m.iterations else 0.0
-        self.caption = (f"{self.labels[self.policy]} at {self.rate:g} req/s: {r.mean_batch:.1f} requests in the batch on average, "
+        at = f" with step time x{self.step_time:g}" if self.step_times is not None else ""
+        self.caption = (f"{self.labels[self.policy]} at {self.rate:g} req/s{at}: {r.mean_batch:.1f} requests in the batch on average, "
                         f"memory-bound (requests waiting) in {100 * bound:.0f}% of iterations, token states "
                         f"{100 * r.breakdown(loaded=False)['token_states']:.1f}% of the budget (simulated)")
         return r
 
     def figure(self) -> Any:
-        return memory_timeline_figure(self.result, self.theme, f"{self.labels[self.policy]} at {self.rate:g} req/s: KV memory over "
+        at = f", step time x{self.step_time:g}" if self.step_times is not None else ""
+        return memory_timeline_figure(self.result, self.theme, f"{self.labels[self.policy]} at {self.rate:g} req/s{at}: KV memory over "
                                       f"one run (simulated)")
 
     def _caption_html(self) -> str:

@@ -333,7 +333,7 @@ def animate_compare(steps: Sequence[CompareStep], title: str = "Contiguous versu
     """A plotly animation: both maps and the bars move in step, one frame per operation."""
     import plotly.graph_objects as go
 
-    from .memory_animation import _animation_controls, step_caption
+    from .memory_animation import animation_controls, step_caption
 
     colors = _all_colors(steps)
     fig = compare_figure(steps[0], title, source, colors)
@@ -347,7 +347,7 @@ def animate_compare(steps: Sequence[CompareStep], title: str = "Contiguous versu
                                layout=dict(title=lay["title"], xaxis=lay["xaxis"], yaxis=lay["yaxis"],
                                            xaxis2=lay["xaxis2"], yaxis2=lay["yaxis2"], yaxis3=lay["yaxis3"])))
     fig.frames = frames
-    fig.update_layout(**_animation_controls(len(frames), duration_ms, fig.layout))
+    fig.update_layout(**animation_controls(len(frames), duration_ms, fig.layout))
     fig.layout.sliders[0].currentvalue.visible = False  # the subtitle says "step k / N" already: once is enough
     return fig
 

@@ -97,10 +97,11 @@ class HitRateControl(LiveControl):
     def _inputs(self, W: Any) -> list[Any]:
         style = {"description_width": "initial"}
         size = W.IntSlider(value=self.pool_size, min=min(self.sizes), max=max(self.sizes), step=10,
-                           description="pool size (token slots)", style=style, continuous_update=False)
+                           description="pool size (token slots)", style=style, continuous_update=False,
+                           layout=W.Layout(min_width="420px"))  # at classroom size the track would shrink to nothing
         size.add_class("kvlab-pool-size-slider")
         policy = W.Dropdown(options=[(name, p) for p, name in POLICY_NAMES.items()], value=self.policy,
-                            description="eviction policy", style=style)
+                            description="eviction policy", style=style, layout=W.Layout(min_width="400px"))
         policy.add_class("kvlab-policy-menu")
         size.observe(lambda ch: self.set(pool_size=ch["new"]), names="value")
         policy.observe(lambda ch: self.set(policy=ch["new"]), names="value")

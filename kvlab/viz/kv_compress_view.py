@@ -27,6 +27,9 @@ __all__ = ["attention_figure", "kept_blocks", "budget_explorer", "tradeoff_figur
 
 METHOD_COLORS = {"full": "#333333", "streaming": "#1f77b4", "h2o": "#ff7f0e", "quest": "#2ca02c",
                  "int8": "#9467bd", "fp8": "#8c564b"}
+# open and filled shapes of different sizes: two methods at the same point stay visible
+METHOD_MARKERS = {"full": ("circle", 12), "streaming": ("square-open", 20), "h2o": ("diamond", 10),
+                  "quest": ("triangle-up", 13), "int8": ("circle-open", 18), "fp8": ("x", 10)}
 MAX_WIDTH = 840   # every figure fits an 850 px output area
 
 
@@ -123,10 +126,11 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
     method = w.ToggleButtons(options=[("StreamingLLM", "streaming"), ("H2O", "h2o")], value="streaming",
                              description="method")
     budget = w.IntSlider(value=budget_tokens, min=block_size, max=max(block_size, T), step=block_size,
-                         description="budget (tokens)", continuous_update=False, style={"description_width": "110px"})
+                         description="budget (tokens)", continuous_update=False, style={"description_width": "initial"},
+                         layout=w.Layout(min_width="360px"))     # whole labels, and a track that keeps its length
     sinks = w.IntSlider(value=sink_tokens, min=0, max=4 * block_size, step=block_size // 4 or 1,
                         description="sinks (StreamingLLM)", continuous_update=False,
-                        style={"description_width": "140px"})
+                        style={"description_width": "initial"}, layout=w.Layout(min_width="400px"))
     out = w.Output()
 
     def redraw(_=None) -> None:
@@ -155,11 +159,12 @@ def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, ev
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
                         subplot_titles=("memory kept vs perplexity (lower is better)",
                                         "bytes read per step vs greedy agreement"))
-    for r in rows:
-        color = METHOD_COLORS.get(r.label.split()[0], "#555555")
-        common = dict(mode="markers+text", text=[r.label], textposition="top center", name=r.label,
-                      marker=dict(size=12, color=color), textfont=dict(size=th.font_size))
-        fig.add_trace(go.Scatter(x=[r.kv_bytes / 1e6], y=[r.ppl], showlegend=False, **common), 1, 1)
+    for r in rows:  # no text on the points (methods at one spot would print over each other): a legend
+        kind = r.label.split()[0]
+        symbol, size = METHOD_MARKERS.get(kind, ("circle", 12))
+        marker = dict(size=size, color=METHOD_COLORS.get(kind, "#555555"), symbol=symbol, line=dict(width=2))
+        common = dict(mode="markers", name=r.label, legendgroup=r.label, marker=marker)
+        fig.add_trace(go.Scatter(x=[r.kv_bytes / 1e6], y=[r.ppl], showlegend=True, **common), 1, 1)
         fig.add_trace(go.Scatter(x=[r.read_bytes_per_step / 1e6], y=[100 * r.agreement], showlegend=False,
                                  **common), 1, 2)
     fig.update_xaxes(title_text="KV MB kept (one sequence)", rangemode="tozero", row=1, col=1)
@@ -167,8 +172,10 @@ def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, ev
     fig.update_yaxes(title_text="perplexity", row=1, col=1)
     fig.update_yaxes(title_text="% tokens = full cache", range=[0, 108], row=1, col=2)
     fig.update_layout(title=dict(text=f"{title} ({source_label('measured')})", font=dict(size=th.title_size)),
-                      height=420, width=_width(th), autosize=th.autosize, template="plotly_white",
-                      font=dict(size=th.font_size), margin=dict(l=60, r=20, t=90, b=60))
+                      height=480, width=_width(th), autosize=th.autosize, template="plotly_white",
+                      font=dict(size=th.font_size), margin=dict(l=60, r=20, t=90, b=120),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top",
+                                  font=dict(size=th.font_size), title=dict(text="method:")))
     for a in fig.layout.annotations:
         a.font = dict(size=th.font_size)
     return fig

@@ -32,7 +32,7 @@ from .display import is_static
 from .memory_map import _figure_from_data, _title, event_highlight, grid_layout, memory_map_data, snapshot_ids
 from .palette import assign_colors, source_label, theme
 
-__all__ = ["memory_frames", "animate_memory_map", "MemoryMapView", "memory_map_stepper", "step_caption"]
+__all__ = ["memory_frames", "animate_memory_map", "MemoryMapView", "memory_map_stepper", "step_caption", "animation_controls"]
 
 
 def step_caption(i: int, n: int, caption: str) -> str:
@@ -136,15 +136,18 @@ def animate_memory_map(
                  layout=dict(title=_title(title, source, d["caption"]), xaxis=fig.layout.xaxis, yaxis=fig.layout.yaxis))
         for i, d in enumerate(datas)
     ]
-    fig.update_layout(**_animation_controls(n, duration_ms, fig.layout))
+    fig.update_layout(**animation_controls(n, duration_ms, fig.layout))
     fig.layout.sliders[0].currentvalue.visible = False  # the subtitle says "step k / N" already: once is enough
     return fig
 
 
-def _animation_controls(n: int, duration_ms: int, base: Any) -> dict[str, Any]:
+def animation_controls(n: int, duration_ms: int, base: Any) -> dict[str, Any]:
     """Play/pause and a step slider (steps 1..n, as the stepper counts) in a band added under
     the legend (paper coordinates are fractions of the plot height, so the band's offset is
-    computed from pixels). Frames must be named "1".."n"."""
+    computed from pixels). Frames must be named "1".."n". Returns layout keys for
+    ``fig.update_layout`` (used by every plotly animation in kvlab.viz).
+
+    Example: ``fig.update_layout(**animation_controls(len(fig.frames), 600, fig.layout))``."""
     th = theme()
     play = {"frame": {"duration": duration_ms, "redraw": True}, "fromcurrent": True, "transition": {"duration": 0}}
     pause = {"frame": {"duration": 0, "redraw": False}, "mode": "immediate", "transition": {"duration": 0}}
@@ -168,6 +171,9 @@ def _animation_controls(n: int, duration_ms: int, base: Any) -> dict[str, Any]:
                                          "transition": {"duration": 0}}]) for i in range(1, n + 1)],
         )],
     )
+
+
+_animation_controls = animation_controls  # the old private name, kept for callers not yet moved
 
 
 def memory_map_stepper(

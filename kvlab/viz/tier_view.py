@@ -199,7 +199,13 @@ def _width() -> int | None:
     return None if th.autosize else min(th.grid_width, 840)
 
 
-_LEGEND_PER_ROW = 5  # legend entries per row (9 pool states: two rows)
+_LEGEND_PER_ROW = 5  # legend entries per row (9 pool states: two rows; three entries a row at classroom size)
+
+
+def _legend_per_row() -> int:
+    """Entries per legend row: 5 at the normal font, 3 at classroom size (16 px), where five
+    labels such as "device: allocated" would run into each other."""
+    return 3 if theme().high_contrast else _LEGEND_PER_ROW
 
 
 def _marker_size(n: int) -> int:
@@ -237,7 +243,8 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
         for s, c in STATE_COLORS[row].items():
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {s}",
                                      marker=dict(symbol="square", size=12, color=c, line=dict(width=1, color="#666"))))
-    rows = -(-sum(len(v) for v in STATE_COLORS.values() if v is not STATE_COLORS["node"]) // _LEGEND_PER_ROW)
+    per_row = _legend_per_row()
+    rows = -(-sum(len(v) for v in STATE_COLORS.values() if v is not STATE_COLORS["node"]) // per_row)
     legend_h = rows * (th.font_size + 12)
     top = 62 + (14 if th.high_contrast else 0) + legend_h
     plot_h = 190
@@ -251,7 +258,7 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
         # the legend sits ABOVE the plot, under the title: the play/pause buttons and the slider
         # that animate_tiers adds go below it, so the two never overlap
         legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom", font=dict(size=th.font_size),
-                    entrywidth=1 / _LEGEND_PER_ROW, entrywidthmode="fraction", maxheight=legend_h + 40))
+                    entrywidth=1 / per_row, entrywidthmode="fraction", maxheight=legend_h + 40))
     return fig
 
 
@@ -260,7 +267,7 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
     """A plotly animation over a recorded run, one frame per snapshot (slider, play/pause)."""
     import plotly.graph_objects as go
 
-    from .memory_animation import _animation_controls
+    from .memory_animation import animation_controls
 
     snaps = list(snapshots)
     if not snaps:
@@ -270,7 +277,7 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
                            # the slider already reads "step i / n": the title carries the words only
                            layout=dict(title=dict(text=_title(title, source, s.caption))))
                   for i, s in enumerate(snaps)]
-    fig.update_layout(**_animation_controls(len(snaps), duration_ms, fig.layout))
+    fig.update_layout(**animation_controls(len(snaps), duration_ms, fig.layout))
     return fig
 
 

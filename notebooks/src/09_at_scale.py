@@ -2,7 +2,7 @@
 # Source of truth for notebooks/09_at_scale.ipynb; build with: .venv/bin/python scripts/build_notebooks.py 09
 
 # %% [markdown]
-# # 09 · At scale: the vLLM paper's figures, reproduced; the notes' claims, re-judged
+# # 09 · At scale: the vLLM paper's figures re-run, the notes' claims re-judged
 #
 # **What you will learn**
 #
@@ -11,9 +11,12 @@
 #   Every number it prints is **simulated**; every published number names its figure and page.
 # - How the vLLM paper built its baselines (Orca on a **buddy allocator**, lesson 03's contiguous
 #   memory with power-of-two runs), and why that detail moves the results by a quarter.
-# - The paper's Fig. 13 (requests served at once) and Fig. 2 (where the memory goes) reproduced
+# - The paper's Fig. 13 (requests served at once) and Fig. 2 (where the memory goes) re-run
 #   with 95% intervals over seeds against a 15% tolerance, which numbers land inside it and
-#   which do not, and how far each bar moves when a step takes 20% more or less time.
+#   which do not. The three Orca baselines land close; vLLM's batch and its share of memory
+#   holding tokens come out below the paper's, and the lesson shows why: its batch follows the
+#   simulator's step time (a step costs the larger of its memory time and its compute time),
+#   so you will move the step time and watch those two numbers move.
 # - The source notes' claims ("saves about 55%", "5 requests become 12", "a must above 2,000
 #   tokens or 20 requests") judged against the numbers.
 #
@@ -163,7 +166,7 @@ fast, slow = timing
 moves = {p: max(abs(t[p] / fig13.results["runs"][0][p].mean_batch - 1) for t in timing) for p in R.PAPER_POLICIES}
 steady = [R.PAPER_NAMES[p] for p in R.PAPER_POLICIES if moves[p] < 0.05]
 print(f"step time x0.8: vLLM {fast['vllm']:.1f} requests, x1.2: {slow['vllm']:.1f} (published 30.42; within 15% from "
-      f"{30.42 / 1.15:.1f} to {30.42 * 1.15:.1f})")
+      f"{30.42 * (1 - R.TOLERANCE):.1f} to {30.42 * (1 + R.TOLERANCE):.1f})")
 print(f"bars that move under 5%: {', '.join(steady) or 'none'}; the one that moves most: "
       f"{R.PAPER_NAMES[max(moves, key=moves.get)]} ({max(moves.values()):.0%})")
 
@@ -177,7 +180,11 @@ print(fig13.explanation)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("every row within 15% of the paper:", all(r.meets for r in fig13.rows))
+orca_off = max(abs(r.simulated / r.published - 1) for r in fig13.rows[:3])
+v13 = fig13.rows[3]
+print(f"the three Orca bars: within {orca_off:.0%} of the paper (memory-bound: the reservations decide)")
+print(f"vLLM: {v13.simulated:.1f} against the published {v13.published:.2f} ({v13.simulated / v13.published - 1:+.0%}), "
+      f"{'inside' if v13.meets else 'outside'} the 15% tolerance; its batch follows the step time, not its memory")
 print("order as published (Max < Pow2 < Oracle < vLLM):",
       fig13.rows[0].simulated < fig13.rows[1].simulated < fig13.rows[2].simulated < fig13.rows[3].simulated)
 
@@ -203,6 +210,14 @@ for p, row in zip(R.PAPER_POLICIES, fig2.rows):
     b = fig2.results["runs"][0][p].breakdown(loaded=False)
     print(f"{R.PAPER_NAMES[p]:<14} token states {row.simulated:.1%} (published {row.published:.1%}); the largest "
           f"waste: {max(('reservation', 'internal_fragmentation', 'rounding', 'free'), key=b.get).replace('_', ' ')}")
+v2, vrun = fig2.rows[3], fig2.results["runs"][0]["vllm"]
+bound = vrun.metrics.loaded_iterations / vrun.metrics.iterations
+print(f"\nWhere this reproduction stands: Fig. 13's vLLM bar {v13.simulated:.1f} against {v13.published:.2f} "
+      f"({v13.simulated / v13.published - 1:+.0%}, {'inside' if v13.meets else 'outside'} the tolerance) and Fig. 2's vLLM token states {v2.simulated:.1%} against "
+      f"{v2.published:.1%} ({'inside' if v2.meets else 'outside'} the tolerance). One cause: kvlab's cost model charges "
+      f"a step max(memory time, compute time); at that step time our vLLM had requests waiting in only {bound:.0%} of "
+      f"its iterations (seed 0), and {vrun.breakdown(loaded=False)['free']:.0%} of its budget stayed free. The paper's "
+      f"96.3% says its vLLM ran with full memory. Sections 7 and 13 slow the step down and watch both numbers rise.")
 
 # %% [markdown]
 # ## 5. The ablation: the same estimates without the buddy allocator
@@ -418,28 +433,35 @@ print(f"prefix reuse changes something only where prompts share prefixes: "
 # | costs | one table lookup per token in the kernel (lesson 05) | a tree walk per request; eviction and locking (lesson 08) |
 # | shares | within a request: fork, copy-on-write (lesson 06) | across requests, found automatically |
 #
-# ## 13. Try it: rate and policy
+# ## 13. Try it: rate, system and step time
 #
-# Two minutes of ShareGPT arrivals through one of the paper's systems; move the rate and pick a
-# system. Look at when the free grey band disappears (memory-bound) and what the caption's batch
-# does then. (Without a widget front end the cell shows 2 req/s under Orca (Max).)
+# Two minutes of ShareGPT arrivals through one of the paper's systems; move the rate, pick a
+# system, and scale the cost model's step time (1 = kvlab's cost model, the one behind every bar
+# above). Look at when the free grey band disappears (memory-bound) and what the caption's batch
+# does then. Then the question of sections 3 and 4: pick vLLM at 2 req/s and slow its steps
+# down; its batch grows and its token states rise towards the paper's 96.3%, while an Orca bar
+# stays where its memory holds it. Two minutes start from an empty server, so every number here
+# sits below the half-hour runs' above; the direction is what to watch. (Without a widget front
+# end the cell shows 2 req/s under Orca (Max).)
 
 # %%
-def two_minutes(rate, policy):
+def two_minutes(rate, policy, step_time=1.0):
     t = sim.sharegpt(max(100, int(rate * 120)), rate=rate, seed=0)
-    return sim.simulate(t, sim.make_policy(policy, budget.tokens), cost=cost, progress=False)
+    return sim.simulate(t, sim.make_policy(policy, budget.tokens), cost=R.setting(step_time)[1], progress=False)
 
 
 import time
 
 widget = plots.RateWidget(two_minutes, R.PAPER_POLICIES, rate=2.0, static=viz.is_static(), theme=viz.theme(),
-                          labels=R.PAPER_NAMES)
+                          labels=R.PAPER_NAMES, step_times=(0.6, 2.0, 0.1))
 t0 = time.perf_counter()
-widget.update(4.0, "vllm")   # the slowest setting: the most requests, the biggest batch
+widget.update(4.0, "vllm", 2.0)   # the slowest setting: the most requests, the biggest batch
 slowest = time.perf_counter() - t0
-widget.update(2.0, R.PAPER_POLICIES[0])
-print(widget.caption)
-print(f"(one update at 4 req/s under vLLM took {slowest:.2f} s on this machine)")
+for step_time in (1.0, 1.5):
+    widget.update(2.0, "vllm", step_time)
+    print(widget.caption)
+widget.update(2.0, R.PAPER_POLICIES[0], 1.0)   # the widget opens on Orca (Max), step time x1
+print(f"(one update at 4 req/s under vLLM, step time x2, took {slowest:.2f} s on this machine)")
 widget
 
 # %% [markdown]
@@ -557,7 +579,8 @@ runs0 = fig2.results["runs"][0]
 print(f"vLLM batches {v.mean / o.mean:.1f}x Orca (Oracle) and {v.mean / m.mean:.1f}x Orca (Max) at 2 req/s "
       f"(published 2.2x and 4.3x); vLLM keeps {fig2.rows[3].simulated:.1%} of the budget in token states "
       f"(published 96.3%); {sum(r.meets for r in fig13.rows + fig2.rows)} of {len(fig13.rows + fig2.rows)} "
-      f"Fig. 13 and Fig. 2 numbers within 15%.")
+      f"Fig. 13 and Fig. 2 numbers within 15% (outside: "
+      f"{', '.join(r.label.split(' = ')[0] + ' ' + k for k, rs in (('Fig. 13', fig13.rows), ('Fig. 2', fig2.rows)) for r in rs if r.meets is False) or 'none'}).")
 print(f"the buddy's rounding holds {runs0['orca-pow2'].breakdown(False)['rounding']:.0%} (Pow2) and "
       f"{runs0['orca-oracle'].breakdown(False)['rounding']:.0%} (Oracle) of the budget; without it (first fit) Orca "
       f"(Oracle) batches {ablation['firstfit-oracle'].mean_batch / first['orca-oracle'].mean_batch - 1:+.0%} more.")
