@@ -8,6 +8,7 @@ and in the event stepper a split shown before the match that causes it.
 from __future__ import annotations
 
 import dataclasses
+import html
 import re
 
 import pytest
@@ -303,3 +304,16 @@ def test_mid_word_node_text_is_marked():
     decode = mid_word_decode(snap, char_detokenize)
     labels = {char_detokenize(n.tokens): decode(n.tokens) for n in snap.nodes}
     assert labels == {"the assistan": "the assistan", "t is": "…t is", "t di": "…t di"}, labels
+
+
+def test_a_live_radix_stepper_states_each_caption_once(frames):
+    """The rubric's "the step counter appears once": a live stepper's caption line carries the
+    frame's caption, so the graph it draws does not repeat it; a static stepper's graph keeps it."""
+    from kvlab.viz.radix_view import RadixView
+
+    cap = frames[2].caption
+    assert cap and cap not in RadixView(captioned=False)(frames[2])
+    first_words = cap.split()[0]
+    assert first_words in RadixView()(frames[2])
+    live = viz.radix_stepper(frames, static=False)
+    assert live.widget is not None and frames[0].caption in html.unescape(live._caption.value)

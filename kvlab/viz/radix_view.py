@@ -42,6 +42,7 @@ import html
 import re
 from typing import Any, Callable, Sequence
 
+from .display import is_static
 from .palette import EVICTED, HIT, MISS, source_label, theme
 from .radix_frames import radix_request_frames
 from .radix_state import RadixState
@@ -218,11 +219,12 @@ def fit_svg(svg: str) -> str:
 class RadixView:
     """Renders RadixState frames as SVG that fits the output width (graphviz, then :func:`fit_svg`)."""
 
-    def __init__(self, source: str = "simulated", max_chars: int = 10) -> None:
+    def __init__(self, source: str = "simulated", max_chars: int = 10, captioned: bool = True) -> None:
         self.source, self.max_chars = source_label(source), max_chars
+        self.captioned = captioned  # False: a live stepper's caption line says it; the graph does not repeat it
 
     def __call__(self, frame: Any) -> str:
-        g = radix_tree_graph(frame.snapshot, frame.caption, self.source, self.max_chars)
+        g = radix_tree_graph(frame.snapshot, frame.caption if self.captioned else "", self.source, self.max_chars)
         return fit_svg(g.pipe(format="svg", encoding="utf-8"))
 
 
@@ -232,7 +234,8 @@ def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = Non
     from .stepper import Stepper
 
     frames = list(frames) if frames is not None else radix_request_frames()
-    return Stepper(frames, RadixView(source, max_chars), static=static, title="radix tree")
+    live = not is_static(static)  # the live stepper's caption line holds the caption, once
+    return Stepper(frames, RadixView(source, max_chars, captioned=not live), static=static, title="radix tree")
 
 
 def radix_graph_at(frames: Sequence[Any], step: int, source: str = "simulated") -> Any:
