@@ -26,7 +26,7 @@ import html
 from typing import Any
 
 from ..memory.kvspec import GPUS, MODELS, KVSpec, format_bytes
-from .display import is_static
+from .display import display_control, is_static
 from .palette import FREE, classroom_css, request_color, theme
 
 __all__ = ["capacity_state", "capacity_figure", "CapacityWidget", "model_label", "device_label", "DTYPES", "TOKEN_CHOICES"]
@@ -218,10 +218,4 @@ class CapacityWidget:
                 f"{s['bytes_per_token']:,} B/token, {s['requests']:,} requests fit>")
 
     def _ipython_display_(self) -> None:
-        from IPython.display import HTML, display
-
-        if self.widget is not None:
-            display(self.widget)
-            return
-        display(HTML(self._html()))
-        display(capacity_figure(self.state))
+        display_control(self.widget, lambda: [self._html(), capacity_figure(self.state)])

@@ -30,7 +30,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from .display import is_static
+from .display import display_control, is_static
 from .palette import classroom_css, theme
 
 __all__ = ["LiveControl"]
@@ -123,15 +123,7 @@ class LiveControl:
         self.refresh()
 
     def _ipython_display_(self) -> None:
-        from IPython.display import HTML, display
-
-        if self.widget is not None:
-            display(self.widget)
-            return
-        display(HTML(self.caption_html()))
-        fig = self.figure()
-        if fig is not None:
-            display(fig)
+        display_control(self.widget, lambda: [self.caption_html()] + [f for f in [self.figure()] if f is not None])
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {self.caption()}>"

@@ -24,7 +24,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .display import is_static
+from .display import display_control, is_static
 from .palette import classroom_css, theme
 
 __all__ = ["CostModel", "CONTEXTS", "cost_state", "cost_figure", "CostWidget", "NAIVE_COLOR", "CACHED_COLOR"]
@@ -189,10 +189,4 @@ class CostWidget:
         return f"<CostWidget {s['model']} at {s['context']:,} tokens: {s['ratio']:,.0f}x less work with the cache>"
 
     def _ipython_display_(self) -> None:
-        from IPython.display import HTML, display
-
-        if self.widget is not None:
-            display(self.widget)
-            return
-        display(HTML(self._html()))
-        display(cost_figure(self.state))
+        display_control(self.widget, lambda: [self._html(), cost_figure(self.state)])

@@ -19,9 +19,9 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["is_static", "static_frames", "static_html"]
+__all__ = ["is_static", "static_frames", "static_html", "display_control"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -64,3 +64,16 @@ def static_html(obj: Any) -> str:
     if hasattr(obj, "to_html"):
         return obj.to_html(include_plotlyjs=True, full_html=False)
     return str(obj)
+
+
+def display_control(widget: Any, static_parts: Callable[[], list[Any]]) -> None:
+    """What a lesson control shows in a notebook: its live ipywidgets ``widget``, or (static mode,
+    ``widget`` None) each of ``static_parts()`` in turn, a ``str`` as HTML, anything else as itself.
+    ``static_parts`` is called only then, so a live control builds no static figures."""
+    from IPython.display import HTML, display
+
+    if widget is not None:
+        display(widget)
+        return
+    for part in static_parts():
+        display(HTML(part) if isinstance(part, str) else part)

@@ -24,7 +24,7 @@ import html
 from typing import Any
 
 from .compare import compare_figure, growth_trace, notes_trace, run_compare
-from .display import is_static
+from .display import display_control, is_static
 from .palette import classroom_css, theme
 
 __all__ = ["POLICIES", "TRACES", "policy_state", "PolicyWidget"]
@@ -140,10 +140,4 @@ class PolicyWidget:
                 f"{s['refused_contiguous']}, paged refused {s['refused_paged']}>")
 
     def _ipython_display_(self) -> None:
-        from IPython.display import HTML, display
-
-        if self.widget is not None:
-            display(self.widget)
-            return
-        display(HTML(self._html()))
-        display(self.figure())
+        display_control(self.widget, lambda: [self._html(), self.figure()])

@@ -33,7 +33,7 @@ from typing import Any
 from ..lessons.four_requests import char_detokenize, char_tokenize
 from ..lessons.translation import NOTES_TABLE
 from ..reuse.cache_manager import CacheManager
-from .display import is_static
+from .display import display_control, is_static
 from .palette import classroom_css, theme
 from .translate_widget import chain_rows, translation_chain, translation_figure
 
@@ -201,13 +201,7 @@ class ThesisWidget:
         return f"<ThesisWidget shared={s['shared']} table={s['table']} pos={s['pos']} -> P{s['chain']['physical_block']}>"
 
     def _ipython_display_(self) -> None:
-        from IPython.display import HTML, display
-
-        if self.widget is not None:
-            display(self.widget)
-            return
         from .radix_view import fit_svg
 
-        display(HTML(_html(self.state)))
-        display(translation_figure(self.state["chain"]))
-        display(HTML(fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))))
+        display_control(self.widget, lambda: [_html(self.state), translation_figure(self.state["chain"]),
+                                              fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))])
