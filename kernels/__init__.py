@@ -26,7 +26,7 @@ Example::
 """
 
 from . import _mode  # noqa: F401, I001  -- must run first: it decides the mode before any kernel is defined
-from ._mode import DEVICE, KERNEL_MODE, kernel_mode_report
+from ._mode import DEVICE, KERNEL_MODE, kernel_mode_report, known_problems
 from .block_copy import copy_blocks
 from .compressed_decode import quantized_decode_attention, selected_decode_attention, store_kvcache_quant
 from .extend import extend_attention
@@ -48,6 +48,7 @@ __all__ = [
     "KERNEL_MODE",
     "DEVICE",
     "kernel_mode_report",
+    "known_problems",
     "self_test",
     "paged_decode_attention",
     "store_kvcache",

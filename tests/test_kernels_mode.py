@@ -46,7 +46,7 @@ def result_line(proc):
 
 
 def _interpreter_problems() -> list[str]:
-    from kvlab.kernels._mode import known_problems
+    from kvlab.kernels import known_problems
 
     return known_problems(mode="interpreter")
 
@@ -95,7 +95,7 @@ def test_self_test_catches_a_wrong_kernel(monkeypatch):
 
 def test_public_api():
     assert set(K.__all__) == {
-        "KERNEL_MODE", "DEVICE", "kernel_mode_report", "self_test", "paged_decode_attention", "store_kvcache",
+        "KERNEL_MODE", "DEVICE", "kernel_mode_report", "known_problems", "self_test", "paged_decode_attention", "store_kvcache",
         "extend_attention", "copy_blocks", "paged_decode_attention_ref", "store_kvcache_ref", "extend_attention_ref",
         "copy_blocks_ref", "naive_attention", "plan_decode", "plan_extend",
         # lesson 11: int8/fp8 KV and decode over Quest-selected blocks
@@ -110,7 +110,7 @@ def test_known_bad_versions_are_flagged(monkeypatch):
     import numpy
     import triton
 
-    from kvlab.kernels._mode import known_problems
+    from kvlab.kernels import known_problems
 
     monkeypatch.setattr(numpy, "__version__", "2.4.1")
     monkeypatch.setattr(triton, "__version__", "3.6.0")

@@ -76,7 +76,7 @@ def test_rate_widget_reruns_a_small_simulation():
 
 
 def test_rate_widget_live_controls_redraw():
-    pytest.importorskip("ipywidgets")
+    import ipywidgets  # noqa: F401  (installed by the set-up: a missing one fails)
     w = plots.RateWidget(_five_minutes, ["vllm", "orca-max"], rate=1.0, static=False)
     assert w.widget is not None and w._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     w._pol.value = "orca-max"  # the menu re-runs and redraws

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("plotly")
-pytest.importorskip("ipywidgets")
-torch = pytest.importorskip("torch")
+import plotly  # noqa: F401  (installed by the set-up: a missing one fails)
+import ipywidgets  # noqa: F401  (installed by the set-up: a missing one fails)
+import torch
 
 from kvlab.lessons.eviction import POLICY_NAMES, popular_prefix_stream  # noqa: E402
 from kvlab.lessons.sharing import beam_search_blocks, measured_sampling_blocks  # noqa: E402

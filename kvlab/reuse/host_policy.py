@@ -7,7 +7,8 @@ has one), ``evicted`` (its host copy left: saved to disk or dropped), ``split``.
 
 :class:`PriorityHostPolicy` wraps a device eviction policy (``lru``, ``lfu``, ``fewest_tokens``):
 no state, the order is the node's ``priority``. :class:`ARCHostPolicy` is ARC (Megiddo and
-Modha, FAST'03) as vLLM's ``vllm/v1/kv_offload/arc_manager.py`` runs it over offloaded blocks,
+Modha, FAST'03) as vLLM runs it over offloaded blocks (``ARCCachePolicy`` in
+``vllm/v1/kv_offload/cpu/policies/arc.py``; ``ARCOffloadingManager`` in ``arc_manager.py`` before),
 here over host copies counted in pages: ``T1`` holds copies used once since they were stored,
 ``T2`` copies used again; the victim comes from ``T1`` while it holds at least ``target`` pages,
 else from ``T2``, each in LRU order; evicted copies leave a ghost in ``B1`` / ``B2`` (by the

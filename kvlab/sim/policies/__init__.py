@@ -15,8 +15,8 @@ policy                 file                    structure and rule
 ``vllm``               ``paged.py``            BlockManager, blocks on demand, with vLLM
                                                2023's scheduler (prompt steps on their own)
 ``firstfit-max``,      ``contiguous.py``       the ablation: the Orca estimates on a first-fit
-``firstfit-pow2``,                             arena of token slots, no rounding (aliases:
-``firstfit-oracle``                            ``max``, ``pow2-oracle``, ``exact``)
+``firstfit-pow2``,                             arena of token slots, no rounding
+``firstfit-oracle``
 ``pow2``               ``contiguous.py``       reserve the next power of two of the current
                                                length, grow by doubling (kvlab's own policy,
                                                not the paper's Orca (Pow2))
@@ -73,7 +73,7 @@ def canonical_name(name: str) -> str:
 
 def make_policy(name: str, capacity: int, block_size: int = 16, max_len: int = 2048, bytes_per_token: int = 1,
                 eviction_policy: str = "lru", watermark: float = 0.01) -> MemoryPolicy:
-    """A policy by name (one of :data:`POLICY_NAMES`, or an old alias) over ``capacity`` token slots.
+    """A policy by name (one of :data:`POLICY_NAMES`) over ``capacity`` token slots.
 
     ``max_len``: the context limit (contiguous and Orca policies reserve up to it); ``watermark``:
     block policies admit a request only if this fraction of the blocks stays free (vLLM's
