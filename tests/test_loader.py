@@ -298,6 +298,9 @@ def test_symlinks_and_subfolders_inside_the_folder_are_fine(good, tmp_path):
     for shard in set(index["weight_map"].values()):
         (folder / shard).rename(folder / "weights" / shard)
         (folder / shard).symlink_to(folder / "weights" / shard)          # a link inside the folder
+    model, _ = load_pretrained(folder)
+    reference, _ = load_pretrained(good / "sharded")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
     index["weight_map"] = {k: ("weights/" + v if k.startswith("model.layers.0") else v)
                            for k, v in index["weight_map"].items()}
     path.write_text(json.dumps(index))
