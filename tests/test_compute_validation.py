@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from kvlab.compute.engine import Engine
-from kvlab.compute.generate import GenerateError, generate
+from kvlab.compute.generate import generate
+from kvlab.compute.sequence import GenerateError
 from kvlab.compute.sequence import Request, SamplingParams
 
 BAD_PROMPTS = [  # (prompt, exception, text the message must contain)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from kvlab.compute.engine import Engine
-from kvlab.compute.generate import EmptyPromptError, generate
+from kvlab.compute.generate import generate
+from kvlab.compute.sequence import EmptyPromptError
 
 SYSTEM = "你是一个电商平台的客服助手，请礼貌、简洁地回答用户的问题。\n"
 

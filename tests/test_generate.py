@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvlab.compute.generate import (ContextOverflowError, EmptyPromptError, GenerateError, UnknownStrategyError,
-                                    generate)
+from kvlab.compute.generate import UnknownStrategyError, generate
+from kvlab.compute.sequence import ContextOverflowError, EmptyPromptError, GenerateError
 from kvlab.compute.kv_tensors import ContiguousKV, PagedKVPool
 from kvlab.memory import BlockManager, OutOfBlocks, slot_mapping
 

@@ -263,7 +263,7 @@ def _sim_and_viz_cases():
     from kvlab.sim.policies import make_policy
     from kvlab.sim.workloads import sharegpt
     from kvlab.viz.kernel_view import kernel_access_order
-    from kvlab.viz.memory_map import grid_layout
+    from kvlab.viz.pool_grid import grid_layout
 
     return [
         ("make_policy(capacity)", lambda v: make_policy("paged", v, 4).capacity, 64),

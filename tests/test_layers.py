@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import draw_architecture as arch  # noqa: E402
 
-MAX_LINES = 450
+MAX_FUNCTION_LINES = 60  # memory, reuse, compute: split a long function, never a class
+LONG_MODULE = 800  # a module longer than this says why in its docstring
 
 
 def test_no_layer_imports_a_layer_above_it():
@@ -102,15 +103,115 @@ def test_only_the_memory_layer_writes_block_tables():
     assert bad == [], "only kvlab.memory.block_manager.BlockManager may change a block table"
 
 
-def test_every_module_is_short_or_says_why():
+def long_functions(root: Path = ROOT) -> list[str]:
+    """Functions and methods over MAX_FUNCTION_LINES lines (docstring included) in the three core layers."""
+    out = []
+    for layer in ("memory", "reuse", "compute"):
+        for path in sorted((root / "kvlab" / layer).glob("*.py")):
+            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES:
+                    out.append(f"{path.relative_to(root).as_posix()}:{n.lineno} {n.name}: {n.end_lineno - n.lineno + 1} lines")
+    return out
+
+
+def test_no_function_in_the_core_layers_is_over_60_lines():
+    """One class, one file (issue 31): classes are not split by size; long functions are."""
+    assert long_functions() == [], f"functions over {MAX_FUNCTION_LINES} lines: split them"
+
+
+def test_the_function_size_rule_finds_a_long_function(tmp_path):
+    (tmp_path / "kvlab" / "reuse").mkdir(parents=True)
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "kvlab" / "reuse" / "m.py").write_text(f"def short():\n    pass\n\n\ndef long():\n{body}\n")
+    assert long_functions(tmp_path) == [f"kvlab/reuse/m.py:5 long: {MAX_FUNCTION_LINES + 1} lines"]
+
+
+def test_no_class_is_split_into_mixins():
+    """A class is read whole: no mixin classes whose only reason is file size (SGLang's radix_cache.py
+    and vLLM's block_pool.py are one file each)."""
+    mixins = []
+    for path in sorted((ROOT / "kvlab").rglob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.ClassDef) and ("mixin" in (ast.get_docstring(n) or "").lower()):
+                mixins.append(f"{path.relative_to(ROOT).as_posix()}: {n.name}")
+    assert mixins == [], "classes documented as mixins (put the methods in the class they belong to)"
+
+
+def test_a_long_module_says_why():
     long = []
     for path in sorted((ROOT / "kvlab").rglob("*.py")):
         if path.relative_to(ROOT / "kvlab").parts[0] == "kernels":
             continue
         text = path.read_text(encoding="utf-8")
-        if text.count("\n") > MAX_LINES and "longer than" not in text.split('"""')[1]:
+        if text.count("\n") > LONG_MODULE and "longer than" not in (ast.get_docstring(ast.parse(text)) or ""):
             long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
-    assert long == [], f"modules over {MAX_LINES} lines whose docstring does not say why they are longer than that"
+    assert long == [], f"modules over {LONG_MODULE} lines whose docstring does not say why they are longer than that"
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_source(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def re_exports(root: Path = ROOT) -> list[str]:
+    """Names that a module other than a package ``__init__`` lists in ``__all__`` but imports from another
+    kvlab module, and names imported from such a module instead of where they are defined."""
+    found, exported = [], set()
+    parsed = {}
+    for path in sorted((root / "kvlab").rglob("*.py")):
+        if path.relative_to(root / "kvlab").parts[0] == "kernels":
+            continue
+        parsed[path] = (_module_name(root, path), ast.parse(path.read_text(encoding="utf-8")))
+    for path, (mod, tree) in parsed.items():
+        if path.name == "__init__.py":
+            continue
+        names = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                      and any(getattr(t, "id", "") == "__all__" for t in n.targets)), [])
+        for n in tree.body:
+            if isinstance(n, ast.ImportFrom) and _import_source(mod, n, False).startswith("kvlab"):
+                for a in n.names:
+                    if (a.asname or a.name) in names:
+                        found.append(f"{path.relative_to(root).as_posix()}: __all__ re-exports {a.name}")
+                        exported.add((mod, a.asname or a.name))
+                    else:
+                        exported.add((mod, "?" + (a.asname or a.name)))  # imported for its own use
+    for path, (mod, tree) in parsed.items():
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom):
+                src = _import_source(mod, n, path.name == "__init__.py")
+                for a in n.names:
+                    if (src, "?" + a.name) in exported:
+                        found.append(f"{path.relative_to(root).as_posix()}:{n.lineno} imports {a.name} from {src}, "
+                                     "which only imports it")
+    return found
+
+
+def test_no_module_re_exports_a_name():
+    """Every name has one import path: where it is defined, or its layer's ``__init__`` (issue 31 item 4)."""
+    assert re_exports() == []
+
+
+def test_the_re_export_rule_finds_both_kinds(tmp_path):
+    pkg = tmp_path / "kvlab" / "reuse"
+    pkg.mkdir(parents=True)
+    (tmp_path / "kvlab" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from .b import Thing\n")
+    (pkg / "a.py").write_text("class Thing:\n    pass\n")
+    (pkg / "b.py").write_text('from .a import Thing\n\n__all__ = ["Thing", "use"]\n\n\ndef use():\n    return Thing()\n')
+    (pkg / "c.py").write_text("from .b import Thing\n")
+    got = re_exports(tmp_path)
+    assert got[0] == "kvlab/reuse/b.py: __all__ re-exports Thing" and len(got) == 1, got
+    (pkg / "b.py").write_text("from .a import Thing\n\n\ndef use():\n    return Thing()\n")
+    assert re_exports(tmp_path) == ["kvlab/reuse/__init__.py:1 imports Thing from kvlab.reuse.b, which only imports it",
+                                    "kvlab/reuse/c.py:1 imports Thing from kvlab.reuse.b, which only imports it"]
 
 
 def test_the_committed_picture_is_todays():

@@ -23,7 +23,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import transformers
 
 from kvlab.compute import STRATEGIES, generate, load_bundled, load_pretrained  # noqa: E402
-from kvlab.compute.loader import ASSETS_MODEL_DIR  # noqa: E402
+from kvlab.compute.tokenizer import ASSETS_MODEL_DIR
 from kvlab.compute.model import rope_inv_freq  # noqa: E402
 
 transformers.utils.logging.set_verbosity_error()

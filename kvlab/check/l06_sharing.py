@@ -25,7 +25,7 @@ from ..memory.block_table import blocks_needed
 from .diagnose import mistake_runner, shared_block_written, swapped
 from .harness import Checker, CheckResult, Raised, Raises, call_in_place, same_outcome
 
-__all__ = ["cow_append", "sampling_blocks", "measured_sampling_blocks"]
+__all__ = ["cow_append", "sampling_blocks"]
 
 
 def _random_manager(rng: random.Random, num_blocks: int, block_size: int) -> BlockManager:

@@ -21,7 +21,8 @@ import random
 from typing import Callable
 
 from ..reuse.cache_manager import CacheManager, serve_request
-from ..reuse.radix_cache import RadixCache, TreeNode
+from ..reuse.radix_cache import RadixCache
+from ..reuse.radix_node import TreeNode
 from .diagnose import matching_mistake
 from .harness import Checker, CheckResult, Raised, call_in_place, same_outcome
 from .l07_radix import related_prompts

@@ -35,10 +35,11 @@ from __future__ import annotations
 
 from .config import CheckpointError, LlamaConfig
 from .engine import Engine, EngineReport, StepRecord
-from .generate import (STRATEGIES, ContextOverflowError, EmptyPromptError, GenerateError, GenerationResult,
-                       UnknownStrategyError, generate)
+from .generate import STRATEGIES, GenerationResult, UnknownStrategyError, generate
+from .sequence import ContextOverflowError, EmptyPromptError, GenerateError
 from .kv_tensors import BACKENDS, ContiguousKV, PagedKVPool, kernel_ops
-from .loader import SMOLLM2_HINT, load_bundled, load_pretrained, save_pretrained, smollm2_path
+from .loader import load_bundled, load_pretrained, save_pretrained
+from .gguf import SMOLLM2_HINT, smollm2_path
 from .model import Llama
 from .model_runner import ForwardBatch, ModelRunner
 from .sampler import sample_next

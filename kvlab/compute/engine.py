@@ -79,7 +79,7 @@ from .sampler import sample_next
 from .scheduler import Scheduler
 from .sequence import Request, RequestState, SamplingParams, Sequence, SequenceStatus
 
-__all__ = ["StepRecord", "EngineReport", "Engine", "Request", "RequestState"]
+__all__ = ["StepRecord", "EngineReport", "Engine"]
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class Engine:
         pages are keyed by the model's weights digest and the KV layout, so a restarted engine, or
         a second engine on the same directory, reuses them and another model never does.
     prefetch_policy, prefetch_threshold, storage_write, host_eviction_policy: the tiered
-        tree's options (``kvlab.reuse.hiradix_storage``; None: their defaults).
+        tree's options (``kvlab.reuse.hiradix_cache``'s storage side; None: their defaults).
     host_link, disk_link: the stated links of the simulated copy times (``kvlab.reuse.offload.LINKS``).
     """
 

@@ -59,8 +59,7 @@ from .sampler import sample_next
 from .sequence import (ContextOverflowError, EmptyPromptError, GenerateError, Request, SamplingParams, Sequence,
                        sequences_for)
 
-__all__ = ["STRATEGIES", "GenerateError", "EmptyPromptError", "ContextOverflowError", "UnknownStrategyError",
-           "GenerationResult", "validate", "sample_next", "generate"]
+__all__ = ["STRATEGIES", "UnknownStrategyError", "GenerationResult", "validate", "generate"]
 
 STRATEGIES = ("naive", "contiguous", "paged")
 

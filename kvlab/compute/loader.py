@@ -55,8 +55,7 @@ from .model import Llama
 from .tokenizer import ASSETS_MODEL_DIR, load_tokenizer
 from .weights import build_model, load_state
 
-__all__ = ["ASSETS_MODEL_DIR", "CheckpointError", "MODEL_NAMES", "SMOLLM2_HINT", "smollm2_path", "expected_shapes",
-           "load_state", "build_model", "load_pretrained", "save_pretrained", "load_bundled"]
+__all__ = ["MODEL_NAMES", "load_pretrained", "save_pretrained", "load_bundled"]
 
 # names load_pretrained accepts in place of a path -> a function giving the file (or raising
 # CheckpointError with the one line that says how to install it)

@@ -1,21 +1,18 @@
 """kvlab.reuse: the logical layer, which cached KV a new request can reuse (pure Python).
 
-    radix_cache.py       RadixCache: SGLang's radix tree over token ids (match, split, lock, invariants)
-    radix_insert.py      RadixInsertion: the tree's insert (RadixCache's mixin)
+    radix_cache.py       RadixCache: SGLang's radix tree over token ids (match, split, insert, lock, evict, invariants)
     radix_node.py        TreeNode, MatchResult, InsertResult, EvictResult, RadixStats: plain data
     radix_snapshot.py    NodeView, RadixSnapshot: the tree frozen for pictures and printing
-    eviction.py          EvictionPolicy, EVICTION_POLICIES: which leaf goes first; RadixEviction: evict
+    eviction.py          EvictionPolicy, EVICTION_POLICIES: which leaf goes first
     block_hash_cache.py  BlockHashCache: vLLM's hash-chained prefix cache, for comparison
     stats.py             HitStats: hits and misses, shared by both caches
-    cache_manager.py     CacheManager: the one request cycle and the ownership rule
-    fork_sharing.py      ForkSharing: forks lock the pages another fork caches (CacheManager's mixin)
+    cache_manager.py     CacheManager: the one request cycle, the ownership rule, forks locking what another fork caches
     schedule.py          order_by_shared_prefix: fcfs, lpm, dfs-weight (cache-aware order)
     lifecycle.py         the states of a KV block and of a node, the legal edges, LifecycleTracker, replay
-    hiradix_cache.py     HiRadixCache: the radix tree over a device pool and a host pool (SGLang's HiCache)
-    hiradix_moves.py     TierMoves: backup, evict, evict_host, load_back (HiRadixCache's mixin)
+    hiradix_cache.py     HiRadixCache: the radix tree over a device pool, a host pool and storage (SGLang's HiCache):
+                         placements, backup, evict, evict_host, load_back, saves, disk checks, storage lookup
     hiradix_node.py      Transfer, TierStats, HiMatchResult, TierSnapshot: its plain data
     hicache_storage.py   HiCacheStorage (the disk tier's interface), MemoryStorage, page_keys, kv_fingerprint
-    hiradix_storage.py   the tree's storage side: saves, disk checks, lookup of pages it does not hold
     hicache_manager.py   HiCacheManager: the request cycle over the tiers; make_cache_manager
     offload.py           recompute or load back: break_even_tokens, offload_costs, LINKS
 
@@ -32,7 +29,8 @@ from .hiradix_cache import WRITE_POLICIES, HiRadixCache
 from .hiradix_node import TierSnapshot, TierStats, Transfer
 from .lifecycle import LEGAL_EDGES, LifecycleTracker, replay
 from .offload import LINKS, LinkSpec, break_even_tokens, offload_costs
-from .radix_cache import EvictResult, InsertResult, MatchResult, RadixCache, RadixStats, TreeNode
+from .radix_cache import RadixCache
+from .radix_node import EvictResult, InsertResult, MatchResult, RadixStats, TreeNode
 from .radix_snapshot import NodeView, RadixSnapshot
 from .schedule import SCHEDULE_POLICIES, order_by_shared_prefix, shared_prefix_lengths
 from .stats import HitStats

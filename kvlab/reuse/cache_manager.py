@@ -39,7 +39,7 @@ One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c
     append(s, n)             reserve n more slots (copy-on-write of a shared partial block;
                              evict when short; None and nothing changed when it cannot fit)
     fork(s, child)           n > 1 samples: the child shares every block and locks the node too
-                             (and the pages a fork caches later: ``kvlab.reuse.fork_sharing``)
+                             (and the pages a fork caches later: "forks and the tree" below)
     free(s)                  abort: release the table and the lock, cache nothing
 
 The tokens a sequence was admitted with, or has cached, only grow: a ``cache_*_req`` list that
@@ -89,10 +89,23 @@ from ..memory.block_table import BlockTable
 from ..memory.events import EventLog
 from ..memory.ids import as_ids, check_int, check_seq_id
 from ..memory.snapshot import MemorySnapshot
-from .fork_sharing import ForkSharing, token_mismatch
-from .radix_cache import InsertResult, RadixCache, TreeNode
+from .radix_cache import RadixCache
+from .radix_node import InsertResult, TreeNode
 
 __all__ = ["Admission", "CacheManager", "ServeRecord", "serve_request"]
+
+
+def token_mismatch(seq_id: str, key: list[int], known: list[int], holder: str = "it holds") -> str:
+    """The ValueError message for a token list ``key`` that does not extend ``known``: the first
+    position where they differ, or where ``key`` ends too early.
+
+    Example: ``token_mismatch("A", [1, 9], [1, 2, 3])`` -> "sequence 'A': tokens differ at
+    position 1 (got 9, it holds 2 there); ..."."""
+    i = next((i for i, (a, b) in enumerate(zip(key, known)) if a != b), len(key))
+    what = (f"the list is shorter: {len(key)} token(s), {holder} {len(known)}" if i == len(key)
+            else f"got {key[i]}, {holder} {known[i]} there")
+    return (f"sequence {seq_id!r}: tokens differ at position {i} ({what}); the tokens a sequence was "
+            "admitted with or has cached can only grow")
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,7 @@ class Admission:
         return self.table.block_ids[:self.prefix_len // self.table.block_size]
 
 
-class CacheManager(ForkSharing):
+class CacheManager:
     """One pool, its block tables and (``radix=True``) the radix tree over it, and the request cycle.
 
     ``block_size`` is also the tree's page size. ``log``: where every event goes (a fresh
@@ -239,7 +252,21 @@ class CacheManager(ForkSharing):
         return bm.apply_append(t, n, cow, new)
 
     def fork(self, parent: str, child: str) -> BlockTable:
-        """``child`` shares every block of ``parent`` (parallel samples) and locks the same node."""
+        """``child`` shares every block of ``parent`` (parallel samples) and locks the same node.
+
+        When one of them later caches pages the other still uses, the other locks them too
+        (see "forks and the tree" below). Example (block size 1): P holds [1..8], its fork C
+        grows to 12 tokens and finishes first:
+            >>> cm = CacheManager(12, 1)
+            >>> _ = cm.admit("P", [1, 2, 3, 4, 5, 6, 7, 8]); _ = cm.fork("P", "C"); _ = cm.append("C", 4)
+            >>> _ = cm.cache_finished_req("C", list(range(1, 13)))
+            >>> print(cm.tree.pretty())          # P locks the first 8 tokens it still uses
+            root
+            └── [1 2 3 4 5 6 7 8] kv=[0-7] lock=1
+                └── [9 10 11 12] kv=[8-11]
+            >>> cm.available_blocks()            # only C's own 4 blocks would come free
+            4
+        """
         table = self.block_manager.fork(parent, child)
         node = self._locks.get(parent)
         if node is not None:
@@ -303,7 +330,7 @@ class CacheManager(ForkSharing):
 
         Unfinished, the lock moves down to the node where the cached pages end; finished, the
         lock is released and the table is gone. ``ref_count == tree + tables`` holds before and
-        after. Forks that share the new pages lock them too (``kvlab.reuse.fork_sharing``).
+        after. Forks that share the new pages lock them too (``_sharers``, ``_lock_sharers``).
         ``tokens`` must extend the ones the sequence was admitted with or cached (``_key``):
         ValueError, nothing changed, otherwise.
 
@@ -324,31 +351,41 @@ class CacheManager(ForkSharing):
         table_ids = self.block_manager.table(seq_id).block_ids
         # finished: the tree takes over the table's ref on N and frees D; unfinished: its own ref on N
         res = self.tree.insert_key(key[:full * self.block_size], ids, seq_id, not finished)
-        old = self._locks.get(seq_id)
         if finished:
-            end = res.prefix_len // self.block_size  # M and D end here
-            if res.duplicates:  # the tree freed D: the table's reference on them is used up
-                dup = set(res.duplicates)
-                drop = [b for b in table_ids[:end] if b not in dup] + table_ids[full:]
-            else:
-                drop = table_ids[:end] + table_ids[full:]  # M and T
-            self.block_manager.release_to_tree(seq_id, drop)
+            self._drop_cached(seq_id, res, table_ids, full)
             self._lock_sharers(sharers, key, ids, res.kv)
-            self._locks.pop(seq_id, None)
+            old = self._locks.pop(seq_id, None)
             self._tokens.pop(seq_id, None)
             if old is not None:
                 self.tree.dec_lock_ref(old, seq_id)
         else:
-            self._tokens[seq_id] = key
-            self.block_manager.share_prefix(seq_id, res.kv)  # D: the table takes the tree's blocks
-            if res.last_node is not old:
-                self.tree.inc_lock_ref(res.last_node, seq_id)
-                if old is not None:
-                    self.tree.dec_lock_ref(old, seq_id)
-                self._locks[seq_id] = res.last_node
+            self._keep_cached(seq_id, res, key)
             self._lock_sharers(sharers, key, ids, res.kv)
         self.log.add("cache", seq_id, (), res.prefix_len, len(key), finished)
         return res
+
+    def _drop_cached(self, seq_id: str, res: InsertResult, table_ids: list[int], full: int) -> None:
+        """cache_req(finished=True) after the insert: the table drops M and T and is gone (the tree
+        freed D and took over N)."""
+        end = res.prefix_len // self.block_size  # M and D end here
+        if res.duplicates:  # the tree freed D: the table's reference on them is used up
+            dup = set(res.duplicates)
+            drop = [b for b in table_ids[:end] if b not in dup] + table_ids[full:]
+        else:
+            drop = table_ids[:end] + table_ids[full:]  # M and T
+        self.block_manager.release_to_tree(seq_id, drop)
+
+    def _keep_cached(self, seq_id: str, res: InsertResult, key: list[int]) -> None:
+        """cache_req(finished=False) after the insert: the table takes the tree's blocks for D and
+        the lock moves down to the node where the cached pages end."""
+        self._tokens[seq_id] = key
+        self.block_manager.share_prefix(seq_id, res.kv)  # D: the table takes the tree's blocks
+        old = self._locks.get(seq_id)
+        if res.last_node is not old:
+            self.tree.inc_lock_ref(res.last_node, seq_id)
+            if old is not None:
+                self.tree.dec_lock_ref(old, seq_id)
+            self._locks[seq_id] = res.last_node
 
     def free(self, seq_id: str) -> list[int]:
         """Release ``seq_id``'s table and lock without caching anything; returns blocks freed."""
@@ -360,6 +397,71 @@ class CacheManager(ForkSharing):
         return released
 
     # ------------------------------------------------------------------ invariants and pictures
+    # ------------------------------------------------------------------ forks and the tree
+    # Forks and the radix tree: when one sequence caches pages that its forks still share.
+    #
+    # ``fork(P, C)`` gives C every block of P (parallel samples, beam search) until copy-on-write
+    # separates them. When one of them later caches its full pages (``cache_unfinished_req`` or
+    # ``cache_finished_req``), the tree takes blocks the other one's table still uses. Left like that,
+    # those tree nodes would be unlocked, so ``available_blocks`` would count them as evictable and
+    # ``make_room`` would evict them for nothing (the other table keeps each block alive). So, as part
+    # of the same call, every sharer:
+    #
+    # * is checked first: if it holds other tokens for a shared page (both reserved the slots and one
+    #   claims other tokens), the call is a ValueError and nothing changes (whoever caches shared
+    #   slots first defines them);
+    # * afterwards points its table at the tree's blocks for the pages it shares (duplicates go back
+    #   to the pool), locks the node where they end (split there when it ends inside a node), and
+    #   knows those tokens from now on.
+    #
+    # So a running table never uses a cached block past the node it locks, and every unlocked cached
+    # block is one that eviction frees (``CacheManager.check_integrity`` checks it).
+    def _sharers(self, seq_id: str, key: list[int], full: int) -> tuple[list[str], list[int]]:
+        """Before ``seq_id`` caches ``full`` pages of ``key``: the other running sequences whose
+        tables share one of its own blocks among them, and its first ``full`` block ids (a copy).
+        ValueError, nothing changed, when a sharer holds other tokens for a shared page."""
+        ids = self.block_manager.table(seq_id).block_ids[:full]
+        node = self._locks.get(seq_id)
+        start = len(self.tree.path_kv(node)) if node is not None else 0  # pages it already locks
+        rc = self.allocator.ref_count
+        if all(rc[b] == 1 for b in ids[start:]):  # the usual case: nobody shares them
+            return [], ids
+        own = set(ids[start:])
+        sharers = []
+        for s, t in self.block_manager.tables.items():
+            last = max((i for i, b in enumerate(t.block_ids[:full]) if b in own and b == ids[i]), default=-1)
+            if s == seq_id or last < 0:
+                continue
+            known, n = self._tokens.get(s), (last + 1) * self.block_size
+            if known is not None and known[:n] != key[:min(n, len(known))]:
+                raise ValueError(token_mismatch(seq_id, key[:min(n, len(known))], known[:n],
+                                                f"{s!r}, which shares that block, holds"))
+            sharers.append(s)
+        return sharers, ids
+
+    def _lock_sharers(self, sharers: list[str], key: list[int], ids: list[int], tree_kv: list[int]) -> None:
+        """After the insert (``ids``: the inserting table's blocks before it, ``tree_kv``: the
+        tree's blocks for the same pages): each sharer switches to the tree's blocks for the pages
+        it shares, locks the node where they end and knows those tokens."""
+        tree, ps = self.tree, self.block_size
+        for s in sharers:
+            t = self.block_manager.tables[s]
+            lim = min(len(tree_kv), t.num_tokens // ps)
+            k = 0
+            while k < lim and t.block_ids[k] in (tree_kv[k], ids[k]):
+                k += 1
+            old = self._locks.get(s)
+            if k <= (len(tree.path_kv(old)) if old is not None else 0):
+                continue
+            self.block_manager.share_prefix(s, tree_kv[:k])
+            node = tree.split_at(key, k * ps)
+            tree.inc_lock_ref(node, s)
+            if old is not None:
+                tree.dec_lock_ref(old, s)
+            self._locks[s] = node
+            if len(self._tokens.get(s) or ()) < k * ps:
+                self._tokens[s] = key[:k * ps]
+
     def check_integrity(self) -> None:
         """The ownership rule, exactly: ``ref_count == tree + tables`` for every block; every
         table consistent; every running sequence's table starts with the blocks of the path it

@@ -32,9 +32,11 @@ heap (no tree walk per call).
 Not handled here: the K/V tensors (the tree only hands out block ids), per-request extra keys
 (LoRA, images), thread safety. The node and result types are in ``radix_node.py``.
 
-The class is written in three files, one concept each: this one (nodes, matching, splitting,
-locking, sizes, invariants), ``radix_insert.py`` (:class:`RadixInsertion`: ``insert``) and
-``eviction.py`` (:class:`RadixEviction`: the policies' heap, ``evict``, ``reset``).
+The whole class is in this file, in sections: helpers, sizes, split, match, insert (walk down,
+split where the walk ends inside a node, hand back duplicates, hang the rest as one new leaf:
+SGLang's ``insert`` / ``_insert_helper``), lock, eviction (a lazily maintained heap of unlocked
+leaves ordered by the policy of ``eviction.py``: stale entries are skipped when popped), integrity,
+pictures.
 
 Example (page_size 1, one slot per token):
     >>> from kvlab.memory.block_pool import BlockAllocator
@@ -53,21 +55,20 @@ Example (page_size 1, one slot per token):
 """
 from __future__ import annotations
 
+import heapq
 from typing import Callable, Iterable, Sequence
 
-from ..memory.block_pool import BlockAllocator, KVCacheError
-from ..memory.events import EventLog
+from ..memory.block_pool import BlockAllocator, DoubleFree, KVCacheError, UnknownBlock
+from ..memory.events import EventLog, pack_ids
 from ..memory.ids import as_ids, check_int
-from .eviction import EVICTION_POLICIES, EvictionPolicy, RadixEviction, get_eviction_policy
-from .radix_insert import RadixInsertion
+from .eviction import EVICTION_POLICIES, EvictionPolicy, get_eviction_policy
 from .radix_node import EvictResult, InsertResult, MatchResult, RadixStats, TreeNode, common_prefix_len
 from .radix_snapshot import NodeView, RadixSnapshot
 
-__all__ = ["TreeNode", "MatchResult", "InsertResult", "EvictResult", "RadixStats", "RadixCache",
-           "common_prefix_len", "EVICTION_POLICIES", "EvictionPolicy"]
+__all__ = ["RadixCache"]  # its plain data types: radix_node.py; policies: eviction.py
 
 
-class RadixCache(RadixInsertion, RadixEviction):
+class RadixCache:
     """A radix tree over token ids whose nodes own KV blocks of ``allocator``.
 
     ``allocator.block_size`` must equal ``page_size`` (one block = one page; with
@@ -294,6 +295,114 @@ class RadixCache(RadixInsertion, RadixEviction):
             kv += child.value[:m // self.page_size]
         return pos + m, kv
 
+    # ------------------------------------------------------------------ insert
+    def insert(self, tokens: Sequence[int], kv: Sequence[int], rid: str | None = None, *,
+               share: bool = False) -> InsertResult:
+        """Cache ``tokens`` whose KV is in blocks ``kv``; returns how much was already cached.
+
+        ``kv`` covers all of ``tokens`` (one block per token when page_size is 1, one per full
+        page otherwise: ``len(kv) == len(tokens) // page_size``; a trailing partial page is not
+        cached). Blocks passed for tokens that were already cached, and that differ from the
+        tree's, are duplicates; use ``result.kv`` from now on.
+
+        ``share=False`` (SGLang's ``insert``): the tree takes over the caller's reference on the
+        blocks of the new suffix, and hands the duplicates back to the allocator (``freed``).
+        ``share=True`` (a running block table keeps its blocks, see ``CacheManager``): the tree
+        takes a reference of its own on the new blocks and leaves the duplicates to the caller.
+
+        Raises (changing nothing): TypeError for a non-int token or block id, ValueError for a
+        kv of the wrong length, KVCacheError for an unknown block id and (with ``check_kv``,
+        the default) for a new block that is free or already owned by the tree.
+        """
+        key = as_ids(tokens)
+        kv = as_ids(kv, "kv")
+        ps = self.page_size
+        if len(kv) != len(key) // ps:
+            raise ValueError(f"kv has {len(kv)} block id(s) but {len(key)} token(s) with page_size {ps} "
+                             f"need {len(key) // ps}")
+        key = key[:len(kv) * ps] if ps > 1 else key
+        node, pos, child, m = self._walk(key, len(key))
+        end = pos + m
+        tree_kv = self.path_kv(node)
+        if child is not None:
+            tree_kv += child.value[:m // ps]
+        nb = end // ps
+        dups = [b for b, t in zip(kv[:nb], tree_kv) if b != t] if kv[:nb] != tree_kv else []
+        self._validate_insert(kv[nb:], dups, share)
+        return self.insert_key(key, kv, rid, share, (node, pos, child, m))
+
+    def _validate_insert(self, new_blocks: list[int], dups: list[int], share: bool) -> None:
+        nblocks, rc, tree_blocks = self.allocator.num_blocks, self.allocator.ref_count, self._tree_blocks
+        for b in new_blocks + dups:
+            if b >= nblocks:
+                raise UnknownBlock(f"insert: unknown block id {b} (valid ids are 0..{nblocks - 1})")
+        if len(set(new_blocks)) != len(new_blocks):
+            raise KVCacheError(f"insert: a block id appears twice in kv's new part {new_blocks}")
+        for b in new_blocks:
+            if rc[b] == 0:
+                raise KVCacheError(f"insert: block {b} is free; allocate it before inserting it")
+        if tree_blocks is not None and not tree_blocks.isdisjoint(new_blocks):
+            b = next(b for b in new_blocks if b in tree_blocks)
+            raise KVCacheError(f"insert: block {b} is already owned by the tree (it would be kept twice)")
+        if dups and not share:
+            counts: dict[int, int] = {}
+            for b in dups:
+                counts[b] = counts.get(b, 0) + 1
+            for b, c in counts.items():
+                if tree_blocks is not None and b in tree_blocks:
+                    raise KVCacheError(f"insert: duplicate block {b} passed for cached tokens is owned by the "
+                                       "tree at another position; freeing it would corrupt the cache")
+                if rc[b] < c:
+                    raise DoubleFree(f"insert: duplicate block {b} is listed {c} time(s) but has ref_count {rc[b]}")
+            if not set(dups).isdisjoint(new_blocks):
+                raise KVCacheError("insert: a block is passed both as a duplicate and as new KV")
+
+    def insert_key(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
+        """The trusted path of :meth:`insert`: no validation, ``key`` holds whole pages (a list of
+        ints) and ``kv`` one valid block per page (the cache manager's path: its blocks come from
+        block tables it owns). ``walk``: the
+        result of ``_walk(key)`` when the caller has it already."""
+        ps = self.page_size
+        node, pos, child, m = walk if walk is not None else self._walk(key, len(key))
+        end = pos + m
+        if child is not None:
+            node = self._split(child, m)
+        tree_kv = self.path_kv(node)
+        nb = end // ps
+        freed: list[int] = []
+        d: list[int] = []
+        if kv[:nb] != tree_kv:
+            d = [b for b, t in zip(kv[:nb], tree_kv) if b != t]
+            if not share:
+                self.allocator.free_blocks(d, rid, record=False)  # the insert event lists them as freed
+                freed = d
+        new_blocks = kv[nb:]
+        t = self._tick()
+        n = node
+        while n is not self.root:
+            n.last_access_time = t
+            n = n.parent
+        if end < len(key):
+            if share:
+                self.allocator.touch(new_blocks, rid, record=False)  # the insert event says it
+            leaf = TreeNode(self._next_id, key[end:], new_blocks, node, t)
+            self._next_id += 1
+            node.children[self._child_key(leaf.key)] = leaf  # node's heap entry, if any, goes stale
+            self._num_nodes += 1
+            self._evictable_size += len(leaf.key)  # a new leaf is unlocked
+            if self._tree_blocks is not None:
+                self._tree_blocks.update(new_blocks)
+            self._push(leaf)
+            node = leaf
+        elif node is not self.root and not node.children and node.lock_ref == 0:
+            self._push(node)  # access time changed
+        s = self.stats
+        s.num_inserts += 1
+        s.inserted_tokens += len(key) - end
+        s.duplicate_tokens += len(d) * ps
+        self.log.add("insert", rid, new_blocks, end, len(key), node.id, pack_ids(freed))
+        return InsertResult(end, tree_kv + new_blocks, freed, node, d)
+
     # ------------------------------------------------------------------ lock
     def inc_lock_ref(self, node: TreeNode, rid: str | None = None) -> int:
         """Lock ``node`` and every ancestor up to the root; returns the change of evictable_size."""
@@ -357,6 +466,66 @@ class RadixCache(RadixInsertion, RadixEviction):
         Example: the tree holds [1, 2, 3, 4]; ``split_at([1, 2, 3, 4], 2)`` -> the new node [1, 2]."""
         node, _pos, child, m = self._walk(key, n)
         return self._split(child, m) if child is not None else node
+
+    # ------------------------------------------------------------------ eviction
+    def set_eviction_policy(self, name: str) -> None:
+        """Switch the policy (rebuilds the eviction heap)."""
+        self.policy = get_eviction_policy(name)
+        self._rebuild_heap()
+
+    def _push(self, node: TreeNode) -> None:
+        """Record an evictable leaf in the heap (stale entries are skipped when popped)."""
+        heapq.heappush(self._heap, (self.policy.priority(node), node.id, node))
+        if len(self._heap) > 2 * self._num_nodes + 64:
+            self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        prio = self.policy.priority
+        self._heap = [(prio(n), n.id, n) for n in self.iter_nodes() if not n.children and n.lock_ref == 0]
+        heapq.heapify(self._heap)
+
+    def evict(self, num_tokens: int, rid: str | None = None) -> EvictResult:
+        """Free at least ``num_tokens`` tokens from unlocked leaves, in policy order.
+
+        A parent whose last child goes becomes a leaf and may go next. When less is evictable,
+        frees what it can and says so (``result.satisfied`` is False); never raises for that.
+        The blocks go back to the allocator in one step.
+        """
+        num_tokens = check_int("num_tokens", num_tokens, 0)
+        heap, prio, root = self._heap, self.policy.priority, self.root
+        freed_tokens = 0
+        blocks: list[int] = []
+        node_ids: list[int] = []
+        while freed_tokens < num_tokens and heap:
+            p, _, node = heapq.heappop(heap)
+            if node.parent is None or node.children or node.lock_ref or prio(node) != p:
+                continue  # stale entry
+            parent = node.parent
+            del parent.children[self._child_key(node.key)]
+            node.parent = None
+            ln = len(node.key)
+            freed_tokens += ln
+            blocks += node.value
+            node_ids.append(node.id)
+            self._evictable_size -= ln
+            self._num_nodes -= 1
+            if parent is not root and not parent.children and parent.lock_ref == 0:
+                heapq.heappush(heap, (prio(parent), parent.id, parent))
+        if blocks:
+            if self._tree_blocks is not None:
+                self._tree_blocks.difference_update(blocks)
+            self.allocator.free_blocks(blocks, rid, record=False)  # the tree's own references; the evict event says it
+            s = self.stats
+            s.evicted_tokens += freed_tokens
+            s.evicted_nodes += len(node_ids)
+        self.log.add("evict", rid, blocks, num_tokens, freed_tokens, pack_ids(node_ids), self.policy.name)
+        return EvictResult(num_tokens, freed_tokens, blocks, node_ids)
+
+    def reset(self) -> None:
+        """Evict everything (raises if a node is still locked)."""
+        if self._protected_size:
+            raise KVCacheError(f"reset: {self._protected_size} token(s) are still locked")
+        self.evict(self._evictable_size)
 
     # ------------------------------------------------------------------ integrity
     def node_blocks(self) -> list[list[int]]:

@@ -83,7 +83,8 @@ from .kernel_view import (
     kernel_access_stepper,
 )
 from .memory_animation import MemoryMapView, animate_memory_map, memory_frames, memory_map_stepper, step_caption
-from .memory_map import GridLayout, grid_layout, memory_map_data, memory_map_figure, pool_snapshot
+from .memory_map import memory_map_data, memory_map_figure, pool_snapshot
+from .pool_grid import GridLayout, grid_layout
 from .palette import (
     FREE, HIGHLIGHT, HIT, MISS, EVICTED, REQUEST_COLORS, SHARED_OUTLINE, TREE, assign_colors, classroom,
     is_classroom, request_color, theme,

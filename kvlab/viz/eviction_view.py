@@ -22,7 +22,7 @@ from ..lessons.eviction import POLICY_NAMES, popular_prefix_stream, served_hit_r
 from .control import LiveControl
 from .palette import HIGHLIGHT, REQUEST_COLORS, source_label, theme
 
-__all__ = ["HitRateControl", "popular_prefix_stream"]
+__all__ = ["HitRateControl"]
 
 POLICY_COLORS = dict(zip(POLICY_NAMES, REQUEST_COLORS))
 

@@ -38,7 +38,8 @@ from typing import Any, Sequence
 
 from ..memory.ids import check_int
 from ..memory.snapshot import MemorySnapshot
-from .memory_map import _figure_from_data, grid_layout, memory_map_data, snapshot_ids
+from .memory_map import _figure_from_data, memory_map_data, snapshot_ids
+from .pool_grid import grid_layout
 from .palette import FREE, assign_colors, source_label, theme, tint
 
 __all__ = ["BlockRead", "kernel_access_order", "kernel_access_data", "kernel_access_figure",

@@ -29,7 +29,8 @@ from ..memory.snapshot import MemorySnapshot
 from .block_tables import frame_traces, map_geometry
 from .captions import event_sentence
 from .display import is_static
-from .memory_map import _figure_from_data, _title, event_highlight, grid_layout, memory_map_data, snapshot_ids
+from .memory_map import _figure_from_data, _title, event_highlight, memory_map_data, snapshot_ids
+from .pool_grid import grid_layout
 from .palette import assign_colors, source_label, theme
 
 __all__ = ["memory_frames", "animate_memory_map", "MemoryMapView", "memory_map_stepper", "step_caption", "animation_controls"]
@@ -171,9 +172,6 @@ def animation_controls(n: int, duration_ms: int, base: Any) -> dict[str, Any]:
                                          "transition": {"duration": 0}}]) for i in range(1, n + 1)],
         )],
     )
-
-
-_animation_controls = animation_controls  # the old private name, kept for callers not yet moved
 
 
 def memory_map_stepper(

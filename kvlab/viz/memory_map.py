@@ -46,8 +46,7 @@ from .palette import (
 )
 from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces, grid_layout
 
-__all__ = ["GridLayout", "grid_layout", "snapshot_ids", "memory_map_data", "memory_map_figure", "event_highlight",
-           "pool_snapshot"]
+__all__ = ["snapshot_ids", "memory_map_data", "memory_map_figure", "event_highlight", "pool_snapshot"]
 
 
 def snapshot_ids(snapshots: Iterable[MemorySnapshot]) -> list[str]:
