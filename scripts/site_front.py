@@ -178,8 +178,9 @@ def index_html(nbs: dict, names: list[str], md_to_html, downloads: dict[str, str
     who = re.search(r"^kvlab is an interactive lesson series.*?(?=\n\n|:\n)", readme, re.M | re.S)
     version, url = project_info()
     rows = "".join(
-        f"<tr><td>{n[:2]}</td><td><a href='{Path(n).stem}.html'>{html.escape(title(nbs[n]))}</a></td>"
-        f"<td>{html.escape(summary(nbs[n]))}</td><td><a href='{downloads.get(n, '')}' download>.ipynb</a></td></tr>"
+        f"<tr><td>{n[:2]}</td><td><a href='{Path(n).stem}.html'>{html.escape(title(nbs[n]))}</a> "
+        f"<a class='dl' href='{downloads.get(n, '')}' download title='the notebook, to run it'>(.ipynb)</a></td>"
+        f"<td>{html.escape(summary(nbs[n]))}</td></tr>"
         for n in names)
     pics = "".join(
         f"<figure><a href='img/{p.name}' target='_blank'><img src='img/{p.name}' alt='{p.stem.replace('_', ' ')}'>"
@@ -200,8 +201,8 @@ def index_html(nbs: dict, names: list[str], md_to_html, downloads: dict[str, str
         + (f"<p>With <a href='{Path(first).stem}.html'>{html.escape(title(nbs[first]))}</a>: the self-test, the "
            "sentence above in four tiny runs, and the map of the series. Then in order; each lesson builds on the "
            "one before.</p>" if first else "")
-        + "<h2 id='series'>The series</h2><table class='series'><tr><th>#</th><th>lesson</th><th>in one line"
-          f"</th><th>notebook</th></tr>{rows}</table>"
+        + "<h2 id='series'>The series</h2><table class='series'><tr><th>#</th><th>lesson (notebook)</th>"
+          f"<th>in one line</th></tr>{rows}</table>"
         + f"<h2 id='pictures'>What you will see</h2><div class='pictures'>{pics}</div>"
         + "<h2 id='run'>Run the lessons yourself</h2>"
         + f"<p>This site shows kvlab {html.escape(version)}"
@@ -211,4 +212,6 @@ def index_html(nbs: dict, names: list[str], md_to_html, downloads: dict[str, str
           "Get the project, then <code>make lab</code> (it sets everything up and opens the lessons in JupyterLab); "
           "there you change every input and your exercise answers are checked. A downloaded notebook "
           "(the <i>.ipynb</i> links above) runs where kvlab is installed.</p>"
+        + "<p>This site works offline: its figures, players and precomputed controls need no server and no "
+          "Python.</p>"
     )

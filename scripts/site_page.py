@@ -74,7 +74,7 @@ table.series td:nth-child(3) { min-width: 12em; }
   main { padding: 8px 12px 40px; }
   h1 { font-size: 24px; } h2 { font-size: 20px; }
   nav { padding: 8px 12px; }
-  table.series { display: block; overflow-x: auto; }
+  table.series { font-size: 14px; } table.series td { padding: 3px 5px; }
 }
 """
 
