@@ -147,7 +147,7 @@ def toc_html(body: str) -> str:
         return ""
     items = "".join(f"<li class='toc{lvl}'><a href='#{hid}'>{re.sub('<[^>]+>', '', text)}</a></li>"
                     for lvl, hid, text in heads if lvl == "2")
-    return f"<details class='toc' open><summary>Contents</summary><ol>{items}</ol></details>"
+    return f"<details class='toc' open><summary>Contents</summary><ul>{items}</ul></details>"
 
 
 def copy_notebooks(names: list[str], out: Path) -> dict[str, str]:

@@ -60,7 +60,7 @@ pre.prose-code code { overflow-wrap: normal; }
 details.banner summary { color: var(--fg); }
 details.banner ul { margin: 6px 0; padding-left: 22px; }
 details.toc { border: 1px solid var(--line); border-radius: 6px; padding: 6px 12px; margin: 10px 0 18px; font-size: 15px; }
-details.toc ol { margin: 4px 0; padding-left: 22px; columns: 2 280px; }
+details.toc ul { margin: 4px 0; padding-left: 4px; list-style: none; columns: 2 280px; }
 details.verdict { margin-top: 8px; } pre.verdict { background: #eef7ee; padding: 6px 8px; white-space: pre-wrap;
                  overflow-wrap: anywhere; font-size: 13px; }
 .check-note, .live-only, .try-here { font-size: 15px; color: var(--muted); }
@@ -163,6 +163,9 @@ if (window.Plotly) {
   Plotly.react = function (el, data, layout, config) { return kvlabReact(el, data, kvlabFit(el, data, layout), config); };
   Plotly.newPlot = function (el, data, layout, config) { return kvlabNewPlot(el, data, kvlabFit(el, data, layout), config); };
 }
+document.addEventListener('DOMContentLoaded', function () {  // on a phone the contents start folded
+  if (window.innerWidth < 600) document.querySelectorAll('details.toc').forEach(function (d) { d.open = false; });
+});
 function kvlabPlot(id) {
   var el = document.getElementById(id);
   var spec = JSON.parse(document.getElementById(id + '-data').textContent);
