@@ -31,6 +31,7 @@ from typing import Any
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+EXPLORER_MIME = "application/vnd.kvlab.explorer+json"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NBVAL = re.compile(r"^\s*# NBVAL_\w+\s*$")
 _LINK = re.compile(r'href="(?!https?:|#)([^"#]*?)(\.ipynb|\.md)(#[^"]*)?"')
@@ -140,6 +141,11 @@ def render_output(out: dict, stats: PageStats) -> str:
     if PLOTLY_MIME in data:
         stats.plotly += 1
         return _plotly_html(data[PLOTLY_MIME], stats.plotly + 1000 * stats.flipbooks)
+    if EXPLORER_MIME in data:  # states a layer below kvlab.viz computed (kvlab.sim's RateWidget)
+        from kvlab.viz.explorer import explorer_from_bundle
+
+        stats.explorers += 1
+        return f"<div class='html-output'>{explorer_from_bundle(data[EXPLORER_MIME])}</div>"
     if WIDGET_MIME in data:
         stats.widgets += 1
         return ("<div class='widget-note'>An interactive control runs here in JupyterLab (it needs a Python kernel): "
@@ -182,7 +188,7 @@ def _output_text(o: dict) -> str:
 
 _TRY = re.compile(r"\btry it\b|\bmove (?:a|the) slider|\bdrag\b|\btype a question|\bpick a (?:pool|policy|method)"
                   r"|\bchange them here|\byourself\b", re.I)
-_ON_PAGE = ("class='kvlab-explorer'", "class='kvlab-flipbook'", '"sliders"', '"updatemenus"')
+_ON_PAGE = ("class='kvlab-explorer'", "class='kvlab-flipbook'", '"sliders"', '"updatemenus"', EXPLORER_MIME)
 
 
 def _try_it_note(cells: list, i: int, notebook_href: str | None) -> str:

@@ -47,7 +47,7 @@ WIDTHS = {1280: 720, 768: 1024, 390: 844}
 THESIS = ("PagedAttention decides how KV memory is laid out (the physical layer); RadixAttention decides which "
           "cached KV can be reused across requests (the logical layer); RadixAttention is built on top of paged "
           "allocation.")
-WITH_CONTROL = {"00", "01", "02", "03", "04", "05", "06", "08", "10", "11"}  # 07's chat, 09's rates: live only
+WITH_CONTROL = {f"{n:02d}" for n in range(12)}  # every lesson has a live control, and a precomputed copy
 MIN_PX = 12
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 

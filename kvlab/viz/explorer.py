@@ -8,6 +8,11 @@ page swaps them as the reader moves a menu or slider (plotly figures with ``Plot
 page loads plotly.js once; HTML and SVG as is). The block says that its states were precomputed
 at build time and which grid they cover; nothing runs Python in the browser.
 
+A layer below kvlab.viz (the simulator's ``RateWidget``) cannot call this module: it displays its
+states as data instead, one output of type :data:`EXPLORER_MIME` (``{"title", "axes": [[name,
+values, labels]], "start", "states": [{"html", "fig"}]}``, states in row-major order), which
+:func:`explorer_from_bundle` turns into the same block (scripts/site_render.py does).
+
 CSS classes (for browser tests): ``kvlab-explorer`` (the box, ``data-states`` = N), ``kvlab-ex-input``
 (one ``<select>`` or ``<input type=range>`` per axis, ``data-axis`` = its name), ``kvlab-ex-grid``
 (the sentence naming the grid), ``kvlab-ex-html``, ``kvlab-ex-plot``.
@@ -26,7 +31,9 @@ import json
 import secrets
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["explorer_html", "grid_sentence"]
+__all__ = ["explorer_html", "explorer_from_bundle", "grid_sentence", "EXPLORER_MIME"]
+
+EXPLORER_MIME = "application/vnd.kvlab.explorer+json"
 
 _SCRIPT = """(function () {
   var box = document.getElementById(%(id)s);
@@ -70,10 +77,11 @@ def grid_sentence(axes: Mapping[str, Sequence[Any]], labels: Mapping[str, Mappin
     for name, values in axes.items():
         shown = [labels.get(name, {}).get(v, _label(v)) for v in values]
         n *= len(values)
+        words = name.replace("_", " ")
         if len(values) >= 5 and all(isinstance(v, (int, float)) for v in values):
-            parts.append(f"{name} {shown[0]} to {shown[-1]} ({len(values)} values)")
+            parts.append(f"{words} {shown[0]} to {shown[-1]} ({len(values)} values)")
         else:
-            parts.append(f"{name} {', '.join(shown)}")
+            parts.append(f"{words} {', '.join(shown)}")
     return " × ".join(parts) + f" = {n} states"
 
 
@@ -116,6 +124,35 @@ def explorer_html(set_state: Callable[..., None], parts: Callable[[], Sequence[A
             states.append({"html": "".join(texts), "fig": fig})
     finally:
         set_state(**start)
+    return _block(axes, start, labels, states, templates, title)
+
+
+def explorer_from_bundle(bundle: Mapping[str, Any]) -> str:
+    """The block of :func:`explorer_html` from states computed elsewhere (an :data:`EXPLORER_MIME`
+    output: see the module doc); each state's ``fig`` is a plotly figure's JSON (data, layout) or None."""
+    axes = {name: list(values) for name, values, _ in bundle["axes"]}
+    labels = {name: dict(zip(values, shown)) for name, values, shown in bundle["axes"]}
+    n = 1
+    for values in axes.values():
+        n *= len(values)
+    if len(bundle["states"]) != n:
+        raise ValueError(f"the grid has {n} combinations and the bundle {len(bundle['states'])} states")
+    templates: dict[str, str] = {}
+    states = []
+    for s in bundle["states"]:
+        fig = None
+        if s.get("fig"):
+            layout = dict(s["fig"].get("layout", {}))
+            key = templates.setdefault(json.dumps(layout.pop("template", {}), sort_keys=True), str(len(templates)))
+            fig = {"data": s["fig"].get("data", []), "layout": layout, "template": key}
+        states.append({"html": s.get("html", ""), "fig": fig})
+    return _block(axes, dict(bundle.get("start") or {}), labels, states, templates, bundle.get("title") or "Try it here")
+
+
+def _block(axes: Mapping[str, Sequence[Any]], start: Mapping[str, Any], labels: Mapping[str, Mapping[Any, str]],
+           states: list[dict], templates: dict[str, str], title: str) -> str:
+    names = list(axes)
+    start = {k: start.get(k, axes[k][0]) for k in names}
     box_id = "kvlab-ex-" + secrets.token_hex(6)
     shown = [[labels.get(k, {}).get(v, _label(v)) for v in axes[k]] for k in names]
     data = json.dumps({"sizes": [len(axes[k]) for k in names], "labels": shown, "states": states,
@@ -138,13 +175,13 @@ def explorer_html(set_state: Callable[..., None], parts: Callable[[], Sequence[A
 
 def _input(name: str, values: Sequence[Any], shown: list[str], start: Any) -> str:
     at = values.index(start) if start in values else 0
-    esc = html.escape(name)
+    esc, words = html.escape(name), html.escape(name.replace("_", " "))
     if len(values) >= 5 and all(isinstance(v, (int, float)) for v in values):
-        return (f"<label style='display:flex;align-items:center;gap:6px'>{esc} <input class='kvlab-ex-input' "
+        return (f"<label style='display:flex;align-items:center;gap:6px'>{words} <input class='kvlab-ex-input' "
                 f"data-axis='{esc}' type='range' min='0' max='{len(values) - 1}' step='1' value='{at}' "
                 f"style='width:min(260px,50vw)'> <b class='kvlab-ex-value' data-axis='{esc}'>{html.escape(shown[at])}"
                 f"</b></label>")
     options = "".join(f"<option value='{i}'{' selected' if i == at else ''}>{html.escape(s)}</option>"
                       for i, s in enumerate(shown))
-    return (f"<label style='display:flex;align-items:center;gap:6px'>{esc} <select class='kvlab-ex-input' "
-            f"data-axis='{esc}' style='font-size:inherit'>{options}</select></label>")
+    return (f"<label style='display:flex;flex-wrap:wrap;align-items:center;gap:6px;max-width:100%;min-width:0'>{words} <select class='kvlab-ex-input' "
+            f"data-axis='{esc}' style='font-size:inherit;max-width:100%'>{options}</select></label>")
