@@ -8,8 +8,12 @@ Steps:
    kvlab are unchanged (a hash of them), so a second build takes seconds.
    ``--stored`` skips running: it renders the outputs stored in notebooks/ (widgets then
    appear as a note).
-2. Render one page per lesson (scripts/site_render.py), the glossary page, and the index
-   (the thesis, the README's pictures, the series map, the glossary link).
+2. Render one page per lesson (scripts/site_render.py: cells, outputs, exercises with the
+   checker's verdict on each solution, scripts/site_exercises.py; the banner and contents,
+   scripts/site_front.py), the glossary page, and the index (scripts/site_front.py: the thesis,
+   who it is for, where to start, one line per lesson, the pictures, how to run the lessons).
+   Each lesson's stripped notebook is copied to ``notebooks/`` for download. Lesson controls
+   arrive as precomputed explorers (kvlab.viz.explorer: ``KVLAB_STATIC=frames`` makes them).
 3. Copy plotly.js from the installed plotly package (once, ``assets/plotly.min.js``), the
    site's CSS/JS and ``docs/img``; write ``manifest.json`` (per page: figures, players, widgets;
    what tests/test_site.py compares the browser against).
