@@ -8,8 +8,12 @@ Steps:
    kvlab are unchanged (a hash of them), so a second build takes seconds.
    ``--stored`` skips running: it renders the outputs stored in notebooks/ (widgets then
    appear as a note).
-2. Render one page per lesson (scripts/site_render.py), the glossary page, and the index
-   (the thesis, the README's pictures, the series map, the glossary link).
+2. Render one page per lesson (scripts/site_render.py: cells, outputs, exercises with the
+   checker's verdict on each solution, scripts/site_exercises.py; the banner and contents,
+   scripts/site_front.py), the glossary page, and the index (scripts/site_front.py: the thesis,
+   who it is for, where to start, one line per lesson, the pictures, how to run the lessons).
+   Each lesson's stripped notebook is copied to ``notebooks/`` for download. Lesson controls
+   arrive as precomputed explorers (kvlab.viz.explorer: ``KVLAB_STATIC=frames`` makes them).
 3. Copy plotly.js from the installed plotly package (once, ``assets/plotly.min.js``), the
    site's CSS/JS and ``docs/img``; write ``manifest.json`` (per page: figures, players, widgets;
    what tests/test_site.py compares the browser against).
@@ -23,11 +27,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import html
 import json
 import os
-import platform
-import re
 import shutil
 import sys
 import time
@@ -39,6 +40,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from site_front import banner_html, copy_notebooks, index_html, machine, toc_html  # noqa: E402
+from site_front import title as _title  # noqa: E402
 from site_page import INDEX_CSS, SITE_JS, page  # noqa: E402
 from site_render import PageStats, md_to_html, render_cells  # noqa: E402
 
@@ -104,49 +107,6 @@ def executed_notebooks(files: list[Path], stored: bool, jobs: int) -> dict[str, 
     return out
 
 
-def _title(nb) -> str:
-    for c in nb.cells:
-        if c.cell_type == "markdown":
-            m = re.search(r"^#\s+(.+)$", c.source, re.M)
-            if m:
-                return m.group(1).strip()
-    return "lesson"
-
-
-def _summary(nb) -> str:
-    """The lesson's first paragraph after its title (what it is about), as plain text."""
-    for c in nb.cells:
-        if c.cell_type == "markdown":
-            paras = [p for p in c.source.split("\n\n") if p.strip() and not p.lstrip().startswith("#")]
-            if paras:
-                text = re.sub(r"[*_`]|\[([^\]]*)\]\([^)]*\)", r"\1", paras[0])
-                return " ".join(text.split())[:300]
-    return ""
-
-
-def _machine(nb) -> str:
-    """The machine the outputs were computed on, from the lesson's self-test output."""
-    lines = []
-    for c in nb.cells:
-        if c.cell_type == "code":
-            text = "".join(o.get("text", "") for o in c.get("outputs", []))
-            lines = [ln for ln in text.splitlines() if ln.startswith(("kernel mode:", "device:"))]
-            break
-    return "; ".join(lines) or f"{platform.machine()} CPU"
-
-
-def _banner(stats: PageStats, machine: str, built: str) -> str:
-    return (
-        "<div class='banner'><b>A static copy of an executed lesson.</b> Every number and figure below was "
-        f"computed when this page was built ({built}) on: <code>{html.escape(machine)}</code>. Outputs labelled "
-        f"<b>simulated</b> come from kvlab's allocator and simulator ({stats.simulated} mentions on this page); "
-        f"<b>measured</b> ones were timed or run for real on that machine ({stats.measured} mentions): on a CPU "
-        "the Triton kernels run in the interpreter, so their times are not GPU times. Figures are live (hover, "
-        "zoom); steppers play without Python. To change a parameter or check your own answers: "
-        "<code>make lab</code>.</div>"
-    )
-
-
 def build(selected: list[str], out: Path, stored: bool, jobs: int) -> dict:
     t0 = time.time()
     files = lesson_files(selected)
@@ -169,23 +129,29 @@ def build(selected: list[str], out: Path, stored: bool, jobs: int) -> dict:
     built = time.strftime("%Y-%m-%d")
     nbs = {name: nbformat.read(path, as_version=4) for name, path in executed.items()}
     names = [f.name for f in files]
+    downloads = copy_notebooks(names, out)
     manifest: dict = {"pages": {}, "built": built}
     for i, name in enumerate(names):
         nb, stats = nbs[name], PageStats()
-        body = render_cells(nb, ROOT / "solutions" / (Path(name).stem + ".py"), stats)
+        body = render_cells(nb, ROOT / "solutions" / (Path(name).stem + ".py"), stats, downloads[name])
         prev_link = (names[i - 1], _title(nbs[names[i - 1]])) if i else None
         next_link = (names[i + 1], _title(nbs[names[i + 1]])) if i + 1 < len(names) else None
         html_name = Path(name).stem + ".html"
-        (out / html_name).write_text(page(_title(nb), _banner(stats, _machine(nb), built) + body, prev_link, next_link,
-                                          plotly=True))
+        head = banner_html(stats.labels, machine(nb), built, downloads[name]) + toc_html(body)
+        (out / html_name).write_text(page(_title(nb), _insert_after_h1(body, head), prev_link, next_link, plotly=True))
         manifest["pages"][html_name] = {"plotly": stats.plotly, "flipbooks": stats.flipbooks, "widgets": stats.widgets,
                                         "svg": stats.svg, "errors": stats.errors, "title": _title(nb),
+                                        "explorers": stats.explorers, "verdicts": stats.verdicts,
+                                        "try_it": stats.try_it, "live_only": stats.live_only, "labels": stats.labels,
+                                        "download": downloads[name],
                                         "notebook": str(executed[name].resolve().relative_to(ROOT))}
-        print(f"  {html_name}: {stats.plotly} figures, {stats.flipbooks} players, {stats.svg} SVG, "
-              f"{stats.widgets} widget notes, {len(stats.errors)} errors")
+        print(f"  {html_name}: {stats.plotly} figures, {stats.flipbooks} players, {stats.explorers} precomputed "
+              f"controls, {stats.svg} SVG, {stats.widgets} widget notes, {len(stats.verdicts)} exercises checked, "
+              f"{len(stats.errors)} errors")
     (out / "glossary.html").write_text(page("Glossary", md_to_html(_glossary()), None, None, plotly=False))
     manifest["pages"]["glossary.html"] = {"plotly": 0, "flipbooks": 0, "widgets": 0, "svg": 0, "errors": []}
-    (out / "index.html").write_text(page("kvlab", _index(nbs, names), None, None, plotly=False))
+    (out / "index.html").write_text(page("kvlab", index_html(nbs, names, md_to_html, downloads), None, None,
+                                         plotly=False))
     manifest["pages"]["index.html"] = {"plotly": 0, "flipbooks": 0, "widgets": 0, "svg": 0, "errors": []}
     manifest["seconds"] = round(time.time() - t0, 1)
     manifest["bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
@@ -194,27 +160,10 @@ def build(selected: list[str], out: Path, stored: bool, jobs: int) -> dict:
     return manifest
 
 
-def _index(nbs: dict, names: list[str]) -> str:
-    readme = (ROOT / "README.md").read_text()
-    thesis = re.search(r"^> \*\*PagedAttention.*?(?:\n>.*)*", readme, re.M)
-    rows = "".join(
-        f"<tr><td>{n[:2]}</td><td><a href='{Path(n).stem}.html'>{html.escape(_title(nbs[n]))}</a></td>"
-        f"<td>{html.escape(_summary(nbs[n]))}</td></tr>" for n in names)
-    pics = "".join(f"<figure><img src='img/{p.name}' alt='{p.stem}'><figcaption>{p.stem.replace('_', ' ')}"
-                   f"</figcaption></figure>" for p in sorted((ROOT / "docs" / "img").glob("*"))
-                   if p.suffix in (".png", ".svg"))
-    return (
-        "<h1>kvlab: how LLM inference servers manage the KV cache, run for real</h1>"
-        + (md_to_html(thesis.group(0)) if thesis else "")
-        + "<p>An interactive lesson series: every number is computed by kvlab (a paged block manager, a radix "
-          "cache, Triton kernels, a real small model and a simulator) and labelled <b>measured</b> or "
-          "<b>simulated</b>. This site is a static copy of the executed lessons; to run them, change "
-          "parameters and check your answers: <code>make lab</code>. Terms in English and Chinese: "
-          "<a href='glossary.html'>the glossary</a>.</p>"
-        + f"<h2 id='series'>The series</h2><table class='series'><tr><th>#</th><th>lesson</th><th>what it is about"
-          f"</th></tr>{rows}</table><h2 id='pictures'>What you will see</h2><div class='pictures'>{pics}</div>"
-        + "<section id='glossary'>" + md_to_html(_glossary().replace("# Glossary", "## Glossary", 1)) + "</section>"
-    )
+def _insert_after_h1(body: str, head: str) -> str:
+    """The banner and the contents go under the lesson's title (its first <h1>)."""
+    end = body.find("</h1>")
+    return body[:end + 5] + head + body[end + 5:] if end >= 0 else head + body
 
 
 def _glossary() -> str:

@@ -8,8 +8,12 @@ What each part becomes:
   once per page from ``assets/``), SVG inline, PNG as data URIs, HTML as is (steppers arrive as
   kvlab.viz.flipbook players when the lesson ran with ``KVLAB_STATIC=frames``), text in ``<pre>``;
   a widget (which needs a kernel) as a note saying so;
-- exercise stubs (``exercise-stub`` tag): the stub, then the solution from ``solutions/`` behind a
-  "show" control, and how to run the checker locally.
+- exercise stubs (``exercise-stub`` tag): the stub, how to check your own answer (the notebook's
+  download link, ``make lab``), then the solution from ``solutions/`` behind a "show" control and,
+  behind it, the checker's verdict on that solution (run at build time, scripts/site_exercises.py);
+  the check cell after a stub keeps its code but not the stub's FAIL;
+- "Try it" passages (a live control asked for): they say whether the control is on the page
+  (a player or a precomputed explorer follows) or needs the live lesson.
 
 Example:
     >>> md_to_html("See [lesson 04](04_paging.ipynb) and the [glossary](glossary.md#block).")
@@ -27,6 +31,7 @@ from typing import Any
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+EXPLORER_MIME = "application/vnd.kvlab.explorer+json"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NBVAL = re.compile(r"^\s*# NBVAL_\w+\s*$")
 _LINK = re.compile(r'href="(?!https?:|#)([^"#]*?)(\.ipynb|\.md)(#[^"]*)?"')
@@ -38,7 +43,7 @@ def _markdown():
     except ImportError as e:  # comes with jupyterlab's dependencies today; named in pyproject's lab extra
         raise SystemExit("the static site needs markdown-it-py: .venv/bin/python -m pip install 'markdown-it-py>=3,<5'") from e
 
-    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    md = MarkdownIt("commonmark", {"html": True, "highlight": _highlight_fence}).enable("table")
 
     def heading_open(renderer, tokens, idx, options, env):  # ids on headings, for links into a page
         text = tokens[idx + 1].content if idx + 1 < len(tokens) else ""
@@ -50,6 +55,21 @@ def _markdown():
 
 
 _MD = None
+
+
+def _highlight_fence(code: str, lang: str, _attrs: str) -> str:
+    """A fenced code block in prose: highlighted (Python unless another language is named); it
+    scrolls inside itself (CSS ``pre.prose-code``), never the page."""
+    from pygments import highlight as pyg
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer, get_lexer_by_name
+    from pygments.util import ClassNotFound
+
+    try:
+        lexer = get_lexer_by_name(lang) if lang else PythonLexer()
+    except ClassNotFound:
+        lexer = PythonLexer()
+    return f"<pre class='code prose-code'><code>{pyg(code, lexer, HtmlFormatter(nowrap=True))}</code></pre>"
 
 
 def slug(text: str) -> str:
@@ -82,9 +102,20 @@ class PageStats:
     flipbooks: int = 0  # kernel-free steppers
     widgets: int = 0  # outputs that needed a kernel (shown as a note)
     svg: int = 0
-    simulated: int = 0  # outputs (figures, printed lines) labelled simulated / measured
-    measured: int = 0
+    labels: dict[str, int] = field(default_factory=dict)  # outputs labelled simulated / measured / ...
+    explorers: int = 0  # precomputed controls (kvlab.viz.explorer)
+    verdicts: list[str] = field(default_factory=list)  # "checker: PASS" per exercise
+    try_it: int = 0  # "Try it" passages; live_only: those whose control needs the live lesson
+    live_only: int = 0
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def simulated(self) -> int:
+        return self.labels.get("simulated", 0)
+
+    @property
+    def measured(self) -> int:
+        return self.labels.get("measured", 0)
 
 
 def _plotly_html(spec: dict, n: int) -> str:
@@ -110,6 +141,11 @@ def render_output(out: dict, stats: PageStats) -> str:
     if PLOTLY_MIME in data:
         stats.plotly += 1
         return _plotly_html(data[PLOTLY_MIME], stats.plotly + 1000 * stats.flipbooks)
+    if EXPLORER_MIME in data:  # states a layer below kvlab.viz computed (kvlab.sim's RateWidget)
+        from kvlab.viz.explorer import explorer_from_bundle
+
+        stats.explorers += 1
+        return f"<div class='html-output'>{explorer_from_bundle(data[EXPLORER_MIME])}</div>"
     if WIDGET_MIME in data:
         stats.widgets += 1
         return ("<div class='widget-note'>An interactive control runs here in JupyterLab (it needs a Python kernel): "
@@ -117,6 +153,7 @@ def render_output(out: dict, stats: PageStats) -> str:
     if "text/html" in data:
         text = data["text/html"]
         stats.flipbooks += text.count("class='kvlab-flipbook'")
+        stats.explorers += text.count("class='kvlab-explorer'")
         return f"<div class='html-output'>{text}</div>"
     if "image/svg+xml" in data:
         stats.svg += 1
@@ -132,42 +169,100 @@ def render_output(out: dict, stats: PageStats) -> str:
     return ""
 
 
+_LABELS = {"simulated": r"\bsimulated\b", "measured": r"(?<!not )\bmeasured\b", "counted": r"\bcounted\b",
+           "published": r"\bpublished\b"}
+
+
 def _count_labels(text: str, stats: PageStats) -> None:
-    stats.simulated += len(re.findall(r"\bsimulated\b", text))
-    stats.measured += len(re.findall(r"\bmeasured\b", text))
+    """One count per output and label it carries (not per word)."""
+    for label, pattern in _LABELS.items():
+        if re.search(pattern, text):
+            stats.labels[label] = stats.labels.get(label, 0) + 1
 
 
-def solution_source(stub: str, solution_file: Path) -> str | None:
-    """The solution's definitions for the names a stub cell defines (as the notebook tests inject them)."""
-    from build_notebooks import inject_solutions  # scripts/ is on sys.path (build_site.py puts it there)
-
-    if not solution_file.exists():
-        return None
-    cell = inject_solutions([{"cell_type": "code", "source": stub, "tags": ["exercise-stub"]}], solution_file)[0]
-    return "\n".join(cell["source"].splitlines()[1:])  # without "# solution injected from ..."
+def _output_text(o: dict) -> str:
+    data = o.get("data", {})
+    title = data.get(PLOTLY_MIME, {}).get("layout", {}).get("title", "")
+    return json.dumps(title) + o.get("text", "") + str(data.get("text/html", ""))
 
 
-def render_cells(nb: Any, solution_file: Path, stats: PageStats) -> str:
-    parts = []
-    for cell in nb.cells:
+_TRY = re.compile(r"\btry it\b|\bmove (?:a|the) slider|\bdrag\b|\btype a question|\bpick a (?:pool|policy|method)"
+                  r"|\bchange them here|\byourself\b", re.I)
+_ON_PAGE = ("class='kvlab-explorer'", "class='kvlab-flipbook'", '"sliders"', '"updatemenus"', EXPLORER_MIME)
+
+
+def _try_it_note(cells: list, i: int, notebook_href: str | None) -> str:
+    """For a markdown cell that asks for a live control: where that control is."""
+    for c in cells[i + 1:i + 4]:
+        if c.cell_type == "markdown":
+            break
+        for o in c.get("outputs", []):
+            text = json.dumps(o.get("data", {}))
+            if any(mark in text for mark in _ON_PAGE):
+                return ("<p class='try-here'>On this page: the control below works without Python, over states "
+                        "precomputed at build time (other values: the live lesson).</p>")
+    where = f"<a href='{notebook_href}' download>download the notebook</a> or " if notebook_href else ""
+    return ("<p class='live-only'>This control needs the live lesson (a Python kernel): "
+            f"{where}<code>make lab</code>. Here you see its output for the lesson's own values.</p>")
+
+
+def _exercise_html(stub: str, solution_file: Path, check_cell: str, notebook_href: str | None,
+                   stats: PageStats) -> str:
+    from site_exercises import check_calls, solution_for, verdict
+
+    where = f"<a href='{notebook_href}' download>download this lesson's notebook</a>, " if notebook_href else ""
+    out = ("<p class='run-locally'>Your turn: write it in the live lesson (" + where + "or <code>make lab</code> "
+           "in a kvlab checkout), replace the stub and run the check cell below it: the checker runs your code "
+           "and names the likely mistake.</p>")
+    sol = solution_for(stub, solution_file)
+    if not sol:
+        return out
+    verdicts = []
+    for checker, arg in check_calls(check_cell):
+        v = verdict(checker, arg, solution_file)
+        stats.verdicts.append(f"{checker}: {'PASS' if v.passed else 'FAIL'}")
+        if not v.passed:
+            stats.errors.append(f"the solution fails check.{checker}: {v.text.strip()[-300:]}")
+        verdicts.append(f"<pre class='verdict'>{html.escape(v.text.strip())}</pre>")
+    behind = ("<details class='verdict'><summary>the checker's verdict on this solution (run when the site was "
+              "built)</summary>" + "".join(verdicts) + "</details>") if verdicts else ""
+    return out + f"<details class='solution'><summary>show the solution</summary>{highlight(sol)}{behind}</details>"
+
+
+_CHECK_NOTE = ("<p class='check-note'>In the lesson this cell runs the checker on <i>your</i> function. The site "
+               "does not run the stub above (it would only fail): the checker's verdict on the solution is behind "
+               "\u201cshow the solution\u201d.</p>")
+
+
+def _is_stub(cell: Any) -> bool:
+    return cell.cell_type == "code" and "exercise-stub" in cell.get("metadata", {}).get("tags", [])
+
+
+def render_cells(nb: Any, solution_file: Path, stats: PageStats, notebook_href: str | None = None) -> str:
+    parts, cells = [], list(nb.cells)
+    for i, cell in enumerate(cells):
         if cell.cell_type == "markdown":
-            parts.append(f"<section class='md'>{md_to_html(cell.source)}</section>")
+            note = ""
+            if _TRY.search(cell.source):
+                stats.try_it += 1
+                note = _try_it_note(cells, i, notebook_href)
+                stats.live_only += "live-only" in note
+            parts.append(f"<section class='md'>{md_to_html(cell.source)}{note}</section>")
             continue
         if cell.cell_type != "code":
             continue
         src = "\n".join(ln for ln in cell.source.splitlines() if not _NBVAL.match(ln)).strip("\n")
+        after_stub = i > 0 and _is_stub(cells[i - 1]) and "check." in cell.source
         outs = []
-        for o in cell.get("outputs", []):
+        for o in [] if after_stub else cell.get("outputs", []):
             outs.append(render_output(o, stats))
-            _count_labels(json.dumps(o.get("data", {}).get(PLOTLY_MIME, {}).get("layout", {}).get("title", ""))
-                          + o.get("text", "") + str(o.get("data", {}).get("text/html", "")), stats)
+            _count_labels(_output_text(o), stats)
         block = f"<div class='cell'><div class='input'>{highlight(src) if src else ''}</div>"
-        if "exercise-stub" in cell.get("metadata", {}).get("tags", []):
-            sol = solution_source(cell.source, solution_file)
-            block += "<p class='run-locally'>Your turn: <code>make lab</code>, open this lesson, replace the stub above " \
-                     "and run the check cell below it (the checker names the likely mistake).</p>"
-            if sol:
-                block += f"<details class='solution'><summary>show the solution</summary>{highlight(sol)}</details>"
+        if _is_stub(cell):
+            nxt = cells[i + 1].source if i + 1 < len(cells) and cells[i + 1].cell_type == "code" else ""
+            block += _exercise_html(cell.source, solution_file, nxt, notebook_href, stats)
+        if after_stub:
+            block += _CHECK_NOTE
         if outs:
             block += "<div class='outputs'>" + "\n".join(o for o in outs if o) + "</div>"
         parts.append(block + "</div>")

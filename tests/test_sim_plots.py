@@ -109,3 +109,24 @@ def test_rate_widget_step_time_slider_moves_a_bar_that_keeps_up_not_a_memory_bou
         plots.RateWidget(_five_minutes, ["vllm"]).update(step_time=1.2)
     with pytest.raises(ValueError, match="step_times"):
         plots.RateWidget(run, ["vllm"], step_times=(1.2, 2.0, 0.1))
+
+
+def test_rate_widget_hands_the_static_site_every_state_of_its_grid_as_data(monkeypatch):
+    def run(rate, policy):
+        return sim.simulate(sim.sharegpt(60, rate=rate, seed=0), sim.make_policy(policy, 15_728), progress=False)
+
+    w = plots.RateWidget(run, ["vllm", "orca-max"], rate=2.0, static=True)
+    before = (w.rate, w.policy, w.caption)
+    bundle = w.site_states()
+    assert [a[0] for a in bundle["axes"]] == ["rate", "policy"] and bundle["axes"][0][1] == [1.0, 2.0, 4.0]
+    assert len(bundle["states"]) == 6 and "orca-max at 1 req/s" in bundle["states"][1]["html"]
+    assert "vllm at 4 req/s" in bundle["states"][4]["html"] and bundle["states"][4]["fig"]["data"]
+    assert (w.rate, w.policy, w.caption) == before                  # the widget is left as it was
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, *a, **k: shown.append(obj))
+    monkeypatch.setenv("KVLAB_STATIC", "frames")
+    w._ipython_display_()
+    assert "application/vnd.kvlab.explorer+json" in shown[0]
+    from kvlab.viz.explorer import explorer_from_bundle
+
+    assert 'data-states="6"' in explorer_from_bundle(shown[0]["application/vnd.kvlab.explorer+json"])

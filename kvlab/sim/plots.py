@@ -217,6 +217,21 @@ def _figure_output(fig: Any) -> dict:
                      "text/plain": f"<plotly figure: {fig.layout.title.text}>"}}
 
 
+def _rounded(obj: Any) -> Any:
+    """Floats to 4 significant digits (what a figure shows), in nested lists and dicts.
+
+    >>> _rounded({"y": [0.123456789, 2, "a"]})
+    {'y': [0.1235, 2, 'a']}
+    """
+    if isinstance(obj, float):
+        return float(f"{obj:.4g}")
+    if isinstance(obj, list):
+        return [_rounded(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    return obj
+
+
 class RateWidget:
     """A rate slider and a policy menu that re-run a small simulation (``run(rate, policy)`` ->
     SimResult) and redraw its memory timeline with the mean batch in the caption. With
@@ -235,7 +250,7 @@ class RateWidget:
         lo, hi, step = rates
         if not (0 < lo <= rate <= hi and step > 0) or math.isinf(hi):
             raise ValueError(f"rate {rate} must lie in [{lo}, {hi}] with step {step} > 0")
-        self._run, self.policies, self.theme = run, list(policies), theme
+        self._run, self.policies, self.theme, self._rates = run, list(policies), theme, rates
         self.labels = {p: (labels or {}).get(p, p) for p in self.policies}  # menu names a student reads
         self.rate, self.policy, self.static = rate, self.policies[0], static
         if step_times is not None and not (0 < step_times[0] <= 1.0 <= step_times[1] and step_times[2] > 0):
@@ -310,7 +325,45 @@ class RateWidget:
         """The widget (live) or the current figure (static)."""
         return self.figure() if self.static else self.widget
 
+    def site_grid(self) -> dict[str, list[Any]]:
+        """The settings the static site precomputes: three rates, every system, step time x1 and x2."""
+        lo, hi, _ = self._rates
+        grid: dict[str, list[Any]] = {"rate": sorted({r for r in (1.0, 2.0, 4.0, self.rate) if lo <= r <= hi}),
+                                      "policy": list(self.policies)}
+        if self.step_times is not None:
+            grid["step_time"] = sorted({1.0, min(2.0, self.step_times[1]), self.step_time})
+        return grid
+
+    def site_states(self) -> dict[str, Any]:
+        """Every combination of :meth:`site_grid`, run now, as data for the static site (one
+        ``application/vnd.kvlab.explorer+json`` output, drawn by ``kvlab.viz.explorer``; the
+        simulator does not import kvlab.viz). The widget is left as it was."""
+        import itertools
+        import json
+
+        import plotly.io as pio
+
+        grid, start = self.site_grid(), {"rate": self.rate, "policy": self.policy, "step_time": self.step_time}
+        states = []
+        try:
+            for combo in itertools.product(*grid.values()):
+                self.update(**dict(zip(grid, combo)))
+                fig = json.loads(pio.to_json(self.figure(), validate=False))
+                states.append({"html": self._caption_html(), "fig": {"data": _rounded(fig.get("data", [])),
+                                                                     "layout": fig.get("layout", {})}})
+        finally:
+            self.update(**{k: start[k] for k in grid})
+        labels = {"rate": lambda r: f"{r:g} req/s", "policy": lambda p: self.labels[p], "step_time": lambda s: f"x{s:g}"}
+        return {"title": "Try it here", "start": {k: start[k] for k in grid}, "states": states,
+                "axes": [[k, v, [labels[k](x) for x in v]] for k, v in grid.items()]}
+
     def _ipython_display_(self) -> None:
+        import os
+
         from IPython.display import display
 
+        if self.static and os.environ.get("KVLAB_STATIC", "").strip().lower() == "frames":  # the static site
+            display({"application/vnd.kvlab.explorer+json": self.site_states(),
+                     "text/plain": f"<RateWidget: {self.caption}>"}, raw=True)
+            return
         display(self.show())

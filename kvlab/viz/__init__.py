@@ -35,6 +35,9 @@ Static fallback: with no widget front end (nbval, exported HTML, a plain Python 
 views render their current frame as a static plotly figure or graphviz SVG. Force it
 with ``static=True`` on a view or ``KVLAB_STATIC=1`` in the environment (CI and nbval
 set it); force widgets with ``static=False`` or ``KVLAB_STATIC=0``. See kvlab.viz.display.
+With ``KVLAB_STATIC=frames`` (the static site) steppers become players (kvlab.viz.flipbook) and
+each lesson control becomes menus and sliders over a grid of states computed now
+(kvlab.viz.explorer: a control's ``site_grid()`` names the grid).
 
 CSS classes for browser tests (ipywidgets ``_dom_classes``; select with ``.kvlab-next``):
     controls:     kvlab-control (box) + kvlab-shuffle / kvlab-sharing / kvlab-hit-rate,

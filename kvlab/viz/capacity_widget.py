@@ -218,4 +218,15 @@ class CapacityWidget:
                 f"{s['bytes_per_token']:,} B/token, {s['requests']:,} requests fit>")
 
     def _ipython_display_(self) -> None:
-        display_control(self.widget, lambda: [self._html(), capacity_figure(self.state)])
+        display_control(self.widget, lambda: [self._html(), capacity_figure(self.state)], self._explore)
+
+    def _explore(self) -> str:
+        """The site's grid: every model, number format and device at the current request length."""
+        from .explorer import explorer_html
+
+        c = dict(self.choice)
+        axes = {"model": list(self.models), "dtype_bytes": [b for _, b in DTYPES], "device": list(self.devices)}
+        labels = {"model": {k: model_label(s) for k, s in self.models.items()},
+                  "dtype_bytes": {b: name for name, b in DTYPES}, "device": {k: device_label(k) for k in self.devices}}
+        return explorer_html(self.set, lambda: [self._html(), capacity_figure(self.state)], axes,
+                             {k: c[k] for k in axes}, labels)

@@ -153,11 +153,31 @@ class _StaticChat:
     def _ipython_display_(self) -> None:
         from IPython.display import HTML, display
 
+        from .display import static_frames
+
         s = self.session
-        if s.turns:
+        if s.turns and static_frames():  # the static site: every turn this session ran, to pick from
+            display(HTML(self._explore()))
+        elif s.turns:
             display(HTML(f"<p>{html.escape(turn_sentence(s.turns[-1]))}</p>" + token_html(s, s.turns[-1])))
         display(HTML(tree_svg(s)))
         display(pool_figure(s))
+
+    def _explore(self) -> str:
+        """The turns already asked (a real model ran them when the page was built): each one's
+        sentence and prompt chips; the tree and the pool below are after the last turn."""
+        from .explorer import explorer_html
+
+        s, at = self.session, {"turn": len(self.session.turns)}
+        n = list(range(1, len(s.turns) + 1))
+
+        def parts() -> list[str]:
+            t = s.turns[at["turn"] - 1]
+            return [f"<p>{html.escape(turn_sentence(t))}</p>" + token_html(s, t)]
+
+        return explorer_html(lambda **kw: at.update(kw), parts, {"turn": n}, {"turn": n[-1]},
+                             title="Try it here: the turns this session ran (asking a new question needs the live "
+                                   "lesson; the tree and the pool below are after the last turn)")
 
 
 def _build(session: ChatSession) -> _Widgets:

@@ -89,6 +89,25 @@ class LiveControl:
     def check(self) -> None:
         """Raise ValueError naming a bad input (called before every update)."""
 
+    def site_grid(self) -> dict[str, list[Any]] | None:
+        """The inputs' values the static site precomputes (name -> values, see
+        :mod:`kvlab.viz.explorer`); None: the site shows the current state only."""
+        return None
+
+    def site_labels(self) -> dict[str, dict[Any, str]]:
+        """How the site's menus name some of :meth:`site_grid`'s values (axis -> value -> text)."""
+        return {}
+
+    def _static_parts(self) -> list[Any]:
+        return [self.caption_html()] + [f for f in [self.figure()] if f is not None]
+
+    def _explore(self) -> str:
+        from .explorer import explorer_html
+
+        axes = self.site_grid() or {}
+        start = {k: getattr(self, k) for k in axes}
+        return explorer_html(lambda **kw: self.set(**kw), self._static_parts, axes, start, self.site_labels())
+
     # ------------------------------------------------------------------ widgets
     def caption_html(self) -> str:
         th = theme()
@@ -123,7 +142,7 @@ class LiveControl:
         self.refresh()
 
     def _ipython_display_(self) -> None:
-        display_control(self.widget, lambda: [self.caption_html()] + [f for f in [self.figure()] if f is not None])
+        display_control(self.widget, self._static_parts, self._explore if self.site_grid() else None)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {self.caption()}>"

@@ -189,4 +189,13 @@ class CostWidget:
         return f"<CostWidget {s['model']} at {s['context']:,} tokens: {s['ratio']:,.0f}x less work with the cache>"
 
     def _ipython_display_(self) -> None:
-        display_control(self.widget, lambda: [self._html(), cost_figure(self.state)])
+        display_control(self.widget, lambda: [self._html(), cost_figure(self.state)], self._explore)
+
+    def _explore(self) -> str:
+        """The site's grid: every context length of the slider, each model."""
+        from .explorer import explorer_html
+
+        s = self.state
+        axes = {"context": sorted(set(CONTEXTS) | {s["context"]}), "model": list(self.models)}
+        return explorer_html(self.set, lambda: [self._html(), cost_figure(self.state)], axes,
+                             {"context": s["context"], "model": s["model"]}, {"context": {c: f"{c:,}" for c in axes["context"]}})

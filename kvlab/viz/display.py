@@ -66,14 +66,19 @@ def static_html(obj: Any) -> str:
     return str(obj)
 
 
-def display_control(widget: Any, static_parts: Callable[[], list[Any]]) -> None:
+def display_control(widget: Any, static_parts: Callable[[], list[Any]], explore: Callable[[], str] | None = None) -> None:
     """What a lesson control shows in a notebook: its live ipywidgets ``widget``, or (static mode,
     ``widget`` None) each of ``static_parts()`` in turn, a ``str`` as HTML, anything else as itself.
-    ``static_parts`` is called only then, so a live control builds no static figures."""
+    ``static_parts`` is called only then, so a live control builds no static figures. With
+    ``KVLAB_STATIC=frames`` (the static site) and an ``explore`` (a callable returning
+    :func:`kvlab.viz.explorer.explorer_html` over a grid of the control's states), that block instead."""
     from IPython.display import HTML, display
 
     if widget is not None:
         display(widget)
+        return
+    if explore is not None and static_frames():
+        display(HTML(explore()))
         return
     for part in static_parts():
         display(HTML(part) if isinstance(part, str) else part)

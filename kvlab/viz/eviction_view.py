@@ -51,6 +51,12 @@ class HitRateControl(LiveControl):
         if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int) or not lo <= self.pool_size <= hi:
             raise ValueError(f"pool_size must be an int in {lo}..{hi}, got {self.pool_size!r}")
 
+    def site_grid(self) -> dict[str, list[Any]]:
+        return {"pool_size": list(self.sizes), "policy": list(POLICY_NAMES)}
+
+    def site_labels(self) -> dict[str, dict[Any, str]]:
+        return {"policy": dict(POLICY_NAMES)}
+
     def update(self) -> None:
         rates = {p: served_hit_rate(self.requests, self.pool_size, p) for p in POLICY_NAMES}
         self.result = dict(hit_rate=rates, best=max(rates, key=rates.get))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .display import is_static
+from .display import is_static, static_frames
 from .palette import FREE, classroom_css, source_label, theme
 
 __all__ = ["attention_figure", "kept_blocks", "budget_explorer", "tradeoff_figure"]
@@ -118,6 +118,22 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
                 f"({k['tokens_kept']:.0%} of the KV memory) and {k['mass_kept']:.0%} of the attention mass (measured)")
 
     k = kept_blocks(profile, "streaming", budget_tokens, sink_tokens, block_size)
+    if static_frames():  # the static site: every budget, both methods, the sinks as given
+        from IPython.display import HTML
+
+        from .explorer import explorer_html
+
+        choice = {"method": "streaming", "budget": budget_tokens}
+
+        def parts() -> list[Any]:
+            kk = kept_blocks(profile, choice["method"], choice["budget"], sink_tokens, block_size)
+            names = {"streaming": "StreamingLLM", "h2o": "H2O"}
+            return [_kept_figure(profile, kk, caption(kk, names[choice["method"]], choice["budget"]))]
+
+        axes = {"method": ["streaming", "h2o"], "budget": list(range(block_size, max(block_size, T) + 1, block_size))}
+        return HTML(explorer_html(lambda **kw: choice.update(kw), parts, axes, dict(choice),
+                                  {"method": {"streaming": "StreamingLLM", "h2o": "H2O"}},
+                                  title=f"Try it here ({sink_tokens} sink tokens for StreamingLLM)"))
     if is_static():
         return _kept_figure(profile, k, caption(k, "streaming", budget_tokens))
     import ipywidgets as w

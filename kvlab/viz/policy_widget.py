@@ -140,4 +140,13 @@ class PolicyWidget:
                 f"{s['refused_contiguous']}, paged refused {s['refused_paged']}>")
 
     def _ipython_display_(self) -> None:
-        display_control(self.widget, lambda: [self._html(), self.figure()])
+        display_control(self.widget, lambda: [self._html(), self.figure()], self._explore)
+
+    def _explore(self) -> str:
+        """The site's grid: every policy, trace and block size."""
+        from .explorer import explorer_html
+
+        s = self.state
+        axes = {"policy": [v for _, v in POLICIES], "trace": [v for _, v in TRACES], "block_size": list(BLOCK_SIZES)}
+        labels = {"policy": {v: k for k, v in POLICIES}, "trace": {v: k for k, v in TRACES}}
+        return explorer_html(self.set, lambda: [self._html(), self.figure()], axes, {k: s[k] for k in axes}, labels)

@@ -44,6 +44,9 @@ class SharingControl(LiveControl):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"{name} must be an int in {lo}..{hi}, got {v!r}")
 
+    def site_grid(self) -> dict[str, list[Any]]:
+        return {"samples": list(range(1, 9)), "beam_width": list(range(1, 9))}
+
     def update(self) -> None:
         sampling = measured_sampling_blocks(self.prompt_len, self.samples, self.new_tokens, self.block_size)
         shared, alone = beam_search_blocks(self.prompt_len, self.beam_width, self.new_tokens, self.block_size)

@@ -109,6 +109,9 @@ class ShuffleControl(LiveControl):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"{name} must be an int in {lo}..{hi}, got {v!r}")
 
+    def site_grid(self) -> dict[str, list[Any]]:
+        return {"shuffles": [0, 1, 2, 3], "num_splits": list(range(1, self.max_splits + 1))}
+
     def update(self) -> None:
         out, table, secs = self._kernel(self.permutation(), self.num_splits)
         diff = float((out - self.first).abs().max())

@@ -203,5 +203,22 @@ class ThesisWidget:
     def _ipython_display_(self) -> None:
         from .radix_view import fit_svg
 
-        display_control(self.widget, lambda: [_html(self.state), translation_figure(self.state["chain"]),
-                                              fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))])
+        trees: dict[tuple[bool, str], str] = {}  # the tree depends on the prefix and the table only
+
+        def parts() -> list[Any]:
+            s = self.state
+            key = (s["shared"], s["table"])
+            if key not in trees:
+                trees[key] = fit_svg(thesis_tree(s).pipe(format="svg", encoding="utf-8"))
+            return [_html(s), translation_figure(s["chain"]), trees[key]]
+
+        display_control(self.widget, parts, lambda: self._explore(parts))
+
+    def _explore(self, parts: Any) -> str:
+        """The site's grid: shared or not and every token position, on the current block table."""
+        from .explorer import explorer_html
+
+        s = self.state
+        axes = {"shared": [True, False], "pos": list(range(s["max_pos"] + 1))}
+        labels = {"shared": {True: "R2 starts with R1's system prompt", False: "no shared prompt"}}
+        return explorer_html(self.set, parts, axes, {k: s[k] for k in axes}, labels)

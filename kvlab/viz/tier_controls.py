@@ -125,11 +125,26 @@ class TierControls:
         return self.figure() if self.static else self.widget
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
+        from IPython.display import HTML, display
 
+        from .display import static_frames
+
+        if self.static and static_frames():
+            display(HTML(self._explore()))
+            return
         if self.static:
             display(html_caption(self.caption))
         display(self.show())
+
+    def _explore(self) -> str:
+        """The site's grid: every host ratio of the slider, each write policy (one run each)."""
+        from .explorer import explorer_html
+
+        start = {"host_ratio": self.host_ratio, "policy": self.policy}
+        axes = {"host_ratio": list(self.ratios), "policy": list(POLICY_WORDS)}
+        labels = {"host_ratio": {r: f"{r:g}x the device pool" for r in self.ratios}, "policy": dict(POLICY_WORDS)}
+        return explorer_html(lambda **kw: self.update(**kw), lambda: [self._caption_html(), self.figure()], axes,
+                             start, labels)
 
 
 def html_caption(text: str) -> Any:

@@ -405,5 +405,18 @@ class TranslationWidget:
         if self.widget is not None:
             display(self.widget)
             return
+        from .display import static_frames
+
+        if static_frames() and not self.chain["error"]:
+            display(HTML(self._explore()))
+            return
         display(HTML(self._error_html() + self.chain_html()))
         display(self.figure())
+
+    def _explore(self) -> str:
+        """The site's grid: every token position of the current block table and block size."""
+        from .explorer import explorer_html
+
+        axes = {"pos": list(range(len(self.block_table) * self.block_size))}
+        return explorer_html(self.set, lambda: [self.chain_html(), self.figure()], axes, {"pos": self.pos},
+                             title=f"Try it here: block table {self.block_table}, blocks of {self.block_size}")
