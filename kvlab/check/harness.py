@@ -265,7 +265,8 @@ class Checker:
     equality by default. ``diagnose``: functions ``(expected, actual) -> str | None`` that name
     the common mistake behind a wrong answer (:mod:`kvlab.check.diagnose`); the first that
     speaks is shown under the failing case and in the summary. ``verbose=False`` keeps ``done``
-    quiet (for tests).
+    quiet (for tests). ``run`` also fails a call that changed its arguments (a list popped, a
+    dict sorted in place), whether it returned or raised, unless ``inputs_unchanged=False``.
     """
 
     def __init__(
@@ -276,8 +277,10 @@ class Checker:
         compare: Callable[[Any, Any], bool] | None = None,
         verbose: bool = True,
         diagnose: Sequence[Diagnosis] = (),
+        inputs_unchanged: bool = True,
     ) -> None:
         self.name, self.fn, self.reference, self.compare, self.verbose = name, fn, reference, compare, verbose
+        self.inputs_unchanged = inputs_unchanged
         self.diagnose = list(diagnose)
         self.result = CheckResult(name)
         if fn is not None and not callable(fn):
@@ -315,7 +318,12 @@ class Checker:
             raise RuntimeError(f"reference for {self.name!r} failed on {label!r}: {expected!r}")  # a checker bug
         if self.unusable(label, expected):
             return self.result.cases[-1]
-        actual = call(self.fn, *args, **kwargs)
+        given = copy.deepcopy((args, kwargs))
+        before = copy.deepcopy(given)
+        actual = call_in_place(self.fn, *given[0], **given[1])
+        changed = changed_argument(self.reference, before, given) if self.inputs_unchanged else ""
+        if changed:  # the contract: the caller's arguments are left as they were (raised or not)
+            return self.record(label, expected, actual, passed=False, note=changed)
         return self.record(label, expected, actual)
 
     def done(self, strict: bool | None = None) -> CheckResult:
@@ -327,6 +335,50 @@ class Checker:
         if (is_strict() if strict is None else strict) and not self.result.passed:
             raise AssertionError(f"{STRICT_ENV}=1 and the check failed:\n{self.result.report()}")
         return self.result
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Deep equality that also compares tensors (same shape, dtype and values) inside containers.
+
+        >>> same_value([1, (2, 3)], [1, (2, 3)]), same_value({"a": [1]}, {"a": []})
+        (True, False)
+    """
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if hasattr(a, "shape") and hasattr(a, "dtype") and hasattr(a, "equal"):  # a torch tensor
+        return a.shape == b.shape and a.dtype == b.dtype and bool(a.equal(b))
+    try:
+        return bool(a == b) or (a != a and b != b)  # NaN equals NaN here
+    except Exception:  # noqa: BLE001 -- an object that cannot be compared: call it changed
+        return False
+
+
+def changed_argument(reference: Callable | None, before: tuple, after: tuple) -> str:
+    """'' when the call left its arguments as they were; else a sentence naming the first one changed.
+
+        >>> changed_argument(None, (([1, 2],), {}), (([1],), {}))
+        'changed its input: argument 1 was [1, 2], is [1] after the call: work on a copy, the caller still needs it'
+    """
+    import inspect
+
+    try:
+        names = list(inspect.signature(reference).parameters) if reference else []
+    except (TypeError, ValueError):
+        names = []
+    (args0, kw0), (args1, kw1) = before, after
+    for i, (x, y) in enumerate(zip(args0, args1)):
+        if not same_value(x, y):
+            name = f"{names[i]!r}" if i < len(names) else f"argument {i + 1}"
+            return (f"changed its input: {name} was {_short(x)}, is {_short(y)} after the call: "
+                    "work on a copy, the caller still needs it")
+    for k in kw0:
+        if not same_value(kw0[k], kw1.get(k)):
+            return f"changed its input: {k!r} was {_short(kw0[k])}, is {_short(kw1.get(k))} after the call: work on a copy"
+    return ""
 
 
 def _is_kvlab_error(exc: BaseException) -> bool:

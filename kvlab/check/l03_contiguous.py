@@ -55,6 +55,10 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     ]:
         run(f"policy={policy!r}, length={length}, max_len={max_len}" + (f", final_len={final}" if final else ""),
             policy, length, max_len, final)
+    for policy, length, max_len, final in [("pow2", 3000, 2048, None), ("exact", 2049, 2048, 2049),
+                                           ("pow2", 0, 2048, None), ("exact", 0, 2048, 5), ("max", 2049, 2048, None)]:
+        c.run(f"policy={policy!r}, length={length} outside [1, {max_len}] (must raise ValueError, whatever the policy)",
+              policy, length, max_len, final)
     c.run("policy 'exact' without final_len (must raise ValueError)", "exact", 10, 2048, None)
     c.run("unknown policy 'best' (must raise ValueError)", "best", 10, 2048, None)
     c.run("length=0 (must raise ValueError)", "max", 0, 2048, None)
@@ -287,6 +291,10 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         cap = rng.choice([64, 100, 256])
         ops = _trace_ops(rng, cap)
         run(f"random seed {seed}: {len(ops)} operations in {cap} slots", cap, ops)
+    run("three holes, the last two neighbours: the freed range merges with the hole before it, not the first",
+        60, [("admit", k, 10) for k in "ABCDEF"] + [("finish", "A"), ("finish", "C"), ("finish", "D"), ("admit", "G", 15)])
+    run("a request admitted again after it finished", 20, [("admit", "A", 5), ("finish", "A"), ("admit", "A", 7)])
+    c.run("A admitted twice while placed (must raise ValueError)", 20, [("admit", "A", 5), ("admit", "A", 3)])
     c.run("a request of 0 slots (must raise ValueError)", 10, [("admit", "A", 0)])
     c.run("an unknown operation 'grow' (must raise ValueError)", 10, [("admit", "A", 2), ("grow", "A", 1)])
     return c.done()

@@ -159,6 +159,9 @@ def _scenario_ops(seed: int, num_blocks: int) -> list[tuple]:
     if seed == 1:  # scripted: out of blocks (all-or-nothing), double free, n=0, negative n
         return [("allocate", 3), ("allocate", num_blocks), ("allocate", 0), ("free", 0), ("free_again", 0),
                 ("allocate", -1), ("allocate", num_blocks - 3)]
+    if seed == 5:  # scripted: a list with one block in use and one already free changes nothing
+        return [("allocate", 2), ("allocate", 2), ("free", 1), ("free_ids", [0, 2]), ("incref_ids", [1, 3]),
+                ("allocate", 0), ("free_ids", [0, 1]), ("allocate", 4)]
     rng = random.Random(seed)
     ops: list[tuple] = []
     for _ in range(14):
@@ -182,6 +185,9 @@ def _run_scenario(make: Callable, ops: list[tuple], num_blocks: int) -> list[tup
                 held.append(list(out))
             elif not isinstance(out, (list, Raised)):
                 out = Raised(TypeError(f"allocate returned {type(out).__name__}, not a list"))
+        elif op in ("free_ids", "incref_ids"):  # explicit block ids (FIFO order is checked before)
+            label = f"{op[:-4]}({arg})"
+            out = call(obj.free if op == "free_ids" else obj.incref, list(arg))
         elif not held:  # nothing allocated yet: nothing to share or free
             label, out = "allocate(1)", call(obj.allocate, 1)
             if isinstance(out, list):
@@ -253,11 +259,12 @@ def block_allocator(cls: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("block_allocator", cls, verbose=verbose)
     if c.unusable("construct", "an allocator class"):
         return c.done()
-    for seed, num_blocks in [(0, 8), (1, 6), (2, 8), (3, 5), (4, 12)]:
+    for seed, num_blocks in [(0, 8), (1, 6), (5, 6), (2, 8), (3, 5), (4, 12)]:
         ops = _scenario_ops(seed, num_blocks)
         want = _run_scenario(_kvlab_allocator, ops, num_blocks)
         got = _run_scenario(cls, ops, num_blocks)
-        name = "scripted: FIFO reuse and ref counts" if seed == 0 else "scripted: errors leave the state unchanged" if seed == 1 else f"random seed {seed}"
+        name = {0: "scripted: FIFO reuse and ref counts", 1: "scripted: errors leave the state unchanged",
+                5: "scripted: a list with a free block in it changes nothing"}.get(seed, f"random seed {seed}")
         for i, w in enumerate(want):
             g = got[i] if i < len(got) else ("(not reached)", Raised(RuntimeError("stopped earlier")), None)
             if not _same_step(w, g):
