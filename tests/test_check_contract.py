@@ -7,21 +7,9 @@ two, ties) and non-default parameters are tried; the whole state is compared, no
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from kvlab import check
 from kvlab.memory.block_pool import DoubleFree
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _solutions(stem: str):
-    spec = importlib.util.spec_from_file_location(f"sol_{stem}", ROOT / "solutions" / f"{stem}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
+from test_check_memory import _solutions
 
 S00, S01, S02, S03, S04, S05 = (_solutions(s) for s in (
     "00_start_here", "01_why_kv_cache", "02_how_big", "03_contiguous", "04_paging", "05_paged_kernel"))
