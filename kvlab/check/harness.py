@@ -55,7 +55,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .diagnose import Diagnosis, differing_fields, first_diagnosis
+from .diagnose import Diagnosis, argument_slip, differing_fields, first_diagnosis, raised_slip, unit_slip
 
 __all__ = [
     "is_strict",
@@ -176,6 +176,7 @@ class CaseResult:
     actual: Any
     passed: bool
     note: str = ""
+    candidates: list = field(default_factory=list)  # several known mistakes give this answer: Checker.done picks one
 
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
@@ -303,8 +304,9 @@ class Checker:
         """Add one case whose outcomes were computed by the checker itself."""
         if passed is None:
             passed = same_outcome(expected, actual, self.compare)
-        if not passed and not note and not isinstance(actual, Raised):
-            note = first_diagnosis(self.diagnose, expected, actual)
+        if not passed and not note:  # the exercise's own mistakes first, then the slips every exercise shares
+            note = (first_diagnosis(self.diagnose, expected, actual) if not isinstance(actual, Raised) else "") \
+                or unit_slip(expected, actual) or raised_slip(expected, actual) or ""
         case = CaseResult(label, expected, actual, bool(passed), note)
         self.result.cases.append(case)
         return case
@@ -324,12 +326,16 @@ class Checker:
         changed = changed_argument(self.reference, before, given) if self.inputs_unchanged else ""
         if changed:  # the contract: the caller's arguments are left as they were (raised or not)
             return self.record(label, expected, actual, passed=False, note=changed)
-        return self.record(label, expected, actual)
+        case = self.record(label, expected, actual)
+        if not case.passed and not case.note and not kwargs:
+            case.note = argument_slip(self.reference, args, actual, _param_names(self.reference)) or ""
+        return case
 
     def done(self, strict: bool | None = None) -> CheckResult:
         """Print the report (when verbose) and return the result; in strict mode a FAIL raises AssertionError."""
         if not self.result.error and not self.result.cases:
             self.result.error = "the checker ran no cases (a checker bug)"
+        _likeliest_mistakes(self.result.cases)
         if self.verbose:
             print(self.result.report())
         if (is_strict() if strict is None else strict) and not self.result.passed:
@@ -363,12 +369,7 @@ def changed_argument(reference: Callable | None, before: tuple, after: tuple) ->
         >>> changed_argument(None, (([1, 2],), {}), (([1],), {}))
         'changed its input: argument 1 was [1, 2], is [1] after the call: work on a copy, the caller still needs it'
     """
-    import inspect
-
-    try:
-        names = list(inspect.signature(reference).parameters) if reference else []
-    except (TypeError, ValueError):
-        names = []
+    names = _param_names(reference)
     (args0, kw0), (args1, kw1) = before, after
     for i, (x, y) in enumerate(zip(args0, args1)):
         if not same_value(x, y):
@@ -379,6 +380,26 @@ def changed_argument(reference: Callable | None, before: tuple, after: tuple) ->
         if not same_value(kw0[k], kw1.get(k)):
             return f"changed its input: {k!r} was {_short(kw0[k])}, is {_short(kw1.get(k))} after the call: work on a copy"
     return ""
+
+
+def _likeliest_mistakes(cases: list[CaseResult]) -> None:
+    """Where several known mistakes give a case's answer, name the one that gives the answer in the
+    most failing cases of this check (a learner makes one mistake throughout); ties: the first."""
+    from collections import Counter
+
+    tally = Counter(m for c in cases if not c.passed for m in (c.candidates or [c.note]) if m)
+    for c in cases:
+        if len(c.candidates) > 1:
+            c.note = max(c.candidates, key=lambda m: (tally[m], -c.candidates.index(m)))
+
+
+def _param_names(fn: Callable | None) -> list[str]:
+    import inspect
+
+    try:
+        return list(inspect.signature(fn).parameters) if fn else []
+    except (TypeError, ValueError):
+        return []
 
 
 def _is_kvlab_error(exc: BaseException) -> bool:

@@ -110,13 +110,13 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
     run = mistake_runner(c, {
         "only whole blocks are cached: a block the two requests share only in part is not reused":
             lambda a, b, bs: min(prefix(a, b), len(b) - 1),
+        "a request always computes at least its last token (its logits give the next token): "
+        "a fully cached prompt still leaves one token to run":
+            lambda a, b, bs: prefix(a, b) // bs * bs,
         "rounded up to a whole block: a block the two requests share only in part is not reused (round down)":
             lambda a, b, bs: -(-min(prefix(a, b), len(b) - 1) // bs) * bs,
         "the token left to compute is the NEW request's last one, not the finished request's":
             lambda a, b, bs: max(min(prefix(a, b), len(a) - 1), 0) // bs * bs,
-        "a request always computes at least its last token (its logits give the next token): "
-        "a fully cached prompt still leaves one token to run":
-            lambda a, b, bs: prefix(a, b) // bs * bs,
         "that is the shared prefix itself: think about what the cache keeps (blocks) and what R2 must still run":
             lambda a, b, bs: prefix(a, b),
     })

@@ -109,11 +109,11 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
     """
     c = Checker("bytes_per_token_from_config", fn, _bytes_per_token_ref, verbose=verbose, diagnose=[half_or_double])
     run = mistake_runner(c, {
-        "you used hidden_size (the notes' formula): with grouped-query attention the cache stores only "
-        "num_key_value_heads x head_dim numbers per layer": _hidden,
         "head_dim given in the config was ignored (hidden_size // num_attention_heads is only the default)":
             lambda cfg: 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"])
             * (cfg["hidden_size"] // cfg["num_attention_heads"]) * DTYPE_BYTES[cfg.get("torch_dtype", "float16")],
+        "you used hidden_size (the notes' formula): with grouped-query attention the cache stores only "
+        "num_key_value_heads x head_dim numbers per layer": _hidden,
         "torch_dtype ignored: a float32 model takes 4 bytes a number":
             lambda cfg: _bytes_per_token_ref({**cfg, "torch_dtype": "float16"}),
     })
