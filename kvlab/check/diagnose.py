@@ -26,7 +26,8 @@ from typing import Any, Callable, Sequence
 __all__ = ["Diagnosis", "half_or_double", "off_by", "swapped", "differing_fields", "first_diagnosis",
            "shared_block_written", "KV_FACTOR_HINT", "should_have_raised", "factor_of", "matching_mistake",
            "matching_mistakes",
-           "more_or_less", "mistake_runner", "radix_granularity", "unit_slip", "raised_slip", "argument_slip"]
+           "more_or_less", "mistake_runner", "radix_granularity", "unit_slip", "raised_slip", "argument_slip",
+           "wrong_exception"]
 
 Diagnosis = Callable[[Any, Any], "str | None"]
 
@@ -271,6 +272,10 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
     """
     if isinstance(expected, bool) or isinstance(actual, bool):
         return None
+    if expected is None and actual is not None and type(actual).__name__ != "Raised":
+        return f"returned {actual!r} where None is expected: return None when there is no answer (not -1, 0 or [])"
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return _dict_slip(expected, actual)
     if hasattr(actual, "tolist") and hasattr(actual, "shape") and not hasattr(expected, "shape"):
         try:
             same = actual.tolist() == expected
@@ -283,6 +288,13 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
         if list(expected) == list(actual):
             return (f"returned a {type(actual).__name__} where a {type(expected).__name__} is expected "
                     f"(the values are right): return a {type(expected).__name__}")
+    if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
+        if len(expected) != len(actual):
+            return None
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            slip = None if e == a and type(e) is type(a) else unit_slip(e, a)
+            if slip:
+                return f"item {i}: {slip}"
         return None
     if not (_num(expected) and _num(actual)):
         return None
@@ -293,6 +305,8 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
             return f"returned {actual!r}, a fraction: a count is a whole number (round down with //)"
         if expected - 1 < actual < expected:
             return f"returned {actual!r}, a fraction: a count is a whole number (round up, with integers)"
+        if expected > 1 and 0 <= actual < 1:
+            return f"returned a share ({actual:.3g}) where a count is expected: count the slots (or tokens, blocks) themselves"
     if expected == 0:
         return None
     if 0 < abs(expected) <= 1 and _close(actual, expected * 100):
@@ -303,6 +317,38 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
         if _close(actual * factor, expected):
             return f"that is in {unit} ({_power(factor)} bytes): the answer is in bytes"
     return None
+
+
+def _dict_slip(expected: dict, actual: dict) -> str | None:
+    """A result dict with a field missing, or one field with a unit or type slip."""
+    missing = [k for k in expected if k not in actual]
+    if missing:
+        return f"the result has no {missing[0]!r}: return every field of the contract (also when it is empty)"
+    for k in expected:
+        if not (expected[k] == actual[k] and type(expected[k]) is type(actual[k])):
+            slip = unit_slip(expected[k], actual[k])
+            if slip:
+                return f"{k}: {slip}"
+    return None
+
+
+def wrong_exception(expected: Any, actual: Any) -> str | None:
+    """The call had to raise one exception and raised another (a ZeroDivisionError, an IndexError...
+    from computing with the bad value instead of refusing it).
+
+    >>> class Raised:  # what kvlab.check.harness.Raised looks like
+    ...     def __init__(self, exc): self.exc = exc
+    >>> wrong_exception(Raised(ValueError("n < 0")), Raised(ZeroDivisionError("division by zero")))
+    'raised ZeroDivisionError where ValueError is due: check the arguments first and raise ValueError naming the bad value'
+    """
+    kind = type(expected).__name__
+    if kind not in ("Raised", "Raises") or type(actual).__name__ != "Raised":
+        return None
+    want = expected.exc_type if kind == "Raises" else type(expected.exc)
+    if isinstance(actual.exc, want) or isinstance(actual.exc, NotImplementedError):
+        return None
+    return (f"raised {type(actual.exc).__name__} where {want.__name__} is due: check the arguments first and raise "
+            f"{want.__name__} naming the bad value")
 
 
 def _power(factor: int) -> str:

@@ -55,7 +55,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .diagnose import Diagnosis, argument_slip, differing_fields, first_diagnosis, raised_slip, unit_slip
+from .diagnose import (Diagnosis, argument_slip, differing_fields, first_diagnosis, raised_slip, unit_slip,
+                       wrong_exception)
 
 __all__ = [
     "is_strict",
@@ -306,7 +307,7 @@ class Checker:
             passed = same_outcome(expected, actual, self.compare)
         if not passed and not note:  # the exercise's own mistakes first, then the slips every exercise shares
             note = (first_diagnosis(self.diagnose, expected, actual) if not isinstance(actual, Raised) else "") \
-                or unit_slip(expected, actual) or raised_slip(expected, actual) or ""
+                or unit_slip(expected, actual) or raised_slip(expected, actual) or wrong_exception(expected, actual) or ""
         case = CaseResult(label, expected, actual, bool(passed), note)
         self.result.cases.append(case)
         return case
@@ -341,6 +342,25 @@ class Checker:
         if (is_strict() if strict is None else strict) and not self.result.passed:
             raise AssertionError(f"{STRICT_ENV}=1 and the check failed:\n{self.result.report()}")
         return self.result
+
+
+def same_int(expected: Any, actual: Any) -> bool:
+    """Equal and an int (a count or a number of bytes): a float 2.0 is not a count, 2.25 never is.
+
+        >>> same_int(2, 2), same_int(2, 2.0), same_int(1, True)
+        (True, False, False)
+    """
+    return isinstance(actual, int) and not isinstance(actual, bool) and actual == expected
+
+
+def same_ints(expected: Any, actual: Any) -> bool:
+    """A tuple of ints equal to ``expected`` (a tuple): ``(2, 1)``, not ``[2, 1]`` nor ``(2.0, 1)``.
+
+        >>> same_ints((2, 1), (2, 1)), same_ints((2, 1), (2.0, 1)), same_ints((2, 1), [2, 1])
+        (True, False, False)
+    """
+    return (type(actual) is type(expected) and len(actual) == len(expected)
+            and all(same_int(e, a) for e, a in zip(expected, actual)))
 
 
 def same_value(a: Any, b: Any) -> bool:

@@ -335,6 +335,20 @@ TILE_MISTAKES = dict([
 ])
 
 
+def _not_lists(expected, actual) -> str | None:
+    """The right blocks, but as ranges or tuples where the contract says lists."""
+    if actual == expected[::-1] and expected != expected[::-1]:
+        return "the programs are in reverse order: program 0 reads the first tiles"
+    if actual == [[b for t in p for b in t] for p in expected]:
+        return "one flat list a program: each program's list holds one list of blocks per tile, in loop order"
+    try:
+        if [[list(t) for t in p] for p in actual] == expected:
+            return "the right blocks, but not as lists: each tile is a list of block numbers (list(range(...)))"
+    except TypeError:
+        return None
+    return None
+
+
 def kernel_tiles(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(context_len, block_size, tile_tokens, num_splits) -> list`` (one list per
     program, its tiles in loop order, each the logical blocks it reads). Expected:
@@ -348,8 +362,8 @@ def kernel_tiles(fn: Callable, verbose: bool = True) -> CheckResult:
     for _ in range(6):
         bs = rng.choice([1, 2, 4, 8, 16])
         cases.append((rng.randint(1, 200), bs, bs * rng.choice([1, 2, 4]), rng.randint(1, 5)))
-    cmp = lambda e, a: isinstance(a, (list, tuple)) and [[list(t) for t in p] for p in a] == e  # noqa: E731
-    c = Checker("kernel_tiles", fn, reference=kernel_tiles_reference, verbose=verbose, compare=cmp)
+    cmp = lambda e, a: isinstance(a, list) and all(isinstance(p, list) and all(isinstance(t, list) for t in p) for p in a) and a == e  # noqa: E731
+    c = Checker("kernel_tiles", fn, reference=kernel_tiles_reference, verbose=verbose, compare=cmp, diagnose=[_not_lists])
     run = mistake_runner(c, TILE_MISTAKES)
     for n, bs, tile, splits in cases:
         run(f"context_len {n}, block_size {bs}, tile_tokens {tile}, num_splits {splits}", n, bs, tile, splits)
