@@ -155,3 +155,11 @@ def test_05_paged_decode_torch_that_ignores_scale():
 
     assert check.paged_decode_torch(S05.paged_decode_torch, verbose=False).passed
     assert "scale argument was ignored" in _notes(check.paged_decode_torch(fixed_scale, verbose=False))
+
+
+def test_05_paged_decode_torch_that_scales_the_callers_cache_in_place():
+    def scales_in_place(q, k_cache, v_cache, block_table, context_len, scale):
+        k_cache.mul_(scale)  # the caller's cache, changed
+        return S05.paged_decode_torch(q, k_cache, v_cache, block_table, context_len, 1.0)
+
+    assert "changed its input: 'k_cache'" in _notes(check.paged_decode_torch(scales_in_place, verbose=False))

@@ -257,6 +257,8 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     run("weights take most of the card", [16] * 20, 10_000, 1.0, 6_000, 16, 16)
     run("weights bigger than the budget: nothing fits", [10, 10], 1000, 0.9, 950, 1, 16)
     run("all fit", [5, 9, 30], 10**6, 0.9, 0, 2, 8)
+    run("no requests at all", [], 10**6, 0.9, 0, 2, 8)
+    run("one request that fills the pool exactly (two blocks of 8)", [16], 2 * 8 * 2, 1.0, 0, 2, 8)
     run("mean length would overestimate", [1, 1, 1, 1, 60], 5 * 16 * 8, 1.0, 0, 8, 16)
     run("block size 1 (tokens)", [3, 4, 5], 11, 1.0, 0, 1, 1)
     for seed in range(2):

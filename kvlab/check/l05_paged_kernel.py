@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..memory.block_table import blocks_needed
 from .diagnose import mistake_runner
-from .harness import Checker, CheckResult, Raised, call_in_place
+from .harness import Checker, CheckResult, Raised, call_in_place, changed_argument
 
 __all__ = ["paged_gather_kernel", "paged_decode_torch", "kernel_tiles"]
 
@@ -216,7 +216,12 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
         exp_s = f"out[0,:3] = {[round(x, 4) for x in want[0, :3].tolist()]}"
         if c.unusable(label, exp_s):
             continue
-        got = call_in_place(fn, q.clone(), k_cache.clone(), v_cache.clone(), table.tolist(), n, scale)
+        given = (q.clone(), k_cache.clone(), v_cache.clone(), table.tolist(), n, scale)
+        got = call_in_place(fn, *given)
+        changed = changed_argument(fn, ((q, k_cache, v_cache, table.tolist(), n, scale), {}), (given, {}))
+        if changed:  # q and the caches are the caller's: read them, never write them
+            c.record(label, exp_s, got if isinstance(got, Raised) else "an answer", passed=False, note=changed)
+            continue
         if isinstance(got, Raised):
             c.record(label, exp_s, got, passed=False)
             continue
