@@ -163,3 +163,16 @@ def test_05_paged_decode_torch_that_scales_the_callers_cache_in_place():
         return S05.paged_decode_torch(q, k_cache, v_cache, block_table, context_len, 1.0)
 
     assert "changed its input: 'k_cache'" in _notes(check.paged_decode_torch(scales_in_place, verbose=False))
+
+
+def test_shared_slips_never_break_a_check_on_tensors():
+    """scripts/mutants.py found it: a tuple of tensors, compared by the slips element by element, raised
+    'Boolean value of Tensor ... is ambiguous' out of the checker (a checker error, not a FAIL line)."""
+    import torch
+
+    c = check.Checker("pair", lambda: (torch.zeros(3), torch.ones(3)), reference=lambda: (torch.ones(3), torch.ones(3)),
+                      compare=lambda e, a: all(torch.equal(x, y) for x, y in zip(e, a)), verbose=False)
+    assert not c.run("two tensors").passed
+    c2 = check.Checker("state", lambda: {"t": torch.zeros(2), "n": 2.0}, reference=lambda: {"t": torch.ones(2), "n": 2},
+                       compare=lambda e, a: False, verbose=False)
+    assert "n: returned the float 2.0" in c2.run("a dict with a tensor").note

@@ -72,6 +72,7 @@ __all__ = [
 ]
 
 STRICT_ENV = "KVLAB_CHECK_STRICT"
+SHARED_SLIPS = (unit_slip, raised_slip, wrong_exception)  # after each exercise's own diagnoses, in every checker
 _MAX_REPR = 90
 _MAX_ROWS = 14
 
@@ -307,7 +308,7 @@ class Checker:
             passed = same_outcome(expected, actual, self.compare)
         if not passed and not note:  # the exercise's own mistakes first, then the slips every exercise shares
             note = (first_diagnosis(self.diagnose, expected, actual) if not isinstance(actual, Raised) else "") \
-                or unit_slip(expected, actual) or raised_slip(expected, actual) or wrong_exception(expected, actual) or ""
+                or first_diagnosis(SHARED_SLIPS, expected, actual)
         case = CaseResult(label, expected, actual, bool(passed), note)
         self.result.cases.append(case)
         return case
@@ -329,7 +330,10 @@ class Checker:
             return self.record(label, expected, actual, passed=False, note=changed)
         case = self.record(label, expected, actual)
         if not case.passed and not case.note and not kwargs:
-            case.note = argument_slip(self.reference, args, actual, _param_names(self.reference)) or ""
+            try:
+                case.note = argument_slip(self.reference, args, actual, _param_names(self.reference)) or ""
+            except Exception:  # noqa: BLE001 -- a diagnosis never breaks a check
+                case.note = ""
         return case
 
     def done(self, strict: bool | None = None) -> CheckResult:
