@@ -1,7 +1,7 @@
 # kvlab: the two commands (see README.md)
 #   make lab    set everything up, then open the lessons in JupyterLab
 #   make test   set everything up, then run the whole test suite (what CI runs)
-.PHONY: lab test setup notebooks bench clean screenshots site
+.PHONY: lab test setup notebooks bench clean screenshots site mutants
 
 lab:
 	@bash scripts/lab.sh
@@ -25,6 +25,11 @@ screenshots:
 # lessons with KVLAB_STATIC=frames (cached in build/site-cache/). Some lessons: make site LESSONS="04 07"
 site:
 	.venv/bin/python scripts/build_site.py $(LESSONS)
+
+# Mutation testing of the exercise checkers (scripts/mutants.py): mutants of every reference solution,
+# each run against its checker; figures per lesson, the survivors. Some lessons: make mutants LESSONS="03 04"
+mutants:
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 .venv/bin/python scripts/mutants.py $(LESSONS)
 
 clean:
 	rm -rf .venv .pytest_cache .hypothesis tests/_artifacts bench/out site build/site-cache
