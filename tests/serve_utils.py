@@ -26,16 +26,21 @@ def bundled():
 def start_server(num_blocks: int = 256, block_size: int = 4, **kwargs):
     """A server for the bundled model with every invariant checked after every step."""
     model, tok = bundled()
-    api_key = kwargs.pop("api_key", None)
+    api_key, stops = kwargs.pop("api_key", None), kwargs.pop("stop_token_ids", None)
     loop = EngineLoop(model, tok, num_blocks=num_blocks, block_size=block_size, model_name=MODEL, check=True,
                       **kwargs)
-    return serve_in_thread(loop, api_key=api_key)
+    return serve_in_thread(loop, api_key=api_key, stop_token_ids=stops)
 
 
 @functools.lru_cache(maxsize=512)
 def _greedy(ids: tuple[int, ...], max_tokens: int) -> tuple[int, ...]:
     model, _ = bundled()
     return tuple(generate(model, list(ids), max_tokens).tokens)
+
+
+def greedy_tokens(ids: list[int], max_tokens: int) -> tuple[int, ...]:
+    """generate()'s greedy tokens, all ``max_tokens`` of them (no stop)."""
+    return _greedy(tuple(ids), max_tokens)
 
 
 def expected(ids: list[int], max_tokens: int) -> tuple[list[int], str]:

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from serve_utils import MODEL, bundled, chat_ids, drained, expected, start_server
+from serve_utils import MODEL, bundled, chat_ids, drained, expected, greedy_tokens as generate_tokens, start_server
 
 import openai  # noqa: E402  (serve_utils skipped the module when it is missing)
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -47,6 +47,25 @@ def test_completions_sync_equal_generate(client):
     r = client.completions.create(model=MODEL, prompt=_tok().encode(PROMPTS[4]), max_tokens=6, temperature=0,
                                   extra_body=TOKEN_IDS)                   # a prompt of token ids
     assert r.choices[0].model_extra["token_ids"] == expected(_tok().encode(PROMPTS[4]), 6)[0]
+
+
+def test_a_stop_token_ends_a_reply_unless_ignore_eos():
+    """The bundled model never emits its EOS, so this server's end token is one its reply reaches."""
+    ids = _tok().encode(PROMPTS[2])
+    full = list(generate_tokens(ids, 12))
+    end = full[4]
+    srv = start_server(num_blocks=64, stop_token_ids=(end,))
+    try:
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0)
+        r = c.completions.create(model=MODEL, prompt=ids, max_tokens=12, temperature=0, extra_body=TOKEN_IDS)
+        want = full[:full.index(end) + 1]
+        assert r.choices[0].finish_reason == "stop" and r.choices[0].model_extra["token_ids"] == want
+        assert r.usage.completion_tokens == len(want) < 12
+        r = c.completions.create(model=MODEL, prompt=ids, max_tokens=12, temperature=0,
+                                 extra_body={**TOKEN_IDS, "ignore_eos": True})
+        assert r.choices[0].finish_reason == "length" and r.choices[0].model_extra["token_ids"] == full
+    finally:
+        srv.stop()
 
 
 def test_chat_sync_and_stop_strings(client, server):

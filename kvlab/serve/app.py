@@ -12,7 +12,7 @@
 Both completion routes take ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``,
 ``n``, ``stream`` (server-sent events, each ``data: {chunk}``, then ``data: [DONE]``;
 ``stream_options.include_usage`` adds a last chunk with the usage) and vLLM's
-``return_token_ids``. ``usage.prompt_tokens_details.cached_tokens`` is the radix tree's match at
+``return_token_ids`` and ``ignore_eos``. ``usage.prompt_tokens_details.cached_tokens`` is the radix tree's match at
 admission. A request ends at the model's end-of-turn/EOS token or a ``stop`` string
 (``finish_reason`` "stop") or at ``max_tokens`` ("length"). A client that disconnects aborts its
 request: the engine caches and frees its blocks at the next step boundary.
@@ -97,9 +97,10 @@ async def _read_body(request: Request) -> bytes:
 class _Routes:
     """The route handlers of one server (one loop, one model name, one API key)."""
 
-    def __init__(self, loop: EngineLoop, model_name: str, api_key: str | None, model_path: str) -> None:
+    def __init__(self, loop: EngineLoop, model_name: str, api_key: str | None, model_path: str,
+                 stops: tuple[int, ...] | None) -> None:
         self.loop, self.model_name, self.api_key, self.model_path = loop, model_name, api_key, model_path
-        self.stops = stop_token_ids(loop.tokenizer)
+        self.stops = stop_token_ids(loop.tokenizer) if stops is None else tuple(stops)
 
     def auth(self, request: Request) -> None:
         if self.api_key is None:
@@ -122,7 +123,7 @@ class _Routes:
             max_tokens = max(1, min(ctx - P, ((nb - blocks_needed(P, bs)) // body.n - 1) * bs))
         seed = body.seed if body.seed is not None else secrets.randbelow(2 ** 31)
         sub = Submission(prompt_ids, max_tokens, body.n, body.temperature, body.top_p, seed, body.stop_strings(),
-                         self.stops)
+                         () if body.ignore_eos else self.stops)
         self.loop.check(sub, param)
         return sub
 
@@ -277,9 +278,11 @@ def _add_info_routes(app: FastAPI, routes: _Routes) -> None:
         return Response(routes.loop.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def build_app(loop: EngineLoop, *, api_key: str | None = None, model_path: str = "") -> FastAPI:
-    """The FastAPI app serving ``loop`` (started and stopped with the app)."""
-    routes = _Routes(loop, loop.model_name, api_key, model_path)
+def build_app(loop: EngineLoop, *, api_key: str | None = None, model_path: str = "",
+              stop_token_ids: tuple[int, ...] | None = None) -> FastAPI:
+    """The FastAPI app serving ``loop``. ``stop_token_ids``: the ids that end every reply
+    (default: the tokenizer's EOS and end-of-turn tokens, :func:`stop_token_ids`)."""
+    routes = _Routes(loop, loop.model_name, api_key, model_path, stop_token_ids)
     app = FastAPI(title="kvlab serve", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(APIError)

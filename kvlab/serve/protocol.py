@@ -11,8 +11,9 @@ does not support), 401 (API key), 404 (unknown model or route), 413 (a body over
 check, ``param`` names the field, e.g. ``messages.0.content``), 429 (the waiting queue is full).
 
 Mirrors vLLM's ``vllm/entrypoints/openai/protocol.py`` (``ChatCompletionRequest``,
-``CompletionRequest``, ``ErrorResponse``); ``return_token_ids`` is vLLM's extension (each
-choice carries its ``token_ids``, the response its ``prompt_token_ids``).
+``CompletionRequest``, ``ErrorResponse``); two of vLLM's extensions: ``return_token_ids`` (each
+choice carries its ``token_ids``, the response its ``prompt_token_ids``) and ``ignore_eos`` (the
+benchmarks' fixed output lengths).
 
 Not handled here: tools, logprobs, logit_bias, penalties, images, ``echo``, ``suffix``,
 ``best_of`` (a request that sets one is refused with 400 naming it, never silently ignored).
@@ -97,6 +98,7 @@ class _Sampling(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     return_token_ids: bool = False
+    ignore_eos: bool = False          # vLLM's and SGLang's extension: only max_tokens or a stop string end it
     user: str | None = None
 
     def stop_strings(self) -> list[str]:

@@ -36,21 +36,23 @@ class ServerThread:
         self.loop.stop()
 
 
-def _uvicorn_server(loop: EngineLoop, host: str, port: int, api_key: str | None, model_path: str):
+def _uvicorn_server(loop: EngineLoop, host: str, port: int, api_key: str | None, model_path: str,
+                    stop_token_ids: tuple[int, ...] | None = None):
     import uvicorn
 
-    app = build_app(loop, api_key=api_key, model_path=model_path)
+    app = build_app(loop, api_key=api_key, model_path=model_path, stop_token_ids=stop_token_ids)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=2)
     return uvicorn.Server(config)
 
 
 def serve_in_thread(loop: EngineLoop, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
-                    model_path: str = "", timeout: float = 30.0) -> ServerThread:
+                    model_path: str = "", timeout: float = 30.0,
+                    stop_token_ids: tuple[int, ...] | None = None) -> ServerThread:
     """Start ``loop`` and a uvicorn server for it in a daemon thread (``port=0``: a free port);
-    returns once it accepts connections."""
+    returns once it accepts connections. ``stop_token_ids``: as :func:`build_app`'s."""
     loop.start()
-    server = _uvicorn_server(loop, host, port, api_key, model_path)
+    server = _uvicorn_server(loop, host, port, api_key, model_path, stop_token_ids)
     thread = threading.Thread(target=server.run, name="kvlab-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
