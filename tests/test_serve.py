@@ -184,3 +184,20 @@ def test_info_routes_for_sglang_router(server):
     assert httpx.get(server.url + "/model_info").json()["is_generation"] is True
     models = httpx.get(server.url + "/v1/models").json()
     assert [m["id"] for m in models["data"]] == [MODEL]
+
+
+def test_a_client_that_goes_away_aborts_its_request(server):
+    """Streamed or not, a disconnected request is aborted in the engine (well before its max_tokens)."""
+    import httpx
+
+    aborted = lambda: server.loop.metrics.success.labels(MODEL, "abort")._value.get()
+    before = aborted()
+    body = {"model": MODEL, "prompt": PROMPTS[0], "max_tokens": 800, "temperature": 0, "ignore_eos": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json={**body, "stream": True}, timeout=30) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")                    # the first chunk, then the client leaves
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/completions", json=body, timeout=0.5)
+    end = drained(server.loop)
+    assert aborted() - before == 2 and end["active"] == 0
+    assert end["free_plus_tree"] == end["free_after_evict"] == 256   # the aborted tokens were cached, then evicted

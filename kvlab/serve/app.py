@@ -169,31 +169,40 @@ def _head(kind: str, rid: str, model: str, chunk: bool) -> dict:
             "model": model}
 
 
-async def _next(stream: RequestStream, request: Request, loop: EngineLoop) -> Piece | Done | None:
-    """The stream's next item; None (and the request aborted) when the client has gone."""
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects (vLLM's ``listen_for_disconnect``: after the body, the
+    next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _next(stream: RequestStream, gone: asyncio.Task) -> Piece | Done | None:
+    """The stream's next item, or None when the client has gone first."""
     getter = asyncio.ensure_future(stream.queue.get())
-    while True:
-        done, _ = await asyncio.wait({getter}, timeout=0.25)
-        if done:
-            return getter.result()
-        if await request.is_disconnected():
-            getter.cancel()
-            loop.abort(stream.rid)
-            return None
+    await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if getter.done():
+        return getter.result()
+    getter.cancel()
+    return None
 
 
 async def _complete(routes: _Routes, request: Request, kind: str, body, sub: Submission,
                     stream: RequestStream) -> JSONResponse:
     texts, ids, finish = [""] * sub.n, [[] for _ in range(sub.n)], [None] * sub.n
-    while True:
-        item = await _next(stream, request, routes.loop)
-        if item is None:
-            return _openai_error(499, "the client closed the request")
-        if isinstance(item, Done):
-            break
-        texts[item.index] += item.text
-        ids[item.index] += item.token_ids
-        finish[item.index] = item.finish_reason or finish[item.index]
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        while True:
+            item = await _next(stream, gone)
+            if item is None:                                 # aborted in the engine at its next step
+                routes.loop.abort(stream.rid)
+                return _openai_error(499, "the client closed the request")
+            if isinstance(item, Done):
+                break
+            texts[item.index] += item.text
+            ids[item.index] += item.token_ids
+            finish[item.index] = item.finish_reason or finish[item.index]
+    finally:
+        gone.cancel()
     if item.error is not None:
         raise item.error
     out = _head(kind, stream.rid, routes.model_name, chunk=False)
