@@ -37,11 +37,11 @@ class ServerThread:
 
 
 def _uvicorn_server(loop: EngineLoop, host: str, port: int, api_key: str | None, model_path: str,
-                    stop_token_ids: tuple[int, ...] | None = None):
+                    stop_token_ids: tuple[int, ...] | None = None, log_level: str = "warning"):
     import uvicorn
 
     app = build_app(loop, api_key=api_key, model_path=model_path, stop_token_ids=stop_token_ids)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=2)
     return uvicorn.Server(config)
 
@@ -50,9 +50,10 @@ def serve_in_thread(loop: EngineLoop, host: str = "127.0.0.1", port: int = 0, ap
                     model_path: str = "", timeout: float = 30.0,
                     stop_token_ids: tuple[int, ...] | None = None) -> ServerThread:
     """Start ``loop`` and a uvicorn server for it in a daemon thread (``port=0``: a free port);
-    returns once it accepts connections. ``stop_token_ids``: as :func:`build_app`'s."""
+    returns once it accepts connections. ``stop_token_ids``: as :func:`build_app`'s. Logs errors
+    only (sglang-router's start-up probes make uvicorn warn "Invalid HTTP request received")."""
     loop.start()
-    server = _uvicorn_server(loop, host, port, api_key, model_path, stop_token_ids)
+    server = _uvicorn_server(loop, host, port, api_key, model_path, stop_token_ids, log_level="error")
     thread = threading.Thread(target=server.run, name="kvlab-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
