@@ -131,3 +131,23 @@ def test_a_public_host_needs_an_api_key(capsys):
     with pytest.raises(SystemExit) as e:
         main(["serve", "--kv-memory", "lots"])
     assert e.value.code == 2 and "expected a size like 256MiB" in capsys.readouterr().err
+
+
+def test_the_serve_command_loads_and_sizes_before_serving():
+    import argparse
+
+    from kvlab.serve import cli
+
+    p = argparse.ArgumentParser()
+    cli.add_arguments(p)
+    a = p.parse_args(["--model", "bundled", "--kv-memory", "1MiB", "--block-size", "8"])
+    model, tok, served, _ = cli._load(a)
+    c = model.config
+    per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4          # fp32 K and V
+    assert served == "kvlab-bundled" and cli.num_blocks_for(model, a) == (1 << 20) // (8 * per_token)
+    assert cli.num_blocks_for(model, p.parse_args(["--num-blocks", "7"])) == 7
+    with pytest.raises(cli.ServeUsageError, match="holds 0 blocks"):
+        cli.num_blocks_for(model, p.parse_args(["--kv-memory", "100"]))
+    with pytest.raises(cli.ServeUsageError, match="--storage needs --host-ratio"):
+        cli.check_args(p.parse_args(["--storage", "/tmp/x"]))
+    assert cli.parse_bytes("64 KiB") == 65536 and cli.parse_bytes("1.5GB") == 1_500_000_000

