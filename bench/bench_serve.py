@@ -256,26 +256,28 @@ def _serve_subprocess(name: str, args):
 
 
 def part_overhead(model, tok, args, served) -> None:
+    """Engine alone and through the server in turns (a shared machine's load drifts), 3 pairs."""
     from kvlab.compute.engine import Engine
 
-    prompts = _distinct_prompts(model.config.vocab_size, 3, 64, 3)
+    V = model.config.vocab_size
     eng = Engine(model, num_blocks=args.num_blocks, block_size=args.block_size)
-    alone = []
-    for p in prompts:
-        st = eng.submit(p, args.max_tokens)
-        eng.run()
-        m = st.metrics
-        alone.append((m.finish_time - m.first_token_time) / (args.max_tokens - 1))
     proc, url = _serve_subprocess(served, args)
+    alone, served_tpot = [], []
     try:
-        res, _ = asyncio.run(_requests(url, served, _distinct_prompts(model.config.vocab_size, 3, 64, 4),
-                                       args.max_tokens, 1))
+        for k in range(3):
+            st = eng.submit(_distinct_prompts(V, 1, 64, 30 + k)[0], args.max_tokens)
+            eng.run()
+            m = st.metrics
+            alone.append((m.finish_time - m.first_token_time) / (args.max_tokens - 1))
+            (r,), _ = asyncio.run(_requests(url, served, _distinct_prompts(V, 1, 64, 40 + k), args.max_tokens, 1))
+            served_tpot.append(r["tpot"])
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    e, s = statistics.median(alone), statistics.median(r["tpot"] for r in res)
+    e, s = statistics.median(alone), statistics.median(served_tpot)
     print(f"overhead: time per output token at concurrency 1: engine alone {1e3 * e:.1f} ms, through HTTP "
-          f"({served} in its own `kvlab serve` process) {1e3 * s:.1f} ms: {100 * (s - e) / e:+.1f}% (target <= 10%)")
+          f"({served} in its own `kvlab serve` process) {1e3 * s:.1f} ms: {100 * (s - e) / e:+.1f}% (target <= 10%); "
+          f"pairs (ms) {[(round(1e3 * a), round(1e3 * b)) for a, b in zip(alone, served_tpot)]}")
 
 
 def part_cached(model, tok, args, served) -> None:
