@@ -239,7 +239,8 @@ def _serve_subprocess(name: str, args):
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "kvlab", "serve", "--model", name, "--port", str(port),
-                             "--served-model-name", name, "--num-blocks", str(args.num_blocks), "--block-size", str(args.block_size),
+                             "--served-model-name", name, "--num-blocks", str(args.num_blocks),
+                             "--block-size", str(args.block_size),
                              "--max-running", str(args.max_running)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     url = f"http://127.0.0.1:{port}"

@@ -69,7 +69,8 @@ def _check_error(r: httpx.Response, status: int, param: str | None) -> dict:
 @pytest.mark.parametrize("path, body, status, param", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_answers_openai_errors_and_changes_nothing(server, path, body, status, param):
     before = engine_state(server.loop)
-    kw = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) else {"json": body}
+    raw = isinstance(body, bytes)
+    kw = {"content": body, "headers": {"content-type": "application/json"}} if raw else {"json": body}
     for stream in (False, True):                  # the streaming path checks the same, before any chunk
         if stream and isinstance(body, dict):
             kw = {"json": {**body, "stream": True}} if "stream" not in body else kw

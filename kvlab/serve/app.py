@@ -248,7 +248,8 @@ async def _stream_events(routes: _Routes, kind: str, body, sub: Submission,
 
 def _server_info(routes: _Routes) -> dict:
     eng, cfg = routes.loop.engine, routes.loop.config
-    return {"model_path": routes.model_path, "served_model_name": routes.model_name, "tokenizer_path": routes.model_path,
+    return {"model_path": routes.model_path, "served_model_name": routes.model_name,
+            "tokenizer_path": routes.model_path,
             "page_size": eng.block_size, "max_total_num_tokens": eng.cache_manager.num_blocks * eng.block_size,
             "context_length": cfg.max_position_embeddings, "max_running_requests": eng.scheduler.max_batch_size,
             "max_queued_requests": routes.loop.max_waiting, "disable_radix_cache": eng.cache is None,

@@ -50,7 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="requests waiting for admission before answering 429 (default 256)")
     p.add_argument("--no-radix", action="store_true", help="no prefix cache (plain paged memory)")
     p.add_argument("--host-ratio", type=float, default=0.0, metavar="R", help="host blocks per device block (tiers)")
-    p.add_argument("--storage", default=None, metavar="DIR", help="a disk tier under the host tier (needs --host-ratio)")
+    p.add_argument("--storage", default=None, metavar="DIR",
+                   help="a disk tier under the host tier (needs --host-ratio)")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--check", action="store_true", help="check every invariant after every step (slow)")
 

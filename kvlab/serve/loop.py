@@ -3,9 +3,9 @@
 ::
 
     HTTP handler (asyncio) ──submit/abort/call──▶ queue.Queue ──▶ engine thread
-          ▲                                                         │ drain commands
-          │  Piece(index, token_ids, text, finish_reason)           │ Engine.step()
-          └────────── RequestStream (asyncio.Queue) ◀── call_soon_threadsafe ── emit new tokens
+          ▲                                                         │ drain commands, Engine.step()
+          │  Piece(index, token_ids, text, finish_reason)           │ each sample's new tokens
+          └─── RequestStream (asyncio.Queue) ◀── call_soon_threadsafe ┘
 
 The engine is touched by its thread only: ``submit`` and ``abort`` are queued commands, and
 :meth:`EngineLoop.call` runs a function there between two steps (tests read ``check_integrity``
