@@ -4,6 +4,7 @@
     python -m kvlab size --model llama-2-70b --tokens 4096
     python -m kvlab generate --prompt "Return the list" --max-tokens 32 --strategy paged
     python -m kvlab generate --model smollm2 --chat "How do I apply for a refund?" --max-tokens 40
+    python -m kvlab serve --model smollm2 --port 8000          # an OpenAI-compatible server
 
 Bad arguments print one line starting with ``kvlab <command>: error:`` and exit with code 2.
 ``COMMANDS`` lists every command (name -> (help, add_arguments, run)); a command of a higher
@@ -241,12 +242,26 @@ def _kv_report(model, a: argparse.Namespace, res, tok=None) -> list[str]:
     return out
 
 
+def _add_serve(p: argparse.ArgumentParser) -> None:
+    from .serve import cli    # argparse only: the server's packages are imported when it runs
+
+    cli.add_arguments(p)
+
+
+def _run_serve(a: argparse.Namespace) -> None:
+    from .serve import cli
+
+    cli.run(a)
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], None]]] = {
     "translate": ("walk a token position through a block table", _add_translate, _run_translate),
     "size": ("KV cache size of a model preset", _add_size, _run_size),
     "simulate": ("simulate serving a workload under memory policies (simulated)", _add_simulate, _run_simulate),
     "generate": ("generate text with a local Llama checkpoint and report its KV cache (measured)", _add_generate,
                  _run_generate),
+    "serve": ("serve a model over an OpenAI-compatible HTTP API with Prometheus metrics (measured)", _add_serve,
+              _run_serve),
 }
 
 

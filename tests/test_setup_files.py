@@ -18,7 +18,7 @@ def _norm(req: str) -> tuple[str, str]:
 def test_environment_yml_matches_pyproject():
     py = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     want = {_norm(r) for r in py["dependencies"]}
-    for extra in ("lab", "test"):
+    for extra in ("lab", "serve", "test"):
         want |= {_norm(r) for r in py["optional-dependencies"][extra]}
     pip_lines, in_pip = [], False
     for line in (ROOT / "environment.yml").read_text().splitlines():

@@ -18,8 +18,13 @@ Each :meth:`Engine.step`:
 3. **run**: the copy-on-write copies, then one forward pass (``extend_attention`` for a
    prefill, ``paged_decode_attention`` for a decode) through the block tables;
 4. **sample and postprocess**: after a prefill the computed tokens are cached at once and
-   ``n > 1`` samples are forked; every sequence takes its token, and one that has all its
-   tokens finishes (cached in the tree, blocks freed).
+   ``n > 1`` samples are forked; every sequence takes its token (its own temperature, top_p and
+   seeded generator), and one that has all its tokens, or has just generated one of its
+   ``stop_token_ids``, finishes (cached in the tree, blocks freed).
+
+Between steps, :meth:`Engine.abort` ends a request wherever it is (a server's client went
+away): running samples are cached and freed as at a finish, waiting ones leave the queue; and
+:meth:`Engine.forget` drops a finished request from the engine's lists (a long-running server).
 
 Every table and reference count is changed by the cache manager (``check=True`` runs its
 ``check_integrity`` after every step: ``ref_count == tree + tables``); this module changes none.
@@ -45,8 +50,9 @@ made unwritable or corrupted costs recomputation, never a wrong token. ``report.
 the bytes moved, the measured copy time and the time at the stated link bandwidth (simulated). With ``host_ratio=0`` (the default) nothing of
 this exists: the engine is exactly the untiered one.
 
-Not handled here: chunked prefill, priorities, stop strings, preemption by swapping (tiers keep
-cached prefixes, not running sequences).
+Not handled here: chunked prefill, priorities, stop strings (text, found by the server's
+detokenizer, which then calls ``abort``, as vLLM's output processor does), preemption by
+swapping (tiers keep cached prefixes, not running sequences).
 
 Example:
     >>> from kvlab.compute.loader import load_bundled
@@ -230,10 +236,12 @@ class Engine:
 
     # ------------------------------------------------------------------ requests
     def submit(self, prompt_ids: abc.Sequence[int], max_new_tokens: int, *, n: int = 1, temperature: float = 0.0,
-               seed: int = 0, arrival_step: int = 0, rid: str | None = None) -> RequestState:
+               seed: int = 0, arrival_step: int = 0, rid: str | None = None, top_p: float = 1.0,
+               stop_token_ids: abc.Sequence[int] = ()) -> RequestState:
         """Queue a request. Everything is checked first (token ids ints in [0, vocab), counts,
-        temperature, arrival step, the pool big enough); a bad call raises and changes nothing."""
-        params = SamplingParams(max_new_tokens, n, temperature, seed)
+        temperature, top_p, stop ids, arrival step, the pool big enough); a bad call raises and
+        changes nothing. A sample ends at ``max_new_tokens`` or at its first ``stop_token_ids``."""
+        params = SamplingParams(max_new_tokens, n, temperature, seed, top_p, stop_token_ids)
         if rid is None:
             i = len(self.requests) + 1
             while f"R{i}" in self._by_rid:
@@ -256,6 +264,40 @@ class Engine:
         self._by_rid[rid] = state
         self._seq_ids.update(s.seq_id for s in state.seqs)
         return state
+
+    def abort(self, rid: str) -> bool:
+        """End request ``rid`` now (call between steps): not yet arrived, it never runs; waiting,
+        it leaves the queue; running, its computed tokens are cached and its blocks freed, as at a
+        finish. Its samples keep the tokens they have, ``finish_reason`` "abort". False when it
+        had already finished. An unknown ``rid`` raises KeyError naming it."""
+        state = self._request(rid)
+        if state.done:
+            return False
+        if state in self.pending:
+            self.pending.remove(state)
+        self.scheduler.abort(state.seqs)
+        for s in state.seqs:
+            s.status, s.finish_reason = SequenceStatus.FINISHED, s.finish_reason or "abort"
+        self._event("abort", rid, tokens=[len(o) for o in state.outputs])
+        self._finish(state, time.perf_counter())
+        return True
+
+    def forget(self, rid: str) -> None:
+        """Drop finished request ``rid`` from ``requests`` (a server forgets what it answered; its
+        cached tokens stay in the tree). Raises KeyError for an unknown rid, ValueError for one
+        that has not finished."""
+        state = self._request(rid)
+        if not state.done:
+            raise ValueError(f"request {rid!r} has not finished; abort it first")
+        self.requests.remove(state)
+        del self._by_rid[rid]
+        self._seq_ids.difference_update(s.seq_id for s in state.seqs)
+
+    def _request(self, rid: str) -> RequestState:
+        try:
+            return self._by_rid[rid]
+        except (KeyError, TypeError):
+            raise KeyError(f"no request {rid!r} in this engine") from None
 
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
@@ -284,7 +326,8 @@ class Engine:
             if is_prefill:
                 seqs, rows = self.scheduler.after_prefill(seqs)                   # n > 1: forks share a row
                 logits = logits[rows]                                             # (len(seqs), V)
-            token_ids = sample_next(logits, [s.temperature for s in seqs], [s.generator for s in seqs])
+            token_ids = sample_next(logits, [s.temperature for s in seqs], [s.generator for s in seqs],
+                                    [s.top_p for s in seqs])
             finished = self.scheduler.postprocess(seqs, token_ids)
             self._count_tokens(seqs, finished)
             self._run_transfers()                                                 # tiers: write-through of new pages

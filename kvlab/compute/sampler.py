@@ -11,7 +11,11 @@ Mirrors nano-vllm ``nanovllm/layers/sampler.py`` (``Sampler``: logits / T, then 
 exponential-noise form of Gumbel-max); kvlab draws from per-sample seeded generators on the CPU
 so every path is reproducible, and keeps greedy rows exact.
 
-Not handled here: top-k, top-p, repetition penalties, stop tokens.
+``top_p < 1`` (nucleus sampling, a sampled row only): the tokens outside the smallest set holding
+``top_p`` of ``softmax(logits / T)`` get ``-inf`` before the noise is added; the same ``V``
+uniforms are drawn, so ``top_p`` never shifts another token's draw.
+
+Not handled here: top-k, repetition penalties, stop tokens (``Sequence.stop_reason``).
 
 Example:
     >>> logits = torch.tensor([[0.1, 2.0, 0.3], [1.0, 0.0, 0.5]])    # (n=2, V=3)
@@ -22,6 +26,8 @@ Example:
     True
     >>> sample_next(logits, [0.0, 1.0], gens())[0]                   # one temperature per row
     1
+    >>> sample_next(logits, 5.0, gens(), top_p=[0.01, 0.01])          # a nucleus of one token: the argmax
+    [1, 0]
 """
 from __future__ import annotations
 
@@ -29,17 +35,35 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["sample_next"]
+__all__ = ["sample_next", "nucleus"]
+
+
+def _per_row(name: str, value: float | Sequence[float], rows: int) -> list[float]:
+    out = [float(value)] * rows if isinstance(value, (int, float)) else [float(v) for v in value]
+    if len(out) != rows:
+        raise ValueError(f"{len(out)} {name} values for {rows} rows of logits")
+    return out
+
+
+def nucleus(scaled: torch.Tensor, top_p: float) -> torch.Tensor:
+    """scaled (V,) float64 logits / T -> the same with ``-inf`` outside the smallest set of tokens
+    holding ``top_p`` of the probability (the most likely token is always kept).
+
+    Example: probabilities [0.5, 0.3, 0.2], top_p 0.7 -> tokens 0 and 1 kept, token 2 -inf.
+    """
+    if top_p >= 1:
+        return scaled
+    probs, order = torch.softmax(scaled, -1).sort(descending=True)    # (V,), (V,)
+    outside = probs.cumsum(-1) - probs >= top_p                          # (V,) mass before it already >= top_p
+    return scaled.clone().index_put_((order[outside],), torch.tensor(float("-inf"), dtype=scaled.dtype))
 
 
 def sample_next(logits: torch.Tensor, temperature: float | Sequence[float],
-                generators: Sequence[torch.Generator]) -> list[int]:
-    """logits (n, V) -> n token ids. ``temperature``: one for every row, or one per row;
-    ``generators[i]`` is row i's (used only when its temperature is not 0)."""
+                generators: Sequence[torch.Generator], top_p: float | Sequence[float] = 1.0) -> list[int]:
+    """logits (n, V) -> n token ids. ``temperature`` and ``top_p``: one for every row, or one per
+    row; ``generators[i]`` is row i's (used only when its temperature is not 0)."""
     rows, V = logits.shape
-    temps = [float(temperature)] * rows if isinstance(temperature, (int, float)) else list(temperature)
-    if len(temps) != rows:
-        raise ValueError(f"{len(temps)} temperatures for {rows} rows of logits")
+    temps, tops = _per_row("temperature", temperature, rows), _per_row("top_p", top_p, rows)
     if not any(temps):
         return logits.argmax(-1).tolist()
     out = []
@@ -49,5 +73,5 @@ def sample_next(logits: torch.Tensor, temperature: float | Sequence[float],
             continue
         u = torch.rand(V, generator=generators[i], dtype=torch.float64).clamp_(1e-20, 1.0)  # (V,)
         gumbel = -torch.log(-torch.log(u))                                                   # (V,)
-        out.append(int((logits[i].double().cpu() / t + gumbel).argmax()))
+        out.append(int((nucleus(logits[i].double().cpu() / t, tops[i]) + gumbel).argmax()))
     return out

@@ -24,8 +24,12 @@
    its newest sample (perhaps itself) is, so the oldest sequence always progresses.
 
 ``postprocess``: a sequence's tokens are all computed now, and it takes its new token. One that
-has its ``max_new_tokens`` finishes at once (its tokens are cached and its blocks freed), so it
-is never preempted or run again: the engine returns exactly ``max_new_tokens`` per sample.
+has its ``max_new_tokens``, or whose new token is one of its ``stop_token_ids``, finishes at once
+(its tokens are cached and its blocks freed; ``finish_reason`` "length" or "stop"), so it is
+never preempted or run again.
+
+``abort(seqs)``: sequences leave wherever they are (running: their computed tokens cached and
+their blocks freed, as at a finish; waiting; or still to be forked), ``finish_reason`` "abort".
 
 ``n > 1``: only the first sample is queued. When its prompt has been prefilled,
 ``after_prefill`` forks the others from it (``CacheManager.fork``: they share every block and
@@ -198,11 +202,30 @@ class Scheduler:
             s.num_computed_tokens = s.num_tokens
             s.append_token(tok)
             if s.is_finished:
-                self.cache_manager.cache_finished_req(s.seq_id, s.token_ids[:s.num_computed_tokens])
-                self.running.remove(s)
-                s.status, s.block_table = FINISHED, None
+                self._finish(s, s.stop_reason())
                 finished.append(s)
         return finished
+
+    def _finish(self, s: Sequence, reason: str) -> None:
+        """Out of the running queue: its computed tokens cached in the tree, its blocks freed."""
+        self.cache_manager.cache_finished_req(s.seq_id, s.token_ids[:s.num_computed_tokens])
+        self.running.remove(s)
+        s.status, s.block_table, s.finish_reason = FINISHED, None, reason
+
+    def abort(self, seqs: abc.Sequence[Sequence]) -> None:
+        """End ``seqs`` now, between steps (one request's samples): a running one is finished as
+        at its last token (cached, freed), a waiting one leaves the queue, a fork not yet made is
+        dropped; each is FINISHED with ``finish_reason`` "abort". Finished ones are left alone."""
+        for s in seqs:
+            if s.status is RUNNING:
+                self._finish(s, "abort")
+                continue
+            if s.status is FINISHED:
+                continue
+            if s in self.waiting:
+                self.waiting.remove(s)
+            self.forks.pop(s.seq_id, None)
+            s.status, s.finish_reason = FINISHED, "abort"
 
     # ------------------------------------------------------------------ invariants
     def check_integrity(self) -> None:

@@ -1,6 +1,7 @@
 """What a request asks for, one sample's state while it runs, and what was measured: kept apart.
 
-    SamplingParams(max_new_tokens, n=1, temperature=0.0, seed=0)   how to sample (checked)
+    SamplingParams(max_new_tokens, n=1, temperature=0.0, seed=0,   how to sample (checked)
+                   top_p=1.0, stop_token_ids=())
     Request(rid, prompt_ids, sampling_params, arrival_step=0)      what was asked: inputs only
     Sequence(seq_id, request, index)                               one sample while it runs
     RequestMetrics()                                               what the engine measured
@@ -12,9 +13,13 @@ else ``"R1.0"``, ``"R1.1"``...). Each holds its generated ``output_ids``, ``num_
 (tokens whose K/V are in the cache), its ``status`` and its own ``torch.Generator`` (seeded
 ``seed + index``, so sample ``i`` draws the same noise wherever it runs)::
 
-    WAITING --admit--> RUNNING --last token--> FINISHED
-       ^                  |
-       +----preempt-------+     (its blocks are freed; it is recomputed when admitted again)
+    WAITING --admit--> RUNNING --last token--> FINISHED    (finish_reason "length": max_new_tokens,
+       ^                  |                                  "stop": a token of stop_token_ids,
+       +----preempt-------+                                  "abort": Engine.abort)
+                   (its blocks are freed; it is recomputed when admitted again)
+
+A sample ends at its ``max_new_tokens``-th token or at the first token of ``stop_token_ids``
+(the model's end-of-turn / EOS ids; the stop token is kept as the last output id, as vLLM keeps it).
 
 While it runs, ``block_table`` is the :class:`~kvlab.memory.block_table.BlockTable` the cache
 manager keeps for it: the sequence reads it, only the BlockManager changes it.
@@ -29,7 +34,8 @@ Mirrors nano-vllm ``nanovllm/engine/sequence.py`` (``Sequence``, ``SequenceStatu
 ``num_cached_tokens`` is ``num_computed_tokens`` (vLLM v1's name), ``completion_token_ids`` is
 ``output_ids``; vLLM's ``SequenceGroup`` is ``RequestState``; ``n`` and ``seed`` are vLLM's.
 
-Not handled here: stop tokens and strings, top-k / top-p, priorities.
+Not handled here: stop strings (text: the server's detokenizer finds them and aborts the
+request, as vLLM's output processor does), top-k, priorities.
 
 Example:
     >>> params = SamplingParams(max_new_tokens=2, n=2, temperature=0.8, seed=7)
@@ -94,20 +100,39 @@ def _temperature(value: Any) -> float:
     return value
 
 
+def _top_p(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"top_p must be a number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not 0 < value <= 1:                                # also refuses nan
+        raise GenerateError(f"top_p must be in (0, 1], got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample: ``max_new_tokens`` per sample (>= 0), ``n`` samples (>= 1), ``temperature``
-    (0 = greedy; finite, >= 0) and ``seed`` (sample ``i`` uses ``seed + i``)."""
+    (0 = greedy; finite, >= 0), ``seed`` (sample ``i`` uses ``seed + i``), ``top_p`` (nucleus
+    sampling: the smallest set of tokens holding ``top_p`` of the probability; 1 = all) and
+    ``stop_token_ids`` (a sample ends at the first of them it generates; a tuple of ids)."""
 
     max_new_tokens: int
     n: int = 1
     temperature: float = 0.0
     seed: int = 0
+    top_p: float = 1.0
+    stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):
+            raise TypeError(f"stop_token_ids must be a sequence of int token ids, got {self.stop_token_ids!r:.60}")
+        try:
+            stops = tuple(as_ids(self.stop_token_ids, "stop_token_ids"))
+        except ValueError as e:                           # a negative id
+            raise GenerateError(str(e)) from None
         checked = {"max_new_tokens": _count("max_new_tokens", self.max_new_tokens, 0),
                    "n": _count("n", self.n, 1), "temperature": _temperature(self.temperature),
-                   "seed": check_int("seed", self.seed)}
+                   "seed": check_int("seed", self.seed), "top_p": _top_p(self.top_p), "stop_token_ids": stops}
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -153,6 +178,9 @@ class Request:
         bad = [t for t in self.prompt_ids if t >= V]
         if bad:
             raise GenerateError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {V})")
+        bad = [t for t in self.sampling_params.stop_token_ids if t >= V]
+        if bad:
+            raise GenerateError(f"stop_token_ids {bad[:5]} are outside the vocabulary [0, {V})")
         P, M = len(self.prompt_ids), self.sampling_params.max_new_tokens
         if P > ctx:
             raise ContextOverflowError(f"prompt has {P} tokens, longer than the model's context of {ctx}")
@@ -177,6 +205,7 @@ class Sequence:
     num_computed_tokens: int = 0                       # tokens whose K/V are in the cache
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: BlockTable | None = field(default=None, repr=False)   # read-only; set while RUNNING
+    finish_reason: str | None = None                   # once FINISHED: "length", "stop" or "abort"
     generator: torch.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -200,9 +229,21 @@ class Sequence:
         return self.request.sampling_params.temperature
 
     @property
+    def top_p(self) -> float:
+        return self.request.sampling_params.top_p
+
+    @property
     def is_finished(self) -> bool:
-        """True once it holds ``max_new_tokens`` generated tokens."""
-        return len(self.output_ids) >= self.request.sampling_params.max_new_tokens
+        """True once it holds ``max_new_tokens`` generated tokens or its last is a stop token."""
+        return self.stop_reason() is not None
+
+    def stop_reason(self) -> str | None:
+        """Why its generated tokens are complete: "stop" (its last is a stop token), "length"
+        (it has ``max_new_tokens``), or None. Example: stop ids (2,), outputs [5, 2] -> "stop"."""
+        p = self.request.sampling_params
+        if self.output_ids and self.output_ids[-1] in p.stop_token_ids:
+            return "stop"
+        return "length" if len(self.output_ids) >= p.max_new_tokens else None
 
     def append_token(self, token_id: int) -> None:
         if self.is_finished:
@@ -275,6 +316,11 @@ class RequestState:
     @property
     def outputs(self) -> list[list[int]]:
         return [s.output_ids for s in self.seqs]
+
+    @property
+    def finish_reasons(self) -> list[str | None]:
+        """One per sample: "length", "stop", "abort", or None while it runs."""
+        return [s.finish_reason for s in self.seqs]
 
     @property
     def done(self) -> bool:
