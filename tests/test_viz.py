@@ -129,6 +129,17 @@ def test_animation_one_frame_per_event_and_fixed_axes():
     assert [f.name for f in fig.frames] == [str(i) for i in range(1, n + 1)]
 
 
+def _polylines(trace) -> list[list[tuple[float, float]]]:
+    """A lines trace split at its None gaps: one list of (x, y) points per arrow."""
+    out, cur = [], []
+    for x, y in zip(trace.x, trace.y):
+        if x is None:
+            out, cur = out + [cur] if cur else out, []
+        else:
+            cur.append((x, y))
+    return out + [cur] if cur else out
+
+
 def test_block_tables_drawn_with_an_arrow_into_every_block():
     m = scenario()
     snap = m.snapshots[_step(m, "cow") + 1]  # R1 [0, 1], R2 [0, 2]
@@ -137,12 +148,12 @@ def test_block_tables_drawn_with_an_arrow_into_every_block():
     fig = viz.memory_map_figure(snap)
     arrows = {t.name: t for t in fig.data if t.name and t.name.endswith(" arrows")}
     assert set(arrows) == {"R1 arrows", "R2 arrows"}
-    ends = {h: [(round(x), y) for x, y in zip(t.x[1::3], t.y[1::3])] for h, t in arrows.items()}
+    ends = {h: [(round(a[-1][0]), a[-1][1]) for a in _polylines(t)] for h, t in arrows.items()}
     pool_top = g.pool_y0 - 0.42
     assert [x for x, _ in ends["R1 arrows"]] == [0, 1] and [x for x, _ in ends["R2 arrows"]] == [0, 2]
     assert all(abs(y - pool_top) < 1e-9 for e in ends.values() for _, y in e)
     # the shared P0 gets two arrows, side by side, so both holders show
-    into_p0 = sorted(t.x[1] for t in arrows.values())
+    into_p0 = sorted(_polylines(t)[0][-1][0] for t in arrows.values())
     assert into_p0[0] < 0 < into_p0[1]
     cells = next(t for t in fig.data if t.name == "table labels")
     assert list(cells.text) == ["L0→P0", "L1→P1", "L0→P0", "L1→P2"]
@@ -403,6 +414,58 @@ def test_red_outline_legend_says_what_it_marks():
     kfig = viz.kernel_access_figure(m.snapshot(), "R3", iteration=0)
     knames = {t.name for t in kfig.data if t.showlegend is not False}
     assert "read this iteration" in knames and "changed this step" not in knames
+
+
+def _legend_names(fig) -> set[str]:
+    return {t.name for t in fig.data if t.showlegend is not False}
+
+
+def test_static_map_legend_lists_only_what_is_drawn():
+    """Issue 28 [6]: lesson 00's static pictures listed "changed this step" (and "shared") in the
+    legend with nothing outlined red (or shared) in the figure."""
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("R1", 6)
+    names = _legend_names(viz.memory_map_figure(m.snapshot()))
+    assert "changed this step" not in names and "shared (xN = ref count)" not in names and "R1" in names
+    m.fork("R1", "R2")
+    names = _legend_names(viz.memory_map_figure(m.snapshot(), highlight=[0]))
+    assert {"changed this step", "shared (xN = ref count)"} <= names
+
+
+def _cells(fig) -> list[tuple[float, float, float, float]]:
+    """The table cells' boxes (x0, x1, y0, y1), from the figure's "tables" bar trace."""
+    bar = next(t for t in fig.data if t.name == "tables")
+    h = bar.width / 2
+    return [(b, b + w, y - h, y + h) for b, w, y in zip(bar.base, bar.x, bar.y)]
+
+
+def test_table_arrows_run_through_no_other_cell():
+    """Issue 28 [6]: an arrow from R1's table ran straight down through the labels of R2's and
+    R1-sample2's cells (lesson 00 cells 9 and 12). Routed between the columns, an arrow enters
+    no cell but the one it starts from."""
+    m = BlockManager(num_blocks=12, block_size=4)
+    m.add_sequence("R1", 10)
+    m.add_sequence("R2", 5)
+    m.fork("R1", "R1-sample2")
+    fig = viz.memory_map_figure(m.snapshot())
+    cells = _cells(fig)
+    assert len(cells) == 8
+    crossings = []
+    for t in fig.data:
+        if not t.name.endswith(" arrows"):
+            continue
+        pts = list(zip(t.x, t.y))
+        for (xa, ya), (xb, yb) in zip(pts, pts[1:]):
+            if xa is None or xb is None:
+                continue
+            start = next(c for c in cells if c[0] < xa < c[1] and c[2] < ya - 1e-6 < c[3]) if ya == pts[0][1] else None
+            for k in range(101):
+                x, y = xa + (xb - xa) * k / 100, ya + (yb - ya) * k / 100
+                hit = [c for c in cells if c[0] < x < c[1] and c[2] < y < c[3] and c != start]
+                if hit:
+                    crossings.append((t.name, round(x, 2), round(y, 2)))
+                    break
+    assert not crossings, crossings
 
 
 def test_animation_shows_its_step_counter_once():
