@@ -64,7 +64,7 @@ def test_figure_and_animation_fixed_axes():
         assert list(fr.layout.yaxis2.range) == list(fig.layout.yaxis2.range)
         assert list(fr.layout.yaxis3.range) == list(fig.layout.yaxis3.range)
     assert list(fig.frames[3].data[2].y) == [24, 0, 8, 16]
-    assert "bytes copied on growth: 0" in fig.frames[0].layout.title.subtitle.text
+    assert "token slots copied on growth: 0" in fig.frames[0].layout.title.subtitle.text
 
 
 def test_stepper_and_errors():
@@ -100,7 +100,7 @@ def test_stepper_states_its_caption_once():
     s = viz.compare_stepper(static=False)
     s.go(3)
     sub = s.render(s.frame).layout.title.subtitle.text
-    assert s.caption in s._caption.value and s.caption not in sub and "bytes copied on growth" in sub
+    assert s.caption in s._caption.value and s.caption not in sub and "token slots copied on growth" in sub
     step = viz.run_compare(viz.notes_trace())[3]
     assert viz.compare_figure(step).layout.title.subtitle.text.startswith(step.caption)
 

@@ -71,10 +71,20 @@ def test_sharing_control_counts_on_the_allocator():
     assert c.result["beam"] == (alone[-1], shared[-1])
     assert "n = 6" in c.caption() and "width 3" in c.caption() and "% saved" in c.caption()
     _inputs(c, "kvlab-samples-slider").value = 1
-    assert c.result["sampling"][0] == c.result["sampling"][1] and "(0% saved)" in c.caption()
+    assert c.result["sampling"][0] == c.result["sampling"][1] and "n = 1: one sample, nothing to share" in c.caption()
     with pytest.raises(ValueError, match="beam_width"):
         c.set(beam_width=0)
     assert c.beam_width == 3
+
+
+def test_sharing_caption_at_width_1_does_not_claim_shared_text():
+    """Issue 28 [7]: at beam width 1 the caption said "the beams share generated text too" beside
+    "0% saved": one beam shares nothing."""
+    c = SharingControl(static=False)
+    _inputs(c, "kvlab-beam-width-slider").value = 1
+    assert "width 1: one beam, nothing to share" in c.caption() and "generated text" not in c.caption()
+    _inputs(c, "kvlab-beam-width-slider").value = 4
+    assert "the beams share generated text too" in c.caption()
 
 
 def test_hit_rate_control_policy_menu_in_words():

@@ -106,6 +106,34 @@ def test_cost_figure_is_log_log_so_the_cached_line_is_visible():
         viz.cost_state(models, "bundled", 0)
 
 
+def test_cost_estimate_never_extrapolates_below_the_first_timed_context():
+    """Issue 28 [7]: lesson 01's widget printed "about -2 ms against 1.2 ms per step" at 16 tokens:
+    a fitted line with a negative intercept used below the shortest context it was fitted to."""
+    model, _ = _bundled_costs()
+    m = viz.CostModel(model.flops_per_token, (-2.5, 0.03), (0.4, 0.001), measured_from=32)
+    low = viz.cost_state({"m": m}, "m", 16)
+    assert low["naive_ms"] is None and low["cached_ms"] is None
+    assert "-" not in low["sentence"].split("less work.")[1] and "32 tokens" in low["sentence"]
+    at = viz.cost_state({"m": m}, "m", 64)
+    assert at["naive_ms"] == pytest.approx(-2.5 + 0.03 * 64) and "estimated" in at["sentence"]
+    with pytest.raises(ValueError, match="measured_from"):
+        viz.CostModel(model.flops_per_token, (1.0, 0.1), measured_from=0)
+
+
+def test_cost_figure_keeps_its_value_labels_inside_the_plot():
+    """Issue 28 [6]: at 16 tokens the marked value's label ran off the plot's left edge ("LOPs"),
+    and at 32,768 the top label off its top edge: labels point into the plot, the axis has room."""
+    _model, models = _bundled_costs()
+    for context, side in ((16, "right"), (32768, "left")):
+        fig = viz.cost_figure(viz.cost_state(models, "bundled", context))
+        labels = [t for t in fig.data if t.mode == "markers+text"]
+        assert labels and all(t.textposition.endswith(side) for t in labels), [t.textposition for t in labels]
+        lo, hi = fig.layout.yaxis.range  # log10 units: half a decade of room beyond both curves
+        s = viz.cost_state(models, "bundled", context)
+        import math
+        assert lo <= math.log10(min(s["cached"])) - 0.5 and hi >= math.log10(max(s["naive"])) + 0.5
+
+
 # ------------------------------------------------------------------ lesson 02: what fits
 def test_capacity_widget_menus_recompute_bytes_and_requests():
     w = viz.CapacityWidget(model="llama-2-70b", device="h200", static=False)

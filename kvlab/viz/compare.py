@@ -143,7 +143,7 @@ def run_compare(
                     pool.append(rid, n)
                 except OutOfBlocks:
                     ok_p, note_p = False, "paged FAILS to grow"
-            caption = f"grow {rid} by {n}" + (f": contiguous moves it, copying {copied} bytes" if copied else "")
+            caption = f"grow {rid} by {n}" + (f": contiguous moves it, copying {copied} token slots" if copied else "")
         elif kind == "finish":
             if rid in arena.requests:
                 arena.finish(rid)
@@ -277,7 +277,7 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
     ax = dict(visible=False, fixedrange=True, autorange=False)
     xr = [-0.6, d["cols"] - 0.4]
     yr = [rows - 0.5, -0.95]
-    copied = f"contiguous bytes copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
+    copied = f"contiguous token slots copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
     sub = f"{caption}<br>{copied}" if caption else copied
     return dict(
         width=None if th.autosize else th.grid_width + 40, autosize=th.autosize, height=height, template="none",

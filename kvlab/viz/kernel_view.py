@@ -181,7 +181,9 @@ def kernel_access_figure(
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
     d["highlight_name"] = "read this iteration" if iteration is not None else ""  # the red outline's legend words
-    splits = f", split-K: {num_splits} programs, one colour each" if num_splits > 1 else ""
+    working = len({r.split for r in d["reads"]})  # a later split may get no tile: say so, do not count it as drawn
+    idle = f" ({num_splits - working} with no tile to read)" if working < num_splits else ""
+    splits = f", split-K: {num_splits} programs{idle}, one colour each" if num_splits > 1 else ""
     cap = d["caption"] = _caption(d, iteration)
     title = f"Kernel reads {seq_id}: {d['tile_tokens']}-token tiles{splits}"
     fig = _figure_from_data(d, d["legend_colors"], title, source_label(source))
