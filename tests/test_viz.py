@@ -262,6 +262,17 @@ def test_stepper_buttons_and_slider_update_caption_and_figure():
         s.go(n)
 
 
+def test_stepper_shows_its_step_counter_once_and_says_what_play_does():
+    """Issue 28 [6][8]: the slider's "step" label and readout repeated the caption's "step k / N",
+    and the play/stop/loop buttons had no tooltips (stop goes back to step 1 without a word)."""
+    frames = [viz.Frame(None, f"frame {i}") for i in range(3)]
+    s = viz.Stepper(frames, render=lambda f: f"<p>{f.caption}</p>", static=False)
+    assert s._slider.readout is False and s._slider.description == ""
+    assert "stop: back to step 1" in s._play.tooltip and "loop" in s._play.tooltip
+    s.next()
+    assert "step 2 / 3" in s._caption.value
+
+
 def test_stepper_shows_integrity_error():
     m = scenario()
     good = m.snapshots[_step(m, "fork") + 1]

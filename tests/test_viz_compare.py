@@ -114,3 +114,25 @@ def test_classroom_compare_takes_the_output_width():
     finally:
         viz.classroom(False)
     assert viz.compare_figure(viz.run_compare(viz.notes_trace())[-1]).layout.width == viz.theme().grid_width + 40
+
+
+def test_block_size_1_keeps_the_row_and_labels_each_run_once():
+    """Issue 28 [6]: at block size 1 (the policy widget's minimum) the paged map wrapped into rows
+    of 12 slots with a label on every slot, printed over each other and cut at the edge."""
+    from kvlab.viz.policy_widget import policy_state
+    from kvlab.viz.compare import compare_data
+
+    one, four = (compare_data(policy_state("max", "notes", bs)["steps"][-1]) for bs in (1, 4))
+    assert one["cols"] == four["cols"] == 48
+    labels = [t for t in one["paged_label"] if t]
+    assert len(labels) == len(set(labels)) <= 6, labels  # one label where each run of a table starts
+
+
+def test_a_request_is_never_drawn_in_a_tint_of_another():
+    """Issue 28 [6]: lesson 03 drew D' in light cyan, which reads as C's "reserved" tint."""
+    from kvlab.viz.policy_widget import policy_state
+    from kvlab.viz.compare import compare_data
+    from kvlab.viz.palette import STRONG_COLORS
+
+    d = compare_data(policy_state("max", "notes", 4)["steps"][-1])
+    assert set(d["legend"].values()) <= set(STRONG_COLORS), d["legend"]
