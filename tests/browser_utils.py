@@ -375,18 +375,19 @@ _PICTURE_JS = """([windowPx]) => {
     const inkBox = r => ({left: r.left + 1, right: r.right - 1, top: r.top + r.height * 0.2, bottom: r.bottom - r.height * 0.2});
     const inside = (p, b) => p.x > b.left && p.x < b.right && p.y > b.top && p.y < b.bottom;
     const meets = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
-    const colour = c => (!c || c === 'none' || /rgba\\(.*,\\s*0\\)$/.test(c) || c === 'transparent') ? null : c.replace(/\\s+/g, '');
+    const colour = c => (!c || c === 'none' || /rgba\\(.*,\\s*0\\)$/.test(c) || c === 'transparent' || c.startsWith('url(')) ? null : c.replace(/\\s+/g, '');  // a pattern is not a colour
     const WHITE = 'rgb(255,255,255)';
     // strokes that are lines or arrows (not boxes, grids, axes or legend swatches)
     const isLine = el => {
         if (el.closest('.gridlayer, .zerolinelayer, .legend, .infolayer .rangeslider-container, g.node, g.cluster')) return false;
         if (/\\b(xline|yline|crisp|grid|zeroline|tick)/.test(el.getAttribute('class') || '')) return false;
-        if (el.closest('.bars, .legendpoints')) return false;
+        if (el.closest('.legendpoints, .point') || el.classList.contains('point')) return false;  // bar shapes and markers (error bars are lines)
         const st = getComputedStyle(el);
         if (!colour(st.stroke) || parseFloat(st.strokeWidth || '1') <= 0 || parseFloat(st.strokeOpacity || '1') < 0.1) return false;
         if (el.tagName === 'line' || el.tagName === 'polyline') return true;
         if (el.tagName !== 'path') return false;
-        return !colour(st.fill) || parseFloat(st.fillOpacity || '1') < 0.1 || el.closest('g.edge') !== null;
+        return !colour(st.fill) || parseFloat(st.fillOpacity || '1') < 0.1 || el.closest('g.edge') !== null
+            || !/[zZ]/.test(el.getAttribute('d') || 'z');  // an open path has no inside: a line (error bars, whiskers)
     };
     const screenPoints = el => {  // points along a line, in page pixels (every ~2 px)
         const m = el.getScreenCTM();
@@ -483,7 +484,10 @@ _PICTURE_JS = """([windowPx]) => {
             if (shown.length > 1)
                 found.push({kind: 'step-counter', cell: index, element: 'output', count: shown.length, text: shown.join(' | ')});
             // 4. a legend entry whose colours are drawn nowhere in its figure
-            [out, ...out.querySelectorAll('.js-plotly-plot')].filter(el => el.matches('.js-plotly-plot')).forEach(plot => {  // (JupyterLab's output is the plot)
+            // (JupyterLab's output is the plot.) A stepper's or an animation's legend lists every holder of
+            // the whole run, so that it never jumps between frames: only static figures are checked.
+            [out, ...out.querySelectorAll('.js-plotly-plot')].filter(el => el.matches('.js-plotly-plot')
+                && !el.closest('.kvlab-stepper') && !el.querySelector('.slider-container, .updatemenu-container')).forEach(plot => {
                 const drawn = new Set();
                 plot.querySelectorAll('.main-svg path, .main-svg rect, .main-svg line').forEach(el => {
                     if (el.closest('.legend, .hoverlayer, .bg, .modebar, defs, clipPath') || !visible(el)) return;
@@ -534,7 +538,8 @@ def layout_report(page, lesson: str, classroom: bool) -> list[dict]:
     - ``clipped-text``: SVG or plotly text cut by the edge of its figure, a clip path (plotly's
       plot area) or a box that hides overflow (``px``: how much is cut);
     - ``step-counter``: "step k / N" shown more than once in one output (``count``);
-    - ``legend-undrawn``: a plotly legend entry whose colour nothing in its figure is drawn in;
+    - ``legend-undrawn``: a plotly legend entry whose colour nothing in its figure is drawn in (static
+      figures only: a stepper's or an animation's legend covers its whole run);
     - ``tall-control``: a widget whose controls and figures span more than the visible notebook
       (``content_px`` against ``area_px``, about 599 px in classroom mode at 1280x720): a
       teacher who moves the control cannot see what it changes.

@@ -450,6 +450,13 @@ def _cells(fig) -> list[tuple[float, float, float, float]]:
     return [(b, b + w, y - h, y + h) for b, w, y in zip(bar.base, bar.x, bar.y)]
 
 
+def _pool_cells(fig) -> list[tuple[float, float, float, float]]:
+    """The pool's block boxes (x0, x1, y0, y1), from its bar trace (the first, one bar per block)."""
+    bar = fig.data[0]
+    h = bar.width / 2
+    return [(b, b + w, y - h, y + h) for b, w, y in zip(bar.base, bar.x, bar.y)]
+
+
 def test_table_arrows_run_through_no_other_cell():
     """Issue 28 [6]: an arrow from R1's table ran straight down through the labels of R2's and
     R1-sample2's cells (lesson 00 cells 9 and 12). Routed between the columns, an arrow enters
@@ -458,9 +465,10 @@ def test_table_arrows_run_through_no_other_cell():
     m.add_sequence("R1", 10)
     m.add_sequence("R2", 5)
     m.fork("R1", "R1-sample2")
-    fig = viz.memory_map_figure(m.snapshot())
-    cells = _cells(fig)
-    assert len(cells) == 8
+    m.add_sequence("R3", 17)  # into the pool's second row (cols=4): past the first row's labels
+    fig = viz.memory_map_figure(m.snapshot(), cols=4)
+    cells = _cells(fig) + _pool_cells(fig)
+    assert len(cells) == 13 + 12
     crossings = []
     for t in fig.data:
         if not t.name.endswith(" arrows"):

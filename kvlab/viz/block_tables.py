@@ -167,25 +167,35 @@ def arrow_route(arrow: tuple[int, int, float, float, float, float], geom: MapGeo
     the last row, then to its block: it never passes through the label of a cell below.
     ``lane_shift`` moves the lane a little, so the lanes of two holders do not coincide.
 
-    Example (two rows of 4 columns: row 0's cell L1 goes down the lane at x = 1.5):
+    An arrow into a lower pool row runs down the gap beside its block's column the same way.
+
+    Example (two table rows of 4 columns: row 0's cell L1 goes down the lane at x = 1.5 to P1):
         >>> from kvlab.viz.memory_map import grid_layout
         >>> from kvlab.memory.block_manager import BlockManager
         >>> m = BlockManager(num_blocks=4, block_size=4)
         >>> _ = m.add_sequence("R1", 8); _ = m.fork("R1", "R2")
         >>> g = map_geometry(grid_layout(4), [m.snapshot()])
-        >>> [(round(x, 2), round(y, 2)) for x, y in arrow_route((1, 1, 1.0, 0.28, 1.0, 3.0), g)]
-        [(1.0, 0.28), (1.0, 0.38), (1.5, 0.38), (1.5, 1.12), (1.0, 3.0)]
+        >>> [(round(x, 2), round(y, 2)) for x, y in arrow_route((1, 1, 1.0, 0.28, 1.0, g.pool_y0 - 0.42), g)]
+        [(1.0, 0.28), (1.0, 0.38), (1.5, 0.38), (1.5, 1.12), (1.0, 1.91)]
     """
     _i, _b, x0, y0, x1, y1 = arrow
     last_bottom = geom.table_height - TABLE_PITCH + TABLE_CELL_H / 2  # the bottom of the last table row
-    if y0 >= last_bottom - 1e-9:
-        return [(x0, y0), (x1, y1)]
     cols = geom.layout.cols
-    side = 0.5 if (round(x0) % cols < cols - 1 or cols == 1) else -0.5
-    lane = x0 + side + lane_shift
-    mid = y0 + (TABLE_PITCH - TABLE_CELL_H) / 2  # half way to the next row
-    below = last_bottom + (TABLE_PITCH - TABLE_CELL_H) / 2
-    return [(x0, y0), (x0, mid), (lane, mid), (lane, below), (x1, y1)]
+
+    def lane_x(x: float) -> float:  # the gap right of column x (left of it in the last column)
+        return round(x) + (0.5 if (round(x) % cols < cols - 1 or cols == 1) else -0.5) + lane_shift
+
+    if y0 >= last_bottom - 1e-9:
+        head = [(x0, y0)]
+    else:
+        mid = y0 + (TABLE_PITCH - TABLE_CELL_H) / 2  # half way to the next row
+        below = last_bottom + (TABLE_PITCH - TABLE_CELL_H) / 2
+        head = [(x0, y0), (x0, mid), (lane_x(x0), mid), (lane_x(x0), below)]
+    pool_top = geom.pool_y0 - CELL_H / 2
+    if y1 <= pool_top + 1e-9:  # a block in the pool's first row
+        return head + [(x1, y1)]
+    gap = (1 - CELL_H) / 2  # into a lower pool row: down the gap beside the target's column, then in
+    return head + [(lane_x(x1), pool_top - gap), (lane_x(x1), y1 - gap), (x1, y1 - gap), (x1, y1)]
 
 
 def copy_arc(data: dict[str, Any], geom: MapGeometry, src: int, dst: int, points: int = 13) -> tuple[list[float], list[float]]:
