@@ -5,7 +5,10 @@ serves copies of the lessons with their outputs stripped (stale stored outputs c
 check); a page opens a lesson, runs Run > Run All Cells and waits until every code cell has
 run. Then :func:`layout_report` measures what a student would see: every output wider than its
 output area, and every visible text in an output smaller than the minimum (12 px, or 16 px in
-classroom mode, where :data:`CLASSROOM_CELL` is inserted after the first code cell).
+classroom mode, where :data:`CLASSROOM_CELL` is inserted after the first code cell); and what a
+reviewer's eye catches: text crossed by a drawn line or arrow, text cut by its figure's edge, a
+step counter shown twice, a legend entry drawn nowhere, a control and its figure taller than
+the visible notebook (599 px in classroom mode).
 
 Example (what scripts/screenshots.py does for one lesson):
     >>> with jupyter_lab(folder) as lab, chromium() as browser:             # doctest: +SKIP
