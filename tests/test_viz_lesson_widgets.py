@@ -60,6 +60,25 @@ def test_thesis_table_menu_switches_tables_and_clamps_the_position():
         viz.thesis_state(table="R3")
 
 
+def test_thesis_in_classroom_mode_shows_one_picture_under_the_controls():
+    """Issue 28 [5]: on a projector the widget was 1,234 px tall: a teacher moving the slider
+    could not see the translation, nor the tree when ticking the box. In classroom mode a
+    switch shows one picture at a time, right under the controls, the sentences after it."""
+    viz.classroom(True)
+    try:
+        w = viz.ThesisWidget(static=False)
+    finally:
+        viz.classroom(False)
+    kids = list(w.widget.children)
+    assert kids.index(w._fig) < kids.index(w._text) and kids.index(w._tree) < kids.index(w._text)
+    assert w._fig.layout.display is None and w._tree.layout.display == "none"
+    w._view.value = "the radix tree"
+    assert w._fig.layout.display == "none" and w._tree.layout.display is None
+    w._shared.value = False  # the tree still follows the checkbox
+    assert "matches none of them" in w._text.value
+    assert viz.ThesisWidget(static=False)._view is None  # normal mode: both pictures, as before
+
+
 def test_thesis_static_mode_has_the_same_state():
     w = viz.ThesisWidget(static=True)
     assert w.widget is None
