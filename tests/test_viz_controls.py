@@ -115,8 +115,10 @@ def test_block_table_labels_never_spill_over_their_cells():
         for seq, n in (("R1", 5), ("R2", 13), ("R3", 30)):
             if step < n:
                 m.append(seq, 1)
-    # 16 blocks a row: 'L0→P0' does not fit a cell, in either mode; 8 a row (what lesson 05 draws) it does
-    for cols, cls, want in ((None, False, "P0"), (None, True, "P0"), (8, False, "L0→P0"), (8, True, "L0→P0")):
+    # 16 blocks a row: 'L0→P0' does not fit a cell, in either mode; 8 a row (what lesson 05 draws) it
+    # does at 1500x1000; in classroom mode the drawing keeps to a projector's screen (issue 28 [5]),
+    # its cells are narrower and show the physical block only
+    for cols, cls, want in ((None, False, "P0"), (None, True, "P0"), (8, False, "L0→P0"), (8, True, "P0")):
         viz.classroom(cls)
         try:
             fig = viz.memory_map_figure(m.snapshot(), cols=cols)

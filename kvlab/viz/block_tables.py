@@ -43,6 +43,8 @@ TABLE_CELL_H = 0.56
 GAP = 1.3  # between the last table row and the pool: room for the arrows
 COPY_ROOM = 0.95  # under the pool: room for copy-on-write arcs
 ROW_STRETCH = 1.2  # px per grid unit down, relative to across: room for three lines of label in a block
+CLASSROOM_DRAWING_PX = 400  # classroom mode: the drawing's height budget (title, legend and controls come on top)
+CLASSROOM_MIN_CELL_PX = 72  # ... but a block never narrower than three lines of 16 px labels need
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,9 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
     right, top, bottom = layout.margin[1], layout.margin[2], layout.margin[3]
     cell = min((th.grid_width - left - right) / cols, 110.0 if th.high_contrast else 80.0)
     units = (pool_y0 + layout.rows + (COPY_ROOM if copies else 0.0)) if holders or copies else layout.rows
+    if th.high_contrast:  # a projector shows 599 px: keep the drawing (and a stepper's controls) on one screen
+        stretch = ROW_STRETCH if layout.show_text else 1.0
+        cell = max(min(cell, CLASSROOM_DRAWING_PX / (units * stretch)), CLASSROOM_MIN_CELL_PX)
     width = int(round(cell * cols)) + left + right
     height = int(round(cell * units * (ROW_STRETCH if layout.show_text else 1.0))) + top + bottom
     legend_ids = tuple(sorted(ids | {h for h in holders if h != "tree"})) + (("tree",) if "tree" in holders else ())
