@@ -495,3 +495,17 @@ def test_animation_shows_its_step_counter_once():
     assert fig.layout.title.subtitle.text.startswith("step 1 / ")
     cfig = viz.animate_compare(viz.run_compare(viz.notes_trace()))
     assert cfig.layout.sliders[0].currentvalue.visible is False
+
+
+def test_classroom_cells_never_wider_than_the_output_allows():
+    """The projector's height budget may narrow a block, never widen it past what the output's
+    width gives (12 a row at 850 px: 'L0→P0' spilled over its cell in lesson 00)."""
+    m = BlockManager(num_blocks=12, block_size=4)
+    m.add_sequence("R2", 16)
+    viz.classroom(True)
+    try:
+        th = viz.theme()
+        g = viz.map_geometry(viz.grid_layout(12), [m.snapshot()])
+    finally:
+        viz.classroom(False)
+    assert g.cell_px <= (th.grid_width - g.margin[0] - g.margin[1]) / 12 + 1e-9

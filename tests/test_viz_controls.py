@@ -126,3 +126,26 @@ def test_block_table_labels_never_spill_over_their_cells():
             viz.classroom(False)
         labels = next(t for t in fig.data if t.name == "table labels")
         assert labels.text[0] == want, (cols, cls, labels.text[0])
+
+
+def test_page_size_control_reruns_the_four_requests_in_milliseconds():
+    """Issue 28 [8]: lesson 07 had no sub-second control for its own parameter. The page size
+    re-runs the notes' four requests on a real CacheManager: a match stops at a full page."""
+    import time
+
+    from kvlab.viz import PageSizeControl
+
+    c = PageSizeControl(page_size=1, static=False)
+    assert c.result["matched"] == c.result["matched_1"] and "Pages of 1 token:" in c.caption()
+    slider = _inputs(c, "kvlab-page-size-slider")
+    t0 = time.perf_counter()
+    slider.value = 16
+    elapsed = time.perf_counter() - t0
+    m = c.result["matched"]
+    assert all(k % 16 == 0 for k in m.values()) and m["R2"] < c.result["matched_1"]["R2"]
+    assert all(m[n] + c.result["prefilled"][n] == c.result["prompt"][n] for n in m)
+    assert "Pages of 16 tokens" in c.caption() and "R2 9," in c.caption()
+    print(f"page size 1 -> 16 redrawn in {elapsed:.3f} s")  # a figure, not an assertion on time
+    with pytest.raises(ValueError, match="page_size must be one of"):
+        c.set(page_size=3)
+    assert c.page_size == 16

@@ -130,7 +130,7 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
     units = (pool_y0 + layout.rows + (COPY_ROOM if copies else 0.0)) if holders or copies else layout.rows
     if th.high_contrast:  # a projector shows 599 px: keep the drawing (and a stepper's controls) on one screen
         stretch = ROW_STRETCH if layout.show_text else 1.0
-        cell = max(min(cell, CLASSROOM_DRAWING_PX / (units * stretch)), CLASSROOM_MIN_CELL_PX)
+        cell = min(cell, max(CLASSROOM_DRAWING_PX / (units * stretch), CLASSROOM_MIN_CELL_PX))  # never wider than fits
     width = int(round(cell * cols)) + left + right
     height = int(round(cell * units * (ROW_STRETCH if layout.show_text else 1.0))) + top + bottom
     legend_ids = tuple(sorted(ids | {h for h in holders if h != "tree"})) + (("tree",) if "tree" in holders else ())
