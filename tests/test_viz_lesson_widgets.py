@@ -208,3 +208,18 @@ def test_policy_widget_menus_rerun_the_trace():
         viz.policy_state("best")
     labels = [label for label, _ in w._controls["policy"].options]
     assert all(" " in lab for lab in labels)  # words, not the policy ids
+
+
+def test_policy_widget_on_a_projector_puts_the_figure_right_under_its_controls():
+    """Issue 28 [5]: in classroom mode the widget was 982 px tall, the sentence between the
+    controls and the figure; now the controls sit side by side, the figure under them, then the
+    sentence, and the figure is short enough for one 599 px screen with the controls."""
+    viz.classroom(True)
+    try:
+        w = viz.PolicyWidget(static=False)
+        height = _spec(w._out)["layout"]["height"]
+    finally:
+        viz.classroom(False)
+    kids = list(w.widget.children)
+    assert kids.index(w._out) < kids.index(w._text)
+    assert height <= 520, height

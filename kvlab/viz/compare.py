@@ -274,7 +274,7 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
     rows = d["rows"]
     map_h = max(50, rows * 34 + 10)
     # classroom mode: the stepper's controls and this whole figure on one 599 px projector screen
-    bar_h = 230 if not th.high_contrast else 145
+    bar_h = 230 if not th.high_contrast else 130
     top, gap = (120 + (20 if caption else 0) if th.high_contrast else 115), (50 if not th.high_contrast else 34)
     height = top + 2 * map_h + bar_h + 3 * gap + 60
     plot_h = height - top - 40
