@@ -112,10 +112,10 @@ class PolicyWidget:
         css = classroom_css("kvlab-policy")
         if css:  # a projector (599 px): the controls side by side right above the figure, the sentence after it
             row = W.Layout(flex_flow="row wrap", max_width="100%")
-            self._controls["policy"].layout.width = "min(470px, 100%)"
-            self._controls["trace"].layout.width = "min(340px, 100%)"
-            parts = [W.HTML(css), W.HBox([self._controls["policy"], self._controls["trace"]], layout=row),
-                     self._controls["block_size"], self._out, self._text]
+            self._controls["trace"].layout.width = "min(400px, 100%)"     # the policy menu keeps its width: its
+            self._controls["block_size"].layout.width = "min(400px, 100%)"  # entries are long sentences
+            parts = [W.HTML(css), self._controls["policy"],
+                     W.HBox([self._controls["trace"], self._controls["block_size"]], layout=row), self._out, self._text]
         self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-policy")
         self._redraw()
