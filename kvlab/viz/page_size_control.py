@@ -68,9 +68,9 @@ class PageSizeControl(LiveControl):
         names = list(r["matched"])
         fig = go.Figure([
             go.Bar(x=names, y=[r["matched"][n] for n in names], name="matched in the tree (reused)", marker_color=HIT,
-                   text=[r["matched"][n] for n in names], textposition="inside"),
+                   text=[r["matched"][n] for n in names], textposition="inside", textangle=0),
             go.Bar(x=names, y=[r["prefilled"][n] for n in names], name="prefilled now", marker_color=MISS,
-                   text=[r["prefilled"][n] for n in names], textposition="inside"),
+                   text=[r["prefilled"][n] for n in names], textposition="inside", textangle=0),
         ])
         fig.update_layout(
             barmode="stack", template="none", height=300 if not th.high_contrast else 380,
