@@ -11,9 +11,12 @@ Writes to ``tests/_artifacts/screenshots/`` (ignored by git):
 - ``NN_normal_00.png``, ``NN_normal_01.png``, ... and ``NN_classroom_00.png``, ...: the page,
   one screen at a time from top to bottom (open them: that is the review);
 - ``overflow.json``: every output wider than its output area and every visible text in an
-  output under 12 px (16 px in classroom mode), as a list of entries
-  ``{lesson, mode, cell, kind: overflow|small-text, element, content_px/area_px | px, count, text}``
-  where ``cell`` is the cell's index in ``notebooks/NN_*.ipynb``, plus the cells that failed.
+  output under 12 px (16 px in classroom mode), and what the picture checks find (text crossed
+  by a line or arrow, text cut by its figure's edge, a step counter shown twice, a legend entry
+  drawn nowhere, a control whose figure does not fit the screen with it), as a list of entries
+  ``{lesson, mode, cell, kind, element, content_px/area_px | px, count, text, examples}`` (kinds:
+  ``tests/browser_utils.layout_report``) where ``cell`` is the cell's index in
+  ``notebooks/NN_*.ipynb``, plus the cells that failed.
 
 One JupyterLab server for all lessons, lessons one after another, each kernel shut down after
 its run. Exit status 1 when an entry or a cell error was found, 0 otherwise.

@@ -5,7 +5,10 @@ serves copies of the lessons with their outputs stripped (stale stored outputs c
 check); a page opens a lesson, runs Run > Run All Cells and waits until every code cell has
 run. Then :func:`layout_report` measures what a student would see: every output wider than its
 output area, and every visible text in an output smaller than the minimum (12 px, or 16 px in
-classroom mode, where :data:`CLASSROOM_CELL` is inserted after the first code cell).
+classroom mode, where :data:`CLASSROOM_CELL` is inserted after the first code cell); and what a
+reviewer's eye catches: text crossed by a drawn line or arrow, text cut by its figure's edge, a
+step counter shown twice, a legend entry drawn nowhere, a control and its figure taller than
+the visible notebook (599 px in classroom mode).
 
 Example (what scripts/screenshots.py does for one lesson):
     >>> with jupyter_lab(folder) as lab, chromium() as browser:             # doctest: +SKIP
@@ -360,13 +363,194 @@ _LAYOUT_JS = """([minPx]) => {
 }"""
 
 
+_PICTURE_JS = """([windowPx]) => {
+    const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')];
+    const found = [];
+    const visible = el => {
+        const r = el.getBoundingClientRect();
+        if (r.width < 1 || r.height < 1) return false;
+        const st = getComputedStyle(el);
+        return st.visibility !== 'hidden' && st.display !== 'none' && parseFloat(st.opacity || '1') > 0.05
+            && !el.closest('defs, clipPath, mask, .hoverlayer, .modebar');
+    };
+    const clip = (t, max = 40) => t.replace(/\\s+/g, ' ').trim().slice(0, max);
+    // a text's ink box: the glyph box less the room above and below the letters
+    const inkBox = r => ({left: r.left + 1, right: r.right - 1, top: r.top + r.height * 0.2, bottom: r.bottom - r.height * 0.2});
+    const inside = (p, b) => p.x > b.left && p.x < b.right && p.y > b.top && p.y < b.bottom;
+    const meets = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+    const colour = c => (!c || c === 'none' || /rgba\\(.*,\\s*0\\)$/.test(c) || c === 'transparent' || c.startsWith('url(')) ? null : c.replace(/\\s+/g, '');  // a pattern is not a colour
+    const WHITE = 'rgb(255,255,255)';
+    // strokes that are lines or arrows (not boxes, grids, axes or legend swatches)
+    const isLine = el => {
+        if (el.closest('.gridlayer, .zerolinelayer, .legend, .infolayer .rangeslider-container, g.node, g.cluster')) return false;
+        if (/\\b(xline|yline|crisp|grid|zeroline|tick)/.test(el.getAttribute('class') || '')) return false;
+        if (el.closest('.legendpoints, .point') || el.classList.contains('point')) return false;  // bar shapes and markers (error bars are lines)
+        const st = getComputedStyle(el);
+        if (!colour(st.stroke) || parseFloat(st.strokeWidth || '1') <= 0 || parseFloat(st.strokeOpacity || '1') < 0.1) return false;
+        if (el.tagName === 'line' || el.tagName === 'polyline') return true;
+        if (el.tagName !== 'path') return false;
+        return !colour(st.fill) || parseFloat(st.fillOpacity || '1') < 0.1 || el.closest('g.edge') !== null
+            || !/[zZ]/.test(el.getAttribute('d') || 'z');  // an open path has no inside: a line (error bars, whiskers)
+    };
+    const screenPoints = el => {  // points along a line, in page pixels (every ~2 px)
+        const m = el.getScreenCTM();
+        if (!m) return [];
+        const at = (x, y) => ({x: m.a * x + m.c * y + m.e, y: m.b * x + m.d * y + m.f});
+        const pts = [];
+        const seg = (x0, y0, x1, y1) => {
+            const a = at(x0, y0), b = at(x1, y1);
+            const n = Math.max(1, Math.ceil(Math.hypot(b.x - a.x, b.y - a.y) / 2));
+            for (let k = 0; k <= n; k++) pts.push({x: a.x + (b.x - a.x) * k / n, y: a.y + (b.y - a.y) * k / n});
+        };
+        if (el.tagName === 'line') {
+            seg(el.x1.baseVal.value, el.y1.baseVal.value, el.x2.baseVal.value, el.y2.baseVal.value);
+        } else if (el.tagName === 'polyline') {
+            const p = [...el.points];
+            for (let k = 1; k < p.length; k++) seg(p[k - 1].x, p[k - 1].y, p[k].x, p[k].y);
+        } else {
+            const len = el.getTotalLength();
+            const n = Math.min(3000, Math.max(2, Math.ceil(len / 1.5)));
+            for (let k = 0; k <= n; k++) { const q = el.getPointAtLength(len * k / n); pts.push(at(q.x, q.y)); }
+        }
+        return pts;
+    };
+    const rootSvg = el => { let s = el.ownerSVGElement; while (s && s.parentElement && s.parentElement.closest('svg')) s = s.parentElement.closest('svg'); return s; };
+    const clipBox = (el, out) => {  // where a text can be seen: its figure, its clip paths, clipping boxes
+        const svg = rootSvg(el);
+        let b = svg.getBoundingClientRect();
+        b = {left: b.left, right: b.right, top: b.top, bottom: b.bottom};
+        const cut = r => { b = {left: Math.max(b.left, r.left), right: Math.min(b.right, r.right),
+                                top: Math.max(b.top, r.top), bottom: Math.min(b.bottom, r.bottom)}; };
+        for (let a = el; a && a !== svg; a = a.parentElement) {
+            const ref = a.getAttribute && a.getAttribute('clip-path');
+            const id = ref && (ref.match(/url\\(["']?#([^"')]+)["']?\\)/) || [])[1];
+            const cp = id && (svg.ownerDocument.getElementById(id));
+            const shape = cp && cp.querySelector('rect, path, polygon, circle');
+            const m = a.getScreenCTM && a.getScreenCTM();
+            if (shape && m && shape.getBBox) {
+                const bb = shape.getBBox();
+                const xs = [bb.x, bb.x + bb.width].map(x => [bb.y, bb.y + bb.height].map(y => m.a * x + m.c * y + m.e)).flat();
+                const ys = [bb.x, bb.x + bb.width].map(x => [bb.y, bb.y + bb.height].map(y => m.b * x + m.d * y + m.f)).flat();
+                cut({left: Math.min(...xs), right: Math.max(...xs), top: Math.min(...ys), bottom: Math.max(...ys)});
+            }
+        }
+        for (let a = svg.parentElement; a && a !== out.parentElement; a = a.parentElement) {
+            const st = getComputedStyle(a);
+            if (st.overflowX !== 'visible' || st.overflowY !== 'visible') cut(a.getBoundingClientRect());
+        }
+        return b;
+    };
+    cells.forEach((cell, index) => {
+        cell.querySelectorAll('.jp-OutputArea-output').forEach(out => {
+            if (out.getBoundingClientRect().width === 0) return;
+            const texts = [...out.querySelectorAll('svg text')].filter(t => t.textContent.trim() && visible(t)
+                && !(t.parentElement.closest('text')));
+            // 1. text crossed by a drawn line or arrow
+            const boxes = texts.map(t => ({t, b: inkBox(t.getBoundingClientRect())})).filter(x => x.b.right > x.b.left && x.b.bottom > x.b.top);
+            const crossed = new Set();
+            out.querySelectorAll('svg line, svg polyline, svg path').forEach(el => {
+                if (!boxes.length || !visible(el) || !isLine(el)) return;
+                const r = el.getBoundingClientRect();
+                const near = boxes.filter(x => !crossed.has(x.t) && meets(x.b, {left: r.left - 1, right: r.right + 1, top: r.top - 1, bottom: r.bottom + 1}));
+                if (!near.length) return;
+                const pts = screenPoints(el);
+                near.forEach(x => {
+                    if (pts.some(p => inside(p, x.b))) {
+                        crossed.add(x.t);
+                        found.push({kind: 'crossed-text', cell: index, element: (el.closest('.js-plotly-plot') ? 'plotly' : 'svg') + ' ' + el.tagName,
+                                    text: clip(x.t.textContent)});
+                    }
+                });
+            });
+            // 2. text clipped by the edge of its figure (or a clip path, or a box that hides overflow)
+            texts.forEach(t => {
+                const b = inkBox(t.getBoundingClientRect()), c = clipBox(t, out);
+                const cut = Math.max(c.left - b.left, b.right - c.right, c.top - b.top, b.bottom - c.bottom);
+                if (cut > 1.5)
+                    found.push({kind: 'clipped-text', cell: index, element: t.closest('.js-plotly-plot') ? 'plotly text' : 'svg text',
+                                px: Math.round(cut), text: clip(t.textContent)});
+            });
+            // 3. a step counter shown more than once in one output
+            const counter = /\\bstep\\s+\\d+\\s*(\\/|of)\\s*\\d+/gi;
+            const runs = new Map();  // the text of each block (or SVG <text>), inline parts joined
+            const walker = document.createTreeWalker(out, NodeFilter.SHOW_TEXT);
+            for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+                let host = n.parentElement.closest('text');
+                if (!host) {
+                    host = n.parentElement;
+                    while (host !== out && /^inline/.test(getComputedStyle(host).display)) host = host.parentElement;
+                }
+                if (!visible(n.parentElement)) continue;
+                runs.set(host, (runs.get(host) || '') + n.textContent);
+            }
+            const shown = [...runs.values()].map(t => t.match(counter) || []).flat();
+            if (shown.length > 1)
+                found.push({kind: 'step-counter', cell: index, element: 'output', count: shown.length, text: shown.join(' | ')});
+            // 4. a legend entry whose colours are drawn nowhere in its figure
+            // (JupyterLab's output is the plot.) A stepper's or an animation's legend lists every holder of
+            // the whole run, so that it never jumps between frames: only static figures are checked.
+            [out, ...out.querySelectorAll('.js-plotly-plot')].filter(el => el.matches('.js-plotly-plot')
+                && !el.closest('.kvlab-stepper') && !el.querySelector('.slider-container, .updatemenu-container')).forEach(plot => {
+                const drawn = new Set();
+                plot.querySelectorAll('.main-svg path, .main-svg rect, .main-svg line').forEach(el => {
+                    if (el.closest('.legend, .hoverlayer, .bg, .modebar, defs, clipPath') || !visible(el)) return;
+                    const st = getComputedStyle(el);
+                    if (colour(st.fill) && parseFloat(st.fillOpacity || '1') > 0.05) drawn.add(colour(st.fill));
+                    if (colour(st.stroke) && parseFloat(st.strokeWidth || '0') > 0) drawn.add(colour(st.stroke));
+                });
+                plot.querySelectorAll('.legend .traces').forEach(item => {
+                    const cols = new Set();
+                    item.querySelectorAll('.legendpoints path, .legendlines path, .legendfill path, .legendsymbols path').forEach(el => {
+                        const st = getComputedStyle(el);
+                        if (colour(st.fill) && parseFloat(st.fillOpacity || '1') > 0.05) cols.add(colour(st.fill));
+                        if (colour(st.stroke) && parseFloat(st.strokeWidth || '0') > 0) cols.add(colour(st.stroke));
+                    });
+                    cols.delete(WHITE);
+                    const missing = [...cols].filter(c => !drawn.has(c));
+                    if (cols.size && missing.length)
+                        found.push({kind: 'legend-undrawn', cell: index, element: 'plotly legend',
+                                    text: clip(item.querySelector('.legendtext')?.textContent || '?') + ' (' + missing.join(' ') + ')'});
+                });
+            });
+            // 5. a control and what it changes on one screen
+            const top = [...out.querySelectorAll('.jupyter-widgets')].filter(w => !w.parentElement.closest('.jupyter-widgets'));
+            top.forEach(w => {
+                const parts = [...w.querySelectorAll('input, button, select, .js-plotly-plot, svg, img, canvas')]
+                    .filter(el => visible(el) && !(el.tagName === 'svg' && el.parentElement.closest('svg, .js-plotly-plot, button')));
+                if (!parts.some(el => /INPUT|BUTTON|SELECT/.test(el.tagName))) return;
+                const rs = parts.map(el => el.getBoundingClientRect());
+                const span = Math.max(...rs.map(r => r.bottom)) - Math.min(...rs.map(r => r.top));
+                if (span > windowPx + 0.5)
+                    found.push({kind: 'tall-control', cell: index, element: (w.className.match(/kvlab-[\\w-]+/) || ['widget'])[0],
+                                content_px: Math.round(span), area_px: windowPx});
+            });
+        });
+    });
+    return found;
+}"""
+
+
 def layout_report(page, lesson: str, classroom: bool) -> list[dict]:
-    """What does not fit in the page as it is now: one dict per output wider than its output
-    area (``kind='overflow'``: element, ``content_px``, ``area_px``) and per group of visible
-    text in outputs under 12 px (16 px in classroom mode) (``kind='small-text'``: element,
-    ``px``, how many, the first text). ``cell`` is the cell's index in ``notebooks/<lesson>``
-    (the inserted classroom cell is not counted). Call :func:`page_chunks` first."""
-    raw = page.evaluate(_LAYOUT_JS, [MIN_TEXT_PX[classroom]])
+    """What a student would trip over in the page as it is now, one dict per problem (same
+    ``kind``, cell and element grouped, with ``count`` and up to five ``examples`` of its text):
+
+    - ``overflow``: an output wider than its output area (``content_px``, ``area_px``);
+    - ``small-text``: visible text in outputs under 12 px (16 px in classroom mode) (``px``);
+    - ``crossed-text``: SVG or plotly text whose letters a drawn line or arrow runs through
+      (graphviz edges, plotly lines, error bars and shapes; not grids, axes, boxes or bars);
+    - ``clipped-text``: SVG or plotly text cut by the edge of its figure, a clip path (plotly's
+      plot area) or a box that hides overflow (``px``: how much is cut);
+    - ``step-counter``: "step k / N" shown more than once in one output (``count``);
+    - ``legend-undrawn``: a plotly legend entry whose colour nothing in its figure is drawn in (static
+      figures only: a stepper's or an animation's legend covers its whole run);
+    - ``tall-control``: a widget whose controls and figures span more than the visible notebook
+      (``content_px`` against ``area_px``, about 599 px in classroom mode at 1280x720): a
+      teacher who moves the control cannot see what it changes.
+
+    ``cell`` is the cell's index in ``notebooks/<lesson>`` (the inserted classroom cell is not
+    counted). Call :func:`page_chunks` first."""
+    window = page.evaluate(f"() => {_SCROLLER}?.clientHeight || window.innerHeight")
+    raw = page.evaluate(_LAYOUT_JS, [MIN_TEXT_PX[classroom]]) + page.evaluate(_PICTURE_JS, [window])
     mode = "classroom" if classroom else "normal"
     first_code = _first_code_index(lesson)
     grouped: dict[tuple, dict] = {}
@@ -376,11 +560,14 @@ def layout_report(page, lesson: str, classroom: bool) -> list[dict]:
             cell = "classroom"  # the inserted viz.classroom(True) cell
         elif classroom and cell > first_code:
             cell -= 1
-        key = (item["kind"], cell, item["element"], item.get("px"), item.get("content_px"))
-        if key in grouped:
-            grouped[key]["count"] += 1
-            continue
-        grouped[key] = {"lesson": lesson, "mode": mode, **item, "cell": cell, "count": 1}
+        key = (item["kind"], cell, item["element"], item.get("px") if item["kind"] == "small-text" else None,
+               item.get("content_px"))
+        if key not in grouped:
+            grouped[key] = {"lesson": lesson, "mode": mode, **item, "cell": cell, "count": 0, "examples": []}
+        entry = grouped[key]
+        entry["count"] += item.get("count", 1)
+        if item.get("text") and item["text"] not in entry["examples"] and len(entry["examples"]) < 5:
+            entry["examples"].append(item["text"])
     return list(grouped.values())
 
 
@@ -390,13 +577,24 @@ def _first_code_index(lesson: str) -> int:
     return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
 
 
+_SAYS = {  # kind -> what one line of the report says after "where: "
+    "small-text": "{count} text(s) at {px} px, e.g. {said}",
+    "tall-control": "controls and figures span {content_px} px, {area_px} px on screen",
+    "step-counter": "the step counter shown {count} times: {said}",
+    "clipped-text": "{count} text(s) cut by the figure's edge (up to {px} px): {said}",
+    "crossed-text": "{count} text(s) crossed by a line or arrow: {said}",
+    "legend-undrawn": "{count} legend entr(ies) with nothing drawn in their colour: {said}",
+}
+
+
 def format_report(entries: list[dict]) -> str:
     """One line per entry, for an assertion message or a terminal."""
     lines = []
     for e in entries:
         where = f"{e['lesson']} {e['mode']} cell {e['cell']}: {e['element']}"
+        said = ", ".join(repr(t) for t in e.get("examples", [])) or repr(e.get("text", ""))
         if e["kind"] == "overflow":
             lines.append(f"{where} is {e['content_px']} px wide in a {e['area_px']} px output area")
         else:
-            lines.append(f"{where}: {e['count']} text(s) at {e['px']} px, e.g. {e['text']!r}")
+            lines.append(f"{where}: " + _SAYS.get(e["kind"], e["kind"] + ": {count}: {said}").format(**{**e, "said": said}))
     return "\n".join(lines)

@@ -9,6 +9,9 @@ the other, each kernel shut down after its run:
   Cells, no cell shows an error, plotly figures and widgets render, and the layout check finds
   nothing: no output wider than its output area, no visible text in an output under 12 px
   (16 px in classroom mode) (SVG and plotly text, HTML tables, widget labels, printed text).
+  The picture checks (text crossed by a line or cut by its figure's edge, a step counter shown
+  twice, a legend entry drawn nowhere, a control and its figure taller than the screen) warn;
+  with KVLAB_PICTURES_STRICT=1 they fail.
   Every finding goes to tests/_artifacts/browser_layout.json as well as into the failure.
 - lesson 04 in classroom mode: the widget controls are larger, the translation widget's position
   slider, moved to 4 (L1 -> P7) and back to 9, shows L2, offset 1 and P1, and the memory-map
@@ -32,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -84,14 +88,27 @@ def _log_layout(entries: list[dict]) -> None:
     LAYOUT_LOG.write_text(json.dumps(old + entries, indent=1, ensure_ascii=False))
 
 
+FIT_KINDS = ("overflow", "small-text")  # always a failure
+# The picture checks of issue 28 (crossed-text, clipped-text, step-counter, legend-undrawn,
+# tall-control) are logged and reported as warnings; with KVLAB_PICTURES_STRICT=1 they fail too
+# (the default once every lesson passes them).
+PICTURES_STRICT = os.environ.get("KVLAB_PICTURES_STRICT") == "1"
+
+
 def _assert_fits(page, name: str, classroom: bool) -> None:
     """Scroll the whole lesson (plotly draws figures in view), then: nothing wider than its
-    output area, no text under the minimum."""
+    output area, no text under the minimum; the picture checks warn (or, strict, fail)."""
     page_chunks(page)
     entries = layout_report(page, name[:2], classroom)
     _log_layout(entries)
     mode = "classroom mode at 1280x720" if classroom else "1500x1000"
-    assert not entries, f"lesson {name[:2]} ({mode}): outputs that do not fit or text too small:\n" + format_report(entries)
+    fit = [e for e in entries if e["kind"] in FIT_KINDS]
+    pictures = [e for e in entries if e["kind"] not in FIT_KINDS]
+    assert not fit, f"lesson {name[:2]} ({mode}): outputs that do not fit or text too small:\n" + format_report(fit)
+    if pictures and PICTURES_STRICT:
+        pytest.fail(f"lesson {name[:2]} ({mode}): pictures a student trips over:\n" + format_report(pictures))
+    if pictures:
+        warnings.warn(f"lesson {name[:2]} ({mode}): pictures a student trips over:\n" + format_report(pictures))
 
 
 @contextmanager

@@ -92,7 +92,18 @@ def test_widget_send_and_clear(bundled):
     send = next(w for w in row.children if "kvlab-chat-send" in w._dom_classes)
     clear = next(w for w in row.children if "kvlab-chat-clear-the-cache" in w._dom_classes)
     text.value = "And json?"
+    seen = []
+    ask = s.ask
+
+    def watched_ask(q):  # issue 28 [8]: the chat showed nothing while it computed (3-4 s a turn)
+        caption_now = next(w for w in box.children if "kvlab-control-caption" in w._dom_classes).value
+        seen.append((caption_now, send.disabled))
+        return ask(q)
+
+    s.ask = watched_ask
     send.click()
+    assert seen and seen[0][0].startswith("computing the reply to") and seen[0][1] is True, seen
+    assert not send.disabled
     assert len(s.turns) == 2 and text.value == ""
     caption = next(w for w in box.children if "kvlab-control-caption" in w._dom_classes)
     assert caption.value.startswith("T2: ") and re.search(r"\d+ matched in the tree", caption.value)

@@ -23,6 +23,8 @@ def test_compare_bars_show_published_beside_simulated_with_intervals(small):
     assert list(simd.y) == pytest.approx([r.simulated for r in fig13.rows[:4]])
     assert "simulated" in fig.layout.title.text and "Fig. 13, p. 10" in fig.layout.title.text
     assert all(e >= 0 for e in simd.error_y.array) and "2 seeds" in simd.name
+    # issue 28 [6]: the simulated value sat outside the bar's top, under its error bar's whisker
+    assert simd.textposition == "inside" and simd.insidetextanchor == "start"
 
 
 def test_memory_breakdown_bars_stack_the_papers_four_categories(small):
@@ -49,6 +51,8 @@ def test_timeline_and_buddy_figures():
     fig = plots.memory_timeline_figure(res)
     names = [t.name for t in fig.data]
     assert "token states" in names and "buddy rounding" in names and names[-1] == "requests running"
+    y2 = fig.layout.yaxis2  # issue 28 [6]: synced to the % grid, "requests running" ticked 1.47, 2.95, 4.42
+    assert y2.tickmode == "linear" and y2.tick0 == 0 and isinstance(y2.dtick, int) and y2.dtick >= 1
     pol = OrcaPolicy(15_728, "orca-oracle")
     for r in sim.sharegpt(12, 2.0, seed=0):
         pol.admit(SimRequest(r))
@@ -56,6 +60,16 @@ def test_timeline_and_buddy_figures():
     free, asked, rounding = fig.data
     assert sum(free.x) + sum(asked.x) + sum(rounding.x) == 983
     assert sum(rounding.x) == pol.buddy.stats().rounding_blocks and sum(asked.x) == pol.buddy.requested_blocks
+    grey = free.marker.color  # issue 28 [6]: a request was drawn in grey, the free runs' colour
+    assert grey not in list(asked.marker.color) and "#7f7f7f" not in list(asked.marker.color)
+
+
+def test_log_ticks_give_a_short_log_axis_more_than_one_tick():
+    """Issue 28 [6]: a log axis from 1.3 to 7.9 with dtick=1 showed the single tick "10"."""
+    assert plots.log_tickvals([1.3, 7.9]) == [1, 2, 5, 10]
+    assert plots.log_tickvals([100, 2000]) == [100, 200, 500, 1000, 2000]
+    with pytest.raises(ValueError, match="positive"):
+        plots.log_tickvals([0])
 
 
 def _five_minutes(rate, policy):

@@ -129,6 +129,17 @@ def test_animation_one_frame_per_event_and_fixed_axes():
     assert [f.name for f in fig.frames] == [str(i) for i in range(1, n + 1)]
 
 
+def _polylines(trace) -> list[list[tuple[float, float]]]:
+    """A lines trace split at its None gaps: one list of (x, y) points per arrow."""
+    out, cur = [], []
+    for x, y in zip(trace.x, trace.y):
+        if x is None:
+            out, cur = out + [cur] if cur else out, []
+        else:
+            cur.append((x, y))
+    return out + [cur] if cur else out
+
+
 def test_block_tables_drawn_with_an_arrow_into_every_block():
     m = scenario()
     snap = m.snapshots[_step(m, "cow") + 1]  # R1 [0, 1], R2 [0, 2]
@@ -137,12 +148,12 @@ def test_block_tables_drawn_with_an_arrow_into_every_block():
     fig = viz.memory_map_figure(snap)
     arrows = {t.name: t for t in fig.data if t.name and t.name.endswith(" arrows")}
     assert set(arrows) == {"R1 arrows", "R2 arrows"}
-    ends = {h: [(round(x), y) for x, y in zip(t.x[1::3], t.y[1::3])] for h, t in arrows.items()}
+    ends = {h: [(round(a[-1][0]), a[-1][1]) for a in _polylines(t)] for h, t in arrows.items()}
     pool_top = g.pool_y0 - 0.42
     assert [x for x, _ in ends["R1 arrows"]] == [0, 1] and [x for x, _ in ends["R2 arrows"]] == [0, 2]
     assert all(abs(y - pool_top) < 1e-9 for e in ends.values() for _, y in e)
     # the shared P0 gets two arrows, side by side, so both holders show
-    into_p0 = sorted(t.x[1] for t in arrows.values())
+    into_p0 = sorted(_polylines(t)[0][-1][0] for t in arrows.values())
     assert into_p0[0] < 0 < into_p0[1]
     cells = next(t for t in fig.data if t.name == "table labels")
     assert list(cells.text) == ["L0→P0", "L1→P1", "L0→P0", "L1→P2"]
@@ -249,6 +260,17 @@ def test_stepper_buttons_and_slider_update_caption_and_figure():
     assert s.error is None and s._error.value == ""
     with pytest.raises(ValueError, match=str(n)):
         s.go(n)
+
+
+def test_stepper_shows_its_step_counter_once_and_says_what_play_does():
+    """Issue 28 [6][8]: the slider's "step" label and readout repeated the caption's "step k / N",
+    and the play/stop/loop buttons had no tooltips (stop goes back to step 1 without a word)."""
+    frames = [viz.Frame(None, f"frame {i}") for i in range(3)]
+    s = viz.Stepper(frames, render=lambda f: f"<p>{f.caption}</p>", static=False)
+    assert s._slider.readout is False and s._slider.description == ""
+    assert "stop: back to step 1" in s._play.tooltip and "loop" in s._play.tooltip
+    s.next()
+    assert "step 2 / 3" in s._caption.value
 
 
 def test_stepper_shows_integrity_error():
@@ -405,6 +427,66 @@ def test_red_outline_legend_says_what_it_marks():
     assert "read this iteration" in knames and "changed this step" not in knames
 
 
+def _legend_names(fig) -> set[str]:
+    return {t.name for t in fig.data if t.showlegend is not False}
+
+
+def test_static_map_legend_lists_only_what_is_drawn():
+    """Issue 28 [6]: lesson 00's static pictures listed "changed this step" (and "shared") in the
+    legend with nothing outlined red (or shared) in the figure."""
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.add_sequence("R1", 6)
+    names = _legend_names(viz.memory_map_figure(m.snapshot()))
+    assert "changed this step" not in names and "shared (xN = ref count)" not in names and "R1" in names
+    m.fork("R1", "R2")
+    names = _legend_names(viz.memory_map_figure(m.snapshot(), highlight=[0]))
+    assert {"changed this step", "shared (xN = ref count)"} <= names
+
+
+def _cells(fig) -> list[tuple[float, float, float, float]]:
+    """The table cells' boxes (x0, x1, y0, y1), from the figure's "tables" bar trace."""
+    bar = next(t for t in fig.data if t.name == "tables")
+    h = bar.width / 2
+    return [(b, b + w, y - h, y + h) for b, w, y in zip(bar.base, bar.x, bar.y)]
+
+
+def _pool_cells(fig) -> list[tuple[float, float, float, float]]:
+    """The pool's block boxes (x0, x1, y0, y1), from its bar trace (the first, one bar per block)."""
+    bar = fig.data[0]
+    h = bar.width / 2
+    return [(b, b + w, y - h, y + h) for b, w, y in zip(bar.base, bar.x, bar.y)]
+
+
+def test_table_arrows_run_through_no_other_cell():
+    """Issue 28 [6]: an arrow from R1's table ran straight down through the labels of R2's and
+    R1-sample2's cells (lesson 00 cells 9 and 12). Routed between the columns, an arrow enters
+    no cell but the one it starts from."""
+    m = BlockManager(num_blocks=12, block_size=4)
+    m.add_sequence("R1", 10)
+    m.add_sequence("R2", 5)
+    m.fork("R1", "R1-sample2")
+    m.add_sequence("R3", 17)  # into the pool's second row (cols=4): past the first row's labels
+    fig = viz.memory_map_figure(m.snapshot(), cols=4)
+    cells = _cells(fig) + _pool_cells(fig)
+    assert len(cells) == 13 + 12
+    crossings = []
+    for t in fig.data:
+        if not t.name.endswith(" arrows"):
+            continue
+        pts = list(zip(t.x, t.y))
+        for (xa, ya), (xb, yb) in zip(pts, pts[1:]):
+            if xa is None or xb is None:
+                continue
+            start = next(c for c in cells if c[0] < xa < c[1] and c[2] < ya - 1e-6 < c[3]) if ya == pts[0][1] else None
+            for k in range(101):
+                x, y = xa + (xb - xa) * k / 100, ya + (yb - ya) * k / 100
+                hit = [c for c in cells if c[0] < x < c[1] and c[2] < y < c[3] and c != start]
+                if hit:
+                    crossings.append((t.name, round(x, 2), round(y, 2)))
+                    break
+    assert not crossings, crossings
+
+
 def test_animation_shows_its_step_counter_once():
     """The slider repeated the subtitle's "step k / N" (the rubric: the step counter appears once)."""
     m = scenario()
@@ -413,3 +495,17 @@ def test_animation_shows_its_step_counter_once():
     assert fig.layout.title.subtitle.text.startswith("step 1 / ")
     cfig = viz.animate_compare(viz.run_compare(viz.notes_trace()))
     assert cfig.layout.sliders[0].currentvalue.visible is False
+
+
+def test_classroom_cells_never_wider_than_the_output_allows():
+    """The projector's height budget may narrow a block, never widen it past what the output's
+    width gives (12 a row at 850 px: 'L0→P0' spilled over its cell in lesson 00)."""
+    m = BlockManager(num_blocks=12, block_size=4)
+    m.add_sequence("R2", 16)
+    viz.classroom(True)
+    try:
+        th = viz.theme()
+        g = viz.map_geometry(viz.grid_layout(12), [m.snapshot()])
+    finally:
+        viz.classroom(False)
+    assert g.cell_px <= (th.grid_width - g.margin[0] - g.margin[1]) / 12 + 1e-9

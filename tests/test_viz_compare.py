@@ -64,7 +64,7 @@ def test_figure_and_animation_fixed_axes():
         assert list(fr.layout.yaxis2.range) == list(fig.layout.yaxis2.range)
         assert list(fr.layout.yaxis3.range) == list(fig.layout.yaxis3.range)
     assert list(fig.frames[3].data[2].y) == [24, 0, 8, 16]
-    assert "bytes copied on growth: 0" in fig.frames[0].layout.title.subtitle.text
+    assert "token slots copied on growth: 0" in fig.frames[0].layout.title.subtitle.text
 
 
 def test_stepper_and_errors():
@@ -100,7 +100,7 @@ def test_stepper_states_its_caption_once():
     s = viz.compare_stepper(static=False)
     s.go(3)
     sub = s.render(s.frame).layout.title.subtitle.text
-    assert s.caption in s._caption.value and s.caption not in sub and "bytes copied on growth" in sub
+    assert s.caption in s._caption.value and s.caption not in sub and "token slots copied on growth" in sub
     step = viz.run_compare(viz.notes_trace())[3]
     assert viz.compare_figure(step).layout.title.subtitle.text.startswith(step.caption)
 
@@ -114,3 +114,25 @@ def test_classroom_compare_takes_the_output_width():
     finally:
         viz.classroom(False)
     assert viz.compare_figure(viz.run_compare(viz.notes_trace())[-1]).layout.width == viz.theme().grid_width + 40
+
+
+def test_block_size_1_keeps_the_row_and_labels_each_run_once():
+    """Issue 28 [6]: at block size 1 (the policy widget's minimum) the paged map wrapped into rows
+    of 12 slots with a label on every slot, printed over each other and cut at the edge."""
+    from kvlab.viz.policy_widget import policy_state
+    from kvlab.viz.compare import compare_data
+
+    one, four = (compare_data(policy_state("max", "notes", bs)["steps"][-1]) for bs in (1, 4))
+    assert one["cols"] == four["cols"] == 48
+    labels = [t for t in one["paged_label"] if t]
+    assert len(labels) == len(set(labels)) <= 6, labels  # one label where each run of a table starts
+
+
+def test_a_request_is_never_drawn_in_a_tint_of_another():
+    """Issue 28 [6]: lesson 03 drew D' in light cyan, which reads as C's "reserved" tint."""
+    from kvlab.viz.policy_widget import policy_state
+    from kvlab.viz.compare import compare_data
+    from kvlab.viz.palette import STRONG_COLORS
+
+    d = compare_data(policy_state("max", "notes", 4)["steps"][-1])
+    assert set(d["legend"].values()) <= set(STRONG_COLORS), d["legend"]

@@ -158,3 +158,12 @@ def test_the_legend_lists_the_red_outline_only_when_a_step_is_shown():
     names = lambda fig: [t.name for t in fig.data if t.x == (None,)]  # noqa: E731
     assert "read this iteration" not in names(viz.kernel_access_figure(snap, "R1"))
     assert "read this iteration" in names(viz.kernel_access_figure(snap, "R1", iteration=1))
+
+
+def test_title_says_which_programs_got_no_tile():
+    """Issue 28 [7]: lesson 05's title said "4 programs, one colour each" while 3 were drawn (the
+    fourth got no tile: ceil(5 tiles / 4) = 2 a program, so programs 0-2 read and 3 idles)."""
+    m = scattered()
+    title = viz.kernel_access_figure(m.snapshot(), "R1", num_splits=4).layout.title.text
+    assert "4 programs (1 with no tile to read)" in title, title
+    assert "no tile" not in viz.kernel_access_figure(m.snapshot(), "R1", num_splits=2).layout.title.text

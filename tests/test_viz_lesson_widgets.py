@@ -60,6 +60,25 @@ def test_thesis_table_menu_switches_tables_and_clamps_the_position():
         viz.thesis_state(table="R3")
 
 
+def test_thesis_in_classroom_mode_shows_one_picture_under_the_controls():
+    """Issue 28 [5]: on a projector the widget was 1,234 px tall: a teacher moving the slider
+    could not see the translation, nor the tree when ticking the box. In classroom mode a
+    switch shows one picture at a time, right under the controls, the sentences after it."""
+    viz.classroom(True)
+    try:
+        w = viz.ThesisWidget(static=False)
+    finally:
+        viz.classroom(False)
+    kids = list(w.widget.children)
+    assert kids.index(w._fig) < kids.index(w._text) and kids.index(w._tree) < kids.index(w._text)
+    assert w._fig.layout.display is None and w._tree.layout.display == "none"
+    w._view.value = "the radix tree"
+    assert w._fig.layout.display == "none" and w._tree.layout.display is None
+    w._shared.value = False  # the tree still follows the checkbox
+    assert "matches none of them" in w._text.value
+    assert viz.ThesisWidget(static=False)._view is None  # normal mode: both pictures, as before
+
+
 def test_thesis_static_mode_has_the_same_state():
     w = viz.ThesisWidget(static=True)
     assert w.widget is None
@@ -104,6 +123,34 @@ def test_cost_figure_is_log_log_so_the_cached_line_is_visible():
     assert w2.state["model"] == "bundled"
     with pytest.raises(ValueError, match="context must be"):
         viz.cost_state(models, "bundled", 0)
+
+
+def test_cost_estimate_never_extrapolates_below_the_first_timed_context():
+    """Issue 28 [7]: lesson 01's widget printed "about -2 ms against 1.2 ms per step" at 16 tokens:
+    a fitted line with a negative intercept used below the shortest context it was fitted to."""
+    model, _ = _bundled_costs()
+    m = viz.CostModel(model.flops_per_token, (-2.5, 0.03), (0.4, 0.001), measured_from=32)
+    low = viz.cost_state({"m": m}, "m", 16)
+    assert low["naive_ms"] is None and low["cached_ms"] is None
+    assert "-" not in low["sentence"].split("less work.")[1] and "32 tokens" in low["sentence"]
+    at = viz.cost_state({"m": m}, "m", 64)
+    assert at["naive_ms"] == pytest.approx(-2.5 + 0.03 * 64) and "estimated" in at["sentence"]
+    with pytest.raises(ValueError, match="measured_from"):
+        viz.CostModel(model.flops_per_token, (1.0, 0.1), measured_from=0)
+
+
+def test_cost_figure_keeps_its_value_labels_inside_the_plot():
+    """Issue 28 [6]: at 16 tokens the marked value's label ran off the plot's left edge ("LOPs"),
+    and at 32,768 the top label off its top edge: labels point into the plot, the axis has room."""
+    _model, models = _bundled_costs()
+    for context, side in ((16, "right"), (32768, "left")):
+        fig = viz.cost_figure(viz.cost_state(models, "bundled", context))
+        labels = [t for t in fig.data if t.mode == "markers+text"]
+        assert labels and all(t.textposition.endswith(side) for t in labels), [t.textposition for t in labels]
+        lo, hi = fig.layout.yaxis.range  # log10 units: half a decade of room beyond both curves
+        s = viz.cost_state(models, "bundled", context)
+        import math
+        assert lo <= math.log10(min(s["cached"])) - 0.5 and hi >= math.log10(max(s["naive"])) + 0.5
 
 
 # ------------------------------------------------------------------ lesson 02: what fits
@@ -161,3 +208,18 @@ def test_policy_widget_menus_rerun_the_trace():
         viz.policy_state("best")
     labels = [label for label, _ in w._controls["policy"].options]
     assert all(" " in lab for lab in labels)  # words, not the policy ids
+
+
+def test_policy_widget_on_a_projector_puts_the_figure_right_under_its_controls():
+    """Issue 28 [5]: in classroom mode the widget was 982 px tall, the sentence between the
+    controls and the figure; now the controls sit side by side, the figure under them, then the
+    sentence, and the figure is short enough for one 599 px screen with the controls."""
+    viz.classroom(True)
+    try:
+        w = viz.PolicyWidget(static=False)
+        height = _spec(w._out)["layout"]["height"]
+    finally:
+        viz.classroom(False)
+    kids = list(w.widget.children)
+    assert kids.index(w._out) < kids.index(w._text)
+    assert height <= 520, height

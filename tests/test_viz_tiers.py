@@ -95,6 +95,25 @@ def test_tree_coloured_by_tier_matches_the_pools(run):
     assert st.error is None
 
 
+def test_tree_levels_leave_room_between_boxes_in_classroom_mode(run):
+    """Issue 28 [6]: in classroom mode lesson 10's tree boxes (4 x 18 px) were taller than a
+    level of the tree (66 px), so [A], [B] and [D] ran into each other."""
+    import kvlab.viz as viz
+
+    _cm, rec, spans = run
+    tree, snap = rec.trees[-1], rec.snapshots[-1]
+    for on in (False, True):
+        viz.classroom(on)
+        try:
+            fig = V.tier_tree_figure(tree, snap, V.majority_labels(tree, spans))
+        finally:
+            viz.classroom(False)
+        lay = fig.layout
+        lo, hi = lay.yaxis.range
+        level_px = (lay.height - lay.margin.t - lay.margin.b) / (hi - lo)  # one level of the tree, in px
+        assert fig.data[1].marker.size < level_px, (on, fig.data[1].marker.size, level_px)
+
+
 def test_tier_controls_answer_for_every_ratio_and_policy_in_under_a_second():
     import time
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-__all__ = ["compare_bars", "memory_breakdown_bars", "batch_vs_rate_figure", "memory_timeline_figure",
+__all__ = ["compare_bars", "log_tickvals", "memory_breakdown_bars", "batch_vs_rate_figure", "memory_timeline_figure",
            "buddy_layout_figure", "RateWidget", "COLORS", "SYSTEM_COLORS"]
 
 # the memory categories (Fig. 2's colours: states green, reservation amber, waste red shades, free grey)
@@ -77,9 +77,10 @@ def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None,
     fmt = "%{y:.1f}%" if percent else "%{y:.2f}"
     fig = go.Figure([
         go.Bar(name="published", x=x, y=pub, marker_color="#bdbdbd", texttemplate=fmt, textposition="outside"),
+        # the label inside the bar, at its foot: outside, it sat under the error bar's whisker (issue 28)
         go.Bar(name=f"simulated (mean of {n} seeds, 95% interval)", x=x, y=sim, marker_color="#1f77b4",
                error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo), texttemplate=fmt,
-               textposition="outside")])
+               textposition="inside", insidetextanchor="start", textfont=dict(color="#ffffff"))])
     if spread is not None:
         if len(spread) != len(picked):
             raise ValueError(f"spread has {len(spread)} ranges for {len(picked)} bars")
@@ -156,6 +157,11 @@ def batch_vs_rate_figure(rows: Sequence[dict], theme: Any = None, published: dic
                    legend=dict(orientation="h", y=-0.2))
 
 
+def _whole_step(top: float, ticks: int = 5) -> int:
+    """A whole-number tick step giving about ``ticks`` ticks up to ``top``. Example: ``_whole_step(7.4) -> 2``."""
+    return max(1, math.ceil(top / ticks))
+
+
 def memory_timeline_figure(res: Any, theme: Any = None, title: str | None = None) -> Any:
     """Where the budget is during one run (stacked areas over simulated time) and the requests
     running (a line on the right axis), from ``SimResult.timeline_rows()``."""
@@ -171,8 +177,29 @@ def memory_timeline_figure(res: Any, theme: Any = None, title: str | None = None
                              line=dict(color="#000000", width=1.5)))
     return _layout(fig, title or f"{res.policy}: KV memory over one run (simulated)", theme, height=400,
                    xaxis_title="simulated time (s)", yaxis=dict(title="share of the budget (%)", range=[0, 100]),
-                   yaxis2=dict(title="requests running", overlaying="y", side="right", rangemode="tozero"),
+                   yaxis2=dict(title="requests running", overlaying="y", side="right", rangemode="tozero",
+                               tickmode="linear", tick0=0, dtick=_whole_step(max((r["running"] for r in rows), default=1)),
+                               showgrid=False),  # whole requests (synced to the % grid it ticked 1.47, 2.95)
                    legend=dict(orientation="h", y=-0.25))
+
+
+def log_tickvals(values: Sequence[float]) -> list[float]:
+    """Ticks at 1, 2 and 5 times the powers of ten from below the smallest value to above the
+    largest, for a log axis that spans less than a few decades (``dtick=1`` gives such an axis a
+    single tick). Example: ``log_tickvals([1.3, 7.9]) -> [1, 2, 5, 10]``."""
+    vals = [v for v in values if v and v > 0]
+    if not vals:
+        raise ValueError(f"log_tickvals needs a positive value, got {list(values)!r}")
+    lo, hi = min(vals), max(vals)
+    out, e = [], math.floor(math.log10(lo))
+    while True:
+        for m in (1, 2, 5):
+            t = m * 10 ** e
+            if t > hi:
+                return [*out, t] if not out or out[-1] < hi else out
+            if t * (2.5 if m == 2 else 2) > lo:
+                out.append(int(t) if t >= 1 else t)
+        e += 1
 
 
 def buddy_layout_figure(buddy: Any, theme: Any = None, title: str = "A buddy allocator's runs (simulated)") -> Any:
@@ -183,7 +210,8 @@ def buddy_layout_figure(buddy: Any, theme: Any = None, title: str = "A buddy all
 
     layout = buddy.layout()
     owners = sorted({o for _, _, o, _ in layout if o is not None})
-    palette = ["#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#7f7f7f", "#1f77b4"]
+    # no grey among them: grey is the free runs (issue 28: a request was drawn grey); no red: the rounding
+    palette = ["#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#1f77b4", "#ffbb78"]
     color = {o: palette[i % len(palette)] for i, o in enumerate(owners)}
     free = [(s, n) for s, n, o, _ in layout if o is None]
     used = [(s, r, o) for s, _, o, r in layout if o is not None]

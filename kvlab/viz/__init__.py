@@ -102,6 +102,7 @@ from .thesis_widget import ThesisWidget, thesis_state  # lesson 00
 from .control import LiveControl
 from .chat_demo import chat_demo
 from .eviction_view import HitRateControl
+from .page_size_control import PageSizeControl  # lesson 07
 from .sharing_view import SharingControl
 from .shuffle_view import ShuffleControl
 from .tier_view import TierRecorder, animate_tiers, lifecycle_graph, tier_map_figure, tier_stepper  # lesson 10
@@ -123,7 +124,7 @@ __all__ = [
     "memory_map_figure", "memory_map_stepper", "pool_snapshot",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "TREE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
-    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "SharingControl", "ShuffleControl",
+    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "PageSizeControl", "SharingControl", "ShuffleControl",
     "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
     "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
     "TranslationWidget", "chain_rows", "parse_block_table", "token_labels", "translation_chain", "translation_figure",

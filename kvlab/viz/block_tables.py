@@ -3,8 +3,9 @@
 The memory map (:mod:`kvlab.viz.memory_map`) draws the physical blocks. This module adds what
 points into them, as the translation widget draws one table: a row per holder (a sequence's block
 table, or the radix tree's blocks as the holder ``"tree"``) with a cell per logical block, ``L0
-L1 ...``, and an arrow from each cell down to its physical block, so a block with ref count 2
-has two arrows and both holders are named. A copy-on-write copy is drawn as an arc from the
+L1 ...``, and an arrow from each cell down to its physical block (routed between the columns of
+the rows below, so it never runs through their labels: :func:`arrow_route`), so a block with ref
+count 2 has two arrows and both holders are named. A copy-on-write copy is drawn as an arc from the
 source block to its copy, under the pool, labelled "copy".
 
 :class:`MapGeometry` fixes where everything goes for a whole run (the holders of every frame get
@@ -34,7 +35,7 @@ from ..memory.snapshot import MemorySnapshot
 from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces, cell_label_px
 from .palette import HIGHLIGHT, holder_color, theme, tint
 
-__all__ = ["MapGeometry", "map_geometry", "table_arrows", "copy_arc", "frame_traces", "MAX_TABLE_HOLDERS"]
+__all__ = ["MapGeometry", "map_geometry", "table_arrows", "arrow_route", "copy_arc", "frame_traces", "MAX_TABLE_HOLDERS"]
 
 MAX_TABLE_HOLDERS = 8  # more holders than this: tables are not drawn (the hover still names them)
 TABLE_PITCH = 0.75  # grid units between table rows
@@ -42,6 +43,8 @@ TABLE_CELL_H = 0.56
 GAP = 1.3  # between the last table row and the pool: room for the arrows
 COPY_ROOM = 0.95  # under the pool: room for copy-on-write arcs
 ROW_STRETCH = 1.2  # px per grid unit down, relative to across: room for three lines of label in a block
+CLASSROOM_DRAWING_PX = 400  # classroom mode: the drawing's height budget (title, legend and controls come on top)
+CLASSROOM_MIN_CELL_PX = 72  # ... but a block never narrower than three lines of 16 px labels need
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,9 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
     right, top, bottom = layout.margin[1], layout.margin[2], layout.margin[3]
     cell = min((th.grid_width - left - right) / cols, 110.0 if th.high_contrast else 80.0)
     units = (pool_y0 + layout.rows + (COPY_ROOM if copies else 0.0)) if holders or copies else layout.rows
+    if th.high_contrast:  # a projector shows 599 px: keep the drawing (and a stepper's controls) on one screen
+        stretch = ROW_STRETCH if layout.show_text else 1.0
+        cell = min(cell, max(CLASSROOM_DRAWING_PX / (units * stretch), CLASSROOM_MIN_CELL_PX))  # never wider than fits
     width = int(round(cell * cols)) + left + right
     height = int(round(cell * units * (ROW_STRETCH if layout.show_text else 1.0))) + top + bottom
     legend_ids = tuple(sorted(ids | {h for h in holders if h != "tree"})) + (("tree",) if "tree" in holders else ())
@@ -154,6 +160,47 @@ def table_arrows(data: dict[str, Any], geom: MapGeometry) -> dict[str, list[tupl
             arrows.append((i, b, x0, y0 + TABLE_CELL_H / 2, x1, y1))
         out[h] = arrows
     return out
+
+
+def arrow_route(arrow: tuple[int, int, float, float, float, float], geom: MapGeometry,
+                lane_shift: float = 0.0) -> list[tuple[float, float]]:
+    """The points of one table arrow, routed so it crosses no other row's labels.
+
+    An arrow from the last table row goes straight down to its block. One from a higher row
+    steps sideways under its cell into the lane between two columns (a cell is
+    :data:`~kvlab.viz.pool_grid.CELL_W` wide, so the lanes are empty), runs down the lane past
+    the last row, then to its block: it never passes through the label of a cell below.
+    ``lane_shift`` moves the lane a little, so the lanes of two holders do not coincide.
+
+    An arrow into a lower pool row runs down the gap beside its block's column the same way.
+
+    Example (two table rows of 4 columns: row 0's cell L1 goes down the lane at x = 1.5 to P1):
+        >>> from kvlab.viz.memory_map import grid_layout
+        >>> from kvlab.memory.block_manager import BlockManager
+        >>> m = BlockManager(num_blocks=4, block_size=4)
+        >>> _ = m.add_sequence("R1", 8); _ = m.fork("R1", "R2")
+        >>> g = map_geometry(grid_layout(4), [m.snapshot()])
+        >>> [(round(x, 2), round(y, 2)) for x, y in arrow_route((1, 1, 1.0, 0.28, 1.0, g.pool_y0 - 0.42), g)]
+        [(1.0, 0.28), (1.0, 0.38), (1.5, 0.38), (1.5, 1.12), (1.0, 1.91)]
+    """
+    _i, _b, x0, y0, x1, y1 = arrow
+    last_bottom = geom.table_height - TABLE_PITCH + TABLE_CELL_H / 2  # the bottom of the last table row
+    cols = geom.layout.cols
+
+    def lane_x(x: float) -> float:  # the gap right of column x (left of it in the last column)
+        return round(x) + (0.5 if (round(x) % cols < cols - 1 or cols == 1) else -0.5) + lane_shift
+
+    if y0 >= last_bottom - 1e-9:
+        head = [(x0, y0)]
+    else:
+        mid = y0 + (TABLE_PITCH - TABLE_CELL_H) / 2  # half way to the next row
+        below = last_bottom + (TABLE_PITCH - TABLE_CELL_H) / 2
+        head = [(x0, y0), (x0, mid), (lane_x(x0), mid), (lane_x(x0), below)]
+    pool_top = geom.pool_y0 - CELL_H / 2
+    if y1 <= pool_top + 1e-9:  # a block in the pool's first row
+        return head + [(x1, y1)]
+    gap = (1 - CELL_H) / 2  # into a lower pool row: down the gap beside the target's column, then in
+    return head + [(lane_x(x1), pool_top - gap), (lane_x(x1), y1 - gap), (x1, y1 - gap), (x1, y1)]
 
 
 def copy_arc(data: dict[str, Any], geom: MapGeometry, src: int, dst: int, points: int = 13) -> tuple[list[float], list[float]]:
@@ -199,12 +246,14 @@ def _table_traces(data: dict[str, Any], colors: dict[str, str], geom: MapGeometr
                    showlegend=False, name="table labels"),
     ]
     arrows = table_arrows(data, geom)
-    for h in geom.holders:
+    n = len(geom.holders)
+    for k, h in enumerate(geom.holders):
         xs, ys, sizes = [], [], []
-        for _i, _b, x0, y0, x1, y1 in arrows[h]:
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
-            sizes += [0, 9 + 3 * th.high_contrast, 0]
+        for arrow in arrows[h]:
+            points = arrow_route(arrow, geom, lane_shift=(k - (n - 1) / 2) * min(0.03, 0.08 / max(n, 1)))
+            xs += [x for x, _ in points] + [None]
+            ys += [y for _, y in points] + [None]
+            sizes += [0] * (len(points) - 1) + [9 + 3 * th.high_contrast, 0]
         out.append(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"{h} arrows", hoverinfo="skip", showlegend=False,
                               line=dict(color=holder_color(h, colors), width=th.line_width + 0.5),
                               marker=dict(symbol="arrow", angleref="previous", size=sizes or [0],

@@ -214,11 +214,18 @@ def _build(session: ChatSession) -> _Widgets:
 
     def send(_b: Any = None) -> None:
         q = text.value
+        # A turn takes seconds on a CPU: say so at once (widget updates reach the browser as they
+        # are made), and take no second question until this one is answered.
+        caption.value = html.escape(f"computing the reply to {q!r}: prefill the part the tree does not hold, then one "
+                                    "token at a time (a few seconds on a CPU)…")
+        buttons["send"].disabled = True
         try:
             session.ask(q)
         except ValueError as e:
             show(str(e))
             return
+        finally:
+            buttons["send"].disabled = False
         text.value = ""
         show()
 

@@ -29,7 +29,7 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
 from ..memory.snapshot import MemorySnapshot
-from .palette import FREE, assign_colors, label_px, source_label, theme, tint
+from .palette import FREE, REQUEST_COLORS, STRONG_COLORS, assign_colors, label_px, source_label, theme, tint
 
 __all__ = ["notes_trace", "growth_trace", "CompareStep", "run_compare", "compare_data", "compare_figure",
            "animate_compare", "compare_stepper", "STRANDED"]
@@ -143,7 +143,7 @@ def run_compare(
                     pool.append(rid, n)
                 except OutOfBlocks:
                     ok_p, note_p = False, "paged FAILS to grow"
-            caption = f"grow {rid} by {n}" + (f": contiguous moves it, copying {copied} bytes" if copied else "")
+            caption = f"grow {rid} by {n}" + (f": contiguous moves it, copying {copied} token slots" if copied else "")
         elif kind == "finish":
             if rid in arena.requests:
                 arena.finish(rid)
@@ -189,8 +189,7 @@ def compare_data(step: CompareStep, colors: dict[str, str] | None = None, cols: 
     :data:`BAR_KINDS` order.
     """
     cap, bs = step.capacity, step.block_size
-    colors = colors if colors is not None else assign_colors(
-        [r[0] for r in step.reservations] + list(step.paged_snapshot.tables))
+    colors = colors if colors is not None else _all_colors([step])
     cols = cols or _cols(cap, bs)
     cc, cl = [FREE] * cap, [""] * cap
     for rid, start, reserved, length in step.reservations:
@@ -211,6 +210,11 @@ def compare_data(step: CompareStep, colors: dict[str, str] | None = None, cols: 
             for k in range(bs):
                 pc[b * bs + k] = colors.get(rid, "#7f7f7f") if k < filled else tint(colors.get(rid, "#7f7f7f"))
             pl[b * bs] = f"{rid} L{logical}"
+    if bs < LABEL_EVERY_BLOCK_FROM:  # "D' L8" does not fit a block of 1 or 2 slots: label where each run of a table starts
+        owner = {b * bs: (rid, logical) for rid, ids in snap.tables.items() for logical, b in enumerate(ids)}
+        for slot, (rid, logical) in owner.items():
+            if owner.get(slot - bs) == (rid, logical - 1) and slot % cols:
+                pl[slot] = ""
     side = {"contiguous": step.contiguous, "paged": step.paged}
     bars = {k: [v["token_states"], v["reserved_unused"], v["external_fragmentation"], v["free_usable"]]
             for k, v in side.items()}
@@ -231,9 +235,15 @@ def _free_ranges(step: CompareStep) -> list[tuple[int, int]]:
     return out
 
 
+LABEL_EVERY_BLOCK_FROM = 4  # block size from which every paged block gets its "R L3" label
+
+
 def _cols(capacity: int, block_size: int) -> int:
-    per_row = max(1, min(capacity // block_size, 12 if capacity <= 96 else 32))
-    return per_row * block_size
+    """Slots a row: up to 48 for a small arena whatever the block size (a whole number of
+    blocks), else 32 blocks. Example: ``_cols(48, 1) == _cols(48, 4) == 48``."""
+    if capacity <= 96:
+        return max(block_size, min(capacity, 48) // block_size * block_size)
+    return max(1, min(capacity // block_size, 32)) * block_size
 
 
 # --------------------------------------------------------------------- figures
@@ -263,8 +273,9 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
     th = theme()
     rows = d["rows"]
     map_h = max(50, rows * 34 + 10)
-    bar_h = 230 if not th.high_contrast else 300
-    top, gap = (150 if th.high_contrast else 115), 50
+    # classroom mode: the stepper's controls and this whole figure on one 599 px projector screen
+    bar_h = 230 if not th.high_contrast else 130
+    top, gap = (120 + (20 if caption else 0) if th.high_contrast else 115), (50 if not th.high_contrast else 34)
     height = top + 2 * map_h + bar_h + 3 * gap + 60
     plot_h = height - top - 40
 
@@ -277,7 +288,7 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
     ax = dict(visible=False, fixedrange=True, autorange=False)
     xr = [-0.6, d["cols"] - 0.4]
     yr = [rows - 0.5, -0.95]
-    copied = f"contiguous bytes copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
+    copied = f"contiguous token slots copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
     sub = f"{caption}<br>{copied}" if caption else copied
     return dict(
         width=None if th.autosize else th.grid_width + 40, autosize=th.autosize, height=height, template="none",
@@ -295,7 +306,7 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
         annotations=[
             dict(text="<b>contiguous</b>: one range per request", x=0, y=y1[1], xref="paper", yref="paper",
                  xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
-            dict(text=f"<b>paged</b>: blocks of {step.block_size} slots, on demand", x=0, y=y2[1], xref="paper",
+            dict(text=f"<b>paged</b>: blocks of {step.block_size} slot{'s' if step.block_size != 1 else ''}, on demand", x=0, y=y2[1], xref="paper",
                  yref="paper", xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
             dict(text="full colour: a token · tint: reserved or allocated, empty ·<br>"
                       "light grey: free · dark grey: free but stranded (external fragmentation)",
@@ -325,7 +336,7 @@ def _all_colors(steps: Sequence[CompareStep]) -> dict[str, str]:
     for s in steps:
         ids.update(r[0] for r in s.reservations)
         ids.update(s.paged_snapshot.tables)
-    return assign_colors(ids)
+    return assign_colors(ids, STRONG_COLORS if len(ids) <= len(STRONG_COLORS) else REQUEST_COLORS)  # tints mean reserved
 
 
 def animate_compare(steps: Sequence[CompareStep], title: str = "Contiguous versus paged",

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -36,12 +37,20 @@ NAIVE_COLOR, CACHED_COLOR = "#d62728", "#1f77b4"  # as lesson 01's plots
 @dataclass
 class CostModel:
     """One model's ``flops_per_token(context_len)`` and, optionally, the straight lines
-    ``(intercept_ms, ms_per_token)`` fitted to its measured naive and cached step times."""
+    ``(intercept_ms, ms_per_token)`` fitted to its measured naive and cached step times, and
+    ``measured_from``, the shortest context those times were measured at: below it the lines
+    give no estimate (a fitted line says nothing below its first point; its intercept can
+    even be negative)."""
 
     flops_per_token: Callable[[int], int]
     naive_fit: tuple[float, float] | None = None
     cached_fit: tuple[float, float] | None = None
+    measured_from: int = 1
     _cum: list[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.measured_from, bool) or not isinstance(self.measured_from, int) or self.measured_from < 1:
+            raise ValueError(f"measured_from must be an int >= 1 (the shortest context timed), got {self.measured_from!r}")
 
     def naive_step(self, context: int) -> int:
         """FLOPs of a step without a cache: all ``context`` tokens, the i-th attending to i."""
@@ -56,8 +65,9 @@ class CostModel:
         return int(self.flops_per_token(context))
 
 
-def _ms(fit: tuple[float, float] | None, context: int) -> float | None:
-    return None if fit is None else fit[0] + fit[1] * context
+def _ms(fit: tuple[float, float] | None, context: int, measured_from: int = 1) -> float | None:
+    """The fitted line at ``context``; None without a fit or below the shortest context timed."""
+    return None if fit is None or context < measured_from else fit[0] + fit[1] * context
 
 
 def _fmt(flops: float) -> str:
@@ -77,12 +87,15 @@ def cost_state(models: dict[str, CostModel], model: str, context: int) -> dict[s
         raise ValueError(f"context must be an int >= 1, got {context!r}")
     m = models[model]
     naive, cached = m.naive_step(context), m.cached_step(context)
-    n_ms, c_ms = _ms(m.naive_fit, context), _ms(m.cached_fit, context)
+    n_ms, c_ms = _ms(m.naive_fit, context, m.measured_from), _ms(m.cached_fit, context, m.measured_from)
     sentence = (f"At {context:,} tokens of context ({model}): without a cache the step runs all {context:,} tokens again, "
                 f"{_fmt(naive)}; with the cache it runs one token, {_fmt(cached)}: {naive / cached:,.0f}x less work.")
     if n_ms is not None and c_ms is not None:
         sentence += (f" On this CPU that is about {n_ms:,.0f} ms against {c_ms:,.1f} ms per step (estimated from the "
                      "lines fitted to the measured times above).")
+    elif m.naive_fit is not None and context < m.measured_from:
+        sentence += (f" No time estimate here: the steps were timed from {m.measured_from:,} tokens up, and a line "
+                     "fitted there says nothing about shorter contexts.")
     xs = list(CONTEXTS)
     return {"model": model, "context": context, "naive_flops": naive, "cached_flops": cached, "ratio": naive / cached,
             "naive_ms": n_ms, "cached_ms": c_ms, "xs": xs, "naive": [m.naive_step(x) for x in xs],
@@ -95,19 +108,26 @@ def cost_figure(state: dict[str, Any]) -> Any:
 
     th = theme()
     fig = go.Figure()
+    xs = state["xs"]
+    # Both curves rise to the right, so above-left and below-right of a point are clear of them;
+    # the label points into the plot: right of a point in the left half, left of it in the right half.
+    side = "bottom right" if state["context"] < xs[len(xs) // 2] else "top left"
     for key, name, color in (("naive", "no cache: rerun every token", NAIVE_COLOR), ("cached", "KV cache: one token", CACHED_COLOR)):
-        fig.add_trace(go.Scatter(x=state["xs"], y=state[key], name=name, mode="lines+markers",
+        fig.add_trace(go.Scatter(x=xs, y=state[key], name=name, mode="lines+markers",
                                  line=dict(color=color, width=th.line_width + 1)))
         fig.add_trace(go.Scatter(x=[state["context"]], y=[state[f"{key}_flops"]], mode="markers+text",
                                  marker=dict(color=color, size=14, line=dict(color="#000000", width=1)),
-                                 text=[_fmt(state[f"{key}_flops"])], textposition="top left",
+                                 text=[_fmt(state[f"{key}_flops"])], textposition=side, cliponaxis=False,
                                  textfont=dict(size=th.font_size, color=color), showlegend=False, hoverinfo="skip"))
+    lo = math.log10(min(state["cached"] + [state["cached_flops"]])) - 0.6  # room for a label below the lowest point
+    hi = math.log10(max(state["naive"] + [state["naive_flops"]])) + 0.6   # and above the highest
     fig.add_vline(x=state["context"], line=dict(color="#777777", dash="dot", width=1))
     fig.update_layout(
         title=dict(text="FLOPs of one decode step (counted, not measured)", x=0.01, font=dict(size=th.title_size)),
         xaxis=dict(type="log", title="context length (tokens), log scale", tickvals=state["xs"][::2],
                    ticktext=[f"{x:,}" for x in state["xs"][::2]]),
-        yaxis=dict(type="log", title="FLOPs per step, log scale", exponentformat="SI", dtick=1),  # powers of 10 only
+        yaxis=dict(type="log", title="FLOPs per step, log scale", exponentformat="SI", dtick=1,  # powers of 10 only
+                   range=[lo, hi]),
         height=400 if not th.high_contrast else 480, width=None if th.autosize else 760, autosize=th.autosize,
         legend=dict(orientation="h", y=-0.25, x=0), margin=dict(l=70, r=20, t=60, b=40),
         font=dict(size=th.font_size), template="plotly_white",

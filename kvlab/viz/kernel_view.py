@@ -182,10 +182,12 @@ def kernel_access_figure(
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
     d["highlight_name"] = "read this iteration" if iteration is not None else ""  # the red outline's legend words
-    splits = f", split-K: {num_splits} programs, one colour each" if num_splits > 1 else ""
+    working = len({r.split for r in d["reads"]})  # a later split may get no tile: say so, do not count it as drawn
+    idle = f" ({num_splits - working} with no tile to read)" if working < num_splits else ""
+    splits = f", split-K: {num_splits} programs{idle}, one colour each" if num_splits > 1 else ""
     cap = d["caption"] = _caption(d, iteration)
     title = f"Kernel reads {seq_id}: {d['tile_tokens']}-token tiles{splits}"
-    fig = _figure_from_data(d, d["legend_colors"], title, source_label(source))
+    fig = _figure_from_data(d, d["legend_colors"], title, source_label(source), shared_legend=bool(d["shared"]))
     th = theme()
     lay = d["layout"]
     shapes, ann = [], []
@@ -195,6 +197,8 @@ def kernel_access_figure(
         x0, y0, x1, y1 = d["x"][a], d["y"][a] - 0.45, d["x"][b], d["y"][b] - 0.45
         h = 0.3 + 0.08 * min(abs(x1 - x0) + abs(y1 - y0), 6)
         cx, cy = (x0 + x1) / 2, min(y0, y1) - 2 * h
+        if d["y"][b] == d["y"][a] + 1:  # into the next row: from a's foot to b's head, inside the gap
+            y0, cy = d["y"][a] + 0.45, d["y"][a] + 0.5                  # between the rows (no label crossed)
         shapes.append(dict(type="path", path=f"M {x0},{y0} Q {cx},{cy} {x1},{y1}", xref="x", yref="y",
                            line=dict(color=colour, width=th.line_width + 1)))
         ann.append(dict(x=x1, y=y1, ax=x1 + (cx - x1) * 0.12, ay=y1 + (cy - y1) * 0.12, xref="x", yref="y",

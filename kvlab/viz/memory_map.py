@@ -219,7 +219,9 @@ def _legend_rows(legend: dict[str, str], width: int) -> int:
     return -(-(len(_legend_entries(legend)) + 3) // per_row)
 
 
-def _legend_traces(legend: dict[str, str], highlight_name: str = "changed this step") -> list[Any]:
+def _legend_traces(legend: dict[str, str], highlight_name: str = "changed this step", shared: bool = True) -> list[Any]:
+    """The legend's entries: each request's colour, free, shared (with ``shared``) and the red
+    outline (``highlight_name``; "" for none)."""
     import plotly.graph_objects as go
 
     th = theme()
@@ -229,10 +231,11 @@ def _legend_traces(legend: dict[str, str], highlight_name: str = "changed this s
         for s, c in _legend_entries(legend).items()
     ]
     out.append(go.Scatter(x=[None], y=[None], mode="markers", name="free", marker=dict(color=FREE, **sq)))
-    out.append(go.Scatter(
-        x=[None], y=[None], mode="markers", name="shared (xN = ref count)",
-        marker=dict(color="#ffffff", line=dict(color=SHARED_OUTLINE, width=th.shared_width), **sq),
-    ))
+    if shared:
+        out.append(go.Scatter(
+            x=[None], y=[None], mode="markers", name="shared (xN = ref count)",
+            marker=dict(color="#ffffff", line=dict(color=SHARED_OUTLINE, width=th.shared_width), **sq),
+        ))
     if highlight_name:  # "" when no block can be outlined red in this picture
         out.append(go.Scatter(
             x=[None], y=[None], mode="markers", name=highlight_name,
@@ -297,13 +300,17 @@ def memory_map_figure(
     lay = grid_layout(snapshot.num_blocks, cols, mode)
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     data = memory_map_data(snapshot, highlight, colors, lay, copies)
+    if not data["highlight"]:  # one picture, nothing outlined red: the legend does not list the red outline
+        data["highlight_name"] = ""
     geom = map_geometry(lay, [snapshot], tables, copies=bool(copies))
-    return _figure_from_data(data, colors, title, source, geom)
+    return _figure_from_data(data, colors, title, source, geom, shared_legend=bool(data["shared"]))
 
 
-def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, source: str, geom: Any = None) -> Any:
+def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, source: str, geom: Any = None,
+                      shared_legend: bool = True) -> Any:
     """The figure for one frame's data. Without ``geom`` (a :class:`~kvlab.viz.block_tables.MapGeometry`)
-    the pool alone, in grid units (row 0 at y = 0): what the kernel view draws its arcs over."""
+    the pool alone, in grid units (row 0 at y = 0): what the kernel view draws its arcs over.
+    ``shared_legend``: list the shared outline in the legend (an animation's frames always do)."""
     import plotly.graph_objects as go
 
     lay = data["layout"]
@@ -315,6 +322,7 @@ def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, 
         traces = frame_traces(data, colors, geom)
         legend = geom.legend(colors)
         static = _slot_ticks(lay, data["block_size"], geom.pool_y0)
-    fig = go.Figure(data=traces + static + _legend_traces(legend, data.get("highlight_name", "changed this step")))
+    fig = go.Figure(data=traces + static + _legend_traces(legend, data.get("highlight_name", "changed this step"),
+                                                                    shared_legend))
     fig.update_layout(**_base_layout(lay, title, source, data["caption"], legend, geom))
     return fig

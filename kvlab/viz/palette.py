@@ -25,10 +25,10 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 __all__ = [
-    "REQUEST_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE", "TREE",
+    "REQUEST_COLORS", "STRONG_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE", "TREE",
     "request_color", "assign_colors", "holder_color", "tint", "Theme", "theme", "classroom", "is_classroom",
     "source_label", "classroom_css", "label_px", "classroom_page_css",
 ]
@@ -80,23 +80,30 @@ def request_color(seq_id: str | None) -> str:
     return REQUEST_COLORS[_natural_index(str(seq_id)) % len(REQUEST_COLORS)]
 
 
-def assign_colors(seq_ids: Iterable[str | None]) -> dict[str, str]:
+STRONG_COLORS: tuple[str, ...] = REQUEST_COLORS[:6]  # the six that no tint of another can be mistaken for
+
+
+def assign_colors(seq_ids: Iterable[str | None], palette: Sequence[str] = REQUEST_COLORS) -> dict[str, str]:
     """Colours for every id of one figure: the fixed colour unless another id took it.
 
     Ids are processed in sorted order, so the result depends only on the set of ids.
-    With more ids than colours, colours repeat (there is no clash-free answer).
+    With more ids than colours, colours repeat (there is no clash-free answer). A figure that
+    draws reserved slots as a *tint* of their request's colour passes ``palette=STRONG_COLORS``
+    (the light request colours read as a tint: lesson 03 drew D' in light cyan, C's "reserved").
+
+    Example: ``assign_colors(["D'"], STRONG_COLORS)["D'"] in STRONG_COLORS -> True``.
     """
     ids = sorted({str(s) for s in seq_ids if s is not None})
     used: set[str] = set()
     out: dict[str, str] = {}
-    n = len(REQUEST_COLORS)
+    n = len(palette)
     for s in ids:
         i = _natural_index(s) % n
         if len(used) < n:
-            while REQUEST_COLORS[i] in used:
+            while palette[i] in used:
                 i = (i + 1) % n
-        out[s] = REQUEST_COLORS[i]
-        used.add(REQUEST_COLORS[i])
+        out[s] = palette[i]
+        used.add(palette[i])
     return out
 
 

@@ -110,8 +110,12 @@ class PolicyWidget:
         self._out.add_class("kvlab-figure")
         parts = [*self._controls.values(), self._text, self._out]
         css = classroom_css("kvlab-policy")
-        if css:
-            parts.insert(0, W.HTML(css))
+        if css:  # a projector (599 px): the controls side by side right above the figure, the sentence after it
+            row = W.Layout(flex_flow="row wrap", max_width="100%")
+            self._controls["trace"].layout.width = "min(400px, 100%)"     # the policy menu keeps its width: its
+            self._controls["block_size"].layout.width = "min(400px, 100%)"  # entries are long sentences
+            parts = [W.HTML(css), self._controls["policy"],
+                     W.HBox([self._controls["trace"], self._controls["block_size"]], layout=row), self._out, self._text]
         self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-policy")
         self._redraw()
@@ -126,7 +130,8 @@ class PolicyWidget:
         return f"<p style='font-size:{px}px;line-height:1.45;margin:4px 0'>{html.escape(self.state['sentence'])}</p>"
 
     def figure(self) -> Any:
-        return compare_figure(self.state["steps"][-1], "The last step of the run")
+        last = self.state["steps"][-1]  # on a projector the sentence says what the run did; the title stays one line
+        return compare_figure(last, "The last step of the run", caption="" if theme().high_contrast else None)
 
     def _redraw(self) -> None:
         from .stepper import figure_output

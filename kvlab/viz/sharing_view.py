@@ -59,10 +59,20 @@ class SharingControl(LiveControl):
 
     def caption(self) -> str:
         s, b = self.result["sampling"], self.result["beam"]
+        if self.samples == 1:
+            sampling = f"Parallel sampling, n = 1: one sample, nothing to share ({s[1]} blocks)."
+        else:
+            sampling = (f"Parallel sampling, n = {self.samples}: {s[1]} blocks instead of {s[0]} "
+                        f"({self.saved(s):.0%} saved).")
+        if self.beam_width == 1:
+            beam = f"Beam search, width 1: one beam, nothing to share ({b[1]} blocks)."
+        elif self.saved(b) > self.saved(s):
+            beam = (f"Beam search, width {self.beam_width}: {b[1]} instead of {b[0]} ({self.saved(b):.0%} saved): "
+                    "the beams share generated text too.")
+        else:
+            beam = f"Beam search, width {self.beam_width}: {b[1]} instead of {b[0]} ({self.saved(b):.0%} saved)."
         return (f"{self.prompt_len}-token prompt, {self.new_tokens} new tokens each, blocks of {self.block_size}. "
-                f"Parallel sampling, n = {self.samples}: {s[1]} blocks instead of {s[0]} ({self.saved(s):.0%} saved). "
-                f"Beam search, width {self.beam_width}: {b[1]} instead of {b[0]} ({self.saved(b):.0%} saved): the beams "
-                f"share generated text too. (Counted on the real allocator; beam scores simulated.)")
+                f"{sampling} {beam} (Counted on the real allocator; beam scores simulated.)")
 
     def figure(self) -> Any:
         import plotly.graph_objects as go

@@ -32,7 +32,10 @@ from ..memory.ids import check_int
 from .display import is_static, static_frames, static_html
 from .palette import classroom_css, theme
 
-__all__ = ["Frame", "Stepper"]
+__all__ = ["Frame", "Stepper", "PLAY_TOOLTIP"]
+
+# What the Play widget's four buttons do (its buttons have no labels; the browser shows this on hover).
+PLAY_TOOLTIP = "▶ play through the steps · ❚❚ pause where it is · ■ stop: back to step 1 · ⟳ loop at the end"
 
 
 @dataclass(frozen=True)
@@ -171,10 +174,13 @@ class Stepper:
         self._prev = button("◀ prev", "kvlab-prev", "previous step")
         self._next = button("next ▶", "kvlab-next", "next step")
         self._reset = button("⟲ reset", "kvlab-reset", "back to the first step")
-        # Play and the slider count steps from 1, as the caption does ("step 2 / 12").
-        self._play = W.Play(value=1, min=1, max=n, step=1, interval=interval_ms, description="play")
+        # Play and the slider count steps from 1, as the caption does ("step 2 / 12"). The caption
+        # is the one step counter: the slider shows no number of its own (the rubric: once).
+        self._play = W.Play(value=1, min=1, max=n, step=1, interval=interval_ms, description="play",
+                            tooltip=PLAY_TOOLTIP)
         self._play.add_class("kvlab-play")
-        self._slider = W.IntSlider(value=1, min=1, max=n, description="step", continuous_update=True)
+        self._slider = W.IntSlider(value=1, min=1, max=n, readout=False, continuous_update=True,
+                                   tooltip="drag to any step", layout=W.Layout(width="min(260px, 100%)"))
         self._slider.add_class("kvlab-step-slider")
         self._link = W.link((self._play, "value"), (self._slider, "value"))
         self._caption = W.HTML(self._caption_html())

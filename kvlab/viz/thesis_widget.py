@@ -11,7 +11,9 @@ full blocks stay cached in the radix tree; then R2 arrives. The controls:
   (L0->P3, L1->P7, L2->P1, L3->P5, L4->P9);
 * **token position** (a slider): the position translated through the chosen table.
 
-Below them: one sentence of what the radix tree found, one of where the position lives (and
+In classroom mode (a projector: 599 px of notebook visible) a **show** switch under the controls
+picks one picture at a time, so a control and what it changes share one screen, and the
+sentences come after the picture. Otherwise, below the controls: one sentence of what the radix tree found, one of where the position lives (and
 whether that block is shared, so R2 reads K and V that R1 computed), the translation figure
 (:func:`kvlab.viz.translate_widget.translation_figure`) and the radix tree (graphviz), hits green
 and R2's newly computed suffix blue, as in the notes.
@@ -45,6 +47,7 @@ QUESTIONS = {"R1": "怎么退款", "R2": "何时发货"}  # "how do I get a refu
 TABLE_CHOICES = (("R2's block table (from the run)", "R2"), ("R1's block table (from the run)", "R1"),
                  ("the notes' example (P3, P7, P1, P5, P9)", "notes"))
 BLOCK_SIZE, NUM_BLOCKS = 4, 12
+THESIS_VIEWS = ("the translation", "the radix tree")  # classroom mode: one picture at a time, beside the controls
 
 
 def _run(shared: bool) -> tuple[CacheManager, dict[str, list[int]], dict[str, Any]]:
@@ -176,11 +179,29 @@ class ThesisWidget:
         row = W.Layout(flex_flow="row wrap", max_width="100%")
         parts = [W.HBox([self._shared, self._table], layout=row), self._pos, self._text, self._fig, self._tree]
         css = classroom_css("kvlab-thesis")
+        self._view = None
         if css:  # and a checkbox as tall as its (larger) label
-            parts.insert(0, W.HTML(css + "<style>.kvlab-thesis .widget-checkbox {height: auto !important;}</style>"))
+            # On a projector (599 px of notebook) the controls and the picture they change share one
+            # screen: one picture at a time under the controls, picked here; the sentences below them.
+            self._view = W.ToggleButtons(options=list(THESIS_VIEWS), value=THESIS_VIEWS[0], description="show",
+                                         tooltips=["where token position pos lives (the block table)",
+                                                   "which blocks R2 reuses (the radix tree)"])
+            self._view.add_class("kvlab-thesis-view")
+            self._view.observe(lambda _c: self._show_view(), names="value")
+            parts = [W.HTML(css + "<style>.kvlab-thesis .widget-checkbox {height: auto !important;}</style>"),
+                     W.HBox([self._shared, self._table], layout=row), W.HBox([self._pos, self._view], layout=row),
+                     self._fig, self._tree, self._text]
+            self._show_view()
         self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-thesis")
         self._redraw()
+
+    def _show_view(self) -> None:
+        """Classroom mode: show the picture the menu names, hide the other."""
+        if self._view is not None:
+            fig_first = self._view.value == THESIS_VIEWS[0]
+            self._fig.layout.display = None if fig_first else "none"
+            self._tree.layout.display = "none" if fig_first else None
 
     def _changed(self, _change: dict[str, Any]) -> None:
         self.state = thesis_state(self._shared.value, self._table.value, self._pos.value)

@@ -358,6 +358,11 @@ def _tree_layout(tree: Any) -> dict[int, tuple[float, float]]:
     return pos
 
 
+def _tree_box_px(th: Any) -> int:
+    """A tree node's box in px: two lines of label ("[A]", "24 tok") at the theme's font size."""
+    return th.font_size * 4
+
+
 def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | None = None, title: str = "Where each node's KV lives",
                      source: str = "simulated", cols: int = 7, caption: bool = True) -> Any:
     """The radix tree (left), each node coloured by where its KV lives (device only, device +
@@ -389,7 +394,7 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
                         for n in tree.nodes]
     fig.add_trace(go.Scatter(x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", text=text,
                              textfont=dict(size=th.font_size, color="black"), hovertext=hover, hoverinfo="text",
-                             marker=dict(symbol="square", size=th.font_size * 4, color=fill, line=dict(width=1, color="#444")),
+                             marker=dict(symbol="square", size=_tree_box_px(th), color=fill, line=dict(width=1, color="#444")),
                              showlegend=False, xaxis="x", yaxis="y"))
     # the pools: device grid on top, host grid under it, a gap row between
     dev_rows = -(-len(snap.device_states) // cols)
@@ -413,11 +418,14 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
     host_rows = -(-len(snap.host_states) // cols)
     depth = -min(y for _, y in pos.values())
     leaves = max(x for x, _ in pos.values()) + 1
+    top = 110 + (20 if th.high_contrast else 0)
+    # a level of the tree at least a box and a gap tall (in classroom mode the boxes of two levels merged)
+    height = max(420 + (60 if th.high_contrast else 0), int(top + 10 + (depth + 1.1) * _tree_box_px(th) * 1.25))
     fig.update_layout(
         title=dict(text=_title(title, source, snap.caption if caption else ""), font=dict(size=th.title_size),
                    yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
-        width=_width(), height=420 + (60 if th.high_contrast else 0),
-        margin=dict(l=10, r=10, t=110 + (20 if th.high_contrast else 0), b=10), plot_bgcolor="white",
+        width=_width(), height=height,
+        margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white",
         font=dict(size=th.font_size), showlegend=True,
         legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom", font=dict(size=th.font_size),
                     maxheight=120),

@@ -269,18 +269,26 @@ if min(n0, c0) < 0:
     say("  (a fixed part below zero is the fit, not the machine: the step grows a little faster than a straight "
         "line, because attention over L tokens costs O(L²) in the naive step)")
 if grow_t["naive"] > 3 and grow_t["naive"] > 2 * grow_t["cached"]:
-    cached_words = "barely grows" if grow_t["cached"] < 1.5 else f"grows {grow_t['cached']:.1f}x, far less"
-    say(f"  so: the naive step's time grows with the context ({grow_t['naive']:.0f}x) and the cached step's "
-        f"{cached_words}, as the counted FLOPs say: O(n) work per step against nearly O(1) shows in the measured times.")
+    say(f"  so: over {last['L'] // first['L']}x the context the naive step's time grew {grow_t['naive']:.1f}x and the "
+        f"cached step's {grow_t['cached']:.2f}x, the order the counted FLOPs give (x{grow_f['naive']:.1f} against "
+        f"x{grow_f['cached']:.2f}). The cached step is not free of the context: its attention still reads all L "
+        "cached tokens; it is only the projections and the MLP that it runs for one token instead of L.")
 else:
     say(f"  so: on this machine the measured times do NOT show the counted growth: a step's fixed cost "
         f"({n0:.1f} ms) is larger than what {last['L']} tokens of context add ({1e3 * n1 * last['L'] / 1e3:.1f} ms naive). "
         "The FLOPs are still counted right; a bigger model, or a GPU, makes the growing part dominate.")
+def step_ms(line, key, L):
+    """A step's time at context L: the fitted line from the shortest timed context up; below it, never
+    the line (it says nothing there, and its fixed part can be negative) but the time measured there."""
+    return first[f"{key}_ms"] if L < first["L"] else line[0] + line[1] * L
+
+
 n = 1000
-naive_s = sum(n0 + n1 * (P + t) for t in range(n)) / 1e3
-cached_s = sum(c0 + c1 * (P + t) for t in range(n)) / 1e3
-say(f"an answer of {n:,} tokens after a {P}-token prompt, from the fitted lines (estimated): naive {naive_s:.1f} s, "
-    f"cached {cached_s:.1f} s ({naive_s / cached_s:.0f}x)")
+naive_s = sum(step_ms((n0, n1), "naive", P + t) for t in range(n)) / 1e3
+cached_s = sum(step_ms((c0, c1), "cached", P + t) for t in range(n)) / 1e3
+say(f"an answer of {n:,} tokens after a {P}-token prompt (estimated: the fitted lines from L = {first['L']} up, "
+    f"the measured {first['L']}-token times below it): naive {naive_s:.1f} s, cached {cached_s:.1f} s "
+    f"({naive_s / cached_s:.0f}x)")
 
 # %% [markdown]
 # ## 4. O(n²) versus O(n)
@@ -305,17 +313,25 @@ print(f"{n_b // n_a}x the answer: naive total x{nb / na:.1f} (close to {n_b // n
 # ### Move the context length yourself
 #
 # Drag **context length** (16 to 32,768 tokens, doubling) and watch both costs: the red curve
-# (no cache: the step reruns every token) climbs with the context, the blue one (one token with
-# the cache) barely moves. Both axes are logarithmic: each grid line is 10 times the one below, so
-# the cached line stays visible even where it is thousands of times lower. The FLOPs are counted
-# from the model's shapes; the milliseconds in the sentence come from the straight lines fitted
-# above to this CPU's measured steps (an estimate beyond 1,024 tokens, where nothing was timed).
+# (no cache: the step reruns every token) climbs steeply with the context, the blue one (one
+# token with the cache) climbs too, far more slowly (its attention still reads every cached
+# token); the line above the widget gives both factors. Both axes are logarithmic: each grid line
+# is 10 times the one below, so the cached line stays visible even where it is thousands of times
+# lower. The FLOPs are counted from the model's shapes; the milliseconds in the sentence come
+# from the straight lines fitted above to this CPU's measured steps: an estimate beyond 1,024
+# tokens, where nothing was timed, and none below 32 tokens, where a fitted line says nothing.
 
 # %%
 from kvlab.viz import CostModel, CostWidget
+from kvlab.viz.cost_widget import CONTEXTS
 
-cost_models = {"the bundled tiny model": CostModel(model.flops_per_token, (n0, n1), (c0, c1)),
+cost_models = {"the bundled tiny model": CostModel(model.flops_per_token, (n0, n1), (c0, c1), measured_from=xs[0]),
                "SmolLM2-135M (FLOPs only: timed above at ~50 tokens)": CostModel(real.flops_per_token)}
+lo, hi = CONTEXTS[0], CONTEXTS[-1]
+naive_x = cost_models["the bundled tiny model"].naive_step(hi) / cost_models["the bundled tiny model"].naive_step(lo)
+cached_x = model.flops_per_token(hi) / model.flops_per_token(lo)
+say(f"from {lo} to {hi:,} tokens ({hi // lo:,}x the context), counted: no cache x{naive_x:,.0f}, "
+    f"with the cache x{cached_x:,.1f}")
 CostWidget(cost_models, context=1024)
 
 # %% [markdown]

@@ -64,8 +64,9 @@ for spec in (kvlab.MODELS[n] for n in LESSON_MODELS):
           f"{spec.bytes_per_token:12,d} {kvlab.format_bytes(spec.kv_bytes(4096)):>12s}")
 
 # %% [markdown]
-# OPT-13B's 819,200 bytes a token is the "800 KB" of the vLLM paper (Kwon et al., 2023, §3),
-# and its 2,048-token maximum makes 1.6 GB for one request.
+# OPT-13B's 819,200 bytes a token are 800 × 1,024 bytes: 800 KiB, which the vLLM paper (Kwon et
+# al., 2023, §3) writes "800 KB". Its 2,048-token maximum makes 2,048 × 819,200 = 1,677,721,600
+# bytes for one request: 1.68 GB (1.56 GiB), the paper's "1.6 GB".
 #
 # ## 3. MHA versus GQA: the notes' 10.7 GB
 #
@@ -202,7 +203,7 @@ print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget
 # Llama-2 70B on one H200 (the weights alone do not fit) and on two; Llama-2 7B against
 # Llama-3 8B (about the same size, MHA against GQA); fp8 instead of fp16 (half the bytes per
 # token, twice the requests); 32,768-token requests. The bar is the device's memory: weights
-# grey, the requests' KV cache orange, the rest of the server's share light grey, and the part
+# grey, the requests' KV cache purple, the rest of the server's share light grey, and the part
 # the server leaves alone white.
 
 # %%
@@ -444,7 +445,7 @@ check.max_concurrent(max_concurrent)
 # ## Summary
 #
 # - KV bytes = `2 × layers × kv_heads × head_dim × tokens × bytes`; one token of Llama-2 7B
-#   costs 512 KiB, of OPT-13B 800 KB.
+#   costs 512 KiB, of OPT-13B 800 KiB (the vLLM paper's "800 KB").
 # - With GQA, `kv_heads` is smaller than the number of query heads: Llama-2 70B needs 1.34 GB
 #   per 4,096-token request, not the 10.7 GB that the hidden-size formula gives (that figure is
 #   right only for multi-head attention), and 10 such requests need 13.4 GB, not 107 GB.

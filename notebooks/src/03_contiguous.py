@@ -156,7 +156,7 @@ viz.compare_stepper(viz.notes_trace(), capacity=48, block_size=4)
 
 # %% [markdown]
 # Growth, under the `"pow2"` policy: requests outgrow their ranges and are copied; the paged
-# side only takes one more block when the last one is full (watch the bytes-copied counter).
+# side only takes one more block when the last one is full (watch the counter of token slots copied).
 
 # %%
 viz.compare_stepper(viz.growth_trace(), capacity=48, block_size=4, policy="pow2")

@@ -217,17 +217,19 @@ print(f"R1's freed blocks {list(r1_blocks)} joined the back of the free queue, s
 # > few hundred KB of on-chip SRAM per streaming multiprocessor a kernel uses for its tiles.
 #
 # > **Analogy box: L2 on-demand loading (the notes: "L2 on-demand loading = on-demand
-# > allocation").** A cache line is brought into L2 only when it is first touched; a block is
-# > allocated only when the request's last block is full.
+# > allocation").** The notes' L2 is not a CPU cache: it is the warm tier of their ad index,
+# > whose entries are loaded into memory only when a query first asks for them. A KV block is
+# > likewise allocated only when the request's last block is full.
 # >
 # > *Where it holds.* Nothing is taken ahead of need: R1 and R2 each took a block at the step
 # > their last block filled, never before, so a request that stops early never held memory for
 # > tokens it did not produce (lesson 03's over-reservation is gone).
 # >
-# > *Where it breaks.* L2 loads on a miss, in hardware, a copy of data that already exists
-# > further down; a KV block is allocated ahead of the write by the scheduler, in software, and
-# > holds data that exists nowhere else until the model computes it. And L2 evicts on its own;
-# > a full KV pool does not: the scheduler must preempt a request (lesson 08).
+# > *Where it breaks.* The warm tier loads, on a miss, a copy of entries that already exist on a
+# > slower tier; a KV block is allocated ahead of the write and holds data that exists nowhere
+# > else until the model computes it. And a warm tier drops cold entries on its own (they can be
+# > loaded again); a full KV pool cannot drop a running request's blocks: the scheduler must
+# > preempt it (lesson 08). Lesson 10 puts real tiers under the KV cache.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -336,8 +338,10 @@ print(f"paged, D = {ex.d_tokens} with B = {ex.b_used}, C = {ex.c_used} tokens so
 # %% [markdown]
 # ## 6. Paging's four benefits, each with its number
 #
-# The notes credit paging with four things. Each is checked here on this lesson's runs
-# (simulated), and the line says whether it held:
+# The notes credit paging with four things: no external fragmentation, at most one block's
+# waste per request, growth without moving what is stored (扩容零搬迁, "growing moves nothing"),
+# and sharing. Each is checked here on this lesson's runs (simulated), and the line says whether
+# it held:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -347,14 +351,22 @@ fork.add_sequence("S0", 1000)
 for i in range(1, 4):
     fork.fork("S0", f"S{i}")                      # four samples of one 1,000-token prompt
 shared_slots = (fork.num_blocks - fork.allocator.num_free_blocks) * 16
+grew = moved = 0                                  # the on-demand run m of section 4: did growing move a block?
+for before, after in zip(m.snapshots, m.snapshots[1:]):
+    for seq, table in before.tables.items():
+        later = list(after.tables.get(seq, ()))
+        if later:
+            grew += max(0, len(later) - len(table))
+            moved += sum(a != b for a, b in zip(table, later))
 benefits = [
     ("no external fragmentation", ex.d_small_fits_paged and not ex.d_small_fits_contiguous,
      f"{ex.d_small_tokens:,} tokens fit in blocks where the largest contiguous hole was {ex.contiguous_largest_free:,}"),
     ("waste of at most one block per request", max(waste16) <= 15,
      f"{(held16 - tokens) / held16:.1%} of the slots wasted with blocks of 16 (largest {max(waste16)} per request), "
      f"against {1 - tokens / (len(lengths) * 4096):.1%} reserving 4,096 each"),
-    ("memory taken on demand", ex.d_fits_paged_on_demand and not ex.d_fits_paged_same_sizes,
-     f"D ({ex.d_tokens:,} tokens) fits once B and C hold only the tokens they produced"),
+    ("growth without copying (扩容零搬迁)", grew and not moved,
+     f"the requests of section 4 took {grew} new blocks as they grew, and {moved} of the blocks they already held moved "
+     "(a contiguous request that outgrows its region is copied whole: lesson 03)"),
     ("blocks shared between requests", shared_slots < 4 * 1000,
      f"4 samples of a 1,000-token prompt hold {shared_slots:,} slots, not {4 * 1000:,} (ref counts, lesson 06)"),
 ]

@@ -71,7 +71,9 @@ cm.check_integrity()
 # ## 2. The source notes' four requests
 #
 # An online shop's assistant. Every request starts with the same system prompt **[A]** and the
-# same few-shot examples **[B]**. The nodes are lettered as in the notes' figure:
+# same few-shot examples **[B]**. [A], [B] and [C] are lettered as in the notes' figure; the
+# notes letter R2's, R3's and R4's own parts [E], [F] and [D], this lesson (and lesson 10) [D],
+# [E] and [F], in the order the requests arrive:
 #
 # | request | its own part | node | what happens |
 # |---|---|---|---|
@@ -261,8 +263,10 @@ print(f"prompt tokens run through the model: {computed} of {total} ({1 - compute
 
 # %% [markdown]
 # The radix tree after R4, over the real token ids (each node shows the start of its text):
-# R4's path is green up to the end of R1's turn (root → [A+B] → [C]: the whole history), and
-# only R4's own question, with its reply, is blue. [A] and [B] are one node here, because every
+# R4's path is green over the pages the tree holds of R1's turn (root → [A+B] → [C]: the history
+# up to its last full page), and blue over what R4 computes now: any tail of R1's turn that did
+# not fill a whole page (the tree keeps whole pages only, so that tail is computed again), then
+# R4's own question and its reply. [A] and [B] are one node here, because every
 # request so far used both; a request that used only [A] would split it.
 #
 # The tree holds whole **pages** of KV (a page is one block of the pool), so a node's length is a
@@ -287,6 +291,19 @@ else:
 display(HTML(tree_svg(chat, labels=support_node_labels(chat, turns))))
 print(f"Nodes split only every {snap.page_size} tokens (one page, one block of the pool), so a node can start\n"
       f"inside a word; {where}.")
+
+# %% [markdown]
+# ### Try it: the page size
+#
+# The page size is this lesson's parameter: a tree of whole pages matches only whole pages. Move
+# **page size** and the notes' four requests run again on a real `CacheManager` (one token a
+# character, a few milliseconds): green is what each request found in the tree, blue what it
+# prefilled. Compare 1 with 16 (SGLang's default page size is 1; vLLM's blocks are 16).
+
+# %%
+from kvlab.viz import PageSizeControl
+
+PageSizeControl(page_size=16)
 
 # %% [markdown]
 # ### Time to first token, with the tree and without it (measured)

@@ -214,8 +214,10 @@ for n in hit:
 # how often each node was matched, so the one-off documents (matched once) go first and the
 # popular prefixes stay; LRU keeps whatever came last, so a burst of documents can push the
 # prefixes out; "fewest tokens" evicts the short question leaves first and keeps the long
-# documents nobody asks for again. No policy is best for every workload: LRU is the simple,
-# robust default (SGLang's).
+# documents nobody asks for again. No policy is best for every workload, and on this stream LRU
+# is not the best one (the lines above count at how many pool sizes each policy wins). It is
+# SGLang's default for another reason: it needs no counts and no knowledge of the workload, and
+# it degrades gracefully on streams where recent use predicts reuse (a chat's history).
 #
 # ### The real run: the bundled model under memory pressure
 #

@@ -343,13 +343,14 @@ import plotly.graph_objects as go
 adv = C.paging_advantage(lengths=(100, 500, 2000), budgets=(0.25, 1.0, 4.0), num_requests=200)
 ln = [r for r in adv if r["sweep"] == "length"]
 cc = [r for r in adv if r["sweep"] == "concurrency"]
+ys = [r[k] for r in ln for k in ("vllm/oracle", "vllm/max")]
 fig = go.Figure([go.Scatter(x=[r["mean_len"] for r in ln], y=[r["vllm/oracle"] for r in ln], name="vs Orca (Oracle), by length",
-                            mode="lines+markers"),
+                            mode="lines+markers", line_color=plots.SYSTEM_COLORS["orca-oracle"]),   # the systems' colours,
                  go.Scatter(x=[r["mean_len"] for r in ln], y=[r["vllm/max"] for r in ln], name="vs Orca (Max), by length",
-                            mode="lines+markers")])
+                            mode="lines+markers", line_color=plots.SYSTEM_COLORS["orca-max"])])     # as in every figure here
 fig.update_layout(title="Paging's batch over the baselines' against the mean request length (simulated)",
-                  xaxis=dict(title="mean request length (tokens)", type="log", dtick=1),
-                  yaxis=dict(title="vLLM batch / baseline batch", type="log", dtick=1), height=380,
+                  xaxis=dict(title="mean request length (tokens)", type="log", tickvals=plots.log_tickvals([r["mean_len"] for r in ln])),
+                  yaxis=dict(title="vLLM batch / baseline batch", type="log", tickvals=plots.log_tickvals(ys)), height=380,
                   template="plotly_white", font=dict(size=viz.theme().font_size))
 fig
 
@@ -401,10 +402,11 @@ print("multi-turn: 15,728 and 31,456 slots hit within a point of each other:", a
 
 # %%
 names = {"orca-max": "Orca (Max)", "orca-oracle": "Orca (Oracle)", "paged": "paged", "radix": "paged + radix"}
-fig = go.Figure([go.Bar(name=label, x=[r["scenario"] for r in scenarios], y=[r[p] for r in scenarios])
-                 for p, label in names.items()])
+fig = go.Figure([go.Bar(name=label, x=[r["scenario"] for r in scenarios], y=[r[p] for r in scenarios],
+                        marker_color=plots.SYSTEM_COLORS[p]) for p, label in names.items()])   # one colour a system, lesson-wide
 fig.update_layout(barmode="group", title="Requests finished per minute, the notes' scenarios (simulated)",
-                  yaxis=dict(title="requests per minute (log)", type="log", dtick=1), height=400, template="plotly_white",
+                  yaxis=dict(title="requests per minute (log)", type="log",
+                             tickvals=plots.log_tickvals([r[p] for r in scenarios for p in names])), height=400, template="plotly_white",
                   font=dict(size=viz.theme().font_size), legend=dict(orientation="h", y=-0.2))
 fig
 

@@ -103,11 +103,12 @@ cm.check_integrity()
 # blocks, and the queued `load` copies host blocks 0-2 into them (R2's pages made room, and are
 # on the host only now). The first two transfers are the write-throughs of R1 and R2.
 #
-# > **The notes' analogy: "L2 on-demand loading = on-demand allocation".** A CPU cache fetches
-# > a line only when it is touched; paging (lesson 04) allocates a block only when a token needs
-# > it. *Where it holds:* both work in fixed units (a 64-byte line, a block of tokens), only for
-# > what is used, and keep a table of where each unit is. *Where it breaks:* a cache line is a
-# > copy of memory that exists anyway, so dropping it is free; a KV block on the device is the
+# > **The notes' analogy: "L2 on-demand loading = on-demand allocation".** The notes' L2 is the
+# > warm tier of their ad index: an entry is loaded into memory only when a query asks for it;
+# > paging (lesson 04) allocates a block only when a token needs it. *Where it holds:* both work
+# > in fixed units, only for what is used, and keep a table of where each unit is. *Where it
+# > breaks:* a warm entry is a copy of data that exists on a slower tier anyway, so dropping it is
+# > free; a KV block on the device is the
 # > only copy of computed state, and dropping it costs a recompute. The part of this lesson
 # > that really is "on-demand loading" is the load-back above: once a host copy exists, the
 # > device copy is fetched when a request touches it, like a cache miss served from DRAM.
@@ -327,8 +328,9 @@ for line in judge(chat_rows, doc_rows):
 #   tiers hold the history that is reused. LRU on a cyclic reuse pattern is nearly all or
 #   nothing: until the whole working set fits, the oldest history is always the next to go.
 #   SGLang's docs put it as "the relationship between cache size and hit rate is not linear".
-# - **The notes' claim that tiering saves memory does not hold.** The device pool is the same
-#   with and without the tier, and it must be: attention reads every token of a running
+# - **The notes' 65% is the ad index's, not a KV cache's.** The notes report that tiering
+#   their ad index saved 65%; carried over to a KV cache, tiering saves no device memory. The
+#   device pool is the same with and without the tier, and it must be: attention reads every token of a running
 #   request from HBM. The tier *adds* host memory (write_through even duplicates what is on the
 #   device) and saves **compute**: prefill tokens not recomputed, TTFT.
 # - The time to first token here counts each load as if it did not overlap compute (HiCache
