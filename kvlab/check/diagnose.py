@@ -220,3 +220,138 @@ def mistake_runner(checker: Any, mistakes: dict[str, Callable[..., Any]]) -> Cal
             checker.diagnose = base
 
     return run
+
+
+# ------------------------------------------------------------------ added for lessons 06-11 (issue 28)
+def _is_tensor(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "tolist")
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Deep equality that also compares tensors (same dtype, shape and values) and never raises.
+
+    >>> same_value([1, [2, 3]], [1, [2, 3]]), same_value({"a": (1,)}, {"a": (2,)})
+    (True, False)
+    """
+    try:
+        if _is_tensor(a) or _is_tensor(b):
+            if not (_is_tensor(a) and _is_tensor(b)) or a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+                return False
+            return bool(((a == b) | ((a != a) & (b != b))).all())  # NaN where both are NaN counts as equal
+        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+            return type(a) is type(b) and len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def exact_equal(expected: Any, actual: Any) -> bool:
+    """``expected == actual`` where every whole number must come back as an int (3.0 is not 3, True is
+    not 1), a float within 1e-9; a list and a tuple of the same items are equal; None only equals None.
+
+    >>> exact_equal((2, [4, 4]), [2, (4, 4)]), exact_equal([3], [3.0]), exact_equal(0.5, 0.5 + 1e-12)
+    (True, False, True)
+    """
+    if expected is None or isinstance(expected, (bool, str)):
+        return type(actual) is type(expected) and actual == expected
+    if isinstance(expected, numbers.Integral):
+        return isinstance(actual, int) and not isinstance(actual, bool) and actual == expected
+    if isinstance(expected, numbers.Real):
+        return _num(actual) and not _is_tensor(actual) and abs(float(actual) - float(expected)) <= 1e-9
+    if isinstance(expected, (list, tuple)):
+        return (isinstance(actual, (list, tuple)) and len(actual) == len(expected)
+                and all(exact_equal(e, a) for e, a in zip(expected, actual)))
+    if isinstance(expected, dict):
+        return (isinstance(actual, dict) and actual.keys() == expected.keys()
+                and all(exact_equal(expected[k], actual[k]) for k in expected))
+    return same_value(expected, actual)
+
+
+def _leaves(x: Any) -> list:
+    if isinstance(x, (list, tuple)):
+        return [y for v in x for y in _leaves(v)]
+    if isinstance(x, dict):
+        return [y for v in x.values() for y in _leaves(v)]
+    return [x]
+
+
+def type_slip(expected: Any, actual: Any) -> str | None:
+    """The right numbers in the wrong type or unit: a float for an int, a tensor for a list, a
+    percentage for a fraction, a bool for a count, a dict or a str for a list.
+
+    >>> type_slip([2, 4], [2.0, 4.0])
+    'a float where a whole number is expected (2.0 for 2): count with // or -(-a // b), not /, or return int(...)'
+    >>> type_slip(0.25, 25.0)
+    'a percentage: return the fraction (0.25, not 25.0)'
+    """
+    if _is_tensor(actual) and not _is_tensor(expected):
+        try:
+            if exact_equal(expected, actual.tolist()) or same_value(_leaves(expected), _leaves(actual.tolist())):
+                return "a tensor where a plain Python value is expected: return .tolist() (or int(...)) of it"
+        except Exception:
+            pass
+        return "a tensor where a plain Python value (a list or a number) is expected"
+    if isinstance(expected, numbers.Real) and not isinstance(expected, (numbers.Integral, bool)) and _num(actual):
+        if expected and abs(float(actual) - 100 * float(expected)) <= 1e-6 * max(1.0, abs(float(actual))):
+            return f"a percentage: return the fraction ({expected!r}, not {actual!r})"
+    e, a = _leaves(expected), _leaves(actual) if isinstance(actual, (list, tuple, dict)) == isinstance(
+        expected, (list, tuple, dict)) else [actual]
+    if len(e) == len(a):
+        for x, y in zip(e, a):
+            if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+                if isinstance(y, float) and y == x:
+                    return (f"a float where a whole number is expected ({y!r} for {x!r}): count with // or "
+                            "-(-a // b), not /, or return int(...)")
+                if isinstance(y, bool):
+                    return f"a bool ({y!r}) where a count is expected: return the number itself"
+    if isinstance(expected, (list, tuple)) and isinstance(actual, (set, dict, str)):
+        return f"a {type(actual).__name__} where a list is expected: return a list, in the order asked"
+    return None
+
+
+def changed_argument(before: Sequence[Any], after: Sequence[Any], names: Sequence[str]) -> str | None:
+    """The first argument that the learner's function changed in place, named ('' -> None).
+
+    >>> changed_argument(([1, 2], 3), ([1], 3), ("leaves", "need"))
+    "it changed its argument `leaves` in place ([1, 2] became [1]): the caller's input must be left as it was (work on a copy)"
+    """
+    for name, b, a in zip(names, before, after):
+        if not same_value(b, a):
+            shown = lambda v: " ".join(repr(v).split())[:40]  # noqa: E731
+            return (f"it changed its argument `{name}` in place ({shown(b)} became {shown(a)}): the caller's input "
+                    "must be left as it was (work on a copy)")
+    return None
+
+
+def run_keeping_input(checker: Any, label: str, names: Sequence[str], *args: Any,
+                      mistakes: "dict[str, Callable[..., Any]] | None" = None) -> Any:
+    """``checker.run(label, *args)`` where the learner's function gets copies it must not change:
+    a changed argument fails the case and is named; otherwise, when ``mistakes`` are given, the
+    FAIL line names the mistake whose answer on these arguments is the learner's.
+
+    >>> from kvlab.check.harness import Checker
+    >>> c = Checker("total", lambda xs: [xs.pop()] and 0, reference=lambda xs: 0, verbose=False)
+    >>> run_keeping_input(c, "xs [1]", ("xs",), [1]).note[:37]
+    'it changed its argument `xs` in place'
+    """
+    import copy as _copy
+
+    from .harness import call, call_in_place
+
+    expected = call(checker.reference, *args)
+    if checker.unusable(label, expected):
+        return checker.result.cases[-1]
+    mine = _copy.deepcopy(args)
+    got = call_in_place(checker.fn, *mine)
+    note = changed_argument(args, mine, names)
+    if note:
+        return checker.record(label, expected, got, passed=False, note=note)
+    base = checker.diagnose
+    if mistakes:
+        checker.diagnose = [lambda e, a: matching_mistake(a, mistakes, *args, expected=e) or None, *base]
+    try:
+        return checker.record(label, expected, got)
+    finally:
+        checker.diagnose = base

@@ -94,6 +94,14 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
     m.add_sequence("A", 6)
     m.fork("A", "B")
     scenarios.append(("no free block left (must raise OutOfBlocks)", m, "B"))
+    for label, (num_blocks, bs, tokens, forks, seq) in {
+            "last block full and no free block (must raise OutOfBlocks)": (2, 4, 8, 0, "A"),
+            "block_size 1: every block is full, shared or not": (3, 1, 2, 1, "B")}.items():
+        m = BlockManager(num_blocks=num_blocks, block_size=bs)
+        m.add_sequence("A", tokens)
+        for name in "BC"[:forks]:
+            m.fork("A", name)
+        scenarios.append((label, m, seq))
 
     c = Checker("cow_append", fn, verbose=verbose, diagnose=[_cow_mistake, shared_block_written])
     for label, m, seq in scenarios:

@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache, TreeNode
-from .diagnose import matching_mistake
+from .diagnose import changed_argument, exact_equal, matching_mistake, type_slip
 from .harness import Checker, CheckResult, Raised, call_in_place, same_outcome
 from .l07_radix import related_prompts
 
@@ -265,8 +265,14 @@ def _admission_cases() -> list[tuple[str, CacheManager, list[int]]]:
     for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 9, 9, 9]):
         serve_request(cm, seq)
     cm.admit("running", [9, 9, 9, 9, 5])                         # a running request locks [9 9 9 9]
-    for tokens in ([9, 9, 9, 9, 6], [1, 2, 3] + list(range(20, 30)), list(range(20, 30))):
+    for tokens in ([9, 9, 9, 9, 6], [1, 2, 3] + list(range(20, 30)), list(range(20, 30)),
+                   list(range(20, 29)), [1, 2, 3] + list(range(20, 26))):   # the last two fit exactly
         out.append((f"same tree, [9 9 9 9] locked by a running request, 1 free: tokens {tokens}", cm, tokens))
+    cm = CacheManager(20, block_size=1)
+    for seq in ([1, 2, 3, 5, 6], [1, 2, 3, 9], [5, 6, 7]):
+        serve_request(cm, seq)
+    for tokens in ([1, 2, 5, 6, 7, 8], [1, 2, 3, 5, 6], [1, 2, 3, 5, 7] + list(range(20, 33))):
+        out.append((f"tree [1 2 3]->{{[5 6], [9]}}, [5 6 7]; {cm.allocator.num_free_blocks} free: tokens {tokens}", cm, tokens))
     rng = random.Random(8)
     for seed in range(6):
         seqs = related_prompts(rng, rng.randint(3, 6), alphabet=4, max_new=6)
@@ -310,10 +316,12 @@ def admit_plan(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         mine = copy.deepcopy(cm)
         before = _tree_state(mine.tree)
-        got = call_in_place(fn, mine.tree.root, list(tokens), mine.allocator.num_free_blocks)
+        mine_tokens = list(tokens)
+        got = call_in_place(fn, mine.tree.root, mine_tokens, mine.allocator.num_free_blocks)
         changed = _tree_state(mine.tree) != before
-        ok = same_outcome(expected, got, c.compare) and not changed
-        note = "...but it changed the tree" if changed else ""
+        note = ("it changed the tree: plan only, the cache itself admits (lock, evict) afterwards" if changed else
+                changed_argument((tokens,), (mine_tokens,), ("tokens",)) or "")
+        ok = same_outcome(expected, got, c.compare) and not note
         if not ok and not note:
             answer = tuple(got) if isinstance(got, list) else got
             note = matching_mistake(answer, ADMIT_MISTAKES, cm.tree.root, list(tokens), cm.allocator.num_free_blocks,

@@ -31,7 +31,8 @@ from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
 from ..reuse.radix_node import common_prefix_len
-from .harness import Checker, CheckResult, Raised, Raises, call, same_outcome
+from .diagnose import changed_argument, exact_equal, type_slip
+from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
            "PLACEMENT_TABLE", "arc_victims", "arc_evict_real", "ARC_MISTAKES"]
@@ -135,13 +136,28 @@ EVICT_MISTAKES = {
 
 
 def _named_mistake(got, mistakes: dict, expected, *args) -> str:
-    """Every known mistake that gives ``got`` on these arguments (joined with " -- or: ")."""
-    whys = []
+    """The first known mistake (the likeliest: the tables list them so) that gives ``got`` on these
+    arguments, else a type or unit slip; '' when none does."""
     for why, wrong in mistakes.items():
         out = call(wrong, *args)
         if not isinstance(out, Raised) and out == got and out != expected:
-            whys.append(why)
-    return " -- or: ".join(whys)
+            return why
+    return "" if isinstance(got, Raised) else (type_slip(expected, got) or "")
+
+
+def _call_keeping(fn: Callable, names: tuple[str, ...], *args) -> tuple[object, str]:
+    """``fn`` on copies of ``args`` (lists of tuples); the outcome, and a note naming an argument it changed."""
+    mine = [list(a) if isinstance(a, list) else a for a in args]
+    got = call_in_place(fn, *mine)
+    return got, changed_argument(args, mine, names) or ""
+
+
+def _record_keeping(c: Checker, label: str, expected, got, changed: str, note: str) -> None:
+    """Record one case: a changed input fails it (and is named first), else the usual comparison."""
+    if changed:
+        c.record(label, expected, got, passed=False, note=changed)
+    else:
+        c.record(label, expected, got, passed=same_outcome(expected, got, exact_equal), note=note)
 
 
 def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -178,8 +194,9 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         full = f"{label}: leaves {leaves}, host_free {host_free}, need {need}"
         if c.unusable(full, expected):
             continue
-        got = call(fn, leaves, host_free, need)
-        c.record(full, expected, got, note=_named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need))
+        got, changed = _call_keeping(fn, ("leaves", "host_free", "need"), leaves, host_free, need)
+        _record_keeping(c, full, expected, got, changed,
+                        _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need))
     return c.done()
 
 
@@ -232,7 +249,8 @@ def plan_from_cache(seed: int, threshold: int) -> list[tuple[list[tuple[int, str
     return cases
 
 
-def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_device=True, load=("host", "disk")):
+def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_device=True, load=("host", "disk"),
+          per_segment=False, strict=False):
     limit = prompt_len - 1 if cap else prompt_len
     dev = beyond = pos = 0
     on_device = True
@@ -246,13 +264,18 @@ def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_
             on_device = False
             if where not in load:
                 break
-            beyond += take
+            if not per_segment or take >= threshold:
+                beyond += take
         pos += take
-    loaded = beyond if beyond and (beyond >= threshold or not threshold_on) else 0
+    enough = beyond > threshold if strict else beyond >= threshold
+    loaded = beyond if beyond and (enough or not threshold_on) else 0
     return dev, loaded, prompt_len - dev - loaded
 
 
 PLAN_MISTAKES = {
+    "the threshold applies to all the host and disk tokens after the device part together, not to each segment":
+        lambda s, n, t: _plan(s, n, t, per_segment=True),
+    "a hit of exactly load_back_threshold tokens is loaded back (>=, not >)": lambda s, n, t: _plan(s, n, t, strict=True),
     "the match stops one token early: the last prompt token is always computed (its logits)":
         lambda s, n, t: _plan(s, n, t, cap=False),
     "host and disk pages are loaded back, not recomputed": lambda s, n, t: _plan(s, n, t, load=()),
@@ -275,7 +298,11 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     c = Checker("load_back_plan", fn, verbose=verbose)
     hand = [([(4, "device"), (3, "host")], 9, 1), ([(4, "both"), (4, "disk")], 8, 1), ([(5, "host")], 5, 1),
-            ([(2, "device"), (2, "host")], 9, 4), ([], 3, 1), ([(6, "device")], 6, 1)]
+            ([(2, "device"), (2, "host")], 9, 4), ([], 3, 1), ([(6, "device")], 6, 1),
+            ([(2, "device"), (2, "host"), (2, "disk")], 10, 3),   # the threshold on the sum: (2, 4, 4)
+            ([(1, "both"), (1, "host"), (1, "host"), (1, "disk")], 9, 3), ([(3, "host")], 8, 3),
+            ([(2, "device"), (3, "host")], 4, 2), ([(4, "disk")], 1, 0), ([(3, "host")], 9, 0),
+            ([(2, "device"), (3, "host"), (2, "disk")], 9, 1)]
     cases = [(s, n, t, _plan(s, n, t)) for s, n, t in hand]
     for seed, t in ((0, 1), (1, 1), (2, 3), (3, 0)):
         cases += plan_from_cache(seed, t)
@@ -283,10 +310,10 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
         label = f"segments {segs}, prompt {n} tokens, threshold {t}"
         if c.unusable(label, expected):
             continue
-        got = call(fn, segs, n, t)
+        got, changed = _call_keeping(fn, ("segments", "prompt_len", "threshold"), segs, n, t)
         if isinstance(got, list):
             got = tuple(got)
-        c.record(label, expected, got, note=_named_mistake(got, PLAN_MISTAKES, expected, segs, n, t))
+        _record_keeping(c, label, expected, got, changed, _named_mistake(got, PLAN_MISTAKES, expected, segs, n, t))
     return c.done()
 
 
@@ -436,8 +463,8 @@ def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count
 
 
 ARC_MISTAKES = {
-    "you ignored target: always T1 first is plain LRU over the two lists": lambda *a: _arc_rule(*a, always_t1=True),
-    "ARC decides again after every eviction (T1 shrinks)": lambda *a: _arc_rule(*a, decide_once=True),
+    "T1 first until it is empty ignores target (that is plain LRU): ARC compares T1 with target again before "
+    "every victim, and once T1 is under target the oldest of T2 goes": lambda *a: _arc_rule(*a, always_t1=True),
     "target counts pages, not nodes": lambda *a: _arc_rule(*a, count_nodes=True),
     "T1 goes first when it holds at least target pages (>=, not >)": lambda *a: _arc_rule(*a, strict=True),
 }
@@ -478,8 +505,8 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
         full = f"{label}: T1 {t1}, T2 {t2}, target {target}, need {need}"
         if c.unusable(full, expected):
             continue
-        got = call(fn, list(t1), list(t2), target, need)
-        c.record(full, expected, got, note=_named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
+        got, changed = _call_keeping(fn, ("t1", "t2", "target", "need"), list(t1), list(t2), target, need)
+        _record_keeping(c, full, expected, got, changed, _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
     res = c.done()
     if verbose:
         trace = scan_with_hot_set(seed=0)
