@@ -345,7 +345,7 @@ def run_keeping_input(checker: Any, label: str, names: Sequence[str], *args: Any
         return checker.result.cases[-1]
     mine = _copy.deepcopy(args)
     got = call_in_place(checker.fn, *mine)
-    note = changed_argument(args, mine, names)
+    note = changed_argument(args, mine, names) or wrong_exception(expected, got) or should_have_raised(expected, got)
     if note:
         return checker.record(label, expected, got, passed=False, note=note)
     base = checker.diagnose
@@ -355,3 +355,56 @@ def run_keeping_input(checker: Any, label: str, names: Sequence[str], *args: Any
         return checker.record(label, expected, got)
     finally:
         checker.diagnose = base
+
+
+def wrong_exception(expected: Any, actual: Any) -> str | None:
+    """The learner raised, but not the exception the contract names (IndexError for OutOfBlocks...).
+
+    >>> class Raised:  # what kvlab.check.harness.Raised looks like
+    ...     def __init__(self, exc): self.exc = exc
+    >>> wrong_exception(Raised(ValueError("mode")), Raised(KeyError("exact")))
+    'raise ValueError here, not KeyError: check the input first and raise the error the contract names'
+    """
+    if type(actual).__name__ != "Raised" or type(expected).__name__ not in ("Raised", "Raises"):
+        return None
+    want = expected.exc_type if type(expected).__name__ == "Raises" else type(expected.exc)
+    if isinstance(actual.exc, want) or isinstance(actual.exc, NotImplementedError):
+        return None
+    return (f"raise {want.__name__} here, not {type(actual.exc).__name__}: check the input first and raise the "
+            "error the contract names")
+
+
+def off_by_one_items(expected: Any, actual: Any) -> str | None:
+    """Lists of counts where every wrong count is off by exactly one: a loop bound (< or <=) or a +-1.
+
+    >>> off_by_one_items([2, 2, 5], [2, 3, 5])
+    'count 1 is off by one (expected 2, got 3): check where the count stops (< or <=, a +1 or -1)'
+    """
+    if not (isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple))) or len(expected) != len(actual):
+        return None
+    if not all(_num(e) and _num(a) for e, a in zip(expected, actual)):
+        return None
+    bad = [i for i, (e, a) in enumerate(zip(expected, actual)) if e != a]
+    if bad and all(abs(actual[i] - expected[i]) == 1 for i in bad):
+        i = bad[0]
+        return (f"count {i} is off by one (expected {expected[i]!r}, got {actual[i]!r}): check where the count stops "
+                "(< or <=, a +1 or -1)")
+    return None
+
+
+def settle_guesses(result: Any, sep: str = " -- or: ") -> None:
+    """Where a FAIL note offers several guesses ("a -- or: b"), keep the one that explains the most
+    failing cases of this check (the first on a tie): one mistake, the likeliest, per line.
+
+    >>> class Case:
+    ...     def __init__(self, note): self.note = note
+    >>> class Result:
+    ...     failures = [Case("ignored target -- or: decided once"), Case("decided once")]
+    >>> r = Result(); settle_guesses(r); r.failures[0].note
+    'decided once'
+    """
+    notes = [c.note for c in result.failures]
+    for case in result.failures:
+        options = case.note.split(sep) if case.note else []
+        if len(options) > 1:
+            case.note = max(options, key=lambda o: (sum(o in n for n in notes), -options.index(o)))

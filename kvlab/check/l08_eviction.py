@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache, TreeNode
-from .diagnose import changed_argument, exact_equal, matching_mistake, type_slip
+from .diagnose import settle_guesses, changed_argument, exact_equal, matching_mistake, type_slip
 from .harness import Checker, CheckResult, Raised, call_in_place, same_outcome
 from .l07_radix import related_prompts
 
@@ -131,6 +131,7 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
             c.record(label, expected, got, passed=ok, note=note)
             if changed:
                 break
+    settle_guesses(c.result)
     return c.done()
 
 
@@ -175,6 +176,7 @@ def inc_lock_ref(fn: Callable, verbose: bool = True) -> CheckResult:
                 c.record(label, expected, got)
                 continue
             c.record(label, expected, {"returned": got, **_locks(mine)}, note=_lock_note(expected, got, _locks(mine)))
+    settle_guesses(c.result)
     return c.done()
 
 
@@ -327,4 +329,5 @@ def admit_plan(fn: Callable, verbose: bool = True) -> CheckResult:
             note = matching_mistake(answer, ADMIT_MISTAKES, cm.tree.root, list(tokens), cm.allocator.num_free_blocks,
                                     expected=expected)
         c.record(label, expected, got, passed=ok, note=note)
+    settle_guesses(c.result)
     return c.done()

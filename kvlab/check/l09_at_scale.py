@@ -26,7 +26,7 @@ from ..lessons.four_requests import char_tokenize
 from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
-from .diagnose import changed_argument, exact_equal, type_slip
+from .diagnose import settle_guesses, changed_argument, exact_equal, should_have_raised, type_slip
 from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
 
 __all__ = ["orca_reservation", "fit_requests", "optimal_hit_rate"]
@@ -71,7 +71,7 @@ ORCA_MISTAKES = {
     "no power-of-two rounding: the buddy allocator rounds the run up to a power of two blocks":
         lambda p, o, m, bs=16, ml=2048: -(-min(p + _estimate(p, o, m, ml), ml) // bs),
     "rounded the blocks down: a run must hold every slot (round up)":
-        lambda p, o, m, bs=16, ml=2048: _pow2(min(p + _estimate(p, o, m, ml), ml) // bs),
+        lambda p, o, m, bs=16, ml=2048: 1 << (min(p + _estimate(p, o, m, ml), ml) // bs - 1).bit_length(),
     "the answer is in blocks, not token slots":
         lambda p, o, m, bs=16, ml=2048: bs * _pow2(-(-min(p + _estimate(p, o, m, ml), ml) // bs)),
     "Orca (Pow2) rounds the output up to a power of two, not prompt + output":
@@ -123,8 +123,9 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
         c.diagnose = [_mistake(args), type_slip]
         full = args + (16, 2048)[len(args) - 3:]
         c.run(f"prompt {full[0]}, output {full[1]}, mode {full[2]!r}, block_size {full[3]}, max_len {full[4]}", *args)
-    c.diagnose = []
+    c.diagnose = [should_have_raised]
     c.run("mode 'exact' (not one of max, pow2, oracle): must raise ValueError", 161, 338, "exact")
+    settle_guesses(c.result)
     return c.done()
 
 
@@ -167,6 +168,8 @@ def _paged_fit(capacity, block_size, lengths, blocks=lambda n, bs: -(-n // bs), 
 
 
 FIT_MISTAKES: dict[str, Callable] = {
+    "reserving max_len: no more requests are in memory than there are requests (at most len(lengths))":
+        lambda cap, bs, ml, ls: (cap // ml, _paged_fit(cap, bs, ls)),
     "a request of n tokens takes ceil(n / block_size) blocks (round up: a partial block is a whole block)":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, lambda n, b: n // b)),
     "admission is in order and stops at the first request that does not fit (no skipping ahead)":
@@ -222,6 +225,7 @@ def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
         got = call_in_place(fn, cap, bs, ml, mine)
         changed = changed_argument((lengths,), (mine,), ("lengths",))
         c.record(label, expected, got, passed=False if changed else None, note=changed or "")
+    settle_guesses(c.result)
     return c.done()
 
 
@@ -245,6 +249,8 @@ def _hit(prompts: list[list[int]], shared: Callable[[list[list[int]]], int]) -> 
 
 
 HIT_MISTAKES: dict[str, Callable] = {
+    "the empty prefix holds no token: count the prefixes of length 1 and up":
+        lambda ps: _hit(ps, lambda q: len({tuple(p[:i]) for p in q for i in range(len(p) + 1)})),
     "count distinct prefixes (nodes of a trie of the prompts), not distinct tokens":
         lambda ps: _hit(ps, lambda q: len({t for p in q for t in p})),
     "a prompt can hit the prefix of ANY earlier prompt, not only the first one":
@@ -303,4 +309,5 @@ def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
         changed = changed_argument((ps,), (mine,), ("prompts",))
         note = changed or _zero_tokens(ps)(expected, got) or ""
         c.record(full, expected, got, passed=False if changed else None, note=note)
+    settle_guesses(c.result)
     return c.done()

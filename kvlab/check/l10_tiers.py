@@ -31,7 +31,7 @@ from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
 from ..reuse.radix_node import common_prefix_len
-from .diagnose import changed_argument, exact_equal, type_slip
+from .diagnose import settle_guesses, changed_argument, exact_equal, swapped, type_slip
 from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
@@ -197,6 +197,7 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         got, changed = _call_keeping(fn, ("leaves", "host_free", "need"), leaves, host_free, need)
         _record_keeping(c, full, expected, got, changed,
                         _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need))
+    settle_guesses(c.result)
     return c.done()
 
 
@@ -280,7 +281,8 @@ PLAN_MISTAKES = {
         lambda s, n, t: _plan(s, n, t, cap=False),
     "host and disk pages are loaded back, not recomputed": lambda s, n, t: _plan(s, n, t, load=()),
     "hits shorter than load_back_threshold tokens are recomputed": lambda s, n, t: _plan(s, n, t, threshold_on=False),
-    "'both' is on the device too: reuse it in place": lambda s, n, t: _plan(s, n, t, both_is_device=False),
+    "'both' is on the device too: reuse it in place": lambda s, n, t: _plan(s, n, t, both_is_device=False,
+                                                                           load=("host", "disk", "both")),
     "disk pages load back as well as host pages": lambda s, n, t: _plan(s, n, t, load=("host",)),
 }
 
@@ -300,7 +302,7 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
     hand = [([(4, "device"), (3, "host")], 9, 1), ([(4, "both"), (4, "disk")], 8, 1), ([(5, "host")], 5, 1),
             ([(2, "device"), (2, "host")], 9, 4), ([], 3, 1), ([(6, "device")], 6, 1),
             ([(2, "device"), (2, "host"), (2, "disk")], 10, 3),   # the threshold on the sum: (2, 4, 4)
-            ([(1, "both"), (1, "host"), (1, "host"), (1, "disk")], 9, 3), ([(3, "host")], 8, 3),
+            ([(3, "host")], 8, 3), ([(1, "both"), (1, "host"), (1, "host"), (1, "disk")], 9, 3),
             ([(2, "device"), (3, "host")], 4, 2), ([(4, "disk")], 1, 0), ([(3, "host")], 9, 0),
             ([(2, "device"), (3, "host"), (2, "disk")], 9, 1)]
     cases = [(s, n, t, _plan(s, n, t)) for s, n, t in hand]
@@ -313,7 +315,9 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
         got, changed = _call_keeping(fn, ("segments", "prompt_len", "threshold"), segs, n, t)
         if isinstance(got, list):
             got = tuple(got)
-        _record_keeping(c, label, expected, got, changed, _named_mistake(got, PLAN_MISTAKES, expected, segs, n, t))
+        _record_keeping(c, label, expected, got, changed, _named_mistake(got, PLAN_MISTAKES, expected, segs, n, t)
+                        or swapped(expected, got, ("device", "loaded")) or "")
+    settle_guesses(c.result)
     return c.done()
 
 
@@ -413,6 +417,7 @@ def next_placement(fn: Callable, verbose: bool = True) -> CheckResult:
             if c.unusable(label, dst):
                 continue
             c.record(label, dst, got, passed=same_outcome(dst, got))
+    settle_guesses(c.result)
     return c.done()
 
 
@@ -447,10 +452,11 @@ def arc_evict_real(t1: list[tuple[str, int]], t2: list[tuple[str, int]], target:
     return [names[i] for i in ev.detail["nodes"]]
 
 
-def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count_nodes=False, strict=False):
+def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count_nodes=False, strict=False,
+              over=False):
     t1, t2, out, freed = list(t1), list(t2), [], 0
     first = None
-    while freed < need and (t1 or t2):
+    while (freed <= need if over else freed < need) and (t1 or t2):
         size = len(t1) if count_nodes else sum(p for _, p in t1)
         use_t1 = bool(t1) and (always_t1 or (size > target if strict else size >= target) or not t2)
         if decide_once:
@@ -465,8 +471,9 @@ def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count
 ARC_MISTAKES = {
     "T1 first until it is empty ignores target (that is plain LRU): ARC compares T1 with target again before "
     "every victim, and once T1 is under target the oldest of T2 goes": lambda *a: _arc_rule(*a, always_t1=True),
-    "target counts pages, not nodes": lambda *a: _arc_rule(*a, count_nodes=True),
+    "stop as soon as need pages are freed: one victim more is one too many": lambda *a: _arc_rule(*a, over=True),
     "T1 goes first when it holds at least target pages (>=, not >)": lambda *a: _arc_rule(*a, strict=True),
+    "target counts pages, not nodes": lambda *a: _arc_rule(*a, count_nodes=True),
 }
 
 
@@ -484,6 +491,7 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
 
     c = Checker("arc_victims", fn, verbose=verbose)
     cases = [
+        ("one big copy in T1: target counts its pages", [("a", 3)], [("c", 1)], 2, 1),
         ("T1 at its target: T1 first", [("a", 2), ("b", 2)], [("c", 2)], 4, 2),
         ("T1 under its target: T2 first", [("a", 2)], [("c", 2), ("d", 1)], 3, 3),
         ("T1 shrinks below target: switch to T2", [("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6),
@@ -507,6 +515,7 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         got, changed = _call_keeping(fn, ("t1", "t2", "target", "need"), list(t1), list(t2), target, need)
         _record_keeping(c, full, expected, got, changed, _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
+    settle_guesses(c.result)
     res = c.done()
     if verbose:
         trace = scan_with_hot_set(seed=0)

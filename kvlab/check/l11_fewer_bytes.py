@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-from .diagnose import changed_argument, exact_equal, mistake_runner, run_keeping_input, type_slip
+from .diagnose import changed_argument, exact_equal, run_keeping_input, settle_guesses, type_slip
 from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place
 
 __all__ = ["streaming_keep", "quest_pick", "quantize_per_token"]
@@ -41,6 +41,9 @@ def _streaming_keep_ref(num_tokens: int, block_size: int, sink_tokens: int, wind
 
 
 STREAMING_MISTAKES = {
+    "window_tokens counts tokens: keep the last ceil(window_tokens / block_size) blocks, not window_tokens blocks":
+        lambda n, bs, s, w: sorted(set(range(min(-(-s // bs), -(-n // bs)))) | set(range(max(0, -(-n // bs) - w),
+                                                                                           -(-n // bs)))),
     "you kept the recent window but dropped the sink blocks: StreamingLLM keeps the first blocks too "
     "(the attention sinks)": lambda n, bs, s, w: list(range(max(0, -(-n // bs) - -(-w // bs)), -(-n // bs))),
     "the sinks were counted with floor: a block that holds any sink token must stay (round up)":
@@ -62,7 +65,11 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     ValueError for a negative count, a block size below 1 or a window below 1."""
     c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=verbose, compare=exact_equal,
                 diagnose=[type_slip])
-    run = mistake_runner(c, STREAMING_MISTAKES)
+
+    def run(label, *args):
+        return run_keeping_input(c, label, ("num_tokens", "block_size", "sink_tokens", "window_tokens"), *args,
+                                 mistakes=STREAMING_MISTAKES)
+
     run("the lesson's table: 30 tokens, blocks of 4, 4 sinks, window 8", 30, 4, 4, 8)
     run("sinks smaller than a block: 100 tokens, bs 16, 4 sinks, window 32", 100, 16, 4, 32)
     run("a short sequence: sinks and window overlap (10 tokens, bs 4, 4 + 8)", 10, 4, 4, 8)
@@ -80,6 +87,7 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     run("num_tokens -1 (must raise ValueError)", -1, 4, 4, 8)
     run("block_size 0 (must raise ValueError)", 40, 0, 4, 8)
     run("sink_tokens -1 (must raise ValueError)", 40, 4, -1, 8)
+    settle_guesses(c.result)
     return c.done()
 
 
@@ -156,6 +164,7 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     run("a tie: blocks 1 and 2 have the same bound, top 1 (the lower block)", tq, tlo, thi, 1)
     run("every channel of q negative: the minima decide", -q.abs(), lo, hi, 2)
     run("top_k 0 (must raise ValueError)", q, lo, hi, 0)
+    settle_guesses(c.result)
     return c.done()
 
 
@@ -273,4 +282,5 @@ def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
     got = call(fn, bad)
     c.record("a 2-D tensor (must raise ValueError)", Raises(ValueError), got,
              passed=isinstance(got, Raised) and isinstance(got.exc, ValueError))
+    settle_guesses(c.result)
     return c.done()
