@@ -430,3 +430,10 @@ def test_sampled_mutants_are_killed(nn):
     assert len(outs) >= 3
     bad = [(o.mutant_id, o.status, o.change) for o in outs if o.status not in ("killed", "equivalent", "timeout")]
     assert not bad, f"mutants the checker accepts (or crashes on): {bad}"
+
+
+def test_equivalent_survivors_06_11_exist_and_say_why():
+    ids = {s.mutant_id for nn in ("06", "07", "08", "09", "10", "11") for s in mutants.lesson_sites(nn)[1]}
+    listed = {k: v for k, v in mutants.load_equivalent().items() if k[:2] in ("06", "07", "08", "09", "10", "11")}
+    assert listed and all(k in ids for k in listed), [k for k in listed if k not in ids]
+    assert all(len(reason) > 20 for reason in listed.values())

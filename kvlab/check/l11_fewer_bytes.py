@@ -247,9 +247,10 @@ def _quant_diagnosis(x):
 
 
 def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
-    """Grade ``fn(x) -> (xq, scale)``: x (num_tokens, num_heads, head_dim) float32;
-    ``scale[t, h] = max_d |x[t, h, d]| / 127`` (1 where that is 0), ``xq = clamp(floor(x / scale
-    + 0.5), -127, 127)`` as torch.int8. ValueError for a tensor that is not 3-D."""
+    """Grade ``fn(x) -> (xq, scale)``: x (num_tokens, num_heads, head_dim) float32; one scale per
+    (token, head), shape (num_tokens, num_heads), 1 for a head of zeros; xq torch.int8, symmetric,
+    the largest |x| of each (token, head) on +-127, every value on the nearest level with halves
+    going up; x unchanged; ValueError for a tensor that is not 3-D. Expected: ``quantize_kv_ref``."""
     import torch
 
     c = Checker("quantize_per_token", fn, compare=_same_quant, verbose=verbose)
