@@ -91,6 +91,7 @@ class Outcome:
     status: str   # killed | survived | timeout | crashed | checker-error | equivalent
     change: str
     seconds: float
+    detail: str = ""  # a checker-error: the last line of the checker's traceback
 
 
 # ------------------------------------------------------------------------------ lessons
@@ -323,6 +324,9 @@ def _child(src_text: str, qual: str, checkers: list[str], workdir: str, timeout:
                 code = 1
                 break
     except BaseException:  # noqa: BLE001 -- a checker that raises: a checker defect, reported
+        import traceback
+
+        (Path(workdir) / f"traceback_{os.getpid()}.txt").write_text(traceback.format_exc())
         code = 2
     finally:
         sys.stdout.flush()
@@ -340,11 +344,13 @@ def run_mutant(tree: ast.Module, site: Site, checkers: list[str], workdir: str, 
         _child(src_text, site.mutant_id.split(":")[1], checkers, workdir, timeout)
     _, status = os.waitpid(pid, 0)
     dt = time.perf_counter() - t0
+    tb = Path(workdir) / f"traceback_{pid}.txt"
+    detail = tb.read_text().strip().splitlines()[-1] if tb.exists() else ""
     if os.WIFSIGNALED(status):
         kind = "timeout" if os.WTERMSIG(status) == signal.SIGALRM else "crashed"
     else:
         kind = {0: "survived", 1: "killed", 2: "checker-error"}.get(os.WEXITSTATUS(status), "crashed")
-    return Outcome(site.mutant_id, kind, f"{site.before}  ->  {site.after}", round(dt, 3))
+    return Outcome(site.mutant_id, kind, f"{site.before}  ->  {site.after}", round(dt, 3), detail)
 
 
 def load_equivalent(path: Path = EQUIVALENT) -> dict[str, str]:
@@ -450,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{f['kill_rate']:9.1%} {f['checker_errors']:6d} {f['seconds']:6.1f}", flush=True)
         for o in outs:
             if o.status in ("survived", "checker-error", "crashed"):
-                print(f"    {o.status}: {o.mutant_id}  {o.change}")
+                print(f"    {o.status}: {o.mutant_id}  {o.change}" + (f"\n        {o.detail}" if o.detail else ""))
         bad |= f["kill_rate"] < args.target or (args.strict and f["survived"] > 0)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -140,7 +140,7 @@ def _gather_template():
     @triton.jit
     def kernel(cache_ptr, block_table_ptr, out_ptr, context_len,
                HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr,
-               RULE: tl.constexpr, MASKED: tl.constexpr, LOOP: tl.constexpr):
+               RULE: tl.constexpr, MASKED: tl.constexpr, LOOP: tl.constexpr, LOADS_MASKED: tl.constexpr):
         offs_t = tl.arange(0, TILE_N)
         offs_d = tl.arange(0, HEAD_DIM)
         num_tiles = (context_len + TILE_N - 1) // TILE_N
@@ -149,15 +149,23 @@ def _gather_template():
         for tile in range(0, num_tiles):
             pos = tile * TILE_N + offs_t
             valid = pos < context_len
-            physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)
+            if LOADS_MASKED:
+                physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)
+            else:
+                physical = tl.load(block_table_ptr + pos // BLOCK_SIZE)
             if RULE == "no_table":
                 slot = pos
             elif RULE == "div_offset":
                 slot = physical * BLOCK_SIZE + pos // BLOCK_SIZE
             else:
                 slot = physical * BLOCK_SIZE + pos % BLOCK_SIZE
-            k = tl.load(cache_ptr + slot[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
-            if MASKED:
+            if LOADS_MASKED:
+                k = tl.load(cache_ptr + slot[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
+            else:
+                k = tl.load(cache_ptr + slot[:, None] * HEAD_DIM + offs_d[None, :])
+            if RULE == "slot_store":
+                tl.store(out_ptr + slot[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])
+            elif MASKED:
                 tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])
             else:
                 tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k)
@@ -170,10 +178,10 @@ class _GatherVariant:
 
     template = None
 
-    def __init__(self, rule: str, masked: bool = True, loop: bool = True) -> None:
+    def __init__(self, rule: str, masked: bool = True, loop: bool = True, loads_masked: bool = True) -> None:
         if _GatherVariant.template is None:
             _GatherVariant.template = _gather_template()
-        self.flags = dict(RULE=rule, MASKED=masked, LOOP=loop)
+        self.flags = dict(RULE=rule, MASKED=masked, LOOP=loop, LOADS_MASKED=loads_masked)
 
     def __call__(self, *args, **kwargs):
         raise TypeError("launch with kernel[grid](...)")
@@ -631,6 +639,19 @@ def test_paged_gather_kernel_names_the_mistake():
     assert "mask" in _note(check.paged_gather_kernel(_GatherVariant("right", masked=False), verbose=False))
     assert "first tile" in _note(check.paged_gather_kernel(_GatherVariant("right", loop=False), verbose=False))
     assert "canary" in _note(check.paged_gather_kernel(S05_gather_noop(), verbose=False))
+
+
+def test_paged_gather_kernel_names_unmasked_loads_and_stores_outside_the_output():
+    """Issue 28: a kernel that masks the store but not the loads was accepted, and one that stores at the
+    cache's slot rows (not pos rows) aborted Python; both are named now, on buffers the checker owns."""
+    from kvlab.kernels import KERNEL_MODE
+
+    r = check.paged_gather_kernel(_GatherVariant("slot_store"), verbose=False)
+    assert not r.passed and "outside the output" in _note(r)
+    assert "slot rows" in " ".join(c.note for c in r.failures)
+    if KERNEL_MODE == "interpreter":  # natively a masked-off load is not seen (the values never reach out)
+        r = check.paged_gather_kernel(_GatherVariant("right", loads_masked=False), verbose=False)
+        assert not r.passed and "every tl.load" in _note(r)
 
 
 def S05_gather_noop():

@@ -25,7 +25,9 @@ from typing import Any, Callable, Sequence
 
 __all__ = ["Diagnosis", "half_or_double", "off_by", "swapped", "differing_fields", "first_diagnosis",
            "shared_block_written", "KV_FACTOR_HINT", "should_have_raised", "factor_of", "matching_mistake",
-           "more_or_less", "mistake_runner", "radix_granularity"]
+           "matching_mistakes",
+           "more_or_less", "mistake_runner", "radix_granularity", "unit_slip", "raised_slip", "argument_slip",
+           "wrong_exception"]
 
 Diagnosis = Callable[[Any, Any], "str | None"]
 
@@ -162,10 +164,11 @@ def factor_of(factor: float, message: str) -> Diagnosis:
 
 def matching_mistake(actual: Any, mistakes: dict[str, Callable[..., Any]], *args: Any,
                      expected: Any = None) -> str:
-    """The messages of the known mistakes that, run on the same ``args``, give ``actual`` (and
-    differ from ``expected``), joined with " -- or: " when several give the same answer; ``''``
-    when none does. A mistake is a function written the way a learner gets it wrong; one that
-    raises never matches.
+    """The message of the first known mistake that, run on the same ``args``, gives ``actual`` (and
+    differs from ``expected``); ``''`` when none does. ``mistakes`` is ordered likeliest first: when
+    several give the same answer only the first is named (no unrelated "or:" guesses; another
+    case tells them apart). A mistake is a function written the way a learner gets it wrong; one
+    that raises never matches.
 
     >>> mistakes = {"rounded down: a request needs all its blocks (round up)": lambda n, bs: n // bs}
     >>> matching_mistake(2, mistakes, 9, 4, expected=3)
@@ -175,15 +178,27 @@ def matching_mistake(actual: Any, mistakes: dict[str, Callable[..., Any]], *args
     """
     if type(actual).__name__ == "Raised":
         return ""
+    found = matching_mistakes(actual, mistakes, *args, expected=expected)
+    return found[0] if found else ""
+
+
+def matching_mistakes(actual: Any, mistakes: dict[str, Callable[..., Any]], *args: Any, expected: Any = None) -> list[str]:
+    """Every known mistake that gives ``actual`` on ``args``, in the order of ``mistakes``.
+
+    >>> matching_mistakes(4, {"a": lambda n: 2 * n, "b": lambda n: n + 2, "c": lambda n: n}, 2, expected=2)
+    ['a', 'b']
+    """
+    if type(actual).__name__ == "Raised":
+        return []
     found = []
     for message, wrong in mistakes.items():
         try:
             got = wrong(*args)
-            if got == actual and got != expected:
+            if got == actual and got != expected and type(got) is type(actual):
                 found.append(message)
         except Exception:  # a mistake that cannot run on these inputs says nothing
             continue
-    return " -- or: ".join(found)
+    return found
 
 
 def more_or_less(more: str, less: str) -> Diagnosis:
@@ -213,13 +228,201 @@ def mistake_runner(checker: Any, mistakes: dict[str, Callable[..., Any]]) -> Cal
     """
     def run(label: str, *args: Any) -> Any:
         base = checker.diagnose
-        checker.diagnose = [lambda e, a: matching_mistake(a, mistakes, *args, expected=e) or None, *base]
+        found: list[str] = []
+
+        def diagnose(e: Any, a: Any) -> str | None:
+            found.extend(matching_mistakes(a, mistakes, *args, expected=e))
+            return found[0] if found else None
+
+        checker.diagnose = [diagnose, *base]
         try:
-            return checker.run(label, *args)
+            case = checker.run(label, *args)
         finally:
             checker.diagnose = base
+        if len(found) > 1 and case.note == found[0]:
+            case.candidates = found  # Checker.done keeps the one that explains the most cases
+        return case
 
     return run
+
+
+# ------------------------------------------------------------------ unit and type slips (issue 28), every checker
+_UNITS = ((10**9, "GB"), (2**30, "GiB"), (10**6, "MB"), (2**20, "MiB"), (10**3, "KB"), (2**10, "KiB"))
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def unit_slip(expected: Any, actual: Any) -> str | None:
+    """The slips of units and types a learner makes whatever the exercise, likeliest first: a float
+    for an int, a tensor or a tuple for a list, a percentage for a fraction, GB (or GiB, MB...)
+    for bytes. None when the answer is not one of them.
+
+    >>> unit_slip(3, 3.0)
+    'returned the float 3.0 where an int is expected: use integer arithmetic (//, not /)'
+    >>> unit_slip(2, 2.75)
+    'returned 2.75, a fraction: a count is a whole number (round down with //)'
+    >>> unit_slip(0.25, 25.0)
+    'that is a percentage (x 100): return a fraction between 0 and 1'
+    >>> unit_slip(2_000_000_000, 2.0)
+    'that is in GB (10**9 bytes): the answer is in bytes'
+    >>> unit_slip([1, 2], (1, 2))
+    'returned a tuple where a list is expected (the values are right): return a list'
+    """
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return None
+    if expected is None and actual is not None and type(actual).__name__ != "Raised":
+        return f"returned {actual!r} where None is expected: return None when there is no answer (not -1, 0 or [])"
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return _dict_slip(expected, actual)
+    if hasattr(actual, "tolist") and hasattr(actual, "shape") and not hasattr(expected, "shape"):
+        try:
+            same = actual.tolist() == expected
+        except Exception:  # noqa: BLE001
+            same = False
+        kind = type(actual).__name__
+        return (f"returned a {kind} where a plain {type(expected).__name__} is expected" +
+                (" (the values are right): convert it (.tolist() / int(...))" if same else ": convert it (.tolist() / int(...))"))
+    if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)) and type(expected) is not type(actual):
+        if list(expected) == list(actual):
+            return (f"returned a {type(actual).__name__} where a {type(expected).__name__} is expected "
+                    f"(the values are right): return a {type(expected).__name__}")
+    if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
+        if len(expected) != len(actual):
+            return None
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            if hasattr(e, "shape") or hasattr(a, "shape"):
+                return None  # tensors: compared by the exercise's own checker
+            slip = None if e == a and type(e) is type(a) else unit_slip(e, a)
+            if slip:
+                return f"item {i}: {slip}"
+        return None
+    if not (_num(expected) and _num(actual)):
+        return None
+    if isinstance(expected, int) and isinstance(actual, float):
+        if actual.is_integer() and actual == expected:
+            return f"returned the float {actual!r} where an int is expected: use integer arithmetic (//, not /)"
+        if expected <= actual < expected + 1:
+            return f"returned {actual!r}, a fraction: a count is a whole number (round down with //)"
+        if expected - 1 < actual < expected:
+            return f"returned {actual!r}, a fraction: a count is a whole number (round up, with integers)"
+        if expected > 1 and 0 <= actual < 1:
+            return f"returned a share ({actual:.3g}) where a count is expected: count the slots (or tokens, blocks) themselves"
+    if expected == 0:
+        return None
+    if 0 < abs(expected) <= 1 and _close(actual, expected * 100):
+        return "that is a percentage (x 100): return a fraction between 0 and 1"
+    if abs(expected) > 1 and _close(actual * 100, expected):
+        return "that is a fraction: the answer here is a percentage (x 100)"
+    for factor, unit in _UNITS:
+        if _close(actual * factor, expected):
+            return f"that is in {unit} ({_power(factor)} bytes): the answer is in bytes"
+    return None
+
+
+def _dict_slip(expected: dict, actual: dict) -> str | None:
+    """A result dict with a field missing, or one field with a unit or type slip."""
+    missing = [k for k in expected if k not in actual]
+    if missing:
+        return f"the result has no {missing[0]!r}: return every field of the contract (also when it is empty)"
+    for k in expected:
+        if hasattr(expected[k], "shape") or hasattr(actual[k], "shape"):
+            continue
+        if not (expected[k] == actual[k] and type(expected[k]) is type(actual[k])):
+            slip = unit_slip(expected[k], actual[k])
+            if slip:
+                return f"{k}: {slip}"
+    return None
+
+
+def wrong_exception(expected: Any, actual: Any) -> str | None:
+    """The call had to raise one exception and raised another (a ZeroDivisionError, an IndexError...
+    from computing with the bad value instead of refusing it).
+
+    >>> class Raised:  # what kvlab.check.harness.Raised looks like
+    ...     def __init__(self, exc): self.exc = exc
+    >>> wrong_exception(Raised(ValueError("n < 0")), Raised(ZeroDivisionError("division by zero")))
+    'raised ZeroDivisionError where ValueError is due: check the arguments first and raise ValueError naming the bad value'
+    """
+    kind = type(expected).__name__
+    if kind not in ("Raised", "Raises") or type(actual).__name__ != "Raised":
+        return None
+    want = expected.exc_type if kind == "Raises" else type(expected.exc)
+    if isinstance(actual.exc, want) or isinstance(actual.exc, NotImplementedError):
+        return None
+    return (f"raised {type(actual.exc).__name__} where {want.__name__} is due: check the arguments first and raise "
+            f"{want.__name__} naming the bad value")
+
+
+def _power(factor: int) -> str:
+    return f"10**{len(str(factor)) - 1}" if str(factor).startswith("1") and set(str(factor)[1:]) <= {"0"} else f"2**{factor.bit_length() - 1}"
+
+
+def raised_slip(expected: Any, actual: Any) -> str | None:
+    """An answer that raised where a value was due, named by what usually causes it.
+
+    >>> class Raised:  # what kvlab.check.harness.Raised looks like
+    ...     def __init__(self, exc): self.exc = exc
+    >>> raised_slip(0, Raised(ValueError("max() iterable argument is empty")))
+    'max() or min() of an empty list raised: give it a default (max(..., default=0)) or handle the empty case first'
+    >>> raised_slip(3, Raised(IndexError("list index out of range")))[:40]
+    'raised IndexError (list index out of ran'
+    """
+    if type(actual).__name__ != "Raised" or type(expected).__name__ in ("Raised", "Raises"):
+        return None
+    exc, msg = actual.exc, str(actual.exc)
+    if isinstance(exc, ValueError) and ("empty" in msg and ("max(" in msg or "min(" in msg)):
+        return "max() or min() of an empty list raised: give it a default (max(..., default=0)) or handle the empty case first"
+    if isinstance(exc, IndexError):
+        return (f"raised IndexError ({msg}): an index one past the end (off by one: < for <=, or a range one too "
+                "long), or an empty list read at [0] or [-1]")
+    if isinstance(exc, ZeroDivisionError):
+        return "divided by zero: an empty or zero-sized case needs its own answer before the division"
+    if isinstance(exc, TypeError) and ("float" in msg and ("index" in msg or "integer" in msg)):
+        return f"raised TypeError ({msg}): a float was used as an index or a count: use // instead of /"
+    if isinstance(exc, KeyError):
+        return f"raised KeyError {msg}: a key that is not there (use dict.get with the default of the contract)"
+    return None
+
+
+def argument_slip(reference: Callable | None, args: Sequence[Any], actual: Any, names: Sequence[str] = ()) -> str | None:
+    """The reference on the same arguments with one slip gives ``actual``: two arguments swapped, or
+    one integer argument one more or one less (an off-by-one at a boundary: >= for >, < for <=).
+
+    >>> argument_slip(lambda n, bs: -(-n // bs), (9, 4), 1, ("num_tokens", "block_size"))
+    'num_tokens and block_size are swapped'
+    >>> argument_slip(lambda n: n * 2, (5,), 12, ("n",))
+    'as if n were one more (6): an off-by-one (check > against >=, < against <=, or a +1 too many)'
+    """
+    if reference is None or type(actual).__name__ == "Raised":
+        return None
+
+    def gives(new_args) -> bool:
+        try:
+            got = reference(*new_args)
+        except Exception:  # noqa: BLE001 -- a slip that cannot run says nothing
+            return False
+        return type(got) is type(actual) and got == actual
+
+    def name(i: int) -> str:
+        return names[i] if i < len(names) else f"argument {i + 1}"
+
+    args = list(args)
+    for i in range(len(args) - 1):
+        for j in range(i + 1, len(args)):
+            if type(args[i]) is type(args[j]) and args[i] != args[j]:
+                swapped_args = args[:]
+                swapped_args[i], swapped_args[j] = args[j], args[i]
+                if gives(swapped_args):
+                    return f"{name(i)} and {name(j)} are swapped"
+    for i, a in enumerate(args):
+        if type(a) is int:
+            for k, word in ((1, "one more"), (-1, "one less")):
+                if gives(args[:i] + [a + k] + args[i + 1:]):
+                    return (f"as if {name(i)} were {word} ({a + k}): an off-by-one "
+                            f"(check > against >=, < against <=, or a {'+' if k > 0 else '-'}1 too many)")
+    return None
 
 
 # ------------------------------------------------------------------ added for lessons 06-11 (issue 28)
@@ -227,24 +430,6 @@ def _is_tensor(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "tolist")
 
 
-def same_value(a: Any, b: Any) -> bool:
-    """Deep equality that also compares tensors (same dtype, shape and values) and never raises.
-
-    >>> same_value([1, [2, 3]], [1, [2, 3]]), same_value({"a": (1,)}, {"a": (2,)})
-    (True, False)
-    """
-    try:
-        if _is_tensor(a) or _is_tensor(b):
-            if not (_is_tensor(a) and _is_tensor(b)) or a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
-                return False
-            return bool(((a == b) | ((a != a) & (b != b))).all())  # NaN where both are NaN counts as equal
-        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-            return type(a) is type(b) and len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-        if isinstance(a, dict) and isinstance(b, dict):
-            return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-        return bool(a == b)
-    except Exception:
-        return False
 
 
 def exact_equal(expected: Any, actual: Any) -> bool:
@@ -266,57 +451,21 @@ def exact_equal(expected: Any, actual: Any) -> bool:
     if isinstance(expected, dict):
         return (isinstance(actual, dict) and actual.keys() == expected.keys()
                 and all(exact_equal(expected[k], actual[k]) for k in expected))
+    from .harness import same_value  # lazy: the harness imports this module
+
     return same_value(expected, actual)
 
 
-def _leaves(x: Any) -> list:
-    if isinstance(x, (list, tuple)):
-        return [y for v in x for y in _leaves(v)]
-    if isinstance(x, dict):
-        return [y for v in x.values() for y in _leaves(v)]
-    return [x]
 
 
-def type_slip(expected: Any, actual: Any) -> str | None:
-    """The right numbers in the wrong type or unit: a float for an int, a tensor for a list, a
-    percentage for a fraction, a bool for a count, a dict or a str for a list.
-
-    >>> type_slip([2, 4], [2.0, 4.0])
-    'a float where a whole number is expected (2.0 for 2): count with // or -(-a // b), not /, or return int(...)'
-    >>> type_slip(0.25, 25.0)
-    'a percentage: return the fraction (0.25, not 25.0)'
-    """
-    if _is_tensor(actual) and not _is_tensor(expected):
-        try:
-            if exact_equal(expected, actual.tolist()) or same_value(_leaves(expected), _leaves(actual.tolist())):
-                return "a tensor where a plain Python value is expected: return .tolist() (or int(...)) of it"
-        except Exception:
-            pass
-        return "a tensor where a plain Python value (a list or a number) is expected"
-    if isinstance(expected, numbers.Real) and not isinstance(expected, (numbers.Integral, bool)) and _num(actual):
-        if expected and abs(float(actual) - 100 * float(expected)) <= 1e-6 * max(1.0, abs(float(actual))):
-            return f"a percentage: return the fraction ({expected!r}, not {actual!r})"
-    e, a = _leaves(expected), _leaves(actual) if isinstance(actual, (list, tuple, dict)) == isinstance(
-        expected, (list, tuple, dict)) else [actual]
-    if len(e) == len(a):
-        for x, y in zip(e, a):
-            if isinstance(x, numbers.Integral) and not isinstance(x, bool):
-                if isinstance(y, float) and y == x:
-                    return (f"a float where a whole number is expected ({y!r} for {x!r}): count with // or "
-                            "-(-a // b), not /, or return int(...)")
-                if isinstance(y, bool):
-                    return f"a bool ({y!r}) where a count is expected: return the number itself"
-    if isinstance(expected, (list, tuple)) and isinstance(actual, (set, dict, str)):
-        return f"a {type(actual).__name__} where a list is expected: return a list, in the order asked"
-    return None
-
-
-def changed_argument(before: Sequence[Any], after: Sequence[Any], names: Sequence[str]) -> str | None:
+def changed_input(before: Sequence[Any], after: Sequence[Any], names: Sequence[str]) -> str | None:
     """The first argument that the learner's function changed in place, named ('' -> None).
 
-    >>> changed_argument(([1, 2], 3), ([1], 3), ("leaves", "need"))
+    >>> changed_input(([1, 2], 3), ([1], 3), ("leaves", "need"))
     "it changed its argument `leaves` in place ([1, 2] became [1]): the caller's input must be left as it was (work on a copy)"
     """
+    from .harness import same_value  # lazy: the harness imports this module
+
     for name, b, a in zip(names, before, after):
         if not same_value(b, a):
             shown = lambda v: " ".join(repr(v).split())[:40]  # noqa: E731
@@ -345,33 +494,15 @@ def run_keeping_input(checker: Any, label: str, names: Sequence[str], *args: Any
         return checker.result.cases[-1]
     mine = _copy.deepcopy(args)
     got = call_in_place(checker.fn, *mine)
-    note = changed_argument(args, mine, names) or wrong_exception(expected, got) or should_have_raised(expected, got)
+    note = changed_input(args, mine, names) or wrong_exception(expected, got) or should_have_raised(expected, got)
     if note:
         return checker.record(label, expected, got, passed=False, note=note)
-    base = checker.diagnose
-    if mistakes:
-        checker.diagnose = [lambda e, a: matching_mistake(a, mistakes, *args, expected=e) or None, *base]
-    try:
-        return checker.record(label, expected, got)
-    finally:
-        checker.diagnose = base
+    found = matching_mistakes(got, mistakes, *args, expected=expected) if mistakes else []
+    case = checker.record(label, expected, got, note=found[0] if found else "")
+    case.candidates = found if not case.passed else []  # Checker.done keeps the likeliest
+    return case
 
 
-def wrong_exception(expected: Any, actual: Any) -> str | None:
-    """The learner raised, but not the exception the contract names (IndexError for OutOfBlocks...).
-
-    >>> class Raised:  # what kvlab.check.harness.Raised looks like
-    ...     def __init__(self, exc): self.exc = exc
-    >>> wrong_exception(Raised(ValueError("mode")), Raised(KeyError("exact")))
-    'raise ValueError here, not KeyError: check the input first and raise the error the contract names'
-    """
-    if type(actual).__name__ != "Raised" or type(expected).__name__ not in ("Raised", "Raises"):
-        return None
-    want = expected.exc_type if type(expected).__name__ == "Raises" else type(expected.exc)
-    if isinstance(actual.exc, want) or isinstance(actual.exc, NotImplementedError):
-        return None
-    return (f"raise {want.__name__} here, not {type(actual.exc).__name__}: check the input first and raise the "
-            "error the contract names")
 
 
 def off_by_one_items(expected: Any, actual: Any) -> str | None:
@@ -391,20 +522,3 @@ def off_by_one_items(expected: Any, actual: Any) -> str | None:
                 "(< or <=, a +1 or -1)")
     return None
 
-
-def settle_guesses(result: Any, sep: str = " -- or: ") -> None:
-    """Where a FAIL note offers several guesses ("a -- or: b"), keep the one that explains the most
-    failing cases of this check (the first on a tie): one mistake, the likeliest, per line.
-
-    >>> class Case:
-    ...     def __init__(self, note): self.note = note
-    >>> class Result:
-    ...     failures = [Case("ignored target -- or: decided once"), Case("decided once")]
-    >>> r = Result(); settle_guesses(r); r.failures[0].note
-    'decided once'
-    """
-    notes = [c.note for c in result.failures]
-    for case in result.failures:
-        options = case.note.split(sep) if case.note else []
-        if len(options) > 1:
-            case.note = max(options, key=lambda o: (sum(o in n for n in notes), -options.index(o)))

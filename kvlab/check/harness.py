@@ -55,7 +55,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .diagnose import Diagnosis, differing_fields, first_diagnosis
+from .diagnose import (Diagnosis, argument_slip, differing_fields, first_diagnosis, raised_slip, unit_slip,
+                       wrong_exception)
 
 __all__ = [
     "is_strict",
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 STRICT_ENV = "KVLAB_CHECK_STRICT"
+SHARED_SLIPS = (unit_slip, raised_slip, wrong_exception)  # after each exercise's own diagnoses, in every checker
 _MAX_REPR = 90
 _MAX_ROWS = 14
 
@@ -176,6 +178,7 @@ class CaseResult:
     actual: Any
     passed: bool
     note: str = ""
+    candidates: list = field(default_factory=list)  # several known mistakes give this answer: Checker.done picks one
 
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
@@ -265,7 +268,8 @@ class Checker:
     equality by default. ``diagnose``: functions ``(expected, actual) -> str | None`` that name
     the common mistake behind a wrong answer (:mod:`kvlab.check.diagnose`); the first that
     speaks is shown under the failing case and in the summary. ``verbose=False`` keeps ``done``
-    quiet (for tests).
+    quiet (for tests). ``run`` also fails a call that changed its arguments (a list popped, a
+    dict sorted in place), whether it returned or raised, unless ``inputs_unchanged=False``.
     """
 
     def __init__(
@@ -276,8 +280,10 @@ class Checker:
         compare: Callable[[Any, Any], bool] | None = None,
         verbose: bool = True,
         diagnose: Sequence[Diagnosis] = (),
+        inputs_unchanged: bool = True,
     ) -> None:
         self.name, self.fn, self.reference, self.compare, self.verbose = name, fn, reference, compare, verbose
+        self.inputs_unchanged = inputs_unchanged
         self.diagnose = list(diagnose)
         self.result = CheckResult(name)
         if fn is not None and not callable(fn):
@@ -300,8 +306,9 @@ class Checker:
         """Add one case whose outcomes were computed by the checker itself."""
         if passed is None:
             passed = same_outcome(expected, actual, self.compare)
-        if not passed and not note and not isinstance(actual, Raised):
-            note = first_diagnosis(self.diagnose, expected, actual)
+        if not passed and not note:  # the exercise's own mistakes first, then the slips every exercise shares
+            note = (first_diagnosis(self.diagnose, expected, actual) if not isinstance(actual, Raised) else "") \
+                or first_diagnosis(SHARED_SLIPS, expected, actual)
         case = CaseResult(label, expected, actual, bool(passed), note)
         self.result.cases.append(case)
         return case
@@ -315,18 +322,108 @@ class Checker:
             raise RuntimeError(f"reference for {self.name!r} failed on {label!r}: {expected!r}")  # a checker bug
         if self.unusable(label, expected):
             return self.result.cases[-1]
-        actual = call(self.fn, *args, **kwargs)
-        return self.record(label, expected, actual)
+        given = copy.deepcopy((args, kwargs))
+        before = copy.deepcopy(given)
+        actual = call_in_place(self.fn, *given[0], **given[1])
+        changed = changed_argument(self.reference, before, given) if self.inputs_unchanged else ""
+        if changed:  # the contract: the caller's arguments are left as they were (raised or not)
+            return self.record(label, expected, actual, passed=False, note=changed)
+        case = self.record(label, expected, actual)
+        if not case.passed and not case.note and not kwargs:
+            try:
+                case.note = argument_slip(self.reference, args, actual, _param_names(self.reference)) or ""
+            except Exception:  # noqa: BLE001 -- a diagnosis never breaks a check
+                case.note = ""
+        return case
 
     def done(self, strict: bool | None = None) -> CheckResult:
         """Print the report (when verbose) and return the result; in strict mode a FAIL raises AssertionError."""
         if not self.result.error and not self.result.cases:
             self.result.error = "the checker ran no cases (a checker bug)"
+        _likeliest_mistakes(self.result.cases)
         if self.verbose:
             print(self.result.report())
         if (is_strict() if strict is None else strict) and not self.result.passed:
             raise AssertionError(f"{STRICT_ENV}=1 and the check failed:\n{self.result.report()}")
         return self.result
+
+
+def same_int(expected: Any, actual: Any) -> bool:
+    """Equal and an int (a count or a number of bytes): a float 2.0 is not a count, 2.25 never is.
+
+        >>> same_int(2, 2), same_int(2, 2.0), same_int(1, True)
+        (True, False, False)
+    """
+    return isinstance(actual, int) and not isinstance(actual, bool) and actual == expected
+
+
+def same_ints(expected: Any, actual: Any) -> bool:
+    """A tuple of ints equal to ``expected`` (a tuple): ``(2, 1)``, not ``[2, 1]`` nor ``(2.0, 1)``.
+
+        >>> same_ints((2, 1), (2, 1)), same_ints((2, 1), (2.0, 1)), same_ints((2, 1), [2, 1])
+        (True, False, False)
+    """
+    return (type(actual) is type(expected) and len(actual) == len(expected)
+            and all(same_int(e, a) for e, a in zip(expected, actual)))
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Deep equality that also compares tensors (same shape, dtype and values) inside containers.
+
+        >>> same_value([1, (2, 3)], [1, (2, 3)]), same_value({"a": [1]}, {"a": []})
+        (True, False)
+    """
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if hasattr(a, "shape") and hasattr(a, "dtype") and hasattr(a, "equal"):  # a torch tensor
+        return a.shape == b.shape and a.dtype == b.dtype and bool(a.equal(b))
+    try:
+        return bool(a == b) or (a != a and b != b)  # NaN equals NaN here
+    except Exception:  # noqa: BLE001 -- an object that cannot be compared: call it changed
+        return False
+
+
+def changed_argument(reference: Callable | None, before: tuple, after: tuple) -> str:
+    """'' when the call left its arguments as they were; else a sentence naming the first one changed.
+
+        >>> changed_argument(None, (([1, 2],), {}), (([1],), {}))
+        'changed its input: argument 1 was [1, 2], is [1] after the call: work on a copy, the caller still needs it'
+    """
+    names = _param_names(reference)
+    (args0, kw0), (args1, kw1) = before, after
+    for i, (x, y) in enumerate(zip(args0, args1)):
+        if not same_value(x, y):
+            name = f"{names[i]!r}" if i < len(names) else f"argument {i + 1}"
+            return (f"changed its input: {name} was {_short(x)}, is {_short(y)} after the call: "
+                    "work on a copy, the caller still needs it")
+    for k in kw0:
+        if not same_value(kw0[k], kw1.get(k)):
+            return f"changed its input: {k!r} was {_short(kw0[k])}, is {_short(kw1.get(k))} after the call: work on a copy"
+    return ""
+
+
+def _likeliest_mistakes(cases: list[CaseResult]) -> None:
+    """Where several known mistakes give a case's answer, name the one that gives the answer in the
+    most failing cases of this check (a learner makes one mistake throughout); ties: the first."""
+    from collections import Counter
+
+    tally = Counter(m for c in cases if not c.passed for m in (c.candidates or [c.note]) if m)
+    for c in cases:
+        if len(c.candidates) > 1:
+            c.note = max(c.candidates, key=lambda m: (tally[m], -c.candidates.index(m)))
+
+
+def _param_names(fn: Callable | None) -> list[str]:
+    import inspect
+
+    try:
+        return list(inspect.signature(fn).parameters) if fn else []
+    except (TypeError, ValueError):
+        return []
 
 
 def _is_kvlab_error(exc: BaseException) -> bool:

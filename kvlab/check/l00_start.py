@@ -20,7 +20,7 @@ from typing import Callable
 from ..memory.block_table import translate as _translate
 from ..reuse.cache_manager import CacheManager
 from .diagnose import mistake_runner, more_or_less, should_have_raised, swapped
-from .harness import Checker, CheckResult
+from .harness import Checker, CheckResult, same_int, same_ints
 
 __all__ = ["block_and_offset", "common_prefix_len", "reusable_tokens"]
 
@@ -32,7 +32,7 @@ def _block_and_offset_ref(pos: int, block_size: int) -> tuple[int, int]:
 
 def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(pos, block_size) -> (logical_block, offset)``; ValueError for pos < 0 or block_size < 1."""
-    c = Checker("block_and_offset", fn, _block_and_offset_ref, verbose=verbose,
+    c = Checker("block_and_offset", fn, _block_and_offset_ref, verbose=verbose, compare=same_ints,
                 diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset")), should_have_raised])
     run = mistake_runner(c, {
         "counted tokens from 1: positions start at 0, so with block_size 4 the last position of block 0 is 3, "
@@ -59,7 +59,7 @@ def _common_prefix_len_ref(a: list[int], b: list[int]) -> int:
 
 def common_prefix_len(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(a, b) -> int``: how many leading tokens two token-id lists share (0 if none)."""
-    c = Checker("common_prefix_len", fn, _common_prefix_len_ref, verbose=verbose, diagnose=[more_or_less(
+    c = Checker("common_prefix_len", fn, _common_prefix_len_ref, verbose=verbose, compare=same_int, diagnose=[more_or_less(
         "more than the shared prefix: stop counting at the first token that differs (later matches do not count)",
         "fewer than the shared prefix: count every leading token the two lists have in common",
     )])
@@ -106,17 +106,18 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
     def prefix(a, b):
         return _common_prefix_len_ref(a, b)
 
-    c = Checker("reusable_tokens", fn, _reusable_tokens_ref, verbose=verbose, diagnose=[should_have_raised])
+    c = Checker("reusable_tokens", fn, _reusable_tokens_ref, verbose=verbose, compare=same_int,
+                diagnose=[should_have_raised])
     run = mistake_runner(c, {
         "only whole blocks are cached: a block the two requests share only in part is not reused":
             lambda a, b, bs: min(prefix(a, b), len(b) - 1),
+        "a request always computes at least its last token (its logits give the next token): "
+        "a fully cached prompt still leaves one token to run":
+            lambda a, b, bs: prefix(a, b) // bs * bs,
         "rounded up to a whole block: a block the two requests share only in part is not reused (round down)":
             lambda a, b, bs: -(-min(prefix(a, b), len(b) - 1) // bs) * bs,
         "the token left to compute is the NEW request's last one, not the finished request's":
             lambda a, b, bs: max(min(prefix(a, b), len(a) - 1), 0) // bs * bs,
-        "a request always computes at least its last token (its logits give the next token): "
-        "a fully cached prompt still leaves one token to run":
-            lambda a, b, bs: prefix(a, b) // bs * bs,
         "that is the shared prefix itself: think about what the cache keeps (blocks) and what R2 must still run":
             lambda a, b, bs: prefix(a, b),
     })
@@ -130,6 +131,7 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
         ("the new request is a prefix of the finished one", [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4], 4),
         ("nothing shared", [1, 2, 3, 4], [9, 2, 3, 4], 4),
         ("block size 1: every shared token is a block", [1, 2, 3, 4, 5], [1, 2, 3, 9], 1),
+        ("block size 1, nothing shared", [1, 2], [9, 2], 1),
     ]
     for label, a, b, bs in cases:
         run(label, a, b, bs)

@@ -137,6 +137,23 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
     return ""
 
 
+def _cache_order_note(kc, vc, k, v) -> str:
+    """'' when the caches are exactly k and v (the tokens in order); else what is wrong with them."""
+    import torch
+
+    def same(a, b) -> bool:
+        return tuple(a.shape) == tuple(b.shape) and torch.allclose(a.float(), b.float(), atol=1e-6)
+
+    if same(kc, k) and same(vc, v):
+        return ""
+    if len(k) > 1 and (same(kc, k.flip(0)) or same(kc[1:], k[:-1]) or same(kc[0], k[-1])):
+        return ("the new token went to the FRONT of the cache: append it at the end (position t is row t; "
+                "attention gives the same output either way, the cache does not)")
+    if same(kc, v) and same(vc, k):
+        return "k_cache and v_cache are swapped in what you return"
+    return "the returned caches are not the earlier caches with the new K and V appended, unchanged"
+
+
 def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(q, k_new, v_new, k_cache, v_cache) -> (out, k_cache, v_cache)``: one decode step.
 
@@ -180,6 +197,10 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                 actual = f"step {t}: shapes out {tuple(out.shape)}, k_cache {tuple(kc.shape)}, v_cache {tuple(vc.shape)}"
                 if tuple(kc.shape)[:1] == (t,) or tuple(vc.shape)[:1] == (t,):
                     note = "the caches came back without the new token: return the grown caches (T + 1 tokens)"
+                break
+            order = _cache_order_note(kc, vc, k[:t + 1], v[:t + 1])
+            if order:  # attention does not care about the order of the tokens; the cache does
+                actual, note = f"step {t}: the returned cache is not the earlier one with the new token last", order
                 break
             if not torch.allclose(out.float(), want[t], atol=1e-4, rtol=1e-4):
                 actual = f"step {t}: max |out - recomputed| = {float((out.float() - want[t]).abs().max()):.3g}"

@@ -23,7 +23,7 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.kvspec import MODELS, KVSpec
 from .diagnose import half_or_double, mistake_runner, off_by, should_have_raised
-from .harness import Checker, CheckResult, Raised
+from .harness import Checker, CheckResult, Raised, same_int
 
 __all__ = ["kv_cache_bytes", "bytes_per_token_from_config", "requests_that_fit", "max_concurrent", "CONFIGS"]
 
@@ -37,7 +37,7 @@ def kv_cache_bytes(fn: Callable, verbose: bool = True) -> CheckResult:
 
     ValueError when layers, kv_heads, head_dim or dtype_bytes < 1, or tokens < 0.
     """
-    c = Checker("kv_cache_bytes", fn, _kv_cache_bytes_ref, verbose=verbose, diagnose=[half_or_double, should_have_raised])
+    c = Checker("kv_cache_bytes", fn, _kv_cache_bytes_ref, verbose=verbose, compare=same_int, diagnose=[half_or_double, should_have_raised])
     # In fp16 (2 bytes) "no factor 2 for K and V" and "no bytes per number" give the same answer, half the
     # right one; the fp32 and fp8 cases, run first, tell the two apart (issue 21: the dtype mistake was
     # told "did you count both K and V").
@@ -107,13 +107,13 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
     ``head_dim`` absent: ``hidden_size // num_attention_heads``; ``torch_dtype`` "float16" or
     "bfloat16": 2 bytes, "float32": 4, absent: 2; any other dtype: ValueError naming it.
     """
-    c = Checker("bytes_per_token_from_config", fn, _bytes_per_token_ref, verbose=verbose, diagnose=[half_or_double])
+    c = Checker("bytes_per_token_from_config", fn, _bytes_per_token_ref, verbose=verbose, compare=same_int, diagnose=[half_or_double])
     run = mistake_runner(c, {
-        "you used hidden_size (the notes' formula): with grouped-query attention the cache stores only "
-        "num_key_value_heads x head_dim numbers per layer": _hidden,
         "head_dim given in the config was ignored (hidden_size // num_attention_heads is only the default)":
             lambda cfg: 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"])
             * (cfg["hidden_size"] // cfg["num_attention_heads"]) * DTYPE_BYTES[cfg.get("torch_dtype", "float16")],
+        "you used hidden_size (the notes' formula): with grouped-query attention the cache stores only "
+        "num_key_value_heads x head_dim numbers per layer": _hidden,
         "torch_dtype ignored: a float32 model takes 4 bytes a number":
             lambda cfg: _bytes_per_token_ref({**cfg, "torch_dtype": "float16"}),
     })
@@ -149,7 +149,7 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     Rounds down (a request needs all its tokens). ValueError when bytes_per_token or
     tokens_per_request < 1, or kv_budget_bytes < 0.
     """
-    c = Checker("requests_that_fit", fn, _requests_that_fit_ref, verbose=verbose, diagnose=[
+    c = Checker("requests_that_fit", fn, _requests_that_fit_ref, verbose=verbose, compare=same_int, diagnose=[
         should_have_raised, lambda e, a: off_by(e, a, 1, "request", "a request needs all of its tokens: round down (//)")])
     run = mistake_runner(c, {
         "rounded up: a request that fits only part of the way does not fit (round down)":
@@ -172,7 +172,9 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     for _ in range(3):
         args = (rng.randrange(0, 10**11), rng.randrange(1, 10**6), rng.randrange(1, 10**4))
         run(f"random {args}", *args)
+    run("one byte a token, one token a request", 7, 1, 1)
     c.run("tokens_per_request=0 (must raise ValueError)", 1000, 10, 0)
+    c.run("bytes_per_token=0 (must raise ValueError)", 1000, 0, 10)
     c.run("negative budget (must raise ValueError)", -1, 10, 10)
     return c.done()
 
@@ -223,7 +225,7 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     ``block_size`` tokens; a request holds ``ceil(length / block_size)`` blocks. ValueError for
     a utilization outside (0, 1], a block_size or bytes_per_token below 1, a length below 1.
     """
-    c = Checker("max_concurrent", fn, _max_concurrent_ref, verbose=verbose, diagnose=[should_have_raised])
+    c = Checker("max_concurrent", fn, _max_concurrent_ref, verbose=verbose, compare=same_int, diagnose=[should_have_raised])
     run = mistake_runner(c, {
         "admitted in the given order: to fit the MOST requests, take the shortest first":
             lambda L, g, u, w, b, bs=16: _count_fitting([_ceil(n, bs) for n in L], _pool_blocks(g, u, w, b, bs)),
@@ -255,6 +257,8 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     run("weights take most of the card", [16] * 20, 10_000, 1.0, 6_000, 16, 16)
     run("weights bigger than the budget: nothing fits", [10, 10], 1000, 0.9, 950, 1, 16)
     run("all fit", [5, 9, 30], 10**6, 0.9, 0, 2, 8)
+    run("no requests at all", [], 10**6, 0.9, 0, 2, 8)
+    run("one request that fills the pool exactly (two blocks of 8)", [16], 2 * 8 * 2, 1.0, 0, 2, 8)
     run("mean length would overestimate", [1, 1, 1, 1, 60], 5 * 16 * 8, 1.0, 0, 8, 16)
     run("block size 1 (tokens)", [3, 4, 5], 11, 1.0, 0, 1, 1)
     for seed in range(2):
@@ -263,6 +267,11 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
         args = (lengths, r.randrange(1, 80) * gib, r.choice([0.8, 0.9, 0.95]), r.randrange(0, 10) * gib,
                 r.choice([131072, 327680, 524288]), r.choice([8, 16, 32]))
         run(f"random seed {seed}: {len(lengths)} requests, block size {args[5]}", *args)
+    run("a pool of 17.5 bytes holds 17 (int() rounds down)", [18], 35, 0.5, 0, 1, 1)
+    run("weights bigger than the budget, blocks of one byte: nothing fits", [1, 1], 1000, 0.9, 950, 1, 1)
     c.run("utilization 1.5 (must raise ValueError)", [10], 1000, 1.5, 0, 1, 16)
+    c.run("utilization 0 (must raise ValueError)", [10], 1000, 0.0, 0, 1, 16)
+    c.run("block_size 0 (must raise ValueError)", [10], 1000, 0.9, 0, 1, 0)
+    c.run("bytes_per_token 0 (must raise ValueError)", [10], 1000, 0.9, 0, 0, 16)
     c.run("a request of 0 tokens (must raise ValueError)", [10, 0], 1000, 0.9, 0, 1, 16)
     return c.done()

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
 from .diagnose import mistake_runner, should_have_raised
-from .harness import Checker, CheckResult, call
+from .harness import Checker, CheckResult, same_int
 
 __all__ = ["reservation", "first_fit", "external_fragmentation", "place_first_fit"]
 
@@ -39,7 +39,7 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     "exact": final_len (ValueError when final_len is None). ValueError for another
     policy or a length outside [1, max_len].
     """
-    c = Checker("reservation", fn, _reservation_ref, verbose=verbose, diagnose=[should_have_raised])
+    c = Checker("reservation", fn, _reservation_ref, verbose=verbose, compare=same_int, diagnose=[should_have_raised])
     run = mistake_runner(c, {
         "pow2 must not exceed max_len: cap it (min(..., max_len))":
             lambda p, n, m, f=None: 1 << (n - 1).bit_length() if p == "pow2" else _reservation_ref(p, n, m, f),
@@ -55,6 +55,10 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     ]:
         run(f"policy={policy!r}, length={length}, max_len={max_len}" + (f", final_len={final}" if final else ""),
             policy, length, max_len, final)
+    for policy, length, max_len, final in [("pow2", 3000, 2048, None), ("exact", 2049, 2048, 2049),
+                                           ("pow2", 0, 2048, None), ("exact", 0, 2048, 5), ("max", 2049, 2048, None)]:
+        c.run(f"policy={policy!r}, length={length} outside [1, {max_len}] (must raise ValueError, whatever the policy)",
+              policy, length, max_len, final)
     c.run("policy 'exact' without final_len (must raise ValueError)", "exact", 10, 2048, None)
     c.run("unknown policy 'best' (must raise ValueError)", "best", 10, 2048, None)
     c.run("length=0 (must raise ValueError)", "max", 0, 2048, None)
@@ -122,7 +126,7 @@ def _external_fragmentation_ref(free_ranges: list[tuple[int, int]]) -> int:
 
 def external_fragmentation(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(free_ranges) -> int``: free slots outside the largest free range (0 when <= 1 range)."""
-    c = Checker("external_fragmentation", fn, _external_fragmentation_ref, verbose=verbose)
+    c = Checker("external_fragmentation", fn, _external_fragmentation_ref, verbose=verbose, compare=same_int)
     run = mistake_runner(c, {
         "that is all the free space: subtract the largest hole (a request can use that one)": lambda r: sum(n for _, n in r),
         "subtract the LARGEST hole, not the first": lambda r: sum(n for _, n in r) - r[0][1] if r else 0,
@@ -133,8 +137,8 @@ def external_fragmentation(fn: Callable, verbose: bool = True) -> CheckResult:
     for rid, n in [("A", 4096), ("B", 2048), ("C", 4096)]:
         arena.admit(rid, n, final_len=n)
     arena.finish("A")
-    c.record("the notes' arena after A finished (kvlab's ContiguousArena)", arena.stats().external_fragmentation,
-             call(fn, arena.free_ranges()))
+    assert arena.stats().external_fragmentation == _external_fragmentation_ref(arena.free_ranges())
+    run("the notes' arena after A finished (kvlab's ContiguousArena)", arena.free_ranges())
     run("one hole", [(0, 100)])
     run("no free space", [])
     run("three equal holes", [(0, 10), (20, 10), (40, 10)])
@@ -231,7 +235,8 @@ def _same_placement(expected: dict, actual) -> bool:
         return False
     share = actual["wasted_share"]
     ok_share = isinstance(share, (int, float)) and abs(share - expected["wasted_share"]) < 1e-9
-    return ok_share and all(actual[k] == expected[k] for k in ("starts", "refused", "largest_hole"))
+    return ok_share and same_int(expected["largest_hole"], actual["largest_hole"]) and all(
+        actual[k] == expected[k] for k in ("starts", "refused"))
 
 
 def _trace_ops(rng: random.Random, capacity: int) -> list[tuple]:
@@ -287,6 +292,11 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         cap = rng.choice([64, 100, 256])
         ops = _trace_ops(rng, cap)
         run(f"random seed {seed}: {len(ops)} operations in {cap} slots", cap, ops)
+    run("three holes, the last two neighbours: the freed range merges with the hole before it, not the first",
+        50, [("admit", k, n) for k, n in zip("ABCDE", (5, 10, 10, 10, 15))]
+        + [("finish", "A"), ("finish", "C"), ("finish", "D"), ("admit", "G", 20)])
+    run("a request admitted again after it finished", 20, [("admit", "A", 5), ("finish", "A"), ("admit", "A", 7)])
+    c.run("A admitted twice while placed (must raise ValueError)", 20, [("admit", "A", 5), ("admit", "A", 3)])
     c.run("a request of 0 slots (must raise ValueError)", 10, [("admit", "A", 0)])
     c.run("an unknown operation 'grow' (must raise ValueError)", 10, [("admit", "A", 2), ("grow", "A", 1)])
     return c.done()

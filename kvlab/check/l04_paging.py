@@ -26,7 +26,7 @@ from ..memory.block_pool import BlockAllocator
 from ..memory.block_table import blocks_needed as _blocks_needed
 from ..memory.block_table import translate as _translate
 from .diagnose import mistake_runner, off_by, should_have_raised, swapped
-from .harness import Checker, CheckResult, Raised, call
+from .harness import Checker, CheckResult, Raised, call, same_int, same_ints
 
 __all__ = ["translate", "blocks_needed", "blocks_to_append", "block_allocator"]
 
@@ -42,7 +42,7 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
     byte_address = (physical_block x block_size + offset) x bytes_per_token (pool base 0).
     ValueError for pos < 0 or pos past the table's last slot.
     """
-    c = Checker("translate", fn, _translate_ref, verbose=verbose,
+    c = Checker("translate", fn, _translate_ref, verbose=verbose, compare=same_ints,
                 diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset")), should_have_raised])
 
     def addr(t, p, bs, bpt, block):
@@ -75,11 +75,6 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
     return c.done()
 
 
-def _same_int(expected: Any, actual: Any) -> bool:
-    """Equal and an int: a float 2.0 is not a block count (and 2.25 never is)."""
-    return isinstance(actual, int) and not isinstance(actual, bool) and actual == expected
-
-
 def _float_answer(expected: Any, actual: Any) -> str | None:
     if not isinstance(actual, float):
         return None
@@ -91,7 +86,7 @@ def _float_answer(expected: Any, actual: Any) -> str | None:
 def blocks_needed(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(num_tokens, block_size) -> int`` = ceil(num_tokens / block_size); ValueError for num_tokens < 0 or block_size < 1."""
     c = Checker("blocks_needed", fn, _blocks_needed, verbose=verbose, diagnose=[_float_answer, off_by, should_have_raised],
-                compare=_same_int)
+                compare=same_int)
     run = mistake_runner(c, {
         "float division: math.ceil(num_tokens / block_size) goes through a float, which drops the last digits of a "
         "big count (2**60 + 1 tokens): round up with integers only":
@@ -125,7 +120,7 @@ def blocks_to_append(fn: Callable, verbose: bool = True) -> CheckResult:
 
     ValueError for num_tokens < 0, n < 0 or block_size < 1.
     """
-    c = Checker("blocks_to_append", fn, _blocks_to_append_ref, verbose=verbose, diagnose=[
+    c = Checker("blocks_to_append", fn, _blocks_to_append_ref, verbose=verbose, compare=same_int, diagnose=[
         should_have_raised, lambda e, a: off_by(e, a, 1, "block", "a new block is taken only when the last one is full")])
     run = mistake_runner(c, {
         "the last block's free slots were not used: the new tokens fill it before a new block is taken":
@@ -159,6 +154,9 @@ def _scenario_ops(seed: int, num_blocks: int) -> list[tuple]:
     if seed == 1:  # scripted: out of blocks (all-or-nothing), double free, n=0, negative n
         return [("allocate", 3), ("allocate", num_blocks), ("allocate", 0), ("free", 0), ("free_again", 0),
                 ("allocate", -1), ("allocate", num_blocks - 3)]
+    if seed == 5:  # scripted: a list with one block in use and one already free changes nothing
+        return [("allocate", 2), ("allocate", 2), ("free", 1), ("free_ids", [0, 2]), ("incref_ids", [1, 3]),
+                ("allocate", 0), ("free_ids", [0, 1]), ("allocate", 4)]
     rng = random.Random(seed)
     ops: list[tuple] = []
     for _ in range(14):
@@ -182,6 +180,9 @@ def _run_scenario(make: Callable, ops: list[tuple], num_blocks: int) -> list[tup
                 held.append(list(out))
             elif not isinstance(out, (list, Raised)):
                 out = Raised(TypeError(f"allocate returned {type(out).__name__}, not a list"))
+        elif op in ("free_ids", "incref_ids"):  # explicit block ids (FIFO order is checked before)
+            label = f"{op[:-4]}({arg})"
+            out = call(obj.free if op == "free_ids" else obj.incref, list(arg))
         elif not held:  # nothing allocated yet: nothing to share or free
             label, out = "allocate(1)", call(obj.allocate, 1)
             if isinstance(out, list):
@@ -253,11 +254,12 @@ def block_allocator(cls: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("block_allocator", cls, verbose=verbose)
     if c.unusable("construct", "an allocator class"):
         return c.done()
-    for seed, num_blocks in [(0, 8), (1, 6), (2, 8), (3, 5), (4, 12)]:
+    for seed, num_blocks in [(0, 8), (1, 6), (5, 6), (2, 8), (3, 5), (4, 12)]:
         ops = _scenario_ops(seed, num_blocks)
         want = _run_scenario(_kvlab_allocator, ops, num_blocks)
         got = _run_scenario(cls, ops, num_blocks)
-        name = "scripted: FIFO reuse and ref counts" if seed == 0 else "scripted: errors leave the state unchanged" if seed == 1 else f"random seed {seed}"
+        name = {0: "scripted: FIFO reuse and ref counts", 1: "scripted: errors leave the state unchanged",
+                5: "scripted: a list with a free block in it changes nothing"}.get(seed, f"random seed {seed}")
         for i, w in enumerate(want):
             g = got[i] if i < len(got) else ("(not reached)", Raised(RuntimeError("stopped earlier")), None)
             if not _same_step(w, g):

@@ -17,11 +17,12 @@ Example:
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Callable
 
 from ..memory.block_table import blocks_needed
 from .diagnose import mistake_runner
-from .harness import Checker, CheckResult, Raised, call_in_place
+from .harness import Checker, CheckResult, Raised, call_in_place, changed_argument
 
 __all__ = ["paged_gather_kernel", "paged_decode_torch", "kernel_tiles"]
 
@@ -41,8 +42,13 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
     BLOCK_SIZE=.., TILE_N=..)`` with ``cache`` (num_blocks, BLOCK_SIZE, HEAD_DIM) fp32,
     ``block_table`` (num_logical_blocks,) int32 and ``out`` (context_len + guard, HEAD_DIM)
     fp32 pre-filled with the canary -7. Expected: ``out[:context_len]`` equals
-    ``kvlab.kernels.reference.gather_kv`` of the cache, and the guard rows keep the canary
-    (the interpreter does not catch out-of-bounds stores; the canary does).
+    ``kvlab.kernels.reference.gather_kv`` of the cache, and the guard rows keep the canary.
+
+    ``out`` is a view into a buffer the checker owns, with canary rows before it and after it
+    (as many as the cache has slots): a store at a wrong row lands there and is named ("stored
+    outside the output"), never in memory Python uses. In the interpreter every load and store
+    address is also checked before it happens (:func:`_watch_memory`): a load past the block
+    table or the cache is named, not read.
     """
     import torch
 
@@ -57,33 +63,98 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
         num_blocks = nblk + 3
         table = torch.randperm(num_blocks, generator=g)[:nblk].to(torch.int32)          # shuffled physical blocks
         cache = torch.randn((num_blocks, bs, d), generator=g)                          # (num_blocks, bs, head_dim)
-        guard = bs + tile
-        out = torch.full((n + guard, d), -7.0)                                          # (n + guard, head_dim)
+        guard, pad = bs + tile, num_blocks * bs + tile
         want = gather_kv(cache[:, :, None, :], table, n)[:, 0, :]                     # (n, head_dim)
         label = f"block_size {bs}, context_len {n}, TILE_N {tile}, table {table.tolist()}"
         expected = f"rows 0..{n - 1} = K through the table; {guard} guard rows untouched"
-        cache_d, table_d, out_d = cache.to(DEVICE), table.to(DEVICE), out.to(DEVICE)
         if c.unusable(label, expected):
             continue
-        err = call_in_place(lambda: kernel[(1,)](cache_d, table_d, out_d, n, HEAD_DIM=d, BLOCK_SIZE=bs, TILE_N=tile))
+        cache_d, table_d = cache.to(DEVICE), table.to(DEVICE)
+        big = torch.full((pad + n + guard + pad, d), -7.0, device=DEVICE)             # canaries around out
+        out_d = big[pad:pad + n + guard]                                                # (n + guard, head_dim), a view
+        with _watch_memory(loads={"the cache": cache_d, "the block table": table_d}, stores={"the output": big}) as seen:
+            err = call_in_place(lambda: kernel[(1,)](cache_d, table_d, out_d, n, HEAD_DIM=d, BLOCK_SIZE=bs, TILE_N=tile))
         if isinstance(err, Raised):
-            c.record(label, expected, err, passed=False)
+            c.record(label, expected, seen.get("what", err), passed=False, note=seen.get("note", ""))
             continue
-        got = out_d.cpu()
+        whole = big.cpu()
+        got = whole[pad:pad + n + guard]
+        written = (whole != -7.0).any(dim=1).tolist()                                 # (rows,) bool
+        outside = [i - pad for i, w in enumerate(written) if w and not pad <= i < pad + n + guard]
         bad_rows = [i for i in range(n) if not torch.allclose(got[i], want[i])]
         guard_hit = [n + i for i in range(guard) if not torch.all(got[n + i] == -7.0)]
-        if not bad_rows and not guard_hit:
-            actual = expected
-        else:
-            parts = []
-            if bad_rows:
-                parts.append(f"wrong rows {bad_rows[:6]}{'...' if len(bad_rows) > 6 else ''}")
-            if guard_hit:
-                parts.append(f"wrote past context_len into rows {guard_hit[:4]}")
-            actual = "; ".join(parts)
-        c.record(label, expected, actual, passed=not bad_rows and not guard_hit,
-                 note=_gather_note(got, cache, want, table, n, bs, tile, bad_rows, guard_hit))
+        ok = not bad_rows and not guard_hit and not outside
+        parts = []
+        if outside:
+            parts.append(f"stored outside the output, at rows {outside[:6]}{'...' if len(outside) > 6 else ''}")
+        if bad_rows:
+            parts.append(f"wrong rows {bad_rows[:6]}{'...' if len(bad_rows) > 6 else ''}")
+        if guard_hit:
+            parts.append(f"wrote past context_len into rows {guard_hit[:4]}")
+        note = _outside_note(outside, table, n, bs) if outside else _gather_note(
+            got, cache, want, table, n, bs, tile, bad_rows, guard_hit)
+        c.record(label, expected, expected if ok else "; ".join(parts), passed=ok, note=note)
     return c.done()
+
+
+class _OutOfBounds(Exception):
+    """A load or store address outside the buffers the checker handed the kernel."""
+
+
+@contextmanager
+def _watch_memory(loads: dict, stores: dict):
+    """In the Triton interpreter: check every tl.load / tl.store address (where its mask is on)
+    against ``loads`` / ``stores`` (name -> tensor) BEFORE the access; an address outside raises
+    :class:`_OutOfBounds` and the dict this yields gets "what" and "note". Natively: nothing
+    (the canary rows around the output still catch a wrong store)."""
+    from kvlab.kernels import KERNEL_MODE
+
+    seen: dict = {}
+    if KERNEL_MODE != "interpreter":
+        yield seen
+        return
+    import numpy as np
+    from triton.runtime import interpreter
+
+    b = interpreter.interpreter_builder
+
+    def inside(ptrs, mask, tensors: dict) -> bool:
+        addr = np.asarray(ptrs.data)[np.broadcast_to(np.asarray(mask.data), np.shape(ptrs.data))].astype(np.uint64)
+        ok = np.zeros(addr.shape, dtype=bool)
+        for t in tensors.values():
+            lo = t.data_ptr()
+            ok |= (addr >= lo) & (addr < lo + t.numel() * t.element_size())
+        return bool(ok.all())
+
+    def load(ptrs, mask, other, *rest):
+        if not inside(ptrs, mask, loads):
+            seen["what"] = "a tl.load read outside " + " and ".join(loads)
+            seen["note"] = ("a load past the block table or the cache: positions past context_len must not load "
+                            "either (mask=valid on every tl.load, not only on the store)")
+            raise _OutOfBounds(seen["what"])
+        return type(b).create_masked_load(b, ptrs, mask, other, *rest)
+
+    def store(ptrs, value, mask, *rest):
+        if not inside(ptrs, mask, stores):
+            seen["what"] = "a tl.store wrote far outside the output (stopped before it happened)"
+            seen["note"] = "stored outside the output: the output row of position pos is out_ptr + pos * HEAD_DIM"
+            raise _OutOfBounds(seen["what"])
+        return type(b).create_masked_store(b, ptrs, value, mask, *rest)
+
+    b.create_masked_load, b.create_masked_store = load, store
+    try:
+        yield seen
+    finally:
+        del b.create_masked_load, b.create_masked_store
+
+
+def _outside_note(outside: list[int], table, n: int, bs: int) -> str:
+    """What a kernel that stored outside ``out`` did (rows relative to out's row 0)."""
+    slots = {int(table[p // bs]) * bs + p % bs for p in range(n)}
+    if set(outside) <= slots:
+        return ("stored outside the output, at the cache's slot rows (physical * BLOCK_SIZE + offset): "
+                "the output row of position pos is pos (out_ptr + pos * HEAD_DIM)")
+    return "stored outside the output: the output row of position pos is pos (out_ptr + pos * HEAD_DIM), 0 <= pos < context_len"
 
 
 def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: list[int],
@@ -126,11 +197,11 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
     from kvlab.kernels.reference import paged_decode_attention_ref
 
     c = Checker("paged_decode_torch", fn, verbose=verbose)
-    configs = [  # (num_heads, num_kv_heads, head_dim, block_size, context_len, seed)
-        (1, 1, 8, 4, 5, 0), (2, 2, 8, 4, 8, 1), (4, 2, 8, 4, 11, 2), (4, 1, 16, 8, 3, 3),
-        (8, 2, 16, 4, 1, 4), (2, 1, 4, 2, 9, 5),
+    configs = [  # (num_heads, num_kv_heads, head_dim, block_size, context_len, seed, scale; None: 1/sqrt(head_dim))
+        (1, 1, 8, 4, 5, 0, None), (2, 2, 8, 4, 8, 1, None), (4, 2, 8, 4, 11, 2, 0.9), (4, 1, 16, 8, 3, 3, None),
+        (8, 2, 16, 4, 1, 4, None), (2, 1, 4, 2, 9, 5, 0.125), (2, 2, 8, 4, 16, 6, 1.5),
     ]
-    for h, kvh, d, bs, n, seed in configs:
+    for h, kvh, d, bs, n, seed, scale in configs:
         g = torch.Generator().manual_seed(seed)
         nblk = blocks_needed(n, bs)
         num_blocks = nblk + 3
@@ -138,13 +209,19 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
         q = torch.randn((h, d), generator=g)                                            # (num_heads, head_dim)
         k_cache = torch.randn((num_blocks, bs, kvh, d), generator=g) * 2               # (num_blocks, bs, kv_heads, head_dim)
         v_cache = torch.randn((num_blocks, bs, kvh, d), generator=g)
-        scale = 1.0 / d**0.5
+        scale = 1.0 / d**0.5 if scale is None else scale
         want = paged_decode_attention_ref(q[None], k_cache, v_cache, table[None], torch.tensor([n]), scale=scale)[0]
-        label = f"{h} heads / {kvh} KV heads, head_dim {d}, block_size {bs}, context_len {n}, table {table.tolist()}"
+        label = (f"{h} heads / {kvh} KV heads, head_dim {d}, block_size {bs}, context_len {n}, scale {scale:.3g}, "
+                 f"table {table.tolist()}")
         exp_s = f"out[0,:3] = {[round(x, 4) for x in want[0, :3].tolist()]}"
         if c.unusable(label, exp_s):
             continue
-        got = call_in_place(fn, q.clone(), k_cache.clone(), v_cache.clone(), table.tolist(), n, scale)
+        given = (q.clone(), k_cache.clone(), v_cache.clone(), table.tolist(), n, scale)
+        got = call_in_place(fn, *given)
+        changed = changed_argument(fn, ((q, k_cache, v_cache, table.tolist(), n, scale), {}), (given, {}))
+        if changed:  # q and the caches are the caller's: read them, never write them
+            c.record(label, exp_s, got if isinstance(got, Raised) else "an answer", passed=False, note=changed)
+            continue
         if isinstance(got, Raised):
             c.record(label, exp_s, got, passed=False)
             continue
@@ -174,6 +251,10 @@ def _decode_mistakes(ref: Callable, heads: int, kv_heads: int, block_size: int) 
 
     modulo = [h % kv_heads for h in range(heads)]      # query head h -> KV head h % kv_heads
     return [
+        ("the scale argument was ignored: multiply the scores by the scale you are given, not 1/sqrt(head_dim)",
+         lambda q, k, v, t, n, s: run(q, k, v, t, n, 1 / q.shape[-1] ** 0.5) if abs(s - 1 / q.shape[-1] ** 0.5) > 1e-9 else None),
+        ("the scores were divided by scale: multiply them (softmax(q.K^T * scale))",
+         lambda q, k, v, t, n, s: run(q, k, v, t, n, 1 / s)),
         ("the scores were not multiplied by scale (softmax(q.K^T * scale))",
          lambda q, k, v, t, n, s: run(q, k, v, t, n, 1.0)),
         ("the block table was not used: position pos lives in block block_table[pos // block_size]",
@@ -259,6 +340,20 @@ TILE_MISTAKES = dict([
 ])
 
 
+def _not_lists(expected, actual) -> str | None:
+    """The right blocks, but as ranges or tuples where the contract says lists."""
+    if actual == expected[::-1] and expected != expected[::-1]:
+        return "the programs are in reverse order: program 0 reads the first tiles"
+    if actual == [[b for t in p for b in t] for p in expected]:
+        return "one flat list a program: each program's list holds one list of blocks per tile, in loop order"
+    try:
+        if [[list(t) for t in p] for p in actual] == expected:
+            return "the right blocks, but not as lists: each tile is a list of block numbers (list(range(...)))"
+    except TypeError:
+        return None
+    return None
+
+
 def kernel_tiles(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(context_len, block_size, tile_tokens, num_splits) -> list`` (one list per
     program, its tiles in loop order, each the logical blocks it reads). Expected:
@@ -272,8 +367,8 @@ def kernel_tiles(fn: Callable, verbose: bool = True) -> CheckResult:
     for _ in range(6):
         bs = rng.choice([1, 2, 4, 8, 16])
         cases.append((rng.randint(1, 200), bs, bs * rng.choice([1, 2, 4]), rng.randint(1, 5)))
-    cmp = lambda e, a: isinstance(a, (list, tuple)) and [[list(t) for t in p] for p in a] == e  # noqa: E731
-    c = Checker("kernel_tiles", fn, reference=kernel_tiles_reference, verbose=verbose, compare=cmp)
+    cmp = lambda e, a: isinstance(a, list) and all(isinstance(p, list) and all(isinstance(t, list) for t in p) for p in a) and a == e  # noqa: E731
+    c = Checker("kernel_tiles", fn, reference=kernel_tiles_reference, verbose=verbose, compare=cmp, diagnose=[_not_lists])
     run = mistake_runner(c, TILE_MISTAKES)
     for n, bs, tile, splits in cases:
         run(f"context_len {n}, block_size {bs}, tile_tokens {tile}, num_splits {splits}", n, bs, tile, splits)

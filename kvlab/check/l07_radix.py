@@ -25,8 +25,8 @@ from ..memory.block_table import blocks_needed
 from ..reuse.block_hash_cache import BlockHashCache
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache
-from .diagnose import (changed_argument, exact_equal, matching_mistake, off_by_one_items, radix_granularity,
-                       run_keeping_input, settle_guesses, type_slip)
+from .diagnose import (changed_input, exact_equal, matching_mistake, off_by_one_items, radix_granularity,
+                       run_keeping_input, unit_slip)
 from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
 
 __all__ = ["match_prefix", "prefill_tokens", "block_hash_reuse"]
@@ -122,15 +122,14 @@ def match_prefix(fn: Callable, verbose: bool = True) -> CheckResult:
             mine = list(q)
             got = call_in_place(fn, cache.root, mine)
             changed = cache.snapshot() != before
-            note = "it changed the tree: a lookup only reads it" if changed else changed_argument((q,), (mine,), ("tokens",))
+            note = "it changed the tree: a lookup only reads it" if changed else changed_input((q,), (mine,), ("tokens",))
             ok = same_outcome(expected, got, exact_equal) and not note
-            note = note or (type_slip(expected, got) if not ok and not isinstance(got, Raised) else "") or ""
+            note = note or (unit_slip(expected, got) if not ok and not isinstance(got, Raised) else "") or ""
             if not ok and not note:
                 note = matching_mistake(got, MATCH_MISTAKES, cache.root, list(q), expected=expected)
             c.record(label, expected, got, passed=ok, note=note)
             if changed:  # rebuild nothing: later cases on this tree would be unfair, so stop here
                 break
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -199,10 +198,9 @@ def prefill_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
     for i in range(4):
         cases.append((f"random prompts {i}", related_prompts(rng, 6, alphabet=3, max_new=6)))
     c = Checker("prefill_tokens", fn, reference=served_prefill_tokens, verbose=verbose, compare=exact_equal,
-                diagnose=[type_slip, off_by_one_items])
+                diagnose=[unit_slip, off_by_one_items])
     for label, ps in cases:
         run_keeping_input(c, f"{label}: lengths {[len(p) for p in ps]}", ("prompts",), ps, mistakes=PREFILL_MISTAKES)
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -299,12 +297,11 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         mine = [list(p) for p in ps]
         got = call_in_place(fn, mine, bs)
-        note = changed_argument((ps,), (mine,), ("prompts",)) or ""
+        note = changed_input((ps,), (mine,), ("prompts",)) or ""
         ok = same_outcome(expected, got, cmp) and not note
         if not ok and not note and not isinstance(got, Raised):
             got = list(got) if isinstance(got, tuple) else got
             note = (radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
-                    or type_slip(expected, got) or "")
+                    or unit_slip(expected, got) or "")
         c.record(label, expected, got, passed=ok, note=note)
-    settle_guesses(c.result)
     return c.done()

@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache, TreeNode
-from .diagnose import settle_guesses, changed_argument, exact_equal, matching_mistake, type_slip
+from .diagnose import changed_input, exact_equal, matching_mistake, matching_mistakes, unit_slip
 from .harness import Checker, CheckResult, Raised, call_in_place, same_outcome
 from .l07_radix import related_prompts
 
@@ -131,7 +131,6 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
             c.record(label, expected, got, passed=ok, note=note)
             if changed:
                 break
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -176,7 +175,6 @@ def inc_lock_ref(fn: Callable, verbose: bool = True) -> CheckResult:
                 c.record(label, expected, got)
                 continue
             c.record(label, expected, {"returned": got, **_locks(mine)}, note=_lock_note(expected, got, _locks(mine)))
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -322,12 +320,14 @@ def admit_plan(fn: Callable, verbose: bool = True) -> CheckResult:
         got = call_in_place(fn, mine.tree.root, mine_tokens, mine.allocator.num_free_blocks)
         changed = _tree_state(mine.tree) != before
         note = ("it changed the tree: plan only, the cache itself admits (lock, evict) afterwards" if changed else
-                changed_argument((tokens,), (mine_tokens,), ("tokens",)) or "")
+                changed_input((tokens,), (mine_tokens,), ("tokens",)) or "")
         ok = same_outcome(expected, got, c.compare) and not note
         if not ok and not note:
             answer = tuple(got) if isinstance(got, list) else got
-            note = matching_mistake(answer, ADMIT_MISTAKES, cm.tree.root, list(tokens), cm.allocator.num_free_blocks,
-                                    expected=expected)
+            found = matching_mistakes(answer, ADMIT_MISTAKES, cm.tree.root, list(tokens), cm.allocator.num_free_blocks,
+                                      expected=expected)
+            note = found[0] if found else ""
+            c.record(label, expected, got, passed=ok, note=note).candidates = found
+            continue
         c.record(label, expected, got, passed=ok, note=note)
-    settle_guesses(c.result)
     return c.done()

@@ -26,7 +26,7 @@ from ..lessons.four_requests import char_tokenize
 from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
-from .diagnose import settle_guesses, changed_argument, exact_equal, should_have_raised, type_slip
+from .diagnose import changed_input, exact_equal, should_have_raised, unit_slip
 from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
 
 __all__ = ["orca_reservation", "fit_requests", "optimal_hit_rate"]
@@ -120,12 +120,11 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
         cases.append((p, rng.randint(1, ml - p), rng.choice(ORCA_MODES), bs, ml))
     c = Checker("orca_reservation", fn, reference=orca_run_blocks, verbose=verbose, compare=exact_equal)
     for args in cases:
-        c.diagnose = [_mistake(args), type_slip]
+        c.diagnose = [_mistake(args), unit_slip]
         full = args + (16, 2048)[len(args) - 3:]
         c.run(f"prompt {full[0]}, output {full[1]}, mode {full[2]!r}, block_size {full[3]}, max_len {full[4]}", *args)
     c.diagnose = [should_have_raised]
     c.run("mode 'exact' (not one of max, pow2, oracle): must raise ValueError", 161, 338, "exact")
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -216,16 +215,15 @@ def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
                       [rng.randint(1, max_len) for _ in range(rng.randint(1, 12))]))
     c = Checker("fit_requests", fn, reference=measured_fit, verbose=verbose, compare=exact_equal)
     for cap, bs, ml, lengths in cases:
-        c.diagnose = [_named(FIT_MISTAKES, cap, bs, ml, lengths), type_slip]
+        c.diagnose = [_named(FIT_MISTAKES, cap, bs, ml, lengths), unit_slip]
         label = f"capacity {cap}, block_size {bs}, max_len {ml}, lengths {lengths}"
         expected = measured_fit(cap, bs, ml, lengths)
         if c.unusable(label, expected):
             continue
         mine = list(lengths)
         got = call_in_place(fn, cap, bs, ml, mine)
-        changed = changed_argument((lengths,), (mine,), ("lengths",))
+        changed = changed_input((lengths,), (mine,), ("lengths",))
         c.record(label, expected, got, passed=False if changed else None, note=changed or "")
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -300,14 +298,13 @@ def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("optimal_hit_rate", fn, reference=optimal_prompt_hit_rate, verbose=verbose,
                 compare=lambda e, a: isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - e) < 1e-9)
     for label, ps in cases:
-        c.diagnose = [_named(HIT_MISTAKES, ps), type_slip]
+        c.diagnose = [_named(HIT_MISTAKES, ps), unit_slip]
         full, expected = f"{label}: lengths {[len(p) for p in ps]}", optimal_prompt_hit_rate(ps)
         if c.unusable(full, expected):
             continue
         mine = [list(p) for p in ps]
         got = call_in_place(fn, mine)
-        changed = changed_argument((ps,), (mine,), ("prompts",))
+        changed = changed_input((ps,), (mine,), ("prompts",))
         note = changed or _zero_tokens(ps)(expected, got) or ""
         c.record(full, expected, got, passed=False if changed else None, note=note)
-    settle_guesses(c.result)
     return c.done()

@@ -31,7 +31,7 @@ from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
 from ..reuse.radix_node import common_prefix_len
-from .diagnose import settle_guesses, changed_argument, exact_equal, swapped, type_slip
+from .diagnose import changed_input, exact_equal, swapped, unit_slip
 from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
@@ -142,14 +142,14 @@ def _named_mistake(got, mistakes: dict, expected, *args) -> str:
         out = call(wrong, *args)
         if not isinstance(out, Raised) and out == got and out != expected:
             return why
-    return "" if isinstance(got, Raised) else (type_slip(expected, got) or "")
+    return "" if isinstance(got, Raised) else (unit_slip(expected, got) or "")
 
 
 def _call_keeping(fn: Callable, names: tuple[str, ...], *args) -> tuple[object, str]:
     """``fn`` on copies of ``args`` (lists of tuples); the outcome, and a note naming an argument it changed."""
     mine = [list(a) if isinstance(a, list) else a for a in args]
     got = call_in_place(fn, *mine)
-    return got, changed_argument(args, mine, names) or ""
+    return got, changed_input(args, mine, names) or ""
 
 
 def _record_keeping(c: Checker, label: str, expected, got, changed: str, note: str) -> None:
@@ -197,7 +197,6 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         got, changed = _call_keeping(fn, ("leaves", "host_free", "need"), leaves, host_free, need)
         _record_keeping(c, full, expected, got, changed,
                         _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need))
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -317,7 +316,6 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
             got = tuple(got)
         _record_keeping(c, label, expected, got, changed, _named_mistake(got, PLAN_MISTAKES, expected, segs, n, t)
                         or swapped(expected, got, ("device", "loaded")) or "")
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -417,7 +415,6 @@ def next_placement(fn: Callable, verbose: bool = True) -> CheckResult:
             if c.unusable(label, dst):
                 continue
             c.record(label, dst, got, passed=same_outcome(dst, got))
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -515,7 +512,6 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         got, changed = _call_keeping(fn, ("t1", "t2", "target", "need"), list(t1), list(t2), target, need)
         _record_keeping(c, full, expected, got, changed, _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
-    settle_guesses(c.result)
     res = c.done()
     if verbose:
         trace = scan_with_hot_set(seed=0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-from .diagnose import changed_argument, exact_equal, run_keeping_input, settle_guesses, type_slip
+from .diagnose import changed_input, exact_equal, run_keeping_input, unit_slip
 from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place
 
 __all__ = ["streaming_keep", "quest_pick", "quantize_per_token"]
@@ -64,7 +64,7 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     the last ``ceil(window_tokens / block_size)`` (the newest, partial block included), each once.
     ValueError for a negative count, a block size below 1 or a window below 1."""
     c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=verbose, compare=exact_equal,
-                diagnose=[type_slip])
+                diagnose=[unit_slip])
 
     def run(label, *args):
         return run_keeping_input(c, label, ("num_tokens", "block_size", "sink_tokens", "window_tokens"), *args,
@@ -87,7 +87,6 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     run("num_tokens -1 (must raise ValueError)", -1, 4, 4, 8)
     run("block_size 0 (must raise ValueError)", 40, 0, 4, 8)
     run("sink_tokens -1 (must raise ValueError)", 40, 4, -1, 8)
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -141,7 +140,7 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     all blocks when top_k >= num_blocks; ValueError for top_k < 1."""
     import torch
 
-    c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=verbose, compare=exact_equal, diagnose=[type_slip])
+    c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=verbose, compare=exact_equal, diagnose=[unit_slip])
 
     def run(label, *args):
         return run_keeping_input(c, label, ("q", "k_min", "k_max", "top_k"), *args, mistakes=QUEST_MISTAKES)
@@ -164,7 +163,6 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     run("a tie: blocks 1 and 2 have the same bound, top 1 (the lower block)", tq, tlo, thi, 1)
     run("every channel of q negative: the minima decide", -q.abs(), lo, hi, 2)
     run("top_k 0 (must raise ValueError)", q, lo, hi, 0)
-    settle_guesses(c.result)
     return c.done()
 
 
@@ -276,12 +274,11 @@ def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
         c.diagnose = [_quant_diagnosis(x)]
         mine = x.clone()
         got = call_in_place(fn, mine)
-        changed = changed_argument((x,), (mine,), ("x",))
+        changed = changed_input((x,), (mine,), ("x",))
         c.record(label, expected, got, passed=False if changed else None, note=changed or "")
     bad = torch.randn(4, 8)
     c.diagnose = []
     got = call(fn, bad)
     c.record("a 2-D tensor (must raise ValueError)", Raises(ValueError), got,
              passed=isinstance(got, Raised) and isinstance(got.exc, ValueError))
-    settle_guesses(c.result)
     return c.done()

@@ -274,9 +274,9 @@ check.reusable_tokens(reusable_tokens)
 #
 # <details><summary>Hint 2</summary>
 #
-# Apply the two limits in that order: first at most `len(new) - 1` tokens, then down to a whole
-# number of blocks. If the same 8 tokens sent twice give you 8 or 7, a limit is missing or
-# the two are in the wrong order.
+# Work the contract's third example by hand, writing down what is left after each limit. Then
+# apply the two limits the other way round: does the answer change? Ask which order the cache
+# itself follows: can a token that must be computed sit in a block that is served?
 # </details>
 #
 # ## Summary

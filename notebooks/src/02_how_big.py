@@ -339,9 +339,9 @@ check.kv_cache_bytes(kv_cache_bytes)
 #
 # <details><summary>Hint 2</summary>
 #
-# Multiply the factors of section 1; check the arguments first. Two factors are easy to drop:
-# one of them is why the formula starts with a 2, the other is the width of a number. Use
-# `kv_heads`, not the number of query heads.
+# Compare your number with the contract's example before the checker does. If it is off by a
+# whole factor, ask what one token stores per layer and per KV head (how many vectors?), and
+# what one number costs in bytes. Which heads does the cache keep with grouped-query attention?
 # </details>
 #
 # ### Exercise 2: read a model's config

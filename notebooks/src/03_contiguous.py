@@ -323,9 +323,9 @@ check.reservation(reservation)
 #
 # <details><summary>Hint 2</summary>
 #
-# The next power of two of `n` is 2 raised to the number of bits that `n - 1` needs (a Python
-# int can tell you how many). Check 1 → 1, 5 → 8, 8 → 8 and 9 → 16 by hand before you trust
-# it. And a power of two can still be more than the model's maximum.
+# Powers of two and bits go together: how many bits does 8 need, and how many does 7? One of
+# the two gives you 8 back (a Python int can count its own bits). Check 1 → 1, 5 → 8, 8 → 8
+# and 9 → 16 by hand before you trust it. And a power of two can still be more than the model's maximum.
 # </details>
 #
 # ### Exercise 2: first fit
@@ -417,8 +417,9 @@ check.place_first_fit(place_first_fit)
 #
 # <details><summary>Hint 2</summary>
 #
-# After a finish, sort the ranges and walk them once: a range that starts where the previous
-# one ends joins it. Without that, two neighbouring holes of 10 never hold a request of 15.
+# Two neighbouring requests of 10 slots finish; then a request of 15 arrives. Draw the free
+# ranges before and after the two finishes: what must happen to ranges that touch, so that
+# the 15 fits?
 # </details>
 #
 # ## Summary

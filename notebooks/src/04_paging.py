@@ -447,8 +447,9 @@ check.blocks_to_append(blocks_to_append)
 #
 # <details><summary>Hint 2</summary>
 #
-# The new tokens first fill the free slots of the last block; only what is left over needs new
-# blocks. Exercise 2's function answers both "how many now" and "how many after".
+# Draw the two examples of the contract with blocks of 4: the blocks before the append and after
+# it. What does your drawing show that the request did not hold before, and where did the new
+# tokens go first?
 # </details>
 #
 # ### Exercise 4: an allocator with reference counts

@@ -365,9 +365,9 @@ check.kernel_tiles(kernel_tiles)
 #
 # <details><summary>Hint 2</summary>
 #
-# A tile's positions are `start = t * tile_tokens` to `end = min(start + tile_tokens,
-# context_len)`; its blocks run from `start // block_size` to the block that holds position
-# `end - 1`. Where does the last tile of a 18-token context stop?
+# Write the tiles of an 18-token context out by hand (tiles of 8, blocks of 4): where does
+# each tile start and end, and which blocks hold its first and its last position? Where does
+# the last tile stop?
 # </details>
 #
 # <details><summary>Hint 3</summary>
