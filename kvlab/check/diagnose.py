@@ -500,6 +500,8 @@ def run_keeping_input(checker: Any, label: str, names: Sequence[str], *args: Any
     found = matching_mistakes(got, mistakes, *args, expected=expected) if mistakes else []
     case = checker.record(label, expected, got, note=found[0] if found else "")
     case.candidates = found if not case.passed else []  # Checker.done keeps the likeliest
+    if not case.passed and not case.note:
+        case.note = ignored_parameter(checker.reference, args, got, names) or ""
     return case
 
 
@@ -522,3 +524,44 @@ def off_by_one_items(expected: Any, actual: Any) -> str | None:
                 "(< or <=, a +1 or -1)")
     return None
 
+
+
+def ignored_parameter(reference: Callable | None, args: Sequence[Any], actual: Any, names: Sequence[str] = (),
+                      values: Sequence[int] = (0, 1, 2, 4, 8, 16, 32, 2048)) -> str | None:
+    """The answer is the reference's with one argument replaced by a constant (its default, or a
+    usual 1, 4, 16, 2048; a bool flipped): the learner's code ignores that parameter. The later
+    parameters (the settings) are tried first, the data last.
+
+    >>> ignored_parameter(lambda n, bs=16: -(-n // bs), (40, 4), 3, ("num_tokens", "block_size"))
+    'as if block_size were 16 (its default), not 4: use the argument, not a constant in its place'
+    """
+    import inspect
+
+    if reference is None or type(actual).__name__ == "Raised":
+        return None
+    try:
+        params = list(inspect.signature(reference).parameters.values())
+        want = reference(*args)
+    except Exception:  # noqa: BLE001 -- a diagnosis never breaks a check
+        return None
+    for i in reversed(range(len(args))):  # the later parameters first: block_size, max_len, need...
+        a = args[i]
+        if isinstance(a, bool):
+            tries = [not a]
+        elif isinstance(a, int):
+            default = params[i].default if i < len(params) and isinstance(params[i].default, int) else None
+            tries = ([default] if default is not None else []) + [v for v in values if v != default]
+        else:
+            continue
+        for v in tries:
+            if v == a:
+                continue
+            try:
+                got = reference(*args[:i], v, *args[i + 1:])
+            except Exception:  # noqa: BLE001
+                continue
+            if exact_equal(got, actual) and not exact_equal(want, actual):
+                name = names[i] if i < len(names) else (params[i].name if i < len(params) else f"argument {i + 1}")
+                why = " (its default)" if i < len(params) and v == params[i].default and not isinstance(a, bool) else ""
+                return f"as if {name} were {v!r}{why}, not {a!r}: use the argument, not a constant in its place"
+    return None

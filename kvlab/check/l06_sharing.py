@@ -23,7 +23,7 @@ from ..memory.block_pool import OutOfBlocks
 from ..lessons.sharing import measured_sampling_blocks
 from ..memory.block_table import blocks_needed
 from .diagnose import (exact_equal, mistake_runner, shared_block_written, should_have_raised, swapped,
-                       unit_slip, wrong_exception)
+                       ignored_parameter, unit_slip, wrong_exception)
 from .harness import Checker, CheckResult, Raised, Raises, call_in_place, same_outcome
 
 __all__ = ["cow_append", "sampling_blocks", "measured_sampling_blocks"]
@@ -164,7 +164,10 @@ def sampling_blocks(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("sampling_blocks", fn, reference=measured_sampling_blocks, verbose=verbose,
                 compare=exact_equal, diagnose=[lambda e, a: swapped(e, a, ("without sharing", "with sharing")), unit_slip])
     run = mistake_runner(c, SAMPLING_MISTAKES)
+    base = c.diagnose
     for p, n, g, bs in cases_in:
+        c.diagnose = [*base, lambda e, a, x=(p, n, g, bs): ignored_parameter(
+            measured_sampling_blocks, x, a, ("prompt_len", "num_samples", "gen_len", "block_size"))]
         run(f"prompt {p}, {n} samples, {g} new tokens each, block_size {bs}", p, n, g, bs)
     return c.done()
 

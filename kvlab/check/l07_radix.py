@@ -26,7 +26,7 @@ from ..reuse.block_hash_cache import BlockHashCache
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache
 from .diagnose import (changed_input, exact_equal, matching_mistake, off_by_one_items, radix_granularity,
-                       run_keeping_input, unit_slip)
+                       ignored_parameter, run_keeping_input, unit_slip)
 from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
 
 __all__ = ["match_prefix", "prefill_tokens", "block_hash_reuse"]
@@ -302,6 +302,7 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
         if not ok and not note and not isinstance(got, Raised):
             got = list(got) if isinstance(got, tuple) else got
             note = (radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
-                    or unit_slip(expected, got) or "")
+                    or unit_slip(expected, got) or ignored_parameter(hashed_reuse, (ps, bs), got, ("prompts", "block_size"))
+                    or "")
         c.record(label, expected, got, passed=ok, note=note)
     return c.done()

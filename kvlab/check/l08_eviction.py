@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache, TreeNode
-from .diagnose import changed_input, exact_equal, matching_mistake, matching_mistakes, unit_slip
+from .diagnose import argument_slip, changed_input, exact_equal, matching_mistake, matching_mistakes, unit_slip
 from .harness import Checker, CheckResult, Raised, call_in_place, same_outcome
 from .l07_radix import related_prompts
 
@@ -127,7 +127,9 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
             ok = same_outcome(expected, got) and not changed
             note = "...but it changed the tree" if changed else ""
             if not ok and not changed:
-                note = matching_mistake(got, LRU_MISTAKES, cache.root, want, expected=expected) or _evict_note(cache, got)
+                note = (matching_mistake(got, LRU_MISTAKES, cache.root, want, expected=expected) or _evict_note(cache, got)
+                        or argument_slip(lambda n, cache=cache: copy.deepcopy(cache).evict(n).node_ids, (want,), got,
+                                         ("num_tokens",)) or "")
             c.record(label, expected, got, passed=ok, note=note)
             if changed:
                 break
@@ -228,7 +230,7 @@ def _plan_by(rule: str):
         evictable = sum(len(n.key) for n in _nodes_below(root) if n.lock_ref == 0)
         if rule != "no_lock":
             evictable -= sum(len(n.key) if rule == "whole_node" else k for n, k in path if n.lock_ref == 0)
-        if need <= num_free:
+        if need <= num_free and rule != "no_free":
             return (pos, 0)
         if rule != "partial" and need > num_free + evictable:
             return None
@@ -246,6 +248,7 @@ ADMIT_MISTAKES = dict([
     ("when even every unlocked token is not enough, nothing is evicted: the request waits (None)",
      _plan_by("partial")),
     ("the matched prefix needs no new slots: need = len(tokens) - prefix_len", _plan_by("no_prefix")),
+    ("when the free slots cover the need nothing is evicted (0, never a negative count)", _plan_by("no_free")),
 ])
 
 

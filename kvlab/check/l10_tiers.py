@@ -31,7 +31,7 @@ from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
 from ..reuse.radix_node import common_prefix_len
-from .diagnose import changed_input, exact_equal, swapped, unit_slip
+from .diagnose import changed_input, exact_equal, ignored_parameter, swapped, unit_slip
 from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
@@ -196,7 +196,9 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         got, changed = _call_keeping(fn, ("leaves", "host_free", "need"), leaves, host_free, need)
         _record_keeping(c, full, expected, got, changed,
-                        _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need))
+                        _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need)
+                        or ignored_parameter(evict_with_tiers, (leaves, host_free, need), got, ("leaves", "host_free", "need"))
+                        or "")
     return c.done()
 
 
