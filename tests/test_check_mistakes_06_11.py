@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -470,3 +471,47 @@ def test_equivalent_survivors_06_11_exist_and_say_why():
     listed = {k: v for k, v in mutants.load_equivalent().items() if k[:2] in ("06", "07", "08", "09", "10", "11")}
     assert listed and all(k in ids for k in listed), [k for k in listed if k not in ids]
     assert all(len(reason) > 20 for reason in listed.values())
+
+
+# ------------------------------------------------------------------ hints and statements (item 4)
+def _markdown(stem: str) -> str:
+    return (ROOT / "notebooks" / "src" / f"{stem}.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("stem", ["06_sharing", "07_radix", "08_eviction_scheduling", "09_at_scale", "10_tiers",
+                                  "11_fewer_bytes"])
+def test_hints_06_11_do_not_quote_the_solution(stem):
+    """Issue 28: 07 ex. 3, 08 ex. 1 and 09 ex. 1's hints added up to the solution (the next power of
+    two's expression, the set of block prefixes, the scan with its stopping rules)."""
+    sol = (ROOT / "solutions" / f"{stem}.py").read_text(encoding="utf-8")
+    code = {ln.split("#")[0].strip() for ln in sol.splitlines()}
+    code = {ln for ln in code if len(ln) > 14 and not ln.startswith(('"""', "def ", "raise", "return None"))}
+    flat = re.sub(r"\s+", "", sol)
+    for h in re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", _markdown(stem), re.S):
+        assert not [ln for ln in code if ln in h], f"{stem}: a hint quotes the solution"
+        spans = [re.sub(r"\s+", "", x) for x in re.findall(r"`([^`]+)`", re.sub(r"\n# ?", " ", h)) if len(x) >= 28]
+        assert not [x for x in spans if x in flat], f"{stem}: a hint hands over an expression of the solution: {spans}"
+
+
+@pytest.mark.parametrize("stem,heading,formula", [
+    ("09_at_scale", "### Exercise 3", "distinct non-empty prefixes"),
+    ("11_fewer_bytes", "### Exercise 3", "floor(x / scale + 0.5)"),
+])
+def test_former_transcriptions_are_design_questions(stem, heading, formula):
+    statement = _markdown(stem).split(heading)[1].split("# %%")[0]
+    assert "design question" in statement and formula not in statement and "predict" in statement.lower()
+
+
+@pytest.mark.parametrize("stem,giveaway", [
+    ("07_radix", "p[:k * block_size]"),                       # ex. 3: the set of cached prefixes, then the count, then the cap
+    ("07_radix", "rounded **down** to whole blocks"),
+    ("08_eviction_scheduling", "all its children are removed"),  # ex. 1: the candidate rule, the key, both stopping rules
+    ("08_eviction_scheduling", "Two stopping rules"),
+    ("09_at_scale", "1 << (n - 1).bit_length()"),            # ex. 1: the estimate, the cap, both roundings, in code
+    ("09_at_scale", "-(-slots // block_size)"),
+    ("09_at_scale", "Collect every prefix of every prompt in a set"),
+    ("11_fewer_bytes", "x.abs().amax(dim=-1)"),
+])
+def test_issue_28_hint_giveaways_are_gone(stem, giveaway):
+    hints = "".join(re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", _markdown(stem), re.S))
+    assert giveaway not in hints

@@ -540,7 +540,7 @@ check.fit_requests(fit_requests)
 # that a prefix cache could at best serve from cache, with unlimited memory and the prompts in
 # the best order. Return a fraction (0.0 to 1.0), and 0.0 when there are no tokens.
 #
-# Before you code, decide on paper: a token's KV depends on every token before it, so which
+# Before you code, predict on paper: a token's KV depends on every token before it, so which
 # tokens must **any** cache compute at least once? Count them for `[1, 2, 3]`, `[1, 2, 4]` and
 # `[1, 2]` (4 of their 8 tokens: a best hit rate of 0.5), and check that the order of the
 # prompts does not change your count. The checker compares with `kvlab.sim.optimal_hit_rate`.
