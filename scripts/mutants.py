@@ -9,15 +9,15 @@ of one mutant cannot stop the run; ``--timeout`` seconds a mutant, SIGALRM). A d
 check call names (a helper) is graded by every checker of its lesson.
 
 Mutation operators (one change per mutant):
-    cmp        < <-> <=, > <-> >=, == <-> !=, in <-> not in, is <-> is not
+    cmp        < <-> <=, > <-> >=, == <-> !=, in <-> not in, is <-> is not; cmp-flip: < <-> >, <= <-> >=
     const      an int constant +1 and -1
-    index      a subscript's index (or slice bound) +1 and -1
+    index      a subscript's index (or slice bound) +1 and -1; range-end: range(..., end +1 and -1)
     binop      // <-> /, + <-> -, % -> //, * -> //
     round      round/math.floor/math.ceil/int swapped for one another; min <-> max
     copy       sorted(x) -> (x.sort() or x) (in place); list(x), x.copy(), deepcopy(x) -> x
     args       the first two positional arguments of a call swapped
     boolop     and <-> or; ``not x`` -> x
-    drop       an ``if`` replaced by its else branch; an assert, a raise, an expression statement
+    drop       an ``if`` replaced by its else branch (always-if: by its body); an assert, a raise, an expression statement
                (x.append(...)), an augmented assignment (n += 1) removed
     flow       break <-> continue; the first statement of a loop body made ``return None`` when the
                function returns a value (an early return)
@@ -65,6 +65,7 @@ _CHECK_CALL = re.compile(r"^check\.(\w+)\((\w+)\)", re.M)
 
 _CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
              ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+_CMP_FLIP = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
 _BIN_SWAP = {ast.FloorDiv: ast.Div, ast.Div: ast.FloorDiv, ast.Add: ast.Sub, ast.Sub: ast.Add,
              ast.Mod: ast.FloorDiv, ast.Mult: ast.FloorDiv}
 _ROUNDING = {"round": "math.floor", "floor": "math.ceil", "ceil": "math.floor", "int": "round",
@@ -141,6 +142,11 @@ def _expr_sites(node: ast.AST, returns_value: bool) -> Iterator[tuple[str, Calla
                     n.ops[i] = _CMP_SWAP[type(n.ops[i])]()
                     return n
                 yield "cmp", make
+            if type(op) in _CMP_FLIP:
+                def flip(n, i=i):
+                    n.ops[i] = _CMP_FLIP[type(n.ops[i])]()
+                    return n
+                yield "cmp-flip", flip
     elif isinstance(node, ast.Constant) and type(node.value) is int:
         for k in (1, -1):
             yield f"const{k:+d}", lambda n, k=k: ast.Constant(n.value + k)
@@ -175,6 +181,12 @@ def _expr_sites(node: ast.AST, returns_value: bool) -> Iterator[tuple[str, Calla
 
 def _call_sites(node: ast.Call) -> Iterator[tuple[str, Callable]]:
     name = _call_name(node)
+    if name == "range" and node.args and not node.keywords:
+        for k in (1, -1):
+            def bound(n, k=k):
+                n.args[-1 if len(n.args) < 3 else 1] = _plus(n.args[-1 if len(n.args) < 3 else 1], k)
+                return n
+            yield f"range-end{k:+d}", bound
     if name in _ROUNDING and node.args:
         new = _ROUNDING[name]
 
@@ -201,6 +213,8 @@ def _call_sites(node: ast.Call) -> Iterator[tuple[str, Callable]]:
 def _stmt_sites(node: ast.stmt, returns_value: bool) -> Iterator[tuple[str, Callable]]:
     if isinstance(node, ast.If) and not (len(node.body) == 1 and isinstance(node.body[0], ast.Raise)):
         yield "drop-if", lambda n: n.orelse if n.orelse else ast.Pass()
+    if isinstance(node, ast.If) and not isinstance(node.body[0], ast.Raise):
+        yield "always-if", lambda n: n.body
     elif isinstance(node, (ast.Assert, ast.Raise)):
         yield f"drop-{type(node).__name__.lower()}", lambda n: ast.Pass()
     elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):

@@ -115,6 +115,16 @@ def test_03_reservation_that_checks_the_range_only_under_max():
     assert "must raise ValueError" in _notes(r) and "whatever the policy" in r.failures[0].label
 
 
+def test_03_reservation_that_treats_an_unknown_policy_as_exact():
+    def else_exact(policy, length, max_len, final_len=None):
+        if policy in ("max", "pow2"):
+            return S03.reservation(policy, length, max_len, final_len)
+        return S03.reservation("exact", length, max_len, final_len)
+
+    r = check.reservation(else_exact, verbose=False)
+    assert "must raise ValueError" in _notes(r) and "not act as 'exact'" in r.failures[0].label
+
+
 def test_03_first_fit_that_shrinks_the_callers_list():
     def pops(free_ranges, n):
         if n < 1:

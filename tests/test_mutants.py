@@ -32,9 +32,12 @@ def test_mutator_makes_every_kind_of_mutant():
     assert {"cmp", "const", "index", "binop", "round", "copy", "args", "boolop", "drop", "flow", "return"} <= ops
 
 
+ONLY = {"01": "attend_with_cache"}  # count_flops' checker runs the model (seconds): make mutants covers it
+
+
 @pytest.mark.parametrize("nn", LESSONS)
 def test_sampled_mutants_are_killed(nn):
-    outs = mutants.run_lesson(nn, sample=3, timeout=20)
+    outs = mutants.run_lesson(nn, sample=3, only=ONLY.get(nn), timeout=20)
     assert len(outs) >= 3
     bad = [(o.mutant_id, o.status, o.change) for o in outs if o.status not in ("killed", "equivalent", "timeout")]
     assert not bad, f"mutants the checker accepts (or crashes on): {bad}"

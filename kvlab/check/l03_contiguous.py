@@ -61,6 +61,7 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
               policy, length, max_len, final)
     c.run("policy 'exact' without final_len (must raise ValueError)", "exact", 10, 2048, None)
     c.run("unknown policy 'best' (must raise ValueError)", "best", 10, 2048, None)
+    c.run("unknown policy 'best' with a final_len (must raise ValueError, not act as 'exact')", "best", 10, 2048, 300)
     c.run("length=0 (must raise ValueError)", "max", 0, 2048, None)
     return c.done()
 
