@@ -388,6 +388,9 @@ WRONG = [
     ('08', 'lru_evict', 'stops one token short',
      [('while freed < num_tokens:', 'while freed < num_tokens - 1:')],
      'as if num_tokens were one less'),
+    ("10", "write_back_evict", "a dropped leaf counted as host room",
+     [("        if backed:\n            host_only.append(name)", "        host_only.append(name)")],
+     "a dropped leaf has no host copy"),
 ]
 
 # Rejected but not named (a constant in place of block_size in one of two formulas): the FAIL shows

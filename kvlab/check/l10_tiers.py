@@ -68,7 +68,7 @@ def evict_with_tiers(leaves: list[tuple[str, int, bool]], host_free: int, need: 
 
 
 def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, stop=True, check_room=True,
-                track_host=True):
+                track_host=True, track_dropped=False):
     """The stated rule in plain Python (equal to :func:`evict_with_tiers`; a test checks it on
     many cases); each flag turned off is one common mistake: ``write_back`` (never copy before
     leaving), ``host_limit`` (the host is endless), ``stop`` (evict every leaf), ``check_room``
@@ -92,7 +92,7 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
                 if host_free >= pages:
                     host_free, backed = host_free - pages, True
         state[name] = "host" if backed else "evicted"
-        if backed:
+        if backed or track_dropped:
             host_only.append((name, pages))
         freed += pages
     return state
@@ -118,6 +118,10 @@ def _no_host_eviction(leaves, host_free, need):
     return evict_plain(leaves, host_free, need, track_host=False)
 
 
+def _dropped_as_host(leaves, host_free, need):
+    return evict_plain(leaves, host_free, need, track_dropped=True)
+
+
 def _mru_first(leaves, host_free, need):
     out = evict_plain(list(reversed(leaves)), host_free, need)
     return {name: out[name] for name, _, _ in leaves}
@@ -132,6 +136,8 @@ EVICT_MISTAKES = {
     "the leaves that just left the device are host-only: evict the oldest of them to make room on the host":
         _no_host_eviction,
     "least recently used first: the list starts with the oldest leaf": _mru_first,
+    "a dropped leaf has no host copy: it never becomes host-only, so evicting it frees no host pages":
+        _dropped_as_host,
 }
 
 
@@ -184,6 +190,7 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         ("host eviction cannot make room: keep the host as it is", [("A", 1, True), ("B", 4, False)], 1, 5),
         ("host eviction cannot make room, then a small leaf fits", [("A", 2, True), ("B", 5, False), ("C", 1, False)], 1, 8),
         ("the leaves that just left become room", [("A", 2, True), ("B", 2, True), ("C", 3, False)], 1, 7),
+        ("a dropped leaf makes no room on the host", [("A", 2, False), ("B", 2, False)], 0, 4),
     ]
     rng = random.Random(10)
     for i in range(6):
