@@ -65,7 +65,7 @@ def _estimate(p: int, o: int, mode: str, max_len: int) -> int:
 # Common mistakes, each written the way a learner gets it wrong: the FAIL line names the one that
 # gives exactly the learner's answer on that case.
 ORCA_MISTAKES = {
-    "max_len is a parameter (here {max_len}): Orca (Max) reserves it and every run is capped at it, not at 2048":
+    "max_len is a parameter (here {max_len}): Orca (Max) reserves it and no run goes past it, not past 2048":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(p + _estimate(p, o, m, 2048), 2048) // bs)),
     "the next power of two of a power of two is itself (256 stays 256, 257 becomes 512): 1 << n.bit_length() "
     "doubles it": lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(p + (1 << o.bit_length() if m == "pow2" else
