@@ -423,3 +423,145 @@ def argument_slip(reference: Callable | None, args: Sequence[Any], actual: Any, 
                     return (f"as if {name(i)} were {word} ({a + k}): an off-by-one "
                             f"(check > against >=, < against <=, or a {'+' if k > 0 else '-'}1 too many)")
     return None
+
+
+# ------------------------------------------------------------------ added for lessons 06-11 (issue 28)
+def _is_tensor(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "tolist")
+
+
+
+
+def exact_equal(expected: Any, actual: Any) -> bool:
+    """``expected == actual`` where every whole number must come back as an int (3.0 is not 3, True is
+    not 1), a float within 1e-9; a list and a tuple of the same items are equal; None only equals None.
+
+    >>> exact_equal((2, [4, 4]), [2, (4, 4)]), exact_equal([3], [3.0]), exact_equal(0.5, 0.5 + 1e-12)
+    (True, False, True)
+    """
+    if expected is None or isinstance(expected, (bool, str)):
+        return type(actual) is type(expected) and actual == expected
+    if isinstance(expected, numbers.Integral):
+        return isinstance(actual, int) and not isinstance(actual, bool) and actual == expected
+    if isinstance(expected, numbers.Real):
+        return _num(actual) and not _is_tensor(actual) and abs(float(actual) - float(expected)) <= 1e-9
+    if isinstance(expected, (list, tuple)):
+        return (isinstance(actual, (list, tuple)) and len(actual) == len(expected)
+                and all(exact_equal(e, a) for e, a in zip(expected, actual)))
+    if isinstance(expected, dict):
+        return (isinstance(actual, dict) and actual.keys() == expected.keys()
+                and all(exact_equal(expected[k], actual[k]) for k in expected))
+    from .harness import same_value  # lazy: the harness imports this module
+
+    return same_value(expected, actual)
+
+
+
+
+def changed_input(before: Sequence[Any], after: Sequence[Any], names: Sequence[str]) -> str | None:
+    """The first argument that the learner's function changed in place, named ('' -> None).
+
+    >>> changed_input(([1, 2], 3), ([1], 3), ("leaves", "need"))
+    "it changed its argument `leaves` in place ([1, 2] became [1]): the caller's input must be left as it was (work on a copy)"
+    """
+    from .harness import same_value  # lazy: the harness imports this module
+
+    for name, b, a in zip(names, before, after):
+        if not same_value(b, a):
+            shown = lambda v: " ".join(repr(v).split())[:40]  # noqa: E731
+            return (f"it changed its argument `{name}` in place ({shown(b)} became {shown(a)}): the caller's input "
+                    "must be left as it was (work on a copy)")
+    return None
+
+
+def run_keeping_input(checker: Any, label: str, names: Sequence[str], *args: Any,
+                      mistakes: "dict[str, Callable[..., Any]] | None" = None) -> Any:
+    """``checker.run(label, *args)`` where the learner's function gets copies it must not change:
+    a changed argument fails the case and is named; otherwise, when ``mistakes`` are given, the
+    FAIL line names the mistake whose answer on these arguments is the learner's.
+
+    >>> from kvlab.check.harness import Checker
+    >>> c = Checker("total", lambda xs: [xs.pop()] and 0, reference=lambda xs: 0, verbose=False)
+    >>> run_keeping_input(c, "xs [1]", ("xs",), [1]).note[:37]
+    'it changed its argument `xs` in place'
+    """
+    import copy as _copy
+
+    from .harness import call, call_in_place
+
+    expected = call(checker.reference, *args)
+    if checker.unusable(label, expected):
+        return checker.result.cases[-1]
+    mine = _copy.deepcopy(args)
+    got = call_in_place(checker.fn, *mine)
+    note = changed_input(args, mine, names) or wrong_exception(expected, got) or should_have_raised(expected, got)
+    if note:
+        return checker.record(label, expected, got, passed=False, note=note)
+    found = matching_mistakes(got, mistakes, *args, expected=expected) if mistakes else []
+    case = checker.record(label, expected, got, note=found[0] if found else "")
+    case.candidates = found if not case.passed else []  # Checker.done keeps the likeliest
+    if not case.passed and not case.note:
+        case.note = ignored_parameter(checker.reference, args, got, names) or ""
+    return case
+
+
+
+
+def off_by_one_items(expected: Any, actual: Any) -> str | None:
+    """Lists of counts where every wrong count is off by exactly one: a loop bound (< or <=) or a +-1.
+
+    >>> off_by_one_items([2, 2, 5], [2, 3, 5])
+    'count 1 is off by one (expected 2, got 3): check where the count stops (< or <=, a +1 or -1)'
+    """
+    if not (isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple))) or len(expected) != len(actual):
+        return None
+    if not all(_num(e) and _num(a) for e, a in zip(expected, actual)):
+        return None
+    bad = [i for i, (e, a) in enumerate(zip(expected, actual)) if e != a]
+    if bad and all(abs(actual[i] - expected[i]) == 1 for i in bad):
+        i = bad[0]
+        return (f"count {i} is off by one (expected {expected[i]!r}, got {actual[i]!r}): check where the count stops "
+                "(< or <=, a +1 or -1)")
+    return None
+
+
+
+def ignored_parameter(reference: Callable | None, args: Sequence[Any], actual: Any, names: Sequence[str] = (),
+                      values: Sequence[int] = (0, 1, 2, 4, 8, 16, 32, 2048)) -> str | None:
+    """The answer is the reference's with one argument replaced by a constant (its default, or a
+    usual 1, 4, 16, 2048; a bool flipped): the learner's code ignores that parameter. The later
+    parameters (the settings) are tried first, the data last.
+
+    >>> ignored_parameter(lambda n, bs=16: -(-n // bs), (40, 4), 3, ("num_tokens", "block_size"))
+    'as if block_size were 16 (its default), not 4: use the argument, not a constant in its place'
+    """
+    import inspect
+
+    if reference is None or type(actual).__name__ == "Raised":
+        return None
+    try:
+        params = list(inspect.signature(reference).parameters.values())
+        want = reference(*args)
+    except Exception:  # noqa: BLE001 -- a diagnosis never breaks a check
+        return None
+    for i in reversed(range(len(args))):  # the later parameters first: block_size, max_len, need...
+        a = args[i]
+        if isinstance(a, bool):
+            tries = [not a]
+        elif isinstance(a, int):
+            default = params[i].default if i < len(params) and isinstance(params[i].default, int) else None
+            tries = ([default] if default is not None else []) + [v for v in values if v != default]
+        else:
+            continue
+        for v in tries:
+            if v == a:
+                continue
+            try:
+                got = reference(*args[:i], v, *args[i + 1:])
+            except Exception:  # noqa: BLE001
+                continue
+            if exact_equal(got, actual) and not exact_equal(want, actual):
+                name = names[i] if i < len(names) else (params[i].name if i < len(params) else f"argument {i + 1}")
+                why = " (its default)" if i < len(params) and v == params[i].default and not isinstance(a, bool) else ""
+                return f"as if {name} were {v!r}{why}, not {a!r}: use the argument, not a constant in its place"
+    return None

@@ -22,7 +22,8 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..lessons.sharing import measured_sampling_blocks
 from ..memory.block_table import blocks_needed
-from .diagnose import mistake_runner, shared_block_written, swapped
+from .diagnose import (exact_equal, mistake_runner, shared_block_written, should_have_raised, swapped,
+                       ignored_parameter, unit_slip, wrong_exception)
 from .harness import Checker, CheckResult, Raised, Raises, call_in_place, same_outcome
 
 __all__ = ["cow_append", "sampling_blocks"]
@@ -94,6 +95,14 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
     m.add_sequence("A", 6)
     m.fork("A", "B")
     scenarios.append(("no free block left (must raise OutOfBlocks)", m, "B"))
+    for label, (num_blocks, bs, tokens, forks, seq) in {
+            "last block full and no free block (must raise OutOfBlocks)": (2, 4, 8, 0, "A"),
+            "block_size 1: every block is full, shared or not": (3, 1, 2, 1, "B")}.items():
+        m = BlockManager(num_blocks=num_blocks, block_size=bs)
+        m.add_sequence("A", tokens)
+        for name in "BC"[:forks]:
+            m.fork("A", name)
+        scenarios.append((label, m, seq))
 
     c = Checker("cow_append", fn, verbose=verbose, diagnose=[_cow_mistake, shared_block_written])
     for label, m, seq in scenarios:
@@ -111,7 +120,9 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
         if isinstance(got, Raised) or isinstance(expected, Raises):
             changed = mine != before
             c.record(label, expected, got, passed=same_outcome(expected, got) and not changed,
-                     note="...but it changed the lists first" if changed else "")
+                     note=("it changed the lists before raising: a refused append must change nothing (check "
+                           "free_blocks first)") if changed else wrong_exception(expected, got)
+                     or should_have_raised(expected, got) or "")
             continue
         actual = dict(copies=[tuple(x) for x in got] if isinstance(got, (list, tuple)) else got, **mine)
         c.record(label, expected, actual)
@@ -151,10 +162,12 @@ def sampling_blocks(fn: Callable, verbose: bool = True) -> CheckResult:
     for _ in range(4):
         cases_in.append((rng.randint(1, 60), rng.randint(1, 8), rng.randint(0, 40), rng.choice([2, 4, 8, 16])))
     c = Checker("sampling_blocks", fn, reference=measured_sampling_blocks, verbose=verbose,
-                compare=lambda e, a: isinstance(a, (tuple, list)) and tuple(a) == tuple(e),
-                diagnose=[lambda e, a: swapped(e, a, ("without sharing", "with sharing"))])
+                compare=exact_equal, diagnose=[lambda e, a: swapped(e, a, ("without sharing", "with sharing")), unit_slip])
     run = mistake_runner(c, SAMPLING_MISTAKES)
+    base = c.diagnose
     for p, n, g, bs in cases_in:
+        c.diagnose = [*base, lambda e, a, x=(p, n, g, bs): ignored_parameter(
+            measured_sampling_blocks, x, a, ("prompt_len", "num_samples", "gen_len", "block_size"))]
         run(f"prompt {p}, {n} samples, {g} new tokens each, block_size {bs}", p, n, g, bs)
     return c.done()
 
@@ -166,6 +179,8 @@ def _with_sharing(p: int, n: int, g: int, bs: int, shared: int) -> tuple[int, in
 
 
 SAMPLING_MISTAKES = dict([
+    ("without sharing: count each sample's blocks (a partial block is a whole block), not its tokens",
+     lambda p, n, g, bs: (n * (p + g), measured_sampling_blocks(p, n, g, bs)[1])),
     ("when no token is generated nothing is copied yet: every block is still shared (gen_len == 0)",
      lambda p, n, g, bs: _with_sharing(p, n, g, bs, p // bs)),
     ("the partial last prompt block does not stay shared: every sample but one copies it when it writes",

@@ -25,7 +25,8 @@ from ..memory.block_table import blocks_needed
 from ..reuse.block_hash_cache import BlockHashCache
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache
-from .diagnose import matching_mistake, mistake_runner, radix_granularity
+from .diagnose import (changed_input, exact_equal, matching_mistake, off_by_one_items, radix_granularity,
+                       ignored_parameter, run_keeping_input, unit_slip)
 from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
 
 __all__ = ["match_prefix", "prefill_tokens", "block_hash_reuse"]
@@ -118,11 +119,13 @@ def match_prefix(fn: Callable, verbose: bool = True) -> CheckResult:
             before = cache.snapshot()
             if c.unusable(label, expected):
                 continue
-            got = call_in_place(fn, cache.root, list(q))
+            mine = list(q)
+            got = call_in_place(fn, cache.root, mine)
             changed = cache.snapshot() != before
-            ok = same_outcome(expected, got) and not changed
-            note = "...but it changed the tree" if changed else ""
-            if not ok and not changed:
+            note = "it changed the tree: a lookup only reads it" if changed else changed_input((q,), (mine,), ("tokens",))
+            ok = same_outcome(expected, got, exact_equal) and not note
+            note = note or (unit_slip(expected, got) if not ok and not isinstance(got, Raised) else "") or ""
+            if not ok and not note:
                 note = matching_mistake(got, MATCH_MISTAKES, cache.root, list(q), expected=expected)
             c.record(label, expected, got, passed=ok, note=note)
             if changed:  # rebuild nothing: later cases on this tree would be unfair, so stop here
@@ -194,11 +197,10 @@ def prefill_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
     rng = random.Random(7)
     for i in range(4):
         cases.append((f"random prompts {i}", related_prompts(rng, 6, alphabet=3, max_new=6)))
-    c = Checker("prefill_tokens", fn, reference=served_prefill_tokens, verbose=verbose,
-                compare=lambda e, a: isinstance(a, (list, tuple)) and list(a) == e)
-    run = mistake_runner(c, PREFILL_MISTAKES)
+    c = Checker("prefill_tokens", fn, reference=served_prefill_tokens, verbose=verbose, compare=exact_equal,
+                diagnose=[unit_slip, off_by_one_items])
     for label, ps in cases:
-        run(f"{label}: lengths {[len(p) for p in ps]}", ps)
+        run_keeping_input(c, f"{label}: lengths {[len(p) for p in ps]}", ("prompts",), ps, mistakes=PREFILL_MISTAKES)
     return c.done()
 
 
@@ -286,18 +288,21 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
     rng = random.Random(17)
     for i in range(4):
         cases.append((f"random prompts {i}", related_prompts(rng, 6, alphabet=3, max_new=9), rng.choice([2, 3, 4])))
-    cmp = lambda e, a: isinstance(a, (list, tuple)) and list(a) == e  # noqa: E731
+    cmp = exact_equal
     c = Checker("block_hash_reuse", fn, verbose=verbose, compare=cmp)
     for label, ps, bs in cases:
         label = f"{label}: block_size {bs}, lengths {[len(p) for p in ps]}"
         expected = call(hashed_reuse, ps, bs)
         if c.unusable(label, expected):
             continue
-        got = call(fn, ps, bs)
-        ok = same_outcome(expected, got, cmp)
-        note = ""
-        if not ok and not isinstance(got, Raised):
+        mine = [list(p) for p in ps]
+        got = call_in_place(fn, mine, bs)
+        note = changed_input((ps,), (mine,), ("prompts",)) or ""
+        ok = same_outcome(expected, got, cmp) and not note
+        if not ok and not note and not isinstance(got, Raised):
             got = list(got) if isinstance(got, tuple) else got
-            note = radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
+            note = (radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
+                    or unit_slip(expected, got) or ignored_parameter(hashed_reuse, (ps, bs), got, ("prompts", "block_size"))
+                    or "")
         c.record(label, expected, got, passed=ok, note=note)
     return c.done()

@@ -23,7 +23,7 @@ from typing import Callable
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache
 from ..reuse.radix_node import TreeNode
-from .diagnose import matching_mistake
+from .diagnose import argument_slip, changed_input, exact_equal, matching_mistake, matching_mistakes, unit_slip
 from .harness import Checker, CheckResult, Raised, call_in_place, same_outcome
 from .l07_radix import related_prompts
 
@@ -128,7 +128,9 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
             ok = same_outcome(expected, got) and not changed
             note = "...but it changed the tree" if changed else ""
             if not ok and not changed:
-                note = matching_mistake(got, LRU_MISTAKES, cache.root, want, expected=expected) or _evict_note(cache, got)
+                note = (matching_mistake(got, LRU_MISTAKES, cache.root, want, expected=expected) or _evict_note(cache, got)
+                        or argument_slip(lambda n, cache=cache: copy.deepcopy(cache).evict(n).node_ids, (want,), got,
+                                         ("num_tokens",)) or "")
             c.record(label, expected, got, passed=ok, note=note)
             if changed:
                 break
@@ -229,7 +231,7 @@ def _plan_by(rule: str):
         evictable = sum(len(n.key) for n in _nodes_below(root) if n.lock_ref == 0)
         if rule != "no_lock":
             evictable -= sum(len(n.key) if rule == "whole_node" else k for n, k in path if n.lock_ref == 0)
-        if need <= num_free:
+        if need <= num_free and rule != "no_free":
             return (pos, 0)
         if rule != "partial" and need > num_free + evictable:
             return None
@@ -247,6 +249,7 @@ ADMIT_MISTAKES = dict([
     ("when even every unlocked token is not enough, nothing is evicted: the request waits (None)",
      _plan_by("partial")),
     ("the matched prefix needs no new slots: need = len(tokens) - prefix_len", _plan_by("no_prefix")),
+    ("when the free slots cover the need nothing is evicted (0, never a negative count)", _plan_by("no_free")),
 ])
 
 
@@ -266,8 +269,14 @@ def _admission_cases() -> list[tuple[str, CacheManager, list[int]]]:
     for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 9, 9, 9]):
         serve_request(cm, seq)
     cm.admit("running", [9, 9, 9, 9, 5])                         # a running request locks [9 9 9 9]
-    for tokens in ([9, 9, 9, 9, 6], [1, 2, 3] + list(range(20, 30)), list(range(20, 30))):
+    for tokens in ([9, 9, 9, 9, 6], [1, 2, 3] + list(range(20, 30)), list(range(20, 30)),
+                   list(range(20, 29)), [1, 2, 3] + list(range(20, 26))):   # the last two fit exactly
         out.append((f"same tree, [9 9 9 9] locked by a running request, 1 free: tokens {tokens}", cm, tokens))
+    cm = CacheManager(20, block_size=1)
+    for seq in ([1, 2, 3, 5, 6], [1, 2, 3, 9], [5, 6, 7]):
+        serve_request(cm, seq)
+    for tokens in ([1, 2, 5, 6, 7, 8], [1, 2, 3, 5, 6], [1, 2, 3, 5, 7] + list(range(20, 33))):
+        out.append((f"tree [1 2 3]->{{[5 6], [9]}}, [5 6 7]; {cm.allocator.num_free_blocks} free: tokens {tokens}", cm, tokens))
     rng = random.Random(8)
     for seed in range(6):
         seqs = related_prompts(rng, rng.randint(3, 6), alphabet=4, max_new=6)
@@ -311,13 +320,18 @@ def admit_plan(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         mine = copy.deepcopy(cm)
         before = _tree_state(mine.tree)
-        got = call_in_place(fn, mine.tree.root, list(tokens), mine.allocator.num_free_blocks)
+        mine_tokens = list(tokens)
+        got = call_in_place(fn, mine.tree.root, mine_tokens, mine.allocator.num_free_blocks)
         changed = _tree_state(mine.tree) != before
-        ok = same_outcome(expected, got, c.compare) and not changed
-        note = "...but it changed the tree" if changed else ""
+        note = ("it changed the tree: plan only, the cache itself admits (lock, evict) afterwards" if changed else
+                changed_input((tokens,), (mine_tokens,), ("tokens",)) or "")
+        ok = same_outcome(expected, got, c.compare) and not note
         if not ok and not note:
             answer = tuple(got) if isinstance(got, list) else got
-            note = matching_mistake(answer, ADMIT_MISTAKES, cm.tree.root, list(tokens), cm.allocator.num_free_blocks,
-                                    expected=expected)
+            found = matching_mistakes(answer, ADMIT_MISTAKES, cm.tree.root, list(tokens), cm.allocator.num_free_blocks,
+                                      expected=expected)
+            note = found[0] if found else ""
+            c.record(label, expected, got, passed=ok, note=note).candidates = found
+            continue
         c.record(label, expected, got, passed=ok, note=note)
     return c.done()

@@ -26,7 +26,8 @@ from ..lessons.four_requests import char_tokenize
 from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
-from .harness import Checker, CheckResult, Raised, call
+from .diagnose import changed_input, exact_equal, should_have_raised, unit_slip
+from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
 
 __all__ = ["orca_reservation", "fit_requests", "optimal_hit_rate"]
 
@@ -64,10 +65,15 @@ def _estimate(p: int, o: int, mode: str, max_len: int) -> int:
 # Common mistakes, each written the way a learner gets it wrong: the FAIL line names the one that
 # gives exactly the learner's answer on that case.
 ORCA_MISTAKES = {
+    "max_len is a parameter (here {max_len}): Orca (Max) reserves it and no run goes past it, not past 2048":
+        lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(p + _estimate(p, o, m, 2048), 2048) // bs)),
+    "the next power of two of a power of two is itself (256 stays 256, 257 becomes 512): 1 << n.bit_length() "
+    "doubles it": lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(p + (1 << o.bit_length() if m == "pow2" else
+                                                                    _estimate(p, o, m, ml)), ml) // bs)),
     "no power-of-two rounding: the buddy allocator rounds the run up to a power of two blocks":
         lambda p, o, m, bs=16, ml=2048: -(-min(p + _estimate(p, o, m, ml), ml) // bs),
     "rounded the blocks down: a run must hold every slot (round up)":
-        lambda p, o, m, bs=16, ml=2048: _pow2(min(p + _estimate(p, o, m, ml), ml) // bs),
+        lambda p, o, m, bs=16, ml=2048: 1 << (min(p + _estimate(p, o, m, ml), ml) // bs - 1).bit_length(),
     "the answer is in blocks, not token slots":
         lambda p, o, m, bs=16, ml=2048: bs * _pow2(-(-min(p + _estimate(p, o, m, ml), ml) // bs)),
     "Orca (Pow2) rounds the output up to a power of two, not prompt + output":
@@ -106,18 +112,20 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     cases = [(161, 338, "oracle"), (161, 338, "pow2"), (161, 338, "max"), (1, 1, "oracle"), (100, 64, "pow2"),
              (1500, 548, "oracle"), (1500, 548, "pow2"), (20, 2028, "pow2"), (16, 16, "oracle", 16),
              (15, 1, "oracle", 8), (300, 200, "pow2", 1), (300, 200, "oracle", 32), (3000, 900, "pow2", 16, 4096),
-             (40, 9, "max", 16, 4096), (200, 61, "oracle"), (130, 5, "oracle", 8)]  # 16 blocks and a bit: 32
+             (40, 9, "max", 16, 4096), (200, 61, "oracle"), (130, 5, "oracle", 8),  # 16 blocks and a bit: 32
+             (1, 256, "pow2"), (1, 2, "pow2", 1), (1, 1, "pow2", 1), (3, 257, "pow2", 4), (100, 128, "pow2", 16, 1024),
+             (64, 64, "oracle", 1)]  # powers of two: the next power of two of 256 is 256
     rng = random.Random(12)
     for _ in range(6):
         bs, ml = rng.choice([(8, 2048), (16, 2048), (16, 1024), (32, 4096)])
         p = rng.randint(1, ml // 2)
         cases.append((p, rng.randint(1, ml - p), rng.choice(ORCA_MODES), bs, ml))
-    c = Checker("orca_reservation", fn, reference=orca_run_blocks, verbose=verbose)
+    c = Checker("orca_reservation", fn, reference=orca_run_blocks, verbose=verbose, compare=exact_equal)
     for args in cases:
-        c.diagnose = [_mistake(args)]
+        c.diagnose = [_mistake(args), unit_slip]
         full = args + (16, 2048)[len(args) - 3:]
         c.run(f"prompt {full[0]}, output {full[1]}, mode {full[2]!r}, block_size {full[3]}, max_len {full[4]}", *args)
-    c.diagnose = []
+    c.diagnose = [should_have_raised]
     c.run("mode 'exact' (not one of max, pow2, oracle): must raise ValueError", 161, 338, "exact")
     return c.done()
 
@@ -161,6 +169,8 @@ def _paged_fit(capacity, block_size, lengths, blocks=lambda n, bs: -(-n // bs), 
 
 
 FIT_MISTAKES: dict[str, Callable] = {
+    "reserving max_len: no more requests are in memory than there are requests (at most len(lengths))":
+        lambda cap, bs, ml, ls: (cap // ml, _paged_fit(cap, bs, ls)),
     "a request of n tokens takes ceil(n / block_size) blocks (round up: a partial block is a whole block)":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, lambda n, b: n // b)),
     "admission is in order and stops at the first request that does not fit (no skipping ahead)":
@@ -197,18 +207,25 @@ def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     cases = [(64, 4, 32, [5, 9, 3, 20]), (64, 4, 16, [16, 16, 16, 16, 1]), (64, 16, 64, [1, 1, 1, 1, 1]),
              (100, 8, 30, [7, 8, 9, 30, 2, 2]), (4096, 16, 2048, [161, 338, 90, 700, 1200, 55, 400]),
-             (10, 4, 10, [10, 1]), (32, 4, 8, [])]
+             (10, 4, 10, [10, 1]), (32, 4, 8, []), (16, 4, 16, [16]), (15, 4, 8, [4, 4, 4, 4]),
+             (64, 4, 16, [4, 16, 4, 4])]
     rng = random.Random(9)
     for _ in range(5):
         bs = rng.choice([1, 2, 4, 8, 16])
         max_len = rng.choice([16, 32, 64])
         cases.append((rng.randint(max_len, 6 * max_len), bs, max_len,
                       [rng.randint(1, max_len) for _ in range(rng.randint(1, 12))]))
-    c = Checker("fit_requests", fn, reference=measured_fit, verbose=verbose,
-                compare=lambda e, a: isinstance(a, (tuple, list)) and tuple(a) == tuple(e))
+    c = Checker("fit_requests", fn, reference=measured_fit, verbose=verbose, compare=exact_equal)
     for cap, bs, ml, lengths in cases:
-        c.diagnose = [_named(FIT_MISTAKES, cap, bs, ml, lengths)]
-        c.run(f"capacity {cap}, block_size {bs}, max_len {ml}, lengths {lengths}", cap, bs, ml, lengths)
+        c.diagnose = [_named(FIT_MISTAKES, cap, bs, ml, lengths), unit_slip]
+        label = f"capacity {cap}, block_size {bs}, max_len {ml}, lengths {lengths}"
+        expected = measured_fit(cap, bs, ml, lengths)
+        if c.unusable(label, expected):
+            continue
+        mine = list(lengths)
+        got = call_in_place(fn, cap, bs, ml, mine)
+        changed = changed_input((lengths,), (mine,), ("lengths",))
+        c.record(label, expected, got, passed=False if changed else None, note=changed or "")
     return c.done()
 
 
@@ -232,6 +249,8 @@ def _hit(prompts: list[list[int]], shared: Callable[[list[list[int]]], int]) -> 
 
 
 HIT_MISTAKES: dict[str, Callable] = {
+    "the empty prefix holds no token: count the prefixes of length 1 and up":
+        lambda ps: _hit(ps, lambda q: len({tuple(p[:i]) for p in q for i in range(len(p) + 1)})),
     "count distinct prefixes (nodes of a trie of the prompts), not distinct tokens":
         lambda ps: _hit(ps, lambda q: len({t for p in q for t in p})),
     "a prompt can hit the prefix of ANY earlier prompt, not only the first one":
@@ -281,10 +300,13 @@ def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("optimal_hit_rate", fn, reference=optimal_prompt_hit_rate, verbose=verbose,
                 compare=lambda e, a: isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - e) < 1e-9)
     for label, ps in cases:
-        c.diagnose = [_named(HIT_MISTAKES, ps)]
+        c.diagnose = [_named(HIT_MISTAKES, ps), unit_slip]
         full, expected = f"{label}: lengths {[len(p) for p in ps]}", optimal_prompt_hit_rate(ps)
         if c.unusable(full, expected):
             continue
-        got = call(fn, ps)
-        c.record(full, expected, got, note=_zero_tokens(ps)(expected, got) or "")
+        mine = [list(p) for p in ps]
+        got = call_in_place(fn, mine)
+        changed = changed_input((ps,), (mine,), ("prompts",))
+        note = changed or _zero_tokens(ps)(expected, got) or ""
+        c.record(full, expected, got, passed=False if changed else None, note=note)
     return c.done()

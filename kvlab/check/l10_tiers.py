@@ -31,7 +31,8 @@ from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
 from ..reuse.radix_node import common_prefix_len
-from .harness import Checker, CheckResult, Raised, Raises, call, same_outcome
+from .diagnose import changed_input, exact_equal, ignored_parameter, swapped, unit_slip
+from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
            "PLACEMENT_TABLE", "arc_victims", "arc_evict_real", "ARC_MISTAKES"]
@@ -67,7 +68,7 @@ def evict_with_tiers(leaves: list[tuple[str, int, bool]], host_free: int, need: 
 
 
 def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, stop=True, check_room=True,
-                track_host=True):
+                track_host=True, track_dropped=False):
     """The stated rule in plain Python (equal to :func:`evict_with_tiers`; a test checks it on
     many cases); each flag turned off is one common mistake: ``write_back`` (never copy before
     leaving), ``host_limit`` (the host is endless), ``stop`` (evict every leaf), ``check_room``
@@ -91,7 +92,7 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
                 if host_free >= pages:
                     host_free, backed = host_free - pages, True
         state[name] = "host" if backed else "evicted"
-        if backed:
+        if backed or track_dropped:
             host_only.append((name, pages))
         freed += pages
     return state
@@ -117,6 +118,10 @@ def _no_host_eviction(leaves, host_free, need):
     return evict_plain(leaves, host_free, need, track_host=False)
 
 
+def _dropped_as_host(leaves, host_free, need):
+    return evict_plain(leaves, host_free, need, track_dropped=True)
+
+
 def _mru_first(leaves, host_free, need):
     out = evict_plain(list(reversed(leaves)), host_free, need)
     return {name: out[name] for name, _, _ in leaves}
@@ -131,17 +136,34 @@ EVICT_MISTAKES = {
     "the leaves that just left the device are host-only: evict the oldest of them to make room on the host":
         _no_host_eviction,
     "least recently used first: the list starts with the oldest leaf": _mru_first,
+    "a dropped leaf has no host copy: it never becomes host-only, so evicting it frees no host pages":
+        _dropped_as_host,
 }
 
 
 def _named_mistake(got, mistakes: dict, expected, *args) -> str:
-    """Every known mistake that gives ``got`` on these arguments (joined with " -- or: ")."""
-    whys = []
+    """The first known mistake (the likeliest: the tables list them so) that gives ``got`` on these
+    arguments, else a type or unit slip; '' when none does."""
     for why, wrong in mistakes.items():
         out = call(wrong, *args)
         if not isinstance(out, Raised) and out == got and out != expected:
-            whys.append(why)
-    return " -- or: ".join(whys)
+            return why
+    return "" if isinstance(got, Raised) else (unit_slip(expected, got) or "")
+
+
+def _call_keeping(fn: Callable, names: tuple[str, ...], *args) -> tuple[object, str]:
+    """``fn`` on copies of ``args`` (lists of tuples); the outcome, and a note naming an argument it changed."""
+    mine = [list(a) if isinstance(a, list) else a for a in args]
+    got = call_in_place(fn, *mine)
+    return got, changed_input(args, mine, names) or ""
+
+
+def _record_keeping(c: Checker, label: str, expected, got, changed: str, note: str) -> None:
+    """Record one case: a changed input fails it (and is named first), else the usual comparison."""
+    if changed:
+        c.record(label, expected, got, passed=False, note=changed)
+    else:
+        c.record(label, expected, got, passed=same_outcome(expected, got, exact_equal), note=note)
 
 
 def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -168,6 +190,7 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         ("host eviction cannot make room: keep the host as it is", [("A", 1, True), ("B", 4, False)], 1, 5),
         ("host eviction cannot make room, then a small leaf fits", [("A", 2, True), ("B", 5, False), ("C", 1, False)], 1, 8),
         ("the leaves that just left become room", [("A", 2, True), ("B", 2, True), ("C", 3, False)], 1, 7),
+        ("a dropped leaf makes no room on the host", [("A", 2, False), ("B", 2, False)], 0, 4),
     ]
     rng = random.Random(10)
     for i in range(6):
@@ -178,8 +201,11 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         full = f"{label}: leaves {leaves}, host_free {host_free}, need {need}"
         if c.unusable(full, expected):
             continue
-        got = call(fn, leaves, host_free, need)
-        c.record(full, expected, got, note=_named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need))
+        got, changed = _call_keeping(fn, ("leaves", "host_free", "need"), leaves, host_free, need)
+        _record_keeping(c, full, expected, got, changed,
+                        _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need)
+                        or ignored_parameter(evict_with_tiers, (leaves, host_free, need), got, ("leaves", "host_free", "need"))
+                        or "")
     return c.done()
 
 
@@ -232,7 +258,8 @@ def plan_from_cache(seed: int, threshold: int) -> list[tuple[list[tuple[int, str
     return cases
 
 
-def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_device=True, load=("host", "disk")):
+def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_device=True, load=("host", "disk"),
+          per_segment=False, strict=False):
     limit = prompt_len - 1 if cap else prompt_len
     dev = beyond = pos = 0
     on_device = True
@@ -246,18 +273,24 @@ def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_
             on_device = False
             if where not in load:
                 break
-            beyond += take
+            if not per_segment or take >= threshold:
+                beyond += take
         pos += take
-    loaded = beyond if beyond and (beyond >= threshold or not threshold_on) else 0
+    enough = beyond > threshold if strict else beyond >= threshold
+    loaded = beyond if beyond and (enough or not threshold_on) else 0
     return dev, loaded, prompt_len - dev - loaded
 
 
 PLAN_MISTAKES = {
+    "the threshold applies to all the host and disk tokens after the device part together, not to each segment":
+        lambda s, n, t: _plan(s, n, t, per_segment=True),
+    "a hit of exactly load_back_threshold tokens is loaded back (>=, not >)": lambda s, n, t: _plan(s, n, t, strict=True),
     "the match stops one token early: the last prompt token is always computed (its logits)":
         lambda s, n, t: _plan(s, n, t, cap=False),
     "host and disk pages are loaded back, not recomputed": lambda s, n, t: _plan(s, n, t, load=()),
     "hits shorter than load_back_threshold tokens are recomputed": lambda s, n, t: _plan(s, n, t, threshold_on=False),
-    "'both' is on the device too: reuse it in place": lambda s, n, t: _plan(s, n, t, both_is_device=False),
+    "'both' is on the device too: reuse it in place": lambda s, n, t: _plan(s, n, t, both_is_device=False,
+                                                                           load=("host", "disk", "both")),
     "disk pages load back as well as host pages": lambda s, n, t: _plan(s, n, t, load=("host",)),
 }
 
@@ -275,7 +308,11 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     c = Checker("load_back_plan", fn, verbose=verbose)
     hand = [([(4, "device"), (3, "host")], 9, 1), ([(4, "both"), (4, "disk")], 8, 1), ([(5, "host")], 5, 1),
-            ([(2, "device"), (2, "host")], 9, 4), ([], 3, 1), ([(6, "device")], 6, 1)]
+            ([(2, "device"), (2, "host")], 9, 4), ([], 3, 1), ([(6, "device")], 6, 1),
+            ([(2, "device"), (2, "host"), (2, "disk")], 10, 3),   # the threshold on the sum: (2, 4, 4)
+            ([(3, "host")], 8, 3), ([(1, "both"), (1, "host"), (1, "host"), (1, "disk")], 9, 3),
+            ([(2, "device"), (3, "host")], 4, 2), ([(4, "disk")], 1, 0), ([(3, "host")], 9, 0),
+            ([(2, "device"), (3, "host"), (2, "disk")], 9, 1)]
     cases = [(s, n, t, _plan(s, n, t)) for s, n, t in hand]
     for seed, t in ((0, 1), (1, 1), (2, 3), (3, 0)):
         cases += plan_from_cache(seed, t)
@@ -283,10 +320,11 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
         label = f"segments {segs}, prompt {n} tokens, threshold {t}"
         if c.unusable(label, expected):
             continue
-        got = call(fn, segs, n, t)
+        got, changed = _call_keeping(fn, ("segments", "prompt_len", "threshold"), segs, n, t)
         if isinstance(got, list):
             got = tuple(got)
-        c.record(label, expected, got, note=_named_mistake(got, PLAN_MISTAKES, expected, segs, n, t))
+        _record_keeping(c, label, expected, got, changed, _named_mistake(got, PLAN_MISTAKES, expected, segs, n, t)
+                        or swapped(expected, got, ("device", "loaded")) or "")
     return c.done()
 
 
@@ -420,10 +458,11 @@ def arc_evict_real(t1: list[tuple[str, int]], t2: list[tuple[str, int]], target:
     return [names[i] for i in ev.detail["nodes"]]
 
 
-def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count_nodes=False, strict=False):
+def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count_nodes=False, strict=False,
+              over=False):
     t1, t2, out, freed = list(t1), list(t2), [], 0
     first = None
-    while freed < need and (t1 or t2):
+    while (freed <= need if over else freed < need) and (t1 or t2):
         size = len(t1) if count_nodes else sum(p for _, p in t1)
         use_t1 = bool(t1) and (always_t1 or (size > target if strict else size >= target) or not t2)
         if decide_once:
@@ -436,10 +475,11 @@ def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count
 
 
 ARC_MISTAKES = {
-    "you ignored target: always T1 first is plain LRU over the two lists": lambda *a: _arc_rule(*a, always_t1=True),
-    "ARC decides again after every eviction (T1 shrinks)": lambda *a: _arc_rule(*a, decide_once=True),
-    "target counts pages, not nodes": lambda *a: _arc_rule(*a, count_nodes=True),
+    "T1 first until it is empty ignores target (that is plain LRU): ARC compares T1 with target again before "
+    "every victim, and once T1 is under target the oldest of T2 goes": lambda *a: _arc_rule(*a, always_t1=True),
+    "stop as soon as need pages are freed: one victim more is one too many": lambda *a: _arc_rule(*a, over=True),
     "T1 goes first when it holds at least target pages (>=, not >)": lambda *a: _arc_rule(*a, strict=True),
+    "target counts pages, not nodes": lambda *a: _arc_rule(*a, count_nodes=True),
 }
 
 
@@ -457,6 +497,7 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
 
     c = Checker("arc_victims", fn, verbose=verbose)
     cases = [
+        ("one big copy in T1: target counts its pages", [("a", 3)], [("c", 1)], 2, 1),
         ("T1 at its target: T1 first", [("a", 2), ("b", 2)], [("c", 2)], 4, 2),
         ("T1 under its target: T2 first", [("a", 2)], [("c", 2), ("d", 1)], 3, 3),
         ("T1 shrinks below target: switch to T2", [("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6),
@@ -478,8 +519,8 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
         full = f"{label}: T1 {t1}, T2 {t2}, target {target}, need {need}"
         if c.unusable(full, expected):
             continue
-        got = call(fn, list(t1), list(t2), target, need)
-        c.record(full, expected, got, note=_named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
+        got, changed = _call_keeping(fn, ("t1", "t2", "target", "need"), list(t1), list(t2), target, need)
+        _record_keeping(c, full, expected, got, changed, _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
     res = c.done()
     if verbose:
         trace = scan_with_hot_set(seed=0)

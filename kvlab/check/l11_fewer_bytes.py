@@ -20,8 +20,8 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-from .diagnose import mistake_runner
-from .harness import Checker, CheckResult, Raised, Raises, call
+from .diagnose import changed_input, exact_equal, run_keeping_input, unit_slip
+from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place
 
 __all__ = ["streaming_keep", "quest_pick", "quantize_per_token"]
 
@@ -41,6 +41,9 @@ def _streaming_keep_ref(num_tokens: int, block_size: int, sink_tokens: int, wind
 
 
 STREAMING_MISTAKES = {
+    "window_tokens counts tokens: keep the last ceil(window_tokens / block_size) blocks, not window_tokens blocks":
+        lambda n, bs, s, w: sorted(set(range(min(-(-s // bs), -(-n // bs)))) | set(range(max(0, -(-n // bs) - w),
+                                                                                           -(-n // bs)))),
     "you kept the recent window but dropped the sink blocks: StreamingLLM keeps the first blocks too "
     "(the attention sinks)": lambda n, bs, s, w: list(range(max(0, -(-n // bs) - -(-w // bs)), -(-n // bs))),
     "the sinks were counted with floor: a block that holds any sink token must stay (round up)":
@@ -60,19 +63,30 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     blocks StreamingLLM keeps, ascending: the first ``ceil(sink_tokens / block_size)`` blocks and
     the last ``ceil(window_tokens / block_size)`` (the newest, partial block included), each once.
     ValueError for a negative count, a block size below 1 or a window below 1."""
-    c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=verbose)
-    run = mistake_runner(c, STREAMING_MISTAKES)
+    c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=verbose, compare=exact_equal,
+                diagnose=[unit_slip])
+
+    def run(label, *args):
+        return run_keeping_input(c, label, ("num_tokens", "block_size", "sink_tokens", "window_tokens"), *args,
+                                 mistakes=STREAMING_MISTAKES)
+
     run("the lesson's table: 30 tokens, blocks of 4, 4 sinks, window 8", 30, 4, 4, 8)
     run("sinks smaller than a block: 100 tokens, bs 16, 4 sinks, window 32", 100, 16, 4, 32)
     run("a short sequence: sinks and window overlap (10 tokens, bs 4, 4 + 8)", 10, 4, 4, 8)
     run("a whole number of blocks (64 tokens, bs 16, 16 + 16)", 64, 16, 16, 16)
     run("no sinks at all (sink_tokens 0)", 40, 4, 0, 8)
     run("empty sequence", 0, 4, 4, 8)
+    run("one token per block (block_size 1), window of one token", 9, 1, 2, 1)
+    run("no sinks, the window covers the whole sequence (keep block 0 too)", 8, 4, 0, 8)
+    run("one block only", 3, 4, 4, 8)
     rng = random.Random(11)
     for i in range(6):
         bs = rng.choice([2, 4, 8, 16])
         run(f"random case {i}", rng.randint(1, 300), bs, rng.randint(0, 3 * bs), rng.randint(1, 6 * bs))
     run("window_tokens 0 (must raise ValueError)", 40, 4, 4, 0)
+    run("num_tokens -1 (must raise ValueError)", -1, 4, 4, 8)
+    run("block_size 0 (must raise ValueError)", 40, 0, 4, 8)
+    run("sink_tokens -1 (must raise ValueError)", 40, 4, -1, 8)
     return c.done()
 
 
@@ -104,6 +118,12 @@ QUEST_MISTAKES = {
         lambda q, lo, hi: (q.abs()[None] * hi.abs().maximum(lo.abs())).sum(-1)),
     "you picked the blocks with the LOWEST bounds": lambda q, lo, hi, k: sorted(sorted(
         range(lo.shape[0]), key=lambda b: (float(_bound(q, lo, hi)[b]), b))[:k]),
+    "return the chosen blocks in ascending order, not ranked by bound": lambda q, lo, hi, k: sorted(
+        range(lo.shape[0]), key=lambda b: (-float(_bound(q, lo, hi)[b]), b))[:k],
+    "on a tie the lower block goes first (sort by (-bound, block))": lambda q, lo, hi, k: sorted(sorted(
+        range(lo.shape[0]), key=lambda b: (-float(_bound(q, lo, hi)[b]), -b))[:k]),
+    "rank by the largest bound: the k largest, not the k smallest block indices": lambda q, lo, hi, k: list(
+        range(min(k, lo.shape[0]))),
 }
 
 
@@ -120,8 +140,11 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     all blocks when top_k >= num_blocks; ValueError for top_k < 1."""
     import torch
 
-    c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=verbose)
-    run = mistake_runner(c, QUEST_MISTAKES)
+    c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=verbose, compare=exact_equal, diagnose=[unit_slip])
+
+    def run(label, *args):
+        return run_keeping_input(c, label, ("q", "k_min", "k_max", "top_k"), *args, mistakes=QUEST_MISTAKES)
+
     q = torch.tensor([1.0, -1.0], dtype=torch.float64)
     lo = torch.tensor([[0.0, -3.0], [1.0, 0.0], [-2.0, -1.0]], dtype=torch.float64)
     hi = torch.tensor([[1.0, 3.0], [2.0, 1.0], [0.5, 0.0]], dtype=torch.float64)
@@ -133,6 +156,12 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
         run(f"random: {nb} blocks of 4 keys, head_dim {hd}, top {k}",
             torch.randn(hd, generator=g, dtype=torch.float64), keys.amin(1), keys.amax(1), k)
     run("top_k larger than the number of blocks", q, lo, hi, 7)
+    run("top_k equal to the number of blocks", q, lo, hi, 3)
+    tq = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    tlo = torch.zeros(4, 2, dtype=torch.float64)
+    thi = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 2.0], [0.5, 0.5]], dtype=torch.float64)
+    run("a tie: blocks 1 and 2 have the same bound, top 1 (the lower block)", tq, tlo, thi, 1)
+    run("every channel of q negative: the minima decide", -q.abs(), lo, hi, 2)
     run("top_k 0 (must raise ValueError)", q, lo, hi, 0)
     return c.done()
 
@@ -146,7 +175,7 @@ def _same_quant(expected: Any, actual: Any) -> bool:
         return False
     try:
         xq, s = actual
-        return (isinstance(xq, torch.Tensor) and xq.dtype == torch.int8 and xq.shape == expected[0].shape
+        return (isinstance(xq, torch.Tensor) and xq.dtype == expected[0].dtype and xq.shape == expected[0].shape
                 and torch.equal(xq, expected[0]) and s.shape == expected[1].shape
                 and torch.allclose(s.float(), expected[1], rtol=1e-6, atol=0))
     except (TypeError, ValueError, AttributeError):
@@ -159,14 +188,32 @@ def _quant_ref(x):
     return quantize_kv_ref(x)
 
 
-def _q(x, scale):
+def _q(x, scale, rounding: str = "half_up"):
     import torch
 
     s = torch.where(scale > 0, scale, torch.ones_like(scale))
-    return torch.clamp(torch.floor(x / s + 0.5), -127, 127).to(torch.int8), s
+    v = torch.round(x / s) if rounding == "even" else torch.floor(x / s + 0.5)
+    return torch.clamp(v, -127, 127).to(torch.int8), s
+
+
+def _per_head(x, levels: int = 127, rounding: str = "half_up"):
+    """Quantization with one scale per (token, head) and the given rounding (``_q``), scale (T, H)."""
+    xq, s = _q(x, x.abs().amax(-1, keepdim=True) / levels, rounding)
+    return xq, s[..., 0]
 
 
 QUANT_MISTAKES = {
+    "torch.round sends a value exactly halfway to the EVEN neighbour (2.5 -> 2, 0.5 -> 0); the format rounds "
+    "halves up, as kvlab's kernels do": lambda x: _per_head(x, rounding="even"),
+    "the largest |value| of each (token, head) must land on 127 exactly, the top int8 level used (not 128 or 255)":
+        lambda x: _per_head(x, levels=128),
+    "the largest |value| must land on +-127: int8 is signed, -127..127, so the scale divides by 127, not 255":
+        lambda x: _per_head(x, levels=255),
+    "scale must have shape (num_tokens, num_heads): drop the kept head_dim axis":
+        lambda x: (_per_head(x)[0], _per_head(x)[1][..., None]),
+    "xq must be a torch.int8 tensor (.to(torch.int8)), not floats": lambda x: (
+        __import__("torch").clamp(__import__("torch").floor(x / _per_head(x)[1][..., None] + 0.5), -127, 127),
+        _per_head(x)[1]),
     "one scale for the whole tensor: a token with small values loses its precision next to a large one; "
     "take max|x| per token and head (amax over head_dim only)":
         lambda x: (_q(x, x.abs().max() / 127)[0], _q(x, x.abs().max() / 127)[1].expand(x.shape[:2]).clone()),
@@ -198,9 +245,10 @@ def _quant_diagnosis(x):
 
 
 def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
-    """Grade ``fn(x) -> (xq, scale)``: x (num_tokens, num_heads, head_dim) float32;
-    ``scale[t, h] = max_d |x[t, h, d]| / 127`` (1 where that is 0), ``xq = clamp(floor(x / scale
-    + 0.5), -127, 127)`` as torch.int8. ValueError for a tensor that is not 3-D."""
+    """Grade ``fn(x) -> (xq, scale)``: x (num_tokens, num_heads, head_dim) float32; one scale per
+    (token, head), shape (num_tokens, num_heads), 1 for a head of zeros; xq torch.int8, symmetric,
+    the largest |x| of each (token, head) on +-127, every value on the nearest level with halves
+    going up; x unchanged; ValueError for a tensor that is not 3-D. Expected: ``quantize_kv_ref``."""
     import torch
 
     c = Checker("quantize_per_token", fn, compare=_same_quant, verbose=verbose)
@@ -215,6 +263,8 @@ def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
     x = torch.randn(3, 1, 4, generator=g)
     x[1] = 0.0
     cases.append(("an all-zero token (scale must be 1, not 0)", x))
+    x = torch.tensor([[[127.0, 2.5, -2.5, 0.5, -0.5, 1.5, 3.5, -126.5]]])   # scale 1: values exactly halfway
+    cases.append(("scale 1 and values exactly halfway (2.5, -2.5, 0.5...): halves round up", x))
     for i, shape in enumerate([(1, 1, 1), (9, 4, 32), (2, 8, 64)]):
         cases.append((f"random {shape}", torch.randn(*shape, generator=g) * (i + 1) * 3))
     for label, x in cases:
@@ -222,7 +272,10 @@ def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
         if c.unusable(label, expected):
             continue
         c.diagnose = [_quant_diagnosis(x)]
-        c.record(label, expected, call(fn, x.clone()))
+        mine = x.clone()
+        got = call_in_place(fn, mine)
+        changed = changed_input((x,), (mine,), ("x",))
+        c.record(label, expected, got, passed=False if changed else None, note=changed or "")
     bad = torch.randn(4, 8)
     c.diagnose = []
     got = call(fn, bad)

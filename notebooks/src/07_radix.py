@@ -565,19 +565,22 @@ check.block_hash_reuse(block_hash_reuse)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# What is cached after some prompts were served? Every sequence `p[:k * block_size]` for each
-# earlier prompt `p` and each `k` up to `len(p) // block_size`. A set of tuples holds them.
+# A chained hash of block `k` stands for everything from the prompt's first token to the end of
+# block `k`. So what exactly does the cache remember about an earlier prompt, and why does the
+# same block of tokens after a different start not match?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Count the blocks of the new prompt whose whole prefix (up to the block's end) is in that set,
-# stopping at the first that is not. A block of the same tokens at another place does not count.
+# Try it by hand with blocks of 2: served `[1, 2, 3, 4, 5]`, then `[1, 2, 3, 9, 9]`, then
+# `[7, 7, 3, 4]`. How many tokens does each reuse? Which block of the third prompt looks familiar,
+# and why does it not count?
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# The cap: you may reuse at most `len(prompt) - 1` tokens, rounded **down** to whole blocks.
+# Served a second time, a prompt of exactly two full blocks reuses only one of them. Why, and what
+# does that say about the most a prompt may reuse?
 # </details>
 
 # %% [markdown]

@@ -382,22 +382,20 @@ check.lru_evict(lru_evict)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Collect every node below the root once (a recursive walk over `children.values()`), and keep
-# a set of the ids you have "removed". A node is a candidate when it is not removed, has
-# `lock_ref == 0`, and all its children are removed.
+# You may not change the tree, yet nodes "go" one by one. How can you pretend a node is gone
+# without touching it, so that its parent can become a candidate later?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# One node goes per round. In each round, which nodes are candidates *now* (a removal can make
-# a new one)? Which of them goes first, and what key sorts them? When do you stop?
+# Draw a root with one child `A` (3 tokens) that has two leaves `B` and `C`, `C` locked. Ask for
+# 10 tokens: what goes, in which order, and why does `A` never go?
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# SGLang keeps the candidates in a heap; at this size a scan of every node per round is fine.
-# Two stopping rules: enough tokens freed (at least `num_tokens`), or no candidate left. Check
-# the second before you take the minimum of an empty list.
+# The loop ends in two ways. Which one can happen while you still owe tokens, and what must you
+# not do with an empty list of candidates?
 # </details>
 
 # %% [markdown]

@@ -489,15 +489,15 @@ check.orca_reservation(orca_reservation)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Three steps: the estimate of the output (section 2's list), `min(prompt_len + estimate, max_len)`
-# slots, then blocks. The next power of two of `n >= 1` is `1 << (n - 1).bit_length()`.
+# Section 2 describes three estimates of the output. What does each one know about the request,
+# and which limit does no reservation ever pass?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Round twice, both times up: slots to whole blocks (`-(-slots // block_size)`), then blocks to a
-# power of two. A request of 161 + 338 tokens under Orca (Pow2) asks for 161 + 512 = 673 slots:
-# 43 blocks, a run of 64.
+# Two things are rounded up, in two different units. Check your answer against section 2's
+# example (161 + 338 tokens under Orca (Pow2): a run of 64 blocks), then against an output of
+# exactly 256 tokens: what is "the next power of two" of a number that already is one?
 # </details>
 
 # %% [markdown]
@@ -535,14 +535,17 @@ check.fit_requests(fit_requests)
 # </details>
 
 # %% [markdown]
-# ### Exercise 3: the best possible hit rate
+# ### Exercise 3: the best possible hit rate (a design question)
 #
-# Implement `optimal_hit_rate(prompts)`: the prefix hit rate a cache with unlimited memory and
-# the best order could reach on these prompts (lists of token ids). Every distinct prefix must
-# be computed once; everything else can be reused. So the answer is
-# `1 - (number of distinct non-empty prefixes of the prompts) / (total prompt tokens)`, and
-# 0.0 for no tokens. This is the "optimal" of section 11. The checker compares with
-# `kvlab.sim.optimal_hit_rate`.
+# Section 11 compared the policies with an "optimal" line. Work out what it must be, then
+# implement `optimal_hit_rate(prompts)`: the fraction of all prompt tokens (lists of token ids)
+# that a prefix cache could at best serve from cache, with unlimited memory and the prompts in
+# the best order. Return a fraction (0.0 to 1.0), and 0.0 when there are no tokens.
+#
+# Before you code, predict on paper: a token's KV depends on every token before it, so which
+# tokens must **any** cache compute at least once? Count them for `[1, 2, 3]`, `[1, 2, 4]` and
+# `[1, 2]` (4 of their 8 tokens: a best hit rate of 0.5), and check that the order of the
+# prompts does not change your count. The checker compares with `kvlab.sim.optimal_hit_rate`.
 
 # %% tags=["exercise-stub"]
 def optimal_hit_rate(prompts):
@@ -555,14 +558,14 @@ check.optimal_hit_rate(optimal_hit_rate)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# The distinct prefixes are the nodes of a token trie (one token per node) holding every prompt.
-# `[1, 2, 3]` and `[1, 2, 4]` have 4: `(1,)`, `(1, 2)`, `(1, 2, 3)`, `(1, 2, 4)`.
+# Two tokens with the same id at the same position need not have the same KV. What must also be
+# the same for one to reuse the other's?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Collect every prefix of every prompt in a set (tuples are hashable); its size is the number of
-# trie nodes. Mind the empty case.
+# Picture the radix tree of lesson 07 with page size 1 after every prompt was inserted. What does
+# each of its nodes stand for, and how often must it be computed?
 # </details>
 
 # %% [markdown]

@@ -369,11 +369,23 @@ check.quest_pick(quest_pick)
 # </details>
 
 # %% [markdown]
-# ### Exercise 3: int8 with a scale per token and head
+# ### Exercise 3: int8 with a scale per token and head (a design question)
 #
-# Implement `quantize_per_token(x)` for `x (num_tokens, num_heads, head_dim)` float32: return
-# `(xq, scale)` with `scale[t, h] = max_d |x[t, h, d]| / 127` (1 where that is 0) and
-# `xq = clamp(floor(x / scale + 0.5), -127, 127)` as `torch.int8`. `ValueError` unless `x` is 3-D.
+# Section 4 sketched the format; pin its details down, then implement `quantize_per_token(x)` for
+# `x (num_tokens, num_heads, head_dim)` float32, returning `(xq, scale)` such that `xq * scale`
+# approximates `x`. The format's requirements:
+#
+# - one float `scale` per token and head, shape `(num_tokens, num_heads)`; `xq` is `torch.int8`;
+# - symmetric, and the whole range is used: the largest `|x|` of each (token, head) lands on
+#   `+127` or `-127` exactly (`-128` is never used);
+# - every other value goes to the **nearest** level; a value exactly halfway between two levels
+#   goes to the upper one (as kvlab's kernels do), so `|xq * scale - x| <= scale / 2`;
+# - a (token, head) of zeros gets `scale = 1`; `x` must not be changed; `ValueError` unless `x`
+#   is 3-D.
+#
+# Before you run it, predict: with one scale per (token, head), what is the worst error of a head
+# whose values lie in [-2, 2]? And with one scale for the whole tensor, when another token holds a
+# 100? The checker compares with kvlab's own int8 quantization (`quantize_kv_ref`).
 
 # %% tags=["exercise-stub"]
 def quantize_per_token(x):
@@ -386,13 +398,13 @@ check.quantize_per_token(quantize_per_token)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# `x.abs().amax(dim=-1)` reduces over head_dim only: one value per (token, head).
+# Which one number per (token, head) must map to 127? Which axis do you reduce over to get it?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Divide by `scale[..., None]` to broadcast over head_dim; `.to(torch.int8)` alone truncates
-# toward zero, so round first.
+# Three roundings are at hand: `.to(torch.int8)` alone, `torch.round`, and adding one half before
+# `torch.floor`. Try each on 2.5, -2.5 and 0.5: which one meets "halfway goes to the upper level"?
 # </details>
 
 # %% [markdown]
