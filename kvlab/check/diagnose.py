@@ -432,6 +432,26 @@ def _is_tensor(x: Any) -> bool:
 
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Deep equality that also compares tensors (same shape, dtype and values) inside containers.
+
+        >>> same_value([1, (2, 3)], [1, (2, 3)]), same_value({"a": [1]}, {"a": []})
+        (True, False)
+    """
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if hasattr(a, "shape") and hasattr(a, "dtype") and hasattr(a, "equal"):  # a torch tensor
+        return a.shape == b.shape and a.dtype == b.dtype and bool(a.equal(b))
+    try:
+        return bool(a == b) or (a != a and b != b)  # NaN equals NaN here
+    except Exception:  # noqa: BLE001 -- an object that cannot be compared: call it changed
+        return False
+
+
 def exact_equal(expected: Any, actual: Any) -> bool:
     """``expected == actual`` where every whole number must come back as an int (3.0 is not 3, True is
     not 1), a float within 1e-9; a list and a tuple of the same items are equal; None only equals None.
@@ -451,8 +471,6 @@ def exact_equal(expected: Any, actual: Any) -> bool:
     if isinstance(expected, dict):
         return (isinstance(actual, dict) and actual.keys() == expected.keys()
                 and all(exact_equal(expected[k], actual[k]) for k in expected))
-    from .harness import same_value  # lazy: the harness imports this module
-
     return same_value(expected, actual)
 
 
@@ -464,47 +482,12 @@ def changed_input(before: Sequence[Any], after: Sequence[Any], names: Sequence[s
     >>> changed_input(([1, 2], 3), ([1], 3), ("leaves", "need"))
     "it changed its argument `leaves` in place ([1, 2] became [1]): the caller's input must be left as it was (work on a copy)"
     """
-    from .harness import same_value  # lazy: the harness imports this module
-
     for name, b, a in zip(names, before, after):
         if not same_value(b, a):
             shown = lambda v: " ".join(repr(v).split())[:40]  # noqa: E731
             return (f"it changed its argument `{name}` in place ({shown(b)} became {shown(a)}): the caller's input "
                     "must be left as it was (work on a copy)")
     return None
-
-
-def run_keeping_input(checker: Any, label: str, names: Sequence[str], *args: Any,
-                      mistakes: "dict[str, Callable[..., Any]] | None" = None) -> Any:
-    """``checker.run(label, *args)`` where the learner's function gets copies it must not change:
-    a changed argument fails the case and is named; otherwise, when ``mistakes`` are given, the
-    FAIL line names the mistake whose answer on these arguments is the learner's.
-
-    >>> from kvlab.check.harness import Checker
-    >>> c = Checker("total", lambda xs: [xs.pop()] and 0, reference=lambda xs: 0, verbose=False)
-    >>> run_keeping_input(c, "xs [1]", ("xs",), [1]).note[:37]
-    'it changed its argument `xs` in place'
-    """
-    import copy as _copy
-
-    from .harness import call, call_in_place
-
-    expected = call(checker.reference, *args)
-    if checker.unusable(label, expected):
-        return checker.result.cases[-1]
-    mine = _copy.deepcopy(args)
-    got = call_in_place(checker.fn, *mine)
-    note = changed_input(args, mine, names) or wrong_exception(expected, got) or should_have_raised(expected, got)
-    if note:
-        return checker.record(label, expected, got, passed=False, note=note)
-    found = matching_mistakes(got, mistakes, *args, expected=expected) if mistakes else []
-    case = checker.record(label, expected, got, note=found[0] if found else "")
-    case.candidates = found if not case.passed else []  # Checker.done keeps the likeliest
-    if not case.passed and not case.note:
-        case.note = ignored_parameter(checker.reference, args, got, names) or ""
-    return case
-
-
 
 
 def off_by_one_items(expected: Any, actual: Any) -> str | None:

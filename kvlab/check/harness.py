@@ -55,8 +55,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .diagnose import (Diagnosis, argument_slip, differing_fields, first_diagnosis, raised_slip, unit_slip,
-                       wrong_exception)
+from .diagnose import (Diagnosis, argument_slip, changed_input, differing_fields, first_diagnosis, ignored_parameter,
+                       matching_mistakes, raised_slip, same_value, should_have_raised, unit_slip, wrong_exception)
 
 __all__ = [
     "is_strict",
@@ -69,6 +69,7 @@ __all__ = [
     "Checker",
     "same_outcome",
     "STRICT_ENV",
+    "run_keeping_input",
 ]
 
 STRICT_ENV = "KVLAB_CHECK_STRICT"
@@ -367,26 +368,6 @@ def same_ints(expected: Any, actual: Any) -> bool:
             and all(same_int(e, a) for e, a in zip(expected, actual)))
 
 
-def same_value(a: Any, b: Any) -> bool:
-    """Deep equality that also compares tensors (same shape, dtype and values) inside containers.
-
-        >>> same_value([1, (2, 3)], [1, (2, 3)]), same_value({"a": [1]}, {"a": []})
-        (True, False)
-    """
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    if hasattr(a, "shape") and hasattr(a, "dtype") and hasattr(a, "equal"):  # a torch tensor
-        return a.shape == b.shape and a.dtype == b.dtype and bool(a.equal(b))
-    try:
-        return bool(a == b) or (a != a and b != b)  # NaN equals NaN here
-    except Exception:  # noqa: BLE001 -- an object that cannot be compared: call it changed
-        return False
-
-
 def changed_argument(reference: Callable | None, before: tuple, after: tuple) -> str:
     """'' when the call left its arguments as they were; else a sentence naming the first one changed.
 
@@ -428,3 +409,30 @@ def _param_names(fn: Callable | None) -> list[str]:
 
 def _is_kvlab_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("kvlab")
+
+
+def run_keeping_input(checker: Any, label: str, names: Sequence[str], *args: Any,
+                      mistakes: "dict[str, Callable[..., Any]] | None" = None) -> Any:
+    """``checker.run(label, *args)`` where the learner's function gets copies it must not change:
+    a changed argument fails the case and is named; otherwise, when ``mistakes`` are given, the
+    FAIL line names the mistake whose answer on these arguments is the learner's.
+
+    >>> from kvlab.check.harness import Checker
+    >>> c = Checker("total", lambda xs: [xs.pop()] and 0, reference=lambda xs: 0, verbose=False)
+    >>> run_keeping_input(c, "xs [1]", ("xs",), [1]).note[:37]
+    'it changed its argument `xs` in place'
+    """
+    expected = call(checker.reference, *args)
+    if checker.unusable(label, expected):
+        return checker.result.cases[-1]
+    mine = copy.deepcopy(args)
+    got = call_in_place(checker.fn, *mine)
+    note = changed_input(args, mine, names) or wrong_exception(expected, got) or should_have_raised(expected, got)
+    if note:
+        return checker.record(label, expected, got, passed=False, note=note)
+    found = matching_mistakes(got, mistakes, *args, expected=expected) if mistakes else []
+    case = checker.record(label, expected, got, note=found[0] if found else "")
+    case.candidates = found if not case.passed else []  # Checker.done keeps the likeliest
+    if not case.passed and not case.note:
+        case.note = ignored_parameter(checker.reference, args, got, names) or ""
+    return case

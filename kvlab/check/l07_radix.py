@@ -26,8 +26,8 @@ from ..reuse.block_hash_cache import BlockHashCache
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache
 from .diagnose import (changed_input, exact_equal, matching_mistake, off_by_one_items, radix_granularity,
-                       ignored_parameter, run_keeping_input, unit_slip)
-from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
+                       ignored_parameter, unit_slip)
+from .harness import Checker, CheckResult, Raised, call, call_in_place, run_keeping_input, same_outcome
 
 __all__ = ["match_prefix", "prefill_tokens", "block_hash_reuse"]
 

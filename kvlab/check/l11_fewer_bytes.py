@@ -20,8 +20,8 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-from .diagnose import changed_input, exact_equal, run_keeping_input, unit_slip
-from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place
+from .diagnose import changed_input, exact_equal, unit_slip
+from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place, run_keeping_input
 
 __all__ = ["streaming_keep", "quest_pick", "quantize_per_token"]
 
