@@ -167,7 +167,7 @@ def test_metadata_values_reach_the_config(tmp_path, tensors):
     (dict(meta={"llama.rope.scaling.type": "yarn"}), "llama.rope.scaling.type", "'yarn' is not supported"),
     (dict(meta={"tokenizer.ggml.model": "llama"}), "tokenizer.ggml.model", "only 'gpt2'"),
     (dict(meta={"tokenizer.ggml.pre": "qwen2"}), "tokenizer.ggml.pre", "'qwen2' is not supported"),
-    (dict(meta={"llama.attention.head_count_kv": 3}), "num_key_value_heads", "not a multiple"),
+    (dict(meta={"llama.attention.head_count_kv": 3}), "llama.attention.head_count_kv", "not a multiple"),  # issue 30: the GGUF key
 ])
 def test_unsupported_metadata_is_one_error_naming_the_key(tmp_path, tensors, kwargs, field, match):
     path = write_gguf(tmp_path / "m.gguf", tensors, **kwargs)
