@@ -61,6 +61,12 @@ def test_the_start_up_scan_skips_what_is_not_a_regular_page_file(tmp_path, monke
     assert s2.scan_skipped == 4 and s2.size_bytes() == s.size_bytes()
     assert s2.read(k1) is not None and s2.read(k2) is None
 
+    def refuse(p):
+        raise PermissionError(13, "Permission denied", str(p))
+    monkeypatch.setattr(os, "listdir", refuse)            # a folder that cannot be listed
+    s3 = FileStorage(tmp_path, page_shape=SHAPE, model_id="demo")
+    assert s3.scan_skipped == 1 and s3.size_bytes() == 0 and s3.read(k1) is not None
+
 
 def test_an_engine_restarted_on_a_capped_folder_fetches_what_it_staged(tmp_path):
     """Found by a seeded search (seed 41): an engine saves a prompt's pages; a restarted one, capped

@@ -122,9 +122,15 @@ class FileStorage:
     def _scan(self) -> None:
         """The page files already there, oldest first, into the LRU order and the size. A name that
         vanished before its stat (another engine's cap), a link, a directory or a FIFO is skipped and
-        counted (``scan_skipped``): a read of it would be a miss anyway."""
+        counted (``scan_skipped``): a read of it would be a miss anyway. A folder that cannot be
+        listed counts once and holds no known page."""
         found = []
-        for name in os.listdir(self.root):
+        try:
+            names = os.listdir(self.root)
+        except OSError:     # an unreadable folder: no page is known (every read a miss), never a crash
+            names = []
+            self.scan_skipped += 1
+        for name in names:
             if not name.endswith(".safetensors"):
                 continue
             try:
