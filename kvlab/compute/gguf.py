@@ -277,12 +277,11 @@ def meta_value(meta: dict[str, Any], key: str, kind: str, file: str | os.PathLik
     if value is None:
         return default
     if kind in ("strings", "ints"):
-        item = "str" if kind == "strings" else "index"
         if not isinstance(value, list):
             raise CheckpointError(f"{key}={value!r:.60} must be {_KINDS[kind]}", file=file, field=key)
         for i, v in enumerate(value):
-            if not (_is_kind(v, item) or (kind == "ints" and isinstance(v, int) and not isinstance(v, bool))):
-                raise CheckpointError(f"{key}[{i}]={v!r:.60} must be {'a str' if item == 'str' else 'an int'} "
+            if not (isinstance(v, str) if kind == "strings" else isinstance(v, int) and not isinstance(v, bool)):
+                raise CheckpointError(f"{key}[{i}]={v!r:.60} must be {'a str' if kind == 'strings' else 'an int'} "
                                       f"({type(v).__name__})", file=file, field=key)
         return value
     if not _is_kind(value, kind):
