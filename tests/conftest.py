@@ -6,10 +6,13 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-# Property tests: deterministic in CI (same examples every run), a few hundred by default.
+import budget
+
+# Property tests: deterministic in CI (same examples every run), a few hundred by default;
+# KVLAB_HYPOTHESIS_EXAMPLES scales every property test (tests/budget.py).
 settings.register_profile(
     "kvlab",
-    max_examples=int(os.environ.get("KVLAB_HYPOTHESIS_EXAMPLES", "300")),
+    max_examples=budget.total_examples(),
     deadline=None,
     derandomize=os.environ.get("CI", "") == "true",
     suppress_health_check=[HealthCheck.too_slow],

@@ -2,6 +2,7 @@
 and agreement with a transcription of vLLM's pre-release (cacheflow) buddy allocator."""
 from __future__ import annotations
 
+import budget
 import copy
 import random
 
@@ -284,4 +285,4 @@ class BuddyMachine(RuleBasedStateMachine):
 
 
 TestBuddyMachine = BuddyMachine.TestCase
-TestBuddyMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestBuddyMachine.settings = settings(max_examples=budget.examples(60), stateful_step_count=40, deadline=None)

@@ -2,6 +2,7 @@
 stubs and non-functions fail cleanly, and the rules the exercises state are the real cache's."""
 from __future__ import annotations
 
+import budget
 import importlib.util
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def test_common_mistakes_are_rejected_and_named(checker, mistake):
 
 
 def test_the_stated_load_back_rule_is_the_real_admission():
-    for seed in range(8):
+    for seed in budget.seeds(8):
         for t in (0, 1, 2, 5):
             for segs, n, thr, expected in L.plan_from_cache(seed, t):
                 assert L._plan(segs, n, thr) == expected, (segs, n, thr)
@@ -93,7 +94,7 @@ def test_the_placement_table_is_made_of_legal_edges():
     for (src, _event), dst in L.PLACEMENT_TABLE.items():
         assert is_legal("node", src, dst)
     assert is_legal("node", "host", "disk")
-    for seed in range(4):
+    for seed in budget.seeds(4):
         for src, event, storage, dst in L._real_run_cases(seed):
             assert L.placement_after(src, event, storage) == dst
 

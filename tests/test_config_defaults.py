@@ -8,6 +8,7 @@ is an error naming that key.
 """
 from __future__ import annotations
 
+import budget
 import json
 import os
 
@@ -36,7 +37,7 @@ def test_defaults_are_transformers_own():
         assert value == theirs, key
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=budget.examples(60), deadline=None)
 @given(left_out=st.sets(st.sampled_from(OPTIONAL)))
 def test_any_keys_left_out_read_as_transformers_reads_them(left_out):
     d = {k: v for k, v in HF_CONFIG.items() if k not in left_out}

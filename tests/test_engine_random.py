@@ -1,8 +1,12 @@
 """Random workloads on a tiny random model: the engine's outputs equal generate()'s token for token
 and length for length, and every invariant (ref_count == tree + tables, queues, no sample past its
-max_new_tokens) holds after every step, whatever the pool size, sharing, order and preemption."""
+max_new_tokens) holds after every step, whatever the pool size, sharing, order and preemption.
+
+The suite runs a fixed small budget (30 seeds, a few seconds); ``KVLAB_RANDOM_SEEDS=2000`` runs
+2,000 (``tests/budget.py``)."""
 from __future__ import annotations
 
+import budget
 import random
 
 import pytest
@@ -50,7 +54,7 @@ def random_workload(rng: random.Random):
 
 def test_random_workloads_match_generate(tiny):
     seen = {"preempt": 0, "fork": 0, "cow": 0, "evict": 0}
-    for seed in range(100):
+    for seed in budget.seeds(30):
         kw, calls = random_workload(random.Random(seed))
         eng = Engine(tiny, check=True, **kw)
         reqs = [eng.submit(c["prompt_ids"], c["max_new_tokens"], n=c["n"], temperature=c["temperature"],

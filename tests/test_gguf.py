@@ -4,6 +4,7 @@ name the key or tensor, the tokenizer and chat template, and the registry model'
 Tiny files are written with gguf's own writer; the real SmolLM2 is used only when installed."""
 from __future__ import annotations
 
+import budget
 import importlib.util
 
 import numpy as np
@@ -102,7 +103,7 @@ def test_permutation_on_one_head_of_four_rows():
     assert kg.unpermute_qk(torch.tensor([[0.0], [2.0], [1.0], [3.0]]), 1).flatten().tolist() == [0, 1, 2, 3]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=budget.examples(40), deadline=None)
 @given(n_head=st.integers(1, 5), half=st.integers(1, 6), cols=st.integers(1, 5), seed=st.integers(0, 99))
 def test_unpermute_inverts_permute_and_turns_interleaved_rope_into_rotate_half(n_head, half, cols, seed):
     g = torch.Generator().manual_seed(seed)
@@ -166,7 +167,7 @@ def test_metadata_values_reach_the_config(tmp_path, tensors):
     (dict(meta={"llama.rope.scaling.type": "yarn"}), "llama.rope.scaling.type", "'yarn' is not supported"),
     (dict(meta={"tokenizer.ggml.model": "llama"}), "tokenizer.ggml.model", "only 'gpt2'"),
     (dict(meta={"tokenizer.ggml.pre": "qwen2"}), "tokenizer.ggml.pre", "'qwen2' is not supported"),
-    (dict(meta={"llama.attention.head_count_kv": 3}), "num_key_value_heads", "not a multiple"),
+    (dict(meta={"llama.attention.head_count_kv": 3}), "llama.attention.head_count_kv", "not a multiple"),  # issue 30: the GGUF key
 ])
 def test_unsupported_metadata_is_one_error_naming_the_key(tmp_path, tensors, kwargs, field, match):
     path = write_gguf(tmp_path / "m.gguf", tensors, **kwargs)

@@ -2,6 +2,7 @@
 (dequantize on load), and decode over Quest-selected blocks. Shuffled blocks, poisoned unused
 slots, guard regions around the outputs; tiny sizes (the interpreter runs ~400 program-steps/s)."""
 
+import budget
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -139,7 +140,7 @@ def test_selected_decode_equals_reference(heads, nkv, hd, block_size, lens, sel)
     torch.testing.assert_close(dense, compressed_decode_attention_ref(q[:1], k, v, tables[:1], ctx[:1]), **tolerance(F32))
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=budget.examples(12), deadline=None)
 @given(st.integers(1, 40), st.integers(0, 10_000), st.sampled_from([4, 8]), st.booleans())
 def test_selected_quantized_decode_matches_reference_property(n, seed, block_size, quantized):
     g = torch.Generator().manual_seed(seed)

@@ -6,6 +6,7 @@ prefix, or decode) equals dense attention over the contiguous sequence.
 Examples are few on purpose: each one runs kernels in the Triton interpreter.
 """
 
+import budget
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from kvlab.kernels import (
 )
 from kernel_utils import make_paged_cache, randn, tensor, zeros
 
-FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=budget.examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FEW

@@ -2,6 +2,7 @@
 the bundled tiny model: the table changes only through BlockManager.drop_blocks, integrity holds
 after every step, dropped blocks go back to the pool, and each rule keeps what its paper keeps."""
 
+import budget
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -66,7 +67,7 @@ def test_drop_blocks_refuses_and_changes_nothing(bad, match):
     assert (m.table("A").block_ids, m.table("A").num_tokens, m.allocator.ref_count) == before
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=budget.examples(60), deadline=None)
 @given(st.integers(1, 80), st.integers(1, 4), st.integers(1, 6), st.sampled_from([2, 4, 8]))
 def test_streaming_keeps_sinks_and_window_property(n, sink, window, bs):
     m = BlockManager(num_blocks=64, block_size=bs)

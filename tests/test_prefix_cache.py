@@ -2,6 +2,7 @@
 with the radix tree. Integrity, with every running block table as holder, after every step."""
 from __future__ import annotations
 
+import budget
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -192,7 +193,7 @@ SEQ = st.tuples(st.integers(0, 2), st.integers(0, 9), st.lists(st.integers(0, 3)
     lambda t: [[0, 1, 2, 3, 0, 1, 2, 3, 0], [0, 1, 2, 0, 0, 1, 3, 3], [1, 1, 1, 1, 2, 2, 2, 2]][t[0]][:t[1]] + t[2])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=budget.examples(200), deadline=None)
 @given(ops=st.lists(st.tuples(st.sampled_from(["run", "hold", "finish", "evict"]), SEQ, st.integers(0, 7)),
                     max_size=30),
        block_size=st.sampled_from([1, 2, 4]), num_blocks=st.integers(4, 24))

@@ -23,6 +23,7 @@ changed positions, lists that are too long, random lists and numpy arrays. After
 """
 from __future__ import annotations
 
+import budget
 import random
 
 import numpy as np
@@ -194,7 +195,7 @@ class Run:
                 assert self.kv[t.block_ids[i]] == tuple(toks[:(i + 1) * self.ps]), f"{s}: block {i} holds other KV"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget.examples(300), deadline=None)
 @given(ops=OPS, num_blocks=st.integers(4, 24), ps=st.sampled_from([1, 1, 2, 4]),
        policy=st.sampled_from(["lru", "lfu", "fewest_tokens"]), seed=st.integers(0, 10_000))
 def test_cache_manager_matches_oracle_and_shadow_kv(ops, num_blocks, ps, policy, seed):

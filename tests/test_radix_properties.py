@@ -12,6 +12,7 @@ some held while others run), duplicate inserts, plain matches and evictions:
 """
 from __future__ import annotations
 
+import budget
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
@@ -76,7 +77,7 @@ def check(cache: RadixCache, ref: set, running: list[Running]) -> None:
         assert n == r.prefix_len and kv == r.matched_kv
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=budget.examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, page_size=st.sampled_from([1, 1, 2, 4]), policy=st.sampled_from(sorted(EVICTION_POLICIES)),
        num_blocks=st.integers(6, 40), check_kv=st.booleans())
 def test_radix_cache_matches_brute_force_reference(ops, page_size, policy, num_blocks, check_kv):

@@ -1,6 +1,7 @@
 """kvlab.sim: conservation, determinism, policy ordering, integrity every step, bad input."""
 from __future__ import annotations
 
+import budget
 import math
 
 import pytest
@@ -302,7 +303,7 @@ def test_2000_sharegpt_requests_all_finish():
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
-@settings(max_examples=60)
+@settings(max_examples=budget.examples(60))
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(ALL), block_size=st.sampled_from([1, 4, 16]),
        workload=st.sampled_from(["alpaca", "multi_turn", "few_shot", "samples", "beams"]),
        rate=st.sampled_from([2.0, 20.0, math.inf]), slack=st.floats(1.0, 4.0), order=st.sampled_from(["fcfs", "cache-aware"]))

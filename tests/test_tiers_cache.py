@@ -2,6 +2,7 @@
 misses, bad inputs, and random workloads whose every transition is a legal lifecycle edge."""
 from __future__ import annotations
 
+import budget
 import random
 
 import pytest
@@ -239,7 +240,7 @@ def _drive(cm, ops, storage, seed):
     assert rep.nodes == tr.nodes
 
 
-@settings(max_examples=60)
+@settings(max_examples=budget.examples(60))
 @given(ops=OPS, seed=st.integers(0, 1000), policy=st.sampled_from(["write_through", "write_through_selective",
                                                                    "write_back"]),
        disk=st.booleans(), block_size=st.sampled_from([1, 2]), ratio=st.sampled_from([0.5, 1, 2]),
@@ -256,7 +257,7 @@ def test_every_edge_of_the_machines_is_reached():
     from kvlab.reuse.lifecycle import LEGAL_EDGES
 
     seen = set()
-    for seed in range(12):
+    for seed in budget.seeds(12):
         for policy, storage in (("write_through", MemoryStorage()), ("write_back", MemoryStorage()), ("write_back", None)):
             cm = HiCacheManager(num_blocks=8, block_size=1, host_ratio=1, write_policy=policy, storage=storage)
             rng = random.Random(seed)
@@ -337,7 +338,7 @@ def test_a_page_whose_save_is_still_queued_is_a_miss_not_a_fetch():
     assert a.prefix_len == 0 and "fetch" not in kinds and cm.tier_stats.disk_misses == 1
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=budget.examples(40), deadline=None)
 @given(ops=OPS, seed=st.integers(0, 1000), policy=st.sampled_from(["write_through", "write_back"]),
        block_size=st.sampled_from([1, 2]), storage_write=st.sampled_from(["on_host_evict", "write_through"]),
        host_policy=st.sampled_from(["lru", "arc"]))
@@ -361,7 +362,7 @@ def test_a_restart_on_a_shared_store_only_finds_its_own_tokens(ops, seed, policy
 
 def test_the_restart_property_test_is_not_vacuous():
     hits = 0
-    for seed in range(10):
+    for seed in budget.seeds(10):
         rng = random.Random(seed)
         ops = [(rng.randrange(6), rng.randrange(10_000)) for _ in range(60)]
         store = MemoryStorage()

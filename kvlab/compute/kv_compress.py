@@ -39,6 +39,7 @@ from typing import Sequence
 import torch
 
 from ..memory.block_manager import BlockManager
+from ..memory.ids import as_ids
 from .kv_quant import QuantizedKVPool, kv_dtype_by_name
 from .kv_tensors import PagedKVPool
 
@@ -195,12 +196,23 @@ class CompressedDecoder:
     def budget_blocks(self) -> int:
         return -(-self.config.budget_tokens // self.block_size)
 
+    def _token_ids(self, token_ids: Sequence[int], what: str) -> list[int]:
+        """``token_ids`` as ints in ``[0, vocab_size)``; TypeError / ValueError naming the first bad
+        one (the embedding would raise a bare ``IndexError: index out of range in self``)."""
+        ids = as_ids(token_ids, what)
+        V = self.model.config.vocab_size
+        bad = next((i for i, t in enumerate(ids) if t >= V), None)
+        if bad is not None:
+            raise ValueError(f"{what}[{bad}] = {ids[bad]} is not a token id of this model (vocabulary [0, {V}))")
+        return ids
+
     # ------------------------------------------------------------------ the passes
     @torch.no_grad()
     def prefill(self, token_ids: Sequence[int]) -> torch.Tensor:
         """Run the prompt with dense causal attention, storing K/V; returns the last token's logits (V,)."""
         if self.positions:
             raise ValueError("prefill once per decoder; make a new one for another prompt")
+        token_ids = self._token_ids(token_ids, "prompt token_ids")
         T = len(token_ids)
         if T < 1:
             raise ValueError("the prompt needs at least one token")
@@ -242,6 +254,7 @@ class CompressedDecoder:
     @torch.no_grad()
     def step(self, token_id: int) -> torch.Tensor:
         """Feed one token at the next original position; returns its logits (V,)."""
+        (token_id,) = self._token_ids([token_id], "step token_id")
         pos = self.positions[-1] + 1 if self.positions else 0
         if self.manager.append(self.seq_id, 1):                            # the table is never shared here
             raise RuntimeError("unexpected copy-on-write in a private table")
@@ -282,6 +295,7 @@ class CompressedDecoder:
                          state: PrefillState | None = None) -> float:
         """Mean negative log-likelihood of ``continuation`` after the prompt (teacher forcing; the
         prompt's prefill ``state`` if given); exp() is perplexity."""
+        continuation = self._token_ids(continuation, "continuation token_ids")
         logits = self.prefill(prompt_ids) if state is None else self.start_from(state)
         total = 0.0
         for i, t in enumerate(continuation):

@@ -223,10 +223,11 @@ def _check_untied_head(raw: dict, tensors: dict, cfg_path: Path) -> None:
 
 
 def _is_gguf(path: Path) -> bool:
-    """A .gguf file, or a folder with a .gguf file and no config.json (the HF layout wins)."""
+    """A .gguf file, or a folder with a .gguf regular file (not a FIFO: it would block) and no
+    config.json (the HF layout wins)."""
     if path.is_file():
         return path.suffix.lower() == ".gguf"
-    return path.is_dir() and not (path / "config.json").exists() and any(path.glob("*.gguf"))
+    return path.is_dir() and not (path / "config.json").exists() and any(f.is_file() for f in path.glob("*.gguf"))
 
 
 def load_pretrained(folder: str | os.PathLike, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
@@ -245,6 +246,9 @@ def load_pretrained(folder: str | os.PathLike, dtype: torch.dtype = torch.float3
 
     Example: model, tok = load_pretrained("smollm2"); tok.apply_chat_template([{"role": "user", "content": "hi"}])
     """
+    if isinstance(folder, str) and not folder.strip():
+        raise CheckpointError(f"the model path is empty ({folder!r}); give {', '.join(map(repr, MODEL_NAMES))}, a .gguf "
+                              "file or a checkpoint folder", field="model")
     if isinstance(folder, str) and folder in MODEL_NAMES:
         return load_gguf(MODEL_NAMES[folder](), dtype=dtype, device=device)
     given = Path(folder).expanduser()

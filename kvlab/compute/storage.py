@@ -20,7 +20,9 @@ or vanish in between (``TierCopier`` drops what is left once its transfers ran).
 **Failures are misses.** A write that fails (a read-only or removed directory, a full disk)
 leaves no file and no key behind, and is counted (``write_errors``); a read that fails is counted
 (``misses``). ``max_bytes``: a size cap on the directory's page files; past it the least recently
-used pages are deleted (as SGLang's file backend evicts), oldest first.
+used pages are deleted (as SGLang's file backend evicts), oldest first, **except a staged page**
+(a fetch is queued for it): those go once ``forget_staged`` runs. The start-up scan skips (and
+counts, ``scan_skipped``) a name that vanished, a link, a directory or a FIFO.
 
 Mirrors SGLang ``hicache_storage.py`` ``HiCacheFile`` (one file per page key under a directory,
 the key suffixed with the model name) and LMCache's local disk backend. Not handled: several
@@ -114,10 +116,34 @@ class FileStorage:
         self.page_bytes = 2 * L * bs * nkv * hs * torch.empty(0, dtype=dtype).element_size()
         self._staged: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
         self._lru: OrderedDict[str, int] = OrderedDict()   # key -> file size, least recently used first
-        for p in sorted(self.root.glob("*.safetensors"), key=lambda p: p.stat().st_mtime):
-            self._lru[p.stem] = p.stat().st_size
+        self.misses = self.write_errors = self.evicted_files = self.scan_skipped = 0
+        self._scan()
+
+    def _scan(self) -> None:
+        """The page files already there, oldest first, into the LRU order and the size. A name that
+        vanished before its stat (another engine's cap), a link, a directory or a FIFO is skipped and
+        counted (``scan_skipped``): a read of it would be a miss anyway. A folder that cannot be
+        listed counts once and holds no known page."""
+        found = []
+        try:
+            names = os.listdir(self.root)
+        except OSError:     # an unreadable folder: no page is known (every read a miss), never a crash
+            names = []
+            self.scan_skipped += 1
+        for name in names:
+            if not name.endswith(".safetensors"):
+                continue
+            try:
+                st = os.lstat(self.root / name)
+            except OSError:
+                st = None
+            if st is None or not stat.S_ISREG(st.st_mode):
+                self.scan_skipped += 1
+                continue
+            found.append((st.st_mtime, name[: -len(".safetensors")], st.st_size))
+        for _, key, size in sorted(found):
+            self._lru[key] = size
         self._bytes = sum(self._lru.values())
-        self.misses = self.write_errors = self.evicted_files = 0
 
     @classmethod
     def for_pool(cls, kv_pool, root: str | os.PathLike, model_id: str, **kw) -> "FileStorage":
@@ -205,19 +231,21 @@ class FileStorage:
                 tmp.unlink(missing_ok=True)
             except OSError:
                 pass
-            self._staged.pop(key, None)
             return False
-        self._staged.pop(key, None)
         self._bytes += size - self._lru.pop(key, 0)
         self._lru[key] = size
         self._enforce_cap(keep=key)
         return True
 
-    def _enforce_cap(self, keep: str) -> None:
+    def _enforce_cap(self, keep: str | None = None) -> None:
+        """Delete least recently used page files until the cap holds, never ``keep`` (the page just
+        written) nor a staged page (a fetch is queued for it): until ``forget_staged`` the files
+        may exceed the cap by the staged pages."""
         if self.max_bytes is None:
             return
-        while self._bytes > self.max_bytes and len(self._lru) > 1:
-            old = next(k for k in self._lru if k != keep)
+        for old in [k for k in self._lru if k != keep and k not in self._staged]:
+            if self._bytes <= self.max_bytes:
+                break
             self.remove(old)
             self.evicted_files += 1
 
@@ -276,8 +304,10 @@ class FileStorage:
         return kv if kv is not None else self._load(key)
 
     def forget_staged(self) -> None:
-        """Drop the pages kept since ``prefetch`` (the next check reads the files again)."""
+        """Drop the pages kept since ``prefetch`` (the next check reads the files again); the cap,
+        which spared them, holds again."""
         self._staged.clear()
+        self._enforce_cap()
 
     def keys(self) -> list[str]:
         """The keys with a file on disk (checked or not)."""

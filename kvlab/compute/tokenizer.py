@@ -10,7 +10,10 @@ character shows its bytes as ``<e9 80>``. ``decode`` of a whole list always give
 
 Chat templates (a GGUF's ``tokenizer.chat_template``) are rendered with jinja2 in a sandbox, as
 transformers renders them: :meth:`Tokenizer.render_chat` gives the text,
-:meth:`Tokenizer.apply_chat_template` its ids.
+:meth:`Tokenizer.apply_chat_template` its ids. A template is checked when it is loaded
+(:func:`check_chat_template`: compiled and tried on small chats) and every render is bounded
+(:data:`MAX_RENDER_S` seconds, :data:`MAX_CHAT_CHARS` characters): whatever goes wrong is one
+:class:`ChatTemplateError` naming ``tokenizer.chat_template``.
 
 Not handled here: special-token policies beyond BOS/EOS (a checkpoint's own tokenizer.json keeps
 whatever it defines), and training (see ``scripts/train_model.py``).
@@ -36,7 +39,7 @@ from pathlib import Path
 
 from .config import CheckpointError
 
-__all__ = ["ASSETS_MODEL_DIR", "BOS", "EOS", "Tokenizer", "bytes_to_unicode", "load_tokenizer", "load_bundled_tokenizer"]
+__all__ = ["ASSETS_MODEL_DIR", "BOS", "EOS", "ChatTemplateError", "Tokenizer", "check_chat_template", "render_template", "bytes_to_unicode", "load_tokenizer", "load_bundled_tokenizer"]
 
 
 
@@ -110,7 +113,8 @@ class Tokenizer:
         """The chat template rendered to text (jinja2, sandboxed, as transformers renders it).
 
         messages: [{"role": "system" | "user" | "assistant", "content": str}, ...]. A missing
-        template or a malformed message raises ValueError / TypeError naming it.
+        template or a malformed message raises ValueError / TypeError naming it; any failure of
+        the template itself (an error, past the size or time limit) is a ChatTemplateError.
 
         Example (SmolLM2): render_chat([{"role": "user", "content": "hi"}]) ->
         '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, ...<|im_end|>\\n<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n'
@@ -122,9 +126,12 @@ class Tokenizer:
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
                 raise TypeError(f"messages[{i}] = {m!r} must be a dict with str 'role' and 'content'")
-        return _compiled_template(self.chat_template).render(
-            messages=list(messages), add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token or "", eos_token=self.eos_token or "", **extra)
+        try:
+            return render_template(self.chat_template, messages=list(messages),
+                                   add_generation_prompt=add_generation_prompt,
+                                   bos_token=self.bos_token or "", eos_token=self.eos_token or "", **extra)
+        except ChatTemplateError as e:
+            raise e.with_file(self.path or None) from None
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> list[int]:
         """Token ids of :meth:`render_chat` (special tokens such as ``<|im_start|>`` are one id each).
@@ -175,21 +182,147 @@ class Tokenizer:
         return [self.token_text(i) for i in ids]
 
 
-@functools.lru_cache(maxsize=8)
-def _compiled_template(source: str):
-    """A chat template compiled as transformers compiles it (sandboxed, trim_blocks, lstrip_blocks)."""
+MAX_TEMPLATE_CHARS = 1 << 20      # a chat template's source (real ones: a few KB)
+MAX_CHAT_CHARS = 1 << 20          # a rendered chat (a whole context of text is ~40,000 characters)
+MAX_RENDER_S = 2.0                # measured seconds one render may take
+TEMPLATE_FIELD = "tokenizer.chat_template"
+_TRIAL_CHATS = ([{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                 {"role": "assistant", "content": "a"}, {"role": "user", "content": "u"}],
+                [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}],
+                [{"role": "user", "content": "u"}])
+
+
+class ChatTemplateError(CheckpointError):
+    """A chat template that does not compile, refers to a name it is not given, runs past
+    :data:`MAX_RENDER_S` or :data:`MAX_CHAT_CHARS`, or fails while rendering (``field`` is
+    ``tokenizer.chat_template``; the message names the cause in one line)."""
+
+    def __init__(self, message: str, *, file: str | os.PathLike | None = None, field: str | None = TEMPLATE_FIELD) -> None:
+        super().__init__(message, file=file, field=field)
+
+
+class _TemplateLimit(Exception):
+    """Raised inside a render that ran past a limit (turned into a ChatTemplateError)."""
+
+
+def _sized(x) -> int:
+    return len(x) if isinstance(x, (str, bytes, list, tuple)) else 0
+
+
+def _chat_environment():
+    """transformers' chat-template environment (sandboxed, immutable, trim_blocks, lstrip_blocks,
+    loopcontrols, ``tojson``, ``raise_exception``) whose ``*``, ``**`` and ``+`` refuse results past
+    :data:`MAX_CHAT_CHARS` (``'a' * 4e9`` is refused before it is built, ``10 ** 10 ** 10`` too)."""
     import json
 
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    def raise_exception(message):
-        raise ValueError(f"the chat template refused the messages: {message}")
+    class ChatEnvironment(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset(["*", "**", "+"])
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(right, (int, float)) and abs(right) > 256 and \
+                    isinstance(left, (int, float)) and abs(left) > 1:
+                raise _TemplateLimit(f"{left!r} ** {right!r} is too large a number")
+            if operator == "*":
+                n, size = (right, _sized(left)) if _sized(left) else (left, _sized(right))
+                if size and isinstance(n, (int, float)) and size * n > MAX_CHAT_CHARS:
+                    raise _TemplateLimit(f"a repetition of {size:,} x {n:,} items is past {MAX_CHAT_CHARS:,}")
+            if operator == "+" and _sized(left) + _sized(right) > MAX_CHAT_CHARS:
+                raise _TemplateLimit(f"a concatenation past {MAX_CHAT_CHARS:,} items")
+            return super().call_binop(context, operator, left, right)
+
+    def raise_exception(message):
+        raise ChatTemplateError(f"the chat template refused the messages: {message}")
+
+    env = ChatEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, ensure_ascii=False, indent=indent)
     env.globals["raise_exception"] = raise_exception
-    return env.from_string(source)
+    return env
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_template(source: str):
+    """``source`` compiled (a syntax error: ChatTemplateError with its line)."""
+    from jinja2 import TemplateSyntaxError
+
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise ChatTemplateError(f"the chat template is {len(source):,} characters, more than {MAX_TEMPLATE_CHARS:,}")
+    try:
+        return _chat_environment().from_string(source)
+    except TemplateSyntaxError as e:
+        raise ChatTemplateError(f"the chat template does not compile: {e.message} (line {e.lineno})") from None
+    except Exception as e:  # a compile that fails another way (a nesting too deep...)
+        raise ChatTemplateError(f"the chat template does not compile: {_one_line(e)}") from None
+
+
+def render_template(source: str, **context) -> str:
+    """``source`` rendered with ``context`` in the sandbox, within :data:`MAX_RENDER_S` seconds and
+    :data:`MAX_CHAT_CHARS` characters; any failure is one ChatTemplateError (no traceback to read).
+
+    The time limit holds inside loops that print nothing: a trace function on the template's own
+    frames (and only those) checks the clock on each line.
+
+    Example: ``render_template("{{ messages[0]['content'] }}!", messages=[{"content": "hi"}])`` -> 'hi!'
+    """
+    import sys
+    import time
+
+    template = _compiled_template(source)
+    deadline = time.perf_counter() + MAX_RENDER_S
+
+    def in_template(frame, event, arg):
+        if time.perf_counter() > deadline:
+            raise _TemplateLimit(f"rendering took more than {MAX_RENDER_S:g} s")
+        return in_template
+
+    def tracer(frame, event, arg):
+        return in_template(frame, event, arg) if frame.f_code.co_filename == "<template>" else None
+
+    parts, size, old = [], 0, sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        for chunk in template.generate(**context):
+            size += len(chunk)
+            if size > MAX_CHAT_CHARS:
+                raise _TemplateLimit(f"the rendered chat is past {MAX_CHAT_CHARS:,} characters")
+            parts.append(chunk)
+    except ChatTemplateError:
+        raise
+    except _TemplateLimit as e:
+        raise ChatTemplateError(f"the chat template ran past a limit: {e}") from None
+    except Exception as e:   # SecurityError, UndefinedError, TypeError, OverflowError, RecursionError, MemoryError...
+        raise ChatTemplateError(f"the chat template failed: {_one_line(e)}") from None
+    finally:
+        sys.settrace(old)
+    return "".join(parts)
+
+
+def check_chat_template(source, file: str | os.PathLike | None = None) -> str:
+    """A chat template read from a checkpoint, checked at load: a str, compiled, and rendered once
+    on small trial chats (so a name it uses but is not given fails here, not at the first chat).
+    A template that refuses every trial chat with ``raise_exception`` is kept (its rule, not a
+    fault). Returns ``source``; ChatTemplateError naming ``tokenizer.chat_template`` otherwise.
+
+    Example: ``check_chat_template("{{ messages[0].content }}")`` -> the same string;
+    ``check_chat_template("{% if %}")`` -> ChatTemplateError('the chat template does not compile: ...').
+    """
+    if not isinstance(source, str):
+        raise ChatTemplateError(f"the chat template must be a string, got {type(source).__name__}", file=file)
+    for chat in _TRIAL_CHATS:
+        try:
+            render_template(source, messages=chat, add_generation_prompt=True, bos_token="", eos_token="")
+            return source
+        except ChatTemplateError as e:
+            if not e.message.startswith("the chat template refused the messages"):
+                raise ChatTemplateError(e.message, file=file) from None
+    return source
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
