@@ -256,5 +256,5 @@ def request_row(rid: str, act, name: str = "") -> dict:
     state = "finished" if st.done else "running" if act.admitted else "waiting"
     ttft = st.ttft
     return {"rid": rid, "name": name, "state": state, "prompt": len(st.prompt_ids),
-            "output": sum(len(o) for o in st.outputs), "cached": st.prefill_saved,
+            "output": sum(len(o) for o in st.outputs), "cached": act.cached_tokens,   # at admission, as usage
             "ttft": round(ttft, 4) if ttft is not None else None}
