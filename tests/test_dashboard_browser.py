@@ -27,9 +27,10 @@ _LAYOUT_JS = """(minPx) => {
     const r = el.getBoundingClientRect(), cs = getComputedStyle(el);
     if (r.width === 0 || r.height === 0 || cs.visibility === 'hidden' || cs.display === 'none') continue;
     if (el.closest('.hoverlayer')) continue;
-    if (r.right > W + 1) wide.push(el.tagName + '#' + el.id + ' ' + Math.round(r.right) + ' ' + el.textContent.slice(0, 40));
+    const what = el.tagName + '#' + el.id + ' ' + el.textContent.slice(0, 30);
+    if (r.right > W + 1) wide.push(what + ' ends at ' + Math.round(r.right));
     const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
-    if (own && parseFloat(cs.fontSize) < minPx) small.push(el.tagName + ' ' + cs.fontSize + ' ' + el.textContent.slice(0, 30));
+    if (own && parseFloat(cs.fontSize) < minPx) small.push(what + ' at ' + cs.fontSize);
   }
   return {small, wide, scroll: document.documentElement.scrollWidth - W};
 }"""
