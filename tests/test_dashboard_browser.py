@@ -100,6 +100,9 @@ def test_the_dashboard_shows_each_request_within_a_second_and_fits_the_classroom
         assert all(faded[b] == 1 for b in mine) and sum(o < 1 for o in faded) == len(faded) - len(mine)
         report = page.evaluate(_LAYOUT_JS, MIN_TEXT_PX[True])
         assert report == {"small": [], "wide": [], "scroll": 0}, report
+        page.click("#classroom")                                   # off: plotly's 13 px text is seen
+        assert page.evaluate(_LAYOUT_JS, MIN_TEXT_PX[True])["small"]
+        page.click("#classroom")
         for box in ("#pool", "#tree"):
             b = page.locator(box).bounding_box()
             assert b["y"] + b["height"] <= CLASSROOM_VIEWPORT["height"] and b["width"] > 300, (box, b)
