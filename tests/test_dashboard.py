@@ -62,6 +62,7 @@ def test_the_events_show_what_metrics_report_after_each_of_three_requests(server
         assert rows[rid]["cached"] == reply["usage"]["prompt_tokens_details"]["cached_tokens"]
         assert state["used_blocks"] == m["kvlab:num_blocks"] - m["kvlab:free_blocks"] > 0
         assert state["tree_nodes"] == m["kvlab:tree_nodes"] and state["tree_tokens"] == m["kvlab:tree_tokens"]
+        assert state["evicted_tokens"] == m["kvlab:evicted_tokens_total"]
         assert len(state["tree"]) == server.loop.call(lambda e: sum(1 for _ in e.cache.iter_nodes()))
         assert state["last"] == rid
         blocks = state["blocks"]

@@ -140,3 +140,29 @@ def test_the_chat_page_streams_a_reply_and_shows_its_cached_count(browser, serve
     finally:
         ctx.close()
     assert seen and all(u.startswith(server.url + "/") for u in seen), seen
+
+
+def test_an_eviction_flashes_the_blocks_it_freed(browser):
+    """A pool of 24 blocks: the second request evicts the first one's cached blocks."""
+    srv = start_server(num_blocks=24)
+    seen: list[str] = []
+    ctx, page = _page(browser, srv, seen)
+    try:
+        _completion(srv, "def hello(name):\n    return name + 1 and more text here")
+        page.goto(srv.url + "/dashboard")
+        page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
+        before = page.evaluate("window.kvlabState")
+        assert before["evicted_tokens"] == 0 and 2 in before["blocks"]["state"]
+        r = httpx.post(srv.url + "/v1/completions", json={"prompt": "import socket, os, sys\nclass Server:\n",
+                                                          "max_tokens": 76, "temperature": 0}, timeout=30)
+        r.raise_for_status()
+        page.wait_for_function("window.kvlabState.evicted_tokens > 0", timeout=3000)
+        after = page.evaluate("window.kvlabState")
+        gone = [b for b, (x, y) in enumerate(zip(before["blocks"]["state"], after["blocks"]["state"])) if x == 2 > y]
+        widths = page.evaluate("""() => [...document.querySelectorAll('#pool .scatterlayer .point')]
+                                    .map(p => parseFloat(p.style.strokeWidth || '0'))""")
+        flashing = {b for b, w in enumerate(widths) if w > 0}             # (a state in between may flash more)
+        assert gone and set(gone) <= flashing and all(before["blocks"]["state"][b] == 2 for b in flashing)
+    finally:
+        ctx.close()
+        srv.stop()

@@ -145,6 +145,8 @@ class Dashboard:
 
     def finished_request(self, row: dict) -> None:
         self.finished.append(row)
+        while len(self.names) > 16 * self.keep:                # the oldest names go first
+            del self.names[next(iter(self.names))]
 
     # ------------------------------------------------------------------ the picture
     def maybe_capture(self, engine, loop, idle: bool) -> None:
@@ -174,6 +176,7 @@ class Dashboard:
                       "block_size": snap.block_size, "used_blocks": used, "free_blocks": snap.num_free_blocks,
                       "tree_nodes": engine.cache.num_nodes if engine.cache is not None else 0,
                       "tree_tokens": engine.cache.total_size() if engine.cache is not None else 0,
+                      "evicted_tokens": engine.cache.stats.evicted_tokens if engine.cache is not None else 0,
                       "blocks": blocks, "tree": tree, "requests": self._requests(loop),
                       "last": self.last_rid, "history": list(self.history)}
         return self.state
