@@ -359,7 +359,7 @@ def _viewer(url: str, stop: threading.Event, counts: list[int]) -> None:
                 if line.startswith("data: "):
                     json.loads(line[6:])
                     counts.append(1)
-                if stop.is_set():
+                if stop.is_set():                      # a state or the idle comment (2 s)
                     return
     except httpx.RemoteProtocolError:                   # the server stopped first
         return
@@ -380,6 +380,7 @@ def part_dashboard(model, tok, args, served) -> None:
                 time.sleep(0.3 if viewers else 0)
                 res, wall = asyncio.run(_requests(srv.url, served, prompts, args.max_tokens, 8))
                 stop.set()
+                [t.join(timeout=5) for t in threads]                    # each leaves at its next line
                 tput[viewers].append(summarize(res, wall)["out_tok_per_s"])
                 if viewers:
                     rates.append(len(counts) / viewers / (wall + 0.3))

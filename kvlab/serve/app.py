@@ -64,6 +64,7 @@ __all__ = ["build_app", "chat_prompt_ids", "stop_token_ids"]
 STATIC = Path(__file__).parent / "static"
 CHAT_SYSTEM_PROMPT = "You are the class assistant. Answer the student's question in a few short sentences."
 EVENTS_INTERVAL_S = 0.1                      # the dashboard's events: at most 10 a second
+EVENTS_PING_S = 2.0
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16          # OpenAI's default for /v1/completions
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eos|>")
 
@@ -342,14 +343,19 @@ def _plotly_js() -> Path:
 
 
 async def _dashboard_events(routes: _Routes, request: Request) -> AsyncIterator[str]:
-    """The dashboard's state each time its version moved, checked every EVENTS_INTERVAL_S."""
-    sent = -1
+    """The dashboard's state each time its version moved, checked every EVENTS_INTERVAL_S; an SSE
+    comment every EVENTS_PING_S while idle (a client or a proxy sees the connection live)."""
+    sent, quiet = -1, 0.0
     while not await request.is_disconnected():
         state = routes.loop.dashboard.state
         if state is not None and state["version"] != sent:
-            sent = state["version"]
+            sent, quiet = state["version"], 0.0
             yield _sse(state)
+        elif quiet >= EVENTS_PING_S:
+            quiet = 0.0
+            yield ": idle\n\n"
         await asyncio.sleep(EVENTS_INTERVAL_S)
+        quiet += EVENTS_INTERVAL_S
 
 
 def _add_page_routes(app: FastAPI, routes: _Routes) -> None:
