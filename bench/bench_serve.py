@@ -21,6 +21,10 @@ requests go through the real ``openai`` async client, streamed (``return_token_i
 - ``router``: 2 kvlab servers behind SGLang's router (``sglang-router``) on multi-turn chats
   (text, /v1/chat/completions), ``--policy cache_aware`` vs ``round_robin``: each worker's
   prefix hit rate and the prefill tokens computed in all (target: cache-aware computes fewer).
+- ``dashboard``: 8 streams at concurrency 8 with no dashboard open vs with ``--viewers``
+  clients reading ``/dashboard/events`` (each parses every state, as the page does), runs
+  alternated ``--repeats`` times: output tokens/s, medians (target: viewers cost <= 10%), and
+  the states each viewer received per second (at most 10).
 
 Usage:
     .venv/bin/python bench/bench_serve.py                      # SmolLM2 when installed, else the bundled model
@@ -33,9 +37,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -43,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-PARTS = ("workload", "concurrency", "overhead", "cached", "router")
+PARTS = ("workload", "concurrency", "overhead", "cached", "router", "dashboard")
 SYSTEM_TEXT = ("You are the support assistant of an online shop that sells books, games and small electronics. "
                "Follow these rules in every answer. One: greet the customer by name when they give one. Two: "
                "answer in at most three short sentences. Three: never promise a delivery date; say that most "
@@ -343,6 +349,49 @@ def part_router(model, tok, args, served) -> None:
         print(f"  {policy:12} prefill tokens computed {sum(s['computed'] for s in stats):6d}; workers: {rates}")
 
 
+def _viewer(url: str, stop: threading.Event, counts: list[int]) -> None:
+    """A dashboard left open: read and parse every state until ``stop``."""
+    import httpx
+
+    try:
+        with httpx.stream("GET", url + "/dashboard/events", timeout=None) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    json.loads(line[6:])
+                    counts.append(1)
+                if stop.is_set():                      # a state or the idle comment (2 s)
+                    return
+    except httpx.RemoteProtocolError:                   # the server stopped first
+        return
+
+
+def part_dashboard(model, tok, args, served) -> None:
+    srv = _server(model, tok, args, served)
+    tput: dict[int, list[float]] = {0: [], args.viewers: []}
+    rates = []
+    try:
+        for rep in range(args.repeats):
+            for viewers in (0, args.viewers):
+                prompts = _distinct_prompts(model.config.vocab_size, 8, 32, 10 + 2 * rep + (viewers > 0))
+                stop, counts = threading.Event(), []
+                threads = [threading.Thread(target=_viewer, args=(srv.url, stop, counts), daemon=True)
+                           for _ in range(viewers)]
+                [t.start() for t in threads]
+                time.sleep(0.3 if viewers else 0)
+                res, wall = asyncio.run(_requests(srv.url, served, prompts, args.max_tokens, 8))
+                stop.set()
+                [t.join(timeout=5) for t in threads]                    # each leaves at its next line
+                tput[viewers].append(summarize(res, wall)["out_tok_per_s"])
+                if viewers:
+                    rates.append(len(counts) / viewers / (wall + 0.3))
+    finally:
+        srv.stop()
+    no, yes = float(np.median(tput[0])), float(np.median(tput[args.viewers]))
+    print(f"dashboard: 8 streams, {args.max_tokens} tokens each, {args.repeats} runs each: output tok/s "
+          f"{no:.1f} with no dashboard, {yes:.1f} with {args.viewers} open ({100 * (yes / no - 1):+.1f}%; "
+          f"target >= -10%); each viewer got {max(rates):.1f} states/s at most (limit 10)")
+
+
 def _worker_stats(srv) -> dict:
     m, L = srv.loop.metrics, srv.loop.model_name
     get = lambda c: c.labels(L)._value.get()
@@ -365,6 +414,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output-mean", type=int, default=12)
     p.add_argument("--max-tokens", type=int, default=32, help="output tokens (concurrency, overhead)")
     p.add_argument("--router-tokens", type=int, default=8, help="reply tokens per chat turn (router)")
+    p.add_argument("--viewers", type=int, default=1, help="dashboards open at once (dashboard)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each kind, alternated (dashboard)")
     args = p.parse_args(argv)
     from kvlab.compute import load_bundled, load_pretrained
     from kvlab.compute.gguf import smollm2_path

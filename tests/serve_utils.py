@@ -87,3 +87,15 @@ def drained(loop: EngineLoop) -> dict:
         out["free_after_evict"] = e.allocator.num_free_blocks
         return out
     return loop.call(read)
+
+
+def metrics(url: str) -> dict:
+    """``/metrics`` parsed: each sample's name -> its value (summed over labels)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict = {}
+    for fam in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for s in fam.samples:
+            out[s.name] = out.get(s.name, 0) + s.value
+    return out

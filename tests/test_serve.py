@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from serve_utils import MODEL, bundled, chat_ids, drained, expected, greedy_tokens as generate_tokens, start_server
+from serve_utils import (MODEL, bundled, chat_ids, drained, expected, greedy_tokens as generate_tokens, metrics,
+                         start_server)
 
 import openai  # noqa: E402  (serve_utils skipped the module when it is missing)
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 PROMPTS = ["def hello():", "import socket\n", "The socket module", "for i in range(", "class Foo:",
            "Return the list", "x = [1, 2,", "# a comment\n"]
@@ -146,21 +146,11 @@ def test_cached_tokens_are_the_trees_match_for_a_repeated_system_prompt(client, 
     assert r1.usage.prompt_tokens_details.cached_tokens <= r1.usage.prompt_tokens
 
 
-def _metrics(url: str) -> dict:
-    import httpx
-
-    out = {}
-    for fam in text_string_to_metric_families(httpx.get(url + "/metrics").text):
-        for s in fam.samples:
-            out[s.name] = out.get(s.name, 0) + s.value
-    return out
-
-
 def test_metrics_parse_and_count_what_was_sent(client, server):
-    before = _metrics(server.url)
+    before = metrics(server.url)
     ids = _tok().encode(PROMPTS[7])
     r = client.completions.create(model=MODEL, prompt=PROMPTS[7], max_tokens=7, temperature=0)
-    after = _metrics(server.url)
+    after = metrics(server.url)
     d = lambda name: after[name] - before.get(name, 0)
     assert d("vllm:prompt_tokens_total") == len(ids) == d("vllm:prefix_cache_queries_total")
     assert d("vllm:generation_tokens_total") == r.usage.completion_tokens

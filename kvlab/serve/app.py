@@ -8,6 +8,10 @@
     GET  /server_info           SGLang's: the server's settings (sglang-router reads it)
     GET  /model_info            SGLang's: the model
     GET  /metrics               Prometheus text format (``kvlab.serve.metrics``)
+    GET  /dashboard             the live pool, radix tree and requests (``kvlab.serve.dashboard``);
+                                ``/dashboard/events``: its state as server-sent events
+    GET  /chat                  a page for a room: a message, the streamed reply, its cached tokens
+                                and the requests that put them in the tree (``/chat/request/{rid}``)
 
 Both completion routes take ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``,
 ``n``, ``stream`` (server-sent events, each ``data: {chunk}``, then ``data: [DONE]``;
@@ -44,10 +48,11 @@ import asyncio
 import json
 import secrets
 import time
+from pathlib import Path
 from typing import AsyncIterator
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..memory.block_table import blocks_needed
@@ -56,6 +61,10 @@ from .protocol import MAX_BODY_BYTES, APIError, ChatCompletionRequest, Completio
 
 __all__ = ["build_app", "chat_prompt_ids", "stop_token_ids"]
 
+STATIC = Path(__file__).parent / "static"
+CHAT_SYSTEM_PROMPT = "You are the class assistant. Answer the student's question in a few short sentences."
+EVENTS_INTERVAL_S = 0.1                      # the dashboard's events: at most 10 a second
+EVENTS_PING_S = 2.0
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16          # OpenAI's default for /v1/completions
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eos|>")
 
@@ -110,6 +119,12 @@ class _Routes:
             what = "no Authorization header" if not given else "a wrong API key"
             raise APIError(401, f"{what}: send 'Authorization: Bearer <key>' with the server's --api-key", None,
                            "invalid_api_key")
+
+    def auth_key(self, request: Request, key: str | None) -> None:
+        """``auth``, or the key as a query parameter (an EventSource cannot send headers)."""
+        if self.api_key is None or (key is not None and secrets.compare_digest(key.encode(), self.api_key.encode())):
+            return
+        self.auth(request)
 
     def submission(self, body, prompt_ids: list[int], default_max: int | None, param: str) -> Submission:
         """The checked Submission of a parsed body (404 unknown model; 400 what the model or pool cannot serve)."""
@@ -317,11 +332,70 @@ def build_app(loop: EngineLoop, *, api_key: str | None = None, model_path: str =
         return await _route(routes, request, "text")
 
     _add_info_routes(app, routes)
+    _add_page_routes(app, routes)
     return app
+
+
+def _plotly_js() -> Path:
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+async def _dashboard_events(routes: _Routes, request: Request) -> AsyncIterator[str]:
+    """The dashboard's state each time its version moved, checked every EVENTS_INTERVAL_S; an SSE
+    comment every EVENTS_PING_S while idle (a client or a proxy sees the connection live)."""
+    sent, quiet = -1, 0.0
+    while not await request.is_disconnected():
+        state = routes.loop.dashboard.state
+        if state is not None and state["version"] != sent:
+            sent, quiet = state["version"], 0.0
+            yield _sse(state)
+        elif quiet >= EVENTS_PING_S:
+            quiet = 0.0
+            yield ": idle\n\n"
+        await asyncio.sleep(EVENTS_INTERVAL_S)
+        quiet += EVENTS_INTERVAL_S
+
+
+def _add_page_routes(app: FastAPI, routes: _Routes) -> None:
+    """/dashboard (its events and plotly.js, from the installed plotly: no CDN) and /chat."""
+    @app.get("/dashboard")
+    async def dashboard():
+        return HTMLResponse((STATIC / "dashboard.html").read_text())
+
+    @app.get("/dashboard/plotly.min.js")
+    async def plotly_js():
+        return FileResponse(_plotly_js(), media_type="text/javascript")
+
+    @app.get("/dashboard/events")
+    async def dashboard_events(request: Request, key: str | None = None):
+        routes.auth_key(request, key)
+        return StreamingResponse(_dashboard_events(routes, request), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    @app.get("/chat")
+    async def chat():
+        return HTMLResponse((STATIC / "chat.html").read_text())
+
+    @app.get("/chat/config")
+    async def chat_config():
+        return {"needs_key": routes.api_key is not None, "system_prompt": CHAT_SYSTEM_PROMPT,
+                "model": routes.model_name}
+
+    @app.get("/chat/request/{rid}")
+    async def chat_request(request: Request, rid: str):
+        routes.auth(request)
+        sources = routes.loop.dashboard.sources_of.get(rid)
+        if sources is None:
+            raise APIError(404, f"no request {rid!r} was admitted (or it is too old)", "rid", "not_found")
+        return {"rid": rid, "sources": sources}
 
 
 async def _route(routes: _Routes, request: Request, kind: str):
     body, sub, stream = await routes.start(request, kind)
+    if getattr(body, "user", None):
+        routes.loop.dashboard.names[stream.rid] = body.user[:40]
     if body.stream:
         return StreamingResponse(_stream_events(routes, kind, body, sub, stream), media_type="text/event-stream")
     return await _complete(routes, request, kind, body, sub, stream)

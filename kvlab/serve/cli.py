@@ -119,5 +119,6 @@ def run(a: argparse.Namespace) -> None:
                       host_ratio=a.host_ratio, storage=a.storage)
     print(f"kvlab serve: {served} on http://{a.host}:{a.port} ({nb} blocks of {a.block_size} tokens, "
           f"radix {'off' if a.no_radix else 'on'}, up to {a.max_running} running); OpenAI API at /v1, "
-          "metrics at /metrics", file=sys.stderr, flush=True)
+          "metrics at /metrics, the live KV cache at /dashboard, the room's chat page at /chat", file=sys.stderr,
+          flush=True)
     serve_forever(loop, a.host, a.port, a.api_key, path)

@@ -47,6 +47,7 @@ from typing import Any, Callable
 from ..compute.engine import Engine
 from ..compute.sequence import Request, SamplingParams
 from ..memory.block_table import blocks_needed
+from .dashboard import Dashboard, request_row
 from .detok import TextStream
 from .metrics import ServeMetrics, engine_snapshot
 from .protocol import APIError
@@ -142,6 +143,7 @@ class EngineLoop:
         self.model_name = model_name
         self.max_waiting = max_waiting
         self.metrics = ServeMetrics(model_name)
+        self.dashboard = Dashboard(tokenizer)
         self.error: BaseException | None = None
         self._commands: queue.Queue = queue.Queue()
         self._active: dict[str, _Active] = {}
@@ -226,7 +228,9 @@ class EngineLoop:
                     self.metrics.preemptions.labels(self.model_name).inc(len(self.engine.scheduler.preempted))
                     if len(self.engine.timeline) > 4096:          # a server keeps only recent steps
                         del self.engine.timeline[:-1024]
+                    self.dashboard.track(self.engine, self._active)
                 self._emit()
+                self.dashboard.maybe_capture(self.engine, self, idle=not self._has_work())
                 self.metrics.engine.values = engine_snapshot(self.engine, self._commands.qsize())
         except BaseException as e:                                # report, fail every open request
             log.exception("the engine loop failed")
@@ -304,6 +308,7 @@ class EngineLoop:
         m.prompt_tokens.labels(L).inc(len(st.prompt_ids))
         m.prefix_queries.labels(L).inc(len(st.prompt_ids))
         m.prefix_hits.labels(L).inc(act.cached_tokens)
+        self.dashboard.admitted(self.engine, act.stream.rid, st.prompt_ids, act.cached_tokens)
 
     def _emit_sample(self, act: _Active, i: int, seq, now: float) -> None:
         text = act.texts[i]
@@ -337,5 +342,8 @@ class EngineLoop:
         act.stream.push(Done(usage={"prompt_tokens": len(st.prompt_ids), "completion_tokens": completion,
                                     "total_tokens": len(st.prompt_ids) + completion,
                                     "prompt_tokens_details": {"cached_tokens": act.cached_tokens}}))
+        row = request_row(rid, act, self.dashboard.names.get(rid, ""))
+        self.dashboard.finished_request({**row, "state": "finished", "_tokens": list(st.prompt_ids) +
+                                         list(st.outputs[0] if st.outputs else [])})
         self.engine.forget(rid)
         del self._active[rid]

@@ -1,0 +1,123 @@
+"""The dashboard's server-sent state is the server's real state: after each of three requests it
+shows the blocks ``/metrics`` reports in use and the tree's node count; the chat page's record
+names the request that put each cached token in the tree; the events need the API key.
+
+One bundled-model server (127.0.0.1, a free port, every invariant checked after every step).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from serve_utils import MODEL, chat_ids, metrics, start_server
+
+import httpx  # noqa: E402  (serve_utils skipped the module when the serve extra is missing)
+
+SYSTEM = "You are a careful assistant who answers in Python code, with short comments."
+QUESTIONS = ["open a socket", "read a file", "open a socket and listen"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = start_server()
+    yield srv
+    srv.stop()
+
+
+def events(url: str, count: int, timeout: float = 5.0, params: dict | None = None) -> list[dict]:
+    """The first ``count`` states the dashboard's event stream sends."""
+    out = []
+    with httpx.stream("GET", url + "/dashboard/events", params=params, timeout=timeout) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                out.append(json.loads(line[6:]))
+                if len(out) == count:
+                    return out
+    return out
+
+
+def _chat(url: str, question: str, user: str) -> dict:
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    r = httpx.post(url + "/v1/chat/completions", json={"model": MODEL, "messages": msgs, "max_tokens": 6,
+                                                        "temperature": 0, "user": user}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_the_events_show_what_metrics_report_after_each_of_three_requests(server):
+    for i, q in enumerate(QUESTIONS):
+        reply = _chat(server.url, q, f"student{i}")
+        rid = reply["id"].removeprefix("chatcmpl-")
+        deadline = time.monotonic() + 1.0                      # the request's end is on the stream within 1 s
+        while True:
+            state = events(server.url, 1)[0]
+            rows = {r["rid"]: r for r in state["requests"]}
+            if rid in rows and rows[rid]["state"] == "finished" or time.monotonic() > deadline:
+                break
+        m = metrics(server.url)
+        assert rows[rid]["state"] == "finished" and rows[rid]["name"] == f"student{i}"
+        assert rows[rid]["cached"] == reply["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert state["used_blocks"] == m["kvlab:num_blocks"] - m["kvlab:free_blocks"] > 0
+        assert state["tree_nodes"] == m["kvlab:tree_nodes"] and state["tree_tokens"] == m["kvlab:tree_tokens"]
+        assert state["evicted_tokens"] == m["kvlab:evicted_tokens_total"]
+        assert len(state["tree"]) == server.loop.call(lambda e: sum(1 for _ in e.cache.iter_nodes()))
+        assert state["last"] == rid
+        blocks = state["blocks"]
+        assert sum(s != 0 for s in blocks["state"]) == state["used_blocks"]
+        assert all((s == 0) == (ref == 0) and (s == 3) == (ref > 1) for s, ref in zip(blocks["state"], blocks["ref"]))
+        marks = [n["mark"] for n in state["tree"]]
+        assert ("hit" in marks) == (rows[rid]["cached"] > 0) and "computed" in marks
+
+
+def test_a_split_node_keeps_its_inserter_and_the_chat_record_names_it(server):
+    first = _chat(server.url, "write a loop", "ana")
+    second = _chat(server.url, "write a class", "ben")
+    rid1, rid2 = (r["id"].removeprefix("chatcmpl-") for r in (first, second))
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    shared = len(chat_ids([{"role": "system", "content": SYSTEM}]))
+    assert cached >= shared - 2 * server.loop.engine.block_size > 0
+    sources = httpx.get(server.url + f"/chat/request/{rid2}").json()["sources"]
+    assert sum(s["tokens"] for s in sources) == cached
+    assert sources[0]["rid"] in {rid1} | {f"req-{i}" for i in range(1, int(rid1.split("-")[1]))}
+    assert httpx.get(server.url + "/chat/request/req-999").status_code == 404
+    state = events(server.url, 1)[0]
+    by_source = {n["source"] for n in state["tree"]}
+    assert rid2 in by_source and "?" not in by_source              # ben's branch is his, none unknown
+
+
+def test_events_only_when_the_state_changed(server):
+    _chat(server.url, "print hello", "cy")
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):                          # idle: one state, then nothing
+        events(server.url, 2, timeout=0.6)
+    assert time.monotonic() - t0 < 2
+
+
+def test_pages_and_plotly_are_served_locally(server):
+    page = httpx.get(server.url + "/dashboard")
+    assert page.status_code == 200 and '<script src="/dashboard/plotly.min.js">' in page.text
+    assert "http://" not in page.text and "https://" not in page.text and len(page.content) < 2_000_000
+    js = httpx.get(server.url + "/dashboard/plotly.min.js")
+    assert js.status_code == 200 and b"plotly" in js.content[:2000]
+    chat = httpx.get(server.url + "/chat")
+    assert chat.status_code == 200 and "/v1/chat/completions" in chat.text
+    assert httpx.get(server.url + "/chat/config").json()["needs_key"] is False
+
+
+def test_with_an_api_key_the_events_and_records_need_it():
+    srv = start_server(num_blocks=64, api_key="s3cret")
+    try:
+        assert httpx.get(srv.url + "/chat/config").json()["needs_key"] is True
+        r = httpx.get(srv.url + "/dashboard/events", timeout=5)
+        assert r.status_code == 401 and "--api-key" in r.json()["error"]["message"]
+        assert httpx.get(srv.url + "/dashboard/events", params={"key": "wrong"}, timeout=5).status_code == 401
+        httpx.post(srv.url + "/v1/completions", json={"prompt": "def hello(name): return name", "max_tokens": 4},
+                   headers={"Authorization": "Bearer s3cret"}).raise_for_status()
+        assert events(srv.url, 1, params={"key": "s3cret"})[0]["used_blocks"] > 0
+        assert httpx.get(srv.url + "/chat/request/req-1").status_code == 401
+    finally:
+        srv.stop()

@@ -1,0 +1,168 @@
+"""The dashboard and the chat page in headless Chromium, against a real bundled-model server.
+
+Every request the pages make is routed and recorded: none may leave 127.0.0.1 (plotly.js comes
+from the server). After a request the dashboard shows, within 1 s of the request's end, the
+blocks ``/metrics`` reports in use and the tree's node count; in classroom mode at 1280x720 the
+pool and the tree fit on one screen, nothing is wider than the page and no text is under 16 px.
+The chat page streams a reply and shows its cached count.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from browser_utils import CHROMIUM_ARGS, CLASSROOM_VIEWPORT, MIN_TEXT_PX, browser_problems, chromium
+from serve_utils import MODEL, metrics, start_server
+
+import httpx  # noqa: E402
+
+pytestmark = pytest.mark.browser
+
+# every visible text (HTML and plotly's SVG) smaller than the minimum, and every box past the page's right edge
+_LAYOUT_JS = """(minPx) => {
+  const W = document.documentElement.clientWidth, small = [], wide = [];
+  for (const el of document.querySelectorAll('body *')) {
+    const r = el.getBoundingClientRect(), cs = getComputedStyle(el);
+    if (r.width === 0 || r.height === 0 || cs.visibility === 'hidden' || cs.display === 'none') continue;
+    if (el.closest('.hoverlayer')) continue;
+    const what = el.tagName + '#' + el.id + ' ' + el.textContent.slice(0, 30);
+    if (r.right > W + 1) wide.push(what + ' ends at ' + Math.round(r.right));
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (own && parseFloat(cs.fontSize) < minPx) small.push(what + ' at ' + cs.fontSize);
+  }
+  return {small, wide, scroll: document.documentElement.scrollWidth - W};
+}"""
+
+
+@pytest.fixture(scope="module")
+def server():
+    problems = browser_problems()
+    if problems:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but the browser test cannot run: {'; '.join(problems)}")
+        pytest.skip("; ".join(problems))
+    srv = start_server()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    with chromium() as b:
+        yield b
+
+
+def _page(browser, server, seen: list[str]):
+    """A 1280x720 page whose every request is recorded; any not to the server is aborted."""
+    assert "--disable-background-networking" in CHROMIUM_ARGS
+    ctx = browser.new_context(viewport=CLASSROOM_VIEWPORT)
+
+    def route(r):
+        seen.append(r.request.url)
+        r.continue_() if r.request.url.startswith(server.url + "/") else r.abort()
+    ctx.route("**/*", route)
+    return ctx, ctx.new_page()
+
+
+def _completion(server, prompt: str) -> dict:
+    r = httpx.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 6,
+                                                         "temperature": 0}, timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def test_the_dashboard_shows_each_request_within_a_second_and_fits_the_classroom(browser, server):
+    seen: list[str] = []
+    ctx, page = _page(browser, server, seen)
+    try:
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server.url + "/dashboard?classroom=1")
+        page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
+        for prompt in ["def hello(name):\n    return", "def hello(name):\n    print", "import socket\n"]:
+            rid = _completion(server, prompt)["id"].removeprefix("cmpl-")
+            page.wait_for_function("""(rid) => { const s = window.kvlabState;
+                return s && s.requests.some(r => r.rid === rid && r.state === 'finished'); }""", arg=rid,
+                                   timeout=1000)
+            m = metrics(server.url)
+            used, nodes = int(m["kvlab:num_blocks"] - m["kvlab:free_blocks"]), int(m["kvlab:tree_nodes"])
+            assert page.inner_text("#used") == str(used) and page.inner_text("#nodes") == str(nodes)
+            cells = page.locator("#pool .scatterlayer .point")
+            assert cells.count() == int(m["kvlab:num_blocks"])
+        assert page.locator(f"#reqs tr[data-rid='{rid}']").count() == 1
+        page.click(f"#reqs tr[data-rid='{rid}']")                 # its blocks stay, the others fade
+        state = page.evaluate("window.kvlabState")
+        mine = [b for b, h in enumerate(state["blocks"]["holders"]) if rid in h]
+        faded = page.evaluate("""() => [...document.querySelectorAll('#pool .scatterlayer .point')]
+                                   .map(p => parseFloat(p.style.opacity || '1'))""")
+        assert all(faded[b] == 1 for b in mine) and sum(o < 1 for o in faded) == len(faded) - len(mine)
+        report = page.evaluate(_LAYOUT_JS, MIN_TEXT_PX[True])
+        assert report == {"small": [], "wide": [], "scroll": 0}, report
+        page.click("#classroom")                                   # off: plotly's 13 px text is seen
+        assert page.evaluate(_LAYOUT_JS, MIN_TEXT_PX[True])["small"]
+        page.click("#classroom")
+        for box in ("#pool", "#tree"):
+            b = page.locator(box).bounding_box()
+            assert b["y"] + b["height"] <= CLASSROOM_VIEWPORT["height"] and b["width"] > 300, (box, b)
+        assert not errors, errors
+    finally:
+        ctx.close()
+    assert seen and all(u.startswith(server.url + "/") for u in seen), seen
+    assert server.url + "/dashboard/plotly.min.js" in seen
+
+
+def test_the_chat_page_streams_a_reply_and_shows_its_cached_count(browser, server):
+    seen: list[str] = []
+    ctx, page = _page(browser, server, seen)
+    bodies: list[dict] = []
+    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if r.method == "POST" else None)
+    try:
+        page.goto(server.url + "/chat")
+        page.fill("#name", "ana")
+        for question in ["how do I open a file", "and how do I close it"]:
+            before = page.get_attribute("#cache", "data-rid")
+            page.fill("#msg", question)
+            page.click("#send")
+            page.wait_for_function("(before) => { const r = document.getElementById('cache').dataset.rid;"
+                                   " return r !== undefined && r !== before; }", arg=before, timeout=20_000)
+        rid = page.get_attribute("#cache", "data-rid")
+        cached = int(page.inner_text("#cached-tokens"))
+        record = httpx.get(server.url + f"/chat/request/{rid}").json()
+        assert cached == sum(s["tokens"] for s in record["sources"]) > 0     # the second turn reuses the first
+        assert any(s["name"] == "ana" for s in record["sources"])
+        assert page.inner_text("#cache").count("ana") >= 1
+        replies = page.locator("#log .bot").all_inner_texts()
+        assert len(replies) == 2 and all(t.startswith("assistant: ") and len(t) > len("assistant: ") for t in replies)
+        assert all(b["stream"] is True and b["user"] == "ana" for b in bodies)
+        assert len(bodies[1]["messages"]) == 4                          # system, user, assistant, user
+    finally:
+        ctx.close()
+    assert seen and all(u.startswith(server.url + "/") for u in seen), seen
+
+
+def test_an_eviction_flashes_the_blocks_it_freed(browser):
+    """A pool of 24 blocks: the second request evicts the first one's cached blocks."""
+    srv = start_server(num_blocks=24)
+    seen: list[str] = []
+    ctx, page = _page(browser, srv, seen)
+    try:
+        _completion(srv, "def hello(name):\n    return name + 1 and more text here")
+        page.goto(srv.url + "/dashboard")
+        page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
+        before = page.evaluate("window.kvlabState")
+        assert before["evicted_tokens"] == 0 and 2 in before["blocks"]["state"]
+        r = httpx.post(srv.url + "/v1/completions", json={"prompt": "import socket, os, sys\nclass Server:\n",
+                                                          "max_tokens": 76, "temperature": 0}, timeout=30)
+        r.raise_for_status()
+        page.wait_for_function("window.kvlabState.evicted_tokens > 0", timeout=3000)
+        after = page.evaluate("window.kvlabState")
+        gone = [b for b, (x, y) in enumerate(zip(before["blocks"]["state"], after["blocks"]["state"])) if x == 2 > y]
+        widths = page.evaluate("""() => [...document.querySelectorAll('#pool .scatterlayer .point')]
+                                    .map(p => parseFloat(p.style.strokeWidth || '0'))""")
+        flashing = {b for b, w in enumerate(widths) if w > 0}             # (a state in between may flash more)
+        assert gone and set(gone) <= flashing and all(before["blocks"]["state"][b] == 2 for b in flashing)
+    finally:
+        ctx.close()
+        srv.stop()
