@@ -156,7 +156,7 @@ def _scenario_ops(seed: int, num_blocks: int) -> list[tuple]:
                 ("allocate", -1), ("allocate", num_blocks - 3)]
     if seed == 5:  # scripted: a list with one block in use and one already free changes nothing
         return [("allocate", 2), ("allocate", 2), ("free", 1), ("free_ids", [0, 2]), ("incref_ids", [1, 3]),
-                ("allocate", 0), ("free_ids", [0, 1]), ("allocate", 4)]
+                ("free_ids", [1, 1]), ("allocate", 0), ("free_ids", [0, 1]), ("allocate", 4)]  # [1, 1]: a double free
     rng = random.Random(seed)
     ops: list[tuple] = []
     for _ in range(14):

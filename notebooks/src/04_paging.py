@@ -351,7 +351,7 @@ fork.add_sequence("S0", 1000)
 for i in range(1, 4):
     fork.fork("S0", f"S{i}")                      # four samples of one 1,000-token prompt
 shared_slots = (fork.num_blocks - fork.allocator.num_free_blocks) * 16
-grew = moved = 0                                  # the on-demand run m of section 4: did growing move a block?
+grew = moved = 0                                  # the on-demand run m of section 3: did growing move a block?
 for before, after in zip(m.snapshots, m.snapshots[1:]):
     for seq, table in before.tables.items():
         later = list(after.tables.get(seq, ()))
@@ -365,7 +365,7 @@ benefits = [
      f"{(held16 - tokens) / held16:.1%} of the slots wasted with blocks of 16 (largest {max(waste16)} per request), "
      f"against {1 - tokens / (len(lengths) * 4096):.1%} reserving 4,096 each"),
     ("growth without copying (扩容零搬迁)", grew and not moved,
-     f"the requests of section 4 took {grew} new blocks as they grew, and {moved} of the blocks they already held moved "
+     f"the requests of section 3 took {grew} new blocks as they grew, and {moved} of the blocks they already held moved "
      "(a contiguous request that outgrows its region is copied whole: lesson 03)"),
     ("blocks shared between requests", shared_slots < 4 * 1000,
      f"4 samples of a 1,000-token prompt hold {shared_slots:,} slots, not {4 * 1000:,} (ref counts, lesson 06)"),
@@ -475,7 +475,7 @@ check.blocks_to_append(blocks_to_append)
 #   Raise `kvlab.KVCacheError` (changing nothing) if a block is free.
 # - `free(ids) -> list[int]`: one reference less for each block; blocks that reach 0 join the
 #   **back** of the queue, in order, and are returned. Raise `kvlab.DoubleFree` (changing
-#   nothing) if a block is already free.
+#   nothing) if a block is already free, or is listed more times than it has references.
 # - Attributes: `ref_count` (a list indexed by block id) and `num_free_blocks`.
 #
 # The check runs scripted and random sequences of operations on your class and on kvlab's
