@@ -184,17 +184,26 @@ def compressed_decode_attention_ref(q, k_cache, v_cache, block_tables, context_l
     With k_scale/v_scale the cache is int8/fp8 and is dequantized (value x its token-and-head
     scale) before attention. With selected_blocks (num_seqs, max_selected) and num_selected
     (num_seqs,), sequence s attends only to the positions of its first num_selected[s] logical
-    blocks (Quest); otherwise to all of [0, context_lens[s]).
+    blocks (Quest); with (num_seqs, nkv, max_selected) and (num_seqs, nkv), KV head h's query
+    heads attend only to head h's list; otherwise to all of [0, context_lens[s]).
     """
     if k_scale is not None:
         k_cache, v_cache = dequantize_kv_ref(k_cache, k_scale), dequantize_kv_ref(v_cache, v_scale)
     out = torch.empty_like(q)                                              # (num_seqs, num_heads, head_dim)
-    block_size = k_cache.shape[1]
+    block_size, nkv = k_cache.shape[1], k_cache.shape[2]
+    group = q.shape[1] // nkv
     for s, n in enumerate(host_ints(context_lens, context_lens_cpu)):
         k = gather_kv(k_cache, block_tables[s], n)                         # (n, kv_heads, head_dim)
         v = gather_kv(v_cache, block_tables[s], n)
-        if selected_blocks is not None:
-            pos = selected_positions(selected_blocks[s].cpu(), int(num_selected[s]), n, block_size).to(k.device)
-            k, v = k[pos], v[pos]                                          # (kept, kv_heads, head_dim)
-        out[s] = naive_attention(q[s : s + 1], k, v, causal=False, scale=scale)[0]
+        if selected_blocks is None:
+            out[s] = naive_attention(q[s : s + 1], k, v, causal=False, scale=scale)[0]
+            continue
+        rows = selected_blocks[s].cpu().reshape(-1, selected_blocks.shape[-1])   # (1 or nkv, max_selected)
+        nums = num_selected[s].reshape(-1).tolist()
+        for h in range(nkv):
+            r = h if len(rows) > 1 else 0
+            pos = selected_positions(rows[r], int(nums[r]), n, block_size).to(k.device)
+            heads = slice(h * group, (h + 1) * group)
+            out[s, heads] = naive_attention(q[s : s + 1, heads], k[pos, h : h + 1], v[pos, h : h + 1],
+                                            causal=False, scale=scale)[0]   # (group, head_dim)
     return out
