@@ -65,3 +65,14 @@ def test_compare_methods_measures_memory_reads_and_agreement(model):
 
 def test_needle_returns_greedy_tokens(model):
     assert len(needle(model, IDS, CompressionConfig("h2o", budget_tokens=16), max_tokens=3, block_size=8)) == 3
+
+
+def test_compare_methods_against_an_earlier_reference(model):
+    prompts, held = [IDS[:40]], [(IDS[:40], IDS[40:44])]
+    full, stream = compare_methods(model, [CompressionConfig("full"), CompressionConfig("streaming", 16)], prompts, 3,
+                                   held, block_size=8)
+    (again,) = compare_methods(model, [CompressionConfig("streaming", 16)], prompts, 3, held, block_size=8,
+                               reference=full)
+    assert (again.tokens, again.agreement, again.ppl) == (stream.tokens, stream.agreement, stream.ppl)
+    with pytest.raises(ValueError, match="reference holds tokens for 1 prompts, not 2"):
+        compare_methods(model, [CompressionConfig("int8")], prompts * 2, 3, held, reference=full)

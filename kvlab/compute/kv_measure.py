@@ -208,21 +208,26 @@ def _run(model, config: CompressionConfig, prompt: Sequence[int], state: Prefill
 
 @torch.no_grad()
 def compare_methods(model, configs: Sequence[CompressionConfig], prompts: Sequence[Sequence[int]], n_tokens: int,
-                    heldout: Sequence[tuple[Sequence[int], Sequence[int]]], block_size: int = 16) -> list[MethodResult]:
-    """Run every config on the same prompts; the first config is the reference (use "full").
+                    heldout: Sequence[tuple[Sequence[int], Sequence[int]]], block_size: int = 16,
+                    reference: MethodResult | None = None) -> list[MethodResult]:
+    """Run every config on the same prompts; the first config is the reference (use "full"),
+    unless ``reference`` is a full-cache result of an earlier call on the same prompts (then its
+    tokens are the reference and every config is measured against them).
 
     heldout: (context ids, continuation ids) pairs for perplexity. Agreement: for each prompt, the
     share of the ``n_tokens`` greedy tokens equal to the reference's at the same position.
     """
-    if not configs or configs[0].method != "full":
+    if reference is None and (not configs or configs[0].method != "full"):
         raise ValueError("the first config must be the full cache (the reference)")
+    if reference is not None and len(reference.tokens) != len(prompts):
+        raise ValueError(f"the reference holds tokens for {len(reference.tokens)} prompts, not {len(prompts)}")
     results: list[MethodResult] = []
     states = [prefill(model, p, block_size) for p in prompts]             # one prefill per prompt, shared
     held = [prefill(model, c, block_size) for c, _ in heldout]
     for cfg in configs:
         runs = [_run(model, cfg, p, st, n_tokens, block_size) for p, st in zip(prompts, states)]
         toks = [r[0] for r in runs]
-        ref = toks if not results else results[0].tokens
+        ref = reference.tokens if reference is not None else (toks if not results else results[0].tokens)
         agree = sum(sum(a == b for a, b in zip(t, r)) / max(1, len(r)) for t, r in zip(toks, ref)) / len(toks)
         nll = [_decoder(model, cfg, len(c) + len(x), block_size).continuation_nll(c, x, st)
                for (c, x), st in zip(heldout, held)]
