@@ -100,8 +100,12 @@ def store_kvcache_ref(key, value, k_cache, v_cache, slot_mapping, *, check=True)
     Example: block_size 4, slot 9 -> block 2, offset 1.
     """
     slots = torch.as_tensor(slot_mapping, device=key.device).long()        # (T,)
-    keep = slots >= 0
     flat = (-1, *k_cache.shape[2:])                                        # slot -> (kv_heads, head_dim)
+    if slots.numel() and int(slots.min()) >= 0:                            # no slot skipped: one indexed copy each
+        k_cache.view(flat).index_copy_(0, slots, key.to(k_cache.dtype))
+        v_cache.view(flat).index_copy_(0, slots, value.to(v_cache.dtype))
+        return k_cache, v_cache
+    keep = slots >= 0
     k_cache.view(flat)[slots[keep]] = key[keep].to(k_cache.dtype)          # block slot // bs, offset slot % bs
     v_cache.view(flat)[slots[keep]] = value[keep].to(v_cache.dtype)
     return k_cache, v_cache
