@@ -109,6 +109,49 @@ def row(context: int, path: str, run: dict, ref: dict | None) -> dict:
                 same_tokens=None if ref is None else run["tokens"] == ref["tokens"])
 
 
+def measure(model, hf, ids: list[int], naive: bool, a) -> list[dict]:
+    """The rows of one context: transformers, then kvlab's paths, ``a.repeat`` interleaved runs each
+    (a slow spell on a shared machine hits every path), each row its fastest run; every run's
+    tokens must equal transformers'."""
+    ctx = len(ids)
+    paths = ("transformers", "paged", "contiguous") + (("naive",) if naive else ())
+    runs: dict[str, list[dict]] = {p: [] for p in paths}
+    for _ in range(max(1, a.repeat)):
+        for p in paths:
+            runs[p].append(run_transformers(hf, ids, a.steps) if p == "transformers"
+                           else run_kvlab(model, ids, a.steps, p, a.block_size))
+    best = {p: min(rs, key=lambda r: sum(r["times"][1:]) or r["times"][0]) for p, rs in runs.items()}
+    ref = best["transformers"]
+    assert all(r["tokens"] == ref["tokens"] for r in runs["transformers"])
+    rows = [row(ctx, "transformers", ref, None)]
+    for p in paths[1:]:
+        rows.append(row(ctx, f"kvlab {p}", best[p], ref))
+        rows[-1]["same_tokens"] = all(r["tokens"] == ref["tokens"] for r in runs[p])
+    return rows
+
+
+def report(rows: list[dict], a) -> None:
+    """The table, each row against transformers at its context, and the target's verdict."""
+    print(f"\n{'context':>7}  {'path':<17} {'prefill s':>9} {'vs HF':>6}  {'decode ms/tok':>13} {'vs HF':>6}  same tokens")
+    for r in rows:
+        ref = next(x for x in rows if x["context"] == r["context"] and x["path"] == "transformers")
+        vs = lambda k: "" if r is ref or r[k] is None else f"{r[k] / ref[k]:.2f}x"  # noqa: E731
+        same = "" if r["same_tokens"] is None else ("yes" if r["same_tokens"] else "NO")
+        dec = "-" if r["decode_ms"] is None else f"{r['decode_ms']:.1f}"
+        print(f"{r['context']:>7}  {r['path']:<17} {r['prefill_s']:>9.3f} {vs('prefill_s'):>6}  {dec:>13} "
+              f"{vs('decode_ms'):>6}  {same}")
+    # the naive path recomputes the whole context every step by design: only its prefill is compared
+    slower = [f"{r['context']} {r['path']} {k}" for r in rows if r["path"] != "transformers"
+              for k in ("prefill_s", "decode_ms") if r[k] is not None and (k, r["path"]) != ("decode_ms", "kvlab naive")
+              and r[k] > next(x[k] for x in rows if x["context"] == r["context"] and x["path"] == "transformers")]
+    print(f"\n(measured, {a.steps - 1} decode steps per run, fastest of {max(1, a.repeat)} run(s) a path; x = time "
+          "relative to transformers, lower is faster)")
+    print("kvlab at least as fast as transformers on every row" if not slower
+          else f"slower than transformers: {', '.join(slower)}")
+    if not all(r["same_tokens"] in (None, True) for r in rows):
+        print("WARNING: some kvlab path generated other tokens than transformers")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--contexts", default="256,512,1024", help="prompt lengths in tokens (default 256,512,1024)")
@@ -142,40 +185,8 @@ def main(argv=None) -> int:
     run_transformers(hf, warm, 2)
     for s in ("paged", "contiguous", "naive"):
         run_kvlab(model, warm, 2, s, a.block_size)
-    rows = []
-    for ctx in contexts:
-        ids = prompt_of(tok, ctx)
-        paths = ("transformers", "paged", "contiguous") + (("naive",) if ctx in naive_at else ())
-        runs: dict[str, list[dict]] = {p: [] for p in paths}
-        for _ in range(max(1, a.repeat)):                     # interleaved: a slow spell hits every path
-            for p in paths:
-                runs[p].append(run_transformers(hf, ids, a.steps) if p == "transformers"
-                               else run_kvlab(model, ids, a.steps, p, a.block_size))
-        best = {p: min(rs, key=lambda r: sum(r["times"][1:]) or r["times"][0]) for p, rs in runs.items()}
-        ref = best["transformers"]
-        assert all(r["tokens"] == ref["tokens"] for r in runs["transformers"])
-        rows.append(row(ctx, "transformers", ref, None))
-        for p in paths[1:]:
-            rows.append(row(ctx, f"kvlab {p}", best[p], ref))
-            rows[-1]["same_tokens"] = all(r["tokens"] == ref["tokens"] for r in runs[p])
-    print(f"\n{'context':>7}  {'path':<17} {'prefill s':>9} {'vs HF':>6}  {'decode ms/tok':>13} {'vs HF':>6}  same tokens")
-    for r in rows:
-        ref = next(x for x in rows if x["context"] == r["context"] and x["path"] == "transformers")
-        vs = lambda k: "" if r is ref or r[k] is None else f"{r[k] / ref[k]:.2f}x"  # noqa: E731
-        same = "" if r["same_tokens"] is None else ("yes" if r["same_tokens"] else "NO")
-        dec = "-" if r["decode_ms"] is None else f"{r['decode_ms']:.1f}"
-        print(f"{r['context']:>7}  {r['path']:<17} {r['prefill_s']:>9.3f} {vs('prefill_s'):>6}  {dec:>13} "
-              f"{vs('decode_ms'):>6}  {same}")
-    # the naive path recomputes the whole context every step by design: only its prefill is compared
-    slower = [f"{r['context']} {r['path']} {k}" for r in rows if r["path"] != "transformers"
-              for k in ("prefill_s", "decode_ms") if r[k] is not None and (k, r["path"]) != ("decode_ms", "kvlab naive")
-              and r[k] > next(x[k] for x in rows if x["context"] == r["context"] and x["path"] == "transformers")]
-    print(f"\n(measured, {a.steps - 1} decode steps per run, fastest of {max(1, a.repeat)} run(s) a path; x = time "
-          "relative to transformers, lower is faster)")
-    print("kvlab at least as fast as transformers on every row" if not slower
-          else f"slower than transformers: {', '.join(slower)}")
-    if not all(r["same_tokens"] in (None, True) for r in rows):
-        print("WARNING: some kvlab path generated other tokens than transformers")
+    rows = [r for ctx in contexts for r in measure(model, hf, prompt_of(tok, ctx), ctx in naive_at, a)]
+    report(rows, a)
     if a.json:
         a.json.write_text(json.dumps(dict(threads=a.threads, clock=a.clock, steps=a.steps, repeat=a.repeat, load_s=load_s,
                                           rows=rows),
