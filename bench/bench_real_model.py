@@ -111,8 +111,8 @@ def row(context: int, path: str, run: dict, ref: dict | None) -> dict:
 
 def measure(model, hf, ids: list[int], naive: bool, a) -> list[dict]:
     """The rows of one context: transformers, then kvlab's paths, ``a.repeat`` interleaved runs each
-    (a slow spell on a shared machine hits every path), each row its fastest run; every run's
-    tokens must equal transformers'."""
+    (a slow spell on a shared machine hits every path), each row its fastest decode and its fastest
+    prefill; every run's tokens are compared with transformers'."""
     ctx = len(ids)
     paths = ("transformers", "paged", "contiguous") + (("naive",) if naive else ())
     runs: dict[str, list[dict]] = {p: [] for p in paths}
@@ -123,10 +123,11 @@ def measure(model, hf, ids: list[int], naive: bool, a) -> list[dict]:
     best = {p: min(rs, key=lambda r: sum(r["times"][1:]) or r["times"][0]) for p, rs in runs.items()}
     ref = best["transformers"]
     assert all(r["tokens"] == ref["tokens"] for r in runs["transformers"])
-    rows = [row(ctx, "transformers", ref, None)]
-    for p in paths[1:]:
-        rows.append(row(ctx, f"kvlab {p}", best[p], ref))
-        rows[-1]["same_tokens"] = all(r["tokens"] == ref["tokens"] for r in runs[p])
+    rows = [row(ctx, "transformers", ref, None)] + [row(ctx, f"kvlab {p}", best[p], ref) for p in paths[1:]]
+    for r, p in zip(rows, paths):
+        r["prefill_s"] = min(run["times"][0] for run in runs[p])        # its own fastest run too
+        if p != "transformers":
+            r["same_tokens"] = all(run["tokens"] == ref["tokens"] for run in runs[p])
     return rows
 
 
