@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     for cfg in configs(a.budget, a.sink):
         out = needle(model, question, cfg, max_tokens=14, block_size=a.block_size, state=state)
         text = tok.decode(out).strip().replace("\n", " ")
-        print(f"  {cfg.label:<14} {'found' if '7391' in text else 'MISSED':<7} {text!r}")
+        print(f"  {cfg.label:<18} {cfg.kind:<9} {'found' if '7391' in text else 'MISSED':<7} {text!r}")
     if a.json:
         Path(a.json).write_text(json.dumps([dataclasses.asdict(r) | {"tokens": None} for r in rows], indent=1))
     return 0
