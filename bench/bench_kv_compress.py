@@ -1,7 +1,8 @@
 """KV compression on a real model: memory kept, bytes read and quality per method (measured).
 
-For each method (the full cache; StreamingLLM, H2O and Quest at a token budget; int8 and fp8 KV)
-on the same prompts: bytes per token, KV bytes kept at the end of a generation, K/V bytes read per
+For each method on the same prompts and budget (the full cache; StreamingLLM, H2O and Quest as
+their papers define them, each beside its variant: StreamingLLM with original positions, H2O at
+block level (kvlab's adaptation), Quest with one block set for all heads; int8 and fp8 KV): bytes per token, KV bytes kept at the end of a generation, K/V bytes read per
 decode step, perplexity of held-out standard-library documentation, and the share of greedy tokens
 equal to the full cache's (``--prompts`` prompts x ``--tokens`` tokens, each prompt a passage of
 about 300 tokens followed by a question). Then the attention profile (the notes' hot/cold claim)
@@ -51,8 +52,11 @@ def load(name: str):
 
 
 def configs(budget: int, sink: int) -> list[CompressionConfig]:
-    return [CompressionConfig("full"), CompressionConfig("streaming", budget, sink), CompressionConfig("h2o", budget),
-            CompressionConfig("quest", budget), CompressionConfig("int8"), CompressionConfig("fp8")]
+    """Every method at one budget: each paper's method, then its variant."""
+    return [CompressionConfig("full"), CompressionConfig("streaming", budget, sink),
+            CompressionConfig("streaming-orig", budget, sink), CompressionConfig("h2o", budget),
+            CompressionConfig("h2o-block", budget), CompressionConfig("quest", budget),
+            CompressionConfig("quest-shared", budget), CompressionConfig("int8"), CompressionConfig("fp8")]
 
 
 def main(argv=None) -> int:
@@ -84,7 +88,7 @@ def main(argv=None) -> int:
     for cfg in configs(a.budget, a.sink):
         out = needle(model, question, cfg, max_tokens=14, block_size=a.block_size, state=state)
         text = tok.decode(out).strip().replace("\n", " ")
-        print(f"  {cfg.label:<14} {'found' if '7391' in text else 'MISSED':<7} {text!r}")
+        print(f"  {cfg.label:<18} {cfg.kind:<9} {'found' if '7391' in text else 'MISSED':<7} {text!r}")
     if a.json:
         Path(a.json).write_text(json.dumps([dataclasses.asdict(r) | {"tokens": None} for r in rows], indent=1))
     return 0

@@ -9,7 +9,9 @@ Two ways to read less KV in a decode step (lesson 11), in one decode kernel with
   (``x ~ x_q * scale``) and runs the usual online softmax in fp32. Bytes per token:
   ``head_dim + 4`` per head instead of ``2 x head_dim`` in fp16.
 * **selected blocks** (``SELECTED``, Quest): sequence ``s`` reads only the logical blocks
-  ``selected_blocks[s, :num_selected[s]]`` of its table, each through the block table as usual.
+  ``selected_blocks[s, :num_selected[s]]`` of its table, each through the block table as usual;
+  or, with a list per KV head (``selected_blocks (B, nkv, k)``, ``num_selected (B, nkv)``: the
+  paper's per-head choice), KV head ``h`` reads ``selected_blocks[s, h, :num_selected[s, h]]``.
   Positions keep their place (and their RoPE); the kernel just skips the other blocks.
 
 Grid: one program per (sequence, KV head); it holds the whole GQA group of query rows (at most
@@ -115,7 +117,7 @@ def compressed_decode_kernel(
     stride_q_seq, stride_q_head,
     stride_cache_block, stride_cache_token, stride_cache_head,
     stride_scale_block, stride_scale_token,
-    stride_table_seq, stride_selected_seq,
+    stride_table_seq, stride_selected_seq, stride_selected_head, stride_num_seq, stride_num_head,
     stride_out_seq, stride_out_head,
     QUERIES_PER_KV: tl.constexpr, BLOCK_G: tl.constexpr,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
@@ -133,7 +135,7 @@ def compressed_decode_kernel(
                 mask=row_ok, other=0.0).to(tl.float32)                     # (BLOCK_G, BLOCK_D)
     context_len = tl.load(context_lens_ptr + seq)
     if SELECTED:
-        num_steps = tl.load(num_selected_ptr + seq)
+        num_steps = tl.load(num_selected_ptr + seq * stride_num_seq + kv_head * stride_num_head)
     else:
         num_steps = tl.cdiv(context_len, BLOCK_SIZE)
 
@@ -142,7 +144,8 @@ def compressed_decode_kernel(
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     for step in range(0, num_steps):
         if SELECTED:
-            logical_block = tl.load(selected_blocks_ptr + seq * stride_selected_seq + step)
+            logical_block = tl.load(selected_blocks_ptr + seq * stride_selected_seq + kv_head * stride_selected_head
+                                    + step)
         else:
             logical_block = step
         physical_block = tl.load(block_tables_ptr + seq * stride_table_seq + logical_block).to(tl.int64)
@@ -232,6 +235,32 @@ def decode_meta(num_heads: int, num_kv_heads: int, head_dim: int, block_size: in
                 BLOCK_D=next_power_of_two(head_dim), BLOCK_SIZE=block_size, QUANTIZED=quantized, SELECTED=selected)
 
 
+def check_selection(selected_blocks, num_selected, num_seqs: int, nkv: int, lens: list[int], block_size: int,
+                    check: bool):
+    """Quest's selection, one list per sequence ((B, k) and (B,)) or per sequence and KV head
+    ((B, nkv, k) and (B, nkv)); with ``check``, each list's first num_selected entries are distinct
+    logical blocks of the sequence. Returns both contiguous."""
+    per_head = selected_blocks.dim() == 3
+    check_tensor("selected_blocks", selected_blocks, 3 if per_head else 2, INDEX_DTYPES)
+    check_tensor("num_selected", num_selected, 2 if per_head else 1, INDEX_DTYPES)
+    want = (num_seqs, nkv) if per_head else (num_seqs,)
+    if tuple(selected_blocks.shape[:-1]) != want or tuple(num_selected.shape) != want:
+        raise ValueError(f"selected_blocks {tuple(selected_blocks.shape)} and num_selected "
+                         f"{tuple(num_selected.shape)} need one row per sequence ({num_seqs})"
+                         + (f" and KV head ({nkv})" if per_head else ""))
+    if check:
+        rows = selected_blocks.reshape(-1, selected_blocks.shape[-1]).tolist()
+        per = nkv if per_head else 1
+        for r, (row, n) in enumerate(zip(rows, num_selected.reshape(-1).tolist())):
+            s, used = r // per, -(-lens[r // per] // block_size)
+            if not 1 <= n <= len(row):
+                raise ValueError(f"num_selected[{s}] = {n} must be in [1, {len(row)}]")
+            if any(not 0 <= b < used for b in row[:n]) or len(set(row[:n])) != n:
+                raise ValueError(f"selected_blocks[{s}] = {row[:n]} must be distinct logical blocks in "
+                                 f"[0, {used}) (sequence {s} has {lens[s]} tokens)")
+    return selected_blocks.contiguous(), num_selected.contiguous()
+
+
 def _decode(q, k_cache, v_cache, k_scale, v_scale, block_tables, context_lens, selected_blocks, num_selected,
             scale, context_lens_cpu, check):
     """Shared checks and launch of the two public decode functions."""
@@ -265,20 +294,8 @@ def _decode(q, k_cache, v_cache, k_scale, v_scale, block_tables, context_lens, s
         check_block_ids(block_tables, lens, num_blocks, block_size, "context_lens[{s}]")
     selected = selected_blocks is not None
     if selected:
-        check_tensor("selected_blocks", selected_blocks, 2, INDEX_DTYPES)
-        check_tensor("num_selected", num_selected, 1, INDEX_DTYPES)
-        if selected_blocks.shape[0] != num_seqs or num_selected.shape[0] != num_seqs:
-            raise ValueError(f"selected_blocks {tuple(selected_blocks.shape)} and num_selected "
-                             f"{tuple(num_selected.shape)} need one row per sequence ({num_seqs})")
-        if check:
-            for s, (row, n) in enumerate(zip(selected_blocks.tolist(), num_selected.tolist())):
-                used = -(-lens[s] // block_size)
-                if not 1 <= n <= len(row):
-                    raise ValueError(f"num_selected[{s}] = {n} must be in [1, {len(row)}]")
-                if any(not 0 <= b < used for b in row[:n]) or len(set(row[:n])) != n:
-                    raise ValueError(f"selected_blocks[{s}] = {row[:n]} must be distinct logical blocks in "
-                                     f"[0, {used}) (sequence {s} has {lens[s]} tokens)")
-        selected_blocks, num_selected = selected_blocks.contiguous(), num_selected.contiguous()
+        selected_blocks, num_selected = check_selection(selected_blocks, num_selected, num_seqs, nkv, lens,
+                                                        block_size, check)
     scale = resolve_scale(scale, hd)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if num_seqs == 0:
@@ -293,7 +310,8 @@ def _decode(q, k_cache, v_cache, k_scale, v_scale, block_tables, context_lens, s
         scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         k_scale.stride(0) if quantized else 0, k_scale.stride(1) if quantized else 0,
-        block_tables.stride(0), sel.stride(0) if selected else 0,
+        block_tables.stride(0), sel.stride(0) if selected else 0, sel.stride(1) if selected and sel.dim() == 3 else 0,
+        nsel.stride(0) if selected else 0, nsel.stride(1) if selected and nsel.dim() == 2 else 0,
         out.stride(0), out.stride(1), **meta, num_warps=4,
     )
     return out
@@ -316,7 +334,8 @@ def selected_decode_attention(q, k_cache, v_cache, block_tables, context_lens, s
     """Decode attention over only the selected logical blocks of each sequence (Quest).
 
     selected_blocks (num_seqs, max_selected) int32: logical block indices (distinct, each holding
-    at least one of the sequence's context_lens[s] tokens), the first num_selected[s] (>= 1) used.
+    at least one of the sequence's context_lens[s] tokens), the first num_selected[s] (>= 1) used;
+    or (num_seqs, nkv, max_selected) with num_selected (num_seqs, nkv): a list per KV head.
     With k_scale/v_scale the cache is quantized, as in quantized_decode_attention.
     Example: context 14 tokens, block_size 4, selected [[0, 3]], num_selected [2] -> positions 0-3, 12, 13.
     """

@@ -100,8 +100,12 @@ def store_kvcache_ref(key, value, k_cache, v_cache, slot_mapping, *, check=True)
     Example: block_size 4, slot 9 -> block 2, offset 1.
     """
     slots = torch.as_tensor(slot_mapping, device=key.device).long()        # (T,)
-    keep = slots >= 0
     flat = (-1, *k_cache.shape[2:])                                        # slot -> (kv_heads, head_dim)
+    if slots.numel() and int(slots.min()) >= 0:                            # no slot skipped: one indexed copy each
+        k_cache.view(flat).index_copy_(0, slots, key.to(k_cache.dtype))
+        v_cache.view(flat).index_copy_(0, slots, value.to(v_cache.dtype))
+        return k_cache, v_cache
+    keep = slots >= 0
     k_cache.view(flat)[slots[keep]] = key[keep].to(k_cache.dtype)          # block slot // bs, offset slot % bs
     v_cache.view(flat)[slots[keep]] = value[keep].to(v_cache.dtype)
     return k_cache, v_cache
@@ -184,17 +188,26 @@ def compressed_decode_attention_ref(q, k_cache, v_cache, block_tables, context_l
     With k_scale/v_scale the cache is int8/fp8 and is dequantized (value x its token-and-head
     scale) before attention. With selected_blocks (num_seqs, max_selected) and num_selected
     (num_seqs,), sequence s attends only to the positions of its first num_selected[s] logical
-    blocks (Quest); otherwise to all of [0, context_lens[s]).
+    blocks (Quest); with (num_seqs, nkv, max_selected) and (num_seqs, nkv), KV head h's query
+    heads attend only to head h's list; otherwise to all of [0, context_lens[s]).
     """
     if k_scale is not None:
         k_cache, v_cache = dequantize_kv_ref(k_cache, k_scale), dequantize_kv_ref(v_cache, v_scale)
     out = torch.empty_like(q)                                              # (num_seqs, num_heads, head_dim)
-    block_size = k_cache.shape[1]
+    block_size, nkv = k_cache.shape[1], k_cache.shape[2]
+    group = q.shape[1] // nkv
     for s, n in enumerate(host_ints(context_lens, context_lens_cpu)):
         k = gather_kv(k_cache, block_tables[s], n)                         # (n, kv_heads, head_dim)
         v = gather_kv(v_cache, block_tables[s], n)
-        if selected_blocks is not None:
-            pos = selected_positions(selected_blocks[s].cpu(), int(num_selected[s]), n, block_size).to(k.device)
-            k, v = k[pos], v[pos]                                          # (kept, kv_heads, head_dim)
-        out[s] = naive_attention(q[s : s + 1], k, v, causal=False, scale=scale)[0]
+        if selected_blocks is None:
+            out[s] = naive_attention(q[s : s + 1], k, v, causal=False, scale=scale)[0]
+            continue
+        rows = selected_blocks[s].cpu().reshape(-1, selected_blocks.shape[-1])   # (1 or nkv, max_selected)
+        nums = num_selected[s].reshape(-1).tolist()
+        for h in range(nkv):
+            r = h if len(rows) > 1 else 0
+            pos = selected_positions(rows[r], int(nums[r]), n, block_size).to(k.device)
+            heads = slice(h * group, (h + 1) * group)
+            out[s, heads] = naive_attention(q[s : s + 1, heads], k[pos, h : h + 1], v[pos, h : h + 1],
+                                            causal=False, scale=scale)[0]   # (group, head_dim)
     return out

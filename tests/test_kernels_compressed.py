@@ -183,3 +183,22 @@ def test_bad_inputs_name_the_value():
                                   tensor([1], dtype=torch.int32), k_scale=ks)
     with pytest.raises(ValueError, match="slot_mapping holds 99"):
         store_kvcache_quant(randn(1, 1, 16), randn(1, 1, 16), kq, vq, ks, vs, tensor([99], dtype=torch.int64))
+
+
+def test_selected_decode_per_kv_head_equals_reference():
+    """Quest as the paper: each KV head reads its own blocks (selected_blocks (B, nkv, k))."""
+    lens, block_size, nkv, hd, heads = [14, 9], 4, 2, 16, 4
+    k, v, tables = make_paged_cache(lens, block_size, nkv, hd, F32, seed=11)
+    tables = tables.clamp(min=0)
+    q, ctx = randn(2, heads, hd, seed=12), tensor(lens, dtype=torch.int32)
+    sel = tensor([[[0, 3, 0], [1, 2, 3]], [[2, 0, 0], [1, 0, 2]]], dtype=torch.int32)   # (B, nkv, 3)
+    num = tensor([[2, 3], [1, 3]], dtype=torch.int32)
+    got = selected_decode_attention(q, k, v, tables, ctx, sel, num)
+    want = compressed_decode_attention_ref(q, k, v, tables, ctx, selected_blocks=sel, num_selected=num)
+    torch.testing.assert_close(got, want, **tolerance(F32))
+    # KV head h's query heads are those of a shared selection equal to head h's list
+    for h in range(nkv):
+        shared = selected_decode_attention(q, k, v, tables, ctx, sel[:, h], num[:, h])
+        torch.testing.assert_close(got[:, 2 * h:2 * h + 2], shared[:, 2 * h:2 * h + 2], **tolerance(F32))
+    with pytest.raises(ValueError, match="and KV head"):
+        selected_decode_attention(q, k, v, tables, ctx, sel[:, :1], num[:, :1])

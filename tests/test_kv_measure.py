@@ -47,7 +47,7 @@ def test_verdict_follows_the_data():
 
 def test_compare_methods_measures_memory_reads_and_agreement(model):
     cfgs = [CompressionConfig("full"), CompressionConfig("streaming", budget_tokens=16),
-            CompressionConfig("quest", budget_tokens=16), CompressionConfig("int8")]
+            CompressionConfig("quest-shared", budget_tokens=16), CompressionConfig("int8")]
     rows = compare_methods(model, cfgs, [IDS[:40], IDS[10:50]], 4, [(IDS[:40], IDS[40:48])], block_size=8)
     full, stream, quest, q8 = rows
     assert full.agreement == 1.0 and full.label == "full"
@@ -55,10 +55,24 @@ def test_compare_methods_measures_memory_reads_and_agreement(model):
     assert quest.read_bytes_per_step < 0.6 * full.read_bytes_per_step
     assert q8.bytes_per_token == 2 * 4 * 2 * (32 + 4) and q8.kv_bytes < 0.3 * full.kv_bytes
     assert all(r.ppl > 1 for r in rows) and 0 <= stream.agreement <= 1
-    assert format_results(rows).splitlines()[1].startswith("full")
+    assert (full.kind, stream.kind, quest.kind, q8.kind) == ("reference", "paper", "variant", "kvlab")
+    table = format_results(rows).splitlines()
+    assert table[1].startswith("full") and table[2].split()[:3] == ["streaming", "16", "paper"]
+    assert table[-1] == "sample: 2 prompt(s) x 4 greedy tokens each (agreement); perplexity over 8 held-out tokens"
     with pytest.raises(ValueError, match="first config must be the full cache"):
         compare_methods(model, cfgs[1:], [IDS[:20]], 2, [])
 
 
 def test_needle_returns_greedy_tokens(model):
     assert len(needle(model, IDS, CompressionConfig("h2o", budget_tokens=16), max_tokens=3, block_size=8)) == 3
+
+
+def test_compare_methods_against_an_earlier_reference(model):
+    prompts, held = [IDS[:40]], [(IDS[:40], IDS[40:44])]
+    full, stream = compare_methods(model, [CompressionConfig("full"), CompressionConfig("streaming", 16)], prompts, 3,
+                                   held, block_size=8)
+    (again,) = compare_methods(model, [CompressionConfig("streaming", 16)], prompts, 3, held, block_size=8,
+                               reference=full)
+    assert (again.tokens, again.agreement, again.ppl) == (stream.tokens, stream.agreement, stream.ppl)
+    with pytest.raises(ValueError, match="reference holds tokens for 1 prompts, not 2"):
+        compare_methods(model, [CompressionConfig("int8")], prompts * 2, 3, held, reference=full)

@@ -1,28 +1,46 @@
 """Keep fewer tokens, or fewer bytes per token: KV compression as block-table operations.
 
 Under dense attention every decode step reads every cached token's K and V. Three papers keep or
-read fewer of them, at block granularity here (a block is the unit the pool hands out):
+read fewer of them; each is here as its paper defines it, beside the variant a paged cache (or a
+cheaper index) suggests, so that the lesson can measure both:
 
 * **StreamingLLM** (Xiao et al. 2023, "Efficient Streaming Language Models with Attention
   Sinks", arXiv:2309.17453): keep the first blocks (the *attention sinks*) and a recent window;
-  the middle blocks leave the table (``BlockManager.drop_blocks``) and go back to the pool. Kept
-  tokens keep their original positions (RoPE), as the paper's cache does.
+  the middle blocks leave the table (``BlockManager.drop_blocks``) and go back to the pool.
+  ``"streaming"`` (the paper, section 3.2, and its ``pos_shift`` code) gives RoPE positions
+  *within the cache*: slot i is position i, the new query is the last slot. kvlab's pool stores K
+  after RoPE (the kernels read it as it is), so when a drop moves a kept block up by d slots its
+  keys are rotated by -d once (:func:`~kvlab.compute.model.apply_rope`; rotations compose), which
+  gives the numbers of the paper's code, where K is stored before RoPE and rotated at 0..n-1 each
+  step. ``"streaming-orig"`` (variant) keeps every token's original position instead.
 * **H2O** (Zhang et al. 2023, "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of
   Large Language Models", arXiv:2306.14048): keep a recent window plus the *heavy hitters*, the
-  blocks with the most accumulated attention (summed over layers, heads and queries so far).
+  tokens with the most accumulated attention. ``"h2o"`` (the paper): per layer and KV head, token
+  by token, after every step (half the budget recent, half heavy hitters; a KV head's score is
+  the attention its query heads gave). Different heads keep different tokens, so the paged pool
+  can free a block only when no (layer, head) keeps any of its tokens; the kept bytes are those a
+  per-head token cache (the paper's code) would hold. ``"h2o-block"`` (kvlab's adaptation): one
+  score per block summed over layers and heads, whole blocks dropped from the table: what the
+  paged cache can actually give back.
 * **Quest** (Tang et al. 2024, "Quest: Query-Aware Sparsity for Efficient Long-Context LLM
   Inference", arXiv:2406.10774): keep everything, but each decode step reads only the top-k
-  blocks by an upper bound of q.k computed from each block's per-channel key min and max:
+  pages (blocks) by an upper bound of q.k computed from each block's per-channel key min and max:
   ``bound = sum_d max(q_d * max_d, q_d * min_d)`` (>= q.k for every key of the block).
+  ``"quest"`` (the paper): each KV head picks its own blocks (scored by the largest bound among
+  its query heads), the first two layers stay dense. ``"quest-shared"`` (variant): one set of
+  blocks for all heads of all layers (the bound's maximum over the heads): one top-k per layer
+  instead of one per head, and a kernel that needs no per-head list, at a cost in quality that
+  the lesson measures.
 
 Plus fewer bytes per kept token: ``"int8"`` / ``"fp8"`` store K and V in one byte with a scale per
 token and head (:class:`~kvlab.compute.kv_quant.QuantizedKVPool`).
 
 :class:`CompressedDecoder` runs a model over one sequence with a :class:`CompressionConfig`:
 ``prefill`` the prompt (dense attention, recording the attention each key receives), then
-``step`` a token at a time; after every step that fills a block the policy drops blocks again.
-``backend="torch"`` attends in plain torch (and records attention and reads by position);
-``"triton"`` runs kvlab.kernels' decode kernels (quantized, selected-block, paged).
+``step`` a token at a time; after every step that fills a block (every step for ``"h2o"``) the
+policy drops again. ``backend="torch"`` attends in plain torch (and records attention and reads
+by position); ``"triton"`` runs kvlab.kernels' decode kernels (quantized, selected-block, paged;
+not ``"h2o"``, whose per-head token masks no paged kernel reads).
 
 Example (the selection rules, block size 4, a 38-token sequence = 10 blocks, 9 of them full):
     >>> streaming_drop(num_blocks=10, num_full=9, sink_blocks=1, window_blocks=3)
@@ -42,19 +60,26 @@ from ..memory.block_manager import BlockManager
 from ..memory.ids import as_ids
 from .kv_quant import QuantizedKVPool, kv_dtype_by_name
 from .kv_tensors import PagedKVPool
+from .model import apply_rope
 
-__all__ = ["METHODS", "CompressionConfig", "PrefillState", "streaming_drop", "h2o_drop", "block_key_minmax", "quest_bounds",
-           "quest_select", "CompressedDecoder"]
+__all__ = ["METHODS", "METHOD_KIND", "QUEST_DENSE_LAYERS", "CompressionConfig", "PrefillState", "streaming_drop",
+           "h2o_drop", "h2o_keep_heads", "block_key_minmax", "quest_bounds", "quest_select", "quest_select_heads",
+           "CompressedDecoder"]
 
-METHODS = ("full", "streaming", "h2o", "quest", "int8", "fp8")
+METHODS = ("full", "streaming", "streaming-orig", "h2o", "h2o-block", "quest", "quest-shared", "int8", "fp8")
+# which methods are a paper's as published, and which are variants of one (see the module docstring)
+METHOD_KIND = {"full": "reference", "streaming": "paper", "streaming-orig": "variant", "h2o": "paper",
+               "h2o-block": "variant", "quest": "paper", "quest-shared": "variant", "int8": "kvlab", "fp8": "kvlab"}
+QUEST_DENSE_LAYERS = 2          # Quest leaves its first two layers dense (the paper, and its code's layer_id < 2)
 
 
 @dataclass(frozen=True)
 class CompressionConfig:
     """Which method, and how many tokens it may keep (streaming, h2o) or read per step (quest).
 
-    ``budget_tokens`` and ``sink_tokens`` are rounded up to whole blocks. H2O keeps half its
-    budget as the recent window (the paper's split), Quest always reads the newest block.
+    ``budget_tokens`` and ``sink_tokens`` are rounded up to whole blocks (not by ``"h2o"``, which
+    counts tokens). H2O keeps half its budget as the recent window (the paper's split), Quest
+    always reads the newest block.
     """
 
     method: str = "full"
@@ -73,6 +98,11 @@ class CompressionConfig:
     def label(self) -> str:
         return self.method if self.method in ("full", "int8", "fp8") else f"{self.method} {self.budget_tokens}"
 
+    @property
+    def kind(self) -> str:
+        """"paper", "variant", "reference" (the full cache) or "kvlab" (int8/fp8, kvlab's own scheme)."""
+        return METHOD_KIND[self.method]
+
 
 def streaming_drop(num_blocks: int, num_full: int, sink_blocks: int, window_blocks: int) -> list[int]:
     """StreamingLLM: the full logical blocks to drop so that the first ``sink_blocks`` and the last
@@ -82,13 +112,35 @@ def streaming_drop(num_blocks: int, num_full: int, sink_blocks: int, window_bloc
 
 
 def h2o_drop(block_scores: Sequence[float], num_full: int, budget_blocks: int, window_blocks: int) -> list[int]:
-    """H2O: keep the last ``window_blocks`` blocks plus the highest-scoring others, ``budget_blocks``
-    in all; return the full blocks to drop. Ties go to the earlier block."""
+    """H2O at block level (kvlab's adaptation): keep the last ``window_blocks`` blocks plus the
+    highest-scoring others, ``budget_blocks`` in all; return the full blocks to drop. Ties go to
+    the earlier block."""
     n = len(block_scores)
     recent = set(range(max(0, n - window_blocks), n))
     others = sorted((i for i in range(n) if i not in recent), key=lambda i: (-float(block_scores[i]), i))
     keep = recent | set(others[:max(0, budget_blocks - len(recent))])
     return [i for i in range(num_full) if i not in keep]
+
+
+def h2o_keep_heads(scores: torch.Tensor, keep: torch.Tensor, budget: int, window: int) -> torch.Tensor:
+    """H2O as the paper: per (layer, KV head), the last ``window`` tokens plus the ``budget - window``
+    kept others with the highest accumulated attention. scores (L, nkv, n) float, keep (L, nkv, n)
+    bool -> the new keep mask (L, nkv, n); a head with at most ``budget`` kept tokens keeps them all.
+
+    Example: one head, scores [5, 1, 4, 2, 9], all kept, budget 3, window 1 -> keeps 0, 2 and 4.
+        >>> h2o_keep_heads(torch.tensor([[[5., 1, 4, 2, 9]]]), torch.ones(1, 1, 5, dtype=torch.bool), 3, 1).int().tolist()
+        [[[1, 0, 1, 0, 1]]]
+    """
+    n = keep.shape[-1]
+    recent = torch.zeros(n, dtype=torch.bool, device=keep.device)
+    recent[max(0, n - window):] = True                                      # (n,)
+    new = keep & recent                                                     # (L, nkv, n)
+    heavy = min(budget - window, n)
+    if heavy > 0:
+        cand = scores.masked_fill(~keep | recent, float("-inf"))            # (L, nkv, n)
+        top = cand.topk(heavy, dim=-1).indices                              # (L, nkv, heavy)
+        new |= torch.zeros_like(keep).scatter_(-1, top, True) & keep & ~recent
+    return new
 
 
 def block_key_minmax(k: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,8 +168,9 @@ def quest_bounds(q: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tensor) -> t
 
 
 def quest_select(bounds: torch.Tensor, top_k: int) -> list[int]:
-    """The ``top_k`` blocks with the highest bound (max over heads), always with the newest block;
-    sorted. bounds (nh, nb). Example: bounds [[5, 1, 4, 0]], top_k 2 -> [0, 3]."""
+    """The variant (``"quest-shared"``): one set of ``top_k`` blocks for every head, by the highest
+    bound over all heads, always with the newest block; sorted. bounds (nh, nb).
+    Example: bounds [[5, 1, 4, 0]], top_k 2 -> [0, 3]."""
     nb = bounds.shape[1]
     if top_k >= nb:
         return list(range(nb))
@@ -126,17 +179,36 @@ def quest_select(bounds: torch.Tensor, top_k: int) -> list[int]:
     return sorted(torch.topk(score, top_k).indices.tolist())
 
 
+def quest_select_heads(bounds: torch.Tensor, num_kv_heads: int, top_k: int) -> list[list[int]]:
+    """The paper (``"quest"``): per KV head, the ``top_k`` blocks with the highest bound among that
+    head's query heads (they read the same K/V), always with the newest block; each list sorted.
+    bounds (nh, nb), query head h belongs to KV head h // (nh // num_kv_heads).
+
+    Example: 2 query heads, 2 KV heads, top_k 2 -> head 0 picks block 0, head 1 block 1 (+ the newest).
+        >>> quest_select_heads(torch.tensor([[5.0, 1, 4, 0], [0.0, 6, 1, 2]]), 2, 2)
+        [[0, 3], [1, 3]]
+    """
+    nh, nb = bounds.shape
+    if top_k >= nb:
+        return [list(range(nb)) for _ in range(num_kv_heads)]
+    score = bounds.reshape(num_kv_heads, nh // num_kv_heads, nb).amax(1)  # (nkv, nb)
+    score[:, -1] = float("inf")                                            # the block being written
+    return torch.topk(score, top_k, dim=-1).indices.sort(-1).values.tolist()
+
+
 @dataclass(frozen=True)
 class PrefillState:
     """What a dense prefill produced, to start other decoders from without running the model again
     (every method's prefill computes the same numbers; only what it keeps afterwards differs).
 
-    kv: per layer (k, v), each (T, nkv, hs); received (T,): attention each key received;
-    last_row_mass: per layer (T,); logits (V,): the last prompt token's.
+    kv: per layer (k, v), each (T, nkv, hs), K after RoPE at positions 0..T-1; received (T,):
+    attention each key received (all layers and heads); received_heads (L, nkv, T): the same per
+    layer and KV head (H2O's scores); last_row_mass: per layer (T,); logits (V,): the last token's.
     """
 
     kv: tuple[tuple[torch.Tensor, torch.Tensor], ...]
     received: torch.Tensor
+    received_heads: torch.Tensor
     last_row_mass: tuple[torch.Tensor, ...]
     logits: torch.Tensor
 
@@ -158,15 +230,22 @@ class _Record:
 class CompressedDecoder:
     """One sequence of ``model`` over a paged cache compressed by ``config`` (see the module docstring).
 
-    ``positions[i]`` is the original position of the token in slot ``i`` of the table;
-    ``token_scores[i]`` the attention it has received (H2O). ``record.reads[p]`` counts the
-    (layer, step) pairs in which position p's K and V were read during decode.
+    ``positions[i]`` is the original position of the token in slot ``i`` of the table (its RoPE
+    position too, except under ``"streaming"``, where slot i is RoPE position i);
+    ``token_scores[i]`` the attention it has received over all layers and heads (``"h2o-block"``);
+    ``head_keep`` / ``head_scores`` (L, nkv, slots): which slots each layer's KV head still keeps,
+    and the attention they received (``"h2o"``). ``record.reads[p]`` counts the (layer, step)
+    pairs in which position p's K and V were read during decode (a fraction when only some heads
+    read it).
     """
 
     def __init__(self, model, config: CompressionConfig = CompressionConfig(), block_size: int = 16,
                  num_blocks: int = 256, backend: str = "torch") -> None:
         if backend not in ("torch", "triton"):
             raise ValueError(f"backend must be 'torch' or 'triton', got {backend!r}")
+        if backend == "triton" and config.method == "h2o":
+            raise ValueError("method 'h2o' keeps different tokens per layer and head, which no paged kernel reads; "
+                             "use backend='torch', or 'h2o-block' (whole blocks) with the kernels")
         self.model, self.config, self.backend = model, config, backend
         if config.method in ("int8", "fp8"):
             self.pool = QuantizedKVPool.for_model(model, num_blocks, block_size, kv_dtype_by_name(config.method))
@@ -175,7 +254,10 @@ class CompressedDecoder:
         self.manager = BlockManager(num_blocks, block_size)
         self.seq_id = "S"
         self.positions: list[int] = []
-        self.token_scores = torch.zeros(0, dtype=torch.float64)          # (kept,) attention received (H2O)
+        self.token_scores = torch.zeros(0, dtype=torch.float64)          # (kept,) attention received (h2o-block)
+        L, nkv = model.config.num_hidden_layers, model.config.num_key_value_heads
+        self.head_keep = torch.zeros(L, nkv, 0, dtype=torch.bool)       # (L, nkv, kept) h2o's per-head masks
+        self.head_scores = torch.zeros(L, nkv, 0, dtype=torch.float64)  # (L, nkv, kept) h2o's per-head scores
         self.record = _Record()
         self.prefill_state: PrefillState | None = None
         self.scale = 1.0 / math.sqrt(model.config.head_dim)
@@ -190,8 +272,16 @@ class CompressedDecoder:
         return len(self.positions)
 
     def kv_bytes(self) -> int:
-        """Bytes of K and V this sequence holds now (kept tokens x bytes per token)."""
+        """Bytes of K and V this sequence keeps now: kept tokens x bytes per token; for ``"h2o"``,
+        what a per-head token cache would hold (tokens kept per layer and head, summed)."""
+        if self.config.method == "h2o":
+            L, nkv = self.head_keep.shape[:2]
+            return int(self.head_keep.sum()) * self.pool.bytes_per_token() // (L * nkv)
         return self.num_kept * self.pool.bytes_per_token()
+
+    def pool_bytes(self) -> int:
+        """Bytes of the pool's blocks this sequence's table holds (whole blocks)."""
+        return len(self.manager.table(self.seq_id).block_ids) * self.block_size * self.pool.bytes_per_token()
 
     def budget_blocks(self) -> int:
         return -(-self.config.budget_tokens // self.block_size)
@@ -216,8 +306,7 @@ class CompressedDecoder:
         T = len(token_ids)
         if T < 1:
             raise ValueError("the prompt needs at least one token")
-        received = torch.zeros(T)
-        kv, rows = [], []
+        kv, rows, heads = [], [], []
 
         def attention(layer, q, k, v):                                     # q (T, nh, hs); k, v (T, nkv, hs)
             kv.append((k, v))
@@ -226,13 +315,14 @@ class CompressedDecoder:
             scores = torch.einsum("tkgd,skd->kgts", qg, k.float()) * self.scale                    # (nkv, g, T, T)
             scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
             probs = scores.softmax(-1)
-            received.add_(probs.sum((0, 1, 2)))                            # (T,) attention each key received
+            heads.append(probs.sum((1, 2)))                                # (nkv, T) attention each key received
             rows.append(probs[:, :, -1].mean((0, 1)))                      # (T,) averaged over heads
             return torch.einsum("kgts,skd->tkgd", probs, v.float()).reshape(T, -1, hs).to(q.dtype)  # (T, nh, hs)
 
         ids = torch.tensor(list(token_ids), device=self.model.device)
         logits = self.model(ids, torch.arange(T, device=self.model.device), attention)             # (T, V)
-        self.prefill_state = PrefillState(tuple(kv), received, tuple(rows), logits[-1])
+        per_head = torch.stack(heads)                                      # (L, nkv, T)
+        self.prefill_state = PrefillState(tuple(kv), per_head.sum((0, 1)), per_head, tuple(rows), logits[-1])
         return self.start_from(self.prefill_state)
 
     def start_from(self, state: PrefillState) -> torch.Tensor:
@@ -247,13 +337,15 @@ class CompressedDecoder:
             self._store(layer, k, v, slots)
         self.positions = list(range(T))
         self.token_scores = state.received.double().clone()
+        self.head_scores = state.received_heads.double().clone()
+        self.head_keep = torch.ones(self.head_scores.shape, dtype=torch.bool)
         self.record.last_row_mass = list(state.last_row_mass)
         self.compress()
         return state.logits
 
     @torch.no_grad()
     def step(self, token_id: int) -> torch.Tensor:
-        """Feed one token at the next original position; returns its logits (V,)."""
+        """Feed one token at the next position; returns its logits (V,)."""
         (token_id,) = self._token_ids([token_id], "step token_id")
         pos = self.positions[-1] + 1 if self.positions else 0
         if self.manager.append(self.seq_id, 1):                            # the table is never shared here
@@ -263,10 +355,14 @@ class CompressedDecoder:
         slot = torch.tensor(table.slot_mapping(n - 1, n), dtype=torch.long)
         self.positions.append(pos)
         self.token_scores = torch.cat([self.token_scores, self.token_scores.new_zeros(1)])
+        L, nkv = self.head_keep.shape[:2]
+        self.head_keep = torch.cat([self.head_keep, self.head_keep.new_ones(L, nkv, 1)], -1)
+        self.head_scores = torch.cat([self.head_scores, self.head_scores.new_zeros(L, nkv, 1)], -1)
         rec = self.record
         if rec.reads.shape[0] <= pos:
             rec.reads = torch.cat([rec.reads, rec.reads.new_zeros(pos + 1 - rec.reads.shape[0])])
         positions = torch.tensor(self.positions)                           # (n,) original position of each slot
+        rope_pos = n - 1 if self.config.method == "streaming" else pos    # the paper's: the position in the cache
 
         def attention(layer, q, k, v):                                     # q (1, nh, hs); k, v (1, nkv, hs)
             self._store(layer, k, v, slot)
@@ -275,8 +371,8 @@ class CompressedDecoder:
             return self._attend_torch(layer, q, table.block_ids, n, positions)
 
         logits = self.model(torch.tensor([token_id], device=self.model.device),
-                            torch.tensor([pos], device=self.model.device), attention)[-1]
-        if n % self.block_size == 0:
+                            torch.tensor([rope_pos], device=self.model.device), attention)[-1]
+        if n % self.block_size == 0 or self.config.method == "h2o":
             self.compress()
         return logits
 
@@ -306,25 +402,61 @@ class CompressedDecoder:
 
     # ------------------------------------------------------------------ the policy
     def compress(self) -> list[int]:
-        """Apply the method's rule to the table now; returns the logical blocks dropped."""
+        """Apply the method's rule now; returns the logical blocks dropped from the table."""
         m, bs = self.config.method, self.block_size
+        if m == "h2o":
+            return self._compress_heads()
         table = self.manager.table(self.seq_id)
         nb, full, budget = len(table.block_ids), table.num_full_blocks, self.budget_blocks()
-        if m not in ("streaming", "h2o") or nb <= budget:
+        if m not in ("streaming", "streaming-orig", "h2o-block") or nb <= budget:
             return []
-        if m == "streaming":
-            sinks = min(-(-self.config.sink_tokens // bs), budget - 1)
-            drop = streaming_drop(nb, full, sinks, budget - sinks)
-        else:
+        if m == "h2o-block":
             scores = [float(self.token_scores[i * bs:(i + 1) * bs].sum()) for i in range(nb)]
-            drop = h2o_drop(scores, full, budget, max(1, budget // 2))
+            return self._drop(h2o_drop(scores, full, budget, max(1, budget // 2)))
+        sinks = min(-(-self.config.sink_tokens // bs), budget - 1)
+        return self._drop(streaming_drop(nb, full, sinks, budget - sinks))
+
+    def _compress_heads(self) -> list[int]:
+        """H2O as the paper: each (layer, KV head) evicts tokens down to the budget; then the blocks
+        no head keeps any token of leave the table (the only memory the paged pool gets back)."""
+        budget = self.config.budget_tokens
+        self.head_keep = h2o_keep_heads(self.head_scores, self.head_keep, budget, max(1, budget // 2))
+        bs, full = self.block_size, self.manager.table(self.seq_id).num_full_blocks
+        used = self.head_keep.any(1).any(0)                               # (slots,) kept by some head
+        return self._drop([i for i in range(full) if not used[i * bs:(i + 1) * bs].any()])
+
+    def _drop(self, drop: list[int]) -> list[int]:
+        """Drop these full logical blocks from the table and every per-slot record; under
+        ``"streaming"`` re-rotate the keys that moved to their new slots' positions."""
+        if not drop:
+            return []
+        bs = self.block_size
         self.manager.drop_blocks(self.seq_id, drop)
         gone = set(drop)
         keep = [i for i in range(len(self.positions)) if i // bs not in gone]
         self.positions = [self.positions[i] for i in keep]
         self.token_scores = self.token_scores[keep]
+        self.head_keep, self.head_scores = self.head_keep[..., keep], self.head_scores[..., keep]
         self.manager.check_integrity()
+        if self.config.method == "streaming":
+            self._rerotate_keys(keep)
         return drop
+
+    def _rerotate_keys(self, old_slots: list[int]) -> None:
+        """Slot j now holds the token that was in slot ``old_slots[j]``, its K rotated for that old
+        slot: rotate it by j - old_slots[j] (RoPE's rotations compose: R(a) R(b) = R(a + b)), so
+        every key is rotated for its slot, as the paper's code does at each step from K before RoPE."""
+        delta = torch.arange(len(old_slots)) - torch.tensor(old_slots)     # (n,) <= 0
+        moved = delta.nonzero().flatten()                                  # (m,)
+        if not len(moved):
+            return
+        table = self.manager.table(self.seq_id)
+        slots = torch.tensor(table.slot_mapping(0, table.num_tokens), dtype=torch.long)[moved]   # (m,)
+        cos, sin = self.model.rope(delta[moved].to(self.model.device))    # (m, hs)
+        p = self.pool
+        for layer in range(p.num_layers):
+            kc = p.k_cache[layer].view(-1, p.num_kv_heads, p.head_dim)    # (slots, nkv, hs)
+            kc[slots] = apply_rope(kc[slots].float(), cos, sin).to(kc.dtype)
 
     # ------------------------------------------------------------------ storing and attending
     def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
@@ -352,33 +484,52 @@ class CompressedDecoder:
         p.k_cache[layer].view(-1, nkv, hs)[slots] = k.to(p.k_cache.dtype)  # slot = block * bs + offset
         p.v_cache[layer].view(-1, nkv, hs)[slots] = v.to(p.v_cache.dtype)
 
-    def _selected_blocks(self, q: torch.Tensor, k: torch.Tensor) -> list[int] | None:
-        """Quest's blocks for this query (None: read everything)."""
-        if self.config.method != "quest":
+    def _selected_blocks(self, layer: int, q: torch.Tensor, k: torch.Tensor) -> list[list[int]] | None:
+        """Quest's blocks for this query, one list per KV head (None: read everything). q (nh, hs),
+        k (n, nkv, hs): the paper's per-head choice from layer 2 on, or the variant's one set."""
+        m, nkv = self.config.method, k.shape[1]
+        if m == "quest-shared":
+            k_min, k_max = block_key_minmax(k, self.block_size)
+            return [quest_select(quest_bounds(q, k_min, k_max), self.budget_blocks())] * nkv
+        if m != "quest" or layer < QUEST_DENSE_LAYERS:
             return None
         k_min, k_max = block_key_minmax(k, self.block_size)
-        return quest_select(quest_bounds(q, k_min, k_max), self.budget_blocks())
+        return quest_select_heads(quest_bounds(q, k_min, k_max), nkv, self.budget_blocks())
+
+    def _read_mask(self, layer: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor | None:
+        """(nkv, n) bool: which slots each KV head reads in this step (None: all of them)."""
+        if self.config.method == "h2o":
+            return self.head_keep[layer]
+        blocks = self._selected_blocks(layer, q, k)
+        if blocks is None:
+            return None
+        n, bs = k.shape[0], self.block_size
+        mask = torch.zeros(len(blocks), -(-n // bs) * bs, dtype=torch.bool)                  # (nkv, blocks x bs)
+        mask.view(len(blocks), -1, bs)[torch.arange(len(blocks))[:, None], torch.tensor(blocks)] = True
+        return mask[:, :n]
 
     def _attend_torch(self, layer: int, q: torch.Tensor, block_ids: list[int], n: int,
                       positions: torch.Tensor) -> torch.Tensor:
-        """Attention of one query over the kept (or selected) slots, recording what it read."""
+        """Attention of one query over the kept (or selected) slots of each KV head, recording what
+        it read and the attention each slot received."""
         k, v = self.pool.gather(layer, block_ids, n)                       # (n, nkv, hs), fp32 (dequantized)
-        idx = torch.arange(n)
-        blocks = self._selected_blocks(q[0], k)
-        if blocks is not None:
-            idx = torch.cat([torch.arange(b * self.block_size, min(n, (b + 1) * self.block_size)) for b in blocks])
         nkv, hs = k.shape[1], k.shape[2]
         qg = q[0].float().view(nkv, -1, hs)                                # (nkv, group, hs)
-        probs = (torch.einsum("kgd,skd->kgs", qg, k[idx]) * self.scale).softmax(-1)   # (nkv, group, m)
-        out = torch.einsum("kgs,skd->kgd", probs, v[idx])                 # (nkv, group, hs)
+        scores = torch.einsum("kgd,skd->kgs", qg, k) * self.scale          # (nkv, group, n)
+        mask = self._read_mask(layer, q[0], k)                             # (nkv, n) or None
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+        probs = scores.softmax(-1)                                         # (nkv, group, n), 0 where not read
+        out = torch.einsum("kgs,skd->kgd", probs, v)                      # (nkv, group, hs)
+        self.token_scores += probs.sum((0, 1)).double()                    # h2o-block's accumulated attention
+        self.head_scores[layer] += probs.sum(1).double()                   # h2o's, per KV head
         rec = self.record
-        self.token_scores.index_add_(0, idx, probs.sum((0, 1)).double())  # H2O's accumulated attention
-        pos = positions[idx]                                               # (m,) original positions read
-        rec.reads.index_add_(0, pos, torch.ones(len(idx), dtype=rec.reads.dtype))
+        read = torch.ones(n) if mask is None else mask.float().mean(0)     # (n,) share of KV heads that read it
+        rec.reads.index_add_(0, positions, read.to(rec.reads.dtype))
         mass = rec.decode_mass.get(layer, torch.zeros(0))
         if mass.shape[0] < rec.reads.shape[0]:
             mass = torch.cat([mass, mass.new_zeros(rec.reads.shape[0] - mass.shape[0])])
-        rec.decode_mass[layer] = mass.index_add_(0, pos, probs.mean((0, 1)))
+        rec.decode_mass[layer] = mass.index_add_(0, positions, probs.mean((0, 1)))
         return out.reshape(1, -1, hs).to(q.dtype)                          # (1, nh, hs)
 
     def _attend_kernel(self, layer: int, q: torch.Tensor, block_ids: list[int], n: int) -> torch.Tensor:
@@ -390,10 +541,12 @@ class CompressedDecoder:
         if isinstance(p, QuantizedKVPool):
             return K.quantized_decode_attention(q, p.k_cache[layer], p.v_cache[layer], p.k_scale[layer],
                                                 p.v_scale[layer], table, ctx, self.scale)
-        if self.config.method == "quest":
+        if self.config.method in ("quest", "quest-shared"):
             k, _ = p.gather(layer, block_ids, n)
-            blocks = self._selected_blocks(q[0], k)
-            return K.selected_decode_attention(q, p.k_cache[layer], p.v_cache[layer], table, ctx,
-                                               torch.tensor([blocks], dtype=torch.int32),
-                                               torch.tensor([len(blocks)], dtype=torch.int32), self.scale)
+            blocks = self._selected_blocks(layer, q[0], k)                 # per KV head, or None: dense
+            if blocks is not None:
+                sel = torch.tensor([blocks], dtype=torch.int32)            # (1, nkv, k)
+                num = torch.full((1, len(blocks)), len(blocks[0]), dtype=torch.int32)
+                return K.selected_decode_attention(q, p.k_cache[layer], p.v_cache[layer], table, ctx, sel, num,
+                                                   self.scale)
         return K.paged_decode_attention(q, p.k_cache[layer], p.v_cache[layer], table, ctx, self.scale)

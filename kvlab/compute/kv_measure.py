@@ -179,6 +179,11 @@ class MethodResult:
     ppl: float                           # perplexity of the held-out continuations
     agreement: float                     # share of greedy tokens equal to the full cache's, same position
     tokens: list[list[int]] = field(default_factory=list)
+    kind: str = ""                       # "paper", "variant", "reference" or "kvlab" (METHOD_KIND)
+    pool_bytes: float = 0.0              # of the paged pool's blocks the table holds at the end
+    prompts: int = 0                     # the sample: prompts x greedy tokens, held-out tokens scored
+    greedy_tokens: int = 0
+    scored_tokens: int = 0
 
 
 def _decoder(model, config: CompressionConfig, tokens: int, block_size: int) -> CompressedDecoder:
@@ -198,44 +203,54 @@ def _run(model, config: CompressionConfig, prompt: Sequence[int], state: Prefill
     out = d.generate(prompt, n, state)
     steps = max(1, n)
     read = float(d.record.reads.sum()) * d.pool.bytes_per_token() / model.config.num_hidden_layers / steps
-    return out, d.kv_bytes(), read, d.pool.bytes_per_token()
+    return out, d.kv_bytes(), read, d.pool.bytes_per_token(), d.pool_bytes()
 
 
 @torch.no_grad()
 def compare_methods(model, configs: Sequence[CompressionConfig], prompts: Sequence[Sequence[int]], n_tokens: int,
-                    heldout: Sequence[tuple[Sequence[int], Sequence[int]]], block_size: int = 16) -> list[MethodResult]:
-    """Run every config on the same prompts; the first config is the reference (use "full").
+                    heldout: Sequence[tuple[Sequence[int], Sequence[int]]], block_size: int = 16,
+                    reference: MethodResult | None = None) -> list[MethodResult]:
+    """Run every config on the same prompts; the first config is the reference (use "full"),
+    unless ``reference`` is a full-cache result of an earlier call on the same prompts (then its
+    tokens are the reference and every config is measured against them).
 
     heldout: (context ids, continuation ids) pairs for perplexity. Agreement: for each prompt, the
     share of the ``n_tokens`` greedy tokens equal to the reference's at the same position.
     """
-    if not configs or configs[0].method != "full":
+    if reference is None and (not configs or configs[0].method != "full"):
         raise ValueError("the first config must be the full cache (the reference)")
+    if reference is not None and len(reference.tokens) != len(prompts):
+        raise ValueError(f"the reference holds tokens for {len(reference.tokens)} prompts, not {len(prompts)}")
     results: list[MethodResult] = []
     states = [prefill(model, p, block_size) for p in prompts]             # one prefill per prompt, shared
     held = [prefill(model, c, block_size) for c, _ in heldout]
     for cfg in configs:
         runs = [_run(model, cfg, p, st, n_tokens, block_size) for p, st in zip(prompts, states)]
         toks = [r[0] for r in runs]
-        ref = toks if not results else results[0].tokens
+        ref = reference.tokens if reference is not None else (toks if not results else results[0].tokens)
         agree = sum(sum(a == b for a, b in zip(t, r)) / max(1, len(r)) for t, r in zip(toks, ref)) / len(toks)
         nll = [_decoder(model, cfg, len(c) + len(x), block_size).continuation_nll(c, x, st)
                for (c, x), st in zip(heldout, held)]
-        results.append(MethodResult(cfg.label, runs[0][3], sum(r[1] for r in runs) / len(runs),
-                                    sum(r[2] for r in runs) / len(runs), math.exp(sum(nll) / max(1, len(nll))),
-                                    agree, toks))
+        mean = [sum(r[i] for r in runs) / len(runs) for i in (1, 2, 4)]
+        results.append(MethodResult(cfg.label, runs[0][3], mean[0], mean[1], math.exp(sum(nll) / max(1, len(nll))),
+                                    agree, toks, cfg.kind, mean[2], len(prompts), n_tokens,
+                                    sum(len(x) for _, x in heldout)))
     return results
 
 
 def format_results(rows: Sequence[MethodResult]) -> str:
-    """A fixed-width table, the full cache first; percentages relative to it."""
+    """A fixed-width table, the full cache first; percentages relative to it; the sample size last.
+    "KV kept": the bytes the method keeps (for h2o, a per-head token cache's); "pool": the bytes of
+    the paged pool's blocks the table still holds."""
     full = rows[0]
-    lines = [f"{'method':<14}{'B/token':>9}{'KV kept':>11}{'kept %':>8}{'read/step':>11}{'read %':>8}"
-             f"{'ppl':>8}{'agree':>7}"]
+    lines = [f"{'method':<18}{'kind':<10}{'B/token':>8}{'KV kept':>10}{'kept':>6}{'pool':>9}{'read/step':>11}"
+             f"{'read':>6}{'ppl':>7}{'agree':>6}"]
     for r in rows:
-        lines.append(f"{r.label:<14}{r.bytes_per_token:>9,}{r.kv_bytes / 1e6:>9.2f}MB{r.kv_bytes / full.kv_bytes:>8.0%}"
-                     f"{r.read_bytes_per_step / 1e6:>9.2f}MB{r.read_bytes_per_step / full.read_bytes_per_step:>8.0%}"
-                     f"{r.ppl:>8.2f}{r.agreement:>7.0%}")
+        lines.append(f"{r.label:<18}{r.kind:<10}{r.bytes_per_token:>8,}{r.kv_bytes / 1e6:>8.2f}MB"
+                     f"{r.kv_bytes / full.kv_bytes:>6.0%}{r.pool_bytes / 1e6:>7.2f}MB{r.read_bytes_per_step / 1e6:>9.2f}MB"
+                     f"{r.read_bytes_per_step / full.read_bytes_per_step:>6.0%}{r.ppl:>7.2f}{r.agreement:>6.0%}")
+    lines.append(f"sample: {full.prompts} prompt(s) x {full.greedy_tokens} greedy tokens each (agreement); "
+                 f"perplexity over {full.scored_tokens} held-out tokens")
     return "\n".join(lines)
 
 

@@ -280,8 +280,9 @@ class BlockManager:
         the later blocks move up, ``num_tokens`` drops by ``block_size`` per block, and each removed
         block loses this table's reference (returned: those that became free).
 
-        After a drop, slot ``i`` of the table no longer holds position ``i``: the caller keeps each
-        kept token's original position (for RoPE and masks; see ``kvlab.compute.kv_compress``).
+        After a drop, slot ``i`` of the table no longer holds position ``i``: the caller decides each
+        kept token's RoPE position, its original one or (StreamingLLM's paper) its new slot, and
+        re-rotates the stored keys if it moves them (see ``kvlab.compute.kv_compress``).
         Only full blocks can go (the last, partial block is still being written). All or nothing.
 
         Example (block size 4, 14 tokens in [0, 1, 2, 3]): ``drop_blocks("A", [1, 2])`` -> [1, 2];

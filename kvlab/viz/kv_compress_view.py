@@ -25,11 +25,14 @@ from .palette import FREE, classroom_css, source_label, theme
 
 __all__ = ["attention_figure", "kept_blocks", "budget_explorer", "tradeoff_figure"]
 
-METHOD_COLORS = {"full": "#333333", "streaming": "#1f77b4", "h2o": "#ff7f0e", "quest": "#2ca02c",
+# a paper's method and its variant share a colour; the variant is drawn open (or as a cross)
+METHOD_COLORS = {"full": "#333333", "streaming": "#1f77b4", "streaming-orig": "#1f77b4", "h2o": "#ff7f0e",
+                 "h2o-block": "#ff7f0e", "quest": "#2ca02c", "quest-shared": "#2ca02c",
                  "int8": "#9467bd", "fp8": "#8c564b"}
 # open and filled shapes of different sizes: two methods at the same point stay visible
-METHOD_MARKERS = {"full": ("circle", 12), "streaming": ("square-open", 20), "h2o": ("diamond", 10),
-                  "quest": ("triangle-up", 13), "int8": ("circle-open", 18), "fp8": ("x", 10)}
+METHOD_MARKERS = {"full": ("circle", 12), "streaming": ("square", 11), "streaming-orig": ("square-open", 20),
+                  "h2o": ("diamond", 10), "h2o-block": ("diamond-open", 18), "quest": ("triangle-up", 13),
+                  "quest-shared": ("triangle-up-open", 20), "int8": ("circle-open", 18), "fp8": ("x", 10)}
 MAX_WIDTH = 840   # every figure fits an 850 px output area
 
 
@@ -73,13 +76,16 @@ def attention_figure(profile: Any, title: str = "Where decode attention goes, an
 def kept_blocks(profile: Any, method: str, budget_tokens: int, sink_tokens: int, block_size: int) -> dict:
     """Which positions a method keeps under ``budget_tokens`` (whole blocks), judged by the
     profile's measured attention: {"kept": positions, "mass_kept": share of the mass they got,
-    "tokens_kept": share of the tokens}. H2O ranks blocks by that mass (the heavy hitters)."""
+    "tokens_kept": share of the tokens, "sink_blocks": StreamingLLM's sink blocks (whole blocks, at
+    most the budget less the newest block: none at a budget of one block)}. H2O ranks blocks by that
+    mass (the heavy hitters; kvlab's block-level adaptation, what the paged table can drop)."""
     from ..compute.kv_compress import h2o_drop, streaming_drop
 
     mass = profile.mass
     T = mass.shape[0]
     nb, full = -(-T // block_size), T // block_size
     budget = max(1, -(-budget_tokens // block_size))
+    sinks = 0
     if method == "streaming":
         sinks = min(-(-sink_tokens // block_size), budget - 1)
         drop = streaming_drop(nb, full, sinks, budget - sinks) if nb > budget else []
@@ -90,7 +96,8 @@ def kept_blocks(profile: Any, method: str, budget_tokens: int, sink_tokens: int,
         raise ValueError(f"method must be 'streaming' or 'h2o', got {method!r}")
     gone = set(drop)
     kept = [p for p in range(T) if p // block_size not in gone]
-    return {"kept": kept, "mass_kept": float(mass[kept].sum() / mass.sum()), "tokens_kept": len(kept) / T}
+    return {"kept": kept, "mass_kept": float(mass[kept].sum() / mass.sum()), "tokens_kept": len(kept) / T,
+            "sink_blocks": sinks}
 
 
 def _kept_figure(profile: Any, k: dict, caption: str) -> Any:
@@ -113,9 +120,14 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
     and what share of the measured attention mass they got. Static figure when widgets are off."""
     T = profile.mass.shape[0]
 
-    def caption(k: dict, method: str, budget: int) -> str:
-        return (f"{method}, budget {budget} tokens: keeps {len(k['kept'])} of {T} tokens "
+    def caption(k: dict, method: str, budget: int, sink: int = 0) -> str:
+        text = (f"{method}, budget {budget} tokens: keeps {len(k['kept'])} of {T} tokens "
                 f"({k['tokens_kept']:.0%} of the KV memory) and {k['mass_kept']:.0%} of the attention mass (measured)")
+        if method != "StreamingLLM":
+            return text
+        if sink and budget <= block_size:
+            return text + "<br>no sink: a budget of one block holds only the newest block"
+        return text + f"<br>{k['sink_blocks']} sink block(s): sinks are kept as whole blocks of {block_size}"
 
     k = kept_blocks(profile, "streaming", budget_tokens, sink_tokens, block_size)
     if static_frames():  # the static site: every budget, both methods, the sinks as given
@@ -135,7 +147,7 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
                                   {"method": {"streaming": "StreamingLLM", "h2o": "H2O"}},
                                   title=f"Try it here ({sink_tokens} sink tokens for StreamingLLM)"))
     if is_static():
-        return _kept_figure(profile, k, caption(k, "streaming", budget_tokens))
+        return _kept_figure(profile, k, caption(k, "StreamingLLM", budget_tokens, sink_tokens))
     import ipywidgets as w
     from IPython.display import display
 
@@ -144,7 +156,7 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
     budget = w.IntSlider(value=budget_tokens, min=block_size, max=max(block_size, T), step=block_size,
                          description="budget (tokens)", continuous_update=False, style={"description_width": "initial"},
                          layout=w.Layout(min_width="360px"))     # whole labels, and a track that keeps its length
-    sinks = w.IntSlider(value=sink_tokens, min=0, max=4 * block_size, step=block_size // 4 or 1,
+    sinks = w.IntSlider(value=sink_tokens, min=0, max=4 * block_size, step=block_size,   # whole blocks
                         description="sinks (StreamingLLM)", continuous_update=False,
                         style={"description_width": "initial"}, layout=w.Layout(min_width="400px"))
     out = w.Output()
@@ -154,7 +166,7 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
         name = "StreamingLLM" if method.value == "streaming" else "H2O"
         with out:
             out.clear_output(wait=True)
-            display(_kept_figure(profile, kk, caption(kk, name, budget.value)))
+            display(_kept_figure(profile, kk, caption(kk, name, budget.value, sinks.value)))
 
     for c in (method, budget, sinks):
         c.observe(redraw, names="value")

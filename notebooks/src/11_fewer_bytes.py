@@ -11,9 +11,10 @@
 #   in int8 or fp8 instead of fp16.
 # - Whether the source notes' "hot and cold tokens" hold: measured on SmolLM2-135M, how many
 #   bytes each decode step reads for each position, beside how much attention each position gets.
-# - Three ways to keep or read fewer tokens, each as an operation on the
-#   [block table](glossary.md) (块表): StreamingLLM (sinks + a recent window), H2O (heavy
-#   hitters), Quest (read only the top-k blocks by a bound); and their price in quality.
+# - Three ways to keep or read fewer tokens, each as its paper defines it and beside the variant a
+#   paged cache suggests, as operations on the [block table](glossary.md) (块表): StreamingLLM
+#   (sinks + a recent window), H2O (heavy hitters), Quest (read only the top-k blocks by a
+#   bound); and their price in quality, measured side by side.
 # - int8 KV with one scale per token and head: a store kernel that quantizes, a decode kernel
 #   that dequantizes on load, both in Triton.
 #
@@ -109,10 +110,16 @@ s = profile.shares()
 # ## 3. Keeping fewer tokens is a block-table operation
 #
 # kvlab owns the block table, so dropping tokens is a table edit: whole blocks leave the table
-# through `BlockManager.drop_blocks` and go back to the pool, and each kept token keeps its
-# **original position** (its RoPE angle), as StreamingLLM's cache does. A tiny example (block
-# size 4, 30 tokens = 8 blocks, the last one partial), with StreamingLLM (Xiao et al. 2023)
-# keeping 1 sink block and a window of 2:
+# through `BlockManager.drop_blocks` and go back to the pool. A tiny example (block size 4, 30
+# tokens = 8 blocks, the last one partial), with StreamingLLM (Xiao et al. 2023) keeping 1 sink
+# block and a window of 2. Which **position** (RoPE angle) does a kept token have afterwards?
+# The paper (section 3.2, and its `pos_shift` code) gives positions *within the cache*: slot i
+# is position i, and the new token's query sits at the last slot, so the model never sees a
+# distance longer than the cache. Its code keeps K before RoPE and rotates the whole cache at
+# 0..n-1 each step. kvlab's pool stores K after RoPE (the kernels read it as it is), so when a
+# drop moves a block up by d slots, its keys are rotated once by -d (rotations add up:
+# rotating by p and then by -d is rotating by p - d). The variant `streaming-orig` keeps every
+# token's original position instead; section 5 measures both.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -129,41 +136,75 @@ t = m.table("R1")
 kept_positions = [p for p in range(30) if p // 4 not in drop]
 print(f"drop logical blocks {drop}: blocks {released} back to the pool")
 print(f"after:  table {t.block_ids}, {t.num_tokens} tokens, free blocks {m.allocator.num_free_blocks}")
-print(f"slot i now holds original position {kept_positions}")
+print(f"slot i holds original position {kept_positions}")
+shift = kept_positions[4] - 4                                 # how far the window's first block moved up
+print(f"paper: slot i is RoPE position i, so the keys of slots 4-{len(kept_positions) - 1} (positions "
+      f"{kept_positions[4]}-{kept_positions[-1]}) are rotated by -{shift}; variant (streaming-orig): they keep "
+      f"positions {kept_positions[4]}-{kept_positions[-1]}")
 scores = [9.0, 0.5, 6.0, 0.2, 0.1, 0.3, 0.4, 0.2]     # attention received per block (made-up numbers)
-print(f"H2O (Zhang et al. 2023), 4 blocks, window 2, scores {scores}: drop {h2o_drop(scores, 7, 4, 2)}")
+print(f"H2O at block level (kvlab's adaptation), 4 blocks, window 2, scores {scores}: drop {h2o_drop(scores, 7, 4, 2)}")
 
 # %% [markdown]
-# H2O keeps the window and then the *heavy hitters*, the blocks that received the most
-# attention so far (here block 0, the sink, and block 2). Quest (Tang et al. 2024) drops nothing:
-# it keeps, per block, the minimum and maximum of every key channel, and before each step
-# reads only the top-k blocks by an **upper bound** of the query's scores in that block,
-# `sum_d max(q_d * max_d, q_d * min_d)`. The Triton kernel `selected_decode_attention` takes
-# each sequence's list of selected blocks and reads only those, through the block table; here
-# it is checked against its torch reference in the interpreter:
+# H2O (Zhang et al. 2023) keeps the window and then the *heavy hitters*, the tokens that
+# received the most attention so far. The paper does it **per layer and head, token by token**,
+# after every step. Different heads then keep different tokens, so a block can go back to the
+# pool only when no head of any layer keeps any of its tokens: the paper's saving needs a cache
+# that holds each head's tokens apart (its code compacts a tensor per head). kvlab's adaptation,
+# `h2o-block`, sums the attention over layers and heads and drops whole blocks (above: block 0,
+# the sink, and block 2 stay): what the paged table can actually give back. The paper's rule on
+# a tiny example, 2 heads of 1 layer, 6 tokens, a budget of 4 with a window of 2:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.compute.kv_compress import block_key_minmax, quest_bounds, quest_select
+from kvlab.compute.kv_compress import h2o_keep_heads
+
+head_scores = torch.tensor([[[5.0, 1, 4, 2, 9, 3], [0.5, 8, 1, 7, 2, 1]]])   # (layers, heads, tokens), made up
+kept = h2o_keep_heads(head_scores, torch.ones(1, 2, 6, dtype=torch.bool), budget=4, window=2)
+for h in range(2):
+    print(f"head {h}: scores {head_scores[0, h].tolist()} -> keeps tokens {kept[0, h].nonzero().flatten().tolist()}")
+print(f"tokens no head keeps (their memory could go back): {(~kept.any(1)[0]).nonzero().flatten().tolist()}")
+
+# %% [markdown]
+# Quest (Tang et al. 2024) drops nothing: it keeps, per block (its *page*), the minimum and
+# maximum of every key channel, and before each step reads only the top-k blocks by an
+# **upper bound** of the query's scores in that block, `sum_d max(q_d * max_d, q_d * min_d)`.
+# The paper picks the blocks **per head** and leaves the first two layers dense. With GQA a
+# KV head's K/V is read by its whole group of query heads, so kvlab picks per KV head, by the
+# largest bound among its query heads. The variant `quest-shared` picks one set for all heads
+# and layers (one top-k per layer instead of one per head). The Triton kernel
+# `selected_decode_attention` takes a list of blocks per sequence and KV head and reads only
+# those, through the block table; here it is checked against its torch reference in the
+# interpreter, with 2 KV heads that choose differently:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.compute.kv_compress import block_key_minmax, quest_bounds, quest_select, quest_select_heads
 from kvlab.kernels import compressed_decode_attention_ref, selected_decode_attention
 
 g = torch.Generator().manual_seed(0)
-k_cache = torch.randn(6, 4, 1, 16, generator=g)              # (num_blocks, block_size, kv_heads, head_dim)
-v_cache = torch.randn(6, 4, 1, 16, generator=g)
-q = torch.randn(1, 2, 16, generator=g)                       # one sequence, 2 query heads
+k_cache = torch.randn(6, 4, 2, 16, generator=g)              # (num_blocks, block_size, kv_heads, head_dim)
+v_cache = torch.randn(6, 4, 2, 16, generator=g)
+q = torch.randn(1, 4, 16, generator=g)                       # one sequence, 4 query heads (2 per KV head)
 block_table, n = torch.tensor([[3, 0, 5, 1, 4]], dtype=torch.int32), 18
-keys = k_cache[block_table[0].long()].reshape(-1, 1, 16)[:n]
-chosen = quest_select(quest_bounds(q[0], *block_key_minmax(keys, 4)), top_k=2)
-sel = torch.tensor([chosen], dtype=torch.int32)
+keys = k_cache[block_table[0].long()].reshape(-1, 2, 16)[:n]
+bounds = quest_bounds(q[0], *block_key_minmax(keys, 4))      # (query heads, blocks)
+per_head = quest_select_heads(bounds, num_kv_heads=2, top_k=2)
+sel = torch.tensor([per_head], dtype=torch.int32)            # (1 sequence, 2 KV heads, 2 blocks)
 args = (q, k_cache, v_cache, block_table, torch.tensor([n], dtype=torch.int32))
-out = selected_decode_attention(*args, sel, torch.tensor([2], dtype=torch.int32))
-ref = compressed_decode_attention_ref(*args, selected_blocks=sel, num_selected=torch.tensor([2]))
-print(f"Quest reads logical blocks {chosen} of 5; kernel equals the reference: {torch.allclose(out, ref, atol=1e-5)}")
+num = torch.tensor([[2, 2]], dtype=torch.int32)
+out = selected_decode_attention(*args, sel, num)
+ref = compressed_decode_attention_ref(*args, selected_blocks=sel, num_selected=num)
+print(f"paper, per KV head: head 0 reads logical blocks {per_head[0]}, head 1 {per_head[1]} of 5 "
+      f"(the newest always); variant, shared: {quest_select(bounds, 2)}")
+print(f"kernel equals the reference: {torch.allclose(out, ref, atol=1e-5)}")
 
 # %% [markdown]
 # Try a budget yourself on the profile measured above: pick a method, a budget and the sinks,
 # and see which positions stay (blue) and what share of the measured attention mass they got.
-# StreamingLLM without sinks (set them to 0) loses the first tokens' mass at once.
+# StreamingLLM without sinks (set them to 0) loses the first tokens' mass at once. Blocks are
+# the unit: the sinks move in whole blocks of 16, and at a budget of 16 (one block) the newest
+# block is all that fits, so the sinks slider has nothing to change there (the caption says so).
+# H2O here is the block-level adaptation (the paper's per-head choice differs per head).
 
 # %%
 from kvlab.viz.kv_compress_view import budget_explorer
@@ -222,18 +263,20 @@ print("decode kernel equals the reference:",
 # %% [markdown]
 # ## 5. The real run: memory kept against quality
 #
-# Every method on the same model, each starting from the same dense prefill: the full cache;
-# StreamingLLM, H2O and Quest at a budget of 64 tokens (4 blocks of 16; StreamingLLM with 16
-# sink tokens); int8 and fp8 KV. For each: KV bytes kept at the end, K/V bytes read per decode
-# step, perplexity of a held-out passage of documentation (150 tokens of context, then a few
-# scored), and the share of greedy tokens equal to the full cache's. Each decode step runs the
-# whole model (about 40 ms here), so the lesson measures a **small sample**: one prompt and a
-# handful of tokens (the cell prints how many), in two cells, the methods that drop tokens and
-# then those that shrink them. One token more or less in agreement moves it by a large step,
-# and perplexity over so few tokens is noisy: read the table for its big differences only. The
-# bench (`bench/bench_kv_compress.py`) runs 20 prompts x 32 tokens. The model runs in fp32 on
-# the CPU, so the full cache is fp32 here (4 bytes a value): int8 and fp8 keep a quarter of it
-# plus their scales.
+# Every method on the same model, the same prompt and the same budget, each starting from the
+# same dense prefill: the full cache; StreamingLLM, H2O and Quest at a budget of 64 tokens
+# (4 blocks of 16; StreamingLLM with 16 sink tokens), each as its paper defines it (**paper**)
+# and beside its **variant**; int8 and fp8 KV (kvlab's scheme). For each: KV bytes kept at the
+# end ("KV kept"; for the paper's H2O, what a per-head token cache holds), the bytes of pool
+# blocks the table still holds ("pool"), K/V bytes read per decode step, perplexity of a
+# held-out passage of documentation (150 tokens of context, then a few scored), and the share
+# of greedy tokens equal to the full cache's. Each decode step runs the whole model (about
+# 40 ms here), so the lesson measures a **small sample**, printed under each table: one prompt
+# and a handful of tokens. One token more or less in agreement moves it by a large step, and
+# perplexity over so few tokens is noisy: read the table for its big differences only. The
+# bench (`bench/bench_kv_compress.py`) runs every method on more prompts and tokens. The model
+# runs in fp32 on the CPU, so the full cache is fp32 here (4 bytes a value): int8 and fp8 keep
+# a quarter of it plus their scales. First the methods that drop tokens, paper and variant:
 
 # %%
 from kvlab.compute.kv_compress import CompressionConfig
@@ -241,17 +284,20 @@ from kvlab.compute.kv_measure import compare_methods, format_results, heldout_pa
 
 N_TOKENS = 5                                   # greedy tokens per method, and tokens scored for perplexity
 sample, held = prompts[:1], heldout_pairs(tok, 1, 150, N_TOKENS)
-configs = [CompressionConfig("full"), CompressionConfig("streaming", 64, 16), CompressionConfig("h2o", 64),
-           CompressionConfig("quest", 64), CompressionConfig("int8"), CompressionConfig("fp8")]
-rows = compare_methods(model, configs[:4], sample, N_TOKENS, held, block_size=16)
-print(f"measured: {len(sample)} prompt of {len(sample[0])} tokens, {N_TOKENS} greedy tokens per method; "
-      f"perplexity over {N_TOKENS} held-out tokens after {len(held[0][0])} of context")
+full_cfg = CompressionConfig("full")
+dropping = [CompressionConfig(m, 64, 16) for m in ("streaming", "streaming-orig", "h2o", "h2o-block")]
+rows = compare_methods(model, [full_cfg, *dropping], sample, N_TOKENS, held, block_size=16)
+print(f"measured on a prompt of {len(sample[0])} tokens; held-out context {len(held[0][0])} tokens")
 print(format_results(rows))
 
+# %% [markdown]
+# Then Quest, which keeps every token and reads fewer (paper: per KV head, layers 0 and 1
+# dense; variant: one set of blocks for every head and layer), and the quantized caches:
+
 # %%
-quant = compare_methods(model, [configs[0], *configs[4:]], sample, N_TOKENS, held, block_size=16)
-assert quant[0].tokens == rows[0].tokens       # the full cache again, deterministic: the same reference
-rows += quant[1:]
+more = [CompressionConfig("quest", 64), CompressionConfig("quest-shared", 64), CompressionConfig("int8"),
+        CompressionConfig("fp8")]
+rows += compare_methods(model, more, sample, N_TOKENS, held, block_size=16, reference=rows[0])   # same reference
 print(format_results(rows))
 
 # %% [markdown]
@@ -274,21 +320,29 @@ print(f"Closest to the full cache: {best.label} ({best.agreement:.0%} of greedy 
       f"{best.ppl:.2f} vs {full.ppl:.2f}) with {best.kv_bytes / full.kv_bytes:.0%} of its KV memory.")
 print(f"Smallest cache: {small.label}, {small.kv_bytes / full.kv_bytes:.0%} of the memory, "
       f"{small.agreement:.0%} of greedy tokens equal, perplexity {small.ppl:.2f}.")
-q = next(r for r in rows if r.label.startswith("quest"))
-print(f"Quest keeps all {q.kv_bytes / full.kv_bytes:.0%} of the memory but reads "
-      f"{q.read_bytes_per_step / full.read_bytes_per_step:.0%} of the bytes per step.")
+by = {r.label.split()[0]: r for r in rows}
+q = by["quest"]
+print(f"Quest (paper) keeps all {q.kv_bytes / full.kv_bytes:.0%} of the memory but reads "
+      f"{q.read_bytes_per_step / full.read_bytes_per_step:.0%} of the bytes per step (its two dense layers "
+      f"included; the shared variant {by['quest-shared'].read_bytes_per_step / full.read_bytes_per_step:.0%}).")
+h = by["h2o"]
+print(f"H2O (paper) keeps {h.kv_bytes / full.kv_bytes:.0%} of the tokens' bytes per head, but its heads keep "
+      f"different tokens: the paged pool still holds {h.pool_bytes / full.pool_bytes:.0%} of the blocks.")
+ranked = sorted((r for r in rows[1:] if r.kind in ("paper", "variant")), key=lambda r: r.ppl)
+print("At 64 tokens, by perplexity (this small sample): " + ", ".join(f"{r.label} ({r.kind}) {r.ppl:.2f}"
+                                                                       for r in ranked))
 lower = [r.label for r in rows[1:] if r.ppl < full.ppl]
 if lower:
     print(f"Perplexity below the full cache's ({', '.join(lower)}) is noise, not a gain: {N_TOKENS} scored tokens are "
-          f"too few, and one token's probability moves the mean a lot. bench/bench_kv_compress.py scores 20 x 32.")
+          f"too few, and one token's probability moves the mean a lot; bench/bench_kv_compress.py scores more.")
 
 # %% [markdown]
 # ## 6. Where dropping breaks: a fact in the middle
 #
 # Attention mass is small in the middle *on average*, but a question can make one middle token
 # matter. A prompt of about 300 tokens of documentation hides "the secret code of the vault is
-# 7391" in its middle and asks for it at the end; each method gets 12 greedy tokens, just enough
-# for the full cache's answer:
+# 7391" in its middle and asks for it at the end; each method (the papers' first, then the
+# variants) gets 12 greedy tokens, just enough for the full cache's answer:
 
 # %%
 from kvlab.compute.kv_measure import needle, needle_prompt
@@ -296,16 +350,26 @@ from kvlab.compute.kv_measure import needle, needle_prompt
 question = needle_prompt(tok, filler_tokens=300)
 nstate = prefill(model, question, block_size=16)
 found = {}
-for cfg in configs[:4]:
-    text = tok.decode(needle(model, question, cfg, max_tokens=12, block_size=16, state=nstate)).strip()
-    found[cfg.label] = "7391" in text
-    print(f"{cfg.label:14s} {'found' if found[cfg.label] else 'MISSED':7s} {text!r}")
+
+
+def ask(configs):
+    for cfg in configs:
+        text = tok.decode(needle(model, question, cfg, max_tokens=12, block_size=16, state=nstate)).strip()
+        found[cfg.label] = "7391" in text
+        print(f"{cfg.label:18s} {cfg.kind:9s} {'found' if found[cfg.label] else 'MISSED':7s} {text!r}")
+
+
+ask([full_cfg] + [CompressionConfig(m, 64, 16) for m in ("streaming", "h2o", "quest")])
+
+# %%
+ask([CompressionConfig(m, 64, 16) for m in ("streaming-orig", "h2o-block", "quest-shared")])
 
 # %% [markdown]
 # Methods that decide once what to drop cannot get a dropped token back: its K and V are gone
-# from the pool. Quest keeps every block and chooses per step, per layer, with the query in
-# hand; it finds the fact only if the bound ranks the fact's block among the top 4 at the step
-# that needs it, which the run above shows (Quest saves bytes read, never memory).
+# from the pool (for the paper's H2O, from that head). Quest keeps every block and chooses per
+# step, per layer and (the paper) per head, with the query in hand; it finds the fact only if
+# the bound ranks the fact's block among the top 4 at the step that needs it, which the run
+# above shows (Quest saves bytes read, never memory).
 #
 # ## 7. Exercises
 #
@@ -437,8 +501,11 @@ else:
 # - The notes' "hot and cold tokens" split into two questions: how often a token is read (under
 #   dense attention: every step, every token) and how much attention it gets (uneven: see the
 #   lines above for this run).
-# - StreamingLLM and H2O drop whole blocks from the table (`BlockManager.drop_blocks`), the
-#   pool gets them back and kept tokens keep their positions; Quest keeps everything and reads
-#   the top-k blocks by an upper bound. Section 5 gives each one's memory and quality on this
-#   model; section 6 shows what a drop cannot undo.
+# - StreamingLLM drops whole blocks from the table (`BlockManager.drop_blocks`) and the pool
+#   gets them back; the paper gives positions inside the cache (kvlab re-rotates the keys that
+#   move), its variant keeps the original ones. H2O as the paper keeps tokens per layer and head,
+#   which a paged pool can free only where every head agrees; kvlab's block-level adaptation
+#   frees whole blocks. Quest keeps everything and reads the top-k blocks by an upper bound, per
+#   KV head with two dense layers (the paper) or one set for all (the variant). Section 5 gives
+#   each one's memory and quality on this model; section 6 shows what a drop cannot undo.
 # - int8 and fp8 cut the bytes of every kept token and combine with any of the three.
