@@ -152,7 +152,7 @@ class Dashboard:
     def maybe_capture(self, engine, loop, idle: bool) -> None:
         """Capture when something changed, at most every ``min_interval`` s while busy."""
         tree = engine.cache
-        key = (engine.step_no, len(loop._active), loop.num_unadmitted, len(self.finished),
+        key = (engine.step_no, len(loop.active), loop.num_unadmitted, len(self.finished),
                tree.num_nodes if tree is not None else 0)
         if key == self._key:
             return
@@ -234,7 +234,7 @@ class Dashboard:
 
     def _requests(self, loop) -> list[dict]:
         rows = [{k: v for k, v in r.items() if k != "_tokens"} for r in self.finished]
-        for rid, act in loop._active.items():
+        for rid, act in loop.active.items():
             rows.append(request_row(rid, act, self.names.get(rid, "")))
         return rows
 

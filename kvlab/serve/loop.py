@@ -218,6 +218,11 @@ class EngineLoop:
     def num_unadmitted(self) -> int:
         return self._unadmitted
 
+    @property
+    def active(self) -> dict:
+        """The requests in flight, by request id (read on the engine thread only, as the dashboard does)."""
+        return self._active
+
     # ------------------------------------------------------------------ the engine thread
     def _run(self) -> None:
         try:
