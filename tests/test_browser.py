@@ -117,9 +117,10 @@ class _Held:
         cls.name, cls.page, cls.stage = None, None, ""
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _close_the_last_page(lab):
-    yield
+@pytest.fixture(scope="module")
+def held(browser, lab):
+    """The page holder; the last page (and its kernel) closed before the browser and the server."""
+    yield _Held
     _Held.close(lab)
 
 
@@ -134,6 +135,7 @@ def _page(browser, lab, name: str, stage: str):
         _Held.name, _Held.stage = name, "normal"
     page = _Held.page
     if stage == "classroom" and _Held.stage != "classroom":
+        page.screenshot(path=str(ARTIFACTS / f"{name[:2]}_normal_page.png"))
         _Held.stage = "classroom"  # even if re-drawing fails: never measure a half-switched page as normal
         _to_classroom(page, name)
     errors = cell_errors(page)
@@ -308,7 +310,7 @@ def test_the_lessons_with_their_own_steps_exist():
 # One item per (lesson, mode), the modes of a lesson one after the other on the same page.
 @pytest.mark.parametrize("name, mode", [(n, m) for n in _LESSONS for m in ("normal", "classroom")],
                          ids=[f"{n[:2]}-{m}" for n in _LESSONS for m in ("normal", "classroom")])
-def test_lesson_runs_clean_and_fits(browser, lab, name, mode):
+def test_lesson_runs_clean_and_fits(browser, lab, held, name, mode):
     """normal: Run All at 1500x1000; classroom: the same page re-drawn in classroom mode at 1280x720
     with the file browser open (see _to_classroom). In both: no cell shows an error, the figures and
     widgets render, the lesson's own steps pass, nothing wider than its output area, no text under

@@ -47,7 +47,7 @@ STRINGS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def path():
     found = smollm2_path()
     if found is None:
@@ -55,17 +55,17 @@ def path():
     return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ours(path):
     return load_pretrained(path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hf_tok(path):
     return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hf(path):
     return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                               dtype=torch.float32).eval()
