@@ -27,4 +27,4 @@ site:
 	.venv/bin/python scripts/build_site.py $(LESSONS)
 
 clean:
-	rm -rf .venv .pytest_cache .hypothesis tests/_artifacts bench/out site build/site-cache
+	rm -rf .venv .pytest_cache .hypothesis tests/_artifacts bench/out site build/site-cache build/lesson-runs

@@ -153,12 +153,23 @@ def _redrawn_cells(name: str) -> list[int]:
 
 _DRAWN = {"text/html", "image/svg+xml", "image/png", "application/vnd.plotly.v1+json",
           "application/vnd.jupyter.widget-view+json"}
-_RERUN_JS = """async ([first, cells, source]) => {
-    const app = window.jupyterapp, nb = app.shell.currentWidget.content;
+# Run in the kernel (no cell) after viz.classroom(True): a name bound to a Theme by a cell that
+# is not run again (lesson 01: `th = viz.theme()` beside the model run) takes the classroom one,
+# as it would have in a lesson run in classroom mode from the top (test_only_drawn_cells_use_viz
+# checks that a Theme is the only thing such cells take from kvlab.viz).
+REBIND_THEMES = ("import kvlab.viz as _kv_viz\nfrom kvlab.viz.palette import Theme as _KvTheme\n"
+                 "for _k, _v in list(globals().items()):\n"
+                 "    if isinstance(_v, _KvTheme) and not _k.startswith('_'):\n"
+                 "        globals()[_k] = _kv_viz.theme()\n"
+                 "del _kv_viz, _KvTheme, _k, _v")
+_RERUN_JS = """async ([first, cells, source, rebind]) => {
+    const app = window.jupyterapp, panel = app.shell.currentWidget, nb = panel.content;
     nb.deselectAll(); nb.activeCellIndex = first;
     await app.commands.execute('notebook:insert-cell-below');
     nb.activeCell.model.sharedModel.setSource(source);
     await app.commands.execute('notebook:run-cell');
+    const reply = await panel.sessionContext.session.kernel.requestExecute({code: rebind, store_history: false}).done;
+    if (reply.content.status !== 'ok') throw new Error('rebinding the themes failed: ' + reply.content.evalue);
     for (const i of cells) {   // indices in the lesson: +1 for the inserted cell
         nb.deselectAll(); nb.activeCellIndex = i + 1;
         await app.commands.execute('notebook:run-cell');
@@ -176,7 +187,7 @@ def _to_classroom(page, name: str) -> None:
     ensure_file_browser_open(page)
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
     first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    page.evaluate(_RERUN_JS, [first, _redrawn_cells(name), CLASSROOM_CELL])
+    page.evaluate(_RERUN_JS, [first, _redrawn_cells(name), CLASSROOM_CELL, REBIND_THEMES])
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=RUN_TIMEOUT_MS)
     shown = page.evaluate("() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]"
                           ".some(p => /viz\\.classroom/.test(p.closest('.jp-CodeCell').textContent))")
@@ -299,6 +310,25 @@ def _lesson_07_radix_stepper(page) -> None:
 _NORMAL_STEPS = {"02_how_big.ipynb": _lesson_02_plotly, "07_radix.ipynb": _lesson_07_radix_stepper}
 _CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector}
 _LESSONS = lesson_names()
+
+
+_VIZ_USE = re.compile(r"\b(?:viz\.\w+|theme|Stepper\w*|go\.Figure|px\.\w+|make_subplots)\(")
+
+
+@pytest.mark.parametrize("name", lesson_names())
+def test_only_drawn_cells_use_viz(name):
+    """Classroom mode re-runs only the cells that draw (_redrawn_cells) and rebinds Theme names
+    (REBIND_THEMES). That is the whole lesson in classroom mode only while no other cell builds
+    a figure or a view: a cell that is not re-run may take nothing from kvlab.viz but a theme()."""
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    drawn = set(_redrawn_cells(name))
+    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code" or i in drawn or i == first:
+            continue
+        used = {u for u in _VIZ_USE.findall(c.source) if u not in ("viz.theme(", "theme(")}
+        assert not used, (f"{name} cell {i} builds {sorted(used)} but draws nothing: the browser test's classroom "
+                          "mode would show it in normal mode's look (draw it in the cell that builds it)")
 
 
 def test_the_lessons_with_their_own_steps_exist():
