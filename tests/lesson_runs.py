@@ -154,7 +154,8 @@ def _run(stem: str) -> dict:
             solutions.append({"stub_cell": -1, "solution": STRICT_CELL, "check": "", "outputs": [strict_errors, []]})
     nb.cells = nb.cells[:own]
     nbformat.write(nb, RUNS / f"{stem}.ipynb")
-    return {"run_id": run_id(), "seconds": round(seconds, 1), "solutions": json.loads(json.dumps(solutions)),
+    return {"run_id": run_id(), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "pid": os.getpid(),
+            "seconds": round(seconds, 1), "solutions": json.loads(json.dumps(solutions)),
             "cell_times": [[round(dt, 2), i] for dt, i in getattr(bn.execute, "last_cell_times", [])]}
 
 

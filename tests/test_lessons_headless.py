@@ -16,8 +16,6 @@ so with pytest-xdist two workers run different lessons at once and each lesson s
 """
 from __future__ import annotations
 
-import functools
-
 import pytest
 from lesson_runs import (
     cell_errors, executed, lesson_stems, nbval_differences, solution_cells, solution_failures, stub_check_problems,
@@ -27,9 +25,21 @@ pytestmark = [pytest.mark.notebooks, pytest.mark.slow]
 STEMS = lesson_stems()
 
 
-@functools.cache
+_RUNS: dict[str, object] = {}
+
+
 def _run(stem: str):
-    return executed(stem)
+    """This session's run of the lesson; a run that raised (a cell past its time-out, a dead
+    kernel) fails every item of the lesson without running it again."""
+    if stem not in _RUNS:
+        try:
+            _RUNS[stem] = executed(stem)
+        except Exception as e:  # noqa: BLE001 - reported by each item of the lesson
+            _RUNS[stem] = e
+    run = _RUNS[stem]
+    if isinstance(run, Exception):
+        pytest.fail(f"{stem}: the headless run did not finish: {type(run).__name__}: {run}")
+    return run
 
 
 @pytest.mark.parametrize("stem", STEMS)
