@@ -32,4 +32,4 @@ mutants:
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 .venv/bin/python scripts/mutants.py $(LESSONS)
 
 clean:
-	rm -rf .venv .pytest_cache .hypothesis tests/_artifacts bench/out site build/site-cache
+	rm -rf .venv .pytest_cache .hypothesis tests/_artifacts bench/out site build/site-cache build/lesson-runs

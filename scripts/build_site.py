@@ -85,10 +85,17 @@ def _execute(nb_path: str, out_path: str) -> tuple[str, float]:
     return nb_path, seconds
 
 
-def executed_notebooks(files: list[Path], stored: bool, jobs: int) -> dict[str, Path]:
-    """name -> path of an executed copy (cached by source hash), or the stored notebook."""
+def executed_notebooks(files: list[Path], stored: bool, jobs: int, executed_dir: Path | None = None) -> dict[str, Path]:
+    """name -> path of an executed copy (cached by source hash), or the stored notebook; with
+    ``executed_dir``, the copies already executed there (``<stem>.ipynb``, as tests/lesson_runs.py
+    makes them with KVLAB_STATIC=frames): nothing runs."""
     if stored:
         return {f.name: f for f in files}
+    if executed_dir is not None:
+        missing = [f.name for f in files if not (executed_dir / f.name).exists()]
+        if missing:
+            raise FileNotFoundError(f"no executed copy of {missing} in {executed_dir}")
+        return {f.name: executed_dir / f.name for f in files}
     CACHE.mkdir(parents=True, exist_ok=True)
     out, todo = {}, []
     for f in files:
@@ -107,13 +114,20 @@ def executed_notebooks(files: list[Path], stored: bool, jobs: int) -> dict[str, 
     return out
 
 
-def build(selected: list[str], out: Path, stored: bool, jobs: int) -> dict:
+def build(selected: list[str], out: Path, stored: bool, jobs: int, executed_dir: Path | None = None) -> dict:
+    """Build the site in ``out``; ``executed_dir``: render the executed copies found there
+    (tests/test_site.py passes the test session's headless runs) instead of running the lessons."""
     t0 = time.time()
     files = lesson_files(selected)
     if not files:
         raise SystemExit(f"no lesson matches {selected}")
-    print(f"[site] running {len(files)} lesson(s) with KVLAB_STATIC=frames" if not stored else "[site] stored outputs")
-    executed = executed_notebooks(files, stored, jobs)
+    if stored:
+        print("[site] stored outputs")
+    elif executed_dir is not None:
+        print(f"[site] {len(files)} lesson(s) executed in {executed_dir}")
+    else:
+        print(f"[site] running {len(files)} lesson(s) with KVLAB_STATIC=frames")
+    executed = executed_notebooks(files, stored, jobs, executed_dir)
     if out.exists():
         shutil.rmtree(out)
     (out / "assets").mkdir(parents=True)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test` (and CI): set up (idempotent, with Chromium for the browser test), then
 # run the whole suite: unit, property, kernels in the Triton interpreter, doctests,
-# the lessons under nbval, and the browser test. Extra arguments go to pytest.
+# the lessons headless once each (nbval's checked cells, the solutions, the site's executed
+# copies) and in the browser. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --browser
@@ -18,7 +19,8 @@ set +e
 WORKERS="${KVLAB_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}"
 PARALLEL=()
 [[ "$WORKERS" -gt 1 ]] && PARALLEL=(-n "$WORKERS" --dist loadfile)
-.venv/bin/python -m pytest "${PARALLEL[@]}" "$@"
+# --durations=15: the 15 slowest items at the end of every run, so the next slow test shows.
+.venv/bin/python -m pytest "${PARALLEL[@]}" --durations=15 "$@"
 rc=$?
 set -e
 echo "[kvlab test] pytest exit code $rc after $(( $(date +%s) - start )) s"

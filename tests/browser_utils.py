@@ -127,7 +127,8 @@ def jupyter_lab(folder: Path, log_path: Path | None = None) -> Iterator[tuple[st
         path.write_text(text)
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            f"--ServerApp.root_dir={folder}", f"--LabApp.workspaces_dir={folder / '.workspaces'}",
-           f"--LabApp.user_settings_dir={settings}", "--ServerApp.port_retries=0"]
+           f"--LabApp.user_settings_dir={settings}", "--ServerApp.port_retries=0",
+           "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp: tests/test_browser.py re-runs cells
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     log_path = log_path or ARTIFACTS / "jupyterlab.log"

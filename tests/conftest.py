@@ -2,9 +2,17 @@
 from __future__ import annotations
 
 import os
+import sys
+import uuid
 
-import pytest
-from hypothesis import HealthCheck, settings
+# jsonschema (under nbformat) imports rfc3987_syntax when it is installed, which builds a parser
+# for the "iri" string format at import: about 1.3 s of CPU in every pytest process (collection
+# runs in each xdist worker). Nothing here validates that format; without the module jsonschema
+# simply does not register it.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 import budget
 
@@ -18,6 +26,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("kvlab")
+
+
+def pytest_configure(config):
+    """One id per test session, inherited by pytest-xdist's workers (started after this): the
+    lessons' headless runs (tests/lesson_runs.py) are made once per session and shared."""
+    os.environ.setdefault("KVLAB_TEST_RUN_ID", uuid.uuid4().hex)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lazy_import import lazy_transformers
 
 from kvlab.compute.config import HF_LLAMA_DEFAULTS, CheckpointError, LlamaConfig
 from kvlab.compute.loader import load_pretrained
@@ -23,7 +24,7 @@ from kvlab.compute.loader import load_pretrained
 from test_model import HF_CONFIG, random_hf_tensors, write_checkpoint
 
 os.environ["HF_HUB_OFFLINE"] = "1"
-import transformers
+transformers = lazy_transformers()  # imported by the first test that uses it (fast collection)
 
 OPTIONAL = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
             "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "tie_word_embeddings"]

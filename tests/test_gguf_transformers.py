@@ -17,17 +17,15 @@ import os
 
 import pytest
 import torch
+from lazy_import import lazy_transformers
 
 os.environ["HF_HUB_OFFLINE"] = "1"          # before transformers is imported: no network, ever
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
-transformers = pytest.importorskip("transformers", reason="transformers is a test dependency (pyproject [test])")
-pytest.importorskip("accelerate", reason="transformers' GGUF path needs accelerate (pyproject [test])")
+transformers = lazy_transformers(requires=("accelerate",))  # imported by the first fixture that uses it
 
 from kvlab.compute import STRATEGIES, generate, load_pretrained, smollm2_path  # noqa: E402
 from kvlab.compute.gguf import SMOLLM2_HINT  # noqa: E402
 
-transformers.utils.logging.set_verbosity_error()
-transformers.utils.logging.disable_progress_bar()
 pytestmark = pytest.mark.slow
 
 STEPS = 20
@@ -51,7 +49,7 @@ STRINGS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def path():
     found = smollm2_path()
     if found is None:
@@ -59,17 +57,17 @@ def path():
     return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ours(path):
     return load_pretrained(path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hf_tok(path):
     return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hf(path):
     return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                               dtype=torch.float32).eval()

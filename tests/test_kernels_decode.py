@@ -134,7 +134,10 @@ def test_no_stray_writes_around_output(num_splits, head_dim):
 def test_result_does_not_depend_on_the_split_count(head_dim):
     """Forced split counts and the plan a 132-SM GPU would choose all match the fp32 and float64
     references; unused slots hold NaN, so a kernel that loaded one (even with weight 0) would show
-    it; with head_dim 80 the padded lanes 80-127 of the last KV head point into such slots."""
+    it; with head_dim 80 the padded lanes 80-127 of the last KV head point into such slots.
+    Splits: 1 (one pass), 3 (uneven pieces of the 4 tiles, and 2 empty splits for the 1-tile
+    sequences), and the GPU's per-sequence plan (2 pieces of 2 tiles); more splits than tiles is
+    CASES' ``splits8`` case (each launch costs seconds in the interpreter)."""
     lens = [1, 37, 200]
     k_cache, v_cache, block_tables = make_paged_cache(lens, 16, 2, head_dim, F32, seed=11, poison=float("nan"))
     q = randn(3, 8, head_dim, seed=12)
@@ -143,7 +146,7 @@ def test_result_does_not_depend_on_the_split_count(head_dim):
     ref64 = paged_decode_attention_ref(*as_f64(q, k_cache, v_cache, block_tables, context_lens))
     gpu_plan = plan_for(q, k_cache, context_lens, num_sms=132)
     assert gpu_plan.num_splits > 1 and gpu_plan.seq_splits == [1, 1, 2]   # 200 tokens = 4 tiles, in pieces of 2
-    plans = [plan_for(q, k_cache, context_lens, num_splits=s) for s in (1, 2, 3, 7)] + [gpu_plan]
+    plans = [plan_for(q, k_cache, context_lens, num_splits=s) for s in (1, 3)] + [gpu_plan]
     for plan in plans:
         big, out = guarded_empty(tuple(q.shape), q.dtype)
         launch_paged_decode(q, k_cache, v_cache, block_tables, context_lens, out, head_dim**-0.5, plan)

@@ -1,8 +1,9 @@
 """The static site (`make site`) in a real browser: every page of site/ served from 127.0.0.1
 and opened in headless Chromium at 1280, 768 and 390 px wide (a laptop, a tablet, a phone).
 
-Builds the site first (scripts/build_site.py; the lessons' executed copies are cached in
-build/site-cache/, so a rebuild with nothing changed takes seconds, the first one a few minutes).
+Builds the site first (scripts/build_site.py) from the lessons' executed copies that this test
+session's headless runs made (tests/lesson_runs.py, KVLAB_STATIC=frames, in build/lesson-runs/;
+shared with tests/test_lessons_headless.py, each lesson run once per session).
 For every page: no console error and no page error, every plotly figure of the lesson's
 executed notebook drawn (``.kvlab-plot`` divs with an SVG, counted against the notebook's
 plotly outputs), every stepper present as a player, nothing wider than the page (no sideways
@@ -38,6 +39,7 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 from browser_utils import CHROMIUM, CHROMIUM_ARGS, ROOT, browser_problems
+from lesson_runs import RUNS, executed
 
 pytestmark = pytest.mark.browser
 
@@ -60,10 +62,16 @@ def site():
             pytest.fail("CI=true but the site test cannot run: " + "; ".join(problems))
         pytest.skip("site test skipped outside CI: " + "; ".join(problems))
     sys.path.insert(0, str(ROOT / "scripts"))
-    from build_site import build
+    from build_site import build, lesson_files
 
     # KVLAB_SITE_LESSONS="04 07": build only those (while working on them; the full test needs all)
-    return build(os.environ.get("KVLAB_SITE_LESSONS", "").split(), SITE, stored=False, jobs=2)
+    selected = os.environ.get("KVLAB_SITE_LESSONS", "").split()
+    # The session's headless runs (tests/lesson_runs.py, KVLAB_STATIC=frames), not a run of our own;
+    # asked for last lesson first, so a worker running tests/test_lessons_headless.py (first lesson
+    # first) runs the other half at the same time.
+    for f in reversed(lesson_files(selected)):
+        executed(f.stem)
+    return build(selected, SITE, stored=False, jobs=2, executed_dir=RUNS)
 
 
 @pytest.fixture(scope="module")

@@ -17,17 +17,16 @@ import shutil
 
 import pytest
 import torch
+from lazy_import import lazy_transformers
 
 os.environ["HF_HUB_OFFLINE"] = "1"          # before transformers is imported: no network, ever
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
-import transformers
+transformers = lazy_transformers()  # imported by the first test that uses it (fast collection)
 
 from kvlab.compute import STRATEGIES, generate, load_bundled, load_pretrained  # noqa: E402
 from kvlab.compute.tokenizer import ASSETS_MODEL_DIR
 from kvlab.compute.model import rope_inv_freq  # noqa: E402
 
-transformers.utils.logging.set_verbosity_error()
-transformers.utils.logging.disable_progress_bar()
 
 STEPS = 20
 PROMPT = [3, 141, 59, 26, 5, 35, 8, 97, 93, 238, 46, 17]
