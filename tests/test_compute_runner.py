@@ -72,7 +72,7 @@ def test_sampler_rows_are_independent():
     alone = [sample_next(logits[i:i + 1], t, [g[i]])[0] for i, t in enumerate([0.0, 0.7, 1.3])]
     assert together == alone and together[0] == int(logits[0].argmax())
     assert sample_next(logits, 0.0, []) == logits.argmax(-1).tolist()
-    with pytest.raises(ValueError, match="temperatures"):
+    with pytest.raises(ValueError, match="1 temperature values for 3 rows"):
         sample_next(logits, [0.5], gens())
 
 

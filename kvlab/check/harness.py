@@ -69,7 +69,6 @@ __all__ = [
     "Checker",
     "same_outcome",
     "STRICT_ENV",
-    "run_keeping_input",
 ]
 
 STRICT_ENV = "KVLAB_CHECK_STRICT"
