@@ -48,7 +48,8 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+def resolve_import(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    """The absolute module a ``from ... import`` in ``module`` names: 'kvlab.reuse.a' + ``from .b`` -> 'kvlab.reuse.b'."""
     if node.level == 0:
         return node.module or ""
     base = module.split(".")
@@ -76,7 +77,7 @@ def module_imports(top_level_only: bool = True) -> dict[str, set[str]]:
             if isinstance(n, ast.Import):
                 deps.update(a.name for a in n.names if a.name.startswith("kvlab"))
             elif isinstance(n, ast.ImportFrom):
-                target = _resolve(mod, n, path.name == "__init__.py")
+                target = resolve_import(mod, n, path.name == "__init__.py")
                 if target.startswith("kvlab"):
                     deps.add(target)
                     if target in ("kvlab", "kvlab.check") or target.count(".") == 0:

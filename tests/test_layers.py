@@ -153,14 +153,6 @@ def _module_name(root: Path, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _import_source(module: str, node: ast.ImportFrom, is_package: bool) -> str:
-    if node.level == 0:
-        return node.module or ""
-    base = module.split(".") if is_package else module.split(".")[:-1]
-    base = base[:len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
-
-
 def re_exports(root: Path = ROOT) -> list[str]:
     """Names that a module other than a package ``__init__`` lists in ``__all__`` but imports from another
     kvlab module, and names imported from such a module instead of where they are defined."""
@@ -176,7 +168,7 @@ def re_exports(root: Path = ROOT) -> list[str]:
         names = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                       and any(getattr(t, "id", "") == "__all__" for t in n.targets)), [])
         for n in tree.body:
-            if isinstance(n, ast.ImportFrom) and _import_source(mod, n, False).startswith("kvlab"):
+            if isinstance(n, ast.ImportFrom) and arch.resolve_import(mod, n, False).startswith("kvlab"):
                 for a in n.names:
                     if (a.asname or a.name) in names:
                         found.append(f"{path.relative_to(root).as_posix()}: __all__ re-exports {a.name}")
@@ -186,7 +178,7 @@ def re_exports(root: Path = ROOT) -> list[str]:
     for path, (mod, tree) in parsed.items():
         for n in ast.walk(tree):
             if isinstance(n, ast.ImportFrom):
-                src = _import_source(mod, n, path.name == "__init__.py")
+                src = arch.resolve_import(mod, n, path.name == "__init__.py")
                 for a in n.names:
                     if (src, "?" + a.name) in exported:
                         found.append(f"{path.relative_to(root).as_posix()}:{n.lineno} imports {a.name} from {src}, "
