@@ -13,12 +13,13 @@ export PYTHONHASHSEED=0 MPLBACKEND=Agg
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 start=$(date +%s)
 set +e
-# Parallel workers (pytest-xdist), each taking whole test files (--dist loadfile): a lesson's
-# cells, the browser test's one JupyterLab and a module's fixtures stay in one process.
+# Parallel workers (pytest-xdist, --dist loadscope): tests/conftest.py makes each lesson's
+# headless run a work unit, the browser test two (half the lessons each, one JupyterLab apiece),
+# every other test file one (its fixtures built once), and hands out the lessons first.
 # KVLAB_TEST_WORKERS=1 runs everything in this process.
 WORKERS="${KVLAB_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}"
 PARALLEL=()
-[[ "$WORKERS" -gt 1 ]] && PARALLEL=(-n "$WORKERS" --dist loadfile)
+[[ "$WORKERS" -gt 1 ]] && PARALLEL=(-n "$WORKERS" --dist loadscope --no-loadscope-reorder)
 # --durations=15: the 15 slowest items at the end of every run, so the next slow test shows.
 .venv/bin/python -m pytest "${PARALLEL[@]}" --durations=15 "$@"
 rc=$?

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import uuid
 
@@ -32,6 +33,71 @@ def pytest_configure(config):
     """One id per test session, inherited by pytest-xdist's workers (started after this): the
     lessons' headless runs (tests/lesson_runs.py) are made once per session and shared."""
     os.environ.setdefault("KVLAB_TEST_RUN_ID", uuid.uuid4().hex)
+    if getattr(config.option, "dist", "no") == "loadscope":
+        os.environ[ORDER_ENV] = "1"   # read by the workers' pytest_collection_modifyitems
+
+
+# ---- scheduling under pytest-xdist (scripts/test.sh: -n N --dist loadscope) ----
+# Each lesson's headless run is a work unit of its own, the browser test two units (half the lessons
+# each, one JupyterLab and one Chromium per half: its module fixtures), every other test module one
+# unit (its module fixtures built once), and the lessons' units are handed out first: they are the
+# long ones, so the short modules fill the end of the run instead of one worker finishing a lesson
+# file alone while the other waits. (xdist's own loadgroup cannot do this with pytest 9.2: it tags
+# a test by rewriting ``item._nodeid``, which pytest 9.2 no longer reads.)
+LESSON_FILES = {"test_browser.py": "browser", "test_lessons_headless.py": "headless"}
+LAST_FILES = ("test_site.py",)   # builds the site from every lesson's headless run: once they are done
+# the browser halves, about equal in time (measured headless, quiet: 00+01+04+07+10 ~ 91 s,
+# the others ~ 129 s); a lesson not listed goes by its number's parity
+BROWSER_HALF_A = {"00", "01", "04", "07", "10"}
+BROWSER_HALF_B = {"02", "03", "05", "06", "08", "09", "11"}
+ORDER_ENV = "KVLAB_TEST_LESSONS_FIRST"
+_PARAM = re.compile(r"\[(\d\d)[_-]")
+
+
+def work_unit(nodeid: str) -> tuple[int, str]:
+    """(order, unit) of a test: lessons first (order 0), modules (1), the site last (2).
+
+    >>> work_unit("tests/test_browser.py::test_lesson_runs_clean_and_fits[07-classroom]")
+    (0, 'browser-a')
+    >>> work_unit("tests/test_lessons_headless.py::test_solutions_pass[11_fewer_bytes]")
+    (0, 'headless-11')
+    >>> work_unit("tests/test_radix.py::test_insert")
+    (1, 'tests/test_radix.py')
+    """
+    path = nodeid.split("::", 1)[0]
+    name = path.rsplit("/", 1)[-1]
+    kind, lesson = LESSON_FILES.get(name), _PARAM.search(nodeid)
+    if kind == "browser" and lesson:
+        n = lesson.group(1)
+        half = "a" if n in BROWSER_HALF_A or (n not in BROWSER_HALF_B and int(n) % 2) else "b"
+        return 0, f"browser-{half}"
+    if kind == "headless" and lesson:
+        return 0, f"headless-{lesson.group(1)}"
+    return (2 if name in LAST_FILES else 1), path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadscope with kvlab's work units (:func:`work_unit`) instead of one per module."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LessonsFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)[1]
+
+    return LessonsFirst(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """In the workers of a ``--dist loadscope`` run: the lessons' tests first (the scheduler hands
+    out units in collection order, with --no-loadscope-reorder), browser before headless, the site
+    last; within a unit, as collected."""
+    if os.environ.get(ORDER_ENV) != "1":
+        return
+    keyed = [(*work_unit(item.nodeid), i, item) for i, item in enumerate(items)]
+    items[:] = [k[-1] for k in sorted(keyed, key=lambda k: (k[0], k[1].startswith("headless") if k[0] == 0 else 0, k[2]))]
 
 
 @pytest.fixture(scope="module")

@@ -122,3 +122,42 @@ def write_gguf(path: Path, tensors: dict[str, torch.Tensor], qtype: str = "F32",
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def first_layers_copy(src: Path, dst: Path, layers: int) -> Path:
+    """A copy of the GGUF file ``src`` with only its first ``layers`` transformer blocks: every
+    metadata key as it is (tokenizer, chat template, rope, norms) but ``<arch>.block_count``, the
+    embedding, the final norm and blocks ``0..layers-1`` byte for byte (same quantization types),
+    the other blocks left out. The differential tests read the real SmolLM2 file's weights and
+    tokenizer this way at a fraction of transformers' load time (its GGUF reader dequantizes every
+    tensor in numpy).
+
+    >>> first_layers_copy(smollm2_path(), tmp / "smollm2-2.gguf", 2)   # doctest: +SKIP
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    count = f"{arch}.block_count"
+    have = int(reader.fields[count].contents())
+    if not 1 <= layers <= have:
+        raise ValueError(f"layers must be in 1..{have} (the file has {have} blocks), got {layers}")
+    writer = gguf.GGUFWriter(str(dst), arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue  # written by GGUFWriter itself
+        kind = field.types[0]
+        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        value = layers if field.name == count else field.contents()
+        writer.add_key_value(field.name, value, kind, sub_type=sub)
+    keep = [t for t in reader.tensors
+            if not t.name.startswith("blk.") or int(t.name.split(".")[1]) < layers]
+    for t in keep:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in keep:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    writer.close()
+    return dst

