@@ -165,6 +165,32 @@ class _MetadataLimit(Exception):
     """A metadata string or array past its bound, or a file cut short (raised while reading)."""
 
 
+def _string_array(plain: np.ndarray, byte_order: str, orig_offs: int, n: int):
+    """An array of ``n`` strings (a vocabulary, the merges) as gguf's own
+    ``GGUFReader._get_field_parts`` returns it (parts: item type, length, then each string's length
+    and bytes), in one loop: the reader's recursion per item was most of a load. ``plain``: the file as a plain
+    ndarray (its slices are made in C; a memmap's run ``__array_finalize__`` in Python)."""
+    from gguf import GGUFValueType
+
+    u32, u64 = np.dtype(np.uint32).newbyteorder(byte_order), np.dtype(np.uint64).newbyteorder(byte_order)
+    offs, end = int(orig_offs), len(plain)
+    parts, idxs = [plain[offs:offs + 4].view(u32), plain[offs + 4:offs + 12].view(u64)], []
+    offs += 12
+    for _ in range(n):
+        if offs + 8 > end:
+            raise _MetadataLimit(f"the file is cut short there (it ends at byte {end:,})")
+        slen = plain[offs:offs + 8].view(u64)
+        k = int(slen[0])
+        if k > MAX_META_STRING:
+            raise _MetadataLimit(f"a string of {k:,} bytes (at most {MAX_META_STRING:,} are read)")
+        if offs + 8 + k > end:
+            raise _MetadataLimit(f"the file is cut short there (it ends at byte {end:,})")
+        parts += (slen, plain[offs + 8:offs + 8 + k])
+        idxs.append(len(parts) - 1)
+        offs += 8 + k
+    return offs - orig_offs, parts, idxs, [GGUFValueType.ARRAY] + ([GGUFValueType.STRING] if n else [])
+
+
 def _reader_class():
     """GGUFReader that knows which key it is reading (so a refusal names it) and refuses a string
     longer than :data:`MAX_META_STRING` bytes, an array of more than :data:`MAX_META_ARRAY` items
@@ -176,18 +202,14 @@ def _reader_class():
     class CheckedReader(GGUFReader):
         reading, _depth, _last_str = "the file header", 0, (0, 0)
 
-        def _plain_view(self) -> np.ndarray:
-            """The file's memmap as a plain ndarray (same memory): its slices are made in C."""
-            if "_plain" not in self.__dict__:
-                self._plain = self.data.view(np.ndarray)
-            return self._plain
-
         def _get(self, offset, dtype, count=1, override_order=None):
             # The reader's own _get, on a plain-ndarray view of its memmap: slicing a np.memmap
             # runs memmap.__array_finalize__ in Python for every slice, and the tokenizer's 147k
             # metadata items made that 3/4 of SmolLM2's load time (measured: a load 9.4 -> 3.0 CPU-s with
             # _string_array). Same bytes, same dtypes, same byte order.
-            plain = self._plain_view()
+            plain = self.__dict__.get("_plain")
+            if plain is None:
+                plain = self._plain = self.data.view(np.ndarray)
             count, offset, dt = int(count), int(offset), np.dtype(dtype)
             end = offset + dt.itemsize * count
             if end > len(plain):
@@ -211,34 +233,12 @@ def _reader_class():
                 if n > MAX_META_ARRAY:
                     raise _MetadataLimit(f"an array of {n:,} items (at most {MAX_META_ARRAY:,} are read)")
                 if int(self._get(orig_offs, np.uint32)[0]) == GGUFValueType.STRING:
-                    return self._string_array(orig_offs, n)
+                    return _string_array(self._plain, self.byte_order, orig_offs, n)  # set by _get above
             self._depth += 1
             try:
                 return super()._get_field_parts(orig_offs, raw_type)
             finally:
                 self._depth -= 1
-
-        def _string_array(self, orig_offs, n):
-            """An array of ``n`` strings (a vocabulary, the merges) as the reader's own
-            ``_get_field_parts`` returns it (parts: item type, length, then each string's length
-            and bytes), in one loop: the reader's recursion per item was most of a load."""
-            plain = self._plain_view()
-            u64 = np.dtype(np.uint64).newbyteorder(self.byte_order)
-            parts, idxs = [self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)], []
-            offs, end = int(orig_offs) + 12, len(plain)
-            for _ in range(n):
-                if offs + 8 > end:
-                    raise _MetadataLimit(f"the file is cut short there (it ends at byte {end:,})")
-                slen = plain[offs:offs + 8].view(u64)
-                k = int(slen[0])
-                if k > MAX_META_STRING:
-                    raise _MetadataLimit(f"a string of {k:,} bytes (at most {MAX_META_STRING:,} are read)")
-                if offs + 8 + k > end:
-                    raise _MetadataLimit(f"the file is cut short there (it ends at byte {end:,})")
-                parts += (slen, plain[offs + 8:offs + 8 + k])
-                idxs.append(len(parts) - 1)
-                offs += 8 + k
-            return offs - orig_offs, parts, idxs, [GGUFValueType.ARRAY] + ([GGUFValueType.STRING] if n else [])
 
         def _build_tensor_info(self, offs, count):
             self.reading = "the tensor table"
