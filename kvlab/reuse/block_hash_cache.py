@@ -52,7 +52,6 @@ Example:
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -65,6 +64,7 @@ __all__ = [
     "ROOT_HASH",
     "hash_block_tokens",
     "Block",
+    "FreeBlockQueue",
     "PrefixMatch",
     "PrefixEvictResult",
     "PrefixCacheStats",
@@ -126,11 +126,62 @@ class PrefixCacheStats(HitStats):
     evicted_blocks: int = 0
 
 
+class FreeBlockQueue:
+    """The free blocks in order, front first, as a doubly linked list over block ids (vLLM's
+    ``FreeKVCacheBlockQueue``): append at the back, pop from the front and remove from the middle
+    (a hit on a free cached block) are each O(1) and allocate nothing. ``prev``/``next`` hold each
+    block's neighbours; ids ``n`` and ``n + 1`` are the front and back sentinels.
+
+    Example:
+        >>> q = FreeBlockQueue(3)
+        >>> q.remove(1); q.append(1); list(q), q.popleft(), len(q)
+        ([0, 2, 1], 0, 2)
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        n = num_blocks  # at least 1; it starts as 0, 1, ..., n - 1
+        self.head, self.tail = n, n + 1
+        self.next = list(range(1, n + 1)) + [0, -1]       # block i -> i + 1, head -> 0
+        self.next[n - 1] = self.tail
+        self.prev = [n] + list(range(n - 1)) + [-1, n - 1]  # block i -> i - 1, 0 -> head, tail -> n - 1
+        self._len = n
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self):
+        b, nxt, tail = self.next[self.head], self.next, self.tail
+        while b != tail:
+            yield b
+            b = nxt[b]
+
+    def append(self, b: int) -> None:
+        prev, nxt, t = self.prev, self.next, self.tail
+        p = prev[t]
+        nxt[p] = b
+        prev[b] = p
+        nxt[b] = t
+        prev[t] = b
+        self._len += 1
+
+    def remove(self, b: int) -> None:
+        prev, nxt = self.prev, self.next
+        p, n = prev[b], nxt[b]
+        nxt[p] = n
+        prev[n] = p
+        self._len -= 1
+
+    def popleft(self) -> int:
+        b = self.next[self.head]
+        self.remove(b)
+        return b
+
+
 class BlockHashCache:
     """A block pool with hash-based prefix caching (vLLM v1's ``BlockPool`` + ``KVCacheManager``).
 
-    The free-block queue is an ordered dict (O(1) removal of a hit block from the middle,
-    like vLLM's doubly linked ``FreeKVCacheBlockQueue``). It starts as ``0..num_blocks-1``.
+    The free-block queue is a :class:`FreeBlockQueue` (O(1) removal of a hit block from the
+    middle, as vLLM's doubly linked ``FreeKVCacheBlockQueue``). It starts as ``0..num_blocks-1``.
     """
 
     def __init__(self, num_blocks: int, block_size: int, log: EventLog | None = None) -> None:
@@ -138,7 +189,7 @@ class BlockHashCache:
         self.block_size = check_int("block_size", block_size, 1)
         self.log = log if log is not None else EventLog()
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.free_block_queue = FreeBlockQueue(num_blocks)
         self.cached_block_hash_to_block: dict[int, int] = {}
         self.stats = PrefixCacheStats()
         self._num_cached_in_use = 0  # cached blocks with ref_cnt > 0
@@ -242,7 +293,7 @@ class BlockHashCache:
         evicted: list[int] = []
         cmap = self.cached_block_hash_to_block
         for _ in range(need):
-            b, _v = queue.popitem(last=False)
+            b = queue.popleft()
             blk = blocks[b]
             if blk.block_hash is not None:  # reuse drops the stale hash entry
                 if cmap.get(blk.block_hash) == b:
@@ -265,7 +316,7 @@ class BlockHashCache:
         for b in block_ids:
             blk = blocks[b]
             if blk.ref_cnt == 0:
-                del queue[b]
+                queue.remove(b)
                 self._num_cached_in_use += 1
             blk.ref_cnt += 1
 
@@ -335,7 +386,7 @@ class BlockHashCache:
             blk = blocks[b]
             blk.ref_cnt -= 1
             if blk.ref_cnt == 0:
-                queue[b] = None
+                queue.append(b)
                 released.append(b)
                 if blk.block_hash is not None:
                     self._num_cached_in_use -= 1

@@ -87,7 +87,7 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import BlockAllocator, OutOfBlocks
 from ..memory.block_table import BlockTable
 from ..memory.events import EventLog
-from ..memory.ids import as_ids, check_int, check_seq_id
+from ..memory.ids import as_ids, check_int, check_seq_id, extend_ids
 from ..memory.snapshot import MemorySnapshot
 from .radix_cache import RadixCache
 from .radix_node import InsertResult, TreeNode
@@ -153,6 +153,7 @@ class CacheManager:
         self.block_size = allocator.block_size
         self._locks: dict[str, TreeNode] = {}       # running sequence -> the node it locks
         self._tokens: dict[str, list[int]] = {}     # running sequence -> its validated tokens (for cache_*)
+        self._forked: set[str] = set()              # running sequences that were forked or are forks
 
     # ------------------------------------------------------------------ queries
     @property
@@ -268,6 +269,7 @@ class CacheManager:
             4
         """
         table = self.block_manager.fork(parent, child)
+        self._forked.update((parent, child))  # only these can share blocks past their locked paths
         node = self._locks.get(parent)
         if node is not None:
             self.tree.inc_lock_ref(node, child)
@@ -286,16 +288,19 @@ class CacheManager:
         Example: admitted [1, 2, 3] -> [1, 2, 3, 4] is the key; [1, 2] and [1, 9, 3] are refused
         (ValueError naming the sequence and position 2, resp. 1)."""
         t = self.block_manager.table(seq_id)
-        key = as_ids(tokens)
         known = self._tokens.get(seq_id)
         if known is not None:
-            if key[:len(known)] != known:
-                raise ValueError(token_mismatch(seq_id, key, known, "it holds"))
+            key = extend_ids(known, tokens)  # only the tokens past the known ones are validated
+            if key is None:
+                raise ValueError(token_mismatch(seq_id, as_ids(tokens), known, "it holds"))
             if len(key) == len(known):
                 return known
+        else:
+            key = as_ids(tokens)
+            key = list(key) if key is tokens else key
         if len(key) > t.num_tokens:
             raise ValueError(f"sequence {seq_id!r}: {len(key)} tokens but its table holds only {t.num_tokens} slots")
-        return list(key) if key is tokens else key
+        return key
 
     def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
         """After prefill: cache the computed pages and keep running (:meth:`cache_req`,
@@ -356,6 +361,7 @@ class CacheManager:
             self._lock_sharers(sharers, key, ids, res.kv)
             old = self._locks.pop(seq_id, None)
             self._tokens.pop(seq_id, None)
+            self._forked.discard(seq_id)
             if old is not None:
                 self.tree.dec_lock_ref(old, seq_id)
         else:
@@ -394,6 +400,7 @@ class CacheManager:
         if node is not None:
             self.tree.dec_lock_ref(node, seq_id)
         self._tokens.pop(seq_id, None)
+        self._forked.discard(seq_id)
         return released
 
     # ------------------------------------------------------------------ invariants and pictures
@@ -421,10 +428,12 @@ class CacheManager:
         tables share one of its own blocks among them, and its first ``full`` block ids (a copy).
         ValueError, nothing changed, when a sharer holds other tokens for a shared page."""
         ids = self.block_manager.table(seq_id).block_ids[:full]
+        if seq_id not in self._forked:  # the usual case: never forked, so nobody shares them
+            return [], ids
         node = self._locks.get(seq_id)
         start = len(self.tree.path_kv(node)) if node is not None else 0  # pages it already locks
         rc = self.allocator.ref_count
-        if all(rc[b] == 1 for b in ids[start:]):  # the usual case: nobody shares them
+        if max(map(rc.__getitem__, ids[start:]), default=1) == 1:  # no block of its own is shared
             return [], ids
         own = set(ids[start:])
         sharers = []
@@ -481,6 +490,7 @@ class CacheManager:
                                    "(evicting them would free nothing)")
         assert set(self._locks) <= set(tables), "a lock is held for a sequence that does not run"
         assert set(self._tokens) <= set(tables), "tokens kept for a sequence that does not run"
+        assert self._forked <= set(tables), "a fork is remembered for a sequence that does not run"
         holders = [t.block_ids for t in tables.values()]
         if self.tree is not None:
             self.tree.check_integrity(holders)

@@ -160,6 +160,7 @@ class HiRadixCache(RadixCache):
         self.write_through_threshold = check_int("write_through_threshold", write_through_threshold, 1)
         self.load_back_threshold = check_int("load_back_threshold", load_back_threshold, 0)
         super().__init__(allocator, page_size, eviction_policy, check_kv)
+        self._tree_blocks = set() if check_kv else None  # kept from the start: device blocks come and go
         self.host_allocator = host_allocator
         self.write_policy = write_policy
         self.storage = storage

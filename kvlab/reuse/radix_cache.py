@@ -115,7 +115,9 @@ class RadixCache:
         self._protected_size = 0
         self._num_nodes = 0  # non-root
         self.check_kv = check_kv
-        self._tree_blocks: set[int] | None = set() if check_kv else None
+        # the tree's blocks as a set, for the public ``insert``'s ownership check: built on its first
+        # use (the cache manager's cycle never needs it, so it costs that cycle nothing), kept after
+        self._tree_blocks: set[int] | None = None
         self._lock_targets: dict[int, int] = {}  # node id -> locks taken on exactly that node
         self._heap: list = []
         self.policy = get_eviction_policy(eviction_policy)
@@ -332,6 +334,8 @@ class RadixCache:
         return self.insert_key(key, kv, rid, share, (node, pos, child, m))
 
     def _validate_insert(self, new_blocks: list[int], dups: list[int], share: bool) -> None:
+        if self.check_kv and self._tree_blocks is None:
+            self._tree_blocks = set(self.tree_block_ids())
         nblocks, rc, tree_blocks = self.allocator.num_blocks, self.allocator.ref_count, self._tree_blocks
         for b in new_blocks + dups:
             if b >= nblocks:
