@@ -57,13 +57,14 @@ from typing import Iterable, Sequence
 
 from ..memory.block_pool import DoubleFree, KVCacheError, OutOfBlocks, check_block_ids
 from ..memory.events import EventLog
-from ..memory.ids import as_ids, check_int
+from ..memory.ids import as_ids, check_int, extend_ids
 from .stats import HitStats
 
 __all__ = [
     "ROOT_HASH",
     "hash_block_tokens",
     "Block",
+    "BlockHashes",
     "FreeBlockQueue",
     "PrefixMatch",
     "PrefixEvictResult",
@@ -93,6 +94,18 @@ class Block:
     block_hash: int | None = None
     parent_hash: int | None = None
     token_ids: tuple[int, ...] = ()
+
+
+class BlockHashes(list):
+    """The chained hashes of a token list's full blocks (a list of ints), carrying what they were
+    computed from: ``tokens`` (validated: the id rule) and ``block_tokens`` (each block's token
+    tuple). ``match_prefix`` returns one in ``PrefixMatch.block_hashes``; given back to
+    ``cache_full_blocks``, it saves validating and hashing those tokens again (only the tokens
+    past them are checked). Read it; do not change it.
+
+    Example: ``pc.match_prefix([1, 2, 3, 4, 5]).block_hashes.tokens`` -> [1, 2, 3, 4, 5]."""
+
+    __slots__ = ("tokens", "block_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,12 +246,15 @@ class BlockHashCache:
         """The longest run of cached full blocks at the start of ``tokens`` (vLLM's
         ``get_computed_blocks``). Changes no ref count; ``allocate`` takes the hits."""
         key = as_ids(tokens)
+        key = list(key) if key is tokens else key  # kept in the match's block_hashes: never the caller's list
         return self._match(key, len(key), rid, record_stats)
 
     def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> PrefixMatch:
         bs = self.block_size
         toks: list[tuple[int, ...]] = []
-        hashes = self._hashes(key, len(key) // bs, None, toks)
+        hashes = BlockHashes()
+        hashes.tokens, hashes.block_tokens = key, toks
+        self._hashes(key, len(key) // bs, hashes, toks)
         blocks, get, ids = self.blocks, self.cached_block_hash_to_block.get, []
         parent = ROOT_HASH
         for i in range(min(len(hashes), limit // bs)):
@@ -264,6 +280,7 @@ class BlockHashCache:
         fully cached prompt still computes its last token (vLLM's ``max_cache_hit_length``).
         Example: 8 cached tokens, block_size 4, prompt of those 8 -> prefix_len 4."""
         key = as_ids(tokens)
+        key = list(key) if key is tokens else key
         return self._match(key, max(0, len(key) - 1), rid, True)
 
     # -------------------------------------------------------------------- allocation
@@ -329,8 +346,14 @@ class BlockHashCache:
         """Register the hashes of the full blocks of ``tokens`` (held in ``block_ids``, the
         request's table) once their KV is computed. A block whose hash is already cached in
         another block stays uncached (two requests computed it at once; vLLM keeps the first).
-        Returns how many blocks were newly cached."""
-        key = as_ids(tokens)
+        Returns how many blocks were newly cached. ``block_hashes``: the match's (a
+        :class:`BlockHashes`: then ``tokens`` must start with the tokens matched, ValueError
+        otherwise, and only the tokens past them are validated and hashed)."""
+        known = block_hashes if type(block_hashes) is BlockHashes else None
+        key = extend_ids(known.tokens, tokens) if known is not None else as_ids(tokens)
+        if key is None:
+            raise ValueError("cache_full_blocks: tokens do not start with the tokens the block_hashes were "
+                             f"computed from ({len(known.tokens)} token(s)): pass that request's own match")
         bs = self.block_size
         n_full = len(key) // bs
         ids = list(block_ids)
@@ -342,7 +365,8 @@ class BlockHashCache:
             if blocks[b].ref_cnt == 0:
                 raise KVCacheError(f"cache_full_blocks: block {b} is free; it must belong to the request")
         # the hashes the match computed (of the prompt's full blocks), continued over the rest
-        hashes = self._hashes(key, n_full, list(block_hashes[:n_full]) if block_hashes is not None else None)
+        toks = list(known.block_tokens[:n_full]) if known is not None else None
+        hashes = self._hashes(key, n_full, list(block_hashes[:n_full]) if block_hashes is not None else None, toks)
         cmap, blocks = self.cached_block_hash_to_block, self.blocks
         added, dups = [], 0
         parent = ROOT_HASH
@@ -355,7 +379,7 @@ class BlockHashCache:
                 else:
                     cmap[h] = b
                     blk.block_hash, blk.parent_hash = h, parent
-                    blk.token_ids = tuple(key[i * bs:(i + 1) * bs])
+                    blk.token_ids = toks[i] if toks is not None else tuple(key[i * bs:(i + 1) * bs])
                     self._num_cached_in_use += 1
                     added.append(b)
             parent = h
