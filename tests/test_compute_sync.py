@@ -15,7 +15,7 @@ def test_runner_passes_host_lengths_so_kernels_never_sync(bundled, check):
 
     model, _tok = bundled
     pool = PagedKVPool.for_model(model, num_blocks=8, block_size=4)
-    runner = ModelRunner(model, pool, "triton", check=check)
+    runner = ModelRunner(model, pool, "triton", kernel_checks=check)
     prefill = runner.prepare([5, 6, 7, 8, 9], block_tables=[[2, 5]], prefix_lens=[0], extend_lens=[5])
     decode = runner.prepare([10], block_tables=[[2, 5]], prefix_lens=[5], extend_lens=[1])
     assert decode.forward_mode == "decode" and decode.context_lens_cpu == (6,) and prefill.extend_lens_cpu == (5,)

@@ -126,6 +126,42 @@ def test_the_function_size_rule_finds_a_long_function(tmp_path):
     assert long_functions(tmp_path) == [f"kvlab/reuse/m.py:5 long: {MAX_FUNCTION_LINES + 1} lines"]
 
 
+# Issue 31 item 2: one public name per operation. The issue's target is at most 16 public methods
+# (properties included) for each of these; the ceilings are today's counts and only go down (the
+# trusted twins RadixCache.match_key / insert_key are gone: a RadixKey and a BlockTable carry their
+# checks; BlockManager's adopt_match, append_plan + apply_append and release_to_tree are next).
+PUBLIC_METHOD_TARGET = 16
+PUBLIC_METHOD_CEILING = {
+    ("kvlab/memory/block_manager.py", "BlockManager"): 21,
+    ("kvlab/reuse/radix_cache.py", "RadixCache"): 24,
+    ("kvlab/reuse/cache_manager.py", "CacheManager"): 18,
+}
+
+
+def public_methods(path: Path, cls: str) -> list[str]:
+    """The public methods and properties ``cls`` defines in ``path`` (inherited ones not counted)."""
+    for n in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(n, ast.ClassDef) and n.name == cls:
+            return [f.name for f in n.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and not f.name.startswith("_")]
+    raise AssertionError(f"{cls} is not defined in {path}")
+
+
+@pytest.mark.parametrize("where", sorted(PUBLIC_METHOD_CEILING), ids=lambda w: w[1])
+def test_public_methods_per_class_do_not_grow(where):
+    names = public_methods(ROOT / where[0], where[1])
+    assert len(names) <= PUBLIC_METHOD_CEILING[where], (
+        f"{where[1]} has {len(names)} public methods (ceiling {PUBLIC_METHOD_CEILING[where]}, target "
+        f"{PUBLIC_METHOD_TARGET}): one name per operation; {names}")
+
+
+def test_the_public_method_count_sees_methods_and_properties(tmp_path):
+    src = ("class C:\n    def a(self): pass\n    @property\n    def b(self): return 1\n"
+           "    def _c(self): pass\n    def __len__(self): return 0\n")
+    (tmp_path / "m.py").write_text(src)
+    assert public_methods(tmp_path / "m.py", "C") == ["a", "b"]
+
+
 def test_no_class_is_split_into_mixins():
     """A class is read whole: no mixin classes whose only reason is file size (SGLang's radix_cache.py
     and vLLM's block_pool.py are one file each)."""
@@ -241,7 +277,7 @@ def private_accesses(root: Path = ROOT) -> list[str]:
 
 def test_no_module_reaches_into_another_modules_private_members():
     """A path between modules has a public, documented name (the trusted twins included:
-    ``BlockAllocator.touch``, ``RadixCache.insert_key``, ...); ``x._name`` from outside is a missing one."""
+    ``BlockAllocator.touch``, ``BlockManager.adopt_match``, ...); ``x._name`` from outside is a missing one."""
     assert private_accesses() == []
 
 

@@ -138,3 +138,24 @@ def test_storage_arguments_are_checked_when_the_engine_is_built(bundled, tmp_pat
     with pytest.raises(ValueError, match="prefetch_policy"):
         Engine(model, num_blocks=8, block_size=2, host_ratio=1, storage=tmp_path / "t", prefetch_policy="eager")
     assert list((tmp_path / "s").iterdir()) == []
+
+
+def test_one_cache_config_is_passed_down_whole(bundled):
+    """Issue 31 item 5: the cache settings are one CacheConfig, built once and passed down; the
+    keywords build the same one; both at once is refused; ``check`` and ``kernel_checks`` are two
+    names for the two checks."""
+    from kvlab.reuse import CacheConfig
+
+    model, _ = bundled
+    cfg = CacheConfig(host_ratio=2, write_policy="write_back", host_link="pcie-gen4-x16")
+    eng = Engine(model, num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, cache_config=cfg)
+    assert eng.cache_config is cfg and eng.cache_manager.write_policy == "write_back"
+    assert eng.copier.links["host->device"].name == "pcie-gen4-x16"
+    kw = Engine(model, num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, host_ratio=2, write_policy="write_back",
+                host_link="pcie-gen4-x16")
+    assert kw.cache_config == cfg
+    with pytest.raises(TypeError, match="not both"):
+        Engine(model, num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, cache_config=cfg, host_ratio=2)
+    assert Engine(model, 8, 4, check=True).runner.kernel_checks is True          # check: both, as before
+    assert Engine(model, 8, 4, check=True, kernel_checks=False).runner.kernel_checks is False
+    assert Engine(model, 8, 4).runner.kernel_checks is False

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections import abc
 
 import torch
@@ -77,7 +77,7 @@ import torch
 from ..memory.block_table import blocks_needed
 from ..memory.events import EventLog
 from ..memory.snapshot import MemorySnapshot
-from ..reuse.hicache_manager import make_cache_manager
+from ..reuse.hicache_manager import CacheConfig, make_cache_manager
 from .host_pool import HostKVPool, TierCopier
 from .kv_tensors import PagedKVPool
 from .model_runner import ModelRunner
@@ -145,7 +145,9 @@ class Engine:
         ("fcfs", "lpm" longest cached prefix first, "dfs-weight").
     attention_backend: "torch" (references) or "triton" (kernels).
     log: the event log (a fresh one by default; NO_LOG records nothing).
-    check: check every invariant after every step (tests). record: keep a MemorySnapshot per step.
+    check: check every invariant after every step (``check_integrity``: tests, lessons).
+    kernel_checks: the kernels re-validate every input against the device tensors (default: as
+        ``check``); two names for two costs. record: keep a MemorySnapshot per step.
     host_ratio: host blocks per device block (0: no tiers). write_policy: "write_through"
         (default with tiers), "write_through_selective" or "write_back". storage: the disk tier,
         a ``kvlab.compute.storage.FileStorage`` or a directory for one (needs host_ratio > 0); its
@@ -154,35 +156,36 @@ class Engine:
     prefetch_policy, prefetch_threshold, storage_write, host_eviction_policy: the tiered
         tree's options (``kvlab.reuse.hiradix_cache``'s storage side; None: their defaults).
     host_link, disk_link: the stated links of the simulated copy times (``kvlab.reuse.offload.LINKS``).
+    cache_config: all of the cache settings above (radix ... disk_link) as one
+        ``kvlab.reuse.CacheConfig``, instead of the keywords; the engine keeps it as ``cache_config``
+        and passes it down whole (to ``make_cache_manager`` and the tier copier).
     """
 
     def __init__(self, model, num_blocks: int, block_size: int = 4, *, radix: bool = True, max_batch_size: int = 16,
                  attention_backend: str = "torch", eviction_policy: str = "lru", order: str = "fcfs",
-                 log: EventLog | None = None, check: bool = False, record: bool = False, host_ratio: float = 0.0,
+                 log: EventLog | None = None, check: bool = False, kernel_checks: bool | None = None,
+                 record: bool = False, cache_config: CacheConfig | None = None, host_ratio: float = 0.0,
                  write_policy: str | None = None, storage=None, host_link: str = "pcie-gen5-x16",
                  disk_link: str = "nvme-gen4", prefetch_policy: str | None = None,
                  prefetch_threshold: int | None = None, storage_write: str | None = None,
                  host_eviction_policy: str | None = None) -> None:
-        if storage is not None and not host_ratio:
-            raise ValueError("a storage tier saves from the host pool: give host_ratio > 0 with storage")
+        given = CacheConfig(radix=radix, eviction_policy=eviction_policy, host_ratio=host_ratio, write_policy=write_policy,
+                            storage=storage, prefetch_policy=prefetch_policy, prefetch_threshold=prefetch_threshold,
+                            storage_write=storage_write, host_eviction_policy=host_eviction_policy,
+                            host_link=host_link, disk_link=disk_link)
+        if cache_config is not None and given != CacheConfig():
+            raise TypeError("give the cache settings as cache_config or as keywords, not both")
         self.kv_pool = PagedKVPool.for_model(model, num_blocks, block_size)
-        if isinstance(storage, (str, os.PathLike)):
-            from .storage import FileStorage, model_digest
-
-            storage = FileStorage.for_pool(self.kv_pool, storage, model_digest(model))
-        elif storage is not None and not hasattr(storage, "write"):
-            raise TypeError(f"storage must be a directory or a FileStorage, got {storage!r}")
-        self.cache_manager = make_cache_manager(num_blocks, block_size, radix=radix, eviction_policy=eviction_policy,
-                                                log=log, host_ratio=host_ratio, storage=storage,
-                                                write_policy=write_policy, prefetch_policy=prefetch_policy,
-                                                prefetch_threshold=prefetch_threshold, storage_write=storage_write,
-                                                host_eviction_policy=host_eviction_policy)
+        self.cache_config = self._with_storage(cache_config if cache_config is not None else given, model)
+        self.cache_manager = make_cache_manager(num_blocks, block_size, self.cache_config, log=log)
         self.scheduler = Scheduler(self.cache_manager, max_batch_size, order)
         self.copier: TierCopier | None = None
         if hasattr(self.cache_manager, "take_transfers"):
             host = HostKVPool.like(self.kv_pool, self.cache_manager.host_allocator.num_blocks)
-            self.copier = TierCopier(self.kv_pool, host, storage, host_link, disk_link)
-        self.runner = ModelRunner(model, self.kv_pool, attention_backend, check=check)  # check: kernels re-validate
+            c = self.cache_config
+            self.copier = TierCopier(self.kv_pool, host, c.storage, c.host_link, c.disk_link)
+        kernel_checks = check if kernel_checks is None else kernel_checks
+        self.runner = ModelRunner(model, self.kv_pool, attention_backend, kernel_checks=kernel_checks)
         self.model = model
         self.attention_backend = attention_backend
         self.check = check
@@ -195,6 +198,18 @@ class Engine:
         self.snapshots: list[MemorySnapshot] = []      # one per step when record=True
         self.step_no = 0
         self.t0: float | None = None
+
+    def _with_storage(self, c: CacheConfig, model) -> CacheConfig:
+        """``c`` with its storage as a FileStorage (a directory becomes one, keyed by the model)."""
+        if c.storage is not None and not c.host_ratio and c.num_host_blocks is None:
+            raise ValueError("a storage tier saves from the host pool: give host_ratio > 0 with storage")
+        if isinstance(c.storage, (str, os.PathLike)):
+            from .storage import FileStorage, model_digest
+
+            return replace(c, storage=FileStorage.for_pool(self.kv_pool, c.storage, model_digest(model)))
+        if c.storage is not None and not hasattr(c.storage, "write"):
+            raise TypeError(f"storage must be a directory or a FileStorage, got {c.storage!r}")
+        return c
 
     # ------------------------------------------------------------------ views
     @property

@@ -23,9 +23,9 @@ scheduler reserved the slots through the cache manager first)::
 when every sequence adds one token (``forward_mode == "decode"``), ``extend_attention``
 otherwise, then returns the logits of each sequence's last new token. Sampling is
 ``kvlab.compute.sampler``'s job. The index tensors are built on the host and uploaded without a
-sync (``kvlab.kernels.plan.upload_ints``); ``check=True`` makes the kernels re-validate every
-input against the device tensors (tests), ``check=False`` (the default) trusts the lengths the
-runner computed itself.
+sync (``kvlab.kernels.plan.upload_ints``); ``kernel_checks=True`` makes the kernels re-validate
+every input against the device tensors (tests), ``kernel_checks=False`` (the default) trusts the
+lengths the runner computed itself.
 
 Mirrors nano-vllm ``nanovllm/engine/model_runner.py`` (``prepare_prefill``, ``prepare_decode``,
 ``prepare_block_tables``, ``run``) and SGLang ``forward_batch_info.py`` (``ForwardBatch``,
@@ -133,12 +133,12 @@ class ModelRunner:
     """Runs ``model`` over ``kv_pool`` with the ``attention_backend`` ops ("torch" references or
     "triton" kernels)."""
 
-    def __init__(self, model, kv_pool: PagedKVPool, attention_backend: str = "torch", check: bool = False) -> None:
+    def __init__(self, model, kv_pool: PagedKVPool, attention_backend: str = "torch", kernel_checks: bool = False) -> None:
         self.ops = kernel_ops(attention_backend)
         self.model = model
         self.kv_pool = kv_pool
         self.attention_backend = attention_backend
-        self.check = check
+        self.kernel_checks = kernel_checks
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, token_ids: abc.Sequence[int], block_tables: abc.Sequence[abc.Sequence[int]],
@@ -213,7 +213,7 @@ class ModelRunner:
     def run(self, batch: ForwardBatch) -> torch.Tensor:
         """Store the new tokens' K/V, attend through the block tables; returns logits (B, V) of
         each sequence's last new token (fp32)."""
-        ops, pool, check = self.ops, self.kv_pool, self.check
+        ops, pool, check = self.ops, self.kv_pool, self.kernel_checks
         decode = batch.forward_mode == "decode"
         # A fresh prefill (nothing cached before the new tokens) on the torch backend attends over
         # the K/V it has just stored, with torch's fused causal SDPA, as vLLM's prefill runs

@@ -168,7 +168,8 @@ class BlockManager:
         """The trusted path of :meth:`adopt`, for the cache manager: ``ids`` are not validated, they
         are blocks in use that the tree just matched, holding ``n`` tokens. Still all or nothing: OutOfBlocks, nothing changed,
         when the pool cannot supply the blocks ``extra`` more slots need."""
-        t = BlockTable(seq_id, self.block_size, ids, n)
+        t = BlockTable(seq_id, self.block_size)  # filled below: ``ids`` are checked already
+        t.block_ids, t.num_tokens = ids, n
         extra, cow, new = self.append_plan(t, extra)
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
@@ -185,7 +186,8 @@ class BlockManager:
         self._new_id(child)
         p = self.table(parent)
         self.allocator.touch(p.block_ids, child, record=False)
-        t = BlockTable(child, self.block_size, list(p.block_ids), p.num_tokens)
+        t = BlockTable(child, self.block_size)
+        t.block_ids, t.num_tokens = list(p.block_ids), p.num_tokens
         self.tables[child] = t
         self.log.add("fork", child, p.block_ids, parent)
         return t

@@ -149,19 +149,22 @@ class BlockAllocator:
         event that says it (``append``, ``cow``, ``write``)."""
         f = self._fresh
         k = min(n, self.num_blocks - f)
-        ids = list(range(f, f + k))  # never-used blocks first (the front of the queue)
+        ids = list(range(f, f + k))  # never-used blocks first (the front of the queue): one run
         self._fresh = f + k
+        rc, own = self.ref_count, self.owner
+        rc[f:f + k] = [1] * k
+        own[f:f + k] = [owner] * k
         if k < n:
             h = self._head
-            ids += self._free[h:h + n - k]
+            reused = self._free[h:h + n - k]
             self._head = h + n - k
             if self._head > 4096 and self._head * 2 > len(self._free):  # compact: amortised O(1) per block
                 del self._free[:self._head]
                 self._head = 0
-        rc, own = self.ref_count, self.owner
-        for b in ids:
-            rc[b] = 1
-            own[b] = owner
+            for b in reused:
+                rc[b] = 1
+                own[b] = owner
+            ids += reused
         if ids and record:
             self.log.record("allocate", owner, ids)
         return ids

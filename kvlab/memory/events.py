@@ -6,10 +6,10 @@ turns a log into animation frames; tests replay it. Events are plain data: they 
 references to live objects. The subject of every event is ``seq_id`` (the sequence or
 request concerned, if any).
 
-Cheap by design: a log keeps plain lists of strings, numbers and block ids packed into
-``bytes`` (4 bytes an id); the hot path (``add``) keeps no container object per event at all, so
-recording adds nothing for the garbage collector to count or rescan (a long run would otherwise
-trigger full collections over the whole pool and tree); :class:`Event` objects are built only
+Cheap by design: a log keeps one row per event, a tuple ``(kind, seq_id, block_ids, detail)``
+of strings, numbers and tuples of ids (a tuple holding only such values is untracked by the
+garbage collector after its first collection, so a long log adds nothing for full collections
+to rescan); ``add``, the hot path, builds no dict per event; :class:`Event` objects are built only
 when someone reads the log. A run that records nothing passes :data:`NO_LOG` (or a
 :class:`NullLog`): its ``record`` does nothing.
 
@@ -31,7 +31,6 @@ Example:
 """
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -39,7 +38,7 @@ __all__ = ["Event", "EventLog", "NullLog", "NO_LOG", "FIELDS", "pack_ids"]
 
 # The detail fields of kvlab's own event kinds, in order: ``EventLog.add(kind, seq_id, block_ids,
 # *values)`` stores just the values (no dict per event), ``Event.detail`` names them again.
-# Fields that hold several block ids are passed packed (``pack_ids``).
+# Fields that hold several block ids are passed as tuples (``pack_ids``).
 FIELDS: dict[str, tuple[str, ...]] = {
     # block manager (one event per table operation)
     "append": ("start", "num_tokens"),
@@ -62,28 +61,11 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def pack_ids(ids: Iterable[int]) -> bytes:
-    """Block ids as ``bytes`` (4 bytes an id; bytes are never tracked by the garbage collector,
-    unlike lists, tuples and arrays): how ``EventLog.add`` takes a detail field that holds several
-    ids. Example: ``pack_ids([1, 2])`` -> 8 bytes."""
-    return array("I", ids).tobytes()
-
-
-def _compact(values: Iterable[int]) -> Any:
-    """``pack_ids(values)``, or a tuple when they are not plain ids."""
-    try:
-        return pack_ids(values)
-    except (TypeError, OverflowError):
-        return tuple(values)
-
-
-def _expand(value: Any) -> Any:
-    """Inverse of :func:`_compact`: bytes back to a list of ints; anything else as it is."""
-    if type(value) is bytes:
-        a = array("I")
-        a.frombytes(value)
-        return a.tolist()
-    return value
+def pack_ids(ids: Iterable[int]) -> tuple[int, ...]:
+    """Block ids as a tuple (a copy the log can keep: nobody mutates it later): how
+    ``EventLog.add`` takes a detail field that holds several ids. Example: ``pack_ids([1, 2])``
+    -> ``(1, 2)``."""
+    return tuple(ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,76 +113,60 @@ class EventLog:
     """
 
     def __init__(self) -> None:
-        self._kind: list[str] = []
-        self._seq: list[str | None] = []
-        self._ids: list[Any] = []       # bytes per event (4 bytes an id; b"" when none)
-        self._detail: list[Any] = []    # record(): its keyword dict (lists packed); add(): an offset into _vals
-        self._vals: list[Any] = []      # add()'s detail values, flat (ints, strings, bools, packed ids)
+        # one row per event: (kind, seq_id, block ids as a tuple, detail): for record() its keyword
+        # dict (lists as tuples), for add() the tuple of its values in the order of FIELDS[kind]
+        self._rows: list[tuple] = []
         self._listeners: list[Callable[[Event], None]] = []
 
     def record(self, kind: str, seq_id: str | None = None, block_ids: Iterable[int] = (), **detail: Any) -> None:
         """Append one event (block ids, and list values in ``detail``, are copied)."""
-        for v in detail.values():
-            if type(v) is list or type(v) is tuple:  # a new dict: the old one is tracked for good
-                detail = {k: _compact(v) if type(v) is list or type(v) is tuple else v for k, v in detail.items()}
-                break
-        self._kind.append(kind)
-        self._seq.append(seq_id)
-        self._ids.append(_compact(block_ids) if block_ids else b"")
-        self._detail.append(detail)
+        detail = {k: tuple(v) if type(v) is list or type(v) is tuple else v for k, v in detail.items()}
+        self._rows.append((kind, seq_id, tuple(block_ids), detail))
         if self._listeners:
-            ev = self._event(len(self._kind) - 1)
-            for fn in self._listeners:
-                fn(ev)
+            self._tell()
 
     def add(self, kind: str, seq_id: str | None, block_ids: Iterable[int], *values: Any) -> None:
         """Append one event of a kind in :data:`FIELDS`, its detail as ``values`` in that order
-        (several block ids packed with :func:`pack_ids`). Example: ``log.add("lock", "R1", (), 7, -3)``."""
-        self._kind.append(kind)
-        self._seq.append(seq_id)
-        self._ids.append(array("I", block_ids).tobytes() if block_ids else b"")  # pack_ids, inlined (hot path)
-        self._detail.append(len(self._vals))
-        self._vals += values
+        (several block ids as a tuple: :func:`pack_ids`). Example: ``log.add("lock", "R1", (), 7, -3)``."""
+        self._rows.append((kind, seq_id, tuple(block_ids), values))
         if self._listeners:
-            ev = self._event(len(self._kind) - 1)
-            for fn in self._listeners:
-                fn(ev)
+            self._tell()
+
+    def _tell(self) -> None:
+        ev = self._event(len(self._rows) - 1)
+        for fn in self._listeners:
+            fn(ev)
 
     def emit(self, event: Event) -> Event:
         """Append a ready-made event; returns it as stored (a new Event stamped with its step)."""
         self.record(event.kind, event.seq_id, event.block_ids, **event.detail)
-        return self._event(len(self._kind) - 1)
+        return self._event(len(self._rows) - 1)
 
     def subscribe(self, fn: Callable[[Event], None]) -> None:
         self._listeners.append(fn)
 
     def _event(self, i: int) -> Event:
-        d = self._detail[i]
-        if type(d) is int:
-            names = FIELDS[self._kind[i]]
-            items = zip(names, self._vals[d:d + len(names)])
-        else:
-            items = d.items()
-        detail = {k: list(v) if type(v) is tuple else _expand(v) for k, v in items}
-        ids = self._ids[i]
-        return Event(self._kind[i], self._seq[i], tuple(_expand(ids)) if type(ids) is bytes else ids, detail, i)
+        kind, seq_id, ids, d = self._rows[i]
+        items = zip(FIELDS[kind], d) if type(d) is tuple else d.items()
+        detail = {k: list(v) if type(v) is tuple else v for k, v in items}
+        return Event(kind, seq_id, ids, detail, i)
 
     @property
     def events(self) -> list[Event]:
         """Every event, as Event objects (built now)."""
-        return [self._event(i) for i in range(len(self._kind))]
+        return [self._event(i) for i in range(len(self._rows))]
 
     def kinds(self) -> list[str]:
-        return list(self._kind)
+        return [r[0] for r in self._rows]
 
     def __len__(self) -> int:
-        return len(self._kind)
+        return len(self._rows)
 
     def __iter__(self) -> Iterator[Event]:
-        return (self._event(i) for i in range(len(self._kind)))
+        return (self._event(i) for i in range(len(self._rows)))
 
     def __getitem__(self, i: int) -> Event:
-        n = len(self._kind)
+        n = len(self._rows)
         if i < 0:
             i += n
         if not 0 <= i < n:

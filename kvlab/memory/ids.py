@@ -33,10 +33,11 @@ Example:
 """
 from __future__ import annotations
 
+import re
 from array import array
 from typing import Any, Iterable
 
-__all__ = ["check_int", "as_ids", "check_seq_id"]
+__all__ = ["check_int", "as_ids", "extend_ids", "check_seq_id"]
 
 
 def _is_int_like(value: Any) -> bool:
@@ -87,6 +88,29 @@ def as_ids(values: Iterable[int], what: str = "tokens") -> list[int]:
             raise ValueError(f"{what}[{i}] = {t} is negative; ids must be >= 0")
         out.append(t)
     return out
+
+
+def extend_ids(known: list[int], values: Iterable[int], what: str = "tokens") -> list[int] | None:
+    """``values`` as ids when they extend ``known`` (ids validated before): the known head is
+    compared, not converted again, and only the new tail goes through :func:`as_ids`; None when
+    ``values`` is shorter than ``known`` or differs from it at a known position. The result is a
+    new list (never ``values`` itself).
+
+    Example: ``extend_ids([1, 2], [1, 2, 3]) -> [1, 2, 3]``; ``extend_ids([1, 2], [1, 9])`` ->
+    None; ``extend_ids([1, 2], [1, 2, 3.5])`` raises TypeError naming ``tokens[2]``."""
+    n = len(known)
+    if type(values) is not list:
+        values = as_ids(values, what)
+    head = values[:n]
+    if len(head) < n or head != known:
+        return None
+    if list(map(type, head)).count(int) != n:  # equal to ints yet not ints: True, 1.0, numpy ints
+        return None if as_ids(head, what) != known else known + as_ids(values[n:], what)
+    try:
+        tail = as_ids(values[n:], what)
+    except (TypeError, ValueError) as e:  # name the position in the whole list, not in the tail
+        raise type(e)(re.sub(r"\[(\d+)\]", lambda m: f"[{int(m.group(1)) + n}]", str(e), count=1)) from None
+    return known + tail
 
 
 def check_seq_id(value: Any, name: str = "seq_id") -> str:

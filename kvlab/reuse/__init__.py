@@ -13,7 +13,7 @@
                          placements, backup, evict, evict_host, load_back, saves, disk checks, storage lookup
     hiradix_node.py      Transfer, TierStats, HiMatchResult, TierSnapshot: its plain data
     hicache_storage.py   HiCacheStorage (the disk tier's interface), MemoryStorage, page_keys, kv_fingerprint
-    hicache_manager.py   HiCacheManager: the request cycle over the tiers; make_cache_manager
+    hicache_manager.py   HiCacheManager: the request cycle over the tiers; CacheConfig, make_cache_manager
     offload.py           recompute or load back: break_even_tokens, offload_costs, LINKS
 
 Imports only kvlab.memory.
@@ -23,7 +23,7 @@ from __future__ import annotations
 from .block_hash_cache import BlockHashCache, PrefixMatch, hash_block_tokens
 from .cache_manager import Admission, CacheManager, ServeRecord, serve_request
 from .eviction import EVICTION_POLICIES, EvictionPolicy
-from .hicache_manager import HiCacheManager, make_cache_manager
+from .hicache_manager import CacheConfig, HiCacheManager, make_cache_manager
 from .hicache_storage import HiCacheStorage, MemoryStorage, kv_fingerprint, page_keys
 from .hiradix_cache import WRITE_POLICIES, HiRadixCache
 from .hiradix_node import TierSnapshot, TierStats, Transfer
@@ -39,6 +39,6 @@ __all__ = ["BlockHashCache", "PrefixMatch", "hash_block_tokens", "Admission", "C
            "serve_request", "EVICTION_POLICIES", "EvictionPolicy", "EvictResult", "InsertResult", "MatchResult",
            "RadixCache", "RadixStats", "TreeNode", "NodeView", "RadixSnapshot", "SCHEDULE_POLICIES",
            "order_by_shared_prefix", "shared_prefix_lengths", "HitStats",
-           "HiCacheManager", "make_cache_manager", "HiCacheStorage", "MemoryStorage", "kv_fingerprint", "page_keys", "WRITE_POLICIES",
+           "CacheConfig", "HiCacheManager", "make_cache_manager", "HiCacheStorage", "MemoryStorage", "kv_fingerprint", "page_keys", "WRITE_POLICIES",
            "HiRadixCache", "TierSnapshot", "TierStats", "Transfer", "LEGAL_EDGES", "LifecycleTracker", "replay",
            "LINKS", "LinkSpec", "break_even_tokens", "offload_costs"]

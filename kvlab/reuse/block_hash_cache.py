@@ -52,19 +52,20 @@ Example:
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..memory.block_pool import DoubleFree, KVCacheError, OutOfBlocks, check_block_ids
 from ..memory.events import EventLog
-from ..memory.ids import as_ids, check_int
+from ..memory.ids import as_ids, check_int, extend_ids
 from .stats import HitStats
 
 __all__ = [
     "ROOT_HASH",
     "hash_block_tokens",
     "Block",
+    "BlockHashes",
+    "FreeBlockQueue",
     "PrefixMatch",
     "PrefixEvictResult",
     "PrefixCacheStats",
@@ -93,6 +94,18 @@ class Block:
     block_hash: int | None = None
     parent_hash: int | None = None
     token_ids: tuple[int, ...] = ()
+
+
+class BlockHashes(list):
+    """The chained hashes of a token list's full blocks (a list of ints), carrying what they were
+    computed from: ``tokens`` (validated: the id rule) and ``block_tokens`` (each block's token
+    tuple). ``match_prefix`` returns one in ``PrefixMatch.block_hashes``; given back to
+    ``cache_full_blocks``, it saves validating and hashing those tokens again (only the tokens
+    past them are checked). Read it; do not change it.
+
+    Example: ``pc.match_prefix([1, 2, 3, 4, 5]).block_hashes.tokens`` -> [1, 2, 3, 4, 5]."""
+
+    __slots__ = ("tokens", "block_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,11 +139,62 @@ class PrefixCacheStats(HitStats):
     evicted_blocks: int = 0
 
 
+class FreeBlockQueue:
+    """The free blocks in order, front first, as a doubly linked list over block ids (vLLM's
+    ``FreeKVCacheBlockQueue``): append at the back, pop from the front and remove from the middle
+    (a hit on a free cached block) are each O(1) and allocate nothing. ``prev``/``next`` hold each
+    block's neighbours; ids ``n`` and ``n + 1`` are the front and back sentinels.
+
+    Example:
+        >>> q = FreeBlockQueue(3)
+        >>> q.remove(1); q.append(1); list(q), q.popleft(), len(q)
+        ([0, 2, 1], 0, 2)
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        n = num_blocks  # at least 1; it starts as 0, 1, ..., n - 1
+        self.head, self.tail = n, n + 1
+        self.next = list(range(1, n + 1)) + [0, -1]       # block i -> i + 1, head -> 0
+        self.next[n - 1] = self.tail
+        self.prev = [n] + list(range(n - 1)) + [-1, n - 1]  # block i -> i - 1, 0 -> head, tail -> n - 1
+        self._len = n
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self):
+        b, nxt, tail = self.next[self.head], self.next, self.tail
+        while b != tail:
+            yield b
+            b = nxt[b]
+
+    def append(self, b: int) -> None:
+        prev, nxt, t = self.prev, self.next, self.tail
+        p = prev[t]
+        nxt[p] = b
+        prev[b] = p
+        nxt[b] = t
+        prev[t] = b
+        self._len += 1
+
+    def remove(self, b: int) -> None:
+        prev, nxt = self.prev, self.next
+        p, n = prev[b], nxt[b]
+        nxt[p] = n
+        prev[n] = p
+        self._len -= 1
+
+    def popleft(self) -> int:
+        b = self.next[self.head]
+        self.remove(b)
+        return b
+
+
 class BlockHashCache:
     """A block pool with hash-based prefix caching (vLLM v1's ``BlockPool`` + ``KVCacheManager``).
 
-    The free-block queue is an ordered dict (O(1) removal of a hit block from the middle,
-    like vLLM's doubly linked ``FreeKVCacheBlockQueue``). It starts as ``0..num_blocks-1``.
+    The free-block queue is a :class:`FreeBlockQueue` (O(1) removal of a hit block from the
+    middle, as vLLM's doubly linked ``FreeKVCacheBlockQueue``). It starts as ``0..num_blocks-1``.
     """
 
     def __init__(self, num_blocks: int, block_size: int, log: EventLog | None = None) -> None:
@@ -138,7 +202,7 @@ class BlockHashCache:
         self.block_size = check_int("block_size", block_size, 1)
         self.log = log if log is not None else EventLog()
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.free_block_queue = FreeBlockQueue(num_blocks)
         self.cached_block_hash_to_block: dict[int, int] = {}
         self.stats = PrefixCacheStats()
         self._num_cached_in_use = 0  # cached blocks with ref_cnt > 0
@@ -182,12 +246,15 @@ class BlockHashCache:
         """The longest run of cached full blocks at the start of ``tokens`` (vLLM's
         ``get_computed_blocks``). Changes no ref count; ``allocate`` takes the hits."""
         key = as_ids(tokens)
+        key = list(key) if key is tokens else key  # kept in the match's block_hashes: never the caller's list
         return self._match(key, len(key), rid, record_stats)
 
     def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> PrefixMatch:
         bs = self.block_size
         toks: list[tuple[int, ...]] = []
-        hashes = self._hashes(key, len(key) // bs, None, toks)
+        hashes = BlockHashes()
+        hashes.tokens, hashes.block_tokens = key, toks
+        self._hashes(key, len(key) // bs, hashes, toks)
         blocks, get, ids = self.blocks, self.cached_block_hash_to_block.get, []
         parent = ROOT_HASH
         for i in range(min(len(hashes), limit // bs)):
@@ -213,6 +280,7 @@ class BlockHashCache:
         fully cached prompt still computes its last token (vLLM's ``max_cache_hit_length``).
         Example: 8 cached tokens, block_size 4, prompt of those 8 -> prefix_len 4."""
         key = as_ids(tokens)
+        key = list(key) if key is tokens else key
         return self._match(key, max(0, len(key) - 1), rid, True)
 
     # -------------------------------------------------------------------- allocation
@@ -242,7 +310,7 @@ class BlockHashCache:
         evicted: list[int] = []
         cmap = self.cached_block_hash_to_block
         for _ in range(need):
-            b, _v = queue.popitem(last=False)
+            b = queue.popleft()
             blk = blocks[b]
             if blk.block_hash is not None:  # reuse drops the stale hash entry
                 if cmap.get(blk.block_hash) == b:
@@ -265,7 +333,7 @@ class BlockHashCache:
         for b in block_ids:
             blk = blocks[b]
             if blk.ref_cnt == 0:
-                del queue[b]
+                queue.remove(b)
                 self._num_cached_in_use += 1
             blk.ref_cnt += 1
 
@@ -278,8 +346,14 @@ class BlockHashCache:
         """Register the hashes of the full blocks of ``tokens`` (held in ``block_ids``, the
         request's table) once their KV is computed. A block whose hash is already cached in
         another block stays uncached (two requests computed it at once; vLLM keeps the first).
-        Returns how many blocks were newly cached."""
-        key = as_ids(tokens)
+        Returns how many blocks were newly cached. ``block_hashes``: the match's (a
+        :class:`BlockHashes`: then ``tokens`` must start with the tokens matched, ValueError
+        otherwise, and only the tokens past them are validated and hashed)."""
+        known = block_hashes if type(block_hashes) is BlockHashes else None
+        key = extend_ids(known.tokens, tokens) if known is not None else as_ids(tokens)
+        if key is None:
+            raise ValueError("cache_full_blocks: tokens do not start with the tokens the block_hashes were "
+                             f"computed from ({len(known.tokens)} token(s)): pass that request's own match")
         bs = self.block_size
         n_full = len(key) // bs
         ids = list(block_ids)
@@ -291,7 +365,8 @@ class BlockHashCache:
             if blocks[b].ref_cnt == 0:
                 raise KVCacheError(f"cache_full_blocks: block {b} is free; it must belong to the request")
         # the hashes the match computed (of the prompt's full blocks), continued over the rest
-        hashes = self._hashes(key, n_full, list(block_hashes[:n_full]) if block_hashes is not None else None)
+        toks = list(known.block_tokens[:n_full]) if known is not None else None
+        hashes = self._hashes(key, n_full, list(block_hashes[:n_full]) if block_hashes is not None else None, toks)
         cmap, blocks = self.cached_block_hash_to_block, self.blocks
         added, dups = [], 0
         parent = ROOT_HASH
@@ -304,7 +379,7 @@ class BlockHashCache:
                 else:
                     cmap[h] = b
                     blk.block_hash, blk.parent_hash = h, parent
-                    blk.token_ids = tuple(key[i * bs:(i + 1) * bs])
+                    blk.token_ids = toks[i] if toks is not None else tuple(key[i * bs:(i + 1) * bs])
                     self._num_cached_in_use += 1
                     added.append(b)
             parent = h
@@ -335,7 +410,7 @@ class BlockHashCache:
             blk = blocks[b]
             blk.ref_cnt -= 1
             if blk.ref_cnt == 0:
-                queue[b] = None
+                queue.append(b)
                 released.append(b)
                 if blk.block_hash is not None:
                     self._num_cached_in_use -= 1

@@ -19,7 +19,7 @@ so nothing it reads can be evicted; its table starts with exactly that node's pa
 
 One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c`` computed)::
 
-    admit(s, tokens)         tree.match_key(tokens, len - 1) -> m tokens cached (at least one
+    admit(s, tokens)         tree.match_prefix(key, limit=len - 1) -> m tokens cached (at least one
                              token is left to compute), lock the node where the match ends,
                              make room (evict LRU leaves when short; None, no block taken or
                              evicted, when it cannot fit), tree.init_load_back (tiers only),
@@ -51,9 +51,12 @@ With tiers, ``HiCacheManager`` runs this same cycle, unchanged, over a ``HiRadix
 plugs in at one point: ``tree.init_load_back`` in ``admit`` loads the match's host and disk pages
 back (the plain tree returns the match as it is).
 
-Each step validates what comes from outside once, then calls only trusted twins that check
-nothing again (``match_key``, ``insert_key``, ``adopt_match``, ``apply_append``, ``release_to_tree``;
-the table of them: docs/ARCHITECTURE.md).
+Each step validates what comes from outside once, then passes values that carry their checks:
+the tokens as a :class:`~kvlab.reuse.radix_node.RadixKey` (``admit`` checks the prompt;
+``cache_req`` checks only the tokens past the known ones), the blocks as the sequence's
+``BlockTable``; the tree takes both without checking them again. The block manager's trusted
+paths (``adopt_match``, ``apply_append``, ``release_to_tree``; the table of them:
+docs/ARCHITECTURE.md) skip the checks of ids it already holds.
 
 Mirrors mini-sglang ``python/minisgl/scheduler/cache.py`` (``CacheManager.cache_req``, read at
 commit 0467802d) and SGLang ``radix_cache.py`` (``cache_finished_req``, ``cache_unfinished_req``,
@@ -90,7 +93,7 @@ from ..memory.events import EventLog
 from ..memory.ids import as_ids, check_int, check_seq_id
 from ..memory.snapshot import MemorySnapshot
 from .radix_cache import RadixCache
-from .radix_node import InsertResult, TreeNode
+from .radix_node import InsertResult, RadixKey, TreeNode
 
 __all__ = ["Admission", "CacheManager", "ServeRecord", "serve_request"]
 
@@ -152,7 +155,8 @@ class CacheManager:
         self.tree = tree
         self.block_size = allocator.block_size
         self._locks: dict[str, TreeNode] = {}       # running sequence -> the node it locks
-        self._tokens: dict[str, list[int]] = {}     # running sequence -> its validated tokens (for cache_*)
+        self._tokens: dict[str, RadixKey] = {}      # running sequence -> its checked tokens (for cache_*)
+        self._forked: set[str] = set()              # running sequences that were forked or are forks
 
     # ------------------------------------------------------------------ queries
     @property
@@ -211,13 +215,13 @@ class CacheManager:
         """
         if check_seq_id(seq_id) in self.block_manager.tables:
             raise ValueError(f"sequence {seq_id!r} already runs")
-        key = as_ids(tokens) if tokens is not None else None
+        key = RadixKey(tokens) if tokens is not None else None  # the one check of these tokens
         n = check_int("num_tokens", num_tokens if num_tokens is not None else len(key or ()), 1)
         if key is not None and n < len(key):
             raise ValueError(f"num_tokens {n} is fewer than the {len(key)} tokens to admit")
         node, prefix_len, kv, m = None, 0, [], None
         if self.tree is not None and key:
-            m = self.tree.match_key(key, len(key) - 1, seq_id)
+            m = self.tree.match_prefix(key, seq_id, limit=len(key) - 1)
             prefix_len, kv = m.prefix_len, m.kv
             if m.last_node is not self.tree.root:  # a lock on the root protects nothing
                 node = m.last_node
@@ -236,7 +240,7 @@ class CacheManager:
         if node is not None:
             self._locks[seq_id] = node
         if key is not None:
-            self._tokens[seq_id] = key if key is not tokens else list(key)  # a copy: never the caller's list
+            self._tokens[seq_id] = key  # a RadixKey holds a copy: never the caller's list
         evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
         self.log.add("admit", seq_id, (), prefix_len, n)
         return Admission(seq_id, prefix_len, table, evicted)
@@ -268,6 +272,7 @@ class CacheManager:
             4
         """
         table = self.block_manager.fork(parent, child)
+        self._forked.update((parent, child))  # only these can share blocks past their locked paths
         node = self._locks.get(parent)
         if node is not None:
             self.tree.inc_lock_ref(node, child)
@@ -276,7 +281,7 @@ class CacheManager:
             self._tokens[child] = self._tokens[parent]
         return table
 
-    def _key(self, seq_id: str, tokens: Sequence[int]) -> list[int]:
+    def _key(self, seq_id: str, tokens: Sequence[int]) -> RadixKey:
         """``tokens`` checked against what ``seq_id`` holds: ids (a numpy array is fine), at most
         the table's slots, and an extension of the tokens it was admitted with or cached before.
         Those only grow: a shorter list, or one that differs at a known position, would let the
@@ -286,16 +291,18 @@ class CacheManager:
         Example: admitted [1, 2, 3] -> [1, 2, 3, 4] is the key; [1, 2] and [1, 9, 3] are refused
         (ValueError naming the sequence and position 2, resp. 1)."""
         t = self.block_manager.table(seq_id)
-        key = as_ids(tokens)
         known = self._tokens.get(seq_id)
         if known is not None:
-            if key[:len(known)] != known:
-                raise ValueError(token_mismatch(seq_id, key, known, "it holds"))
+            key = known.extended(tokens)  # only the tokens past the known ones are checked
+            if key is None:
+                raise ValueError(token_mismatch(seq_id, as_ids(tokens), known, "it holds"))
             if len(key) == len(known):
                 return known
+        else:
+            key = RadixKey(tokens)
         if len(key) > t.num_tokens:
             raise ValueError(f"sequence {seq_id!r}: {len(key)} tokens but its table holds only {t.num_tokens} slots")
-        return list(key) if key is tokens else key
+        return key
 
     def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
         """After prefill: cache the computed pages and keep running (:meth:`cache_req`,
@@ -348,14 +355,16 @@ class CacheManager:
                 self._tokens[seq_id] = key
             return None
         sharers, ids = self._sharers(seq_id, key, full)
-        table_ids = self.block_manager.table(seq_id).block_ids
+        table = self.block_manager.table(seq_id)
+        table_ids = table.block_ids
         # finished: the tree takes over the table's ref on N and frees D; unfinished: its own ref on N
-        res = self.tree.insert_key(key[:full * self.block_size], ids, seq_id, not finished)
+        res = self.tree.insert(key.prefix(full * self.block_size), table, seq_id, share=not finished)
         if finished:
             self._drop_cached(seq_id, res, table_ids, full)
             self._lock_sharers(sharers, key, ids, res.kv)
             old = self._locks.pop(seq_id, None)
             self._tokens.pop(seq_id, None)
+            self._forked.discard(seq_id)
             if old is not None:
                 self.tree.dec_lock_ref(old, seq_id)
         else:
@@ -375,7 +384,7 @@ class CacheManager:
             drop = table_ids[:end] + table_ids[full:]  # M and T
         self.block_manager.release_to_tree(seq_id, drop)
 
-    def _keep_cached(self, seq_id: str, res: InsertResult, key: list[int]) -> None:
+    def _keep_cached(self, seq_id: str, res: InsertResult, key: RadixKey) -> None:
         """cache_req(finished=False) after the insert: the table takes the tree's blocks for D and
         the lock moves down to the node where the cached pages end."""
         self._tokens[seq_id] = key
@@ -394,6 +403,7 @@ class CacheManager:
         if node is not None:
             self.tree.dec_lock_ref(node, seq_id)
         self._tokens.pop(seq_id, None)
+        self._forked.discard(seq_id)
         return released
 
     # ------------------------------------------------------------------ invariants and pictures
@@ -416,15 +426,17 @@ class CacheManager:
     #
     # So a running table never uses a cached block past the node it locks, and every unlocked cached
     # block is one that eviction frees (``CacheManager.check_integrity`` checks it).
-    def _sharers(self, seq_id: str, key: list[int], full: int) -> tuple[list[str], list[int]]:
+    def _sharers(self, seq_id: str, key: RadixKey, full: int) -> tuple[list[str], list[int]]:
         """Before ``seq_id`` caches ``full`` pages of ``key``: the other running sequences whose
         tables share one of its own blocks among them, and its first ``full`` block ids (a copy).
         ValueError, nothing changed, when a sharer holds other tokens for a shared page."""
         ids = self.block_manager.table(seq_id).block_ids[:full]
+        if seq_id not in self._forked:  # the usual case: never forked, so nobody shares them
+            return [], ids
         node = self._locks.get(seq_id)
         start = len(self.tree.path_kv(node)) if node is not None else 0  # pages it already locks
         rc = self.allocator.ref_count
-        if all(rc[b] == 1 for b in ids[start:]):  # the usual case: nobody shares them
+        if max(map(rc.__getitem__, ids[start:]), default=1) == 1:  # no block of its own is shared
             return [], ids
         own = set(ids[start:])
         sharers = []
@@ -433,13 +445,14 @@ class CacheManager:
             if s == seq_id or last < 0:
                 continue
             known, n = self._tokens.get(s), (last + 1) * self.block_size
-            if known is not None and known[:n] != key[:min(n, len(known))]:
-                raise ValueError(token_mismatch(seq_id, key[:min(n, len(known))], known[:n],
-                                                f"{s!r}, which shares that block, holds"))
+            if known is not None:
+                theirs, mine = known[:n], key[:min(n, len(known))]
+                if theirs != mine:
+                    raise ValueError(token_mismatch(seq_id, mine, theirs, f"{s!r}, which shares that block, holds"))
             sharers.append(s)
         return sharers, ids
 
-    def _lock_sharers(self, sharers: list[str], key: list[int], ids: list[int], tree_kv: list[int]) -> None:
+    def _lock_sharers(self, sharers: list[str], key: RadixKey, ids: list[int], tree_kv: list[int]) -> None:
         """After the insert (``ids``: the inserting table's blocks before it, ``tree_kv``: the
         tree's blocks for the same pages): each sharer switches to the tree's blocks for the pages
         it shares, locks the node where they end and knows those tokens."""
@@ -460,7 +473,7 @@ class CacheManager:
                 tree.dec_lock_ref(old, s)
             self._locks[s] = node
             if len(self._tokens.get(s) or ()) < k * ps:
-                self._tokens[s] = key[:k * ps]
+                self._tokens[s] = key.prefix(k * ps)
 
     def check_integrity(self) -> None:
         """The ownership rule, exactly: ``ref_count == tree + tables`` for every block; every
@@ -481,6 +494,7 @@ class CacheManager:
                                    "(evicting them would free nothing)")
         assert set(self._locks) <= set(tables), "a lock is held for a sequence that does not run"
         assert set(self._tokens) <= set(tables), "tokens kept for a sequence that does not run"
+        assert self._forked <= set(tables), "a fork is remembered for a sequence that does not run"
         holders = [t.block_ids for t in tables.values()]
         if self.tree is not None:
             self.tree.check_integrity(holders)

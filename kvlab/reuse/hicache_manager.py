@@ -51,6 +51,8 @@ Example (block size 1, a device pool of 4 blocks, a host pool twice that):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 from ..memory.block_pool import BlockAllocator
 from ..memory.events import EventLog
@@ -60,7 +62,7 @@ from .hicache_storage import HiCacheStorage
 from .hiradix_cache import HiRadixCache
 from .hiradix_node import TierSnapshot, TierStats, Transfer
 
-__all__ = ["HiCacheManager", "make_cache_manager"]
+__all__ = ["CacheConfig", "HiCacheManager", "make_cache_manager"]
 
 
 MAX_HOST_BLOCKS = 1 << 24  # 16 M host blocks: far beyond any host pool a lesson or test builds
@@ -144,24 +146,55 @@ class HiCacheManager(CacheManager):
             assert tr.nodes == live, "lifecycle: node placements out of date"
 
 
-def make_cache_manager(num_blocks: int, block_size: int, *, radix: bool = True, host_ratio: float = 0.0,
-                       storage: HiCacheStorage | None = None, eviction_policy: str = "lru", log: EventLog | None = None,
-                       check_kv: bool = False, **tier_kw) -> CacheManager:
-    """A CacheManager when there is no tier (``host_ratio`` 0, no ``num_host_blocks``, no storage:
-    exactly the untiered manager), else a HiCacheManager. ``tier_kw``: HiCacheManager's own
-    keywords (``write_policy``, ``num_host_blocks``, ...); a None value means its default.
+@dataclass(frozen=True)
+class CacheConfig:
+    """The cache's settings as one value, built once (by the engine) and passed down to
+    :func:`make_cache_manager` and the tier copier (vLLM's ``CacheConfig``): the tree, and the
+    tiers under it. A None tier option means the tiered tree's default.
+
+    Example: ``CacheConfig(host_ratio=2, write_policy="write_back").tier_options()`` ->
+    ``{'write_policy': 'write_back'}``."""
+
+    radix: bool = True
+    eviction_policy: str = "lru"
+    host_ratio: float = 0.0
+    num_host_blocks: int | None = None
+    write_policy: str | None = None
+    storage: Any = None
+    prefetch_policy: str | None = None
+    prefetch_threshold: int | None = None
+    storage_write: str | None = None
+    host_eviction_policy: str | None = None
+    host_link: str = "pcie-gen5-x16"
+    disk_link: str = "nvme-gen4"
+
+    def tier_options(self) -> dict[str, Any]:
+        """The tiered manager's options that were given (the None ones keep their defaults)."""
+        names = ("num_host_blocks", "write_policy", "prefetch_policy", "prefetch_threshold", "storage_write",
+                 "host_eviction_policy")
+        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+
+
+def make_cache_manager(num_blocks: int, block_size: int, config: CacheConfig | None = None, *,
+                       log: EventLog | None = None, check_kv: bool = False, **settings) -> CacheManager:
+    """A CacheManager when ``config`` has no tier (``host_ratio`` 0, no ``num_host_blocks``, no
+    storage: exactly the untiered manager), else a HiCacheManager. ``settings``: CacheConfig's
+    fields, for a config built here (not together with ``config``).
 
     Example:
         >>> type(make_cache_manager(8, 4)).__name__, type(make_cache_manager(8, 4, host_ratio=2)).__name__
         ('CacheManager', 'HiCacheManager')
     """
-    given = {k: v for k, v in tier_kw.items() if v is not None}
-    if not host_ratio and "num_host_blocks" not in given:
-        if storage is not None or given:
+    if config is not None and settings:
+        raise TypeError(f"give the cache settings as config or as keywords, not both: {sorted(settings)}")
+    c = config if config is not None else CacheConfig(**settings)
+    given = c.tier_options()
+    if not c.host_ratio and "num_host_blocks" not in given:
+        if c.storage is not None or given:
             raise ValueError(f"{sorted(given) or ['storage']} need a host tier: give host_ratio > 0")
-        return CacheManager(num_blocks, block_size, radix=radix, eviction_policy=eviction_policy, log=log,
+        return CacheManager(num_blocks, block_size, radix=c.radix, eviction_policy=c.eviction_policy, log=log,
                             check_kv=check_kv)
-    if not radix:
+    if not c.radix:
         raise ValueError("tiers live under the radix tree: radix=False takes no host_ratio or storage")
-    return HiCacheManager(num_blocks, block_size, host_ratio=host_ratio, storage=storage,
-                          eviction_policy=eviction_policy, log=log, check_kv=check_kv, **given)
+    return HiCacheManager(num_blocks, block_size, host_ratio=c.host_ratio, storage=c.storage,
+                          eviction_policy=c.eviction_policy, log=log, check_kv=check_kv, **given)

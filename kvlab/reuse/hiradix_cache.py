@@ -160,6 +160,7 @@ class HiRadixCache(RadixCache):
         self.write_through_threshold = check_int("write_through_threshold", write_through_threshold, 1)
         self.load_back_threshold = check_int("load_back_threshold", load_back_threshold, 0)
         super().__init__(allocator, page_size, eviction_policy, check_kv)
+        self._tree_blocks = set() if check_kv else None  # kept from the start: device blocks come and go
         self.host_allocator = host_allocator
         self.write_policy = write_policy
         self.storage = storage
@@ -309,11 +310,11 @@ class HiRadixCache(RadixCache):
         self._note(new, "split", None)
         return new
 
-    def match_key(self, key: list, limit: int, rid: str | None = None, record_stats: bool = True) -> HiMatchResult:
+    def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> HiMatchResult:
         """RadixCache's match (split, refresh), then the part of it off the device; a selective
         write-through backs up the matched device nodes hit often enough."""
         self._protected_host = set()
-        m = super().match_key(key, limit, rid, False)
+        m = super()._match(key, limit, rid, False)
         node, beyond = m.last_node, []
         while node is not self.root and not node.value:
             beyond.append(node)
@@ -337,7 +338,7 @@ class HiRadixCache(RadixCache):
             self.tier_stats.disk_hit_tokens += disk
         return HiMatchResult(dev_len, m.kv, node, tuple(beyond), host, disk)
 
-    def insert_key(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
+    def _insert(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
         """RadixCache's insert, after giving the caller's blocks to matched nodes that are off the
         device (their KV was just recomputed: ``host -> both``, ``disk -> device``); then, for
         write_through, back up the path."""
@@ -349,7 +350,7 @@ class HiRadixCache(RadixCache):
             self._reattach(node, pos, kv, rid)
             walk = None
         known = self.tracker.nodes if self.tracker is not None else None
-        res = super().insert_key(key, kv, rid, share, walk)
+        res = super()._insert(key, kv, rid, share, walk)
         if known is not None and res.last_node.id not in known:
             self._note(res.last_node, "insert", rid)
         if self.write_policy != "write_back":

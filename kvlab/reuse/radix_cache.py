@@ -59,10 +59,11 @@ import heapq
 from typing import Callable, Iterable, Sequence
 
 from ..memory.block_pool import BlockAllocator, DoubleFree, KVCacheError, UnknownBlock
+from ..memory.block_table import BlockTable
 from ..memory.events import EventLog, pack_ids
 from ..memory.ids import as_ids, check_int
 from .eviction import EVICTION_POLICIES, EvictionPolicy, get_eviction_policy
-from .radix_node import EvictResult, InsertResult, MatchResult, RadixStats, TreeNode, common_prefix_len
+from .radix_node import EvictResult, InsertResult, MatchResult, RadixKey, RadixStats, TreeNode, common_prefix_len
 from .radix_snapshot import NodeView, RadixSnapshot
 
 __all__ = ["RadixCache"]  # its plain data types: radix_node.py; policies: eviction.py
@@ -115,7 +116,9 @@ class RadixCache:
         self._protected_size = 0
         self._num_nodes = 0  # non-root
         self.check_kv = check_kv
-        self._tree_blocks: set[int] | None = set() if check_kv else None
+        # the tree's blocks as a set, for the public ``insert``'s ownership check: built on its first
+        # use (the cache manager's cycle never needs it, so it costs that cycle nothing), kept after
+        self._tree_blocks: set[int] | None = None
         self._lock_targets: dict[int, int] = {}  # node id -> locks taken on exactly that node
         self._heap: list = []
         self.policy = get_eviction_policy(eviction_policy)
@@ -227,9 +230,11 @@ class RadixCache:
             return node, pos, (child if m else None), m
         return node, pos, None, 0
 
-    def match_prefix(self, tokens: Sequence[int], rid: str | None = None, *,
-                     record_stats: bool = True) -> MatchResult:
-        """The longest cached prefix of ``tokens`` (cut to whole pages).
+    def match_prefix(self, tokens: RadixKey | Sequence[int], rid: str | None = None, *,
+                     limit: int | None = None, record_stats: bool = True) -> MatchResult:
+        """The longest cached prefix of ``tokens`` (cut to whole pages), at most ``limit`` tokens
+        (default: all of them). ``tokens``: a :class:`RadixKey` (checked once already, taken as it
+        is) or any token sequence (checked here).
 
         Splits a node when the match ends inside it (so ``last_node`` ends exactly at the
         prefix), refreshes the access time and hit count of every node on the path, and counts
@@ -238,21 +243,20 @@ class RadixCache:
         Example: cache holds [1, 2, 3]; ``match_prefix([1, 2, 7])`` -> prefix_len 2 and the
         node [1, 2, 3] is split into [1, 2] -> [3].
         """
-        key = as_ids(tokens)
-        return self.match_key(key, len(key), rid, record_stats)
+        key = tokens if type(tokens) is RadixKey else as_ids(tokens)
+        limit = len(key) if limit is None else min(check_int("limit", limit, 0), len(key))
+        return self._match(key, limit, rid, record_stats)
 
-    def match_for_prefill(self, tokens: Sequence[int], rid: str | None = None) -> MatchResult:
+    def match_for_prefill(self, tokens: RadixKey | Sequence[int], rid: str | None = None) -> MatchResult:
         """``match_prefix`` capped at ``len(tokens) - 1`` tokens: a fully cached prompt still
         leaves its last token to compute, because the caller needs that token's logits to
         sample the first output token (SGLang and vLLM cap the same way). Example: cache holds
         [1, 2, 3]; ``match_for_prefill([1, 2, 3])`` -> prefix_len 2."""
-        key = as_ids(tokens)
-        return self.match_key(key, max(0, len(key) - 1), rid, True)
+        key = tokens if type(tokens) is RadixKey else as_ids(tokens)
+        return self._match(key, max(0, len(key) - 1), rid, True)
 
-    def match_key(self, key: list, limit: int, rid: str | None = None, record_stats: bool = True) -> MatchResult:
-        """The trusted path of :meth:`match_prefix`: ``key`` is already a list of ints (the cache
-        manager validated it once, at ``admit``); match at most ``limit`` tokens (``len(key) - 1``
-        for a prefill, as :meth:`match_for_prefill`). Splits, refreshes and counts as match_prefix."""
+    def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> MatchResult:
+        """The match itself, on a checked key: split, refresh, count, record."""
         node, pos, child, m = self._walk(key, limit)
         if child is not None:
             node, pos = self._split(child, m), pos + m
@@ -280,9 +284,9 @@ class RadixCache:
         disk pages of its match back into fresh device blocks here (SGLang's ``init_load_back``)."""
         return m
 
-    def peek_prefix_len(self, tokens: Sequence[int]) -> int:
+    def peek_prefix_len(self, tokens: RadixKey | Sequence[int]) -> int:
         """Length of the cached prefix, changing nothing (no split, no LRU refresh, no stats, no event)."""
-        key = as_ids(tokens)
+        key = tokens if type(tokens) is RadixKey else as_ids(tokens)
         _node, pos, _child, m = self._walk(key, len(key))
         return pos + m
 
@@ -296,7 +300,7 @@ class RadixCache:
         return pos + m, kv
 
     # ------------------------------------------------------------------ insert
-    def insert(self, tokens: Sequence[int], kv: Sequence[int], rid: str | None = None, *,
+    def insert(self, tokens: RadixKey | Sequence[int], kv: BlockTable | Sequence[int], rid: str | None = None, *,
                share: bool = False) -> InsertResult:
         """Cache ``tokens`` whose KV is in blocks ``kv``; returns how much was already cached.
 
@@ -313,10 +317,21 @@ class RadixCache:
         Raises (changing nothing): TypeError for a non-int token or block id, ValueError for a
         kv of the wrong length, KVCacheError for an unknown block id and (with ``check_kv``,
         the default) for a new block that is free or already owned by the tree.
+
+        The request cycle's call (``CacheManager.cache_req``) passes what carries its checks: a
+        :class:`RadixKey` of whole pages and the sequence's :class:`BlockTable` (whose blocks the
+        block manager keeps valid and in use): then the table's first ``len(tokens) // page_size``
+        blocks are cached without checking them again.
         """
-        key = as_ids(tokens)
-        kv = as_ids(kv, "kv")
         ps = self.page_size
+        if type(tokens) is RadixKey and type(kv) is BlockTable:
+            key, nb = tokens, len(tokens) // ps
+            if len(key) % ps or len(kv.block_ids) < nb:
+                raise ValueError(f"insert: {len(key)} token(s) are not whole pages of {ps} held by the "
+                                 f"{len(kv.block_ids)} block(s) of {kv.seq_id}'s table")
+            return self._insert(key, kv.block_ids[:nb], rid, share)
+        key = as_ids(tokens)
+        kv = as_ids(kv.block_ids if type(kv) is BlockTable else kv, "kv")
         if len(kv) != len(key) // ps:
             raise ValueError(f"kv has {len(kv)} block id(s) but {len(key)} token(s) with page_size {ps} "
                              f"need {len(key) // ps}")
@@ -329,9 +344,11 @@ class RadixCache:
         nb = end // ps
         dups = [b for b, t in zip(kv[:nb], tree_kv) if b != t] if kv[:nb] != tree_kv else []
         self._validate_insert(kv[nb:], dups, share)
-        return self.insert_key(key, kv, rid, share, (node, pos, child, m))
+        return self._insert(key, kv, rid, share, (node, pos, child, m))
 
     def _validate_insert(self, new_blocks: list[int], dups: list[int], share: bool) -> None:
+        if self.check_kv and self._tree_blocks is None:
+            self._tree_blocks = set(self.tree_block_ids())
         nblocks, rc, tree_blocks = self.allocator.num_blocks, self.allocator.ref_count, self._tree_blocks
         for b in new_blocks + dups:
             if b >= nblocks:
@@ -357,11 +374,9 @@ class RadixCache:
             if not set(dups).isdisjoint(new_blocks):
                 raise KVCacheError("insert: a block is passed both as a duplicate and as new KV")
 
-    def insert_key(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
-        """The trusted path of :meth:`insert`: no validation, ``key`` holds whole pages (a list of
-        ints) and ``kv`` one valid block per page (the cache manager's path: its blocks come from
-        block tables it owns). ``walk``: the
-        result of ``_walk(key)`` when the caller has it already."""
+    def _insert(self, key: list, kv: list[int], rid: str | None, share: bool, walk: tuple | None = None) -> InsertResult:
+        """The insert itself, on a checked ``key`` of whole pages and ``kv`` one valid block per
+        page. ``walk``: the result of ``_walk(key)`` when the caller has it already."""
         ps = self.page_size
         node, pos, child, m = walk if walk is not None else self._walk(key, len(key))
         end = pos + m

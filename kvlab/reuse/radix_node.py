@@ -10,10 +10,54 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
+from ..memory.ids import as_ids, extend_ids
 from .stats import HitStats
 
-__all__ = ["TreeNode", "MatchResult", "InsertResult", "EvictResult", "RadixStats", "common_prefix_len"]
+__all__ = ["RadixKey", "TreeNode", "MatchResult", "InsertResult", "EvictResult", "RadixStats", "common_prefix_len"]
+
+
+class RadixKey(list):
+    """Token ids checked once (kvlab's id rule), which the tree takes without checking again
+    (SGLang 0.5's ``RadixKey``). ``RadixKey(tokens)`` validates (TypeError / ValueError naming
+    the bad element) and copies: it is a list of ints, never the caller's list (read it, do not
+    change it). ``prefix(n)`` and ``extended(tokens)`` (which checks only the new tokens) are keys
+    too; a plain slice is a plain list.
+
+    Example:
+        >>> k = RadixKey([1, 2, 3])
+        >>> len(k), k.prefix(2), k.extended([1, 2, 3, 4]), k.extended([1, 9])
+        (3, RadixKey([1, 2]), RadixKey([1, 2, 3, 4]), None)
+    """
+
+    __slots__ = ()
+
+    def __init__(self, tokens: Iterable[int] = ()) -> None:
+        super().__init__(as_ids(tokens))
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The ids (this key itself: SGLang's ``RadixKey.token_ids``)."""
+        return self
+
+    def _checked(self, ids: list[int]) -> "RadixKey":
+        k = RadixKey()
+        list.extend(k, ids)  # ids are checked already
+        return k
+
+    def prefix(self, n: int) -> "RadixKey":
+        """The first ``n`` tokens, as a key."""
+        return self._checked(self[:n])
+
+    def extended(self, tokens: Iterable[int]) -> "RadixKey | None":
+        """``tokens`` as a key when they start with this key's tokens (only the rest is checked);
+        None when they are shorter or differ at a known position."""
+        ids = extend_ids(self, tokens)
+        return None if ids is None else self._checked(ids)
+
+    def __repr__(self) -> str:
+        return f"RadixKey({list.__repr__(self) if len(self) <= 8 else list.__repr__(self[:6])[:-1] + ', ...]'})"
 
 
 class TreeNode:
