@@ -62,7 +62,9 @@ def static_html(obj: Any) -> str:
     if hasattr(obj, "pipe"):  # graphviz.Digraph
         return obj.pipe(format="svg", encoding="utf-8")
     if hasattr(obj, "to_html"):
-        return obj.to_html(include_plotlyjs=True, full_html=False)
+        from .palette import PLOTLY_CONFIG
+
+        return obj.to_html(include_plotlyjs=True, full_html=False, config=PLOTLY_CONFIG)
     return str(obj)
 
 
