@@ -1,0 +1,70 @@
+"""Issue 28 (round 5): wrong answers to lessons 00-05 that an independent review, or the helper after
+it, typed and that came back rejected WITHOUT the mistake named (or accepted). Each must now be
+rejected with a note that says the likely mistake (the phrase given beside it)."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from kvlab import check
+from kvlab.check import l01_why_kv_cache
+from test_check_memory import _solutions
+
+S00, S01, S02, S03, S04, S05 = (_solutions(s) for s in (
+    "00_start_here", "01_why_kv_cache", "02_how_big", "03_contiguous", "04_paging", "05_paged_kernel"))
+
+
+@pytest.fixture(autouse=True)
+def _not_strict(monkeypatch):
+    monkeypatch.delenv("KVLAB_CHECK_STRICT", raising=False)
+
+
+def _flops(post):
+    return lambda f, p, n: post(*S01.count_flops(f, p, n))
+
+
+def _attend(**kw):
+    """attend_with_cache with one slip: before (attend before appending), scale (multiply by sqrt(d)),
+    unsqueeze (out with a token dimension)."""
+    def fn(q, k_new, v_new, k_cache, v_cache):
+        kc, vc = torch.cat([k_cache, k_new[None]]), torch.cat([v_cache, v_new[None]])
+        keys, values = (k_cache, v_cache) if kw.get("before") else (kc, vc)
+        group = q.shape[0] // kc.shape[1]
+        K, V = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)   # (T, h, d)
+        scale = math.sqrt(q.shape[-1]) if kw.get("scale") else 1 / math.sqrt(q.shape[-1])
+        out = torch.einsum("ht,thd->hd", torch.softmax(torch.einsum("hd,thd->ht", q, K) * scale, -1), V)
+        return (out[None] if kw.get("unsqueeze") else out), kc, vc
+    return fn
+
+
+WRONG = [
+    # lesson 01
+    (check.count_flops, _flops(lambda a, b: (list(itertools.accumulate(a)), b)), "running totals"),
+    (check.count_flops, _flops(lambda a, b: (a, list(itertools.accumulate(b)))), "running totals"),
+    (check.count_flops, _flops(lambda a, b: ([float(x) for x in a], b)), "is an int"),
+    (check.count_flops, _flops(lambda a, b: (np.array(a), np.array(b))), "ndarray"),
+    (check.count_flops, _flops(lambda a, b: (torch.tensor(a), torch.tensor(b))), "Tensor"),
+    (check.count_flops, _flops(lambda a, b: {"naive": a, "cached": b}), "returned a dict"),
+    (check.attend_with_cache, _attend(before=True), "attended before appending"),
+    (check.attend_with_cache, _attend(scale=True), "multiplied the scores by sqrt(head_dim)"),
+    (check.attend_with_cache, _attend(unsqueeze=True), "without the token dimension"),
+]
+
+
+@pytest.mark.parametrize("checker, wrong, says", WRONG, ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(WRONG)])
+def test_wrong_answer_rejected_and_named(checker, wrong, says):
+    r = checker(wrong, verbose=False)
+    assert not r.passed
+    notes = " | ".join(c.note for c in r.failures)
+    assert says in notes, notes
+
+
+def test_count_flops_expected_is_what_generate_counts():
+    """The checker computes the expected FLOPs from flops_per_token (fast); they are generate()'s counts."""
+    model, _ = l01_why_kv_cache._bundled()
+    for p, n in [(1, 1), (5, 6), (12, 3)]:
+        assert l01_why_kv_cache.expected_step_flops(model.flops_per_token, p, n) == l01_why_kv_cache.generate_step_flops(p, n)
