@@ -285,3 +285,18 @@ def test_smollm2_config_tokenizer_and_reply(smollm2):
     assert tok.decode(ids, skip_special_tokens=False).endswith("<|im_start|>assistant\n")
     out = generate(model, ids, 6, strategy="paged")
     assert tok.decode(out.tokens).startswith("To apply for a refund"), tok.decode(out.tokens)
+
+
+def test_gguf_scalars_reads_the_header_values_gguf_metadata_reads(tmp_path):
+    """gguf_scalars (lesson 02's fast header read) gives every number and string gguf_metadata gives,
+    skipping the arrays (tokens, merges); a file that is not GGUF is a CheckpointError."""
+    path = write_gguf(tmp_path / "m.gguf", random_hf_tensors(HF_CONFIG), meta={"x.float64": ("float64", 0.5)})
+    full = kg.gguf_metadata(path)
+    fast = kg.gguf_scalars(path)
+    want = {k: v for k, v in full.items() if not isinstance(v, list) and not k.startswith("GGUF.")}
+    assert {k: fast[k] for k in want} == pytest.approx(want) and "tokenizer.ggml.tokens" not in fast
+    assert fast["llama.attention.head_count_kv"] == HF_CONFIG["num_key_value_heads"]
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOPE" + bytes(40))
+    with pytest.raises(CheckpointError):
+        kg.gguf_scalars(bad)

@@ -267,6 +267,8 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
     'that is a percentage (x 100): return a fraction between 0 and 1'
     >>> unit_slip(2_000_000_000, 2.0)
     'that is in GB (10**9 bytes): the answer is in bytes'
+    >>> unit_slip(3, [3])
+    'returned a list holding the answer ([3]): return the number itself'
     >>> unit_slip([1, 2], (1, 2))
     'returned a tuple where a list is expected (the values are right): return a list'
     """
@@ -284,6 +286,8 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
         kind = type(actual).__name__
         return (f"returned a {kind} where a plain {type(expected).__name__} is expected" +
                 (" (the values are right): convert it (.tolist() / int(...))" if same else ": convert it (.tolist() / int(...))"))
+    if _num(expected) and isinstance(actual, (list, tuple)) and len(actual) == 1 and actual[0] == expected:
+        return f"returned a {type(actual).__name__} holding the answer ({actual!r}): return the number itself"
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)) and type(expected) is not type(actual):
         if list(expected) == list(actual):
             return (f"returned a {type(actual).__name__} where a {type(expected).__name__} is expected "
