@@ -320,6 +320,8 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L), _pool_blocks(g, 1.0, w, b, bs)),
         "the weights were not subtracted: they live in the same GPU memory":
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L), _pool_blocks(g, u, 0, b, bs)),
+        "rounded up twice (ceil of length + block_size - 1): a request of 32 tokens needs 2 blocks of 16, not 3":
+            lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n + bs - 1, bs) for n in L), _pool_blocks(g, u, w, b, bs)),
         "used the mean length: requests differ, and short ones fit where long ones do not":
             lambda L, g, u, w, b, bs=16: min(len(L), _pool_blocks(g, u, w, b, bs) // _ceil(round(sum(L) / len(L)), bs)),
     })
