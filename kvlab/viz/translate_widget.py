@@ -179,8 +179,8 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
         cell(c, 2, "#ffe0e0" if c["highlight"] else tint(c["color"], 0.35 + 0.3 * (c["group"] % 2)))
     for c in d["table"]:
         cell(c, 1, "#ffe0e0" if c["highlight"] else "#ffffff")
-    for c in d["physical"]:
-        cell(c, 0, c["color"] if c["color"] == FREE else tint(c["color"], 0.6))
+    for c in d["physical"]:  # a block outside this table: white, dotted (not grey: grey means free elsewhere)
+        cell(c, 0, "#ffffff", "dot") if c["color"] == FREE else cell(c, 0, tint(c["color"], 0.6))
     if d["slot_x"] is not None:
         shapes.append(dict(type="rect", x0=d["slot_x"], x1=d["slot_x"] + 1, y0=-h, y1=-0.02, fillcolor=HIGHLIGHT,
                            line=dict(color=HIGHLIGHT, width=th.line_width), opacity=0.8))

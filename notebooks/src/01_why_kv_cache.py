@@ -406,16 +406,18 @@ print(f"naive {t_naive:.2f} s, cached {t_cached:.2f} s for {new_tokens} tokens (
          "on this machine the per-step fixed cost hid the saving at this short length (section 3 shows it at longer contexts)"))
 
 # %% [markdown]
-# Here is that paged pool as kvlab's allocator left it: one block table (drawn above the pool,
-# wrapping like it) with an arrow into each of its blocks, every block filled as far as it holds
-# tokens, and the spare block free. How big this memory gets on real models is lesson 02; how the
+# Here is that paged pool as kvlab's allocator left it after the real run (the title's
+# "measured" means that: the state of the run's own allocator, not a simulation): one block
+# table, `seq0` (the id `generate()` gives its one sequence), drawn above the pool and wrapping
+# like it, with an arrow into each of its blocks; every block filled as far as it holds tokens,
+# and the spare block free. How big this memory gets on real models is lesson 02; how the
 # pool is shared by many requests, lessons 04 to 06.
 
 # %%
 from kvlab.viz import memory_map_figure
 
 memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} blocks of {pool.block_size}"),
-                  title="The paged KV pool after decoding", source="measured")
+                  title="The paged KV pool the real run left", source="measured")
 
 # %% [markdown]
 # ## 6. Exercises
