@@ -41,7 +41,54 @@ def _attend(**kw):
     return fn
 
 
+def _heads(**kw):
+    """kv_heads_for_budget with one slip."""
+    def fn(l, h, d, t, budget, b=2):
+        if min(l, h, d, t, b) < 1:
+            raise ValueError("bad argument")
+        per = (1 if kw.get("no_kv") else 2) * l * d * t * b
+        ok = [g for g in range(1, h + 1) if (kw.get("any") or h % g == 0) and (g * per < budget if kw.get("strict") else g * per <= budget)]
+        if not ok:
+            raise ValueError("nothing fits")
+        return float(max(ok)) if kw.get("float") else [max(ok)] if kw.get("list") else max(ok)
+    return fn
+
+
+def _oob_swapped():
+    class Swapped(S04.TinyAllocator):
+        def allocate(self, n):
+            if n > len(self.free_queue) >= 0 and n >= 0:
+                raise S04.OutOfBlocks(len(self.free_queue), n)
+            return super().allocate(n)
+    return Swapped
+
+
+def _tiles(blocks):
+    from kvlab.check.l05_paged_kernel import _tiles_blocks
+    return _tiles_blocks(blocks)
+
+
 WRONG = [
+    # lesson 02
+    (check.kv_heads_for_budget, _heads(any=True), "does not divide num_heads"),
+    (check.kv_heads_for_budget, _heads(strict=True), "<=, not <"),
+    (check.kv_heads_for_budget, _heads(no_kv=True), "the 2 for K and V is missing"),
+    (check.kv_heads_for_budget, _heads(float=True), "float"),
+    (check.kv_heads_for_budget, _heads(list=True), "return the number itself"),
+    (check.max_concurrent, lambda L, g, u, w, b, bs=16: S02.max_concurrent([n + bs - 1 for n in L], g, u, w, b, bs),
+     "rounded up twice"),
+    # lesson 04
+    (check.block_allocator, _oob_swapped(), "arguments are swapped"),
+    # lesson 05
+    (check.paged_decode_torch, lambda *a: S05.paged_decode_torch(*a).tolist(), "returned a list"),
+    (check.paged_decode_torch, lambda *a: S05.paged_decode_torch(*a)[None], "without extra dimensions"),
+    (check.paged_decode_torch, lambda q, k, v, t, n, s: S05.paged_decode_torch(q, k, v, t, max(n - 1, 1), s),
+     "one position too few"),
+    (check.kernel_tiles, _tiles(lambda a, e, bs: [float(b) for b in range(a // bs, (e - 1) // bs + 1)]), "floats"),
+    (check.kernel_tiles, _tiles(lambda a, e, bs: list(range(a, e))), "token positions (slots), not blocks"),
+    (check.kernel_tiles, _tiles(lambda a, e, bs: list(range(a // bs, e // bs + 1))), "one block too many"),
+    (check.kernel_tiles, _tiles(lambda a, e, bs: list(range(a // bs + 1, (e - 1) // bs + 2))), "count from 0"),
+    (check.kernel_tiles, lambda *a: [len(p) for p in S05.kernel_tiles(*a)], "not a count"),
     # lesson 01
     (check.count_flops, _flops(lambda a, b: (list(itertools.accumulate(a)), b)), "running totals"),
     (check.count_flops, _flops(lambda a, b: (a, list(itertools.accumulate(b)))), "running totals"),

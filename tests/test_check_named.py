@@ -10,6 +10,7 @@ import math
 import torch
 
 from kvlab import check
+from kvlab.check import l02_how_big  # kv_cache_bytes: no longer a lesson exercise, its checker kept
 from test_check_memory import _solutions
 
 S00, S01, S02, S03, S04, S05 = (_solutions(s) for s in (
@@ -114,7 +115,7 @@ def _wrong_answers():
             lambda q, k, v, kc, vc: (S01.attend_with_cache(q, k, v, kc, vc)[0], kc, vc),
             lambda q, k, v, kc, vc: (S01.attend_with_cache(q, k, v, kc, vc)[0], torch.cat([k[None], kc]), torch.cat([v[None], vc])),
         ],
-        check.kv_cache_bytes: [
+        l02_how_big.kv_cache_bytes: [
             lambda l, h, d, t, b=2: l * h * d * t * b,
             lambda l, h, d, t, b=2: S.kv_cache_bytes(l, h, d, t, b) / 10**9,
             lambda l, h, d, t, b=2: S.kv_cache_bytes(l, h, d, t, b) / 2**30,

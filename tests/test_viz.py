@@ -521,7 +521,7 @@ def test_no_plotly_cloud_button_anywhere():
     from kvlab.sim.plots import PLOTLY_CONFIG as SIM_CONFIG
     from kvlab.viz.display import static_html
     from kvlab.viz.flipbook import flipbook_html
-    from kvlab.viz.palette import PLOTLY_CONFIG
+    from kvlab.viz.display import PLOTLY_CONFIG
     from kvlab.viz.stepper import figure_output
 
     assert PLOTLY_CONFIG["showSendToCloud"] is False and "sendChartToCloud" in PLOTLY_CONFIG["modeBarButtonsToRemove"]

@@ -1,6 +1,6 @@
 """Checkers for lesson 02 (how big is the KV cache).
 
-    kv_cache_bytes               bytes of K and V for a model and a number of tokens
+    kv_cache_bytes               bytes of K and V for a model and a number of tokens (the former exercise 1; tests use it)
     kv_heads_for_budget          a design question: the most KV heads (a divisor of the query heads) whose cache fits
     bytes_per_token_from_config  the same from a model's config.json (GQA, head_dim, dtype defaults)
     requests_that_fit            whole requests of one length that fit in a KV budget

@@ -232,6 +232,8 @@ def _allocator_note(label: str, want: tuple, got: tuple) -> str:
         if type(w_out.exc).__name__ == "KVCacheError":
             return "incref of a free block must raise kvlab.KVCacheError: only blocks in use can be shared"
         return f"this call must raise {type(w_out.exc).__name__}"
+    if isinstance(w_out, Raised) and isinstance(g_out, Raised) and w_state != g_state:
+        return "the call raised but changed the state first: check everything, then change (all or nothing)"
     if isinstance(w_out, Raised) and isinstance(g_out, Raised) and not _same_exc_args(w_out.exc, g_out.exc):
         e, a = w_out.exc, g_out.exc
         if (getattr(a, "requested", None), getattr(a, "free", None)) == (e.free, e.requested):
@@ -239,8 +241,6 @@ def _allocator_note(label: str, want: tuple, got: tuple) -> str:
                     f"{e.free} free, not the other way round)")
         return (f"raise OutOfBlocks(requested, free) with the blocks asked for ({e.requested}) and the blocks "
                 f"free ({e.free})")
-    if isinstance(w_out, Raised) and isinstance(g_out, Raised) and w_state != g_state:
-        return "the call raised but changed the state first: check everything, then change (all or nothing)"
     if label.startswith("allocate") and isinstance(w_out, list) and isinstance(g_out, list) and sorted(w_out) == sorted(g_out):
         return "the right blocks in the wrong order: take them from the FRONT of the queue, in order"
     if label.startswith("allocate") and isinstance(w_out, list) and isinstance(g_out, list):

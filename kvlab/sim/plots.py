@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 __all__ = ["compare_bars", "log_tickvals", "memory_breakdown_bars", "batch_vs_rate_figure", "memory_timeline_figure",
            "buddy_layout_figure", "RateWidget", "COLORS", "SYSTEM_COLORS"]
 
-# every figure's plotly config, as kvlab.viz.palette.PLOTLY_CONFIG (the simulator does not import kvlab.viz;
+# every figure's plotly config, as kvlab.viz.display.PLOTLY_CONFIG (the simulator does not import kvlab.viz;
 # tests/test_viz.py checks the two agree): no logo, no "Share chart" (Plotly Cloud) button
 PLOTLY_CONFIG = {"displaylogo": False, "showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
 

@@ -110,7 +110,7 @@ from .translate_widget import (
     TranslationWidget, chain_rows, parse_block_table, token_labels, translation_chain, translation_figure,
     translation_figure_data,
 )
-from .palette import use_plotly_config
+from .display import use_plotly_config
 
 use_plotly_config()  # no plotly logo, no "Share chart" (Plotly Cloud) button on any figure
 

@@ -31,7 +31,7 @@ import json
 import secrets
 from typing import Any, Callable, Mapping, Sequence
 
-from .palette import PLOTLY_CONFIG
+from .display import PLOTLY_CONFIG
 
 __all__ = ["explorer_html", "explorer_from_bundle", "grid_sentence", "EXPLORER_MIME"]
 

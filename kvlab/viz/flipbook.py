@@ -24,7 +24,7 @@ import json
 import secrets
 from typing import Any, Sequence
 
-from .palette import PLOTLY_CONFIG
+from .display import PLOTLY_CONFIG
 
 __all__ = ["flipbook_html"]
 

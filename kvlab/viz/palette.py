@@ -30,31 +30,9 @@ from typing import Iterable, Sequence
 __all__ = [
     "REQUEST_COLORS", "STRONG_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE", "TREE",
     "request_color", "assign_colors", "holder_color", "tint", "Theme", "theme", "classroom", "is_classroom",
-    "source_label", "classroom_css", "label_px", "classroom_page_css", "PLOTLY_CONFIG", "use_plotly_config",
+    "source_label", "classroom_css", "label_px", "classroom_page_css"
 ]
 
-# Every plotly figure's config (the notebook renderers, the stepper's Output widgets, the site's players):
-# no plotly logo and no "Share chart" (Plotly Cloud) button: nothing a lesson shows sends data anywhere.
-PLOTLY_CONFIG: dict = {"displaylogo": False, "showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
-
-
-def use_plotly_config() -> None:
-    """Give every plotly renderer (``display(fig)`` in a notebook, ``fig.show()``) :data:`PLOTLY_CONFIG`.
-    ``import kvlab.viz`` calls it; a no-op without plotly.
-
-    Example:
-        >>> import plotly.io as pio
-        >>> use_plotly_config(); pio.renderers["plotly_mimetype"].config["showSendToCloud"]
-        False
-    """
-    try:
-        import plotly.io as pio
-    except ImportError:
-        return
-    for name in pio.renderers:
-        renderer = pio.renderers[name]
-        if isinstance(getattr(renderer, "config", None), dict):
-            renderer.config.update(PLOTLY_CONFIG)
 
 # Request colours: qualitative, chosen to avoid the hit green, the miss blue, the
 # highlight red and the free grey, so a block's colour never reads as a radix state.

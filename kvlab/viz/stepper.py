@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..memory.ids import check_int
-from .display import is_static, static_frames, static_html
-from .palette import PLOTLY_CONFIG, classroom_css, theme
+from .display import PLOTLY_CONFIG, is_static, static_frames, static_html
+from .palette import classroom_css, theme
 
 __all__ = ["Frame", "Stepper", "PLAY_TOOLTIP"]
 
