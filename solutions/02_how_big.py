@@ -1,13 +1,5 @@
 """Solutions to lesson 02's exercises (injected in place of the stubs by tests/test_notebooks.py)."""
 
-def kv_cache_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2):
-    if min(layers, kv_heads, head_dim, dtype_bytes) < 1:
-        raise ValueError("layers, kv_heads, head_dim and dtype_bytes must be >= 1")
-    if tokens < 0:
-        raise ValueError(f"tokens must be >= 0, got {tokens}")
-    return 2 * layers * kv_heads * head_dim * tokens * dtype_bytes
-
-
 def kv_heads_for_budget(layers, num_heads, head_dim, tokens, budget_bytes, dtype_bytes=2):
     if min(layers, num_heads, head_dim, tokens, dtype_bytes) < 1:
         raise ValueError("layers, num_heads, head_dim, tokens and dtype_bytes must be >= 1")

@@ -17,6 +17,13 @@ S00, S01, S02, S03, S04, S05 = (_solutions(s) for s in (
     "00_start_here", "01_why_kv_cache", "02_how_big", "03_contiguous", "04_paging", "05_paged_kernel"))
 
 
+def _kv_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2):
+    """The former lesson 02 exercise 1 (no longer in solutions/: no lesson grades it)."""
+    if min(layers, kv_heads, head_dim, dtype_bytes) < 1 or tokens < 0:
+        raise ValueError("bad argument")
+    return 2 * layers * kv_heads * head_dim * tokens * dtype_bytes
+
+
 def _pops(fn):
     def wrong(*args):
         for a in args:
@@ -117,9 +124,9 @@ def _wrong_answers():
         ],
         l02_how_big.kv_cache_bytes: [
             lambda l, h, d, t, b=2: l * h * d * t * b,
-            lambda l, h, d, t, b=2: S.kv_cache_bytes(l, h, d, t, b) / 10**9,
-            lambda l, h, d, t, b=2: S.kv_cache_bytes(l, h, d, t, b) / 2**30,
-            lambda l, h, d, t, b=2: float(S.kv_cache_bytes(l, h, d, t, b)),
+            lambda l, h, d, t, b=2: _kv_bytes(l, h, d, t, b) / 10**9,
+            lambda l, h, d, t, b=2: _kv_bytes(l, h, d, t, b) / 2**30,
+            lambda l, h, d, t, b=2: float(_kv_bytes(l, h, d, t, b)),
             lambda l, h, d, t, b=2: 2 * l * h * d * t,
         ],
         check.bytes_per_token_from_config: [

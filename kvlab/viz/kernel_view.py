@@ -211,11 +211,13 @@ def kernel_access_figure(
                                          for p, rs in enumerate(per) if rs)
                + (" (in parallel)" if num_splits > 1 else "") + "; the numbers on the blocks give the order")
     lines = _wrap(cap, 76 if th.high_contrast else 110)
-    extra = int(1.9 * th.font_size) * lines.count("<br>")           # room for the subtitle's extra lines
+    head = _wrap(title, 56 if th.high_contrast else 90)            # a long title wraps too, never cut at the edge
+    extra = int(1.9 * th.font_size) * lines.count("<br>") + int(1.4 * th.title_size) * head.count("<br>")
     fig.update_layout(shapes=shapes, annotations=ann, height=fig.layout.height + int(headroom * lay.cell) + extra,
                       yaxis=dict(range=[lay.rows - 0.5, -0.5 - headroom]),
                       margin=dict(t=fig.layout.margin.t + extra))
     fig.layout.title.subtitle.text = lines
+    fig.layout.title.text = head + f" ({source_label(source)})"
     return fig
 
 
