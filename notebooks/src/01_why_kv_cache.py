@@ -133,11 +133,11 @@ print(f"SmolLM2-135M: {rc.num_hidden_layers} layers, {rc.num_attention_heads} qu
       f"{rc.num_key_value_heads} KV heads of {rc.head_dim}; the chat prompt is {len(chat)} tokens")
 
 # %% [markdown]
-# Now the two runs. `real_new = 8` new tokens keep this cell near a second (try 20: the naive
+# Now the two runs. `real_new = 5` new tokens keep this cell near a second (try 20: the naive
 # path takes about three times as long, each of its steps rerunning the whole sequence):
 
 # %%
-real_new = 8
+real_new = 5
 real_runs = {s: generate(real, chat, real_new, strategy=s) for s in ("naive", "contiguous")}
 print("identical tokens, naive == cached:", real_runs["naive"].tokens == real_runs["contiguous"].tokens)
 print("reply so far:", repr(real_runs["contiguous"].text(real_tok)))
