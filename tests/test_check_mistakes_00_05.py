@@ -69,6 +69,18 @@ def _tiles(blocks):
 
 
 WRONG = [
+    # lesson 00
+    (check.block_and_offset, lambda p, bs: tuple(np.int64(x) for x in S00.block_and_offset(p, bs)), "int64"),
+    (check.common_prefix_len, lambda a, b: list(a[:S00.common_prefix_len(a, b)]), "not the items"),
+    (check.common_prefix_len, lambda a, b: S00.common_prefix_len(a, b) / max(1, min(len(a), len(b))), "a share"),
+    (check.reusable_tokens, lambda a, b, bs: S00.reusable_tokens(a, b, bs) // bs, "that counts blocks"),
+    # lesson 03
+    (check.external_fragmentation,
+     lambda r: 100 * S03.external_fragmentation(r) / sum(n for _, n in r) if r else 0, "a percentage"),
+    (check.first_fit, lambda r, n: next((i for i, (_, ln) in enumerate(r) if ln >= n), None) if n >= 1
+     else S03.first_fit(r, n), "the hole's index"),
+    (check.first_fit, lambda r, n: next(((s, ln) for s, ln in r if ln >= n), None) if n >= 1 else S03.first_fit(r, n),
+     "return only the first"),
     # lesson 02
     (check.kv_heads_for_budget, _heads(any=True), "does not divide num_heads"),
     (check.kv_heads_for_budget, _heads(strict=True), "<=, not <"),
