@@ -162,7 +162,7 @@ m.free("R1")              # R1 is done: its blocks return to the back of the fre
 m.add_sequence("R3", 9)   # 9 tokens -> 3 blocks
 m.check_integrity()
 
-cols = 12 if viz.is_classroom() else 6   # 6 blocks a row; a projector: one row, so the stepper fits one screen
+cols = 12 if viz.is_classroom() else 6   # a projector: one row (the stepper fits one screen)
 viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growth", cols=cols)
 
 # %% [markdown]

@@ -219,7 +219,7 @@ print("num_splits=2 agrees with num_splits=1:", torch.allclose(one, two, atol=1e
 # %% [markdown]
 # ### Try it: shuffle the blocks, change the number of programs
 #
-# The same 300-token sequence. **shuffle the blocks** moves every block of the pool to a new
+# The same 300-token sequence (seq4 below). **shuffle the blocks** moves every block of the pool to a new
 # place and rewrites the table; **programs (split-K)** cuts the loop into that many ranges.
 # Each change runs the real kernel again (in the interpreter: a fraction of a second) and
 # compares its output with the first run (original layout, one program). Watch the colours:
@@ -228,7 +228,7 @@ print("num_splits=2 agrees with num_splits=1:", torch.allclose(one, two, atol=1e
 # %%
 from kvlab.viz import ShuffleControl
 
-ShuffleControl(q_long, k_long, v_long, long_table.tolist(), long_len)
+ShuffleControl(q_long, k_long, v_long, long_table.tolist(), long_len, seq_id="seq4")
 
 # %% [markdown]
 # ## 4. Inside the kernel: the block loop
