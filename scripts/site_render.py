@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvlab.viz.display import PLOTLY_CONFIG
+
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 EXPLORER_MIME = "application/vnd.kvlab.explorer+json"
@@ -121,7 +123,7 @@ class PageStats:
 def _plotly_html(spec: dict, n: int) -> str:
     fig = {"data": spec.get("data", []), "layout": spec.get("layout", {})}
     frames = spec.get("frames") or []
-    config = {"displaylogo": False, "responsive": True, **spec.get("config", {})}
+    config = {**PLOTLY_CONFIG, "responsive": True, **spec.get("config", {})}
     payload = json.dumps({"fig": fig, "frames": frames, "config": config}, ensure_ascii=False).replace("</", "<\\/")
     div = f"plotly-{n}"
     return (f"<div class='kvlab-plot' id='{div}'></div><script type='application/json' id='{div}-data'>{payload}</script>"

@@ -1,11 +1,14 @@
 """Solutions to lesson 02's exercises (injected in place of the stubs by tests/test_notebooks.py)."""
 
-def kv_cache_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2):
-    if min(layers, kv_heads, head_dim, dtype_bytes) < 1:
-        raise ValueError("layers, kv_heads, head_dim and dtype_bytes must be >= 1")
-    if tokens < 0:
-        raise ValueError(f"tokens must be >= 0, got {tokens}")
-    return 2 * layers * kv_heads * head_dim * tokens * dtype_bytes
+def kv_heads_for_budget(layers, num_heads, head_dim, tokens, budget_bytes, dtype_bytes=2):
+    if min(layers, num_heads, head_dim, tokens, dtype_bytes) < 1:
+        raise ValueError("layers, num_heads, head_dim, tokens and dtype_bytes must be >= 1")
+    per_head = 2 * layers * head_dim * tokens * dtype_bytes         # K and V of ONE KV head, whole request
+    allowed = [g for g in range(1, num_heads + 1) if num_heads % g == 0]   # GQA: equal groups
+    fits = [g for g in allowed if g * per_head <= budget_bytes]
+    if not fits:
+        raise ValueError(f"not even one KV head ({per_head} bytes) fits in {budget_bytes} bytes")
+    return max(fits)
 
 
 def bytes_per_token_from_config(config):

@@ -161,10 +161,10 @@ def test_kv_cache_bytes():
             raise ValueError("bad")
         return 2 * layers * kv_heads * head_dim * tokens * dtype_bytes
 
-    assert _passes(check.kv_cache_bytes, right)
-    assert not _passes(check.kv_cache_bytes, lambda l, h, d, t, b=2: right(l, h, d, t, b) // 2)  # forgot K and V
-    assert not _passes(check.kv_cache_bytes, lambda l, h, d, t, b=2: right(l, h, d, t, 2))  # ignores dtype
-    assert not _passes(check.kv_cache_bytes, lambda l, h, d, t, b=2: 2 * l * h * d * t * b)  # no validation
+    assert _passes(l02_how_big.kv_cache_bytes, right)
+    assert not _passes(l02_how_big.kv_cache_bytes, lambda l, h, d, t, b=2: right(l, h, d, t, b) // 2)  # forgot K and V
+    assert not _passes(l02_how_big.kv_cache_bytes, lambda l, h, d, t, b=2: right(l, h, d, t, 2))  # ignores dtype
+    assert not _passes(l02_how_big.kv_cache_bytes, lambda l, h, d, t, b=2: 2 * l * h * d * t * b)  # no validation
 
 
 def test_requests_that_fit():
@@ -324,7 +324,7 @@ def test_checkers_name_the_common_mistakes():
     """Issue 16: a half-size answer asks about K and V, a swapped pair says so, off by one block too."""
     from kvlab import check
 
-    r = check.kv_cache_bytes(lambda L, h, d, t, b=2: L * h * d * t * b, verbose=False)  # forgot the 2
+    r = l02_how_big.kv_cache_bytes(lambda L, h, d, t, b=2: L * h * d * t * b, verbose=False)  # forgot the 2
     assert not r.passed and "the 2 for K and V is missing" in r.summary
     r = check.translate(lambda tab, pos, bs, bpt=1: (pos % bs, pos // bs, tab[pos // bs],
                                                      (tab[pos // bs] * bs + pos % bs) * bpt), verbose=False)
@@ -470,7 +470,7 @@ def test_lesson_00_to_04_checkers_name_their_mistakes():
     cases = [
         (check.block_and_offset, lambda p, bs: ((p + 1) // bs, p % bs) if p >= 0 < bs else 1 / 0, "counted tokens from 1"),
         (check.common_prefix_len, lambda a, b: sum(x == y for x, y in zip(a, b)), "stop counting at the first token"),
-        (check.kv_cache_bytes, lambda l, h, d, t, b=2: 2 * l * h * d * t * 2 if min(l, h, d, b) > 0 <= t else int("x"),
+        (l02_how_big.kv_cache_bytes, lambda l, h, d, t, b=2: 2 * l * h * d * t * 2 if min(l, h, d, b) > 0 <= t else int("x"),
          "dtype_bytes ignored"),
         (check.requests_that_fit, lambda b, p, t: round(b / (p * t)) if p > 0 < t and b >= 0 else int("x"), "round down"),
         (check.reservation, lambda p, n, m, f=None: _solutions("03_contiguous").reservation(p, n, 10**9, f)

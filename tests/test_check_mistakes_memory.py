@@ -21,9 +21,9 @@ def _valid(fn, bad):
 def test_kv_cache_bytes_tells_the_dtype_from_the_kv_factor():
     """Issue 21: an answer without the bytes per number was told "did you count both K and V"."""
     bad = lambda l, h, d, t, b=2: min(l, h, d, b) < 1 or t < 0  # noqa: E731
-    r = check.kv_cache_bytes(_valid(lambda l, h, d, t, b=2: 2 * l * h * d * t, bad), verbose=False)
+    r = l02_how_big.kv_cache_bytes(_valid(lambda l, h, d, t, b=2: 2 * l * h * d * t, bad), verbose=False)
     assert "bytes per number are missing" in r.summary and "K and V" not in r.summary, r.summary
-    r = check.kv_cache_bytes(_valid(lambda l, h, d, t, b=2: l * h * d * t * b, bad), verbose=False)
+    r = l02_how_big.kv_cache_bytes(_valid(lambda l, h, d, t, b=2: l * h * d * t * b, bad), verbose=False)
     assert "the 2 for K and V is missing" in r.summary and "bytes per number" not in r.summary, r.summary
 
 

@@ -10,10 +10,18 @@ import math
 import torch
 
 from kvlab import check
+from kvlab.check import l02_how_big  # kv_cache_bytes: no longer a lesson exercise, its checker kept
 from test_check_memory import _solutions
 
 S00, S01, S02, S03, S04, S05 = (_solutions(s) for s in (
     "00_start_here", "01_why_kv_cache", "02_how_big", "03_contiguous", "04_paging", "05_paged_kernel"))
+
+
+def _kv_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2):
+    """The former lesson 02 exercise 1 (no longer in solutions/: no lesson grades it)."""
+    if min(layers, kv_heads, head_dim, dtype_bytes) < 1 or tokens < 0:
+        raise ValueError("bad argument")
+    return 2 * layers * kv_heads * head_dim * tokens * dtype_bytes
 
 
 def _pops(fn):
@@ -114,11 +122,11 @@ def _wrong_answers():
             lambda q, k, v, kc, vc: (S01.attend_with_cache(q, k, v, kc, vc)[0], kc, vc),
             lambda q, k, v, kc, vc: (S01.attend_with_cache(q, k, v, kc, vc)[0], torch.cat([k[None], kc]), torch.cat([v[None], vc])),
         ],
-        check.kv_cache_bytes: [
+        l02_how_big.kv_cache_bytes: [
             lambda l, h, d, t, b=2: l * h * d * t * b,
-            lambda l, h, d, t, b=2: S.kv_cache_bytes(l, h, d, t, b) / 10**9,
-            lambda l, h, d, t, b=2: S.kv_cache_bytes(l, h, d, t, b) / 2**30,
-            lambda l, h, d, t, b=2: float(S.kv_cache_bytes(l, h, d, t, b)),
+            lambda l, h, d, t, b=2: _kv_bytes(l, h, d, t, b) / 10**9,
+            lambda l, h, d, t, b=2: _kv_bytes(l, h, d, t, b) / 2**30,
+            lambda l, h, d, t, b=2: float(_kv_bytes(l, h, d, t, b)),
             lambda l, h, d, t, b=2: 2 * l * h * d * t,
         ],
         check.bytes_per_token_from_config: [

@@ -305,3 +305,18 @@ def test_the_fast_metadata_reader_reads_what_the_package_reads(tmp_path, tensors
         assert _fields_as_the_package_reads_them(ours) == _fields_as_the_package_reads_them(theirs), meta.keys()
         assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
         assert all(np.array_equal(a.data, b.data) for a, b in zip(ours.tensors, theirs.tensors))
+
+
+def test_gguf_scalars_reads_the_header_values_gguf_metadata_reads(tmp_path):
+    """gguf_scalars (lesson 02's fast header read) gives every number and string gguf_metadata gives,
+    skipping the arrays (tokens, merges); a file that is not GGUF is a CheckpointError."""
+    path = write_gguf(tmp_path / "m.gguf", random_hf_tensors(HF_CONFIG), meta={"x.float64": ("float64", 0.5)})
+    full = kg.gguf_metadata(path)
+    fast = kg.gguf_scalars(path)
+    want = {k: v for k, v in full.items() if not isinstance(v, list) and not k.startswith("GGUF.")}
+    assert {k: fast[k] for k in want} == pytest.approx(want) and "tokenizer.ggml.tokens" not in fast
+    assert fast["llama.attention.head_count_kv"] == HF_CONFIG["num_key_value_heads"]
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOPE" + bytes(40))
+    with pytest.raises(CheckpointError):
+        kg.gguf_scalars(bad)

@@ -509,3 +509,27 @@ def test_classroom_cells_never_wider_than_the_output_allows():
     finally:
         viz.classroom(False)
     assert g.cell_px <= (th.grid_width - g.margin[0] - g.margin[1]) / 12 + 1e-9
+
+
+def test_no_plotly_cloud_button_anywhere():
+    """Every way a figure reaches a page carries the config without the "Share chart" (Plotly Cloud)
+    button: the notebook renderer, the stepper's Output widget, static HTML, the site's players."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    import kvlab.viz  # noqa: F401  (import sets the renderers' config)
+    from kvlab.sim.plots import PLOTLY_CONFIG as SIM_CONFIG
+    from kvlab.viz.display import static_html
+    from kvlab.viz.flipbook import flipbook_html
+    from kvlab.viz.display import PLOTLY_CONFIG
+    from kvlab.viz.stepper import figure_output
+
+    assert PLOTLY_CONFIG["showSendToCloud"] is False and "sendChartToCloud" in PLOTLY_CONFIG["modeBarButtonsToRemove"]
+    assert SIM_CONFIG == PLOTLY_CONFIG
+    fig = go.Figure(go.Bar(y=[1, 2]), layout=dict(title="t"))
+    for name in ("plotly_mimetype", "jupyterlab", "notebook"):  # what display(fig) uses in JupyterLab / classic
+        bundle = pio.renderers._build_mime_bundle(fig.to_dict(), name)
+        assert "sendChartToCloud" in str(bundle), name
+    assert figure_output(fig)["data"]["application/vnd.plotly.v1+json"]["config"]["showSendToCloud"] is False
+    assert '"showSendToCloud": false' in static_html(fig)
+    assert '"showSendToCloud": false' in flipbook_html([fig], ["one"])

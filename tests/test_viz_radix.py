@@ -317,3 +317,10 @@ def test_a_live_radix_stepper_states_each_caption_once(frames):
     assert first_words in RadixView()(frames[2])
     live = viz.radix_stepper(frames, static=False)
     assert live.widget is not None and frames[0].caption in html.unescape(live._caption.value)
+
+
+def test_locks_false_leaves_out_a_zero_locked_count(frames):
+    """Lesson 00's tree (before locks are taught) does not print "protected (locked) 0 tokens"."""
+    state = frames[4].snapshot
+    assert "protected (locked) 0" in viz.radix_tree_graph(state).source
+    assert "protected" not in viz.radix_tree_graph(state, locks=False).source

@@ -211,6 +211,8 @@ def more_or_less(more: str, less: str) -> Diagnosis:
     def diagnose(expected: Any, actual: Any) -> str | None:
         if not (_num(expected) and _num(actual)) or actual == expected:
             return None
+        if isinstance(expected, int) and isinstance(actual, float):
+            return None  # a float for a count: a type slip (unit_slip names it), not too many or too few
         return more if actual > expected else less
 
     return diagnose
@@ -267,6 +269,8 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
     'that is a percentage (x 100): return a fraction between 0 and 1'
     >>> unit_slip(2_000_000_000, 2.0)
     'that is in GB (10**9 bytes): the answer is in bytes'
+    >>> unit_slip(3, [3])
+    'returned a list holding the answer ([3]): return the number itself'
     >>> unit_slip([1, 2], (1, 2))
     'returned a tuple where a list is expected (the values are right): return a list'
     """
@@ -284,6 +288,14 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
         kind = type(actual).__name__
         return (f"returned a {kind} where a plain {type(expected).__name__} is expected" +
                 (" (the values are right): convert it (.tolist() / int(...))" if same else ": convert it (.tolist() / int(...))"))
+    if _num(expected) and isinstance(actual, (list, tuple)) and len(actual) == 1 and actual[0] == expected:
+        return f"returned a {type(actual).__name__} holding the answer ({actual!r}): return the number itself"
+    if _num(expected) and isinstance(actual, (list, tuple)) and actual and actual[0] == expected:
+        return f"returned a {type(actual).__name__} ({actual!r}) where one number is expected: return only the first"
+    if _num(expected) and isinstance(actual, list):
+        return f"returned a list ({len(actual)} items) where a number is expected: return how many (or which one), not the items"
+    if _num(expected) and _num(actual) and type(actual).__module__ == "numpy" and actual == expected:
+        return f"returned a numpy {type(actual).__name__} where a plain {type(expected).__name__} is expected: convert with int(...)"
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)) and type(expected) is not type(actual):
         if list(expected) == list(actual):
             return (f"returned a {type(actual).__name__} where a {type(expected).__name__} is expected "
@@ -292,9 +304,11 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
         if len(expected) != len(actual):
             return None
         for i, (e, a) in enumerate(zip(expected, actual)):
-            if hasattr(e, "shape") or hasattr(a, "shape"):
-                return None  # tensors: compared by the exercise's own checker
+            if getattr(e, "shape", ()) != () or getattr(a, "shape", ()) != ():
+                return None  # tensors: compared by the exercise's own checker (a numpy scalar is not one)
             slip = None if e == a and type(e) is type(a) else unit_slip(e, a)
+            if slip is None and type(a).__module__ == "numpy" and e == a:
+                slip = f"a numpy {type(a).__name__} where a plain {type(e).__name__} is expected: convert with int(...)"
             if slip:
                 return f"item {i}: {slip}"
         return None

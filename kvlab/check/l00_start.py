@@ -120,6 +120,8 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda a, b, bs: max(min(prefix(a, b), len(a) - 1), 0) // bs * bs,
         "that is the shared prefix itself: think about what the cache keeps (blocks) and what R2 must still run":
             lambda a, b, bs: prefix(a, b),
+        "that counts blocks: the answer is in tokens (whole blocks x block_size)":
+            lambda a, b, bs: _reusable_tokens_ref(a, b, bs) // bs,
     })
     system = list(range(100, 112))  # lesson 00's 12-token system prompt, as ids
     cases = [

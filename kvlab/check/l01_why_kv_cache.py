@@ -13,17 +13,18 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .harness import Checker, CheckResult, Raised, call_in_place
+from .harness import Checker, CheckResult, Raised, call_in_place, same_int
 
 __all__ = ["count_flops", "attend_with_cache"]
 
 
 def generate_step_flops(prompt_len: int, new_tokens: int) -> tuple[list[int], list[int]]:
     """FLOPs per step that :func:`kvlab.compute.generate.generate` counts on the bundled model,
-    (naive recomputation, contiguous cache), for a prompt of ``prompt_len`` tokens."""
+    (naive recomputation, contiguous cache), for a prompt of ``prompt_len`` tokens (runs the model:
+    the tests compare :func:`expected_step_flops` with it)."""
     import torch
 
-    from kvlab.compute.generate import generate  # lazy: torch; compute is being rewritten (issue 11 item 4)
+    from kvlab.compute.generate import generate
 
     model, _tok = _bundled()
     ids = [(7 * i + 3) % model.config.vocab_size for i in range(prompt_len)]
@@ -35,6 +36,17 @@ def generate_step_flops(prompt_len: int, new_tokens: int) -> tuple[list[int], li
     finally:
         torch.set_num_threads(threads)
     return list(naive), list(cached)
+
+
+def expected_step_flops(flops_per_token: Callable[[int], int], prompt_len: int, new_tokens: int) -> tuple[list[int], list[int]]:
+    """What :func:`generate_step_flops` counts, from ``flops_per_token`` alone (no model run: the
+    checker stays under a second). Example: ``expected_step_flops(lambda c: c, 2, 2) == ([3, 6], [3, 3])``."""
+    prefix = [0]
+    for i in range(1, prompt_len + new_tokens + 1):
+        prefix.append(prefix[-1] + flops_per_token(i))           # prefix[n]: one pass over n tokens
+    naive = [prefix[prompt_len + t] for t in range(new_tokens)]
+    cached = [prefix[prompt_len]] + [flops_per_token(prompt_len + t) for t in range(1, new_tokens)]
+    return naive, cached
 
 
 _BUNDLED: list = []
@@ -52,13 +64,26 @@ def _bundled():
 
 def _flops_note(expected, actual) -> str | None:
     """Which of the two lists is wrong, and the usual reason (issue 16: checkers name the mistake)."""
+    if isinstance(actual, dict):
+        return "returned a dict: return a tuple of two lists, (naive_steps, cached_steps)"
     try:
         (e_naive, e_cached), (a_naive, a_cached) = expected, actual
+        kinds = {type(x).__name__ for x in (a_naive, a_cached)}
         a_naive, a_cached = list(a_naive), list(a_cached)
     except (TypeError, ValueError):
         return "return two lists, (naive_steps, cached_steps), one FLOP count per step each"
-    if [a_naive, a_cached] == [list(e_cached), list(e_naive)]:
+    if kinds - {"list", "tuple"}:
+        return (f"returned a {' and a '.join(sorted(kinds - {'list', 'tuple'}))} where two plain lists of ints are "
+                "expected: convert with .tolist() (or build the lists with append)")
+    odd = next((x for x in a_naive + a_cached if not (isinstance(x, int) and not isinstance(x, bool))), None)
+    if odd is not None:
+        return (f"a step's FLOPs came back as {odd!r} ({type(odd).__name__}): a FLOP count is an int; sum the "
+                "ints flops_per_token returns, with no / and no float()")
+    if e_naive != e_cached and [a_naive, a_cached] == [list(e_cached), list(e_naive)]:
         return "naive and cached are swapped: return (naive_steps, cached_steps)"
+    running = _running_totals_note((e_naive, e_cached), (a_naive, a_cached))
+    if running:
+        return running
     if len(a_naive) != len(e_naive) or len(a_cached) != len(e_cached):
         return f"each list needs new_tokens = {len(e_naive)} entries, one per step (step 0 included)"
     notes = []
@@ -71,6 +96,24 @@ def _flops_note(expected, actual) -> str | None:
         else:
             notes.append("cached step t >= 1 runs one token, which attends to prompt_len + t tokens (itself included)")
     return "; ".join(notes) or None
+
+
+def _running_totals_note(expected, actual) -> str | None:
+    """Lists that are the running totals (cumulative sums) of the right per-step FLOPs."""
+    import itertools
+
+    for e, a, name in zip(expected, actual, ("naive", "cached")):
+        if len(e) > 1 and a != list(e) and a == list(itertools.accumulate(e)):
+            return (f"{name}: these are running totals (the FLOPs of steps 0..t added up): return each step's own "
+                    "FLOPs, one entry per step")
+    return None
+
+
+def _same_step_counts(expected, actual) -> bool:
+    """Two lists (or tuples) of int FLOP counts equal to the expected ones (a float 3.0 is not a count)."""
+    return (isinstance(actual, (tuple, list)) and len(actual) == 2
+            and all(isinstance(a, (list, tuple)) and len(a) == len(e) and all(same_int(x, y) for x, y in zip(e, a))
+                    for e, a in zip(expected, actual)))
 
 
 def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -86,9 +129,9 @@ def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     model, _tok = _bundled()
     c = Checker("count_flops", fn, verbose=verbose, diagnose=[_flops_note],
-                compare=lambda e, a: isinstance(a, (tuple, list)) and len(a) == 2 and [list(x) for x in a] == [list(x) for x in e])
+                compare=_same_step_counts)
     for p, n in [(1, 1), (1, 4), (5, 1), (5, 6), (12, 3), (30, 10)]:
-        expected = generate_step_flops(p, n)
+        expected = expected_step_flops(model.flops_per_token, p, n)  # = generate_step_flops (tests/test_check_l01.py)
         label = f"prompt {p} tokens, {n} new tokens"
         if c.unusable(label, expected):
             continue
@@ -114,11 +157,16 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
         return torch.einsum("ht,thd->hd", w, vv)                            # (h, d)
 
     right_head = lambda i: i // group  # noqa: E731
+    if t == 0 and (not torch.isfinite(out).all() or not out.float().abs().any()):
+        return ("step 0 gave zeros (or NaN), what attention over an EMPTY cache gives: attended before appending; "
+                "append the new K and V first, the token attends to itself")
     tries = {
         "attended before appending: the new token attends to itself too (append its K and V first)":
             (lambda: attend(k[:t], v[:t], 1 / math.sqrt(d), right_head)) if t > 0 else None,
         "no scale: multiply the scores by 1/sqrt(head_dim)": lambda: attend(k[:t + 1], v[:t + 1], 1.0, right_head),
         "scaled by 1/head_dim: the scale is 1/sqrt(head_dim)": lambda: attend(k[:t + 1], v[:t + 1], 1 / d, right_head),
+        "multiplied the scores by sqrt(head_dim): divide by it (the scale is 1/sqrt(head_dim))":
+            lambda: attend(k[:t + 1], v[:t + 1], math.sqrt(d), right_head),
         "query heads mapped to KV heads with h % num_kv_heads: query head h uses KV head h // (num_heads // num_kv_heads)":
             (lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), lambda i: i % kvh)) if group > 1 and kvh > 1 else None,
         "softmax over the heads: each head's weights are a softmax over the tokens (the last dimension of the scores)":
@@ -197,6 +245,9 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                 actual = f"step {t}: shapes out {tuple(out.shape)}, k_cache {tuple(kc.shape)}, v_cache {tuple(vc.shape)}"
                 if tuple(kc.shape)[:1] == (t,) or tuple(vc.shape)[:1] == (t,):
                     note = "the caches came back without the new token: return the grown caches (T + 1 tokens)"
+                elif tuple(out.shape) != (h, d) and out.numel() == h * d:
+                    note = (f"out has shape {tuple(out.shape)}: return it as (num_heads, head_dim) = ({h}, {d}), "
+                            "without the token dimension")
                 break
             order = _cache_order_note(kc, vc, k[:t + 1], v[:t + 1])
             if order:  # attention does not care about the order of the tokens; the cache does

@@ -1,6 +1,7 @@
 """Checkers for lesson 02 (how big is the KV cache).
 
-    kv_cache_bytes               bytes of K and V for a model and a number of tokens
+    kv_cache_bytes               bytes of K and V for a model and a number of tokens (the former exercise 1; tests use it)
+    kv_heads_for_budget          a design question: the most KV heads (a divisor of the query heads) whose cache fits
     bytes_per_token_from_config  the same from a model's config.json (GQA, head_dim, dtype defaults)
     requests_that_fit            whole requests of one length that fit in a KV budget
     max_concurrent               how many requests of mixed lengths a GPU holds at once (paged, at a utilization)
@@ -25,7 +26,7 @@ from ..memory.kvspec import MODELS, KVSpec
 from .diagnose import half_or_double, mistake_runner, off_by, should_have_raised
 from .harness import Checker, CheckResult, Raised, same_int
 
-__all__ = ["kv_cache_bytes", "bytes_per_token_from_config", "requests_that_fit", "max_concurrent", "CONFIGS"]
+__all__ = ["kv_cache_bytes", "kv_heads_for_budget", "bytes_per_token_from_config", "requests_that_fit", "max_concurrent", "CONFIGS"]
 
 
 def _kv_cache_bytes_ref(layers: int, kv_heads: int, head_dim: int, tokens: int, dtype_bytes: int = 2) -> int:
@@ -54,7 +55,7 @@ def kv_cache_bytes(fn: Callable, verbose: bool = True) -> CheckResult:
     run("llama-2-70b, 4096 tokens, fp32 (dtype_bytes=4)", 80, 8, 128, 4096, 4)
     for name in ("llama-2-70b", "llama-2-7b", "llama-3-8b"):
         m = MODELS[name]
-        run(f"{name} ({m.layers} layers, {m.kv_heads} KV heads), 4096 tokens, fp16", m.layers, m.kv_heads, m.head_dim, 4096, 2)
+        run(f"{name} ({m.layers} layers, {m.kv_heads} KV head{'' if m.kv_heads == 1 else 's'}), 4096 tokens, fp16", m.layers, m.kv_heads, m.head_dim, 4096, 2)
     run("llama-2-70b, 1 token, fp16", 80, 8, 128, 1, 2)
     run("tiny model, default dtype_bytes", 2, 2, 16, 10)
     run("0 tokens", 32, 8, 128, 0, 2)
@@ -64,6 +65,88 @@ def kv_cache_bytes(fn: Callable, verbose: bool = True) -> CheckResult:
         run(f"random {args}", *args)
     c.run("tokens=-1 (must raise ValueError)", 32, 8, 128, -1, 2)
     c.run("kv_heads=0 (must raise ValueError)", 32, 0, 128, 10, 2)
+    return c.done()
+
+
+# ------------------------------------------------------------------ a design question: how many KV heads
+def _kv_heads_for_budget_ref(layers: int, num_heads: int, head_dim: int, tokens: int, budget_bytes: int,
+                             dtype_bytes: int = 2) -> int:
+    if min(layers, num_heads, head_dim, tokens, dtype_bytes) < 1:
+        raise ValueError("layers, num_heads, head_dim, tokens and dtype_bytes must be >= 1")
+    per_head = _kv_cache_bytes_ref(layers, 1, head_dim, tokens, dtype_bytes)
+    for g in range(min(num_heads, budget_bytes // per_head), 0, -1):  # at most min(heads, room) steps
+        if num_heads % g == 0:
+            return g
+    raise ValueError(f"not even one KV head ({per_head:,} bytes) fits in {budget_bytes:,} bytes")
+
+
+def _heads(per_head: Callable[..., int], pick: Callable[[list[int]], int] = max, allowed=None, fits=None):
+    """A learner's kv_heads_for_budget built from one slip: the cost of one head, the counts allowed,
+    the fit test, which count is picked."""
+    def wrong(l, h, d, t, budget, b=2):
+        cost = per_head(l, d, t, b)
+        ok = [g for g in range(1, h + 1) if (allowed or (lambda g, h: h % g == 0))(g, h)
+              and (fits or (lambda need, have: need <= have))(g * cost, budget)]
+        if not ok:
+            raise ValueError("nothing fits")
+        return pick(ok)
+    return wrong
+
+
+_FULL = lambda l, d, t, b: 2 * l * d * t * b  # noqa: E731  -- one KV head's K and V for the request
+_HEADS_MISTAKES = {
+    "that count does not divide num_heads: with grouped-query attention every KV head serves the same number "
+    "of query heads, so only divisors of num_heads are possible":
+        _heads(_FULL, allowed=lambda g, h: True),
+    "a cache exactly the size of the budget fits: compare with <=, not <": _heads(_FULL, fits=lambda n, have: n < have),
+    "the 2 for K and V is missing: one KV head stores a key AND a value vector per token and layer":
+        _heads(lambda l, d, t, b: l * d * t * b),
+    "dtype_bytes ignored: the cost was computed for fp16 (2 bytes) whatever dtype_bytes says":
+        _heads(lambda l, d, t, b: 2 * l * d * t * 2),
+    "the smallest count that fits: the designer wants the MOST KV heads the budget allows (better quality)":
+        _heads(_FULL, pick=min),
+    "only powers of two tried: any divisor of num_heads makes equal groups (12 query heads: 1, 2, 3, 4, 6 or 12)":
+        _heads(_FULL, allowed=lambda g, h: h % g == 0 and g & (g - 1) == 0),
+    "that is num_heads whatever the budget (multi-head attention): check which counts fit the budget":
+        lambda l, h, d, t, budget, b=2: h,
+    "the cost of one KV head must cover every token of the request (x tokens)": _heads(lambda l, d, t, b: 2 * l * d * b),
+}
+
+
+def kv_heads_for_budget(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(layers, num_heads, head_dim, tokens, budget_bytes, dtype_bytes=2) -> int``: the largest number
+    of KV heads that divides ``num_heads`` and whose K and V for one request of ``tokens`` tokens fit in
+    ``budget_bytes`` (a cache exactly the budget fits). ValueError when layers, num_heads, head_dim,
+    tokens or dtype_bytes is below 1, or when not even one KV head fits.
+    """
+    c = Checker("kv_heads_for_budget", fn, _kv_heads_for_budget_ref, verbose=verbose, compare=same_int,
+                diagnose=[should_have_raised])
+    run = mistake_runner(c, _HEADS_MISTAKES)
+    one = 2 * 80 * 128 * 4096 * 2  # one KV head of Llama-2 70B's shape, 4,096 tokens, fp16: 167,772,160 bytes
+    run("Llama-2 70B's shape, 4,096 tokens, fp16, 2 GB", 80, 64, 128, 4096, 2 * 10**9)
+    run("the same, a budget of exactly 8 KV heads", 80, 64, 128, 4096, 8 * one)
+    run("the same, one byte less than 8 KV heads", 80, 64, 128, 4096, 8 * one - 1)
+    run("12 query heads, room for 5 KV heads (5 does not divide 12)", 4, 12, 64, 100, 5 * 2 * 4 * 64 * 100 * 2)
+    run("12 query heads, room for 11", 4, 12, 64, 100, 11 * 2 * 4 * 64 * 100 * 2)
+    run("7 query heads (prime), room for 6", 2, 7, 32, 10, 6 * 2 * 2 * 32 * 10 * 2)
+    run("room for far more than num_heads", 2, 8, 16, 10, 10**9)
+    run("fp8 (dtype_bytes=1): room for 4 heads", 2, 8, 16, 10, 4 * 2 * 2 * 16 * 10, 1)
+    run("fp32 (dtype_bytes=4): room for 2 heads at 4 bytes", 2, 8, 16, 10, 2 * 2 * 2 * 16 * 10 * 4, 4)
+    run("one of everything", 1, 1, 1, 1, 4)
+    run("default dtype_bytes (fp16)", 2, 4, 8, 3, 2 * 2 * 2 * 8 * 3 * 2)
+    run("2 tokens, room for 3 KV heads of 8", 2, 8, 16, 2, 3 * 2 * 2 * 16 * 2 * 2)
+    rng = random.Random(3)
+    for _ in range(3):
+        h = rng.choice([6, 8, 12, 32, 40])
+        args = (rng.randrange(1, 40), h, rng.choice([64, 128]), rng.randrange(1, 5000), rng.randrange(10**6, 10**10),
+                rng.choice([1, 2, 4]))
+        run(f"random {args}", *args)
+    c.run("not even one KV head fits (must raise ValueError)", 80, 64, 128, 4096, one - 1)
+    c.run("tokens=0 (must raise ValueError)", 80, 64, 128, 0, 10**9)
+    c.run("num_heads=0 (must raise ValueError)", 80, 0, 128, 10, 10**9)
+    c.run("layers=0 (must raise ValueError)", 0, 8, 128, 10, 10**9)
+    c.run("head_dim=0 (must raise ValueError)", 8, 8, 0, 10, 10**9)
+    c.run("dtype_bytes=0 (must raise ValueError)", 8, 8, 128, 10, 10**9, 0)
     return c.done()
 
 
@@ -237,6 +320,8 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L), _pool_blocks(g, 1.0, w, b, bs)),
         "the weights were not subtracted: they live in the same GPU memory":
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L), _pool_blocks(g, u, 0, b, bs)),
+        "rounded up twice (ceil of length + block_size - 1): a request of 32 tokens needs 2 blocks of 16, not 3":
+            lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n + bs - 1, bs) for n in L), _pool_blocks(g, u, w, b, bs)),
         "used the mean length: requests differ, and short ones fit where long ones do not":
             lambda L, g, u, w, b, bs=16: min(len(L), _pool_blocks(g, u, w, b, bs) // _ceil(round(sum(L) / len(L)), bs)),
     })

@@ -102,6 +102,8 @@ def first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         "a hole exactly n long fits too (length >= n)": lambda r, n: next((s for s, ln in r if ln > n), None),
         "you added up the holes (the notes' slip): a request needs ONE hole that is long enough":
             lambda r, n: r[0][0] if r and sum(ln for _, ln in r) >= n else None,
+        "that is the hole's index in the list: return its start address (the first number of the pair)":
+            lambda r, n: next((i for i, (_, ln) in enumerate(r) if ln >= n), None),
     })
     notes = [(0, 4096), (10240, 2048)]  # the notes' arena after A finished: holes of 4096 and 2048
     run("the notes' holes, D needs 8192", notes, 8192)
@@ -133,6 +135,10 @@ def external_fragmentation(fn: Callable, verbose: bool = True) -> CheckResult:
         "subtract the LARGEST hole, not the first": lambda r: sum(n for _, n in r) - r[0][1] if r else 0,
         "that is the largest hole itself: the answer is the free space outside it":
             lambda r: max((n for _, n in r), default=0),
+        "that is a percentage of the free space: the answer is a number of slots":
+            lambda r: 100 * _external_fragmentation_ref(r) / sum(n for _, n in r) if r else 0,
+        "that is a share of the free space: the answer is a number of slots":
+            lambda r: _external_fragmentation_ref(r) / sum(n for _, n in r) if r else 0,
     })
     arena = ContiguousArena(capacity=12288, policy="exact", max_len=12288)
     for rid, n in [("A", 4096), ("B", 2048), ("C", 4096)]:

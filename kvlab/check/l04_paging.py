@@ -208,10 +208,17 @@ def _kvlab_allocator(num_blocks: int) -> BlockAllocator:
 def _same_step(expected: tuple, actual: tuple) -> bool:
     (_, e_out, e_state), (_, a_out, a_state) = expected, actual
     if isinstance(e_out, Raised):
-        ok = isinstance(a_out, Raised) and isinstance(a_out.exc, type(e_out.exc))
+        ok = isinstance(a_out, Raised) and isinstance(a_out.exc, type(e_out.exc)) and _same_exc_args(e_out.exc, a_out.exc)
     else:
         ok = not isinstance(a_out, Raised) and a_out == e_out
     return ok and e_state == a_state
+
+
+def _same_exc_args(expected: BaseException, actual: BaseException) -> bool:
+    """OutOfBlocks carries (requested, free): both must be the right numbers, in that order."""
+    if type(expected).__name__ != "OutOfBlocks":
+        return True
+    return (getattr(actual, "requested", None), getattr(actual, "free", None)) == (expected.requested, expected.free)
 
 
 def _allocator_note(label: str, want: tuple, got: tuple) -> str:
@@ -227,6 +234,13 @@ def _allocator_note(label: str, want: tuple, got: tuple) -> str:
         return f"this call must raise {type(w_out.exc).__name__}"
     if isinstance(w_out, Raised) and isinstance(g_out, Raised) and w_state != g_state:
         return "the call raised but changed the state first: check everything, then change (all or nothing)"
+    if isinstance(w_out, Raised) and isinstance(g_out, Raised) and not _same_exc_args(w_out.exc, g_out.exc):
+        e, a = w_out.exc, g_out.exc
+        if (getattr(a, "requested", None), getattr(a, "free", None)) == (e.free, e.requested):
+            return (f"OutOfBlocks(requested, free): the arguments are swapped (asked for {e.requested}, "
+                    f"{e.free} free, not the other way round)")
+        return (f"raise OutOfBlocks(requested, free) with the blocks asked for ({e.requested}) and the blocks "
+                f"free ({e.free})")
     if label.startswith("allocate") and isinstance(w_out, list) and isinstance(g_out, list) and sorted(w_out) == sorted(g_out):
         return "the right blocks in the wrong order: take them from the FRONT of the queue, in order"
     if label.startswith("allocate") and isinstance(w_out, list) and isinstance(g_out, list):

@@ -227,7 +227,8 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-            c.record(label, exp_s, f"shape {shape}, expected {tuple(want.shape)}", passed=False)
+            c.record(label, exp_s, f"shape {shape}, expected {tuple(want.shape)}", passed=False,
+                     note=_shape_note(got, tuple(want.shape)))
             continue
         ok = torch.allclose(got.float(), want, atol=1e-4, rtol=1e-4)
         worst = int((got.float() - want).abs().amax(dim=-1).argmax()) if not ok else 0   # the head to show
@@ -240,6 +241,18 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
                                      q[None], k_cache, v_cache, table, n, scale)
         c.record(label, exp_s, act_s, passed=bool(ok), note=note)
     return c.done()
+
+
+def _shape_note(got, want: tuple) -> str:
+    """Why an answer of paged_decode_torch is not a (num_heads, head_dim) tensor."""
+    import torch
+
+    if not isinstance(got, torch.Tensor):
+        return (f"returned a {type(got).__name__}: return a torch tensor of shape {want} (num_heads, head_dim), "
+                "not a list, tuple or array")
+    if got.numel() == int(torch.Size(want).numel()):
+        return f"out has shape {tuple(got.shape)}: return it as (num_heads, head_dim) = {want}, without extra dimensions"
+    return f"out must be (num_heads, head_dim) = {want}: one output vector per query head"
 
 
 def _decode_mistakes(ref: Callable, heads: int, kv_heads: int, block_size: int) -> list[tuple[str, Callable]]:
@@ -263,6 +276,10 @@ def _decode_mistakes(ref: Callable, heads: int, kv_heads: int, block_size: int) 
          lambda q, k, v, t, n, s: run(q, k, v, t, -(-n // block_size) * block_size, s)),
         ("query head h uses KV head h // (num_heads // num_kv_heads), not h % num_kv_heads",
          lambda q, k, v, t, n, s: _gqa_modulo(ref, q, k, v, t, n, s, modulo)),
+        ("one position too few: attend positions 0 to context_len - 1, the last one included (< context_len, "
+         "not < context_len - 1)", lambda q, k, v, t, n, s: run(q, k, v, t, n - 1, s) if n > 1 else None),
+        ("one position too many: positions run up to context_len - 1 (pos < context_len, not <=)",
+         lambda q, k, v, t, n, s: run(q, k, v, t, n + 1, s) if n + 1 <= len(t) * block_size else None),
     ]
 
 
@@ -328,6 +345,16 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _tiles_blocks(blocks: Callable[[int, int, int], list]) -> Callable:
+    """A kernel_tiles with the right tiles whose blocks come from ``blocks(start, end, block_size)``."""
+    def fn(n: int, bs: int, tile: int, splits: int) -> list:
+        num = _ceil(n, tile)
+        per = _ceil(num, splits)
+        return [[blocks(t * tile, min((t + 1) * tile, n), bs) for t in range(s * per, min((s + 1) * per, num))]
+                for s in range(splits)]
+    return fn
+
+
 TILE_MISTAKES = dict([
     ("the last, partial tile is missing: num_tiles = ceil(context_len / tile_tokens), not a floor",
      _tiles_from(lambda n, t: n // t, _ceil)),
@@ -337,11 +364,27 @@ TILE_MISTAKES = dict([
      _tiles_from(_ceil, _ceil, last=False)),
     ("programs read contiguous ranges of tiles, not every num_splits-th tile",
      _tiles_from(_ceil, _ceil, round_robin=True)),
+    ("these are token positions (slots), not blocks: a tile's blocks run from start // block_size to "
+     "(end - 1) // block_size", _tiles_blocks(lambda a, e, bs: list(range(a, e)))),
+    ("one block too many where a tile ends on a block boundary: the tile's last position is end - 1, "
+     "in block (end - 1) // block_size", _tiles_blocks(lambda a, e, bs: list(range(a // bs, e // bs + 1)))),
+    ("each tile's last block is missing: range(first, last) stops before last; include it (last + 1)",
+     _tiles_blocks(lambda a, e, bs: list(range(a // bs, (e - 1) // bs)))),
+    ("blocks count from 0: position p is in block p // block_size",
+     _tiles_blocks(lambda a, e, bs: list(range(a // bs + 1, (e - 1) // bs + 2)))),
 ])
 
 
 def _not_lists(expected, actual) -> str | None:
-    """The right blocks, but as ranges or tuples where the contract says lists."""
+    """The right blocks, but as ranges, tuples or floats where the contract says lists of ints."""
+    if isinstance(actual, list) and len(actual) == len(expected) and all(_num_like(x) for x in actual):
+        return "one number a program: return each program's tiles, each the list of blocks it reads, not a count"
+    try:
+        floats = [[[b for b in t] for t in p] for p in actual]
+        if floats == expected and any(isinstance(b, float) for p in actual for t in p for b in t):
+            return "block numbers came back as floats: they are ints (use //, not /)"
+    except TypeError:
+        pass
     if actual == expected[::-1] and expected != expected[::-1]:
         return "the programs are in reverse order: program 0 reads the first tiles"
     if actual == [[b for t in p for b in t] for p in expected]:
@@ -352,6 +395,10 @@ def _not_lists(expected, actual) -> str | None:
     except TypeError:
         return None
     return None
+
+
+def _num_like(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def kernel_tiles(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -367,7 +414,8 @@ def kernel_tiles(fn: Callable, verbose: bool = True) -> CheckResult:
     for _ in range(6):
         bs = rng.choice([1, 2, 4, 8, 16])
         cases.append((rng.randint(1, 200), bs, bs * rng.choice([1, 2, 4]), rng.randint(1, 5)))
-    cmp = lambda e, a: isinstance(a, list) and all(isinstance(p, list) and all(isinstance(t, list) for t in p) for p in a) and a == e  # noqa: E731
+    cmp = lambda e, a: (isinstance(a, list) and all(isinstance(p, list) and all(isinstance(t, list) for t in p) for p in a)  # noqa: E731
+                        and a == e and all(type(b) is int for p in a for t in p for b in t))
     c = Checker("kernel_tiles", fn, reference=kernel_tiles_reference, verbose=verbose, compare=cmp, diagnose=[_not_lists])
     run = mistake_runner(c, TILE_MISTAKES)
     for n, bs, tile, splits in cases:

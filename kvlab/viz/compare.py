@@ -264,7 +264,7 @@ def _traces(d: dict[str, Any], step: CompareStep) -> list[Any]:
         ))
     for k, side in enumerate(("contiguous", "paged")):
         out.append(go.Bar(x=list(BAR_KINDS), y=d["bars"][side], name=side, text=d["bars"][side],
-                          textposition="outside", marker_color=("#7f7f7f", "#393b79")[k],
+                          textposition="outside", marker_color=("#8c6d31", "#393b79")[k],  # not grey: grey is free in the maps
                           xaxis="x3", yaxis="y3", showlegend=True))
     return out
 

@@ -21,7 +21,31 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-__all__ = ["is_static", "static_frames", "static_html", "display_control"]
+__all__ = ["is_static", "static_frames", "static_html", "display_control", "PLOTLY_CONFIG", "use_plotly_config"]
+
+# Every plotly figure's config (the notebook renderers, the stepper's Output widgets, the site's players):
+# no plotly logo and no "Share chart" (Plotly Cloud) button: nothing a lesson shows sends data anywhere.
+PLOTLY_CONFIG: dict = {"displaylogo": False, "showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
+
+
+def use_plotly_config() -> None:
+    """Give every plotly renderer (``display(fig)`` in a notebook, ``fig.show()``) :data:`PLOTLY_CONFIG`.
+    ``import kvlab.viz`` calls it; a no-op without plotly.
+
+    Example:
+        >>> import plotly.io as pio
+        >>> use_plotly_config(); pio.renderers["plotly_mimetype"].config["showSendToCloud"]
+        False
+    """
+    try:
+        import plotly.io as pio
+    except ImportError:
+        return
+    for name in pio.renderers:
+        renderer = pio.renderers[name]
+        if isinstance(getattr(renderer, "config", None), dict):
+            renderer.config.update(PLOTLY_CONFIG)
+
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -62,7 +86,7 @@ def static_html(obj: Any) -> str:
     if hasattr(obj, "pipe"):  # graphviz.Digraph
         return obj.pipe(format="svg", encoding="utf-8")
     if hasattr(obj, "to_html"):
-        return obj.to_html(include_plotlyjs=True, full_html=False)
+        return obj.to_html(include_plotlyjs=True, full_html=False, config=PLOTLY_CONFIG)
     return str(obj)
 
 

@@ -31,6 +31,8 @@ import json
 import secrets
 from typing import Any, Callable, Mapping, Sequence
 
+from .display import PLOTLY_CONFIG
+
 __all__ = ["explorer_html", "explorer_from_bundle", "grid_sentence", "EXPLORER_MIME"]
 
 EXPLORER_MIME = "application/vnd.kvlab.explorer+json"
@@ -53,7 +55,7 @@ _SCRIPT = """(function () {
     if (s.fig && window.Plotly) {
       var layout = Object.assign({}, s.fig.layout, {template: data.templates[s.fig.template]});
       plot.style.display = '';
-      window.Plotly.react(plot, s.fig.data, layout, {displaylogo: false, responsive: true});
+      window.Plotly.react(plot, s.fig.data, layout, %(config)s);
     } else { plot.style.display = 'none'; }
     box.setAttribute('data-state', String(k));
   }
@@ -169,7 +171,7 @@ def _block(axes: Mapping[str, Sequence[Any]], start: Mapping[str, Any], labels: 
         + "</div><div class='kvlab-ex-html' style='max-width:100%;overflow-x:auto'></div>"
           "<div class='kvlab-ex-plot' style='max-width:100%'></div>"
           f"<script type='application/json' class='kvlab-ex-data'>{data}</script>"
-          f"<script>{_SCRIPT % {'id': json.dumps(box_id)}}</script></div>"
+          f"<script>{_SCRIPT % {'id': json.dumps(box_id), 'config': json.dumps({**PLOTLY_CONFIG, 'responsive': True})}}</script></div>"
     )
 
 

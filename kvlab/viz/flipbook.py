@@ -24,6 +24,8 @@ import json
 import secrets
 from typing import Any, Sequence
 
+from .display import PLOTLY_CONFIG
+
 __all__ = ["flipbook_html"]
 
 _SCRIPT = """(function () {
@@ -36,7 +38,7 @@ _SCRIPT = """(function () {
     i = Math.max(0, Math.min(n - 1, k));
     var f = data.frames[i];
     if (data.kind === 'plotly') {
-      if (window.Plotly) window.Plotly.react(view, f.data, f.layout, {displaylogo: false, responsive: true});
+      if (window.Plotly) window.Plotly.react(view, f.data, f.layout, %(config)s);
     } else { view.innerHTML = f; }
     cap.innerHTML = data.captions[i];
     slider.value = String(i + 1);
@@ -100,7 +102,7 @@ def flipbook_html(rendered: Sequence[Any], captions: Sequence[str], title: str =
         f"min='1' max='{n}' value='1' step='1' style='width:min(320px,40vw)'></label></div>"
         f"<div class='kvlab-caption'></div><div class='kvlab-fb-view' style='max-width:100%;overflow:hidden'></div>"
         f"<script type='application/json' class='kvlab-fb-data'>{data}</script>"
-        f"<script>{_SCRIPT % {'id': json.dumps(box_id)}}</script></div>"
+        f"<script>{_SCRIPT % {'id': json.dumps(box_id), 'config': json.dumps({**PLOTLY_CONFIG, 'responsive': True})}}</script></div>"
     )
 
 
@@ -109,4 +111,4 @@ def _plotly_div(payload: dict) -> str:
     import plotly.io as pio
 
     fig = go.Figure(payload)
-    return pio.to_html(fig, include_plotlyjs=False, full_html=False)
+    return pio.to_html(fig, include_plotlyjs=False, full_html=False, config=PLOTLY_CONFIG)

@@ -177,14 +177,17 @@ def _legend_order(legend: dict[str, str], used: list[str]) -> dict[str, str]:
 def kernel_access_figure(
     snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1, tile_tokens: int | None = None,
     iteration: int | None = None, source: str = "simulated", colors: dict[str, str] | None = None,
+    subtitle: bool = True,
 ) -> Any:
-    """The read order over the memory map, as a static plotly figure."""
+    """The read order over the memory map, as a static plotly figure. ``subtitle=False``: no
+    sentence under the title (a control that prints its own caption beside the figure)."""
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
     d["highlight_name"] = "read this iteration" if iteration is not None else ""  # the red outline's legend words
     working = len({r.split for r in d["reads"]})  # a later split may get no tile: say so, do not count it as drawn
     idle = f" ({num_splits - working} with no tile to read)" if working < num_splits else ""
-    splits = f", split-K: {num_splits} programs{idle}, one colour each" if num_splits > 1 else ""
+    each = "" if theme().high_contrast else ", one colour each"  # a projector: the legend says it; one title line
+    splits = f", split-K: {num_splits} programs{idle}{each}" if num_splits > 1 else ""
     cap = d["caption"] = _caption(d, iteration)
     title = f"Kernel reads {seq_id}: {d['tile_tokens']}-token tiles{splits}"
     fig = _figure_from_data(d, d["legend_colors"], title, source_label(source), shared_legend=bool(d["shared"]))
@@ -210,12 +213,16 @@ def kernel_access_figure(
         cap = (f"{seq_id}: " + "; ".join(f"program {p} reads {len(rs)} blocks, P{rs[0].physical} first"
                                          for p, rs in enumerate(per) if rs)
                + (" (in parallel)" if num_splits > 1 else "") + "; the numbers on the blocks give the order")
-    lines = _wrap(cap, 76 if th.high_contrast else 110)
-    extra = int(1.9 * th.font_size) * lines.count("<br>")           # room for the subtitle's extra lines
-    fig.update_layout(shapes=shapes, annotations=ann, height=fig.layout.height + int(headroom * lay.cell) + extra,
+    lines = _wrap(cap, 76 if th.high_contrast else 110) if subtitle else ""
+    head = _wrap(title, 56 if th.high_contrast else 90)            # a long title wraps too, never cut at the edge
+    extra = int(1.9 * th.font_size) * lines.count("<br>") + int(1.4 * th.title_size) * head.count("<br>")
+    cut = 0 if subtitle else int(1.9 * th.font_size)  # the subtitle's own line, left empty
+    fig.update_layout(shapes=shapes, annotations=ann,
+                      height=fig.layout.height + int(headroom * lay.cell) + extra - cut,
                       yaxis=dict(range=[lay.rows - 0.5, -0.5 - headroom]),
-                      margin=dict(t=fig.layout.margin.t + extra))
+                      margin=dict(t=fig.layout.margin.t + extra - cut))
     fig.layout.title.subtitle.text = lines
+    fig.layout.title.text = head + f" ({source_label(source)})"
     return fig
 
 

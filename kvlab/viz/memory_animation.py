@@ -95,6 +95,8 @@ class MemoryMapView:
                                      copies=any(_copies(f) for f in self.frames))
         self.title, self.source = title, source
         self._index = {id(f): i for i, f in enumerate(self.frames)}
+        # the legend lists the shared outline only when some frame of the run shares a block
+        self.any_shared = any(max(f.snapshot.ref_count, default=0) > 1 for f in self.frames)
 
     def data(self, frame: "Frame") -> dict[str, Any]:
         """The frame's memory-map data; its caption numbered as the stepper numbers it ("step 3 / 16: ...")."""
@@ -107,7 +109,8 @@ class MemoryMapView:
         return d
 
     def __call__(self, frame: "Frame") -> Any:
-        return _figure_from_data(self.data(frame), self.colors, self.title, self.source, self.geometry)
+        return _figure_from_data(self.data(frame), self.colors, self.title, self.source, self.geometry,
+                                 shared_legend=self.any_shared)
 
 
 def animate_memory_map(
@@ -130,7 +133,7 @@ def animate_memory_map(
     view = MemoryMapView(frames, title, source, cols, mode, tables)
     n = len(frames)
     datas = [view.data(f) for f in frames]
-    fig = _figure_from_data(datas[0], view.colors, title, source, view.geometry)
+    fig = _figure_from_data(datas[0], view.colors, title, source, view.geometry, shared_legend=view.any_shared)
     n_fixed = len(frame_traces(datas[0], view.colors, view.geometry))
     fig.frames = [
         go.Frame(data=frame_traces(d, view.colors, view.geometry), traces=list(range(n_fixed)), name=str(i + 1),

@@ -214,9 +214,19 @@ def _legend_entries(legend: dict[str, str]) -> dict[str, str]:
     return legend if len(legend) <= LEGEND_MAX_REQUESTS else {}
 
 
-def _legend_rows(legend: dict[str, str], width: int) -> int:
-    per_row = max(1, int((width - 20) // (210 if theme().high_contrast else 140)))
-    return -(-(len(_legend_entries(legend)) + 3) // per_row)
+def _legend_rows(legend: dict[str, str], width: int, extra_names: Sequence[str] = (
+        "free", "shared (xN = ref count)", "changed this step")) -> int:
+    """Rows the horizontal legend takes: its entries packed by their text's width into the figure's
+    width (an autosized figure: the output area's, ``theme().grid_width``)."""
+    th = theme()
+    room = (max(width, th.grid_width) if th.autosize else width) - 20
+    rows, used = 1, 0.0
+    for name in [*_legend_entries(legend), *extra_names]:
+        w = len(name) * th.font_size * 0.56 + (46 if th.high_contrast else 36)  # swatch, gap and text
+        if used and used + w > room:
+            rows, used = rows + 1, 0.0
+        used += w
+    return rows
 
 
 def _legend_traces(legend: dict[str, str], highlight_name: str = "changed this step", shared: bool = True) -> list[Any]:
@@ -260,12 +270,13 @@ def _axes(lay: GridLayout, y_range: list[float] | None = None) -> dict[str, Any]
 
 
 def _base_layout(lay: GridLayout, title: str, source: str, caption: str, legend: dict[str, str],
-                 geom: Any = None) -> dict[str, Any]:
+                 geom: Any = None, extra_names: Sequence[str] = ("free", "shared (xN = ref count)", "changed this step"),
+                 ) -> dict[str, Any]:
     th = theme()
     left, right, top, bottom = geom.margin if geom is not None else lay.margin
     width = geom.width if geom is not None else lay.width
     height = geom.height if geom is not None else lay.height
-    extra = _legend_rows(legend, width) * (30 if th.high_contrast else 22)
+    extra = _legend_rows(legend, width, extra_names) * (30 if th.high_contrast else 22)
     out = dict(
         width=None if th.autosize else width, autosize=th.autosize, height=height + extra,
         margin=dict(l=left, r=right, t=top, b=bottom + extra),
@@ -322,7 +333,8 @@ def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, 
         traces = frame_traces(data, colors, geom)
         legend = geom.legend(colors)
         static = _slot_ticks(lay, data["block_size"], geom.pool_y0)
-    fig = go.Figure(data=traces + static + _legend_traces(legend, data.get("highlight_name", "changed this step"),
-                                                                    shared_legend))
-    fig.update_layout(**_base_layout(lay, title, source, data["caption"], legend, geom))
+    highlight = data.get("highlight_name", "changed this step")
+    fig = go.Figure(data=traces + static + _legend_traces(legend, highlight, shared_legend))
+    names = ["free"] + (["shared (xN = ref count)"] if shared_legend else []) + ([highlight] if highlight else [])
+    fig.update_layout(**_base_layout(lay, title, source, data["caption"], legend, geom, names))
     return fig

@@ -30,8 +30,9 @@ from typing import Iterable, Sequence
 __all__ = [
     "REQUEST_COLORS", "STRONG_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE", "TREE",
     "request_color", "assign_colors", "holder_color", "tint", "Theme", "theme", "classroom", "is_classroom",
-    "source_label", "classroom_css", "label_px", "classroom_page_css",
+    "source_label", "classroom_css", "label_px", "classroom_page_css"
 ]
+
 
 # Request colours: qualitative, chosen to avoid the hit green, the miss blue, the
 # highlight red and the free grey, so a block's colour never reads as a radix state.

@@ -124,27 +124,28 @@ def _svg_width_pt(g: Any) -> float:
 
 
 def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "simulated",
-                     max_chars: int = 10, legend: bool = True, rankdir: str | None = None) -> Any:
+                     max_chars: int = 10, legend: bool = True, rankdir: str | None = None, locks: bool = True) -> Any:
     """One tree as a ``graphviz.Digraph`` (``.source`` is the DOT text, ``.pipe('svg')`` the picture).
 
     The caption is wrapped (about 70 characters a line, 50 in classroom mode) so that it never
     sets the picture's width. ``rankdir``: ``"LR"`` (root on the left) or ``"TB"`` (root on
     top); None: LR unless that is wider than :data:`MAX_WIDTH_PT`, then whichever is narrower,
-    so a wide tree keeps its text size when it is fitted to the output width.
+    so a wide tree keeps its text size when it is fitted to the output width. ``locks=False``
+    leaves out the locked (protected) count when it is 0 (a lesson before locks are taught).
     """
     if rankdir is None:
-        wide = _radix_graph(state, caption, source, max_chars, legend, "LR")
+        wide = _radix_graph(state, caption, source, max_chars, legend, "LR", locks)
         if _svg_width_pt(wide) <= MAX_WIDTH_PT[theme().high_contrast]:
             return wide
-        tall = _radix_graph(state, caption, source, max_chars, legend, "TB")
+        tall = _radix_graph(state, caption, source, max_chars, legend, "TB", locks)
         return tall if _svg_width_pt(tall) < _svg_width_pt(wide) else wide
     if rankdir not in ("LR", "TB"):
         raise ValueError(f"rankdir must be 'LR', 'TB' or None, got {rankdir!r}")
-    return _radix_graph(state, caption, source, max_chars, legend, rankdir)
+    return _radix_graph(state, caption, source, max_chars, legend, rankdir, locks)
 
 
 def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: int, legend: bool,
-                 rankdir: str) -> Any:
+                 rankdir: str, locks: bool = True) -> Any:
     import textwrap
 
     import graphviz
@@ -159,7 +160,8 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     lines = [f"<b>{html.escape(state.title)} ({source_label(source)})</b>"]
     if caption:
         lines.append('<br align="left"/>'.join(html.escape(x) for x in textwrap.wrap(caption, wrap)) + '<br align="left"/>')
-    lines.append(f"evictable {d['evictable_size']} tokens · protected (locked) {d['protected_size']} tokens")
+    lines.append(f"evictable {d['evictable_size']} tokens" + (f" · protected (locked) {d['protected_size']} tokens"
+                                                            if locks or d["protected_size"] else ""))
     rows = "".join(f'<tr><td align="left" colspan="4">{x}</td></tr>' for x in lines)
     if legend:
         kinds = {n["kind"] for n in d["nodes"]} | ({"evictable"} if any("dashed" in n["style"] for n in d["nodes"]) else set())

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from ..memory.snapshot import MemorySnapshot
 from .control import LiveControl
 from .kernel_view import kernel_access_figure
+from .palette import is_classroom
 
 __all__ = ["table_snapshot", "permuted_table", "ShuffleControl"]
 
@@ -132,7 +133,10 @@ class ShuffleControl(LiveControl):
     def figure(self) -> Any:
         snap = table_snapshot(self.num_blocks, self.block_size, {self.seq_id: self.result["table"]},
                               {self.seq_id: self.context_len})
-        return kernel_access_figure(snap, self.seq_id, num_splits=self.num_splits, tile_tokens=self.tile)
+        # classroom: the control's caption says what happened; the figure's own sentence would push the
+        # figure and its controls past one 599 px projector screen
+        return kernel_access_figure(snap, self.seq_id, num_splits=self.num_splits, tile_tokens=self.tile,
+                                    subtitle=not is_classroom())
 
     def shuffle(self) -> None:
         self.set(shuffles=self.shuffles + 1)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..memory.ids import check_int
-from .display import is_static, static_frames, static_html
+from .display import PLOTLY_CONFIG, is_static, static_frames, static_html
 from .palette import classroom_css, theme
 
 __all__ = ["Frame", "Stepper", "PLAY_TOOLTIP"]
@@ -303,7 +303,7 @@ def figure_output(fig: Any) -> dict[str, Any]:
     spec = json.loads(pio.to_json(fig, validate=False))
     return {
         "output_type": "display_data",
-        "data": {"application/vnd.plotly.v1+json": {**spec, "config": {"displaylogo": False}},
+        "data": {"application/vnd.plotly.v1+json": {**spec, "config": dict(PLOTLY_CONFIG)},
                  "text/plain": f"<plotly figure: {fig.layout.title.text}>"},
         "metadata": {},
     }

@@ -179,8 +179,8 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
         cell(c, 2, "#ffe0e0" if c["highlight"] else tint(c["color"], 0.35 + 0.3 * (c["group"] % 2)))
     for c in d["table"]:
         cell(c, 1, "#ffe0e0" if c["highlight"] else "#ffffff")
-    for c in d["physical"]:
-        cell(c, 0, c["color"] if c["color"] == FREE else tint(c["color"], 0.6))
+    for c in d["physical"]:  # a block outside this table: white, dotted (not grey: grey means free elsewhere)
+        cell(c, 0, "#ffffff", "dot") if c["color"] == FREE else cell(c, 0, tint(c["color"], 0.6))
     if d["slot_x"] is not None:
         shapes.append(dict(type="rect", x0=d["slot_x"], x1=d["slot_x"] + 1, y0=-h, y1=-0.02, fillcolor=HIGHLIGHT,
                            line=dict(color=HIGHLIGHT, width=th.line_width), opacity=0.8))
@@ -217,7 +217,7 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
         sub = f"error: {chain['error']}"
     fig = go.Figure(data=texts)
     fig.update_layout(
-        width=None if th.autosize else width, autosize=th.autosize, height=330 if not th.high_contrast else 420,
+        width=None if th.autosize else width, autosize=th.autosize, height=330 if not th.high_contrast else 370,  # classroom: widget + figure in 599 px
         template="none", shapes=shapes,
         annotations=annotations, showlegend=False, margin=dict(l=135, r=10, t=80, b=20),
         title=dict(text=f"Address translation through the block table ({source_label(source)})", x=0.01,
@@ -300,7 +300,7 @@ class TranslationWidget:
             f"<td style='padding:1px 16px 1px 0;white-space:nowrap'>{html.escape(label)}</td>"
             f"<td style='padding:1px 0'><code>{html.escape(formula)}</code></td></tr>"
             for i, (label, formula) in enumerate(chain_rows(c["steps"]), 1))
-        return f"<table style='font-size:{px}px;line-height:1.5;border-collapse:collapse'>{rows}</table>"
+        return f"<table style='font-size:{px}px;line-height:{1.3 if th.high_contrast else 1.5};border-collapse:collapse'>{rows}</table>"
 
     def _error_html(self) -> str:
         if not self.chain["error"]:

@@ -129,7 +129,8 @@ fig = go.Figure([
            y=[kvlab.MODELS[n].kv_bytes(4096) / 1e9 for n in names], marker_color="#1f77b4"),
 ])
 fig.update_layout(title=dict(text="KV cache of one 4,096-token request, fp16 (simulated)", font=dict(size=th.title_size)),
-                  yaxis=dict(title="GB, log scale", type="log", dtick=1), barmode="group",  # 0.09 to 10.7 GB height=380 if not th.high_contrast else 460,
+                  yaxis=dict(title="GB, log scale", type="log", dtick=1), barmode="group",  # 0.09 to 10.7 GB
+                  height=380 if not th.high_contrast else 460,
                   width=None if th.autosize else 720, autosize=th.autosize, font=dict(size=th.font_size),
                   legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), xaxis=dict(tickangle=-30))
 fig
@@ -168,6 +169,7 @@ for name, gpu in kvlab.GPUS.items():
 # %%
 # NBVAL_CHECK_OUTPUT
 util = 0.9
+fits = {}  # (gpu, model) -> requests of 4,096 tokens (the summary quotes the range)
 for gpu_name in ("a100-80gb", "h200"):
     gpu = kvlab.get_gpu(gpu_name)
     share = int(gpu.memory_bytes * util)
@@ -180,6 +182,7 @@ for gpu_name in ("a100-80gb", "h200"):
             print(f"{'':10s}the weights alone take {kvlab.format_bytes(w)}: does not fit")
             continue
         budget = gpu.kv_budget_bytes(spec, utilization=util)
+        fits[gpu_name, model_name] = budget // spec.kv_bytes(4096)
         print(f"{'':10s}minus weights {kvlab.format_bytes(w)} = KV budget {kvlab.format_bytes(budget)}: "
               f"{budget // spec.kv_bytes(4096)} requests of 4,096 tokens")
 
@@ -273,9 +276,9 @@ print(f"measured pool: {pool.nbytes:,} bytes; equal: {pool.nbytes == bundled.kv_
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from kvlab.compute.gguf import gguf_metadata, require_smollm2
+from kvlab.compute.gguf import gguf_scalars, require_smollm2
 
-meta = gguf_metadata(require_smollm2())          # the file's own hyper-parameters (no weights loaded)
+meta = gguf_scalars(require_smollm2())           # the numbers in the file's header (no weights, no tokenizer read)
 smol = kvlab.KVSpec(layers=meta["llama.block_count"], kv_heads=meta["llama.attention.head_count_kv"],
                     head_dim=meta["llama.embedding_length"] // meta["llama.attention.head_count"],
                     num_heads=meta["llama.attention.head_count"], name="smollm2-135m",
@@ -315,34 +318,40 @@ print(f"Llama-2 70B in fp16: weights alone {kvlab.format_bytes(w70)}: "
 # %% [markdown]
 # ## 8. Exercises
 #
-# ### Exercise 1: the size formula
+# ### Exercise 1: design a model's KV heads for a budget
 #
-# **Contract.** `kv_cache_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2) -> int`:
-# bytes of K and V for `tokens` tokens. Raise `ValueError` if `layers`, `kv_heads`, `head_dim`
-# or `dtype_bytes` is below 1, or `tokens` below 0. Example:
-# `kv_cache_bytes(80, 8, 128, 4096) == 1_342_177_280` (Llama-2 70B, 1.34 GB).
+# You design a model with Llama-2 70B's shape (80 layers, 64 query heads, head_dim 128) and want
+# one 4,096-token request's KV cache, in fp16, to fit in 2 GB (2 × 10⁹ bytes). More KV heads
+# attend better; fewer cost less. With grouped-query attention every KV head serves the same
+# number of query heads. **Predict first**, on paper: how many KV heads do you choose, and would
+# the answer change with 12 query heads and a budget that holds exactly 5 KV heads?
+#
+# **Contract.** `kv_heads_for_budget(layers, num_heads, head_dim, tokens, budget_bytes,
+# dtype_bytes=2) -> int`: the most KV heads your design can have so that the K and V of one
+# request of `tokens` tokens fit in `budget_bytes` (a cache of exactly the budget fits). Raise
+# `ValueError` if `layers`, `num_heads`, `head_dim`, `tokens` or `dtype_bytes` is below 1, or if
+# not even one KV head (MQA) fits.
 
 # %% tags=["exercise-stub"]
-def kv_cache_bytes(layers, kv_heads, head_dim, tokens, dtype_bytes=2):
+def kv_heads_for_budget(layers, num_heads, head_dim, tokens, budget_bytes, dtype_bytes=2):
     raise NotImplementedError("your code here")
 
 # %%
 from kvlab import check
 
-check.kv_cache_bytes(kv_cache_bytes)
+check.kv_heads_for_budget(kv_heads_for_budget)
 
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# One key and one value per token, per layer, per KV head; each is `head_dim` numbers of
-# `dtype_bytes` bytes.
+# Start from what one KV head costs for the whole request (section 1's counting, with one head);
+# the budget then bounds how many heads you can pay for.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Compare your number with the contract's example before the checker does. If it is off by a
-# whole factor, ask what one token stores per layer and per KV head (how many vectors?), and
-# what one number costs in bytes. Which heads does the cache keep with grouped-query attention?
+# Not every count the budget pays for is a valid design: 64 query heads cannot be split into 5
+# equal groups. Which counts are valid for a given `num_heads`?
 # </details>
 #
 # ### Exercise 2: read a model's config
@@ -370,7 +379,7 @@ check.bytes_per_token_from_config(bytes_per_token_from_config)
 # <details><summary>Hint 1</summary>
 #
 # Find `kv_heads`, `head_dim` and the bytes per number first, each with its default, then use
-# the formula of exercise 1 with one token. `dict.get(key, default)` gives a default.
+# the formula of section 1 with one token. `dict.get(key, default)` gives a default.
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -450,8 +459,20 @@ check.max_concurrent(max_concurrent)
 #   per 4,096-token request, not the 10.7 GB that the hidden-size formula gives (that figure is
 #   right only for multi-head attention), and 10 such requests need 13.4 GB, not 107 GB.
 # - An "80GB" card holds 80 GiB (85.9 GB); a server gives the KV cache `utilization × memory −
-#   weights`: the cache of a few dozen 4,096-token requests on one GPU (section 6, simulated).
-#   Every slot wasted is a request turned away, which is why lessons 03 and 04 look at how the
+#   weights`; how many 4,096-token requests that holds on one GPU (section 6, simulated):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from textwrap import fill
+
+(lo_gpu, lo_model), (hi_gpu, hi_model) = min(fits, key=fits.get), max(fits, key=fits.get)
+on_one = [g for g, m in fits if m == "llama-2-70b"]
+say = lambda text: print(fill(text, 76))  # noqa: E731  -- wrapped: a projector's narrow output never cuts a word
+say(f"from {fits[lo_gpu, lo_model]} ({lo_model} on an {lo_gpu}) to {fits[hi_gpu, hi_model]} ({hi_model} on an "
+    f"{hi_gpu}) requests of 4,096 tokens; Llama-2 70B on one card: "
+    + (f"fits on {', '.join(on_one)}." if on_one else "none (its weights alone do not fit)."))
+
+# %% [markdown]
+# - Every slot wasted is a request turned away, which is why lessons 03 and 04 look at how the
 #   cache is laid out.
 #
-# Next: [03 Contiguous allocation](03_contiguous.ipynb). Words: [glossary](glossary.md).

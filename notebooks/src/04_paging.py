@@ -162,7 +162,8 @@ m.free("R1")              # R1 is done: its blocks return to the back of the fre
 m.add_sequence("R3", 9)   # 9 tokens -> 3 blocks
 m.check_integrity()
 
-viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growth", cols=6)   # 6 blocks a row
+cols = 12 if viz.is_classroom() else 6   # a projector: one row (the stepper fits one screen)
+viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growth", cols=cols)
 
 # %% [markdown]
 # The same recording as a plotly animation (press play, or drag the slider: its steps are
@@ -170,7 +171,7 @@ viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growt
 # page:
 
 # %%
-viz.animate_memory_map(m.snapshots, m.log, title="Paged KV pool: on-demand growth", duration_ms=500, cols=6)
+viz.animate_memory_map(m.snapshots, m.log, title="Paged KV pool: on-demand growth", duration_ms=500, cols=cols)
 
 # %% [markdown]
 # The final state, as data, and what it says about where blocks come from (printed from the

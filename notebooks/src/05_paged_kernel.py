@@ -74,7 +74,7 @@ print(f"pos 9 -> L{t9.logical_block}, offset {t9.offset} -> P{t9.physical_block}
 from kvlab import BlockManager
 
 m = BlockManager(num_blocks=16, block_size=4)
-lengths = {"R1": 5, "R2": 13, "R3": 30}
+lengths = {"seq1": 5, "seq2": 13, "seq3": 30}
 for seq in lengths:
     m.add_sequence(seq, 0)
 for step in range(max(lengths.values())):       # decode one token per request per step
@@ -92,7 +92,7 @@ memory_map_figure(m.snapshot("three requests decoding together"), title="The poo
                   source="simulated", cols=8)   # 8 blocks a row: room for each label
 
 # %% [markdown]
-# And the order in which the kernel reads R3's blocks: it walks the positions from 0 up, so it
+# And the order in which the kernel reads seq3's blocks: it walks the positions from 0 up, so it
 # follows the block table, L0, L1, L2..., wherever those blocks sit (simulated view of the
 # kernel's loop). Step through it: each step draws only the reads done so far, numbered, with
 # an arrow from the previous block; the block read in this step is outlined red, blocks not
@@ -101,7 +101,7 @@ memory_map_figure(m.snapshot("three requests decoding together"), title="The poo
 # %%
 from kvlab.viz import kernel_access_stepper
 
-kernel_access_stepper(m.snapshot(), "R3", tile_tokens=4)
+kernel_access_stepper(m.snapshot(), "seq3", tile_tokens=4)
 
 # %% [markdown]
 # **Tiles of 4 tokens here, 64 in the kernel.** The stepper moves one block (4 tokens) per
@@ -116,11 +116,11 @@ kernel_access_stepper(m.snapshot(), "R3", tile_tokens=4)
 from kvlab.kernels.paged_decode import tile_tokens
 from kvlab.viz.kernel_view import kernel_access_order
 
-r3 = m.tables["R3"]
+r3 = m.tables["seq3"]
 for tile in (4, tile_tokens(4)):
     reads = kernel_access_order(r3.block_ids, r3.num_tokens, 4, tile_tokens=tile)
     per_iter = [[f"P{r.physical}" for r in reads if r.iteration == i] for i in range(1 + reads[-1].iteration)]
-    print(f"TILE_N = {tile:>2}: {len(per_iter)} loop iteration(s) for R3's {r3.num_tokens} tokens (simulated):",
+    print(f"TILE_N = {tile:>2}: {len(per_iter)} loop iteration(s) for seq3's {r3.num_tokens} tokens (simulated):",
           " | ".join(" ".join(blocks) for blocks in per_iter))
 
 # %% [markdown]
@@ -131,7 +131,7 @@ for tile in (4, tile_tokens(4)):
 # %%
 from kvlab.viz import kernel_access_figure
 
-kernel_access_figure(m.snapshot(), "R3", num_splits=2, tile_tokens=4)
+kernel_access_figure(m.snapshot(), "seq3", num_splits=2, tile_tokens=4)
 
 # %% [markdown]
 # ## 3. The real run: the Triton kernel against plain attention
@@ -183,8 +183,8 @@ k_shuf, v_shuf = torch.empty_like(k_cache), torch.empty_like(v_cache)
 k_shuf[perm], v_shuf[perm] = k_cache, v_cache                        # block b moves to perm[b]
 tables_shuf = perm[block_tables.long()].to(torch.int32)
 out_shuf = K.paged_decode_attention(q, k_shuf, v_shuf, tables_shuf, context_lens)
-print("R3's table before:", block_tables[2].tolist())
-print("R3's table after: ", tables_shuf[2].tolist())
+print("seq3's table before:", block_tables[2].tolist())
+print("seq3's table after: ", tables_shuf[2].tolist())
 print("outputs bit-for-bit identical:", torch.equal(out, out_shuf))
 
 # %% [markdown]
@@ -219,7 +219,7 @@ print("num_splits=2 agrees with num_splits=1:", torch.allclose(one, two, atol=1e
 # %% [markdown]
 # ### Try it: shuffle the blocks, change the number of programs
 #
-# The same 300-token sequence. **shuffle the blocks** moves every block of the pool to a new
+# The same 300-token sequence (seq4 below). **shuffle the blocks** moves every block of the pool to a new
 # place and rewrites the table; **programs (split-K)** cuts the loop into that many ranges.
 # Each change runs the real kernel again (in the interpreter: a fraction of a second) and
 # compares its output with the first run (original layout, one program). Watch the colours:
@@ -228,36 +228,16 @@ print("num_splits=2 agrees with num_splits=1:", torch.allclose(one, two, atol=1e
 # %%
 from kvlab.viz import ShuffleControl
 
-ShuffleControl(q_long, k_long, v_long, long_table.tolist(), long_len)
+ShuffleControl(q_long, k_long, v_long, long_table.tolist(), long_len, seq_id="seq4")
 
 # %% [markdown]
 # ## 4. Inside the kernel: the block loop
 #
-# Here is the loop of kvlab's kernel, printed from its source (nothing copied by hand). One
-# iteration handles a tile of `TILE_N` positions: `pos` is a vector, each position looks up its
-# physical block in the table (the paging step), K and V are loaded from there, and the tile is
-# folded into an online softmax (a running max `m_i`, a running sum `l_i` and a running weighted
-# sum `acc`), so the whole context is never held at once.
-
-# %%
-import inspect
-
-from kvlab.kernels import paged_decode
-
-lines = inspect.getsource(paged_decode.paged_decode_kernel.fn).splitlines()
-start = next(i for i, line in enumerate(lines) if "for tile in range" in line)
-indent = len(lines[start]) - len(lines[start].lstrip())
-end = next(i for i, line in enumerate(lines)                 # the loop ends where the indent comes back
-           if i > start and line.strip() and len(line) - len(line.lstrip()) <= indent)
-print("\n".join(lines[start - 1:end]).rstrip())
-
-# %% [markdown]
-# And `load_kv_tile`, whole with its signature, which turns (physical block, offset) into
-# element addresses with the cache's strides; `kv_head * stride_cache_head` picks this
-# program's KV head:
-
-# %%
-print(inspect.getsource(paged_decode.load_kv_tile.fn).rstrip())
+# One iteration of kvlab's kernel handles a tile of `TILE_N` positions: `pos` is a vector, each
+# position looks up its physical block in the table (the paging step), K and V are loaded from
+# there, and the tile is folded into an online softmax (a running max `m_i`, a running sum `l_i`
+# and a running weighted sum `acc`), so the whole context is never held at once. Exercise 3 asks
+# you to write that paging step yourself; the kernel's own code is printed after it, to compare.
 
 # %% [markdown]
 # **Cost in the interpreter (measured).** The interpreter runs each (program, loop iteration)
@@ -268,6 +248,8 @@ print(inspect.getsource(paged_decode.load_kv_tile.fn).rstrip())
 
 # %%
 import time
+
+from kvlab.kernels import paged_decode
 
 t0 = time.perf_counter()
 K.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens)
@@ -395,6 +377,10 @@ check.kernel_tiles(kernel_tiles)
 #   `pos < context_len`, and **nothing else** (the guard rows hold a canary value that must
 #   survive: in the interpreter an unmasked store silently writes past the end).
 #
+# **Predict first**, on paper: with `context_len = 10`, `BLOCK_SIZE = 4`, `TILE_N = 8` and the
+# block table `[2, 0, 1]`, how many tiles run, which positions of the last tile are real, and
+# from which slots of `cache` do they come? Your kernel must get exactly that right.
+#
 # The loop over tiles is given; fill in its body. The checker runs your kernel in the
 # interpreter on shuffled tables, partial blocks and tiles that span several blocks, and
 # compares with `gather_kv`.
@@ -440,8 +426,34 @@ check.paged_gather_kernel(paged_gather_kernel)
 #
 # A K row is `HEAD_DIM` contiguous floats; a 2-D tile of addresses is a column of row starts
 # plus a row of `offs_d`. The output row of a position is addressed the same way, from `pos`
-# instead of its slot. `load_kv_tile` in section 4 builds its addresses like this.
+# instead of its slot.
 # </details>
+
+# %% [markdown]
+# ### After exercise 3: kvlab's own block loop
+#
+# Here is the loop of kvlab's kernel, printed from its source (nothing copied by hand); compare
+# it with your gather kernel. Its paging step is yours; the rest is the online softmax.
+
+# %%
+import inspect
+
+from kvlab.kernels import paged_decode
+
+lines = inspect.getsource(paged_decode.paged_decode_kernel.fn).splitlines()
+start = next(i for i, line in enumerate(lines) if "for tile in range" in line)
+indent = len(lines[start]) - len(lines[start].lstrip())
+end = next(i for i, line in enumerate(lines)                 # the loop ends where the indent comes back
+           if i > start and line.strip() and len(line) - len(line.lstrip()) <= indent)
+print("\n".join(lines[start - 1:end]).rstrip())
+
+# %% [markdown]
+# And `load_kv_tile`, whole with its signature, which turns (physical block, offset) into
+# element addresses with the cache's strides; `kv_head * stride_cache_head` picks this
+# program's KV head:
+
+# %%
+print(inspect.getsource(paged_decode.load_kv_tile.fn).rstrip())
 
 # %% [markdown]
 # ## Summary

@@ -1,0 +1,129 @@
+"""Issue 28 (round 5): wrong answers to lessons 00-05 that an independent review, or the helper after
+it, typed and that came back rejected WITHOUT the mistake named (or accepted). Each must now be
+rejected with a note that says the likely mistake (the phrase given beside it)."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from kvlab import check
+from kvlab.check import l01_why_kv_cache
+from test_check_memory import _solutions
+
+S00, S01, S02, S03, S04, S05 = (_solutions(s) for s in (
+    "00_start_here", "01_why_kv_cache", "02_how_big", "03_contiguous", "04_paging", "05_paged_kernel"))
+
+
+@pytest.fixture(autouse=True)
+def _not_strict(monkeypatch):
+    monkeypatch.delenv("KVLAB_CHECK_STRICT", raising=False)
+
+
+def _flops(post):
+    return lambda f, p, n: post(*S01.count_flops(f, p, n))
+
+
+def _attend(**kw):
+    """attend_with_cache with one slip: before (attend before appending), scale (multiply by sqrt(d)),
+    unsqueeze (out with a token dimension)."""
+    def fn(q, k_new, v_new, k_cache, v_cache):
+        kc, vc = torch.cat([k_cache, k_new[None]]), torch.cat([v_cache, v_new[None]])
+        keys, values = (k_cache, v_cache) if kw.get("before") else (kc, vc)
+        group = q.shape[0] // kc.shape[1]
+        K, V = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)   # (T, h, d)
+        scale = math.sqrt(q.shape[-1]) if kw.get("scale") else 1 / math.sqrt(q.shape[-1])
+        out = torch.einsum("ht,thd->hd", torch.softmax(torch.einsum("hd,thd->ht", q, K) * scale, -1), V)
+        return (out[None] if kw.get("unsqueeze") else out), kc, vc
+    return fn
+
+
+def _heads(**kw):
+    """kv_heads_for_budget with one slip."""
+    def fn(l, h, d, t, budget, b=2):
+        if min(l, h, d, t, b) < 1:
+            raise ValueError("bad argument")
+        per = (1 if kw.get("no_kv") else 2) * l * d * t * b
+        ok = [g for g in range(1, h + 1) if (kw.get("any") or h % g == 0) and (g * per < budget if kw.get("strict") else g * per <= budget)]
+        if not ok:
+            raise ValueError("nothing fits")
+        return float(max(ok)) if kw.get("float") else [max(ok)] if kw.get("list") else max(ok)
+    return fn
+
+
+def _oob_swapped():
+    class Swapped(S04.TinyAllocator):
+        def allocate(self, n):
+            if n > len(self.free_queue) >= 0 and n >= 0:
+                raise S04.OutOfBlocks(len(self.free_queue), n)
+            return super().allocate(n)
+    return Swapped
+
+
+def _tiles(blocks):
+    from kvlab.check.l05_paged_kernel import _tiles_blocks
+    return _tiles_blocks(blocks)
+
+
+WRONG = [
+    # lesson 00
+    (check.block_and_offset, lambda p, bs: tuple(np.int64(x) for x in S00.block_and_offset(p, bs)), "int64"),
+    (check.common_prefix_len, lambda a, b: list(a[:S00.common_prefix_len(a, b)]), "not the items"),
+    (check.common_prefix_len, lambda a, b: S00.common_prefix_len(a, b) / max(1, min(len(a), len(b))), "a share"),
+    (check.reusable_tokens, lambda a, b, bs: S00.reusable_tokens(a, b, bs) // bs, "that counts blocks"),
+    # lesson 03
+    (check.external_fragmentation,
+     lambda r: 100 * S03.external_fragmentation(r) / sum(n for _, n in r) if r else 0, "a percentage"),
+    (check.first_fit, lambda r, n: next((i for i, (_, ln) in enumerate(r) if ln >= n), None) if n >= 1
+     else S03.first_fit(r, n), "the hole's index"),
+    (check.first_fit, lambda r, n: next(((s, ln) for s, ln in r if ln >= n), None) if n >= 1 else S03.first_fit(r, n),
+     "return only the first"),
+    # lesson 02
+    (check.kv_heads_for_budget, _heads(any=True), "does not divide num_heads"),
+    (check.kv_heads_for_budget, _heads(strict=True), "<=, not <"),
+    (check.kv_heads_for_budget, _heads(no_kv=True), "the 2 for K and V is missing"),
+    (check.kv_heads_for_budget, _heads(float=True), "float"),
+    (check.kv_heads_for_budget, _heads(list=True), "return the number itself"),
+    (check.max_concurrent, lambda L, g, u, w, b, bs=16: S02.max_concurrent([n + bs - 1 for n in L], g, u, w, b, bs),
+     "rounded up twice"),
+    # lesson 04
+    (check.block_allocator, _oob_swapped(), "arguments are swapped"),
+    # lesson 05
+    (check.paged_decode_torch, lambda *a: S05.paged_decode_torch(*a).tolist(), "returned a list"),
+    (check.paged_decode_torch, lambda *a: S05.paged_decode_torch(*a)[None], "without extra dimensions"),
+    (check.paged_decode_torch, lambda q, k, v, t, n, s: S05.paged_decode_torch(q, k, v, t, max(n - 1, 1), s),
+     "one position too few"),
+    (check.kernel_tiles, _tiles(lambda a, e, bs: [float(b) for b in range(a // bs, (e - 1) // bs + 1)]), "floats"),
+    (check.kernel_tiles, _tiles(lambda a, e, bs: list(range(a, e))), "token positions (slots), not blocks"),
+    (check.kernel_tiles, _tiles(lambda a, e, bs: list(range(a // bs, e // bs + 1))), "one block too many"),
+    (check.kernel_tiles, _tiles(lambda a, e, bs: list(range(a // bs + 1, (e - 1) // bs + 2))), "count from 0"),
+    (check.kernel_tiles, lambda *a: [len(p) for p in S05.kernel_tiles(*a)], "not a count"),
+    # lesson 01
+    (check.count_flops, _flops(lambda a, b: (list(itertools.accumulate(a)), b)), "running totals"),
+    (check.count_flops, _flops(lambda a, b: (a, list(itertools.accumulate(b)))), "running totals"),
+    (check.count_flops, _flops(lambda a, b: ([float(x) for x in a], b)), "is an int"),
+    (check.count_flops, _flops(lambda a, b: (np.array(a), np.array(b))), "ndarray"),
+    (check.count_flops, _flops(lambda a, b: (torch.tensor(a), torch.tensor(b))), "Tensor"),
+    (check.count_flops, _flops(lambda a, b: {"naive": a, "cached": b}), "returned a dict"),
+    (check.attend_with_cache, _attend(before=True), "attended before appending"),
+    (check.attend_with_cache, _attend(scale=True), "multiplied the scores by sqrt(head_dim)"),
+    (check.attend_with_cache, _attend(unsqueeze=True), "without the token dimension"),
+]
+
+
+@pytest.mark.parametrize("checker, wrong, says", WRONG, ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(WRONG)])
+def test_wrong_answer_rejected_and_named(checker, wrong, says):
+    r = checker(wrong, verbose=False)
+    assert not r.passed
+    notes = " | ".join(c.note for c in r.failures)
+    assert says in notes, notes
+
+
+def test_count_flops_expected_is_what_generate_counts():
+    """The checker computes the expected FLOPs from flops_per_token (fast); they are generate()'s counts."""
+    model, _ = l01_why_kv_cache._bundled()
+    for p, n in [(1, 1), (5, 6), (12, 3)]:
+        assert l01_why_kv_cache.expected_step_flops(model.flops_per_token, p, n) == l01_why_kv_cache.generate_step_flops(p, n)
