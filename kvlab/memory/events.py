@@ -193,6 +193,11 @@ class EventLog:
     def kinds(self) -> list[str]:
         return list(self._kind)
 
+    def since(self, start: int, kind: str) -> list[Event]:
+        """The events of ``kind`` from index ``start`` on (built now; the others are not).
+        Example: a reader that keeps ``n = len(log)`` asks ``log.since(n, "cow")`` next time."""
+        return [self._event(i) for i in range(max(0, start), len(self._kind)) if self._kind[i] == kind]
+
     def __len__(self) -> int:
         return len(self._kind)
 

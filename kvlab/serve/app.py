@@ -374,6 +374,11 @@ def _add_page_routes(app: FastAPI, routes: _Routes) -> None:
         return StreamingResponse(_dashboard_events(routes, request), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
+    @app.get("/dashboard/served")
+    async def dashboard_served(request: Request, key: str | None = None):
+        routes.auth_key(request, key)
+        return {"model": routes.model_name, "requests": list(routes.loop.dashboard.served)}   # a copy
+
     @app.get("/chat")
     async def chat():
         return HTMLResponse((STATIC / "chat.html").read_text())
