@@ -30,23 +30,17 @@ def pick_worker(sent, text, loads):
     lo, hi = min(loads), max(loads)
     if hi - lo > 64 and hi > 1.5 * lo:          # unbalanced: the least loaded worker
         return loads.index(lo)
-    best, best_match = 0, -1
-    for w, texts in enumerate(sent):
+    match = []
+    for texts in sent:                          # each worker's longest prefix match
+        best = 0
         for s in texts:
             n = 0
             while n < min(len(s), len(text)) and s[n] == text[n]:
                 n += 1
-            if n > best_match or (n == best_match and w < best):
-                best, best_match = w, n
-        if not texts and best_match < 0:
-            best, best_match = w, 0
-    if best_match / len(text) > 0.3:
-        return best
-    sizes = []
-    for texts in sent:                          # characters each worker's tree holds
-        prefixes = set()
-        for s in texts:
-            for k in range(1, len(s) + 1):
-                prefixes.add(s[:k])
-        sizes.append(len(prefixes))
+            best = max(best, n)
+        match.append(best)
+    w = match.index(max(match))                 # the first of the longest
+    if match[w] / len(text) > 0.3:
+        return w
+    sizes = [len({s[:k] for s in texts for k in range(1, len(s) + 1)}) for texts in sent]   # a trie's characters
     return sizes.index(min(sizes))

@@ -175,7 +175,7 @@ def _tree_chars(texts: Sequence[str]) -> int:
 
 
 def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance: bool = True, ratio: bool = True,
-                  strict: bool = True, smallest: bool = True, best: str = "longest") -> int:
+                  strict: bool = True, smallest: bool = True, best: str = "longest", size: str = "trie") -> int:
     """The router's choice with each rule on or off (every change is a mistake a FAIL names)."""
     n = len(sent)
     hi, lo = max(loads), min(loads)
@@ -187,10 +187,10 @@ def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance
     rate = match[w] / len(text) if ratio and text else match[w]
     if rate > CACHE_THRESHOLD if strict else rate >= CACHE_THRESHOLD:
         return w
-    size = [_tree_chars(t) for t in sent]
+    chars = [_tree_chars(t) if size == "trie" else sum(map(len, t)) for t in sent]
     if smallest:
-        return min(range(n), key=lambda i: (size[i], i))
-    return max(range(n), key=lambda i: (size[i], -i))
+        return min(range(n), key=lambda i: (chars[i], i))
+    return max(range(n), key=lambda i: (chars[i], -i))
 
 
 def _route(**kw) -> Callable:
@@ -207,6 +207,8 @@ ROUTE_MISTAKES = dict([
      "new prefix goes where there is room", _route(smallest=False)),
     ("a worker's match is its LONGEST prefix match over the texts it was sent, not a sum over them",
      _route(best="sum")),
+    ("a worker's tree holds each shared prefix once: count the distinct prefixes of its texts, not the sum "
+     "of their lengths", _route(size="sum")),
 ])
 
 
@@ -221,9 +223,20 @@ def _route_cases(rng: random.Random) -> list[tuple[str, list[list[str]], str, li
         ("a match of exactly 0.3 is a miss", [["abcQQQQ"], ["z"]], "abcdefghij", [0, 0]),
         ("2 of 20 characters match: a miss", [["zz"], ["hello there friend"]], "he" + "x" * 18, [0, 0]),
         ("5 of 30 characters match: a miss", [["hello", "help me"], ["q"]], "hello" + "y" * 25, [1, 1]),
+        ("a match that starts past the first character is no match", [["xbcdefghij"], ["q"]], "abcdefghij", [0, 0]),
+        ("two workers hold the same prefix: the lower index", [["zz", "abcdef"], ["abcdef"]], "abcdefg", [0, 0]),
+        ("a miss on a short text", [["abcdefgh"], ["x"]], "qq", [0, 0]),
+        ("shared prefixes count once in a tree", [["abc", "abd"], ["wxyzq"], ["nopqrstuv"]], "mmmmmmmm", [0, 0, 0]),
+        ("shared prefixes count once (three workers)", [["hello"], ["help", "helm", "hex"], ["qwertyuiop"]],
+         "zzzz", [1, 1, 1]),
+        ("a tree of many short texts", [["abcdef"], ["ab", "cd", "ef", "g"]], "mmmmmmmm", [0, 0]),
+        ("one character is a prefix too", [["ab", "cd", "ef"], ["abcde"]], "zzzz", [0, 0]),
+        ("loads exactly 64 apart: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [128, 64]),
+        ("loads 65 apart and 2x: unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [130, 65]),
+        ("loads exactly 1.5x and 70 apart: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [210, 140]),
         ("a match just over 0.3 is a hit", [["abcdQQ"], ["zzzzzzzzzzzzzzzzz"]], "abcdefghij", [0, 0]),
         ("unbalanced loads win over the cache", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [200, 10]),
-        ("loads 70 apart but under 1.5x: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [210, 140]),
+        ("loads 60 apart and under 1.5x: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [200, 140]),
         ("loads 1.5x apart but only 60 apart: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [120, 60]),
         ("longest match, not the sum over a worker's texts",
          [["abc1", "abc2", "abc3", "ab"], ["abcdefg"]], "abcdefgh", [0, 0]),
@@ -232,7 +245,7 @@ def _route_cases(rng: random.Random) -> list[tuple[str, list[list[str]], str, li
     ]
     out = list(hand)
     alphabet = "abc "
-    for seed in range(8):
+    for seed in range(40):
         k = rng.randint(2, 4)
         sent = [["".join(rng.choice(alphabet) for _ in range(rng.randint(3, 12))) for _ in range(rng.randint(0, 3))]
                 for _ in range(k)]

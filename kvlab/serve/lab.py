@@ -70,6 +70,16 @@ class Lab:
         loop = self.workers[worker].loop
         return loop.call(lambda e: loop.dashboard.capture(e, loop, force=True))
 
+    def flush(self) -> None:
+        """Empty every worker's cache and its record of served requests (a fresh start for a new
+        routing policy, without restarting the servers): evicts each whole tree (nothing runs)."""
+        for w in self.workers:
+            def empty(e, loop=w.loop):
+                e.cache.evict(e.cache.total_size())
+                loop.dashboard.served.clear()
+                e.check_integrity()
+            w.loop.call(empty)
+
     def stop(self) -> None:
         if self._stopped:
             return

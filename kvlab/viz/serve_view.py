@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from .palette import HIT, MISS, request_color, theme
 
-__all__ = ["dashboard_data", "dashboard_figure", "dashboard_stepper", "router_figure"]
+__all__ = ["dashboard_data", "dashboard_figure", "dashboard_stepper", "router_figure", "show_dashboard"]
 
 _BLOCK = {0: "#eeeeee", 2: "#9e9e9e", 3: "#222222"}       # free, cached only, shared (as the live page)
 _MARK = {"hit": HIT, "computed": MISS, "": "#c7c7c7"}
@@ -122,6 +122,22 @@ def dashboard_stepper(states: Sequence[dict], captions: Sequence[str], static: b
     frames = [Frame(None, c, extra={"state": s}) for s, c in zip(states, captions)]
     return Stepper(frames, lambda f: dashboard_figure(f.extra["state"], "recorded dashboard"), static=static,
                    title="the dashboard, recorded from this run")
+
+
+def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], height: int = 640) -> None:
+    """In a live notebook the server's page itself (an IFrame of ``url``, the width of the output);
+    without one (static, the site: ``KVLAB_STATIC``) the recorded ``states``, said to be recorded."""
+    from IPython.display import HTML, IFrame, display
+
+    from .display import is_static
+    from .palette import is_classroom
+
+    if not is_static():
+        display(IFrame(url + ("?classroom=1" if is_classroom() else ""), width="100%", height=height))
+        return
+    display(HTML("<p><b>Recorded</b>: the server is not running here, so these are the dashboard's states "
+                 "captured from this notebook's run, one after each request (measured, not simulated).</p>"))
+    display(dashboard_stepper(states, captions))
 
 
 def router_figure(views: dict[str, dict]) -> Any:
