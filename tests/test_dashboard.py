@@ -180,3 +180,35 @@ def test_tiers_copy_on_write_ghosts_and_served_are_the_engine_s_own():
         assert sum(g["tokens"] for g in ghosts) <= evicted
     finally:
         srv.stop()
+
+
+def test_an_open_dashboard_does_not_hold_up_a_stop(caplog):
+    """Found by lesson 12's browser run: a page left open kept its event stream running, so
+    stopping the server ran into uvicorn's graceful-shutdown limit and logged a cancelled task.
+    Stopping now ends the stream first; the reader sees it close."""
+    import logging
+    import threading
+
+    srv = start_server(num_blocks=32)
+    got, ended = [], threading.Event()
+
+    def read():
+        try:
+            with httpx.stream("GET", srv.url + "/dashboard/events", timeout=30) as r:
+                for line in r.iter_lines():
+                    got.append(line)
+        except httpx.HTTPError:
+            pass
+        ended.set()
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    httpx.post(srv.url + "/v1/completions", json={"prompt": "def f(x):", "max_tokens": 2}, timeout=30)
+    time.sleep(0.3)
+    log = logging.getLogger("uvicorn.error")                  # uvicorn's loggers do not propagate
+    log.addHandler(caplog.handler)
+    try:
+        srv.stop()
+    finally:
+        log.removeHandler(caplog.handler)
+    assert ended.wait(5) and any(x.startswith("data: ") for x in got)
+    assert not [r for r in caplog.records if "graceful shutdown" in r.getMessage() or r.exc_info], caplog.text

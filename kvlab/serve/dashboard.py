@@ -105,6 +105,7 @@ class Dashboard:
         self.tokenizer = tokenizer
         self.min_interval = min_interval
         self.ghost_s = ghost_s
+        self.closing = False                               # set by ServerThread.stop: the event streams end
         self.ghosts: dict[int, dict] = {}                  # evicted node id -> its last picture (+ "until")
         self._seen: dict[int, tuple[int, tuple[int, ...]]] = {}   # node id -> (parent id, key): for ghosts
         self._log_pos = 0
