@@ -90,10 +90,11 @@ def dashboard_figure(state: dict, caption: str = "") -> Any:
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#bbb", width=1), hoverinfo="skip",
                              showlegend=False), 1, 2)
     colour = dict(zip((x["id"] for x in nodes), d["node_colors"]))
-    label = [(x["text"][:14] + "…" if len(x["text"]) > 15 else x["text"]).replace("\n", " ") for x in shown]
+    label = [(x["text"][:11] + "…" if len(x["text"]) > 12 else x["text"]).replace("\n", " ") for x in shown]
     fig.add_trace(go.Scatter(
-        x=[0] + [pos[x["id"]][0] for x in shown], y=[0] + [pos[x["id"]][1] for x in shown], mode="markers+text",
-        text=["root"] + label, textposition="bottom center", textfont=dict(size=th.font_size), hoverinfo="text",
+        x=[pos[0][0]] + [pos[x["id"]][0] for x in shown], y=[pos[0][1]] + [pos[x["id"]][1] for x in shown],
+        mode="markers+text", text=["root"] + label, textfont=dict(size=th.font_size), hoverinfo="text",
+        textposition=["middle left"] + ["bottom center" if pos[x["id"]][0] % 2 else "top center" for x in shown],
         hovertext=["root"] + [f"node {x['id']}: {x['tokens']} tokens" + (" (evicted)" if x["evicted"] else "")
                               for x in shown],
         marker=dict(size=[10] + [8 + 3 * math.sqrt(x["tokens"]) for x in shown],
@@ -105,12 +106,14 @@ def dashboard_figure(state: dict, caption: str = "") -> Any:
     low = min([p[1] for p in pos.values()] + [0])
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.update_xaxes(range=[-0.5, depth + 0.7], row=1, col=2)
+    fig.update_xaxes(range=[-0.9, depth + 0.7], row=1, col=2)
     fig.update_yaxes(range=[low - 0.8, 0.6], row=1, col=2)
-    fig.update_layout(title=dict(text=(caption or "the server's dashboard") + " (measured)",
+    key = ("pool: light = free, mid grey = cached in the tree, black = shared, a colour = a running request; "
+           "tree: green = the last request's hit, blue = what it computed, white = evicted")
+    fig.update_layout(title=dict(text=(caption or "the server's dashboard") + f" (measured)<br><sup>{key}</sup>",
                                  font=dict(size=th.title_size), x=0.01),
                       height=420, width=None if th.autosize else min(th.grid_width, 840), autosize=th.autosize,
-                      template="plotly_white", font=dict(size=th.font_size), margin=dict(l=10, r=10, t=80, b=10))
+                      template="plotly_white", font=dict(size=th.font_size), margin=dict(l=10, r=10, t=110, b=10))
     fig.update_annotations(font=dict(size=th.font_size + 1))
     return fig
 
