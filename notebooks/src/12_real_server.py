@@ -89,13 +89,22 @@ for rid in ("R1", "R2", "R3"):
     conv = ask(shop + [{"role": "user", "content": SUPPORT_QUESTIONS[rid][0]}], rid)
     r1 = conv if rid == "R1" else r1
 _ = ask(r1 + [{"role": "user", "content": SUPPORT_QUESTIONS["R4"][0]}], "R4")
+p1, o1, p4 = sent[0][1], sent[0][2], sent[3][1]
+k = next((i for i, (a, b) in enumerate(zip(p4, p1 + o1)) if a != b), min(len(p4), len(p1 + o1)))
+print(f"R4's tokens and R1's (its {len(p1)} prompt tokens, then its {len(o1)} generated ones) agree on the "
+      f"first {k}; in whole pages of 4: {k // 4 * 4}")
 
 # %% [markdown]
-# R1 found nothing: the tree was empty. R2 and R3 found [A] [B], the shared opening, and computed
-# only their own question (cut to whole pages of 4 tokens, and never the last prompt token: its
-# logits give the first output token). R4 found R1's whole turn, question **and** answer (the
-# server caches a finished request's output too), and computed only "A human, please." and
-# the template's few tokens around it: history is never computed twice.
+# R1 found nothing: the tree was empty. R2 and R3 found [A] [B], the shared opening (R3 a few
+# tokens more: its question starts like R1's, "How do I"), and computed only the rest of their
+# question, in whole pages of 4 tokens and never the last prompt token (its logits give the
+# first output token). R4 found R1's prompt, but look where the match stops: the line above says
+# R4 and R1 part exactly at the end of R1's prompt, not after R1's reply. The reply comes back to
+# the server as *text* inside R4's messages, and this model's plain template writes
+# `assistant: ` with a space before it, where R1's prompt ended at `assistant:` and the model went
+# on without one. So R4 computes R1's reply again, plus its own line. The tree does hold R1's
+# generated tokens (a finished request is cached with its output); a later turn reuses them only
+# if the chat template renders the reply back into the very same tokens.
 
 # %% [markdown]
 # ## 3. The dashboard
@@ -238,9 +247,9 @@ router_figure(views)
 
 # %% [markdown]
 # Round robin moves conversations between the servers (an odd number of conversations taking
-# turns: each turn lands on the other server), so each moved turn finds only the system prompt
-# there, computes the rest of its history again, and the hit rate falls (the printed lines give
-# this run's figures). Cache-aware routing kept each conversation where its history is. Look at
+# turns: each turn lands on the other server), so each turn finds there at most the system
+# prompt or what its own conversation left two turns before, computes the rest of its history
+# again, and the hit rate falls (the printed lines give this run's figures). Cache-aware routing kept each conversation where its history is. Look at
 # *where* it put them: on one server, the tutor's too, although its system prompt shares only
 # "You are" with the shop's. The router matches its own text rendering of each request, not
 # kvlab's tokens, and for requests this short more than 30% of that text matched; so the other
@@ -372,7 +381,8 @@ print(f"servers stopped; ports {ports} still answering: {[p for p in ports if po
 # - `kvlab serve` runs the same pool, tree and request cycle as every lesson before, behind the
 #   OpenAI API: `cached_tokens` in each reply is the radix tree's match for that prompt, cut to
 #   whole pages and never the last token.
-# - The notes' four requests, sent for real: R2 and R3 reuse [A][B]; R4 reuses R1's whole turn.
+# - The notes' four requests, sent for real: R2 and R3 reuse [A][B]; R4 reuses R1's prompt, and
+#   R1's reply only if the template renders it back into the tokens the model generated.
 #   `/metrics` counts the same tokens, and kvlab's simulator predicts them token for token on
 #   the same requests.
 # - `/dashboard` draws the server's real pool and tree as requests arrive; a teacher can put it
