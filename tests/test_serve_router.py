@@ -105,3 +105,39 @@ def test_router_view_of_both_policies():
             assert all(len(set(t)) == 1 for t in conv.values()), conv    # every conversation stays put
         computed[policy] = sum(w["prompt_tokens"] - w["cached_tokens"] for w in view["workers"])
     assert computed["cache_aware"] < computed["round_robin"], computed
+
+
+def test_a_router_does_not_outlive_the_process_that_started_it():
+    """Lesson 12 starts servers in its kernel and the router as a child process: when the kernel
+    is killed (no clean-up runs), the router gets SIGTERM from the kernel (PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("from kvlab.serve.lab import start_lab\nimport time\nlab = start_lab(workers=1, num_blocks=32)\n"
+            "print(lab.route('round_robin').proc.pid, flush=True)\ntime.sleep(120)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        line = child.stdout.readline()
+        if not line.strip().isdigit():
+            pytest.skip(f"the router did not start in the child: {line!r}")
+        router_pid = int(line)
+        os.kill(child.pid, signal.SIGKILL)                  # the kernel dies: no atexit, no stop()
+        child.wait(timeout=10)
+        for _ in range(100):
+            try:
+                os.kill(router_pid, 0)
+            except ProcessLookupError:
+                break
+            if open(f"/proc/{router_pid}/stat").read().split()[2] == "Z":     # exited, not yet reaped
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(router_pid, signal.SIGKILL)
+            pytest.fail("the router outlived the process that started it")
+    finally:
+        if child.poll() is None:
+            child.kill()
