@@ -61,7 +61,7 @@ from typing import Callable, Iterator
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS, SOURCES = ROOT / "solutions", ROOT / "notebooks" / "src"
 EQUIVALENT = ROOT / "tests" / "mutants_equivalent.txt"
-_CHECK_CALL = re.compile(r"^check\.(\w+)\((\w+)\)", re.M)
+_CHECK_CALL = re.compile(r"^check\.(\w+)\((\w+)[,)]", re.M)
 
 _CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
              ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}

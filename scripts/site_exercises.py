@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-_CALL = re.compile(r"^check\.(\w+)\((\w+)\)\s*$", re.M)
+_CALL = re.compile(r"^check\.(\w+)\((\w+)(?:, [^\n]*)?\)\s*$", re.M)   # extra arguments (live cases) are not passed here
 
 
 def check_calls(source: str) -> list[tuple[str, str]]:

@@ -121,3 +121,94 @@ def test_with_an_api_key_the_events_and_records_need_it():
         assert httpx.get(srv.url + "/chat/request/req-1").status_code == 401
     finally:
         srv.stop()
+
+
+def _prompt(i: int) -> str:
+    return f"def function_number_{i}(values, scale): return [v * scale for v in values]  # {i}"
+
+
+def test_tiers_copy_on_write_ghosts_and_served_are_the_engine_s_own():
+    """With tiers on every node says where its KV is (the tree's own placement); a parallel
+    sample's copy-on-write copies are the log's ``cow`` destinations; an evicted node stays a
+    moment as a ghost with its tokens; ``/dashboard/served`` lists each user's requests."""
+    srv = start_server(num_blocks=24, host_ratio=2.0)
+    srv.loop.dashboard.ghost_s = 60.0
+    try:
+        for i in range(6):                                     # more than the device pool holds: evictions
+            httpx.post(srv.url + "/v1/completions", json={"prompt": _prompt(i), "max_tokens": 3, "temperature": 0,
+                                                          "user": f"u{i % 2}"}, timeout=30).raise_for_status()
+        state = events(srv.url, 1)[0]
+        want = srv.loop.call(lambda e: {n.id: e.cache.placement(n) for n in e.cache.iter_nodes()})
+        assert state["tiers"] is True and {n["id"]: n["tier"] for n in state["tree"]} == want
+        assert {"host", "device"} <= set(want.values()) or "both" in set(want.values()), want
+        ids = srv.loop.call(lambda e: {n.id: list(n.key) for n in e.cache.iter_nodes()})
+        assert all(n["ids"] == ids[n["id"]] and n["evicted"] is False for n in state["tree"])
+        served = httpx.get(srv.url + "/dashboard/served").json()["requests"]
+        assert [r["name"] for r in served] == ["u0", "u1"] * 3
+        assert [r["ids"] for r in served] == [srv.loop.tokenizer.encode(_prompt(i)) for i in range(6)]
+        assert all(r["prompt"] == len(r["ids"]) and 0 <= r["cached"] < r["prompt"] for r in served)
+    finally:
+        srv.stop()
+    srv = start_server(num_blocks=20)
+    srv.loop.dashboard.ghost_s = 60.0
+    try:
+        cows = srv.loop.call(lambda e: len(e.log.since(0, "cow")))
+        flashed: list[int] = []
+        capture = srv.loop.dashboard.capture
+
+        def recording(*a, **k):                                # every state the page could get
+            state = capture(*a, **k)
+            flashed.extend(state["cow_blocks"])
+            return state
+        srv.loop.dashboard.capture = recording
+        r = httpx.post(srv.url + "/v1/completions", json={"prompt": "def add(a, b):", "max_tokens": 5, "n": 2,
+                                                          "temperature": 1.0, "seed": 1}, timeout=30)
+        r.raise_for_status()
+        cow_dst = srv.loop.call(lambda e: sorted({ev.detail["dst"] for ev in e.log.since(cows, "cow")}))
+        assert cow_dst, "two samples of a prompt that ends inside a block copy it on write"
+        srv.loop.call(lambda e: srv.loop.dashboard.capture(e, srv.loop, force=True))
+        assert sorted(set(flashed)) == cow_dst and len(flashed) == len(set(flashed))   # each copy flashed once
+        for i in range(5):
+            httpx.post(srv.url + "/v1/completions", json={"prompt": _prompt(i), "max_tokens": 3,
+                                                          "temperature": 0}, timeout=30).raise_for_status()
+        state = events(srv.url, 1)[0]
+        evicted = srv.loop.call(lambda e: e.cache.stats.evicted_tokens)
+        ghosts = state["evicted_nodes"]
+        assert evicted > 0 and ghosts and all(g["evicted"] and len(g["ids"]) == g["tokens"] > 0 for g in ghosts)
+        live = {n["id"] for n in state["tree"]}
+        assert not live & {g["id"] for g in ghosts}
+        assert sum(g["tokens"] for g in ghosts) <= evicted
+    finally:
+        srv.stop()
+
+
+def test_an_open_dashboard_does_not_hold_up_a_stop(caplog):
+    """Found by lesson 12's browser run: a page left open kept its event stream running, so
+    stopping the server ran into uvicorn's graceful-shutdown limit and logged a cancelled task.
+    Stopping now ends the stream first; the reader sees it close."""
+    import logging
+    import threading
+
+    srv = start_server(num_blocks=32)
+    got, ended = [], threading.Event()
+
+    def read():
+        try:
+            with httpx.stream("GET", srv.url + "/dashboard/events", timeout=30) as r:
+                for line in r.iter_lines():
+                    got.append(line)
+        except httpx.HTTPError:
+            pass
+        ended.set()
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    httpx.post(srv.url + "/v1/completions", json={"prompt": "def f(x):", "max_tokens": 2}, timeout=30)
+    time.sleep(0.3)
+    log = logging.getLogger("uvicorn.error")                  # uvicorn's loggers do not propagate
+    log.addHandler(caplog.handler)
+    try:
+        srv.stop()
+    finally:
+        log.removeHandler(caplog.handler)
+    assert ended.wait(5) and any(x.startswith("data: ") for x in got)
+    assert not [r for r in caplog.records if "graceful shutdown" in r.getMessage() or r.exc_info], caplog.text

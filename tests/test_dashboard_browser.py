@@ -143,8 +143,10 @@ def test_the_chat_page_streams_a_reply_and_shows_its_cached_count(browser, serve
 
 
 def test_an_eviction_flashes_the_blocks_it_freed(browser):
-    """A pool of 24 blocks: the second request evicts the first one's cached blocks."""
+    """A pool of 24 blocks: the second request evicts the first one's cached blocks; the nodes it
+    evicted stay drawn a moment as ghosts (white, red ring), beside the live tree."""
     srv = start_server(num_blocks=24)
+    srv.loop.dashboard.ghost_s = 60.0                           # long enough for a loaded machine
     seen: list[str] = []
     ctx, page = _page(browser, srv, seen)
     try:
@@ -163,6 +165,16 @@ def test_an_eviction_flashes_the_blocks_it_freed(browser):
                                     .map(p => parseFloat(p.style.strokeWidth || '0'))""")
         flashing = {b for b, w in enumerate(widths) if w > 0}             # (a state in between may flash more)
         assert gone and set(gone) <= flashing and all(before["blocks"]["state"][b] == 2 for b in flashing)
+        ghosts = after["evicted_nodes"]
+        fills = page.evaluate("""() => [...document.querySelectorAll('#tree .scatterlayer .trace')].pop()
+                                   .querySelectorAll('.point').length""")
+        white = page.evaluate("""() => [...[...document.querySelectorAll('#tree .scatterlayer .trace')].pop()
+                                   .querySelectorAll('.point')].filter(p => p.style.fill === 'rgb(255, 255, 255)').length""")
+        assert ghosts and all(g["evicted"] for g in ghosts)
+        drawn = {g["id"] for g in ghosts if g["parent"] in {0} | {n["id"] for n in after["tree"] + ghosts}}
+        assert white == len(drawn) > 0 and fills == 1 + len(after["tree"]) + white, (
+            white, fills, [(g["id"], g["parent"]) for g in ghosts], [(n["id"], n["parent"]) for n in after["tree"]],
+            page.evaluate("window.kvlabState.version"), after["version"])
     finally:
         ctx.close()
         srv.stop()

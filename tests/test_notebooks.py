@@ -171,10 +171,10 @@ def test_self_test_prints_each_version_once(capsys):
 
 
 def test_lesson_00_map_lists_twelve_lessons_with_their_layers():
-    """Issue 16 bug 8 and item 7: lessons 00-11, fork and copy-on-write physical, 07-08 logical."""
+    """Issue 16 bug 8 and item 7: lessons 00-12, fork and copy-on-write physical, 07-08 logical."""
     md = _markdown("00_start_here")
     rows = re.findall(r"^\| \[(\d\d) [^]]+\]\(((\d\d)_\w+\.ipynb)\) \| [^|]+ \| ([^|]*) \|$", md, re.M)
-    assert [r[0] for r in rows] == [f"{i:02d}" for i in range(12)], rows
+    assert [r[0] for r in rows] == [f"{i:02d}" for i in range(13)], rows
     layer = {r[0]: r[3].strip() for r in rows}
     assert all(layer[f"{i:02d}"] == "physical" for i in range(2, 7)), layer
     assert layer["07"] == layer["08"] == "logical", layer

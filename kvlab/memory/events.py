@@ -159,6 +159,11 @@ class EventLog:
     def kinds(self) -> list[str]:
         return [r[0] for r in self._rows]
 
+    def since(self, start: int, kind: str) -> list[Event]:
+        """The events of ``kind`` from index ``start`` on (built now; the others are not).
+        Example: a reader that keeps ``n = len(log)`` asks ``log.since(n, "cow")`` next time."""
+        return [self._event(i) for i in range(max(0, start), len(self._kind)) if self._kind[i] == kind]
+
     def __len__(self) -> int:
         return len(self._rows)
 

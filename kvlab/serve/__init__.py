@@ -8,6 +8,9 @@
     metrics.py   Prometheus metrics, vLLM's names and kvlab's
     server.py    uvicorn, in this thread or in a background thread on a free port
     cli.py       the ``serve`` command's flags
+    dashboard.py what ``/dashboard`` draws: the pool, the tree (tiers, evicted ghosts), copy-on-write
+    router.py    sglang-router in front of kvlab servers; ``router_view``: who served which conversation
+    lab.py       servers (and a router) in the background of a notebook, stopped with it (lesson 12)
 
 This package needs FastAPI, uvicorn and prometheus_client (the ``serve`` extra); nothing below it
 imports it, so the kernels, the model and bench/ run without them.

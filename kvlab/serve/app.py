@@ -344,9 +344,10 @@ def _plotly_js() -> Path:
 
 async def _dashboard_events(routes: _Routes, request: Request) -> AsyncIterator[str]:
     """The dashboard's state each time its version moved, checked every EVENTS_INTERVAL_S; an SSE
-    comment every EVENTS_PING_S while idle (a client or a proxy sees the connection live)."""
+    comment every EVENTS_PING_S while idle (a client or a proxy sees the connection live). Ends
+    when the server is stopping (``dashboard.closing``), so an open page never holds up a shutdown."""
     sent, quiet = -1, 0.0
-    while not await request.is_disconnected():
+    while not routes.loop.dashboard.closing and not await request.is_disconnected():
         state = routes.loop.dashboard.state
         if state is not None and state["version"] != sent:
             sent, quiet = state["version"], 0.0
@@ -373,6 +374,11 @@ def _add_page_routes(app: FastAPI, routes: _Routes) -> None:
         routes.auth_key(request, key)
         return StreamingResponse(_dashboard_events(routes, request), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
+
+    @app.get("/dashboard/served")
+    async def dashboard_served(request: Request, key: str | None = None):
+        routes.auth_key(request, key)
+        return {"model": routes.model_name, "requests": list(routes.loop.dashboard.served)}   # a copy
 
     @app.get("/chat")
     async def chat():

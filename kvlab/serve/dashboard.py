@@ -11,6 +11,13 @@ it as server-sent events (``/dashboard/events``, at most 10 a second, only when 
 
 Block states in ``state["blocks"]["state"]``: 0 free, 1 held by one running request only,
 2 cached in the tree only, 3 shared (reference count > 1: the tree and a request, or two samples).
+Each tree node carries its token ``ids``, its ``tier`` (``device``, ``both``, ``host`` or ``disk``
+when the server runs with tiers; else ``device``) and ``evicted: False``; a node evicted in the
+last ``ghost_s`` seconds stays in ``state["evicted_nodes"]`` (``evicted: True``, drawn as a
+ghost). ``state["cow_blocks"]``: the destination blocks of the copy-on-write copies since the
+previous capture (the page flashes them). ``served``: the last finished requests, in order, each
+with its prompt's token ids and its client name (``user``, "" if none) (``GET /dashboard/served``:
+the router view groups them into conversations).
 
 Example:
     >>> from kvlab.compute.loader import load_bundled
@@ -35,7 +42,7 @@ from typing import Any
 
 from ..reuse.radix_node import common_prefix_len
 
-__all__ = ["Dashboard"]
+__all__ = ["Dashboard", "tree_nodes", "evicted_nodes"]
 
 FREE, HELD, CACHED, SHARED = 0, 1, 2, 3
 _TEXT_CHARS = 40                       # a node's label on the page
@@ -75,12 +82,34 @@ def walk(tree, tokens: list[int], upto: int) -> list[tuple[Any, int]]:
     return out
 
 
+def tree_nodes(tree) -> list[dict]:
+    """The tree as the page gets it, without text or marks: ``{"id", "parent", "tokens", "ids",
+    "evicted": False}`` per node, parents first (root id 0 is not listed). Example: a tree holding
+    [1, 2, 3] -> ``[{"id": 1, "parent": 0, "tokens": 3, "ids": [1, 2, 3], "evicted": False}]``."""
+    return [{"id": n.id, "parent": n.parent.id, "tokens": len(n.key), "ids": list(n.key), "evicted": False}
+            for n in tree.iter_nodes() if n.parent is not None]
+
+
+def evicted_nodes(before: list[dict], tree) -> list[dict]:
+    """The nodes of ``before`` (:func:`tree_nodes` earlier) that ``tree`` no longer has, marked
+    ``evicted: True`` (the ghosts the page draws a moment after an eviction)."""
+    live = {n.id for n in tree.iter_nodes()}
+    return [{**n, "evicted": True} for n in before if n["id"] not in live]
+
+
 class Dashboard:
     """The dashboard's state of one engine loop (every method but reading ``state``: engine thread)."""
 
-    def __init__(self, tokenizer, min_interval: float = 0.1, history_s: float = 300.0, keep: int = 256) -> None:
+    def __init__(self, tokenizer, min_interval: float = 0.1, history_s: float = 300.0, keep: int = 256,
+                 ghost_s: float = 3.0) -> None:
         self.tokenizer = tokenizer
         self.min_interval = min_interval
+        self.ghost_s = ghost_s
+        self.closing = False                               # set by ServerThread.stop: the event streams end
+        self.ghosts: dict[int, dict] = {}                  # evicted node id -> its last picture (+ "until")
+        self._seen: dict[int, tuple[int, tuple[int, ...]]] = {}   # node id -> (parent id, key): for ghosts
+        self._log_pos = 0
+        self.served: deque = deque(maxlen=1024)            # the last finished requests (the router view)
         self.state: dict | None = None
         self.version = 0
         self.source: dict[int, str] = {}                   # tree node id -> the request that inserted it
@@ -116,8 +145,22 @@ class Dashboard:
             self.source[n.id] = self.source[known[0].id] if known else self._inserter(n, active)
         live = {n.id for n in nodes}
         for i in [i for i in self.source if i not in live]:
+            self._ghost(i)
             del self.source[i]
             self._texts.pop(i, None)
+        self._seen = {n.id: (n.parent.id if n.parent is not None and n.parent.parent is not None else 0,
+                             tuple(n.key)) for n in nodes}
+
+    def _ghost(self, node_id: int) -> None:
+        """Keep an evicted node's last picture for ``ghost_s`` seconds."""
+        seen = self._seen.get(node_id)
+        if seen is None:
+            return
+        parent, key = seen
+        text = self._texts.get(node_id, (0, self.tokenizer.decode(list(key))))[1]
+        self.ghosts[node_id] = {"id": node_id, "parent": parent, "tokens": len(key), "ids": list(key),
+                                "lock": 0, "text": text, "source": self.source.get(node_id, "?"), "mark": "",
+                                "tier": "evicted", "evicted": True, "until": time.monotonic() + self.ghost_s}
 
     def _inserter(self, node, active: dict) -> str:
         path = _path_tokens(node)
@@ -145,6 +188,8 @@ class Dashboard:
 
     def finished_request(self, row: dict) -> None:
         self.finished.append(row)
+        self.served.append({"rid": row["rid"], "name": row.get("name", ""), "time": round(time.time(), 4),
+                            "prompt": row["prompt"], "cached": row["cached"], "ids": row["_tokens"][:row["prompt"]]})
         while len(self.names) > 16 * self.keep:                # the oldest names go first
             del self.names[next(iter(self.names))]
 
@@ -178,8 +223,22 @@ class Dashboard:
                       "tree_tokens": engine.cache.total_size() if engine.cache is not None else 0,
                       "evicted_tokens": engine.cache.stats.evicted_tokens if engine.cache is not None else 0,
                       "blocks": blocks, "tree": tree, "requests": self._requests(loop),
-                      "last": self.last_rid, "history": list(self.history)}
+                      "last": self.last_rid, "history": list(self.history),
+                      "evicted_nodes": self._live_ghosts(now), "cow_blocks": self._cow_blocks(engine),
+                      "tiers": hasattr(engine.cache, "placement")}
         return self.state
+
+    def _live_ghosts(self, now: float) -> list[dict]:
+        for i in [i for i, g in self.ghosts.items() if g["until"] <= now]:
+            del self.ghosts[i]
+        return [{k: v for k, v in g.items() if k != "until"} for g in self.ghosts.values()]
+
+    def _cow_blocks(self, engine) -> list[int]:
+        """The blocks copy-on-write copied into since the previous capture (from the engine's log)."""
+        log = engine.log
+        events = log.since(self._log_pos, "cow")
+        self._log_pos = len(log)
+        return sorted({e.detail["dst"] for e in events})
 
     def _blocks(self, snap, seq_rid: dict) -> dict:
         holders: list[list[str]] = [[] for _ in range(snap.num_blocks)]
@@ -211,9 +270,10 @@ class Dashboard:
         snap = tree.snapshot()
         nodes = {n.id: n for n in tree.iter_nodes()}
         marks = self._last_marks(engine)
-        return [{"id": v.id, "parent": v.parent_id, "tokens": len(v.tokens), "lock": v.lock_ref,
-                 "text": self._text(nodes[v.id]), "source": self.source.get(v.id, "?"),
-                 "mark": marks.get(v.id, "")} for v in snap.nodes]
+        tier = getattr(tree, "placement", lambda n: "device")
+        return [{"id": v.id, "parent": v.parent_id, "tokens": len(v.tokens), "ids": list(nodes[v.id].key),
+                 "lock": v.lock_ref, "text": self._text(nodes[v.id]), "source": self.source.get(v.id, "?"),
+                 "mark": marks.get(v.id, ""), "tier": tier(nodes[v.id]), "evicted": False} for v in snap.nodes]
 
     def _last_marks(self, engine) -> dict[int, str]:
         act = next((a for a in self._recent_states(engine) if a[0] == self.last_rid), None)

@@ -23,7 +23,66 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-__all__ = ["Router", "RouterError", "free_port"]
+__all__ = ["Router", "RouterError", "free_port", "router_view", "conversations"]
+
+
+def _die_with_parent() -> None:
+    """In the router's child process (Linux): SIGTERM it when the process that started it dies
+    (a notebook kernel killed or restarted leaves no orphan router)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+
+
+def conversations(requests: list[dict]) -> dict[str, list[dict]]:
+    """Group finished requests (in time order) into conversations: a request continues the
+    conversation whose last prompt is the longest prefix of its own prompt (a chat's next turn
+    repeats the history), else it starts one. Named by the client's ``user`` when it sent one
+    (sglang-router drops it), else ``chat 1``, ``chat 2``... in order of their first turn.
+
+    >>> rows = [{"ids": [1, 2], "name": ""}, {"ids": [1, 3], "name": ""}, {"ids": [1, 2, 9, 4], "name": ""}]
+    >>> {k: [r["ids"] for r in v] for k, v in conversations(rows).items()}
+    {'chat 1': [[1, 2], [1, 2, 9, 4]], 'chat 2': [[1, 3]]}
+    """
+    convs: dict[str, list[dict]] = {}
+    for r in requests:
+        best, best_len = None, -1
+        for name, turns in convs.items():
+            last = turns[-1]["ids"]
+            if len(last) > best_len and len(last) < len(r["ids"]) and r["ids"][:len(last)] == last:
+                best, best_len = name, len(last)
+        if best is None:
+            best = r["name"] or f"chat {len(convs) + 1}"
+            while best in convs:
+                best += "'"
+        convs.setdefault(best, []).append(r)
+    return convs
+
+
+def router_view(worker_urls: list[str], api_key: str | None = None) -> dict:
+    """Which worker served each conversation, turn by turn, and each worker's hit rate, measured:
+    read from every worker's ``GET /dashboard/served`` (its last finished requests).
+
+    Returns ``{"workers": [{"url", "requests", "prompt_tokens", "cached_tokens", "hit_rate"}],
+    "conversations": {name: [worker index of turn 1, turn 2, ...]}}`` (see :func:`conversations`).
+    Example (not run: it needs servers): ``router_view([a.url, b.url])["conversations"]``
+    -> ``{"chat 1": [0, 0, 0], "chat 2": [1, 1]}``.
+    """
+    import json
+
+    workers, rows = [], []
+    for w, url in enumerate(worker_urls):
+        q = f"?key={api_key}" if api_key else ""
+        with urllib.request.urlopen(url + "/dashboard/served" + q, timeout=10) as r:
+            served = json.loads(r.read())["requests"]
+        prompt, cached = sum(r["prompt"] for r in served), sum(r["cached"] for r in served)
+        workers.append({"url": url, "requests": len(served), "prompt_tokens": prompt, "cached_tokens": cached,
+                        "hit_rate": cached / prompt if prompt else 0.0})
+        rows += [{**r, "worker": w} for r in served]
+    rows.sort(key=lambda r: r["time"])
+    convs = conversations(rows)
+    return {"workers": workers, "conversations": {k: [r["worker"] for r in v] for k, v in convs.items()}}
 
 
 class RouterError(RuntimeError):
@@ -51,7 +110,8 @@ class Router:
         cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *worker_urls,
                "--policy", policy, "--host", "127.0.0.1", "--port", str(port),
                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()), "--log-level", "warn"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:

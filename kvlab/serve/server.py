@@ -31,6 +31,7 @@ class ServerThread:
     thread: threading.Thread
 
     def stop(self) -> None:
+        self.loop.dashboard.closing = True          # open /dashboard/events streams end first
         self.server.should_exit = True
         self.thread.join(timeout=30)
         self.loop.stop()

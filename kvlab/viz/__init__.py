@@ -26,6 +26,8 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     HitRateControl()                       lesson 08: pool size and eviction policy -> hit rate
     chat_demo(session=None)                lesson 07: a chat box on SmolLM2; each turn's tokens matched (green) or
                                            prefilled (blue), the radix tree growing, the pool filling, the TTFT
+    serve_view: dashboard_figure(state) / dashboard_stepper(states, captions) / router_figure(views)
+                                           lesson 12: a server's recorded dashboard and the router view (measured)
     classroom(True)                        for a 1280x720 projector: figures take the output width,
                                            large fonts, thick lines, bigger widget controls
 

