@@ -162,7 +162,7 @@ class EventLog:
     def since(self, start: int, kind: str) -> list[Event]:
         """The events of ``kind`` from index ``start`` on (built now; the others are not).
         Example: a reader that keeps ``n = len(log)`` asks ``log.since(n, "cow")`` next time."""
-        return [self._event(i) for i in range(max(0, start), len(self._kind)) if self._kind[i] == kind]
+        return [self._event(i) for i in range(max(0, start), len(self._rows)) if self._rows[i][0] == kind]
 
     def __len__(self) -> int:
         return len(self._rows)
