@@ -58,6 +58,22 @@ WRONG = [
     ('06', 'cow_append', 'takes the last free block',
      [('dst = free_blocks.pop(0)', 'dst = free_blocks.pop()')],
      'take the FIRST free block (free_bl'),
+    ('06', 'cow_append', 'returns the pair itself, not a list of pairs (crashed the checker)',
+     [('return [(src, dst)]', 'return (src, dst)')],
+     'returned the pair (1, 2) itself'),
+    ('06', 'cow_append', 'the new block counted twice',
+     [('    ref_count[dst] = 1\n', '    ref_count[dst] = 2\n')],
+     'only this table holds it'),
+    ('06', 'cow_append', 'copy returned but the table keeps the shared block',
+     [('    block_table[-1] = dst\n', '')],
+     'the table still points at the shared'),
+    ('06', 'sampling_blocks', 'blocks rounded down',
+     [('without = num_samples * blocks_needed(prompt_len + gen_len, block_size)',
+       'without = num_samples * ((prompt_len + gen_len) // block_size)')],
+     'round its tokens UP'),
+    ('06', 'sampling_blocks', 'one count, not the pair',
+     [('return without, full +', 'return full +')],
+     'return both counts'),
     ('06', 'cow_append', 'drops the reference before raising',
      [('    if not free_blocks:                        # partial and shared: copy it first', '    ref_count[src] -= 1\n    if not free_blocks:'), ('    ref_count[dst] = 1\n    ref_count[src] -= 1\n', '    ref_count[dst] = 1\n')],
      'it changed the lists before raisin'),
@@ -505,6 +521,12 @@ def test_former_transcriptions_are_design_questions(stem, heading, formula):
     assert "design question" in statement and formula not in statement and "predict" in statement.lower()
 
 
+def test_06_exercise_1_is_a_design_question():
+    """Review: exercise 1 listed the three cases and what to do in each (the algorithm)."""
+    statement = _markdown("06_sharing").split("### Exercise 1")[1].split("# %%")[0]
+    assert "You design" in statement and "Rules:" not in statement and "ref_count > 1" not in statement
+
+
 @pytest.mark.parametrize("stem,giveaway", [
     ("07_radix", "p[:k * block_size]"),                       # ex. 3: the set of cached prefixes, then the count, then the cap
     ("07_radix", "rounded **down** to whole blocks"),
@@ -514,6 +536,8 @@ def test_former_transcriptions_are_design_questions(stem, heading, formula):
     ("09_at_scale", "-(-slots // block_size)"),
     ("09_at_scale", "Collect every prefix of every prompt in a set"),
     ("11_fewer_bytes", "x.abs().amax(dim=-1)"),
+    ("06_sharing", "prompt_len // block_size"),                 # ex. 2: the shared count, then the exception
+    ("06_sharing", "Check \"is it full?\" **before**"),            # ex. 1: the case order
 ])
 def test_issue_28_hint_giveaways_are_gone(stem, giveaway):
     hints = "".join(re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", _markdown(stem), re.S))
