@@ -90,7 +90,7 @@ class HitRateControl(LiveControl):
                         line=dict(color=HIGHLIGHT, width=2 + th.line_width))))
         fig.add_vline(x=self.pool_size, line=dict(color=HIGHLIGHT, width=th.line_width, dash="dash"))
         fig.update_layout(
-            template="none", height=420 if not th.high_contrast else 520,
+            template="none", height=420 if not th.high_contrast else 460,   # classroom: slider + figure in 599 px
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
             font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Prompt-token hit rate vs pool size ({source_label('simulated')} stream, real radix tree)",
