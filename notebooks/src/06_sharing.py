@@ -83,7 +83,7 @@ m.check_integrity()
 from kvlab.viz import memory_map_stepper
 
 memory_map_stepper(m.snapshots, m.log, title="Parallel sampling: fork and copy-on-write", source="simulated",
-                   cols=6)   # 6 blocks a row: room for each label
+                   cols=12)   # the 12 blocks in one row: the stepper and its picture fit one projector screen
 
 # %% [markdown]
 # ## 3. Freeing shared blocks
