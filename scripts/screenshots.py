@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                         with lesson_page(browser, lab, name, classroom) as page:
                             errors = cell_errors(page)
                             pngs = page_chunks(page, None if args.no_png else OUT, f"{name[:2]}_{mode}")
-                            found = layout_report(page, name[:2], classroom)
+                            found = layout_report(page, name[:2], classroom, notebook=name)
                     except Exception as e:  # noqa: BLE001 - report it, go on with the next lesson
                         errors, pngs, found = [f"{type(e).__name__}: {str(e).splitlines()[0]}"], [], []
                     entries += found

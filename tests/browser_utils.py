@@ -531,7 +531,7 @@ _PICTURE_JS = """([windowPx]) => {
 }"""
 
 
-def layout_report(page, lesson: str, classroom: bool) -> list[dict]:
+def layout_report(page, lesson: str, classroom: bool, notebook: str | None = None) -> list[dict]:
     """What a student would trip over in the page as it is now, one dict per problem (same
     ``kind``, cell and element grouped, with ``count`` and up to five ``examples`` of its text):
 
@@ -553,7 +553,7 @@ def layout_report(page, lesson: str, classroom: bool) -> list[dict]:
     window = page.evaluate(f"() => {_SCROLLER}?.clientHeight || window.innerHeight")
     raw = page.evaluate(_LAYOUT_JS, [MIN_TEXT_PX[classroom]]) + page.evaluate(_PICTURE_JS, [window])
     mode = "classroom" if classroom else "normal"
-    first_code = _first_code_index(lesson)
+    first_code = _first_code_index(notebook or lesson)  # notebook: the file, where a number has two (09)
     grouped: dict[tuple, dict] = {}
     for item in raw:
         cell = item["cell"]
@@ -573,8 +573,9 @@ def layout_report(page, lesson: str, classroom: bool) -> list[dict]:
 
 
 def _first_code_index(lesson: str) -> int:
-    matches = lesson_names([lesson[:2]])
-    nb = nbformat.read(ROOT / "notebooks" / matches[0], as_version=4)
+    matches = lesson_names([lesson[:2]])  # 09 and its appendix share a number: the lesson itself first
+    exact = [m for m in matches if Path(m).stem == Path(lesson).stem]
+    nb = nbformat.read(ROOT / "notebooks" / (exact or matches)[0], as_version=4)
     return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
 
 

@@ -103,7 +103,7 @@ def _assert_fits(page, name: str, classroom: bool) -> None:
     """Scroll the whole lesson (plotly draws figures in view), then: nothing wider than its
     output area, no text under the minimum; the picture checks warn (or, strict, fail)."""
     page_chunks(page)
-    entries = layout_report(page, name[:2], classroom)
+    entries = layout_report(page, name[:2], classroom, notebook=name)
     _log_layout(entries)
     mode = "classroom mode at 1280x720" if classroom else "1500x1000"
     fit = [e for e in entries if e["kind"] in FIT_KINDS]

@@ -117,7 +117,8 @@ def test_widget_send_and_clear(bundled):
 def test_the_notes_four_requests_as_chat_turns(bundled):
     """R2 and R3 reuse [A] + [B]; R4, R1's second turn, reuses R1's whole turn; the tree's
     letters and the fastest-of-n TTFT cover the four (issue 19 item 6, on the bundled model)."""
-    from kvlab.lessons.chat import fastest_ttft, serve_support_requests, support_node_labels, support_session
+    from kvlab.lessons.chat import (fastest_ttft, serve_support_requests, support_node_labels, support_session,
+                                    ttft_on_and_off)
 
     model, tok = bundled
     s = support_session(model, tok, max_new_tokens=3)
@@ -133,3 +134,5 @@ def test_the_notes_four_requests_as_chat_turns(bundled):
     assert sorted(labels.values()) == ["A+B", "C", "D", "E", "F"], labels
     on, off = fastest_ttft(model, turns, radix=True, repeats=2), fastest_ttft(model, turns, radix=False, repeats=1)
     assert set(on) == set(off) == set(turns) and all(v > 0 for v in on.values())
+    on2, off2 = ttft_on_and_off(model, turns, repeats=2)                  # warm-up, interleaved, fastest of 2
+    assert set(on2) == set(off2) == set(turns) and all(v > 0 for v in [*on2.values(), *off2.values()])

@@ -58,6 +58,22 @@ WRONG = [
     ('06', 'cow_append', 'takes the last free block',
      [('dst = free_blocks.pop(0)', 'dst = free_blocks.pop()')],
      'take the FIRST free block (free_bl'),
+    ('06', 'cow_append', 'returns the pair itself, not a list of pairs (crashed the checker)',
+     [('return [(src, dst)]', 'return (src, dst)')],
+     'returned the pair (1, 2) itself'),
+    ('06', 'cow_append', 'the new block counted twice',
+     [('    ref_count[dst] = 1\n', '    ref_count[dst] = 2\n')],
+     'only this table holds it'),
+    ('06', 'cow_append', 'copy returned but the table keeps the shared block',
+     [('    block_table[-1] = dst\n', '')],
+     'the table still points at the shared'),
+    ('06', 'sampling_blocks', 'blocks rounded down',
+     [('without = num_samples * blocks_needed(prompt_len + gen_len, block_size)',
+       'without = num_samples * ((prompt_len + gen_len) // block_size)')],
+     'round its tokens UP'),
+    ('06', 'sampling_blocks', 'one count, not the pair',
+     [('return without, full +', 'return full +')],
+     'return both counts'),
     ('06', 'cow_append', 'drops the reference before raising',
      [('    if not free_blocks:                        # partial and shared: copy it first', '    ref_count[src] -= 1\n    if not free_blocks:'), ('    ref_count[dst] = 1\n    ref_count[src] -= 1\n', '    ref_count[dst] = 1\n')],
      'it changed the lists before raisin'),
@@ -130,6 +146,44 @@ WRONG = [
     ('07', 'block_hash_reuse', 'token granularity',
      [('        out.append(n * block_size)', '        best = max([next((i for i in range(min(len(p), len(q))) if p[i] != q[i]), min(len(p), len(q))) for q in done] or [0])\n        out.append(min(best, len(p) - 1))\n        done.append(p)'), ('    out = []', '    out, done = [], []')],
      'some counts are not whole blocks o'),
+    ('08', 'lru_evict', 'tie-break by the larger id (the review found it accepted)',
+     [('(n.last_access_time, n.id)', '(n.last_access_time, -n.id)')],
+     'a tie in last_access_time goes to the SMALLER id'),
+    ('08', 'lru_evict', 'the nodes, not their ids',
+     [('order.append(victim.id)', 'order.append(victim)')],
+     "return the nodes' ids (node.id)"),
+    ('08', 'inc_lock_ref', 'nodes counted, not tokens',
+     [('delta -= len(node.key)', 'delta -= 1')],
+     'count tokens, not nodes'),
+    ('08', 'admit_plan', '>= for > in the fit test',
+     [('if need > num_free + evictable:', 'if need >= num_free + evictable:')],
+     'wait only when the need is MORE'),
+    ('07', 'match_prefix', 'returns the node, not the count',
+     [('    return pos', '    return node')],
+     'returned a tree node'),
+    ('07', 'block_hash_reuse', 'blocks counted, not tokens',
+     [('out.append(n * block_size)', 'out.append(n)')],
+     'that is a count of blocks'),
+    ('09', 'fit_requests', '>= for > in the paged fit',
+     [('if need > free_blocks:', 'if need >= free_blocks:')],
+     'refuse only when it needs MORE'),
+    ('09', 'optimal_hit_rate', 'None for an empty input',
+     [('        return 0.0', '        return None')],
+     'returned None'),
+    ('10', 'write_back_evict', 'host eviction from the newest end',
+     [('old = host_only.pop(0)', 'old = host_only.pop()')],
+     'takes the OLDEST host-only leaf'),
+    ('10', 'arc_victims', 'evicts from the newest end',
+     [('(t1 if from_t1 else t2).pop(0)', '(t1 if from_t1 else t2).pop()')],
+     'evict from its front'),
+    ('11', 'streaming_keep', 'one window block too many',
+     [('window = range(max(0, num_blocks - -(-window_tokens // block_size)), num_blocks)',
+       'window = range(max(0, num_blocks - -(-window_tokens // block_size) - 1), num_blocks)')],
+     'the window holds one block too many'),
+    ('11', 'streaming_keep', 'token positions, not blocks',
+     [('    return sorted(set(sinks) | set(window))',
+       '    return sorted(p for b in set(sinks) | set(window) for p in range(b * block_size, min(num_tokens, (b + 1) * block_size)))')],
+     'those are token positions'),
     ('08', 'lru_evict', 'MRU',
      [('victim = min(leaves', 'victim = max(leaves')],
      'least recently used goes first: th'),
@@ -505,6 +559,12 @@ def test_former_transcriptions_are_design_questions(stem, heading, formula):
     assert "design question" in statement and formula not in statement and "predict" in statement.lower()
 
 
+def test_06_exercise_1_is_a_design_question():
+    """Review: exercise 1 listed the three cases and what to do in each (the algorithm)."""
+    statement = _markdown("06_sharing").split("### Exercise 1")[1].split("# %%")[0]
+    assert "You design" in statement and "Rules:" not in statement and "ref_count > 1" not in statement
+
+
 @pytest.mark.parametrize("stem,giveaway", [
     ("07_radix", "p[:k * block_size]"),                       # ex. 3: the set of cached prefixes, then the count, then the cap
     ("07_radix", "rounded **down** to whole blocks"),
@@ -514,6 +574,8 @@ def test_former_transcriptions_are_design_questions(stem, heading, formula):
     ("09_at_scale", "-(-slots // block_size)"),
     ("09_at_scale", "Collect every prefix of every prompt in a set"),
     ("11_fewer_bytes", "x.abs().amax(dim=-1)"),
+    ("06_sharing", "prompt_len // block_size"),                 # ex. 2: the shared count, then the exception
+    ("06_sharing", "Check \"is it full?\" **before**"),            # ex. 1: the case order
 ])
 def test_issue_28_hint_giveaways_are_gone(stem, giveaway):
     hints = "".join(re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", _markdown(stem), re.S))

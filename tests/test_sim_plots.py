@@ -28,9 +28,13 @@ def test_compare_bars_show_published_beside_simulated_with_intervals(small):
 
 
 def test_memory_breakdown_bars_stack_the_papers_four_categories(small):
+    """The paper's four categories, and kvlab's buddy rounding and free slots each in its own colour
+    (issue 28 review: Fig. 2 folded rounding and free memory into one colour)."""
     _, fig2 = small
     fig = plots.memory_breakdown_bars(fig2)
-    assert [t.name for t in fig.data] == ["token states", "reservation", "internal frag.", "external frag. & others"]
+    names = [t.name for t in fig.data]
+    assert names[:3] == ["token states", "reservation", "internal frag."] and names[-1] == "external frag. & others"
+    assert {"buddy rounding", "free"} <= set(names) and len({t.marker.color for t in fig.data}) == len(names)
     published = [sum(t.y[i] for t in fig.data) for i in range(0, 8, 2)]  # the published bars sum to 100%
     assert published == pytest.approx([99.9, 99.9, 100.0, 100.0], abs=0.11)
     simulated = [sum(t.y[i] for t in fig.data) for i in range(1, 8, 2)]

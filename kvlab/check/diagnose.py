@@ -278,8 +278,19 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
         return None
     if expected is None and actual is not None and type(actual).__name__ != "Raised":
         return f"returned {actual!r} where None is expected: return None when there is no answer (not -1, 0 or [])"
+    if actual is None and expected is not None:
+        return "returned None: a missing return, or a case (an empty input?) without its answer"
     if isinstance(expected, dict) and isinstance(actual, dict):
         return _dict_slip(expected, actual)
+    if hasattr(actual, "children") and hasattr(actual, "key") and not hasattr(expected, "children"):
+        return f"returned a tree node where {type(expected).__name__} is expected: return the count, not the node"
+    if (isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual) and expected
+            and all(isinstance(e, int) and isinstance(a, int) for e, a in zip(expected, actual))):
+        ratios = {e // a for e, a in zip(expected, actual) if a and e % a == 0 and e}
+        if len(ratios) == 1 and min(ratios) > 1 and all((a == 0) == (e == 0) for e, a in zip(expected, actual)) \
+                and all(e == a * min(ratios) for e, a in zip(expected, actual)):
+            return (f"every count is {min(ratios)} times too small: that is a count of blocks, the answer is in "
+                    "tokens (x block_size)")
     if hasattr(actual, "tolist") and hasattr(actual, "shape") and not hasattr(expected, "shape"):
         try:
             same = actual.tolist() == expected

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
 import random
 from typing import Any, Callable
 
@@ -124,7 +125,8 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
                            "free_blocks first)") if changed else wrong_exception(expected, got)
                      or should_have_raised(expected, got) or "")
             continue
-        actual = dict(copies=[tuple(x) for x in got] if isinstance(got, (list, tuple)) else got, **mine)
+        copies = [tuple(x) if isinstance(x, (list, tuple)) else x for x in got] if isinstance(got, list) else got
+        actual = dict(copies=copies, **mine)
         c.record(label, expected, actual)
     return c.done()
 
@@ -135,7 +137,10 @@ def _cow_mistake(expected: Any, actual: Any) -> str | None:
         return None
     e_cp, a_cp = expected.get("copies"), actual.get("copies")
     if not isinstance(a_cp, list):
-        return "return the list of copies to do: [] or [(src, dst)]"
+        if isinstance(a_cp, tuple) and len(a_cp) == 2 and all(isinstance(x, int) for x in a_cp):
+            return f"returned the pair {a_cp} itself: return a LIST of copies, [{a_cp}] ([] when nothing is copied)"
+        what = "None (a missing return?)" if a_cp is None else f"a {type(a_cp).__name__}"
+        return f"returned {what}: return a list of (src, dst) copies, [] or [(src, dst)]"
     et, at, free = expected["block_table"], actual.get("block_table", []), expected["free_blocks"]
     if not e_cp and a_cp:
         if len(at) < len(et):
@@ -145,6 +150,13 @@ def _cow_mistake(expected: Any, actual: Any) -> str | None:
         src = e_cp[0][0]
         if actual["ref_count"][src] == expected["ref_count"][src] + 1:
             return f"the copied block P{src} kept its reference: drop one (ref_count[src] -= 1)"
+    if a_cp and e_cp and at and et and at[-1] == e_cp[0][0]:
+        return (f"you returned the copy {a_cp[0]} but the table still points at the shared block P{at[-1]}: "
+                "the sequence must write into its copy")
+    arc = actual.get("ref_count", [])
+    if at and et and at[-1] == et[-1] and len(arc) > at[-1] and arc[at[-1]] != expected["ref_count"][et[-1]]:
+        return (f"the block you took, P{at[-1]}, has ref_count {arc[at[-1]]}: only this table holds it, so its "
+                "count is 1")
     if free and at and et and at[-1] != et[-1] and at[-1] == free[-1]:
         return "take the FIRST free block (free_blocks.pop(0)), not the last"
     return None
@@ -161,15 +173,29 @@ def sampling_blocks(fn: Callable, verbose: bool = True) -> CheckResult:
     rng = random.Random(66)
     for _ in range(4):
         cases_in.append((rng.randint(1, 60), rng.randint(1, 8), rng.randint(0, 40), rng.choice([2, 4, 8, 16])))
-    c = Checker("sampling_blocks", fn, reference=measured_sampling_blocks, verbose=verbose,
-                compare=exact_equal, diagnose=[lambda e, a: swapped(e, a, ("without sharing", "with sharing")), unit_slip])
+    c = Checker("sampling_blocks", fn, reference=_measured, verbose=verbose, compare=exact_equal,
+                diagnose=[_not_a_pair, lambda e, a: swapped(e, a, ("without sharing", "with sharing")), unit_slip])
     run = mistake_runner(c, SAMPLING_MISTAKES)
     base = c.diagnose
     for p, n, g, bs in cases_in:
         c.diagnose = [*base, lambda e, a, x=(p, n, g, bs): ignored_parameter(
-            measured_sampling_blocks, x, a, ("prompt_len", "num_samples", "gen_len", "block_size"))]
+            _measured, x, a, ("prompt_len", "num_samples", "gen_len", "block_size"), values=(0, 1, 2, 4, 8, 16))]
         run(f"prompt {p}, {n} samples, {g} new tokens each, block_size {bs}", p, n, g, bs)
     return c.done()
+
+
+def _not_a_pair(expected: Any, actual: Any) -> str | None:
+    """A single number (or None) where the pair (without_sharing, with_sharing) is due."""
+    if isinstance(actual, (tuple, list)) and len(actual) == 2:
+        return None
+    return f"returned {type(actual).__name__} {actual!r}: return both counts, (without_sharing, with_sharing)"
+
+
+@functools.lru_cache(maxsize=4096)
+def _measured(prompt_len: int, num_samples: int, gen_len: int, block_size: int) -> tuple[int, int]:
+    """:func:`measured_sampling_blocks`, remembered: the diagnoses ask for the same runs again and a
+    wrong answer must be graded in well under a second."""
+    return measured_sampling_blocks(prompt_len, num_samples, gen_len, block_size)
 
 
 def _with_sharing(p: int, n: int, g: int, bs: int, shared: int) -> tuple[int, int]:
@@ -180,7 +206,11 @@ def _with_sharing(p: int, n: int, g: int, bs: int, shared: int) -> tuple[int, in
 
 SAMPLING_MISTAKES = dict([
     ("without sharing: count each sample's blocks (a partial block is a whole block), not its tokens",
-     lambda p, n, g, bs: (n * (p + g), measured_sampling_blocks(p, n, g, bs)[1])),
+     lambda p, n, g, bs: (n * (p + g), _measured(p, n, g, bs)[1])),
+    ("without sharing: a sample needs whole blocks: round its tokens UP to blocks (ceil), not down",
+     lambda p, n, g, bs: (n * ((p + g) // bs), _measured(p, n, g, bs)[1])),
+    ("without sharing: a sample needs whole blocks: round its tokens up to blocks, / gives a fraction",
+     lambda p, n, g, bs: (n * (p + g) / bs, _measured(p, n, g, bs)[1])),
     ("when no token is generated nothing is copied yet: every block is still shared (gen_len == 0)",
      lambda p, n, g, bs: _with_sharing(p, n, g, bs, p // bs)),
     ("the partial last prompt block does not stay shared: every sample but one copies it when it writes",

@@ -57,6 +57,18 @@ def _pressure_tree(seed: int) -> tuple[RadixCache, list[TreeNode]]:
     return cache, locked
 
 
+def _tied_tree(seed: int) -> RadixCache:
+    """A pressure tree whose leaves were all last used at one tick: LRU's tie-break (the smaller
+    id first) decides the whole order."""
+    cache, _locked = _pressure_tree(seed)
+    tick = max(n.last_access_time for n in _nodes_below(cache.root))
+    for n in _nodes_below(cache.root):
+        n.last_access_time = tick
+    cache.set_eviction_policy("lru")  # rebuilds the eviction heap over the new times
+    cache.check_integrity()
+    return cache
+
+
 def _find(cache: RadixCache, node_id: int) -> TreeNode:
     if node_id == 0:
         return cache.root
@@ -79,7 +91,8 @@ def _lru_by(rule: str) -> Callable:
                      and (rule != "no_new_leaves" or n.id in first_leaves)]
             if not cands:
                 break
-            key = {"mru": lambda n: (-n.last_access_time, n.id), "size": lambda n: (len(n.key), n.id)}.get(
+            key = {"mru": lambda n: (-n.last_access_time, n.id), "size": lambda n: (len(n.key), n.id),
+                   "tie_desc": lambda n: (n.last_access_time, -n.id), "no_tie": lambda n: n.last_access_time}.get(
                 rule, lambda n: (n.last_access_time, n.id))
             victim = min(cands, key=key)
             removed.add(victim.id)
@@ -97,6 +110,13 @@ LRU_MISTAKES = dict([
     ("stop as soon as at least num_tokens tokens are freed", _lru_by("no_stop")),
     ("LRU orders the leaves by last_access_time (then id), not by how many tokens they hold", _lru_by("size")),
     ("stop as soon as the freed tokens reach num_tokens (>=): one more node is one too many", _lru_by("strict")),
+    ("a tie in last_access_time goes to the SMALLER id first: the key is (last_access_time, id), both ascending",
+     _lru_by("tie_desc")),
+])
+# Only on the trees with tied access times (a tie broken by list order is right elsewhere):
+TIE_MISTAKES = dict([
+    ("a tie in last_access_time must be broken by the id (smaller first), not by the order you found the nodes in",
+     _lru_by("no_tie")),
 ])
 
 
@@ -111,13 +131,15 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
     ``RadixCache.evict(num_tokens)`` removes on a copy of the same tree.
     """
     c = Checker("lru_evict", fn, verbose=verbose)
-    for seed in range(8):
-        cache, _locked = _pressure_tree(seed)
+    for seed in range(11):
+        cache = _pressure_tree(seed)[0] if seed < 8 else _tied_tree(seed)
         total = cache.evictable_size()
         for want in sorted({1, max(1, total // 3), total, total + 5}):
             ref = copy.deepcopy(cache)
             expected = ref.evict(want).node_ids
-            label = f"tree {seed} ({cache.num_nodes} nodes, {total} evictable tokens, {cache.protected_size()} locked): evict {want}"
+            tied = " every node last used at the same tick," if seed >= 8 else ""
+            label = (f"tree {seed} ({cache.num_nodes} nodes,{tied} {total} evictable tokens, {cache.protected_size()} "
+                     f"locked): evict {want}")
             if c.unusable(label, expected):
                 continue
             before = _tree_state(cache)
@@ -128,9 +150,12 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
             ok = same_outcome(expected, got) and not changed
             note = "...but it changed the tree" if changed else ""
             if not ok and not changed:
-                note = (matching_mistake(got, LRU_MISTAKES, cache.root, want, expected=expected) or _evict_note(cache, got)
+                note = (matching_mistake(got, {**LRU_MISTAKES, **(TIE_MISTAKES if seed >= 8 else {})}, cache.root, want,
+                                         expected=expected) or _evict_note(cache, got)
                         or argument_slip(lambda n, cache=cache: copy.deepcopy(cache).evict(n).node_ids, (want,), got,
-                                         ("num_tokens",)) or "")
+                                         ("num_tokens",))
+                        or ("every node here was last used at the same tick, so only the id can order them: the "
+                            "smaller id goes first, key (last_access_time, id)" if seed >= 8 else ""))
             c.record(label, expected, got, passed=ok, note=note)
             if changed:
                 break
@@ -141,6 +166,8 @@ def _evict_note(cache: RadixCache, got: object) -> str:
     """What is wrong in an eviction order no single known mistake gives: an inner or locked node in it."""
     if not isinstance(got, list):
         return ""
+    if got and all(isinstance(i, TreeNode) for i in got):
+        return "return the nodes' ids (node.id), not the node objects"
     by_id = {n.id: n for n in _nodes_below(cache.root)}
     if any(by_id[i].lock_ref > 0 for i in got if isinstance(i, int) and i in by_id):
         return "a locked node (lock_ref > 0) is in the list: a running request uses it, never evict it"
@@ -197,6 +224,8 @@ def _lock_note(expected: dict, returned: object, locks: dict) -> str:
         return "the sign: locking takes tokens away from the evictable size (a negative change)"
     if not wrong and isinstance(returned, int) and returned < expected["returned"]:
         return "nodes that were already locked were already protected: only 0 -> 1 changes the evictable size"
+    if not wrong and isinstance(returned, int) and expected["returned"] < returned < 0:
+        return "count tokens, not nodes: each newly locked node takes len(node.key) tokens off the evictable size"
     return ""
 
 
@@ -233,7 +262,7 @@ def _plan_by(rule: str):
             evictable -= sum(len(n.key) if rule == "whole_node" else k for n, k in path if n.lock_ref == 0)
         if need <= num_free and rule != "no_free":
             return (pos, 0)
-        if rule != "partial" and need > num_free + evictable:
+        if rule != "partial" and (need >= num_free + evictable if rule == "ge" else need > num_free + evictable):
             return None
         return (pos, need if rule == "evict_need" else need - num_free)
     return fn
@@ -250,6 +279,8 @@ ADMIT_MISTAKES = dict([
      _plan_by("partial")),
     ("the matched prefix needs no new slots: need = len(tokens) - prefix_len", _plan_by("no_prefix")),
     ("when the free slots cover the need nothing is evicted (0, never a negative count)", _plan_by("no_free")),
+    ("it fits exactly when the need equals the free slots plus the unlocked tokens: wait only when the need is "
+     "MORE than that (> not >=)", _plan_by("ge")),
 ])
 
 

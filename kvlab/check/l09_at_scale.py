@@ -156,11 +156,11 @@ def measured_fit(capacity: int, block_size: int, max_len: int, lengths: list[int
     return contiguous, paged
 
 
-def _paged_fit(capacity, block_size, lengths, blocks=lambda n, bs: -(-n // bs), skip=False) -> int:
+def _paged_fit(capacity, block_size, lengths, blocks=lambda n, bs: -(-n // bs), skip=False, ge=False) -> int:
     free, n_in = capacity // block_size, 0
     for n in lengths:
         need = blocks(n, block_size)
-        if need > free:
+        if need > free or (ge and need == free):
             if skip:
                 continue
             break
@@ -179,6 +179,8 @@ FIT_MISTAKES: dict[str, Callable] = {
         lambda cap, bs, ml, ls: (_paged_fit(cap, 1, ls), _paged_fit(cap, bs, ls)),
     "paged: count blocks, not tokens (a block's unused slots are still taken)":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, 1, ls)),
+    "a request that needs exactly the free blocks still fits: refuse only when it needs MORE (> not >=)":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, ge=True)),
 }
 
 

@@ -68,12 +68,12 @@ def evict_with_tiers(leaves: list[tuple[str, int, bool]], host_free: int, need: 
 
 
 def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, stop=True, check_room=True,
-                track_host=True, track_dropped=False):
+                track_host=True, track_dropped=False, newest_host_first=False):
     """The stated rule in plain Python (equal to :func:`evict_with_tiers`; a test checks it on
     many cases); each flag turned off is one common mistake: ``write_back`` (never copy before
     leaving), ``host_limit`` (the host is endless), ``stop`` (evict every leaf), ``check_room``
     (evict host-only leaves even when that cannot make enough room), ``track_host`` (never evict
-    the host-only leaves this eviction made)."""
+    the host-only leaves this eviction made), ``newest_host_first`` (host eviction from the wrong end)."""
     state = {name: "both" if b else "device" for name, _, b in leaves}
     host_only: list[tuple[str, int]] = []
     freed = 0
@@ -87,7 +87,7 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
             else:
                 if host_free < pages and (room >= pages or not check_room):
                     while host_free < pages and host_only and track_host:
-                        old, p = host_only.pop(0)
+                        old, p = host_only.pop(-1 if newest_host_first else 0)
                         state[old], host_free = "evicted", host_free + p
                 if host_free >= pages:
                     host_free, backed = host_free - pages, True
@@ -136,6 +136,8 @@ EVICT_MISTAKES = {
     "the leaves that just left the device are host-only: evict the oldest of them to make room on the host":
         _no_host_eviction,
     "least recently used first: the list starts with the oldest leaf": _mru_first,
+    "host eviction takes the OLDEST host-only leaf first (the front of the list), not the newest":
+        lambda leaves, host_free, need: evict_plain(leaves, host_free, need, newest_host_first=True),
     "a dropped leaf has no host copy: it never becomes host-only, so evicting it frees no host pages":
         _dropped_as_host,
 }
@@ -479,6 +481,8 @@ ARC_MISTAKES = {
     "every victim, and once T1 is under target the oldest of T2 goes": lambda *a: _arc_rule(*a, always_t1=True),
     "stop as soon as need pages are freed: one victim more is one too many": lambda *a: _arc_rule(*a, over=True),
     "T1 goes first when it holds at least target pages (>=, not >)": lambda *a: _arc_rule(*a, strict=True),
+    "each list is least recently used FIRST: evict from its front (index 0), not its end":
+        lambda t1, t2, target, need: _arc_rule(list(reversed(t1)), list(reversed(t2)), target, need),
     "target counts pages, not nodes": lambda *a: _arc_rule(*a, count_nodes=True),
 }
 

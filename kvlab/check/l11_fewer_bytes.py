@@ -55,6 +55,11 @@ STREAMING_MISTAKES = {
     "the window missed the newest (partial) block: count the window back from the last block, "
     "partial or not": lambda n, bs, s, w: sorted(set(range(min(-(-s // bs), -(-n // bs)))) |
                                                  set(range(max(0, n // bs - -(-w // bs)), n // bs))),
+    "the window holds one block too many: keep exactly the last ceil(window_tokens / block_size) blocks":
+        lambda n, bs, s, w: sorted(set(range(min(-(-s // bs), -(-n // bs)))) |
+                                   set(range(max(0, -(-n // bs) - -(-w // bs) - 1), -(-n // bs)))),
+    "those are token positions: return the kept BLOCK indices (a block table keeps or drops whole blocks)":
+        lambda n, bs, s, w: [t for b in _streaming_keep_ref(n, bs, s, w) for t in range(b * bs, min(n, (b + 1) * bs))],
 }
 
 

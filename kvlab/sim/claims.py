@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from .metrics import SimResult
 from .policies import make_policy
-from .reproductions import PUBLISHED, Reproduction, Row, interval, paper_runs, setting
+from .reproductions import PAPER_NAMES, PUBLISHED, Reproduction, Row, interval, paper_runs, setting
 from .simulation import simulate
 from .workloads import Trace, few_shot, multi_turn, optimal_hit_rate, scenario, synthetic
 
@@ -159,14 +159,20 @@ def notes_claims(num_requests: int | None = None, seeds: tuple[int, ...] = (0, 1
     pub_save = {p: 1 - pub_ts[p] / pub_ts["vllm"] for p in orcas}
     lo, hi = min(sim_save.values()), max(sim_save.values())
     where = "inside" if lo <= 0.55 <= hi else "below" if 0.55 < lo else "above"
+    nearest = min(orcas, key=lambda p: abs(sim_save[p] - 0.55))
+    # "About 55%" holds only where one baseline saves about that much (within 5 points); a number
+    # that merely falls inside the range of three baselines is one the baseline decides: imprecise.
+    near = abs(sim_save[nearest] - 0.55) <= 0.05 and abs(pub_save[nearest] - 0.55) <= 0.05
     claims = [Claim(
         "paging saves about 55% of KV memory",
-        "holds" if where == "inside" else "imprecise" if abs(0.55 - (lo if where == "below" else hi)) <= 0.1
+        "holds" if near else "imprecise" if where == "inside" or abs(0.55 - (lo if where == "below" else hi)) <= 0.1
         else "does not hold",
         f"Against the paper's baselines a stored token costs {_pct(lo)}-{_pct(hi)} less memory with paging "
         f"(simulated: 1 - token share of Orca / token share of vLLM; Max {_pct(sim_save['orca-max'])}, Pow2 "
         f"{_pct(sim_save['orca-pow2'])}, Oracle {_pct(sim_save['orca-oracle'])}); the paper's Fig. 2 implies "
         f"{_pct(min(pub_save.values()))}-{_pct(max(pub_save.values()))}. 55% is {where} that range"
+        + (f" and within 5 points of {PAPER_NAMES[nearest]}'s saving, simulated and published" if near else
+           f", nearest to {PAPER_NAMES[nearest]} ({_pct(sim_save[nearest])} simulated, {_pct(pub_save[nearest])} published)")
         + (" (it understates the saving)" if where == "below" else "") + "; it is the top of vLLM's beam-search "
         f"sharing saving on Alpaca ({_pct(PUBLISHED['saving'][('alpaca', 'beam')][0])}-"
         f"{_pct(PUBLISHED['saving'][('alpaca', 'beam')][1])}, Sec. 6.3), a different thing.")]

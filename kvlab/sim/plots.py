@@ -37,10 +37,11 @@ PLOTLY_CONFIG = {"displaylogo": False, "showSendToCloud": False, "modeBarButtons
 
 # the memory categories (Fig. 2's colours: states green, reservation amber, waste red shades, free grey)
 COLORS = {"token_states": "#2ca02c", "reservation": "#ffbf00", "internal_fragmentation": "#d62728",
-          "rounding": "#ff9896", "external_fragmentation": "#8c564b", "ext_others": "#c49c94", "cached": "#1f77b4",
+          "rounding": "#ff9896", "external_fragmentation": "#8c564b", "ext_others": "#c49c94", "cached": "#393b79",
           "free": "#d9d9d9"}
+# one colour a system in every figure; none of them is a memory category's colour above
 SYSTEM_COLORS = {"orca-max": "#7f7f7f", "orca-pow2": "#bcbd22", "orca-oracle": "#17becf", "vllm": "#1f77b4",
-                 "paged": "#9467bd", "radix": "#2ca02c"}
+                 "paged": "#9467bd", "radix": "#e377c2"}
 LABELS = {"token_states": "token states", "reservation": "reservation", "internal_fragmentation": "internal frag.",
           "rounding": "buddy rounding", "external_fragmentation": "external frag.", "ext_others": "external frag. & others",
           "cached": "cached", "free": "free"}
@@ -80,9 +81,11 @@ def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None,
     n = max((len(r.interval.values) for r in picked if r.interval), default=1)
     fmt = "%{y:.1f}%" if percent else "%{y:.2f}"
     fig = go.Figure([
-        go.Bar(name="published", x=x, y=pub, marker_color="#bdbdbd", texttemplate=fmt, textposition="outside"),
+        # published white with a black edge, simulated dark grey: neither is a system's colour nor the free grey
+        go.Bar(name="published", x=x, y=pub, marker=dict(color="#ffffff", line=dict(color="#000000", width=1.5)),
+               texttemplate=fmt, textposition="outside"),
         # the label inside the bar, at its foot: outside, it sat under the error bar's whisker (issue 28)
-        go.Bar(name=f"simulated (mean of {n} seeds, 95% interval)", x=x, y=sim, marker_color="#1f77b4",
+        go.Bar(name=f"simulated (mean of {n} seeds, 95% interval)", x=x, y=sim, marker_color="#404040",
                error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo), texttemplate=fmt,
                textposition="inside", insidetextanchor="start", textfont=dict(color="#ffffff"))])
     if spread is not None:
@@ -90,7 +93,7 @@ def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None,
             raise ValueError(f"spread has {len(spread)} ranges for {len(picked)} bars")
         low = [min(a, b) * scale for a, b in spread]
         fig.add_trace(go.Bar(name=spread_name or "range", x=x, base=low, y=[abs(b - a) * scale for a, b in spread],
-                             marker=dict(color="#aec7e8", pattern=dict(shape="/")),
+                             marker=dict(color="#969696", pattern=dict(shape="/")),
                              text=[f"{min(a, b) * scale:.1f}-{max(a, b) * scale:.1f}" for a, b in spread],
                              textposition="outside"))
     return _layout(fig, f"{rep.name} (simulated beside published)<br><sup>published: {rep.source}</sup>", theme,
@@ -101,12 +104,13 @@ def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None,
 def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
     """Fig. 2 as stacked bars: for each system the published shares (the figure's bar labels)
     beside the simulated ones, in the paper's four categories (kvlab's rounding, external
-    fragmentation and free summed into 'external fragmentation & others')."""
+    fragmentation and others, which the paper folds into one); kvlab's buddy rounding and the
+    free slots have their own colours (the paper counts both under 'others', so its bars show none)."""
     import plotly.graph_objects as go
 
     from .reproductions import PUBLISHED
 
-    cats = ["token_states", "reservation", "internal_fragmentation", "ext_others"]
+    cats = ["token_states", "reservation", "internal_fragmentation", "rounding", "free", "ext_others"]
     systems = list(PUBLISHED["fig2"])
     x = [[], []]
     vals: dict[str, list[float]] = {c: [] for c in cats}
@@ -117,7 +121,7 @@ def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
         pub = PUBLISHED["fig2"][p]
         sims = [r[p].breakdown(loaded=False) for r in runs]
         sim = {c: sum(b[c] for b in sims) / len(sims) for c in sims[0]}
-        sim["ext_others"] = sim["rounding"] + sim["external_fragmentation"] + sim["free"]
+        sim["ext_others"] = sim["external_fragmentation"]
         pub_full = {c: pub.get(c, 0.0) for c in cats}
         if "ext_others" not in pub:
             pub_full["ext_others"] = 1 - pub["token_states"]
@@ -127,7 +131,7 @@ def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
             for c in cats:
                 vals[c].append(100 * d[c])
     fig = go.Figure([go.Bar(name=LABELS[c], x=x, y=vals[c], marker_color=COLORS[c], texttemplate="%{y:.1f}",
-                            textposition="inside") for c in cats])
+                            textposition="inside") for c in cats if any(vals[c])])
     return _layout(fig, "Where the KV memory goes (simulated beside published)<br><sup>published: vLLM paper, Fig. 2, "
                    "p. 2, read off the bar labels; vLLM's 3.7% 'others' is 100% - 96.3%</sup>", theme, height=460,
                    text_mode="hide", barmode="stack", yaxis_title="share of the 15,728 slots (%)", legend=dict(orientation="h", y=-0.22))
@@ -215,7 +219,7 @@ def buddy_layout_figure(buddy: Any, theme: Any = None, title: str = "A buddy all
     layout = buddy.layout()
     owners = sorted({o for _, _, o, _ in layout if o is not None})
     # no grey among them: grey is the free runs (issue 28: a request was drawn grey); no red: the rounding
-    palette = ["#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#1f77b4", "#ffbb78"]
+    palette = ["#ff7f0e", "#aec7e8", "#98df8a", "#c5b0d5", "#f7b6d2", "#dbdb8d", "#9edae5", "#ffbb78"]  # no system's
     color = {o: palette[i % len(palette)] for i, o in enumerate(owners)}
     free = [(s, n) for s, n, o, _ in layout if o is None]
     used = [(s, r, o) for s, _, o, r in layout if o is not None]

@@ -157,11 +157,17 @@ class Reproduction:
                 return v
             return f"{100 * v:.1f}%" if self.percent else f"{v:.2f}"
 
+        import textwrap
+
         rows = [{"": r.label, "published": f(r.published), "simulated": f(r.simulated),
                  "95% interval": f"[{f(r.interval.lo)}, {f(r.interval.hi)}]" if r.interval and len(r.interval.values) > 1
-                 else "-", "within 15%": {True: "yes", False: "NO", None: "-"}[r.meets], "note": r.note}
+                 else "-", "within 15%": {True: "yes", False: "NO", None: "-"}[r.meets]}
                 for r in self.rows]
-        return format_table(rows, ["", "published", "simulated", "95% interval", "within 15%", "note"])
+        table = format_table(rows, ["", "published", "simulated", "95% interval", "within 15%"])
+        # the notes under the table, wrapped between words: a note column made lines wider than an
+        # output area, which then broke them in the middle of a word
+        notes = [textwrap.fill(f"{r.label}: {r.note}", 84, subsequent_indent="    ") for r in self.rows if r.note]
+        return table + ("\nnotes:\n" + "\n".join(notes) if notes else "")
 
     def __str__(self) -> str:
         return (f"== {self.name} ==\npublished: {self.source}\nsetup (simulated): {self.setup}\n{self.table()}\n"

@@ -24,6 +24,7 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     ShuffleControl(q, k, v, table, n)      lesson 05: shuffle the blocks, choose split-K's programs; the kernel reruns
     SharingControl()                       lesson 06: samples n, beam width, prompt length -> blocks shared and saved
     HitRateControl()                       lesson 08: pool size and eviction policy -> hit rate
+    SchedulingControl()                    lesson 08: pool size and queue order -> hit rate (simulated)
     chat_demo(session=None)                lesson 07: a chat box on SmolLM2; each turn's tokens matched (green) or
                                            prefilled (blue), the radix tree growing, the pool filling, the TTFT
     serve_view: dashboard_figure(state) / dashboard_stepper(states, captions) / router_figure(views)
@@ -103,7 +104,7 @@ from .stepper import Frame, Stepper
 from .thesis_widget import ThesisWidget, thesis_state  # lesson 00
 from .control import LiveControl
 from .chat_demo import chat_demo
-from .eviction_view import HitRateControl
+from .eviction_view import HitRateControl, SchedulingControl
 from .page_size_control import PageSizeControl  # lesson 07
 from .sharing_view import SharingControl
 from .shuffle_view import ShuffleControl
@@ -129,7 +130,7 @@ __all__ = [
     "memory_map_figure", "memory_map_stepper", "pool_snapshot",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "TREE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
-    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "PageSizeControl", "SharingControl", "ShuffleControl",
+    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "SchedulingControl", "PageSizeControl", "SharingControl", "ShuffleControl",
     "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
     "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
     "TranslationWidget", "chain_rows", "parse_block_table", "token_labels", "translation_chain", "translation_figure",

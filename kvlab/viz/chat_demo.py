@@ -35,7 +35,7 @@ from .palette import HIT, MISS, theme
 __all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode"]
 
 
-def token_html(session: ChatSession, turn: ChatTurn, max_tokens: int = 400) -> str:
+def token_html(session: ChatSession, turn: ChatTurn, max_tokens: int = 120) -> str:
     """The turn's prompt as token chips: matched green, prefilled blue (token text, not ids)."""
     th = theme()
     chips = []
@@ -197,9 +197,22 @@ def _build(session: ChatSession) -> _Widgets:
     tree.add_class("kvlab-svg")
     pool.add_class("kvlab-figure")
     css = classroom_css("kvlab-chat")
+    # One view at a time under the controls (the prompt's tokens, the tree, the pool): the question
+    # box, the caption and what the turn changed fit one projector screen (599 px at 1280x720).
+    views = {"this turn's tokens": tokens, "radix tree": tree, "block pool": pool}
+    pick = W.ToggleButtons(options=list(views), value="this turn's tokens", description="show:",
+                           tooltips=["the prompt, token by token: green matched in the tree, blue prefilled",
+                                     "the radix tree after the turn", "the block pool after the turn"])
+    pick.add_class("kvlab-chat-view")
+    shown = W.Box([tokens], layout=W.Layout(max_width="100%"))
+
+    def choose(change: Any) -> None:
+        shown.children = (views[change["new"]],)
+
+    pick.observe(choose, names="value")
     parts = ([W.HTML(css)] if css else []) + [
         W.HBox([text, *buttons.values()], layout=W.Layout(flex_flow="row wrap", max_width="100%")),
-        caption, tokens, tree, pool]
+        caption, pick, shown]
     box = W.VBox(parts, layout=W.Layout(max_width="100%"))
     box.add_class("kvlab-control")
     box.add_class("kvlab-chat")

@@ -1,4 +1,4 @@
-"""Lesson 08's control: the pool size and the eviction policy; the hit rate they give.
+"""Lesson 08's controls: the pool size and the eviction policy (or the queue order); the hit rate they give.
 
 A slider for the radix cache's pool (token slots) and a menu of eviction policies in words
 ("least recently used (LRU)"...). Every policy's hit-rate curve over pool sizes is measured
@@ -22,7 +22,7 @@ from ..lessons.eviction import POLICY_NAMES, popular_prefix_stream, served_hit_r
 from .control import LiveControl
 from .palette import HIGHLIGHT, REQUEST_COLORS, source_label, theme
 
-__all__ = ["HitRateControl"]
+__all__ = ["HitRateControl", "SchedulingControl"]
 
 POLICY_COLORS = dict(zip(POLICY_NAMES, REQUEST_COLORS))
 
@@ -90,7 +90,7 @@ class HitRateControl(LiveControl):
                         line=dict(color=HIGHLIGHT, width=2 + th.line_width))))
         fig.add_vline(x=self.pool_size, line=dict(color=HIGHLIGHT, width=th.line_width, dash="dash"))
         fig.update_layout(
-            template="none", height=420 if not th.high_contrast else 520,
+            template="none", height=420 if not th.high_contrast else 460,   # classroom: slider + figure in 599 px
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
             font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Prompt-token hit rate vs pool size ({source_label('simulated')} stream, real radix tree)",
@@ -112,3 +112,97 @@ class HitRateControl(LiveControl):
         size.observe(lambda ch: self.set(pool_size=ch["new"]), names="value")
         policy.observe(lambda ch: self.set(policy=ch["new"]), names="value")
         return [size, policy]
+
+
+ORDER_NAMES = {"fcfs": "first come, first served (FCFS)", "cache-aware": "longest cached prefix first (cache-aware)"}
+
+
+class SchedulingControl(LiveControl):
+    """Lesson 08 section 5: a pool size and a queue order; the simulated hit rate and throughput.
+
+    Every (pool size, order) of ``sizes`` x :data:`ORDER_NAMES` is simulated once when the control
+    is built (``kvlab.sim.simulate`` with the radix policy, about a tenth of a second each on the
+    default trace), so a move only redraws. ``result``: ``hit_rate`` and ``throughput`` (order ->
+    value at ``pool_size``), ``best`` (the trace's one-pass optimum).
+
+    Example:
+        >>> c = SchedulingControl(sizes=(1024, 4096), static=True)
+        >>> c.set(pool_size=4096, order="fcfs")
+        >>> c.result["hit_rate"]["cache-aware"] >= c.result["hit_rate"]["fcfs"]
+        True
+    """
+
+    css_class = "kvlab-scheduling"
+
+    def __init__(self, trace: Any = None, sizes: Sequence[int] = (512, 768, 1024, 1536, 2048, 4096),
+                 pool_size: int = 1024, order: str = "cache-aware", static: bool | None = None) -> None:
+        from .. import sim
+
+        self.trace = trace if trace is not None else sim.shared_prefix(
+            100, rate=float("inf"), seed=0, num_prefixes=8, prefix_len=200, question_mean=20, output_mean=20)
+        self.sizes, self.pool_size, self.order = list(sizes), pool_size, order
+        self.check()
+        self.optimum = sim.optimal_hit_rate(self.trace)
+        self.runs = {(s, o): sim.simulate(self.trace, "radix", capacity=s, order=o) for s in self.sizes for o in ORDER_NAMES}
+        super().__init__(static=static)
+
+    def check(self) -> None:
+        if self.order not in ORDER_NAMES:
+            raise ValueError(f"unknown order {self.order!r}; choose one of {sorted(ORDER_NAMES)}")
+        if self.pool_size not in self.sizes:
+            raise ValueError(f"pool_size must be one of {self.sizes}, got {self.pool_size!r}")
+
+    def site_grid(self) -> dict[str, list[Any]]:
+        return {"pool_size": list(self.sizes), "order": list(ORDER_NAMES)}
+
+    def site_labels(self) -> dict[str, dict[Any, str]]:
+        return {"order": dict(ORDER_NAMES)}
+
+    def update(self) -> None:
+        runs = {o: self.runs[self.pool_size, o] for o in ORDER_NAMES}
+        self.result = dict(hit_rate={o: r.hit_rate for o, r in runs.items()},
+                           throughput={o: r.throughput for o, r in runs.items()}, best=self.optimum)
+
+    def caption(self) -> str:
+        hr, tp = self.result["hit_rate"], self.result["throughput"]
+        other = next(o for o in ORDER_NAMES if o != self.order)
+        return (f"{len(self.trace)} requests waiting at once, a pool of {self.pool_size} token slots, "
+                f"{ORDER_NAMES[self.order]}: {hr[self.order]:.1%} of the prompt tokens hit the cache "
+                f"({hr[other]:.1%} with {other}; the best possible is {self.optimum:.1%}), "
+                f"{tp[self.order]:.0f} tokens/s against {tp[other]:.0f}. (Simulated.)")
+
+    def figure(self) -> Any:
+        import plotly.graph_objects as go
+
+        th = theme()
+        fig = go.Figure()
+        for (o, name), colour in zip(ORDER_NAMES.items(), REQUEST_COLORS):
+            chosen = o == self.order
+            fig.add_trace(go.Scatter(
+                x=self.sizes, y=[self.runs[s, o].hit_rate for s in self.sizes], name=name, mode="lines+markers",
+                line=dict(color=colour, width=(3 if chosen else 1) * th.line_width + 1, dash="solid" if chosen else "dot")))
+        fig.add_hline(y=self.optimum, line=dict(color="#555555", width=th.line_width, dash="dash"))
+        fig.add_vline(x=self.pool_size, line=dict(color=HIGHLIGHT, width=th.line_width, dash="dash"))
+        fig.update_layout(
+            template="none", height=380 if not th.high_contrast else 440,
+            width=None if th.autosize else th.grid_width, autosize=th.autosize,
+            font=dict(size=th.font_size, color=th.text_color),
+            title=dict(text=f"Hit rate vs pool size, two queue orders ({source_label('simulated')}); dashed: best possible",
+                       font=dict(size=th.title_size), y=0.98, yanchor="top"),
+            xaxis=dict(title="pool size (token slots)", type="log", tickvals=self.sizes),
+            yaxis=dict(title="hit rate", tickformat=".0%", rangemode="tozero"),
+            legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),
+            margin=dict(t=140 if th.high_contrast else 110, b=70, l=70, r=20))
+        return fig
+
+    def _inputs(self, W: Any) -> list[Any]:
+        style = {"description_width": "initial"}
+        size = W.SelectionSlider(options=self.sizes, value=self.pool_size, description="pool size (token slots)",
+                                 style=style, continuous_update=False, layout=W.Layout(min_width="420px"))
+        size.add_class("kvlab-scheduling-size")
+        order = W.Dropdown(options=[(name, o) for o, name in ORDER_NAMES.items()], value=self.order,
+                           description="queue order", style=style, layout=W.Layout(min_width="400px"))
+        order.add_class("kvlab-scheduling-order")
+        size.observe(lambda ch: self.set(pool_size=ch["new"]), names="value")
+        order.observe(lambda ch: self.set(order=ch["new"]), names="value")
+        return [size, order]

@@ -108,7 +108,8 @@ def _kept_figure(profile: Any, k: dict, caption: str) -> Any:
     mass = profile.mass.tolist()
     fig = go.Figure(go.Bar(x=list(range(len(mass))), y=mass, marker_color=[
         "#1f77b4" if p in keep else FREE for p in range(len(mass))], hovertemplate="position %{x}: %{y:.4f}"))
-    fig.update_layout(title=dict(text=caption, font=dict(size=th.font_size + 1)), height=300, width=_width(th),
+    fig.update_layout(title=dict(text=caption or "Attention mass by position (measured); blue: kept",
+                                 font=dict(size=th.font_size + 1)), height=300, width=_width(th),
                       autosize=th.autosize, template="plotly_white", font=dict(size=th.font_size),
                       yaxis=dict(type="log", title="attention mass"), xaxis_title="token position (blue: kept)",
                       margin=dict(l=60, r=20, t=60, b=50), showlegend=False)
@@ -148,8 +149,10 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
                                   title=f"Try it here ({sink_tokens} sink tokens for StreamingLLM)"))
     if is_static():
         return _kept_figure(profile, k, caption(k, "StreamingLLM", budget_tokens, sink_tokens))
+    import html as _html
     import ipywidgets as w
-    from IPython.display import display
+
+    from .stepper import figure_output
 
     method = w.ToggleButtons(options=[("StreamingLLM", "streaming"), ("H2O", "h2o")], value="streaming",
                              description="method")
@@ -159,20 +162,30 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
     sinks = w.IntSlider(value=sink_tokens, min=0, max=4 * block_size, step=block_size,   # whole blocks
                         description="sinks (StreamingLLM)", continuous_update=False,
                         style={"description_width": "initial"}, layout=w.Layout(min_width="400px"))
+    words = w.HTML()        # the caption above the figure, wrapped by the page (a plotly title is cut at its width)
+    words.add_class("kvlab-control-caption")
     out = w.Output()
+    out.add_class("kvlab-figure")
+    drawn: dict[tuple, tuple[str, dict]] = {}   # (method, budget, sinks) -> (caption, figure output): a move back is free
 
     def redraw(_=None) -> None:
-        kk = kept_blocks(profile, method.value, budget.value, sinks.value, block_size)
-        name = "StreamingLLM" if method.value == "streaming" else "H2O"
-        with out:
-            out.clear_output(wait=True)
-            display(_kept_figure(profile, kk, caption(kk, name, budget.value, sinks.value)))
+        key = (method.value, budget.value, sinks.value if method.value == "streaming" else 0)
+        if key not in drawn:
+            kk = kept_blocks(profile, method.value, budget.value, sinks.value, block_size)
+            name = "StreamingLLM" if method.value == "streaming" else "H2O"
+            text = caption(kk, name, budget.value, sinks.value)
+            drawn[key] = (text, figure_output(_kept_figure(profile, kk, "")))
+        text, fig = drawn[key]
+        th = theme()
+        words.value = (f"<div style='font-size:{max(th.font_size + 2, th.control_px)}px;line-height:1.35;"
+                       f"overflow-wrap:anywhere'>{_html.escape(text).replace('&lt;br&gt;', '<br>')}</div>")
+        out.outputs = (fig,)   # replace the output in place: no clear-and-redisplay round trip
 
     for c in (method, budget, sinks):
         c.observe(redraw, names="value")
     redraw()
     box = w.VBox([w.HTML(classroom_css("kvlab-budget")), method, w.HBox([budget, sinks],
-                  layout=w.Layout(flex_flow="row wrap")), out])
+                  layout=w.Layout(flex_flow="row wrap")), words, out])
     box.add_class("kvlab-budget")
     return box
 

@@ -65,6 +65,24 @@ def _text(tokens: Sequence[int], detokenize: Callable[[Sequence[int]], str] | No
     return f"[{ids}]"
 
 
+def _path_key(all_nodes: Sequence[Any]) -> Any:
+    """Sort key of a node dict: the tokens from the root to the end of the node. Siblings then keep
+    one order in every frame (a split keeps its first tokens; a dict's insertion order does not),
+    so a stepper's nodes never swap places.
+
+    Example: nodes [1 2] -> [3] and [1 2] -> [0 9]: [0 9] is drawn above [3] whatever the order of
+    insertion."""
+    by_id = {n.id: n for n in all_nodes}
+
+    def path(node_id: int, depth: int = 0) -> tuple:
+        n = by_id.get(node_id)
+        if n is None or depth > 10_000:
+            return ()
+        return path(n.parent_id, depth + 1) + tuple(str(t) for t in n.tokens)
+
+    return lambda d: (path(d["id"]), d["id"])
+
+
 def radix_tree_data(state: RadixState | Any, max_chars: int = 10) -> dict[str, Any]:
     """Nodes and edges of one tree as plain data.
 
@@ -103,6 +121,7 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10) -> dict[str, A
             style += ",dashed"
         nodes.append(dict(id=n.id, name=f"n{n.id}", label=label, fill=fill, font=font, style=style, kind=kind,
                           parent=n.parent_id))
+    nodes[1:] = sorted(nodes[1:], key=_path_key(list(snap.nodes) + list(state.evicted)))
     names = {d["id"]: d["name"] for d in nodes}
     kinds = {d["id"]: d["kind"] for d in nodes}
     for d in nodes[1:]:
@@ -169,7 +188,7 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     g = graphviz.Digraph("radix", format="svg")
     g.attr(rankdir=rankdir, label=f'<<table border="0" cellspacing="3" cellpadding="2">{rows}</table>>', labelloc="t",
            labeljust="l", fontsize=str(int(fs) + 1), fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
-           bgcolor="white", nodesep="0.25", ranksep="0.45")
+           bgcolor="white", nodesep="0.25", ranksep="0.45", ordering="out")
     g.attr("node", shape="box", fontsize=fs, fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
            penwidth=pen, margin="0.12,0.06")
     g.attr("edge", penwidth=pen, arrowsize="0.7")

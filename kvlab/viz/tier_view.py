@@ -37,7 +37,7 @@ from ..reuse.hiradix_node import TierSnapshot
 from ..reuse.lifecycle import LEGAL_EDGES, MACHINES
 from .palette import FREE, HIGHLIGHT, HIT, MISS, REQUEST_COLORS, source_label, theme
 
-__all__ = ["STATE_COLORS", "EDGE_LABELS", "lifecycle_graph", "LifecycleFigure", "TierRecorder", "tier_map_data", "tier_map_figure",
+__all__ = ["STATE_COLORS", "state_colour_words", "EDGE_LABELS", "lifecycle_graph", "LifecycleFigure", "TierRecorder", "tier_map_data", "tier_map_figure",
            "tier_tree_figure", "tier_tree_stepper", "majority_labels", "PLACEMENT_WORDS",
            "animate_tiers", "tier_stepper"]
 
@@ -47,6 +47,22 @@ STATE_COLORS: dict[str, dict[str, str]] = {
     "node": {"new": "#ffffff", "device": HIT, "both": REQUEST_COLORS[9], "host": REQUEST_COLORS[2],
              "disk": REQUEST_COLORS[5], "evicted": "#bdbdbd"},
 }
+COLOUR_WORDS = {FREE: "light grey", MISS: "blue", HIT: "green", HIGHLIGHT: "red", REQUEST_COLORS[0]: "orange",
+                REQUEST_COLORS[7]: "light orange", REQUEST_COLORS[9]: "light cyan", REQUEST_COLORS[2]: "cyan",
+                REQUEST_COLORS[5]: "brown", "#bdbdbd": "grey", "#ffffff": "white"}
+
+
+def state_colour_words(machines: Sequence[str] = ("device", "host")) -> str:
+    """The colours of the block states in words, from :data:`STATE_COLORS` (what the pictures draw).
+
+    Example:
+        >>> state_colour_words(("host",))
+        'host block: free light grey, writing light orange, backup light cyan, host cyan'
+    """
+    return "; ".join(f"{m} block: " + ", ".join(f"{s} {COLOUR_WORDS[c]}" for s, c in STATE_COLORS[m].items())
+                     for m in machines)
+
+
 # Short edge labels for the diagram (the long ones are kvlab.reuse.lifecycle.LEGAL_EDGES).
 EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
     "device": {("free", "allocated"): "allocate", ("allocated", "free"): "free", ("allocated", "locked"): "cache (runs on)",
@@ -284,7 +300,7 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
 def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "simulated",
                  graph: bool = False) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
-    diagram with that step's transitions in bold and the run's counts so far."""
+    diagram of the machines that step changed, its transitions bold red, the run's counts so far."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
@@ -298,7 +314,11 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
-        return lifecycle_graph("all", counts, f.extra["taken"], "", source).html()  # the stepper shows the caption
+        touched = [m for m in MACHINES if any(t[0] == m for t in f.extra["taken"])] or ["node"]
+        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme()) for m in touched]
+        title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
+                 "its edges bold red")
+        return LifecycleFigure(graphs, title).html()  # one screen: only what the step touched
 
     return Stepper(frames, render, static=static, title="tiers")
 

@@ -26,9 +26,10 @@ self_test();
 # %% [markdown]
 # ## 1. A tiny worked example: who goes first?
 #
-# A cache of 20 token slots (block size 1). Three requests, then R3's prompt is seen again, so
-# R3's node becomes the most recently used. Each node has a `last_access_time` (a logical
-# clock: one tick per match or insert).
+# A cache of 16 token slots (block size 1). Three requests: R1 (8 tokens), whose prompt is then
+# seen twice more (a popular prompt), R2 (6 tokens, sharing R1's first 3), R3 (2 tokens), seen
+# once more. Each node has a `last_access_time` (a logical clock: one tick per match or insert)
+# and a `hit_count` (how often a match used it).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -37,36 +38,50 @@ import copy
 from kvlab.reuse import EVICTION_POLICIES, CacheManager, serve_request
 from kvlab.viz.radix_frames import RadixRecorder
 
-cm = CacheManager(num_blocks=20, block_size=1)                  # 20 slots and the radix tree over them
+cm = CacheManager(num_blocks=16, block_size=1)                  # 16 slots and the radix tree over them
 cache = cm.tree
 recorder = RadixRecorder(cache)                                  # keeps a snapshot after every event
-serve_request(cm, [1, 2, 3, 4, 5, 6], rid="R1")
-serve_request(cm, [1, 2, 3, 7, 8], rid="R2")
-serve_request(cm, [9, 9, 9, 9], rid="R3")
-cache.match_prefix([9, 9, 9, 9], rid="R3 again")                # touch R3's node
+R1, R2, R3 = [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 9, 9, 9], [7, 7]
+serve_request(cm, R1, rid="R1")
+cache.match_prefix(R1, rid="R1 again")                          # a popular prompt: seen twice more
+cache.match_prefix(R1, rid="R1 again")
+serve_request(cm, R2, rid="R2")
+serve_request(cm, R3, rid="R3")
+cache.match_prefix(R3, rid="R3 again")                          # touch R3's node: the most recent
 print(cache.pretty())
-print("\nnode   tokens        last_access_time  leaf")
+print("\nnode   tokens            last_access_time  hit_count  leaf")
 for n in cache.snapshot().nodes:
-    print(f"{n.id:>4}   {str(list(n.tokens)):<13} {n.last_access_time:>16}  {n.is_leaf}")
-print("evictable tokens:", cache.evictable_size(), "| free slots:", cm.allocator.num_free_blocks)
+    print(f"{n.id:>4}   {str(list(n.tokens)):<17} {n.last_access_time:>16} {n.hit_count:>10}  {n.is_leaf}")
+free = cm.allocator.num_free_blocks
+new_len = free + 3                                              # a new request longer than the free slots
+print(f"evictable tokens: {cache.evictable_size()} | free slots: {free} | a new request of {new_len} tokens needs "
+      f"{new_len} slots: the tree must give back {new_len - free}")
 
 # %% [markdown]
-# Now a new request needs 4 slots. Only **leaves** can be evicted: an inner node like `[1 2 3]`
-# is a prefix of its children, and its KV is needed by them. Each policy picks a leaf; when a
-# node loses its last child it becomes a leaf and can go next. We ask each policy on a copy of
-# the same tree:
+# The new request does not fit in the free slots, so the tree must evict (the numbers are under
+# the tree above). Only **leaves** can be evicted: an inner node like `[1 2 3]` is a prefix of
+# its children, and its KV is needed by them. Each policy picks a leaf; when a node loses its
+# last child it becomes a leaf and can go next. We ask each policy on a copy of the same tree:
 
 # %%
 # NBVAL_CHECK_OUTPUT
+need = new_len - free
+text = {n.id: str(list(n.tokens)) for n in cache.snapshot().nodes}
+victims = {}
 for name, policy in EVICTION_POLICIES.items():
     c = copy.deepcopy(cache)
     c.set_eviction_policy(name)
-    res = c.evict(4)
-    print(f"{name:<14} evicts nodes {res.node_ids} ({res.num_tokens} tokens)   -- {policy.description}")
+    res = c.evict(need)
+    victims[name] = res.node_ids
+    print(f"{name:<14} evicts {' then '.join(text[i] for i in res.node_ids)} ({res.num_tokens} tokens)"
+          f"   -- {policy.description}")
+print("the three policies evict three different sets of nodes:",
+      len({frozenset(v) for v in victims.values()}) == len(victims))
 
 # %% [markdown]
-# LRU removes `[4 5 6]` (R1's, untouched longest) then `[7 8]`; "fewest tokens" takes the
-# shortest leaf first; LFU the least matched. Evicting more than asked is normal: whole nodes go.
+# LRU removes R1's `[4 5 6 7 8]`, untouched the longest although it is the most popular; "fewest
+# tokens" takes the shortest leaf first (`[7 7]`, the most recent) and then needs a second one;
+# LFU removes `[9 9 9]`, matched least. Evicting more than asked is normal: whole nodes go.
 #
 # ### "Evict the whole subtree, weighted by token count"?
 #
@@ -78,7 +93,7 @@ for name, policy in EVICTION_POLICIES.items():
 # enough tokens are free; a parent goes only after its last child has gone, as a leaf in its own
 # turn. Token count enters only as *how much* to free (`evict(num_tokens)`); kvlab's
 # `fewest_tokens` policy is the nearest leaf-by-leaf reading of "weighted by token count". The
-# same request for 4 tokens, the literal way and SGLang's way:
+# same request, the literal way and SGLang's way:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -100,18 +115,23 @@ print("subtrees of the root (simulated, on the real tree):")
 for root_child, nodes in subtrees.items():
     print(f"  under node {root_child}: nodes {[n.id for n in nodes]}, {sum(len(n.tokens) for n in nodes)} tokens, "
           f"last used at t={max(n.last_access_time for n in nodes)}")
+last = max(snap.nodes, key=lambda n: n.last_access_time)
 for rule, pick in [("fewest tokens", min), ("most tokens", max)]:
     victim = pick(subtrees, key=lambda k: sum(len(n.tokens) for n in subtrees[k]))
     lost = subtrees[victim]
-    print(f"whole subtree, {rule} first: drops nodes {[n.id for n in lost]}, {sum(len(n.tokens) for n in lost)} tokens")
-res = copy.deepcopy(cache).evict(4)
-print(f"SGLang, leaf by leaf, LRU: drops nodes {res.node_ids}, {res.num_tokens} tokens; keeps the shared [1 2 3]")
+    size = sum(len(n.tokens) for n in lost)
+    said = (f"{size} of the {need} tokens asked: not enough" if size < need else f"{size} tokens for {need} asked")
+    recent = " (the most recently used)" if last in lost else ""
+    print(f"whole subtree, {rule} first: drops {[text[n.id] for n in lost]}{recent}, {said}")
+res = copy.deepcopy(cache).evict(need)
+print(f"SGLang, leaf by leaf, LRU: drops {[text[i] for i in res.node_ids]}, {res.num_tokens} tokens; "
+      f"keeps the shared [1, 2, 3]")
 
 # %% [markdown]
-# The literal reading either throws away the most recently used prefix (R3's `[9 9 9 9]`,
-# touched last) because it is small, or drops twice what was asked, including `[1 2 3]`, the
-# prefix R1 and R2 share. Leaf by leaf, the shared prefix outlives every branch below it, and
-# recency decides.
+# The literal reading either throws away the most recently used prefix because it is small
+# (and still frees too little), or drops far more than was asked, including `[1 2 3]`, the
+# prefix R1 and R2 share (the lines above). Leaf by leaf, the shared prefix outlives every
+# branch below it, and recency decides.
 #
 # ## 2. Lock references: never evict what a running request uses
 #
@@ -122,7 +142,7 @@ print(f"SGLang, leaf by leaf, LRU: drops nodes {res.node_ids}, {res.num_tokens} 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-m = cache.match_prefix([1, 2, 3, 7, 8], rid="R4")               # R4 runs with R2's prompt as prefix
+m = cache.match_prefix(R2, rid="R4")                            # R4 runs with R2's prompt as prefix
 delta = cache.inc_lock_ref(m.last_node, rid="R4")
 print(f"locked {m.prefix_len} tokens: evictable_size changed by {delta}")
 print(f"evictable {cache.evictable_size()}, protected {cache.protected_size()}")
@@ -133,7 +153,7 @@ print("after R4 finishes:", cache.dec_lock_ref(m.last_node, rid="R4"), "tokens e
 cache.check_integrity()
 
 # %% [markdown]
-# The locked path `[1 2 3] → [7 8]` survived an eviction that asked for everything; the request
+# The locked path `[1 2 3] → [9 9 9]` survived an eviction that asked for everything; the request
 # that locked it can keep reading its blocks. When it finishes, `dec_lock_ref` makes them
 # evictable again (they stay cached until memory is needed).
 #
@@ -141,8 +161,8 @@ cache.check_integrity()
 #
 # The recorder kept the tree after every event (match, split, insert, lock, unlock, evict).
 # Matched paths are green, inserted nodes blue, evicted nodes faded, evictable (unlocked) nodes
-# dashed (simulated, real tree code). Step 3 is R2's match, which ends inside R1's node
-# `[1 2 3 4 5 6]`; step 4 is the split that match causes.
+# dashed (simulated, real tree code). Watch R2's match, which ends inside R1's node
+# `[1 2 3 4 5 6 7 8]`, and the step after it: the split that match causes (the captions say which step).
 
 # %%
 from kvlab.viz import radix_stepper
@@ -351,6 +371,16 @@ for capacity in [2048, 4096]:
     print(f"{capacity} slots: cache-aware hits more than FCFS: {aware.hit_rate > fcfs.hit_rate}; "
           f"within 5 points of the best possible: {aware.hit_rate > best - 0.05}; "
           f"more tokens/s: {aware.throughput > fcfs.throughput}")
+
+# %% [markdown]
+# **Try it.** A smaller trace (100 requests, 8 system prompts of 200 tokens), simulated once at
+# every pool size for both orders: pick a pool size and an order, and read the two hit rates
+# against the best possible (dashed).
+
+# %%
+from kvlab.viz import SchedulingControl
+
+SchedulingControl(pool_size=1024, order="cache-aware")
 
 # %% [markdown]
 # ## 6. Exercises

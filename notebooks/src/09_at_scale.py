@@ -150,25 +150,8 @@ print(R.vllm_batched_requests("sharegpt", N, seeds=(0,)).table())
 fig13 = R.vllm_batched_requests("sharegpt", N, seeds=SEEDS)   # seed 0 again from the cache, then seeds 1 and 2
 print(fig13.table())
 
-# %% [markdown]
-# How much does a bar depend on the cost model? The same three seeds' first trace again with
-# every step 20% shorter and 20% longer (hatched bars: the range). A system held back by memory
-# does not move; a system that keeps up with the arrivals moves with its step time.
-
 # %%
-timing = R.sensitivity(N, seeds=(0,), shapes=(), scales=(0.8, 1.2))
-spread = [(min(t[p] for t in timing), max(t[p] for t in timing)) for p in R.PAPER_POLICIES]
-plots.compare_bars(fig13, "mean batched requests", theme=viz.theme(), rows=[0, 1, 2, 3], spread=spread,
-                   spread_name="seed 0, step time -20% to +20%")
-
-# %%
-fast, slow = timing
-moves = {p: max(abs(t[p] / fig13.results["runs"][0][p].mean_batch - 1) for t in timing) for p in R.PAPER_POLICIES}
-steady = [R.PAPER_NAMES[p] for p in R.PAPER_POLICIES if moves[p] < 0.05]
-print(f"step time x0.8: vLLM {fast['vllm']:.1f} requests, x1.2: {slow['vllm']:.1f} (published 30.42; within 15% from "
-      f"{30.42 * (1 - R.TOLERANCE):.1f} to {30.42 * (1 + R.TOLERANCE):.1f})")
-print(f"bars that move under 5%: {', '.join(steady) or 'none'}; the one that moves most: "
-      f"{R.PAPER_NAMES[max(moves, key=moves.get)]} ({max(moves.values()):.0%})")
+plots.compare_bars(fig13, "mean batched requests", theme=viz.theme(), rows=[0, 1, 2, 3])
 
 # %% [markdown]
 # Why the bars land where they do, in the reproduction's own words (computed from the runs): a
@@ -187,6 +170,38 @@ print(f"vLLM: {v13.simulated:.1f} against the published {v13.published:.2f} ({v1
       f"{'inside' if v13.meets else 'outside'} the 15% tolerance; its batch follows the step time, not its memory")
 print("order as published (Max < Pow2 < Oracle < vLLM):",
       fig13.rows[0].simulated < fig13.rows[1].simulated < fig13.rows[2].simulated < fig13.rows[3].simulated)
+
+# %% [markdown]
+# ### Try it: rate, system and step time, beside Fig. 13
+#
+# Two minutes of ShareGPT arrivals through one of the paper's systems; move the rate, pick a
+# system, and scale the cost model's step time (1 = kvlab's cost model, the one behind every bar
+# in this lesson). Look at when the free grey band disappears (memory-bound) and what the caption's batch
+# does then. Then the question of this section and the next: pick vLLM at 2 req/s and slow its steps
+# down; its batch grows and its token states rise towards the paper's 96.3%, while an Orca bar
+# stays where its memory holds it. Two minutes start from an empty server, so every number here
+# sits below the half-hour runs' above; the direction is what to watch. (Without a widget front
+# end the cell shows 2 req/s under Orca (Max).)
+
+# %%
+def two_minutes(rate, policy, step_time=1.0):
+    t = sim.sharegpt(max(100, int(rate * 120)), rate=rate, seed=0)
+    return sim.simulate(t, sim.make_policy(policy, budget.tokens), cost=R.setting(step_time)[1], progress=False)
+
+
+import time
+
+widget = plots.RateWidget(two_minutes, R.PAPER_POLICIES, rate=2.0, static=viz.is_static(), theme=viz.theme(),
+                          labels=R.PAPER_NAMES, step_times=(0.6, 2.0, 0.1))
+t0 = time.perf_counter()
+widget.update(4.0, "vllm", 2.0)   # the slowest setting: the most requests, the biggest batch
+slowest = time.perf_counter() - t0
+for step_time in (1.0, 1.5):
+    widget.update(2.0, "vllm", step_time)
+    print(widget.caption)
+widget.update(2.0, R.PAPER_POLICIES[0], 1.0)   # the widget opens on Orca (Max), step time x1
+print(f"(one update at 4 req/s under vLLM, step time x2, took {slowest:.2f} s on this machine)")
+widget
 
 # %% [markdown]
 # ## 4. Where the memory goes (Fig. 2), inside the same runs
@@ -217,14 +232,15 @@ print(f"\nWhere this reproduction stands: Fig. 13's vLLM bar {v13.simulated:.1f}
       f"{v2.published:.1%} ({'inside' if v2.meets else 'outside'} the tolerance). One cause: kvlab's cost model charges "
       f"a step max(memory time, compute time); at that step time our vLLM had requests waiting in only {bound:.0%} of "
       f"its iterations (seed 0), and {vrun.breakdown(loaded=False)['free']:.0%} of its budget stayed free. The paper's "
-      f"96.3% says its vLLM ran with full memory. Sections 7 and 13 slow the step down and watch both numbers rise.")
+      f"96.3% says its vLLM ran with full memory. The control in section 3 (and the appendix) slow the step down and watch both numbers rise.")
 
 # %% [markdown]
 # ## 5. The ablation: the same estimates without the buddy allocator
 #
 # What the allocator is worth: the Pow2 and Oracle estimates again, on lesson 03's first-fit
-# arena in single token slots (no rounding), on the seed-0 trace. This was kvlab's model before
-# issue 12: compare its bars with the buddy's and with the published ones.
+# arena in single token slots (no rounding), on the seed-0 trace: the model a reproduction gets
+# when it leaves out the paper's allocator. Compare its bars with the buddy's and with the
+# published ones.
 
 # %%
 first = R.paper_runs("sharegpt", N, 0)
@@ -255,66 +271,7 @@ for p in R.PAPER_POLICIES:
           f"{at[2.0]['mean_batch']:.1f} at 2 req/s, {at[2.5]['mean_batch']:.1f} at 2.5 req/s")
 
 # %% [markdown]
-# ## 7. How sure? Length shape and iteration time
-#
-# The paper publishes the mean lengths, not their distribution, so the shape is a choice. Another
-# shape with the same means: a gamma law (lighter tail). Look at how far each bar moves compared
-# with the 15% tolerance. (One seed each; `R.sensitivity` also offers a wider log-normal.)
-
-# %%
-from kvlab.sim.metrics import format_table
-
-shapes = R.sensitivity(N, seeds=(0,), shapes=("lognormal", "gamma"), scales=())
-print(format_table(shapes, percent=("vllm_token_states",)))
-base = shapes[0]
-moved = max(abs(r[p] / base[p] - 1) for r in shapes[1:] for p in R.PAPER_POLICIES)
-print(f"the length shape moves a bar by at most {moved:.0%}")
-
-# %% [markdown]
-# The cost model (iteration time from bandwidth, compute and a fixed overhead; `kvlab.sim.cost`
-# says where each constant comes from, none fitted to a published result) sets the batch of a
-# system that keeps up with its arrivals. The step-time rows of section 3 again, with vLLM's
-# token-state share: Fig. 2's 96.3% for vLLM is the paper's own sign that its vLLM ran with
-# full memory at 2 req/s; look at which step time brings the simulation there.
-
-# %%
-print(format_table([base] + timing, percent=("vllm_token_states",)))
-for r in timing:
-    print(f"{r['variant']}: vLLM {r['vllm']:.1f} ({r['vllm'] / base['vllm'] - 1:+.0%}), Orca (Oracle) "
-          f"{r['orca-oracle']:.1f} ({r['orca-oracle'] / base['orca-oracle'] - 1:+.0%}), vLLM token states "
-          f"{r['vllm_token_states']:.0%}")
-
-# %% [markdown]
-# ## 8. Alpaca (Fig. 13b)
-#
-# Fig. 13b (p. 10, bar labels read off the figure): Alpaca's short instructions at 30 req/s,
-# **7.00 / 43.24 / 72.75 / 132.44**. Look at the memory-bound column: a system that keeps up is
-# not measured by its memory at all. 3,000 requests are 100 seconds of arrivals here, not the
-# paper's hour (108,000 requests): the hour takes minutes per system on a laptop CPU, over this
-# lesson's one-minute budget. `bench/bench_sim.py` runs it; an independent check of an earlier
-# cost model got vLLM 168 against the published 132 (+27%) over the hour. The cells below show
-# why the trace length matters for Alpaca's vLLM bar.
-
-# %%
-alp = R.vllm_batched_requests("alpaca", 3000, seeds=SEEDS)
-print(alp.table())
-print(alp.explanation)
-
-# %%
-base = alp.results["runs"][0]
-for scale in (0.9, 1.1):
-    r = R.paper_runs("alpaca", 3000, 0, cost_scale=scale, policies=("vllm", "orca-oracle"))
-    print(f"iteration time x{scale}: vLLM {r['vllm'].mean_batch:.1f} requests (x1.0: {base['vllm'].mean_batch:.1f}), "
-          f"Orca (Oracle) {r['orca-oracle'].mean_batch:.1f} (x1.0: {base['orca-oracle'].mean_batch:.1f})")
-longer = R.paper_runs("alpaca", 6000, 0, policies=("vllm",))["vllm"]
-grow = longer.mean_batch / base["vllm"].mean_batch - 1
-print(f"200 s of arrivals instead of 100 s: vLLM {longer.mean_batch:.1f} requests (memory-bound in "
-      f"{longer.metrics.loaded_iterations / longer.metrics.iterations:.0%} of iterations), {grow:+.0%} against 100 s: "
-      + ("the batch still grows with the trace, so a longer trace moves this bar; the short one is a lower bound"
-         if grow > 0.05 else "the batch has settled, so the short trace stands for the hour"))
-
-# %% [markdown]
-# ## 9. Sharing (Fig. 15)
+# ## 7. Sharing (Fig. 15)
 #
 # Parallel sampling and beam search (lesson 06) at scale. The paper (Sec. 6.3, p. 11) reports
 # 6.1%-9.8% of the memory saved by sharing for parallel sampling and 37.6%-55.2% for beam search
@@ -326,7 +283,7 @@ fig15 = R.vllm_sharing_savings({"alpaca": 20, "sharegpt": 6}, widths=(2, 4), see
 print(fig15.table())
 
 # %% [markdown]
-# ## 10. The notes' claims, re-judged on the paper's baselines
+# ## 8. The notes' claims, re-judged on the paper's baselines
 #
 # The notes' rule of thumb: "PagedAttention is a must when the average request is over 2,000
 # tokens or over 20 requests run at once". Below: every request waiting (so memory sets the
@@ -369,31 +326,7 @@ for c in claims:
     print(f"{c.verdict:<14} {c.claim[:80]}")
 
 # %% [markdown]
-# ## 11. Prefix hit rates (the SGLang paper)
-#
-# The SGLang paper (Zheng et al., NeurIPS 2024, Sec. 6.2 and its appendix Fig. 13; page numbers
-# not checked against the PDF) reports hit rates "from 50% to 99%" across its benchmarks and
-# cache-aware order reaching "96% of the optimal hit rate on average". Here: few-shot prompts in a small pool, FCFS against cache-aware order,
-# and multi-turn chats at three pool sizes. Look at which knob moves each hit rate: order, or memory.
-
-# %%
-sg = C.sglang_hit_rates(150, 20, budget_tokens=4000, multi_turn_budgets=(4000, 15_728, 31_456), seeds=SEEDS)
-print(sg.table())
-print(sg.explanation)
-
-# %%
-# NBVAL_CHECK_OUTPUT
-h = {k: iv.mean for k, iv in sg.results["intervals"].items()}   # means over the three seeds
-print("few-shot: cache-aware order hits more than FCFS:",
-      h[("few_shot", 4000, "radix", "cache-aware")] > h[("few_shot", 4000, "radix", "fcfs")])
-mt = {cap: h[("multi_turn", cap, "radix", "fcfs")] for cap in (4000, 15_728, 31_456)}
-print("multi-turn: order moves the hit rate by under a point:",
-      all(abs(h[("multi_turn", c, "radix", "cache-aware")] - v) < 0.01 for c, v in mt.items()))
-print("multi-turn: 4,000 slots lose hits that more memory keeps:", mt[4000] < mt[15_728] - 0.1)
-print("multi-turn: 15,728 and 31,456 slots hit within a point of each other:", abs(mt[15_728] - mt[31_456]) < 0.01)
-
-# %% [markdown]
-# ## 12. Paged versus radix: the notes' scenario table, simulated
+# ## 9. Paged versus radix: the notes' scenario table, simulated
 #
 # The notes' five scenarios, every request waiting at once: requests **finished per minute**
 # (one metric for every bar: the queue served from t=0 to the last request) under the two Orca
@@ -435,39 +368,8 @@ print(f"prefix reuse changes something only where prompts share prefixes: "
 # | costs | one table lookup per token in the kernel (lesson 05) | a tree walk per request; eviction and locking (lesson 08) |
 # | shares | within a request: fork, copy-on-write (lesson 06) | across requests, found automatically |
 #
-# ## 13. Try it: rate, system and step time
-#
-# Two minutes of ShareGPT arrivals through one of the paper's systems; move the rate, pick a
-# system, and scale the cost model's step time (1 = kvlab's cost model, the one behind every bar
-# above). Look at when the free grey band disappears (memory-bound) and what the caption's batch
-# does then. Then the question of sections 3 and 4: pick vLLM at 2 req/s and slow its steps
-# down; its batch grows and its token states rise towards the paper's 96.3%, while an Orca bar
-# stays where its memory holds it. Two minutes start from an empty server, so every number here
-# sits below the half-hour runs' above; the direction is what to watch. (Without a widget front
-# end the cell shows 2 req/s under Orca (Max).)
-
-# %%
-def two_minutes(rate, policy, step_time=1.0):
-    t = sim.sharegpt(max(100, int(rate * 120)), rate=rate, seed=0)
-    return sim.simulate(t, sim.make_policy(policy, budget.tokens), cost=R.setting(step_time)[1], progress=False)
-
-
-import time
-
-widget = plots.RateWidget(two_minutes, R.PAPER_POLICIES, rate=2.0, static=viz.is_static(), theme=viz.theme(),
-                          labels=R.PAPER_NAMES, step_times=(0.6, 2.0, 0.1))
-t0 = time.perf_counter()
-widget.update(4.0, "vllm", 2.0)   # the slowest setting: the most requests, the biggest batch
-slowest = time.perf_counter() - t0
-for step_time in (1.0, 1.5):
-    widget.update(2.0, "vllm", step_time)
-    print(widget.caption)
-widget.update(2.0, R.PAPER_POLICIES[0], 1.0)   # the widget opens on Orca (Max), step time x1
-print(f"(one update at 4 req/s under vLLM, step time x2, took {slowest:.2f} s on this machine)")
-widget
-
 # %% [markdown]
-# ## 14. Exercises
+# ## 10. Exercises
 #
 # ### Exercise 1: what does Orca reserve?
 #
@@ -537,7 +439,8 @@ check.fit_requests(fit_requests)
 # %% [markdown]
 # ### Exercise 3: the best possible hit rate (a design question)
 #
-# Section 11 compared the policies with an "optimal" line. Work out what it must be, then
+# Lesson 08's cache-aware scheduling (section 5) and this lesson's appendix compared the orders
+# with a "best possible" hit rate. Work out what it must be, then
 # implement `optimal_hit_rate(prompts)`: the fraction of all prompt tokens (lists of token ids)
 # that a prefix cache could at best serve from cache, with unlimited memory and the prompts in
 # the best order. Return a fraction (0.0 to 1.0), and 0.0 when there are no tokens.
@@ -574,8 +477,9 @@ check.optimal_hit_rate(optimal_hit_rate)
 # - The simulator ran the paper's four systems as the paper built them: Orca's three length
 #   estimates on a buddy allocator, vLLM's paging with its 2023 scheduler, on Table 1's budget.
 # - Fig. 13 and Fig. 2 came from the same Poisson runs, three seeds each, with 95% intervals; the
-#   batch-against-rate sweep showed which systems were memory-bound at the paper's rate, and the
-#   sensitivity rows which assumption moves which bar.
+#   batch-against-rate sweep showed which systems were memory-bound at the paper's rate; the
+#   appendix (`09_at_scale_appendix`) shows which assumption (length shape, step time) moves
+#   which bar, Alpaca's Fig. 13b and SGLang's hit rates.
 # - The notes' claims were judged against those runs. The measured headlines of this run:
 
 # %%

@@ -190,13 +190,14 @@ tiered_cm.check_integrity()
 # ### The picture: both pools, block by block
 #
 # The device pool on the top row, the host pool below, after each request (simulated: the
-# real cache code, no model). A block's colour is its lifecycle state: green cached, red
-# locked, blue being written, orange loading; on the host, light cyan a backup of a page still
-# on the device, cyan a page that is only on the host. The label is the radix node holding it.
-# Press play, or drag the slider.
+# real cache code, no model). A block's colour is its lifecycle state, and the line above the
+# player names each colour (printed from the palette the figure is drawn with). The label is
+# the radix node holding it. Press play, or drag the slider.
 
 # %%
-from kvlab.viz.tier_view import animate_tiers
+from kvlab.viz.tier_view import animate_tiers, state_colour_words
+
+print(state_colour_words())
 
 animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 16 blocks")
 
@@ -235,8 +236,9 @@ for nid, letter in sorted(letters.items(), key=lambda kv: kv[1]):
     print(f"[{letter}] {final[nid]}")
 
 # %% [markdown]
-# The same run with the state diagram: each step's transitions in bold, the counts so far on
-# the edges.
+# The same run with the state diagram: each step's transitions drawn **bold red** (as in
+# section 3), the counts so far on the edges; only the machines that step changed are drawn
+# (a device block, a host block, a node's placement), so the diagram fits one screen.
 
 # %%
 from kvlab.viz.tier_view import tier_stepper
@@ -400,10 +402,10 @@ fig = go.Figure()
 for model, dash in (("llama-3-8b", "solid"), ("llama-2-7b", "dot")):
     fig.add_trace(go.Scatter(x=lengths, y=[recompute_seconds(model, n) for n in lengths], name=f"{model}: recompute",
                              line=dict(color="#1f77b4", dash=dash)))
-    for link, color in (("pcie-gen5-x16", "#2ca02c"), ("nvme-gen4", "#ff7f0e"), (slow_ssd, "#8c564b")):
-        name = link if isinstance(link, str) else link.name
+    for link, color, name in (("pcie-gen5-x16", "#2ca02c", "host memory (PCIe 5)"),
+                              ("nvme-gen4", "#ff7f0e", "a 7 GB/s SSD"), (slow_ssd, "#8c564b", "a 3 GB/s SSD")):
         fig.add_trace(go.Scatter(x=lengths, y=[load_seconds(model, n, link) for n in lengths],
-                                 name=f"{model}: load over {name}", line=dict(color=color, dash=dash)))
+                                 name=f"{model}: load from {name}", line=dict(color=color, dash=dash)))
 fig.update_layout(title="Recompute a prefix or load it back (simulated, stated H100 and link numbers)",
                   xaxis=dict(type="log", title="prefix length (tokens)", dtick=1),
                   yaxis=dict(type="log", title="seconds", dtick=1), font=dict(size=viz.theme().font_size),
@@ -512,9 +514,9 @@ print(f"copy time: {1e3 * t['measured_s']:.2f} ms measured on this machine (host
 # NBVAL_CHECK_OUTPUT
 import tempfile
 
-from kvlab.compute.loader import load_pretrained
+from kvlab.lessons.chat import cached_model
 
-smol, smol_tok = load_pretrained("smollm2")
+smol, smol_tok = cached_model("smollm2")                          # loaded once per kernel
 shop = ("You are a customer-service assistant for an online shop. Answer politely in one sentence. Refunds take five "
         "to seven working days. Orders ship within two days. Invoices are emailed after shipping. Never share another "
         "customer's data.")
@@ -527,7 +529,7 @@ def chat_prompt(question):
 
 def serve_once(prompt, folder, **kw):
     eng = Engine(smol, num_blocks=16, block_size=16, host_ratio=1, storage=folder, **kw)
-    st = eng.submit(prompt, 6)
+    st = eng.submit(prompt, 3)                                        # 3 tokens: enough to compare the replies
     eng.run()
     return eng, st
 
@@ -705,6 +707,10 @@ check.arc_victims(arc_victims)
 #   does not save memory, it spends host memory to save prefill compute.
 # - A disk tier keyed by the pages' token prefix and the model survives a restart: a fresh
 #   server on a warm store fetched its system prompt instead of computing it (section 8).
-# - Loading beats recomputing for GQA models over PCIe from the first tokens (in a marginal-cost
-#   model; SGLang waits for 10); from an SSD only for long prefixes, and for MHA models from a
-#   slow disk within no real context.
+# - When loading beats recomputing, read from section 6's break-even table (a marginal-cost
+#   model; SGLang waits for 10 tokens before it loads back):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for model in ("llama-3-8b", "llama-2-7b"):
+    print(f"  {model}: " + "; ".join(f"{name} pays {when(n)}" for name, n in zip(names, be[model])))

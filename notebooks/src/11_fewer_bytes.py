@@ -427,9 +427,8 @@ check.quest_pick(quest_pick)
 #
 # <details><summary>Hint 2</summary>
 #
-# Both products can be formed for all blocks at once by broadcasting `q` over the block axis;
-# keep the larger one per channel, sum over channels, and order the blocks by bound (largest
-# first; the lower index on a tie) before taking `top_k` and sorting them back.
+# Work the bound out by hand for one block with two channels, `q = [1, -2]`, `k_min = [0, -1]`,
+# `k_max = [3, 4]`. Then: which two orders does the answer need, one to choose and one to return?
 # </details>
 
 # %% [markdown]
@@ -508,4 +507,6 @@ else:
 #   frees whole blocks. Quest keeps everything and reads the top-k blocks by an upper bound, per
 #   KV head with two dense layers (the paper) or one set for all (the variant). Section 5 gives
 #   each one's memory and quality on this model; section 6 shows what a drop cannot undo.
-# - int8 and fp8 cut the bytes of every kept token and combine with any of the three.
+# - int8 and fp8 cut the bytes of every kept token (section 5 measures their quality on the full
+#   cache); this lesson does not measure them together with dropping, so how the two errors add
+#   up is left open.

@@ -1,0 +1,159 @@
+# Lesson 09, appendix: how sure are lesson 09's at-scale numbers (length shape, step time), Alpaca, SGLang's hit rates.
+# Source of truth for notebooks/09_at_scale_appendix.ipynb; build with: .venv/bin/python scripts/build_notebooks.py 09_at_scale_appendix
+
+# %% [markdown]
+# # 09 · Appendix: how sure are the at-scale numbers?
+#
+# **What you will learn**
+#
+# - How much lesson 09's Fig. 13 bars depend on two choices the paper does not publish: the
+#   shape of the length distribution and the simulator's step time (its cost model).
+# - Alpaca (the paper's Fig. 13b), where short requests at a high rate make vLLM keep up with
+#   its arrivals, and why the trace's length then matters.
+# - The SGLang paper's prefix hit rates, and which knob moves them: the queue order or memory.
+#
+# Read lesson 09 first: this appendix uses its setting (OPT-13B on one A100-40GB, Table 1's
+# 15,728 slots, ShareGPT at 2 req/s) and its names. Every number here is **simulated**; every
+# published number names its figure and page. Terms: [glossary](glossary.md).
+
+# %%
+import kvlab
+from kvlab.check import self_test
+
+self_test();
+
+# %% [markdown]
+# ## 1. The setting, as in lesson 09
+#
+# The same budget and the same half-hour ShareGPT trace (3,600 requests), three seeds.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import kvlab.viz as viz
+from kvlab import sim
+from kvlab.sim import claims as C
+from kvlab.sim import plots
+from kvlab.sim import reproductions as R
+
+budget, cost = R.setting()
+N = 3600            # half an hour at 2 req/s, as in lesson 09
+SEEDS = (0, 1, 2)
+print(f"{budget.tokens:,} token slots; {N} requests at 2 req/s; seeds {SEEDS}")
+
+# %% [markdown]
+# ## 2. The step time: how much does a Fig. 13 bar depend on the cost model?
+#
+# The seed-0 trace (lesson 09's first seed) at kvlab's step time, and again with every step 20%
+# shorter and 20% longer (hatched bars: the range). A system held back by memory does not move; a
+# system that keeps up with the arrivals moves with its step time.
+
+# %%
+fig13 = R.vllm_batched_requests("sharegpt", N, seeds=(0,))      # one seed: the range is the point here
+timing = R.sensitivity(N, seeds=(0,), shapes=(), scales=(0.8, 1.2))
+spread = [(min(t[p] for t in timing), max(t[p] for t in timing)) for p in R.PAPER_POLICIES]
+plots.compare_bars(fig13, "mean batched requests", theme=viz.theme(), rows=[0, 1, 2, 3], spread=spread,
+                   spread_name="seed 0, step time -20% to +20%")
+
+# %%
+fast, slow = timing
+moves = {p: max(abs(t[p] / fig13.results["runs"][0][p].mean_batch - 1) for t in timing) for p in R.PAPER_POLICIES}
+steady = [R.PAPER_NAMES[p] for p in R.PAPER_POLICIES if moves[p] < 0.05]
+print(f"step time x0.8: vLLM {fast['vllm']:.1f} requests, x1.2: {slow['vllm']:.1f} (published 30.42; within 15% from "
+      f"{30.42 * (1 - R.TOLERANCE):.1f} to {30.42 * (1 + R.TOLERANCE):.1f})")
+print(f"bars that move under 5%: {', '.join(steady) or 'none'}; the one that moves most: "
+      f"{R.PAPER_NAMES[max(moves, key=moves.get)]} ({max(moves.values()):.0%})")
+
+# %% [markdown]
+# ## 3. The length shape, and the step time again
+#
+# The paper publishes the mean lengths, not their distribution, so the shape is a choice. Another
+# shape with the same means: a gamma law (lighter tail). Look at how far each bar moves compared
+# with the 15% tolerance. (One seed each; `R.sensitivity` also offers a wider log-normal.)
+
+# %%
+from kvlab.sim.metrics import format_table
+
+shapes = R.sensitivity(N, seeds=(0,), shapes=("lognormal", "gamma"), scales=())
+print(format_table(shapes, percent=("vllm_token_states",)))
+base = shapes[0]
+moved = max(abs(r[p] / base[p] - 1) for r in shapes[1:] for p in R.PAPER_POLICIES)
+print(f"the length shape moves a bar by at most {moved:.0%}")
+
+# %% [markdown]
+# The cost model (iteration time from bandwidth, compute and a fixed overhead; `kvlab.sim.cost`
+# says where each constant comes from, none fitted to a published result) sets the batch of a
+# system that keeps up with its arrivals. The step-time rows of section 2 again, with vLLM's
+# token-state share: Fig. 2's 96.3% for vLLM is the paper's own sign that its vLLM ran with
+# full memory at 2 req/s; look at which step time brings the simulation there.
+
+# %%
+print(format_table([base] + timing, percent=("vllm_token_states",)))
+for r in timing:
+    print(f"{r['variant']}: vLLM {r['vllm']:.1f} ({r['vllm'] / base['vllm'] - 1:+.0%}), Orca (Oracle) "
+          f"{r['orca-oracle']:.1f} ({r['orca-oracle'] / base['orca-oracle'] - 1:+.0%}), vLLM token states "
+          f"{r['vllm_token_states']:.0%}")
+
+# %% [markdown]
+# ## 4. Alpaca (Fig. 13b)
+#
+# Fig. 13b (p. 10, bar labels read off the figure): Alpaca's short instructions at 30 req/s,
+# **7.00 / 43.24 / 72.75 / 132.44**. Look at the memory-bound column: a system that keeps up is
+# not measured by its memory at all. 3,000 requests are 100 seconds of arrivals here, not the
+# paper's hour (108,000 requests): the hour takes minutes per system on a laptop CPU, too long
+# for a lesson. `bench/bench_sim.py` runs it; an independent check of an earlier
+# cost model got vLLM 168 against the published 132 (+27%) over the hour. The cells below show
+# why the trace length matters for Alpaca's vLLM bar.
+
+# %%
+alp = R.vllm_batched_requests("alpaca", 3000, seeds=SEEDS)
+print(alp.table())
+print(alp.explanation)
+
+# %%
+base = alp.results["runs"][0]
+for scale in (0.9, 1.1):
+    r = R.paper_runs("alpaca", 3000, 0, cost_scale=scale, policies=("vllm", "orca-oracle"))
+    print(f"iteration time x{scale}: vLLM {r['vllm'].mean_batch:.1f} requests (x1.0: {base['vllm'].mean_batch:.1f}), "
+          f"Orca (Oracle) {r['orca-oracle'].mean_batch:.1f} (x1.0: {base['orca-oracle'].mean_batch:.1f})")
+longer = R.paper_runs("alpaca", 6000, 0, policies=("vllm",))["vllm"]
+grow = longer.mean_batch / base["vllm"].mean_batch - 1
+print(f"200 s of arrivals instead of 100 s: vLLM {longer.mean_batch:.1f} requests (memory-bound in "
+      f"{longer.metrics.loaded_iterations / longer.metrics.iterations:.0%} of iterations), {grow:+.0%} against 100 s: "
+      + ("the batch still grows with the trace, so a longer trace moves this bar; the short one is a lower bound"
+         if grow > 0.05 else "the batch has settled, so the short trace stands for the hour"))
+
+# %% [markdown]
+# ## 5. Prefix hit rates (the SGLang paper)
+#
+# The SGLang paper (Zheng et al., NeurIPS 2024, Sec. 6.2 and its appendix Fig. 13) reports hit
+# rates "from 50% to 99%" across its benchmarks and cache-aware order reaching "96% of the
+# optimal hit rate on average". Here: few-shot prompts in a small pool, FCFS against
+# cache-aware order, and multi-turn chats at three pool sizes. Look at which knob moves each hit rate: order, or memory.
+
+# %%
+sg = C.sglang_hit_rates(150, 20, budget_tokens=4000, multi_turn_budgets=(4000, 15_728, 31_456), seeds=SEEDS)
+print(sg.table())
+print(sg.explanation)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+h = {k: iv.mean for k, iv in sg.results["intervals"].items()}   # means over the three seeds
+print("few-shot: cache-aware order hits more than FCFS:",
+      h[("few_shot", 4000, "radix", "cache-aware")] > h[("few_shot", 4000, "radix", "fcfs")])
+mt = {cap: h[("multi_turn", cap, "radix", "fcfs")] for cap in (4000, 15_728, 31_456)}
+print("multi-turn: order moves the hit rate by under a point:",
+      all(abs(h[("multi_turn", c, "radix", "cache-aware")] - v) < 0.01 for c, v in mt.items()))
+print("multi-turn: 4,000 slots lose hits that more memory keeps:", mt[4000] < mt[15_728] - 0.1)
+print("multi-turn: 15,728 and 31,456 slots hit within a point of each other:", abs(mt[15_728] - mt[31_456]) < 0.01)
+
+# %% [markdown]
+# ## Summary
+#
+# - A bar held back by memory (the three Orcas) hardly moves with the length shape or the step
+#   time; a bar that keeps up with its arrivals (vLLM at 2 req/s) follows the step time: the
+#   lines under sections 2 and 3 say by how much on this run.
+# - Alpaca's short requests at 30 req/s: whether the 100-second trace stands for the paper's hour
+#   is printed under section 4.
+# - Prefix hit rates move with the queue order where prompts share few-shot examples, and with
+#   memory where chats grow their history (section 5's lines).
+# - Back to lesson 09 for the exercises, or on to lesson 10: tiers below the GPU's memory.
