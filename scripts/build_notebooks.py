@@ -198,7 +198,7 @@ def kernel_env() -> dict[str, str]:
     return env
 
 
-def execute(nb: nbformat.NotebookNode, cwd: Path = NB_DIR, timeout: int = 120, env: dict[str, str] | None = None,
+def execute(nb: nbformat.NotebookNode, cwd: Path = NB_DIR, timeout: int = 300, env: dict[str, str] | None = None,
             allow_errors: bool = False) -> float:
     """Run ``nb`` in place with nbclient (kernel python3, cwd ``cwd``); return seconds taken.
 

@@ -87,6 +87,7 @@ print(f"the length shape moves a bar by at most {moved:.0%}")
 # full memory at 2 req/s; look at which step time brings the simulation there.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 print(format_table([base] + timing, percent=("vllm_token_states",)))
 for r in timing:
     print(f"{r['variant']}: vLLM {r['vllm']:.1f} ({r['vllm'] / base['vllm'] - 1:+.0%}), Orca (Oracle) "
