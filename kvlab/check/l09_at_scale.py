@@ -65,6 +65,8 @@ def _estimate(p: int, o: int, mode: str, max_len: int) -> int:
 # Common mistakes, each written the way a learner gets it wrong: the FAIL line names the one that
 # gives exactly the learner's answer on that case.
 ORCA_MISTAKES = {
+    "block_size is a parameter: the answer divided by 16 whatever block_size was passed":
+        lambda p, o, m, bs=16, ml=2048: None if bs == 16 else _pow2(-(-min(p + _estimate(p, o, m, ml), ml) // 16)),
     "max_len is a parameter (here {max_len}): Orca (Max) reserves it and no run goes past it, not past 2048":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(p + _estimate(p, o, m, 2048), 2048) // bs)),
     "the next power of two of a power of two is itself (256 stays 256, 257 becomes 512): 1 << n.bit_length() "
@@ -83,6 +85,9 @@ ORCA_MISTAKES = {
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-(p + _estimate(p, o, m, ml)) // bs)),
     "the estimate replaces the output, it is added to the prompt":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(_estimate(p, o, m, ml), ml) // bs)),
+    "rounded the token slots to a power of two, then divided into blocks: the buddy allocator rounds the "
+    "number of BLOCKS (the same only when block_size is a power of two)":
+        lambda p, o, m, bs=16, ml=2048: -(-_pow2(min(p + _estimate(p, o, m, ml), ml)) // bs),
 }
 
 
@@ -114,7 +119,9 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
              (15, 1, "oracle", 8), (300, 200, "pow2", 1), (300, 200, "oracle", 32), (3000, 900, "pow2", 16, 4096),
              (40, 9, "max", 16, 4096), (200, 61, "oracle"), (130, 5, "oracle", 8),  # 16 blocks and a bit: 32
              (1, 256, "pow2"), (1, 2, "pow2", 1), (1, 1, "pow2", 1), (3, 257, "pow2", 4), (100, 128, "pow2", 16, 1024),
-             (64, 64, "oracle", 1)]  # powers of two: the next power of two of 256 is 256
+             (64, 64, "oracle", 1),  # powers of two: the next power of two of 256 is 256
+             (161, 338, "oracle", 24), (48, 100, "pow2", 3), (161, 338, "max", 48, 4096)]  # block sizes that
+    # are not powers of two: rounding the slots to a power of two before dividing is then wrong
     rng = random.Random(12)
     for _ in range(6):
         bs, ml = rng.choice([(8, 2048), (16, 2048), (16, 1024), (32, 4096)])
