@@ -72,3 +72,15 @@ def test_live_cases_come_from_a_real_server():
         assert [c.label.startswith("your server") for c in r.failures] == [True] * 3
     finally:
         lab.stop()
+
+
+def test_true_division_is_named_as_a_float_where_an_int_is_due():
+    """The review's `/` for `//` (7.0 for 4) came back without a name: the shared diagnosis's last
+    guess for a float where an int is due names it in every checker."""
+    def divides(nodes, prompt, page_size):
+        return float(S12.predict_cached(nodes, prompt, 1)) / page_size * page_size + 0.0 * len(prompt)
+
+    r = check.predict_cached_tokens(divides, verbose=False)
+    assert not r.passed and r.failures and all("float" in c.note for c in r.failures if c.note), \
+        [c.note for c in r.failures][:3]
+    assert any("a / somewhere" in c.note for c in r.failures)

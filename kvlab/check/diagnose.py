@@ -273,6 +273,8 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
     'returned a list holding the answer ([3]): return the number itself'
     >>> unit_slip([1, 2], (1, 2))
     'returned a tuple where a list is expected (the values are right): return a list'
+    >>> unit_slip(4, 7.0)
+    'returned the float 7.0 where an int is expected (and not its value): a / somewhere (use //, whole blocks and tokens)'
     """
     if isinstance(expected, bool) or isinstance(actual, bool):
         return None
@@ -343,6 +345,9 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
     for factor, unit in _UNITS:
         if _close(actual * factor, expected):
             return f"that is in {unit} ({_power(factor)} bytes): the answer is in bytes"
+    if isinstance(expected, int) and isinstance(actual, float):   # the last guess: no unit explains it
+        return (f"returned the float {actual!r} where an int is expected (and not its value): a / somewhere "
+                "(use //, whole blocks and tokens)")
     return None
 
 
