@@ -152,7 +152,8 @@ viz.ThesisWidget(shared=True, table="R2", pos=5)
 # shared block by block (fork and copy-on-write share blocks by reference count; they never ask
 # what the tokens are). Lessons 07 and 08 are the **logical layer**: which cached content a new
 # request can reuse, found by matching its tokens. 01 connects both to real computation, 09 to
-# real scale, 10 to memory beyond the GPU, and 11 makes each token's KV smaller.
+# real scale, 10 to memory beyond the GPU, 11 makes each token's KV smaller, and 12 runs it all
+# inside a real server.
 #
 # ## How a lesson works
 #
@@ -287,7 +288,8 @@ check.reusable_tokens(reusable_tokens)
 # - The series goes from how KV memory is laid out and shared block by block (02-06, the
 #   physical layer) to which cached content can be reused (07-08, the logical layer), checks the
 #   source notes' claims at scale (09), follows a block beyond the GPU (10) and makes every
-#   token's K and V take fewer bytes (11).
+#   token's K and V take fewer bytes (11), then runs it all inside a real server behind the
+#   OpenAI API (12).
 # - Exercises: contract, stub, `check.<name>(fn)`, hints; solutions live in `solutions/`.
 #
 # Next: [01 Why a KV cache](01_why_kv_cache.ipynb). The words: [glossary](glossary.md).
