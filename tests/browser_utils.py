@@ -171,8 +171,37 @@ def chromium() -> Iterator[Any]:
             b.close()
 
 
-def run_all(page, lab: tuple[str, str, Path], name: str) -> None:
-    """Open ``name`` in ``page``, Run All Cells, wait until every code cell shows a number."""
+_EXECUTE_JS = """async (codes) => {
+    const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    const results = [];
+    for (const code of codes) {
+        const outputs = [];
+        const future = kernel.requestExecute({code, store_history: false});
+        future.onIOPub = (msg) => {
+            const kind = msg.header.msg_type;
+            if (['stream', 'display_data', 'execute_result', 'error'].includes(kind)) {
+                const o = {output_type: kind, ...msg.content};
+                delete o.transient;
+                outputs.push(o);
+            }
+        };
+        await future.done;
+        results.push(outputs);
+    }
+    return results;
+}"""
+
+
+def kernel_execute(page, codes: list[str]) -> list[list[dict]]:
+    """Run each of ``codes`` in the kernel of the page's notebook, in order, as no cell (nothing
+    shows on the page, the cells' numbers do not move); per code its outputs (nbformat dicts).
+    Needs ``--LabApp.expose_app_in_browser`` (:func:`jupyter_lab` sets it)."""
+    return page.evaluate(_EXECUTE_JS, codes)
+
+
+def run_all(page, lab: tuple[str, str, Path], name: str, before: str | None = None) -> None:
+    """Open ``name`` in ``page``, Run All Cells, wait until every code cell shows a number.
+    ``before``: code run in the kernel first, as no cell (:func:`kernel_execute`); it must not fail."""
     base, token, folder = lab
     page.goto(f"{base}/lab/tree/{name}?token={token}&reset", timeout=60_000)
     # The kernel is ready when the status bar says "Idle" (the execution indicator says idle too early).
@@ -180,6 +209,10 @@ def run_all(page, lab: tuple[str, str, Path], name: str) -> None:
         """() => /Python 3.*\\|\\s*Idle/.test(document.querySelector('.jp-StatusBar-Widget, #jp-main-statusbar')?.textContent || '')""",
         timeout=60_000, polling=300,
     )
+    if before is not None:
+        errors = [o for o in kernel_execute(page, [before])[0] if o["output_type"] == "error"]
+        if errors:
+            raise AssertionError(f"{name}: the code run before the lesson failed: {errors[0]['ename']}: {errors[0]['evalue']}")
     started = False
     for _attempt in range(3):  # a Run All sent while the kernel still connects can be dropped: send it again
         page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
@@ -206,11 +239,12 @@ def run_all(page, lab: tuple[str, str, Path], name: str) -> None:
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=30_000)
 
 
-def open_and_run_all(browser, lab, name: str, viewport: dict, failed_shot: Path | None = None):
+def open_and_run_all(browser, lab, name: str, viewport: dict, failed_shot: Path | None = None,
+                     before: str | None = None):
     """A new page at ``viewport`` with ``name`` run top to bottom (see :func:`run_all`)."""
     page = browser.new_page(viewport=viewport)
     try:
-        run_all(page, lab, name)
+        run_all(page, lab, name, before=before)
     except Exception:
         if failed_shot is not None:
             failed_shot.parent.mkdir(parents=True, exist_ok=True)

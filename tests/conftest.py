@@ -38,11 +38,12 @@ def pytest_configure(config):
 
 
 # ---- scheduling under pytest-xdist (scripts/test.sh: -n N --dist loadscope) ----
-# Each lesson's headless run is a work unit of its own, the browser test two units (half the lessons
-# each, one JupyterLab and one Chromium per half: its module fixtures), every other test module one
-# unit (its module fixtures built once), and the lessons' units are handed out first: they are the
-# long ones, so the short modules fill the end of the run instead of one worker finishing a lesson
-# file alone while the other waits. (xdist's own loadgroup cannot do this with pytest 9.2: it tags
+# The lessons are two work units (half the lessons each, one JupyterLab and one Chromium per half:
+# the browser test's module fixtures): each lesson runs once, in the browser, and its headless
+# checks (tests/test_lessons_headless.py) read that run after the browser items of the half. Every
+# other test module is one unit (its module fixtures built once), and the lessons' units are handed
+# out first: they are the long ones, so the short modules fill the end of the run instead of one
+# worker finishing a lesson alone while the other waits. (xdist's own loadgroup cannot do this with pytest 9.2: it tags
 # a test by rewriting ``item._nodeid``, which pytest 9.2 no longer reads.)
 LESSON_FILES = {"test_browser.py": "browser", "test_lessons_headless.py": "headless"}
 LAST_FILES = ("test_site.py",)   # builds the site from every lesson's headless run: once they are done
@@ -60,19 +61,17 @@ def work_unit(nodeid: str) -> tuple[int, str]:
     >>> work_unit("tests/test_browser.py::test_lesson_runs_clean_and_fits[07-classroom]")
     (0, 'browser-a')
     >>> work_unit("tests/test_lessons_headless.py::test_solutions_pass[11_fewer_bytes]")
-    (0, 'headless-11')
+    (0, 'browser-b')
     >>> work_unit("tests/test_radix.py::test_insert")
     (1, 'tests/test_radix.py')
     """
     path = nodeid.split("::", 1)[0]
     name = path.rsplit("/", 1)[-1]
     kind, lesson = LESSON_FILES.get(name), _PARAM.search(nodeid)
-    if kind == "browser" and lesson:
+    if kind and lesson:   # a lesson's browser items, then its headless checks (of the browser's run)
         n = lesson.group(1)
         half = "a" if n in BROWSER_HALF_A or (n not in BROWSER_HALF_B and int(n) % 2) else "b"
         return 0, f"browser-{half}"
-    if kind == "headless" and lesson:
-        return 0, f"headless-{lesson.group(1)}"
     return (2 if name in LAST_FILES else 1), path
 
 
@@ -92,12 +91,12 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """In the workers of a ``--dist loadscope`` run: the lessons' tests first (the scheduler hands
-    out units in collection order, with --no-loadscope-reorder), browser before headless, the site
-    last; within a unit, as collected."""
+    out units in collection order, with --no-loadscope-reorder), the site last; within a unit, as
+    collected (the browser items before the headless checks of the same lessons)."""
     if os.environ.get(ORDER_ENV) != "1":
         return
     keyed = [(*work_unit(item.nodeid), i, item) for i, item in enumerate(items)]
-    items[:] = [k[-1] for k in sorted(keyed, key=lambda k: (k[0], k[1].startswith("headless") if k[0] == 0 else 0, k[2]))]
+    items[:] = [k[-1] for k in sorted(keyed, key=lambda k: (k[0], k[2]))]
 
 
 @pytest.fixture(scope="module")

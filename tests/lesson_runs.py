@@ -1,22 +1,30 @@
-"""One headless run of a lesson per test session, shared by the tests that need it.
+"""One run of each lesson per test session, shared by the tests that need it.
 
-``executed(stem)`` runs ``notebooks/<stem>.ipynb`` (outputs stripped) top to bottom with
-nbclient, with ``KVLAB_STATIC=frames`` (figures static, every stepper a player with all its
-frames: what the static site renders), and then, in the SAME kernel, with
-``KVLAB_CHECK_STRICT=1`` set, each exercise's solution (solutions/<stem>.py, injected as
-scripts/build_notebooks.py's ``inject_solutions`` does) followed by its check cell again.
-The lesson's own cells with their outputs are saved as ``build/lesson-runs/<stem>.ipynb``
-(what scripts/build_site.py renders), the solution checks' outputs and the run's times as
-``build/lesson-runs/<stem>.json``.
+A lesson's run is made in one of two ways, whichever comes first:
 
-Build once per session: a lesson is run by whichever test asks for it first (a file lock per
-lesson, so pytest-xdist workers wait for each other), and reused by the others while the run id
-(``KVLAB_TEST_RUN_ID``, set by tests/conftest.py before the workers start) is this session's. A
-copy left by an earlier session is never trusted: every session runs every lesson it checks.
+- **in the browser** (tests/test_browser.py, the usual way): JupyterLab runs the lesson live;
+  meanwhile tests/site_recorder.py records, in a fork of the kernel at each drawing cell, that
+  cell's outputs with ``KVLAB_STATIC=frames`` (figures static, every stepper a player with all its
+  frames: what the static site renders); after the lesson, each exercise's solution and its check
+  run in the same kernel, strict. :func:`save_browser_run` saves it: the notebook as JupyterLab
+  held it (``<stem>.live.ipynb``, what the checks read), the site's copy (``<stem>.ipynb``: the
+  same with the drawing cells' recorded outputs) and the solutions' outputs (``<stem>.json``).
+- **headless** (:func:`executed`, when no browser run of this session exists: no browser on the
+  machine, a lesson whose drawing cells could not be recorded, or a browser run that failed):
+  nbclient runs ``notebooks/<stem>.ipynb`` (outputs stripped) top to bottom with
+  ``KVLAB_STATIC=frames``, then, in the SAME kernel, with ``KVLAB_CHECK_STRICT=1`` set, each
+  exercise's solution (solutions/<stem>.py, injected as scripts/build_notebooks.py's
+  ``inject_solutions`` does) followed by its check cell again. Same files, one copy for both.
+
+Once per session: the browser test holds its lessons' file locks from its first lesson on, and a
+test that asks for a run (:func:`executed`) takes the lesson's lock, so pytest-xdist workers wait
+for each other; a run is reused while its run id (``KVLAB_TEST_RUN_ID``, set by tests/conftest.py
+before the workers start) is this session's. A copy left by an earlier session is never trusted.
 
 The checks on a run (tests/test_lessons_headless.py): :func:`nbval_differences` (nbval's
 ``--nbval-lax`` rules: cells marked ``# NBVAL_CHECK_OUTPUT`` compared with their stored outputs,
-streams coalesced, metadata, widget views and PNGs skipped), :func:`cell_errors`, and
+streams coalesced, metadata, widget views and PNGs skipped), :func:`cell_errors` (of the lesson and,
+for a browser run, of the site's recorded outputs), :func:`stub_check_problems` and
 :func:`solution_failures`.
 
 Example:
@@ -57,8 +65,8 @@ SKIP_COMPARE = ("metadata", "traceback", "prompt_number", "output_type", "name",
 
 @dataclass
 class LessonRun:
-    """A lesson's headless run: the executed notebook (its own cells), the stored notebook it ran
-    from, and per exercise the solution check's cells (``[solution cell, check cell]``)."""
+    """A lesson's run: the executed notebook (its own cells), the stored notebook it ran from, and
+    per exercise the solution check's cells (``[solution cell, check cell]``)."""
 
     stem: str
     notebook: nbformat.NotebookNode
@@ -66,6 +74,8 @@ class LessonRun:
     solutions: list[dict]
     seconds: float
     path: Path
+    site: nbformat.NotebookNode   # the copy the static site renders (the drawing cells' outputs as players)
+    made_by: str = "headless"     # or "browser": the browser test's run (tests/test_browser.py)
 
 
 def lesson_stems() -> list[str]:
@@ -81,18 +91,31 @@ def run_id() -> str:
 
 @contextmanager
 def _locked(stem: str) -> Iterator[None]:
+    f = hold(stem)  # another worker running this lesson (headless or in the browser): wait for it
+    try:
+        yield
+    finally:
+        release(f)
+
+
+def hold(stem: str):
+    """Take lesson ``stem``'s lock (waiting for whoever holds it); :func:`release` gives it back.
+    The browser test holds its lessons' locks from its first lesson on, so a test that asks for
+    a run (:func:`executed`) waits for the browser's run instead of running the lesson itself."""
     RUNS.mkdir(parents=True, exist_ok=True)
-    with open(RUNS / f"{stem}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # another worker running this lesson: wait for it
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    f = open(RUNS / f"{stem}.lock", "w")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
+def release(f) -> None:
+    fcntl.flock(f, fcntl.LOCK_UN)
+    f.close()
 
 
 def executed(stem: str) -> LessonRun:
-    """This session's headless run of lesson ``stem`` (``NN_slug``): run now, or the one another
-    test (or worker) of this session made."""
+    """This session's run of lesson ``stem`` (``NN_slug``): the one the browser test or another
+    test (or worker) of this session made, or a headless run made now."""
     with _locked(stem):
         meta_path = RUNS / f"{stem}.json"
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
@@ -100,8 +123,60 @@ def executed(stem: str) -> LessonRun:
             meta = _run(stem)
             meta_path.write_text(json.dumps(meta, indent=1, ensure_ascii=False))
     stored = nbformat.read(NB_DIR / f"{stem}.ipynb", as_version=4)
-    nb = nbformat.read(RUNS / f"{stem}.ipynb", as_version=4)
-    return LessonRun(stem, nb, stored, meta["solutions"], meta["seconds"], RUNS / f"{stem}.ipynb")
+    site = nbformat.read(RUNS / f"{stem}.ipynb", as_version=4)
+    live = RUNS / f"{stem}.live.ipynb"
+    nb = nbformat.read(live, as_version=4) if meta.get("made_by") == "browser" else site
+    return LessonRun(stem, nb, stored, meta["solutions"], meta["seconds"], RUNS / f"{stem}.ipynb", site,
+                     meta.get("made_by", "headless"))
+
+
+def save_browser_run(stem: str, live: dict, frames: Path, solutions: list[list], seconds: float) -> str:
+    """Save the browser test's run of lesson ``stem`` as this session's run (call it holding the
+    lesson's lock): ``live``, the notebook as JupyterLab holds it after Run All; ``frames``, the
+    folder where tests/site_recorder.py wrote each drawing cell's static-site outputs; per
+    exercise ``[solution outputs, check outputs]`` (the strict cell's outputs first), run in the
+    same kernel after the lesson. The site's copy is the live notebook with each drawing cell's
+    outputs replaced by its recorded ones. Returns "" when saved, else why not (a drawing cell not
+    recorded: a thread of the lesson's own was running, lesson 12's servers); the lesson is then
+    run headless for the site and its checks."""
+    stored = nbformat.read(NB_DIR / f"{stem}.ipynb", as_version=4)
+    live = {**live, "cells": [{k: v for k, v in c.items() if v is not None} for c in live["cells"]]}  # JupyterLab: "attachments": null
+    nb = nbformat.from_dict(live)
+    drawn = drawn_cells(stored)
+    records = [json.loads(p.read_text()) for p in sorted(frames.glob("*.json"))]
+    unsafe = [r["unsafe"] for r in records if "unsafe" in r]
+    if unsafe or len(records) != len(drawn) or len(nb.cells) != len(stored.cells):
+        return (unsafe[0] if unsafe else f"{len(records)} drawing cells recorded of {len(drawn)}, "
+                f"{len(nb.cells)} cells of {len(stored.cells)}")
+    site = nbformat.from_dict(json.loads(json.dumps(live)))
+    for i, record in zip(drawn, records):
+        site.cells[i].outputs = [nbformat.from_dict(o) for o in record["outputs"]]
+    sols = solution_cells(stored, stem)
+    strict, per_exercise = (solutions[0], solutions[1:]) if sols else ([], [])  # see tests/test_browser.py
+    if len(per_exercise) != len(sols):
+        return f"{len(per_exercise)} solutions run of {len(sols)}"
+    meta_sols = [{"stub_cell": i, "solution": sol, "check": check, "outputs": outs}
+                 for (i, sol, check), outs in zip(sols, per_exercise)]
+    strict_errors = [o for o in strict if o.get("output_type") == "error"]
+    if strict_errors:
+        meta_sols.append({"stub_cell": -1, "solution": STRICT_CELL, "check": "", "outputs": [strict_errors, []]})
+    nbformat.write(nb, RUNS / f"{stem}.live.ipynb")
+    nbformat.write(site, RUNS / f"{stem}.ipynb")
+    meta = {"run_id": run_id(), "made_by": "browser", "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            "pid": os.getpid(), "seconds": round(seconds, 1), "solutions": json.loads(json.dumps(meta_sols))}
+    (RUNS / f"{stem}.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False))
+    return ""
+
+
+DRAWN_MIMES = {"text/html", "image/svg+xml", "image/png", "application/vnd.plotly.v1+json",
+               "application/vnd.jupyter.widget-view+json"}
+
+
+def drawn_cells(stored: nbformat.NotebookNode) -> list[int]:
+    """The code cells whose stored outputs are drawn (HTML, SVG, plotly, widgets, images): the ones
+    classroom mode draws differently and the static site draws as players and static figures."""
+    return [i for i, c in enumerate(stored.cells) if c.cell_type == "code"
+            and any(DRAWN_MIMES & set(o.get("data", {})) for o in c.get("outputs", []))]
 
 
 def solution_cells(stored: nbformat.NotebookNode, stem: str) -> list[tuple[int, str, str]]:
@@ -192,7 +267,10 @@ def cell_errors(run: LessonRun) -> list[str]:
     """Every cell of the lesson's own run that raised (as nbval fails a cell that raises, unless it
     is marked ``# NBVAL_RAISES_EXCEPTION``)."""
     found = []
-    for i, c in enumerate(run.notebook.cells):
+    cells = list(enumerate(run.notebook.cells))
+    if run.site is not run.notebook:  # a browser run: the site's recorded outputs too
+        cells += [(i, c) for i in drawn_cells(run.stored) for c in [run.site.cells[i]]]
+    for i, c in cells:
         if c.cell_type != "code" or cell_options(c)["check_exception"]:
             continue
         for o in c.outputs:

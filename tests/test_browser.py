@@ -25,7 +25,10 @@ well as into the failure. Lesson steps:
   button changes the caption and the tree. A lesson with steps that is missing fails.
 
 One server and one browser for all the lessons; the time is the lessons' own run time (once
-each) plus the re-drawn cells.
+each) plus the re-drawn cells. That run is also the lesson's run for its headless checks and the
+static site (tests/lesson_runs.py): while Run All runs, tests/site_recorder.py records each drawing
+cell's static-site outputs in a fork of the kernel, and after both modes the exercises' solutions
+and checks run in the same kernel (see ``_save_run``).
 
 Screenshots go to tests/_artifacts/ (git-ignored). With KVLAB_UPDATE_SCREENSHOTS=1 the two for
 the README are also copied to docs/img/ (memory_map.png, radix_tree.png).
@@ -39,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -47,8 +51,9 @@ import pytest
 from browser_utils import (
     ARTIFACTS, CLASSROOM_CELL, CLASSROOM_VIEWPORT, NORMAL_VIEWPORT, ROOT, RUN_TIMEOUT_MS, browser_problems,
     cell_errors, chromium, ensure_file_browser_open, format_report, jupyter_lab, layout_report, lesson_names,
-    open_and_run_all, page_chunks, prepare_folder, shutdown_kernels,
+    kernel_execute, open_and_run_all, page_chunks, prepare_folder, shutdown_kernels,
 )
+from lesson_runs import STRICT_CELL, drawn_cells, hold, release, save_browser_run, solution_cells
 
 pytestmark = pytest.mark.browser
 
@@ -117,28 +122,105 @@ def _assert_fits(page, name: str, classroom: bool) -> None:
 
 class _Held:
     """The one lesson page open at a time: ``stage`` is "normal" after Run All at 1500x1000,
-    "classroom" once :func:`_to_classroom` has re-drawn it (each lesson runs once in the browser)."""
+    "classroom" once :func:`_to_classroom` has re-drawn it (each lesson runs once in the browser).
+    ``live``: the notebook as JupyterLab held it after Run All (for :func:`_save_run`)."""
 
     name: str | None = None
     page = None
     stage = ""
+    live: dict | None = None
+    started = 0.0
+    locks: dict = {}   # lesson stem -> its held lock (tests/lesson_runs.py hold/release)
 
     @classmethod
     def close(cls, lab) -> None:
         if cls.page is not None:
             try:
+                _save_run(cls)
                 cls.page.screenshot(path=str(ARTIFACTS / f"{cls.name[:2]}_{cls.stage}_page.png"))
             finally:
                 cls.page.close()
                 shutdown_kernels(lab)
-        cls.name, cls.page, cls.stage = None, None, ""
+                _release(cls.name)
+        cls.name, cls.page, cls.stage, cls.live = None, None, "", None
+
+    @classmethod
+    def release_all(cls) -> None:
+        for stem in list(cls.locks):
+            release(cls.locks.pop(stem))
 
 
 @pytest.fixture(scope="module")
 def held(browser, lab):
-    """The page holder; the last page (and its kernel) closed before the browser and the server."""
-    yield _Held
-    _Held.close(lab)
+    """The page holder; the last page (and its kernel) closed before the browser and the server,
+    and every lesson lock still held given back."""
+    try:
+        yield _Held
+    finally:
+        try:
+            _Held.close(lab)
+        finally:
+            _Held.release_all()
+
+
+# ---- the lesson's run for the headless checks and the static site (each lesson runs once) ----
+# While Run All runs, tests/site_recorder.py records in the kernel each drawing cell's outputs as
+# the static site draws them (a fork of the kernel at that cell, KVLAB_STATIC=frames). After the
+# lesson (both modes), the exercises' solutions and checks run in the same kernel, strict, as no
+# cell; then tests/lesson_runs.py saves the run: tests/test_lessons_headless.py checks it
+# (nbval's checked cells, errors, stubs, solutions) and tests/test_site.py builds the site from it.
+FRAMES = ROOT / "build" / "lesson-runs" / "frames"
+
+
+def _hold_half(name: str) -> None:
+    """Under pytest-xdist: take the locks of every lesson of this lesson's browser work unit
+    (tests/conftest.py), so another worker asking for one of them (the site test) waits for this
+    run instead of running the lesson headless. In one process nothing waits: no lock is taken."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or _Held.locks:
+        return
+    from conftest import work_unit
+
+    unit = work_unit(f"tests/test_browser.py::test_lesson_runs_clean_and_fits[{name[:2]}-normal]")[1]
+    for other in _LESSONS:
+        if work_unit(f"tests/test_browser.py::test_lesson_runs_clean_and_fits[{other[:2]}-normal]")[1] == unit:
+            _Held.locks[other[:-len(".ipynb")]] = hold(other[:-len(".ipynb")])
+
+
+def _release(name: str | None) -> None:
+    if name and name[:-len(".ipynb")] in _Held.locks:
+        release(_Held.locks.pop(name[:-len(".ipynb")]))
+
+
+def _recorder_start(name: str) -> str:
+    stem = name[:-len(".ipynb")]
+    out = FRAMES / stem
+    shutil.rmtree(out, ignore_errors=True)
+    stored = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    drawn = [stored.cells[i].source for i in drawn_cells(stored)]
+    return (f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); import site_recorder as _kv_rec; "
+            f"_kv_rec.start({str(out)!r}, {drawn!r}); del _kv_rec")
+
+
+def _save_run(held) -> None:
+    """The held lesson's solutions and checks in its kernel, then the run saved (when Run All got
+    through: a lesson whose run was not saved is run headless by whoever asks for it)."""
+    if held.live is None:
+        return
+    stem = held.name[:-len(".ipynb")]
+    stored = nbformat.read(ROOT / "notebooks" / held.name, as_version=4)
+    codes = []
+    sols = solution_cells(stored, stem)
+    if sols:
+        codes.append(STRICT_CELL)
+    for _i, sol, check in sols:
+        codes += [sol, check]
+    outputs = kernel_execute(held.page, codes) if codes else []
+    # [the strict cell's outputs], then per exercise [its solution's outputs, its check's outputs]
+    solutions = ([outputs[0]] + [outputs[k:k + 2] for k in range(1, len(outputs), 2)]) if sols else []
+    why_not = save_browser_run(stem, held.live, FRAMES / stem, solutions, time.monotonic() - held.started)
+    if why_not:
+        warnings.warn(f"{stem}: the browser run is not the lesson's run for its checks and the site ({why_not}): "
+                      "it runs headless")
 
 
 def _page(browser, lab, name: str, stage: str):
@@ -147,9 +229,14 @@ def _page(browser, lab, name: str, stage: str):
         pytest.fail(f"notebooks/{name} is missing")
     if _Held.name != name or (stage == "normal" and _Held.stage != "normal"):
         _Held.close(lab)
-        _Held.page = open_and_run_all(browser, lab, name, NORMAL_VIEWPORT,
+        _hold_half(name)
+        started = time.monotonic()
+        _Held.page = open_and_run_all(browser, lab, name, NORMAL_VIEWPORT, before=_recorder_start(name),
                                       failed_shot=ARTIFACTS / f"{name[:2]}_normal_failed.png")
-        _Held.name, _Held.stage = name, "normal"
+        _Held.name, _Held.stage, _Held.started = name, "normal", started
+        stop = kernel_execute(_Held.page, ["import site_recorder as _kv_rec; _kv_rec.stop(); del _kv_rec"])[0]
+        if not any(o["output_type"] == "error" for o in stop) and not cell_errors(_Held.page):
+            _Held.live = _Held.page.evaluate("() => window.jupyterapp.shell.currentWidget.content.model.toJSON()")
     page = _Held.page
     if stage == "classroom" and _Held.stage != "classroom":
         page.screenshot(path=str(ARTIFACTS / f"{name[:2]}_normal_page.png"))
@@ -161,15 +248,9 @@ def _page(browser, lab, name: str, stage: str):
 
 
 def _redrawn_cells(name: str) -> list[int]:
-    """The code cells whose stored outputs are drawn (HTML, SVG, plotly, widgets, images): the
+    """The code cells whose stored outputs are drawn (tests/lesson_runs.py ``drawn_cells``): the
     ones classroom mode draws differently. Printed text is enlarged by the page's CSS."""
-    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
-    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-            and any(_DRAWN & set(o.get("data", {})) for o in c.get("outputs", []))]
-
-
-_DRAWN = {"text/html", "image/svg+xml", "image/png", "application/vnd.plotly.v1+json",
-          "application/vnd.jupyter.widget-view+json"}
+    return drawn_cells(nbformat.read(ROOT / "notebooks" / name, as_version=4))
 # Run in the kernel (no cell) after viz.classroom(True): a name bound to a Theme by a cell that
 # is not run again (lesson 01: `th = viz.theme()` beside the model run) takes the classroom one,
 # as it would have in a lesson run in classroom mode from the top (test_only_drawn_cells_use_viz

@@ -1,18 +1,21 @@
-"""Every lesson run once, headless (tests/lesson_runs.py): what nbval and the solutions run checked.
+"""Every lesson's run checked (tests/lesson_runs.py): what nbval and the solutions run checked.
 
-One run per lesson per session (KVLAB_STATIC=frames, so the static site renders the same
-executed copy: tests/test_site.py): the lesson as shipped, then in the same kernel each
-exercise's solution followed by its check cell again, in strict mode. Checked here:
+One run per lesson per session, shared with the static site (tests/test_site.py builds the site from
+its copy): the browser test's run when there is one (the lesson live in JupyterLab, the site's
+outputs recorded in forks of its kernel, then each exercise's solution and its check in the same
+kernel, strict), else a headless run made here (KVLAB_STATIC=frames, then the solutions and their
+checks in the same kernel, strict). Checked here:
 
-- ``test_cells_run_clean``: no cell of the lesson raised (nbval failed a cell that raised);
+- ``test_cells_run_clean``: no cell of the lesson raised (nbval failed a cell that raised), nor
+  any recorded site output;
 - ``test_checked_outputs_match``: every ``# NBVAL_CHECK_OUTPUT`` cell gives its stored outputs,
   compared by nbval's ``--nbval-lax`` rules (was: pytest-nbval over notebooks/*.ipynb);
 - ``test_stub_checks_fail_cleanly``: the stubs' checks report a clean FAIL without raising;
-- ``test_solutions_pass``: with solutions/NN_*.py injected, every check reports PASS and nothing
-  raised (was: tests/test_notebooks.py, a second full run of the lesson).
+- ``test_solutions_pass``: with solutions/NN_*.py, every check reports PASS and nothing raised
+  (was: tests/test_notebooks.py, a second full run of the lesson).
 
-The lessons' items are in lesson order; tests/test_site.py asks for the runs in reverse order,
-so with pytest-xdist two workers run different lessons at once and each lesson still runs once.
+Under pytest-xdist a lesson's items run in its browser work unit, after the browser items
+(tests/conftest.py), so they read the browser's run; each prints which run it read.
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ def test_cells_run_clean(stem):
     assert run.notebook.cells, f"{stem}: no cells"
     errors = cell_errors(run)
     assert not errors, "\n\n".join(errors)
-    print(f"{stem}: {run.seconds:.0f} s headless, {len(run.solutions)} solution checks included")
+    print(f"{stem}: {run.seconds:.0f} s, run by the {run.made_by} test, {len(run.solutions)} solution checks included")
 
 
 @pytest.mark.parametrize("stem", STEMS)

@@ -2,8 +2,9 @@
 and opened in headless Chromium at 1280, 768 and 390 px wide (a laptop, a tablet, a phone).
 
 Builds the site first (scripts/build_site.py) from the lessons' executed copies that this test
-session's headless runs made (tests/lesson_runs.py, KVLAB_STATIC=frames, in build/lesson-runs/;
-shared with tests/test_lessons_headless.py, each lesson run once per session).
+session's runs made (tests/lesson_runs.py: the browser test's runs, with each drawing cell's
+KVLAB_STATIC=frames outputs recorded, or headless runs; in build/lesson-runs/; shared with
+tests/test_lessons_headless.py, each lesson run once per session).
 For every page: no console error and no page error, every plotly figure of the lesson's
 executed notebook drawn (``.kvlab-plot`` divs with an SVG, counted against the notebook's
 plotly outputs), every stepper present as a player, nothing wider than the page (no sideways
@@ -67,10 +68,10 @@ def site():
 
     # KVLAB_SITE_LESSONS="04 07": build only those (while working on them; the full test needs all)
     selected = os.environ.get("KVLAB_SITE_LESSONS", "").split()
-    # The session's headless runs (tests/lesson_runs.py, KVLAB_STATIC=frames), not a run of our own;
-    # asked for last lesson first, so a worker running tests/test_lessons_headless.py (first lesson
-    # first) runs the other half at the same time.
-    for f in reversed(lesson_files(selected)):
+    # The session's runs of the lessons (tests/lesson_runs.py: the browser test's, with the site's
+    # outputs recorded with KVLAB_STATIC=frames, or headless), not a run of our own: each waits for
+    # the worker that holds the lesson's lock.
+    for f in lesson_files(selected):
         executed(f.stem)
     return build(selected, SITE, stored=False, jobs=2, executed_dir=RUNS)
 

@@ -1,0 +1,140 @@
+"""In a lesson's kernel (the browser test's): the static site's outputs of every drawing cell,
+recorded while the lesson runs live, so the lesson runs once for both (issue 35).
+
+:func:`start` registers two IPython hooks. Before each cell whose source is one of ``drawn`` (the
+cells whose stored outputs are drawn: tests/test_browser.py ``_redrawn_cells``), the kernel forks.
+The child is the same kernel at the same point, byte for byte: it sets ``KVLAB_STATIC=frames``
+(figures static, every stepper a player: what ``scripts/build_site.py`` renders), runs the cell
+with its outputs captured, writes them to ``<out>/<seq>.json`` and exits without a word to the
+front end. The parent runs the cell live as the student sees it and waits for the child after the
+cell. A child never talks to a server, a thread or a socket: when the kernel runs a thread of its
+own (lesson 12's servers), the cell is not forked and ``<seq>.json`` says ``"unsafe"`` (the lesson
+is then run headless for the site: tests/lesson_runs.py).
+
+:func:`stop` ends the recording (before the browser test re-draws cells in classroom mode).
+
+Example (in a kernel, by tests/test_browser.py through the kernel, with no cell of its own):
+    >>> import site_recorder                                           # doctest: +SKIP
+    >>> site_recorder.start("/tmp/frames", ["viz.stepper(frames)"])    # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+# The kernel's own threads (ipykernel 7, IPython 9): anything else is the lesson's.
+KERNEL_THREADS = re.compile(r"^(MainThread|IOPub|Heartbeat|Control|Shell channel|IPythonHistorySavingThread|"
+                            r"Thread-\d+( \(_watch_pipe_fd\))?|subshell-[0-9a-f-]+)$")
+CHILD_TIMEOUT_S = 240.0
+
+
+class _Recorder:
+    def __init__(self, out: Path, drawn: list[str]) -> None:
+        self.out, self.drawn, self.seq = out, set(drawn), 0
+        self.child_pid: int | None = None     # the parent: the child of the running cell
+        self.capture = None                   # the child: what its cell shows (IPython's CapturedIO)
+        self.active = True
+
+    def pre(self, info) -> None:
+        if not self.active or info.raw_cell not in self.drawn:
+            return
+        self.seq += 1
+        foreign = [t.name for t in threading.enumerate() if not KERNEL_THREADS.match(t.name)]
+        if foreign:
+            self._write({"unsafe": f"the kernel runs threads of its own: {foreign}"})
+            return
+        pid = os.fork()
+        if pid:
+            self.child_pid = pid
+            return
+        self._become_child()
+
+    def _become_child(self) -> None:
+        from IPython import get_ipython
+        from IPython.utils.capture import capture_output
+
+        self.active = False
+        os.environ["KVLAB_STATIC"] = "frames"
+        ip = get_ipython()
+        ip._showtraceback = lambda etype, evalue, stb: None   # never to the front end; post() records it
+        hm = ip.history_manager   # the parent keeps the history (a child's line would collide with its own)
+        hm.store_inputs = hm.store_output = hm.writeout_cache = lambda *a, **k: None
+        self.capture = capture_output().__enter__()   # stdout, stderr and display() calls
+        ip.display_trap.hook = sys.displayhook          # and the cell's value (run_cell re-installs the trap's hook)
+
+    def post(self, result) -> None:
+        if self.capture is not None:   # the child: write what the cell showed, and vanish
+            try:
+                self._write(self._outputs(result))
+            finally:
+                os._exit(0)
+        if self.child_pid is not None:
+            pid, self.child_pid = self.child_pid, None
+            self._wait(pid)
+
+    def _outputs(self, result) -> dict:
+        cap = self.capture
+        outputs = []
+        for name, text in (("stdout", cap.stdout), ("stderr", cap.stderr)):
+            if text:
+                outputs.append({"output_type": "stream", "name": name, "text": text})
+        for o in cap.outputs:
+            if not o.data:   # the value of a cell whose object displayed itself (_ipython_display_)
+                continue
+            outputs.append({"output_type": "display_data", "data": dict(o.data), "metadata": dict(o.metadata or {})})
+        error = result.error_in_exec or result.error_before_exec
+        if error is not None:
+            outputs.append({"output_type": "error", "ename": type(error).__name__, "evalue": str(error), "traceback": []})
+        return {"outputs": json.loads(json.dumps(outputs, default=str))}
+
+    def _write(self, record: dict) -> None:
+        path = self.out / f"{self.seq:04d}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, ensure_ascii=False))
+        tmp.rename(path)
+
+    def _wait(self, pid: int) -> None:
+        deadline = time.monotonic() + CHILD_TIMEOUT_S
+        while time.monotonic() < deadline:
+            done, _status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return
+            time.sleep(0.02)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
+_RECORDER: _Recorder | None = None
+
+
+def start(out: str, drawn: list[str]) -> None:
+    """Record the static site's outputs of the cells in ``drawn`` into folder ``out``."""
+    global _RECORDER
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    _RECORDER = _Recorder(Path(out), list(drawn))
+    _RECORDER.out.mkdir(parents=True, exist_ok=True)
+    ip.events.register("pre_run_cell", _RECORDER.pre)
+    ip.events.register("post_run_cell", _RECORDER.post)
+
+
+def stop() -> int:
+    """End the recording; the number of cells recorded."""
+    from IPython import get_ipython
+
+    if _RECORDER is None:
+        return 0
+    ip = get_ipython()
+    _RECORDER.active = False
+    for event, fn in (("pre_run_cell", _RECORDER.pre), ("post_run_cell", _RECORDER.post)):
+        try:
+            ip.events.unregister(event, fn)
+        except ValueError:
+            pass
+    return _RECORDER.seq
