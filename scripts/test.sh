@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make test` (and CI): set up (idempotent, with Chromium for the browser test), then
-# run the whole suite: unit, property, kernels in the Triton interpreter, doctests,
-# the lessons headless once each (nbval's checked cells, the solutions, the site's executed
-# copies) and in the browser. Extra arguments go to pytest.
+# run the whole suite: unit, property, kernels in the Triton interpreter, doctests, and the
+# lessons once each, in the browser (that run also gives nbval's checked cells, the solutions'
+# checks and the site's executed copies: tests/lesson_runs.py). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --browser
@@ -13,8 +13,8 @@ export PYTHONHASHSEED=0 MPLBACKEND=Agg
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 start=$(date +%s)
 set +e
-# Parallel workers (pytest-xdist, --dist loadscope): tests/conftest.py makes each lesson's
-# headless run a work unit, the browser test two (half the lessons each, one JupyterLab apiece),
+# Parallel workers (pytest-xdist, --dist loadscope): tests/conftest.py makes the lessons two work
+# units (half the lessons each, one JupyterLab apiece, the headless checks after the browser's),
 # every other test file one (its fixtures built once), and hands out the lessons first.
 # KVLAB_TEST_WORKERS=1 runs everything in this process.
 WORKERS="${KVLAB_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}"

@@ -19,6 +19,7 @@ Example (in a kernel, by tests/test_browser.py through the kernel, with no cell 
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -33,11 +34,75 @@ KERNEL_THREADS = re.compile(r"^(MainThread|IOPub|Heartbeat|Control|Shell channel
 CHILD_TIMEOUT_S = 240.0
 
 
+class _Capture:
+    """What a cell shows, in the order it shows it (as nbclient saves it): streams joined while no
+    display comes between them, ``clear_output`` and ``update_display`` applied."""
+
+    def __init__(self) -> None:
+        self.outputs: list[dict] = []
+
+    def add_text(self, name: str, text: str) -> None:
+        last = self.outputs[-1] if self.outputs else None
+        if last is not None and last["output_type"] == "stream" and last["name"] == name:
+            last["text"] += text
+        elif text:
+            self.outputs.append({"output_type": "stream", "name": name, "text": text})
+
+    def add_display(self, data: dict, metadata: dict | None, display_id: str | None = None, update: bool = False) -> None:
+        if update:
+            for o in self.outputs:
+                if o.get("_display_id") == display_id:
+                    o["data"], o["metadata"] = dict(data), dict(metadata or {})
+            return
+        if data:   # a cell's value that displayed itself (_ipython_display_) leaves an empty one
+            self.outputs.append({"output_type": "display_data", "data": dict(data), "metadata": dict(metadata or {}),
+                                 "_display_id": display_id})
+
+    def stream(self, name: str):
+        capture = self
+
+        class _Stream(io.TextIOBase):
+            def write(self, text: str) -> int:
+                capture.add_text(name, text)
+                return len(text)
+
+        return _Stream()
+
+    def publisher(self):
+        from IPython.core.displaypub import DisplayPublisher
+
+        capture = self
+
+        class _Publisher(DisplayPublisher):
+            def publish(self, data, metadata=None, source=None, *, transient=None, update=False):
+                capture.add_display(data, metadata, (transient or {}).get("display_id"), update)
+
+            def clear_output(self, wait=False):
+                capture.outputs.clear()
+
+        return _Publisher()
+
+    def displayhook(self, ip):
+        capture = self
+
+        def hook(value=None):
+            if value is not None:
+                data, metadata = ip.display_formatter.format(value)
+                capture.add_display(data, metadata)
+
+        return hook
+
+    def done(self) -> list[dict]:
+        for o in self.outputs:
+            o.pop("_display_id", None)
+        return json.loads(json.dumps(self.outputs, default=str))
+
+
 class _Recorder:
     def __init__(self, out: Path, drawn: list[str]) -> None:
         self.out, self.drawn, self.seq = out, set(drawn), 0
         self.child_pid: int | None = None     # the parent: the child of the running cell
-        self.capture = None                   # the child: what its cell shows (IPython's CapturedIO)
+        self.capture: _Capture | None = None  # the child: what its cell shows
         self.active = True
 
     def pre(self, info) -> None:
@@ -56,7 +121,6 @@ class _Recorder:
 
     def _become_child(self) -> None:
         from IPython import get_ipython
-        from IPython.utils.capture import capture_output
 
         self.active = False
         os.environ["KVLAB_STATIC"] = "frames"
@@ -64,33 +128,24 @@ class _Recorder:
         ip._showtraceback = lambda etype, evalue, stb: None   # never to the front end; post() records it
         hm = ip.history_manager   # the parent keeps the history (a child's line would collide with its own)
         hm.store_inputs = hm.store_output = hm.writeout_cache = lambda *a, **k: None
-        self.capture = capture_output().__enter__()   # stdout, stderr and display() calls
-        ip.display_trap.hook = sys.displayhook          # and the cell's value (run_cell re-installs the trap's hook)
+        self.capture = _Capture()
+        sys.stdout, sys.stderr = self.capture.stream("stdout"), self.capture.stream("stderr")
+        ip.display_pub = self.capture.publisher()
+        ip.display_trap.hook = sys.displayhook = self.capture.displayhook(ip)  # run_cell re-installs the trap's hook
 
     def post(self, result) -> None:
         if self.capture is not None:   # the child: write what the cell showed, and vanish
             try:
-                self._write(self._outputs(result))
+                error = result.error_in_exec or result.error_before_exec
+                if error is not None:
+                    self.capture.outputs.append({"output_type": "error", "ename": type(error).__name__,
+                                                 "evalue": str(error), "traceback": []})
+                self._write({"outputs": self.capture.done()})
             finally:
                 os._exit(0)
         if self.child_pid is not None:
             pid, self.child_pid = self.child_pid, None
             self._wait(pid)
-
-    def _outputs(self, result) -> dict:
-        cap = self.capture
-        outputs = []
-        for name, text in (("stdout", cap.stdout), ("stderr", cap.stderr)):
-            if text:
-                outputs.append({"output_type": "stream", "name": name, "text": text})
-        for o in cap.outputs:
-            if not o.data:   # the value of a cell whose object displayed itself (_ipython_display_)
-                continue
-            outputs.append({"output_type": "display_data", "data": dict(o.data), "metadata": dict(o.metadata or {})})
-        error = result.error_in_exec or result.error_before_exec
-        if error is not None:
-            outputs.append({"output_type": "error", "ename": type(error).__name__, "evalue": str(error), "traceback": []})
-        return {"outputs": json.loads(json.dumps(outputs, default=str))}
 
     def _write(self, record: dict) -> None:
         path = self.out / f"{self.seq:04d}.json"
