@@ -41,7 +41,7 @@ from .events import EventLog
 from .ids import as_ids, check_int
 
 __all__ = ["KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "NotABlockId", "BlockAllocator",
-           "check_block_ids"]
+           "HeldBlocks", "check_block_ids"]
 
 
 def check_block_ids(block_ids: Iterable[int], num_blocks: int, what: str) -> list[int]:
@@ -62,6 +62,18 @@ def check_block_ids(block_ids: Iterable[int], num_blocks: int, what: str) -> lis
         b = next(b for b in ids if b >= num_blocks)
         raise UnknownBlock(f"{what}: unknown block id {b} (valid ids are 0..{num_blocks - 1})")
     return ids
+
+
+class HeldBlocks(list):
+    """Block ids that a holder checked when it took them and still holds a reference on: the
+    radix tree's match (``MatchResult.kv``, blocks of a path the caller has locked).
+    :meth:`BlockManager.adopt <kvlab.memory.block_manager.BlockManager.adopt>` takes them without
+    checking them again ("parse, don't validate", as ``RadixKey`` for tokens); a plain list is
+    checked there. Build one only from blocks a holder of this pool holds.
+
+    Example: ``HeldBlocks([4, 5])`` is the list ``[4, 5]``, marked as held."""
+
+    __slots__ = ()
 
 
 class KVCacheError(Exception):

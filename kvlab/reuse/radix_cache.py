@@ -114,7 +114,7 @@ class RadixCache:
         self.root.lock_ref = 1  # the root is never evicted (as in SGLang)
         self._evictable_size = 0
         self._protected_size = 0
-        self._num_nodes = 0  # non-root
+        self.num_nodes = 0  # non-root nodes (read it; the tree keeps it)
         self.check_kv = check_kv
         # the tree's blocks as a set, for the public ``insert``'s ownership check: built on its first
         # use (the cache manager's cycle never needs it, so it costs that cycle nothing), kept after
@@ -149,21 +149,6 @@ class RadixCache:
         if n is not self.root:
             raise KVCacheError(f"{what}: node {node.id} is not in this tree (evicted or from another cache)")
 
-    def path_kv(self, node: TreeNode) -> list[int]:
-        """The blocks of every node from the root down to ``node`` (a node of this tree, trusted).
-
-        Example: after ``insert([1, 2, 3], [4, 5, 6])`` and a match that split it at 2, the path of
-        the node [3] is [4, 5, 6]."""
-        parts = []
-        n = node
-        while n is not self.root:
-            parts.append(n.value)
-            n = n.parent
-        kv: list[int] = []
-        for v in reversed(parts):
-            kv += v
-        return kv
-
     # ------------------------------------------------------------------ sizes
     def evictable_size(self) -> int:
         """Tokens in unlocked nodes (each node counted once, shared or not)."""
@@ -175,10 +160,6 @@ class RadixCache:
 
     def total_size(self) -> int:
         return self._evictable_size + self._protected_size
-
-    @property
-    def num_nodes(self) -> int:
-        return self._num_nodes
 
     # ------------------------------------------------------------------ split
     def _split(self, child: TreeNode, m: int) -> TreeNode:
@@ -199,7 +180,7 @@ class RadixCache:
         child.parent = new
         new.children[self._child_key(child.key)] = child
         parent.children[self._child_key(new.key)] = new
-        self._num_nodes += 1
+        self.num_nodes += 1
         self.stats.num_splits += 1
         if old_prio is not None and self.policy.priority(child) != old_prio:
             self._push(child)
@@ -247,14 +228,6 @@ class RadixCache:
         limit = len(key) if limit is None else min(check_int("limit", limit, 0), len(key))
         return self._match(key, limit, rid, record_stats)
 
-    def match_for_prefill(self, tokens: RadixKey | Sequence[int], rid: str | None = None) -> MatchResult:
-        """``match_prefix`` capped at ``len(tokens) - 1`` tokens: a fully cached prompt still
-        leaves its last token to compute, because the caller needs that token's logits to
-        sample the first output token (SGLang and vLLM cap the same way). Example: cache holds
-        [1, 2, 3]; ``match_for_prefill([1, 2, 3])`` -> prefix_len 2."""
-        key = tokens if type(tokens) is RadixKey else as_ids(tokens)
-        return self._match(key, max(0, len(key) - 1), rid, True)
-
     def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> MatchResult:
         """The match itself, on a checked key: split, refresh, count, record."""
         node, pos, child, m = self._walk(key, limit)
@@ -266,7 +239,7 @@ class RadixCache:
             n.last_access_time = t
             n.hit_count += 1
             n = n.parent
-        kv = self.path_kv(node)
+        kv = node.path_kv()
         if node is not self.root and not node.children and node.lock_ref == 0:
             self._push(node)  # its priority changed while it is an evictable leaf
         if record_stats:
@@ -289,15 +262,6 @@ class RadixCache:
         key = tokens if type(tokens) is RadixKey else as_ids(tokens)
         _node, pos, _child, m = self._walk(key, len(key))
         return pos + m
-
-    def peek_prefix(self, tokens: Sequence[int]) -> tuple[int, list[int]]:
-        """``(prefix_len, kv)`` of the cached prefix, changing nothing (see ``peek_prefix_len``)."""
-        key = as_ids(tokens)
-        node, pos, child, m = self._walk(key, len(key))
-        kv = self.path_kv(node)
-        if child is not None:
-            kv += child.value[:m // self.page_size]
-        return pos + m, kv
 
     # ------------------------------------------------------------------ insert
     def insert(self, tokens: RadixKey | Sequence[int], kv: BlockTable | Sequence[int], rid: str | None = None, *,
@@ -338,7 +302,7 @@ class RadixCache:
         key = key[:len(kv) * ps] if ps > 1 else key
         node, pos, child, m = self._walk(key, len(key))
         end = pos + m
-        tree_kv = self.path_kv(node)
+        tree_kv = node.path_kv()
         if child is not None:
             tree_kv += child.value[:m // ps]
         nb = end // ps
@@ -382,7 +346,7 @@ class RadixCache:
         end = pos + m
         if child is not None:
             node = self._split(child, m)
-        tree_kv = self.path_kv(node)
+        tree_kv = node.path_kv()
         nb = end // ps
         freed: list[int] = []
         d: list[int] = []
@@ -403,7 +367,7 @@ class RadixCache:
             leaf = TreeNode(self._next_id, key[end:], new_blocks, node, t)
             self._next_id += 1
             node.children[self._child_key(leaf.key)] = leaf  # node's heap entry, if any, goes stale
-            self._num_nodes += 1
+            self.num_nodes += 1
             self._evictable_size += len(leaf.key)  # a new leaf is unlocked
             if self._tree_blocks is not None:
                 self._tree_blocks.update(new_blocks)
@@ -468,20 +432,6 @@ class RadixCache:
         self.log.add("unlock", rid, (), node.id, delta)
         return delta
 
-    def lock_counts(self) -> dict[int, int]:
-        """``{node id: inc_lock_ref calls on exactly that node not yet undone}`` (a copy), for
-        checks: the cache manager compares it with the locks its running sequences hold."""
-        return dict(self._lock_targets)
-
-    def split_at(self, key: list, n: int) -> TreeNode:
-        """The node where the first ``n`` tokens of ``key`` end (trusted: ``key`` a list of ints
-        whose first ``n`` tokens, whole pages, are in the tree), split there when they end inside a
-        node. No refresh, no stats: for the cache manager's fork sharing, which locks it.
-
-        Example: the tree holds [1, 2, 3, 4]; ``split_at([1, 2, 3, 4], 2)`` -> the new node [1, 2]."""
-        node, _pos, child, m = self._walk(key, n)
-        return self._split(child, m) if child is not None else node
-
     # ------------------------------------------------------------------ eviction
     def set_eviction_policy(self, name: str) -> None:
         """Switch the policy (rebuilds the eviction heap)."""
@@ -491,7 +441,7 @@ class RadixCache:
     def _push(self, node: TreeNode) -> None:
         """Record an evictable leaf in the heap (stale entries are skipped when popped)."""
         heapq.heappush(self._heap, (self.policy.priority(node), node.id, node))
-        if len(self._heap) > 2 * self._num_nodes + 64:
+        if len(self._heap) > 2 * self.num_nodes + 64:
             self._rebuild_heap()
 
     def _rebuild_heap(self) -> None:
@@ -523,7 +473,7 @@ class RadixCache:
             blocks += node.value
             node_ids.append(node.id)
             self._evictable_size -= ln
-            self._num_nodes -= 1
+            self.num_nodes -= 1
             if parent is not root and not parent.children and parent.lock_ref == 0:
                 heapq.heappush(heap, (prio(parent), parent.id, parent))
         if blocks:
@@ -536,17 +486,7 @@ class RadixCache:
         self.log.add("evict", rid, blocks, num_tokens, freed_tokens, pack_ids(node_ids), self.policy.name)
         return EvictResult(num_tokens, freed_tokens, blocks, node_ids)
 
-    def reset(self) -> None:
-        """Evict everything (raises if a node is still locked)."""
-        if self._protected_size:
-            raise KVCacheError(f"reset: {self._protected_size} token(s) are still locked")
-        self.evict(self._evictable_size)
-
     # ------------------------------------------------------------------ integrity
-    def node_blocks(self) -> list[list[int]]:
-        """Every node's block list (holders for ``allocator.check_integrity``)."""
-        return [n.value for n in self.iter_nodes()]
-
     def tree_block_ids(self) -> list[int]:
         """Every block the tree holds, depth first."""
         return [b for n in self.iter_nodes() for b in n.value]
@@ -575,7 +515,7 @@ class RadixCache:
                 f"node {node.id}: lock_ref {node.lock_ref} != own locks {own} + children's {child_locks}")
             yield node
 
-    def check_integrity(self, holders: Iterable[Sequence[int]] = ()) -> None:
+    def check_integrity(self, holders: Iterable[Sequence[int]] = (), locks: Iterable[TreeNode] | None = None) -> None:
         """Raise AssertionError unless the tree is consistent.
 
         Checks: no empty non-root node; keys page-aligned with one block per page; children
@@ -583,7 +523,9 @@ class RadixCache:
         in exactly one node; evictable and protected sizes add up; each node's lock_ref equals
         its own locks plus its children's; every evictable leaf is in the eviction heap. Then
         every block's ref count must equal tree + ``holders`` exactly (``holders``: the running
-        block tables; none by default), so a block that nobody holds is caught.
+        block tables; none by default), so a block that nobody holds is caught. ``locks``: the
+        nodes the running sequences lock, one entry per ``inc_lock_ref`` (the cache manager's):
+        they must be exactly the locks the tree holds.
         """
         ps = self.page_size
         seen: set[int] = set()
@@ -606,11 +548,21 @@ class RadixCache:
             else:
                 protected += len(node.key)
         assert self._tree_blocks is None or seen == self._tree_blocks, "the tree's block set is out of date"
-        assert count == self._num_nodes, f"num_nodes {self._num_nodes} != {count}"
+        assert count == self.num_nodes, f"num_nodes {self.num_nodes} != {count}"
         assert evictable == self._evictable_size, f"evictable_size {self._evictable_size} != {evictable}"
         assert protected == self._protected_size, f"protected_size {self._protected_size} != {protected}"
         assert set(self._lock_targets) <= live_ids, "a lock is held on a node that is not in the tree"
+        self._check_locks(locks)
         self.allocator.check_integrity([n.value for n in self.iter_nodes()] + [list(h) for h in holders])
+
+    def _check_locks(self, locks: Iterable[TreeNode] | None) -> None:
+        """The tree's own locks, node by node, equal ``locks`` (when given)."""
+        if locks is None:
+            return
+        want: dict[int, int] = {}
+        for node in locks:
+            want[node.id] = want.get(node.id, 0) + 1
+        assert want == self._lock_targets, "tree locks != the running sequences' locks"
 
     # ------------------------------------------------------------------ for pictures
     def snapshot(self) -> RadixSnapshot:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..memory.block_pool import HeldBlocks
 from ..memory.ids import as_ids, extend_ids
 from .stats import HitStats
 
@@ -88,6 +89,22 @@ class TreeNode:
     @property
     def is_leaf(self) -> bool:
         return not self.children
+
+    def path_kv(self) -> "HeldBlocks":
+        """The blocks of every node from the root down to this one (the tree's reference on each:
+        :class:`HeldBlocks`, which a block table adopts without checking them again).
+
+        Example: after ``insert([1, 2, 3], [4, 5, 6])`` and a match that split it at 2, the path of
+        the node [3] is [4, 5, 6]."""
+        parts = []
+        n = self
+        while n.parent is not None:
+            parts.append(n.value)
+            n = n.parent
+        kv = HeldBlocks()
+        for v in reversed(parts):
+            kv += v
+        return kv
 
     def __repr__(self) -> str:
         k = self.key if len(self.key) <= 8 else self.key[:6] + ["...", self.key[-1]]
