@@ -54,7 +54,7 @@ from typing import Callable, Iterable, Sequence
 
 from .block_pool import BlockAllocator, HeldBlocks, KVCacheError, OutOfBlocks
 from .block_table import BlockTable
-from .events import EventLog, pack_ids
+from .events import EventLog
 from .ids import as_ids, check_int, check_seq_id
 from .snapshot import MemorySnapshot
 
@@ -115,7 +115,8 @@ class BlockManager:
         """What appending ``n`` tokens to table ``t`` takes, changing nothing: (``n`` as a checked
         int, copy the last block first?, new blocks past the table's end). Use the returned ``n``
         from here on: a numpy count must never reach the table (``np.uint8(200)`` would wrap)."""
-        n = check_int("n", n, 0)
+        if type(n) is not int or n < 0:  # the id rule (kvlab.memory.ids) for anything but a plain count
+            n = check_int("n", n, 0)
         new = -(-(t.num_tokens + n) // self.block_size) - len(t.block_ids)
         cow = n > 0 and bool(t.block_ids) and t.num_tokens % self.block_size != 0 \
             and self.allocator.ref_count[t.block_ids[-1]] > 1
@@ -162,7 +163,7 @@ class BlockManager:
         self.tables[seq_id] = t
         if ids:
             self.allocator.touch(ids, seq_id, record=False)
-            self.log.add("adopt", seq_id, ids, n)
+            self.log.add(("adopt", seq_id, tuple(ids), (n,)))
         if extra:
             self._apply_append(t, extra, cow, new)
         return t
@@ -189,7 +190,7 @@ class BlockManager:
         t = BlockTable(child, self.block_size)
         t.block_ids, t.num_tokens = list(p.block_ids), p.num_tokens
         self.tables[child] = t
-        self.log.add("fork", child, p.block_ids, parent)
+        self.log.add(("fork", child, tuple(p.block_ids), (parent,)))
         return t
 
     # ------------------------------------------------------------------ growing and writing
@@ -222,7 +223,7 @@ class BlockManager:
         start = t.num_tokens
         t.num_tokens += n
         if n > 0:
-            self.log.add("append", t.seq_id, fresh, start, n)
+            self.log.add(("append", t.seq_id, tuple(fresh), (start, n)))
         return copies
 
     def _copy_on_write(self, t: BlockTable, logical_block: int) -> tuple[int, int]:
@@ -230,7 +231,7 @@ class BlockManager:
         (dst,) = self.allocator.get_new_blocks(1, t.seq_id, record=False)
         t.block_ids[logical_block] = dst
         self.allocator.free_blocks([src], t.seq_id, record=False)  # drop our reference to the shared one
-        self.log.add("cow", t.seq_id, (src, dst), src, dst, logical_block)
+        self.log.add(("cow", t.seq_id, (src, dst), (src, dst, logical_block)))
         return (src, dst)
 
     def write(self, seq_id: str, pos: int) -> list[tuple[int, int]]:
@@ -276,7 +277,7 @@ class BlockManager:
         self.allocator.touch(take, seq_id, record=False)
         t.block_ids[:len(ids)] = ids
         released = self.allocator.free_blocks(drop, seq_id, record=False)
-        self.log.add("share_prefix", seq_id, take, pack_ids(drop), pack_ids(released))
+        self.log.add(("share_prefix", seq_id, tuple(take), (tuple(drop), tuple(released))))
         return released
 
     def drop_blocks(self, seq_id: str, logical_blocks: Sequence[int]) -> list[int]:
@@ -307,7 +308,7 @@ class BlockManager:
         t.block_ids = [b for i, b in enumerate(t.block_ids) if i not in gone]
         t.num_tokens -= len(ids) * self.block_size
         released = self.allocator.free_blocks(ids, seq_id, record=False)
-        self.log.add("drop", seq_id, ids, pack_ids(sorted(gone)), pack_ids(released))
+        self.log.add(("drop", seq_id, tuple(ids), (tuple(sorted(gone)), tuple(released))))
         return released
 
     # ------------------------------------------------------------------ release
@@ -337,7 +338,7 @@ class BlockManager:
             drop = [b for i, b in enumerate(ids) if i not in gone] if gone else ids
         del self.tables[seq_id]  # gone before its events, so snapshots never show a half-freed table
         released = self.allocator.free_blocks(drop, seq_id, record=False) if drop else []
-        self.log.add("free_seq", seq_id, released, len(ids), len(ids) - len(drop))  # block_ids: those back in the pool
+        self.log.add(("free_seq", seq_id, tuple(released), (len(ids), len(ids) - len(drop))))  # block_ids: those back in the pool
         return released
 
     # ------------------------------------------------------------------ invariants and pictures

@@ -52,7 +52,7 @@ plugs in at one point: ``tree.init_load_back`` in ``admit`` loads the match's ho
 back (the plain tree returns the match as it is).
 
 Each step validates what comes from outside once, then passes values that carry their checks:
-the tokens as a :class:`~kvlab.reuse.radix_node.RadixKey` (``admit`` checks the prompt;
+the tokens as a :class:`~kvlab.reuse.radix_cache.RadixKey` (``admit`` checks the prompt;
 ``cache_*_req`` check only the tokens past the known ones), the blocks as the sequence's
 ``BlockTable``; the tree takes both without checking them again, and the block manager takes the
 tree's match as ``HeldBlocks`` (``adopt``). One name per operation: the same ``adopt``,
@@ -92,8 +92,7 @@ from ..memory.block_table import BlockTable
 from ..memory.events import EventLog
 from ..memory.ids import as_ids, check_int, check_seq_id
 from ..memory.snapshot import MemorySnapshot
-from .radix_cache import RadixCache
-from .radix_node import InsertResult, RadixKey, TreeNode
+from .radix_cache import InsertResult, RadixCache, RadixKey, TreeNode
 
 __all__ = ["Admission", "CacheManager", "ServeRecord", "serve_request"]
 
@@ -241,7 +240,7 @@ class CacheManager:
         if key is not None:
             self._tokens[seq_id] = key  # a RadixKey holds a copy: never the caller's list
         evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
-        self.log.add("admit", seq_id, (), prefix_len, n)
+        self.log.add(("admit", seq_id, (), (prefix_len, n)))
         return Admission(seq_id, prefix_len, table, evicted)
 
     def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
@@ -367,7 +366,7 @@ class CacheManager:
         else:
             self._keep_cached(seq_id, res, key)
             self._lock_sharers(sharers, key, ids, res.kv)
-        self.log.add("cache", seq_id, (), res.prefix_len, len(key), finished)
+        self.log.add(("cache", seq_id, (), (res.prefix_len, len(key), finished)))
         return res
 
     def _drop_cached(self, seq_id: str, res: InsertResult, table_ids: list[int], full: int) -> None:

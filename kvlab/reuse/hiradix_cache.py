@@ -114,7 +114,7 @@ from .hiradix_node import HiMatchResult, TierSnapshot, TierStats, Transfer
 from .lifecycle import LifecycleTracker
 from .host_policy import make_host_policy
 from .radix_cache import RadixCache
-from .radix_node import EvictResult, InsertResult, TreeNode
+from .radix_cache import EvictResult, InsertResult, TreeNode
 
 __all__ = ["WRITE_POLICIES", "PREFETCH_POLICIES", "STORAGE_WRITES", "HiRadixCache"]  # types: hiradix_node
 
