@@ -204,15 +204,17 @@ class BlockManager:
         (a shared full block is never written again).
 
         ``make_room(k)``: called when fewer than the ``k`` blocks needed are free, to free some
-        (the cache manager evicts tree leaves); True when it did.
-        All or nothing: raises :class:`OutOfBlocks` and changes nothing when the pool cannot
-        supply every block needed (the copy included).
+        (the cache manager evicts tree leaves); the free blocks are counted again afterwards, so
+        what it returns does not matter. All or nothing: raises :class:`OutOfBlocks` and changes
+        nothing (beyond what ``make_room`` freed) when the pool cannot supply every block needed
+        (the copy included).
         """
         t = self.table(seq_id)
         n, cow, new = self._plan_append(t, n)
-        free = self.allocator.num_free_blocks
-        if cow + new > free and (make_room is None or not make_room(cow + new)):
-            raise OutOfBlocks(cow + new, free, f"append {n} token(s) to {seq_id}")
+        if cow + new > self.allocator.num_free_blocks and make_room is not None:
+            make_room(cow + new)
+        if cow + new > self.allocator.num_free_blocks:
+            raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"append {n} token(s) to {seq_id}")
         return self._apply_append(t, n, cow, new)
 
     def _apply_append(self, t: BlockTable, n: int, cow: bool, new: int) -> list[tuple[int, int]]:
