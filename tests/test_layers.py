@@ -131,9 +131,9 @@ def test_the_function_size_rule_finds_a_long_function(tmp_path):
 # a BlockTable and HeldBlocks (block ids) are taken without checking them again.
 PUBLIC_METHOD_TARGET = 16
 PUBLIC_METHOD_CEILING = {
-    ("kvlab/memory/block_manager.py", "BlockManager"): 16,
+    ("kvlab/memory/block_manager.py", "BlockManager"): 13,   # ceilings: today's counts, only going down
     ("kvlab/reuse/radix_cache.py", "RadixCache"): 16,
-    ("kvlab/reuse/cache_manager.py", "CacheManager"): 16,
+    ("kvlab/reuse/cache_manager.py", "CacheManager"): 14,
 }
 
 

@@ -76,23 +76,14 @@ class BlockManager:
                 raise TypeError("give num_blocks and block_size, or allocator=")
             allocator = BlockAllocator(num_blocks, block_size, log)
         self.allocator = allocator
+        self.log: EventLog = allocator.log          # the allocator's, as are these two (read them)
+        self.block_size: int = allocator.block_size
+        self.num_blocks: int = allocator.num_blocks
         self.tables: dict[str, BlockTable] = {}
         self.snapshots: list[MemorySnapshot] = []
         if record:
             self.snapshots.append(self.snapshot("start"))
             self.log.subscribe(lambda e: self.snapshots.append(self.snapshot(e.describe())))
-
-    @property
-    def log(self) -> EventLog:
-        return self.allocator.log
-
-    @property
-    def block_size(self) -> int:
-        return self.allocator.block_size
-
-    @property
-    def num_blocks(self) -> int:
-        return self.allocator.num_blocks
 
     def table(self, seq_id: str) -> BlockTable:
         """The table of ``seq_id`` (KeyError naming the live sequences when unknown)."""

@@ -149,6 +149,8 @@ class CacheManager:
 
     def _setup(self, allocator: BlockAllocator, tree: RadixCache | None) -> None:
         self.allocator = allocator
+        self.log: EventLog = allocator.log          # the allocator's (read it)
+        self.num_blocks: int = allocator.num_blocks
         self.block_manager = BlockManager(allocator=allocator)
         self.tree = tree
         self.block_size = allocator.block_size
@@ -157,14 +159,6 @@ class CacheManager:
         self._forked: set[str] = set()              # running sequences that were forked or are forks
 
     # ------------------------------------------------------------------ queries
-    @property
-    def log(self) -> EventLog:
-        return self.allocator.log
-
-    @property
-    def num_blocks(self) -> int:
-        return self.allocator.num_blocks
-
     @property
     def tables(self) -> dict[str, BlockTable]:
         """The running sequences' block tables (read them; change them through this class)."""
@@ -277,8 +271,8 @@ class CacheManager:
             self._tokens[child] = self._tokens[parent]
         return table
 
-    def _key(self, seq_id: str, tokens: Sequence[int]) -> RadixKey:
-        """``tokens`` checked against what ``seq_id`` holds: ids (a numpy array is fine), at most
+    def _key(self, t: BlockTable, tokens: Sequence[int]) -> RadixKey:
+        """``tokens`` checked against what the sequence of table ``t`` holds: ids (a numpy array is fine), at most
         the table's slots, and an extension of the tokens it was admitted with or cached before.
         Those only grow: a shorter list, or one that differs at a known position, would let the
         tree map other tokens to blocks that hold this KV. The key returned is never the caller's
@@ -286,7 +280,7 @@ class CacheManager:
 
         Example: admitted [1, 2, 3] -> [1, 2, 3, 4] is the key; [1, 2] and [1, 9, 3] are refused
         (ValueError naming the sequence and position 2, resp. 1)."""
-        t = self.block_manager.table(seq_id)
+        seq_id = t.seq_id
         known = self._tokens.get(seq_id)
         if known is not None:
             key = known.extended(tokens)  # only the tokens past the known ones are checked
@@ -342,7 +336,8 @@ class CacheManager:
         Example: the module docstring's R2 (admitted [1, 2, 3, 9], 3 matched) finishes with
         ``[1, 2, 3, 9]``: M = blocks 0-2 (drop the table's ref: 1 left, the tree's), N = block 4
         (the tree takes over its ref), no D, no T."""
-        key = self._key(seq_id, tokens)
+        table = self.block_manager.table(seq_id)
+        key = self._key(table, tokens)
         full = len(key) // self.block_size if self.tree is not None else 0
         if full == 0:  # no whole page: nothing to cache
             if finished:
@@ -350,8 +345,7 @@ class CacheManager:
             else:
                 self._tokens[seq_id] = key
             return None
-        sharers, ids = self._sharers(seq_id, key, full)
-        table = self.block_manager.table(seq_id)
+        sharers, ids = self._sharers(table, key, full)
         table_ids = table.block_ids
         # finished: the tree takes over the table's ref on N and frees D; unfinished: its own ref on N
         res = self.tree.insert(key.prefix(full * self.block_size), table, seq_id, share=not finished)
@@ -421,11 +415,12 @@ class CacheManager:
     #
     # So a running table never uses a cached block past the node it locks, and every unlocked cached
     # block is one that eviction frees (``CacheManager.check_integrity`` checks it).
-    def _sharers(self, seq_id: str, key: RadixKey, full: int) -> tuple[list[str], list[int]]:
-        """Before ``seq_id`` caches ``full`` pages of ``key``: the other running sequences whose
+    def _sharers(self, table: BlockTable, key: RadixKey, full: int) -> tuple[list[str], list[int]]:
+        """Before the sequence of ``table`` caches ``full`` pages of ``key``: the other running sequences whose
         tables share one of its own blocks among them, and its first ``full`` block ids (a copy).
         ValueError, nothing changed, when a sharer holds other tokens for a shared page."""
-        ids = self.block_manager.table(seq_id).block_ids[:full]
+        seq_id = table.seq_id
+        ids = table.block_ids[:full]
         if seq_id not in self._forked:  # the usual case: never forked, so nobody shares them
             return [], ids
         node = self._locks.get(seq_id)
