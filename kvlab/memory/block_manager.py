@@ -102,12 +102,12 @@ class BlockManager:
         """Would a new sequence of ``num_tokens`` tokens fit in the free blocks?"""
         return -(-check_int("num_tokens", num_tokens, 0) // self.block_size) <= self.allocator.num_free_blocks
 
-    def _plan_append(self, t: BlockTable, n: int) -> tuple[int, bool, int]:
+    def _plan_append(self, t: BlockTable, n: int, what: str = "n") -> tuple[int, bool, int]:
         """What appending ``n`` tokens to table ``t`` takes, changing nothing: (``n`` as a checked
         int, copy the last block first?, new blocks past the table's end). Use the returned ``n``
         from here on: a numpy count must never reach the table (``np.uint8(200)`` would wrap)."""
         if type(n) is not int or n < 0:  # the id rule (kvlab.memory.ids) for anything but a plain count
-            n = check_int("n", n, 0)
+            n = check_int(what, n, 0)
         new = -(-(t.num_tokens + n) // self.block_size) - len(t.block_ids)
         cow = n > 0 and bool(t.block_ids) and t.num_tokens % self.block_size != 0 \
             and self.allocator.ref_count[t.block_ids[-1]] > 1
@@ -148,7 +148,7 @@ class BlockManager:
             raise ValueError(f"adopt {seq_id}: {len(ids)} block(s) cannot hold exactly {n} token(s) (block_size {bs})")
         t = BlockTable(seq_id, bs)  # filled below: ``ids`` are checked already
         t.block_ids, t.num_tokens = ids, n
-        extra, cow, new = self._plan_append(t, extra_tokens)
+        extra, cow, new = self._plan_append(t, extra_tokens, "extra_tokens")
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
         self.tables[seq_id] = t
