@@ -226,7 +226,7 @@ def run_kvlab_radix(trace, pool: int, page_size: int) -> tuple[float, list[int]]
     from kvlab.reuse.cache_manager import CacheManager
     from kvlab.reuse.radix_cache import RadixCache
     tree = RadixCache(BlockAllocator(pool // page_size, page_size, EventLog()), page_size=page_size)
-    cm = CacheManager.for_tree(tree)
+    cm = CacheManager(tree=tree)
     matched = []
     gc.collect()  # the set-up's garbage and young pool lists are collected before the clock starts, for every implementation
     t0 = CLOCK()

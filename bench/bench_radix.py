@@ -115,7 +115,7 @@ def bench_radix(trace, pool_tokens: int, page_size: int = 1, policy: str = "lru"
                 log: EventLog | None = None, timed_alloc: bool = True) -> dict:
     alloc = (TimedAllocator if timed_alloc else BlockAllocator)(pool_tokens // page_size, page_size, log)
     cache = RadixCache(alloc, page_size=page_size, eviction_policy=policy, check_kv=check_kv)
-    cm = CacheManager.for_tree(cache)
+    cm = CacheManager(tree=cache)
     t0 = CLOCK()
     for n, (prompt, answer) in enumerate(trace):
         rid = f"r{n}"

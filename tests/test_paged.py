@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvlab.memory.block_pool import HeldBlocks
 from kvlab.memory.events import EventLog
 from kvlab.lessons import NOTES_TABLE, notes_translation
 from kvlab.memory import (
@@ -268,3 +269,61 @@ def test_event_log_and_snapshots_replay_every_step():
     assert "copy P1 -> P2" in cow.describe()
     last = m.snapshots[-1]
     assert last.tables == {"B": (0, 2)} and last.tokens_in_block[:3] == (4, 0, 2)
+
+
+
+def _whole(m):
+    return m.allocator.state(), {s: (list(t.block_ids), t.num_tokens) for s, t in m.tables.items()}, len(m.log)
+
+
+def test_one_name_per_operation_bad_input_changes_nothing():
+    """Issue 31 item 2: adopt, append(make_room=) and free(handed_over=) are the only names; each
+    still checks what comes from outside and changes nothing when it refuses."""
+    m = BlockManager(num_blocks=4, block_size=2)
+    m.add_sequence("A", 4)                                    # blocks 0, 1
+    before = _whole(m)
+    for call, err in [(lambda: m.free("A", handed_over=[0, 0]), ValueError),       # a position twice
+                      (lambda: m.free("A", handed_over=[2]), ValueError),          # past the table
+                      (lambda: m.free("A", handed_over=range(1, 3)), ValueError),
+                      (lambda: m.free("A", handed_over=[0.5]), TypeError),
+                      (lambda: m.adopt("B", [2]), KVCacheError),                   # a free block
+                      (lambda: m.adopt("B", [0, 0]), ValueError),
+                      (lambda: m.adopt("B", [9]), KVCacheError),
+                      (lambda: m.append("A", 9, make_room=lambda k: False), OutOfBlocks)]:
+        with pytest.raises(err):
+            call()
+        assert _whole(m) == before
+
+
+def test_append_asks_for_room_only_when_short():
+    m = BlockManager(num_blocks=4, block_size=2)
+    m.add_sequence("A", 2)                                    # block 0; 3 free
+    asked = []
+    m.append("A", 2, make_room=lambda k: asked.append(k) or False)
+    assert asked == []                                        # one block needed, three free
+    m.add_sequence("B", 4)                                    # blocks 2, 3: none free
+    with pytest.raises(OutOfBlocks):
+        m.append("A", 2, make_room=lambda k: asked.append(k) or False)
+    assert asked == [1]                                       # asked for exactly the block it needed
+    freed = []
+    assert m.append("A", 2, make_room=lambda k: freed.extend(m.free("B"))) == []  # room made (whatever it returns)
+    assert freed == [2, 3] and m.tables["A"].block_ids == [0, 1, 2]
+
+
+def test_free_hands_over_only_the_positions_named():
+    m = BlockManager(num_blocks=6, block_size=2)
+    m.add_sequence("A", 6)                                    # blocks 0, 1, 2
+    m.allocator.touch([1, 2], "tree")                         # another holder took references on 1, 2
+    assert m.free("A", handed_over=range(1, 3)) == [0]        # A drops only block 0's reference
+    assert m.allocator.ref_count[:3] == [0, 2, 2] and "A" not in m.tables
+    m.add_sequence("B", 4)                                    # blocks 3, 4
+    assert m.free("B", handed_over=[0]) == [4]                # a list of positions: block 3 kept
+    assert m.allocator.ref_count[3:5] == [1, 0]
+
+
+def test_adopt_takes_held_blocks_without_checking_them_again():
+    m = BlockManager(num_blocks=6, block_size=2)
+    m.add_sequence("A", 4)                                    # blocks 0, 1
+    t = m.adopt("B", HeldBlocks([0, 1]), extra_tokens=1)      # a match's blocks: in use, checked before
+    assert t.block_ids == [0, 1, 2] and type(t.block_ids) is list and m.allocator.ref_count[:3] == [2, 2, 1]
+    m.check_integrity()

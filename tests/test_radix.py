@@ -145,10 +145,10 @@ def test_exact_length_empty_and_miss():
 def test_fully_cached_prompt_leaves_its_last_token_to_compute():
     cache = make()
     put(cache, [1, 2, 3, 4])
-    m = cache.match_for_prefill([1, 2, 3, 4])
+    m = cache.match_prefix([1, 2, 3, 4], limit=3)
     assert m.prefix_len == 3  # the caller needs the logits of token 4
-    assert cache.match_for_prefill([1]).prefix_len == 0
-    assert cache.match_for_prefill([]).prefix_len == 0
+    assert cache.match_prefix([1], limit=0).prefix_len == 0
+    assert cache.match_prefix([], limit=0).prefix_len == 0
     r = serve_request(cache, [1, 2, 3, 4])
     assert (r.matched_len, r.prefill_len) == (3, 1)
     assert r.insert.duplicates == [4]  # the recomputed last token's block was a duplicate: handed back
@@ -157,7 +157,7 @@ def test_fully_cached_prompt_leaves_its_last_token_to_compute():
     # page_size 2: 4 cached tokens, cap at 3, cut to 2
     pc = make(page_size=2)
     put(pc, [1, 2, 3, 4])
-    assert pc.match_for_prefill([1, 2, 3, 4]).prefix_len == 2
+    assert pc.match_prefix([1, 2, 3, 4], limit=3).prefix_len == 2
     pc.check_integrity()
 
 
@@ -437,7 +437,7 @@ def test_non_int_tokens_raise_and_change_nothing(tokens, msg):
     put(cache, [1, 2, 3])
     before = (shape(cache), cache.allocator.state(), len(cache.log), cache.stats.num_matches)
     for call in (lambda: cache.match_prefix(tokens), lambda: cache.insert(tokens, [9, 9, 9]),
-                 lambda: cache.match_for_prefill(tokens)):
+                 lambda: cache.match_prefix(tokens, limit=1)):
         with pytest.raises(TypeError, match=msg):
             call()
     assert before == (shape(cache), cache.allocator.state(), len(cache.log), cache.stats.num_matches)
@@ -611,7 +611,7 @@ def test_numpy_block_ids_are_plain_ints_in_the_tree_and_evict_frees_them():
     a = BlockAllocator(8, 1)
     c = RadixCache(a)
     c.insert([1, 2, 3], [np.int64(b) for b in a.allocate(3)])
-    assert all(type(b) is int for n in c.node_blocks() for b in n)
+    assert all(type(b) is int for n in c.iter_nodes() for b in n.value)
     assert c.evict(3).num_tokens == 3
     assert c.total_size() == 0 and a.num_used_blocks == 0
     c.check_integrity()

@@ -99,7 +99,7 @@ def test_a_fork_that_finishes_first_hands_its_lock_on_to_the_other():
     cm = _forked()
     assert cm.tree.peek_prefix_len(list(range(1, 13))) == 12
     node = cm.lock_node("P")
-    assert node is not None and cm.tree.path_kv(node) == cm.table("P").block_ids  # P locks what it uses
+    assert node is not None and node.path_kv() == cm.table("P").block_ids  # P locks what it uses
     assert cm.tree.evictable_size() == 4  # only C's own tail frees blocks
     assert cm.available_blocks() == cm.allocator.num_free_blocks + 4
 
@@ -131,7 +131,7 @@ def test_a_fork_sharing_part_of_a_new_leaf_locks_a_split_node(block_size):
     """C forked when P had 8 tokens, then grew: P shares only the first 8 tokens of C's leaf."""
     cm = _forked(block_size)
     p = cm.table("P")
-    assert cm.tree.path_kv(cm.lock_node("P")) == p.block_ids[:8 // block_size]
+    assert cm.lock_node("P").path_kv() == p.block_ids[:8 // block_size]
     cm.cache_finished_req("P", list(range(1, 9)))
     cm.check_integrity()
     assert cm.tree.evictable_size() == 12
@@ -212,7 +212,8 @@ def test_cache_req_treats_each_region_of_the_table_as_its_diagram_says(finished)
     m, d, n1, n2, t = r1
     tree_d = cm.table("R2").block_ids[1]
     rc = cm.allocator.ref_count
-    res = cm.cache_req("R1", list(range(1, 10)), finished=finished)
+    cache = cm.cache_finished_req if finished else cm.cache_unfinished_req
+    res = cache("R1", list(range(1, 10)))
     assert res.prefix_len == 4 and res.duplicates == [d] and res.kv == [m, tree_d, n1, n2]
     if finished:   # M: tree + R2; D, T: freed; N: the tree's only; R1 gone and unlocked
         assert (rc[m], rc[d], rc[n1], rc[n2], rc[t], rc[tree_d]) == (2, 0, 1, 1, 0, 2)
@@ -220,5 +221,5 @@ def test_cache_req_treats_each_region_of_the_table_as_its_diagram_says(finished)
     else:          # M: tree + R1 + R2; D switched to the tree's; N: tree + table; T kept
         assert cm.table("R1").block_ids == [m, tree_d, n1, n2, t]
         assert (rc[m], rc[d], rc[n1], rc[n2], rc[t], rc[tree_d]) == (3, 0, 2, 2, 1, 3)
-        assert cm.tree.path_kv(cm.lock_node("R1")) == [m, tree_d, n1, n2]
+        assert cm.lock_node("R1").path_kv() == [m, tree_d, n1, n2]
     cm.check_integrity()

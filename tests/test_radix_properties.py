@@ -73,8 +73,8 @@ def check(cache: RadixCache, ref: set, running: list[Running]) -> None:
     assert tree_prefixes(cache) == ref
     assert cache.total_size() == len(ref) * cache.page_size
     for r in running:  # a locked prefix keeps its tokens and its blocks
-        n, kv = cache.peek_prefix(r.seq[:r.prefix_len])
-        assert n == r.prefix_len and kv == r.matched_kv
+        assert cache.peek_prefix_len(r.seq[:r.prefix_len]) == r.prefix_len
+        assert r.node.path_kv() == r.matched_kv
 
 
 @settings(max_examples=budget.examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])

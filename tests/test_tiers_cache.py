@@ -384,7 +384,7 @@ def test_tiers_plug_in_at_one_point_and_override_no_step_of_the_cycle():
     assert HiRadixCache.init_load_back is not RadixCache.init_load_back  # the one point (the plain tree: the match)
     # and a plain CacheManager over a tiered tree gets the tiers too (load back, lifecycle checkpoints)
     tree = HiCacheManager(4, 1, host_ratio=2, write_policy="write_through").tree
-    cm = CacheManager.for_tree(tree)
+    cm = CacheManager(tree=tree)
     for rid, toks in (("R1", [1, 2, 3]), ("R2", [7, 8, 9])):
         cm.admit(rid, toks)
         cm.cache_finished_req(rid, toks)

@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..reuse.radix_cache import RadixCache
-from ..reuse.radix_node import TreeNode
+from ..reuse.radix_cache import TreeNode
 from .diagnose import argument_slip, changed_input, exact_equal, matching_mistake, matching_mistakes, unit_slip
 from .harness import Checker, CheckResult, Raised, call_in_place, same_outcome
 from .l07_radix import related_prompts

@@ -30,7 +30,7 @@ from ..reuse.hicache_manager import HiCacheManager
 from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
-from ..reuse.radix_node import common_prefix_len
+from ..reuse.radix_cache import common_prefix_len
 from .diagnose import changed_input, exact_equal, ignored_parameter, swapped, unit_slip
 from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place, same_outcome
 

@@ -293,7 +293,7 @@ class Engine:
         self.scheduler.abort(state.seqs)
         for s in state.seqs:
             s.status, s.finish_reason = SequenceStatus.FINISHED, s.finish_reason or "abort"
-        self._event("abort", rid, tokens=[len(o) for o in state.outputs])
+        self._event("abort", rid, tuple(len(o) for o in state.outputs))
         self._finish(state, time.perf_counter())
         return True
 
@@ -325,7 +325,7 @@ class Engine:
         for group in self.scheduler.preempted:
             state = self._by_rid[group[0].request.rid]
             state.metrics.preemptions += 1
-            self._event("preempt", state.rid, tokens=[len(o) for o in state.outputs])
+            self._event("preempt", state.rid, tuple(len(o) for o in state.outputs))
         self._run_transfers()                                                     # tiers: before any KV is read
         prefill_tokens = decode_tokens = 0
         if seqs:
@@ -375,15 +375,16 @@ class Engine:
         if self.copier is not None:
             self.copier.apply(self.cache_manager.take_transfers())
 
-    def _event(self, kind: str, seq_id: str, **detail) -> None:
-        self.log.record(kind, seq_id, (), engine_step=self.step_no, **detail)
+    def _event(self, kind: str, seq_id: str, *values) -> None:
+        """One engine event: its detail is the step, then ``values`` in the order of ``FIELDS[kind]``."""
+        self.log.add((kind, seq_id, (), (self.step_no, *values)))
 
     def _arrive(self, now: float) -> None:
         arrived = [r for r in self.pending if r.request.arrival_step <= self.step_no]
         for state in arrived:
             self.pending.remove(state)
             state.metrics.arrival_time = now
-            self._event("arrive", state.rid, prompt_len=len(state.prompt_ids), n=state.n)
+            self._event("arrive", state.rid, len(state.prompt_ids), state.n)
             if state.max_new_tokens == 0:                                         # nothing to compute
                 self._finish(state, now)
             else:
@@ -412,4 +413,4 @@ class Engine:
         if state.metrics.first_token_time is None:
             state.metrics.first_token_time = now
         state.metrics.finish_time, state.metrics.finished_step = now, self.step_no
-        self._event("finish", state.rid, outputs=[len(o) for o in state.outputs])
+        self._event("finish", state.rid, tuple(len(o) for o in state.outputs))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 
 from ..reuse.cache_manager import CacheManager, serve_request
-from ..reuse.eviction import get_eviction_policy
+from ..reuse.radix_cache import get_eviction_policy
 
 __all__ = ["popular_prefix_stream", "served_hit_rate", "POLICY_NAMES"]
 

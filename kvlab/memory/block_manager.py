@@ -21,10 +21,11 @@ it, so each reference a table holds is taken and dropped in one place:
 ``free``            release every block of a table (shared ones only lose a reference)
 ==================  ==========================================================================
 
-The request cycle (``kvlab.reuse.cache_manager``) uses four trusted twins, which skip the checks
-of ids it already knows are valid: ``adopt_match`` (``adopt`` of blocks the tree just matched),
-``append_plan`` + ``apply_append`` (``append`` split around the cache manager's eviction) and
-``release_to_tree`` (``free`` of a table whose new full blocks the tree took over).
+One name per operation. The request cycle (``kvlab.reuse.cache_manager``) calls the same methods
+with values that carry their checks: ``adopt`` takes the tree's match as :class:`HeldBlocks`
+(blocks checked when the tree took them, held by the locked path) without checking them again;
+``append(make_room=...)`` asks the cache manager to evict when the pool is short; ``free(seq_id,
+handed_over=...)`` keeps the references the tree took over from a finishing table.
 
 Each operation is all-or-nothing: it raises (``OutOfBlocks``, ``KeyError``, ``ValueError``) and
 changes nothing, or it completes.
@@ -49,11 +50,11 @@ Example (block size 4):
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
-from .block_pool import BlockAllocator, KVCacheError, OutOfBlocks
+from .block_pool import BlockAllocator, HeldBlocks, KVCacheError, OutOfBlocks
 from .block_table import BlockTable
-from .events import EventLog, pack_ids
+from .events import EventLog
 from .ids import as_ids, check_int, check_seq_id
 from .snapshot import MemorySnapshot
 
@@ -75,23 +76,14 @@ class BlockManager:
                 raise TypeError("give num_blocks and block_size, or allocator=")
             allocator = BlockAllocator(num_blocks, block_size, log)
         self.allocator = allocator
+        self.log: EventLog = allocator.log          # the allocator's, as are these two (read them)
+        self.block_size: int = allocator.block_size
+        self.num_blocks: int = allocator.num_blocks
         self.tables: dict[str, BlockTable] = {}
         self.snapshots: list[MemorySnapshot] = []
         if record:
             self.snapshots.append(self.snapshot("start"))
             self.log.subscribe(lambda e: self.snapshots.append(self.snapshot(e.describe())))
-
-    @property
-    def log(self) -> EventLog:
-        return self.allocator.log
-
-    @property
-    def block_size(self) -> int:
-        return self.allocator.block_size
-
-    @property
-    def num_blocks(self) -> int:
-        return self.allocator.num_blocks
 
     def table(self, seq_id: str) -> BlockTable:
         """The table of ``seq_id`` (KeyError naming the live sequences when unknown)."""
@@ -110,25 +102,22 @@ class BlockManager:
         """Would a new sequence of ``num_tokens`` tokens fit in the free blocks?"""
         return -(-check_int("num_tokens", num_tokens, 0) // self.block_size) <= self.allocator.num_free_blocks
 
-    def last_block_shared_and_partial(self, seq_id: str) -> bool:
-        """True when the next append to ``seq_id`` must first copy its last block (copy-on-write)."""
-        t = self.table(seq_id)
-        return bool(t.block_ids) and t.num_tokens % self.block_size != 0 and self.allocator.ref_count[t.block_ids[-1]] > 1
-
-    def append_plan(self, t: BlockTable, n: int) -> tuple[int, bool, int]:
-        """The first half of :meth:`append`, changing nothing: (``n`` as a checked int, copy the last
-        block first?, new blocks past the table's end) for appending ``n`` tokens to table ``t``.
-        The cache manager makes room for ``cow + new`` blocks, then calls :meth:`apply_append`. Use the returned ``n`` from here on: a numpy count must never reach
-        the table (``np.uint8(200)`` would wrap when added to it)."""
-        n = check_int("n", n, 0)
+    def _plan_append(self, t: BlockTable, n: int, what: str = "n") -> tuple[int, bool, int]:
+        """What appending ``n`` tokens to table ``t`` takes, changing nothing: (``n`` as a checked
+        int, copy the last block first?, new blocks past the table's end). Use the returned ``n``
+        from here on: a numpy count must never reach the table (``np.uint8(200)`` would wrap)."""
+        if type(n) is not int or n < 0:  # the id rule (kvlab.memory.ids) for anything but a plain count
+            n = check_int(what, n, 0)
         new = -(-(t.num_tokens + n) // self.block_size) - len(t.block_ids)
         cow = n > 0 and bool(t.block_ids) and t.num_tokens % self.block_size != 0 \
             and self.allocator.ref_count[t.block_ids[-1]] > 1
         return n, cow, new
 
     def blocks_to_append(self, seq_id: str, n: int = 1) -> int:
-        """How many fresh blocks ``append(seq_id, n)`` would take (copy-on-write included)."""
-        _n, cow, new = self.append_plan(self.table(seq_id), n)
+        """How many fresh blocks ``append(seq_id, n)`` would take, copy-on-write included (a
+        partial last block that is shared is copied first: then ``blocks_to_append(s, 1)`` is 1
+        although the block has room)."""
+        _n, cow, new = self._plan_append(self.table(seq_id), n)
         return cow + new
 
     # ------------------------------------------------------------------ creating tables
@@ -143,18 +132,38 @@ class BlockManager:
         ``extra_tokens`` more slots in fresh blocks.
 
         The table takes its own reference on each handed-over block, so afterwards
-        ``ref_count`` = the tree's reference + one per table. All or nothing.
+        ``ref_count`` = the tree's reference + one per table. ``block_ids`` as :class:`HeldBlocks`
+        (the tree's match) are taken as they are; any other sequence is checked here (ids in
+        range, none twice, every one in use). All or nothing: OutOfBlocks, nothing changed, when
+        the pool cannot supply the blocks ``extra_tokens`` more slots need.
 
         Example: ``adopt("R2", [4, 5], extra_tokens=3)`` with block size 4 -> table [4, 5, 0],
         8 + 3 = 11 tokens.
         """
         self._new_id(seq_id)
-        ids = as_ids(block_ids, "block_ids")
-        bs, rc = self.block_size, self.allocator.ref_count
+        bs = self.block_size
+        ids = list(block_ids) if type(block_ids) is HeldBlocks else self._in_use(seq_id, block_ids)
         n = len(ids) * bs if num_tokens is None else check_int("num_tokens", num_tokens, 0)
         if -(-n // bs) != len(ids):
             raise ValueError(f"adopt {seq_id}: {len(ids)} block(s) cannot hold exactly {n} token(s) (block_size {bs})")
+        t = BlockTable(seq_id, bs)  # filled below: ``ids`` are checked already
+        t.block_ids, t.num_tokens = ids, n
+        extra, cow, new = self._plan_append(t, extra_tokens, "extra_tokens")
+        if cow + new > self.allocator.num_free_blocks:
+            raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
+        self.tables[seq_id] = t
         if ids:
+            self.allocator.touch(ids, seq_id, record=False)
+            self.log.add(("adopt", seq_id, tuple(ids), (n,)))
+        if extra:
+            self._apply_append(t, extra, cow, new)
+        return t
+
+    def _in_use(self, seq_id: str, block_ids: Sequence[int]) -> list[int]:
+        """``block_ids`` checked for :meth:`adopt`: a list of ids in range, none twice, all in use."""
+        ids = list(as_ids(block_ids, "block_ids"))
+        if ids:
+            rc = self.allocator.ref_count
             if max(ids) >= self.num_blocks:
                 raise KVCacheError(f"adopt {seq_id}: unknown block id {max(ids)} (valid ids are 0..{self.num_blocks - 1})")
             if len(set(ids)) != len(ids):
@@ -162,24 +171,7 @@ class BlockManager:
             free = [b for b in ids if rc[b] == 0]
             if free:
                 raise KVCacheError(f"adopt {seq_id}: block {free[0]} is free; only blocks in use can be handed over")
-        return self.adopt_match(seq_id, list(ids), n, check_int("extra_tokens", extra_tokens, 0))
-
-    def adopt_match(self, seq_id: str, ids: list[int], n: int, extra: int) -> BlockTable:
-        """The trusted path of :meth:`adopt`, for the cache manager: ``ids`` are not validated, they
-        are blocks in use that the tree just matched, holding ``n`` tokens. Still all or nothing: OutOfBlocks, nothing changed,
-        when the pool cannot supply the blocks ``extra`` more slots need."""
-        t = BlockTable(seq_id, self.block_size)  # filled below: ``ids`` are checked already
-        t.block_ids, t.num_tokens = ids, n
-        extra, cow, new = self.append_plan(t, extra)
-        if cow + new > self.allocator.num_free_blocks:
-            raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
-        self.tables[seq_id] = t
-        if ids:
-            self.allocator.touch(ids, seq_id, record=False)
-            self.log.add("adopt", seq_id, ids, n)
-        if extra:
-            self.apply_append(t, extra, cow, new)
-        return t
+        return ids
 
     def fork(self, parent: str, child: str) -> BlockTable:
         """A child that shares every block of ``parent`` (ref counts rise by one; no block taken)."""
@@ -189,11 +181,11 @@ class BlockManager:
         t = BlockTable(child, self.block_size)
         t.block_ids, t.num_tokens = list(p.block_ids), p.num_tokens
         self.tables[child] = t
-        self.log.add("fork", child, p.block_ids, parent)
+        self.log.add(("fork", child, tuple(p.block_ids), (parent,)))
         return t
 
     # ------------------------------------------------------------------ growing and writing
-    def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]]:
+    def append(self, seq_id: str, n: int = 1, make_room: Callable[[int], bool] | None = None) -> list[tuple[int, int]]:
         """Reserve slots for ``n`` more tokens; returns the block copies to perform.
 
         A new block is taken only when the last one is full. If the last block is partial and
@@ -202,25 +194,29 @@ class BlockManager:
         ``src`` to ``dst`` before writing. Writing at an exact block boundary copies nothing
         (a shared full block is never written again).
 
-        All or nothing: raises :class:`OutOfBlocks` and changes nothing when the pool cannot
-        supply every block needed (the copy included).
+        ``make_room(k)``: called when fewer than the ``k`` blocks needed are free, to free some
+        (the cache manager evicts tree leaves); the free blocks are counted again afterwards, so
+        what it returns does not matter. All or nothing: raises :class:`OutOfBlocks` and changes
+        nothing (beyond what ``make_room`` freed) when the pool cannot supply every block needed
+        (the copy included).
         """
         t = self.table(seq_id)
-        n, cow, new = self.append_plan(t, n)
+        n, cow, new = self._plan_append(t, n)
+        if cow + new > self.allocator.num_free_blocks and make_room is not None:
+            make_room(cow + new)
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"append {n} token(s) to {seq_id}")
-        return self.apply_append(t, n, cow, new)
+        return self._apply_append(t, n, cow, new)
 
-    def apply_append(self, t: BlockTable, n: int, cow: bool, new: int) -> list[tuple[int, int]]:
-        """The second half of :meth:`append` (trusted): perform the plan ``(n, cow, new)`` of
-        :meth:`append_plan`; the caller has made sure ``cow + new`` blocks are free."""
+    def _apply_append(self, t: BlockTable, n: int, cow: bool, new: int) -> list[tuple[int, int]]:
+        """Perform the plan ``(n, cow, new)`` of :meth:`_plan_append`; ``cow + new`` blocks are free."""
         copies = [self._copy_on_write(t, len(t.block_ids) - 1)] if cow else []
         fresh = self.allocator.get_new_blocks(new, t.seq_id, record=False) if new > 0 else []
         t.block_ids += fresh
         start = t.num_tokens
         t.num_tokens += n
         if n > 0:
-            self.log.add("append", t.seq_id, fresh, start, n)
+            self.log.add(("append", t.seq_id, tuple(fresh), (start, n)))
         return copies
 
     def _copy_on_write(self, t: BlockTable, logical_block: int) -> tuple[int, int]:
@@ -228,7 +224,7 @@ class BlockManager:
         (dst,) = self.allocator.get_new_blocks(1, t.seq_id, record=False)
         t.block_ids[logical_block] = dst
         self.allocator.free_blocks([src], t.seq_id, record=False)  # drop our reference to the shared one
-        self.log.add("cow", t.seq_id, (src, dst), src, dst, logical_block)
+        self.log.add(("cow", t.seq_id, (src, dst), (src, dst, logical_block)))
         return (src, dst)
 
     def write(self, seq_id: str, pos: int) -> list[tuple[int, int]]:
@@ -274,7 +270,7 @@ class BlockManager:
         self.allocator.touch(take, seq_id, record=False)
         t.block_ids[:len(ids)] = ids
         released = self.allocator.free_blocks(drop, seq_id, record=False)
-        self.log.add("share_prefix", seq_id, take, pack_ids(drop), pack_ids(released))
+        self.log.add(("share_prefix", seq_id, tuple(take), (tuple(drop), tuple(released))))
         return released
 
     def drop_blocks(self, seq_id: str, logical_blocks: Sequence[int]) -> list[int]:
@@ -305,27 +301,37 @@ class BlockManager:
         t.block_ids = [b for i, b in enumerate(t.block_ids) if i not in gone]
         t.num_tokens -= len(ids) * self.block_size
         released = self.allocator.free_blocks(ids, seq_id, record=False)
-        self.log.add("drop", seq_id, ids, pack_ids(sorted(gone)), pack_ids(released))
+        self.log.add(("drop", seq_id, tuple(ids), (tuple(sorted(gone)), tuple(released))))
         return released
 
     # ------------------------------------------------------------------ release
-    def free(self, seq_id: str) -> list[int]:
-        """Release every block of ``seq_id`` (shared ones only lose a reference); returns blocks freed."""
-        t = self.table(seq_id)
-        del self.tables[seq_id]  # gone before its events, so snapshots never show a half-freed table
-        ids = t.block_ids
-        released = self.allocator.free_blocks(ids, seq_id, record=False) if ids else []
-        self.log.add("free_seq", seq_id, released, len(ids), 0)  # block_ids: those back in the pool
-        return released
+    def free(self, seq_id: str, handed_over: Sequence[int] = ()) -> list[int]:
+        """Release every block of ``seq_id`` (shared ones only lose a reference); returns blocks freed.
 
-    def release_to_tree(self, seq_id: str, drop: list[int]) -> list[int]:
-        """The trusted path of :meth:`free` for a finishing request: remove ``seq_id``'s table,
-        dropping its reference on the blocks in ``drop`` only; its references on the others were
-        handed over (the radix tree took them over as its own, or a duplicate was already freed).
-        For the cache manager's ``cache_finished_req``, which knows which is which."""
-        t = self.tables.pop(seq_id)
+        ``handed_over``: logical blocks (positions in the table) whose reference is not dropped,
+        because another holder took it over: a finishing request's newly cached pages, which the
+        radix tree now holds, and its duplicates, which the tree freed (``CacheManager``). A
+        ``range`` is checked in O(1). ValueError, nothing changed, for a position outside the
+        table or listed twice.
+
+        Example: table [4, 5, 6], ``free("R1", handed_over=range(1, 3))`` drops only block 4's reference.
+        """
+        t = self.table(seq_id)
+        ids = t.block_ids
+        if type(handed_over) is range and handed_over.step == 1:
+            if handed_over and not 0 <= handed_over.start < handed_over.stop <= len(ids):
+                raise ValueError(f"free {seq_id}: handed_over {handed_over} is outside its {len(ids)} block(s)")
+            drop = ids[:handed_over.start] + ids[handed_over.stop:] if handed_over else ids
+        else:
+            kept = as_ids(handed_over, "handed_over")
+            if len(set(kept)) != len(kept) or any(i >= len(ids) for i in kept):
+                raise ValueError(f"free {seq_id}: handed_over {kept} names a position twice or outside its "
+                                 f"{len(ids)} block(s)")
+            gone = set(kept)
+            drop = [b for i, b in enumerate(ids) if i not in gone] if gone else ids
+        del self.tables[seq_id]  # gone before its events, so snapshots never show a half-freed table
         released = self.allocator.free_blocks(drop, seq_id, record=False) if drop else []
-        self.log.add("free_seq", seq_id, released, len(t.block_ids), len(t.block_ids) - len(drop))
+        self.log.add(("free_seq", seq_id, tuple(released), (len(ids), len(ids) - len(drop))))  # block_ids: those back in the pool
         return released
 
     # ------------------------------------------------------------------ invariants and pictures

@@ -41,7 +41,7 @@ from .events import EventLog
 from .ids import as_ids, check_int
 
 __all__ = ["KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "NotABlockId", "BlockAllocator",
-           "check_block_ids"]
+           "HeldBlocks", "check_block_ids"]
 
 
 def check_block_ids(block_ids: Iterable[int], num_blocks: int, what: str) -> list[int]:
@@ -62,6 +62,18 @@ def check_block_ids(block_ids: Iterable[int], num_blocks: int, what: str) -> lis
         b = next(b for b in ids if b >= num_blocks)
         raise UnknownBlock(f"{what}: unknown block id {b} (valid ids are 0..{num_blocks - 1})")
     return ids
+
+
+class HeldBlocks(list):
+    """Block ids that a holder checked when it took them and still holds a reference on: the
+    radix tree's match (``MatchResult.kv``, blocks of a path the caller has locked).
+    :meth:`BlockManager.adopt <kvlab.memory.block_manager.BlockManager.adopt>` takes them without
+    checking them again ("parse, don't validate", as ``RadixKey`` for tokens); a plain list is
+    checked there. Build one only from blocks a holder of this pool holds.
+
+    Example: ``HeldBlocks([4, 5])`` is the list ``[4, 5]``, marked as held."""
+
+    __slots__ = ()
 
 
 class KVCacheError(Exception):
@@ -94,7 +106,7 @@ class BlockAllocator:
     """A pool of ``num_blocks`` physical blocks with reference counts (vLLM's BlockPool).
 
     ``ref_count[b]``: holders of block b (0 = free). ``owner[b]``: who allocated it (for
-    pictures; None when free). ``free_block_ids``: the free queue, front first.
+    pictures; None when free). ``free_block_ids``: the free queue, front first; ``num_free_blocks``: its length.
     ``log``: where events go (a fresh :class:`EventLog` by default; ``NO_LOG`` records nothing).
     """
 
@@ -109,16 +121,13 @@ class BlockAllocator:
         self._fresh = 0
         self._free: list[int] = []
         self._head = 0
+        self.num_free_blocks = num_blocks  # the length of that queue (read it; the allocator keeps it)
 
     # ------------------------------------------------------------------ queries
     @property
     def free_block_ids(self) -> list[int]:
         """The free queue, front (next to be allocated) first (a copy)."""
         return list(range(self._fresh, self.num_blocks)) + self._free[self._head:]
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.num_blocks - self._fresh + len(self._free) - self._head
 
     @property
     def num_used_blocks(self) -> int:
@@ -165,6 +174,7 @@ class BlockAllocator:
                 rc[b] = 1
                 own[b] = owner
             ids += reused
+        self.num_free_blocks -= len(ids)
         if ids and record:
             self.log.record("allocate", owner, ids)
         return ids
@@ -227,6 +237,7 @@ class BlockAllocator:
                 own[b] = None
         if released:
             self._free += released
+            self.num_free_blocks += len(released)
         if ids and record:
             self.log.record("free", seq_id, ids, released=released)
         return released
@@ -242,6 +253,7 @@ class BlockAllocator:
         """
         free = self.free_block_ids
         assert len(free) == len(set(free)), f"duplicate ids in the free queue: {free}"
+        assert self.num_free_blocks == len(free), f"num_free_blocks {self.num_free_blocks} != {len(free)} in the queue"
         fs = set(free)
         assert all(type(b) is int and 0 <= b < self.num_blocks for b in fs), "free queue holds an unknown id"
         for b in range(self.num_blocks):

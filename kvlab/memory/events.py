@@ -9,7 +9,8 @@ request concerned, if any).
 Cheap by design: a log keeps one row per event, a tuple ``(kind, seq_id, block_ids, detail)``
 of strings, numbers and tuples of ids (a tuple holding only such values is untracked by the
 garbage collector after its first collection, so a long log adds nothing for full collections
-to rescan); ``add``, the hot path, builds no dict per event; :class:`Event` objects are built only
+to rescan); ``add``, the hot path, takes that row as it is: with no listener it *is* the row
+list's ``append`` (no Python frame, no dict per event); :class:`Event` objects are built only
 when someone reads the log. A run that records nothing passes :data:`NO_LOG` (or a
 :class:`NullLog`): its ``record`` does nothing.
 
@@ -23,7 +24,7 @@ Example:
     ['allocate']
     >>> log[0].step, log[0].block_ids
     (0, (0, 1))
-    >>> log.add("lock", "R1", (), 7, -3)          # a kind of FIELDS: its detail values in order
+    >>> log.add(("lock", "R1", (), (7, -3)))      # one row: a kind of FIELDS, its detail values in order
     >>> log[1].detail
     {'node': 7, 'delta': -3}
     >>> NO_LOG.record("allocate", "R1", (0, 1)); len(NO_LOG)
@@ -34,11 +35,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["Event", "EventLog", "NullLog", "NO_LOG", "FIELDS", "pack_ids"]
+__all__ = ["Event", "EventLog", "NullLog", "NO_LOG", "FIELDS"]
 
-# The detail fields of kvlab's own event kinds, in order: ``EventLog.add(kind, seq_id, block_ids,
-# *values)`` stores just the values (no dict per event), ``Event.detail`` names them again.
-# Fields that hold several block ids are passed as tuples (``pack_ids``).
+# The detail fields of kvlab's own event kinds, in order: ``EventLog.add((kind, seq_id, block_ids,
+# values))`` stores just the values (no dict per event), ``Event.detail`` names them again.
+# Block ids, and fields that hold several, are passed as tuples (copies nobody mutates later).
 FIELDS: dict[str, tuple[str, ...]] = {
     # block manager (one event per table operation)
     "append": ("start", "num_tokens"),
@@ -58,14 +59,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # cache manager
     "admit": ("prefix_len", "num_tokens"),
     "cache": ("prefix_len", "num_tokens", "finished"),
+    # engine (kvlab.compute.engine): per request, with the engine step it happened at
+    "arrive": ("engine_step", "prompt_len", "n"),
+    "preempt": ("engine_step", "tokens"),
+    "abort": ("engine_step", "tokens"),
+    "finish": ("engine_step", "outputs"),
 }
-
-
-def pack_ids(ids: Iterable[int]) -> tuple[int, ...]:
-    """Block ids as a tuple (a copy the log can keep: nobody mutates it later): how
-    ``EventLog.add`` takes a detail field that holds several ids. Example: ``pack_ids([1, 2])``
-    -> ``(1, 2)``."""
-    return tuple(ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +102,11 @@ class Event:
 class EventLog:
     """An append-only log of events with optional listeners.
 
-    ``record(kind, seq_id, block_ids, **detail)`` adds any event; ``add(kind, seq_id, block_ids,
-    *values)`` is the fast way in for the kinds in :data:`FIELDS` (what kvlab's hot paths call:
-    no keyword dict per event); ``emit(Event(...))`` adds a ready-made event and returns it
-    stamped with its step.
+    ``record(kind, seq_id, block_ids, **detail)`` adds any event; ``add(row)`` is the fast way in
+    for the kinds in :data:`FIELDS` (what kvlab's hot paths call): ``row`` is ``(kind, seq_id,
+    block_ids, values)``, the ids and the values as tuples, the values in the order of
+    ``FIELDS[kind]``; ``emit(Event(...))`` adds a ready-made event and returns it stamped with
+    its step.
     Reading (``log[i]``, iteration, ``events``) builds :class:`Event` objects on demand.
     A listener (``subscribe``) is called after every event with the stamped Event; the
     visualizer uses one to take a snapshot after each step (``BlockManager(record=True)``).
@@ -117,6 +117,20 @@ class EventLog:
         # dict (lists as tuples), for add() the tuple of its values in the order of FIELDS[kind]
         self._rows: list[tuple] = []
         self._listeners: list[Callable[[Event], None]] = []
+        self._bind()
+
+    def _bind(self) -> None:
+        """``add`` is the row list's own ``append`` until someone listens."""
+        self.add: Callable[[tuple], None] = self._add_and_tell if self._listeners else self._rows.append
+
+    def __getstate__(self) -> dict:  # a copy binds its own ``add`` to its own rows
+        state = self.__dict__.copy()
+        del state["add"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._bind()
 
     def record(self, kind: str, seq_id: str | None = None, block_ids: Iterable[int] = (), **detail: Any) -> None:
         """Append one event (block ids, and list values in ``detail``, are copied)."""
@@ -125,12 +139,10 @@ class EventLog:
         if self._listeners:
             self._tell()
 
-    def add(self, kind: str, seq_id: str | None, block_ids: Iterable[int], *values: Any) -> None:
-        """Append one event of a kind in :data:`FIELDS`, its detail as ``values`` in that order
-        (several block ids as a tuple: :func:`pack_ids`). Example: ``log.add("lock", "R1", (), 7, -3)``."""
-        self._rows.append((kind, seq_id, tuple(block_ids), values))
-        if self._listeners:
-            self._tell()
+    def _add_and_tell(self, row: tuple) -> None:
+        """``add`` once someone listens: append ``row``, then tell the listeners."""
+        self._rows.append(row)
+        self._tell()
 
     def _tell(self) -> None:
         ev = self._event(len(self._rows) - 1)
@@ -144,6 +156,7 @@ class EventLog:
 
     def subscribe(self, fn: Callable[[Event], None]) -> None:
         self._listeners.append(fn)
+        self._bind()
 
     def _event(self, i: int) -> Event:
         kind, seq_id, ids, d = self._rows[i]
@@ -185,7 +198,11 @@ class NullLog(EventLog):
     def record(self, kind: str, seq_id: str | None = None, block_ids: Iterable[int] = (), **detail: Any) -> None:
         return None
 
-    def add(self, kind: str, seq_id: str | None, block_ids: Iterable[int], *values: Any) -> None:
+    def _bind(self) -> None:
+        self.add = self._ignore
+
+    @staticmethod
+    def _ignore(row: tuple) -> None:
         return None
 
     def emit(self, event: Event) -> Event:

@@ -1,9 +1,8 @@
 """kvlab.reuse: the logical layer, which cached KV a new request can reuse (pure Python).
 
-    radix_cache.py       RadixCache: SGLang's radix tree over token ids (match, split, insert, lock, evict, invariants)
-    radix_node.py        TreeNode, MatchResult, InsertResult, EvictResult, RadixStats: plain data
+    radix_cache.py       RadixCache: SGLang's radix tree over token ids (match, split, insert, lock, evict, invariants),
+                         with its key (RadixKey), node (TreeNode), results and eviction order (EVICTION_POLICIES)
     radix_snapshot.py    NodeView, RadixSnapshot: the tree frozen for pictures and printing
-    eviction.py          EvictionPolicy, EVICTION_POLICIES: which leaf goes first
     block_hash_cache.py  BlockHashCache: vLLM's hash-chained prefix cache, for comparison
     stats.py             HitStats: hits and misses, shared by both caches
     cache_manager.py     CacheManager: the one request cycle, the ownership rule, forks locking what another fork caches
@@ -22,22 +21,21 @@ from __future__ import annotations
 
 from .block_hash_cache import BlockHashCache, PrefixMatch, hash_block_tokens
 from .cache_manager import Admission, CacheManager, ServeRecord, serve_request
-from .eviction import EVICTION_POLICIES, EvictionPolicy
 from .hicache_manager import CacheConfig, HiCacheManager, make_cache_manager
 from .hicache_storage import HiCacheStorage, MemoryStorage, kv_fingerprint, page_keys
 from .hiradix_cache import WRITE_POLICIES, HiRadixCache
 from .hiradix_node import TierSnapshot, TierStats, Transfer
 from .lifecycle import LEGAL_EDGES, LifecycleTracker, replay
 from .offload import LINKS, LinkSpec, break_even_tokens, offload_costs
-from .radix_cache import RadixCache
-from .radix_node import EvictResult, InsertResult, MatchResult, RadixStats, TreeNode
+from .radix_cache import (EVICTION_POLICIES, EvictionPolicy, EvictResult, InsertResult, MatchResult, RadixCache,
+                          RadixKey, RadixStats, TreeNode)
 from .radix_snapshot import NodeView, RadixSnapshot
 from .schedule import SCHEDULE_POLICIES, order_by_shared_prefix, shared_prefix_lengths
 from .stats import HitStats
 
 __all__ = ["BlockHashCache", "PrefixMatch", "hash_block_tokens", "Admission", "CacheManager", "ServeRecord",
            "serve_request", "EVICTION_POLICIES", "EvictionPolicy", "EvictResult", "InsertResult", "MatchResult",
-           "RadixCache", "RadixStats", "TreeNode", "NodeView", "RadixSnapshot", "SCHEDULE_POLICIES",
+           "RadixCache", "RadixKey", "RadixStats", "TreeNode", "NodeView", "RadixSnapshot", "SCHEDULE_POLICIES",
            "order_by_shared_prefix", "shared_prefix_lengths", "HitStats",
            "CacheConfig", "HiCacheManager", "make_cache_manager", "HiCacheStorage", "MemoryStorage", "kv_fingerprint", "page_keys", "WRITE_POLICIES",
            "HiRadixCache", "TierSnapshot", "TierStats", "Transfer", "LEGAL_EDGES", "LifecycleTracker", "replay",

@@ -23,15 +23,15 @@ One sequence's blocks through the cycle (block size 4; ``m`` matched tokens, ``c
                              token is left to compute), lock the node where the match ends,
                              make room (evict LRU leaves when short; None, no block taken or
                              evicted, when it cannot fit), tree.init_load_back (tiers only),
-                             adopt the matched blocks into a new table (+1 ref each: adopt_match),
+                             adopt the matched blocks into a new table (+1 ref each),
                              allocate the rest
 
         tokens  |<---- m matched ---->|<------- to compute ------->|
         table   [ tree's  | tree's    | own      | own      | own  ]
                   ref 2     ref 2       ref 1      ref 1      ref 1 (partial)
 
-    cache_req(s, tokens, finished=False)   (cache_unfinished_req, after prefill)
-    cache_req(s, tokens, finished=True)    (cache_finished_req: finished or preempted)
+    cache_unfinished_req(s, tokens)   (after prefill)
+    cache_finished_req(s, tokens)     (finished or preempted; both are one method, ``_cache_req``)
                              insert the computed full pages; then keep the table, switched to
                              the tree's blocks, and move the lock down (unfinished), or free it
                              and unlock (finished); the table region by region: ``cache_req``
@@ -52,11 +52,11 @@ plugs in at one point: ``tree.init_load_back`` in ``admit`` loads the match's ho
 back (the plain tree returns the match as it is).
 
 Each step validates what comes from outside once, then passes values that carry their checks:
-the tokens as a :class:`~kvlab.reuse.radix_node.RadixKey` (``admit`` checks the prompt;
-``cache_req`` checks only the tokens past the known ones), the blocks as the sequence's
-``BlockTable``; the tree takes both without checking them again. The block manager's trusted
-paths (``adopt_match``, ``apply_append``, ``release_to_tree``; the table of them:
-docs/ARCHITECTURE.md) skip the checks of ids it already holds.
+the tokens as a :class:`~kvlab.reuse.radix_cache.RadixKey` (``admit`` checks the prompt;
+``cache_*_req`` check only the tokens past the known ones), the blocks as the sequence's
+``BlockTable``; the tree takes both without checking them again, and the block manager takes the
+tree's match as ``HeldBlocks`` (``adopt``). One name per operation: the same ``adopt``,
+``append`` (``make_room=``) and ``free`` (``handed_over=``) that every caller uses.
 
 Mirrors mini-sglang ``python/minisgl/scheduler/cache.py`` (``CacheManager.cache_req``, read at
 commit 0467802d) and SGLang ``radix_cache.py`` (``cache_finished_req``, ``cache_unfinished_req``,
@@ -92,8 +92,7 @@ from ..memory.block_table import BlockTable
 from ..memory.events import EventLog
 from ..memory.ids import as_ids, check_int, check_seq_id
 from ..memory.snapshot import MemorySnapshot
-from .radix_cache import RadixCache
-from .radix_node import InsertResult, RadixKey, TreeNode
+from .radix_cache import InsertResult, RadixCache, RadixKey, TreeNode
 
 __all__ = ["Admission", "CacheManager", "ServeRecord", "serve_request"]
 
@@ -136,21 +135,22 @@ class CacheManager:
     tables it owns; ``check_integrity`` checks the tree's blocks either way).
     """
 
-    def __init__(self, num_blocks: int, block_size: int, *, radix: bool = True, eviction_policy: str = "lru",
-                 log: EventLog | None = None, check_kv: bool = False) -> None:
-        allocator = BlockAllocator(num_blocks, block_size, log)
-        tree = RadixCache(allocator, block_size, eviction_policy, check_kv) if radix else None
-        self._setup(allocator, tree)
-
-    @classmethod
-    def for_tree(cls, tree: RadixCache) -> "CacheManager":
-        """A manager over an existing tree and its allocator (no running tables yet)."""
-        cm = cls.__new__(cls)
-        cm._setup(tree.allocator, tree)
-        return cm
+    def __init__(self, num_blocks: int | None = None, block_size: int | None = None, *, radix: bool = True,
+                 eviction_policy: str = "lru", log: EventLog | None = None, check_kv: bool = False,
+                 tree: RadixCache | None = None) -> None:
+        if tree is None:
+            if num_blocks is None or block_size is None:
+                raise TypeError("give num_blocks and block_size, or tree= (a manager over that tree and its allocator)")
+            allocator = BlockAllocator(num_blocks, block_size, log)
+            tree = RadixCache(allocator, block_size, eviction_policy, check_kv) if radix else None
+        elif num_blocks is not None or block_size is not None:
+            raise TypeError("give num_blocks and block_size, or tree=, not both")
+        self._setup(tree.allocator if tree is not None else allocator, tree)
 
     def _setup(self, allocator: BlockAllocator, tree: RadixCache | None) -> None:
         self.allocator = allocator
+        self.log: EventLog = allocator.log          # the allocator's (read it)
+        self.num_blocks: int = allocator.num_blocks
         self.block_manager = BlockManager(allocator=allocator)
         self.tree = tree
         self.block_size = allocator.block_size
@@ -159,14 +159,6 @@ class CacheManager:
         self._forked: set[str] = set()              # running sequences that were forked or are forks
 
     # ------------------------------------------------------------------ queries
-    @property
-    def log(self) -> EventLog:
-        return self.allocator.log
-
-    @property
-    def num_blocks(self) -> int:
-        return self.allocator.num_blocks
-
     @property
     def tables(self) -> dict[str, BlockTable]:
         """The running sequences' block tables (read them; change them through this class)."""
@@ -236,24 +228,22 @@ class CacheManager:
             loaded = self.tree.init_load_back(m, key, len(key) - 1, seq_id)
             if loaded is not m:  # host or disk pages came back: the lock moved down to their last node
                 node, prefix_len, kv = loaded.last_node, loaded.prefix_len, loaded.kv
-        table = self.block_manager.adopt_match(seq_id, kv, prefix_len, n - prefix_len)  # kv: the tree's, in use
+        table = self.block_manager.adopt(seq_id, kv, prefix_len, n - prefix_len)  # kv: HeldBlocks, not checked again
         if node is not None:
             self._locks[seq_id] = node
         if key is not None:
             self._tokens[seq_id] = key  # a RadixKey holds a copy: never the caller's list
         evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
-        self.log.add("admit", seq_id, (), prefix_len, n)
+        self.log.add(("admit", seq_id, (), (prefix_len, n)))
         return Admission(seq_id, prefix_len, table, evicted)
 
     def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
         """Reserve ``n`` more slots for ``seq_id``, evicting when short; returns the copy-on-write
         block copies to perform, or None (nothing changed) when the pool cannot supply them."""
-        bm = self.block_manager
-        t = bm.table(seq_id)
-        n, cow, new = bm.append_plan(t, n)
-        if not self.make_room(cow + new, seq_id):
+        try:
+            return self.block_manager.append(seq_id, n, make_room=lambda k: self.make_room(k, seq_id))
+        except OutOfBlocks:  # make_room evicted nothing: nothing changed
             return None
-        return bm.apply_append(t, n, cow, new)
 
     def fork(self, parent: str, child: str) -> BlockTable:
         """``child`` shares every block of ``parent`` (parallel samples) and locks the same node.
@@ -281,8 +271,8 @@ class CacheManager:
             self._tokens[child] = self._tokens[parent]
         return table
 
-    def _key(self, seq_id: str, tokens: Sequence[int]) -> RadixKey:
-        """``tokens`` checked against what ``seq_id`` holds: ids (a numpy array is fine), at most
+    def _key(self, t: BlockTable, tokens: Sequence[int]) -> RadixKey:
+        """``tokens`` checked against what the sequence of table ``t`` holds: ids (a numpy array is fine), at most
         the table's slots, and an extension of the tokens it was admitted with or cached before.
         Those only grow: a shorter list, or one that differs at a known position, would let the
         tree map other tokens to blocks that hold this KV. The key returned is never the caller's
@@ -290,7 +280,7 @@ class CacheManager:
 
         Example: admitted [1, 2, 3] -> [1, 2, 3, 4] is the key; [1, 2] and [1, 9, 3] are refused
         (ValueError naming the sequence and position 2, resp. 1)."""
-        t = self.block_manager.table(seq_id)
+        seq_id = t.seq_id
         known = self._tokens.get(seq_id)
         if known is not None:
             key = known.extended(tokens)  # only the tokens past the known ones are checked
@@ -307,7 +297,7 @@ class CacheManager:
     def cache_unfinished_req(self, seq_id: str, tokens: Sequence[int]) -> InsertResult | None:
         """After prefill: cache the computed pages and keep running (:meth:`cache_req`,
         ``finished=False``; SGLang's name)."""
-        return self.cache_req(seq_id, tokens, finished=False)
+        return self._cache_req(seq_id, tokens, finished=False)
 
     def cache_finished_req(self, seq_id: str, tokens: Sequence[int] | None) -> InsertResult | None:
         """The sequence leaves, finished or preempted (:meth:`cache_req`, ``finished=True``;
@@ -315,9 +305,9 @@ class CacheManager:
         if tokens is None:
             self.free(seq_id)
             return None
-        return self.cache_req(seq_id, tokens, finished=True)
+        return self._cache_req(seq_id, tokens, finished=True)
 
-    def cache_req(self, seq_id: str, tokens: Sequence[int], *, finished: bool) -> InsertResult | None:
+    def _cache_req(self, seq_id: str, tokens: Sequence[int], *, finished: bool) -> InsertResult | None:
         """The one place where a request's blocks go to the tree: insert the full pages of
         ``tokens`` (those whose KV is computed), then keep the sequence running
         (``finished=False``, after prefill: requests admitted later reuse its pages) or end it
@@ -346,7 +336,8 @@ class CacheManager:
         Example: the module docstring's R2 (admitted [1, 2, 3, 9], 3 matched) finishes with
         ``[1, 2, 3, 9]``: M = blocks 0-2 (drop the table's ref: 1 left, the tree's), N = block 4
         (the tree takes over its ref), no D, no T."""
-        key = self._key(seq_id, tokens)
+        table = self.block_manager.table(seq_id)
+        key = self._key(table, tokens)
         full = len(key) // self.block_size if self.tree is not None else 0
         if full == 0:  # no whole page: nothing to cache
             if finished:
@@ -354,8 +345,7 @@ class CacheManager:
             else:
                 self._tokens[seq_id] = key
             return None
-        sharers, ids = self._sharers(seq_id, key, full)
-        table = self.block_manager.table(seq_id)
+        sharers, ids = self._sharers(table, key, full)
         table_ids = table.block_ids
         # finished: the tree takes over the table's ref on N and frees D; unfinished: its own ref on N
         res = self.tree.insert(key.prefix(full * self.block_size), table, seq_id, share=not finished)
@@ -370,19 +360,18 @@ class CacheManager:
         else:
             self._keep_cached(seq_id, res, key)
             self._lock_sharers(sharers, key, ids, res.kv)
-        self.log.add("cache", seq_id, (), res.prefix_len, len(key), finished)
+        self.log.add(("cache", seq_id, (), (res.prefix_len, len(key), finished)))
         return res
 
     def _drop_cached(self, seq_id: str, res: InsertResult, table_ids: list[int], full: int) -> None:
         """cache_req(finished=True) after the insert: the table drops M and T and is gone (the tree
         freed D and took over N)."""
         end = res.prefix_len // self.block_size  # M and D end here
-        if res.duplicates:  # the tree freed D: the table's reference on them is used up
+        handed = range(end, full)  # N: the tree took the table's reference over
+        if res.duplicates:  # the tree freed D: the table's reference on them is used up too
             dup = set(res.duplicates)
-            drop = [b for b in table_ids[:end] if b not in dup] + table_ids[full:]
-        else:
-            drop = table_ids[:end] + table_ids[full:]  # M and T
-        self.block_manager.release_to_tree(seq_id, drop)
+            handed = [i for i in range(end) if table_ids[i] in dup] + list(handed)
+        self.block_manager.free(seq_id, handed_over=handed)  # drops M and T
 
     def _keep_cached(self, seq_id: str, res: InsertResult, key: RadixKey) -> None:
         """cache_req(finished=False) after the insert: the table takes the tree's blocks for D and
@@ -426,15 +415,16 @@ class CacheManager:
     #
     # So a running table never uses a cached block past the node it locks, and every unlocked cached
     # block is one that eviction frees (``CacheManager.check_integrity`` checks it).
-    def _sharers(self, seq_id: str, key: RadixKey, full: int) -> tuple[list[str], list[int]]:
-        """Before ``seq_id`` caches ``full`` pages of ``key``: the other running sequences whose
+    def _sharers(self, table: BlockTable, key: RadixKey, full: int) -> tuple[list[str], list[int]]:
+        """Before the sequence of ``table`` caches ``full`` pages of ``key``: the other running sequences whose
         tables share one of its own blocks among them, and its first ``full`` block ids (a copy).
         ValueError, nothing changed, when a sharer holds other tokens for a shared page."""
-        ids = self.block_manager.table(seq_id).block_ids[:full]
+        seq_id = table.seq_id
+        ids = table.block_ids[:full]
         if seq_id not in self._forked:  # the usual case: never forked, so nobody shares them
             return [], ids
         node = self._locks.get(seq_id)
-        start = len(self.tree.path_kv(node)) if node is not None else 0  # pages it already locks
+        start = len(node.path_kv()) if node is not None else 0  # pages it already locks
         rc = self.allocator.ref_count
         if max(map(rc.__getitem__, ids[start:]), default=1) == 1:  # no block of its own is shared
             return [], ids
@@ -464,10 +454,10 @@ class CacheManager:
             while k < lim and t.block_ids[k] in (tree_kv[k], ids[k]):
                 k += 1
             old = self._locks.get(s)
-            if k <= (len(tree.path_kv(old)) if old is not None else 0):
+            if k <= (len(old.path_kv()) if old is not None else 0):
                 continue
             self.block_manager.share_prefix(s, tree_kv[:k])
-            node = tree.split_at(key, k * ps)
+            node = tree.match_prefix(key, s, limit=k * ps, record_stats=False).last_node  # split there
             tree.inc_lock_ref(node, s)
             if old is not None:
                 tree.dec_lock_ref(old, s)
@@ -486,7 +476,7 @@ class CacheManager:
             t.check_integrity(self.allocator.ref_count)
             node = self._locks.get(s)
             if node is not None:
-                path = self.tree.path_kv(node)
+                path = node.path_kv()
                 assert path == t.block_ids[:len(path)], f"{s}: its table does not start with the path it locks"
             if self.tree is not None:
                 stray = in_tree.intersection(t.block_ids[len(path) if node is not None else 0:])
@@ -497,11 +487,7 @@ class CacheManager:
         assert self._forked <= set(tables), "a fork is remembered for a sequence that does not run"
         holders = [t.block_ids for t in tables.values()]
         if self.tree is not None:
-            self.tree.check_integrity(holders)
-            locks: dict[int, int] = {}
-            for node in self._locks.values():
-                locks[node.id] = locks.get(node.id, 0) + 1
-            assert locks == self.tree.lock_counts(), "tree locks != the running sequences' locks"
+            self.tree.check_integrity(holders, locks=self._locks.values())
         else:
             self.allocator.check_integrity(holders)
 
@@ -546,7 +532,7 @@ def serve_request(tree: RadixCache | CacheManager, prompt: Sequence[int], output
         >>> (r.matched_len, r.prefill_len, r.matched_kv)
         (3, 1, (0, 1, 2))
     """
-    cm = tree if isinstance(tree, CacheManager) else CacheManager.for_tree(tree)
+    cm = tree if isinstance(tree, CacheManager) else CacheManager(tree=tree)
     prompt = as_ids(prompt, "prompt")
     seq = prompt + as_ids(output, "output")
     sid = rid if rid is not None else "request"

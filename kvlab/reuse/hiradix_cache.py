@@ -114,7 +114,7 @@ from .hiradix_node import HiMatchResult, TierSnapshot, TierStats, Transfer
 from .lifecycle import LifecycleTracker
 from .host_policy import make_host_policy
 from .radix_cache import RadixCache
-from .radix_node import EvictResult, InsertResult, TreeNode
+from .radix_cache import EvictResult, InsertResult, TreeNode
 
 __all__ = ["WRITE_POLICIES", "PREFETCH_POLICIES", "STORAGE_WRITES", "HiRadixCache"]  # types: hiradix_node
 
@@ -489,7 +489,7 @@ class HiRadixCache(RadixCache):
         while stack:
             n = stack.pop()
             stack.extend(n.children.values())
-            self._num_nodes -= 1
+            self.num_nodes -= 1
             self._evictable_size -= len(n.key)
             if n.value:
                 dev += n.value
@@ -734,7 +734,7 @@ class HiRadixCache(RadixCache):
         node = TreeNode(self._next_id, list(tokens[start:start + n * ps]), [], after, self._tick())
         self._next_id += 1
         after.children[self._child_key(node.key)] = node
-        self._num_nodes += 1
+        self.num_nodes += 1
         self._evictable_size += len(node.key)
         self._offloaded += len(node.key)
         self.disk_ref[node.id] = keys[:n]
@@ -745,7 +745,7 @@ class HiRadixCache(RadixCache):
         return node
 
     # ------------------------------------------------------------------ integrity
-    def check_integrity(self, holders: Iterable[Sequence[int]] = ()) -> None:
+    def check_integrity(self, holders: Iterable[Sequence[int]] = (), locks: Iterable[TreeNode] | None = None) -> None:
         """Raise AssertionError unless the tree and both pools agree.
 
         The tree's structure (parents, page-aligned keys, children keyed by first page, lock
@@ -791,13 +791,14 @@ class HiRadixCache(RadixCache):
                 locked += len(node.key)
             else:
                 unlocked += len(node.key)
-        assert count == self._num_nodes, f"num_nodes {self._num_nodes} != {count}"
+        assert count == self.num_nodes, f"num_nodes {self.num_nodes} != {count}"
         assert unlocked == self._evictable_size and locked == self._protected_size, "evictable/protected sizes"
         assert offloaded == self._offloaded, f"offloaded tokens {self._offloaded} != {offloaded}"
         assert set(self.host_value) | set(self.disk_ref) == set(self._tiered) <= live, "side tables name dead nodes"
         assert set(self._inserted_by) <= live, "insert counts name dead nodes"
         assert set(self._lock_targets) <= live and self._protected_host <= live, "a lock or protection on a dead node"
         assert self._tree_blocks is None or seen_dev == self._tree_blocks, "the tree's block set is out of date"
+        self._check_locks(locks)
         self.allocator.check_integrity([n.value for n in self.iter_nodes()] + [list(h) for h in holders])
         self.host_allocator.check_integrity(list(self.host_value.values()))
         if self.tracker is not None:

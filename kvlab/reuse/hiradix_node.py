@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .radix_node import MatchResult
+from .radix_cache import MatchResult
 
 __all__ = ["Transfer", "TierStats", "HiMatchResult", "TierSnapshot"]
 

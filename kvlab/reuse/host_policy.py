@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .eviction import EvictionPolicy, get_eviction_policy
+from .radix_cache import EvictionPolicy, get_eviction_policy
 
 __all__ = ["HOST_POLICIES", "PriorityHostPolicy", "ARCHostPolicy", "make_host_policy"]
 

@@ -30,13 +30,16 @@ list-slice equality (C loops), plus O(depth) Python steps; ``evict`` pops a lazi
 heap (no tree walk per call).
 
 Not handled here: the K/V tensors (the tree only hands out block ids), per-request extra keys
-(LoRA, images), thread safety. The node and result types are in ``radix_node.py``.
+(LoRA, images), thread safety.
 
-The whole class is in this file, in sections: helpers, sizes, split, match, insert (walk down,
-split where the walk ends inside a node, hand back duplicates, hang the rest as one new leaf:
-SGLang's ``insert`` / ``_insert_helper``), lock, eviction (a lazily maintained heap of unlocked
-leaves ordered by the policy of ``eviction.py``: stale entries are skipped when popped), integrity,
-pictures.
+The whole tree is in this one file, read top to bottom as SGLang's ``radix_cache.py`` is: its
+plain data (``RadixKey``, the tokens checked once; ``TreeNode``; the match, insert and evict
+results), the eviction order (one priority function per policy: SGLang's ``evict_policy.py``),
+then the class in sections: helpers, sizes, split, match, insert (walk down, split where the walk
+ends inside a node, hand back duplicates, hang the rest as one new leaf: SGLang's ``insert`` /
+``_insert_helper``), lock, eviction (a lazily maintained heap of unlocked leaves ordered by the
+policy: stale entries are skipped when popped), integrity, pictures. It was three modules; one
+file keeps a request's walk through the tree in one place (``scripts/trace_request.py``).
 
 Example (page_size 1, one slot per token):
     >>> from kvlab.memory.block_pool import BlockAllocator
@@ -56,17 +59,213 @@ Example (page_size 1, one slot per token):
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from ..memory.block_pool import BlockAllocator, DoubleFree, KVCacheError, UnknownBlock
+from ..memory.block_pool import BlockAllocator, DoubleFree, HeldBlocks, KVCacheError, UnknownBlock
 from ..memory.block_table import BlockTable
-from ..memory.events import EventLog, pack_ids
-from ..memory.ids import as_ids, check_int
-from .eviction import EVICTION_POLICIES, EvictionPolicy, get_eviction_policy
-from .radix_node import EvictResult, InsertResult, MatchResult, RadixKey, RadixStats, TreeNode, common_prefix_len
+from ..memory.events import EventLog
+from ..memory.ids import as_ids, check_int, extend_ids
 from .radix_snapshot import NodeView, RadixSnapshot
+from .stats import HitStats
 
-__all__ = ["RadixCache"]  # its plain data types: radix_node.py; policies: eviction.py
+__all__ = ["RadixCache", "RadixKey", "TreeNode", "MatchResult", "InsertResult", "EvictResult", "RadixStats",
+           "common_prefix_len", "EvictionPolicy", "EVICTION_POLICIES", "get_eviction_policy"]
+
+
+# --------------------------------------------------------------------------- the key, the node and the results (plain data)
+class RadixKey(list):
+    """Token ids checked once (kvlab's id rule), which the tree takes without checking again
+    (SGLang 0.5's ``RadixKey``). ``RadixKey(tokens)`` validates (TypeError / ValueError naming
+    the bad element) and copies: it is a list of ints, never the caller's list (read it, do not
+    change it). ``prefix(n)`` and ``extended(tokens)`` (which checks only the new tokens) are keys
+    too; a plain slice is a plain list.
+
+    Example:
+        >>> k = RadixKey([1, 2, 3])
+        >>> len(k), k.prefix(2), k.extended([1, 2, 3, 4]), k.extended([1, 9])
+        (3, RadixKey([1, 2]), RadixKey([1, 2, 3, 4]), None)
+    """
+
+    __slots__ = ()
+
+    def __init__(self, tokens: Iterable[int] = ()) -> None:
+        super().__init__(as_ids(tokens))
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The ids (this key itself: SGLang's ``RadixKey.token_ids``)."""
+        return self
+
+    def _checked(self, ids: list[int]) -> "RadixKey":
+        k = list.__new__(RadixKey)  # no __init__: ``ids`` are checked already
+        list.extend(k, ids)
+        return k
+
+    def prefix(self, n: int) -> "RadixKey":
+        """The first ``n`` tokens, as a key."""
+        return self._checked(self[:n])
+
+    def extended(self, tokens: Iterable[int]) -> "RadixKey | None":
+        """``tokens`` as a key when they start with this key's tokens (only the rest is checked);
+        None when they are shorter or differ at a known position."""
+        ids = extend_ids(self, tokens)
+        return None if ids is None else self._checked(ids)
+
+    def __repr__(self) -> str:
+        return f"RadixKey({list.__repr__(self) if len(self) <= 8 else list.__repr__(self[:6])[:-1] + ', ...]'})"
+
+
+class TreeNode:
+    """One edge of the radix tree: a run of tokens (``key``) and the blocks of their KV (``value``).
+
+    ``children`` is keyed by the first token of the child's key (its first page, as a tuple,
+    when ``page_size > 1``). ``lock_ref`` counts the running requests whose matched path goes
+    through this node (locked nodes are never evicted). ``last_access_time`` is the logical
+    clock of the last match or insert that used it; ``hit_count`` the number of matches through
+    it. ``parent is None`` for the root and for evicted (detached) nodes.
+    """
+
+    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access_time", "hit_count")
+
+    def __init__(self, node_id: int, key: list, value: list[int], parent: "TreeNode | None", time: int) -> None:
+        self.id = node_id
+        self.key = key
+        self.value = value
+        self.children: dict = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access_time = time
+        self.hit_count = 0
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def path_kv(self) -> "HeldBlocks":
+        """The blocks of every node from the root down to this one (the tree's reference on each:
+        :class:`HeldBlocks`, which a block table adopts without checking them again).
+
+        Example: after ``insert([1, 2, 3], [4, 5, 6])`` and a match that split it at 2, the path of
+        the node [3] is [4, 5, 6]."""
+        parts = []
+        n = self
+        while n.parent is not None:
+            parts.append(n.value)
+            n = n.parent
+        kv = HeldBlocks()
+        for v in reversed(parts):
+            kv += v
+        return kv
+
+    def __repr__(self) -> str:
+        k = self.key if len(self.key) <= 8 else self.key[:6] + ["...", self.key[-1]]
+        return (f"TreeNode(id={self.id}, key={k}, len={len(self.key)}, lock_ref={self.lock_ref}, "
+                f"children={len(self.children)}, last_access_time={self.last_access_time})")
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """Longest cached prefix: ``prefix_len`` tokens, their blocks ``kv``, the node where it ends.
+
+    ``last_node`` is the root for an empty match. Lock it (``inc_lock_ref``) before using ``kv``.
+    """
+
+    prefix_len: int
+    kv: list[int]
+    last_node: TreeNode
+
+
+@dataclass(frozen=True, slots=True)
+class InsertResult:
+    """What ``insert`` did: ``prefix_len`` tokens were already cached; ``kv`` is the canonical
+    block list for the inserted (page-aligned) tokens (use it from now on); ``freed`` are the
+    caller's duplicate blocks handed back to the allocator (none with ``share=True``: the caller
+    keeps them); ``last_node`` ends the sequence; ``duplicates``: the caller's blocks for tokens
+    that were already cached in other blocks (computed twice)."""
+
+    prefix_len: int
+    kv: list[int]
+    freed: list[int]
+    last_node: TreeNode
+    duplicates: list[int] = ()  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class EvictResult:
+    """``num_tokens`` freed out of ``requested`` (less when too little was evictable: no error)."""
+
+    requested: int
+    num_tokens: int
+    block_ids: list[int]
+    node_ids: list[int]
+
+    @property
+    def satisfied(self) -> bool:
+        return self.num_tokens >= self.requested
+
+    @property
+    def short_by(self) -> int:
+        return max(0, self.requested - self.num_tokens)
+
+
+@dataclass(slots=True)
+class RadixStats(HitStats):
+    """The radix tree's counters: lookups (:class:`HitStats`), inserts, splits, evictions."""
+
+    num_inserts: int = 0
+    inserted_tokens: int = 0
+    duplicate_tokens: int = 0
+    num_splits: int = 0
+    evicted_tokens: int = 0
+    evicted_nodes: int = 0
+
+
+def common_prefix_len(a: list, b: list, start: int = 0) -> int:
+    """Length of the common prefix of ``a`` and ``b[start:]``: O(n) comparisons, 32 at a time.
+
+    Example: ``common_prefix_len([1, 2, 3], [9, 1, 2, 7], start=1) -> 2``.
+    """
+    n = min(len(a), len(b) - start)
+    i = 0
+    while i + 32 <= n and a[i:i + 32] == b[start + i:start + i + 32]:
+        i += 32
+    while i < n and a[i] == b[start + i]:
+        i += 1
+    return i
+
+
+# --------------------------------------------------------------------------- eviction order: one priority function per policy
+@dataclass(frozen=True)
+class EvictionPolicy:
+    """Which unlocked leaf goes first: the one with the smallest ``priority(node)``."""
+
+    name: str
+    priority: Callable[[object], object]
+    description: str
+
+
+EVICTION_POLICIES: dict[str, EvictionPolicy] = {
+    "lru": EvictionPolicy("lru", lambda n: (n.last_access_time, n.id),
+                          "least recently used leaf first (SGLang's default)"),
+    "fewest_tokens": EvictionPolicy("fewest_tokens", lambda n: (len(n.key), n.last_access_time, n.id),
+                                    "shortest leaf first (frees the fewest tokens per victim; ties: LRU)"),
+    "lfu": EvictionPolicy("lfu", lambda n: (n.hit_count, n.last_access_time, n.id),
+                          "least frequently matched leaf first (ties: LRU)"),
+}
+
+
+def get_eviction_policy(name: str) -> EvictionPolicy:
+    """The policy called ``name`` (ValueError listing the choices otherwise)."""
+    if name not in EVICTION_POLICIES:
+        raise ValueError(f"unknown eviction_policy {name!r}; choose one of {sorted(EVICTION_POLICIES)}")
+    return EVICTION_POLICIES[name]
+
+
+# --------------------------------------------------------------------------- the tree
 
 
 class RadixCache:
@@ -114,7 +313,7 @@ class RadixCache:
         self.root.lock_ref = 1  # the root is never evicted (as in SGLang)
         self._evictable_size = 0
         self._protected_size = 0
-        self._num_nodes = 0  # non-root
+        self.num_nodes = 0  # non-root nodes (read it; the tree keeps it)
         self.check_kv = check_kv
         # the tree's blocks as a set, for the public ``insert``'s ownership check: built on its first
         # use (the cache manager's cycle never needs it, so it costs that cycle nothing), kept after
@@ -149,21 +348,6 @@ class RadixCache:
         if n is not self.root:
             raise KVCacheError(f"{what}: node {node.id} is not in this tree (evicted or from another cache)")
 
-    def path_kv(self, node: TreeNode) -> list[int]:
-        """The blocks of every node from the root down to ``node`` (a node of this tree, trusted).
-
-        Example: after ``insert([1, 2, 3], [4, 5, 6])`` and a match that split it at 2, the path of
-        the node [3] is [4, 5, 6]."""
-        parts = []
-        n = node
-        while n is not self.root:
-            parts.append(n.value)
-            n = n.parent
-        kv: list[int] = []
-        for v in reversed(parts):
-            kv += v
-        return kv
-
     # ------------------------------------------------------------------ sizes
     def evictable_size(self) -> int:
         """Tokens in unlocked nodes (each node counted once, shared or not)."""
@@ -175,10 +359,6 @@ class RadixCache:
 
     def total_size(self) -> int:
         return self._evictable_size + self._protected_size
-
-    @property
-    def num_nodes(self) -> int:
-        return self._num_nodes
 
     # ------------------------------------------------------------------ split
     def _split(self, child: TreeNode, m: int) -> TreeNode:
@@ -199,11 +379,11 @@ class RadixCache:
         child.parent = new
         new.children[self._child_key(child.key)] = child
         parent.children[self._child_key(new.key)] = new
-        self._num_nodes += 1
+        self.num_nodes += 1
         self.stats.num_splits += 1
         if old_prio is not None and self.policy.priority(child) != old_prio:
             self._push(child)
-        self.log.add("split", None, new.value, child.id, new.id, m, parent.id)
+        self.log.add(("split", None, tuple(new.value), (child.id, new.id, m, parent.id)))
         return new
 
     # ------------------------------------------------------------------ match
@@ -247,14 +427,6 @@ class RadixCache:
         limit = len(key) if limit is None else min(check_int("limit", limit, 0), len(key))
         return self._match(key, limit, rid, record_stats)
 
-    def match_for_prefill(self, tokens: RadixKey | Sequence[int], rid: str | None = None) -> MatchResult:
-        """``match_prefix`` capped at ``len(tokens) - 1`` tokens: a fully cached prompt still
-        leaves its last token to compute, because the caller needs that token's logits to
-        sample the first output token (SGLang and vLLM cap the same way). Example: cache holds
-        [1, 2, 3]; ``match_for_prefill([1, 2, 3])`` -> prefix_len 2."""
-        key = tokens if type(tokens) is RadixKey else as_ids(tokens)
-        return self._match(key, max(0, len(key) - 1), rid, True)
-
     def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> MatchResult:
         """The match itself, on a checked key: split, refresh, count, record."""
         node, pos, child, m = self._walk(key, limit)
@@ -266,7 +438,7 @@ class RadixCache:
             n.last_access_time = t
             n.hit_count += 1
             n = n.parent
-        kv = self.path_kv(node)
+        kv = node.path_kv()
         if node is not self.root and not node.children and node.lock_ref == 0:
             self._push(node)  # its priority changed while it is an evictable leaf
         if record_stats:
@@ -274,7 +446,7 @@ class RadixCache:
             s.num_matches += 1
             s.hit_tokens += pos
             s.missed_tokens += len(key) - pos
-        self.log.add("match", rid, (), pos, len(key), node.id)  # kv: see the node's path
+        self.log.add(("match", rid, (), (pos, len(key), node.id)))  # kv: see the node's path
         return MatchResult(pos, kv, node)
 
     def init_load_back(self, m: MatchResult, key: list, limit: int, rid: str | None = None) -> MatchResult:
@@ -289,15 +461,6 @@ class RadixCache:
         key = tokens if type(tokens) is RadixKey else as_ids(tokens)
         _node, pos, _child, m = self._walk(key, len(key))
         return pos + m
-
-    def peek_prefix(self, tokens: Sequence[int]) -> tuple[int, list[int]]:
-        """``(prefix_len, kv)`` of the cached prefix, changing nothing (see ``peek_prefix_len``)."""
-        key = as_ids(tokens)
-        node, pos, child, m = self._walk(key, len(key))
-        kv = self.path_kv(node)
-        if child is not None:
-            kv += child.value[:m // self.page_size]
-        return pos + m, kv
 
     # ------------------------------------------------------------------ insert
     def insert(self, tokens: RadixKey | Sequence[int], kv: BlockTable | Sequence[int], rid: str | None = None, *,
@@ -338,7 +501,7 @@ class RadixCache:
         key = key[:len(kv) * ps] if ps > 1 else key
         node, pos, child, m = self._walk(key, len(key))
         end = pos + m
-        tree_kv = self.path_kv(node)
+        tree_kv = node.path_kv()
         if child is not None:
             tree_kv += child.value[:m // ps]
         nb = end // ps
@@ -382,7 +545,7 @@ class RadixCache:
         end = pos + m
         if child is not None:
             node = self._split(child, m)
-        tree_kv = self.path_kv(node)
+        tree_kv = node.path_kv()
         nb = end // ps
         freed: list[int] = []
         d: list[int] = []
@@ -403,7 +566,7 @@ class RadixCache:
             leaf = TreeNode(self._next_id, key[end:], new_blocks, node, t)
             self._next_id += 1
             node.children[self._child_key(leaf.key)] = leaf  # node's heap entry, if any, goes stale
-            self._num_nodes += 1
+            self.num_nodes += 1
             self._evictable_size += len(leaf.key)  # a new leaf is unlocked
             if self._tree_blocks is not None:
                 self._tree_blocks.update(new_blocks)
@@ -415,7 +578,7 @@ class RadixCache:
         s.num_inserts += 1
         s.inserted_tokens += len(key) - end
         s.duplicate_tokens += len(d) * ps
-        self.log.add("insert", rid, new_blocks, end, len(key), node.id, pack_ids(freed))
+        self.log.add(("insert", rid, tuple(new_blocks), (end, len(key), node.id, tuple(freed))))
         return InsertResult(end, tree_kv + new_blocks, freed, node, d)
 
     # ------------------------------------------------------------------ lock
@@ -433,7 +596,7 @@ class RadixCache:
         self._protected_size -= delta
         if node is not self.root:
             self._lock_targets[node.id] = self._lock_targets.get(node.id, 0) + 1
-        self.log.add("lock", rid, (), node.id, delta)
+        self.log.add(("lock", rid, (), (node.id, delta)))
         return delta
 
     def dec_lock_ref(self, node: TreeNode, rid: str | None = None) -> int:
@@ -444,7 +607,7 @@ class RadixCache:
         """
         self._check_node(node, "dec_lock_ref")
         if node is self.root:
-            self.log.add("unlock", rid, (), 0, 0)
+            self.log.add(("unlock", rid, (), (0, 0)))
             return 0
         own = self._lock_targets.get(node.id, 0)
         if own <= 0:
@@ -465,22 +628,8 @@ class RadixCache:
             n = n.parent
         self._evictable_size += delta
         self._protected_size -= delta
-        self.log.add("unlock", rid, (), node.id, delta)
+        self.log.add(("unlock", rid, (), (node.id, delta)))
         return delta
-
-    def lock_counts(self) -> dict[int, int]:
-        """``{node id: inc_lock_ref calls on exactly that node not yet undone}`` (a copy), for
-        checks: the cache manager compares it with the locks its running sequences hold."""
-        return dict(self._lock_targets)
-
-    def split_at(self, key: list, n: int) -> TreeNode:
-        """The node where the first ``n`` tokens of ``key`` end (trusted: ``key`` a list of ints
-        whose first ``n`` tokens, whole pages, are in the tree), split there when they end inside a
-        node. No refresh, no stats: for the cache manager's fork sharing, which locks it.
-
-        Example: the tree holds [1, 2, 3, 4]; ``split_at([1, 2, 3, 4], 2)`` -> the new node [1, 2]."""
-        node, _pos, child, m = self._walk(key, n)
-        return self._split(child, m) if child is not None else node
 
     # ------------------------------------------------------------------ eviction
     def set_eviction_policy(self, name: str) -> None:
@@ -491,7 +640,7 @@ class RadixCache:
     def _push(self, node: TreeNode) -> None:
         """Record an evictable leaf in the heap (stale entries are skipped when popped)."""
         heapq.heappush(self._heap, (self.policy.priority(node), node.id, node))
-        if len(self._heap) > 2 * self._num_nodes + 64:
+        if len(self._heap) > 2 * self.num_nodes + 64:
             self._rebuild_heap()
 
     def _rebuild_heap(self) -> None:
@@ -523,7 +672,7 @@ class RadixCache:
             blocks += node.value
             node_ids.append(node.id)
             self._evictable_size -= ln
-            self._num_nodes -= 1
+            self.num_nodes -= 1
             if parent is not root and not parent.children and parent.lock_ref == 0:
                 heapq.heappush(heap, (prio(parent), parent.id, parent))
         if blocks:
@@ -533,20 +682,10 @@ class RadixCache:
             s = self.stats
             s.evicted_tokens += freed_tokens
             s.evicted_nodes += len(node_ids)
-        self.log.add("evict", rid, blocks, num_tokens, freed_tokens, pack_ids(node_ids), self.policy.name)
+        self.log.add(("evict", rid, tuple(blocks), (num_tokens, freed_tokens, tuple(node_ids), self.policy.name)))
         return EvictResult(num_tokens, freed_tokens, blocks, node_ids)
 
-    def reset(self) -> None:
-        """Evict everything (raises if a node is still locked)."""
-        if self._protected_size:
-            raise KVCacheError(f"reset: {self._protected_size} token(s) are still locked")
-        self.evict(self._evictable_size)
-
     # ------------------------------------------------------------------ integrity
-    def node_blocks(self) -> list[list[int]]:
-        """Every node's block list (holders for ``allocator.check_integrity``)."""
-        return [n.value for n in self.iter_nodes()]
-
     def tree_block_ids(self) -> list[int]:
         """Every block the tree holds, depth first."""
         return [b for n in self.iter_nodes() for b in n.value]
@@ -575,7 +714,7 @@ class RadixCache:
                 f"node {node.id}: lock_ref {node.lock_ref} != own locks {own} + children's {child_locks}")
             yield node
 
-    def check_integrity(self, holders: Iterable[Sequence[int]] = ()) -> None:
+    def check_integrity(self, holders: Iterable[Sequence[int]] = (), locks: Iterable[TreeNode] | None = None) -> None:
         """Raise AssertionError unless the tree is consistent.
 
         Checks: no empty non-root node; keys page-aligned with one block per page; children
@@ -583,7 +722,9 @@ class RadixCache:
         in exactly one node; evictable and protected sizes add up; each node's lock_ref equals
         its own locks plus its children's; every evictable leaf is in the eviction heap. Then
         every block's ref count must equal tree + ``holders`` exactly (``holders``: the running
-        block tables; none by default), so a block that nobody holds is caught.
+        block tables; none by default), so a block that nobody holds is caught. ``locks``: the
+        nodes the running sequences lock, one entry per ``inc_lock_ref`` (the cache manager's):
+        they must be exactly the locks the tree holds.
         """
         ps = self.page_size
         seen: set[int] = set()
@@ -606,11 +747,21 @@ class RadixCache:
             else:
                 protected += len(node.key)
         assert self._tree_blocks is None or seen == self._tree_blocks, "the tree's block set is out of date"
-        assert count == self._num_nodes, f"num_nodes {self._num_nodes} != {count}"
+        assert count == self.num_nodes, f"num_nodes {self.num_nodes} != {count}"
         assert evictable == self._evictable_size, f"evictable_size {self._evictable_size} != {evictable}"
         assert protected == self._protected_size, f"protected_size {self._protected_size} != {protected}"
         assert set(self._lock_targets) <= live_ids, "a lock is held on a node that is not in the tree"
+        self._check_locks(locks)
         self.allocator.check_integrity([n.value for n in self.iter_nodes()] + [list(h) for h in holders])
+
+    def _check_locks(self, locks: Iterable[TreeNode] | None) -> None:
+        """The tree's own locks, node by node, equal ``locks`` (when given)."""
+        if locks is None:
+            return
+        want: dict[int, int] = {}
+        for node in locks:
+            want[node.id] = want.get(node.id, 0) + 1
+        assert want == self._lock_targets, "tree locks != the running sequences' locks"
 
     # ------------------------------------------------------------------ for pictures
     def snapshot(self) -> RadixSnapshot:

@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 from ..memory.events import NO_LOG
 from .cache_manager import CacheManager, serve_request
 from .radix_cache import RadixCache
-from .radix_node import TreeNode
+from .radix_cache import TreeNode
 
 __all__ = ["SCHEDULE_POLICIES", "order_by_shared_prefix", "shared_prefix_lengths"]
 

@@ -40,7 +40,7 @@ import time
 from collections import OrderedDict, deque
 from typing import Any
 
-from ..reuse.radix_node import common_prefix_len
+from ..reuse.radix_cache import common_prefix_len
 
 __all__ = ["Dashboard", "tree_nodes", "evicted_nodes"]
 

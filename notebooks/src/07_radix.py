@@ -65,7 +65,7 @@ cm.check_integrity()
 #   the layers below), so `[2 3]` at the start of a prompt cannot reuse the K/V of `[2 3]`
 #   computed after `[1]`. A tree of prefixes is exactly the structure that respects this.
 # - `serve_request` always computes at least the last prompt token, even when the whole
-#   prompt is cached (`match_for_prefill`): its logits give the first output token.
+#   prompt is cached (`match_prefix(limit=len(prompt) - 1)`): its logits give the first output token.
 
 # %% [markdown]
 # ## 2. The source notes' four requests

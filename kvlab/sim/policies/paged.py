@@ -43,7 +43,7 @@ VLLM_2023_SERVER = {"separate_prefill": True, "max_prefill_tokens": 2560}
 def table_cap(mgr: BlockManager, t: BlockTable) -> int:
     """Slots ``t`` can fill without a new block: its capacity, or only its tokens when its last
     block is partial and shared (the next append copies it first)."""
-    if mgr.last_block_shared_and_partial(t.seq_id):
+    if t.num_tokens % t.block_size and mgr.blocks_to_append(t.seq_id, 1):  # partial, yet needs a block: a copy
         return t.num_tokens
     return len(t.block_ids) * t.block_size
 

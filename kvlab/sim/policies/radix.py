@@ -141,4 +141,5 @@ class RadixPolicy(MemoryPolicy):
         held = {b for t in self.cm.tables.values() for b in t.block_ids}
         assert self.usage().physical_blocks == len(held), "a table uses a tree block that is not locked"
         bm = self.cm.block_manager
-        assert not any(bm.last_block_shared_and_partial(sid) for sid in bm.tables), "a shared partial block"
+        assert not any(t.num_tokens % t.block_size and bm.blocks_to_append(sid, 1) for sid, t in bm.tables.items()), \
+            "a shared partial block"
