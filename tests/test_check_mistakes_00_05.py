@@ -35,7 +35,12 @@ def _attend(**kw):
         keys, values = (k_cache, v_cache) if kw.get("before") else (kc, vc)
         group = q.shape[0] // kc.shape[1]
         K, V = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)   # (T, h, d)
+        if kw.get("only_new"):
+            K, V = K[-1:], V[-1:]
         scale = math.sqrt(q.shape[-1]) if kw.get("scale") else 1 / math.sqrt(q.shape[-1])
+        if kw.get("mutate_q"):  # scales q in place (the caller's tensor), then scores unscaled
+            q /= math.sqrt(q.shape[-1])
+            scale = 1.0
         out = torch.einsum("ht,thd->hd", torch.softmax(torch.einsum("hd,thd->ht", q, K) * scale, -1), V)
         return (out[None] if kw.get("unsqueeze") else out), kc, vc
     return fn
@@ -111,6 +116,8 @@ WRONG = [
     (check.attend_with_cache, _attend(before=True), "attended before appending"),
     (check.attend_with_cache, _attend(scale=True), "multiplied the scores by sqrt(head_dim)"),
     (check.attend_with_cache, _attend(unsqueeze=True), "without the token dimension"),
+    (check.attend_with_cache, _attend(mutate_q=True), "changed the caller's q"),
+    (check.attend_with_cache, _attend(only_new=True), "attended only the new token"),
 ]
 
 

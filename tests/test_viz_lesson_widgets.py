@@ -153,6 +153,17 @@ def test_cost_figure_keeps_its_value_labels_inside_the_plot():
         assert lo <= math.log10(min(s["cached"])) - 0.5 and hi >= math.log10(max(s["naive"])) + 0.5
 
 
+def test_cost_figure_labels_both_ends_and_the_sentence_carries_the_models_note():
+    """Issue 28 review: no x tick at 32,768 (the slider's last value), and the second model's long menu
+    label ("SmolLM2-135M (FLOPs only: ...)") was read inside the sentence: a short name, the note apart."""
+    model, models = _bundled_costs()
+    fig = viz.cost_figure(viz.cost_state(models, "bundled", 1024))
+    assert 32768 in list(fig.layout.xaxis.tickvals) and "32,768" in list(fig.layout.xaxis.ticktext)
+    m = {"SmolLM2-135M": viz.CostModel(model.flops_per_token, note="FLOPs only: timed at positions 39-42.")}
+    s = viz.cost_state(m, "SmolLM2-135M", 1024)["sentence"]
+    assert "(SmolLM2-135M):" in s and s.endswith("FLOPs only: timed at positions 39-42.")
+
+
 # ------------------------------------------------------------------ lesson 02: what fits
 def test_capacity_widget_menus_recompute_bytes_and_requests():
     w = viz.CapacityWidget(model="llama-2-70b", device="h200", static=False)
