@@ -68,9 +68,27 @@ def _oob_swapped():
     return Swapped
 
 
+def _free_sorted():
+    class Sorted(S04.TinyAllocator):
+        def free(self, ids):
+            return sorted(super().free(ids))
+    return Sorted
+
+
+def _reservation_exclusive(policy, length, max_len, final_len=None):
+    if not 1 <= length < max_len:  # the upper bound made exclusive
+        raise ValueError(f"length {length} must be in [1, {max_len})")
+    return S03.reservation(policy, length, max_len, final_len)
+
+
 def _tiles(blocks):
     from kvlab.check.l05_paged_kernel import _tiles_blocks
     return _tiles_blocks(blocks)
+
+
+def _free_at_end(cap, ops):
+    from kvlab.check.l03_contiguous import _place_run
+    return _place_run(cap, ops)[1]
 
 
 WRONG = [
@@ -86,6 +104,14 @@ WRONG = [
      else S03.first_fit(r, n), "the hole's index"),
     (check.first_fit, lambda r, n: next(((s, ln) for s, ln in r if ln >= n), None) if n >= 1 else S03.first_fit(r, n),
      "return only the first"),
+    (check.reservation, _reservation_exclusive, "includes max_len"),
+    (check.external_fragmentation, lambda r: max(len(r) - 1, 0), "counted the holes"),
+    (check.external_fragmentation, lambda r: sum(n for _, n in r) - min((n for _, n in r), default=0),
+     "subtracted the SMALLEST hole"),
+    (check.external_fragmentation, lambda r: sum(n for _, n in r) - r[-1][1] if r else 0, "subtracted the LAST hole"),
+    (check.place_first_fit, lambda cap, ops: {**S03.place_first_fit(cap, ops), "wasted_share": (
+        lambda d, free: d["largest_hole"] / free if free else 0.0)(S03.place_first_fit(cap, ops), _free_at_end(cap, ops))},
+     "the largest hole's own share"),
     # lesson 02
     (check.kv_heads_for_budget, _heads(any=True), "does not divide num_heads"),
     (check.kv_heads_for_budget, _heads(strict=True), "<=, not <"),

@@ -202,6 +202,14 @@ def test_capacity_widget_takes_extra_models_and_devices_and_rejects_bad_ones():
 
 
 # ------------------------------------------------------------------ lesson 03: the reservation policy
+def test_policy_sentence_says_what_paging_leaves_empty_without_contradicting_itself():
+    """Issue 28 review: "at its worst 0 slots empty (only the last block of each request)" at block size 1."""
+    s1 = viz.policy_state("pow2", "growth", 1)["sentence"]
+    assert "0 slots empty" not in s1 and "never an empty slot" in s1
+    s16 = viz.policy_state("pow2", "growth", 16)
+    assert f"at its worst {s16['worst_paged']} slots empty, all in" in s16["sentence"]
+
+
 def test_policy_widget_menus_rerun_the_trace():
     w = viz.PolicyWidget(static=False)
     s = w.state
