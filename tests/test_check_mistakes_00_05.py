@@ -122,6 +122,10 @@ WRONG = [
      "rounded up twice"),
     # lesson 04
     (check.block_allocator, _oob_swapped(), "arguments are swapped"),
+    (check.block_allocator, _free_sorted(), "in the order they were listed"),
+    (check.blocks_to_append, lambda t, n, bs: math.ceil((t + n) / bs) - math.ceil(t / bs) if n >= 0
+     else S04.blocks_to_append(t, n, bs), "float division"),
+    (check.blocks_needed, lambda n, bs: max(1, S04.blocks_needed(n, bs)), "0 tokens need 0 blocks"),
     # lesson 05
     (check.paged_decode_torch, lambda *a: S05.paged_decode_torch(*a).tolist(), "returned a list"),
     (check.paged_decode_torch, lambda *a: S05.paged_decode_torch(*a)[None], "without extra dimensions"),
