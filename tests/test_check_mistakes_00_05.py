@@ -112,6 +112,9 @@ WRONG = [
     (check.place_first_fit, lambda cap, ops: {**S03.place_first_fit(cap, ops), "wasted_share": (
         lambda d, free: d["largest_hole"] / free if free else 0.0)(S03.place_first_fit(cap, ops), _free_at_end(cap, ops))},
      "the largest hole's own share"),
+    (check.place_first_fit, lambda cap, ops: {**S03.place_first_fit(cap, ops), "refused": []}, "the refused ids are missing"),
+    (check.place_first_fit, lambda cap, ops: {**S03.place_first_fit(cap, ops), "wasted_share": round(
+        S03.place_first_fit(cap, ops)["wasted_share"], 2)}, "rounded"),
     # lesson 02
     (check.kv_heads_for_budget, _heads(any=True), "does not divide num_heads"),
     (check.kv_heads_for_budget, _heads(strict=True), "<=, not <"),
@@ -123,6 +126,10 @@ WRONG = [
     # lesson 04
     (check.block_allocator, _oob_swapped(), "arguments are swapped"),
     (check.block_allocator, _free_sorted(), "in the order they were listed"),
+    (check.translate, lambda t, p, bs, bpt=1: (lambda lb, off: (lb, off, t[lb], (t[lb] * bs + off) * bpt))(
+        *reversed(divmod(p, bs))) if 0 <= p < len(t) * bs else S04.translate(t, p, bs, bpt), "logical block and offset swapped"),
+    (check.translate, lambda t, p, bs, bpt=1: S04.translate(t, p, bs, 1)[:3] + (t[p // bs] * bs * bpt + p % bs,)
+     if 0 <= p < len(t) * bs else S04.translate(t, p, bs, bpt), "the offset counts token slots too"),
     (check.blocks_to_append, lambda t, n, bs: math.ceil((t + n) / bs) - math.ceil(t / bs) if n >= 0
      else S04.blocks_to_append(t, n, bs), "float division"),
     (check.blocks_needed, lambda n, bs: max(1, S04.blocks_needed(n, bs)), "0 tokens need 0 blocks"),

@@ -279,7 +279,7 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     1, a request admitted twice while placed, or an unknown operation.
     """
     c = Checker("place_first_fit", fn, _place_ref, verbose=verbose, compare=_same_placement,
-                diagnose=[should_have_raised])
+                diagnose=[should_have_raised, _share_rounded])
     run = mistake_runner(c, {
         "a freed range must merge with the free ranges beside it: two neighbouring holes are one hole":
             lambda cap, ops: _simulate(cap, ops, coalesce=False),
@@ -290,6 +290,8 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         "wasted_share is a share of the FREE memory, not of the capacity": _share_of_capacity,
         "wasted_share came out as the largest hole's own share of the free memory: it is the share OUTSIDE "
         "it, (free - largest) / free": _share_inverted,
+        "the refused ids are missing: list every request that found no hole, in the order they came":
+            lambda cap, ops: {**_place_ref(cap, ops), "refused": []},
         "largest_hole is the biggest single hole, not all the free slots added up":
             lambda cap, ops: {**_place_ref(cap, ops), "largest_hole": _place_run(cap, ops)[1]},
     })
@@ -329,3 +331,13 @@ def _share_of_capacity(capacity: int, ops: list[tuple]) -> dict:
 def _share_inverted(capacity: int, ops: list[tuple]) -> dict:
     r, free = _place_run(capacity, ops)
     return {**r, "wasted_share": r["largest_hole"] / free if free else 0.0}
+
+
+def _share_rounded(expected: dict, actual: object) -> str | None:
+    """Everything right but wasted_share, which is the right share rounded (to 0-6 digits)."""
+    if not isinstance(actual, dict) or set(actual) != set(expected) or not isinstance(actual["wasted_share"], (int, float)):
+        return None
+    rest = all(actual[k] == expected[k] for k in ("starts", "refused", "largest_hole"))
+    if rest and any(actual["wasted_share"] == round(expected["wasted_share"], k) for k in range(7)):
+        return "wasted_share was rounded: return the exact fraction (round only when you print it)"
+    return None

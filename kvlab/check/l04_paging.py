@@ -53,6 +53,11 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda t, p, bs, bpt=1: addr(t, p, bs, bpt, p // bs),
         "only the offset was multiplied by bytes_per_token: the whole slot (P x block_size + offset) is":
             lambda t, p, bs, bpt=1: (p // bs, p % bs, t[p // bs], t[p // bs] * bs + p % bs * bpt),
+        "the offset counts token slots too: only the block's start was multiplied by bytes_per_token; "
+        "the whole slot is, (P x block_size + offset) x bytes_per_token":
+            lambda t, p, bs, bpt=1: (p // bs, p % bs, t[p // bs], t[p // bs] * bs * bpt + p % bs),
+        "logical block and offset swapped: pos // block_size is the block, pos % block_size the offset in it":
+            lambda t, p, bs, bpt=1: (lambda lb, off: (lb, off, t[lb], (t[lb] * bs + off) * bpt))(p % bs, p // bs),
         "the address forgot the offset inside the block": lambda t, p, bs, bpt=1: addr(t, p, bs, bpt, t[p // bs])[:3]
             + (t[p // bs] * bs * bpt,),
         "the address is pos x bytes_per_token only if the blocks were in order: go through the table":
