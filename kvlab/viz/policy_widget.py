@@ -57,7 +57,7 @@ def policy_state(policy: str = "max", trace: str = "notes", block_size: int = 4)
                 f"{worst['contiguous']} of {CAPACITY} slots were reserved but empty or stranded in holes; "
                 f"{copied} tokens copied when requests moved. Paged, blocks of {block_size}: refused "
                 f"{', '.join(refused['paged']) or 'nothing'}; "
-                + (f"at its worst {worst['paged']} slots empty, all in the last, partly filled block of a request"
+                + (f"at its worst {worst['paged']} slots empty, all in the requests' last, partly filled blocks"
                    if worst["paged"] else "never an empty slot (blocks of one token fill exactly)")
                 + "; nothing stranded, nothing copied.")
     return {"policy": policy, "trace": trace, "block_size": block_size, "steps": steps,
