@@ -35,7 +35,12 @@ def _attend(**kw):
         keys, values = (k_cache, v_cache) if kw.get("before") else (kc, vc)
         group = q.shape[0] // kc.shape[1]
         K, V = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)   # (T, h, d)
+        if kw.get("only_new"):
+            K, V = K[-1:], V[-1:]
         scale = math.sqrt(q.shape[-1]) if kw.get("scale") else 1 / math.sqrt(q.shape[-1])
+        if kw.get("mutate_q"):  # scales q in place (the caller's tensor), then scores unscaled
+            q /= math.sqrt(q.shape[-1])
+            scale = 1.0
         out = torch.einsum("ht,thd->hd", torch.softmax(torch.einsum("hd,thd->ht", q, K) * scale, -1), V)
         return (out[None] if kw.get("unsqueeze") else out), kc, vc
     return fn
@@ -63,9 +68,27 @@ def _oob_swapped():
     return Swapped
 
 
+def _free_sorted():
+    class Sorted(S04.TinyAllocator):
+        def free(self, ids):
+            return sorted(super().free(ids))
+    return Sorted
+
+
+def _reservation_exclusive(policy, length, max_len, final_len=None):
+    if not 1 <= length < max_len:  # the upper bound made exclusive
+        raise ValueError(f"length {length} must be in [1, {max_len})")
+    return S03.reservation(policy, length, max_len, final_len)
+
+
 def _tiles(blocks):
     from kvlab.check.l05_paged_kernel import _tiles_blocks
     return _tiles_blocks(blocks)
+
+
+def _free_at_end(cap, ops):
+    from kvlab.check.l03_contiguous import _place_run
+    return _place_run(cap, ops)[1]
 
 
 WRONG = [
@@ -81,6 +104,17 @@ WRONG = [
      else S03.first_fit(r, n), "the hole's index"),
     (check.first_fit, lambda r, n: next(((s, ln) for s, ln in r if ln >= n), None) if n >= 1 else S03.first_fit(r, n),
      "return only the first"),
+    (check.reservation, _reservation_exclusive, "includes max_len"),
+    (check.external_fragmentation, lambda r: max(len(r) - 1, 0), "counted the holes"),
+    (check.external_fragmentation, lambda r: sum(n for _, n in r) - min((n for _, n in r), default=0),
+     "subtracted the SMALLEST hole"),
+    (check.external_fragmentation, lambda r: sum(n for _, n in r) - r[-1][1] if r else 0, "subtracted the LAST hole"),
+    (check.place_first_fit, lambda cap, ops: {**S03.place_first_fit(cap, ops), "wasted_share": (
+        lambda d, free: d["largest_hole"] / free if free else 0.0)(S03.place_first_fit(cap, ops), _free_at_end(cap, ops))},
+     "the largest hole's own share"),
+    (check.place_first_fit, lambda cap, ops: {**S03.place_first_fit(cap, ops), "refused": []}, "the refused ids are missing"),
+    (check.place_first_fit, lambda cap, ops: {**S03.place_first_fit(cap, ops), "wasted_share": round(
+        S03.place_first_fit(cap, ops)["wasted_share"], 2)}, "rounded"),
     # lesson 02
     (check.kv_heads_for_budget, _heads(any=True), "does not divide num_heads"),
     (check.kv_heads_for_budget, _heads(strict=True), "<=, not <"),
@@ -91,6 +125,14 @@ WRONG = [
      "rounded up twice"),
     # lesson 04
     (check.block_allocator, _oob_swapped(), "arguments are swapped"),
+    (check.block_allocator, _free_sorted(), "in the order they were listed"),
+    (check.translate, lambda t, p, bs, bpt=1: (lambda lb, off: (lb, off, t[lb], (t[lb] * bs + off) * bpt))(
+        *reversed(divmod(p, bs))) if 0 <= p < len(t) * bs else S04.translate(t, p, bs, bpt), "logical block and offset swapped"),
+    (check.translate, lambda t, p, bs, bpt=1: S04.translate(t, p, bs, 1)[:3] + (t[p // bs] * bs * bpt + p % bs,)
+     if 0 <= p < len(t) * bs else S04.translate(t, p, bs, bpt), "the offset counts token slots too"),
+    (check.blocks_to_append, lambda t, n, bs: math.ceil((t + n) / bs) - math.ceil(t / bs) if n >= 0
+     else S04.blocks_to_append(t, n, bs), "float division"),
+    (check.blocks_needed, lambda n, bs: max(1, S04.blocks_needed(n, bs)), "0 tokens need 0 blocks"),
     # lesson 05
     (check.paged_decode_torch, lambda *a: S05.paged_decode_torch(*a).tolist(), "returned a list"),
     (check.paged_decode_torch, lambda *a: S05.paged_decode_torch(*a)[None], "without extra dimensions"),
@@ -111,6 +153,8 @@ WRONG = [
     (check.attend_with_cache, _attend(before=True), "attended before appending"),
     (check.attend_with_cache, _attend(scale=True), "multiplied the scores by sqrt(head_dim)"),
     (check.attend_with_cache, _attend(unsqueeze=True), "without the token dimension"),
+    (check.attend_with_cache, _attend(mutate_q=True), "changed the caller's q"),
+    (check.attend_with_cache, _attend(only_new=True), "attended only the new token"),
 ]
 
 

@@ -153,6 +153,17 @@ def test_cost_figure_keeps_its_value_labels_inside_the_plot():
         assert lo <= math.log10(min(s["cached"])) - 0.5 and hi >= math.log10(max(s["naive"])) + 0.5
 
 
+def test_cost_figure_labels_both_ends_and_the_sentence_carries_the_models_note():
+    """Issue 28 review: no x tick at 32,768 (the slider's last value), and the second model's long menu
+    label ("SmolLM2-135M (FLOPs only: ...)") was read inside the sentence: a short name, the note apart."""
+    model, models = _bundled_costs()
+    fig = viz.cost_figure(viz.cost_state(models, "bundled", 1024))
+    assert 32768 in list(fig.layout.xaxis.tickvals) and "32,768" in list(fig.layout.xaxis.ticktext)
+    m = {"SmolLM2-135M": viz.CostModel(model.flops_per_token, note="FLOPs only: timed at positions 39-42.")}
+    s = viz.cost_state(m, "SmolLM2-135M", 1024)["sentence"]
+    assert "(SmolLM2-135M):" in s and s.endswith("FLOPs only: timed at positions 39-42.")
+
+
 # ------------------------------------------------------------------ lesson 02: what fits
 def test_capacity_widget_menus_recompute_bytes_and_requests():
     w = viz.CapacityWidget(model="llama-2-70b", device="h200", static=False)
@@ -191,6 +202,14 @@ def test_capacity_widget_takes_extra_models_and_devices_and_rejects_bad_ones():
 
 
 # ------------------------------------------------------------------ lesson 03: the reservation policy
+def test_policy_sentence_says_what_paging_leaves_empty_without_contradicting_itself():
+    """Issue 28 review: "at its worst 0 slots empty (only the last block of each request)" at block size 1."""
+    s1 = viz.policy_state("pow2", "growth", 1)["sentence"]
+    assert "0 slots empty" not in s1 and "never an empty slot" in s1
+    s16 = viz.policy_state("pow2", "growth", 16)
+    assert f"at its worst {s16['worst_paged']} slots empty, all in" in s16["sentence"]
+
+
 def test_policy_widget_menus_rerun_the_trace():
     w = viz.PolicyWidget(static=False)
     s = w.state

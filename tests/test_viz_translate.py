@@ -145,3 +145,30 @@ def test_labels_never_run_together_at_classroom_sizes():
     assert token_labels(8, 4, 5, 14.7, font_px=16)[:3] == ["0", "1", "2"]  # one digit fits
     assert _wrap("L1 → P1", 58.0, 16) == "L1<br>→ P1" and _wrap("L1 → P1", 120.0, 16) == "L1 → P1"
     assert fits("P10", 40, 12) and not fits("P10 (L3)", 40, 12)
+
+
+def test_pos_slider_shown_after_a_block_size_change_was_made_with_the_new_maximum():
+    """Issue 28 review: after block size 4 -> 16, End on the pos slider landed on 19, not 79. The
+    front end's slider (noUiSlider, bundled by ipywidgets 8) moves its End/Home keys to the range it
+    was CREATED with (updateOptions renews the range for dragging only), so changing ``max`` on the
+    live slider is not enough: the widget shows a new slider made with the new maximum."""
+    w = viz.TranslationWidget(static=False)
+    old = w._pos
+    w._bs.value = 16
+    row = w.widget.children[-5]  # the pos / block size row
+    assert w._pos is not old and w._pos in row.children and old not in row.children
+    assert (w._pos.min, w._pos.max, w._pos.value) == (0, 79, 9)
+    w._pos.value = 79  # the new slider drives the translation
+    assert w.chain["pos"] == 79 and w.chain["logical_block"] == 4
+    same = w._pos
+    w._bpt.value = 2  # no change of range: the same slider stays
+    assert w._pos is same
+
+
+def test_byte_addresses_are_printed_with_thousands_separators():
+    """Issue 28 review: "16252928" in the chain and the subtitle."""
+    w = viz.TranslationWidget(static=False)
+    w._bpt.value = 524288
+    assert "2,621,440" in w._chain.value and "2621440" not in w._chain.value
+    spec = w._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    assert "byte 2,621,440" in spec["layout"]["title"]["subtitle"]["text"]

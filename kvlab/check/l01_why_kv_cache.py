@@ -171,6 +171,8 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
             (lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), lambda i: i % kvh)) if group > 1 and kvh > 1 else None,
         "softmax over the heads: each head's weights are a softmax over the tokens (the last dimension of the scores)":
             lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), right_head, softmax_dim=0),
+        "attended only the new token: q attends over the whole cache, the T earlier tokens and the new one":
+            (lambda: attend(k[t:t + 1], v[t:t + 1], 1 / math.sqrt(d), right_head)) if t > 0 else None,
         "keys and values swapped: the scores come from K, the output is a weighted sum of V":
             lambda: attend(v[:t + 1], k[:t + 1], 1 / math.sqrt(d), right_head),
     }
@@ -209,7 +211,8 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
     key and value; k_cache, v_cache (T, num_kv_heads, head_dim) the cache of the T earlier tokens
     (T may be 0). Append the new K/V to the cache, then attend q over all T + 1 tokens (scale
     1/sqrt(head_dim); query head h uses KV head ``h // (num_heads // num_kv_heads)``). Return the
-    output (num_heads, head_dim) and the grown caches (T + 1, num_kv_heads, head_dim). Run token
+    output (num_heads, head_dim) and the grown caches (T + 1, num_kv_heads, head_dim); the five
+    inputs come back unchanged. Run token
     by token from an empty cache, each output must equal ``kvlab.kernels.naive_attention`` over
     the whole sequence recomputed (causal), at that position.
     """
@@ -231,9 +234,18 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
         kc, vc = torch.zeros((0, kvh, d)), torch.zeros((0, kvh, d))
         actual, note = expected, ""
         for t in range(n):
-            got = call_in_place(fn, q[t].clone(), k[t].clone(), v[t].clone(), kc, vc)
+            args = (q[t].clone(), k[t].clone(), v[t].clone(), kc, vc)
+            before = [a.clone() for a in args]
+            got = call_in_place(fn, *args)
             if isinstance(got, Raised):
                 actual = f"step {t}: {got!r}"
+                break
+            changed = [name for name, a, b in zip(("q", "k_new", "v_new", "k_cache", "v_cache"), args, before)
+                       if tuple(a.shape) != tuple(b.shape) or not torch.equal(a, b)]
+            if changed:
+                actual = f"step {t}: {', '.join(changed)} changed by the call"
+                note = (f"changed the caller's {' and '.join(changed)} in place (an in-place op such as /=, mul_ "
+                        "or an indexed write): the inputs must come back as they were; compute on new tensors")
                 break
             try:
                 out, kc, vc = got

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
 from .diagnose import mistake_runner, should_have_raised
-from .harness import Checker, CheckResult, same_int
+from .harness import Checker, CheckResult, Raised, same_int
 
 __all__ = ["reservation", "first_fit", "external_fragmentation", "place_first_fit"]
 
@@ -48,13 +48,16 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
         "'max' reserves max_len whatever the length": lambda p, n, m, f=None: n if p == "max" else _reservation_ref(p, n, m, f),
     })
     for policy, length, max_len, final in [
-        ("max", 10, 2048, None), ("max", 2048, 2048, None),
+        ("max", 10, 2048, None), ("max", 2048, 2048, None), ("pow2", 1600, 1600, None), ("exact", 512, 512, 512),
         ("pow2", 5, 2048, None), ("pow2", 8, 2048, None), ("pow2", 9, 2048, None), ("pow2", 1, 2048, None),
         ("pow2", 1500, 2048, None), ("pow2", 1500, 1600, None),
         ("exact", 10, 2048, 300), ("exact", 10, 2048, 10),
     ]:
-        run(f"policy={policy!r}, length={length}, max_len={max_len}" + (f", final_len={final}" if final else ""),
-            policy, length, max_len, final)
+        case = run(f"policy={policy!r}, length={length}, max_len={max_len}" + (f", final_len={final}" if final else ""),
+                   policy, length, max_len, final)
+        if length == max_len and isinstance(case.actual, Raised) and isinstance(case.actual.exc, ValueError):
+            case.note = ("a length equal to max_len was refused: the range [1, max_len] includes max_len "
+                         "(length <= max_len, not <)")
     for policy, length, max_len, final in [("pow2", 3000, 2048, None), ("exact", 2049, 2048, 2049),
                                            ("pow2", 0, 2048, None), ("exact", 0, 2048, 5), ("max", 2049, 2048, None)]:
         c.run(f"policy={policy!r}, length={length} outside [1, {max_len}] (must raise ValueError, whatever the policy)",
@@ -132,7 +135,13 @@ def external_fragmentation(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("external_fragmentation", fn, _external_fragmentation_ref, verbose=verbose, compare=same_int)
     run = mistake_runner(c, {
         "that is all the free space: subtract the largest hole (a request can use that one)": lambda r: sum(n for _, n in r),
+        "that counted the holes (how many beside the largest): the answer counts free SLOTS, those outside the "
+        "largest hole": lambda r: max(len(r) - 1, 0),
         "subtract the LARGEST hole, not the first": lambda r: sum(n for _, n in r) - r[0][1] if r else 0,
+        "subtracted the SMALLEST hole: subtract the LARGEST one (a request can use that one)":
+            lambda r: sum(n for _, n in r) - min((n for _, n in r), default=0),
+        "subtracted the LAST hole: subtract the LARGEST one, wherever it lies":
+            lambda r: sum(n for _, n in r) - r[-1][1] if r else 0,
         "that is the largest hole itself: the answer is the free space outside it":
             lambda r: max((n for _, n in r), default=0),
         "that is a percentage of the free space: the answer is a number of slots":
@@ -150,6 +159,7 @@ def external_fragmentation(fn: Callable, verbose: bool = True) -> CheckResult:
     run("no free space", [])
     run("three equal holes", [(0, 10), (20, 10), (40, 10)])
     run("largest hole last", [(0, 5), (10, 7), (20, 50)])
+    run("largest hole in the middle", [(0, 6), (10, 40), (60, 9)])
     rng = random.Random(5)
     for seed in range(3):
         ranges = _random_free_ranges(rng)
@@ -269,7 +279,7 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     1, a request admitted twice while placed, or an unknown operation.
     """
     c = Checker("place_first_fit", fn, _place_ref, verbose=verbose, compare=_same_placement,
-                diagnose=[should_have_raised])
+                diagnose=[should_have_raised, _share_rounded])
     run = mistake_runner(c, {
         "a freed range must merge with the free ranges beside it: two neighbouring holes are one hole":
             lambda cap, ops: _simulate(cap, ops, coalesce=False),
@@ -278,6 +288,10 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         "freed holes were never reused: place each request in the first hole that fits, not after the last one":
             lambda cap, ops: _simulate(cap, ops, bump=True),
         "wasted_share is a share of the FREE memory, not of the capacity": _share_of_capacity,
+        "wasted_share came out as the largest hole's own share of the free memory: it is the share OUTSIDE "
+        "it, (free - largest) / free": _share_inverted,
+        "the refused ids are missing: list every request that found no hole, in the order they came":
+            lambda cap, ops: {**_place_ref(cap, ops), "refused": []},
         "largest_hole is the biggest single hole, not all the free slots added up":
             lambda cap, ops: {**_place_ref(cap, ops), "largest_hole": _place_run(cap, ops)[1]},
     })
@@ -312,3 +326,18 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
 def _share_of_capacity(capacity: int, ops: list[tuple]) -> dict:
     r, free = _place_run(capacity, ops)
     return {**r, "wasted_share": (free - r["largest_hole"]) / capacity}
+
+
+def _share_inverted(capacity: int, ops: list[tuple]) -> dict:
+    r, free = _place_run(capacity, ops)
+    return {**r, "wasted_share": r["largest_hole"] / free if free else 0.0}
+
+
+def _share_rounded(expected: dict, actual: object) -> str | None:
+    """Everything right but wasted_share, which is the right share rounded (to 0-6 digits)."""
+    if not isinstance(actual, dict) or set(actual) != set(expected) or not isinstance(actual["wasted_share"], (int, float)):
+        return None
+    rest = all(actual[k] == expected[k] for k in ("starts", "refused", "largest_hole"))
+    if rest and any(actual["wasted_share"] == round(expected["wasted_share"], k) for k in range(7)):
+        return "wasted_share was rounded: return the exact fraction (round only when you print it)"
+    return None

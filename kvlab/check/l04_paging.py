@@ -53,6 +53,11 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda t, p, bs, bpt=1: addr(t, p, bs, bpt, p // bs),
         "only the offset was multiplied by bytes_per_token: the whole slot (P x block_size + offset) is":
             lambda t, p, bs, bpt=1: (p // bs, p % bs, t[p // bs], t[p // bs] * bs + p % bs * bpt),
+        "the offset counts token slots too: only the block's start was multiplied by bytes_per_token; "
+        "the whole slot is, (P x block_size + offset) x bytes_per_token":
+            lambda t, p, bs, bpt=1: (p // bs, p % bs, t[p // bs], t[p // bs] * bs * bpt + p % bs),
+        "logical block and offset swapped: pos // block_size is the block, pos % block_size the offset in it":
+            lambda t, p, bs, bpt=1: (lambda lb, off: (lb, off, t[lb], (t[lb] * bs + off) * bpt))(p % bs, p // bs),
         "the address forgot the offset inside the block": lambda t, p, bs, bpt=1: addr(t, p, bs, bpt, t[p // bs])[:3]
             + (t[p // bs] * bs * bpt,),
         "the address is pos x bytes_per_token only if the blocks were in order: go through the table":
@@ -91,6 +96,8 @@ def blocks_needed(fn: Callable, verbose: bool = True) -> CheckResult:
         "float division: math.ceil(num_tokens / block_size) goes through a float, which drops the last digits of a "
         "big count (2**60 + 1 tokens): round up with integers only":
             lambda n, bs: math.ceil(n / bs) if math.ceil(n / bs) != -(-n // bs) else None,
+        "0 tokens need 0 blocks: a request with no tokens holds no block (do not round 0 up to 1)":
+            lambda n, bs: max(1, -(-n // bs)),
         "rounded down: 9 tokens in blocks of 4 need 3 blocks, the last one partly empty":
             lambda n, bs: n // bs if n // bs != math.ceil(n / bs) else None,
         "off by one block: n // block_size + 1 is one too many when the tokens fill their blocks exactly "
@@ -123,6 +130,9 @@ def blocks_to_append(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("blocks_to_append", fn, _blocks_to_append_ref, verbose=verbose, compare=same_int, diagnose=[
         should_have_raised, lambda e, a: off_by(e, a, 1, "block", "a new block is taken only when the last one is full")])
     run = mistake_runner(c, {
+        "float division: math.ceil(x / block_size) goes through a float, which drops the last digits of a big "
+        "count (2**60 tokens): round up with integers only":
+            lambda t, n, bs: math.ceil((t + n) / bs) - math.ceil(t / bs),
         "the last block's free slots were not used: the new tokens fill it before a new block is taken":
             lambda t, n, bs: -(-n // bs),
         "that counts all the blocks after the append: subtract the blocks the request already holds":
@@ -134,6 +144,7 @@ def blocks_to_append(fn: Callable, verbose: bool = True) -> CheckResult:
     for _ in range(3):
         t, n, bs = rng.randrange(0, 300), rng.randrange(0, 40), rng.choice([2, 4, 16])
         run(f"num_tokens={t}, n={n}, block_size={bs} (random)", t, n, bs)
+    run("num_tokens=2**60, append n=1, block_size=16 (floats lose the +1)", 2**60, 1, 16)
     c.run("n=-1 (must raise ValueError)", 5, -1, 4)
     return c.done()
 
@@ -157,6 +168,8 @@ def _scenario_ops(seed: int, num_blocks: int) -> list[tuple]:
     if seed == 5:  # scripted: a list with one block in use and one already free changes nothing
         return [("allocate", 2), ("allocate", 2), ("free", 1), ("free_ids", [0, 2]), ("incref_ids", [1, 3]),
                 ("free_ids", [1, 1]), ("allocate", 0), ("free_ids", [0, 1]), ("allocate", 4)]  # [1, 1]: a double free
+    if seed == 6:  # scripted: blocks freed out of order come back, and join the queue, in the order listed
+        return [("allocate", 4), ("free_ids", [3, 1, 2]), ("allocate", 1), ("free_ids", [0]), ("allocate", 3)]
     rng = random.Random(seed)
     ops: list[tuple] = []
     for _ in range(14):
@@ -246,6 +259,9 @@ def _allocator_note(label: str, want: tuple, got: tuple) -> str:
     if label.startswith("allocate") and isinstance(w_out, list) and isinstance(g_out, list):
         return ("a different block came out: freed blocks join the BACK of the free queue (first in, first out), "
                 "so the block freed last is reused last")
+    if label.startswith("free") and isinstance(w_out, list) and isinstance(g_out, list) and sorted(w_out) == sorted(g_out):
+        return ("the right blocks in the wrong order: free returns the released blocks in the order they were listed "
+                "(the order they join the queue), not sorted")
     if label.startswith("free") and isinstance(w_state, dict) and isinstance(g_state, dict):
         if w_state.get("num_free_blocks", 0) < g_state.get("num_free_blocks", 0):
             return "a block with ref count 2 stays in use after one free: it goes back only when its count reaches 0"
@@ -268,12 +284,13 @@ def block_allocator(cls: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("block_allocator", cls, verbose=verbose)
     if c.unusable("construct", "an allocator class"):
         return c.done()
-    for seed, num_blocks in [(0, 8), (1, 6), (5, 6), (2, 8), (3, 5), (4, 12)]:
+    for seed, num_blocks in [(0, 8), (1, 6), (5, 6), (6, 4), (2, 8), (3, 5), (4, 12)]:
         ops = _scenario_ops(seed, num_blocks)
         want = _run_scenario(_kvlab_allocator, ops, num_blocks)
         got = _run_scenario(cls, ops, num_blocks)
         name = {0: "scripted: FIFO reuse and ref counts", 1: "scripted: errors leave the state unchanged",
-                5: "scripted: a list with a free block in it changes nothing"}.get(seed, f"random seed {seed}")
+                5: "scripted: a list with a free block in it changes nothing",
+                6: "scripted: blocks freed out of order"}.get(seed, f"random seed {seed}")
         for i, w in enumerate(want):
             g = got[i] if i < len(got) else ("(not reached)", Raised(RuntimeError("stopped earlier")), None)
             if not _same_step(w, g):

@@ -40,12 +40,14 @@ class CostModel:
     ``(intercept_ms, ms_per_token)`` fitted to its measured naive and cached step times, and
     ``measured_from``, the shortest context those times were measured at: below it the lines
     give no estimate (a fitted line says nothing below its first point; its intercept can
-    even be negative)."""
+    even be negative). ``note``: a sentence the widget adds after the model's numbers (e.g.
+    where, if anywhere, its steps were timed)."""
 
     flops_per_token: Callable[[int], int]
     naive_fit: tuple[float, float] | None = None
     cached_fit: tuple[float, float] | None = None
     measured_from: int = 1
+    note: str = ""
     _cum: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +98,8 @@ def cost_state(models: dict[str, CostModel], model: str, context: int) -> dict[s
     elif m.naive_fit is not None and context < m.measured_from:
         sentence += (f" No time estimate here: the steps were timed from {m.measured_from:,} tokens up, and a line "
                      "fitted there says nothing about shorter contexts.")
+    if m.note:
+        sentence += " " + m.note
     xs = list(CONTEXTS)
     return {"model": model, "context": context, "naive_flops": naive, "cached_flops": cached, "ratio": naive / cached,
             "naive_ms": n_ms, "cached_ms": c_ms, "xs": xs, "naive": [m.naive_step(x) for x in xs],
@@ -124,8 +128,8 @@ def cost_figure(state: dict[str, Any]) -> Any:
     fig.add_vline(x=state["context"], line=dict(color="#777777", dash="dot", width=1))
     fig.update_layout(
         title=dict(text="FLOPs of one decode step (counted, not measured)", x=0.01, font=dict(size=th.title_size)),
-        xaxis=dict(type="log", title="context length (tokens), log scale", tickvals=state["xs"][::2],
-                   ticktext=[f"{x:,}" for x in state["xs"][::2]]),
+        xaxis=dict(type="log", title="context length (tokens), log scale", tickvals=state["xs"][1::2],
+                   ticktext=[f"{x:,}" for x in state["xs"][1::2]]),  # every other one, the last (32,768) included
         yaxis=dict(type="log", title="FLOPs per step, log scale", exponentformat="SI", dtick=1,  # powers of 10 only
                    range=[lo, hi]),
         height=400 if not th.high_contrast else 430,  # classroom: slider, sentence and figure in 599 px

@@ -56,8 +56,10 @@ def policy_state(policy: str = "max", trace: str = "notes", block_size: int = 4)
     sentence = (f"Contiguous, {name}: refused {', '.join(refused['contiguous']) or 'nothing'}; at its worst "
                 f"{worst['contiguous']} of {CAPACITY} slots were reserved but empty or stranded in holes; "
                 f"{copied} tokens copied when requests moved. Paged, blocks of {block_size}: refused "
-                f"{', '.join(refused['paged']) or 'nothing'}; at its worst {worst['paged']} slots empty (only the "
-                f"last block of each request), nothing stranded, nothing copied.")
+                f"{', '.join(refused['paged']) or 'nothing'}; "
+                + (f"at its worst {worst['paged']} slots empty, all in the requests' last, partly filled blocks"
+                   if worst["paged"] else "never an empty slot (blocks of one token fill exactly)")
+                + "; nothing stranded, nothing copied.")
     return {"policy": policy, "trace": trace, "block_size": block_size, "steps": steps,
             "refused_contiguous": refused["contiguous"], "refused_paged": refused["paged"],
             "worst_contiguous": worst["contiguous"], "worst_paged": worst["paged"], "copied": copied,

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import html
+import re
 from typing import Any, Sequence
 
 from ..memory.block_table import translate
@@ -88,6 +89,11 @@ def token_labels(num_tokens: int, block_size: int, pos: int | None, px_per_slot:
     if px_per_slot >= 13 and fits(longest, px_per_slot - 0.25 * font_px * (len(longest) - 1), font_px):
         return [str(p) for p in range(num_tokens)]
     return [str(p) if p % block_size == 0 or p == pos else "" for p in range(num_tokens)]
+
+
+def _separated(text: str) -> str:
+    """Every number of five digits or more with thousands separators: ``"= 16252928"`` -> ``"= 16,252,928"``."""
+    return re.sub(r"\d{5,}", lambda m: f"{int(m.group()):,}", text)
 
 
 def _wrap(label: str, room_px: float, font_px: float) -> str:
@@ -212,7 +218,7 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
                                 arrowwidth=th.line_width + 1, arrowcolor=HIGHLIGHT))
     if chain["error"] is None:
         sub = (f"pos {chain['pos']} → L{chain['logical_block']} (pos // {bs}), offset {chain['offset']} "
-               f"(pos % {bs}) → P{chain['physical_block']} → slot {chain['slot']} → byte {chain['byte_address']}")
+               f"(pos % {bs}) → P{chain['physical_block']} → slot {chain['slot']:,} → byte {chain['byte_address']:,}")
     else:
         sub = f"error: {chain['error']}"
     fig = go.Figure(data=texts)
@@ -298,7 +304,7 @@ class TranslationWidget:
         rows = "".join(
             f"<tr><td style='padding:1px 10px 1px 0;color:#666'>{i}.</td>"
             f"<td style='padding:1px 16px 1px 0;white-space:nowrap'>{html.escape(label)}</td>"
-            f"<td style='padding:1px 0'><code>{html.escape(formula)}</code></td></tr>"
+            f"<td style='padding:1px 0'><code>{html.escape(_separated(formula))}</code></td></tr>"
             for i, (label, formula) in enumerate(chain_rows(c["steps"]), 1))
         return f"<table style='font-size:{px}px;line-height:{1.3 if th.high_contrast else 1.5};border-collapse:collapse'>{rows}</table>"
 
@@ -312,12 +318,9 @@ class TranslationWidget:
     def _build(self, max_block_size: int) -> None:
         import ipywidgets as W
 
-        cap = max(1, len(self.block_table) * self.block_size - 1)
         style = {"description_width": "initial"}
         wide = "min(420px, 100%)"
-        self._pos = W.IntSlider(value=self.pos, min=0, max=cap, description="token position pos", style=style,
-                                layout=W.Layout(width=wide))
-        self._pos.add_class("kvlab-pos-slider")
+        self._pos = self._pos_slider(max(1, len(self.block_table) * self.block_size - 1))
         self._bs = W.IntSlider(value=self.block_size, min=1, max=max(max_block_size, self.block_size),
                                description="block_size", style=style)
         self._bs.add_class("kvlab-block-size-slider")
@@ -333,13 +336,13 @@ class TranslationWidget:
         self._error.add_class("kvlab-translation-error")
         self._out = W.Output()
         self._out.add_class("kvlab-figure")
-        self._pos.observe(self._on_pos, names="value")
         self._bs.observe(self._on_block_size, names="value")
         self._table.observe(self._on_table, names="value")
         self._bpt.observe(self._on_bpt, names="value")
         self._redraw()
         row = W.Layout(flex_flow="row wrap", max_width="100%")
-        parts = [W.HBox([self._pos, self._bs], layout=row), W.HBox([self._table, self._bpt], layout=row),
+        self._pos_row = W.HBox([self._pos, self._bs], layout=row)
+        parts = [self._pos_row, W.HBox([self._table, self._bpt], layout=row),
                  self._error, self._chain, self._out]
         css = classroom_css("kvlab-translation")
         if css:  # classroom mode: bigger controls that wrap instead of overflowing a projector's width
@@ -356,12 +359,31 @@ class TranslationWidget:
         self._error.value = self._error_html()
         self._out.outputs = (figure_output(self.figure()),)
 
+    def _pos_slider(self, cap: int) -> Any:
+        """The pos slider over 0..cap (observed)."""
+        import ipywidgets as W
+
+        slider = W.IntSlider(value=min(self.pos, cap), min=0, max=cap, description="token position pos",
+                             style={"description_width": "initial"}, layout=W.Layout(width="min(420px, 100%)"))
+        slider.add_class("kvlab-pos-slider")
+        slider.observe(self._on_pos, names="value")
+        return slider
+
     def _fit_pos(self) -> None:
+        """A new range for pos: a NEW slider, made with it. The browser's slider (noUiSlider in
+        ipywidgets 8) keeps the range it was created with for its End and Home keys, so a ``max``
+        changed on the live slider left End at the old maximum (19 after block size 4 -> 16)."""
         cap = max(0, len(self.block_table) * self.block_size - 1)
-        self._pos.max = max(cap, 1)
-        if self._pos.value > cap:
-            self._pos.value = cap  # fires _on_pos
         self.pos = min(self.pos, cap)
+        if self._pos.max == max(cap, 1):
+            if self._pos.value > cap:
+                self._pos.value = cap  # fires _on_pos
+            return
+        old = self._pos
+        old.unobserve(self._on_pos, names="value")
+        self._pos = self._pos_slider(max(cap, 1))
+        self._pos_row.children = tuple(self._pos if c is old else c for c in self._pos_row.children)
+        old.close()
 
     def _on_pos(self, ch: dict[str, Any]) -> None:
         self.pos = ch["new"]

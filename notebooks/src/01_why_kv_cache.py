@@ -133,32 +133,38 @@ print(f"SmolLM2-135M: {rc.num_hidden_layers} layers, {rc.num_attention_heads} qu
       f"{rc.num_key_value_heads} KV heads of {rc.head_dim}; the chat prompt is {len(chat)} tokens")
 
 # %% [markdown]
-# Now the two runs. `real_new = 5` new tokens keep this cell near a second (try 20: the naive
-# path takes about three times as long, each of its steps rerunning the whole sequence):
+# Now the two runs, twice each (a step of a few hundred ms moves by tens of ms from run to run on a
+# shared machine; the figure below keeps the faster of the two at each position). `real_new = 5`
+# new tokens keep this cell near two seconds (try 20: the naive path takes about three times as
+# long, each of its steps rerunning the whole sequence):
 
 # %%
-real_new = 5
-real_runs = {s: generate(real, chat, real_new, strategy=s) for s in ("naive", "contiguous")}
+real_new, real_repeats = 5, 2
+passes = [{s: generate(real, chat, real_new, strategy=s) for s in ("naive", "contiguous")} for _ in range(real_repeats)]
+real_runs = passes[0]
 print("identical tokens, naive == cached:", real_runs["naive"].tokens == real_runs["contiguous"].tokens)
 print("reply so far:", repr(real_runs["contiguous"].text(real_tok)))
 
 # %% [markdown]
-# Each step's time against the position of the token it produces (measured, one run of each;
-# step 0, the prefill of the prompt, is left out). The naive step reruns all the tokens so far,
-# so it costs more at every position (and, by its FLOPs, a little more with each one: too
-# little to see over a few positions); the cached step runs one token:
+# Each step's time against the position of the token it produces (measured: the minimum of the
+# two runs at each position, since the machine's other programs can only slow a step down; step
+# 0, the prefill of the prompt, is left out). The naive step reruns all the tokens so far, so it
+# costs more than the cached step at every position. By its FLOPs it also grows a little with
+# each position, far too little to see over four positions: up and down moves between
+# neighbouring points are the machine's noise, not the model:
 
 # %%
-times = {s: real_runs[s].step_times for s in real_runs}
+times = {s: [min(p[s].step_times[i] for p in passes) for i in range(real_new)] for s in real_runs}
 rn, rcache = real_runs["naive"], real_runs["contiguous"]
 pos = [len(chat) + t for t in range(1, len(rn.step_times))]
 fig = go.Figure([go.Scatter(x=pos, y=[1e3 * t for t in times["naive"][1:]], name="naive recomputation",
                             mode="lines+markers", line_color="#d62728"),
                  go.Scatter(x=pos, y=[1e3 * t for t in times["contiguous"][1:]], name="KV cache", mode="lines+markers",
                             line_color="#1f77b4")])
-fig.update_layout(title=dict(text="SmolLM2-135M: each decode step (measured, one run)",
+fig.update_layout(title=dict(text=f"SmolLM2-135M: each decode step (measured, the minimum of {real_repeats} runs)",
                              font=dict(size=th.title_size)),
-                  xaxis_title="position of the token being produced", yaxis=dict(title="ms per step", rangemode="tozero"),
+                  xaxis=dict(title="position of the token being produced", tickvals=pos, tickformat="d"),
+                  yaxis=dict(title="ms per step", rangemode="tozero"),
                   height=360 if not th.high_contrast else 440, font=dict(size=th.font_size),
                   width=None if th.autosize else 760, autosize=th.autosize, legend=dict(orientation="h", y=-0.3, x=0))
 fig
@@ -175,7 +181,7 @@ def say(text):
 half = len(pos) // 2
 early = {k: statistics.median(times[s][1:half + 1]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
 late = {k: statistics.median(times[s][half + 1:]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
-say(f"ms per step (measured; the median over the positions), positions "
+say(f"ms per step (measured; the minimum of {real_repeats} runs, then the median over the positions), positions "
     f"{pos[0]}-{pos[half - 1]} | {pos[half]}-{pos[-1]}: naive {1e3 * early['naive']:.0f} | {1e3 * late['naive']:.0f}, "
     f"cached {1e3 * early['cached']:.0f} | {1e3 * late['cached']:.0f}")
 flop_x = rn.step_flops[-1] / rcache.step_flops[-1]
@@ -199,7 +205,7 @@ say(f"so: {flop_x:.0f}x the FLOPs but only {ratio:.1f}x the time. The naive step
 # length `L` (a prompt of `L` tokens of Python source: the `statistics` module), the **naive**
 # step is one forward pass over all `L` tokens, the **cached** step one token attending to `L`
 # cached ones.
-# Each time is the **times** of nine steps (three steps, in each of three passes over all the
+# Each time is the **minimum** of nine steps (three steps, in each of three passes over all the
 # contexts): the machine's other programs can only make a step slower, never faster, so the
 # minimum is the step's own cost, and a busy spell during one pass does not move it. The FLOPs
 # beside it are counted from the model's shapes.
@@ -211,7 +217,7 @@ import statistics
 text_ids = tok.encode(inspect.getsource(statistics))          # a long real text to cut prompts from
 contexts = [32, 64, 128, 256, 512, 1024]           # doubling: evenly spaced on the log axis
 sweep = []
-REPEATS = 3                                   # three passes over all the contexts; the times step counts
+REPEATS = 3                                   # three passes over all the contexts; the fastest step counts
 timed = {L: {"naive": [], "cached": []} for L in contexts}
 for _ in range(REPEATS):                      # passes, not back-to-back repeats: a busy spell hits one pass
     for L in contexts:
@@ -223,7 +229,7 @@ for L in contexts:
                       naive_ms=1e3 * min(t for r in naive for t in r.step_times),
                       cached_ms=1e3 * min(t for r in cached for t in r.step_times[1:]),
                       naive_flops=naive[0].step_flops[0], cached_flops=cached[0].step_flops[1]))
-print("ms per step: measured, the times step | FLOPs per step: counted")
+print("ms per step: measured, the minimum of 9 steps | FLOPs per step: counted")
 print(f"{'context L':>9} {'naive ms':>9} {'cached ms':>10} {'naive FLOPs':>14} {'cached FLOPs':>13}")
 for r in sweep:
     print(f"{r['L']:>9} {r['naive_ms']:>9.2f} {r['cached_ms']:>10.2f} {r['naive_flops']:>14,} {r['cached_flops']:>13,}")
@@ -235,7 +241,7 @@ from plotly.subplots import make_subplots
 import kvlab.viz as viz
 
 xs = [r["L"] for r in sweep]
-fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step (counted)", "time per step, ms (measured, times)"))
+fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step (counted)", "time per step, ms (measured, minimum)"))
 for key, name, color in [("naive", "naive recomputation", "#d62728"), ("cached", "KV cache", "#1f77b4")]:
     fig.add_trace(go.Scatter(x=xs, y=[r[f"{key}_flops"] for r in sweep], name=name, line_color=color,
                              mode="lines+markers", legendgroup=key), 1, 1)
@@ -252,33 +258,49 @@ fig
 
 # %% [markdown]
 # What the measurements say is printed from them, so it holds on whatever machine runs this
-# cell. A straight line `time ≈ fixed + slope × L` is fitted to each path: the fixed part is
-# what a step costs whatever the context (Python, the framework, the output layer), the slope
-# what each token of context adds.
+# cell. A straight line `time ≈ fixed + slope × L` is drawn through each path's points: the
+# fixed part is what a step costs whatever the context (Python, the framework, the output
+# layer), the slope what each token of context adds. One stray point (a step timed while the
+# machine was busy) must not decide the verdict, so the line is the **median** line: its slope
+# is the median of the slopes between every two points, which one point cannot pull far; the
+# growth is read the same way on the log-log axes, from all six points, not from the two ends.
 
 # %%
+import math
+
+
 def fit(xs, ys):
-    """Least-squares line: (intercept, slope)."""
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, slope
+    """The median line through the points (Theil-Sen): (intercept, slope); one outlier barely moves it."""
+    slope = statistics.median((ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs)))
+    return statistics.median(y - slope * x for x, y in zip(xs, ys)), slope
 
 
 first, last = sweep[0], sweep[-1]
-grow_t = {k: last[f"{k}_ms"] / first[f"{k}_ms"] for k in ("naive", "cached")}
+span = last["L"] / first["L"]
+log_x = [math.log(x) for x in xs]
+grow_t = {k: span ** fit(log_x, [math.log(r[f"{k}_ms"]) for r in sweep])[1] for k in ("naive", "cached")}
+ends_t = {k: last[f"{k}_ms"] / first[f"{k}_ms"] for k in ("naive", "cached")}
 grow_f = {k: last[f"{k}_flops"] / first[f"{k}_flops"] for k in ("naive", "cached")}
 (n0, n1), (c0, c1) = fit(xs, [r["naive_ms"] for r in sweep]), fit(xs, [r["cached_ms"] for r in sweep])
-print(f"from L = {first['L']} to {last['L']} ({last['L'] / first['L']:.0f}x the context):")
+dips = [(a, b) for a, b in zip(sweep, sweep[1:]) if b["naive_ms"] < 0.95 * a["naive_ms"]]  # twice the FLOPs, less time
+print(f"from L = {first['L']} to {last['L']} ({span:.0f}x the context):")
 print(f"  counted FLOPs per step: naive x{grow_f['naive']:.1f}, cached x{grow_f['cached']:.2f}")
-print(f"  measured time per step: naive x{grow_t['naive']:.1f}, cached x{grow_t['cached']:.2f}")
-say(f"  fitted lines: naive {n0:.1f} ms + {1e3 * n1:.1f} ms per 1,000 tokens; "
+print(f"  measured time per step (median line through all {len(sweep)} points): naive x{grow_t['naive']:.1f}, "
+      f"cached x{grow_t['cached']:.2f} (the two ends alone: x{ends_t['naive']:.1f}, x{ends_t['cached']:.2f})")
+if dips:
+    a, b = dips[0]
+    say(f"  this run was noisy: the naive step measured {a['naive_ms']:.2f} ms at L = {a['L']} but {b['naive_ms']:.2f} ms "
+        f"at L = {b['L']}, twice the context and twice the FLOPs ({len(dips)} such dip(s)); the machine was busy "
+        "during some steps. The lines and the verdict below lean on all the points, so one such point moves them "
+        "little; run the cell again on a quieter machine to see it go.")
+say(f"  median lines: naive {n0:.1f} ms + {1e3 * n1:.1f} ms per 1,000 tokens; "
     f"cached {c0:.1f} ms + {1e3 * c1:.1f} ms per 1,000 tokens")
 if min(n0, c0) < 0:
-    say("  (a fixed part below zero is the fit, not the machine: the step grows a little faster than a straight "
+    say("  (a fixed part below zero is the line, not the machine: the step grows a little faster than a straight "
         "line, because attention over L tokens costs O(L²) in the naive step)")
 if grow_t["naive"] > 3 and grow_t["naive"] > 2 * grow_t["cached"]:
-    say(f"  so: over {last['L'] // first['L']}x the context the naive step's time grew {grow_t['naive']:.1f}x and the "
-        f"cached step's {grow_t['cached']:.2f}x, the order the counted FLOPs give (x{grow_f['naive']:.1f} against "
+    say(f"  so: over {last['L'] // first['L']}x the context the naive step's time grew about {grow_t['naive']:.0f}x and "
+        f"the cached step's {grow_t['cached']:.2f}x, the order the counted FLOPs give (x{grow_f['naive']:.1f} against "
         f"x{grow_f['cached']:.2f}). The cached step is not free of the context: its attention still reads all L "
         "cached tokens; it is only the projections and the MLP that it runs for one token instead of L.")
 else:
@@ -286,16 +308,20 @@ else:
         f"({n0:.1f} ms) is larger than what {last['L']} tokens of context add ({1e3 * n1 * last['L'] / 1e3:.1f} ms naive). "
         "The FLOPs are still counted right; a bigger model, or a GPU, makes the growing part dominate.")
 def step_ms(line, key, L):
-    """A step's time at context L: the fitted line from the shortest timed context up; below it, never
-    the line (it says nothing there, and its fixed part can be negative) but the time measured there."""
-    return first[f"{key}_ms"] if L < first["L"] else line[0] + line[1] * L
+    """A step's time at context L: the median line from the shortest timed context up; below it, never
+    the line's own slope (it says nothing there) but its value at the shortest timed context (or the
+    time measured there, if the line's value is not positive)."""
+    at_first = line[0] + line[1] * first["L"]
+    if L < first["L"]:
+        return at_first if at_first > 0 else first[f"{key}_ms"]
+    return line[0] + line[1] * L
 
 
 n = 1000
 naive_s = sum(step_ms((n0, n1), "naive", P + t) for t in range(n)) / 1e3
 cached_s = sum(step_ms((c0, c1), "cached", P + t) for t in range(n)) / 1e3
-say(f"an answer of {n:,} tokens after a {P}-token prompt (estimated: the fitted lines from L = {first['L']} up, "
-    f"the measured {first['L']}-token times below it): naive {naive_s:.1f} s, cached {cached_s:.1f} s "
+say(f"an answer of {n:,} tokens after a {P}-token prompt (estimated: the median lines from L = {first['L']} up, "
+    f"their {first['L']}-token values below it): naive {naive_s:.1f} s, cached {cached_s:.1f} s "
     f"({naive_s / cached_s:.0f}x)")
 
 # %% [markdown]
@@ -337,17 +363,20 @@ print(f"  naive:  fixed part x{run_naive(n_b) / run_naive(n_a):.1f} (the whole s
 # token); the line above the widget gives both factors. Both axes are logarithmic: each grid line
 # is 10 times the one below, so the cached line stays visible even where it is thousands of times
 # lower. The FLOPs are counted from the model's shapes; the milliseconds in the sentence come
-# from the straight lines fitted above to this CPU's measured steps: an estimate beyond 1,024
-# tokens, where nothing was timed, and none below 32 tokens, where a fitted line says nothing.
+# from the median lines drawn above through this CPU's measured steps: an estimate beyond 1,024
+# tokens, where nothing was timed, and none below 32 tokens, where a line says nothing. The
+# second model in the menu, SmolLM2-135M, has FLOPs only (its steps were timed in section 2).
 
 # %%
 from kvlab.viz import CostModel, CostWidget
 from kvlab.viz.cost_widget import CONTEXTS
 
-cost_models = {"the bundled tiny model": CostModel(model.flops_per_token, (n0, n1), (c0, c1), measured_from=xs[0]),
-               "SmolLM2-135M (FLOPs only: timed above at ~50 tokens)": CostModel(real.flops_per_token)}
+cost_models = {"bundled tiny model": CostModel(model.flops_per_token, (n0, n1), (c0, c1), measured_from=xs[0]),
+               "SmolLM2-135M": CostModel(real.flops_per_token, note=(
+                   f"FLOPs only for this model: its steps were timed in section 2, at positions {pos[0]}-{pos[-1]}, "
+                   "not over this range."))}
 lo, hi = CONTEXTS[0], CONTEXTS[-1]
-naive_x = cost_models["the bundled tiny model"].naive_step(hi) / cost_models["the bundled tiny model"].naive_step(lo)
+naive_x = cost_models["bundled tiny model"].naive_step(hi) / cost_models["bundled tiny model"].naive_step(lo)
 cached_x = model.flops_per_token(hi) / model.flops_per_token(lo)
 say(f"from {lo} to {hi:,} tokens ({hi // lo:,}x the context), counted: no cache x{naive_x:,.0f}, "
     f"with the cache x{cached_x:,.1f}")
@@ -358,9 +387,13 @@ CostWidget(cost_models, context=1024)
 #
 # The cache costs memory that grows with every token. The contiguous path reserved K/V for the
 # prompt plus all 96 new tokens up front (it was told the length; a server is not, and must
-# reserve the model's maximum); the paged path took 4-token blocks as the sequence grew. What
-# each reserved, and why the paged figure is what it is, computed from the runs (measured: the
-# bytes of the runs' own tensors):
+# reserve the model's maximum); the paged path took 4-token blocks as the sequence grew. Paging
+# does not always reserve less: for ONE sequence whose length is known, the contiguous tensor is
+# exactly the right size, while a paged pool is made of whole blocks and `generate()` gives it a
+# few spare ones (a real server's pool holds many requests' blocks). So below the paged pool is
+# a little LARGER than the contiguous tensor. Paging wins where the length is not known and many
+# requests share one pool (lessons 03 and 04). What each reserved, and why the paged figure is
+# what it is, computed from the runs (measured: the bytes of the runs' own tensors):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -432,7 +465,8 @@ memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} bloc
 # - naive: step `t` runs the whole sequence, `prompt_len + t` tokens, the `i`-th of them
 #   (1-based) attending to `i` tokens;
 # - cached: step 0 is the prefill (the prompt's tokens, the same way); step `t ≥ 1` runs one
-#   token, the last one produced, which attends to `prompt_len + t` tokens.
+#   token, the last one produced. How many tokens does it attend to? Work it out from where
+#   that token sits in the sequence (a token attends to itself and to every token before it).
 #
 # The checker compares with the FLOPs that `kvlab.compute.generate.generate` counted on the
 # bundled model for several prompt and answer lengths.
@@ -472,8 +506,9 @@ check.count_flops(count_flops)
 # Append the new K and V to the caches, then attend `q` over all `T + 1` tokens (scale
 # `1/sqrt(head_dim)`; query head `h` uses KV head `h // (num_heads // num_kv_heads)`). Return
 # `(out, k_cache, v_cache)`: `out` is `(num_heads, head_dim)`, the caches `(T + 1, num_kv_heads,
-# head_dim)`. The checker feeds a sequence token by token from an empty cache and compares every
-# output with full causal attention recomputed over the whole sequence.
+# head_dim)`; leave the five inputs as they came (no in-place changes). The checker feeds a
+# sequence token by token from an empty cache and compares every output with full causal
+# attention recomputed over the whole sequence.
 
 # %% tags=["exercise-stub"]
 def attend_with_cache(q, k_new, v_new, k_cache, v_cache):

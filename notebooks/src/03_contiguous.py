@@ -185,7 +185,9 @@ viz.PolicyWidget(policy="max", trace="notes", block_size=4)
 # grow is preempted (freed and queued again, to be recomputed). The loop drives the real
 # `ContiguousArena` under each policy, and a paged `BlockManager` (blocks of 16) beside them.
 # The paged side admits a request only if one free block per running request stays free for
-# their next tokens (a watermark, as vLLM keeps). 400 steps, simulated:
+# their next tokens. That rule is kvlab's own variant of a watermark: vLLM's v0 block manager
+# keeps a fixed reserve instead, `int(0.01 × num_gpu_blocks)` blocks (its `watermark` of 1%),
+# free at admission, however many requests run. 400 steps, simulated:
 
 # %%
 import random
@@ -333,9 +335,9 @@ check.reservation(reservation)
 #
 # <details><summary>Hint 2</summary>
 #
-# Powers of two and bits go together: how many bits does 8 need, and how many does 7? One of
-# the two gives you 8 back (a Python int can count its own bits). Check 1 → 1, 5 → 8, 8 → 8
-# and 9 → 16 by hand before you trust it. And a power of two can still be more than the model's maximum.
+# Before you trust your rule for `"pow2"`, work four lengths through it by hand: 1, 5, 8 and 9
+# (answers 1, 8, 8, 16). Then one more: a length of 1,500 when `max_len` is 1,600. Read the
+# contract's two conditions again.
 # </details>
 #
 # ### Exercise 2: first fit
@@ -362,8 +364,9 @@ check.first_fit(first_fit)
 #
 # <details><summary>Hint 2</summary>
 #
-# "First" means the lowest address, not the snuggest hole: stop at the first hole that is long
-# enough (a hole exactly `n` long is long enough). What do you return when the loop ends?
+# "First" means the lowest address, not the snuggest hole. Try your function on
+# `[(0, 100), (300, 25)]` with `n = 20`, on `[(0, 10), (50, 20)]` with `n = 20`, and on an empty
+# list: which answer does the contract want each time?
 # </details>
 #
 # ### Exercise 3: external fragmentation
@@ -388,8 +391,8 @@ check.external_fragmentation(external_fragmentation)
 #
 # <details><summary>Hint 2</summary>
 #
-# Two numbers: the free space in all, and the largest hole. What is the largest hole when
-# nothing is free at all?
+# Work the example by hand, then two more: one hole, and no holes at all (`[]`). Does your
+# code give what the contract says for each?
 # </details>
 #
 # ### Exercise 4: run an arena by hand

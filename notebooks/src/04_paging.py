@@ -59,9 +59,12 @@ print(t7.steps(block_size=4, bytes_per_token=bpt)[-1])
 
 # %% [markdown]
 # That formula is the address in **one** buffer laid out block by block, each slot holding a
-# token's K and V of all layers together. Neither vLLM nor kvlab stores it that way: each layer
-# has its own K tensor and V tensor of shape `(num_blocks, block_size, kv_heads, head_dim)`
-# (kvlab's `PagedKVPool.k_cache[layer]`), and **the same block id indexes all of them**: the
+# token's K and V of all layers together. Neither vLLM nor kvlab stores it that way: kvlab
+# gives each layer its own K tensor and V tensor of shape `(num_blocks, block_size, kv_heads,
+# head_dim)` (`PagedKVPool.k_cache[layer]`); vLLM v1 keeps a layer's K and V together in one
+# tensor of shape `(2, num_blocks, block_size, kv_heads, head_size)` (its FlashAttention
+# backend's `get_kv_cache_shape`), the same layout with K and V side by side. In both, **the
+# same block id indexes every layer's tensors**: the
 # kernel for layer 3 reads `k_cache[3][P1, 1]`. So token 9's K and V are 2 × 32 pieces, one per
 # layer and per K or V, each at slot 5 of its own tensor. Measured on a real pool with
 # Llama-2 7B's shapes (fp16, 10 blocks of 4):
@@ -290,8 +293,10 @@ print(f"contiguous, max_len 4096: {len(lengths) * 4096:,} slots, waste {len(leng
 # a GPU does badly. The vLLM paper (Kwon et al., 2023) weighs exactly these two sides in its
 # ablation of the block size, and makes 16 the default. The waste side is measured here on the
 # allocator, for the same 1,000 requests; the kernel side is counted (no GPU time is measured):
-# block-table lookups per request, bytes of one contiguous read (one block of one KV head,
-# Llama-2 7B, fp16), and blocks in each loop iteration of kvlab's decode kernel (`tile_tokens`:
+# block-table lookups per request, bytes of one block's K in one layer (Llama-2 7B, fp16: in
+# the layout above, `(num_blocks, block_size, kv_heads, head_dim)`, that block is one contiguous
+# read of block_size × kv_heads × head_dim × 2 bytes; one KV head's share of it is block_size
+# separate pieces of head_dim × 2 bytes, as kv_heads is not the outer dimension), and blocks in each loop iteration of kvlab's decode kernel (`tile_tokens`:
 # whole blocks, at least 64 tokens):
 
 # %%
@@ -299,12 +304,12 @@ print(f"contiguous, max_len 4096: {len(lengths) * 4096:,} slots, waste {len(leng
 from kvlab.kernels.paged_decode import tile_tokens
 
 rows = []
-print(f"{'block_size':>10} {'waste':>7} {'max waste/request':>18} {'lookups/request':>16} {'bytes per read':>15} "
+print(f"{'block_size':>10} {'waste':>7} {'max waste/request':>18} {'lookups/request':>16} {'bytes per block':>15} "
       f"{'blocks per tile':>16}")
 for bs in (1, 2, 4, 8, 16, 32, 64, 128, 256):
     held, waste = waste_on_allocator(lengths, bs)
     lookups = sum(kvlab.blocks_needed(n, bs) for n in lengths) / len(lengths)
-    read = bs * llama7.head_dim * 2
+    read = bs * llama7.kv_heads * llama7.head_dim * 2                  # one block of one layer's K, all heads
     rows.append((bs, (held - tokens) / held, max(waste), lookups))
     print(f"{bs:>10} {(held - tokens) / held:>7.1%} {max(waste):>18} {lookups:>16.1f} {read:>15,} "
           f"{tile_tokens(bs) // bs:>16}")
@@ -406,9 +411,9 @@ check.translate(translate)
 #
 # <details><summary>Hint 2</summary>
 #
-# The address counts slots from the start of the pool, so it uses the **physical** block, not
-# the logical one, and the whole slot is multiplied by `bytes_per_token`. Check the range of
-# `pos` first: a negative index would silently read the table from its end.
+# Work the example by hand once more with `bytes_per_token = 1024` (the address is 5,120), and
+# then with `pos = -1`: what would a Python list do with that index, and what does the contract
+# want?
 # </details>
 #
 # ### Exercise 2: blocks_needed
@@ -432,9 +437,8 @@ check.blocks_needed(blocks_needed)
 #
 # <details><summary>Hint 2</summary>
 #
-# Python's `//` rounds down; there is a way to make it round up with integers only (what do you
-# add to the numerator first?). Avoid `math.ceil(num_tokens / block_size)`: floats lose the
-# last digits of large counts.
+# Python's `//` rounds down. Whatever you write, try it on `2**60 + 1` tokens in blocks of 16
+# (the answer is `2**56 + 1`): Python's ints are exact at any size, floats are not.
 # </details>
 #
 # ### Exercise 3: blocks to append
