@@ -85,7 +85,7 @@ WRONG = [
      'raised IndexError where OutOfBlock'),
     ('06', 'cow_append', 'off by one on fullness',
      [('num_tokens % block_size == 0', '(num_tokens + 1) % block_size == 0')],
-     'the last block was full: it is nev'),
+     'num_tokens counts the tokens already held'),
     ('06', 'sampling_blocks', 'partial prompt block counted as shared',
      [('full = prompt_len // block_size', 'full = blocks_needed(prompt_len, block_size)')],
      'the partial last prompt block does'),

@@ -164,6 +164,9 @@ def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: 
 
     if not bad_rows and not guard_hit:
         return ""
+    if guard_hit == [n] and not bad_rows:
+        return ("exactly one row past the end was written (row context_len): valid = pos < context_len, not <= "
+                "(positions run from 0 to context_len - 1)")
     if guard_hit:
         return "a store without the mask wrote past context_len: mask every tl.store with valid"
     flat = cache.reshape(-1, cache.shape[-1])                      # (num_blocks * bs, head_dim): one row a slot
@@ -182,6 +185,12 @@ def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: 
         return "rows were read from slot pos, not through the block table: physical = block_table[pos // BLOCK_SIZE]"
     if rows_are(lambda i: int(table[i // bs]) * bs + i // bs):
         return "the offset inside the block is pos % BLOCK_SIZE (not pos // BLOCK_SIZE)"
+    if rows_are(lambda i: int(table[i // bs]) + i % bs):
+        return ("the slot is physical * BLOCK_SIZE + offset: the block number was used as a slot "
+                "(the * BLOCK_SIZE is missing)")
+    if rows_are(lambda i: int(table[min(i // tile, len(table) - 1)]) * bs + i % bs):
+        return ("the logical block is pos // BLOCK_SIZE, not pos // TILE_N: a tile holds several blocks, "
+                "the table is indexed by block")
     return ""
 
 

@@ -1,0 +1,150 @@
+"""Issue 28 (round 6): wrong answers the independent review of commit 06d2538 typed that came back
+rejected without the mistake named (or misnamed), and the helper's own slips typed after it. Each
+must be rejected with a note that says the likely mistake (the phrase given beside it)."""
+from __future__ import annotations
+
+import pytest
+
+from kvlab import check
+from test_check_memory import _solutions
+
+S05 = _solutions("05_paged_kernel")
+
+
+@pytest.fixture(autouse=True)
+def _not_strict(monkeypatch):
+    monkeypatch.delenv("KVLAB_CHECK_STRICT", raising=False)
+
+
+def _notes(r) -> str:
+    return " | ".join(c.note for c in r.failures)
+
+
+# ------------------------------------------------------------------ lesson 05, exercise 3
+def _gather_slips():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(cache_ptr, block_table_ptr, out_ptr, context_len,
+               HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, RULE: tl.constexpr):
+        offs_t = tl.arange(0, TILE_N)
+        offs_d = tl.arange(0, HEAD_DIM)
+        num_tiles = (context_len + TILE_N - 1) // TILE_N
+        for tile in range(0, num_tiles):
+            pos = tile * TILE_N + offs_t
+            if RULE == "le":
+                valid = pos <= context_len
+            else:
+                valid = pos < context_len
+            if RULE == "tile_div":
+                physical = tl.load(block_table_ptr + pos // TILE_N, mask=valid, other=0)
+            else:
+                physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)
+            if RULE == "no_bs":
+                row = physical + pos % BLOCK_SIZE
+            else:
+                row = physical * BLOCK_SIZE + pos % BLOCK_SIZE
+            k = tl.load(cache_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
+            tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])
+    return kernel
+
+
+class _Gather:
+    template = None
+
+    def __init__(self, rule: str) -> None:
+        if _Gather.template is None:
+            _Gather.template = _gather_slips()
+        self.rule = rule
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError("launch with kernel[grid](...)")
+
+    def __getitem__(self, grid):
+        return lambda *a, **kw: self.template[grid](*a, **kw, RULE=self.rule)
+
+
+@pytest.mark.parametrize("rule, says", [
+    ("right", None),
+    ("le", "pos < context_len, not <="),
+    ("tile_div", "pos // BLOCK_SIZE, not pos // TILE_N"),
+    ("no_bs", "physical * BLOCK_SIZE"),
+])
+def test_paged_gather_kernel_names_the_review_slips(rule, says):
+    r = check.paged_gather_kernel(_Gather(rule), verbose=False)
+    if says is None:
+        assert r.passed, _notes(r)
+        return
+    assert not r.passed
+    assert says in _notes(r), _notes(r)
+
+
+# ------------------------------------------------------------------ lesson 06
+S06 = _solutions("06_sharing")
+
+
+def _cow(slip):
+    """cow_append with one slip (the checker's own variants are not used: these are typed apart)."""
+    def fn(bt, n, rc, fr, bs):
+        if slip == "share_first" and bt and rc[bt[-1]] > 1:
+            src, dst = bt[-1], fr.pop(0)
+            rc[dst], rc[src], bt[-1] = 1, rc[src] - 1, dst
+            return [(src, dst)]
+        if slip == "copy_full_too" and n % bs == 0 and bt and rc[bt[-1]] > 1:
+            src, dst = bt[-1], fr.pop(0)
+            rc[dst], rc[src], bt[-1] = 1, rc[src] - 1, dst
+            b = fr.pop(0)
+            rc[b] = 1
+            bt.append(b)
+            return [(src, dst)]
+        if slip == "drop_full_ref" and n % bs == 0 and bt:
+            rc[bt[-1]] -= 1
+        copies = S06.cow_append(bt, n + (slip == "full_off"), rc, fr, bs)
+        return [(b, a) for a, b in copies] if slip == "swap_pair" else copies
+    return fn
+
+
+def _blocks(p, bs):
+    return -(-p // bs)
+
+
+def _floor_both(p, n, g, bs):
+    full = p // bs
+    return (n * ((p + g) // bs), full + n * ((p + g) // bs - full)) if g else (n * ((p + g) // bs), full)
+
+
+def _floor_with(p, n, g, bs):
+    full = p // bs
+    return (n * _blocks(p + g, bs), full + n * ((p + g) // bs - full)) if g else S06.sampling_blocks(p, n, g, bs)
+
+
+def _saved(p, n, g, bs):
+    w, s = S06.sampling_blocks(p, n, g, bs)
+    return w, w - s
+
+
+def _n_minus_1(p, n, g, bs):
+    full = p // bs
+    return (n * _blocks(p + g, bs), full + (n - 1) * (_blocks(p + g, bs) - full)) if g else S06.sampling_blocks(p, n, g, bs)
+
+
+WRONG_06 = [
+    (check.cow_append, _cow("share_first"), "ask 'is it full?' before 'is it shared?'"),
+    (check.cow_append, _cow("copy_full_too"), "copying the full shared block too"),
+    (check.cow_append, _cow("drop_full_ref"), "drops no reference"),
+    (check.cow_append, _cow("full_off"), "num_tokens counts the tokens already"),
+    (check.cow_append, _cow("swap_pair"), "a copy is (src, dst)"),
+    (check.sampling_blocks, _floor_both, "round its tokens UP to blocks (ceil), not down, with sharing and without"),
+    (check.sampling_blocks, _floor_with, "with sharing: a sample's own blocks are its whole blocks, rounded UP"),
+    (check.sampling_blocks, _saved, "not the blocks saved"),
+    (check.sampling_blocks, lambda p, n, g, bs: (S06.sampling_blocks(p, n, g, bs)[0], p + n * g), "count blocks, not tokens"),
+    (check.sampling_blocks, _n_minus_1, "(n, not n - 1)"),
+]
+
+
+@pytest.mark.parametrize("checker, wrong, says", WRONG_06, ids=[f"06-{i}" for i in range(len(WRONG_06))])
+def test_lesson_06_slips_named_first(checker, wrong, says):
+    r = checker(wrong, verbose=False)
+    assert not r.passed
+    assert says in r.failures[0].note, _notes(r)
