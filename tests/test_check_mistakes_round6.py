@@ -148,3 +148,31 @@ def test_lesson_06_slips_named_first(checker, wrong, says):
     r = checker(wrong, verbose=False)
     assert not r.passed
     assert says in r.failures[0].note, _notes(r)
+
+
+# ------------------------------------------------------------------ the helper's own slips, typed as edits of the reference
+def _edit(nn, name, edits):
+    from test_check_mistakes_06_11 import wrong_answer
+    return wrong_answer(nn, name, edits)
+
+
+EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL note must contain)
+    ("05", "paged_decode_torch", [("dim=-1)", "dim=0)")], "the softmax ran over the heads"),
+    ("05", "paged_decode_torch", [("k = k_cache[slots_block, pos % block_size]", "k = k_cache[slots_block, pos // block_size]")],
+     "K was read at offset pos // block_size"),
+    ("05", "kernel_tiles", [("        out.append(tiles)", "        if tiles:\n            out.append(tiles)")],
+     "a program with no tile was left out"),
+    ("05", "kernel_tiles", [("(end - 1) // block_size + 1", "end // block_size")], "a tile that ends inside a block misses"),
+    ("05", "kernel_tiles", [("num_tiles = -(-context_len // tile_tokens)", "num_tiles = -(-context_len // block_size)")],
+     "the tiles were counted in blocks"),
+    ("05", "kernel_tiles", [("per = -(-num_tiles // num_splits)", "per = num_tiles // num_splits")],
+     "tiles per program is a ceiling too"),
+]
+
+
+@pytest.mark.parametrize("nn, name, edits, says", EDITS, ids=[f"{e[0]}-{e[1]}-{i}" for i, e in enumerate(EDITS)])
+def test_typed_slip_is_named_first(nn, name, edits, says):
+    r = getattr(check, name)(_edit(nn, name, edits), verbose=False)
+    assert not r.passed
+    assert says in r.failures[0].note, _notes(r)
+    assert all(c.note for c in r.failures), _notes(r)
