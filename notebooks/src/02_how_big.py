@@ -154,9 +154,12 @@ for name, gpu in kvlab.GPUS.items():
     print(f"{name:10s} {SPEC_SHEET[name]:>10s} {b // 2**20:>17,} {b / 2**30:>8.1f} {b / 1e9:>10.2f}")
 
 # %% [markdown]
-# That is all the memory on the card. A server cannot use all of it: the CUDA context and the
-# framework take some, activations need room during each forward pass, and vLLM's
-# `gpu_memory_utilization` (0.9 by default) leaves 10% of the card alone for all of that.
+# That is all the memory on the card, and a server gives only part of it to the KV cache.
+# vLLM's `gpu_memory_utilization` (0.9 by default) is, in its engine arguments, "the fraction
+# of GPU memory to be used for the model executor": the weights, the activations (vLLM
+# measures their peak with a profiling forward pass at start-up) and the KV cache all come out
+# of that 90% share, and the KV cache gets what the other two leave of it. The other 10% is
+# not vLLM's at all (headroom, other processes on the card).
 #
 # ## 6. How many requests fit on one GPU?
 #

@@ -315,8 +315,9 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 #
 # <details><summary>Hint 3</summary>
 #
-# Two limits, applied after the walk, in this order: at most `len(prompt) - 1` tokens, then
-# down to a multiple of `page_size`.
+# After the walk come Hint 2's two limits, and their order matters. Try both orders by hand on
+# a prompt of 8 tokens that the tree holds whole, with pages of 4: which order gives an answer the
+# server could really report?
 # </details>
 
 # %% [markdown]
