@@ -185,6 +185,22 @@ EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL not
                                             'kv_heads = config.get("num_key_value_heads", 1)')], "not 1"),
     ("02", "max_concurrent", [("budget = int(gpu_bytes * utilization) - weight_bytes",
                                "budget = int((gpu_bytes - weight_bytes) * utilization)")], "utilization is a share of the whole GPU"),
+    # lesson 10, exercises 1 and 2 (segment ends, the threshold, host/device order, units)
+    ("10", "write_back_evict", [('state = {name: "both" if backed else "device"', 'state = {name: "device"')],
+     "a backed-up one stays 'both'"),
+    ("10", "write_back_evict", [("        freed += p\n", "        freed += p if backed else 0\n")],
+     "a dropped leaf frees its device pages too"),
+    ("10", "write_back_evict", [("if host_free < p and host_free + evictable >= p:", "if host_free < p:")],
+     "Check first that evicting them makes enough room"),
+    ("10", "write_back_evict", [("        freed += p\n", "        freed += 1\n")], "need counts pages, not leaves"),
+    ("10", "load_back_plan", [("    limit = prompt_len - 1", "    limit = prompt_len - 2")], "not len(prompt) - 2"),
+    ("10", "load_back_plan", [("        take = min(tokens, limit - pos)", "        take = min(tokens, limit - pos - 1)")],
+     "not len(prompt) - 2"),
+    ("10", "load_back_plan", [("    return device, loaded, prompt_len - device - loaded", "    return device, loaded, prompt_len - device")],
+     "computed is what is neither reused"),
+    ("10", "load_back_plan", [("    return device, loaded, prompt_len - device - loaded",
+                               "    return device, loaded, prompt_len - 1 - device - loaded")], "the last prompt token included"),
+    ("10", "load_back_plan", [("            device += take", "            device += 1")], "count tokens, not nodes"),
     # lesson 12 (the review's five, then the helper's own)
     ("12", "predict_cached", [("    pos = min(pos, len(prompt) - 1)             # the last token is always computed\n"
                                "    return pos // page_size * page_size         # whole pages only",
