@@ -274,7 +274,7 @@ WRONG = [
      'reserving max_len: no more request'),
     ('09', 'fit_requests', 'tokens not blocks',
      [('need = -(-n // block_size)', 'need = n * 1'), ('free_blocks = capacity // block_size', 'free_blocks = capacity')],
-     'a request of n tokens takes ceil(n'),
+     'paged: count blocks, not tokens'),
     ('09', 'fit_requests', 'float reserve',
      [('capacity // max_len', 'capacity / max_len')],
      'item 0: returned the float 2.0 whe'),

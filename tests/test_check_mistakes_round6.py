@@ -185,6 +185,27 @@ EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL not
                                             'kv_heads = config.get("num_key_value_heads", 1)')], "not 1"),
     ("02", "max_concurrent", [("budget = int(gpu_bytes * utilization) - weight_bytes",
                                "budget = int((gpu_bytes - weight_bytes) * utilization)")], "utilization is a share of the whole GPU"),
+    # lesson 00
+    ("00", "common_prefix_len", [("    n = 0\n", "    n = 0\n    a, b = sorted(a), sorted(b)\n")],
+     "compare the lists position by position"),
+    ("00", "reusable_tokens", [("    shared = min(common_prefix_len(finished, new), len(new) - 1)   # the last token is always computed\n"
+                                "    return max(shared, 0) // block_size * block_size",
+                                "    shared = common_prefix_len(finished, new) // block_size * block_size\n"
+                                "    return min(shared, len(new) - 1)")], "cap first, then round"),
+    ("00", "reusable_tokens", [("min(common_prefix_len(finished, new), len(new) - 1)",
+                                "min(common_prefix_len(finished, new), len(new)) - 1")], "do not take 1 from every match"),
+    # lesson 09
+    ("09", "orca_reservation", [("estimate = 1 << (output_len - 1).bit_length()",
+                                 "estimate = 1 << (prompt_len + output_len - 1).bit_length()")],
+     "not the power of two of prompt + output"),
+    ("09", "fit_requests", [("reserve_max = min(len(lengths), capacity // max_len)",
+                             "reserve_max = min(len(lengths), -(-capacity // max_len))")], "only WHOLE reservations fit"),
+    ("09", "fit_requests", [("return reserve_max, paged", "return paged, reserve_max")], "the pair is (reserve_max, paged)"),
+    ("09", "fit_requests", [("free_blocks = capacity // block_size", "free_blocks = capacity")],
+     "capacity counts token slots, not blocks"),
+    ("09", "optimal_hit_rate", [("    return 1 - len(prefixes) / total", "    return len(prefixes) / total")], "the MISS rate"),
+    ("09", "optimal_hit_rate", [("prefixes = {tuple(p[:i]) for p in prompts for i in range(1, len(p) + 1)}",
+                                 "prefixes = {tuple(p) for p in prompts}")], "not only a whole earlier prompt"),
     # lesson 10, exercises 1 and 2 (segment ends, the threshold, host/device order, units)
     ("10", "write_back_evict", [('state = {name: "both" if backed else "device"', 'state = {name: "device"')],
      "a backed-up one stays 'both'"),
