@@ -183,6 +183,8 @@ EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL not
                                     "per_head = 2 * layers * head_dim * tokens * dtype_bytes * num_heads")], "no num_heads in it"),
     ("02", "bytes_per_token_from_config", [('kv_heads = config.get("num_key_value_heads", heads)',
                                             'kv_heads = config.get("num_key_value_heads", 1)')], "not 1"),
+    ("02", "bytes_per_token_from_config", [('dtype = config.get("torch_dtype", "float16")',
+                                            'dtype = config.get("torch_dtype", "float32")')], "no torch_dtype counts 2 bytes"),
     ("02", "max_concurrent", [("budget = int(gpu_bytes * utilization) - weight_bytes",
                                "budget = int((gpu_bytes - weight_bytes) * utilization)")], "utilization is a share of the whole GPU"),
     # lesson 00
@@ -236,6 +238,10 @@ EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL not
     ("12", "pick_worker", [("    return sizes.index(min(sizes))", "    return len(sizes) - 1 - sizes[::-1].index(min(sizes))")],
      "ties go to the LOWER index"),
     ("12", "pick_worker", [("return loads.index(lo)", "return loads.index(hi)")], "not the most loaded"),
+    ("12", "pick_worker", [("    if hi - lo > 64 and hi > 1.5 * lo:          # unbalanced: the least loaded worker\n"
+                            "        return loads.index(lo)\n", ""),
+                           ("    sizes = [", "    if hi - lo > 64 and hi > 1.5 * lo:\n        return loads.index(lo)\n    sizes = [")],
+     "the loads come FIRST"),
     ("12", "predict_cached", [('        if k < len(nxt["ids"]):                 # the match ends inside this node\n'
                                '            break\n', "")], "a match that ends inside a node stops there"),
     ("12", "predict_cached", [("    return pos // page_size * page_size", "    return -(-pos // page_size) * page_size")],

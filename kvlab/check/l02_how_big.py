@@ -215,6 +215,8 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
         "num_key_value_heads x head_dim numbers per layer": _hidden,
         "torch_dtype ignored: a float32 model takes 4 bytes a number":
             lambda cfg: _bytes_per_token_ref({**cfg, "torch_dtype": "float16"}),
+        "no torch_dtype counts 2 bytes a number (served in float16), not 4":
+            lambda cfg: None if "torch_dtype" in cfg else _bytes_per_token_ref({**cfg, "torch_dtype": "float32"}),
         "no num_key_value_heads means multi-head attention: as many KV heads as query heads, not 1":
             lambda cfg: _bytes_per_token_ref({"num_key_value_heads": 1, **cfg}),
     })

@@ -199,7 +199,8 @@ def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance
     hi, lo = max(loads), min(loads)
     far = hi - lo >= BALANCE_ABS if slip == "ge_abs" else hi - lo > BALANCE_ABS
     ratio_big = hi >= lo * BALANCE_REL if slip == "ge_rel" else hi > lo * BALANCE_REL
-    if balance and ((far or ratio_big) if slip == "or" else (far and ratio_big)):
+    unbalanced = balance and ((far or ratio_big) if slip == "or" else (far and ratio_big))
+    if unbalanced and slip != "balance_last":
         return loads.index(hi if slip == "most_loaded" else lo)   # unbalanced: the least loaded worker
     match = [max((_lcp(text, s) for s in texts), default=0) if best == "longest" else
              sum(_lcp(text, s) for s in texts) for texts in sent]
@@ -208,6 +209,8 @@ def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance
     rate = match[w] / len(text) if ratio and text else match[w]
     if rate > CACHE_THRESHOLD if strict else rate >= CACHE_THRESHOLD:
         return w
+    if unbalanced:                                           # slip "balance_last": the loads only on a miss
+        return loads.index(lo)
     chars = [_tree_chars(t) if size == "trie" else sum(map(len, t)) for t in sent]
     if smallest:
         return min(range(n), key=lambda i: (chars[i], -i if last else i))
@@ -219,6 +222,8 @@ def _route(**kw) -> Callable:
 
 
 ROUTE_MISTAKES = dict([
+    ("the loads come FIRST: when they are unbalanced the least loaded worker gets the request even if another "
+     "worker holds its prefix (the balance check overrides the cache)", _route(slip="balance_last")),
     ("unbalanced means max - min MORE than 64 (> 64, not >=): loads exactly 64 apart are balanced",
      _route(slip="ge_abs")),
     ("unbalanced means max MORE than 1.5 x min (> 1.5 x min, not >=): loads exactly 1.5x apart are balanced",
