@@ -133,14 +133,14 @@ lifecycle_graph("all", cm.tree.tracker.counts, [(e.detail["machine"], e.detail["
                 "the worked example above")
 
 # %% [markdown]
-# The same edges as a table, with what makes each one happen:
+# The node's edges as a list (what makes each one happen is exercise 3's question: the reasons
+# are printed after it):
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from kvlab.reuse.lifecycle import transition_table
 
-for src, dst, why in transition_table("node"):
-    print(f"{src:>7} -> {dst:<8} {why}")
+print("  ".join(f"{src} -> {dst}" for src, dst, _ in transition_table("node")))
 
 # %% [markdown]
 # ## 4. The four customer-service requests, on a pool too small for them
@@ -656,6 +656,11 @@ check.load_back_plan(load_back_plan)
 # `"miss"` (a disk chunk that is missing or corrupt). With `storage`, host eviction saves to
 # disk. An event that cannot happen in that state raises `ValueError`. The checker tries every
 # state and event, and replays the node transitions of real runs.
+#
+# **Predict first**, from what each tier holds after the event (not from the edge list of
+# section 3, which says where a node can go but not on which event): a node on both tiers is
+# evicted from the device; a host-only node is loaded back; a disk chunk is loaded back. Where
+# is its KV then? And which events can a node that is only on the device not take at all?
 
 # %% tags=["exercise-stub"]
 def next_placement(state, event, storage=False):
@@ -668,15 +673,30 @@ check.next_placement(next_placement)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# A dict from `(state, event)` to the new state is the whole machine; only `("host",
-# "evict_host")` depends on `storage`. Look at the diagram in section 3.
+# One lookup from `(state, event)` to the new state can be the whole machine; a pair it does
+# not hold is an event that cannot happen. Which single pair depends on `storage`?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Evicting a node that is on both tiers keeps its host copy; loading back from disk puts it on
-# the device only (the chunk stays on disk, but the tree does not count on it any more).
+# For each event ask which copies it creates and which it removes: an eviction removes one
+# tier's copy and leaves the others. Does the tree count on a disk chunk once it is loaded back?
 # </details>
+
+# %% [markdown]
+# ### After exercise 3: each edge and what makes it happen
+#
+# The table of `kvlab.reuse.lifecycle`, printed once your `next_placement` passes its check
+# (it is the answer):
+
+# %%
+placement_passed = check.next_placement(next_placement, verbose=False).passed   # silent
+if placement_passed:
+    for src, dst, why in transition_table("node"):
+        print(f"{src:>7} -> {dst:<8} {why}")
+else:
+    print("the table of edges and their reasons is shown here once your next_placement passes its check; "
+          "run this cell again then")
 
 # %% [markdown]
 # ### Exercise 4: which host copy goes first (ARC)
