@@ -302,9 +302,8 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Walk from the root (id 0) along the prompt: among a node's children, the one whose `ids`
-# start like the rest of the prompt. With pages of 4 tokens, two children can share their
-# first token and differ later in their first page, so take the child that matches the most.
+# Walk from the root (id 0) along the prompt, one node at a time. With pages of 4 tokens, can
+# two children of one node start with the same token? If they can, which of them is the path?
 # </details>
 #
 # <details><summary>Hint 2</summary>
