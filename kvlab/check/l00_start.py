@@ -72,9 +72,13 @@ def common_prefix_len(fn: Callable, verbose: bool = True) -> CheckResult:
         ("empty list", [], [1, 2]),
         ("both empty", [], []),
         ("same tokens later, not at the start", [0, 1, 2, 3], [9, 1, 2, 3]),
+        ("the same tokens in another order", [3, 1, 2], [1, 3, 2]),
     ]
     for label, a, b in cases:
-        c.run(f"{label}: {a} vs {b}", a, b)
+        case = c.run(f"{label}: {a} vs {b}", a, b)
+        if not case.passed and case.actual == _common_prefix_len_ref(sorted(a), sorted(b)) != case.expected:
+            case.note = ("the order of the tokens is the sequence itself: compare the lists position by position as "
+                         "given (sorted, [3, 1, 2] and [1, 3, 2] would share 3 tokens; they share none)")
     rng = random.Random(1)
     for seed in range(3):
         k = rng.randrange(0, 12)
@@ -109,6 +113,9 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("reusable_tokens", fn, _reusable_tokens_ref, verbose=verbose, compare=same_int,
                 diagnose=[should_have_raised])
     run = mistake_runner(c, {
+        "cap first, then round: at most len(new) - 1 tokens, THEN down to whole blocks (rounding first and "
+        "capping after leaves a partial block served)":
+            lambda a, b, bs: min(prefix(a, b) // bs * bs, len(b) - 1),
         "only whole blocks are cached: a block the two requests share only in part is not reused":
             lambda a, b, bs: min(prefix(a, b), len(b) - 1),
         "a request always computes at least its last token (its logits give the next token): "
@@ -122,6 +129,9 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda a, b, bs: prefix(a, b),
         "that counts blocks: the answer is in tokens (whole blocks x block_size)":
             lambda a, b, bs: _reusable_tokens_ref(a, b, bs) // bs,
+        "the last token is computed only when the cache holds all of new: cap the shared count at len(new) - 1, "
+        "do not take 1 from every match":
+            lambda a, b, bs: max(min(prefix(a, b), len(b)) - 1, 0) // bs * bs,
     })
     system = list(range(100, 112))  # lesson 00's 12-token system prompt, as ids
     cases = [

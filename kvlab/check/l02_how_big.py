@@ -107,9 +107,18 @@ _HEADS_MISTAKES = {
         _heads(_FULL, pick=min),
     "only powers of two tried: any divisor of num_heads makes equal groups (12 query heads: 1, 2, 3, 4, 6 or 12)":
         _heads(_FULL, allowed=lambda g, h: h % g == 0 and g & (g - 1) == 0),
+    "powers of two are not the rule: the count must divide num_heads, so that every KV head serves as many query "
+    "heads (12 query heads: 1, 2, 3, 4, 6 or 12; 8 does not divide 12)":
+        _heads(_FULL, allowed=lambda g, h: g & (g - 1) == 0),
     "that is num_heads whatever the budget (multi-head attention): check which counts fit the budget":
         lambda l, h, d, t, budget, b=2: h,
     "the cost of one KV head must cover every token of the request (x tokens)": _heads(lambda l, d, t, b: 2 * l * d * b),
+    "the 2 for K and V was counted twice: one KV head costs 2 x layers x head_dim x tokens x dtype_bytes":
+        _heads(lambda l, d, t, b: 4 * l * d * t * b),
+    "that is the group size (query heads per KV head, num_heads // kv_heads): return the number of KV heads":
+        lambda l, h, d, t, budget, b=2: h // _kv_heads_for_budget_ref(l, h, d, t, budget, b),
+    "the cost of ONE KV head has no num_heads in it: x num_heads prices every query head":
+        lambda l, h, d, t, budget, b=2: _heads(lambda l, d, t, b: 2 * l * d * t * b * h)(l, h, d, t, budget, b),
 }
 
 
@@ -121,7 +130,14 @@ def kv_heads_for_budget(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     c = Checker("kv_heads_for_budget", fn, _kv_heads_for_budget_ref, verbose=verbose, compare=same_int,
                 diagnose=[should_have_raised])
-    run = mistake_runner(c, _HEADS_MISTAKES)
+    named = mistake_runner(c, _HEADS_MISTAKES)
+
+    def run(label: str, *args: int) -> None:
+        case = named(label, *args)
+        if not case.passed and isinstance(case.actual, Raised) and isinstance(case.actual.exc, ValueError):
+            case.note = (f"raised ValueError though {case.expected} KV heads fit: one KV head costs "
+                         "2 x layers x head_dim x tokens x dtype_bytes (no num_heads in it); compare it with the budget")
+
     one = 2 * 80 * 128 * 4096 * 2  # one KV head of Llama-2 70B's shape, 4,096 tokens, fp16: 167,772,160 bytes
     run("Llama-2 70B's shape, 4,096 tokens, fp16, 2 GB", 80, 64, 128, 4096, 2 * 10**9)
     run("the same, a budget of exactly 8 KV heads", 80, 64, 128, 4096, 8 * one)
@@ -199,12 +215,20 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
         "num_key_value_heads x head_dim numbers per layer": _hidden,
         "torch_dtype ignored: a float32 model takes 4 bytes a number":
             lambda cfg: _bytes_per_token_ref({**cfg, "torch_dtype": "float16"}),
+        "no torch_dtype counts 2 bytes a number (served in float16), not 4":
+            lambda cfg: None if "torch_dtype" in cfg else _bytes_per_token_ref({**cfg, "torch_dtype": "float32"}),
+        "no num_key_value_heads means multi-head attention: as many KV heads as query heads, not 1":
+            lambda cfg: _bytes_per_token_ref({"num_key_value_heads": 1, **cfg}),
     })
     for name, cfg in CONFIGS.items():
         note = {"opt-13b": " (no num_key_value_heads: MHA)", "gemma-7b": " (head_dim 256 given; 3072 / 16 = 192)",
                 "mistral-7b": " (no head_dim)"}.get(name, "")
         case = run(f"{name}{note}", cfg)
-        if not case.passed and isinstance(case.actual, Raised) and isinstance(case.actual.exc, KeyError):
+        dtype = cfg.get("torch_dtype")
+        if not case.passed and isinstance(case.actual, Raised) and dtype in DTYPE_BYTES:
+            case.note = (f"raised {type(case.actual.exc).__name__} on torch_dtype {dtype!r}: a known dtype, "
+                         f"{DTYPE_BYTES[dtype]} bytes a number (bfloat16 is 2 bytes, like float16)")
+        elif not case.passed and isinstance(case.actual, Raised) and isinstance(case.actual.exc, KeyError):
             case.note = (f"raised KeyError {case.actual.exc}: a config may leave out num_key_value_heads, head_dim "
                          "or torch_dtype; use the defaults of the contract (dict.get)")
     tiny = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128,
@@ -213,7 +237,10 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
     case = run("no torch_dtype (2 bytes)", {k: v for k, v in CONFIGS["llama-2-70b"].items() if k != "torch_dtype"})
     if not case.passed and isinstance(case.actual, Raised) and isinstance(case.actual.exc, KeyError):
         case.note = "raised KeyError: no torch_dtype means 2 bytes (fp16), see the contract"
-    c.run("torch_dtype 'int4' (must raise ValueError)", {**CONFIGS["llama-2-7b"], "torch_dtype": "int4"})
+    case = c.run("torch_dtype 'int4' (must raise ValueError)", {**CONFIGS["llama-2-7b"], "torch_dtype": "int4"})
+    if not case.passed and not isinstance(case.actual, Raised):
+        case.note = (f"returned {case.actual!r} for an unknown torch_dtype: raise ValueError naming it (a guessed "
+                     "size would be wrong without a word)")
     return c.done()
 
 
@@ -250,7 +277,9 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     run("exactly 3 requests", 3 * 4096 * 100, 100, 4096)
     run("one byte short of 3 requests", 3 * 4096 * 100 - 1, 100, 4096)
     run("budget smaller than one request", 500, 100, 10)
-    run("zero budget", 0, 100, 10)
+    case = run("zero budget", 0, 100, 10)
+    if not case.passed and isinstance(case.actual, Raised):
+        case.note = "a budget of 0 bytes is a valid budget: 0 requests fit (raise only for a budget below 0)"
     rng = random.Random(3)
     for _ in range(3):
         args = (rng.randrange(0, 10**11), rng.randrange(1, 10**6), rng.randrange(1, 10**4))
@@ -310,6 +339,10 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     c = Checker("max_concurrent", fn, _max_concurrent_ref, verbose=verbose, compare=same_int, diagnose=[should_have_raised])
     run = mistake_runner(c, {
+        "utilization is a share of the whole GPU, weights included: int(gpu_bytes x utilization) - weight_bytes, "
+        "not (gpu_bytes - weight_bytes) x utilization":
+            lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L),
+                                                        max(0, int((g - w) * u)) // (bs * b)),
         "admitted in the given order: to fit the MOST requests, take the shortest first":
             lambda L, g, u, w, b, bs=16: _count_fitting([_ceil(n, bs) for n in L], _pool_blocks(g, u, w, b, bs)),
         "counted tokens, not blocks: every request holds whole blocks (its last one partly empty)":

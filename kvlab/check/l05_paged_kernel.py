@@ -164,6 +164,9 @@ def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: 
 
     if not bad_rows and not guard_hit:
         return ""
+    if guard_hit == [n] and not bad_rows:
+        return ("exactly one row past the end was written (row context_len): valid = pos < context_len, not <= "
+                "(positions run from 0 to context_len - 1)")
     if guard_hit:
         return "a store without the mask wrote past context_len: mask every tl.store with valid"
     flat = cache.reshape(-1, cache.shape[-1])                      # (num_blocks * bs, head_dim): one row a slot
@@ -182,6 +185,12 @@ def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: 
         return "rows were read from slot pos, not through the block table: physical = block_table[pos // BLOCK_SIZE]"
     if rows_are(lambda i: int(table[i // bs]) * bs + i // bs):
         return "the offset inside the block is pos % BLOCK_SIZE (not pos // BLOCK_SIZE)"
+    if rows_are(lambda i: int(table[i // bs]) + i % bs):
+        return ("the slot is physical * BLOCK_SIZE + offset: the block number was used as a slot "
+                "(the * BLOCK_SIZE is missing)")
+    if rows_are(lambda i: int(table[min(i // tile, len(table) - 1)]) * bs + i % bs):
+        return ("the logical block is pos // BLOCK_SIZE, not pos // TILE_N: a tile holds several blocks, "
+                "the table is indexed by block")
     return ""
 
 
@@ -280,7 +289,28 @@ def _decode_mistakes(ref: Callable, heads: int, kv_heads: int, block_size: int) 
          "not < context_len - 1)", lambda q, k, v, t, n, s: run(q, k, v, t, n - 1, s) if n > 1 else None),
         ("one position too many: positions run up to context_len - 1 (pos < context_len, not <=)",
          lambda q, k, v, t, n, s: run(q, k, v, t, n + 1, s) if n + 1 <= len(t) * block_size else None),
+        ("the softmax ran over the heads: each head's weights sum to 1 over the positions (softmax over the "
+         "last dimension of (heads, context_len))", lambda q, k, v, t, n, s: _plain_decode(q, k, v, t, n, s, softmax_dim=0)),
+        ("K was read at offset pos // block_size: the offset inside a block is pos % block_size",
+         lambda q, k, v, t, n, s: _plain_decode(q, k, v, t, n, s, k_offset_div=True)),
+        ("K and V were read at offset pos // block_size: the offset inside a block is pos % block_size",
+         lambda q, k, v, t, n, s: _plain_decode(q, k, v, t, n, s, k_offset_div=True, v_offset_div=True)),
     ]
+
+
+def _plain_decode(q, k_cache, v_cache, table, n: int, scale: float, softmax_dim: int = -1,
+                  k_offset_div: bool = False, v_offset_div: bool = False):
+    """Plain paged decode attention with one slip switched on (for naming a wrong answer)."""
+    import torch
+
+    q = q.reshape(q.shape[-2], q.shape[-1])                                       # (heads, d): the batch of 1 dropped
+    bs, group = k_cache.shape[1], q.shape[0] // k_cache.shape[2]
+    pos = torch.arange(n)
+    blocks = torch.as_tensor(table).long().flatten()[pos // bs]                  # (n,)
+    k = k_cache[blocks, pos // bs if k_offset_div else pos % bs].repeat_interleave(group, dim=1)   # (n, heads, d)
+    v = v_cache[blocks, pos // bs if v_offset_div else pos % bs].repeat_interleave(group, dim=1)
+    w = torch.softmax(torch.einsum("hd,thd->ht", q, k) * scale, dim=softmax_dim)  # (heads, n)
+    return torch.einsum("ht,thd->hd", w, v)
 
 
 def _close_to_mistake(got, mistakes: list[tuple[str, Callable]], *args) -> str:
@@ -372,7 +402,27 @@ TILE_MISTAKES = dict([
      _tiles_blocks(lambda a, e, bs: list(range(a // bs, (e - 1) // bs)))),
     ("blocks count from 0: position p is in block p // block_size",
      _tiles_blocks(lambda a, e, bs: list(range(a // bs + 1, (e - 1) // bs + 2)))),
+    ("a tile that ends inside a block misses that block: its last block is (end - 1) // block_size, included "
+     "(end // block_size is that block only when the tile ends on a boundary)",
+     _tiles_blocks(lambda a, e, bs: list(range(a // bs, e // bs)))),
+    ("tiles per program is a ceiling too (ceil(num_tiles / num_splits)): with a floor the last tiles are "
+     "read by nobody (no tile at all when num_tiles < num_splits)", _tiles_from(_ceil, lambda t, s: t // s)),
+    ("the tiles were counted in blocks: num_tiles = ceil(context_len / tile_tokens), a tile holds "
+     "tile_tokens positions", lambda n, bs, tile, splits: _tiles_counted(_ceil(n, bs), n, bs, tile, splits)),
 ])
+
+
+def _tiles_counted(num: int, n: int, bs: int, tile: int, splits: int) -> list:
+    """kernel_tiles as the solution writes it, with ``num`` tiles (a wrong count, e.g. in blocks)."""
+    per = _ceil(num, splits)
+    out = []
+    for s in range(splits):
+        tiles = []
+        for t in range(s * per, min((s + 1) * per, num)):
+            start, end = t * tile, min((t + 1) * tile, n)
+            tiles.append(list(range(start // bs, (end - 1) // bs + 1)))
+        out.append(tiles)
+    return out
 
 
 def _not_lists(expected, actual) -> str | None:
@@ -385,6 +435,9 @@ def _not_lists(expected, actual) -> str | None:
             return "block numbers came back as floats: they are ints (use //, not /)"
     except TypeError:
         pass
+    if len(actual) < len(expected) and actual == [p for p in expected if p]:
+        return ("a program with no tile was left out: return one list per program, num_splits lists, "
+                "an empty one for a program that reads nothing")
     if actual == expected[::-1] and expected != expected[::-1]:
         return "the programs are in reverse order: program 0 reads the first tiles"
     if actual == [[b for t in p for b in t] for p in expected]:

@@ -123,12 +123,71 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
             c.record(label, expected, got, passed=same_outcome(expected, got) and not changed,
                      note=("it changed the lists before raising: a refused append must change nothing (check "
                            "free_blocks first)") if changed else wrong_exception(expected, got)
-                     or should_have_raised(expected, got) or "")
+                     or should_have_raised(expected, got)
+                     or (next(iter(_cow_slips(before, num_tokens, bs, got)), "") if isinstance(got, Raised) else ""))
             continue
         copies = [tuple(x) if isinstance(x, (list, tuple)) else x for x in got] if isinstance(got, list) else got
         actual = dict(copies=copies, **mine)
-        c.record(label, expected, actual)
+        slips = [] if actual == expected else _cow_slips(before, num_tokens, bs, actual)
+        case = c.record(label, expected, actual, note=slips[0] if slips else "")
+        case.candidates = slips if len(slips) > 1 else case.candidates
     return c.done()
+
+
+def _cow_variant(bt: list, n: int, rc: list, free: list, bs: int, slip: str) -> list:
+    """cow_append with one student slip switched on (``slip``; "" is the right answer), for naming."""
+    full = (n + (slip == "full_off")) % bs == 0
+    if slip == "share_first" and bt and rc[bt[-1]] > 1 and n % bs == 0:
+        full = False
+    if full:
+        src = bt[-1] if bt else None
+        copies = []
+        if slip == "copy_full_too" and src is not None and rc[src] > 1:
+            dst = free.pop(0)
+            rc[dst], rc[src], bt[-1] = 1, rc[src] - 1, dst
+            copies = [(src, dst)]
+        if slip == "drop_full_ref" and src is not None:
+            rc[src] -= 1
+        b = free.pop(0)
+        rc[b] = 1
+        bt.append(b)
+        return copies
+    src = bt[-1]
+    if rc[src] == 1:
+        return []
+    dst = free.pop(0)
+    rc[dst], bt[-1] = 1, dst
+    rc[src] -= 1
+    return [(dst, src)] if slip == "swap_pair" else [(src, dst)]
+
+
+COW_SLIPS = {
+    "share_first": "the last block was full: it is never written again, shared or not, so take a fresh block "
+                   "and copy nothing (ask 'is it full?' before 'is it shared?')",
+    "copy_full_too": "the last block was full: the fresh block is all it needs; copying the full shared block too "
+                     "wastes a block (no copy when num_tokens % block_size == 0)",
+    "drop_full_ref": "a full last block stays in the table: taking a fresh block after it drops no reference "
+                     "(ref_count changes only for the block taken, and for a block copied)",
+    "full_off": "the last block is full when num_tokens % block_size == 0: num_tokens counts the tokens already "
+                "held, not the one being added",
+    "swap_pair": "a copy is (src, dst): the shared block first, then the fresh block it is copied into",
+}
+
+
+def _cow_slips(before: dict, num_tokens: int, bs: int, actual: Any) -> list[str]:
+    """The slips of :data:`COW_SLIPS` whose outcome on ``before`` is the learner's (state or exception)."""
+    found = []
+    for slip, note in COW_SLIPS.items():
+        s = copy.deepcopy(before)
+        try:
+            copies = _cow_variant(s["block_table"], num_tokens, s["ref_count"], s["free_blocks"], bs, slip)
+        except (IndexError, OutOfBlocks) as e:
+            if isinstance(actual, Raised) and type(actual.exc) is type(e) and slip == "full_off":
+                found.append(note)
+            continue
+        if dict(copies=copies, **s) == actual:
+            found.append(note)
+    return found
 
 
 def _cow_mistake(expected: Any, actual: Any) -> str | None:
@@ -205,6 +264,19 @@ def _with_sharing(p: int, n: int, g: int, bs: int, shared: int) -> tuple[int, in
 
 
 SAMPLING_MISTAKES = dict([
+    ("a sample holds whole blocks: round its tokens UP to blocks (ceil), not down, with sharing and without",
+     lambda p, n, g, bs: (n * ((p + g) // bs), p // bs + n * ((p + g) // bs - p // bs)) if g else
+     (n * ((p + g) // bs), p // bs)),
+    ("with sharing: a sample's own blocks are its whole blocks, rounded UP (ceil), minus the full prompt blocks",
+     lambda p, n, g, bs: (n * blocks_needed(p + g, bs), p // bs + n * ((p + g) // bs - p // bs)) if g else
+     _measured(p, n, g, bs)),
+    ("the second number is the blocks held WITH sharing, not the blocks saved",
+     lambda p, n, g, bs: (_measured(p, n, g, bs)[0], _measured(p, n, g, bs)[0] - _measured(p, n, g, bs)[1])),
+    ("with sharing: count blocks, not tokens (the prompt's blocks once, then each sample's own blocks)",
+     lambda p, n, g, bs: (_measured(p, n, g, bs)[0], p + n * g)),
+    ("with sharing: every sample holds its own blocks for its new tokens, the first sample too (n, not n - 1)",
+     lambda p, n, g, bs: (n * blocks_needed(p + g, bs), p // bs + (n - 1) * (blocks_needed(p + g, bs) - p // bs))
+     if g else _measured(p, n, g, bs)),
     ("without sharing: count each sample's blocks (a partial block is a whole block), not its tokens",
      lambda p, n, g, bs: (n * (p + g), _measured(p, n, g, bs)[1])),
     ("without sharing: a sample needs whole blocks: round its tokens UP to blocks (ceil), not down",

@@ -81,6 +81,9 @@ ORCA_MISTAKES = {
     "Orca (Pow2) rounds the output up to a power of two, not prompt + output":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(_pow2(p + o) if m == "pow2" else p + _estimate(p, o, m, ml), ml)
                                                 // bs)),
+    "Orca (Pow2) rounds the OUTPUT length up to a power of two and adds the prompt to it: not the power of two "
+    "of prompt + output": lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(p + _pow2(p + o) if m == "pow2" else
+                                                                      p + _estimate(p, o, m, ml), ml) // bs)),
     "the reservation is capped at max_len (cacheflow: min(prompt + estimate, max_len), here {max_len})":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-(p + _estimate(p, o, m, ml)) // bs)),
     "the estimate replaces the output, it is added to the prompt":
@@ -188,6 +191,12 @@ FIT_MISTAKES: dict[str, Callable] = {
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, 1, ls)),
     "a request that needs exactly the free blocks still fits: refuse only when it needs MORE (> not >=)":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, ge=True)),
+    "reserving max_len: only WHOLE reservations fit, capacity // max_len (round down, a partial one is not one)":
+        lambda cap, bs, ml, ls: (min(len(ls), -(-cap // ml)), _paged_fit(cap, bs, ls)),
+    "the pair is (reserve_max, paged): reserving max_len first, then paging":
+        lambda cap, bs, ml, ls: (_paged_fit(cap, bs, ls), min(len(ls), cap // ml)),
+    "the pool has capacity // block_size blocks: capacity counts token slots, not blocks":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap * bs, bs, ls)),
 }
 
 
@@ -234,7 +243,10 @@ def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
         mine = list(lengths)
         got = call_in_place(fn, cap, bs, ml, mine)
         changed = changed_input((lengths,), (mine,), ("lengths",))
-        c.record(label, expected, got, passed=False if changed else None, note=changed or "")
+        case = c.record(label, expected, got, passed=False if changed else None, note=changed or "")
+        if not case.passed and not changed:   # several mistakes give this answer: Checker.done keeps the likeliest
+            found = [m for m, wrong in FIT_MISTAKES.items() if repr(call(wrong, cap, bs, ml, lengths)) == repr(got)]
+            case.candidates = found if len(found) > 1 else case.candidates
     return c.done()
 
 
@@ -266,6 +278,12 @@ HIT_MISTAKES: dict[str, Callable] = {
         lambda ps: _hit(ps, lambda q: len({tuple(p[:i]) for p in q[:1] for i in range(1, len(p) + 1)})
                         + sum(len(p) - max((i for i in range(len(p) + 1) if p[:i] == q[0][:i]), default=0)
                               for p in q[1:])),
+    "that is the MISS rate (the share of tokens that must be computed): the hit rate is 1 minus it":
+        lambda ps: 1 - _hit(ps, lambda q: len({tuple(p[:i]) for p in q for i in range(1, len(p) + 1)}))
+        if sum(len(p) for p in ps) else float("nan"),   # no tokens: never the learner's answer
+    "a prompt can hit any PREFIX of an earlier prompt, not only a whole earlier prompt: count the distinct "
+    "prefixes of every length (the nodes of a trie)":
+        lambda ps: _hit(ps, lambda q: len({tuple(p) for p in q})),
     "the hit rate is a fraction of all prompt tokens, hits / total, not hits / distinct":
         lambda ps: (lambda n, d: (n - d) / d if d else 0.0)(sum(len(p) for p in ps),
                                                            len({tuple(p[:i]) for p in ps for i in range(1, len(p) + 1)})),

@@ -68,13 +68,14 @@ def evict_with_tiers(leaves: list[tuple[str, int, bool]], host_free: int, need: 
 
 
 def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, stop=True, check_room=True,
-                track_host=True, track_dropped=False, newest_host_first=False):
+                track_host=True, track_dropped=False, newest_host_first=False, slip=""):
     """The stated rule in plain Python (equal to :func:`evict_with_tiers`; a test checks it on
     many cases); each flag turned off is one common mistake: ``write_back`` (never copy before
     leaving), ``host_limit`` (the host is endless), ``stop`` (evict every leaf), ``check_room``
     (evict host-only leaves even when that cannot make enough room), ``track_host`` (never evict
-    the host-only leaves this eviction made), ``newest_host_first`` (host eviction from the wrong end)."""
-    state = {name: "both" if b else "device" for name, _, b in leaves}
+    the host-only leaves this eviction made), ``newest_host_first`` (host eviction from the wrong end);
+    ``slip``: one more by name ("untaken_device", "dropped_frees_nothing", "count_leaves")."""
+    state = {name: "both" if b and slip != "untaken_device" else "device" for name, _, b in leaves}
     host_only: list[tuple[str, int]] = []
     freed = 0
     for name, pages, backed in leaves:
@@ -94,7 +95,7 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
         state[name] = "host" if backed else "evicted"
         if backed or track_dropped:
             host_only.append((name, pages))
-        freed += pages
+        freed += 1 if slip == "count_leaves" else 0 if slip == "dropped_frees_nothing" and not backed else pages
     return state
 
 
@@ -130,7 +131,7 @@ def _mru_first(leaves, host_free, need):
 EVICT_MISTAKES = {
     "write_back copies a leaf that has no host copy to the host before it leaves the device": _never_write_back,
     "the host pool is finite: a write-back that does not fit (even after host eviction) drops the leaf": _unlimited_host,
-    "stop as soon as `need` pages are freed": _evict_all,
+    "stop as soon as `need` pages are freed (need counts pages, not leaves)": _evict_all,
     "evict host-only leaves only when that makes enough room: here it cannot, so keep them and drop the leaf":
         _evict_host_blindly,
     "the leaves that just left the device are host-only: evict the oldest of them to make room on the host":
@@ -140,7 +141,17 @@ EVICT_MISTAKES = {
         lambda leaves, host_free, need: evict_plain(leaves, host_free, need, newest_host_first=True),
     "a dropped leaf has no host copy: it never becomes host-only, so evicting it frees no host pages":
         _dropped_as_host,
+    "a leaf that is not taken keeps its placement: a backed-up one stays 'both' (on the device and the host)":
+        lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="untaken_device"),
+    "a dropped leaf frees its device pages too: count them in the pages freed, copied or not":
+        lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="dropped_frees_nothing"),
+    "need counts PAGES, not leaves: add each leaf's pages to the pages freed":
+        lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="count_leaves"),
 }
+
+EVICT_CRASH = ("raised {exc} while evicting host-only leaves: there were none left. Check first that evicting "
+               "them makes enough room (host_free + their pages >= the leaf's pages; each one evicted adds its "
+               "pages to host_free); if not, drop the leaf and leave the host as it is")
 
 
 def _named_mistake(got, mistakes: dict, expected, *args) -> str:
@@ -204,8 +215,10 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         if c.unusable(full, expected):
             continue
         got, changed = _call_keeping(fn, ("leaves", "host_free", "need"), leaves, host_free, need)
+        crash = EVICT_CRASH.format(exc=type(got.exc).__name__) if isinstance(got, Raised) and isinstance(
+            got.exc, IndexError) and any(not b for _, _, b in leaves) else ""
         _record_keeping(c, full, expected, got, changed,
-                        _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need)
+                        crash or _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need)
                         or ignored_parameter(evict_with_tiers, (leaves, host_free, need), got, ("leaves", "host_free", "need"))
                         or "")
     return c.done()
@@ -261,16 +274,16 @@ def plan_from_cache(seed: int, threshold: int) -> list[tuple[list[tuple[int, str
 
 
 def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_device=True, load=("host", "disk"),
-          per_segment=False, strict=False):
-    limit = prompt_len - 1 if cap else prompt_len
+          per_segment=False, strict=False, slip=""):
+    limit = prompt_len - (2 if slip == "cap_2" else 1) if cap else prompt_len
     dev = beyond = pos = 0
     on_device = True
     for tokens, where in segments:
-        take = min(tokens, limit - pos)
+        take = min(tokens, limit - pos) if slip != "no_end" else tokens
         if take <= 0:
             break
         if on_device and (where == "device" or (where == "both" and both_is_device)):
-            dev += take
+            dev += 1 if slip == "nodes" else take
         else:
             on_device = False
             if where not in load:
@@ -280,7 +293,8 @@ def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_
         pos += take
     enough = beyond > threshold if strict else beyond >= threshold
     loaded = beyond if beyond and (enough or not threshold_on) else 0
-    return dev, loaded, prompt_len - dev - loaded
+    computed = {"computed_loaded": prompt_len - dev, "computed_1": prompt_len - 1 - dev - loaded}
+    return dev, loaded, computed.get(slip, prompt_len - dev - loaded)
 
 
 PLAN_MISTAKES = {
@@ -294,6 +308,15 @@ PLAN_MISTAKES = {
     "'both' is on the device too: reuse it in place": lambda s, n, t: _plan(s, n, t, both_is_device=False,
                                                                            load=("host", "disk", "both")),
     "disk pages load back as well as host pages": lambda s, n, t: _plan(s, n, t, load=("host",)),
+    "the cap is len(prompt) - 1 matched tokens (only the last one is computed), not len(prompt) - 2":
+        lambda s, n, t: _plan(s, n, t, slip="cap_2"),
+    "computed is what is neither reused on the device nor loaded back: prompt_len - device - loaded":
+        lambda s, n, t: _plan(s, n, t, slip="computed_loaded"),
+    "computed counts every token not reused or loaded, the last prompt token included: prompt_len - device - "
+    "loaded (no - 1)": lambda s, n, t: _plan(s, n, t, slip="computed_1"),
+    "count tokens, not nodes: add each device segment's matched tokens": lambda s, n, t: _plan(s, n, t, slip="nodes"),
+    "a segment's tokens count only up to the cap: take min(tokens, prompt_len - 1 - pos) from each, the last "
+    "segment may be cut": lambda s, n, t: _plan(s, n, t, slip="no_end"),
 }
 
 

@@ -34,10 +34,11 @@ CACHE_THRESHOLD, BALANCE_ABS, BALANCE_REL = 0.3, 64, 1.5     # sglang-router 0.3
 
 # ------------------------------------------------------------------ predict_cached_tokens
 def cached_by_rule(nodes: list[dict], prompt: list[int], page_size: int, *, cap: bool = True, pages: bool = True,
-                   ghosts: bool = False, partial: bool = True) -> int:
+                   ghosts: bool = False, partial: bool = True, slip: str = "") -> int:
     """The answer with each rule on or off (every ``False`` is a mistake a FAIL names): walk the
     live nodes from the root along ``prompt``; ``cap``: at most ``len(prompt) - 1``; ``pages``: whole
-    pages only; ``ghosts``: walk evicted nodes too; ``partial``: count a node matched part-way."""
+    pages only; ``ghosts``: walk evicted nodes too; ``partial``: count a node matched part-way.
+    ``slip``: one more mistake by name (:data:`CACHED_SLIPS`)."""
     kids: dict[int, list[dict]] = {}
     for n in nodes:
         if ghosts or not n["evicted"]:
@@ -49,17 +50,21 @@ def cached_by_rule(nodes: list[dict], prompt: list[int], page_size: int, *, cap:
             ids, k = child["ids"], 0
             while k < len(ids) and pos + k < len(prompt) and ids[k] == prompt[pos + k]:
                 k += 1
-            if k and (step is None or k > step[1]):
+            if k and (step is None or k > step[1]) and not (slip == "first_child" and step):
                 step = (child, k)
         if step is None:
             break
         child, k = step
-        if k < len(child["ids"]):
+        if k < len(child["ids"]) and slip != "walk_on":
             pos += k if partial else 0
             break
         node_id, pos = child["id"], pos + k
+    if slip == "round_first":
+        return min(pos // page_size * page_size, max(0, len(prompt) - 1))
     if cap:
-        pos = min(pos, max(0, len(prompt) - 1))
+        pos = min(pos, max(0, len(prompt) - 1 - (slip == "cap_2")))
+    if slip in ("ceil", "pages"):
+        return -(-pos // page_size) * page_size if slip == "ceil" else pos // page_size
     return pos // page_size * page_size if pages else pos
 
 
@@ -68,6 +73,17 @@ def _rule(**kw) -> Callable:
 
 
 CACHED_MISTAKES = dict([
+    ("cap first, then round: min(match, len(prompt) - 1) rounded DOWN to whole pages (rounding first and "
+     "capping after leaves a partial page)", _rule(slip="round_first")),
+    ("with pages two children can share a first token: follow the child that matches the MOST tokens, not the "
+     "first one that matches", _rule(slip="first_child")),
+    ("a match that ends inside a node stops there: the rest of the prompt cannot go on into that node's "
+     "children", _rule(slip="walk_on")),
+    ("only the last prompt token is always computed: at most len(prompt) - 1 tokens are cached, not "
+     "len(prompt) - 2", _rule(slip="cap_2")),
+    ("round the match DOWN to whole pages (floor): a partly matched page is computed again, not cached",
+     _rule(slip="ceil")),
+    ("return the cached TOKENS (whole pages x page_size), not the number of pages", _rule(slip="pages")),
     ("the last prompt token is always computed (its logits give the first output token): at most "
      "len(prompt) - 1 tokens are cached", _rule(cap=False)),
     ("the tree caches whole pages: round the match down to a multiple of page_size", _rule(pages=False)),
@@ -175,21 +191,29 @@ def _tree_chars(texts: Sequence[str]) -> int:
 
 
 def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance: bool = True, ratio: bool = True,
-                  strict: bool = True, smallest: bool = True, best: str = "longest", size: str = "trie") -> int:
-    """The router's choice with each rule on or off (every change is a mistake a FAIL names)."""
+                  strict: bool = True, smallest: bool = True, best: str = "longest", size: str = "trie",
+                  slip: str = "") -> int:
+    """The router's choice with each rule on or off (every change is a mistake a FAIL names);
+    ``slip``: one more mistake by name (:data:`ROUTE_MISTAKES`)."""
     n = len(sent)
     hi, lo = max(loads), min(loads)
-    if balance and hi - lo > BALANCE_ABS and hi > lo * BALANCE_REL:
-        return loads.index(lo)                               # unbalanced: the least loaded worker
+    far = hi - lo >= BALANCE_ABS if slip == "ge_abs" else hi - lo > BALANCE_ABS
+    ratio_big = hi >= lo * BALANCE_REL if slip == "ge_rel" else hi > lo * BALANCE_REL
+    unbalanced = balance and ((far or ratio_big) if slip == "or" else (far and ratio_big))
+    if unbalanced and slip != "balance_last":
+        return loads.index(hi if slip == "most_loaded" else lo)   # unbalanced: the least loaded worker
     match = [max((_lcp(text, s) for s in texts), default=0) if best == "longest" else
              sum(_lcp(text, s) for s in texts) for texts in sent]
-    w = max(range(n), key=lambda i: (match[i], -i))
+    last = slip == "ties_last"                               # ties: the lower index, unless this slip
+    w = max(range(n), key=lambda i: (match[i], i if last else -i))
     rate = match[w] / len(text) if ratio and text else match[w]
     if rate > CACHE_THRESHOLD if strict else rate >= CACHE_THRESHOLD:
         return w
+    if unbalanced:                                           # slip "balance_last": the loads only on a miss
+        return loads.index(lo)
     chars = [_tree_chars(t) if size == "trie" else sum(map(len, t)) for t in sent]
     if smallest:
-        return min(range(n), key=lambda i: (chars[i], i))
+        return min(range(n), key=lambda i: (chars[i], -i if last else i))
     return max(range(n), key=lambda i: (chars[i], -i))
 
 
@@ -198,6 +222,17 @@ def _route(**kw) -> Callable:
 
 
 ROUTE_MISTAKES = dict([
+    ("the loads come FIRST: when they are unbalanced the least loaded worker gets the request even if another "
+     "worker holds its prefix (the balance check overrides the cache)", _route(slip="balance_last")),
+    ("unbalanced means max - min MORE than 64 (> 64, not >=): loads exactly 64 apart are balanced",
+     _route(slip="ge_abs")),
+    ("unbalanced means max MORE than 1.5 x min (> 1.5 x min, not >=): loads exactly 1.5x apart are balanced",
+     _route(slip="ge_rel")),
+    ("unbalanced needs BOTH: max - min > 64 AND max > 1.5 x min (and, not or)", _route(slip="or")),
+    ("ties go to the LOWER index: the first of the workers with the longest match (or the smallest tree)",
+     _route(slip="ties_last")),
+    ("unbalanced loads send the request to the LEAST loaded worker (min), not the most loaded",
+     _route(slip="most_loaded")),
     ("the loads are unbalanced (max - min > 64 and max > 1.5 x min): the router sends the request to "
      "the least loaded worker, whatever it caches", _route(balance=False)),
     ("the match must be MORE than the threshold (> 0.3): a match of exactly 0.3 is a miss", _route(strict=False)),

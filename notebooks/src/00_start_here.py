@@ -212,8 +212,8 @@ check.block_and_offset(block_and_offset)
 #
 # <details><summary>Hint 2</summary>
 #
-# The block is a quotient and the offset a remainder; Python has one built-in that gives both
-# at once. Check the two bad inputs before you divide.
+# The block is how many whole blocks come before `pos`; the offset is what is left over after
+# them. Which two inputs would make that question meaningless, and when must you look at them?
 # </details>
 #
 # ### Warm-up 2: the shared prefix
@@ -239,8 +239,8 @@ check.common_prefix_len(common_prefix_len)
 #
 # <details><summary>Hint 2</summary>
 #
-# `zip(a, b)` pairs the tokens up and stops at the shorter list. Matches after the first
-# difference do not count: what must your loop do when a pair differs?
+# A walk along two lists can end two ways: a pair of tokens differs, or a list runs out. Do
+# equal tokens after the first difference belong to the *prefix*?
 # </details>
 #
 # ### Warm-up 3: what the radix cache really serves
@@ -270,8 +270,8 @@ check.reusable_tokens(reusable_tokens)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Start from warm-up 2's answer. Two things can only make it smaller: the last token of `new`
-# is never served from the cache, and a block that is only partly shared is not served at all.
+# Start from warm-up 2's answer. The paragraph above the contract gives two rules that can only
+# make it smaller: find them, and try each on the contract's second example.
 # </details>
 #
 # <details><summary>Hint 2</summary>

@@ -154,9 +154,12 @@ for name, gpu in kvlab.GPUS.items():
     print(f"{name:10s} {SPEC_SHEET[name]:>10s} {b // 2**20:>17,} {b / 2**30:>8.1f} {b / 1e9:>10.2f}")
 
 # %% [markdown]
-# That is all the memory on the card. A server cannot use all of it: the CUDA context and the
-# framework take some, activations need room during each forward pass, and vLLM's
-# `gpu_memory_utilization` (0.9 by default) leaves 10% of the card alone for all of that.
+# That is all the memory on the card, and a server gives only part of it to the KV cache.
+# vLLM's `gpu_memory_utilization` (0.9 by default) is, in its engine arguments, "the fraction
+# of GPU memory to be used for the model executor": the weights, the activations (vLLM
+# measures their peak with a profiling forward pass at start-up) and the KV cache all come out
+# of that 90% share, and the KV cache gets what the other two leave of it. The other 10% is
+# not vLLM's at all (headroom, other processes on the card).
 #
 # ## 6. How many requests fit on one GPU?
 #
@@ -356,17 +359,22 @@ check.kv_heads_for_budget(kv_heads_for_budget)
 #
 # ### Exercise 2: read a model's config
 #
-# Real models ship a `config.json`. Its fields are not always all there: an MHA model such as
-# OPT has no `num_key_value_heads`, most models have no `head_dim`, and some have no
-# `torch_dtype`.
+# Real models ship a `config.json`. Its fields are not always all there: OPT has no
+# `num_key_value_heads`, most models have no `head_dim`, and some have no `torch_dtype`.
 #
 # **Contract.** `bytes_per_token_from_config(config) -> int`: K and V bytes of one token over
 # all layers, from a dict with the fields `num_hidden_layers`, `num_attention_heads`,
-# `hidden_size` and maybe `num_key_value_heads` (absent: as many as `num_attention_heads`),
-# `head_dim` (absent: `hidden_size // num_attention_heads`) and `torch_dtype` (`"float16"` or
-# `"bfloat16"`: 2 bytes, `"float32"`: 4, absent: 2; anything else: `ValueError`). Example:
+# `hidden_size` and maybe `num_key_value_heads`, `head_dim` and `torch_dtype`. Example:
 # Llama-2 70B's config (`num_hidden_layers` 80, `num_attention_heads` 64, `num_key_value_heads`
 # 8, `hidden_size` 8192, `torch_dtype` "float16") gives 327,680.
+#
+# **Decide** what a missing `num_key_value_heads` or `head_dim` must mean: a field is left out
+# when the model does what the older models did before the field existed (which attention did
+# they use? how did they split `hidden_size` among the heads?). A missing `torch_dtype` is given:
+# count 2 bytes, as a server serving the model in float16 would. And decide which `torch_dtype`
+# strings you can size: `float16`, `bfloat16` and `float32` are in the configs the checker reads
+# (six real ones from the Hugging Face hub and kvlab's own); for any other string a guess would
+# give a wrong size without a word, so raise `ValueError` naming it.
 
 # %% tags=["exercise-stub"]
 def bytes_per_token_from_config(config):
@@ -392,10 +400,12 @@ check.bytes_per_token_from_config(bytes_per_token_from_config)
 # ### Exercise 3: how many requests fit
 #
 # **Contract.** `requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request) -> int`:
-# how many whole requests of `tokens_per_request` tokens fit in the budget. A request needs all
-# of its tokens, so round down. Raise `ValueError` if `bytes_per_token < 1`,
-# `tokens_per_request < 1` or `kv_budget_bytes < 0`. Example:
-# `requests_that_fit(3 * 4096 * 100, 100, 4096) == 3`, and one byte less gives 2.
+# how many whole requests of `tokens_per_request` tokens fit in the budget. Example:
+# `requests_that_fit(3 * 4096 * 100, 100, 4096) == 3`.
+#
+# **Predict first**, then decide: with one byte less than that budget, how many fit, and
+# which way must the division round? Which arguments could no server ever have (they must
+# raise `ValueError`), and is a budget of 0 bytes one of them?
 
 # %% tags=["exercise-stub"]
 def requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request):
@@ -412,8 +422,8 @@ check.requests_that_fit(requests_that_fit)
 #
 # <details><summary>Hint 2</summary>
 #
-# A request that fits only 99% of the way does not fit: which division rounds the right way,
-# and what do `round(...)` or `math.ceil(...)` promise? Check the arguments before dividing.
+# Does a request that fits 99% of the way run? Compare what `//`, `round(...)` and
+# `math.ceil(...)` promise. And check the arguments before dividing.
 # </details>
 #
 # ### Exercise 4: a real mix of requests on a real GPU

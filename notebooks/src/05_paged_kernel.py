@@ -432,8 +432,9 @@ check.paged_gather_kernel(paged_gather_kernel)
 # %% [markdown]
 # ### After exercise 3: kvlab's own block loop
 #
-# Here is the loop of kvlab's kernel, printed from its source (nothing copied by hand); compare
-# it with your gather kernel. Its paging step is yours; the rest is the online softmax.
+# Here is the loop of kvlab's kernel, printed from its source (nothing copied by hand) once your
+# kernel passes the check above (it holds the answer); compare it with your gather kernel. Its
+# paging step is yours; the rest is the online softmax.
 
 # %%
 import inspect
@@ -445,15 +446,24 @@ start = next(i for i, line in enumerate(lines) if "for tile in range" in line)
 indent = len(lines[start]) - len(lines[start].lstrip())
 end = next(i for i, line in enumerate(lines)                 # the loop ends where the indent comes back
            if i > start and line.strip() and len(line) - len(line.lstrip()) <= indent)
-print("\n".join(lines[start - 1:end]).rstrip())
+gather_passed = check.paged_gather_kernel(paged_gather_kernel, verbose=False).passed   # silent, 0.5 s
+if gather_passed:
+    print("\n".join(lines[start - 1:end]).rstrip())
+else:
+    print("kvlab's block loop is shown here once your paged_gather_kernel passes its check (it would give "
+          "the answer away); run this cell again then.")
 
 # %% [markdown]
-# And `load_kv_tile`, whole with its signature, which turns (physical block, offset) into
+# And `load_kv_tile` (whole once your kernel passes, its signature until then), which turns (physical block, offset) into
 # element addresses with the cache's strides; `kv_head * stride_cache_head` picks this
 # program's KV head:
 
 # %%
-print(inspect.getsource(paged_decode.load_kv_tile.fn).rstrip())
+tile_src = inspect.getsource(paged_decode.load_kv_tile.fn).rstrip()
+if gather_passed:
+    print(tile_src)
+else:                                            # the signature only: the body holds the answer
+    print(tile_src[:tile_src.index("):") + 2] + "\n    ...  # the body is shown once your kernel passes its check")
 
 # %% [markdown]
 # ## Summary

@@ -426,14 +426,14 @@ check.fit_requests(fit_requests)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Reserve-max is one division: every request costs `max_len`, so `capacity // max_len` of them
-# fit (but not more than there are).
+# Reserve-max: what does one request cost there, whatever its length? Then ask how many such
+# costs fit in the arena, and whether there are that many requests.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Paged: walk the lengths, subtract each request's blocks from the free blocks, and stop at the
-# first request whose blocks are not free: a waiting queue does not skip ahead.
+# Paged: keep a running count of free blocks as the requests come in. What happens to the queue
+# at the first request that does not fit: does a shorter one behind it go first?
 # </details>
 
 # %% [markdown]

@@ -302,9 +302,8 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Walk from the root (id 0) along the prompt: among a node's children, the one whose `ids`
-# start like the rest of the prompt. With pages of 4 tokens, two children can share their
-# first token and differ later in their first page, so take the child that matches the most.
+# Walk from the root (id 0) along the prompt, one node at a time. With pages of 4 tokens, can
+# two children of one node start with the same token? If they can, which of them is the path?
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -315,8 +314,9 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 #
 # <details><summary>Hint 3</summary>
 #
-# Two limits, applied after the walk, in this order: at most `len(prompt) - 1` tokens, then
-# down to a multiple of `page_size`.
+# After the walk come Hint 2's two limits, and their order matters. Try both orders by hand on
+# a prompt of 8 tokens that the tree holds whole, with pages of 4: which order gives an answer the
+# server could really report?
 # </details>
 
 # %% [markdown]
@@ -325,14 +325,19 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 # Implement `pick_worker(sent, text, loads)`: the index of the worker `sglang-router`'s
 # `cache_aware` policy sends the request `text` to. `sent[w]` is the list of texts the router has
 # sent worker `w` (its approximate tree for that worker holds exactly their prefixes);
-# `loads[w]` is how many requests worker `w` is running. The rules of section 5, in order:
+# `loads[w]` is how many requests worker `w` is running. Section 5 gives the policy's three
+# rules in prose, and not in the order the router checks them. **Design it before you code**:
 #
-# 1. unbalanced loads (`max - min > 64` **and** `max > 1.5 * min`): the least loaded worker;
-# 2. else the worker with the longest common prefix between `text` and any one text it was sent,
-#    if that prefix is **more** than 30% of `len(text)` (characters);
-# 3. else the worker whose tree holds the fewest characters (shared prefixes counted once).
+# - In which order must the three rules be tried? (Think of a worker that holds the request's
+#   prefix while it runs 200 requests and another runs 10.)
+# - A worker was sent several texts: what is *its* match with `text`, and what is the 30% a
+#   share of?
+# - Two texts sent to one worker share a prefix: how many characters does its tree hold?
 #
-# Ties go to the lower index.
+# The thresholds are sglang-router's defaults: 0.3 for the match (`--cache-threshold`), 64
+# requests and 1.5x for the loads (`--balance-abs-threshold`, `--balance-rel-threshold`; both
+# must hold, each strictly). Ties go to the lower index. The checker names a wrong design
+# choice when your answer shows one.
 
 # %% tags=["exercise-stub"]
 def pick_worker(sent, text, loads):
@@ -345,14 +350,14 @@ check.choose_worker(pick_worker)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Write the three rules as three early returns. For rule 2, a worker's match is its best match
-# over its texts (`max`), and the threshold compares a fraction.
+# Each rule either decides or passes the request on to the next one: one early return each.
+# Which rule may override what a worker caches?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# The characters a trie of `["ab", "ac"]` holds: `a`, `ab`, `ac`: 3, not 4. A set of all
-# prefixes of all texts counts them.
+# Draw the trie of `["ab", "ac"]` and count its nodes below the root: is that the sum of the
+# two lengths?
 # </details>
 
 # %% [markdown]

@@ -1,0 +1,260 @@
+"""Issue 28 (round 6): wrong answers the independent review of commit 06d2538 typed that came back
+rejected without the mistake named (or misnamed), and the helper's own slips typed after it. Each
+must be rejected with a note that says the likely mistake (the phrase given beside it)."""
+from __future__ import annotations
+
+import pytest
+
+from kvlab import check
+from test_check_memory import _solutions
+
+S05 = _solutions("05_paged_kernel")
+
+
+@pytest.fixture(autouse=True)
+def _not_strict(monkeypatch):
+    monkeypatch.delenv("KVLAB_CHECK_STRICT", raising=False)
+
+
+def _notes(r) -> str:
+    return " | ".join(c.note for c in r.failures)
+
+
+# ------------------------------------------------------------------ lesson 05, exercise 3
+def _gather_slips():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(cache_ptr, block_table_ptr, out_ptr, context_len,
+               HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, RULE: tl.constexpr):
+        offs_t = tl.arange(0, TILE_N)
+        offs_d = tl.arange(0, HEAD_DIM)
+        num_tiles = (context_len + TILE_N - 1) // TILE_N
+        for tile in range(0, num_tiles):
+            pos = tile * TILE_N + offs_t
+            if RULE == "le":
+                valid = pos <= context_len
+            else:
+                valid = pos < context_len
+            if RULE == "tile_div":
+                physical = tl.load(block_table_ptr + pos // TILE_N, mask=valid, other=0)
+            else:
+                physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)
+            if RULE == "no_bs":
+                row = physical + pos % BLOCK_SIZE
+            else:
+                row = physical * BLOCK_SIZE + pos % BLOCK_SIZE
+            k = tl.load(cache_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
+            tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])
+    return kernel
+
+
+class _Gather:
+    template = None
+
+    def __init__(self, rule: str) -> None:
+        if _Gather.template is None:
+            _Gather.template = _gather_slips()
+        self.rule = rule
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError("launch with kernel[grid](...)")
+
+    def __getitem__(self, grid):
+        return lambda *a, **kw: self.template[grid](*a, **kw, RULE=self.rule)
+
+
+@pytest.mark.parametrize("rule, says", [
+    ("right", None),
+    ("le", "pos < context_len, not <="),
+    ("tile_div", "pos // BLOCK_SIZE, not pos // TILE_N"),
+    ("no_bs", "physical * BLOCK_SIZE"),
+])
+def test_paged_gather_kernel_names_the_review_slips(rule, says):
+    r = check.paged_gather_kernel(_Gather(rule), verbose=False)
+    if says is None:
+        assert r.passed, _notes(r)
+        return
+    assert not r.passed
+    assert says in _notes(r), _notes(r)
+
+
+# ------------------------------------------------------------------ lesson 06
+S06 = _solutions("06_sharing")
+
+
+def _cow(slip):
+    """cow_append with one slip (the checker's own variants are not used: these are typed apart)."""
+    def fn(bt, n, rc, fr, bs):
+        if slip == "share_first" and bt and rc[bt[-1]] > 1:
+            src, dst = bt[-1], fr.pop(0)
+            rc[dst], rc[src], bt[-1] = 1, rc[src] - 1, dst
+            return [(src, dst)]
+        if slip == "copy_full_too" and n % bs == 0 and bt and rc[bt[-1]] > 1:
+            src, dst = bt[-1], fr.pop(0)
+            rc[dst], rc[src], bt[-1] = 1, rc[src] - 1, dst
+            b = fr.pop(0)
+            rc[b] = 1
+            bt.append(b)
+            return [(src, dst)]
+        if slip == "drop_full_ref" and n % bs == 0 and bt:
+            rc[bt[-1]] -= 1
+        copies = S06.cow_append(bt, n + (slip == "full_off"), rc, fr, bs)
+        return [(b, a) for a, b in copies] if slip == "swap_pair" else copies
+    return fn
+
+
+def _blocks(p, bs):
+    return -(-p // bs)
+
+
+def _floor_both(p, n, g, bs):
+    full = p // bs
+    return (n * ((p + g) // bs), full + n * ((p + g) // bs - full)) if g else (n * ((p + g) // bs), full)
+
+
+def _floor_with(p, n, g, bs):
+    full = p // bs
+    return (n * _blocks(p + g, bs), full + n * ((p + g) // bs - full)) if g else S06.sampling_blocks(p, n, g, bs)
+
+
+def _saved(p, n, g, bs):
+    w, s = S06.sampling_blocks(p, n, g, bs)
+    return w, w - s
+
+
+def _n_minus_1(p, n, g, bs):
+    full = p // bs
+    return (n * _blocks(p + g, bs), full + (n - 1) * (_blocks(p + g, bs) - full)) if g else S06.sampling_blocks(p, n, g, bs)
+
+
+WRONG_06 = [
+    (check.cow_append, _cow("share_first"), "ask 'is it full?' before 'is it shared?'"),
+    (check.cow_append, _cow("copy_full_too"), "copying the full shared block too"),
+    (check.cow_append, _cow("drop_full_ref"), "drops no reference"),
+    (check.cow_append, _cow("full_off"), "num_tokens counts the tokens already"),
+    (check.cow_append, _cow("swap_pair"), "a copy is (src, dst)"),
+    (check.sampling_blocks, _floor_both, "round its tokens UP to blocks (ceil), not down, with sharing and without"),
+    (check.sampling_blocks, _floor_with, "with sharing: a sample's own blocks are its whole blocks, rounded UP"),
+    (check.sampling_blocks, _saved, "not the blocks saved"),
+    (check.sampling_blocks, lambda p, n, g, bs: (S06.sampling_blocks(p, n, g, bs)[0], p + n * g), "count blocks, not tokens"),
+    (check.sampling_blocks, _n_minus_1, "(n, not n - 1)"),
+]
+
+
+@pytest.mark.parametrize("checker, wrong, says", WRONG_06, ids=[f"06-{i}" for i in range(len(WRONG_06))])
+def test_lesson_06_slips_named_first(checker, wrong, says):
+    r = checker(wrong, verbose=False)
+    assert not r.passed
+    assert says in r.failures[0].note, _notes(r)
+
+
+# ------------------------------------------------------------------ the helper's own slips, typed as edits of the reference
+def _edit(nn, name, edits):
+    from test_check_mistakes_06_11 import wrong_answer
+    return wrong_answer(nn, name, edits)
+
+
+CHECKER_OF = {"predict_cached": "predict_cached_tokens", "pick_worker": "choose_worker"}  # solution -> checker
+EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL note must contain)
+    ("05", "paged_decode_torch", [("dim=-1)", "dim=0)")], "the softmax ran over the heads"),
+    ("05", "paged_decode_torch", [("k = k_cache[slots_block, pos % block_size]", "k = k_cache[slots_block, pos // block_size]")],
+     "K was read at offset pos // block_size"),
+    ("05", "kernel_tiles", [("        out.append(tiles)", "        if tiles:\n            out.append(tiles)")],
+     "a program with no tile was left out"),
+    ("05", "kernel_tiles", [("(end - 1) // block_size + 1", "end // block_size")], "a tile that ends inside a block misses"),
+    ("05", "kernel_tiles", [("num_tiles = -(-context_len // tile_tokens)", "num_tiles = -(-context_len // block_size)")],
+     "the tiles were counted in blocks"),
+    ("05", "kernel_tiles", [("per = -(-num_tiles // num_splits)", "per = num_tiles // num_splits")],
+     "tiles per program is a ceiling too"),
+    # lesson 02 (the review's four, then the helper's own)
+    ("02", "kv_heads_for_budget", [("allowed = [g for g in range(1, num_heads + 1) if num_heads % g == 0]",
+                                    "allowed = [2 ** i for i in range(num_heads.bit_length()) if 2 ** i <= num_heads]")],
+     "powers of two are not the rule"),
+    ("02", "bytes_per_token_from_config", [('        raise ValueError(f"unknown torch_dtype {dtype!r}")',
+                                            '        return 2 * config["num_hidden_layers"] * kv_heads * head_dim * 2')],
+     "for an unknown torch_dtype: raise ValueError naming it"),
+    ("02", "bytes_per_token_from_config", [('"bfloat16": 2, ', "")], "bfloat16 is 2 bytes"),
+    ("02", "requests_that_fit", [("    if kv_budget_bytes < 0:", "    if kv_budget_bytes <= 0:")], "a budget of 0 bytes is a valid budget"),
+    ("02", "kv_heads_for_budget", [("per_head = 2 * layers", "per_head = 2 * 2 * layers")], "the 2 for K and V was counted twice"),
+    ("02", "kv_heads_for_budget", [("return max(fits)", "return num_heads // max(fits)")], "that is the group size"),
+    ("02", "kv_heads_for_budget", [("per_head = 2 * layers * head_dim * tokens * dtype_bytes",
+                                    "per_head = 2 * layers * head_dim * tokens * dtype_bytes * num_heads")], "no num_heads in it"),
+    ("02", "bytes_per_token_from_config", [('kv_heads = config.get("num_key_value_heads", heads)',
+                                            'kv_heads = config.get("num_key_value_heads", 1)')], "not 1"),
+    ("02", "bytes_per_token_from_config", [('dtype = config.get("torch_dtype", "float16")',
+                                            'dtype = config.get("torch_dtype", "float32")')], "no torch_dtype counts 2 bytes"),
+    ("02", "max_concurrent", [("budget = int(gpu_bytes * utilization) - weight_bytes",
+                               "budget = int((gpu_bytes - weight_bytes) * utilization)")], "utilization is a share of the whole GPU"),
+    # lesson 00
+    ("00", "common_prefix_len", [("    n = 0\n", "    n = 0\n    a, b = sorted(a), sorted(b)\n")],
+     "compare the lists position by position"),
+    ("00", "reusable_tokens", [("    shared = min(common_prefix_len(finished, new), len(new) - 1)   # the last token is always computed\n"
+                                "    return max(shared, 0) // block_size * block_size",
+                                "    shared = common_prefix_len(finished, new) // block_size * block_size\n"
+                                "    return min(shared, len(new) - 1)")], "cap first, then round"),
+    ("00", "reusable_tokens", [("min(common_prefix_len(finished, new), len(new) - 1)",
+                                "min(common_prefix_len(finished, new), len(new)) - 1")], "do not take 1 from every match"),
+    # lesson 09
+    ("09", "orca_reservation", [("estimate = 1 << (output_len - 1).bit_length()",
+                                 "estimate = 1 << (prompt_len + output_len - 1).bit_length()")],
+     "not the power of two of prompt + output"),
+    ("09", "fit_requests", [("reserve_max = min(len(lengths), capacity // max_len)",
+                             "reserve_max = min(len(lengths), -(-capacity // max_len))")], "only WHOLE reservations fit"),
+    ("09", "fit_requests", [("return reserve_max, paged", "return paged, reserve_max")], "the pair is (reserve_max, paged)"),
+    ("09", "fit_requests", [("free_blocks = capacity // block_size", "free_blocks = capacity")],
+     "capacity counts token slots, not blocks"),
+    ("09", "optimal_hit_rate", [("    return 1 - len(prefixes) / total", "    return len(prefixes) / total")], "the MISS rate"),
+    ("09", "optimal_hit_rate", [("prefixes = {tuple(p[:i]) for p in prompts for i in range(1, len(p) + 1)}",
+                                 "prefixes = {tuple(p) for p in prompts}")], "not only a whole earlier prompt"),
+    # lesson 10, exercises 1 and 2 (segment ends, the threshold, host/device order, units)
+    ("10", "write_back_evict", [('state = {name: "both" if backed else "device"', 'state = {name: "device"')],
+     "a backed-up one stays 'both'"),
+    ("10", "write_back_evict", [("        freed += p\n", "        freed += p if backed else 0\n")],
+     "a dropped leaf frees its device pages too"),
+    ("10", "write_back_evict", [("if host_free < p and host_free + evictable >= p:", "if host_free < p:")],
+     "Check first that evicting them makes enough room"),
+    ("10", "write_back_evict", [("        freed += p\n", "        freed += 1\n")], "need counts pages, not leaves"),
+    ("10", "load_back_plan", [("    limit = prompt_len - 1", "    limit = prompt_len - 2")], "not len(prompt) - 2"),
+    ("10", "load_back_plan", [("        take = min(tokens, limit - pos)", "        take = min(tokens, limit - pos - 1)")],
+     "not len(prompt) - 2"),
+    ("10", "load_back_plan", [("    return device, loaded, prompt_len - device - loaded", "    return device, loaded, prompt_len - device")],
+     "computed is what is neither reused"),
+    ("10", "load_back_plan", [("    return device, loaded, prompt_len - device - loaded",
+                               "    return device, loaded, prompt_len - 1 - device - loaded")], "the last prompt token included"),
+    ("10", "load_back_plan", [("            device += take", "            device += 1")], "count tokens, not nodes"),
+    # lesson 12 (the review's five, then the helper's own)
+    ("12", "predict_cached", [("    pos = min(pos, len(prompt) - 1)             # the last token is always computed\n"
+                               "    return pos // page_size * page_size         # whole pages only",
+                               "    pos = pos // page_size * page_size\n    return min(pos, len(prompt) - 1)")],
+     "cap first, then round"),
+    ("12", "predict_cached", [("            if m > k:", "            if m > k and k == 0:")], "not the first one that matches"),
+    ("12", "pick_worker", [("if hi - lo > 64 and hi > 1.5 * lo:", "if hi - lo > 64 or hi > 1.5 * lo:")], "(and, not or)"),
+    ("12", "pick_worker", [("if hi - lo > 64 and", "if hi - lo >= 64 and")], "(> 64, not >=)"),
+    ("12", "pick_worker", [("hi > 1.5 * lo:", "hi >= 1.5 * lo:")], "(> 1.5 x min, not >=)"),
+    ("12", "pick_worker", [("    w = match.index(max(match))", "    w = len(match) - 1 - match[::-1].index(max(match))")],
+     "ties go to the LOWER index"),
+    ("12", "pick_worker", [("    return sizes.index(min(sizes))", "    return len(sizes) - 1 - sizes[::-1].index(min(sizes))")],
+     "ties go to the LOWER index"),
+    ("12", "pick_worker", [("return loads.index(lo)", "return loads.index(hi)")], "not the most loaded"),
+    ("12", "pick_worker", [("    if hi - lo > 64 and hi > 1.5 * lo:          # unbalanced: the least loaded worker\n"
+                            "        return loads.index(lo)\n", ""),
+                           ("    sizes = [", "    if hi - lo > 64 and hi > 1.5 * lo:\n        return loads.index(lo)\n    sizes = [")],
+     "the loads come FIRST"),
+    ("12", "predict_cached", [('        if k < len(nxt["ids"]):                 # the match ends inside this node\n'
+                               '            break\n', "")], "a match that ends inside a node stops there"),
+    ("12", "predict_cached", [("    return pos // page_size * page_size", "    return -(-pos // page_size) * page_size")],
+     "round the match DOWN to whole pages"),
+    ("12", "predict_cached", [("    return pos // page_size * page_size", "    return pos // page_size")],
+     "not the number of pages"),
+]
+
+
+@pytest.mark.parametrize("nn, name, edits, says", EDITS, ids=[f"{e[0]}-{e[1]}-{i}" for i, e in enumerate(EDITS)])
+def test_typed_slip_is_named_first(nn, name, edits, says):
+    checker = getattr(check, CHECKER_OF.get(name, name))
+    r = checker(_edit(nn, name, edits), verbose=False)
+    assert not r.passed
+    assert says in r.failures[0].note, _notes(r)
+    assert sum(1 for c in r.failures if not c.note) <= len(r.failures) // 10, _notes(r)
