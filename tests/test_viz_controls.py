@@ -170,3 +170,18 @@ def test_lesson_08_charts_put_every_line_in_the_legend_and_share_one_colour_map(
     assert "log" in s.layout.xaxis.title.text
     here = [t for t in h.data if t.mode == "markers"]
     assert len({t.marker.size for t in here}) == len(here) == len(POLICY_COLORS)  # coinciding rates all show
+
+
+def test_page_size_control_labels_every_segment_and_says_nothing_empty_at_page_1():
+    """Review of lesson 07 (cell 21): R4's 11-token segment had no label (hidden: too small for its
+    text), and at page size 1 the caption compared 228 with 228 and said it "costs nothing of
+    prefill again"."""
+    from kvlab.viz import PageSizeControl
+
+    c = PageSizeControl(page_size=16, static=True)
+    fig = c.figure()
+    prefilled = next(t for t in fig.data if t.name == "prefilled now")
+    assert prefilled.textposition == "outside" and fig.layout.uniformtext.mode != "hide"
+    assert list(prefilled.text) == [str(v) for v in c.result["prefilled"].values()]
+    one = PageSizeControl(page_size=1, static=True).caption()
+    assert "costs nothing" not in one and "against" not in one, one
