@@ -208,7 +208,7 @@ class SchedulingControl(LiveControl):
             xaxis=dict(title="pool size (token slots, log scale)", type="log", tickvals=self.sizes),
             yaxis=dict(title="hit rate", tickformat=".0%", rangemode="tozero"),
             legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),
-            margin=dict(t=140 if th.high_contrast else 110, b=70, l=70, r=20))
+            margin=dict(t=120 if th.high_contrast else 95, b=70, l=70, r=20))
         return fig
 
     def _inputs(self, W: Any) -> list[Any]:
@@ -217,7 +217,7 @@ class SchedulingControl(LiveControl):
                                  style=style, continuous_update=False, layout=W.Layout(min_width="420px"))
         size.add_class("kvlab-scheduling-size")
         order = W.Dropdown(options=[(name, o) for o, name in ORDER_NAMES.items()], value=self.order,
-                           description="queue order", style=style, layout=W.Layout(min_width="480px"))
+                           description="queue order", style=style, layout=W.Layout(min_width="540px"))
         order.add_class("kvlab-scheduling-order")
         size.observe(lambda ch: self.set(pool_size=ch["new"]), names="value")
         order.observe(lambda ch: self.set(order=ch["new"]), names="value")
