@@ -136,3 +136,17 @@ def test_the_notes_four_requests_as_chat_turns(bundled):
     assert set(on) == set(off) == set(turns) and all(v > 0 for v in on.values())
     on2, off2 = ttft_on_and_off(model, turns, repeats=2)                  # warm-up, interleaved, fastest of 2
     assert set(on2) == set(off2) == set(turns) and all(v > 0 for v in [*on2.values(), *off2.values()])
+
+
+def test_the_tree_view_fills_the_width_when_its_tab_is_shown(bundled):
+    """Review of lesson 07 (cell 25): the "radix tree" view was drawn at about half scale (text ~7 px):
+    its SVG is 100% of a box that, hidden when laid out, had no width; classroom mode cut the first
+    tab's label to "this turn's t..."."""
+    s = session(bundled)
+    box = chat_demo(s, questions=["What is socket?"], static=False)
+    pick = next(w for w in box.children if "kvlab-chat-view" in w._dom_classes)
+    shown = box.children[list(box.children).index(pick) + 1]
+    assert pick.style.button_width == "auto"
+    pick.value = "radix tree"
+    tree = shown.children[0]
+    assert "<svg" in tree.value and tree.layout.width == "100%" and shown.layout.width == "100%"

@@ -584,3 +584,58 @@ def test_06_exercise_1_is_a_design_question():
 def test_issue_28_hint_giveaways_are_gone(stem, giveaway):
     hints = "".join(re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", _markdown(stem), re.S))
     assert giveaway not in hints
+
+
+# ------------------------------------------------------------------ round 6: lessons 07, 08, 11's review
+# (lesson, exercise, the mistake, edits of the reference, words the FAIL note must contain)
+REVIEW_07_08_11 = [
+    # accepted by the checker in the review (the reproducers)
+    ("08", "lru_evict", "a do-while loop: num_tokens=0 still evicts one node (accepted)",
+     [("    while freed < num_tokens:\n", "    while True:\n"),
+      ("        freed += len(victim.key)\n", "        freed += len(victim.key)\n        if freed >= num_tokens:\n            break\n")],
+     "asked for 0 tokens"),
+    ("08", "admit_plan", "fully cached, 0 free: the need from the uncapped match (accepted)",
+     [("    limit = len(tokens) - 1\n", "    limit = len(tokens)\n"),
+      ("    need = len(tokens) - pos\n", "    need = len(tokens) - pos\n    pos = min(pos, len(tokens) - 1)\n")],
+     "the need counts the last token too"),
+    # rejected without naming it in the review
+    ("08", "inc_lock_ref", "lock_ref == 0 tested after incrementing",
+     [("        if node.lock_ref == 0:\n            delta -= len(node.key)\n        node.lock_ref += 1\n",
+       "        node.lock_ref += 1\n        if node.lock_ref == 0:\n            delta -= len(node.key)\n")],
+     "BEFORE you add"),
+    ("07", "match_prefix", "capped at len(tokens) - 1 (the request cycle's rule, not the lookup's)",
+     [("    return pos\n", "    return min(pos, max(len(tokens) - 1, 0))\n")],
+     "the cap at len(tokens) - 1 belongs to"),
+    ("07", "prefill_tokens", "the prompt itself among the earlier ones",
+     [("    for p in prompts:\n        best = 0\n", "    for p in prompts:\n        seen.append(p)\n        best = 0\n")],
+     "among the earlier ones"),
+    ("07", "prefill_tokens", "exact repeats only",
+     [("            best = max(best, n)\n", "            best = max(best, len(p) if p == q else 0)\n")],
+     "not only an exact repeat"),
+    ("07", "block_hash_reuse", "no chain: the same block at the same index of any earlier prompt",
+     [("tuple(p[:(n + 1) * block_size]) in cached", "(n, tuple(p[n * block_size:(n + 1) * block_size])) in cached"),
+      ("cached.add(tuple(p[:k * block_size]))", "cached.add((k - 1, tuple(p[(k - 1) * block_size:k * block_size])))")],
+     "the same block at the same place"),
+    ("07", "block_hash_reuse", "always leaves the last matched block out",
+     [("        out.append(n * block_size)\n", "        out.append(max(n - 1, 0) * block_size)\n")],
+     "one block short"),
+    ("07", "block_hash_reuse", "parameters swapped in the signature",
+     [("def block_hash_reuse(prompts, block_size):", "def block_hash_reuse(block_size, prompts):")],
+     "takes (block_size, prompts)"),
+    ("11", "streaming_keep", "sink_tokens and window_tokens swapped in the signature",
+     [("def streaming_keep(num_tokens, block_size, sink_tokens, window_tokens):",
+       "def streaming_keep(num_tokens, block_size, window_tokens, sink_tokens):")],
+     "sink_tokens and window_tokens are swapped"),
+    ("11", "quest_pick", "torch.topk without a clamp (top_k > num_blocks raised RuntimeError)",
+     [("    order = sorted(range(len(bound)), key=lambda b: (-float(bound[b]), b))\n    return sorted(order[:top_k])",
+       "    return sorted(torch.topk(bound, top_k).indices.tolist())")],
+     "more than the blocks there are"),
+]
+
+
+@pytest.mark.parametrize("nn,name,mistake,edits,words", REVIEW_07_08_11, ids=[f"{w[0]}-{w[1]}-{w[2]}" for w in REVIEW_07_08_11])
+def test_review_07_08_11_wrong_answer_is_rejected_and_named(nn, name, mistake, edits, words):
+    r = getattr(check, name)(wrong_answer(nn, name, edits), verbose=False)
+    assert not r.passed, f"accepted: {mistake}"
+    assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)
+    assert words in r.summary

@@ -57,7 +57,8 @@ def test_compare_methods_measures_memory_reads_and_agreement(model):
     assert all(r.ppl > 1 for r in rows) and 0 <= stream.agreement <= 1
     assert (full.kind, stream.kind, quest.kind, q8.kind) == ("reference", "paper", "variant", "kvlab")
     table = format_results(rows).splitlines()
-    assert table[1].startswith("full") and table[2].split()[:3] == ["streaming", "16", "paper"]
+    assert "KV kept" in table[0] and "(MB / %)" in table[1] and "perplexity" in table[0]  # headers in words (review)
+    assert table[2].startswith("full") and table[3].split()[:3] == ["streaming", "16", "paper"]
     assert table[-1] == "sample: 2 prompt(s) x 4 greedy tokens each (agreement); perplexity over 8 held-out tokens"
     with pytest.raises(ValueError, match="first config must be the full cache"):
         compare_methods(model, cfgs[1:], [IDS[:20]], 2, [])

@@ -61,9 +61,12 @@ def test_lesson_07_ttft_sentence_follows_its_table():
     assert "min(run[i] for run in runs[on])" in src or "fastest" in src or "ttft_on_and_off" in src
     out = "\n".join(_stdout("07_radix"))
     assert "sooner for every request that hits: False" not in out
-    m = re.search(r"got\s+their first token ([\d.]+)x sooner", out)
-    if m and float(m.group(1)) < 1.0:
-        assert "not on this run" in out
+    m = re.search(r"their first tokens came ([\d.]+)x sooner", out)
+    assert m, "the TTFT sentence is printed from the table"
+    if float(m.group(1)) < 1.2:  # review round 6: 1.0x read as "sooner"; below the margin it says so
+        assert "within noise" in out
+    for row in re.findall(r"^R\d .*\|\s+([\d.]+)x(.*)$", out, re.M):
+        assert (float(row[0]) < 1.2) == ("within noise" in row[1]), row
 
 
 def test_lesson_07_states_leaves_are_requests():

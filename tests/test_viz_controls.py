@@ -149,3 +149,39 @@ def test_page_size_control_reruns_the_four_requests_in_milliseconds():
     with pytest.raises(ValueError, match="page_size must be one of"):
         c.set(page_size=3)
     assert c.page_size == 16
+
+
+def test_lesson_08_charts_put_every_line_in_the_legend_and_share_one_colour_map():
+    """Review of lesson 08 (cells 15, 28): the "this pool size" legend marker was LRU's orange, the
+    red pool line and the dashed best-possible line had no legend entry, orange/purple meant
+    LRU/LFU in one chart and FCFS/cache-aware in the other, and the log axis did not say so."""
+    from kvlab.viz import SchedulingControl
+    from kvlab.viz.eviction_view import ORDER_COLORS, POLICY_COLORS
+    h = HitRateControl(popular_prefix_stream(60, seed=1), sizes=(70, 140), static=True).figure()
+    s = SchedulingControl(sizes=(1024, 4096), static=True).figure()
+    for fig in (h, s):
+        assert not fig.layout.shapes, "a line drawn as a shape has no legend entry"
+        shown = [t for t in fig.data if t.showlegend is not False]
+        assert any(t.line.dash == "dash" and t.line.color == "#d62728" for t in shown)
+        for t in shown:
+            assert t.mode == "lines" or t.mode == "lines+markers"
+    assert any("best possible" in t.name for t in s.data)
+    assert not set(POLICY_COLORS.values()) & set(ORDER_COLORS.values())
+    assert "log" in s.layout.xaxis.title.text
+    here = [t for t in h.data if t.mode == "markers"]
+    assert len({t.marker.size for t in here}) == len(here) == len(POLICY_COLORS)  # coinciding rates all show
+
+
+def test_page_size_control_labels_every_segment_and_says_nothing_empty_at_page_1():
+    """Review of lesson 07 (cell 21): R4's 11-token segment had no label (hidden: too small for its
+    text), and at page size 1 the caption compared 228 with 228 and said it "costs nothing of
+    prefill again"."""
+    from kvlab.viz import PageSizeControl
+
+    c = PageSizeControl(page_size=16, static=True)
+    fig = c.figure()
+    prefilled = next(t for t in fig.data if t.name == "prefilled now")
+    assert prefilled.textposition == "outside" and fig.layout.uniformtext.mode != "hide"
+    assert list(prefilled.text) == [str(v) for v in c.result["prefilled"].values()]
+    one = PageSizeControl(page_size=1, static=True).caption()
+    assert "costs nothing" not in one and "against" not in one, one

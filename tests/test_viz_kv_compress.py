@@ -30,3 +30,32 @@ def test_figures_fit_and_say_measured():
 def test_budget_explorer_builds():
     box = budget_explorer(P, block_size=2, budget_tokens=4, sink_tokens=1)
     assert box is not None
+
+
+def test_methods_on_one_spot_are_named_there():
+    """Review of lesson 11 (cell 26): h2o 64 (paper) sat on int8 and fp8 (about 3 MB, 100%), its
+    diamond hidden under their marks; the legend alone could not say which methods were there."""
+    rows = [MethodResult("full", 100, 12e6, 12e6, 9.0, 1.0), MethodResult("h2o 64 (paper)", 100, 3.0e6, 3.0e6, 9.3, 1.0),
+            MethodResult("int8", 30, 3.01e6, 3.01e6, 9.1, 1.0), MethodResult("fp8", 30, 3.02e6, 3.02e6, 9.2, 1.0)]
+    fig = tradeoff_figure(rows)
+    named = [a.text for a in fig.layout.annotations if "on one spot" in a.text and "int8" in a.text]
+    assert named and all("h2o 64 (paper)" in t and "fp8" in t for t in named), [a.text for a in fig.layout.annotations]
+    sizes = [t.marker.size for t in fig.data]
+    assert sizes == sorted(sizes, reverse=True)          # drawn large to small: a small mark stays on top
+    assert [t.name for t in sorted(fig.data[::2], key=lambda t: t.legendrank)] == [r.label for r in rows]
+
+
+def test_budget_explorer_turns_the_sinks_off_for_h2o(monkeypatch):
+    """Review of lesson 11 (cell 16): in H2O mode the "sinks (StreamingLLM)" slider still moved and
+    changed nothing; classroom mode cut the method button to "StreamingL..."."""
+    import kvlab.viz.kv_compress_view as v
+    monkeypatch.setattr(v, "is_static", lambda *a: False)
+    monkeypatch.setattr(v, "static_frames", lambda: False)
+    box = budget_explorer(P, block_size=2, budget_tokens=4, sink_tokens=1)
+    method = next(c for c in box.children if hasattr(c, "options") and "H2O" in str(c.options))
+    sinks = next(s for c in box.children if hasattr(c, "children") for s in c.children if "sinks" in s.description)
+    assert method.style.button_width == "auto" and not sinks.disabled
+    method.value = "h2o"
+    assert sinks.disabled
+    method.value = "streaming"
+    assert not sinks.disabled

@@ -324,3 +324,27 @@ def test_locks_false_leaves_out_a_zero_locked_count(frames):
     state = frames[4].snapshot
     assert "protected (locked) 0" in viz.radix_tree_graph(state).source
     assert "protected" not in viz.radix_tree_graph(state, locks=False).source
+
+
+def test_a_full_match_is_captioned_as_a_lookup_not_a_prefill_of_0():
+    """Review of lesson 08 (cell 11): a bare match_prefix of a fully cached prompt read "matched 8 of 8
+    tokens, prefilling 0", against lesson 07's rule that the last token is always computed."""
+    from kvlab.reuse import CacheManager, serve_request
+    from kvlab.viz.radix_frames import RadixRecorder
+    cm = CacheManager(num_blocks=16, block_size=1)
+    rec = RadixRecorder(cm.tree)
+    serve_request(cm, [1, 2, 3, 4], rid="R1")
+    cm.tree.match_prefix([1, 2, 3, 4], rid="R1 again")
+    cap = [f.caption for f in viz.radix_event_frames(rec) if f.caption.startswith("R1 again")][0]
+    assert "prefilling 0" not in cap and "lookup" in cap and "would prefill 1" in cap, cap
+
+
+def test_a_stepper_draws_every_frame_in_one_orientation():
+    """Review of lesson 07 (cell 10): steps 1-4 were drawn left-to-right and step 5 top-to-bottom
+    (each frame chose its own orientation), so the nodes jumped between frames."""
+    from kvlab.viz.radix_frames import radix_request_frames
+    frames = radix_request_frames()
+    s = viz.radix_stepper(frames, static=True)
+    assert s.render.rankdir in ("LR", "TB")
+    assert all(f"rankdir={s.render.rankdir}" in s.render.graph(f).source for f in frames)
+    assert all("<svg" in s.render(f) for f in frames)

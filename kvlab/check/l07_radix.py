@@ -73,7 +73,7 @@ def _lpm_by(rule: str) -> Callable:
                 pos += {"whole_edge": 0, "whole_key": len(key)}.get(rule, i)
                 break
             pos, node = pos + i, child
-        return pos
+        return min(pos, max(len(tokens) - 1, 0)) if rule == "cap" else pos
     return fn
 
 
@@ -83,6 +83,8 @@ MATCH_MISTAKES = dict([
     ("a match that ends inside an edge counts only the tokens that match, not the whole edge", _lpm_by("whole_key")),
     ("follow the child keyed by the next token (node.children.get(tokens[pos])), not the first child",
      _lpm_by("first_child")),
+    ("a lookup returns the whole match: the cap at len(tokens) - 1 belongs to the request cycle (what a "
+     "request prefills), not to match_prefix", _lpm_by("cap")),
 ])
 
 
@@ -157,8 +159,8 @@ def _prefill_by(rule: str) -> Callable:
                 out.append(max(1, len(p) - sum(t in {x for q in seen for x in q} for t in p)))
                 seen.append(list(p))
                 continue
-            earlier = seen[-1:] if rule == "previous" else seen
-            best = max((_common(p, q) for q in earlier), default=0)
+            earlier = seen[-1:] if rule == "previous" else [*seen, p] if rule == "self" else seen
+            best = max((_common(p, q) if rule != "exact" else len(p) * (p == q) for q in earlier), default=0)
             if rule != "no_cap":
                 best = min(best, len(p) - 1)
             out.append(best if rule == "reused" else len(p) - best)
@@ -174,6 +176,10 @@ PREFILL_MISTAKES = dict([
     ("that is the number of tokens reused from the tree; return how many must be prefilled", _prefill_by("reused")),
     ("only a shared PREFIX is reused: count the leading tokens in common, up to the first difference "
      "(a token's K/V depends on every token before it)", _prefill_by("anywhere")),
+    ("every prompt prefills 1: the prompt itself was among the earlier ones; compare it with the prompts "
+     "served BEFORE it, then add it to the cache", _prefill_by("self")),
+    ("a prompt that starts like an earlier one reuses that shared prefix, not only an exact repeat",
+     _prefill_by("exact")),
 ])
 
 
@@ -244,15 +250,17 @@ def _reuse_by(rule: str) -> Callable:
                 continue
             earlier = seen[-1:] if rule == "previous" else seen
             limit = len(p) if rule == "no_cap" else len(p) - 1
-            if rule == "content":  # leading blocks whose tokens appear as some earlier block, anywhere
-                blocks = {tuple(q[i:i + bs]) for q in seen for i in range(0, len(q) // bs * bs, bs)}
+            if rule in ("content", "same_index"):  # leading blocks found in some earlier prompt (anywhere, or same place)
+                blocks = {(i if rule == "same_index" else 0, tuple(q[i:i + bs]))
+                          for q in seen for i in range(0, len(q) // bs * bs, bs)}
                 n = 0
-                while n + bs <= limit and tuple(p[n:n + bs]) in blocks:
+                while n + bs <= limit and (n if rule == "same_index" else 0, tuple(p[n:n + bs])) in blocks:
                     n += bs
             else:  # the prefix shared with the cached (full-block) part of an earlier prompt
                 lcp = max((_common(p, q[:len(q) // bs * bs]) for q in earlier), default=0)
                 k = -(-lcp // bs) if rule == "ceil" else lcp // bs
                 n = min(k, limit // bs) * bs
+                n = max(n - bs, 0) if rule == "one_less" else n
             out.append(n)
             seen.append(list(p))
         return out
@@ -262,8 +270,12 @@ def _reuse_by(rule: str) -> Callable:
 REUSE_MISTAKES = dict([
     ("a fully cached prompt still computes its last token: reuse at most len(prompt) - 1 tokens, "
      "rounded down to whole blocks", _reuse_by("no_cap")),
+    ("the same block at the same place is not enough: a block is reused only if every block before it matches "
+     "the SAME earlier prompt too (the chained hash covers the whole prefix)", _reuse_by("same_index")),
     ("a block is reused only if every block before it matches too (the chained hash): the same tokens "
      "after a different prefix have other K/V", _reuse_by("content")),
+    ("one block short: every leading block that matches counts (the cap is len(prompt) - 1 tokens, in whole "
+     "blocks, not a block less)", _reuse_by("one_less")),
     ("the cache holds the blocks of every earlier prompt, not only the previous one's", _reuse_by("previous")),
     ("only full blocks are cached: round the match down to whole blocks, not up", _reuse_by("ceil")),
 ])
@@ -280,6 +292,8 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
         ("shares 6 tokens: one whole block of 4", [list(range(1, 13)), [1, 2, 3, 4, 5, 6] + [0] * 6], 4),
         ("shares with an older prompt", [[5, 6, 7, 8, 9], [1, 2, 3, 4], [5, 6, 7, 8, 1]], 2),
         ("the same block after a different prefix", [[1, 2, 3, 4, 7, 8], [9, 9, 3, 4, 7, 8]], 2),
+        ("each block cached at its place, but by two different prompts", [[1, 2, 3, 4, 9], [5, 6, 7, 8, 9],
+                                                                          [1, 2, 7, 8, 0]], 2),
         ("an earlier block's tokens again, at other places", [[1, 2, 5, 5, 5], [1, 2, 1, 2, 1, 2, 9]], 2),
         ("the notes' R1, R2, R3 (chars, blocks of 16)", [sys_ + shots + char_tokenize(T[r]) for r in ("R1", "R2", "R3")], 16),
         ("a prompt shorter than a block", [[1, 2, 3], [1, 2, 3, 4]], 4),
@@ -299,6 +313,8 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
         got = call_in_place(fn, mine, bs)
         note = changed_input((ps,), (mine,), ("prompts",)) or ""
         ok = same_outcome(expected, got, cmp) and not note
+        if isinstance(got, Raised) and isinstance(got.exc, TypeError) and call(fn, bs, [list(p) for p in ps]) == expected:
+            note = "your function takes (block_size, prompts): the checker calls it as block_hash_reuse(prompts, block_size)"
         if not ok and not note and not isinstance(got, Raised):
             got = list(got) if isinstance(got, tuple) else got
             note = (radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)

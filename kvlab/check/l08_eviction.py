@@ -134,7 +134,7 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
     for seed in range(11):
         cache = _pressure_tree(seed)[0] if seed < 8 else _tied_tree(seed)
         total = cache.evictable_size()
-        for want in sorted({1, max(1, total // 3), total, total + 5}):
+        for want in sorted({1, max(1, total // 3), total, total + 5}) + ([0] if seed in (2, 9) else []):  # 0 last: `<=` for `<` shows on an earlier want there
             ref = copy.deepcopy(cache)
             expected = ref.evict(want).node_ids
             tied = " every node last used at the same tick," if seed >= 8 else ""
@@ -149,7 +149,10 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
                 got = list(got)
             ok = same_outcome(expected, got) and not changed
             note = "...but it changed the tree" if changed else ""
-            if not ok and not changed:
+            if not ok and not changed and want == 0 and got:
+                note = ("asked for 0 tokens, it evicted a node: nothing is owed, so nothing goes (test the stop "
+                        "rule before each removal, not after it)")
+            elif not ok and not changed:
                 note = (matching_mistake(got, {**LRU_MISTAKES, **(TIE_MISTAKES if seed >= 8 else {})}, cache.root, want,
                                          expected=expected) or _evict_note(cache, got)
                         or argument_slip(lambda n, cache=cache: copy.deepcopy(cache).evict(n).node_ids, (want,), got,
@@ -224,6 +227,9 @@ def _lock_note(expected: dict, returned: object, locks: dict) -> str:
         return "the sign: locking takes tokens away from the evictable size (a negative change)"
     if not wrong and isinstance(returned, int) and returned < expected["returned"]:
         return "nodes that were already locked were already protected: only 0 -> 1 changes the evictable size"
+    if not wrong and returned == 0 and expected["returned"] < 0:
+        return ("returned 0, yet some node went from 0 to 1 lock: look at a node's lock_ref BEFORE you add the "
+                "lock (after it, no node reads 0)")
     if not wrong and isinstance(returned, int) and expected["returned"] < returned < 0:
         return "count tokens, not nodes: each newly locked node takes len(node.key) tokens off the evictable size"
     return ""
@@ -242,7 +248,7 @@ def _nodes_below(root: TreeNode) -> list[TreeNode]:
 def _plan_by(rule: str):
     """admit_plan with one rule changed (each a plausible mistake; "right" changes none)."""
     def fn(root: TreeNode, tokens: list[int], num_free: int):
-        limit = len(tokens) if rule == "no_cap" else len(tokens) - 1
+        limit = len(tokens) if rule in ("no_cap", "need_uncapped") else len(tokens) - 1
         node, pos, path = root, 0, []                       # path: (node, its tokens matched)
         while pos < limit:
             child = node.children.get(tokens[pos])
@@ -257,6 +263,7 @@ def _plan_by(rule: str):
                 break
             node = child
         need = len(tokens) - (0 if rule == "no_prefix" else pos)
+        pos = min(pos, len(tokens) - 1) if rule == "need_uncapped" else pos
         evictable = sum(len(n.key) for n in _nodes_below(root) if n.lock_ref == 0)
         if rule != "no_lock":
             evictable -= sum(len(n.key) if rule == "whole_node" else k for n, k in path if n.lock_ref == 0)
@@ -272,6 +279,8 @@ ADMIT_MISTAKES = dict([
     ("the request locks its matched prefix before anything is evicted: those tokens cannot be evicted "
      "to make room for it", _plan_by("no_lock")),
     ("a fully cached prompt still computes its last token: match at most len(tokens) - 1 tokens", _plan_by("no_cap")),
+    ("a fully cached prompt still computes its last token: the need counts the last token too "
+     "(len(tokens) - prefix_len with the capped prefix_len), even when the match covers it", _plan_by("need_uncapped")),
     ("evict only what the free slots do not cover (need - num_free)", _plan_by("evict_need")),
     ("a match that ends inside a node locks only its matched part (the node is split there); the rest "
      "stays evictable", _plan_by("whole_node")),
@@ -296,6 +305,11 @@ def _admission_cases() -> list[tuple[str, CacheManager, list[int]]]:
                        [1, 2, 3, 7, 8] + list(range(20, 30)), [1, 2, 3, 4] + list(range(20, 29)),
                        list(range(20, 34)), list(range(20, 40)), [5]):
             out.append((f"{tree}: tokens {tokens}", cm, tokens))
+    cm = CacheManager(12, block_size=1)                           # the tree fills the pool: 0 free
+    for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 9, 9, 9]):
+        serve_request(cm, seq)
+    for tokens in ([1, 2, 3, 4, 5, 6], [9, 9, 9, 9], [1, 2, 3, 7, 8, 10]):   # fully cached prompts need 1 slot
+        out.append((f"same tree, the pool full (0 free): tokens {tokens}", cm, tokens))
     cm = CacheManager(14, block_size=1)
     for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 9, 9, 9]):
         serve_request(cm, seq)

@@ -243,12 +243,13 @@ def format_results(rows: Sequence[MethodResult]) -> str:
     "KV kept": the bytes the method keeps (for h2o, a per-head token cache's); "pool": the bytes of
     the paged pool's blocks the table still holds."""
     full = rows[0]
-    lines = [f"{'method':<18}{'kind':<10}{'B/token':>8}{'KV kept':>10}{'kept':>6}{'pool':>9}{'read/step':>11}"
-             f"{'read':>6}{'ppl':>7}{'agree':>6}"]
+    lines = [f"{'method':<18}{'kind':<10}{'bytes':>8}{'KV kept':>14}{'pool':>8}{'read per step':>15}"
+             f"{'perplexity':>12}{'% tokens':>10}",
+             f"{'':<18}{'':<10}{'/token':>8}{'(MB / %)':>14}{'(MB)':>8}{'(MB / %)':>15}{'':>12}{'= full':>10}"]
     for r in rows:
-        lines.append(f"{r.label:<18}{r.kind:<10}{r.bytes_per_token:>8,}{r.kv_bytes / 1e6:>8.2f}MB"
-                     f"{r.kv_bytes / full.kv_bytes:>6.0%}{r.pool_bytes / 1e6:>7.2f}MB{r.read_bytes_per_step / 1e6:>9.2f}MB"
-                     f"{r.read_bytes_per_step / full.read_bytes_per_step:>6.0%}{r.ppl:>7.2f}{r.agreement:>6.0%}")
+        lines.append(f"{r.label:<18}{r.kind:<10}{r.bytes_per_token:>8,}{r.kv_bytes / 1e6:>8.2f} /"
+                     f"{r.kv_bytes / full.kv_bytes:>4.0%}{r.pool_bytes / 1e6:>8.2f}{r.read_bytes_per_step / 1e6:>9.2f} /"
+                     f"{r.read_bytes_per_step / full.read_bytes_per_step:>4.0%}{r.ppl:>12.2f}{r.agreement:>10.0%}")
     lines.append(f"sample: {full.prompts} prompt(s) x {full.greedy_tokens} greedy tokens each (agreement); "
                  f"perplexity over {full.scored_tokens} held-out tokens")
     return "\n".join(lines)

@@ -192,7 +192,8 @@ def _build(session: ChatSession) -> _Widgets:
                for name in ("send", "clear the cache", "new conversation")}
     for name, b in buttons.items():
         b.add_class("kvlab-chat-" + name.replace(" ", "-"))
-    caption, tokens, tree, pool = W.HTML(), W.HTML(), W.HTML(), W.Output()
+    caption, tokens, pool = W.HTML(), W.HTML(), W.Output()
+    tree = W.HTML(layout=W.Layout(width="100%"))  # its SVG is 100% wide: of a box that has a width
     caption.add_class("kvlab-control-caption")
     tree.add_class("kvlab-svg")
     pool.add_class("kvlab-figure")
@@ -201,10 +202,11 @@ def _build(session: ChatSession) -> _Widgets:
     # box, the caption and what the turn changed fit one projector screen (599 px at 1280x720).
     views = {"this turn's tokens": tokens, "radix tree": tree, "block pool": pool}
     pick = W.ToggleButtons(options=list(views), value="this turn's tokens", description="show:",
+                           style={"button_width": "auto"},   # classroom mode cut "this turn's tokens"
                            tooltips=["the prompt, token by token: green matched in the tree, blue prefilled",
                                      "the radix tree after the turn", "the block pool after the turn"])
     pick.add_class("kvlab-chat-view")
-    shown = W.Box([tokens], layout=W.Layout(max_width="100%"))
+    shown = W.Box([tokens], layout=W.Layout(width="100%", max_width="100%"))
 
     def choose(change: Any) -> None:
         shown.children = (views[change["new"]],)

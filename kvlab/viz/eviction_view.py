@@ -24,7 +24,21 @@ from .palette import HIGHLIGHT, REQUEST_COLORS, source_label, theme
 
 __all__ = ["HitRateControl", "SchedulingControl"]
 
-POLICY_COLORS = dict(zip(POLICY_NAMES, REQUEST_COLORS))
+ORDER_NAMES = {"fcfs": "first come, first served (FCFS)", "cache-aware": "cache-aware (longest cached prefix first)"}
+# One colour map for both of lesson 08's charts: a colour names one policy or one order, never both.
+CHART_COLORS = dict(zip([*POLICY_NAMES, *ORDER_NAMES], REQUEST_COLORS))
+POLICY_COLORS = {p: CHART_COLORS[p] for p in POLICY_NAMES}
+ORDER_COLORS = {o: CHART_COLORS[o] for o in ORDER_NAMES}
+NEUTRAL = "#555555"  # the best-possible line and the legend's "this pool size" marker: no policy's colour
+MARKERS = ("circle", "diamond", "square")  # one shape per policy, drawn large to small: coinciding rates all show
+
+
+def _pool_line(fig: Any, x: int, y_range: tuple[float, float], th: Any, name: str) -> None:
+    """The chosen pool size as a red dashed vertical line that has its own legend entry."""
+    import plotly.graph_objects as go
+
+    fig.add_trace(go.Scatter(x=[x, x], y=list(y_range), mode="lines", name=name, hoverinfo="skip",
+                             line=dict(color=HIGHLIGHT, width=th.line_width, dash="dash")))
 
 
 class HitRateControl(LiveControl):
@@ -84,11 +98,13 @@ class HitRateControl(LiveControl):
                 line=dict(color=POLICY_COLORS[p], width=(3 if chosen else 1) * th.line_width + 1,
                           dash="solid" if chosen else "dot")))
         rates = self.result["hit_rate"]
-        fig.add_trace(go.Scatter(
-            x=[self.pool_size] * len(rates), y=list(rates.values()), mode="markers", name="this pool size",
-            marker=dict(size=12 + 2 * th.line_width, color=[POLICY_COLORS[p] for p in rates],
-                        line=dict(color=HIGHLIGHT, width=2 + th.line_width))))
-        fig.add_vline(x=self.pool_size, line=dict(color=HIGHLIGHT, width=th.line_width, dash="dash"))
+        for k, (p, rate) in enumerate(rates.items()):   # large to small, so equal rates stay visible
+            fig.add_trace(go.Scatter(
+                x=[self.pool_size], y=[rate], mode="markers", showlegend=False, name=f"{POLICY_NAMES[p]} here",
+                marker=dict(size=20 - 5 * k + 2 * th.line_width, color=POLICY_COLORS[p], symbol=MARKERS[k % len(MARKERS)],
+                            line=dict(color=HIGHLIGHT, width=1 + th.line_width))))
+        every = [r for c in self.curves.values() for r in c]
+        _pool_line(fig, self.pool_size, (min(every), max(every)), th, "the pool size you picked (markers: its hit rates)")
         fig.update_layout(
             template="none", height=420 if not th.high_contrast else 460,   # classroom: slider + figure in 599 px
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
@@ -97,7 +113,7 @@ class HitRateControl(LiveControl):
                        font=dict(size=th.title_size), y=0.98, yanchor="top"),
             xaxis=dict(title="pool size (token slots)"), yaxis=dict(title="hit rate", tickformat=".0%"),
             legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),     # above the plot, under the title
-            margin=dict(t=140 if th.high_contrast else 110, b=70, l=70, r=20))
+            margin=dict(t=120 if th.high_contrast else 95, b=70, l=70, r=20))
         return fig
 
     def _inputs(self, W: Any) -> list[Any]:
@@ -112,9 +128,6 @@ class HitRateControl(LiveControl):
         size.observe(lambda ch: self.set(pool_size=ch["new"]), names="value")
         policy.observe(lambda ch: self.set(policy=ch["new"]), names="value")
         return [size, policy]
-
-
-ORDER_NAMES = {"fcfs": "first come, first served (FCFS)", "cache-aware": "longest cached prefix first (cache-aware)"}
 
 
 class SchedulingControl(LiveControl):
@@ -176,23 +189,26 @@ class SchedulingControl(LiveControl):
 
         th = theme()
         fig = go.Figure()
-        for (o, name), colour in zip(ORDER_NAMES.items(), REQUEST_COLORS):
+        for o, name in ORDER_NAMES.items():
             chosen = o == self.order
             fig.add_trace(go.Scatter(
                 x=self.sizes, y=[self.runs[s, o].hit_rate for s in self.sizes], name=name, mode="lines+markers",
-                line=dict(color=colour, width=(3 if chosen else 1) * th.line_width + 1, dash="solid" if chosen else "dot")))
-        fig.add_hline(y=self.optimum, line=dict(color="#555555", width=th.line_width, dash="dash"))
-        fig.add_vline(x=self.pool_size, line=dict(color=HIGHLIGHT, width=th.line_width, dash="dash"))
+                line=dict(color=ORDER_COLORS[o], width=(3 if chosen else 1) * th.line_width + 1,
+                          dash="solid" if chosen else "dot")))
+        fig.add_trace(go.Scatter(x=[self.sizes[0], self.sizes[-1]], y=[self.optimum] * 2, mode="lines", hoverinfo="skip",
+                                 name=f"best possible ({self.optimum:.1%})",
+                                 line=dict(color=NEUTRAL, width=th.line_width, dash="dash")))
+        _pool_line(fig, self.pool_size, (0, self.optimum), th, "the pool size you picked")
         fig.update_layout(
             template="none", height=380 if not th.high_contrast else 440,
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
             font=dict(size=th.font_size, color=th.text_color),
-            title=dict(text=f"Hit rate vs pool size, two queue orders ({source_label('simulated')}); dashed: best possible",
+            title=dict(text=f"Hit rate vs pool size, two queue orders ({source_label('simulated')})",
                        font=dict(size=th.title_size), y=0.98, yanchor="top"),
-            xaxis=dict(title="pool size (token slots)", type="log", tickvals=self.sizes),
+            xaxis=dict(title="pool size (token slots, log scale)", type="log", tickvals=self.sizes),
             yaxis=dict(title="hit rate", tickformat=".0%", rangemode="tozero"),
             legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),
-            margin=dict(t=140 if th.high_contrast else 110, b=70, l=70, r=20))
+            margin=dict(t=120 if th.high_contrast else 95, b=70, l=70, r=20))
         return fig
 
     def _inputs(self, W: Any) -> list[Any]:
@@ -201,7 +217,7 @@ class SchedulingControl(LiveControl):
                                  style=style, continuous_update=False, layout=W.Layout(min_width="420px"))
         size.add_class("kvlab-scheduling-size")
         order = W.Dropdown(options=[(name, o) for o, name in ORDER_NAMES.items()], value=self.order,
-                           description="queue order", style=style, layout=W.Layout(min_width="400px"))
+                           description="queue order", style=style, layout=W.Layout(min_width="540px"))
         order.add_class("kvlab-scheduling-order")
         size.observe(lambda ch: self.set(pool_size=ch["new"]), names="value")
         order.observe(lambda ch: self.set(order=ch["new"]), names="value")

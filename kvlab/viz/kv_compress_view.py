@@ -155,7 +155,7 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
     from .stepper import figure_output
 
     method = w.ToggleButtons(options=[("StreamingLLM", "streaming"), ("H2O", "h2o")], value="streaming",
-                             description="method")
+                             description="method", style={"button_width": "auto"})   # classroom cut "StreamingL..."
     budget = w.IntSlider(value=budget_tokens, min=block_size, max=max(block_size, T), step=block_size,
                          description="budget (tokens)", continuous_update=False, style={"description_width": "initial"},
                          layout=w.Layout(min_width="360px"))     # whole labels, and a track that keeps its length
@@ -169,6 +169,7 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
     drawn: dict[tuple, tuple[str, dict]] = {}   # (method, budget, sinks) -> (caption, figure output): a move back is free
 
     def redraw(_=None) -> None:
+        sinks.disabled = method.value != "streaming"   # H2O keeps no sinks: a slider that changes nothing is off
         key = (method.value, budget.value, sinks.value if method.value == "streaming" else 0)
         if key not in drawn:
             kk = kept_blocks(profile, method.value, budget.value, sinks.value, block_size)
@@ -185,7 +186,8 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
         c.observe(redraw, names="value")
     redraw()
     box = w.VBox([w.HTML(classroom_css("kvlab-budget")), method, w.HBox([budget, sinks],
-                  layout=w.Layout(flex_flow="row wrap")), words, out])
+                  layout=w.Layout(flex_flow="row wrap")), words, out],
+                 layout=w.Layout(padding="0 0 0 8px"))   # the labels off the output's left edge
     box.add_class("kvlab-budget")
     return box
 
@@ -197,26 +199,62 @@ def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, ev
     from plotly.subplots import make_subplots
 
     th = theme()
+    br = "<br>" if th.high_contrast else " "   # classroom: the right subtitle stayed inside the figure on two lines
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
-                        subplot_titles=("memory kept vs perplexity (lower is better)",
-                                        "bytes read per step vs greedy agreement"))
-    for r in rows:  # no text on the points (methods at one spot would print over each other): a legend
+                        subplot_titles=(f"memory kept vs perplexity{br}(lower is better)",
+                                        f"bytes read per step{br}vs greedy agreement"))
+    size_of = {r.label: METHOD_MARKERS.get(r.label.split()[0], ("circle", 12))[1] for r in rows}
+    for rank, r in sorted(enumerate(rows), key=lambda ir: -size_of[ir[1].label]):   # large first: small on top
         kind = r.label.split()[0]
         symbol, size = METHOD_MARKERS.get(kind, ("circle", 12))
         marker = dict(size=size, color=METHOD_COLORS.get(kind, "#555555"), symbol=symbol, line=dict(width=2))
-        common = dict(mode="markers", name=r.label, legendgroup=r.label, marker=marker)
+        common = dict(mode="markers", name=r.label, legendgroup=r.label, legendrank=rank + 1, marker=marker)
         fig.add_trace(go.Scatter(x=[r.kv_bytes / 1e6], y=[r.ppl], showlegend=True, **common), 1, 1)
         fig.add_trace(go.Scatter(x=[r.read_bytes_per_step / 1e6], y=[100 * r.agreement], showlegend=False,
                                  **common), 1, 2)
+    for col, point in ((1, lambda r: (r.kv_bytes / 1e6, r.ppl)), (2, lambda r: (r.read_bytes_per_step / 1e6,
+                                                                               100 * r.agreement))):
+        spots = _same_spots(rows, point)   # methods drawn on one spot: named in the panel's emptiest corner
+        if spots:
+            (u, v), xa, ya = _emptiest_corner([point(r) for r in rows], zero_y=col == 2), f"x{col} domain", f"y{col} domain"
+            fig.add_annotation(x=u, y=v, xref=xa.replace("x1", "x"), yref=ya.replace("y1", "y"), showarrow=False,
+                               xanchor="right" if u > 0.5 else "left", yanchor="top" if v > 0.5 else "bottom", align="left",
+                               text="on one spot:<br>" + "<br>".join(" = ".join(names) for names, _ in spots),
+                               font=dict(size=th.font_size - 2), bgcolor="rgba(255,255,255,0.9)")
     fig.update_xaxes(title_text="KV MB kept (one sequence)", rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="K/V MB read per decode step", rangemode="tozero", row=1, col=2)
     fig.update_yaxes(title_text="perplexity", row=1, col=1)
     fig.update_yaxes(title_text="% tokens = full cache", range=[0, 108], row=1, col=2)
+    hc = th.high_contrast   # classroom: bigger text, so the legend starts lower under the axis titles
     fig.update_layout(title=dict(text=f"{title} ({source_label('measured')})", font=dict(size=th.title_size)),
-                      height=480, width=_width(th), autosize=th.autosize, template="plotly_white",
-                      font=dict(size=th.font_size), margin=dict(l=60, r=20, t=90, b=120),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top",
+                      height=560 if hc else 480, width=_width(th), autosize=th.autosize, template="plotly_white",
+                      font=dict(size=th.font_size), margin=dict(l=60, r=30, t=110 if hc else 90, b=170 if hc else 120),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.3 if hc else -0.22, yanchor="top",
                                   font=dict(size=th.font_size), title=dict(text="method:")))
-    for a in fig.layout.annotations:
+    for a in fig.layout.annotations[:2]:   # the subtitles
         a.font = dict(size=th.font_size)
     return fig
+
+
+def _emptiest_corner(points: Sequence[tuple[float, float]], zero_y: bool = False) -> tuple[float, float]:
+    """The corner of a panel (domain coordinates, a little inside) farthest from every point; the
+    x axis starts at 0 (and the y axis too with ``zero_y``)."""
+    xs, ys = zip(*points)
+    x0, y0 = 0.0, 0.0 if zero_y else min(ys)
+    sx, sy = max(1e-9, max(xs) - x0), max(1e-9, max(ys) - y0)
+    norm = [((x - x0) / sx, (y - y0) / sy) for x, y in points]
+    corners = [(0.02, 0.02), (0.98, 0.02), (0.02, 0.98), (0.98, 0.98)]
+    return max(corners, key=lambda c: min((c[0] - u) ** 2 + (c[1] - v) ** 2 for u, v in norm))
+
+
+def _same_spots(rows: Sequence[Any], point: Any, close: float = 0.02) -> list[tuple[list[str], tuple[float, float]]]:
+    """Groups of two or more methods whose points lie within ``close`` of each axis's span of one
+    another, each with the group's first point (where the figure names them)."""
+    pts = [(r.label, *point(r)) for r in rows]
+    span = [max(1e-9, max(p[i] for p in pts) - min(p[i] for p in pts)) for i in (1, 2)]
+    groups: list[list[tuple[str, float, float]]] = []
+    for p in pts:
+        g = next((g for g in groups if abs(g[0][1] - p[1]) <= close * span[0] and abs(g[0][2] - p[2]) <= close * span[1]),
+                 None)
+        groups.append([p]) if g is None else g.append(p)
+    return [([n for n, _, _ in g], (g[0][1], g[0][2])) for g in groups if len(g) > 1]

@@ -56,10 +56,14 @@ class PageSizeControl(LiveControl):
         total, reused, reused_1 = sum(r["prompt"].values()), sum(r["matched"].values()), sum(r["matched_1"].values())
         lost = {n: r["matched_1"][n] - r["matched"][n] for n in r["matched"] if r["matched_1"][n] > r["matched"][n]}
         words = (", ".join(f"{n} {k}" for n, k in lost.items()) + " tokens") if lost else "nothing"
-        return (f"Pages of {p} token{'s' if p != 1 else ''}: the tree matched {reused} of the {total} prompt tokens of "
-                f"R1-R4 ({reused / total:.0%}), against {reused_1} with 1-token pages. A match stops at the last page "
-                f"both prompts fill completely; here that costs {words} of prefill again. (Simulated: a real "
-                "CacheManager, one token a character.)")
+        head = (f"Pages of {p} token{'s' if p != 1 else ''}: the tree matched {reused} of the {total} prompt tokens of "
+                f"R1-R4 ({reused / total:.0%})")
+        if p == 1:  # nothing to compare with: a match may stop at any token
+            body = ". With 1-token pages a match may stop at any token."
+        else:
+            body = (f", against {reused_1} with 1-token pages. A match stops at the last page both prompts fill "
+                    f"completely; here that costs {words} of prefill again.")
+        return head + body + " (Simulated: a real CacheManager, one token a character.)"
 
     def figure(self) -> Any:
         import plotly.graph_objects as go
@@ -68,23 +72,27 @@ class PageSizeControl(LiveControl):
         names = list(r["matched"])
         fig = go.Figure([
             go.Bar(x=names, y=[r["matched"][n] for n in names], name="matched in the tree (reused)", marker_color=HIT,
-                   text=[r["matched"][n] for n in names], textposition="inside", textangle=0),
+                   text=[str(r["matched"][n]) if r["matched"][n] else "" for n in names], textposition="inside",
+                   textangle=0, insidetextanchor="middle"),
             go.Bar(x=names, y=[r["prefilled"][n] for n in names], name="prefilled now", marker_color=MISS,
-                   text=[r["prefilled"][n] for n in names], textposition="inside", textangle=0),
+                   text=[str(r["prefilled"][n]) for n in names], textposition="outside", textangle=0,
+                   cliponaxis=False),   # on top of the stack: a segment too thin for its number still has it
         ])
+        top = max(r["prompt"].values())
         fig.update_layout(
             barmode="stack", template="none", height=300 if not th.high_contrast else 380,
             width=None if th.autosize else min(th.grid_width, 760), autosize=th.autosize,
-            font=dict(size=th.font_size, color=th.text_color), uniformtext=dict(minsize=th.font_size, mode="hide"),
+            font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Prompt tokens per request, pages of {self.page_size} ({source_label('simulated')})",
                        font=dict(size=th.title_size)),
-            yaxis=dict(title="prompt tokens"), legend=dict(orientation="h", y=-0.18, x=0),
+            yaxis=dict(title="prompt tokens", range=[0, 1.18 * top]), legend=dict(orientation="h", y=-0.18, x=0),
             margin=dict(t=60, b=70, l=60, r=20))
         return fig
 
     def _inputs(self, W: Any) -> list[Any]:
         slider = W.SelectionSlider(options=list(PAGE_SIZES), value=self.page_size, description="page size (tokens)",
-                                   style={"description_width": "initial"}, layout=W.Layout(width="min(420px, 100%)"))
+                                   style={"description_width": "initial"},
+                                   layout=W.Layout(width="min(420px, 100%)", padding="0 0 0 8px"))  # off the left edge
         slider.add_class("kvlab-page-size-slider")
         slider.observe(lambda ch: self.set(page_size=ch["new"]), names="value")
         return [slider]

@@ -219,6 +219,8 @@ def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[i
         gone: tuple[Any, ...] = ()
         if e.kind == "match":
             cap = f"{who}matched {d['prefix_len']} of {d['num_tokens']} tokens, prefilling {d['num_tokens'] - d['prefix_len']}"
+            if d["prefix_len"] == d["num_tokens"] > 0:  # a bare lookup: a request always computes its last token
+                cap = f"{who}a lookup matched all {d['num_tokens']} tokens (a request would prefill 1: its last token)"
             if split is not None:  # first the match, on the tree before the split it causes
                 si, se = split
                 before = recorder.snapshots[si]

@@ -240,13 +240,27 @@ def fit_svg(svg: str) -> str:
 class RadixView:
     """Renders RadixState frames as SVG that fits the output width (graphviz, then :func:`fit_svg`)."""
 
-    def __init__(self, source: str = "simulated", max_chars: int = 10, captioned: bool = True) -> None:
+    def __init__(self, source: str = "simulated", max_chars: int = 10, captioned: bool = True,
+                 rankdir: str | None = None) -> None:
         self.source, self.max_chars = source_label(source), max_chars
         self.captioned = captioned  # False: a live stepper's caption line says it; the graph does not repeat it
+        self.rankdir = rankdir      # a stepper's frames share one orientation (None: each frame chooses)
+
+    def graph(self, frame: Any) -> Any:
+        return radix_tree_graph(frame.snapshot, frame.caption if self.captioned else "", self.source, self.max_chars,
+                                rankdir=self.rankdir)
 
     def __call__(self, frame: Any) -> str:
-        g = radix_tree_graph(frame.snapshot, frame.caption if self.captioned else "", self.source, self.max_chars)
-        return fit_svg(g.pipe(format="svg", encoding="utf-8"))
+        return fit_svg(self.graph(frame).pipe(format="svg", encoding="utf-8"))
+
+
+def common_rankdir(view: RadixView, frames: Sequence[Any]) -> str:
+    """One orientation for every frame of a stepper: left-to-right while every tree fits
+    :data:`MAX_WIDTH_PT`, else top-to-bottom for all (a tree that flips between frames moves
+    every node)."""
+    limit = MAX_WIDTH_PT[theme().high_contrast]
+    wide = RadixView(view.source, view.max_chars, view.captioned, rankdir="LR")
+    return "LR" if all(_svg_width_pt(wide.graph(f)) <= limit for f in frames) else "TB"
 
 
 def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = None, source: str = "simulated",
@@ -256,7 +270,9 @@ def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = Non
 
     frames = list(frames) if frames is not None else radix_request_frames()
     live = not is_static(static)  # the live stepper's caption line holds the caption, once
-    return Stepper(frames, RadixView(source, max_chars, captioned=not live), static=static, title="radix tree")
+    view = RadixView(source, max_chars, captioned=not live)
+    view.rankdir = common_rankdir(view, frames)
+    return Stepper(frames, view, static=static, title="radix tree")
 
 
 def radix_graph_at(frames: Sequence[Any], step: int, source: str = "simulated") -> Any:

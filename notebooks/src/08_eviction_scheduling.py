@@ -236,8 +236,9 @@ for n in hit:
 # prefixes out; "fewest tokens" evicts the short question leaves first and keeps the long
 # documents nobody asks for again. No policy is best for every workload, and on this stream LRU
 # is not the best one (the lines above count at how many pool sizes each policy wins). It is
-# SGLang's default for another reason: it needs no counts and no knowledge of the workload, and
-# it degrades gracefully on streams where recent use predicts reuse (a chat's history).
+# SGLang's default for another reason: it needs no counts and no knowledge of the workload. The
+# stream it is built for, a chat where each turn's history is the next turn's prefix, is not
+# measured here.
 #
 # ### The real run: the bundled model under memory pressure
 #
@@ -357,12 +358,13 @@ trace = sim.shared_prefix(200, rate=float("inf"), seed=0, num_prefixes=8, prefix
                           question_mean=40, output_mean=40)
 best = sim.optimal_hit_rate(trace)
 print(f"best possible hit rate for this trace: {best:.1%}")
-print(f"{'pool (slots)':>12} {'order':>12} {'hit rate':>9} {'preemptions':>11} {'tokens/s (sim.)':>15}")
+print(f"{'pool (slots)':>12} {'order':>12} {'hit rate':>9} {'preemptions':>11} {'mean batch':>10} {'tokens/s (sim.)':>15}")
 results = {}
 for capacity in [2048, 4096]:
     for order in ["fcfs", "cache-aware"]:
         r = results[capacity, order] = sim.simulate(trace, "radix", capacity=capacity, order=order)
-        print(f"{capacity:>12} {order:>12} {r.hit_rate:>9.1%} {r.preemptions:>11} {r.throughput:>15.0f}")
+        print(f"{capacity:>12} {order:>12} {r.hit_rate:>9.1%} {r.preemptions:>11} {r.mean_batch:>10.1f} "
+              f"{r.throughput:>15.0f}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -371,6 +373,11 @@ for capacity in [2048, 4096]:
     print(f"{capacity} slots: cache-aware hits more than FCFS: {aware.hit_rate > fcfs.hit_rate}; "
           f"within 5 points of the best possible: {aware.hit_rate > best - 0.05}; "
           f"more tokens/s: {aware.throughput > fcfs.throughput}")
+    if aware.preemptions > fcfs.preemptions:
+        print(f"  but more preemptions ({aware.preemptions} against {fcfs.preemptions}): requests sharing a cached prefix\n"
+              f"  need few new slots each, so {aware.mean_batch:.1f} run at once on average against {fcfs.mean_batch:.1f};"
+              f" each grows\n  by a token a step, and the fuller pool runs out more often. A preempted request's\n"
+              f"  re-prefill mostly hits, so the hit rate does not pay for it.")
 
 # %% [markdown]
 # **Try it.** A smaller trace (100 requests, 8 system prompts of 200 tokens), simulated once at
@@ -380,7 +387,29 @@ for capacity in [2048, 4096]:
 # %%
 from kvlab.viz import SchedulingControl
 
-SchedulingControl(pool_size=1024, order="cache-aware")
+control = SchedulingControl(pool_size=1024, order="cache-aware")
+control
+
+# %% [markdown]
+# At the largest pool the two orders end a few points under the best possible (dashed). Why,
+# from the runs behind the chart:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+largest = control.sizes[-1]
+run = control.runs[largest, "cache-aware"]
+hits = [rec.hit_tokens for rec in run.records if rec.hit_tokens]
+first = control.trace.requests[0].prompt                       # its system prompt: what it shares with the others
+prefix = max(next((i for i, (a, b) in enumerate(zip(first, q.prompt)) if a != b), min(len(first), len(q.prompt)))
+             for q in control.trace.requests[1:])
+print(f"{largest} slots: cache-aware {run.hit_rate:.1%}, FCFS {control.runs[largest, 'fcfs'].hit_rate:.1%}, "
+      f"best possible {control.optimum:.1%}; {run.preemptions} preemptions.")
+print(f"The simulated radix cache shares whole blocks of {run.block_size} tokens: a later request reuses at most\n"
+      f"{max(hits)} tokens of its {prefix}-token system prompt and computes the other {prefix - max(hits)} again.")
+lost = sum(prefix - min(h, prefix) for h in hits)
+print(f"{len(hits)} requests x about {prefix - max(hits)} tokens = {lost} tokens, {lost / run.prompt_tokens:.1%} of the "
+      f"{run.prompt_tokens} prompt tokens;\nthe gap to the best possible (which counts single tokens) is "
+      f"{control.optimum - run.hit_rate:.1%}.")
 
 # %% [markdown]
 # ## 6. Exercises
@@ -431,12 +460,17 @@ check.lru_evict(lru_evict)
 # %% [markdown]
 # ### Exercise 2: lock a path
 #
-# Implement `inc_lock_ref(node)`: add one lock to `node` and to every ancestor **below** the
-# root (the root, whose `parent` is `None`, is never touched). Return the change of the
-# evictable size: minus the number of tokens (`len(n.key)`) of each node that was unlocked
-# (`lock_ref == 0`) before this call. Already locked nodes were already protected: they change
-# nothing. The checker compares the returned value and every node's `lock_ref` with
-# `RadixCache.inc_lock_ref` on a copy of the tree.
+# A request starts running on the cached prefix that ends at `node`. Implement
+# `inc_lock_ref(node)`: protect that prefix from eviction for as long as the request runs (the
+# tree counts this with `lock_ref`, one per running request; the root is never locked), and
+# return how the **evictable size** (tokens eviction could still take) changes because of this
+# call. Design it yourself; the checker compares the returned value and every node's `lock_ref`
+# with `RadixCache.inc_lock_ref` on copies of trees where other requests already lock parts of
+# the path.
+#
+# Predict first: a path root -> `A` (3 tokens) -> `B` (2 tokens) -> `C` (4 tokens), where another
+# running request already holds `A` -> `B`. What does locking `C` return, and what is each
+# node's `lock_ref` afterwards?
 
 # %% tags=["exercise-stub"]
 def inc_lock_ref(node):
@@ -449,14 +483,14 @@ check.inc_lock_ref(inc_lock_ref)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Walk up through `node.parent`. The root is the one node whose parent is `None`; it is never
-# locked, so stop before it.
+# The request reads its whole prefix, not only the tokens of `node`. And the evictable size
+# counts every unlocked node, leaf or not: which nodes must it stop counting?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# A node that was already locked was already protected: the evictable size changes only for
-# the nodes that go from unlocked to locked. So look at each node's count before you change it.
+# In the prediction above, which of the 9 tokens were already out of eviction's reach before
+# the call? Does a second lock on a node protect anything more?
 # </details>
 
 # %% [markdown]

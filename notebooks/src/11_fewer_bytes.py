@@ -64,7 +64,8 @@ print(f"DeepSeek-V3 (671B parameters) keeps {v3.bytes_per_token:,} B per token, 
 # tokens are cold"*, and imagines the hot ones in SRAM. Two different things hide in "hot":
 # how often a token's K and V are **read**, and how much **attention** a token receives. We
 # measure both on SmolLM2-135M-Instruct (loaded from its GGUF file; about 4 s), on a chat
-# prompt made of about 200 tokens of the standard library's documentation and a question,
+# prompt made of a 200-token passage of the standard library's documentation and a question
+# (with the chat template around them the prompt is longer: its length is printed below),
 # over 8 greedy decode steps with the full cache.
 
 # %%
@@ -92,7 +93,9 @@ from kvlab.viz.kv_compress_view import attention_figure
 attention_figure(profile)
 
 # %%
-print(profile.verdict())
+from textwrap import fill                                      # long sentences wrap between words, not inside them
+
+print(fill(profile.verdict(), 96))
 s = profile.shares()
 
 # %% [markdown]
@@ -313,7 +316,7 @@ print(format_results(rows))
 # %% [markdown]
 # The one picture of the lesson: memory kept against perplexity (left), bytes read per step
 # against agreement with the full cache (right), every method, this run. Methods that land on
-# the same spot are drawn as an open shape around a filled one; the legend names them. With
+# the same spot are drawn as an open shape around a filled one and named on the spot. With
 # this small sample, read only the big gaps: which methods keep a quarter of the memory, which
 # read a quarter of the bytes, and which change the greedy tokens.
 
@@ -323,50 +326,58 @@ from kvlab.viz.kv_compress_view import tradeoff_figure
 tradeoff_figure(rows)
 
 # %%
+def say(text):
+    print(fill(text, 96, subsequent_indent="  "))
+
+
 full = rows[0]
 best = max(rows[1:], key=lambda r: (r.agreement, -abs(r.ppl - full.ppl)))
 small = min(rows[1:], key=lambda r: r.kv_bytes)
-print(f"Closest to the full cache: {best.label} ({best.agreement:.0%} of greedy tokens equal, perplexity "
-      f"{best.ppl:.2f} vs {full.ppl:.2f}) with {best.kv_bytes / full.kv_bytes:.0%} of its KV memory.")
-print(f"Smallest cache: {small.label}, {small.kv_bytes / full.kv_bytes:.0%} of the memory, "
-      f"{small.agreement:.0%} of greedy tokens equal, perplexity {small.ppl:.2f}.")
+say(f"Closest to the full cache: {best.label} ({best.agreement:.0%} of greedy tokens equal, perplexity "
+    f"{best.ppl:.2f} vs {full.ppl:.2f}) with {best.kv_bytes / full.kv_bytes:.0%} of its KV memory.")
+say(f"Smallest cache: {small.label}, {small.kv_bytes / full.kv_bytes:.0%} of the memory, "
+    f"{small.agreement:.0%} of greedy tokens equal, perplexity {small.ppl:.2f}.")
 by = {r.label.split()[0]: r for r in rows}
 q = by["quest"]
-print(f"Quest (paper) keeps all {q.kv_bytes / full.kv_bytes:.0%} of the memory but reads "
-      f"{q.read_bytes_per_step / full.read_bytes_per_step:.0%} of the bytes per step (its two dense layers "
-      f"included; the shared variant {by['quest-shared'].read_bytes_per_step / full.read_bytes_per_step:.0%}).")
+say(f"Quest (paper) keeps all {q.kv_bytes / full.kv_bytes:.0%} of the memory but reads "
+    f"{q.read_bytes_per_step / full.read_bytes_per_step:.0%} of the bytes per step (its two dense layers "
+    f"included; the shared variant {by['quest-shared'].read_bytes_per_step / full.read_bytes_per_step:.0%}).")
 h = by["h2o"]
-print(f"H2O (paper) keeps {h.kv_bytes / full.kv_bytes:.0%} of the tokens' bytes per head, but its heads keep "
-      f"different tokens: the paged pool still holds {h.pool_bytes / full.pool_bytes:.0%} of the blocks.")
+say(f"H2O (paper) keeps {h.kv_bytes / full.kv_bytes:.0%} of the tokens' bytes per head, but its heads keep "
+    f"different tokens: the paged pool still holds {h.pool_bytes / full.pool_bytes:.0%} of the blocks.")
 ranked = sorted((r for r in rows[1:] if r.kind in ("paper", "variant")), key=lambda r: r.ppl)
-print("At 64 tokens, by perplexity (this small sample): " + ", ".join(f"{r.label} ({r.kind}) {r.ppl:.2f}"
-                                                                       for r in ranked))
+say("At 64 tokens, by perplexity (this small sample): " + ", ".join(f"{r.label} ({r.kind}) {r.ppl:.2f}"
+                                                                     for r in ranked))
 lower = [r.label for r in rows[1:] if r.ppl < full.ppl]
 if lower:
-    print(f"Perplexity below the full cache's ({', '.join(lower)}) is noise, not a gain: {N_TOKENS} scored tokens are "
-          f"too few, and one token's probability moves the mean a lot; bench/bench_kv_compress.py scores more.")
+    say(f"Perplexity below the full cache's ({', '.join(lower)}) is noise, not a gain: {N_TOKENS} scored tokens are "
+        f"too few, and one token's probability moves the mean a lot; bench/bench_kv_compress.py scores more.")
 
 # %% [markdown]
 # ## 6. Where dropping breaks: a fact in the middle
 #
 # Attention mass is small in the middle *on average*, but a question can make one middle token
 # matter. A prompt of about 300 tokens of documentation hides "the secret code of the vault is
-# 7391" in its middle and asks for it at the end; each method (the papers' first, then the
-# variants) gets 12 greedy tokens, just enough for the full cache's answer:
+# 7391" in its middle and asks for it at the end. The answer's first words, "The secret code of
+# the vault is" (what the full cache says first), are put in the model's mouth, at the end of
+# the prompt: each method (the papers' first, then the variants) then gets 6 greedy tokens,
+# enough for the number, instead of 12 for the whole sentence (each decode step runs the
+# whole model):
 
 # %%
 from kvlab.compute.kv_measure import needle, needle_prompt
 
-question = needle_prompt(tok, filler_tokens=300)
+ANSWER_START = "The secret code of the vault is"
+question = needle_prompt(tok, filler_tokens=300) + tok.encode(ANSWER_START)
 nstate = prefill(model, question, block_size=16)
 found = {}
 
 
 def ask(configs):
     for cfg in configs:
-        text = tok.decode(needle(model, question, cfg, max_tokens=12, block_size=16, state=nstate)).strip()
+        text = ANSWER_START + tok.decode(needle(model, question, cfg, max_tokens=6, block_size=16, state=nstate))
         found[cfg.label] = "7391" in text
-        print(f"{cfg.label:18s} {cfg.kind:9s} {'found' if found[cfg.label] else 'MISSED':7s} {text!r}")
+        print(f"{cfg.label:18s} {cfg.kind:9s} {'found' if found[cfg.label] else 'MISSED':7s} {text.strip()!r}")
 
 
 ask([full_cfg] + [CompressionConfig(m, 64, 16) for m in ("streaming", "h2o", "quest")])
@@ -385,10 +396,19 @@ ask([CompressionConfig(m, 64, 16) for m in ("streaming-orig", "h2o-block", "ques
 #
 # ### Exercise 1: which blocks StreamingLLM keeps
 #
-# Implement `streaming_keep(num_tokens, block_size, sink_tokens, window_tokens)`: the logical
-# blocks kept, ascending: the first `ceil(sink_tokens / block_size)` blocks (the sinks) and the
-# last `ceil(window_tokens / block_size)` blocks (the newest, partial one included), each once.
-# `ValueError` for a negative count, a block size below 1 or a window below 1.
+# StreamingLLM keeps the first `sink_tokens` tokens (the sinks) and a recent window, but a paged
+# pool keeps or drops whole blocks. Implement `streaming_keep(num_tokens, block_size,
+# sink_tokens, window_tokens)`, the logical blocks kept, ascending, by these rules:
+#
+# - a block that holds any sink token stays;
+# - the window is a memory budget of `window_tokens` slots, spent on whole blocks from the
+#   newest one back; the newest block costs a whole block even when it is only partly filled,
+#   and a budget that does not fill a block still buys it;
+# - each block is kept once; `ValueError` for a negative count, a block size below 1 or a
+#   window below 1.
+#
+# Predict first: 30 tokens in blocks of 4, 5 sinks, a window of 7. How many blocks are there,
+# which ones stay, and how many of the last 7 tokens are in them?
 
 # %% tags=["exercise-stub"]
 def streaming_keep(num_tokens, block_size, sink_tokens, window_tokens):
@@ -401,8 +421,8 @@ check.streaming_keep(streaming_keep)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Count blocks, not tokens: a sequence of `num_tokens` has `ceil(num_tokens / block_size)` blocks,
-# and a block that holds any sink token stays.
+# Draw the prediction's 30 tokens as blocks of 4. Where does the last block end, and which
+# block holds token 4 (the fifth sink)? Then write both counts for any sizes.
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -476,8 +496,8 @@ check.quantize_per_token(quantize_per_token)
 #
 # <details><summary>Hint 2</summary>
 #
-# Three roundings are at hand: `.to(torch.int8)` alone, `torch.round`, and adding one half before
-# `torch.floor`. Try each on 2.5, -2.5 and 0.5: which one meets "halfway goes to the upper level"?
+# Try `.to(torch.int8)` and `torch.round` on 2.5, -2.5 and 0.5. Does either send every
+# halfway value to the upper level?
 # </details>
 
 # %% [markdown]
@@ -485,20 +505,20 @@ check.quantize_per_token(quantize_per_token)
 
 # %%
 ratio = (s["sink_mass"] / s["sink_tokens"], s["recent_mass"] / s["recent_tokens"])
-print(f"- Access: each decode step read every position's K and V (max/min reads {s['reads_ratio']:.2f}): "
-      "not hot or cold by access (the notes: wrong).")
-print(f"- Recent tokens: the last {profile.recent} got {ratio[1]:.2f}x their share of attention "
-      f"(the notes: {'right' if ratio[1] > 1.05 else 'wrong'}, by attention).")
-print(f"- Early tokens: the first {profile.sinks} got {ratio[0]:.1f}x their share "
-      f"(the notes' 'cold': {'wrong, they are sinks' if ratio[0] > 2 else 'right here'}).")
+say(f"- Access: each decode step read every position's K and V (max/min reads {s['reads_ratio']:.2f}): "
+    "not hot or cold by access (the notes: wrong).")
+say(f"- Recent tokens: the last {profile.recent} got {ratio[1]:.2f}x their share of attention "
+    f"(the notes: {'right' if ratio[1] > 1.05 else 'wrong'}, by attention).")
+say(f"- Early tokens: the first {profile.sinks} got {ratio[0]:.1f}x their share "
+    f"(the notes' 'cold': {'wrong, they are sinks' if ratio[0] > 2 else 'right here'}).")
 q8 = next(r for r in rows if r.label == "int8")
-print(f"- int8 KV: {q8.kv_bytes / full.kv_bytes:.0%} of the fp32 cache's bytes, {q8.agreement:.0%} of greedy "
-      f"tokens equal, perplexity {q8.ppl:.2f} vs {full.ppl:.2f}.")
+say(f"- int8 KV: {q8.kv_bytes / full.kv_bytes:.0%} of the fp32 cache's bytes, {q8.agreement:.0%} of greedy "
+    f"tokens equal, perplexity {q8.ppl:.2f} vs {full.ppl:.2f}.")
 lost = [k for k, v in found.items() if not v]
 if not found["full"]:
-    print("- The needle: even the full cache missed the fact in this run (a 135M model).")
+    say("- The needle: even the full cache missed the fact in this run (a 135M model).")
 else:
-    print(f"- The needle: the full cache found the fact; {', '.join(lost) if lost else 'no method'} lost it.")
+    say(f"- The needle: the full cache found the fact; {', '.join(lost) if lost else 'no method'} lost it.")
 
 # %% [markdown]
 # ## Summary
