@@ -49,6 +49,7 @@ COPY_ROOM = 0.95  # under the pool: room for copy-on-write arcs
 ROW_STRETCH = 1.2  # px per grid unit down, relative to across: room for three lines of label in a block
 CLASSROOM_DRAWING_PX = 400  # classroom mode: the drawing's height budget (title, legend and controls come on top)
 CLASSROOM_MIN_CELL_PX = 72  # ... but a block never narrower than three lines of 16 px labels need
+CLASSROOM_GAP, CLASSROOM_COPY_ROOM = 0.85, 0.75  # classroom mode: the gaps shrink, not the blocks (599 px)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class MapGeometry:
     width: int
     height: int
     legend_ids: tuple[str, ...]  # every id that colours something in some frame
+    copy_units: float = COPY_ROOM  # grid units under the pool for the copy arcs (when copy_room)
 
     @property
     def cell_px(self) -> float:
@@ -73,7 +75,7 @@ class MapGeometry:
 
     @property
     def y_range(self) -> list[float]:
-        bottom = self.pool_y0 + self.layout.rows - 0.5 + (COPY_ROOM if self.copy_room else 0.0)
+        bottom = self.pool_y0 + self.layout.rows - 0.5 + (self.copy_units if self.copy_room else 0.0)
         return [bottom, -0.5]
 
     def legend(self, colors: dict[str, str]) -> dict[str, str]:
@@ -127,11 +129,12 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
         row0[h] = y
         y += max(1, -(-longest[h] // cols)) * TABLE_PITCH
     table_height = y
-    pool_y0 = table_height - TABLE_PITCH + TABLE_CELL_H / 2 + GAP if holders else 0.0
+    gap, copy_units = (CLASSROOM_GAP, CLASSROOM_COPY_ROOM) if th.high_contrast else (GAP, COPY_ROOM)
+    pool_y0 = table_height - TABLE_PITCH + TABLE_CELL_H / 2 + gap if holders else 0.0
     left = _label_px(holders) if holders else layout.margin[0]
     right, top, bottom = layout.margin[1], layout.margin[2], layout.margin[3]
     cell = min((th.grid_width - left - right) / cols, 110.0 if th.high_contrast else 80.0)
-    units = (pool_y0 + layout.rows + (COPY_ROOM if copies else 0.0)) if holders or copies else layout.rows
+    units = (pool_y0 + layout.rows + (copy_units if copies else 0.0)) if holders or copies else layout.rows
     if th.high_contrast:  # a projector shows 599 px: keep the drawing (and a stepper's controls) on one screen
         stretch = ROW_STRETCH if layout.show_text else 1.0
         cell = min(cell, max(CLASSROOM_DRAWING_PX / (units * stretch), CLASSROOM_MIN_CELL_PX))  # never wider than fits
@@ -139,7 +142,7 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
     height = int(round(cell * units * (ROW_STRETCH if layout.show_text else 1.0))) + top + bottom
     legend_ids = tuple(sorted(ids | {h for h in holders if h != "tree"})) + (("tree",) if "tree" in holders else ())
     return MapGeometry(layout, tuple(holders), row0, table_height, round(pool_y0, 6), bool(copies),
-                       (left, right, top, bottom), width, height, legend_ids)
+                       (left, right, top, bottom), width, height, legend_ids, copy_units)
 
 
 def _cell_xy(i: int, cols: int, y0: float) -> tuple[float, float]:
@@ -352,7 +355,7 @@ def copy_arc(data: dict[str, Any], geom: MapGeometry, src: int, dst: int, points
     x0, x1 = float(data["x"][src]), float(data["x"][dst])
     y0 = geom.pool_y0 + data["y"][src] + CELL_H / 2
     y1 = geom.pool_y0 + data["y"][dst] + CELL_H / 2
-    cy = max(y0, y1) + COPY_ROOM * 0.8
+    cy = max(y0, y1) + geom.copy_units * 0.8
     xs, ys = [], []
     for k in range(points):
         t = k / (points - 1)

@@ -187,13 +187,12 @@ def _frame_height() -> int:
     return 590 if is_classroom() else 760
 
 
-def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], lab: Any = None) -> Any:
+def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], lab: Any = None) -> None:
     """In a live notebook the server's page itself (an IFrame of ``url``, the width of the output,
     as tall as the page); without one (static, the site: ``KVLAB_STATIC``), or once ``lab`` (a
     :class:`kvlab.serve.lab.Lab`) has stopped, the recorded ``states`` with a slider over them,
     said to be recorded. With ``lab`` the frame is replaced in place by the recording when the
-    servers stop (a notebook run top to bottom stops them in its last cell). Returns the display
-    handle (None when nothing live is shown)."""
+    servers stop (a notebook run top to bottom stops them in its last cell)."""
     from IPython.display import HTML, IFrame, display
 
     from .display import is_static
@@ -215,12 +214,11 @@ def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], la
             display(dashboard_stepper(states, captions))
         else:
             display(box)
-        return None
+        return
     handle = display(IFrame(url + ("?classroom=1" if is_classroom() else ""), width="100%", height=_frame_height()),
                      display_id=True)
     if lab is not None:
         lab.on_stop(lambda: handle.update(recorded("the servers have stopped")))
-    return handle
 
 
 def router_figure(views: dict[str, dict]) -> Any:

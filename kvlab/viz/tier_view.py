@@ -47,6 +47,7 @@ STATE_COLORS: dict[str, dict[str, str]] = {
     "node": {"new": "#ffffff", "device": HIT, "both": REQUEST_COLORS[9], "host": REQUEST_COLORS[2],
              "disk": REQUEST_COLORS[5], "evicted": "#bdbdbd"},
 }
+TAKEN = "#000000"  # an edge taken this step: bold black (red is the locked state's colour, one meaning each)
 COLOUR_WORDS = {FREE: "light grey", MISS: "blue", HIT: "green", HIGHLIGHT: "red", REQUEST_COLORS[0]: "orange",
                 REQUEST_COLORS[7]: "light orange", REQUEST_COLORS[9]: "light cyan", REQUEST_COLORS[2]: "cyan",
                 REQUEST_COLORS[5]: "brown", "#bdbdbd": "grey", "#ffffff": "white"}
@@ -99,7 +100,7 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any) -> Any:
         text = EDGE_LABELS[m][(src, dst)] + (f" ×{n}" if n else "")
         hot = (m, src, dst) in bold
         g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width),
-               color=HIGHLIGHT if hot else ("#444444" if n or counts is None else "#c8c8c8"),
+               color=TAKEN if hot else ("#444444" if n or counts is None else "#c8c8c8"),
                fontcolor="#000000" if n or counts is None else "#777777")
     return g
 
@@ -148,7 +149,7 @@ def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Seq
     """The state machine(s). ``machine``: "device", "host" or "node" (a ``graphviz.Digraph``,
     top to bottom) or "all" (a :class:`LifecycleFigure`: the three side by side, wrapping);
     ``counts``: ``{(machine, src, dst): n}`` (a tracker's ``counts``) written on the edges;
-    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold red (one step of a run)."""
+    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold black (one step of a run)."""
     names = list(MACHINES) if machine == "all" else [machine]
     if any(m not in MACHINES for m in names):
         raise ValueError(f"machine must be one of {sorted(MACHINES)} or 'all', got {machine!r}")
@@ -300,7 +301,7 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
 def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "simulated",
                  graph: bool = False) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
-    diagram of the machines that step changed, its transitions bold red, the run's counts so far."""
+    diagram of the machines that step changed, its transitions bold black, the run's counts so far."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
@@ -317,7 +318,7 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         touched = [m for m in MACHINES if any(t[0] == m for t in f.extra["taken"])] or ["node"]
         graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme()) for m in touched]
         title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
-                 "its edges bold red")
+                 "its edges bold black")
         return LifecycleFigure(graphs, title).html()  # one screen: only what the step touched
 
     return Stepper(frames, render, static=static, title="tiers")
@@ -379,8 +380,28 @@ def _tree_layout(tree: Any) -> dict[int, tuple[float, float]]:
 
 
 def _tree_box_px(th: Any) -> int:
-    """A tree node's box in px: two lines of label ("[A]", "24 tok") at the theme's font size."""
-    return th.font_size * 4
+    """A tree node's box in px: two lines of label ("[A]", "24 tok") at the theme's font size
+    (a little tighter on a projector, where the stepper and its figure share 599 px)."""
+    return int(th.font_size * (3.6 if th.high_contrast else 4))
+
+
+_LEVEL = 1.2  # a level of the tree: a box and a fifth of one between two levels (the boxes never merge)
+
+
+def _tree_plot(tree_depth: float, th: Any) -> tuple[int, int, int]:
+    """(top margin, bottom margin, figure height) in px for a tree ``tree_depth`` levels deep
+    (root 0). On a projector the legend goes under the plot, so the title alone sits on top."""
+    top, bottom = (60, 50) if th.high_contrast else (110, 10)
+    plot = int((tree_depth + 1.1) * _tree_box_px(th) * _LEVEL)
+    return top, bottom, max(420, top + bottom + plot)
+
+
+def _edge_points(pos: dict, parent: int, child: int, half_label: float) -> tuple[list, list]:
+    """An edge from under the parent's label to over the child's (``half_label``: half a label's
+    height, in y units): never through either label (the boxes are drawn over the ends)."""
+    (x0, y0), (x1, y1) = pos[parent], pos[child]
+    t = min(0.45, half_label / max(abs(y1 - y0), 1e-9))
+    return [x0 + (x1 - x0) * t, x1 - (x1 - x0) * t, None], [y0 + (y1 - y0) * t, y1 - (y1 - y0) * t, None]
 
 
 def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | None = None, title: str = "Where each node's KV lives",
@@ -400,11 +421,14 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
     pos = _tree_layout(tree)
     name = {n.id: f"[{labels.get(n.id, n.id)}]" for n in tree.nodes}
     fig = go.Figure()
+    depth = -min(y for _, y in pos.values())
+    m_top, m_bottom, height = _tree_plot(depth, th)
+    half_label = _tree_box_px(th) * 0.38 / ((height - m_top - m_bottom) / (depth + 1.1))  # two lines of label, in y units
     ex, ey = [], []
     for n in tree.nodes:
-        (x0, y0), (x1, y1) = pos[n.parent_id], pos[n.id]
-        ex += [x0, x1, None]
-        ey += [y0, y1, None]
+        xs, ys = _edge_points(pos, n.parent_id, n.id, half_label)
+        ex += xs
+        ey += ys
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#888", width=th.line_width), hoverinfo="skip",
                              showlegend=False, xaxis="x", yaxis="y"))
     ids = [0] + [n.id for n in tree.nodes]
@@ -436,19 +460,15 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
                                  marker=dict(symbol="square", size=14, color=colors.get(p, FREE),
                                              line=dict(width=1, color="#444"))))
     host_rows = -(-len(snap.host_states) // cols)
-    depth = -min(y for _, y in pos.values())
     leaves = max(x for x, _ in pos.values()) + 1
-    top = 110 + (20 if th.high_contrast else 0)
-    # a level of the tree at least a box and a gap tall (in classroom mode the boxes of two levels merged)
-    height = max(420 + (60 if th.high_contrast else 0), int(top + 10 + (depth + 1.1) * _tree_box_px(th) * 1.25))
     fig.update_layout(
         title=dict(text=_title(title, source, snap.caption if caption else ""), font=dict(size=th.title_size),
                    yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
         width=_width(), height=height,
-        margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white",
+        margin=dict(l=10, r=10, t=m_top, b=m_bottom), plot_bgcolor="white",
         font=dict(size=th.font_size), showlegend=True,
-        legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom", font=dict(size=th.font_size),
-                    maxheight=120),
+        legend=dict(orientation="h", x=0, xanchor="left", y=-0.01 if th.high_contrast else 1.02,
+                    yanchor="top" if th.high_contrast else "bottom", font=dict(size=th.font_size), maxheight=120),
         xaxis=dict(domain=[0, 0.5], range=[-0.7, leaves - 0.3], visible=False),
         yaxis=dict(range=[-depth - 0.6, 0.5], visible=False),
         xaxis2=dict(domain=[0.56, 1], range=[-1.9, cols - 0.4], visible=False),
