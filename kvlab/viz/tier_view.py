@@ -47,7 +47,7 @@ STATE_COLORS: dict[str, dict[str, str]] = {
     "node": {"new": "#ffffff", "device": HIT, "both": REQUEST_COLORS[9], "host": REQUEST_COLORS[2],
              "disk": REQUEST_COLORS[5], "evicted": "#bdbdbd"},
 }
-TAKEN = "#000000"  # an edge taken this step: bold black (red is the locked state's colour, one meaning each)
+TAKEN = "#7b1fa2"  # an edge taken this step: bold purple (red is the locked state's colour; no state is purple)
 COLOUR_WORDS = {FREE: "light grey", MISS: "blue", HIT: "green", HIGHLIGHT: "red", REQUEST_COLORS[0]: "orange",
                 REQUEST_COLORS[7]: "light orange", REQUEST_COLORS[9]: "light cyan", REQUEST_COLORS[2]: "cyan",
                 REQUEST_COLORS[5]: "brown", "#bdbdbd": "grey", "#ffffff": "white"}
@@ -81,15 +81,18 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
 _TITLES = {"device": "a device (GPU) block", "host": "a host (DRAM) block", "node": "a radix node's KV (placement)"}
 
 
-def _machine_graph(m: str, counts: dict | None, bold: set, th: Any) -> Any:
-    """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others)."""
+def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None) -> Any:
+    """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others);
+    ``font_pt``: its text size (default the theme's, 4 pt more on a projector; given: ranks closer
+    too, a compact diagram for a stepper on a projector)."""
     import graphviz
 
-    fs = str(th.font_size + (4 if th.high_contrast else 0))
+    fs = str(font_pt or th.font_size + (4 if th.high_contrast else 0))
     g = graphviz.Digraph(f"lifecycle_{m}", format="svg")
     g.attr(label=f"<<b>{_TITLES[m]}</b>>", labelloc="t", fontsize=fs, fontname="Helvetica,Arial,sans-serif",
-           rankdir="TB", nodesep="0.25", ranksep="0.35", bgcolor="white", margin="0.05")
-    g.attr("node", shape="box", style="rounded,filled", fontsize=fs, fontname="Helvetica,Arial,sans-serif")
+           rankdir="TB", nodesep="0.25", ranksep="0.22" if font_pt else "0.35", bgcolor="white", margin="0.05")
+    g.attr("node", shape="box", style="rounded,filled", fontsize=fs, fontname="Helvetica,Arial,sans-serif",
+           **({"height": "0.3", "margin": "0.08,0.03"} if font_pt else {}))
     g.attr("edge", fontsize=fs, fontname="Helvetica,Arial,sans-serif", arrowsize="0.7")
     for s in MACHINES[m]:
         shape = "circle" if s == "new" else "box"
@@ -149,7 +152,7 @@ def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Seq
     """The state machine(s). ``machine``: "device", "host" or "node" (a ``graphviz.Digraph``,
     top to bottom) or "all" (a :class:`LifecycleFigure`: the three side by side, wrapping);
     ``counts``: ``{(machine, src, dst): n}`` (a tracker's ``counts``) written on the edges;
-    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold black (one step of a run)."""
+    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold purple (one step of a run)."""
     names = list(MACHINES) if machine == "all" else [machine]
     if any(m not in MACHINES for m in names):
         raise ValueError(f"machine must be one of {sorted(MACHINES)} or 'all', got {machine!r}")
@@ -301,12 +304,19 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
 def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "simulated",
                  graph: bool = False) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
-    diagram of the machines that step changed, its transitions bold black, the run's counts so far."""
+    diagram of the machines that step changed, its transitions bold purple, the run's counts so far.
+    On a projector (classroom mode) each machine a step changed is a frame of its own, drawn
+    smaller, so that the stepper and its diagram fit one 599 px screen."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
-    frames = [Frame(s, s.caption, extra={"taken": t, "i": i})
-              for i, (s, t) in enumerate(zip(rec.snapshots, rec.taken))]
+    split = graph and theme().high_contrast  # a projector: one machine per frame
+    frames = []
+    for i, (s, t) in enumerate(zip(rec.snapshots, rec.taken)):
+        touched = [m for m in MACHINES if any(x[0] == m for x in t)] or ["node"]
+        for ms in ([[m] for m in touched] if split else [touched]):
+            what = f" ({_TITLES[ms[0]]})" if split and len(touched) > 1 else ""
+            frames.append(Frame(s, s.caption + what, extra={"taken": t, "i": i, "machines": ms}))
 
     def render(f: Frame) -> Any:
         if not graph:
@@ -315,10 +325,11 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
-        touched = [m for m in MACHINES if any(t[0] == m for t in f.extra["taken"])] or ["node"]
-        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme()) for m in touched]
+        th = theme()
+        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 12 if split else None)
+                  for m in f.extra["machines"]]
         title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
-                 "its edges bold black")
+                 "its edges bold purple")
         return LifecycleFigure(graphs, title).html()  # one screen: only what the step touched
 
     return Stepper(frames, render, static=static, title="tiers")
