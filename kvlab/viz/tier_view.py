@@ -74,7 +74,7 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
              ("writing", "free"): "evict_host", ("backup", "host"): "device evicted", ("host", "backup"): "load_back",
              ("host", "free"): "evict_host"},
     "node": {("new", "device"): "insert", ("new", "both"): "split", ("new", "host"): "split", ("new", "disk"): "split",
-             ("device", "both"): "write (back up)", ("both", "host"): "evict", ("host", "both"): "load_back",
+             ("device", "both"): "back up", ("both", "host"): "evict", ("host", "both"): "load_back",
              ("host", "disk"): "evict_host (save)", ("disk", "device"): "load_back (fetch)",
              ("device", "evicted"): "evict", ("host", "evicted"): "evict_host", ("disk", "evicted"): "miss"},
 }

@@ -307,7 +307,8 @@ fig = go.Figure([go.Scatter(x=[r["mean_len"] for r in ln], y=[r["vllm/oracle"] f
                             mode="lines+markers", line_color=plots.SYSTEM_COLORS["orca-oracle"]),   # the systems' colours,
                  go.Scatter(x=[r["mean_len"] for r in ln], y=[r["vllm/max"] for r in ln], name="vs Orca (Max), by length",
                             mode="lines+markers", line_color=plots.SYSTEM_COLORS["orca-max"])])     # as in every figure here
-fig.update_layout(title="Paging's batch over the baselines' against the mean request length (simulated)",
+fig.update_layout(title="Paging's batch over the baselines'<br>against the mean request length (simulated)",  # 2 lines:
+                  margin=dict(t=90),                                                                  # a projector's width
                   xaxis=dict(title="mean request length (tokens)", type="log", tickvals=plots.log_tickvals([r["mean_len"] for r in ln])),
                   yaxis=dict(title="vLLM batch / baseline batch", type="log", tickvals=plots.log_tickvals(ys)), height=380,
                   template="plotly_white", font=dict(size=viz.theme().font_size))
