@@ -51,6 +51,7 @@ def _managers() -> dict[str, tuple[MemorySnapshot, int | None]]:
     cases["wrapped table, shuffled, 3 pool rows"] = (
         _snapshot(12, {"R1": [11, 0, 5, 9, 2, 7], "R2": [3, 8], "R3": [10, 4, 1, 6]}), 4)
     cases["last column"] = (_snapshot(4, {"A": [3, 0], "B": [0, 3, 2], "C": [1, 2, 3, 0]}), None)
+    cases["rows below still short"] = (_snapshot(6, {"R1": [0, 1, 2], "R2": [3], "R3": [4]}), None)
     return cases
 
 
@@ -169,3 +170,11 @@ def test_samples_of_one_prompt_cross_nowhere():
              for line in _polylines(t)]
     for a, b in itertools.combinations(lines, 2):
         assert not [pq for pq in itertools.product(zip(a, a[1:]), zip(b, b[1:])) if _meet(*pq[0], *pq[1])], (a, b)
+
+
+def test_an_arrow_with_no_cell_below_goes_straight_down():
+    """Lesson 04's stepper: at its first step only R1 has cells, and its arrows ran down the gaps
+    past the empty rows of R2 and R3, a detour around nothing."""
+    snap, cols = _managers()["rows below still short"]
+    r1 = [line for t in viz.memory_map_figure(snap, cols=cols).data if t.name == "R1 arrows" for line in _polylines(t)]
+    assert [len(line) for line in r1] == [6, 2, 2]  # L0 steps round R2's and R3's cells; L1, L2 drop straight

@@ -189,19 +189,24 @@ def _table_row(geom: MapGeometry, holder: str, i: int) -> int:
 
 
 def _heads(data: dict[str, Any], geom: MapGeometry) -> list[tuple[str, int, int, tuple]]:
-    """Each arrow's path from its cell to the channel's top: straight down from the last table
-    row; from a higher row a step sideways into a lane of the gap on the side of its block (the
-    higher the row, the farther out, so no step crosses a lane from above) and down the lane."""
+    """Each arrow's path from its cell to the channel's top: straight down when no cell of this
+    frame lies below it in its column (the last table row, or rows still empty); else a step
+    sideways into a lane of the gap on the side of its block (the higher the row, the farther
+    out, so no step crosses a lane from above) and down the lane."""
     cols = geom.layout.cols
     rows = round(geom.table_height / TABLE_PITCH)
     top = geom.table_height - TABLE_PITCH + TABLE_CELL_H / 2  # the channel's top: under the last row
+    lowest: dict[int, int] = {}  # column -> the lowest table row with a cell in it (this frame)
+    for h in geom.holders:
+        for i in range(len(data["tables"].get(h, ()))):
+            lowest[i % cols] = max(lowest.get(i % cols, -1), _table_row(geom, h, i))
     out = []
     for h in geom.holders:
         for i, b in enumerate(data["tables"].get(h, ())):
             x0, y0 = _cell_xy(i, cols, geom.row0[h])
             y0 += TABLE_CELL_H / 2
             r = _table_row(geom, h, i)
-            if r == rows - 1:
+            if r == lowest[i % cols]:
                 head = ((x0, y0), (x0, top))
             else:
                 side = 1 if data["x"][b] > x0 else -1
