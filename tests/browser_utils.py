@@ -401,9 +401,9 @@ _LAYOUT_JS = """([minPx]) => {
 _PICTURE_JS = """([windowPx]) => {
     const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')];
     const found = [];
-    const visible = el => {
+    const visible = (el, thin = false) => {  // thin: a flat or upright line (its box is 0 px one way) counts
         const r = el.getBoundingClientRect();
-        if (r.width < 1 || r.height < 1) return false;
+        if (thin ? (r.width < 1 && r.height < 1) : (r.width < 1 || r.height < 1)) return false;
         const st = getComputedStyle(el);
         return st.visibility !== 'hidden' && st.display !== 'none' && parseFloat(st.opacity || '1') > 0.05
             && !el.closest('defs, clipPath, mask, .hoverlayer, .modebar');
@@ -528,7 +528,7 @@ _PICTURE_JS = """([windowPx]) => {
                 && !el.closest('.kvlab-stepper') && !el.querySelector('.slider-container, .updatemenu-container')).forEach(plot => {
                 const drawn = new Set();
                 plot.querySelectorAll('.main-svg path, .main-svg rect, .main-svg line').forEach(el => {
-                    if (el.closest('.legend, .hoverlayer, .bg, .modebar, defs, clipPath') || !visible(el)) return;
+                    if (el.closest('.legend, .hoverlayer, .bg, .modebar, defs, clipPath') || !visible(el, true)) return;
                     const st = getComputedStyle(el);
                     if (colour(st.fill) && parseFloat(st.fillOpacity || '1') > 0.05) drawn.add(colour(st.fill));
                     if (colour(st.stroke) && parseFloat(st.strokeWidth || '0') > 0) drawn.add(colour(st.stroke));

@@ -148,3 +148,11 @@ def test_rate_widget_hands_the_static_site_every_state_of_its_grid_as_data(monke
     from kvlab.viz.explorer import explorer_from_bundle
 
     assert 'data-states="6"' in explorer_from_bundle(shown[0]["application/vnd.kvlab.explorer+json"])
+
+
+def test_one_seed_draws_no_interval():
+    """Issue 28, the review of 09's appendix: a "95% interval" drawn from one seed. One seed: no
+    error bar, and the legend says one seed."""
+    one = rp.vllm_batched_requests("sharegpt", 200, seeds=(0,))
+    simd = plots.compare_bars(one, "mean batched requests", rows=[0, 1, 2, 3]).data[1]
+    assert simd.error_y.visible is False and simd.name == "simulated (one seed: no interval)"

@@ -174,7 +174,7 @@ def test_the_radix_tree_is_a_holder_too():
     fig = viz.memory_map_figure(snap)
     tree = next(t for t in fig.data if t.name == "tree arrows")
     shared = [b for b in range(8) if snap.ref_count[b] > 1]
-    assert shared and {round(x) for x in tree.x[1::3]} >= set(shared)  # the tree points at the shared pages
+    assert shared and {round(line[-1][0]) for line in _polylines(tree)} >= set(shared)  # the tree points at the shared pages
     assert "<b>radix tree</b>" in [a.text for a in fig.layout.annotations]
 
 

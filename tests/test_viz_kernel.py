@@ -113,7 +113,17 @@ def test_stepper_draws_only_the_reads_done_so_far():
     s = viz.kernel_access_stepper(snap, "R1", static=True)
     s.go(1)
     fig = s.figure()
-    assert len(fig.layout.shapes) == 1 and "read so far: 2 of 5 blocks" in fig.layout.title.subtitle.text
+    assert len(fig.layout.shapes) == 1 and "read so far: 2 of 5 blocks" in s.caption
+
+
+def test_the_stepper_counts_its_steps_once():
+    """Issue 28, the review of lesson 05 (cell 8): "step 2 / 5" in the stepper's caption, and
+    "iteration 2/5" in it and again under the figure's title."""
+    s = viz.kernel_access_stepper(scattered().snapshot(), "R1", static=True)
+    s.go(1)
+    assert "iteration" not in s.caption and s.caption.startswith("the program reads L1")
+    assert not s.figure().layout.title.subtitle.text
+    assert "iteration 2/5" in viz.kernel_access_figure(scattered().snapshot(), "R1", iteration=1).layout.title.subtitle.text
 
 
 def test_tile_size_is_in_the_title():

@@ -145,3 +145,31 @@ def test_steppers_print_the_caption_once(run):
     g = V.tier_stepper(rec, static=True, graph=True)
     g.go(1)
     assert rec.snapshots[1].caption not in g.figure()
+
+
+def test_one_meaning_per_colour_and_one_projector_screen(run):
+    """Issue 28, the review of lesson 10: red meant both "locked" and "taken this step"; in
+    classroom mode the tree stepper's figure was 599 px and the diagram stepper 793 px (with
+    its controls), more than a projector's 599 px."""
+    import re
+
+    import kvlab.viz as viz
+
+    _cm, rec, spans = run
+    states = {c for m in V.STATE_COLORS.values() for c in m.values()}
+    assert V.TAKEN not in states
+    taken = V.lifecycle_graph("device", None, [("device", "free", "allocated")]).source
+    assert f'color="{V.TAKEN}"' in taken
+    viz.classroom(True)
+    try:
+        fig = V.tier_tree_figure(rec.trees[-1], rec.snapshots[-1], V.majority_labels(rec.trees[-1], spans))
+        steps = V.tier_stepper(rec, static=True, graph=True)
+        heights = []
+        for i in range(len(steps)):
+            steps.go(i)
+            assert len(steps.frame.extra["machines"]) == 1  # one machine a frame on a projector
+            heights += [float(h) for h in re.findall(r'viewBox="[0-9.-]+ [0-9.-]+ [0-9.]+ ([0-9.]+)"', steps.render(steps.frame))]
+    finally:
+        viz.classroom(False)
+    assert fig.layout.height <= 510
+    assert max(heights) * 4 / 3 <= 460  # the tallest diagram in px, leaving room for the controls and caption

@@ -46,6 +46,7 @@ class Lab:
     model: str
     router: Router | None = None
     _stopped: bool = field(default=False, repr=False)
+    _on_stop: list = field(default_factory=list, repr=False)
 
     @property
     def urls(self) -> list[str]:
@@ -80,6 +81,17 @@ class Lab:
                 e.check_integrity()
             w.loop.call(empty)
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def on_stop(self, callback) -> None:
+        """Call ``callback()`` once the servers have stopped (lesson 12's dashboard frame turns
+        into its recording then); a callback that raises is reported, and the others still run."""
+        if not callable(callback):
+            raise TypeError(f"on_stop needs a callable, got {callback!r}")
+        self._on_stop.append(callback)
+
     def stop(self) -> None:
         if self._stopped:
             return
@@ -88,6 +100,11 @@ class Lab:
             self.router.stop()
         for w in self.workers:
             w.stop()
+        for callback in self._on_stop:
+            try:
+                callback()
+            except Exception as e:  # noqa: BLE001 - the servers are down whatever a picture does
+                print(f"after stopping: {callback!r} failed: {type(e).__name__}: {e}")
 
 
 def start_lab(workers: int = 1, model: str = "bundled", num_blocks: int = 64, block_size: int = 4,

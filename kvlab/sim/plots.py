@@ -85,8 +85,10 @@ def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None,
         go.Bar(name="published", x=x, y=pub, marker=dict(color="#ffffff", line=dict(color="#000000", width=1.5)),
                texttemplate=fmt, textposition="outside"),
         # the label inside the bar, at its foot: outside, it sat under the error bar's whisker (issue 28)
-        go.Bar(name=f"simulated (mean of {n} seeds, 95% interval)", x=x, y=sim, marker_color="#404040",
-               error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo), texttemplate=fmt,
+        # one seed has no spread to show: then no error bar, and the legend says one seed
+        go.Bar(name=f"simulated (mean of {n} seeds, 95% interval)" if n > 1 else "simulated (one seed: no interval)",
+               x=x, y=sim, marker_color="#404040", texttemplate=fmt,
+               error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo, visible=n > 1),
                textposition="inside", insidetextanchor="start", textfont=dict(color="#ffffff"))])
     if spread is not None:
         if len(spread) != len(picked):

@@ -3,9 +3,10 @@
 The memory map (:mod:`kvlab.viz.memory_map`) draws the physical blocks. This module adds what
 points into them, as the translation widget draws one table: a row per holder (a sequence's block
 table, or the radix tree's blocks as the holder ``"tree"``) with a cell per logical block, ``L0
-L1 ...``, and an arrow from each cell down to its physical block (routed between the columns of
-the rows below, so it never runs through their labels: :func:`arrow_route`), so a block with ref
-count 2 has two arrows and both holders are named. A copy-on-write copy is drawn as an arc from the
+L1 ...``, and an arrow from each cell down to its physical block (routed in straight runs, down the
+gaps between columns and along a track of its own between the tables and the pool, so it crosses
+no label and no arrow it need not: :func:`arrow_routes`), so a block with ref count 2 has two
+arrows and both holders are named. A copy-on-write copy is drawn as an arc from the
 source block to its copy, under the pool, labelled "copy".
 
 :class:`MapGeometry` fixes where everything goes for a whole run (the holders of every frame get
@@ -22,8 +23,8 @@ Example:
     >>> g = map_geometry(grid_layout(6), [m.snapshot()])
     >>> g.holders, g.row0, g.pool_y0
     (('R1', 'R2'), {'R1': 0.0, 'R2': 0.75}, 2.33)
-    >>> arrows = table_arrows(memory_map_data(m.snapshot()), g)
-    >>> [(h, [(i, b) for i, b, *_ in a]) for h, a in arrows.items()]
+    >>> routes = arrow_routes(memory_map_data(m.snapshot()), g)
+    >>> [(h, [(i, b) for i, b, _ in a]) for h, a in routes.items()]
     [('R1', [(0, 0), (1, 1)]), ('R2', [(0, 0), (1, 1)])]
 """
 from __future__ import annotations
@@ -32,19 +33,23 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ..memory.snapshot import MemorySnapshot
-from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces, cell_label_px
+from .pool_grid import CELL_H, GridLayout, block_traces, cell_label_px
 from .palette import HIGHLIGHT, holder_color, theme, tint
 
-__all__ = ["MapGeometry", "map_geometry", "table_arrows", "arrow_route", "copy_arc", "frame_traces", "MAX_TABLE_HOLDERS"]
+__all__ = ["MapGeometry", "map_geometry", "arrow_routes", "copy_arc", "frame_traces", "MAX_TABLE_HOLDERS"]
 
 MAX_TABLE_HOLDERS = 8  # more holders than this: tables are not drawn (the hover still names them)
 TABLE_PITCH = 0.75  # grid units between table rows
 TABLE_CELL_H = 0.56
+TABLE_CELL_W = 0.8  # narrower than a pool block: the gaps between table columns carry the arrows down
+_TABLE_LANES = (0.42, 0.49)  # offsets from a column's centre where its arrows run down past the rows below
+_POOL_LANES = (0.46, 0.495)  # ... and down the pool's gaps into a lower pool row (a block is CELL_W wide)
 GAP = 1.3  # between the last table row and the pool: room for the arrows
 COPY_ROOM = 0.95  # under the pool: room for copy-on-write arcs
 ROW_STRETCH = 1.2  # px per grid unit down, relative to across: room for three lines of label in a block
 CLASSROOM_DRAWING_PX = 400  # classroom mode: the drawing's height budget (title, legend and controls come on top)
 CLASSROOM_MIN_CELL_PX = 72  # ... but a block never narrower than three lines of 16 px labels need
+CLASSROOM_GAP, CLASSROOM_COPY_ROOM = 0.85, 0.75  # classroom mode: the gaps shrink, not the blocks (599 px)
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class MapGeometry:
     width: int
     height: int
     legend_ids: tuple[str, ...]  # every id that colours something in some frame
+    copy_units: float = COPY_ROOM  # grid units under the pool for the copy arcs (when copy_room)
 
     @property
     def cell_px(self) -> float:
@@ -69,7 +75,7 @@ class MapGeometry:
 
     @property
     def y_range(self) -> list[float]:
-        bottom = self.pool_y0 + self.layout.rows - 0.5 + (COPY_ROOM if self.copy_room else 0.0)
+        bottom = self.pool_y0 + self.layout.rows - 0.5 + (self.copy_units if self.copy_room else 0.0)
         return [bottom, -0.5]
 
     def legend(self, colors: dict[str, str]) -> dict[str, str]:
@@ -123,11 +129,12 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
         row0[h] = y
         y += max(1, -(-longest[h] // cols)) * TABLE_PITCH
     table_height = y
-    pool_y0 = table_height - TABLE_PITCH + TABLE_CELL_H / 2 + GAP if holders else 0.0
+    gap, copy_units = (CLASSROOM_GAP, CLASSROOM_COPY_ROOM) if th.high_contrast else (GAP, COPY_ROOM)
+    pool_y0 = table_height - TABLE_PITCH + TABLE_CELL_H / 2 + gap if holders else 0.0
     left = _label_px(holders) if holders else layout.margin[0]
     right, top, bottom = layout.margin[1], layout.margin[2], layout.margin[3]
     cell = min((th.grid_width - left - right) / cols, 110.0 if th.high_contrast else 80.0)
-    units = (pool_y0 + layout.rows + (COPY_ROOM if copies else 0.0)) if holders or copies else layout.rows
+    units = (pool_y0 + layout.rows + (copy_units if copies else 0.0)) if holders or copies else layout.rows
     if th.high_contrast:  # a projector shows 599 px: keep the drawing (and a stepper's controls) on one screen
         stretch = ROW_STRETCH if layout.show_text else 1.0
         cell = min(cell, max(CLASSROOM_DRAWING_PX / (units * stretch), CLASSROOM_MIN_CELL_PX))  # never wider than fits
@@ -135,72 +142,217 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
     height = int(round(cell * units * (ROW_STRETCH if layout.show_text else 1.0))) + top + bottom
     legend_ids = tuple(sorted(ids | {h for h in holders if h != "tree"})) + (("tree",) if "tree" in holders else ())
     return MapGeometry(layout, tuple(holders), row0, table_height, round(pool_y0, 6), bool(copies),
-                       (left, right, top, bottom), width, height, legend_ids)
+                       (left, right, top, bottom), width, height, legend_ids, copy_units)
 
 
 def _cell_xy(i: int, cols: int, y0: float) -> tuple[float, float]:
     return float(i % cols), y0 + (i // cols) * TABLE_PITCH
 
 
-def table_arrows(data: dict[str, Any], geom: MapGeometry) -> dict[str, list[tuple[int, int, float, float, float, float]]]:
-    """Per holder: ``(logical block, physical block, x0, y0, x1, y1)`` arrows from its table cell
-    to the top of the physical block (holders drawn in ``geom`` only)."""
-    cols, out = geom.layout.cols, {}
-    into: dict[int, list[str]] = {}  # block -> the drawn holders pointing into it, in row order
+
+
+@dataclass(frozen=True)
+class _Arrow:
+    """One table arrow while it is routed: where it enters and leaves the channel between the
+    tables and the pool (x only; the channel's y range is fixed)."""
+
+    holder: str
+    logical: int
+    block: int
+    head: tuple[tuple[float, float], ...]  # from the cell down to the channel's top
+    tail: tuple[tuple[float, float], ...]  # from the channel's bottom to the block's top
+
+    @property
+    def xs(self) -> float:
+        return self.head[-1][0]
+
+    @property
+    def xt(self) -> float:
+        return self.tail[0][0]
+
+
+def _side(col: int, cols: int) -> int:
+    """Which gap a column's arrows use: the one on its right, the last column's on its left."""
+    return -1 if col == cols - 1 else 1
+
+
+def _lane(col: int, side: int, rank: float, lanes: tuple[float, float]) -> float:
+    """x of a lane in the gap right (``side`` 1) or left (-1) of ``col``: ``rank`` 0 (next to the
+    column) to 1 (the far side of its half of the gap)."""
+    lo, hi = lanes
+    return col + side * (lo + (hi - lo) * rank)
+
+
+def _table_row(geom: MapGeometry, holder: str, i: int) -> int:
+    """The global index of the table row that holds ``holder``'s logical block ``i``."""
+    return round((geom.row0[holder] + (i // geom.layout.cols) * TABLE_PITCH) / TABLE_PITCH)
+
+
+def _heads(data: dict[str, Any], geom: MapGeometry) -> list[tuple[str, int, int, tuple]]:
+    """Each arrow's path from its cell to the channel's top: straight down when no cell of this
+    frame lies below it in its column (the last table row, or rows still empty); else a step
+    sideways into a lane of the gap on the side of its block (the higher the row, the farther
+    out, so no step crosses a lane from above) and down the lane."""
+    cols = geom.layout.cols
+    rows = round(geom.table_height / TABLE_PITCH)
+    top = geom.table_height - TABLE_PITCH + TABLE_CELL_H / 2  # the channel's top: under the last row
+    lowest: dict[int, int] = {}  # column -> the lowest table row with a cell in it (this frame)
     for h in geom.holders:
-        for b in data["tables"].get(h, ()):
-            into.setdefault(b, []).append(h)
+        for i in range(len(data["tables"].get(h, ()))):
+            lowest[i % cols] = max(lowest.get(i % cols, -1), _table_row(geom, h, i))
+    out = []
     for h in geom.holders:
-        arrows = []
         for i, b in enumerate(data["tables"].get(h, ())):
             x0, y0 = _cell_xy(i, cols, geom.row0[h])
-            k, m = into[b].index(h), len(into[b])  # several arrows into one block land side by side
-            x1 = float(data["x"][b]) + (k - (m - 1) / 2) * min(0.2, 0.7 / m)
-            y1 = geom.pool_y0 + data["y"][b] - CELL_H / 2
-            arrows.append((i, b, x0, y0 + TABLE_CELL_H / 2, x1, y1))
-        out[h] = arrows
+            y0 += TABLE_CELL_H / 2
+            r = _table_row(geom, h, i)
+            if r == lowest[i % cols]:
+                head = ((x0, y0), (x0, top))
+            else:
+                side = 1 if data["x"][b] > x0 else -1
+                lane = _lane(i % cols, side, (rows - 1 - r - 0.5) / max(rows - 1, 1), _TABLE_LANES)
+                mid = y0 + (TABLE_PITCH - TABLE_CELL_H) / 2
+                head = ((x0, y0), (x0, mid), (lane, mid), (lane, top))
+            out.append((h, i, b, head))
     return out
 
 
-def arrow_route(arrow: tuple[int, int, float, float, float, float], geom: MapGeometry,
-                lane_shift: float = 0.0) -> list[tuple[float, float]]:
-    """The points of one table arrow, routed so it crosses no other row's labels.
+def _landings(heads: list[tuple[str, int, int, tuple]], data: dict[str, Any], geom: MapGeometry) -> list[_Arrow]:
+    """Each arrow's path from the channel's bottom into its block. Several arrows into one block
+    land side by side in the order they leave the tables (so they need not cross); an arrow into
+    a lower pool row runs down a lane in the gap beside its block's column (the deeper, the
+    farther out) and steps in above its block."""
+    cols = geom.layout.cols
+    pool_top = geom.pool_y0 - CELL_H / 2
+    into: dict[int, list[int]] = {}
+    for k, (_h, _i, b, head) in enumerate(heads):
+        into.setdefault(b, []).append(k)
+    land: dict[int, tuple[float, int, int]] = {}  # arrow -> (x on its block, rank in the block, arrows into it)
+    starts = [head[-1][0] for *_, head in heads]
+    for b, ks in into.items():
+        ks.sort(key=lambda k: starts[k])
+        m = len(ks)
+        for j, k in enumerate(ks):
+            x = float(data["x"][b]) + (j - (m - 1) / 2) * min(0.2, 0.7 / m)
+            if any(abs(x - s) < 1e-6 for n, s in enumerate(starts) if n != k):  # another arrow starts above:
+                x += 0.15 if starts[k] > x else -0.15                         # land beside it, not on its line
+            land[k] = (x, j, m)
+    deep: dict[int, list[int]] = {}  # column -> arrows into its lower rows
+    for k, (_h, _i, b, _head) in enumerate(heads):
+        if data["y"][b] > 0.5:
+            deep.setdefault(int(round(data["x"][b])), []).append(k)
+    lane: dict[int, float] = {}
+    for c, ks in deep.items():
+        ks.sort(key=lambda k: (data["y"][heads[k][2]], _side(c, cols) * land[k][0]))
+        for r, k in enumerate(ks):
+            lane[k] = _lane(c, _side(c, cols), (r + 0.5) / len(ks), _POOL_LANES)
+    out = []
+    for k, (h, i, b, head) in enumerate(heads):
+        x1, j, m = land[k]
+        top = pool_top + data["y"][b]
+        if k in lane:
+            jog = top - 0.02 - 0.12 * (m - j - 0.5) / m
+            tail = ((lane[k], pool_top), (lane[k], jog), (x1, jog), (x1, top))
+        else:
+            tail = ((x1, top),)
+        out.append(_Arrow(h, i, b, head, tail))
+    return out
 
-    An arrow from the last table row goes straight down to its block. One from a higher row
-    steps sideways under its cell into the lane between two columns (a cell is
-    :data:`~kvlab.viz.pool_grid.CELL_W` wide, so the lanes are empty), runs down the lane past
-    the last row, then to its block: it never passes through the label of a cell below.
-    ``lane_shift`` moves the lane a little, so the lanes of two holders do not coincide.
 
-    An arrow into a lower pool row runs down the gap beside its block's column the same way.
+def _above(a: _Arrow, b: _Arrow) -> bool | None:
+    """Whether ``a`` takes a higher track than ``b`` in the channel (None: either will do, as
+    their horizontal runs do not overlap). Two arrows running the same way cross nowhere when
+    the one heading farther that way runs higher; two running opposite ways over the same
+    stretch swap order and cross once whatever the tracks, and the one starting where the
+    other ends runs higher, so that their vertical runs never overlap."""
+    eps = 1e-9
+    lo_a, hi_a = sorted((a.xs, a.xt))
+    lo_b, hi_b = sorted((b.xs, b.xt))
+    if hi_a < lo_b - eps or hi_b < lo_a - eps or hi_a - lo_a < eps or hi_b - lo_b < eps:
+        return None
+    right_a, right_b = a.xt > a.xs, b.xt > b.xs
+    if right_a == right_b:
+        return a.xt > b.xt if right_a else a.xt < b.xt
+    if abs(a.xs - b.xt) < 1e-6:
+        return True
+    if abs(b.xs - a.xt) < 1e-6:
+        return False
+    return right_a
 
-    Example (two table rows of 4 columns: row 0's cell L1 goes down the lane at x = 1.5 to P1):
-        >>> from kvlab.viz.memory_map import grid_layout
+
+def _tracks(arrows: list[_Arrow]) -> list[int]:
+    """A track per arrow (0 = highest): an arrow runs below every arrow that :func:`_above` puts
+    above it, and as high as that allows (arrows whose runs do not overlap share tracks)."""
+    n = len(arrows)
+    higher = [[j for j in range(n) if j != i and _above(arrows[j], arrows[i])] for i in range(n)]
+    order, state = [], [0] * n  # depth first (a cycle, which _above should not make, is cut)
+
+    def visit(i: int) -> None:
+        state[i] = 1
+        for j in higher[i]:
+            if state[j] == 0:
+                visit(j)
+        state[i] = 2
+        order.append(i)
+
+    for i in range(n):
+        if state[i] == 0:
+            visit(i)
+    track = [0] * n
+    for i in order:
+        track[i] = max((track[j] + 1 for j in higher[i] if state[j] == 2 and order.index(j) < order.index(i)), default=0)
+    return track
+
+
+def _simplify(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points without repeats and without middle points of straight runs."""
+    out: list[tuple[float, float]] = []
+    for p in points:
+        if out and abs(p[0] - out[-1][0]) < 1e-9 and abs(p[1] - out[-1][1]) < 1e-9:
+            continue
+        if len(out) >= 2:
+            (ax, ay), (bx, by) = out[-2], out[-1]
+            if abs((bx - ax) * (p[1] - ay) - (by - ay) * (p[0] - ax)) < 1e-12:
+                out[-1] = p
+                continue
+        out.append(p)
+    return out
+
+
+def arrow_routes(data: dict[str, Any], geom: MapGeometry) -> dict[str, list[tuple[int, int, list[tuple[float, float]]]]]:
+    """Per drawn holder: ``(logical block, physical block, points)`` of each table arrow, routed
+    in straight runs across and down.
+
+    An arrow leaves its cell's bottom; from a higher table row it steps into the gap beside its
+    column and runs down past the rows below (cells are :data:`TABLE_CELL_W` wide, so the gaps
+    hold no label). Between the last table row and the pool each arrow has a track of its own: down
+    to it, across, down into its block (or, into a lower pool row, down the gap beside the
+    block's column and in). Arrows whose order is the same at both ends never cross; two whose
+    order swaps cross once, at a right angle; no arrow crosses a label.
+
+    Example (R1 and its fork R2 share P0 and P1; R1's L1 runs down the gap left of its column,
+    past R2's row, and lands left of R2's arrow):
         >>> from kvlab.memory.block_manager import BlockManager
+        >>> from kvlab.viz.memory_map import grid_layout, memory_map_data
         >>> m = BlockManager(num_blocks=4, block_size=4)
         >>> _ = m.add_sequence("R1", 8); _ = m.fork("R1", "R2")
         >>> g = map_geometry(grid_layout(4), [m.snapshot()])
-        >>> [(round(x, 2), round(y, 2)) for x, y in arrow_route((1, 1, 1.0, 0.28, 1.0, g.pool_y0 - 0.42), g)]
-        [(1.0, 0.28), (1.0, 0.38), (1.5, 0.38), (1.5, 1.12), (1.0, 1.91)]
+        >>> [(round(x, 2), round(y, 2)) for x, y in arrow_routes(memory_map_data(m.snapshot()), g)["R1"][1][2]]
+        [(1.0, 0.28), (1.0, 0.38), (0.55, 0.38), (0.55, 1.47), (0.9, 1.47), (0.9, 1.91)]
     """
-    _i, _b, x0, y0, x1, y1 = arrow
-    last_bottom = geom.table_height - TABLE_PITCH + TABLE_CELL_H / 2  # the bottom of the last table row
-    cols = geom.layout.cols
-
-    def lane_x(x: float) -> float:  # the gap right of column x (left of it in the last column)
-        return round(x) + (0.5 if (round(x) % cols < cols - 1 or cols == 1) else -0.5) + lane_shift
-
-    if y0 >= last_bottom - 1e-9:
-        head = [(x0, y0)]
-    else:
-        mid = y0 + (TABLE_PITCH - TABLE_CELL_H) / 2  # half way to the next row
-        below = last_bottom + (TABLE_PITCH - TABLE_CELL_H) / 2
-        head = [(x0, y0), (x0, mid), (lane_x(x0), mid), (lane_x(x0), below)]
-    pool_top = geom.pool_y0 - CELL_H / 2
-    if y1 <= pool_top + 1e-9:  # a block in the pool's first row
-        return head + [(x1, y1)]
-    gap = (1 - CELL_H) / 2  # into a lower pool row: down the gap beside the target's column, then in
-    return head + [(lane_x(x1), pool_top - gap), (lane_x(x1), y1 - gap), (x1, y1 - gap), (x1, y1)]
+    arrows = _landings(_heads(data, geom), data, geom)
+    if not arrows:
+        return {h: [] for h in geom.holders}
+    top = geom.table_height - TABLE_PITCH + TABLE_CELL_H / 2
+    bottom = geom.pool_y0 - CELL_H / 2
+    track = _tracks(arrows)
+    step = (bottom - top) / (max(track) + 2)
+    out: dict[str, list] = {h: [] for h in geom.holders}
+    for a, t in zip(arrows, track):
+        y = top + (t + 1) * step
+        mid = [(a.xs, y), (a.xt, y)] if abs(a.xs - a.xt) > 1e-9 else []
+        out[a.holder].append((a.logical, a.block, _simplify(list(a.head) + mid + list(a.tail))))
+    return out
 
 
 def copy_arc(data: dict[str, Any], geom: MapGeometry, src: int, dst: int, points: int = 13) -> tuple[list[float], list[float]]:
@@ -208,7 +360,7 @@ def copy_arc(data: dict[str, Any], geom: MapGeometry, src: int, dst: int, points
     x0, x1 = float(data["x"][src]), float(data["x"][dst])
     y0 = geom.pool_y0 + data["y"][src] + CELL_H / 2
     y1 = geom.pool_y0 + data["y"][dst] + CELL_H / 2
-    cy = max(y0, y1) + COPY_ROOM * 0.8
+    cy = max(y0, y1) + geom.copy_units * 0.8
     xs, ys = [], []
     for k in range(points):
         t = k / (points - 1)
@@ -236,21 +388,19 @@ def _table_traces(data: dict[str, Any], colors: dict[str, str], geom: MapGeometr
             ch.append(f"{h}: L{i} -> P{b}" + ("" if h == "tree" else f" (tokens {i * data['block_size']}.."
                                                                          f"{min(n, (i + 1) * data['block_size']) - 1})"))
     size = cell_label_px(geom.cell_px, 5.2)
-    if ct and max(map(len, ct)) * size * 0.68 > geom.cell_px * CELL_W:  # "L12→P13" would spill over its cell:
+    if ct and max(map(len, ct)) * size * 0.68 > geom.cell_px * TABLE_CELL_W:  # "L12→P13" would spill over its cell:
         ct = [t.split("→")[-1] if "→" in t else t for t in ct]            # the position says L, the cell says P
     out = [
-        go.Bar(x=[CELL_W] * len(cx), y=cy, base=[x - CELL_W / 2 for x in cx], orientation="h", width=TABLE_CELL_H,
+        go.Bar(x=[TABLE_CELL_W] * len(cx), y=cy, base=[x - TABLE_CELL_W / 2 for x in cx], orientation="h", width=TABLE_CELL_H,
                marker=dict(color=cc, line=dict(color="#555555", width=th.line_width)), hovertext=ch,
                hoverinfo="text", showlegend=False, name="tables"),
         go.Scatter(x=cx, y=cy, mode="text", text=ct, textfont=dict(size=size, color=th.text_color), hoverinfo="skip",
                    showlegend=False, name="table labels"),
     ]
-    arrows = table_arrows(data, geom)
-    n = len(geom.holders)
-    for k, h in enumerate(geom.holders):
+    routes = arrow_routes(data, geom)
+    for h in geom.holders:
         xs, ys, sizes = [], [], []
-        for arrow in arrows[h]:
-            points = arrow_route(arrow, geom, lane_shift=(k - (n - 1) / 2) * min(0.03, 0.08 / max(n, 1)))
+        for _i, _b, points in routes[h]:
             xs += [x for x, _ in points] + [None]
             ys += [y for _, y in points] + [None]
             sizes += [0] * (len(points) - 1) + [9 + 3 * th.high_contrast, 0]

@@ -93,18 +93,28 @@ def capacity_figure(state: dict[str, Any]) -> Any:
     import plotly.graph_objects as go
 
     th = theme()
-    total = state["device_bytes"]
-    weights = min(state["weights"], state["share"])
-    parts = [("weights (fp16)", weights, WEIGHTS),
-             (f"KV cache of {state['requests']:,} requests", state["kv_used"], request_color("R1")),
-             ("free in the share (less than one request)", state["share"] - weights - state["kv_used"], FREE),
-             (f"left alone ({1 - state['utilization']:.0%}: CUDA context, activations)", total - state["share"], RESERVED)]
+    total, share = state["device_bytes"], state["share"]
+    weights = min(state["weights"], share)
+    over = state["weights"] - weights  # weights past the share's edge: drawn past it, hatched (they do not fit)
+    alone = f"left alone ({1 - state['utilization']:.0%}: CUDA context, activations)"
+    parts = [("weights (fp16)", weights, WEIGHTS, ""),
+             ("weights past the share: they do not fit", over, WEIGHTS, "x"),
+             (f"KV cache of {state['requests']:,} requests", state["kv_used"], request_color("R1"), ""),
+             ("free in the share (less than one request)", share - weights - state["kv_used"], FREE, ""),
+             (alone, total - share - over, RESERVED, "")]
     fig = go.Figure()
-    for name, size, color in parts:
+    for name, size, color, hatch in parts:
         if size <= 0:  # nothing of it is drawn: no legend entry either
             continue
-        fig.add_trace(go.Bar(y=[""], x=[size / 1e9], orientation="h", name=name, marker=dict(color=color,
-                             line=dict(color="#444444", width=1)), hovertemplate=f"{html.escape(name)}: %{{x:.2f}} GB<extra></extra>"))
+        fig.add_trace(go.Bar(y=[""], x=[size / 1e9], orientation="h", name=name,
+                             marker=dict(color=color, line=dict(color="#444444", width=1),
+                                         pattern=dict(shape=hatch, fgcolor="#000000", bgcolor="#ffffff") if hatch else None),
+                             hovertemplate=f"{html.escape(name)}: %{{x:.2f}} GB<extra></extra>"))
+    if over:  # where the share ends, named above the bar
+        fig.add_shape(type="line", x0=share / 1e9, x1=share / 1e9, y0=0, y1=1, yref="paper",
+                      line=dict(color="#000000", width=th.line_width + 1, dash="dash"))
+        fig.add_annotation(x=share / 1e9, y=1, yref="paper", yanchor="bottom", showarrow=False, xanchor="right",
+                           text=f"the share ends: {share / 1e9:.1f} GB", font=dict(size=th.font_size))
     # Fixed pixels, so the legend sits under the axis title at any font size: the bar's height, the
     # axis (ticks and title) and two rows of legend below it.
     plot_h, axis_h, legend_h = (90, 60, 60) if not th.high_contrast else (70, 85, 75)  # classroom: the whole
@@ -115,7 +125,7 @@ def capacity_figure(state: dict[str, Any]) -> Any:
         width=None if th.autosize else 760, autosize=th.autosize, font=dict(size=th.font_size),
         title=dict(text=f"{html.escape(device_label(state['device']))}: {total / 1e9:.1f} GB (simulated)", x=0.01,
                    font=dict(size=th.title_size)),
-        xaxis=dict(title="GB (10^9 bytes)", range=[0, total / 1e9 * 1.001], gridcolor="#ebf0f8"),
+        xaxis=dict(title="GB (10^9 bytes)", range=[0, max(total, state["weights"]) / 1e9 * 1.001], gridcolor="#ebf0f8"),
         legend=dict(orientation="h", yanchor="top", y=-axis_h / plot_h, x=0, traceorder="normal"),
         margin=dict(l=20, r=20, t=top, b=axis_h + legend_h),
     )

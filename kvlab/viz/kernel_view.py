@@ -246,11 +246,12 @@ def _caption(d: dict[str, Any], iteration: int | None) -> str:
 
 def kernel_access_frames(snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1,
                          tile_tokens: int | None = None) -> list[Any]:
-    """One frame per loop iteration (all splits run in parallel within an iteration)."""
+    """One frame per loop iteration (all splits run in parallel within an iteration). The stepper
+    numbers its steps, one iteration each, so a caption does not count them again."""
     from .stepper import Frame
 
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens)
-    return [Frame(snapshot, _caption(d, i), tuple(r.physical for r in d["reads"] if r.iteration == i),
+    return [Frame(snapshot, _caption(d, i).split(": ", 1)[1], tuple(r.physical for r in d["reads"] if r.iteration == i),
                   {"iteration": i}) for i in range(max(d["num_iterations"], 1))]
 
 
@@ -261,8 +262,8 @@ class KernelAccessView:
         self.colors = assign_colors(snapshot_ids([snapshot]))
 
     def __call__(self, frame: Any) -> Any:
-        return kernel_access_figure(frame.snapshot, self.seq_id, self.num_splits, self.tile_tokens,
-                                    frame.extra["iteration"], self.source, self.colors)
+        return kernel_access_figure(frame.snapshot, self.seq_id, self.num_splits, self.tile_tokens,  # the stepper
+                                    frame.extra["iteration"], self.source, self.colors, subtitle=False)  # captions it
 
 
 def kernel_access_stepper(snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1,
@@ -273,4 +274,4 @@ def kernel_access_stepper(snapshot: MemorySnapshot, seq_id: str, num_splits: int
 
     frames = kernel_access_frames(snapshot, seq_id, num_splits, tile_tokens)
     return Stepper(frames, KernelAccessView(snapshot, seq_id, num_splits, tile_tokens, source), static=static,
-                   title=f"kernel reads {seq_id}")
+                   title=f"kernel reads {seq_id}, one loop iteration a step")

@@ -14,18 +14,25 @@ Example:
     ...                "evicted": False, "tier": "device"}], "evicted_nodes": []}
     >>> dashboard_data(s)["colors"][:2], dashboard_data(s)["node_colors"]
     (['#9e9e9e', '#eeeeee'], ['#2ca02c'])
+    >>> dashboard_request_color("req-2"), dashboard_request_color("req-8")  # the live page's colours
+    ('#e377c2', '#e377c2')
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Sequence
 
-from .palette import HIT, MISS, request_color, theme
+from .palette import HIT, MISS, theme
 
-__all__ = ["dashboard_data", "dashboard_figure", "dashboard_stepper", "router_figure", "show_dashboard"]
+__all__ = ["DASHBOARD_REQUEST_COLORS", "dashboard_data", "dashboard_figure", "dashboard_request_color",
+           "dashboard_stepper", "router_figure", "show_dashboard"]
 
 _BLOCK = {0: "#eeeeee", 2: "#9e9e9e", 3: "#222222"}       # free, cached only, shared (as the live page)
-_MARK = {"hit": HIT, "computed": MISS, "": "#c7c7c7"}
+_MARK = {"hit": HIT, "computed": MISS, "": _BLOCK[2]}     # a node the last request did not touch: cached
+_EVICTED = "#ff0000"
+# The live page's request colours (kvlab/serve/static/dashboard.html, PALETTE; a test compares them):
+# none of them is a mark's (red evicted, orange copy-on-write, green hit, blue computed, the greys).
+DASHBOARD_REQUEST_COLORS = ("#9467bd", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#f7b6d2")
 _WORKERS = ("#ff7f0e", "#9467bd", "#17becf", "#e377c2")
 
 
@@ -51,16 +58,53 @@ def _tree_xy(nodes: list[dict]) -> dict[int, tuple[float, float]]:
     return pos
 
 
+def dashboard_request_color(rid: str) -> str:
+    """A request's colour on the dashboard: by the number in its id, as the live page."""
+    digits = "".join(ch for ch in str(rid) if ch.isdigit())
+    return DASHBOARD_REQUEST_COLORS[int(digits or 0) % len(DASHBOARD_REQUEST_COLORS)]
+
+
 def dashboard_data(state: dict) -> dict:
     """What the figure draws: each block's colour, and each tree node's colour (hit green, computed
     blue, evicted white) and label."""
     holders, colors = state["blocks"]["holders"], []
     for b, st in enumerate(state["blocks"]["state"]):
         reqs = [h for h in holders[b] if h != "tree"]
-        colors.append(_BLOCK[st] if st != 1 else request_color(reqs[0] if reqs else "?"))
+        colors.append(_BLOCK[st] if st != 1 else dashboard_request_color(reqs[0] if reqs else "?"))
     nodes = list(state["tree"]) + list(state.get("evicted_nodes", []))
     return {"colors": colors, "nodes": nodes,
             "node_colors": ["#ffffff" if n["evicted"] else _MARK[n["mark"]] for n in nodes]}
+
+
+def _legend_traces(state: dict, d: dict) -> list[Any]:
+    """One legend entry per meaning drawn in this state (each colour means one thing)."""
+    import plotly.graph_objects as go
+
+    entries = [("free", _BLOCK[0], "square", "#888"), ("cached in the tree", _BLOCK[2], "square", "#888")]
+    if 3 in state["blocks"]["state"]:
+        entries.append(("shared (ref count > 1)", _BLOCK[3], "square", "#888"))
+    blocks = state["blocks"]
+    running = sorted({next((h for h in hs if h != "tree"), "?") for hs, st in zip(blocks["holders"], blocks["state"])
+                      if st == 1}, key=lambda r: (len(r), r))  # the requests whose colour a block shows
+    entries += [(f"{rid}: running", dashboard_request_color(rid), "square", "#888") for rid in running]
+    marks = {n["mark"] for n in d["nodes"] if not n["evicted"]}
+    entries += [(t, _MARK[m], "circle", _MARK[m]) for m, t in (("hit", "the last request's hit"),
+                                                             ("computed", "what it computed")) if m in marks]
+    if any(n["evicted"] for n in d["nodes"]):
+        entries.append(("evicted (its ghost)", "#ffffff", "circle", _EVICTED))
+    if any(n.get("lock") for n in d["nodes"]):
+        entries.append(("locked (a square node)", "#ffffff", "square", "#555"))
+    return [go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True, hoverinfo="skip",
+                       marker=dict(symbol=sym, size=14, color=fill, line=dict(width=2, color=edge)))
+            for name, fill, sym, edge in entries]
+
+
+def _node_label(text: str, chars: int = 12) -> str:
+    """A tree node's label: its text on one line (no newline shown as ``\\n``), at most ``chars`` long.
+
+    Example: ``_node_label("assistant:\\nHello there", 8) -> 'assista…'``."""
+    one = " ".join(text.split())
+    return one[:chars - 1] + "…" if len(one) > chars else one
 
 
 def dashboard_figure(state: dict, caption: str = "") -> Any:
@@ -90,30 +134,34 @@ def dashboard_figure(state: dict, caption: str = "") -> Any:
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#bbb", width=1), hoverinfo="skip",
                              showlegend=False), 1, 2)
     colour = dict(zip((x["id"] for x in nodes), d["node_colors"]))
-    label = [(x["text"][:11] + "…" if len(x["text"]) > 12 else x["text"]).replace("\n", " ") for x in shown]
+    depth = max([p[0] for p in pos.values()] + [1])
+    per_level = 0.58 * min(th.grid_width, 840) / (depth + 1.6)  # px between two depths of the tree
+    chars = max(4, min(12, int(per_level / (0.6 * th.font_size)) - 1))  # a label never reaches the next depth's
     fig.add_trace(go.Scatter(
         x=[pos[0][0]] + [pos[x["id"]][0] for x in shown], y=[pos[0][1]] + [pos[x["id"]][1] for x in shown],
-        mode="markers+text", text=["root"] + label, textfont=dict(size=th.font_size), hoverinfo="text",
+        mode="markers+text", text=["root"] + [_node_label(x["text"], chars) for x in shown],
+        textfont=dict(size=th.font_size), hoverinfo="text",
         textposition=["middle left"] + ["bottom center" if pos[x["id"]][0] % 2 else "top center" for x in shown],
         hovertext=["root"] + [f"node {x['id']}: {x['tokens']} tokens" + (" (evicted)" if x["evicted"] else "")
                               for x in shown],
         marker=dict(size=[10] + [8 + 3 * math.sqrt(x["tokens"]) for x in shown],
+                    symbol=["circle"] + ["square" if x.get("lock") else "circle" for x in shown],
                     color=["#555"] + [colour[x["id"]] for x in shown],
-                    line=dict(width=[0] + [3 if x["evicted"] or x.get("lock") else 0 for x in shown],
-                              color=["#000"] + ["#ff0000" if x["evicted"] else "#000" for x in shown])),
+                    line=dict(width=[0] + [3 if x["evicted"] else 0 for x in shown], color=_EVICTED)),
         showlegend=False), 1, 2)
-    depth = max([p[0] for p in pos.values()] + [1])
+    for t in _legend_traces(state, d):
+        fig.add_trace(t, 1, 1)
     low = min([p[1] for p in pos.values()] + [0])
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     fig.update_xaxes(range=[-0.9, depth + 0.7], row=1, col=2)
     fig.update_yaxes(range=[low - 0.8, 0.6], row=1, col=2)
-    key = ("pool: light = free, mid grey = cached in the tree, black = shared, a colour = a running request; "
-           "tree: green = the last request's hit, blue = what it computed, white = evicted")
-    fig.update_layout(title=dict(text=(caption or "the server's dashboard") + f" (measured)<br><sup>{key}</sup>",
+    fig.update_layout(title=dict(text=(caption or "the server's dashboard") + " (measured)",
                                  font=dict(size=th.title_size), x=0.01),
-                      height=420, width=None if th.autosize else min(th.grid_width, 840), autosize=th.autosize,
-                      template="plotly_white", font=dict(size=th.font_size), margin=dict(l=10, r=10, t=110, b=10))
+                      legend=dict(orientation="h", x=0, y=-0.02, yanchor="top", font=dict(size=th.font_size)),
+                      height=440 if th.high_contrast else 460, width=None if th.autosize else min(th.grid_width, 840),
+                      autosize=th.autosize, template="plotly_white", font=dict(size=th.font_size),
+                      margin=dict(l=10, r=10, t=70, b=10))
     fig.update_annotations(font=dict(size=th.font_size + 1))
     return fig
 
@@ -127,20 +175,50 @@ def dashboard_stepper(states: Sequence[dict], captions: Sequence[str], static: b
                    title="the dashboard, recorded from this run")
 
 
-def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], height: int = 640) -> None:
-    """In a live notebook the server's page itself (an IFrame of ``url``, the width of the output);
-    without one (static, the site: ``KVLAB_STATIC``) the recorded ``states``, said to be recorded."""
+_RECORDED = ("<p><b>Recorded</b>: {why}, so these are the dashboard's states captured from this notebook's "
+             "run, one after each request (measured, not simulated); the slider moves through them.</p>")
+
+
+def _frame_height() -> int:
+    """The live page's frame: its whole page (732 px at 1500x1000), or in classroom mode the
+    projector's 599 px window, where the page shrinks its pool and tree to fit."""
+    from .palette import is_classroom
+
+    return 590 if is_classroom() else 760
+
+
+def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], lab: Any = None) -> None:
+    """In a live notebook the server's page itself (an IFrame of ``url``, the width of the output,
+    as tall as the page); without one (static, the site: ``KVLAB_STATIC``), or once ``lab`` (a
+    :class:`kvlab.serve.lab.Lab`) has stopped, the recorded ``states`` with a slider over them,
+    said to be recorded. With ``lab`` the frame is replaced in place by the recording when the
+    servers stop (a notebook run top to bottom stops them in its last cell)."""
     from IPython.display import HTML, IFrame, display
 
     from .display import is_static
     from .palette import is_classroom
 
-    if not is_static():
-        display(IFrame(url + ("?classroom=1" if is_classroom() else ""), width="100%", height=height))
+    def recorded(why: str) -> Any:
+        stepper = dashboard_stepper(states, captions)
+        if stepper.widget is None:
+            return None
+        import ipywidgets as W
+
+        return W.VBox([W.HTML(_RECORDED.format(why=why)), stepper.widget], layout=W.Layout(max_width="100%"))
+
+    if is_static() or (lab is not None and lab.stopped):
+        why = "the servers have stopped" if lab is not None and lab.stopped else "the server is not running here"
+        box = recorded(why)
+        if box is None:
+            display(HTML(_RECORDED.format(why=why)))
+            display(dashboard_stepper(states, captions))
+        else:
+            display(box)
         return
-    display(HTML("<p><b>Recorded</b>: the server is not running here, so these are the dashboard's states "
-                 "captured from this notebook's run, one after each request (measured, not simulated).</p>"))
-    display(dashboard_stepper(states, captions))
+    handle = display(IFrame(url + ("?classroom=1" if is_classroom() else ""), width="100%", height=_frame_height()),
+                     display_id=True)
+    if lab is not None:
+        lab.on_stop(lambda: handle.update(recorded("the servers have stopped")))
 
 
 def router_figure(views: dict[str, dict]) -> Any:

@@ -19,9 +19,14 @@ from typing import Any
 
 from ..lessons.sharing import beam_search_blocks, measured_sampling_blocks
 from .control import LiveControl
-from .palette import FREE, HIT, source_label, theme
+from .palette import HIT, source_label, theme
 
-__all__ = ["SharingControl"]
+__all__ = ["SharingControl", "UNSHARED_COLOR", "SHARED_COLOR", "UNSHARED_NAME", "SHARED_NAME"]
+
+# Lesson 06's one palette for its "with / without sharing" pictures (the line chart and this control):
+# without sharing dark grey (never the light grey of a free block), with sharing the reuse green.
+UNSHARED_COLOR, SHARED_COLOR = "#555555", HIT
+UNSHARED_NAME, SHARED_NAME = "without sharing (each sequence its own copy)", "with sharing (fork + copy-on-write)"
 
 
 class SharingControl(LiveControl):
@@ -81,10 +86,9 @@ class SharingControl(LiveControl):
         groups = [f"parallel sampling, n = {self.samples}", f"beam search, width {self.beam_width}"]
         pairs = [self.result["sampling"], self.result["beam"]]
         fig = go.Figure([
-            go.Bar(x=groups, y=[p[0] for p in pairs], name="each sequence its own copy", marker_color=FREE,
-                   marker_line=dict(color=th.text_color, width=1), text=[str(p[0]) for p in pairs],
-                   textposition="outside"),
-            go.Bar(x=groups, y=[p[1] for p in pairs], name="shared (fork + copy-on-write)", marker_color=HIT,
+            go.Bar(x=groups, y=[p[0] for p in pairs], name=UNSHARED_NAME, marker_color=UNSHARED_COLOR,
+                   text=[str(p[0]) for p in pairs], textposition="outside"),
+            go.Bar(x=groups, y=[p[1] for p in pairs], name=SHARED_NAME, marker_color=SHARED_COLOR,
                    text=[f"{p[1]}  ({self.saved(p):.0%} saved)" for p in pairs], textposition="outside"),
         ])
         top = max(p[0] for p in pairs)

@@ -47,6 +47,7 @@ STATE_COLORS: dict[str, dict[str, str]] = {
     "node": {"new": "#ffffff", "device": HIT, "both": REQUEST_COLORS[9], "host": REQUEST_COLORS[2],
              "disk": REQUEST_COLORS[5], "evicted": "#bdbdbd"},
 }
+TAKEN = "#7b1fa2"  # an edge taken this step: bold purple (red is the locked state's colour; no state is purple)
 COLOUR_WORDS = {FREE: "light grey", MISS: "blue", HIT: "green", HIGHLIGHT: "red", REQUEST_COLORS[0]: "orange",
                 REQUEST_COLORS[7]: "light orange", REQUEST_COLORS[9]: "light cyan", REQUEST_COLORS[2]: "cyan",
                 REQUEST_COLORS[5]: "brown", "#bdbdbd": "grey", "#ffffff": "white"}
@@ -73,22 +74,25 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
              ("writing", "free"): "evict_host", ("backup", "host"): "device evicted", ("host", "backup"): "load_back",
              ("host", "free"): "evict_host"},
     "node": {("new", "device"): "insert", ("new", "both"): "split", ("new", "host"): "split", ("new", "disk"): "split",
-             ("device", "both"): "write (back up)", ("both", "host"): "evict", ("host", "both"): "load_back",
+             ("device", "both"): "back up", ("both", "host"): "evict", ("host", "both"): "load_back",
              ("host", "disk"): "evict_host (save)", ("disk", "device"): "load_back (fetch)",
              ("device", "evicted"): "evict", ("host", "evicted"): "evict_host", ("disk", "evicted"): "miss"},
 }
 _TITLES = {"device": "a device (GPU) block", "host": "a host (DRAM) block", "node": "a radix node's KV (placement)"}
 
 
-def _machine_graph(m: str, counts: dict | None, bold: set, th: Any) -> Any:
-    """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others)."""
+def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None) -> Any:
+    """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others);
+    ``font_pt``: its text size (default the theme's, 4 pt more on a projector; given: ranks closer
+    too, a compact diagram for a stepper on a projector)."""
     import graphviz
 
-    fs = str(th.font_size + (4 if th.high_contrast else 0))
+    fs = str(font_pt or th.font_size + (4 if th.high_contrast else 0))
     g = graphviz.Digraph(f"lifecycle_{m}", format="svg")
     g.attr(label=f"<<b>{_TITLES[m]}</b>>", labelloc="t", fontsize=fs, fontname="Helvetica,Arial,sans-serif",
-           rankdir="TB", nodesep="0.25", ranksep="0.35", bgcolor="white", margin="0.05")
-    g.attr("node", shape="box", style="rounded,filled", fontsize=fs, fontname="Helvetica,Arial,sans-serif")
+           rankdir="TB", nodesep="0.25", ranksep="0.22" if font_pt else "0.35", bgcolor="white", margin="0.05")
+    g.attr("node", shape="box", style="rounded,filled", fontsize=fs, fontname="Helvetica,Arial,sans-serif",
+           **({"height": "0.3", "margin": "0.08,0.03"} if font_pt else {}))
     g.attr("edge", fontsize=fs, fontname="Helvetica,Arial,sans-serif", arrowsize="0.7")
     for s in MACHINES[m]:
         shape = "circle" if s == "new" else "box"
@@ -99,7 +103,7 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any) -> Any:
         text = EDGE_LABELS[m][(src, dst)] + (f" ×{n}" if n else "")
         hot = (m, src, dst) in bold
         g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width),
-               color=HIGHLIGHT if hot else ("#444444" if n or counts is None else "#c8c8c8"),
+               color=TAKEN if hot else ("#444444" if n or counts is None else "#c8c8c8"),
                fontcolor="#000000" if n or counts is None else "#777777")
     return g
 
@@ -148,7 +152,7 @@ def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Seq
     """The state machine(s). ``machine``: "device", "host" or "node" (a ``graphviz.Digraph``,
     top to bottom) or "all" (a :class:`LifecycleFigure`: the three side by side, wrapping);
     ``counts``: ``{(machine, src, dst): n}`` (a tracker's ``counts``) written on the edges;
-    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold red (one step of a run)."""
+    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold purple (one step of a run)."""
     names = list(MACHINES) if machine == "all" else [machine]
     if any(m not in MACHINES for m in names):
         raise ValueError(f"machine must be one of {sorted(MACHINES)} or 'all', got {machine!r}")
@@ -300,12 +304,19 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
 def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "simulated",
                  graph: bool = False) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
-    diagram of the machines that step changed, its transitions bold red, the run's counts so far."""
+    diagram of the machines that step changed, its transitions bold purple, the run's counts so far.
+    On a projector (classroom mode) each machine a step changed is a frame of its own, drawn
+    smaller, so that the stepper and its diagram fit one 599 px screen."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
-    frames = [Frame(s, s.caption, extra={"taken": t, "i": i})
-              for i, (s, t) in enumerate(zip(rec.snapshots, rec.taken))]
+    split = graph and theme().high_contrast  # a projector: one machine per frame
+    frames = []
+    for i, (s, t) in enumerate(zip(rec.snapshots, rec.taken)):
+        touched = [m for m in MACHINES if any(x[0] == m for x in t)] or ["node"]
+        for ms in ([[m] for m in touched] if split else [touched]):
+            what = f" ({_TITLES[ms[0]]})" if split and len(touched) > 1 else ""
+            frames.append(Frame(s, s.caption + what, extra={"taken": t, "i": i, "machines": ms}))
 
     def render(f: Frame) -> Any:
         if not graph:
@@ -314,10 +325,11 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
-        touched = [m for m in MACHINES if any(t[0] == m for t in f.extra["taken"])] or ["node"]
-        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme()) for m in touched]
+        th = theme()
+        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 12 if split else None)
+                  for m in f.extra["machines"]]
         title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
-                 "its edges bold red")
+                 "its edges bold purple")
         return LifecycleFigure(graphs, title).html()  # one screen: only what the step touched
 
     return Stepper(frames, render, static=static, title="tiers")
@@ -379,8 +391,28 @@ def _tree_layout(tree: Any) -> dict[int, tuple[float, float]]:
 
 
 def _tree_box_px(th: Any) -> int:
-    """A tree node's box in px: two lines of label ("[A]", "24 tok") at the theme's font size."""
-    return th.font_size * 4
+    """A tree node's box in px: two lines of label ("[A]", "24 tok") at the theme's font size
+    (a little tighter on a projector, where the stepper and its figure share 599 px)."""
+    return int(th.font_size * (3.6 if th.high_contrast else 4))
+
+
+_LEVEL = 1.2  # a level of the tree: a box and a fifth of one between two levels (the boxes never merge)
+
+
+def _tree_plot(tree_depth: float, th: Any) -> tuple[int, int, int]:
+    """(top margin, bottom margin, figure height) in px for a tree ``tree_depth`` levels deep
+    (root 0). On a projector the legend goes under the plot, so the title alone sits on top."""
+    top, bottom = (60, 50) if th.high_contrast else (110, 10)
+    plot = int((tree_depth + 1.1) * _tree_box_px(th) * _LEVEL)
+    return top, bottom, max(420, top + bottom + plot)
+
+
+def _edge_points(pos: dict, parent: int, child: int, half_label: float) -> tuple[list, list]:
+    """An edge from under the parent's label to over the child's (``half_label``: half a label's
+    height, in y units): never through either label (the boxes are drawn over the ends)."""
+    (x0, y0), (x1, y1) = pos[parent], pos[child]
+    t = min(0.45, half_label / max(abs(y1 - y0), 1e-9))
+    return [x0 + (x1 - x0) * t, x1 - (x1 - x0) * t, None], [y0 + (y1 - y0) * t, y1 - (y1 - y0) * t, None]
 
 
 def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | None = None, title: str = "Where each node's KV lives",
@@ -400,11 +432,14 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
     pos = _tree_layout(tree)
     name = {n.id: f"[{labels.get(n.id, n.id)}]" for n in tree.nodes}
     fig = go.Figure()
+    depth = -min(y for _, y in pos.values())
+    m_top, m_bottom, height = _tree_plot(depth, th)
+    half_label = _tree_box_px(th) * 0.38 / ((height - m_top - m_bottom) / (depth + 1.1))  # two lines of label, in y units
     ex, ey = [], []
     for n in tree.nodes:
-        (x0, y0), (x1, y1) = pos[n.parent_id], pos[n.id]
-        ex += [x0, x1, None]
-        ey += [y0, y1, None]
+        xs, ys = _edge_points(pos, n.parent_id, n.id, half_label)
+        ex += xs
+        ey += ys
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#888", width=th.line_width), hoverinfo="skip",
                              showlegend=False, xaxis="x", yaxis="y"))
     ids = [0] + [n.id for n in tree.nodes]
@@ -436,19 +471,15 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
                                  marker=dict(symbol="square", size=14, color=colors.get(p, FREE),
                                              line=dict(width=1, color="#444"))))
     host_rows = -(-len(snap.host_states) // cols)
-    depth = -min(y for _, y in pos.values())
     leaves = max(x for x, _ in pos.values()) + 1
-    top = 110 + (20 if th.high_contrast else 0)
-    # a level of the tree at least a box and a gap tall (in classroom mode the boxes of two levels merged)
-    height = max(420 + (60 if th.high_contrast else 0), int(top + 10 + (depth + 1.1) * _tree_box_px(th) * 1.25))
     fig.update_layout(
         title=dict(text=_title(title, source, snap.caption if caption else ""), font=dict(size=th.title_size),
                    yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
         width=_width(), height=height,
-        margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white",
+        margin=dict(l=10, r=10, t=m_top, b=m_bottom), plot_bgcolor="white",
         font=dict(size=th.font_size), showlegend=True,
-        legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom", font=dict(size=th.font_size),
-                    maxheight=120),
+        legend=dict(orientation="h", x=0, xanchor="left", y=-0.01 if th.high_contrast else 1.02,
+                    yanchor="top" if th.high_contrast else "bottom", font=dict(size=th.font_size), maxheight=120),
         xaxis=dict(domain=[0, 0.5], range=[-0.7, leaves - 0.3], visible=False),
         yaxis=dict(range=[-depth - 0.6, 0.5], visible=False),
         xaxis2=dict(domain=[0.56, 1], range=[-1.9, cols - 0.4], visible=False),

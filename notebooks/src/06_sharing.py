@@ -249,9 +249,11 @@ print(f"parallel sampling with the same prompt (100), 4 samples and 24 new token
 # %%
 import plotly.graph_objects as go
 
+from kvlab.viz.sharing_view import SHARED_COLOR, SHARED_NAME, UNSHARED_COLOR, UNSHARED_NAME  # the control's colours
+
 fig = go.Figure([
-    go.Scatter(y=alone_used, name="without sharing (each beam its own copy)", mode="lines+markers"),
-    go.Scatter(y=shared_used, name="with sharing (fork + copy-on-write)", mode="lines+markers"),
+    go.Scatter(y=alone_used, name=UNSHARED_NAME, mode="lines+markers", line_color=UNSHARED_COLOR),
+    go.Scatter(y=shared_used, name=SHARED_NAME, mode="lines+markers", line_color=SHARED_COLOR),
 ])
 fig.update_layout(title="Beam search, width 4, prompt 100, blocks of 16<br>blocks in use (simulated scores, real allocator)",
                   xaxis_title="decode step", yaxis_title="blocks in use", height=420, margin=dict(t=90, b=120),

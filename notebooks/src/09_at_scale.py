@@ -261,7 +261,9 @@ for mode in ("pow2", "oracle"):
 
 # %%
 sweep = R.batch_vs_rate(rates=(0.5, 1.0, 1.5, 2.0, 2.5), duration_s=600)
-plots.batch_vs_rate_figure(sweep, viz.theme(), published=R.PUBLISHED["batch_sharegpt"])
+fig = plots.batch_vs_rate_figure(sweep, viz.theme(), published=R.PUBLISHED["batch_sharegpt"])
+fig.update_layout(legend=dict(orientation="h", x=0, yref="container", y=0, yanchor="bottom"),  # under the axis title
+                  margin=dict(b=150 if viz.theme().high_contrast else 110), height=480)
 
 # %%
 start = R.memory_bound_from(sweep)
@@ -305,7 +307,8 @@ fig = go.Figure([go.Scatter(x=[r["mean_len"] for r in ln], y=[r["vllm/oracle"] f
                             mode="lines+markers", line_color=plots.SYSTEM_COLORS["orca-oracle"]),   # the systems' colours,
                  go.Scatter(x=[r["mean_len"] for r in ln], y=[r["vllm/max"] for r in ln], name="vs Orca (Max), by length",
                             mode="lines+markers", line_color=plots.SYSTEM_COLORS["orca-max"])])     # as in every figure here
-fig.update_layout(title="Paging's batch over the baselines' against the mean request length (simulated)",
+fig.update_layout(title="Paging's batch over the baselines'<br>against the mean request length (simulated)",  # 2 lines:
+                  margin=dict(t=90),                                                                  # a projector's width
                   xaxis=dict(title="mean request length (tokens)", type="log", tickvals=plots.log_tickvals([r["mean_len"] for r in ln])),
                   yaxis=dict(title="vLLM batch / baseline batch", type="log", tickvals=plots.log_tickvals(ys)), height=380,
                   template="plotly_white", font=dict(size=viz.theme().font_size))
@@ -335,12 +338,15 @@ for c in claims:
 
 # %%
 names = {"orca-max": "Orca (Max)", "orca-oracle": "Orca (Oracle)", "paged": "paged", "radix": "paged + radix"}
-fig = go.Figure([go.Bar(name=label, x=[r["scenario"] for r in scenarios], y=[r[p] for r in scenarios],
+words = {s: s.replace("_", " ") for s in C.SCENARIOS}  # "short_chat" -> "short chat": words, not ids
+fig = go.Figure([go.Bar(name=label, x=[words[r["scenario"]] for r in scenarios], y=[r[p] for r in scenarios],
                         marker_color=plots.SYSTEM_COLORS[p]) for p, label in names.items()])   # one colour a system, lesson-wide
 fig.update_layout(barmode="group", title="Requests finished per minute, the notes' scenarios (simulated)",
                   yaxis=dict(title="requests per minute (log)", type="log",
-                             tickvals=plots.log_tickvals([r[p] for r in scenarios for p in names])), height=400, template="plotly_white",
-                  font=dict(size=viz.theme().font_size), legend=dict(orientation="h", y=-0.2))
+                             tickvals=plots.log_tickvals([r[p] for r in scenarios for p in names])), height=460,
+                  template="plotly_white", font=dict(size=viz.theme().font_size), xaxis=dict(tickangle=0),
+                  legend=dict(orientation="h", x=0, yref="container", y=0, yanchor="bottom"),  # under the ticks
+                  margin=dict(b=140 if viz.theme().high_contrast else 100))
 fig
 
 # %%

@@ -122,7 +122,7 @@ cm.check_integrity()
 # comes back), a **host block** (free → writing → backup → host → free), and a **node's
 # placement** (device → both → host → disk → evicted). A test drives random workloads and
 # checks that every transition in the log is one of these edges and that no state is skipped.
-# Bold red: the edges the run above took in its last step (the load-back). The numbers: how
+# Bold purple: the edges the run above took in its last step (the load-back). The numbers: how
 # often the whole run took each edge.
 
 # %%
@@ -236,9 +236,10 @@ for nid, letter in sorted(letters.items(), key=lambda kv: kv[1]):
     print(f"[{letter}] {final[nid]}")
 
 # %% [markdown]
-# The same run with the state diagram: each step's transitions drawn **bold red** (as in
+# The same run with the state diagram: each step's transitions drawn **bold purple** (as in
 # section 3), the counts so far on the edges; only the machines that step changed are drawn
-# (a device block, a host block, a node's placement), so the diagram fits one screen.
+# (a device block, a host block, a node's placement; on a projector, one of them per step of the
+# stepper), so the diagram fits one screen.
 
 # %%
 from kvlab.viz.tier_view import tier_stepper

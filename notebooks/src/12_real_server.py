@@ -116,13 +116,14 @@ print(f"R4's tokens and R1's (its {len(p1)} prompt tokens, then its {len(o1)} ge
 # node square) and the **requests** (prompt, cached, output, time to first token). The page is
 # pushed by server-sent events from snapshots taken on the engine thread, so it is the real
 # state, never a simulation. In a live notebook the page is embedded below; without a server
-# (this notebook's static copy, the course site) the frames recorded after each request of
-# section 2 are shown instead, and the title says *recorded*.
+# (this notebook's static copy, the course site), and in place of the page once the servers stop
+# (section 7), the frames recorded after each request of section 2 are shown instead, with a
+# slider over them, and the title says *recorded*.
 
 # %%
 from kvlab.viz.serve_view import show_dashboard
 
-show_dashboard(server + "/dashboard", frames, captions)
+show_dashboard(server + "/dashboard", frames, captions, lab=lab)
 
 # %% [markdown]
 # Open the page in a browser tab of its own to see it move, and tick **classroom** for a

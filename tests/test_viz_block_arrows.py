@@ -1,0 +1,180 @@
+"""The block-table arrows' geometry (issue 28 [6], the review of lessons 00, 01, 04, 05, 06): an
+arrow from a table cell to its physical block crosses no label, runs in straight runs across and
+down, and meets another arrow only where their order swaps between the tables and the pool
+(once, at a right angle), never along a shared run. Checked on the figure's own traces, for
+tables of several sizes, shared blocks, forks, wrapped tables, several pool rows and shuffled or
+reversed orders, in both themes. Arrows whose order swaps between the tables and the pool must
+cross (a reversed table; a fork whose upper row points left of a lower row's arrow to the right);
+they cross once each, at a right angle."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import kvlab.viz as viz
+from kvlab.memory.block_manager import BlockManager
+from kvlab.memory.snapshot import MemorySnapshot
+
+EPS = 1e-7
+
+
+def _snapshot(num_blocks: int, tables: dict[str, list[int]], block_size: int = 4) -> MemorySnapshot:
+    """A snapshot with exactly these tables (every block full; the first holder owns it)."""
+    ref, owner = [0] * num_blocks, [None] * num_blocks
+    for h, t in tables.items():
+        for b in t:
+            ref[b] += 1
+            owner[b] = owner[b] or h
+    return MemorySnapshot(num_blocks, block_size, tuple(ref), tuple(owner), {h: tuple(t) for h, t in tables.items()},
+                          {h: len(t) * block_size for h, t in tables.items()},
+                          tuple(block_size if r else 0 for r in ref), tuple(b for b in range(num_blocks) if not ref[b]))
+
+
+def _managers() -> dict[str, tuple[MemorySnapshot, int | None]]:
+    """Tables of several sizes, shared blocks and orders: name -> (snapshot, pool columns)."""
+    cases: dict[str, tuple[MemorySnapshot, int | None]] = {}
+    m = BlockManager(num_blocks=12, block_size=4)  # lesson 00 cells 9/12: forks, a lower pool row
+    m.add_sequence("R1", 10)
+    m.add_sequence("R2", 5)
+    m.fork("R1", "R1-sample2")
+    m.add_sequence("R3", 17)
+    cases["forks, two pool rows"] = (m.snapshot(), 4)
+    m = BlockManager(num_blocks=12, block_size=4)  # lesson 06: one prompt, three samples
+    m.add_sequence("P", 9)
+    for k in range(3):
+        m.fork("P", f"S{k}")
+    cases["three samples share a prompt"] = (m.snapshot(), None)
+    cases["shuffled, one row"] = (_snapshot(8, {"R1": [5, 2, 7], "R2": [0, 6, 1, 3]}), None)
+    cases["reversed"] = (_snapshot(6, {"R1": [5, 4, 3, 2, 1, 0]}), None)
+    cases["shared, shuffled"] = (_snapshot(8, {"A": [3, 1, 6], "B": [3, 1, 0], "C": [4, 3]}), None)
+    cases["wrapped table, shuffled, 3 pool rows"] = (
+        _snapshot(12, {"R1": [11, 0, 5, 9, 2, 7], "R2": [3, 8], "R3": [10, 4, 1, 6]}), 4)
+    cases["last column"] = (_snapshot(4, {"A": [3, 0], "B": [0, 3, 2], "C": [1, 2, 3, 0]}), None)
+    cases["rows below still short"] = (_snapshot(6, {"R1": [0, 1, 2], "R2": [3], "R3": [4]}), None)
+    return cases
+
+
+def _polylines(trace) -> list[list[tuple[float, float]]]:
+    out, cur = [], []
+    for x, y in zip(trace.x, trace.y):
+        if x is None:
+            out, cur = (out + [cur]) if cur else out, []
+        else:
+            cur.append((float(x), float(y)))
+    return out + [cur] if cur else out
+
+
+def _boxes(fig) -> list[tuple[float, float, float, float]]:
+    """Every labelled box: the pool's blocks and the table cells (x0, x1, y0, y1)."""
+    out = []
+    for t in fig.data:
+        if t.type == "bar" and t.name in ("blocks", "tables"):
+            h = t.width / 2
+            out += [(b, b + w, y - h, y + h) for b, w, y in zip(t.base, t.x, t.y)]
+    return out
+
+
+def _segment_in_box(p, q, box) -> bool:
+    """Whether segment pq runs through the box's inside (its edges do not count)."""
+    x0, x1, y0, y1 = box[0] + EPS, box[1] - EPS, box[2] + EPS, box[3] - EPS
+    t0, t1 = 0.0, 1.0  # Liang-Barsky clipping
+    dx, dy = q[0] - p[0], q[1] - p[1]
+    for d, lo, hi, v in ((dx, x0, x1, p[0]), (dy, y0, y1, p[1])):
+        if abs(d) < 1e-12:
+            if not lo < v < hi:
+                return False
+            continue
+        a, b = sorted(((lo - v) / d, (hi - v) / d))
+        t0, t1 = max(t0, a), min(t1, b)
+    return t1 - t0 > 1e-9
+
+
+def _meet(p, q, r, s) -> tuple[str, tuple[float, float]] | None:
+    """How segments pq and rs meet: ("cross", point), ("overlap", point) or None."""
+    d = (q[0] - p[0]) * (s[1] - r[1]) - (q[1] - p[1]) * (s[0] - r[0])
+    if abs(d) < 1e-12:  # parallel: do they share a stretch?
+        if abs((r[0] - p[0]) * (q[1] - p[1]) - (r[1] - p[1]) * (q[0] - p[0])) > 1e-9:
+            return None
+        axis = 0 if abs(q[0] - p[0]) > abs(q[1] - p[1]) else 1
+        lo, hi = sorted((p[axis], q[axis]))
+        lo2, hi2 = sorted((r[axis], s[axis]))
+        return ("overlap", p) if min(hi, hi2) - max(lo, lo2) > -1e-9 else None
+    t = ((r[0] - p[0]) * (s[1] - r[1]) - (r[1] - p[1]) * (s[0] - r[0])) / d
+    u = ((r[0] - p[0]) * (q[1] - p[1]) - (r[1] - p[1]) * (q[0] - p[0])) / d
+    if -1e-9 <= t <= 1 + 1e-9 and -1e-9 <= u <= 1 + 1e-9:
+        return "cross", (p[0] + t * (q[0] - p[0]), p[1] + t * (q[1] - p[1]))
+    return None
+
+
+def _x_at(line, y: float) -> float:
+    """Where a polyline that runs down crosses height y (its first crossing)."""
+    for (xa, ya), (xb, yb) in zip(line, line[1:]):
+        if min(ya, yb) - 1e-9 <= y <= max(ya, yb) + 1e-9 and abs(yb - ya) > 1e-12:
+            return xa + (xb - xa) * (y - ya) / (yb - ya)
+    raise AssertionError(f"the arrow {line} never reaches y={y}")
+
+
+def _problems(snap: MemorySnapshot, cols: int | None) -> list[str]:
+    lay = viz.grid_layout(snap.num_blocks, cols)
+    geom = viz.map_geometry(lay, [snap])
+    fig = viz.memory_map_figure(snap, cols=cols)
+    boxes = _boxes(fig)
+    lines = [(t.name, line) for t in fig.data if t.name and t.name.endswith(" arrows") for line in _polylines(t)]
+    assert len(lines) == sum(len(t) for t in snap.tables.values())
+    problems = []
+    for name, line in lines:
+        for p, q in zip(line, line[1:]):
+            if abs(p[0] - q[0]) > 1e-9 and abs(p[1] - q[1]) > 1e-9:
+                problems.append(f"{name}: a slanted run {p} -> {q}")
+            hit = [b for b in boxes if _segment_in_box(p, q, b)]
+            if hit:
+                problems.append(f"{name}: the run {p} -> {q} crosses the label box {hit[0]}")
+    top = geom.table_height - 0.75 + 0.56 / 2 + 1e-6  # under the last table row
+    bottom = geom.pool_y0 - 0.42 - 1e-6               # the pool's top
+    for (na, a), (nb, b) in itertools.combinations(lines, 2):
+        swapped = (_x_at(a, top) - _x_at(b, top)) * (_x_at(a, bottom) - _x_at(b, bottom)) < 0
+        met = [m for (p, q), (r, s) in itertools.product(zip(a, a[1:]), zip(b, b[1:])) if (m := _meet(p, q, r, s))]
+        points = {(round(x, 6), round(y, 6)) for _kind, (x, y) in met}
+        if any(kind == "overlap" for kind, _ in met):
+            problems.append(f"{na} and {nb} run along each other at {met[0][1]}")
+        elif points and not swapped:
+            problems.append(f"{na} and {nb} cross at {sorted(points)} though their order is the same at both ends")
+        elif len(points) > 1:
+            problems.append(f"{na} and {nb} cross {len(points)} times: {sorted(points)}")
+    return problems
+
+
+@pytest.mark.parametrize("case", list(_managers()))
+def test_block_table_arrows_cross_no_label_and_no_arrow_they_need_not(case):
+    snap, cols = _managers()[case]
+    problems = _problems(snap, cols)
+    assert not problems, "\n".join(problems)
+
+
+def test_classroom_arrows_too():
+    """The projector's theme sizes the canvas and the labels, not the routes: the same checks hold."""
+    viz.classroom(True)
+    try:
+        problems = _problems(*_managers()["forks, two pool rows"])
+    finally:
+        viz.classroom(False)
+    assert not problems, "\n".join(problems)
+
+
+def test_samples_of_one_prompt_cross_nowhere():
+    """Lesson 06's picture (a prompt and three samples, every table in order): not one crossing
+    (the straight arrows of the last round crossed 18 times)."""
+    snap, cols = _managers()["three samples share a prompt"]
+    lines = [line for t in viz.memory_map_figure(snap, cols=cols).data if t.name and t.name.endswith(" arrows")
+             for line in _polylines(t)]
+    for a, b in itertools.combinations(lines, 2):
+        assert not [pq for pq in itertools.product(zip(a, a[1:]), zip(b, b[1:])) if _meet(*pq[0], *pq[1])], (a, b)
+
+
+def test_an_arrow_with_no_cell_below_goes_straight_down():
+    """Lesson 04's stepper: at its first step only R1 has cells, and its arrows ran down the gaps
+    past the empty rows of R2 and R3, a detour around nothing."""
+    snap, cols = _managers()["rows below still short"]
+    r1 = [line for t in viz.memory_map_figure(snap, cols=cols).data if t.name == "R1 arrows" for line in _polylines(t)]
+    assert [len(line) for line in r1] == [6, 2, 2]  # L0 steps round R2's and R3's cells; L1, L2 drop straight
