@@ -45,6 +45,21 @@ def test_methods_on_one_spot_are_named_there():
     assert [t.name for t in sorted(fig.data[::2], key=lambda t: t.legendrank)] == [r.label for r in rows]
 
 
+@pytest.mark.parametrize("classroom", [False, True])
+def test_the_one_spot_note_is_never_under_the_text_minimum(classroom):
+    """The browser test found the "on one spot" note at 10 px (font_size - 2) in lesson 11 cell 26."""
+    from kvlab.viz import classroom as set_classroom, theme
+
+    rows = [MethodResult("int8", 30, 3.0e6, 3.0e6, 9.1, 1.0), MethodResult("fp8", 30, 3.0e6, 3.0e6, 9.1, 1.0)]
+    set_classroom(classroom)
+    try:
+        fig, minimum = tradeoff_figure(rows), theme().min_text_px
+    finally:
+        set_classroom(False)
+    notes = [a for a in fig.layout.annotations if "on one spot" in a.text]
+    assert notes and all(a.font.size >= minimum for a in notes), [(a.font.size, minimum) for a in notes]
+
+
 def test_budget_explorer_turns_the_sinks_off_for_h2o(monkeypatch):
     """Review of lesson 11 (cell 16): in H2O mode the "sinks (StreamingLLM)" slider still moved and
     changed nothing; classroom mode cut the method button to "StreamingL..."."""

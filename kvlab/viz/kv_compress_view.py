@@ -220,7 +220,7 @@ def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, ev
             fig.add_annotation(x=u, y=v, xref=xa.replace("x1", "x"), yref=ya.replace("y1", "y"), showarrow=False,
                                xanchor="right" if u > 0.5 else "left", yanchor="top" if v > 0.5 else "bottom", align="left",
                                text="on one spot:<br>" + "<br>".join(" = ".join(names) for names, _ in spots),
-                               font=dict(size=th.font_size - 2), bgcolor="rgba(255,255,255,0.9)")
+                               font=dict(size=max(th.min_text_px, th.font_size - 2)), bgcolor="rgba(255,255,255,0.9)")
     fig.update_xaxes(title_text="KV MB kept (one sequence)", rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="K/V MB read per decode step", rangemode="tozero", row=1, col=2)
     fig.update_yaxes(title_text="perplexity", row=1, col=1)
