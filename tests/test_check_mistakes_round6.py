@@ -258,3 +258,42 @@ def test_typed_slip_is_named_first(nn, name, edits, says):
     assert not r.passed
     assert says in r.failures[0].note, _notes(r)
     assert sum(1 for c in r.failures if not c.note) <= len(r.failures) // 10, _notes(r)
+
+
+# ------------------------------------------------------------------ lesson 05, exercises 1 and 2: kvlab's own
+def test_wrapping_kvlabs_own_function_is_no_answer():
+    """Review of 9a9dd5d: lesson 05 names the functions its checkers compare with, and an answer that
+    only called them passed both exercises (7/7 and 18/18). Calling them is refused and named; the
+    reference solutions still pass."""
+    import kvlab.kernels as K
+    import torch
+    from kvlab.kernels import paged_decode_attention_ref
+    from kvlab.viz.kernel_view import kernel_access_order
+
+    def decode(q, k_cache, v_cache, table, n, scale):    # imported name
+        t = torch.tensor([table], dtype=torch.int32)
+        return paged_decode_attention_ref(q[None], k_cache, v_cache, t, torch.tensor([n]), scale=scale)[0]
+
+    def decode_via_module(q, k_cache, v_cache, table, n, scale):   # through the module
+        t = torch.tensor([table], dtype=torch.int32)
+        return K.paged_decode_attention_ref(q[None], k_cache, v_cache, t, torch.tensor([n]), scale=scale)[0]
+
+    def tiles(n, bs, tile, splits):
+        out = [[] for _ in range(splits)]
+        for r in kernel_access_order(list(range(-(-n // bs))), n, bs, splits, tile):
+            prog = out[r.split]
+            if len(prog) <= r.iteration:
+                prog.append([])
+            prog[r.iteration].append(r.logical)
+        return out
+
+    for fn, checker, name in ((decode, check.paged_decode_torch, "paged_decode_attention_ref"),
+                              (decode_via_module, check.paged_decode_torch, "paged_decode_attention_ref"),
+                              (tiles, check.kernel_tiles, "kernel_access_order")):
+        r = checker(fn, verbose=False)
+        assert not r.passed, fn.__name__
+        shown = " | ".join(f"{c.actual} {c.note}" for c in r.failures)
+        assert f"kvlab's own {name}" in shown, shown
+    assert K.paged_decode_attention_ref is paged_decode_attention_ref            # put back after the check
+    assert check.paged_decode_torch(S05.paged_decode_torch, verbose=False).passed
+    assert check.kernel_tiles(S05.kernel_tiles, verbose=False).passed

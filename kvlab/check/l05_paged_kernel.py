@@ -17,14 +17,78 @@ Example:
 """
 from __future__ import annotations
 
+import functools
+import importlib
 from contextlib import contextmanager
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from ..memory.block_table import blocks_needed
 from .diagnose import mistake_runner
 from .harness import Checker, CheckResult, Raised, call_in_place, changed_argument
 
-__all__ = ["paged_gather_kernel", "paged_decode_torch", "kernel_tiles"]
+__all__ = ["paged_gather_kernel", "paged_decode_torch", "kernel_tiles", "CalledKvlabsOwn"]
+
+
+class CalledKvlabsOwn(RuntimeError):
+    """An answer called the kvlab function its exercise asks the student to write."""
+
+
+# What each exercise asks the student to write, as kvlab has it (module, name): calling it is no answer.
+DECODE_OWN = (("kvlab.kernels", "paged_decode_attention_ref"), ("kvlab.kernels.reference", "paged_decode_attention_ref"),
+              ("kvlab.kernels", "paged_decode_attention"))
+TILES_OWN = (("kvlab.viz.kernel_view", "kernel_access_order"), ("kvlab.viz", "kernel_access_order"),
+             ("kvlab.check.l05_paged_kernel", "kernel_tiles_reference"))
+
+
+@contextmanager
+def _refusing(fn: Callable, own: tuple[tuple[str, str], ...]) -> Iterator[None]:
+    """While the answer runs, each of ``own`` raises :class:`CalledKvlabsOwn` naming itself, in its
+    module and wherever the answer's globals or closure hold it (``from kvlab.kernels import ...``)."""
+    globs = getattr(fn, "__globals__", None)
+    swapped: list[tuple[Any, str, Any]] = []   # (module or globals, name, the original)
+    for mod_name, name in own:
+        mod = importlib.import_module(mod_name)
+        original = getattr(mod, name, None)
+        if original is None:
+            continue
+
+        def refuse(*_args: Any, _name: str = name, **_kwargs: Any) -> Any:
+            raise CalledKvlabsOwn(f"it calls kvlab's own {_name}")
+
+        swapped.append((mod, name, original))
+        setattr(mod, name, refuse)
+        for key, value in list(globs.items()) if isinstance(globs, dict) else []:
+            if value is original:
+                swapped.append((globs, key, original))
+                globs[key] = refuse
+        for cell in getattr(fn, "__closure__", None) or ():   # a name of an enclosing function
+            if _contents(cell) is original:
+                swapped.append((cell, "cell_contents", original))
+                cell.cell_contents = refuse
+    try:
+        yield
+    finally:
+        for holder, key, value in reversed(swapped):
+            if isinstance(holder, dict):
+                holder[key] = value
+            else:
+                setattr(holder, key, value)
+
+
+def _contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:   # a cell not filled yet
+        return None
+
+
+def _own_refused(fn: Callable, own: tuple[tuple[str, str], ...]) -> Callable:
+    """``fn`` that may not call ``own`` (the exercise is to write it, not to call it)."""
+    @functools.wraps(fn)
+    def answer(*args, **kwargs):
+        with _refusing(fn, own):
+            return fn(*args, **kwargs)
+    return answer
 
 
 def _gather_cases() -> list[tuple[int, int, int, int, int]]:
@@ -205,6 +269,7 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
 
     from kvlab.kernels.reference import paged_decode_attention_ref
 
+    fn = _own_refused(fn, DECODE_OWN)   # wrapping kvlab's reference is no answer (the review passed one)
     c = Checker("paged_decode_torch", fn, verbose=verbose)
     configs = [  # (num_heads, num_kv_heads, head_dim, block_size, context_len, seed, scale; None: 1/sqrt(head_dim))
         (1, 1, 8, 4, 5, 0, None), (2, 2, 8, 4, 8, 1, None), (4, 2, 8, 4, 11, 2, 0.9), (4, 1, 16, 8, 3, 3, None),
@@ -469,6 +534,7 @@ def kernel_tiles(fn: Callable, verbose: bool = True) -> CheckResult:
         cases.append((rng.randint(1, 200), bs, bs * rng.choice([1, 2, 4]), rng.randint(1, 5)))
     cmp = lambda e, a: (isinstance(a, list) and all(isinstance(p, list) and all(isinstance(t, list) for t in p) for p in a)  # noqa: E731
                         and a == e and all(type(b) is int for p in a for t in p for b in t))
+    fn = _own_refused(fn, TILES_OWN)    # wrapping the kernel view's kernel_access_order is no answer
     c = Checker("kernel_tiles", fn, reference=kernel_tiles_reference, verbose=verbose, compare=cmp, diagnose=[_not_lists])
     run = mistake_runner(c, TILE_MISTAKES)
     for n, bs, tile, splits in cases:
