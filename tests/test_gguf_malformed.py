@@ -26,7 +26,7 @@ from gguf_files import MERGES, vocabulary, write_gguf
 from test_cli import generate_in_process
 from test_model import HF_CONFIG, random_hf_tensors
 
-pytest.importorskip("gguf")
+import gguf  # noqa: F401,E402  (installed by the set-up: a missing one fails, never skips)
 
 HEADS = "llama.attention.head_count"
 TOKENS, MERGES_KEY, TEMPLATE = "tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.chat_template"
