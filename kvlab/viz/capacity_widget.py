@@ -96,7 +96,7 @@ def capacity_figure(state: dict[str, Any]) -> Any:
     total, share = state["device_bytes"], state["share"]
     weights = min(state["weights"], share)
     over = state["weights"] - weights  # weights past the share's edge: drawn past it, hatched (they do not fit)
-    alone = f"left alone ({1 - state['utilization']:.0%}: CUDA context, activations)"
+    alone = f"outside the share ({1 - state['utilization']:.0%}: not the server's; the driver, other programs)"
     parts = [("weights (fp16)", weights, WEIGHTS, ""),
              ("weights past the share: they do not fit", over, WEIGHTS, "x"),
              (f"KV cache of {state['requests']:,} requests", state["kv_used"], request_color("R1"), ""),

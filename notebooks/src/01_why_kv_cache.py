@@ -118,6 +118,7 @@ print("text:", repr(runs["paged"].text(tok)[:120]))
 
 # %%
 import statistics
+import time
 
 import plotly.graph_objects as go
 
@@ -135,21 +136,24 @@ print(f"SmolLM2-135M: {rc.num_hidden_layers} layers, {rc.num_attention_heads} qu
 # %% [markdown]
 # Now the two runs, twice each (a step of a few hundred ms moves by tens of ms from run to run on a
 # shared machine; the figure below keeps the faster of the two at each position). `real_new = 5`
-# new tokens keep this cell near two seconds (try 20: the naive path takes about three times as
-# long, each of its steps rerunning the whole sequence):
+# new tokens keep this cell short; it prints how long it took. Try 20: each naive step reruns the
+# whole sequence, so the naive runs take a growing share of the time:
 
 # %%
 real_new, real_repeats = 5, 2
+started = time.perf_counter()
 passes = [{s: generate(real, chat, real_new, strategy=s) for s in ("naive", "contiguous")} for _ in range(real_repeats)]
 real_runs = passes[0]
 print("identical tokens, naive == cached:", real_runs["naive"].tokens == real_runs["contiguous"].tokens)
 print("reply so far:", repr(real_runs["contiguous"].text(real_tok)))
+print(f"{real_repeats} x 2 runs of {real_new} tokens took {time.perf_counter() - started:.1f} s here (measured)")
 
 # %% [markdown]
 # Each step's time against the position of the token it produces (measured: the minimum of the
 # two runs at each position, since the machine's other programs can only slow a step down; step
 # 0, the prefill of the prompt, is left out). The naive step reruns all the tokens so far, so it
-# costs more than the cached step at every position. By its FLOPs it also grows a little with
+# should cost more than the cached step; the cell under the figure prints at how many positions it
+# did in this run. By its FLOPs it also grows a little with
 # each position, far too little to see over four positions: up and down moves between
 # neighbouring points are the machine's noise, not the model:
 
@@ -178,6 +182,9 @@ def say(text):
     print(fill(text, 76, subsequent_indent="    "))
 
 
+slower = sum(n > c for n, c in zip(times["naive"][1:], times["contiguous"][1:]))
+say(f"the naive step took longer than the cached one at {slower} of the {len(pos)} positions (measured)"
+    + ("" if slower == len(pos) else ": where it did not, the machine's other programs slowed a cached step"))
 half = len(pos) // 2
 early = {k: statistics.median(times[s][1:half + 1]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
 late = {k: statistics.median(times[s][half + 1:]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
