@@ -297,3 +297,46 @@ def test_wrapping_kvlabs_own_function_is_no_answer():
     assert K.paged_decode_attention_ref is paged_decode_attention_ref            # put back after the check
     assert check.paged_decode_torch(S05.paged_decode_torch, verbose=False).passed
     assert check.kernel_tiles(S05.kernel_tiles, verbose=False).passed
+
+
+# ------------------------------------------------------------------ issue 28, the independent review's round-6 answers
+S02 = _solutions("02_how_big")
+
+
+def _float_requests(kv, b, t):
+    if b < 1 or t < 1 or kv < 0:
+        raise ValueError("bad input")
+    return int(kv / (b * t))
+
+
+def _float_budget(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16):
+    """Lesson 02's max_concurrent with the budget left a float (no int())."""
+    if not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be in (0, 1], got {utilization}")
+    if block_size < 1 or bytes_per_token < 1 or any(n < 1 for n in lengths):
+        raise ValueError("block_size, bytes_per_token and every length must be >= 1")
+    free = max(0, gpu_bytes * utilization - weight_bytes) // (block_size * bytes_per_token)
+    count = 0
+    for n in sorted(lengths):
+        need = -(-n // block_size)
+        if need > free:
+            break
+        free -= need
+        count += 1
+    return count
+
+
+def _sixteen(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16):
+    return S02.max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, 16) if block_size >= 1 \
+        else S02.max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size)
+
+
+@pytest.mark.parametrize("checker, wrong, says", [
+    (check.requests_that_fit, _float_requests, "float division"),
+    (check.max_concurrent, _float_budget, "int(gpu_bytes x utilization)"),
+    (check.max_concurrent, _sixteen, "block_size ignored (16 hard-coded)"),
+], ids=["02-float-division", "02-float-budget", "02-block-size-16"])
+def test_lesson_02_round6_named_first(checker, wrong, says):
+    r = checker(wrong, verbose=False)
+    assert not r.passed
+    assert says in r.failures[0].note, _notes(r)
