@@ -37,15 +37,22 @@ def _gather_slips():
                 valid = pos <= context_len
             else:
                 valid = pos < context_len
-            if RULE == "tile_div":
+            if RULE == "tile_div" or RULE == "tile_both" or RULE == "tile_all":
                 physical = tl.load(block_table_ptr + pos // TILE_N, mask=valid, other=0)
             else:
                 physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)
             if RULE == "no_bs":
                 row = physical + pos % BLOCK_SIZE
+            elif RULE == "tile_both":
+                row = physical * BLOCK_SIZE + pos % TILE_N
+            elif RULE == "tile_all":
+                row = physical * TILE_N + pos % TILE_N
             else:
                 row = physical * BLOCK_SIZE + pos % BLOCK_SIZE
-            k = tl.load(cache_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
+            if RULE == "no_stride":
+                k = tl.load(cache_ptr + row[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+            else:
+                k = tl.load(cache_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
             tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])
     return kernel
 
@@ -70,6 +77,9 @@ class _Gather:
     ("le", "pos < context_len, not <="),
     ("tile_div", "pos // BLOCK_SIZE, not pos // TILE_N"),
     ("no_bs", "physical * BLOCK_SIZE"),
+    ("tile_both", "TILE_N where BLOCK_SIZE belongs"),     # issue 28 review: pos // TILE_N and pos % TILE_N
+    ("tile_all", "TILE_N where BLOCK_SIZE belongs"),
+    ("no_stride", "the row stride is missing"),
 ])
 def test_paged_gather_kernel_names_the_review_slips(rule, says):
     r = check.paged_gather_kernel(_Gather(rule), verbose=False)
@@ -78,6 +88,8 @@ def test_paged_gather_kernel_names_the_review_slips(rule, says):
         return
     assert not r.passed
     assert says in _notes(r), _notes(r)
+    if rule in ("tile_both", "tile_all", "no_stride"):
+        assert says in r.failures[0].note, _notes(r)
 
 
 # ------------------------------------------------------------------ lesson 06
