@@ -352,3 +352,13 @@ def test_lesson_02_round6_named_first(checker, wrong, says):
     r = checker(wrong, verbose=False)
     assert not r.passed
     assert says in r.failures[0].note, _notes(r)
+
+
+def test_paged_decode_blocks_in_physical_order_named():
+    """Issue 28 review: an answer that read the blocks sorted (physical order), not in the table's order."""
+    def decode(q, k_cache, v_cache, table, n, scale):
+        return S05.paged_decode_torch(q, k_cache, v_cache, sorted(table), n, scale)
+
+    r = check.paged_decode_torch(decode, verbose=False)
+    assert not r.passed
+    assert "the block table's order" in r.failures[0].note, _notes(r)

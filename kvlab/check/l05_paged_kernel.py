@@ -379,6 +379,8 @@ def _decode_mistakes(ref: Callable, heads: int, kv_heads: int, block_size: int) 
          lambda q, k, v, t, n, s: run(q, k, v, t, n, 1.0)),
         ("the block table was not used: position pos lives in block block_table[pos // block_size]",
          lambda q, k, v, t, n, s: run(q, k, v, torch.arange(len(t), dtype=t.dtype), n, s)),
+        ("the blocks were read in physical (sorted) order: read them in the block table's order, logical block "
+         "i is block_table[i] whatever its number", lambda q, k, v, t, n, s: run(q, k, v, torch.sort(t).values, n, s)),
         ("positions past context_len were attended: the last block may be partial, mask it",
          lambda q, k, v, t, n, s: run(q, k, v, t, -(-n // block_size) * block_size, s)),
         ("query head h uses KV head h // (num_heads // num_kv_heads), not h % num_kv_heads",
