@@ -362,3 +362,27 @@ def test_paged_decode_blocks_in_physical_order_named():
     r = check.paged_decode_torch(decode, verbose=False)
     assert not r.passed
     assert "the block table's order" in r.failures[0].note, _notes(r)
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda a, b, bs: min(-(-_prefix00(a, b) // bs) * bs, len(b) - 1),                          # round up, then cap
+    lambda a, b, bs: min(-(-min(_prefix00(a, b), len(b) - 1) // bs) * bs, len(b) - 1),         # cap, round up, cap
+], ids=["up-then-cap", "cap-up-cap"])
+def test_lesson_00_rounded_up_then_capped_named_first(wrong):
+    """Issue 28 review: warm-up 3 rounded UP to whole blocks (then capped at len(new) - 1); the first FAIL
+    showed only expected and actual."""
+    def answer(a, b, bs):
+        if bs < 1:
+            raise ValueError(f"block_size must be >= 1, got {bs}")
+        return wrong(a, b, bs)
+
+    r = check.reusable_tokens(answer, verbose=False)
+    assert not r.passed
+    assert "rounded up" in r.failures[0].note, _notes(r)
+
+
+def _prefix00(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
