@@ -37,15 +37,22 @@ def _gather_slips():
                 valid = pos <= context_len
             else:
                 valid = pos < context_len
-            if RULE == "tile_div":
+            if RULE == "tile_div" or RULE == "tile_both" or RULE == "tile_all":
                 physical = tl.load(block_table_ptr + pos // TILE_N, mask=valid, other=0)
             else:
                 physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)
             if RULE == "no_bs":
                 row = physical + pos % BLOCK_SIZE
+            elif RULE == "tile_both":
+                row = physical * BLOCK_SIZE + pos % TILE_N
+            elif RULE == "tile_all":
+                row = physical * TILE_N + pos % TILE_N
             else:
                 row = physical * BLOCK_SIZE + pos % BLOCK_SIZE
-            k = tl.load(cache_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
+            if RULE == "no_stride":
+                k = tl.load(cache_ptr + row[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+            else:
+                k = tl.load(cache_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
             tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])
     return kernel
 
@@ -70,6 +77,9 @@ class _Gather:
     ("le", "pos < context_len, not <="),
     ("tile_div", "pos // BLOCK_SIZE, not pos // TILE_N"),
     ("no_bs", "physical * BLOCK_SIZE"),
+    ("tile_both", "TILE_N where BLOCK_SIZE belongs"),     # issue 28 review: pos // TILE_N and pos % TILE_N
+    ("tile_all", "TILE_N where BLOCK_SIZE belongs"),
+    ("no_stride", "the row stride is missing"),
 ])
 def test_paged_gather_kernel_names_the_review_slips(rule, says):
     r = check.paged_gather_kernel(_Gather(rule), verbose=False)
@@ -78,6 +88,8 @@ def test_paged_gather_kernel_names_the_review_slips(rule, says):
         return
     assert not r.passed
     assert says in _notes(r), _notes(r)
+    if rule in ("tile_both", "tile_all", "no_stride"):
+        assert says in r.failures[0].note, _notes(r)
 
 
 # ------------------------------------------------------------------ lesson 06
@@ -297,3 +309,80 @@ def test_wrapping_kvlabs_own_function_is_no_answer():
     assert K.paged_decode_attention_ref is paged_decode_attention_ref            # put back after the check
     assert check.paged_decode_torch(S05.paged_decode_torch, verbose=False).passed
     assert check.kernel_tiles(S05.kernel_tiles, verbose=False).passed
+
+
+# ------------------------------------------------------------------ issue 28, the independent review's round-6 answers
+S02 = _solutions("02_how_big")
+
+
+def _float_requests(kv, b, t):
+    if b < 1 or t < 1 or kv < 0:
+        raise ValueError("bad input")
+    return int(kv / (b * t))
+
+
+def _float_budget(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16):
+    """Lesson 02's max_concurrent with the budget left a float (no int())."""
+    if not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be in (0, 1], got {utilization}")
+    if block_size < 1 or bytes_per_token < 1 or any(n < 1 for n in lengths):
+        raise ValueError("block_size, bytes_per_token and every length must be >= 1")
+    free = max(0, gpu_bytes * utilization - weight_bytes) // (block_size * bytes_per_token)
+    count = 0
+    for n in sorted(lengths):
+        need = -(-n // block_size)
+        if need > free:
+            break
+        free -= need
+        count += 1
+    return count
+
+
+def _sixteen(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16):
+    return S02.max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, 16) if block_size >= 1 \
+        else S02.max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size)
+
+
+@pytest.mark.parametrize("checker, wrong, says", [
+    (check.requests_that_fit, _float_requests, "float division"),
+    (check.max_concurrent, _float_budget, "int(gpu_bytes x utilization)"),
+    (check.max_concurrent, _sixteen, "block_size ignored (16 hard-coded)"),
+], ids=["02-float-division", "02-float-budget", "02-block-size-16"])
+def test_lesson_02_round6_named_first(checker, wrong, says):
+    r = checker(wrong, verbose=False)
+    assert not r.passed
+    assert says in r.failures[0].note, _notes(r)
+
+
+def test_paged_decode_blocks_in_physical_order_named():
+    """Issue 28 review: an answer that read the blocks sorted (physical order), not in the table's order."""
+    def decode(q, k_cache, v_cache, table, n, scale):
+        return S05.paged_decode_torch(q, k_cache, v_cache, sorted(table), n, scale)
+
+    r = check.paged_decode_torch(decode, verbose=False)
+    assert not r.passed
+    assert "the block table's order" in r.failures[0].note, _notes(r)
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda a, b, bs: min(-(-_prefix00(a, b) // bs) * bs, len(b) - 1),                          # round up, then cap
+    lambda a, b, bs: min(-(-min(_prefix00(a, b), len(b) - 1) // bs) * bs, len(b) - 1),         # cap, round up, cap
+], ids=["up-then-cap", "cap-up-cap"])
+def test_lesson_00_rounded_up_then_capped_named_first(wrong):
+    """Issue 28 review: warm-up 3 rounded UP to whole blocks (then capped at len(new) - 1); the first FAIL
+    showed only expected and actual."""
+    def answer(a, b, bs):
+        if bs < 1:
+            raise ValueError(f"block_size must be >= 1, got {bs}")
+        return wrong(a, b, bs)
+
+    r = check.reusable_tokens(answer, verbose=False)
+    assert not r.passed
+    assert "rounded up" in r.failures[0].note, _notes(r)
+
+
+def _prefix00(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

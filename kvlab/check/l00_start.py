@@ -123,6 +123,9 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda a, b, bs: prefix(a, b) // bs * bs,
         "rounded up to a whole block: a block the two requests share only in part is not reused (round down)":
             lambda a, b, bs: -(-min(prefix(a, b), len(b) - 1) // bs) * bs,
+        "rounded up to a whole block, then capped at len(new) - 1: a block the two requests share only in part is "
+        "not reused; round DOWN (after the cap), so the answer is whole blocks":
+            lambda a, b, bs: min(-(-min(prefix(a, b), len(b) - 1) // bs) * bs, len(b) - 1),
         "the token left to compute is the NEW request's last one, not the finished request's":
             lambda a, b, bs: max(min(prefix(a, b), len(a) - 1), 0) // bs * bs,
         "that is the shared prefix itself: think about what the cache keeps (blocks) and what R2 must still run":

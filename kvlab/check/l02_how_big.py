@@ -262,6 +262,8 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("requests_that_fit", fn, _requests_that_fit_ref, verbose=verbose, compare=same_int, diagnose=[
         should_have_raised, lambda e, a: off_by(e, a, 1, "request", "a request needs all of its tokens: round down (//)")])
     run = mistake_runner(c, {
+        "float division: int(kv_budget_bytes / (...)) is a float, exact only up to 2**53; use integer division (//)":
+            lambda kv, b, t: int(kv / (b * t)),
         "rounded up: a request that fits only part of the way does not fit (round down)":
             lambda kv, b, t: -(-kv // (b * t)) if -(-kv // (b * t)) != round(kv / (b * t)) else None,
         "rounded to the nearest whole number: 2.9 requests are 2 requests, not 3 (round down)":
@@ -285,6 +287,7 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         args = (rng.randrange(0, 10**11), rng.randrange(1, 10**6), rng.randrange(1, 10**4))
         run(f"random {args}", *args)
     run("one byte a token, one token a request", 7, 1, 1)
+    run("a budget near 2**60 bytes (float division loses the last digits)", 2**60 - 1, 3, 1)
     c.run("tokens_per_request=0 (must raise ValueError)", 1000, 10, 0)
     c.run("bytes_per_token=0 (must raise ValueError)", 1000, 0, 10)
     c.run("negative budget (must raise ValueError)", -1, 10, 10)
@@ -357,6 +360,11 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n + bs - 1, bs) for n in L), _pool_blocks(g, u, w, b, bs)),
         "used the mean length: requests differ, and short ones fit where long ones do not":
             lambda L, g, u, w, b, bs=16: min(len(L), _pool_blocks(g, u, w, b, bs) // _ceil(round(sum(L) / len(L)), bs)),
+        "block_size ignored (16 hard-coded): a block holds block_size tokens, whatever the default":
+            lambda L, g, u, w, b, bs=16: _max_concurrent_ref(L, g, u, w, b, 16) if bs != 16 else None,
+        "the budget left a float: gpu_bytes x utilization - weight_bytes loses bytes past 2**53; "
+        "take int(gpu_bytes x utilization) first, then subtract the weights":
+            lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L), max(0, g * u - w) // (bs * b)),
     })
     a100, gib = 80 * 1024**3, 1024**3
     llama7 = MODELS["llama-2-7b"]
@@ -387,6 +395,8 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
         run(f"random seed {seed}: {len(lengths)} requests, block size {args[5]}", *args)
     run("a pool of 17.5 bytes holds 17 (int() rounds down)", [18], 35, 0.5, 0, 1, 1)
     run("weights bigger than the budget, blocks of one byte: nothing fits", [1, 1], 1000, 0.9, 950, 1, 1)
+    run("a card of 2**60 bytes, a pool of 1,040 bytes left: one block (in floats the weights round to 1,024 "
+        "bytes less)", [1], 2**60, 1.0, 2**60 - 1040, 65, 16)
     c.run("utilization 1.5 (must raise ValueError)", [10], 1000, 1.5, 0, 1, 16)
     c.run("utilization 0 (must raise ValueError)", [10], 1000, 0.0, 0, 1, 16)
     c.run("block_size 0 (must raise ValueError)", [10], 1000, 0.9, 0, 1, 0)

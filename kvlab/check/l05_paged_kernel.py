@@ -139,7 +139,8 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
         with _watch_memory(loads={"the cache": cache_d, "the block table": table_d}, stores={"the output": big}) as seen:
             err = call_in_place(lambda: kernel[(1,)](cache_d, table_d, out_d, n, HEAD_DIM=d, BLOCK_SIZE=bs, TILE_N=tile))
         if isinstance(err, Raised):
-            c.record(label, expected, seen.get("what", err), passed=False, note=seen.get("note", ""))
+            slip = _tile_slip(seen.get("addrs"), cache_d, table, n, bs, tile)
+            c.record(label, expected, seen.get("what", err), passed=False, note=slip or seen.get("note", ""))
             continue
         whole = big.cpu()
         got = whole[pad:pad + n + guard]
@@ -192,6 +193,8 @@ def _watch_memory(loads: dict, stores: dict):
 
     def load(ptrs, mask, other, *rest):
         if not inside(ptrs, mask, loads):
+            mask_on = np.broadcast_to(np.asarray(mask.data), np.shape(ptrs.data))
+            seen["addrs"] = {int(a) for a in np.asarray(ptrs.data)[mask_on].astype(np.uint64)}   # for naming the slip
             seen["what"] = "a tl.load read outside " + " and ".join(loads)
             seen["note"] = ("a load past the block table or the cache: positions past context_len must not load "
                             "either (mask=valid on every tl.load, not only on the store)")
@@ -210,6 +213,29 @@ def _watch_memory(loads: dict, stores: dict):
         yield seen
     finally:
         del b.create_masked_load, b.create_masked_store
+
+
+_TILE_SLIP = ("TILE_N where BLOCK_SIZE belongs: the logical block is pos // BLOCK_SIZE, the offset pos % BLOCK_SIZE and "
+              "the slot physical * BLOCK_SIZE + offset (a tile holds several blocks; the table is indexed by block)")
+
+
+def _tile_slots(table, n: int, bs: int, tile: int) -> list[Callable[[int], int]]:
+    """Where position pos is read from when TILE_N stands where BLOCK_SIZE belongs (the review's slips)."""
+    def block(i: int) -> int:
+        return int(table[min(i // tile, len(table) - 1)])
+    return [lambda i: block(i) * bs + i % tile, lambda i: block(i) * tile + i % tile]
+
+
+def _tile_slip(addrs, cache, table, n: int, bs: int, tile: int) -> str:
+    """_TILE_SLIP when the load that left the cache (``addrs``, bytes) read only rows a TILE_N slip reads."""
+    if not addrs or tile == bs:
+        return ""
+    base, d, size = cache.data_ptr(), cache.shape[-1], cache.element_size()
+    for slot_of in _tile_slots(table, n, bs, tile):
+        want = {base + size * (slot_of(i) * d + j) for i in range(n) for j in range(d)}
+        if addrs <= want:
+            return _TILE_SLIP
+    return ""
 
 
 def _outside_note(outside: list[int], table, n: int, bs: int) -> str:
@@ -255,6 +281,13 @@ def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: 
     if rows_are(lambda i: int(table[min(i // tile, len(table) - 1)]) * bs + i % bs):
         return ("the logical block is pos // BLOCK_SIZE, not pos // TILE_N: a tile holds several blocks, "
                 "the table is indexed by block")
+    if any(rows_are(slot_of) for slot_of in _tile_slots(table, n, bs, tile)):
+        return _TILE_SLIP
+    d, numbers = flat.shape[-1], cache.reshape(-1)                 # every number of the cache, in memory order
+    slots = [int(table[i // bs]) * bs + i % bs for i in bad_rows]
+    if all(x + d <= numbers.numel() and torch.allclose(got[i], numbers[x:x + d]) for i, x in zip(bad_rows, slots)):
+        return ("the row stride is missing: the K row of slot s starts at cache_ptr + s * HEAD_DIM (the numbers "
+                "of a row are HEAD_DIM apart from the next row's), not cache_ptr + s")
     return ""
 
 
@@ -346,6 +379,8 @@ def _decode_mistakes(ref: Callable, heads: int, kv_heads: int, block_size: int) 
          lambda q, k, v, t, n, s: run(q, k, v, t, n, 1.0)),
         ("the block table was not used: position pos lives in block block_table[pos // block_size]",
          lambda q, k, v, t, n, s: run(q, k, v, torch.arange(len(t), dtype=t.dtype), n, s)),
+        ("the blocks were read in physical (sorted) order: read them in the block table's order, logical block "
+         "i is block_table[i] whatever its number", lambda q, k, v, t, n, s: run(q, k, v, torch.sort(t).values, n, s)),
         ("positions past context_len were attended: the last block may be partial, mask it",
          lambda q, k, v, t, n, s: run(q, k, v, t, -(-n // block_size) * block_size, s)),
         ("query head h uses KV head h // (num_heads // num_kv_heads), not h % num_kv_heads",
