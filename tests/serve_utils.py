@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 
-
 import fastapi  # noqa: F401,E402  (installed by the set-up: a missing one fails, never skips)
 import openai  # noqa: F401,E402
 
