@@ -297,3 +297,50 @@ def test_wrapping_kvlabs_own_function_is_no_answer():
     assert K.paged_decode_attention_ref is paged_decode_attention_ref            # put back after the check
     assert check.paged_decode_torch(S05.paged_decode_torch, verbose=False).passed
     assert check.kernel_tiles(S05.kernel_tiles, verbose=False).passed
+
+
+# ================================================================== k-checkers: lessons 06, 09, 10, 12
+S06 = _solutions("06_sharing")
+
+
+def _first_note(r) -> str:
+    return next(c.note for c in r.failures)
+
+
+def test_cow_append_names_a_rebound_table_and_the_wrong_exception():
+    from kvlab.memory.block_pool import OutOfBlocks
+
+    def rebind(bt, n, rc, free, bs):
+        mine = list(bt)
+        copies = S06.cow_append(mine, n, rc, free, bs)
+        bt = mine  # noqa: F841 -- the slip: a new list the caller never sees
+        return copies
+
+    def value_error(bt, n, rc, free, bs):
+        try:
+            return S06.cow_append(bt, n, rc, free, bs)
+        except OutOfBlocks:
+            raise ValueError("no free block") from None
+
+    r = check.cow_append(rebind, verbose=False)
+    assert not r.passed and "rebound to a new list" in _first_note(r), _notes(r)
+    r = check.cow_append(value_error, verbose=False)
+    assert not r.passed and "out of blocks" in _first_note(r) and "raise kvlab.OutOfBlocks" in _first_note(r), _notes(r)
+    assert "check the arguments first" not in _notes(r)
+    assert check.cow_append(S06.cow_append, verbose=False).passed
+
+
+def test_sampling_blocks_names_separate_blocks_and_one_too_few():
+    from kvlab.memory.block_table import blocks_needed as bn
+
+    def separate(p, n, g, bs):
+        return n * (bn(p, bs) + bn(g, bs)), bn(p, bs) + n * bn(g, bs)
+
+    def one_too_few(p, n, g, bs):
+        without, with_ = S06.sampling_blocks(p, n, g, bs)
+        return without, with_ - 1
+
+    for fn, says in ((separate, "not in separate blocks"), (one_too_few, "one block too few")):
+        r = check.sampling_blocks(fn, verbose=False)
+        assert not r.passed and says in _first_note(r), _notes(r)
+    assert check.sampling_blocks(S06.sampling_blocks, verbose=False).passed
