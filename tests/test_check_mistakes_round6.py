@@ -344,3 +344,21 @@ def test_sampling_blocks_names_separate_blocks_and_one_too_few():
         r = check.sampling_blocks(fn, verbose=False)
         assert not r.passed and says in _first_note(r), _notes(r)
     assert check.sampling_blocks(S06.sampling_blocks, verbose=False).passed
+
+
+def test_pick_worker_names_ge_for_gt_on_both_balance_thresholds():
+    import inspect
+    s12 = _solutions("12_real_server")
+    src = inspect.getsource(s12.pick_worker)
+
+    def variant(old: str, new: str):
+        ns: dict = {}
+        exec(src.replace(old, new), ns)  # noqa: S102 -- the solution with one slip typed in
+        return ns["pick_worker"]
+
+    for old, new, says in (("hi - lo > 64 and hi > 1.5 * lo", "hi - lo >= 64 and hi >= 1.5 * lo", ">= where > is due"),
+                           ("hi - lo > 64 and hi > 1.5 * lo", "hi - lo > 64 or hi > 1.5 * lo", "(and, not or)")):
+        assert old in src
+        r = check.choose_worker(variant(old, new), verbose=False)
+        assert not r.passed and says in _first_note(r), _notes(r)
+    assert check.choose_worker(s12.pick_worker, verbose=False).passed
