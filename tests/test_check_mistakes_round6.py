@@ -362,3 +362,66 @@ def test_pick_worker_names_ge_for_gt_on_both_balance_thresholds():
         r = check.choose_worker(variant(old, new), verbose=False)
         assert not r.passed and says in _first_note(r), _notes(r)
     assert check.choose_worker(s12.pick_worker, verbose=False).passed
+
+
+def _pow2(n: int) -> int:
+    return 1 << (max(n, 1) - 1).bit_length()
+
+
+def _lcp(a, b) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_lesson_09_names_cap_after_rounding_ceil_pool_and_four_hit_rate_slips():
+    s09 = _solutions("09_at_scale")
+
+    def cap_after_rounding(p, o, mode, block_size=16, max_len=2048):
+        if mode not in ("max", "pow2", "oracle"):
+            raise ValueError(mode)
+        est = max_len if mode == "max" else _pow2(o) if mode == "pow2" else o
+        return min(_pow2(-(-(p + est) // block_size)), -(-max_len // block_size))
+
+    r = check.orca_reservation(cap_after_rounding, verbose=False)
+    assert not r.passed and "cap comes BEFORE the rounding" in _first_note(r), _notes(r)
+
+    def ceil_pool(cap, bs, ml, lengths):
+        free, n_in = -(-cap // bs), 0
+        for n in lengths:
+            if -(-n // bs) > free:
+                break
+            free, n_in = free - -(-n // bs), n_in + 1
+        return min(len(lengths), cap // ml), n_in
+
+    r = check.fit_requests(ceil_pool, verbose=False)
+    assert not r.passed and "WHOLE blocks only" in _first_note(r), _notes(r)
+
+    def trie_rate(ps):
+        total = sum(map(len, ps))
+        return 1 - len({tuple(p[:i]) for p in ps for i in range(1, len(p) + 1)}) / total if total else 0.0
+
+    def pairs(ps):
+        total = sum(map(len, ps))
+        return 1 - len({(i, t) for p in ps for i, t in enumerate(p)}) / total if total else 0.0
+
+    def one_common_prefix(ps):
+        total = sum(map(len, ps))
+        common = min(_lcp(ps[0], p) for p in ps) if ps else 0
+        return common * (len(ps) - 1) / total if total else 0.0
+
+    def next_only(ps):
+        total = sum(map(len, ps))
+        return sum(_lcp(ps[i - 1], ps[i]) for i in range(1, len(ps))) / total if total else 0.0
+
+    def dedup_first(ps):
+        return trie_rate([list(t) for t in dict.fromkeys(map(tuple, ps))])
+
+    assert check.optimal_hit_rate(trie_rate, verbose=False).passed
+    for fn, says in ((pairs, "(position, token) pair"), (one_common_prefix, "common to ALL prompts"),
+                     (next_only, "not only the one just before it"), (dedup_first, "do not drop them first")):
+        r = check.optimal_hit_rate(fn, verbose=False)
+        assert not r.passed and says in _first_note(r), (fn.__name__, _notes(r))
+    for name in ("orca_reservation", "fit_requests", "optimal_hit_rate"):
+        assert getattr(check, name)(getattr(s09, name), verbose=False).passed
