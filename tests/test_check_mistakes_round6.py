@@ -425,3 +425,38 @@ def test_lesson_09_names_cap_after_rounding_ceil_pool_and_four_hit_rate_slips():
         assert not r.passed and says in _first_note(r), (fn.__name__, _notes(r))
     for name in ("orca_reservation", "fit_requests", "optimal_hit_rate"):
         assert getattr(check, name)(getattr(s09, name), verbose=False).passed
+
+
+def _with_slip(fn, old: str, new: str):
+    """``fn`` (a lesson solution) with one line typed wrong."""
+    import inspect
+    import textwrap
+    src = textwrap.dedent(inspect.getsource(fn))
+    assert old in src, old
+    ns: dict = {}
+    exec(src.replace(old, new), ns)  # noqa: S102
+    return ns[fn.__name__]
+
+
+def test_lesson_10_names_host_pages_of_a_backed_up_leaf_disk_miss_and_counted_names():
+    s10 = _solutions("10_tiers")
+    backed_pays = _with_slip(s10.write_back_evict, "        state[name] = \"host\" if backed else \"evicted\"",
+                             "        if backed and name not in host_only and dict((n, b) for n, _, b in leaves)[name]:\n"
+                             "            host_free -= p\n"
+                             "        state[name] = \"host\" if backed else \"evicted\"")
+    r = check.write_back_evict(backed_pays, verbose=False)
+    assert not r.passed and "uses no host page" in _first_note(r), _notes(r)
+
+    def miss_stays(state, event, storage=False):
+        return "disk" if (state, event) == ("disk", "miss") else s10.next_placement(state, event, storage)
+
+    r = check.next_placement(miss_stays, verbose=False)
+    assert not r.passed and "is 'evicted' (it does not stay 'disk')" in _first_note(r), _notes(r)
+
+    for old, new, says in (("freed += pages", "freed += 1", "need counts PAGES, not victims"),
+                           ("while freed < need", "while freed <= need", "one victim more is one too many"),
+                           ("sum(p for _, p in t1) >= target", "len(t1) >= target", "target counts pages, not nodes")):
+        r = check.arc_victims(_with_slip(s10.arc_victims, old, new), verbose=False)
+        assert not r.passed and says in _first_note(r), (new, _notes(r))
+    for name in ("write_back_evict", "next_placement", "arc_victims"):
+        assert getattr(check, name)(getattr(s10, name), verbose=False).passed
