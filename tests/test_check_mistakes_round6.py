@@ -386,6 +386,7 @@ def test_lesson_09_names_cap_after_rounding_ceil_pool_and_four_hit_rate_slips():
 
     r = check.orca_reservation(cap_after_rounding, verbose=False)
     assert not r.passed and "cap comes BEFORE the rounding" in _first_note(r), _notes(r)
+    assert all("cap comes BEFORE the rounding" in c.note for c in r.failures), _notes(r)   # one mistake throughout
 
     def ceil_pool(cap, bs, ml, lengths):
         free, n_in = -(-cap // bs), 0

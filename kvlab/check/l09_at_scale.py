@@ -138,7 +138,11 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     for args in cases:
         c.diagnose = [_mistake(args), unit_slip]
         full = args + (16, 2048)[len(args) - 3:]
-        c.run(f"prompt {full[0]}, output {full[1]}, mode {full[2]!r}, block_size {full[3]}, max_len {full[4]}", *args)
+        case = c.run(f"prompt {full[0]}, output {full[1]}, mode {full[2]!r}, block_size {full[3]}, max_len {full[4]}",
+                     *args)
+        found = [] if case.passed else [m.format(max_len=full[4]) for m, wrong in ORCA_MISTAKES.items()
+                                        if call(wrong, *args) == case.actual != case.expected]
+        case.candidates = found if len(found) > 1 else case.candidates   # Checker.done keeps the likeliest
     c.diagnose = [should_have_raised]
     c.run("mode 'exact' (not one of max, pow2, oracle): must raise ValueError", 161, 338, "exact")
     return c.done()
