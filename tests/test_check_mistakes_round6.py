@@ -386,3 +386,166 @@ def _prefix00(a, b):
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return n
+
+
+# ================================================================== k-checkers: lessons 06, 09, 10, 12
+
+
+def _first_note(r) -> str:
+    return next(c.note for c in r.failures)
+
+
+def test_cow_append_names_a_rebound_table_and_the_wrong_exception():
+    from kvlab.memory.block_pool import OutOfBlocks
+
+    def rebind(bt, n, rc, free, bs):
+        mine = list(bt)
+        copies = S06.cow_append(mine, n, rc, free, bs)
+        bt = mine  # noqa: F841 -- the slip: a new list the caller never sees
+        return copies
+
+    def value_error(bt, n, rc, free, bs):
+        try:
+            return S06.cow_append(bt, n, rc, free, bs)
+        except OutOfBlocks:
+            raise ValueError("no free block") from None
+
+    r = check.cow_append(rebind, verbose=False)
+    assert not r.passed and "rebound to a new list" in _first_note(r), _notes(r)
+    r = check.cow_append(value_error, verbose=False)
+    assert not r.passed and "out of blocks" in _first_note(r) and "raise kvlab.OutOfBlocks" in _first_note(r), _notes(r)
+    assert "check the arguments first" not in _notes(r)
+    assert check.cow_append(S06.cow_append, verbose=False).passed
+
+
+def test_sampling_blocks_names_separate_blocks_and_one_too_few():
+    from kvlab.memory.block_table import blocks_needed as bn
+
+    def separate(p, n, g, bs):
+        return n * (bn(p, bs) + bn(g, bs)), bn(p, bs) + n * bn(g, bs)
+
+    def one_too_few(p, n, g, bs):
+        without, with_ = S06.sampling_blocks(p, n, g, bs)
+        return without, with_ - 1
+
+    for fn, says in ((separate, "not in separate blocks"), (one_too_few, "one block too few")):
+        r = check.sampling_blocks(fn, verbose=False)
+        assert not r.passed and says in _first_note(r), _notes(r)
+    assert check.sampling_blocks(S06.sampling_blocks, verbose=False).passed
+
+
+def test_pick_worker_names_ge_for_gt_on_both_balance_thresholds():
+    import inspect
+    s12 = _solutions("12_real_server")
+    src = inspect.getsource(s12.pick_worker)
+
+    def variant(old: str, new: str):
+        ns: dict = {}
+        exec(src.replace(old, new), ns)  # noqa: S102 -- the solution with one slip typed in
+        return ns["pick_worker"]
+
+    for old, new, says in (("hi - lo > 64 and hi > 1.5 * lo", "hi - lo >= 64 and hi >= 1.5 * lo", ">= where > is due"),
+                           ("hi - lo > 64 and hi > 1.5 * lo", "hi - lo > 64 or hi > 1.5 * lo", "(and, not or)")):
+        assert old in src
+        r = check.choose_worker(variant(old, new), verbose=False)
+        assert not r.passed and says in _first_note(r), _notes(r)
+    assert check.choose_worker(s12.pick_worker, verbose=False).passed
+
+
+def _pow2(n: int) -> int:
+    return 1 << (max(n, 1) - 1).bit_length()
+
+
+def _lcp(a, b) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_lesson_09_names_cap_after_rounding_ceil_pool_and_four_hit_rate_slips():
+    s09 = _solutions("09_at_scale")
+
+    def cap_after_rounding(p, o, mode, block_size=16, max_len=2048):
+        if mode not in ("max", "pow2", "oracle"):
+            raise ValueError(mode)
+        est = max_len if mode == "max" else _pow2(o) if mode == "pow2" else o
+        return min(_pow2(-(-(p + est) // block_size)), -(-max_len // block_size))
+
+    r = check.orca_reservation(cap_after_rounding, verbose=False)
+    assert not r.passed and "cap comes BEFORE the rounding" in _first_note(r), _notes(r)
+    assert all("cap comes BEFORE the rounding" in c.note for c in r.failures), _notes(r)   # one mistake throughout
+
+    def ceil_pool(cap, bs, ml, lengths):
+        free, n_in = -(-cap // bs), 0
+        for n in lengths:
+            if -(-n // bs) > free:
+                break
+            free, n_in = free - -(-n // bs), n_in + 1
+        return min(len(lengths), cap // ml), n_in
+
+    r = check.fit_requests(ceil_pool, verbose=False)
+    assert not r.passed and "WHOLE blocks only" in _first_note(r), _notes(r)
+
+    def trie_rate(ps):
+        total = sum(map(len, ps))
+        return 1 - len({tuple(p[:i]) for p in ps for i in range(1, len(p) + 1)}) / total if total else 0.0
+
+    def pairs(ps):
+        total = sum(map(len, ps))
+        return 1 - len({(i, t) for p in ps for i, t in enumerate(p)}) / total if total else 0.0
+
+    def one_common_prefix(ps):
+        total = sum(map(len, ps))
+        common = min(_lcp(ps[0], p) for p in ps) if ps else 0
+        return common * (len(ps) - 1) / total if total else 0.0
+
+    def next_only(ps):
+        total = sum(map(len, ps))
+        return sum(_lcp(ps[i - 1], ps[i]) for i in range(1, len(ps))) / total if total else 0.0
+
+    def dedup_first(ps):
+        return trie_rate([list(t) for t in dict.fromkeys(map(tuple, ps))])
+
+    assert check.optimal_hit_rate(trie_rate, verbose=False).passed
+    for fn, says in ((pairs, "(position, token) pair"), (one_common_prefix, "common to ALL prompts"),
+                     (next_only, "not only the one just before it"), (dedup_first, "do not drop them first")):
+        r = check.optimal_hit_rate(fn, verbose=False)
+        assert not r.passed and says in _first_note(r), (fn.__name__, _notes(r))
+    for name in ("orca_reservation", "fit_requests", "optimal_hit_rate"):
+        assert getattr(check, name)(getattr(s09, name), verbose=False).passed
+
+
+def _with_slip(fn, old: str, new: str):
+    """``fn`` (a lesson solution) with one line typed wrong."""
+    import inspect
+    import textwrap
+    src = textwrap.dedent(inspect.getsource(fn))
+    assert old in src, old
+    ns: dict = {}
+    exec(src.replace(old, new), ns)  # noqa: S102
+    return ns[fn.__name__]
+
+
+def test_lesson_10_names_host_pages_of_a_backed_up_leaf_disk_miss_and_counted_names():
+    s10 = _solutions("10_tiers")
+    backed_pays = _with_slip(s10.write_back_evict, "        state[name] = \"host\" if backed else \"evicted\"",
+                             "        if backed and name not in host_only and dict((n, b) for n, _, b in leaves)[name]:\n"
+                             "            host_free -= p\n"
+                             "        state[name] = \"host\" if backed else \"evicted\"")
+    r = check.write_back_evict(backed_pays, verbose=False)
+    assert not r.passed and "uses no host page" in _first_note(r), _notes(r)
+
+    def miss_stays(state, event, storage=False):
+        return "disk" if (state, event) == ("disk", "miss") else s10.next_placement(state, event, storage)
+
+    r = check.next_placement(miss_stays, verbose=False)
+    assert not r.passed and "is 'evicted' (it does not stay 'disk')" in _first_note(r), _notes(r)
+
+    for old, new, says in (("freed += pages", "freed += 1", "need counts PAGES, not victims"),
+                           ("while freed < need", "while freed <= need", "one victim more is one too many"),
+                           ("sum(p for _, p in t1) >= target", "len(t1) >= target", "target counts pages, not nodes")):
+        r = check.arc_victims(_with_slip(s10.arc_victims, old, new), verbose=False)
+        assert not r.passed and says in _first_note(r), (new, _notes(r))
+    for name in ("write_back_evict", "next_placement", "arc_victims"):
+        assert getattr(check, name)(getattr(s10, name), verbose=False).passed

@@ -106,6 +106,8 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
         scenarios.append((label, m, seq))
 
     c = Checker("cow_append", fn, verbose=verbose, diagnose=[_cow_mistake, shared_block_written])
+    after_copy: list = []   # (case, its other name) where a rebound table and a missing copy look alike
+    rebound_alone = False
     for label, m, seq in scenarios:
         before = _cow_state(m, seq)
         mine = copy.deepcopy(before)
@@ -122,16 +124,43 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
             changed = mine != before
             c.record(label, expected, got, passed=same_outcome(expected, got) and not changed,
                      note=("it changed the lists before raising: a refused append must change nothing (check "
-                           "free_blocks first)") if changed else wrong_exception(expected, got)
+                           "free_blocks first)") if changed else _out_of_blocks_due(expected, got)
+                     or wrong_exception(expected, got)
                      or should_have_raised(expected, got)
                      or (next(iter(_cow_slips(before, num_tokens, bs, got)), "") if isinstance(got, Raised) else ""))
             continue
         copies = [tuple(x) if isinstance(x, (list, tuple)) else x for x in got] if isinstance(got, list) else got
         actual = dict(copies=copies, **mine)
-        slips = [] if actual == expected else _cow_slips(before, num_tokens, bs, actual)
+        rebound = [] if actual == expected else _rebound(before, expected, actual)
+        slips = [] if actual == expected else [*rebound, *_cow_slips(before, num_tokens, bs, actual)]
         case = c.record(label, expected, actual, note=slips[0] if slips else "")
         case.candidates = slips if len(slips) > 1 else case.candidates
+        also = _cow_mistake(expected, actual) if rebound else None   # the same state from another slip
+        if also:
+            after_copy.append((case, also))
+        rebound_alone = rebound_alone or bool(rebound and not also)
+    if not rebound_alone:   # the table was kept only where a copy was due: a missing block_table[-1] = dst
+        for case, also in after_copy:
+            case.note, case.candidates = also, []
     return c.done()
+
+
+def _out_of_blocks_due(expected: Any, got: Any) -> str:
+    """Another exception where the pool ran out: OutOfBlocks is the error to raise (not a bad argument)."""
+    if isinstance(expected, Raises) and isinstance(got, Raised) and not isinstance(got.exc, OutOfBlocks) \
+            and not isinstance(got.exc, NotImplementedError):
+        return (f"raised {type(got.exc).__name__} where OutOfBlocks is due: the arguments are fine, the pool is "
+                "out of blocks (free_blocks is empty), so raise kvlab.OutOfBlocks, changing nothing")
+    return ""
+
+
+def _rebound(before: dict, expected: dict, actual: dict) -> list[str]:
+    """``block_table = ...`` (a new list): the caller's table is unchanged while the counts moved as due."""
+    if actual["block_table"] == before["block_table"] != expected["block_table"] \
+            and actual["ref_count"] == expected["ref_count"] and actual["free_blocks"] == expected["free_blocks"]:
+        return ["block_table was rebound to a new list the caller never sees: change the caller's list in place "
+                "(block_table[-1] = dst, block_table.append(b)), as ref_count and free_blocks were"]
+    return []
 
 
 def _cow_variant(bt: list, n: int, rc: list, free: list, bs: int, slip: str) -> list:
@@ -292,4 +321,11 @@ SAMPLING_MISTAKES = dict([
      lambda p, n, g, bs: (n * blocks_needed(p + g, bs), blocks_needed(p, bs) + n * blocks_needed(g, bs))),
     ("each sample holds its own blocks for its new tokens: they are not pooled across samples",
      lambda p, n, g, bs: (n * blocks_needed(p + g, bs), blocks_needed(p, bs) + blocks_needed(n * g, bs))),
+    ("prompt and answer are not in separate blocks: the new tokens fill the prompt's partial last block first, "
+     "so a sample holds blocks_needed(prompt_len + gen_len), not blocks_needed(prompt_len) + blocks_needed(gen_len)",
+     lambda p, n, g, bs: (n * (blocks_needed(p, bs) + blocks_needed(g, bs)),
+                          blocks_needed(p, bs) + n * blocks_needed(g, bs))),
+    ("with sharing: one block too few: the full prompt blocks count once, then EVERY sample holds its own "
+     "blocks from there (its copy of a partial prompt block included)",
+     lambda p, n, g, bs: (_measured(p, n, g, bs)[0], _measured(p, n, g, bs)[1] - 1)),
 ])

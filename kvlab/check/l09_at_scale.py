@@ -86,6 +86,9 @@ ORCA_MISTAKES = {
                                                                       p + _estimate(p, o, m, ml), ml) // bs)),
     "the reservation is capped at max_len (cacheflow: min(prompt + estimate, max_len), here {max_len})":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-(p + _estimate(p, o, m, ml)) // bs)),
+    "the cap comes BEFORE the rounding: min(prompt + estimate, max_len) in blocks, then the next power of two "
+    "(capping the rounded run cuts it off a power of two)":
+        lambda p, o, m, bs=16, ml=2048: min(_pow2(-(-(p + _estimate(p, o, m, ml)) // bs)), -(-ml // bs)),
     "the estimate replaces the output, it is added to the prompt":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(_estimate(p, o, m, ml), ml) // bs)),
     "rounded the token slots to a power of two, then divided into blocks: the buddy allocator rounds the "
@@ -123,6 +126,7 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
              (40, 9, "max", 16, 4096), (200, 61, "oracle"), (130, 5, "oracle", 8),  # 16 blocks and a bit: 32
              (1, 256, "pow2"), (1, 2, "pow2", 1), (1, 1, "pow2", 1), (3, 257, "pow2", 4), (100, 128, "pow2", 16, 1024),
              (64, 64, "oracle", 1),  # powers of two: the next power of two of 256 is 256
+             (300, 300, "oracle", 16, 1000),  # 38 blocks -> 64, more than max_len's 63: a cap after rounding shows
              (161, 338, "oracle", 24), (48, 100, "pow2", 3), (161, 338, "max", 48, 4096)]  # block sizes that
     # are not powers of two: rounding the slots to a power of two before dividing is then wrong
     rng = random.Random(12)
@@ -134,7 +138,11 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     for args in cases:
         c.diagnose = [_mistake(args), unit_slip]
         full = args + (16, 2048)[len(args) - 3:]
-        c.run(f"prompt {full[0]}, output {full[1]}, mode {full[2]!r}, block_size {full[3]}, max_len {full[4]}", *args)
+        case = c.run(f"prompt {full[0]}, output {full[1]}, mode {full[2]!r}, block_size {full[3]}, max_len {full[4]}",
+                     *args)
+        found = [] if case.passed else [m.format(max_len=full[4]) for m, wrong in ORCA_MISTAKES.items()
+                                        if call(wrong, *args) == case.actual != case.expected]
+        case.candidates = found if len(found) > 1 else case.candidates   # Checker.done keeps the likeliest
     c.diagnose = [should_have_raised]
     c.run("mode 'exact' (not one of max, pow2, oracle): must raise ValueError", 161, 338, "exact")
     return c.done()
@@ -166,8 +174,9 @@ def measured_fit(capacity: int, block_size: int, max_len: int, lengths: list[int
     return contiguous, paged
 
 
-def _paged_fit(capacity, block_size, lengths, blocks=lambda n, bs: -(-n // bs), skip=False, ge=False) -> int:
-    free, n_in = capacity // block_size, 0
+def _paged_fit(capacity, block_size, lengths, blocks=lambda n, bs: -(-n // bs), skip=False, ge=False,
+               pool=lambda cap, bs: cap // bs) -> int:
+    free, n_in = pool(capacity, block_size), 0
     for n in lengths:
         need = blocks(n, block_size)
         if need > free or (ge and need == free):
@@ -183,6 +192,8 @@ FIT_MISTAKES: dict[str, Callable] = {
         lambda cap, bs, ml, ls: (cap // ml, _paged_fit(cap, bs, ls)),
     "a request of n tokens takes ceil(n / block_size) blocks (round up: a partial block is a whole block)":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, lambda n, b: n // b)),
+    "the pool holds WHOLE blocks only: capacity // block_size (floor), not ceil(capacity / block_size)":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, pool=lambda c, b: -(-c // b))),
     "admission is in order and stops at the first request that does not fit (no skipping ahead)":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, skip=True)),
     "reserving max_len: each request takes max_len slots whatever its length (capacity // max_len of them)":
@@ -288,6 +299,37 @@ HIT_MISTAKES: dict[str, Callable] = {
         lambda ps: (lambda n, d: (n - d) / d if d else 0.0)(sum(len(p) for p in ps),
                                                            len({tuple(p[:i]) for p in ps for i in range(1, len(p) + 1)})),
 }
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _common_prefix_hits(ps: list[list[int]]) -> int:
+    """Hits when every prompt after the first shares only the prefix common to ALL prompts."""
+    common = min((_lcp(ps[0], p) for p in ps), default=0) if ps else 0
+    return common * (len(ps) - 1)
+
+
+def _rate(ps: list[list[int]], hits: int) -> float:
+    total = sum(len(p) for p in ps)
+    return hits / total if total else 0.0
+
+
+HIT_MISTAKES.update({
+    "a prefix is the whole run of tokens before a position, not one (position, token) pair: count the distinct "
+    "prefixes (trie nodes), not the distinct (position, token) pairs":
+        lambda ps: _hit(ps, lambda q: len({(i, t) for p in q for i, t in enumerate(p)})),
+    "each prompt shares its own longest prefix with some earlier prompt, not one prefix common to ALL prompts":
+        lambda ps: _rate(ps, _common_prefix_hits(ps)),
+    "a prompt can hit ANY earlier prompt (the cache keeps them all), not only the one just before it in the list":
+        lambda ps: _rate(ps, sum(_lcp(ps[i - 1], ps[i]) for i in range(1, len(ps)))),
+    "a repeated prompt is all hits: keep duplicates (total counts every prompt's tokens), do not drop them first":
+        lambda ps: optimal_prompt_hit_rate([list(t) for t in dict.fromkeys(tuple(p) for p in ps)]),
+})
 
 
 def _zero_tokens(prompts: list[list[int]]) -> "Callable[[object, object], str | None]":

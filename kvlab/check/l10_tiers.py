@@ -74,13 +74,17 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
     leaving), ``host_limit`` (the host is endless), ``stop`` (evict every leaf), ``check_room``
     (evict host-only leaves even when that cannot make enough room), ``track_host`` (never evict
     the host-only leaves this eviction made), ``newest_host_first`` (host eviction from the wrong end);
-    ``slip``: one more by name ("untaken_device", "dropped_frees_nothing", "count_leaves")."""
+    ``slip``: one more by name ("untaken_device", "dropped_frees_nothing", "count_leaves", "backed_uses_host",
+    "backed_copied")."""
     state = {name: "both" if b and slip != "untaken_device" else "device" for name, _, b in leaves}
     host_only: list[tuple[str, int]] = []
     freed = 0
     for name, pages, backed in leaves:
         if stop and freed >= need:
             break
+        if backed and slip == "backed_uses_host":      # its host copy exists already: it takes no new host page
+            host_free -= pages
+        backed = backed and slip != "backed_copied"
         if not backed and write_back:
             room = host_free + (sum(p for _, p in host_only) if track_host else 0)
             if not host_limit:
@@ -141,6 +145,10 @@ EVICT_MISTAKES = {
         lambda leaves, host_free, need: evict_plain(leaves, host_free, need, newest_host_first=True),
     "a dropped leaf has no host copy: it never becomes host-only, so evicting it frees no host pages":
         _dropped_as_host,
+    "a backed-up leaf already has its host copy: leaving the device it uses no host page (host_free stays)":
+        lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="backed_uses_host"),
+    "a backed-up leaf already has its host copy: it is not copied again and uses no host page, it just leaves "
+    "the device ('host')": lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="backed_copied"),
     "a leaf that is not taken keeps its placement: a backed-up one stays 'both' (on the device and the host)":
         lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="untaken_device"),
     "a dropped leaf frees its device pages too: count them in the pages freed, copied or not":
@@ -381,6 +389,8 @@ PLACEMENT_MISTAKES: dict[tuple[str, str, str], str] = {
     ("host", "evict_host", "disk"): "without storage, host eviction drops the node: 'evicted'",
     ("device", "write", "host"): "a write copies to the host and keeps the device copy: 'both'",
     ("device", "evict", "host"): "a node with no host copy that leaves the device is gone: 'evicted'",
+    ("disk", "miss", "disk"): "a miss means the disk chunk is missing or corrupt: nothing is left to load, the node "
+                              "is 'evicted' (it does not stay 'disk')",
 }
 
 
@@ -484,7 +494,7 @@ def arc_evict_real(t1: list[tuple[str, int]], t2: list[tuple[str, int]], target:
 
 
 def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count_nodes=False, strict=False,
-              over=False):
+              over=False, count_victims=False):
     t1, t2, out, freed = list(t1), list(t2), [], 0
     first = None
     while (freed <= need if over else freed < need) and (t1 or t2):
@@ -495,7 +505,7 @@ def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count
             use_t1 = (first and bool(t1)) or not t2
         name, pages = (t1 if use_t1 else t2).pop(0)
         out.append(name)
-        freed += pages
+        freed += 1 if count_victims else pages
     return out
 
 
@@ -507,6 +517,10 @@ ARC_MISTAKES = {
     "each list is least recently used FIRST: evict from its front (index 0), not its end":
         lambda t1, t2, target, need: _arc_rule(list(reversed(t1)), list(reversed(t2)), target, need),
     "target counts pages, not nodes": lambda *a: _arc_rule(*a, count_nodes=True),
+    "need counts PAGES, not victims: add each victim's pages to the pages freed (not 1 per name)":
+        lambda *a: _arc_rule(*a, count_victims=True),
+    "need and target count PAGES, not names: add each victim's pages to the pages freed, and compare T1's pages "
+    "with target": lambda *a: _arc_rule(*a, count_victims=True, count_nodes=True),
 }
 
 
@@ -548,6 +562,10 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         got, changed = _call_keeping(fn, ("t1", "t2", "target", "need"), list(t1), list(t2), target, need)
         _record_keeping(c, full, expected, got, changed, _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
+        case = c.result.cases[-1]
+        found = [] if case.passed or changed else [
+            why for why, wrong in ARC_MISTAKES.items() if call(wrong, t1, t2, target, need) == got != expected]
+        case.candidates = found if len(found) > 1 else case.candidates   # Checker.done keeps the likeliest
     res = c.done()
     if verbose:
         trace = scan_with_hot_set(seed=0)

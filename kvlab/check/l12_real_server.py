@@ -197,8 +197,8 @@ def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance
     ``slip``: one more mistake by name (:data:`ROUTE_MISTAKES`)."""
     n = len(sent)
     hi, lo = max(loads), min(loads)
-    far = hi - lo >= BALANCE_ABS if slip == "ge_abs" else hi - lo > BALANCE_ABS
-    ratio_big = hi >= lo * BALANCE_REL if slip == "ge_rel" else hi > lo * BALANCE_REL
+    far = hi - lo >= BALANCE_ABS if slip in ("ge_abs", "ge_both") else hi - lo > BALANCE_ABS
+    ratio_big = hi >= lo * BALANCE_REL if slip in ("ge_rel", "ge_both") else hi > lo * BALANCE_REL
     unbalanced = balance and ((far or ratio_big) if slip == "or" else (far and ratio_big))
     if unbalanced and slip != "balance_last":
         return loads.index(hi if slip == "most_loaded" else lo)   # unbalanced: the least loaded worker
@@ -228,6 +228,8 @@ ROUTE_MISTAKES = dict([
      _route(slip="ge_abs")),
     ("unbalanced means max MORE than 1.5 x min (> 1.5 x min, not >=): loads exactly 1.5x apart are balanced",
      _route(slip="ge_rel")),
+    (">= where > is due, on both balance thresholds: unbalanced means max - min > 64 AND max > 1.5 x min "
+     "(loads exactly 64 or exactly 1.5x apart are balanced)", _route(slip="ge_both")),
     ("unbalanced needs BOTH: max - min > 64 AND max > 1.5 x min (and, not or)", _route(slip="or")),
     ("ties go to the LOWER index: the first of the workers with the longest match (or the smallest tree)",
      _route(slip="ties_last")),
