@@ -71,10 +71,13 @@ def work_unit(nodeid: str) -> tuple[int, str]:
     name = path.rsplit("/", 1)[-1]
     kind, lesson = LESSON_FILES.get(name), _PARAM.search(nodeid)
     if kind and lesson:   # a lesson's browser items, then its headless checks (of the browser's run)
-        n = lesson.group(1)
-        half = "a" if n in BROWSER_HALF_A or (n not in BROWSER_HALF_B and int(n) % 2) else "b"
-        return 0, f"browser-{half}"
+        return 0, browser_unit(lesson.group(1))
     return (2 if name in LAST_FILES else 1), path
+
+
+def browser_unit(n: str) -> str:
+    """The browser work unit of lesson number ``n`` ("07"): "browser-a" or "browser-b"."""
+    return "browser-a" if n in BROWSER_HALF_A or (n not in BROWSER_HALF_B and int(n) % 2) else "browser-b"
 
 
 def pytest_xdist_make_scheduler(config, log):

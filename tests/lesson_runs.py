@@ -130,12 +130,31 @@ def executed(stem: str) -> LessonRun:
                      meta.get("made_by", "headless"))
 
 
-def save_browser_run(stem: str, live: dict, frames: Path, solutions: list[list], seconds: float) -> str:
+def solution_codes(stem: str) -> list[str]:
+    """What runs in the lesson's kernel after the lesson, in order: the strict cell, then per
+    exercise its solution and its check (none for a lesson without exercises)."""
+    sols = solution_cells(nbformat.read(NB_DIR / f"{stem}.ipynb", as_version=4), stem)
+    return [STRICT_CELL] + [code for _i, sol, check in sols for code in (sol, check)] if sols else []
+
+
+def _solution_records(sols: list[tuple[int, str, str]], outputs: list[list]) -> list[dict]:
+    """Per exercise its solution and check with their outputs, ``outputs`` being those of
+    :func:`solution_codes` in order; the strict cell's errors, if any, as one more record."""
+    if not sols:
+        return []
+    records = [{"stub_cell": i, "solution": sol, "check": check, "outputs": [outputs[1 + 2 * k], outputs[2 + 2 * k]]}
+               for k, (i, sol, check) in enumerate(sols)]
+    strict_errors = [o for o in outputs[0] if o.get("output_type") == "error"]
+    if strict_errors:
+        records.append({"stub_cell": -1, "solution": STRICT_CELL, "check": "", "outputs": [strict_errors, []]})
+    return records
+
+
+def save_browser_run(stem: str, live: dict, frames: Path, outputs: list[list], seconds: float) -> str:
     """Save the browser test's run of lesson ``stem`` as this session's run (call it holding the
     lesson's lock): ``live``, the notebook as JupyterLab holds it after Run All; ``frames``, the
-    folder where tests/site_recorder.py wrote each drawing cell's static-site outputs; per
-    exercise ``[solution outputs, check outputs]`` (the strict cell's outputs first), run in the
-    same kernel after the lesson. The site's copy is the live notebook with each drawing cell's
+    folder where tests/site_recorder.py wrote each drawing cell's static-site outputs; ``outputs``,
+    those of :func:`solution_codes`, run in order in the same kernel after the lesson. The site's copy is the live notebook with each drawing cell's
     outputs replaced by its recorded ones. Returns "" when saved, else why not (a drawing cell not
     recorded: a thread of the lesson's own was running, lesson 12's servers); the lesson is then
     run headless for the site and its checks."""
@@ -152,14 +171,9 @@ def save_browser_run(stem: str, live: dict, frames: Path, solutions: list[list],
     for i, record in zip(drawn, records):
         site.cells[i].outputs = [nbformat.from_dict(o) for o in record["outputs"]]
     sols = solution_cells(stored, stem)
-    strict, per_exercise = (solutions[0], solutions[1:]) if sols else ([], [])  # see tests/test_browser.py
-    if len(per_exercise) != len(sols):
-        return f"{len(per_exercise)} solutions run of {len(sols)}"
-    meta_sols = [{"stub_cell": i, "solution": sol, "check": check, "outputs": outs}
-                 for (i, sol, check), outs in zip(sols, per_exercise)]
-    strict_errors = [o for o in strict if o.get("output_type") == "error"]
-    if strict_errors:
-        meta_sols.append({"stub_cell": -1, "solution": STRICT_CELL, "check": "", "outputs": [strict_errors, []]})
+    if len(outputs) != len(solution_codes(stem)):
+        return f"{len(outputs)} of the {len(solution_codes(stem))} solution codes run"
+    meta_sols = _solution_records(sols, outputs)
     nbformat.write(nb, RUNS / f"{stem}.live.ipynb")
     nbformat.write(site, RUNS / f"{stem}.ipynb")
     meta = {"run_id": run_id(), "made_by": "browser", "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
@@ -210,23 +224,15 @@ def _run(stem: str) -> dict:
             cell.outputs, cell.execution_count = [], None
     own = len(nb.cells)
     sols = solution_cells(stored, stem)
-    if sols:
-        nb.cells.append(_extra(STRICT_CELL, -1))
-    for i, sol, check in sols:
-        nb.cells += [_extra(sol, i), _extra(check, i)]
+    stubs = [-1] + [i for i, _sol, _check in sols for _ in (0, 1)]   # the stub each code belongs to
+    nb.cells += [_extra(code, stub) for code, stub in zip(solution_codes(stem), stubs)]
     env = bn.kernel_env()
     env.update(KVLAB_STATIC="frames", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p))
     t0 = time.perf_counter()
     bn.execute(nb, cwd=NB_DIR, timeout=CELL_TIMEOUT_S, env=env, allow_errors=True)
     seconds = time.perf_counter() - t0
-    extra = nb.cells[own + (1 if sols else 0):]
-    solutions = [{"stub_cell": i, "solution": extra[2 * k].source, "check": extra[2 * k + 1].source,
-                  "outputs": [extra[2 * k].outputs, extra[2 * k + 1].outputs]} for k, (i, _s, _c) in enumerate(sols)]
-    if sols:
-        strict_errors = [o for o in nb.cells[own].outputs if o.get("output_type") == "error"]
-        if strict_errors:
-            solutions.append({"stub_cell": -1, "solution": STRICT_CELL, "check": "", "outputs": [strict_errors, []]})
+    solutions = _solution_records(sols, [c.outputs for c in nb.cells[own:]])
     nb.cells = nb.cells[:own]
     nbformat.write(nb, RUNS / f"{stem}.ipynb")
     return {"run_id": run_id(), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "pid": os.getpid(),

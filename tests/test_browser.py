@@ -53,7 +53,7 @@ from browser_utils import (
     cell_errors, chromium, ensure_file_browser_open, format_report, jupyter_lab, layout_report, lesson_names,
     kernel_execute, open_and_run_all, page_chunks, prepare_folder, shutdown_kernels,
 )
-from lesson_runs import STRICT_CELL, drawn_cells, hold, release, save_browser_run, solution_cells
+from lesson_runs import drawn_cells, hold, release, save_browser_run, solution_codes
 
 pytestmark = pytest.mark.browser
 
@@ -178,11 +178,10 @@ def _hold_half(name: str) -> None:
     run instead of running the lesson headless. In one process nothing waits: no lock is taken."""
     if not os.environ.get("PYTEST_XDIST_WORKER") or _Held.locks:
         return
-    from conftest import work_unit
+    from conftest import browser_unit
 
-    unit = work_unit(f"tests/test_browser.py::test_lesson_runs_clean_and_fits[{name[:2]}-normal]")[1]
     for other in _LESSONS:
-        if work_unit(f"tests/test_browser.py::test_lesson_runs_clean_and_fits[{other[:2]}-normal]")[1] == unit:
+        if browser_unit(other[:2]) == browser_unit(name[:2]):
             _Held.locks[other[:-len(".ipynb")]] = hold(other[:-len(".ipynb")])
 
 
@@ -207,17 +206,9 @@ def _save_run(held) -> None:
     if held.live is None:
         return
     stem = held.name[:-len(".ipynb")]
-    stored = nbformat.read(ROOT / "notebooks" / held.name, as_version=4)
-    codes = []
-    sols = solution_cells(stored, stem)
-    if sols:
-        codes.append(STRICT_CELL)
-    for _i, sol, check in sols:
-        codes += [sol, check]
+    codes = solution_codes(stem)
     outputs = kernel_execute(held.page, codes) if codes else []
-    # [the strict cell's outputs], then per exercise [its solution's outputs, its check's outputs]
-    solutions = ([outputs[0]] + [outputs[k:k + 2] for k in range(1, len(outputs), 2)]) if sols else []
-    why_not = save_browser_run(stem, held.live, FRAMES / stem, solutions, time.monotonic() - held.started)
+    why_not = save_browser_run(stem, held.live, FRAMES / stem, outputs, time.monotonic() - held.started)
     if why_not:
         warnings.warn(f"{stem}: the browser run is not the lesson's run for its checks and the site ({why_not}): "
                       "it runs headless")
