@@ -46,7 +46,7 @@ def pytest_configure(config):
 # worker finishing a lesson alone while the other waits. (xdist's own loadgroup cannot do this with pytest 9.2: it tags
 # a test by rewriting ``item._nodeid``, which pytest 9.2 no longer reads.)
 LESSON_FILES = {"test_browser.py": "browser", "test_lessons_headless.py": "headless"}
-LAST_FILES = ("test_site.py",)   # builds the site from every lesson's headless run: once they are done
+LAST_FILES = ("test_site.py",)   # builds the site from every lesson's run: once they are done (two units)
 # the browser halves, about equal in time (each lesson's browser run, quiet, both modes: 11 44 s,
 # 07 37, 10 34, 01 29, 04 26, 00 15 ~ 185 s; 12 25 + its headless run 25 (servers: not recorded),
 # 09 31, its appendix 24, 06 23, 03 21, 08 21, 05 20, 02 15 ~ 205 s); a lesson not listed goes by
@@ -66,13 +66,29 @@ def work_unit(nodeid: str) -> tuple[int, str]:
     (0, 'browser-b')
     >>> work_unit("tests/test_radix.py::test_insert")
     (1, 'tests/test_radix.py')
+    >>> work_unit("tests/test_site.py::test_page_renders_offline_and_fits[00_start_here.html-390]")
+    (2, 'site-a')
     """
     path = nodeid.split("::", 1)[0]
     name = path.rsplit("/", 1)[-1]
     kind, lesson = LESSON_FILES.get(name), _PARAM.search(nodeid)
     if kind and lesson:   # a lesson's browser items, then its headless checks (of the browser's run)
         return 0, browser_unit(lesson.group(1))
-    return (2 if name in LAST_FILES else 1), path
+    if name in LAST_FILES:   # the site's pages in two halves (by the lesson's number), so two workers check them
+        return 2, site_unit(nodeid)
+    return 1, path
+
+
+def site_unit(nodeid: str) -> str:
+    """The site test's work unit of an item: "site-b" for the pages of odd-numbered lessons, else "site-a".
+
+    >>> site_unit("tests/test_site.py::test_page_renders_offline_and_fits[09_at_scale.html-390]")
+    'site-b'
+    >>> site_unit("tests/test_site.py::test_site_is_small_and_complete")
+    'site-a'
+    """
+    page = re.search(r"\[(\d\d)_[^\]]*\.html-", nodeid)
+    return "site-b" if page and int(page.group(1)) % 2 else "site-a"
 
 
 def browser_unit(n: str) -> str:
@@ -116,3 +132,28 @@ def bundled():
     torch.set_num_threads(1)
     yield load_bundled()
     torch.set_num_threads(threads)
+
+
+# ---- where a run's time goes: KVLAB_TIMELINE=1 writes each item's start and end per worker ----
+_TIMELINE: list = []
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if os.environ.get("KVLAB_TIMELINE") == "1":
+        import time
+        _TIMELINE.append([nodeid, time.time(), None])
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if _TIMELINE and _TIMELINE[-1][0] == nodeid:
+        import time
+        _TIMELINE[-1][2] = time.time()
+
+
+def pytest_sessionfinish(session):
+    if _TIMELINE:
+        import json
+        from pathlib import Path
+        out = Path(__file__).parent / "_artifacts" / f"timeline_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(_TIMELINE))

@@ -40,7 +40,7 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 from browser_utils import CHROMIUM, CHROMIUM_ARGS, ROOT, browser_problems
-from lesson_runs import RUNS, executed
+from lesson_runs import RUNS, executed, hold, release, run_id
 
 pytestmark = pytest.mark.browser
 
@@ -73,7 +73,20 @@ def site():
     # the worker that holds the lesson's lock.
     for f in lesson_files(selected):
         executed(f.stem)
-    return build(selected, SITE, stored=False, jobs=2, executed_dir=RUNS)
+    # The site's pages are checked by two pytest-xdist workers at once (tests/conftest.py: site-a
+    # and site-b): the first to get here builds the site, the other waits and reads its manifest.
+    stamp = RUNS / "site.run_id"
+    want = f"{run_id()} {' '.join(selected)}"
+    lock = hold("site")
+    try:
+        if stamp.exists() and stamp.read_text() == want and (SITE / "manifest.json").exists():
+            return json.loads((SITE / "manifest.json").read_text())
+        stamp.unlink(missing_ok=True)
+        manifest = build(selected, SITE, stored=False, jobs=2, executed_dir=RUNS)
+        stamp.write_text(want)
+        return manifest
+    finally:
+        release(lock)
 
 
 @pytest.fixture(scope="module")
