@@ -199,16 +199,28 @@ def kernel_execute(page, codes: list[str]) -> list[list[dict]]:
     return page.evaluate(_EXECUTE_JS, codes)
 
 
-def run_all(page, lab: tuple[str, str, Path], name: str, before: str | None = None) -> None:
-    """Open ``name`` in ``page``, Run All Cells, wait until every code cell shows a number.
-    ``before``: code run in the kernel first, as no cell (:func:`kernel_execute`); it must not fail."""
-    base, token, folder = lab
+def open_lesson(page, lab: tuple[str, str, Path], name: str) -> None:
+    """Load JupyterLab in ``page`` with ``name`` open (its kernel starts): returns once the page has
+    loaded; JupyterLab goes on starting in the browser (:func:`run_all` waits for its kernel)."""
+    base, token, _ = lab
     page.goto(f"{base}/lab/tree/{name}?token={token}&reset", timeout=60_000)
+
+
+def run_all(page, lab: tuple[str, str, Path], name: str, before: str | None = None, opened: bool = False) -> None:
+    """Open ``name`` in ``page`` (``opened``: :func:`open_lesson` already did), Run All Cells, wait
+    until every code cell shows a number. ``before``: code run in the kernel first, as no cell
+    (:func:`kernel_execute`); it must not fail."""
+    _, _, folder = lab
+    t0 = time.monotonic()
+    if not opened:
+        open_lesson(page, lab, name)
+    RUN_TIMES["loaded"] = round(time.monotonic() - t0, 2)
     # The kernel is ready when the status bar says "Idle" (the execution indicator says idle too early).
     page.wait_for_function(
         """() => /Python 3.*\\|\\s*Idle/.test(document.querySelector('.jp-StatusBar-Widget, #jp-main-statusbar')?.textContent || '')""",
         timeout=60_000, polling=300,
     )
+    RUN_TIMES["kernel_idle"] = round(time.monotonic() - t0, 2)
     if before is not None:
         errors = [o for o in kernel_execute(page, [before])[0] if o["output_type"] == "error"]
         if errors:
@@ -228,6 +240,7 @@ def run_all(page, lab: tuple[str, str, Path], name: str, before: str | None = No
             continue
     if not started:
         raise AssertionError(f"{name}: Run All Cells did not start any cell")
+    RUN_TIMES["started"] = round(time.monotonic() - t0, 2)
     n_code = sum(1 for c in nbformat.read(folder / name, as_version=4).cells if c.cell_type == "code")
     page.wait_for_function(  # every code cell's prompt shows a number (not "[ ]" or "[*]")
         """(n) => {
@@ -237,14 +250,20 @@ def run_all(page, lab: tuple[str, str, Path], name: str, before: str | None = No
         arg=n_code, timeout=RUN_TIMEOUT_MS, polling=500,
     )
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=30_000)
+    RUN_TIMES["done"] = round(time.monotonic() - t0, 2)
+
+
+RUN_TIMES: dict = {}   # the last run_all's seconds from goto: loaded, kernel_idle, started, done
 
 
 def open_and_run_all(browser, lab, name: str, viewport: dict, failed_shot: Path | None = None,
-                     before: str | None = None):
-    """A new page at ``viewport`` with ``name`` run top to bottom (see :func:`run_all`)."""
-    page = browser.new_page(viewport=viewport)
+                     before: str | None = None, page=None):
+    """A new page at ``viewport`` with ``name`` run top to bottom (see :func:`run_all`); or
+    ``page``, where :func:`open_lesson` opened ``name`` already."""
+    opened = page is not None
+    page = page or browser.new_page(viewport=viewport)
     try:
-        run_all(page, lab, name, before=before)
+        run_all(page, lab, name, before=before, opened=opened)
     except Exception:
         if failed_shot is not None:
             failed_shot.parent.mkdir(parents=True, exist_ok=True)
@@ -290,12 +309,17 @@ def cell_errors(page) -> list[str]:
     return errors
 
 
-def shutdown_kernels(lab) -> None:
-    """Stop every kernel of the server (each lesson's kernel holds torch; CI has little memory)."""
+def shutdown_kernels(lab, path: str | None = None) -> None:
+    """Stop every kernel of the server (each lesson's kernel holds torch; CI has little memory), or
+    only those of notebook ``path``'s sessions."""
     base, token, _ = lab
     try:
-        with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r:
-            kernels = json.load(r)
+        if path is None:
+            with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r:
+                kernels = json.load(r)
+        else:
+            with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
+                kernels = [s["kernel"] for s in json.load(r) if s.get("path") == path and s.get("kernel")]
         for k in kernels:
             req = urllib.request.Request(f"{base}/api/kernels/{k['id']}?token={token}", method="DELETE")
             urllib.request.urlopen(req, timeout=10).close()

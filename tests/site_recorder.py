@@ -104,8 +104,11 @@ class _Recorder:
         self.child_pid: int | None = None     # the parent: the child of the running cell
         self.capture: _Capture | None = None  # the child: what its cell shows
         self.active = True
+        self.cells: list[dict] = []           # the parent: per cell run, its seconds (for the suite's figures)
+        self._t0: tuple[float, float] | None = None
 
     def pre(self, info) -> None:
+        self._t0 = (time.monotonic(), time.process_time())
         if not self.active or info.raw_cell not in self.drawn:
             return
         self.seq += 1
@@ -143,9 +146,17 @@ class _Recorder:
                 self._write({"outputs": self.capture.done()})
             finally:
                 os._exit(0)
+        if self._t0 is None:   # the call that started the recording
+            return
+        timing = {"start": round(self._t0[0], 3), "wall": round(time.monotonic() - self._t0[0], 3),
+                  "cpu": round(time.process_time() - self._t0[1], 3)}
         if self.child_pid is not None:
             pid, self.child_pid = self.child_pid, None
-            self._wait(pid)
+            waited = time.monotonic()
+            timing["child_cpu"] = round(self._wait(pid), 3)
+            timing["waited"] = round(time.monotonic() - waited, 3)
+        if self.active:
+            self.cells.append(timing)
 
     def _write(self, record: dict) -> None:
         path = self.out / f"{self.seq:04d}.json"
@@ -153,15 +164,17 @@ class _Recorder:
         tmp.write_text(json.dumps(record, ensure_ascii=False))
         tmp.rename(path)
 
-    def _wait(self, pid: int) -> None:
+    def _wait(self, pid: int) -> float:
+        """Wait for the child (killed after CHILD_TIMEOUT_S); its CPU seconds."""
         deadline = time.monotonic() + CHILD_TIMEOUT_S
         while time.monotonic() < deadline:
-            done, _status = os.waitpid(pid, os.WNOHANG)
+            done, _status, usage = os.wait4(pid, os.WNOHANG)
             if done:
-                return
+                return usage.ru_utime + usage.ru_stime
             time.sleep(0.02)
         os.kill(pid, 9)
-        os.waitpid(pid, 0)
+        _pid, _status, usage = os.wait4(pid, 0)
+        return usage.ru_utime + usage.ru_stime
 
 
 _RECORDER: _Recorder | None = None
@@ -192,4 +205,5 @@ def stop() -> int:
             ip.events.unregister(event, fn)
         except ValueError:
             pass
+    (_RECORDER.out / "cells.timing").write_text(json.dumps(_RECORDER.cells))
     return _RECORDER.seq

@@ -44,6 +44,7 @@ import re
 import shutil
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -51,7 +52,7 @@ import pytest
 from browser_utils import (
     ARTIFACTS, CLASSROOM_CELL, CLASSROOM_VIEWPORT, NORMAL_VIEWPORT, ROOT, RUN_TIMEOUT_MS, browser_problems,
     cell_errors, chromium, ensure_file_browser_open, format_report, jupyter_lab, layout_report, lesson_names,
-    kernel_execute, open_and_run_all, page_chunks, prepare_folder, shutdown_kernels,
+    kernel_execute, open_and_run_all, open_lesson, page_chunks, RUN_TIMES, prepare_folder, shutdown_kernels,
 )
 from lesson_runs import drawn_cells, hold, release, save_browser_run, solution_codes
 
@@ -60,6 +61,8 @@ pytestmark = pytest.mark.browser
 IN_CI = os.environ.get("CI", "").lower() == "true"
 CLASSROOM_LESSON = "04_paging.ipynb"  # its widgets are driven in classroom mode, on a projector-sized screen
 LAYOUT_LOG = ARTIFACTS / "browser_layout.json"
+# per lesson, the seconds of each part of its run (one file per pytest-xdist worker)
+PHASES_LOG = ARTIFACTS / f"browser_phases_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
 
 
 def _require_browser():
@@ -78,6 +81,7 @@ def lab(tmp_path_factory):
     folder = tmp_path_factory.mktemp("lab")
     prepare_folder(folder, lesson_names())
     LAYOUT_LOG.unlink(missing_ok=True)
+    PHASES_LOG.unlink(missing_ok=True)
     try:
         with jupyter_lab(folder) as server:
             yield server
@@ -130,19 +134,45 @@ class _Held:
     stage = ""
     live: dict | None = None
     started = 0.0
+    phases: dict = {}  # part of the run -> seconds (PHASES_LOG)
     locks: dict = {}   # lesson stem -> its held lock (tests/lesson_runs.py hold/release)
+
+    preloaded: tuple | None = None   # (lesson, page): the next lesson opened while this one is checked
 
     @classmethod
     def close(cls, lab) -> None:
         if cls.page is not None:
             try:
-                _save_run(cls)
+                with _timed("solutions"):
+                    _save_run(cls)
+                _log_phases(cls.name)
                 cls.page.screenshot(path=str(ARTIFACTS / f"{cls.name[:2]}_{cls.stage}_page.png"))
             finally:
                 cls.page.close()
-                shutdown_kernels(lab)
+                shutdown_kernels(lab, path=cls.name)
                 _release(cls.name)
-        cls.name, cls.page, cls.stage, cls.live = None, None, "", None
+        cls.name, cls.page, cls.stage, cls.live, cls.phases = None, None, "", None, {}
+
+    @classmethod
+    def preload(cls, browser, lab, name: str | None) -> None:
+        """Open lesson ``name`` in a page of its own now, so JupyterLab and its kernel start while
+        the lesson on screen is checked (each lesson's page otherwise waits ~4 s for both)."""
+        if name is not None and (lab[2] / name).exists():
+            page = browser.new_page(viewport=NORMAL_VIEWPORT)
+            open_lesson(page, lab, name)
+            cls.preloaded = (name, page)
+
+    @classmethod
+    def take_preloaded(cls, lab, name: str):
+        """The page preloaded with ``name``, or None (a page preloaded with another lesson is closed)."""
+        found, cls.preloaded = cls.preloaded, None
+        if found is None:
+            return None
+        if found[0] == name:
+            return found[1]
+        found[1].close()
+        shutdown_kernels(lab, path=found[0])
+        return None
 
     @classmethod
     def release_all(cls) -> None:
@@ -159,8 +189,10 @@ def held(browser, lab):
     finally:
         try:
             _Held.close(lab)
+            _Held.take_preloaded(lab, "")
         finally:
             _Held.release_all()
+            shutdown_kernels(lab)
 
 
 # ---- the lesson's run for the headless checks and the static site (each lesson runs once) ----
@@ -170,6 +202,30 @@ def held(browser, lab):
 # cell; then tests/lesson_runs.py saves the run: tests/test_lessons_headless.py checks it
 # (nbval's checked cells, errors, stubs, solutions) and tests/test_site.py builds the site from it.
 FRAMES = ROOT / "build" / "lesson-runs" / "frames"
+
+
+@contextmanager
+def _timed(part: str):
+    """Add the seconds of the block to the held lesson's ``part`` (PHASES_LOG)."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        _Held.phases[part] = round(_Held.phases.get(part, 0.0) + time.monotonic() - t0, 2)
+
+
+def _log_phases(name: str) -> None:
+    """Append the lesson's parts, and its kernel's cell times (tests/site_recorder.py), to PHASES_LOG."""
+    timing = FRAMES / name[:-len(".ipynb")] / "cells.timing"
+    cells = json.loads(timing.read_text()) if timing.exists() else []
+    entry = {"lesson": name[:2], "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), **_Held.phases,
+             "cells_wall": round(sum(c["wall"] for c in cells), 2), "cells_cpu": round(sum(c["cpu"] for c in cells), 2),
+             "children_cpu": round(sum(c.get("child_cpu", 0) for c in cells), 2),
+             "children_waited": round(sum(c.get("waited", 0) for c in cells), 2),
+             "first_cell_after": round(cells[0]["start"] - _Held.started, 2) if cells else None,
+             "last_cell_end_after": round(cells[-1]["start"] + cells[-1]["wall"] - _Held.started, 2) if cells else None}
+    old = json.loads(PHASES_LOG.read_text()) if PHASES_LOG.exists() else []
+    PHASES_LOG.write_text(json.dumps(old + [entry], indent=1))
 
 
 def _hold_half(name: str) -> None:
@@ -183,6 +239,15 @@ def _hold_half(name: str) -> None:
     for other in _LESSONS:
         if browser_unit(other[:2]) == browser_unit(name[:2]):
             _Held.locks[other[:-len(".ipynb")]] = hold(other[:-len(".ipynb")])
+
+
+def _next_lesson(name: str) -> str | None:
+    """The lesson this process runs after ``name`` (under pytest-xdist: the next of its browser work unit)."""
+    from conftest import browser_unit
+
+    mine = [n for n in _LESSONS if not os.environ.get("PYTEST_XDIST_WORKER") or browser_unit(n[:2]) == browser_unit(name[:2])]
+    later = mine[mine.index(name) + 1:] if name in mine else []
+    return later[0] if later else None
 
 
 def _release(name: str | None) -> None:
@@ -222,17 +287,22 @@ def _page(browser, lab, name: str, stage: str):
         _Held.close(lab)
         _hold_half(name)
         started = time.monotonic()
-        _Held.page = open_and_run_all(browser, lab, name, NORMAL_VIEWPORT, before=_recorder_start(name),
-                                      failed_shot=ARTIFACTS / f"{name[:2]}_normal_failed.png")
+        with _timed("run_all"):
+            _Held.page = open_and_run_all(browser, lab, name, NORMAL_VIEWPORT, before=_recorder_start(name),
+                                          failed_shot=ARTIFACTS / f"{name[:2]}_normal_failed.png",
+                                          page=_Held.take_preloaded(lab, name))
         _Held.name, _Held.stage, _Held.started = name, "normal", started
+        _Held.phases.update({f"run_all_{k}": v for k, v in RUN_TIMES.items()})
         stop = kernel_execute(_Held.page, ["import site_recorder as _kv_rec; _kv_rec.stop(); del _kv_rec"])[0]
         if not any(o["output_type"] == "error" for o in stop) and not cell_errors(_Held.page):
             _Held.live = _Held.page.evaluate("() => window.jupyterapp.shell.currentWidget.content.model.toJSON()")
+        _Held.preload(browser, lab, _next_lesson(name))
     page = _Held.page
     if stage == "classroom" and _Held.stage != "classroom":
         page.screenshot(path=str(ARTIFACTS / f"{name[:2]}_normal_page.png"))
         _Held.stage = "classroom"  # even if re-drawing fails: never measure a half-switched page as normal
-        _to_classroom(page, name)
+        with _timed("classroom_redraw"):
+            _to_classroom(page, name)
     errors = cell_errors(page)
     assert not errors, f"{name[:2]} ({stage}): a cell shows an error:\n{errors[0][:1500]}"
     return page
@@ -436,8 +506,9 @@ def test_lesson_runs_clean_and_fits(browser, lab, held, name, mode):
     12 px (16 px in classroom mode)."""
     classroom = mode == "classroom"
     page = _page(browser, lab, name, mode)
-    _wait_for_figures(page, name)
-    step = (_CLASSROOM_STEPS if classroom else _NORMAL_STEPS).get(name)
-    if step is not None:
-        step(page)
-    _assert_fits(page, name, classroom=classroom)
+    with _timed(f"checks_{mode}"):
+        _wait_for_figures(page, name)
+        step = (_CLASSROOM_STEPS if classroom else _NORMAL_STEPS).get(name)
+        if step is not None:
+            step(page)
+        _assert_fits(page, name, classroom=classroom)
