@@ -21,6 +21,7 @@ test_cli_real_model.py.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -76,15 +77,43 @@ def ours(small):
     return load_pretrained(small)
 
 
+_READERS: dict = {}
+
+
+@contextmanager
+def one_reader():
+    """transformers parses the file's header with the gguf package's ``GGUFReader`` three times (the
+    tokenizer once, the model twice: config, then tensors), 3-4 s each for SmolLM2's 49,152 tokens
+    and merges. While transformers loads, the file is parsed once and the (read-only) reader shared:
+    what transformers makes of the file is unchanged."""
+    import gguf
+
+    plain = gguf.GGUFReader
+
+    def shared(path, *args, **kwargs):
+        key = (str(path), args, tuple(sorted(kwargs.items())))
+        if key not in _READERS:
+            _READERS[key] = plain(path, *args, **kwargs)
+        return _READERS[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = plain
+
+
 @pytest.fixture(scope="session")
 def hf_tok(small):
-    return transformers.AutoTokenizer.from_pretrained(str(small.parent), gguf_file=small.name)
+    with one_reader():
+        return transformers.AutoTokenizer.from_pretrained(str(small.parent), gguf_file=small.name)
 
 
 @pytest.fixture(scope="session")
 def hf(small):
-    return transformers.AutoModelForCausalLM.from_pretrained(str(small.parent), gguf_file=small.name,
-                                                              dtype=torch.float32).eval()
+    with one_reader():
+        return transformers.AutoModelForCausalLM.from_pretrained(str(small.parent), gguf_file=small.name,
+                                                                  dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="module", autouse=True)
