@@ -6,8 +6,8 @@ cells whose stored outputs are drawn: tests/test_browser.py ``_redrawn_cells``),
 The child is the same kernel at the same point, byte for byte: it sets ``KVLAB_STATIC=frames``
 (figures static, every stepper a player: what ``scripts/build_site.py`` renders), runs the cell
 with its outputs captured, writes them to ``<out>/<seq>.json`` and exits without a word to the
-front end. The parent runs the cell live as the student sees it and waits for the child after the
-cell. A child never talks to a server, a thread or a socket: when the kernel runs a thread of its
+front end. The parent runs the cell live as the student sees it and goes on with the lesson while
+the child records (at most ``MAX_CHILDREN`` at once; :func:`stop` waits for them all). A child never talks to a server, a thread or a socket: when the kernel runs a thread of its
 own (lesson 12's servers), the cell is not forked and ``<seq>.json`` says ``"unsafe"`` (the lesson
 is then run headless for the site: tests/lesson_runs.py).
 
@@ -32,6 +32,9 @@ from pathlib import Path
 KERNEL_THREADS = re.compile(r"^(MainThread|IOPub|Heartbeat|Control|Shell channel|IPythonHistorySavingThread|"
                             r"Thread-\d+( \(_watch_pipe_fd\))?|subshell-[0-9a-f-]+)$")
 CHILD_TIMEOUT_S = 240.0
+# Children running at once: a child records its cell while the lesson goes on (the parent waits
+# for the oldest when there are more); stop() waits for every one.
+MAX_CHILDREN = 2
 
 
 class _Capture:
@@ -102,6 +105,7 @@ class _Recorder:
     def __init__(self, out: Path, drawn: list[str]) -> None:
         self.out, self.drawn, self.seq = out, set(drawn), 0
         self.child_pid: int | None = None     # the parent: the child of the running cell
+        self.children: list[tuple[int, dict]] = []   # the parent: children still running, with their cell's timing
         self.capture: _Capture | None = None  # the child: what its cell shows
         self.active = True
         self.cells: list[dict] = []           # the parent: per cell run, its seconds (for the suite's figures)
@@ -150,13 +154,23 @@ class _Recorder:
             return
         timing = {"start": round(self._t0[0], 3), "wall": round(time.monotonic() - self._t0[0], 3),
                   "cpu": round(time.process_time() - self._t0[1], 3)}
-        if self.child_pid is not None:
-            pid, self.child_pid = self.child_pid, None
-            waited = time.monotonic()
-            timing["child_cpu"] = round(self._wait(pid), 3)
-            timing["waited"] = round(time.monotonic() - waited, 3)
+        if self.child_pid is not None:   # the child goes on beside the next cells (at most MAX_CHILDREN at once)
+            self.children.append((self.child_pid, timing))
+            self.child_pid = None
+            while len(self.children) > MAX_CHILDREN:
+                self._reap_oldest()
         if self.active:
             self.cells.append(timing)
+
+    def _reap_oldest(self) -> None:
+        pid, timing = self.children.pop(0)
+        waited = time.monotonic()
+        timing["child_cpu"] = round(self._wait(pid), 3)
+        timing["waited"] = round(time.monotonic() - waited, 3)
+
+    def reap_all(self) -> None:
+        while self.children:
+            self._reap_oldest()
 
     def _write(self, record: dict) -> None:
         path = self.out / f"{self.seq:04d}.json"
@@ -200,6 +214,7 @@ def stop() -> int:
         return 0
     ip = get_ipython()
     _RECORDER.active = False
+    _RECORDER.reap_all()
     for event, fn in (("pre_run_cell", _RECORDER.pre), ("post_run_cell", _RECORDER.post)):
         try:
             ip.events.unregister(event, fn)
