@@ -46,7 +46,7 @@ def pytest_configure(config):
 # worker finishing a lesson alone while the other waits. (xdist's own loadgroup cannot do this with pytest 9.2: it tags
 # a test by rewriting ``item._nodeid``, which pytest 9.2 no longer reads.)
 LESSON_FILES = {"test_browser.py": "browser", "test_lessons_headless.py": "headless"}
-LAST_FILES = ("test_site.py",)   # builds the site from every lesson's run: once they are done (two units)
+LAST_FILES = ("test_site.py",)   # builds the site from every lesson's run: once they are done (SITE_UNITS units)
 # the browser halves, about equal in time (each lesson's browser run, quiet, both modes: 11 44 s,
 # 07 37, 10 34, 01 29, 04 26, 00 15 ~ 185 s; 12 25 + its headless run 25 (servers: not recorded),
 # 09 31, its appendix 24, 06 23, 03 21, 08 21, 05 20, 02 15 ~ 205 s); a lesson not listed goes by
@@ -67,28 +67,32 @@ def work_unit(nodeid: str) -> tuple[int, str]:
     >>> work_unit("tests/test_radix.py::test_insert")
     (1, 'tests/test_radix.py')
     >>> work_unit("tests/test_site.py::test_page_renders_offline_and_fits[00_start_here.html-390]")
-    (2, 'site-a')
+    (2, 'site-0')
     """
     path = nodeid.split("::", 1)[0]
     name = path.rsplit("/", 1)[-1]
     kind, lesson = LESSON_FILES.get(name), _PARAM.search(nodeid)
     if kind and lesson:   # a lesson's browser items, then its headless checks (of the browser's run)
         return 0, browser_unit(lesson.group(1))
-    if name in LAST_FILES:   # the site's pages in two halves (by the lesson's number), so two workers check them
+    if name in LAST_FILES:   # the site's pages in SITE_UNITS parts (by the lesson's number), for every worker
         return 2, site_unit(nodeid)
     return 1, path
 
 
+SITE_UNITS = 6   # as many as 2 or 3 workers share evenly
+
+
 def site_unit(nodeid: str) -> str:
-    """The site test's work unit of an item: "site-b" for the pages of odd-numbered lessons, else "site-a".
+    """The site test's work unit of an item: its page's lesson number modulo SITE_UNITS ("site-3"
+    for lesson 09's pages); the index, the glossary and the tests of the whole site in "site-0".
 
     >>> site_unit("tests/test_site.py::test_page_renders_offline_and_fits[09_at_scale.html-390]")
-    'site-b'
+    'site-3'
     >>> site_unit("tests/test_site.py::test_site_is_small_and_complete")
-    'site-a'
+    'site-0'
     """
     page = re.search(r"\[(\d\d)_[^\]]*\.html-", nodeid)
-    return "site-b" if page and int(page.group(1)) % 2 else "site-a"
+    return f"site-{int(page.group(1)) % SITE_UNITS if page else 0}"
 
 
 def browser_unit(n: str) -> str:

@@ -111,8 +111,11 @@ PICTURES_STRICT = os.environ.get("KVLAB_PICTURES_STRICT") == "1"
 def _assert_fits(page, name: str, classroom: bool) -> None:
     """Scroll the whole lesson (plotly draws figures in view), then: nothing wider than its
     output area, no text under the minimum; the picture checks warn (or, strict, fail)."""
-    page_chunks(page)
-    entries = layout_report(page, name[:2], classroom, notebook=name)
+    mode = "classroom" if classroom else "normal"
+    with _timed(f"scroll_{mode}"):
+        page_chunks(page)
+    with _timed(f"layout_{mode}"):
+        entries = layout_report(page, name[:2], classroom, notebook=name)
     _log_layout(entries)
     mode = "classroom mode at 1280x720" if classroom else "1500x1000"
     fit = [e for e in entries if e["kind"] in FIT_KINDS]

@@ -73,8 +73,8 @@ def site():
     # the worker that holds the lesson's lock.
     for f in lesson_files(selected):
         executed(f.stem)
-    # The site's pages are checked by two pytest-xdist workers at once (tests/conftest.py: site-a
-    # and site-b): the first to get here builds the site, the other waits and reads its manifest.
+    # The site's pages are checked by several pytest-xdist workers at once (tests/conftest.py
+    # site_unit): the first to get here builds the site, the others wait and read its manifest.
     stamp = RUNS / "site.run_id"
     want = f"{run_id()} {' '.join(selected)}"
     lock = hold("site")
