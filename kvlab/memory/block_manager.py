@@ -146,8 +146,7 @@ class BlockManager:
         n = len(ids) * bs if num_tokens is None else check_int("num_tokens", num_tokens, 0)
         if -(-n // bs) != len(ids):
             raise ValueError(f"adopt {seq_id}: {len(ids)} block(s) cannot hold exactly {n} token(s) (block_size {bs})")
-        t = BlockTable(seq_id, bs)  # filled below: ``ids`` are checked already
-        t.block_ids, t.num_tokens = ids, n
+        t = BlockTable.held(seq_id, bs, ids, n)  # ``ids`` and ``n`` are checked already
         extra, cow, new = self._plan_append(t, extra_tokens, "extra_tokens")
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
@@ -178,8 +177,7 @@ class BlockManager:
         self._new_id(child)
         p = self.table(parent)
         self.allocator.touch(p.block_ids, child, record=False)
-        t = BlockTable(child, self.block_size)
-        t.block_ids, t.num_tokens = list(p.block_ids), p.num_tokens
+        t = BlockTable.held(child, self.block_size, list(p.block_ids), p.num_tokens)
         self.tables[child] = t
         self.log.add(("fork", child, tuple(p.block_ids), (parent,)))
         return t

@@ -105,8 +105,9 @@ class EventLog:
     ``record(kind, seq_id, block_ids, **detail)`` adds any event; ``add(row)`` is the fast way in
     for the kinds in :data:`FIELDS` (what kvlab's hot paths call): ``row`` is ``(kind, seq_id,
     block_ids, values)``, the ids and the values as tuples, the values in the order of
-    ``FIELDS[kind]``; ``emit(Event(...))`` adds a ready-made event and returns it stamped with
-    its step.
+    ``FIELDS[kind]``; for any other kind, ``values`` is the dict ``record`` would keep (the
+    block-hash cache's hot path: its lists as tuples); ``emit(Event(...))`` adds a ready-made
+    event and returns it stamped with its step.
     Reading (``log[i]``, iteration, ``events``) builds :class:`Event` objects on demand.
     A listener (``subscribe``) is called after every event with the stamped Event; the
     visualizer uses one to take a snapshot after each step (``BlockManager(record=True)``).

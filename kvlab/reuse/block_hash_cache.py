@@ -53,6 +53,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Iterable, Sequence
 
 from ..memory.block_pool import DoubleFree, KVCacheError, OutOfBlocks, check_block_ids
@@ -73,6 +74,7 @@ __all__ = [
 ]
 
 ROOT_HASH = 0  # the "parent hash" of a sequence's first block (vLLM's NONE_HASH)
+_ref_cnt = attrgetter("ref_cnt")
 
 
 def hash_block_tokens(parent_hash: int, tokens: Sequence[int]) -> int:
@@ -272,7 +274,7 @@ class BlockHashCache:
             s.num_matches += 1
             s.hit_tokens += n
             s.missed_tokens += len(key) - n
-        self.log.record("match", rid, ids, prefix_len=n, num_tokens=len(key))
+        self.log.add(("match", rid, tuple(ids), {"prefix_len": n, "num_tokens": len(key)}))  # a row as record() keeps it
         return PrefixMatch(n, ids, hashes)
 
     def match_for_prefill(self, tokens: Sequence[int], rid: str | None = None) -> PrefixMatch:
@@ -297,20 +299,28 @@ class BlockHashCache:
             raise ValueError(f"num_tokens must be >= the match's {match.prefix_len} tokens, got {num_tokens}")
         blocks, queue = self.blocks, self.free_block_queue
         hits = match.block_ids
-        for i, b in enumerate(hits):
-            if blocks[b].block_hash is None or blocks[b].block_hash != match.block_hashes[i]:
+        hits_free = 0
+        if len(match.block_hashes) < len(hits):
+            raise KVCacheError(f"allocate: the match has {len(hits)} block(s) but {len(match.block_hashes)} hash(es)")
+        for b, h in zip(hits, match.block_hashes):
+            blk = blocks[b]
+            if blk.block_hash is None or blk.block_hash != h:
                 raise KVCacheError(f"allocate: matched block {b} no longer caches those tokens (the match is "
                                    "stale: the block was reused since); match again")
+            hits_free += blk.ref_cnt == 0
         need = -(-num_tokens // self.block_size) - len(hits)
-        hits_free = sum(1 for b in hits if blocks[b].ref_cnt == 0)
         if need > len(queue) - hits_free:
             raise OutOfBlocks(need, len(queue) - hits_free, f"request {rid}" if rid else "")
         self.touch(hits)
         new: list[int] = []
         evicted: list[int] = []
         cmap = self.cached_block_hash_to_block
+        prev, nxt, head = queue.prev, queue.next, queue.head
         for _ in range(need):
-            b = queue.popleft()
+            b = nxt[head]  # the front of the free queue: FreeBlockQueue.popleft, written out
+            n = nxt[b]
+            nxt[head] = n
+            prev[n] = head
             blk = blocks[b]
             if blk.block_hash is not None:  # reuse drops the stale hash entry
                 if cmap.get(blk.block_hash) == b:
@@ -320,22 +330,29 @@ class BlockHashCache:
                 evicted.append(b)
             blk.ref_cnt = 1
             new.append(b)
+        queue._len -= need
         if evicted:
             self.stats.evicted_blocks += len(evicted)
             self.log.record("evict", rid, evicted, reused=True)
-        self.log.record("allocate", rid, new, hits=tuple(hits))
+        self.log.add(("allocate", rid, tuple(new), {"hits": tuple(hits)}))
         return hits + new
 
     def touch(self, block_ids: Sequence[int]) -> None:
         """A prefix hit on cached blocks: ref_cnt + 1 each, and out of the free queue when it was
         free (vLLM's ``BlockPool.touch``). The blocks must be ones ``match_prefix`` returned."""
         blocks, queue = self.blocks, self.free_block_queue
+        prev, nxt = queue.prev, queue.next
+        taken = 0
         for b in block_ids:
             blk = blocks[b]
-            if blk.ref_cnt == 0:
-                queue.remove(b)
-                self._num_cached_in_use += 1
+            if blk.ref_cnt == 0:  # out of the free queue: FreeBlockQueue.remove, written out
+                p, n = prev[b], nxt[b]
+                nxt[p] = n
+                prev[n] = p
+                taken += 1
             blk.ref_cnt += 1
+        queue._len -= taken
+        self._num_cached_in_use += taken
 
     def get_cached_block(self, block_hash: int) -> int | None:
         """The block that caches ``block_hash``, or None (vLLM's ``BlockPool.get_cached_block``)."""
@@ -386,7 +403,7 @@ class BlockHashCache:
         self.stats.cached_blocks += len(added)
         self.stats.duplicate_blocks += dups
         if added:
-            self.log.record("insert", rid, added, num_tokens=len(key))
+            self.log.add(("insert", rid, tuple(added), {"num_tokens": len(key)}))
         return len(added)
 
     def free_blocks(self, block_ids: Sequence[int], rid: str | None = None) -> list[int]:
@@ -397,7 +414,7 @@ class BlockHashCache:
         including the same block twice in one call."""
         ids = check_block_ids(block_ids, self.num_blocks, "free")
         blocks, queue = self.blocks, self.free_block_queue
-        if len(set(ids)) != len(ids) or any(blocks[b].ref_cnt < 1 for b in ids):
+        if len(set(ids)) != len(ids) or min(map(_ref_cnt, map(blocks.__getitem__, ids)), default=1) < 1:
             want: dict[int, int] = {}
             for b in ids:
                 want[b] = want.get(b, 0) + 1
@@ -406,16 +423,23 @@ class BlockHashCache:
                     raise DoubleFree(f"free: block {b} listed {k} time(s) but has ref_cnt {blocks[b].ref_cnt} "
                                      "(double free)")
         released = []
+        prev, nxt, tail = queue.prev, queue.next, queue.tail
+        cached = 0
         for b in reversed(ids):
             blk = blocks[b]
             blk.ref_cnt -= 1
-            if blk.ref_cnt == 0:
-                queue.append(b)
+            if blk.ref_cnt == 0:  # to the back of the free queue: FreeBlockQueue.append, written out
+                p = prev[tail]
+                nxt[p] = b
+                prev[b] = p
+                nxt[b] = tail
+                prev[tail] = b
                 released.append(b)
-                if blk.block_hash is not None:
-                    self._num_cached_in_use -= 1
+                cached += blk.block_hash is not None
+        queue._len += len(released)
+        self._num_cached_in_use -= cached
         if ids:
-            self.log.record("free", rid, ids, released=released)
+            self.log.add(("free", rid, tuple(ids), {"released": tuple(released)}))
         return released
 
     def evict(self, num_tokens: int, rid: str | None = None) -> PrefixEvictResult:

@@ -347,8 +347,9 @@ class CacheManager:
             return None
         sharers, ids = self._sharers(table, key, full)
         table_ids = table.block_ids
+        pages = key if full * self.block_size == len(key) else key.prefix(full * self.block_size)
         # finished: the tree takes over the table's ref on N and frees D; unfinished: its own ref on N
-        res = self.tree.insert(key.prefix(full * self.block_size), table, seq_id, share=not finished)
+        res = self.tree.insert(pages, table, seq_id, share=not finished)
         if finished:
             self._drop_cached(seq_id, res, table_ids, full)
             self._lock_sharers(sharers, key, ids, res.kv)
@@ -417,12 +418,12 @@ class CacheManager:
     # block is one that eviction frees (``CacheManager.check_integrity`` checks it).
     def _sharers(self, table: BlockTable, key: RadixKey, full: int) -> tuple[list[str], list[int]]:
         """Before the sequence of ``table`` caches ``full`` pages of ``key``: the other running sequences whose
-        tables share one of its own blocks among them, and its first ``full`` block ids (a copy).
+        tables share one of its own blocks among them, and its first ``full`` block ids (a copy; [] when there is none).
         ValueError, nothing changed, when a sharer holds other tokens for a shared page."""
         seq_id = table.seq_id
+        if seq_id not in self._forked:  # the usual case: never forked, so nobody shares them (no copy)
+            return [], []
         ids = table.block_ids[:full]
-        if seq_id not in self._forked:  # the usual case: never forked, so nobody shares them
-            return [], ids
         node = self._locks.get(seq_id)
         start = len(node.path_kv()) if node is not None else 0  # pages it already locks
         rc = self.allocator.ref_count

@@ -340,13 +340,21 @@ class RadixCache:
             stack.extend(reversed(n.children.values()))
 
     def _check_node(self, node: TreeNode, what: str) -> None:
-        if not isinstance(node, TreeNode):
+        self._path_up(node, what)
+
+    def _path_up(self, node: TreeNode, what: str) -> list[TreeNode]:
+        """``node`` and its ancestors below the root, bottom up (empty for the root); TypeError for
+        a non-node, KVCacheError for a node that is not in this tree (evicted or from another cache)."""
+        if type(node) is not TreeNode and not isinstance(node, TreeNode):
             raise TypeError(f"{what}: expected a TreeNode, got {node!r}")
+        path = []
         n = node
         while n.parent is not None:
+            path.append(n)
             n = n.parent
         if n is not self.root:
             raise KVCacheError(f"{what}: node {node.id} is not in this tree (evicted or from another cache)")
+        return path
 
     # ------------------------------------------------------------------ sizes
     def evictable_size(self) -> int:
@@ -584,14 +592,11 @@ class RadixCache:
     # ------------------------------------------------------------------ lock
     def inc_lock_ref(self, node: TreeNode, rid: str | None = None) -> int:
         """Lock ``node`` and every ancestor up to the root; returns the change of evictable_size."""
-        self._check_node(node, "inc_lock_ref")
         delta = 0
-        n = node
-        while n is not self.root:
+        for n in self._path_up(node, "inc_lock_ref"):
             if n.lock_ref == 0:
                 delta -= len(n.key)
             n.lock_ref += 1
-            n = n.parent
         self._evictable_size += delta
         self._protected_size -= delta
         if node is not self.root:
@@ -605,7 +610,7 @@ class RadixCache:
         Raises KVCacheError (changing nothing) when ``node`` holds no lock of its own
         (unlocking more than was locked; SGLang once let the count go negative).
         """
-        self._check_node(node, "dec_lock_ref")
+        path = self._path_up(node, "dec_lock_ref")
         if node is self.root:
             self.log.add(("unlock", rid, (), (0, 0)))
             return 0
@@ -618,14 +623,12 @@ class RadixCache:
         else:
             self._lock_targets[node.id] = own - 1
         delta = 0
-        n = node
-        while n is not self.root:
+        for n in path:
             n.lock_ref -= 1
             if n.lock_ref == 0:
                 delta += len(n.key)
                 if not n.children:
                     self._push(n)
-            n = n.parent
         self._evictable_size += delta
         self._protected_size -= delta
         self.log.add(("unlock", rid, (), (node.id, delta)))
