@@ -337,13 +337,32 @@ def ensure_file_browser_open(page) -> None:
 _SCROLLER = "document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')"
 
 
+_DRAWN_IN_VIEW_JS = """async () => {
+    const frame = () => new Promise(r => requestAnimationFrame(() => r()));
+    const inView = el => { const r = el.getBoundingClientRect();
+        return r.width > 0 && r.height > 0 && r.bottom > 0 && r.top < window.innerHeight; };
+    const t0 = performance.now();
+    await frame(); await frame();
+    while (performance.now() - t0 < 2000) {
+        const pending = [...document.querySelectorAll('.jp-RenderedPlotly, .js-plotly-plot')]
+            .filter(el => inView(el) && !el.querySelector('.main-svg'));
+        if (!pending.length) return true;
+        await new Promise(r => setTimeout(r, 30));
+    }
+    return false;
+}"""
+
+
 def page_chunks(page, out_dir: Path | None = None, prefix: str = "", max_chunks: int = 60) -> list[Path]:
     """Scroll the notebook from top to bottom one screen at a time (plotly draws a figure only
     once it comes into view); with ``out_dir``, save each screen as ``<prefix>_NN.png``."""
     paths: list[Path] = []
     page.evaluate(f"() => {{ const s = {_SCROLLER}; if (s) s.scrollTop = 0; }}")
     for i in range(max_chunks):
-        page.wait_for_timeout(250 if out_dir else 80)
+        if out_dir is not None:
+            page.wait_for_timeout(250)
+        else:   # until every figure in view is drawn (two frames at least, at most 2 s)
+            page.evaluate(_DRAWN_IN_VIEW_JS)
         if out_dir is not None:
             path = out_dir / f"{prefix}_{i:02d}.png"
             page.screenshot(path=str(path))
