@@ -335,18 +335,28 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 #   share of?
 # - Two texts sent to one worker share a prefix: how many characters does its tree hold?
 #
-# The thresholds are sglang-router's defaults: 0.3 for the match (`--cache-threshold`), 64
-# requests and 1.5x for the loads (`--balance-abs-threshold`, `--balance-rel-threshold`; both
-# must hold, each strictly). Ties go to the lower index. The checker names a wrong design
-# choice when your answer shows one.
+# The thresholds are sglang-router's defaults: 0.3 for the match, 64 requests apart and 1.5x
+# for the loads (both must hold, each strictly). Ties go to the lower index. The checker names a
+# wrong design choice when your answer shows one.
+#
+# Then pin those rules on the router's command line: `router_flags()` returns the flags of
+# `python -m sglang_router.launch_router` that set the policy and each of the three thresholds,
+# as `{flag: value}`. Section 5 names one of them; find the others in the router's own help
+# (`python -m sglang_router.launch_router --help`, in a terminal or a `!` cell). The checker
+# looks every name up in the installed router's argument parser.
 
 # %% tags=["exercise-stub"]
 def pick_worker(sent, text, loads):
     raise NotImplementedError("your code here")
 
 
+def router_flags():
+    raise NotImplementedError("your code here: {'--flag-name': value, ...}")
+
+
 # %%
 check.choose_worker(pick_worker)
+check.router_flags(router_flags)
 
 # %% [markdown]
 # <details><summary>Hint 1</summary>
