@@ -109,16 +109,19 @@ print(f"R4's tokens and R1's (its {len(p1)} prompt tokens, then its {len(o1)} ge
 # %% [markdown]
 # ## 3. The dashboard
 #
-# The server draws its own state at `/dashboard`: the **pool** (each block free in light grey,
-# held by a running request in that request's colour, cached in the tree only in mid grey,
-# shared in black; a block just evicted flashes red, a copy-on-write copy orange), the **tree**
-# (each node its text; the last request's hit in green and what it computed in blue; a locked
-# node square) and the **requests** (prompt, cached, output, time to first token). The page is
-# pushed by server-sent events from snapshots taken on the engine thread, so it is the real
-# state, never a simulation. In a live notebook the page is embedded below; without a server
-# (this notebook's static copy, the course site), and in place of the page once the servers stop
-# (section 7), the frames recorded after each request of section 2 are shown instead, with a
-# slider over them, and the title says *recorded*.
+# The server draws its own state at `/dashboard`: the **pool** and the **tree** in one code of
+# colours. Green is what the last request found in the tree (its nodes, and the blocks holding
+# them), blue what it computed (now cached too), mid grey what the tree caches that it did not
+# use, light grey a free block; a block held by a running request only is in that request's
+# colour, one shared by several holders black; a block just evicted flashes red, a copy-on-write
+# copy orange; a locked node is square. Then the **requests** (prompt, cached, output, time to
+# first token). The page is pushed by server-sent events from snapshots taken on the engine
+# thread, so it is the real state, never a simulation. In a live notebook the page is embedded
+# below; without a server (this notebook's static copy, the course site), and in place of the
+# page once the servers stop (section 7), the frames recorded after each request are shown
+# instead, and the title says *recorded*: pick a request in the menu (or step
+# through them) to see the cache right after it, its path through the tree written under the
+# tree.
 
 # %%
 from kvlab.viz.serve_view import show_dashboard
