@@ -111,7 +111,7 @@ def router_options() -> dict[str, tuple]:
         from sglang_router.router_args import RouterArgs
     except ImportError:
         return dict(ROUTING_FLAGS_032)
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser()
     RouterArgs.add_cli_args(parser)
     return {flag: (a.type, tuple(a.choices) if a.choices else None, a.default)
             for a in parser._actions for flag in a.option_strings}

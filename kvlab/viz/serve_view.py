@@ -202,20 +202,22 @@ def _path_labels(d: dict, pos: dict, depth: int, th: Any, width_px: float) -> li
             for x in path]
 
 
-def dashboard_figure(state: dict, caption: str = "") -> Any:
+def dashboard_figure(state: dict, caption: str | None = "") -> Any:
     """The pool (left) and the radix tree (right) of one dashboard state (measured); under the tree
-    the text of each node on the last request's path."""
+    the text of each node on the last request's path. ``caption=None``: no title (a stepper's
+    caption stands above it), 40 px less."""
     from plotly.subplots import make_subplots
 
     th, d = theme(), dashboard_data(state)
     n = state["num_blocks"]
     width = min(th.grid_width, 840)
-    height = 430 if th.high_contrast else 480
+    top = 60 if caption is not None else 24                             # the title, or the subplot titles only
+    height = (430 if th.high_contrast else 480) - 60 + top
     cols = max(1, math.ceil(math.sqrt(n * 0.75)))                       # a tall pool: the tree gets the width
     fig = make_subplots(rows=1, cols=2, column_widths=[0.3, 0.7], horizontal_spacing=0.03,
                         subplot_titles=(f"pool: {state['used_blocks']} of {n} blocks used",
                                         f"tree: {state['tree_nodes']} nodes, {state['tree_tokens']} tokens"))
-    rows, plot_px = math.ceil(n / cols), height - 60 - 40 - 10            # the plot area: title, legend, margin
+    rows, plot_px = math.ceil(n / cols), height - top - 40 - 10           # the plot area: title, legend, margin
     fig.add_trace(_pool_trace(state, d, cols, max(8, min(22, int(0.26 * width / cols), int(0.72 * plot_px / rows)))),
                   1, 1)
     traces, pos, depth = _tree_traces(d)
@@ -233,12 +235,13 @@ def dashboard_figure(state: dict, caption: str = "") -> Any:
     fig.update_xaxes(range=[-0.5, cols - 0.5], row=1, col=1)
     fig.update_xaxes(range=[-0.6, depth + 0.6], row=1, col=2)
     fig.update_yaxes(range=[low - 0.6, 0.6], domain=[min(0.5, rows_px / plot_px), 1], row=1, col=2)
-    fig.update_layout(title=dict(text=(caption or "the server's dashboard") + " (measured)",
-                                 font=dict(size=th.title_size), x=0.01),
-                      legend=dict(orientation="h", x=0, y=-0.02, yanchor="top", font=dict(size=th.font_size)),
+    if caption is not None:
+        fig.update_layout(title=dict(text=(caption or "the server's dashboard") + " (measured)",
+                                     font=dict(size=th.title_size), x=0.01))
+    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.02, yanchor="top", font=dict(size=th.font_size)),
                       height=height, width=None if th.autosize else width,
                       autosize=th.autosize, template="plotly_white", font=dict(size=th.font_size),
-                      margin=dict(l=10, r=10, t=60, b=10))
+                      margin=dict(l=10, r=10, t=top, b=10))
     fig.update_annotations(font=dict(size=th.font_size + 1))
     for a in labels:
         fig.add_annotation(**a)
@@ -259,14 +262,14 @@ def dashboard_stepper(states: Sequence[dict], captions: Sequence[str], static: b
     from .stepper import Frame, Stepper
 
     frames = [Frame(None, c, extra={"state": s}) for s, c in zip(states, captions)]
-    stepper = Stepper(frames, lambda f: dashboard_figure(f.extra["state"], "recorded dashboard"), static=static,
-                      title="the dashboard, recorded from this run")
+    stepper = Stepper(frames, lambda f: dashboard_figure(f.extra["state"], None), static=static,
+                      title="the dashboard, recorded from this run (measured)")
     stepper.request_menu = None
     if stepper.widget is not None:
         import ipywidgets as W
 
         menu = W.Dropdown(options=[(_request_name(c, i), i) for i, c in enumerate(captions)], value=0,
-                          description="the cache after request", style={"description_width": "initial"},
+                          description="after request", style={"description_width": "initial"},
                           layout=W.Layout(width="auto"))
         menu.add_class("kvlab-request-menu")
         menu.observe(lambda ch: stepper.index != ch["new"] and stepper.go(ch["new"]), names="value")

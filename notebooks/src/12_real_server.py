@@ -354,7 +354,7 @@ def pick_worker(sent, text, loads):
 
 
 def router_flags():
-    raise NotImplementedError("your code here: {'--flag-name': value, ...}")
+    raise NotImplementedError("your code here: a dict {flag: value}")
 
 
 # %%
