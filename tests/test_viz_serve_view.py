@@ -1,6 +1,8 @@
-"""Lesson 12's recorded dashboard (issue 28, the review of lesson 12): one meaning per colour, the
-live page's request colours the recording's, tree labels on one line, and the live frame replaced
-by the recording, in place, once the servers stop (after Run All the frame was dead)."""
+"""Lesson 12's recorded dashboard (issue 28, the reviews of lesson 12): one meaning per colour, the
+live page's request colours the recording's, the pool coloured by the last request's hit and
+computed blocks, its path through the tree written out in whole words, a menu of the requests
+beside the stepper, and the live frame replaced by the recording, in place, once the servers stop
+(after Run All the frame was dead)."""
 from __future__ import annotations
 
 import re

@@ -1,5 +1,11 @@
 """A running server drawn from what it sent: the dashboard's state as a plotly figure, a stepper
-over recorded states, and the router view (which worker each conversation went to).
+over recorded states (with a menu of the requests), and the router view (which worker each
+conversation went to).
+
+The figure colours the pool and the tree alike by what the last request did: green what it found
+in the tree (the nodes and the blocks holding them, ``kv``), blue what it computed, grey what the
+tree caches that it did not use; the text of the nodes on its path is written under the tree, and
+every node has its text as a tooltip.
 
 Used where the live page cannot be shown: a notebook run without a browser and the static site
 (``KVLAB_STATIC=frames``: the recorded states become a player), and lesson 12's record of its run.
