@@ -373,6 +373,13 @@ check.router_flags(router_flags)
 # Draw the trie of `["ab", "ac"]` and count its nodes below the root: is that the sum of the
 # two lengths?
 # </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# For `router_flags`: the help gives each flag with its type and help text; the three thresholds
+# are the ones whose help speaks of cache-aware routing and of load balancing. Which of the two
+# balance flags is a count of requests, and which a ratio?
+# </details>
 
 # %% [markdown]
 # ## 7. Stop the servers
