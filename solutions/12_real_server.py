@@ -44,3 +44,8 @@ def pick_worker(sent, text, loads):
         return w
     sizes = [len({s[:k] for s in texts for k in range(1, len(s) + 1)}) for texts in sent]   # a trie's characters
     return sizes.index(min(sizes))
+
+
+def router_flags():
+    return {"--policy": "cache_aware", "--cache-threshold": 0.3,
+            "--balance-abs-threshold": 64, "--balance-rel-threshold": 1.5}

@@ -84,3 +84,72 @@ def test_true_division_is_named_as_a_float_where_an_int_is_due():
     assert not r.passed and r.failures and all("float" in c.note for c in r.failures if c.note), \
         [c.note for c in r.failures][:3]
     assert any("a / somewhere" in c.note for c in r.failures)
+
+
+# ------------------------------------------------------------------ router_flags (issue 28 review)
+_GOOD = {"--policy": "cache_aware", "--cache-threshold": 0.3, "--balance-abs-threshold": 64,
+         "--balance-rel-threshold": 1.5}
+
+
+def test_router_flags_solution_passes():
+    assert check.router_flags(S12.router_flags, verbose=False).passed
+
+
+@pytest.mark.parametrize("wrong, named", [
+    ({"--cache-threshold": "--cache-treshold"}, "--cache-treshold is not a flag of sglang-router (did you mean "
+                                               "--cache-threshold?)"),
+    ({"--balance-abs-threshold": "--balance-abs"}, "--balance-abs is not a flag of sglang-router (did you mean "
+                                                   "--balance-abs-threshold?)"),
+    ({"--balance-rel-threshold": "--balance-ratio"}, "--balance-ratio is not a flag of sglang-router"),
+    ({"--policy": "--routing-policy"}, "--routing-policy is not a flag of sglang-router"),
+    ({"--cache-threshold": "cache_threshold"}, "'cache_threshold' is not how the command line spells it: "
+                                               "--cache-threshold"),
+    ({"--cache-threshold": "--cache_threshold"}, "--cache-threshold (two dashes, words joined by '-'"),
+])
+def test_a_wrong_flag_name_is_rejected_and_named(wrong, named):
+    """Issue 28 review of lesson 12: the flags the exercise is about were not checked against the
+    real router. A flag the installed sglang-router does not accept fails, its name in the note."""
+    (old, new), = wrong.items()
+    flags = {new if k == old else k: v for k, v in _GOOD.items()}
+    r = check.router_flags(lambda: flags, verbose=False)
+    assert not r.passed
+    assert any(named in c.note and new in c.label for c in r.failures), [c.note for c in r.failures]
+
+
+@pytest.mark.parametrize("flag, value, named", [
+    ("--balance-rel-threshold", 64, "swapped"),
+    ("--balance-abs-threshold", 1.5, "refused by the router's own parser: it takes int"),
+    ("--cache-threshold", 30, "not a percent"),
+    ("--cache-threshold", 0.5, "uses 0.3, not 0.5"),
+    ("--balance-abs-threshold", 64.5, "refused by the router's own parser: it takes int"),
+    ("--policy", "cache-aware", "takes one of"),
+])
+def test_a_wrong_value_is_rejected_and_named(flag, value, named):
+    r = check.router_flags(lambda: {**_GOOD, flag: value}, verbose=False)
+    assert not r.passed and any(named in c.note for c in r.failures), [c.note for c in r.failures]
+
+
+def test_a_real_but_unused_flag_and_a_missing_one_are_named():
+    r = check.router_flags(lambda: {**_GOOD, "--max-tree-size": 100}, verbose=False)
+    assert not r.passed and "a real flag, but none of pick_worker's rules uses it" in r.failures[0].note
+    r = check.router_flags(lambda: {k: v for k, v in _GOOD.items() if k != "--policy"}, verbose=False)
+    assert not r.passed and r.failures[0].note.startswith("no --policy among")
+    assert not check.router_flags(lambda: list(_GOOD), verbose=False).passed
+
+
+def test_the_recorded_flags_are_the_installed_routers_and_the_lesson_names_only_real_ones():
+    """kvlab.serve.router.ROUTING_FLAGS_032 (the fallback without the package) is what the
+    installed sglang-router's parser says, and every router flag lesson 12's text names exists."""
+    import re
+    from pathlib import Path
+
+    from kvlab.serve.router import ROUTING_FLAGS_032, router_options
+
+    pytest.importorskip("sglang_router.router_args")
+    real = router_options()
+    assert {k: real[k] for k in ROUTING_FLAGS_032} == ROUTING_FLAGS_032
+    assert all(real[k][2] == v for k, v in _GOOD.items())        # the thresholds are the router's defaults
+    text = (Path(__file__).parents[1] / "notebooks" / "src" / "12_real_server.py").read_text()
+    router_text = text[text.index("## 5. Two servers"):text.index("## 7. Stop")]
+    named = set(re.findall(r"--[a-z][a-z-]+", router_text))
+    assert named >= {"--cache-threshold"} and not named - set(real), named - set(real)

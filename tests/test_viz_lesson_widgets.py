@@ -60,6 +60,38 @@ def test_thesis_table_menu_switches_tables_and_clamps_the_position():
         viz.thesis_state(table="R3")
 
 
+def _shown(box, widget) -> bool:
+    """Whether ``widget`` is in ``box`` (or in one of its nested boxes)."""
+    kids = getattr(box, "children", ())
+    return any(k is widget or _shown(k, widget) for k in kids)
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_thesis_position_slider_after_a_table_change_is_made_with_the_new_maximum(classroom):
+    """Issue 28 review of lesson 00: after the table menu went from R2's table (16 tokens) to the
+    notes' (20), End on the position slider stopped at 15. The browser's slider (noUiSlider, in
+    ipywidgets 8) keeps the range it was CREATED with for its End and Home keys; setting ``max`` on
+    the live slider does not move them (lesson 04's fix, tests/test_viz_translate.py). So the
+    widget shows a new slider made with the new maximum, in the old one's place."""
+    viz.classroom(classroom)
+    try:
+        w = viz.ThesisWidget(static=False)
+    finally:
+        viz.classroom(False)
+    old = w._pos
+    w._table.value = "notes"
+    assert w._pos is not old and _shown(w.widget, w._pos) and not _shown(w.widget, old)
+    assert (w._pos.min, w._pos.max, w._pos.value) == (0, 19, 5)
+    assert "kvlab-pos-slider" in w._pos._dom_classes and w._pos.description == old.description
+    w._pos.value = 19  # the new slider drives the widget
+    assert w.state["pos"] == 19 and w.state["chain"]["physical_block"] == 9
+    same = w._pos
+    w._shared.value = False  # no change of range: the same slider stays
+    assert w._pos is same
+    w._table.value = "R1"  # back to 16 tokens: a new slider again, the position clamped
+    assert w._pos is not same and (w._pos.max, w._pos.value, w.state["pos"]) == (15, 15, 15)
+
+
 def test_thesis_in_classroom_mode_shows_one_picture_under_the_controls():
     """Issue 28 [5]: on a projector the widget was 1,234 px tall: a teacher moving the slider
     could not see the translation, nor the tree when ticking the box. In classroom mode a

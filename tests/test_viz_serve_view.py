@@ -1,6 +1,8 @@
-"""Lesson 12's recorded dashboard (issue 28, the review of lesson 12): one meaning per colour, the
-live page's request colours the recording's, tree labels on one line, and the live frame replaced
-by the recording, in place, once the servers stop (after Run All the frame was dead)."""
+"""Lesson 12's recorded dashboard (issue 28, the reviews of lesson 12): one meaning per colour, the
+live page's request colours the recording's, the pool coloured by the last request's hit and
+computed blocks, its path through the tree written out in whole words, a menu of the requests
+beside the stepper, and the live frame replaced by the recording, in place, once the servers stop
+(after Run All the frame was dead)."""
 from __future__ import annotations
 
 import re
@@ -20,9 +22,9 @@ def _state(running: bool = True) -> dict:
             "blocks": {"state": [2, 3 if running else 2, 1 if running else 0, 0], "ref": [1, 2, 1, 0],
                        "holders": holders},
             "tree": [{"id": 1, "parent": 0, "tokens": 4, "text": "system:\nYou", "mark": "hit", "lock": 1,
-                      "evicted": False, "tier": "device"},
+                      "evicted": False, "tier": "device", "kv": [0]},
                      {"id": 2, "parent": 1, "tokens": 4, "text": "bot:\n ok", "mark": "", "lock": 0,
-                      "evicted": False, "tier": "device"}],
+                      "evicted": False, "tier": "device", "kv": [1]}],
             "evicted_nodes": []}
 
 
@@ -35,19 +37,97 @@ def test_the_live_page_and_the_recording_colour_requests_alike():
     assert "JSON.stringify(t).slice(1, -1)" not in page  # a label printed "\n" literally
 
 
+def _legend_and_drawn(fig) -> tuple[dict, set]:
+    legend = {t.name: t.marker.color for t in fig.data if t.showlegend}
+    drawn = {c for t in fig.data if not t.showlegend and t.marker is not None and t.marker.color is not None
+             for c in ([t.marker.color] if isinstance(t.marker.color, str) else t.marker.color)}
+    return legend, drawn
+
+
 def test_each_colour_of_the_recording_means_one_thing():
     fig = serve_view.dashboard_figure(_state())
-    legend = {t.name: t.marker.color for t in fig.data if t.showlegend}
+    legend, drawn = _legend_and_drawn(fig)
     colours = list(legend.values())
     assert len(colours) == len(set(colours)) + colours.count("#ffffff") - min(1, colours.count("#ffffff"))
-    assert {"free", "cached in the tree", "shared (ref count > 1)", "req-2: running",
-            "the last request's hit", "locked (a square node)"} <= set(legend)
+    assert {"free", "cached, not used by it", "shared (ref count > 1)", "req-2: running",
+            "the last request's hit (found in the tree)", "locked (a square node)"} <= set(legend)
     assert "req-1: running" not in legend  # its one block is shared: drawn black, so not listed in its colour
-    drawn = set(fig.data[0].marker.color) | set(fig.data[2].marker.color)
     assert all(c in drawn for name, c in legend.items() if c != "#ffffff")  # nothing listed that is not drawn
-    labels = list(fig.data[2].text)
-    assert labels[1:] == ["system: You", "bot: ok"] and not any("\n" in t or "\\n" in t for t in labels)
     assert list(fig.data[2].marker.symbol) == ["circle", "square", "circle"]
+
+
+def _finished(marks: tuple[str, str, str]) -> dict:
+    """A recorded frame after a request finished: every used block is held by the tree only
+    (state 2), three nodes of two blocks each, marked as the last request used them."""
+    tree = [{"id": i + 1, "parent": i, "tokens": 8, "text": f"node {i + 1} text", "mark": m, "lock": 0,
+             "evicted": False, "tier": "device", "kv": [2 * i, 2 * i + 1]} for i, m in enumerate(marks)]
+    return {"num_blocks": 8, "block_size": 4, "used_blocks": 6, "tree_nodes": 3, "tree_tokens": 24,
+            "blocks": {"state": [2] * 6 + [0, 0], "ref": [1] * 6 + [0, 0], "holders": [["tree"]] * 6 + [[], []]},
+            "tree": tree, "evicted_nodes": []}
+
+
+def test_the_recorded_pool_shows_what_the_last_request_hit_and_computed():
+    """Issue 28 review of lesson 12: after the servers stop, every used block of the recording was
+    the same grey (each is held by the tree only once a request finished): the pool did not show
+    the hit and the computed blocks the tree and the caption talk about. Each block now takes the
+    mark of the tree node that holds it, and each legend entry is drawn."""
+    fig = serve_view.dashboard_figure(_finished(("hit", "computed", "")))
+    pool = list(fig.data[0].marker.color)
+    assert pool == [HIT, HIT, MISS, MISS, "#9e9e9e", "#9e9e9e", "#eeeeee", "#eeeeee"]
+    legend, drawn = _legend_and_drawn(fig)
+    assert {"free", "the last request's hit (found in the tree)", "what it computed (now cached)",
+            "cached, not used by it"} == set(legend)
+    assert all(c in drawn for c in legend.values())
+    assert "found in the tree" in fig.data[0].text[0] and "computed" in fig.data[0].text[2]
+    legend, _ = _legend_and_drawn(serve_view.dashboard_figure(_finished(("computed", "computed", "computed"))))
+    assert set(legend) == {"free", "what it computed (now cached)"}  # R1 on an empty tree: no hit, no grey
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_the_path_of_the_last_request_is_labelled_in_whole_words_that_fit(classroom):
+    """Issue 28 review of lesson 12: the tree's labels were cut to fragments ("istant: >>>…",
+    "system: You…"). The nodes of the last request's path are written under the tree, each under
+    its own depth, wrapped at spaces into two lines that fit two columns; no text on the tree's
+    lines (they crossed it); every node keeps its whole text in its tooltip."""
+    from kvlab import viz
+
+    viz.classroom(classroom)
+    try:
+        s = _finished(("hit", "hit", "computed"))
+        s["tree"][0]["text"] = "system: You are the customer-service assistant of a shop"
+        fig = serve_view.dashboard_figure(s)
+        th = viz.palette.theme()
+    finally:
+        viz.classroom(False)
+    labels = [a for a in fig.layout.annotations if a.xref == "x2"]
+    assert [a.x for a in labels] == [1, 2, 3] and [a.font.color for a in labels] == ["#1b7a1b", "#1b7a1b", "#1f5f99"]
+    first = labels[0].text.split("<br>")
+    assert first[0].startswith("system: You are") and len(first) == 2 and first[1].endswith("…")
+    col_px = 0.66 * min(th.grid_width, 840) / (3 + 1.5)
+    assert all(len(line) * 0.6 * th.font_size <= 2 * col_px for a in labels for line in a.text.split("<br>"))
+    assert labels[0].y != labels[1].y and labels[0].y == labels[2].y   # odd and even depths on two rows
+    assert not any(t.mode and "text" in t.mode for t in fig.data)       # nothing written on the tree itself
+    assert "customer-service<br>assistant of a shop" in fig.data[2].hovertext[1]  # the whole text, wrapped
+    assert serve_view._node_label(" apply for a refund?", 10, 2) == "apply for<br>a refund?"
+    assert serve_view._node_label("assistant:\nHello there", 8) == "assista…"
+
+
+def test_the_request_menu_replays_the_cache_after_the_request_picked(monkeypatch):
+    """Issue 28 review of lesson 12: after Run All the only control was the stepper. A menu of the
+    requests shows the cache right after the one picked (its hit and computed blocks coloured);
+    the menu and the stepper's slider follow each other."""
+    monkeypatch.setenv("KVLAB_STATIC", "0")
+    states = [_finished(("computed", "", "")), _finished(("hit", "computed", "")), _finished(("hit", "hit", "hit"))]
+    st = serve_view.dashboard_stepper(states, ["after R1: 8 cached", "after R2: 4 cached", "after ana1: 24"])
+    menu = st.request_menu
+    assert [label for label, _ in menu.options] == ["R1", "R2", "ana1"]
+    assert any(menu is k for row in st.widget.children for k in getattr(row, "children", ()))
+    menu.value = 1
+    assert st.index == 1 and st._slider.value == 2
+    pool = st._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]["data"][0]["marker"]["color"]
+    assert pool[:4] == [HIT, HIT, MISS, MISS]
+    st._slider.value = 3
+    assert menu.value == 2 and st.index == 2
 
 
 def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypatch):
@@ -69,10 +149,10 @@ def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypat
     lab.stop()
     assert [k for k, _ in shown] == ["display", "update"]
     box = shown[1][1]
-    assert "Recorded" in box.children[0].value and "slider" in box.children[0].value
-    assert "kvlab-stepper" in box.children[1]._dom_classes
+    assert "kvlab-stepper" in box.children[0]._dom_classes  # the controls first, the picture under them
+    assert "Recorded" in box.children[1].value and "Pick a request" in box.children[1].value
     shown.clear()
     serve_view.show_dashboard("http://x/dashboard", [_state()], ["after R1"], lab=lab)  # drawn again, stopped
-    assert [k for k, _ in shown] == ["display"] and "kvlab-stepper" in shown[0][1].children[1]._dom_classes
+    assert [k for k, _ in shown] == ["display"] and "kvlab-stepper" in shown[0][1].children[0]._dom_classes
     with pytest.raises(TypeError, match="callable"):
         lab.on_stop("not a function")

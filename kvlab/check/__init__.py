@@ -20,7 +20,7 @@ edge cases, prints expected beside actual, and ends with one PASS or FAIL line.
     l09_at_scale.py       fit_requests, optimal_hit_rate, orca_reservation     (kvlab.sim)
     l10_tiers.py          write_back_evict, load_back_plan, next_placement, arc_victims
     l11_fewer_bytes.py    streaming_keep, quest_pick, quantize_per_token        (torch)
-    l12_real_server.py    predict_cached_tokens, choose_worker
+    l12_real_server.py    predict_cached_tokens, choose_worker, router_flags
 
 ``import kvlab.check`` is light (pure Python): the checkers marked above import torch, the
 model or the simulator inside the function, when they run.
@@ -53,7 +53,7 @@ from .l08_eviction import admit_plan, inc_lock_ref, lru_evict
 from .l09_at_scale import fit_requests, optimal_hit_rate, orca_reservation
 from .l10_tiers import arc_victims, load_back_plan, next_placement, write_back_evict
 from .l11_fewer_bytes import quantize_per_token, quest_pick, streaming_keep
-from .l12_real_server import choose_worker, predict_cached_tokens
+from .l12_real_server import choose_worker, predict_cached_tokens, router_flags
 
 __all__ = [
     # the harness and the self-test
@@ -72,5 +72,5 @@ __all__ = [
     "fit_requests", "optimal_hit_rate", "orca_reservation",                                       # 09
     "write_back_evict", "load_back_plan", "next_placement", "arc_victims",                        # 10
     "streaming_keep", "quest_pick", "quantize_per_token",                                         # 11
-    "predict_cached_tokens", "choose_worker",                                                     # 12
+    "predict_cached_tokens", "choose_worker", "router_flags",                                     # 12
 ]

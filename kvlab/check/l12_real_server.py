@@ -2,6 +2,7 @@
 
     predict_cached_tokens   ``cached_tokens`` of the next request, from the tree the dashboard shows
     choose_worker           the worker SGLang's cache-aware router sends a request to
+    router_flags            the command-line flags that pin that policy and its thresholds
 
 ``predict_cached_tokens``: every case is a tree grown by serving requests through the server's own
 request cycle (:class:`kvlab.reuse.cache_manager.CacheManager`, page sizes 1, 2 and 4), sometimes
@@ -10,7 +11,9 @@ is what that cycle admits the next prompt with: the ``usage.prompt_tokens_detail
 a kvlab server answers (the lesson also passes the cases it saw on its own server, ``live=``).
 ``choose_worker``: kvlab's reading of the policy of sglang-router 0.3.2 (``--policy cache_aware``,
 defaults ``--cache-threshold 0.3``, ``--balance-abs-threshold 64``, ``--balance-rel-threshold
-1.5``), over the texts each worker was sent. Each FAIL names the usual mistake when the answer is
+1.5``), over the texts each worker was sent. ``router_flags``: each flag name is looked up in the
+installed sglang-router's own argument parser (:func:`kvlab.serve.router.router_options`), so a
+misspelt or invented flag is named. Each FAIL names the usual mistake when the answer is
 exactly what that mistake gives. Mirrors no vLLM or SGLang file (exercises).
 
 Example:
@@ -19,17 +22,21 @@ Example:
 """
 from __future__ import annotations
 
+import difflib
 import random
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..serve.dashboard import evicted_nodes, tree_nodes
-from .harness import Checker, CheckResult, run_keeping_input
+from ..serve.router import router_options
+from .harness import Checker, CheckResult, Raised, call, run_keeping_input
 
-__all__ = ["predict_cached_tokens", "choose_worker", "cached_by_rule", "route_by_rule", "CACHE_THRESHOLD",
-           "BALANCE_ABS", "BALANCE_REL"]
+__all__ = ["predict_cached_tokens", "choose_worker", "router_flags", "cached_by_rule", "route_by_rule",
+           "CACHE_THRESHOLD", "BALANCE_ABS", "BALANCE_REL", "ROUTER_FLAGS"]
 
 CACHE_THRESHOLD, BALANCE_ABS, BALANCE_REL = 0.3, 64, 1.5     # sglang-router 0.3.2's defaults
+ROUTER_FLAGS = {"--policy": "cache_aware", "--cache-threshold": CACHE_THRESHOLD,
+                "--balance-abs-threshold": BALANCE_ABS, "--balance-rel-threshold": BALANCE_REL}
 
 
 # ------------------------------------------------------------------ predict_cached_tokens
@@ -305,4 +312,83 @@ def choose_worker(fn: Callable, verbose: bool = True) -> CheckResult:
     for label, sent, text, loads in _route_cases(random.Random(34)):
         run_keeping_input(c, f"{label}: text {text!r}", ("sent", "text", "loads"), sent, text, loads,
                           mistakes=ROUTE_MISTAKES)
+    return c.done()
+
+
+# ------------------------------------------------------------------------- router_flags
+_FLAG_ROLE = {"--policy": "the policy", "--cache-threshold": "the match threshold (a fraction of the text)",
+              "--balance-abs-threshold": "the absolute load gap (requests)",
+              "--balance-rel-threshold": "the relative load gap (a ratio)"}
+
+
+def flag_slip(flag: Any, real: dict[str, tuple]) -> str:
+    """Why ``flag`` is not one of ``real``'s flags ("" when it is), naming the likely slip.
+
+    Example: ``flag_slip("--cache-treshold", router_options())`` -> ``"--cache-treshold is not a
+    flag of sglang-router (did you mean --cache-threshold?) ..."``."""
+    if not isinstance(flag, str):
+        return f"a flag is a string such as '--policy', got {flag!r} ({type(flag).__name__})"
+    if flag in real:
+        return ""
+    dashed = "--" + flag.lstrip("-").replace("_", "-")
+    if dashed in real:
+        return (f"{flag!r} is not how the command line spells it: {dashed} (two dashes, words joined by '-'; "
+                "cache_threshold is the name of RouterArgs's field, not the flag)")
+    close = difflib.get_close_matches(flag, list(real), n=1, cutoff=0.6)
+    return (f"{flag} is not a flag of sglang-router" + (f" (did you mean {close[0]}?)" if close else "")
+            + ": python -m sglang_router.launch_router --help lists the real ones")
+
+
+def _value_slip(flag: str, value: Any, real: dict[str, tuple]) -> str:
+    """Why ``value`` is wrong for ``flag`` ("" when it is ROUTER_FLAGS's), naming the likely slip."""
+    typ, choices, _default = real.get(flag, (None, None, None))
+    want = ROUTER_FLAGS[flag]
+    if typ is not None and not isinstance(value, bool):
+        try:
+            typ(str(value))
+        except (TypeError, ValueError):
+            return f"{flag} {value!r} is refused by the router's own parser: it takes {typ.__name__} values"
+    if choices and value not in choices:
+        return f"{flag} takes one of {list(choices)}, got {value!r}"
+    if value == want and type(value) is not bool:
+        return ""
+    pair = {"--balance-abs-threshold": "--balance-rel-threshold", "--balance-rel-threshold": "--balance-abs-threshold"}
+    if flag in pair and value == ROUTER_FLAGS[pair[flag]]:
+        return (f"{flag} and {pair[flag]} swapped: the absolute gap is {BALANCE_ABS} requests "
+                f"(--balance-abs-threshold), the ratio {BALANCE_REL} (--balance-rel-threshold)")
+    if flag == "--cache-threshold" and value == 100 * CACHE_THRESHOLD:
+        return f"--cache-threshold is a fraction from 0.0 to 1.0 ({CACHE_THRESHOLD}), not a percent"
+    return f"{flag} sets {_FLAG_ROLE[flag]}: pick_worker's rule uses {want!r}, not {value!r}"
+
+
+def router_flags(fn: Callable, verbose: bool = True) -> CheckResult:
+    """Grade ``fn() -> {flag: value}``: the flags of ``python -m sglang_router.launch_router`` that
+    pin the policy and the thresholds ``pick_worker`` follows (:data:`ROUTER_FLAGS`). Every flag
+    name is looked up in the installed router's parser: an invented or misspelt one is named."""
+    c = Checker("router_flags", fn, verbose=verbose)
+    if c.unusable("the flags", ROUTER_FLAGS):
+        return c.done()
+    got = call(fn)
+    if isinstance(got, Raised) or not isinstance(got, dict):
+        c.record("the flags", ROUTER_FLAGS, got, passed=False,
+                 note="" if isinstance(got, Raised) else "return a dict {flag: value}, e.g. {'--policy': ...}")
+        return c.done()
+    real = router_options()
+    for flag in got:
+        slip = flag_slip(flag, real)
+        if slip:
+            c.record(f"the flag {flag!r}", "a flag of sglang-router", flag, passed=False, note=slip)
+    for flag in ROUTER_FLAGS:
+        label = f"{_FLAG_ROLE[flag]}: {flag}"
+        if flag not in got:
+            c.record(label, ROUTER_FLAGS[flag], "missing", passed=False,
+                     note=f"no {flag} among {sorted(map(str, got))}: the router needs it to follow pick_worker's rules")
+            continue
+        slip = _value_slip(flag, got[flag], real)
+        c.record(label, ROUTER_FLAGS[flag], got[flag], passed=not slip, note=slip)
+    for flag in got:
+        if flag in real and flag not in ROUTER_FLAGS:
+            c.record(f"the flag {flag}", "not given", got[flag], passed=False,
+                     note=f"{flag} is a real flag, but none of pick_worker's rules uses it: keep only the policy "
+                          "and its three thresholds")
     return c.done()

@@ -11,10 +11,10 @@ it as server-sent events (``/dashboard/events``, at most 10 a second, only when 
 
 Block states in ``state["blocks"]["state"]``: 0 free, 1 held by one running request only,
 2 cached in the tree only, 3 shared (reference count > 1: the tree and a request, or two samples).
-Each tree node carries its token ``ids``, its ``tier`` (``device``, ``both``, ``host`` or ``disk``
-when the server runs with tiers; else ``device``) and ``evicted: False``; a node evicted in the
-last ``ghost_s`` seconds stays in ``state["evicted_nodes"]`` (``evicted: True``, drawn as a
-ghost). ``state["cow_blocks"]``: the destination blocks of the copy-on-write copies since the
+Each tree node carries its token ``ids``, its blocks ``kv`` (the pool's block ids), its ``tier``
+(``device``, ``both``, ``host`` or ``disk`` when the server runs with tiers; else ``device``) and
+``evicted: False``; a node evicted in the last ``ghost_s`` seconds stays in
+``state["evicted_nodes"]`` (``evicted: True``, drawn as a ghost). ``state["cow_blocks"]``: the destination blocks of the copy-on-write copies since the
 previous capture (the page flashes them). ``served``: the last finished requests, in order, each
 with its prompt's token ids and its client name (``user``, "" if none) (``GET /dashboard/served``:
 the router view groups them into conversations).
@@ -272,7 +272,8 @@ class Dashboard:
         marks = self._last_marks(engine)
         tier = getattr(tree, "placement", lambda n: "device")
         return [{"id": v.id, "parent": v.parent_id, "tokens": len(v.tokens), "ids": list(nodes[v.id].key),
-                 "lock": v.lock_ref, "text": self._text(nodes[v.id]), "source": self.source.get(v.id, "?"),
+                 "kv": list(v.kv), "lock": v.lock_ref, "text": self._text(nodes[v.id]),
+                 "source": self.source.get(v.id, "?"),
                  "mark": marks.get(v.id, ""), "tier": tier(nodes[v.id]), "evicted": False} for v in snap.nodes]
 
     def _last_marks(self, engine) -> dict[int, str]:

@@ -23,7 +23,20 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-__all__ = ["Router", "RouterError", "free_port", "router_view", "conversations"]
+__all__ = ["Router", "RouterError", "free_port", "router_view", "conversations", "router_options", "ROUTING_FLAGS_032"]
+
+# The routing flags of sglang-router 0.3.2 (``sglang_router/router_args.py``, add_cli_args; the
+# same names and defaults in sgl-model-gateway's router_args.py at sglang commit 05e589ad):
+# flag -> (type, choices or None, default). Used when the package is not installed; a test
+# compares it with the installed parser.
+ROUTING_FLAGS_032 = {
+    "--policy": (str, ("random", "round_robin", "cache_aware", "power_of_two", "manual"), "cache_aware"),
+    "--cache-threshold": (float, None, 0.3),
+    "--balance-abs-threshold": (int, None, 64),
+    "--balance-rel-threshold": (float, None, 1.5),
+    "--eviction-interval-secs": (int, None, 60),
+    "--max-tree-size": (int, None, 2 ** 26),
+}
 
 
 def _die_with_parent() -> None:
@@ -83,6 +96,25 @@ def router_view(worker_urls: list[str], api_key: str | None = None) -> dict:
     rows.sort(key=lambda r: r["time"])
     convs = conversations(rows)
     return {"workers": workers, "conversations": {k: [r["worker"] for r in v] for k, v in convs.items()}}
+
+
+def router_options() -> dict[str, tuple]:
+    """Every command-line flag of ``python -m sglang_router.launch_router`` -> ``(type, choices,
+    default)``, read from the installed sglang-router's own argument parser (the flags it really
+    accepts); without the package, :data:`ROUTING_FLAGS_032` (its routing flags).
+
+    Example: ``router_options()["--cache-threshold"]`` -> ``(float, None, 0.3)``.
+    """
+    import argparse
+
+    try:
+        from sglang_router.router_args import RouterArgs
+    except ImportError:
+        return dict(ROUTING_FLAGS_032)
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser)
+    return {flag: (a.type, tuple(a.choices) if a.choices else None, a.default)
+            for a in parser._actions for flag in a.option_strings}
 
 
 class RouterError(RuntimeError):

@@ -28,12 +28,48 @@ Example:
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import Any, Callable
 
 from .display import display_control, is_static
 from .palette import classroom_css, theme
 
-__all__ = ["LiveControl"]
+__all__ = ["LiveControl", "renew_slider"]
+
+
+def _swap(box: Any, old: Any, new: Any) -> bool:
+    """Put ``new`` where ``old`` is among ``box``'s children or its nested boxes' (True if found)."""
+    kids = tuple(getattr(box, "children", ()))
+    if any(k is old for k in kids):
+        box.children = tuple(new if k is old else k for k in kids)
+        return True
+    return any(_swap(k, old, new) for k in kids)
+
+
+def renew_slider(box: Any, old: Any, maximum: int, on_change: Callable[[dict], None], value: int | None = None) -> Any:
+    """A NEW IntSlider over ``old.min..maximum`` in ``old``'s place inside ``box`` (same description,
+    style, width and CSS classes, observed by ``on_change`` instead of ``old``); returns it.
+
+    The browser's slider (noUiSlider, bundled by ipywidgets 8) keeps the range it was created with
+    for its End and Home keys (its ``updateOptions`` renews the range for dragging only), so a
+    ``max`` set on a live slider left End at the old maximum (issue 28: lesson 04 after a block
+    size change, lesson 00 after a table change). A slider made with the new range has none of it.
+
+    Example: a slider over 0..15 at 5 inside ``box``, ``renew_slider(box, s, 19, f)`` -> a new
+    slider over 0..19 at 5 in its place (``value`` defaults to ``min(old.value, maximum)``).
+    """
+    import ipywidgets as W
+
+    new = W.IntSlider(value=min(old.value, maximum) if value is None else value, min=old.min, max=maximum,
+                      description=old.description, style={"description_width": old.style.description_width},
+                      layout=W.Layout(width=old.layout.width))
+    for cls in old._dom_classes:
+        new.add_class(cls)
+    if not _swap(box, old, new):
+        raise ValueError(f"renew_slider: the slider {old.description!r} is not inside the box given")
+    old.unobserve(on_change, names="value")
+    new.observe(on_change, names="value")
+    old.close()
+    return new
 
 
 class LiveControl:

@@ -1,5 +1,11 @@
 """A running server drawn from what it sent: the dashboard's state as a plotly figure, a stepper
-over recorded states, and the router view (which worker each conversation went to).
+over recorded states (with a menu of the requests), and the router view (which worker each
+conversation went to).
+
+The figure colours the pool and the tree alike by what the last request did: green what it found
+in the tree (the nodes and the blocks holding them, ``kv``), blue what it computed, grey what the
+tree caches that it did not use; the text of the nodes on its path is written under the tree, and
+every node has its text as a tooltip.
 
 Used where the live page cannot be shown: a notebook run without a browser and the static site
 (``KVLAB_STATIC=frames``: the recorded states become a player), and lesson 12's record of its run.
@@ -24,7 +30,7 @@ from typing import Any, Sequence
 
 from .palette import HIT, MISS, theme
 
-__all__ = ["DASHBOARD_REQUEST_COLORS", "dashboard_data", "dashboard_figure", "dashboard_request_color",
+__all__ = ["DASHBOARD_REQUEST_COLORS", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
            "dashboard_stepper", "router_figure", "show_dashboard"]
 
 _BLOCK = {0: "#eeeeee", 2: "#9e9e9e", 3: "#222222"}       # free, cached only, shared (as the live page)
@@ -64,15 +70,31 @@ def dashboard_request_color(rid: str) -> str:
     return DASHBOARD_REQUEST_COLORS[int(digits or 0) % len(DASHBOARD_REQUEST_COLORS)]
 
 
+def block_marks(state: dict) -> list[str]:
+    """Per block of the pool, what the last request did with it: "hit" (a block of a tree node it
+    found), "computed" (a block of a node it computed and cached), else "".
+
+    Example: a node marked "hit" holding blocks [0, 1] -> ``["hit", "hit", "", ...]``."""
+    marks = [""] * state["num_blocks"]
+    for n in state["tree"]:
+        for b in n.get("kv", ()):
+            if n["mark"] and 0 <= b < len(marks):
+                marks[b] = n["mark"]
+    return marks
+
+
 def dashboard_data(state: dict) -> dict:
-    """What the figure draws: each block's colour, and each tree node's colour (hit green, computed
-    blue, evicted white) and label."""
+    """What the figure draws: each block's colour (the last request's hit green and computed blue,
+    as its tree nodes; else free, cached, shared, or a running request's colour), and each tree
+    node's colour (hit green, computed blue, evicted white) and label."""
     holders, colors = state["blocks"]["holders"], []
+    marks = block_marks(state)
     for b, st in enumerate(state["blocks"]["state"]):
         reqs = [h for h in holders[b] if h != "tree"]
-        colors.append(_BLOCK[st] if st != 1 else dashboard_request_color(reqs[0] if reqs else "?"))
+        colors.append(_MARK[marks[b]] if marks[b] and st in (2, 3) else
+                      _BLOCK[st] if st != 1 else dashboard_request_color(reqs[0] if reqs else "?"))
     nodes = list(state["tree"]) + list(state.get("evicted_nodes", []))
-    return {"colors": colors, "nodes": nodes,
+    return {"colors": colors, "nodes": nodes, "block_marks": marks,
             "node_colors": ["#ffffff" if n["evicted"] else _MARK[n["mark"]] for n in nodes]}
 
 
@@ -80,49 +102,70 @@ def _legend_traces(state: dict, d: dict) -> list[Any]:
     """One legend entry per meaning drawn in this state (each colour means one thing)."""
     import plotly.graph_objects as go
 
-    entries = [("free", _BLOCK[0], "square", "#888"), ("cached in the tree", _BLOCK[2], "square", "#888")]
-    if 3 in state["blocks"]["state"]:
+    blocks, entries = state["blocks"], []
+    drawn = set(d["colors"])
+    if _BLOCK[0] in drawn:
+        entries.append(("free", _BLOCK[0], "square", "#888"))
+    marks = {n["mark"] for n in d["nodes"] if not n["evicted"]} | set(d["block_marks"])
+    entries += [(t, _MARK[m], "square", "#888") for m, t in (("hit", "the last request's hit (found in the tree)"),
+                                                           ("computed", "what it computed (now cached)")) if m in marks]
+    if _BLOCK[2] in drawn or "" in {n["mark"] for n in d["nodes"] if not n["evicted"]}:
+        entries.append(("cached, not used by it", _BLOCK[2], "square", "#888"))
+    if _BLOCK[3] in drawn:
         entries.append(("shared (ref count > 1)", _BLOCK[3], "square", "#888"))
-    blocks = state["blocks"]
     running = sorted({next((h for h in hs if h != "tree"), "?") for hs, st in zip(blocks["holders"], blocks["state"])
                       if st == 1}, key=lambda r: (len(r), r))  # the requests whose colour a block shows
     entries += [(f"{rid}: running", dashboard_request_color(rid), "square", "#888") for rid in running]
-    marks = {n["mark"] for n in d["nodes"] if not n["evicted"]}
-    entries += [(t, _MARK[m], "circle", _MARK[m]) for m, t in (("hit", "the last request's hit"),
-                                                             ("computed", "what it computed")) if m in marks]
     if any(n["evicted"] for n in d["nodes"]):
         entries.append(("evicted (its ghost)", "#ffffff", "circle", _EVICTED))
     if any(n.get("lock") for n in d["nodes"]):
         entries.append(("locked (a square node)", "#ffffff", "square", "#555"))
     return [go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True, hoverinfo="skip",
-                       marker=dict(symbol=sym, size=14, color=fill, line=dict(width=2, color=edge)))
+                       marker=dict(symbol=sym, size=14, color=fill, line=dict(width=1, color=edge)))
             for name, fill, sym, edge in entries]
 
 
-def _node_label(text: str, chars: int = 12) -> str:
-    """A tree node's label: its text on one line (no newline shown as ``\\n``), at most ``chars`` long.
+def _node_label(text: str, chars: int = 12, lines: int = 1) -> str:
+    """A tree node's label: its text with runs of white space as one space (no ``\n`` shown),
+    wrapped at spaces into at most ``lines`` lines of ``chars`` characters (``<br>`` between them),
+    ``…`` where it is cut.
 
-    Example: ``_node_label("assistant:\\nHello there", 8) -> 'assista…'``."""
-    one = " ".join(text.split())
-    return one[:chars - 1] + "…" if len(one) > chars else one
+    Example: ``_node_label("assistant:\nHello there", 8) -> 'assista…'``;
+    ``_node_label(" apply for a refund?", 10, 2) -> 'apply for<br>a refund?'``."""
+    words, out = " ".join(text.split()).split(" "), [""]
+    for w in words:
+        while len(w) > chars:                                # a word longer than a line: cut it
+            if out[-1]:
+                out.append("")
+            out[-1], w = w[:chars], w[chars:]
+            out.append("")
+        if out[-1] and len(out[-1]) + 1 + len(w) > chars:
+            out.append("")
+        out[-1] = f"{out[-1]} {w}".strip()
+    out = [x for x in out if x]
+    if len(out) > lines or (out and len(out[-1]) > chars):
+        out = out[:lines]
+        out[-1] = out[-1][:chars - 1] + "…"
+    return "<br>".join(out)
 
 
-def dashboard_figure(state: dict, caption: str = "") -> Any:
-    """The pool (left) and the radix tree (right) of one dashboard state (measured)."""
+def _pool_trace(state: dict, d: dict, cols: int, size: int) -> Any:
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
-    th, d = theme(), dashboard_data(state)
     n = state["num_blocks"]
-    cols = max(1, math.ceil(math.sqrt(n * 1.2)))
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.42, 0.58], horizontal_spacing=0.04,
-                        subplot_titles=(f"pool: {state['used_blocks']} of {n} blocks used",
-                                        f"tree: {state['tree_nodes']} nodes, {state['tree_tokens']} tokens"))
-    fig.add_trace(go.Scatter(x=[b % cols for b in range(n)], y=[-(b // cols) for b in range(n)], mode="markers",
-                             marker=dict(symbol="square", size=max(8, min(26, 260 // cols)), color=d["colors"],
-                                         line=dict(width=1, color="#888")),
-                             text=[f"block {b}: ref count {state['blocks']['ref'][b]}" for b in range(n)],
-                             hoverinfo="text", showlegend=False), 1, 1)
+    what = {"hit": "found in the tree by the last request", "computed": "computed by the last request"}
+    return go.Scatter(x=[b % cols for b in range(n)], y=[-(b // cols) for b in range(n)], mode="markers",
+                      marker=dict(symbol="square", size=size, color=d["colors"], line=dict(width=1, color="#888")),
+                      text=[f"block {b}: ref count {state['blocks']['ref'][b]}"
+                            + (f", {what[d['block_marks'][b]]}" if d["block_marks"][b] else "") for b in range(n)],
+                      hoverinfo="text", showlegend=False)
+
+
+def _tree_traces(d: dict) -> tuple[list[Any], dict, int]:
+    """The tree's edges and nodes (depth on x, no text on them: every node has a tooltip, and the
+    last request's path is written out under the tree, :func:`_path_labels`)."""
+    import plotly.graph_objects as go
+
     nodes = d["nodes"]
     live = {0} | {x["id"] for x in nodes}
     pos = _tree_xy([x for x in nodes if x["parent"] in live])
@@ -131,52 +174,122 @@ def dashboard_figure(state: dict, caption: str = "") -> Any:
     for x in shown:
         ex += [pos[x["parent"]][0], pos[x["id"]][0], None]
         ey += [pos[x["parent"]][1], pos[x["id"]][1], None]
-    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#bbb", width=1), hoverinfo="skip",
-                             showlegend=False), 1, 2)
     colour = dict(zip((x["id"] for x in nodes), d["node_colors"]))
     depth = max([p[0] for p in pos.values()] + [1])
-    per_level = 0.58 * min(th.grid_width, 840) / (depth + 1.6)  # px between two depths of the tree
-    chars = max(4, min(12, int(per_level / (0.6 * th.font_size)) - 1))  # a label never reaches the next depth's
-    fig.add_trace(go.Scatter(
+    edges = go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#bbb", width=1), hoverinfo="skip", showlegend=False)
+    dots = go.Scatter(
         x=[pos[0][0]] + [pos[x["id"]][0] for x in shown], y=[pos[0][1]] + [pos[x["id"]][1] for x in shown],
-        mode="markers+text", text=["root"] + [_node_label(x["text"], chars) for x in shown],
-        textfont=dict(size=th.font_size), hoverinfo="text",
-        textposition=["middle left"] + ["bottom center" if pos[x["id"]][0] % 2 else "top center" for x in shown],
+        mode="markers", hoverinfo="text",
         hovertext=["root"] + [f"node {x['id']}: {x['tokens']} tokens" + (" (evicted)" if x["evicted"] else "")
-                              for x in shown],
-        marker=dict(size=[10] + [8 + 3 * math.sqrt(x["tokens"]) for x in shown],
+                              + "<br>" + _node_label(x["text"], 40, 3) for x in shown],
+        marker=dict(size=[10] + [8 + 2 * math.sqrt(x["tokens"]) for x in shown],
                     symbol=["circle"] + ["square" if x.get("lock") else "circle" for x in shown],
                     color=["#555"] + [colour[x["id"]] for x in shown],
                     line=dict(width=[0] + [3 if x["evicted"] else 0 for x in shown], color=_EVICTED)),
-        showlegend=False), 1, 2)
+        showlegend=False)
+    return [edges, dots], pos, depth
+
+
+_PATH_TEXT = {"hit": "#1b7a1b", "computed": "#1f5f99"}      # the marks' hues, dark enough for text
+
+
+def _path_labels(d: dict, pos: dict, depth: int, th: Any, width_px: float) -> list[dict]:
+    """The last request's path, node by node, as text under the tree's columns (annotations):
+    each node's text under its own depth, in its mark's colour, odd depths on the upper row and
+    even ones on the lower, so that a label may take two columns' width."""
+    path = sorted((x for x in d["nodes"] if x["mark"] and not x["evicted"] and x["id"] in pos),
+                  key=lambda x: pos[x["id"]][0])
+    col_px = width_px / (depth + 1.5)
+    chars = max(6, int(2 * col_px / (0.6 * th.font_size)) - 1)
+    line = 1.25 * th.font_size
+    return [dict(x=pos[x["id"]][0], y=0 if pos[x["id"]][0] % 2 == 0 else 2 * line + 4, xref="x2", yref="paper",
+                 yshift=0, yanchor="bottom", showarrow=False, align="center",
+                 text=_node_label(x["text"], chars, 2), font=dict(size=th.font_size, color=_PATH_TEXT[x["mark"]]))
+            for x in path]
+
+
+def dashboard_figure(state: dict, caption: str | None = "") -> Any:
+    """The pool (left) and the radix tree (right) of one dashboard state (measured); under the tree
+    the text of each node on the last request's path. ``caption=None``: no title (a stepper's
+    caption stands above it), 40 px less."""
+    from plotly.subplots import make_subplots
+
+    th, d = theme(), dashboard_data(state)
+    n = state["num_blocks"]
+    width = min(th.grid_width, 840)
+    top = 60 if caption is not None else 24                             # the title, or the subplot titles only
+    height = (430 if th.high_contrast else 480) - 60 + top
+    cols = max(1, math.ceil(math.sqrt(n * 0.75)))                       # a tall pool: the tree gets the width
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.3, 0.7], horizontal_spacing=0.03,
+                        subplot_titles=(f"pool: {state['used_blocks']} of {n} blocks used",
+                                        f"tree: {state['tree_nodes']} nodes, {state['tree_tokens']} tokens"))
+    rows, plot_px = math.ceil(n / cols), height - top - 40 - 10           # the plot area: title, legend, margin
+    fig.add_trace(_pool_trace(state, d, cols, max(8, min(22, int(0.26 * width / cols), int(0.72 * plot_px / rows)))),
+                  1, 1)
+    traces, pos, depth = _tree_traces(d)
+    for t in traces:
+        fig.add_trace(t, 1, 2)
     for t in _legend_traces(state, d):
         fig.add_trace(t, 1, 1)
+    labels = _path_labels(d, pos, depth, th, 0.66 * width)
+    rows_px = (5 * 1.25 * th.font_size + 8) if labels else 0
+    for a in labels:
+        a["y"] = a["y"] / plot_px
     low = min([p[1] for p in pos.values()] + [0])
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.update_xaxes(range=[-0.9, depth + 0.7], row=1, col=2)
-    fig.update_yaxes(range=[low - 0.8, 0.6], row=1, col=2)
-    fig.update_layout(title=dict(text=(caption or "the server's dashboard") + " (measured)",
-                                 font=dict(size=th.title_size), x=0.01),
-                      legend=dict(orientation="h", x=0, y=-0.02, yanchor="top", font=dict(size=th.font_size)),
-                      height=440 if th.high_contrast else 460, width=None if th.autosize else min(th.grid_width, 840),
+    fig.update_xaxes(range=[-0.5, cols - 0.5], row=1, col=1)
+    fig.update_xaxes(range=[-0.6, depth + 0.6], row=1, col=2)
+    fig.update_yaxes(range=[low - 0.6, 0.6], domain=[min(0.5, rows_px / plot_px), 1], row=1, col=2)
+    if caption is not None:
+        fig.update_layout(title=dict(text=(caption or "the server's dashboard") + " (measured)",
+                                     font=dict(size=th.title_size), x=0.01))
+    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.02, yanchor="top", font=dict(size=th.font_size)),
+                      height=height, width=None if th.autosize else width,
                       autosize=th.autosize, template="plotly_white", font=dict(size=th.font_size),
-                      margin=dict(l=10, r=10, t=70, b=10))
+                      margin=dict(l=10, r=10, t=top, b=10))
     fig.update_annotations(font=dict(size=th.font_size + 1))
+    for a in labels:
+        fig.add_annotation(**a)
     return fig
 
 
+def _request_name(caption: str, i: int) -> str:
+    """The request a recorded frame follows, from its caption: ``"after R2: ..." -> "R2"``."""
+    head = caption.split(":", 1)[0]
+    return head[len("after "):] if head.startswith("after ") and ":" in caption else f"step {i + 1}"
+
+
 def dashboard_stepper(states: Sequence[dict], captions: Sequence[str], static: bool | None = None):
-    """A stepper over recorded dashboard states (on the static site: a player of the frames)."""
+    """A stepper over recorded dashboard states (on the static site: a player of the frames). With
+    a widget front end its controls end with a menu of the requests (``stepper.request_menu``): a
+    request picked there shows the cache right after it, its hit and computed blocks coloured in
+    the pool and the tree; the menu and the slider follow each other."""
     from .stepper import Frame, Stepper
 
     frames = [Frame(None, c, extra={"state": s}) for s, c in zip(states, captions)]
-    return Stepper(frames, lambda f: dashboard_figure(f.extra["state"], "recorded dashboard"), static=static,
-                   title="the dashboard, recorded from this run")
+    stepper = Stepper(frames, lambda f: dashboard_figure(f.extra["state"], None), static=static,
+                      title="the dashboard, recorded from this run (measured)")
+    stepper.request_menu = None
+    if stepper.widget is not None:
+        import ipywidgets as W
+
+        menu = W.Dropdown(options=[(_request_name(c, i), i) for i, c in enumerate(captions)], value=0,
+                          description="after request", style={"description_width": "initial"},
+                          layout=W.Layout(width="auto"))
+        menu.add_class("kvlab-request-menu")
+        menu.observe(lambda ch: stepper.index != ch["new"] and stepper.go(ch["new"]), names="value")
+        stepper._slider.observe(lambda ch: setattr(menu, "value", ch["new"] - 1), names="value")
+        row = next(k for k in stepper.widget.children if stepper._slider in getattr(k, "children", ()))
+        row.children = (menu,) + tuple(row.children)
+        stepper.request_menu = menu
+    return stepper
 
 
-_RECORDED = ("<p><b>Recorded</b>: {why}, so these are the dashboard's states captured from this notebook's "
-             "run, one after each request (measured, not simulated); the slider moves through them.</p>")
+_RECORDED = ("<p style='margin:2px 0'><b>Recorded</b>: {why}, so these are the dashboard's states captured "
+             "from this notebook's run, one after each request (measured, not simulated). Pick a request, or step "
+             "through them: green is what that request found in the tree, blue what it computed; hover a node for "
+             "its text.</p>")
 
 
 def _frame_height() -> int:
@@ -204,7 +317,7 @@ def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], la
             return None
         import ipywidgets as W
 
-        return W.VBox([W.HTML(_RECORDED.format(why=why)), stepper.widget], layout=W.Layout(max_width="100%"))
+        return W.VBox([stepper.widget, W.HTML(_RECORDED.format(why=why))], layout=W.Layout(max_width="100%"))
 
     if is_static() or (lab is not None and lab.stopped):
         why = "the servers have stopped" if lab is not None and lab.stopped else "the server is not running here"

@@ -35,6 +35,7 @@ from typing import Any
 from ..lessons.four_requests import char_detokenize, char_tokenize
 from ..lessons.translation import NOTES_TABLE
 from ..reuse.cache_manager import CacheManager
+from .control import renew_slider
 from .display import display_control, is_static
 from .palette import classroom_css, theme
 from .translate_widget import chain_rows, translation_chain, translation_figure
@@ -205,8 +206,9 @@ class ThesisWidget:
 
     def _changed(self, _change: dict[str, Any]) -> None:
         self.state = thesis_state(self._shared.value, self._table.value, self._pos.value)
-        if self._pos.max != self.state["max_pos"]:
-            self._pos.max = self.state["max_pos"]  # may clamp the value: fires _changed again
+        if self._pos.max != self.state["max_pos"]:  # a new slider: a live one's End key keeps its first range
+            self._pos = renew_slider(self.widget, self._pos, self.state["max_pos"], self._changed,
+                                     value=self.state["pos"])
         self._redraw()
 
     def _redraw(self) -> None:

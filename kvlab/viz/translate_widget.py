@@ -27,6 +27,7 @@ import re
 from typing import Any, Sequence
 
 from ..memory.block_table import translate
+from .control import renew_slider
 from .display import is_static
 from .palette import FREE, HIGHLIGHT, classroom_css, label_px, request_color, source_label, theme, tint
 
@@ -370,20 +371,15 @@ class TranslationWidget:
         return slider
 
     def _fit_pos(self) -> None:
-        """A new range for pos: a NEW slider, made with it. The browser's slider (noUiSlider in
-        ipywidgets 8) keeps the range it was created with for its End and Home keys, so a ``max``
-        changed on the live slider left End at the old maximum (19 after block size 4 -> 16)."""
+        """A new range for pos: a NEW slider, made with it (:func:`kvlab.viz.control.renew_slider`:
+        a ``max`` changed on the live slider left End at the old maximum, 19 after block size 4 -> 16)."""
         cap = max(0, len(self.block_table) * self.block_size - 1)
         self.pos = min(self.pos, cap)
         if self._pos.max == max(cap, 1):
             if self._pos.value > cap:
                 self._pos.value = cap  # fires _on_pos
             return
-        old = self._pos
-        old.unobserve(self._on_pos, names="value")
-        self._pos = self._pos_slider(max(cap, 1))
-        self._pos_row.children = tuple(self._pos if c is old else c for c in self._pos_row.children)
-        old.close()
+        self._pos = renew_slider(self._pos_row, self._pos, max(cap, 1), self._on_pos, value=self.pos)
 
     def _on_pos(self, ch: dict[str, Any]) -> None:
         self.pos = ch["new"]

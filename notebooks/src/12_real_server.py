@@ -109,16 +109,19 @@ print(f"R4's tokens and R1's (its {len(p1)} prompt tokens, then its {len(o1)} ge
 # %% [markdown]
 # ## 3. The dashboard
 #
-# The server draws its own state at `/dashboard`: the **pool** (each block free in light grey,
-# held by a running request in that request's colour, cached in the tree only in mid grey,
-# shared in black; a block just evicted flashes red, a copy-on-write copy orange), the **tree**
-# (each node its text; the last request's hit in green and what it computed in blue; a locked
-# node square) and the **requests** (prompt, cached, output, time to first token). The page is
-# pushed by server-sent events from snapshots taken on the engine thread, so it is the real
-# state, never a simulation. In a live notebook the page is embedded below; without a server
-# (this notebook's static copy, the course site), and in place of the page once the servers stop
-# (section 7), the frames recorded after each request of section 2 are shown instead, with a
-# slider over them, and the title says *recorded*.
+# The server draws its own state at `/dashboard`: the **pool** and the **tree** in one code of
+# colours. Green is what the last request found in the tree (its nodes, and the blocks holding
+# them), blue what it computed (now cached too), mid grey what the tree caches that it did not
+# use, light grey a free block; a block held by a running request only is in that request's
+# colour, one shared by several holders black; a block just evicted flashes red, a copy-on-write
+# copy orange; a locked node is square. Then the **requests** (prompt, cached, output, time to
+# first token). The page is pushed by server-sent events from snapshots taken on the engine
+# thread, so it is the real state, never a simulation. In a live notebook the page is embedded
+# below; without a server (this notebook's static copy, the course site), and in place of the
+# page once the servers stop (section 7), the frames recorded after each request are shown
+# instead, and the title says *recorded*: pick a request in the menu (or step
+# through them) to see the cache right after it, its path through the tree written under the
+# tree.
 
 # %%
 from kvlab.viz.serve_view import show_dashboard
@@ -335,18 +338,28 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 #   share of?
 # - Two texts sent to one worker share a prefix: how many characters does its tree hold?
 #
-# The thresholds are sglang-router's defaults: 0.3 for the match (`--cache-threshold`), 64
-# requests and 1.5x for the loads (`--balance-abs-threshold`, `--balance-rel-threshold`; both
-# must hold, each strictly). Ties go to the lower index. The checker names a wrong design
-# choice when your answer shows one.
+# The thresholds are sglang-router's defaults: 0.3 for the match, 64 requests apart and 1.5x
+# for the loads (both must hold, each strictly). Ties go to the lower index. The checker names a
+# wrong design choice when your answer shows one.
+#
+# Then pin those rules on the router's command line: `router_flags()` returns the flags of
+# `python -m sglang_router.launch_router` that set the policy and each of the three thresholds,
+# as `{flag: value}`. Section 5 names one of them; find the others in the router's own help
+# (`python -m sglang_router.launch_router --help`, in a terminal or a `!` cell). The checker
+# looks every name up in the installed router's argument parser.
 
 # %% tags=["exercise-stub"]
 def pick_worker(sent, text, loads):
     raise NotImplementedError("your code here")
 
 
+def router_flags():
+    raise NotImplementedError("your code here: a dict {flag: value}")
+
+
 # %%
 check.choose_worker(pick_worker)
+check.router_flags(router_flags)
 
 # %% [markdown]
 # <details><summary>Hint 1</summary>
@@ -359,6 +372,13 @@ check.choose_worker(pick_worker)
 #
 # Draw the trie of `["ab", "ac"]` and count its nodes below the root: is that the sum of the
 # two lengths?
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# For `router_flags`: the help gives each flag with its type and help text; the three thresholds
+# are the ones whose help speaks of cache-aware routing and of load balancing. Which of the two
+# balance flags is a count of requests, and which a ratio?
 # </details>
 
 # %% [markdown]
