@@ -173,3 +173,19 @@ def test_one_meaning_per_colour_and_one_projector_screen(run):
         viz.classroom(False)
     assert fig.layout.height <= 510
     assert max(heights) * 4 / 3 <= 460  # the tallest diagram in px, leaving room for the controls and caption
+
+
+def test_the_animation_names_blocks_by_the_figures_letters(run):
+    """Issue 28, the review of lesson 10 (cell 12): the animation labelled the blocks n1..n6 while
+    the tree figure and its pools below say [A]-[F]: one naming, the notes' letters, in every frame."""
+    _, rec, spans = run
+    labels = [V.majority_labels(t, spans) for t in rec.trees]
+    fig = V.animate_tiers(rec.snapshots, labels=labels)
+    texts = [t for f in fig.frames for tr in f.data for t in tr.text if t]
+    assert texts and all(t in "ABCDEF?" for t in texts), sorted(set(texts))
+    last = {t for tr in fig.frames[-1].data for t in tr.text if t}
+    assert set(labels[-1].values()) >= last >= {"A", "C"}
+    tree = V.tier_tree_figure(rec.trees[-1], rec.snapshots[-1], labels[-1])
+    pooled = {t for tr in tree.data if tr.text is not None and not isinstance(tr.text, str) for t in tr.text if t}
+    assert last <= pooled  # the same letters as the pools drawn beside the tree
+    assert all(re.fullmatch(r"n\d+", t) for tr in V.animate_tiers(rec.snapshots).frames[-1].data for t in tr.text if t)

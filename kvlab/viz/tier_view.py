@@ -193,13 +193,15 @@ class TierRecorder:
         self.taken.append([(*k, n) for k, n in moves.items()])
 
 
-def tier_map_data(snap: TierSnapshot) -> dict[str, Any]:
-    """Plain data for one map: per row ("device", "host") the states, colours, labels (node ids)."""
+def tier_map_data(snap: TierSnapshot, names: dict[int, str] | None = None) -> dict[str, Any]:
+    """Plain data for one map: per row ("device", "host") the states, colours, labels: each block's
+    node, by its letter in ``names`` (node id -> letter, :func:`majority_labels`), else ``n<id>``."""
+    names = names or {}
     out: dict[str, Any] = {"caption": snap.caption}
     for row, states, nodes in (("device", snap.device_states, snap.device_nodes),
                                ("host", snap.host_states, snap.host_nodes)):
         out[row] = {"states": list(states), "colors": [STATE_COLORS[row][s] for s in states],
-                    "labels": [f"n{n}" if n else "" for n in nodes],
+                    "labels": [names.get(n, f"n{n}") if n else "" for n in nodes],
                     "hover": [f"{row} block {b}: {s}" + (f", node {n} ({snap.placements.get(n, '?')})" if n else "")
                               for b, (s, n) in enumerate(zip(states, nodes))]}
     return out
@@ -250,13 +252,14 @@ def _traces(d: dict[str, Any]) -> list:
 
 
 def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", source: str = "simulated",
-                    width: int | None = None) -> Any:
-    """Both pools of one snapshot as a plotly figure (device row on top, host row below)."""
+                    width: int | None = None, names: dict[int, str] | None = None) -> Any:
+    """Both pools of one snapshot as a plotly figure (device row on top, host row below); ``names``:
+    as in :func:`tier_map_data`."""
     import plotly.graph_objects as go
 
     source_label(source)
     th = theme()
-    d = tier_map_data(snap)
+    d = tier_map_data(snap, names)
     n = max(len(snap.device_states), len(snap.host_states))
     fig = go.Figure(_traces(d))
     for row in ("device", "host"):  # the legend: one entry per state, fixed
@@ -283,8 +286,10 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
 
 
 def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and host pools", source: str = "simulated",
-                  duration_ms: int = 700) -> Any:
-    """A plotly animation over a recorded run, one frame per snapshot (slider, play/pause)."""
+                  duration_ms: int = 700, labels: Sequence[dict[int, str]] | None = None) -> Any:
+    """A plotly animation over a recorded run, one frame per snapshot (slider, play/pause).
+    ``labels``: per snapshot, node id -> the letter its blocks carry (:func:`majority_labels` of
+    that moment's tree, as :func:`tier_tree_figure` names them); None: node ids, ``n<id>``."""
     import plotly.graph_objects as go
 
     from .memory_animation import animation_controls
@@ -292,8 +297,11 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
     snaps = list(snapshots)
     if not snaps:
         raise ValueError("animate_tiers: no snapshots (record a run with TierRecorder)")
-    fig = tier_map_figure(snaps[0], title, source)
-    fig.frames = [go.Frame(data=_traces(tier_map_data(s)), traces=[0, 1], name=str(i + 1),
+    names = list(labels) if labels is not None else [{}] * len(snaps)
+    if len(names) != len(snaps):
+        raise ValueError(f"animate_tiers: {len(names)} label maps for {len(snaps)} snapshots")
+    fig = tier_map_figure(snaps[0], title, source, names=names[0])
+    fig.frames = [go.Frame(data=_traces(tier_map_data(s, names[i])), traces=[0, 1], name=str(i + 1),
                            # the slider already reads "step i / n": the title carries the words only
                            layout=dict(title=dict(text=_title(title, source, s.caption))))
                   for i, s in enumerate(snaps)]
