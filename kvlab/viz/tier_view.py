@@ -81,10 +81,12 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
 _TITLES = {"device": "a device (GPU) block", "host": "a host (DRAM) block", "node": "a radix node's KV (placement)"}
 
 
-def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None) -> Any:
+def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None,
+                   events: bool = True) -> Any:
     """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others);
     ``font_pt``: its text size (default the theme's, 4 pt more on a projector; given: ranks closer
-    too, a compact diagram for a stepper on a projector)."""
+    too, a compact diagram for a stepper on a projector); ``events=False``: the edges carry their
+    counts only, not the event that takes them (a lesson that asks for the events first)."""
     import graphviz
 
     fs = str(font_pt or th.font_size + (4 if th.high_contrast else 0))
@@ -100,7 +102,7 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
                width="0.25" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
-        text = EDGE_LABELS[m][(src, dst)] + (f" ×{n}" if n else "")
+        text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
         hot = (m, src, dst) in bold
         g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width),
                color=TAKEN if hot else ("#444444" if n or counts is None else "#c8c8c8"),
@@ -148,17 +150,18 @@ class LifecycleFigure:
 
 
 def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Sequence = (), caption: str = "",
-                    source: str = "simulated") -> Any:
+                    source: str = "simulated", unnamed: Sequence[str] = ()) -> Any:
     """The state machine(s). ``machine``: "device", "host" or "node" (a ``graphviz.Digraph``,
     top to bottom) or "all" (a :class:`LifecycleFigure`: the three side by side, wrapping);
     ``counts``: ``{(machine, src, dst): n}`` (a tracker's ``counts``) written on the edges;
-    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold purple (one step of a run)."""
+    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold purple (one step of a run); ``unnamed``:
+    machines whose edges do not say which event takes them (lesson 10's exercise 3 asks for the node's)."""
     names = list(MACHINES) if machine == "all" else [machine]
     if any(m not in MACHINES for m in names):
         raise ValueError(f"machine must be one of {sorted(MACHINES)} or 'all', got {machine!r}")
     th = theme()
     bold = {tuple(t[:3]) for t in taken}
-    graphs = [_machine_graph(m, counts, bold, th) for m in names]
+    graphs = [_machine_graph(m, counts, bold, th, events=m not in unnamed) for m in names]
     if machine != "all":
         return graphs[0]
     title = f"<b>The lifecycle of a KV block ({source_label(source)})</b>" + (f": {html.escape(caption)}" if caption else "")
@@ -310,11 +313,12 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
 
 
 def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "simulated",
-                 graph: bool = False) -> Any:
+                 graph: bool = False, unnamed: Sequence[str] = ()) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
     diagram of the machines that step changed, its transitions bold purple, the run's counts so far.
     On a projector (classroom mode) each machine a step changed is a frame of its own, drawn
-    smaller, so that the stepper and its diagram fit one 599 px screen."""
+    smaller, so that the stepper and its diagram fit one 599 px screen. ``unnamed``: as in
+    :func:`lifecycle_graph`."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
@@ -334,8 +338,8 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
         th = theme()
-        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 12 if split else None)
-                  for m in f.extra["machines"]]
+        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 12 if split else None,
+                                 events=m not in unnamed) for m in f.extra["machines"]]
         title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
                  "its edges bold purple")
         return LifecycleFigure(graphs, title).html()  # one screen: only what the step touched

@@ -123,14 +123,15 @@ cm.check_integrity()
 # placement** (device → both → host → disk → evicted). A test drives random workloads and
 # checks that every transition in the log is one of these edges and that no state is skipped.
 # Bold purple: the edges the run above took in its last step (the load-back). The numbers: how
-# often the whole run took each edge.
+# often the whole run took each edge. The node's edges carry only their counts: which event
+# takes each one is exercise 3's question.
 
 # %%
 from kvlab.viz.tier_view import lifecycle_graph
 
 last = [e for e in cm.log if e.kind == "transition"][-6:]
 lifecycle_graph("all", cm.tree.tracker.counts, [(e.detail["machine"], e.detail["src"], e.detail["dst"]) for e in last],
-                "the worked example above")
+                "the worked example above", unnamed=("node",))
 
 # %% [markdown]
 # The node's edges as a list (what makes each one happen is exercise 3's question: the reasons
@@ -247,7 +248,7 @@ for nid, letter in sorted(letters.items(), key=lambda kv: kv[1]):
 # %%
 from kvlab.viz.tier_view import tier_stepper
 
-tier_stepper(rec, graph=True)
+tier_stepper(rec, graph=True, unnamed=("node",))   # the node's events: exercise 3
 
 # %% [markdown]
 # ## 5. A long chat session, replayed with a small device pool
