@@ -46,6 +46,7 @@ _TABLE_LANES = (0.42, 0.49)  # offsets from a column's centre where its arrows r
 _POOL_LANES = (0.46, 0.495)  # ... and down the pool's gaps into a lower pool row (a block is CELL_W wide)
 GAP = 1.3  # between the last table row and the pool: room for the arrows
 COPY_ROOM = 0.95  # under the pool: room for copy-on-write arcs
+COPY_LABEL_DROP = 0.1  # grid units between a copy arc's lowest point and its label
 ROW_STRETCH = 1.2  # px per grid unit down, relative to across: room for three lines of label in a block
 CLASSROOM_DRAWING_PX = 400  # classroom mode: the drawing's height budget (title, legend and controls come on top)
 CLASSROOM_MIN_CELL_PX = 72  # ... but a block never narrower than three lines of 16 px labels need
@@ -418,11 +419,12 @@ def _copy_traces(data: dict[str, Any], geom: MapGeometry) -> list[Any]:
     xs, ys, sizes, text = [], [], [], []
     for src, dst in data["copies"]:
         ax, ay = copy_arc(data, geom, src, dst)
-        mid = len(ax) // 2
-        xs += ax + [None]
-        ys += ay + [None]
-        sizes += [0] * (len(ax) - 1) + [12 + 3 * th.high_contrast, 0]
-        text += ["" if k != mid else f"copy P{src} → P{dst}" for k in range(len(ax))] + [""]
+        # the label hangs from a point of its own (between two gaps: no line to it), under the
+        # arc's lowest point: hung from the arc itself, the arc ran along the label's top edge
+        xs += ax + [None, (ax[0] + ax[-1]) / 2, None]
+        ys += ay + [None, max(ay) + COPY_LABEL_DROP, None]
+        sizes += [0] * (len(ax) - 1) + [12 + 3 * th.high_contrast, 0, 0, 0]
+        text += [""] * len(ax) + ["", f"copy P{src} → P{dst}", ""]
     return [go.Scatter(x=xs, y=ys, mode="lines+markers+text", text=text, textposition="bottom center",
                        textfont=dict(size=th.font_size, color=HIGHLIGHT), name="copy-on-write", hoverinfo="skip",
                        showlegend=False, line=dict(color=HIGHLIGHT, width=th.line_width + 1, dash="dot"),
