@@ -86,7 +86,8 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
     """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others);
     ``font_pt``: its text size (default the theme's, 4 pt more on a projector; given: ranks closer
     too, a compact diagram for a stepper on a projector); ``events=False``: the edges carry their
-    counts only, not the event that takes them (a lesson that asks for the events first)."""
+    counts only, not the event that takes them (a lesson that asks for the events first), and the
+    split edges out of "new" do not pull the ranks (they ran across the counts of "back up")."""
     import graphviz
 
     fs = str(font_pt or th.font_size + (4 if th.high_contrast else 0))
@@ -104,7 +105,8 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
         n = (counts or {}).get((m, src, dst))
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
         hot = (m, src, dst) in bold
-        g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width),
+        loose = {} if events or src != "new" or dst == "device" else {"constraint": "false"}  # unnamed, the splits
+        g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width), **loose,
                color=TAKEN if hot else ("#444444" if n or counts is None else "#c8c8c8"),
                fontcolor="#000000" if n or counts is None else "#777777")
     return g
