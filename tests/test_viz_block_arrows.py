@@ -211,3 +211,42 @@ def test_a_copy_label_sits_under_its_own_arc(classroom):
                 assert above and min(above) >= 6, (pair, text, min(above))
     finally:
         viz.classroom(False)
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_arrows_down_the_pool_gaps_keep_clear_of_the_blocks(classroom):
+    """Issue 28, the review of lesson 05 (cell 6, classroom mode): the arrows into the pool's second
+    row ran down the gaps of the first row 1 px from the blocks' edges, their 3 px lines on the
+    blocks. With arrows into a lower row the pool's blocks are narrower, and every run down a gap
+    keeps at least 2 px between its line and a block."""
+    from kvlab.viz.palette import theme
+
+    viz.classroom(classroom)
+    try:
+        m = BlockManager(num_blocks=16, block_size=4)  # lesson 05: three requests grown a token at a time
+        lengths = {"seq1": 5, "seq2": 13, "seq3": 30}
+        for seq in lengths:
+            m.add_sequence(seq, 0)
+        for step in range(30):
+            for seq, n in lengths.items():
+                if step < n:
+                    m.append(seq, 1)
+        fig = viz.memory_map_figure(m.snapshot(), cols=8)
+        geom = viz.block_tables.map_geometry(viz.memory_map.grid_layout(16, 8), [m.snapshot()])
+        bars = next(t for t in fig.data if t.name == "blocks")
+        blocks = [(b, b + w, y - bars.width / 2, y + bars.width / 2) for b, w, y in zip(bars.base, bars.x, bars.y)]
+        half_line = (theme().line_width + 0.5) / 2
+        runs = 0
+        for tr in (t for t in fig.data if t.name.endswith(" arrows")):
+            for line in _polylines(tr):
+                for (x0, y0), (x1, y1) in zip(line, line[1:]):
+                    if abs(x0 - x1) > EPS:
+                        continue
+                    for bx0, bx1, by0, by1 in blocks:
+                        if min(y0, y1) < by1 - EPS and max(y0, y1) > by0 + EPS:  # beside this block
+                            runs += 1
+                            gap_px = min(abs(x0 - bx0), abs(x0 - bx1)) * geom.cell_px - half_line
+                            assert gap_px >= 2, (x0, (bx0, bx1), gap_px)
+        assert runs  # some arrows do run down the first row's gaps
+    finally:
+        viz.classroom(False)
