@@ -94,7 +94,7 @@ class SharingControl(LiveControl):
         top = max(p[0] for p in pairs)
         head = int(th.title_size * 1.4 + th.font_size * 2 + 16)  # the title, then the legend's row above the plot
         fig.update_layout(
-            barmode="group", template="none", height=(360 if not th.high_contrast else 440) + head - 60,
+            barmode="group", template="none", height=360 if not th.high_contrast else 440,  # the plot gives up the room
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
             font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Blocks in use at the end ({source_label('simulated')} scores, real allocator)",
