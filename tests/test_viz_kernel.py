@@ -247,7 +247,8 @@ def test_read_arrows_never_enter_a_block(classroom, splits):
                     inside = [b for b, (x0, x1, y0, y1) in enumerate(cells)
                               if x0 + 1e-6 < x < x1 - 1e-6 and y0 + 1e-6 < y < y1 - 1e-6]
                     assert not inside, f"{seq}, {splits} programs: {sh.path} passes through block {inside}"
-            for a in fig.layout.annotations:  # the heads: from (ax, ay) to (x, y), outside every block too
+            for a in fig.layout.annotations:  # the heads: from (ax, ay) to (x, y), outside every block too,
+                assert ((a.x - a.ax) ** 2 + (a.y - a.ay) ** 2) ** 0.5 >= 0.15  # and long enough to be drawn
                 for k in range(11):
                     x, y = a.ax + (a.x - a.ax) * k / 10, a.ay + (a.y - a.ay) * k / 10
                     assert not [b for b, (x0, x1, y0, y1) in enumerate(cells)

@@ -158,6 +158,7 @@ def _cols(num_blocks: int) -> int | None:
 MAX_ARROWS = 12  # more reads than this: the numbers on the blocks say the order, arrows would tangle
 LANE, HEADROOM = 0.5, 0.8  # grid units added between two pool rows when arrows are drawn (their lane: no
 CLASSROOM_LANE, CLASSROOM_HEADROOM = 0.4, 0.55  # label in it) and above the first row; classroom: less (599 px)
+HEAD_LEN = 0.16  # grid units from an arrow's head's base to its tip
 EDGE = 0.45  # an arrow starts and ends this far from a block's centre, just off its edge (a cell is CELL_H high)
 
 
@@ -191,7 +192,9 @@ def _read_arrow(d: dict[str, Any], a: int, b: int) -> tuple[str, tuple[float, fl
         h = min(reach, 0.14 + 0.06 * abs(xb - xa))
         y0 = top(ra)
         cx, cy = (xa + xb) / 2, y0 - 2 * h
-        return (f"M {xa},{y0} Q {cx},{cy} {xb},{y0}", (xb + (cx - xb) * 0.12, y0 + (cy - y0) * 0.12), (xb, y0))
+        tx, ty = cx - xb, cy - y0  # the arc's tangent at its end, back along the arc: the head lies along it
+        k = HEAD_LEN / (tx * tx + ty * ty) ** 0.5  # a head of a fixed length (a short arc's was too short to draw)
+        return f"M {xa},{y0} Q {cx},{cy} {xb},{y0}", (xb + tx * k, y0 + ty * k), (xb, y0)
     gap = xb - 0.5 if xb > 0 else xb + 0.5  # the gap beside b's column
     if rb > ra:
         pts = [(xa, ra * pitch + EDGE), (xa, band(ra + 1))]
@@ -201,7 +204,7 @@ def _read_arrow(d: dict[str, Any], a: int, b: int) -> tuple[str, tuple[float, fl
         pts = [(xa, top(ra)), (xa, band(ra)), (gap, band(ra)), (gap, band(rb))]
     pts += [(xb, band(rb)), (xb, top(rb))]
     path = "M " + " L ".join(f"{x},{y}" for x, y in pts)
-    return path, (xb, top(rb) - 0.12), (xb, top(rb))
+    return path, (xb, top(rb) - HEAD_LEN), (xb, top(rb))
 
 
 def _wrap(text: str, chars: int) -> str:
