@@ -495,3 +495,16 @@ def test_should_have_raised_is_named():
     r = check.blocks_needed(lambda n, bs: -(-n // bs) if bs > 0 else 0, verbose=False)
     assert "must raise ValueError" in r.report()
 
+
+
+def test_an_untouched_stub_is_not_told_the_answers(capsys):
+    """Issue 28, the review of lesson 02 (exercise 1): the stub's check printed "expected 8" (the
+    predict-first answer, 8 KV heads) before the student had predicted anything."""
+    def kv_heads_for_budget(layers, num_heads, head_dim, tokens, budget_bytes, dtype_bytes=2):
+        raise NotImplementedError("your code here")
+
+    r = check.kv_heads_for_budget(kv_heads_for_budget)
+    out = capsys.readouterr().out
+    assert not r.passed and r.not_implemented and "NotImplementedError" in out
+    assert "expected" not in out and "expected" not in r.summary, out
+    assert "0/21" in out

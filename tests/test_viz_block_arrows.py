@@ -178,3 +178,75 @@ def test_an_arrow_with_no_cell_below_goes_straight_down():
     snap, cols = _managers()["rows below still short"]
     r1 = [line for t in viz.memory_map_figure(snap, cols=cols).data if t.name == "R1 arrows" for line in _polylines(t)]
     assert [len(line) for line in r1] == [6, 2, 2]  # L0 steps round R2's and R3's cells; L1, L2 drop straight
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_a_copy_label_sits_under_its_own_arc(classroom):
+    """Issue 28, the review of lesson 06 (the stepper's step 4): the "copy P2 → P3" label hung
+    from the arc's lowest point, so the arc (and its thick dotted line) ran along the label's top
+    edge. Every arc point above the label's width is at least 6 px above the label's anchor."""
+    from kvlab.viz.palette import theme
+
+    viz.classroom(classroom)
+    try:
+        m = BlockManager(num_blocks=12, block_size=4)  # lesson 06: one prompt, three samples, then a copy
+        m.add_sequence("R1", 10)
+        m.fork("R1", "R2")
+        m.fork("R1", "R3")
+        copies = m.append("R2", 1)
+        for pair in (copies, [(2, 9)], [(9, 2)]):
+            fig = viz.memory_map_figure(m.snapshot(), copies=pair, cols=12)
+            tr = next(t for t in fig.data if t.name == "copy-on-write")
+            lay = fig.layout
+            width = lay.width or theme().grid_width
+            ux = (width - lay.margin.l - lay.margin.r) / (lay.xaxis.range[1] - lay.xaxis.range[0])
+            uy = (lay.height - lay.margin.t - lay.margin.b) / abs(lay.yaxis.range[0] - lay.yaxis.range[1])
+            pts = [(x, y, t) for x, y, t in zip(tr.x, tr.y, tr.text) if x is not None]
+            labels = [(x, y, t) for x, y, t in pts if t]
+            arc = [(x, y) for x, y, t in pts if not t]
+            assert labels and arc
+            for lx, ly, text in labels:
+                half = len(text) * theme().font_size * 0.3 / ux  # half the label's width, in grid units
+                above = [(ly - y) * uy for x, y in arc if abs(x - lx) <= half]
+                assert above and min(above) >= 6, (pair, text, min(above))
+    finally:
+        viz.classroom(False)
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_arrows_down_the_pool_gaps_keep_clear_of_the_blocks(classroom):
+    """Issue 28, the review of lesson 05 (cell 6, classroom mode): the arrows into the pool's second
+    row ran down the gaps of the first row 1 px from the blocks' edges, their 3 px lines on the
+    blocks. With arrows into a lower row the pool's blocks are narrower, and every run down a gap
+    keeps at least 2 px between its line and a block."""
+    from kvlab.viz.palette import theme
+
+    viz.classroom(classroom)
+    try:
+        m = BlockManager(num_blocks=16, block_size=4)  # lesson 05: three requests grown a token at a time
+        lengths = {"seq1": 5, "seq2": 13, "seq3": 30}
+        for seq in lengths:
+            m.add_sequence(seq, 0)
+        for step in range(30):
+            for seq, n in lengths.items():
+                if step < n:
+                    m.append(seq, 1)
+        fig = viz.memory_map_figure(m.snapshot(), cols=8)
+        geom = viz.block_tables.map_geometry(viz.memory_map.grid_layout(16, 8), [m.snapshot()])
+        bars = next(t for t in fig.data if t.name == "blocks")
+        blocks = [(b, b + w, y - bars.width / 2, y + bars.width / 2) for b, w, y in zip(bars.base, bars.x, bars.y)]
+        half_line = (theme().line_width + 0.5) / 2
+        runs = 0
+        for tr in (t for t in fig.data if t.name.endswith(" arrows")):
+            for line in _polylines(tr):
+                for (x0, y0), (x1, y1) in zip(line, line[1:]):
+                    if abs(x0 - x1) > EPS:
+                        continue
+                    for bx0, bx1, by0, by1 in blocks:
+                        if min(y0, y1) < by1 - EPS and max(y0, y1) > by0 + EPS:  # beside this block
+                            runs += 1
+                            gap_px = min(abs(x0 - bx0), abs(x0 - bx1)) * geom.cell_px - half_line
+                            assert gap_px >= 2, (x0, (bx0, bx1), gap_px)
+        assert runs  # some arrows do run down the first row's gaps
+    finally:
+        viz.classroom(False)

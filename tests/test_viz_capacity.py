@@ -25,3 +25,18 @@ def test_weights_that_fit_draw_no_edge():
     state = capacity_state(MODELS["llama-2-7b"], GPUS["a100-80gb"].memory_bytes, 4096, 2)
     fig = capacity_figure(state)
     assert not fig.layout.shapes and "weights past the share: they do not fit" not in {t.name for t in fig.data}
+
+
+def test_no_legend_entry_for_a_segment_too_thin_to_see():
+    """Issue 28, the review of lesson 02 (cell 21): on 2 x H200 the "free in the share" part is
+    0.16% of the bar, about one pixel, yet the legend listed it. A part under 1% of the axis keeps
+    its hover but no legend entry; every listed part is at least 1% of the bar."""
+    from kvlab import GPUS
+
+    state = capacity_state(MODELS["llama-2-70b"], 2 * GPUS["h200"].memory_bytes, 4096, 2)
+    fig = capacity_figure(state)
+    span = fig.layout.xaxis.range[1]
+    listed = [t for t in fig.data if t.showlegend is not False]
+    assert listed and all(t.x[0] / span >= 0.01 for t in listed), [(t.name, t.x[0] / span) for t in listed]
+    thin = [t for t in fig.data if t.showlegend is False]
+    assert [t.name for t in thin] == ["free in the share (less than one request)"]  # still drawn, hover names it

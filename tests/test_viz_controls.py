@@ -185,3 +185,22 @@ def test_page_size_control_labels_every_segment_and_says_nothing_empty_at_page_1
     assert list(prefilled.text) == [str(v) for v in c.result["prefilled"].values()]
     one = PageSizeControl(page_size=1, static=True).caption()
     assert "costs nothing" not in one and "against" not in one, one
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_sharing_control_legend_leaves_the_bar_labels_alone(classroom):
+    """Issue 28, the review of lesson 06 (classroom mode): the legend, 15% of the plot's height
+    under it, sat on the bars' axis labels ("parallel sampling, n = 4" cut in half). The legend
+    goes above the plot, under the title, with the top margin grown to hold it."""
+    import kvlab.viz as viz
+
+    viz.classroom(classroom)
+    try:
+        fig = viz.SharingControl(samples=4, beam_width=4, prompt_len=100).figure()
+        lg = fig.layout.legend
+        assert lg.yanchor == "bottom" and lg.y >= 1, (lg.y, lg.yanchor)
+        th = viz.palette.theme()
+        assert fig.layout.margin.t >= th.title_size * 1.4 + th.font_size * 2 + 10
+        assert fig.layout.margin.b >= th.font_size * 2  # the category labels' own room
+    finally:
+        viz.classroom(False)

@@ -177,3 +177,101 @@ def test_title_says_which_programs_got_no_tile():
     title = viz.kernel_access_figure(m.snapshot(), "R1", num_splits=4).layout.title.text
     assert "4 programs (1 with no tile to read)" in title, title
     assert "no tile" not in viz.kernel_access_figure(m.snapshot(), "R1", num_splits=2).layout.title.text
+
+
+def lesson05_pool() -> BlockManager:
+    """Lesson 05's pool: seq1 5, seq2 13 and seq3 30 tokens grown a token at a time (16 blocks of 4)."""
+    m = BlockManager(num_blocks=16, block_size=4)
+    lengths = {"seq1": 5, "seq2": 13, "seq3": 30}
+    for seq in lengths:
+        m.add_sequence(seq, 0)
+    for step in range(max(lengths.values())):
+        for seq, n in lengths.items():
+            if step < n:
+                m.append(seq, 1)
+    return m
+
+
+def _path_points(path: str, samples: int = 40) -> list[tuple[float, float]]:
+    """Points along a shape's SVG path: its M/L polyline corners and Q curves, sampled."""
+    toks = path.replace(",", " ").split()
+    pts, cur, i = [], (0.0, 0.0), 0
+    while i < len(toks):
+        op = toks[i]
+        if op in ("M", "L"):
+            cur = (float(toks[i + 1]), float(toks[i + 2]))
+            if op == "L":
+                a = pts[-1]
+                pts += [(a[0] + (cur[0] - a[0]) * k / samples, a[1] + (cur[1] - a[1]) * k / samples)
+                        for k in range(1, samples + 1)]
+            else:
+                pts.append(cur)
+            i += 3
+        elif op == "Q":
+            c, e = (float(toks[i + 1]), float(toks[i + 2])), (float(toks[i + 3]), float(toks[i + 4]))
+            s = pts[-1]
+            for k in range(1, samples + 1):
+                t = k / samples
+                pts.append(((1 - t) ** 2 * s[0] + 2 * (1 - t) * t * c[0] + t * t * e[0],
+                            (1 - t) ** 2 * s[1] + 2 * (1 - t) * t * c[1] + t * t * e[1]))
+            cur = e
+            i += 5
+        else:
+            raise AssertionError(f"unexpected path command {op!r} in {path!r}")
+    return pts
+
+
+def _cells(fig) -> list[tuple[float, float, float, float]]:
+    """Every block's cell (x0, x1, y0, y1) from the figure's own bar trace."""
+    bars = next(t for t in fig.data if t.name == "blocks")
+    return [(b, b + w, y - bars.width / 2, y + bars.width / 2) for b, w, y in zip(bars.base, bars.x, bars.y)]
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+@pytest.mark.parametrize("splits", [1, 2])
+def test_read_arrows_never_enter_a_block(classroom, splits):
+    """Issue 28, the review of lesson 05 (cell 7): the split-K figure's arcs between the second
+    row's blocks rose into the first row and crossed its "read 1 (p0)" labels, and the arrow from
+    P7 to P9 ran across them. Every arrow (its whole path, and its head) stays outside every block
+    but the two it joins, where it only touches the edge."""
+    from kvlab.viz.pool_grid import CELL_H
+
+    viz.classroom(classroom)
+    try:
+        for snap, seq in ((lesson05_pool().snapshot(), "seq3"), (scattered().snapshot(), "R1")):
+            fig = viz.kernel_access_figure(snap, seq, num_splits=splits)
+            cells = _cells(fig)
+            assert fig.layout.shapes
+            for sh in fig.layout.shapes:
+                for x, y in _path_points(sh.path):
+                    inside = [b for b, (x0, x1, y0, y1) in enumerate(cells)
+                              if x0 + 1e-6 < x < x1 - 1e-6 and y0 + 1e-6 < y < y1 - 1e-6]
+                    assert not inside, f"{seq}, {splits} programs: {sh.path} passes through block {inside}"
+            for a in fig.layout.annotations:  # the heads: from (ax, ay) to (x, y), outside every block too,
+                assert ((a.x - a.ax) ** 2 + (a.y - a.ay) ** 2) ** 0.5 >= 0.15  # and long enough to be drawn
+                for k in range(11):
+                    x, y = a.ax + (a.x - a.ax) * k / 10, a.ay + (a.y - a.ay) * k / 10
+                    assert not [b for b, (x0, x1, y0, y1) in enumerate(cells)
+                                if x0 + 1e-6 < x < x1 - 1e-6 and y0 + 1e-6 < y < y1 - 1e-6]
+            assert CELL_H  # the cells above are the figure's own
+    finally:
+        viz.classroom(False)
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_the_stepper_keeps_its_layout_from_frame_to_frame(classroom):
+    """Issue 28, the review of lesson 05 (cell 8): frame 1 draws no arrow, so it had no room
+    above the grid and every later frame moved the blocks down by about 90 px."""
+    viz.classroom(classroom)
+    try:
+        snap = lesson05_pool().snapshot()
+        s = viz.kernel_access_stepper(snap, "seq3", tile_tokens=4, static=True)
+        seen = set()
+        for i in range(len(s)):
+            s.go(i)
+            fig = s.figure()
+            bars = next(t for t in fig.data if t.name == "blocks")
+            seen.add((fig.layout.height, tuple(fig.layout.yaxis.range), fig.layout.margin.t, tuple(bars.y)))
+        assert len(seen) == 1, seen
+    finally:
+        viz.classroom(False)

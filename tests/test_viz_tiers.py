@@ -173,3 +173,45 @@ def test_one_meaning_per_colour_and_one_projector_screen(run):
         viz.classroom(False)
     assert fig.layout.height <= 510
     assert max(heights) * 4 / 3 <= 460  # the tallest diagram in px, leaving room for the controls and caption
+
+
+def test_the_animation_names_blocks_by_the_figures_letters(run):
+    """Issue 28, the review of lesson 10 (cell 12): the animation labelled the blocks n1..n6 while
+    the tree figure and its pools below say [A]-[F]: one naming, the notes' letters, in every frame."""
+    _, rec, spans = run
+    labels = [V.majority_labels(t, spans) for t in rec.trees]
+    fig = V.animate_tiers(rec.snapshots, labels=labels)
+    texts = [t for f in fig.frames for tr in f.data for t in tr.text if t]
+    assert texts and all(t in "ABCDEF?" for t in texts), sorted(set(texts))
+    last = {t for tr in fig.frames[-1].data for t in tr.text if t}
+    assert set(labels[-1].values()) >= last >= {"A", "C"}
+    tree = V.tier_tree_figure(rec.trees[-1], rec.snapshots[-1], labels[-1])
+    pooled = {t for tr in tree.data if tr.text is not None and not isinstance(tr.text, str) for t in tr.text if t}
+    assert last <= pooled  # the same letters as the pools drawn beside the tree
+    assert all(re.fullmatch(r"n\d+", t) for tr in V.animate_tiers(rec.snapshots).frames[-1].data for t in tr.text if t)
+
+
+def test_lesson_10_does_not_name_the_node_events_before_exercise_3(run):
+    """Issue 28, the review of lesson 10: exercise 3's table (a node's placement after each event)
+    could be read off section 3's diagram, whose node edges said "evict", "load_back", ... The
+    diagrams before the exercise draw the node's edges with their counts only."""
+    from pathlib import Path
+
+    cm, rec, _ = run
+    words = set(V.EDGE_LABELS["node"].values())
+    named = V.lifecycle_graph("node", cm.tree.tracker.counts).source
+    assert any(f'label="{w}' in named for w in words)  # the default still names them
+    for g in V.lifecycle_graph("all", cm.tree.tracker.counts, unnamed=("node",)).graphs:
+        labels = re.findall(r'label="([^"]*)"', g.source)
+        if "lifecycle_node" in g.source:
+            assert not [lab for lab in labels if any(w in lab for w in words)], labels
+            assert any("×" in lab for lab in labels)  # the counts stay
+    s = V.tier_stepper(rec, static=True, graph=True, unnamed=("node",))
+    for i in range(len(s)):
+        s.go(i)
+        html_ = str(s.figure())
+        assert "evict_host (save)" not in html_ and "load_back (fetch)" not in html_
+    src = Path(__file__).resolve().parent.parent.joinpath("notebooks/src/10_tiers.py").read_text()
+    before = src.split("### Exercise 3")[0]
+    calls = re.findall(r"(?:lifecycle_graph\(\"all\"|tier_stepper\(rec, graph=True)[^\n]*(?:\n [^\n]*)*", before)
+    assert calls and all('unnamed=("node",)' in c for c in calls), calls

@@ -225,6 +225,12 @@ class CheckResult:
         return any(isinstance(c.actual, Raised) and isinstance(c.actual.exc, NotImplementedError) for c in self.cases)
 
     @property
+    def _untouched(self) -> bool:
+        """Every case raised NotImplementedError: the stub as the lesson gave it."""
+        return bool(self.cases) and all(isinstance(c.actual, Raised) and isinstance(c.actual.exc, NotImplementedError)
+                                        for c in self.cases)
+
+    @property
     def summary(self) -> str:
         if self.error:
             return f"FAIL  {self.name}: {self.error}"
@@ -232,6 +238,8 @@ class CheckResult:
             return f"PASS  {self.name}: all {self.num_cases} cases passed"
         first = self.failures[0] if self.failures else None
         why = f"; first failure: {first.label}: {first.why()}" if first else ""
+        if self._untouched:  # no answer yet: say nothing of the expected values (a predict-first answer among them)
+            why = ""
         if self.not_implemented:
             why += " -- the stub still raises NotImplementedError: finish it and run its cell again"
         return f"FAIL  {self.name}: {self.num_passed}/{self.num_cases} cases passed{why}"
@@ -240,12 +248,12 @@ class CheckResult:
         """Expected beside actual for each case (failures first when there are many), then the summary."""
         lines = [f"check {self.name}: {self.num_cases} case(s)"]
         rows = self.cases
-        if self.cases and all(isinstance(c.actual, Raised) and isinstance(c.actual.exc, NotImplementedError) for c in self.cases):
-            rows = self.cases[:2]  # an untouched stub: two rows say it all
+        if self._untouched:
+            rows = []  # an untouched stub: the summary says it all, and no expected value gives an answer away
         elif len(rows) > _MAX_ROWS:
             rows = (self.failures + [c for c in self.cases if c.passed])[:_MAX_ROWS]
         lines += [c.line() for c in rows]
-        if len(rows) < len(self.cases):
+        if len(rows) < len(self.cases) and not self._untouched:
             rest = self.cases[len(rows):] if rows == self.cases[: len(rows)] else [c for c in self.cases if c not in rows]
             lines.append(f"  ... {len(rest)} more case(s), " + ("all passed" if all(c.passed for c in rest) else "not all passed"))
         lines.append(self.summary)

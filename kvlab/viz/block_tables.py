@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ..memory.snapshot import MemorySnapshot
-from .pool_grid import CELL_H, GridLayout, block_traces, cell_label_px
+from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces, cell_label_px
 from .palette import HIGHLIGHT, holder_color, theme, tint
 
 __all__ = ["MapGeometry", "map_geometry", "arrow_routes", "copy_arc", "frame_traces", "MAX_TABLE_HOLDERS"]
@@ -44,8 +44,11 @@ TABLE_CELL_H = 0.56
 TABLE_CELL_W = 0.8  # narrower than a pool block: the gaps between table columns carry the arrows down
 _TABLE_LANES = (0.42, 0.49)  # offsets from a column's centre where its arrows run down past the rows below
 _POOL_LANES = (0.46, 0.495)  # ... and down the pool's gaps into a lower pool row (a block is CELL_W wide)
+DEEP_CELL_W = 0.8  # a pool block's width when arrows run down its gaps into a lower pool row (room for them)
+_DEEP_LANES = (0.43, 0.49)  # ... and where they run then
 GAP = 1.3  # between the last table row and the pool: room for the arrows
 COPY_ROOM = 0.95  # under the pool: room for copy-on-write arcs
+COPY_LABEL_DROP = 0.1  # grid units between a copy arc's lowest point and its label
 ROW_STRETCH = 1.2  # px per grid unit down, relative to across: room for three lines of label in a block
 CLASSROOM_DRAWING_PX = 400  # classroom mode: the drawing's height budget (title, legend and controls come on top)
 CLASSROOM_MIN_CELL_PX = 72  # ... but a block never narrower than three lines of 16 px labels need
@@ -67,6 +70,7 @@ class MapGeometry:
     height: int
     legend_ids: tuple[str, ...]  # every id that colours something in some frame
     copy_units: float = COPY_ROOM  # grid units under the pool for the copy arcs (when copy_room)
+    pool_cell_w: float = CELL_W  # a pool block's width: narrower when arrows run down the gaps between blocks
 
     @property
     def cell_px(self) -> float:
@@ -141,8 +145,10 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
     width = int(round(cell * cols)) + left + right
     height = int(round(cell * units * (ROW_STRETCH if layout.show_text else 1.0))) + top + bottom
     legend_ids = tuple(sorted(ids | {h for h in holders if h != "tree"})) + (("tree",) if "tree" in holders else ())
+    deep = bool(holders) and layout.rows > 1  # arrows into a lower pool row run down the gaps of the rows above
     return MapGeometry(layout, tuple(holders), row0, table_height, round(pool_y0, 6), bool(copies),
-                       (left, right, top, bottom), width, height, legend_ids, copy_units)
+                       (left, right, top, bottom), width, height, legend_ids, copy_units,
+                       DEEP_CELL_W if deep else CELL_W)
 
 
 def _cell_xy(i: int, cols: int, y0: float) -> tuple[float, float]:
@@ -245,7 +251,8 @@ def _landings(heads: list[tuple[str, int, int, tuple]], data: dict[str, Any], ge
     for c, ks in deep.items():
         ks.sort(key=lambda k: (data["y"][heads[k][2]], _side(c, cols) * land[k][0]))
         for r, k in enumerate(ks):
-            lane[k] = _lane(c, _side(c, cols), (r + 0.5) / len(ks), _POOL_LANES)
+            lane[k] = _lane(c, _side(c, cols), (r + 0.5) / len(ks),
+                            _POOL_LANES if geom.pool_cell_w == CELL_W else _DEEP_LANES)
     out = []
     for k, (h, i, b, head) in enumerate(heads):
         x1, j, m = land[k]
@@ -418,11 +425,12 @@ def _copy_traces(data: dict[str, Any], geom: MapGeometry) -> list[Any]:
     xs, ys, sizes, text = [], [], [], []
     for src, dst in data["copies"]:
         ax, ay = copy_arc(data, geom, src, dst)
-        mid = len(ax) // 2
-        xs += ax + [None]
-        ys += ay + [None]
-        sizes += [0] * (len(ax) - 1) + [12 + 3 * th.high_contrast, 0]
-        text += ["" if k != mid else f"copy P{src} → P{dst}" for k in range(len(ax))] + [""]
+        # the label hangs from a point of its own (between two gaps: no line to it), under the
+        # arc's lowest point: hung from the arc itself, the arc ran along the label's top edge
+        xs += ax + [None, (ax[0] + ax[-1]) / 2, None]
+        ys += ay + [None, max(ay) + COPY_LABEL_DROP, None]
+        sizes += [0] * (len(ax) - 1) + [12 + 3 * th.high_contrast, 0, 0, 0]
+        text += [""] * len(ax) + ["", f"copy P{src} → P{dst}", ""]
     return [go.Scatter(x=xs, y=ys, mode="lines+markers+text", text=text, textposition="bottom center",
                        textfont=dict(size=th.font_size, color=HIGHLIGHT), name="copy-on-write", hoverinfo="skip",
                        showlegend=False, line=dict(color=HIGHLIGHT, width=th.line_width + 1, dash="dot"),
@@ -446,7 +454,7 @@ def frame_traces(data: dict[str, Any], colors: dict[str, str], geom: MapGeometry
     """Every trace that changes between frames, in a fixed order: the pool, then (with tables)
     the tables and one arrow trace per holder, then (with copy room) the copy arcs."""
     labels = _short_labels(data) if geom.holders else None
-    out = block_traces(data, colors, geom.pool_y0, labels)
+    out = block_traces(data, colors, geom.pool_y0, labels, geom.pool_cell_w)
     if geom.holders:
         out += _table_traces(data, colors, geom)
     if geom.copy_room:

@@ -87,6 +87,9 @@ def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: in
             "formula": formula, "verdict": verdict}
 
 
+THIN = 0.01  # a bar part under this share of the axis is too thin to see: no legend entry
+
+
 def capacity_figure(state: dict[str, Any]) -> Any:
     """The device's memory as one horizontal bar (GB): weights, KV of the requests that fit, the rest
     of the server's share, the part left alone (simulated)."""
@@ -103,10 +106,12 @@ def capacity_figure(state: dict[str, Any]) -> Any:
              ("free in the share (less than one request)", share - weights - state["kv_used"], FREE, ""),
              (alone, total - share - over, RESERVED, "")]
     fig = go.Figure()
+    span = max(total, state["weights"])
     for name, size, color, hatch in parts:
         if size <= 0:  # nothing of it is drawn: no legend entry either
             continue
-        fig.add_trace(go.Bar(y=[""], x=[size / 1e9], orientation="h", name=name,
+        seen = size >= THIN * span  # a part a pixel or two wide: drawn (its hover names it), not listed in the legend
+        fig.add_trace(go.Bar(y=[""], x=[size / 1e9], orientation="h", name=name, showlegend=seen,
                              marker=dict(color=color, line=dict(color="#444444", width=1),
                                          pattern=dict(shape=hatch, fgcolor="#000000", bgcolor="#ffffff") if hatch else None),
                              hovertemplate=f"{html.escape(name)}: %{{x:.2f}} GB<extra></extra>"))

@@ -156,6 +156,55 @@ def _cols(num_blocks: int) -> int | None:
 
 
 MAX_ARROWS = 12  # more reads than this: the numbers on the blocks say the order, arrows would tangle
+LANE, HEADROOM = 0.5, 0.8  # grid units added between two pool rows when arrows are drawn (their lane: no
+CLASSROOM_LANE, CLASSROOM_HEADROOM = 0.4, 0.55  # label in it) and above the first row; classroom: less (599 px)
+HEAD_LEN = 0.16  # grid units from an arrow's head's base to its tip
+EDGE = 0.45  # an arrow starts and ends this far from a block's centre, just off its edge (a cell is CELL_H high)
+
+
+def _run_arrows(d: dict[str, Any]) -> int:
+    """How many arrows the whole run draws (a stepper's last frame): the room every frame leaves."""
+    reads = d["reads"]
+    return sum(a.split == b.split for a, b in zip(reads, reads[1:]))
+
+
+def _read_arrow(d: dict[str, Any], a: int, b: int) -> tuple[str, tuple[float, float], tuple[float, float]]:
+    """The path from block ``a`` to block ``b`` (an SVG path in grid units), where its head starts and its tip.
+
+    Both in one row: an arc above the row, inside the lane over it (the lower part; the upper part
+    is for arrows between rows). Different rows: straight runs, from ``a``'s edge into the upper
+    part of the lane next to it, along it to the gap between two columns, down (or up) that gap
+    to the lane over ``b``'s row, along it and down into ``b``'s top. No run enters a block.
+
+    Example (one row): a 4-block row, block 0 to block 2.
+        >>> path, head, tip = _read_arrow({"x": [0, 1, 2, 3], "y": [0, 0, 0, 0], "row_pitch": 1.5,
+        ...                                "headroom": 0.8}, 0, 2)
+        >>> path.split()[0], tip
+        ('M', (2, -0.45))
+    """
+    pitch, headroom = d["row_pitch"], d["headroom"]
+    xa, xb = d["x"][a], d["x"][b]
+    ra, rb = round(d["y"][a] / pitch), round(d["y"][b] / pitch)
+    top = lambda r: r * pitch - EDGE  # noqa: E731
+    band = lambda r: (r - 1) * pitch + EDGE + 0.16 if r else -0.5 - headroom + 0.15  # noqa: E731  (the upper part)
+    if ra == rb:
+        reach = headroom - 0.2 if ra == 0 else pitch - 1.14  # the arc's peak stays under the lane's upper part
+        h = min(reach, 0.14 + 0.06 * abs(xb - xa))
+        y0 = top(ra)
+        cx, cy = (xa + xb) / 2, y0 - 2 * h
+        tx, ty = cx - xb, cy - y0  # the arc's tangent at its end, back along the arc: the head lies along it
+        k = HEAD_LEN / (tx * tx + ty * ty) ** 0.5  # a head of a fixed length (a short arc's was too short to draw)
+        return f"M {xa},{y0} Q {cx},{cy} {xb},{y0}", (xb + tx * k, y0 + ty * k), (xb, y0)
+    gap = xb - 0.5 if xb > 0 else xb + 0.5  # the gap beside b's column
+    if rb > ra:
+        pts = [(xa, ra * pitch + EDGE), (xa, band(ra + 1))]
+        if rb > ra + 1:
+            pts += [(gap, band(ra + 1)), (gap, band(rb))]
+    else:
+        pts = [(xa, top(ra)), (xa, band(ra)), (gap, band(ra)), (gap, band(rb))]
+    pts += [(xb, band(rb)), (xb, top(rb))]
+    path = "M " + " L ".join(f"{x},{y}" for x, y in pts)
+    return path, (xb, top(rb) - HEAD_LEN), (xb, top(rb))
 
 
 def _wrap(text: str, chars: int) -> str:
@@ -190,24 +239,25 @@ def kernel_access_figure(
     splits = f", split-K: {num_splits} programs{idle}{each}" if num_splits > 1 else ""
     cap = d["caption"] = _caption(d, iteration)
     title = f"Kernel reads {seq_id}: {d['tile_tokens']}-token tiles{splits}"
+    roomy = 0 < _run_arrows(d) <= MAX_ARROWS  # arrows in some frame: every frame leaves the same room for them
+    if roomy:
+        lane, d["headroom"] = (CLASSROOM_LANE, CLASSROOM_HEADROOM) if theme().high_contrast else (LANE, HEADROOM)
+        d["row_pitch"] = 1 + lane
+        d["y"] = [y * d["row_pitch"] for y in d["y"]]
     fig = _figure_from_data(d, d["legend_colors"], title, source_label(source), shared_legend=bool(d["shared"]))
     th = theme()
     lay = d["layout"]
     shapes, ann = [], []
-    arrows = d["arrows"] if len(d["arrows"]) <= MAX_ARROWS else []
-    for a, b, s in arrows:  # arcs above the blocks, so the labels stay readable
+    arrows = d["arrows"] if roomy else []
+    for a, b, s in arrows:
         colour = d["split_colors"][s] if num_splits > 1 else ARROW_COLOR
-        x0, y0, x1, y1 = d["x"][a], d["y"][a] - 0.45, d["x"][b], d["y"][b] - 0.45
-        h = 0.3 + 0.08 * min(abs(x1 - x0) + abs(y1 - y0), 6)
-        cx, cy = (x0 + x1) / 2, min(y0, y1) - 2 * h
-        if d["y"][b] == d["y"][a] + 1:  # into the next row: from a's foot to b's head, inside the gap
-            y0, cy = d["y"][a] + 0.45, d["y"][a] + 0.5                  # between the rows (no label crossed)
-        shapes.append(dict(type="path", path=f"M {x0},{y0} Q {cx},{cy} {x1},{y1}", xref="x", yref="y",
-                           line=dict(color=colour, width=th.line_width + 1)))
-        ann.append(dict(x=x1, y=y1, ax=x1 + (cx - x1) * 0.12, ay=y1 + (cy - y1) * 0.12, xref="x", yref="y",
-                        axref="x", ayref="y", showarrow=True, arrowhead=2, arrowsize=1.2,
-                        arrowwidth=th.line_width + 1, arrowcolor=colour, text=""))
-    headroom = 1.1 if arrows else 0.0  # rows of space above the grid for the arcs
+        path, head, tip = _read_arrow(d, a, b)
+        shapes.append(dict(type="path", path=path, xref="x", yref="y", line=dict(color=colour, width=th.line_width + 1)))
+        ann.append(dict(x=tip[0], y=tip[1], ax=head[0], ay=head[1], xref="x", yref="y", axref="x", ayref="y",
+                        showarrow=True, arrowhead=2, arrowsize=1.2, arrowwidth=th.line_width + 1,
+                        arrowcolor=colour, text=""))
+    headroom = d["headroom"] if roomy else 0.0  # space above the grid for row 0's arcs (every frame of a stepper)
+    lanes = (lay.rows - 1) * (d.get("row_pitch", 1.0) - 1)  # the lanes between the rows
     if d["arrows"] and not arrows and iteration is None:  # too many reads to list: say who reads how many
         per = [[r for r in d["reads"] if r.split == p] for p in range(num_splits)]
         cap = (f"{seq_id}: " + "; ".join(f"program {p} reads {len(rs)} blocks, P{rs[0].physical} first"
@@ -218,8 +268,8 @@ def kernel_access_figure(
     extra = int(1.9 * th.font_size) * lines.count("<br>") + int(1.4 * th.title_size) * head.count("<br>")
     cut = 0 if subtitle else int(1.9 * th.font_size)  # the subtitle's own line, left empty
     fig.update_layout(shapes=shapes, annotations=ann,
-                      height=fig.layout.height + int(headroom * lay.cell) + extra - cut,
-                      yaxis=dict(range=[lay.rows - 0.5, -0.5 - headroom]),
+                      height=fig.layout.height + int((headroom + lanes) * lay.cell) + extra - cut,
+                      yaxis=dict(range=[lay.rows - 0.5 + lanes, -0.5 - headroom]),
                       margin=dict(t=fig.layout.margin.t + extra - cut))
     fig.layout.title.subtitle.text = lines
     fig.layout.title.text = head + f" ({source_label(source)})"

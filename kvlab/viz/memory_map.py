@@ -190,17 +190,19 @@ def pool_snapshot(allocator: Any, tables: dict[str, Sequence[int]] | None = None
 
 
 # ------------------------------------------------------------------------ figures
-def _slot_ticks(lay: GridLayout, block_size: int, y0: float = 0.0) -> list[Any]:
-    """Static ticks along each cell's bottom edge, one per slot boundary (labelled grids, block size <= 16)."""
+def _slot_ticks(lay: GridLayout, block_size: int, y0: float = 0.0, pitch: float = 1.0,
+                cell_w: float = CELL_W) -> list[Any]:
+    """Static ticks along each cell's bottom edge, one per slot boundary (labelled grids, block size <= 16);
+    ``pitch``: grid units from one pool row to the next (the kernel view leaves lanes between rows)."""
     import plotly.graph_objects as go
 
     if lay.mode != "grid" or not lay.show_text or block_size < 2 or block_size > 16:
         return []
     xs, ys = [], []
     for b in range(lay.num_blocks):
-        x0, y = b % lay.cols - CELL_W / 2, y0 + b // lay.cols + CELL_H / 2
+        x0, y = b % lay.cols - cell_w / 2, y0 + (b // lay.cols) * pitch + CELL_H / 2
         for k in range(1, block_size):
-            x = x0 + CELL_W * k / block_size
+            x = x0 + cell_w * k / block_size
             xs += [x, x, None]
             ys += [y, y - 0.12, None]
     return [go.Scatter(x=xs, y=ys, mode="lines", line=dict(color="#555555", width=1), hoverinfo="skip",
@@ -328,11 +330,11 @@ def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, 
     if geom is None:
         traces = block_traces(data, colors)
         legend = data["legend"]
-        static = _slot_ticks(lay, data["block_size"])
+        static = _slot_ticks(lay, data["block_size"], pitch=data.get("row_pitch", 1.0))
     else:
         traces = frame_traces(data, colors, geom)
         legend = geom.legend(colors)
-        static = _slot_ticks(lay, data["block_size"], geom.pool_y0)
+        static = _slot_ticks(lay, data["block_size"], geom.pool_y0, cell_w=geom.pool_cell_w)
     highlight = data.get("highlight_name", "changed this step")
     fig = go.Figure(data=traces + static + _legend_traces(legend, highlight, shared_legend))
     names = ["free"] + (["shared (xN = ref count)"] if shared_legend else []) + ([highlight] if highlight else [])

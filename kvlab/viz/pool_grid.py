@@ -96,12 +96,14 @@ def _palette_index(colors: dict[str, str]) -> list[str]:
     return out
 
 
-def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, labels: list[str] | None = None) -> list[Any]:
+def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, labels: list[str] | None = None,
+                 cell_w: float = CELL_W) -> list[Any]:
     """The pool's traces that change from frame to frame (same count and kinds in every frame).
 
     Grid mode: each block a cell (a horizontal bar ``CELL_W`` wide) tinted in its owner's
     colour, filled in that colour from the left as far as it holds tokens, outlined when shared
-    or highlighted, and its label; ``y0``: the pool's first row in figure units."""
+    or highlighted, and its label; ``y0``: the pool's first row in figure units; ``cell_w``: a
+    cell's width (narrower where arrows run down the gaps between cells)."""
     import plotly.graph_objects as go
 
     lay: GridLayout = data["layout"]
@@ -109,14 +111,14 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
     n = data["num_blocks"]
     if lay.mode == "grid":
         ys = [y0 + y for y in data["y"]]
-        left = [x - CELL_W / 2 for x in data["x"]]
+        left = [x - cell_w / 2 for x in data["x"]]
         bg = [c if c in (FREE, UNOWNED) else tint(c, 0.3) for c in data["color"]]
         text = labels if labels is not None else data["label"]
         return [
-            go.Bar(x=[CELL_W] * n, y=ys, base=left, orientation="h", width=CELL_H, name="blocks",
+            go.Bar(x=[cell_w] * n, y=ys, base=left, orientation="h", width=CELL_H, name="blocks",
                    marker=dict(color=bg, line=dict(color=data["outline_color"], width=data["outline_width"])),
                    hovertext=data["hover"], hoverinfo="text", showlegend=False),
-            go.Bar(x=[CELL_W * f for f in data["fill"]], y=ys, base=left, orientation="h", width=CELL_H * 0.92,
+            go.Bar(x=[cell_w * f for f in data["fill"]], y=ys, base=left, orientation="h", width=CELL_H * 0.92,
                    name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
                    showlegend=False),
             go.Scatter(x=data["x"], y=ys, mode="text", text=text if lay.show_text else [""] * n,

@@ -92,14 +92,17 @@ class SharingControl(LiveControl):
                    text=[f"{p[1]}  ({self.saved(p):.0%} saved)" for p in pairs], textposition="outside"),
         ])
         top = max(p[0] for p in pairs)
+        head = int(th.title_size * 1.4 + th.font_size * 2 + 16)  # the title, then the legend's row above the plot
         fig.update_layout(
-            barmode="group", template="none", height=360 if not th.high_contrast else 440,
+            barmode="group", template="none", height=360 if not th.high_contrast else 440,  # the plot gives up the room
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
             font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Blocks in use at the end ({source_label('simulated')} scores, real allocator)",
                        font=dict(size=th.title_size)),
             yaxis=dict(title="blocks in use", range=[0, top * 1.25]),
-            legend=dict(orientation="h", y=-0.15, x=0), margin=dict(t=60, b=80, l=60, r=20))
+            # the legend above the plot, under the title: under it, it sat on the bars' labels (classroom mode)
+            legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+            margin=dict(t=head, b=max(50, th.font_size * 3), l=60, r=20))
         return fig
 
     def _inputs(self, W: Any) -> list[Any]:

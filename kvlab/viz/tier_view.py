@@ -81,10 +81,13 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
 _TITLES = {"device": "a device (GPU) block", "host": "a host (DRAM) block", "node": "a radix node's KV (placement)"}
 
 
-def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None) -> Any:
+def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None,
+                   events: bool = True) -> Any:
     """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others);
     ``font_pt``: its text size (default the theme's, 4 pt more on a projector; given: ranks closer
-    too, a compact diagram for a stepper on a projector)."""
+    too, a compact diagram for a stepper on a projector); ``events=False``: the edges carry their
+    counts only, not the event that takes them (a lesson that asks for the events first), and the
+    split edges out of "new" do not pull the ranks (they ran across the counts of "back up")."""
     import graphviz
 
     fs = str(font_pt or th.font_size + (4 if th.high_contrast else 0))
@@ -100,9 +103,10 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
                width="0.25" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
-        text = EDGE_LABELS[m][(src, dst)] + (f" ×{n}" if n else "")
+        text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
         hot = (m, src, dst) in bold
-        g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width),
+        loose = {} if events or src != "new" or dst == "device" else {"constraint": "false"}  # unnamed, the splits
+        g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width), **loose,
                color=TAKEN if hot else ("#444444" if n or counts is None else "#c8c8c8"),
                fontcolor="#000000" if n or counts is None else "#777777")
     return g
@@ -148,17 +152,18 @@ class LifecycleFigure:
 
 
 def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Sequence = (), caption: str = "",
-                    source: str = "simulated") -> Any:
+                    source: str = "simulated", unnamed: Sequence[str] = ()) -> Any:
     """The state machine(s). ``machine``: "device", "host" or "node" (a ``graphviz.Digraph``,
     top to bottom) or "all" (a :class:`LifecycleFigure`: the three side by side, wrapping);
     ``counts``: ``{(machine, src, dst): n}`` (a tracker's ``counts``) written on the edges;
-    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold purple (one step of a run)."""
+    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold purple (one step of a run); ``unnamed``:
+    machines whose edges do not say which event takes them (lesson 10's exercise 3 asks for the node's)."""
     names = list(MACHINES) if machine == "all" else [machine]
     if any(m not in MACHINES for m in names):
         raise ValueError(f"machine must be one of {sorted(MACHINES)} or 'all', got {machine!r}")
     th = theme()
     bold = {tuple(t[:3]) for t in taken}
-    graphs = [_machine_graph(m, counts, bold, th) for m in names]
+    graphs = [_machine_graph(m, counts, bold, th, events=m not in unnamed) for m in names]
     if machine != "all":
         return graphs[0]
     title = f"<b>The lifecycle of a KV block ({source_label(source)})</b>" + (f": {html.escape(caption)}" if caption else "")
@@ -193,13 +198,15 @@ class TierRecorder:
         self.taken.append([(*k, n) for k, n in moves.items()])
 
 
-def tier_map_data(snap: TierSnapshot) -> dict[str, Any]:
-    """Plain data for one map: per row ("device", "host") the states, colours, labels (node ids)."""
+def tier_map_data(snap: TierSnapshot, names: dict[int, str] | None = None) -> dict[str, Any]:
+    """Plain data for one map: per row ("device", "host") the states, colours, labels: each block's
+    node, by its letter in ``names`` (node id -> letter, :func:`majority_labels`), else ``n<id>``."""
+    names = names or {}
     out: dict[str, Any] = {"caption": snap.caption}
     for row, states, nodes in (("device", snap.device_states, snap.device_nodes),
                                ("host", snap.host_states, snap.host_nodes)):
         out[row] = {"states": list(states), "colors": [STATE_COLORS[row][s] for s in states],
-                    "labels": [f"n{n}" if n else "" for n in nodes],
+                    "labels": [names.get(n, f"n{n}") if n else "" for n in nodes],
                     "hover": [f"{row} block {b}: {s}" + (f", node {n} ({snap.placements.get(n, '?')})" if n else "")
                               for b, (s, n) in enumerate(zip(states, nodes))]}
     return out
@@ -250,13 +257,14 @@ def _traces(d: dict[str, Any]) -> list:
 
 
 def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", source: str = "simulated",
-                    width: int | None = None) -> Any:
-    """Both pools of one snapshot as a plotly figure (device row on top, host row below)."""
+                    width: int | None = None, names: dict[int, str] | None = None) -> Any:
+    """Both pools of one snapshot as a plotly figure (device row on top, host row below); ``names``:
+    as in :func:`tier_map_data`."""
     import plotly.graph_objects as go
 
     source_label(source)
     th = theme()
-    d = tier_map_data(snap)
+    d = tier_map_data(snap, names)
     n = max(len(snap.device_states), len(snap.host_states))
     fig = go.Figure(_traces(d))
     for row in ("device", "host"):  # the legend: one entry per state, fixed
@@ -283,8 +291,10 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
 
 
 def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and host pools", source: str = "simulated",
-                  duration_ms: int = 700) -> Any:
-    """A plotly animation over a recorded run, one frame per snapshot (slider, play/pause)."""
+                  duration_ms: int = 700, labels: Sequence[dict[int, str]] | None = None) -> Any:
+    """A plotly animation over a recorded run, one frame per snapshot (slider, play/pause).
+    ``labels``: per snapshot, node id -> the letter its blocks carry (:func:`majority_labels` of
+    that moment's tree, as :func:`tier_tree_figure` names them); None: node ids, ``n<id>``."""
     import plotly.graph_objects as go
 
     from .memory_animation import animation_controls
@@ -292,8 +302,11 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
     snaps = list(snapshots)
     if not snaps:
         raise ValueError("animate_tiers: no snapshots (record a run with TierRecorder)")
-    fig = tier_map_figure(snaps[0], title, source)
-    fig.frames = [go.Frame(data=_traces(tier_map_data(s)), traces=[0, 1], name=str(i + 1),
+    names = list(labels) if labels is not None else [{}] * len(snaps)
+    if len(names) != len(snaps):
+        raise ValueError(f"animate_tiers: {len(names)} label maps for {len(snaps)} snapshots")
+    fig = tier_map_figure(snaps[0], title, source, names=names[0])
+    fig.frames = [go.Frame(data=_traces(tier_map_data(s, names[i])), traces=[0, 1], name=str(i + 1),
                            # the slider already reads "step i / n": the title carries the words only
                            layout=dict(title=dict(text=_title(title, source, s.caption))))
                   for i, s in enumerate(snaps)]
@@ -302,11 +315,12 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
 
 
 def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "simulated",
-                 graph: bool = False) -> Any:
+                 graph: bool = False, unnamed: Sequence[str] = ()) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
     diagram of the machines that step changed, its transitions bold purple, the run's counts so far.
     On a projector (classroom mode) each machine a step changed is a frame of its own, drawn
-    smaller, so that the stepper and its diagram fit one 599 px screen."""
+    smaller, so that the stepper and its diagram fit one 599 px screen. ``unnamed``: as in
+    :func:`lifecycle_graph`."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
@@ -326,8 +340,8 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
         th = theme()
-        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 12 if split else None)
-                  for m in f.extra["machines"]]
+        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 12 if split else None,
+                                 events=m not in unnamed) for m in f.extra["machines"]]
         title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
                  "its edges bold purple")
         return LifecycleFigure(graphs, title).html()  # one screen: only what the step touched

@@ -123,14 +123,15 @@ cm.check_integrity()
 # placement** (device → both → host → disk → evicted). A test drives random workloads and
 # checks that every transition in the log is one of these edges and that no state is skipped.
 # Bold purple: the edges the run above took in its last step (the load-back). The numbers: how
-# often the whole run took each edge.
+# often the whole run took each edge. The node's edges carry only their counts: which event
+# takes each one is exercise 3's question.
 
 # %%
 from kvlab.viz.tier_view import lifecycle_graph
 
 last = [e for e in cm.log if e.kind == "transition"][-6:]
 lifecycle_graph("all", cm.tree.tracker.counts, [(e.detail["machine"], e.detail["src"], e.detail["dst"]) for e in last],
-                "the worked example above")
+                "the worked example above", unnamed=("node",))
 
 # %% [markdown]
 # The node's edges as a list (what makes each one happen is exercise 3's question: the reasons
@@ -192,14 +193,25 @@ tiered_cm.check_integrity()
 # The device pool on the top row, the host pool below, after each request (simulated: the
 # real cache code, no model). A block's colour is its lifecycle state, and the line above the
 # player names each colour (printed from the palette the figure is drawn with). The label is
-# the radix node holding it. Press play, or drag the slider.
+# the letter of the radix node holding it, as in the notes and the figures below: A system
+# prompt, B few-shot examples, C R1's turn, D R2's, E R3's, F R4's follow-up. Press play, or
+# drag the slider.
 
 # %%
-from kvlab.viz.tier_view import animate_tiers, state_colour_words
+from kvlab.viz.radix_frames import NOTES_LETTERS
+from kvlab.viz.tier_view import animate_tiers, majority_labels, state_colour_words
 
+spans = []  # per request: its tokens, and which part of the notes' figure each range is
+for r in records:
+    ans = answers.get(r.name, [])
+    parts = [(NOTES_LETTERS.get(sg.label, sg.label), sg.start, sg.end) for sg in r.segments]
+    if ans:
+        parts.append((parts[-1][0], len(r.prompt_tokens), len(r.prompt_tokens) + len(ans)))
+    spans.append((list(r.prompt_tokens) + ans, parts))
 print(state_colour_words())
 
-animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 16 blocks")
+animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 16 blocks",
+              labels=[majority_labels(tree, spans) for tree in rec.trees])
 
 # %% [markdown]
 # ### The tree and the pools together
@@ -214,16 +226,8 @@ animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 16 bl
 # pushed from the host to disk, [E] waits on the host.
 
 # %%
-from kvlab.viz.radix_frames import NOTES_LETTERS
-from kvlab.viz.tier_view import majority_labels, tier_tree_stepper
+from kvlab.viz.tier_view import tier_tree_stepper
 
-spans = []
-for r in records:
-    ans = answers.get(r.name, [])
-    parts = [(NOTES_LETTERS.get(sg.label, sg.label), sg.start, sg.end) for sg in r.segments]
-    if ans:
-        parts.append((parts[-1][0], len(r.prompt_tokens), len(r.prompt_tokens) + len(ans)))
-    spans.append((list(r.prompt_tokens) + ans, parts))
 letters = majority_labels(rec.trees[-1], spans)
 tree_steps = tier_tree_stepper(rec, letters)
 tree_steps.go(len(rec.trees) - 1)
@@ -244,7 +248,7 @@ for nid, letter in sorted(letters.items(), key=lambda kv: kv[1]):
 # %%
 from kvlab.viz.tier_view import tier_stepper
 
-tier_stepper(rec, graph=True)
+tier_stepper(rec, graph=True, unnamed=("node",))   # the node's events: exercise 3
 
 # %% [markdown]
 # ## 5. A long chat session, replayed with a small device pool
@@ -340,10 +344,11 @@ for line in judge(chat_rows, doc_rows):
 #   tiers hold the history that is reused. LRU on a cyclic reuse pattern is nearly all or
 #   nothing: until the whole working set fits, the oldest history is always the next to go.
 #   SGLang's HiCache design notes also say "the relationship between cache size and hit rate is
-#   not linear", but they mean the other bend: "once most reusable KV data, especially hot
-#   tokens, are already cached, further increasing the size yields only marginal performance
-#   gains". Both curves are not straight lines; this workload sits before its bend (what is
-#   reused fits only at 4x), theirs after it.
+#   not linear", but they mean the other bend: "Once most reusable KV data—especially hot
+#   tokens—are already cached, further increasing the size may yield only marginal performance
+#   gains" (`docs/advanced_features/hicache_design.md`, under `--hicache-size`). Both curves are
+#   not straight lines; this workload sits before its bend (what is reused fits only at 4x),
+#   theirs after it.
 # - **The notes' 65% is the ad index's, not a KV cache's.** The notes report that tiering
 #   their ad index saved 65%; carried over to a KV cache, tiering saves no device memory. The
 #   device pool is the same with and without the tier, and it must be: attention reads every token of a running
