@@ -528,17 +528,14 @@ check.attend_with_cache(attend_with_cache)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Append **before** attending: a token attends to itself. The cache is `(T, kv_heads, head_dim)`
-# and the new key `(kv_heads, head_dim)`: give it a token dimension of length 1 first, then join
-# the two along the token dimension.
+# A token attends to itself: what must the cache hold before the attention reads it? And the
+# caches you hand back are the caller's next inputs: are they new tensors, or the ones you were given?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Give every query head its own copy of its KV head (which torch function repeats entries
-# along a dimension?), then three steps per head: a score per cached token (a dot product with
-# `q`, scaled), a softmax over the tokens, and the values weighted by it. `torch.einsum` writes
-# each step in one line.
+# Several query heads read one KV head. Once each query head knows which cached K and V are its
+# own, what is left is ordinary attention: one query over `T + 1` keys and values.
 # </details>
 
 # %% [markdown]
