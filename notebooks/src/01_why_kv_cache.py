@@ -35,10 +35,10 @@ self_test();
 # 0..*i* (causal attention), so **they never change once computed**. Recomputing them at every
 # step repeats the same arithmetic.
 #
-# Count it for the bundled model. `model.flops_per_token(c)` is the number of FLOPs (2 per
-# multiply-add, matrix products only) to run one token through the model when it attends to
-# `c` tokens: a fixed part (projections, MLP, output layer) plus an attention part that grows
-# with `c`.
+# So there are two ways to decode. **Without a cache**, step *t* runs the whole sequence again and
+# recomputes every token's K and V. **With a cache**, step *t* computes the K and V of the newest
+# token only, writes them as one more row of the cache, and reads every earlier row back. Load
+# the bundled model and watch both, one step at a time:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -49,6 +49,40 @@ cfg = model.config
 print(f"bundled model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {cfg.num_attention_heads} query heads, "
       f"{cfg.num_key_value_heads} KV heads of {cfg.head_dim}, vocabulary {cfg.vocab_size}")
 print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
+
+# %% [markdown]
+# ### Step through it
+#
+# The stepper below decodes 7 tokens after the 3-token prompt "The socket module" (greedy, run
+# now on the bundled model). Each column is a position, the token under it. The **top row** is
+# what the step without a cache computes: red, every row recomputed. The **second row** is the KV
+# cache: light blue rows were written at earlier steps and are only read back; the one blue row
+# is the only K and V the step computes (step 1, the prefill, writes the whole prompt). The
+# number in each cell is one entry of that row's K (layer 0): the number the naive step
+# recomputes is the one the cache already held, at every step. The bars add up the FLOPs of the
+# steps so far. Press **next ▶** and watch the red row grow while the blue one moves along by one
+# cell:
+
+# %%
+from kvlab.compute.decode_trace import trace_decode
+from kvlab.viz.decode_view import decode_stepper
+
+decode_steps = trace_decode(model, tok.encode("The socket module"), 7)   # naive and cached, step by step
+print(f"recomputed K and V = cached rows, at every step, to {max(s.max_diff for s in decode_steps):.0e} (rounding)")
+print(f"after {len(decode_steps)} steps: {decode_steps[-1].naive_total / decode_steps[-1].cached_total:.1f}x "
+      "the FLOPs without the cache")
+decode_stepper(decode_steps, tok)
+
+# %% [markdown]
+# What the stepper showed: the cached step's work is one row, whatever the position, while the
+# naive step's grows by a row every step; and the rows it recomputes are the ones the cache holds
+# (the same numbers). Now count it for the bundled model. `model.flops_per_token(c)` is the
+# number of FLOPs (2 per multiply-add, matrix products only) to run one token through the model
+# when it attends to `c` tokens: a fixed part (projections, MLP, output layer) plus an attention
+# part that grows with `c`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
 for c in [1, 10, 100]:
     print(f"flops_per_token({c:>3}) = {model.flops_per_token(c):,}")
 
