@@ -9,7 +9,9 @@
 # - How a decoder-only language model generates text one token at a time, and why each new token
 #   needs the **keys and values** of every token before it.
 # - Two ways to get them: **recompute** the whole sequence at every step, or **cache** each
-#   token's K and V once (the [KV cache](glossary.md)) and compute only the new token.
+#   token's K and V once (the [KV cache](glossary.md)) and compute only the new token; a stepper
+#   walks through both, one decode step at a time: which K and V rows each step computes, writes
+#   and reads.
 # - That both give **identical tokens**, on kvlab's bundled model (a 4-layer Llama-style model
 #   with grouped-query attention, trained on Python documentation) and on a real chat LLM,
 #   SmolLM2-135M-Instruct, while the work per step is O(n) against O(1) in the projections, so
@@ -576,7 +578,8 @@ check.attend_with_cache(attend_with_cache)
 # ## Summary
 #
 # - A token's K and V never change once computed (causal attention), so recomputing them every
-#   step is wasted work.
+#   step is wasted work: section 1's stepper showed the naive step recomputing the very numbers
+#   the cache already held.
 # - The KV cache keeps them: each decode step runs one token, and the attention reads the cache.
 #   Measured here: identical tokens from naive, contiguous-cache and paged-cache decoding, on the
 #   bundled model and on SmolLM2-135M (section 2 printed how much faster its cached steps were
