@@ -93,3 +93,12 @@ def test_compare_bars_draws_a_range_of_one_value():
     (rng,) = [t for t in fig.data if t.name == "step time -20% to +20%"]
     assert all(h > 0 for h in rng.y), f"a range bar of height {list(rng.y)}"
     assert rng.base[0] < 7.0 < rng.base[0] + rng.y[0] and rng.text[0] == "7.0, no change"
+
+
+def test_the_static_site_player_holds_every_scenario_and_leaves_the_menu_as_it_was():
+    c = control()
+    c.set(scenario="step time x1.2")
+    block = c._explore()                       # what KVLAB_STATIC=frames shows: every choice, precomputed
+    assert f'data-states="{len(SCENARIOS)}"' in block and "precomputed at build time" in block
+    assert all(label.replace("'", "&#x27;") in block or label in block for label in SCENARIOS)
+    assert c.scenario == "step time x1.2" and c.result["values"]["vllm"] == 36.0
