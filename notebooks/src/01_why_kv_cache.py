@@ -59,7 +59,9 @@ print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
 # now on the bundled model). Each column is a position, the token under it. The **top row** is
 # what the step without a cache computes: red, every row recomputed. The **second row** is the KV
 # cache: light blue rows were written at earlier steps and are only read back; the one blue row
-# is the only K and V the step computes (step 1, the prefill, writes the whole prompt). The
+# is the only K and V the step computes (the stepper's step 1 is the prefill, which the tables
+# below call step 0: it writes the whole prompt). The token a step produces is marked "new"
+# under the next column. The
 # number in each cell is one entry of that row's K (layer 0): the number the naive step
 # recomputes is the one the cache already held, at every step. The bars add up the FLOPs of the
 # steps so far. Press **next ▶** and watch the red row grow while the blue one moves along by one
