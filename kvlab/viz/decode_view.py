@@ -93,7 +93,7 @@ def decode_figure(data: dict[str, Any], source: str = "measured") -> Any:
 
     th = theme()
     columns = len(data["ticks"])
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.58, 0.42], vertical_spacing=0.24,
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.58, 0.42], vertical_spacing=0.29,
                         subplot_titles=("K and V rows this step: one K number per row (layer 0)",
                                         "FLOPs so far (counted)"))
     width = 880 if th.autosize else 860
