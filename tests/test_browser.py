@@ -377,13 +377,19 @@ def _lesson_04_widgets_on_a_projector(page) -> None:
     _shot(page, stepper, "memory_map.png")
 
 
-def _lesson_07_radix_stepper(page) -> None:
-    steppers = page.locator(".kvlab-stepper:has(.kvlab-svg)")
+def _first_stepper(page, selector: str, missing: str):
+    """(the first stepper matching ``selector``, scrolled into view, and its caption); fails saying ``missing``."""
+    steppers = page.locator(selector)
     if steppers.count() == 0:
-        pytest.fail("lesson 07 shows no radix stepper (.kvlab-stepper with a .kvlab-svg view)")
+        pytest.fail(missing)
     stepper = steppers.first
     stepper.scroll_into_view_if_needed()
-    caption = stepper.locator(".kvlab-caption").first
+    return stepper, stepper.locator(".kvlab-caption").first
+
+
+def _lesson_07_radix_stepper(page) -> None:
+    stepper, caption = _first_stepper(page, ".kvlab-stepper:has(.kvlab-svg)",
+                                      "lesson 07 shows no radix stepper (.kvlab-stepper with a .kvlab-svg view)")
     svg = stepper.locator(".kvlab-svg").first
     before_caption, before_svg = caption.text_content(), svg.inner_html()
     stepper.locator("button.kvlab-next").first.click()
@@ -400,12 +406,8 @@ def _lesson_07_radix_stepper(page) -> None:
 def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
     """Lesson 01's decode stepper: three clicks on Next reach step 4, whose caption says what the
     naive step recomputed and the cached one wrote, and whose figure marks the produced token."""
-    steppers = page.locator(".kvlab-stepper:has(.kvlab-caption:has-text('decode: step'))")
-    if steppers.count() == 0:
-        pytest.fail("lesson 01 shows no decode stepper (.kvlab-stepper captioned 'decode: step k / N')")
-    stepper = steppers.first
-    stepper.scroll_into_view_if_needed()
-    caption = stepper.locator(".kvlab-caption").first
+    stepper, caption = _first_stepper(page, ".kvlab-stepper:has(.kvlab-caption:has-text('decode: step'))",
+                                      "lesson 01 shows no decode stepper (.kvlab-stepper captioned 'decode: step k / N')")
     assert "step 1 / " in caption.text_content() and "Prefill" in caption.text_content(), caption.text_content()
     for _ in range(3):
         stepper.locator("button.kvlab-next").first.click()
