@@ -22,7 +22,8 @@ well as into the failure. Lesson steps:
   slider, moved to 4 (L1 -> P7) and back to 9, shows L2, offset 1 and P1, and the memory-map
   stepper's Next button moves its caption, numbered "step k / N";
 - lesson 02 (normal): the plotly bar chart renders; lesson 07 (normal): the radix stepper's Next
-  button changes the caption and the tree. A lesson with steps that is missing fails.
+  button changes the caption and the tree; lesson 01 (both modes): the decode stepper's Next
+  reaches step 4, captioned with what each path computed. A lesson with steps that is missing fails.
 
 One server and one browser for all the lessons; the time is the lessons' own run time (once
 each) plus the re-drawn cells. That run is also the lesson's run for its headless checks and the
@@ -449,13 +450,19 @@ def _lesson_04_widgets_on_a_projector(page) -> None:
     _shot(page, stepper, "memory_map.png")
 
 
-def _lesson_07_radix_stepper(page) -> None:
-    steppers = page.locator(".kvlab-stepper:has(.kvlab-svg)")
+def _first_stepper(page, selector: str, missing: str):
+    """(the first stepper matching ``selector``, scrolled into view, and its caption); fails saying ``missing``."""
+    steppers = page.locator(selector)
     if steppers.count() == 0:
-        pytest.fail("lesson 07 shows no radix stepper (.kvlab-stepper with a .kvlab-svg view)")
+        pytest.fail(missing)
     stepper = steppers.first
     stepper.scroll_into_view_if_needed()
-    caption = stepper.locator(".kvlab-caption").first
+    return stepper, stepper.locator(".kvlab-caption").first
+
+
+def _lesson_07_radix_stepper(page) -> None:
+    stepper, caption = _first_stepper(page, ".kvlab-stepper:has(.kvlab-svg)",
+                                      "lesson 07 shows no radix stepper (.kvlab-stepper with a .kvlab-svg view)")
     svg = stepper.locator(".kvlab-svg").first
     before_caption, before_svg = caption.text_content(), svg.inner_html()
     stepper.locator("button.kvlab-next").first.click()
@@ -469,8 +476,27 @@ def _lesson_07_radix_stepper(page) -> None:
     _shot(page, stepper, "radix_tree.png")
 
 
-_NORMAL_STEPS = {"02_how_big.ipynb": _lesson_02_plotly, "07_radix.ipynb": _lesson_07_radix_stepper}
-_CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector}
+def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
+    """Lesson 01's decode stepper: three clicks on Next reach step 4, whose caption says what the
+    naive step recomputed and the cached one wrote, and whose figure marks the produced token."""
+    stepper, caption = _first_stepper(page, ".kvlab-stepper:has(.kvlab-caption:has-text('decode: step'))",
+                                      "lesson 01 shows no decode stepper (.kvlab-stepper captioned 'decode: step k / N')")
+    assert "step 1 / " in caption.text_content() and "Prefill" in caption.text_content(), caption.text_content()
+    for _ in range(3):
+        stepper.locator("button.kvlab-next").first.click()
+        page.wait_for_timeout(200)
+    page.wait_for_function("el => el.textContent.includes('step 4 / ')", arg=caption.element_handle(), timeout=10_000)
+    text = caption.text_content()
+    assert "recompute all" in text and "compute only row" in text, text
+    page.wait_for_function("el => el.textContent.includes('new')", arg=stepper.locator(".js-plotly-plot").first
+                           .element_handle(), timeout=10_000)
+    _shot(page, stepper, shot)
+
+
+_NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_decode_stepper, "02_how_big.ipynb": _lesson_02_plotly,
+                 "07_radix.ipynb": _lesson_07_radix_stepper}
+_CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector,
+                    "01_why_kv_cache.ipynb": lambda page: _lesson_01_decode_stepper(page, "decode_stepper_classroom.png")}
 _LESSONS = lesson_names()
 
 

@@ -51,7 +51,7 @@ THESIS = ("PagedAttention decides how KV memory is laid out (the physical layer)
           "cached KV can be reused across requests (the logical layer); RadixAttention is built on top of paged "
           "allocation.")
 WITH_CONTROL = {f"{n:02d}" for n in range(12)}  # every lesson has a live control, and a precomputed copy
-APPENDICES = {"09_at_scale_appendix"}  # reading appendices: tables and figures, no control of their own
+APPENDICES: set[str] = set()  # appendices without a control of their own (09's has its scenario menu, issue 28)
 MIN_PX = 12
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 

@@ -67,7 +67,8 @@ def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None,
     """Grouped bars: the published value (grey) beside the simulated mean (blue) with its 95%
     interval as an error bar, one group per row of ``rep`` (``rows``: which, default all).
     ``spread``: per shown row, a (low, high) range drawn as a floating bar beside the simulated
-    one (e.g. the same runs with the step time 20% shorter and longer), named ``spread_name``."""
+    one (e.g. the same runs with the step time 20% shorter and longer), named ``spread_name``; a
+    range of (nearly) no width is a thin band labelled "no change" (:func:`spread_bands`)."""
     import plotly.graph_objects as go
 
     picked = [rep.rows[i] for i in (rows if rows is not None else range(len(rep.rows)))]
@@ -93,14 +94,38 @@ def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None,
     if spread is not None:
         if len(spread) != len(picked):
             raise ValueError(f"spread has {len(spread)} ranges for {len(picked)} bars")
-        low = [min(a, b) * scale for a, b in spread]
-        fig.add_trace(go.Bar(name=spread_name or "range", x=x, base=low, y=[abs(b - a) * scale for a, b in spread],
-                             marker=dict(color="#969696", pattern=dict(shape="/")),
-                             text=[f"{min(a, b) * scale:.1f}-{max(a, b) * scale:.1f}" for a, b in spread],
-                             textposition="outside"))
+        base, height, text = spread_bands(spread, scale, top=max([v for v in pub + sim if v is not None] +
+                                                                 [max(a, b) * scale for a, b in spread]))
+        fig.add_trace(go.Bar(name=spread_name or "range", x=x, base=base, y=height, text=text, textposition="outside",
+                             marker=dict(color="#969696", line=dict(color="#000000", width=1), pattern=dict(shape="/"))))
     return _layout(fig, f"{rep.name} (simulated beside published)<br><sup>published: {rep.source}</sup>", theme,
                    barmode="group", yaxis_title=yaxis + (" (%)" if percent else ""),
                    legend=dict(orientation="h", y=-0.15))
+
+
+def spread_bands(spread: Sequence[tuple[float, float]], scale: float = 1, top: float = 0,
+                 thinnest: float = 0.012) -> tuple[list[float], list[float], list[str]]:
+    """(base, height, label) of each (low, high) range bar. A range narrower than ``thinnest`` of
+    the axis (``top``), one run or runs that agree, would be a bar of no height, drawn as nothing:
+    it becomes a thin band of that height centred on its value, labelled "no change" (issue 28).
+
+    >>> spread_bands([(7.0, 7.0), (20.0, 30.0)], top=40)
+    ([6.76, 20.0], [0.48, 10.0], ['7.0, no change', '20.0-30.0'])
+    """
+    band = thinnest * top
+    base, height, text = [], [], []
+    for a, b in spread:
+        lo, hi = min(a, b) * scale, max(a, b) * scale
+        if hi - lo < band:
+            mid = (lo + hi) / 2
+            base.append(round(mid - band / 2, 6))
+            height.append(round(band, 6))
+            text.append(f"{mid:.1f}, no change" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}")
+        else:
+            base.append(lo)
+            height.append(hi - lo)
+            text.append(f"{lo:.1f}-{hi:.1f}")
+    return base, height, text
 
 
 def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:

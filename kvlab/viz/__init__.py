@@ -11,8 +11,12 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     TranslationWidget()                    pos -> logical block, offset -> table -> physical -> address
     ThesisWidget()                         lesson 00: a shared prefix on/off (the radix tree) and a position
                                            translated through R1's or R2's block table (the physical layer)
+    decode_stepper(trace_decode(...), tok) lesson 01: one decode step a frame, no cache against the KV cache (which
+                                           K/V rows each computes, writes and reads; the FLOPs so far)
     CostWidget(models)                     lesson 01: a context-length slider, naive vs cached FLOPs per step (log axes)
     CapacityWidget()                       lesson 02: model, KV number format, device, request length -> requests that fit
+    ScenarioControl(scenarios, published)  lesson 09 appendix: a menu over simulated scenarios, every system's bar
+                                           beside the baseline's and the published one
     PolicyWidget()                         lesson 03: the contiguous reservation policy and the paged block size
     run_compare(trace) -> steps; compare_figure(step), animate_compare(steps), compare_stepper(trace)
                                            contiguous versus paged on one trace
@@ -99,7 +103,9 @@ from .radix_frames import RadixRecorder, radix_event_frames, radix_request_frame
 from .radix_state import RadixState, check_radix_snapshot
 from .radix_view import radix_graph_at, radix_stepper, radix_tree_data, radix_tree_graph
 from .cost_widget import CostModel, CostWidget, cost_figure, cost_state  # lesson 01
+from .decode_view import decode_figure, decode_stepper, decode_view_data  # lesson 01
 from .policy_widget import PolicyWidget, policy_state  # lesson 03
+from .scenario_control import ScenarioControl  # lesson 09 appendix
 from .stepper import Frame, Stepper
 from .thesis_widget import ThesisWidget, thesis_state  # lesson 00
 from .control import LiveControl
@@ -119,7 +125,8 @@ use_plotly_config()  # no plotly logo, no "Share chart" (Plotly Cloud) button on
 
 __all__ = [
     "CapacityWidget", "capacity_figure", "capacity_state", "CostModel", "CostWidget", "cost_figure", "cost_state",
-    "ThesisWidget", "thesis_state", "PolicyWidget", "policy_state",
+    "decode_figure", "decode_stepper", "decode_view_data",
+    "ThesisWidget", "thesis_state", "PolicyWidget", "policy_state", "ScenarioControl",
     "CompareStep", "animate_compare", "compare_data", "compare_figure", "compare_stepper", "growth_trace",
     "notes_trace", "run_compare",
     "MapGeometry", "map_geometry", "event_sentence", "step_caption",

@@ -9,7 +9,9 @@
 # - How a decoder-only language model generates text one token at a time, and why each new token
 #   needs the **keys and values** of every token before it.
 # - Two ways to get them: **recompute** the whole sequence at every step, or **cache** each
-#   token's K and V once (the [KV cache](glossary.md)) and compute only the new token.
+#   token's K and V once (the [KV cache](glossary.md)) and compute only the new token; a stepper
+#   walks through both, one decode step at a time: which K and V rows each step computes, writes
+#   and reads.
 # - That both give **identical tokens**, on kvlab's bundled model (a 4-layer Llama-style model
 #   with grouped-query attention, trained on Python documentation) and on a real chat LLM,
 #   SmolLM2-135M-Instruct, while the work per step is O(n) against O(1) in the projections, so
@@ -35,10 +37,10 @@ self_test();
 # 0..*i* (causal attention), so **they never change once computed**. Recomputing them at every
 # step repeats the same arithmetic.
 #
-# Count it for the bundled model. `model.flops_per_token(c)` is the number of FLOPs (2 per
-# multiply-add, matrix products only) to run one token through the model when it attends to
-# `c` tokens: a fixed part (projections, MLP, output layer) plus an attention part that grows
-# with `c`.
+# So there are two ways to decode. **Without a cache**, step *t* runs the whole sequence again and
+# recomputes every token's K and V. **With a cache**, step *t* computes the K and V of the newest
+# token only, writes them as one more row of the cache, and reads every earlier row back. Load
+# the bundled model and watch both, one step at a time:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -49,6 +51,42 @@ cfg = model.config
 print(f"bundled model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {cfg.num_attention_heads} query heads, "
       f"{cfg.num_key_value_heads} KV heads of {cfg.head_dim}, vocabulary {cfg.vocab_size}")
 print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
+
+# %% [markdown]
+# ### Step through it
+#
+# The stepper below decodes 7 tokens after the 3-token prompt "The socket module" (greedy, run
+# now on the bundled model). Each column is a position, the token under it. The **top row** is
+# what the step without a cache computes: red, every row recomputed. The **second row** is the KV
+# cache: light blue rows were written at earlier steps and are only read back; the one blue row
+# is the only K and V the step computes (the stepper's step 1 is the prefill, which the tables
+# below call step 0: it writes the whole prompt). The token a step produces is marked "new"
+# under the next column. The
+# number in each cell is one entry of that row's K (layer 0): the number the naive step
+# recomputes is the one the cache already held, at every step. The bars add up the FLOPs of the
+# steps so far. Press **next ▶** and watch the red row grow while the blue one moves along by one
+# cell:
+
+# %%
+from kvlab.compute.decode_trace import trace_decode
+from kvlab.viz.decode_view import decode_stepper
+
+decode_steps = trace_decode(model, tok.encode("The socket module"), 7)   # naive and cached, step by step
+print(f"recomputed K and V = cached rows, at every step, to {max(s.max_diff for s in decode_steps):.0e} (rounding)")
+print(f"after {len(decode_steps)} steps: {decode_steps[-1].naive_total / decode_steps[-1].cached_total:.1f}x "
+      "the FLOPs without the cache")
+decode_stepper(decode_steps, tok)
+
+# %% [markdown]
+# What the stepper showed: the cached step's work is one row, whatever the position, while the
+# naive step's grows by a row every step; and the rows it recomputes are the ones the cache holds
+# (the same numbers). Now count it for the bundled model. `model.flops_per_token(c)` is the
+# number of FLOPs (2 per multiply-add, matrix products only) to run one token through the model
+# when it attends to `c` tokens: a fixed part (projections, MLP, output layer) plus an attention
+# part that grows with `c`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
 for c in [1, 10, 100]:
     print(f"flops_per_token({c:>3}) = {model.flops_per_token(c):,}")
 
@@ -528,24 +566,22 @@ check.attend_with_cache(attend_with_cache)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Append **before** attending: a token attends to itself. The cache is `(T, kv_heads, head_dim)`
-# and the new key `(kv_heads, head_dim)`: give it a token dimension of length 1 first, then join
-# the two along the token dimension.
+# A token attends to itself: what must the cache hold before the attention reads it? And the
+# caches you hand back are the caller's next inputs: are they new tensors, or the ones you were given?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Give every query head its own copy of its KV head (which torch function repeats entries
-# along a dimension?), then three steps per head: a score per cached token (a dot product with
-# `q`, scaled), a softmax over the tokens, and the values weighted by it. `torch.einsum` writes
-# each step in one line.
+# Several query heads read one KV head. Once each query head knows which cached K and V are its
+# own, what is left is ordinary attention: one query over `T + 1` keys and values.
 # </details>
 
 # %% [markdown]
 # ## Summary
 #
 # - A token's K and V never change once computed (causal attention), so recomputing them every
-#   step is wasted work.
+#   step is wasted work: section 1's stepper showed the naive step recomputing the very numbers
+#   the cache already held.
 # - The KV cache keeps them: each decode step runs one token, and the attention reads the cache.
 #   Measured here: identical tokens from naive, contiguous-cache and paged-cache decoding, on the
 #   bundled model and on SmolLM2-135M (section 2 printed how much faster its cached steps were

@@ -176,8 +176,11 @@ print("order as published (Max < Pow2 < Oracle < vLLM):",
 #
 # Two minutes of ShareGPT arrivals through one of the paper's systems; move the rate, pick a
 # system, and scale the cost model's step time (1 = kvlab's cost model, the one behind every bar
-# in this lesson). Look at when the free grey band disappears (memory-bound) and what the caption's batch
-# does then. Then the question of this section and the next: pick vLLM at 2 req/s and slow its steps
+# in this lesson). The grey band is the memory no request holds. Watch it while requests wait
+# (memory-bound): under an Orca system it does not close, since what is left is smaller than the
+# next request's reservation, so it stays free while the queue grows; under vLLM at 4 req/s it
+# does close, since paging hands out every last block. The cell prints both, from these runs,
+# and what the caption's batch does. Then the question of this section and the next: pick vLLM at 2 req/s and slow its steps
 # down; its batch grows and its token states rise towards the paper's 96.3%, while an Orca bar
 # stays where its memory holds it. Two minutes start from an empty server, so every number here
 # sits below the half-hour runs' above; the direction is what to watch. (Without a widget front
@@ -193,13 +196,29 @@ import time
 
 widget = plots.RateWidget(two_minutes, R.PAPER_POLICIES, rate=2.0, static=viz.is_static(), theme=viz.theme(),
                           labels=R.PAPER_NAMES, step_times=(0.6, 2.0, 0.1))
+
+
+def free_while_waiting(r):
+    """The smallest free share of the budget (%) over the iterations where requests waited (None: none did)."""
+    shares = [100 * x["free"] / r.capacity for x in r.timeline_rows() if x["waiting"]]
+    return min(shares) if shares else None
+
+
 t0 = time.perf_counter()
-widget.update(4.0, "vllm", 2.0)   # the slowest setting: the most requests, the biggest batch
+busy = widget.update(4.0, "vllm", 2.0)   # the slowest setting: the most requests, the biggest batch
 slowest = time.perf_counter() - t0
 for step_time in (1.0, 1.5):
     widget.update(2.0, "vllm", step_time)
     print(widget.caption)
-widget.update(2.0, R.PAPER_POLICIES[0], 1.0)   # the widget opens on Orca (Max), step time x1
+orca = widget.update(2.0, R.PAPER_POLICIES[0], 1.0)   # the widget opens on Orca (Max), step time x1
+for label, r in ((f"{R.PAPER_NAMES['vllm']} at 4 req/s, step time x2", busy),
+                 (f"{R.PAPER_NAMES[R.PAPER_POLICIES[0]]} at 2 req/s", orca)):
+    low = free_while_waiting(r)
+    print(f"{label}: " + ("no request ever waited" if low is None else
+                          f"while requests wait, the grey (free) band closes (down to {low:.1f}% of the budget)"
+                          if low < 0.05 else
+                          f"the grey (free) band never closes, even while requests wait ({low:.1f}% of the budget "
+                          "or more stays free)"))
 print(f"(one update at 4 req/s under vLLM, step time x2, took {slowest:.2f} s on this machine)")
 widget
 
@@ -325,8 +344,10 @@ for c in claims:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for c in claims:
-    print(f"{c.verdict:<14} {c.claim[:80]}")
+from textwrap import fill
+
+for c in claims:   # each claim whole, wrapped at a word (a projector's narrow output never cuts one)
+    print(fill(c.claim, 76, initial_indent=f"{c.verdict:<14} ", subsequent_indent=" " * 15))
 
 # %% [markdown]
 # ## 9. Paged versus radix: the notes' scenario table, simulated
