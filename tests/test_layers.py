@@ -249,6 +249,10 @@ def test_the_committed_picture_is_todays():
 
 
 OUTSIDE = ("self", "cls", "sys", "os", "np", "torch", "tl", "triton")  # self/cls; and libraries' own names
+# underscored attributes that belong to a library's objects, not to a kvlab module: argparse keeps a
+# parser's arguments only in ``_actions`` (kvlab.serve.router reads the router's flags from it);
+# ipywidgets keeps a widget's CSS classes in the ``_dom_classes`` trait
+LIBRARY_ATTRS = ("_actions", "_dom_classes")
 
 
 def private_accesses(root: Path = ROOT) -> list[str]:
@@ -265,6 +269,8 @@ def private_accesses(root: Path = ROOT) -> list[str]:
                 and isinstance(a.value, ast.Name) and a.value.id in ("self", "cls")}
         for n in ast.walk(tree):
             if not (isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")):
+                continue
+            if n.attr in LIBRARY_ATTRS:
                 continue
             v = n.value
             if isinstance(v, ast.Name) and v.id in OUTSIDE or isinstance(v, ast.Call) and getattr(v.func, "id", "") == "super":

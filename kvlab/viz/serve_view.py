@@ -279,8 +279,8 @@ def dashboard_stepper(states: Sequence[dict], captions: Sequence[str], static: b
                           layout=W.Layout(width="auto"))
         menu.add_class("kvlab-request-menu")
         menu.observe(lambda ch: stepper.index != ch["new"] and stepper.go(ch["new"]), names="value")
-        stepper._slider.observe(lambda ch: setattr(menu, "value", ch["new"] - 1), names="value")
-        row = next(k for k in stepper.widget.children if stepper._slider in getattr(k, "children", ()))
+        stepper.slider.observe(lambda ch: setattr(menu, "value", ch["new"] - 1), names="value")
+        row = next(k for k in stepper.widget.children if stepper.slider in getattr(k, "children", ()))
         row.children = (menu,) + tuple(row.children)
         stepper.request_menu = menu
     return stepper

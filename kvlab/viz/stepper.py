@@ -89,6 +89,7 @@ class Stepper:
         self.index = 0
         self.error: str | None = None
         self.widget: Any = None
+        self._slider: Any = None
         self._check()
         if not self.static:
             self._build(interval_ms)
@@ -159,6 +160,12 @@ class Stepper:
             "<div style='color:#ffffff;background:#d62728;padding:4px 8px;font-weight:bold'>"
             f"{html.escape(self.error)}</div>"
         )
+
+    @property
+    def slider(self) -> Any:
+        """The step slider (1-based, as the caption counts), or None for a static stepper; a
+        control beside the stepper observes it to follow the step (lesson 12's request menu)."""
+        return self._slider
 
     def _build(self, interval_ms: int) -> None:
         import ipywidgets as W
