@@ -153,3 +153,11 @@ def test_the_recorded_flags_are_the_installed_routers_and_the_lesson_names_only_
     router_text = text[text.index("## 5. Two servers"):text.index("## 7. Stop")]
     named = set(re.findall(r"--[a-z][a-z-]+", router_text))
     assert named >= {"--cache-threshold"} and not named - set(real), named - set(real)
+
+
+def test_a_float_count_fails_named():
+    """A reviewer's answer: the right count as a float (4.0 for 4) passed all 42 cases."""
+    as_float = lambda nodes, prompt, page_size: float(S12.predict_cached(nodes, prompt, page_size))
+    r = check.predict_cached_tokens(as_float, verbose=False)
+    assert not r.passed
+    assert "float" in r.failures[0].note, r.failures[0].note

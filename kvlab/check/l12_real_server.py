@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 from ..reuse.cache_manager import CacheManager, serve_request
 from ..serve.dashboard import evicted_nodes, tree_nodes
 from ..serve.router import router_options
-from .harness import Checker, CheckResult, Raised, call, run_keeping_input
+from .harness import Checker, CheckResult, Raised, call, run_keeping_input, same_int
 
 __all__ = ["predict_cached_tokens", "choose_worker", "router_flags", "cached_by_rule", "route_by_rule",
            "CACHE_THRESHOLD", "BALANCE_ABS", "BALANCE_REL", "ROUTER_FLAGS"]
@@ -166,7 +166,7 @@ def predict_cached_tokens(fn: Callable, verbose: bool = True, live: Sequence[tup
     moment ago). ``page_size``: the server's block size. ``live``: more cases, ``(nodes, prompt,
     page_size, cached_tokens)`` as a server answered them (the lesson passes its own).
     """
-    c = Checker("predict_cached_tokens", fn, verbose=verbose)
+    c = Checker("predict_cached_tokens", fn, verbose=verbose, compare=same_int)   # a count: 4.0 is not one
     names = ("nodes", "prompt", "page_size")
     for name, cm, shown, prompts in _cases(random.Random(12)):
         for p in prompts:

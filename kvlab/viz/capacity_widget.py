@@ -75,16 +75,25 @@ def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: in
     formula = (f"2 x {kv.layers} layers x {kv_heads_text(kv.kv_heads)} x {kv.head_dim} x {dtype_bytes} bytes = "
                f"{bpt:,} bytes per token; x {tokens:,} tokens = {format_bytes(per_request)} per request")
     if weights >= share:
-        verdict = (f"{name}'s weights ({format_bytes(weights)} in fp16) do not fit in {utilization:.0%} of the "
-                   f"{device} ({format_bytes(share)}): no request fits; a server splits this model over several GPUs.")
+        verdict = (f"{name}'s weights ({format_bytes(weights)} in fp16) do not fit in {utilization:.0%} of "
+                   f"{_the(device)} ({format_bytes(share)}): no request fits; a server splits this model over several GPUs.")
     else:
-        verdict = (f"{utilization:.0%} of the {device} is {format_bytes(share)}; minus the weights "
+        verdict = (f"{utilization:.0%} of {_the(device)} is {format_bytes(share)}; minus the weights "
                    f"({format_bytes(weights)}) leaves {format_bytes(budget)} for the KV cache: {n:,} requests of "
                    f"{tokens:,} tokens fit at once ({n * tokens:,} tokens in all).")
     return {"model": spec.name, "device": device, "tokens": tokens, "dtype_bytes": dtype_bytes,
             "utilization": utilization, "bytes_per_token": bpt, "per_request": per_request, "device_bytes": device_bytes,
             "share": share, "weights": weights, "kv_budget": budget, "requests": n, "kv_used": n * per_request,
             "formula": formula, "verdict": verdict}
+
+
+def _the(device: str) -> str:
+    """``device`` with "the" in front, unless it has its own determiner ("this machine's RAM").
+
+    >>> _the("A100 80GB"), _the("this machine's RAM")
+    ('the A100 80GB', "this machine's RAM")
+    """
+    return device if device.split(" ", 1)[0].lower() in ("this", "your", "a", "an") else f"the {device}"
 
 
 THIN = 0.01  # a bar part under this share of the axis is too thin to see: no legend entry

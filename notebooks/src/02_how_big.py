@@ -249,7 +249,7 @@ print(f"formula:  {spec.kv_bytes(num_blocks * block_size):,} bytes; equal: {meas
 del caches
 
 # %% [markdown]
-# And for a real model: kvlab's bundled tiny Llama (the one lessons 01 and 05 generate text
+# And for a real model: kvlab's bundled tiny Llama (the one lesson 01 generates text
 # with) has 4 query heads sharing 2 KV heads, GQA in miniature. Its config gives a `KVSpec`;
 # the paged pool that kvlab's engine allocates for it holds exactly that many bytes (measured
 # on the pool's tensors; the model runs in fp32 on the CPU, so 4 bytes a number):
