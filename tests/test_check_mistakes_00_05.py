@@ -42,6 +42,8 @@ def _attend(**kw):
             q /= math.sqrt(q.shape[-1])
             scale = 1.0
         out = torch.einsum("ht,thd->hd", torch.softmax(torch.einsum("hd,thd->ht", q, K) * scale, -1), V)
+        if kw.get("float64"):   # a reviewer's answer: the right numbers, returned as float64
+            out = out.double()
         return (out[None] if kw.get("unsqueeze") else out), kc, vc
     return fn
 
@@ -155,6 +157,7 @@ WRONG = [
     (check.attend_with_cache, _attend(unsqueeze=True), "without the token dimension"),
     (check.attend_with_cache, _attend(mutate_q=True), "changed the caller's q"),
     (check.attend_with_cache, _attend(only_new=True), "attended only the new token"),
+    (check.attend_with_cache, _attend(float64=True), "keep the inputs' dtype"),
 ]
 
 

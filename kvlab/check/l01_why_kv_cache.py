@@ -261,6 +261,14 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                     note = (f"out has shape {tuple(out.shape)}: return it as (num_heads, head_dim) = ({h}, {d}), "
                             "without the token dimension")
                 break
+            wrong_dtype = [(name, x.dtype) for name, x in (("out", out), ("k_cache", kc), ("v_cache", vc))
+                           if x.dtype != q.dtype]
+            if wrong_dtype:
+                name, dt = wrong_dtype[0]
+                actual = f"step {t}: {name} is {str(dt).replace('torch.', '')}, the inputs {str(q.dtype).replace('torch.', '')}"
+                note = (f"{name} came back as {str(dt).replace('torch.', '')}: keep the inputs' dtype (a float64 "
+                        "cache holds twice the bytes, and the next layer expects the model's dtype)")
+                break
             order = _cache_order_note(kc, vc, k[:t + 1], v[:t + 1])
             if order:  # attention does not care about the order of the tokens; the cache does
                 actual, note = f"step {t}: the returned cache is not the earlier one with the new token last", order
