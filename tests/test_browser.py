@@ -460,6 +460,14 @@ def _first_stepper(page, selector: str, missing: str):
     return stepper, stepper.locator(".kvlab-caption").first
 
 
+def _next_step(page, stepper, caption) -> None:
+    """One click on the stepper's Next, then wait until its caption changes (the kernel drew it)."""
+    now = caption.text_content()
+    stepper.locator("button.kvlab-next").first.click()
+    page.wait_for_function("([el, old]) => el.textContent !== old", arg=[caption.element_handle(), now],
+                           timeout=10_000)
+
+
 def _lesson_07_radix_stepper(page) -> None:
     stepper, caption = _first_stepper(page, ".kvlab-stepper:has(.kvlab-svg)",
                                       "lesson 07 shows no radix stepper (.kvlab-stepper with a .kvlab-svg view)")
@@ -471,8 +479,7 @@ def _lesson_07_radix_stepper(page) -> None:
     page.wait_for_function("([el, old]) => el.innerHTML !== old", arg=[svg.element_handle(), before_svg], timeout=10_000)
     assert svg.locator("svg").count() >= 1, "the radix view holds no SVG"
     for _ in range(3):
-        stepper.locator("button.kvlab-next").first.click()
-        page.wait_for_timeout(300)
+        _next_step(page, stepper, caption)
     _shot(page, stepper, "radix_tree.png")
 
 
@@ -483,8 +490,7 @@ def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
                                       "lesson 01 shows no decode stepper (.kvlab-stepper captioned 'decode: step k / N')")
     assert "step 1 / " in caption.text_content() and "Prefill" in caption.text_content(), caption.text_content()
     for _ in range(3):
-        stepper.locator("button.kvlab-next").first.click()
-        page.wait_for_timeout(200)
+        _next_step(page, stepper, caption)
     page.wait_for_function("el => el.textContent.includes('step 4 / ')", arg=caption.element_handle(), timeout=10_000)
     text = caption.text_content()
     assert "recompute all" in text and "compute only row" in text, text
