@@ -93,8 +93,33 @@ def _free_at_end(cap, ops):
     return _place_run(cap, ops)[1]
 
 
+def _bounds(pos_ok=0, bs_ok=1):
+    """block_and_offset whose bound checks are one off: refuses pos < pos_ok (B2) or block_size < bs_ok (B8)."""
+    def fn(pos, bs):
+        if pos < pos_ok or bs < bs_ok:
+            raise ValueError(f"bad pos {pos} or block_size {bs}")
+        return divmod(pos, bs)
+    return fn
+
+
+def _reuse_bs(a, b, bs):
+    if bs <= 1:  # refuses block size 1
+        raise ValueError(bs)
+    return S00.reusable_tokens(a, b, bs)
+
+
+def _reuse_no_empty(a, b, bs):  # the review's answer: an empty new gives min(0, -1) // 4 * 4 == -4
+    if bs < 1:
+        raise ValueError(bs)
+    return min(S00.common_prefix_len(a, b), len(b) - 1) // bs * bs
+
+
 WRONG = [
     # lesson 00
+    (check.block_and_offset, _bounds(pos_ok=1), "pos = 0 is the first token"),
+    (check.block_and_offset, _bounds(bs_ok=2), "block_size = 1 is a valid block"),
+    (check.reusable_tokens, _reuse_bs, "block_size = 1 is valid"),
+    (check.reusable_tokens, _reuse_no_empty, "a request of 0 tokens"),
     (check.block_and_offset, lambda p, bs: tuple(np.int64(x) for x in S00.block_and_offset(p, bs)), "int64"),
     (check.common_prefix_len, lambda a, b: list(a[:S00.common_prefix_len(a, b)]), "not the items"),
     (check.common_prefix_len, lambda a, b: S00.common_prefix_len(a, b) / max(1, min(len(a), len(b))), "a share"),

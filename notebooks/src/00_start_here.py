@@ -253,7 +253,8 @@ check.common_prefix_len(common_prefix_len)
 #
 # **Contract.** `reusable_tokens(finished, new, block_size) -> int`: request `finished` ran and
 # was cached; then `new` arrives. How many of `new`'s tokens come from the cache? Raise
-# `ValueError` if `block_size < 1`. The check compares your answer with kvlab's real
+# `ValueError` if `block_size < 1`, or if `finished` or `new` is empty (a request has at least
+# one token; kvlab's `CacheManager` refuses an empty one). The check compares your answer with kvlab's real
 # `CacheManager` on the same two requests. Before you write code, work these out by hand
 # (blocks of 4):
 # - R1 and R2 above: 12 (the shared system prompt is 3 whole blocks);
