@@ -74,7 +74,8 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
     (:func:`translation_chain`), ``prefix_len`` (R2's tokens found in the tree), ``computed`` (R2's
     tokens prefilled now), ``shared_blocks`` (blocks in both R1's and R2's tables), ``tree`` (a
     RadixSnapshot after both finished), ``hit``/``miss`` (node ids on R2's path), ``tree_sentence``,
-    ``position_sentence``. ``pos`` past the table is clamped to its last slot.
+    ``position_sentence``, ``holders`` (block -> ``"tree"`` for every block the radix tree holds; none
+    for the notes' table). ``pos`` past the table is clamped to its last slot.
     """
     if table not in {key for _, key in TABLE_CHOICES}:
         raise ValueError(f"table must be one of {[k for _, k in TABLE_CHOICES]}, got {table!r}")
@@ -111,7 +112,8 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
                              f"{'computed when R2 arrived' if table == 'R2' else 'computed by R1'}.")
     return {"shared": bool(shared), "table": table, "block_table": block_table, "pos": pos, "max_pos": max_pos,
             "chain": chain, "prefix_len": k, "computed": n2 - k, "shared_blocks": both, "tree": snap,
-            "hit": hit, "miss": miss, "tree_sentence": tree_sentence, "position_sentence": position_sentence}
+            "hit": hit, "miss": miss, "tree_sentence": tree_sentence, "position_sentence": position_sentence,
+            "holders": {} if table == "notes" else {b: "tree" for b in cm.tree.tree_block_ids()}}
 
 
 def thesis_tree(state: dict[str, Any]) -> Any:
@@ -216,7 +218,7 @@ class ThesisWidget:
         from .stepper import figure_output
 
         self._text.value = _html(self.state)
-        self._fig.outputs = (figure_output(translation_figure(self.state["chain"])),)
+        self._fig.outputs = (figure_output(translation_figure(self.state["chain"], holders=self.state["holders"])),)
         self._tree.value = fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))
 
     def __repr__(self) -> str:
@@ -233,7 +235,7 @@ class ThesisWidget:
             key = (s["shared"], s["table"])
             if key not in trees:
                 trees[key] = fit_svg(thesis_tree(s).pipe(format="svg", encoding="utf-8"))
-            return [_html(s), translation_figure(s["chain"]), trees[key]]
+            return [_html(s), translation_figure(s["chain"], holders=s["holders"]), trees[key]]
 
         display_control(self.widget, parts, lambda: self._explore(parts))
 

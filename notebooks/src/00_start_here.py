@@ -80,14 +80,15 @@ m.check_integrity()
 
 # %% [markdown]
 # The same pool as a picture (kvlab.viz reads the snapshot; it never changes state). Each block
-# is filled from the left as far as it holds tokens; above the pool, each sequence's block table
-# with an arrow into every block it uses, so a shared block shows all its holders (and its
-# reference count, `x2`):
+# is coloured by who **holds** it now (one request's colour, another colour when two or more
+# requests hold it, green when only the radix tree does, grey when free) and filled from the
+# left as far as it holds tokens; above the pool, each sequence's block table with an arrow into
+# every block it uses, so a shared block shows all its holders (and its reference count, `x2`):
 
 # %%
 import kvlab.viz as viz
 
-viz.memory_map_figure(snap, title="Two requests and a fork")
+viz.memory_map_figure(snap, title="Two requests and a fork", by_holder=True)
 
 # %% [markdown]
 # **The logical layer: reusing content (lesson 07).** Now the *tokens* matter. A
@@ -111,7 +112,7 @@ cm.check_integrity()
 
 # %%
 viz.memory_map_figure(cm.snapshot("R2 reuses the system prompt R1 left in the radix tree"),
-                      title="The radix tree is a holder too")
+                      title="The radix tree is a holder too", by_holder=True)
 
 # %% [markdown]
 # ## The thesis in one widget
