@@ -68,7 +68,9 @@ print(f"pos 9 -> L{t9.logical_block}, offset {t9.offset} -> P{t9.physical_block}
 #
 # Three requests decoding together, sharing one pool of 16 blocks. They grew a token at a time,
 # so their blocks are interleaved: no request owns a contiguous range, and the kernel follows
-# each request's table to find its blocks (simulated layout, from the real allocator).
+# each request's table to find its blocks (simulated layout, from the real allocator). Each
+# block is labelled with the table entry that points at it (`seq3 L4`: logical block 4 of
+# seq3's table, printed above); the stepper below draws the walk through one table.
 
 # %%
 from kvlab import BlockManager
@@ -89,7 +91,7 @@ for seq, t in m.tables.items():
 from kvlab.viz import memory_map_figure
 
 memory_map_figure(m.snapshot("three requests decoding together"), title="The pool the kernel reads",
-                  source="simulated", cols=8)   # 8 blocks a row: room for each label
+                  source="simulated", cols=8, tables=False)   # 8 blocks a row: room for each label
 
 # %% [markdown]
 # And the order in which the kernel reads seq3's blocks: it walks the positions from 0 up, so it

@@ -1,5 +1,6 @@
-"""Lesson 00's pictures colour a block by who HOLDS it now (issue 28, review of 34c45ca: cells 9, 12 and
-14 coloured by who wrote it, and a block held only by the radix tree was drawn like a free one)."""
+"""Lessons 00 and 05's pictures (issue 28, the review of 34c45ca). Lesson 00 colours a block by who HOLDS
+it now (cells 9, 12 and 14 coloured by who wrote it, and a block held only by the radix tree was drawn
+like a free one); lesson 05's pool picture (cell 6) draws no tangle of arrows."""
 from __future__ import annotations
 
 import kvlab
@@ -70,3 +71,40 @@ def test_thesis_picture_draws_tree_blocks_as_held_not_free():
     fills = [sh.fillcolor for sh in translation_figure(s["chain"], holders=s["holders"]).layout.shapes]
     assert len(set(fills)) > len(set(translation_figure(s["chain"]).layout.shapes[i].fillcolor
                                      for i in range(len(fills))))
+
+
+def lesson05_pool():
+    """Lesson 05 cell 5: three requests decoding together in 16 blocks, interleaved."""
+    m = kvlab.BlockManager(num_blocks=16, block_size=4)
+    lengths = {"seq1": 5, "seq2": 13, "seq3": 30}
+    for seq in lengths:
+        m.add_sequence(seq, 0)
+    for step in range(max(lengths.values())):
+        for seq, n in lengths.items():
+            if step < n:
+                m.append(seq, 1)
+    return m.snapshot("three requests decoding together")
+
+
+def test_lesson05_pool_picture_has_no_crossing_arrows_and_names_every_block():
+    """The review: cell 6's arrows (one per table entry, into interleaved blocks) were a tangle. The
+    picture is drawn as the lesson draws it (its own call, read from the source) and must have no two
+    arrows that meet, while every used block still names its request and logical block."""
+    from pathlib import Path
+
+    from test_viz_block_arrows import _meet, _polylines
+
+    src = (Path(__file__).resolve().parent.parent / "notebooks" / "src" / "05_paged_kernel.py").read_text()
+    call = src[src.index("memory_map_figure(m.snapshot("):]
+    call = call[:call.index("\n\n")]
+    snap = lesson05_pool()
+    fig = eval(call.replace("memory_map_figure(m.snapshot(\"three requests decoding together\")", "viz.memory_map_figure(snap"),
+               {"viz": viz, "snap": snap})
+    lines = [ln for t in fig.data if t.name and t.name.endswith(" arrows") for ln in _polylines(t)]
+    met = [(a, b) for a, b in __import__("itertools").combinations(lines, 2)
+           if any(_meet(p, q, r, s) for p, q in zip(a, a[1:]) for r, s in zip(b, b[1:]))]
+    assert not met, f"{len(met)} pairs of arrows meet"
+    labels = next(t for t in fig.data if t.name == "labels").text
+    for seq, table in snap.tables.items():
+        for i, b in enumerate(table):
+            assert f"{seq} L{i}" in labels[b], (b, labels[b])
