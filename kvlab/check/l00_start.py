@@ -148,6 +148,9 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
         "the last token is computed only when the cache holds all of new: cap the shared count at len(new) - 1, "
         "do not take 1 from every match":
             lambda a, b, bs: max(min(prefix(a, b), len(b)) - 1, 0) // bs * bs,
+        "the last token is computed only when the cache holds all of new: cap the shared count at len(new) - 1, "
+        "do not take 1 from every match (with nothing shared that even gives a negative count)":
+            lambda a, b, bs: (min(prefix(a, b), len(b)) - 1) // bs * bs,
     })
     system = list(range(100, 112))  # lesson 00's 12-token system prompt, as ids
     cases = [
