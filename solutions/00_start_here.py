@@ -21,5 +21,7 @@ def common_prefix_len(a, b):
 def reusable_tokens(finished, new, block_size):
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if not finished or not new:
+        raise ValueError(f"a request has at least one token, got {len(finished)} and {len(new)}")
     shared = min(common_prefix_len(finished, new), len(new) - 1)   # the last token is always computed
-    return max(shared, 0) // block_size * block_size                 # only whole blocks are cached
+    return shared // block_size * block_size                         # only whole blocks are cached

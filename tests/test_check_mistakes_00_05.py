@@ -93,8 +93,33 @@ def _free_at_end(cap, ops):
     return _place_run(cap, ops)[1]
 
 
+def _bounds(pos_ok=0, bs_ok=1):
+    """block_and_offset whose bound checks are one off: refuses pos < pos_ok (B2) or block_size < bs_ok (B8)."""
+    def fn(pos, bs):
+        if pos < pos_ok or bs < bs_ok:
+            raise ValueError(f"bad pos {pos} or block_size {bs}")
+        return divmod(pos, bs)
+    return fn
+
+
+def _reuse_bs(a, b, bs):
+    if bs <= 1:  # refuses block size 1
+        raise ValueError(bs)
+    return S00.reusable_tokens(a, b, bs)
+
+
+def _reuse_no_empty(a, b, bs):  # the review's answer: an empty new gives min(0, -1) // 4 * 4 == -4
+    if bs < 1:
+        raise ValueError(bs)
+    return min(S00.common_prefix_len(a, b), len(b) - 1) // bs * bs
+
+
 WRONG = [
     # lesson 00
+    (check.block_and_offset, _bounds(pos_ok=1), "pos = 0 is the first token"),
+    (check.block_and_offset, _bounds(bs_ok=2), "block_size = 1 is a valid block"),
+    (check.reusable_tokens, _reuse_bs, "block_size = 1 is valid"),
+    (check.reusable_tokens, _reuse_no_empty, "a request of 0 tokens"),
     (check.block_and_offset, lambda p, bs: tuple(np.int64(x) for x in S00.block_and_offset(p, bs)), "int64"),
     (check.common_prefix_len, lambda a, b: list(a[:S00.common_prefix_len(a, b)]), "not the items"),
     (check.common_prefix_len, lambda a, b: S00.common_prefix_len(a, b) / max(1, min(len(a), len(b))), "a share"),
@@ -174,3 +199,43 @@ def test_count_flops_expected_is_what_generate_counts():
     model, _ = l01_why_kv_cache._bundled()
     for p, n in [(1, 1), (5, 6), (12, 3)]:
         assert l01_why_kv_cache.expected_step_flops(model.flops_per_token, p, n) == l01_why_kv_cache.generate_step_flops(p, n)
+
+
+# ------------------------------------------------------------------ lesson 05 ex. 3, round 8 (review of 34c45ca)
+def _gather_unmasked_loads(cache_ptr, block_table_ptr, out_ptr, context_len,
+                           HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr):  # noqa: F821
+    """The review's kernel: the store is masked, the two loads are not (plain Python; jitted below)."""
+    import triton.language as tl
+    offs_t = tl.arange(0, TILE_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for tile in range(0, (context_len + TILE_N - 1) // TILE_N):
+        pos = tile * TILE_N + offs_t
+        valid = pos < context_len
+        physical = tl.load(block_table_ptr + pos // BLOCK_SIZE)
+        row = physical * BLOCK_SIZE + pos % BLOCK_SIZE
+        k = tl.load(cache_ptr + row[:, None] * HEAD_DIM + offs_d[None, :])
+        tl.store(out_ptr + pos[:, None] * HEAD_DIM + offs_d[None, :], k, mask=valid[:, None])
+
+
+def _compiled_for_a_gpu(fn):
+    """What @triton.jit gives when triton was imported before kvlab set the interpreter: a JITFunction,
+    whose launch on a machine without a GPU says '0 active drivers'."""
+    from triton.runtime.jit import JITFunction
+    return JITFunction(fn)
+
+
+@pytest.mark.parametrize("kernel, says", [
+    (lambda: _compiled_for_a_gpu(_gather_unmasked_loads), "mask=valid on every tl.load"),
+    (lambda: _compiled_for_a_gpu(S05.paged_gather_kernel.fn), None),
+])
+def test_gather_kernel_decorated_before_the_interpreter_is_still_checked(kernel, says):
+    from kvlab.kernels import KERNEL_MODE
+    if KERNEL_MODE != "interpreter":
+        pytest.skip("the GPU has a driver: no '0 active drivers' to avoid")
+    r = check.paged_gather_kernel(kernel(), verbose=False)
+    notes = " | ".join(f"{c.actual} {c.note}" for c in r.failures)
+    assert "active drivers" not in notes, notes
+    if says is None:
+        assert r.passed, notes
+    else:
+        assert not r.passed and says in notes, notes

@@ -203,7 +203,7 @@ EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL not
     ("00", "common_prefix_len", [("    n = 0\n", "    n = 0\n    a, b = sorted(a), sorted(b)\n")],
      "compare the lists position by position"),
     ("00", "reusable_tokens", [("    shared = min(common_prefix_len(finished, new), len(new) - 1)   # the last token is always computed\n"
-                                "    return max(shared, 0) // block_size * block_size",
+                                "    return shared // block_size * block_size",
                                 "    shared = common_prefix_len(finished, new) // block_size * block_size\n"
                                 "    return min(shared, len(new) - 1)")], "cap first, then round"),
     ("00", "reusable_tokens", [("min(common_prefix_len(finished, new), len(new) - 1)",

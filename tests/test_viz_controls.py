@@ -204,3 +204,13 @@ def test_sharing_control_legend_leaves_the_bar_labels_alone(classroom):
         assert fig.layout.margin.b >= th.font_size * 2  # the category labels' own room
     finally:
         viz.classroom(False)
+
+
+def test_shuffle_figure_comes_right_under_its_controls(shuffle):
+    """Issue 28 (review of 34c45ca): the caption came between the buttons and the figure they change."""
+    kids = [c for c in shuffle.widget.children if not (type(c).__name__ == "HTML" and "<style" in c.value)]
+    kinds = [type(c).__name__ for c in kids]
+    assert kinds[:3] == ["HBox", "Output", "HTML"], kinds
+    assert "kvlab-control-caption" in kids[2]._dom_classes
+    parts = shuffle._static_parts()
+    assert isinstance(parts[-1], str) and "The kernel ran" in parts[-1] and not isinstance(parts[0], str)

@@ -108,7 +108,9 @@ def test_thesis_in_classroom_mode_shows_one_picture_under_the_controls():
     assert w._fig.layout.display == "none" and w._tree.layout.display is None
     w._shared.value = False  # the tree still follows the checkbox
     assert "matches none of them" in w._text.value
-    assert viz.ThesisWidget(static=False)._view is None  # normal mode: both pictures, as before
+    normal = viz.ThesisWidget(static=False)  # at 1500x1000 too (both pictures were 860 px): one at a time
+    kids = list(normal.widget.children)
+    assert kids.index(normal._fig) < kids.index(normal._text) and normal._tree.layout.display == "none"
 
 
 def test_thesis_static_mode_has_the_same_state():

@@ -385,6 +385,22 @@ def wrong_exception(expected: Any, actual: Any) -> str | None:
             f"{want.__name__} naming the bad value")
 
 
+def refused_valid(expected: Any, actual: Any, why: str = "") -> str | None:
+    """The learner raised ValueError on an input the contract allows: a bound check one off (``<=``
+    where ``<`` is due), e.g. ``pos <= 0`` refusing position 0. ``why`` says why the input is valid.
+
+    >>> class Raised:  # what kvlab.check.harness.Raised looks like
+    ...     def __init__(self, exc): self.exc = exc
+    >>> refused_valid((0, 0), Raised(ValueError("pos")), "pos = 0 is the first token")
+    'raised ValueError on a valid input (pos = 0 is the first token): a bound check one off (<= where < is due, or >= for >)'
+    """
+    if type(actual).__name__ != "Raised" or type(expected).__name__ in ("Raised", "Raises") \
+            or not isinstance(actual.exc, ValueError):
+        return None
+    return (f"raised ValueError on a valid input{f' ({why})' if why else ''}: a bound check one off (<= where < is "
+            "due, or >= for >)")
+
+
 def _power(factor: int) -> str:
     return f"10**{len(str(factor)) - 1}" if str(factor).startswith("1") and set(str(factor)[1:]) <= {"0"} else f"2**{factor.bit_length() - 1}"
 

@@ -19,10 +19,21 @@ from typing import Callable
 
 from ..memory.block_table import translate as _translate
 from ..reuse.cache_manager import CacheManager
-from .diagnose import mistake_runner, more_or_less, should_have_raised, swapped
+from .diagnose import mistake_runner, more_or_less, refused_valid, should_have_raised, swapped
 from .harness import Checker, CheckResult, same_int, same_ints
 
 __all__ = ["block_and_offset", "common_prefix_len", "reusable_tokens"]
+
+
+def _name_bound(case, why: str):
+    """A valid input at a bound that the learner refused: say which bound (B2, B8 in the review)."""
+    if not case.passed and not case.note:
+        case.note = refused_valid(case.expected, case.actual, why) or ""
+    return case
+
+
+_BOUNDS_00 = {(0, 4): "pos = 0 is the first token: refuse only pos < 0",
+              (7, 1): "block_size = 1 is a valid block of one token: refuse only block_size < 1"}
 
 
 def _block_and_offset_ref(pos: int, block_size: int) -> tuple[int, int]:
@@ -43,7 +54,7 @@ def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda pos, bs: (-(-pos // bs), pos % bs),
     })
     for pos, bs in [(9, 4), (0, 4), (3, 4), (4, 4), (15, 16), (16, 16), (1000, 16), (7, 1)]:
-        run(f"pos={pos}, block_size={bs}", pos, bs)
+        _name_bound(run(f"pos={pos}, block_size={bs}", pos, bs), _BOUNDS_00.get((pos, bs), ""))
     rng = random.Random(0)
     for _ in range(3):
         pos, bs = rng.randrange(0, 500), rng.choice([2, 4, 8, 16, 32])
@@ -93,6 +104,8 @@ def _reusable_tokens_ref(finished: list[int], new: list[int], block_size: int) -
     """kvlab's own CacheManager: ``finished`` runs and is cached, then ``new`` is admitted."""
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if not finished or not new:  # CacheManager.admit refuses it too (num_tokens must be >= 1)
+        raise ValueError(f"a request has at least one token: finished has {len(finished)}, new has {len(new)}")
     blocks = (len(finished) + len(new)) // block_size + 4
     cm = CacheManager(num_blocks=blocks, block_size=block_size)
     cm.admit("finished", list(finished))
@@ -105,7 +118,7 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
     after the request ``finished`` ran and was cached (kvlab's ``CacheManager`` is the reference).
 
     Only whole blocks are cached, and a request always computes at least its last token.
-    ValueError for block_size < 1.
+    ValueError for block_size < 1 or an empty request (kvlab's CacheManager refuses a request of 0 tokens).
     """
     def prefix(a, b):
         return _common_prefix_len_ref(a, b)
@@ -135,6 +148,9 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
         "the last token is computed only when the cache holds all of new: cap the shared count at len(new) - 1, "
         "do not take 1 from every match":
             lambda a, b, bs: max(min(prefix(a, b), len(b)) - 1, 0) // bs * bs,
+        "the last token is computed only when the cache holds all of new: cap the shared count at len(new) - 1, "
+        "do not take 1 from every match (with nothing shared that even gives a negative count)":
+            lambda a, b, bs: (min(prefix(a, b), len(b)) - 1) // bs * bs,
     })
     system = list(range(100, 112))  # lesson 00's 12-token system prompt, as ids
     cases = [
@@ -149,7 +165,7 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
         ("block size 1, nothing shared", [1, 2], [9, 2], 1),
     ]
     for label, a, b, bs in cases:
-        run(label, a, b, bs)
+        _name_bound(run(label, a, b, bs), "block_size = 1 is valid: refuse only block_size < 1" if bs == 1 else "")
     rng = random.Random(2)
     for seed in range(3):
         bs = rng.choice([2, 4, 8])
@@ -158,4 +174,10 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
         b = common + [200 + rng.randrange(5) for _ in range(rng.randrange(1, 6))]
         run(f"random seed {seed} ({len(common)} shared tokens, blocks of {bs})", a, b, bs)
     c.run("block_size=0 (must raise ValueError)", [1, 2], [1, 2], 0)
+    for label, a, b in [("an empty new request (must raise ValueError)", [1, 2, 3, 4], []),
+                        ("an empty finished request (must raise ValueError)", [], [1, 2, 3, 4])]:
+        case = c.run(label, a, b, 4)
+        if not case.passed and type(case.actual).__name__ != "Raised":
+            case.note = (f"returned {case.actual!r} for a request of 0 tokens: a request has at least one token, so "
+                         "an empty list is refused with ValueError (len(new) - 1 would be -1)")
     return c.done()

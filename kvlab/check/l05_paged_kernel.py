@@ -121,6 +121,7 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
     from kvlab.kernels.reference import gather_kv
 
     c = Checker("paged_gather_kernel", kernel, verbose=verbose)
+    kernel = _interpretable(kernel)
     for bs, n, tile, d, seed in _gather_cases():
         g = torch.Generator().manual_seed(seed)
         nblk = blocks_needed(n, bs)
@@ -139,6 +140,8 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
         with _watch_memory(loads={"the cache": cache_d, "the block table": table_d}, stores={"the output": big}) as seen:
             err = call_in_place(lambda: kernel[(1,)](cache_d, table_d, out_d, n, HEAD_DIM=d, BLOCK_SIZE=bs, TILE_N=tile))
         if isinstance(err, Raised):
+            if "active drivers" in str(err.exc):
+                seen["note"] = _NO_DRIVER
             slip = _tile_slip(seen.get("addrs"), cache_d, table, n, bs, tile)
             c.record(label, expected, seen.get("what", err), passed=False, note=slip or seen.get("note", ""))
             continue
@@ -160,6 +163,29 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
             got, cache, want, table, n, bs, tile, bad_rows, guard_hit)
         c.record(label, expected, expected if ok else "; ".join(parts), passed=ok, note=note)
     return c.done()
+
+
+_NO_DRIVER = ("the kernel was compiled for a GPU (Triton's '0 active drivers'): it was decorated with @triton.jit "
+              "before kvlab chose the interpreter; run `import kvlab.kernels` before `import triton` (restart the kernel)")
+
+
+def _interpretable(kernel: Any) -> Any:
+    """A ``@triton.jit`` kernel decorated before ``TRITON_INTERPRET`` was set (``triton`` imported
+    before ``kvlab.kernels``) launches into "0 active drivers" on a machine without a GPU. In the
+    interpreter, the checker re-wraps its Python function so that it runs, under the memory watch,
+    and its own mistakes get named instead. Anything else comes back as it was.
+
+    >>> _interpretable(len) is len
+    True
+    """
+    from kvlab.kernels import KERNEL_MODE
+
+    fn = getattr(kernel, "fn", None)
+    if KERNEL_MODE != "interpreter" or type(kernel).__name__ != "JITFunction" or not callable(fn):
+        return kernel
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction(fn)
 
 
 class _OutOfBounds(Exception):

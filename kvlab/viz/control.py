@@ -76,6 +76,7 @@ class LiveControl:
     """Base class (see the module doc). ``result``: the last computed data (a dict)."""
 
     css_class = "kvlab-control"
+    caption_below = False  # True: the caption under the figure (the controls right above what they change)
 
     def __init__(self, static: bool | None = None) -> None:
         self.static = is_static(static)
@@ -135,7 +136,8 @@ class LiveControl:
         return {}
 
     def _static_parts(self) -> list[Any]:
-        return [self.caption_html()] + [f for f in [self.figure()] if f is not None]
+        figure = [f for f in [self.figure()] if f is not None]
+        return figure + [self.caption_html()] if self.caption_below else [self.caption_html()] + figure
 
     def _explore(self) -> str:
         from .explorer import explorer_html
@@ -168,7 +170,7 @@ class LiveControl:
         self._out = W.Output()
         self._out.add_class("kvlab-figure")
         row = W.HBox(inputs, layout=W.Layout(flex_flow="row wrap", max_width="100%"))
-        parts = [row, self._caption, self._out]
+        parts = [row, self._out, self._caption] if self.caption_below else [row, self._caption, self._out]
         css = classroom_css(self.css_class)
         if css:
             parts.insert(0, W.HTML(css))

@@ -42,7 +42,7 @@ from ..memory.events import Event
 from ..memory.snapshot import MemorySnapshot
 from .block_tables import frame_traces, map_geometry
 from .palette import (
-    FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, assign_colors, request_color, source_label, theme,
+    FREE, HIGHLIGHT, SHARED_FILL, SHARED_OUTLINE, TREE, UNOWNED, assign_colors, request_color, source_label, theme,
 )
 from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces, grid_layout
 
@@ -66,6 +66,27 @@ def _holders(snapshot: MemorySnapshot) -> list[list[tuple[str, int]]]:
     return held
 
 
+HELD_BY_REQUESTS, HELD_BY_TREE = "held by 2+ requests", "held by the radix tree only"
+
+
+def _block_color(owner: str | None, who: list[tuple[str, int]], colors: dict[str, str], by_holder: bool,
+                 extra: dict[str, str]) -> tuple[str, str | None]:
+    """(colour, request it names or None) of one used block; ``extra`` gets the non-request legend entries.
+
+    >>> _block_color("R1", [("R2", 0), ("tree", 0)], {"R2": "#17becf"}, True, {})
+    ('#17becf', 'R2')
+    """
+    reqs = list(dict.fromkeys(s for s, _ in who if s != "tree"))
+    if by_holder and len(reqs) > 1:
+        extra[HELD_BY_REQUESTS] = SHARED_FILL
+        return SHARED_FILL, None
+    if by_holder and not reqs and who:
+        extra[HELD_BY_TREE] = TREE
+        return TREE, None
+    key = reqs[0] if by_holder and reqs else owner if owner is not None else next(iter(reqs), None)
+    return (colors.get(key, request_color(key)) if key is not None else UNOWNED), key
+
+
 def event_highlight(event: Event, snapshot: MemorySnapshot) -> tuple[int, ...]:
     """The blocks an event touches: its block ids, or for an ``append`` that took no new
     block, the sequence's last block (the one being written)."""
@@ -82,8 +103,13 @@ def memory_map_data(
     colors: dict[str, str] | None = None,
     layout: GridLayout | None = None,
     copies: Sequence[tuple[int, int]] = (),
+    by_holder: bool = False,
 ) -> dict[str, Any]:
     """Per-block colour, fill, label, outline and hover text for one snapshot (plain data).
+
+    ``by_holder``: colour each block by who HOLDS it now, not by who allocated it: the one request
+    whose table has it, :data:`SHARED_FILL` when two or more requests hold it, the tree's green when
+    only the radix tree does (the legend says which; ``legend_extra`` lists the two last).
 
     ``highlight``: blocks the step changed (red outline; ``highlight_name`` in the legend). ``colors``: request ->
     colour (default: :func:`assign_colors` over this snapshot's ids; an animation passes
@@ -107,19 +133,19 @@ def memory_map_data(
     hl = set(highlight)
     bs = snapshot.block_size
     color, label, hover, oc, ow, shared, fill, owners = [], [], [], [], [], [], [], set()
+    extra: dict[str, str] = {}
     for b in range(n):
         rc, owner, who, k = snapshot.ref_count[b], snapshot.owner[b], held[b], snapshot.tokens_in_block[b]
         if rc == 0:
             c, lines, hv = FREE, [f"P{b}"], f"P{b}: free"
         else:
-            key = owner if owner is not None else next((s for s, _ in who if s != "tree"), None)
-            c = colors.get(key, request_color(key)) if key is not None else UNOWNED
+            c, key = _block_color(owner, who, colors, by_holder, extra)
             if key is not None:
                 owners.add(key)
             first = f"{who[0][0]} L{who[0][1]}" if who else (owner or "?")
             lines = [f"P{b}", first]
             tables = ", ".join(f"{s} L{i}" for s, i in who) or "no block table"
-            hv = f"P{b}: owner {owner}; {tables}; {k}/{bs} tokens; ref_count {rc}"
+            hv = f"P{b}: {'held by' if by_holder else f'owner {owner};'} {tables}; {k}/{bs} tokens; ref_count {rc}"
         if rc > 1:
             lines.append(f"x{rc}")
             shared.append(b)
@@ -155,6 +181,8 @@ def memory_map_data(
         "highlight_name": "changed this step",  # the legend's words for the red outline (the kernel view: "read now")
         "copies": [tuple(p) for p in copies],
         "legend": {s: colors.get(s, request_color(s)) for s in sorted(owners)},
+        "legend_extra": extra,
+        "by_holder": by_holder,
         "tables": {h: list(ids) for h, ids in snapshot.tables.items()},
         "num_tokens": dict(snapshot.num_tokens),
         "num_free_blocks": snapshot.num_free_blocks,
@@ -302,17 +330,19 @@ def memory_map_figure(
     mode: str = "auto",
     tables: bool | None = None,
     copies: Sequence[tuple[int, int]] = (),
+    by_holder: bool = False,
 ) -> Any:
     """One snapshot as a static plotly figure (``go.Figure``).
 
     The title ends in ``(simulated)`` or ``(measured)``; the snapshot's caption is the
     subtitle. ``tables``: draw each holder's block table above the pool with arrows into it
     (default: when the pool is drawn with labels and there are at most 8 holders);
-    ``copies``: copy-on-write ``(src, dst)`` arcs to draw.
+    ``copies``: copy-on-write ``(src, dst)`` arcs to draw; ``by_holder``: blocks coloured by who holds
+    them now (see :func:`memory_map_data`).
     """
     lay = grid_layout(snapshot.num_blocks, cols, mode)
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
-    data = memory_map_data(snapshot, highlight, colors, lay, copies)
+    data = memory_map_data(snapshot, highlight, colors, lay, copies, by_holder=by_holder)
     if not data["highlight"]:  # one picture, nothing outlined red: the legend does not list the red outline
         data["highlight_name"] = ""
     geom = map_geometry(lay, [snapshot], tables, copies=bool(copies))
@@ -329,11 +359,11 @@ def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, 
     lay = data["layout"]
     if geom is None:
         traces = block_traces(data, colors)
-        legend = data["legend"]
+        legend = {**data["legend"], **data.get("legend_extra", {})}
         static = _slot_ticks(lay, data["block_size"], pitch=data.get("row_pitch", 1.0))
     else:
         traces = frame_traces(data, colors, geom)
-        legend = geom.legend(colors)
+        legend = geom.legend(colors) if not data.get("by_holder") else {**data["legend"], **data["legend_extra"]}
         static = _slot_ticks(lay, data["block_size"], geom.pool_y0, cell_w=geom.pool_cell_w)
     highlight = data.get("highlight_name", "changed this step")
     fig = go.Figure(data=traces + static + _legend_traces(legend, highlight, shared_legend))

@@ -7,7 +7,8 @@ the *programs* slider sets split-K's ``num_splits``. After every change the real
 compared with the first run (original layout, one program): a shuffle alone gives the same
 output bit for bit; split-K adds the partial results in another order, so it agrees up to
 rounding. The picture is the kernel's read order over the shuffled pool
-(:func:`kvlab.viz.kernel_view.kernel_access_figure`), one colour per program.
+(:func:`kvlab.viz.kernel_view.kernel_access_figure`), one colour per program, right under the
+controls; the caption (what the run gave) comes under the picture.
 
 ``table_snapshot`` builds the pool picture's data from block tables alone. Mirrors no vLLM or
 SGLang file (a picture of ``kernels/paged_decode.py`` at work).
@@ -66,6 +67,7 @@ class ShuffleControl(LiveControl):
     """
 
     css_class = "kvlab-shuffle"
+    caption_below = True  # the figure right under the buttons it answers; what happened, under it
 
     def __init__(self, q: Any, k_cache: Any, v_cache: Any, block_table: Sequence[int], context_len: int,
                  seq_id: str = "R1", max_splits: int = 4, static: bool | None = None) -> None:

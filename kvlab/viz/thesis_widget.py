@@ -11,12 +11,12 @@ full blocks stay cached in the radix tree; then R2 arrives. The controls:
   (L0->P3, L1->P7, L2->P1, L3->P5, L4->P9);
 * **token position** (a slider): the position translated through the chosen table.
 
-In classroom mode (a projector: 599 px of notebook visible) a **show** switch under the controls
-picks one picture at a time, so a control and what it changes share one screen, and the
-sentences come after the picture. Otherwise, below the controls: one sentence of what the radix tree found, one of where the position lives (and
-whether that block is shared, so R2 reads K and V that R1 computed), the translation figure
-(:func:`kvlab.viz.translate_widget.translation_figure`) and the radix tree (graphviz), hits green
-and R2's newly computed suffix blue, as in the notes.
+A **show** switch beside the slider picks one picture at a time, right under the controls, so a
+control and what it changes share one screen (599 px of notebook on a projector): the translation
+figure (:func:`kvlab.viz.translate_widget.translation_figure`, a block only the radix tree holds
+drawn in the tree's green) or the radix tree (graphviz), hits green and R2's newly computed suffix
+blue, as in the notes. Under the picture: one sentence of what the radix tree found, one of where
+the position lives (and whether that block is shared, so R2 reads K and V that R1 computed).
 
 All the numbers come from the run (:func:`thesis_state`, plain data, what the tests check).
 
@@ -48,7 +48,7 @@ QUESTIONS = {"R1": "怎么退款", "R2": "何时发货"}  # "how do I get a refu
 TABLE_CHOICES = (("R2's block table (from the run)", "R2"), ("R1's block table (from the run)", "R1"),
                  ("the notes' example (P3, P7, P1, P5, P9)", "notes"))
 BLOCK_SIZE, NUM_BLOCKS = 4, 12
-THESIS_VIEWS = ("the translation", "the radix tree")  # classroom mode: one picture at a time, beside the controls
+THESIS_VIEWS = ("the translation", "the radix tree")  # one picture at a time, under the controls
 
 
 def _run(shared: bool) -> tuple[CacheManager, dict[str, list[int]], dict[str, Any]]:
@@ -74,7 +74,8 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
     (:func:`translation_chain`), ``prefix_len`` (R2's tokens found in the tree), ``computed`` (R2's
     tokens prefilled now), ``shared_blocks`` (blocks in both R1's and R2's tables), ``tree`` (a
     RadixSnapshot after both finished), ``hit``/``miss`` (node ids on R2's path), ``tree_sentence``,
-    ``position_sentence``. ``pos`` past the table is clamped to its last slot.
+    ``position_sentence``, ``holders`` (block -> ``"tree"`` for every block the radix tree holds; none
+    for the notes' table). ``pos`` past the table is clamped to its last slot.
     """
     if table not in {key for _, key in TABLE_CHOICES}:
         raise ValueError(f"table must be one of {[k for _, k in TABLE_CHOICES]}, got {table!r}")
@@ -111,7 +112,8 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
                              f"{'computed when R2 arrived' if table == 'R2' else 'computed by R1'}.")
     return {"shared": bool(shared), "table": table, "block_table": block_table, "pos": pos, "max_pos": max_pos,
             "chain": chain, "prefix_len": k, "computed": n2 - k, "shared_blocks": both, "tree": snap,
-            "hit": hit, "miss": miss, "tree_sentence": tree_sentence, "position_sentence": position_sentence}
+            "hit": hit, "miss": miss, "tree_sentence": tree_sentence, "position_sentence": position_sentence,
+            "holders": {} if table == "notes" else {b: "tree" for b in cm.tree.tree_block_ids()}}
 
 
 def thesis_tree(state: dict[str, Any]) -> Any:
@@ -178,31 +180,29 @@ class ThesisWidget:
         self._tree = W.HTML()
         self._tree.add_class("kvlab-svg")
         row = W.Layout(flex_flow="row wrap", max_width="100%")
-        parts = [W.HBox([self._shared, self._table], layout=row), self._pos, self._text, self._fig, self._tree]
+        # One picture at a time, right under the controls, the sentences after it: the controls and the
+        # picture they change share one screen (599 px of notebook on a projector; both pictures and the
+        # sentences were 860 px at 1500x1000). The switch picks the picture.
+        self._view = W.ToggleButtons(options=list(THESIS_VIEWS), value=THESIS_VIEWS[0], description="show",
+                                     tooltips=["where token position pos lives (the block table)",
+                                               "which blocks R2 reuses (the radix tree)"])
+        self._view.add_class("kvlab-thesis-view")
+        self._view.observe(lambda _c: self._show_view(), names="value")
         css = classroom_css("kvlab-thesis")
-        self._view = None
+        parts = [W.HBox([self._shared, self._table], layout=row), W.HBox([self._pos, self._view], layout=row),
+                 self._fig, self._tree, self._text]
         if css:  # and a checkbox as tall as its (larger) label
-            # On a projector (599 px of notebook) the controls and the picture they change share one
-            # screen: one picture at a time under the controls, picked here; the sentences below them.
-            self._view = W.ToggleButtons(options=list(THESIS_VIEWS), value=THESIS_VIEWS[0], description="show",
-                                         tooltips=["where token position pos lives (the block table)",
-                                                   "which blocks R2 reuses (the radix tree)"])
-            self._view.add_class("kvlab-thesis-view")
-            self._view.observe(lambda _c: self._show_view(), names="value")
-            parts = [W.HTML(css + "<style>.kvlab-thesis .widget-checkbox {height: auto !important;}</style>"),
-                     W.HBox([self._shared, self._table], layout=row), W.HBox([self._pos, self._view], layout=row),
-                     self._fig, self._tree, self._text]
-            self._show_view()
+            parts.insert(0, W.HTML(css + "<style>.kvlab-thesis .widget-checkbox {height: auto !important;}</style>"))
+        self._show_view()
         self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-thesis")
         self._redraw()
 
     def _show_view(self) -> None:
-        """Classroom mode: show the picture the menu names, hide the other."""
-        if self._view is not None:
-            fig_first = self._view.value == THESIS_VIEWS[0]
-            self._fig.layout.display = None if fig_first else "none"
-            self._tree.layout.display = "none" if fig_first else None
+        """Show the picture the switch names, hide the other."""
+        fig_first = self._view.value == THESIS_VIEWS[0]
+        self._fig.layout.display = None if fig_first else "none"
+        self._tree.layout.display = "none" if fig_first else None
 
     def _changed(self, _change: dict[str, Any]) -> None:
         self.state = thesis_state(self._shared.value, self._table.value, self._pos.value)
@@ -216,7 +216,7 @@ class ThesisWidget:
         from .stepper import figure_output
 
         self._text.value = _html(self.state)
-        self._fig.outputs = (figure_output(translation_figure(self.state["chain"])),)
+        self._fig.outputs = (figure_output(translation_figure(self.state["chain"], holders=self.state["holders"])),)
         self._tree.value = fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))
 
     def __repr__(self) -> str:
@@ -233,7 +233,7 @@ class ThesisWidget:
             key = (s["shared"], s["table"])
             if key not in trees:
                 trees[key] = fit_svg(thesis_tree(s).pipe(format="svg", encoding="utf-8"))
-            return [_html(s), translation_figure(s["chain"]), trees[key]]
+            return [_html(s), translation_figure(s["chain"], holders=s["holders"]), trees[key]]
 
         display_control(self.widget, parts, lambda: self._explore(parts))
 

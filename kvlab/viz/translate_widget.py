@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from ..memory.block_table import translate
 from .control import renew_slider
 from .display import is_static
-from .palette import FREE, HIGHLIGHT, classroom_css, label_px, request_color, source_label, theme, tint
+from .palette import FREE, HIGHLIGHT, TREE, classroom_css, label_px, request_color, source_label, theme, tint
 
 __all__ = ["translation_chain", "parse_block_table", "translation_figure_data", "translation_figure",
            "TranslationWidget", "NOTES_TABLE", "chain_rows", "token_labels"]
@@ -128,14 +128,18 @@ def parse_block_table(text: str) -> list[int]:
     return out
 
 
-def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None) -> dict[str, Any]:
+def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None,
+                            holders: dict[int, str] | None = None) -> dict[str, Any]:
     """Cells of the three layers, in slot units along x (plain data for the figure).
 
     ``tokens``: one cell per position the table can hold (y = 2); ``table``: one row per
     logical block, under its tokens (y = 1); ``physical``: every block of the pool,
     ``block_size`` slots wide, at ``x = P * block_size`` (y = 0). Each cell has x0, x1,
-    label, color, highlight. ``arrows``: (x, y) points token -> table row -> slot.
+    label, color, highlight. ``arrows``: (x, y) points token -> table row -> slot. ``holders``:
+    physical block -> who else holds it (``"tree"`` or a request id); such a block outside this
+    table is drawn in its holder's colour and named, not as a free one.
     """
+    holders = holders or {}
     table, bs = chain["block_table"], chain["block_size"]
     if not isinstance(bs, int) or bs < 1:
         bs = 1
@@ -153,9 +157,13 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
         for i, b in enumerate(table)
     ]
     owner = {b: i for i, b in enumerate(table)}
+    def held(b: int) -> tuple[str, str]:  # (label suffix, colour) of a block outside this table
+        h = holders.get(b)
+        return ("", FREE) if h is None else (f" ({'tree' if h == 'tree' else h})", TREE if h == "tree" else request_color(h))
+
     phys = [
-        dict(x0=b * bs, x1=(b + 1) * bs, label=f"P{b}" + (f" (L{owner[b]})" if b in owner else ""),
-             color=seq_color if b in owner else FREE, highlight=ok and b == pb)
+        dict(x0=b * bs, x1=(b + 1) * bs, label=f"P{b}" + (f" (L{owner[b]})" if b in owner else held(b)[0]),
+             color=seq_color if b in owner else held(b)[1], highlight=ok and b == pb)
         for b in range(n)
     ]
     arrows = []
@@ -165,11 +173,13 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
             "slot_x": (pb * bs + off) if ok else None, "width_slots": max(len(table) * bs, n * bs), "ok": ok}
 
 
-def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, source: str = "simulated") -> Any:
-    """The notes' figure for one translation, as a static plotly figure."""
+def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, source: str = "simulated",
+                       holders: dict[int, str] | None = None) -> Any:
+    """The notes' figure for one translation, as a static plotly figure (``holders``: see
+    :func:`translation_figure_data`)."""
     import plotly.graph_objects as go
 
-    d = translation_figure_data(chain, num_blocks)
+    d = translation_figure_data(chain, num_blocks, holders)
     th = theme()
     shapes, texts = [], []
     h = 0.36  # half height of a cell

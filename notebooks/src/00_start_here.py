@@ -80,14 +80,15 @@ m.check_integrity()
 
 # %% [markdown]
 # The same pool as a picture (kvlab.viz reads the snapshot; it never changes state). Each block
-# is filled from the left as far as it holds tokens; above the pool, each sequence's block table
-# with an arrow into every block it uses, so a shared block shows all its holders (and its
-# reference count, `x2`):
+# is coloured by who **holds** it now (one request's colour, another colour when two or more
+# requests hold it, green when only the radix tree does, grey when free) and filled from the
+# left as far as it holds tokens; above the pool, each sequence's block table with an arrow into
+# every block it uses, so a shared block shows all its holders (and its reference count, `x2`):
 
 # %%
 import kvlab.viz as viz
 
-viz.memory_map_figure(snap, title="Two requests and a fork")
+viz.memory_map_figure(snap, title="Two requests and a fork", by_holder=True)
 
 # %% [markdown]
 # **The logical layer: reusing content (lesson 07).** Now the *tokens* matter. A
@@ -111,7 +112,7 @@ cm.check_integrity()
 
 # %%
 viz.memory_map_figure(cm.snapshot("R2 reuses the system prompt R1 left in the radix tree"),
-                      title="The radix tree is a holder too")
+                      title="The radix tree is a holder too", by_holder=True)
 
 # %% [markdown]
 # ## The thesis in one widget
@@ -119,10 +120,11 @@ viz.memory_map_figure(cm.snapshot("R2 reuses the system prompt R1 left in the ra
 # The two layers, working together on one small pool (12 blocks of 4, a real `CacheManager`,
 # simulated). R1 runs and finishes; the radix tree keeps its blocks. Then R2 arrives.
 #
-# - Tick or untick **R2 starts with R1's system prompt**: the radix tree (drawn last; matched
-#   nodes green, what R2 computes now blue) finds R1's blocks, or nothing.
-# - Pick a **block table** and move the **token position**: the figure walks the translation
-#   through that table, and the sentence says whether the token lives in a block R1 and R2
+# - Tick or untick **R2 starts with R1's system prompt**: the radix tree (**show: the radix
+#   tree**; matched nodes green, what R2 computes now blue) finds R1's blocks, or nothing.
+# - Pick a **block table** and move the **token position**: the figure (**show: the
+#   translation**) walks the translation through that table; a block only the radix tree holds
+#   is green. The sentence under the picture says whether the token lives in a block R1 and R2
 #   share. With the prefix shared, R2's positions 0-11 land in R1's blocks: the logical layer
 #   chose *which* blocks to reuse, the physical layer says *where* each token is.
 
@@ -253,7 +255,8 @@ check.common_prefix_len(common_prefix_len)
 #
 # **Contract.** `reusable_tokens(finished, new, block_size) -> int`: request `finished` ran and
 # was cached; then `new` arrives. How many of `new`'s tokens come from the cache? Raise
-# `ValueError` if `block_size < 1`. The check compares your answer with kvlab's real
+# `ValueError` if `block_size < 1`, or if `finished` or `new` is empty (a request has at least
+# one token; kvlab's `CacheManager` refuses an empty one). The check compares your answer with kvlab's real
 # `CacheManager` on the same two requests. Before you write code, work these out by hand
 # (blocks of 4):
 # - R1 and R2 above: 12 (the shared system prompt is 3 whole blocks);

@@ -68,7 +68,9 @@ print(f"pos 9 -> L{t9.logical_block}, offset {t9.offset} -> P{t9.physical_block}
 #
 # Three requests decoding together, sharing one pool of 16 blocks. They grew a token at a time,
 # so their blocks are interleaved: no request owns a contiguous range, and the kernel follows
-# each request's table to find its blocks (simulated layout, from the real allocator).
+# each request's table to find its blocks (simulated layout, from the real allocator). Each
+# block is labelled with the table entry that points at it (`seq3 L4`: logical block 4 of
+# seq3's table, printed above); the stepper below draws the walk through one table.
 
 # %%
 from kvlab import BlockManager
@@ -89,7 +91,7 @@ for seq, t in m.tables.items():
 from kvlab.viz import memory_map_figure
 
 memory_map_figure(m.snapshot("three requests decoding together"), title="The pool the kernel reads",
-                  source="simulated", cols=8)   # 8 blocks a row: room for each label
+                  source="simulated", cols=8, tables=False)   # 8 blocks a row: room for each label
 
 # %% [markdown]
 # And the order in which the kernel reads seq3's blocks: it walks the positions from 0 up, so it
@@ -242,9 +244,9 @@ ShuffleControl(q_long, k_long, v_long, long_table.tolist(), long_len, seq_id="se
 # %% [markdown]
 # **Cost in the interpreter (measured).** The interpreter runs each (program, loop iteration)
 # in Python, at a cost that hardly depends on the tile size (the cell prints it per iteration,
-# measured on this machine). The grid here is
-# (3 sequences × 2 KV heads) programs, each looping over `ceil(context / TILE_N)` tiles. Timing
-# below is CPU-interpreter time and says nothing about a GPU.
+# measured on this machine). The grid here is (3 sequences × 2 KV heads) programs, each
+# looping over its context one tile of `TILE_N` positions at a time. Timing below is
+# CPU-interpreter time and says nothing about a GPU.
 
 # %%
 import time
@@ -322,12 +324,13 @@ check.paged_decode_torch(paged_decode_torch)
 # bounds as data. Return one list per program (split), in split order; each holds that
 # program's tiles in loop order; each tile is the list of **logical** block numbers it reads.
 #
-# - The context is cut into `num_tiles = ceil(context_len / tile_tokens)` tiles; tile `t`
-#   covers positions `t * tile_tokens` up to (not including)
-#   `min((t + 1) * tile_tokens, context_len)`. `tile_tokens` is a multiple of `block_size`.
-# - Program `s` reads the tiles `s * per, ..., min((s + 1) * per, num_tiles) - 1` with
-#   `per = ceil(num_tiles / num_splits)`: contiguous ranges, so a late program may get none
-#   (an empty list).
+# - The kernel walks the context in tiles of `tile_tokens` positions, from position 0; the
+#   last tile may be shorter, and no tile reads past `context_len - 1`. `tile_tokens` is a
+#   multiple of `block_size`.
+# - The programs share the tiles as section 2's split-K picture does: each program takes one
+#   **contiguous** run of tiles, in order, and every program takes the same number (the fewest
+#   that still covers every tile) until the tiles run out; so a late program may get fewer, or
+#   none (an empty list). Work out how many from the picture before you write code.
 #
 # Example: 18 tokens, block size 4, 8-token tiles, 2 programs: `[[[0, 1], [2, 3]], [[4]]]`.
 # The checker compares with `kvlab.viz.kernel_view.kernel_access_order`, the view of section 2.
@@ -343,8 +346,9 @@ check.kernel_tiles(kernel_tiles)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Ceiling division in Python without floats: `-(-a // b)`. Both `num_tiles` and `per` are
-# ceilings; a floor loses the last, partial tile (or the last tiles of the context).
+# Count the tiles of an 18-token context in 8-token tiles by hand: if your count says 2, where
+# did the last 2 tokens go? Ask the same question of "how many tiles per program" with 5 tiles
+# and 2 programs. (Rounding up in Python without floats: `-(-a // b)`.)
 # </details>
 #
 # <details><summary>Hint 2</summary>

@@ -1,0 +1,110 @@
+"""Lessons 00 and 05's pictures (issue 28, the review of 34c45ca). Lesson 00 colours a block by who HOLDS
+it now (cells 9, 12 and 14 coloured by who wrote it, and a block held only by the radix tree was drawn
+like a free one); lesson 05's pool picture (cell 6) draws no tangle of arrows."""
+from __future__ import annotations
+
+import kvlab
+import kvlab.viz as viz
+from kvlab.lessons import char_tokenize
+from kvlab.viz.memory_map import snapshot_ids
+from kvlab.viz.palette import FREE, SHARED_FILL, TREE, assign_colors, request_color
+
+
+def _lesson00_cache():
+    """Lesson 00 cell 11: R1 ran and finished; R2 reuses its 12-token system prompt."""
+    cm = kvlab.CacheManager(num_blocks=12, block_size=4)
+    system = char_tokenize("你是客服助手，请简洁回答")
+    r1, r2 = system + char_tokenize("怎么退款"), system + char_tokenize("何时发货")
+    cm.admit("R1", r1)
+    cm.cache_finished_req("R1", r1)
+    cm.admit("R2", r2)
+    return cm.snapshot("R2 reuses the system prompt R1 left in the radix tree")
+
+
+def _fork():
+    """Lesson 00 cell 7: R1, R2 and a fork of R1."""
+    m = kvlab.BlockManager(num_blocks=12, block_size=4)
+    m.add_sequence("R1", 10)
+    m.add_sequence("R2", 5)
+    m.fork("R1", "R1-sample2")
+    return m.snapshot("fork")
+
+
+def _legend(fig) -> dict[str, str]:
+    return {t.name: t.marker.color for t in fig.data if getattr(t, "mode", None) == "markers" and t.x == (None,)}
+
+
+def test_tree_only_block_is_the_trees_and_reused_blocks_are_r2s():
+    snap = _lesson00_cache()
+    colors = assign_colors(snapshot_ids([snap]))
+    d = viz.memory_map_data(snap, colors=colors, by_holder=True)
+    tree_only = [b for b in snap.tables["tree"] if b not in snap.tables["R2"]]
+    assert tree_only and all(d["color"][b] == TREE != FREE for b in tree_only)
+    assert all(d["color"][b] == colors["R2"] for b in snap.tables["R2"])      # R2 holds them now, not R1
+    assert "R1" not in d["legend"]                                            # R1 finished: it holds nothing
+
+
+def test_block_held_by_two_requests_has_its_own_colour_and_legend_entry():
+    snap = _fork()
+    fig = viz.memory_map_figure(snap, by_holder=True)
+    d = viz.memory_map_data(snap, by_holder=True)
+    both = set(snap.tables["R1"]) & set(snap.tables["R1-sample2"])
+    assert both and all(d["color"][b] == SHARED_FILL for b in both)
+    legend = _legend(fig)
+    assert set(d["color"]) <= set(legend.values()), (set(d["color"]), legend)  # every fill drawn is in the legend
+    assert set(legend.values()) <= set(d["color"]) | {FREE, "#ffffff"}, legend  # and no entry without a block
+
+
+def test_default_still_colours_by_owner():
+    d = viz.memory_map_data(_lesson00_cache())
+    assert d["color"][3] == request_color("R1")
+
+
+def test_thesis_picture_draws_tree_blocks_as_held_not_free():
+    from kvlab.viz.thesis_widget import thesis_state
+    from kvlab.viz.translate_widget import translation_figure, translation_figure_data
+
+    s = thesis_state(shared=True, table="R2", pos=5)
+    phys = translation_figure_data(s["chain"], holders=s["holders"])["physical"]
+    outside = [c for c in phys if c["label"].endswith("(tree)")]
+    assert outside and all(c["color"] == TREE for c in outside), phys
+    fills = [sh.fillcolor for sh in translation_figure(s["chain"], holders=s["holders"]).layout.shapes]
+    assert len(set(fills)) > len(set(translation_figure(s["chain"]).layout.shapes[i].fillcolor
+                                     for i in range(len(fills))))
+
+
+def lesson05_pool():
+    """Lesson 05 cell 5: three requests decoding together in 16 blocks, interleaved."""
+    m = kvlab.BlockManager(num_blocks=16, block_size=4)
+    lengths = {"seq1": 5, "seq2": 13, "seq3": 30}
+    for seq in lengths:
+        m.add_sequence(seq, 0)
+    for step in range(max(lengths.values())):
+        for seq, n in lengths.items():
+            if step < n:
+                m.append(seq, 1)
+    return m.snapshot("three requests decoding together")
+
+
+def test_lesson05_pool_picture_has_no_crossing_arrows_and_names_every_block():
+    """The review: cell 6's arrows (one per table entry, into interleaved blocks) were a tangle. The
+    picture is drawn as the lesson draws it (its own call, read from the source) and must have no two
+    arrows that meet, while every used block still names its request and logical block."""
+    from pathlib import Path
+
+    from test_viz_block_arrows import _meet, _polylines
+
+    src = (Path(__file__).resolve().parent.parent / "notebooks" / "src" / "05_paged_kernel.py").read_text()
+    call = src[src.index("memory_map_figure(m.snapshot("):]
+    call = call[:call.index("\n\n")]
+    snap = lesson05_pool()
+    fig = eval(call.replace("memory_map_figure(m.snapshot(\"three requests decoding together\")", "viz.memory_map_figure(snap"),
+               {"viz": viz, "snap": snap})
+    lines = [ln for t in fig.data if t.name and t.name.endswith(" arrows") for ln in _polylines(t)]
+    met = [(a, b) for a, b in __import__("itertools").combinations(lines, 2)
+           if any(_meet(p, q, r, s) for p, q in zip(a, a[1:]) for r, s in zip(b, b[1:]))]
+    assert not met, f"{len(met)} pairs of arrows meet"
+    labels = next(t for t in fig.data if t.name == "labels").text
+    for seq, table in snap.tables.items():
+        for i, b in enumerate(table):
+            assert f"{seq} L{i}" in labels[b], (b, labels[b])
