@@ -25,7 +25,9 @@ The cycle timed for each request is what the engine's scheduler does with it:
     (and the unaligned tail at page size > 1) -> unlock (dec_lock_ref);
   * kvlab (``CacheManager`` over ``RadixCache``, event log recording, every public argument
     validated at the boundary): admit (match, lock, adopt, allocate) -> cache_finished_req (insert,
-    free duplicates and tail, unlock);
+    free duplicates and tail, unlock) with the admitted key plus the answer
+    (``Admission.tokens.plus(answer)``: the prompt's tokens were checked at admit, the answer's are
+    checked there);
   * vLLM (``BlockPool``, block size 16, xxhash block hashes): hash the full blocks,
     get_cached_block per hash -> touch -> get_new_blocks -> cache_full_blocks -> free_blocks;
     kvlab's ``BlockHashCache``: match_for_prefill -> allocate -> cache_full_blocks -> free_blocks.
@@ -234,7 +236,7 @@ def run_kvlab_radix(trace, pool: int, page_size: int) -> tuple[float, list[int]]
         rid = f"r{n}"
         a = cm.admit(rid, prompt, len(prompt) + len(answer))
         matched.append(a.prefix_len)
-        cm.cache_finished_req(rid, prompt + answer)
+        cm.cache_finished_req(rid, a.tokens.plus(answer))  # the admitted key + the answer (only it is checked)
     return CLOCK() - t0, matched
 
 
