@@ -25,10 +25,13 @@ The cycle timed for each request is what the engine's scheduler does with it:
     (and the unaligned tail at page size > 1) -> unlock (dec_lock_ref);
   * kvlab (``CacheManager`` over ``RadixCache``, event log recording, every public argument
     validated at the boundary): admit (match, lock, adopt, allocate) -> cache_finished_req (insert,
-    free duplicates and tail, unlock);
+    free duplicates and tail, unlock) with the admitted key plus the answer
+    (``Admission.tokens.plus(answer)``: the prompt's tokens were checked at admit, the answer's are
+    checked there);
   * vLLM (``BlockPool``, block size 16, xxhash block hashes): hash the full blocks,
     get_cached_block per hash -> touch -> get_new_blocks -> cache_full_blocks -> free_blocks;
-    kvlab's ``BlockHashCache``: match_for_prefill -> allocate -> cache_full_blocks -> free_blocks.
+    kvlab's ``BlockHashCache``: match_for_prefill -> allocate -> cache_full_blocks (the match's
+    checked tokens plus the answer: ``m.tokens.plus(answer)``) -> free_blocks.
 Before each implementation's clock starts, its set-up (the pool, built outside the timed loop) is
 garbage-collected once: kvlab's allocator keeps two Python lists of one entry per block (8 Mi
 entries at page 1), whose first collections, inside the loop, cost more than 0.1 s of a 0.3 s run
@@ -234,7 +237,7 @@ def run_kvlab_radix(trace, pool: int, page_size: int) -> tuple[float, list[int]]
         rid = f"r{n}"
         a = cm.admit(rid, prompt, len(prompt) + len(answer))
         matched.append(a.prefix_len)
-        cm.cache_finished_req(rid, prompt + answer)
+        cm.cache_finished_req(rid, a.tokens.plus(answer))  # the admitted key + the answer (only it is checked)
     return CLOCK() - t0, matched
 
 
@@ -295,7 +298,7 @@ def run_kvlab_hash(trace, pool: int, block_size: int) -> tuple[float, list[int]]
         m = pc.match_for_prefill(prompt, rid)
         matched.append(m.prefix_len)
         table = pc.allocate(len(seq), m, rid)
-        pc.cache_full_blocks(seq, table, rid, block_hashes=m.block_hashes)
+        pc.cache_full_blocks(m.tokens.plus(answer), table, rid, block_hashes=m.block_hashes)  # only the answer checked
         pc.free_blocks(table, rid)
     return CLOCK() - t0, matched
 

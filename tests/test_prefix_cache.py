@@ -227,3 +227,22 @@ def test_block_hash_cache_properties(ops, block_size, num_blocks):
         pc.free_blocks(t)
     pc.check_integrity(holders=[])
     assert pc.num_free_blocks == num_blocks
+
+
+def test_the_matched_tokens_plus_the_answer_are_cached_and_a_key_that_does_not_extend_them_is_refused():
+    """``cache_full_blocks(match.tokens.plus(answer), ...)``: only the answer is checked; a key that
+    differs from the matched tokens is a ValueError with nothing changed."""
+    from kvlab.reuse.radix_cache import RadixKey
+    pc = BlockHashCache(16, 2)
+    m = pc.match_for_prefill([1, 2, 3, 4, 5], "A")
+    table = pc.allocate(7, m, "A")
+    before = pc.state()
+    with pytest.raises(ValueError, match="do not start with"):
+        pc.cache_full_blocks(RadixKey([1, 9, 3, 4, 5, 6, 7]), table, "A", block_hashes=m.block_hashes)
+    with pytest.raises(TypeError, match=r"tokens\[5\] = 6.0"):
+        m.tokens.plus([6.0, 7])
+    assert pc.state() == before
+    assert pc.cache_full_blocks(m.tokens.plus([6, 7]), table, "A", block_hashes=m.block_hashes) == 3
+    pc.free_blocks(table, "A")
+    pc.check_integrity()
+    assert pc.match_for_prefill([1, 2, 3, 4, 5, 6, 9], "B").prefix_len == 6

@@ -223,3 +223,27 @@ def test_cache_req_treats_each_region_of_the_table_as_its_diagram_says(finished)
         assert (rc[m], rc[d], rc[n1], rc[n2], rc[t], rc[tree_d]) == (3, 0, 2, 2, 1, 3)
         assert cm.lock_node("R1").path_kv() == [m, tree_d, n1, n2]
     cm.check_integrity()
+
+
+def test_a_key_made_from_the_admission_is_cached_and_checked_against_what_the_sequence_holds():
+    """``Admission.tokens.plus(answer)``: only the answer is checked; a key that does not extend the
+    admitted tokens, or an answer with a bad id, is refused with nothing changed."""
+    from kvlab.reuse.radix_cache import RadixKey
+    cm = CacheManager(32, 2)
+    a = cm.admit("A", [1, 2, 3, 4, 5], 8)
+    assert a.tokens == [1, 2, 3, 4, 5] and type(a.tokens) is RadixKey
+    before = (cm.allocator.state(), cm.tree.pretty(), dict(cm.table("A").__dict__))
+    with pytest.raises(TypeError, match=r"tokens\[6\] = True"):
+        a.tokens.plus([6, True])
+    with pytest.raises(ValueError, match="differ at position 1"):
+        cm.cache_finished_req("A", RadixKey([1, 9, 3, 4, 5, 6]))
+    with pytest.raises(ValueError, match="shorter"):
+        cm.cache_unfinished_req("A", RadixKey([1, 2]))
+    assert (cm.allocator.state(), cm.tree.pretty(), dict(cm.table("A").__dict__)) == before
+    key = a.tokens.plus([6, 7])
+    res = cm.cache_finished_req("A", key)
+    assert res.prefix_len == 0 and len(res.kv) == 3
+    key.append(99)  # the manager keeps no reference to the caller's key
+    b = cm.admit("B", [1, 2, 3, 4, 5, 6, 7, 8])
+    assert b.prefix_len == 6
+    cm.check_integrity()

@@ -8,6 +8,7 @@ the rule is written once.
 
     check_int(name, value, minimum=None) -> int
     as_ids(values, what="tokens") -> list[int]     # a sequence of non-negative ints
+    tail_ids(values, start, what="tokens")         # the same, for the ids after ``start`` checked ones
     check_seq_id(value, name="seq_id") -> str      # sequence ids are strings, nothing else
 
 Cost: ``as_ids`` makes two C-level passes (the element types, then ``array('Q')`` for the
@@ -37,7 +38,7 @@ import re
 from array import array
 from typing import Any, Iterable
 
-__all__ = ["check_int", "as_ids", "extend_ids", "check_seq_id"]
+__all__ = ["check_int", "as_ids", "extend_ids", "tail_ids", "check_seq_id"]
 
 
 def _is_int_like(value: Any) -> bool:
@@ -106,11 +107,18 @@ def extend_ids(known: list[int], values: Iterable[int], what: str = "tokens") ->
         return None
     if list(map(type, head)).count(int) != n:  # equal to ints yet not ints: True, 1.0, numpy ints
         return None if as_ids(head, what) != known else known + as_ids(values[n:], what)
+    return known + tail_ids(values[n:], n, what)
+
+
+def tail_ids(values: Iterable[int], start: int, what: str = "tokens") -> list[int]:
+    """:func:`as_ids` of ``values``, the tokens that follow ``start`` validated ones: an error
+    names the element by its position in the whole list (``start`` + its index).
+
+    Example: ``tail_ids([5, 2.5], 3)`` raises TypeError naming ``tokens[4]``."""
     try:
-        tail = as_ids(values[n:], what)
+        return as_ids(values, what)
     except (TypeError, ValueError) as e:  # name the position in the whole list, not in the tail
-        raise type(e)(re.sub(r"\[(\d+)\]", lambda m: f"[{int(m.group(1)) + n}]", str(e), count=1)) from None
-    return known + tail
+        raise type(e)(re.sub(r"\[(\d+)\]", lambda m: f"[{int(m.group(1)) + start}]", str(e), count=1)) from None
 
 
 def check_seq_id(value: Any, name: str = "seq_id") -> str:

@@ -59,6 +59,7 @@ from typing import Iterable, Sequence
 from ..memory.block_pool import DoubleFree, KVCacheError, OutOfBlocks, check_block_ids
 from ..memory.events import EventLog
 from ..memory.ids import as_ids, check_int, extend_ids
+from .radix_cache import RadixKey
 from .stats import HitStats
 
 __all__ = [
@@ -118,6 +119,12 @@ class PrefixMatch:
     prefix_len: int
     block_ids: list[int]
     block_hashes: list[int]
+
+    @property
+    def tokens(self) -> RadixKey:
+        """The tokens looked up, checked (a :class:`~kvlab.reuse.radix_cache.RadixKey`):
+        ``tokens.plus(answer)`` is what ``cache_full_blocks`` takes with only the answer checked."""
+        return self.block_hashes.tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,8 +254,7 @@ class BlockHashCache:
     def match_prefix(self, tokens: Sequence[int], rid: str | None = None, *, record_stats: bool = True) -> PrefixMatch:
         """The longest run of cached full blocks at the start of ``tokens`` (vLLM's
         ``get_computed_blocks``). Changes no ref count; ``allocate`` takes the hits."""
-        key = as_ids(tokens)
-        key = list(key) if key is tokens else key  # kept in the match's block_hashes: never the caller's list
+        key = RadixKey(tokens)  # checked once; kept in the match's block_hashes: never the caller's list
         return self._match(key, len(key), rid, record_stats)
 
     def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> PrefixMatch:
@@ -281,8 +287,7 @@ class BlockHashCache:
         """``match_prefix`` capped at ``len(tokens) - 1`` tokens (cut to whole blocks), so a
         fully cached prompt still computes its last token (vLLM's ``max_cache_hit_length``).
         Example: 8 cached tokens, block_size 4, prompt of those 8 -> prefix_len 4."""
-        key = as_ids(tokens)
-        key = list(key) if key is tokens else key
+        key = RadixKey(tokens)
         return self._match(key, max(0, len(key) - 1), rid, True)
 
     # -------------------------------------------------------------------- allocation
@@ -365,9 +370,15 @@ class BlockHashCache:
         another block stays uncached (two requests computed it at once; vLLM keeps the first).
         Returns how many blocks were newly cached. ``block_hashes``: the match's (a
         :class:`BlockHashes`: then ``tokens`` must start with the tokens matched, ValueError
-        otherwise, and only the tokens past them are validated and hashed)."""
+        otherwise, and only the tokens past them are validated and hashed; ``tokens`` as a
+        :class:`RadixKey`, ``match.tokens.plus(answer)``, is only compared with the matched ones)."""
         known = block_hashes if type(block_hashes) is BlockHashes else None
-        key = extend_ids(known.tokens, tokens) if known is not None else as_ids(tokens)
+        if known is None:
+            key = as_ids(tokens)
+        elif type(tokens) is RadixKey:  # checked when it was made
+            key = tokens if tokens[:len(known.tokens)] == known.tokens else None
+        else:
+            key = extend_ids(known.tokens, tokens)
         if key is None:
             raise ValueError("cache_full_blocks: tokens do not start with the tokens the block_hashes were "
                              f"computed from ({len(known.tokens)} token(s)): pass that request's own match")

@@ -113,12 +113,16 @@ def token_mismatch(seq_id: str, key: list[int], known: list[int], holder: str = 
 @dataclass(frozen=True)
 class Admission:
     """A sequence that got its blocks: ``prefix_len`` tokens were cached (their blocks adopted),
-    ``table`` holds ``table.num_tokens`` slots, ``evicted_tokens`` were evicted to make room."""
+    ``table`` holds ``table.num_tokens`` slots, ``evicted_tokens`` were evicted to make room.
+    ``tokens``: the admitted tokens as the checked :class:`RadixKey` (None for a length-only
+    admit); ``tokens.plus(answer)`` is the key to cache when the sequence ends, and only the
+    answer's tokens are checked there."""
 
     seq_id: str
     prefix_len: int
     table: BlockTable
     evicted_tokens: int = 0
+    tokens: RadixKey | None = None
 
     @property
     def matched_kv(self) -> list[int]:
@@ -235,7 +239,7 @@ class CacheManager:
             self._tokens[seq_id] = key  # a RadixKey holds a copy: never the caller's list
         evicted = (self.tree.stats.evicted_tokens - before) if self.tree is not None else 0
         self.log.add(("admit", seq_id, (), (prefix_len, n)))
-        return Admission(seq_id, prefix_len, table, evicted)
+        return Admission(seq_id, prefix_len, table, evicted, key)
 
     def append(self, seq_id: str, n: int = 1) -> list[tuple[int, int]] | None:
         """Reserve ``n`` more slots for ``seq_id``, evicting when short; returns the copy-on-write
@@ -276,14 +280,19 @@ class CacheManager:
         the table's slots, and an extension of the tokens it was admitted with or cached before.
         Those only grow: a shorter list, or one that differs at a known position, would let the
         tree map other tokens to blocks that hold this KV. The key returned is never the caller's
-        own list (a caller that appends to it later changes nothing here).
+        own list (a caller that appends to it later changes nothing here). A :class:`RadixKey`
+        (``Admission.tokens.plus(answer)``) was checked when it was made: it is only compared
+        with the known tokens.
 
         Example: admitted [1, 2, 3] -> [1, 2, 3, 4] is the key; [1, 2] and [1, 9, 3] are refused
         (ValueError naming the sequence and position 2, resp. 1)."""
         seq_id = t.seq_id
         known = self._tokens.get(seq_id)
         if known is not None:
-            key = known.extended(tokens)  # only the tokens past the known ones are checked
+            if type(tokens) is RadixKey:  # checked when it was made (``Admission.tokens.plus(answer)``)
+                key = tokens.prefix(len(tokens)) if tokens[:len(known)] == known else None
+            else:
+                key = known.extended(tokens)  # only the tokens past the known ones are checked
             if key is None:
                 raise ValueError(token_mismatch(seq_id, as_ids(tokens), known, "it holds"))
             if len(key) == len(known):

@@ -65,7 +65,7 @@ from typing import Callable, Iterable, Sequence
 from ..memory.block_pool import BlockAllocator, DoubleFree, HeldBlocks, KVCacheError, UnknownBlock
 from ..memory.block_table import BlockTable
 from ..memory.events import EventLog
-from ..memory.ids import as_ids, check_int, extend_ids
+from ..memory.ids import as_ids, check_int, extend_ids, tail_ids
 from .radix_snapshot import NodeView, RadixSnapshot
 from .stats import HitStats
 
@@ -78,13 +78,14 @@ class RadixKey(list):
     """Token ids checked once (kvlab's id rule), which the tree takes without checking again
     (SGLang 0.5's ``RadixKey``). ``RadixKey(tokens)`` validates (TypeError / ValueError naming
     the bad element) and copies: it is a list of ints, never the caller's list (read it, do not
-    change it). ``prefix(n)`` and ``extended(tokens)`` (which checks only the new tokens) are keys
-    too; a plain slice is a plain list.
+    change it). ``prefix(n)``, ``extended(tokens)`` (which checks only the tokens past this key's)
+    and ``plus(new_tokens)`` (this key followed by ``new_tokens``, only those checked: a prompt's
+    key plus the answer) are keys too; a plain slice is a plain list.
 
     Example:
         >>> k = RadixKey([1, 2, 3])
-        >>> len(k), k.prefix(2), k.extended([1, 2, 3, 4]), k.extended([1, 9])
-        (3, RadixKey([1, 2]), RadixKey([1, 2, 3, 4]), None)
+        >>> len(k), k.prefix(2), k.extended([1, 2, 3, 4]), k.extended([1, 9]), k.plus([4, 5])
+        (3, RadixKey([1, 2]), RadixKey([1, 2, 3, 4]), None, RadixKey([1, 2, 3, 4, 5]))
     """
 
     __slots__ = ()
@@ -111,6 +112,14 @@ class RadixKey(list):
         None when they are shorter or differ at a known position."""
         ids = extend_ids(self, tokens)
         return None if ids is None else self._checked(ids)
+
+    def plus(self, new_tokens: Iterable[int]) -> "RadixKey":
+        """This key followed by ``new_tokens`` (only those are checked: TypeError / ValueError
+        naming the bad element by its position in the whole key)."""
+        tail = tail_ids(new_tokens, len(self))
+        k = self._checked(self)
+        list.extend(k, tail)
+        return k
 
     def __repr__(self) -> str:
         return f"RadixKey({list.__repr__(self) if len(self) <= 8 else list.__repr__(self[:6])[:-1] + ', ...]'})"
