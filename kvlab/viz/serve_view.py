@@ -193,19 +193,39 @@ def _tree_traces(d: dict) -> tuple[list[Any], dict, int]:
 _PATH_TEXT = {"hit": "#1b7a1b", "computed": "#1f5f99"}      # the marks' hues, dark enough for text
 
 
-def _path_labels(d: dict, pos: dict, depth: int, th: Any, width_px: float) -> list[dict]:
-    """The last request's path, node by node, as text under the tree's columns (annotations):
-    each node's text under its own depth, in its mark's colour, odd depths on the upper row and
-    even ones on the lower, so that a label may take two columns' width."""
+def _path_labels(d: dict, pos: dict, depth: int, th: Any, width_px: float, max_lines: int = 4) -> list[dict]:
+    """The last request's path as ONE text under the tree (an annotation named "path"): its nodes'
+    texts joined, the hit part in green and the computed part in blue, wrapped at spaces to the
+    tree's width, so a word split across two nodes (a page boundary) reads whole. A path too long
+    for ``max_lines`` loses the start of its hit part (``…``)."""
     path = sorted((x for x in d["nodes"] if x["mark"] and not x["evicted"] and x["id"] in pos),
                   key=lambda x: pos[x["id"]][0])
-    col_px = width_px / (depth + 1.5)
-    chars = max(6, int(2 * col_px / (0.6 * th.font_size)) - 1)
-    line = 1.25 * th.font_size
-    return [dict(x=pos[x["id"]][0], y=0 if pos[x["id"]][0] % 2 == 0 else 2 * line + 4, xref="x2", yref="paper",
-                 yshift=0, yanchor="bottom", showarrow=False, align="center",
-                 text=_node_label(x["text"], chars, 2), font=dict(size=th.font_size, color=_PATH_TEXT[x["mark"]]))
-            for x in path]
+    if not path:
+        return []
+    chars = max(12, int(width_px / (0.6 * th.font_size)))
+    parts = [(m, " ".join("".join(x["text"] for x in path if x["mark"] == m).split())) for m in ("hit", "computed")]
+    words = [(m, w) for m, t in parts for w in t.split(" ") if w]
+    while sum(len(w) + 1 for _, w in words) > chars * max_lines - 2 and len(words) > 1:
+        words.pop(0)                                          # the start of the hit part goes first
+        words[0] = (words[0][0], "…" + words[0][1].lstrip("…"))
+    lines: list[list[tuple[str, str]]] = [[]]
+    for m, w in words:
+        if lines[-1] and sum(len(x) + 1 for _, x in lines[-1]) + len(w) > chars:
+            lines.append([])
+        lines[-1].append((m, w))
+
+    def html(line: list[tuple[str, str]]) -> str:
+        runs: list[list] = []
+        for m, w in line:
+            if runs and runs[-1][0] == m:
+                runs[-1][1].append(w)
+            else:
+                runs.append([m, [w]])
+        return " ".join(f"<span style='color:{_PATH_TEXT[m]}'>{' '.join(ws)}</span>" for m, ws in runs)
+
+    return [dict(name="path", x=0, xref="x2 domain", y=0, yref="paper", yanchor="bottom", xanchor="left",
+                 showarrow=False, align="left", text="<br>".join(html(ln) for ln in lines),
+                 font=dict(size=th.font_size))]
 
 
 def dashboard_figure(state: dict, caption: str | None = "") -> Any:
@@ -233,8 +253,6 @@ def dashboard_figure(state: dict, caption: str | None = "") -> Any:
         fig.add_trace(t, 1, 1)
     labels = _path_labels(d, pos, depth, th, 0.66 * width)
     rows_px = (5 * 1.25 * th.font_size + 8) if labels else 0
-    for a in labels:
-        a["y"] = a["y"] / plot_px
     low = min([p[1] for p in pos.values()] + [0])
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
