@@ -163,3 +163,22 @@ def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypat
     assert [k for k, _ in shown] == ["display"] and "kvlab-stepper" in shown[0][1].children[0]._dom_classes
     with pytest.raises(TypeError, match="callable"):
         lab.on_stop("not a function")
+
+
+def test_the_page_size_control_reruns_the_lessons_requests(monkeypatch):
+    """Issue 28 review of lesson 12: no control for the lesson's parameters. The page size re-runs
+    the notebook's own requests through the server's cache code; a bigger page finds fewer tokens,
+    a page size not offered is refused with the state unchanged."""
+    monkeypatch.setenv("KVLAB_STATIC", "0")
+    shop = list(range(100, 140))
+    reqs = [("R1", shop + [1, 2, 3], [9, 9]), ("R2", shop + [4, 5], [7]), ("R3", shop + [1, 2, 6, 6], [])]
+    c = serve_view.served_page_size_control(reqs, {"R1": 0, "R2": 40, "R3": 40}, server_page=4, slots=384)
+    assert c.widget is not None and c.result["matched"] == {"R1": 0, "R2": 40, "R3": 40}
+    assert "reported 80 cached (measured)" in c.caption()
+    c.set(page_size=16)
+    assert c.result["matched"] == {"R1": 0, "R2": 32, "R3": 32} and "Pages of 16 tokens" in c.caption()
+    c.set(page_size=1)
+    assert c.result["matched"]["R3"] == 42
+    with pytest.raises(ValueError, match="32"):
+        c.set(page_size=32)
+    assert c.page_size == 1 and c.result["matched"]["R3"] == 42

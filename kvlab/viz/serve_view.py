@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from .palette import HIT, MISS, theme
 
-__all__ = ["DASHBOARD_REQUEST_COLORS", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
+__all__ = ["DASHBOARD_REQUEST_COLORS", "served_page_size_control", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
            "dashboard_stepper", "router_figure", "show_dashboard"]
 
 _BLOCK = {0: "#eeeeee", 2: "#9e9e9e", 3: "#222222"}       # free, cached only, shared (as the live page)
@@ -385,3 +385,70 @@ def router_figure(views: dict[str, dict]) -> Any:
                       margin=dict(l=60, r=20, t=90, b=50))
     fig.update_annotations(font=dict(size=th.font_size + 1))
     return fig
+
+
+SERVED_PAGE_SIZES = (1, 2, 4, 8, 16)
+
+
+def _served_run(requests: Sequence[tuple[str, Sequence[int], Sequence[int]]], page_size: int,
+                slots: int) -> dict[str, dict[str, int]]:
+    """The requests, in order, through the server's own cache code (a ``CacheManager`` of
+    ``slots // page_size`` blocks of ``page_size`` tokens): per request, tokens matched and prefilled."""
+    from ..reuse.cache_manager import CacheManager, serve_request
+
+    cm = CacheManager(num_blocks=slots // page_size, block_size=page_size)
+    out: dict[str, dict[str, int]] = {"matched": {}, "prefilled": {}, "prompt": {}}
+    for name, prompt, output in requests:
+        r = serve_request(cm, list(prompt), output=list(output), rid=name)
+        out["matched"][name], out["prefilled"][name], out["prompt"][name] = r.matched_len, r.prefill_len, len(prompt)
+    return out
+
+
+def served_page_size_control(requests: Sequence[tuple[str, Sequence[int], Sequence[int]]], measured: dict[str, int],
+                             server_page: int, slots: int, page_size: int | None = None, static: bool | None = None):
+    """Lesson 12's control: the page size, re-running this notebook's requests (their own token ids,
+    prompt and output, in the order sent) through the server's cache code in milliseconds; the bars
+    are per request, the caption compares with what the server reported at its own page size.
+
+    Example:
+        >>> reqs = [("R1", list(range(40)), [99]), ("R2", list(range(30)) + [7, 8], [])]
+        >>> c = served_page_size_control(reqs, {"R1": 0, "R2": 28}, server_page=4, slots=384, static=True)
+        >>> c.result["matched"]["R2"], c.set(page_size=16), c.result["matched"]["R2"]
+        (28, None, 16)
+    """
+    from .page_size_control import PageSizeControl
+
+    class ServedPageSizeControl(PageSizeControl):
+        css_class = "kvlab-page-size"
+
+        def __init__(self) -> None:
+            self.page_size = server_page if page_size is None else page_size
+            self.check()
+            self._one = _served_run(requests, 1, slots)["matched"]
+            super(PageSizeControl, self).__init__(static=static)
+
+        def check(self) -> None:
+            if self.page_size not in SERVED_PAGE_SIZES:
+                raise ValueError(f"page_size must be one of {SERVED_PAGE_SIZES}, got {self.page_size!r}")
+
+        def update(self) -> None:
+            self.result = {**_served_run(requests, self.page_size, slots), "matched_1": dict(self._one)}
+
+        def caption(self) -> str:
+            r, p = self.result, self.page_size
+            total, found = sum(r["prompt"].values()), sum(r["matched"].values())
+            return (f"Pages of {p} token{'s' if p != 1 else ''}: the tree finds {found} of the {total} prompt tokens of "
+                    f"this notebook's {len(r['prompt'])} requests ({found / total:.0%}; with 1-token pages "
+                    f"{sum(r['matched_1'].values())}). The server, at pages of {server_page}, reported "
+                    f"{sum(measured.values())} cached (measured). (Simulated: the server's own cache code on the "
+                    f"requests' own token ids.)")
+
+        def _inputs(self, W: Any) -> list[Any]:
+            slider = W.SelectionSlider(options=list(SERVED_PAGE_SIZES), value=self.page_size,
+                                       description="page size (tokens)", style={"description_width": "initial"},
+                                       layout=W.Layout(width="min(420px, 100%)", padding="0 0 0 8px"))
+            slider.add_class("kvlab-page-size-slider")
+            slider.observe(lambda ch: self.set(page_size=ch["new"]), names="value")
+            return [slider]
+
+    return ServedPageSizeControl()
