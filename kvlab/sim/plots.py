@@ -49,8 +49,9 @@ LABELS = {"token_states": "token states", "reservation": "reservation", "interna
 
 
 def colour_key_html(systems: Sequence[str] = ("orca-max", "orca-pow2", "orca-oracle", "vllm"),
-                    names: dict | None = None) -> str:
-    """One line of swatches per kind: each colour of lesson 09's figures and its one meaning.
+                    names: dict | None = None, font_px: int | None = None) -> str:
+    """One line of swatches per kind: each colour of lesson 09's figures and its one meaning
+    (``font_px``: the text size, e.g. the theme's controls' size in classroom mode).
 
     Example:
         >>> "#2ca02c" in colour_key_html() and "token states" in colour_key_html()
@@ -67,7 +68,8 @@ def colour_key_html(systems: Sequence[str] = ("orca-max", "orca-pow2", "orca-ora
                         "internal_fragmentation", "rounding", "external_fragmentation", "free")]),
             ("bars", [sw("#ffffff", "published", "#000000"), sw("#404040", "simulated"),
                       sw("#969696", "range of a sensitivity run"), sw(REQUEST_COLOR, "a request's blocks (buddy picture)")])]
-    return "<div>" + "".join(f"<div><b>{k}:</b> {' '.join(v)}</div>" for k, v in rows) + "</div>"
+    size = f' style="font-size:{font_px}px;line-height:1.5"' if font_px else ""
+    return f"<div{size}>" + "".join(f"<div><b>{k}:</b> {' '.join(v)}</div>" for k, v in rows) + "</div>"
 
 
 class _Theme:

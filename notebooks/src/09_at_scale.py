@@ -60,7 +60,7 @@ print(f"a 2,048-token reservation takes {2048 / budget.tokens:.1%} of it: {budge
 # %%
 from IPython.display import HTML
 
-HTML(plots.colour_key_html(names=R.PAPER_NAMES))
+HTML(plots.colour_key_html(names=R.PAPER_NAMES, font_px=viz.theme().control_px))
 
 # %% [markdown]
 # The requests: the paper synthesised them from ShareGPT conversations with Poisson arrivals at 2
