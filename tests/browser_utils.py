@@ -383,7 +383,7 @@ def page_chunks(page, out_dir: Path | None = None, prefix: str = "", max_chunks:
     return paths
 
 
-_LAYOUT_JS = """([minPx]) => {
+_LAYOUT_JS = """([minPx, wordCut]) => {
     const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')];
     const found = [];
     const describe = el => {
@@ -417,6 +417,18 @@ _LAYOUT_JS = """([minPx]) => {
                 if ((ox === 'auto' || ox === 'scroll') && el.scrollWidth > el.clientWidth + 2 && el.clientWidth > 0)
                     found.push({kind: 'overflow', cell: index, element: describe(el) + ' (scrolls sideways)',
                                 content_px: el.scrollWidth, area_px: el.clientWidth});
+            });
+            // 1b. (classroom) printed text wrapped inside a word: a line wider than its <pre> while the
+            // <pre> breaks anywhere (JupyterLab's word-break: break-all) is cut mid-word on screen
+            if (wordCut) out.querySelectorAll('pre').forEach(pre => {
+                const st = getComputedStyle(pre);
+                if (st.whiteSpace === 'pre' || st.wordBreak !== 'break-all' || !visible(pre)) return;
+                const was = pre.style.whiteSpace;
+                pre.style.whiteSpace = 'pre';
+                const wide = pre.scrollWidth > pre.clientWidth + 1;
+                const longest = pre.textContent.split('\\n').reduce((a, l) => l.length > a.length ? l : a, '');
+                pre.style.whiteSpace = was;
+                if (wide) found.push({kind: 'word-cut', cell: index, element: describe(pre), text: longest.slice(0, 60)});
             });
             // 2. text under the minimum size, as drawn (an SVG's scale counts)
             out.querySelectorAll('text, tspan').forEach(el => {
@@ -617,6 +629,8 @@ def layout_report(page, lesson: str, classroom: bool, notebook: str | None = Non
 
     - ``overflow``: an output wider than its output area (``content_px``, ``area_px``);
     - ``small-text``: visible text in outputs under 12 px (16 px in classroom mode) (``px``);
+    - ``word-cut`` (classroom mode): printed text whose lines wrap inside a word (a line wider than
+      its ``<pre>`` where the ``<pre>`` breaks anywhere);
     - ``crossed-text``: SVG or plotly text whose letters a drawn line or arrow runs through
       (graphviz edges, plotly lines, error bars and shapes; not grids, axes, boxes or bars);
     - ``clipped-text``: SVG or plotly text cut by the edge of its figure, a clip path (plotly's
@@ -631,7 +645,7 @@ def layout_report(page, lesson: str, classroom: bool, notebook: str | None = Non
     ``cell`` is the cell's index in ``notebooks/<lesson>`` (the inserted classroom cell is not
     counted). Call :func:`page_chunks` first."""
     window = page.evaluate(f"() => {_SCROLLER}?.clientHeight || window.innerHeight")
-    raw = page.evaluate(_LAYOUT_JS, [MIN_TEXT_PX[classroom]]) + page.evaluate(_PICTURE_JS, [window])
+    raw = page.evaluate(_LAYOUT_JS, [MIN_TEXT_PX[classroom], classroom]) + page.evaluate(_PICTURE_JS, [window])
     mode = "classroom" if classroom else "normal"
     first_code = _first_code_index(notebook or lesson)  # notebook: the file, where a number has two (09)
     grouped: dict[tuple, dict] = {}
@@ -662,6 +676,7 @@ def _first_code_index(lesson: str) -> int:
 _SAYS = {  # kind -> what one line of the report says after "where: "
     "small-text": "{count} text(s) at {px} px, e.g. {said}",
     "tall-control": "controls and figures span {content_px} px, {area_px} px on screen",
+    "word-cut": "{count} printed line(s) wrapped inside a word, e.g. {said}",
     "step-counter": "the step counter shown {count} times: {said}",
     "clipped-text": "{count} text(s) cut by the figure's edge (up to {px} px): {said}",
     "crossed-text": "{count} text(s) crossed by a line or arrow: {said}",

@@ -255,7 +255,7 @@ WRONG = [
      'returned the float 32.0 where an i'),
     ('09', 'orca_reservation', 'block_size ignored',
      [('blocks = -(-tokens // block_size)', 'blocks = -(-tokens // 16)')],
-     'block_size is a parameter: the ans'),
+     'hard-coded block size: the answer '),
     ('09', 'orca_reservation', 'slots rounded before blocks',
      [('blocks = -(-tokens // block_size)', 'blocks = -(-(1 << (tokens - 1).bit_length()) // block_size)'),
       ('return 1 << (blocks - 1).bit_length()', 'return blocks')],

@@ -240,7 +240,7 @@ EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL not
     ("12", "predict_cached", [("    pos = min(pos, len(prompt) - 1)             # the last token is always computed\n"
                                "    return pos // page_size * page_size         # whole pages only",
                                "    pos = pos // page_size * page_size\n    return min(pos, len(prompt) - 1)")],
-     "cap first, then round"),
+     "the two limits in the wrong order"),
     ("12", "predict_cached", [("            if m > k:", "            if m > k and k == 0:")], "not the first one that matches"),
     ("12", "pick_worker", [("if hi - lo > 64 and hi > 1.5 * lo:", "if hi - lo > 64 or hi > 1.5 * lo:")], "(and, not or)"),
     ("12", "pick_worker", [("if hi - lo > 64 and", "if hi - lo >= 64 and")], "(> 64, not >=)"),

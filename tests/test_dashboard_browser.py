@@ -178,3 +178,34 @@ def test_an_eviction_flashes_the_blocks_it_freed(browser):
     finally:
         ctx.close()
         srv.stop()
+
+
+_FIT_JS = """() => {
+  const inside = (r, b) => r.left >= b.left - 1 && r.right <= b.right + 1;
+  const pool = document.getElementById('pool').getBoundingClientRect();
+  const title = document.querySelector('#pool .gtitle');
+  const labels = [...document.querySelectorAll('#tree .textpoint text')].map(t => t.textContent);
+  return {title: title ? inside(title.getBoundingClientRect(), pool) : false, titleText: title && title.textContent,
+          short: labels.filter(t => t.endsWith('…') && t.length < 9)};
+}"""
+
+
+def test_the_classroom_dashboard_fits_the_lessons_frame(browser, server):
+    """Issue 28 review of 12: in the lesson's frame (the output area at 1280x720, about 860 x 590 px)
+    the pool's title was cut at both ends ("ock pool: 52 of 96 blocks used (4 tokens eacl") and the
+    tree's labels shrank to four letters. The title lies inside the pool's box; no label is cut to
+    under 8 characters."""
+    for prompt in ["You are a shop assistant. How do I get a refund for my order?",
+                   "You are a shop assistant. How do I change my address?",
+                   "You are a shop assistant. When does my parcel arrive?"]:
+        _completion(server, prompt)
+    ctx = browser.new_context(viewport={"width": 860, "height": 590})
+    try:
+        page = ctx.new_page()
+        page.goto(server.url + "/dashboard?classroom=1")
+        page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
+        page.wait_for_selector("#tree .textpoint text")
+        fit = page.evaluate(_FIT_JS)
+        assert fit["title"] and not fit["short"], fit
+    finally:
+        ctx.close()

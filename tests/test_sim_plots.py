@@ -156,3 +156,45 @@ def test_one_seed_draws_no_interval():
     one = rp.vllm_batched_requests("sharegpt", 200, seeds=(0,))
     simd = plots.compare_bars(one, "mean batched requests", rows=[0, 1, 2, 3]).data[1]
     assert simd.error_y.visible is False and simd.name == "simulated (one seed: no interval)"
+
+
+def test_timeline_calls_free_memory_fragmentation_only_while_requests_wait():
+    """Issue 28 review of 09 (cell 19): at a low rate no request ever waited, yet the free runs
+    outside the largest one were painted "external frag.". Free memory strands a request only
+    while one waits: then it is fragmentation; otherwise it is free."""
+    res = sim.simulate(sim.sharegpt(60, 0.5, seed=0), sim.make_policy("orca-max", 15_728), progress=False)
+    rows = res.timeline_rows()
+    assert any(r["external_fragmentation"] for r in rows if not r["waiting"])  # the case the review saw
+    fig = plots.memory_timeline_figure(res)
+    by = {t.name: t for t in fig.data}
+    ext = next((t for n, t in by.items() if n.startswith("external frag")), None)
+    shown = [0.0] * len(rows) if ext is None else list(ext.y)
+    for r, y in zip(rows, shown):
+        if not r["waiting"]:
+            assert y == 0, (r["time"], y)
+        else:
+            assert y == 100 * r["external_fragmentation"] / res.capacity
+    free = list(by["free"].y)
+    assert all(abs(f - 100 * (r["free"] + (0 if r["waiting"] else r["external_fragmentation"])) / res.capacity) < 1e-9
+               for r, f in zip(rows, free))
+
+
+def test_one_colour_one_meaning_across_lesson_09():
+    """Issue 28 review of 09: colours changed meaning between figures (Orca (Max) drawn in the grey
+    of the free memory and of the simulated bars; the buddy picture's requests in the green, amber
+    and cyan of token states, reservation and Orca (Oracle)). No system, no request of the buddy
+    picture and no memory category share a colour, and the lesson's colour key lists each."""
+    greys = {"#d9d9d9", "#404040", "#969696", "#7f7f7f", "#ffffff", "#000000"}  # free, simulated, range, published
+    systems = {p: plots.SYSTEM_COLORS[p] for p in ("orca-max", "orca-pow2", "orca-oracle", "vllm")}
+    assert not set(systems.values()) & (greys | set(plots.COLORS.values())), systems
+    assert len(set(systems.values())) == len(systems)
+    pol = OrcaPolicy(15_728, "orca-oracle")
+    for r in sim.sharegpt(12, 2.0, seed=0):
+        pol.admit(SimRequest(r))
+    _, asked, _ = plots.buddy_layout_figure(pol.buddy).data
+    used = set(asked.marker.color) if not isinstance(asked.marker.color, str) else {asked.marker.color}
+    assert not used & (greys | set(plots.COLORS.values()) | set(plots.SYSTEM_COLORS.values())), used
+    key = plots.colour_key_html()
+    for c in [*systems.values(), *(plots.COLORS[k] for k in ("token_states", "reservation", "internal_fragmentation",
+                                                             "rounding", "external_fragmentation", "free")), *used]:
+        assert c in key, c

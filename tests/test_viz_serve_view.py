@@ -84,30 +84,37 @@ def test_the_recorded_pool_shows_what_the_last_request_hit_and_computed():
 
 
 @pytest.mark.parametrize("classroom", [False, True])
-def test_the_path_of_the_last_request_is_labelled_in_whole_words_that_fit(classroom):
-    """Issue 28 review of lesson 12: the tree's labels were cut to fragments ("istant: >>>…",
-    "system: You…"). The nodes of the last request's path are written under the tree, each under
-    its own depth, wrapped at spaces into two lines that fit two columns; no text on the tree's
-    lines (they crossed it); every node keeps its whole text in its tooltip."""
+def test_the_path_of_the_last_request_reads_as_one_text_in_whole_words(classroom):
+    """Issue 28 reviews of lesson 12: the tree's labels were cut to fragments ("istant: >>>…"), and
+    then the path's text, one label per node, was still split where the nodes are, at page
+    boundaries ("customer-ser" | "vice"). The path is now one text under the tree, the hit part in
+    green and the computed part in blue, wrapped at spaces to the tree's width, whatever the pages;
+    no text on the tree's lines (they crossed it); every node keeps its whole text in its tooltip."""
+    import re
+
     from kvlab import viz
 
     viz.classroom(classroom)
     try:
         s = _finished(("hit", "hit", "computed"))
-        s["tree"][0]["text"] = "system: You are the customer-service assistant of a shop"
+        s["tree"][0]["text"] = "system: You are the customer-ser"
+        s["tree"][1]["text"] = "vice assistant of a shop. "
+        s["tree"][2]["text"] = "How do I apply for a refund?"
         fig = serve_view.dashboard_figure(s)
         th = viz.palette.theme()
     finally:
         viz.classroom(False)
-    labels = [a for a in fig.layout.annotations if a.xref == "x2"]
-    assert [a.x for a in labels] == [1, 2, 3] and [a.font.color for a in labels] == ["#1b7a1b", "#1b7a1b", "#1f5f99"]
-    first = labels[0].text.split("<br>")
-    assert first[0].startswith("system: You are") and len(first) == 2 and first[1].endswith("…")
-    col_px = 0.66 * min(th.grid_width, 840) / (3 + 1.5)
-    assert all(len(line) * 0.6 * th.font_size <= 2 * col_px for a in labels for line in a.text.split("<br>"))
-    assert labels[0].y != labels[1].y and labels[0].y == labels[2].y   # odd and even depths on two rows
+    labels = [a for a in fig.layout.annotations if "path" in (a.name or "")]
+    assert len(labels) == 1, [a.text for a in fig.layout.annotations]
+    text = labels[0].text
+    plain = re.sub(r"<[^>]+>", "", text.replace("<br>", " "))
+    assert "customer-service assistant of a shop." in plain and "How do I apply for a refund?" in plain, plain
+    green, blue = re.findall(r"color:(#[0-9a-f]{6})", text)[0], re.findall(r"color:(#[0-9a-f]{6})", text)[-1]
+    assert (green, blue) == ("#1b7a1b", "#1f5f99"), text
+    lines = [re.sub(r"<[^>]+>", "", ln) for ln in text.split("<br>")]
+    assert all(len(ln) * 0.6 * th.font_size <= 0.66 * min(th.grid_width, 840) for ln in lines), lines
     assert not any(t.mode and "text" in t.mode for t in fig.data)       # nothing written on the tree itself
-    assert "customer-service<br>assistant of a shop" in fig.data[2].hovertext[1]  # the whole text, wrapped
+    assert "customer-ser" in fig.data[2].hovertext[1]                   # each node's own text in its tooltip
     assert serve_view._node_label(" apply for a refund?", 10, 2) == "apply for<br>a refund?"
     assert serve_view._node_label("assistant:\nHello there", 8) == "assista…"
 
@@ -156,3 +163,22 @@ def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypat
     assert [k for k, _ in shown] == ["display"] and "kvlab-stepper" in shown[0][1].children[0]._dom_classes
     with pytest.raises(TypeError, match="callable"):
         lab.on_stop("not a function")
+
+
+def test_the_page_size_control_reruns_the_lessons_requests(monkeypatch):
+    """Issue 28 review of lesson 12: no control for the lesson's parameters. The page size re-runs
+    the notebook's own requests through the server's cache code; a bigger page finds fewer tokens,
+    a page size not offered is refused with the state unchanged."""
+    monkeypatch.setenv("KVLAB_STATIC", "0")
+    shop = list(range(100, 140))
+    reqs = [("R1", shop + [1, 2, 3], [9, 9]), ("R2", shop + [4, 5], [7]), ("R3", shop + [1, 2, 6, 6], [])]
+    c = serve_view.served_page_size_control(reqs, {"R1": 0, "R2": 40, "R3": 40}, server_page=4, slots=384)
+    assert c.widget is not None and c.result["matched"] == {"R1": 0, "R2": 40, "R3": 40}
+    assert "reported 80 cached (measured)" in c.caption()
+    c.set(page_size=16)
+    assert c.result["matched"] == {"R1": 0, "R2": 32, "R3": 32} and "Pages of 16 tokens" in c.caption()
+    c.set(page_size=1)
+    assert c.result["matched"]["R3"] == 42
+    with pytest.raises(ValueError, match="32"):
+        c.set(page_size=32)
+    assert c.page_size == 1 and c.result["matched"]["R3"] == 42

@@ -284,6 +284,8 @@ def unit_slip(expected: Any, actual: Any) -> str | None:
         return "returned None: a missing return, or a case (an empty input?) without its answer"
     if isinstance(expected, dict) and isinstance(actual, dict):
         return _dict_slip(expected, actual)
+    if isinstance(actual, str) and _num(expected):
+        return f"returned the string {actual!r} where a number is expected: return the number itself, not text"
     if hasattr(actual, "children") and hasattr(actual, "key") and not hasattr(expected, "children"):
         return f"returned a tree node where {type(expected).__name__} is expected: return the count, not the node"
     if (isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual) and expected
@@ -562,7 +564,7 @@ def ignored_parameter(reference: Callable | None, args: Sequence[Any], actual: A
     parameters (the settings) are tried first, the data last.
 
     >>> ignored_parameter(lambda n, bs=16: -(-n // bs), (40, 4), 3, ("num_tokens", "block_size"))
-    'as if block_size were 16 (its default), not 4: use the argument, not a constant in its place'
+    'hard-coded block_size? as if block_size were 16 (its default), not 4: use the argument, not a constant in its place'
     """
     import inspect
 
@@ -592,5 +594,6 @@ def ignored_parameter(reference: Callable | None, args: Sequence[Any], actual: A
             if exact_equal(got, actual) and not exact_equal(want, actual):
                 name = names[i] if i < len(names) else (params[i].name if i < len(params) else f"argument {i + 1}")
                 why = " (its default)" if i < len(params) and v == params[i].default and not isinstance(a, bool) else ""
-                return f"as if {name} were {v!r}{why}, not {a!r}: use the argument, not a constant in its place"
+                told = "" if isinstance(a, bool) else f"hard-coded {name}? "
+                return f"{told}as if {name} were {v!r}{why}, not {a!r}: use the argument, not a constant in its place"
     return None

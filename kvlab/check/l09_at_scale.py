@@ -65,7 +65,7 @@ def _estimate(p: int, o: int, mode: str, max_len: int) -> int:
 # Common mistakes, each written the way a learner gets it wrong: the FAIL line names the one that
 # gives exactly the learner's answer on that case.
 ORCA_MISTAKES = {
-    "block_size is a parameter: the answer divided by 16 whatever block_size was passed":
+    "hard-coded block size: the answer divided by 16 whatever block_size was passed (use the argument)":
         lambda p, o, m, bs=16, ml=2048: None if bs == 16 else _pow2(-(-min(p + _estimate(p, o, m, ml), ml) // 16)),
     "max_len is a parameter (here {max_len}): Orca (Max) reserves it and no run goes past it, not past 2048":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(p + _estimate(p, o, m, 2048), 2048) // bs)),
@@ -227,6 +227,20 @@ def _named(mistakes: dict[str, Callable], *args: object) -> "Callable[[object, o
     return diagnose
 
 
+def _fixed_block_size(cap: int, bs: int, ml: int, lengths: list[int]) -> "Callable[[object, object], str | None]":
+    """A diagnosis: the answer is what a block size hard-coded to 16 (or 8, 4, 32) gives."""
+    def diagnose(expected: object, actual: object) -> str | None:
+        got = tuple(actual) if isinstance(actual, list) else actual
+        for k in (16, 8, 4, 32):
+            wrong = (min(len(lengths), cap // ml), _paged_fit(cap, k, lengths))
+            if k != bs and got == wrong != expected:
+                return (f"hard-coded block_size: the answer is what block_size {k} gives, not the {bs} passed "
+                        "(use the argument)")
+        return None
+
+    return diagnose
+
+
 def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(capacity, block_size, max_len, lengths) -> (reserve_max, paged)``: how many
     requests of the given token lengths fit at once in ``capacity`` token slots, admitted in
@@ -246,7 +260,7 @@ def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
                       [rng.randint(1, max_len) for _ in range(rng.randint(1, 12))]))
     c = Checker("fit_requests", fn, reference=measured_fit, verbose=verbose, compare=exact_equal)
     for cap, bs, ml, lengths in cases:
-        c.diagnose = [_named(FIT_MISTAKES, cap, bs, ml, lengths), unit_slip]
+        c.diagnose = [_named(FIT_MISTAKES, cap, bs, ml, lengths), unit_slip, _fixed_block_size(cap, bs, ml, lengths)]
         label = f"capacity {cap}, block_size {bs}, max_len {ml}, lengths {lengths}"
         expected = measured_fit(cap, bs, ml, lengths)
         if c.unusable(label, expected):
@@ -330,6 +344,30 @@ HIT_MISTAKES.update({
     "a repeated prompt is all hits: keep duplicates (total counts every prompt's tokens), do not drop them first":
         lambda ps: optimal_prompt_hit_rate([list(t) for t in dict.fromkeys(tuple(p) for p in ps)]),
 })
+
+
+def _hits(ps: list[list[int]]) -> int:
+    total = sum(len(p) for p in ps)
+    return total - len({tuple(p[:i]) for p in ps for i in range(1, len(p) + 1)})
+
+
+def _whole_repeats(ps: list[list[int]]) -> float:
+    seen: set[tuple[int, ...]] = set()
+    hits = 0
+    for p in ps:
+        hits += len(p) if tuple(p) in seen else 0
+        seen.add(tuple(p))
+    return _rate(ps, hits)
+
+
+# the review's slips, tried before the others (their answers coincide with later ones on some cases)
+HIT_MISTAKES = {
+    "that is the number of tokens a cache could hit, not the fraction of all prompt tokens (a hit RATE, "
+    "between 0 and 1)": lambda ps: _hits(ps) if sum(len(p) for p in ps) else float("nan"),
+    "only a whole repeated prompt hit: a prompt also hits the longest prefix it shares with any earlier "
+    "prompt, even when the rest of it differs": _whole_repeats,
+    **HIT_MISTAKES,
+}
 
 
 def _zero_tokens(prompts: list[list[int]]) -> "Callable[[object, object], str | None]":

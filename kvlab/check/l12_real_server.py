@@ -80,8 +80,8 @@ def _rule(**kw) -> Callable:
 
 
 CACHED_MISTAKES = dict([
-    ("cap first, then round: min(match, len(prompt) - 1) rounded DOWN to whole pages (rounding first and "
-     "capping after leaves a partial page)", _rule(slip="round_first")),
+    ("the two limits in the wrong order: your answer can end part-way into a page, which the server never "
+     "reports (try a prompt the tree holds whole, as Hint 3 says)", _rule(slip="round_first")),
     ("with pages two children can share a first token: follow the child that matches the MOST tokens, not the "
      "first one that matches", _rule(slip="first_child")),
     ("a match that ends inside a node stops there: the rest of the prompt cannot go on into that node's "
@@ -97,6 +97,8 @@ CACHED_MISTAKES = dict([
     ("a node drawn as a ghost (evicted: True) was evicted a moment ago: its tokens are gone, the match "
      "stops before it", _rule(ghosts=True)),
     ("a match may end inside a node: count the tokens of that node that match", _rule(partial=False)),
+    ("that is the number of prompt tokens the server COMPUTES (the rest of the prompt): cached_tokens counts "
+     "the ones it found in the tree", lambda nodes, prompt, ps: len(prompt) - cached_by_rule(nodes, prompt, ps)),
 ])
 
 
@@ -253,6 +255,8 @@ ROUTE_MISTAKES = dict([
      _route(best="sum")),
     ("a worker's tree holds each shared prefix once: count the distinct prefixes of its texts, not the sum "
      "of their lengths", _route(size="sum")),
+    ("workers are numbered from 0 (the index into sent and loads), not from 1",
+     lambda sent, text, loads: route_by_rule(sent, text, loads) + 1),
 ])
 
 

@@ -29,7 +29,7 @@ import math
 from typing import Any, Callable, Sequence
 
 __all__ = ["compare_bars", "log_tickvals", "memory_breakdown_bars", "batch_vs_rate_figure", "memory_timeline_figure",
-           "buddy_layout_figure", "RateWidget", "COLORS", "SYSTEM_COLORS"]
+           "buddy_layout_figure", "RateWidget", "COLORS", "SYSTEM_COLORS", "colour_key_html"]
 
 # every figure's plotly config, as kvlab.viz.display.PLOTLY_CONFIG (the simulator does not import kvlab.viz;
 # tests/test_viz.py checks the two agree): no logo, no "Share chart" (Plotly Cloud) button
@@ -40,11 +40,36 @@ COLORS = {"token_states": "#2ca02c", "reservation": "#ffbf00", "internal_fragmen
           "rounding": "#ff9896", "external_fragmentation": "#8c564b", "ext_others": "#c49c94", "cached": "#393b79",
           "free": "#d9d9d9"}
 # one colour a system in every figure; none of them is a memory category's colour above
-SYSTEM_COLORS = {"orca-max": "#7f7f7f", "orca-pow2": "#bcbd22", "orca-oracle": "#17becf", "vllm": "#1f77b4",
+SYSTEM_COLORS = {"orca-max": "#7b4173", "orca-pow2": "#bcbd22", "orca-oracle": "#17becf", "vllm": "#1f77b4",
                  "paged": "#9467bd", "radix": "#e377c2"}
+REQUEST_COLOR = "#9c9ede"  # a request's blocks in the buddy picture: no category's, no system's colour
 LABELS = {"token_states": "token states", "reservation": "reservation", "internal_fragmentation": "internal frag.",
-          "rounding": "buddy rounding", "external_fragmentation": "external frag.", "ext_others": "external frag. & others",
+          "rounding": "buddy rounding", "external_fragmentation": "external frag. (a request waits)", "ext_others": "external frag. & others",
           "cached": "cached", "free": "free"}
+
+
+def colour_key_html(systems: Sequence[str] = ("orca-max", "orca-pow2", "orca-oracle", "vllm"),
+                    names: dict | None = None, font_px: int | None = None) -> str:
+    """One line of swatches per kind: each colour of lesson 09's figures and its one meaning
+    (``font_px``: the text size, e.g. the theme's controls' size in classroom mode).
+
+    Example:
+        >>> "#2ca02c" in colour_key_html() and "token states" in colour_key_html()
+        True
+    """
+    def sw(color: str, text: str, edge: str = "#ffffff") -> str:
+        return (f'<span style="display:inline-block;white-space:nowrap;margin-right:14px"><span style="display:'
+                f'inline-block;width:1em;height:1em;vertical-align:-0.15em;background:{color};border:1px solid '
+                f'{edge}"></span> {text}</span>')
+
+    names = names or {}
+    rows = [("systems", [sw(SYSTEM_COLORS[p], names.get(p, p)) for p in systems]),
+            ("memory", [sw(COLORS[c], LABELS[c], "#999999") for c in ("token_states", "reservation",
+                        "internal_fragmentation", "rounding", "external_fragmentation", "free")]),
+            ("bars", [sw("#ffffff", "published", "#000000"), sw("#404040", "simulated"),
+                      sw("#969696", "range of a sensitivity run"), sw(REQUEST_COLOR, "a request's blocks (buddy picture)")])]
+    size = f' style="font-size:{font_px}px;line-height:1.5"' if font_px else ""
+    return f"<div{size}>" + "".join(f"<div><b>{k}:</b> {' '.join(v)}</div>" for k, v in rows) + "</div>"
 
 
 class _Theme:
@@ -199,10 +224,15 @@ def _whole_step(top: float, ticks: int = 5) -> int:
 
 def memory_timeline_figure(res: Any, theme: Any = None, title: str | None = None) -> Any:
     """Where the budget is during one run (stacked areas over simulated time) and the requests
-    running (a line on the right axis), from ``SimResult.timeline_rows()``."""
+    running (a line on the right axis), from ``SimResult.timeline_rows()``. Free slots outside the
+    largest free run are "external frag." only while a request waits (they strand it); while none
+    waits they are drawn as free."""
     import plotly.graph_objects as go
 
-    rows = res.timeline_rows()
+    rows = [dict(r) for r in res.timeline_rows()]
+    for r in rows:  # free runs strand a request only while one waits: else they are free, not fragmentation
+        if not r["waiting"]:
+            r["free"], r["external_fragmentation"] = r["free"] + r["external_fragmentation"], 0
     t = [r["time"] for r in rows]
     cats = [c for c in ("token_states", "reservation", "internal_fragmentation", "rounding", "external_fragmentation",
                         "cached", "free") if any(r[c] for r in rows)]
@@ -245,9 +275,9 @@ def buddy_layout_figure(buddy: Any, theme: Any = None, title: str = "A buddy all
 
     layout = buddy.layout()
     owners = sorted({o for _, _, o, _ in layout if o is not None})
-    # no grey among them: grey is the free runs (issue 28: a request was drawn grey); no red: the rounding
-    palette = ["#ff7f0e", "#aec7e8", "#98df8a", "#c5b0d5", "#f7b6d2", "#dbdb8d", "#9edae5", "#ffbb78"]  # no system's
-    color = {o: palette[i % len(palette)] for i, o in enumerate(owners)}
+    # one colour for every request's blocks (white edges part them; the hover names the request): a palette
+    # reused the colours of token states, the reservation and the systems (issue 28: one colour, one meaning)
+    color = dict.fromkeys(owners, REQUEST_COLOR)
     free = [(s, n) for s, n, o, _ in layout if o is None]
     used = [(s, r, o) for s, _, o, r in layout if o is not None]
     extra = [(s + r, n - r, o) for s, n, o, r in layout if o is not None and n > r]
@@ -258,7 +288,7 @@ def buddy_layout_figure(buddy: Any, theme: Any = None, title: str = "A buddy all
 
     fig = go.Figure([
         bars(free, "free run", dict(color=COLORS["free"]), [f"free run of {n} at {s}" for s, n in free]),
-        bars(used, "asked for", dict(color=[color[o] for _, _, o in used]), [f"{o}: {r} blocks" for _, r, o in used]),
+        bars(used, "asked for", dict(color=[color[o] for _, _, o in used], line=dict(color="#ffffff", width=1)), [f"{o}: {r} blocks" for _, r, o in used]),
         bars(extra, "rounding", dict(color=COLORS["rounding"], pattern_shape="/"),
              [f"{o}: +{n} blocks of rounding" for _, n, o in extra])])
     return _layout(fig, title + "<br><sup>colour: blocks a request asked for; hatched: rounding up to a power of two; "

@@ -243,13 +243,15 @@ def label_px(room_px: float | None = None) -> int:
 def classroom_page_css() -> str:
     """A ``<style>`` block, shown by ``viz.classroom(True)`` in a notebook, that enlarges the text
     of every output on the page for a projector: printed text (``print``) to the minimum (16 px:
-    80 characters still fit an 850 px output area), HTML and pandas tables and every widget's
+    80 characters still fit an 850 px output area; a longer line wraps at a word, not inside one, as
+    JupyterLab's ``word-break: break-all`` would), HTML and pandas tables and every widget's
     labels, readouts, buttons, menus and text fields to the controls' size (18 px)."""
     th = _CLASSROOM
     out, px, small = ".jp-OutputArea-output", th.control_px, th.min_text_px
     return (
         "<style>"
-        f"{out} pre, {out}.jp-RenderedText pre {{font-size: {small}px !important; line-height: 1.35;}}"
+        f"{out} pre, {out}.jp-RenderedText pre {{font-size: {small}px !important; line-height: 1.35; "
+        "word-break: normal !important; overflow-wrap: break-word;}"   # wrap at words (JupyterLab: break-all)
         f"{out} table, {out} th, {out} td, {out} code, {out} .jp-RenderedHTMLCommon {{font-size: {px}px !important;}}"
         f".jupyter-widgets .widget-label, .jupyter-widgets .widget-readout, .jupyter-widgets .widget-html-content, "
         f".jupyter-widgets .widget-label-basic, .jupyter-widgets input, .jupyter-widgets select, "

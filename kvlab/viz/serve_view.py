@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from .palette import HIT, MISS, theme
 
-__all__ = ["DASHBOARD_REQUEST_COLORS", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
+__all__ = ["DASHBOARD_REQUEST_COLORS", "served_page_size_control", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
            "dashboard_stepper", "router_figure", "show_dashboard"]
 
 _BLOCK = {0: "#eeeeee", 2: "#9e9e9e", 3: "#222222"}       # free, cached only, shared (as the live page)
@@ -193,19 +193,39 @@ def _tree_traces(d: dict) -> tuple[list[Any], dict, int]:
 _PATH_TEXT = {"hit": "#1b7a1b", "computed": "#1f5f99"}      # the marks' hues, dark enough for text
 
 
-def _path_labels(d: dict, pos: dict, depth: int, th: Any, width_px: float) -> list[dict]:
-    """The last request's path, node by node, as text under the tree's columns (annotations):
-    each node's text under its own depth, in its mark's colour, odd depths on the upper row and
-    even ones on the lower, so that a label may take two columns' width."""
+def _path_labels(d: dict, pos: dict, depth: int, th: Any, width_px: float, max_lines: int = 4) -> list[dict]:
+    """The last request's path as ONE text under the tree (an annotation named "path"): its nodes'
+    texts joined, the hit part in green and the computed part in blue, wrapped at spaces to the
+    tree's width, so a word split across two nodes (a page boundary) reads whole. A path too long
+    for ``max_lines`` loses the start of its hit part (``…``)."""
     path = sorted((x for x in d["nodes"] if x["mark"] and not x["evicted"] and x["id"] in pos),
                   key=lambda x: pos[x["id"]][0])
-    col_px = width_px / (depth + 1.5)
-    chars = max(6, int(2 * col_px / (0.6 * th.font_size)) - 1)
-    line = 1.25 * th.font_size
-    return [dict(x=pos[x["id"]][0], y=0 if pos[x["id"]][0] % 2 == 0 else 2 * line + 4, xref="x2", yref="paper",
-                 yshift=0, yanchor="bottom", showarrow=False, align="center",
-                 text=_node_label(x["text"], chars, 2), font=dict(size=th.font_size, color=_PATH_TEXT[x["mark"]]))
-            for x in path]
+    if not path:
+        return []
+    chars = max(12, int(width_px / (0.6 * th.font_size)))
+    parts = [(m, " ".join("".join(x["text"] for x in path if x["mark"] == m).split())) for m in ("hit", "computed")]
+    words = [(m, w) for m, t in parts for w in t.split(" ") if w]
+    while sum(len(w) + 1 for _, w in words) > chars * max_lines - 2 and len(words) > 1:
+        words.pop(0)                                          # the start of the hit part goes first
+        words[0] = (words[0][0], "…" + words[0][1].lstrip("…"))
+    lines: list[list[tuple[str, str]]] = [[]]
+    for m, w in words:
+        if lines[-1] and sum(len(x) + 1 for _, x in lines[-1]) + len(w) > chars:
+            lines.append([])
+        lines[-1].append((m, w))
+
+    def html(line: list[tuple[str, str]]) -> str:
+        runs: list[list] = []
+        for m, w in line:
+            if runs and runs[-1][0] == m:
+                runs[-1][1].append(w)
+            else:
+                runs.append([m, [w]])
+        return " ".join(f"<span style='color:{_PATH_TEXT[m]}'>{' '.join(ws)}</span>" for m, ws in runs)
+
+    return [dict(name="path", x=0, xref="x2 domain", y=0, yref="paper", yanchor="bottom", xanchor="left",
+                 showarrow=False, align="left", text="<br>".join(html(ln) for ln in lines),
+                 font=dict(size=th.font_size))]
 
 
 def dashboard_figure(state: dict, caption: str | None = "") -> Any:
@@ -233,8 +253,6 @@ def dashboard_figure(state: dict, caption: str | None = "") -> Any:
         fig.add_trace(t, 1, 1)
     labels = _path_labels(d, pos, depth, th, 0.66 * width)
     rows_px = (5 * 1.25 * th.font_size + 8) if labels else 0
-    for a in labels:
-        a["y"] = a["y"] / plot_px
     low = min([p[1] for p in pos.values()] + [0])
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
@@ -367,3 +385,70 @@ def router_figure(views: dict[str, dict]) -> Any:
                       margin=dict(l=60, r=20, t=90, b=50))
     fig.update_annotations(font=dict(size=th.font_size + 1))
     return fig
+
+
+SERVED_PAGE_SIZES = (1, 2, 4, 8, 16)
+
+
+def _served_run(requests: Sequence[tuple[str, Sequence[int], Sequence[int]]], page_size: int,
+                slots: int) -> dict[str, dict[str, int]]:
+    """The requests, in order, through the server's own cache code (a ``CacheManager`` of
+    ``slots // page_size`` blocks of ``page_size`` tokens): per request, tokens matched and prefilled."""
+    from ..reuse.cache_manager import CacheManager, serve_request
+
+    cm = CacheManager(num_blocks=slots // page_size, block_size=page_size)
+    out: dict[str, dict[str, int]] = {"matched": {}, "prefilled": {}, "prompt": {}}
+    for name, prompt, output in requests:
+        r = serve_request(cm, list(prompt), output=list(output), rid=name)
+        out["matched"][name], out["prefilled"][name], out["prompt"][name] = r.matched_len, r.prefill_len, len(prompt)
+    return out
+
+
+def served_page_size_control(requests: Sequence[tuple[str, Sequence[int], Sequence[int]]], measured: dict[str, int],
+                             server_page: int, slots: int, page_size: int | None = None, static: bool | None = None):
+    """Lesson 12's control: the page size, re-running this notebook's requests (their own token ids,
+    prompt and output, in the order sent) through the server's cache code in milliseconds; the bars
+    are per request, the caption compares with what the server reported at its own page size.
+
+    Example:
+        >>> reqs = [("R1", list(range(40)), [99]), ("R2", list(range(30)) + [7, 8], [])]
+        >>> c = served_page_size_control(reqs, {"R1": 0, "R2": 28}, server_page=4, slots=384, static=True)
+        >>> c.result["matched"]["R2"], c.set(page_size=16), c.result["matched"]["R2"]
+        (28, None, 16)
+    """
+    from .page_size_control import PageSizeControl
+
+    class ServedPageSizeControl(PageSizeControl):
+        css_class = "kvlab-page-size"
+
+        def __init__(self) -> None:
+            self.page_size = server_page if page_size is None else page_size
+            self.check()
+            self._one = _served_run(requests, 1, slots)["matched"]
+            super(PageSizeControl, self).__init__(static=static)
+
+        def check(self) -> None:
+            if self.page_size not in SERVED_PAGE_SIZES:
+                raise ValueError(f"page_size must be one of {SERVED_PAGE_SIZES}, got {self.page_size!r}")
+
+        def update(self) -> None:
+            self.result = {**_served_run(requests, self.page_size, slots), "matched_1": dict(self._one)}
+
+        def caption(self) -> str:
+            r, p = self.result, self.page_size
+            total, found = sum(r["prompt"].values()), sum(r["matched"].values())
+            return (f"Pages of {p} token{'s' if p != 1 else ''}: the tree finds {found} of the {total} prompt tokens of "
+                    f"this notebook's {len(r['prompt'])} requests ({found / total:.0%}; with 1-token pages "
+                    f"{sum(r['matched_1'].values())}). The server, at pages of {server_page}, reported "
+                    f"{sum(measured.values())} cached (measured). (Simulated: the server's own cache code on the "
+                    f"requests' own token ids.)")
+
+        def _inputs(self, W: Any) -> list[Any]:
+            slider = W.SelectionSlider(options=list(SERVED_PAGE_SIZES), value=self.page_size,
+                                       description="page size (tokens)", style={"description_width": "initial"},
+                                       layout=W.Layout(width="min(420px, 100%)", padding="0 0 0 8px"))
+            slider.add_class("kvlab-page-size-slider")
+            slider.observe(lambda ch: self.set(page_size=ch["new"]), names="value")
+            return [slider]
+
+    return ServedPageSizeControl()

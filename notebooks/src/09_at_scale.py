@@ -54,6 +54,15 @@ print(f"12 GiB / {spec.bytes_per_token:,} B = {budget.tokens:,} token slots = {b
 print(f"a 2,048-token reservation takes {2048 / budget.tokens:.1%} of it: {budget.tokens // 2048} fit")
 
 # %% [markdown]
+# One colour has one meaning in every figure of this lesson (and its appendix): a system's colour
+# is that system's, a memory colour that kind of slot's. The key:
+
+# %%
+from IPython.display import HTML
+
+HTML(plots.colour_key_html(names=R.PAPER_NAMES, font_px=viz.theme().control_px))
+
+# %% [markdown]
 # The requests: the paper synthesised them from ShareGPT conversations with Poisson arrivals at 2
 # requests a second, and ran **1-hour traces** (Sec. 6.1, p. 10). It publishes the lengths' means
 # (Fig. 11, p. 9: 161.31 tokens in, 337.99 out), not the traces; kvlab draws log-normal lengths
@@ -108,8 +117,9 @@ for mode in ("orca-max", "orca-pow2", "orca-oracle"):
 
 # %% [markdown]
 # What the pool looks like once it is full: the first requests of the trace admitted under
-# Orca (Oracle) until one no longer fits. Each coloured bar is what a request asked for, the
-# hatched part its rounding, grey the free runs left over (often too small for the next request).
+# Orca (Oracle) until one no longer fits. Each violet bar (edged in white; hover to name it) is
+# what one request asked for, the hatched part its rounding, grey the free runs left over (often
+# too small for the next request).
 
 # %%
 pol = OrcaPolicy(budget.tokens, "orca-oracle")
@@ -176,7 +186,9 @@ print("order as published (Max < Pow2 < Oracle < vLLM):",
 #
 # Two minutes of ShareGPT arrivals through one of the paper's systems; move the rate, pick a
 # system, and scale the cost model's step time (1 = kvlab's cost model, the one behind every bar
-# in this lesson). The grey band is the memory no request holds. Watch it while requests wait
+# in this lesson). The grey band is the memory no request holds; while requests wait, the part of
+# it outside the largest free run turns brown (external fragmentation: it strands the waiting
+# request), and while none waits it is just free. Watch the grey band while requests wait
 # (memory-bound): under an Orca system it does not close, since what is left is smaller than the
 # next request's reservation, so it stays free while the queue grows; under vLLM at 4 req/s it
 # does close, since paging hands out every last block. The cell prints both, from these runs,

@@ -197,6 +197,22 @@ print(f"the server's replies say {measured_cached} cached tokens in all; equal t
 # others still run, where eviction order can differ.
 
 # %% [markdown]
+# ### Try it: the page size
+#
+# The server ran with pages of 4 tokens. What would another page size have found? The slider
+# re-runs this notebook's requests (their own token ids, in the order sent) through the same
+# cache code at that page size, in milliseconds: per request, the tokens found in the tree
+# (green) and those computed again (blue). Predict first: pages of 16, more or fewer hits than 4,
+# and why?
+
+# %%
+from kvlab.viz.serve_view import served_page_size_control
+
+names = [c.split(":")[0].removeprefix("after ") for c in captions]     # "after R1: ..." -> "R1"
+served_page_size_control([(n, p, o) for n, (_, p, o, _) in zip(names, sent)],
+                         {n: cached for n, (*_, cached) in zip(names, sent)}, server_page=4, slots=96 * 4)
+
+# %% [markdown]
 # ## 5. Two servers behind SGLang's router
 #
 # One server's cache helps only the requests that reach it. With two servers, a conversation
