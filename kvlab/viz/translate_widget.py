@@ -1,8 +1,8 @@
 """The address-translation widget: pos -> logical block, offset -> block table -> physical block -> address.
 
 Sliders for the token position and the block size, an editable block table and the
-bytes per token (a value below 1 is refused with a message, the last good one kept); below them the chain in words and a figure of the three layers (the
-sequence's token positions, its block table, the physical pool) with the token, the
+bytes per token (a value below 1 is refused with a message, the last good one kept);
+below them the chain in words and a figure of the three layers (the sequence's token positions, its block table, the physical pool) with the token, the
 table row and the physical slot highlighted and joined by arrows, as in the source
 notes' figure. The default state is the notes' example: block size 4, table
 [3, 7, 1, 5, 9], pos 9 -> L2, offset 1 -> P1.
