@@ -342,7 +342,8 @@ check.reservation(reservation)
 #
 # Before you trust your rule for `"pow2"`, work four lengths through it by hand: 1, 5, 8 and 9
 # (answers 1, 8, 8, 16). Then one more: a length of 1,500 when `max_len` is 1,600. Read the
-# contract's two conditions again.
+# contract's two conditions again. Last, a huge one: `2**53 + 1` when `max_len` is `2**60`
+# (the answer is `2**54`): Python's ints are exact at any size, floats are not.
 # </details>
 #
 # ### Exercise 2: first fit
