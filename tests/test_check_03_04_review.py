@@ -38,12 +38,12 @@ def test_03_reservation_with_float_log2_fails_on_a_huge_length():
 
 def test_03_reservation_that_doubles_above_1024_fails():
     r = check.reservation(_pow2(lambda n, m: min(1 << (n - 1).bit_length() if n <= 1024 else 2 * n, m)), verbose=False)
-    _notes(r)
+    assert "is not a power of two" in _notes(r) and all(c.note for c in r.failures)
 
 
 def test_03_reservation_that_stops_doubling_at_1024_fails():
     r = check.reservation(_pow2(lambda n, m: min(1 << (n - 1).bit_length() if n <= 1024 else 2048, m)), verbose=False)
-    _notes(r)
+    assert "not the smallest one" in _notes(r) and "GiB" not in _notes(r)
 
 
 def test_03_place_first_fit_that_refuses_a_once_refused_id_forever():

@@ -40,7 +40,8 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     "exact": final_len (ValueError when final_len is None). ValueError for another
     policy or a length outside [1, max_len].
     """
-    c = Checker("reservation", fn, _reservation_ref, verbose=verbose, compare=same_int, diagnose=[should_have_raised])
+    c = Checker("reservation", fn, _reservation_ref, verbose=verbose, compare=same_int,
+                diagnose=[should_have_raised, _pow2_slip])
     run = mistake_runner(c, {
         "pow2 must not exceed max_len: no request reserves more than the longest one allowed":
             lambda p, n, m, f=None: 1 << (n - 1).bit_length() if p == "pow2" else _reservation_ref(p, n, m, f),
@@ -72,6 +73,21 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     c.run("unknown policy 'best' with a final_len (must raise ValueError, not act as 'exact')", "best", 10, 2048, 300)
     c.run("length=0 (must raise ValueError)", "max", 0, 2048, None)
     return c.done()
+
+
+def _is_pow2(x: object) -> bool:
+    return type(x) is int and x > 0 and x & (x - 1) == 0
+
+
+def _pow2_slip(expected: object, actual: object) -> str | None:
+    """A power-of-two reservation answered wrong (checked after the exercise's named mistakes)."""
+    if not _is_pow2(expected) or type(actual) is not int or actual == expected:
+        return None
+    if not _is_pow2(actual):
+        return (f"{actual} is not a power of two: pow2 reserves the smallest power of two >= the length "
+                f"({expected} here), however long the request (above 1024 too); only max_len caps it")
+    return (f"{actual} is a power of two, but not the smallest one >= the length ({expected}): that holds "
+            "for every length (above 1024 too); only max_len caps it")
 
 
 def _pow2_by_float_log2(policy: str, length: int, max_len: int, final_len: int | None = None) -> int:
