@@ -105,7 +105,8 @@ def run_compare(
     Operations: ``("admit", req_id, prompt_len)`` (policy ``exact`` reserves the
     request's final length, computed from the trace's later grows),
     ``("grow", req_id, n)``, ``("finish", req_id)``. A request that does not fit is
-    recorded as failed on that side and its later operations are skipped there.
+    recorded as failed on that side and its later operations are skipped there; a growth
+    that does not fit fails that step only (the request keeps its range and tokens).
     """
     if capacity % block_size:
         raise ValueError(f"capacity {capacity} must be a multiple of block_size {block_size}")
