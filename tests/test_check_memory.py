@@ -474,7 +474,7 @@ def test_lesson_00_to_04_checkers_name_their_mistakes():
          "dtype_bytes ignored"),
         (check.requests_that_fit, lambda b, p, t: round(b / (p * t)) if p > 0 < t and b >= 0 else int("x"), "round down"),
         (check.reservation, lambda p, n, m, f=None: _solutions("03_contiguous").reservation(p, n, 10**9, f)
-         if p == "pow2" else _solutions("03_contiguous").reservation(p, n, m, f), "cap it"),
+         if p == "pow2" else _solutions("03_contiguous").reservation(p, n, m, f), "must not exceed max_len"),
         (check.first_fit, lambda r, n: (r[0][0] if r and sum(x for _, x in r) >= n else None) if n > 0 else int("x"),
          "you added up the holes"),
         (check.external_fragmentation, lambda r: sum(n for _, n in r), "subtract the largest hole"),

@@ -276,3 +276,24 @@ def test_policy_widget_on_a_projector_puts_the_figure_right_under_its_controls()
     kids = list(w.widget.children)
     assert kids.index(w._out) < kids.index(w._text)
     assert height <= 520, height
+
+
+def test_policy_sentence_gives_the_true_reason_for_no_empty_slot_and_counts_failed_growths():
+    """Issue 28 student review: "blocks of one token fill exactly" was printed at block size 4 too,
+    and the growths the contiguous side failed were not in the sentence."""
+    s4 = viz.policy_state("exact", "notes", 4)
+    assert s4["worst_paged"] == 0 and "blocks of one token" not in s4["sentence"]
+    assert "every request it held was a multiple of 4 tokens long" in s4["sentence"]
+    assert "blocks of one token fill exactly" in viz.policy_state("exact", "notes", 1)["sentence"]
+    g = viz.policy_state("pow2", "growth", 4)
+    failed = [s.op[1] for s in g["steps"] if s.op[0] == "grow" and not s.contiguous_ok]
+    assert failed and f"failed {len(failed)} growths ({', '.join(failed)}:" in g["sentence"]
+    assert "failed" not in viz.policy_state("exact", "growth", 4)["sentence"]
+
+
+def test_compare_caption_says_what_a_failed_growth_means_for_the_request():
+    from kvlab.viz.compare import growth_trace, run_compare
+
+    bad = [s for s in run_compare(growth_trace(), 48, 4, "pow2") if not s.contiguous_ok]
+    assert bad and all(f"FAILS to grow {s.op[1]}: no free range holds" in s.caption for s in bad)
+    assert all("stays at" in s.caption and "preempt" in s.caption for s in bad)

@@ -172,3 +172,17 @@ def test_byte_addresses_are_printed_with_thousands_separators():
     assert "2,621,440" in w._chain.value and "2621440" not in w._chain.value
     spec = w._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     assert "byte 2,621,440" in spec["layout"]["title"]["subtitle"]["text"]
+
+
+def test_bytes_per_token_below_one_is_refused_with_a_message_not_silently_reset():
+    """Issue 28 student review: the field silently turned 0 and -5 into 1; the block size slider was
+    labelled with the identifier block_size."""
+    w = viz.TranslationWidget(static=False)
+    assert w._bs.description == "block size"
+    w._bpt.value = 64
+    for bad in (0, -5):
+        w._bpt.value = bad
+        assert f"bytes per token {bad}" in w.chain["error"] and f"bytes per token {bad}" in w._error.value
+        assert w.bytes_per_token == 64  # the last good value is kept
+    w._bpt.value = 2
+    assert w.chain["error"] is None and w._error.value == "" and w.chain["byte_address"] == 5 * 2

@@ -413,7 +413,7 @@ def raised_slip(expected: Any, actual: Any) -> str | None:
     >>> class Raised:  # what kvlab.check.harness.Raised looks like
     ...     def __init__(self, exc): self.exc = exc
     >>> raised_slip(0, Raised(ValueError("max() iterable argument is empty")))
-    'max() or min() of an empty list raised: give it a default (max(..., default=0)) or handle the empty case first'
+    'max() or min() of an empty list raised: an empty input needs its own answer, decided before the max'
     >>> raised_slip(3, Raised(IndexError("list index out of range")))[:40]
     'raised IndexError (list index out of ran'
     """
@@ -421,7 +421,7 @@ def raised_slip(expected: Any, actual: Any) -> str | None:
         return None
     exc, msg = actual.exc, str(actual.exc)
     if isinstance(exc, ValueError) and ("empty" in msg and ("max(" in msg or "min(" in msg)):
-        return "max() or min() of an empty list raised: give it a default (max(..., default=0)) or handle the empty case first"
+        return "max() or min() of an empty list raised: an empty input needs its own answer, decided before the max"
     if isinstance(exc, IndexError):
         return (f"raised IndexError ({msg}): an index one past the end (off by one: < for <=, or a range one too "
                 "long), or an empty list read at [0] or [-1]")
@@ -430,7 +430,7 @@ def raised_slip(expected: Any, actual: Any) -> str | None:
     if isinstance(exc, TypeError) and ("float" in msg and ("index" in msg or "integer" in msg)):
         return f"raised TypeError ({msg}): a float was used as an index or a count: use // instead of /"
     if isinstance(exc, KeyError):
-        return f"raised KeyError {msg}: a key that is not there (use dict.get with the default of the contract)"
+        return f"raised KeyError {msg}: a key that is not there: a missing key has the contract's default value, not an error"
     return None
 
 

@@ -15,6 +15,7 @@ Example:
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import Callable
 
@@ -39,18 +40,23 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     "exact": final_len (ValueError when final_len is None). ValueError for another
     policy or a length outside [1, max_len].
     """
-    c = Checker("reservation", fn, _reservation_ref, verbose=verbose, compare=same_int, diagnose=[should_have_raised])
+    c = Checker("reservation", fn, _reservation_ref, verbose=verbose, compare=same_int,
+                diagnose=[should_have_raised, _pow2_slip])
     run = mistake_runner(c, {
-        "pow2 must not exceed max_len: cap it (min(..., max_len))":
+        "pow2 must not exceed max_len: no request reserves more than the longest one allowed":
             lambda p, n, m, f=None: 1 << (n - 1).bit_length() if p == "pow2" else _reservation_ref(p, n, m, f),
         "pow2: a length that is a power of two is its own next power of two (8 -> 8, not 16)":
             lambda p, n, m, f=None: min(1 << n.bit_length(), m) if p == "pow2" else _reservation_ref(p, n, m, f),
         "'max' reserves max_len whatever the length": lambda p, n, m, f=None: n if p == "max" else _reservation_ref(p, n, m, f),
+        "float log2: math.log2 rounds a huge length (2**53 + 1 comes out as 53.0), so the power of two is too small: "
+        "find it with integers only (the length's bits)": _pow2_by_float_log2,
     })
     for policy, length, max_len, final in [
         ("max", 10, 2048, None), ("max", 2048, 2048, None), ("pow2", 1600, 1600, None), ("exact", 512, 512, 512),
         ("pow2", 5, 2048, None), ("pow2", 8, 2048, None), ("pow2", 9, 2048, None), ("pow2", 1, 2048, None),
         ("pow2", 1500, 2048, None), ("pow2", 1500, 1600, None),
+        ("pow2", 1025, 1 << 20, None), ("pow2", 1500, 1 << 20, None), ("pow2", 5000, 1 << 20, None),
+        ("pow2", 4096, 1 << 16, None), ("pow2", 2**53 + 1, 2**60, None), ("pow2", 2**40 + 3, 2**60, None),
         ("exact", 10, 2048, 300), ("exact", 10, 2048, 10),
     ]:
         case = run(f"policy={policy!r}, length={length}, max_len={max_len}" + (f", final_len={final}" if final else ""),
@@ -67,6 +73,27 @@ def reservation(fn: Callable, verbose: bool = True) -> CheckResult:
     c.run("unknown policy 'best' with a final_len (must raise ValueError, not act as 'exact')", "best", 10, 2048, 300)
     c.run("length=0 (must raise ValueError)", "max", 0, 2048, None)
     return c.done()
+
+
+def _is_pow2(x: object) -> bool:
+    return type(x) is int and x > 0 and x & (x - 1) == 0
+
+
+def _pow2_slip(expected: object, actual: object) -> str | None:
+    """A power-of-two reservation answered wrong (checked after the exercise's named mistakes)."""
+    if not _is_pow2(expected) or type(actual) is not int or actual == expected:
+        return None
+    if not _is_pow2(actual):
+        return (f"{actual} is not a power of two: pow2 reserves the smallest power of two >= the length "
+                f"({expected} here), however long the request (above 1024 too); only max_len caps it")
+    return (f"{actual} is a power of two, but not the smallest one >= the length ({expected}): that holds "
+            "for every length (above 1024 too); only max_len caps it")
+
+
+def _pow2_by_float_log2(policy: str, length: int, max_len: int, final_len: int | None = None) -> int:
+    if policy != "pow2" or not 1 <= length <= max_len:
+        return _reservation_ref(policy, length, max_len, final_len)
+    return min(1 << math.ceil(math.log2(length)), max_len)
 
 
 def _first_fit_ref(free_ranges: list[tuple[int, int]], n: int) -> int | None:
@@ -275,8 +302,10 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     hole (lowest address) that holds it, or refuses it (it takes no space; its later finish is
     ignored); ``("finish", rid)`` frees its range (a hole merges with free neighbours). Returns
     where each placed request started, the refused ids in order, the largest hole at the end and
-    the share of free memory outside it (0.0 when nothing is free). ValueError for a size below
-    1, a request admitted twice while placed, or an unknown operation.
+    the share of free memory outside it (0.0 when nothing is free: no free slots, nothing stranded).
+    A refused id may be admitted again later: it is placed if a hole then holds it (each refusal
+    is listed). ValueError for a size below 1, a request admitted twice while placed, or an
+    unknown operation.
     """
     c = Checker("place_first_fit", fn, _place_ref, verbose=verbose, compare=_same_placement,
                 diagnose=[should_have_raised, _share_rounded])
@@ -294,7 +323,9 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda cap, ops: {**_place_ref(cap, ops), "refused": []},
         "largest_hole is the biggest single hole, not all the free slots added up":
             lambda cap, ops: {**_place_ref(cap, ops), "largest_hole": _place_run(cap, ops)[1]},
+        "a refused id may be admitted again later: it is placed when a hole then holds it": _refused_forever,
     })
+    run = _naming_no_free(run)
     notes = [("admit", "A", 4096), ("admit", "B", 2048), ("admit", "C", 4096), ("finish", "A"),
              ("admit", "D", 8192), ("admit", "E", 3000)]
     run("the notes: A, B, C; A finishes; D (8,192) is refused; E (3,000) goes where A was", 12288, notes)
@@ -317,10 +348,41 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         50, [("admit", k, n) for k, n in zip("ABCDE", (5, 10, 10, 10, 15))]
         + [("finish", "A"), ("finish", "C"), ("finish", "D"), ("admit", "G", 20)])
     run("a request admitted again after it finished", 20, [("admit", "A", 5), ("finish", "A"), ("admit", "A", 7)])
+    run("a refused request admitted again: placed once a hole holds it (B refused twice, listed twice)",
+        20, [("admit", "A", 15), ("admit", "B", 10), ("admit", "B", 10), ("finish", "A"), ("admit", "B", 10),
+             ("admit", "C", 5)])
+    run("a refused request asks again for less, and fits", 20, [("admit", "A", 25), ("admit", "A", 20)])
     c.run("A admitted twice while placed (must raise ValueError)", 20, [("admit", "A", 5), ("admit", "A", 3)])
     c.run("a request of 0 slots (must raise ValueError)", 10, [("admit", "A", 0)])
     c.run("an unknown operation 'grow' (must raise ValueError)", 10, [("admit", "A", 2), ("grow", "A", 1)])
     return c.done()
+
+
+def _refused_forever(capacity: int, ops: list[tuple]) -> dict:
+    """The trace run by an answer that refuses a once-refused id whatever fits later."""
+    refused_once: set[str] = set()
+    kept: list[tuple] = []
+    for op in ops:
+        if op[0] == "admit" and op[1] in refused_once:
+            op = ("admit", op[1], capacity + 1)  # refused again
+        kept.append(op)
+        if op[0] == "admit" and op[1] in _place_run(capacity, kept)[0]["refused"]:
+            refused_once.add(op[1])
+    return _place_ref(capacity, kept)
+
+
+def _naming_no_free(run: Callable) -> Callable:
+    """``run``, naming a 0/0 (nan, or ZeroDivisionError) for the share when nothing is free."""
+    def named(label: str, *args: object):
+        case = run(label, *args)
+        e, a = case.expected, case.actual
+        nothing_free = isinstance(e, dict) and e["largest_hole"] == 0
+        nan = isinstance(a, dict) and isinstance(a.get("wasted_share"), float) and math.isnan(a["wasted_share"])
+        if not case.passed and nothing_free and (nan or isinstance(a, Raised) and isinstance(a.exc, ZeroDivisionError)):
+            case.note, case.candidates = ("no free slots -> the share is 0 (nothing is stranded), not 0/0: "
+                                          "the empty case needs its own answer"), []
+        return case
+    return named
 
 
 def _share_of_capacity(capacity: int, ops: list[tuple]) -> dict:

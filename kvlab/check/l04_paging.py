@@ -49,6 +49,8 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
         return (p // bs, p % bs, t[p // bs], (block * bs + p % bs) * bpt)
 
     run = mistake_runner(c, {
+        "bytes_per_token ignored: the address counts bytes, and every token slot before it is bytes_per_token bytes":
+            lambda t, p, bs, bpt=1: _translate_ref(t, p, bs, 1),
         "the address used the logical block: bytes are counted from the PHYSICAL block (the table's entry)":
             lambda t, p, bs, bpt=1: addr(t, p, bs, bpt, p // bs),
         "only the offset was multiplied by bytes_per_token: the whole slot (P x block_size + offset) is":
@@ -99,7 +101,7 @@ def blocks_needed(fn: Callable, verbose: bool = True) -> CheckResult:
         "0 tokens need 0 blocks: a request with no tokens holds no block (do not round 0 up to 1)":
             lambda n, bs: max(1, -(-n // bs)),
         "rounded down: 9 tokens in blocks of 4 need 3 blocks, the last one partly empty":
-            lambda n, bs: n // bs if n // bs != math.ceil(n / bs) else None,
+            lambda n, bs: n // bs if n // bs != -(-n // bs) else None,
         "off by one block: n // block_size + 1 is one too many when the tokens fill their blocks exactly "
         "(8 tokens, blocks of 4: 2)":
             lambda n, bs: n // bs + 1,
@@ -107,6 +109,7 @@ def blocks_needed(fn: Callable, verbose: bool = True) -> CheckResult:
     for n, bs in [(9, 4), (8, 4), (0, 4), (1, 4), (4, 4), (5, 4), (16, 16), (17, 16), (1, 1), (4096, 16), (4097, 16)]:
         run(f"num_tokens={n}, block_size={bs}", n, bs)
     run("num_tokens=2**60 + 1, block_size=16 (floats lose the +1)", 2**60 + 1, 16)
+    run("num_tokens=2**60 + 17, block_size=16 (floats lose the +17)", 2**60 + 17, 16)
     rng = random.Random(7)
     for _ in range(3):
         n, bs = rng.randrange(0, 5000), rng.choice([3, 8, 16, 32])
@@ -130,6 +133,8 @@ def blocks_to_append(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("blocks_to_append", fn, _blocks_to_append_ref, verbose=verbose, compare=same_int, diagnose=[
         should_have_raised, lambda e, a: off_by(e, a, 1, "block", "a new block is taken only when the last one is full")])
     run = mistake_runner(c, {
+        "n ignored: the answer depends on how many tokens are appended (as if n were always 1)":
+            lambda t, n, bs: _blocks_to_append_ref(t, 1, bs),
         "float division: math.ceil(x / block_size) goes through a float, which drops the last digits of a big "
         "count (2**60 tokens): round up with integers only":
             lambda t, n, bs: math.ceil((t + n) / bs) - math.ceil(t / bs),

@@ -105,7 +105,8 @@ def run_compare(
     Operations: ``("admit", req_id, prompt_len)`` (policy ``exact`` reserves the
     request's final length, computed from the trace's later grows),
     ``("grow", req_id, n)``, ``("finish", req_id)``. A request that does not fit is
-    recorded as failed on that side and its later operations are skipped there.
+    recorded as failed on that side and its later operations are skipped there; a growth
+    that does not fit fails that step only (the request keeps its range and tokens).
     """
     if capacity % block_size:
         raise ValueError(f"capacity {capacity} must be a multiple of block_size {block_size}")
@@ -136,13 +137,15 @@ def run_compare(
             if rid in arena.requests:
                 try:
                     copied = arena.grow(rid, n)
-                except OutOfContiguousSpace:
-                    ok_c, note_c = False, "contiguous FAILS to grow"
+                except OutOfContiguousSpace as e:
+                    r = arena.requests[rid]
+                    ok_c, note_c = False, (f"contiguous FAILS to grow {rid}: no free range holds the {e.needed} slots "
+                                           f"it needs, so it stays at {r.length} tokens (a server would preempt it)")
             if rid in pool.tables:
                 try:
                     pool.append(rid, n)
                 except OutOfBlocks:
-                    ok_p, note_p = False, "paged FAILS to grow"
+                    ok_p, note_p = False, f"paged FAILS to grow {rid}: no free block"
             caption = f"grow {rid} by {n}" + (f": contiguous moves it, copying {copied} token slots" if copied else "")
         elif kind == "finish":
             if rid in arena.requests:

@@ -48,22 +48,36 @@ def policy_state(policy: str = "max", trace: str = "notes", block_size: int = 4)
     steps = run_compare(ops, CAPACITY, block_size, policy, max_len=MAX_LEN)
     refused = {side: [s.op[1] for s in steps if s.op[0] == "admit" and not getattr(s, f"{side}_ok")]
                for side in ("contiguous", "paged")}
+    stuck = {side: [s.op[1] for s in steps if s.op[0] == "grow" and not getattr(s, f"{side}_ok")]
+             for side in ("contiguous", "paged")}
     worst = {side: max(s.__getattribute__(side)["reserved_unused"] + s.__getattribute__(side)["external_fragmentation"]
                        for s in steps) for side in ("contiguous", "paged")}
     last = steps[-1]
     copied = last.contiguous["bytes_copied"]
     name = dict((k, lab) for lab, k in POLICIES)[policy]
-    sentence = (f"Contiguous, {name}: refused {', '.join(refused['contiguous']) or 'nothing'}; at its worst "
+    sentence = (f"Contiguous, {name}: refused {', '.join(refused['contiguous']) or 'nothing'}; "
+                + _stuck(stuck["contiguous"], "no free range held its bigger reservation") + "at its worst "
                 f"{worst['contiguous']} of {CAPACITY} slots were reserved but empty or stranded in holes; "
                 f"{copied} tokens copied when requests moved. Paged, blocks of {block_size}: refused "
-                f"{', '.join(refused['paged']) or 'nothing'}; "
+                f"{', '.join(refused['paged']) or 'nothing'}; " + _stuck(stuck["paged"], "no free block")
                 + (f"at its worst {worst['paged']} slots empty, all in the requests' last, partly filled blocks"
-                   if worst["paged"] else "never an empty slot (blocks of one token fill exactly)")
+                   if worst["paged"] else "never an empty slot (" + (
+                       "blocks of one token fill exactly" if block_size == 1 else
+                       f"every request it held was a multiple of {block_size} tokens long, so its blocks were full")
+                   + ")")
                 + "; nothing stranded, nothing copied.")
     return {"policy": policy, "trace": trace, "block_size": block_size, "steps": steps,
             "refused_contiguous": refused["contiguous"], "refused_paged": refused["paged"],
             "worst_contiguous": worst["contiguous"], "worst_paged": worst["paged"], "copied": copied,
             "sentence": sentence}
+
+
+def _stuck(rids: list[str], why: str) -> str:
+    """'failed 2 growths (R1, R3: ...); ' or '' when every growth fitted."""
+    if not rids:
+        return ""
+    return (f"failed {len(rids)} growth{'s' if len(rids) > 1 else ''} ({', '.join(rids)}: {why}, so that step's "
+            "tokens were not added; a server would preempt the request); ")
 
 
 class PolicyWidget:

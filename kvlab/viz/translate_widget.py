@@ -1,8 +1,8 @@
 """The address-translation widget: pos -> logical block, offset -> block table -> physical block -> address.
 
 Sliders for the token position and the block size, an editable block table and the
-bytes per token; below them the chain in words and a figure of the three layers (the
-sequence's token positions, its block table, the physical pool) with the token, the
+bytes per token (a value below 1 is refused with a message, the last good one kept);
+below them the chain in words and a figure of the three layers (the sequence's token positions, its block table, the physical pool) with the token, the
 table row and the physical slot highlighted and joined by arrows, as in the source
 notes' figure. The default state is the notes' example: block size 4, table
 [3, 7, 1, 5, 9], pos 9 -> L2, offset 1 -> P1.
@@ -270,6 +270,7 @@ class TranslationWidget:
         self.num_blocks = num_blocks
         self.static = is_static(static)
         self.table_error: str | None = None
+        self.bpt_error: str | None = None
         self.widget: Any = None
         self.chain: dict[str, Any] = {}
         self._recompute()
@@ -279,8 +280,8 @@ class TranslationWidget:
     # -- state
     def _recompute(self) -> None:
         self.chain = translation_chain(self.block_table, self.pos, self.block_size, self.bytes_per_token, self.base)
-        if self.table_error:
-            self.chain["error"] = self.table_error
+        if self.table_error or self.bpt_error:
+            self.chain["error"] = self.table_error or self.bpt_error
 
     def set(self, **kw: Any) -> None:
         unknown = set(kw) - {"pos", "block_size", "block_table", "bytes_per_token"}
@@ -333,12 +334,12 @@ class TranslationWidget:
         wide = "min(420px, 100%)"
         self._pos = self._pos_slider(max(1, len(self.block_table) * self.block_size - 1))
         self._bs = W.IntSlider(value=self.block_size, min=1, max=max(max_block_size, self.block_size),
-                               description="block_size", style=style)
+                               description="block size", style=style)
         self._bs.add_class("kvlab-block-size-slider")
         self._table = W.Text(value=", ".join(map(str, self.block_table)), description="block table (L0, L1, ...)",
                              continuous_update=False, style=style, layout=W.Layout(width=wide))
         self._table.add_class("kvlab-block-table")
-        self._bpt = W.BoundedIntText(value=self.bytes_per_token, min=1, max=1 << 30, description="bytes per token",
+        self._bpt = W.IntText(value=self.bytes_per_token, description="bytes per token",  # a value below 1: a message
                                      style=style, layout=W.Layout(width="220px"))
         self._bpt.add_class("kvlab-bytes-per-token")
         self._chain = W.HTML(self.chain_html())
@@ -403,7 +404,12 @@ class TranslationWidget:
         self._redraw()
 
     def _on_bpt(self, ch: dict[str, Any]) -> None:
-        self.bytes_per_token = ch["new"]
+        if ch["new"] < 1:  # keep the last good value; show the message (as the block table field does)
+            self.bpt_error = (f"bytes per token {ch['new']} is below 1: a token's K and V take at least one byte "
+                              f"(kept {self.bytes_per_token})")
+        else:
+            self.bpt_error = None
+            self.bytes_per_token = ch["new"]
         self._recompute()
         self._redraw()
 

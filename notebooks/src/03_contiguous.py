@@ -157,6 +157,10 @@ viz.compare_stepper(viz.notes_trace(), capacity=48, block_size=4)
 # %% [markdown]
 # Growth, under the `"pow2"` policy: requests outgrow their ranges and are copied; the paged
 # side only takes one more block when the last one is full (watch the counter of token slots copied).
+# When no free range holds a request's doubled size, the caption says **contiguous FAILS to grow**:
+# the request keeps its range and its tokens so far, but that step's new tokens have nowhere to
+# go (a real server would preempt the request: free it and recompute it later); the paged side
+# only needs a free block for the new tokens, wherever it lies.
 
 # %%
 viz.compare_stepper(viz.growth_trace(), capacity=48, block_size=4, policy="pow2")
@@ -170,7 +174,8 @@ viz.compare_stepper(viz.growth_trace(), capacity=48, block_size=4, policy="pow2"
 # paged side's **block size**. The sentence sums up the whole run and the figure shows its last
 # step (simulated). Try: the maximum on the notes' requests (C is refused: A and B reserved
 # everything), the oracle on the same (D' still fails: fragmentation, not reservation), the power
-# of two on growing requests (tokens copied), and blocks of 16 (paged refuses D' too: big blocks
+# of two on growing requests (tokens copied, and growths that fail: no free range holds the
+# doubled size), and blocks of 16 (paged refuses D' too: big blocks
 # waste their last slots).
 
 # %%
@@ -337,7 +342,8 @@ check.reservation(reservation)
 #
 # Before you trust your rule for `"pow2"`, work four lengths through it by hand: 1, 5, 8 and 9
 # (answers 1, 8, 8, 16). Then one more: a length of 1,500 when `max_len` is 1,600. Read the
-# contract's two conditions again.
+# contract's two conditions again. Last, a huge one: `2**53 + 1` when `max_len` is `2**60`
+# (the answer is `2**54`): Python's ints are exact at any size, floats are not.
 # </details>
 #
 # ### Exercise 2: first fit
@@ -403,11 +409,13 @@ check.external_fragmentation(external_fragmentation)
 # **Contract.** `place_first_fit(capacity, ops) -> dict`. `ops` is a list of
 # `("admit", rid, n)` and `("finish", rid)`. Admit places a request of `n` slots at the start of
 # the first hole (lowest address) that holds it; if none does, the request is **refused**: it
-# takes no space, and its later finish is ignored. Finish frees the request's range; a freed
+# takes no space, and its later finish is ignored; a refused id may be admitted again later (it
+# is placed if a hole then holds it; each refusal is listed). Finish frees the request's range; a freed
 # range and the free ranges right next to it are then **one** hole. Return
 # `{"starts": {rid: start} of every request placed, "refused": [rids, in order],
 # "largest_hole": int, "wasted_share": float}`, where `wasted_share` is the share of the free
-# memory at the end that lies outside the largest hole (0.0 when nothing is free). Raise
+# memory at the end that lies outside the largest hole (0.0 when nothing is free: no free slots,
+# nothing stranded, not 0/0). Raise
 # `ValueError` for `n < 1`, for admitting a request that is placed already, or for another
 # operation. Example: the notes' ops `A 4096, B 2048, C 4096, finish A, D 8192, E 3000` in
 # 12,288 slots: D is refused, E starts at 0; the holes left are 1,096 and 2,048 slots, so
