@@ -125,6 +125,9 @@ WRONG = [
     (check.kv_heads_for_budget, _heads(strict=True), "<=, not <"),
     (check.kv_heads_for_budget, _heads(no_kv=True), "the 2 for K and V is missing"),
     (check.kv_heads_for_budget, _heads(float=True), "float"),
+    # a reviewer's answer: the largest divisor of num_heads among the counts that fit, with no cap at num_heads
+    (check.kv_heads_for_budget, lambda l, h, d, t, budget, b=2: S02.kv_heads_for_budget(l, h, d, t, budget, b)
+     if budget < (h + 1) * 2 * l * d * t * b or min(l, h, d, t, b) < 1 else budget // (2 * l * d * t * b), "at most num_heads"),
     (check.kv_heads_for_budget, _heads(list=True), "return the number itself"),
     (check.max_concurrent, lambda L, g, u, w, b, bs=16: S02.max_concurrent([n + bs - 1 for n in L], g, u, w, b, bs),
      "rounded up twice"),
