@@ -4,13 +4,13 @@ import math
 import torch
 
 
-def count_flops(flops_per_token, prompt_len, new_tokens):
+def count_flops(flops_per_token, prompt_len, new_tokens, cached_prefix=0):
     naive, cached = [], []
     for t in range(new_tokens):
         length = prompt_len + t                                   # tokens run at step t without a cache
         naive.append(sum(flops_per_token(i) for i in range(1, length + 1)))
-        if t == 0:                                                # the prefill: the whole prompt once
-            cached.append(sum(flops_per_token(i) for i in range(1, prompt_len + 1)))
+        if t == 0:                                                # the prefill: the prompt after the cached prefix
+            cached.append(sum(flops_per_token(i) for i in range(cached_prefix + 1, prompt_len + 1)))
         else:                                                     # one token over a context of prompt_len + t
             cached.append(flops_per_token(prompt_len + t))
     return naive, cached

@@ -35,6 +35,9 @@ def _attend(**kw):
         keys, values = (k_cache, v_cache) if kw.get("before") else (kc, vc)
         group = q.shape[0] // kc.shape[1]
         K, V = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)   # (T, h, d)
+        if kw.get("min_head"):  # a reviewer's answer: query head h reads KV head min(h, num_kv_heads - 1)
+            heads = [min(h, kc.shape[1] - 1) for h in range(q.shape[0])]
+            K, V = keys[:, heads], values[:, heads]
         if kw.get("only_new"):
             K, V = K[-1:], V[-1:]
         scale = math.sqrt(q.shape[-1]) if kw.get("scale") else 1 / math.sqrt(q.shape[-1])
@@ -147,6 +150,9 @@ WRONG = [
     (check.kv_heads_for_budget, _heads(strict=True), "<=, not <"),
     (check.kv_heads_for_budget, _heads(no_kv=True), "the 2 for K and V is missing"),
     (check.kv_heads_for_budget, _heads(float=True), "float"),
+    # a reviewer's answer: the largest divisor of num_heads among the counts that fit, with no cap at num_heads
+    (check.kv_heads_for_budget, lambda l, h, d, t, budget, b=2: S02.kv_heads_for_budget(l, h, d, t, budget, b)
+     if budget < (h + 1) * 2 * l * d * t * b or min(l, h, d, t, b) < 1 else budget // (2 * l * d * t * b), "at most num_heads"),
     (check.kv_heads_for_budget, _heads(list=True), "return the number itself"),
     (check.max_concurrent, lambda L, g, u, w, b, bs=16: S02.max_concurrent([n + bs - 1 for n in L], g, u, w, b, bs),
      "rounded up twice"),
@@ -183,6 +189,19 @@ WRONG = [
     (check.attend_with_cache, _attend(mutate_q=True), "changed the caller's q"),
     (check.attend_with_cache, _attend(only_new=True), "attended only the new token"),
     (check.attend_with_cache, _attend(float64=True), "keep the inputs' dtype"),
+    (check.attend_with_cache, _attend(min_head=True), "min(h, num_kv_heads - 1)"),
+    (check.count_flops, lambda f, p, n: S01.count_flops(f, p, n), "takes no cached_prefix"),
+    (check.count_flops, lambda f, p, n, cached_prefix=0: S01.count_flops(f, p, n), "ran the whole prompt"),
+    (check.count_flops, lambda f, p, n, cached_prefix=0: (S01.count_flops(f, p, n)[0],
+                                                          S01.count_flops(f, p, n, cached_prefix)[1][:1] + S01.count_flops(f, p, n)[1][1:])
+     if not cached_prefix else S01.count_flops(f, p, n), "ran the whole prompt"),
+    (check.count_flops, lambda f, p, n, cached_prefix=0: (S01.count_flops(f, p - cached_prefix, n)[0],
+                                                          S01.count_flops(f, p, n, cached_prefix)[1]), "no cache to reuse"),
+    (check.count_flops, lambda f, p, n, cached_prefix=0: (S01.count_flops(f, p, n)[0],
+                                                          S01.count_flops(f, p - cached_prefix, n)[1][:1]
+                                                          + S01.count_flops(f, p, n)[1][1:]), "counted its tokens' attention from 1"),
+    (check.count_flops, lambda f, p, n, cached_prefix=0: (S01.count_flops(f, p, n)[0],
+                                                          S01.count_flops(f, p, n, max(cached_prefix - 1, 0))[1]), "off by one token"),
 ]
 
 
@@ -199,6 +218,11 @@ def test_count_flops_expected_is_what_generate_counts():
     model, _ = l01_why_kv_cache._bundled()
     for p, n in [(1, 1), (5, 6), (12, 3)]:
         assert l01_why_kv_cache.expected_step_flops(model.flops_per_token, p, n) == l01_why_kv_cache.generate_step_flops(p, n)
+    # with a cached prefix: the naive steps are unchanged, the prefill is the whole prompt's less the prefix's
+    naive, cached = l01_why_kv_cache.expected_step_flops(model.flops_per_token, 12, 3, cached_prefix=5)
+    whole, alone = l01_why_kv_cache.expected_step_flops(model.flops_per_token, 12, 3)
+    assert naive == whole and cached[1:] == alone[1:]
+    assert cached[0] == alone[0] - l01_why_kv_cache.expected_step_flops(model.flops_per_token, 5, 1)[1][0]
 
 
 # ------------------------------------------------------------------ lesson 05 ex. 3, round 8 (review of 34c45ca)

@@ -40,3 +40,20 @@ def test_no_legend_entry_for_a_segment_too_thin_to_see():
     assert listed and all(t.x[0] / span >= 0.01 for t in listed), [(t.name, t.x[0] / span) for t in listed]
     thin = [t for t in fig.data if t.showlegend is False]
     assert [t.name for t in thin] == ["free in the share (less than one request)"]  # still drawn, hover names it
+
+
+def test_weights_in_the_number_format_the_device_runs():
+    """The review of lesson 02: the widget priced SmolLM2's weights in fp16 on this machine's RAM,
+    where kvlab runs it in fp32 (lesson 02 says so beside it). A device can carry its own weight
+    bytes; the legend and the verdict say which format."""
+    from kvlab.viz.capacity_widget import CapacityWidget
+
+    ram = "this machine's RAM"
+    w = CapacityWidget(models={"smollm2-135m": MODELS["smollm2-135m"]}, devices={ram: 16 * 2**30, "h200": GPUS["h200"].memory_bytes},
+                       model="smollm2-135m", device=ram, weight_bytes={ram: 4}, static=True)
+    assert w.state["weights"] == int(MODELS["smollm2-135m"].params_b * 1e9 * 4)
+    names = [t.name for t in capacity_figure(w.state).data if t.showlegend is not False]
+    assert "weights (fp32)" in names, names
+    w.set(device="h200")
+    assert w.state["weights"] == int(MODELS["smollm2-135m"].params_b * 1e9 * 2)
+    assert "weights (fp16)" in [t.name for t in capacity_figure(w.state).data]

@@ -215,3 +215,65 @@ def test_lesson_10_does_not_name_the_node_events_before_exercise_3(run):
     before = src.split("### Exercise 3")[0]
     calls = re.findall(r"(?:lifecycle_graph\(\"all\"|tier_stepper\(rec, graph=True)[^\n]*(?:\n [^\n]*)*", before)
     assert calls and all('unnamed=("node",)' in c for c in calls), calls
+
+
+def test_tree_edges_end_on_their_boxes(run):
+    """The review of lesson 10 (cell 16): the tree's edges floated, ending beside their boxes instead
+    of on them (each edge was cut short by the same fraction in x and y, so a slanted edge to a
+    far leaf stopped outside the box). Each end, in px, lies inside its node's box (the box is
+    drawn over it) and outside the label's two lines of text."""
+    import kvlab.viz as viz
+
+    _cm, rec, spans = run
+    tree, snap = rec.trees[-1], rec.snapshots[-1]
+    for on in (False, True):
+        viz.classroom(on)
+        try:
+            th = viz.theme()
+            fig = V.tier_tree_figure(tree, snap, V.majority_labels(tree, spans))
+        finally:
+            viz.classroom(False)
+        lay = fig.layout
+        width = lay.width or th.grid_width
+        (x0, x1), (y0, y1) = lay.xaxis.range, lay.yaxis.range
+        px_x = (width - lay.margin.l - lay.margin.r) * (lay.xaxis.domain[1] - lay.xaxis.domain[0]) / (x1 - x0)
+        px_y = (lay.height - lay.margin.t - lay.margin.b) / (y1 - y0)
+        box = fig.data[1].marker.size
+        centres = list(zip(fig.data[1].x, fig.data[1].y))
+        ex, ey = fig.data[0].x, fig.data[0].y
+        ends = [(ex[i + k], ey[i + k]) for i in range(0, len(ex), 3) for k in (0, 1)]
+        assert ends
+        for x, y in ends:
+            cx, cy = min(centres, key=lambda c: ((c[0] - x) * px_x) ** 2 + ((c[1] - y) * px_y) ** 2)
+            dx, dy = abs(x - cx) * px_x, abs(y - cy) * px_y
+            assert dx <= box / 2 and dy <= box / 2, (on, (x, y), (cx, cy), dx, dy, box)   # on the box
+            assert dx > 0.3 * box or dy > 0.3 * box, (on, (x, y), dx, dy, box)              # not on the label
+
+
+def test_lifecycle_graph_says_what_its_greys_mean(run):
+    """The review of lesson 10 (cell 8): the diagram drew light grey edges without saying what grey is
+    (an edge the run never took). With counts, the title's key names every edge style drawn."""
+    cm, _rec, _spans = run
+    fig = V.lifecycle_graph("all", cm.tree.tracker.counts, [("device", "free", "allocated")])
+    text = fig.html()
+    assert "#c8c8c8" in fig.source and "light grey edge: legal, but this run never took it" in text
+    assert "bold purple" in text
+    assert "light grey edge" not in V.lifecycle_graph("all").html()  # no counts: every edge is drawn dark
+
+
+def test_tier_controls_bars_use_no_colour_that_means_something_else():
+    """The review of lesson 10: the "host 2x" bars were drawn in the hit green and the miss/allocated
+    blue, which mean block states elsewhere in the lesson. One colour for the host tier's bars, one
+    for the device pool alone, neither a block state's, both named in the title."""
+    from types import SimpleNamespace as NS
+
+    from kvlab.viz.tier_controls import TierControls
+
+    c = TierControls(lambda r, p: NS(hit_rate=0.2 + 0.1 * r, prefill_tokens=1000 - 100 * r, ttft_mean_s=0.05 - 0.01 * r))
+    fig = c.figure()
+    states = {col for m in V.STATE_COLORS.values() for col in m.values()} | {V.TAKEN}
+    pairs = {tuple(t.marker.color) for t in fig.data}
+    assert len(pairs) == 1, pairs
+    (base, tier), = pairs
+    assert base != tier and not {base, tier} & states, (base, tier)
+    assert "device pool alone" in fig.layout.title.text and "host tier" in fig.layout.title.text

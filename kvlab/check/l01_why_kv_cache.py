@@ -38,14 +38,20 @@ def generate_step_flops(prompt_len: int, new_tokens: int) -> tuple[list[int], li
     return list(naive), list(cached)
 
 
-def expected_step_flops(flops_per_token: Callable[[int], int], prompt_len: int, new_tokens: int) -> tuple[list[int], list[int]]:
+def expected_step_flops(flops_per_token: Callable[[int], int], prompt_len: int, new_tokens: int,
+                        cached_prefix: int = 0) -> tuple[list[int], list[int]]:
     """What :func:`generate_step_flops` counts, from ``flops_per_token`` alone (no model run: the
-    checker stays under a second). Example: ``expected_step_flops(lambda c: c, 2, 2) == ([3, 6], [3, 3])``."""
+    checker stays under a second); with ``cached_prefix`` tokens of the prompt already cached, the
+    cached path's prefill runs only the rest (positions ``cached_prefix + 1 .. prompt_len``), while
+    naive recomputation, which has no cache, runs everything. Example:
+    ``expected_step_flops(lambda c: c, 2, 2) == ([3, 6], [3, 3])``;
+    ``expected_step_flops(lambda c: c, 2, 2, cached_prefix=1) == ([3, 6], [2, 3])``."""
     prefix = [0]
     for i in range(1, prompt_len + new_tokens + 1):
         prefix.append(prefix[-1] + flops_per_token(i))           # prefix[n]: one pass over n tokens
     naive = [prefix[prompt_len + t] for t in range(new_tokens)]
-    cached = [prefix[prompt_len]] + [flops_per_token(prompt_len + t) for t in range(1, new_tokens)]
+    prefill = prefix[prompt_len] - prefix[cached_prefix]         # positions cached_prefix+1 .. prompt_len
+    cached = [prefill] + [flops_per_token(prompt_len + t) for t in range(1, new_tokens)]
     return naive, cached
 
 
@@ -116,26 +122,60 @@ def _same_step_counts(expected, actual) -> bool:
                     for e, a in zip(expected, actual)))
 
 
+def _prefix_note(f: Callable[[int], int], p: int, n: int, r: int, actual) -> str:
+    """Name the usual mistake on a case with ``r`` prompt tokens already cached ('' if none fits)."""
+    if isinstance(actual, Raised):
+        if isinstance(actual.exc, TypeError) and "cached_prefix" in str(actual.exc):
+            return ("your function takes no cached_prefix: add the parameter, cached_prefix=0 (the prompt tokens "
+                    "whose K and V are already in the cache)")
+        return ""
+    try:
+        a_naive, a_cached = (list(x) for x in actual)
+    except (TypeError, ValueError):
+        return ""
+    naive, cached = expected_step_flops(f, p, n, r)
+    if a_naive != naive and a_naive == expected_step_flops(f, p - r, n)[0]:
+        return ("naive recomputation has no cache to reuse: it reruns the whole sequence, the cached prefix "
+                "included; only the cached path skips the prefix")
+    if a_cached[:1] == expected_step_flops(f, p, n)[1][:1]:
+        return (f"cached step 0 ran the whole prompt: its first {r} tokens already have K and V in the cache, so "
+                "the prefill runs only the tokens after them")
+    if a_cached[:1] == [sum(f(i) for i in range(1, p - r + 1))]:
+        return ("the prefill counted its tokens' attention from 1: the token at position i (1-based) still attends "
+                "to i tokens, the cached prefix included (it reads their K and V)")
+    if a_cached[:1] == [sum(f(i) for i in range(r, p + 1))] or a_cached[:1] == [sum(f(i) for i in range(r + 2, p + 1))]:
+        return (f"the prefill is off by one token: with {r} tokens cached it runs positions {r + 1} to {p} "
+                "(1-based), each attending to its position")
+    return ""
+
+
 def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
-    """Grade ``fn(flops_per_token, prompt_len, new_tokens) -> (naive_steps, cached_steps)``.
+    """Grade ``fn(flops_per_token, prompt_len, new_tokens, cached_prefix=0) -> (naive_steps, cached_steps)``.
 
     ``flops_per_token(c)``: FLOPs to run one token that attends to ``c`` tokens (itself
     included). Step 0 yields the first new token; step t yields token t. Naive recomputation
     runs the whole sequence at every step (step t: ``prompt_len + t`` tokens, the i-th of
     them attending to i tokens); with a cache, step 0 is the prefill of the prompt and every
-    later step runs one token. Return one list per strategy, ``new_tokens`` FLOP counts each.
-    Expected: the per-step FLOPs that ``kvlab.compute.generate.generate`` counts on the bundled
-    model (strategies ``"naive"`` and ``"contiguous"``).
+    later step runs one token. ``cached_prefix`` (0 <= cached_prefix < prompt_len) prompt tokens
+    already have K and V in the cache (an earlier request started the same way): the prefill runs
+    only the others, each still attending to its position; naive has no cache and runs them all.
+    Return one list per strategy, ``new_tokens`` FLOP counts each. Expected (cached_prefix 0):
+    the per-step FLOPs that ``kvlab.compute.generate.generate`` counts on the bundled model
+    (strategies ``"naive"`` and ``"contiguous"``); with a prefix, the same minus the prefix's prefill.
     """
     model, _tok = _bundled()
+    f = model.flops_per_token
     c = Checker("count_flops", fn, verbose=verbose, diagnose=[_flops_note],
                 compare=_same_step_counts)
-    for p, n in [(1, 1), (1, 4), (5, 1), (5, 6), (12, 3), (30, 10)]:
-        expected = expected_step_flops(model.flops_per_token, p, n)  # = generate_step_flops (tests/test_check_l01.py)
-        label = f"prompt {p} tokens, {n} new tokens"
+    for p, n, r in [(1, 1, 0), (1, 4, 0), (5, 1, 0), (5, 6, 0), (12, 3, 0), (30, 10, 0),
+                    (2, 1, 1), (5, 6, 2), (12, 3, 11), (30, 10, 16)]:
+        expected = expected_step_flops(f, p, n, r)  # r = 0: = generate_step_flops (tests/test_check_l01.py)
+        label = f"prompt {p} tokens, {n} new tokens" + (f", first {r} prompt tokens already cached" if r else "")
         if c.unusable(label, expected):
             continue
-        c.record(label, expected, call_in_place(fn, model.flops_per_token, p, n))
+        actual = call_in_place(fn, f, p, n, cached_prefix=r) if r else call_in_place(fn, f, p, n)
+        wrong = not _same_step_counts(expected, actual)
+        c.record(label, expected, actual, note=_prefix_note(f, p, n, r, actual) if wrong and r else "")
     return c.done()
 
 
@@ -169,6 +209,9 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
             lambda: attend(k[:t + 1], v[:t + 1], math.sqrt(d), right_head),
         "query heads mapped to KV heads with h % num_kv_heads: query head h uses KV head h // (num_heads // num_kv_heads)":
             (lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), lambda i: i % kvh)) if group > 1 and kvh > 1 else None,
+        "query heads mapped to KV heads with min(h, num_kv_heads - 1): the heads past the last KV head all read it; "
+        "query head h uses KV head h // (num_heads // num_kv_heads), a group of consecutive heads per KV head":
+            (lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), lambda i: min(i, kvh - 1))) if group > 1 and kvh > 1 else None,
         "softmax over the heads: each head's weights are a softmax over the tokens (the last dimension of the scores)":
             lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), right_head, softmax_dim=0),
         "attended only the new token: q attends over the whole cache, the T earlier tokens and the new one":

@@ -110,6 +110,9 @@ _HEADS_MISTAKES = {
     "powers of two are not the rule: the count must divide num_heads, so that every KV head serves as many query "
     "heads (12 query heads: 1, 2, 3, 4, 6 or 12; 8 does not divide 12)":
         _heads(_FULL, allowed=lambda g, h: g & (g - 1) == 0),
+    "more KV heads than query heads: each KV head serves at least one query head, so the count is at most "
+    "num_heads (the room the budget leaves is only an upper bound)":
+        lambda l, h, d, t, budget, b=2: budget // _FULL(l, d, t, b) if budget // _FULL(l, d, t, b) > h else float("nan"),  # nan: matches no answer
     "that is num_heads whatever the budget (multi-head attention): check which counts fit the budget":
         lambda l, h, d, t, budget, b=2: h,
     "the cost of one KV head must cover every token of the request (x tokens)": _heads(lambda l, d, t, b: 2 * l * d * b),

@@ -194,7 +194,8 @@ def judge(chat: list[TierRow], docs: list[TierRow]) -> list[str]:
            "hold the history that is reused (LRU on cyclic reuse is nearly all or nothing)" if steps else ""),
         f"4. the notes' 'tiers save memory': device KV {chat[0].device_tokens:,} token slots with and without "
         f"the tier; the tier adds {chat[-1].host_tokens:,} slots of host memory (write_through also duplicates "
-        f"what is on the device) and saves {chat[-1].prefill_saved - chat[0].prefill_saved:+,} prefill tokens: "
+        f"what is on the device) and computes {chat[0].prefill_tokens - chat[-1].prefill_tokens:,} fewer prefill "
+        f"tokens (the prefilled column, {chat[0].prefill_tokens:,} -> {chat[-1].prefill_tokens:,}): "
         "tiering spends memory to save compute",
     ]
 

@@ -57,8 +57,10 @@ def device_label(name: str) -> str:
 
 
 def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: int, utilization: float = 0.9,
-                   device: str = "device") -> dict[str, Any]:
-    """The numbers for one choice (see module doc); ``requests`` is 0 when the weights leave no room."""
+                   device: str = "device", weight_bytes: int = 2) -> dict[str, Any]:
+    """The numbers for one choice (see module doc); ``requests`` is 0 when the weights leave no room;
+    ``weight_bytes``: bytes a parameter of the weights (2: fp16, as a GPU server loads them; 4: fp32,
+    as kvlab runs a model on a CPU)."""
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be in (0, 1], got {utilization}")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
@@ -68,20 +70,20 @@ def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: in
     kv = spec.with_dtype(dtype_bytes)
     bpt, per_request = kv.bytes_per_token, kv.kv_bytes(tokens)
     share = int(device_bytes * utilization)
-    weights = int(spec.params_b * 1e9 * 2)
+    weights = int(spec.params_b * 1e9 * weight_bytes)
     budget = max(0, share - weights)
     n = budget // per_request
     name = _MODEL_NAMES.get(spec.name, spec.name)
     formula = (f"2 x {kv.layers} layers x {kv_heads_text(kv.kv_heads)} x {kv.head_dim} x {dtype_bytes} bytes = "
                f"{bpt:,} bytes per token; x {tokens:,} tokens = {format_bytes(per_request)} per request")
     if weights >= share:
-        verdict = (f"{name}'s weights ({format_bytes(weights)} in fp16) do not fit in {utilization:.0%} of "
+        verdict = (f"{name}'s weights ({format_bytes(weights)} in {WEIGHT_WORDS.get(weight_bytes, f'{weight_bytes}-byte numbers')}) do not fit in {utilization:.0%} of "
                    f"{_the(device)} ({format_bytes(share)}): no request fits; a server splits this model over several GPUs.")
     else:
         verdict = (f"{utilization:.0%} of {_the(device)} is {format_bytes(share)}; minus the weights "
                    f"({format_bytes(weights)}) leaves {format_bytes(budget)} for the KV cache: {n:,} requests of "
                    f"{tokens:,} tokens fit at once ({n * tokens:,} tokens in all).")
-    return {"model": spec.name, "device": device, "tokens": tokens, "dtype_bytes": dtype_bytes,
+    return {"model": spec.name, "device": device, "tokens": tokens, "dtype_bytes": dtype_bytes, "weight_bytes": weight_bytes,
             "utilization": utilization, "bytes_per_token": bpt, "per_request": per_request, "device_bytes": device_bytes,
             "share": share, "weights": weights, "kv_budget": budget, "requests": n, "kv_used": n * per_request,
             "formula": formula, "verdict": verdict}
@@ -96,6 +98,7 @@ def _the(device: str) -> str:
     return device if device.split(" ", 1)[0].lower() in ("this", "your", "a", "an") else f"the {device}"
 
 
+WEIGHT_WORDS = {4: "fp32", 2: "fp16", 1: "fp8"}  # the weights' number format, by bytes a parameter
 THIN = 0.01  # a bar part under this share of the axis is too thin to see: no legend entry
 
 
@@ -109,7 +112,8 @@ def capacity_figure(state: dict[str, Any]) -> Any:
     weights = min(state["weights"], share)
     over = state["weights"] - weights  # weights past the share's edge: drawn past it, hatched (they do not fit)
     alone = f"outside the share ({1 - state['utilization']:.0%}: not the server's; the driver, other programs)"
-    parts = [("weights (fp16)", weights, WEIGHTS, ""),
+    words = WEIGHT_WORDS.get(state.get("weight_bytes", 2), f"{state.get('weight_bytes')}-byte numbers")
+    parts = [(f"weights ({words})", weights, WEIGHTS, ""),
              ("weights past the share: they do not fit", over, WEIGHTS, "x"),
              (f"KV cache of {state['requests']:,} requests", state["kv_used"], request_color("R1"), ""),
              ("free in the share (less than one request)", share - weights - state["kv_used"], FREE, ""),
@@ -151,12 +155,16 @@ class CapacityWidget:
     state; ``w.set(model=..., dtype_bytes=..., device=..., tokens=..., utilization=...)`` moves the controls.
 
     ``models``: name -> KVSpec (default: kvlab's presets); ``devices``: name -> bytes (default: the GPU
-    presets), e.g. ``{"this machine's RAM": 16 * 2**30}`` added by the lesson.
+    presets), e.g. ``{"this machine's RAM": 16 * 2**30}`` added by the lesson; ``weight_bytes``:
+    device name -> bytes a parameter of the weights there (default 2, fp16; lesson 02 gives this
+    machine's RAM the 4 bytes of fp32 kvlab loads models in on a CPU).
     """
 
     def __init__(self, models: dict[str, KVSpec] | None = None, devices: dict[str, int] | None = None,
                  model: str = "llama-3-8b", dtype_bytes: int = 2, device: str = "h200", tokens: int = 4096,
-                 utilization: float = 0.9, static: bool | None = None) -> None:
+                 utilization: float = 0.9, static: bool | None = None,
+                 weight_bytes: dict[str, int] | None = None) -> None:
+        self.weight_bytes = dict(weight_bytes or {})
         self.models = dict(models) if models is not None else dict(MODELS)
         self.devices = dict(devices) if devices is not None else {k: g.memory_bytes for k, g in GPUS.items()}
         for what, key, table in (("model", model, self.models), ("device", device, self.devices)):
@@ -172,7 +180,7 @@ class CapacityWidget:
     def _compute(self) -> dict[str, Any]:
         c = self.choice
         return capacity_state(self.models[c["model"]], self.devices[c["device"]], c["tokens"], c["dtype_bytes"],
-                              c["utilization"], device_label(c["device"]))
+                              c["utilization"], device_label(c["device"]), self.weight_bytes.get(c["device"], 2))
 
     def set(self, **kw: Any) -> None:
         unknown = set(kw) - set(self.choice)

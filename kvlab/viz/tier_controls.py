@@ -21,9 +21,12 @@ from __future__ import annotations
 import html
 from typing import Any, Callable, Sequence
 
-from .palette import HIT, MISS, theme
+from .palette import theme
 
 __all__ = ["TierControls", "POLICY_WORDS"]
+
+BASE_COLOR, TIER_COLOR = "#616161", "#bcbd22"  # dark grey, olive: no block state's colour (grey is evicted, green a hit)
+TIER_WORDS = "dark grey: the device pool alone · olive: with the host tier"
 
 POLICY_WORDS = {"write_through": "write-through (copy at once)",
                 "write_through_selective": "selective write-through (after repeated hits)",
@@ -85,7 +88,7 @@ class TierControls:
         return r
 
     def figure(self) -> Any:
-        """Three bar pairs: device only (grey) beside the chosen tier (green/blue)."""
+        """Three bar pairs: device only (dark grey) beside the chosen tier (olive)."""
         import plotly.graph_objects as go
         from plotly.subplots import make_subplots
 
@@ -96,14 +99,15 @@ class TierControls:
         label = f"host {self.host_ratio:g}x"
         for i, (v0, v1) in enumerate(((100 * b.hit_rate, 100 * r.hit_rate), (b.prefill_tokens, r.prefill_tokens),
                                       (1e3 * b.ttft_mean_s, 1e3 * r.ttft_mean_s))):
-            fig.add_trace(go.Bar(x=["device only", label], y=[v0, v1], marker_color=["#bdbdbd", HIT if i == 0 else MISS],
+            fig.add_trace(go.Bar(x=["device only", label], y=[v0, v1], marker_color=[BASE_COLOR, TIER_COLOR],
                                  text=[f"{v0:,.0f}", f"{v1:,.0f}"], textposition="outside", showlegend=False,
                                  cliponaxis=False), row=1, col=i + 1)
         for ann in fig.layout.annotations:
             ann.font = dict(size=th.font_size)
-        fig.update_layout(title=dict(text=f"A host tier under the radix tree ({self.source})", font=dict(size=th.title_size)),
+        fig.update_layout(title=dict(text=f"A host tier under the radix tree ({self.source})<br><span style='font-size:"
+                                          f"{th.font_size}px'>{TIER_WORDS}</span>", font=dict(size=th.title_size)),
                           height=330, width=None if th.autosize else min(th.grid_width, 840), template="plotly_white",
-                          font=dict(size=th.font_size), margin=dict(l=50, r=20, t=80, b=40))
+                          font=dict(size=th.font_size), margin=dict(l=50, r=20, t=100, b=40))
         fig.update_yaxes(rangemode="tozero")
         return fig
 

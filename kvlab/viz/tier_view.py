@@ -167,6 +167,9 @@ def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Seq
     if machine != "all":
         return graphs[0]
     title = f"<b>The lifecycle of a KV block ({source_label(source)})</b>" + (f": {html.escape(caption)}" if caption else "")
+    if counts is not None:  # what the edges' two greys mean (the pictures draw both)
+        title += ("<br><span style='font-size:smaller'>dark edge ×n: the run took it n times · light grey edge: "
+                  "legal, but this run never took it" + (" · bold purple: the last step's edges" if bold else "") + "</span>")
     return LifecycleFigure(graphs, title)
 
 
@@ -421,12 +424,19 @@ def _tree_plot(tree_depth: float, th: Any) -> tuple[int, int, int]:
     return top, bottom, max(420, top + bottom + plot)
 
 
-def _edge_points(pos: dict, parent: int, child: int, half_label: float) -> tuple[list, list]:
-    """An edge from under the parent's label to over the child's (``half_label``: half a label's
-    height, in y units): never through either label (the boxes are drawn over the ends)."""
+def _edge_points(pos: dict, parent: int, child: int, half_box: tuple[float, float]) -> tuple[list, list]:
+    """An edge from the border of the parent's box to the border of the child's (``half_box``: 0.45
+    of a box, in x and y units): it ends just inside each box, under its edge (the boxes are drawn
+    over the ends), so it touches both and never runs through a label.
+
+    Example: a child one unit below and one unit right, boxes 0.2 units across in both axes:
+        >>> _edge_points({0: (0, 0), 1: (1, -1)}, 0, 1, (0.1, 0.1))
+        ([0.1, 0.9, None], [-0.1, -0.9, None])
+    """
     (x0, y0), (x1, y1) = pos[parent], pos[child]
-    t = min(0.45, half_label / max(abs(y1 - y0), 1e-9))
-    return [x0 + (x1 - x0) * t, x1 - (x1 - x0) * t, None], [y0 + (y1 - y0) * t, y1 - (y1 - y0) * t, None]
+    dx, dy = x1 - x0, y1 - y0
+    t = min(0.45, half_box[0] / max(abs(dx), 1e-9), half_box[1] / max(abs(dy), 1e-9))  # the first border it meets
+    return [x0 + dx * t, x1 - dx * t, None], [y0 + dy * t, y1 - dy * t, None]
 
 
 def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | None = None, title: str = "Where each node's KV lives",
@@ -448,10 +458,13 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
     fig = go.Figure()
     depth = -min(y for _, y in pos.values())
     m_top, m_bottom, height = _tree_plot(depth, th)
-    half_label = _tree_box_px(th) * 0.38 / ((height - m_top - m_bottom) / (depth + 1.1))  # two lines of label, in y units
+    leaves = max(x for x, _ in pos.values()) + 1
+    plot_w = ((_width() or th.grid_width) - 20) * 0.5 / (leaves + 0.4)    # px per x unit: domain [0, 0.5], range leaves + 0.4
+    plot_h = (height - m_top - m_bottom) / (depth + 1.1)                    # px per y unit
+    half_box = (0.45 * _tree_box_px(th) / plot_w, 0.45 * _tree_box_px(th) / plot_h)  # just inside a box's border
     ex, ey = [], []
     for n in tree.nodes:
-        xs, ys = _edge_points(pos, n.parent_id, n.id, half_label)
+        xs, ys = _edge_points(pos, n.parent_id, n.id, half_box)
         ex += xs
         ey += ys
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#888", width=th.line_width), hoverinfo="skip",
@@ -485,7 +498,6 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
                                  marker=dict(symbol="square", size=14, color=colors.get(p, FREE),
                                              line=dict(width=1, color="#444"))))
     host_rows = -(-len(snap.host_states) // cols)
-    leaves = max(x for x, _ in pos.values()) + 1
     fig.update_layout(
         title=dict(text=_title(title, source, snap.caption if caption else ""), font=dict(size=th.title_size),
                    yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),

@@ -500,24 +500,31 @@ memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} bloc
 # %% [markdown]
 # ## 6. Exercises
 #
-# ### Exercise 1: count the FLOPs of each step
+# ### Exercise 1: the FLOPs of each step when part of the prompt is already cached
 #
-# Implement `count_flops(flops_per_token, prompt_len, new_tokens)` returning two lists,
-# `(naive_steps, cached_steps)`, with the FLOPs of each of the `new_tokens` steps.
-# `flops_per_token(c)` gives the FLOPs of running one token that attends to `c` tokens (itself
-# included). Step `t` (0-based) produces new token `t`:
+# Section 1 counted the steps of one request alone. Servers do better: when a second request
+# starts with the same tokens as an earlier one (the same system prompt, say), the K and V of
+# those tokens are already in the cache, and its prefill computes only the rest (lessons 06 and
+# 07 build this). Design `count_flops(flops_per_token, prompt_len, new_tokens, cached_prefix=0)`
+# for that case. It returns two lists, `(naive_steps, cached_steps)`, with the FLOPs of each of
+# the `new_tokens` steps; step `t` (0-based) produces new token `t`. `flops_per_token(c)` gives
+# the FLOPs of running one token that attends to `c` tokens (itself included); the first
+# `cached_prefix` tokens of the prompt (`0 <= cached_prefix < prompt_len`) already have their K
+# and V in the cache.
 #
-# - naive: step `t` runs the whole sequence, `prompt_len + t` tokens, the `i`-th of them
-#   (1-based) attending to `i` tokens;
-# - cached: step 0 is the prefill (the prompt's tokens, the same way); step `t ≥ 1` runs one
-#   token, the last one produced. How many tokens does it attend to? Work it out from where
-#   that token sits in the sequence (a token attends to itself and to every token before it).
+# - naive (no cache at all): step `t` runs the whole sequence, `prompt_len + t` tokens, the
+#   `i`-th of them (1-based) attending to `i` tokens;
+# - cached: step 0 is the prefill, step `t ≥ 1` runs the one token produced last.
 #
-# The checker compares with the FLOPs that `kvlab.compute.generate.generate` counted on the
-# bundled model for several prompt and answer lengths.
+# **Predict before you run anything:** with `prompt_len = 12`, `cached_prefix = 11`, how many
+# tokens does the prefill run, and is it cheaper or dearer than cached step 1? And does the
+# cached prefix change any naive step? Write your answers down, then check them against the
+# lists your function returns. The checker compares with the FLOPs that
+# `kvlab.compute.generate.generate` counted on the bundled model (`cached_prefix = 0`) and with
+# the same counts less the prefix's work (`cached_prefix > 0`), for several lengths.
 
 # %% tags=["exercise-stub"]
-def count_flops(flops_per_token, prompt_len, new_tokens):
+def count_flops(flops_per_token, prompt_len, new_tokens, cached_prefix=0):
     raise NotImplementedError("your code here")
 
 
@@ -529,15 +536,14 @@ check.count_flops(count_flops)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Naive step `t` runs a sequence of `prompt_len + t` tokens and token `i` of it (1-based)
-# attends to `i` tokens: the step's FLOPs are a sum over the sequence.
+# Section 1's table is the case `cached_prefix = 0`. What does a cached token save: being run
+# again, or being read?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Cached: step 0 costs what naive step 0 costs (the prefill). At step `t ≥ 1` the only token run
-# is the one sampled at step `t - 1`. At which position does it sit, and how many tokens does it
-# attend to, counting itself?
+# The prefill still runs the tokens after the prefix, and each of them still attends to every
+# token before it, cached or not. Which positions does it run?
 # </details>
 
 # %% [markdown]

@@ -209,20 +209,26 @@ print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget
 # Llama-2 70B on one H200 (the weights alone do not fit) and on two; Llama-2 7B against
 # Llama-3 8B (about the same size, MHA against GQA); fp8 instead of fp16 (half the bytes per
 # token, twice the requests); 32,768-token requests. The bar is the device's memory: weights
-# grey, the requests' KV cache purple, the rest of the server's share light grey, and the part
-# the server leaves alone white.
+# grey (in the number format the line above the widget gives), the requests' KV cache purple,
+# the rest of the server's share light grey, and the part the server leaves alone white.
 
 # %%
+import inspect
 import os
 
+from kvlab.compute.loader import load_pretrained
 from kvlab.viz import CapacityWidget
 
 devices = {name: gpu.memory_bytes for name, gpu in kvlab.GPUS.items()}
 devices["2 x h200"] = 2 * kvlab.GPUS["h200"].memory_bytes
 ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")   # this machine's memory (measured)
-devices[f"this machine's RAM ({ram / 2**30:.0f} GiB)"] = ram
+here = f"this machine's RAM ({ram / 2**30:.0f} GiB)"
+devices[here] = ram
+cpu_dtype = inspect.signature(load_pretrained).parameters["dtype"].default   # what kvlab loads a model in on a CPU
+print(f"weights: fp16 (2 bytes a parameter) on the GPUs, as a server loads them; on {here}, "
+      f"{str(cpu_dtype).removeprefix('torch.')} ({cpu_dtype.itemsize} bytes), as kvlab runs models on this CPU")
 CapacityWidget(models={n: kvlab.MODELS[n] for n in LESSON_MODELS}, devices=devices, model="llama-2-70b",
-               device="2 x h200", tokens=4096)
+               device="2 x h200", tokens=4096, weight_bytes={here: cpu_dtype.itemsize})
 
 # %% [markdown]
 # ## 7. The real run: allocate the cache
@@ -309,10 +315,10 @@ print(f"formula for SmolLM2 in fp16: {smol.bytes_per_token:,}; equal to the meas
 # %%
 total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-w_smol = int(smol.params_b * 1e9 * 4)
+w_smol = int(smol.params_b * 1e9 * cpu_dtype.itemsize)   # kvlab's CPU number format (section 6)
 left = free - w_smol
 print(f"this machine: {kvlab.format_bytes(total)} of RAM, {kvlab.format_bytes(free)} free now (measured)")
-print(f"SmolLM2 in fp32: weights {kvlab.format_bytes(w_smol)}; the free memory left holds "
+print(f"SmolLM2 in {str(cpu_dtype).removeprefix('torch.')}: weights {kvlab.format_bytes(w_smol)}; the free memory left holds "
       f"{left // measured['fp32']:,} tokens of KV cache = {left // (4096 * measured['fp32']):,} requests of 4,096 tokens")
 w70 = int(llama70.params_b * 1e9 * 2)
 print(f"Llama-2 70B in fp16: weights alone {kvlab.format_bytes(w70)}: "
@@ -456,9 +462,8 @@ check.max_concurrent(max_concurrent)
 #
 # <details><summary>Hint 2</summary>
 #
-# Any set of `k` requests that fits can be swapped for the `k` shortest ones, which need no more
-# blocks. So the order the requests arrived in does not matter, and neither does their average
-# length.
+# To fit as many requests as possible, which ones would you admit first? Does the order they
+# arrived in matter?
 # </details>
 #
 # ## Summary

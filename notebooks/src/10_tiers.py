@@ -183,6 +183,9 @@ tiered = four_requests(tiered_cm, rec)
 print(f"{'request':<8} {'prompt':>6} | {'reused':>6} {'prefilled':>9} (device only) | {'reused':>6} {'prefilled':>9} (+ host, disk)")
 for (name, n, m0, p0), (_, _, m1, p1) in zip(plain, tiered):
     print(f"{name:<8} {n:>6} | {m0:>6} {p0:>9}               | {m1:>6} {p1:>9}")
+if plain[0][0] == "warm-up":
+    print(f"warm-up: the system prompt [A] alone ({plain[0][1]} tokens), prefilled first as a server does at start-up "
+          "(lesson 07): it makes [A] a node of its own, apart from the few-shot examples [B]")
 s = tiered_cm.tier_stats
 print(f"host tier: {s.written_tokens} tokens written back on eviction, {s.loaded_tokens} loaded back for R4")
 tiered_cm.check_integrity()
