@@ -7,6 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --browser
 export PYTHONHASHSEED=0 MPLBACKEND=Agg
+# Byte-code caches for kvlab and the tests (in __pycache__/, git-ignored): a machine that sets
+# PYTHONDONTWRITEBYTECODE makes every process (each worker, each lesson's kernel, each test's
+# subprocess) compile kvlab's modules and rewrite the test modules' asserts anew.
+unset PYTHONDONTWRITEBYTECODE
 # One CPU thread per torch process (the lessons' kernels and the tests' subprocesses inherit it):
 # the bundled model is tiny, so extra threads only add overhead and fight over the cores
 # (measured: 64 greedy tokens 0.56 s with 1 thread, 25 s with 2 on a busy 2-core machine).
