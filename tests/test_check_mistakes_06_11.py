@@ -633,7 +633,49 @@ REVIEW_07_08_11 = [
 ]
 
 
-@pytest.mark.parametrize("nn,name,mistake,edits,words", REVIEW_07_08_11, ids=[f"{w[0]}-{w[1]}-{w[2]}" for w in REVIEW_07_08_11])
+# ------------------------------------------------------------------ round 7: lessons 07, 08's student review
+# (lesson, exercise, the mistake, edits of the reference, words the FAIL note must contain)
+REVIEW_07_08_ROUND7 = [
+    # accepted by the checker in the review (the reproducers)
+    ("08", "inc_lock_ref", "a float change (-2.0 for -2) (accepted)",
+     [("            delta -= len(node.key)\n", "            delta -= float(len(node.key))\n")],
+     "the float"),
+    ("08", "admit_plan", "a list with a float count ([5, 0.0]) for the tuple (accepted)",
+     [("        return (pos, 0)\n", "        return [pos, 0.0]\n")],
+     "the float 0.0"),
+    ("08", "admit_plan", "locks the uncapped match (accepted)",
+     [("    limit = len(tokens) - 1\n", "    limit = len(tokens)\n"),
+      ("    need = len(tokens) - pos\n", "    pos = min(pos, len(tokens) - 1)\n    need = len(tokens) - pos\n")],
+     "lock only the capped prefix"),
+    # rejected without naming it in the review
+    ("08", "lru_evict", "counts nodes, not tokens",
+     [("        freed += len(victim.key)\n", "        freed += 1\n")],
+     "count tokens"),
+    ("08", "lru_evict", "the root goes once childless",
+     [("        if not leaves:\n", "        if not leaves and root.id not in removed and all(c.id in removed for c in root.children.values()):\n"
+                               "            leaves = [root]\n        if not leaves:\n")],
+     "the root may never go"),
+    ("08", "inc_lock_ref", "lock_ref = 1, not += 1",
+     [("        node.lock_ref += 1\n", "        node.lock_ref = 1\n")],
+     "lock_ref = 1 overwrites other requests' locks"),
+    ("07", "match_prefix", "one level down only (stops after a whole edge)",
+     [("        node = child\n", "        break\n")],
+     "after a whole edge, continue into its child"),
+    ("07", "match_prefix", "one level down only (looks under the root again)",
+     [("        node = child\n", "")],
+     "after a whole edge, continue into its child"),
+    ("07", "block_hash_reuse", "block size hard-coded to 16",
+     [("    for p in prompts:\n", "    block_size = 16\n    for p in prompts:\n")],
+     "use block_size, not a constant"),
+    ("07", "block_hash_reuse", "the chain checked with the previous block only",
+     [("tuple(p[:(n + 1) * block_size]) in cached", "tuple(p[max(n - 1, 0) * block_size:(n + 1) * block_size]) in cached"),
+      ("cached.add(tuple(p[:k * block_size]))", "cached.add(tuple(p[max(k - 2, 0) * block_size:k * block_size]))")],
+     "not only the previous block"),
+]
+
+
+@pytest.mark.parametrize("nn,name,mistake,edits,words", REVIEW_07_08_11 + REVIEW_07_08_ROUND7,
+                         ids=[f"{w[0]}-{w[1]}-{w[2]}" for w in REVIEW_07_08_11 + REVIEW_07_08_ROUND7])
 def test_review_07_08_11_wrong_answer_is_rejected_and_named(nn, name, mistake, edits, words):
     r = getattr(check, name)(wrong_answer(nn, name, edits), verbose=False)
     assert not r.passed, f"accepted: {mistake}"

@@ -72,7 +72,9 @@ def _lpm_by(rule: str) -> Callable:
             if i < len(key):                                    # the match ends inside this edge
                 pos += {"whole_edge": 0, "whole_key": len(key)}.get(rule, i)
                 break
-            pos, node = pos + i, child
+            pos, node = pos + i, (root if rule == "no_descend" else child)
+            if rule == "one_level":
+                break
         return min(pos, max(len(tokens) - 1, 0)) if rule == "cap" else pos
     return fn
 
@@ -83,6 +85,10 @@ MATCH_MISTAKES = dict([
     ("a match that ends inside an edge counts only the tokens that match, not the whole edge", _lpm_by("whole_key")),
     ("follow the child keyed by the next token (node.children.get(tokens[pos])), not the first child",
      _lpm_by("first_child")),
+    ("after a whole edge, continue into its child (node = child): the match goes on below it, not only one "
+     "level down", _lpm_by("one_level")),
+    ("after a whole edge, continue into its child (node = child): the next token is looked up among the "
+     "child's children, not the root's", _lpm_by("no_descend")),
     ("a lookup returns the whole match: the cap at len(tokens) - 1 belongs to the request cycle (what a "
      "request prefills), not to match_prefix", _lpm_by("cap")),
 ])
@@ -250,7 +256,12 @@ def _reuse_by(rule: str) -> Callable:
                 continue
             earlier = seen[-1:] if rule == "previous" else seen
             limit = len(p) if rule == "no_cap" else len(p) - 1
-            if rule in ("content", "same_index"):  # leading blocks found in some earlier prompt (anywhere, or same place)
+            if rule == "pair":  # each block checked with the block before it only
+                pairs = {tuple(q[max(k - 2, 0) * bs:k * bs]) for q in seen for k in range(1, len(q) // bs + 1)}
+                n = 0
+                while n + bs <= limit and tuple(p[max(n - bs, 0):n + bs]) in pairs:
+                    n += bs
+            elif rule in ("content", "same_index"):  # leading blocks found in some earlier prompt (anywhere, or same place)
                 blocks = {(i if rule == "same_index" else 0, tuple(q[i:i + bs]))
                           for q in seen for i in range(0, len(q) // bs * bs, bs)}
                 n = 0
@@ -272,6 +283,8 @@ REUSE_MISTAKES = dict([
      "rounded down to whole blocks", _reuse_by("no_cap")),
     ("the same block at the same place is not enough: a block is reused only if every block before it matches "
      "the SAME earlier prompt too (the chained hash covers the whole prefix)", _reuse_by("same_index")),
+    ("a block is reused only if the WHOLE prefix before it matches, not only the previous block: the chained "
+     "hash covers every earlier block", _reuse_by("pair")),
     ("a block is reused only if every block before it matches too (the chained hash): the same tokens "
      "after a different prefix have other K/V", _reuse_by("content")),
     ("one block short: every leading block that matches counts (the cap is len(prompt) - 1 tokens, in whole "
@@ -279,6 +292,19 @@ REUSE_MISTAKES = dict([
     ("the cache holds the blocks of every earlier prompt, not only the previous one's", _reuse_by("previous")),
     ("only full blocks are cached: round the match down to whole blocks, not up", _reuse_by("ceil")),
 ])
+
+
+def _constant_block(fn: Callable, prompts: list[list[int]], block_size: int, got: object) -> str:
+    """The answer for a block size written as a constant (16, vLLM's default, or another) instead of
+    ``block_size``: named when the function also answers a probe (a 40-token prompt twice) the same
+    whatever block_size it is given, as that constant gives."""
+    probe = [list(range(40)), list(range(40))]
+    for const in (16, 32, 8, 4, 2):
+        if const != block_size and got == call(hashed_reuse, prompts, const) and all(
+                call(fn, [list(p) for p in probe], b) == hashed_reuse(probe, const) for b in {2, 3, 4, 16} - {const}):
+            return (f"use block_size, not a constant: that is the answer for blocks of {const}; this case has "
+                    f"block_size {block_size}")
+    return ""
 
 
 def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -294,6 +320,8 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
         ("the same block after a different prefix", [[1, 2, 3, 4, 7, 8], [9, 9, 3, 4, 7, 8]], 2),
         ("each block cached at its place, but by two different prompts", [[1, 2, 3, 4, 9], [5, 6, 7, 8, 9],
                                                                           [1, 2, 7, 8, 0]], 2),
+        ("two blocks in a row cached, after another first block", [[1, 2, 3, 4, 0], [7, 7, 7, 7, 3, 4, 5, 6, 0],
+                                                                  [1, 2, 3, 4, 5, 6, 0]], 2),
         ("an earlier block's tokens again, at other places", [[1, 2, 5, 5, 5], [1, 2, 1, 2, 1, 2, 9]], 2),
         ("the notes' R1, R2, R3 (chars, blocks of 16)", [sys_ + shots + char_tokenize(T[r]) for r in ("R1", "R2", "R3")], 16),
         ("a prompt shorter than a block", [[1, 2, 3], [1, 2, 3, 4]], 4),
@@ -317,7 +345,7 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
             note = "your function takes (block_size, prompts): the checker calls it as block_hash_reuse(prompts, block_size)"
         if not ok and not note and not isinstance(got, Raised):
             got = list(got) if isinstance(got, tuple) else got
-            note = (radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
+            note = (_constant_block(fn, ps, bs, got) or radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
                     or unit_slip(expected, got) or ignored_parameter(hashed_reuse, (ps, bs), got, ("prompts", "block_size"))
                     or "")
         c.record(label, expected, got, passed=ok, note=note)
