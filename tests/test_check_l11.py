@@ -92,3 +92,62 @@ def test_zero_scale_is_named_and_stub_fails_cleanly():
         raise NotImplementedError
 
     assert check.quantize_per_token(stub, verbose=False).summary.startswith("FAIL")
+
+
+def _streaming(sinks_cap=True, window_round="up", order=1):
+    def keep(n, bs, s, w):
+        if min(n, s) < 0 or bs < 1 or w < 1:
+            raise ValueError("bad count")
+        nb = cdiv(n, bs)
+        sinks = range(min(cdiv(s, bs), nb) if sinks_cap else cdiv(s, bs))
+        wb = cdiv(w, bs) if window_round == "up" else w // bs
+        return sorted(set(sinks) | set(range(max(0, nb - wb), nb)), reverse=order < 0)
+    return keep
+
+
+def test_streaming_descending_uncapped_sinks_and_floor_window_are_named():
+    r = check.streaming_keep(_streaming(order=-1), verbose=False)
+    assert not r.passed and "descending" in r.summary and "percentage" not in r.report()
+    r = check.streaming_keep(_streaming(sinks_cap=False), verbose=False)
+    assert not r.passed and "past the end" in r.summary and "num_tokens were" not in r.report()
+    r = check.streaming_keep(_streaming(window_round="down"), verbose=False)
+    assert not r.passed and "window was rounded down" in r.summary and "window_tokens were" not in r.report()
+
+
+def test_streaming_messages_do_not_hand_over_the_formula():
+    from kvlab.check.l11_fewer_bytes import QUANT_MISTAKES, QUEST_MISTAKES, STREAMING_MISTAKES
+
+    for message in (*STREAMING_MISTAKES, *QUEST_MISTAKES, *QUANT_MISTAKES):
+        for formula in ("ceil(window_tokens", "sort by (-bound", "amax over head_dim", "sum_d max("):
+            assert formula not in message, message
+
+
+def test_quest_max_over_channels_is_named():
+    r = check.quest_pick(pick_by(lambda q, lo, hi: torch.maximum(q * hi, q * lo).amax(-1)), verbose=False)
+    assert not r.passed and "largest channel" in r.summary and "|q|" not in r.report()
+
+
+def _quant(axis=-1, half="up", check_dim=True):
+    def quant(x):
+        if check_dim and x.dim() != 3:
+            raise ValueError("x must be 3-D")
+        s = x.abs().amax(axis, keepdim=True) / 127
+        s = torch.where(s > 0, s, torch.ones_like(s))
+        v = torch.floor(x / s + 0.5) if half == "up" else torch.ceil(x / s - 0.5)
+        return torch.clamp(v, -127, 127).to(torch.int8), s.squeeze(axis)
+    return quant
+
+
+def test_quant_heads_axis_half_down_and_no_dim_check_are_named():
+    r = check.quantize_per_token(_quant(axis=1), verbose=False)
+    assert not r.passed and "heads axis" in r.summary, r.report()
+    r = check.quantize_per_token(_quant(half="down"), verbose=False)
+    assert not r.passed and "halfway went down" in r.summary, r.report()
+    r = check.quantize_per_token(_quant(check_dim=False), verbose=False)
+    assert not r.passed and "not 3-D" in r.summary, r.report()
+
+
+def test_a_pass_prints_one_line(capsys):
+    assert check.streaming_keep(sol.streaming_keep).passed
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("PASS"), out

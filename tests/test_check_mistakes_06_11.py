@@ -376,7 +376,7 @@ WRONG = [
      'a block appears twice: when sinks'),
     ('11', 'streaming_keep', 'window in tokens',
      [('-(-window_tokens // block_size)', 'window_tokens')],
-     'window_tokens counts tokens: keep'),
+     'window_tokens counts tokens, not blocks'),
     ('11', 'streaming_keep', 'no validation',
      [('        if not isinstance(v, int) or v < lo:\n            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")\n', '        pass\n')],
      'this input must raise ValueError:'),

@@ -74,3 +74,47 @@ def test_budget_explorer_turns_the_sinks_off_for_h2o(monkeypatch):
     assert sinks.disabled
     method.value = "streaming"
     assert not sinks.disabled
+
+
+def test_methods_on_one_spot_are_drawn_side_by_side():
+    """Review of lesson 11 (cell 26): h2o 64 = int8 = fp8 on one spot hid one marker."""
+    rows = [MethodResult("full", 100, 12e6, 12e6, 9.0, 1.0), MethodResult("h2o 64 (paper)", 100, 3.0e6, 3.0e6, 9.3, 1.0),
+            MethodResult("int8", 30, 3.0e6, 3.0e6, 9.3, 1.0), MethodResult("fp8", 30, 3.0e6, 3.0e6, 9.3, 1.0)]
+    fig = tradeoff_figure(rows)
+    for axis in ("x", "x2"):
+        xs = sorted(t.x[0] for t in fig.data if t.xaxis == axis and t.name != "full")
+        assert len(set(xs)) == 3 and min(b - a for a, b in zip(xs, xs[1:])) > 0.2, xs   # 3 marks apart
+        assert all(t.customdata[0] == pytest.approx(3.0) for t in fig.data if t.xaxis == axis and t.name != "full")
+
+
+def test_bytes_read_has_its_own_panel_and_plain_ticks():
+    """Review of lesson 11 (cell 7): bytes read on a second axis read like a mass; ticks said 100μ."""
+    fig = attention_figure(P)
+    read = next(t for t in fig.data if "read" in (t.name or ""))
+    mass = next(t for t in fig.data if "mass" in (t.name or ""))
+    assert read.yaxis != mass.yaxis and fig.layout[read.yaxis.replace("y", "yaxis")].type != "log"
+    ticks = fig.layout[mass.yaxis.replace("y", "yaxis")].ticktext
+    assert "0.01" in ticks and not any("μ" in t or "e" in t for t in ticks), ticks
+
+
+def test_explorer_caption_says_why_fewer_tokens_than_the_budget(monkeypatch):
+    """Review of lesson 11: a budget of 64 kept 59 tokens without saying why (the newest block is
+    partly full)."""
+    import kvlab.viz.kv_compress_view as v
+    monkeypatch.setattr(v, "is_static", lambda *a: False)
+    monkeypatch.setattr(v, "static_frames", lambda: False)
+    odd = Profile(torch.rand(1, 7), [1.0] * 7, sinks=1, recent=2)           # blocks of 2: the newest holds 1
+    box = budget_explorer(odd, block_size=2, budget_tokens=4, sink_tokens=2)
+    words = next(c for c in box.children if "kvlab-control-caption" in c._dom_classes)
+    assert "keeps 3 of 7" in words.value and "the newest block holds 1 of its 2" in words.value, words.value
+
+
+def test_results_table_is_html_whose_rows_do_not_wrap():
+    """Review of lesson 11 (cells 22, 24): the fixed-width table wrapped mid-row at 1280x720."""
+    from kvlab.viz.kv_compress_view import results_table
+
+    rows = [MethodResult("full", 96, 2e6, 2e6, 9.5, 1.0, kind="reference", pool_bytes=2e6, prompts=1, greedy_tokens=5,
+                         scored_tokens=5), MethodResult("int8", 30, 5e5, 2e6, 9.6, 0.8, kind="kvlab", pool_bytes=5e5)]
+    html = results_table(rows)._repr_html_()
+    assert html.count("<tr>") == 4 and "nowrap" not in html and "0.50\u00a0/\u00a025%" in html   # cells wrap, rows never
+    assert repr(results_table(rows)).splitlines()[2].startswith("full")

@@ -41,7 +41,7 @@ def _streaming_keep_ref(num_tokens: int, block_size: int, sink_tokens: int, wind
 
 
 STREAMING_MISTAKES = {
-    "window_tokens counts tokens: keep the last ceil(window_tokens / block_size) blocks, not window_tokens blocks":
+    "window_tokens counts tokens, not blocks: you kept window_tokens whole blocks":
         lambda n, bs, s, w: sorted(set(range(min(-(-s // bs), -(-n // bs)))) | set(range(max(0, -(-n // bs) - w),
                                                                                            -(-n // bs)))),
     "you kept the recent window but dropped the sink blocks: StreamingLLM keeps the first blocks too "
@@ -55,9 +55,17 @@ STREAMING_MISTAKES = {
     "the window missed the newest (partial) block: count the window back from the last block, "
     "partial or not": lambda n, bs, s, w: sorted(set(range(min(-(-s // bs), -(-n // bs)))) |
                                                  set(range(max(0, n // bs - -(-w // bs)), n // bs))),
-    "the window holds one block too many: keep exactly the last ceil(window_tokens / block_size) blocks":
+    "the window holds one block too many (an extra old block kept before the window)":
         lambda n, bs, s, w: sorted(set(range(min(-(-s // bs), -(-n // bs)))) |
                                    set(range(max(0, -(-n // bs) - -(-w // bs) - 1), -(-n // bs)))),
+    "the window was rounded down: a window that covers only part of a block still keeps that whole block "
+    "(a budget smaller than a block must keep the newest block)": lambda n, bs, s, w: sorted(
+        set(range(min(-(-s // bs), -(-n // bs)))) | set(range(max(0, -(-n // bs) - w // bs), -(-n // bs)))),
+    "sink blocks past the end of the sequence: a sequence shorter than the sinks has fewer blocks, keep only "
+    "blocks that exist": lambda n, bs, s, w: sorted(set(range(-(-s // bs))) |
+                                                    set(range(max(0, -(-n // bs) - -(-w // bs)), -(-n // bs)))),
+    "the right blocks in descending order: return them ascending, oldest block first":
+        lambda n, bs, s, w: sorted(_streaming_keep_ref(n, bs, s, w), reverse=True),
     "sink_tokens and window_tokens are swapped: the parameters are (num_tokens, block_size, sink_tokens, "
     "window_tokens)": lambda n, bs, s, w: _streaming_keep_ref(n, bs, w, s),
     "those are token positions: return the kept BLOCK indices (a block table keeps or drops whole blocks)":
@@ -70,7 +78,7 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     blocks StreamingLLM keeps, ascending: the first ``ceil(sink_tokens / block_size)`` blocks and
     the last ``ceil(window_tokens / block_size)`` (the newest, partial block included), each once.
     ValueError for a negative count, a block size below 1 or a window below 1."""
-    c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=verbose, compare=exact_equal,
+    c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=False, compare=exact_equal,
                 diagnose=[unit_slip])
 
     def run(label, *args):
@@ -94,7 +102,7 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     run("num_tokens -1 (must raise ValueError)", -1, 4, 4, 8)
     run("block_size 0 (must raise ValueError)", 40, 0, 4, 8)
     run("sink_tokens -1 (must raise ValueError)", 40, 4, -1, 8)
-    return c.done()
+    return _done(c, verbose)
 
 
 # ---------------------------------------------------------------- 2. Quest
@@ -117,27 +125,32 @@ def _pick_by(score: Callable) -> Callable:
 
 
 QUEST_MISTAKES = {
-    "you ranked blocks by q . max: where q_d < 0 the block's MIN gives the larger product "
-    "(bound = sum_d max(q_d max_d, q_d min_d))": _pick_by(lambda q, lo, hi: (q[None] * hi).sum(-1)),
+    "you ranked blocks by q . max: where q_d < 0 the block's MIN gives the larger product": _pick_by(lambda q, lo, hi: (q[None] * hi).sum(-1)),
     "you ranked blocks by q . (min + max) / 2, the centre: that is not an upper bound, and a block "
     "with one high-scoring key is missed": _pick_by(lambda q, lo, hi: (q[None] * (lo + hi) / 2).sum(-1)),
+    "you kept only the largest channel's product: the bound adds up the best product of EVERY channel": _pick_by(
+        lambda q, lo, hi: _bound_terms(q, lo, hi).amax(-1)),
     "you ranked blocks by |q| . max|k|: a bound, but a loose one that ignores signs": _pick_by(
         lambda q, lo, hi: (q.abs()[None] * hi.abs().maximum(lo.abs())).sum(-1)),
     "you picked the blocks with the LOWEST bounds": lambda q, lo, hi, k: sorted(sorted(
         range(lo.shape[0]), key=lambda b: (float(_bound(q, lo, hi)[b]), b))[:k]),
     "return the chosen blocks in ascending order, not ranked by bound": lambda q, lo, hi, k: sorted(
         range(lo.shape[0]), key=lambda b: (-float(_bound(q, lo, hi)[b]), b))[:k],
-    "on a tie the lower block goes first (sort by (-bound, block))": lambda q, lo, hi, k: sorted(sorted(
+    "on a tie the lower block goes first: you kept the higher-numbered one": lambda q, lo, hi, k: sorted(sorted(
         range(lo.shape[0]), key=lambda b: (-float(_bound(q, lo, hi)[b]), -b))[:k]),
     "rank by the largest bound: the k largest, not the k smallest block indices": lambda q, lo, hi, k: list(
         range(min(k, lo.shape[0]))),
 }
 
 
-def _bound(q, lo, hi):
+def _bound_terms(q, lo, hi):
     import torch
 
-    return torch.maximum(q[None] * hi, q[None] * lo).sum(-1)
+    return torch.maximum(q[None] * hi, q[None] * lo)                      # (num_blocks, head_dim)
+
+
+def _bound(q, lo, hi):
+    return _bound_terms(q, lo, hi).sum(-1)
 
 
 def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -147,7 +160,7 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     all blocks when top_k >= num_blocks; ValueError for top_k < 1."""
     import torch
 
-    c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=verbose, compare=exact_equal, diagnose=[unit_slip])
+    c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=False, compare=exact_equal, diagnose=[unit_slip])
 
     def run(label, *args):
         case = run_keeping_input(c, label, ("q", "k_min", "k_max", "top_k"), *args, mistakes=QUEST_MISTAKES)
@@ -174,7 +187,7 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     run("a tie: blocks 1 and 2 have the same bound, top 1 (the lower block)", tq, tlo, thi, 1)
     run("every channel of q negative: the minima decide", -q.abs(), lo, hi, 2)
     run("top_k 0 (must raise ValueError)", q, lo, hi, 0)
-    return c.done()
+    return _done(c, verbose)
 
 
 # ---------------------------------------------------------------- 3. int8 with a scale per token and head
@@ -203,7 +216,7 @@ def _q(x, scale, rounding: str = "half_up"):
     import torch
 
     s = torch.where(scale > 0, scale, torch.ones_like(scale))
-    v = torch.round(x / s) if rounding == "even" else torch.floor(x / s + 0.5)
+    v = {"even": torch.round, "half_down": lambda y: torch.ceil(y - 0.5)}.get(rounding, lambda y: torch.floor(y + 0.5))(x / s)
     return torch.clamp(v, -127, 127).to(torch.int8), s
 
 
@@ -216,6 +229,8 @@ def _per_head(x, levels: int = 127, rounding: str = "half_up"):
 QUANT_MISTAKES = {
     "torch.round sends a value exactly halfway to the EVEN neighbour (2.5 -> 2, 0.5 -> 0); the format rounds "
     "halves up, as kvlab's kernels do": lambda x: _per_head(x, rounding="even"),
+    "values exactly halfway went down (2.5 -> 2, 0.5 -> 0): the format sends a halfway value up, to the larger "
+    "neighbour": lambda x: _per_head(x, rounding="half_down"),
     "the largest |value| of each (token, head) must land on 127 exactly, the top int8 level used (not 128 or 255)":
         lambda x: _per_head(x, levels=128),
     "the largest |value| must land on +-127: int8 is signed, -127..127, so the scale divides by 127, not 255":
@@ -226,9 +241,9 @@ QUANT_MISTAKES = {
         __import__("torch").clamp(__import__("torch").floor(x / _per_head(x)[1][..., None] + 0.5), -127, 127),
         _per_head(x)[1]),
     "one scale for the whole tensor: a token with small values loses its precision next to a large one; "
-    "take max|x| per token and head (amax over head_dim only)":
+    "each (token, head) needs its own scale":
         lambda x: (_q(x, x.abs().max() / 127)[0], _q(x, x.abs().max() / 127)[1].expand(x.shape[:2]).clone()),
-    "one scale per token across its heads: take the max over head_dim only, one scale per (token, head)":
+    "one scale per token, shared across its heads: a quiet head loses its precision next to a loud one":
         lambda x: (_q(x, x.abs().amax((1, 2), keepdim=True) / 127)[0],
                    _q(x, x.abs().amax((1, 2), keepdim=True) / 127)[1][..., 0].expand(x.shape[:2]).clone()),
     "values truncated toward zero (.to(torch.int8) alone): round to the nearest first":
@@ -247,6 +262,12 @@ def _quant_diagnosis(x):
                 continue
         if not isinstance(actual, Raised):
             try:
+                if tuple(actual[1].shape) == (x.shape[0], x.shape[2]) != tuple(x.shape[:2]):
+                    return ("the max was taken over the heads axis: your scale has one value per head_dim channel, "
+                            "shared by the heads; a scale belongs to one (token, head)")
+            except (TypeError, AttributeError, IndexError):
+                pass
+            try:
                 if bool(actual[1].isnan().any()) or bool((actual[1] == 0).any()):
                     return "an all-zero head gives scale 0 (and 0/0 = NaN): use scale 1 there"
             except (TypeError, AttributeError, IndexError):
@@ -262,7 +283,7 @@ def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
     going up; x unchanged; ValueError for a tensor that is not 3-D. Expected: ``quantize_kv_ref``."""
     import torch
 
-    c = Checker("quantize_per_token", fn, compare=_same_quant, verbose=verbose)
+    c = Checker("quantize_per_token", fn, compare=_same_quant, verbose=False)
     cases = []
     g = torch.Generator().manual_seed(11)
     x = torch.randn(6, 2, 8, generator=g)
@@ -290,6 +311,17 @@ def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
     bad = torch.randn(4, 8)
     c.diagnose = []
     got = call(fn, bad)
-    c.record("a 2-D tensor (must raise ValueError)", Raises(ValueError), got,
-             passed=isinstance(got, Raised) and isinstance(got.exc, ValueError))
-    return c.done()
+    ok = isinstance(got, Raised) and isinstance(got.exc, ValueError)
+    c.record("a 2-D tensor (must raise ValueError)", Raises(ValueError), got, passed=ok,
+             note="" if ok else "x is not 3-D: " + ("it raised " + type(got.exc).__name__ if isinstance(got, Raised) else
+                                                    "it came back quantized") +
+             "; check the shape first and raise ValueError for any x other than (num_tokens, num_heads, head_dim)")
+    return _done(c, verbose)
+
+
+def _done(c: Checker, verbose: bool) -> CheckResult:
+    """``c.done()`` that prints, when verbose, one line for a pass and the whole report for a failure."""
+    result = c.done()
+    if verbose:
+        print(result.summary if result.passed else result.report())
+    return result

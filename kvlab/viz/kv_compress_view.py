@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from .display import is_static, static_frames
 from .palette import FREE, classroom_css, source_label, theme
 
-__all__ = ["attention_figure", "kept_blocks", "budget_explorer", "tradeoff_figure"]
+__all__ = ["attention_figure", "kept_blocks", "budget_explorer", "tradeoff_figure", "results_table"]
 
 # a paper's method and its variant share a colour; the variant is drawn open (or as a cross)
 METHOD_COLORS = {"full": "#333333", "streaming": "#1f77b4", "streaming-orig": "#1f77b4", "h2o": "#ff7f0e",
@@ -52,8 +52,7 @@ def attention_figure(profile: Any, title: str = "Where decode attention goes, an
     mass = profile.layer_mass                                               # (layers, T)
     T = mass.shape[1]
     x = list(range(T))
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.55, 0.45],
-                        specs=[[{}], [{"secondary_y": True}]])
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07, row_heights=[0.5, 0.33, 0.17])
     fig.add_trace(go.Heatmap(z=torch.log10(mass.clamp_min(1e-6)).tolist(), x=x, colorscale="Viridis",
                              colorbar=dict(title="log10 mass", len=0.5, y=0.78, thickness=12),
                              hovertemplate="layer %{y}, position %{x}: log10 mass %{z:.2f}<extra></extra>"), 1, 1)
@@ -61,16 +60,42 @@ def attention_figure(profile: Any, title: str = "Where decode attention goes, an
                              line=dict(color="#d62728", width=th.line_width)), 2, 1)
     fig.add_trace(go.Scatter(x=x[:len(profile.reads)], y=[r / 1e3 for r in profile.reads],
                              name="K/V KB read per decode step", line=dict(color="#1f77b4", width=th.line_width,
-                                                                            dash="dash")), 2, 1, secondary_y=True)
+                                                                            dash="dash")), 3, 1)
+    decades = _decades(profile.mass.clamp_min(1e-6).tolist())
     fig.update_yaxes(title_text="layer", row=1, col=1)
-    fig.update_yaxes(title_text="mass (log)", type="log", dtick=1, row=2, col=1)  # decades only: no small minor labels
-    fig.update_yaxes(title_text="KB read", rangemode="tozero", row=2, col=1, secondary_y=True)
-    fig.update_xaxes(title_text="token position", row=2, col=1)
+    fig.update_yaxes(title_text="mass (log)", type="log", tickvals=decades, ticktext=[_plain(v) for v in decades],
+                     row=2, col=1)                       # decades only, as 0.0001 (not 100μ)
+    fig.update_yaxes(title_text="KB read", rangemode="tozero", nticks=3, row=3, col=1)
+    fig.update_xaxes(title_text="token position", row=3, col=1)
     fig.update_layout(title=dict(text=f"{title} ({source_label('measured')})", font=dict(size=th.title_size)),
                       height=560, width=_width(th), autosize=th.autosize, template="plotly_white",
                       font=dict(size=th.font_size), margin=dict(l=60, r=20, t=60, b=50),
                       legend=dict(orientation="h", y=-0.14, x=0))
     return fig
+
+
+def _decades(values: Sequence[float]) -> list[float]:
+    """The powers of ten from below the smallest value to above the largest.
+
+        >>> _decades([0.0003, 0.02])
+        [0.0001, 0.001, 0.01, 0.1]
+    """
+    import math
+
+    lo, hi = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+    return [10.0 ** e if e >= 0 else float(f"1e{e}") for e in range(lo, max(hi, lo + 1) + 1)]
+
+
+def _plain(v: float) -> str:
+    """A decade as a plain decimal: 0.0001, 1, 10 (plotly's log axis says 100μ).
+
+        >>> [_plain(v) for v in (0.0001, 1.0, 10.0)]
+        ['0.0001', '1', '10']
+    """
+    import math
+
+    e = round(math.log10(v))
+    return f"{v:.{max(0, -e)}f}"
 
 
 def kept_blocks(profile: Any, method: str, budget_tokens: int, sink_tokens: int, block_size: int) -> dict:
@@ -116,6 +141,64 @@ def _kept_figure(profile: Any, k: dict, caption: str) -> Any:
     return fig
 
 
+def _partial_note(kept: Sequence[int], num_tokens: int, block_size: int) -> str:
+    """Why the kept tokens fall short of the kept blocks' slots: the newest block is partly full.
+
+        >>> _partial_note(list(range(48)) + list(range(96, 107)), 107, 16)
+        '<br>59 tokens in 4 blocks (64 slots): the newest block holds 11 of its 16'
+        >>> _partial_note(list(range(32)), 32, 16)
+        ''
+    """
+    blocks = len({p // block_size for p in kept})
+    if not kept or len(kept) == blocks * block_size:
+        return ""
+    return (f"<br>{len(kept)} tokens in {blocks} blocks ({blocks * block_size} slots): the newest block holds "
+            f"{num_tokens - (num_tokens - 1) // block_size * block_size} of its {block_size}")
+
+
+def results_table(rows: Sequence[Any]) -> Any:
+    """``kvlab.compute.kv_measure.format_results`` as an HTML table (its text is the plain-text
+    form): the browser fits the columns, so a row never wraps on a projector.
+
+        >>> from kvlab.compute.kv_measure import MethodResult
+        >>> t = results_table([MethodResult("full", 96, 1e6, 1e6, 9.5, 1.0, kind="reference", pool_bytes=1e6)])
+        >>> t._repr_html_().count("<tr>"), repr(t).startswith("method")
+        (3, True)
+    """
+    from ..compute.kv_measure import format_results
+
+    return _ResultsTable(list(rows), format_results(rows))
+
+
+class _ResultsTable:
+    """An HTML table of measured rows, with the fixed-width text as its plain form."""
+
+    HEAD = ("method", "kind", "bytes<br>/ token", "KV kept<br>MB / %", "pool<br>MB", "read / step<br>MB / %",
+            "perplexity", "% tokens<br>= full")   # two lines a header: the columns stay narrow (848 px, classroom)
+
+    def __init__(self, rows: list[Any], text: str) -> None:
+        self.rows, self.text = rows, text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_html_(self) -> str:
+        import html
+
+        full = self.rows[0]
+        cell = "<td style='text-align:{};padding:1px 5px'>{}</td>"   # a long name wraps inside its cell, never the row
+        head = "".join(f"<th style='text-align:left;padding:1px 5px'>{h}</th>" for h in self.HEAD)
+        nb = "\u00a0/\u00a0"                                         # "2.58 / 23%" stays on one line
+        body = "".join("<tr>" + "".join(cell.format(a, html.escape(str(v))) for a, v in zip("llrrrrrr", (
+            r.label, r.kind, f"{r.bytes_per_token:,}", f"{r.kv_bytes / 1e6:.2f}{nb}{r.kv_bytes / full.kv_bytes:.0%}",
+            f"{r.pool_bytes / 1e6:.2f}", f"{r.read_bytes_per_step / 1e6:.2f}{nb}"
+            f"{r.read_bytes_per_step / full.read_bytes_per_step:.0%}", f"{r.ppl:.2f}", f"{r.agreement:.0%}"))) +
+            "</tr>" for r in self.rows)
+        sample = html.escape(self.text.splitlines()[-1])
+        return (f"<table style='border-collapse:collapse;font-size:inherit;max-width:100%'><tr>{head}</tr>{body}"
+                f"<tr><td colspan='8' style='text-align:left;padding:4px 5px'>{sample}</td></tr></table>")
+
+
 def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64, sink_tokens: int = 16) -> Any:
     """A widget: pick StreamingLLM or H2O, a budget and the sinks; see which positions stay (blue)
     and what share of the measured attention mass they got. Static figure when widgets are off."""
@@ -124,6 +207,7 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
     def caption(k: dict, method: str, budget: int, sink: int = 0) -> str:
         text = (f"{method}, budget {budget} tokens: keeps {len(k['kept'])} of {T} tokens "
                 f"({k['tokens_kept']:.0%} of the KV memory) and {k['mass_kept']:.0%} of the attention mass (measured)")
+        text += _partial_note(k["kept"], T, block_size)
         if method != "StreamingLLM":
             return text
         if sink and budget <= block_size:
@@ -204,22 +288,25 @@ def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, ev
                         subplot_titles=(f"memory kept vs perplexity{br}(lower is better)",
                                         f"bytes read per step{br}vs greedy agreement"))
     size_of = {r.label: METHOD_MARKERS.get(r.label.split()[0], ("circle", 12))[1] for r in rows}
+    kept_x, read_x = (lambda r: (r.kv_bytes / 1e6, r.ppl)), (lambda r: (r.read_bytes_per_step / 1e6, 100 * r.agreement))
+    shift = [_side_by_side(rows, kept_x), _side_by_side(rows, read_x)]   # label -> x offset: every mark visible
     for rank, r in sorted(enumerate(rows), key=lambda ir: -size_of[ir[1].label]):   # large first: small on top
         kind = r.label.split()[0]
         symbol, size = METHOD_MARKERS.get(kind, ("circle", 12))
         marker = dict(size=size, color=METHOD_COLORS.get(kind, "#555555"), symbol=symbol, line=dict(width=2))
         common = dict(mode="markers", name=r.label, legendgroup=r.label, legendrank=rank + 1, marker=marker)
-        fig.add_trace(go.Scatter(x=[r.kv_bytes / 1e6], y=[r.ppl], showlegend=True, **common), 1, 1)
-        fig.add_trace(go.Scatter(x=[r.read_bytes_per_step / 1e6], y=[100 * r.agreement], showlegend=False,
-                                 **common), 1, 2)
-    for col, point in ((1, lambda r: (r.kv_bytes / 1e6, r.ppl)), (2, lambda r: (r.read_bytes_per_step / 1e6,
-                                                                               100 * r.agreement))):
+        for col, point in ((1, kept_x), (2, read_x)):
+            u, v = point(r)
+            fig.add_trace(go.Scatter(x=[u + shift[col - 1].get(r.label, 0.0)], y=[v], showlegend=col == 1,
+                                     customdata=[u], hovertemplate=f"{r.label}: %{{customdata:.2f}} MB, %{{y:.2f}}"
+                                     "<extra></extra>", **common), 1, col)
+    for col, point in ((1, kept_x), (2, read_x)):
         spots = _same_spots(rows, point)   # methods drawn on one spot: named in the panel's emptiest corner
         if spots:
             (u, v), xa, ya = _emptiest_corner([point(r) for r in rows], zero_y=col == 2), f"x{col} domain", f"y{col} domain"
             fig.add_annotation(x=u, y=v, xref=xa.replace("x1", "x"), yref=ya.replace("y1", "y"), showarrow=False,
                                xanchor="right" if u > 0.5 else "left", yanchor="top" if v > 0.5 else "bottom", align="left",
-                               text="on one spot:<br>" + "<br>".join(" = ".join(names) for names, _ in spots),
+                               text="on one spot (drawn side by side):<br>" + "<br>".join(" = ".join(names) for names, _ in spots),
                                font=dict(size=max(th.min_text_px, th.font_size - 2)), bgcolor="rgba(255,255,255,0.9)")
     fig.update_xaxes(title_text="KV MB kept (one sequence)", rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="K/V MB read per decode step", rangemode="tozero", row=1, col=2)
@@ -243,8 +330,17 @@ def _emptiest_corner(points: Sequence[tuple[float, float]], zero_y: bool = False
     x0, y0 = 0.0, 0.0 if zero_y else min(ys)
     sx, sy = max(1e-9, max(xs) - x0), max(1e-9, max(ys) - y0)
     norm = [((x - x0) / sx, (y - y0) / sy) for x, y in points]
-    corners = [(0.02, 0.02), (0.98, 0.02), (0.02, 0.98), (0.98, 0.98)]
+    corners = [(0.04, 0.06), (0.96, 0.06), (0.04, 0.96), (0.96, 0.96)]   # inset: off the axes' tick labels
     return max(corners, key=lambda c: min((c[0] - u) ** 2 + (c[1] - v) ** 2 for u, v in norm))
+
+
+def _side_by_side(rows: Sequence[Any], point: Any, step: float = 0.035) -> dict[str, float]:
+    """x offsets (a share ``step`` of the x span apart) for the methods of each group on one spot, so
+    that every mark shows beside the others; methods alone get none."""
+    xs = [point(r)[0] for r in rows]
+    span = max(1e-9, max(xs) - min(0.0, min(xs)))
+    return {name: (i - (len(names) - 1) / 2) * step * span for names, _ in _same_spots(rows, point)
+            for i, name in enumerate(names)}
 
 
 def _same_spots(rows: Sequence[Any], point: Any, close: float = 0.02) -> list[tuple[list[str], tuple[float, float]]]:

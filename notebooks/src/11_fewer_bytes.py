@@ -44,12 +44,13 @@ self_test();
 # NBVAL_CHECK_OUTPUT
 from kvlab.memory.kvspec import MODELS
 
-print(f"{'model':14s} {'kind':5s} {'fp16 bytes/token':>40s} {'int8 bytes/token':>44s}")
+print(f"{'model':13s} {'kind':5s} {'dtype':6s} bytes per token")        # one dtype a row: no row wraps
 for name in ("llama-2-7b", "llama-3-8b", "falcon-7b", "deepseek-v3", "smollm2-135m"):
     spec = MODELS[name]
-    print(f"{name:14s} {spec.kind:5s} {spec.per_token_formula():>40s} {spec.with_dtype('int8').per_token_formula():>44s}")
+    print(f"{name:13s} {spec.kind:5s} {'fp16':6s} {spec.per_token_formula()}")
+    print(f"{'':13s} {'':5s} {'int8':6s} {spec.with_dtype('int8').per_token_formula()}")
 v3, l70 = MODELS["deepseek-v3"], MODELS["llama-2-70b"]
-print(f"DeepSeek-V3 (671B parameters) keeps {v3.bytes_per_token:,} B per token, "
+print(f"DeepSeek-V3 (671B parameters) keeps {v3.bytes_per_token:,} B per token,\n"
       f"{l70.bytes_per_token / v3.bytes_per_token:.1f}x less than Llama-2 70B with GQA")
 
 # %% [markdown]
@@ -84,8 +85,8 @@ print(f"SmolLM2: {model.config.num_hidden_layers} layers, {model.config.num_key_
 # %% [markdown]
 # The picture: on top, for each layer (rows) and position (columns), the attention the 8 decode
 # queries gave that position, averaged over heads (log colour scale). Below, the same averaged
-# over layers (red, log axis) beside the bytes of K and V each decode step read for that
-# position (blue, dashed).
+# over layers (red, log axis). At the bottom, in a small panel of its own (a count of bytes, not
+# a mass), the kilobytes of K and V each decode step read for that position (blue, dashed).
 
 # %%
 from kvlab.viz.kv_compress_view import attention_figure
@@ -207,6 +208,8 @@ print(f"kernel equals the reference: {torch.allclose(out, ref, atol=1e-5)}")
 # StreamingLLM without sinks (set them to 0) loses the first tokens' mass at once. Blocks are
 # the unit: the sinks move in whole blocks of 16, and at a budget of 16 (one block) the newest
 # block is all that fits, so the sinks slider has nothing to change there (the caption says so).
+# A budget buys whole blocks, and the newest one is only partly full: a budget of 64 (4 blocks)
+# keeps fewer than 64 tokens, and the caption says how many the newest block holds.
 # H2O here is the block-level adaptation (the paper's per-head choice differs per head).
 
 # %%
@@ -285,8 +288,11 @@ print("decode kernel equals the reference:",
 # %%
 import time
 
+from IPython.display import display
+
 from kvlab.compute.kv_compress import CompressedDecoder, CompressionConfig
-from kvlab.compute.kv_measure import compare_methods, format_results, heldout_pairs
+from kvlab.compute.kv_measure import compare_methods, heldout_pairs
+from kvlab.viz.kv_compress_view import results_table          # an HTML table: its rows never wrap
 
 N_TOKENS = 5                                   # greedy tokens per method, and tokens scored for perplexity
 sample, held = prompts[:1], heldout_pairs(tok, 1, 150, N_TOKENS)
@@ -301,7 +307,7 @@ print(f"one decode step of the whole model: {(time.perf_counter() - t0) / 3 * 1e
 dropping = [CompressionConfig(m, 64, 16) for m in ("streaming", "streaming-orig", "h2o", "h2o-block")]
 rows = compare_methods(model, [full_cfg, *dropping], sample, N_TOKENS, held, block_size=16)
 print(f"measured on a prompt of {len(sample[0])} tokens; held-out context {len(held[0][0])} tokens")
-print(format_results(rows))
+display(results_table(rows))
 
 # %% [markdown]
 # Then Quest, which keeps every token and reads fewer (paper: per KV head, layers 0 and 1
@@ -311,12 +317,13 @@ print(format_results(rows))
 more = [CompressionConfig("quest", 64), CompressionConfig("quest-shared", 64), CompressionConfig("int8"),
         CompressionConfig("fp8")]
 rows += compare_methods(model, more, sample, N_TOKENS, held, block_size=16, reference=rows[0])   # same reference
-print(format_results(rows))
+display(results_table(rows))
 
 # %% [markdown]
 # The one picture of the lesson: memory kept against perplexity (left), bytes read per step
 # against agreement with the full cache (right), every method, this run. Methods that land on
-# the same spot are drawn as an open shape around a filled one and named on the spot. With
+# the same spot are drawn side by side (moved a little apart on the x axis; hovering gives each
+# one's exact value) and named in a note. With
 # this small sample, read only the big gaps: which methods keep a quarter of the memory, which
 # read a quarter of the bytes, and which change the greedy tokens.
 
