@@ -175,6 +175,17 @@ def test_05_paged_decode_torch_that_scales_the_callers_cache_in_place():
     assert "changed its input: 'k_cache'" in _notes(check.paged_decode_torch(scales_in_place, verbose=False))
 
 
+def test_05_paged_decode_torch_that_returns_float64():
+    """Review of 6b9afee: an output in float64 (inputs float32) passed every case."""
+    import torch
+
+    def in_float64(q, k_cache, v_cache, block_table, context_len, scale):
+        return S05.paged_decode_torch(q, k_cache, v_cache, block_table, context_len, scale).to(torch.float64)
+
+    r = check.paged_decode_torch(in_float64, verbose=False)
+    assert not r.passed and "came back as float64" in _notes(r)
+
+
 def test_shared_slips_never_break_a_check_on_tensors():
     """scripts/mutants.py found it: a tuple of tensors, compared by the slips element by element, raised
     'Boolean value of Tensor ... is ambiguous' out of the checker (a checker error, not a FAIL line)."""

@@ -363,6 +363,11 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
             c.record(label, exp_s, f"shape {shape}, expected {tuple(want.shape)}", passed=False,
                      note=_shape_note(got, tuple(want.shape)))
             continue
+        if got.dtype != q.dtype:  # float64 holds twice the bytes, and the next layer expects the model's dtype
+            dt, want_dt = str(got.dtype).replace("torch.", ""), str(q.dtype).replace("torch.", "")
+            c.record(label, exp_s, f"out is {dt}, the inputs {want_dt}", passed=False,
+                     note=f"out came back as {dt}: keep the inputs' dtype ({want_dt})")
+            continue
         ok = torch.allclose(got.float(), want, atol=1e-4, rtol=1e-4)
         worst = int((got.float() - want).abs().amax(dim=-1).argmax()) if not ok else 0   # the head to show
         exp_s = f"out[{worst},:3] = {[round(x, 4) for x in want[worst, :3].tolist()]}"
