@@ -212,3 +212,30 @@ def test_an_open_dashboard_does_not_hold_up_a_stop(caplog):
         log.removeHandler(caplog.handler)
     assert ended.wait(5) and any(x.startswith("data: ") for x in got)
     assert not [r for r in caplog.records if "graceful shutdown" in r.getMessage() or r.exc_info], caplog.text
+
+
+def test_a_request_is_in_the_served_record_when_its_answer_arrives(server):
+    """Review of 6b9afee (lesson 12): round robin showed 8 of the 9 requests sent. The engine thread
+    pushed the answer to the client before it added the request to /dashboard/served, so a client
+    reading the record right after its last answer could miss that request. A slow record (the
+    engine thread busy for 0.3 s) makes the old order fail every time."""
+    finished_request = server.loop.dashboard.finished_request
+
+    def slow(row):
+        time.sleep(0.3)
+        finished_request(row)
+    server.loop.dashboard.finished_request = slow
+    try:
+        _answered_then_served(server)
+    finally:
+        server.loop.dashboard.finished_request = finished_request
+
+
+def _answered_then_served(server) -> None:
+    for i in range(3):
+        before = len(httpx.get(server.url + "/dashboard/served", timeout=10).json()["requests"])
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": _prompt(100 + i), "max_tokens": 2}, timeout=30)
+        assert r.status_code == 200, r.text
+        served = httpx.get(server.url + "/dashboard/served", timeout=10).json()["requests"]
+        assert len(served) == before + 1, f"request {i}: answered, but not yet in the served record"
+        assert served[-1]["prompt"] == r.json()["usage"]["prompt_tokens"]

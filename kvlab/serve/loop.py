@@ -344,11 +344,13 @@ class EngineLoop:
         for t in act.texts:
             m.success.labels(L, t.finish_reason).inc()
         completion = sum(act.sent)
-        act.stream.push(Done(usage={"prompt_tokens": len(st.prompt_ids), "completion_tokens": completion,
-                                    "total_tokens": len(st.prompt_ids) + completion,
-                                    "prompt_tokens_details": {"cached_tokens": act.cached_tokens}}))
+        # In the dashboard's record (GET /dashboard/served) before the client has its answer: a client
+        # reading the record right after its last answer finds that request there (the router view).
         row = request_row(rid, act, self.dashboard.names.get(rid, ""))
         self.dashboard.finished_request({**row, "state": "finished", "_tokens": list(st.prompt_ids) +
                                          list(st.outputs[0] if st.outputs else [])})
+        act.stream.push(Done(usage={"prompt_tokens": len(st.prompt_ids), "completion_tokens": completion,
+                                    "total_tokens": len(st.prompt_ids) + completion,
+                                    "prompt_tokens_details": {"cached_tokens": act.cached_tokens}}))
         self.engine.forget(rid)
         del self._active[rid]
