@@ -250,7 +250,10 @@ for policy in ("cache_aware", "round_robin"):
     computed[policy] = sum(w["prompt_tokens"] - w["cached_tokens"] for w in view["workers"])
     where = "  ".join(f"{c}: {'-'.join(f'W{w}' for w in t)}" for c, t in view["conversations"].items())
     rates = ", ".join(f"W{i} {w['requests']} requests, hit rate {w['hit_rate']:.0%}" for i, w in enumerate(view["workers"]))
-    print(f"{policy:<12} {where}\n{'':<12} {rates}; prefill computed {computed[policy]} tokens")
+    seen = sum(w["requests"] for w in view["workers"])   # a guard: every request sent is in a record
+    assert seen == 3 * len(convs), f"{policy}: {seen} requests in the servers' records, {3 * len(convs)} sent"
+    print(f"{policy:<12} {where}\n{'':<12} {rates}; prefill computed {computed[policy]} tokens "
+          f"({seen} of {3 * len(convs)} requests sent)")
 lab.router.stop()
 lab.router = None
 print(f"cache-aware routing computed {computed['cache_aware']} prompt tokens, round robin "
