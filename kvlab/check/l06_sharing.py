@@ -325,6 +325,30 @@ SAMPLING_MISTAKES = dict([
      "so a sample holds blocks_needed(prompt_len + gen_len), not blocks_needed(prompt_len) + blocks_needed(gen_len)",
      lambda p, n, g, bs: (n * (blocks_needed(p, bs) + blocks_needed(g, bs)),
                           blocks_needed(p, bs) + n * blocks_needed(g, bs))),
+    ("count blocks, not token slots: do not multiply the block counts by block_size",
+     lambda p, n, g, bs: (bs * _measured(p, n, g, bs)[0], _measured(p, n, g, bs)[1])),
+    ("count blocks, not token slots: do not multiply the block counts by block_size (both counts)",
+     lambda p, n, g, bs: tuple(bs * x for x in _measured(p, n, g, bs))),
+    ("gen_len == 0: the samples still hold the prompt's blocks once (blocks_needed(prompt_len, block_size)), "
+     "not nothing",
+     lambda p, n, g, bs: (_measured(p, n, g, bs)[0], 0) if g == 0 else _measured(p, n, g, bs)),
+    ("gen_len == 0: every block is still shared, so the prompt's blocks count once, not once per sample",
+     lambda p, n, g, bs: (_measured(p, n, g, bs)[0],) * 2 if g == 0 else _measured(p, n, g, bs)),
+    ("x // block_size + 1 is not a ceiling (one block too many when x fills its blocks exactly), and the "
+     "ceiling is per sample: num_samples * blocks_needed(prompt_len + gen_len, block_size)",
+     lambda p, n, g, bs: (n * (p + g) // bs + 1, _measured(p, n, g, bs)[1])),
+    ("x // block_size + 1 is not a ceiling: it is one block too many when x fills its blocks exactly; "
+     "use blocks_needed (or -(-x // block_size))",
+     lambda p, n, g, bs: (n * ((p + g) // bs + 1), _measured(p, n, g, bs)[1])),
+    ("with sharing: the full prompt blocks are prompt_len // block_size; (prompt_len - 1) // block_size is one "
+     "too few when the prompt fills its last block exactly",
+     lambda p, n, g, bs: _with_sharing(p, n, g, bs, (p - 1) // bs) if g else _measured(p, n, g, bs)),
+    ("without sharing: each sample holds its prompt AND its gen_len new tokens: "
+     "blocks_needed(prompt_len + gen_len, block_size) a sample",
+     lambda p, n, g, bs: (n * blocks_needed(p, bs), _measured(p, n, g, bs)[1])),
+    ("without sharing: every sample has blocks of its own: round up per sample "
+     "(num_samples * blocks_needed(...)), not the pooled tokens of all samples",
+     lambda p, n, g, bs: (blocks_needed(n * (p + g), bs), _measured(p, n, g, bs)[1])),
     ("with sharing: one block too few: the full prompt blocks count once, then EVERY sample holds its own "
      "blocks from there (its copy of a partial prompt block included)",
      lambda p, n, g, bs: (_measured(p, n, g, bs)[0], _measured(p, n, g, bs)[1] - 1)),

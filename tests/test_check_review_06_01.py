@@ -1,0 +1,48 @@
+"""Issue 28, the review of lessons 06 and 01: wrong answers that were rejected WITHOUT naming the
+mistake (06 exercise 2, "W5/W6" in the review), typed again as plausible unit and type slips of the
+reference solution. Each must FAIL and its first failing case must name the slip (the words below).
+"""
+from __future__ import annotations
+
+import pytest
+
+from kvlab import check
+
+from test_check_mistakes_06_11 import wrong_answer
+
+_W = "without = num_samples * blocks_needed(prompt_len + gen_len, block_size)"
+_RET = "return without, full + num_samples * (blocks_needed(prompt_len + gen_len, block_size) - full)"
+
+# (mistake, edits of solutions/06_sharing.py's sampling_blocks, words the FAIL note must contain)
+SAMPLING_06 = [
+    ("slots for blocks, without sharing",
+     [(_W, _W + " * block_size")], "not token slots"),
+    ("slots for blocks, both counts",
+     [(_RET, "return without * block_size, block_size * (full + num_samples * "
+             "(blocks_needed(prompt_len + gen_len, block_size) - full))")], "not token slots"),
+    ("no new token: nothing held",
+     [("return without, blocks_needed(prompt_len, block_size)", "return without, 0")],
+     "still hold the prompt's blocks once"),
+    ("no new token: every sample its own prompt",
+     [("return without, blocks_needed(prompt_len, block_size)", "return without, without")],
+     "not once per sample"),
+    ("x // bs + 1 for the ceiling, on the pooled count",
+     [(_W, "without = num_samples * (prompt_len + gen_len) // block_size + 1")], "is not a ceiling"),
+    ("x // bs + 1 for the ceiling, per sample",
+     [(_W, "without = num_samples * ((prompt_len + gen_len) // block_size + 1)")], "is not a ceiling"),
+    ("full prompt blocks off by one at a block boundary",
+     [("full = prompt_len // block_size", "full = (prompt_len - 1) // block_size")],
+     "prompt fills its last block exactly"),
+    ("new tokens left out of the count without sharing",
+     [(_W, "without = num_samples * blocks_needed(prompt_len, block_size)")], "AND its gen_len new tokens"),
+    ("tokens pooled across samples without sharing",
+     [(_W, "without = blocks_needed(num_samples * (prompt_len + gen_len), block_size)")], "round up per sample"),
+]
+
+
+@pytest.mark.parametrize("mistake,edits,words", SAMPLING_06, ids=[w[0] for w in SAMPLING_06])
+def test_06_sampling_slip_is_rejected_and_named(mistake, edits, words):
+    r = check.sampling_blocks(wrong_answer("06", "sampling_blocks", edits), verbose=False)
+    assert not r.passed, f"accepted: {mistake}"
+    assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)
+    assert words in r.summary
