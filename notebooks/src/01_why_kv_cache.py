@@ -304,9 +304,9 @@ fig.update_annotations(font_size=th.font_size + 1)  # the subplot titles
 fig
 
 # %% [markdown]
-# Both panels have log axes, so a curve's slope is its growth: the cached curve sits far below the
-# naive one, yet it rises too (its attention reads every cached token). What the measurements say
-# is printed from them, so it holds on whatever machine runs this
+# Both panels have log axes, so equal ratios are equal heights: the cached curve sits far below
+# the naive one, and how much each rises, counted and measured, is printed below from the same
+# points. What the measurements say is printed from them, so it holds on whatever machine runs this
 # cell. A straight line `time ≈ fixed + slope × L` is fitted to each path's points (computed, not drawn): the
 # fixed part is what a step costs whatever the context (Python, the framework, the output
 # layer), the slope what each token of context adds. One stray point (a step timed while the
