@@ -46,3 +46,29 @@ def test_06_sampling_slip_is_rejected_and_named(mistake, edits, words):
     assert not r.passed, f"accepted: {mistake}"
     assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)
     assert words in r.summary
+
+
+# (mistake, edits of solutions/06_sharing.py's cow_append, words the FAIL note must contain)
+COW_06 = [
+    ("the fresh block read but left in the free list",
+     [("b = free_blocks.pop(0)", "b = free_blocks[0]")], "is still in free_blocks"),
+    ("the copy's block read but left in the free list",
+     [("dst = free_blocks.pop(0)", "dst = free_blocks[0]")], "is still in free_blocks"),
+    ("the copy appended after the shared block instead of replacing it",
+     [("block_table[-1] = dst", "block_table.append(dst)")], "not appended after it"),
+    ("every reference of the copied block dropped",
+     [("    ref_count[src] -= 1\n", "    ref_count[src] = 0\n")], "drop ONE reference"),
+    ("OutOfBlocks whenever the free list is empty, even where no block is needed",
+     [("    if num_tokens % block_size == 0:           # last block full (or no block yet): take a fresh one\n",
+       "    if not free_blocks:\n        raise OutOfBlocks(1, 0)\n"
+       "    if num_tokens % block_size == 0:           # last block full (or no block yet): take a fresh one\n")],
+     "no block is needed"),
+]
+
+
+@pytest.mark.parametrize("mistake,edits,words", COW_06, ids=[w[0] for w in COW_06])
+def test_06_cow_slip_is_rejected_and_named(mistake, edits, words):
+    r = check.cow_append(wrong_answer("06", "cow_append", edits), verbose=False)
+    assert not r.passed, f"accepted: {mistake}"
+    assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)
+    assert words in r.summary
