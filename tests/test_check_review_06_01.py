@@ -40,14 +40,6 @@ SAMPLING_06 = [
 ]
 
 
-@pytest.mark.parametrize("mistake,edits,words", SAMPLING_06, ids=[w[0] for w in SAMPLING_06])
-def test_06_sampling_slip_is_rejected_and_named(mistake, edits, words):
-    r = check.sampling_blocks(wrong_answer("06", "sampling_blocks", edits), verbose=False)
-    assert not r.passed, f"accepted: {mistake}"
-    assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)
-    assert words in r.summary
-
-
 # (mistake, edits of solutions/06_sharing.py's cow_append, words the FAIL note must contain)
 COW_06 = [
     ("the fresh block read but left in the free list",
@@ -66,9 +58,12 @@ COW_06 = [
 ]
 
 
-@pytest.mark.parametrize("mistake,edits,words", COW_06, ids=[w[0] for w in COW_06])
-def test_06_cow_slip_is_rejected_and_named(mistake, edits, words):
-    r = check.cow_append(wrong_answer("06", "cow_append", edits), verbose=False)
+CASES = [("sampling_blocks", *w) for w in SAMPLING_06] + [("cow_append", *w) for w in COW_06]
+
+
+@pytest.mark.parametrize("name,mistake,edits,words", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_06_slip_is_rejected_and_named(name, mistake, edits, words):
+    r = getattr(check, name)(wrong_answer("06", name, edits), verbose=False)
     assert not r.passed, f"accepted: {mistake}"
     assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)
     assert words in r.summary
