@@ -1,5 +1,5 @@
-"""Issue 28, the review of lessons 06 and 01: wrong answers that were rejected WITHOUT naming the
-mistake (06 exercise 2, "W5/W6" in the review), typed again as plausible unit and type slips of the
+"""Issue 28, the review of lesson 06: wrong answers that were rejected WITHOUT naming the
+mistake (exercise 2, "W5/W6" in the review; exercise 1 too), typed again as plausible slips of the
 reference solution. Each must FAIL and its first failing case must name the slip (the words below).
 """
 from __future__ import annotations
