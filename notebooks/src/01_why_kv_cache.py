@@ -295,7 +295,10 @@ for key, name, color in [("naive", "naive recomputation", "#d62728"), ("cached",
 fig.update_xaxes(title_text="context length L (tokens), log scale", type="log", tickvals=xs)
 fig.update_yaxes(title_text="FLOPs, log scale", type="log", exponentformat="SI", dtick=1, row=1, col=1)  # the cached line is ~1,000x lower
 # time on a log axis too: on a linear one the cached line lay flat under the naive one, its rise unseen
-fig.update_yaxes(title_text="ms per step, log scale", type="log", row=1, col=2)
+all_ms = [r[f"{k}_ms"] for r in sweep for k in ("naive", "cached")]
+ms_ticks = [m * 10 ** e for e in range(-2, 5) for m in (1, 2, 5) if min(all_ms) / 2 <= m * 10 ** e <= max(all_ms) * 2]
+fig.update_yaxes(title_text="ms per step, log scale", type="log", tickvals=ms_ticks,   # 1-2-5 ticks at full size
+                 ticktext=[f"{t:g}" for t in ms_ticks], row=1, col=2)
 th = viz.theme()  # the fonts and width of the current mode (classroom mode: larger, the output's width)
 fig.update_layout(height=420 if not th.high_contrast else 500, font=dict(size=th.font_size),
                   title=dict(text="One decode step at context L, on this CPU (counted | measured)", font=dict(size=th.title_size)),
