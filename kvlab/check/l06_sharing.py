@@ -98,6 +98,7 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
     scenarios.append(("no free block left (must raise OutOfBlocks)", m, "B"))
     for label, (num_blocks, bs, tokens, forks, seq) in {
             "last block full and no free block (must raise OutOfBlocks)": (2, 4, 8, 0, "A"),
+            "private partial last block and no free block (no block needed: no error)": (2, 4, 5, 0, "A"),
             "block_size 1: every block is full, shared or not": (3, 1, 2, 1, "B")}.items():
         m = BlockManager(num_blocks=num_blocks, block_size=bs)
         m.add_sequence("A", tokens)
@@ -125,6 +126,7 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
             c.record(label, expected, got, passed=same_outcome(expected, got) and not changed,
                      note=("it changed the lists before raising: a refused append must change nothing (check "
                            "free_blocks first)") if changed else _out_of_blocks_due(expected, got)
+                     or _needless_raise(expected, got)
                      or wrong_exception(expected, got)
                      or should_have_raised(expected, got)
                      or (next(iter(_cow_slips(before, num_tokens, bs, got)), "") if isinstance(got, Raised) else ""))
@@ -151,6 +153,15 @@ def _out_of_blocks_due(expected: Any, got: Any) -> str:
             and not isinstance(got.exc, NotImplementedError):
         return (f"raised {type(got.exc).__name__} where OutOfBlocks is due: the arguments are fine, the pool is "
                 "out of blocks (free_blocks is empty), so raise kvlab.OutOfBlocks, changing nothing")
+    return ""
+
+
+def _needless_raise(expected: Any, got: Any) -> str:
+    """OutOfBlocks raised where no block is needed (a private partial last block, the pool empty)."""
+    if isinstance(expected, dict) and not expected["copies"] and isinstance(got, Raised) \
+            and isinstance(got.exc, OutOfBlocks):
+        return ("raised OutOfBlocks where no block is needed: the last block is partial and private, so the token "
+                "is written in place; an empty free_blocks is an error only when a block must be taken")
     return ""
 
 
@@ -230,6 +241,18 @@ def _cow_mistake(expected: Any, actual: Any) -> str | None:
         what = "None (a missing return?)" if a_cp is None else f"a {type(a_cp).__name__}"
         return f"returned {what}: return a list of (src, dst) copies, [] or [(src, dst)]"
     et, at, free = expected["block_table"], actual.get("block_table", []), expected["free_blocks"]
+    kept = [b for b in at if b in actual.get("free_blocks", [])]
+    if kept:
+        return (f"the block you took, P{kept[0]}, is still in free_blocks: take it out of the free list "
+                "(free_blocks.pop(0)), or the next request gets it too")
+    src = e_cp[0][0] if e_cp else None
+    if src is not None and len(at) == len(et) + 1 and at[:-2] == et[:-1] and at[-2:] == [src, et[-1]]:
+        return (f"the copy P{et[-1]} replaces the shared block P{src} in the table (block_table[-1] = dst), it is "
+                "not appended after it: the table now holds one block too many")
+    arc = actual.get("ref_count", [])
+    if src is not None and len(arc) > src and arc[src] == 0 < expected["ref_count"][src]:
+        return (f"the copied block P{src} is still held by the other tables: drop ONE reference (ref_count[src] -= 1), "
+                "not all of them")
     if not e_cp and a_cp:
         if len(at) < len(et):
             return "the last block was full: it is never written again, so take a fresh block (no copy)"
@@ -241,7 +264,6 @@ def _cow_mistake(expected: Any, actual: Any) -> str | None:
     if a_cp and e_cp and at and et and at[-1] == e_cp[0][0]:
         return (f"you returned the copy {a_cp[0]} but the table still points at the shared block P{at[-1]}: "
                 "the sequence must write into its copy")
-    arc = actual.get("ref_count", [])
     if at and et and at[-1] == et[-1] and len(arc) > at[-1] and arc[at[-1]] != expected["ref_count"][et[-1]]:
         return (f"the block you took, P{at[-1]}, has ref_count {arc[at[-1]]}: only this table holds it, so its "
                 "count is 1")
@@ -325,6 +347,30 @@ SAMPLING_MISTAKES = dict([
      "so a sample holds blocks_needed(prompt_len + gen_len), not blocks_needed(prompt_len) + blocks_needed(gen_len)",
      lambda p, n, g, bs: (n * (blocks_needed(p, bs) + blocks_needed(g, bs)),
                           blocks_needed(p, bs) + n * blocks_needed(g, bs))),
+    ("count blocks, not token slots: do not multiply the block counts by block_size",
+     lambda p, n, g, bs: (bs * _measured(p, n, g, bs)[0], _measured(p, n, g, bs)[1])),
+    ("count blocks, not token slots: do not multiply the block counts by block_size (both counts)",
+     lambda p, n, g, bs: tuple(bs * x for x in _measured(p, n, g, bs))),
+    ("gen_len == 0: the samples still hold the prompt's blocks once (blocks_needed(prompt_len, block_size)), "
+     "not nothing",
+     lambda p, n, g, bs: (_measured(p, n, g, bs)[0], 0) if g == 0 else _measured(p, n, g, bs)),
+    ("gen_len == 0: every block is still shared, so the prompt's blocks count once, not once per sample",
+     lambda p, n, g, bs: (_measured(p, n, g, bs)[0],) * 2 if g == 0 else _measured(p, n, g, bs)),
+    ("x // block_size + 1 is not a ceiling (one block too many when x fills its blocks exactly), and the "
+     "ceiling is per sample: num_samples * blocks_needed(prompt_len + gen_len, block_size)",
+     lambda p, n, g, bs: (n * (p + g) // bs + 1, _measured(p, n, g, bs)[1])),
+    ("x // block_size + 1 is not a ceiling: it is one block too many when x fills its blocks exactly; "
+     "use blocks_needed (or -(-x // block_size))",
+     lambda p, n, g, bs: (n * ((p + g) // bs + 1), _measured(p, n, g, bs)[1])),
+    ("with sharing: the full prompt blocks are prompt_len // block_size; (prompt_len - 1) // block_size is one "
+     "too few when the prompt fills its last block exactly",
+     lambda p, n, g, bs: _with_sharing(p, n, g, bs, (p - 1) // bs) if g else _measured(p, n, g, bs)),
+    ("without sharing: each sample holds its prompt AND its gen_len new tokens: "
+     "blocks_needed(prompt_len + gen_len, block_size) a sample",
+     lambda p, n, g, bs: (n * blocks_needed(p, bs), _measured(p, n, g, bs)[1])),
+    ("without sharing: every sample has blocks of its own: round up per sample "
+     "(num_samples * blocks_needed(...)), not the pooled tokens of all samples",
+     lambda p, n, g, bs: (blocks_needed(n * (p + g), bs), _measured(p, n, g, bs)[1])),
     ("with sharing: one block too few: the full prompt blocks count once, then EVERY sample holds its own "
      "blocks from there (its copy of a partial prompt block included)",
      lambda p, n, g, bs: (_measured(p, n, g, bs)[0], _measured(p, n, g, bs)[1] - 1)),

@@ -41,18 +41,29 @@ class CostModel:
     ``measured_from``, the shortest context those times were measured at: below it the lines
     give no estimate (a fitted line says nothing below its first point; its intercept can
     even be negative). ``note``: a sentence the widget adds after the model's numbers (e.g.
-    where, if anywhere, its steps were timed)."""
+    where, if anywhere, its steps were timed); ``context_window``: the longest context the model
+    takes (its ``max_position_embeddings``): the curves and the widget's slider stop there (None:
+    the whole of :data:`CONTEXTS`)."""
 
     flops_per_token: Callable[[int], int]
     naive_fit: tuple[float, float] | None = None
     cached_fit: tuple[float, float] | None = None
     measured_from: int = 1
     note: str = ""
+    context_window: int | None = None
     _cum: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.measured_from, bool) or not isinstance(self.measured_from, int) or self.measured_from < 1:
             raise ValueError(f"measured_from must be an int >= 1 (the shortest context timed), got {self.measured_from!r}")
+        w = self.context_window
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < CONTEXTS[0]):
+            raise ValueError(f"context_window must be None or an int >= {CONTEXTS[0]}, got {w!r}")
+
+    def contexts(self) -> list[int]:
+        """The slider's context lengths: :data:`CONTEXTS` up to the context window (the window included)."""
+        w = self.context_window
+        return list(CONTEXTS) if w is None else sorted({c for c in CONTEXTS if c <= w} | {w})
 
     def naive_step(self, context: int) -> int:
         """FLOPs of a step without a cache: all ``context`` tokens, the i-th attending to i."""
@@ -98,12 +109,15 @@ def cost_state(models: dict[str, CostModel], model: str, context: int) -> dict[s
     elif m.naive_fit is not None and context < m.measured_from:
         sentence += (f" No time estimate here: the steps were timed from {m.measured_from:,} tokens up, and a line "
                      "fitted there says nothing about shorter contexts.")
+    if m.context_window is not None and context > m.context_window:
+        sentence = (f"This is past {model}'s context window of {m.context_window:,} tokens: the model cannot attend "
+                    f"that far; the counts are what its shapes would give. " + sentence)
     if m.note:
         sentence += " " + m.note
-    xs = list(CONTEXTS)
+    xs = m.contexts()
     return {"model": model, "context": context, "naive_flops": naive, "cached_flops": cached, "ratio": naive / cached,
             "naive_ms": n_ms, "cached_ms": c_ms, "xs": xs, "naive": [m.naive_step(x) for x in xs],
-            "cached": [m.cached_step(x) for x in xs], "sentence": sentence}
+            "cached": [m.cached_step(x) for x in xs], "sentence": sentence, "context_window": m.context_window}
 
 
 def cost_figure(state: dict[str, Any]) -> Any:
@@ -126,6 +140,11 @@ def cost_figure(state: dict[str, Any]) -> Any:
     lo = math.log10(min(state["cached"] + [state["cached_flops"]])) - 0.6  # room for a label below the lowest point
     hi = math.log10(max(state["naive"] + [state["naive_flops"]])) + 0.6   # and above the highest
     fig.add_vline(x=state["context"], line=dict(color="#777777", dash="dot", width=1))
+    window = state.get("context_window")
+    if window is not None and state["context"] > window:  # only set() or the site's grid get here: mark it
+        fig.add_vline(x=window, line=dict(color="#000000", dash="dash", width=1))
+        fig.add_annotation(x=math.log10(window), y=1, yref="paper", yanchor="bottom", xanchor="right",
+                           text=f"context window {window:,}", showarrow=False, font=dict(size=th.font_size))
     fig.update_layout(
         title=dict(text="FLOPs of one decode step (counted, not measured)", x=0.01, font=dict(size=th.title_size)),
         xaxis=dict(type="log", title="context length (tokens), log scale", tickvals=state["xs"][1::2],
@@ -173,8 +192,7 @@ class CostWidget:
         import ipywidgets as W
 
         style = {"description_width": "initial"}
-        options = sorted(set(CONTEXTS) | {self.state["context"]})
-        self._context = W.SelectionSlider(options=[(f"{c:,}", c) for c in options], value=self.state["context"],
+        self._context = W.SelectionSlider(options=self._options(self.state["model"]), value=self.state["context"],
                                           description="context length (tokens)", style=style,
                                           layout=W.Layout(width="min(460px, 100%)"))
         self._context.add_class("kvlab-context-slider")
@@ -195,7 +213,21 @@ class CostWidget:
         self.widget.add_class("kvlab-cost")
         self._redraw()
 
-    def _changed(self, _change: dict[str, Any]) -> None:
+    def _options(self, model: str) -> list[tuple[str, int]]:
+        """The slider's (label, context) pairs for ``model``: up to its context window; the current
+        context too when it is within it."""
+        m, now = self.models[model], self.state["context"]
+        keep = m.context_window is None or now <= m.context_window
+        return [(f"{c:,}", c) for c in sorted(set(m.contexts()) | ({now} if keep else set()))]
+
+    def _changed(self, change: dict[str, Any]) -> None:
+        if change.get("owner") is self._model:  # another model: the slider stops at its window
+            window = self.models[self._model.value].context_window
+            with self._context.hold_trait_notifications():
+                if window is not None and self._context.value > window:
+                    self.state = dict(self.state, context=window)
+                self._context.options = self._options(self._model.value)
+                self._context.value = min(self.state["context"], window or self.state["context"])
         self.state = cost_state(self.models, self._model.value, self._context.value)
         self._redraw()
 

@@ -85,8 +85,9 @@ class MemoryMapView:
 
     def __init__(self, frames: Sequence["Frame"], title: str = "Paged KV pool", source: str = "simulated",
                  cols: int | None = None, mode: str = "auto", tables: bool | None = None,
-                 numbered: bool = True) -> None:
+                 numbered: bool = True, step_legend: bool = False) -> None:
         source_label(source)
+        self.step_legend = step_legend  # True: each frame's legend lists only what that frame draws
         self.numbered = numbered  # False: a live stepper's caption line numbers the frame, the figure does not
         self.frames = list(frames)
         self.colors = _frame_colors(self.frames)
@@ -110,7 +111,7 @@ class MemoryMapView:
 
     def __call__(self, frame: "Frame") -> Any:
         return _figure_from_data(self.data(frame), self.colors, self.title, self.source, self.geometry,
-                                 shared_legend=self.any_shared)
+                                 shared_legend=self.any_shared, drawn_only=self.step_legend)
 
 
 def animate_memory_map(
@@ -186,10 +187,14 @@ def memory_map_stepper(
     cols: int | None = None,
     mode: str = "auto",
     tables: bool | None = None,
+    step_legend: bool = False,
 ) -> "Stepper":
-    """A :class:`~kvlab.viz.stepper.Stepper` over a recorded run's memory maps (numbered from 1)."""
+    """A :class:`~kvlab.viz.stepper.Stepper` over a recorded run's memory maps (numbered from 1).
+    ``step_legend``: each step's legend lists only the sequences and outlines that step draws (the
+    figure keeps the whole run's legend height, so it does not jump between steps)."""
     from .stepper import Stepper
 
     frames = memory_frames(snapshots, log)
     live = not is_static(static)  # a live stepper numbers and captions each frame in its own line
-    return Stepper(frames, MemoryMapView(frames, title, source, cols, mode, tables, numbered=not live), static=static)
+    return Stepper(frames, MemoryMapView(frames, title, source, cols, mode, tables, numbered=not live,
+                                              step_legend=step_legend), static=static)

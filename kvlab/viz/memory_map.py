@@ -350,10 +350,12 @@ def memory_map_figure(
 
 
 def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, source: str, geom: Any = None,
-                      shared_legend: bool = True) -> Any:
+                      shared_legend: bool = True, drawn_only: bool = False) -> Any:
     """The figure for one frame's data. Without ``geom`` (a :class:`~kvlab.viz.block_tables.MapGeometry`)
     the pool alone, in grid units (row 0 at y = 0): what the kernel view draws its arcs over.
-    ``shared_legend``: list the shared outline in the legend (an animation's frames always do)."""
+    ``shared_legend``: list the shared outline in the legend (an animation's frames always do);
+    ``drawn_only``: the legend lists only the holders and outlines this frame draws (its height
+    stays the whole legend's)."""
     import plotly.graph_objects as go
 
     lay = data["layout"]
@@ -366,7 +368,13 @@ def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, 
         legend = geom.legend(colors) if not data.get("by_holder") else {**data["legend"], **data["legend_extra"]}
         static = _slot_ticks(lay, data["block_size"], geom.pool_y0, cell_w=geom.pool_cell_w)
     highlight = data.get("highlight_name", "changed this step")
-    fig = go.Figure(data=traces + static + _legend_traces(legend, highlight, shared_legend))
     names = ["free"] + (["shared (xN = ref count)"] if shared_legend else []) + ([highlight] if highlight else [])
+    if drawn_only:
+        drawn = set(data["tables"]) | set(data["legend"]) | set(data.get("legend_extra", {}))
+        shown = _legend_traces({s: c for s, c in legend.items() if s in drawn},
+                               highlight if data["highlight"] else "", shared_legend and bool(data["shared"]))
+    else:
+        shown = _legend_traces(legend, highlight, shared_legend)
+    fig = go.Figure(data=traces + static + shown)
     fig.update_layout(**_base_layout(lay, title, source, data["caption"], legend, geom, names))
     return fig

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..memory.ids import check_int
-from .palette import FREE, UNOWNED, label_px, theme, tint
+from .palette import FREE, SHARED_OUTLINE, UNOWNED, label_px, theme, tint
 
 __all__ = ["CELL_W", "CELL_H", "LABELLED_MAX", "SQUARES_MAX", "GridLayout", "grid_layout", "block_traces",
            "cell_label_px"]
@@ -96,6 +96,22 @@ def _palette_index(colors: dict[str, str]) -> list[str]:
     return out
 
 
+def _inner_outline(data: dict[str, Any], ys: list[float], left: list[float], cell_w: float) -> Any:
+    """The shared outline drawn INSIDE a block that is also outlined red (changed this step): both
+    stay visible. A transparent bar per block (line width 0 where the block is not both)."""
+    import plotly.graph_objects as go
+
+    th = theme()
+    both = set(data["shared"]) & set(data["highlight"])
+    n, inset = data["num_blocks"], cell_w * 0.1
+    return go.Bar(x=[cell_w - 2 * inset] * n, y=ys, base=[x + inset for x in left], orientation="h",
+                  width=CELL_H * 0.74, name="shared inside changed",
+                  marker=dict(color="rgba(0,0,0,0)", line=dict(
+                      color=[SHARED_OUTLINE if b in both else "rgba(0,0,0,0)" for b in range(n)],
+                      width=[th.shared_width if b in both else 0 for b in range(n)])),
+                  hoverinfo="skip", showlegend=False)
+
+
 def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, labels: list[str] | None = None,
                  cell_w: float = CELL_W) -> list[Any]:
     """The pool's traces that change from frame to frame (same count and kinds in every frame).
@@ -121,6 +137,7 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
             go.Bar(x=[cell_w * f for f in data["fill"]], y=ys, base=left, orientation="h", width=CELL_H * 0.92,
                    name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
                    showlegend=False),
+            _inner_outline(data, ys, left, cell_w),
             go.Scatter(x=data["x"], y=ys, mode="text", text=text if lay.show_text else [""] * n,
                        textfont=dict(size=cell_label_px(lay.cell), color=th.text_color),
                        hoverinfo="skip", showlegend=False, name="labels"),

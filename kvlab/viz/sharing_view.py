@@ -26,6 +26,7 @@ __all__ = ["SharingControl", "UNSHARED_COLOR", "SHARED_COLOR", "UNSHARED_NAME", 
 # Lesson 06's one palette for its "with / without sharing" pictures (the line chart and this control):
 # without sharing dark grey (never the light grey of a free block), with sharing the reuse green.
 UNSHARED_COLOR, SHARED_COLOR = "#555555", HIT
+SLIDER_WIDTH = "min(330px, 31%)"  # three sliders side by side, in one row down to a 1068 px output area
 UNSHARED_NAME, SHARED_NAME = "without sharing (each sequence its own copy)", "with sharing (fork + copy-on-write)"
 
 
@@ -107,11 +108,13 @@ class SharingControl(LiveControl):
 
     def _inputs(self, W: Any) -> list[Any]:
         style = {"description_width": "initial"}
+        # the three in ONE row of a 1068 px output area (1500 x 1000), the slider's label and readout included
+        row = dict(style=style, layout=W.Layout(width=SLIDER_WIDTH))
         sliders = [
-            ("samples", W.IntSlider(value=self.samples, min=1, max=8, description="samples (n)", style=style)),
-            ("beam_width", W.IntSlider(value=self.beam_width, min=1, max=8, description="beam width", style=style)),
+            ("samples", W.IntSlider(value=self.samples, min=1, max=8, description="samples (n)", **row)),
+            ("beam_width", W.IntSlider(value=self.beam_width, min=1, max=8, description="beam width", **row)),
             ("prompt_len", W.IntSlider(value=self.prompt_len, min=8, max=1000, step=8, description="prompt tokens",
-                                       style=style)),
+                                       **row)),
         ]
         for name, s in sliders:
             s.continuous_update = False

@@ -286,7 +286,7 @@ from plotly.subplots import make_subplots
 import kvlab.viz as viz
 
 xs = [r["L"] for r in sweep]
-fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step (counted)", "time per step, ms (measured, minimum)"))
+fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step (counted)", "time per step (measured, minimum)"))
 for key, name, color in [("naive", "naive recomputation", "#d62728"), ("cached", "KV cache", "#1f77b4")]:
     fig.add_trace(go.Scatter(x=xs, y=[r[f"{key}_flops"] for r in sweep], name=name, line_color=color,
                              mode="lines+markers", legendgroup=key), 1, 1)
@@ -294,6 +294,11 @@ for key, name, color in [("naive", "naive recomputation", "#d62728"), ("cached",
                              legendgroup=key, showlegend=False), 1, 2)
 fig.update_xaxes(title_text="context length L (tokens), log scale", type="log", tickvals=xs)
 fig.update_yaxes(title_text="FLOPs, log scale", type="log", exponentformat="SI", dtick=1, row=1, col=1)  # the cached line is ~1,000x lower
+# time on a log axis too: on a linear one the cached line lay flat under the naive one, its rise unseen
+all_ms = [r[f"{k}_ms"] for r in sweep for k in ("naive", "cached")]
+ms_ticks = [m * 10 ** e for e in range(-2, 5) for m in (1, 2, 5) if min(all_ms) / 2 <= m * 10 ** e <= max(all_ms) * 2]
+fig.update_yaxes(title_text="ms per step, log scale", type="log", tickvals=ms_ticks,   # 1-2-5 ticks at full size
+                 ticktext=[f"{t:g}" for t in ms_ticks], row=1, col=2)
 th = viz.theme()  # the fonts and width of the current mode (classroom mode: larger, the output's width)
 fig.update_layout(height=420 if not th.high_contrast else 500, font=dict(size=th.font_size),
                   title=dict(text="One decode step at context L, on this CPU (counted | measured)", font=dict(size=th.title_size)),
@@ -302,8 +307,10 @@ fig.update_annotations(font_size=th.font_size + 1)  # the subplot titles
 fig
 
 # %% [markdown]
-# What the measurements say is printed from them, so it holds on whatever machine runs this
-# cell. A straight line `time ≈ fixed + slope × L` is drawn through each path's points: the
+# Both panels have log axes, so equal ratios are equal heights: the cached curve sits far below
+# the naive one, and how much each rises, counted and measured, is printed below from the same
+# points. What the measurements say is printed from them, so it holds on whatever machine runs this
+# cell. A straight line `time ≈ fixed + slope × L` is fitted to each path's points (computed, not drawn): the
 # fixed part is what a step costs whatever the context (Python, the framework, the output
 # layer), the slope what each token of context adds. One stray point (a step timed while the
 # machine was busy) must not decide the verdict, so the line is the **median** line: its slope
@@ -402,13 +409,14 @@ print(f"  naive:  fixed part x{run_naive(n_b) / run_naive(n_a):.1f} (the whole s
 # %% [markdown]
 # ### Move the context length yourself
 #
-# Drag **context length** (16 to 32,768 tokens, doubling) and watch both costs: the red curve
+# Drag **context length** (from 16 tokens, doubling, up to the chosen model's context window: the
+# slider and the curves stop there) and watch both costs: the red curve
 # (no cache: the step reruns every token) climbs steeply with the context, the blue one (one
 # token with the cache) climbs too, far more slowly (its attention still reads every cached
 # token); the line above the widget gives both factors. Both axes are logarithmic: each grid line
 # is 10 times the one below, so the cached line stays visible even where it is thousands of times
 # lower. The FLOPs are counted from the model's shapes; the milliseconds in the sentence come
-# from the median lines drawn above through this CPU's measured steps: an estimate beyond 1,024
+# from the median lines fitted above to this CPU's measured steps: an estimate beyond 1,024
 # tokens, where nothing was timed, and none below 32 tokens, where a line says nothing. The
 # second model in the menu, SmolLM2-135M, has FLOPs only (its steps were timed in section 2).
 
@@ -416,11 +424,12 @@ print(f"  naive:  fixed part x{run_naive(n_b) / run_naive(n_a):.1f} (the whole s
 from kvlab.viz import CostModel, CostWidget
 from kvlab.viz.cost_widget import CONTEXTS
 
-cost_models = {"bundled tiny model": CostModel(model.flops_per_token, (n0, n1), (c0, c1), measured_from=xs[0]),
-               "SmolLM2-135M": CostModel(real.flops_per_token, note=(
+cost_models = {"bundled tiny model": CostModel(model.flops_per_token, (n0, n1), (c0, c1), measured_from=xs[0],
+                                               context_window=cfg.max_position_embeddings),
+               "SmolLM2-135M": CostModel(real.flops_per_token, context_window=rc.max_position_embeddings, note=(
                    f"FLOPs only for this model: its steps were timed in section 2, at positions {pos[0]}-{pos[-1]}, "
                    "not over this range."))}
-lo, hi = CONTEXTS[0], CONTEXTS[-1]
+lo, hi = CONTEXTS[0], cfg.max_position_embeddings   # the slider's ends for the bundled model (its context window)
 naive_x = cost_models["bundled tiny model"].naive_step(hi) / cost_models["bundled tiny model"].naive_step(lo)
 cached_x = model.flops_per_token(hi) / model.flops_per_token(lo)
 say(f"from {lo} to {hi:,} tokens ({hi // lo:,}x the context), counted: no cache x{naive_x:,.0f}, "

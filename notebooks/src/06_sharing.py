@@ -83,7 +83,8 @@ m.check_integrity()
 from kvlab.viz import memory_map_stepper
 
 memory_map_stepper(m.snapshots, m.log, title="Parallel sampling: fork and copy-on-write", source="simulated",
-                   cols=12)   # the 12 blocks in one row: the stepper and its picture fit one projector screen
+                   cols=12,   # the 12 blocks in one row: the stepper and its picture fit one projector screen
+                   step_legend=True)   # each step's legend lists only what it draws
 
 # %% [markdown]
 # ## 3. Freeing shared blocks

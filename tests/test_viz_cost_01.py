@@ -1,0 +1,46 @@
+"""Lesson 01's cost widget (issue 28 review): its context slider went past both models' context
+windows (the bundled model's 2,048, SmolLM2-135M's 8,192). With ``CostModel(context_window=...)``
+the slider stops at the chosen model's window, the curves end there, and a context set past it
+(static mode, the site's grid) is marked so in the sentence."""
+from __future__ import annotations
+
+import pytest
+
+from kvlab.viz import CostModel, CostWidget
+from kvlab.viz.cost_widget import cost_figure, cost_state
+
+
+def _models():
+    f = lambda c: 1000 + 10 * c  # noqa: E731 - a toy step cost
+    return {"small": CostModel(f, context_window=2048), "big": CostModel(f, context_window=8192),
+            "open": CostModel(f)}
+
+
+def test_01_curves_end_at_the_context_window():
+    s = cost_state(_models(), "small", 1024)
+    assert max(s["xs"]) == 2048 and len(s["xs"]) == len(s["naive"]) == len(s["cached"])
+    assert max(cost_state(_models(), "open", 1024)["xs"]) == 32768   # no window given: as before
+    assert "context window" not in s["sentence"]
+
+
+def test_01_context_past_the_window_is_marked():
+    s = cost_state(_models(), "small", 4096)
+    assert "past small's context window of 2,048 tokens" in s["sentence"], s["sentence"]
+    fig = cost_figure(s)
+    assert any("context window" in (a.text or "") for a in fig.layout.annotations), fig.layout.annotations
+
+
+def test_01_slider_stops_at_the_models_window():
+    pytest.importorskip("ipywidgets")
+    w = CostWidget(_models(), model="small", context=1024, static=False)
+    assert max(v for _, v in w._context.options) == 2048
+    w.set(model="big")
+    assert max(v for _, v in w._context.options) == 8192
+    w.set(context=8192)
+    w.set(model="small")                       # past the new model's window: moved back to it
+    assert w.state["context"] == 2048 and w._context.value == 2048
+
+
+def test_01_bad_context_window_is_refused():
+    with pytest.raises(ValueError, match="context_window"):
+        CostModel(lambda c: c, context_window=0)
