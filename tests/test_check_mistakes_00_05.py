@@ -263,3 +263,27 @@ def test_gather_kernel_decorated_before_the_interpreter_is_still_checked(kernel,
         assert r.passed, notes
     else:
         assert not r.passed and says in notes, notes
+
+
+# ------------------------------------------------------------------ lesson 00, review of 6b9afee
+def _blocks_of_4(pos, block_size):
+    if pos < 0 or block_size < 1:
+        raise ValueError(f"pos {pos}, block_size {block_size}")
+    return pos // 4, pos % 4                                   # block size 4 written into the code
+
+
+def _reusable_with_blocks_of_4(finished, new, block_size):
+    if block_size < 1 or not finished or not new:
+        raise ValueError("bad input")
+    n = 0
+    while n < min(len(finished), len(new)) and finished[n] == new[n]:
+        n += 1
+    return min(n, len(new) - 1) // 4 * 4                       # block size 4 written into the code
+
+
+@pytest.mark.parametrize("checker, answer", [("block_and_offset", _blocks_of_4),
+                                             ("reusable_tokens", _reusable_with_blocks_of_4)])
+def test_00_a_block_size_written_into_the_code_is_named(checker, answer):
+    r = getattr(check, checker)(answer, verbose=False)
+    notes = " | ".join(c.note for c in r.failures)
+    assert not r.passed and "hard-coded block size" in notes, notes

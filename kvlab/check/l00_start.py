@@ -52,6 +52,8 @@ def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
         "the offset counts from 1: the first slot of a block is offset 0": lambda pos, bs: (pos // bs, pos % bs + 1),
         "rounded the block up: position 1 with block_size 4 is still in block 0 (work it out by hand)":
             lambda pos, bs: (-(-pos // bs), pos % bs),
+        "hard-coded block size 4: it is right only for blocks of 4; use the block_size argument":
+            lambda pos, bs: (pos // 4, pos % 4),
     })
     for pos, bs in [(9, 4), (0, 4), (3, 4), (4, 4), (15, 16), (16, 16), (1000, 16), (7, 1)]:
         _name_bound(run(f"pos={pos}, block_size={bs}", pos, bs), _BOUNDS_00.get((pos, bs), ""))
@@ -145,6 +147,8 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda a, b, bs: prefix(a, b),
         "that counts blocks: the answer is in tokens (whole blocks x block_size)":
             lambda a, b, bs: _reusable_tokens_ref(a, b, bs) // bs,
+        "hard-coded block size 4: it is right only for blocks of 4; use the block_size argument":
+            lambda a, b, bs: _reusable_tokens_ref(a, b, 4),
         "the last token is computed only when the cache holds all of new: cap the shared count at len(new) - 1, "
         "do not take 1 from every match":
             lambda a, b, bs: max(min(prefix(a, b), len(b)) - 1, 0) // bs * bs,
