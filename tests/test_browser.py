@@ -439,12 +439,9 @@ def _lesson_04_widgets_on_a_projector(page) -> None:
     page.wait_for_function("([el, old]) => el.textContent !== old", arg=[caption.element_handle(), before], timeout=10_000)
     assert re.search(r"step 2 / \d+:", caption.text_content())
     for _ in range(30):  # step by step to where R1 finishes (its blocks go back to the pool)
-        now = caption.text_content()
-        if "R1 finishes" in now:
+        if "R1 finishes" in caption.text_content():
             break
-        stepper.locator("button.kvlab-next").first.click()  # one click, then wait for its caption
-        page.wait_for_function("([el, old]) => el.textContent !== old", arg=[caption.element_handle(), now],
-                               timeout=10_000)
+        _next_step(page, stepper, caption)  # one click, then wait for its caption
     assert "R1 finishes" in caption.text_content(), caption.text_content()
     page.wait_for_selector(".kvlab-stepper .js-plotly-plot .main-svg", timeout=20_000)
     _shot(page, stepper, "memory_map.png")

@@ -8,6 +8,7 @@ import kvlab.viz as viz
 from kvlab.lessons import char_tokenize
 from kvlab.viz.memory_map import snapshot_ids
 from kvlab.viz.palette import FREE, SHARED_FILL, TREE, assign_colors, request_color
+from test_viz_kernel import lesson05_pool
 
 
 def _lesson00_cache():
@@ -73,19 +74,6 @@ def test_thesis_picture_draws_tree_blocks_as_held_not_free():
                                      for i in range(len(fills))))
 
 
-def lesson05_pool():
-    """Lesson 05 cell 5: three requests decoding together in 16 blocks, interleaved."""
-    m = kvlab.BlockManager(num_blocks=16, block_size=4)
-    lengths = {"seq1": 5, "seq2": 13, "seq3": 30}
-    for seq in lengths:
-        m.add_sequence(seq, 0)
-    for step in range(max(lengths.values())):
-        for seq, n in lengths.items():
-            if step < n:
-                m.append(seq, 1)
-    return m.snapshot("three requests decoding together")
-
-
 def test_lesson05_pool_picture_has_no_crossing_arrows_and_names_every_block():
     """The review: cell 6's arrows (one per table entry, into interleaved blocks) were a tangle. The
     picture is drawn as the lesson draws it (its own call, read from the source) and must have no two
@@ -97,7 +85,7 @@ def test_lesson05_pool_picture_has_no_crossing_arrows_and_names_every_block():
     src = (Path(__file__).resolve().parent.parent / "notebooks" / "src" / "05_paged_kernel.py").read_text()
     call = src[src.index("memory_map_figure(m.snapshot("):]
     call = call[:call.index("\n\n")]
-    snap = lesson05_pool()
+    snap = lesson05_pool().snapshot("three requests decoding together")  # lesson 05 cell 5
     fig = eval(call.replace("memory_map_figure(m.snapshot(\"three requests decoding together\")", "viz.memory_map_figure(snap"),
                {"viz": viz, "snap": snap})
     lines = [ln for t in fig.data if t.name and t.name.endswith(" arrows") for ln in _polylines(t)]
