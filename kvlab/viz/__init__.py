@@ -81,6 +81,10 @@ Example:
 """
 from __future__ import annotations
 
+from .iri_parser import defer_iri_parser
+
+defer_iri_parser()   # before plotly (and through it jsonschema) is imported: see kvlab.viz.iri_parser
+
 from .capacity_widget import CapacityWidget, capacity_figure, capacity_state  # lesson 02
 from .compare import (
     CompareStep, animate_compare, compare_data, compare_figure, compare_stepper, growth_trace, notes_trace, run_compare,
