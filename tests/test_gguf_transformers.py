@@ -33,7 +33,7 @@ transformers = lazy_transformers(requires=("accelerate",))  # imported by the fi
 
 from kvlab.compute import STRATEGIES, generate, load_pretrained, smollm2_path  # noqa: E402
 from kvlab.compute.gguf import SMOLLM2_HINT  # noqa: E402
-from gguf_files import first_layers_copy  # noqa: E402
+from gguf_files import first_layers_copy, plain_view_reader  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,8 @@ def one_reader():
     """transformers parses the file's header with the gguf package's ``GGUFReader`` three times (the
     tokenizer once, the model twice: config, then tensors), 3-4 s each for SmolLM2's 49,152 tokens
     and merges. While transformers loads, the file is parsed once and the (read-only) reader shared:
-    what transformers makes of the file is unchanged."""
+    what transformers makes of the file is unchanged. The reader is gguf's own, on a plain view of
+    its memmap (gguf_files.plain_view_reader)."""
     import gguf
 
     plain = gguf.GGUFReader
@@ -93,7 +94,7 @@ def one_reader():
     def shared(path, *args, **kwargs):
         key = (str(path), args, tuple(sorted(kwargs.items())))
         if key not in _READERS:
-            _READERS[key] = plain(path, *args, **kwargs)
+            _READERS[key] = plain_view_reader(path, *args, reader=plain, **kwargs)
         return _READERS[key]
 
     gguf.GGUFReader = shared
@@ -147,52 +148,68 @@ RULE_STRINGS = [
 ]
 
 
-def file_rules_ids(text: str, meta: dict, digits: bool = True) -> list[int]:
-    """The ids the file's rules give (see above); ``digits=False``: without the digit rule."""
-    import regex  # installed with transformers by the set-up: a missing one fails
-    from kvlab.compute.tokenizer import bytes_to_unicode
+class FileRules:
+    """The ids the file's rules give (see above), its tables built once from the metadata (a
+    vocabulary of 49,152 and 48,900 merges) and each string's ids kept (the tests ask up to 3 times)."""
 
-    tokens, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]
-    vocab = {t: i for i, t in enumerate(tokens)}
-    ranks = {tuple(m.split(" ", 1)): r for r, m in enumerate(meta["tokenizer.ggml.merges"])}
-    special = sorted((t for t, ty in zip(tokens, types) if ty in (3, 4)), key=len, reverse=True)
-    spell = bytes_to_unicode()
-    out: list[int] = []
-    for part in regex.split("(" + "|".join(map(regex.escape, special)) + ")", text):
-        if part in special:
-            out.append(vocab[part])
-            continue
-        for piece in (regex.split(r"(\p{N})", part) if digits else [part]):
-            for word in regex.findall(GPT2_SPLIT, piece):
-                parts = [spell[b] for b in word.encode("utf-8")]
-                while len(parts) > 1:
-                    rank, i = min((ranks.get(pair, float("inf")), i) for i, pair in enumerate(zip(parts, parts[1:])))
-                    if rank == float("inf"):
-                        break
-                    parts[i:i + 2] = [parts[i] + parts[i + 1]]
-                out += [vocab[p] for p in parts]
-    return out
+    def __init__(self, meta: dict):
+        from kvlab.compute.tokenizer import bytes_to_unicode
+
+        tokens, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]
+        self.vocab = {t: i for i, t in enumerate(tokens)}
+        self.ranks = {tuple(m.split(" ", 1)): r for r, m in enumerate(meta["tokenizer.ggml.merges"])}
+        self.special = sorted((t for t, ty in zip(tokens, types) if ty in (3, 4)), key=len, reverse=True)
+        self.spell = bytes_to_unicode()
+        self._ids: dict[tuple[str, bool], list[int]] = {}
+
+    def ids(self, text: str, digits: bool = True) -> list[int]:
+        """``digits=False``: without the digit rule."""
+        if (text, digits) not in self._ids:
+            self._ids[text, digits] = self._encode(text, digits)
+        return list(self._ids[text, digits])
+
+    def _encode(self, text: str, digits: bool) -> list[int]:
+        import regex  # installed with transformers by the set-up: a missing one fails
+
+        out: list[int] = []
+        for part in regex.split("(" + "|".join(map(regex.escape, self.special)) + ")", text):
+            if part in self.special:
+                out.append(self.vocab[part])
+                continue
+            for piece in (regex.split(r"(\p{N})", part) if digits else [part]):
+                for word in regex.findall(GPT2_SPLIT, piece):
+                    out += [self.vocab[p] for p in self._merge([self.spell[b] for b in word.encode("utf-8")])]
+        return out
+
+    def _merge(self, parts: list[str]) -> list[str]:
+        """BPE: the pair of lowest merge rank first, until no pair has one."""
+        while len(parts) > 1:
+            rank, i = min((self.ranks.get(pair, float("inf")), i) for i, pair in enumerate(zip(parts, parts[1:])))
+            if rank == float("inf"):
+                break
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        return parts
 
 
 @pytest.fixture(scope="module")
-def meta(path):
+def rules(path):
     from kvlab.compute.gguf import gguf_metadata
 
-    found = gguf_metadata(path)
-    assert found["tokenizer.ggml.pre"] == "smollm"
-    return found
+    meta = gguf_metadata(path)
+    assert meta["tokenizer.ggml.pre"] == "smollm"
+    return FileRules(meta)
 
 
-def test_tokenizer_ids_follow_the_files_rules(ours, meta):
+def test_tokenizer_ids_follow_the_files_rules(ours, rules):
     _, tok = ours
     for s, want in PINNED.items():
-        assert file_rules_ids(s, meta) == want and tok.encode(s) == want, s
+        assert rules.ids(s) == want and tok.encode(s) == want, s
     for s in RULE_STRINGS + STRINGS:
-        assert tok.encode(s) == file_rules_ids(s, meta), s
+        assert tok.encode(s) == rules.ids(s), s
         assert tok.decode(tok.encode(s), skip_special_tokens=False) == s, s
 
 
-def test_transformers_agrees_except_where_it_skips_the_digit_split(ours, hf_tok, meta):
+def test_transformers_agrees_except_where_it_skips_the_digit_split(ours, hf_tok, rules):
     """transformers is a cross-check only where it is right: where the digit rule changes nothing
     it must give the file's ids; where it does, it gives the ids without that rule (its known
     error, which this test would catch being fixed, or kvlab copying it)."""
@@ -201,7 +218,7 @@ def test_transformers_agrees_except_where_it_skips_the_digit_split(ours, hf_tok,
     wrong = []
     for s in RULE_STRINGS + STRINGS:
         theirs = hf_tok(s, add_special_tokens=False)["input_ids"]
-        right, without = file_rules_ids(s, meta), file_rules_ids(s, meta, digits=False)
+        right, without = rules.ids(s), rules.ids(s, digits=False)
         assert theirs == (right if right == without else without), s
         assert tok.decode(theirs, skip_special_tokens=False) == hf_tok.decode(theirs, skip_special_tokens=False), s
         wrong += [s] if right != without else []
