@@ -48,8 +48,8 @@ def pytest_configure(config):
 LESSON_FILES = {"test_browser.py": "browser", "test_lessons_headless.py": "headless"}
 LAST_FILES = ("test_site.py",)   # builds the site from every lesson's run: once they are done (SITE_UNITS units)
 # the browser halves, about equal in time (each lesson's browser run, quiet, both modes: 11 44 s,
-# 07 37, 10 34, 01 29, 04 26, 00 15 ~ 185 s; 12 25 + its headless run 25 (servers: not recorded),
-# 09 31, its appendix 24, 06 23, 03 21, 08 21, 05 20, 02 15 ~ 205 s); a lesson not listed goes by
+# 07 37, 10 34, 01 29, 04 26, 00 15 ~ 185 s; 12 25 (recorded beside its servers: tests/site_recorder.py),
+# 09 31, its appendix 24, 06 23, 03 21, 08 21, 05 20, 02 15 ~ 180 s); a lesson not listed goes by
 # its number's parity
 BROWSER_HALF_A = {"00", "01", "04", "07", "10", "11"}
 BROWSER_HALF_B = {"02", "03", "05", "06", "08", "09", "12"}

@@ -156,7 +156,7 @@ def save_browser_run(stem: str, live: dict, frames: Path, outputs: list[list], s
     folder where tests/site_recorder.py wrote each drawing cell's static-site outputs; ``outputs``,
     those of :func:`solution_codes`, run in order in the same kernel after the lesson. The site's copy is the live notebook with each drawing cell's
     outputs replaced by its recorded ones. Returns "" when saved, else why not (a drawing cell not
-    recorded: a thread of the lesson's own was running, lesson 12's servers); the lesson is then
+    recorded: a thread of the lesson's own was running, not one of kvlab's servers); the lesson is then
     run headless for the site and its checks."""
     stored = nbformat.read(NB_DIR / f"{stem}.ipynb", as_version=4)
     live = {**live, "cells": [{k: v for k, v in c.items() if v is not None} for c in live["cells"]]}  # JupyterLab: "attachments": null
