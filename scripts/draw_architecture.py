@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -48,6 +49,21 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def parse(path: Path) -> ast.Module:
+    """The syntax tree of the file at ``path``, parsed once per text (tests/test_layers.py reads every
+    module in ten rules): read it, never change it.
+
+    >>> parse(PKG / "__init__.py") is parse(PKG / "__init__.py")
+    True
+    """
+    return _parse_text(path.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_text(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
 def resolve_import(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     """The absolute module a ``from ... import`` in ``module`` names: 'kvlab.reuse.a' + ``from .b`` -> 'kvlab.reuse.b'."""
     if node.level == 0:
@@ -67,7 +83,7 @@ def module_imports(top_level_only: bool = True) -> dict[str, set[str]]:
         if path.relative_to(PKG).parts[0] == "kernels":  # the kernels import nothing of kvlab
             continue
         mod = _module_name(path)
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parse(path)
         nodes = list(tree.body) if top_level_only else list(ast.walk(tree))
         deps: set[str] = set()
         for n in nodes:

@@ -52,7 +52,7 @@ def test_no_module_only_re_exports():
     for path in sorted((ROOT / "kvlab").rglob("*.py")):
         if path.name in ("__init__.py", "__main__.py") or path.relative_to(ROOT / "kvlab").parts[0] == "kernels":
             continue
-        body = ast.parse(path.read_text(encoding="utf-8")).body
+        body = arch.parse(path).body
         if all(isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr)) or
                (isinstance(n, ast.Assign) and [getattr(t, "id", "") for t in n.targets] == ["__all__"]) for n in body):
             shims.append(str(path.relative_to(ROOT)))
@@ -108,7 +108,7 @@ def long_functions(root: Path = ROOT) -> list[str]:
     out = []
     for layer in ("memory", "reuse", "compute"):
         for path in sorted((root / "kvlab" / layer).glob("*.py")):
-            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for n in ast.walk(arch.parse(path)):
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES:
                     out.append(f"{path.relative_to(root).as_posix()}:{n.lineno} {n.name}: {n.end_lineno - n.lineno + 1} lines")
     return out
@@ -139,7 +139,7 @@ PUBLIC_METHOD_CEILING = {
 
 def public_methods(path: Path, cls: str) -> list[str]:
     """The public methods and properties ``cls`` defines in ``path`` (inherited ones not counted)."""
-    for n in ast.parse(path.read_text(encoding="utf-8")).body:
+    for n in arch.parse(path).body:
         if isinstance(n, ast.ClassDef) and n.name == cls:
             return [f.name for f in n.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                     and not f.name.startswith("_")]
@@ -166,7 +166,7 @@ def test_no_class_is_split_into_mixins():
     and vLLM's block_pool.py are one file each)."""
     mixins = []
     for path in sorted((ROOT / "kvlab").rglob("*.py")):
-        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for n in ast.walk(arch.parse(path)):
             if isinstance(n, ast.ClassDef) and ("mixin" in (ast.get_docstring(n) or "").lower()):
                 mixins.append(f"{path.relative_to(ROOT).as_posix()}: {n.name}")
     assert mixins == [], "classes documented as mixins (put the methods in the class they belong to)"
@@ -178,7 +178,7 @@ def test_a_long_module_says_why():
         if path.relative_to(ROOT / "kvlab").parts[0] == "kernels":
             continue
         text = path.read_text(encoding="utf-8")
-        if text.count("\n") > LONG_MODULE and "longer than" not in (ast.get_docstring(ast.parse(text)) or ""):
+        if text.count("\n") > LONG_MODULE and "longer than" not in (ast.get_docstring(arch.parse(path)) or ""):
             long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
     assert long == [], f"modules over {LONG_MODULE} lines whose docstring does not say why they are longer than that"
 
@@ -196,7 +196,7 @@ def re_exports(root: Path = ROOT) -> list[str]:
     for path in sorted((root / "kvlab").rglob("*.py")):
         if path.relative_to(root / "kvlab").parts[0] == "kernels":
             continue
-        parsed[path] = (_module_name(root, path), ast.parse(path.read_text(encoding="utf-8")))
+        parsed[path] = (_module_name(root, path), arch.parse(path))
     for path, (mod, tree) in parsed.items():
         if path.name == "__init__.py":
             continue
@@ -263,7 +263,7 @@ def private_accesses(root: Path = ROOT) -> list[str]:
         rel = path.relative_to(root).as_posix()
         if rel.startswith("kvlab/kernels/"):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = arch.parse(path)
         own = {d.name for d in ast.walk(tree) if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
         own |= {a.attr for a in ast.walk(tree) if isinstance(a, ast.Attribute) and isinstance(a.ctx, ast.Store)
                 and isinstance(a.value, ast.Name) and a.value.id in ("self", "cls")}
@@ -310,7 +310,7 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     for mod, path in mods.items():
         is_pkg = path.name == "__init__.py"
         deps = set()
-        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for n in ast.walk(arch.parse(path)):
             if isinstance(n, ast.Import):
                 targets = [a.name for a in n.names]
             elif isinstance(n, ast.ImportFrom):
