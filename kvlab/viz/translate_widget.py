@@ -416,7 +416,8 @@ class TranslationWidget:
         wide = "min(420px, 100%)"
         self._pos = self._pos_slider(max(1, len(self.block_table) * self.block_size - 1))
         self._bs = W.IntSlider(value=self.block_size, min=1, max=max(max_block_size, self.block_size),
-                               description="block size", style=style)
+                               description="block size", style=style,
+                               layout=W.Layout(width="min(340px, 100%)"))
         self._bs.add_class("kvlab-block-size-slider")
         self._table = W.Text(value=", ".join(map(str, self.block_table)), description="block table (L0, L1, ...)",
                              continuous_update=False, style=style, layout=W.Layout(width=wide))
