@@ -108,7 +108,7 @@ def _labels_fit(fig, d):
     for t in fig.data:
         for text in t.text:
             for line in text.split("<br>"):
-                assert fits(line, px - 6, size), (t.name, text, px)
+                assert fits(line, px - 4, size), (t.name, text, px)
     return px
 
 
@@ -226,3 +226,19 @@ def test_bytes_per_token_below_one_is_refused_with_a_message_not_silently_reset(
         assert w.bytes_per_token == 64  # the last good value is kept
     w._bpt.value = 2
     assert w.chain["error"] is None and w._error.value == "" and w.chain["byte_address"] == 5 * 2
+
+
+def test_lesson00_tree_block_keeps_its_name_on_a_projector():
+    """Lesson 00's thesis figure (the same figure, with holders): the block only the radix tree
+    holds is named "(tree)" in the picture, also at classroom sizes (a label that did not fit lost
+    its suffix)."""
+    from kvlab.viz.thesis_widget import thesis_state
+
+    viz.classroom(True)
+    try:
+        s = thesis_state(shared=True, table="R2", pos=5)
+        fig = viz.translation_figure(s["chain"], holders=s["holders"])
+    finally:
+        viz.classroom(False)
+    pool = next(t for t in fig.data if t.name == "physical")
+    assert any(text.endswith("(tree)") for text in pool.text), pool.text

@@ -269,7 +269,7 @@ def _figure_texts(d: dict[str, Any], px_per_unit: float) -> list[Any]:
     import plotly.graph_objects as go
 
     th = theme()
-    room = px_per_unit - 6  # a label keeps 3 px from each side of its cell
+    room = px_per_unit - 4  # a pool block's label keeps 2 px from each side of its cell (one line)
     texts = []
     more = [dict(c, label="…") for c in d["more"]]
     for layer, y, cs in (("tokens", 2, d["tokens"]), ("table", 1, d["table"]), ("physical", 0, d["physical"]),
@@ -279,7 +279,7 @@ def _figure_texts(d: dict[str, Any], px_per_unit: float) -> list[Any]:
         texts.append(go.Scatter(
             x=[(c["x0"] + c["x1"]) / 2 for c in cs], y=[y + (0.03 if layer in ("tokens", "physical") else 0)] * len(cs),
             mode="text", text=[_one_line(c["label"], room, th.label_size) if layer == "physical" else
-                               _wrap(c["label"], room, th.label_size) for c in cs], textfont=dict(size=th.label_size),
+                               _wrap(c["label"], room - 6, th.label_size) for c in cs], textfont=dict(size=th.label_size),
             hovertext=hover, hoverinfo="text", showlegend=False, name=layer))
     return texts
 
