@@ -301,7 +301,7 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
         for y, t in ((2, "token<br>positions"), (1, "block table<br>(块表)"), (0, "physical<br>blocks"))
     ]
     if d["pos_slot"] is not None:  # pos itself, above its slot
-        annotations.append(dict(x=sum(d["pos_slot"]) / 2, y=2 + CELL_H, xref="x", yref="y", yanchor="bottom",
+        annotations.append(dict(x=sum(d["pos_slot"]) / 2, y=2 + CELL_H, xref="x", yref="y", yanchor="bottom", yshift=3,
                                 showarrow=False, text=f"<b>pos {chain['pos']}</b>", font=dict(size=th.label_size,
                                 color=HIGHLIGHT)))
     for (x0, y0), (x1, y1) in zip(d["arrows"], d["arrows"][1:]):
