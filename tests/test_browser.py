@@ -429,6 +429,7 @@ def _lesson_04_widgets_on_a_projector(page) -> None:
     text = chain.text_content()
     assert "L2" in text and "P1" in text and "offset" in text.lower() and "1" in text, text
     assert "P7" not in text, f"chain still shows pos 4's block: {text}"
+    _far_block_at_block_size_16(page)
 
     stepper = page.locator(".kvlab-stepper").first
     stepper.scroll_into_view_if_needed()
@@ -445,6 +446,24 @@ def _lesson_04_widgets_on_a_projector(page) -> None:
     assert "R1 finishes" in caption.text_content(), caption.text_content()
     page.wait_for_selector(".kvlab-stepper .js-plotly-plot .main-svg", timeout=20_000)
     _shot(page, stepper, "memory_map.png")
+
+
+def _far_block_at_block_size_16(page) -> None:
+    """The student review of ede928d: with block 99 in the table (a 100-block pool) and at block
+    size 16 the figure was unreadable. The widget is left in that state, so the page's layout check
+    (after the lesson's steps) looks at it: no text crossed or cut, controls and figure on one screen."""
+    table = page.locator(".kvlab-translation .kvlab-block-table input").first
+    table.fill("3, 7, 1, 5, 99")
+    table.press("Enter")
+    _set_slider(page, "kvlab-block-size-slider", 16)
+    page.wait_for_function("() => /16/.test(document.querySelector('.kvlab-translation .kvlab-chain')?.textContent)",
+                           timeout=10_000)
+    _set_slider(page, "kvlab-pos-slider", 79)
+    page.wait_for_function("() => { const c = document.querySelector('.kvlab-translation .kvlab-chain')?.textContent || '';"
+                           " return /P99/.test(c) && /79/.test(c); }", timeout=10_000)
+    page.wait_for_function("() => [...document.querySelectorAll('.kvlab-translation .js-plotly-plot text')]"
+                           ".some(t => t.textContent.startsWith('P99'))", timeout=10_000)
+    _shot(page, page.locator(".kvlab-translation").first, "classroom_translation_block99_size16.png")
 
 
 def _first_stepper(page, selector: str, missing: str):

@@ -263,19 +263,22 @@ def test_policy_widget_menus_rerun_the_trace():
     assert all(" " in lab for lab in labels)  # words, not the policy ids
 
 
-def test_policy_widget_on_a_projector_puts_the_figure_right_under_its_controls():
-    """Issue 28 [5]: in classroom mode the widget was 982 px tall, the sentence between the
-    controls and the figure; now the controls sit side by side, the figure under them, then the
-    sentence, and the figure is short enough for one 599 px screen with the controls."""
+def test_policy_widget_on_a_projector_fits_controls_sentence_and_figure_on_one_screen():
+    """Issue 28 [5]: in classroom mode the widget was 982 px tall; then 706 px with the sentence
+    below the figure, off the 599 px screen (the student review of ede928d). Now the controls sit
+    side by side, the sentence (one line a side) right under them, and a compact figure (no
+    subtitle: the sentence has the copied tokens) short enough for all three on one screen."""
     viz.classroom(True)
     try:
         w = viz.PolicyWidget(static=False)
-        height = _spec(w._out)["layout"]["height"]
+        layout = _spec(w._out)["layout"]
     finally:
         viz.classroom(False)
     kids = list(w.widget.children)
-    assert kids.index(w._out) < kids.index(w._text)
-    assert height <= 520, height
+    assert kids.index(w._text) < kids.index(w._out)
+    assert layout["height"] <= 410, layout["height"]
+    assert not layout["title"].get("subtitle", {}).get("text") and "tokens copied" in w.state["sentence"]
+    assert "<br>Paged, blocks of 4" in w._text.value
 
 
 def test_policy_sentence_gives_the_true_reason_for_no_empty_slot_and_counts_failed_growths():

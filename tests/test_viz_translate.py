@@ -86,16 +86,78 @@ def test_chain_errors_and_parse():
 def test_figure_data_highlights_token_row_and_slot():
     c = viz.translation_chain([3, 7, 1, 5, 9], 9, 4)
     d = viz.translation_figure_data(c)
-    assert [t["x0"] for t in d["tokens"] if t["highlight"]] == [9]
+    assert [t["label"] for t in d["tokens"] if t["highlight"]] == ["8–11"]
     assert [r["label"] for r in d["table"] if r["highlight"]] == ["L2 → P1"]
     assert [p["label"] for p in d["physical"] if p["highlight"]] == ["P1 (L2)"]
-    assert d["slot_x"] == 5 and len(d["physical"]) == 10
-    assert d["arrows"] == [(9.5, 2.0), (10.0, 1.0), (5.5, 0.0)]
+    assert d["pos_slot"] == (2.25, 2.5) and d["slot"] == (1.25, 1.5) and len(d["physical"]) == 10
+    assert d["arrows"] == [(2.375, 2.0), (2.5, 1.0), (1.375, 0.0)]
     fig = viz.translation_figure(c)
     assert "(simulated)" in fig.layout.title.text
     assert any(s.fillcolor == HIGHLIGHT for s in fig.layout.shapes)
     bad = viz.translation_figure_data(viz.translation_chain([3], 9, 4))
     assert not bad["ok"] and bad["arrows"] == [] and not any(t["highlight"] for t in bad["tokens"])
+
+
+def _labels_fit(fig, d):
+    """Every label of the figure fits its cell at the figure's own px per block width."""
+    from kvlab.viz.translate_widget import fits
+
+    left, right = fig.layout.margin.l, fig.layout.margin.r
+    px = ((fig.layout.width or 850) - left - right) / d["width"]
+    size = fig.data[0].textfont.size
+    for t in fig.data:
+        for text in t.text:
+            for line in text.split("<br>"):
+                assert fits(line, px - 4, size), (t.name, text, px)
+    return px
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+@pytest.mark.parametrize("table, pos, block_size", [
+    ([3, 7, 1, 5, 9], 9, 4), ([3, 7, 1, 5, 9], 79, 16), ([3, 7, 1, 5, 9], 0, 1),
+    ([3, 7, 1, 5, 99], 18, 4), ([3, 7, 1, 5, 99], 79, 16), (list(range(40, 0, -1)), 600, 16),
+])
+def test_figure_is_readable_at_every_block_size_and_block_id(table, pos, block_size, classroom):
+    """Issue 28 student review: with block 99 in the table (a 100-block pool) the pool was 400 slots
+    wide and its labels ran together; at block size 16 the token row had 80 cells. Every block is
+    now one width whatever its size, a big pool shows the table's blocks with the runs between them
+    elided, a long table a window around pos's block; every label fits its cell and at least 40 px
+    of width is left to a block."""
+    from kvlab.viz.translate_widget import MAX_LOGICAL, MAX_POOL
+
+    viz.classroom(classroom)
+    try:
+        c = viz.translation_chain(table, pos, block_size)
+        d = viz.translation_figure_data(c)
+        fig = viz.translation_figure(c)
+        assert len(d["physical"]) <= MAX_POOL and len(d["tokens"]) == len(d["table"]) <= MAX_LOGICAL
+        assert all(abs(x["x1"] - x["x0"] - 1) < 1e-9 for x in d["tokens"] + d["table"] + d["physical"])
+        assert _labels_fit(fig, d) >= 40
+        hl = [p for p in d["physical"] if p["highlight"]]
+        assert len(hl) == 1 and hl[0]["label"].startswith(f"P{c['physical_block']}")
+        lb = c["logical_block"]
+        assert [t["label"] for t in d["tokens"] if t["highlight"]] == [
+            f"{lb * block_size}" if block_size == 1 else f"{lb * block_size}–{lb * block_size + block_size - 1}"]
+        if max(table) + 1 > MAX_POOL:  # the elided runs are drawn and say which blocks they stand for
+            assert d["gaps"] and all(g["label"] == "…" and g["first"] <= g["last"] for g in d["gaps"])
+            drawn = {int(p["label"][1:].split()[0]) for p in d["physical"]}
+            assert {table[i] for i in range(len(table))} & drawn == {
+                table[int(r["label"].split()[0][1:])] for r in d["table"]}
+        if len(table) > MAX_LOGICAL:
+            assert sum(m["count"] for m in d["more"]) == len(table) - MAX_LOGICAL
+    finally:
+        viz.classroom(False)
+
+
+def test_pool_columns_and_window():
+    from kvlab.viz.translate_widget import _pool_columns, _visible_logical
+
+    assert _pool_columns(100, {3, 7}) == [("gap", 0, 2), ("block", 3, 3), ("gap", 4, 6), ("block", 7, 7),
+                                          ("gap", 8, 99)]
+    assert _pool_columns(5, {3}) == [("block", b, b) for b in range(5)]
+    assert _pool_columns(13, {0, 12}) == [("block", 0, 0), ("gap", 1, 11), ("block", 12, 12)]
+    assert _visible_logical(9, 8) == [3, 4, 5, 6, 7, 8] and _visible_logical(9, 0) == [0, 1, 2, 3, 4, 5]
+    assert _visible_logical(5, 4) == [0, 1, 2, 3, 4] and _visible_logical(20, 10) == [7, 8, 9, 10, 11, 12]
 
 
 def _walk(w):
@@ -116,34 +178,12 @@ def test_chain_labels_never_run_into_their_formulas():
         assert f">{label}</td>" in h and f"<code>{html.escape(formula)}</code>" in h
 
 
-@pytest.mark.parametrize("block_size", [1, 4, 8, 16])
-def test_token_numbers_are_kept_at_every_block_size(block_size):
-    """Issue 16 bug 10: at block size 8 or more the token row lost its numbers."""
-    w = viz.TranslationWidget(static=False)
-    w._bs.value = block_size
-    fig = w.figure()
-    tokens = list(fig.data[0].text)
-    n = 5 * block_size
-    assert len(tokens) == n
-    pos = w.chain["pos"]
-    for p in range(0, n, block_size):  # the first position of every block is always written
-        assert tokens[p] == str(p), (block_size, p, tokens[:20])
-    assert tokens[pos] == str(pos)  # and the position being translated
-    assert viz.token_labels(16, 8, 9, 20.0) == [str(p) for p in range(16)]
-    assert viz.token_labels(16, 8, 9, 5.0)[:10] == ["0", "", "", "", "", "", "", "", "8", "9"]
-
-
 def test_labels_never_run_together_at_classroom_sizes():
-    """Seen in classroom mode: "1011121314" (two-digit positions at 16 px in 15 px slots) and
-    "L1 → P1L2 → P2" (table labels wider than their cells)."""
-    from kvlab.viz.translate_widget import _wrap, fits, token_labels
+    """Seen in classroom mode: "L1 → P1L2 → P2" (table labels wider than their cells)."""
+    from kvlab.viz.translate_widget import _one_line, _wrap, fits
 
-    assert token_labels(16, 4, 5, 14.7, font_px=16)[10:16] == ["", "", "12", "", "", ""]
-    assert token_labels(16, 4, 5, 22.0, font_px=16)[10] == ""  # "10" would touch "11" (the tight classroom row)
-    assert token_labels(16, 4, 5, 26.0, font_px=16)[10] == "10"  # room enough: every position
-    assert token_labels(16, 4, 5, 22.0, font_px=12)[10] == "10"  # normal mode: every position
-    assert token_labels(8, 4, 5, 14.7, font_px=16)[:3] == ["0", "1", "2"]  # one digit fits
     assert _wrap("L1 → P1", 58.0, 16) == "L1<br>→ P1" and _wrap("L1 → P1", 120.0, 16) == "L1 → P1"
+    assert _one_line("P9 (L4)", 40.0, 16) == "P9" and _one_line("P9 (L4)", 120.0, 16) == "P9 (L4)"
     assert fits("P10", 40, 12) and not fits("P10 (L3)", 40, 12)
 
 
@@ -186,3 +226,19 @@ def test_bytes_per_token_below_one_is_refused_with_a_message_not_silently_reset(
         assert w.bytes_per_token == 64  # the last good value is kept
     w._bpt.value = 2
     assert w.chain["error"] is None and w._error.value == "" and w.chain["byte_address"] == 5 * 2
+
+
+def test_lesson00_tree_block_keeps_its_name_on_a_projector():
+    """Lesson 00's thesis figure (the same figure, with holders): the block only the radix tree
+    holds is named "(tree)" in the picture, also at classroom sizes (a label that did not fit lost
+    its suffix)."""
+    from kvlab.viz.thesis_widget import thesis_state
+
+    viz.classroom(True)
+    try:
+        s = thesis_state(shared=True, table="R2", pos=5)
+        fig = viz.translation_figure(s["chain"], holders=s["holders"])
+    finally:
+        viz.classroom(False)
+    pool = next(t for t in fig.data if t.name == "physical")
+    assert any(text.endswith("(tree)") for text in pool.text), pool.text

@@ -120,7 +120,7 @@ from .sharing_view import SharingControl
 from .shuffle_view import ShuffleControl
 from .tier_view import TierRecorder, animate_tiers, lifecycle_graph, tier_map_figure, tier_stepper  # lesson 10
 from .translate_widget import (
-    TranslationWidget, chain_rows, parse_block_table, token_labels, translation_chain, translation_figure,
+    TranslationWidget, chain_rows, parse_block_table, translation_chain, translation_figure,
     translation_figure_data,
 )
 from .display import use_plotly_config
@@ -144,6 +144,6 @@ __all__ = [
     "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "SchedulingControl", "PageSizeControl", "SharingControl", "ShuffleControl",
     "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
     "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
-    "TranslationWidget", "chain_rows", "parse_block_table", "token_labels", "translation_chain", "translation_figure",
+    "TranslationWidget", "chain_rows", "parse_block_table", "translation_chain", "translation_figure",
     "translation_figure_data",
 ]

@@ -272,13 +272,16 @@ def _traces(d: dict[str, Any], step: CompareStep) -> list[Any]:
     return out
 
 
-def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, caption: str) -> dict[str, Any]:
+def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, caption: str,
+            compact: bool = False) -> dict[str, Any]:
     th = theme()
     rows = d["rows"]
     map_h = max(50, rows * 34 + 10)
     # classroom mode: the stepper's controls and this whole figure on one 599 px projector screen
-    bar_h = 230 if not th.high_contrast else 130
+    bar_h = 230 if not th.high_contrast else (100 if compact else 130)
     top, gap = (120 + (20 if caption else 0) if th.high_contrast else 115), (50 if not th.high_contrast else 34)
+    if compact:  # the title on one line, no subtitle: the widget's sentence says the rest
+        top, gap = 56, min(gap, 30)
     height = top + 2 * map_h + bar_h + 3 * gap + 60
     plot_h = height - top - 40
 
@@ -292,7 +295,7 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
     xr = [-0.6, d["cols"] - 0.4]
     yr = [rows - 0.5, -0.95]
     copied = f"contiguous token slots copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
-    sub = f"{caption}<br>{copied}" if caption else copied
+    sub = "" if compact else f"{caption}<br>{copied}" if caption else copied
     return dict(
         width=None if th.autosize else th.grid_width + 40, autosize=th.autosize, height=height, template="none",
         margin=dict(l=60, r=20, t=top, b=40),
@@ -303,7 +306,8 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
         xaxis=dict(domain=[0, 1], range=xr, anchor="y", **ax), yaxis=dict(domain=y1, range=yr, anchor="x", **ax),
         xaxis2=dict(domain=[0, 1], range=xr, anchor="y2", **ax), yaxis2=dict(domain=y2, range=yr, anchor="x2", **ax),
         xaxis3=dict(domain=[0, 1], anchor="y3", fixedrange=True),
-        yaxis3=dict(domain=y3, anchor="x3", range=[0, step.capacity * 1.15], fixedrange=True, autorange=False,
+        yaxis3=dict(domain=y3, anchor="x3", range=[0, step.capacity * (1.35 if compact else 1.15)], fixedrange=True,
+                    autorange=False,  # compact: short bars, so more room above the tallest for its label
                     title=dict(text="slots")),
         legend=dict(orientation="h", x=0.6, y=y3[1], yanchor="bottom"),
         annotations=[
@@ -320,17 +324,19 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
 
 
 def compare_figure(step: CompareStep, title: str = "Contiguous versus paged", source: str = "simulated",
-                   colors: dict[str, str] | None = None, caption: str | None = None) -> Any:
+                   colors: dict[str, str] | None = None, caption: str | None = None, compact: bool = False) -> Any:
     """One step as a static figure: both maps, the bars, the copy counter.
 
     ``caption`` (default: the step's own) heads the subtitle; ``""`` leaves it out, for a
     stepper that already shows "step k / N: caption" above the figure (once is enough).
+    ``compact``: no subtitle (neither caption nor copy counter) and, in classroom mode, shorter
+    bars, for a control whose own text says what the run did (lesson 03's policy widget).
     """
     import plotly.graph_objects as go
 
     d = compare_data(step, colors)
     fig = go.Figure(data=_traces(d, step))
-    fig.update_layout(**_layout(d, step, title, source, step.caption if caption is None else caption))
+    fig.update_layout(**_layout(d, step, title, source, step.caption if caption is None else caption, compact))
     return fig
 
 

@@ -159,6 +159,9 @@ def animation_controls(n: int, duration_ms: int, base: Any) -> dict[str, Any]:
     band = 100 if th.high_contrast else 80
     plot_h = base.height - base.margin.t - base.margin.b
     y = -(base.margin.b - 10) / plot_h  # top of the band, just under the legend
+    plot_w = max((base.width or th.grid_width) - base.margin.l - base.margin.r, 1)
+    buttons_px = sum(0.6 * th.font_size * len(label) + 24 for label in ("play", "pause"))  # text + plotly's padding
+    x0 = min(0.5, (buttons_px + 16) / plot_w)  # the slider starts right of the buttons (they covered its "1")
     return dict(
         height=base.height + band,
         margin=dict(l=base.margin.l, r=base.margin.r, t=base.margin.t, b=base.margin.b + band),
@@ -169,7 +172,7 @@ def animation_controls(n: int, duration_ms: int, base: Any) -> dict[str, Any]:
                      dict(label="pause", method="animate", args=[[None], pause])],
         )],
         sliders=[dict(
-            active=0, x=0.2, len=0.8, y=y, yanchor="top", pad=dict(t=10),
+            active=0, x=x0, len=1 - x0, y=y, yanchor="top", pad=dict(t=10),
             currentvalue=dict(prefix="step ", suffix=f" / {n}", font=dict(size=th.font_size)),
             steps=[dict(label=str(i), method="animate",
                         args=[[str(i)], {"frame": {"duration": 0, "redraw": True}, "mode": "immediate",

@@ -126,12 +126,12 @@ class PolicyWidget:
         self._out.add_class("kvlab-figure")
         parts = [*self._controls.values(), self._text, self._out]
         css = classroom_css("kvlab-policy")
-        if css:  # a projector (599 px): the controls side by side right above the figure, the sentence after it
+        if css:  # a projector (599 px): the controls side by side, the sentence, then a compact figure
             row = W.Layout(flex_flow="row wrap", max_width="100%")
             self._controls["trace"].layout.width = "min(400px, 100%)"     # the policy menu keeps its width: its
             self._controls["block_size"].layout.width = "min(400px, 100%)"  # entries are long sentences
             parts = [W.HTML(css), self._controls["policy"],
-                     W.HBox([self._controls["trace"], self._controls["block_size"]], layout=row), self._out, self._text]
+                     W.HBox([self._controls["trace"], self._controls["block_size"]], layout=row), self._text, self._out]
         self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-policy")
         self._redraw()
@@ -142,12 +142,15 @@ class PolicyWidget:
         self._redraw()
 
     def _html(self) -> str:
-        px = max(theme().font_size + 1, theme().control_px)
-        return f"<p style='font-size:{px}px;line-height:1.45;margin:4px 0'>{html.escape(self.state['sentence'])}</p>"
+        th = theme()
+        px = max(th.font_size + 1, th.control_px)
+        text = html.escape(self.state["sentence"]).replace(" Paged, blocks", "<br>Paged, blocks")  # one line a side
+        return f"<p style='font-size:{px}px;line-height:{1.3 if th.high_contrast else 1.45};margin:4px 0'>{text}</p>"
 
     def figure(self) -> Any:
-        last = self.state["steps"][-1]  # on a projector the sentence says what the run did; the title stays one line
-        return compare_figure(last, "The last step of the run", caption="" if theme().high_contrast else None)
+        last = self.state["steps"][-1]  # on a projector the sentence (above it) says what the run did
+        return compare_figure(last, "The last step of the run", caption="" if theme().high_contrast else None,
+                              compact=theme().high_contrast)
 
     def _redraw(self) -> None:
         from .stepper import figure_output

@@ -2,9 +2,11 @@
 
 Sliders for the token position and the block size, an editable block table and the
 bytes per token (a value below 1 is refused with a message, the last good one kept);
-below them the chain in words and a figure of the three layers (the sequence's token positions, its block table, the physical pool) with the token, the
-table row and the physical slot highlighted and joined by arrows, as in the source
-notes' figure. The default state is the notes' example: block size 4, table
+below them the chain in words and a figure of the three layers (the sequence's token positions, its
+block table, the physical pool) with the token, the table row and the physical slot highlighted
+and joined by arrows, as in the source notes' figure. Every block is drawn one width whatever the
+block size; a pool of more than 12 blocks shows the table's blocks with the runs between them
+elided ("…"), a table of more than 6 entries a window around pos's block. The default state is the notes' example: block size 4, table
 [3, 7, 1, 5, 9], pos 9 -> L2, offset 1 -> P1.
 
 All numbers come from :func:`kvlab.memory.block_table.translate`. The widget exposes its state as
@@ -32,7 +34,7 @@ from .display import is_static
 from .palette import FREE, HIGHLIGHT, TREE, classroom_css, label_px, request_color, source_label, theme, tint
 
 __all__ = ["translation_chain", "parse_block_table", "translation_figure_data", "translation_figure",
-           "TranslationWidget", "NOTES_TABLE", "chain_rows", "token_labels"]
+           "TranslationWidget", "NOTES_TABLE", "chain_rows"]
 
 NOTES_TABLE = (3, 7, 1, 5, 9)  # L0->P3, L1->P7, L2->P1, L3->P5, L4->P9 (the notes' figure)
 SEQ = "R1"  # the colour the widget's sequence is drawn in
@@ -77,21 +79,6 @@ def fits(text: str, room_px: float, font_px: float) -> bool:
     return room_px >= 0.58 * font_px * len(text) + 3
 
 
-def token_labels(num_tokens: int, block_size: int, pos: int | None, px_per_slot: float, font_px: float = 12) -> list[str]:
-    """The numbers written on the token row: every position when a slot is wide enough for the
-    longest number at ``font_px`` (plus a quarter of an em of gap for two digits or more),
-    otherwise the first position of each block and ``pos`` itself, so neighbouring numbers never
-    run together (two-digit numbers at classroom mode's 16 px need that gap) and are never all
-    lost at large block sizes.
-
-    Example: ``token_labels(16, 8, 9, 9.0)`` -> '0' at 0, '8' at 8, '9' at 9, '' elsewhere.
-    """
-    longest = str(max(num_tokens - 1, 0))
-    if px_per_slot >= 13 and fits(longest, px_per_slot - 0.25 * font_px * (len(longest) - 1), font_px):
-        return [str(p) for p in range(num_tokens)]
-    return [str(p) if p % block_size == 0 or p == pos else "" for p in range(num_tokens)]
-
-
 def _separated(text: str) -> str:
     """Every number of five digits or more with thousands separators: ``"= 16252928"`` -> ``"= 16,252,928"``."""
     return re.sub(r"\d{5,}", lambda m: f"{int(m.group()):,}", text)
@@ -103,6 +90,12 @@ def _wrap(label: str, room_px: float, font_px: float) -> str:
         return label
     head, tail = label.split(" ", 1)
     return f"{head}<br>{tail}"
+
+
+def _one_line(label: str, room_px: float, font_px: float) -> str:
+    """A pool block's label on one line (its foot holds the slot marks): ``"P9 (L4)"``, or
+    ``"P9"`` when that does not fit (the table row above says which logical block it is)."""
+    return label if fits(label, room_px, font_px) else label.split(" ", 1)[0]
 
 
 def parse_block_table(text: str) -> list[int]:
@@ -128,16 +121,67 @@ def parse_block_table(text: str) -> list[int]:
     return out
 
 
+CELL_H = 0.36  # half height of a cell, in y units
+TICK_H = 0.16  # slot dividers and the highlighted slot, at a cell's foot
+MAX_LOGICAL = 6  # logical blocks drawn at once: a longer table shows a window around pos's block
+MAX_POOL = 12  # physical blocks drawn one by one; a bigger pool shows the table's blocks and elides the rest
+GAP_W = 0.6  # the width of an elided run ("…"), in block widths
+
+
+def _visible_logical(n: int, lb: int | None) -> list[int]:
+    """The logical blocks drawn: all of them up to :data:`MAX_LOGICAL`, else a window of that many
+    around ``lb`` (clamped to the table). Example: ``_visible_logical(9, 8)`` -> ``[3, 4, 5, 6, 7, 8]``."""
+    if n <= MAX_LOGICAL:
+        return list(range(n))
+    start = min(max(0, (lb or 0) - MAX_LOGICAL // 2), n - MAX_LOGICAL)
+    return list(range(start, start + MAX_LOGICAL))
+
+
+def _pool_columns(n: int, shown: set[int]) -> list[tuple[str, int, int]]:
+    """The physical row as columns: ``("block", b, b)`` or ``("gap", first, last)`` for an elided
+    run. Up to :data:`MAX_POOL` blocks every block is drawn; above it only ``shown`` (the drawn
+    table entries), every run between them elided.
+
+    Example: ``_pool_columns(100, {3, 7})`` -> gap 0..2, block 3, gap 4..6, block 7, gap 8..99."""
+    if n <= MAX_POOL:
+        return [("block", b, b) for b in range(n)]
+    cols: list[tuple[str, int, int]] = []
+    prev = -1
+    for b in sorted(shown) + [n]:
+        if b > prev + 1:
+            cols.append(("gap", prev + 1, b - 1))
+        if b < n:
+            cols.append(("block", b, b))
+        prev = b
+    return cols
+
+
+def _layout_x(items: list[tuple[str, Any]]) -> dict[Any, tuple[float, float]]:
+    """Left to right: a block one unit wide, a gap :data:`GAP_W`; key -> (x0, x1)."""
+    out, x = {}, 0.0
+    for kind, key in items:
+        w = 1.0 if kind == "block" else GAP_W
+        out[key] = (x, x + w)
+        x += w
+    return out
+
+
 def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None,
                             holders: dict[int, str] | None = None) -> dict[str, Any]:
-    """Cells of the three layers, in slot units along x (plain data for the figure).
+    """Cells of the three layers, in block widths along x (plain data for the figure). Every
+    block is one unit wide whatever the block size, so the picture reads the same at block size
+    1 and 16 and for a block id of 99.
 
-    ``tokens``: one cell per position the table can hold (y = 2); ``table``: one row per
-    logical block, under its tokens (y = 1); ``physical``: every block of the pool,
-    ``block_size`` slots wide, at ``x = P * block_size`` (y = 0). Each cell has x0, x1,
-    label, color, highlight. ``arrows``: (x, y) points token -> table row -> slot. ``holders``:
-    physical block -> who else holds it (``"tree"`` or a request id); such a block outside this
-    table is drawn in its holder's colour and named, not as a free one.
+    ``tokens``: one cell per drawn logical block, labelled with the positions it holds (y = 2);
+    ``table``: its block-table row under it (y = 1); ``physical``: the pool's blocks (y = 0),
+    in id order, every one when the pool has at most :data:`MAX_POOL` blocks, else the drawn
+    table's blocks with ``gaps`` (``"…"`` cells) for the runs between them. A table longer than
+    :data:`MAX_LOGICAL` shows a window around pos's block (``more_left``/``more_right``: the
+    logical blocks left out). Each cell has x0, x1, label, color, highlight. ``pos_slot`` and
+    ``slot``: (x0, x1) of pos in its logical block and of its slot in the physical block;
+    ``arrows``: (x, y) points token -> table row -> slot. ``holders``: physical block -> who else
+    holds it (``"tree"`` or a request id); such a block outside this table is drawn in its
+    holder's colour and named, not as a free one.
     """
     holders = holders or {}
     table, bs = chain["block_table"], chain["block_size"]
@@ -147,30 +191,97 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
     seq_color = request_color(SEQ)
     ok = chain["error"] is None
     lb, off, pb = chain["logical_block"], chain["offset"], chain["physical_block"]
+    vis = _visible_logical(len(table), lb if ok else None)
+    left_out = (vis[0] if vis else 0, len(table) - 1 - vis[-1] if vis else 0)
+    lx = _layout_x([("gap", "<")] * bool(left_out[0]) + [("block", i) for i in vis] + [("gap", ">")] * bool(left_out[1]))
     tokens = [
-        dict(x0=p, x1=p + 1, label=str(p), color=seq_color,
-             highlight=ok and p == chain["pos"], group=p // bs)
-        for p in range(len(table) * bs)
+        dict(x0=lx[i][0], x1=lx[i][1], label=f"{i * bs}" if bs == 1 else f"{i * bs}–{i * bs + bs - 1}",
+             color=seq_color, highlight=ok and i == lb, group=i)
+        for i in vis
     ]
-    rows = [
-        dict(x0=i * bs, x1=(i + 1) * bs, label=f"L{i} → P{b}", color="#ffffff", highlight=ok and i == lb)
-        for i, b in enumerate(table)
-    ]
-    owner = {b: i for i, b in enumerate(table)}
+    rows = [dict(x0=lx[i][0], x1=lx[i][1], label=f"L{i} → P{table[i]}", color="#ffffff", highlight=ok and i == lb)
+            for i in vis]
+    owner = {table[i]: i for i in vis}
+    cols = _pool_columns(n, set(owner) | ({pb} if ok else set()))
+    px = _layout_x([(kind, (kind, a)) for kind, a, _ in cols])
+
     def held(b: int) -> tuple[str, str]:  # (label suffix, colour) of a block outside this table
         h = holders.get(b)
         return ("", FREE) if h is None else (f" ({'tree' if h == 'tree' else h})", TREE if h == "tree" else request_color(h))
 
     phys = [
-        dict(x0=b * bs, x1=(b + 1) * bs, label=f"P{b}" + (f" (L{owner[b]})" if b in owner else held(b)[0]),
+        dict(x0=px[("block", b)][0], x1=px[("block", b)][1],
+             label=f"P{b}" + (f" (L{owner[b]})" if b in owner else held(b)[0]),
              color=seq_color if b in owner else held(b)[1], highlight=ok and b == pb)
-        for b in range(n)
+        for kind, b, _ in cols if kind == "block"
     ]
-    arrows = []
+    gaps = [dict(x0=px[("gap", a)][0], x1=px[("gap", a)][1], label="…", first=a, last=z)
+            for kind, a, z in cols if kind == "gap"]
+    arrows, pos_slot, slot = [], None, None
     if ok:
-        arrows = [(chain["pos"] + 0.5, 2.0), (lb * bs + bs / 2, 1.0), (pb * bs + off + 0.5, 0.0)]
-    return {"tokens": tokens, "table": rows, "physical": phys, "arrows": arrows,
-            "slot_x": (pb * bs + off) if ok else None, "width_slots": max(len(table) * bs, n * bs), "ok": ok}
+        t0 = lx[lb][0]
+        p0 = px[("block", pb)][0]
+        pos_slot, slot = (t0 + off / bs, t0 + (off + 1) / bs), (p0 + off / bs, p0 + (off + 1) / bs)
+        arrows = [(sum(pos_slot) / 2, 2.0), (t0 + 0.5, 1.0), (sum(slot) / 2, 0.0)]
+    more = [dict(x0=lx[k][0], x1=lx[k][1], label=f"+{n_out}", count=n_out)
+            for k, n_out in zip("<>", left_out) if n_out]
+    width = max([c["x1"] for c in tokens + phys + gaps + more] + [1.0])
+    return {"tokens": tokens, "table": rows, "physical": phys, "gaps": gaps, "more": more, "arrows": arrows,
+            "pos_slot": pos_slot, "slot": slot, "width": width, "ok": ok}
+
+
+def _figure_shapes(d: dict[str, Any], bs: int, px_per_unit: float) -> list[dict[str, Any]]:
+    """The cells, the slot ticks (where a slot is at least 3 px wide) and the two highlighted slots."""
+    th = theme()
+    shapes: list[dict[str, Any]] = []
+
+    def cell(c: dict[str, Any], y: float, fill: str, dash: str = "solid") -> None:
+        shapes.append(dict(
+            type="rect", x0=c["x0"], x1=c["x1"], y0=y - CELL_H, y1=y + CELL_H, fillcolor=fill,
+            line=dict(color=HIGHLIGHT if c["highlight"] else "#555555",
+                      width=th.highlight_width if c["highlight"] else th.line_width, dash=dash),
+            layer="below",
+        ))
+
+    for c in d["tokens"]:
+        cell(c, 2, tint(c["color"], 0.35 + 0.3 * (c["group"] % 2)))
+    for c in d["table"]:
+        cell(c, 1, "#ffe0e0" if c["highlight"] else "#ffffff")
+    for c in d["physical"]:  # a block outside this table: white, dotted (not grey: grey means free elsewhere)
+        cell(c, 0, "#ffffff", "dot") if c["color"] == FREE else cell(c, 0, tint(c["color"], 0.6))
+    if bs > 1 and px_per_unit / bs >= 3:  # slot dividers at the foot of every token block and pool block
+        for c, y in [(c, 2) for c in d["tokens"]] + [(c, 0) for c in d["physical"]]:
+            for k in range(1, bs):
+                x = c["x0"] + k / bs
+                shapes.append(dict(type="line", x0=x, x1=x, y0=y - CELL_H, y1=y - CELL_H + TICK_H,
+                                   line=dict(color="#777777", width=1)))
+    for span, y in ((d["pos_slot"], 2), (d["slot"], 0)):  # the token and its slot, at the cell's foot
+        if span is not None:
+            x0, x1 = span[0], max(span[1], span[0] + 4 / px_per_unit)  # never thinner than 4 px
+            shapes.append(dict(type="rect", x0=x0, x1=x1, y0=y - CELL_H, y1=y - CELL_H + TICK_H + 0.05,
+                               fillcolor=HIGHLIGHT, line=dict(color=HIGHLIGHT, width=1), opacity=0.85))
+    return shapes
+
+
+def _figure_texts(d: dict[str, Any], px_per_unit: float) -> list[Any]:
+    """Labels: the positions each logical block holds, the table rows, the pool's blocks and
+    "…" for what is left out (one text trace each; labels sit in a cell's upper part)."""
+    import plotly.graph_objects as go
+
+    th = theme()
+    room = px_per_unit - 4  # a pool block's label keeps 2 px from each side of its cell (one line)
+    texts = []
+    more = [dict(c, label="…") for c in d["more"]]
+    for layer, y, cs in (("tokens", 2, d["tokens"]), ("table", 1, d["table"]), ("physical", 0, d["physical"]),
+                         ("gaps", 0, d["gaps"]), ("more", 2, more), ("more", 1, d["more"])):
+        hover = [f"P{c['first']}–P{c['last']}: not in this table" if layer == "gaps" else
+                 f"{c['count']} more logical block(s) of this table" if layer == "more" else c["label"] for c in cs]
+        texts.append(go.Scatter(
+            x=[(c["x0"] + c["x1"]) / 2 for c in cs], y=[y + (0.03 if layer in ("tokens", "physical") else 0)] * len(cs),
+            mode="text", text=[_one_line(c["label"], room, th.label_size) if layer == "physical" else
+                               _wrap(c["label"], room - 6, th.label_size) for c in cs], textfont=dict(size=th.label_size),
+            hovertext=hover, hoverinfo="text", showlegend=False, name=layer))
+    return texts
 
 
 def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, source: str = "simulated",
@@ -181,50 +292,20 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
 
     d = translation_figure_data(chain, num_blocks, holders)
     th = theme()
-    shapes, texts = [], []
-    h = 0.36  # half height of a cell
-
-    def cell(c: dict[str, Any], y: float, fill: str, dash: str = "solid") -> None:
-        shapes.append(dict(
-            type="rect", x0=c["x0"], x1=c["x1"], y0=y - h, y1=y + h, fillcolor=fill,
-            line=dict(color=HIGHLIGHT if c["highlight"] else "#555555",
-                      width=th.highlight_width if c["highlight"] else th.line_width, dash=dash),
-            layer="below",
-        ))
-
-    for c in d["tokens"]:
-        cell(c, 2, "#ffe0e0" if c["highlight"] else tint(c["color"], 0.35 + 0.3 * (c["group"] % 2)))
-    for c in d["table"]:
-        cell(c, 1, "#ffe0e0" if c["highlight"] else "#ffffff")
-    for c in d["physical"]:  # a block outside this table: white, dotted (not grey: grey means free elsewhere)
-        cell(c, 0, "#ffffff", "dot") if c["color"] == FREE else cell(c, 0, tint(c["color"], 0.6))
-    if d["slot_x"] is not None:
-        shapes.append(dict(type="rect", x0=d["slot_x"], x1=d["slot_x"] + 1, y0=-h, y1=-0.02, fillcolor=HIGHLIGHT,
-                           line=dict(color=HIGHLIGHT, width=th.line_width), opacity=0.8))
     bs = chain["block_size"] if isinstance(chain["block_size"], int) and chain["block_size"] > 0 else 1
-    for c in d["physical"]:  # slot dividers inside each physical block
-        for k in range(1, bs):
-            shapes.append(dict(type="line", x0=c["x0"] + k, x1=c["x0"] + k, y0=-h, y1=-h + 0.2,
-                               line=dict(color="#777777", width=1)))
-    width = th.grid_width
-    px_per_slot = (width - 145) / max(d["width_slots"], 1)
-    tok_x = [(c["x0"] + c["x1"]) / 2 for c in d["tokens"]]
-    tok_px = label_px(px_per_slot * 0.9 if px_per_slot >= 13 else None)
-    labels = token_labels(len(d["tokens"]), bs, chain["pos"] if d["ok"] else None, px_per_slot, tok_px)
-    texts.append(go.Scatter(x=tok_x, y=[2] * len(tok_x), mode="text", text=labels, textfont=dict(size=tok_px),
-                            hoverinfo="skip", showlegend=False))
-    for layer, y in (("table", 1), ("physical", 0)):
-        cs = d[layer]
-        texts.append(go.Scatter(x=[(c["x0"] + c["x1"]) / 2 for c in cs], y=[y + (0.18 if layer == "physical" else 0)] * len(cs),
-                                mode="text", text=[_wrap(c["label"], bs * px_per_slot, th.label_size) for c in cs],
-                                textfont=dict(size=th.label_size), hoverinfo="skip", showlegend=False))
+    left = 110 if th.high_contrast else 90
+    px_per_unit = ((th.grid_width if not th.autosize else 850) - left - 10) / max(d["width"], 1)
     annotations = [
-        dict(x=-0.5, y=y, xref="x", yref="y", text=f"<b>{t}</b>", showarrow=False, xanchor="right",
-             font=dict(size=th.font_size))
-        for y, t in ((2, "token pos"), (1, "block table (块表)"), (0, "physical blocks"))
+        dict(x=0, xref="paper", xshift=-8, y=y, yref="y", text=f"<b>{t}</b>", showarrow=False, xanchor="right",
+             align="right", font=dict(size=th.font_size))
+        for y, t in ((2, "token<br>positions"), (1, "block table<br>(块表)"), (0, "physical<br>blocks"))
     ]
+    if d["pos_slot"] is not None:  # pos itself, above its slot
+        annotations.append(dict(x=sum(d["pos_slot"]) / 2, y=2 + CELL_H, xref="x", yref="y", yanchor="bottom", yshift=3,
+                                showarrow=False, text=f"<b>pos {chain['pos']}</b>", font=dict(size=th.label_size,
+                                color=HIGHLIGHT)))
     for (x0, y0), (x1, y1) in zip(d["arrows"], d["arrows"][1:]):
-        annotations.append(dict(x=x1, y=y1 + h, ax=x0, ay=y0 - h, xref="x", yref="y", axref="x", ayref="y",
+        annotations.append(dict(x=x1, y=y1 + CELL_H, ax=x0, ay=y0 - CELL_H, xref="x", yref="y", axref="x", ayref="y",
                                 text="", showarrow=True, arrowhead=3, arrowsize=1.2,
                                 arrowwidth=th.line_width + 1, arrowcolor=HIGHLIGHT))
     if chain["error"] is None:
@@ -232,16 +313,17 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
                f"(pos % {bs}) → P{chain['physical_block']} → slot {chain['slot']:,} → byte {chain['byte_address']:,}")
     else:
         sub = f"error: {chain['error']}"
-    fig = go.Figure(data=texts)
+    width = th.grid_width
+    fig = go.Figure(data=_figure_texts(d, px_per_unit))
     fig.update_layout(
-        width=None if th.autosize else width, autosize=th.autosize, height=330 if not th.high_contrast else 370,  # classroom: widget + figure in 599 px
-        template="none", shapes=shapes,
-        annotations=annotations, showlegend=False, margin=dict(l=135, r=10, t=80, b=20),
+        width=None if th.autosize else width, autosize=th.autosize, height=300 if not th.high_contrast else 320,  # classroom: widget + figure in 599 px
+        template="none", shapes=_figure_shapes(d, bs, px_per_unit),
+        annotations=annotations, showlegend=False, margin=dict(l=left, r=10, t=80, b=10),
         title=dict(text=f"Address translation through the block table ({source_label(source)})", x=0.01,
                    subtitle=dict(text=html.escape(sub), font=dict(size=th.font_size)),
                    font=dict(size=th.title_size, color=th.text_color)),
-        xaxis=dict(range=[-0.2, d["width_slots"] + 0.2], visible=False, fixedrange=True),
-        yaxis=dict(range=[-0.6, 2.6], visible=False, fixedrange=True),
+        xaxis=dict(range=[-0.05, d["width"] + 0.05], visible=False, fixedrange=True),
+        yaxis=dict(range=[-0.5, 2.75], visible=False, fixedrange=True),
         font=dict(size=th.font_size, color=th.text_color), plot_bgcolor="#ffffff",
     )
     return fig
@@ -334,7 +416,8 @@ class TranslationWidget:
         wide = "min(420px, 100%)"
         self._pos = self._pos_slider(max(1, len(self.block_table) * self.block_size - 1))
         self._bs = W.IntSlider(value=self.block_size, min=1, max=max(max_block_size, self.block_size),
-                               description="block size", style=style)
+                               description="block size", style=style,
+                               layout=W.Layout(width="min(340px, 100%)"))
         self._bs.add_class("kvlab-block-size-slider")
         self._table = W.Text(value=", ".join(map(str, self.block_table)), description="block table (L0, L1, ...)",
                              continuous_update=False, style=style, layout=W.Layout(width=wide))

@@ -148,6 +148,14 @@ for name, example, cost in costs:  # two short lines each: they fit a projector'
 # arena, the lower one the paged pool with blocks of 4; dark grey slots are free but stranded
 # (external fragmentation). The bars below count the same slots for both. At the last step D'
 # fails in the upper map and fits in the lower one.
+#
+# Why are D''s blocks out of order (`D' L0` near the right end, `D' L2` at the far left)? The
+# paged side hands out free blocks **first in, first out**, as vLLM's free-block queue does: at
+# the start the queue is P0, P1, P2, ... in address order, each request takes blocks from its
+# front, and a finished request's blocks join its **back**. When D' arrives the queue holds the
+# two blocks no one has used yet (P10, P11) and then A's four freed blocks (P0 to P3), so D' gets
+# P10, P11, P0, P1, P2, P3 in that order. Where a block sits does not matter to the paged side:
+# the request's block table records it (lesson 04).
 
 # %%
 import kvlab.viz as viz

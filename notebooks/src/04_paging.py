@@ -93,10 +93,14 @@ print(f"2 (K, V) x {llama7.layers} layers x {per_slot:,} = {2 * llama7.layers * 
 #
 # ## 2. The picture: move the position
 #
-# Drag **pos** (or change the block size, or type another block table). The table on top of the
-# widget walks the steps, one row each; the figure shows which physical block and slot the token
-# lands in. Positions 8, 9, 10, 11 all land in P1, at offsets 0 to 3; position 12 jumps to P5.
-# The request's blocks do not need to be in order or next to each other: that is the whole point.
+# Drag **pos**, or change the **block size** (tokens per block: vLLM's `block_size`, its
+# `--block-size` option), or type another block table (a bad entry, or bytes per token below 1,
+# is refused with a message in red and the last good value kept). The table on top of the widget
+# walks the steps, one row each; the figure shows which physical block and slot the token lands
+# in. Positions 8, 9, 10, 11 all land in P1, at offsets 0 to 3; position 12 jumps to P5. The
+# request's blocks do not need to be in order or next to each other: that is the whole point.
+# Every block is drawn the same width whatever the block size; type a table with a block far
+# away (3, 7, 1, 5, 99) and the pool's runs that the table does not use are drawn as "…".
 
 # %%
 import kvlab.viz as viz
@@ -150,8 +154,10 @@ viz.TranslationWidget(block_table=NOTES_TABLE, pos=9, block_size=4)
 # decode step appends one token to each; a request gets a new block **only when its last block
 # is full**. Then R1 finishes and its blocks go back to the pool, and R3 (9 tokens) arrives.
 # kvlab's `BlockManager` records a snapshot after every event; step through them below: each
-# step is one action, said in words, with every block table drawn above the pool (the integrity
-# check runs on every frame).
+# step is one action, said in words. Every used block names its request and logical block
+# (`R2 L1` is R2's second block), so each request's block table reads off the pool, and the
+# legend lists only the requests that hold blocks at that step (the integrity check runs on
+# every frame).
 
 # %%
 m = kvlab.BlockManager(num_blocks=12, block_size=4, record=True)
@@ -166,7 +172,8 @@ m.add_sequence("R3", 9)   # 9 tokens -> 3 blocks
 m.check_integrity()
 
 cols = 12 if viz.is_classroom() else 6   # a projector: one row (the stepper fits one screen)
-viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growth", cols=cols)
+viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growth", cols=cols, tables=False,
+                       step_legend=True)   # blocks named "R1 L0": no arrows to cross
 
 # %% [markdown]
 # The same recording as a plotly animation (press play, or drag the slider: its steps are
@@ -174,7 +181,8 @@ viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growt
 # page:
 
 # %%
-viz.animate_memory_map(m.snapshots, m.log, title="Paged KV pool: on-demand growth", duration_ms=500, cols=cols)
+viz.animate_memory_map(m.snapshots, m.log, title="Paged KV pool: on-demand growth", duration_ms=500, cols=cols,
+                       tables=False)
 
 # %% [markdown]
 # The final state, as data, and what it says about where blocks come from (printed from the
@@ -212,8 +220,12 @@ print(f"R1's freed blocks {list(r1_blocks)} joined the back of the free queue, s
 # >
 # > *Where it holds.* No request owns a region of memory: any free block serves any request, and
 # > the blocks R1 freed joined the one free queue that R3 and every later request draw from. The
-# > pool's size is fixed up front: vLLM measures the memory left after the
-# > weights and makes that many blocks (`num_gpu_blocks`).
+# > pool's size is fixed up front, by a measurement: vLLM's worker runs one forward pass on
+# > dummy inputs of the largest batch it will schedule (`profile_run`, called by
+# > `determine_available_memory` in `vllm/v1/worker/gpu_worker.py`), takes the peak memory that
+# > pass used (weights plus activations, plus what other libraries allocated), and gives the KV
+# > cache `total memory × gpu_memory_utilization` (0.9 by default) minus that peak; divided by
+# > one block's bytes (all layers' K and V) that is the number of blocks, `num_gpu_blocks`.
 # >
 # > *Where it breaks.* "Shared" means shared **over time**: at any moment a block has one
 # > writer; it is shared at the same time only when its reference count is above 1, and then
@@ -287,32 +299,36 @@ print(f"contiguous, max_len 4096: {len(lengths) * 4096:,} slots, waste {len(leng
 # %% [markdown]
 # ## 5. Why blocks of 16?
 #
-# vLLM's default block size is 16 tokens. Smaller blocks waste less (the last block is smaller)
-# but make the attention kernel's work choppier: it looks up one table entry per block and reads
-# one block's K and V at a time, so tiny blocks mean many lookups and short memory reads, which
-# a GPU does badly. The vLLM paper (Kwon et al., 2023) weighs exactly these two sides in its
-# ablation of the block size, and makes 16 the default. The waste side is measured here on the
-# allocator, for the same 1,000 requests; the kernel side is counted (no GPU time is measured):
-# block-table lookups per request, bytes of one block's K in one layer (Llama-2 7B, fp16: in
-# the layout above, `(num_blocks, block_size, kv_heads, head_dim)`, that block is one contiguous
-# read of block_size × kv_heads × head_dim × 2 bytes; one KV head's share of it is block_size
-# separate pieces of head_dim × 2 bytes, as kv_heads is not the outer dimension), and blocks in each loop iteration of kvlab's decode kernel (`tile_tokens`:
-# whole blocks, at least 64 tokens):
+# vLLM's default block size (`block_size`, `--block-size`) is 16 tokens. The table below puts
+# the two sides of the choice next to each other, for the same 1,000 requests:
+# - **waste** and **max waste/request**, measured on the allocator: the smaller the block, the
+#   less of it stays empty;
+# - **lookups/request**: one block-table read per block, so they grow as blocks shrink;
+# - **K bytes/block/layer**: what the kernel reads for one block of one layer's K (Llama-2 7B,
+#   fp16: block_size × 32 KV heads × 128 × 2 bytes, one contiguous piece in the layout above,
+#   `(num_blocks, block_size, kv_heads, head_dim)`); the smaller the block, the shorter each read;
+# - **blocks per tile**: how many blocks kvlab's decode kernel gathers in one loop iteration
+#   (`tile_tokens`: whole blocks, at least 64 tokens).
+#
+# The kernel side is counted, not timed (there is no GPU here). The vLLM paper (Kwon et al.,
+# 2023, section 7.2) timed it: blocks that are too small may not use the GPU's parallelism for
+# reading and processing the KV cache, blocks that are too large waste more memory and are
+# shared less often, and vLLM sets 16 as its default.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from kvlab.kernels.paged_decode import tile_tokens
 
 rows = []
-print(f"{'block_size':>10} {'waste':>7} {'max waste/request':>18} {'lookups/request':>16} {'bytes per block':>15} "
-      f"{'blocks per tile':>16}")
+print(f"{'block_size':>10} {'waste':>6} {'max waste/request':>17} {'lookups/request':>15} {'K bytes/block/layer':>19} "
+      f"{'blocks per tile':>15}")
 for bs in (1, 2, 4, 8, 16, 32, 64, 128, 256):
     held, waste = waste_on_allocator(lengths, bs)
     lookups = sum(kvlab.blocks_needed(n, bs) for n in lengths) / len(lengths)
     read = bs * llama7.kv_heads * llama7.head_dim * 2                  # one block of one layer's K, all heads
     rows.append((bs, (held - tokens) / held, max(waste), lookups))
-    print(f"{bs:>10} {(held - tokens) / held:>7.1%} {max(waste):>18} {lookups:>16.1f} {read:>15,} "
-          f"{tile_tokens(bs) // bs:>16}")
+    print(f"{bs:>10} {(held - tokens) / held:>6.1%} {max(waste):>17} {lookups:>15.1f} {read:>19,} "
+          f"{tile_tokens(bs) // bs:>15}")
 w = {bs: share for bs, share, _, _ in rows}
 lk = {bs: n for bs, _, _, n in rows}
 print(f"from 16 to 256 the waste grows {w[256] / w[16]:.0f}x ({w[16]:.1%} -> {w[256]:.1%}); from 16 down to 1 the "
