@@ -38,11 +38,12 @@ from pathlib import Path
 # The kernel's own threads (ipykernel 7, IPython 9): anything else is the lesson's.
 KERNEL_THREADS = re.compile(r"^(MainThread|IOPub|Heartbeat|Control|Shell channel|IPythonHistorySavingThread|"
                             r"Thread-\d+( \(_watch_pipe_fd\))?|subshell-[0-9a-f-]+)$")
-# The threads of kvlab's own servers (kvlab.serve: the engine's loop and the HTTP server, lesson 12): a
+# The threads of kvlab's own servers (kvlab.serve: the engine's loop, the HTTP server and the worker
+# threads its web framework runs a plain handler in, lesson 12): a
 # cell may fork beside them, because the child closes every socket it inherits first (it cannot talk
 # to them, or to anything) and the lessons' frames-mode drawing reads recorded states only (a child
 # that waited on them would be killed after CHILD_TIMEOUT_S, and the lesson run headless).
-SERVER_THREADS = re.compile(r"^kvlab-(engine|http)$")
+SERVER_THREADS = re.compile(r"^(kvlab-(engine|http)|AnyIO worker thread)$")
 CHILD_TIMEOUT_S = 240.0
 # Children running at once: a child records its cell while the lesson goes on (the parent waits
 # for the oldest when there are more); stop() waits for every one.
