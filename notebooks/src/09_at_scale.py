@@ -186,17 +186,18 @@ print("order as published (Max < Pow2 < Oracle < vLLM):",
 #
 # Two minutes of ShareGPT arrivals through one of the paper's systems; move the rate, pick a
 # system, and scale the cost model's step time (1 = kvlab's cost model, the one behind every bar
-# in this lesson). The grey band is the memory no request holds; while requests wait, the part of
-# it outside the largest free run turns brown (external fragmentation: it strands the waiting
-# request), and while none waits it is just free. Watch the grey band while requests wait
-# (memory-bound): under an Orca system it does not close, since what is left is smaller than the
-# next request's reservation, so it stays free while the queue grows; under vLLM at 4 req/s it
-# does close, since paging hands out every last block. The cell prints both, from these runs,
-# and what the caption's batch does. Then the question of this section and the next: pick vLLM at 2 req/s and slow its steps
-# down; its batch grows and its token states rise towards the paper's 96.3%, while an Orca bar
-# stays where its memory holds it. Two minutes start from an empty server, so every number here
-# sits below the half-hour runs' above; the direction is what to watch. (Without a widget front
-# end the cell shows 2 req/s under Orca (Max).)
+# in this lesson). The top panel is where the budget goes, grey the memory no request holds; the
+# bottom panel counts the requests running (the line) and is hatched while requests **wait** for
+# memory. Grey left over while the hatching shows is external fragmentation: memory that is free
+# but too scattered (or too small) for the next request's reservation. Under an Orca system the
+# grey does not close while requests wait; under vLLM at 4 req/s it does, since paging hands out
+# every last block. The cell prints both, from these runs.
+#
+# Then the question of this section and the next: pick vLLM at 2 req/s and slow its steps down;
+# its batch grows and its token states rise towards the paper's 96.3%, while an Orca bar stays
+# where its memory holds it. Two minutes start from an empty server, so every number here sits
+# below the half-hour runs' above; the direction is what to watch. (Without a widget front end
+# the cell shows 2 req/s under Orca (Max).)
 
 # %%
 def two_minutes(rate, policy, step_time=1.0):
@@ -227,10 +228,10 @@ for label, r in ((f"{R.PAPER_NAMES['vllm']} at 4 req/s, step time x2", busy),
                  (f"{R.PAPER_NAMES[R.PAPER_POLICIES[0]]} at 2 req/s", orca)):
     low = free_while_waiting(r)
     print(f"{label}: " + ("no request ever waited" if low is None else
-                          f"while requests wait, the grey (free) band closes (down to {low:.1f}% of the budget)"
+                          f"while requests wait, the grey (free) memory closes (down to {low:.1f}% of the budget)"
                           if low < 0.05 else
-                          f"the grey (free) band never closes, even while requests wait ({low:.1f}% of the budget "
-                          "or more stays free)"))
+                          f"the grey (free) memory never closes, even while requests wait ({low:.1f}% of the budget "
+                          "or more stays free: external fragmentation)"))
 print(f"(one update at 4 req/s under vLLM, step time x2, took {slowest:.2f} s on this machine)")
 widget
 
