@@ -52,7 +52,7 @@ from .workloads import Trace, alpaca, beam_search, parallel_sampling, sharegpt
 
 __all__ = ["Row", "Reproduction", "Interval", "interval", "setting", "opt13b_setting", "paper_runs",
            "vllm_batched_requests", "vllm_memory_breakdown", "batch_vs_rate", "sensitivity", "vllm_sharing_savings",
-           "speed", "all_reproductions", "report", "PUBLISHED", "SOURCES", "PAPER_NAMES", "TOLERANCE", "SEEDS",
+           "speed", "all_reproductions", "report", "PUBLISHED", "SOURCES", "PAPER_NAMES", "DATASET_NAMES", "TOLERANCE", "SEEDS",
            "RATES", "HOUR", "within"]
 
 PUBLISHED = {
@@ -76,6 +76,7 @@ SOURCES = {
     "fig15": "vLLM paper, Sec. 6.3 text and Fig. 15, p. 11",
     "table1": "vLLM paper, Table 1, p. 9",
 }
+DATASET_NAMES = {"sharegpt": "ShareGPT", "alpaca": "Alpaca"}  # the datasets as the paper names them
 PAPER_NAMES = {"orca-max": "Orca (Max)", "orca-pow2": "Orca (Pow2)", "orca-oracle": "Orca (Oracle)", "vllm": "vLLM"}
 TOLERANCE = 0.15  # issue 12's target: each reproduced figure within 15% of the published one
 SEEDS = (0, 1, 2)
@@ -150,6 +151,9 @@ class Reproduction:
     seconds: float = 0.0
 
     def table(self) -> str:
+        """The rows as a text table under the systems' names (a row's label is "Orca (Max) =
+        orca-max": the name, then the id the code uses), then the notes. A column with nothing in
+        any row is left out, and a line says why."""
         def f(v):
             if v is None:
                 return "-"
@@ -159,14 +163,21 @@ class Reproduction:
 
         import textwrap
 
-        rows = [{"": r.label, "published": f(r.published), "simulated": f(r.simulated),
+        rows = [{"": r.label.split(" = ")[0], "published": f(r.published), "simulated": f(r.simulated),
                  "95% interval": f"[{f(r.interval.lo)}, {f(r.interval.hi)}]" if r.interval and len(r.interval.values) > 1
                  else "-", "within 15%": {True: "yes", False: "NO", None: "-"}[r.meets]}
                 for r in self.rows]
-        table = format_table(rows, ["", "published", "simulated", "95% interval", "within 15%"])
+        why = {"95% interval": "no 95% interval: one seed" if any(r.interval is not None for r in self.rows)
+               else "no 95% interval column: each row is a range over widths; each width's interval is in the notes",
+               "within 15%": "no 'within 15%' column: the published values are ranges, not one number each"}
+        empty = [c for c in why if all(row[c] == "-" for row in rows)]
+        table = format_table(rows, [c for c in ["", "published", "simulated", "95% interval", "within 15%"]
+                                    if c not in empty])
+        table += "".join(f"\n({why[c]})" for c in empty)
         # the notes under the table, wrapped between words: a note column made lines wider than an
         # output area, which then broke them in the middle of a word
-        notes = [textwrap.fill(f"{r.label}: {r.note}", 84, subsequent_indent="    ") for r in self.rows if r.note]
+        notes = [textwrap.fill(f"{r.label.split(' = ')[0]}: {r.note}", 84, subsequent_indent="    ")
+                 for r in self.rows if r.note]
         return table + ("\nnotes:\n" + "\n".join(notes) if notes else "")
 
     def __str__(self) -> str:
@@ -297,7 +308,7 @@ def vllm_memory_breakdown(num_requests: int | None = None, seeds: tuple[int, ...
         expl += (f" vLLM's does not land ({100 * v.simulated:.1f}% vs 96.3%): the simulated vLLM keeps up with 2 req/s "
                  f"in {100 * (1 - loaded):.0f}% of its iterations, so {100 * free:.0f}% of the budget is simply free "
                  "on average; the paper's 96.3% says its vLLM ran with memory full, i.e. its steps were slower than "
-                 "this cost model's (section 7 of lesson 09 shows the step-time sensitivity).")
+                 "this cost model's (lesson 09's control beside Fig. 13 and its appendix move the step time).")
     return Reproduction("vLLM Fig. 2: KV memory by use, inside the Fig. 13 runs", SOURCES["fig2"],
                         f"ShareGPT, Poisson {rate}/s, {len(seeds)} seeds; 15,728 slots, block 16", rows, expl,
                         percent=True, results={"runs": runs}, seconds=time.perf_counter() - t0)
@@ -375,7 +386,7 @@ def vllm_sharing_savings(num_requests: dict | None = None, widths: tuple[int, ..
                 iv[(ds, kind, w)] = interval([r.metrics.sharing_saving for r in runs])
             lo, hi = PUBLISHED["saving"][(ds, kind)]
             vals = [iv[(ds, kind, w)] for w in widths]
-            rows.append(Row(f"{ds}, {'parallel sampling n' if kind == 'parallel' else 'beam search k'}="
+            rows.append(Row(f"{DATASET_NAMES[ds]}, {'parallel sampling n' if kind == 'parallel' else 'beam search k'}="
                             f"{','.join(map(str, widths))}", f"{100 * lo:.1f}%-{100 * hi:.1f}%",
                             f"{100 * min(v.mean for v in vals):.1f}%-{100 * max(v.mean for v in vals):.1f}%",
                             " ".join(f"{w}: {v.fmt(pct=True)}" for w, v in zip(widths, vals))))
