@@ -426,9 +426,21 @@ print(f"prefix reuse changes something only where prompts share prefixes: "
 # ### Exercise 1: what does Orca reserve?
 #
 # Implement `orca_reservation(prompt_len, output_len, mode, block_size=16, max_len=2048)`: the
-# number of **blocks** in the buddy run the paper's Orca baseline reserves for one request, as in
-# section 2. `mode` is `"max"`, `"pow2"` or `"oracle"`; any other mode raises `ValueError`. The
-# checker compares with the simulator's `OrcaPolicy`.
+# number of **blocks** in the buddy run that the paper's Orca baseline reserves for one request.
+# The contract:
+#
+# - `mode` is `"max"`, `"pow2"` or `"oracle"`, the three Orcas, each with its own guess of the
+#   output's length; any other mode raises `ValueError`;
+# - the run holds the whole reservation (the prompt and the guess), and no reservation holds
+#   more than `max_len` tokens;
+# - the run is one that a buddy allocator can hand out.
+#
+# The checker compares with the simulator's `OrcaPolicy`, also at block sizes and `max_len` other
+# than the defaults.
+#
+# Before you code, predict on paper, for a prompt of 100 tokens and blocks of 16: at which of the
+# output lengths 60, 100 and 256 do Orca (Pow2) and Orca (Oracle) get the **same** run, and at
+# which is Pow2's run twice Oracle's? Then check your predictions with your function.
 
 # %% tags=["exercise-stub"]
 def orca_reservation(prompt_len, output_len, mode, block_size=16, max_len=2048):
@@ -443,15 +455,15 @@ check.orca_reservation(orca_reservation)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Section 2 describes three estimates of the output. What does each one know about the request,
-# and which limit does no reservation ever pass?
+# What does each Orca know about the request before it runs: which of them reads `output_len`,
+# and which ignores it? And what is the most any reservation may hold?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Two things are rounded up, in two different units. Check your answer against section 2's
-# example (161 + 338 tokens under Orca (Pow2): a run of 64 blocks), then against an output of
-# exactly 256 tokens: what is "the next power of two" of a number that already is one?
+# Two roundings happen, in two different units, and the order of the cap and the roundings
+# matters. Check your function against section 2's printed example (161 + 338 tokens), then at
+# sizes that sit exactly on a boundary: what should a quantity that already fits exactly become?
 # </details>
 
 # %% [markdown]
@@ -492,15 +504,15 @@ check.fit_requests(fit_requests)
 # ### Exercise 3: the best possible hit rate (a design question)
 #
 # Lesson 08's cache-aware scheduling (section 5) and this lesson's appendix compared the orders
-# with a "best possible" hit rate. Work out what it must be, then
-# implement `optimal_hit_rate(prompts)`: the fraction of all prompt tokens (lists of token ids)
-# that a prefix cache could at best serve from cache, with unlimited memory and the prompts in
-# the best order. Return a fraction (0.0 to 1.0), and 0.0 when there are no tokens.
+# with a "best possible" hit rate. Implement `optimal_hit_rate(prompts)`: the fraction of all
+# prompt tokens (lists of token ids) that a prefix cache could at best serve from cache, with
+# unlimited memory and the prompts in the best order. Return a fraction (0.0 to 1.0), and 0.0
+# when there are no tokens. The checker compares with `kvlab.sim.optimal_hit_rate`.
 #
-# Before you code, predict on paper: a token's KV depends on every token before it, so which
-# tokens must **any** cache compute at least once? Count them for `[1, 2, 3]`, `[1, 2, 4]` and
-# `[1, 2]` (4 of their 8 tokens: a best hit rate of 0.5), and check that the order of the
-# prompts does not change your count. The checker compares with `kvlab.sim.optimal_hit_rate`.
+# Before you code, predict on paper: a token's KV depends on every token before it. For the
+# prompts `[1, 2, 3]`, `[1, 2, 4]` and `[1, 2]`, which tokens must a cache compute at least once,
+# whatever it keeps? Does the order of the three prompts change how many? And for `[1, 2, 3]` and
+# `[3, 2, 1]`? Write your counts down, then design the function.
 
 # %% tags=["exercise-stub"]
 def optimal_hit_rate(prompts):
@@ -519,8 +531,8 @@ check.optimal_hit_rate(optimal_hit_rate)
 #
 # <details><summary>Hint 2</summary>
 #
-# Picture the radix tree of lesson 07 with page size 1 after every prompt was inserted. What does
-# each of its nodes stand for, and how often must it be computed?
+# Write down, for one token, exactly what decides its KV. Two tokens with the same answer need
+# computing only once, in any order: how many different answers do the prompts hold?
 # </details>
 
 # %% [markdown]
