@@ -46,8 +46,9 @@ class Claim:
 
 
 def scenario_name(name: str) -> str:
-    """A scenario's id as the words a student reads. Example: ``scenario_name("multi_turn") -> 'multi-turn'``."""
-    return name.replace("multi_turn", "multi-turn").replace("_", " ")
+    """A scenario's (or workload's) id as the words a student reads.
+    Example: ``scenario_name("multi_turn") -> 'multi-turn'``."""
+    return name.replace("multi_turn", "multi-turn").replace("few_shot", "few-shot").replace("_", " ")
 
 
 def _pct(x: float) -> str:

@@ -52,7 +52,7 @@ from .workloads import Trace, alpaca, beam_search, parallel_sampling, sharegpt
 
 __all__ = ["Row", "Reproduction", "Interval", "interval", "setting", "opt13b_setting", "paper_runs",
            "vllm_batched_requests", "vllm_memory_breakdown", "batch_vs_rate", "sensitivity", "vllm_sharing_savings",
-           "speed", "all_reproductions", "report", "PUBLISHED", "SOURCES", "PAPER_NAMES", "DATASET_NAMES", "TOLERANCE", "SEEDS",
+           "speed", "sensitivity_table", "all_reproductions", "report", "PUBLISHED", "SOURCES", "PAPER_NAMES", "DATASET_NAMES", "TOLERANCE", "SEEDS",
            "RATES", "HOUR", "within"]
 
 PUBLISHED = {
@@ -251,7 +251,7 @@ def vllm_batched_requests(dataset: str = "sharegpt", num_requests: int | None = 
                    "lognormal")
     bound = [PAPER_NAMES[p] for p in PAPER_POLICIES if statistics.fmean(_loaded(r[p]) for r in runs) > 0.5]
     free = [PAPER_NAMES[p] for p in PAPER_POLICIES if PAPER_NAMES[p] not in bound]
-    missed = [r.label for r in rows if r.meets is False]
+    missed = [r.label.split(" = ")[0] for r in rows if r.meets is False]   # names, not ids
     v = runs[0]["vllm"]
     per_req = v.breakdown(False)["token_states"] * v.capacity / v.mean_batch
     expl = (f"{len(rows) - len(missed)} of {len(rows)} rows within 15% of the paper"
@@ -267,7 +267,7 @@ def vllm_batched_requests(dataset: str = "sharegpt", num_requests: int | None = 
              f"choosing)" if text else "") +
             f". Its prompt steps run separately; counting each prompt step as a step of its own, with only its new "
             f"requests, the mean is {statistics.fmean(r['vllm'].metrics.mean_batch_per_step for r in runs):.2f}.")
-    return Reproduction(f"vLLM Fig. 13: mean batched requests, {dataset}", SOURCES["fig13"] + "; " + SOURCES["ratios"],
+    return Reproduction(f"vLLM Fig. 13: mean batched requests, {DATASET_NAMES.get(dataset, dataset)}", SOURCES["fig13"] + "; " + SOURCES["ratios"],
                         f"{trace.summary()}; Poisson {rate}/s; {len(seeds)} seeds; OPT-13B, 15,728 slots (Table 1), "
                         "block 16, vllm-2023 cost model", rows, expl, results={"runs": runs},
                         seconds=time.perf_counter() - t0)
@@ -360,6 +360,27 @@ def sensitivity(num_requests: int | None = None, seeds: tuple[int, ...] = SEEDS,
         row["vllm_token_states"] = statistics.fmean(r["vllm"].breakdown(False)["token_states"] for r in runs)
         rows.append(row)
     return rows
+
+
+def sensitivity_table(rows: list[dict]) -> str:
+    """:func:`sensitivity` rows as a table a student reads: the systems' names for their ids, the
+    variants in the lessons' words ("step time x0.8", "gamma lengths").
+
+    Example:
+        >>> print(sensitivity_table([{"variant": "iteration time x0.8", "orca-max": 7.0, "orca-pow2": 10.0,
+        ...                           "orca-oracle": 13.4, "vllm": 18.5, "vllm/oracle": 1.38, "vllm/max": 2.64,
+        ...                           "vllm_token_states": 0.532}]))
+        variant         Orca (Max)  Orca (Pow2)  Orca (Oracle)   vLLM  vLLM / Oracle  vLLM / Max  vLLM token states
+        step time x0.8        7.00        10.00          13.40  18.50           1.38        2.64              53.2%
+    """
+    def variant(v: str) -> str:
+        v = v.replace("iteration time", "step time")
+        return f"{'log-normal' if v.endswith('lognormal') else v.split()[-1]} lengths" if v.startswith("lengths ") else v
+
+    cols = {**{p: PAPER_NAMES[p] for p in PAPER_POLICIES}, "vllm/oracle": "vLLM / Oracle", "vllm/max": "vLLM / Max",
+            "vllm_token_states": "vLLM token states"}
+    named = [{"variant": variant(r["variant"]), **{name: r[k] for k, name in cols.items()}} for r in rows]
+    return format_table(named, percent=("vLLM token states",))
 
 
 def vllm_sharing_savings(num_requests: dict | None = None, widths: tuple[int, ...] = (2, 4, 6),
