@@ -286,10 +286,10 @@ def vllm_memory_breakdown(num_requests: int | None = None, seeds: tuple[int, ...
         mean = {c: statistics.fmean(b[c] for b in bds) for c in bds[0]}
         oth = mean["rounding"] + mean["external_fragmentation"] + mean["free"]
         pub = PUBLISHED["fig2"][p]
-        note = (f"reserv {100 * mean['reservation']:.1f}% (pub {_p(pub.get('reservation'))}), internal "
-                f"{100 * mean['internal_fragmentation']:.1f}% ({_p(pub.get('internal_fragmentation'))}), ext+others "
-                f"{100 * oth:.1f}% ({_p(pub.get('ext_others', 1 - pub['token_states']))}; rounding "
-                f"{100 * mean['rounding']:.1f}%)")
+        note = (f"reservation {100 * mean['reservation']:.1f}% (published {_p(pub.get('reservation'))}), internal "
+                f"frag. {100 * mean['internal_fragmentation']:.1f}% ({_p(pub.get('internal_fragmentation'))}), external "
+                f"frag. & others {100 * oth:.1f}% ({_p(pub.get('ext_others', 1 - pub['token_states']))}; of it buddy "
+                f"rounding {100 * mean['rounding']:.1f}%)")
         rows.append(Row(f"{PAPER_NAMES[p]} = {p}", pub["token_states"], iv.mean, note, iv))
     ts = {p: r.simulated for p, r in zip(PAPER_POLICIES, rows)}
     worst = max(PAPER_POLICIES, key=lambda p: abs(ts[p] / PUBLISHED["fig2"][p]["token_states"] - 1))
@@ -315,7 +315,7 @@ def vllm_memory_breakdown(num_requests: int | None = None, seeds: tuple[int, ...
 
 
 def _p(v) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
+    return "not published" if v is None else f"{100 * v:.1f}%"
 
 
 def batch_vs_rate(rates: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0), duration_s: float = HOUR, seed: int = 0,

@@ -439,7 +439,7 @@ print(f"prefix reuse changes something only where prompts share prefixes: "
 # than the defaults.
 #
 # Before you code, predict on paper, for a prompt of 100 tokens and blocks of 16: at which of the
-# output lengths 60, 100 and 256 do Orca (Pow2) and Orca (Oracle) get the **same** run, and at
+# output lengths 60, 130 and 256 do Orca (Pow2) and Orca (Oracle) get the **same** run, and at
 # which is Pow2's run twice Oracle's? Then check your predictions with your function.
 
 # %% tags=["exercise-stub"]
