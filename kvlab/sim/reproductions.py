@@ -363,24 +363,29 @@ def sensitivity(num_requests: int | None = None, seeds: tuple[int, ...] = SEEDS,
 
 
 def sensitivity_table(rows: list[dict]) -> str:
-    """:func:`sensitivity` rows as a table a student reads: the systems' names for their ids, the
-    variants in the lessons' words ("step time x0.8", "gamma lengths").
+    """:func:`sensitivity` rows as a table a student reads, narrow enough for a projector (76
+    characters): each system's mean batch under its name, vLLM's batch over Orca (Oracle)'s and
+    vLLM's token-state share, the variants in the lessons' words ("step time x0.8", "gamma lengths").
 
     Example:
         >>> print(sensitivity_table([{"variant": "iteration time x0.8", "orca-max": 7.0, "orca-pow2": 10.0,
         ...                           "orca-oracle": 13.4, "vllm": 18.5, "vllm/oracle": 1.38, "vllm/max": 2.64,
         ...                           "vllm_token_states": 0.532}]))
-        variant         Orca (Max)  Orca (Pow2)  Orca (Oracle)   vLLM  vLLM / Oracle  vLLM / Max  vLLM token states
-        step time x0.8        7.00        10.00          13.40  18.50           1.38        2.64              53.2%
+        columns: the mean batch of Orca (Max), (Pow2), (Oracle) and vLLM,
+        vLLM's batch over Orca (Oracle)'s, and vLLM's share in token states
+        variant          Max   Pow2  Oracle   vLLM  vLLM/Oracle  vLLM tokens
+        step time x0.8  7.00  10.00   13.40  18.50         1.38        53.2%
     """
     def variant(v: str) -> str:
         v = v.replace("iteration time", "step time")
         return f"{'log-normal' if v.endswith('lognormal') else v.split()[-1]} lengths" if v.startswith("lengths ") else v
 
-    cols = {**{p: PAPER_NAMES[p] for p in PAPER_POLICIES}, "vllm/oracle": "vLLM / Oracle", "vllm/max": "vLLM / Max",
-            "vllm_token_states": "vLLM token states"}
+    cols = {"orca-max": "Max", "orca-pow2": "Pow2", "orca-oracle": "Oracle", "vllm": "vLLM",
+            "vllm/oracle": "vLLM/Oracle", "vllm_token_states": "vLLM tokens"}
     named = [{"variant": variant(r["variant"]), **{name: r[k] for k, name in cols.items()}} for r in rows]
-    return format_table(named, percent=("vLLM token states",))
+    return ("columns: the mean batch of Orca (Max), (Pow2), (Oracle) and vLLM,\n"
+            "vLLM's batch over Orca (Oracle)'s, and vLLM's share in token states\n"
+            + format_table(named, percent=("vLLM tokens",)))
 
 
 def vllm_sharing_savings(num_requests: dict | None = None, widths: tuple[int, ...] = (2, 4, 6),
