@@ -189,9 +189,10 @@ print("order as published (Max < Pow2 < Oracle < vLLM):",
 # in this lesson). The top panel is where the budget goes, grey the memory no request holds; the
 # bottom panel counts the requests running (the line) and is hatched while requests **wait** for
 # memory. Grey left over while the hatching shows is external fragmentation: memory that is free
-# but too scattered (or too small) for the next request's reservation. Under an Orca system the
-# grey does not close while requests wait; under vLLM at 4 req/s it does, since paging hands out
-# every last block. The cell prints both, from these runs.
+# but too scattered (or too small) for the next request's reservation. Under Orca (Max) the grey
+# does not close while requests wait (what is left is smaller than one 2,048-slot reservation);
+# under vLLM at 4 req/s it does, since paging hands out every last block. The cell prints both,
+# from these runs; pick the other Orcas to see where their grey goes.
 #
 # Then the question of this section and the next: pick vLLM at 2 req/s and slow its steps down;
 # its batch grows and its token states rise towards the paper's 96.3%, while an Orca bar stays
