@@ -114,7 +114,7 @@ ScenarioControl(scenarios, {p: row.published for p, row in zip(R.PAPER_POLICIES,
 print(R.sensitivity_table([base] + timing))
 for r in timing:
     print(f"{r['variant'].replace('iteration time', 'step time')}: vLLM {r['vllm']:.1f} ({r['vllm'] / base['vllm'] - 1:+.0%}), Orca (Oracle) "
-          f"{r['orca-oracle']:.1f} ({r['orca-oracle'] / base['orca-oracle'] - 1:+.0%}), vLLM token states "
+          f"{r['orca-oracle']:.1f} ({r['orca-oracle'] / base['orca-oracle'] - 1:+.1%}), vLLM token states "
           f"{r['vllm_token_states']:.0%}")
 
 # %% [markdown]
