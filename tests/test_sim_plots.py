@@ -29,12 +29,20 @@ def test_compare_bars_show_published_beside_simulated_with_intervals(small):
 
 def test_memory_breakdown_bars_stack_the_papers_four_categories(small):
     """The paper's four categories, and kvlab's buddy rounding and free slots each in its own colour
-    (issue 28 review: Fig. 2 folded rounding and free memory into one colour)."""
+    (issue 28 review: Fig. 2 folded rounding and free memory into one colour). The paper's one
+    'external frag. & others' has a colour of its own, drawn on the published bars only; kvlab's
+    external fragmentation is the dark brown of the colour key (the review of 6b9afee: one thing,
+    external fragmentation, was drawn in two colours)."""
     _, fig2 = small
     fig = plots.memory_breakdown_bars(fig2)
     names = [t.name for t in fig.data]
-    assert names[:3] == ["token states", "reservation", "internal frag."] and names[-1] == "external frag. & others"
+    assert names[:3] == ["token states", "reservation", "internal frag."]
+    assert names[-1] == "the paper's 'external frag. & others'"
     assert {"buddy rounding", "free"} <= set(names) and len({t.marker.color for t in fig.data}) == len(names)
+    paper = fig.data[-1]
+    assert all(y == 0 for y in paper.y[1::2]) and all(y > 0 for y in paper.y[0::2])  # published bars only
+    ext = [t for t in fig.data if t.name == "external frag."]
+    assert ext and all(t.marker.color == plots.COLORS["external_fragmentation"] for t in ext)
     published = [sum(t.y[i] for t in fig.data) for i in range(0, 8, 2)]  # the published bars sum to 100%
     assert published == pytest.approx([99.9, 99.9, 100.0, 100.0], abs=0.11)
     simulated = [sum(t.y[i] for t in fig.data) for i in range(1, 8, 2)]
@@ -158,25 +166,27 @@ def test_one_seed_draws_no_interval():
     assert simd.error_y.visible is False and simd.name == "simulated (one seed: no interval)"
 
 
-def test_timeline_calls_free_memory_fragmentation_only_while_requests_wait():
-    """Issue 28 review of 09 (cell 19): at a low rate no request ever waited, yet the free runs
-    outside the largest one were painted "external frag.". Free memory strands a request only
-    while one waits: then it is fragmentation; otherwise it is free."""
-    res = sim.simulate(sim.sharegpt(60, 0.5, seed=0), sim.make_policy("orca-max", 15_728), progress=False)
+def test_timeline_draws_free_memory_in_one_colour_and_the_requests_in_a_panel_of_their_own():
+    """Issue 28 reviews of 09 (cell 21): free memory was drawn grey or brown depending on whether a
+    request waited (two colours for one thing); the "requests running" line ran over the stacked
+    areas on a second axis with odd ticks (13, 26, 39). Free slots are one trace at every time; the
+    requests (running, and the times requests wait) sit in a panel below the memory's, with round
+    whole-number ticks."""
+    res = sim.simulate(sim.sharegpt(300, 4.0, seed=0), sim.make_policy("orca-pow2", 15_728), progress=False)
     rows = res.timeline_rows()
-    assert any(r["external_fragmentation"] for r in rows if not r["waiting"])  # the case the review saw
+    assert any(r["waiting"] for r in rows) and not all(r["waiting"] for r in rows)
     fig = plots.memory_timeline_figure(res)
     by = {t.name: t for t in fig.data}
-    ext = next((t for n, t in by.items() if n.startswith("external frag")), None)
-    shown = [0.0] * len(rows) if ext is None else list(ext.y)
-    for r, y in zip(rows, shown):
-        if not r["waiting"]:
-            assert y == 0, (r["time"], y)
-        else:
-            assert y == 100 * r["external_fragmentation"] / res.capacity
-    free = list(by["free"].y)
-    assert all(abs(f - 100 * (r["free"] + (0 if r["waiting"] else r["external_fragmentation"])) / res.capacity) < 1e-9
-               for r, f in zip(rows, free))
+    assert not [n for n in by if n.startswith("external frag")], list(by)
+    assert list(by["free"].y) == pytest.approx([100 * (r["free"] + r["external_fragmentation"]) / res.capacity
+                                                for r in rows])
+    assert [bool(y) for y in by["requests waiting"].y] == [bool(r["waiting"]) for r in rows]
+    assert list(by["requests running"].y) == [r["running"] for r in rows]
+    top, low = fig.layout.yaxis.domain, fig.layout.yaxis2.domain
+    assert low[1] < top[0], (low, top)  # the panels do not overlap
+    assert by["requests running"].yaxis == "y2" and not fig.layout.yaxis2.overlaying
+    dtick = fig.layout.yaxis2.dtick
+    assert dtick in (1, 2, 5, 10, 20, 50, 100) and max(r["running"] for r in rows) / dtick <= 5, dtick
 
 
 def test_one_colour_one_meaning_across_lesson_09():

@@ -165,3 +165,26 @@ def test_report_has_every_section_with_published_and_simulated():
 def test_speed_reports_cpu_time():
     s = rp.speed(num_requests=500, policy="vllm")
     assert s["requests"] == 500 and s["cpu_s"] > 0 and s["iterations"] > 0
+
+
+def test_a_table_names_the_systems_and_says_why_a_column_is_left_out():
+    """Issue 28, the review of 09 at 6b9afee: the tables printed "Orca (Max) = orca-max" (an internal
+    id where a student expects a name) and Fig. 15's table had two columns of "-" only."""
+    one = rp.Reproduction("t", "src", "setup", [rp.Row("Orca (Max) = orca-max", 7.0, 6.9, "memory-bound",
+                                                        rp.interval([6.9]))], "")
+    text = one.table()
+    assert "orca-max" not in text and "Orca (Max)" in text and "Orca (Max): memory-bound" in text
+    assert "95% interval" not in text.splitlines()[0] and "(no 95% interval: one seed)" in text
+    ranges = rp.Reproduction("t", "src", "setup", [rp.Row("ShareGPT, beam search k=2,4", "44.3%-66.3%", "48.0%-72.0%",
+                                                           "2: 48.0% [46.2%, 49.8%]")], "")
+    head, *rest = ranges.table().splitlines()
+    assert head.split() == ["published", "simulated"] and not any(set(line.split()) == {"-"} for line in rest)
+    assert any("published values are ranges" in line for line in rest)
+    assert any("interval is in the notes" in line for line in rest)
+
+
+def test_the_claims_have_short_names_and_the_scenarios_words():
+    """The summary printed each claim cut at 45 characters ("PagedAttention is a must when the
+    average req"); each claim now has a short name of its own, and the scenarios read as words."""
+    assert C.scenario_name("multi_turn") == "multi-turn" and C.scenario_name("short_chat") == "short chat"
+    assert C.Claim("a long claim, whole", "holds", "evidence", short="a claim").short == "a claim"

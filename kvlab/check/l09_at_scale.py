@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Callable
 
 from ..lessons.four_requests import FOUR_REQUEST_TEXTS as T
@@ -94,6 +95,17 @@ ORCA_MISTAKES = {
     "rounded the token slots to a power of two, then divided into blocks: the buddy allocator rounds the "
     "number of BLOCKS (the same only when block_size is a power of two)":
         lambda p, o, m, bs=16, ml=2048: -(-_pow2(min(p + _estimate(p, o, m, ml), ml)) // bs),
+    # the review of 6b9afee: slips a student typed, named
+    "int(tokens / block_size) + 1 adds a block when the tokens fill whole blocks exactly: round up with integers":
+        lambda p, o, m, bs=16, ml=2048: _pow2(int(min(p + _estimate(p, o, m, ml), ml) / bs) + 1),
+    "the run is the next power of two of the blocks, and a number that is already a power of two blocks "
+    "stays as it is (32 stays 32): 1 << n.bit_length() doubles it":
+        lambda p, o, m, bs=16, ml=2048: 1 << (-(-min(p + _estimate(p, o, m, ml), ml) // bs)).bit_length(),
+    "the cap is max_len TOKENS, i.e. max_len / block_size blocks (here {max_len} tokens), not a fixed 128 blocks":
+        lambda p, o, m, bs=16, ml=2048: None if bs == 16 and ml == 2048 else
+        min(128, _pow2(-(-min(p + _estimate(p, o, m, ml), ml) // bs))),
+    "the reservation is the prompt plus the estimate of the output (Oracle: the true output), not the prompt alone":
+        lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(p + (0 if m == "oracle" else _estimate(p, o, m, ml)), ml) // bs)),
 }
 
 
@@ -135,14 +147,20 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
         p = rng.randint(1, ml // 2)
         cases.append((p, rng.randint(1, ml - p), rng.choice(ORCA_MODES), bs, ml))
     c = Checker("orca_reservation", fn, reference=orca_run_blocks, verbose=verbose, compare=exact_equal)
+    several = []
     for args in cases:
         c.diagnose = [_mistake(args), unit_slip]
         full = args + (16, 2048)[len(args) - 3:]
         case = c.run(f"prompt {full[0]}, output {full[1]}, mode {full[2]!r}, block_size {full[3]}, max_len {full[4]}",
                      *args)
-        found = [] if case.passed else [m.format(max_len=full[4]) for m, wrong in ORCA_MISTAKES.items()
+        found = [] if case.passed else [m for m, wrong in ORCA_MISTAKES.items()
                                         if call(wrong, *args) == case.actual != case.expected]
-        case.candidates = found if len(found) > 1 else case.candidates   # Checker.done keeps the likeliest
+        several += [(case, found, full[4])] if found else []
+    # several mistakes give one case's answer: name the one that gives the answer in the most failing cases,
+    # counted before "{max_len}" is filled in (a mistake is one mistake whatever max_len a case has)
+    tally = Counter(m for _, found, _ in several for m in found)
+    for case, found, max_len in (x for x in several if len(x[1]) > 1):
+        case.note = max(found, key=lambda m: (tally[m], -found.index(m))).format(max_len=max_len)
     c.diagnose = [should_have_raised]
     c.run("mode 'exact' (not one of max, pow2, oracle): must raise ValueError", 161, 338, "exact")
     return c.done()
@@ -208,6 +226,8 @@ FIT_MISTAKES: dict[str, Callable] = {
         lambda cap, bs, ml, ls: (_paged_fit(cap, bs, ls), min(len(ls), cap // ml)),
     "the pool has capacity // block_size blocks: capacity counts token slots, not blocks":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap * bs, bs, ls)),
+    "reserving max_len is contiguous memory, counted in token slots, not blocks: capacity // max_len requests":
+        lambda cap, bs, ml, ls: (min(len(ls), (cap // bs) // -(-ml // bs)), _paged_fit(cap, bs, ls)),
 }
 
 
@@ -370,6 +390,29 @@ HIT_MISTAKES = {
 }
 
 
+def _prompt_share(ps: list[list[int]]) -> float:
+    """The share of PROMPTS that hit at least their first token (a rate over prompts, not tokens)."""
+    hits = sum(any(q[:1] == p[:1] for q in ps[:i]) for i, p in enumerate(ps) if p)
+    return hits / len(ps) if ps else 0.0
+
+
+HIT_MISTAKES["a hit rate is a share of prompt TOKENS, not of prompts: count the tokens a cache could serve"] = \
+    _prompt_share
+
+
+def rounded(expected: object, actual: object) -> str | None:
+    """A diagnosis: the learner's rate is the right one rounded to a few decimals.
+
+    >>> rounded(2 / 3, 0.67)
+    'the rate was rounded to 2 decimals (0.67): return it unrounded; the checker compares to 1e-9'
+    """
+    if not isinstance(expected, float) or not isinstance(actual, float) or actual == expected:
+        return None
+    k = next((k for k in range(7) if round(expected, k) == actual), None)
+    return None if k is None else (f"the rate was rounded to {k} decimals ({actual!r}): return it unrounded; the "
+                                   "checker compares to 1e-9")
+
+
 def _zero_tokens(prompts: list[list[int]]) -> "Callable[[object, object], str | None]":
     def diagnose(expected: object, actual: object) -> str | None:
         if isinstance(actual, Raised) and not sum(len(p) for p in prompts):
@@ -407,7 +450,7 @@ def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("optimal_hit_rate", fn, reference=optimal_prompt_hit_rate, verbose=verbose,
                 compare=lambda e, a: isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - e) < 1e-9)
     for label, ps in cases:
-        c.diagnose = [_named(HIT_MISTAKES, ps), unit_slip]
+        c.diagnose = [_named(HIT_MISTAKES, ps), rounded, unit_slip]
         full, expected = f"{label}: lengths {[len(p) for p in ps]}", optimal_prompt_hit_rate(ps)
         if c.unusable(full, expected):
             continue

@@ -31,7 +31,8 @@ from .reproductions import PAPER_NAMES, PUBLISHED, Reproduction, Row, interval, 
 from .simulation import simulate
 from .workloads import Trace, few_shot, multi_turn, optimal_hit_rate, scenario, synthetic
 
-__all__ = ["Claim", "paging_advantage", "scenario_table", "notes_claims", "sglang_hit_rates", "SCENARIOS"]
+__all__ = ["Claim", "paging_advantage", "scenario_table", "notes_claims", "sglang_hit_rates", "SCENARIOS",
+           "scenario_name"]
 
 SCENARIOS = ("short_chat", "long_documents", "high_concurrency", "multi_turn", "shared_prefix")
 
@@ -41,6 +42,13 @@ class Claim:
     claim: str
     verdict: str  # "holds", "imprecise", "does not hold"
     evidence: str
+    short: str = ""  # the claim's name in a summary line ("5 requests become 12"); a name, never a cut sentence
+
+
+def scenario_name(name: str) -> str:
+    """A scenario's (or workload's) id as the words a student reads.
+    Example: ``scenario_name("multi_turn") -> 'multi-turn'``."""
+    return name.replace("multi_turn", "multi-turn").replace("few_shot", "few-shot").replace("_", " ")
 
 
 def _pct(x: float) -> str:
@@ -112,7 +120,8 @@ def five_to_twelve(runs: list[dict], num_requests: int = 300, seed: int = 0) -> 
     names = {"orca-oracle": "Orca (Oracle)", "orca-max": "Orca (Max)"}
     text = "; ".join(f"{cap:,} slots hold {base:.1f} requests under {names[p]} and {paged:.1f} with paging "
                      f"({paged / base:.1f}x)" for p, cap, base, paged in found)
-    return Claim("5 concurrent requests become 12", "holds" if ok else "does not hold",
+    return Claim("5 concurrent requests become 12", "holds" if ok else "does not hold", short="5 requests become 12",
+                 evidence=
                  f"Simulated (ShareGPT lengths, every request waiting), in a budget sized so that a contiguous baseline "
                  f"runs 5 at once: {text}. " + (f"5 -> 12 holds against {names[ok[0][0]]}." if ok else
                  "No baseline at 5 (within 15%) meets paging at 12 (within 15%): the notes' pair matches neither.")
@@ -175,7 +184,7 @@ def notes_claims(num_requests: int | None = None, seeds: tuple[int, ...] = (0, 1
            f", nearest to {PAPER_NAMES[nearest]} ({_pct(sim_save[nearest])} simulated, {_pct(pub_save[nearest])} published)")
         + (" (it understates the saving)" if where == "below" else "") + "; it is the top of vLLM's beam-search "
         f"sharing saving on Alpaca ({_pct(PUBLISHED['saving'][('alpaca', 'beam')][0])}-"
-        f"{_pct(PUBLISHED['saving'][('alpaca', 'beam')][1])}, Sec. 6.3), a different thing.")]
+        f"{_pct(PUBLISHED['saving'][('alpaca', 'beam')][1])}, Sec. 6.3), a different thing.", short="saves about 55%")]
     claims.append(five_to_twelve(runs))
     adv = advantage if advantage is not None else paging_advantage()
     ln = [r for r in adv if r["sweep"] == "length"]
@@ -199,7 +208,8 @@ def notes_claims(num_requests: int | None = None, seeds: tuple[int, ...] = (0, 1
             + (f"What is: whether memory is full. At {low['rate']} req/s, where every system keeps up, vLLM batches "
                f"{low['vllm']:.1f} requests and Orca (Oracle) {low['orca-oracle']:.1f} ({low['vllm'] / low['orca-oracle']:.2f}x): "
                "paging gains nothing at low load, whatever the lengths."
-               if low else "What matters is whether memory is full (run the batch-against-rate sweep to see low load).")))
+               if low else "What matters is whether memory is full (run the batch-against-rate sweep to see low load)."),
+            short="a must over 2,000 tokens or 20 requests"))
     rows = scenarios if scenarios is not None else scenario_table()
     helps = all(r["paged_vs_max"] > 1 and r["paged_vs_oracle"] >= 1 for r in rows)
     reuse = {r["scenario"]: r["radix_hit"] for r in rows}
@@ -211,9 +221,10 @@ def notes_claims(num_requests: int | None = None, seeds: tuple[int, ...] = (0, 1
         "multi-turn, shared prefixes); prefix reuse helps only where prompts share prefixes",
         "holds" if helps and prefix_ok else "imprecise",
         "Simulated requests finished per minute (all arriving at t=0), paged vs Orca (Max): " + ", ".join(
-            f"{r['scenario']} {r['paged_vs_max']:.1f}x" for r in rows) +
-        f" (most for {best['scenario']}); vs Orca (Oracle): " + ", ".join(f"{r['paged_vs_oracle']:.1f}x" for r in rows) +
-        ". The radix tree's hit rate: " + ", ".join(f"{r['scenario']} {_pct(r['radix_hit'])}" for r in rows) + "."))
+            f"{scenario_name(r['scenario'])} {r['paged_vs_max']:.1f}x" for r in rows) +
+        f" (most for {scenario_name(best['scenario'])}); vs Orca (Oracle): " + ", ".join(f"{r['paged_vs_oracle']:.1f}x" for r in rows) +
+        ". The radix tree's hit rate: " + ", ".join(f"{scenario_name(r['scenario'])} {_pct(r['radix_hit'])}" for r in rows) + ".",
+        short="the scenario table"))
     return claims
 
 
@@ -280,8 +291,9 @@ def _multi_turn_sentence(h: dict, name: str, budgets: tuple[int, ...], opt: floa
     """What the multi-turn rows show, written from them: where memory limits the hit rate and where not."""
     rad = [(cap, h[(name, cap, "radix", "fcfs")], h[(name, cap, "radix", "cache-aware")]) for cap in budgets]
     order_gap = max(abs(a - f) for _, f, a in rad)
-    parts = [f"Multi-turn chats: order moves the hit rate by at most {100 * order_gap:.1f} points (one turn of a "
-             "session waits at a time)."]
+    moves = (f"moves the hit rate by at most {100 * order_gap:.1f} points" if order_gap >= 0.0005 else
+             "does not move the hit rate (under 0.05 points)")   # "by at most 0.0 points" read as a misprint
+    parts = [f"Multi-turn chats: order {moves} (one turn of a session waits at a time)."]
     rates = [f for _, f, _ in rad]
     if max(rates) - min(rates) > 0.01:
         parts.append("Memory sets it (histories are evicted while users think): " +

@@ -44,7 +44,8 @@ SYSTEM_COLORS = {"orca-max": "#7b4173", "orca-pow2": "#bcbd22", "orca-oracle": "
                  "paged": "#9467bd", "radix": "#e377c2"}
 REQUEST_COLOR = "#9c9ede"  # a request's blocks in the buddy picture: no category's, no system's colour
 LABELS = {"token_states": "token states", "reservation": "reservation", "internal_fragmentation": "internal frag.",
-          "rounding": "buddy rounding", "external_fragmentation": "external frag. (a request waits)", "ext_others": "external frag. & others",
+          "rounding": "buddy rounding", "external_fragmentation": "external frag.",
+          "ext_others": "the paper's 'external frag. & others'",
           "cached": "cached", "free": "free"}
 
 
@@ -65,7 +66,7 @@ def colour_key_html(systems: Sequence[str] = ("orca-max", "orca-pow2", "orca-ora
     names = names or {}
     rows = [("systems", [sw(SYSTEM_COLORS[p], names.get(p, p)) for p in systems]),
             ("memory", [sw(COLORS[c], LABELS[c], "#999999") for c in ("token_states", "reservation",
-                        "internal_fragmentation", "rounding", "external_fragmentation", "free")]),
+                        "internal_fragmentation", "rounding", "external_fragmentation", "free", "ext_others")]),
             ("bars", [sw("#ffffff", "published", "#000000"), sw("#404040", "simulated"),
                       sw("#969696", "range of a sensitivity run"), sw(REQUEST_COLOR, "a request's blocks (buddy picture)")])]
     size = f' style="font-size:{font_px}px;line-height:1.5"' if font_px else ""
@@ -156,13 +157,15 @@ def spread_bands(spread: Sequence[tuple[float, float]], scale: float = 1, top: f
 def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
     """Fig. 2 as stacked bars: for each system the published shares (the figure's bar labels)
     beside the simulated ones, in the paper's four categories (kvlab's rounding, external
-    fragmentation and others, which the paper folds into one); kvlab's buddy rounding and the
-    free slots have their own colours (the paper counts both under 'others', so its bars show none)."""
+    fragmentation and others, which the paper folds into one); kvlab's buddy rounding, external
+    fragmentation and free slots have their own colours (the paper counts all three under its one
+    'external fragmentation & others', drawn in a colour of its own)."""
     import plotly.graph_objects as go
 
     from .reproductions import PUBLISHED
 
-    cats = ["token_states", "reservation", "internal_fragmentation", "rounding", "free", "ext_others"]
+    cats = ["token_states", "reservation", "internal_fragmentation", "rounding", "external_fragmentation", "free",
+            "ext_others"]
     systems = list(PUBLISHED["fig2"])
     x = [[], []]
     vals: dict[str, list[float]] = {c: [] for c in cats}
@@ -173,7 +176,7 @@ def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
         pub = PUBLISHED["fig2"][p]
         sims = [r[p].breakdown(loaded=False) for r in runs]
         sim = {c: sum(b[c] for b in sims) / len(sims) for c in sims[0]}
-        sim["ext_others"] = sim["external_fragmentation"]
+        sim["ext_others"] = 0.0  # the paper's one number; kvlab's parts of it (rounding, external frag., free) apart
         pub_full = {c: pub.get(c, 0.0) for c in cats}
         if "ext_others" not in pub:
             pub_full["ext_others"] = 1 - pub["token_states"]
@@ -184,9 +187,11 @@ def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
                 vals[c].append(100 * d[c])
     fig = go.Figure([go.Bar(name=LABELS[c], x=x, y=vals[c], marker_color=COLORS[c], texttemplate="%{y:.1f}",
                             textposition="inside") for c in cats if any(vals[c])])
-    return _layout(fig, "Where the KV memory goes (simulated beside published)<br><sup>published: vLLM paper, Fig. 2, "
-                   "p. 2, read off the bar labels; vLLM's 3.7% 'others' is 100% - 96.3%</sup>", theme, height=460,
-                   text_mode="hide", barmode="stack", yaxis_title="share of the 15,728 slots (%)", legend=dict(orientation="h", y=-0.22))
+    # a short axis title: "share of the 15,728 slots (%)" ran taller than the plot in classroom mode, into the subtitle
+    return _layout(fig, "Where the KV memory goes (simulated beside published)<br><sup>shares of the 15,728 slots; "
+                   "published: Fig. 2, p. 2, read off the bar labels (vLLM's 'others': 100% - 96.3%)</sup>", theme,
+                   height=460, text_mode="hide", barmode="stack", yaxis_title="budget (%)",
+                   legend=dict(orientation="h", y=-0.22))
 
 
 def batch_vs_rate_figure(rows: Sequence[dict], theme: Any = None, published: dict | None = None,
@@ -218,34 +223,52 @@ def batch_vs_rate_figure(rows: Sequence[dict], theme: Any = None, published: dic
 
 
 def _whole_step(top: float, ticks: int = 5) -> int:
-    """A whole-number tick step giving about ``ticks`` ticks up to ``top``. Example: ``_whole_step(7.4) -> 2``."""
-    return max(1, math.ceil(top / ticks))
+    """A round whole-number tick step (1, 2 or 5 times a power of ten) giving at most about
+    ``ticks`` ticks up to ``top``. Example: ``_whole_step(7.4) -> 2``, ``_whole_step(65) -> 20``."""
+    want, e = max(1.0, top / ticks), 0
+    while True:
+        for m in (1, 2, 5):
+            if m * 10 ** e >= want:
+                return m * 10 ** e
+        e += 1
 
 
 def memory_timeline_figure(res: Any, theme: Any = None, title: str | None = None) -> Any:
-    """Where the budget is during one run (stacked areas over simulated time) and the requests
-    running (a line on the right axis), from ``SimResult.timeline_rows()``. Free slots outside the
-    largest free run are "external frag." only while a request waits (they strand it); while none
-    waits they are drawn as free."""
+    """Where the budget is during one run (stacked areas over simulated time, top panel) and how
+    many requests run and wait (lines in a panel of their own underneath, whole-number ticks), from
+    ``SimResult.timeline_rows()``. Free slots are one colour whether or not a request waits: they
+    strand a request (external fragmentation) exactly while the waiting line is above zero."""
     import plotly.graph_objects as go
 
     rows = [dict(r) for r in res.timeline_rows()]
-    for r in rows:  # free runs strand a request only while one waits: else they are free, not fragmentation
-        if not r["waiting"]:
-            r["free"], r["external_fragmentation"] = r["free"] + r["external_fragmentation"], 0
+    for r in rows:  # one colour, one meaning: every free slot is "free" (issue 28: it was grey or brown)
+        r["free"], r["external_fragmentation"] = r["free"] + r["external_fragmentation"], 0
     t = [r["time"] for r in rows]
-    cats = [c for c in ("token_states", "reservation", "internal_fragmentation", "rounding", "external_fragmentation",
-                        "cached", "free") if any(r[c] for r in rows)]
+    cats = [c for c in ("token_states", "reservation", "internal_fragmentation", "rounding", "cached", "free")
+            if any(r[c] for r in rows)]
     fig = go.Figure([go.Scatter(x=t, y=[100 * r[c] / res.capacity for r in rows], name=LABELS[c], stackgroup="m",
                                 mode="none", fillcolor=COLORS[c]) for c in cats])
+    top = max((r["running"] for r in rows), default=1)
+    # the lower panel: hatched where requests wait (the free slots above strand them then), the running line on top
+    fig.add_trace(go.Scatter(x=t, y=[1 if r["waiting"] else 0 for r in rows], yaxis="y3", name="requests waiting",
+                             mode="lines", line=dict(width=0, shape="hv"), fill="tozeroy", fillcolor="rgba(0,0,0,0)",
+                             fillpattern=dict(shape="/", fgcolor="#969696", bgcolor="rgba(0,0,0,0)", size=8),
+                             customdata=[r["waiting"] for r in rows], hovertemplate="%{customdata} waiting<extra></extra>"))
     fig.add_trace(go.Scatter(x=t, y=[r["running"] for r in rows], name="requests running", yaxis="y2",
                              line=dict(color="#000000", width=1.5)))
-    return _layout(fig, title or f"{res.policy}: KV memory over one run (simulated)", theme, height=400,
-                   xaxis_title="simulated time (s)", yaxis=dict(title="share of the budget (%)", range=[0, 100]),
-                   yaxis2=dict(title="requests running", overlaying="y", side="right", rangemode="tozero",
-                               tickmode="linear", tick0=0, dtick=_whole_step(max((r["running"] for r in rows), default=1)),
-                               showgrid=False),  # whole requests (synced to the % grid it ticked 1.47, 2.95)
-                   legend=dict(orientation="h", y=-0.25))
+    th = theme or _Theme()
+    big = bool(getattr(th, "high_contrast", False))  # classroom: the legend beside the panels, to keep them tall
+    legend = (dict(orientation="v", x=1.02, y=1, yanchor="top") if big else
+              dict(orientation="h", x=0, y=-0.2, yanchor="top"))
+    # two panels, one x axis: the request counts no longer run over the stacked areas (issue 28 review of 09)
+    low = [0.0, 0.25] if big else [0.0, 0.32]   # the requests' panel; the memory's starts 0.1 above it
+    return _layout(fig, title or f"{res.policy}: KV memory over one run (simulated)", theme, height=440 if big else 500,
+                   xaxis=dict(title="simulated time (s)", anchor="y2"),
+                   yaxis=dict(title="budget (%)", range=[0, 100], domain=[low[1] + 0.1, 1.0], dtick=25),
+                   yaxis2=dict(title="requests", domain=low, rangemode="tozero", range=[0, top * 1.1],
+                               tickmode="linear", tick0=0, dtick=_whole_step(top, 3 if big else 4), showgrid=True),
+                   yaxis3=dict(domain=low, range=[0, 1], visible=False, overlaying="y2", fixedrange=True),
+                   legend=legend).update_layout(margin=dict(l=70, r=20, t=50, b=60 if big else 100))
 
 
 def log_tickvals(values: Sequence[float]) -> list[float]:
@@ -394,15 +417,15 @@ class RateWidget:
         m = r.metrics
         bound = m.loaded_iterations / m.iterations if m.iterations else 0.0
         at = f" with step time x{self.step_time:g}" if self.step_times is not None else ""
-        self.caption = (f"{self.labels[self.policy]} at {self.rate:g} req/s{at}: {r.mean_batch:.1f} requests in the batch on average, "
-                        f"memory-bound (requests waiting) in {100 * bound:.0f}% of iterations, token states "
+        self.caption = (f"{self.labels[self.policy]} at {self.rate:g} req/s{at}: {r.mean_batch:.1f} requests in the batch on average; "
+                        f"requests wait in {100 * bound:.0f}% of iterations; token states "
                         f"{100 * r.breakdown(loaded=False)['token_states']:.1f}% of the budget (simulated)")
         return r
 
     def figure(self) -> Any:
         at = f", step time x{self.step_time:g}" if self.step_times is not None else ""
-        return memory_timeline_figure(self.result, self.theme, f"{self.labels[self.policy]} at {self.rate:g} req/s{at}: KV memory over "
-                                      f"one run (simulated)")
+        return memory_timeline_figure(self.result, self.theme, f"{self.labels[self.policy]} at {self.rate:g} req/s{at}: memory "
+                                      f"(top), requests (bottom), simulated")
 
     def _caption_html(self) -> str:
         import html

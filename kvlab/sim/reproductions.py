@@ -52,7 +52,7 @@ from .workloads import Trace, alpaca, beam_search, parallel_sampling, sharegpt
 
 __all__ = ["Row", "Reproduction", "Interval", "interval", "setting", "opt13b_setting", "paper_runs",
            "vllm_batched_requests", "vllm_memory_breakdown", "batch_vs_rate", "sensitivity", "vllm_sharing_savings",
-           "speed", "all_reproductions", "report", "PUBLISHED", "SOURCES", "PAPER_NAMES", "TOLERANCE", "SEEDS",
+           "speed", "sensitivity_table", "all_reproductions", "report", "PUBLISHED", "SOURCES", "PAPER_NAMES", "DATASET_NAMES", "TOLERANCE", "SEEDS",
            "RATES", "HOUR", "within"]
 
 PUBLISHED = {
@@ -76,6 +76,7 @@ SOURCES = {
     "fig15": "vLLM paper, Sec. 6.3 text and Fig. 15, p. 11",
     "table1": "vLLM paper, Table 1, p. 9",
 }
+DATASET_NAMES = {"sharegpt": "ShareGPT", "alpaca": "Alpaca"}  # the datasets as the paper names them
 PAPER_NAMES = {"orca-max": "Orca (Max)", "orca-pow2": "Orca (Pow2)", "orca-oracle": "Orca (Oracle)", "vllm": "vLLM"}
 TOLERANCE = 0.15  # issue 12's target: each reproduced figure within 15% of the published one
 SEEDS = (0, 1, 2)
@@ -150,6 +151,9 @@ class Reproduction:
     seconds: float = 0.0
 
     def table(self) -> str:
+        """The rows as a text table under the systems' names (a row's label is "Orca (Max) =
+        orca-max": the name, then the id the code uses), then the notes. A column with nothing in
+        any row is left out, and a line says why."""
         def f(v):
             if v is None:
                 return "-"
@@ -159,14 +163,21 @@ class Reproduction:
 
         import textwrap
 
-        rows = [{"": r.label, "published": f(r.published), "simulated": f(r.simulated),
+        rows = [{"": r.label.split(" = ")[0], "published": f(r.published), "simulated": f(r.simulated),
                  "95% interval": f"[{f(r.interval.lo)}, {f(r.interval.hi)}]" if r.interval and len(r.interval.values) > 1
                  else "-", "within 15%": {True: "yes", False: "NO", None: "-"}[r.meets]}
                 for r in self.rows]
-        table = format_table(rows, ["", "published", "simulated", "95% interval", "within 15%"])
+        why = {"95% interval": "no 95% interval: one seed" if any(r.interval is not None for r in self.rows)
+               else "no 95% interval column: each row is a range over widths; each width's interval is in the notes",
+               "within 15%": "no 'within 15%' column: the published values are ranges, not one number each"}
+        empty = [c for c in why if all(row[c] == "-" for row in rows)]
+        table = format_table(rows, [c for c in ["", "published", "simulated", "95% interval", "within 15%"]
+                                    if c not in empty])
+        table += "".join(f"\n({why[c]})" for c in empty)
         # the notes under the table, wrapped between words: a note column made lines wider than an
         # output area, which then broke them in the middle of a word
-        notes = [textwrap.fill(f"{r.label}: {r.note}", 84, subsequent_indent="    ") for r in self.rows if r.note]
+        notes = [textwrap.fill(f"{r.label.split(' = ')[0]}: {r.note}", 84, subsequent_indent="    ")
+                 for r in self.rows if r.note]
         return table + ("\nnotes:\n" + "\n".join(notes) if notes else "")
 
     def __str__(self) -> str:
@@ -240,7 +251,7 @@ def vllm_batched_requests(dataset: str = "sharegpt", num_requests: int | None = 
                    "lognormal")
     bound = [PAPER_NAMES[p] for p in PAPER_POLICIES if statistics.fmean(_loaded(r[p]) for r in runs) > 0.5]
     free = [PAPER_NAMES[p] for p in PAPER_POLICIES if PAPER_NAMES[p] not in bound]
-    missed = [r.label for r in rows if r.meets is False]
+    missed = [r.label.split(" = ")[0] for r in rows if r.meets is False]   # names, not ids
     v = runs[0]["vllm"]
     per_req = v.breakdown(False)["token_states"] * v.capacity / v.mean_batch
     expl = (f"{len(rows) - len(missed)} of {len(rows)} rows within 15% of the paper"
@@ -256,7 +267,7 @@ def vllm_batched_requests(dataset: str = "sharegpt", num_requests: int | None = 
              f"choosing)" if text else "") +
             f". Its prompt steps run separately; counting each prompt step as a step of its own, with only its new "
             f"requests, the mean is {statistics.fmean(r['vllm'].metrics.mean_batch_per_step for r in runs):.2f}.")
-    return Reproduction(f"vLLM Fig. 13: mean batched requests, {dataset}", SOURCES["fig13"] + "; " + SOURCES["ratios"],
+    return Reproduction(f"vLLM Fig. 13: mean batched requests, {DATASET_NAMES.get(dataset, dataset)}", SOURCES["fig13"] + "; " + SOURCES["ratios"],
                         f"{trace.summary()}; Poisson {rate}/s; {len(seeds)} seeds; OPT-13B, 15,728 slots (Table 1), "
                         "block 16, vllm-2023 cost model", rows, expl, results={"runs": runs},
                         seconds=time.perf_counter() - t0)
@@ -275,10 +286,10 @@ def vllm_memory_breakdown(num_requests: int | None = None, seeds: tuple[int, ...
         mean = {c: statistics.fmean(b[c] for b in bds) for c in bds[0]}
         oth = mean["rounding"] + mean["external_fragmentation"] + mean["free"]
         pub = PUBLISHED["fig2"][p]
-        note = (f"reserv {100 * mean['reservation']:.1f}% (pub {_p(pub.get('reservation'))}), internal "
-                f"{100 * mean['internal_fragmentation']:.1f}% ({_p(pub.get('internal_fragmentation'))}), ext+others "
-                f"{100 * oth:.1f}% ({_p(pub.get('ext_others', 1 - pub['token_states']))}; rounding "
-                f"{100 * mean['rounding']:.1f}%)")
+        note = (f"reservation {100 * mean['reservation']:.1f}% (published {_p(pub.get('reservation'))}), internal "
+                f"frag. {100 * mean['internal_fragmentation']:.1f}% ({_p(pub.get('internal_fragmentation'))}), external "
+                f"frag. & others {100 * oth:.1f}% ({_p(pub.get('ext_others', 1 - pub['token_states']))}; of it buddy "
+                f"rounding {100 * mean['rounding']:.1f}%)")
         rows.append(Row(f"{PAPER_NAMES[p]} = {p}", pub["token_states"], iv.mean, note, iv))
     ts = {p: r.simulated for p, r in zip(PAPER_POLICIES, rows)}
     worst = max(PAPER_POLICIES, key=lambda p: abs(ts[p] / PUBLISHED["fig2"][p]["token_states"] - 1))
@@ -297,14 +308,14 @@ def vllm_memory_breakdown(num_requests: int | None = None, seeds: tuple[int, ...
         expl += (f" vLLM's does not land ({100 * v.simulated:.1f}% vs 96.3%): the simulated vLLM keeps up with 2 req/s "
                  f"in {100 * (1 - loaded):.0f}% of its iterations, so {100 * free:.0f}% of the budget is simply free "
                  "on average; the paper's 96.3% says its vLLM ran with memory full, i.e. its steps were slower than "
-                 "this cost model's (section 7 of lesson 09 shows the step-time sensitivity).")
+                 "this cost model's (lesson 09's control beside Fig. 13 and its appendix move the step time).")
     return Reproduction("vLLM Fig. 2: KV memory by use, inside the Fig. 13 runs", SOURCES["fig2"],
                         f"ShareGPT, Poisson {rate}/s, {len(seeds)} seeds; 15,728 slots, block 16", rows, expl,
                         percent=True, results={"runs": runs}, seconds=time.perf_counter() - t0)
 
 
 def _p(v) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
+    return "not published" if v is None else f"{100 * v:.1f}%"
 
 
 def batch_vs_rate(rates: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0), duration_s: float = HOUR, seed: int = 0,
@@ -351,6 +362,32 @@ def sensitivity(num_requests: int | None = None, seeds: tuple[int, ...] = SEEDS,
     return rows
 
 
+def sensitivity_table(rows: list[dict]) -> str:
+    """:func:`sensitivity` rows as a table a student reads, narrow enough for a projector (76
+    characters): each system's mean batch under its name, vLLM's batch over Orca (Oracle)'s and
+    vLLM's token-state share, the variants in the lessons' words ("step time x0.8", "gamma lengths").
+
+    Example:
+        >>> print(sensitivity_table([{"variant": "iteration time x0.8", "orca-max": 7.0, "orca-pow2": 10.0,
+        ...                           "orca-oracle": 13.4, "vllm": 18.5, "vllm/oracle": 1.38, "vllm/max": 2.64,
+        ...                           "vllm_token_states": 0.532}]))
+        columns: the mean batch of Orca (Max), (Pow2), (Oracle) and vLLM,
+        vLLM's batch over Orca (Oracle)'s, and vLLM's share in token states
+        variant          Max   Pow2  Oracle   vLLM  vLLM/Oracle  vLLM tokens
+        step time x0.8  7.00  10.00   13.40  18.50         1.38        53.2%
+    """
+    def variant(v: str) -> str:
+        v = v.replace("iteration time", "step time")
+        return f"{'log-normal' if v.endswith('lognormal') else v.split()[-1]} lengths" if v.startswith("lengths ") else v
+
+    cols = {"orca-max": "Max", "orca-pow2": "Pow2", "orca-oracle": "Oracle", "vllm": "vLLM",
+            "vllm/oracle": "vLLM/Oracle", "vllm_token_states": "vLLM tokens"}
+    named = [{"variant": variant(r["variant"]), **{name: r[k] for k, name in cols.items()}} for r in rows]
+    return ("columns: the mean batch of Orca (Max), (Pow2), (Oracle) and vLLM,\n"
+            "vLLM's batch over Orca (Oracle)'s, and vLLM's share in token states\n"
+            + format_table(named, percent=("vLLM tokens",)))
+
+
 def vllm_sharing_savings(num_requests: dict | None = None, widths: tuple[int, ...] = (2, 4, 6),
                          seeds: tuple[int, ...] = SEEDS, beam_decay: float = 0.5) -> Reproduction:
     """vLLM Fig. 15: memory saved by sharing blocks, parallel sampling and beam search (OPT-13B).
@@ -375,7 +412,7 @@ def vllm_sharing_savings(num_requests: dict | None = None, widths: tuple[int, ..
                 iv[(ds, kind, w)] = interval([r.metrics.sharing_saving for r in runs])
             lo, hi = PUBLISHED["saving"][(ds, kind)]
             vals = [iv[(ds, kind, w)] for w in widths]
-            rows.append(Row(f"{ds}, {'parallel sampling n' if kind == 'parallel' else 'beam search k'}="
+            rows.append(Row(f"{DATASET_NAMES[ds]}, {'parallel sampling n' if kind == 'parallel' else 'beam search k'}="
                             f"{','.join(map(str, widths))}", f"{100 * lo:.1f}%-{100 * hi:.1f}%",
                             f"{100 * min(v.mean for v in vals):.1f}%-{100 * max(v.mean for v in vals):.1f}%",
                             " ".join(f"{w}: {v.fmt(pct=True)}" for w, v in zip(widths, vals))))

@@ -112,7 +112,7 @@ for mode in ("orca-max", "orca-pow2", "orca-oracle"):
     p = OrcaPolicy(budget.tokens, mode)
     asked = p.reservation(req)
     run = p.run_blocks(req)
-    print(f"{mode:<12} asks {asked:>4} slots = {-(-asked // 16):>3} blocks -> a run of {run:>3} blocks "
+    print(f"{R.PAPER_NAMES[mode]:<13} asks {asked:>4} slots = {-(-asked // 16):>3} blocks -> a run of {run:>3} blocks "
           f"({run * 16:>4} slots): {run * 16 - asked:>3} slots of rounding")
 
 # %% [markdown]
@@ -186,17 +186,19 @@ print("order as published (Max < Pow2 < Oracle < vLLM):",
 #
 # Two minutes of ShareGPT arrivals through one of the paper's systems; move the rate, pick a
 # system, and scale the cost model's step time (1 = kvlab's cost model, the one behind every bar
-# in this lesson). The grey band is the memory no request holds; while requests wait, the part of
-# it outside the largest free run turns brown (external fragmentation: it strands the waiting
-# request), and while none waits it is just free. Watch the grey band while requests wait
-# (memory-bound): under an Orca system it does not close, since what is left is smaller than the
-# next request's reservation, so it stays free while the queue grows; under vLLM at 4 req/s it
-# does close, since paging hands out every last block. The cell prints both, from these runs,
-# and what the caption's batch does. Then the question of this section and the next: pick vLLM at 2 req/s and slow its steps
-# down; its batch grows and its token states rise towards the paper's 96.3%, while an Orca bar
-# stays where its memory holds it. Two minutes start from an empty server, so every number here
-# sits below the half-hour runs' above; the direction is what to watch. (Without a widget front
-# end the cell shows 2 req/s under Orca (Max).)
+# in this lesson). The top panel is where the budget goes, grey the memory no request holds; the
+# bottom panel counts the requests running (the line) and is hatched while requests **wait** for
+# memory. Grey left over while the hatching shows is external fragmentation: memory that is free
+# but too scattered (or too small) for the next request's reservation. Under Orca (Max) the grey
+# does not close while requests wait (what is left is smaller than one 2,048-slot reservation);
+# under vLLM at 4 req/s it does, since paging hands out every last block. The cell prints both,
+# from these runs; pick the other Orcas to see where their grey goes.
+#
+# Then the question of this section and the next: pick vLLM at 2 req/s and slow its steps down;
+# its batch grows and its token states rise towards the paper's 96.3%, while an Orca bar stays
+# where its memory holds it. Two minutes start from an empty server, so every number here sits
+# below the half-hour runs' above; the direction is what to watch. (Without a widget front end
+# the cell shows 2 req/s under Orca (Max).)
 
 # %%
 def two_minutes(rate, policy, step_time=1.0):
@@ -227,10 +229,10 @@ for label, r in ((f"{R.PAPER_NAMES['vllm']} at 4 req/s, step time x2", busy),
                  (f"{R.PAPER_NAMES[R.PAPER_POLICIES[0]]} at 2 req/s", orca)):
     low = free_while_waiting(r)
     print(f"{label}: " + ("no request ever waited" if low is None else
-                          f"while requests wait, the grey (free) band closes (down to {low:.1f}% of the budget)"
+                          f"while requests wait, the grey (free) memory closes (down to {low:.1f}% of the budget)"
                           if low < 0.05 else
-                          f"the grey (free) band never closes, even while requests wait ({low:.1f}% of the budget "
-                          "or more stays free)"))
+                          f"the grey (free) memory never closes, even while requests wait ({low:.1f}% of the budget "
+                          "or more stays free: external fragmentation)"))
 print(f"(one update at 4 req/s under vLLM, step time x2, took {slowest:.2f} s on this machine)")
 widget
 
@@ -309,11 +311,23 @@ for p in R.PAPER_POLICIES:
 # Parallel sampling and beam search (lesson 06) at scale. The paper (Sec. 6.3, p. 11) reports
 # 6.1%-9.8% of the memory saved by sharing for parallel sampling and 37.6%-55.2% for beam search
 # on Alpaca; 16.2%-30.5% and 44.3%-66.3% on ShareGPT. Look at the order, not the exact values:
-# beam ancestry is modelled, not sampled from a real model.
+# beam ancestry is modelled, not sampled from a real model, and the lines under the table say
+# which simulated range leaves the paper's and why.
 
 # %%
+from textwrap import fill
+
 fig15 = R.vllm_sharing_savings({"alpaca": 20, "sharegpt": 6}, widths=(2, 4), seeds=SEEDS)
 print(fig15.table())
+for (ds, kind), (lo, hi) in R.PUBLISHED["saving"].items():   # each simulated range against the paper's
+    sims = [fig15.results["saving"][(ds, kind, w)].mean for w in (2, 4)]
+    out = max(lo - min(sims), max(sims) - hi)   # how far the simulated range leaves the published one
+    where = ("inside the paper's range" if out <= 0 else "at the paper's range (within a point)" if out <= 0.01 else
+             f"{'above' if max(sims) > hi else 'below'} the paper's range by {100 * out:.1f} points")
+    print(f"{R.DATASET_NAMES[ds]}, {'beam search' if kind == 'beam' else 'parallel sampling'}: simulated "
+          f"{100 * min(sims):.1f}%-{100 * max(sims):.1f}%, published {100 * lo:.1f}%-{100 * hi:.1f}%: {where}")
+print()
+print(fill(fig15.explanation, 84))
 
 # %% [markdown]
 # ## 8. The notes' claims, re-judged on the paper's baselines
@@ -371,7 +385,7 @@ for c in claims:   # each claim whole, wrapped at a word (a projector's narrow o
 
 # %%
 names = {"orca-max": "Orca (Max)", "orca-oracle": "Orca (Oracle)", "paged": "paged", "radix": "paged + radix"}
-words = {s: s.replace("_", " ") for s in C.SCENARIOS}  # "short_chat" -> "short chat": words, not ids
+words = {s: C.scenario_name(s) for s in C.SCENARIOS}  # "short_chat" -> "short chat": words, not ids
 fig = go.Figure([go.Bar(name=label, x=[words[r["scenario"]] for r in scenarios], y=[r[p] for r in scenarios],
                         marker_color=plots.SYSTEM_COLORS[p]) for p, label in names.items()])   # one colour a system, lesson-wide
 fig.update_layout(barmode="group", title="Requests finished per minute, the notes' scenarios (simulated)",
@@ -387,13 +401,13 @@ for r in scenarios:
     gain = r["radix"] / r["paged"]
     radix = ("no shared prefixes: radix runs as paging does" if r["radix_hit"] == 0 else
              f"radix finishes {gain:.2f}x as many per minute as paging alone")
-    print(f"{r['scenario']:<17} paged {r['paged_vs_max']:4.1f}x Orca (Max), {r['paged_vs_oracle']:.1f}x Orca (Oracle); "
+    print(f"{words[r['scenario']]:<17} paged {r['paged_vs_max']:4.1f}x Orca (Max), {r['paged_vs_oracle']:.1f}x Orca (Oracle); "
           f"radix hit rate {r['radix_hit']:.0%}; {radix}")
 worse = [r["scenario"] for r in scenarios if r["radix"] < 0.98 * r["paged"]]
 print("radix slower than paging alone in: " + (", ".join(worse) if worse else "no scenario (within 2%)"))
 shared = [r for r in scenarios if r["radix_hit"] > 0]
 print(f"prefix reuse changes something only where prompts share prefixes: "
-      f"{', '.join(r['scenario'] for r in shared) or 'nowhere'}; paging beats both Orca baselines in "
+      f"{', '.join(words[r['scenario']] for r in shared) or 'nowhere'}; paging beats both Orca baselines in "
       f"{sum(r['paged_vs_oracle'] > 1 for r in scenarios)} of {len(scenarios)} scenarios")
 
 # %% [markdown]
@@ -413,9 +427,21 @@ print(f"prefix reuse changes something only where prompts share prefixes: "
 # ### Exercise 1: what does Orca reserve?
 #
 # Implement `orca_reservation(prompt_len, output_len, mode, block_size=16, max_len=2048)`: the
-# number of **blocks** in the buddy run the paper's Orca baseline reserves for one request, as in
-# section 2. `mode` is `"max"`, `"pow2"` or `"oracle"`; any other mode raises `ValueError`. The
-# checker compares with the simulator's `OrcaPolicy`.
+# number of **blocks** in the buddy run that the paper's Orca baseline reserves for one request.
+# The contract:
+#
+# - `mode` is `"max"`, `"pow2"` or `"oracle"`, the three Orcas, each with its own guess of the
+#   output's length; any other mode raises `ValueError`;
+# - the run holds the whole reservation (the prompt and the guess), and no reservation holds
+#   more than `max_len` tokens;
+# - the run is one that a buddy allocator can hand out.
+#
+# The checker compares with the simulator's `OrcaPolicy`, also at block sizes and `max_len` other
+# than the defaults.
+#
+# Before you code, predict on paper, for a prompt of 100 tokens and blocks of 16: at which of the
+# output lengths 60, 130 and 256 do Orca (Pow2) and Orca (Oracle) get the **same** run, and at
+# which is Pow2's run twice Oracle's? Then check your predictions with your function.
 
 # %% tags=["exercise-stub"]
 def orca_reservation(prompt_len, output_len, mode, block_size=16, max_len=2048):
@@ -430,15 +456,15 @@ check.orca_reservation(orca_reservation)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Section 2 describes three estimates of the output. What does each one know about the request,
-# and which limit does no reservation ever pass?
+# What does each Orca know about the request before it runs: which of them reads `output_len`,
+# and which ignores it? And what is the most any reservation may hold?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Two things are rounded up, in two different units. Check your answer against section 2's
-# example (161 + 338 tokens under Orca (Pow2): a run of 64 blocks), then against an output of
-# exactly 256 tokens: what is "the next power of two" of a number that already is one?
+# Two roundings happen, in two different units, and the order of the cap and the roundings
+# matters. Check your function against section 2's printed example (161 + 338 tokens), then at
+# sizes that sit exactly on a boundary: what should a quantity that already fits exactly become?
 # </details>
 
 # %% [markdown]
@@ -479,15 +505,15 @@ check.fit_requests(fit_requests)
 # ### Exercise 3: the best possible hit rate (a design question)
 #
 # Lesson 08's cache-aware scheduling (section 5) and this lesson's appendix compared the orders
-# with a "best possible" hit rate. Work out what it must be, then
-# implement `optimal_hit_rate(prompts)`: the fraction of all prompt tokens (lists of token ids)
-# that a prefix cache could at best serve from cache, with unlimited memory and the prompts in
-# the best order. Return a fraction (0.0 to 1.0), and 0.0 when there are no tokens.
+# with a "best possible" hit rate. Implement `optimal_hit_rate(prompts)`: the fraction of all
+# prompt tokens (lists of token ids) that a prefix cache could at best serve from cache, with
+# unlimited memory and the prompts in the best order. Return a fraction (0.0 to 1.0), and 0.0
+# when there are no tokens. The checker compares with `kvlab.sim.optimal_hit_rate`.
 #
-# Before you code, predict on paper: a token's KV depends on every token before it, so which
-# tokens must **any** cache compute at least once? Count them for `[1, 2, 3]`, `[1, 2, 4]` and
-# `[1, 2]` (4 of their 8 tokens: a best hit rate of 0.5), and check that the order of the
-# prompts does not change your count. The checker compares with `kvlab.sim.optimal_hit_rate`.
+# Before you code, predict on paper: a token's KV depends on every token before it. For the
+# prompts `[1, 2, 3]`, `[1, 2, 4]` and `[1, 2]`, which tokens must a cache compute at least once,
+# whatever it keeps? Does the order of the three prompts change how many? And for `[1, 2, 3]` and
+# `[3, 2, 1]`? Write your counts down, then design the function.
 
 # %% tags=["exercise-stub"]
 def optimal_hit_rate(prompts):
@@ -506,8 +532,8 @@ check.optimal_hit_rate(optimal_hit_rate)
 #
 # <details><summary>Hint 2</summary>
 #
-# Picture the radix tree of lesson 07 with page size 1 after every prompt was inserted. What does
-# each of its nodes stand for, and how often must it be computed?
+# Write down, for one token, exactly what decides its KV. Two tokens with the same answer need
+# computing only once, in any order: how many different answers do the prompts hold?
 # </details>
 
 # %% [markdown]
@@ -532,7 +558,7 @@ print(f"vLLM batches {v.mean / o.mean:.1f}x Orca (Oracle) and {v.mean / m.mean:.
 print(f"the buddy's rounding holds {runs0['orca-pow2'].breakdown(False)['rounding']:.0%} (Pow2) and "
       f"{runs0['orca-oracle'].breakdown(False)['rounding']:.0%} (Oracle) of the budget; without it (first fit) Orca "
       f"(Oracle) batches {ablation['firstfit-oracle'].mean_batch / first['orca-oracle'].mean_batch - 1:+.0%} more.")
-print("the notes' claims:", "; ".join(f"{c.claim.split(':')[0][:45]}: {c.verdict}" for c in claims))
+print("the notes' claims:", "; ".join(f"{c.short}: {c.verdict}" for c in claims))
 pub = {p: R.PUBLISHED["batch_sharegpt"][p] for p in R.PAPER_POLICIES}
 print(f"\nThe notes' three maxims, judged on this run:\n- caching trades space for time: each cached token costs "
       f"{spec.bytes_per_token:,} bytes of HBM and saves recomputing it; the radix tree finished "
@@ -542,7 +568,10 @@ print(f"- fragmentation is the enemy of dynamic allocation: Orca (Oracle) kept o
       f"{fig2.rows[3].simulated:.0%}.")
 beam = fig15.results["saving"]
 best = max(beam.items(), key=lambda kv: kv[1].mean)
+above = "; above the paper's top, see section 7" if best[1].mean > R.PUBLISHED["saving"][best[0][:2]][1] else ""
 print(f"- dedup is a free dividend of batching: sharing saved up to {best[1].mean:.0%} of the memory "
-      f"({best[0][0]}, {best[0][1]}, width {best[0][2]}), at no cost in tokens (lesson 06).")
+      f"({R.DATASET_NAMES[best[0][0]]}, {'beam search' if best[0][1] == 'beam' else 'parallel sampling'}, width "
+      f"{best[0][2]}{above}), "
+      "at no cost in tokens (lesson 06).")
 print("PagedAttention decides where KV lives; RadixAttention decides which KV is reused; the second is built on the first.")
 print("For bigger runs: python -m kvlab simulate --help and bench/bench_sim.py.")

@@ -74,10 +74,8 @@ print(f"bars that move under 5%: {', '.join(steady) or 'none'}; the one that mov
 # %%
 import textwrap
 
-from kvlab.sim.metrics import format_table
-
 shapes = R.sensitivity(N, seeds=(0,), shapes=("lognormal", "gamma"), scales=())
-print(format_table(shapes, percent=("vllm_token_states",)))
+print(R.sensitivity_table(shapes))
 base = shapes[0]
 moved = max(abs(r[p] / base[p] - 1) for r in shapes[1:] for p in R.PAPER_POLICIES)
 print(f"the length shape moves a bar by at most {moved:.0%}")
@@ -87,7 +85,7 @@ print(f"the length shape moves a bar by at most {moved:.0%}")
 #
 # The runs of sections 2 and 3 (seed 0) in one menu. Pick a scenario: each system's bar (hatched)
 # stands beside lesson 09's setting (dark grey: log-normal lengths, step time x1) and the
-# published bar label (white), on one axis for every choice, so a bar that moves is the system's
+# published bar (white), on one axis for every choice, so a bar that moves is the system's
 # own. The caption says how far each moved and whether it is still within 15% of the paper.
 # Which systems move with the step time, and which with the length shape? (The runs are done:
 # the menu only redraws.)
@@ -105,7 +103,7 @@ ScenarioControl(scenarios, {p: row.published for p, row in zip(R.PAPER_POLICIES,
                 baseline=lesson09, tolerance=R.TOLERANCE, title="Fig. 13a (ShareGPT, 2 req/s), seed 0")
 
 # %% [markdown]
-# The cost model (iteration time from bandwidth, compute and a fixed overhead; `kvlab.sim.cost`
+# The cost model (step time from bandwidth, compute and a fixed overhead; `kvlab.sim.cost`
 # says where each constant comes from, none fitted to a published result) sets the batch of a
 # system that keeps up with its arrivals. The step-time rows of section 2 again, with vLLM's
 # token-state share: Fig. 2's 96.3% for vLLM is the paper's own sign that its vLLM ran with
@@ -113,10 +111,10 @@ ScenarioControl(scenarios, {p: row.published for p, row in zip(R.PAPER_POLICIES,
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(format_table([base] + timing, percent=("vllm_token_states",)))
+print(R.sensitivity_table([base] + timing))
 for r in timing:
-    print(f"{r['variant']}: vLLM {r['vllm']:.1f} ({r['vllm'] / base['vllm'] - 1:+.0%}), Orca (Oracle) "
-          f"{r['orca-oracle']:.1f} ({r['orca-oracle'] / base['orca-oracle'] - 1:+.0%}), vLLM token states "
+    print(f"{r['variant'].replace('iteration time', 'step time')}: vLLM {r['vllm']:.1f} ({r['vllm'] / base['vllm'] - 1:+.0%}), Orca (Oracle) "
+          f"{r['orca-oracle']:.1f} ({r['orca-oracle'] / base['orca-oracle'] - 1:+.1%}), vLLM token states "
           f"{r['vllm_token_states']:.0%}")
 
 # %% [markdown]
@@ -140,7 +138,7 @@ print(textwrap.fill(alp.explanation, 84))
 base = alp.results["runs"][0]
 for scale in (0.9, 1.1):
     r = R.paper_runs("alpaca", 3000, 0, cost_scale=scale, policies=("vllm", "orca-oracle"))
-    print(f"iteration time x{scale}: vLLM {r['vllm'].mean_batch:.1f} requests (x1.0: {base['vllm'].mean_batch:.1f}), "
+    print(f"step time x{scale}: vLLM {r['vllm'].mean_batch:.1f} requests (x1.0: {base['vllm'].mean_batch:.1f}), "
           f"Orca (Oracle) {r['orca-oracle'].mean_batch:.1f} (x1.0: {base['orca-oracle'].mean_batch:.1f})")
 longer = R.paper_runs("alpaca", 6000, 0, policies=("vllm",))["vllm"]
 grow = longer.mean_batch / base["vllm"].mean_batch - 1
@@ -167,7 +165,7 @@ cols = [(c, o) for c in ("radix", "block-hash") for o in ("fcfs", "cache-aware")
 print(f"\n{'':<26}{'radix':^26}{'block-hash':^26}\n{f'hit rate, {len(SEEDS)} seeds':<26}"
       + "".join(f"{o:>13}" for _, o in cols))
 for w, cap in dict.fromkeys(k[:2] for k in iv):
-    print(f"{w + f', {cap:,} slots':<26}" + "".join(f"{iv[(w, cap, c, o)].mean:>13.1%}" for c, o in cols))
+    print(f"{C.scenario_name(w) + f', {cap:,} slots':<26}" + "".join(f"{iv[(w, cap, c, o)].mean:>13.1%}" for c, o in cols))
 print("\n" + textwrap.fill(sg.explanation, 84))
 
 # %%
