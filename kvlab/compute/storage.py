@@ -71,7 +71,8 @@ def model_digest(model) -> str:
     for name, t in sorted(model.state_dict().items()):
         t = t.detach().cpu().contiguous()
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if t.numel():
+            h.update(memoryview(t.view(torch.uint8).numpy()))   # the tensor's own bytes, not a copy of them
     return h.hexdigest()
 
 
