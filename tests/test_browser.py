@@ -480,6 +480,37 @@ def _lesson_07_radix_stepper(page) -> None:
     _shot(page, stepper, "radix_tree.png")
 
 
+_SPAN_JS = """(w) => {  // from the top of a widget's first control to the bottom of its last figure (px)
+    const parts = [...w.querySelectorAll('input, button, select, .js-plotly-plot, svg, img, canvas')].filter(el =>
+        el.getBoundingClientRect().height > 0 && !(el.tagName === 'svg' && el.parentElement.closest('svg, .js-plotly-plot, button')));
+    const rs = parts.map(el => el.getBoundingClientRect());
+    return Math.round(Math.max(...rs.map(r => r.bottom)) - Math.min(...rs.map(r => r.top)));
+}"""
+
+
+def _lesson_07_on_a_projector(page) -> None:
+    """Lesson 07 at 1280x720 (the review of ede928d: the radix stepper was 757 px tall at step 3,
+    the chat's tree view 918 px): at EVERY step the stepper's buttons and tree fit the visible
+    notebook, and so do the chat's question box and its radix-tree view."""
+    window = page.evaluate("() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
+                           ".jp-WindowedPanel-outer').clientHeight")
+    stepper, caption = _first_stepper(page, ".kvlab-stepper:has(.kvlab-svg)",
+                                      "lesson 07 shows no radix stepper (.kvlab-stepper with a .kvlab-svg view)")
+    spans = [page.evaluate(_SPAN_JS, stepper.element_handle())]
+    while not re.search(r"step (\d+) / \1:", caption.text_content()):
+        _next_step(page, stepper, caption)
+        spans.append(page.evaluate(_SPAN_JS, stepper.element_handle()))
+    assert max(spans) <= window, f"the radix stepper spans {spans} px at steps 1..{len(spans)}, {window} px on screen"
+    chat = page.locator(".kvlab-chat").first
+    chat.scroll_into_view_if_needed()
+    chat.locator(".kvlab-chat-view button", has_text="radix tree").first.click()
+    page.wait_for_function("el => el.querySelector('.kvlab-svg svg')?.getBoundingClientRect().height > 0",
+                           arg=chat.element_handle(), timeout=10_000)
+    span = page.evaluate(_SPAN_JS, chat.element_handle())
+    assert span <= window, f"the chat with its radix tree spans {span} px, {window} px on screen"
+    _shot(page, chat, "chat_tree_classroom.png")
+
+
 def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
     """Lesson 01's decode stepper: three clicks on Next reach step 4, whose caption says what the
     naive step recomputed and the cached one wrote, and whose figure marks the produced token."""
@@ -498,7 +529,7 @@ def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
 
 _NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_decode_stepper, "02_how_big.ipynb": _lesson_02_plotly,
                  "07_radix.ipynb": _lesson_07_radix_stepper}
-_CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector,
+_CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector, "07_radix.ipynb": _lesson_07_on_a_projector,
                     "01_why_kv_cache.ipynb": lambda page: _lesson_01_decode_stepper(page, "decode_stepper_classroom.png")}
 _LESSONS = lesson_names()
 
