@@ -114,6 +114,7 @@ class ChatSession:
         self.max_new_tokens, self.num_blocks, self.block_size, self.radix = max_new_tokens, num_blocks, block_size, radix
         self.turns: list[ChatTurn] = []
         self.clear_cache()
+        self._cleared = False  # a new session's empty cache was never cleared: its first turn says nothing of it
         self.new_conversation()
 
     # ------------------------------------------------------------------ state
@@ -235,14 +236,19 @@ def ttft_on_and_off(model: Any, turns: dict[str, ChatTurn], repeats: int = 1, nu
 
 def support_node_labels(session: ChatSession, turns: dict[str, ChatTurn]) -> dict[int, str]:
     """The notes' letters on the session's tree: [A+B] the shared system prompt and examples (one
-    node while every request used both), then the first node of each request's own part: [C]
-    R1's turn, [D] R2's, [E] R3's, and [F] where R4 leaves R1's path."""
+    node while every request used both), then each request's own part: [C] R1's turn, [D] R2's,
+    [E] R3's and [F] R4's, from where R4 leaves R1's path. A part that takes several nodes numbers
+    them: [C1] R1's prompt to its last full page (cached after its prefill), [C2] the rest of
+    its prompt and its reply (cached when it finished).
+
+    Example: a tree root -> [A+B] -> {R1's prompt -> R1's reply, ...} labels R1's nodes C1 and C2.
+    """
     snap = session.engine.cache.snapshot()
     paths = {rid: [n for n, _ in path_node_ids(snap, t.prompt_ids + t.output_ids)] for rid, t in turns.items()}
     shared = [n for n, _ in path_node_ids(snap, turns["R2"].prompt_ids)][:1]
     labels = {shared[0]: "A+B"} if shared else {}
     for rid, letter, before in (("R1", "C", shared), ("R2", "D", shared), ("R3", "E", shared), ("R4", "F", paths["R1"])):
         own = [n for n in paths[rid] if n not in before and n not in labels]
-        if own:
-            labels[own[0]] = letter
+        for i, n in enumerate(own):
+            labels[n] = letter if len(own) == 1 else f"{letter}{i + 1}"
     return labels

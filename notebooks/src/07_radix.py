@@ -262,18 +262,20 @@ computed = sum(t.prefilled for t in turns.values())
 print(f"prompt tokens run through the model: {computed} of {total} ({1 - computed / total:.0%} reused from the tree)")
 
 # %% [markdown]
-# The radix tree after R4, over the real token ids (each node shows the start of its text):
-# R4's path is green over the pages the tree holds of R1's turn (root → [A+B] → [C]: the history
-# up to its last full page), and blue over what R4 computes now: any tail of R1's turn that did
-# not fill a whole page (the tree keeps whole pages only, so that tail is computed again), then
-# R4's own question and its reply. [A] and [B] are one node here, because every
-# request so far used both; a request that used only [A] would split it. The letters: [C] is
-# R1's turn (question and reply), [D] and [E] R2's and R3's, and **[F]** is R4's own part, the
-# node where R4 leaves R1's path (its question "A human, please" and its reply).
+# The radix tree after R4, over the real token ids (each node shows the start of its text and
+# its tokens). [A] and [B] are one node here, [A+B], because every request so far used both; a
+# request that used only [A] would split it. Then each request's own part, lettered as in
+# section 2: [C] R1's turn, [D] R2's, [E] R3's, [F] R4's. Each takes two nodes here, numbered:
+# the tree caches a request's prompt after its prefill ([C1]: R1's question, to the last full
+# page of its prompt) and the rest when it finishes ([C2]: the end of the prompt and the reply).
 #
 # The tree holds whole **pages** of KV (a page is one block of the pool), so a node's length is a
-# multiple of the page size and a split can fall inside a word: the line under the tree says
-# where, and a leading "…" marks a node whose first token continues its parent's last word.
+# multiple of the page size. Two things follow, and the lines under the tree give this run's
+# numbers. R4's path is green over [A+B] → [C1] → [C2], all the tree holds of R1's turn, but
+# the last tokens of R1's reply did not fill a page, so the tree does not hold them: [F1], blue
+# like the rest of what R4 computes now, starts with them, then R4's question; [F2] holds the
+# end of R4's prompt and its reply. And a split can fall inside a word: a leading "…" marks a node whose first token
+# continues its parent's last word.
 
 # %%
 from IPython.display import HTML, display
@@ -291,6 +293,13 @@ if mid:
 else:
     where = "no node here does"
 display(HTML(tree_svg(chat, labels=support_node_labels(chat, turns))))
+r1, r4 = turns["R1"], turns["R4"]
+r1_turn = r1.prompt_ids + r1.output_ids                       # R1's turn as the engine served it
+shared = next((i for i, (a, b) in enumerate(zip(r1_turn, r4.prompt_ids)) if a != b), len(r1_turn))
+tail = r4.prompt_ids[r4.matched:shared]                       # R1's turn that R4 finds no KV for
+print(f"R4 matched {r4.matched} tokens: [A+B], [C1] and [C2], all the tree holds of R1's turn. The last "
+      f"{len(tail)} token(s)\nof R1's reply ({tok.decode(tail)!r}) did not fill a page of {snap.page_size}: "
+      f"R4 computes their K/V now, at the start of [F1].")
 print(f"Nodes split only every {snap.page_size} tokens (one page, one block of the pool), so a node can start\n"
       f"inside a word; {where}.")
 
