@@ -124,7 +124,7 @@ def test_the_notes_four_requests_as_chat_turns(bundled):
     """R2 and R3 reuse [A] + [B]; R4, R1's second turn, reuses R1's whole turn; the tree's
     letters and the fastest-of-n TTFT cover the four (issue 19 item 6, on the bundled model)."""
     from kvlab.lessons.chat import (fastest_ttft, serve_support_requests, support_node_labels, support_session,
-                                    ttft_on_and_off)
+                                    ttft_on_and_off, ttft_runs)
 
     model, tok = bundled
     s = support_session(model, tok, max_new_tokens=3)
@@ -148,8 +148,13 @@ def test_the_notes_four_requests_as_chat_turns(bundled):
     assert [labels[n] for n in r1_path] == ["A+B"] + parts["C"]       # every node of R1's turn is lettered C
     on, off = fastest_ttft(model, turns, radix=True, repeats=2), fastest_ttft(model, turns, radix=False, repeats=1)
     assert set(on) == set(off) == set(turns) and all(v > 0 for v in on.values())
-    on2, off2 = ttft_on_and_off(model, turns, repeats=2)                  # warm-up, interleaved, fastest of 2
-    assert set(on2) == set(off2) == set(turns) and all(v > 0 for v in [*on2.values(), *off2.values()])
+    on2, off2 = ttft_on_and_off(model, turns, repeats=3)                  # interleaved, the median of 3
+    assert set(on2) == set(turns) and set(off2) == {"R2", "R3", "R4"}     # R1: the same work both ways
+    assert all(v > 0 for v in [*on2.values(), *off2.values()])
+    runs = ttft_runs(model, turns, repeats=3)  # the review of ede928d: one run each way gave R2 "0.5x"
+    assert {len(v) for side in runs.values() for v in side.values()} == {3} and set(runs["no tree"]) == set(off2)
+    with pytest.raises(ValueError, match="repeats"):
+        ttft_runs(model, turns, repeats=0)
 
 
 def test_the_tree_view_fills_the_width_when_its_tab_is_shown(bundled):

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 __all__ = ["ChatSession", "ChatTurn", "cached_model", "path_node_ids", "SUPPORT_SYSTEM", "SUPPORT_EXAMPLES",
-           "SUPPORT_QUESTIONS", "support_session", "serve_support_requests", "fastest_ttft", "support_node_labels"]
+           "SUPPORT_QUESTIONS", "support_session", "serve_support_requests", "fastest_ttft", "ttft_runs",
+           "ttft_on_and_off", "support_node_labels"]
 
 SUPPORT_SYSTEM = ("You are the customer-service assistant of an online shop. "
                   "Answer in one or two short, friendly sentences.")                                  # [A]
@@ -212,26 +213,50 @@ def fastest_ttft(model: Any, turns: dict[str, ChatTurn], radix: bool, repeats: i
     return best
 
 
-def ttft_on_and_off(model: Any, turns: dict[str, ChatTurn], repeats: int = 1, num_blocks: int = 256,
-                    block_size: int = 4) -> tuple[dict[str, float], dict[str, float]]:
-    """``(with the tree, without it)``: each request's time to first token (:func:`fastest_ttft`),
-    after one untimed warm-up prefill (a cold first call is slower), the two sides interleaved
-    (on, off, then off, on, ...) so that the machine's drift falls on both alike; each the
-    fastest of ``repeats``. A request that prefills the same tokens both ways does the same work:
-    its two times differ by noise only (the lesson prints no speed-up for it)."""
+def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 256,
+              block_size: int = 4) -> dict[str, dict[str, list[float]]]:
+    """Each request's time to first token (seconds, measured), ``repeats`` times with the tree and
+    without it: ``{"tree": {rid: [...]}, "no tree": {rid: [...]}}``. Each repetition serves the
+    prompts again, in order and one token each, on two fresh engines, a request's two runs back
+    to back (which goes first alternates), so that the machine's load falls on both alike. With
+    the tree, R1's reply is put in the tree after R1 (not timed) as the real run left it, so
+    that R4 finds R1's whole turn cached. A request that matches nothing (R1) is timed with the
+    tree only: without it, it does the same work.
+
+    Example: ``median(ttft_runs(model, turns)["no tree"]["R2"])`` is R2's time without the tree.
+    """
     from ..compute.engine import Engine
 
-    first = next(iter(turns.values()))
-    warm = Engine(model, num_blocks=num_blocks, block_size=block_size, radix=False)
-    warm.submit(first.prompt_ids, 1, rid="warm-up", arrival_step=0)
-    warm.run()
-    best: tuple[dict[str, float], dict[str, float]] = ({}, {})
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    runs: dict[str, dict[str, list[float]]] = {"tree": {r: [] for r in turns},
+                                               "no tree": {r: [] for r, t in turns.items() if t.matched}}
     for i in range(repeats):
-        for radix in ((True, False) if i % 2 == 0 else (False, True)):
-            side = best[0] if radix else best[1]
-            for rid, t in fastest_ttft(model, turns, radix, 1, num_blocks, block_size).items():
-                side[rid] = min(side.get(rid, float("inf")), t)
-    return best
+        engines = {side: Engine(model, num_blocks=num_blocks, block_size=block_size, radix=side == "tree")
+                   for side in ("tree", "no tree")}
+        for rid, t in turns.items():
+            for side in (("tree", "no tree") if i % 2 == 0 else ("no tree", "tree")):
+                if rid in runs[side]:
+                    eng = engines[side]
+                    r = eng.submit(t.prompt_ids, 1, rid=rid, arrival_step=eng.step_no)
+                    eng.run()
+                    runs[side][rid].append(r.ttft)
+            if rid == "R1":                               # R1's reply into the tree (not timed)
+                eng = engines["tree"]
+                eng.submit(t.prompt_ids + t.output_ids, 1, rid="R1 reply", arrival_step=eng.step_no)
+                eng.run()
+    return runs
+
+
+def ttft_on_and_off(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 256,
+                    block_size: int = 4) -> tuple[dict[str, float], dict[str, float]]:
+    """``(with the tree, without it)``: each request's median time to first token over
+    :func:`ttft_runs`' repetitions (one slow run, another program's burst, moves a median
+    little). Without the tree only the requests that hit it (R1 does the same work both ways)."""
+    from statistics import median
+
+    runs = ttft_runs(model, turns, repeats, num_blocks, block_size)
+    return ({r: median(v) for r, v in runs["tree"].items()}, {r: median(v) for r, v in runs["no tree"].items()})
 
 
 def support_node_labels(session: ChatSession, turns: dict[str, ChatTurn]) -> dict[int, str]:

@@ -320,26 +320,34 @@ PageSizeControl(page_size=16)
 # ### Time to first token, with the tree and without it (measured)
 #
 # A request's first token is sampled from the logits of its prefill, so a shorter prefill is a
-# sooner first token. The same four prompts are served again on fresh engines, with the tree
-# and without it, after one untimed warm-up call (a cold first call is slower), the two runs
-# back to back so that the machine's load falls on both alike (`ttft_on_and_off`). A request
-# that prefills as many tokens with the tree as without it (R1: nothing to reuse yet) does the
-# same work both ways, so its two times differ by noise only: the table prints no speed-up
-# for it. The sentences under the table are printed from it.
+# sooner first token. The same four prompts are served again on fresh engines, **three times**
+# with the tree and three times without it, a request's two runs back to back so that the
+# machine's load falls on both alike (`ttft_runs`); the table prints each request's **median**
+# (one slow run moves it little). R1 prefills as many tokens with the tree as without it
+# (nothing to reuse yet): the same work both ways, timed with the tree only and given no
+# speed-up. The sentences under the table are printed from it.
 
 # %%
-from kvlab.lessons.chat import ttft_on_and_off
+from statistics import median
 
-ttft_on, ttft_off = ttft_on_and_off(model, turns)
-MARGIN = 1.2                                                   # below it, one run each cannot tell a saving from noise
-print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up  (TTFT measured, CPU)")
+from kvlab.lessons.chat import ttft_runs
+
+runs = ttft_runs(model, turns, repeats=3)                    # each request 3 times each way (measured)
+ttft_on = {rid: median(times) for rid, times in runs["tree"].items()}
+ttft_off = {rid: median(times) for rid, times in runs["no tree"].items()}
+MARGIN = 1.2                                                 # below it, the medians cannot tell a saving from noise
+print(f"time to first token (TTFT), the median of {len(runs['tree']['R1'])} runs each (measured, this CPU, one thread)")
+print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up")
 print(f"{'':<8} {'no tree':>18} | {'radix tree':>18} |")
 for rid, t in turns.items():
+    if rid not in ttft_off:                                  # R1: the same tokens either way
+        print(f"{rid:<8} {len(t.prompt_ids):>9} {'(same)':>8} | {t.prefilled:>9} {1e3 * ttft_on[rid]:>8.0f} | "
+              f"none: same work")
+        continue
     ratio = ttft_off[rid] / ttft_on[rid]
-    gain = ("  none: same tokens, same work" if t.prefilled == len(t.prompt_ids) else
-            f"{ratio:>5.1f}x" + ("" if ratio >= MARGIN else "  (within noise)"))
+    gain = f"{ratio:>4.1f}x" + ("" if ratio >= MARGIN else " (within noise)")
     print(f"{rid:<8} {len(t.prompt_ids):>9} {1e3 * ttft_off[rid]:>8.0f} | {t.prefilled:>9} {1e3 * ttft_on[rid]:>8.0f} | {gain}")
-hits = [rid for rid, t in turns.items() if t.matched]
+hits = list(ttft_off)
 sooner = [rid for rid in hits if ttft_off[rid] >= MARGIN * ttft_on[rid]]
 fewer = sum(len(turns[r].prompt_ids) for r in hits) / sum(turns[r].prefilled for r in hits)
 faster = sum(ttft_off[r] for r in hits) / sum(ttft_on[r] for r in hits)
