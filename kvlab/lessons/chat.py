@@ -215,36 +215,42 @@ def fastest_ttft(model: Any, turns: dict[str, ChatTurn], radix: bool, repeats: i
 
 def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 256,
               block_size: int = 4) -> dict[str, dict[str, list[float]]]:
-    """Each request's time to first token (seconds, measured), ``repeats`` times with the tree and
-    without it: ``{"tree": {rid: [...]}, "no tree": {rid: [...]}}``. Each repetition serves the
-    prompts again, in order and one token each, on two fresh engines, a request's two runs back
-    to back (which goes first alternates), so that the machine's load falls on both alike. With
-    the tree, R1's reply is put in the tree after R1 (not timed) as the real run left it, so
-    that R4 finds R1's whole turn cached. A request that matches nothing (R1) is timed with the
-    tree only: without it, it does the same work.
+    """Each request's time to first token (seconds, measured), with the tree and without it:
+    ``{"tree": {rid: [...]}, "no tree": {rid: [...]}}``, the prompts served again one token each.
+
+    The first request (R1, which matches nothing) is served once on a fresh engine with the tree,
+    timed, and its reply put in the tree as the real run left it (not timed), so that R4 finds
+    R1's whole turn cached. Then ``repeats`` times: the other requests, in order, on a copy of that
+    engine and on one without the tree, a request's two runs back to back (which goes first
+    alternates), so that the machine's load falls on both alike. R1 does the same work with the
+    tree and without it: it is timed once, with the tree.
 
     Example: ``median(ttft_runs(model, turns)["no tree"]["R2"])`` is R2's time without the tree.
     """
+    import copy
+
     from ..compute.engine import Engine
 
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
-    runs: dict[str, dict[str, list[float]]] = {"tree": {r: [] for r in turns},
-                                               "no tree": {r: [] for r, t in turns.items() if t.matched}}
+    (first, t1), *rest = turns.items()
+    seeded = Engine(model, num_blocks=num_blocks, block_size=block_size, radix=True)
+    r = seeded.submit(t1.prompt_ids, 1, rid=first, arrival_step=0)
+    seeded.run()
+    seeded.submit(t1.prompt_ids + t1.output_ids, 1, rid=f"{first} reply", arrival_step=seeded.step_no)
+    seeded.run()                                          # R1's reply into the tree (not timed)
+    runs: dict[str, dict[str, list[float]]] = {"tree": {first: [r.ttft]}, "no tree": {}}
     for i in range(repeats):
-        engines = {side: Engine(model, num_blocks=num_blocks, block_size=block_size, radix=side == "tree")
-                   for side in ("tree", "no tree")}
-        for rid, t in turns.items():
+        engines = {"tree": copy.deepcopy(seeded, memo={id(model): model}),   # the same tree, its own pool
+                   "no tree": Engine(model, num_blocks=num_blocks, block_size=block_size, radix=False)}
+        for rid, t in rest:
             for side in (("tree", "no tree") if i % 2 == 0 else ("no tree", "tree")):
-                if rid in runs[side]:
-                    eng = engines[side]
-                    r = eng.submit(t.prompt_ids, 1, rid=rid, arrival_step=eng.step_no)
-                    eng.run()
-                    runs[side][rid].append(r.ttft)
-            if rid == "R1":                               # R1's reply into the tree (not timed)
-                eng = engines["tree"]
-                eng.submit(t.prompt_ids + t.output_ids, 1, rid="R1 reply", arrival_step=eng.step_no)
+                eng = engines[side]
+                r = eng.submit(t.prompt_ids, 1, rid=rid, arrival_step=eng.step_no)
                 eng.run()
+                if r.prefill_saved != (t.matched if side == "tree" else 0):   # not the work the table says
+                    raise RuntimeError(f"{rid} ({side}): reused {r.prefill_saved} tokens, the real run {t.matched}")
+                runs[side].setdefault(rid, []).append(r.ttft)
     return runs
 
 
@@ -252,7 +258,7 @@ def ttft_on_and_off(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, nu
                     block_size: int = 4) -> tuple[dict[str, float], dict[str, float]]:
     """``(with the tree, without it)``: each request's median time to first token over
     :func:`ttft_runs`' repetitions (one slow run, another program's burst, moves a median
-    little). Without the tree only the requests that hit it (R1 does the same work both ways)."""
+    little); R1 is timed once, with the tree only (it does the same work both ways)."""
     from statistics import median
 
     runs = ttft_runs(model, turns, repeats, num_blocks, block_size)

@@ -320,23 +320,24 @@ PageSizeControl(page_size=16)
 # ### Time to first token, with the tree and without it (measured)
 #
 # A request's first token is sampled from the logits of its prefill, so a shorter prefill is a
-# sooner first token. The same four prompts are served again on fresh engines, **three times**
-# with the tree and three times without it, a request's two runs back to back so that the
-# machine's load falls on both alike (`ttft_runs`); the table prints each request's **median**
-# (one slow run moves it little). R1 prefills as many tokens with the tree as without it
-# (nothing to reuse yet): the same work both ways, timed with the tree only and given no
-# speed-up. The sentences under the table are printed from it.
+# sooner first token. The same prompts are served again: R1 once, on a fresh engine with the
+# tree (it prefills as many tokens with the tree as without it, nothing to reuse yet: the same
+# work both ways, so no speed-up), then R2, R3 and R4 **three times** with that tree and three
+# times without one, a request's two runs back to back so that the machine's load falls on both
+# alike (`ttft_runs`). The table prints each request's **median** (one slow run moves it
+# little); the sentences under it are printed from it.
 
 # %%
 from statistics import median
 
 from kvlab.lessons.chat import ttft_runs
 
-runs = ttft_runs(model, turns, repeats=3)                    # each request 3 times each way (measured)
+runs = ttft_runs(model, turns, repeats=3)                    # R2-R4 3 times each way, R1 once (measured)
 ttft_on = {rid: median(times) for rid, times in runs["tree"].items()}
 ttft_off = {rid: median(times) for rid, times in runs["no tree"].items()}
 MARGIN = 1.2                                                 # below it, the medians cannot tell a saving from noise
-print(f"time to first token (TTFT), the median of {len(runs['tree']['R1'])} runs each (measured, this CPU, one thread)")
+print(f"time to first token (TTFT), the median of {len(runs['no tree']['R2'])} runs each (measured, this CPU, "
+      f"one thread; R1: one run)")
 print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up")
 print(f"{'':<8} {'no tree':>18} | {'radix tree':>18} |")
 for rid, t in turns.items():
