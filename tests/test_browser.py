@@ -21,6 +21,8 @@ well as into the failure. Lesson steps:
 - lesson 04 in classroom mode: the widget controls are larger, the translation widget's position
   slider, moved to 4 (L1 -> P7) and back to 9, shows L2, offset 1 and P1, and the memory-map
   stepper's Next button moves its caption, numbered "step k / N";
+- lesson 07 in classroom mode: at every step the radix stepper's buttons and tree fit the visible
+  notebook, and so do the chat's question box and its radix-tree view;
 - lesson 02 (normal): the plotly bar chart renders; lesson 07 (normal): the radix stepper's Next
   button changes the caption and the tree; lesson 01 (both modes): the decode stepper's Next
   reaches step 4, captioned with what each path computed. A lesson with steps that is missing fails.
