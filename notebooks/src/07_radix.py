@@ -289,7 +289,7 @@ parent_of = {n.id: n for n in snap.nodes}
 mid = [n for n in snap.nodes if decode(n.tokens).startswith("…")]
 if mid:
     first, before = tok.decode(mid[0].tokens[:1]), tok.decode(parent_of[mid[0].parent_id].tokens[-1:])
-    where = f"{len(mid)} node(s) here do: “…{first}” follows “{before}”, the last token of its parent"
+    where = f"{len(mid)} node(s) here do:\n“…{first}” follows “{before}”, the last token of its parent"
 else:
     where = "no node here does"
 display(HTML(tree_svg(chat, labels=support_node_labels(chat, turns))))
@@ -297,11 +297,11 @@ r1, r4 = turns["R1"], turns["R4"]
 r1_turn = r1.prompt_ids + r1.output_ids                       # R1's turn as the engine served it
 shared = next((i for i, (a, b) in enumerate(zip(r1_turn, r4.prompt_ids)) if a != b), len(r1_turn))
 tail = r4.prompt_ids[r4.matched:shared]                       # R1's turn that R4 finds no KV for
-print(f"R4 matched {r4.matched} tokens: [A+B], [C1] and [C2], all the tree holds of R1's turn. The last "
-      f"{len(tail)} token(s)\nof R1's reply ({tok.decode(tail)!r}) did not fill a page of {snap.page_size}: "
+print(f"R4 matched {r4.matched} tokens: [A+B], [C1], [C2], all the tree holds of R1's turn.\n"
+      f"The last {len(tail)} token(s) of R1's reply ({tok.decode(tail)!r}) did not fill a page of {snap.page_size}:\n"
       f"R4 computes their K/V now, at the start of [F1].")
-print(f"Nodes split only every {snap.page_size} tokens (one page, one block of the pool), so a node can start\n"
-      f"inside a word; {where}.")
+print(f"Nodes split only every {snap.page_size} tokens (one page, one block of the pool), so a\n"
+      f"node can start inside a word; {where}.")
 
 # %% [markdown]
 # ### Try it: the page size
@@ -336,8 +336,7 @@ runs = ttft_runs(model, turns, repeats=3)                    # R2-R4 3 times eac
 ttft_on = {rid: median(times) for rid, times in runs["tree"].items()}
 ttft_off = {rid: median(times) for rid, times in runs["no tree"].items()}
 MARGIN = 1.2                                                 # below it, the medians cannot tell a saving from noise
-print(f"time to first token (TTFT), the median of {len(runs['no tree']['R2'])} runs each (measured, this CPU, "
-      f"one thread; R1: one run)")
+print(f"TTFT, measured on this CPU (one thread): the median of {len(runs['no tree']['R2'])} runs each (R1: one)")
 print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up")
 print(f"{'':<8} {'no tree':>18} | {'radix tree':>18} |")
 for rid, t in turns.items():
@@ -354,7 +353,7 @@ fewer = sum(len(turns[r].prompt_ids) for r in hits) / sum(turns[r].prefilled for
 faster = sum(ttft_off[r] for r in hits) / sum(ttft_on[r] for r in hits)
 print(f"The {len(hits)} requests that hit the tree ({', '.join(hits)}) computed {fewer:.1f}x fewer prompt tokens;")
 if faster >= MARGIN:
-    print(f"taken together their first tokens came {faster:.1f}x sooner, less than the {fewer:.1f}x of the tokens "
+    print(f"taken together their first tokens came {faster:.1f}x sooner,\nless than the {fewer:.1f}x of the tokens "
           f"saved." if faster < fewer else f"taken together their first tokens came {faster:.1f}x sooner.")
 else:
     print(f"taken together their first tokens came {faster:.1f}x sooner: within noise on this run (the machine's "
