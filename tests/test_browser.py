@@ -21,6 +21,8 @@ well as into the failure. Lesson steps:
 - lesson 04 in classroom mode: the widget controls are larger, the translation widget's position
   slider, moved to 4 (L1 -> P7) and back to 9, shows L2, offset 1 and P1, and the memory-map
   stepper's Next button moves its caption, numbered "step k / N";
+- lesson 07 in classroom mode: at every step the radix stepper's buttons and tree fit the visible
+  notebook, and so do the chat's question box and its radix-tree view;
 - lesson 02 (normal): the plotly bar chart renders; lesson 07 (normal): the radix stepper's Next
   button changes the caption and the tree; lesson 01 (both modes): the decode stepper's Next
   reaches step 4, captioned with what each path computed. A lesson with steps that is missing fails.
@@ -499,6 +501,37 @@ def _lesson_07_radix_stepper(page) -> None:
     _shot(page, stepper, "radix_tree.png")
 
 
+_SPAN_JS = """(w) => {  // from the top of a widget's first control to the bottom of its last figure (px)
+    const parts = [...w.querySelectorAll('input, button, select, .js-plotly-plot, svg, img, canvas')].filter(el =>
+        el.getBoundingClientRect().height > 0 && !(el.tagName === 'svg' && el.parentElement.closest('svg, .js-plotly-plot, button')));
+    const rs = parts.map(el => el.getBoundingClientRect());
+    return Math.round(Math.max(...rs.map(r => r.bottom)) - Math.min(...rs.map(r => r.top)));
+}"""
+
+
+def _lesson_07_on_a_projector(page) -> None:
+    """Lesson 07 at 1280x720 (the review of ede928d: the radix stepper was 757 px tall at step 3,
+    the chat's tree view 918 px): at EVERY step the stepper's buttons and tree fit the visible
+    notebook, and so do the chat's question box and its radix-tree view."""
+    window = page.evaluate("() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
+                           ".jp-WindowedPanel-outer').clientHeight")
+    stepper, caption = _first_stepper(page, ".kvlab-stepper:has(.kvlab-svg)",
+                                      "lesson 07 shows no radix stepper (.kvlab-stepper with a .kvlab-svg view)")
+    spans = [page.evaluate(_SPAN_JS, stepper.element_handle())]
+    while not re.search(r"step (\d+) / \1:", caption.text_content()):
+        _next_step(page, stepper, caption)
+        spans.append(page.evaluate(_SPAN_JS, stepper.element_handle()))
+    assert max(spans) <= window, f"the radix stepper spans {spans} px at steps 1..{len(spans)}, {window} px on screen"
+    chat = page.locator(".kvlab-chat").first
+    chat.scroll_into_view_if_needed()
+    chat.locator(".kvlab-chat-view button", has_text="radix tree").first.click()
+    page.wait_for_function("el => el.querySelector('.kvlab-svg svg')?.getBoundingClientRect().height > 0",
+                           arg=chat.element_handle(), timeout=10_000)
+    span = page.evaluate(_SPAN_JS, chat.element_handle())
+    assert span <= window, f"the chat with its radix tree spans {span} px, {window} px on screen"
+    _shot(page, chat, "chat_tree_classroom.png")
+
+
 def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
     """Lesson 01's decode stepper: three clicks on Next reach step 4, whose caption says what the
     naive step recomputed and the cached one wrote, and whose figure marks the produced token."""
@@ -517,7 +550,7 @@ def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
 
 _NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_decode_stepper, "02_how_big.ipynb": _lesson_02_plotly,
                  "07_radix.ipynb": _lesson_07_radix_stepper}
-_CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector,
+_CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector, "07_radix.ipynb": _lesson_07_on_a_projector,
                     "01_why_kv_cache.ipynb": lambda page: _lesson_01_decode_stepper(page, "decode_stepper_classroom.png")}
 _LESSONS = lesson_names()
 

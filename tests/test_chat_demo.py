@@ -83,6 +83,11 @@ def test_path_node_ids_follows_the_tree():
     assert ends == [2, 6], ends
 
 
+def test_a_new_sessions_first_turn_is_not_said_to_follow_a_cleared_cache(bundled):
+    t = session(bundled).ask("What is socket?", rid="your turn 1")
+    assert not t.cache_was_cleared and "cleared" not in turn_sentence(t)
+
+
 def test_widget_send_and_clear(bundled):
     s = session(bundled)
     box = chat_demo(s, questions=["What is socket?"], static=False)
@@ -95,10 +100,10 @@ def test_widget_send_and_clear(bundled):
     seen = []
     ask = s.ask
 
-    def watched_ask(q):  # issue 28 [8]: the chat showed nothing while it computed (3-4 s a turn)
+    def watched_ask(q, **kw):  # issue 28 [8]: the chat showed nothing while it computed (3-4 s a turn)
         caption_now = next(w for w in box.children if "kvlab-control-caption" in w._dom_classes).value
         seen.append((caption_now, send.disabled))
-        return ask(q)
+        return ask(q, **kw)
 
     s.ask = watched_ask
     send.click()
@@ -106,7 +111,8 @@ def test_widget_send_and_clear(bundled):
     assert not send.disabled
     assert len(s.turns) == 2 and text.value == ""
     caption = next(w for w in box.children if "kvlab-control-caption" in w._dom_classes)
-    assert caption.value.startswith("T2: ") and re.search(r"\d+ matched in the tree", caption.value)
+    # the review of ede928d: a student's first question after R1-R4 was "T5"; the demo names its own turns
+    assert caption.value.startswith("your turn 1: ") and re.search(r"\d+ matched in the tree", caption.value)
     clear.click()
     assert "cache is empty" in caption.value and s.engine.allocator.num_used_blocks == 0
     text.value = ""
@@ -118,7 +124,7 @@ def test_the_notes_four_requests_as_chat_turns(bundled):
     """R2 and R3 reuse [A] + [B]; R4, R1's second turn, reuses R1's whole turn; the tree's
     letters and the fastest-of-n TTFT cover the four (issue 19 item 6, on the bundled model)."""
     from kvlab.lessons.chat import (fastest_ttft, serve_support_requests, support_node_labels, support_session,
-                                    ttft_on_and_off)
+                                    ttft_on_and_off, ttft_runs)
 
     model, tok = bundled
     s = support_session(model, tok, max_new_tokens=3)
@@ -131,11 +137,25 @@ def test_the_notes_four_requests_as_chat_turns(bundled):
     assert turns["R4"].prompt_ids[: len(turns["R1"].prompt_ids)] == turns["R1"].prompt_ids
     assert turns["R4"].matched > len(turns["R1"].prompt_ids) - 4           # R1's turn: never recomputed
     labels = support_node_labels(s, turns)
-    assert sorted(labels.values()) == ["A+B", "C", "D", "E", "F"], labels
+    parts = {}  # the review of ede928d: [C] was put on R1's question only (12 tokens), not on its reply's node
+    for label in labels.values():
+        parts.setdefault(label.rstrip("0123456789"), []).append(label)
+    assert sorted(parts) == ["A+B", "C", "D", "E", "F"], labels
+    for letter, names in parts.items():  # one node: the letter; several: numbered from 1, every node of the part
+        assert sorted(names) == ([letter] if len(names) == 1 else [f"{letter}{i}" for i in range(1, len(names) + 1)])
+    snap = s.engine.cache.snapshot()
+    r1_path = [n for n, _ in path_node_ids(snap, turns["R1"].prompt_ids + turns["R1"].output_ids)]
+    assert [labels[n] for n in r1_path] == ["A+B"] + parts["C"]       # every node of R1's turn is lettered C
     on, off = fastest_ttft(model, turns, radix=True, repeats=2), fastest_ttft(model, turns, radix=False, repeats=1)
     assert set(on) == set(off) == set(turns) and all(v > 0 for v in on.values())
-    on2, off2 = ttft_on_and_off(model, turns, repeats=2)                  # warm-up, interleaved, fastest of 2
-    assert set(on2) == set(off2) == set(turns) and all(v > 0 for v in [*on2.values(), *off2.values()])
+    on2, off2 = ttft_on_and_off(model, turns, repeats=3)                  # interleaved, the median of 3
+    assert set(on2) == set(turns) and set(off2) == {"R2", "R3", "R4"}     # R1: the same work both ways
+    assert all(v > 0 for v in [*on2.values(), *off2.values()])
+    runs = ttft_runs(model, turns, repeats=3)  # the review of ede928d: one run each way gave R2 "0.5x"
+    assert len(runs["tree"].pop("R1")) == 1 and set(runs["tree"]) == set(runs["no tree"]) == set(off2)
+    assert {len(v) for side in runs.values() for v in side.values()} == {3}
+    with pytest.raises(ValueError, match="repeats"):
+        ttft_runs(model, turns, repeats=0)
 
 
 def test_the_tree_view_fills_the_width_when_its_tab_is_shown(bundled):

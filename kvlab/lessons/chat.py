@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 __all__ = ["ChatSession", "ChatTurn", "cached_model", "path_node_ids", "SUPPORT_SYSTEM", "SUPPORT_EXAMPLES",
-           "SUPPORT_QUESTIONS", "support_session", "serve_support_requests", "fastest_ttft", "support_node_labels"]
+           "SUPPORT_QUESTIONS", "support_session", "serve_support_requests", "fastest_ttft", "ttft_runs",
+           "ttft_on_and_off", "support_node_labels"]
 
 SUPPORT_SYSTEM = ("You are the customer-service assistant of an online shop. "
                   "Answer in one or two short, friendly sentences.")                                  # [A]
@@ -114,6 +115,7 @@ class ChatSession:
         self.max_new_tokens, self.num_blocks, self.block_size, self.radix = max_new_tokens, num_blocks, block_size, radix
         self.turns: list[ChatTurn] = []
         self.clear_cache()
+        self._cleared = False  # a new session's empty cache was never cleared: its first turn says nothing of it
         self.new_conversation()
 
     # ------------------------------------------------------------------ state
@@ -211,38 +213,73 @@ def fastest_ttft(model: Any, turns: dict[str, ChatTurn], radix: bool, repeats: i
     return best
 
 
-def ttft_on_and_off(model: Any, turns: dict[str, ChatTurn], repeats: int = 1, num_blocks: int = 256,
-                    block_size: int = 4) -> tuple[dict[str, float], dict[str, float]]:
-    """``(with the tree, without it)``: each request's time to first token (:func:`fastest_ttft`),
-    after one untimed warm-up prefill (a cold first call is slower), the two sides interleaved
-    (on, off, then off, on, ...) so that the machine's drift falls on both alike; each the
-    fastest of ``repeats``. A request that prefills the same tokens both ways does the same work:
-    its two times differ by noise only (the lesson prints no speed-up for it)."""
+def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 256,
+              block_size: int = 4) -> dict[str, dict[str, list[float]]]:
+    """Each request's time to first token (seconds, measured), with the tree and without it:
+    ``{"tree": {rid: [...]}, "no tree": {rid: [...]}}``, the prompts served again one token each.
+
+    The first request (R1, which matches nothing) is served once on a fresh engine with the tree,
+    timed, and its reply put in the tree as the real run left it (not timed), so that R4 finds
+    R1's whole turn cached. Then ``repeats`` times: the other requests, in order, on a copy of that
+    engine and on one without the tree, a request's two runs back to back (which goes first
+    alternates), so that the machine's load falls on both alike. R1 does the same work with the
+    tree and without it: it is timed once, with the tree.
+
+    Example: ``median(ttft_runs(model, turns)["no tree"]["R2"])`` is R2's time without the tree.
+    """
+    import copy
+
     from ..compute.engine import Engine
 
-    first = next(iter(turns.values()))
-    warm = Engine(model, num_blocks=num_blocks, block_size=block_size, radix=False)
-    warm.submit(first.prompt_ids, 1, rid="warm-up", arrival_step=0)
-    warm.run()
-    best: tuple[dict[str, float], dict[str, float]] = ({}, {})
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    (first, t1), *rest = turns.items()
+    seeded = Engine(model, num_blocks=num_blocks, block_size=block_size, radix=True)
+    r = seeded.submit(t1.prompt_ids, 1, rid=first, arrival_step=0)
+    seeded.run()
+    seeded.submit(t1.prompt_ids + t1.output_ids, 1, rid=f"{first} reply", arrival_step=seeded.step_no)
+    seeded.run()                                          # R1's reply into the tree (not timed)
+    runs: dict[str, dict[str, list[float]]] = {"tree": {first: [r.ttft]}, "no tree": {}}
     for i in range(repeats):
-        for radix in ((True, False) if i % 2 == 0 else (False, True)):
-            side = best[0] if radix else best[1]
-            for rid, t in fastest_ttft(model, turns, radix, 1, num_blocks, block_size).items():
-                side[rid] = min(side.get(rid, float("inf")), t)
-    return best
+        engines = {"tree": copy.deepcopy(seeded, memo={id(model): model}),   # the same tree, its own pool
+                   "no tree": Engine(model, num_blocks=num_blocks, block_size=block_size, radix=False)}
+        for rid, t in rest:
+            for side in (("tree", "no tree") if i % 2 == 0 else ("no tree", "tree")):
+                eng = engines[side]
+                r = eng.submit(t.prompt_ids, 1, rid=rid, arrival_step=eng.step_no)
+                eng.run()
+                if r.prefill_saved != (t.matched if side == "tree" else 0):   # not the work the table says
+                    raise RuntimeError(f"{rid} ({side}): reused {r.prefill_saved} tokens, the real run {t.matched}")
+                runs[side].setdefault(rid, []).append(r.ttft)
+    return runs
+
+
+def ttft_on_and_off(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 256,
+                    block_size: int = 4) -> tuple[dict[str, float], dict[str, float]]:
+    """``(with the tree, without it)``: each request's median time to first token over
+    :func:`ttft_runs`' repetitions (one slow run, another program's burst, moves a median
+    little); R1 is timed once, with the tree only (it does the same work both ways)."""
+    from statistics import median
+
+    runs = ttft_runs(model, turns, repeats, num_blocks, block_size)
+    return ({r: median(v) for r, v in runs["tree"].items()}, {r: median(v) for r, v in runs["no tree"].items()})
 
 
 def support_node_labels(session: ChatSession, turns: dict[str, ChatTurn]) -> dict[int, str]:
     """The notes' letters on the session's tree: [A+B] the shared system prompt and examples (one
-    node while every request used both), then the first node of each request's own part: [C]
-    R1's turn, [D] R2's, [E] R3's, and [F] where R4 leaves R1's path."""
+    node while every request used both), then each request's own part: [C] R1's turn, [D] R2's,
+    [E] R3's and [F] R4's, from where R4 leaves R1's path. A part that takes several nodes numbers
+    them: [C1] R1's prompt to its last full page (cached after its prefill), [C2] the rest of
+    its prompt and its reply (cached when it finished).
+
+    Example: a tree root -> [A+B] -> {R1's prompt -> R1's reply, ...} labels R1's nodes C1 and C2.
+    """
     snap = session.engine.cache.snapshot()
     paths = {rid: [n for n, _ in path_node_ids(snap, t.prompt_ids + t.output_ids)] for rid, t in turns.items()}
     shared = [n for n, _ in path_node_ids(snap, turns["R2"].prompt_ids)][:1]
     labels = {shared[0]: "A+B"} if shared else {}
     for rid, letter, before in (("R1", "C", shared), ("R2", "D", shared), ("R3", "E", shared), ("R4", "F", paths["R1"])):
         own = [n for n in paths[rid] if n not in before and n not in labels]
-        if own:
-            labels[own[0]] = letter
+        for i, n in enumerate(own):
+            labels[n] = letter if len(own) == 1 else f"{letter}{i + 1}"
     return labels

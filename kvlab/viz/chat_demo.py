@@ -32,7 +32,9 @@ from typing import Any, Sequence
 from ..lessons.chat import ChatSession, ChatTurn, cached_model
 from .palette import HIT, MISS, theme
 
-__all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode"]
+__all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode", "TREE_MAX_PX"]
+
+TREE_MAX_PX = 380  # classroom mode: the tallest the chat's tree is drawn (599 px hold the controls above it)
 
 
 def token_html(session: ChatSession, turn: ChatTurn, max_tokens: int = 120) -> str:
@@ -53,15 +55,16 @@ def token_html(session: ChatSession, turn: ChatTurn, max_tokens: int = 120) -> s
 
 def turn_sentence(turn: ChatTurn) -> str:
     """The turn in one sentence, from its numbers (the reply in quotes)."""
-    cleared = " (the cache had just been cleared)" if turn.cache_was_cleared and turn.rid != "T1" else ""
+    cleared = " (the cache had just been cleared)" if turn.cache_was_cleared else ""
     return (f"{turn.rid}: {len(turn.prompt_ids)} prompt tokens, {turn.matched} matched in the tree (green), "
             f"{turn.prefilled} prefilled (blue){cleared}; first token after {1e3 * turn.ttft:.0f} ms "
             f"(measured, this CPU). Reply: {turn.reply!r}")
 
 
 def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None) -> str:
-    """The radix tree now, token text on its nodes, the last turn's path green / blue;
-    ``labels``: node id -> a letter shown on the node (the notes' [A]..[F])."""
+    """The radix tree now, token text and token count on its nodes (one line each), the last
+    turn's path green / blue; ``labels``: node id -> a letter shown on the node (the notes'
+    [A]..[F]). In classroom mode no taller than :data:`TREE_MAX_PX` (a deeper tree is drawn smaller)."""
     from .radix_state import RadixState
     from .radix_view import fit_svg, radix_tree_graph
 
@@ -73,7 +76,9 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
                        miss=last.miss_nodes if last else frozenset(), detokenize=mid_word_decode(snap, session.tok.decode),
                        node_labels=dict(labels or {}),
                        title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
-    return fit_svg(radix_tree_graph(state, source="measured", max_chars=max_chars).pipe(format="svg", encoding="utf-8"))
+    graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False)
+    # a projector shows 599 px: the question box, the caption and the tree on one screen, however deep it grows
+    return fit_svg(graph.pipe(format="svg", encoding="utf-8"), TREE_MAX_PX if theme().high_contrast else None)
 
 
 def mid_word_decode(snapshot: Any, decode: Any) -> Any:
@@ -186,7 +191,7 @@ def _build(session: ChatSession) -> _Widgets:
     from .palette import classroom_css
     from .stepper import figure_output
 
-    text = W.Text(placeholder="ask the shop assistant something", layout=W.Layout(width="420px", max_width="100%"))
+    text = W.Text(placeholder="ask the shop assistant something", layout=W.Layout(width="300px", max_width="100%"))
     text.add_class("kvlab-chat-text")
     buttons = {name: W.Button(description=name, layout=W.Layout(width="auto"))
                for name in ("send", "clear the cache", "new conversation")}
@@ -201,7 +206,7 @@ def _build(session: ChatSession) -> _Widgets:
     # One view at a time under the controls (the prompt's tokens, the tree, the pool): the question
     # box, the caption and what the turn changed fit one projector screen (599 px at 1280x720).
     views = {"this turn's tokens": tokens, "radix tree": tree, "block pool": pool}
-    pick = W.ToggleButtons(options=list(views), value="this turn's tokens", description="show:",
+    pick = W.ToggleButtons(options=list(views), value="this turn's tokens",  # no "show:" label: a row less
                            style={"button_width": "auto"},   # classroom mode cut "this turn's tokens"
                            tooltips=["the prompt, token by token: green matched in the tree, blue prefilled",
                                      "the radix tree after the turn", "the block pool after the turn"])
@@ -235,7 +240,7 @@ def _build(session: ChatSession) -> _Widgets:
                                     "token at a time (a few seconds on a CPU)…")
         buttons["send"].disabled = True
         try:
-            session.ask(q)
+            session.ask(q, rid=f"your turn {sum(t.rid.startswith('your turn') for t in session.turns) + 1}")
         except ValueError as e:
             show(str(e))
             return

@@ -19,7 +19,11 @@ Sources of frames:
   first, then the split it causes).
 
 In the stepper the tree is drawn as an SVG that scales to the output's width
-(:func:`fit_svg`), so a deep tree is never cut off at the right edge.
+(:func:`fit_svg`), so a deep tree is never cut off at the right edge, and every frame on one
+canvas (:func:`on_canvas`, the widest and tallest frame's size), so the picture keeps one scale
+and one height from step to step. The stepper's trees are compact (the title and the counts on
+one line, centred over the legend on one row): in classroom mode the controls, the caption and
+the tree fit a projector's 599 px.
 
 :func:`radix_tree_graph` renders one tree (any step); :func:`radix_tree_data` is the
 plain data behind it (tests check it and the DOT source, never the SVG bytes). The frame
@@ -47,7 +51,7 @@ from .palette import EVICTED, HIT, MISS, source_label, theme
 from .radix_frames import radix_request_frames
 from .radix_state import RadixState
 
-__all__ = ["radix_tree_data", "radix_tree_graph", "radix_stepper", "radix_graph_at", "fit_svg"]
+__all__ = ["radix_tree_data", "radix_tree_graph", "radix_stepper", "radix_graph_at", "fit_svg", "on_canvas"]
 
 
 def _short(text: str, max_chars: int) -> str:
@@ -83,8 +87,9 @@ def _path_key(all_nodes: Sequence[Any]) -> Any:
     return lambda d: (path(d["id"]), d["id"])
 
 
-def radix_tree_data(state: RadixState | Any, max_chars: int = 10) -> dict[str, Any]:
-    """Nodes and edges of one tree as plain data.
+def radix_tree_data(state: RadixState | Any, max_chars: int = 10, detail: bool = True) -> dict[str, Any]:
+    """Nodes and edges of one tree as plain data (``detail=False``: a node's label is one line,
+    its text and its token count, without its lock count and last access time).
 
     ``nodes``: list of dicts (``id``, ``name`` in the DOT source (``n<id>``, root ``root``),
     ``label``, ``fill``, ``font``, ``style``, ``kind`` = hit / miss / cached / evicted / root);
@@ -107,7 +112,8 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10) -> dict[str, A
             text = f"answer {_text(n.tokens, det, max_chars)}"
         else:  # a question and the answer cached after it: two lines
             text = f"{_text(n.tokens[:k], det, max_chars)}\nanswer {_text(n.tokens[k:], det, max_chars)}"
-        label = f"{head}{text}\n{len(n.tokens)} tok · lock {n.lock_ref} · t={n.last_access_time}"
+        label = (f"{head}{text}\n{len(n.tokens)} tok · lock {n.lock_ref} · t={n.last_access_time}" if detail
+                 else f"{head}{text} · {len(n.tokens)} tok")
         if gone:
             kind, fill, font, style = "evicted", EVICTED, "#9a9a9a", "filled,dotted"
             label += "\n(evicted)"
@@ -143,7 +149,8 @@ def _svg_width_pt(g: Any) -> float:
 
 
 def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "simulated",
-                     max_chars: int = 10, legend: bool = True, rankdir: str | None = None, locks: bool = True) -> Any:
+                     max_chars: int = 10, legend: bool = True, rankdir: str | None = None, locks: bool = True,
+                     compact: bool = False, detail: bool = True) -> Any:
     """One tree as a ``graphviz.Digraph`` (``.source`` is the DOT text, ``.pipe('svg')`` the picture).
 
     The caption is wrapped (about 70 characters a line, 50 in classroom mode) so that it never
@@ -151,27 +158,31 @@ def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "
     top); None: LR unless that is wider than :data:`MAX_WIDTH_PT`, then whichever is narrower,
     so a wide tree keeps its text size when it is fitted to the output width. ``locks=False``
     leaves out the locked (protected) count when it is 0 (a lesson before locks are taught).
+    ``compact`` (a stepper's frames): the title and the counts on one line, centred above the
+    legend on one row, the ranks closer (a projector's 599 px hold the stepper's controls, its
+    caption and the whole tree; the frames, drawn on one canvas, keep the header in place).
+    ``detail=False``: each node on one line, without its lock count and last access time.
     """
     if rankdir is None:
-        wide = _radix_graph(state, caption, source, max_chars, legend, "LR", locks)
+        wide = _radix_graph(state, caption, source, max_chars, legend, "LR", locks, compact, detail)
         if _svg_width_pt(wide) <= MAX_WIDTH_PT[theme().high_contrast]:
             return wide
-        tall = _radix_graph(state, caption, source, max_chars, legend, "TB", locks)
+        tall = _radix_graph(state, caption, source, max_chars, legend, "TB", locks, compact, detail)
         return tall if _svg_width_pt(tall) < _svg_width_pt(wide) else wide
     if rankdir not in ("LR", "TB"):
         raise ValueError(f"rankdir must be 'LR', 'TB' or None, got {rankdir!r}")
-    return _radix_graph(state, caption, source, max_chars, legend, rankdir, locks)
+    return _radix_graph(state, caption, source, max_chars, legend, rankdir, locks, compact, detail)
 
 
 def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: int, legend: bool,
-                 rankdir: str, locks: bool = True) -> Any:
+                 rankdir: str, locks: bool = True, compact: bool = False, detail: bool = True) -> Any:
     import textwrap
 
     import graphviz
 
     if not isinstance(state, RadixState):
         state = RadixState(state)
-    d = radix_tree_data(state, max_chars)
+    d = radix_tree_data(state, max_chars, detail)
     th = theme()
     fs = str(th.font_size + (4 if th.high_contrast else 0))
     pen = str(th.line_width + (1.5 if th.high_contrast else 0.5))
@@ -181,14 +192,17 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
         lines.append('<br align="left"/>'.join(html.escape(x) for x in textwrap.wrap(caption, wrap)) + '<br align="left"/>')
     lines.append(f"evictable {d['evictable_size']} tokens" + (f" · protected (locked) {d['protected_size']} tokens"
                                                             if locks or d["protected_size"] else ""))
+    if compact:  # one line: "Radix tree after R2 (simulated) · evictable 110 tokens · ..."
+        lines = [lines[0] + " · " + lines[-1], *lines[1:-1]]
     rows = "".join(f'<tr><td align="left" colspan="4">{x}</td></tr>' for x in lines)
     if legend:
         kinds = {n["kind"] for n in d["nodes"]} | ({"evictable"} if any("dashed" in n["style"] for n in d["nodes"]) else set())
-        rows += _legend_row(two_rows=th.high_contrast, kinds=kinds)
+        rows += _legend_row(two_rows=th.high_contrast and not compact, kinds=kinds)
     g = graphviz.Digraph("radix", format="svg")
     g.attr(rankdir=rankdir, label=f'<<table border="0" cellspacing="3" cellpadding="2">{rows}</table>>', labelloc="t",
-           labeljust="l", fontsize=str(int(fs) + 1), fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
-           bgcolor="white", nodesep="0.25", ranksep="0.45", ordering="out")
+           labeljust="c" if compact else "l", fontsize=str(int(fs) + 1),
+           fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
+           bgcolor="white", nodesep="0.25", ranksep="0.3" if compact else "0.45", ordering="out")
     g.attr("node", shape="box", fontsize=fs, fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
            penwidth=pen, margin="0.12,0.06")
     g.attr("edge", penwidth=pen, arrowsize="0.7")
@@ -216,12 +230,13 @@ def _legend_row(two_rows: bool = False, kinds: set[str] | None = None) -> str:
     return "<tr>" + "".join(used) + "</tr>"
 
 
-def fit_svg(svg: str) -> str:
+def fit_svg(svg: str, max_height_px: int | None = None) -> str:
     """An SVG that scales down to its container's width (never wider than drawn, never cut off).
 
     graphviz writes ``width="Wpt" height="Hpt"`` and a viewBox; the fixed width is what an
     output area clips. Here the width becomes 100% up to W pt and the height follows (the XML
-    prolog before ``<svg`` is dropped: the result goes inside HTML).
+    prolog before ``<svg`` is dropped: the result goes inside HTML). ``max_height_px``: no
+    taller than that either (a deep tree is drawn smaller, centred, to stay on one screen).
 
     Example:
         >>> fit_svg('<svg width="620pt" height="80pt" viewBox="0 0 620 80"><g/></svg>')
@@ -233,34 +248,90 @@ def fit_svg(svg: str) -> str:
     tag = m.group(0)
     w = re.search(r'\swidth="([^"]+)"', tag)
     new = re.sub(r'\s(width|height)="[^"]*"', "", tag)
-    new = new.replace("<svg", f'<svg width="100%" style="max-width:{w.group(1) if w else "100%"};height:auto"', 1)
+    tall = f";max-height:{max_height_px}px" if max_height_px else ""
+    new = new.replace("<svg", f'<svg width="100%" style="max-width:{w.group(1) if w else "100%"};height:auto{tall}"', 1)
     return new + svg[m.end():]  # from <svg on: the XML prolog has no place inside HTML
 
 
 class RadixView:
-    """Renders RadixState frames as SVG that fits the output width (graphviz, then :func:`fit_svg`)."""
+    """Renders RadixState frames as SVG that fits the output width (graphviz, then :func:`fit_svg`).
+
+    ``canvas``: (width, height) in pt that every frame is drawn on (None: each frame its own
+    size), so that a stepper's picture keeps one scale and one height from frame to frame
+    (:meth:`share_canvas`); each frame's SVG is drawn once and kept."""
 
     def __init__(self, source: str = "simulated", max_chars: int = 10, captioned: bool = True,
-                 rankdir: str | None = None) -> None:
+                 rankdir: str | None = None, compact: bool = False) -> None:
         self.source, self.max_chars = source_label(source), max_chars
         self.captioned = captioned  # False: a live stepper's caption line says it; the graph does not repeat it
         self.rankdir = rankdir      # a stepper's frames share one orientation (None: each frame chooses)
+        self.compact = compact      # see radix_tree_graph (a stepper's frames)
+        self.canvas: tuple[float, float] | None = None
+        self._drawn: dict[tuple[int, str | None], tuple[Any, str]] = {}
 
     def graph(self, frame: Any) -> Any:
         return radix_tree_graph(frame.snapshot, frame.caption if self.captioned else "", self.source, self.max_chars,
-                                rankdir=self.rankdir)
+                                rankdir=self.rankdir, compact=self.compact)
+
+    def svg(self, frame: Any) -> str:
+        """The frame's SVG as graphviz draws it (its own size), drawn once per orientation."""
+        key = (id(frame), self.rankdir)
+        kept = self._drawn.get(key)
+        if kept is None or kept[0] is not frame:
+            kept = self._drawn[key] = (frame, self.graph(frame).pipe(format="svg", encoding="utf-8"))
+        return kept[1]
+
+    def share_canvas(self, frames: Sequence[Any]) -> tuple[float, float]:
+        """Draw every frame on the canvas of the widest and the tallest one; returns it (pt)."""
+        sizes = [svg_size_pt(self.svg(f)) for f in frames]
+        self.canvas = (max(w for w, _ in sizes), max(h for _, h in sizes))
+        return self.canvas
 
     def __call__(self, frame: Any) -> str:
-        return fit_svg(self.graph(frame).pipe(format="svg", encoding="utf-8"))
+        svg = self.svg(frame)
+        return fit_svg(on_canvas(svg, *self.canvas) if self.canvas else svg)
+
+
+def svg_size_pt(svg: str) -> tuple[float, float]:
+    """(width, height) in pt of graphviz's SVG.
+
+    Example:
+        >>> svg_size_pt('<svg width="620pt" height="80pt" viewBox="0 0 620 80"><g/></svg>')
+        (620.0, 80.0)
+    """
+    m = re.search(r'<svg\b[^>]*\swidth="([\d.]+)pt"\s+height="([\d.]+)pt"', svg)
+    if m is None:
+        raise ValueError("svg_size_pt: no <svg width=...pt height=...pt> in the text")
+    return float(m.group(1)), float(m.group(2))
+
+
+def on_canvas(svg: str, width: float, height: float) -> str:
+    """graphviz's SVG on a canvas of ``width`` x ``height`` pt (at least its own size): the
+    drawing centred left to right, at the top; the rest empty. Frames drawn on one canvas keep
+    one scale when :func:`fit_svg` fits them to a width, and one height.
+
+    Example:
+        >>> on_canvas('<svg width="60pt" height="40pt" viewBox="0.00 0.00 60.00 40.00"><g/></svg>', 100, 50)
+        '<svg width="100.00pt" height="50.00pt" viewBox="-20.00 0.00 100.00 50.00"><g/></svg>'
+    """
+    w, h = svg_size_pt(svg)
+    width, height = max(width, w), max(height, h)
+    m = re.search(r'<svg\b[^>]*>', svg)
+    tag = re.sub(r'\s(width|height|viewBox)="[^"]*"', "", m.group(0))
+    tag = tag.replace("<svg", f'<svg width="{width:.2f}pt" height="{height:.2f}pt" '
+                              f'viewBox="{(w - width) / 2:.2f} 0.00 {width:.2f} {height:.2f}"', 1)
+    return svg[:m.start()] + tag + svg[m.end():]
 
 
 def common_rankdir(view: RadixView, frames: Sequence[Any]) -> str:
     """One orientation for every frame of a stepper: left-to-right while every tree fits
     :data:`MAX_WIDTH_PT`, else top-to-bottom for all (a tree that flips between frames moves
     every node)."""
-    limit = MAX_WIDTH_PT[theme().high_contrast]
-    wide = RadixView(view.source, view.max_chars, view.captioned, rankdir="LR")
-    return "LR" if all(_svg_width_pt(wide.graph(f)) <= limit for f in frames) else "TB"
+    limit, was = MAX_WIDTH_PT[theme().high_contrast], view.rankdir
+    view.rankdir = "LR"  # the frames drawn LR are kept: no second drawing when LR is the answer
+    fits = all(svg_size_pt(view.svg(f))[0] <= limit for f in frames)
+    view.rankdir = was
+    return "LR" if fits else "TB"
 
 
 def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = None, source: str = "simulated",
@@ -270,8 +341,9 @@ def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = Non
 
     frames = list(frames) if frames is not None else radix_request_frames()
     live = not is_static(static)  # the live stepper's caption line holds the caption, once
-    view = RadixView(source, max_chars, captioned=not live)
+    view = RadixView(source, max_chars, captioned=not live, compact=True)
     view.rankdir = common_rankdir(view, frames)
+    view.share_canvas(frames)  # one scale and one height in every frame: the picture never jumps
     return Stepper(frames, view, static=static, title="radix tree")
 
 

@@ -262,18 +262,20 @@ computed = sum(t.prefilled for t in turns.values())
 print(f"prompt tokens run through the model: {computed} of {total} ({1 - computed / total:.0%} reused from the tree)")
 
 # %% [markdown]
-# The radix tree after R4, over the real token ids (each node shows the start of its text):
-# R4's path is green over the pages the tree holds of R1's turn (root → [A+B] → [C]: the history
-# up to its last full page), and blue over what R4 computes now: any tail of R1's turn that did
-# not fill a whole page (the tree keeps whole pages only, so that tail is computed again), then
-# R4's own question and its reply. [A] and [B] are one node here, because every
-# request so far used both; a request that used only [A] would split it. The letters: [C] is
-# R1's turn (question and reply), [D] and [E] R2's and R3's, and **[F]** is R4's own part, the
-# node where R4 leaves R1's path (its question "A human, please" and its reply).
+# The radix tree after R4, over the real token ids (each node shows the start of its text and
+# its tokens). [A] and [B] are one node here, [A+B], because every request so far used both; a
+# request that used only [A] would split it. Then each request's own part, lettered as in
+# section 2: [C] R1's turn, [D] R2's, [E] R3's, [F] R4's. Each takes two nodes here, numbered:
+# the tree caches a request's prompt after its prefill ([C1]: R1's question, to the last full
+# page of its prompt) and the rest when it finishes ([C2]: the end of the prompt and the reply).
 #
 # The tree holds whole **pages** of KV (a page is one block of the pool), so a node's length is a
-# multiple of the page size and a split can fall inside a word: the line under the tree says
-# where, and a leading "…" marks a node whose first token continues its parent's last word.
+# multiple of the page size. Two things follow, and the lines under the tree give this run's
+# numbers. R4's path is green over [A+B] → [C1] → [C2], all the tree holds of R1's turn, but
+# the last tokens of R1's reply did not fill a page, so the tree does not hold them: [F1], blue
+# like the rest of what R4 computes now, starts with them, then R4's question; [F2] holds the
+# end of R4's prompt and its reply. And a split can fall inside a word: a leading "…" marks a node whose first token
+# continues its parent's last word.
 
 # %%
 from IPython.display import HTML, display
@@ -287,12 +289,19 @@ parent_of = {n.id: n for n in snap.nodes}
 mid = [n for n in snap.nodes if decode(n.tokens).startswith("…")]
 if mid:
     first, before = tok.decode(mid[0].tokens[:1]), tok.decode(parent_of[mid[0].parent_id].tokens[-1:])
-    where = f"{len(mid)} node(s) here do: “…{first}” follows “{before}”, the last token of its parent"
+    where = f"{len(mid)} node(s) here do:\n“…{first}” follows “{before}”, the last token of its parent"
 else:
     where = "no node here does"
 display(HTML(tree_svg(chat, labels=support_node_labels(chat, turns))))
-print(f"Nodes split only every {snap.page_size} tokens (one page, one block of the pool), so a node can start\n"
-      f"inside a word; {where}.")
+r1, r4 = turns["R1"], turns["R4"]
+r1_turn = r1.prompt_ids + r1.output_ids                       # R1's turn as the engine served it
+shared = next((i for i, (a, b) in enumerate(zip(r1_turn, r4.prompt_ids)) if a != b), len(r1_turn))
+tail = r4.prompt_ids[r4.matched:shared]                       # R1's turn that R4 finds no KV for
+print(f"R4 matched {r4.matched} tokens: [A+B], [C1], [C2], all the tree holds of R1's turn.\n"
+      f"The last {len(tail)} token(s) of R1's reply ({tok.decode(tail)!r}) did not fill a page of {snap.page_size}:\n"
+      f"R4 computes their K/V now, at the start of [F1].")
+print(f"Nodes split only every {snap.page_size} tokens (one page, one block of the pool), so a\n"
+      f"node can start inside a word; {where}.")
 
 # %% [markdown]
 # ### Try it: the page size
@@ -311,32 +320,40 @@ PageSizeControl(page_size=16)
 # ### Time to first token, with the tree and without it (measured)
 #
 # A request's first token is sampled from the logits of its prefill, so a shorter prefill is a
-# sooner first token. The same four prompts are served again on fresh engines, with the tree
-# and without it, after one untimed warm-up call (a cold first call is slower), the two runs
-# back to back so that the machine's load falls on both alike (`ttft_on_and_off`). A request
-# that prefills as many tokens with the tree as without it (R1: nothing to reuse yet) does the
-# same work both ways, so its two times differ by noise only: the table prints no speed-up
-# for it. The sentences under the table are printed from it.
+# sooner first token. The same prompts are served again: R1 once, on a fresh engine with the
+# tree (it prefills as many tokens with the tree as without it, nothing to reuse yet: the same
+# work both ways, so no speed-up), then R2, R3 and R4 **three times** with that tree and three
+# times without one, a request's two runs back to back so that the machine's load falls on both
+# alike (`ttft_runs`). The table prints each request's **median** (one slow run moves it
+# little); the sentences under it are printed from it.
 
 # %%
-from kvlab.lessons.chat import ttft_on_and_off
+from statistics import median
 
-ttft_on, ttft_off = ttft_on_and_off(model, turns)
-MARGIN = 1.2                                                   # below it, one run each cannot tell a saving from noise
-print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up  (TTFT measured, CPU)")
+from kvlab.lessons.chat import ttft_runs
+
+runs = ttft_runs(model, turns, repeats=3)                    # R2-R4 3 times each way, R1 once (measured)
+ttft_on = {rid: median(times) for rid, times in runs["tree"].items()}
+ttft_off = {rid: median(times) for rid, times in runs["no tree"].items()}
+MARGIN = 1.2                                                 # below it, the medians cannot tell a saving from noise
+print(f"TTFT, measured on this CPU (one thread): the median of {len(runs['no tree']['R2'])} runs each (R1: one)")
+print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up")
 print(f"{'':<8} {'no tree':>18} | {'radix tree':>18} |")
 for rid, t in turns.items():
+    if rid not in ttft_off:                                  # R1: the same tokens either way
+        print(f"{rid:<8} {len(t.prompt_ids):>9} {'(same)':>8} | {t.prefilled:>9} {1e3 * ttft_on[rid]:>8.0f} | "
+              f"none: same work")
+        continue
     ratio = ttft_off[rid] / ttft_on[rid]
-    gain = ("  none: same tokens, same work" if t.prefilled == len(t.prompt_ids) else
-            f"{ratio:>5.1f}x" + ("" if ratio >= MARGIN else "  (within noise)"))
+    gain = f"{ratio:>4.1f}x" + ("" if ratio >= MARGIN else " (within noise)")
     print(f"{rid:<8} {len(t.prompt_ids):>9} {1e3 * ttft_off[rid]:>8.0f} | {t.prefilled:>9} {1e3 * ttft_on[rid]:>8.0f} | {gain}")
-hits = [rid for rid, t in turns.items() if t.matched]
+hits = list(ttft_off)
 sooner = [rid for rid in hits if ttft_off[rid] >= MARGIN * ttft_on[rid]]
 fewer = sum(len(turns[r].prompt_ids) for r in hits) / sum(turns[r].prefilled for r in hits)
 faster = sum(ttft_off[r] for r in hits) / sum(ttft_on[r] for r in hits)
 print(f"The {len(hits)} requests that hit the tree ({', '.join(hits)}) computed {fewer:.1f}x fewer prompt tokens;")
 if faster >= MARGIN:
-    print(f"taken together their first tokens came {faster:.1f}x sooner, less than the {fewer:.1f}x of the tokens "
+    print(f"taken together their first tokens came {faster:.1f}x sooner,\nless than the {fewer:.1f}x of the tokens "
           f"saved." if faster < fewer else f"taken together their first tokens came {faster:.1f}x sooner.")
 else:
     print(f"taken together their first tokens came {faster:.1f}x sooner: within noise on this run (the machine's "

@@ -1,0 +1,45 @@
+"""Lesson 07's checkers as a student reads them (the review of ede928d: the output was long and
+wrapped; a pass should be one line)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from kvlab import check
+from kvlab.check.l07_radix import FAILED_ROWS
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("sol07", ROOT / "solutions" / "07_radix.py")
+sol = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sol)
+
+
+@pytest.mark.parametrize("name", ["match_prefix", "prefill_tokens", "block_hash_reuse"])
+def test_a_pass_prints_one_line(capsys, name):
+    assert getattr(check, name)(getattr(sol, name)).passed
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("PASS"), out
+
+
+def test_a_failure_shows_a_few_failing_cases_and_the_summary(capsys):
+    r = check.match_prefix(lambda root, tokens: None)
+    out = capsys.readouterr().out
+    assert not r.passed and out.count("  FAIL ") == FAILED_ROWS and "  ok  " not in out, out
+    assert f"... {len(r.failures) - FAILED_ROWS} more failed" in out and out.strip().splitlines()[-1] == r.summary
+
+
+def test_an_untouched_stub_prints_only_the_summary(capsys):
+    def stub(prompts):
+        raise NotImplementedError("your code here")
+
+    r = check.prefill_tokens(stub)
+    assert capsys.readouterr().out.strip() == r.summary and "NotImplementedError" in r.summary
+
+
+def test_no_reuse_at_all_is_named():
+    """Every prompt prefilled whole (the cache ignored): it was named only where it also looked
+    like 'exact repeats only', and not at all on the first failing case."""
+    r = check.prefill_tokens(lambda prompts: [len(p) for p in prompts], verbose=False)
+    assert not r.passed and "every prompt prefilled whole" in r.summary, r.report()
