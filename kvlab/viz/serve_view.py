@@ -359,7 +359,7 @@ def _frame_height() -> int:
     tree to fit."""
     from .palette import is_classroom
 
-    return 540 if is_classroom() else 760
+    return 525 if is_classroom() else 760
 
 
 _LIVE = ("<p style='margin:2px 0'>The server's page, live until the servers stop (the last section stops them, "
