@@ -272,7 +272,7 @@ for policy in ("cache_aware", "round_robin"):
         shared = max(len(os.path.commonprefix([tutor, routing_text(c[:len(shop) + 1])])) for c in convs[:2])
         went, shop_w = view["conversations"]["chat 3"][0], {view["conversations"][c][0] for c in ("chat 1", "chat 2")}
         print(f"{'':<12} the tutor's first request: {shared} of its {len(tutor)} characters ({shared / len(tutor):.0%}) "
-              f"match a text sent before it (threshold 30%); sent to W{went}, "
+              f"match a text sent before it\n{'':<12} (the threshold is 30%); the router sent it to W{went}, "
               + ("the server of the shop's chats" if went in shop_w else "a server the shop's chats had not used"))
 lab.router.stop()
 lab.router = None
