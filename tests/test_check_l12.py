@@ -161,3 +161,77 @@ def test_a_float_count_fails_named():
     r = check.predict_cached_tokens(as_float, verbose=False)
     assert not r.passed
     assert "float" in r.failures[0].note, r.failures[0].note
+
+
+# The review of 6b9afee typed these; each was rejected, but named wrongly or not at all.
+def _review_walk(nodes, prompt):
+    """The reviewer's walk (ex12.py): live nodes, the child matching most, a match may end inside a node."""
+    kids = {}
+    for n in nodes:
+        if not n["evicted"]:
+            kids.setdefault(n["parent"], []).append(n)
+    cur, k = 0, 0
+    while True:
+        best = None
+        for c in kids.get(cur, []):
+            m = 0
+            while m < len(c["ids"]) and k + m < len(prompt) and c["ids"][m] == prompt[k + m]:
+                m += 1
+            if m and (best is None or m > best[1]):
+                best = (c, m)
+        if best is None:
+            return k
+        c, m = best
+        if m < len(c["ids"]):
+            return k + m
+        k, cur = k + m, c["id"]
+
+
+def _review_pick(sent, text, loads, last=False, hi_tie=False):
+    """The reviewer's pick_worker (ex12.py) with its two switches: match the LAST text sent to a
+    worker only; break every tie (loads, matches, tree sizes) to the HIGHER index."""
+    W = range(len(sent))
+
+    def argmin(xs):
+        return max(i for i in W if xs[i] == min(xs)) if hi_tie else xs.index(min(xs))
+
+    def lcp(a, b):
+        k = 0
+        while k < min(len(a), len(b)) and a[k] == b[k]:
+            k += 1
+        return k
+    hi, lo = max(loads), min(loads)
+    if hi - lo > 64 and hi > 1.5 * lo:
+        return argmin(loads)
+    ms = [max((lcp(text, s) for s in (sent[w][-1:] if last else sent[w])), default=0) for w in W]
+    w = max(i for i in W if ms[i] == max(ms)) if hi_tie else ms.index(max(ms))
+    if ms[w] and ms[w] / len(text) > 0.3:
+        return w
+    return argmin([len({t[:i + 1] for t in s for i in range(len(t))}) for s in sent])
+
+
+@pytest.mark.parametrize("page", [2, 4, 16])
+def test_a_hard_coded_page_size_is_named(page):
+    """Review of 6b9afee, W8: `min(k, len(prompt) - 1) // 4 * 4` failed with no reason given."""
+    def hard(nodes, prompt, page_size):
+        return min(_review_walk(nodes, prompt), len(prompt) - 1) // page * page
+
+    r = check.predict_cached_tokens(hard, verbose=False)
+    assert not r.passed
+    assert all(f"page size {page}" in c.note and "page_size" in c.note for c in r.failures), r.summary
+
+
+def test_matching_only_the_last_text_sent_is_named():
+    """Review of 6b9afee, W6: a worker's match taken over the last text it was sent only; the
+    first failure had no reason, and later ones said "workers are numbered from 0"."""
+    r = check.choose_worker(lambda s, t, l: _review_pick(s, t, l, last=True), verbose=False)
+    assert not r.passed
+    assert all("EVERY text" in c.note for c in r.failures), [c.note for c in r.failures]
+
+
+def test_ties_to_the_higher_index_are_named_everywhere():
+    """Review of 6b9afee, W7: ties broken to the higher index in the loads too; most failures
+    said "workers are numbered from 0", the right name came once."""
+    r = check.choose_worker(lambda s, t, l: _review_pick(s, t, l, hi_tie=True), verbose=False)
+    assert not r.passed
+    assert all("LOWER index" in c.note for c in r.failures), [c.note for c in r.failures]

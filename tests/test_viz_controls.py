@@ -214,3 +214,19 @@ def test_shuffle_figure_comes_right_under_its_controls(shuffle):
     assert "kvlab-control-caption" in kids[2]._dom_classes
     parts = shuffle._static_parts()
     assert isinstance(parts[-1], str) and "The kernel ran" in parts[-1] and not isinstance(parts[0], str)
+
+
+def test_lesson_08_legends_sit_two_a_row_and_captions_name_orders():
+    """Review of lesson 08 (cell 15, classroom): the legend's entry "the pool size you picked
+    (markers: its hit rates)" was so long that the legend took one entry a row, four rows, and
+    its first row sat on the title; the scheduling caption said "with fcfs" (an id) beside
+    "first come, first served (FCFS)". Two entries a row need each name under ~28 characters at
+    the classroom font (plotly sizes every column to the widest entry)."""
+    from kvlab.viz import SchedulingControl
+
+    h = HitRateControl(popular_prefix_stream(60, seed=1), sizes=(70, 140), static=True)
+    names = [t.name for t in h.figure().data if t.showlegend is not False]
+    assert len(names) == 4 and max(map(len, names)) <= 28, names
+    assert "markers" in h.caption()                    # what the markers are moved to the caption
+    s = SchedulingControl(sizes=(1024, 4096), order="cache-aware", static=True)
+    assert "with FCFS" in s.caption() and "fcfs" not in s.caption(), s.caption()

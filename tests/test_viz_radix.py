@@ -348,3 +348,16 @@ def test_a_stepper_draws_every_frame_in_one_orientation():
     assert s.render.rankdir in ("LR", "TB")
     assert all(f"rankdir={s.render.rankdir}" in s.render.graph(f).source for f in frames)
     assert all("<svg" in s.render(f) for f in frames)
+
+
+def test_legend_names_a_locked_node():
+    """Review of lesson 08 (cell 11, step 14): R4 locked [1 2 3] -> [9 9 9], drawn with a solid
+    border beside the dashed "evictable (unlocked)" ones, and the legend said nothing of solid."""
+    cache = RadixCache(BlockAllocator(16, 1))
+    serve_request(cache, [1, 2, 3, 4], rid="R1")
+    before = viz.radix_tree_graph(cache.snapshot()).source
+    assert "solid: locked" not in before and "dashed: evictable" in before     # nothing locked: no entry
+    m = cache.match_prefix([1, 2, 3, 4, 5], rid="R2")
+    cache.inc_lock_ref(m.last_node, rid="R2")
+    locked = viz.radix_tree_graph(cache.snapshot()).source
+    assert "solid: locked" in locked and "dashed: evictable" not in locked   # every node is locked now

@@ -113,8 +113,8 @@ def test_the_path_of_the_last_request_reads_as_one_text_in_whole_words(classroom
     assert (green, blue) == ("#1b7a1b", "#1f5f99"), text
     lines = [re.sub(r"<[^>]+>", "", ln) for ln in text.split("<br>")]
     assert all(len(ln) * 0.6 * th.font_size <= 0.66 * min(th.grid_width, 840) for ln in lines), lines
-    assert not any(t.mode and "text" in t.mode for t in fig.data)       # nothing written on the tree itself
     assert "customer-ser" in fig.data[2].hovertext[1]                   # each node's own text in its tooltip
+    assert "customer-service … How" not in plain                        # (no node here is cut by the server)
     assert serve_view._node_label(" apply for a refund?", 10, 2) == "apply for<br>a refund?"
     assert serve_view._node_label("assistant:\nHello there", 8) == "assista…"
 
@@ -138,6 +138,10 @@ def test_the_request_menu_replays_the_cache_after_the_request_picked(monkeypatch
 
 
 def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypatch):
+    """Review of 6b9afee (lesson 12, cell 9): after Run All the page's link pointed at a server the
+    last cell had stopped, and nothing said so. The live frame comes with a link that says how long
+    it works; once the servers stop, the recording says the page at that address is gone and how
+    to bring it back."""
     shown = []
 
     class Handle:
@@ -152,12 +156,17 @@ def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypat
     monkeypatch.setenv("KVLAB_STATIC", "0")
     lab = Lab(workers=[], model="m")
     serve_view.show_dashboard("http://x/dashboard", [_state()], ["after R1"], lab=lab)
-    assert [k for k, _ in shown] == ["display"] and type(shown[0][1]).__name__ == "IFrame"
+    assert [k for k, _ in shown] == ["display"] and type(shown[0][1]).__name__ == "HTML"
+    live = shown[0][1].data
+    assert '<iframe' in live and 'src="http://x/dashboard"' in live
+    assert 'href="http://x/dashboard" target="_blank"' in live and "until the servers stop" in live
     lab.stop()
     assert [k for k, _ in shown] == ["display", "update"]
     box = shown[1][1]
     assert "kvlab-stepper" in box.children[0]._dom_classes  # the controls first, the picture under them
-    assert "Recorded" in box.children[1].value and "Pick a request" in box.children[1].value
+    said = box.children[1].value
+    assert "Recorded" in said and "Pick a request" in said
+    assert "http://x/dashboard no longer answers" in said and "start them again" in said
     shown.clear()
     serve_view.show_dashboard("http://x/dashboard", [_state()], ["after R1"], lab=lab)  # drawn again, stopped
     assert [k for k, _ in shown] == ["display"] and "kvlab-stepper" in shown[0][1].children[0]._dom_classes
@@ -182,3 +191,56 @@ def test_the_page_size_control_reruns_the_lessons_requests(monkeypatch):
     with pytest.raises(ValueError, match="32"):
         c.set(page_size=32)
     assert c.page_size == 1 and c.result["matched"]["R3"] == 42
+
+
+def _branchy() -> dict:
+    """A recorded frame with a tree that branches up and down: root -> A -> (B, C -> (D, E)), F."""
+    spec = [(1, 0, "system: You are the customer-ser", "hit"), (2, 1, "vice assistant of a shop.", "hit"),
+            (3, 1, "vice and more", ""), (4, 3, " How do I apply for a refund?", ""), (5, 3, " When will it ship?", ""),
+            (6, 0, "You grade homework.", "")]
+    tree = [{"id": i, "parent": p, "tokens": 8, "text": t, "mark": m, "lock": 0, "evicted": False, "tier": "device",
+             "kv": [2 * (i - 1), 2 * i - 1]} for i, p, t, m in spec]
+    return {"num_blocks": 16, "block_size": 4, "used_blocks": 12, "tree_nodes": 6, "tree_tokens": 48,
+            "blocks": {"state": [2] * 12 + [0] * 4, "ref": [1] * 12 + [0] * 4,
+                       "holders": [["tree"]] * 12 + [[]] * 4}, "tree": tree, "evicted_nodes": []}
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_the_recorded_tree_labels_its_nodes_and_no_edge_crosses_a_label(classroom):
+    """Review of 6b9afee (lesson 12, the recorded dashboard): the tree's nodes had no labels (only
+    tooltips; the round before, labels under straight edges had been crossed by them). Each node
+    is labelled under it with the start of its text ("…" where a page boundary cut a word), and
+    the edges are elbows: no segment passes through a label's box (measured in pixels)."""
+    from kvlab import viz
+
+    viz.classroom(classroom)
+    try:
+        fig = serve_view.dashboard_figure(_branchy())
+        th = viz.palette.theme()
+    finally:
+        viz.classroom(False)
+    edges, dots = fig.data[1], fig.data[2]
+    assert dots.mode == "markers+text" and dots.textposition == "bottom center"
+    assert dots.text[0] == "root" and dots.text[2].startswith("…vice") and dots.text[1].startswith("system")
+    assert all(t for t in dots.text) and dots.text[4].startswith("How")    # a node after a space: a whole word
+    lay = fig.layout
+    W = (lay.width or 840) - lay.margin.l - lay.margin.r
+    H = lay.height - lay.margin.t - lay.margin.b
+    (x0, x1), (y0, y1) = lay.xaxis2.range, lay.yaxis2.range
+    (dx0, dx1), (dy0, dy1) = lay.xaxis2.domain, lay.yaxis2.domain
+
+    def px(x, y):     # data -> pixels from the plot area's top left
+        return (dx0 + (dx1 - dx0) * (x - x0) / (x1 - x0)) * W, (1 - (dy0 + (dy1 - dy0) * (y - y0) / (y1 - y0))) * H
+
+    boxes = []
+    for x, y, text, size in zip(dots.x, dots.y, dots.text, dots.marker.size):
+        cx, cy = px(x, y)
+        w = len(text) * 0.6 * th.font_size
+        boxes.append((cx - w / 2, cy + size / 2 + 1, cx + w / 2, cy + size / 2 + 1.2 * th.font_size))
+    pts = list(zip(edges.x, edges.y))
+    segs = [(px(*a), px(*b)) for a, b in zip(pts, pts[1:]) if None not in a + b]
+    assert segs and all(a[0] == b[0] or a[1] == b[1] for a, b in segs)   # elbows: each piece level or upright
+    for (ax, ay), (bx, by) in segs:
+        for l, t, r, b in boxes:
+            crosses = (min(ax, bx) < r and max(ax, bx) > l and min(ay, by) < b and max(ay, by) > t)
+            assert not crosses, ((ax, ay, bx, by), (l, t, r, b))

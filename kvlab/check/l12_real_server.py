@@ -99,6 +99,9 @@ CACHED_MISTAKES = dict([
     ("a match may end inside a node: count the tokens of that node that match", _rule(partial=False)),
     ("that is the number of prompt tokens the server COMPUTES (the rest of the prompt): cached_tokens counts "
      "the ones it found in the tree", lambda nodes, prompt, ps: len(prompt) - cached_by_rule(nodes, prompt, ps)),
+    *((f"hard-coded page size {p}? your answer rounds to pages of {p} whatever page_size says (the cases use "
+       f"pages of 1, 2 and 4): use the argument", lambda nodes, prompt, ps, p=p: cached_by_rule(nodes, prompt, p))
+      for p in (2, 4, 8, 16)),                               # a constant 1 is "no page floor", named above
 ])
 
 
@@ -206,20 +209,21 @@ def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance
     ``slip``: one more mistake by name (:data:`ROUTE_MISTAKES`)."""
     n = len(sent)
     hi, lo = max(loads), min(loads)
+    last = slip == "ties_last"                               # ties: the lower index, unless this slip
+    least = max(i for i, x in enumerate(loads) if x == lo) if last else loads.index(lo)
     far = hi - lo >= BALANCE_ABS if slip in ("ge_abs", "ge_both") else hi - lo > BALANCE_ABS
     ratio_big = hi >= lo * BALANCE_REL if slip in ("ge_rel", "ge_both") else hi > lo * BALANCE_REL
     unbalanced = balance and ((far or ratio_big) if slip == "or" else (far and ratio_big))
     if unbalanced and slip != "balance_last":
-        return loads.index(hi if slip == "most_loaded" else lo)   # unbalanced: the least loaded worker
-    match = [max((_lcp(text, s) for s in texts), default=0) if best == "longest" else
-             sum(_lcp(text, s) for s in texts) for texts in sent]
-    last = slip == "ties_last"                               # ties: the lower index, unless this slip
+        return loads.index(hi) if slip == "most_loaded" else least   # unbalanced: the least loaded worker
+    match = [max((_lcp(text, s) for s in (texts[-1:] if best == "last" else texts)), default=0)
+             if best in ("longest", "last") else sum(_lcp(text, s) for s in texts) for texts in sent]
     w = max(range(n), key=lambda i: (match[i], i if last else -i))
     rate = match[w] / len(text) if ratio and text else match[w]
     if rate > CACHE_THRESHOLD if strict else rate >= CACHE_THRESHOLD:
         return w
     if unbalanced:                                           # slip "balance_last": the loads only on a miss
-        return loads.index(lo)
+        return least
     chars = [_tree_chars(t) if size == "trie" else sum(map(len, t)) for t in sent]
     if smallest:
         return min(range(n), key=lambda i: (chars[i], -i if last else i))
@@ -253,6 +257,8 @@ ROUTE_MISTAKES = dict([
      "new prefix goes where there is room", _route(smallest=False)),
     ("a worker's match is its LONGEST prefix match over the texts it was sent, not a sum over them",
      _route(best="sum")),
+    ("a worker's match is its longest prefix match over EVERY text it was sent (its tree holds them all), "
+     "not over the last one only", _route(best="last")),
     ("a worker's tree holds each shared prefix once: count the distinct prefixes of its texts, not the sum "
      "of their lengths", _route(size="sum")),
     ("workers are numbered from 0 (the index into sent and loads), not from 1",

@@ -25,6 +25,7 @@ from .palette import HIGHLIGHT, REQUEST_COLORS, source_label, theme
 __all__ = ["HitRateControl", "SchedulingControl"]
 
 ORDER_NAMES = {"fcfs": "first come, first served (FCFS)", "cache-aware": "cache-aware (longest cached prefix first)"}
+ORDER_SHORT = {"fcfs": "FCFS", "cache-aware": "cache-aware order"}     # in a sentence, where the full name is above
 # One colour map for both of lesson 08's charts: a colour names one policy or one order, never both.
 CHART_COLORS = dict(zip([*POLICY_NAMES, *ORDER_NAMES], REQUEST_COLORS))
 POLICY_COLORS = {p: CHART_COLORS[p] for p in POLICY_NAMES}
@@ -83,8 +84,8 @@ class HitRateControl(LiveControl):
         else:
             verdict = f"{100 * (rates[best] - mine):.1f} points below {POLICY_NAMES[best]}"
         return (f"A pool of {self.pool_size} token slots, {POLICY_NAMES[self.policy]}: {mine:.1%} of the prompt "
-                f"tokens of {len(self.requests)} requests were found in the cache, {verdict}. "
-                f"(Real radix tree, simulated stream.)")
+                f"tokens of {len(self.requests)} requests were found in the cache, {verdict}; the markers on "
+                f"the dashed line are each policy's rate at this size. (Real radix tree, simulated stream.)")
 
     def figure(self) -> Any:
         import plotly.graph_objects as go
@@ -104,9 +105,10 @@ class HitRateControl(LiveControl):
                 marker=dict(size=20 - 5 * k + 2 * th.line_width, color=POLICY_COLORS[p], symbol=MARKERS[k % len(MARKERS)],
                             line=dict(color=HIGHLIGHT, width=1 + th.line_width))))
         every = [r for c in self.curves.values() for r in c]
-        _pool_line(fig, self.pool_size, (min(every), max(every)), th, "the pool size you picked (markers: its hit rates)")
+        # a short name: the legend's entries then sit two a row, under the title even in classroom mode
+        _pool_line(fig, self.pool_size, (min(every), max(every)), th, "the pool size you picked")
         fig.update_layout(
-            template="none", height=420 if not th.high_contrast else 460,   # classroom: slider + figure in 599 px
+            template="none", height=420 if not th.high_contrast else 440,   # classroom: slider, caption + figure in 599 px
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
             font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Prompt-token hit rate vs pool size ({source_label('simulated')} stream, real radix tree)",
@@ -181,7 +183,7 @@ class SchedulingControl(LiveControl):
         other = next(o for o in ORDER_NAMES if o != self.order)
         return (f"{len(self.trace)} requests waiting at once, a pool of {self.pool_size} token slots, "
                 f"{ORDER_NAMES[self.order]}: {hr[self.order]:.1%} of the prompt tokens hit the cache "
-                f"({hr[other]:.1%} with {other}; the best possible is {self.optimum:.1%}), "
+                f"({hr[other]:.1%} with {ORDER_SHORT[other]}; the best possible is {self.optimum:.1%}), "
                 f"{tp[self.order]:.0f} tokens/s against {tp[other]:.0f}. (Simulated.)")
 
     def figure(self) -> Any:

@@ -126,7 +126,7 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10, detail: bool =
         if not gone and n.evictable:
             style += ",dashed"
         nodes.append(dict(id=n.id, name=f"n{n.id}", label=label, fill=fill, font=font, style=style, kind=kind,
-                          parent=n.parent_id))
+                          parent=n.parent_id, locked=not gone and n.lock_ref > 0))
     nodes[1:] = sorted(nodes[1:], key=_path_key(list(snap.nodes) + list(state.evicted)))
     names = {d["id"]: d["name"] for d in nodes}
     kinds = {d["id"]: d["kind"] for d in nodes}
@@ -196,7 +196,8 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
         lines = [lines[0] + " · " + lines[-1], *lines[1:-1]]
     rows = "".join(f'<tr><td align="left" colspan="4">{x}</td></tr>' for x in lines)
     if legend:
-        kinds = {n["kind"] for n in d["nodes"]} | ({"evictable"} if any("dashed" in n["style"] for n in d["nodes"]) else set())
+        kinds = ({n["kind"] for n in d["nodes"]} | ({"evictable"} if any("dashed" in n["style"] for n in d["nodes"]) else set())
+                 | ({"locked"} if any(n.get("locked") for n in d["nodes"]) else set()))
         rows += _legend_row(two_rows=th.high_contrast and not compact, kinds=kinds)
     g = graphviz.Digraph("radix", format="svg")
     g.attr(rankdir=rankdir, label=f'<<table border="0" cellspacing="3" cellpadding="2">{rows}</table>>', labelloc="t",
@@ -216,10 +217,11 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
 
 def _legend_row(two_rows: bool = False, kinds: set[str] | None = None) -> str:
     """The legend as table rows: only the entries this picture uses (``kinds``: hit, miss,
-    evictable, evicted; None: all four), so "faded: evicted" shows only where a node is evicted."""
+    evictable, locked, evicted; None: all five), so "faded: evicted" shows only where a node is evicted."""
     cells = {"hit": f'<td bgcolor="{HIT}"><font color="white">matched (hit, reused)</font></td>',
              "miss": f'<td bgcolor="{MISS}"><font color="white">prefilled now (miss)</font></td>',
              "evictable": '<td border="1" style="dashed">dashed: evictable (unlocked)</td>',
+             "locked": '<td border="1">solid: locked (a running request reads it)</td>',
              "evicted": f'<td bgcolor="{EVICTED}"><font color="#6e6e6e">faded: evicted</font></td>'}
     used = [c for k, c in cells.items() if kinds is None or k in kinds]
     if not used:

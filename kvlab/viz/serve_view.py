@@ -161,9 +161,22 @@ def _pool_trace(state: dict, d: dict, cols: int, size: int) -> Any:
                       hoverinfo="text", showlegend=False)
 
 
-def _tree_traces(d: dict) -> tuple[list[Any], dict, int]:
-    """The tree's edges and nodes (depth on x, no text on them: every node has a tooltip, and the
-    last request's path is written out under the tree, :func:`_path_labels`)."""
+def _short_label(node: dict, parent_text: str, chars: int) -> str:
+    """A node's label on the tree: the start of its text, one line of at most ``chars``; "…" first
+    where it starts inside a word (a page boundary splits words: "istant" after "ass").
+
+    Example: ``_short_label({"text": "istant: hello"}, "You are the ass", 12) -> '…istant:…'``."""
+    mid = (parent_text[-1:].isalnum() or parent_text.endswith("…")) and node["text"][:1].isalnum()   # "…": cut by the server
+    text = " ".join(node["text"].split())
+    return _node_label(("…" if mid else "") + text, chars)
+
+
+def _tree_traces(d: dict, th: Any = None, width_px: float = 560) -> tuple[list[Any], dict, int]:
+    """The tree's edges and nodes (depth on x), each node labelled under it with the start of its
+    text, cut to its column (the whole text is its tooltip, and the last request's path is written
+    out under the tree, :func:`_path_labels`). The edges are elbows: out of a node to half-way to
+    the next column, along it, then into the child, so no edge passes under a node, where its
+    label is (a straight edge to a child below crossed it)."""
     import plotly.graph_objects as go
 
     nodes = d["nodes"]
@@ -172,14 +185,20 @@ def _tree_traces(d: dict) -> tuple[list[Any], dict, int]:
     shown = [x for x in nodes if x["id"] in pos]
     ex, ey = [], []
     for x in shown:
-        ex += [pos[x["parent"]][0], pos[x["id"]][0], None]
-        ey += [pos[x["parent"]][1], pos[x["id"]][1], None]
+        (px, py), (cx, cy) = pos[x["parent"]], pos[x["id"]]
+        ex += [px, (px + cx) / 2, (px + cx) / 2, cx, None]
+        ey += [py, py, cy, cy, None]
     colour = dict(zip((x["id"] for x in nodes), d["node_colors"]))
     depth = max([p[0] for p in pos.values()] + [1])
     edges = go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#bbb", width=1), hoverinfo="skip", showlegend=False)
+    font = th.font_size if th is not None else 12
+    chars = max(4, int(0.8 * width_px / (depth + 1.2) / (0.6 * font)))   # inside its column, clear of the elbows
+    text_of = {x["id"]: x["text"] for x in shown}
     dots = go.Scatter(
         x=[pos[0][0]] + [pos[x["id"]][0] for x in shown], y=[pos[0][1]] + [pos[x["id"]][1] for x in shown],
-        mode="markers", hoverinfo="text",
+        mode="markers+text", hoverinfo="text", textposition="bottom center", textfont=dict(size=font, color="#333"),
+        name="tree nodes", cliponaxis=False,                                  # the lowest label may hang below
+        text=["root"] + [_short_label(x, text_of.get(x["parent"], ""), chars) for x in shown],
         hovertext=["root"] + [f"node {x['id']}: {x['tokens']} tokens" + (" (evicted)" if x["evicted"] else "")
                               + "<br>" + _node_label(x["text"], 40, 3) for x in shown],
         marker=dict(size=[10] + [8 + 2 * math.sqrt(x["tokens"]) for x in shown],
@@ -193,6 +212,26 @@ def _tree_traces(d: dict) -> tuple[list[Any], dict, int]:
 _PATH_TEXT = {"hit": "#1b7a1b", "computed": "#1f5f99"}      # the marks' hues, dark enough for text
 
 
+def _join_texts(texts: Sequence[str]) -> str:
+    """Node texts joined in path order. The server cuts a long node's text (``…`` at its end), so
+    the next node's text starts in a word that is not all there: a cut text loses its last,
+    partial word and ends in " …", and the next text loses its first one, so no word reads cut.
+
+    Example: ``_join_texts(["system: You", " are the customer-service as…", "istant: hi"])``
+    -> ``'system: You are the customer-service … hi'``."""
+    out, cut = "", False
+    for t in texts:
+        if cut:
+            t = t[len(t) - len(t.lstrip()):] if t[:1].isspace() else (t.split(None, 1)[1:] or [""])[0]
+            t = " " + t
+        cut = t.endswith("…")
+        if cut:
+            body = t[:-1]
+            t = (body.rsplit(None, 1)[0] if " " in body.strip() else body) + " …"
+        out += t
+    return out
+
+
 def _path_labels(d: dict, pos: dict, depth: int, th: Any, width_px: float, max_lines: int = 4) -> list[dict]:
     """The last request's path as ONE text under the tree (an annotation named "path"): its nodes'
     texts joined, the hit part in green and the computed part in blue, wrapped at spaces to the
@@ -203,7 +242,7 @@ def _path_labels(d: dict, pos: dict, depth: int, th: Any, width_px: float, max_l
     if not path:
         return []
     chars = max(12, int(width_px / (0.6 * th.font_size)))
-    parts = [(m, " ".join("".join(x["text"] for x in path if x["mark"] == m).split())) for m in ("hit", "computed")]
+    parts = [(m, " ".join(_join_texts([x["text"] for x in path if x["mark"] == m]).split())) for m in ("hit", "computed")]
     words = [(m, w) for m, t in parts for w in t.split(" ") if w]
     while sum(len(w) + 1 for _, w in words) > chars * max_lines - 2 and len(words) > 1:
         words.pop(0)                                          # the start of the hit part goes first
@@ -246,7 +285,7 @@ def dashboard_figure(state: dict, caption: str | None = "") -> Any:
     rows, plot_px = math.ceil(n / cols), height - top - 40 - 10           # the plot area: title, legend, margin
     fig.add_trace(_pool_trace(state, d, cols, max(8, min(22, int(0.26 * width / cols), int(0.72 * plot_px / rows)))),
                   1, 1)
-    traces, pos, depth = _tree_traces(d)
+    traces, pos, depth = _tree_traces(d, th, 0.66 * width)
     for t in traces:
         fig.add_trace(t, 1, 2)
     for t in _legend_traces(state, d):
@@ -258,7 +297,11 @@ def dashboard_figure(state: dict, caption: str | None = "") -> Any:
     fig.update_yaxes(visible=False)
     fig.update_xaxes(range=[-0.5, cols - 0.5], row=1, col=1)
     fig.update_xaxes(range=[-0.6, depth + 0.6], row=1, col=2)
-    fig.update_yaxes(range=[low - 0.6, 0.6], domain=[min(0.5, rows_px / plot_px), 1], row=1, col=2)
+    bottom = min(0.5, rows_px / plot_px)
+    fig.update_yaxes(range=[low - 0.6, 0.6], domain=[bottom, 1], row=1, col=2)
+    row_px = (1 - bottom) * plot_px / (1.2 - low)                       # one leaf row of the tree, in pixels
+    if row_px < 1.25 * th.font_size + 6:                                # too many leaves for labels: tooltips only
+        fig.update_traces(mode="markers", text=None, selector=dict(name="tree nodes"))
     if caption is not None:
         fig.update_layout(title=dict(text=(caption or "the server's dashboard") + " (measured)",
                                      font=dict(size=th.title_size), x=0.01))
@@ -304,27 +347,37 @@ def dashboard_stepper(states: Sequence[dict], captions: Sequence[str], static: b
     return stepper
 
 
-_RECORDED = ("<p style='margin:2px 0'><b>Recorded</b>: {why}, so these are the dashboard's states captured "
-             "from this notebook's run, one after each request (measured, not simulated). Pick a request, or step "
-             "through them: green is what that request found in the tree, blue what it computed; hover a node for "
-             "its text.</p>")
+_RECORDED = ("<p style='margin:2px 0'><b>Recorded</b>: {why}. These are the dashboard's states captured from "
+             "this notebook's run, one after each request (measured, not simulated). Pick a request, or step through "
+             "them: green is what that request found in the tree, blue what it computed; hover a node for its "
+             "text.</p>")
 
 
 def _frame_height() -> int:
-    """The live page's frame: its whole page (732 px at 1500x1000), or in classroom mode the
-    projector's 599 px window, where the page shrinks its pool and tree to fit."""
+    """The live page's frame: its whole page (732 px at 1500x1000), or in classroom mode what the
+    projector's 599 px window leaves under the link's line, where the page shrinks its pool and
+    tree to fit."""
     from .palette import is_classroom
 
-    return 590 if is_classroom() else 760
+    return 525 if is_classroom() else 760
+
+
+_LIVE = ("<p style='margin:2px 0'>The server's page, live until the servers stop (the last section stops them, "
+         "Run All too): <a href=\"{url}\" target=\"_blank\">{url}</a></p>")
+_GONE = ("the servers have stopped, so the live page at {url} no longer answers; to see it live again, start "
+         "them again (run the cell that starts them, then this one: they get new ports)")
 
 
 def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], lab: Any = None) -> None:
     """In a live notebook the server's page itself (an IFrame of ``url``, the width of the output,
-    as tall as the page); without one (static, the site: ``KVLAB_STATIC``), or once ``lab`` (a
-    :class:`kvlab.serve.lab.Lab`) has stopped, the recorded ``states`` with a slider over them,
-    said to be recorded. With ``lab`` the frame is replaced in place by the recording when the
-    servers stop (a notebook run top to bottom stops them in its last cell)."""
-    from IPython.display import HTML, IFrame, display
+    as tall as the page) under a link to it that says how long it works; without one (static, the
+    site: ``KVLAB_STATIC``), or once ``lab`` (a :class:`kvlab.serve.lab.Lab`) has stopped, the
+    recorded ``states`` with a slider over them, said to be recorded (and, after a stop, that the
+    page at ``url`` is gone). With ``lab`` the frame is replaced in place by the recording when
+    the servers stop (a notebook run top to bottom stops them in its last cell)."""
+    import html
+
+    from IPython.display import HTML, display
 
     from .display import is_static
     from .palette import is_classroom
@@ -337,8 +390,9 @@ def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], la
 
         return W.VBox([stepper.widget, W.HTML(_RECORDED.format(why=why))], layout=W.Layout(max_width="100%"))
 
+    gone = _GONE.format(url=html.escape(url))
     if is_static() or (lab is not None and lab.stopped):
-        why = "the servers have stopped" if lab is not None and lab.stopped else "the server is not running here"
+        why = gone if lab is not None and lab.stopped else "the server is not running here"
         box = recorded(why)
         if box is None:
             display(HTML(_RECORDED.format(why=why)))
@@ -346,10 +400,11 @@ def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], la
         else:
             display(box)
         return
-    handle = display(IFrame(url + ("?classroom=1" if is_classroom() else ""), width="100%", height=_frame_height()),
-                     display_id=True)
+    src = html.escape(url + ("?classroom=1" if is_classroom() else ""), quote=True)
+    frame = f'<iframe src="{src}" width="100%" height="{_frame_height()}" frameborder="0"></iframe>'
+    handle = display(HTML(_LIVE.format(url=html.escape(url, quote=True)) + frame), display_id=True)
     if lab is not None:
-        lab.on_stop(lambda: handle.update(recorded("the servers have stopped")))
+        lab.on_stop(lambda: handle.update(recorded(gone)))
 
 
 def router_figure(views: dict[str, dict]) -> Any:

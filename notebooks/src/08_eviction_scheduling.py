@@ -38,6 +38,8 @@ import copy
 from kvlab.reuse import EVICTION_POLICIES, CacheManager, serve_request
 from kvlab.viz.radix_frames import RadixRecorder
 
+NAME = {"lru": "LRU", "lfu": "LFU", "fewest_tokens": "fewest tokens"}   # how the text names each policy id
+
 cm = CacheManager(num_blocks=16, block_size=1)                  # 16 slots and the radix tree over them
 cache = cm.tree
 recorder = RadixRecorder(cache)                                  # keeps a snapshot after every event
@@ -73,7 +75,7 @@ for name, policy in EVICTION_POLICIES.items():
     c.set_eviction_policy(name)
     res = c.evict(need)
     victims[name] = res.node_ids
-    print(f"{name:<14} evicts {' then '.join(text[i] for i in res.node_ids)} ({res.num_tokens} tokens)"
+    print(f"{NAME[name]:<14} evicts {' then '.join(text[i] for i in res.node_ids)} ({res.num_tokens} tokens)"
           f"   -- {policy.description}")
 print("the three policies evict three different sets of nodes:",
       len({frozenset(v) for v in victims.values()}) == len(victims))
@@ -196,7 +198,7 @@ for cap in capacities:
         c.check_integrity()
         hit[name].append(c.tree.stats.hit_rate)
 spread = [100 * (max(hit[n][i] for n in hit) - min(hit[n][i] for n in hit)) for i in range(len(capacities))]
-print("pool (slots)  " + "".join(f"{n:>15}" for n in hit) + "  spread (points)")
+print("pool (slots)  " + "".join(f"{NAME[n]:>15}" for n in hit) + "  spread (points)")
 for i, cap in enumerate(capacities):
     print(f"{cap:>12}  " + "".join(f"{hit[n][i]:>15.1%}" for n in hit) + f"  {spread[i]:>15.1f}")
 
@@ -217,7 +219,7 @@ HitRateControl(requests, sizes=(80, 120, 160, 200, 260, 320, 400), pool_size=120
 # NBVAL_CHECK_OUTPUT
 for i, cap in enumerate(capacities):
     ranked = sorted(hit, key=lambda n: hit[n][i], reverse=True)
-    print(f"{cap:>3} slots: best {ranked[0]} ({hit[ranked[0]][i]:.1%}), worst {ranked[-1]} ({hit[ranked[-1]][i]:.1%}), "
+    print(f"{cap:>3} slots: best {NAME[ranked[0]]} ({hit[ranked[0]][i]:.1%}), worst {NAME[ranked[-1]]} ({hit[ranked[-1]][i]:.1%}), "
           f"spread {spread[i]:.1f} points")
 trend = "grows" if spread[-1] > spread[0] else "shrinks"
 print(f"The spread between the policies {trend} with the pool: {spread[0]:.1f} points at {capacities[0]} slots, "
@@ -225,14 +227,15 @@ print(f"The spread between the policies {trend} with the pool: {spread[0]:.1f} p
 for n in hit:
     worst_at = sum(min(hit, key=lambda m: hit[m][i]) == n for i in range(len(capacities)))
     best_at = sum(max(hit, key=lambda m: hit[m][i]) == n for i in range(len(capacities)))
-    print(f"{n}: best at {best_at}, worst at {worst_at} of the {len(capacities)} pool sizes")
+    print(f"{NAME[n]}: best at {best_at}, worst at {worst_at} of the {len(capacities)} pool sizes")
 
 # %% [markdown]
 # What drives those numbers on this stream. A pool of 80 slots holds about two of the 30-token
 # popular prefixes beside the request being served, so every policy must evict prefixes it
 # will need again soon; with more room the policy decides *which* prefixes survive. LFU counts
-# how often each node was matched, so the one-off documents (matched once) go first and the
-# popular prefixes stay; LRU keeps whatever came last, so a burst of documents can push the
+# how often each node was matched (`hit_count`), so the one-off documents go first: nothing
+# matches them after they are cached, and their count stays 0, like R2's `[9 9 9]` in
+# section 1's table; the popular prefixes, matched again and again, stay; LRU keeps whatever came last, so a burst of documents can push the
 # prefixes out; "fewest tokens" evicts the short question leaves first and keeps the long
 # documents nobody asks for again. No policy is best for every workload, and on this stream LRU
 # is not the best one (the lines above count at how many pool sizes each policy wins). It is
@@ -329,8 +332,11 @@ if per - 1 < (grow["reused"] - 1) / 2:
 # requests sharing a prefix are served together, their prefix is computed once and stays hot;
 # served first-come-first-served, unrelated requests in between can evict it. SGLang sorts the
 # queue by the length of each request's cached prefix, longest first (`"lpm"`), or walks the
-# tree depth-first so that one subtree is served at a time (`"dfs-weight"`).
-# `kvlab.reuse.schedule` has both:
+# tree depth-first so that one subtree is served at a time (`"dfs-weight"`). One limit matters
+# below: matching every waiting request costs time, so when **more than 128** requests wait,
+# SGLang turns `lpm` off and serves the queue first-come-first-served
+# (`SchedulePolicy._determine_active_policy` in `schedule_policy.py`; `dfs-weight` has no such
+# limit). `kvlab.reuse.schedule` has both orders:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -345,8 +351,10 @@ for policy in ["fcfs", "lpm", "dfs-weight"]:
 
 # %% [markdown]
 # At scale, with the simulator (**simulated**: `kvlab.sim`, the same radix tree code, OPT-13B on
-# an A100-40GB cost model): 200 requests, all waiting at once, each starting with one of 8
-# system prompts of 400 tokens. Under memory pressure, FCFS keeps evicting the prefixes it is
+# an A100-40GB cost model): 128 requests, all waiting at once, each starting with one of 8
+# system prompts of 400 tokens. 128 is SGLang's limit: with one more waiting request its `lpm`
+# would serve this queue FCFS until enough of it had been admitted, so the FCFS rows below are
+# also what SGLang does with a longer queue. Under memory pressure, FCFS keeps evicting the prefixes it is
 # about to need; cache-aware order approaches the best possible hit rate (every prefix computed
 # once), and the throughput follows. (The hit rate also counts the re-prefill of preempted
 # requests, which mostly hits, so it can end slightly above the one-pass optimum.)
@@ -354,16 +362,18 @@ for policy in ["fcfs", "lpm", "dfs-weight"]:
 # %%
 from kvlab import sim
 
-trace = sim.shared_prefix(200, rate=float("inf"), seed=0, num_prefixes=8, prefix_len=400,
+LPM_LIMIT = 128                                # SGLang: above this many waiting requests, lpm -> fcfs
+trace = sim.shared_prefix(LPM_LIMIT, rate=float("inf"), seed=0, num_prefixes=8, prefix_len=400,
                           question_mean=40, output_mean=40)
 best = sim.optimal_hit_rate(trace)
-print(f"best possible hit rate for this trace: {best:.1%}")
+print(f"{len(trace)} requests waiting (SGLang sorts by cached prefix up to {LPM_LIMIT}); "
+      f"best possible hit rate for this trace: {best:.1%}")
 print(f"{'pool (slots)':>12} {'order':>12} {'hit rate':>9} {'preemptions':>11} {'mean batch':>10} {'tokens/s (sim.)':>15}")
 results = {}
 for capacity in [2048, 4096]:
     for order in ["fcfs", "cache-aware"]:
         r = results[capacity, order] = sim.simulate(trace, "radix", capacity=capacity, order=order)
-        print(f"{capacity:>12} {order:>12} {r.hit_rate:>9.1%} {r.preemptions:>11} {r.mean_batch:>10.1f} "
+        print(f"{capacity:>12} {order.replace('fcfs', 'FCFS'):>12} {r.hit_rate:>9.1%} {r.preemptions:>11} {r.mean_batch:>10.1f} "
               f"{r.throughput:>15.0f}")
 
 # %%
@@ -380,9 +390,9 @@ for capacity in [2048, 4096]:
               f"  re-prefill mostly hits, so the hit rate does not pay for it.")
 
 # %% [markdown]
-# **Try it.** A smaller trace (100 requests, 8 system prompts of 200 tokens), simulated once at
-# every pool size for both orders: pick a pool size and an order, and read the two hit rates
-# against the best possible (dashed).
+# **Try it.** A smaller trace (100 requests, under SGLang's limit of 128; 8 system prompts of
+# 200 tokens), simulated once at every pool size for both orders: pick a pool size and an
+# order, and read the two hit rates against the best possible (dashed).
 
 # %%
 from kvlab.viz import SchedulingControl

