@@ -158,7 +158,7 @@ def test_an_eviction_flashes_the_blocks_it_freed(browser):
         r = httpx.post(srv.url + "/v1/completions", json={"prompt": "import socket, os, sys\nclass Server:\n",
                                                           "max_tokens": 76, "temperature": 0}, timeout=30)
         r.raise_for_status()
-        page.wait_for_function("window.kvlabState.evicted_tokens > 0", timeout=3000)
+        page.wait_for_function("window.kvlabState.evicted_tokens > 0", timeout=15_000)   # the event stream, on a loaded machine (3 s timed out at load 20)
         after = page.evaluate("window.kvlabState")
         gone = [b for b, (x, y) in enumerate(zip(before["blocks"]["state"], after["blocks"]["state"])) if x == 2 > y]
         widths = page.evaluate("""() => [...document.querySelectorAll('#pool .scatterlayer .point')]
