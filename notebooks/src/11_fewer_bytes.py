@@ -361,6 +361,25 @@ if lower:
         f"too few, and one token's probability moves the mean a lot; bench/bench_kv_compress.py scores more.")
 
 # %% [markdown]
+# Every number above is at one budget, 64 tokens. Move it: pick a method and a budget, and the
+# model runs that method on the same prompt and held-out passage, measured like the table
+# (each new pick runs the model for a second or more; the caption says how long it took here). The
+# figure keeps every budget measured so far, a line per method, the one picked ringed and the
+# full cache's perplexity dashed. Try StreamingLLM at 16, 32 and 128 tokens, then H2O at the same
+# budgets: which one needs more tokens to come back to the full cache?
+
+# %%
+from kvlab.viz.budget_sweep import BudgetSweep
+
+
+def measure(method, budget):                   # one method at one budget, as the tables above measured
+    cfg = CompressionConfig(method, budget, 16)
+    return compare_methods(model, [cfg], sample, N_TOKENS, held, block_size=16, reference=rows[0])[0]
+
+
+BudgetSweep(rows, measure, method="streaming", budget=64)
+
+# %% [markdown]
 # ## 6. Where dropping breaks: a fact in the middle
 #
 # Attention mass is small in the middle *on average*, but a question can make one middle token
@@ -506,6 +525,36 @@ check.quantize_per_token(quantize_per_token)
 # Try `.to(torch.int8)` and `torch.round` on 2.5, -2.5 and 0.5. Does either send every
 # halfway value to the upper level?
 # </details>
+
+# %% [markdown]
+# ## Your predictions, answered by this run
+#
+# Exercise 1 asked about 30 tokens in blocks of 4 with 5 sinks and a window of 7; exercise 3
+# about the worst int8 error of a head whose values lie in [-2, 2]. Here is what kvlab's own
+# functions compute for them (`streaming_drop` from section 3, `quantize_kv_ref` from section 4):
+
+# %%
+n_tok, bs, sinks, window = 30, 4, 5, 7
+blocks, sink_blocks, window_blocks = -(-n_tok // bs), -(-sinks // bs), -(-window // bs)
+dropped = streaming_drop(blocks, n_tok // bs, sink_blocks, window_blocks)
+stay = [b for b in range(blocks) if b not in dropped]
+in_window = sum(p // bs in stay for p in range(n_tok - window, n_tok))
+say(f"Exercise 1: {n_tok} tokens in blocks of {bs} are {blocks} blocks, the last holding {n_tok - (blocks - 1) * bs} "
+    f"tokens. The sinks (tokens 0-{sinks - 1}) reach into block {(sinks - 1) // bs}, so blocks "
+    f"{list(range(sink_blocks))} stay; the window's {window} slots buy the newest {window_blocks} blocks "
+    f"{stay[-window_blocks:]}. Kept: {stay}; {in_window} of the last {window} tokens are in them "
+    f"(token {n_tok - window} is in dropped block {(n_tok - window) // bs}).")
+x = torch.zeros(2, 1, 1001)
+x[0, 0] = torch.linspace(-2, 2, 1001)           # the head whose values lie in [-2, 2]
+x[1, 0, 0] = 100.0                              # another token holding a 100
+xq, sc = quantize_kv_ref(x)
+err_own = (dequantize_kv_ref(xq, sc)[0] - x[0]).abs().max().item()
+one = x.abs().max() / 127                       # one scale for the whole tensor
+levels = torch.clamp(torch.floor(x[0] / one + 0.5), -127, 127)
+err_one = (levels * one - x[0]).abs().max().item()
+say(f"Exercise 3: with its own scale (2/127 = {sc[0, 0].item():.4f}) the head's worst error is {err_own:.4f}, "
+    f"half a step; with one scale for the tensor (100/127 = {one.item():.3f}) it is {err_one:.3f}, "
+    f"{err_one / err_own:.0f}x more, and its 1001 values fall on {levels.unique().numel()} levels.")
 
 # %% [markdown]
 # ## What the notes got right and wrong, from this run
