@@ -160,6 +160,10 @@ def test_budget_sweep_measures_each_new_budget_once_and_seeds_from_the_lesson_ro
     rings = [t for t in fig.data if t.marker.symbol == "circle-open" and t.name is None]
     assert [list(t.x) for t in rings] == [[128], [128]]
     assert "measured" in fig.layout.title.text and fig.layout.yaxis.type != "log"
+    lo, hi = fig.layout.yaxis.range          # the full cache's dashed line inside the axis, off its edge
+    assert lo < 2.0 < 2.5 < hi
+    assert [t.opacity for t in fig.data if t.name == "streaming"] == [1.0, 1.0]
+    assert {t.opacity for t in fig.data if t.name in ("h2o", "quest")} == {0.35}
 
 
 def test_budget_sweep_refuses_a_bad_pick_and_keeps_its_state():

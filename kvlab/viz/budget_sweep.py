@@ -100,6 +100,7 @@ class BudgetSweep(LiveControl):
                 continue
             symbol, size = METHOD_MARKERS[method]
             style = dict(mode="lines+markers", name=method, legendgroup=method,
+                         opacity=1.0 if method == self.method else 0.35,   # the picked method stands out
                          line=dict(color=METHOD_COLORS[method], width=th.line_width,
                                    dash="dot" if method.endswith(("-orig", "-block", "-shared")) else "solid"),
                          marker=dict(symbol=symbol, size=min(size, 14), color=METHOD_COLORS[method], line=dict(width=2)))
@@ -116,9 +117,7 @@ class BudgetSweep(LiveControl):
         lo, hi, _ = self.budgets
         fig.update_xaxes(title_text="budget (tokens)", range=[0, hi + lo])
         fig.update_yaxes(range=[0, 108], row=1, col=2)
-        ppl = [r.ppl for r in self.measured.values()] + [self.full.ppl]
-        if max(ppl) > 8 * min(ppl):   # a budget that breaks a method: its perplexity is 100x, on a log axis
-            fig.update_yaxes(type="log", dtick=1, row=1, col=1)
+        fig.update_yaxes(**self._ppl_axis(), row=1, col=1)
         fig.update_layout(title=dict(text=f"Each budget you pick, run on the model ({source_label('measured')}; "
                                           f"dashed: the full cache)", font=dict(size=th.title_size)),
                           height=420 if hc else 380, width=_width(th), autosize=th.autosize, template="plotly_white",
@@ -128,6 +127,19 @@ class BudgetSweep(LiveControl):
         for a in fig.layout.annotations[:2]:   # the subtitles
             a.font = dict(size=th.font_size)
         return fig
+
+    def _ppl_axis(self) -> dict[str, Any]:
+        """The perplexity axis: every point and the full cache's line inside, off the axis's edges;
+        a log axis when a budget breaks a method (its perplexity 8x the best or more)."""
+        import math
+
+        ppl = [r.ppl for r in self.measured.values()] + [self.full.ppl]
+        lo, hi = min(ppl), max(ppl)
+        if hi > 8 * lo:
+            pad = 0.06 * (math.log10(hi) - math.log10(lo))
+            return dict(type="log", dtick=1, range=[math.log10(lo) - pad, math.log10(hi) + pad])
+        pad = 0.08 * max(hi - lo, 0.05 * hi)
+        return dict(range=[lo - pad, hi + pad])
 
     def _inputs(self, W: Any) -> list[Any]:
         th = theme()

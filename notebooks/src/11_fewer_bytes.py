@@ -96,7 +96,7 @@ attention_figure(profile)
 # %%
 from textwrap import fill                                      # long sentences wrap between words, not inside them
 
-print(fill(profile.verdict(), 96))
+print(fill(profile.verdict(), 80))                              # 80 characters fit a projector's output area
 s = profile.shares()
 
 # %% [markdown]
@@ -334,7 +334,7 @@ tradeoff_figure(rows)
 
 # %%
 def say(text):
-    print(fill(text, 96, subsequent_indent="  "))
+    print(fill(text, 80, subsequent_indent="  "))
 
 
 full = rows[0]
@@ -362,11 +362,12 @@ if lower:
 
 # %% [markdown]
 # Every number above is at one budget, 64 tokens. Move it: pick a method and a budget, and the
-# model runs that method on the same prompt and held-out passage, measured like the table
-# (each new pick runs the model for a second or more; the caption says how long it took here). The
-# figure keeps every budget measured so far, a line per method, the one picked ringed and the
-# full cache's perplexity dashed. Try StreamingLLM at 16, 32 and 128 tokens, then H2O at the same
-# budgets: which one needs more tokens to come back to the full cache?
+# model runs that method on the same prompt and held-out passage, measured like the tables (each
+# new pick runs the model; the caption says how long it took here). The figure keeps every budget
+# measured so far, a line per method (the picked one drawn solid), the point picked ringed, and
+# the full cache's perplexity dashed. Try StreamingLLM at 16, 32 and 128 tokens, then H2O at the
+# same budgets, and compare how fast each one's perplexity climbs away from the dashed line as
+# the budget shrinks.
 
 # %%
 from kvlab.viz.budget_sweep import BudgetSweep
