@@ -51,7 +51,8 @@ CSS classes for browser tests (ipywidgets ``_dom_classes``; select with ``.kvlab
                   kvlab-control-caption, kvlab-figure; inputs kvlab-shuffle-button,
                   kvlab-unshuffle-button, kvlab-splits-slider, kvlab-samples-slider,
                   kvlab-beam-width-slider, kvlab-prompt-len-slider, kvlab-pool-size-slider,
-                  kvlab-policy-menu
+                  kvlab-policy-menu; lesson 11's kvlab-budget-sweep (kvlab-sweep-method,
+                  kvlab-sweep-budget)
     stepper:      kvlab-stepper (box), kvlab-prev, kvlab-next, kvlab-play, kvlab-reset,
                   kvlab-step-slider, kvlab-caption, kvlab-error, kvlab-figure (plotly
                   view box) or kvlab-svg (graphviz view)

@@ -120,9 +120,10 @@ class BudgetSweep(LiveControl):
         fig.update_yaxes(**self._ppl_axis(), row=1, col=1)
         fig.update_layout(title=dict(text=f"Each budget you pick, run on the model ({source_label('measured')}; "
                                           f"dashed: the full cache)", font=dict(size=th.title_size)),
-                          height=420 if hc else 380, width=_width(th), autosize=th.autosize, template="plotly_white",
-                          font=dict(size=th.font_size), margin=dict(l=55, r=20, t=80, b=120 if hc else 100),
-                          legend=dict(orientation="h", x=0, y=-0.3 if hc else -0.25, yanchor="top",
+                          height=440 if hc else 380, width=_width(th), autosize=th.autosize, template="plotly_white",
+                          font=dict(size=th.font_size), margin=dict(l=55, r=20, t=70 if hc else 80, b=160 if hc else 110),
+                          # under the axis titles (classroom: 18 px titles took the legend's first row)
+                          legend=dict(orientation="h", x=0, y=-0.4 if hc else -0.3, yanchor="top",
                                       font=dict(size=th.font_size)))
         for a in fig.layout.annotations[:2]:   # the subtitles
             a.font = dict(size=th.font_size)
