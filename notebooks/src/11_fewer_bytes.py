@@ -305,7 +305,8 @@ for t in sample[0][:3]:                        # three decode steps of the whole
 print(f"one decode step of the whole model: {(time.perf_counter() - t0) / 3 * 1e3:.0f} ms on this machine "
       "(measured, the mean of 3)")
 dropping = [CompressionConfig(m, 64, 16) for m in ("streaming", "streaming-orig", "h2o", "h2o-block")]
-rows = compare_methods(model, [full_cfg, *dropping], sample, N_TOKENS, held, block_size=16)
+prefilled = {}                                 # the dense prefills: made here once, reused by every call below
+rows = compare_methods(model, [full_cfg, *dropping], sample, N_TOKENS, held, block_size=16, prefilled=prefilled)
 print(f"measured on a prompt of {len(sample[0])} tokens; held-out context {len(held[0][0])} tokens")
 display(results_table(rows))
 
@@ -316,7 +317,8 @@ display(results_table(rows))
 # %%
 more = [CompressionConfig("quest", 64), CompressionConfig("quest-shared", 64), CompressionConfig("int8"),
         CompressionConfig("fp8")]
-rows += compare_methods(model, more, sample, N_TOKENS, held, block_size=16, reference=rows[0])   # same reference
+rows += compare_methods(model, more, sample, N_TOKENS, held, block_size=16, reference=rows[0],   # same reference
+                        prefilled=prefilled)
 display(results_table(rows))
 
 # %% [markdown]
@@ -375,7 +377,8 @@ from kvlab.viz.budget_sweep import BudgetSweep
 
 def measure(method, budget):                   # one method at one budget, as the tables above measured
     cfg = CompressionConfig(method, budget, 16)
-    return compare_methods(model, [cfg], sample, N_TOKENS, held, block_size=16, reference=rows[0])[0]
+    return compare_methods(model, [cfg], sample, N_TOKENS, held, block_size=16, reference=rows[0],
+                           prefilled=prefilled)[0]
 
 
 BudgetSweep(rows, measure, method="streaming", budget=64)
