@@ -12,7 +12,8 @@ checked in two modes one after the other (two test items), its kernel shut down 
 
 In both: no cell shows an error, plotly figures and widgets render, and the layout check finds
 nothing: no output wider than its output area, no visible text in an output under 12 px (16 px
-in classroom mode) (SVG and plotly text, HTML tables, widget labels, printed text). The picture
+in classroom mode) (SVG and plotly text, HTML tables, widget labels, printed text), no printed
+line cut inside a word. The picture
 checks (text crossed by a line or cut by its figure's edge, a step counter shown twice, a legend
 entry drawn nowhere, a control and its figure taller than the screen) warn; with
 KVLAB_PICTURES_STRICT=1 they fail. Every finding goes to tests/_artifacts/browser_layout.json as
@@ -22,8 +23,10 @@ well as into the failure. Lesson steps:
   slider, moved to 4 (L1 -> P7) and back to 9, shows L2, offset 1 and P1, and the memory-map
   stepper's Next button moves its caption, numbered "step k / N";
 - lesson 02 (normal): the plotly bar chart renders; lesson 07 (normal): the radix stepper's Next
-  button changes the caption and the tree; lesson 01 (both modes): the decode stepper's Next
-  reaches step 4, captioned with what each path computed. A lesson with steps that is missing fails.
+  button changes the caption and the tree; lesson 01 (both modes): the decode stepper's buttons
+  say on hover what they do, prev and reset are disabled at step 1 only, Next reaches step 4,
+  captioned with what each path computed, and play moves on and pauses. A lesson with steps that
+  is missing fails.
 
 One server and one browser for all the lessons; the time is the lessons' own run time (once
 each) plus the re-drawn cells. That run is also the lesson's run for its headless checks and the
