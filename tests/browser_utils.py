@@ -418,7 +418,7 @@ _LAYOUT_JS = """([minPx, wordCut]) => {
                     found.push({kind: 'overflow', cell: index, element: describe(el) + ' (scrolls sideways)',
                                 content_px: el.scrollWidth, area_px: el.clientWidth});
             });
-            // 1b. (classroom) printed text wrapped inside a word: a line wider than its <pre> while the
+            // 1b. printed text wrapped inside a word: a line wider than its <pre> while the
             // <pre> breaks anywhere (JupyterLab's word-break: break-all) is cut mid-word on screen
             if (wordCut) out.querySelectorAll('pre').forEach(pre => {
                 const st = getComputedStyle(pre);
@@ -629,8 +629,9 @@ def layout_report(page, lesson: str, classroom: bool, notebook: str | None = Non
 
     - ``overflow``: an output wider than its output area (``content_px``, ``area_px``);
     - ``small-text``: visible text in outputs under 12 px (16 px in classroom mode) (``px``);
-    - ``word-cut`` (classroom mode): printed text whose lines wrap inside a word (a line wider than
-      its ``<pre>`` where the ``<pre>`` breaks anywhere);
+    - ``word-cut`` (both modes): printed text whose lines wrap inside a word (a line wider than
+      its ``<pre>`` where the ``<pre>`` breaks anywhere: JupyterLab's own style, without the page
+      style a lesson's first cell shows, :func:`kvlab.viz.palette.page_css`);
     - ``crossed-text``: SVG or plotly text whose letters a drawn line or arrow runs through
       (graphviz edges, plotly lines, error bars and shapes; not grids, axes, boxes or bars);
     - ``clipped-text``: SVG or plotly text cut by the edge of its figure, a clip path (plotly's
@@ -645,7 +646,7 @@ def layout_report(page, lesson: str, classroom: bool, notebook: str | None = Non
     ``cell`` is the cell's index in ``notebooks/<lesson>`` (the inserted classroom cell is not
     counted). Call :func:`page_chunks` first."""
     window = page.evaluate(f"() => {_SCROLLER}?.clientHeight || window.innerHeight")
-    raw = page.evaluate(_LAYOUT_JS, [MIN_TEXT_PX[classroom], classroom]) + page.evaluate(_PICTURE_JS, [window])
+    raw = page.evaluate(_LAYOUT_JS, [MIN_TEXT_PX[classroom], True]) + page.evaluate(_PICTURE_JS, [window])
     mode = "classroom" if classroom else "normal"
     first_code = _first_code_index(notebook or lesson)  # notebook: the file, where a number has two (09)
     grouped: dict[tuple, dict] = {}

@@ -77,3 +77,23 @@ def test_compare_methods_against_an_earlier_reference(model):
     assert (again.tokens, again.agreement, again.ppl) == (stream.tokens, stream.agreement, stream.ppl)
     with pytest.raises(ValueError, match="reference holds tokens for 1 prompts, not 2"):
         compare_methods(model, [CompressionConfig("int8")], prompts * 2, 3, held, reference=full)
+
+
+def test_compare_methods_reuses_the_prefills_it_was_given(model, monkeypatch):
+    """Lesson 11's budget control measures one method a pick; the dense prefills are kept between
+    picks (they were about two thirds of a pick's time), with the same results."""
+    import kvlab.compute.kv_measure as km
+
+    prompts, held, calls = [IDS[:40]], [(IDS[:40], IDS[40:44])], []
+    full, stream = compare_methods(model, [CompressionConfig("full"), CompressionConfig("streaming", 16)], prompts, 3,
+                                   held, block_size=8)
+    real = km.prefill
+    monkeypatch.setattr(km, "prefill", lambda *a, **k: calls.append(1) or real(*a, **k))
+    kept: dict = {}
+    for _ in range(2):
+        (again,) = compare_methods(model, [CompressionConfig("streaming", 16)], prompts, 3, held, block_size=8,
+                                   reference=full, prefilled=kept)
+        assert (again.tokens, again.agreement, again.ppl) == (stream.tokens, stream.agreement, stream.ppl)
+    assert len(calls) == 2                     # one prompt and one held-out context, prefilled once
+    with pytest.raises(ValueError, match="prefilled holds 1 prompts"):
+        compare_methods(model, [CompressionConfig("full")], prompts * 2, 3, held * 2, prefilled=kept)

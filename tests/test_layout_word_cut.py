@@ -3,7 +3,12 @@ middle of words (cells 16-32). JupyterLab's output ``<pre>`` wraps with ``word-b
 so a printed line wider than the output area breaks anywhere; at classroom mode's 16 px many lines
 are. The layout check (tests/browser_utils.py ``_LAYOUT_JS``) reports such a ``<pre>`` as
 ``word-cut``; ``viz.classroom``'s page style makes printed text wrap at words. Both checked here on
-a page shaped like a notebook's output (no JupyterLab: a second or two)."""
+a page shaped like a notebook's output (no JupyterLab: a second or two).
+
+The same in normal mode (1500x1000): reviewers of lessons 00, 07 and 09 saw printed lines over about
+120 characters cut mid-word there too. The page style every lesson's first cell shows
+(``kvlab.check.self_test`` -> :func:`kvlab.viz.palette.page_css`) wraps them at words, at every size,
+and the browser test's ``word-cut`` check runs in both modes."""
 from __future__ import annotations
 
 import pytest
@@ -21,10 +26,10 @@ PAGE = """<html><head><style>
 </div></div></body></html>"""
 
 
-def _found(style: str) -> list[dict]:
+def _found(style: str, line: str = LINE, width: int = 1280, area_px: int = 860) -> list[dict]:
     with chromium() as b:
-        page = b.new_page(viewport={"width": 1280, "height": 720})
-        page.set_content(PAGE.format(extra=style, line=LINE))
+        page = b.new_page(viewport={"width": width, "height": 720})
+        page.set_content(PAGE.format(extra=style, line=line).replace("width: 860px", f"width: {area_px}px"))
         return [f for f in page.evaluate(_LAYOUT_JS, [16, True]) if f["kind"] == "word-cut"]
 
 
@@ -34,3 +39,31 @@ def test_classroom_prose_wraps_at_words():
 
     assert _found(""), "a 140-character line in an 860 px <pre> that breaks anywhere is a word-cut"
     assert not _found(classroom_page_css()), "viz.classroom's page style wraps printed text at words"
+
+
+@pytest.mark.skipif(bool(browser_problems()), reason="no Chromium here")
+def test_normal_mode_prose_wraps_at_words_with_the_style_every_lesson_shows():
+    from kvlab.viz.palette import page_css
+
+    long = LINE + "; the cached curve rises from 0.21 ms to 5.7 ms per step over the measured contexts"
+    assert _found("", long, width=1500, area_px=1100), "a 230-character line in a 1100 px <pre> breaks anywhere"
+    assert not _found(page_css(), long, width=1500, area_px=1100), "page_css() wraps printed text at words"
+
+
+def test_the_self_test_shows_the_page_style_in_a_kernel_only(monkeypatch, capsys):
+    """The first cell of every lesson shows :func:`page_css` (in a Jupyter kernel); a plain shell
+    gets the printed report only."""
+    import IPython
+    import IPython.display
+
+    from kvlab.check import environment
+    from kvlab.viz.palette import page_css
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append(obj))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    environment._show_page_style()
+    assert shown == []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("Shell", (), {"kernel": object()})())
+    environment._show_page_style()
+    assert shown == [{"text/html": page_css(), "text/plain": ""}]

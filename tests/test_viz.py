@@ -262,15 +262,66 @@ def test_stepper_buttons_and_slider_update_caption_and_figure():
         s.go(n)
 
 
-def test_stepper_shows_its_step_counter_once_and_says_what_play_does():
+def test_stepper_shows_its_step_counter_once_and_says_what_each_button_does():
     """Issue 28 [6][8]: the slider's "step" label and readout repeated the caption's "step k / N",
-    and the play/stop/loop buttons had no tooltips (stop goes back to step 1 without a word)."""
+    and the play/stop/loop buttons had no tooltips (stop went back to step 1 without a word): each
+    control now says on hover what it does, and the Play widget's unlabelled buttons are hidden."""
     frames = [viz.Frame(None, f"frame {i}") for i in range(3)]
     s = viz.Stepper(frames, render=lambda f: f"<p>{f.caption}</p>", static=False)
     assert s._slider.readout is False and s._slider.description == ""
-    assert "stop: back to step 1" in s._play.tooltip and "loop" in s._play.tooltip
+    tips = {b.description: b.tooltip for b in (s._reset, s._prev, s._play_button, s._loop, s._next)}
+    assert tips["next ▶"].startswith("next step") and tips["▶ play"].startswith("play:")
+    assert "step 1" in tips["⟲ reset"] and "step 1" in tips["◀ prev"] and "again at step 1" in tips["⟳ loop"]
+    assert s._play.layout.display == "none" and s._play.show_repeat is False  # its stop / loop icons hidden
     s.next()
     assert "step 2 / 3" in s._caption.value
+    assert s._reset.tooltip.startswith("reset: stop playing") and s._prev.tooltip.startswith("previous step")
+
+
+def test_stepper_disables_prev_and_reset_at_step_1_and_next_at_the_last_step():
+    """Issue 28 (every lesson): prev and reset stayed enabled at step 1 and next at the last step,
+    so a click did nothing without a word. The widgets' ``disabled`` follows the step however it
+    changes (a button, the slider, the browser's timer through the Play widget, ``go``)."""
+    frames = [viz.Frame(None, f"frame {i}") for i in range(4)]
+    s = viz.Stepper(frames, render=lambda f: f"<p>{f.caption}</p>", static=False)
+
+    def state():
+        return s._reset.disabled, s._prev.disabled, s._next.disabled
+
+    assert state() == (True, True, False) and "step 1" in s._prev.tooltip
+    s._next.click()
+    assert s.index == 1 and state() == (False, False, False)
+    s._slider.value = 4  # dragged to the end
+    assert s.index == 3 and state() == (False, False, True) and "last step" in s._next.tooltip
+    assert s._play_button.tooltip.startswith("play again from step 1")
+    s._prev.click()
+    assert state() == (False, False, False)
+    s._play.value = 4  # the browser's timer reaches the end
+    assert state() == (False, False, True)
+    s._reset.click()
+    assert s.index == 0 and state() == (True, True, False) and s._play.value == 1
+    s.go(2)
+    assert state() == (False, False, False)
+
+
+def test_stepper_play_button_pauses_and_says_so_and_loop_drives_the_timer():
+    frames = [viz.Frame(None, f"frame {i}") for i in range(3)]
+    s = viz.Stepper(frames, render=lambda f: f"<p>{f.caption}</p>", static=False)
+    s._play_button.click()
+    assert s._play.playing and s._play_button.description == "❚❚ pause"
+    assert s._play_button.tooltip.startswith("pause") and not s._reset.disabled  # reset stops playing at step 1
+    s._play.value = 2
+    s._play_button.click()
+    assert not s._play.playing and s.index == 1 and s._play_button.description == "▶ play"
+    s._loop.value = True
+    assert s._play.repeat
+    s._play.playing = True
+    s._play.playing = False  # the browser's timer stops at the last step: the button says play again
+    assert s._play_button.description == "▶ play"
+    s._reset.click()
+    assert not s._play.playing and s.index == 0
+    one = viz.Stepper(frames[:1], render=lambda f: "", static=False)
+    assert one._play_button.disabled and one._loop.disabled and one._next.disabled and one._prev.disabled
 
 
 def test_stepper_shows_integrity_error():

@@ -76,3 +76,30 @@ def test_displaying_a_stepper_in_frames_mode_shows_the_player(monkeypatch):
     monkeypatch.setattr("IPython.display.display", lambda obj, **kw: shown.append(obj))
     Stepper([Frame(None, "a"), Frame(None, "b")], render=lambda f: f"<p>{f.caption}</p>")._ipython_display_()
     assert len(shown) == 1 and "kvlab-flipbook" in shown[0].data
+
+
+def test_the_player_says_what_each_button_does_and_disables_prev_reset_and_next_at_the_ends():
+    """Issue 28 (every lesson's steppers, here the static site's player): each button says on
+    hover what it does; prev and reset are off at step 1 and next at the last step, in the page."""
+    from browser_utils import browser_problems, chromium
+
+    if browser_problems():
+        pytest.skip("no Chromium here")
+    h = flipbook_html(["<p>a</p>", "<p>b</p>", "<p>c</p>"], ["step 1 / 3", "step 2 / 3", "step 3 / 3"])
+    with chromium() as b:
+        page = b.new_page()
+        page.set_content(f"<html><body>{h}</body></html>")
+
+        def state():
+            return page.evaluate("() => ['reset', 'prev', 'next'].map(k => document.querySelector('.kvlab-fb-' + k)"
+                                 ".disabled)")
+
+        titles = page.evaluate("() => [...document.querySelectorAll('.kvlab-flipbook button')].map(b => b.title)")
+        assert len(titles) == 4 and all(len(t) > 10 for t in titles), titles
+        assert state() == [True, True, False]
+        page.click(".kvlab-fb-next")
+        assert state() == [False, False, False]
+        page.click(".kvlab-fb-next")
+        assert state() == [False, False, True]
+        page.click(".kvlab-fb-reset")
+        assert state() == [True, True, False]

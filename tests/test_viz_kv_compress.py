@@ -118,3 +118,86 @@ def test_results_table_is_html_whose_rows_do_not_wrap():
     html = results_table(rows)._repr_html_()
     assert html.count("<tr>") == 4 and "nowrap" not in html and "0.50\u00a0/\u00a025%" in html   # cells wrap, rows never
     assert repr(results_table(rows)).splitlines()[2].startswith("full")
+
+
+# ------------------------------------------------------------------ section 5's budget control
+def _sweep_rows():
+    from kvlab.compute.kv_measure import MethodResult
+
+    full = MethodResult("full", 100, 8e6, 8e6, 2.0, 1.0, kind="reference", greedy_tokens=5)
+    return [full] + [MethodResult(f"{m} 64", 100, 2e6, 2e6 if m != "quest" else 3e6, 2.5, 0.6, kind="paper",
+                                  greedy_tokens=5) for m in ("streaming", "h2o", "quest")]
+
+
+def _fake_measure(calls):
+    from kvlab.compute.kv_measure import MethodResult
+
+    def measure(method, budget):
+        calls.append((method, budget))
+        return MethodResult(f"{method} {budget}", 100, budget * 3e4, budget * 3e4, 2.0 + (64 / budget) ** 4,
+                            min(1.0, budget / 128), kind="paper", greedy_tokens=5)
+    return measure
+
+
+def test_budget_sweep_measures_each_new_budget_once_and_seeds_from_the_lesson_rows():
+    """Review of lesson 11: section 5 had no control; the budget (64 tokens) is what a student wants
+    to move. The control runs the model (here a fake) once per new (method, budget) and draws it."""
+    from kvlab.viz.budget_sweep import BudgetSweep
+
+    calls = []
+    c = BudgetSweep(_sweep_rows(), _fake_measure(calls), methods=("streaming", "h2o", "quest"), static=True)
+    assert calls == [] and c.result["seconds"] is None and c.result["row"].label == "streaming 64"
+    assert "measured earlier in this run" in c.caption() and "25% of the full cache's KV memory" in c.caption()
+    c.set(budget=128)
+    assert calls == [("streaming", 128)] and c.result["seconds"] is not None and "measured now in" in c.caption()
+    assert "perplexity 2.06 (full cache 2.00)" in c.caption() and "100% of 5 greedy tokens" in c.caption()
+    c.set(budget=64)
+    c.set(budget=128)
+    assert calls == [("streaming", 128)]           # measured once, kept
+    fig = c.figure()
+    streaming = [t for t in fig.data if t.name == "streaming"]
+    assert [list(t.x) for t in streaming] == [[64, 128], [64, 128]]   # both panels, every budget measured
+    rings = [t for t in fig.data if t.marker.symbol == "circle-open" and t.name is None]
+    assert [list(t.x) for t in rings] == [[128], [128]]
+    assert "measured" in fig.layout.title.text and fig.layout.yaxis.type != "log"
+    lo, hi = fig.layout.yaxis.range          # the full cache's dashed line inside the axis, off its edge
+    assert lo < 2.0 < 2.5 < hi
+    assert [t.opacity for t in fig.data if t.name == "streaming"] == [1.0, 1.0]
+    assert {t.opacity for t in fig.data if t.name in ("h2o", "quest")} == {0.35}
+
+
+def test_budget_sweep_refuses_a_bad_pick_and_keeps_its_state():
+    from kvlab.viz.budget_sweep import BudgetSweep
+
+    calls = []
+    c = BudgetSweep(_sweep_rows(), _fake_measure(calls), methods=("streaming", "h2o"), static=True)
+    for bad in ({"budget": 70}, {"budget": 0}, {"budget": 400}, {"method": "int8"}, {"budget": 64.0}):
+        with pytest.raises(ValueError, match="budget|method"):
+            c.set(**bad)
+        assert (c.method, c.budget) == ("streaming", 64) and calls == []
+    with pytest.raises(ValueError, match="full cache"):
+        BudgetSweep(_sweep_rows()[1:], _fake_measure(calls))
+    with pytest.raises(ValueError, match="methods"):
+        BudgetSweep(_sweep_rows(), _fake_measure(calls), methods=("full",))
+
+
+def test_budget_sweep_widget_says_measuring_and_fits_one_projector_screen():
+    """The model takes a second or more a pick: the caption says "measuring" first; in classroom
+    mode the controls, the figure and the caption fit the 599 px a projector shows."""
+    from kvlab.viz import classroom as set_classroom
+    from kvlab.viz.budget_sweep import BudgetSweep
+
+    calls, seen = [], []
+    set_classroom(True)
+    try:
+        c = BudgetSweep(_sweep_rows(), _fake_measure(calls), methods=("streaming", "h2o"), static=False)
+        menu, slider = c.widget.children[1].children
+        c._caption.observe(lambda ch: seen.append(ch["new"]), names="value")
+        slider.value = 32
+        fig = c.figure()
+    finally:
+        set_classroom(False)
+    assert calls == [("streaming", 32)] and "measuring streaming at 32 tokens" in seen[0]
+    assert "streaming 32" in seen[-1] and c.budget == 32
+    assert fig.layout.height + 60 + 90 <= 599                      # controls row + a 3-line caption
+    assert fig.layout.yaxis.type == "log"                          # 18 against the full cache's 2: a log axis

@@ -38,6 +38,22 @@ class SelfTestResult(dict):
         return None
 
 
+def _show_page_style() -> None:
+    """In a Jupyter kernel, the lesson page's style (:func:`kvlab.viz.palette.page_css`: printed
+    text wraps at words at every size); nothing in a plain Python shell or without IPython."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    if getattr(get_ipython(), "kernel", None) is None:
+        return
+    from IPython.display import display
+
+    from ..viz.palette import page_css
+
+    display({"text/html": page_css(), "text/plain": ""}, raw=True)
+
+
 def self_test(verbose: bool = True) -> SelfTestResult:
     """The first cell of every lesson: versions, kernel mode, one known-answer kernel call.
 
@@ -71,4 +87,5 @@ def self_test(verbose: bool = True) -> SelfTestResult:
     lines.append("self-test OK")
     if verbose:
         print("\n".join(lines))
+        _show_page_style()
     return SelfTestResult(versions=versions, mode=K.KERNEL_MODE, kernel=report, static=static, warnings=warns)

@@ -209,10 +209,15 @@ def _run(model, config: CompressionConfig, prompt: Sequence[int], state: Prefill
 @torch.no_grad()
 def compare_methods(model, configs: Sequence[CompressionConfig], prompts: Sequence[Sequence[int]], n_tokens: int,
                     heldout: Sequence[tuple[Sequence[int], Sequence[int]]], block_size: int = 16,
-                    reference: MethodResult | None = None) -> list[MethodResult]:
+                    reference: MethodResult | None = None,
+                    prefilled: dict[str, list[PrefillState]] | None = None) -> list[MethodResult]:
     """Run every config on the same prompts; the first config is the reference (use "full"),
     unless ``reference`` is a full-cache result of an earlier call on the same prompts (then its
     tokens are the reference and every config is measured against them).
+
+    prefilled: a dict the caller keeps between calls on the same prompts, held-out pairs and
+    block size; the dense prefills are stored in it on the first call and reused after (lesson
+    11's budget control: the two prefills were about two thirds of a one-method call).
 
     heldout: (context ids, continuation ids) pairs for perplexity. Agreement: for each prompt, the
     share of the ``n_tokens`` greedy tokens equal to the reference's at the same position.
@@ -222,8 +227,14 @@ def compare_methods(model, configs: Sequence[CompressionConfig], prompts: Sequen
     if reference is not None and len(reference.tokens) != len(prompts):
         raise ValueError(f"the reference holds tokens for {len(reference.tokens)} prompts, not {len(prompts)}")
     results: list[MethodResult] = []
-    states = [prefill(model, p, block_size) for p in prompts]             # one prefill per prompt, shared
-    held = [prefill(model, c, block_size) for c, _ in heldout]
+    pre = {} if prefilled is None else prefilled
+    if "prompts" not in pre:
+        pre["prompts"] = [prefill(model, p, block_size) for p in prompts]  # one prefill per prompt, shared
+        pre["heldout"] = [prefill(model, c, block_size) for c, _ in heldout]
+    states, held = pre["prompts"], pre["heldout"]
+    if len(states) != len(prompts) or len(held) != len(heldout):
+        raise ValueError(f"prefilled holds {len(states)} prompts and {len(held)} held-out pairs, "
+                         f"not {len(prompts)} and {len(heldout)}")
     for cfg in configs:
         runs = [_run(model, cfg, p, st, n_tokens, block_size) for p, st in zip(prompts, states)]
         toks = [r[0] for r in runs]

@@ -51,7 +51,8 @@ CSS classes for browser tests (ipywidgets ``_dom_classes``; select with ``.kvlab
                   kvlab-control-caption, kvlab-figure; inputs kvlab-shuffle-button,
                   kvlab-unshuffle-button, kvlab-splits-slider, kvlab-samples-slider,
                   kvlab-beam-width-slider, kvlab-prompt-len-slider, kvlab-pool-size-slider,
-                  kvlab-policy-menu
+                  kvlab-policy-menu; lesson 11's kvlab-budget-sweep (kvlab-sweep-method,
+                  kvlab-sweep-budget)
     stepper:      kvlab-stepper (box), kvlab-prev, kvlab-next, kvlab-play, kvlab-reset,
                   kvlab-step-slider, kvlab-caption, kvlab-error, kvlab-figure (plotly
                   view box) or kvlab-svg (graphviz view)
@@ -59,7 +60,7 @@ CSS classes for browser tests (ipywidgets ``_dom_classes``; select with ``.kvlab
                   kvlab-block-table (text field), kvlab-chain (the chain, HTML),
                   kvlab-translation-error, kvlab-figure
     Checked in JupyterLab 4 + Chromium (playwright): a Button carries the class itself
-    (``button.kvlab-next``); the Play widget's class is on its container, whose first button
+    (``button.kvlab-next``); the stepper's ``kvlab-play`` is on the box whose first button
     starts playing (``.kvlab-play button``); a slider's class is on its outer div: focus
     ``.kvlab-pos-slider .noUi-handle`` and press ArrowRight, or click its editable readout
     ``.kvlab-pos-slider .widget-readout``, type a number and press Enter. The stepper's

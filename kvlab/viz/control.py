@@ -147,10 +147,11 @@ class LiveControl:
         return explorer_html(lambda **kw: self.set(**kw), self._static_parts, axes, start, self.site_labels())
 
     # ------------------------------------------------------------------ widgets
-    def caption_html(self) -> str:
+    def caption_html(self, text: str | None = None) -> str:
+        """The caption (or ``text``, e.g. a "computing" line) as the control's caption box shows it."""
         th = theme()
         return (f"<div style='font-size:{max(th.font_size + 2, th.control_px)}px;color:{th.text_color};"
-                f"line-height:1.35;overflow-wrap:anywhere'>{html.escape(self.caption())}</div>")
+                f"line-height:1.35;overflow-wrap:anywhere'>{html.escape(self.caption() if text is None else text)}</div>")
 
     def refresh(self) -> None:
         if self.widget is None:

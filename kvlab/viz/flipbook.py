@@ -11,6 +11,8 @@ fetched from the network.
 CSS classes (for browser tests): ``kvlab-flipbook`` (the box, ``data-frames`` = N),
 ``kvlab-fb-play`` (play / pause), ``kvlab-fb-prev``, ``kvlab-fb-next``, ``kvlab-fb-reset``,
 ``kvlab-fb-slider`` (an ``<input type=range>`` from 1 to N), ``kvlab-caption``, ``kvlab-fb-view``.
+Each button says on hover what it does (the stepper's tooltips); prev and reset are disabled at
+step 1 and next at the last step, as the stepper's.
 
 Example:
     >>> h = flipbook_html(["<p>a</p>", "<p>b</p>"], ["step 1 / 2: a", "step 2 / 2: b"])
@@ -25,6 +27,7 @@ import secrets
 from typing import Any, Sequence
 
 from .display import PLOTLY_CONFIG
+from .stepper import TIPS
 
 __all__ = ["flipbook_html"]
 
@@ -43,6 +46,8 @@ _SCRIPT = """(function () {
     cap.innerHTML = data.captions[i];
     slider.value = String(i + 1);
     box.setAttribute('data-step', String(i + 1));
+    box.querySelector('.kvlab-fb-prev').disabled = box.querySelector('.kvlab-fb-reset').disabled = i === 0;
+    box.querySelector('.kvlab-fb-next').disabled = i === n - 1;
   }
   function stop() { if (timer) { clearInterval(timer); timer = null; } play.textContent = '\\u25b6 play'; }
   play.addEventListener('click', function () {
@@ -90,14 +95,15 @@ def flipbook_html(rendered: Sequence[Any], captions: Sequence[str], title: str =
     n = len(frames)
     head = f"<b>{html.escape(title)}</b> " if title else ""
     button = "style='font-size:inherit;padding:3px 10px;cursor:pointer'"
+    tip = {k: html.escape(TIPS[k], quote=True) for k in ("reset", "prev", "play", "next")}  # as the stepper's
     return (
         f"<div class='kvlab-flipbook' id='{box_id}' data-frames=\"{n}\" data-step='1' style='max-width:100%'>"
         f"<div class='kvlab-fb-controls' style='display:flex;flex-wrap:wrap;align-items:center;gap:4px;"
         f"font-size:15px'>{head}"
-        f"<button class='kvlab-fb-reset' {button}>&#x27f2; reset</button>"
-        f"<button class='kvlab-fb-prev' {button}>&#x25c0; prev</button>"
-        f"<button class='kvlab-fb-play' {button}>&#x25b6; play</button>"
-        f"<button class='kvlab-fb-next' {button}>next &#x25b6;</button>"
+        f"<button class='kvlab-fb-reset' {button} title='{tip['reset']}'>&#x27f2; reset</button>"
+        f"<button class='kvlab-fb-prev' {button} title='{tip['prev']}'>&#x25c0; prev</button>"
+        f"<button class='kvlab-fb-play' {button} title='{tip['play']}'>&#x25b6; play</button>"
+        f"<button class='kvlab-fb-next' {button} title='{tip['next']}'>next &#x25b6;</button>"
         f"<label style='display:flex;align-items:center;gap:6px'>step <input class='kvlab-fb-slider' type='range' "
         f"min='1' max='{n}' value='1' step='1' style='width:min(320px,40vw)'></label></div>"
         f"<div class='kvlab-caption'></div><div class='kvlab-fb-view' style='max-width:100%;overflow:hidden'></div>"

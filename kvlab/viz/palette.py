@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 __all__ = [
     "REQUEST_COLORS", "STRONG_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE", "TREE", "SHARED_FILL",
     "request_color", "assign_colors", "holder_color", "tint", "Theme", "theme", "classroom", "is_classroom",
-    "source_label", "classroom_css", "label_px", "classroom_page_css"
+    "source_label", "classroom_css", "label_px", "classroom_page_css", "page_css"
 ]
 
 
@@ -240,6 +240,22 @@ def label_px(room_px: float | None = None) -> int:
     return int(max(th.min_text_px, min(th.label_size, room_px)))
 
 
+# Printed text (``print``) in JupyterLab's output ``<pre>`` wraps with ``word-break: break-all``: a
+# line wider than the output area is cut inside a word. This wraps it at a word (a word longer than
+# the line still breaks). The lessons' first cell (kvlab.check.self_test) shows it, at every size.
+_PRE_WRAP = "word-break: normal !important; overflow-wrap: break-word;"
+
+
+def page_css() -> str:
+    """The ``<style>`` block every lesson's first cell shows (:func:`kvlab.check.self_test` in a
+    Jupyter kernel): printed text wraps at words, not inside them, at every screen size.
+
+    Example: ``"word-break: normal" in page_css() -> True``.
+    """
+    out = ".jp-OutputArea-output"
+    return f"<style>{out} pre, {out}.jp-RenderedText pre {{{_PRE_WRAP}}}</style>"
+
+
 def classroom_page_css() -> str:
     """A ``<style>`` block, shown by ``viz.classroom(True)`` in a notebook, that enlarges the text
     of every output on the page for a projector: printed text (``print``) to the minimum (16 px:
@@ -251,7 +267,7 @@ def classroom_page_css() -> str:
     return (
         "<style>"
         f"{out} pre, {out}.jp-RenderedText pre {{font-size: {small}px !important; line-height: 1.35; "
-        "word-break: normal !important; overflow-wrap: break-word;}"   # wrap at words (JupyterLab: break-all)
+        f"{_PRE_WRAP}}}"   # wrap at words (JupyterLab: break-all), as page_css() does at every size
         f"{out} table, {out} th, {out} td, {out} code, {out} .jp-RenderedHTMLCommon {{font-size: {px}px !important;}}"
         f".jupyter-widgets .widget-label, .jupyter-widgets .widget-readout, .jupyter-widgets .widget-html-content, "
         f".jupyter-widgets .widget-label-basic, .jupyter-widgets input, .jupyter-widgets select, "

@@ -11,8 +11,12 @@ Widget or static: see :mod:`kvlab.viz.display`. In static mode (``static=True`` 
 as a static figure or SVG with its caption; with ``KVLAB_STATIC=frames`` (the static site) it
 renders every frame into a player that needs no kernel (:meth:`Stepper.flipbook_html`).
 
+Controls: reset, prev, play / pause, loop, next and a step slider, each saying on hover what it
+does (:data:`TIPS`); prev and reset are disabled at step 1 and next at the last step.
+
 CSS classes (for browser tests): ``kvlab-stepper`` (the box), ``kvlab-prev``,
-``kvlab-next``, ``kvlab-play``, ``kvlab-reset``, ``kvlab-step-slider``, ``kvlab-caption``,
+``kvlab-next``, ``kvlab-play`` (the box of ``kvlab-play-button`` and the ``kvlab-loop``
+toggle), ``kvlab-reset``, ``kvlab-step-slider``, ``kvlab-caption``,
 ``kvlab-error``, ``kvlab-figure`` (plotly, an Output widget) or ``kvlab-svg`` (graphviz).
 
 Example (no front end needed):
@@ -32,10 +36,20 @@ from ..memory.ids import check_int
 from .display import PLOTLY_CONFIG, is_static, static_frames, static_html
 from .palette import classroom_css, theme
 
-__all__ = ["Frame", "Stepper", "PLAY_TOOLTIP"]
+__all__ = ["Frame", "Stepper", "TIPS"]
 
-# What the Play widget's four buttons do (its buttons have no labels; the browser shows this on hover).
-PLAY_TOOLTIP = "▶ play through the steps · ❚❚ pause where it is · ■ stop: back to step 1 · ⟳ loop at the end"
+# What each control does, shown on hover (the buttons' ``tooltip``; the static player's ``title``).
+TIPS = {
+    "prev": "previous step: go back one step",
+    "next": "next step: go forward one step",
+    "reset": "reset: stop playing and go back to step 1",
+    "play": "play: show the steps one after another, from this one to the last",
+    "play again": "play again from step 1 (this is the last step)",
+    "pause": "pause: stop playing and stay at this step",
+    "loop": "loop: when on, playing starts again at step 1 after the last step",
+    "at first": "this is step 1: nothing before it",
+    "at last": "this is the last step",
+}
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,7 @@ class Stepper:
         self.go(max(self.index - 1, 0))
 
     def reset(self) -> None:
+        """Stop playing and show step 1 (what the reset button does)."""
         if self.widget is not None:
             self._play.playing = False
             self._play.value = 1
@@ -178,14 +193,25 @@ class Stepper:
             b.add_class(cls)
             return b
 
-        self._prev = button("◀ prev", "kvlab-prev", "previous step")
-        self._next = button("next ▶", "kvlab-next", "next step")
-        self._reset = button("⟲ reset", "kvlab-reset", "back to the first step")
+        self._prev = button("◀ prev", "kvlab-prev", TIPS["prev"])
+        self._next = button("next ▶", "kvlab-next", TIPS["next"])
+        self._reset = button("⟲ reset", "kvlab-reset", TIPS["reset"])
+        # The timer is an ipywidgets Play (it runs in the browser), hidden: its own three buttons have
+        # no labels and no tooltips, and its stop jumped back to step 1 without a word (issue 28). The
+        # stepper's labelled play / pause button and loop toggle drive it; reset is the one way back.
         # Play and the slider count steps from 1, as the caption does ("step 2 / 12"). The caption
         # is the one step counter: the slider shows no number of its own (the rubric: once).
-        self._play = W.Play(value=1, min=1, max=n, step=1, interval=interval_ms, description="play",
-                            tooltip=PLAY_TOOLTIP)
-        self._play.add_class("kvlab-play")
+        self._play = W.Play(value=1, min=1, max=n, step=1, interval=interval_ms, show_repeat=False,
+                            layout=W.Layout(display="none"))
+        self._play_button = button("▶ play", "kvlab-play-button", TIPS["play"])
+        self._loop = W.ToggleButton(value=False, description="⟳ loop", tooltip=TIPS["loop"],
+                                    layout=W.Layout(width="auto"))
+        self._loop.add_class("kvlab-loop")
+        self._loop_link = W.link((self._loop, "value"), (self._play, "repeat"))
+        playing = W.HBox([self._play_button, self._loop, self._play], layout=W.Layout(width="auto"))
+        playing.add_class("kvlab-play")  # ``.kvlab-play button``: the play button first
+        self._play_button.on_click(lambda _b: self.toggle_play())
+        self._play.observe(lambda _ch: self._sync_buttons(), names="playing")
         self._slider = W.IntSlider(value=1, min=1, max=n, readout=False, continuous_update=True,
                                    tooltip="drag to any step", layout=W.Layout(width="min(260px, 100%)"))
         self._slider.add_class("kvlab-step-slider")
@@ -199,16 +225,42 @@ class Stepper:
         self._reset.on_click(lambda _b: self.reset())
         self._slider.observe(lambda ch: self._show(ch["new"] - 1), names="value")
         view = self._render_widget()
-        controls = W.HBox([self._reset, self._prev, self._play, self._next, self._slider],
+        controls = W.HBox([self._reset, self._prev, playing, self._next, self._slider],
                           layout=W.Layout(flex_flow="row wrap", max_width="100%"))
         parts = [controls, self._caption, self._error, view]
         css = classroom_css("kvlab-stepper")
         if css:  # classroom mode: bigger controls that wrap instead of overflowing a projector's width
             parts.insert(0, W.HTML(css))
-            for b in (self._prev, self._next, self._reset):
+            for b in (self._prev, self._next, self._reset, self._play_button, self._loop):
                 b.style.font_size = f"{th.control_px}px"
         self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-stepper")
+        self._sync_buttons()
+
+    def toggle_play(self) -> None:
+        """What the play / pause button does: start the browser's timer from this step (from step 1
+        at the last step, as the Play widget does) or pause it where it is."""
+        if self.widget is None:
+            return
+        self._play.playing = not self._play.playing
+
+    def _sync_buttons(self) -> None:
+        """Prev and reset off at step 1, next off at the last step; the play button says what a
+        click does now (play, pause, play again from step 1), each in its tooltip too."""
+        if self.widget is None:
+            return
+        first, last, n = self.index == 0, self.index == len(self.frames) - 1, len(self.frames)
+        self._prev.disabled, self._next.disabled = first, last
+        self._reset.disabled = first and not self._play.playing
+        self._prev.tooltip = TIPS["at first"] if first else TIPS["prev"]
+        self._next.tooltip = TIPS["at last"] if last else TIPS["next"]
+        self._reset.tooltip = TIPS["at first"] if self._reset.disabled else TIPS["reset"]
+        self._play_button.disabled = self._loop.disabled = n == 1
+        if self._play.playing:
+            self._play_button.description, self._play_button.tooltip = "❚❚ pause", TIPS["pause"]
+        else:
+            self._play_button.description = "▶ play"
+            self._play_button.tooltip = TIPS["play again"] if last else TIPS["play"]
 
     def _render_widget(self) -> Any:
         import ipywidgets as W
@@ -255,6 +307,7 @@ class Stepper:
                 self._html.value = self._as_html(obj)
         self._caption.value = self._caption_html()
         self._error.value = self._error_html()
+        self._sync_buttons()
 
     def flipbook_html(self, interval_ms: int = 900) -> str:
         """Every frame rendered, with its caption, into one HTML block that plays in a browser

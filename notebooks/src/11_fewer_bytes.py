@@ -96,7 +96,7 @@ attention_figure(profile)
 # %%
 from textwrap import fill                                      # long sentences wrap between words, not inside them
 
-print(fill(profile.verdict(), 96))
+print(fill(profile.verdict(), 80))                              # 80 characters fit a projector's output area
 s = profile.shares()
 
 # %% [markdown]
@@ -305,7 +305,8 @@ for t in sample[0][:3]:                        # three decode steps of the whole
 print(f"one decode step of the whole model: {(time.perf_counter() - t0) / 3 * 1e3:.0f} ms on this machine "
       "(measured, the mean of 3)")
 dropping = [CompressionConfig(m, 64, 16) for m in ("streaming", "streaming-orig", "h2o", "h2o-block")]
-rows = compare_methods(model, [full_cfg, *dropping], sample, N_TOKENS, held, block_size=16)
+prefilled = {}                                 # the dense prefills: made here once, reused by every call below
+rows = compare_methods(model, [full_cfg, *dropping], sample, N_TOKENS, held, block_size=16, prefilled=prefilled)
 print(f"measured on a prompt of {len(sample[0])} tokens; held-out context {len(held[0][0])} tokens")
 display(results_table(rows))
 
@@ -316,7 +317,8 @@ display(results_table(rows))
 # %%
 more = [CompressionConfig("quest", 64), CompressionConfig("quest-shared", 64), CompressionConfig("int8"),
         CompressionConfig("fp8")]
-rows += compare_methods(model, more, sample, N_TOKENS, held, block_size=16, reference=rows[0])   # same reference
+rows += compare_methods(model, more, sample, N_TOKENS, held, block_size=16, reference=rows[0],   # same reference
+                        prefilled=prefilled)
 display(results_table(rows))
 
 # %% [markdown]
@@ -334,7 +336,7 @@ tradeoff_figure(rows)
 
 # %%
 def say(text):
-    print(fill(text, 96, subsequent_indent="  "))
+    print(fill(text, 80, subsequent_indent="  "))
 
 
 full = rows[0]
@@ -359,6 +361,27 @@ lower = [r.label for r in rows[1:] if r.ppl < full.ppl]
 if lower:
     say(f"Perplexity below the full cache's ({', '.join(lower)}) is noise, not a gain: {N_TOKENS} scored tokens are "
         f"too few, and one token's probability moves the mean a lot; bench/bench_kv_compress.py scores more.")
+
+# %% [markdown]
+# Every number above is at one budget, 64 tokens. Move it: pick a method and a budget, and the
+# model runs that method on the same prompt and held-out passage, measured like the tables (each
+# new pick runs the model; the caption says how long it took here). The figure keeps every budget
+# measured so far, a line per method (the picked one drawn solid), the point picked ringed, and
+# the full cache's perplexity dashed. Try StreamingLLM at 16, 32 and 128 tokens, then H2O at the
+# same budgets, and compare how fast each one's perplexity climbs away from the dashed line as
+# the budget shrinks.
+
+# %%
+from kvlab.viz.budget_sweep import BudgetSweep
+
+
+def measure(method, budget):                   # one method at one budget, as the tables above measured
+    cfg = CompressionConfig(method, budget, 16)
+    return compare_methods(model, [cfg], sample, N_TOKENS, held, block_size=16, reference=rows[0],
+                           prefilled=prefilled)[0]
+
+
+BudgetSweep(rows, measure, method="streaming", budget=64)
 
 # %% [markdown]
 # ## 6. Where dropping breaks: a fact in the middle
@@ -506,6 +529,36 @@ check.quantize_per_token(quantize_per_token)
 # Try `.to(torch.int8)` and `torch.round` on 2.5, -2.5 and 0.5. Does either send every
 # halfway value to the upper level?
 # </details>
+
+# %% [markdown]
+# ## Your predictions, answered by this run
+#
+# Exercise 1 asked about 30 tokens in blocks of 4 with 5 sinks and a window of 7; exercise 3
+# about the worst int8 error of a head whose values lie in [-2, 2]. Here is what kvlab's own
+# functions compute for them (`streaming_drop` from section 3, `quantize_kv_ref` from section 4):
+
+# %%
+n_tok, bs, sinks, window = 30, 4, 5, 7
+blocks, sink_blocks, window_blocks = -(-n_tok // bs), -(-sinks // bs), -(-window // bs)
+dropped = streaming_drop(blocks, n_tok // bs, sink_blocks, window_blocks)
+stay = [b for b in range(blocks) if b not in dropped]
+in_window = sum(p // bs in stay for p in range(n_tok - window, n_tok))
+say(f"Exercise 1: {n_tok} tokens in blocks of {bs} are {blocks} blocks, the last holding {n_tok - (blocks - 1) * bs} "
+    f"tokens. The sinks (tokens 0-{sinks - 1}) reach into block {(sinks - 1) // bs}, so blocks "
+    f"{list(range(sink_blocks))} stay; the window's {window} slots buy the newest {window_blocks} blocks "
+    f"{stay[-window_blocks:]}. Kept: {stay}; {in_window} of the last {window} tokens are in them "
+    f"(token {n_tok - window} is in dropped block {(n_tok - window) // bs}).")
+x = torch.zeros(2, 1, 1001)
+x[0, 0] = torch.linspace(-2, 2, 1001)           # the head whose values lie in [-2, 2]
+x[1, 0, 0] = 100.0                              # another token holding a 100
+xq, sc = quantize_kv_ref(x)
+err_own = (dequantize_kv_ref(xq, sc)[0] - x[0]).abs().max().item()
+one = x.abs().max() / 127                       # one scale for the whole tensor
+levels = torch.clamp(torch.floor(x[0] / one + 0.5), -127, 127)
+err_one = (levels * one - x[0]).abs().max().item()
+say(f"Exercise 3: with its own scale (2/127 = {sc[0, 0].item():.4f}) the head's worst error is {err_own:.4f}, "
+    f"half a step; with one scale for the tensor (100/127 = {one.item():.3f}) it is {err_one:.3f}, "
+    f"{err_one / err_own:.0f}x more, and its 1001 values fall on {levels.unique().numel()} levels.")
 
 # %% [markdown]
 # ## What the notes got right and wrong, from this run
