@@ -308,6 +308,8 @@ dropping = [CompressionConfig(m, 64, 16) for m in ("streaming", "streaming-orig"
 prefilled = {}                                 # the dense prefills: made here once, reused by every call below
 rows = compare_methods(model, [full_cfg, *dropping], sample, N_TOKENS, held, block_size=16, prefilled=prefilled)
 print(f"measured on a prompt of {len(sample[0])} tokens; held-out context {len(held[0][0])} tokens")
+
+# %%
 display(results_table(rows))
 
 # %% [markdown]
@@ -319,6 +321,8 @@ more = [CompressionConfig("quest", 64), CompressionConfig("quest-shared", 64), C
         CompressionConfig("fp8")]
 rows += compare_methods(model, more, sample, N_TOKENS, held, block_size=16, reference=rows[0],   # same reference
                         prefilled=prefilled)
+
+# %%
 display(results_table(rows))
 
 # %% [markdown]
