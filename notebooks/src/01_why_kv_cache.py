@@ -69,12 +69,15 @@ print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
 
 # %%
 from kvlab.compute.decode_trace import trace_decode
-from kvlab.viz.decode_view import decode_stepper
 
 decode_steps = trace_decode(model, tok.encode("The socket module"), 7)   # naive and cached, step by step
 print(f"recomputed K and V = cached rows, at every step, to {max(s.max_diff for s in decode_steps):.0e} (rounding)")
 print(f"after {len(decode_steps)} steps: {decode_steps[-1].naive_total / decode_steps[-1].cached_total:.1f}x "
       "the FLOPs without the cache")
+
+# %%
+from kvlab.viz.decode_view import decode_stepper
+
 decode_stepper(decode_steps, tok)
 
 # %% [markdown]

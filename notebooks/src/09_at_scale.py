@@ -293,7 +293,9 @@ for mode in ("pow2", "oracle"):
 # bars (stars) sit. Ten minutes of arrivals at each rate (seed 0).
 
 # %%
-sweep = R.batch_vs_rate(rates=(0.5, 1.0, 1.5, 2.0, 2.5), duration_s=600)
+sweep = R.batch_vs_rate(rates=(0.5, 1.0, 1.5, 2.0, 2.5), duration_s=600)   # 5 rates x 4 systems, simulated
+
+# %%
 fig = plots.batch_vs_rate_figure(sweep, viz.theme(), published=R.PUBLISHED["batch_sharegpt"])
 fig.update_layout(legend=dict(orientation="h", x=0, yref="container", y=0, yanchor="bottom"),  # under the axis title
                   margin=dict(b=150 if viz.theme().high_contrast else 110), height=480)
