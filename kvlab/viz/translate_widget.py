@@ -129,7 +129,7 @@ def parse_block_table(text: str) -> list[int]:
 
 
 def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None,
-                            holders: dict[int, str] | None = None) -> dict[str, Any]:
+                            holders: dict[int, str] | None = None, seq: str = SEQ) -> dict[str, Any]:
     """Cells of the three layers, in slot units along x (plain data for the figure).
 
     ``tokens``: one cell per position the table can hold (y = 2); ``table``: one row per
@@ -137,14 +137,15 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
     ``block_size`` slots wide, at ``x = P * block_size`` (y = 0). Each cell has x0, x1,
     label, color, highlight. ``arrows``: (x, y) points token -> table row -> slot. ``holders``:
     physical block -> who else holds it (``"tree"`` or a request id); such a block outside this
-    table is drawn in its holder's colour and named, not as a free one.
+    table is drawn in its holder's colour and named, not as a free one. ``seq``: the request whose
+    table this is (its tokens and blocks take that request's colour, as in every other picture).
     """
     holders = holders or {}
     table, bs = chain["block_table"], chain["block_size"]
     if not isinstance(bs, int) or bs < 1:
         bs = 1
     n = num_blocks if num_blocks is not None else max(max(table, default=0) + 1, len(table), 8)
-    seq_color = request_color(SEQ)
+    seq_color = request_color(seq)
     ok = chain["error"] is None
     lb, off, pb = chain["logical_block"], chain["offset"], chain["physical_block"]
     tokens = [
@@ -174,12 +175,12 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
 
 
 def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, source: str = "simulated",
-                       holders: dict[int, str] | None = None) -> Any:
-    """The notes' figure for one translation, as a static plotly figure (``holders``: see
+                       holders: dict[int, str] | None = None, seq: str = SEQ) -> Any:
+    """The notes' figure for one translation, as a static plotly figure (``holders``, ``seq``: see
     :func:`translation_figure_data`)."""
     import plotly.graph_objects as go
 
-    d = translation_figure_data(chain, num_blocks, holders)
+    d = translation_figure_data(chain, num_blocks, holders, seq)
     th = theme()
     shapes, texts = [], []
     h = 0.36  # half height of a cell
