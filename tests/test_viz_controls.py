@@ -214,3 +214,13 @@ def test_shuffle_figure_comes_right_under_its_controls(shuffle):
     assert "kvlab-control-caption" in kids[2]._dom_classes
     parts = shuffle._static_parts()
     assert isinstance(parts[-1], str) and "The kernel ran" in parts[-1] and not isinstance(parts[0], str)
+
+
+def test_shuffle_picture_shows_its_tiles_and_a_wide_slider(shuffle):
+    """The review of 6b9afee: the shuffle widget showed no tile boundaries, and its classroom slider
+    was 40 px wide. 150 tokens in 64-token tiles: 3 tiles, one box each above the pool."""
+    shuffle.set(num_splits=2)
+    tiles = [a.text for a in shuffle.figure().layout.annotations if a.text and a.text.startswith("tile")]
+    assert tiles == ["tile 0 · p0<br>L0-L3", "tile 1 · p0<br>L4-L7", "tile 2 · p1<br>L8-L9"], tiles
+    assert _inputs(shuffle, "kvlab-splits-slider").layout.width == "min(460px, 100%)"
+    shuffle.set(num_splits=1)
