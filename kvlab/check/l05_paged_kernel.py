@@ -573,16 +573,17 @@ TILE_MISTAKES = dict([
      lambda n, bs, tile, splits: _tiles_split(n, bs, tile, [max(1, _ceil(n, tile) // splits)] * (splits - 1) + [n])),
     *[(f"tile_tokens was ignored: these are tiles of {fixed} tokens (a number written into the code?); a tile "
        f"holds tile_tokens positions", lambda n, bs, tile, splits, fixed=fixed:
-       kernel_tiles_reference(n, bs, fixed, splits) if fixed != tile else None) for fixed in (4, 8, 16, 32, 64)],
+       _tiles_counted(_ceil(n, fixed), n, bs, fixed, splits) if fixed != tile else None) for fixed in (4, 8, 16, 32, 64)],
     ("tile_tokens was ignored: these are tiles of one block (block_size tokens); a tile holds tile_tokens "
-     "positions, several blocks", lambda n, bs, tile, splits: kernel_tiles_reference(n, bs, bs, splits) if bs != tile else None),
+     "positions, several blocks", lambda n, bs, tile, splits: _tiles_counted(_ceil(n, bs), n, bs, bs, splits) if bs != tile else None),
 ])
 
 
 def _tiles_split(n: int, bs: int, tile: int, counts: list[int]) -> list:
     """The right tiles of the context in loop order, shared out ``counts[i]`` to program i (a slice
-    past the end is empty): the review's other rules for the split."""
-    tiles = kernel_tiles_reference(n, bs, tile, 1)[0]
+    past the end is empty): the review's other rules for the split. (Not from kernel_tiles_reference:
+    an answer may not call it, and the mistakes are run as answers in the tests.)"""
+    tiles = _tiles_counted(_ceil(n, tile), n, bs, tile, 1)[0]
     out, start = [], 0
     for k in counts:
         out.append(tiles[start:start + k])
