@@ -15,8 +15,8 @@
 #   `offset = pos % block_size`.
 # - Why the physical order of blocks does not matter: shuffle every block in the pool, rewrite
 #   the tables, and the answer is bit-for-bit the same.
-# - How the loop is cut into tiles (4 tokens in the pictures, 64 in the kernel) and, with
-#   split-K, into ranges read by separate programs.
+# - How the loop is cut into tiles (4 or 8 tokens in the pictures, 64 in the kernel) and, with
+#   split-K, into ranges of tiles read by separate programs.
 # - How to write that block loop yourself in Triton, run in the interpreter on the CPU.
 #
 # Everything here runs on a CPU in Triton's interpreter: correct, but slow, so the sizes are tiny.
