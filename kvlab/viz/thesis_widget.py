@@ -97,12 +97,10 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
     miss = frozenset(n.id for n in on_path if n.id not in hit)
     k, n2 = info["prefix_len"], len(r2)
     evictable = sum(len(n.tokens) for n in snap.nodes if n.lock_ref == 0)
-    running = (f" R2 is still running, so its path in the tree is locked (solid boxes); only the {evictable} "
-               "tokens in dashed boxes could be evicted.")
+    running = f" R2 is still running: its path is locked (solid); only the dashed {evictable} tokens could be evicted."
     if k:
         tree_sentence = (f"R2 has {n2} tokens; its longest prefix match found {k} in the radix tree (R1's system "
-                         f"prompt, blocks {', '.join(f'P{b}' for b in info['matched_blocks'])}), so only {n2 - k} "
-                         f"were computed. R1's and R2's tables point at the same {len(both)} blocks.{running}")
+                         f"prompt), so only {n2 - k} were computed.{running}")   # its blocks: the translation view
     else:
         tree_sentence = (f"R2 has {n2} tokens and another system prompt: the radix tree matches none of them, so all "
                          f"{n2} were computed and R2 got {len(tables['R2'])} new blocks; no block is shared.{running}")
