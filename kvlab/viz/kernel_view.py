@@ -237,14 +237,17 @@ def _tile_strip(d: dict[str, Any], cols: int, top: float) -> tuple[list[dict], l
     for r in reads:
         tiles.setdefault((r.split, r.iteration), []).append(r.logical)
     shapes, ann = [], []
-    y0, y1 = top + 0.1, top + STRIP - 0.08    # a gap under the subtitle and over the pool's arcs
+    y0, y1 = top + 0.1, top + _strip_units() - 0.08    # a gap under the subtitle and over the pool's arcs
     for t, ((split, _it), logical) in enumerate(sorted(tiles.items(), key=lambda kv: kv[1][0])):
         x0, x1 = -0.5 + logical[0] * w, -0.5 + (logical[-1] + 1) * w
         colour = d["split_colors"][split]
         shapes.append(dict(type="rect", xref="x", yref="y", x0=x0, x1=x1, y0=y0, y1=y1, fillcolor=colour,
                            line=dict(color="#ffffff", width=th.line_width + 2), layer="below"))
         blocks = f"L{logical[0]}" + (f"-L{logical[-1]}" if len(logical) > 1 else "")
-        text = f"tile {t}" + (f" · p{split}" if d["num_splits"] > 1 else "") + f"<br>{blocks}"   # p: as on the blocks
+        if th.high_contrast:   # a projector: one line (599 px), the program by its colour and name
+            text = (f"p{split}: " if d["num_splits"] > 1 else f"tile {t}: ") + blocks
+        else:
+            text = f"tile {t}" + (f" · p{split}" if d["num_splits"] > 1 else "") + f"<br>{blocks}"   # p: as on the blocks
         ann.append(dict(x=(x0 + x1) / 2, y=(y0 + y1) / 2, xref="x", yref="y", text=text, showarrow=False,
                         font=dict(size=th.font_size, color="#222222")))
     if idle:   # the programs that get no tile, named in a dashed box of the first one's colour
@@ -252,12 +255,17 @@ def _tile_strip(d: dict[str, Any], cols: int, top: float) -> tuple[list[dict], l
         shapes.append(dict(type="rect", xref="x", yref="y", x0=x0, x1=x1, y0=y0, y1=y1, fillcolor="#ffffff",
                            line=dict(color=d["split_colors"][idle[0]], width=th.line_width + 1, dash="dash")))
         who = f"p{idle[0]}" if len(idle) == 1 else f"p{idle[0]}-p{idle[-1]}"
-        ann.append(dict(x=(x0 + x1) / 2, y=(y0 + y1) / 2, xref="x", yref="y", text=f"{who}:<br>no tile",
+        ann.append(dict(x=(x0 + x1) / 2, y=(y0 + y1) / 2, xref="x", yref="y",
+                        text=f"{who}: none" if th.high_contrast else f"{who}:<br>no tile",
                         showarrow=False, font=dict(size=th.font_size, color="#222222")))
     return shapes, ann
 
 
-STRIP = 0.85  # grid units: the tile strip's height, its gaps included (two lines of text; 599 px in classroom)
+STRIP, CLASSROOM_STRIP = 0.85, 0.6  # grid units: the tile strip's height, gaps included (two lines; one on a projector)
+
+
+def _strip_units() -> float:
+    return CLASSROOM_STRIP if theme().high_contrast else STRIP
 
 
 def kernel_access_figure(
@@ -298,8 +306,8 @@ def kernel_access_figure(
     headroom = d["headroom"] if roomy else 0.0  # space above the grid for row 0's arcs (every frame of a stepper)
     lanes = (lay.rows - 1) * (d.get("row_pitch", 1.0) - 1)  # the lanes between the rows
     if tiles:                                   # the tile strip, above the arcs' room
-        strip_shapes, strip_ann = _tile_strip(d, lay.cols, -0.5 - headroom - STRIP)
-        shapes, ann, headroom = strip_shapes + shapes, strip_ann + ann, headroom + STRIP
+        strip_shapes, strip_ann = _tile_strip(d, lay.cols, -0.5 - headroom - _strip_units())
+        shapes, ann, headroom = strip_shapes + shapes, strip_ann + ann, headroom + _strip_units()
     if d["arrows"] and not arrows and iteration is None:  # too many reads to list: say who reads how many
         per = [[r for r in d["reads"] if r.split == p] for p in range(num_splits)]
         cap = (f"{seq_id}: " + "; ".join(f"program {p} reads {len(rs)} blocks, P{rs[0].physical} first"
