@@ -223,11 +223,12 @@ def _legend_order(legend: dict[str, str], used: list[str]) -> dict[str, str]:
     return out
 
 
-def _tile_strip(d: dict[str, Any], cols: int, top: float) -> tuple[list[dict], list[dict]]:
+def _tile_strip(d: dict[str, Any], cols: int, top: float, gap: float = 0.1) -> tuple[list[dict], list[dict]]:
     """The sequence's tiles in loop (table) order, as a strip ``STRIP`` grid units high from ``top``:
     one box per tile, as wide as its logical blocks, in the colour of the program that reads it and
     named (tile t, its blocks, its program): which program takes which tile, and where tiles end.
-    A program with no tile is named at the strip's end. Returns (shapes, annotations)."""
+    A program with no tile is named at the strip's end; ``gap``: grid units above it (more under a
+    subtitle, whose last line sits on the plot's top). Returns (shapes, annotations)."""
     th = theme()
     reads = d["reads"]
     n_logical = 1 + max((r.logical for r in reads), default=0)
@@ -237,7 +238,7 @@ def _tile_strip(d: dict[str, Any], cols: int, top: float) -> tuple[list[dict], l
     for r in reads:
         tiles.setdefault((r.split, r.iteration), []).append(r.logical)
     shapes, ann = [], []
-    y0, y1 = top + 0.1, top + _strip_units() - 0.08    # a gap under the subtitle and over the pool's arcs
+    y0, y1 = top + gap, top + gap + _strip_units() - 0.18    # a gap under the subtitle and over the pool's arcs
     for t, ((split, _it), logical) in enumerate(sorted(tiles.items(), key=lambda kv: kv[1][0])):
         x0, x1 = -0.5 + logical[0] * w, -0.5 + (logical[-1] + 1) * w
         colour = d["split_colors"][split]
@@ -306,8 +307,9 @@ def kernel_access_figure(
     headroom = d["headroom"] if roomy else 0.0  # space above the grid for row 0's arcs (every frame of a stepper)
     lanes = (lay.rows - 1) * (d.get("row_pitch", 1.0) - 1)  # the lanes between the rows
     if tiles:                                   # the tile strip, above the arcs' room
-        strip_shapes, strip_ann = _tile_strip(d, lay.cols, -0.5 - headroom - _strip_units())
-        shapes, ann, headroom = strip_shapes + shapes, strip_ann + ann, headroom + _strip_units()
+        gap = 0.25 if subtitle else 0.1
+        strip_shapes, strip_ann = _tile_strip(d, lay.cols, -0.5 - headroom - _strip_units() - gap + 0.1, gap)
+        shapes, ann, headroom = strip_shapes + shapes, strip_ann + ann, headroom + _strip_units() + gap - 0.1
     if d["arrows"] and not arrows and iteration is None:  # too many reads to list: say who reads how many
         per = [[r for r in d["reads"] if r.split == p] for p in range(num_splits)]
         cap = (f"{seq_id}: " + "; ".join(f"program {p} reads {len(rs)} blocks, P{rs[0].physical} first"
