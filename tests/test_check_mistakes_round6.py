@@ -47,6 +47,12 @@ def _gather_slips():
                 row = physical * BLOCK_SIZE + pos % TILE_N
             elif RULE == "tile_all":
                 row = physical * TILE_N + pos % TILE_N
+            elif RULE == "offset_tile":      # review of 6b9afee: the offset taken modulo TILE_N
+                row = physical * BLOCK_SIZE + pos % TILE_N
+            elif RULE == "units_head_dim":   # review of 6b9afee: the block scaled by HEAD_DIM, not BLOCK_SIZE
+                row = physical * HEAD_DIM + pos % BLOCK_SIZE
+            elif RULE == "units_twice":      # the slot already in elements, then * HEAD_DIM again
+                row = (physical * BLOCK_SIZE + pos % BLOCK_SIZE) * HEAD_DIM
             else:
                 row = physical * BLOCK_SIZE + pos % BLOCK_SIZE
             if RULE == "no_stride":
@@ -80,6 +86,9 @@ class _Gather:
     ("tile_both", "TILE_N where BLOCK_SIZE belongs"),     # issue 28 review: pos // TILE_N and pos % TILE_N
     ("tile_all", "TILE_N where BLOCK_SIZE belongs"),
     ("no_stride", "the row stride is missing"),
+    ("offset_tile", "pos % BLOCK_SIZE, not pos % TILE_N"),  # the review of 6b9afee: both named as a missing mask
+    ("units_head_dim", "physical * HEAD_DIM mixes units"),
+    ("units_twice", "multiplied by HEAD_DIM twice"),
 ])
 def test_paged_gather_kernel_names_the_review_slips(rule, says):
     r = check.paged_gather_kernel(_Gather(rule), verbose=False)
@@ -88,8 +97,9 @@ def test_paged_gather_kernel_names_the_review_slips(rule, says):
         return
     assert not r.passed
     assert says in _notes(r), _notes(r)
-    if rule in ("tile_both", "tile_all", "no_stride"):
+    if rule in ("tile_both", "tile_all", "no_stride", "offset_tile", "units_head_dim", "units_twice"):
         assert says in r.failures[0].note, _notes(r)
+        assert "mask" not in r.failures[0].note, _notes(r)
 
 
 # ------------------------------------------------------------------ lesson 06

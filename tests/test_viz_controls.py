@@ -230,3 +230,30 @@ def test_lesson_08_legends_sit_two_a_row_and_captions_name_orders():
     assert "markers" in h.caption()                    # what the markers are moved to the caption
     s = SchedulingControl(sizes=(1024, 4096), order="cache-aware", static=True)
     assert "with FCFS" in s.caption() and "fcfs" not in s.caption(), s.caption()
+
+
+def test_shuffle_picture_shows_its_tiles_and_a_wide_slider(shuffle):
+    """The review of 6b9afee: the shuffle widget showed no tile boundaries, and its classroom slider
+    was 40 px wide. 150 tokens in 64-token tiles: 3 tiles, one box each above the pool."""
+    shuffle.set(num_splits=2)
+    tiles = [a.text for a in shuffle.figure().layout.annotations if a.text and a.text.startswith("tile")]
+    assert tiles == ["tile 0 · p0<br>L0-L3", "tile 1 · p0<br>L4-L7", "tile 2 · p1<br>L8-L9"], tiles
+    assert _inputs(shuffle, "kvlab-splits-slider").layout.width == "min(460px, 100%)"
+    shuffle.set(num_splits=1)
+
+
+def test_shuffle_in_classroom_mode_keeps_its_outcome_short_and_its_strip_one_line(shuffle):
+    """Classroom: the strip (two lines a tile) pushed the caption, the outcome of a click, under the
+    599 px screen (696 px measured at 1280x720); one line a tile and a short caption there."""
+    import kvlab.viz as viz
+
+    viz.classroom(True)
+    try:
+        shuffle.set(num_splits=2)
+        tiles = [a.text for a in shuffle.figure().layout.annotations if a.text and a.text.startswith("p")]
+        caption = shuffle.caption()
+    finally:
+        viz.classroom(False)
+        shuffle.set(num_splits=1)
+    assert tiles == ["p0: L0-L3", "p0: L4-L7", "p1: L8-L9"], tiles
+    assert "equal up to rounding" in caption and "table starts" not in caption, caption

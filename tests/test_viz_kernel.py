@@ -275,3 +275,26 @@ def test_the_stepper_keeps_its_layout_from_frame_to_frame(classroom):
         assert len(seen) == 1, seen
     finally:
         viz.classroom(False)
+
+
+def _strip(fig) -> list[tuple[float, float, str]]:
+    """The tile strip's boxes (x0, x1, fill), left to right: the rects above the pool (y < -0.5)."""
+    rects = [s for s in fig.layout.shapes if s.type == "rect" and s.y1 is not None and s.y1 < -0.5]
+    return sorted((r.x0, r.x1, r.fillcolor) for r in rects)
+
+
+def test_split_k_picture_shows_which_program_takes_which_tile():
+    """The review of 6b9afee: lesson 05's split-K picture (8 one-block tiles, 2 programs, 4 each)
+    could not teach the rule, and showed no tile boundaries. The strip draws seq3's tiles in loop
+    order, one box per tile in its program's colour; lesson 05 draws 30 tokens in 8-token tiles
+    over 3 programs: 2, 2 and none (an even spread would give 2, 1, 1)."""
+    m = lesson05_pool()
+    fig = viz.kernel_access_figure(m.snapshot(), "seq3", num_splits=3, tile_tokens=8, tiles=True)
+    boxes = _strip(fig)
+    assert [c for _, _, c in boxes] == [SPLIT_COLORS[0]] * 2 + [SPLIT_COLORS[1]] * 2 + ["#ffffff"]  # p0 p0 p1 p1, p2 idle
+    assert all(a[1] <= b[0] + 1e-9 for a, b in zip(boxes, boxes[1:]))                   # side by side, in order
+    words = [a.text for a in fig.layout.annotations if a.text and a.text.startswith("tile")]
+    assert words == ["tile 0 · p0<br>L0-L1", "tile 1 · p0<br>L2-L3", "tile 2 · p1<br>L4-L5", "tile 3 · p1<br>L6-L7"]
+    assert "3 programs (1 with no tile to read)" in fig.layout.title.text
+    assert any(a.text == "p2:<br>no tile" for a in fig.layout.annotations)
+    assert not _strip(viz.kernel_access_figure(m.snapshot(), "seq3", num_splits=3, tile_tokens=8))  # off by default

@@ -25,6 +25,8 @@ def test_thesis_shared_prefix_reuses_r1s_blocks_and_the_table_points_at_them():
     assert (s["shared"], s["table"], s["prefix_len"], s["computed"]) == (True, "R2", 12, 4)
     assert s["block_table"][:3] == s["shared_blocks"] and len(s["shared_blocks"]) == 3
     assert s["hit"] and s["miss"] and not (s["hit"] & s["miss"])
+    assert "Physical layer" in w._text.value and "Logical layer" not in w._text.value   # the picture shown's sentence
+    w._view.value = "the radix tree"
     assert "found 12 in the radix tree" in w._text.value and "<svg" in w._tree.value
     green = w._tree.value.count("#2ca02c")  # the hit node (and edge) green, beside the legend's swatch
     w._shared.value = False  # the checkbox: R2 gets another system prompt

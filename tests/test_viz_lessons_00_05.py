@@ -96,3 +96,49 @@ def test_lesson05_pool_picture_has_no_crossing_arrows_and_names_every_block():
     for seq, table in snap.tables.items():
         for i, b in enumerate(table):
             assert f"{seq} L{i}" in labels[b], (b, labels[b])
+
+
+# ------------------------------------------------------------------ lesson 00, the review of 6b9afee
+def test_thesis_tree_and_translation_agree_that_r2_is_running():
+    """The review: the tree view drew R2's nodes unlocked (dashed: evictable, R2 finished) while the
+    translation drew R2's blocks as R2's own (R2 running). kvlab's state is drawn: R2 runs (its prefill
+    cached, SGLang's cache_unfinished_req), so it locks its path, and the blocks on it are R2's."""
+    from kvlab.viz.thesis_widget import thesis_state, thesis_tree
+    from kvlab.viz.translate_widget import translation_figure_data
+
+    s = thesis_state(shared=True, table="R2", pos=5)
+    on_r2 = {n.id: n for n in s["tree"].nodes if n.id in s["hit"] | s["miss"]}
+    assert on_r2 and all(n.lock_ref > 0 for n in on_r2.values()), on_r2       # R2 holds its path
+    others = [n for n in s["tree"].nodes if n.id not in on_r2 and n.tokens]
+    assert others and all(n.lock_ref == 0 for n in others)                     # R1's question: evictable
+    svg = thesis_tree(s).source
+    assert "while R2 runs" in svg
+    phys = translation_figure_data(s["chain"], holders=s["holders"], seq="R2")["physical"]
+    assert all(c["color"] == request_color("R2") for c in phys if "(L" in c["label"])
+    r1 = thesis_state(shared=True, table="R1", pos=5)                          # R1's table: P4 is R2's, not the tree's
+    phys = translation_figure_data(r1["chain"], holders=r1["holders"], seq="R1")["physical"]
+    assert any(c["label"].endswith("(R2)") and c["color"] == request_color("R2") for c in phys), phys
+
+
+def test_r2_has_one_colour_in_every_picture_of_lesson_00():
+    """The review: R2 was pink in cell 9 (the fork took its cyan), cyan in cell 12, purple in cell 14."""
+    m = kvlab.BlockManager(num_blocks=12, block_size=4)     # cell 7, as the lesson now names the fork
+    m.add_sequence("R1", 10)
+    m.add_sequence("R2", 5)
+    m.fork("R1", "R3")
+    cell9 = viz.memory_map_data(m.snapshot("fork"), by_holder=True)["legend"]
+    cell12 = viz.memory_map_data(_lesson00_cache(), by_holder=True)["legend"]
+    assert cell9["R2"] == cell12["R2"] == request_color("R2")
+
+
+def test_thesis_tree_view_disables_the_controls_it_does_not_use():
+    """The review: in the tree view the position slider and the table menu changed nothing on screen."""
+    w = viz.ThesisWidget(static=False)
+    assert not w._pos.disabled and not w._table.disabled
+    w._view.value = "the radix tree"
+    assert w._pos.disabled and w._table.disabled and not w._shared.disabled
+    w._table.value = "notes"                                # a renewed slider keeps the view's state
+    assert w._pos.disabled
+    w._view.value = "the translation"
+    assert not w._pos.disabled and not w._table.disabled
+    assert w._view.style.button_width == "auto"             # classroom: "the translat..." was cut

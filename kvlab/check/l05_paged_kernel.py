@@ -142,8 +142,9 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
         if isinstance(err, Raised):
             if "active drivers" in str(err.exc):
                 seen["note"] = _NO_DRIVER
-            slip = _tile_slip(seen.get("addrs"), cache_d, table, n, bs, tile)
-            c.record(label, expected, seen.get("what", err), passed=False, note=slip or seen.get("note", ""))
+            if "addrs" in seen:    # a load left the buffers: name the slip from the addresses it read
+                seen["note"] = _load_note(seen["addrs"], cache_d, table_d, table, n, bs, tile)
+            c.record(label, expected, seen.get("what", err), passed=False, note=seen.get("note", ""))
             continue
         whole = big.cpu()
         got = whole[pad:pad + n + guard]
@@ -222,8 +223,6 @@ def _watch_memory(loads: dict, stores: dict):
             mask_on = np.broadcast_to(np.asarray(mask.data), np.shape(ptrs.data))
             seen["addrs"] = {int(a) for a in np.asarray(ptrs.data)[mask_on].astype(np.uint64)}   # for naming the slip
             seen["what"] = "a tl.load read outside " + " and ".join(loads)
-            seen["note"] = ("a load past the block table or the cache: positions past context_len must not load "
-                            "either (mask=valid on every tl.load, not only on the store)")
             raise _OutOfBounds(seen["what"])
         return type(b).create_masked_load(b, ptrs, mask, other, *rest)
 
@@ -243,25 +242,44 @@ def _watch_memory(loads: dict, stores: dict):
 
 _TILE_SLIP = ("TILE_N where BLOCK_SIZE belongs: the logical block is pos // BLOCK_SIZE, the offset pos % BLOCK_SIZE and "
               "the slot physical * BLOCK_SIZE + offset (a tile holds several blocks; the table is indexed by block)")
+_OFFSET_TILE = ("the offset inside a block is pos % BLOCK_SIZE, not pos % TILE_N: a tile holds several blocks, and each "
+                "position's offset counts from the start of its own block")
+_UNITS_HEAD_DIM = ("the slot is physical * BLOCK_SIZE + offset, in token slots: physical * HEAD_DIM mixes units (a block "
+                   "holds BLOCK_SIZE slots; HEAD_DIM comes in once, when the slot becomes an address, cache_ptr + slot * HEAD_DIM)")
+_UNITS_TWICE = ("the slot was multiplied by HEAD_DIM twice: the slot physical * BLOCK_SIZE + offset counts token rows, "
+                "and cache_ptr + slot * HEAD_DIM is its address (HEAD_DIM once)")
+_LOAD_MASK = ("a load past the block table or the cache: positions past context_len must not load either "
+              "(mask=valid on every tl.load, not only on the store)")
 
 
-def _tile_slots(table, n: int, bs: int, tile: int) -> list[Callable[[int], int]]:
-    """Where position pos is read from when TILE_N stands where BLOCK_SIZE belongs (the review's slips)."""
-    def block(i: int) -> int:
-        return int(table[min(i // tile, len(table) - 1)])
-    return [lambda i: block(i) * bs + i % tile, lambda i: block(i) * tile + i % tile]
+def _slot_slips(table, bs: int, tile: int, d: int) -> list[tuple[str, Callable[[int], int]]]:
+    """(what the slip is, the cache row position pos is read from with it): the review's slips in the
+    slot arithmetic (TILE_N where BLOCK_SIZE belongs, HEAD_DIM in the slot's units)."""
+    def entry(i: int) -> int:
+        return int(table[min(i, len(table) - 1)])
+    return [(_OFFSET_TILE, lambda i: entry(i // bs) * bs + i % tile),
+            (_TILE_SLIP, lambda i: entry(i // tile) * bs + i % tile),
+            (_TILE_SLIP, lambda i: entry(i // tile) * tile + i % tile),
+            (_UNITS_HEAD_DIM, lambda i: entry(i // bs) * d + i % bs),
+            (_UNITS_TWICE, lambda i: (entry(i // bs) * bs + i % bs) * d)]
 
 
-def _tile_slip(addrs, cache, table, n: int, bs: int, tile: int) -> str:
-    """_TILE_SLIP when the load that left the cache (``addrs``, bytes) read only rows a TILE_N slip reads."""
-    if not addrs or tile == bs:
-        return ""
+def _load_note(addrs, cache, table_d, table, n: int, bs: int, tile: int) -> str:
+    """Why a tl.load left the cache and the block table (``addrs``: the bytes that load read): a
+    slot slip when every address is one that slip reads, the mask when it read past the table."""
+    if not addrs:
+        return _LOAD_MASK
     base, d, size = cache.data_ptr(), cache.shape[-1], cache.element_size()
-    for slot_of in _tile_slots(table, n, bs, tile):
-        want = {base + size * (slot_of(i) * d + j) for i in range(n) for j in range(d)}
-        if addrs <= want:
-            return _TILE_SLIP
-    return ""
+    for message, slot_of in _slot_slips(table, bs, tile, d):   # a slip that gives the right rows never gets here
+        if addrs <= {base + size * (slot_of(i) * d + j) for i in range(n) for j in range(d)}:
+            return message
+    lo, entry = table_d.data_ptr(), table_d.element_size()
+    past_the_table = range(lo + entry * len(table), lo + entry * (len(table) + tile))
+    if any(a in past_the_table for a in addrs):
+        return _LOAD_MASK
+    return ("a tl.load read outside the cache: work the address out for one position by hand: its table entry at "
+            "block_table_ptr + pos // BLOCK_SIZE, its slot physical * BLOCK_SIZE + pos % BLOCK_SIZE, its K row "
+            "at cache_ptr + slot * HEAD_DIM (and mask=valid on every load)")
 
 
 def _outside_note(outside: list[int], table, n: int, bs: int) -> str:
@@ -307,8 +325,9 @@ def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: 
     if rows_are(lambda i: int(table[min(i // tile, len(table) - 1)]) * bs + i % bs):
         return ("the logical block is pos // BLOCK_SIZE, not pos // TILE_N: a tile holds several blocks, "
                 "the table is indexed by block")
-    if any(rows_are(slot_of) for slot_of in _tile_slots(table, n, bs, tile)):
-        return _TILE_SLIP
+    for message, slot_of in _slot_slips(table, bs, tile, flat.shape[-1]):
+        if rows_are(slot_of):
+            return message
     d, numbers = flat.shape[-1], cache.reshape(-1)                 # every number of the cache, in memory order
     slots = [int(table[i // bs]) * bs + i % bs for i in bad_rows]
     if all(x + d <= numbers.numel() and torch.allclose(got[i], numbers[x:x + d]) for i, x in zip(bad_rows, slots)):
@@ -540,7 +559,46 @@ TILE_MISTAKES = dict([
      "read by nobody (no tile at all when num_tiles < num_splits)", _tiles_from(_ceil, lambda t, s: t // s)),
     ("the tiles were counted in blocks: num_tiles = ceil(context_len / tile_tokens), a tile holds "
      "tile_tokens positions", lambda n, bs, tile, splits: _tiles_counted(_ceil(n, bs), n, bs, tile, splits)),
+    # the review of 6b9afee: the right tiles, shared out by another rule
+    ("one list for all the programs: num_splits was ignored; return num_splits lists, one a program, in split "
+     "order (an empty one for a program that gets no tile)", lambda n, bs, tile, splits: _tiles_split(n, bs, tile, [n])),
+    ("every tile went to program 0 and the others got none: the split rule is the same at every length (each "
+     "program takes the same number of tiles, the fewest that covers them all; only the late ones get fewer)",
+     lambda n, bs, tile, splits: _tiles_split(n, bs, tile, [n] + [0] * (splits - 1))),
+    ("an even spread (num_tiles // num_splits each and one more for the first programs, as numpy.array_split): "
+     "the kernel gives every program the same number, ceil(num_tiles / num_splits), so only the late programs "
+     "get fewer, or none", lambda n, bs, tile, splits: _tiles_split(n, bs, tile, _even_counts(_ceil(n, tile), splits))),
+    ("floor(num_tiles / num_splits) tiles each and the rest went to the last program: every program takes "
+     "ceil(num_tiles / num_splits), so the first ones take more and only the late ones fewer",
+     lambda n, bs, tile, splits: _tiles_split(n, bs, tile, [max(1, _ceil(n, tile) // splits)] * (splits - 1) + [n])),
+    *[(f"tile_tokens was ignored: these are tiles of {fixed} tokens (a number written into the code?); a tile "
+       f"holds tile_tokens positions", lambda n, bs, tile, splits, fixed=fixed:
+       _tiles_counted(_ceil(n, fixed), n, bs, fixed, splits) if fixed != tile else None) for fixed in (4, 8, 16, 32, 64)],
+    ("tile_tokens was ignored: these are tiles of one block (block_size tokens); a tile holds tile_tokens "
+     "positions, several blocks", lambda n, bs, tile, splits: _tiles_counted(_ceil(n, bs), n, bs, bs, splits) if bs != tile else None),
 ])
+
+
+def _tiles_split(n: int, bs: int, tile: int, counts: list[int]) -> list:
+    """The right tiles of the context in loop order, shared out ``counts[i]`` to program i (a slice
+    past the end is empty): the review's other rules for the split. (Not from kernel_tiles_reference:
+    an answer may not call it, and the mistakes are run as answers in the tests.)"""
+    tiles = _tiles_counted(_ceil(n, tile), n, bs, tile, 1)[0]
+    out, start = [], 0
+    for k in counts:
+        out.append(tiles[start:start + k])
+        start += k
+    return out
+
+
+def _even_counts(num_tiles: int, splits: int) -> list[int]:
+    """``num_tiles`` spread as evenly as can be: q or q + 1 each, the first ones the bigger.
+
+    >>> _even_counts(10, 3)
+    [4, 3, 3]
+    """
+    q, r = divmod(num_tiles, splits)
+    return [q + (s < r) for s in range(splits)]
 
 
 def _tiles_counted(num: int, n: int, bs: int, tile: int, splits: int) -> list:

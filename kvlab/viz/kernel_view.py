@@ -223,13 +223,61 @@ def _legend_order(legend: dict[str, str], used: list[str]) -> dict[str, str]:
     return out
 
 
+def _tile_strip(d: dict[str, Any], cols: int, top: float, gap: float = 0.1) -> tuple[list[dict], list[dict]]:
+    """The sequence's tiles in loop (table) order, as a strip ``STRIP`` grid units high from ``top``:
+    one box per tile, as wide as its logical blocks, in the colour of the program that reads it and
+    named (tile t, its blocks, its program): which program takes which tile, and where tiles end.
+    A program with no tile is named at the strip's end; ``gap``: grid units above it (more under a
+    subtitle, whose last line sits on the plot's top). Returns (shapes, annotations)."""
+    th = theme()
+    reads = d["reads"]
+    n_logical = 1 + max((r.logical for r in reads), default=0)
+    idle = sorted(set(range(d["num_splits"])) - {r.split for r in reads})
+    w = (cols - (1 if idle else 0)) / n_logical   # grid units per logical block (the last column: the idle programs)
+    tiles: dict[tuple[int, int], list[int]] = {}
+    for r in reads:
+        tiles.setdefault((r.split, r.iteration), []).append(r.logical)
+    shapes, ann = [], []
+    y0, y1 = top + gap, top + gap + _strip_units() - 0.18    # a gap under the subtitle and over the pool's arcs
+    for t, ((split, _it), logical) in enumerate(sorted(tiles.items(), key=lambda kv: kv[1][0])):
+        x0, x1 = -0.5 + logical[0] * w, -0.5 + (logical[-1] + 1) * w
+        colour = d["split_colors"][split]
+        shapes.append(dict(type="rect", xref="x", yref="y", x0=x0, x1=x1, y0=y0, y1=y1, fillcolor=colour,
+                           line=dict(color="#ffffff", width=th.line_width + 2), layer="below"))
+        blocks = f"L{logical[0]}" + (f"-L{logical[-1]}" if len(logical) > 1 else "")
+        if th.high_contrast:   # a projector: one line (599 px), the program by its colour and name
+            text = (f"p{split}: " if d["num_splits"] > 1 else f"tile {t}: ") + blocks
+        else:
+            text = f"tile {t}" + (f" · p{split}" if d["num_splits"] > 1 else "") + f"<br>{blocks}"   # p: as on the blocks
+        ann.append(dict(x=(x0 + x1) / 2, y=(y0 + y1) / 2, xref="x", yref="y", text=text, showarrow=False,
+                        font=dict(size=th.font_size, color="#222222")))
+    if idle:   # the programs that get no tile, named in a dashed box of the first one's colour
+        x0, x1 = cols - 1.5 + 0.08, cols - 0.5
+        shapes.append(dict(type="rect", xref="x", yref="y", x0=x0, x1=x1, y0=y0, y1=y1, fillcolor="#ffffff",
+                           line=dict(color=d["split_colors"][idle[0]], width=th.line_width + 1, dash="dash")))
+        who = f"p{idle[0]}" if len(idle) == 1 else f"p{idle[0]}-p{idle[-1]}"
+        ann.append(dict(x=(x0 + x1) / 2, y=(y0 + y1) / 2, xref="x", yref="y",
+                        text=f"{who}: none" if th.high_contrast else f"{who}:<br>no tile",
+                        showarrow=False, font=dict(size=th.font_size, color="#222222")))
+    return shapes, ann
+
+
+STRIP, CLASSROOM_STRIP = 0.85, 0.6  # grid units: the tile strip's height, gaps included (two lines; one on a projector)
+
+
+def _strip_units() -> float:
+    return CLASSROOM_STRIP if theme().high_contrast else STRIP
+
+
 def kernel_access_figure(
     snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1, tile_tokens: int | None = None,
     iteration: int | None = None, source: str = "simulated", colors: dict[str, str] | None = None,
-    subtitle: bool = True,
+    subtitle: bool = True, tiles: bool = False,
 ) -> Any:
     """The read order over the memory map, as a static plotly figure. ``subtitle=False``: no
-    sentence under the title (a control that prints its own caption beside the figure)."""
+    sentence under the title (a control that prints its own caption beside the figure).
+    ``tiles``: a strip above the pool with the sequence's tiles in loop order, each in the colour of
+    the program that reads it (:func:`_tile_strip`)."""
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
     d["highlight_name"] = "read this iteration" if iteration is not None else ""  # the red outline's legend words
@@ -258,6 +306,10 @@ def kernel_access_figure(
                         arrowcolor=colour, text=""))
     headroom = d["headroom"] if roomy else 0.0  # space above the grid for row 0's arcs (every frame of a stepper)
     lanes = (lay.rows - 1) * (d.get("row_pitch", 1.0) - 1)  # the lanes between the rows
+    if tiles:                                   # the tile strip, above the arcs' room
+        gap = 0.25 if subtitle else 0.1
+        strip_shapes, strip_ann = _tile_strip(d, lay.cols, -0.5 - headroom - _strip_units() - gap + 0.1, gap)
+        shapes, ann, headroom = strip_shapes + shapes, strip_ann + ann, headroom + _strip_units() + gap - 0.1
     if d["arrows"] and not arrows and iteration is None:  # too many reads to list: say who reads how many
         per = [[r for r in d["reads"] if r.split == p] for p in range(num_splits)]
         cap = (f"{seq_id}: " + "; ".join(f"program {p} reads {len(rs)} blocks, P{rs[0].physical} first"

@@ -129,6 +129,10 @@ class ShuffleControl(LiveControl):
         else:
             same = (f"equal to the first run up to rounding (largest difference {r['max_diff']:.1e}): "
                     "split-K adds the programs' partial results in another order")
+        if is_classroom():   # a projector: one line, the outcome, so that it shares the 599 px screen with the controls
+            same = "output bit-for-bit identical" if r["identical"] else f"equal up to rounding ({r['max_diff']:.1e})"
+            where = "original layout" if self.shuffles == 0 else f"shuffle {self.shuffles}"
+            return f"{where}, {progs}, {1e3 * r['seconds']:.0f} ms (measured): {same}"
         return (f"{layout}; {self.seq_id}'s table starts {r['table'][:6]}. The kernel ran with {progs} in "
                 f"{1e3 * r['seconds']:.0f} ms (measured, CPU interpreter); its output is {same}.")
 
@@ -138,7 +142,7 @@ class ShuffleControl(LiveControl):
         # classroom: the control's caption says what happened; the figure's own sentence would push the
         # figure and its controls past one 599 px projector screen
         return kernel_access_figure(snap, self.seq_id, num_splits=self.num_splits, tile_tokens=self.tile,
-                                    subtitle=not is_classroom())
+                                    subtitle=not is_classroom(), tiles=True)   # the strip: where tiles end, whose
 
     def shuffle(self) -> None:
         self.set(shuffles=self.shuffles + 1)
@@ -149,7 +153,8 @@ class ShuffleControl(LiveControl):
         back = W.Button(description="original layout", layout=W.Layout(width="auto"))
         back.add_class("kvlab-unshuffle-button")
         splits = W.IntSlider(value=self.num_splits, min=1, max=self.max_splits, description="programs (split-K)",
-                             style={"description_width": "initial"}, continuous_update=False)
+                             style={"description_width": "initial"}, continuous_update=False,
+                             layout=W.Layout(width="min(460px, 100%)"))   # classroom: the track was 40 px
         splits.add_class("kvlab-splits-slider")
         shuffle.on_click(lambda _b: self.shuffle())
         back.on_click(lambda _b: self.set(shuffles=0))

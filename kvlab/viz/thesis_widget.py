@@ -49,10 +49,12 @@ TABLE_CHOICES = (("R2's block table (from the run)", "R2"), ("R1's block table (
                  ("the notes' example (P3, P7, P1, P5, P9)", "notes"))
 BLOCK_SIZE, NUM_BLOCKS = 4, 12
 THESIS_VIEWS = ("the translation", "the radix tree")  # one picture at a time, under the controls
+NOTES_SEQ = "R0"  # the notes' table is no request's: drawn in orange, a colour no request of lesson 00 has
 
 
 def _run(shared: bool) -> tuple[CacheManager, dict[str, list[int]], dict[str, Any]]:
-    """R1 runs and finishes (its blocks stay in the tree), then R2 is admitted and finishes too."""
+    """R1 runs and finishes (its blocks stay in the tree), then R2 is admitted and prefilled: its
+    computed pages are cached (SGLang's ``cache_unfinished_req``) and it keeps running, locking its path."""
     cm = CacheManager(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE)
     toks = {"R1": char_tokenize(SYSTEM_PROMPT + QUESTIONS["R1"]),
             "R2": char_tokenize((SYSTEM_PROMPT if shared else OTHER_PROMPT) + QUESTIONS["R2"])}
@@ -62,7 +64,7 @@ def _run(shared: bool) -> tuple[CacheManager, dict[str, list[int]], dict[str, An
     adm = cm.admit("R2", toks["R2"])
     tables["R2"] = list(adm.table.block_ids)
     info = {"prefix_len": adm.prefix_len, "matched_blocks": list(adm.matched_kv), "tokens": toks}
-    cm.cache_finished_req("R2", toks["R2"])
+    cm.cache_unfinished_req("R2", toks["R2"])   # R2 runs on (decoding): the tree and the table agree on that
     cm.check_integrity()
     return cm, tables, info
 
@@ -73,9 +75,11 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
     Keys: ``shared``, ``table`` (the menu's key), ``block_table``, ``pos``, ``max_pos``, ``chain``
     (:func:`translation_chain`), ``prefix_len`` (R2's tokens found in the tree), ``computed`` (R2's
     tokens prefilled now), ``shared_blocks`` (blocks in both R1's and R2's tables), ``tree`` (a
-    RadixSnapshot after both finished), ``hit``/``miss`` (node ids on R2's path), ``tree_sentence``,
-    ``position_sentence``, ``holders`` (block -> ``"tree"`` for every block the radix tree holds; none
-    for the notes' table). ``pos`` past the table is clamped to its last slot.
+    RadixSnapshot: R1 finished, R2 running, its path locked), ``hit``/``miss`` (node ids on R2's path),
+    ``evictable`` (tokens in unlocked nodes), ``tree_sentence``, ``position_sentence``, ``holders`` (block ->
+    ``"R2"`` for each block of R2's running table, ``"tree"`` for the others the radix tree holds; none for
+    the notes' table), ``seq`` (whose colour the chosen table is drawn in). ``pos`` past the table is
+    clamped to its last slot.
     """
     if table not in {key for _, key in TABLE_CHOICES}:
         raise ValueError(f"table must be one of {[k for _, k in TABLE_CHOICES]}, got {table!r}")
@@ -92,13 +96,14 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
     hit = frozenset(n.id for n in on_path if n.start + len(n.tokens) <= info["prefix_len"])
     miss = frozenset(n.id for n in on_path if n.id not in hit)
     k, n2 = info["prefix_len"], len(r2)
+    evictable = sum(len(n.tokens) for n in snap.nodes if n.lock_ref == 0)
+    running = f" R2 is still running: its path is locked (solid); only the dashed {evictable} tokens could be evicted."
     if k:
         tree_sentence = (f"R2 has {n2} tokens; its longest prefix match found {k} in the radix tree (R1's system "
-                         f"prompt, blocks {', '.join(f'P{b}' for b in info['matched_blocks'])}), so only {n2 - k} "
-                         f"are computed now. R1's and R2's tables point at the same {len(both)} blocks.")
+                         f"prompt), so only {n2 - k} were computed.{running}")   # its blocks: the translation view
     else:
         tree_sentence = (f"R2 has {n2} tokens and another system prompt: the radix tree matches none of them, so all "
-                         f"{n2} are computed and R2 gets {len(tables['R2'])} new blocks; no block is shared.")
+                         f"{n2} were computed and R2 got {len(tables['R2'])} new blocks; no block is shared.{running}")
     pb = chain["physical_block"]
     if table == "notes":
         position_sentence = (f"position {pos} of the notes' table lives in P{pb} at offset {chain['offset']} "
@@ -112,29 +117,34 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
                              f"{'computed when R2 arrived' if table == 'R2' else 'computed by R1'}.")
     return {"shared": bool(shared), "table": table, "block_table": block_table, "pos": pos, "max_pos": max_pos,
             "chain": chain, "prefix_len": k, "computed": n2 - k, "shared_blocks": both, "tree": snap,
-            "hit": hit, "miss": miss, "tree_sentence": tree_sentence, "position_sentence": position_sentence,
-            "holders": {} if table == "notes" else {b: "tree" for b in cm.tree.tree_block_ids()}}
+            "hit": hit, "miss": miss, "evictable": evictable, "tree_sentence": tree_sentence,
+            "position_sentence": position_sentence, "seq": NOTES_SEQ if table == "notes" else table,
+            "holders": {} if table == "notes" else {**{b: "tree" for b in cm.tree.tree_block_ids()},
+                                                    **{b: "R2" for b in cm.table("R2").block_ids}}}
 
 
 def thesis_tree(state: dict[str, Any]) -> Any:
-    """The radix tree after R1 and R2 finished, R2's path coloured (graphviz Digraph)."""
+    """The radix tree after R1 finished, while R2 runs: R2's path coloured and locked (graphviz Digraph)."""
     from .radix_state import RadixState
     from .radix_view import radix_tree_graph
 
     rs = RadixState(state["tree"], hit=state["hit"], miss=state["miss"], detokenize=char_detokenize,
-                    title="The radix tree after R1 and R2")
-    return radix_tree_graph(rs, max_chars=12, locks=False)  # locks come in lesson 08
+                    title="The radix tree while R2 runs")
+    return radix_tree_graph(rs, max_chars=12)
 
 
-def _html(state: dict[str, Any]) -> str:
+def _html(state: dict[str, Any], view: str | None = None) -> str:
+    """The sentence of the picture shown (``view``, one of :data:`THESIS_VIEWS`; None: both, static
+    mode), right under it: the other picture's sentence would push it off a projector's screen."""
     px = max(theme().font_size + 1, theme().control_px)
     rows = "".join(f"<tr><td style='padding:0 12px 0 0;white-space:nowrap'>{html.escape(a)}</td>"
                    f"<td><code>{html.escape(b)}</code></td></tr>" for a, b in chain_rows(state["chain"]["steps"]))
-    return (f"<div style='font-size:{px}px;line-height:1.45;max-width:100%'>"
-            f"<p style='margin:4px 0'><b>Logical layer (which blocks are reused):</b> {html.escape(state['tree_sentence'])}</p>"
-            f"<p style='margin:4px 0'><b>Physical layer (where a token lives):</b> "
-            f"{html.escape(state['position_sentence'])}</p>"
-            f"<table style='border-collapse:collapse'>{rows}</table></div>")
+    logical = (f"<p style='margin:4px 0'><b>Logical layer (which blocks are reused):</b> "
+               f"{html.escape(state['tree_sentence'])}</p>")
+    physical = (f"<p style='margin:4px 0'><b>Physical layer (where a token lives):</b> "
+                f"{html.escape(state['position_sentence'])}</p><table style='border-collapse:collapse'>{rows}</table>")
+    body = logical if view == THESIS_VIEWS[1] else physical if view == THESIS_VIEWS[0] else logical + physical
+    return f"<div style='font-size:{px}px;line-height:1.45;max-width:100%'>{body}</div>"
 
 
 class ThesisWidget:
@@ -184,6 +194,7 @@ class ThesisWidget:
         # picture they change share one screen (599 px of notebook on a projector; both pictures and the
         # sentences were 860 px at 1500x1000). The switch picks the picture.
         self._view = W.ToggleButtons(options=list(THESIS_VIEWS), value=THESIS_VIEWS[0], description="show",
+                                     style={"button_width": "auto"},   # classroom: "the translat..." was cut
                                      tooltips=["where token position pos lives (the block table)",
                                                "which blocks R2 reuses (the radix tree)"])
         self._view.add_class("kvlab-thesis-view")
@@ -199,24 +210,29 @@ class ThesisWidget:
         self._redraw()
 
     def _show_view(self) -> None:
-        """Show the picture the switch names, hide the other."""
+        """Show the picture the switch names and its sentence, hide the other; the tree view greys out
+        the controls only the translation uses (the table menu and the position)."""
         fig_first = self._view.value == THESIS_VIEWS[0]
         self._fig.layout.display = None if fig_first else "none"
         self._tree.layout.display = "none" if fig_first else None
+        self._table.disabled = self._pos.disabled = not fig_first
+        self._text.value = _html(self.state, self._view.value)
 
     def _changed(self, _change: dict[str, Any]) -> None:
         self.state = thesis_state(self._shared.value, self._table.value, self._pos.value)
         if self._pos.max != self.state["max_pos"]:  # a new slider: a live one's End key keeps its first range
             self._pos = renew_slider(self.widget, self._pos, self.state["max_pos"], self._changed,
                                      value=self.state["pos"])
+            self._pos.disabled = self._view.value != THESIS_VIEWS[0]
         self._redraw()
 
     def _redraw(self) -> None:
         from .radix_view import fit_svg
         from .stepper import figure_output
 
-        self._text.value = _html(self.state)
-        self._fig.outputs = (figure_output(translation_figure(self.state["chain"], holders=self.state["holders"])),)
+        self._text.value = _html(self.state, self._view.value)
+        self._fig.outputs = (figure_output(translation_figure(self.state["chain"], holders=self.state["holders"],
+                                                              seq=self.state["seq"])),)
         self._tree.value = fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))
 
     def __repr__(self) -> str:
@@ -233,7 +249,7 @@ class ThesisWidget:
             key = (s["shared"], s["table"])
             if key not in trees:
                 trees[key] = fit_svg(thesis_tree(s).pipe(format="svg", encoding="utf-8"))
-            return [_html(s), translation_figure(s["chain"], holders=s["holders"]), trees[key]]
+            return [_html(s), translation_figure(s["chain"], holders=s["holders"], seq=s["seq"]), trees[key]]
 
         display_control(self.widget, parts, lambda: self._explore(parts))
 

@@ -167,7 +167,7 @@ def _layout_x(items: list[tuple[str, Any]]) -> dict[Any, tuple[float, float]]:
 
 
 def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None,
-                            holders: dict[int, str] | None = None) -> dict[str, Any]:
+                            holders: dict[int, str] | None = None, seq: str = SEQ) -> dict[str, Any]:
     """Cells of the three layers, in block widths along x (plain data for the figure). Every
     block is one unit wide whatever the block size, so the picture reads the same at block size
     1 and 16 and for a block id of 99.
@@ -181,14 +181,15 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
     ``slot``: (x0, x1) of pos in its logical block and of its slot in the physical block;
     ``arrows``: (x, y) points token -> table row -> slot. ``holders``: physical block -> who else
     holds it (``"tree"`` or a request id); such a block outside this table is drawn in its
-    holder's colour and named, not as a free one.
+    holder's colour and named, not as a free one. ``seq``: the request whose table this is (its
+    tokens and blocks take that request's colour, as in every other picture).
     """
     holders = holders or {}
     table, bs = chain["block_table"], chain["block_size"]
     if not isinstance(bs, int) or bs < 1:
         bs = 1
     n = num_blocks if num_blocks is not None else max(max(table, default=0) + 1, len(table), 8)
-    seq_color = request_color(SEQ)
+    seq_color = request_color(seq)
     ok = chain["error"] is None
     lb, off, pb = chain["logical_block"], chain["offset"], chain["physical_block"]
     vis = _visible_logical(len(table), lb if ok else None)
@@ -285,12 +286,12 @@ def _figure_texts(d: dict[str, Any], px_per_unit: float) -> list[Any]:
 
 
 def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, source: str = "simulated",
-                       holders: dict[int, str] | None = None) -> Any:
-    """The notes' figure for one translation, as a static plotly figure (``holders``: see
+                       holders: dict[int, str] | None = None, seq: str = SEQ) -> Any:
+    """The notes' figure for one translation, as a static plotly figure (``holders``, ``seq``: see
     :func:`translation_figure_data`)."""
     import plotly.graph_objects as go
 
-    d = translation_figure_data(chain, num_blocks, holders)
+    d = translation_figure_data(chain, num_blocks, holders, seq)
     th = theme()
     bs = chain["block_size"] if isinstance(chain["block_size"], int) and chain["block_size"] > 0 else 1
     left = 110 if th.high_contrast else 90

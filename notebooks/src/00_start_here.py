@@ -51,16 +51,23 @@ print("\n".join(t.steps(block_size=4, bytes_per_token=1)))
 # %% [markdown]
 # **Why the cache is worth managing (lesson 02).** Its size is
 # `2 × layers × kv_heads × head_dim × tokens × bytes`. For Llama-2 70B at 4096 tokens in fp16
-# (computed from the model's published config, not measured):
+# (computed from the model's published config, not measured), beside the memory of one H100, a
+# GPU that servers run this model on (kvlab's figure for the card):
 
 # %%
 # NBVAL_CHECK_OUTPUT
 spec = kvlab.get_model("llama-2-70b")
 print(spec.formula(4096))
+one, h100 = spec.kv_bytes(4096), kvlab.get_gpu("h100-80gb")
+batch = h100.memory_bytes // one + 1                 # the fewest 4,096-token requests that overflow the card
+print(f"one request: {kvlab.format_bytes(one)}, about {one / (4096 * 1e3):.0f} KB for every token; "
+      f"{batch} such requests at once: {kvlab.format_bytes(batch * one)}, more than the whole H100 "
+      f"({kvlab.format_bytes(h100.memory_bytes)}), before the model's "
+      f"{kvlab.format_bytes(spec.params_b * 1e9 * spec.dtype_bytes)} of fp16 weights")
 
 # %% [markdown]
 # **Still the physical layer: sharing blocks (lesson 06).** Two requests get their blocks from a
-# real `BlockManager`; a third sequence *forks* the first (a second sample of the same prompt),
+# real `BlockManager`; a third sequence, R3, *forks* the first (a second sample of R1's prompt),
 # sharing its blocks by reference count (引用计数) instead of copying them. Nothing here looks at
 # what the tokens are: fork and copy-on-write (写时复制) are about how blocks are laid out and
 # shared, so they belong to the physical layer (simulated allocator, block size 4, 12 blocks):
@@ -70,8 +77,8 @@ print(spec.formula(4096))
 m = kvlab.BlockManager(num_blocks=12, block_size=4)
 m.add_sequence("R1", 10)  # 10 tokens -> 3 blocks
 m.add_sequence("R2", 5)   # 5 tokens -> 2 blocks
-m.fork("R1", "R1-sample2")  # shares R1's 3 blocks
-snap = m.snapshot("R1-sample2 forks R1: its table points at R1's blocks")
+m.fork("R1", "R3")  # R3, a second sample of R1's prompt, shares R1's 3 blocks
+snap = m.snapshot("R3 forks R1: its table points at R1's blocks")
 for seq, table in snap.tables.items():
     print(f"{seq:11s} block table {list(table)}")
 print("ref counts  ", list(snap.ref_count))
@@ -120,13 +127,18 @@ viz.memory_map_figure(cm.snapshot("R2 reuses the system prompt R1 left in the ra
 # The two layers, working together on one small pool (12 blocks of 4, a real `CacheManager`,
 # simulated). R1 runs and finishes; the radix tree keeps its blocks. Then R2 arrives.
 #
+# R2 has been prefilled and is still running (decoding), so it holds its blocks, and its path in
+# the tree is locked against eviction.
+#
 # - Tick or untick **R2 starts with R1's system prompt**: the radix tree (**show: the radix
-#   tree**; matched nodes green, what R2 computes now blue) finds R1's blocks, or nothing.
+#   tree**; matched nodes green, what R2 computed blue, dashed boxes the only ones that could be
+#   evicted) finds R1's blocks, or nothing.
 # - Pick a **block table** and move the **token position**: the figure (**show: the
 #   translation**) walks the translation through that table; a block only the radix tree holds
 #   is green. The sentence under the picture says whether the token lives in a block R1 and R2
 #   share. With the prefix shared, R2's positions 0-11 land in R1's blocks: the logical layer
-#   chose *which* blocks to reuse, the physical layer says *where* each token is.
+#   chose *which* blocks to reuse, the physical layer says *where* each token is. (The tree view
+#   greys out these two controls: they move the translation only.)
 
 # %%
 viz.ThesisWidget(shared=True, table="R2", pos=5)

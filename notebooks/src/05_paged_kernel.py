@@ -15,8 +15,8 @@
 #   `offset = pos % block_size`.
 # - Why the physical order of blocks does not matter: shuffle every block in the pool, rewrite
 #   the tables, and the answer is bit-for-bit the same.
-# - How the loop is cut into tiles (4 tokens in the pictures, 64 in the kernel) and, with
-#   split-K, into ranges read by separate programs.
+# - How the loop is cut into tiles (4 or 8 tokens in the pictures, 64 in the kernel) and, with
+#   split-K, into ranges of tiles read by separate programs.
 # - How to write that block loop yourself in Triton, run in the interpreter on the CPU.
 #
 # Everything here runs on a CPU in Triton's interpreter: correct, but slow, so the sizes are tiny.
@@ -126,14 +126,17 @@ for tile in (4, tile_tokens(4)):
           " | ".join(" ".join(blocks) for blocks in per_iter))
 
 # %% [markdown]
-# With split-K (section 3) the positions are cut into ranges, each read by its own program in
-# parallel: here two programs, one colour each (their blocks, their arrows and their legend
-# entry), still in the teaching view's 4-token tiles.
+# With split-K (section 3) the tiles are cut into ranges, each read by its own program in
+# parallel. Here seq3's 30 tokens are read in tiles of 8 (two blocks a tile, the last one 6
+# tokens) by **three** programs, one colour each. The strip on top is seq3's table in loop order,
+# cut into its tiles: each tile is drawn in the colour of the program that reads it. Count the
+# tiles each program gets, and see which program gets none; the pool below shows where those
+# blocks sit.
 
 # %%
 from kvlab.viz import kernel_access_figure
 
-kernel_access_figure(m.snapshot(), "seq3", num_splits=2, tile_tokens=4)
+kernel_access_figure(m.snapshot(), "seq3", num_splits=3, tile_tokens=8, tiles=True)
 
 # %% [markdown]
 # ## 3. The real run: the Triton kernel against plain attention
@@ -224,8 +227,9 @@ print("num_splits=2 agrees with num_splits=1:", torch.allclose(one, two, atol=1e
 # The same 300-token sequence (seq4 below). **shuffle the blocks** moves every block of the pool to a new
 # place and rewrites the table; **programs (split-K)** cuts the loop into that many ranges.
 # Each change runs the real kernel again (in the interpreter: a fraction of a second) and
-# compares its output with the first run (original layout, one program). Watch the colours:
-# each program reads a contiguous range of the *table*, wherever its blocks sit in the pool.
+# compares its output with the first run (original layout, one program). Watch the strip on
+# top, the table's tiles in loop order: each program reads a contiguous range of the *table*,
+# whatever the shuffle does to where its blocks sit in the pool.
 
 # %%
 from kvlab.viz import ShuffleControl
@@ -243,10 +247,10 @@ ShuffleControl(q_long, k_long, v_long, long_table.tolist(), long_len, seq_id="se
 
 # %% [markdown]
 # **Cost in the interpreter (measured).** The interpreter runs each (program, loop iteration)
-# in Python, at a cost that hardly depends on the tile size (the cell prints it per iteration,
-# measured on this machine). The grid here is (3 sequences × 2 KV heads) programs, each
-# looping over its context one tile of `TILE_N` positions at a time. Timing below is
-# CPU-interpreter time and says nothing about a GPU.
+# in Python, one after the other. The grid here is (3 sequences × 2 KV heads) programs, each
+# looping over its context one tile of `TILE_N` positions at a time; the cell prints the time
+# per program-iteration, measured on this machine at this one tile size (it says nothing about
+# other tile sizes). Timing below is CPU-interpreter time and says nothing about a GPU.
 
 # %%
 import time
@@ -327,10 +331,11 @@ check.paged_decode_torch(paged_decode_torch)
 # - The kernel walks the context in tiles of `tile_tokens` positions, from position 0; the
 #   last tile may be shorter, and no tile reads past `context_len - 1`. `tile_tokens` is a
 #   multiple of `block_size`.
-# - The programs share the tiles as section 2's split-K picture does: each program takes one
-#   **contiguous** run of tiles, in order, and every program takes the same number (the fewest
-#   that still covers every tile) until the tiles run out; so a late program may get fewer, or
-#   none (an empty list). Work out how many from the picture before you write code.
+# - The programs share the tiles as section 2's split-K picture does (its strip of tiles): each
+#   program takes one **contiguous** run of tiles, in order, and every program takes the same
+#   number (the fewest that still covers every tile) until the tiles run out; so a late program
+#   may get fewer, or none (an empty list). Work out how many from the picture before you write
+#   code.
 #
 # Example: 18 tokens, block size 4, 8-token tiles, 2 programs: `[[[0, 1], [2, 3]], [[4]]]`.
 # The checker compares with `kvlab.viz.kernel_view.kernel_access_order`, the view of section 2.
