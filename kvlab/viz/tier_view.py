@@ -70,7 +70,7 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
                ("allocated", "cached"): "cache (finished)", ("cached", "locked"): "match", ("locked", "cached"): "unlock",
                ("cached", "free"): "evict", ("free", "loading"): "load_back", ("loading", "locked"): "copy done",
                ("loading", "cached"): "copy done", ("loading", "free"): "evict"},
-    "host": {("free", "writing"): "write", ("writing", "backup"): "copy done", ("writing", "host"): "device evicted",
+    "host": {("free", "writing"): "write", ("writing", "backup"): "copy done", ("writing", "host"): "copy done (device gone)",
              ("writing", "free"): "evict_host", ("backup", "host"): "device evicted", ("host", "backup"): "load_back",
              ("host", "free"): "evict_host"},
     "node": {("new", "device"): "insert", ("new", "both"): "split", ("new", "host"): "split", ("new", "disk"): "split",
@@ -103,7 +103,9 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
                width="0.25" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
+        # an em space after each label: those of two opposite edges (free <-> loading) never run together
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
+        text = f"{text}\u2003" if text else ""
         hot = (m, src, dst) in bold
         loose = {} if events or src != "new" or dst == "device" else {"constraint": "false"}  # unnamed, the splits
         g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width), **loose,
@@ -321,13 +323,14 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
                  graph: bool = False, unnamed: Sequence[str] = ()) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
     diagram of the machines that step changed, its transitions bold purple, the run's counts so far.
-    On a projector (classroom mode) each machine a step changed is a frame of its own, drawn
-    smaller, so that the stepper and its diagram fit one 599 px screen. ``unnamed``: as in
+    Each machine a step changed is a frame of its own (three machines drawn at once were about
+    1,000 px tall at 1500x1000), drawn with ranks closer on a projector (classroom mode, 14 pt =
+    18.7 px text), so that the stepper and its diagram fit one 599 px screen. ``unnamed``: as in
     :func:`lifecycle_graph`."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
-    split = graph and theme().high_contrast  # a projector: one machine per frame
+    split = graph  # one machine a frame: the stepper and its diagram fit one screen
     frames = []
     for i, (s, t) in enumerate(zip(rec.snapshots, rec.taken)):
         touched = [m for m in MACHINES if any(x[0] == m for x in t)] or ["node"]
@@ -343,7 +346,7 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
         th = theme()
-        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 12 if split else None,
+        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 14 if th.high_contrast else None,
                                  events=m not in unnamed) for m in f.extra["machines"]]
         title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
                  "its edges bold purple")
