@@ -279,3 +279,39 @@ def test_tier_controls_bars_use_no_colour_that_means_something_else():
     (base, tier), = pairs
     assert base != tier and not {base, tier} & states, (base, tier)
     assert "device pool alone" in fig.layout.title.text and "host tier" in fig.layout.title.text
+
+
+def test_review_r6_classroom_tree_legend_under_every_box_and_root_not_a_free_block(run):
+    """The review of 79ae8b9 (cell 16, classroom): the legend covered the [F] node and the host
+    pool's third row; the root was drawn in the free block's light grey."""
+    import kvlab.viz as viz
+
+    _cm, rec, spans = run
+    viz.classroom(True)
+    try:
+        fig = V.tier_tree_figure(rec.trees[-1], rec.snapshots[-1], V.majority_labels(rec.trees[-1], spans))
+        th = V.theme()
+    finally:
+        viz.classroom(False)
+    lay = fig.layout
+    plot_bottom = lay.height - lay.margin.b            # px from the figure's top
+    legend_rows_px = 1.6 * th.font_size
+    assert lay.legend.yref == "container" and lay.legend.y == 0 and lay.margin.b >= legend_rows_px
+    for tr, axis, box in ((fig.data[1], lay.yaxis, V._tree_box_px(th)), (fig.data[2], lay.yaxis2, th.font_size * 2.3)):
+        lo, hi = axis.range
+        lowest = min(y for y in tr.y if y is not None)
+        px = lay.margin.t + (hi - lowest) / (hi - lo) * (lay.height - lay.margin.t - lay.margin.b) + box / 2
+        assert px <= plot_bottom + 1, (px, plot_bottom)     # every box ends above the legend's margin
+    assert fig.data[1].marker.color[0] != V.FREE
+
+
+def test_review_r6_tier_controls_never_say_1x_faster():
+    """The review (cell 27): the caption said "1.0x faster" at a host pool of 0.5x."""
+    from types import SimpleNamespace as NS
+
+    from kvlab.viz.tier_controls import TierControls
+
+    c = TierControls(lambda r, p: NS(hit_rate=0.2, prefill_tokens=1000, ttft_mean_s=0.0500 - 0.0005 * r), host_ratio=0.5)
+    assert "1.0x" not in c.caption and "about the same as device only" in c.caption
+    assert "(2.0x faster)" in TierControls(lambda r, p: NS(hit_rate=0.2, prefill_tokens=1000,
+                                                           ttft_mean_s=0.05 / (1 + r / 2)), host_ratio=2).caption

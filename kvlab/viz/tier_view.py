@@ -422,7 +422,7 @@ _LEVEL = 1.2  # a level of the tree: a box and a fifth of one between two levels
 def _tree_plot(tree_depth: float, th: Any) -> tuple[int, int, int]:
     """(top margin, bottom margin, figure height) in px for a tree ``tree_depth`` levels deep
     (root 0). On a projector the legend goes under the plot, so the title alone sits on top."""
-    top, bottom = (60, 50) if th.high_contrast else (110, 10)
+    top, bottom = (60, 20 + int(1.6 * th.font_size)) if th.high_contrast else (110, 10)  # projector: the legend row
     plot = int((tree_depth + 1.1) * _tree_box_px(th) * _LEVEL)
     return top, bottom, max(420, top + bottom + plot)
 
@@ -473,7 +473,7 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#888", width=th.line_width), hoverinfo="skip",
                              showlegend=False, xaxis="x", yaxis="y"))
     ids = [0] + [n.id for n in tree.nodes]
-    fill = [FREE] + [colors[snap.placements.get(i, "device")] for i in ids[1:]]
+    fill = ["#ffffff"] + [colors[snap.placements.get(i, "device")] for i in ids[1:]]  # the root: white (grey is a free block)
     text = ["root"] + [f"{name[n.id]}<br>{len(n.tokens)} tok" for n in tree.nodes]
     hover = ["root"] + [f"node {name[n.id]}: {len(n.tokens)} tokens, {PLACEMENT_WORDS[snap.placements.get(n.id, 'device')]}"
                         for n in tree.nodes]
@@ -507,12 +507,14 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
         width=_width(), height=height,
         margin=dict(l=10, r=10, t=m_top, b=m_bottom), plot_bgcolor="white",
         font=dict(size=th.font_size), showlegend=True,
-        legend=dict(orientation="h", x=0, xanchor="left", y=-0.01 if th.high_contrast else 1.02,
-                    yanchor="top" if th.high_contrast else "bottom", font=dict(size=th.font_size), maxheight=120),
+        # on a projector the legend sits in the bottom margin, under every box (it covered [F] and a host row)
+        legend=dict(orientation="h", x=0, xanchor="left", y=0 if th.high_contrast else 1.02,
+                    yref="container" if th.high_contrast else "paper",
+                    yanchor="bottom", font=dict(size=th.font_size), maxheight=120),
         xaxis=dict(domain=[0, 0.5], range=[-0.7, leaves - 0.3], visible=False),
         yaxis=dict(range=[-depth - 0.6, 0.5], visible=False),
         xaxis2=dict(domain=[0.56, 1], range=[-1.9, cols - 0.4], visible=False),
-        yaxis2=dict(range=[-(dev_rows + 1.2 + host_rows) + 0.4, 0.6], visible=False),
+        yaxis2=dict(range=[-(dev_rows + 1.2 + host_rows) + 0.3, 0.6], visible=False),
         annotations=[dict(x=-0.6, y=-(r0 + (n - 1) / 2), xref="x2", yref="y2", text=f"{row}<br>pool", showarrow=False,
                           xanchor="right", font=dict(size=th.font_size))
                      for row, r0, n in (("device", 0, dev_rows), ("host", dev_rows + 1.2, host_rows))])

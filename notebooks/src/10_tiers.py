@@ -261,9 +261,11 @@ tier_stepper(rec, graph=True, unnamed=("node",))   # the node's events: exercise
 # ## 5. A long chat session, replayed with a small device pool
 #
 # Three customers chat at once; each turn's prompt is the whole conversation so far (lesson
-# 07's multi-turn chat). The device pool (64 blocks of 4 tokens) holds one conversation, not
-# three: between two turns of one customer, the two others' turns push its history out. A
-# host tier twice the device pool keeps it. Every number is simulated on the real cache code.
+# 07's multi-turn chat). The device pool (64 blocks of 4 tokens) holds the three short
+# histories of the first turns, but not three long ones: once they outgrow it, between two
+# turns of one customer the two others' turns push its history out (the table shows from
+# which turn). A host tier twice the device pool keeps it. Every number is simulated on the
+# real cache code.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -427,9 +429,8 @@ from plotly.subplots import make_subplots
 
 from kvlab.reuse.offload import load_seconds, recompute_seconds
 
-fs = viz.theme().font_size
-fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                    subplot_titles=[f"{m} (to its {window[m]:,}-token window)" for m in ("llama-3-8b", "llama-2-7b")])
+th = viz.theme()
+fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04)
 for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
     lengths = [2**k for k in range(4, window[model].bit_length())]          # 16 .. the context window
     fig.add_trace(go.Scatter(x=lengths, y=[1e3 * recompute_seconds(model, n) for n in lengths], name="recompute",
@@ -438,14 +439,15 @@ for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
                               ("nvme-gen4", "#ff7f0e", "load: 7 GB/s SSD"), (slow_ssd, "#8c564b", "load: 3 GB/s SSD")):
         fig.add_trace(go.Scatter(x=lengths, y=[1e3 * load_seconds(model, n, link) for n in lengths], name=name,
                                  line=dict(color=color, dash="dot"), showlegend=col == 1), row=1, col=col)
-    fig.update_xaxes(type="log", dtick=1, title_text="prefix length (tokens)", row=1, col=col)
+    fig.update_xaxes(type="log", dtick=1, title_text=f"{model}: prefix (tokens, to {window[model]:,})", row=1, col=col)
 ticks = [10.0**k for k in range(-2, 4)]
 fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], row=1, col=1,
                  title_text="milliseconds (log)")
-fig.update_annotations(font_size=fs)
+top = int(1.5 * th.title_size + 3 * th.font_size + 24)           # the title, then the legend (two rows on a projector)
 fig.update_layout(title=dict(text="Recompute a prefix or load it back (simulated, stated H100 and link numbers)",
-                             font=dict(size=viz.theme().title_size)), font=dict(size=fs), height=480,
-                  margin=dict(t=110, b=60), legend=dict(orientation="h", x=0, y=1.13, yanchor="bottom", font=dict(size=fs)))
+                             font=dict(size=th.title_size), yref="container", y=1, yanchor="top", pad=dict(t=10)),
+                  font=dict(size=th.font_size), height=460 + top - 90, margin=dict(t=top, b=70),
+                  legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=th.font_size)))
 fig
 
 # %% [markdown]
