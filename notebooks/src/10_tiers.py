@@ -740,12 +740,17 @@ else:
 #
 # A host pool evicts too. LRU drops the oldest copy, so a long scan of one-off prompts flushes
 # the system prompts that many requests share. vLLM's CPU offloading can use **ARC** instead:
-# two lists, T1 (copies used once since they were stored) and T2 (used again), and a target
-# size for T1 that adapts. Implement `arc_victims(t1, t2, target, need)`: `t1` and `t2` list
-# `(name, pages)` oldest first; free at least `need` pages by evicting, one at a time, the
-# oldest of T1 when T1 holds at least `target` pages (or T2 is empty), else the oldest of T2.
-# Return the names evicted, in order. The checker compares with a real `HiRadixCache` using
-# `host_eviction_policy="arc"`, then prints LRU against ARC on a scan with a hot set.
+# two lists, T1 (copies used once since they were stored) and T2 (used again), each oldest
+# first, and a `target`: how many pages ARC wants T1 to hold (it adapts as hits come in; here
+# it is given). ARC protects T2 from a scan by holding T1 to its target: while T1 holds at
+# least `target` pages, T1 gives up its oldest copy; under its target, T2 gives up its oldest.
+#
+# **Predict first, on paper:** T1 = `[("a", 2), ("b", 2)]`, T2 = `[("c", 2), ("d", 2)]`,
+# `target` 3, and 6 pages must be freed. Which copies go, in which order? Which would LRU take
+# if T1's copies are the oldest? Then implement `arc_victims(t1, t2, target, need)`: free at
+# least `need` pages, one copy at a time, and return the names evicted, in order. The checker
+# compares with a real `HiRadixCache` using `host_eviction_policy="arc"` (your prediction is
+# one of its cases), then prints LRU against ARC on a scan with a hot set.
 
 # %% tags=["exercise-stub"]
 def arc_victims(t1, t2, target, need):
@@ -758,13 +763,13 @@ check.arc_victims(arc_victims)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Work on copies of the two lists and pop from the front; recompute T1's pages after each
-# eviction: the rule is checked again before every victim.
+# In the prediction, is T1 still at its target after its first copy has gone? The choice of
+# list is made again before every victim, not once.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Stop when enough pages are freed or both lists are empty; count pages, not names.
+# What does a list with nothing left give? And which two things can end the loop?
 # </details>
 
 # %% [markdown]
