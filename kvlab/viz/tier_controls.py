@@ -106,10 +106,10 @@ class TierControls:
         for ann in fig.layout.annotations:
             ann.font = dict(size=th.font_size)
         # the title's two lines from the top, then the subplot titles under them (they collided on a projector)
-        top = max(100, int(1.5 * th.title_size + 3 * th.font_size + 22))
+        top = max(100, int(28 + 2 * th.title_size + 3 * th.font_size))
         fig.update_layout(title=dict(text=f"A host tier under the radix tree ({self.source})<br><span style='font-size:"
                                           f"{th.font_size}px'>{TIER_WORDS}</span>", font=dict(size=th.title_size),
-                                     yref="container", y=1, yanchor="top", pad=dict(t=8)),
+                                     yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
                           height=230 + top, width=None if th.autosize else min(th.grid_width, 840), template="plotly_white",
                           font=dict(size=th.font_size), margin=dict(l=50, r=20, t=top, b=40))
         fig.update_yaxes(rangemode="tozero")

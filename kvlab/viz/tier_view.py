@@ -70,7 +70,7 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
                ("allocated", "cached"): "cache (finished)", ("cached", "locked"): "match", ("locked", "cached"): "unlock",
                ("cached", "free"): "evict", ("free", "loading"): "load_back", ("loading", "locked"): "copy done",
                ("loading", "cached"): "copy done", ("loading", "free"): "evict"},
-    "host": {("free", "writing"): "write", ("writing", "backup"): "copy done", ("writing", "host"): "copy done (device gone)",
+    "host": {("free", "writing"): "write", ("writing", "backup"): "copy done", ("writing", "host"): "copy done\n(device gone)",
              ("writing", "free"): "evict_host", ("backup", "host"): "device evicted", ("host", "backup"): "load_back",
              ("host", "free"): "evict_host"},
     "node": {("new", "device"): "insert", ("new", "both"): "split", ("new", "host"): "split", ("new", "disk"): "split",
@@ -103,9 +103,9 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
                width="0.25" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
-        # an em space after each label: those of two opposite edges (free <-> loading) never run together
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
-        text = f"{text}\u2003" if text else ""
+        if text:  # a space before (graphviz sets a label against its edge: the line ran along its first letter)
+            text = "\u2002" + text + ("\u2003" if (dst, src) in LEGAL_EDGES[m] else "")  # opposite edges: a gap
         hot = (m, src, dst) in bold
         loose = {} if events or src != "new" or dst == "device" else {"constraint": "false"}  # unnamed, the splits
         g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width), **loose,

@@ -441,8 +441,8 @@ for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
                                  line=dict(color=color, dash="dot"), showlegend=col == 1), row=1, col=col)
     fig.update_xaxes(type="log", dtick=1, title_text=f"{model}: prefix (tokens, to {window[model]:,})", row=1, col=col)
 ticks = [10.0**k for k in range(-2, 4)]
-fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], row=1, col=1,
-                 title_text="milliseconds (log)")
+fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])   # both panels, one scale
+fig.update_yaxes(title_text="milliseconds (log)", row=1, col=1)
 top = int(1.5 * th.title_size + 3 * th.font_size + 24)           # the title, then the legend (two rows on a projector)
 fig.update_layout(title=dict(text="Recompute a prefix or load it back (simulated, stated H100 and link numbers)",
                              font=dict(size=th.title_size), yref="container", y=1, yanchor="top", pad=dict(t=10)),
