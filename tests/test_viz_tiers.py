@@ -315,3 +315,10 @@ def test_review_r6_tier_controls_never_say_1x_faster():
     assert "1.0x" not in c.caption and "about the same as device only" in c.caption
     assert "(2.0x faster)" in TierControls(lambda r, p: NS(hit_rate=0.2, prefill_tokens=1000,
                                                            ttft_mean_s=0.05 / (1 + r / 2)), host_ratio=2).caption
+
+
+def test_review_r6_pool_legend_in_words_not_ids(run):
+    """The review of 79ae8b9: a legend entry read "host: host" (a state's id)."""
+    _, rec, _ = run
+    names = [t.name for t in V.tier_map_figure(rec.snapshots[-1]).data if t.name and ":" in t.name]
+    assert "host: host" not in names and "host: only copy" in names and len(names) == 9

@@ -47,6 +47,11 @@ STATE_COLORS: dict[str, dict[str, str]] = {
     "node": {"new": "#ffffff", "device": HIT, "both": REQUEST_COLORS[9], "host": REQUEST_COLORS[2],
              "disk": REQUEST_COLORS[5], "evicted": "#bdbdbd"},
 }
+# the legend's words for the block states (not the ids: the review read "host: host")
+STATE_WORDS = {"device": {"free": "free", "allocated": "being filled", "cached": "cached", "locked": "in use (locked)",
+                          "loading": "loading back"},
+               "host": {"free": "free", "writing": "copy in flight", "backup": "copy (also on device)",
+                        "host": "only copy"}}
 TAKEN = "#7b1fa2"  # an edge taken this step: bold purple (red is the locked state's colour; no state is purple)
 COLOUR_WORDS = {FREE: "light grey", MISS: "blue", HIT: "green", HIGHLIGHT: "red", REQUEST_COLORS[0]: "orange",
                 REQUEST_COLORS[7]: "light orange", REQUEST_COLORS[9]: "light cyan", REQUEST_COLORS[2]: "cyan",
@@ -274,7 +279,7 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
     fig = go.Figure(_traces(d))
     for row in ("device", "host"):  # the legend: one entry per state, fixed
         for s, c in STATE_COLORS[row].items():
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {s}",
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {STATE_WORDS[row][s]}",
                                      marker=dict(symbol="square", size=12, color=c, line=dict(width=1, color="#666"))))
     per_row = _legend_per_row()
     rows = -(-sum(len(v) for v in STATE_COLORS.values() if v is not STATE_COLORS["node"]) // per_row)
