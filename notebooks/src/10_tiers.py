@@ -439,7 +439,7 @@ for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
                               ("nvme-gen4", "#ff7f0e", "load: 7 GB/s SSD"), (slow_ssd, "#8c564b", "load: 3 GB/s SSD")):
         fig.add_trace(go.Scatter(x=lengths, y=[1e3 * load_seconds(model, n, link) for n in lengths], name=name,
                                  line=dict(color=color, dash="dot"), showlegend=col == 1), row=1, col=col)
-    fig.update_xaxes(type="log", dtick=1, title_text=f"{model}: prefix (tokens, to {window[model]:,})", row=1, col=col)
+    fig.update_xaxes(type="log", dtick=1, title_text=f"{model}: prefix tokens", row=1, col=col)
 ticks = [10.0**k for k in range(-2, 4)]
 fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])   # both panels, one scale
 fig.update_yaxes(title_text="milliseconds (log)", row=1, col=1)
