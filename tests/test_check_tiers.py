@@ -191,3 +191,18 @@ def test_review_r6_wrong_answers_are_rejected_and_named(name, exercise, old, new
     assert not r.passed, f"accepted: {name}"
     assert words in r.failures[0].note, (r.failures[0].label, r.failures[0].note)
     assert words in r.summary
+
+
+def test_review_r6_exercise_4_asks_for_a_prediction_and_its_hints_stop_at_the_idea():
+    """The review of 79ae8b9: exercise 4's statement gave the rule and hints 1+2 the code ("copy the
+    lists, pop from the front", "stop when ... count pages"): transcription. The statement now asks
+    for a prediction on one of the checker's cases first; that case's answer is the real tree's."""
+    import re
+
+    src = (ROOT / "notebooks" / "src" / "10_tiers.py").read_text(encoding="utf-8")
+    part = src.split("### Exercise 4")[1].split("## Summary")[0]
+    statement = part.split("# %%")[0]
+    assert "Predict first" in statement
+    hints = " ".join(re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", part, re.S)).lower()
+    assert "pop" not in hints and "copies of the two lists" not in hints and "count pages" not in hints
+    assert L.arc_evict_real([("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6) == ["a", "c", "d"]
