@@ -148,3 +148,61 @@ def test_the_comparison_printed_is_measured_on_the_real_manager(capsys):
     L.arc_victims(sol.arc_victims)
     out = capsys.readouterr().out
     assert "host hits LRU" in out and "ARC keeps more" in out
+
+
+# ------------------------------------------------------------------ the review of 79ae8b9 (r6): typed wrong answers
+def _edited(name: str, old: str, new: str):
+    """The reference ``name`` with ``old`` replaced by ``new`` once (one plausible mistake)."""
+    import inspect
+
+    src = inspect.getsource(getattr(sol, name))
+    assert old in src, f"the solution changed: {old!r} is not in {name}"
+    scope = dict(vars(sol))
+    exec(compile(src.replace(old, new, 1), f"<wrong {name}>", "exec"), scope)  # noqa: S102 - our own file, edited
+    return scope[name]
+
+
+REVIEW_R6 = [
+    # (id, exercise, old, new, words the FAIL must contain)
+    ("T7 with storage, device --evict--> disk", "next_placement",
+     '("device", "evict"): "evicted"', '("device", "evict"): "disk" if storage else "evicted"',
+     "only host eviction writes to the disk"),
+    ("E10 an uncopyable leaf stays on the device", "write_back_evict",
+     'state[name] = "host" if backed else "evicted"', 'state[name] = "host" if backed else "device"',
+     "a leaf taken for eviction leaves the device"),
+    ("L8 below the threshold, the off-device tokens vanish", "load_back_plan",
+     "return device, loaded, prompt_len - device - loaded", "return device, loaded, prompt_len - device - beyond",
+     "tokens not loaded back are recomputed"),
+    ("L9 (device, computed, loaded)", "load_back_plan",
+     "return device, loaded, prompt_len - device - loaded", "return device, prompt_len - device - loaded, loaded",
+     "loaded and computed are swapped"),
+    ("R7 the bigger list first, target ignored", "arc_victims",
+     "sum(p for _, p in t1) >= target", "sum(p for _, p in t1) >= sum(p for _, p in t2)",
+     "compare T1's pages with target"),
+    ("R9 target compared with T2's pages", "arc_victims",
+     "sum(p for _, p in t1) >= target", "sum(p for _, p in t2) >= target",
+     "target is T1's wanted size"),
+]
+
+
+@pytest.mark.parametrize("name,exercise,old,new,words", REVIEW_R6, ids=[w[0] for w in REVIEW_R6])
+def test_review_r6_wrong_answers_are_rejected_and_named(name, exercise, old, new, words):
+    r = getattr(L, exercise)(_edited(exercise, old, new), verbose=False)
+    assert not r.passed, f"accepted: {name}"
+    assert words in r.failures[0].note, (r.failures[0].label, r.failures[0].note)
+    assert words in r.summary
+
+
+def test_review_r6_exercise_4_asks_for_a_prediction_and_its_hints_stop_at_the_idea():
+    """The review of 79ae8b9: exercise 4's statement gave the rule and hints 1+2 the code ("copy the
+    lists, pop from the front", "stop when ... count pages"): transcription. The statement now asks
+    for a prediction on one of the checker's cases first; that case's answer is the real tree's."""
+    import re
+
+    src = (ROOT / "notebooks" / "src" / "10_tiers.py").read_text(encoding="utf-8")
+    part = src.split("### Exercise 4")[1].split("## Summary")[0]
+    statement = part.split("# %%")[0]
+    assert "Predict first" in statement
+    hints = " ".join(re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", part, re.S)).lower()
+    assert "pop" not in hints and "copies of the two lists" not in hints and "count pages" not in hints
+    assert L.arc_evict_real([("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6) == ["a", "c", "d"]

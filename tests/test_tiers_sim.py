@@ -118,3 +118,14 @@ def test_judge_states_the_prefill_saved_as_the_table_shows_it():
     drop = chat[0].prefill_tokens - chat[-1].prefill_tokens
     assert f"{drop:,} fewer prefill tokens" in line, line
     assert f"{chat[0].prefill_tokens:,} -> {chat[-1].prefill_tokens:,}" in line, line
+
+
+def test_review_r6_each_verdict_says_which_claim_it_judges(chat_rows):
+    """The review of 79ae8b9 (cell 25): judge() printed "agrees" / "not linear" without the claim."""
+    from kvlab.sim.tiers import HICACHE_CLAIMS
+
+    docs = run_tiers(shared_documents(num_requests=40, seed=0), 4096, (0, 1, 2, 4))
+    lines = judge(chat_rows, docs)
+    for line, (claim, _source) in zip(lines, HICACHE_CLAIMS):
+        assert line.split("\n")[0].endswith(claim) and "\n   rows: " in line
+    assert "ad index saved 65%" in lines[3]

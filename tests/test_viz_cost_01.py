@@ -44,3 +44,16 @@ def test_01_slider_stops_at_the_models_window():
 def test_01_bad_context_window_is_refused():
     with pytest.raises(ValueError, match="context_window"):
         CostModel(lambda c: c, context_window=0)
+
+
+def test_01_review_r6_another_model_keeps_the_context_length():
+    """The review of 79ae8b9 (cell 27): picking the other model in the menu reset the context
+    length to 16 (it was 1,024)."""
+    pytest.importorskip("ipywidgets")
+    w = CostWidget(_models(), model="small", context=1024, static=False)
+    w._model.value = "big"                     # what the menu does (not set())
+    assert w.state["context"] == 1024 and w._context.value == 1024
+    w._context.value = 4096
+    w._model.value = "small"                   # past its window: moved back to it, not to 16
+    assert w.state["context"] == 2048 and w._context.value == 2048
+    assert "1,024" not in w._text.value and "2,048" in w._text.value

@@ -68,7 +68,9 @@ def test_stepper_caption_counts_steps_once(run):
     s = V.tier_stepper(rec, static=True, graph=True)
     s.go(2)
     cap = s._caption_html()
-    assert cap.count("step ") == 1 and "step 3 / 6" in cap
+    assert cap.count("step ") == 1 and f"step 3 / {len(s)}" in cap
+    # one machine a frame in every mode: three drawn at once were about 1,000 px tall at 1500x1000
+    assert all(len(s.frames[i].extra["machines"]) == 1 for i in range(len(s)))
     assert s.error is None
 
 
@@ -200,7 +202,7 @@ def test_lesson_10_does_not_name_the_node_events_before_exercise_3(run):
     cm, rec, _ = run
     words = set(V.EDGE_LABELS["node"].values())
     named = V.lifecycle_graph("node", cm.tree.tracker.counts).source
-    assert any(f'label="{w}' in named for w in words)  # the default still names them
+    assert any(f'label="\u2002{w}' in named for w in words)  # the default still names them
     for g in V.lifecycle_graph("all", cm.tree.tracker.counts, unnamed=("node",)).graphs:
         labels = re.findall(r'label="([^"]*)"', g.source)
         if "lifecycle_node" in g.source:
@@ -277,3 +279,46 @@ def test_tier_controls_bars_use_no_colour_that_means_something_else():
     (base, tier), = pairs
     assert base != tier and not {base, tier} & states, (base, tier)
     assert "device pool alone" in fig.layout.title.text and "host tier" in fig.layout.title.text
+
+
+def test_review_r6_classroom_tree_legend_under_every_box_and_root_not_a_free_block(run):
+    """The review of 79ae8b9 (cell 16, classroom): the legend covered the [F] node and the host
+    pool's third row; the root was drawn in the free block's light grey."""
+    import kvlab.viz as viz
+
+    _cm, rec, spans = run
+    viz.classroom(True)
+    try:
+        fig = V.tier_tree_figure(rec.trees[-1], rec.snapshots[-1], V.majority_labels(rec.trees[-1], spans))
+        th = V.theme()
+    finally:
+        viz.classroom(False)
+    lay = fig.layout
+    plot_bottom = lay.height - lay.margin.b            # px from the figure's top
+    legend_rows_px = 1.6 * th.font_size
+    assert lay.legend.yref == "container" and lay.legend.y == 0 and lay.margin.b >= legend_rows_px
+    for tr, axis, box in ((fig.data[1], lay.yaxis, V._tree_box_px(th)), (fig.data[2], lay.yaxis2, th.font_size * 2.3)):
+        lo, hi = axis.range
+        lowest = min(y for y in tr.y if y is not None)
+        px = lay.margin.t + (hi - lowest) / (hi - lo) * (lay.height - lay.margin.t - lay.margin.b) + box / 2
+        assert px <= plot_bottom + 1, (px, plot_bottom)     # every box ends above the legend's margin
+    assert fig.data[1].marker.color[0] != V.FREE
+
+
+def test_review_r6_tier_controls_never_say_1x_faster():
+    """The review (cell 27): the caption said "1.0x faster" at a host pool of 0.5x."""
+    from types import SimpleNamespace as NS
+
+    from kvlab.viz.tier_controls import TierControls
+
+    c = TierControls(lambda r, p: NS(hit_rate=0.2, prefill_tokens=1000, ttft_mean_s=0.0500 - 0.0005 * r), host_ratio=0.5)
+    assert "1.0x" not in c.caption and "about the same as device only" in c.caption
+    assert "(2.0x faster)" in TierControls(lambda r, p: NS(hit_rate=0.2, prefill_tokens=1000,
+                                                           ttft_mean_s=0.05 / (1 + r / 2)), host_ratio=2).caption
+
+
+def test_review_r6_pool_legend_in_words_not_ids(run):
+    """The review of 79ae8b9: a legend entry read "host: host" (a state's id)."""
+    _, rec, _ = run
+    names = [t.name for t in V.tier_map_figure(rec.snapshots[-1]).data if t.name and ":" in t.name]
+    assert "host: host" not in names and "host: only copy" in names and len(names) == 9

@@ -122,6 +122,23 @@ def _same_step_counts(expected, actual) -> bool:
                     for e, a in zip(expected, actual)))
 
 
+def _step_note(f: Callable[[int], int], p: int, n: int, r: int, actual) -> str:
+    """Name the mistakes any case shows (the lists swapped, a flat prefill cost), then those of a
+    case with ``r`` prompt tokens already cached (:func:`_prefix_note`); '' if none fits (the
+    checker's diagnosis of expected against actual speaks then)."""
+    try:
+        a_naive, a_cached = (list(x) for x in actual)
+    except (TypeError, ValueError):
+        return _prefix_note(f, p, n, r, actual) if r else ""
+    naive, cached = expected_step_flops(f, p, n, r)
+    if naive != cached and [a_naive, a_cached] == [cached, naive]:
+        return "naive and cached are swapped: return (naive_steps, cached_steps)"
+    if p - r > 1 and a_cached[:1] == [(p - r) * f(p)]:
+        return ("the prefill's tokens do not all cost flops_per_token(prompt_len): the token at position i (1-based) "
+                "attends to i tokens, so each prefill token costs flops_per_token of its own position")
+    return _prefix_note(f, p, n, r, actual) if r else ""
+
+
 def _prefix_note(f: Callable[[int], int], p: int, n: int, r: int, actual) -> str:
     """Name the usual mistake on a case with ``r`` prompt tokens already cached ('' if none fits)."""
     if isinstance(actual, Raised):
@@ -175,7 +192,7 @@ def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         actual = call_in_place(fn, f, p, n, cached_prefix=r) if r else call_in_place(fn, f, p, n)
         wrong = not _same_step_counts(expected, actual)
-        c.record(label, expected, actual, note=_prefix_note(f, p, n, r, actual) if wrong and r else "")
+        c.record(label, expected, actual, note=_step_note(f, p, n, r, actual) if wrong else "")
     return c.done()
 
 
@@ -212,6 +229,9 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
         "query heads mapped to KV heads with min(h, num_kv_heads - 1): the heads past the last KV head all read it; "
         "query head h uses KV head h // (num_heads // num_kv_heads), a group of consecutive heads per KV head":
             (lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), lambda i: min(i, kvh - 1))) if group > 1 and kvh > 1 else None,
+        "every query head read KV head 0: query head h uses KV head h // (num_heads // num_kv_heads), a group of "
+        "consecutive query heads per KV head": (lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), lambda i: 0))
+            if kvh > 1 else None,
         "softmax over the heads: each head's weights are a softmax over the tokens (the last dimension of the scores)":
             lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), right_head, softmax_dim=0),
         "attended only the new token: q attends over the whole cache, the T earlier tokens and the new one":

@@ -179,20 +179,22 @@ HICACHE_CLAIMS = (
 def judge(chat: list[TierRow], docs: list[TierRow]) -> list[str]:
     """Each claim of :data:`HICACHE_CLAIMS` against the simulated rows (``chat``: a multi-turn
     run, ``docs``: a shared-document run, each over the same host ratios, ratio 0 first), then
-    the notes' memory claim. One line each, saying what the rows show."""
+    the notes' memory claim. One line each: the claim, then (on a second line) what the rows show."""
     gain = lambda rows: rows[-1].hit_rate - rows[0].hit_rate  # noqa: E731
     steps = [b.hit_rate - a.hit_rate for a, b in zip(chat, chat[1:])]
     big = max(range(len(steps)), key=steps.__getitem__) if steps else 0
     share = steps[big] / gain(chat) if steps and gain(chat) > 0 else 0.0
+    claim = [f"{i + 1}. claim: {c}\n   rows: " for i, (c, _) in enumerate(HICACHE_CLAIMS)]  # what each line judges
     return [
-        f"1. multi-turn hit rate {chat[0].hit_rate:.1%} with the device pool alone, {chat[-1].hit_rate:.1%} with "
+        f"{claim[0]}multi-turn hit rate {chat[0].hit_rate:.1%} with the device pool alone, {chat[-1].hit_rate:.1%} with "
         f"a {chat[-1].host_ratio:g}x host tier: {'agrees' if gain(chat) > 0.05 else 'does not show here'}",
-        f"2. gain from the host tier: multi-turn {gain(chat):+.1%}, shared documents {gain(docs):+.1%}: "
+        f"{claim[1]}gain from the host tier: multi-turn {gain(chat):+.1%}, shared documents {gain(docs):+.1%}: "
         + ("agrees (multi-turn gains more)" if gain(chat) >= gain(docs) else "not here (documents gain more)"),
-        "3. hit-rate step per larger ratio: " + ", ".join(f"{s:+.1%}" for s in steps)
-        + (f": not linear; {share:.0%} of the gain comes at {chat[big + 1].host_ratio:g}x, when the tiers first "
+        f"{claim[2]}hit-rate step per larger ratio: " + ", ".join(f"{s:+.1%}" for s in steps)
+        + (f": not linear (agrees); {share:.0%} of the gain comes at {chat[big + 1].host_ratio:g}x, when the tiers first "
            "hold the history that is reused (LRU on cyclic reuse is nearly all or nothing)" if steps else ""),
-        f"4. the notes' 'tiers save memory': device KV {chat[0].device_tokens:,} token slots with and without "
+        "4. claim (the notes): tiering their ad index saved 65%; carried over to a KV cache, tiers would save device "
+        f"memory\n   rows: device KV {chat[0].device_tokens:,} token slots with and without "
         f"the tier; the tier adds {chat[-1].host_tokens:,} slots of host memory (write_through also duplicates "
         f"what is on the device) and computes {chat[0].prefill_tokens - chat[-1].prefill_tokens:,} fewer prefill "
         f"tokens (the prefilled column, {chat[0].prefill_tokens:,} -> {chat[-1].prefill_tokens:,}): "

@@ -223,11 +223,14 @@ class CostWidget:
     def _changed(self, change: dict[str, Any]) -> None:
         if change.get("owner") is self._model:  # another model: the slider stops at its window
             window = self.models[self._model.value].context_window
-            with self._context.hold_trait_notifications():
-                if window is not None and self._context.value > window:
-                    self.state = dict(self.state, context=window)
+            want = min(self.state["context"], window or self.state["context"])   # the length the student chose
+            self._context.unobserve(self._changed, names="value")  # new options reset the value to the first one
+            try:
+                self.state = dict(self.state, context=want)
                 self._context.options = self._options(self._model.value)
-                self._context.value = min(self.state["context"], window or self.state["context"])
+                self._context.value = want
+            finally:
+                self._context.observe(self._changed, names="value")
         self.state = cost_state(self.models, self._model.value, self._context.value)
         self._redraw()
 

@@ -58,7 +58,8 @@ class TierControls:
                                             style={"description_width": "initial"},
                                             layout=W.Layout(width="420px", max_width="100%"))
             self._pol = W.Dropdown(options=[(w, p) for p, w in POLICY_WORDS.items()], value=policy,
-                                   description="write policy", style={"description_width": "initial"})
+                                   description="write policy", style={"description_width": "initial"},
+                                   layout=W.Layout(width="auto", max_width="100%"))  # its longest option shown whole
             self._cap = W.HTML(self._caption_html())
             self._out = W.Output()
             self._out.add_class("kvlab-figure")
@@ -84,7 +85,7 @@ class TierControls:
         self.caption = (f"host pool {self.host_ratio:g}x the device pool, {POLICY_WORDS[self.policy]}: hit rate "
                         f"{100 * r.hit_rate:.0f}% (device only {100 * b.hit_rate:.0f}%), prefill {r.prefill_tokens:,} "
                         f"tokens ({100 * saved:.0f}% fewer), mean time to first token {1e3 * r.ttft_mean_s:.0f} ms "
-                        + (f"({faster:.1f}x faster)" if faster >= 1 else f"({1 / faster:.1f}x slower)") + f" ({self.source})")
+                        + _speed_words(faster) + f" ({self.source})")
         return r
 
     def figure(self) -> Any:
@@ -104,10 +105,13 @@ class TierControls:
                                  cliponaxis=False), row=1, col=i + 1)
         for ann in fig.layout.annotations:
             ann.font = dict(size=th.font_size)
+        # the title's two lines from the top, then the subplot titles under them (they collided on a projector)
+        top = max(100, int(28 + 2 * th.title_size + 3 * th.font_size))
         fig.update_layout(title=dict(text=f"A host tier under the radix tree ({self.source})<br><span style='font-size:"
-                                          f"{th.font_size}px'>{TIER_WORDS}</span>", font=dict(size=th.title_size)),
-                          height=330, width=None if th.autosize else min(th.grid_width, 840), template="plotly_white",
-                          font=dict(size=th.font_size), margin=dict(l=50, r=20, t=100, b=40))
+                                          f"{th.font_size}px'>{TIER_WORDS}</span>", font=dict(size=th.title_size),
+                                     yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
+                          height=230 + top, width=None if th.autosize else min(th.grid_width, 840), template="plotly_white",
+                          font=dict(size=th.font_size), margin=dict(l=50, r=20, t=top, b=40))
         fig.update_yaxes(rangemode="tozero")
         return fig
 
@@ -149,6 +153,18 @@ class TierControls:
         labels = {"host_ratio": {r: f"{r:g}x the device pool" for r in self.ratios}, "policy": dict(POLICY_WORDS)}
         return explorer_html(lambda **kw: self.update(**kw), lambda: [self._caption_html(), self.figure()], axes,
                              start, labels)
+
+
+def _speed_words(faster: float) -> str:
+    """The time-to-first-token ratio in words; within 5% of 1: "the same" (never "1.0x faster").
+
+    Example:
+        >>> _speed_words(1.02), _speed_words(1.5), _speed_words(0.5)
+        ('(about the same as device only)', '(1.5x faster)', '(2.0x slower)')
+    """
+    if abs(faster - 1) < 0.05:
+        return "(about the same as device only)"
+    return f"({faster:.1f}x faster)" if faster > 1 else f"({1 / faster:.1f}x slower)"
 
 
 def html_caption(text: str) -> Any:

@@ -47,6 +47,11 @@ STATE_COLORS: dict[str, dict[str, str]] = {
     "node": {"new": "#ffffff", "device": HIT, "both": REQUEST_COLORS[9], "host": REQUEST_COLORS[2],
              "disk": REQUEST_COLORS[5], "evicted": "#bdbdbd"},
 }
+# the legend's words for the block states (not the ids: the review read "host: host")
+STATE_WORDS = {"device": {"free": "free", "allocated": "being filled", "cached": "cached", "locked": "in use (locked)",
+                          "loading": "loading back"},
+               "host": {"free": "free", "writing": "copy in flight", "backup": "copy (also on device)",
+                        "host": "only copy"}}
 TAKEN = "#7b1fa2"  # an edge taken this step: bold purple (red is the locked state's colour; no state is purple)
 COLOUR_WORDS = {FREE: "light grey", MISS: "blue", HIT: "green", HIGHLIGHT: "red", REQUEST_COLORS[0]: "orange",
                 REQUEST_COLORS[7]: "light orange", REQUEST_COLORS[9]: "light cyan", REQUEST_COLORS[2]: "cyan",
@@ -70,7 +75,7 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
                ("allocated", "cached"): "cache (finished)", ("cached", "locked"): "match", ("locked", "cached"): "unlock",
                ("cached", "free"): "evict", ("free", "loading"): "load_back", ("loading", "locked"): "copy done",
                ("loading", "cached"): "copy done", ("loading", "free"): "evict"},
-    "host": {("free", "writing"): "write", ("writing", "backup"): "copy done", ("writing", "host"): "device evicted",
+    "host": {("free", "writing"): "write", ("writing", "backup"): "copy done", ("writing", "host"): "copy done\n(device gone)",
              ("writing", "free"): "evict_host", ("backup", "host"): "device evicted", ("host", "backup"): "load_back",
              ("host", "free"): "evict_host"},
     "node": {("new", "device"): "insert", ("new", "both"): "split", ("new", "host"): "split", ("new", "disk"): "split",
@@ -104,6 +109,8 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
+        if text:  # a space before (graphviz sets a label against its edge: the line ran along its first letter)
+            text = "\u2002" + text + ("\u2003" if (dst, src) in LEGAL_EDGES[m] else "")  # opposite edges: a gap
         hot = (m, src, dst) in bold
         loose = {} if events or src != "new" or dst == "device" else {"constraint": "false"}  # unnamed, the splits
         g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width), **loose,
@@ -272,7 +279,7 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
     fig = go.Figure(_traces(d))
     for row in ("device", "host"):  # the legend: one entry per state, fixed
         for s, c in STATE_COLORS[row].items():
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {s}",
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {STATE_WORDS[row][s]}",
                                      marker=dict(symbol="square", size=12, color=c, line=dict(width=1, color="#666"))))
     per_row = _legend_per_row()
     rows = -(-sum(len(v) for v in STATE_COLORS.values() if v is not STATE_COLORS["node"]) // per_row)
@@ -321,13 +328,14 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
                  graph: bool = False, unnamed: Sequence[str] = ()) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
     diagram of the machines that step changed, its transitions bold purple, the run's counts so far.
-    On a projector (classroom mode) each machine a step changed is a frame of its own, drawn
-    smaller, so that the stepper and its diagram fit one 599 px screen. ``unnamed``: as in
+    Each machine a step changed is a frame of its own (three machines drawn at once were about
+    1,000 px tall at 1500x1000), drawn with ranks closer on a projector (classroom mode, 14 pt =
+    18.7 px text), so that the stepper and its diagram fit one 599 px screen. ``unnamed``: as in
     :func:`lifecycle_graph`."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
-    split = graph and theme().high_contrast  # a projector: one machine per frame
+    split = graph  # one machine a frame: the stepper and its diagram fit one screen
     frames = []
     for i, (s, t) in enumerate(zip(rec.snapshots, rec.taken)):
         touched = [m for m in MACHINES if any(x[0] == m for x in t)] or ["node"]
@@ -343,7 +351,7 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
         th = theme()
-        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 12 if split else None,
+        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 14 if th.high_contrast else None,
                                  events=m not in unnamed) for m in f.extra["machines"]]
         title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
                  "its edges bold purple")
@@ -419,7 +427,7 @@ _LEVEL = 1.2  # a level of the tree: a box and a fifth of one between two levels
 def _tree_plot(tree_depth: float, th: Any) -> tuple[int, int, int]:
     """(top margin, bottom margin, figure height) in px for a tree ``tree_depth`` levels deep
     (root 0). On a projector the legend goes under the plot, so the title alone sits on top."""
-    top, bottom = (60, 50) if th.high_contrast else (110, 10)
+    top, bottom = (60, 20 + int(1.6 * th.font_size)) if th.high_contrast else (110, 10)  # projector: the legend row
     plot = int((tree_depth + 1.1) * _tree_box_px(th) * _LEVEL)
     return top, bottom, max(420, top + bottom + plot)
 
@@ -470,7 +478,7 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#888", width=th.line_width), hoverinfo="skip",
                              showlegend=False, xaxis="x", yaxis="y"))
     ids = [0] + [n.id for n in tree.nodes]
-    fill = [FREE] + [colors[snap.placements.get(i, "device")] for i in ids[1:]]
+    fill = ["#ffffff"] + [colors[snap.placements.get(i, "device")] for i in ids[1:]]  # the root: white (grey is a free block)
     text = ["root"] + [f"{name[n.id]}<br>{len(n.tokens)} tok" for n in tree.nodes]
     hover = ["root"] + [f"node {name[n.id]}: {len(n.tokens)} tokens, {PLACEMENT_WORDS[snap.placements.get(n.id, 'device')]}"
                         for n in tree.nodes]
@@ -504,12 +512,14 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
         width=_width(), height=height,
         margin=dict(l=10, r=10, t=m_top, b=m_bottom), plot_bgcolor="white",
         font=dict(size=th.font_size), showlegend=True,
-        legend=dict(orientation="h", x=0, xanchor="left", y=-0.01 if th.high_contrast else 1.02,
-                    yanchor="top" if th.high_contrast else "bottom", font=dict(size=th.font_size), maxheight=120),
+        # on a projector the legend sits in the bottom margin, under every box (it covered [F] and a host row)
+        legend=dict(orientation="h", x=0, xanchor="left", y=0 if th.high_contrast else 1.02,
+                    yref="container" if th.high_contrast else "paper",
+                    yanchor="bottom", font=dict(size=th.font_size), maxheight=120),
         xaxis=dict(domain=[0, 0.5], range=[-0.7, leaves - 0.3], visible=False),
         yaxis=dict(range=[-depth - 0.6, 0.5], visible=False),
         xaxis2=dict(domain=[0.56, 1], range=[-1.9, cols - 0.4], visible=False),
-        yaxis2=dict(range=[-(dev_rows + 1.2 + host_rows) + 0.4, 0.6], visible=False),
+        yaxis2=dict(range=[-(dev_rows + 1.2 + host_rows) + 0.3, 0.6], visible=False),
         annotations=[dict(x=-0.6, y=-(r0 + (n - 1) / 2), xref="x2", yref="y2", text=f"{row}<br>pool", showarrow=False,
                           xanchor="right", font=dict(size=th.font_size))
                      for row, r0, n in (("device", 0, dev_rows), ("host", dev_rows + 1.2, host_rows))])

@@ -122,9 +122,13 @@ cm.check_integrity()
 # comes back), a **host block** (free → writing → backup → host → free), and a **node's
 # placement** (device → both → host → disk → evicted). A test drives random workloads and
 # checks that every transition in the log is one of these edges and that no state is skipped.
-# Bold purple: the edges the run above took in its last step (the load-back). The numbers: how
+# Bold purple: the run's last six transitions, R3's admission (the node comes back from the
+# host: `host -> both`, its device blocks `free -> loading`, one fresh block for its new
+# tokens) and the queued copies finishing (`transfers done`: the loads land, and two host
+# writes complete, one of them for pages whose device copy is already gone). The numbers: how
 # often the whole run took each edge. The node's edges carry only their counts: which event
-# takes each one is exercise 3's question.
+# takes each one is exercise 3's question (the three `split` edges out of `new` are no event of
+# their own: a node split in two hands its placement to the new parent).
 
 # %%
 from kvlab.viz.tier_view import lifecycle_graph
@@ -244,9 +248,9 @@ for nid, letter in sorted(letters.items(), key=lambda kv: kv[1]):
 
 # %% [markdown]
 # The same run with the state diagram: each step's transitions drawn **bold purple** (as in
-# section 3), the counts so far on the edges; only the machines that step changed are drawn
-# (a device block, a host block, a node's placement; on a projector, one of them per step of the
-# stepper), so the diagram fits one screen.
+# section 3), the counts so far on the edges; only the machines that step changed are drawn,
+# one per frame of the stepper (a device block, a host block, a node's placement), so the
+# diagram fits one screen.
 
 # %%
 from kvlab.viz.tier_view import tier_stepper
@@ -257,9 +261,11 @@ tier_stepper(rec, graph=True, unnamed=("node",))   # the node's events: exercise
 # ## 5. A long chat session, replayed with a small device pool
 #
 # Three customers chat at once; each turn's prompt is the whole conversation so far (lesson
-# 07's multi-turn chat). The device pool (64 blocks of 4 tokens) holds one conversation, not
-# three: between two turns of one customer, the two others' turns push its history out. A
-# host tier twice the device pool keeps it. Every number is simulated on the real cache code.
+# 07's multi-turn chat). The device pool (64 blocks of 4 tokens) holds the three short
+# histories of the first turns, but not three long ones: once they outgrow it, between two
+# turns of one customer the two others' turns push its history out (the table shows from
+# which turn). A host tier twice the device pool keeps it. Every number is simulated on the
+# real cache code.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -406,59 +412,76 @@ controls
 from kvlab.reuse.offload import LinkSpec, break_even_tokens, offload_costs
 
 slow_ssd = LinkSpec("slow-ssd", 3e9, 100e-6, "a 3 GB/s SSD")
+# each model's context window: max_position_embeddings in its config.json (a longer prefix cannot exist)
+window = {"llama-3-8b": 8192, "llama-2-7b": 4096, "llama-2-70b": 4096}
 be = {}
 for model in ("llama-3-8b", "llama-2-7b", "llama-2-70b"):
     be[model] = [break_even_tokens(model, "h100-80gb", link) for link in ("pcie-gen5-x16", "nvme-gen4", slow_ssd)]
     print(f"{model:<12} loading wins from: host {be[model][0]:>8,}, SSD 7 GB/s {be[model][1]:>8,}, "
-          f"SSD 3 GB/s {be[model][2]:>8,} tokens")
+          f"SSD 3 GB/s {be[model][2]:>8,} tokens (context window {window[model]:,})")
 c = offload_costs("llama-3-8b", 4096)
 print(f"\nLlama-3 8B, a 4,096-token prefix: recompute {1e3 * c.recompute_s:.1f} ms, load over PCIe 5 "
       f"{1e3 * c.load_s:.2f} ms ({c.speedup:.0f}x faster) (simulated)")
 
 # %%
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from kvlab.reuse.offload import load_seconds, recompute_seconds
 
-lengths = [2**k for k in range(4, 18)]
-fig = go.Figure()
-for model, dash in (("llama-3-8b", "solid"), ("llama-2-7b", "dot")):
-    fig.add_trace(go.Scatter(x=lengths, y=[recompute_seconds(model, n) for n in lengths], name=f"{model}: recompute",
-                             line=dict(color="#1f77b4", dash=dash)))
-    for link, color, name in (("pcie-gen5-x16", "#2ca02c", "host memory (PCIe 5)"),
-                              ("nvme-gen4", "#ff7f0e", "a 7 GB/s SSD"), (slow_ssd, "#8c564b", "a 3 GB/s SSD")):
-        fig.add_trace(go.Scatter(x=lengths, y=[load_seconds(model, n, link) for n in lengths],
-                                 name=f"{model}: load from {name}", line=dict(color=color, dash=dash)))
-fig.update_layout(title="Recompute a prefix or load it back (simulated, stated H100 and link numbers)",
-                  xaxis=dict(type="log", title="prefix length (tokens)", dtick=1),
-                  yaxis=dict(type="log", title="seconds", dtick=1), font=dict(size=viz.theme().font_size),
-                  height=520, legend=dict(orientation="h", y=-0.2, font=dict(size=viz.theme().font_size)))
+th = viz.theme()
+fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04)
+for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
+    lengths = [2**k for k in range(4, window[model].bit_length())]          # 16 .. the context window
+    fig.add_trace(go.Scatter(x=lengths, y=[1e3 * recompute_seconds(model, n) for n in lengths], name="recompute",
+                             line=dict(color="#1f77b4", width=3), showlegend=col == 1), row=1, col=col)
+    for link, color, name in (("pcie-gen5-x16", "#2ca02c", "load: host (PCIe 5)"),
+                              ("nvme-gen4", "#ff7f0e", "load: 7 GB/s SSD"), (slow_ssd, "#8c564b", "load: 3 GB/s SSD")):
+        fig.add_trace(go.Scatter(x=lengths, y=[1e3 * load_seconds(model, n, link) for n in lengths], name=name,
+                                 line=dict(color=color, dash="dot"), showlegend=col == 1), row=1, col=col)
+    fig.update_xaxes(type="log", dtick=1, title_text=f"{model}: prefix tokens", row=1, col=col)
+ticks = [10.0**k for k in range(-2, 4)]
+fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])   # both panels, one scale
+fig.update_yaxes(title_text="milliseconds (log)", row=1, col=1)
+top = int(1.5 * th.title_size + 3 * th.font_size + 24)           # the title, then the legend (two rows on a projector)
+fig.update_layout(title=dict(text="Recompute a prefix or load it back (simulated, stated H100 and link numbers)",
+                             font=dict(size=th.title_size), yref="container", y=1, yanchor="top", pad=dict(t=10)),
+                  font=dict(size=th.font_size), height=460 + top - 90, margin=dict(t=top, b=70),
+                  legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=th.font_size)))
 fig
 
 # %% [markdown]
-# Where a load line lies under the recompute line of the same model, offloading pays. Read
+# Where a dotted load line lies under the solid recompute line of its panel, offloading pays;
+# each panel stops at its model's context window, the longest prefix the model accepts. Read
 # from the break-even table above:
 
 # %%
 names = ("host memory over PCIe 5", "a 7 GB/s SSD", "a 3 GB/s SSD")
 
 
-def when(n):
-    return "from the first token" if n <= 1 else f"from {n:,} tokens" if n < 2**20 else "within no real context"
+def when(n, model):
+    if n <= 1:
+        return "pays from the first token"
+    if n <= window[model]:
+        return f"pays from {n:,} tokens"
+    return f"never pays within the {window[model]:,}-token context (its break-even, {n:,}, lies beyond it)"
 
 
 for model in ("llama-3-8b", "llama-2-7b"):
-    print(f"{model}: " + "; ".join(f"{name} pays {when(n)}" for name, n in zip(names, be[model])))
+    print(f"{model}: " + "; ".join(f"{name} {when(n, model)}" for name, n in zip(names, be[model])))
 cheap = [name for name, n in zip(names, be["llama-3-8b"]) if n <= 16]
-print(f"for Llama-3 8B, {' and '.join(cheap) or 'no link'} pay{'s' if len(cheap) == 1 else ''} within 16 tokens; the slower "
-      "links lose to recomputing until the quadratic attention term of a long prefix catches up with their bytes")
+never = [name for name, n in zip(names, be["llama-3-8b"]) if n > window["llama-3-8b"]]
+print(f"for Llama-3 8B, {' and '.join(cheap) or 'no link'} pay{'s' if len(cheap) == 1 else ''} within 16 tokens"
+      + (f"; {' and '.join(never)} lose{'s' if len(never) == 1 else ''} to recomputing at every length the model "
+         "accepts" if never else ""))
 
 # %% [markdown]
 #
 # **Measured** on the bundled model and this machine: a prefill of the prefix against copying
 # its KV between two pools. On a CPU-only machine both pools are host memory, so the copy is a
-# memcpy, far faster than PCIe would be; the simulated transfer time at a stated bandwidth is
-# what the engine reports for that (next section).
+# host-to-host `index_copy_`, not a PCIe transfer; the cell prints the rate it reached beside
+# PCIe 5's stated 64 GB/s. The engine reports each transfer both ways: measured on this
+# machine, and simulated at the stated link's bandwidth (next section).
 
 # %%
 import torch
@@ -469,8 +492,10 @@ from kvlab.compute.loader import load_bundled
 torch.set_num_threads(1)
 model, tok = load_bundled()
 for r in measure_offload(model, [32, 128, 512], repeats=2):
+    rate = r["kv_bytes"] / r["load_s"] / 1e9
     print(f"prefix {r['prefix_len']:>4}: recompute {1e3 * r['recompute_s']:7.2f} ms, copy back "
-          f"{1e3 * r['load_s']:6.3f} ms ({r['recompute_s'] / r['load_s']:4.0f}x) (measured)")
+          f"{1e3 * r['load_s']:6.3f} ms ({r['recompute_s'] / r['load_s']:4.0f}x), {rate:5.2f} GB/s "
+          f"({'faster' if rate > 64 else 'slower'} than PCIe 5's 64 GB/s) (measured)")
 
 # %% [markdown]
 # ## 7. The real run: the bundled model, with and without a host tier
@@ -518,8 +543,11 @@ print(f"prompt tokens computed: {plain_report.summary()['prefill_computed']} wit
 # %%
 t = tier_report.tiers
 print(f"bytes moved: {t['bytes_moved']:,} ({', '.join(f'{k[6:]} {v:,}' for k, v in t.items() if k.startswith('bytes ') and v)})")
+ratio = t["measured_s"] / t["simulated_s"]
 print(f"copy time: {1e3 * t['measured_s']:.2f} ms measured on this machine (host to host), "
-      f"{1e3 * t['simulated_s']:.3f} ms simulated over {t['host_link']} (64 GB/s, 10 µs a copy)")
+      f"{1e3 * t['simulated_s']:.3f} ms simulated over {t['host_link']} (64 GB/s, 10 µs a copy): the copies here took "
+      + (f"{ratio:.0f}x LONGER than the simulated link" if ratio > 1 else f"{1 / ratio:.0f}x less time than the "
+         "simulated link") + f" ({t['bytes_moved'] / t['measured_s'] / 1e9:.2f} GB/s measured)")
 
 # %% [markdown]
 # ## 8. Restart the server: the system prompt comes back from disk (the real model)
@@ -712,12 +740,17 @@ else:
 #
 # A host pool evicts too. LRU drops the oldest copy, so a long scan of one-off prompts flushes
 # the system prompts that many requests share. vLLM's CPU offloading can use **ARC** instead:
-# two lists, T1 (copies used once since they were stored) and T2 (used again), and a target
-# size for T1 that adapts. Implement `arc_victims(t1, t2, target, need)`: `t1` and `t2` list
-# `(name, pages)` oldest first; free at least `need` pages by evicting, one at a time, the
-# oldest of T1 when T1 holds at least `target` pages (or T2 is empty), else the oldest of T2.
-# Return the names evicted, in order. The checker compares with a real `HiRadixCache` using
-# `host_eviction_policy="arc"`, then prints LRU against ARC on a scan with a hot set.
+# two lists, T1 (copies used once since they were stored) and T2 (used again), each oldest
+# first, and a `target`: how many pages ARC wants T1 to hold (it adapts as hits come in; here
+# it is given). ARC protects T2 from a scan by holding T1 to its target: while T1 holds at
+# least `target` pages, T1 gives up its oldest copy; under its target, T2 gives up its oldest.
+#
+# **Predict first, on paper:** T1 = `[("a", 2), ("b", 2)]`, T2 = `[("c", 2), ("d", 2)]`,
+# `target` 3, and 6 pages must be freed. Which copies go, in which order? Which would LRU take
+# if T1's copies are the oldest? Then implement `arc_victims(t1, t2, target, need)`: free at
+# least `need` pages, one copy at a time, and return the names evicted, in order. The checker
+# compares with a real `HiRadixCache` using `host_eviction_policy="arc"` (your prediction is
+# one of its cases), then prints LRU against ARC on a scan with a hot set.
 
 # %% tags=["exercise-stub"]
 def arc_victims(t1, t2, target, need):
@@ -730,13 +763,13 @@ check.arc_victims(arc_victims)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Work on copies of the two lists and pop from the front; recompute T1's pages after each
-# eviction: the rule is checked again before every victim.
+# In the prediction, is T1 still at its target after its first copy has gone? The choice of
+# list is made again before every victim, not once.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Stop when enough pages are freed or both lists are empty; count pages, not names.
+# What does a list with nothing left give? And which two things can end the loop?
 # </details>
 
 # %% [markdown]
@@ -761,4 +794,4 @@ check.arc_victims(arc_victims)
 # %%
 # NBVAL_CHECK_OUTPUT
 for model in ("llama-3-8b", "llama-2-7b"):
-    print(f"  {model}: " + "; ".join(f"{name} pays {when(n)}" for name, n in zip(names, be[model])))
+    print(f"  {model}: " + "; ".join(f"{name} {when(n, model)}" for name, n in zip(names, be[model])))
