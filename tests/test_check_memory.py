@@ -106,9 +106,8 @@ def test_checkers_are_imported_explicitly_and_without_torch():
     assert "pkgutil" not in src and "__getattr__" not in src and "import_module" not in src
     for name in _checker_names():
         assert re.search(rf"^from \.l\d\d_\w+ import .*\b{name}\b", src, re.M), name
-    # numpy is allowed: the memory layer keeps its reference counts in a numpy array (issue 31)
     code = ("import sys\nimport kvlab.check\n"
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton')\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'numpy')\n"
             "             or m.startswith(('kvlab.compute', 'kvlab.sim', 'kvlab.kernels', 'kvlab.viz')))\n"
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
