@@ -1,4 +1,4 @@
-"""kvlab.memory: the physical layer (Python, numpy for the reference counts; no torch).
+"""kvlab.memory: the physical layer (pure Python, no torch).
 
     events.py          Event, EventLog, NullLog / NO_LOG: every state change, recorded cheaply
     ids.py             check_int, as_ids: the one rule for ids, positions and counts
