@@ -162,13 +162,14 @@ class BlockManager:
         """``block_ids`` checked for :meth:`adopt`: a list of ids in range, none twice, all in use."""
         ids = list(as_ids(block_ids, "block_ids"))
         if ids:
+            rc = self.allocator.ref_count
             if max(ids) >= self.num_blocks:
                 raise KVCacheError(f"adopt {seq_id}: unknown block id {max(ids)} (valid ids are 0..{self.num_blocks - 1})")
             if len(set(ids)) != len(ids):
                 raise ValueError(f"adopt {seq_id}: a block appears twice in {ids}")
-            free = self.allocator.first_free(ids)
-            if free is not None:
-                raise KVCacheError(f"adopt {seq_id}: block {free} is free; only blocks in use can be handed over")
+            free = [b for b in ids if rc[b] == 0]
+            if free:
+                raise KVCacheError(f"adopt {seq_id}: block {free[0]} is free; only blocks in use can be handed over")
         return ids
 
     def fork(self, parent: str, child: str) -> BlockTable:
@@ -257,9 +258,10 @@ class BlockManager:
         old = t.block_ids[:len(ids)]
         if old == ids:
             return []
+        rc = self.allocator.ref_count
         take = [b for b, o in zip(ids, old) if b != o]
         drop = [o for b, o in zip(ids, old) if b != o]
-        if max(take) >= self.num_blocks or self.allocator.first_free(take) is not None:
+        if max(take) >= self.num_blocks or any(rc[b] == 0 for b in take):
             raise KVCacheError(f"share_prefix {seq_id}: every block must be in use, got {take}")
         if set(take) & (set(t.block_ids) - set(drop)) or len(set(ids)) != len(ids):
             raise ValueError(f"share_prefix {seq_id}: a block would appear twice in the table")

@@ -14,10 +14,8 @@ Every public operation either succeeds completely or raises and leaves the pool 
 was. Each state change has a checked entry (``allocate``, ``incref``, ``free``: for ids that
 come from outside) and a trusted twin without checks (``get_new_blocks``, ``touch``,
 ``free_blocks``, vLLM's names: for ``BlockManager`` and the radix tree, whose ids are blocks
-they hold). The reference counts live in a numpy array, so a run of blocks is counted in one C step
-(``touch`` of a 400-block match is one ``np.add.at``, not 400 Python steps); readers see them as
-Python ints through :class:`RefCounts` (``ref_count[b]`` is an int, ``ref_count[:4]`` a list).
-numpy, no torch.
+they hold). A run of blocks is handed out and taken back in one step (a list slice and one pass over
+the counts). Pure Python; no torch.
 
 Not handled here: block tables (``kvlab.memory.block_table``, ``kvlab.memory.block_manager``),
 the K/V tensors (``kvlab.compute.kv_tensors``), prefix caching (``kvlab.reuse``).
@@ -34,21 +32,16 @@ Example:
     [0]
     >>> a.num_free_blocks
     0
-    >>> a.ref_count[:4], a.ref_count[0]
-    ([1, 1, 1, 1], 1)
 """
 from __future__ import annotations
 
-from array import array
 from typing import Iterable, Sequence
-
-import numpy as np
 
 from .events import EventLog
 from .ids import as_ids, check_int
 
 __all__ = ["KVCacheError", "OutOfBlocks", "DoubleFree", "UnknownBlock", "NotABlockId", "BlockAllocator",
-           "HeldBlocks", "RefCounts", "check_block_ids"]
+           "HeldBlocks", "check_block_ids"]
 
 
 def check_block_ids(block_ids: Iterable[int], num_blocks: int, what: str) -> list[int]:
@@ -83,51 +76,6 @@ class HeldBlocks(list):
     __slots__ = ()
 
 
-def as_index(ids: Sequence[int]) -> np.ndarray:
-    """Checked block ids (Python ints >= 0) as a uint64 array, for one numpy step over their
-    counts: ``array('Q')`` converts a list in one C loop, cheaper than ``array('q')`` (which
-    parses each element as a call argument) and than ``np.array`` or ``np.fromiter`` of a list
-    (callgrind: about 90, 250, 290 and 220 instructions a block).
-
-    Example: ``as_index([4, 2]).tolist() -> [4, 2]``."""
-    return np.frombuffer(array("Q", ids), dtype=np.uint64)
-
-
-class RefCounts:
-    """The allocator's reference counts, read-only, as Python ints (the allocator keeps them in a
-    numpy array and is the only one that changes them): ``ref_count[b]`` is an int,
-    ``ref_count[2:5]`` a list of ints; ``len``, iteration, ``list(...)`` and ``==`` with a list
-    work as on a list.
-
-    Example:
-        >>> rc = RefCounts(np.array([2, 0, 1]))
-        >>> rc[0], rc[1:], list(rc), rc == [2, 0, 1]
-        (2, [0, 1], [2, 0, 1], True)
-    """
-
-    __slots__ = ("_counts",)
-
-    def __init__(self, counts: np.ndarray) -> None:
-        self._counts = counts
-
-    def __getitem__(self, i):
-        return self._counts[i].tolist()  # a numpy scalar or array -> an int or a list of ints
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-    def __iter__(self):
-        return iter(self._counts.tolist())
-
-    def __eq__(self, other) -> bool:
-        return list(self) == (list(other) if isinstance(other, (list, tuple, RefCounts)) else other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(self._counts.tolist())
-
-
 class KVCacheError(Exception):
     """Base class of kvlab's memory errors."""
 
@@ -157,8 +105,7 @@ class NotABlockId(UnknownBlock, TypeError):
 class BlockAllocator:
     """A pool of ``num_blocks`` physical blocks with reference counts (vLLM's BlockPool).
 
-    ``ref_count[b]``: holders of block b (0 = free; read-only ints, :class:`RefCounts`).
-    ``owner[b]``: who allocated it (for
+    ``ref_count[b]``: holders of block b (0 = free). ``owner[b]``: who allocated it (for
     pictures; None when free). ``free_block_ids``: the free queue, front first; ``num_free_blocks``: its length.
     ``log``: where events go (a fresh :class:`EventLog` by default; ``NO_LOG`` records nothing).
     """
@@ -167,8 +114,7 @@ class BlockAllocator:
         self.num_blocks = check_int("num_blocks", num_blocks, 1)
         self.block_size = check_int("block_size", block_size, 1)
         self.log = log if log is not None else EventLog()
-        self._counts = np.zeros(num_blocks, dtype=np.int64)  # the reference counts; changed only here
-        self.ref_count = RefCounts(self._counts)
+        self.ref_count: list[int] = [0] * num_blocks
         self.owner: list[str | None] = [None] * num_blocks
         # The free queue is the never-used blocks _fresh..num_blocks-1 (always at its front), then
         # the freed ones in the order they were freed, _free[_head:]: no list of every id up front.
@@ -193,15 +139,6 @@ class BlockAllocator:
     def _validate(self, block_ids: Iterable[int], what: str) -> list[int]:
         return check_block_ids(block_ids, self.num_blocks, what)
 
-    def first_free(self, ids: list[int]) -> int | None:
-        """The first of ``ids`` (ids in range) that is free, or None when all are in use (one numpy
-        step; for the checks of callers that take blocks in use). Example: after ``allocate(1)``
-        -> [0], ``first_free([0, 1]) -> 1``."""
-        if not ids:
-            return None
-        zero = np.flatnonzero(self._counts[as_index(ids)] == 0)
-        return ids[zero[0]] if len(zero) else None
-
     # ------------------------------------------------------------------ state changes (all or nothing)
     def allocate(self, n: int, owner: str | None = None) -> list[int]:
         """Take ``n`` blocks from the front of the free queue, each with ref count 1.
@@ -223,8 +160,8 @@ class BlockAllocator:
         k = min(n, self.num_blocks - f)
         ids = list(range(f, f + k))  # never-used blocks first (the front of the queue): one run
         self._fresh = f + k
-        own = self.owner
-        self._counts[f:f + k] = 1
+        rc, own = self.ref_count, self.owner
+        rc[f:f + k] = [1] * k
         own[f:f + k] = [owner] * k
         if k < n:
             h = self._head
@@ -233,8 +170,8 @@ class BlockAllocator:
             if self._head > 4096 and self._head * 2 > len(self._free):  # compact: amortised O(1) per block
                 del self._free[:self._head]
                 self._head = 0
-            self._counts[as_index(reused)] = 1
             for b in reused:
+                rc[b] = 1
                 own[b] = owner
             ids += reused
         self.num_free_blocks -= len(ids)
@@ -245,9 +182,10 @@ class BlockAllocator:
     def incref(self, block_ids: Iterable[int], seq_id: str | None = None) -> None:
         """Add one reference to each used block (sharing: fork, a prefix hit)."""
         ids = self._validate(block_ids, "incref")
-        free = self.first_free(ids)
-        if free is not None:
-            raise KVCacheError(f"incref: block {free} is free; allocate it before sharing it")
+        rc = self.ref_count
+        for b in ids:
+            if rc[b] == 0:
+                raise KVCacheError(f"incref: block {b} is free; allocate it before sharing it")
         self.touch(ids, seq_id)
 
     def touch(self, ids: list[int], seq_id: str | None, record: bool = True) -> None:
@@ -255,9 +193,10 @@ class BlockAllocator:
         each of ``ids``, no checks, for blocks a table or the tree already holds. ``record=False``:
         the caller records a higher-level event that says it (``adopt``, ``fork``, ``insert``).
         (vLLM's ``touch`` also takes a cached block with ``ref_cnt`` 0 out of the free queue; here a
-        cached block is never free: the tree holds a reference.) A block listed twice gains two."""
-        if ids:
-            np.add.at(self._counts, as_index(ids), 1)
+        cached block is never free: the tree holds a reference.)"""
+        rc = self.ref_count
+        for b in ids:
+            rc[b] += 1
         if ids and record:
             self.log.record("incref", seq_id, ids)
 
@@ -270,10 +209,10 @@ class BlockAllocator:
         one call is a double free unless its ref count is at least 2).
         """
         ids = self._validate(block_ids, "free")
-        free = self.first_free(ids)
-        if free is not None:
-            raise DoubleFree(f"free: block {free} is already free (double free)")
         rc = self.ref_count
+        for b in ids:
+            if rc[b] == 0:
+                raise DoubleFree(f"free: block {b} is already free (double free)")
         if len(set(ids)) != len(ids):  # a block listed several times needs that many references
             wanted: dict[int, int] = {}
             for b in ids:
@@ -287,19 +226,15 @@ class BlockAllocator:
         """The trusted path of :meth:`free` (vLLM's ``BlockPool.free_blocks``): one reference less on
         each of ``ids``, no checks, for references a table or the tree is known to hold; returns
         the blocks that became free (``record=False``: the caller records ``free_seq``, ``evict``
-        or ``insert`` instead). A block listed k times loses k references and, reaching zero,
-        joins the queue once, where its last listing is."""
-        if not ids:
-            return []
-        idx = as_index(ids)
-        counts = self._counts
-        np.subtract.at(counts, idx, 1)  # one C step for the whole run
-        released = idx[counts[idx] == 0].tolist()
-        if len(released) > 1 and len(set(released)) < len(released):  # listed twice: keep its last listing
-            released = list(dict.fromkeys(reversed(released)))[::-1]
-        own = self.owner
-        for b in released:
-            own[b] = None
+        or ``insert`` instead)."""
+        rc, own = self.ref_count, self.owner
+        released: list[int] = []
+        for b in ids:
+            c = rc[b] - 1
+            rc[b] = c
+            if not c:
+                released.append(b)
+                own[b] = None
         if released:
             self._free += released
             self.num_free_blocks += len(released)
@@ -319,24 +254,20 @@ class BlockAllocator:
         free = self.free_block_ids
         assert len(free) == len(set(free)), f"duplicate ids in the free queue: {free}"
         assert self.num_free_blocks == len(free), f"num_free_blocks {self.num_free_blocks} != {len(free)} in the queue"
-        assert all(type(b) is int and 0 <= b < self.num_blocks for b in free), "free queue holds an unknown id"
-        counts = self._counts
-        assert counts.dtype == np.int64 and counts.shape == (self.num_blocks,), f"ref counts {counts!r} are not one int per block"
-        assert counts.min() >= 0, f"block {int(counts.argmin())} has ref_count {int(counts.min())}"
-        zero = np.flatnonzero(counts == 0).tolist()  # the free blocks, by their counts
-        if zero != sorted(free):
-            b = min(set(zero) ^ set(free))
-            raise AssertionError(f"block {b}: ref_count {int(counts[b])} but in free queue={b in set(free)}")
-        owned = next((b for b in zero if self.owner[b] is not None), None)
-        assert owned is None, f"free block {owned} still has owner {self.owner[owned]!r}"
+        fs = set(free)
+        assert all(type(b) is int and 0 <= b < self.num_blocks for b in fs), "free queue holds an unknown id"
+        for b in range(self.num_blocks):
+            rc = self.ref_count[b]
+            assert type(rc) is int and rc >= 0, f"block {b} has ref_count {rc!r}"
+            assert (rc == 0) == (b in fs), f"block {b}: ref_count {rc} but in free queue={b in fs}"
+            assert rc > 0 or self.owner[b] is None, f"free block {b} still has owner {self.owner[b]!r}"
         if holders is not None:
-            held = [0] * self.num_blocks
-            for ids in holders:
-                for b in ids:
+            counts = [0] * self.num_blocks
+            for held in holders:
+                for b in held:
                     assert type(b) is int and 0 <= b < self.num_blocks, f"a holder holds {b!r}, not a block id"
-                    held[b] += 1
-            rc = counts.tolist()
-            bad = [(b, rc[b], held[b]) for b in range(self.num_blocks) if held[b] != rc[b]]
+                    counts[b] += 1
+            bad = [(b, self.ref_count[b], counts[b]) for b in range(self.num_blocks) if counts[b] != self.ref_count[b]]
             assert not bad, "ref_count != holders for (block, ref_count, holders): " + str(bad[:8])
 
     def state(self) -> tuple:

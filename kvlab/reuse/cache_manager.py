@@ -435,7 +435,8 @@ class CacheManager:
         ids = table.block_ids[:full]
         node = self._locks.get(seq_id)
         start = len(node.path_kv()) if node is not None else 0  # pages it already locks
-        if max(self.allocator.ref_count[ids[start:]], default=1) == 1:  # no block of its own is shared
+        rc = self.allocator.ref_count
+        if max(map(rc.__getitem__, ids[start:]), default=1) == 1:  # no block of its own is shared
             return [], ids
         own = set(ids[start:])
         sharers = []

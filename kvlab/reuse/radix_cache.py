@@ -535,9 +535,9 @@ class RadixCache:
                 raise UnknownBlock(f"insert: unknown block id {b} (valid ids are 0..{nblocks - 1})")
         if len(set(new_blocks)) != len(new_blocks):
             raise KVCacheError(f"insert: a block id appears twice in kv's new part {new_blocks}")
-        free = self.allocator.first_free(new_blocks)
-        if free is not None:
-            raise KVCacheError(f"insert: block {free} is free; allocate it before inserting it")
+        for b in new_blocks:
+            if rc[b] == 0:
+                raise KVCacheError(f"insert: block {b} is free; allocate it before inserting it")
         if tree_blocks is not None and not tree_blocks.isdisjoint(new_blocks):
             b = next(b for b in new_blocks if b in tree_blocks)
             raise KVCacheError(f"insert: block {b} is already owned by the tree (it would be kept twice)")
