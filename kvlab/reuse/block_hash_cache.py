@@ -242,12 +242,13 @@ class BlockHashCache:
         bs = self.block_size
         out = [] if out is None else out
         h = out[-1] if out else ROOT_HASH
-        for i in range(len(out), n):
-            t = tuple(key[i * bs:(i + 1) * bs])
+        start = len(out)
+        chunks = list(zip(*[iter(key[start * bs:n * bs])] * bs))  # the blocks' token tuples, cut in C
+        for t in chunks:
             h = hash((h, t))
             out.append(h)
-            if tuples is not None:
-                tuples.append(t)
+        if tuples is not None:
+            tuples += chunks
         return out
 
     # ------------------------------------------------------------------------- lookup
@@ -265,15 +266,15 @@ class BlockHashCache:
         self._hashes(key, len(key) // bs, hashes, toks)
         blocks, get, ids = self.blocks, self.cached_block_hash_to_block.get, []
         parent = ROOT_HASH
-        for i in range(min(len(hashes), limit // bs)):
-            b = get(hashes[i])
+        for h, t in zip(hashes[:limit // bs], toks):
+            b = get(h)
             if b is None:
                 break
             blk = blocks[b]
-            if blk.parent_hash != parent or blk.token_ids != toks[i]:
+            if blk.parent_hash != parent or blk.token_ids != t:
                 break  # a hash collision: not the same tokens
             ids.append(b)
-            parent = hashes[i]
+            parent = h
         n = len(ids) * bs
         if record_stats:
             s = self.stats
@@ -389,9 +390,9 @@ class BlockHashCache:
             raise ValueError(f"block_ids has {len(ids)} block(s) but {len(key)} tokens fill {n_full} full block(s)")
         ids = check_block_ids(ids[:n_full], self.num_blocks, "cache_full_blocks")
         blocks = self.blocks
-        for b in ids[:n_full]:
-            if blocks[b].ref_cnt == 0:
-                raise KVCacheError(f"cache_full_blocks: block {b} is free; it must belong to the request")
+        if min(map(_ref_cnt, map(blocks.__getitem__, ids)), default=1) == 0:  # one C pass; the loop names it
+            b = next(b for b in ids if blocks[b].ref_cnt == 0)
+            raise KVCacheError(f"cache_full_blocks: block {b} is free; it must belong to the request")
         # the hashes the match computed (of the prompt's full blocks), continued over the rest
         toks = list(known.block_tokens[:n_full]) if known is not None else None
         hashes = self._hashes(key, n_full, list(block_hashes[:n_full]) if block_hashes is not None else None, toks)
