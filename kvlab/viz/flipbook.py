@@ -27,9 +27,22 @@ import secrets
 from typing import Any, Sequence
 
 from .display import PLOTLY_CONFIG
-from .stepper import TIPS
 
-__all__ = ["flipbook_html"]
+__all__ = ["TIPS", "flipbook_html"]
+
+# What each step button does, in its tooltip: the same words on the live stepper (kvlab.viz.stepper)
+# and on this player.
+TIPS = {
+    "prev": "previous step: go back one step",
+    "next": "next step: go forward one step",
+    "reset": "reset: stop playing and go back to step 1",
+    "play": "play: show the steps one after another, from this one to the last",
+    "play again": "play again from step 1 (this is the last step)",
+    "pause": "pause: stop playing and stay at this step",
+    "loop": "loop: when on, playing starts again at step 1 after the last step",
+    "at first": "this is step 1: nothing before it",
+    "at last": "this is the last step",
+}
 
 _SCRIPT = """(function () {
   var box = document.getElementById(%(id)s);

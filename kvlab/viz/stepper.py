@@ -12,7 +12,7 @@ as a static figure or SVG with its caption; with ``KVLAB_STATIC=frames`` (the st
 renders every frame into a player that needs no kernel (:meth:`Stepper.flipbook_html`).
 
 Controls: reset, prev, play / pause, loop, next and a step slider, each saying on hover what it
-does (:data:`TIPS`); prev and reset are disabled at step 1 and next at the last step.
+does (:data:`kvlab.viz.flipbook.TIPS`); prev and reset are disabled at step 1 and next at the last step.
 
 CSS classes (for browser tests): ``kvlab-stepper`` (the box), ``kvlab-prev``,
 ``kvlab-next``, ``kvlab-play`` (the box of ``kvlab-play-button`` and the ``kvlab-loop``
@@ -34,22 +34,10 @@ from typing import Any, Callable, Sequence
 
 from ..memory.ids import check_int
 from .display import PLOTLY_CONFIG, is_static, static_frames, static_html
+from .flipbook import TIPS
 from .palette import classroom_css, theme
 
-__all__ = ["Frame", "Stepper", "TIPS"]
-
-# What each control does, shown on hover (the buttons' ``tooltip``; the static player's ``title``).
-TIPS = {
-    "prev": "previous step: go back one step",
-    "next": "next step: go forward one step",
-    "reset": "reset: stop playing and go back to step 1",
-    "play": "play: show the steps one after another, from this one to the last",
-    "play again": "play again from step 1 (this is the last step)",
-    "pause": "pause: stop playing and stay at this step",
-    "loop": "loop: when on, playing starts again at step 1 after the last step",
-    "at first": "this is step 1: nothing before it",
-    "at last": "this is the last step",
-}
+__all__ = ["Frame", "Stepper"]
 
 
 @dataclass(frozen=True)
