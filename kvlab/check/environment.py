@@ -65,7 +65,6 @@ def self_test(verbose: bool = True) -> SelfTestResult:
 
     versions = kvlab.versions()
     lines = ["kvlab self-test", "versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
-    static = os.environ.get("KVLAB_STATIC", "").strip().lower() in ("1", "true", "yes", "frames")
     try:
         import kvlab.kernels as K
     except Exception as exc:
@@ -81,6 +80,9 @@ def self_test(verbose: bool = True) -> SelfTestResult:
     if K.KERNEL_MODE == "interpreter":
         lines.append("note: the Triton interpreter runs the kernels on the CPU: correct but slow; every kernel "
                      "timing in the lessons is CPU-interpreter time")
+    # read after the kernel call: the browser test's site recorder forks a cell where it first reads
+    # KVLAB_STATIC (tests/site_recorder.py), and the kernel call is most of this cell's time
+    static = os.environ.get("KVLAB_STATIC", "").strip().lower() in ("1", "true", "yes", "frames")
     lines.append("pictures: " + (f"static images (KVLAB_STATIC={os.environ['KVLAB_STATIC'].strip()})" if static else "interactive widgets"))
     warns = _lab_packages()
     lines += warns
