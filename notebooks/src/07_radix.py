@@ -169,7 +169,7 @@ print(f"prefill tokens over the chat: {no_cache} without a cache, {with_cache} w
 # ## 5. The real run: prefill only the missed suffix, get the same answer
 #
 # Does skipping the prefix change the result? Here is the attention of section 2's five rows
-# (the warm-up that caches [A] [B], then the four requests) done for real. To keep it small and exact we use **one attention layer** whose K, V and Q come from
+# (the warm-up that caches [A], then the four requests, R1 computing [B]) done for real. To keep it small and exact we use **one attention layer** whose K, V and Q come from
 # a token embedding plus a position embedding (the first layer of a transformer with learned
 # positions: there K/V depend only on the token and its position). The K/V pool is a paged
 # tensor whose blocks are the tree's blocks.
