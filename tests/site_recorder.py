@@ -125,7 +125,7 @@ class _Recorder:
         self.active = True
         self.cells: list[dict] = []           # the parent: per cell run, its seconds (for the suite's figures)
         self._t0: tuple[float, float] | None = None
-        self._tees: list[tuple[object, str]] = []
+        self._tees: list[tuple[object, str, object]] = []   # (object, method name, its tee)
 
     def pre(self, info) -> None:
         self._t0 = (time.monotonic(), time.process_time())
@@ -303,18 +303,16 @@ def start(out: str, drawn: list[str]) -> None:
 def _watch_environ(recorder: _Recorder) -> None:
     """``os.environ`` (the object every reader holds) made to call ``recorder.fork_now`` at the
     first read of KVLAB_STATIC in a drawing cell; :func:`stop` gives it back its own class."""
-    plain = _PLAIN_ENVIRON.setdefault("class", type(os.environ))
-
-    class Watched(plain):
+    class Watched(_PLAIN_ENVIRON):
         def __getitem__(self, key):
             if key == "KVLAB_STATIC" and recorder.wants_fork():
                 recorder.fork_now()   # the child sets KVLAB_STATIC=frames: it reads that
-            return plain.__getitem__(self, key)
+            return _PLAIN_ENVIRON.__getitem__(self, key)
 
     os.environ.__class__ = Watched
 
 
-_PLAIN_ENVIRON: dict = {}
+_PLAIN_ENVIRON = type(os.environ)   # os.environ's own class, as this module found it
 
 
 def stop() -> int:
@@ -325,8 +323,7 @@ def stop() -> int:
         return 0
     ip = get_ipython()
     _RECORDER.active = False
-    if "class" in _PLAIN_ENVIRON:
-        os.environ.__class__ = _PLAIN_ENVIRON["class"]
+    os.environ.__class__ = _PLAIN_ENVIRON
     _RECORDER.reap_all()
     for event, fn in (("pre_run_cell", _RECORDER.pre), ("post_run_cell", _RECORDER.post)):
         try:
