@@ -66,7 +66,9 @@ pytestmark = pytest.mark.browser
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 CLASSROOM_LESSON = "04_paging.ipynb"  # its widgets are driven in classroom mode, on a projector-sized screen
-LAYOUT_LOG = ARTIFACTS / "browser_layout.json"
+# one file per pytest-xdist worker (as PHASES_LOG): both workers appended to one file, and a read
+# while the other wrote it found it empty (a JSONDecodeError failed 07-classroom once)
+LAYOUT_LOG = ARTIFACTS / f"browser_layout_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
 # per lesson, the seconds of each part of its run (one file per pytest-xdist worker)
 PHASES_LOG = ARTIFACTS / f"browser_phases_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
 
@@ -102,7 +104,7 @@ def browser(lab):
 
 
 def _log_layout(entries: list[dict]) -> None:
-    """Append to tests/_artifacts/browser_layout.json (what the lead routes to lesson owners)."""
+    """Append to tests/_artifacts/browser_layout_<worker>.json (what the lead routes to lesson owners)."""
     old = json.loads(LAYOUT_LOG.read_text()) if LAYOUT_LOG.exists() else []
     LAYOUT_LOG.write_text(json.dumps(old + entries, indent=1, ensure_ascii=False))
 
