@@ -71,10 +71,12 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # sglang-router, transformers: ~45 of ~75 s measured here), and one pip unpacks one wheel at a
 # time. On the CPU path two pips unpack the biggest wheels side by side (--no-deps, pinned, each
 # its own packages) before the one resolve below, which finds them installed: 72-80 s -> 61 s.
+# plotly, numpy and jupyterlab (~160 MB, ~5,000 files) join the second pip, so the resolve has
+# mostly small packages left (measured alternately, old/new: 75/54 s and 90/75 s, machine busy).
 install_big_wheels_beside_torch() {  # 0 when the local CPU torch wheel installed
   local rc=0
   "${PIP[@]}" install --no-deps -c requirements/constraints.txt \
-    triton playwright sglang-router transformers >/dev/null 2>&1 &
+    triton playwright sglang-router transformers plotly numpy jupyterlab >/dev/null 2>&1 &
   local big=$!
   "${PIP[@]}" install --no-index --no-deps "torch==2.13.0+cpu" >/dev/null 2>&1 || rc=1
   [[ $rc -eq 0 ]] && { "${PIP[@]}" install --no-deps sympy >/dev/null 2>&1 || true; }
