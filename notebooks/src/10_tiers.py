@@ -225,12 +225,14 @@ animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 16 bl
 #
 # The same run, one picture per request: the radix tree on the left, each node lettered as in
 # the notes ([A] system prompt, [B] few-shot examples, [C] R1's turn, [D] R2's, [E] R3's, [F]
-# R4's follow-up) and coloured by where its KV lives: **on the device only**, **on the device
-# with a host copy**, **on the host only**, **on disk only**. On the right the device and host
-# pools, each block carrying its node's letter and colour. With pages of 4 tokens a node starts
+# R4's follow-up) and coloured by where its KV lives. On the right the device and host pools,
+# each block carrying its node's letter and coloured by its own state, as in the animation. One
+# colour is one fact in both pictures: green, cached on the device (a node there only); light
+# cyan, a host copy of KV that is also on the device (a node on both); cyan, the host's only copy
+# (a node on the host only); brown, a node on disk only. With pages of 4 tokens a node starts
 # on a page boundary, so [B] also holds the last 2 tokens of [A]: a node is named by the part
-# that holds most of it. Step to R4: [C] came back from the host (device + host copy), [D] was
-# pushed from the host to disk, [E] waits on the host.
+# that holds most of it. Step to R4: [C] came back from the host (green on the device, light
+# cyan on the host), [D] was pushed from the host to disk, [E] waits on the host.
 
 # %%
 from kvlab.viz.tier_view import tier_tree_stepper
@@ -653,15 +655,27 @@ check.write_back_evict(write_back_evict)
 # %% [markdown]
 # ### Exercise 2: load-back on a host hit
 #
-# Implement `load_back_plan(segments, prompt_len, threshold)`. `segments` is the prompt's path
-# in the tree: for each node from the root, `(tokens matched in it, placement)`, placement one
-# of `"device"`, `"both"`, `"host"`, `"disk"` (they nest: device pages come first). Return
-# `(device, loaded, computed)`: tokens reused in place on the device, tokens loaded back from
-# the host or disk, tokens computed. Rules: at most `prompt_len - 1` tokens are matched (the
-# last prompt token is always computed: its logits give the first output token); host and disk
-# tokens after the device part are loaded back when there are at least `threshold` of them
-# (else they are recomputed). The checker serves requests through a real `HiCacheManager` and
-# compares with its admissions.
+# Implement `load_back_plan(segments, prompt_len, threshold)`: how a new prompt is served.
+# `segments` is the prompt's path in the tree: for each node from the root, `(tokens matched in
+# it, placement)`, placement one of `"device"`, `"both"`, `"host"`, `"disk"` (they nest: device
+# pages come first). Return `(device, loaded, computed)`: tokens reused in place on the device,
+# tokens loaded back from the host or disk, tokens computed. The statement gives no rules: read
+# them off the trace below, four admissions of a real `HiCacheManager` with a
+# `load_back_threshold` of 3. For each row ask where each count comes from: how many tokens of the
+# prompt can be reused at most, where a `"both"` node's KV is read from, and what the threshold is
+# compared with.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.check.l10_tiers import print_load_back_trace
+
+print_load_back_trace(threshold=3)
+
+# %% [markdown]
+# **Predict first, on paper:** `[(2, "device"), (2, "host"), (2, "disk")]`, a prompt of 10
+# tokens, threshold 3: what are `device`, `loaded`, `computed`? And with threshold 5? Then
+# implement the function. The checker serves requests through a real `HiCacheManager` and
+# compares with its admissions (your prediction is one of its cases).
 
 # %% tags=["exercise-stub"]
 def load_back_plan(segments, prompt_len, threshold):
@@ -674,14 +688,15 @@ check.load_back_plan(load_back_plan)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Keep a running position along the prompt: the cap on matched tokens can cut a segment part-way.
-# And where is the KV of a `"both"` node?
+# In the first row the tree holds all 5 tokens of the prompt, yet one is computed. What does a
+# forward pass over the last prompt token give that the cache cannot? A cap like that can cut a
+# segment part-way.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Once a segment is off the device, every later one is too (placements nest). Sum those, then
-# apply the threshold to the sum, not to each segment.
+# In the third row neither host segment reaches the threshold on its own. Was it loaded back?
+# And in the second row, where did the disk token go?
 # </details>
 
 # %% [markdown]
