@@ -238,3 +238,26 @@ def test_review_r6_exercise_2_rules_come_from_a_real_trace_not_the_statement():
         assert plan == L._plan(segs, n, 3) == sol.load_back_plan(segs, n, 3)
     case = [(2, "device"), (2, "host"), (2, "disk")]
     assert sol.load_back_plan(case, 10, 3) == (2, 4, 4) and sol.load_back_plan(case, 10, 5) == (2, 0, 8)
+
+
+def test_review_r6_the_edge_list_says_which_edges_exercise_3_has_no_event_for():
+    """The review of 79ae8b9: the lesson said what makes each of the node's 12 edges happen is
+    exercise 3's question, but new -> both/host/disk (splits) are no event of exercise 3. The
+    sentence above the edge list names exactly the edges no (state, event) of the solution takes."""
+    from kvlab.reuse.lifecycle import transition_table
+
+    events = ("insert", "write", "evict", "load_back", "evict_host", "miss")
+    states = ("new", "device", "both", "host", "disk", "evicted")
+    taken = set()
+    for st in states:
+        for ev in events:
+            for storage in (False, True):
+                try:
+                    taken.add((st, sol.next_placement(st, ev, storage)))
+                except ValueError:
+                    pass
+    missing = [(a, b) for a, b, _ in transition_table("node") if (a, b) not in taken]
+    src = (ROOT / "notebooks" / "src" / "10_tiers.py").read_text(encoding="utf-8")
+    intro = src.split("The node's edges as a list")[1].split("# %%")[0]
+    assert missing and all(f"`{a} -> {b}`" in intro for a, b in missing), (missing, intro)
+    assert "split" in intro

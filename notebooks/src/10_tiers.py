@@ -138,8 +138,10 @@ lifecycle_graph("all", cm.tree.tracker.counts, [(e.detail["machine"], e.detail["
                 "the worked example above", unnamed=("node",))
 
 # %% [markdown]
-# The node's edges as a list (what makes each one happen is exercise 3's question: the reasons
-# are printed after it):
+# The node's edges as a list. What makes each one happen is exercise 3's question (the reasons
+# are printed after it), except `new -> both`, `new -> host` and `new -> disk`: those come from a
+# split (section 3 above), and `new -> disk` also from pages found in storage (section 8), not
+# from one of its events.
 
 # %%
 # NBVAL_CHECK_OUTPUT
