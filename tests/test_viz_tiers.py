@@ -345,3 +345,15 @@ def test_review_r6_one_colour_per_block_state_in_every_picture(run):
     assert drawn <= {t.marker.color for t in tree.data[3:]}          # every colour drawn has its entry
     assert len({t.marker.color for t in tree.data[3:]}) == len(tree.data[3:])   # one entry a colour
     assert "host cyan" not in V.state_colour_words() and "only copy cyan" in V.state_colour_words()
+
+
+def test_lesson_10_line_plots_use_no_block_state_colour():
+    """One colour a meaning across lesson 10: the break-even plot (cell 30) drew "recompute" in the
+    allocated blue, "load: host" in the cached green, the SSDs in loading orange and disk brown."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parent.parent.joinpath("notebooks/src/10_tiers.py").read_text()
+    cell = next(c for c in src.split("# %%") if "Recompute a prefix or load it back" in c)
+    used = {c.lower() for c in re.findall(r"#[0-9a-fA-F]{6}", cell)}
+    states = {c.lower() for m in V.STATE_COLORS.values() for c in m.values()} | {V.TAKEN.lower()}
+    assert used and not used & states, used & states

@@ -438,11 +438,12 @@ fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04)
 for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
     lengths = [2**k for k in range(4, window[model].bit_length())]          # 16 .. the context window
     fig.add_trace(go.Scatter(x=lengths, y=[1e3 * recompute_seconds(model, n) for n in lengths], name="recompute",
-                             line=dict(color="#1f77b4", width=3), showlegend=col == 1), row=1, col=col)
-    for link, color, name in (("pcie-gen5-x16", "#2ca02c", "load: host (PCIe 5)"),
-                              ("nvme-gen4", "#ff7f0e", "load: 7 GB/s SSD"), (slow_ssd, "#8c564b", "load: 3 GB/s SSD")):
+                             line=dict(color="#616161", width=3), showlegend=col == 1), row=1, col=col)
+    # no block state's colour (green is "cached", orange "loading", brown "on disk"); olive: the host tier, as in "Try it"
+    for link, color, name in (("pcie-gen5-x16", "#bcbd22", "load: host (PCIe 5)"),
+                              ("nvme-gen4", "#e377c2", "load: 7 GB/s SSD"), (slow_ssd, "#c49c94", "load: 3 GB/s SSD")):
         fig.add_trace(go.Scatter(x=lengths, y=[1e3 * load_seconds(model, n, link) for n in lengths], name=name,
-                                 line=dict(color=color, dash="dot"), showlegend=col == 1), row=1, col=col)
+                                 line=dict(color=color, dash="dot", width=3), showlegend=col == 1), row=1, col=col)
     fig.update_xaxes(type="log", dtick=1, title_text=f"{model}: prefix tokens", row=1, col=col)
 ticks = [10.0**k for k in range(-2, 4)]
 fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])   # both panels, one scale
