@@ -206,3 +206,58 @@ def test_review_r6_exercise_4_asks_for_a_prediction_and_its_hints_stop_at_the_id
     hints = " ".join(re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", part, re.S)).lower()
     assert "pop" not in hints and "copies of the two lists" not in hints and "count pages" not in hints
     assert L.arc_evict_real([("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6) == ["a", "c", "d"]
+
+
+def test_review_r6_exercise_2_rules_come_from_a_real_trace_not_the_statement():
+    """The review of 79ae8b9: exercise 2 (load_back_plan) was close to transcription: the statement
+    gave the rules (cap at prompt_len - 1, threshold on the sum) and hint 2 said "apply the threshold
+    to the sum". The statement now states the contract only; the rules are read off a trace of real
+    admissions, each row showing what it says it shows, and the prediction is one of the checker's
+    cases (its answer the real manager's)."""
+    import re
+
+    src = (ROOT / "notebooks" / "src" / "10_tiers.py").read_text(encoding="utf-8")
+    part = src.split("### Exercise 2")[1].split("### Exercise 3")[0]
+    statement = part.split("# %%")[0]
+    assert "Predict first" in part and "print_load_back_trace" in part
+    for rule in ("prompt_len - 1", "at least `threshold`", "recomputed"):
+        assert rule not in statement, rule
+    hints = " ".join(re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>", part, re.S)).lower()
+    assert "sum" not in hints and "prompt_len - 1" not in hints
+    rows = {what: (segs, n, plan) for what, segs, n, plan in L.load_back_trace(3)}
+    assert len(rows) == 4
+    segs, n, (dev, loaded, comp) = rows["the whole prompt is in the tree"]
+    assert sum(k for k, _ in segs) >= n and dev + loaded == n - 1 and comp == 1
+    assert "holds all 5 tokens of the prompt" in part and sum(k for k, _ in segs) == n == 5   # hint 1 reads this row
+    segs, n, plan = rows["several host segments, each under the threshold"]
+    off = [k for k, w in segs if w in ("host", "disk")]
+    assert max(off) < 3 <= sum(off) and plan[1] == sum(off)
+    segs, n, plan = rows["host or disk tokens, not loaded back"]
+    assert plan[1] == 0 and plan[2] == n - plan[0] > 1
+    for segs, n, plan in rows.values():
+        assert plan == L._plan(segs, n, 3) == sol.load_back_plan(segs, n, 3)
+    case = [(2, "device"), (2, "host"), (2, "disk")]
+    assert sol.load_back_plan(case, 10, 3) == (2, 4, 4) and sol.load_back_plan(case, 10, 5) == (2, 0, 8)
+
+
+def test_review_r6_the_edge_list_says_which_edges_exercise_3_has_no_event_for():
+    """The review of 79ae8b9: the lesson said what makes each of the node's 12 edges happen is
+    exercise 3's question, but new -> both/host/disk (splits) are no event of exercise 3. The
+    sentence above the edge list names exactly the edges no (state, event) of the solution takes."""
+    from kvlab.reuse.lifecycle import transition_table
+
+    events = ("insert", "write", "evict", "load_back", "evict_host", "miss")
+    states = ("new", "device", "both", "host", "disk", "evicted")
+    taken = set()
+    for st in states:
+        for ev in events:
+            for storage in (False, True):
+                try:
+                    taken.add((st, sol.next_placement(st, ev, storage)))
+                except ValueError:
+                    pass
+    missing = [(a, b) for a, b, _ in transition_table("node") if (a, b) not in taken]
+    src = (ROOT / "notebooks" / "src" / "10_tiers.py").read_text(encoding="utf-8")
+    intro = src.split("The node's edges as a list")[1].split("# %%")[0]
+    assert missing and all(f"`{a} -> {b}`" in intro for a, b in missing), (missing, intro)
+    assert "split" in intro

@@ -129,3 +129,19 @@ def test_review_r6_each_verdict_says_which_claim_it_judges(chat_rows):
     for line, (claim, _source) in zip(lines, HICACHE_CLAIMS):
         assert line.split("\n")[0].endswith(claim) and "\n   rows: " in line
     assert "ad index saved 65%" in lines[3]
+
+
+def test_review_r6_claim_3_is_not_said_to_agree_when_the_steps_rise():
+    """Lesson 10 cell 25: claim 3 reads "with diminishing returns once the hot tokens fit", and its
+    verdict said "not linear (agrees)" beside steps of +5.6%, +8.4%, +49.1% (rising returns). The
+    verdict says diminishing only when the steps shrink."""
+    from types import SimpleNamespace as NS
+
+    def rows(rates):
+        return [NS(hit_rate=h, host_ratio=r, device_tokens=100, host_tokens=100 * r, prefill_tokens=1000 - 100 * i)
+                for i, (r, h) in enumerate(zip((0, 1, 2, 4), rates))]
+
+    rising = judge(rows((0.28, 0.34, 0.42, 0.91)), rows((0.4, 0.5, 0.6, 0.7)))[2]
+    assert "agrees" not in rising and "rising" in rising and "before its bend" in rising, rising
+    shrinking = judge(rows((0.2, 0.6, 0.8, 0.85)), rows((0.4, 0.5, 0.6, 0.7)))[2]
+    assert "diminishing returns (agrees)" in shrinking, shrinking

@@ -164,7 +164,8 @@ def test_one_meaning_per_colour_and_one_projector_screen(run):
     assert f'color="{V.TAKEN}"' in taken
     viz.classroom(True)
     try:
-        fig = V.tier_tree_figure(rec.trees[-1], rec.snapshots[-1], V.majority_labels(rec.trees[-1], spans))
+        # as the tree stepper draws it (its caption printed above the view, not in the figure)
+        fig = V.tier_tree_figure(rec.trees[-1], rec.snapshots[-1], V.majority_labels(rec.trees[-1], spans), caption=False)
         steps = V.tier_stepper(rec, static=True, graph=True)
         heights = []
         for i in range(len(steps)):
@@ -322,3 +323,37 @@ def test_review_r6_pool_legend_in_words_not_ids(run):
     _, rec, _ = run
     names = [t.name for t in V.tier_map_figure(rec.snapshots[-1]).data if t.name and ":" in t.name]
     assert "host: host" not in names and "host: only copy" in names and len(names) == 9
+
+
+def test_review_r6_one_colour_per_block_state_in_every_picture(run):
+    """The review of lesson 10: the same device blocks ([C]) were green ("device: cached") in the
+    animation (cell 14) and light cyan ("device + host copy") in the tree figure (cell 16), whose
+    pools were coloured by their node's placement. Every picture colours a block by its own
+    state, and a colour's legend words are the same in both figures (one meaning a colour)."""
+    _, rec, spans = run
+    snap = rec.snapshots[-1]
+    tree = V.tier_tree_figure(rec.trees[-1], snap, V.majority_labels(rec.trees[-1], spans))
+    grid = tree.data[2]
+    want = [V.STATE_COLORS[row][s] for row, states in (("device", snap.device_states), ("host", snap.host_states))
+            for s in states]
+    assert list(grid.marker.color) == want
+    anim = {t.marker.color: t.name for t in V.tier_map_figure(snap).data if t.name and ":" in t.name}
+    for t in tree.data[3:]:
+        words = [w for col, w in anim.items() if col == t.marker.color]
+        assert all(w.split(": ", 1)[1] in t.name for w in words), (t.name, words)   # the animation's words, kept
+    drawn = set(grid.marker.color) | set(tree.data[1].marker.color[1:])
+    assert drawn <= {t.marker.color for t in tree.data[3:]}          # every colour drawn has its entry
+    assert len({t.marker.color for t in tree.data[3:]}) == len(tree.data[3:])   # one entry a colour
+    assert "host cyan" not in V.state_colour_words() and "only copy cyan" in V.state_colour_words()
+
+
+def test_lesson_10_line_plots_use_no_block_state_colour():
+    """One colour a meaning across lesson 10: the break-even plot (cell 30) drew "recompute" in the
+    allocated blue, "load: host" in the cached green, the SSDs in loading orange and disk brown."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parent.parent.joinpath("notebooks/src/10_tiers.py").read_text()
+    cell = next(c for c in src.split("# %%") if "Recompute a prefix or load it back" in c)
+    used = {c.lower() for c in re.findall(r"#[0-9a-fA-F]{6}", cell)}
+    states = {c.lower() for m in V.STATE_COLORS.values() for c in m.values()} | {V.TAKEN.lower()}
+    assert used and not used & states, used & states

@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 import random
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..memory.block_pool import BlockAllocator
 from ..memory.events import NO_LOG, EventLog
@@ -284,6 +284,44 @@ def plan_from_cache(seed: int, threshold: int) -> list[tuple[list[tuple[int, str
     return cases
 
 
+# what each row of the worked trace shows (exercise 2 asks the student to read the rules off it)
+_TRACE_ROWS = (
+    ("the whole prompt is in the tree", lambda segs, n, plan: sum(k for k, _ in segs) >= n),
+    ("host or disk tokens, not loaded back", lambda segs, n, plan: plan[1] == 0
+     and any(w in ("host", "disk") for _, w in segs) and sum(k for k, _ in segs) < n),
+    ("several host segments, each under the threshold", lambda segs, n, plan: plan[1] > 0
+     and sum(1 for _, w in segs if w in ("host", "disk")) >= 2 and max(k for k, w in segs if w in ("host", "disk")) < 3),
+    ("disk nodes, loaded back", lambda segs, n, plan: plan[1] > 0 and any(w == "disk" for _, w in segs)
+     and sum(k for k, _ in segs) < n),
+)
+
+
+def load_back_trace(threshold: int = 3, seeds: Sequence[int] = (1, 3, 52)) -> list[tuple[str, list, int, tuple]]:
+    """Exercise 2's worked trace: real admissions of a ``HiCacheManager`` (:func:`plan_from_cache`,
+    ``load_back_threshold=threshold``), one row for each kind of path in :data:`_TRACE_ROWS`:
+    ``(what the row shows, segments, prompt length, (device, loaded, computed))``; the first
+    row of each kind the runs of ``seeds`` meet (a kind none of them meets is left out).
+
+    Example: ``load_back_trace()[0][0]`` -> ``'the whole prompt is in the tree'``.
+    """
+    cases = [case for seed in seeds for case in plan_from_cache(seed, threshold)]
+    rows = []
+    for what, shows in _TRACE_ROWS:
+        hit = next(((segs, n, plan) for segs, n, _t, plan in cases if segs and shows(segs, n, plan)), None)
+        if hit is not None:
+            rows.append((what, *hit))
+    return rows
+
+
+def print_load_back_trace(threshold: int = 3) -> None:
+    """Print :func:`load_back_trace`, a row a line: the prompt's path, its length, and what the real
+    manager reused on the device, loaded back and computed."""
+    print(f"a real HiCacheManager, load_back_threshold={threshold} (block size 1; each path read just before "
+          "the admission):")
+    for what, segs, n, (dev, loaded, comp) in load_back_trace(threshold):
+        print(f"  {what}:\n    segments {segs}, prompt {n} tokens -> device {dev}, loaded {loaded}, computed {comp}")
+
+
 def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_device=True, load=("host", "disk"),
           per_segment=False, strict=False, slip=""):
     limit = prompt_len - (2 if slip == "cap_2" else 1) if cap else prompt_len
@@ -339,16 +377,15 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
 
     ``segments``: the prompt's path in the tree, ``(tokens matched in the node, placement)`` from
     the root ("device", "both", "host" or "disk"); placements nest, so device pages come first.
-    Rules (HiCache's ``match_prefix`` + ``load_back``, kvlab's admission): at most
-    ``prompt_len - 1`` tokens are matched (the last is computed for its logits); the leading
-    device/both tokens are reused in place; the host/disk tokens after them are loaded back if
-    there are at least ``threshold`` of them (else recomputed); the rest is computed. Expected:
-    a real HiCacheManager's admission on the same tree (:func:`plan_from_cache`).
+    The rules (HiCache's ``match_prefix`` + ``load_back``, kvlab's admission) are exercise 2's
+    question: the student reads them off :func:`load_back_trace`; :func:`_plan` holds them.
+    Expected: a real HiCacheManager's admission on the same tree (:func:`plan_from_cache`).
     """
     c = Checker("load_back_plan", fn, verbose=verbose)
     hand = [([(4, "device"), (3, "host")], 9, 1), ([(4, "both"), (4, "disk")], 8, 1), ([(5, "host")], 5, 1),
             ([(2, "device"), (2, "host")], 9, 4), ([], 3, 1), ([(6, "device")], 6, 1),
             ([(2, "device"), (2, "host"), (2, "disk")], 10, 3),   # the threshold on the sum: (2, 4, 4)
+            ([(2, "device"), (2, "host"), (2, "disk")], 10, 5),   # exercise 2's prediction, its second half: (2, 0, 8)
             ([(3, "host")], 8, 3), ([(1, "both"), (1, "host"), (1, "host"), (1, "disk")], 9, 3),
             ([(2, "device"), (3, "host")], 4, 2), ([(4, "disk")], 1, 0), ([(3, "host")], 9, 0),
             ([(2, "device"), (3, "host"), (2, "disk")], 9, 1)]

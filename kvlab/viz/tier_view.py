@@ -12,7 +12,10 @@ play/pause, axes fixed across frames) and :func:`tier_stepper` steps through it 
 Colours (from ``kvlab.viz.palette``): free blocks light grey; ``allocated`` (being written by a
 prefill or decode) the miss blue; ``cached`` the hit green; ``locked`` (read by a running request)
 the highlight red; ``loading`` orange; on the host, ``writing`` light orange, ``backup`` (on both
-tiers) light cyan, ``host`` (the only copy) cyan. Every figure says simulated or measured.
+tiers) light cyan, ``host`` (the only copy) cyan. A node's placement takes the colour of the
+block state that is the same fact (device only: green, both: light cyan, host only: cyan; disk
+brown), and :func:`tier_tree_figure` colours its pools by block state as the animation does, so a
+colour means one thing in every picture. Every figure says simulated or measured.
 
 Mirrors no vLLM or SGLang file (kvlab's pictures).
 
@@ -63,9 +66,9 @@ def state_colour_words(machines: Sequence[str] = ("device", "host")) -> str:
 
     Example:
         >>> state_colour_words(("host",))
-        'host block: free light grey, writing light orange, backup light cyan, host cyan'
+        'host block: free light grey, copy in flight light orange, copy (also on device) light cyan, only copy cyan'
     """
-    return "; ".join(f"{m} block: " + ", ".join(f"{s} {COLOUR_WORDS[c]}" for s, c in STATE_COLORS[m].items())
+    return "; ".join(f"{m} block: " + ", ".join(f"{STATE_WORDS[m][s]} {COLOUR_WORDS[c]}" for s, c in STATE_COLORS[m].items())
                      for m in machines)
 
 
@@ -424,10 +427,14 @@ def _tree_box_px(th: Any) -> int:
 _LEVEL = 1.2  # a level of the tree: a box and a fifth of one between two levels (the boxes never merge)
 
 
+_TREE_LEGEND_ROWS = 2  # tier_tree_figure's legend on a projector: free, disk, green on one row, the two cyans on the next
+
+
 def _tree_plot(tree_depth: float, th: Any) -> tuple[int, int, int]:
     """(top margin, bottom margin, figure height) in px for a tree ``tree_depth`` levels deep
     (root 0). On a projector the legend goes under the plot, so the title alone sits on top."""
-    top, bottom = (60, 20 + int(1.6 * th.font_size)) if th.high_contrast else (110, 10)  # projector: the legend row
+    rows = _TREE_LEGEND_ROWS  # projector: the legend's rows under the plot, the title alone on top
+    top, bottom = (40, 16 + int(rows * 1.5 * th.font_size)) if th.high_contrast else (110, 10)
     plot = int((tree_depth + 1.1) * _tree_box_px(th) * _LEVEL)
     return top, bottom, max(420, top + bottom + plot)
 
@@ -445,6 +452,29 @@ def _edge_points(pos: dict, parent: int, child: int, half_box: tuple[float, floa
     dx, dy = x1 - x0, y1 - y0
     t = min(0.45, half_box[0] / max(abs(dx), 1e-9), half_box[1] / max(abs(dy), 1e-9))  # the first border it meets
     return [x0 + dx * t, x1 - dx * t, None], [y0 + dy * t, y1 - dy * t, None]
+
+
+# a node's placement takes the colour of the block state that is the same fact (a node on the
+# device only: its blocks are cached there; on both: its host blocks are copies of device KV; on
+# the host only: its host blocks are the only copy), so each colour means one thing in every picture
+_SAME_FACT = {"device": ("device", "cached"), "both": ("host", "backup"), "host": ("host", "host")}
+
+
+def _tree_legend() -> list[tuple[str, str]]:
+    """One legend entry a colour for :func:`tier_tree_figure`, in the animation's words (the pool
+    rows' ``device: cached``...), with the node placement drawn in the same colour after a dot."""
+    entries: dict[str, list[str]] = {FREE: ["free block"]}
+    for row in ("device", "host"):
+        for st, color in STATE_COLORS[row].items():
+            if st != "free":
+                entries.setdefault(color, []).append(f"{row}: {STATE_WORDS[row][st]}")
+    for place, words in PLACEMENT_WORDS.items():
+        color = STATE_COLORS["node"][place]
+        assert place not in _SAME_FACT or STATE_COLORS[_SAME_FACT[place][0]][_SAME_FACT[place][1]] == color, place
+        entries.setdefault(color, []).append(f"node: {'both' if place == 'both' else words}")  # the lesson's word
+    first = (FREE, STATE_COLORS["node"]["disk"])  # the short entries first: two rows on a projector
+    order = [c for c in first if c in entries] + [c for c in entries if c not in first]
+    return [(c, " · ".join(entries[c])) for c in order]
 
 
 def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | None = None, title: str = "Where each node's KV lives",
@@ -466,6 +496,8 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
     fig = go.Figure()
     depth = -min(y for _, y in pos.values())
     m_top, m_bottom, height = _tree_plot(depth, th)
+    if caption and snap.caption and th.high_contrast:   # the caption's line under the title
+        m_top, height = m_top + int(1.5 * th.font_size), height + int(1.5 * th.font_size)
     leaves = max(x for x, _ in pos.values()) + 1
     plot_w = ((_width() or th.grid_width) - 20) * 0.5 / (leaves + 0.4)    # px per x unit: domain [0, 0.5], range leaves + 0.4
     plot_h = (height - m_top - m_bottom) / (depth + 1.1)                    # px per y unit
@@ -495,27 +527,29 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
             gx.append(b % cols)
             gy.append(-(top + b // cols))
             place = snap.placements.get(nd) if nd else None
-            gc.append(colors[place] if place else FREE)
+            gc.append(STATE_COLORS[row][st])      # the block's own state, as in the animation (one colour a state)
             gt.append(str(labels.get(nd, nd)) if nd else "")
-            gh.append(f"{row} block {b}: {st}" + (f", node {name.get(nd, nd)} ({PLACEMENT_WORDS.get(place, place)})" if nd else ""))
+            gh.append(f"{row} block {b}: {STATE_WORDS[row][st]}"
+                      + (f", node {name.get(nd, nd)} ({PLACEMENT_WORDS.get(place, place)})" if nd else ""))
     fig.add_trace(go.Scatter(x=gx, y=gy, mode="markers+text", text=gt, textfont=dict(size=th.font_size), hovertext=gh,
                              hoverinfo="text", showlegend=False, xaxis="x2", yaxis="y2",
                              marker=dict(symbol="square", size=th.font_size * 2.3, color=gc, line=dict(width=1, color="#666"))))
-    for p, words in [("free", "free block"), *PLACEMENT_WORDS.items()]:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{words}", xaxis="x", yaxis="y",
-                                 marker=dict(symbol="square", size=14, color=colors.get(p, FREE),
-                                             line=dict(width=1, color="#444"))))
+    drawn = set(gc) | set(fill[1:])
+    for color, words in _tree_legend():
+        if color in drawn:
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=words, xaxis="x", yaxis="y",
+                                     marker=dict(symbol="square", size=14, color=color, line=dict(width=1, color="#444"))))
     host_rows = -(-len(snap.host_states) // cols)
     fig.update_layout(
         title=dict(text=_title(title, source, snap.caption if caption else ""), font=dict(size=th.title_size),
-                   yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
+                   yref="container", y=1, yanchor="top", pad=dict(t=8 if th.high_contrast else 12 + th.title_size)),
         width=_width(), height=height,
         margin=dict(l=10, r=10, t=m_top, b=m_bottom), plot_bgcolor="white",
         font=dict(size=th.font_size), showlegend=True,
         # on a projector the legend sits in the bottom margin, under every box (it covered [F] and a host row)
         legend=dict(orientation="h", x=0, xanchor="left", y=0 if th.high_contrast else 1.02,
                     yref="container" if th.high_contrast else "paper",
-                    yanchor="bottom", font=dict(size=th.font_size), maxheight=120),
+                    yanchor="bottom", font=dict(size=th.font_size)),
         xaxis=dict(domain=[0, 0.5], range=[-0.7, leaves - 0.3], visible=False),
         yaxis=dict(range=[-depth - 0.6, 0.5], visible=False),
         xaxis2=dict(domain=[0.56, 1], range=[-1.9, cols - 0.4], visible=False),

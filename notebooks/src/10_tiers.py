@@ -138,8 +138,10 @@ lifecycle_graph("all", cm.tree.tracker.counts, [(e.detail["machine"], e.detail["
                 "the worked example above", unnamed=("node",))
 
 # %% [markdown]
-# The node's edges as a list (what makes each one happen is exercise 3's question: the reasons
-# are printed after it):
+# The node's edges as a list. What makes each one happen is exercise 3's question (the reasons
+# are printed after it), except `new -> both`, `new -> host` and `new -> disk`: those come from a
+# split (section 3 above), and `new -> disk` also from pages found in storage (section 8), not
+# from one of its events.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -225,12 +227,14 @@ animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 16 bl
 #
 # The same run, one picture per request: the radix tree on the left, each node lettered as in
 # the notes ([A] system prompt, [B] few-shot examples, [C] R1's turn, [D] R2's, [E] R3's, [F]
-# R4's follow-up) and coloured by where its KV lives: **on the device only**, **on the device
-# with a host copy**, **on the host only**, **on disk only**. On the right the device and host
-# pools, each block carrying its node's letter and colour. With pages of 4 tokens a node starts
+# R4's follow-up) and coloured by where its KV lives. On the right the device and host pools,
+# each block carrying its node's letter and coloured by its own state, as in the animation. One
+# colour is one fact in both pictures: green, cached on the device (a node there only); light
+# cyan, a host copy of KV that is also on the device (a node on both); cyan, the host's only copy
+# (a node on the host only); brown, a node on disk only. With pages of 4 tokens a node starts
 # on a page boundary, so [B] also holds the last 2 tokens of [A]: a node is named by the part
-# that holds most of it. Step to R4: [C] came back from the host (device + host copy), [D] was
-# pushed from the host to disk, [E] waits on the host.
+# that holds most of it. Step to R4: [C] came back from the host (green on the device, light
+# cyan on the host), [D] was pushed from the host to disk, [E] waits on the host.
 
 # %%
 from kvlab.viz.tier_view import tier_tree_stepper
@@ -434,11 +438,12 @@ fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04)
 for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
     lengths = [2**k for k in range(4, window[model].bit_length())]          # 16 .. the context window
     fig.add_trace(go.Scatter(x=lengths, y=[1e3 * recompute_seconds(model, n) for n in lengths], name="recompute",
-                             line=dict(color="#1f77b4", width=3), showlegend=col == 1), row=1, col=col)
-    for link, color, name in (("pcie-gen5-x16", "#2ca02c", "load: host (PCIe 5)"),
-                              ("nvme-gen4", "#ff7f0e", "load: 7 GB/s SSD"), (slow_ssd, "#8c564b", "load: 3 GB/s SSD")):
+                             line=dict(color="#616161", width=3), showlegend=col == 1), row=1, col=col)
+    # no block state's colour (green is "cached", orange "loading", brown "on disk"); olive: the host tier, as in "Try it"
+    for link, color, name in (("pcie-gen5-x16", "#bcbd22", "load: host (PCIe 5)"),
+                              ("nvme-gen4", "#e377c2", "load: 7 GB/s SSD"), (slow_ssd, "#c49c94", "load: 3 GB/s SSD")):
         fig.add_trace(go.Scatter(x=lengths, y=[1e3 * load_seconds(model, n, link) for n in lengths], name=name,
-                                 line=dict(color=color, dash="dot"), showlegend=col == 1), row=1, col=col)
+                                 line=dict(color=color, dash="dot", width=3), showlegend=col == 1), row=1, col=col)
     fig.update_xaxes(type="log", dtick=1, title_text=f"{model}: prefix tokens", row=1, col=col)
 ticks = [10.0**k for k in range(-2, 4)]
 fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])   # both panels, one scale
@@ -653,15 +658,27 @@ check.write_back_evict(write_back_evict)
 # %% [markdown]
 # ### Exercise 2: load-back on a host hit
 #
-# Implement `load_back_plan(segments, prompt_len, threshold)`. `segments` is the prompt's path
-# in the tree: for each node from the root, `(tokens matched in it, placement)`, placement one
-# of `"device"`, `"both"`, `"host"`, `"disk"` (they nest: device pages come first). Return
-# `(device, loaded, computed)`: tokens reused in place on the device, tokens loaded back from
-# the host or disk, tokens computed. Rules: at most `prompt_len - 1` tokens are matched (the
-# last prompt token is always computed: its logits give the first output token); host and disk
-# tokens after the device part are loaded back when there are at least `threshold` of them
-# (else they are recomputed). The checker serves requests through a real `HiCacheManager` and
-# compares with its admissions.
+# Implement `load_back_plan(segments, prompt_len, threshold)`: how a new prompt is served.
+# `segments` is the prompt's path in the tree: for each node from the root, `(tokens matched in
+# it, placement)`, placement one of `"device"`, `"both"`, `"host"`, `"disk"` (they nest: device
+# pages come first). Return `(device, loaded, computed)`: tokens reused in place on the device,
+# tokens loaded back from the host or disk, tokens computed. The statement gives no rules: read
+# them off the trace below, four admissions of a real `HiCacheManager` with a
+# `load_back_threshold` of 3. For each row ask where each count comes from: how many tokens of the
+# prompt can be reused at most, where a `"both"` node's KV is read from, and what the threshold is
+# compared with.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.check.l10_tiers import print_load_back_trace
+
+print_load_back_trace(threshold=3)
+
+# %% [markdown]
+# **Predict first, on paper:** `[(2, "device"), (2, "host"), (2, "disk")]`, a prompt of 10
+# tokens, threshold 3: what are `device`, `loaded`, `computed`? And with threshold 5? Then
+# implement the function. The checker serves requests through a real `HiCacheManager` and
+# compares with its admissions (your prediction is one of its cases).
 
 # %% tags=["exercise-stub"]
 def load_back_plan(segments, prompt_len, threshold):
@@ -674,14 +691,15 @@ check.load_back_plan(load_back_plan)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Keep a running position along the prompt: the cap on matched tokens can cut a segment part-way.
-# And where is the KV of a `"both"` node?
+# In the first row the tree holds all 5 tokens of the prompt, yet one is computed. What does a
+# forward pass over the last prompt token give that the cache cannot? A cap like that can cut a
+# segment part-way.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Once a segment is off the device, every later one is too (placements nest). Sum those, then
-# apply the threshold to the sum, not to each segment.
+# In the third row neither host segment reaches the threshold on its own. Was it loaded back?
+# And in the second row, where did the disk token go?
 # </details>
 
 # %% [markdown]
