@@ -202,17 +202,18 @@ print(f"{real_repeats} x 2 runs of {real_new} tokens took {time.perf_counter() -
 times = {s: [min(p[s].step_times[i] for p in passes) for i in range(real_new)] for s in real_runs}
 rn, rcache = real_runs["naive"], real_runs["contiguous"]
 pos = [len(chat) + t for t in range(1, len(rn.step_times))]
+slowest = max(t for p in passes for s in p for t in p[s].step_times[1:])
 fig = go.Figure()
 for s, name, color in (("naive", "naive recomputation", "#d62728"), ("contiguous", "KV cache", "#1f77b4")):
     fig.add_trace(go.Scatter(x=pos, y=[1e3 * t for t in times[s][1:]], name=f"{name} (minimum)", mode="lines+markers",
                              line_color=color))
     fig.add_trace(go.Scatter(x=pos * real_repeats, y=[1e3 * t for p in passes for t in p[s].step_times[1:]],
-                             name=f"{name}: each run", mode="markers", opacity=0.45,     # the spread: the noise
+                             name=f"{name}: each run", mode="markers", opacity=0.7,      # the spread: the noise
                              marker=dict(color=color, symbol="circle-open", size=10)))
 fig.update_layout(title=dict(text=f"SmolLM2-135M: each decode step (measured: {real_repeats} runs and their minimum)",
                              font=dict(size=th.title_size)),
                   xaxis=dict(title="position of the token being produced", tickvals=pos, tickformat="d"),
-                  yaxis=dict(title="ms per step", rangemode="tozero"),
+                  yaxis=dict(title="ms per step", range=[0, 1.12e3 * slowest]),   # room above the highest circle
                   height=360 if not th.high_contrast else 440, font=dict(size=th.font_size),
                   width=None if th.autosize else 760, autosize=th.autosize, legend=dict(orientation="h", y=-0.3, x=0))
 fig
