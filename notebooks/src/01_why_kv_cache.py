@@ -646,7 +646,7 @@ check.attend_with_cache(attend_with_cache)
 # - Counted: naive work per step grows with the sequence (O(n²) per answer in the projections
 #   alone); a cached step runs one token, so its projections cost O(n) per answer, and only its
 #   attention, which still reads every cached token, grows faster (section 4 split the two).
-#   Measured: section 3 printed what this CPU shows of it, and why time gains less than FLOPs.
+#   Measured: section 3 printed what this CPU shows of it, and how far its time followed the FLOPs.
 # - Caching trades space for time: here 204,800 bytes of K and V bought about 49 times fewer
 #   FLOPs (section 5, printed from the run). Try other context lengths with the widget of section 4.
 # - The cost is memory that grows with every token of every running request. Next,
