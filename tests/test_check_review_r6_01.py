@@ -31,3 +31,16 @@ def test_01_review_r6_wrong_answer_is_rejected_and_named(mistake, name, edits, w
     assert not r.passed, f"accepted: {mistake}"
     assert all(words in f.note for f in r.failures), [(f.label, f.note) for f in r.failures]
     assert words in r.summary
+
+
+@pytest.mark.parametrize("name", ["count_flops", "attend_with_cache"])
+def test_01_review_r6_an_untouched_stub_gets_one_friendly_line(name, capsys):
+    """The review saw exercise 1's stub told "finish the stub" under a header and exercise 2's print
+    five FAIL blocks "raised NotImplementedError": both say, in one line, that it is not started yet."""
+    def stub(*args, **kwargs):
+        raise NotImplementedError("your code here")
+
+    r = getattr(check, name)(stub)
+    out = capsys.readouterr().out.strip()
+    assert not r.passed and out == r.summary and len(out.splitlines()) == 1, out
+    assert out.startswith(f"FAIL  {name}: ") and "not started yet" in out and "expected" not in out, out

@@ -213,7 +213,26 @@ def test_lesson_01_says_what_its_measurements_show():
     assert "The measured times follow the same shape" not in _markdown("01_why_kv_cache")
     verdicts = [_text(c.outputs) for c in _nb("01_why_kv_cache").cells if c.cell_type == "code" and "fit(xs" in c.source]
     said = " ".join(verdicts[0].split()) if verdicts else ""  # the sentences are wrapped to the output's width
-    assert re.search(r"so: .*(as the counted FLOPs say|do NOT show the counted growth)", said), verdicts
+    # the review of 79ae8b9: "grew about 77x ... as the counted FLOPs say (x44.7)": the comparison is computed now
+    assert re.search(r"so: .*((more than|less than|about as much as) its counted FLOPs|do NOT show the counted growth)",
+                     said), verdicts
+    assert "as the counted FLOPs say" not in src
+
+
+def test_lesson_01_review_r6_one_step_numbering_and_a_map_without_crossings():
+    """The review of 79ae8b9: "the stepper's step 1 is the prefill, which the tables below call step 0"
+    (two numberings); the memory map's arrows from its wrapped table row ran along the pool blocks'
+    edges onto the slot ticks, which no legend named. Steps count from 1 everywhere (the stepper's
+    way); the map names each block's table entry instead of drawing arrows, and says what the ticks are."""
+    md = _markdown("01_why_kv_cache")
+    assert "step 0" not in md and "call step 0" not in md and "step 1 is the prefill" in md
+    src = (bn.SRC / "01_why_kv_cache.py").read_text()
+    cell = src[src.index("memory_map_figure(pool.snapshot("):]
+    cell = cell[:cell.index("# %%")]
+    assert "tables=False" in cell and "(the ticks)" in cell, cell
+    out = _text(next(c.outputs for c in _nb("01_why_kv_cache").cells if c.cell_type == "code"
+                     and "for t in [2, 3, 6, 11, 51, 101]" in c.source))
+    assert re.search(r"^\s+2\s+11\s", out, re.M), out   # step 2: the first decode step after the prefill, 11 tokens
 
 
 def test_lesson_02_budgets_and_units():

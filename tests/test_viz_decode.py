@@ -142,3 +142,21 @@ def test_flops_text_and_token_text():
     assert flops_text(12_646_400) == "12.6 MFLOP" and flops_text(999) == "999 FLOP"
     assert token_text("\n") == "↵" and token_text(" the") == " the" and token_text("  ") == "␣␣"
     assert isinstance(DecodeStep, type)
+
+
+def test_review_r6_the_bar_labels_stand_clear_of_their_bars(run):
+    """The review of 79ae8b9 saw "no cache" touch its bar (classroom mode): the bar panel's labels
+    stand off the axis, in both modes."""
+    import kvlab.viz as viz
+    from kvlab.viz.decode_view import decode_figure
+
+    _model, tok, steps = run
+    labels = [tok.decode([i]) for i in (*steps[-1].token_ids, steps[-1].new_token)]
+    view = DecodeView(steps, labels)
+    for classroom in (False, True):
+        viz.classroom(classroom)
+        try:
+            fig = decode_figure(decode_view_data(steps[-1], labels, view.columns, view.total))
+        finally:
+            viz.classroom(False)
+        assert (fig.layout.yaxis2.ticklabelstandoff or 0) >= 6, fig.layout.yaxis2

@@ -236,24 +236,25 @@ class CheckResult:
             return f"FAIL  {self.name}: {self.error}"
         if self.passed:
             return f"PASS  {self.name}: all {self.num_cases} cases passed"
+        if self._untouched:  # no answer yet: one friendly line, nothing of the expected values (a predict-first answer)
+            return (f"FAIL  {self.name}: 0/{self.num_cases} cases passed: not started yet (the stub as given still "
+                    "raises NotImplementedError): write your code in it and run its cell again")
         first = self.failures[0] if self.failures else None
         why = f"; first failure: {first.label}: {first.why()}" if first else ""
-        if self._untouched:  # no answer yet: say nothing of the expected values (a predict-first answer among them)
-            why = ""
         if self.not_implemented:
             why += " -- the stub still raises NotImplementedError: finish it and run its cell again"
         return f"FAIL  {self.name}: {self.num_passed}/{self.num_cases} cases passed{why}"
 
     def report(self) -> str:
         """Expected beside actual for each case (failures first when there are many), then the summary."""
+        if self._untouched:  # an untouched stub: the summary says it all, and no expected value gives an answer away
+            return self.summary
         lines = [f"check {self.name}: {self.num_cases} case(s)"]
         rows = self.cases
-        if self._untouched:
-            rows = []  # an untouched stub: the summary says it all, and no expected value gives an answer away
-        elif len(rows) > _MAX_ROWS:
+        if len(rows) > _MAX_ROWS:
             rows = (self.failures + [c for c in self.cases if c.passed])[:_MAX_ROWS]
         lines += [c.line() for c in rows]
-        if len(rows) < len(self.cases) and not self._untouched:
+        if len(rows) < len(self.cases):
             rest = self.cases[len(rows):] if rows == self.cases[: len(rows)] else [c for c in self.cases if c not in rows]
             lines.append(f"  ... {len(rest)} more case(s), " + ("all passed" if all(c.passed for c in rest) else "not all passed"))
         lines.append(self.summary)

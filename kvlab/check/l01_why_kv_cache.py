@@ -91,16 +91,16 @@ def _flops_note(expected, actual) -> str | None:
     if running:
         return running
     if len(a_naive) != len(e_naive) or len(a_cached) != len(e_cached):
-        return f"each list needs new_tokens = {len(e_naive)} entries, one per step (step 0 included)"
+        return f"each list needs new_tokens = {len(e_naive)} entries, one per step (the prefill, step 1, included)"
     notes = []
     if a_naive != list(e_naive):
-        notes.append("naive step t reruns all prompt_len + t tokens, and the i-th of them (1-based) attends to i "
+        notes.append("naive step t (from 1) reruns all prompt_len + t - 1 tokens, and the i-th of them (1-based) attends to i "
                      "tokens: itself included")
     if a_cached != list(e_cached):
         if a_cached[0] != e_cached[0]:
-            notes.append("cached step 0 is the prefill: the whole prompt once, as naive step 0")
+            notes.append("cached step 1 is the prefill: the whole prompt once, as naive step 1")
         else:
-            notes.append("cached step t >= 1 runs one token, which attends to prompt_len + t tokens (itself included)")
+            notes.append("cached step t >= 2 runs one token, which attends to prompt_len + t - 1 tokens (itself included)")
     return "; ".join(notes) or None
 
 
@@ -110,7 +110,7 @@ def _running_totals_note(expected, actual) -> str | None:
 
     for e, a, name in zip(expected, actual, ("naive", "cached")):
         if len(e) > 1 and a != list(e) and a == list(itertools.accumulate(e)):
-            return (f"{name}: these are running totals (the FLOPs of steps 0..t added up): return each step's own "
+            return (f"{name}: these are running totals (the FLOPs of steps 1..t added up): return each step's own "
                     "FLOPs, one entry per step")
     return None
 
@@ -155,7 +155,7 @@ def _prefix_note(f: Callable[[int], int], p: int, n: int, r: int, actual) -> str
         return ("naive recomputation has no cache to reuse: it reruns the whole sequence, the cached prefix "
                 "included; only the cached path skips the prefix")
     if a_cached[:1] == expected_step_flops(f, p, n)[1][:1]:
-        return (f"cached step 0 ran the whole prompt: its first {r} tokens already have K and V in the cache, so "
+        return (f"cached step 1 (the prefill) ran the whole prompt: its first {r} tokens already have K and V in the cache, so "
                 "the prefill runs only the tokens after them")
     if a_cached[:1] == [sum(f(i) for i in range(1, p - r + 1))]:
         return ("the prefill counted its tokens' attention from 1: the token at position i (1-based) still attends "
@@ -170,9 +170,10 @@ def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(flops_per_token, prompt_len, new_tokens, cached_prefix=0) -> (naive_steps, cached_steps)``.
 
     ``flops_per_token(c)``: FLOPs to run one token that attends to ``c`` tokens (itself
-    included). Step 0 yields the first new token; step t yields token t. Naive recomputation
-    runs the whole sequence at every step (step t: ``prompt_len + t`` tokens, the i-th of
-    them attending to i tokens); with a cache, step 0 is the prefill of the prompt and every
+    included). Steps count from 1, as the lesson does: entry t - 1 of a list is step t, which yields
+    the t-th new token. Naive recomputation runs the whole sequence at every step (step t:
+    ``prompt_len + t - 1`` tokens, the i-th of them attending to i tokens); with a cache, step 1 is
+    the prefill of the prompt and every
     later step runs one token. ``cached_prefix`` (0 <= cached_prefix < prompt_len) prompt tokens
     already have K and V in the cache (an earlier request started the same way): the prefill runs
     only the others, each still attending to its position; naive has no cache and runs them all.
@@ -215,7 +216,7 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
 
     right_head = lambda i: i // group  # noqa: E731
     if t == 0 and (not torch.isfinite(out).all() or not out.float().abs().any()):
-        return ("step 0 gave zeros (or NaN), what attention over an EMPTY cache gives: attended before appending; "
+        return ("step 1 gave zeros (or NaN), what attention over an EMPTY cache gives: attended before appending; "
                 "append the new K and V first, the token attends to itself")
     tries = {
         "attended before appending: the new token attends to itself too (append its K and V first)":
@@ -301,12 +302,13 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
             before = [a.clone() for a in args]
             got = call_in_place(fn, *args)
             if isinstance(got, Raised):
-                actual = f"step {t}: {got!r}"
+                # an untouched stub stays a Raised: the report says "not started yet" in one line
+                actual = got if isinstance(got.exc, NotImplementedError) else f"step {t + 1}: {got!r}"
                 break
             changed = [name for name, a, b in zip(("q", "k_new", "v_new", "k_cache", "v_cache"), args, before)
                        if tuple(a.shape) != tuple(b.shape) or not torch.equal(a, b)]
             if changed:
-                actual = f"step {t}: {', '.join(changed)} changed by the call"
+                actual = f"step {t + 1}: {', '.join(changed)} changed by the call"
                 note = (f"changed the caller's {' and '.join(changed)} in place (an in-place op such as /=, mul_ "
                         "or an indexed write): the inputs must come back as they were; compute on new tensors")
                 break
@@ -314,10 +316,10 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                 out, kc, vc = got
                 shape_ok = tuple(out.shape) == (h, d) and tuple(kc.shape) == (t + 1, kvh, d) and tuple(vc.shape) == (t + 1, kvh, d)
             except Exception as exc:  # noqa: BLE001
-                actual = f"step {t}: returned {type(got).__name__}, not (out, k_cache, v_cache) ({exc})"
+                actual = f"step {t + 1}: returned {type(got).__name__}, not (out, k_cache, v_cache) ({exc})"
                 break
             if not shape_ok:
-                actual = f"step {t}: shapes out {tuple(out.shape)}, k_cache {tuple(kc.shape)}, v_cache {tuple(vc.shape)}"
+                actual = f"step {t + 1}: shapes out {tuple(out.shape)}, k_cache {tuple(kc.shape)}, v_cache {tuple(vc.shape)}"
                 if tuple(kc.shape)[:1] == (t,) or tuple(vc.shape)[:1] == (t,):
                     note = "the caches came back without the new token: return the grown caches (T + 1 tokens)"
                 elif tuple(out.shape) != (h, d) and out.numel() == h * d:
@@ -328,16 +330,16 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                            if x.dtype != q.dtype]
             if wrong_dtype:
                 name, dt = wrong_dtype[0]
-                actual = f"step {t}: {name} is {str(dt).replace('torch.', '')}, the inputs {str(q.dtype).replace('torch.', '')}"
+                actual = f"step {t + 1}: {name} is {str(dt).replace('torch.', '')}, the inputs {str(q.dtype).replace('torch.', '')}"
                 note = (f"{name} came back as {str(dt).replace('torch.', '')}: keep the inputs' dtype (a float64 "
                         "cache holds twice the bytes, and the next layer expects the model's dtype)")
                 break
             order = _cache_order_note(kc, vc, k[:t + 1], v[:t + 1])
             if order:  # attention does not care about the order of the tokens; the cache does
-                actual, note = f"step {t}: the returned cache is not the earlier one with the new token last", order
+                actual, note = f"step {t + 1}: the returned cache is not the earlier one with the new token last", order
                 break
             if not torch.allclose(out.float(), want[t], atol=1e-4, rtol=1e-4):
-                actual = f"step {t}: max |out - recomputed| = {float((out.float() - want[t]).abs().max()):.3g}"
+                actual = f"step {t + 1}: max |out - recomputed| = {float((out.float() - want[t]).abs().max()):.3g}"
                 note = _attention_mistake(out, q, k, v, t)
                 break
         c.record(label, expected, actual, passed=actual == expected, note=note if actual != expected else "")

@@ -122,7 +122,7 @@ def decode_figure(data: dict[str, Any], source: str = "measured") -> Any:
                          marker_color=[b[2] for b in bars], text=[flops_text(b[1]) for b in bars],
                          textposition="outside", cliponaxis=False, showlegend=False, hoverinfo="x"), 2, 1)
     fig.update_xaxes(range=[0, data["total"] * 1.3], showticklabels=False, showgrid=False, zeroline=False, row=2, col=1)
-    fig.update_yaxes(autorange="reversed", row=2, col=1)
+    fig.update_yaxes(autorange="reversed", ticklabelstandoff=8, row=2, col=1)   # the labels clear of their bars
     for a in fig.layout.annotations[:2]:                     # the two panel titles (make_subplots adds them first)
         a.font = dict(size=th.font_size, color=th.text_color)
     fig.update_layout(

@@ -59,8 +59,8 @@ print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
 # now on the bundled model). Each column is a position, the token under it. The **top row** is
 # what the step without a cache computes: red, every row recomputed. The **second row** is the KV
 # cache: light blue rows were written at earlier steps and are only read back; the one blue row
-# is the only K and V the step computes (the stepper's step 1 is the prefill, which the tables
-# below call step 0: it writes the whole prompt). The token a step produces is marked "new"
+# is the only K and V the step computes (step 1 is the prefill: it writes the whole prompt;
+# every step of this lesson is counted from 1 this way). The token a step produces is marked "new"
 # under the next column. The
 # number in each cell is one entry of that row's K (layer 0): the number the naive step
 # recomputes is the one the cache already held, at every step. The bars add up the FLOPs of the
@@ -94,11 +94,12 @@ for c in [1, 10, 100]:
     print(f"flops_per_token({c:>3}) = {model.flops_per_token(c):,}")
 
 # %% [markdown]
-# Generating token *t* after a prompt of *P* tokens:
+# Step *t* after a prompt of *P* tokens (counted from 1, as in the stepper: step 1 is the prefill
+# and produces the first new token, step *t* the *t*-th), when the sequence holds `P + t - 1` tokens:
 #
-# - **without a cache**, run all `P + t` tokens again: `Σ_{i=1}^{P+t} flops_per_token(i)`;
-# - **with a cache**, run only the newest token: `flops_per_token(P + t)` (after a one-time
-#   prefill of the prompt, step 0).
+# - **without a cache**, run all `P + t - 1` tokens again: `Σ_{i=1}^{P+t-1} flops_per_token(i)`;
+# - **with a cache**, run only the newest token: `flops_per_token(P + t - 1)` (for `t ≥ 2`, after
+#   the one-time prefill of the prompt at step 1).
 #
 # For a 10-token prompt (counted):
 
@@ -107,13 +108,13 @@ for c in [1, 10, 100]:
 P = 10
 ratios = {}
 print(f"{'step':>4} {'tokens run (naive)':>19} {'FLOPs naive':>14} {'FLOPs cached':>13} {'ratio':>6}")
-for t in [1, 2, 5, 10, 50, 100]:
-    naive = sum(model.flops_per_token(i) for i in range(1, P + t + 1))
-    cached = model.flops_per_token(P + t)
+for t in [2, 3, 6, 11, 51, 101]:
+    naive = sum(model.flops_per_token(i) for i in range(1, P + t))
+    cached = model.flops_per_token(P + t - 1)
     ratios[t] = naive / cached
-    print(f"{t:>4} {P + t:>19} {naive:>14,} {cached:>13,} {ratios[t]:>6.1f}")
-print(f"from step 10 to step 100 the sequence grows {(P + 100) / (P + 10):.1f}x and the ratio {ratios[100] / ratios[10]:.1f}x: "
-      f"at step t the naive path does about P + t times the cached work")
+    print(f"{t:>4} {P + t - 1:>19} {naive:>14,} {cached:>13,} {ratios[t]:>6.1f}")
+print(f"from step 11 to step 101 the sequence grows {(P + 100) / (P + 10):.1f}x and the ratio {ratios[101] / ratios[11]:.1f}x: "
+      f"at step t the naive path does about P + t - 1 times the cached work")
 
 # %% [markdown]
 # ## 2. The real run: three decode paths, identical tokens
@@ -189,26 +190,30 @@ print("reply so far:", repr(real_runs["contiguous"].text(real_tok)))
 print(f"{real_repeats} x 2 runs of {real_new} tokens took {time.perf_counter() - started:.1f} s here (measured)")
 
 # %% [markdown]
-# Each step's time against the position of the token it produces (measured: the minimum of the
-# two runs at each position, since the machine's other programs can only slow a step down; step
-# 0, the prefill of the prompt, is left out). The naive step reruns all the tokens so far, so it
-# should cost more than the cached step; the cell under the figure prints at how many positions it
-# did in this run. By its FLOPs it also grows a little with
-# each position, far too little to see over four positions: up and down moves between
-# neighbouring points are the machine's noise, not the model:
+# Each step's time against the position of the token it produces (measured: the open circles are
+# the two runs, the line their minimum at each position, since the machine's other programs can
+# only slow a step down; step 1, the prefill of the prompt, is left out). The naive step reruns
+# all the tokens so far, so it should cost more than the cached step; the cell under the figure
+# prints at how many positions it did in this run. By its FLOPs each step also grows a little
+# with the position; that cell sets how much each line moves beside how much its counted FLOPs
+# grow, and so says which moves are noise:
 
 # %%
 times = {s: [min(p[s].step_times[i] for p in passes) for i in range(real_new)] for s in real_runs}
 rn, rcache = real_runs["naive"], real_runs["contiguous"]
 pos = [len(chat) + t for t in range(1, len(rn.step_times))]
-fig = go.Figure([go.Scatter(x=pos, y=[1e3 * t for t in times["naive"][1:]], name="naive recomputation",
-                            mode="lines+markers", line_color="#d62728"),
-                 go.Scatter(x=pos, y=[1e3 * t for t in times["contiguous"][1:]], name="KV cache", mode="lines+markers",
-                            line_color="#1f77b4")])
-fig.update_layout(title=dict(text=f"SmolLM2-135M: each decode step (measured, the minimum of {real_repeats} runs)",
+slowest = max(t for p in passes for s in p for t in p[s].step_times[1:])
+fig = go.Figure()
+for s, name, color in (("naive", "naive recomputation", "#d62728"), ("contiguous", "KV cache", "#1f77b4")):
+    fig.add_trace(go.Scatter(x=pos, y=[1e3 * t for t in times[s][1:]], name=f"{name} (minimum)", mode="lines+markers",
+                             line_color=color))
+    fig.add_trace(go.Scatter(x=pos * real_repeats, y=[1e3 * t for p in passes for t in p[s].step_times[1:]],
+                             name=f"{name}: each run", mode="markers", opacity=0.7,      # the spread: the noise
+                             marker=dict(color=color, symbol="circle-open", size=10)))
+fig.update_layout(title=dict(text=f"SmolLM2-135M: each decode step (measured: {real_repeats} runs and their minimum)",
                              font=dict(size=th.title_size)),
                   xaxis=dict(title="position of the token being produced", tickvals=pos, tickformat="d"),
-                  yaxis=dict(title="ms per step", rangemode="tozero"),
+                  yaxis=dict(title="ms per step", range=[0, 1.12e3 * slowest]),   # room above the highest circle
                   height=360 if not th.high_contrast else 440, font=dict(size=th.font_size),
                   width=None if th.autosize else 760, autosize=th.autosize, legend=dict(orientation="h", y=-0.3, x=0))
 fig
@@ -225,6 +230,16 @@ def say(text):
 slower = sum(n > c for n, c in zip(times["naive"][1:], times["contiguous"][1:]))
 say(f"the naive step took longer than the cached one at {slower} of the {len(pos)} positions (measured)"
     + ("" if slower == len(pos) else ": where it did not, the machine's other programs slowed a cached step"))
+wander = {s: max(times[s][1:]) / min(times[s][1:]) for s in real_runs}           # along each line (the minimum)
+grown = {s: real_runs[s].step_flops[-1] / real_runs[s].step_flops[1] for s in real_runs}   # counted, same positions
+runs_apart = max(max(p[s].step_times[i] for p in passes) / min(p[s].step_times[i] for p in passes)
+                 for s in real_runs for i in range(1, real_new))               # the same step, run against run
+say(f"noise: along its line the naive step's time moves x{wander['naive']:.2f} between its lowest and highest "
+    f"point and the cached step's x{wander['contiguous']:.2f}, while their counted FLOPs grow only "
+    f"x{grown['naive']:.3f} and x{grown['contiguous']:.3f} over these positions, and one step timed twice differed "
+    f"by up to x{runs_apart:.2f}: the rises and falls along a line are the machine, not the model"
+    + (f"; the signal is the gap between the lines (naive above cached at all {len(pos)} positions)."
+       if slower == len(pos) else "; here even the gap between the lines is partly lost in it."))
 half = len(pos) // 2
 early = {k: statistics.median(times[s][1:half + 1]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
 late = {k: statistics.median(times[s][half + 1:]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
@@ -255,7 +270,8 @@ say(f"so: {flop_x:.0f}x the FLOPs but only {ratio:.1f}x the time. The naive step
 # Each time is the **minimum** of nine steps (three steps, in each of three passes over all the
 # contexts): the machine's other programs can only make a step slower, never faster, so the
 # minimum is the step's own cost, and a busy spell during one pass does not move it. The FLOPs
-# beside it are counted from the model's shapes.
+# beside it are counted from the model's shapes; the last column divides the naive step's counted
+# FLOPs by its measured time: the rate this CPU ran it at.
 
 # %%
 import inspect
@@ -274,12 +290,15 @@ for L in contexts:
     naive, cached = timed[L]["naive"], timed[L]["cached"]
     sweep.append(dict(L=L,
                       naive_ms=1e3 * min(t for r in naive for t in r.step_times),
+                      naive_median_ms=1e3 * statistics.median(t for r in naive for t in r.step_times),
                       cached_ms=1e3 * min(t for r in cached for t in r.step_times[1:]),
                       naive_flops=naive[0].step_flops[0], cached_flops=cached[0].step_flops[1]))
+    sweep[-1]["gflops"] = sweep[-1]["naive_flops"] / sweep[-1]["naive_ms"] / 1e6   # counted / measured
 print("ms per step: measured, the minimum of 9 steps | FLOPs per step: counted")
-print(f"{'context L':>9} {'naive ms':>9} {'cached ms':>10} {'naive FLOPs':>14} {'cached FLOPs':>13}")
+print(f"{'context L':>9} {'naive ms':>9} {'cached ms':>10} {'naive FLOPs':>14} {'cached FLOPs':>13} {'GFLOP/s':>8}")
 for r in sweep:
-    print(f"{r['L']:>9} {r['naive_ms']:>9.2f} {r['cached_ms']:>10.2f} {r['naive_flops']:>14,} {r['cached_flops']:>13,}")
+    print(f"{r['L']:>9} {r['naive_ms']:>9.2f} {r['cached_ms']:>10.2f} {r['naive_flops']:>14,} {r['cached_flops']:>13,} "
+          f"{r['gflops']:>8.1f}")
 
 # %%
 import plotly.graph_objects as go
@@ -338,9 +357,9 @@ grow_f = {k: last[f"{k}_flops"] / first[f"{k}_flops"] for k in ("naive", "cached
 (n0, n1), (c0, c1) = fit(xs, [r["naive_ms"] for r in sweep]), fit(xs, [r["cached_ms"] for r in sweep])
 dips = [(a, b) for a, b in zip(sweep, sweep[1:]) if b["naive_ms"] < 0.95 * a["naive_ms"]]  # twice the FLOPs, less time
 print(f"from L = {first['L']} to {last['L']} ({span:.0f}x the context):")
-print(f"  counted FLOPs per step: naive x{grow_f['naive']:.1f}, cached x{grow_f['cached']:.2f}")
-print(f"  measured time per step (median line through all {len(sweep)} points): naive x{grow_t['naive']:.1f}, "
-      f"cached x{grow_t['cached']:.2f} (the two ends alone: x{ends_t['naive']:.1f}, x{ends_t['cached']:.2f})")
+say(f"  counted FLOPs per step: naive x{grow_f['naive']:.1f}, cached x{grow_f['cached']:.2f}")
+say(f"  measured time per step (median line through all {len(sweep)} points): naive x{grow_t['naive']:.1f}, "
+    f"cached x{grow_t['cached']:.2f} (the two ends alone: x{ends_t['naive']:.1f}, x{ends_t['cached']:.2f})")
 if dips:
     a, b = dips[0]
     say(f"  this run was noisy: the naive step measured {a['naive_ms']:.2f} ms at L = {a['L']} but {b['naive_ms']:.2f} ms "
@@ -352,19 +371,27 @@ say(f"  median lines: naive {n0:.1f} ms + {1e3 * n1:.1f} ms per 1,000 tokens; "
 if min(n0, c0) < 0:
     say("  (a fixed part below zero is the line, not the machine: the measured step grows faster than a straight "
         "line in L, so the straight line through it starts below zero)")
-# the doubling of L where the naive step's time grew most per counted FLOP (the counted FLOPs include attention's L²)
-jump = max(zip(sweep, sweep[1:]), key=lambda ab: (ab[1]["naive_ms"] / ab[0]["naive_ms"])
-           / (ab[1]["naive_flops"] / ab[0]["naive_flops"]))
 if grow_t["naive"] > 3 and grow_t["naive"] > 2 * grow_t["cached"]:
-    per_flop = grow_t["naive"] / grow_f["naive"]
-    say(f"  so: over {last['L'] // first['L']}x the context the naive step's time grew about {grow_t['naive']:.0f}x and "
-        f"the cached step's {grow_t['cached']:.2f}x: the cached step stays nearly flat while the naive one grows, as "
-        f"the counted FLOPs say (x{grow_f['naive']:.1f} against x{grow_f['cached']:.2f}). "
-        + (f"The naive time grew {per_flop:.1f}x more than its FLOPs (those already count attention's L²): this CPU "
-           f"ran the longer steps at fewer FLOPs per second, most at L = {jump[0]['L']} -> {jump[1]['L']} "
-           f"({jump[0]['naive_ms']:.2f} -> {jump[1]['naive_ms']:.2f} ms, x{jump[1]['naive_ms'] / jump[0]['naive_ms']:.1f} "
-           f"the time for x{jump[1]['naive_flops'] / jump[0]['naive_flops']:.1f} the FLOPs). " if per_flop > 1.3 else "")
-        + "The cached step is not free of the context: its attention still reads all L cached tokens; it is only "
+    per_flop = grow_t["naive"] / grow_f["naive"]          # > 1: the time outgrew the FLOPs; < 1: it grew less
+    than = "about as much as" if 1 / 1.3 < per_flop < 1.3 else "more than" if per_flop > 1 else "less than"
+    say(f"  so: over {last['L'] // first['L']}x the context the naive step's time grew about {grow_t['naive']:.0f}x, "
+        f"{than} its counted FLOPs (x{grow_f['naive']:.1f}), and the cached step's {grow_t['cached']:.2f}x "
+        f"(FLOPs x{grow_f['cached']:.2f}): the naive step grows with the context far more than the cached one.")
+    if than != "about as much as":   # the FLOPs count attention's L² too: what differs is the rate, measured
+        say(f"  Time and FLOPs grew apart because this CPU did not run every step at one rate: the naive step "
+            f"ran at {first['gflops']:.1f} GFLOP/s at L = {first['L']} and {last['gflops']:.1f} at L = {last['L']} "
+            "(the table's last column: counted FLOPs / measured time).")
+    # the doubling of L where the rate changed most (either way)
+    a, b = max(zip(sweep, sweep[1:]), key=lambda ab: abs(math.log(ab[1]["gflops"] / ab[0]["gflops"])))
+    if max(a["gflops"], b["gflops"]) > 1.5 * min(a["gflops"], b["gflops"]):
+        spread = max(r["naive_median_ms"] / r["naive_ms"] for r in (a, b))   # median / minimum of its 9 steps
+        say(f"  The rate changed most from L = {a['L']} to {b['L']}: x{b['naive_ms'] / a['naive_ms']:.1f} the time "
+            f"for x{b['naive_flops'] / a['naive_flops']:.1f} the FLOPs ({a['gflops']:.1f} -> {b['gflops']:.1f} "
+            "GFLOP/s). " + (f"The 9 steps timed there spread up to {spread:.1f}x their minimum: the machine was "
+                            "busy, run the cell again on a quieter one." if spread > 1.25 else
+                            f"The 9 steps timed there agree within {spread - 1:.0%}: not a busy spell, this "
+                            "CPU steadily runs those steps at that rate (the run measures the rate, not why)."))
+    say("  The cached step is not free of the context: its attention still reads all L cached tokens; it is only "
         "the projections and the MLP that it runs for one token instead of L.")
 else:
     say(f"  so: on this machine the measured times do NOT show the counted growth: a step's fixed cost "
@@ -505,17 +532,19 @@ print(f"naive {t_naive:.2f} s, cached {t_cached:.2f} s for {new_tokens} tokens (
 
 # %% [markdown]
 # Here is that paged pool as kvlab's allocator left it after the real run (the title's
-# "measured" means that: the state of the run's own allocator, not a simulation): one block
-# table, `seq0` (the id `generate()` gives its one sequence), drawn above the pool and wrapping
-# like it, with an arrow into each of its blocks; every block filled as far as it holds tokens,
-# and the spare block free. How big this memory gets on real models is lesson 02; how the
-# pool is shared by many requests, lessons 04 to 06.
+# "measured" means that: the state of the run's own allocator, not a simulation). It has one
+# block table, `seq0` (the id `generate()` gives its one sequence); each block names the table
+# entry that points at it (`seq0 L3`: entry 3 of seq0's block table, the sequence's tokens 12 to
+# 15), is filled from the left as far as it holds tokens, and has a tick between each two of its
+# token slots along its lower edge; the spare block is free. How big this memory gets on real
+# models is lesson 02; how the pool is shared by many requests, lessons 04 to 06.
 
 # %%
 from kvlab.viz import memory_map_figure
 
-memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} blocks of {pool.block_size}"),
-                  title="The paged KV pool the real run left", source="measured")
+memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} blocks of {pool.block_size} token "
+                                "slots (the ticks)"),
+                  title="The paged KV pool the real run left", source="measured", tables=False, cols=9)
 
 # %% [markdown]
 # ## 6. Exercises
@@ -527,17 +556,18 @@ memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} bloc
 # those tokens are already in the cache, and its prefill computes only the rest (lessons 06 and
 # 07 build this). Design `count_flops(flops_per_token, prompt_len, new_tokens, cached_prefix=0)`
 # for that case. It returns two lists, `(naive_steps, cached_steps)`, with the FLOPs of each of
-# the `new_tokens` steps; step `t` (0-based) produces new token `t`. `flops_per_token(c)` gives
+# the `new_tokens` steps: entry `t - 1` of a list is step `t`, counted from 1 as in section 1
+# (step `t` produces the `t`-th new token). `flops_per_token(c)` gives
 # the FLOPs of running one token that attends to `c` tokens (itself included); the first
 # `cached_prefix` tokens of the prompt (`0 <= cached_prefix < prompt_len`) already have their K
 # and V in the cache.
 #
-# - naive (no cache at all): step `t` runs the whole sequence, `prompt_len + t` tokens, the
+# - naive (no cache at all): step `t` runs the whole sequence, `prompt_len + t - 1` tokens, the
 #   `i`-th of them (1-based) attending to `i` tokens;
-# - cached: step 0 is the prefill, step `t ≥ 1` runs the one token produced last.
+# - cached: step 1 is the prefill, step `t ≥ 2` runs the one token produced last.
 #
 # **Predict before you run anything:** with `prompt_len = 12`, `cached_prefix = 11`, how many
-# tokens does the prefill run, and is it cheaper or dearer than cached step 1? And does the
+# tokens does the prefill run, and is it cheaper or dearer than cached step 2? And does the
 # cached prefix change any naive step? Write your answers down, then check them against the
 # lists your function returns. The checker compares with the FLOPs that
 # `kvlab.compute.generate.generate` counted on the bundled model (`cached_prefix = 0`) and with
@@ -616,7 +646,7 @@ check.attend_with_cache(attend_with_cache)
 # - Counted: naive work per step grows with the sequence (O(n²) per answer in the projections
 #   alone); a cached step runs one token, so its projections cost O(n) per answer, and only its
 #   attention, which still reads every cached token, grows faster (section 4 split the two).
-#   Measured: section 3 printed what this CPU shows of it, and why time gains less than FLOPs.
+#   Measured: section 3 printed what this CPU shows of it, and how far its time followed the FLOPs.
 # - Caching trades space for time: here 204,800 bytes of K and V bought about 49 times fewer
 #   FLOPs (section 5, printed from the run). Try other context lengths with the widget of section 4.
 # - The cost is memory that grows with every token of every running request. Next,
