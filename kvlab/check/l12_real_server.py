@@ -41,11 +41,13 @@ ROUTER_FLAGS = {"--policy": "cache_aware", "--cache-threshold": CACHE_THRESHOLD,
 
 # ------------------------------------------------------------------ predict_cached_tokens
 def cached_by_rule(nodes: list[dict], prompt: list[int], page_size: int, *, cap: bool = True, pages: bool = True,
-                   ghosts: bool = False, partial: bool = True, slip: str = "") -> int:
+                   ghosts: bool = False, partial: bool = True, walk_page: int = 0, slip: str = "") -> int:
     """The answer with each rule on or off (every ``False`` is a mistake a FAIL names): walk the
     live nodes from the root along ``prompt``; ``cap``: at most ``len(prompt) - 1``; ``pages``: whole
-    pages only; ``ghosts``: walk evicted nodes too; ``partial``: count a node matched part-way.
-    ``slip``: one more mistake by name (:data:`CACHED_SLIPS`)."""
+    pages only; ``ghosts``: walk evicted nodes too; ``partial``: count a node matched part-way;
+    ``walk_page``: a mistake, a child followed only when its first ``walk_page`` ids are the
+    prompt's next ones (a walk by pages of a constant size). ``slip``: one more mistake by name
+    (:data:`CACHED_SLIPS`)."""
     kids: dict[int, list[dict]] = {}
     for n in nodes:
         if ghosts or not n["evicted"]:
@@ -55,6 +57,8 @@ def cached_by_rule(nodes: list[dict], prompt: list[int], page_size: int, *, cap:
         step = None
         for child in kids.get(node_id, []):                  # page > 1: children may share a partial first page
             ids, k = child["ids"], 0
+            if walk_page and list(ids[:walk_page]) != list(prompt[pos:pos + walk_page]):
+                continue
             while k < len(ids) and pos + k < len(prompt) and ids[k] == prompt[pos + k]:
                 k += 1
             if k and (step is None or k > step[1]) and not (slip == "first_child" and step):
@@ -102,6 +106,10 @@ CACHED_MISTAKES = dict([
     *((f"hard-coded page size {p}? your answer rounds to pages of {p} whatever page_size says (the cases use "
        f"pages of 1, 2 and 4): use the argument", lambda nodes, prompt, ps, p=p: cached_by_rule(nodes, prompt, p))
       for p in (2, 4, 8, 16)),                               # a constant 1 is "no page floor", named above
+    *((f"hard-coded page size {p}? your answer walks the tree in pages of {p} and rounds to them whatever "
+       f"page_size says (the cases use pages of 1, 2 and 4): use the argument in both places",
+       lambda nodes, prompt, ps, p=p: cached_by_rule(nodes, prompt, p, walk_page=p))
+      for p in (2, 4)),                 # walking by pages of 8 or 16 finds nothing in these trees: no name
 ])
 
 
