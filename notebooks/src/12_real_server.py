@@ -374,21 +374,21 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Walk from the root (id 0) along the prompt, one node at a time. With pages of 4 tokens, can
-# two children of one node start with the same token? If they can, which of them is the path?
+# Put a prompt beside the tree on the dashboard: which nodes would you read, and in what order,
+# to see how much of the prompt the server already holds? Is a node's first token always enough
+# to pick it?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# A ghost is drawn but its KV is gone. And section 2's R2 asked again would match its whole
-# prompt: what must the server still compute, and in what unit does it reuse KV?
+# Not everything drawn holds KV, and not every matched token is reported: in section 2, which
+# request's `cached_tokens` is smaller than what its prompt shares with the tree, and why?
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# After the walk come Hint 2's two limits, and their order matters. Try both orders by hand on
-# a prompt of 8 tokens that the tree holds whole, with pages of 4: which order gives an answer the
-# server could really report?
+# Two corrections turn a match into what the server reports. Apply them in both orders to a
+# prompt the tree holds whole: only one order gives a number the server could report.
 # </details>
 
 # %% [markdown]
