@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from .palette import HIT, MISS, theme
 
-__all__ = ["DASHBOARD_REQUEST_COLORS", "served_page_size_control", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
+__all__ = ["DASHBOARD_REQUEST_COLORS", "served_page_size_control", "served_run", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
            "dashboard_stepper", "router_figure", "show_dashboard"]
 
 _BLOCK = {0: "#eeeeee", 2: "#9e9e9e", 3: "#222222"}       # free, cached only, shared (as the live page)
@@ -445,10 +445,14 @@ def router_figure(views: dict[str, dict]) -> Any:
 SERVED_PAGE_SIZES = (1, 2, 4, 8, 16)
 
 
-def _served_run(requests: Sequence[tuple[str, Sequence[int], Sequence[int]]], page_size: int,
+def served_run(requests: Sequence[tuple[str, Sequence[int], Sequence[int]]], page_size: int,
                 slots: int) -> dict[str, dict[str, int]]:
     """The requests, in order, through the server's own cache code (a ``CacheManager`` of
-    ``slots // page_size`` blocks of ``page_size`` tokens): per request, tokens matched and prefilled."""
+    ``slots // page_size`` blocks of ``page_size`` tokens): per request, tokens matched and prefilled.
+
+    >>> served_run([("R1", list(range(10)), [99]), ("R2", list(range(9)) + [7], [])], 4, 64)["matched"]
+    {'R1': 0, 'R2': 8}
+    """
     from ..reuse.cache_manager import CacheManager, serve_request
 
     cm = CacheManager(num_blocks=slots // page_size, block_size=page_size)
@@ -479,7 +483,7 @@ def served_page_size_control(requests: Sequence[tuple[str, Sequence[int], Sequen
         def __init__(self) -> None:
             self.page_size = server_page if page_size is None else page_size
             self.check()
-            self._one = _served_run(requests, 1, slots)["matched"]
+            self._one = served_run(requests, 1, slots)["matched"]
             super(PageSizeControl, self).__init__(static=static)
 
         def check(self) -> None:
@@ -487,7 +491,7 @@ def served_page_size_control(requests: Sequence[tuple[str, Sequence[int], Sequen
                 raise ValueError(f"page_size must be one of {SERVED_PAGE_SIZES}, got {self.page_size!r}")
 
         def update(self) -> None:
-            self.result = {**_served_run(requests, self.page_size, slots), "matched_1": dict(self._one)}
+            self.result = {**served_run(requests, self.page_size, slots), "matched_1": dict(self._one)}
 
         def caption(self) -> str:
             r, p = self.result, self.page_size

@@ -213,8 +213,22 @@ print(f"the server's replies say {measured_cached} cached tokens in all; equal t
 from kvlab.viz.serve_view import served_page_size_control
 
 names = [c.split(":")[0].removeprefix("after ") for c in captions]     # "after R1: ..." -> "R1"
-served_page_size_control([(n, p, o) for n, (_, p, o, _) in zip(names, sent)],
-                         {n: cached for n, (*_, cached) in zip(names, sent)}, server_page=4, slots=96 * 4)
+requests = [(n, p, o) for n, (_, p, o, _) in zip(names, sent)]
+served_page_size_control(requests, {n: cached for n, (*_, cached) in zip(names, sent)}, server_page=4, slots=96 * 4)
+
+# %% [markdown]
+# The answer, once you have predicted (the same requests through the same code):
+
+# %%
+from kvlab.viz.serve_view import served_run
+
+found = {p: served_run(requests, p, 96 * 4)["matched"] for p in (4, 16)}
+total = {p: sum(f.values()) for p, f in found.items()}
+lost = max(found[4][n] - found[16][n] for n in names)
+print(f"pages of 16 find {total[16]} prompt tokens in the tree, pages of 4 find {total[4]}: "
+      f"{'fewer' if total[16] < total[4] else 'as many or more'} with pages of 16. A match is cut down to whole "
+      f"pages, so a request loses up to {16 - 1} matched tokens at pages of 16 and up to {4 - 1} at pages of 4 "
+      f"(the most one request lost here by going from 4 to 16: {lost} tokens).")
 
 # %% [markdown]
 # ## 5. Two servers behind SGLang's router
