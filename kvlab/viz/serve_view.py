@@ -128,10 +128,12 @@ def _legend_traces(state: dict, d: dict) -> list[Any]:
 def _node_label(text: str, chars: int = 12, lines: int = 1) -> str:
     """A tree node's label: its text with runs of white space as one space (no ``\n`` shown),
     wrapped at spaces into at most ``lines`` lines of ``chars`` characters (``<br>`` between them),
-    ``…`` where it is cut.
+    ``…`` where it is cut: after the last whole word that fits (inside a word only when the first
+    word alone is longer than a line).
 
     Example: ``_node_label("assistant:\nHello there", 8) -> 'assista…'``;
-    ``_node_label(" apply for a refund?", 10, 2) -> 'apply for<br>a refund?'``."""
+    ``_node_label(" apply for a refund?", 10, 2) -> 'apply for<br>a refund?'``;
+    ``_node_label("apply for a refund?", 10) -> 'apply for…'``."""
     words, out = " ".join(text.split()).split(" "), [""]
     for w in words:
         while len(w) > chars:                                # a word longer than a line: cut it
@@ -145,7 +147,10 @@ def _node_label(text: str, chars: int = 12, lines: int = 1) -> str:
     out = [x for x in out if x]
     if len(out) > lines or (out and len(out[-1]) > chars):
         out = out[:lines]
-        out[-1] = out[-1][:chars - 1] + "…"
+        last = out[-1]
+        while len(last) > chars - 1 and " " in last:          # drop whole words until "…" fits
+            last = last.rsplit(" ", 1)[0]
+        out[-1] = (last if len(last) <= chars - 1 else last[:chars - 1]) + "…"
     return "<br>".join(out)
 
 
@@ -161,17 +166,17 @@ def _pool_trace(state: dict, d: dict, cols: int, size: int) -> Any:
                       hoverinfo="text", showlegend=False)
 
 
-def _short_label(node: dict, parent_text: str, chars: int) -> str:
-    """A node's label on the tree: the start of its text, one line of at most ``chars``; "…" first
-    where it starts inside a word (a page boundary splits words: "istant" after "ass").
+def _short_label(node: dict, parent_text: str, chars: int, lines: int = 1) -> str:
+    """A node's label on the tree: the start of its text, ``lines`` lines of at most ``chars``; "…"
+    first where it starts inside a word (a page boundary splits words: "istant" after "ass").
 
     Example: ``_short_label({"text": "istant: hello"}, "You are the ass", 12) -> '…istant:…'``."""
     mid = (parent_text[-1:].isalnum() or parent_text.endswith("…")) and node["text"][:1].isalnum()   # "…": cut by the server
     text = " ".join(node["text"].split())
-    return _node_label(("…" if mid else "") + text, chars)
+    return _node_label(("…" if mid else "") + text, chars, lines)
 
 
-def _tree_traces(d: dict, th: Any = None, width_px: float = 560) -> tuple[list[Any], dict, int]:
+def _tree_traces(d: dict, th: Any = None, width_px: float = 560, lines: int = 1) -> tuple[list[Any], dict, int]:
     """The tree's edges and nodes (depth on x), each node labelled under it with the start of its
     text, cut to its column (the whole text is its tooltip, and the last request's path is written
     out under the tree, :func:`_path_labels`). The edges are elbows: out of a node to half-way to
@@ -198,7 +203,7 @@ def _tree_traces(d: dict, th: Any = None, width_px: float = 560) -> tuple[list[A
         x=[pos[0][0]] + [pos[x["id"]][0] for x in shown], y=[pos[0][1]] + [pos[x["id"]][1] for x in shown],
         mode="markers+text", hoverinfo="text", textposition="bottom center", textfont=dict(size=font, color="#333"),
         name="tree nodes", cliponaxis=False,                                  # the lowest label may hang below
-        text=["root"] + [_short_label(x, text_of.get(x["parent"], ""), chars) for x in shown],
+        text=["root"] + [_short_label(x, text_of.get(x["parent"], ""), chars, lines) for x in shown],
         hovertext=["root"] + [f"node {x['id']}: {x['tokens']} tokens" + (" (evicted)" if x["evicted"] else "")
                               + "<br>" + _node_label(x["text"], 40, 3) for x in shown],
         marker=dict(size=[10] + [8 + 2 * math.sqrt(x["tokens"]) for x in shown],
@@ -302,6 +307,9 @@ def dashboard_figure(state: dict, caption: str | None = "") -> Any:
     row_px = (1 - bottom) * plot_px / (1.2 - low)                       # one leaf row of the tree, in pixels
     if row_px < 1.25 * th.font_size + 6:                                # too many leaves for labels: tooltips only
         fig.update_traces(mode="markers", text=None, selector=dict(name="tree nodes"))
+    elif row_px >= 2 * 1.25 * th.font_size + 14:                        # room for two lines a label
+        two = _tree_traces(d, th, 0.66 * width, lines=2)[0][1].text
+        fig.update_traces(text=two, selector=dict(name="tree nodes"))
     if caption is not None:
         fig.update_layout(title=dict(text=(caption or "the server's dashboard") + " (measured)",
                                      font=dict(size=th.title_size), x=0.01))
