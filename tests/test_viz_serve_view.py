@@ -175,7 +175,7 @@ def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypat
     assert [k for k, _ in shown] == ["display"] and type(shown[0][1]).__name__ == "HTML"
     live = shown[0][1].data
     assert '<iframe' in live and 'src="http://x/dashboard"' in live
-    assert 'href="http://x/dashboard" target="_blank"' in live and "until the servers stop" in live
+    assert 'href="http://x/dashboard" target="_blank"' in live and "Run All runs section 7 too" in live
     lab.stop()
     assert [k for k, _ in shown] == ["display", "update"]
     box = shown[1][1]

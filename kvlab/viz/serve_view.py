@@ -370,8 +370,9 @@ def _frame_height() -> int:
     return 525 if is_classroom() else 760
 
 
-_LIVE = ("<p style='margin:2px 0'>The server's page, live until the servers stop (the last section stops them, "
-         "Run All too): <a href=\"{url}\" target=\"_blank\">{url}</a></p>")
+_LIVE = ("<p style='margin:2px 0'>The server's page, live while the servers run: <a href=\"{url}\" "
+         "target=\"_blank\">{url}</a>. Section 7 stops them, and Run All runs section 7 too: to keep this page "
+         "live, run the cells one by one and stop before it.</p>")
 _GONE = ("the servers have stopped, so the live page at {url} no longer answers; to see it live again, start "
          "them again (run the cell that starts them, then this one: they get new ports)")
 
