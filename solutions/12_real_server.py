@@ -42,8 +42,7 @@ def pick_worker(sent, text, loads):
     w = match.index(max(match))                 # the first of the longest
     if match[w] / len(text) > 0.3:
         return w
-    sizes = [len({s[:k] for s in texts for k in range(1, len(s) + 1)}) for texts in sent]   # a trie's characters
-    return sizes.index(min(sizes))
+    return loads.index(lo)                      # a miss: the least loaded worker (sglang-router 0.3.2)
 
 
 def router_flags():

@@ -187,9 +187,11 @@ def _review_walk(nodes, prompt):
         k, cur = k + m, c["id"]
 
 
-def _review_pick(sent, text, loads, last=False, hi_tie=False):
+def _review_pick(sent, text, loads, last=False, hi_tie=False, tree=False):
     """The reviewer's pick_worker (ex12.py) with its two switches: match the LAST text sent to a
-    worker only; break every tie (loads, matches, tree sizes) to the HIGHER index."""
+    worker only; break every tie (loads, matches) to the HIGHER index. A miss goes to the least
+    loaded worker (sglang-router 0.3.2's code); ``tree``: to the smallest tree, as the reviewer
+    wrote it when the lesson taught that rule."""
     W = range(len(sent))
 
     def argmin(xs):
@@ -207,7 +209,9 @@ def _review_pick(sent, text, loads, last=False, hi_tie=False):
     w = max(i for i in W if ms[i] == max(ms)) if hi_tie else ms.index(max(ms))
     if ms[w] and ms[w] / len(text) > 0.3:
         return w
-    return argmin([len({t[:i + 1] for t in s for i in range(len(t))}) for s in sent])
+    if tree:
+        return argmin([len({t[:i + 1] for t in s for i in range(len(t))}) for s in sent])
+    return argmin(loads)
 
 
 @pytest.mark.parametrize("page", [2, 4, 16])
@@ -235,3 +239,42 @@ def test_ties_to_the_higher_index_are_named_everywhere():
     r = check.choose_worker(lambda s, t, l: _review_pick(s, t, l, hi_tie=True), verbose=False)
     assert not r.passed
     assert all("LOWER index" in c.note for c in r.failures), [c.note for c in r.failures]
+
+
+def test_a_miss_sent_to_the_smallest_tree_is_named():
+    """Review of 0430388: the lesson taught "a miss goes to the smaller tree" (the policy's source
+    comment) while sglang-router 0.3.2 sends it to the least loaded worker (tests/test_serve_router.py
+    shows it on the real router). The reviewer's answer, written for the old rule, now fails, named."""
+    r = check.choose_worker(lambda s, t, l: _review_pick(s, t, l, tree=True), verbose=False)
+    assert not r.passed
+    assert all("LEAST LOADED" in c.note and "smallest tree" in c.note for c in r.failures), [c.note for c in r.failures]
+
+
+def test_a_page_size_hard_coded_in_the_walk_too_is_named_with_its_size():
+    """Review of 0430388, 1g: the reviewer's walk (a child chosen by its first page) and floor both
+    used a constant 4; the checker named it "hard-coded page size 8?" (its model of a hard-coded page
+    floored a correct walk, and on the page-1 trees only 8 gave the same zeros)."""
+    def review_walk(nodes, prompt, page_size):             # ex12.py's _walk, as typed
+        kids = {}
+        for n in nodes:
+            if not n.get("evicted"):
+                kids.setdefault(n["parent"], []).append(n)
+        cur, m = 0, 0
+        while True:
+            nxt = next((c for c in kids.get(cur, []) if list(c["ids"][:page_size]) == list(prompt[m:m + page_size])
+                        and len(prompt) - m >= 1), None)
+            if nxt is None:
+                return m
+            i, ids = 0, nxt["ids"]
+            while i < len(ids) and m + i < len(prompt) and ids[i] == prompt[m + i]:
+                i += 1
+            if i < len(ids):
+                return m + i
+            m, cur = m + i, nxt["id"]
+
+    def hard_4(nodes, prompt, page_size):
+        return min(review_walk(nodes, prompt, 4), len(prompt) - 1) // 4 * 4
+
+    r = check.predict_cached_tokens(hard_4, verbose=False)
+    assert not r.passed
+    assert all("page size 4" in c.note and "page_size" in c.note for c in r.failures), [c.note for c in r.failures]

@@ -257,13 +257,17 @@ EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL not
     ("12", "pick_worker", [("hi > 1.5 * lo:", "hi >= 1.5 * lo:")], "(> 1.5 x min, not >=)"),
     ("12", "pick_worker", [("    w = match.index(max(match))", "    w = len(match) - 1 - match[::-1].index(max(match))")],
      "ties go to the LOWER index"),
-    ("12", "pick_worker", [("    return sizes.index(min(sizes))", "    return len(sizes) - 1 - sizes[::-1].index(min(sizes))")],
+    ("12", "pick_worker", [("    return loads.index(lo)                      # a miss",
+                            "    return len(loads) - 1 - loads[::-1].index(lo)  # a miss")],
      "ties go to the LOWER index"),
-    ("12", "pick_worker", [("return loads.index(lo)", "return loads.index(hi)")], "not the most loaded"),
+    ("12", "pick_worker", [("        return loads.index(lo)\n", "        return loads.index(hi)\n")], "not the most loaded"),
     ("12", "pick_worker", [("    if hi - lo > 64 and hi > 1.5 * lo:          # unbalanced: the least loaded worker\n"
-                            "        return loads.index(lo)\n", ""),
-                           ("    sizes = [", "    if hi - lo > 64 and hi > 1.5 * lo:\n        return loads.index(lo)\n    sizes = [")],
+                            "        return loads.index(lo)\n", "")],
      "the loads come FIRST"),
+    ("12", "pick_worker", [("    return loads.index(lo)                      # a miss",
+                            "    return [len({s[:k] for s in t for k in range(1, len(s) + 1)}) for t in sent].index(\n"
+                            "        min(len({s[:k] for s in t for k in range(1, len(s) + 1)}) for t in sent))  # a miss")],
+     "not to the smallest tree"),
     ("12", "predict_cached", [('        if k < len(nxt["ids"]):                 # the match ends inside this node\n'
                                '            break\n', "")], "a match that ends inside a node stops there"),
     ("12", "predict_cached", [("    return pos // page_size * page_size", "    return -(-pos // page_size) * page_size")],

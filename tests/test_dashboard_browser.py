@@ -113,6 +113,34 @@ def test_the_dashboard_shows_each_request_within_a_second_and_fits_the_classroom
     assert server.url + "/dashboard/plotly.min.js" in seen
 
 
+def test_the_live_page_says_each_count_once_and_draws_no_empty_column(browser, server):
+    """Review of 0430388 (lesson 12's live page): the pool's and the tree's counts were written twice
+    (header and plot titles), an empty name column, the history's date row clipped, its lines in the
+    tree's blue and the copy-on-write orange, and a cyan swatch for "held by a request" that is also
+    one request's colour."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    page = ctx.new_page()
+    try:
+        page.goto(server.url + "/dashboard")
+        page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
+        rid = _completion(server, "def count(xs):\n    return")["id"].removeprefix("cmpl-")
+        page.wait_for_function("""(rid) => { const s = window.kvlabState;
+            return s && s.requests.some(r => r.rid === rid && r.state === 'finished'); }""", arg=rid, timeout=15_000)
+        page.wait_for_timeout(300)
+        titles = page.evaluate("""() => ['pool', 'tree'].map(id => document.getElementById(id).layout.title.text)""")
+        used, nodes = page.inner_text("#used"), page.inner_text("#nodes")
+        assert not any(f"{used} of" in t or f"{nodes} nodes" in t for t in titles), titles
+        assert page.locator("#reqs th.name").is_hidden()                  # no client sent a name
+        hist = page.evaluate("() => document.getElementById('history').layout.xaxis.tickformat")
+        assert hist == "%H:%M:%S", hist
+        lines = page.evaluate("() => document.getElementById('history').data.map(t => t.line.color)")
+        assert set(lines) == {"#444"}, lines
+        swatch = page.evaluate("() => [...document.querySelectorAll('#legend .swatch')][1].style.background")
+        assert "gradient" in swatch, swatch
+    finally:
+        ctx.close()
+
+
 def test_the_chat_page_streams_a_reply_and_shows_its_cached_count(browser, server):
     seen: list[str] = []
     ctx, page = _page(browser, server, seen)

@@ -141,3 +141,55 @@ def test_a_router_does_not_outlive_the_process_that_started_it():
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_what_the_cache_aware_router_does_on_a_miss():
+    """Which rule sglang-router 0.3.2 follows (lesson 12 section 5 and exercise 2 teach it): it
+    matches the messages' contents joined by spaces (not the chat template, not the JSON body); a
+    match over 30% goes to the worker holding it; a miss goes to the LEAST LOADED worker (its own
+    count of requests in flight), ties to the first worker of its list, NOT to the smaller tree
+    (the policy's source comment). Two fresh workers, five requests, about 4 s."""
+    import threading
+
+    from kvlab.serve.lab import start_lab
+    from kvlab.serve.router import router_view
+
+    lab = start_lab(workers=2, num_blocks=256)
+    try:
+        try:
+            router = lab.route("cache_aware")
+        except (RouterError, OSError) as e:
+            pytest.skip(f"the sglang-router binary could not start here: {e}")
+        client = openai.OpenAI(base_url=router.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        counts = [0, 0]
+
+        def went(msgs, max_tokens=2):
+            client.chat.completions.create(model=lab.model, messages=msgs, max_tokens=max_tokens, temperature=0)
+            now = [w["requests"] for w in router_view(lab.urls)["workers"]]
+            moved = [i for i in range(2) if now[i] > counts[i]]
+            counts[:] = now
+            return moved
+
+        long_text = "Quantum foam, zebra crossings and other unrelated words, " * 3
+        first = went([{"role": "user", "content": long_text}])          # empty trees, idle: a miss
+        assert len(first) == 1
+        f = first[0]
+        busy = threading.Thread(target=went, args=([{"role": "user", "content": "Tell a long story"}], 300))
+        busy.start()                                                    # a miss too: to f (both idle)
+        for _ in range(500):
+            if lab.workers[f].loop.active:
+                break
+            threading.Event().wait(0.01)
+        assert lab.workers[f].loop.active, "the long request never started on the first worker"
+        shared = "The museum opens at nine and closes at five."
+        other = went([{"role": "system", "content": shared}, {"role": "user", "content": "ok"}])
+        busy.join()
+        assert other == [1 - f], "a miss while the first worker is busy goes to the idle one (least loaded)"
+        # idle again. The same words as a user message: the template differs, the contents do not.
+        assert went([{"role": "user", "content": shared + " When?"}]) == [1 - f], \
+            "a >30% match of the contents goes to the worker holding them, though the template differs"
+        # f's tree holds far more characters than the other's: the smaller-tree rule would pick 1 - f
+        assert went([{"role": "user", "content": "Completely different words"}]) == [f], \
+            "a miss with both idle goes to the router's first worker, not to the smaller tree"
+    finally:
+        lab.stop()

@@ -117,6 +117,22 @@ def test_the_path_of_the_last_request_reads_as_one_text_in_whole_words(classroom
     assert "customer-service … How" not in plain                        # (no node here is cut by the server)
     assert serve_view._node_label(" apply for a refund?", 10, 2) == "apply for<br>a refund?"
     assert serve_view._node_label("assistant:\nHello there", 8) == "assista…"
+    assert serve_view._node_label("apply for a refund?", 10) == "apply for…"     # a cut after a whole word
+
+
+def test_recorded_tree_labels_never_end_inside_a_word():
+    """Review of 0430388 (lesson 12 screenshots): labels cut to ~8 characters inside words
+    ("apply fo…", "system: Yo…"). A label ends after its last whole word ("…"), and where the
+    tree's rows leave room it has two lines."""
+    s = _branchy()
+    fig = serve_view.dashboard_figure(s)
+    labels = [t for t in fig.data[2].text[1:]]
+    texts = {" ".join(x["text"].split()) for x in s["tree"]}
+    for label in labels:
+        body = label.replace("<br>", " ").strip("…")
+        if label.endswith("…"):
+            assert any(f"{body} " in f"{t} " or f"{body}" == t for t in texts) or " " not in body, label
+    assert any("<br>" in t for t in labels), labels
 
 
 def test_the_request_menu_replays_the_cache_after_the_request_picked(monkeypatch):
@@ -159,7 +175,7 @@ def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypat
     assert [k for k, _ in shown] == ["display"] and type(shown[0][1]).__name__ == "HTML"
     live = shown[0][1].data
     assert '<iframe' in live and 'src="http://x/dashboard"' in live
-    assert 'href="http://x/dashboard" target="_blank"' in live and "until the servers stop" in live
+    assert 'href="http://x/dashboard" target="_blank"' in live and "Run All runs section 7 too" in live
     lab.stop()
     assert [k for k, _ in shown] == ["display", "update"]
     box = shown[1][1]
@@ -235,8 +251,9 @@ def test_the_recorded_tree_labels_its_nodes_and_no_edge_crosses_a_label(classroo
     boxes = []
     for x, y, text, size in zip(dots.x, dots.y, dots.text, dots.marker.size):
         cx, cy = px(x, y)
-        w = len(text) * 0.6 * th.font_size
-        boxes.append((cx - w / 2, cy + size / 2 + 1, cx + w / 2, cy + size / 2 + 1.2 * th.font_size))
+        rows = text.split("<br>")                                      # a label of one or two lines
+        w = max(map(len, rows)) * 0.6 * th.font_size
+        boxes.append((cx - w / 2, cy + size / 2 + 1, cx + w / 2, cy + size / 2 + 1.2 * th.font_size * len(rows)))
     pts = list(zip(edges.x, edges.y))
     segs = [(px(*a), px(*b)) for a, b in zip(pts, pts[1:]) if None not in a + b]
     assert segs and all(a[0] == b[0] or a[1] == b[1] for a, b in segs)   # elbows: each piece level or upright

@@ -41,11 +41,13 @@ ROUTER_FLAGS = {"--policy": "cache_aware", "--cache-threshold": CACHE_THRESHOLD,
 
 # ------------------------------------------------------------------ predict_cached_tokens
 def cached_by_rule(nodes: list[dict], prompt: list[int], page_size: int, *, cap: bool = True, pages: bool = True,
-                   ghosts: bool = False, partial: bool = True, slip: str = "") -> int:
+                   ghosts: bool = False, partial: bool = True, walk_page: int = 0, slip: str = "") -> int:
     """The answer with each rule on or off (every ``False`` is a mistake a FAIL names): walk the
     live nodes from the root along ``prompt``; ``cap``: at most ``len(prompt) - 1``; ``pages``: whole
-    pages only; ``ghosts``: walk evicted nodes too; ``partial``: count a node matched part-way.
-    ``slip``: one more mistake by name (:data:`CACHED_SLIPS`)."""
+    pages only; ``ghosts``: walk evicted nodes too; ``partial``: count a node matched part-way;
+    ``walk_page``: a mistake, a child followed only when its first ``walk_page`` ids are the
+    prompt's next ones (a walk by pages of a constant size). ``slip``: one more mistake by name
+    (:data:`CACHED_SLIPS`)."""
     kids: dict[int, list[dict]] = {}
     for n in nodes:
         if ghosts or not n["evicted"]:
@@ -55,6 +57,8 @@ def cached_by_rule(nodes: list[dict], prompt: list[int], page_size: int, *, cap:
         step = None
         for child in kids.get(node_id, []):                  # page > 1: children may share a partial first page
             ids, k = child["ids"], 0
+            if walk_page and list(ids[:walk_page]) != list(prompt[pos:pos + walk_page]):
+                continue
             while k < len(ids) and pos + k < len(prompt) and ids[k] == prompt[pos + k]:
                 k += 1
             if k and (step is None or k > step[1]) and not (slip == "first_child" and step):
@@ -102,6 +106,10 @@ CACHED_MISTAKES = dict([
     *((f"hard-coded page size {p}? your answer rounds to pages of {p} whatever page_size says (the cases use "
        f"pages of 1, 2 and 4): use the argument", lambda nodes, prompt, ps, p=p: cached_by_rule(nodes, prompt, p))
       for p in (2, 4, 8, 16)),                               # a constant 1 is "no page floor", named above
+    *((f"hard-coded page size {p}? your answer walks the tree in pages of {p} and rounds to them whatever "
+       f"page_size says (the cases use pages of 1, 2 and 4): use the argument in both places",
+       lambda nodes, prompt, ps, p=p: cached_by_rule(nodes, prompt, p, walk_page=p))
+      for p in (2, 4)),                 # walking by pages of 8 or 16 finds nothing in these trees: no name
 ])
 
 
@@ -203,10 +211,11 @@ def _tree_chars(texts: Sequence[str]) -> int:
 
 
 def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance: bool = True, ratio: bool = True,
-                  strict: bool = True, smallest: bool = True, best: str = "longest", size: str = "trie",
-                  slip: str = "") -> int:
+                  strict: bool = True, miss: str = "load", best: str = "longest", slip: str = "") -> int:
     """The router's choice with each rule on or off (every change is a mistake a FAIL names);
-    ``slip``: one more mistake by name (:data:`ROUTE_MISTAKES`)."""
+    ``miss``: where a miss goes (``load``: the least loaded worker, as sglang-router 0.3.2 does;
+    ``tree``, ``tree_sum``, ``first``, ``match``: mistakes); ``slip``: one more mistake by name
+    (:data:`ROUTE_MISTAKES`)."""
     n = len(sent)
     hi, lo = max(loads), min(loads)
     last = slip == "ties_last"                               # ties: the lower index, unless this slip
@@ -214,7 +223,7 @@ def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance
     far = hi - lo >= BALANCE_ABS if slip in ("ge_abs", "ge_both") else hi - lo > BALANCE_ABS
     ratio_big = hi >= lo * BALANCE_REL if slip in ("ge_rel", "ge_both") else hi > lo * BALANCE_REL
     unbalanced = balance and ((far or ratio_big) if slip == "or" else (far and ratio_big))
-    if unbalanced and slip != "balance_last":
+    if unbalanced:
         return loads.index(hi) if slip == "most_loaded" else least   # unbalanced: the least loaded worker
     match = [max((_lcp(text, s) for s in (texts[-1:] if best == "last" else texts)), default=0)
              if best in ("longest", "last") else sum(_lcp(text, s) for s in texts) for texts in sent]
@@ -222,12 +231,14 @@ def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance
     rate = match[w] / len(text) if ratio and text else match[w]
     if rate > CACHE_THRESHOLD if strict else rate >= CACHE_THRESHOLD:
         return w
-    if unbalanced:                                           # slip "balance_last": the loads only on a miss
+    if miss == "load":                                       # sglang-router 0.3.2: the least loaded worker
         return least
-    chars = [_tree_chars(t) if size == "trie" else sum(map(len, t)) for t in sent]
-    if smallest:
-        return min(range(n), key=lambda i: (chars[i], -i if last else i))
-    return max(range(n), key=lambda i: (chars[i], -i))
+    if miss == "first":
+        return 0
+    if miss == "match":
+        return w
+    chars = [_tree_chars(t) if miss == "tree" else sum(map(len, t)) for t in sent]
+    return min(range(n), key=lambda i: (chars[i], -i if last else i))
 
 
 def _route(**kw) -> Callable:
@@ -236,7 +247,7 @@ def _route(**kw) -> Callable:
 
 ROUTE_MISTAKES = dict([
     ("the loads come FIRST: when they are unbalanced the least loaded worker gets the request even if another "
-     "worker holds its prefix (the balance check overrides the cache)", _route(slip="balance_last")),
+     "worker holds its prefix (the balance check overrides the cache)", _route(balance=False)),
     ("unbalanced means max - min MORE than 64 (> 64, not >=): loads exactly 64 apart are balanced",
      _route(slip="ge_abs")),
     ("unbalanced means max MORE than 1.5 x min (> 1.5 x min, not >=): loads exactly 1.5x apart are balanced",
@@ -244,23 +255,26 @@ ROUTE_MISTAKES = dict([
     (">= where > is due, on both balance thresholds: unbalanced means max - min > 64 AND max > 1.5 x min "
      "(loads exactly 64 or exactly 1.5x apart are balanced)", _route(slip="ge_both")),
     ("unbalanced needs BOTH: max - min > 64 AND max > 1.5 x min (and, not or)", _route(slip="or")),
-    ("ties go to the LOWER index: the first of the workers with the longest match (or the smallest tree)",
+    ("ties go to the LOWER index: the first of the workers with the longest match (or the least load)",
      _route(slip="ties_last")),
     ("unbalanced loads send the request to the LEAST loaded worker (min), not the most loaded",
      _route(slip="most_loaded")),
-    ("the loads are unbalanced (max - min > 64 and max > 1.5 x min): the router sends the request to "
-     "the least loaded worker, whatever it caches", _route(balance=False)),
     ("the match must be MORE than the threshold (> 0.3): a match of exactly 0.3 is a miss", _route(strict=False)),
     ("the threshold is on the matched FRACTION of the request's text (matched characters / len(text) "
      "> 0.3), not on a count", _route(ratio=False)),
-    ("on a miss the router picks the worker whose tree is smallest (fewest cached characters), so the "
-     "new prefix goes where there is room", _route(smallest=False)),
+    ("a miss goes to the LEAST LOADED worker (ties: the lower index), not to the smallest tree: that is what "
+     "the policy's source comment says and what sglang-router did before, but 0.3.2 picks by load "
+     "(section 5's run shows it)", _route(miss="tree")),
+    ("a miss goes to the LEAST LOADED worker (ties: the lower index), not to the smallest tree (and not "
+     "to the fewest characters sent)", _route(miss="tree_sum")),
+    ("a miss goes to the LEAST LOADED worker, not always to worker 0: the loads decide (worker 0 only "
+     "when it is among the least loaded)", _route(miss="first")),
+    ("a match at or under the threshold is a MISS: it goes to the least loaded worker, not to the worker "
+     "with the (too short) longest match", _route(miss="match")),
     ("a worker's match is its LONGEST prefix match over the texts it was sent, not a sum over them",
      _route(best="sum")),
     ("a worker's match is its longest prefix match over EVERY text it was sent (its tree holds them all), "
      "not over the last one only", _route(best="last")),
-    ("a worker's tree holds each shared prefix once: count the distinct prefixes of its texts, not the sum "
-     "of their lengths", _route(size="sum")),
     ("workers are numbered from 0 (the index into sent and loads), not from 1",
      lambda sent, text, loads: route_by_rule(sent, text, loads) + 1),
 ])
@@ -272,23 +286,26 @@ def _route_cases(rng: random.Random) -> list[tuple[str, list[list[str]], str, li
         ("a conversation's next turn goes back to its worker", [[sys_a + "Q1 refund"], [sys_b + "Q2"]],
          sys_a + "Q1 refund A1 Q2 human", [0, 0]),
         ("the second worker holds the prefix", [[sys_b + "hello"], [sys_a + "ship?"]], sys_a + "ship? and now?", [1, 1]),
-        ("a miss goes to the smaller tree", [["x" * 40], ["y" * 5]], "zzzzzzzzzz", [0, 0]),
-        ("a miss goes to the smaller tree (the first is smaller)", [["ab"], ["cdefgh", "cdxyz"]], "qqq", [2, 2]),
-        ("a match of exactly 0.3 is a miss", [["abcQQQQ"], ["z"]], "abcdefghij", [0, 0]),
+        ("a miss goes to the least loaded worker, not the smaller tree", [["y" * 5], ["x" * 40]], "zzzzzzzzzz", [3, 1]),
+        ("a miss with equal loads: the lower index, not the smaller tree", [["cdefgh", "cdxyz"], ["ab"]], "qqq", [2, 2]),
+        ("an idle router: every miss goes to the first worker", [["x" * 40, "w" * 30], []], "zzzzzz", [0, 0]),
+        ("a miss: the least loaded, not the longest (too short) match", [["abc"], ["q"]], "abcdefghijklmn", [4, 2]),
+        ("a match of exactly 0.3 is a miss", [["abcQQQQ"], ["z"]], "abcdefghij", [1, 0]),
         ("2 of 20 characters match: a miss", [["zz"], ["hello there friend"]], "he" + "x" * 18, [0, 0]),
-        ("5 of 30 characters match: a miss", [["hello", "help me"], ["q"]], "hello" + "y" * 25, [1, 1]),
-        ("a match that starts past the first character is no match", [["xbcdefghij"], ["q"]], "abcdefghij", [0, 0]),
+        ("5 of 30 characters match: a miss", [["hello", "help me"], ["q"]], "hello" + "y" * 25, [1, 0]),
+        ("a match that starts past the first character is no match", [["xbcdefghij"], ["q"]], "abcdefghij", [1, 0]),
         ("two workers hold the same prefix: the lower index", [["zz", "abcdef"], ["abcdef"]], "abcdefg", [0, 0]),
         ("a miss on a short text", [["abcdefgh"], ["x"]], "qq", [0, 0]),
-        ("shared prefixes count once in a tree", [["abc", "abd"], ["wxyzq"], ["nopqrstuv"]], "mmmmmmmm", [0, 0, 0]),
-        ("shared prefixes count once (three workers)", [["hello"], ["help", "helm", "hex"], ["qwertyuiop"]],
-         "zzzz", [1, 1, 1]),
-        ("a tree of many short texts", [["abcdef"], ["ab", "cd", "ef", "g"]], "mmmmmmmm", [0, 0]),
-        ("one character is a prefix too", [["ab", "cd", "ef"], ["abcde"]], "zzzz", [0, 0]),
+        ("a miss among three workers: the least loaded", [["abc", "abd"], ["wxyzq"], ["nopqrstuv"]], "mmmmmmmm",
+         [5, 9, 2]),
+        ("three workers, two least loaded: the lower index", [["hello"], ["help", "helm", "hex"], ["qwertyuiop"]],
+         "zzzz", [3, 1, 1]),
+        ("a tree of many short texts, balanced loads", [["ab", "cd", "ef", "g"], ["abcdef"]], "mmmmmmmm", [7, 6]),
+        ("balanced loads still decide a miss", [["abcde"], ["ab", "cd", "ef"]], "zzzz", [40, 60]),
         ("loads exactly 64 apart: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [128, 64]),
         ("loads 65 apart and 2x: unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [130, 65]),
         ("loads exactly 1.5x and 70 apart: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [210, 140]),
-        ("a match just over 0.3 is a hit", [["abcdQQ"], ["zzzzzzzzzzzzzzzzz"]], "abcdefghij", [0, 0]),
+        ("a match just over 0.3 is a hit", [["abcdQQ"], ["zzzzzzzzzzzzzzzzz"]], "abcdefghij", [2, 0]),
         ("unbalanced loads win over the cache", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [200, 10]),
         ("loads 60 apart and under 1.5x: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [200, 140]),
         ("loads 1.5x apart but only 60 apart: not unbalanced", [[sys_a + "Q"], [sys_b]], sys_a + "Q more", [120, 60]),
@@ -316,6 +333,9 @@ def choose_worker(fn: Callable, verbose: bool = True) -> CheckResult:
     ``cache_aware`` policy sends ``text`` to. ``sent[w]``: the texts worker ``w`` was sent (what the
     router's approximate tree holds for it); ``loads[w]``: its requests in flight. Thresholds:
     ``CACHE_THRESHOLD`` 0.3, ``BALANCE_ABS`` 64, ``BALANCE_REL`` 1.5; ties go to the lower index.
+    A miss goes to the least loaded worker, as the code of 0.3.2 does (sglang PR 14650; the policy's
+    source comment still says "smallest tree", and a test of lesson 12 runs the real router to show
+    which one it follows).
     """
     c = Checker("choose_worker", fn, reference=lambda sent, text, loads: route_by_rule(sent, text, loads),
                 verbose=verbose)

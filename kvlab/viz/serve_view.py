@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from .palette import HIT, MISS, theme
 
-__all__ = ["DASHBOARD_REQUEST_COLORS", "served_page_size_control", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
+__all__ = ["DASHBOARD_REQUEST_COLORS", "served_page_size_control", "served_run", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
            "dashboard_stepper", "router_figure", "show_dashboard"]
 
 _BLOCK = {0: "#eeeeee", 2: "#9e9e9e", 3: "#222222"}       # free, cached only, shared (as the live page)
@@ -128,10 +128,12 @@ def _legend_traces(state: dict, d: dict) -> list[Any]:
 def _node_label(text: str, chars: int = 12, lines: int = 1) -> str:
     """A tree node's label: its text with runs of white space as one space (no ``\n`` shown),
     wrapped at spaces into at most ``lines`` lines of ``chars`` characters (``<br>`` between them),
-    ``…`` where it is cut.
+    ``…`` where it is cut: after the last whole word that fits (inside a word only when the first
+    word alone is longer than a line).
 
     Example: ``_node_label("assistant:\nHello there", 8) -> 'assista…'``;
-    ``_node_label(" apply for a refund?", 10, 2) -> 'apply for<br>a refund?'``."""
+    ``_node_label(" apply for a refund?", 10, 2) -> 'apply for<br>a refund?'``;
+    ``_node_label("apply for a refund?", 10) -> 'apply for…'``."""
     words, out = " ".join(text.split()).split(" "), [""]
     for w in words:
         while len(w) > chars:                                # a word longer than a line: cut it
@@ -145,7 +147,10 @@ def _node_label(text: str, chars: int = 12, lines: int = 1) -> str:
     out = [x for x in out if x]
     if len(out) > lines or (out and len(out[-1]) > chars):
         out = out[:lines]
-        out[-1] = out[-1][:chars - 1] + "…"
+        last = out[-1]
+        while len(last) > chars - 1 and " " in last:          # drop whole words until "…" fits
+            last = last.rsplit(" ", 1)[0]
+        out[-1] = (last if len(last) <= chars - 1 else last[:chars - 1]) + "…"
     return "<br>".join(out)
 
 
@@ -161,17 +166,17 @@ def _pool_trace(state: dict, d: dict, cols: int, size: int) -> Any:
                       hoverinfo="text", showlegend=False)
 
 
-def _short_label(node: dict, parent_text: str, chars: int) -> str:
-    """A node's label on the tree: the start of its text, one line of at most ``chars``; "…" first
-    where it starts inside a word (a page boundary splits words: "istant" after "ass").
+def _short_label(node: dict, parent_text: str, chars: int, lines: int = 1) -> str:
+    """A node's label on the tree: the start of its text, ``lines`` lines of at most ``chars``; "…"
+    first where it starts inside a word (a page boundary splits words: "istant" after "ass").
 
     Example: ``_short_label({"text": "istant: hello"}, "You are the ass", 12) -> '…istant:…'``."""
     mid = (parent_text[-1:].isalnum() or parent_text.endswith("…")) and node["text"][:1].isalnum()   # "…": cut by the server
     text = " ".join(node["text"].split())
-    return _node_label(("…" if mid else "") + text, chars)
+    return _node_label(("…" if mid else "") + text, chars, lines)
 
 
-def _tree_traces(d: dict, th: Any = None, width_px: float = 560) -> tuple[list[Any], dict, int]:
+def _tree_traces(d: dict, th: Any = None, width_px: float = 560, lines: int = 1) -> tuple[list[Any], dict, int]:
     """The tree's edges and nodes (depth on x), each node labelled under it with the start of its
     text, cut to its column (the whole text is its tooltip, and the last request's path is written
     out under the tree, :func:`_path_labels`). The edges are elbows: out of a node to half-way to
@@ -198,7 +203,7 @@ def _tree_traces(d: dict, th: Any = None, width_px: float = 560) -> tuple[list[A
         x=[pos[0][0]] + [pos[x["id"]][0] for x in shown], y=[pos[0][1]] + [pos[x["id"]][1] for x in shown],
         mode="markers+text", hoverinfo="text", textposition="bottom center", textfont=dict(size=font, color="#333"),
         name="tree nodes", cliponaxis=False,                                  # the lowest label may hang below
-        text=["root"] + [_short_label(x, text_of.get(x["parent"], ""), chars) for x in shown],
+        text=["root"] + [_short_label(x, text_of.get(x["parent"], ""), chars, lines) for x in shown],
         hovertext=["root"] + [f"node {x['id']}: {x['tokens']} tokens" + (" (evicted)" if x["evicted"] else "")
                               + "<br>" + _node_label(x["text"], 40, 3) for x in shown],
         marker=dict(size=[10] + [8 + 2 * math.sqrt(x["tokens"]) for x in shown],
@@ -302,6 +307,9 @@ def dashboard_figure(state: dict, caption: str | None = "") -> Any:
     row_px = (1 - bottom) * plot_px / (1.2 - low)                       # one leaf row of the tree, in pixels
     if row_px < 1.25 * th.font_size + 6:                                # too many leaves for labels: tooltips only
         fig.update_traces(mode="markers", text=None, selector=dict(name="tree nodes"))
+    elif row_px >= 2 * 1.25 * th.font_size + 14:                        # room for two lines a label
+        two = _tree_traces(d, th, 0.66 * width, lines=2)[0][1].text
+        fig.update_traces(text=two, selector=dict(name="tree nodes"))
     if caption is not None:
         fig.update_layout(title=dict(text=(caption or "the server's dashboard") + " (measured)",
                                      font=dict(size=th.title_size), x=0.01))
@@ -362,8 +370,9 @@ def _frame_height() -> int:
     return 525 if is_classroom() else 760
 
 
-_LIVE = ("<p style='margin:2px 0'>The server's page, live until the servers stop (the last section stops them, "
-         "Run All too): <a href=\"{url}\" target=\"_blank\">{url}</a></p>")
+_LIVE = ("<p style='margin:2px 0'>The server's page, live while the servers run: <a href=\"{url}\" "
+         "target=\"_blank\">{url}</a>. Section 7 stops them, and Run All runs section 7 too: to keep this page "
+         "live, run the cells one by one and stop before it.</p>")
 _GONE = ("the servers have stopped, so the live page at {url} no longer answers; to see it live again, start "
          "them again (run the cell that starts them, then this one: they get new ports)")
 
@@ -445,10 +454,14 @@ def router_figure(views: dict[str, dict]) -> Any:
 SERVED_PAGE_SIZES = (1, 2, 4, 8, 16)
 
 
-def _served_run(requests: Sequence[tuple[str, Sequence[int], Sequence[int]]], page_size: int,
+def served_run(requests: Sequence[tuple[str, Sequence[int], Sequence[int]]], page_size: int,
                 slots: int) -> dict[str, dict[str, int]]:
     """The requests, in order, through the server's own cache code (a ``CacheManager`` of
-    ``slots // page_size`` blocks of ``page_size`` tokens): per request, tokens matched and prefilled."""
+    ``slots // page_size`` blocks of ``page_size`` tokens): per request, tokens matched and prefilled.
+
+    >>> served_run([("R1", list(range(10)), [99]), ("R2", list(range(9)) + [7], [])], 4, 64)["matched"]
+    {'R1': 0, 'R2': 8}
+    """
     from ..reuse.cache_manager import CacheManager, serve_request
 
     cm = CacheManager(num_blocks=slots // page_size, block_size=page_size)
@@ -479,7 +492,7 @@ def served_page_size_control(requests: Sequence[tuple[str, Sequence[int], Sequen
         def __init__(self) -> None:
             self.page_size = server_page if page_size is None else page_size
             self.check()
-            self._one = _served_run(requests, 1, slots)["matched"]
+            self._one = served_run(requests, 1, slots)["matched"]
             super(PageSizeControl, self).__init__(static=static)
 
         def check(self) -> None:
@@ -487,7 +500,7 @@ def served_page_size_control(requests: Sequence[tuple[str, Sequence[int], Sequen
                 raise ValueError(f"page_size must be one of {SERVED_PAGE_SIZES}, got {self.page_size!r}")
 
         def update(self) -> None:
-            self.result = {**_served_run(requests, self.page_size, slots), "matched_1": dict(self._one)}
+            self.result = {**served_run(requests, self.page_size, slots), "matched_1": dict(self._one)}
 
         def caption(self) -> str:
             r, p = self.result, self.page_size

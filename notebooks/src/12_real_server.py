@@ -213,8 +213,22 @@ print(f"the server's replies say {measured_cached} cached tokens in all; equal t
 from kvlab.viz.serve_view import served_page_size_control
 
 names = [c.split(":")[0].removeprefix("after ") for c in captions]     # "after R1: ..." -> "R1"
-served_page_size_control([(n, p, o) for n, (_, p, o, _) in zip(names, sent)],
-                         {n: cached for n, (*_, cached) in zip(names, sent)}, server_page=4, slots=96 * 4)
+requests = [(n, p, o) for n, (_, p, o, _) in zip(names, sent)]
+served_page_size_control(requests, {n: cached for n, (*_, cached) in zip(names, sent)}, server_page=4, slots=96 * 4)
+
+# %% [markdown]
+# The answer, once you have predicted (the same requests through the same code):
+
+# %%
+from kvlab.viz.serve_view import served_run
+
+found = {p: served_run(requests, p, 96 * 4)["matched"] for p in (4, 16)}
+total = {p: sum(f.values()) for p, f in found.items()}
+lost = max(found[4][n] - found[16][n] for n in names)
+print(f"pages of 16 find {total[16]} prompt tokens in the tree, pages of 4 find {total[4]}: "
+      f"{'fewer' if total[16] < total[4] else 'as many or more'} with pages of 16. A match is cut down to whole "
+      f"pages, so a request loses up to {16 - 1} matched tokens at pages of 16 and up to {4 - 1} at pages of 4 "
+      f"(the most one request lost here by going from 4 to 16: {lost} tokens).")
 
 # %% [markdown]
 # ## 5. Two servers behind SGLang's router
@@ -226,10 +240,17 @@ served_page_size_control([(n, p, o) for n, (_, p, o, _) in zip(names, sent)],
 #
 # - `round_robin`: server 0, 1, 0, 1... whatever the request holds;
 # - `cache_aware`: it keeps an approximate radix tree of the **text** it has sent each server
-#   and sends a request to the server holding the longest prefix of it, if that prefix is more
-#   than 30% of the text (`--cache-threshold 0.3`); else to the server whose tree is smallest.
-#   When the loads are unbalanced (the busiest worker runs more than 64 requests more than the
-#   least busy, and more than 1.5 times as many) the least loaded wins.
+#   (the messages' contents joined by spaces, not the chat template) and sends a request to the
+#   server holding the longest prefix of it, if that prefix is more than 30% of the text
+#   (`--cache-threshold 0.3`); else (a miss) to the server with the fewest requests in flight
+#   through the router, the first of its list on a tie. When the loads are unbalanced (the
+#   busiest worker runs more than 64 requests more than the least busy, and more than 1.5 times
+#   as many) the least loaded wins.
+#
+# The policy's source comment says a miss goes to the server whose tree is smallest, as
+# sglang-router did until December 2025; the installed 0.3.2 picks by load (its code, sglang
+# pull request 14650). The run below replays the rules on what the router saw, request by
+# request, and checks them against where each request went.
 #
 # Three conversations, two of them with the shop's system prompt and one with a tutor's, three
 # turns each, interleaved as a room sends them; once per policy, each time from empty caches.
@@ -244,8 +265,27 @@ from kvlab.serve.router import router_view
 
 
 def routing_text(msgs):
-    """A chat request as sglang-router's source renders it for matching: the contents, joined by spaces."""
-    return " ".join(m["content"] for m in msgs)
+    """A chat request as sglang-router 0.3.2 matches it: the messages' contents joined by spaces."""
+    return " ".join(m["content"].strip() if m["role"] == "assistant" else m["content"] for m in msgs)
+
+
+def replay(asked, where):
+    """The rules on what the router saw: before each request, the texts it had sent each worker;
+    one request at a time, so both loads are 0 when it decides. One line per request."""
+    sent, first, lines = [[] for _ in lab.urls], None, []
+    for (name, turn, text), w in zip(asked, where):
+        match = [max((len(os.path.commonprefix([text, t])) for t in texts), default=0) for texts in sent]
+        best = max(range(len(sent)), key=lambda k: (match[k], -k))
+        rate = match[best] / len(text)
+        if rate > 0.3:
+            rule, pick = f"at W{best}: a hit", best
+        else:
+            first = w if first is None else first         # the first miss shows the router's first worker
+            rule, pick = "a miss, loads 0 and 0", first
+        lines.append((f"{name} turn {turn + 1}: {match[best]:>3} of {len(text)} characters ({rate:>4.0%}) "
+                      f"{rule} -> W{pick}; went to W{w}", pick == w))
+        sent[w].append(text)
+    return lines
 
 
 TUTOR = "You are a patient maths tutor; explain each step in one short sentence."
@@ -253,10 +293,11 @@ views, computed = {}, {}
 for policy in ("cache_aware", "round_robin"):
     lab.flush()
     routed = openai.OpenAI(base_url=lab.route(policy).url + "/v1", api_key="none", max_retries=0, timeout=60)
-    convs = [list(shop), list(shop), [{"role": "system", "content": TUTOR}]]
+    convs, asked = [list(shop), list(shop), [{"role": "system", "content": TUTOR}]], []
     for turn in range(3):
         for i, msgs in enumerate(convs):
             msgs.append({"role": "user", "content": f"question {turn + 1} of person {i + 1}"})
+            asked.append((f"chat {i + 1}", turn, routing_text(msgs)))
             r = routed.chat.completions.create(model=lab.model, messages=msgs, max_tokens=6, temperature=0)
             msgs.append({"role": "assistant", "content": r.choices[0].message.content})
     views[policy] = view = router_view(lab.urls)
@@ -267,13 +308,11 @@ for policy in ("cache_aware", "round_robin"):
     assert seen == 3 * len(convs), f"{policy}: {seen} requests in the servers' records, {3 * len(convs)} sent"
     print(f"{policy:<12} {where}\n{'':<12} {rates}; prefill computed {computed[policy]} tokens "
           f"({seen} of {3 * len(convs)} requests sent)")
-    if policy == "cache_aware":    # the tutor's first request, against the two texts the router had sent before it
-        tutor = routing_text(convs[2][:2])
-        shared = max(len(os.path.commonprefix([tutor, routing_text(c[:len(shop) + 1])])) for c in convs[:2])
-        went, shop_w = view["conversations"]["chat 3"][0], {view["conversations"][c][0] for c in ("chat 1", "chat 2")}
-        print(f"{'':<12} the tutor's first request: {shared} of its {len(tutor)} characters ({shared / len(tutor):.0%}) "
-              f"match a text sent before it\n{'':<12} (the threshold is 30%); the router sent it to W{went}, "
-              + ("the server of the shop's chats" if went in shop_w else "a server the shop's chats had not used"))
+    if policy == "cache_aware":
+        lines = replay(asked, [view["conversations"][n][t] for n, t, _ in asked])
+        print("  each request: its longest match in the texts sent before it, and the rule's choice")
+        print("\n".join(f"  {line}" for line, _ in lines))
+        print(f"  the rules give where {sum(ok for _, ok in lines)} of the {len(lines)} requests went")
 lab.router.stop()
 lab.router = None
 print(f"cache-aware routing computed {computed['cache_aware']} prompt tokens, round robin "
@@ -293,17 +332,16 @@ router_figure(views)
 # turns: each turn lands on the other server), so each turn finds there at most the system
 # prompt or what its own conversation left two turns before, computes the rest of its history
 # again, and the hit rate falls (the printed lines give this run's figures). Cache-aware
-# routing kept each conversation where its history is. Now look at the tutor's conversation
-# (the last line under `cache_aware`): its first request shares little more than "You are "
-# with the shop's texts, under the 30% threshold, so by the rules above it is a miss, and a
-# miss goes to the server whose tree is smaller. Where the shop's chats filled one server,
-# that is the other one. If the line says the router sent it to the shop's server, the
-# installed sglang-router (0.3.2) did not follow that rule on these requests (the servers are
-# idle between requests: they come one at a time): an idle server is then the router's doing,
-# not the rule's. The rules of exercise 2 are the policy as sglang-router's source states it.
-# What the run measures either way is the saving of keeping a history where it is cached: the
-# prompt tokens computed, printed above. Which server gets the first request can change from
-# run to run (a tie between two empty trees).
+# routing kept each conversation where its history is, and the lines under `cache_aware` say
+# why each request went where it did. Two are misses: the very first (nothing was sent before
+# it) and the tutor's first, which shares little more than "You are " with the shop's texts.
+# The requests come one at a time, so when the router decides no server runs any of them: the
+# loads tie, and each miss goes to the first server of the router's list (not necessarily the
+# first of `--worker-urls`). Every other request is a hit on text sent to that server before
+# (the second shop chat on the first one's first request). The other server stays idle: the
+# router balances by requests in flight, not by what the trees hold, and here the loads never
+# differ (exercise 2 gives it loads that do). What the run measures is the saving of keeping a
+# history where it is cached: the prompt tokens computed, printed above.
 
 # %% [markdown]
 # ## 6. Exercises
@@ -350,37 +388,38 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Walk from the root (id 0) along the prompt, one node at a time. With pages of 4 tokens, can
-# two children of one node start with the same token? If they can, which of them is the path?
+# Put a prompt beside the tree on the dashboard: which nodes would you read, and in what order,
+# to see how much of the prompt the server already holds? Is a node's first token always enough
+# to pick it?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# A ghost is drawn but its KV is gone. And section 2's R2 asked again would match its whole
-# prompt: what must the server still compute, and in what unit does it reuse KV?
+# Not everything drawn holds KV, and not every matched token is reported: in section 2, which
+# request's `cached_tokens` is smaller than what its prompt shares with the tree, and why?
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# After the walk come Hint 2's two limits, and their order matters. Try both orders by hand on
-# a prompt of 8 tokens that the tree holds whole, with pages of 4: which order gives an answer the
-# server could really report?
+# Two corrections turn a match into what the server reports. Apply them in both orders to a
+# prompt the tree holds whole: only one order gives a number the server could report.
 # </details>
 
 # %% [markdown]
 # ### Exercise 2: which worker should a cache-aware router pick?
 #
 # Implement `pick_worker(sent, text, loads)`: the index of the worker `sglang-router`'s
-# `cache_aware` policy sends the request `text` to. `sent[w]` is the list of texts the router has
-# sent worker `w` (its approximate tree for that worker holds exactly their prefixes);
-# `loads[w]` is how many requests worker `w` is running. Section 5 gives the policy's three
-# rules in prose, and not in the order the router checks them. **Design it before you code**:
+# `cache_aware` policy (version 0.3.2, the one installed) sends the request `text` to. `sent[w]`
+# is the list of texts the router has sent worker `w` (its approximate tree for that worker holds
+# exactly their prefixes); `loads[w]` is how many requests the router has in flight at worker
+# `w`; the workers are in the router's own order. Section 5 gives the policy's three rules in
+# prose, and not in the order the router checks them. **Design it before you code**:
 #
 # - In which order must the three rules be tried? Find a request for which the two orders
 #   disagree, and decide which answer a router that must not overload a worker gives.
 # - A worker was sent several texts: what is *its* match with `text`, and what is the 30% a
 #   share of?
-# - Two texts sent to one worker share a prefix: how many characters does its tree hold?
+# - On a miss, what decides, and what did section 5's run show when every load was 0?
 #
 # The thresholds are sglang-router's defaults, exactly as section 5 words them. Ties go to the
 # lower index. The checker names a wrong design choice when your answer shows one.
@@ -413,8 +452,8 @@ check.router_flags(router_flags)
 #
 # <details><summary>Hint 2</summary>
 #
-# Draw the trie of `["ab", "ac"]` and count its nodes below the root: is that the sum of the
-# two lengths?
+# Section 5's replayed lines: on a miss, what was the same for both servers every time, and
+# which server got the request?
 # </details>
 #
 # <details><summary>Hint 3</summary>
@@ -459,7 +498,8 @@ print(f"servers stopped; ports {ports} still answering: {[p for p in ports if po
 #   says how).
 # - With two servers, where a request goes decides what it reuses: measured here, cache-aware
 #   routing kept every conversation on the server holding its history and computed fewer
-#   prompt tokens than round robin, at the price of balance.
+#   prompt tokens than round robin, at the price of balance: one request at a time, every miss
+#   went to the router's first server (sglang-router 0.3.2 sends a miss to the least loaded).
 # - This is the end of the series: PagedAttention laid out the memory (04-06), RadixAttention
 #   reused it (07-08), the simulator scaled it (09), tiers stretched it (10), fewer bytes shrank
 #   it (11), and a real server put it to work.
