@@ -125,12 +125,25 @@ class ChatSession:
 
         self.engine = Engine(self.model, num_blocks=self.num_blocks, block_size=self.block_size, radix=self.radix)
         self._cleared = True
+        self._since = len(self.turns)  # the turns from here on were served by this engine
+
+    @property
+    def turns_in_cache(self) -> list[ChatTurn]:
+        """The turns served since the cache was last emptied (the ones the pool and the tree hold)."""
+        return self.turns[self._since:]
 
     def new_conversation(self) -> None:
         """Back to the system prompt and the examples (the cache stays)."""
         self.messages: list[dict[str, str]] = [{"role": "system", "content": self.system}]
         for q, a in self.examples:
             self.messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+
+    @property
+    def conversation_turns(self) -> list[ChatTurn]:
+        """The turns of the conversation a new question continues (each one's conversation is a
+        start of the current one): after the notes' R4, R1 and R4."""
+        n = len(self.messages)
+        return [t for t in self.turns if len(t.messages) <= n and self.messages[:len(t.messages)] == t.messages]
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt ids: the tokenizer's chat template when it has one, else the turns as text."""

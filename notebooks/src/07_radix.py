@@ -372,11 +372,15 @@ else:
 #
 # ### Live: chat with the shop's assistant
 #
-# The same session, live. Type a question and press *send*: the turn's prompt is shown token by
-# token, matched in the tree (green) or prefilled (blue), with its time to first token; below
-# it the tree grows and the block pool fills. *new conversation* starts again after [A] [B]
-# (still cached); *clear the cache* empties the pool and the tree but keeps the conversation:
-# ask again and compare the time to first token. A turn takes a few seconds on a CPU.
+# The same session, live, and it goes on where section 5 stopped: your first question
+# **continues R1's conversation after R4** (the caption says whose conversation a question
+# continues). Type a question and press *send*: the turn's prompt is shown token by token,
+# matched in the tree (green) or prefilled (blue), with its time to first token; the other two
+# views show the tree and the block pool, where a block on the path of two or more turns
+# (computed once, reused by the others) is hatched and its hover names them. *new conversation*
+# starts one after [A] [B] (still cached); *clear the cache* empties the pool and the tree but
+# keeps the conversation: ask again and compare the time to first token. A turn takes a few
+# seconds on a CPU.
 
 # %%
 from kvlab.viz import chat_demo
