@@ -211,10 +211,12 @@ def test_the_notes_four_requests_as_chat_turns(bundled):
     on, off = fastest_ttft(model, turns, radix=True, repeats=2), fastest_ttft(model, turns, radix=False, repeats=1)
     assert set(on) == set(off) == set(turns) and all(v > 0 for v in on.values())
     on2, off2 = ttft_on_and_off(model, turns, repeats=3)                  # interleaved, the median of 3
-    assert set(on2) == set(turns) and set(off2) == {"R2", "R3", "R4"}     # R1: the same work both ways
+    assert set(on2) == set(off2) == {"R2", "R3", "R4"}     # R1: the same work both ways, not timed
     assert all(v > 0 for v in [*on2.values(), *off2.values()])
     runs = ttft_runs(model, turns, repeats=3)  # the review of ede928d: one run each way gave R2 "0.5x"
-    assert len(runs["tree"].pop("R1")) == 1 and set(runs["tree"]) == set(runs["no tree"]) == set(off2)
+    # review r7: R1, timed once as the cell's first pass, read 630 ms beside warm medians near 400 ms;
+    # it does the same work both ways and is not timed (an untimed pass seeds the tree first)
+    assert set(runs["tree"]) == set(runs["no tree"]) == set(off2) == {"R2", "R3", "R4"}
     assert {len(v) for side in runs.values() for v in side.values()} == {3}
     with pytest.raises(ValueError, match="repeats"):
         ttft_runs(model, turns, repeats=0)

@@ -320,11 +320,12 @@ PageSizeControl(page_size=16)
 # ### Time to first token, with the tree and without it (measured)
 #
 # A request's first token is sampled from the logits of its prefill, so a shorter prefill is a
-# sooner first token. The same prompts are served again: R1 once, on a fresh engine with the
-# tree (it prefills as many tokens with the tree as without it, nothing to reuse yet: the same
-# work both ways, so no speed-up), then R2, R3 and R4 **three times** with that tree and three
-# times without one, a request's two runs back to back so that the machine's load falls on both
-# alike (`ttft_runs`). The table prints each request's **median** (one slow run moves it
+# sooner first token. The same prompts are served again. First, untimed, one pass puts R1's turn
+# in a fresh engine's tree, as the real run left it (so no timed pass is the cell's first). R1
+# itself is not timed: with nothing cached it prefills every token with the tree as without it,
+# the work the "no tree" column measures. Then R2, R3 and R4 **three times** with that tree and
+# three times without one, a request's two runs back to back so that the machine's load falls on
+# both alike (`ttft_runs`). The table prints each request's **median** (one slow run moves it
 # little); the sentences under it are printed from it.
 
 # %%
@@ -332,17 +333,16 @@ from statistics import median
 
 from kvlab.lessons.chat import ttft_runs
 
-runs = ttft_runs(model, turns, repeats=3)                    # R2-R4 3 times each way, R1 once (measured)
+runs = ttft_runs(model, turns, repeats=3)                    # R2-R4 3 times each way (measured); R1 not timed
 ttft_on = {rid: median(times) for rid, times in runs["tree"].items()}
 ttft_off = {rid: median(times) for rid, times in runs["no tree"].items()}
 MARGIN = 1.2                                                 # below it, the medians cannot tell a saving from noise
-print(f"TTFT, measured on this CPU (one thread): the median of {len(runs['no tree']['R2'])} runs each (R1: one)")
+print(f"TTFT, measured on this CPU (one thread): the median of {len(runs['no tree']['R2'])} runs each")
 print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up")
 print(f"{'':<8} {'no tree':>18} | {'radix tree':>18} |")
 for rid, t in turns.items():
     if rid not in ttft_off:                                  # R1: the same tokens either way
-        print(f"{rid:<8} {len(t.prompt_ids):>9} {'(same)':>8} | {t.prefilled:>9} {1e3 * ttft_on[rid]:>8.0f} | "
-              f"none: same work")
+        print(f"{rid:<8} {len(t.prompt_ids):>9} {'-':>8} | {t.prefilled:>9} {'-':>8} | none: nothing cached yet")
         continue
     ratio = ttft_off[rid] / ttft_on[rid]
     gain = f"{ratio:>4.1f}x" + ("" if ratio >= MARGIN else " (within noise)")
