@@ -51,6 +51,11 @@ print(cache.pretty())
 r = serve_request(cm, [1, 2, 3, 9], rid="R2")
 print(f"\nR2 [1 2 3 9]: matched {r.matched_len}, prefilled {r.prefill_len}")
 print(cache.pretty())
+a = cm.admit("R3", [1, 2, 3, 9, 7])                 # match and lock, but do not finish yet
+print(f"\nR3 [1 2 3 9 7] admitted, still running: matched {a.prefix_len}")
+print(cache.pretty())
+cm.cache_finished_req("R3", [1, 2, 3, 9, 7])        # insert its prompt, unlock
+print("R3 finished: locks", [n.lock_ref for n in cache.snapshot().nodes])
 cm.check_integrity()
 
 # %% [markdown]
@@ -58,6 +63,10 @@ cm.check_integrity()
 # edge into `[1 2 3]` → `[4 5]` and hung R2's own `[9]` beside it. The blocks did not move:
 # `[1 2 3]` still uses slots 0-2, which R2 now shares. Children are keyed by their first
 # token, so finding the right child is one dictionary lookup.
+#
+# While R3 ran, the nodes its match went through were **locked**: `lock=1` is the node's
+# `lock_ref`, how many running requests hold it (its KV is being read, so it must not be evicted);
+# finishing unlocked them, and every lock went back to 0.
 #
 # Two details worth noticing:
 #
@@ -136,7 +145,11 @@ print(f"{len(leaves)} leaves for {len(ends)} requests; every leaf ends a request
 # The tree after each request (simulated, on the real tree code): the path its prompt matched
 # in **green**, the suffix it had to prefill (and the answer cached with it) in **blue**,
 # unlocked (evictable) nodes dashed. A node that holds a question and its answer shows them on
-# two lines. Watch step 3: R2's match ends inside node [B+C] (the few-shot examples and R1's
+# two lines; its last line gives its token count (`tok`), its `lock` (the `lock_ref` of section 1:
+# how many running requests hold it; 0 on every node here, because each picture is the tree after
+# its request finished) and `t`, its last access time: the tree's clock, which ticks at every match
+# and every insert (twice a request here), stamped on each node the match or insert went through.
+# Eviction (lesson 08) frees the unlocked leaf with the smallest `t` first (least recently used). Watch step 3: R2's match ends inside node [B+C] (the few-shot examples and R1's
 # turn, one edge until now), so the tree **splits** it into [B] and [C]; the caption says so.
 # Press *next*.
 
