@@ -626,8 +626,9 @@ check.block_hash_reuse(block_hash_reuse)
 #
 # <details><summary>Hint 3</summary>
 #
-# Served a second time, a prompt of exactly two full blocks reuses only one of them. Why, and what
-# does that say about the most a prompt may reuse?
+# Two rules cut the count: whole blocks only, and at least one token computed. Does the order in
+# which you apply them matter? Serve a prompt of 16 tokens twice, then one of 17 twice, in blocks
+# of 16, and count by hand.
 # </details>
 
 # %% [markdown]
