@@ -169,7 +169,7 @@ def pool_figure(session: ChatSession) -> Any:
     blocks.hovertext = hover
     tokens = next(t for t in fig.data if t.name == "tokens")
     tokens.marker.pattern = dict(shape=["/" if b in shared else "" for b in range(len(hover))],
-                                 fgcolor="#ffffff", size=7, solidity=0.35)
+                                 fillmode="overlay", fgcolor="#222222", size=7, solidity=0.3)
     if shared:
         import plotly.graph_objects as go
 
@@ -178,9 +178,11 @@ def pool_figure(session: ChatSession) -> Any:
         width = fig.layout.width or th.grid_width
         row = 30 if th.high_contrast else 22
         grow = (_legend_rows({}, width, [*names, SHARED_NAME]) - _legend_rows({}, width, names)) * row
-        fig.add_trace(go.Bar(x=[None], y=[None], name=SHARED_NAME, showlegend=True, hoverinfo="skip",
-                             marker=dict(color="#7f7f7f", pattern=dict(shape="/", fgcolor="#ffffff", size=7,
-                                                                          solidity=0.35))))
+        off = fig.layout.yaxis.range[0] + 10  # a bar below the drawn rows: a legend swatch needs one point
+        fig.add_trace(go.Bar(x=[1], y=[off], orientation="h", name=SHARED_NAME, showlegend=True, hoverinfo="skip",
+                             marker=dict(color="#7f7f7f", line=dict(width=0),
+                                         pattern=dict(shape="/", bgcolor="#bdbdbd", fgcolor="#222222", size=7,
+                                                      solidity=0.3))))
         fig.layout.height += grow
         fig.layout.margin.b += grow
     return fig
