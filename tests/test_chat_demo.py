@@ -220,6 +220,11 @@ def test_the_notes_four_requests_as_chat_turns(bundled):
     assert {len(v) for side in runs.values() for v in side.values()} == {3}
     with pytest.raises(ValueError, match="repeats"):
         ttft_runs(model, turns, repeats=0)
+    some = ttft_runs(model, turns, repeats=1, timed=("R2", "R4"))    # the lesson times R2 and R4 (each run a pass)
+    assert set(some["tree"]) == set(some["no tree"]) == {"R2", "R4"}
+    for bad in (("R1",), ("R9",), ()):                                 # the first (never timed), unknown, none
+        with pytest.raises(ValueError, match="timed must name"):
+            ttft_runs(model, turns, timed=bad)
 
 
 def test_the_tree_view_fills_the_width_when_its_tab_is_shown(bundled):

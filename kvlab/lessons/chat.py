@@ -227,7 +227,7 @@ def fastest_ttft(model: Any, turns: dict[str, ChatTurn], radix: bool, repeats: i
 
 
 def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 128,
-              block_size: int = 4) -> dict[str, dict[str, list[float]]]:
+              block_size: int = 4, timed: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]:
     """The time to first token (seconds, measured) of every request after the first, with the tree
     and without it: ``{"tree": {rid: [...]}, "no tree": {rid: [...]}}``, the prompts served again,
     one token each.
@@ -240,7 +240,10 @@ def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_bloc
     order, on a copy of that engine and on one without the tree, a request's two runs back to back
     (which goes first alternates), so that the machine's load falls on both alike. ``num_blocks``:
     each engine's pool, room for the four requests (a pool is zeroed and copied per repetition;
-    its size does not change a prefill's work; an eviction would, and raises).
+    its size does not change a prefill's work; an eviction would, and raises). ``timed``: the
+    requests to time (default: every one after the first); the others are not served again (a
+    request's reuse is checked against the real run's, so one left out that would have changed
+    what a later one finds raises).
 
     Example: ``median(ttft_runs(model, turns)["no tree"]["R2"])`` is R2's time without the tree.
     """
@@ -251,6 +254,11 @@ def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_bloc
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
     (first, t1), *rest = turns.items()
+    if timed is not None:
+        unknown = [r for r in timed if r not in dict(rest)]
+        if unknown or not timed:
+            raise ValueError(f"timed must name some of {[r for r, _ in rest]}, got {list(timed)!r}")
+        rest = [(r, t) for r, t in rest if r in timed]
     seeded = Engine(model, num_blocks=num_blocks, block_size=block_size, radix=True)
     seeded.submit(t1.prompt_ids + t1.output_ids, 1, rid=first, arrival_step=0)
     seeded.run()                                          # R1's turn into the tree (not timed)
