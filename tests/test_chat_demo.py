@@ -180,6 +180,9 @@ def test_the_pool_marks_blocks_that_two_turns_share(bundled):
     fig = pool_figure(s)
     assert set(next(t for t in fig.data if t.name == "tokens").marker.pattern.shape) <= {""}
     assert SHARED_NAME not in [t.name for t in fig.data]
+    big = session(bundled, num_blocks=300)                              # drawn as a heatmap: no cells to hatch
+    big.ask("What is socket?")
+    assert pool_figure(big).data
 
 
 def test_the_notes_four_requests_as_chat_turns(bundled):

@@ -158,6 +158,9 @@ def pool_figure(session: ChatSession) -> Any:
     used = session.engine.allocator.num_used_blocks
     fig = memory_map_figure(session.engine.snapshot(), source="measured",
                             title=f"The block pool: {used} of {session.num_blocks} blocks hold KV")
+    tokens = next((t for t in fig.data if t.name == "tokens"), None)
+    if tokens is None:  # a pool of over 256 blocks is drawn as a heatmap: hover tells, no hatch
+        return fig
     users = block_turns(session)
     shared = {b for b, rids in users.items() if len(rids) > 1}
     owner = session.engine.allocator.owner
@@ -167,7 +170,6 @@ def pool_figure(session: ChatSession) -> Any:
         who = f"shared by {', '.join(rids)}" if len(rids) > 1 else f"used by {rids[0]} only"
         hover[b] = f"P{b}: computed by {owner[b]}; {who} (cached in the radix tree)"
     blocks.hovertext = hover
-    tokens = next(t for t in fig.data if t.name == "tokens")
     tokens.marker.pattern = dict(shape=["/" if b in shared else "" for b in range(len(hover))],
                                  fillmode="overlay", fgcolor="#222222", size=7, solidity=0.3)
     if shared:
