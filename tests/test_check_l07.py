@@ -43,3 +43,19 @@ def test_no_reuse_at_all_is_named():
     like 'exact repeats only', and not at all on the first failing case."""
     r = check.prefill_tokens(lambda prompts: [len(p) for p in prompts], verbose=False)
     assert not r.passed and "every prompt prefilled whole" in r.summary, r.report()
+
+
+def test_the_predict_first_answer_hard_coded_is_named_as_such():
+    """Review r7 (2i): `return [3, 2, 1, 1][:len(prompts)]`, the predict-first example's answer typed
+    in, was rejected as "count 1 is off by one"; it is named as a hard-coded answer."""
+    for answer in (lambda prompts: [3, 2, 1, 1][:len(prompts)], lambda prompts: [3, 2, 1, 1]):
+        r = check.prefill_tokens(answer, verbose=False)
+        assert not r.passed and "hard-coded" in r.summary and "predict-first" in r.summary, r.summary
+        assert "off by one" not in r.summary, r.summary
+
+
+def test_the_predict_first_answer_is_what_the_tree_computes():
+    from kvlab.check.l07_radix import PREDICT_FIRST, PREDICT_FIRST_ANSWER, served_prefill_tokens
+
+    assert served_prefill_tokens(PREDICT_FIRST) == list(PREDICT_FIRST_ANSWER)
+    assert str(PREDICT_FIRST) in (ROOT / "notebooks" / "src" / "07_radix.py").read_text()

@@ -125,12 +125,25 @@ class ChatSession:
 
         self.engine = Engine(self.model, num_blocks=self.num_blocks, block_size=self.block_size, radix=self.radix)
         self._cleared = True
+        self._since = len(self.turns)  # the turns from here on were served by this engine
+
+    @property
+    def turns_in_cache(self) -> list[ChatTurn]:
+        """The turns served since the cache was last emptied (the ones the pool and the tree hold)."""
+        return self.turns[self._since:]
 
     def new_conversation(self) -> None:
         """Back to the system prompt and the examples (the cache stays)."""
         self.messages: list[dict[str, str]] = [{"role": "system", "content": self.system}]
         for q, a in self.examples:
             self.messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+
+    @property
+    def conversation_turns(self) -> list[ChatTurn]:
+        """The turns of the conversation a new question continues (each one's conversation is a
+        start of the current one): after the notes' R4, R1 and R4."""
+        n = len(self.messages)
+        return [t for t in self.turns if len(t.messages) <= n and self.messages[:len(t.messages)] == t.messages]
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt ids: the tokenizer's chat template when it has one, else the turns as text."""
@@ -213,17 +226,24 @@ def fastest_ttft(model: Any, turns: dict[str, ChatTurn], radix: bool, repeats: i
     return best
 
 
-def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 256,
-              block_size: int = 4) -> dict[str, dict[str, list[float]]]:
-    """Each request's time to first token (seconds, measured), with the tree and without it:
-    ``{"tree": {rid: [...]}, "no tree": {rid: [...]}}``, the prompts served again one token each.
+def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 128,
+              block_size: int = 4, timed: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]:
+    """The time to first token (seconds, measured) of every request after the first, with the tree
+    and without it: ``{"tree": {rid: [...]}, "no tree": {rid: [...]}}``, the prompts served again,
+    one token each.
 
-    The first request (R1, which matches nothing) is served once on a fresh engine with the tree,
-    timed, and its reply put in the tree as the real run left it (not timed), so that R4 finds
-    R1's whole turn cached. Then ``repeats`` times: the other requests, in order, on a copy of that
-    engine and on one without the tree, a request's two runs back to back (which goes first
-    alternates), so that the machine's load falls on both alike. R1 does the same work with the
-    tree and without it: it is timed once, with the tree.
+    First, untimed, one pass puts the first request's whole turn (R1's prompt and the tokens the
+    real run generated) in a fresh engine's tree, as the real run left it, so that R4 finds R1's
+    turn cached; it is also the cell's first forward pass, so no timed pass is the first. R1 itself
+    is not timed: with nothing cached it does a full prefill, the same work with the tree as
+    without it (the no-tree runs measure that work). Then ``repeats`` times: the other requests, in
+    order, on a copy of that engine and on one without the tree, a request's two runs back to back
+    (which goes first alternates), so that the machine's load falls on both alike. ``num_blocks``:
+    each engine's pool, room for the four requests (a pool is zeroed and copied per repetition;
+    its size does not change a prefill's work; an eviction would, and raises). ``timed``: the
+    requests to time (default: every one after the first); the others are not served again (a
+    request's reuse is checked against the real run's, so one left out that would have changed
+    what a later one finds raises).
 
     Example: ``median(ttft_runs(model, turns)["no tree"]["R2"])`` is R2's time without the tree.
     """
@@ -234,12 +254,15 @@ def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_bloc
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
     (first, t1), *rest = turns.items()
+    if timed is not None:
+        unknown = [r for r in timed if r not in dict(rest)]
+        if unknown or not timed:
+            raise ValueError(f"timed must name some of {[r for r, _ in rest]}, got {list(timed)!r}")
+        rest = [(r, t) for r, t in rest if r in timed]
     seeded = Engine(model, num_blocks=num_blocks, block_size=block_size, radix=True)
-    r = seeded.submit(t1.prompt_ids, 1, rid=first, arrival_step=0)
-    seeded.run()
-    seeded.submit(t1.prompt_ids + t1.output_ids, 1, rid=f"{first} reply", arrival_step=seeded.step_no)
-    seeded.run()                                          # R1's reply into the tree (not timed)
-    runs: dict[str, dict[str, list[float]]] = {"tree": {first: [r.ttft]}, "no tree": {}}
+    seeded.submit(t1.prompt_ids + t1.output_ids, 1, rid=first, arrival_step=0)
+    seeded.run()                                          # R1's turn into the tree (not timed)
+    runs: dict[str, dict[str, list[float]]] = {"tree": {}, "no tree": {}}
     for i in range(repeats):
         engines = {"tree": copy.deepcopy(seeded, memo={id(model): model}),   # the same tree, its own pool
                    "no tree": Engine(model, num_blocks=num_blocks, block_size=block_size, radix=False)}
@@ -254,11 +277,11 @@ def ttft_runs(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_bloc
     return runs
 
 
-def ttft_on_and_off(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 256,
+def ttft_on_and_off(model: Any, turns: dict[str, ChatTurn], repeats: int = 3, num_blocks: int = 128,
                     block_size: int = 4) -> tuple[dict[str, float], dict[str, float]]:
     """``(with the tree, without it)``: each request's median time to first token over
     :func:`ttft_runs`' repetitions (one slow run, another program's burst, moves a median
-    little); R1 is timed once, with the tree only (it does the same work both ways)."""
+    little); the first request (R1, the same work both ways) is not timed."""
     from statistics import median
 
     runs = ttft_runs(model, turns, repeats, num_blocks, block_size)

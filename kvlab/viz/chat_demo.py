@@ -29,10 +29,11 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..lessons.chat import ChatSession, ChatTurn, cached_model
+from ..lessons.chat import ChatSession, ChatTurn, cached_model, path_node_ids
 from .palette import HIT, MISS, theme
 
-__all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode", "TREE_MAX_PX"]
+__all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode", "block_turns",
+           "TREE_MAX_PX"]
 
 TREE_MAX_PX = 380  # classroom mode: the tallest the chat's tree is drawn (599 px hold the controls above it)
 
@@ -61,6 +62,21 @@ def turn_sentence(turn: ChatTurn) -> str:
             f"(measured, this CPU). Reply: {turn.reply!r}")
 
 
+def continues(session: ChatSession) -> str:
+    """What a new question continues, in one sentence: the turns of the current conversation.
+
+    Example: after the notes' R1 .. R4 -> "Your question continues R1 → R4's conversation (new
+    conversation: one after the examples)."
+    """
+    rids = [t.rid for t in session.conversation_turns]
+    if len(rids) > 3:
+        rids = [rids[0], "…", rids[-1]]
+    if not rids:
+        return "Your question starts a new conversation after the system prompt and the examples."
+    return (f"Your question continues {' → '.join(rids)}'s conversation (new conversation: one after the "
+            "examples).")
+
+
 def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None) -> str:
     """The radix tree now, token text and token count on its nodes (one line each), the last
     turn's path green / blue; ``labels``: node id -> a letter shown on the node (the notes'
@@ -77,6 +93,7 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
                        node_labels=dict(labels or {}),
                        title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
     graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False)
+    graph.graph_attr["pad"] = "0.15"  # a margin round the tree: the widest row's boxes touched the edge (review r7)
     # a projector shows 599 px: the question box, the caption and the tree on one screen, however deep it grows
     return fit_svg(graph.pipe(format="svg", encoding="utf-8"), TREE_MAX_PX if theme().high_contrast else None)
 
@@ -110,13 +127,67 @@ def mid_word_decode(snapshot: Any, decode: Any) -> Any:
     return marked
 
 
+SHARED_NAME = "shared: on the path of 2+ turns (hover: which)"
+
+
+def block_turns(session: ChatSession) -> dict[int, list[str]]:
+    """Block id -> the turns whose prompt and reply run through it in the tree now (turns since
+    the cache was last emptied, in order): a block two turns' paths share was computed once,
+    by the first, and reused by the others.
+
+    Example: R1, then R4 after R1's turn: R1's blocks -> ["R1", "R4"] (and [A+B]'s, every turn's).
+    """
+    if session.engine.cache is None:
+        return {}
+    snap = session.engine.cache.snapshot()
+    kv = {n.id: n.kv for n in snap.nodes}
+    out: dict[int, list[str]] = {}
+    for t in session.turns_in_cache:
+        for node_id, _end in path_node_ids(snap, t.prompt_ids + t.output_ids):
+            for b in kv[node_id]:
+                out.setdefault(b, []).append(t.rid)
+    return out
+
+
 def pool_figure(session: ChatSession) -> Any:
-    """The block pool now: the tree's blocks and any running request's."""
-    from .memory_map import memory_map_figure
+    """The block pool now: the tree's blocks and any running request's, each in the colour of the
+    turn that computed it; hatched where 2+ turns' paths share it (the legend says so; hover
+    names the turns)."""
+    from .memory_map import _legend_rows, memory_map_figure
 
     used = session.engine.allocator.num_used_blocks
-    return memory_map_figure(session.engine.snapshot(), source="measured",
-                             title=f"The block pool: {used} of {session.num_blocks} blocks hold KV")
+    fig = memory_map_figure(session.engine.snapshot(), source="measured",
+                            title=f"The block pool: {used} of {session.num_blocks} blocks hold KV")
+    tokens = next((t for t in fig.data if t.name == "tokens"), None)
+    if tokens is None:  # a pool of over 256 blocks is drawn as a heatmap: hover tells, no hatch
+        return fig
+    users = block_turns(session)
+    shared = {b for b, rids in users.items() if len(rids) > 1}
+    owner = session.engine.allocator.owner
+    blocks = next(t for t in fig.data if t.name == "blocks")
+    hover = list(blocks.hovertext)
+    for b, rids in users.items():
+        who = f"shared by {', '.join(rids)}" if len(rids) > 1 else f"used by {rids[0]} only"
+        hover[b] = f"P{b}: computed by {owner[b]}; {who} (cached in the radix tree)"
+    blocks.hovertext = hover
+    tokens.marker.pattern = dict(shape=["/" if b in shared else "" for b in range(len(hover))],
+                                 fillmode="overlay", fgcolor="#222222", size=7, solidity=0.3)
+    if shared:
+        import plotly.graph_objects as go
+
+        th = theme()
+        names = [t.name for t in fig.data if t.showlegend is not False and t.name]
+        width = fig.layout.width or th.grid_width
+        row = 30 if th.high_contrast else 22
+        grow = (_legend_rows({}, width, [*names, SHARED_NAME]) - _legend_rows({}, width, names)) * row
+        off = fig.layout.yaxis.range[0] + 10  # a bar below the drawn rows: a legend swatch needs one point
+        fig.add_trace(go.Bar(x=[1], y=[off], orientation="h", name=SHARED_NAME, showlegend=True, hoverinfo="skip",
+                             marker=dict(color="#7f7f7f", line=dict(width=0),
+                                         pattern=dict(shape="/", bgcolor="#bdbdbd", fgcolor="#222222", size=7,
+                                                      solidity=0.3))))
+        fig.layout.height += grow
+        fig.layout.margin.b += grow
+    return fig
 
 
 # ---------------------------------------------------------------------- the widget
@@ -227,20 +298,28 @@ def _build(session: ChatSession) -> _Widgets:
 
     def show(note: str = "") -> None:
         last = session.turns[-1] if session.turns else None
-        caption.value = html.escape(note or (turn_sentence(last) if last else "Ask a question."))
+        caption.value = html.escape(note or (turn_sentence(last) + " " + continues(session) if last else
+                                             "Ask a question."))
         tokens.value = token_html(session, last) if last else ""
         tree.value = tree_svg(session)
         pool.outputs = (figure_output(pool_figure(session)),)
 
+    chats = {"number": 1, "turns": 0}  # the conversation this demo is in, and its turns so far
+
     def send(_b: Any = None) -> None:
         q = text.value
+        if not q.strip():
+            show("Type a question in the box first: an empty question has nothing to send.")
+            return
         # A turn takes seconds on a CPU: say so at once (widget updates reach the browser as they
         # are made), and take no second question until this one is answered.
         caption.value = html.escape(f"computing the reply to {q!r}: prefill the part the tree does not hold, then one "
                                     "token at a time (a few seconds on a CPU)…")
         buttons["send"].disabled = True
         try:
-            session.ask(q, rid=f"your turn {sum(t.rid.startswith('your turn') for t in session.turns) + 1}")
+            n = chats["turns"] + 1
+            session.ask(q, rid=f"your turn {n}" if chats["number"] == 1 else f"chat {chats['number']}, turn {n}")
+            chats["turns"] = n
         except ValueError as e:
             show(str(e))
             return
@@ -255,7 +334,9 @@ def _build(session: ChatSession) -> _Widgets:
 
     def restart(_b: Any) -> None:
         session.new_conversation()
-        show("A new conversation: the next turn starts from the system prompt and the examples, still cached.")
+        chats["number"], chats["turns"] = chats["number"] + 1, 0
+        show(f"A new conversation (chat {chats['number']}): its turn 1 starts from the system prompt and the "
+             "examples, still cached.")
 
     buttons["send"].on_click(send)
     buttons["clear the cache"].on_click(clear)

@@ -193,7 +193,9 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     lines.append(f"evictable {d['evictable_size']} tokens" + (f" · protected (locked) {d['protected_size']} tokens"
                                                             if locks or d["protected_size"] else ""))
     if compact:  # one line: "Radix tree after R2 (simulated) · evictable 110 tokens · ..."
-        lines = [lines[0] + " · " + lines[-1], *lines[1:-1]]
+        # the separator's spaces unbreakable: a browser's bold font runs wider than graphviz's
+        # estimate of it, and a plain space let "(measured)" touch the "·" (the review r7, classroom)
+        lines = [lines[0] + "&#160;&#160;·&#160;" + lines[-1], *lines[1:-1]]
     rows = "".join(f'<tr><td align="left" colspan="4">{x}</td></tr>' for x in lines)
     if legend:
         kinds = ({n["kind"] for n in d["nodes"]} | ({"evictable"} if any("dashed" in n["style"] for n in d["nodes"]) else set())
@@ -346,7 +348,11 @@ def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = Non
     view = RadixView(source, max_chars, captioned=not live, compact=True)
     view.rankdir = common_rankdir(view, frames)
     view.share_canvas(frames)  # one scale and one height in every frame: the picture never jumps
-    return Stepper(frames, view, static=static, title="radix tree")
+    stepper = Stepper(frames, view, static=static, title="radix tree")
+    if stepper.slider is not None:  # the review r7: the slider had no label (the caption counts the steps)
+        stepper.slider.description = "step"
+        stepper.slider.style.description_width = "initial"
+    return stepper
 
 
 def radix_graph_at(frames: Sequence[Any], step: int, source: str = "simulated") -> Any:

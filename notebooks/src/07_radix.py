@@ -51,6 +51,11 @@ print(cache.pretty())
 r = serve_request(cm, [1, 2, 3, 9], rid="R2")
 print(f"\nR2 [1 2 3 9]: matched {r.matched_len}, prefilled {r.prefill_len}")
 print(cache.pretty())
+a = cm.admit("R3", [1, 2, 3, 9, 7])                 # match and lock, but do not finish yet
+print(f"\nR3 [1 2 3 9 7] admitted, still running: matched {a.prefix_len}")
+print(cache.pretty())
+cm.cache_finished_req("R3", [1, 2, 3, 9, 7])        # insert its prompt, unlock
+print("R3 finished: locks", [n.lock_ref for n in cache.snapshot().nodes])
 cm.check_integrity()
 
 # %% [markdown]
@@ -58,6 +63,10 @@ cm.check_integrity()
 # edge into `[1 2 3]` → `[4 5]` and hung R2's own `[9]` beside it. The blocks did not move:
 # `[1 2 3]` still uses slots 0-2, which R2 now shares. Children are keyed by their first
 # token, so finding the right child is one dictionary lookup.
+#
+# While R3 ran, the nodes its match went through were **locked**: `lock=1` is the node's
+# `lock_ref`, how many running requests hold it (its KV is being read, so it must not be evicted);
+# finishing unlocked them, and every lock went back to 0.
 #
 # Two details worth noticing:
 #
@@ -136,7 +145,11 @@ print(f"{len(leaves)} leaves for {len(ends)} requests; every leaf ends a request
 # The tree after each request (simulated, on the real tree code): the path its prompt matched
 # in **green**, the suffix it had to prefill (and the answer cached with it) in **blue**,
 # unlocked (evictable) nodes dashed. A node that holds a question and its answer shows them on
-# two lines. Watch step 3: R2's match ends inside node [B+C] (the few-shot examples and R1's
+# two lines; its last line gives its token count (`tok`), its `lock` (the `lock_ref` of section 1:
+# how many running requests hold it; 0 on every node here, because each picture is the tree after
+# its request finished) and `t`, its last access time: the tree's clock, which ticks at every match
+# and every insert (twice a request here), stamped on each node the match or insert went through.
+# Eviction (lesson 08) frees the unlocked leaf with the smallest `t` first (least recently used). Watch step 3: R2's match ends inside node [B+C] (the few-shot examples and R1's
 # turn, one edge until now), so the tree **splits** it into [B] and [C]; the caption says so.
 # Press *next*.
 
@@ -320,11 +333,13 @@ PageSizeControl(page_size=16)
 # ### Time to first token, with the tree and without it (measured)
 #
 # A request's first token is sampled from the logits of its prefill, so a shorter prefill is a
-# sooner first token. The same prompts are served again: R1 once, on a fresh engine with the
-# tree (it prefills as many tokens with the tree as without it, nothing to reuse yet: the same
-# work both ways, so no speed-up), then R2, R3 and R4 **three times** with that tree and three
-# times without one, a request's two runs back to back so that the machine's load falls on both
-# alike (`ttft_runs`). The table prints each request's **median** (one slow run moves it
+# sooner first token. The same prompts are served again. First, untimed, one pass puts R1's turn
+# in a fresh engine's tree, as the real run left it (so no timed pass is the cell's first). R1
+# itself is not timed: with nothing cached it prefills every token with the tree as without it,
+# the work the "no tree" column measures. Then R2 (a first question: it reuses [A] [B]) and R4 (a
+# second turn: it reuses R1's whole turn) **three times** with that tree and three times without
+# one, a request's two runs back to back so that the machine's load falls on both alike
+# (`ttft_runs`); R3, a first question like R2, is not timed (each run costs a forward pass). The table prints each request's **median** (one slow run moves it
 # little); the sentences under it are printed from it.
 
 # %%
@@ -332,17 +347,17 @@ from statistics import median
 
 from kvlab.lessons.chat import ttft_runs
 
-runs = ttft_runs(model, turns, repeats=3)                    # R2-R4 3 times each way, R1 once (measured)
+runs = ttft_runs(model, turns, repeats=3, timed=("R2", "R4"))   # 3 times each way (measured)
 ttft_on = {rid: median(times) for rid, times in runs["tree"].items()}
 ttft_off = {rid: median(times) for rid, times in runs["no tree"].items()}
 MARGIN = 1.2                                                 # below it, the medians cannot tell a saving from noise
-print(f"TTFT, measured on this CPU (one thread): the median of {len(runs['no tree']['R2'])} runs each (R1: one)")
+print(f"TTFT, measured on this CPU (one thread): the median of {len(runs['no tree']['R2'])} runs each")
 print(f"{'request':<8} {'prefilled':>9} {'TTFT ms':>8} | {'prefilled':>9} {'TTFT ms':>8} | speed-up")
 print(f"{'':<8} {'no tree':>18} | {'radix tree':>18} |")
 for rid, t in turns.items():
-    if rid not in ttft_off:                                  # R1: the same tokens either way
-        print(f"{rid:<8} {len(t.prompt_ids):>9} {'(same)':>8} | {t.prefilled:>9} {1e3 * ttft_on[rid]:>8.0f} | "
-              f"none: same work")
+    if rid not in ttft_off:                                  # R1: the same tokens either way; R3: like R2
+        why = "none: nothing cached yet" if t.matched == 0 else "not timed (like R2)"
+        print(f"{rid:<8} {len(t.prompt_ids):>9} {'-':>8} | {t.prefilled:>9} {'-':>8} | {why}")
         continue
     ratio = ttft_off[rid] / ttft_on[rid]
     gain = f"{ratio:>4.1f}x" + ("" if ratio >= MARGIN else " (within noise)")
@@ -351,7 +366,7 @@ hits = list(ttft_off)
 sooner = [rid for rid in hits if ttft_off[rid] >= MARGIN * ttft_on[rid]]
 fewer = sum(len(turns[r].prompt_ids) for r in hits) / sum(turns[r].prefilled for r in hits)
 faster = sum(ttft_off[r] for r in hits) / sum(ttft_on[r] for r in hits)
-print(f"The {len(hits)} requests that hit the tree ({', '.join(hits)}) computed {fewer:.1f}x fewer prompt tokens;")
+print(f"The {len(hits)} timed requests that hit the tree ({', '.join(hits)}) computed {fewer:.1f}x fewer prompt tokens;")
 if faster >= MARGIN:
     print(f"taken together their first tokens came {faster:.1f}x sooner,\nless than the {fewer:.1f}x of the tokens "
           f"saved." if faster < fewer else f"taken together their first tokens came {faster:.1f}x sooner.")
@@ -372,11 +387,15 @@ else:
 #
 # ### Live: chat with the shop's assistant
 #
-# The same session, live. Type a question and press *send*: the turn's prompt is shown token by
-# token, matched in the tree (green) or prefilled (blue), with its time to first token; below
-# it the tree grows and the block pool fills. *new conversation* starts again after [A] [B]
-# (still cached); *clear the cache* empties the pool and the tree but keeps the conversation:
-# ask again and compare the time to first token. A turn takes a few seconds on a CPU.
+# The same session, live, and it goes on where section 5 stopped: your first question
+# **continues R1's conversation after R4** (the caption says whose conversation a question
+# continues). Type a question and press *send*: the turn's prompt is shown token by token,
+# matched in the tree (green) or prefilled (blue), with its time to first token; the other two
+# views show the tree and the block pool, where a block on the path of two or more turns
+# (computed once, reused by the others) is hatched and its hover names them. *new conversation*
+# starts one after [A] [B] (still cached); *clear the cache* empties the pool and the tree but
+# keeps the conversation: ask again and compare the time to first token. A turn takes a few
+# seconds on a CPU.
 
 # %%
 from kvlab.viz import chat_demo
@@ -609,8 +628,9 @@ check.block_hash_reuse(block_hash_reuse)
 #
 # <details><summary>Hint 3</summary>
 #
-# Served a second time, a prompt of exactly two full blocks reuses only one of them. Why, and what
-# does that say about the most a prompt may reuse?
+# Two rules cut the count: whole blocks only, and at least one token computed. Does the order in
+# which you apply them matter? Serve a prompt of 16 tokens twice, then one of 17 twice, in blocks
+# of 16, and count by hand.
 # </details>
 
 # %% [markdown]
