@@ -94,8 +94,9 @@ print(f"2 (K, V) x {llama7.layers} layers x {per_slot:,} = {2 * llama7.layers * 
 # ## 2. The picture: move the position
 #
 # Drag **pos**, or change the **block size** (tokens per block: vLLM's `block_size`, its
-# `--block-size` option), or type another block table (a bad entry, or bytes per token below 1,
-# is refused with a message in red and the last good value kept). The table on top of the widget
+# `--block-size` option), or type another block table (a bad entry, or bytes per token that is not
+# a whole number of at least 1, is refused with a message in red; the walk and the figure keep the
+# last good values, and the box shows what you typed). The table on top of the widget
 # walks the steps, one row each; the figure shows which physical block and slot the token lands
 # in. Positions 8, 9, 10, 11 all land in P1, at offsets 0 to 3; position 12 jumps to P5. The
 # request's blocks do not need to be in order or next to each other: that is the whole point.
