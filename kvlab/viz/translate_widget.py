@@ -491,8 +491,8 @@ class TranslationWidget:
     def _on_bpt(self, ch: dict[str, Any]) -> None:
         text = str(ch["new"]).strip().replace(",", "").replace("_", "")  # a text box: "2.5" stays as typed
         if not re.fullmatch(r"[+-]?\d+", text):  # keep the last good value; show the message (as the table does)
-            self.bpt_error = (f"bytes per token {str(ch['new']).strip() or '(empty)'} is not a whole number: a token's K and V "
-                              f"take whole bytes (kept {self.bytes_per_token})")
+            self.bpt_error = (f"bytes per token {str(ch['new']).strip() or '(empty)'} is not a whole number of bytes "
+                              f"(kept {self.bytes_per_token})")
         elif int(text) < 1:
             self.bpt_error = (f"bytes per token {int(text)} is below 1: a token's K and V take at least one byte "
                               f"(kept {self.bytes_per_token})")
