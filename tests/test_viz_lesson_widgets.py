@@ -311,3 +311,13 @@ def test_compare_stepper_caption_keeps_two_lines_so_the_figure_never_jumps():
 
     s = compare_stepper(growth_trace(), policy="pow2", static=False)
     assert "min-height:2.70em" in s._caption.value
+
+
+def test_compare_map_names_the_refused_request_where_it_would_have_gone():
+    """Review r8 of lesson 03: D' failing was only in the caption, never on the contiguous map."""
+    from kvlab.viz.compare import compare_data, notes_trace, run_compare
+
+    last = run_compare(notes_trace(), 48, 4, "exact")[-1]
+    labels = compare_data(last)["contiguous_label"]
+    assert not last.contiguous_ok and labels[0] == "D' (24): no range fits"  # A's freed range, the largest (16)
+    assert "no range fits" not in " ".join(compare_data(run_compare(notes_trace(), 48, 4, "exact")[-2])["contiguous_label"])

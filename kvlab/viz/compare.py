@@ -205,6 +205,8 @@ def compare_data(step: CompareStep, colors: dict[str, str] | None = None, cols: 
         if s != big:
             for k in range(n):
                 cc[s + k] = STRANDED
+    if step.op[0] == "admit" and not step.contiguous_ok and big is not None:  # the refused request, where it would go
+        cl[big] = f"{step.op[1]} ({step.op[2]}): no range fits"
     snap = step.paged_snapshot
     pc, pl = [FREE] * cap, [""] * cap
     for rid, ids in snap.tables.items():
