@@ -169,9 +169,9 @@ viz.compare_stepper(viz.notes_trace(), capacity=48, block_size=4)
 # %% [markdown]
 # Growth, under the `"pow2"` policy: requests outgrow their ranges and are copied; the paged
 # side only takes one more block when the last one is full (watch the counter of token slots copied).
-# When no free range holds a request's doubled size, the caption says **contiguous FAILS to grow**:
-# the request keeps its range and its tokens so far, but that step's new tokens have nowhere to
-# go (a real server would preempt the request: free it and recompute it later); the paged side
+# When no free range holds a request's doubled size, the caption says **contiguous FAILS** (no
+# free range of that size): the request keeps its range and its tokens so far, but that step's
+# new tokens have nowhere to go (a real server would preempt the request: free it and recompute it later); the paged side
 # only needs a free block for the new tokens, wherever it lies.
 
 # %%
