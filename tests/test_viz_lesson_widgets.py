@@ -300,5 +300,24 @@ def test_compare_caption_says_what_a_failed_growth_means_for_the_request():
     from kvlab.viz.compare import growth_trace, run_compare
 
     bad = [s for s in run_compare(growth_trace(), 48, 4, "pow2") if not s.contiguous_ok]
-    assert bad and all(f"FAILS to grow {s.op[1]}: no free range holds" in s.caption for s in bad)
-    assert all("stays at" in s.caption and "preempt" in s.caption for s in bad)
+    assert bad and all(f"contiguous FAILS (no free range of" in s.caption for s in bad)
+    assert all(f"{s.op[1]} keeps its" in s.caption for s in bad)  # its tokens so far; the lesson's text says preempt
+    assert all(len(s.caption) <= 90 for s in run_compare(growth_trace(), 48, 4, "pow2"))  # 2 lines on a projector
+
+
+def test_compare_stepper_caption_keeps_two_lines_so_the_figure_never_jumps():
+    """Review r8 of lesson 03: at steps 6 and 7 the caption wrapped to 3 lines and the figure jumped ~54 px."""
+    from kvlab.viz.compare import compare_stepper, growth_trace
+
+    s = compare_stepper(growth_trace(), policy="pow2", static=False)
+    assert "min-height:2.70em" in s._caption.value
+
+
+def test_compare_map_names_the_refused_request_where_it_would_have_gone():
+    """Review r8 of lesson 03: D' failing was only in the caption, never on the contiguous map."""
+    from kvlab.viz.compare import compare_data, notes_trace, run_compare
+
+    last = run_compare(notes_trace(), 48, 4, "exact")[-1]
+    labels = compare_data(last)["contiguous_label"]
+    assert not last.contiguous_ok and labels[0] == "D' (24): no range fits"  # A's freed range, the largest (16)
+    assert "no range fits" not in " ".join(compare_data(run_compare(notes_trace(), 48, 4, "exact")[-2])["contiguous_label"])

@@ -50,7 +50,7 @@ def test_block_size_slider_clamps_pos_and_recomputes():
 
 def test_bytes_per_token_and_table_edit():
     w = viz.TranslationWidget(static=False)
-    w._bpt.value = 1024
+    w._bpt.value = "1024"
     assert w.chain["byte_address"] == 5 * 1024 and w.chain["block_base"] == 4 * 1024
     w._table.value = "[0, 2, 4]"
     assert w.chain["block_table"] == [0, 2, 4] and w._pos.max == 11
@@ -201,14 +201,14 @@ def test_pos_slider_shown_after_a_block_size_change_was_made_with_the_new_maximu
     w._pos.value = 79  # the new slider drives the translation
     assert w.chain["pos"] == 79 and w.chain["logical_block"] == 4
     same = w._pos
-    w._bpt.value = 2  # no change of range: the same slider stays
+    w._bpt.value = "2"  # no change of range: the same slider stays
     assert w._pos is same
 
 
 def test_byte_addresses_are_printed_with_thousands_separators():
     """Issue 28 review: "16252928" in the chain and the subtitle."""
     w = viz.TranslationWidget(static=False)
-    w._bpt.value = 524288
+    w._bpt.value = "524288"
     assert "2,621,440" in w._chain.value and "2621440" not in w._chain.value
     spec = w._out.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     assert "byte 2,621,440" in spec["layout"]["title"]["subtitle"]["text"]
@@ -219,12 +219,12 @@ def test_bytes_per_token_below_one_is_refused_with_a_message_not_silently_reset(
     labelled with the identifier block_size."""
     w = viz.TranslationWidget(static=False)
     assert w._bs.description == "block size"
-    w._bpt.value = 64
+    w._bpt.value = "64"
     for bad in (0, -5):
-        w._bpt.value = bad
+        w._bpt.value = str(bad)
         assert f"bytes per token {bad}" in w.chain["error"] and f"bytes per token {bad}" in w._error.value
         assert w.bytes_per_token == 64  # the last good value is kept
-    w._bpt.value = 2
+    w._bpt.value = "2"
     assert w.chain["error"] is None and w._error.value == "" and w.chain["byte_address"] == 5 * 2
 
 
@@ -242,3 +242,21 @@ def test_lesson00_tree_block_keeps_its_name_on_a_projector():
         viz.classroom(False)
     pool = next(t for t in fig.data if t.name == "physical")
     assert any(text.endswith("(tree)") for text in pool.text), pool.text
+
+
+def test_a_refused_input_keeps_the_last_good_walk_and_says_so_once():
+    """Review r8 of lesson 04: bytes per token 2.5 showed 25 in its box while the walk computed with 2,
+    and a refused block table emptied the step table and put its message twice (banner and figure)."""
+    w = viz.TranslationWidget(static=False)
+    w._bpt.value = "2"
+    walk = w._chain.value
+    w._bpt.value = "2.5"
+    assert w._bpt.value == "2.5" and "2.5 is not a whole number" in w._error.value and "kept 2" in w._error.value
+    assert w.bytes_per_token == 2 and w._chain.value == walk  # the last good walk, in full
+    w._bpt.value = "2"
+    for bad in ("3, x, 1", "", "3, 3, 1", "-1, 2"):
+        w._table.value = bad
+        assert w.chain["error"] and w._error.value, bad
+        assert w._chain.value == walk, f"{bad!r}: the step table changed or vanished"
+        title = w.figure().layout.title.text or ""
+        assert "error" not in title and w.chain["error"] not in title, f"{bad!r}: the message shows twice"

@@ -127,8 +127,16 @@ def first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         fits = [(length, s) for s, length in ranges if length >= n]
         return min(fits)[1] if fits else None
 
+    def worst(ranges, n):
+        fits = [(-length, s) for s, length in ranges if length >= n]
+        return min(fits)[1] if fits else None
+
     run = mistake_runner(c, {
         "that is best fit (the smallest hole that fits): first fit takes the first hole, in address order": best,
+        "that is worst fit (the largest hole): first fit takes the first hole that is long enough, in address order":
+            worst,
+        "only the first hole was tried: when it is too short, look at the next ones, in address order":
+            lambda r, n: r[0][0] if r and r[0][1] >= n else None,
         "a hole exactly n long fits too (length >= n)": lambda r, n: next((s for s, ln in r if ln > n), None),
         "you added up the holes (the notes' slip): a request needs ONE hole that is long enough":
             lambda r, n: r[0][0] if r and sum(ln for _, ln in r) >= n else None,
@@ -175,6 +183,12 @@ def external_fragmentation(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda r: 100 * _external_fragmentation_ref(r) / sum(n for _, n in r) if r else 0,
         "that is a share of the free space: the answer is a number of slots":
             lambda r: _external_fragmentation_ref(r) / sum(n for _, n in r) if r else 0,
+        "every hole tied for the largest was left out: subtract ONE largest hole; another of the same size "
+        "is stranded too": lambda r: sum(n for _, n in r if n != max(m for _, m in r)) if r else 0,
+        "that used each hole's start, not its length: the pairs are (start, length)":
+            lambda r: sum(s for s, _ in r) - max(s for s, _ in r) if r else 0,
+        "that is the largest minus the smallest hole: add up every hole except the largest one":
+            lambda r: max(n for _, n in r) - min(n for _, n in r) if len(r) > 1 else 0,
     })
     arena = ContiguousArena(capacity=12288, policy="exact", max_len=12288)
     for rid, n in [("A", 4096), ("B", 2048), ("C", 4096)]:
@@ -200,8 +214,8 @@ def _place_ref(capacity: int, ops: list[tuple]) -> dict:
     return _place_run(capacity, ops)[0]
 
 
-def _place_run(capacity: int, ops: list[tuple]) -> tuple[dict, int]:
-    """The expected result, and the free slots at the end."""
+def _place_run(capacity: int, ops: list[tuple]) -> tuple[dict, int, set[str]]:
+    """The expected result, the free slots at the end and the ids still placed then."""
     if capacity < 1:
         raise ValueError(f"capacity must be >= 1, got {capacity}")
     arena = ContiguousArena(capacity=capacity, policy="exact", max_len=capacity)
@@ -228,7 +242,7 @@ def _place_run(capacity: int, ops: list[tuple]) -> tuple[dict, int]:
     arena.check_integrity()
     st = arena.stats()
     return {"starts": starts, "refused": refused, "largest_hole": st.largest_free_range,
-            "wasted_share": (st.free - st.largest_free_range) / st.free if st.free else 0.0}, st.free
+            "wasted_share": (st.free - st.largest_free_range) / st.free if st.free else 0.0}, st.free, set(arena.requests)
 
 
 def _simulate(capacity: int, ops: list[tuple], fit: str = "first", coalesce: bool = True, bump: bool = False) -> dict:
@@ -324,8 +338,13 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         "largest_hole is the biggest single hole, not all the free slots added up":
             lambda cap, ops: {**_place_ref(cap, ops), "largest_hole": _place_run(cap, ops)[1]},
         "a refused id may be admitted again later: it is placed when a hole then holds it": _refused_forever,
+        "each refusal is listed: a request refused twice appears twice in refused, in the order they came":
+            lambda cap, ops: (lambda r: {**r, "refused": list(dict.fromkeys(r["refused"]))})(_place_ref(cap, ops)),
+        "starts keeps every request ever placed (where each went), finished ones too: a finish does not remove it":
+            lambda cap, ops: (lambda r, live: {**r, "starts": {k: v for k, v in r["starts"].items() if k in live}})(
+                *_place_run(cap, ops)[::2]),
     })
-    run = _naming_no_free(run)
+    run = _naming_raised(_naming_no_free(run))
     notes = [("admit", "A", 4096), ("admit", "B", 2048), ("admit", "C", 4096), ("finish", "A"),
              ("admit", "D", 8192), ("admit", "E", 3000)]
     run("the notes: A, B, C; A finishes; D (8,192) is refused; E (3,000) goes where A was", 12288, notes)
@@ -371,6 +390,31 @@ def _refused_forever(capacity: int, ops: list[tuple]) -> dict:
     return _place_ref(capacity, kept)
 
 
+def _naming_raised(run: Callable) -> Callable:
+    """``run``, naming an error raised where the contract refuses or ignores instead (likeliest by tally)."""
+    def named(label: str, capacity: int, ops: list[tuple]):
+        case = run(label, capacity, ops)
+        a = case.actual
+        if case.passed or isinstance(case.expected, Raised) or not isinstance(a, Raised):
+            return case
+        refused = case.expected["refused"]
+        found = []
+        if isinstance(a.exc, KeyError) and a.exc.args and a.exc.args[0] in refused:
+            found.append(f"raised KeyError {a.exc.args[0]!r}: the finish of a refused request is ignored "
+                         "(it holds no slots), not an error")
+        if isinstance(a.exc, ValueError) and any(op[0] == "admit" and op[2] > capacity for op in ops):
+            found.append("a request bigger than the whole arena is refused (listed in refused), not an error: "
+                         "only a size below 1 raises ValueError")
+        again = len(refused) > len(set(refused)) or any(rid in case.expected["starts"] for rid in refused)
+        if isinstance(a.exc, ValueError) and again:
+            found.append("a refused id may be admitted again later: it is placed when a hole then holds it "
+                         "(a refused request was never placed)")
+        if found:
+            case.note, case.candidates = found[0], found
+        return case
+    return named
+
+
 def _naming_no_free(run: Callable) -> Callable:
     """``run``, naming a 0/0 (nan, or ZeroDivisionError) for the share when nothing is free."""
     def named(label: str, *args: object):
@@ -386,12 +430,12 @@ def _naming_no_free(run: Callable) -> Callable:
 
 
 def _share_of_capacity(capacity: int, ops: list[tuple]) -> dict:
-    r, free = _place_run(capacity, ops)
+    r, free, _ = _place_run(capacity, ops)
     return {**r, "wasted_share": (free - r["largest_hole"]) / capacity}
 
 
 def _share_inverted(capacity: int, ops: list[tuple]) -> dict:
-    r, free = _place_run(capacity, ops)
+    r, free, _ = _place_run(capacity, ops)
     return {**r, "wasted_share": r["largest_hole"] / free if free else 0.0}
 
 

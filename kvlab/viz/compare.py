@@ -139,8 +139,8 @@ def run_compare(
                     copied = arena.grow(rid, n)
                 except OutOfContiguousSpace as e:
                     r = arena.requests[rid]
-                    ok_c, note_c = False, (f"contiguous FAILS to grow {rid}: no free range holds the {e.needed} slots "
-                                           f"it needs, so it stays at {r.length} tokens (a server would preempt it)")
+                    ok_c, note_c = False, (f"contiguous FAILS (no free range of {e.needed} slots): {rid} keeps "
+                                           f"its {r.length} tokens")  # two lines with "step k / N" on a projector
             if rid in pool.tables:
                 try:
                     pool.append(rid, n)
@@ -205,6 +205,8 @@ def compare_data(step: CompareStep, colors: dict[str, str] | None = None, cols: 
         if s != big:
             for k in range(n):
                 cc[s + k] = STRANDED
+    if step.op[0] == "admit" and not step.contiguous_ok and big is not None:  # the refused request, where it would go
+        cl[big] = f"{step.op[1]} ({step.op[2]}): no range fits"
     snap = step.paged_snapshot
     pc, pl = [FREE] * cap, [""] * cap
     for rid, ids in snap.tables.items():
@@ -278,8 +280,8 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
     rows = d["rows"]
     map_h = max(50, rows * 34 + 10)
     # classroom mode: the stepper's controls and this whole figure on one 599 px projector screen
-    bar_h = 230 if not th.high_contrast else (100 if compact else 130)
-    top, gap = (120 + (20 if caption else 0) if th.high_contrast else 115), (50 if not th.high_contrast else 34)
+    bar_h = 230 if not th.high_contrast else (85 if compact else 124)
+    top, gap = (106 + (34 if caption else 0) if th.high_contrast else 115), (50 if not th.high_contrast else 34)
     if compact:  # the title on one line, no subtitle: the widget's sentence says the rest
         top, gap = 56, min(gap, 30)
     height = top + 2 * map_h + bar_h + 3 * gap + 60
@@ -315,8 +317,8 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
                  xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
             dict(text=f"<b>paged</b>: blocks of {step.block_size} slot{'s' if step.block_size != 1 else ''}, on demand", x=0, y=y2[1], xref="paper",
                  yref="paper", xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
-            dict(text="full colour: a token · tint: reserved or allocated, empty ·<br>"
-                      "light grey: free · dark grey: free but stranded (external fragmentation)",
+            dict(text="full colour: a token · tint: reserved or allocated, empty · light grey: free<br>"
+                      "dark grey: free but stranded (external fragmentation; equal holes: the first is usable)",
                  x=0, y=y2[0], xref="paper", yref="paper", xanchor="left", yanchor="top", showarrow=False, align="left",
                  font=dict(size=th.label_size)),
         ],
@@ -391,4 +393,4 @@ def compare_stepper(trace: Sequence[tuple] | None = None, capacity: int = 48, bl
 
     steps = run_compare(trace if trace is not None else notes_trace(), capacity, block_size, policy, **kw)
     frames = [Frame(s, s.caption) for s in steps]
-    return Stepper(frames, CompareView(steps), static=static, title="contiguous vs paged")
+    return Stepper(frames, CompareView(steps), static=static, title="contiguous vs paged", caption_lines=2)

@@ -191,13 +191,28 @@ def memory_map_stepper(
     mode: str = "auto",
     tables: bool | None = None,
     step_legend: bool = False,
+    free_queue: bool = False,
 ) -> "Stepper":
     """A :class:`~kvlab.viz.stepper.Stepper` over a recorded run's memory maps (numbered from 1).
     ``step_legend``: each step's legend lists only the sequences and outlines that step draws (the
-    figure keeps the whole run's legend height, so it does not jump between steps)."""
-    from .stepper import Stepper
+    figure keeps the whole run's legend height, so it does not jump between steps).
+    ``free_queue``: each caption ends with the free queue, front (next handed out) first, and
+    keeps two lines' height.
+
+    >>> import kvlab
+    >>> m = kvlab.BlockManager(num_blocks=3, block_size=2, record=True)
+    >>> _ = m.add_sequence("R1", 3), m.free("R1")
+    >>> memory_map_stepper(m.snapshots, m.log, static=True, free_queue=True).frames[-1].caption[-35:]
+    'free queue, front first: P2, P0, P1'
+    """
+    from .stepper import Frame, Stepper
 
     frames = memory_frames(snapshots, log)
+    if free_queue:
+        frames = [Frame(f.snapshot, f"{f.caption} · free queue, front first: "
+                        + (", ".join(f"P{b}" for b in f.snapshot.free_block_ids) or "empty"), f.highlight, f.extra)
+                  for f in frames]
     live = not is_static(static)  # a live stepper numbers and captions each frame in its own line
     return Stepper(frames, MemoryMapView(frames, title, source, cols, mode, tables, numbered=not live,
-                                              step_legend=step_legend), static=static)
+                                              step_legend=step_legend), static=static,
+                   caption_lines=2 if free_queue else 0)

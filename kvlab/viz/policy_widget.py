@@ -31,6 +31,7 @@ __all__ = ["POLICIES", "TRACES", "policy_state", "PolicyWidget"]
 
 POLICIES = (("the maximum length (24 slots)", "max"), ("the next power of two, doubled on growth", "pow2"),
             ("exactly the final length (an oracle)", "exact"))
+SHORT_NAMES = {"max": "the maximum length", "pow2": "the power of two", "exact": "the exact final length"}
 TRACES = (("the notes' A, B, C, then D'", "notes"), ("requests that grow while decoding", "growth"))
 BLOCK_SIZES = (1, 2, 4, 8, 16)
 CAPACITY, MAX_LEN = 48, 24
@@ -54,18 +55,18 @@ def policy_state(policy: str = "max", trace: str = "notes", block_size: int = 4)
                        for s in steps) for side in ("contiguous", "paged")}
     last = steps[-1]
     copied = last.contiguous["bytes_copied"]
-    name = dict((k, lab) for lab, k in POLICIES)[policy]
+    name = SHORT_NAMES[policy]  # short: the sentence fits 3 + 2 lines on a projector, the menu says the rest
     sentence = (f"Contiguous, {name}: refused {', '.join(refused['contiguous']) or 'nothing'}; "
-                + _stuck(stuck["contiguous"], "no free range held its bigger reservation") + "at its worst "
-                f"{worst['contiguous']} of {CAPACITY} slots were reserved but empty or stranded in holes; "
-                f"{copied} tokens copied when requests moved. Paged, blocks of {block_size}: refused "
+                + _stuck(stuck["contiguous"], "no free range held the bigger size") + "at its worst "
+                f"{worst['contiguous']} of {CAPACITY} slots reserved but empty or stranded; "
+                f"{copied} tokens copied. Paged, blocks of {block_size}: refused "
                 f"{', '.join(refused['paged']) or 'nothing'}; " + _stuck(stuck["paged"], "no free block")
-                + (f"at its worst {worst['paged']} slots empty, all in the requests' last, partly filled blocks"
+                + (f"at its worst {worst['paged']} slots empty, all in last blocks"
                    if worst["paged"] else "never an empty slot (" + (
                        "blocks of one token fill exactly" if block_size == 1 else
-                       f"every request it held was a multiple of {block_size} tokens long, so its blocks were full")
+                       f"every request it held was a multiple of {block_size} tokens long")
                    + ")")
-                + "; nothing stranded, nothing copied.")
+                + "; nothing stranded or copied.")
     return {"policy": policy, "trace": trace, "block_size": block_size, "steps": steps,
             "refused_contiguous": refused["contiguous"], "refused_paged": refused["paged"],
             "worst_contiguous": worst["contiguous"], "worst_paged": worst["paged"], "copied": copied,
@@ -76,8 +77,8 @@ def _stuck(rids: list[str], why: str) -> str:
     """'failed 2 growths (R1, R3: ...); ' or '' when every growth fitted."""
     if not rids:
         return ""
-    return (f"failed {len(rids)} growth{'s' if len(rids) > 1 else ''} ({', '.join(rids)}: {why}, so that step's "
-            "tokens were not added; a server would preempt the request); ")
+    return (f"failed {len(rids)} growth{'s' if len(rids) > 1 else ''} ({', '.join(rids)}: {why}; that step's "
+            "tokens were not added); ")
 
 
 class PolicyWidget:
@@ -145,7 +146,9 @@ class PolicyWidget:
         th = theme()
         px = max(th.font_size + 1, th.control_px)
         text = html.escape(self.state["sentence"]).replace(" Paged, blocks", "<br>Paged, blocks")  # one line a side
-        return f"<p style='font-size:{px}px;line-height:{1.3 if th.high_contrast else 1.45};margin:4px 0'>{text}</p>"
+        lh = 1.3 if th.high_contrast else 1.45
+        fixed = f";min-height:{5 * lh:.2f}em" if th.high_contrast else ""  # a projector: 5 lines whatever the choice
+        return f"<p style='font-size:{px}px;line-height:{lh};margin:4px 0{fixed}'>{text}</p>"
 
     def figure(self) -> Any:
         last = self.state["steps"][-1]  # on a projector the sentence (above it) says what the run did

@@ -75,6 +75,7 @@ class Stepper:
         static: bool | None = None,
         interval_ms: int = 900,
         title: str = "",
+        caption_lines: int = 0,
     ) -> None:
         frames = list(frames)
         if not frames:
@@ -88,6 +89,7 @@ class Stepper:
         self.render = render
         self.static = is_static(static)
         self.title = title
+        self.caption_lines = caption_lines  # > 0: the caption keeps that many lines' height (no jump between steps)
         self.index = 0
         self.error: str | None = None
         self.widget: Any = None
@@ -151,7 +153,8 @@ class Stepper:
         sep = ":" if self.caption else ""
         return (
             f"<div style='font-size:{max(th.font_size + 2, th.control_px)}px;color:{th.text_color};"
-            f"line-height:1.35;overflow-wrap:anywhere'>"
+            f"line-height:1.35;overflow-wrap:anywhere"
+            + (f";min-height:{1.35 * self.caption_lines:.2f}em" if self.caption_lines else "") + "'>"
             f"<b>{html.escape(head)}step {self.index + 1} / {len(self.frames)}{sep}</b> "
             f"{html.escape(self.caption)}</div>"
         )

@@ -362,9 +362,10 @@ class TranslationWidget:
 
     # -- state
     def _recompute(self) -> None:
-        self.chain = translation_chain(self.block_table, self.pos, self.block_size, self.bytes_per_token, self.base)
-        if self.table_error or self.bpt_error:
-            self.chain["error"] = self.table_error or self.bpt_error
+        """``self.good`` is the walk of the last good inputs (drawn, and listed, while a refused input's
+        message shows once above them); ``self.chain`` is that walk with the refusal as its ``error``."""
+        self.good = translation_chain(self.block_table, self.pos, self.block_size, self.bytes_per_token, self.base)
+        self.chain = {**self.good, "error": self.table_error or self.bpt_error or self.good["error"]}
 
     def set(self, **kw: Any) -> None:
         unknown = set(kw) - {"pos", "block_size", "block_table", "bytes_per_token"}
@@ -383,16 +384,16 @@ class TranslationWidget:
         if "block_size" in kw:
             self._bs.value = kw["block_size"]
         if "bytes_per_token" in kw:
-            self._bpt.value = kw["bytes_per_token"]
+            self._bpt.value = str(kw["bytes_per_token"])
         if "pos" in kw:
             self._pos.value = kw["pos"]
 
     def figure(self) -> Any:
-        return translation_figure(self.chain, self.num_blocks)
+        return translation_figure(self.good, self.num_blocks)
 
     def chain_html(self) -> str:
         """The walk as a numbered two-column table: what each step is, then its formula with numbers."""
-        c, th = self.chain, theme()
+        c, th = self.good, theme()
         if c["error"]:
             return ""
         px = max(th.font_size + 1, th.control_px)
@@ -423,8 +424,8 @@ class TranslationWidget:
         self._table = W.Text(value=", ".join(map(str, self.block_table)), description="block table (L0, L1, ...)",
                              continuous_update=False, style=style, layout=W.Layout(width=wide))
         self._table.add_class("kvlab-block-table")
-        self._bpt = W.IntText(value=self.bytes_per_token, description="bytes per token",  # a value below 1: a message
-                                     style=style, layout=W.Layout(width="220px"))
+        self._bpt = W.Text(value=str(self.bytes_per_token), description="bytes per token",  # not a whole number >= 1:
+                           continuous_update=False, style=style, layout=W.Layout(width="220px"))  # a message
         self._bpt.add_class("kvlab-bytes-per-token")
         self._chain = W.HTML(self.chain_html())
         self._chain.add_class("kvlab-chain")
@@ -488,12 +489,16 @@ class TranslationWidget:
         self._redraw()
 
     def _on_bpt(self, ch: dict[str, Any]) -> None:
-        if ch["new"] < 1:  # keep the last good value; show the message (as the block table field does)
-            self.bpt_error = (f"bytes per token {ch['new']} is below 1: a token's K and V take at least one byte "
+        text = str(ch["new"]).strip().replace(",", "").replace("_", "")  # a text box: "2.5" stays as typed
+        if not re.fullmatch(r"[+-]?\d+", text):  # keep the last good value; show the message (as the table does)
+            self.bpt_error = (f"bytes per token {str(ch['new']).strip() or '(empty)'} is not a whole number of bytes "
+                              f"(kept {self.bytes_per_token})")
+        elif int(text) < 1:
+            self.bpt_error = (f"bytes per token {int(text)} is below 1: a token's K and V take at least one byte "
                               f"(kept {self.bytes_per_token})")
         else:
             self.bpt_error = None
-            self.bytes_per_token = ch["new"]
+            self.bytes_per_token = int(text)
         self._recompute()
         self._redraw()
 

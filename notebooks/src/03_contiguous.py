@@ -153,9 +153,13 @@ for name, example, cost in costs:  # two short lines each: they fit a projector'
 # paged side hands out free blocks **first in, first out**, as vLLM's free-block queue does: at
 # the start the queue is P0, P1, P2, ... in address order, each request takes blocks from its
 # front, and a finished request's blocks join its **back**. When D' arrives the queue holds the
-# two blocks no one has used yet (P10, P11) and then A's four freed blocks (P0 to P3), so D' gets
-# P10, P11, P0, P1, P2, P3 in that order. Where a block sits does not matter to the paged side:
-# the request's block table records it (lesson 04).
+# two blocks no one has used yet (P10, P11) and then A's four freed blocks, so D' gets P10, P11
+# and then A's blocks. kvlab queues a finished request's blocks in table order (P0, P1, P2, P3);
+# vLLM queues them **tail first** (P3, P2, P1, P0: its prefix cache, lesson 08, then evicts a
+# request's last blocks before the first ones, which other requests are likelier to share), so
+# in vLLM D' would get P10, P11, P3, P2, P1, P0. Without a prefix cache the order changes
+# nothing: where a block sits does not matter to the paged side, the request's block table
+# records it (lesson 04).
 
 # %%
 import kvlab.viz as viz
@@ -165,9 +169,9 @@ viz.compare_stepper(viz.notes_trace(), capacity=48, block_size=4)
 # %% [markdown]
 # Growth, under the `"pow2"` policy: requests outgrow their ranges and are copied; the paged
 # side only takes one more block when the last one is full (watch the counter of token slots copied).
-# When no free range holds a request's doubled size, the caption says **contiguous FAILS to grow**:
-# the request keeps its range and its tokens so far, but that step's new tokens have nowhere to
-# go (a real server would preempt the request: free it and recompute it later); the paged side
+# When no free range holds a request's doubled size, the caption says **contiguous FAILS** (no
+# free range of that size): the request keeps its range and its tokens so far, but that step's
+# new tokens have nowhere to go (a real server would preempt the request: free it and recompute it later); the paged side
 # only needs a free block for the new tokens, wherever it lies.
 
 # %%
@@ -288,8 +292,9 @@ if share["pow2"] > share["exact"]:
         "paper's Fig. 2 ranks Orca (Oracle) above Orca (Pow2): this 'pow2' starts from the CURRENT length and grows "
         "by copying, so its range is never more than twice what the request holds now; the oracle reserves the "
         "whole final length on arrival, and that range stays mostly empty while the output is generated. The "
-        "paper's Pow2 never grows: it reserves the power of two above the FINAL length up front, always at least "
-        "the oracle's range. The price of growing is the copies and preemptions above.")
+        "paper's Pow2 never grows: it reserves the prompt plus the power of two above the true OUTPUT length up "
+        "front (an output of 25 tokens reserves 32 output slots), always at least the oracle's range. The price "
+        "of growing is the copies and preemptions above.")
 
 # %% [markdown]
 # The notes close with a maxim: **"fragmentation is the enemy of dynamic allocation."** Judged on

@@ -94,8 +94,9 @@ print(f"2 (K, V) x {llama7.layers} layers x {per_slot:,} = {2 * llama7.layers * 
 # ## 2. The picture: move the position
 #
 # Drag **pos**, or change the **block size** (tokens per block: vLLM's `block_size`, its
-# `--block-size` option), or type another block table (a bad entry, or bytes per token below 1,
-# is refused with a message in red and the last good value kept). The table on top of the widget
+# `--block-size` option), or type another block table (a bad entry, or bytes per token that is not
+# a whole number of at least 1, is refused with a message in red; the walk and the figure keep the
+# last good values, and the box shows what you typed). The table on top of the widget
 # walks the steps, one row each; the figure shows which physical block and slot the token lands
 # in. Positions 8, 9, 10, 11 all land in P1, at offsets 0 to 3; position 12 jumps to P5. The
 # request's blocks do not need to be in order or next to each other: that is the whole point.
@@ -157,7 +158,8 @@ viz.TranslationWidget(block_table=NOTES_TABLE, pos=9, block_size=4)
 # step is one action, said in words. Every used block names its request and logical block
 # (`R2 L1` is R2's second block), so each request's block table reads off the pool, and the
 # legend lists only the requests that hold blocks at that step (the integrity check runs on
-# every frame).
+# every frame). Each caption ends with the free queue, front first: watch R1's blocks join its
+# back at the step where R1 finishes, and R3 take P6, P7, P8 from its front.
 
 # %%
 m = kvlab.BlockManager(num_blocks=12, block_size=4, record=True)
@@ -171,9 +173,9 @@ m.free("R1")              # R1 is done: its blocks return to the back of the fre
 m.add_sequence("R3", 9)   # 9 tokens -> 3 blocks
 m.check_integrity()
 
-cols = 12 if viz.is_classroom() else 6   # a projector: one row (the stepper fits one screen)
+cols = 12   # one row: the stepper fits one screen, and the page's width
 viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growth", cols=cols, tables=False,
-                       step_legend=True)   # blocks named "R1 L0": no arrows to cross
+                       step_legend=True, free_queue=True)   # blocks named "R1 L0": no arrows to cross
 
 # %% [markdown]
 # The same recording as a plotly animation (press play, or drag the slider: its steps are
