@@ -381,7 +381,9 @@ class CacheManager:
         if res.duplicates:  # the tree freed D: the table's reference on them is used up too
             dup = set(res.duplicates)
             handed = [i for i in range(end) if table_ids[i] in dup] + list(handed)
-        self.block_manager.free(seq_id, handed_over=handed)  # drops M and T
+        node = self._locks.get(seq_id)  # the table starts with its locked path, which the tree holds
+        held = len(node.path_kv()) if node is not None else 0
+        self.block_manager.free(seq_id, handed_over=handed, held=held)  # drops M and T (M: no test for zero)
 
     def _keep_cached(self, seq_id: str, res: InsertResult, key: RadixKey) -> None:
         """cache_req(finished=False) after the insert: the table takes the tree's blocks for D and
