@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import re
 from array import array
-from operator import countOf
 from typing import Any, Iterable
 
 __all__ = ["check_int", "as_ids", "extend_ids", "tail_ids", "check_seq_id"]
@@ -73,8 +72,8 @@ def as_ids(values: Iterable[int], what: str = "tokens") -> list[int]:
     if isinstance(values, (str, bytes)):
         raise TypeError(f"{what} must be a sequence of int ids, got a {type(values).__name__} {values!r:.40}")
     key = values if type(values) is list else list(values)
-    try:  # two C-level passes: every element exactly an int (counted without a list of types), every one >= 0
-        ok = countOf(map(type, key), int) == len(key)
+    try:  # two C-level passes: every element exactly an int, every one >= 0
+        ok = list(map(type, key)).count(int) == len(key)
         if ok:
             array("Q", key)  # raises OverflowError for a negative id
     except (TypeError, OverflowError, ValueError):
@@ -106,7 +105,7 @@ def extend_ids(known: list[int], values: Iterable[int], what: str = "tokens") ->
     head = values[:n]
     if len(head) < n or head != known:
         return None
-    if countOf(map(type, head), int) != n:  # equal to ints yet not ints: True, 1.0, numpy ints
+    if list(map(type, head)).count(int) != n:  # equal to ints yet not ints: True, 1.0, numpy ints
         return None if as_ids(head, what) != known else known + as_ids(values[n:], what)
     return known + tail_ids(values[n:], n, what)
 
