@@ -381,8 +381,10 @@ class CacheManager:
         if res.duplicates:  # the tree freed D: the table's reference on them is used up too
             dup = set(res.duplicates)
             handed = [i for i in range(end) if table_ids[i] in dup] + list(handed)
-        node = self._locks.get(seq_id)  # the table starts with its locked path, which the tree holds
-        held = len(node.path_kv()) if node is not None else 0
+        held, node = 0, self._locks.get(seq_id)  # the table starts with the blocks of its locked path,
+        while node is not None and node.parent is not None:  # which the tree holds: count them (no copy)
+            held += len(node.value)
+            node = node.parent
         self.block_manager.free(seq_id, handed_over=handed, held=held)  # drops M and T (M: no test for zero)
 
     def _keep_cached(self, seq_id: str, res: InsertResult, key: RadixKey) -> None:
