@@ -275,14 +275,16 @@ class CacheManager:
             self._tokens[child] = self._tokens[parent]
         return table
 
-    def _key(self, t: BlockTable, tokens: Sequence[int]) -> RadixKey:
+    def _key(self, t: BlockTable, tokens: Sequence[int], keep: bool = True) -> RadixKey:
         """``tokens`` checked against what the sequence of table ``t`` holds: ids (a numpy array is fine), at most
         the table's slots, and an extension of the tokens it was admitted with or cached before.
         Those only grow: a shorter list, or one that differs at a known position, would let the
         tree map other tokens to blocks that hold this KV. The key returned is never the caller's
-        own list (a caller that appends to it later changes nothing here). A :class:`RadixKey`
-        (``Admission.tokens.plus(answer)``) was checked when it was made: it is only compared
-        with the known tokens.
+        own list when it is kept (``keep``: a caller that appends to it later changes nothing
+        here). A :class:`RadixKey` (``Admission.tokens.plus(answer)``) was checked when it was
+        made: it is only compared with the known tokens, and with ``keep=False`` (a finishing
+        sequence, whose key is used only during the call: the tree keeps slices of it) it is
+        not copied either.
 
         Example: admitted [1, 2, 3] -> [1, 2, 3, 4] is the key; [1, 2] and [1, 9, 3] are refused
         (ValueError naming the sequence and position 2, resp. 1)."""
@@ -290,7 +292,7 @@ class CacheManager:
         known = self._tokens.get(seq_id)
         if known is not None:
             if type(tokens) is RadixKey:  # checked when it was made (``Admission.tokens.plus(answer)``)
-                key = tokens.prefix(len(tokens)) if tokens[:len(known)] == known else None
+                key = (tokens.prefix(len(tokens)) if keep else tokens) if tokens[:len(known)] == known else None
             else:
                 key = known.extended(tokens)  # only the tokens past the known ones are checked
             if key is None:
@@ -346,7 +348,7 @@ class CacheManager:
         ``[1, 2, 3, 9]``: M = blocks 0-2 (drop the table's ref: 1 left, the tree's), N = block 4
         (the tree takes over its ref), no D, no T."""
         table = self.block_manager.table(seq_id)
-        key = self._key(table, tokens)
+        key = self._key(table, tokens, keep=not finished)
         full = len(key) // self.block_size if self.tree is not None else 0
         if full == 0:  # no whole page: nothing to cache
             if finished:
