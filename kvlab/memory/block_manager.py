@@ -323,7 +323,12 @@ class BlockManager:
             if handed_over and not held <= handed_over.start < handed_over.stop <= len(ids):
                 raise ValueError(f"free {seq_id}: handed_over {handed_over} is outside its {len(ids)} block(s) "
                                  f"past the {held} held one(s)")
-            drop = ids[:handed_over.start] + ids[handed_over.stop:] if handed_over else ids
+            if not handed_over:
+                drop = ids
+            elif handed_over.stop == len(ids):  # nothing after the handed-over run: one copy, not three lists
+                drop = ids[:handed_over.start]
+            else:
+                drop = ids[:handed_over.start] + ids[handed_over.stop:]
         else:
             kept = as_ids(handed_over, "handed_over")
             if len(set(kept)) != len(kept) or any(not held <= i < len(ids) for i in kept):

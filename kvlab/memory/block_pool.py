@@ -235,9 +235,9 @@ class BlockAllocator:
         rc, own = self.ref_count, self.owner
         released: list[int] = []
         if held:  # a loop made fast on purpose: the hot path of every cache hit (~400 blocks at page 1)
-            for b in ids[:held]:
+            for b in (ids if held == len(ids) else ids[:held]):  # (a copy only when there is a rest)
                 rc[b] -= 1
-            ids_left = ids[held:]
+            ids_left = ids[held:] if held < len(ids) else ()
         else:
             ids_left = ids
         for b in ids_left:

@@ -509,7 +509,8 @@ class RadixCache:
             if len(key) % ps or len(kv.block_ids) < nb:
                 raise ValueError(f"insert: {len(key)} token(s) are not whole pages of {ps} held by the "
                                  f"{len(kv.block_ids)} block(s) of {kv.seq_id}'s table")
-            return self._insert(key, kv.block_ids[:nb], rid, share)
+            ids = kv.block_ids  # _insert only reads it (the leaf gets a slice): no copy when all of it is cached
+            return self._insert(key, ids if len(ids) == nb else ids[:nb], rid, share)
         key = as_ids(tokens)
         kv = as_ids(kv.block_ids if type(kv) is BlockTable else kv, "kv")
         if len(kv) != len(key) // ps:
