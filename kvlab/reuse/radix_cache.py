@@ -567,12 +567,13 @@ class RadixCache:
         nb = end // ps
         freed: list[int] = []
         d: list[int] = []
-        if kv[:nb] != tree_kv:
-            d = [b for b, t in zip(kv[:nb], tree_kv) if b != t]
+        new_blocks = kv[nb:]
+        canonical = tree_kv + new_blocks  # the result's blocks: equal to kv unless some are duplicates
+        if canonical != kv:  # (compared whole: no copy of kv's cached part)
+            d = [b for b, t in zip(kv, tree_kv) if b != t]
             if not share:
                 self.allocator.free_blocks(d, rid, record=False)  # the insert event lists them as freed
                 freed = d
-        new_blocks = kv[nb:]
         t = self._tick()
         n = node
         while n is not self.root:
@@ -597,7 +598,7 @@ class RadixCache:
         s.inserted_tokens += len(key) - end
         s.duplicate_tokens += len(d) * ps
         self.log.add(("insert", rid, tuple(new_blocks), (end, len(key), node.id, tuple(freed))))
-        return InsertResult(end, tree_kv + new_blocks, freed, node, d)
+        return InsertResult(end, canonical, freed, node, d)
 
     # ------------------------------------------------------------------ lock
     def inc_lock_ref(self, node: TreeNode, rid: str | None = None) -> int:
