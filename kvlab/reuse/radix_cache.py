@@ -80,7 +80,9 @@ class RadixKey(list):
     the bad element) and copies: it is a list of ints, never the caller's list (read it, do not
     change it). ``prefix(n)``, ``extended(tokens)`` (which checks only the tokens past this key's)
     and ``plus(new_tokens)`` (this key followed by ``new_tokens``, only those checked: a prompt's
-    key plus the answer) are keys too; a plain slice is a plain list.
+    key plus the answer) are keys too; a plain slice is a plain list. ``head``: the key that
+    ``plus`` extended (None otherwise), so whoever holds that key knows this one starts with its
+    tokens without comparing them again.
 
     Example:
         >>> k = RadixKey([1, 2, 3])
@@ -88,10 +90,11 @@ class RadixKey(list):
         (3, RadixKey([1, 2]), RadixKey([1, 2, 3, 4]), None, RadixKey([1, 2, 3, 4, 5]))
     """
 
-    __slots__ = ()
+    __slots__ = ("head",)
 
     def __init__(self, tokens: Iterable[int] = ()) -> None:
         super().__init__(as_ids(tokens))
+        self.head: RadixKey | None = None
 
     @property
     def token_ids(self) -> list[int]:
@@ -101,6 +104,7 @@ class RadixKey(list):
     def _checked(self, ids: list[int]) -> "RadixKey":
         k = list.__new__(RadixKey)  # no __init__: ``ids`` are checked already
         list.extend(k, ids)
+        k.head = None
         return k
 
     def prefix(self, n: int) -> "RadixKey":
@@ -119,6 +123,7 @@ class RadixKey(list):
         tail = tail_ids(new_tokens, len(self))
         k = self._checked(self)
         list.extend(k, tail)
+        k.head = self
         return k
 
     def __repr__(self) -> str:
