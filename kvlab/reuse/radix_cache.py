@@ -80,9 +80,8 @@ class RadixKey(list):
     the bad element) and copies: it is a list of ints, never the caller's list (read it, do not
     change it). ``prefix(n)``, ``extended(tokens)`` (which checks only the tokens past this key's)
     and ``plus(new_tokens)`` (this key followed by ``new_tokens``, only those checked: a prompt's
-    key plus the answer) are keys too; a plain slice is a plain list. ``head``: the key that
-    ``plus`` extended (None otherwise), so whoever holds that key knows this one starts with its
-    tokens without comparing them again.
+    key plus the answer) are keys too; a plain slice is a plain list. ``head``: the key ``plus``
+    extended (None otherwise): its holder knows this one starts with its tokens, uncompared.
 
     Example:
         >>> k = RadixKey([1, 2, 3])
