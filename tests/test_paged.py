@@ -321,6 +321,25 @@ def test_free_hands_over_only_the_positions_named():
     assert m.allocator.ref_count[3:5] == [1, 0]
 
 
+
+def test_free_held_prefix_drops_references_and_refuses_bad_positions():
+    """free(held=k): the table's first k blocks (a locked tree path) lose this table's reference in
+    the allocator's fast loop; the counts are exact and nothing else changes. A held count past the
+    table, or a handed-over position inside the held prefix, is a ValueError, nothing changed."""
+    m = BlockManager(num_blocks=6, block_size=2)
+    m.add_sequence("A", 6)                                    # blocks 0, 1, 2
+    m.allocator.touch([0, 1], "tree")                         # the tree holds blocks 0, 1
+    before = _whole(m)
+    for call in [lambda: m.free("A", held=4), lambda: m.free("A", held=2, handed_over=range(1, 3)),
+                 lambda: m.free("A", held=2, handed_over=[1]), lambda: m.free("A", held=-1)]:
+        with pytest.raises(ValueError):
+            call()
+        assert _whole(m) == before
+    assert m.free("A", held=2) == [2]                         # 0, 1 keep the tree's reference; 2 is free
+    assert m.allocator.ref_count[:3] == [1, 1, 0]
+    m.check_integrity([[0, 1]])                               # ref_count == tree + tables, exactly
+
+
 def test_adopt_takes_held_blocks_without_checking_them_again():
     m = BlockManager(num_blocks=6, block_size=2)
     m.add_sequence("A", 4)                                    # blocks 0, 1

@@ -303,32 +303,43 @@ class BlockManager:
         return released
 
     # ------------------------------------------------------------------ release
-    def free(self, seq_id: str, handed_over: Sequence[int] = ()) -> list[int]:
+    def free(self, seq_id: str, handed_over: Sequence[int] = (), held: int = 0) -> list[int]:
         """Release every block of ``seq_id`` (shared ones only lose a reference); returns blocks freed.
 
         ``handed_over``: logical blocks (positions in the table) whose reference is not dropped,
         because another holder took it over: a finishing request's newly cached pages, which the
         radix tree now holds, and its duplicates, which the tree freed (``CacheManager``). A
-        ``range`` is checked in O(1). ValueError, nothing changed, for a position outside the
-        table or listed twice.
+        ``range`` is checked in O(1). ``held``: the table's first ``held`` blocks are ones another
+        holder keeps (the radix tree's path the sequence locks): they lose this table's reference
+        and cannot become free (the allocator skips their test for zero); they cannot be handed
+        over. ValueError, nothing changed, for a position outside the table or listed twice.
 
         Example: table [4, 5, 6], ``free("R1", handed_over=range(1, 3))`` drops only block 4's reference.
         """
         t = self.table(seq_id)
         ids = t.block_ids
+        held = check_int("held", held, 0)
         if type(handed_over) is range and handed_over.step == 1:
-            if handed_over and not 0 <= handed_over.start < handed_over.stop <= len(ids):
-                raise ValueError(f"free {seq_id}: handed_over {handed_over} is outside its {len(ids)} block(s)")
-            drop = ids[:handed_over.start] + ids[handed_over.stop:] if handed_over else ids
+            if handed_over and not held <= handed_over.start < handed_over.stop <= len(ids):
+                raise ValueError(f"free {seq_id}: handed_over {handed_over} is outside its {len(ids)} block(s) "
+                                 f"past the {held} held one(s)")
+            if not handed_over:
+                drop = ids
+            elif handed_over.stop == len(ids):  # nothing after the handed-over run: one copy, not three lists
+                drop = ids[:handed_over.start]
+            else:
+                drop = ids[:handed_over.start] + ids[handed_over.stop:]
         else:
             kept = as_ids(handed_over, "handed_over")
-            if len(set(kept)) != len(kept) or any(i >= len(ids) for i in kept):
+            if len(set(kept)) != len(kept) or any(not held <= i < len(ids) for i in kept):
                 raise ValueError(f"free {seq_id}: handed_over {kept} names a position twice or outside its "
-                                 f"{len(ids)} block(s)")
+                                 f"{len(ids)} block(s) past the {held} held one(s)")
             gone = set(kept)
             drop = [b for i, b in enumerate(ids) if i not in gone] if gone else ids
+        if held > len(ids):
+            raise ValueError(f"free {seq_id}: held {held} is more than its {len(ids)} block(s)")
         del self.tables[seq_id]  # gone before its events, so snapshots never show a half-freed table
-        released = self.allocator.free_blocks(drop, seq_id, record=False) if drop else []
+        released = self.allocator.free_blocks(drop, seq_id, record=False, held=held) if drop else []
         self.log.add(("free_seq", seq_id, tuple(released), (len(ids), len(ids) - len(drop))))  # block_ids: those back in the pool
         return released
 

@@ -275,14 +275,16 @@ class CacheManager:
             self._tokens[child] = self._tokens[parent]
         return table
 
-    def _key(self, t: BlockTable, tokens: Sequence[int]) -> RadixKey:
+    def _key(self, t: BlockTable, tokens: Sequence[int], keep: bool = True) -> RadixKey:
         """``tokens`` checked against what the sequence of table ``t`` holds: ids (a numpy array is fine), at most
         the table's slots, and an extension of the tokens it was admitted with or cached before.
         Those only grow: a shorter list, or one that differs at a known position, would let the
         tree map other tokens to blocks that hold this KV. The key returned is never the caller's
-        own list (a caller that appends to it later changes nothing here). A :class:`RadixKey`
-        (``Admission.tokens.plus(answer)``) was checked when it was made: it is only compared
-        with the known tokens.
+        own list when it is kept (``keep``: a caller that appends to it later changes nothing
+        here). A :class:`RadixKey` (``Admission.tokens.plus(answer)``) was checked when it was
+        made: it is only compared with the known tokens, and with ``keep=False`` (a finishing
+        sequence, whose key is used only during the call: the tree keeps slices of it) it is
+        not copied either.
 
         Example: admitted [1, 2, 3] -> [1, 2, 3, 4] is the key; [1, 2] and [1, 9, 3] are refused
         (ValueError naming the sequence and position 2, resp. 1)."""
@@ -290,7 +292,8 @@ class CacheManager:
         known = self._tokens.get(seq_id)
         if known is not None:
             if type(tokens) is RadixKey:  # checked when it was made (``Admission.tokens.plus(answer)``)
-                key = tokens.prefix(len(tokens)) if tokens[:len(known)] == known else None
+                extends = tokens.head is known or tokens[:len(known)] == known  # made by known.plus(...): no compare
+                key = (tokens.prefix(len(tokens)) if keep else tokens) if extends else None
             else:
                 key = known.extended(tokens)  # only the tokens past the known ones are checked
             if key is None:
@@ -346,7 +349,7 @@ class CacheManager:
         ``[1, 2, 3, 9]``: M = blocks 0-2 (drop the table's ref: 1 left, the tree's), N = block 4
         (the tree takes over its ref), no D, no T."""
         table = self.block_manager.table(seq_id)
-        key = self._key(table, tokens)
+        key = self._key(table, tokens, keep=not finished)
         full = len(key) // self.block_size if self.tree is not None else 0
         if full == 0:  # no whole page: nothing to cache
             if finished:
@@ -381,7 +384,11 @@ class CacheManager:
         if res.duplicates:  # the tree freed D: the table's reference on them is used up too
             dup = set(res.duplicates)
             handed = [i for i in range(end) if table_ids[i] in dup] + list(handed)
-        self.block_manager.free(seq_id, handed_over=handed)  # drops M and T
+        held, node = 0, self._locks.get(seq_id)  # the table starts with the blocks of its locked path,
+        while node is not None and node.parent is not None:  # which the tree holds: count them (no copy)
+            held += len(node.value)
+            node = node.parent
+        self.block_manager.free(seq_id, handed_over=handed, held=held)  # drops M and T (M: no test for zero)
 
     def _keep_cached(self, seq_id: str, res: InsertResult, key: RadixKey) -> None:
         """cache_req(finished=False) after the insert: the table takes the tree's blocks for D and

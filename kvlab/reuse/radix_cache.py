@@ -80,7 +80,8 @@ class RadixKey(list):
     the bad element) and copies: it is a list of ints, never the caller's list (read it, do not
     change it). ``prefix(n)``, ``extended(tokens)`` (which checks only the tokens past this key's)
     and ``plus(new_tokens)`` (this key followed by ``new_tokens``, only those checked: a prompt's
-    key plus the answer) are keys too; a plain slice is a plain list.
+    key plus the answer) are keys too; a plain slice is a plain list. ``head``: the key ``plus``
+    extended (None otherwise): its holder knows this one starts with its tokens, uncompared.
 
     Example:
         >>> k = RadixKey([1, 2, 3])
@@ -88,10 +89,11 @@ class RadixKey(list):
         (3, RadixKey([1, 2]), RadixKey([1, 2, 3, 4]), None, RadixKey([1, 2, 3, 4, 5]))
     """
 
-    __slots__ = ()
+    __slots__ = ("head",)
 
     def __init__(self, tokens: Iterable[int] = ()) -> None:
         super().__init__(as_ids(tokens))
+        self.head: RadixKey | None = None
 
     @property
     def token_ids(self) -> list[int]:
@@ -101,6 +103,7 @@ class RadixKey(list):
     def _checked(self, ids: list[int]) -> "RadixKey":
         k = list.__new__(RadixKey)  # no __init__: ``ids`` are checked already
         list.extend(k, ids)
+        k.head = None
         return k
 
     def prefix(self, n: int) -> "RadixKey":
@@ -119,6 +122,7 @@ class RadixKey(list):
         tail = tail_ids(new_tokens, len(self))
         k = self._checked(self)
         list.extend(k, tail)
+        k.head = self
         return k
 
     def __repr__(self) -> str:
@@ -509,7 +513,8 @@ class RadixCache:
             if len(key) % ps or len(kv.block_ids) < nb:
                 raise ValueError(f"insert: {len(key)} token(s) are not whole pages of {ps} held by the "
                                  f"{len(kv.block_ids)} block(s) of {kv.seq_id}'s table")
-            return self._insert(key, kv.block_ids[:nb], rid, share)
+            ids = kv.block_ids  # _insert only reads it (the leaf gets a slice): no copy when all of it is cached
+            return self._insert(key, ids if len(ids) == nb else ids[:nb], rid, share)
         key = as_ids(tokens)
         kv = as_ids(kv.block_ids if type(kv) is BlockTable else kv, "kv")
         if len(kv) != len(key) // ps:
@@ -566,12 +571,13 @@ class RadixCache:
         nb = end // ps
         freed: list[int] = []
         d: list[int] = []
-        if kv[:nb] != tree_kv:
-            d = [b for b, t in zip(kv[:nb], tree_kv) if b != t]
+        new_blocks = kv[nb:]
+        canonical = tree_kv + new_blocks  # the result's blocks: equal to kv unless some are duplicates
+        if canonical != kv:  # (compared whole: no copy of kv's cached part)
+            d = [b for b, t in zip(kv, tree_kv) if b != t]
             if not share:
                 self.allocator.free_blocks(d, rid, record=False)  # the insert event lists them as freed
                 freed = d
-        new_blocks = kv[nb:]
         t = self._tick()
         n = node
         while n is not self.root:
@@ -596,7 +602,7 @@ class RadixCache:
         s.inserted_tokens += len(key) - end
         s.duplicate_tokens += len(d) * ps
         self.log.add(("insert", rid, tuple(new_blocks), (end, len(key), node.id, tuple(freed))))
-        return InsertResult(end, tree_kv + new_blocks, freed, node, d)
+        return InsertResult(end, canonical, freed, node, d)
 
     # ------------------------------------------------------------------ lock
     def inc_lock_ref(self, node: TreeNode, rid: str | None = None) -> int:
