@@ -229,6 +229,21 @@ def test_block_hash_cache_properties(ops, block_size, num_blocks):
     assert pc.num_free_blocks == num_blocks
 
 
+def test_a_key_made_by_plus_whose_matched_part_was_changed_is_refused():
+    """``m.tokens.plus(answer)`` changed by the caller in its matched part before caching: the
+    cache compares that part with the matched tokens (not trusting the key's origin): ValueError,
+    nothing changed, so no block is hashed as tokens it does not hold."""
+    pc = BlockHashCache(16, 2)
+    m = pc.match_for_prefill([1, 2, 3, 4, 5], "A")
+    table = pc.allocate(7, m, "A")
+    key = m.tokens.plus([6, 7])
+    key[1] = 9
+    before = pc.state()
+    with pytest.raises(ValueError, match="do not start with"):
+        pc.cache_full_blocks(key, table, "A", block_hashes=m.block_hashes)
+    assert pc.state() == before
+
+
 def test_the_matched_tokens_plus_the_answer_are_cached_and_a_key_that_does_not_extend_them_is_refused():
     """``cache_full_blocks(match.tokens.plus(answer), ...)``: only the answer is checked; a key that
     differs from the matched tokens is a ValueError with nothing changed."""

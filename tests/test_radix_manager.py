@@ -225,6 +225,22 @@ def test_cache_req_treats_each_region_of_the_table_as_its_diagram_says(finished)
     cm.check_integrity()
 
 
+def test_a_key_made_by_plus_whose_admitted_part_was_changed_is_refused():
+    """A caller that changes the admitted part of ``a.tokens.plus(answer)`` before caching it: the
+    tree would hold tokens whose KV was computed for others (a wrong KV served to the next match).
+    The manager compares that part with what the sequence was admitted with (a merge that trusted
+    the key's origin instead was reverted): ValueError, nothing changed."""
+    cm = CacheManager(32, 2)
+    a = cm.admit("A", [1, 2, 3, 4, 5], 8)
+    key = a.tokens.plus([6, 7])
+    key[1] = 9                                     # the caller's slip: the key is a list
+    before = (cm.allocator.state(), cm.tree.pretty(), dict(cm.table("A").__dict__))
+    with pytest.raises(ValueError, match="differ at position 1"):
+        cm.cache_finished_req("A", key)
+    assert (cm.allocator.state(), cm.tree.pretty(), dict(cm.table("A").__dict__)) == before
+    cm.check_integrity()
+
+
 def test_a_key_made_from_the_admission_is_cached_and_checked_against_what_the_sequence_holds():
     """``Admission.tokens.plus(answer)``: only the answer is checked; a key that does not extend the
     admitted tokens, or an answer with a bad id, is refused with nothing changed."""

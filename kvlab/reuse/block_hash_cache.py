@@ -377,8 +377,7 @@ class BlockHashCache:
         if known is None:
             key = as_ids(tokens)
         elif type(tokens) is RadixKey:  # checked when it was made
-            head = known.tokens  # made by head.plus(...): it starts with those tokens, no compare needed
-            key = tokens if tokens.head is head or tokens[:len(head)] == head else None
+            key = tokens if tokens[:len(known.tokens)] == known.tokens else None
         else:
             key = extend_ids(known.tokens, tokens)
         if key is None:

@@ -292,8 +292,7 @@ class CacheManager:
         known = self._tokens.get(seq_id)
         if known is not None:
             if type(tokens) is RadixKey:  # checked when it was made (``Admission.tokens.plus(answer)``)
-                extends = tokens.head is known or tokens[:len(known)] == known  # made by known.plus(...): no compare
-                key = (tokens.prefix(len(tokens)) if keep else tokens) if extends else None
+                key = (tokens.prefix(len(tokens)) if keep else tokens) if tokens[:len(known)] == known else None
             else:
                 key = known.extended(tokens)  # only the tokens past the known ones are checked
             if key is None:

@@ -80,8 +80,7 @@ class RadixKey(list):
     the bad element) and copies: it is a list of ints, never the caller's list (read it, do not
     change it). ``prefix(n)``, ``extended(tokens)`` (which checks only the tokens past this key's)
     and ``plus(new_tokens)`` (this key followed by ``new_tokens``, only those checked: a prompt's
-    key plus the answer) are keys too; a plain slice is a plain list. ``head``: the key ``plus``
-    extended (None otherwise): its holder knows this one starts with its tokens, uncompared.
+    key plus the answer) are keys too; a plain slice is a plain list.
 
     Example:
         >>> k = RadixKey([1, 2, 3])
@@ -89,11 +88,10 @@ class RadixKey(list):
         (3, RadixKey([1, 2]), RadixKey([1, 2, 3, 4]), None, RadixKey([1, 2, 3, 4, 5]))
     """
 
-    __slots__ = ("head",)
+    __slots__ = ()
 
     def __init__(self, tokens: Iterable[int] = ()) -> None:
         super().__init__(as_ids(tokens))
-        self.head: RadixKey | None = None
 
     @property
     def token_ids(self) -> list[int]:
@@ -103,7 +101,6 @@ class RadixKey(list):
     def _checked(self, ids: list[int]) -> "RadixKey":
         k = list.__new__(RadixKey)  # no __init__: ``ids`` are checked already
         list.extend(k, ids)
-        k.head = None
         return k
 
     def prefix(self, n: int) -> "RadixKey":
@@ -122,7 +119,6 @@ class RadixKey(list):
         tail = tail_ids(new_tokens, len(self))
         k = self._checked(self)
         list.extend(k, tail)
-        k.head = self
         return k
 
     def __repr__(self) -> str:
