@@ -290,3 +290,23 @@ def test_review_r9_an_arc_answer_that_pops_an_empty_list_is_named():
                               "from_t1 = sum(p for _, p in t1) >= target or not t2"), verbose=False)
     crash = [c for c in r.failures if "IndexError" in c.note]
     assert crash and all("took a victim from an empty list" in c.note for c in crash), [c.note for c in r.failures]
+
+
+def test_review_r9_the_lesson_says_what_the_diagram_and_the_sources_say():
+    """The review of e072322: cell 7 said "cached <-> locked -> free" (no locked -> free edge), cell 3
+    "80 GB of HBM" beside a table in GiB, cell 26 "--hicache-ratio must be more than 1" (SGLang rounds
+    up and adds a page first: 1 passes), exercise 4 did not say where kvlab's ARC differs from vLLM's."""
+    import re
+
+    from kvlab.reuse.lifecycle import transition_table
+
+    src = (ROOT / "notebooks" / "src" / "10_tiers.py").read_text(encoding="utf-8")
+    device = src.split("**device block** (")[1].split("), a **host block**")[0]
+    edges = {(a, b) for a, b, _ in transition_table("device")}
+    assert "locked → free" not in device and ("locked", "free") not in edges
+    said = set(re.findall(r"`(\w+)`", device.split("back to free from")[1]))
+    assert said == {a for a, b in edges if b == "free"}, said
+    assert "80 GB " not in src and "80 GiB of HBM" in src
+    assert "must be more than 1" not in src and "self.size > device_pool.size" in src
+    ex4 = src.split("### Exercise 4")[1].split("# %%")[0]
+    assert "returns `None`" in ex4 and "T2 empty" in ex4

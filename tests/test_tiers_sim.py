@@ -145,3 +145,17 @@ def test_review_r6_claim_3_is_not_said_to_agree_when_the_steps_rise():
     assert "agrees" not in rising and "rising" in rising and "before its bend" in rising, rising
     shrinking = judge(rows((0.2, 0.6, 0.8, 0.85)), rows((0.4, 0.5, 0.6, 0.7)))[2]
     assert "diminishing returns (agrees)" in shrinking, shrinking
+
+
+def test_review_r9_hit_rate_differences_are_percentage_points(chat_rows):
+    """The review of e072322 (cell 25): "+63.1%", "+5.6%, +8.4%, +49.1%" were differences of hit rates,
+    percentage points, printed as percentages."""
+    import re
+
+    docs = run_tiers(shared_documents(num_requests=40, seed=0), 4096, (0, 1, 2, 4))
+    lines = judge(chat_rows, docs)
+    for line in lines[1:3]:
+        rows = line.split("rows: ")[1]
+        assert not re.search(r"[+-]\d+(\.\d+)?%", rows) and "percentage points" in rows, line
+    gain = chat_rows[-1].hit_rate - chat_rows[0].hit_rate
+    assert f"multi-turn {100 * gain:+.1f} percentage points" in lines[1]

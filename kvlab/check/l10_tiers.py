@@ -644,7 +644,7 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
         ("T1 at its target: T1 first", [("a", 2), ("b", 2)], [("c", 2)], 4, 2),
         ("T1 under its target: T2 first", [("a", 2)], [("c", 2), ("d", 1)], 3, 3),
         ("T1 shrinks below target: switch to T2", [("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6),
-        ("T2 empty: T1 whatever the target", [("a", 1), ("b", 1)], [], 5, 2),
+        ("T2 empty: T1 whatever the target (kvlab; vLLM returns None here)", [("a", 1), ("b", 1)], [], 5, 2),
         ("T1 empty", [], [("c", 1), ("d", 3)], 0, 2),
         ("target 0: T1 first", [("a", 3)], [("c", 1)], 0, 1),
         ("pages, not nodes", [("a", 1), ("b", 1), ("e", 1)], [("c", 4)], 2, 1),

@@ -188,9 +188,11 @@ def judge(chat: list[TierRow], docs: list[TierRow]) -> list[str]:
     return [
         f"{claim[0]}multi-turn hit rate {chat[0].hit_rate:.1%} with the device pool alone, {chat[-1].hit_rate:.1%} with "
         f"a {chat[-1].host_ratio:g}x host tier: {'agrees' if gain(chat) > 0.05 else 'does not show here'}",
-        f"{claim[1]}gain from the host tier: multi-turn {gain(chat):+.1%}, shared documents {gain(docs):+.1%}: "
+        f"{claim[1]}gain in hit rate from the host tier: multi-turn {_points(gain(chat))}, shared documents "
+        f"{_points(gain(docs))}: "
         + ("agrees (multi-turn gains more)" if gain(chat) >= gain(docs) else "not here (documents gain more)"),
-        f"{claim[2]}hit-rate step per larger ratio: " + ", ".join(f"{s:+.1%}" for s in steps) + _bend(chat, steps, big, share),
+        f"{claim[2]}hit-rate step per larger ratio: " + ", ".join(f"{100 * s:+.1f}" for s in steps)
+        + " percentage points" + _bend(chat, steps, big, share),
         "4. claim (the notes): tiering their ad index saved 65%; carried over to a KV cache, tiers would save device "
         f"memory\n   rows: device KV {chat[0].device_tokens:,} token slots with and without "
         f"the tier; the tier adds {chat[-1].host_tokens:,} slots of host memory (write_through also duplicates "
@@ -198,6 +200,11 @@ def judge(chat: list[TierRow], docs: list[TierRow]) -> list[str]:
         f"tokens (the prefilled column, {chat[0].prefill_tokens:,} -> {chat[-1].prefill_tokens:,}): "
         "tiering spends memory to save compute",
     ]
+
+
+def _points(diff: float) -> str:
+    """A difference of two hit rates (fractions) in percentage points: ``_points(0.631)`` -> ``'+63.1 percentage points'``."""
+    return f"{100 * diff:+.1f} percentage points"
 
 
 def _bend(chat: list[TierRow], steps: list[float], big: int, share: float) -> str:

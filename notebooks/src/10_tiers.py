@@ -38,8 +38,8 @@ self_test();
 #   working on for microseconds: the paged attention kernel of lesson 05 loads a block of K and
 #   V there, uses it, and drops it; they are gone when the kernel ends. The L2 cache (50 MB on an
 #   H100) does keep data between kernel launches, but it is a hardware cache *of* HBM: it keeps
-#   whatever was read last, and no server decides what stays in it. An H100 has about 110 MB of
-#   on-chip memory in all (registers, shared memory, L2) against 80 GB of HBM. **All** of the KV
+#   whatever was read last, and no server decides what stays in it. An H100 has about 110 MB
+#   (105 MiB) of on-chip memory in all (registers, shared memory, L2) against 80 GiB of HBM. **All** of the KV
 #   cache lives in HBM.
 # - **The real tiers sit below HBM**: host DRAM over PCIe, then local SSDs or remote storage.
 #   That is exactly SGLang's HiCache, which happens to use the notes' own names: GPU memory is
@@ -64,7 +64,8 @@ print(f"{'tier':<32} {'size':>6}  {'':<30} {'GB/s to the GPU':>15}")
 for name, size, unit, bw in rows:
     print(f"{name:<32} {size:>6.0f}  {unit:<30} {bw:>15,.0f}")
 print(f"\nLlama-3 8B keeps {spec.bytes_per_token // 1024} KiB of KV per token: all of an H100's ~110 MB of SRAM "
-      f"would hold {110e6 / spec.bytes_per_token:.0f} tokens, its 80 GB of HBM {80e9 / spec.bytes_per_token:,.0f}")
+      f"({110e6 / 2**20:.0f} MiB) would hold {110e6 / spec.bytes_per_token:.0f} tokens, its "
+      f"{h100.memory_bytes / 2**30:.0f} GiB of HBM {h100.memory_bytes / spec.bytes_per_token:,.0f}")
 
 # %% [markdown]
 # ## 2. A tiny worked example
@@ -118,8 +119,8 @@ cm.check_integrity()
 #
 # Every state change above is one edge of three small state machines, defined once in
 # `kvlab.reuse.lifecycle` and emitted as `transition` events in the run's event log: a
-# **device block** (free → allocated → cached ⇄ locked → free, or free → loading when a copy
-# comes back), a **host block** (free → writing → backup → host → free), and a **node's
+# **device block** (free → allocated → cached ⇄ locked, or free → loading when a copy comes back;
+# back to free from `cached` (evicted), `allocated` (never cached) or `loading`), a **host block** (free → writing → backup → host → free), and a **node's
 # placement** (device → both → host → disk → evicted). A test drives random workloads and
 # checks that every transition in the log is one of these edges and that no state is skipped.
 # Bold purple: the run's last six transitions, R3's admission (the node comes back from the
@@ -376,9 +377,13 @@ for line in judge(chat_rows, doc_rows):
 # The chat workload above (40 sessions, a device pool of 8,192 slots), re-simulated whenever you
 # move the slider or pick a policy (each run takes well under a second). With
 # `write-through` the host holds copies of what is also on the device, so a small host pool
-# adds almost nothing (SGLang refuses a host pool that is not larger than the device pool:
-# `--hicache-ratio` must be more than 1, an assert in its `memory_pool_host.py`); `write-back`
-# spends host memory only on what leaves the device.
+# adds almost nothing (SGLang refuses a host pool that is not larger than the device pool: its
+# `memory_pool_host.py` rounds `device size x --hicache-ratio` down to whole pages, adds one page,
+# then asserts `self.size > device_pool.size`, so a ratio of 1 passes, just, and one a page under
+# 1 fails); `write-back` spends host memory only on what leaves the device. Selective
+# write-through copies a node only once a second request has inserted it: the line above the
+# control says, from the runs, how little that is, and why its hit rate does not move with the
+# host pool.
 
 # %%
 from kvlab import viz
@@ -391,6 +396,14 @@ def one_tier(host_ratio, write_policy):
     return run_tiers(chat_trace, capacity=8192, host_ratios=(host_ratio,), write_policy=write_policy)[0]
 
 
+sel = [one_tier(r, "write_through_selective") for r in (0.5, 4)]
+copied = [r.bytes_to_host // spec.bytes_per_token for r in (*sel, one_tier(0.5, "write_back"))]
+same = sel[0].hit_rate == sel[1].hit_rate
+print(f"selective write-through copies {copied[0]:,} tokens to the host in the whole run (write-back at 0.5x: "
+      f"{copied[2]:,}): the 4x pool ({sel[1].host_tokens:,} slots) " + ("never drops one" if copied[1] <= sel[1].host_tokens
+      else "drops some") + f", the 0.5x pool holds {sel[0].host_tokens:,} at most; hit rate {sel[0].hit_rate:.1%} "
+      f"at 0.5x, {sel[1].hit_rate:.1%} at 4x" + (": the copies the small pool has no room for are ones no request "
+                                                  "asks for again" if same else ""))
 controls = TierControls(one_tier, host_ratio=2, policy="write_back", static=viz.is_static())
 controls
 
@@ -768,7 +781,11 @@ else:
 # if T1's copies are the oldest? Then implement `arc_victims(t1, t2, target, need)`: free at
 # least `need` pages, one copy at a time, and return the names evicted, in order. The checker
 # compares with a real `HiRadixCache` using `host_eviction_policy="arc"` (your prediction is
-# one of its cases), then prints LRU against ARC on a scan with a hot set.
+# one of its cases), then prints LRU against ARC on a scan with a hot set. When the list the rule
+# picks is empty, kvlab takes from the other one, until `need` pages are freed or both lists are
+# empty. vLLM's `ARCOffloadingManager.prepare_store` differs in one case: with T1 under its target
+# and T2 empty, it evicts nothing and returns `None` (the store is refused); it also counts T1 in
+# blocks, where kvlab counts a node's pages.
 
 # %% tags=["exercise-stub"]
 def arc_victims(t1, t2, target, need):
