@@ -357,3 +357,16 @@ def test_lesson_10_line_plots_use_no_block_state_colour():
     used = {c.lower() for c in re.findall(r"#[0-9a-fA-F]{6}", cell)}
     states = {c.lower() for m in V.STATE_COLORS.values() for c in m.values()} | {V.TAKEN.lower()}
     assert used and not used & states, used & states
+
+
+def test_review_r9_pool_legend_slots_hold_their_labels(run):
+    """The review of e072322 (cell 14, normal mode): at 5 entries a row, each slot (1/5 of the plot)
+    was narrower than "host: copy (also on device)": its text ran under the next entry's swatch.
+    Each slot now holds its swatch and its widest label (0.6 em a character, 40 px for the swatch)."""
+    _, rec, _ = run
+    fig = V.animate_tiers(rec.snapshots)
+    lg, m = fig.layout.legend, fig.layout.margin
+    labels = [t.name for t in fig.data if t.name and ":" in t.name]
+    slot = lg.entrywidth * (fig.layout.width - m.l - m.r)
+    assert lg.entrywidthmode == "fraction" and labels
+    assert slot >= max(len(t) for t in labels) * 0.6 * lg.font.size + 40, (slot, max(labels, key=len))

@@ -239,13 +239,23 @@ def _width() -> int | None:
     return None if th.autosize else min(th.grid_width, 840)
 
 
-_LEGEND_PER_ROW = 5  # legend entries per row (9 pool states: two rows; three entries a row at classroom size)
+_LEGEND_PER_ROW = 5  # at most this many legend entries a row; fewer when the labels are long
+_LEGEND_MARGINS = 90  # tier_map_figure's left + right margins, px
 
 
-def _legend_per_row() -> int:
-    """Entries per legend row: 5 at the normal font, 3 at classroom size (16 px), where five
-    labels such as "device: allocated" would run into each other."""
-    return 3 if theme().high_contrast else _LEGEND_PER_ROW
+def _legend_per_row(labels: Sequence[str]) -> int:
+    """Entries per legend row such that each entry's slot (a fraction of the plot's width) holds
+    its swatch and its widest label: a label estimated at 0.6 em a character, plus 40 px for the
+    swatch and the gap (the review saw "host: copy (also on device)" run under the next swatch at
+    5 a row). 3 at classroom size, where the figure takes the output's width.
+
+    Example: at 12 px in an 840 px figure, "host: copy (also on device)" (27 characters) needs
+    about 234 px, so 3 entries a row (250 px each)."""
+    th = theme()
+    if th.high_contrast or _width() is None:
+        return 3
+    widest = max(len(t) for t in labels) * 0.6 * th.font_size + 40
+    return max(1, min(_LEGEND_PER_ROW, int((_width() - _LEGEND_MARGINS) // widest)))
 
 
 def _marker_size(n: int) -> int:
@@ -284,7 +294,7 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
         for s, c in STATE_COLORS[row].items():
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {STATE_WORDS[row][s]}",
                                      marker=dict(symbol="square", size=12, color=c, line=dict(width=1, color="#666"))))
-    per_row = _legend_per_row()
+    per_row = _legend_per_row([t.name for t in fig.data if t.showlegend is not False])
     rows = -(-sum(len(v) for v in STATE_COLORS.values() if v is not STATE_COLORS["node"]) // per_row)
     legend_h = rows * (th.font_size + 12)
     top = 62 + (14 if th.high_contrast else 0) + legend_h
