@@ -370,3 +370,15 @@ def test_review_r9_pool_legend_slots_hold_their_labels(run):
     slot = lg.entrywidth * (fig.layout.width - m.l - m.r)
     assert lg.entrywidthmode == "fraction" and labels
     assert slot >= max(len(t) for t in labels) * 0.6 * lg.font.size + 40, (slot, max(labels, key=len))
+
+
+def test_review_r9_new_is_named_and_the_graph_stepper_keeps_its_height(run):
+    """The review of e072322: cells 8 and 19 drew the state "new" as an empty circle (exercise 3 uses
+    the name), and cell 19's stepper jumped from 438 to 591 px between steps (the page moved under the
+    buttons): every frame now sits in a box as tall as the tallest machine's diagram."""
+    cm, rec, _ = run
+    fig = V.lifecycle_graph("all", cm.tree.tracker.counts, [], "a caption")
+    assert re.search(r'node_new \[label=new\b', fig.source), fig.source[:400]
+    st = V.tier_stepper(rec, static=True, graph=True)
+    heights = {re.search(r"min-height:calc\((\d+)pt", st.render(f)).group(1) for f in st.frames}
+    assert len(heights) == 1 and int(heights.pop()) > 100

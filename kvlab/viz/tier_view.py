@@ -107,8 +107,8 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
     g.attr("edge", fontsize=fs, fontname="Helvetica,Arial,sans-serif", arrowsize="0.7")
     for s in MACHINES[m]:
         shape = "circle" if s == "new" else "box"
-        g.node(f"{m}_{s}", "" if s == "new" else s, fillcolor=STATE_COLORS[m][s], shape=shape,
-               width="0.25" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
+        g.node(f"{m}_{s}", s, fillcolor=STATE_COLORS[m][s], shape=shape,  # "new" named: exercise 3 uses it
+               margin="0.02" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
@@ -368,8 +368,20 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
                                  events=m not in unnamed) for m in f.extra["machines"]]
         title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
                  "its edges bold purple")
-        return LifecycleFigure(graphs, title).html()  # one screen: only what the step touched
+        # one screen: only what the step touched, in a box as tall as the tallest machine (steady buttons)
+        return f"<div style='min-height:calc({tallest:.0f}pt + 3em)'>{LifecycleFigure(graphs, title).html()}</div>"
 
+    tallest = 0.0
+    if graph:
+        th, everything = theme(), {}
+        for step in rec.taken:
+            for m, s, d, n in step:
+                everything[(m, s, d)] = everything.get((m, s, d), 0) + n
+        for m in {m for f in frames for m in f.extra["machines"]}:
+            svg = _machine_graph(m, everything, set(), th, 14 if th.high_contrast else None,
+                                 events=m not in unnamed).pipe(format="svg", encoding="utf-8")
+            h = re.search(r'<svg\b[^>]*\sheight="([0-9.]+)pt"', svg)
+            tallest = max(tallest, float(h.group(1)) if h else 0.0)
     return Stepper(frames, render, static=static, title="tiers")
 
 
