@@ -86,7 +86,7 @@ print(f"SmolLM2: {model.config.num_hidden_layers} layers, {model.config.num_key_
 # The picture: on top, for each layer (rows) and position (columns), the attention the 8 decode
 # queries gave that position, averaged over heads (log colour scale). Below, the same averaged
 # over layers (red, log axis). At the bottom, in a small panel of its own (a count of bytes, not
-# a mass), the kilobytes of K and V each decode step read for that position (blue, dashed).
+# a mass), the kilobytes of K and V each decode step read for that position (grey, dashed).
 
 # %%
 from kvlab.viz.kv_compress_view import attention_figure
@@ -101,7 +101,7 @@ s = profile.shares()
 
 # %% [markdown]
 # Two things to read off. **Access**: under dense attention every decode step reads every
-# token's K and V once, the first token as often as the last; the blue line is flat because that
+# token's K and V once, the first token as often as the last; the grey dashed line is flat because that
 # is what the algorithm does, and the verdict's max/min ratio confirms the count. By access
 # nothing is hot or cold, and there is no SRAM tier to put hot KV in (lesson 10). **Attention
 # mass** is another matter: the verdict above says, from this run's numbers, how much the first
@@ -204,7 +204,7 @@ print(f"kernel equals the reference: {torch.allclose(out, ref, atol=1e-5)}")
 
 # %% [markdown]
 # Try a budget yourself on the profile measured above: pick a method, a budget and the sinks,
-# and see which positions stay (blue) and what share of the measured attention mass they got.
+# and see which positions stay (in the method's colour: StreamingLLM blue, H2O orange, as in section 5's figure) and what share of the measured attention mass they got.
 # StreamingLLM without sinks (set them to 0) loses the first tokens' mass at once. Blocks are
 # the unit: the sinks move in whole blocks of 16, and at a budget of 16 (one block) the newest
 # block is all that fits, so the sinks slider has nothing to change there (the caption says so).
