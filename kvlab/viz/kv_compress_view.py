@@ -204,13 +204,14 @@ class _ResultsTable:
         import html
 
         full = self.rows[0]
-        cell = "<td style='text-align:{};padding:1px 5px'>{}</td>"   # a long name wraps inside its cell, never the row
+        cell = "<td style='text-align:{};padding:1px 5px{}'>{}</td>"   # the method's name never wraps (classroom too)
         head = "".join(f"<th style='text-align:left;padding:1px 5px'>{h}</th>" for h in self.HEAD)
         nb = "\u00a0/\u00a0"                                         # "2.58 / 23%" stays on one line
-        body = "".join("<tr>" + "".join(cell.format(a, html.escape(str(v))) for a, v in zip("llrrrrrr", (
+        body = "".join("<tr>" + "".join(cell.format(a, ";white-space:nowrap" if i == 0 else "", html.escape(str(v)))
+                                        for i, (a, v) in enumerate(zip("llrrrrrr", (
             r.label, r.kind, f"{r.bytes_per_token:,}", f"{r.kv_bytes / 1e6:.2f}{nb}{r.kv_bytes / full.kv_bytes:.0%}",
             f"{r.pool_bytes / 1e6:.2f}", f"{r.read_bytes_per_step / 1e6:.2f}{nb}"
-            f"{r.read_bytes_per_step / full.read_bytes_per_step:.0%}", f"{r.ppl:.2f}", f"{r.agreement:.0%}"))) +
+            f"{r.read_bytes_per_step / full.read_bytes_per_step:.0%}", f"{r.ppl:.2f}", f"{r.agreement:.0%}")))) +
             "</tr>" for r in self.rows)
         sample = html.escape(self.text.splitlines()[-1])
         return (f"<table style='border-collapse:collapse;font-size:inherit;max-width:100%'><tr>{head}</tr>{body}"
