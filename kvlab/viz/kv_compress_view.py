@@ -204,8 +204,8 @@ class _ResultsTable:
         import html
 
         full = self.rows[0]
-        cell = "<td style='text-align:{};padding:1px 5px{}'>{}</td>"   # the method's name never wraps (classroom too)
-        head = "".join(f"<th style='text-align:left;padding:1px 5px'>{h}</th>" for h in self.HEAD)
+        cell = "<td style='text-align:{};padding:1px 3px{}'>{}</td>"   # the method's name never wraps (classroom too)
+        head = "".join(f"<th style='text-align:left;padding:1px 3px'>{h}</th>" for h in self.HEAD)
         nb = "\u00a0/\u00a0"                                         # "2.58 / 23%" stays on one line
         body = "".join("<tr>" + "".join(cell.format(a, ";white-space:nowrap" if i == 0 else "", html.escape(str(v)))
                                         for i, (a, v) in enumerate(zip("llrrrrrr", (
@@ -333,7 +333,7 @@ def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, ev
                       height=560 if hc else 480, width=_width(th), autosize=th.autosize, template="plotly_white",
                       font=dict(size=th.font_size), margin=dict(l=60, r=30, t=110 if hc else 90, b=170 if hc else 120),
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.3 if hc else -0.22, yanchor="top",
-                                  font=dict(size=th.font_size), title=dict(text="method (open: kvlab's variant):")))
+                                  font=dict(size=th.font_size), title=dict(text="method<br>(open: kvlab's<br>variant):")))
     for a in fig.layout.annotations[:2]:   # the subtitles
         a.font = dict(size=th.font_size)
     return fig
