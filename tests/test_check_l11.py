@@ -151,3 +151,50 @@ def test_a_pass_prints_one_line(capsys):
     assert check.streaming_keep(sol.streaming_keep).passed
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("PASS"), out
+
+
+# ---- round 9's review: the reviewer's wrong answers, rejected AND named
+
+def test_review_streaming_set_is_named():
+    def as_set(n, bs, s, w):
+        if n < 0 or bs < 1 or s < 0 or w < 1:
+            raise ValueError("bad count")
+        nb = cdiv(n, bs)
+        return set(range(min(cdiv(s, bs), nb))) | set(range(max(0, nb - cdiv(w, bs)), nb))
+
+    r = check.streaming_keep(as_set, verbose=False)
+    assert not r.passed and "returned a set" in r.summary, r.summary
+
+
+def test_review_quest_clamped_topk_is_rejected_for_its_tie_order():
+    def by_topk(q, lo, hi, k):
+        if k < 1:
+            raise ValueError("top_k")
+        b = torch.maximum(q * hi, q * lo).sum(-1)
+        return sorted(torch.topk(b, min(k, len(b))).indices.tolist())
+
+    r = check.quest_pick(by_topk, verbose=False)
+    assert not r.passed and "EQUAL bounds" in r.summary, r.summary
+
+
+def _quant_review(levels=127, low=-127, dims=(-1,)):
+    def quant(x):
+        if x.dim() != 3:
+            raise ValueError("x must be 3-D")
+        s = x.abs().amax(dims, keepdim=True) / levels
+        s = torch.where(s > 0, s, torch.ones_like(s))
+        xq = torch.clamp(torch.floor(x / s + 0.5), low, 127).to(torch.int8)
+        return xq, s.expand(x.shape)[..., 0].clone()
+    return quant
+
+
+def test_review_quant_128_with_minus_128_is_named_in_the_summary():
+    r = check.quantize_per_token(_quant_review(levels=128, low=-128), verbose=False)
+    assert not r.passed and "-128" in r.summary and "divides by 128" in r.summary, r.summary
+
+
+def test_review_quant_per_head_over_all_tokens_is_named_precisely_with_its_cost():
+    r = check.quantize_per_token(_quant_review(dims=(0, 2)), verbose=False)
+    assert not r.passed and "per head over ALL tokens" in r.summary and "measured on this case" in r.summary, r.summary
+    r = check.quantize_per_token(_quant_review(dims=(0, 1, 2)), verbose=False)
+    assert "whole tensor" in r.summary and "measured on this case" in r.summary, r.summary

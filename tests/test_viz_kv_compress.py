@@ -159,6 +159,7 @@ def test_budget_sweep_measures_each_new_budget_once_and_seeds_from_the_lesson_ro
     assert [list(t.x) for t in streaming] == [[64, 128], [64, 128]]   # both panels, every budget measured
     rings = [t for t in fig.data if t.marker.symbol == "circle-open" and t.name is None]
     assert [list(t.x) for t in rings] == [[128], [128]]
+    assert all(t.cliponaxis is False for t in rings)   # a ring at an axis's end is drawn whole (round 9's review)
     assert "measured" in fig.layout.title.text and fig.layout.yaxis.type != "log"
     lo, hi = fig.layout.yaxis.range          # the full cache's dashed line inside the axis, off its edge
     assert lo < 2.0 < 2.5 < hi
@@ -201,3 +202,37 @@ def test_budget_sweep_widget_says_measuring_and_fits_one_projector_screen():
     assert "streaming 32" in seen[-1] and c.budget == 32
     assert fig.layout.height + 60 + 90 <= 599                      # controls row + a 3-line caption
     assert fig.layout.yaxis.type == "log"                          # 18 against the full cache's 2: a log axis
+
+
+def test_round9_review_shares_colours_and_the_note_corner():
+    from kvlab.viz.kv_compress_view import METHOD_MARKERS, _emptiest_corner, _share
+
+    assert _share(0.9987) == "99.9%" and _share(0.99999) == ">99.9%" and _share(1.0) == "100%"
+    assert _share(0.001) == "0.1%" and _share(0.5) == "50%"
+    open_ones = {m for m, (symbol, _) in METHOD_MARKERS.items() if symbol.endswith("-open")}
+    assert open_ones == {"streaming-orig", "h2o-block", "quest-shared"}   # the legend says: open = kvlab's variant
+    # the reviewer's classroom case: a wide note in the top-left corner lay over the markers there
+    pts = [(2.5, 1.78), (2.6, 1.78), (3.0, 1.64), (2.9, 1.60), (3.2, 1.60), (11.4, 1.67), (11.4, 1.62), (11.4, 1.60)]
+    assert _emptiest_corner(pts, box=(0.5, 0.2)) == (0.96, 0.96)
+
+
+def test_round9_review_the_spot_note_never_covers_a_mark_in_classroom_mode():
+    from kvlab.compute.kv_measure import MethodResult
+    from kvlab.viz import kv_compress_view as v
+    from kvlab.viz.palette import classroom
+
+    rows = [MethodResult("full", 96, 11.4e6, 11.4e6, 1.60, 1.0, kind="reference", pool_bytes=11.4e6)]
+    for label, kv, ppl in (("streaming 64", 2.5e6, 1.78), ("streaming-orig 64", 2.5e6, 1.78), ("h2o 64", 3.0e6, 1.64),
+                           ("h2o-block 64", 2.5e6, 1.78), ("quest 64", 11.4e6, 1.62), ("quest-shared 64", 11.4e6, 1.67),
+                           ("int8", 2.9e6, 1.60), ("fp8", 3.2e6, 1.60)):
+        rows.append(MethodResult(label, 96, kv, kv, ppl, 0.8, kind="paper", pool_bytes=kv))
+    classroom(True)
+    try:
+        fig = v.tradeoff_figure(rows)
+    finally:
+        classroom(False)
+    notes = [a for a in fig.layout.annotations if a.text.startswith("on one spot")]
+    assert notes and notes[0].xref == "x domain"
+    lo, hi = fig.layout.yaxis.range or (None, None)
+    if notes[0].y > 0.5 and notes[0].x < 0.5:            # top-left: only with headroom above every mark
+        assert hi is not None and (1.78 - lo) / (hi - lo) < 0.8

@@ -73,13 +73,21 @@ STREAMING_MISTAKES = {
 }
 
 
+def _set_slip(expected: Any, actual: Any) -> str | None:
+    """A set of the right blocks: the contract asks for a list, ascending (a set has no order)."""
+    if isinstance(actual, (set, frozenset)) and isinstance(expected, list) and sorted(actual) == expected:
+        return ("returned a set (the right blocks): return a list, ascending (sorted(...) of the set); "
+                "a set has no order, and the caller walks the blocks oldest first")
+    return None
+
+
 def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(num_tokens, block_size, sink_tokens, window_tokens) -> list[int]``: the logical
     blocks StreamingLLM keeps, ascending: the first ``ceil(sink_tokens / block_size)`` blocks and
     the last ``ceil(window_tokens / block_size)`` (the newest, partial block included), each once.
     ValueError for a negative count, a block size below 1 or a window below 1."""
     c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=False, compare=exact_equal,
-                diagnose=[unit_slip])
+                diagnose=[_set_slip, unit_slip])
 
     def run(label, *args):
         return run_keeping_input(c, label, ("num_tokens", "block_size", "sink_tokens", "window_tokens"), *args,
@@ -153,6 +161,23 @@ def _bound(q, lo, hi):
     return _bound_terms(q, lo, hi).sum(-1)
 
 
+def _tie_slip(q, lo, hi) -> Callable:
+    """The right bounds but other blocks among equal ones (``torch.topk`` returns ties in no promised order)."""
+    def diagnose(expected: Any, actual: Any) -> str | None:
+        try:
+            got = [int(b) for b in actual]
+        except (TypeError, ValueError):
+            return None
+        if not isinstance(expected, list) or len(got) != len(expected) or got == expected:
+            return None
+        bound = _bound(q, lo, hi)
+        if sorted(float(bound[b]) for b in got) == sorted(float(bound[b]) for b in expected):
+            return ("the right bounds, but among blocks with EQUAL bounds you kept other ones: the contract keeps the "
+                    "lowest-numbered (torch.topk promises no order among equal values: break ties by block number yourself)")
+        return None
+    return diagnose
+
+
 def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(q, k_min, k_max, top_k) -> list[int]``: q (head_dim,), k_min/k_max (num_blocks,
     head_dim) float64 tensors; the ``top_k`` blocks with the largest upper bound
@@ -163,6 +188,7 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=False, compare=exact_equal, diagnose=[unit_slip])
 
     def run(label, *args):
+        c.diagnose = [_tie_slip(*args[:3]), unit_slip]
         case = run_keeping_input(c, label, ("q", "k_min", "k_max", "top_k"), *args, mistakes=QUEST_MISTAKES)
         if not case.passed and not case.note and isinstance(case.actual, Raised) and args[3] > args[1].shape[0]:
             case.note = (f"top_k {args[3]} is more than the blocks there are ({args[1].shape[0]}): return them all, "
@@ -186,6 +212,8 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     thi = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 2.0], [0.5, 0.5]], dtype=torch.float64)
     run("a tie: blocks 1 and 2 have the same bound, top 1 (the lower block)", tq, tlo, thi, 1)
     run("every channel of q negative: the minima decide", -q.abs(), lo, hi, 2)
+    elo, ehi = torch.zeros(8, 2, dtype=torch.float64), torch.ones(8, 2, dtype=torch.float64)
+    run("several ties: 8 blocks with the same bound, top 3 (the three lowest blocks)", tq, elo, ehi, 3)
     run("top_k 0 (must raise ValueError)", q, lo, hi, 0)
     return _done(c, verbose)
 
@@ -212,18 +240,41 @@ def _quant_ref(x):
     return quantize_kv_ref(x)
 
 
-def _q(x, scale, rounding: str = "half_up"):
+def _q(x, scale, rounding: str = "half_up", low: int = -127):
     import torch
 
     s = torch.where(scale > 0, scale, torch.ones_like(scale))
     v = {"even": torch.round, "half_down": lambda y: torch.ceil(y - 0.5)}.get(rounding, lambda y: torch.floor(y + 0.5))(x / s)
-    return torch.clamp(v, -127, 127).to(torch.int8), s
+    return torch.clamp(v, low, 127).to(torch.int8), s
 
 
-def _per_head(x, levels: int = 127, rounding: str = "half_up"):
+def _per_head(x, levels: int = 127, rounding: str = "half_up", low: int = -127):
     """Quantization with one scale per (token, head) and the given rounding (``_q``), scale (T, H)."""
-    xq, s = _q(x, x.abs().amax(-1, keepdim=True) / levels, rounding)
+    xq, s = _q(x, x.abs().amax(-1, keepdim=True) / levels, rounding, low)
     return xq, s[..., 0]
+
+
+def _over(x, dims: tuple[int, ...]):
+    """One scale from the max over ``dims`` (a wrong axis), returned expanded to (T, H) as the contract's shape."""
+    xq, s = _q(x, x.abs().amax(dims, keepdim=True) / 127)
+    return xq, s.expand(x.shape)[..., 0].clone()
+
+
+def _cost(x, actual) -> str:
+    """The measured price of a wrong scale axis on this case: the worst error of a (token, head),
+    relative to its own largest value, against the contract's format (at most half of 1/127)."""
+    import torch
+
+    xq, s = actual
+    err = (xq.float() * s.reshape(*x.shape[:2], 1).float() - x).abs().amax(-1)          # (T, H)
+    top = x.abs().amax(-1)
+    rel = torch.where(top > 0, err / torch.where(top > 0, top, torch.ones_like(top)), torch.zeros_like(top))
+    own = (_quant_ref(x)[0].float() * _quant_ref(x)[1][..., None] - x).abs().amax(-1)
+    own_rel = torch.where(top > 0, own / torch.where(top > 0, top, torch.ones_like(top)), torch.zeros_like(top))
+    worst = int(rel.flatten().argmax())
+    t, h = divmod(worst, x.shape[1])
+    return (f" (measured on this case: the worst (token, head), token {t} head {h}, is off by {rel.max().item():.1%} of its "
+            f"largest value, against {own_rel.flatten()[worst].item():.2%} with a scale of its own)")
 
 
 QUANT_MISTAKES = {
@@ -240,12 +291,17 @@ QUANT_MISTAKES = {
     "xq must be a torch.int8 tensor (.to(torch.int8)), not floats": lambda x: (
         __import__("torch").clamp(__import__("torch").floor(x / _per_head(x)[1][..., None] + 0.5), -127, 127),
         _per_head(x)[1]),
-    "one scale for the whole tensor: a token with small values loses its precision next to a large one; "
-    "each (token, head) needs its own scale":
-        lambda x: (_q(x, x.abs().max() / 127)[0], _q(x, x.abs().max() / 127)[1].expand(x.shape[:2]).clone()),
-    "one scale per token, shared across its heads: a quiet head loses its precision next to a loud one":
-        lambda x: (_q(x, x.abs().amax((1, 2), keepdim=True) / 127)[0],
-                   _q(x, x.abs().amax((1, 2), keepdim=True) / 127)[1][..., 0].expand(x.shape[:2]).clone()),
+    "one scale for the whole tensor (the max over every token, head and channel): a token with small values "
+    "falls on a few coarse steps next to a large one; each (token, head) needs its own scale":
+        lambda x: _over(x, (0, 1, 2)),
+    "one scale per token, shared across its heads (the max over heads and channels): a quiet head falls on a few "
+    "coarse steps next to a loud one": lambda x: _over(x, (1, 2)),
+    "one scale per head over ALL tokens (the max over the token and channel axes): a quiet token falls on a few "
+    "coarse steps next to a loud one of the same head; the max belongs to one token's row of one head":
+        lambda x: _over(x, (0, 2)),
+    "-128 used and the scale divides by 128: int8's -128 has no +128, so the format is not symmetric and a "
+    "largest value that is positive cannot land on its level; divide by 127 and keep -127..127":
+        lambda x: _per_head(x, levels=128, low=-128),
     "values truncated toward zero (.to(torch.int8) alone): round to the nearest first":
         lambda x: ((x / _q(x, x.abs().amax(-1, keepdim=True) / 127)[1]).to(__import__("torch").int8),
                    _q(x, x.abs().amax(-1, keepdim=True) / 127)[1][..., 0]),
@@ -257,9 +313,15 @@ def _quant_diagnosis(x):
         for message, wrong in QUANT_MISTAKES.items():
             try:
                 if _same_quant(wrong(x), actual):
-                    return message
+                    return message + (_cost(x, actual) if "coarse steps" in message else "")
             except Exception:
                 continue
+        try:
+            if bool((actual[0] == -128).any()):
+                return ("-128 used: the format is symmetric, -127..127 (int8's -128 has no +128 partner); the "
+                        "largest |x| of each (token, head) lands on +-127")
+        except (TypeError, AttributeError, IndexError):
+            pass
         if not isinstance(actual, Raised):
             try:
                 if tuple(actual[1].shape) == (x.shape[0], x.shape[2]) != tuple(x.shape[:2]):

@@ -108,7 +108,7 @@ class BudgetSweep(LiveControl):
             fig.add_trace(go.Scatter(x=xs, y=[r.ppl for _, r in pts], **style), 1, 1)
             fig.add_trace(go.Scatter(x=xs, y=[100 * r.agreement for _, r in pts], showlegend=False, **style), 1, 2)
         r = self.result["row"]
-        ring = dict(mode="markers", hoverinfo="skip", showlegend=False,
+        ring = dict(mode="markers", hoverinfo="skip", showlegend=False, cliponaxis=False,   # whole at an axis's end
                     marker=dict(symbol="circle-open", size=26, color=th.text_color, line=dict(width=3)))
         fig.add_trace(go.Scatter(x=[self.budget], y=[r.ppl], **ring), 1, 1)
         fig.add_trace(go.Scatter(x=[self.budget], y=[100 * r.agreement], **ring), 1, 2)

@@ -25,14 +25,14 @@ from .palette import FREE, classroom_css, source_label, theme
 
 __all__ = ["attention_figure", "kept_blocks", "budget_explorer", "tradeoff_figure", "results_table"]
 
-# a paper's method and its variant share a colour; the variant is drawn open (or as a cross)
+# a paper's method and its variant share a colour; the variant (and only it) is drawn open, as the legend says
 METHOD_COLORS = {"full": "#333333", "streaming": "#1f77b4", "streaming-orig": "#1f77b4", "h2o": "#ff7f0e",
                  "h2o-block": "#ff7f0e", "quest": "#2ca02c", "quest-shared": "#2ca02c",
                  "int8": "#9467bd", "fp8": "#8c564b"}
 # open and filled shapes of different sizes: two methods at the same point stay visible
 METHOD_MARKERS = {"full": ("circle", 12), "streaming": ("square", 11), "streaming-orig": ("square-open", 20),
                   "h2o": ("diamond", 10), "h2o-block": ("diamond-open", 18), "quest": ("triangle-up", 13),
-                  "quest-shared": ("triangle-up-open", 20), "int8": ("circle-open", 18), "fp8": ("x", 10)}
+                  "quest-shared": ("triangle-up-open", 20), "int8": ("circle", 16), "fp8": ("x", 10)}
 MAX_WIDTH = 840   # every figure fits an 850 px output area
 
 
@@ -59,7 +59,7 @@ def attention_figure(profile: Any, title: str = "Where decode attention goes, an
     fig.add_trace(go.Scatter(x=x, y=profile.mass.tolist(), name="attention mass (mean over layers)",
                              line=dict(color="#d62728", width=th.line_width)), 2, 1)
     fig.add_trace(go.Scatter(x=x[:len(profile.reads)], y=[r / 1e3 for r in profile.reads],
-                             name="K/V KB read per decode step", line=dict(color="#1f77b4", width=th.line_width,
+                             name="K/V KB read per decode step", line=dict(color="#555555", width=th.line_width,
                                                                             dash="dash")), 3, 1)
     decades = _decades(profile.mass.clamp_min(1e-6).tolist())
     fig.update_yaxes(title_text="layer", row=1, col=1)
@@ -122,7 +122,7 @@ def kept_blocks(profile: Any, method: str, budget_tokens: int, sink_tokens: int,
     gone = set(drop)
     kept = [p for p in range(T) if p // block_size not in gone]
     return {"kept": kept, "mass_kept": float(mass[kept].sum() / mass.sum()), "tokens_kept": len(kept) / T,
-            "sink_blocks": sinks}
+            "sink_blocks": sinks, "method": method}
 
 
 def _kept_figure(profile: Any, k: dict, caption: str) -> Any:
@@ -131,14 +131,31 @@ def _kept_figure(profile: Any, k: dict, caption: str) -> Any:
     th = theme()
     keep = set(k["kept"])
     mass = profile.mass.tolist()
+    method = k.get("method", "streaming")        # the method's colour of the trade-off figure: one meaning a colour
+    kept_colour, colour_name = METHOD_COLORS[method], {"streaming": "blue", "h2o": "orange"}[method]
     fig = go.Figure(go.Bar(x=list(range(len(mass))), y=mass, marker_color=[
-        "#1f77b4" if p in keep else FREE for p in range(len(mass))], hovertemplate="position %{x}: %{y:.4f}"))
-    fig.update_layout(title=dict(text=caption or "Attention mass by position (measured); blue: kept",
+        kept_colour if p in keep else FREE for p in range(len(mass))], hovertemplate="position %{x}: %{y:.4f}"))
+    fig.update_layout(title=dict(text=caption or f"Attention mass by position (measured); {colour_name}: kept",
                                  font=dict(size=th.font_size + 1)), height=300, width=_width(th),
                       autosize=th.autosize, template="plotly_white", font=dict(size=th.font_size),
-                      yaxis=dict(type="log", title="attention mass"), xaxis_title="token position (blue: kept)",
+                      yaxis=dict(type="log", title="attention mass"),
+                      xaxis_title=f"token position ({colour_name}: kept, grey: dropped)",
                       margin=dict(l=60, r=20, t=60, b=50), showlegend=False)
     return fig
+
+
+def _share(f: float) -> str:
+    """A share as a percentage that never reads 100% (or 0%) when it is not exactly that.
+
+        >>> _share(0.42), _share(0.9987), _share(0.99999), _share(1.0), _share(0.003)
+        ('42%', '99.9%', '>99.9%', '100%', '0.3%')
+    """
+    text = f"{f:.0%}"
+    if (text == "100%" and f < 1) or (text == "0%" and f > 0):
+        text = f"{f:.1%}"
+    if text == "100.0%" and f < 1:
+        text = ">99.9%"
+    return text
 
 
 def _partial_note(kept: Sequence[int], num_tokens: int, block_size: int) -> str:
@@ -152,7 +169,8 @@ def _partial_note(kept: Sequence[int], num_tokens: int, block_size: int) -> str:
     blocks = len({p // block_size for p in kept})
     if not kept or len(kept) == blocks * block_size:
         return ""
-    return (f"<br>{len(kept)} tokens in {blocks} blocks ({blocks * block_size} slots): the newest block holds "
+    unit = "block" if blocks == 1 else "blocks"
+    return (f"<br>{len(kept)} tokens in {blocks} {unit} ({blocks * block_size} slots): the newest block holds "
             f"{num_tokens - (num_tokens - 1) // block_size * block_size} of its {block_size}")
 
 
@@ -186,13 +204,14 @@ class _ResultsTable:
         import html
 
         full = self.rows[0]
-        cell = "<td style='text-align:{};padding:1px 5px'>{}</td>"   # a long name wraps inside its cell, never the row
-        head = "".join(f"<th style='text-align:left;padding:1px 5px'>{h}</th>" for h in self.HEAD)
+        cell = "<td style='text-align:{};padding:1px 3px{}'>{}</td>"   # the method's name never wraps (classroom too)
+        head = "".join(f"<th style='text-align:left;padding:1px 3px'>{h}</th>" for h in self.HEAD)
         nb = "\u00a0/\u00a0"                                         # "2.58 / 23%" stays on one line
-        body = "".join("<tr>" + "".join(cell.format(a, html.escape(str(v))) for a, v in zip("llrrrrrr", (
+        body = "".join("<tr>" + "".join(cell.format(a, ";white-space:nowrap" if i == 0 else "", html.escape(str(v)))
+                                        for i, (a, v) in enumerate(zip("llrrrrrr", (
             r.label, r.kind, f"{r.bytes_per_token:,}", f"{r.kv_bytes / 1e6:.2f}{nb}{r.kv_bytes / full.kv_bytes:.0%}",
             f"{r.pool_bytes / 1e6:.2f}", f"{r.read_bytes_per_step / 1e6:.2f}{nb}"
-            f"{r.read_bytes_per_step / full.read_bytes_per_step:.0%}", f"{r.ppl:.2f}", f"{r.agreement:.0%}"))) +
+            f"{r.read_bytes_per_step / full.read_bytes_per_step:.0%}", f"{r.ppl:.2f}", f"{r.agreement:.0%}")))) +
             "</tr>" for r in self.rows)
         sample = html.escape(self.text.splitlines()[-1])
         return (f"<table style='border-collapse:collapse;font-size:inherit;max-width:100%'><tr>{head}</tr>{body}"
@@ -200,13 +219,14 @@ class _ResultsTable:
 
 
 def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64, sink_tokens: int = 16) -> Any:
-    """A widget: pick StreamingLLM or H2O, a budget and the sinks; see which positions stay (blue)
+    """A widget: pick StreamingLLM or H2O, a budget and the sinks; see which positions stay (in the method's colour)
     and what share of the measured attention mass they got. Static figure when widgets are off."""
     T = profile.mass.shape[0]
 
     def caption(k: dict, method: str, budget: int, sink: int = 0) -> str:
         text = (f"{method}, budget {budget} tokens: keeps {len(k['kept'])} of {T} tokens "
-                f"({k['tokens_kept']:.0%} of the KV memory) and {k['mass_kept']:.0%} of the attention mass (measured)")
+                f"({_share(k['tokens_kept'])} of the KV memory) and {_share(k['mass_kept'])} of the attention mass "
+                "(measured)")
         text += _partial_note(k["kept"], T, block_size)
         if method != "StreamingLLM":
             return text
@@ -300,38 +320,81 @@ def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, ev
             fig.add_trace(go.Scatter(x=[u + shift[col - 1].get(r.label, 0.0)], y=[v], showlegend=col == 1,
                                      customdata=[u], hovertemplate=f"{r.label}: %{{customdata:.2f}} MB, %{{y:.2f}}"
                                      "<extra></extra>", **common), 1, col)
-    for col, point in ((1, kept_x), (2, read_x)):
-        spots = _same_spots(rows, point)   # methods drawn on one spot: named in the panel's emptiest corner
-        if spots:
-            (u, v), xa, ya = _emptiest_corner([point(r) for r in rows], zero_y=col == 2), f"x{col} domain", f"y{col} domain"
-            fig.add_annotation(x=u, y=v, xref=xa.replace("x1", "x"), yref=ya.replace("y1", "y"), showarrow=False,
-                               xanchor="right" if u > 0.5 else "left", yanchor="top" if v > 0.5 else "bottom", align="left",
-                               text="on one spot (drawn side by side):<br>" + "<br>".join(" = ".join(names) for names, _ in spots),
-                               font=dict(size=max(th.min_text_px, th.font_size - 2)), bgcolor="rgba(255,255,255,0.9)")
     fig.update_xaxes(title_text="KV MB kept (one sequence)", rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="K/V MB read per decode step", rangemode="tozero", row=1, col=2)
     fig.update_yaxes(title_text="perplexity", row=1, col=1)
-    fig.update_yaxes(title_text="% tokens = full cache", range=[0, 108], row=1, col=2)
+    fig.update_yaxes(title_text="% tokens = full cache", range=[0, 108], tickvals=list(range(0, 101, 20)), row=1, col=2)
+    for col, point in ((1, kept_x), (2, read_x)):
+        spots = _same_spots(rows, point)   # methods drawn on one spot: named where the note covers no mark
+        if spots:
+            _spot_note(fig, col, [point(r) for r in rows], spots, th)
     hc = th.high_contrast   # classroom: bigger text, so the legend starts lower under the axis titles
     fig.update_layout(title=dict(text=f"{title} ({source_label('measured')})", font=dict(size=th.title_size)),
                       height=560 if hc else 480, width=_width(th), autosize=th.autosize, template="plotly_white",
                       font=dict(size=th.font_size), margin=dict(l=60, r=30, t=110 if hc else 90, b=170 if hc else 120),
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.3 if hc else -0.22, yanchor="top",
-                                  font=dict(size=th.font_size), title=dict(text="method:")))
+                                  font=dict(size=th.font_size), title=dict(text="method<br>(open: kvlab's<br>variant):")))
     for a in fig.layout.annotations[:2]:   # the subtitles
         a.font = dict(size=th.font_size)
     return fig
 
 
-def _emptiest_corner(points: Sequence[tuple[float, float]], zero_y: bool = False) -> tuple[float, float]:
-    """The corner of a panel (domain coordinates, a little inside) farthest from every point; the
-    x axis starts at 0 (and the y axis too with ``zero_y``)."""
+def _spot_note(fig: Any, col: int, points: list[tuple[float, float]], spots: list, th: Any) -> None:
+    """Name the methods drawn on one spot in the panel's corner that the note leaves every mark
+    visible; where every corner would cover one (a wide note in classroom mode), the y axis gets
+    headroom above the marks and the note goes there."""
+    lines = ["on one spot (drawn side by side):", *(" = ".join(names) for names, _ in spots)]
+    size = max(th.min_text_px, th.font_size - 2)
+    box = _note_box(lines, size, th, height=560 if th.high_contrast else 480)
+    zero_y = col == 2
+    u, v = _emptiest_corner(points, zero_y=zero_y, box=box)
+    hidden = _covered((u, v), _normalised(points, zero_y), box)
+    if hidden:   # headroom: the marks in the lower part of the axis, the note above them
+        ys = [y for _, y in points]
+        lo = 0.0 if zero_y else min(ys) - 0.08 * max(1e-9, max(ys) - min(ys))
+        top = (108.0 if zero_y else max(ys) + 0.08 * max(1e-9, max(ys) - min(ys)))
+        fig.update_yaxes(range=[lo, lo + (top - lo) / max(0.3, 1 - box[1] - 0.08)], row=1, col=col)
+        u, v = 0.04, 0.98
+    fig.add_annotation(x=u, y=v, xref=f"x{col} domain".replace("x1", "x"), yref=f"y{col} domain".replace("y1", "y"),
+                       showarrow=False, xanchor="right" if u > 0.5 else "left", yanchor="top" if v > 0.5 else "bottom",
+                       align="left", text="<br>".join(lines), font=dict(size=size), bgcolor="rgba(255,255,255,0.9)")
+
+
+def _note_box(lines: Sequence[str], size: int, th: Any, height: int) -> tuple[float, float]:
+    """A rough (width, height) of a note in one panel's domain units: about 0.55 em a character,
+    1.3 em a line; a panel is a little under half the figure's width (margins and the gap out)."""
+    width = _width(th) or th.grid_width
+    panel_w, panel_h = max(1.0, (width - 90) * 0.45), max(1.0, height - (280 if th.high_contrast else 210))
+    return (max(map(len, lines)) * 0.55 * size / panel_w, len(lines) * 1.3 * size / panel_h)
+
+
+def _normalised(points: Sequence[tuple[float, float]], zero_y: bool) -> list[tuple[float, float]]:
+    """Points in a panel's domain units (0..1 each way); the x axis starts at 0 (the y axis too with ``zero_y``)."""
     xs, ys = zip(*points)
     x0, y0 = 0.0, 0.0 if zero_y else min(ys)
     sx, sy = max(1e-9, max(xs) - x0), max(1e-9, max(ys) - y0)
-    norm = [((x - x0) / sx, (y - y0) / sy) for x, y in points]
+    return [((x - x0) / sx, (y - y0) / sy) for x, y in points]
+
+
+def _covered(corner: tuple[float, float], norm: Sequence[tuple[float, float]], box: tuple[float, float]) -> int:
+    """How many points a note of size ``box`` anchored at ``corner`` (growing inward) lies over."""
+    pad = 0.05
+    ux, vx = (corner[0] - box[0], corner[0]) if corner[0] > 0.5 else (corner[0], corner[0] + box[0])
+    uy, vy = (corner[1] - box[1], corner[1]) if corner[1] > 0.5 else (corner[1], corner[1] + box[1])
+    return sum(ux - pad <= u <= vx + pad and uy - pad <= v <= vy + pad for u, v in norm)
+
+
+def _emptiest_corner(points: Sequence[tuple[float, float]], zero_y: bool = False,
+                     box: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
+    """The corner of a panel (domain coordinates, a little inside) where a note of size ``box``
+    covers the fewest points, the farthest from every point among those.
+
+        >>> _emptiest_corner([(0.2, 1.0), (0.25, 0.0), (1.0, 0.0)], box=(0.5, 0.3))
+        (0.96, 0.96)
+    """
+    norm = _normalised(points, zero_y)
     corners = [(0.04, 0.06), (0.96, 0.06), (0.04, 0.96), (0.96, 0.96)]   # inset: off the axes' tick labels
-    return max(corners, key=lambda c: min((c[0] - u) ** 2 + (c[1] - v) ** 2 for u, v in norm))
+    return max(corners, key=lambda c: (-_covered(c, norm, box), min((c[0] - u) ** 2 + (c[1] - v) ** 2 for u, v in norm)))
 
 
 def _side_by_side(rows: Sequence[Any], point: Any, step: float = 0.035) -> dict[str, float]:

@@ -86,7 +86,7 @@ print(f"SmolLM2: {model.config.num_hidden_layers} layers, {model.config.num_key_
 # The picture: on top, for each layer (rows) and position (columns), the attention the 8 decode
 # queries gave that position, averaged over heads (log colour scale). Below, the same averaged
 # over layers (red, log axis). At the bottom, in a small panel of its own (a count of bytes, not
-# a mass), the kilobytes of K and V each decode step read for that position (blue, dashed).
+# a mass), the kilobytes of K and V each decode step read for that position (grey, dashed).
 
 # %%
 from kvlab.viz.kv_compress_view import attention_figure
@@ -101,7 +101,7 @@ s = profile.shares()
 
 # %% [markdown]
 # Two things to read off. **Access**: under dense attention every decode step reads every
-# token's K and V once, the first token as often as the last; the blue line is flat because that
+# token's K and V once, the first token as often as the last; the grey dashed line is flat because that
 # is what the algorithm does, and the verdict's max/min ratio confirms the count. By access
 # nothing is hot or cold, and there is no SRAM tier to put hot KV in (lesson 10). **Attention
 # mass** is another matter: the verdict above says, from this run's numbers, how much the first
@@ -171,8 +171,9 @@ print(f"tokens no head keeps (their memory could go back): {(~kept.any(1)[0]).no
 # %% [markdown]
 # Quest (Tang et al. 2024) drops nothing: it keeps, per block (its *page*), the minimum and
 # maximum of every key channel, and before each step reads only the top-k blocks by an
-# **upper bound** of the query's scores in that block, `sum_d max(q_d * max_d, q_d * min_d)`.
-# The paper picks the blocks **per head** and leaves the first two layers dense. With GQA a
+# **upper bound** of the query's scores `q . k` in that block, computed from those minima and
+# maxima alone (which bound is exercise 2's question; the cell below prints its values beside
+# each block's best real score, for one query head). The paper picks the blocks **per head** and leaves the first two layers dense. With GQA a
 # KV head's K/V is read by its whole group of query heads, so kvlab picks per KV head, by the
 # largest bound among its query heads. The variant `quest-shared` picks one set for all heads
 # and layers (one top-k per layer instead of one per head). The Triton kernel
@@ -201,10 +202,14 @@ ref = compressed_decode_attention_ref(*args, selected_blocks=sel, num_selected=n
 print(f"paper, per KV head: head 0 reads logical blocks {per_head[0]}, head 1 {per_head[1]} of 5 "
       f"(the newest always); variant, shared: {quest_select(bounds, 2)}")
 print(f"kernel equals the reference: {torch.allclose(out, ref, atol=1e-5)}")
+best = (keys[:, 0] @ q[0, 0]).tolist()                       # query head 0's real scores against KV head 0's keys
+best = [max(best[b * 4:(b + 1) * 4]) for b in range(5)]
+print(f"query head 0, bound per block  {[round(v, 1) for v in bounds[0].tolist()]}")
+print(f"its best real score per block  {[round(v, 1) for v in best]}")
 
 # %% [markdown]
 # Try a budget yourself on the profile measured above: pick a method, a budget and the sinks,
-# and see which positions stay (blue) and what share of the measured attention mass they got.
+# and see which positions stay (in the method's colour: StreamingLLM blue, H2O orange, as in section 5's figure) and what share of the measured attention mass they got.
 # StreamingLLM without sinks (set them to 0) loses the first tokens' mass at once. Blocks are
 # the unit: the sinks move in whole blocks of 16, and at a budget of 16 (one block) the newest
 # block is all that fits, so the sinks slider has nothing to change there (the caption says so).
@@ -220,11 +225,13 @@ budget_explorer(profile, block_size=16, budget_tokens=64, sink_tokens=16)
 # %% [markdown]
 # ## 4. Fewer bytes per kept token: int8 with a scale per token and head
 #
-# A K or V row of one head is quantized with its own scale: `scale = max|x| / 127`,
-# `x_q = round(x / scale)` in int8, and read back as `x_q * scale`. One scale per token and head
-# matters because magnitudes differ between tokens and between heads: with a single scale for
-# the whole tensor, the largest value anywhere sets the step, and a quiet head's values fall on
-# a few coarse steps. Measured on SmolLM2's real keys of layer 0 for the prompt above:
+# int8 stores each value as a level, a whole number from -127 to 127, and one float per group of
+# values, its scale: a value reads back as `level x scale`, so the scale is the step between
+# levels. Which values share a scale matters because magnitudes differ between tokens and
+# between heads: with a single scale for the whole tensor, the largest value anywhere sets the
+# step, and a quiet head's values fall on a few coarse steps. kvlab gives every token and head
+# its own scale (`quantize_kv_ref`; exercise 3 asks you to design it). Measured on SmolLM2's
+# real keys of layer 0 for the prompt above, against the whole tensor quantized as one group:
 
 # %%
 from kvlab.compute.kv_measure import prefill
@@ -234,8 +241,8 @@ state = prefill(model, prompts[0], block_size=16)
 k0 = state.kv[0][0].float()                                  # (T, kv_heads, head_dim): layer 0's keys
 xq, scale = quantize_kv_ref(k0)
 err_token = ((dequantize_kv_ref(xq, scale) - k0).norm() / k0.norm()).item()
-one = k0.abs().max() / 127
-err_tensor = ((torch.clamp(torch.floor(k0 / one + 0.5), -127, 127) * one - k0).norm() / k0.norm()).item()
+xq1, scale1 = quantize_kv_ref(k0.reshape(1, 1, -1))         # the whole tensor as one group: one scale
+err_tensor = ((dequantize_kv_ref(xq1, scale1).reshape(k0.shape) - k0).norm() / k0.norm()).item()
 print(f"relative error of layer 0's keys: one scale per token and head {err_token:.2%}, "
       f"one scale for the tensor {err_tensor:.2%}, {err_tensor / err_token:.1f}x the error (measured)")
 print(f"bytes per token: fp32 {2 * 30 * 3 * 64 * 4:,}, fp16 {2 * 30 * 3 * 64 * 2:,}, "
@@ -418,13 +425,17 @@ ask([full_cfg] + [CompressionConfig(m, 64, 16) for m in ("streaming", "h2o", "qu
 
 # %%
 ask([CompressionConfig(m, 64, 16) for m in ("streaming-orig", "h2o-block", "quest-shared")])
+quest = [k for k in found if k.startswith("quest")]
+say("Quest keeps every block; in this run " + ", ".join(f"{k} {'found' if found[k] else 'MISSED'} the fact"
+                                                       for k in quest) + ".")
 
 # %% [markdown]
 # Methods that decide once what to drop cannot get a dropped token back: its K and V are gone
 # from the pool (for the paper's H2O, from that head). Quest keeps every block and chooses per
 # step, per layer and (the paper) per head, with the query in hand; it finds the fact only if
-# the bound ranks the fact's block among the top 4 at the step that needs it, which the run
-# above shows (Quest saves bytes read, never memory).
+# the bound ranks the fact's block among the top 4 at every step that needs it. The last line
+# above says whether it did in this run: a bound that ranks the fact's block fifth at one step
+# changes a digit for good (Quest saves bytes read, never memory).
 #
 # ## 7. Exercises
 #
@@ -472,7 +483,14 @@ check.streaming_keep(streaming_keep)
 # and `k_max` are `(num_blocks, head_dim)`, the per-channel minimum and maximum of each block's
 # keys. Return the `top_k` blocks with the largest upper bound of `q . k` over the block,
 # ascending (ties: the lower block; all blocks when `top_k >= num_blocks`; `ValueError` when
-# `top_k < 1`).
+# `top_k < 1`). The bound is Quest's: the largest `q . k` that any key inside the block's box
+# (`k_min <= k <= k_max`, channel by channel) can have. It holds for every real key, and no
+# smaller number does for every key the box allows. Section 3 printed its values; which
+# formula gives them is yours to find.
+#
+# Predict first: `q = [1, -2]`, a block with `k_min = [0, -1]` and `k_max = [3, 4]`. Which key
+# in the box scores highest, and how much? Is `q . k_max` an upper bound here? Would ranking by
+# the box's centre, `q . (k_min + k_max) / 2`, always pick the right blocks?
 
 # %% tags=["exercise-stub"]
 def quest_pick(q, k_min, k_max, top_k):
@@ -485,30 +503,34 @@ check.quest_pick(quest_pick)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# The bound must be at least `q . k` for every key `k` of the block. Per channel, which of
-# `k_min[d]` and `k_max[d]` makes `q[d] * k[d]` largest depends on the sign of `q[d]`.
+# `q . k` is a sum with one term per channel, and the box lets every channel of `k` move on its
+# own. Make one term as large as it can be, then the next.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Work the bound out by hand for one block with two channels, `q = [1, -2]`, `k_min = [0, -1]`,
-# `k_max = [3, 4]`. Then: which two orders does the answer need, one to choose and one to return?
+# The answer needs two orders: one to choose the blocks and one to return them. When two blocks
+# have equal bounds, does the function you choose with promise which one comes first?
 # </details>
 
 # %% [markdown]
 # ### Exercise 3: int8 with a scale per token and head (a design question)
 #
-# Section 4 sketched the format; pin its details down, then implement `quantize_per_token(x)` for
-# `x (num_tokens, num_heads, head_dim)` float32, returning `(xq, scale)` such that `xq * scale`
-# approximates `x`. The format's requirements:
+# Implement `quantize_per_token(x)` for `x (num_tokens, num_heads, head_dim)` float32, returning
+# `(xq, scale)`: `xq` a `torch.int8` tensor of `x`'s shape, `scale` of shape `(num_tokens,
+# num_heads)`, such that `xq * scale[..., None]` approximates `x`. The format is fixed by what
+# it must achieve; the arithmetic is yours to design:
 #
-# - one float `scale` per token and head, shape `(num_tokens, num_heads)`; `xq` is `torch.int8`;
-# - symmetric, and the whole range is used: the largest `|x|` of each (token, head) lands on
-#   `+127` or `-127` exactly (`-128` is never used);
-# - every other value goes to the **nearest** level; a value exactly halfway between two levels
-#   goes to the upper one (as kvlab's kernels do), so `|xq * scale - x| <= scale / 2`;
-# - a (token, head) of zeros gets `scale = 1`; `x` must not be changed; `ValueError` unless `x`
-#   is 3-D.
+# - symmetric levels, -127 to 127 (why would -128 break the symmetry?);
+# - no value of a (token, head) is clipped, and within that its step is as small as it can be;
+# - every value on its **nearest** level, a value exactly halfway on the upper one (as kvlab's
+#   kernels do), so no value is off by more than half a step;
+# - a (token, head) of zeros still needs a usable scale: 1; `x` unchanged; `ValueError` unless
+#   `x` is 3-D.
+#
+# Two choices are the design: over which values of `x` each scale is computed (the shape of
+# `scale` says how many scales there are, not which values each one sees), and which operation
+# rounds the way the format says. The checker names a wrong choice and measures what it costs.
 #
 # Before you run it, predict: with one scale per (token, head), what is the worst error of a head
 # whose values lie in [-2, 2]? And with one scale for the whole tensor, when another token holds a
@@ -525,7 +547,8 @@ check.quantize_per_token(quantize_per_token)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Which one number per (token, head) must map to 127? Which axis do you reduce over to get it?
+# Which single value of a (token, head) decides whether anything clips? On which level must it
+# land for the step to be smallest?
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -537,9 +560,10 @@ check.quantize_per_token(quantize_per_token)
 # %% [markdown]
 # ## Your predictions, answered by this run
 #
-# Exercise 1 asked about 30 tokens in blocks of 4 with 5 sinks and a window of 7; exercise 3
-# about the worst int8 error of a head whose values lie in [-2, 2]. Here is what kvlab's own
-# functions compute for them (`streaming_drop` from section 3, `quantize_kv_ref` from section 4):
+# Exercise 1 asked about 30 tokens in blocks of 4 with 5 sinks and a window of 7; exercise 2
+# about the best key in a box; exercise 3 about the worst int8 error of a head whose values lie
+# in [-2, 2]. Here is what kvlab's own functions compute for them (`streaming_drop` from section
+# 3, `quest_bounds` from section 3, `quantize_kv_ref` from section 4):
 
 # %%
 n_tok, bs, sinks, window = 30, 4, 5, 7
@@ -552,14 +576,20 @@ say(f"Exercise 1: {n_tok} tokens in blocks of {bs} are {blocks} blocks, the last
     f"{list(range(sink_blocks))} stay; the window's {window} slots buy the newest {window_blocks} blocks "
     f"{stay[-window_blocks:]}. Kept: {stay}; {in_window} of the last {window} tokens are in them "
     f"(token {n_tok - window} is in dropped block {(n_tok - window) // bs}).")
+qx, lo_x, hi_x = torch.tensor([[1.0, -2.0]]), torch.tensor([[[0.0, -1.0]]]), torch.tensor([[[3.0, 4.0]]])
+corner = torch.where(qx[0] > 0, hi_x[0, 0], lo_x[0, 0])        # per channel, the box's end that scores highest
+say(f"Exercise 2: the best key in the box is {corner.tolist()}, q . k = {quest_bounds(qx, lo_x, hi_x).item():.0f} "
+    f"(Quest's bound); q . k_max = {(qx[0] * hi_x[0, 0]).sum().item():.0f} is below that key's score, so it bounds "
+    f"nothing, and the centre "
+    f"scores {(qx[0] * (lo_x + hi_x)[0, 0] / 2).sum().item():.1f}: a block with one high key can rank low by it.")
 x = torch.zeros(2, 1, 1001)
 x[0, 0] = torch.linspace(-2, 2, 1001)           # the head whose values lie in [-2, 2]
 x[1, 0, 0] = 100.0                              # another token holding a 100
 xq, sc = quantize_kv_ref(x)
 err_own = (dequantize_kv_ref(xq, sc)[0] - x[0]).abs().max().item()
-one = x.abs().max() / 127                       # one scale for the whole tensor
-levels = torch.clamp(torch.floor(x[0] / one + 0.5), -127, 127)
-err_one = (levels * one - x[0]).abs().max().item()
+xq1, one = quantize_kv_ref(x.reshape(1, 1, -1))  # one scale for the whole tensor
+levels = xq1.reshape(x.shape)[0]
+err_one = (dequantize_kv_ref(xq1, one).reshape(x.shape)[0] - x[0]).abs().max().item()
 say(f"Exercise 3: with its own scale (2/127 = {sc[0, 0].item():.4f}) the head's worst error is {err_own:.4f}, "
     f"half a step; with one scale for the tensor (100/127 = {one.item():.3f}) it is {err_one:.3f}, "
     f"{err_one / err_own:.0f}x more, and its 1001 values fall on {levels.unique().numel()} levels.")
