@@ -412,7 +412,7 @@ WRONG = [
      'the largest |value| of each (token'),
     ('11', 'quantize_per_token', 'one scale for the tensor',
      [('scale = x.abs().amax(dim=-1) / 127', 'scale = (x.abs().max() / 127).expand(x.shape[:2]).clone()')],
-     'one scale for the whole tensor (th'),
+     'one scale for the whole tensor ('),
     ('11', 'quantize_per_token', 'divides x in place',
      [('xq = torch.clamp(torch.floor(x / scale[..., None] + 0.5)', 'xq = torch.clamp(torch.floor(x.div_(scale[..., None]) + 0.5)')],
      'it changed its argument `x` in pla'),

@@ -31,7 +31,7 @@ from ..reuse.hicache_storage import MemoryStorage
 from ..reuse.hiradix_cache import HiRadixCache
 from ..reuse.lifecycle import is_legal
 from ..reuse.radix_cache import common_prefix_len
-from .diagnose import changed_input, exact_equal, swapped, unit_slip
+from .diagnose import changed_input, exact_equal, ignored_parameter, swapped, unit_slip
 from .harness import Checker, CheckResult, Raised, Raises, call, call_in_place, same_outcome
 
 __all__ = ["write_back_evict", "load_back_plan", "next_placement", "evict_with_tiers", "plan_from_cache",
@@ -75,15 +75,15 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
     (evict host-only leaves even when that cannot make enough room), ``track_host`` (never evict
     the host-only leaves this eviction made), ``newest_host_first`` (host eviction from the wrong end);
     ``slip``: one more by name ("untaken_device", "dropped_frees_nothing", "count_leaves", "backed_uses_host",
-    "backed_copied", "dropped_stays", "stop_gt", "backed_frees_host", "evict_all_host_only")."""
+    "backed_copied", "dropped_stays")."""
     state = {name: "both" if b and slip != "untaken_device" else "device" for name, _, b in leaves}
     host_only: list[tuple[str, int]] = []
     freed = 0
     for name, pages, backed in leaves:
-        if stop and (freed > need if slip == "stop_gt" else freed >= need):
+        if stop and freed >= need:
             break
-        if backed and slip in ("backed_uses_host", "backed_frees_host"):  # its host copy exists already
-            host_free += pages if slip == "backed_frees_host" else -pages
+        if backed and slip == "backed_uses_host":      # its host copy exists already: it takes no new host page
+            host_free -= pages
         backed = backed and slip != "backed_copied"
         if not backed and write_back:
             room = host_free + (sum(p for _, p in host_only) if track_host else 0)
@@ -91,7 +91,7 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
                 backed = True
             else:
                 if host_free < pages and (room >= pages or not check_room):
-                    while (host_free < pages or slip == "evict_all_host_only") and host_only and track_host:
+                    while host_free < pages and host_only and track_host:
                         old, p = host_only.pop(-1 if newest_host_first else 0)
                         state[old], host_free = "evicted", host_free + p
                 if host_free >= pages:
@@ -135,8 +135,6 @@ def _mru_first(leaves, host_free, need):
 EVICT_MISTAKES = {
     "write_back copies a leaf that has no host copy to the host before it leaves the device": _never_write_back,
     "the host pool is finite: a write-back that does not fit (even after host eviction) drops the leaf": _unlimited_host,
-    "stop once `need` pages are freed: the test is freed >= need (>=, not >); with >, one leaf more leaves the "
-    "device than was needed": lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="stop_gt"),
     "stop as soon as `need` pages are freed (need counts pages, not leaves)": _evict_all,
     "evict host-only leaves only when that makes enough room: here it cannot, so keep them and drop the leaf":
         _evict_host_blindly,
@@ -149,12 +147,6 @@ EVICT_MISTAKES = {
         _dropped_as_host,
     "a backed-up leaf already has its host copy: leaving the device it uses no host page (host_free stays)":
         lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="backed_uses_host"),
-    "a backed-up leaf leaving the device frees no host page: its host copy stays on the host (it is now "
-    "host-only), so host_free does not grow": lambda leaves, host_free, need: evict_plain(
-        leaves, host_free, need, slip="backed_frees_host"),
-    "host eviction stops as soon as the leaf fits (while host_free < its pages): evicting every host-only leaf "
-    "drops copies that were not in the way": lambda leaves, host_free, need: evict_plain(
-        leaves, host_free, need, slip="evict_all_host_only"),
     "a backed-up leaf already has its host copy: it is not copied again and uses no host page, it just leaves "
     "the device ('host')": lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="backed_copied"),
     "a leaf that is not taken keeps its placement: a backed-up one stays 'both' (on the device and the host)":
@@ -181,26 +173,6 @@ def _named_mistake(got, mistakes: dict, expected, *args) -> str:
         if not isinstance(out, Raised) and out == got and out != expected:
             return why
     return "" if isinstance(got, Raised) else (unit_slip(expected, got) or "")
-
-
-def _name_likeliest(c: Checker, got, mistakes: dict, expected, *args) -> None:
-    """Every known mistake that gives ``got`` on this (failed) case becomes a candidate for the last
-    case recorded; Checker.done keeps the one that explains most failing cases (a learner makes one
-    mistake throughout), so a coincidence on one case does not name the wrong one."""
-    case = c.result.cases[-1]
-    if case.passed or isinstance(got, Raised):
-        return
-    found = [why for why, wrong in mistakes.items() if call(wrong, *args) == got != expected]
-    case.candidates = found if len(found) > 1 else case.candidates
-
-
-def _pairs_slip(expected: dict, got) -> str:
-    """The placements returned as a list of ``(name, placement)`` pairs instead of a dict."""
-    if isinstance(got, (list, tuple)) and all(isinstance(x, tuple) and len(x) == 2 for x in got):
-        if dict(got) == expected:
-            return (f"returned a {type(got).__name__} of (name, placement) pairs: return a dict "
-                    "{name: placement} (e.g. {'A': 'host'}), one entry a leaf")
-    return ""
 
 
 def _call_keeping(fn: Callable, names: tuple[str, ...], *args) -> tuple[object, str]:
@@ -257,10 +229,9 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         crash = EVICT_CRASH.format(exc=type(got.exc).__name__) if isinstance(got, Raised) and isinstance(
             got.exc, IndexError) and any(not b for _, _, b in leaves) else ""
         _record_keeping(c, full, expected, got, changed,
-                        crash or _pairs_slip(expected, got)
-                        or _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need))
-        if not changed:
-            _name_likeliest(c, got, EVICT_MISTAKES, expected, leaves, host_free, need)
+                        crash or _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need)
+                        or ignored_parameter(evict_with_tiers, (leaves, host_free, need), got, ("leaves", "host_free", "need"))
+                        or "")
     return c.done()
 
 
@@ -581,16 +552,13 @@ def arc_evict_real(t1: list[tuple[str, int]], t2: list[tuple[str, int]], target:
 
 
 def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count_nodes=False, strict=False,
-              over=False, count_victims=False, against="", no_fallback=False):
+              over=False, count_victims=False, against=""):
     t1, t2, out, freed = list(t1), list(t2), [], 0
     first = None
     while (freed <= need if over else freed < need) and (t1 or t2):
         size = len(t1) if count_nodes else sum(p for _, p in (t2 if against == "t2" else t1))
         target = sum(p for _, p in t2) if against == "bigger" else target
-        use_t1 = bool(t1) and (always_t1 or (size > target if strict else size >= target)
-                               or (not t2 and not no_fallback))
-        if no_fallback and not use_t1 and t1 and not t2:
-            break                                   # T2 empty, T1 under target: stops short of need
+        use_t1 = bool(t1) and (always_t1 or (size > target if strict else size >= target) or not t2)
         if decide_once:
             first = use_t1 if first is None else first
             use_t1 = (first and bool(t1)) or not t2
@@ -604,9 +572,6 @@ ARC_MISTAKES = {
     "T1 first until it is empty ignores target (that is plain LRU): ARC compares T1 with target again before "
     "every victim, and once T1 is under target the oldest of T2 goes": lambda *a: _arc_rule(*a, always_t1=True),
     "stop as soon as need pages are freed: one victim more is one too many": lambda *a: _arc_rule(*a, over=True),
-    "an empty list is no reason to stop before need pages are freed: when T2 is empty, evict from T1 whatever "
-    "target says (kvlab's rule; vLLM's prepare_store gives up and returns None there)":
-        lambda *a: _arc_rule(*a, no_fallback=True),
     "T1 goes first when it holds at least target pages (>=, not >)": lambda *a: _arc_rule(*a, strict=True),
     "each list is least recently used FIRST: evict from its front (index 0), not its end":
         lambda t1, t2, target, need: _arc_rule(list(reversed(t1)), list(reversed(t2)), target, need),
@@ -619,11 +584,6 @@ ARC_MISTAKES = {
     "it adapts), before every victim": lambda *a: _arc_rule(*a, against="bigger"),
     "target is T1's wanted size: compare T1's pages, not T2's, with target": lambda *a: _arc_rule(*a, against="t2"),
 }
-
-
-ARC_CRASH = ("raised {exc}: it took a victim from an empty list. When the list the rule picks is empty, take "
-             "the oldest of the other one (T1 empty: T2, whatever target says; T2 empty: T1), until need pages "
-             "are freed or both lists are empty")
 
 
 def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -644,7 +604,7 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
         ("T1 at its target: T1 first", [("a", 2), ("b", 2)], [("c", 2)], 4, 2),
         ("T1 under its target: T2 first", [("a", 2)], [("c", 2), ("d", 1)], 3, 3),
         ("T1 shrinks below target: switch to T2", [("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6),
-        ("T2 empty: T1 whatever the target (kvlab; vLLM returns None here)", [("a", 1), ("b", 1)], [], 5, 2),
+        ("T2 empty: T1 whatever the target", [("a", 1), ("b", 1)], [], 5, 2),
         ("T1 empty", [], [("c", 1), ("d", 3)], 0, 2),
         ("target 0: T1 first", [("a", 3)], [("c", 1)], 0, 1),
         ("pages, not nodes", [("a", 1), ("b", 1), ("e", 1)], [("c", 4)], 2, 1),
@@ -663,12 +623,11 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
         if c.unusable(full, expected):
             continue
         got, changed = _call_keeping(fn, ("t1", "t2", "target", "need"), list(t1), list(t2), target, need)
-        crash = ARC_CRASH.format(exc=type(got.exc).__name__) if isinstance(got, Raised) and isinstance(
-            got.exc, IndexError) else ""
-        _record_keeping(c, full, expected, got, changed,
-                        crash or _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
-        if not changed:
-            _name_likeliest(c, got, ARC_MISTAKES, expected, t1, t2, target, need)
+        _record_keeping(c, full, expected, got, changed, _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
+        case = c.result.cases[-1]
+        found = [] if case.passed or changed else [
+            why for why, wrong in ARC_MISTAKES.items() if call(wrong, t1, t2, target, need) == got != expected]
+        case.candidates = found if len(found) > 1 else case.candidates   # Checker.done keeps the likeliest
     res = c.done()
     if verbose:
         trace = scan_with_hot_set(seed=0)
