@@ -268,7 +268,8 @@ def test_stepper_shows_its_step_counter_once_and_says_what_each_button_does():
     control now says on hover what it does, and the Play widget's unlabelled buttons are hidden."""
     frames = [viz.Frame(None, f"frame {i}") for i in range(3)]
     s = viz.Stepper(frames, render=lambda f: f"<p>{f.caption}</p>", static=False)
-    assert s._slider.readout is False and s._slider.description == ""
+    # The slider is labelled "step" (reviews r7, r9: unlabelled) without a number of its own.
+    assert s._slider.readout is False and s._slider.description == "step"
     tips = {b.description: b.tooltip for b in (s._reset, s._prev, s._play_button, s._loop, s._next)}
     assert tips["next ▶"].startswith("next step") and tips["▶ play"].startswith("play:")
     assert "step 1" in tips["⟲ reset"] and "step 1" in tips["◀ prev"] and "again at step 1" in tips["⟳ loop"]

@@ -348,11 +348,7 @@ def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = Non
     view = RadixView(source, max_chars, captioned=not live, compact=True)
     view.rankdir = common_rankdir(view, frames)
     view.share_canvas(frames)  # one scale and one height in every frame: the picture never jumps
-    stepper = Stepper(frames, view, static=static, title="radix tree")
-    if stepper.slider is not None:  # the review r7: the slider had no label (the caption counts the steps)
-        stepper.slider.description = "step"
-        stepper.slider.style.description_width = "initial"
-    return stepper
+    return Stepper(frames, view, static=static, title="radix tree")
 
 
 def radix_graph_at(frames: Sequence[Any], step: int, source: str = "simulated") -> Any:

@@ -203,8 +203,10 @@ class Stepper:
         playing.add_class("kvlab-play")  # ``.kvlab-play button``: the play button first
         self._play_button.on_click(lambda _b: self.toggle_play())
         self._play.observe(lambda _ch: self._sync_buttons(), names="playing")
+        # Labelled "step" (reviews r7 and r9: an unlabelled slider); the caption still counts.
         self._slider = W.IntSlider(value=1, min=1, max=n, readout=False, continuous_update=True,
-                                   tooltip="drag to any step", layout=W.Layout(width="min(260px, 100%)"))
+                                   description="step", style={"description_width": "initial"},
+                                   tooltip="drag to any step", layout=W.Layout(width="min(300px, 100%)"))
         self._slider.add_class("kvlab-step-slider")
         self._link = W.link((self._play, "value"), (self._slider, "value"))
         self._caption = W.HTML(self._caption_html())
