@@ -257,3 +257,26 @@ def test_shuffle_in_classroom_mode_keeps_its_outcome_short_and_its_strip_one_lin
         shuffle.set(num_splits=1)
     assert tiles == ["p0: L0-L3", "p0: L4-L7", "p1: L8-L9"], tiles
     assert "equal up to rounding" in caption and "table starts" not in caption, caption
+
+
+def test_block_size_control_moves_the_ring_and_compares_half_and_double():
+    """Review r8 of lesson 04 (cells 19, 21): the block size's trade-off was only printed tables,
+    with no control. The control draws the measured rows; the slider moves the ring on both curves,
+    the caption compares the pick with half and double it, and a size that was not measured is
+    refused with the state unchanged."""
+    from kvlab.viz import BlockSizeControl
+
+    rows = [(bs, bs / 1000, bs - 1, 600 / bs) for bs in (1, 2, 4, 8, 16, 32)]
+    c = BlockSizeControl(rows, block_size=16, static=False)
+    slider = _inputs(c, "kvlab-block-size-choice")
+    slider.value = 4
+    assert c.block_size == 4 and c.result["lookups"] == 150.0 and c.result["max_waste"] == 3
+    assert "Half (2): 0.2% empty, 300.0 lookups." in c.caption() and "Double (8)" in c.caption()
+    rings = [t for t in c.figure().data if t.x == (4,)]
+    assert [t.y for t in rings] == [(0.4,), (150.0,)]
+    c.set(block_size=1)
+    assert "Half" not in c.caption() and "Double (2)" in c.caption()
+    with pytest.raises(ValueError, match="measured sizes .*got 12"):
+        c.set(block_size=12)
+    assert c.block_size == 1 and c.result["block_size"] == 1
+    assert "Next larger (8)" in BlockSizeControl([(1, 0, 0, 9), (8, 0.1, 7, 2)], 1, static=True).caption()

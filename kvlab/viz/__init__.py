@@ -18,6 +18,8 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     ScenarioControl(scenarios, published)  lesson 09 appendix: a menu over simulated scenarios, every system's bar
                                            beside the baseline's and the published one
     PolicyWidget()                         lesson 03: the contiguous reservation policy and the paged block size
+    BlockSizeControl(rows)                 lesson 04: the block size picked on the measured rows, empty slots
+                                           against block-table lookups per request
     run_compare(trace) -> steps; compare_figure(step), animate_compare(steps), compare_stepper(trace)
                                            contiguous versus paged on one trace
     radix_tree_graph(state) / radix_graph_at(frames, step)   radix tree in graphviz (SVG)
@@ -117,6 +119,7 @@ from .control import LiveControl
 from .chat_demo import chat_demo
 from .eviction_view import HitRateControl, SchedulingControl
 from .page_size_control import PageSizeControl  # lesson 07
+from .block_size_control import BlockSizeControl  # lesson 04
 from .sharing_view import SharingControl
 from .shuffle_view import ShuffleControl
 from .tier_view import TierRecorder, animate_tiers, lifecycle_graph, tier_map_figure, tier_stepper  # lesson 10
@@ -142,7 +145,7 @@ __all__ = [
     "memory_map_figure", "memory_map_stepper", "pool_snapshot",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "TREE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
-    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "SchedulingControl", "PageSizeControl", "SharingControl", "ShuffleControl",
+    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "SchedulingControl", "PageSizeControl", "BlockSizeControl", "SharingControl", "ShuffleControl",
     "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
     "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
     "TranslationWidget", "chain_rows", "parse_block_table", "translation_chain", "translation_figure",

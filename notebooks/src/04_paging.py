@@ -338,6 +338,14 @@ print(f"from 16 to 256 the waste grows {w[256] / w[16]:.0f}x ({w[16]:.1%} -> {w[
       f"{w[16] - w[1]:.1%} of the memory")
 
 # %% [markdown]
+# The same rows as a picture: move the block size and watch the two costs pull against each
+# other, the empty slots on the left, the lookups on the right (log scale); the sentence
+# compares the size you pick with half and double it.
+
+# %%
+viz.BlockSizeControl(rows, block_size=16)
+
+# %% [markdown]
 # Where the balance lies depends on the workload's lengths (short requests make big blocks
 # waste more of their memory), which is why vLLM's `--block-size` is a setting, 16 by default.
 #
