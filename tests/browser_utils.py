@@ -6,7 +6,7 @@ check); a page opens a lesson, runs Run > Run All Cells and waits until every co
 run. Then :func:`layout_report` measures what a student would see: every output wider than its
 output area, and every visible text in an output smaller than the minimum (12 px, or 16 px in
 classroom mode, where :data:`CLASSROOM_CELL` is inserted after the first code cell); and what a
-reviewer's eye catches: text crossed by a drawn line or arrow, text cut by its figure's edge, a
+reviewer's eye catches: text crossed by a drawn line or arrow, text over text, text cut by its figure's edge, a
 step counter shown twice, a legend entry drawn nowhere, a control and its figure taller than
 the visible notebook (599 px in classroom mode).
 
@@ -542,7 +542,7 @@ _PICTURE_JS = """([windowPx]) => {
             const boxes = texts.map(t => ({t, b: inkBox(t.getBoundingClientRect())})).filter(x => x.b.right > x.b.left && x.b.bottom > x.b.top);
             const crossed = new Set();
             out.querySelectorAll('svg line, svg polyline, svg path').forEach(el => {
-                if (!boxes.length || !visible(el) || !isLine(el)) return;
+                if (!boxes.length || !visible(el, true) || !isLine(el)) return;  // thin: a flat or upright line counts
                 const r = el.getBoundingClientRect();
                 const near = boxes.filter(x => !crossed.has(x.t) && meets(x.b, {left: r.left - 1, right: r.right + 1, top: r.top - 1, bottom: r.bottom + 1}));
                 if (!near.length) return;
@@ -555,6 +555,22 @@ _PICTURE_JS = """([windowPx]) => {
                     }
                 });
             });
+            // 1b. text drawn over other text (a legend over an axis title, two value labels in one place):
+            // ink boxes that share more than a quarter of the smaller one
+            const byLeft = boxes.slice().sort((p, q) => p.b.left - q.b.left);
+            const area = b => (b.right - b.left) * (b.bottom - b.top);
+            for (let i = 0; i < byLeft.length; i++) {
+                const a = byLeft[i];
+                for (let j = i + 1; j < byLeft.length && byLeft[j].b.left < a.b.right; j++) {
+                    const c = byLeft[j];
+                    if (a.t.contains(c.t) || c.t.contains(a.t)) continue;
+                    const w = Math.min(a.b.right, c.b.right) - Math.max(a.b.left, c.b.left);
+                    const h = Math.min(a.b.bottom, c.b.bottom) - Math.max(a.b.top, c.b.top);
+                    if (w > 2 && h > 2 && w * h > 0.25 * Math.min(area(a.b), area(c.b)))
+                        found.push({kind: 'overlapping-text', cell: index, element: (a.t.closest('.js-plotly-plot') ? 'plotly' : 'svg') + ' text',
+                                    text: clip(a.t.textContent, 20) + ' / ' + clip(c.t.textContent, 20)});
+                }
+            }
             // 2. text clipped by the edge of its figure (or a clip path, or a box that hides overflow)
             texts.forEach(t => {
                 const b = inkBox(t.getBoundingClientRect()), c = clipBox(t, out);
@@ -634,6 +650,8 @@ def layout_report(page, lesson: str, classroom: bool, notebook: str | None = Non
       style a lesson's first cell shows, :func:`kvlab.viz.palette.page_css`);
     - ``crossed-text``: SVG or plotly text whose letters a drawn line or arrow runs through
       (graphviz edges, plotly lines, error bars and shapes; not grids, axes, boxes or bars);
+    - ``overlapping-text``: SVG or plotly text drawn over another text of the same output (their
+      letters' boxes share more than a quarter of the smaller one: a legend over an axis title);
     - ``clipped-text``: SVG or plotly text cut by the edge of its figure, a clip path (plotly's
       plot area) or a box that hides overflow (``px``: how much is cut);
     - ``step-counter``: "step k / N" shown more than once in one output (``count``);
@@ -681,6 +699,7 @@ _SAYS = {  # kind -> what one line of the report says after "where: "
     "step-counter": "the step counter shown {count} times: {said}",
     "clipped-text": "{count} text(s) cut by the figure's edge (up to {px} px): {said}",
     "crossed-text": "{count} text(s) crossed by a line or arrow: {said}",
+    "overlapping-text": "{count} text(s) drawn over another text: {said}",
     "legend-undrawn": "{count} legend entr(ies) with nothing drawn in their colour: {said}",
 }
 
