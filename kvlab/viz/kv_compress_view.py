@@ -343,8 +343,8 @@ def _spot_note(fig: Any, col: int, points: list[tuple[float, float]], spots: lis
     """Name the methods drawn on one spot in the panel's corner that the note leaves every mark
     visible; where every corner would cover one (a wide note in classroom mode), the y axis gets
     headroom above the marks and the note goes there."""
-    lines = ["on one spot (drawn side by side):", *(" = ".join(names) for names, _ in spots)]
     size = max(th.min_text_px, th.font_size - 2)
+    lines = ["on one spot (drawn side by side):", *_wrapped_spots(spots, _panel_chars(size, th))]
     box = _note_box(lines, size, th, height=560 if th.high_contrast else 480)
     zero_y = col == 2
     u, v = _emptiest_corner(points, zero_y=zero_y, box=box)
@@ -358,6 +358,32 @@ def _spot_note(fig: Any, col: int, points: list[tuple[float, float]], spots: lis
     fig.add_annotation(x=u, y=v, xref=f"x{col} domain".replace("x1", "x"), yref=f"y{col} domain".replace("y1", "y"),
                        showarrow=False, xanchor="right" if u > 0.5 else "left", yanchor="top" if v > 0.5 else "bottom",
                        align="left", text="<br>".join(lines), font=dict(size=size), bgcolor="rgba(255,255,255,0.9)")
+
+
+def _panel_chars(size: int, th: Any) -> int:
+    """How many characters of text ``size`` px fit across one panel (as ``_note_box`` measures them)."""
+    width = _width(th) or th.grid_width
+    return max(12, int((width - 90) * 0.45 / (0.55 * size)) - 2)
+
+
+def _wrapped_spots(spots: Sequence[tuple[list[str], Any]], max_chars: int) -> list[str]:
+    """One line per group of methods on one spot ("a = b = c"), broken before an "=" where a line
+    would run past ``max_chars`` (classroom mode: a long line crossed the axis' tick labels).
+
+        >>> _wrapped_spots([(["streaming 64", "streaming-orig 64", "h2o-block 64"], None)], 32)
+        ['streaming 64 = streaming-orig 64', '  = h2o-block 64']
+    """
+    lines: list[str] = []
+    for names, _ in spots:
+        line = names[0]
+        for name in names[1:]:
+            if len(line) + 3 + len(name) > max_chars:
+                lines.append(line)
+                line = "  = " + name
+            else:
+                line += " = " + name
+        lines.append(line)
+    return lines
 
 
 def _note_box(lines: Sequence[str], size: int, th: Any, height: int) -> tuple[float, float]:
