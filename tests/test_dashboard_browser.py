@@ -170,6 +170,30 @@ def test_the_chat_page_streams_a_reply_and_shows_its_cached_count(browser, serve
     assert seen and all(u.startswith(server.url + "/") for u in seen), seen
 
 
+_SNAPSHOT = """() => {
+    const trace = [...document.querySelectorAll('#tree .scatterlayer .trace')].pop();
+    const points = trace ? [...trace.querySelectorAll('.point')] : [];
+    return {state: window.kvlabState, drawn: document.body.dataset.version,
+            widths: [...document.querySelectorAll('#pool .scatterlayer .point')]
+                      .map(p => parseFloat(p.style.strokeWidth || '0')),
+            fills: points.length, white: points.filter(p => p.style.fill === 'rgb(255, 255, 255)').length};
+}"""
+
+
+def _settled_snapshot(page, tries: int = 40) -> dict:
+    """The dashboard's state and what is drawn of it, read in one evaluation, once the drawing shows
+    that state's version and no newer event came in for 0.25 s (on a loaded machine, two more events
+    came between reading the state and counting the drawn nodes: test run at load 10)."""
+    snap = page.evaluate(_SNAPSHOT)
+    for _ in range(tries):
+        page.wait_for_timeout(250)
+        again = page.evaluate(_SNAPSHOT)
+        if again["state"]["version"] == snap["state"]["version"] and str(again["state"]["version"]) == again["drawn"]:
+            return again
+        snap = again
+    raise AssertionError(f"the dashboard did not settle: version {snap['state']['version']}, drawn {snap['drawn']}")
+
+
 def test_an_eviction_flashes_the_blocks_it_freed(browser):
     """A pool of 24 blocks: the second request evicts the first one's cached blocks; the nodes it
     evicted stay drawn a moment as ghosts (white, red ring), beside the live tree."""
@@ -187,22 +211,17 @@ def test_an_eviction_flashes_the_blocks_it_freed(browser):
                                                           "max_tokens": 76, "temperature": 0}, timeout=30)
         r.raise_for_status()
         page.wait_for_function("window.kvlabState.evicted_tokens > 0", timeout=15_000)   # the event stream, on a loaded machine (3 s timed out at load 20)
-        after = page.evaluate("window.kvlabState")
+        snap = _settled_snapshot(page)     # state and drawing read together: later events redraw in between
+        after, widths, fills, white = snap["state"], snap["widths"], snap["fills"], snap["white"]
         gone = [b for b, (x, y) in enumerate(zip(before["blocks"]["state"], after["blocks"]["state"])) if x == 2 > y]
-        widths = page.evaluate("""() => [...document.querySelectorAll('#pool .scatterlayer .point')]
-                                    .map(p => parseFloat(p.style.strokeWidth || '0'))""")
         flashing = {b for b, w in enumerate(widths) if w > 0}             # (a state in between may flash more)
         assert gone and set(gone) <= flashing and all(before["blocks"]["state"][b] == 2 for b in flashing)
         ghosts = after["evicted_nodes"]
-        fills = page.evaluate("""() => [...document.querySelectorAll('#tree .scatterlayer .trace')].pop()
-                                   .querySelectorAll('.point').length""")
-        white = page.evaluate("""() => [...[...document.querySelectorAll('#tree .scatterlayer .trace')].pop()
-                                   .querySelectorAll('.point')].filter(p => p.style.fill === 'rgb(255, 255, 255)').length""")
         assert ghosts and all(g["evicted"] for g in ghosts)
         drawn = {g["id"] for g in ghosts if g["parent"] in {0} | {n["id"] for n in after["tree"] + ghosts}}
         assert white == len(drawn) > 0 and fills == 1 + len(after["tree"]) + white, (
             white, fills, [(g["id"], g["parent"]) for g in ghosts], [(n["id"], n["parent"]) for n in after["tree"]],
-            page.evaluate("window.kvlabState.version"), after["version"])
+            after["version"])
     finally:
         ctx.close()
         srv.stop()
