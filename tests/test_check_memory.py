@@ -507,4 +507,4 @@ def test_an_untouched_stub_is_not_told_the_answers(capsys):
     out = capsys.readouterr().out
     assert not r.passed and r.not_implemented and "NotImplementedError" in out
     assert "expected" not in out and "expected" not in r.summary, out
-    assert "0/21" in out
+    assert "0/22" in out

@@ -23,7 +23,7 @@ from typing import Callable
 from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.kvspec import MODELS, KVSpec
-from .diagnose import half_or_double, mistake_runner, off_by, should_have_raised
+from .diagnose import gib_gb_mixups, half_or_double, mistake_runner, off_by, should_have_raised
 from .harness import Checker, CheckResult, Raised, same_int
 
 __all__ = ["kv_cache_bytes", "kv_heads_for_budget", "bytes_per_token_from_config", "requests_that_fit", "max_concurrent", "CONFIGS"]
@@ -115,7 +115,13 @@ _HEADS_MISTAKES = {
         lambda l, h, d, t, budget, b=2: budget // _FULL(l, d, t, b) if budget // _FULL(l, d, t, b) > h else float("nan"),  # nan: matches no answer
     "that is num_heads whatever the budget (multi-head attention): check which counts fit the budget":
         lambda l, h, d, t, budget, b=2: h,
+    "the cost of one KV head must cover every layer (x layers): each layer stores its own K and V for every token":
+        _heads(lambda l, d, t, b: 2 * d * t * b),
     "the cost of one KV head must cover every token of the request (x tokens)": _heads(lambda l, d, t, b: 2 * l * d * b),
+    "rounded up to a divisor: the smallest divisor of num_heads at or above what the budget pays for does not fit; "
+    "take the largest divisor at or below it": lambda l, h, d, t, budget, b=2: min(
+        g for g in range(max(1, min(h, budget // _FULL(l, d, t, b))), h + 1) if h % g == 0)
+        if budget >= _FULL(l, d, t, b) else float("nan"),
     "the 2 for K and V was counted twice: one KV head costs 2 x layers x head_dim x tokens x dtype_bytes":
         _heads(lambda l, d, t, b: 4 * l * d * t * b),
     "that is the group size (query heads per KV head, num_heads // kv_heads): return the number of KV heads":
@@ -147,6 +153,7 @@ def kv_heads_for_budget(fn: Callable, verbose: bool = True) -> CheckResult:
     run("the same, one byte less than 8 KV heads", 80, 64, 128, 4096, 8 * one - 1)
     run("12 query heads, room for 5 KV heads (5 does not divide 12)", 4, 12, 64, 100, 5 * 2 * 4 * 64 * 100 * 2)
     run("12 query heads, room for 11", 4, 12, 64, 100, 11 * 2 * 4 * 64 * 100 * 2)
+    run("40 query heads, room for 6 (the divisors around it: 5 and 8)", 4, 40, 64, 100, 6 * 2 * 4 * 64 * 100 * 2)
     run("7 query heads (prime), room for 6", 2, 7, 32, 10, 6 * 2 * 2 * 32 * 10 * 2)
     run("room for far more than num_heads", 2, 8, 16, 10, 10**9)
     run("fp8 (dtype_bytes=1): room for 4 heads", 2, 8, 16, 10, 4 * 2 * 2 * 16 * 10, 1)
@@ -214,6 +221,8 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
         "head_dim given in the config was ignored (hidden_size // num_attention_heads is only the default)":
             lambda cfg: 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"])
             * (cfg["hidden_size"] // cfg["num_attention_heads"]) * DTYPE_BYTES[cfg.get("torch_dtype", "float16")],
+        "float32 is 4 bytes a number (32 bits of 8), not 8":
+            lambda cfg: 2 * _bytes_per_token_ref(cfg) if cfg.get("torch_dtype") == "float32" else None,
         "you used hidden_size (the notes' formula): with grouped-query attention the cache stores only "
         "num_key_value_heads x head_dim numbers per layer": _hidden,
         "torch_dtype ignored: a float32 model takes 4 bytes a number":
@@ -237,14 +246,25 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
     tiny = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128,
             "head_dim": 32, "torch_dtype": "float32"}
     run("kvlab's bundled model (fp32)", tiny)
+    run("llama-2-70b's shape in float32 (GQA: 8 of 64 heads)", {**CONFIGS["llama-2-70b"], "torch_dtype": "float32"})
     case = run("no torch_dtype (2 bytes)", {k: v for k, v in CONFIGS["llama-2-70b"].items() if k != "torch_dtype"})
     if not case.passed and isinstance(case.actual, Raised) and isinstance(case.actual.exc, KeyError):
         case.note = "raised KeyError: no torch_dtype means 2 bytes (fp16), see the contract"
-    case = c.run("torch_dtype 'int4' (must raise ValueError)", {**CONFIGS["llama-2-7b"], "torch_dtype": "int4"})
+    for bad in ("int4", "float8_e4m3fn"):
+        _unknown_dtype(c, bad)
+    return c.done()
+
+
+def _unknown_dtype(c: Checker, dtype: str) -> None:
+    """An unknown torch_dtype must raise ValueError, and the message must name it (the contract)."""
+    case = c.run(f"torch_dtype {dtype!r} (must raise ValueError naming it)", {**CONFIGS["llama-2-7b"], "torch_dtype": dtype})
     if not case.passed and not isinstance(case.actual, Raised):
         case.note = (f"returned {case.actual!r} for an unknown torch_dtype: raise ValueError naming it (a guessed "
                      "size would be wrong without a word)")
-    return c.done()
+    elif case.passed and dtype not in str(case.actual.exc):
+        case.passed = False
+        case.note = (f"the ValueError does not name the unknown torch_dtype {dtype!r} (it says {str(case.actual.exc)!r}): "
+                     "put the bad value in the message, so the reader knows which dtype to fix")
 
 
 # ------------------------------------------------------------------ requests that fit
@@ -274,6 +294,7 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         "returned a fraction: count whole requests (an int)": lambda kv, b, t: kv / (b * t),
         "that counts tokens, not requests: divide by the bytes of a whole request (bytes_per_token x tokens_per_request)":
             lambda kv, b, t: kv // b,
+        **gib_gb_mixups(_requests_that_fit_ref, 0, "kv_budget_bytes"),
     })
     m = MODELS["llama-2-70b"]
     run("2.2 requests' worth of bytes", 22 * 4096 * 10, 100, 4096)
@@ -293,8 +314,16 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     run("a budget near 2**60 bytes (float division loses the last digits)", 2**60 - 1, 3, 1)
     c.run("tokens_per_request=0 (must raise ValueError)", 1000, 10, 0)
     c.run("bytes_per_token=0 (must raise ValueError)", 1000, 0, 10)
-    c.run("negative budget (must raise ValueError)", -1, 10, 10)
+    _negative_budget(c, -1, 10, 10)
     return c.done()
+
+
+def _negative_budget(c: Checker, *args: int) -> None:
+    """A budget below 0 bytes must raise: a count returned for it (0, or -1 from floor division) is named."""
+    case = c.run("negative budget (must raise ValueError)", *args)
+    if not case.passed and not isinstance(case.actual, Raised):
+        case.note = (f"a negative budget is an error (raise ValueError), not {case.actual!r}: no KV cache has less "
+                     "than 0 bytes, so a negative one is a bug upstream that a count would hide")
 
 
 # ------------------------------------------------------------------ mixed lengths, paged
@@ -344,7 +373,7 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     a utilization outside (0, 1], a block_size or bytes_per_token below 1, a length below 1.
     """
     c = Checker("max_concurrent", fn, _max_concurrent_ref, verbose=verbose, compare=same_int, diagnose=[should_have_raised])
-    run = mistake_runner(c, {
+    named = mistake_runner(c, {
         "utilization is a share of the whole GPU, weights included: int(gpu_bytes x utilization) - weight_bytes, "
         "not (gpu_bytes - weight_bytes) x utilization":
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L),
@@ -369,6 +398,16 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
         "take int(gpu_bytes x utilization) first, then subtract the weights":
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L), max(0, g * u - w) // (bs * b)),
     })
+
+    def run(label: str, lengths: list[int], g: int, u: float, w: int, *rest: int) -> None:
+        case = named(label, lengths, g, u, w, *rest)
+        if case.passed or not (isinstance(case.actual, Raised) and isinstance(case.actual.exc, ValueError)):
+            return
+        if u == 1:
+            case.note = "utilization 1 is valid: the range (0, 1] includes 1 (the whole memory); refuse only above 1"
+        elif int(g * u) - w < 0:
+            case.note = ("weights past the server's share leave no room for the KV cache: that is 0 requests, not an "
+                         "error (the contract: nothing if the budget is not positive)")
     a100, gib = 80 * 1024**3, 1024**3
     llama7 = MODELS["llama-2-7b"]
     rng = random.Random(11)
@@ -405,4 +444,17 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     c.run("block_size 0 (must raise ValueError)", [10], 1000, 0.9, 0, 1, 0)
     c.run("bytes_per_token 0 (must raise ValueError)", [10], 1000, 0.9, 0, 0, 16)
     c.run("a request of 0 tokens (must raise ValueError)", [10, 0], 1000, 0.9, 0, 1, 16)
+    _validated_first(c)
     return c.done()
+
+
+def _validated_first(c: Checker) -> None:
+    """Bad arguments where nothing would fit anyway (weights fill the share, or no requests): the
+    checks come first, so a 0 returned early does not hide them."""
+    for label, args in (("a request of 0 tokens, and the weights fill the share", ([10, 0], 1000, 0.9, 950, 1, 16)),
+                        ("block_size 0 and no requests", ([], 1000, 0.9, 0, 1, 0)),
+                        ("bytes_per_token 0, and the weights fill the share", ([10], 1000, 0.9, 950, 0, 16))):
+        case = c.run(f"{label} (must raise ValueError)", *args)
+        if not case.passed and not isinstance(case.actual, Raised):
+            case.note = (f"returned {case.actual!r} before checking the arguments: validate first; a bad length, "
+                         "block_size or bytes_per_token is an error even when nothing fits")
