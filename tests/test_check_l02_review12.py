@@ -79,7 +79,7 @@ def test_weights_past_the_share_are_no_error():
      "a negative budget is an error"),
 ])
 def test_requests_that_fit_negative_budget(wrong, says):
-    _rejected_naming(check.requests_that_fit, wrong, says)
+    _rejected_naming(l02_how_big.requests_that_fit, wrong, says)
 
 
 # ------------------------------------------------------------------ named as another mistake before (2)
@@ -126,7 +126,7 @@ def test_fp32_counted_as_8_bytes():
 def test_requests_that_fit_gib_gb_slip(factor):
     def wrong(kv, b, t):
         return l02_how_big._requests_that_fit_ref(int(kv * factor[0] / factor[1]), b, t)
-    r = check.requests_that_fit(wrong, verbose=False)
+    r = l02_how_big.requests_that_fit(wrong, verbose=False)
     assert not r.passed and "GB and GiB" in r.failures[0].note, _notes(r)
     assert not any("off by one" in c.note for c in r.failures), _notes(r)
 
@@ -138,3 +138,51 @@ def test_changed_config_names_the_key_before_and_after():
     r = check.bytes_per_token_from_config(fills_in_defaults, verbose=False)
     note = r.failures[0].note
     assert "'num_key_value_heads' added (40)" in note and "..." not in note, note
+
+
+def test_requests_that_fit_zero_budget_is_valid():
+    def refuses_zero(kv, b, t):
+        if kv <= 0:
+            raise ValueError(f"budget {kv}")
+        return l02_how_big._requests_that_fit_ref(kv, b, t)
+    _rejected_naming(l02_how_big.requests_that_fit, refuses_zero, "a budget of 0 bytes is a valid budget")
+
+
+# ------------------------------------------------------------------ exercise 3, a design question now (review item 4)
+def _valid3(wrong):
+    """A longest_context that checks its arguments as the contract asks, then computes ``wrong``."""
+    def fn(kv, b, u, bs=16):
+        if min(b, u, bs) < 1 or kv < 0:
+            raise ValueError(f"bad argument {kv, b, u, bs}")
+        return wrong(kv, b, u, bs)
+    return fn
+
+
+def test_longest_context_solution_passes():
+    assert check.longest_context(S02.longest_context, verbose=False).passed
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda kv, b, u, bs: kv // (b * u), "not whole blocks"),
+    (lambda kv, b, u, bs: kv // (b * bs) * bs // u, "not each user's share"),
+    (lambda kv, b, u, bs: kv // (b * bs) // u, "counts blocks per user"),
+    (lambda kv, b, u, bs: kv // (b * bs) * bs, "users ignored"),
+    (lambda kv, b, u, bs: kv // (b * 16) // u * 16, "block_size ignored"),
+    (lambda kv, b, u, bs: -(-(kv // (b * bs)) // u) * bs, "rounded a user's share of blocks up"),
+    (lambda kv, b, u, bs: round(kv / (b * bs * u)) * bs, "nearest block"),
+    (lambda kv, b, u, bs: int(kv / (b * bs) / u) * bs, "float division"),
+    (lambda kv, b, u, bs: kv // u, "bytes per user"),
+    (lambda kv, b, u, bs: S02.longest_context(int(kv * 10**9 / 2**30), b, u, bs), "GB and GiB mixed"),
+    (lambda kv, b, u, bs: float(S02.longest_context(kv, b, u, bs)), "float"),
+], ids=["no-blocks", "pool-blocks", "blocks", "users", "bs16", "ceil", "round", "float-div", "bytes", "gib", "float"])
+def test_longest_context_mistakes_named(wrong, says):
+    _rejected_naming(check.longest_context, _valid3(wrong), says)
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda kv, b, u, bs=16: kv // (b * bs) // u * bs, "where ValueError is due"),         # no checks at all
+    (lambda kv, b, u, bs=16: 0 if kv < 0 else S02.longest_context(kv, b, u, bs), "a negative budget is an error"),
+    (lambda kv, b, u, bs=16: S02.longest_context(kv, b, u, bs) if kv > 0 else int("zero"), "a promise of 0 tokens"),
+], ids=["no-checks", "negative-0", "zero-refused"])
+def test_longest_context_checks_named(wrong, says):
+    _rejected_naming(check.longest_context, wrong, says)

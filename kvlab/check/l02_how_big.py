@@ -3,7 +3,8 @@
     kv_cache_bytes               bytes of K and V for a model and a number of tokens (the former exercise 1; tests use it)
     kv_heads_for_budget          a design question: the most KV heads (a divisor of the query heads) whose cache fits
     bytes_per_token_from_config  the same from a model's config.json (GQA, head_dim, dtype defaults)
-    requests_that_fit            whole requests of one length that fit in a KV budget
+    requests_that_fit            whole requests of one length that fit in a KV budget (the former exercise 3; tests use it)
+    longest_context              a design question: the longest context every one of n users gets at once, in whole blocks
     max_concurrent               how many requests of mixed lengths a GPU holds at once (paged, at a utilization)
 
 The expected numbers come from :class:`kvlab.memory.kvspec.KVSpec` and its model table, and for
@@ -26,7 +27,8 @@ from ..memory.kvspec import MODELS, KVSpec
 from .diagnose import gib_gb_mixups, half_or_double, mistake_runner, off_by, should_have_raised
 from .harness import Checker, CheckResult, Raised, same_int
 
-__all__ = ["kv_cache_bytes", "kv_heads_for_budget", "bytes_per_token_from_config", "requests_that_fit", "max_concurrent", "CONFIGS"]
+__all__ = ["kv_cache_bytes", "kv_heads_for_budget", "bytes_per_token_from_config", "requests_that_fit", "longest_context",
+           "max_concurrent", "CONFIGS"]
 
 
 def _kv_cache_bytes_ref(layers: int, kv_heads: int, head_dim: int, tokens: int, dtype_bytes: int = 2) -> int:
@@ -324,6 +326,77 @@ def _negative_budget(c: Checker, *args: int) -> None:
     if not case.passed and not isinstance(case.actual, Raised):
         case.note = (f"a negative budget is an error (raise ValueError), not {case.actual!r}: no KV cache has less "
                      "than 0 bytes, so a negative one is a bug upstream that a count would hide")
+
+
+# ------------------------------------------------------------------ the longest context for n users (exercise 3)
+def _longest_context_ref(kv_budget_bytes: int, bytes_per_token: int, users: int, block_size: int = 16) -> int:
+    if min(bytes_per_token, users, block_size) < 1:
+        raise ValueError(f"bytes_per_token {bytes_per_token}, users {users} and block_size {block_size} must be >= 1")
+    if kv_budget_bytes < 0:
+        raise ValueError(f"kv_budget_bytes must be >= 0, got {kv_budget_bytes}")
+    return kv_budget_bytes // (bytes_per_token * block_size) // users * block_size
+
+
+_LONGEST_MISTAKES = {
+    "not whole blocks: each user's request holds ceil(tokens / block_size) blocks, so a share that ends inside a "
+    "block needs one block more per user than the pool has; round each user's share down to whole blocks":
+        lambda kv, b, u, bs=16: kv // (b * u),
+    "the pool was cut into whole blocks, but not each user's share: users x that context needs more blocks than "
+    "the pool holds (give each user whole blocks: blocks // users)":
+        lambda kv, b, u, bs=16: kv // (b * bs) * bs // u,
+    "that counts blocks per user: the answer is in tokens (x block_size)": lambda kv, b, u, bs=16: kv // (b * bs) // u,
+    "users ignored: the users are served at once, so they share the pool (each gets a part of it)":
+        lambda kv, b, u, bs=16: kv // (b * bs) * bs if u > 1 else None,
+    "block_size ignored (16 hard-coded): a block holds block_size tokens, whatever the default":
+        lambda kv, b, u, bs=16: _longest_context_ref(kv, b, u, 16) if bs != 16 else None,
+    "rounded a user's share of blocks up: a part of a block is not a block the pool has (round down)":
+        lambda kv, b, u, bs=16: -(-(kv // (b * bs)) // u) * bs,
+    "float division: kv_budget_bytes / (...) is exact only up to 2**53; use integer division (//)":
+        lambda kv, b, u, bs=16: int(kv / (b * bs) / u) * bs,
+    "rounded to the nearest block: a share of 29.75 blocks is 29 whole blocks, not 30 (round down)":
+        lambda kv, b, u, bs=16: round(kv / (b * bs * u)) * bs,
+    "that is bytes per user: divide by bytes_per_token to count tokens": lambda kv, b, u, bs=16: kv // u,
+    **gib_gb_mixups(_longest_context_ref, 0, "kv_budget_bytes"),
+}
+
+
+def longest_context(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(kv_budget_bytes, bytes_per_token, users, block_size=16) -> int``: the longest context (tokens)
+    that every one of ``users`` requests can have at once in a paged pool of ``kv_budget_bytes`` (whole
+    blocks of ``block_size`` tokens; a request of n tokens holds ceil(n / block_size) blocks), 0 when not
+    one block each is there. ValueError when bytes_per_token, users or block_size < 1, or the budget < 0.
+    """
+    c = Checker("longest_context", fn, _longest_context_ref, verbose=verbose, compare=same_int,
+                diagnose=[should_have_raised])
+    named = mistake_runner(c, _LONGEST_MISTAKES)
+
+    def run(label: str, *args: int) -> None:
+        case = named(label, *args)
+        if case.expected == 0 and isinstance(case.actual, Raised) and isinstance(case.actual.exc, ValueError):
+            case.note = ("raised ValueError on a valid budget: a budget too small for one block each is a promise "
+                         "of 0 tokens, not an error")
+
+    l3 = MODELS["llama-3-8b"].bytes_per_token
+    run("the prediction: 1 GB, llama-3-8b, 16 users, blocks of 16", 10**9, l3, 16, 16)
+    run("a budget of exactly 3 x 4,096 tokens, 3 users", 3 * 4096 * 100, 100, 3, 16)
+    run("one byte less than that", 3 * 4096 * 100 - 1, 100, 3, 16)
+    run("one user: the whole pool, in whole blocks", 10**9, l3, 1, 16)
+    run("blocks of 32, llama-2-7b, 10 GB, 7 users", 10 * 10**9, MODELS["llama-2-7b"].bytes_per_token, 7, 32)
+    run("blocks of 1 token", 1000, 3, 7, 1)
+    run("default block_size (16)", 5 * 16 * 64 + 63, 64, 2)
+    run("less than one block a user: 0 tokens", 5 * 16 * 64, 64, 8, 16)
+    run("zero budget", 0, 64, 3, 16)
+    run("a budget near 2**60 bytes (float division loses the last digits)", 2**60 - 1, 3, 1, 16)
+    rng = random.Random(5)
+    for _ in range(3):
+        args = (rng.randrange(10**9, 10**11), rng.choice([65536, 131072, 327680, 524288]), rng.randrange(2, 300),
+                rng.choice([8, 16, 32]))
+        run(f"random {args}", *args)
+    c.run("users=0 (must raise ValueError)", 10**9, 64, 0, 16)
+    c.run("bytes_per_token=0 (must raise ValueError)", 10**9, 0, 4, 16)
+    c.run("block_size=0 (must raise ValueError)", 10**9, 64, 4, 0)
+    _negative_budget(c, -1, 64, 4, 16)
+    return c.done()
 
 
 # ------------------------------------------------------------------ mixed lengths, paged

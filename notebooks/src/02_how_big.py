@@ -403,33 +403,42 @@ check.bytes_per_token_from_config(bytes_per_token_from_config)
 # in an MHA model.
 # </details>
 #
-# ### Exercise 3: how many requests fit
+# ### Exercise 3: the longest context you can promise
 #
-# **Contract.** `requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request) -> int`:
-# how many whole requests of `tokens_per_request` tokens fit in the budget. Example:
-# `requests_that_fit(3 * 4096 * 100, 100, 4096) == 3`.
+# Section 6 counted the requests of one length that fit. A service asks it the other way round:
+# it promises each of `users` users the same context length, all of them served at once, and
+# wants the longest promise its KV budget keeps. The pool is paged (lesson 04 builds it): the
+# budget is cut into whole blocks of `block_size` tokens, and a request of `n` tokens holds
+# `ceil(n / block_size)` of them.
 #
-# **Predict first**, then decide: with one byte less than that budget, how many fit, and
-# which way must the division round? Which arguments could no server ever have (they must
-# raise `ValueError`), and is a budget of 0 bytes one of them?
+# **Predict first**, on paper: a budget of 1 GB (10⁹ bytes), Llama-3 8B (its bytes per token are
+# in section 2's table), 16 users, blocks of 16 tokens. The budget divided by 16 users' bytes per
+# token gives a number of tokens each, rounded down: can you promise every user that many? If not,
+# what is the most you can?
+#
+# **Contract.** `longest_context(kv_budget_bytes, bytes_per_token, users, block_size=16) -> int`:
+# the most tokens `L` such that `users` requests of `L` tokens each fit in the pool at the same
+# time (0 when the pool has less than one block a user). Raise `ValueError` if `bytes_per_token`,
+# `users` or `block_size` is below 1, or if the budget is below 0 bytes.
 
 # %% tags=["exercise-stub"]
-def requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request):
+def longest_context(kv_budget_bytes, bytes_per_token, users, block_size=16):
     raise NotImplementedError("your code here")
 
 # %%
-check.requests_that_fit(requests_that_fit)
+check.longest_context(longest_context)
 
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# One request needs `bytes_per_token × tokens_per_request` bytes.
+# The pool does not hold tokens, it holds blocks. How many whole blocks does the budget buy, and
+# what can each user get of them?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Does a request that fits 99% of the way run? Compare what `//`, `round(...)` and
-# `math.ceil(...)` promise. And check the arguments before dividing.
+# Try your prediction on the pool: how many blocks does one request of that length hold, and how
+# many do 16 of them need? Is that more than the pool has?
 # </details>
 #
 # ### Exercise 4: a real mix of requests on a real GPU
