@@ -383,6 +383,7 @@ def longest_context(fn: Callable, verbose: bool = True) -> CheckResult:
     run("one user: the whole pool, in whole blocks", 10**9, l3, 1, 16)
     run("blocks of 32, llama-2-7b, 10 GB, 7 users", 10 * 10**9, MODELS["llama-2-7b"].bytes_per_token, 7, 32)
     run("blocks of 1 token", 1000, 3, 7, 1)
+    run("one byte a token, one user, blocks of 1: every byte a token", 1000, 1, 1, 1)
     run("default block_size (16)", 5 * 16 * 64 + 63, 64, 2)
     run("less than one block a user: 0 tokens", 5 * 16 * 64, 64, 8, 16)
     run("zero budget", 0, 64, 3, 16)
