@@ -469,7 +469,8 @@ check.longest_context(longest_context)
 # in GPU memory at the same time. The KV cache gets `int(gpu_bytes × utilization) − weight_bytes`
 # bytes (nothing if that is not positive), cut into whole blocks of `block_size` tokens. Raise
 # `ValueError` for a `utilization` outside (0, 1], a `block_size` or `bytes_per_token` below 1,
-# or a length below 1. Example: lengths `[3000, 40, 40, 40, 40]`, a pool of exactly 17 blocks of
+# or a length below 1, before anything else (a bad length is an error even when nothing would
+# fit). Example: lengths `[3000, 40, 40, 40, 40]`, a pool of exactly 17 blocks of
 # 16 tokens (`gpu_bytes = 17 × 16 × 64`, utilization 1, no weights, `bytes_per_token` 64): the four
 # short requests take 3 blocks each, the long one 188: the answer is 4.
 
