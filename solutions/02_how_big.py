@@ -22,12 +22,13 @@ def bytes_per_token_from_config(config):
     return 2 * config["num_hidden_layers"] * kv_heads * head_dim * dtype_bytes[dtype]
 
 
-def requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request):
-    if bytes_per_token < 1 or tokens_per_request < 1:
-        raise ValueError("bytes_per_token and tokens_per_request must be >= 1")
+def longest_context(kv_budget_bytes, bytes_per_token, users, block_size=16):
+    if bytes_per_token < 1 or users < 1 or block_size < 1:
+        raise ValueError(f"bytes_per_token {bytes_per_token}, users {users} and block_size {block_size} must be >= 1")
     if kv_budget_bytes < 0:
         raise ValueError(f"kv_budget_bytes must be >= 0, got {kv_budget_bytes}")
-    return kv_budget_bytes // (bytes_per_token * tokens_per_request)
+    blocks = kv_budget_bytes // (bytes_per_token * block_size)   # the pool: whole blocks only
+    return blocks // users * block_size                          # each user: whole blocks, in tokens
 
 
 def max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16):

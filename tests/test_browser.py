@@ -572,9 +572,54 @@ def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
     page.wait_for_function("el => el.textContent.includes('play')", arg=play.element_handle(), timeout=10_000)
 
 
+def _lesson_02_capacity_on_a_projector(page) -> None:
+    """Review r12 of lesson 02, in classroom mode: the capacity bar stays where it is when the menus
+    change (the text above it and the legend keep their height), a RAM device never sends the model
+    to more GPUs, and a budget too small for one request says so plainly."""
+    w = page.locator(".kvlab-capacity").first
+    w.scroll_into_view_if_needed()
+    w.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
+    verdict = w.locator(".widget-html").last
+
+    def choose(key: str, label_start: str, says: str) -> None:
+        select = w.locator(f".kvlab-capacity-{key} select").first
+        options = select.locator("option").all_text_contents()
+        found = [o for o in options if " ".join(o.split()).startswith(label_start)]
+        assert found, f"no {label_start!r} among the {key} menu's options {options}"
+        select.select_option(label=found[0])
+        page.wait_for_function("([el, s]) => el.textContent.includes(s)", arg=[verdict.element_handle(), says],
+                               timeout=10_000)
+        page.wait_for_timeout(300)  # plotly redraws the bar
+
+    def bar_offset() -> float:
+        return w.locator(".js-plotly-plot .barlayer").first.bounding_box()["y"] - w.bounding_box()["y"]
+
+    first, offsets = bar_offset(), []
+    choose("device", "A100 80GB", "several GPUs")
+    offsets.append(bar_offset())
+    _shot(page, w, "02_capacity_past_share_classroom.png")
+    choose("model", "Llama-2 7B", "requests of 4,096")
+    handle = w.locator(".kvlab-capacity-tokens .noUi-handle").first
+    handle.focus()
+    page.keyboard.press("End")   # the longest requests: 131,072 tokens
+    page.wait_for_function("el => el.textContent.includes('not even one request fits')", arg=verdict.element_handle(),
+                           timeout=10_000)
+    page.wait_for_timeout(300)
+    assert "No request fits." in verdict.text_content() and "0 tokens in all" not in verdict.text_content()
+    offsets.append(bar_offset())
+    _shot(page, w, "02_capacity_none_fits_classroom.png")
+    choose("model", "Llama-2 70B", "several GPUs")
+    choose("device", "this machine's RAM", "cannot hold the model")   # left so: the layout checks see it
+    assert "GPU" not in verdict.text_content(), verdict.text_content()
+    offsets.append(bar_offset())
+    _shot(page, w, "02_capacity_ram_classroom.png")
+    assert all(abs(o - first) <= 1 for o in offsets), f"the bar moved with the menus: {first} then {offsets}"
+
+
 _NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_decode_stepper, "02_how_big.ipynb": _lesson_02_plotly,
                  "07_radix.ipynb": _lesson_07_radix_stepper}
 _CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector, "07_radix.ipynb": _lesson_07_on_a_projector,
+                    "02_how_big.ipynb": _lesson_02_capacity_on_a_projector,
                     "01_why_kv_cache.ipynb": lambda page: _lesson_01_decode_stepper(page, "decode_stepper_classroom.png")}
 _LESSONS = lesson_names()
 

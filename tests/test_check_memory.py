@@ -173,10 +173,10 @@ def test_requests_that_fit():
             raise ValueError("bad")
         return budget // (bpt * tokens)
 
-    assert _passes(check.requests_that_fit, right)
-    assert not _passes(check.requests_that_fit, lambda b, p, t: round(b / (p * t)) if p > 0 < t and b >= 0 else 1 / 0)
-    assert not _passes(check.requests_that_fit, lambda b, p, t: -(-b // (p * t)) if p > 0 < t and b >= 0 else int("x"))
-    assert not _passes(check.requests_that_fit, lambda b, p, t: b // (p * t) if p * t else 0)
+    assert _passes(l02_how_big.requests_that_fit, right)
+    assert not _passes(l02_how_big.requests_that_fit, lambda b, p, t: round(b / (p * t)) if p > 0 < t and b >= 0 else 1 / 0)
+    assert not _passes(l02_how_big.requests_that_fit, lambda b, p, t: -(-b // (p * t)) if p > 0 < t and b >= 0 else int("x"))
+    assert not _passes(l02_how_big.requests_that_fit, lambda b, p, t: b // (p * t) if p * t else 0)
 
 
 # --------------------------------------------------------------------------- lesson 03
@@ -472,7 +472,7 @@ def test_lesson_00_to_04_checkers_name_their_mistakes():
         (check.common_prefix_len, lambda a, b: sum(x == y for x, y in zip(a, b)), "stop counting at the first token"),
         (l02_how_big.kv_cache_bytes, lambda l, h, d, t, b=2: 2 * l * h * d * t * 2 if min(l, h, d, b) > 0 <= t else int("x"),
          "dtype_bytes ignored"),
-        (check.requests_that_fit, lambda b, p, t: round(b / (p * t)) if p > 0 < t and b >= 0 else int("x"), "round down"),
+        (l02_how_big.requests_that_fit, lambda b, p, t: round(b / (p * t)) if p > 0 < t and b >= 0 else int("x"), "round down"),
         (check.reservation, lambda p, n, m, f=None: _solutions("03_contiguous").reservation(p, n, 10**9, f)
          if p == "pow2" else _solutions("03_contiguous").reservation(p, n, m, f), "must not exceed max_len"),
         (check.first_fit, lambda r, n: (r[0][0] if r and sum(x for _, x in r) >= n else None) if n > 0 else int("x"),
@@ -507,4 +507,4 @@ def test_an_untouched_stub_is_not_told_the_answers(capsys):
     out = capsys.readouterr().out
     assert not r.passed and r.not_implemented and "NotImplementedError" in out
     assert "expected" not in out and "expected" not in r.summary, out
-    assert "0/21" in out
+    assert "0/22" in out

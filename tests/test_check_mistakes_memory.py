@@ -33,7 +33,7 @@ def test_requests_that_fit_names_each_rounding():
                         (lambda kv, b, t: round(kv / (b * t)), "nearest whole number"),
                         (lambda kv, b, t: kv / (b * t), "a fraction"),
                         (lambda kv, b, t: kv // b, "counts tokens, not requests")]:
-        r = check.requests_that_fit(_valid(wrong, bad), verbose=False)
+        r = l02_how_big.requests_that_fit(_valid(wrong, bad), verbose=False)
         assert not r.passed and note in r.summary and " -- or: " not in r.summary, r.summary
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvlab import check
+from kvlab.check import l02_how_big
 from test_check_memory import _solutions
 
 S05 = _solutions("05_paged_kernel")
@@ -198,7 +199,7 @@ EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL not
                                             '        return 2 * config["num_hidden_layers"] * kv_heads * head_dim * 2')],
      "for an unknown torch_dtype: raise ValueError naming it"),
     ("02", "bytes_per_token_from_config", [('"bfloat16": 2, ', "")], "bfloat16 is 2 bytes"),
-    ("02", "requests_that_fit", [("    if kv_budget_bytes < 0:", "    if kv_budget_bytes <= 0:")], "a budget of 0 bytes is a valid budget"),
+    ("02", "longest_context", [("    if kv_budget_bytes < 0:", "    if kv_budget_bytes <= 0:")], "a promise of 0 tokens, not an error"),
     ("02", "kv_heads_for_budget", [("per_head = 2 * layers", "per_head = 2 * 2 * layers")], "the 2 for K and V was counted twice"),
     ("02", "kv_heads_for_budget", [("return max(fits)", "return num_heads // max(fits)")], "that is the group size"),
     ("02", "kv_heads_for_budget", [("per_head = 2 * layers * head_dim * tokens * dtype_bytes",
@@ -358,7 +359,7 @@ def _sixteen(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, blo
 
 
 @pytest.mark.parametrize("checker, wrong, says", [
-    (check.requests_that_fit, _float_requests, "float division"),
+    (l02_how_big.requests_that_fit, _float_requests, "float division"),
     (check.max_concurrent, _float_budget, "int(gpu_bytes x utilization)"),
     (check.max_concurrent, _sixteen, "block_size ignored (16 hard-coded)"),
 ], ids=["02-float-division", "02-float-budget", "02-block-size-16"])

@@ -136,12 +136,12 @@ def _wrong_answers():
             lambda c: 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * (c["hidden_size"] // c["num_attention_heads"]) * 2,
             lambda c: S.bytes_per_token_from_config(c) / 1,
         ],
-        check.requests_that_fit: [
-            lambda kv, b, t: kv / (b * t) if b >= 1 and t >= 1 and kv >= 0 else S.requests_that_fit(kv, b, t),
-            lambda kv, b, t: round(kv / (b * t)) if b >= 1 and t >= 1 and kv >= 0 else S.requests_that_fit(kv, b, t),
-            lambda kv, b, t: kv // b if b >= 1 and t >= 1 and kv >= 0 else S.requests_that_fit(kv, b, t),
+        l02_how_big.requests_that_fit: [
+            lambda kv, b, t: kv / (b * t) if b >= 1 and t >= 1 and kv >= 0 else l02_how_big._requests_that_fit_ref(kv, b, t),
+            lambda kv, b, t: round(kv / (b * t)) if b >= 1 and t >= 1 and kv >= 0 else l02_how_big._requests_that_fit_ref(kv, b, t),
+            lambda kv, b, t: kv // b if b >= 1 and t >= 1 and kv >= 0 else l02_how_big._requests_that_fit_ref(kv, b, t),
             lambda kv, b, t: kv // (b * t),
-            lambda kv, b, t: -(-kv // (b * t)) if b >= 1 and t >= 1 and kv >= 0 else S.requests_that_fit(kv, b, t),
+            lambda kv, b, t: -(-kv // (b * t)) if b >= 1 and t >= 1 and kv >= 0 else l02_how_big._requests_that_fit_ref(kv, b, t),
         ],
         check.max_concurrent: [
             _pops(S.max_concurrent),

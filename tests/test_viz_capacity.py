@@ -57,3 +57,36 @@ def test_weights_in_the_number_format_the_device_runs():
     w.set(device="h200")
     assert w.state["weights"] == int(MODELS["smollm2-135m"].params_b * 1e9 * 2)
     assert "weights (fp16)" in [t.name for t in capacity_figure(w.state).data]
+
+
+def test_a_ram_device_never_sends_the_model_to_more_gpus():
+    """Review r12 of lesson 02: on this machine's RAM the widget said the model "splits over several GPUs"."""
+    from kvlab.viz.capacity_widget import CapacityWidget
+
+    ram = "this machine's RAM"
+    w = CapacityWidget(devices={ram: 16 * 2**30, "h200": GPUS["h200"].memory_bytes}, model="llama-2-70b", device=ram,
+                       weight_bytes={ram: 4}, host_devices=[ram], static=True)
+    assert w.state["requests"] == 0 and "GPU" not in w.state["verdict"], w.state["verdict"]
+    assert "this machine cannot hold the model" in w.state["verdict"]
+    w.set(device="h200")
+    assert "several GPUs" in w.state["verdict"]
+
+
+def test_no_request_fits_is_said_plainly():
+    """Review r12: "0 requests fit ... (0 tokens in all)" when the weights fit but not one request does."""
+    from kvlab.viz.capacity_widget import CapacityWidget
+
+    w = CapacityWidget(model="llama-2-7b", device="a100-40gb", tokens=131072, static=True)
+    s = w.state
+    assert s["requests"] == 0 and s["weights"] < s["share"]
+    assert "not even one request fits" in s["verdict"] and "0 tokens in all" not in s["verdict"], s["verdict"]
+    assert "No request fits." in w._html() and "0 requests" not in w._html()
+
+
+def test_the_legend_is_two_entries_a_row_whatever_is_listed():
+    """Review r12: the legend's height changed with the menus (a third row when a long name wrapped),
+    and the bar moved. Two entries a row, at most four listed: never more than two rows."""
+    for spec, gpu in ((MODELS["llama-2-7b"], "a100-80gb"), (MODELS["llama-2-70b"], "a100-80gb")):
+        fig = capacity_figure(capacity_state(spec, GPUS[gpu].memory_bytes, 4096, 2))
+        assert fig.layout.legend.entrywidth == 0.5 and fig.layout.legend.entrywidthmode == "fraction"
+        assert sum(t.showlegend is not False for t in fig.data) <= 4

@@ -10,7 +10,7 @@ edge cases, prints expected beside actual, and ends with one PASS or FAIL line.
     diagnose.py           the common mistakes a FAIL line names (half the size: K and V?, ...)
     l00_start.py          block_and_offset, common_prefix_len, reusable_tokens
     l01_why_kv_cache.py   count_flops, attend_with_cache                       (torch, the model)
-    l02_how_big.py        kv_heads_for_budget, requests_that_fit, bytes_per_token_from_config, max_concurrent
+    l02_how_big.py        kv_heads_for_budget, bytes_per_token_from_config, longest_context, max_concurrent
     l03_contiguous.py     reservation, first_fit, external_fragmentation, place_first_fit
     l04_paging.py         translate, blocks_needed, blocks_to_append, block_allocator
     l05_paged_kernel.py   paged_gather_kernel, paged_decode_torch, kernel_tiles (torch, Triton)
@@ -43,7 +43,7 @@ from .harness import (STRICT_ENV, CaseResult, Checker, CheckResult, Raised, Rais
                       same_outcome)
 from .l00_start import block_and_offset, common_prefix_len, reusable_tokens
 from .l01_why_kv_cache import attend_with_cache, count_flops
-from .l02_how_big import bytes_per_token_from_config, kv_heads_for_budget, max_concurrent, requests_that_fit
+from .l02_how_big import bytes_per_token_from_config, kv_heads_for_budget, longest_context, max_concurrent
 from .l03_contiguous import external_fragmentation, first_fit, place_first_fit, reservation
 from .l04_paging import block_allocator, blocks_needed, blocks_to_append, translate
 from .l05_paged_kernel import kernel_tiles, paged_decode_torch, paged_gather_kernel
@@ -62,7 +62,7 @@ __all__ = [
     # the checkers, by lesson
     "block_and_offset", "common_prefix_len", "reusable_tokens",                                     # 00
     "count_flops", "attend_with_cache",                                                           # 01
-    "kv_heads_for_budget", "requests_that_fit", "bytes_per_token_from_config", "max_concurrent",       # 02
+    "kv_heads_for_budget", "longest_context", "bytes_per_token_from_config", "max_concurrent",       # 02
     "reservation", "first_fit", "external_fragmentation", "place_first_fit",                      # 03
     "translate", "blocks_needed", "blocks_to_append", "block_allocator",                          # 04
     "paged_gather_kernel", "paged_decode_torch", "kernel_tiles",                                  # 05

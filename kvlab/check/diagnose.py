@@ -27,7 +27,7 @@ __all__ = ["Diagnosis", "half_or_double", "off_by", "swapped", "differing_fields
            "shared_block_written", "KV_FACTOR_HINT", "should_have_raised", "factor_of", "matching_mistake",
            "matching_mistakes",
            "more_or_less", "mistake_runner", "radix_granularity", "unit_slip", "raised_slip", "argument_slip",
-           "wrong_exception"]
+           "wrong_exception", "dict_changes", "gib_gb_mixups"]
 
 Diagnosis = Callable[[Any, Any], "str | None"]
 
@@ -83,15 +83,25 @@ def differing_fields(expected: Any, actual: Any) -> str | None:
     """For two dicts (states): every field that differs, in full; None when they are not dicts."""
     if not (isinstance(expected, dict) and isinstance(actual, dict)):
         return None
-    parts = []
-    for k in list(expected) + [k for k in actual if k not in expected]:
-        if k not in actual:
-            parts.append(f"{k}: missing (expected {expected[k]!r})")
-        elif k not in expected:
-            parts.append(f"{k}: not expected (got {actual[k]!r})")
-        elif expected[k] != actual[k]:
-            parts.append(f"{k}: expected {expected[k]!r}, got {actual[k]!r}")
+    words = {"gone": "{k}: missing (expected {a!r})", "new": "{k}: not expected (got {b!r})",
+             "changed": "{k}: expected {a!r}, got {b!r}"}
+    parts = [words[kind].format(k=k, a=expected.get(k), b=actual.get(k))
+             for kind, k in _key_diffs(expected, actual, lambda x, y: x == y)]
     return "; ".join(parts) or None
+
+
+def _key_diffs(a: dict, b: dict, same: Callable[[Any, Any], bool]) -> list[tuple[str, Any]]:
+    """``(kind, key)`` for every key where two dicts differ, in ``a``'s order then ``b``'s new keys;
+    kind is "gone" (only in a), "new" (only in b) or "changed"."""
+    out = []
+    for k in list(a) + [k for k in b if k not in a]:
+        if k not in b:
+            out.append(("gone", k))
+        elif k not in a:
+            out.append(("new", k))
+        elif not same(a[k], b[k]):
+            out.append(("changed", k))
+    return out
 
 
 def first_diagnosis(diagnoses: Sequence[Diagnosis], expected: Any, actual: Any) -> str:
@@ -532,6 +542,9 @@ def changed_input(before: Sequence[Any], after: Sequence[Any], names: Sequence[s
     """
     for name, b, a in zip(names, before, after):
         if not same_value(b, a):
+            if isinstance(b, dict) and isinstance(a, dict):
+                return (f"it changed its argument `{name}` in place ({dict_changes(b, a)}): the caller's input "
+                        "must be left as it was (work on a copy)")
             shown = lambda v: " ".join(repr(v).split())[:40]  # noqa: E731
             return (f"it changed its argument `{name}` in place ({shown(b)} became {shown(a)}): the caller's input "
                     "must be left as it was (work on a copy)")
@@ -597,3 +610,46 @@ def ignored_parameter(reference: Callable | None, args: Sequence[Any], actual: A
                 told = "" if isinstance(a, bool) else f"hard-coded {name}? "
                 return f"{told}as if {name} were {v!r}{why}, not {a!r}: use the argument, not a constant in its place"
     return None
+
+
+# ------------------------------------------------------------------ added for lesson 02 (review r12)
+def dict_changes(before: dict, after: dict, limit: int = 3) -> str:
+    """What an in-place change did to a dict, key by key (added, removed, changed), each value in full
+    up to 40 characters; '' when nothing changed.
+
+    >>> dict_changes({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4})
+    "'b' was 2, is 3; 'c' added (4)"
+    >>> dict_changes({"a": 1}, {})
+    "'a' removed (was 1)"
+    """
+    def shown(v: Any) -> str:
+        s = " ".join(repr(v).split())
+        return s if len(s) <= 40 else s[:37] + "..."
+
+    words = {"gone": "{k!r} removed (was {a})", "new": "{k!r} added ({b})", "changed": "{k!r} was {a}, is {b}"}
+    parts = [words[kind].format(k=k, a=shown(before.get(k)), b=shown(after.get(k)))
+             for kind, k in _key_diffs(before, after, same_value)]
+    more = f"; and {len(parts) - limit} more" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more
+
+
+def gib_gb_mixups(wrong: Callable[..., Any], index: int, what: str = "the budget") -> dict[str, Callable[..., Any]]:
+    """Two known mistakes for a function whose argument ``index`` is a size in bytes: the learner
+    "converted" it between GB (10**9) and GiB (2**30), so it came in 7.4% too small or too large.
+    ``wrong(*args)`` is the right answer computed on the changed arguments (the reference).
+
+    >>> m = gib_gb_mixups(lambda kv, b: kv // b, 0)
+    >>> [f(2**30, 1) for f in m.values()]
+    [1000000000, 1152921504]
+    """
+    def scaled(num: int, den: int) -> Callable[..., Any]:
+        def mistake(*args: Any) -> Any:
+            args = list(args)
+            args[index] = int(args[index] * num / den)
+            return wrong(*args)
+        return mistake
+
+    return {f"GB and GiB mixed: {what} was scaled by 10**9 / 2**30; it is in bytes already (no unit to convert), "
+            "and a GiB is 7.4% more than a GB": scaled(10**9, 2**30),
+            f"GB and GiB mixed: {what} was scaled by 2**30 / 10**9; it is in bytes already (no unit to convert), "
+            "and a GiB is 7.4% more than a GB": scaled(2**30, 10**9)}

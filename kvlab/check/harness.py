@@ -55,8 +55,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .diagnose import (Diagnosis, argument_slip, changed_input, differing_fields, first_diagnosis, ignored_parameter,
-                       matching_mistakes, raised_slip, same_value, should_have_raised, unit_slip, wrong_exception)
+from .diagnose import (Diagnosis, argument_slip, changed_input, dict_changes, differing_fields, first_diagnosis,
+                       ignored_parameter, matching_mistakes, raised_slip, same_value, should_have_raised, unit_slip, wrong_exception)
 
 __all__ = [
     "is_strict",
@@ -387,6 +387,9 @@ def changed_argument(reference: Callable | None, before: tuple, after: tuple) ->
     for i, (x, y) in enumerate(zip(args0, args1)):
         if not same_value(x, y):
             name = f"{names[i]!r}" if i < len(names) else f"argument {i + 1}"
+            if isinstance(x, dict) and isinstance(y, dict):  # a config: what changed, key by key, never cut
+                return (f"changed its input {name} in place ({dict_changes(x, y)}): "
+                        "work on a copy, the caller still needs it")
             return (f"changed its input: {name} was {_short(x)}, is {_short(y)} after the call: "
                     "work on a copy, the caller still needs it")
     for k in kw0:

@@ -3,7 +3,8 @@
     kv_cache_bytes               bytes of K and V for a model and a number of tokens (the former exercise 1; tests use it)
     kv_heads_for_budget          a design question: the most KV heads (a divisor of the query heads) whose cache fits
     bytes_per_token_from_config  the same from a model's config.json (GQA, head_dim, dtype defaults)
-    requests_that_fit            whole requests of one length that fit in a KV budget
+    requests_that_fit            whole requests of one length that fit in a KV budget (the former exercise 3; tests use it)
+    longest_context              a design question: the longest context every one of n users gets at once, in whole blocks
     max_concurrent               how many requests of mixed lengths a GPU holds at once (paged, at a utilization)
 
 The expected numbers come from :class:`kvlab.memory.kvspec.KVSpec` and its model table, and for
@@ -23,10 +24,11 @@ from typing import Callable
 from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.kvspec import MODELS, KVSpec
-from .diagnose import half_or_double, mistake_runner, off_by, should_have_raised
+from .diagnose import gib_gb_mixups, half_or_double, mistake_runner, off_by, should_have_raised
 from .harness import Checker, CheckResult, Raised, same_int
 
-__all__ = ["kv_cache_bytes", "kv_heads_for_budget", "bytes_per_token_from_config", "requests_that_fit", "max_concurrent", "CONFIGS"]
+__all__ = ["kv_cache_bytes", "kv_heads_for_budget", "bytes_per_token_from_config", "requests_that_fit", "longest_context",
+           "max_concurrent", "CONFIGS"]
 
 
 def _kv_cache_bytes_ref(layers: int, kv_heads: int, head_dim: int, tokens: int, dtype_bytes: int = 2) -> int:
@@ -115,7 +117,13 @@ _HEADS_MISTAKES = {
         lambda l, h, d, t, budget, b=2: budget // _FULL(l, d, t, b) if budget // _FULL(l, d, t, b) > h else float("nan"),  # nan: matches no answer
     "that is num_heads whatever the budget (multi-head attention): check which counts fit the budget":
         lambda l, h, d, t, budget, b=2: h,
+    "the cost of one KV head must cover every layer (x layers): each layer stores its own K and V for every token":
+        _heads(lambda l, d, t, b: 2 * d * t * b),
     "the cost of one KV head must cover every token of the request (x tokens)": _heads(lambda l, d, t, b: 2 * l * d * b),
+    "rounded up to a divisor: the smallest divisor of num_heads at or above what the budget pays for does not fit; "
+    "take the largest divisor at or below it": lambda l, h, d, t, budget, b=2: min(
+        g for g in range(max(1, min(h, budget // _FULL(l, d, t, b))), h + 1) if h % g == 0)
+        if budget >= _FULL(l, d, t, b) else float("nan"),
     "the 2 for K and V was counted twice: one KV head costs 2 x layers x head_dim x tokens x dtype_bytes":
         _heads(lambda l, d, t, b: 4 * l * d * t * b),
     "that is the group size (query heads per KV head, num_heads // kv_heads): return the number of KV heads":
@@ -147,6 +155,7 @@ def kv_heads_for_budget(fn: Callable, verbose: bool = True) -> CheckResult:
     run("the same, one byte less than 8 KV heads", 80, 64, 128, 4096, 8 * one - 1)
     run("12 query heads, room for 5 KV heads (5 does not divide 12)", 4, 12, 64, 100, 5 * 2 * 4 * 64 * 100 * 2)
     run("12 query heads, room for 11", 4, 12, 64, 100, 11 * 2 * 4 * 64 * 100 * 2)
+    run("40 query heads, room for 6 (the divisors around it: 5 and 8)", 4, 40, 64, 100, 6 * 2 * 4 * 64 * 100 * 2)
     run("7 query heads (prime), room for 6", 2, 7, 32, 10, 6 * 2 * 2 * 32 * 10 * 2)
     run("room for far more than num_heads", 2, 8, 16, 10, 10**9)
     run("fp8 (dtype_bytes=1): room for 4 heads", 2, 8, 16, 10, 4 * 2 * 2 * 16 * 10, 1)
@@ -214,6 +223,8 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
         "head_dim given in the config was ignored (hidden_size // num_attention_heads is only the default)":
             lambda cfg: 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"])
             * (cfg["hidden_size"] // cfg["num_attention_heads"]) * DTYPE_BYTES[cfg.get("torch_dtype", "float16")],
+        "float32 is 4 bytes a number (32 bits of 8), not 8":
+            lambda cfg: 2 * _bytes_per_token_ref(cfg) if cfg.get("torch_dtype") == "float32" else None,
         "you used hidden_size (the notes' formula): with grouped-query attention the cache stores only "
         "num_key_value_heads x head_dim numbers per layer": _hidden,
         "torch_dtype ignored: a float32 model takes 4 bytes a number":
@@ -237,14 +248,25 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
     tiny = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128,
             "head_dim": 32, "torch_dtype": "float32"}
     run("kvlab's bundled model (fp32)", tiny)
+    run("llama-2-70b's shape in float32 (GQA: 8 of 64 heads)", {**CONFIGS["llama-2-70b"], "torch_dtype": "float32"})
     case = run("no torch_dtype (2 bytes)", {k: v for k, v in CONFIGS["llama-2-70b"].items() if k != "torch_dtype"})
     if not case.passed and isinstance(case.actual, Raised) and isinstance(case.actual.exc, KeyError):
         case.note = "raised KeyError: no torch_dtype means 2 bytes (fp16), see the contract"
-    case = c.run("torch_dtype 'int4' (must raise ValueError)", {**CONFIGS["llama-2-7b"], "torch_dtype": "int4"})
+    for bad in ("int4", "float8_e4m3fn"):
+        _unknown_dtype(c, bad)
+    return c.done()
+
+
+def _unknown_dtype(c: Checker, dtype: str) -> None:
+    """An unknown torch_dtype must raise ValueError, and the message must name it (the contract)."""
+    case = c.run(f"torch_dtype {dtype!r} (must raise ValueError naming it)", {**CONFIGS["llama-2-7b"], "torch_dtype": dtype})
     if not case.passed and not isinstance(case.actual, Raised):
         case.note = (f"returned {case.actual!r} for an unknown torch_dtype: raise ValueError naming it (a guessed "
                      "size would be wrong without a word)")
-    return c.done()
+    elif case.passed and dtype not in str(case.actual.exc):
+        case.passed = False
+        case.note = (f"the ValueError does not name the unknown torch_dtype {dtype!r} (it says {str(case.actual.exc)!r}): "
+                     "put the bad value in the message, so the reader knows which dtype to fix")
 
 
 # ------------------------------------------------------------------ requests that fit
@@ -274,6 +296,7 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
         "returned a fraction: count whole requests (an int)": lambda kv, b, t: kv / (b * t),
         "that counts tokens, not requests: divide by the bytes of a whole request (bytes_per_token x tokens_per_request)":
             lambda kv, b, t: kv // b,
+        **gib_gb_mixups(_requests_that_fit_ref, 0, "kv_budget_bytes"),
     })
     m = MODELS["llama-2-70b"]
     run("2.2 requests' worth of bytes", 22 * 4096 * 10, 100, 4096)
@@ -293,7 +316,87 @@ def requests_that_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     run("a budget near 2**60 bytes (float division loses the last digits)", 2**60 - 1, 3, 1)
     c.run("tokens_per_request=0 (must raise ValueError)", 1000, 10, 0)
     c.run("bytes_per_token=0 (must raise ValueError)", 1000, 0, 10)
-    c.run("negative budget (must raise ValueError)", -1, 10, 10)
+    _negative_budget(c, -1, 10, 10)
+    return c.done()
+
+
+def _negative_budget(c: Checker, *args: int) -> None:
+    """A budget below 0 bytes must raise: a count returned for it (0, or -1 from floor division) is named."""
+    case = c.run("negative budget (must raise ValueError)", *args)
+    if not case.passed and not isinstance(case.actual, Raised):
+        case.note = (f"a negative budget is an error (raise ValueError), not {case.actual!r}: no KV cache has less "
+                     "than 0 bytes, so a negative one is a bug upstream that a count would hide")
+
+
+# ------------------------------------------------------------------ the longest context for n users (exercise 3)
+def _longest_context_ref(kv_budget_bytes: int, bytes_per_token: int, users: int, block_size: int = 16) -> int:
+    if min(bytes_per_token, users, block_size) < 1:
+        raise ValueError(f"bytes_per_token {bytes_per_token}, users {users} and block_size {block_size} must be >= 1")
+    if kv_budget_bytes < 0:
+        raise ValueError(f"kv_budget_bytes must be >= 0, got {kv_budget_bytes}")
+    return kv_budget_bytes // (bytes_per_token * block_size) // users * block_size
+
+
+_LONGEST_MISTAKES = {
+    "not whole blocks: each user's request holds ceil(tokens / block_size) blocks, so a share that ends inside a "
+    "block needs one block more per user than the pool has; round each user's share down to whole blocks":
+        lambda kv, b, u, bs=16: kv // (b * u),
+    "the pool was cut into whole blocks, but not each user's share: users x that context needs more blocks than "
+    "the pool holds (give each user whole blocks: blocks // users)":
+        lambda kv, b, u, bs=16: kv // (b * bs) * bs // u,
+    "that counts blocks per user: the answer is in tokens (x block_size)": lambda kv, b, u, bs=16: kv // (b * bs) // u,
+    "users ignored: the users are served at once, so they share the pool (each gets a part of it)":
+        lambda kv, b, u, bs=16: kv // (b * bs) * bs if u > 1 else None,
+    "block_size ignored (16 hard-coded): a block holds block_size tokens, whatever the default":
+        lambda kv, b, u, bs=16: _longest_context_ref(kv, b, u, 16) if bs != 16 else None,
+    "rounded a user's share of blocks up: a part of a block is not a block the pool has (round down)":
+        lambda kv, b, u, bs=16: -(-(kv // (b * bs)) // u) * bs,
+    "float division: kv_budget_bytes / (...) is exact only up to 2**53; use integer division (//)":
+        lambda kv, b, u, bs=16: int(kv / (b * bs) / u) * bs,
+    "rounded to the nearest block: a share of 29.75 blocks is 29 whole blocks, not 30 (round down)":
+        lambda kv, b, u, bs=16: round(kv / (b * bs * u)) * bs,
+    "that is bytes per user: divide by bytes_per_token to count tokens": lambda kv, b, u, bs=16: kv // u,
+    **gib_gb_mixups(_longest_context_ref, 0, "kv_budget_bytes"),
+}
+
+
+def longest_context(fn: Callable, verbose: bool = True) -> CheckResult:
+    """``fn(kv_budget_bytes, bytes_per_token, users, block_size=16) -> int``: the longest context (tokens)
+    that every one of ``users`` requests can have at once in a paged pool of ``kv_budget_bytes`` (whole
+    blocks of ``block_size`` tokens; a request of n tokens holds ceil(n / block_size) blocks), 0 when not
+    one block each is there. ValueError when bytes_per_token, users or block_size < 1, or the budget < 0.
+    """
+    c = Checker("longest_context", fn, _longest_context_ref, verbose=verbose, compare=same_int,
+                diagnose=[should_have_raised])
+    named = mistake_runner(c, _LONGEST_MISTAKES)
+
+    def run(label: str, *args: int) -> None:
+        case = named(label, *args)
+        if case.expected == 0 and isinstance(case.actual, Raised) and isinstance(case.actual.exc, ValueError):
+            case.note = ("raised ValueError on a valid budget: a budget too small for one block each is a promise "
+                         "of 0 tokens, not an error")
+
+    l3 = MODELS["llama-3-8b"].bytes_per_token
+    run("the prediction: 1 GB, llama-3-8b, 16 users, blocks of 16", 10**9, l3, 16, 16)
+    run("a budget of exactly 3 x 4,096 tokens, 3 users", 3 * 4096 * 100, 100, 3, 16)
+    run("one byte less than that", 3 * 4096 * 100 - 1, 100, 3, 16)
+    run("one user: the whole pool, in whole blocks", 10**9, l3, 1, 16)
+    run("blocks of 32, llama-2-7b, 10 GB, 7 users", 10 * 10**9, MODELS["llama-2-7b"].bytes_per_token, 7, 32)
+    run("blocks of 1 token", 1000, 3, 7, 1)
+    run("one byte a token, one user, blocks of 1: every byte a token", 1000, 1, 1, 1)
+    run("default block_size (16)", 5 * 16 * 64 + 63, 64, 2)
+    run("less than one block a user: 0 tokens", 5 * 16 * 64, 64, 8, 16)
+    run("zero budget", 0, 64, 3, 16)
+    run("a budget near 2**60 bytes (float division loses the last digits)", 2**60 - 1, 3, 1, 16)
+    rng = random.Random(5)
+    for _ in range(3):
+        args = (rng.randrange(10**9, 10**11), rng.choice([65536, 131072, 327680, 524288]), rng.randrange(2, 300),
+                rng.choice([8, 16, 32]))
+        run(f"random {args}", *args)
+    c.run("users=0 (must raise ValueError)", 10**9, 64, 0, 16)
+    c.run("bytes_per_token=0 (must raise ValueError)", 10**9, 0, 4, 16)
+    c.run("block_size=0 (must raise ValueError)", 10**9, 64, 4, 0)
+    _negative_budget(c, -1, 64, 4, 16)
     return c.done()
 
 
@@ -344,7 +447,7 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     a utilization outside (0, 1], a block_size or bytes_per_token below 1, a length below 1.
     """
     c = Checker("max_concurrent", fn, _max_concurrent_ref, verbose=verbose, compare=same_int, diagnose=[should_have_raised])
-    run = mistake_runner(c, {
+    named = mistake_runner(c, {
         "utilization is a share of the whole GPU, weights included: int(gpu_bytes x utilization) - weight_bytes, "
         "not (gpu_bytes - weight_bytes) x utilization":
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L),
@@ -369,6 +472,16 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
         "take int(gpu_bytes x utilization) first, then subtract the weights":
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L), max(0, g * u - w) // (bs * b)),
     })
+
+    def run(label: str, lengths: list[int], g: int, u: float, w: int, *rest: int) -> None:
+        case = named(label, lengths, g, u, w, *rest)
+        if case.passed or not (isinstance(case.actual, Raised) and isinstance(case.actual.exc, ValueError)):
+            return
+        if u == 1:
+            case.note = "utilization 1 is valid: the range (0, 1] includes 1 (the whole memory); refuse only above 1"
+        elif int(g * u) - w < 0:
+            case.note = ("weights past the server's share leave no room for the KV cache: that is 0 requests, not an "
+                         "error (the contract: nothing if the budget is not positive)")
     a100, gib = 80 * 1024**3, 1024**3
     llama7 = MODELS["llama-2-7b"]
     rng = random.Random(11)
@@ -405,4 +518,17 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     c.run("block_size 0 (must raise ValueError)", [10], 1000, 0.9, 0, 1, 0)
     c.run("bytes_per_token 0 (must raise ValueError)", [10], 1000, 0.9, 0, 0, 16)
     c.run("a request of 0 tokens (must raise ValueError)", [10, 0], 1000, 0.9, 0, 1, 16)
+    _validated_first(c)
     return c.done()
+
+
+def _validated_first(c: Checker) -> None:
+    """Bad arguments where nothing would fit anyway (weights fill the share, or no requests): the
+    checks come first, so a 0 returned early does not hide them."""
+    for label, args in (("a request of 0 tokens, and the weights fill the share", ([10, 0], 1000, 0.9, 950, 1, 16)),
+                        ("block_size 0 and no requests", ([], 1000, 0.9, 0, 1, 0)),
+                        ("bytes_per_token 0, and the weights fill the share", ([10], 1000, 0.9, 950, 0, 16))):
+        case = c.run(f"{label} (must raise ValueError)", *args)
+        if not case.passed and not isinstance(case.actual, Raised):
+            case.note = (f"returned {case.actual!r} before checking the arguments: validate first; a bad length, "
+                         "block_size or bytes_per_token is an error even when nothing fits")

@@ -57,10 +57,11 @@ def device_label(name: str) -> str:
 
 
 def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: int, utilization: float = 0.9,
-                   device: str = "device", weight_bytes: int = 2) -> dict[str, Any]:
+                   device: str = "device", weight_bytes: int = 2, gpu: bool = True) -> dict[str, Any]:
     """The numbers for one choice (see module doc); ``requests`` is 0 when the weights leave no room;
     ``weight_bytes``: bytes a parameter of the weights (2: fp16, as a GPU server loads them; 4: fp32,
-    as kvlab runs a model on a CPU)."""
+    as kvlab runs a model on a CPU); ``gpu``: False for a machine's RAM (the verdict then does not
+    send the model to more GPUs)."""
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be in (0, 1], got {utilization}")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
@@ -76,13 +77,21 @@ def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: in
     name = _MODEL_NAMES.get(spec.name, spec.name)
     formula = (f"2 x {kv.layers} layers x {kv_heads_text(kv.kv_heads)} x {kv.head_dim} x {dtype_bytes} bytes = "
                f"{bpt:,} bytes per token; x {tokens:,} tokens = {format_bytes(per_request)} per request")
+    kv_words = WEIGHT_WORDS.get(dtype_bytes, f"{dtype_bytes}-byte numbers")
     if weights >= share:
-        verdict = (f"{name}'s weights ({format_bytes(weights)} in {WEIGHT_WORDS.get(weight_bytes, f'{weight_bytes}-byte numbers')}) do not fit in {utilization:.0%} of "
-                   f"{_the(device)} ({format_bytes(share)}): no request fits; a server splits this model over several GPUs.")
+        where = "a server splits this model over several GPUs" if gpu else "this machine cannot hold the model at all"
+        verdict = (f"{name}'s weights ({format_bytes(weights)} in {WEIGHT_WORDS.get(weight_bytes, f'{weight_bytes}-byte numbers')}) "
+                   f"do not fit in {format_bytes(share)}, the {utilization:.0%} of {_the(device)} the server uses: no "
+                   f"request fits; {where}.")
+    elif n == 0:
+        verdict = (f"{utilization:.0%} of {_the(device)} is {format_bytes(share)}; minus the weights "
+                   f"({format_bytes(weights)}) leaves {format_bytes(budget)} for the KV cache, less than the "
+                   f"{format_bytes(per_request)} one request of {tokens:,} tokens needs ({kv_words}): not even one "
+                   "request fits.")
     else:
         verdict = (f"{utilization:.0%} of {_the(device)} is {format_bytes(share)}; minus the weights "
-                   f"({format_bytes(weights)}) leaves {format_bytes(budget)} for the KV cache: {n:,} requests of "
-                   f"{tokens:,} tokens fit at once ({n * tokens:,} tokens in all).")
+                   f"({format_bytes(weights)}) leaves {format_bytes(budget)} for the KV cache ({kv_words}): "
+                   f"{n:,} request{'' if n == 1 else 's'} of {tokens:,} tokens fit at once ({n * tokens:,} tokens in all).")
     return {"model": spec.name, "device": device, "tokens": tokens, "dtype_bytes": dtype_bytes, "weight_bytes": weight_bytes,
             "utilization": utilization, "bytes_per_token": bpt, "per_request": per_request, "device_bytes": device_bytes,
             "share": share, "weights": weights, "kv_budget": budget, "requests": n, "kv_used": n * per_request,
@@ -111,7 +120,7 @@ def capacity_figure(state: dict[str, Any]) -> Any:
     total, share = state["device_bytes"], state["share"]
     weights = min(state["weights"], share)
     over = state["weights"] - weights  # weights past the share's edge: drawn past it, hatched (they do not fit)
-    alone = f"outside the share ({1 - state['utilization']:.0%}: not the server's; the driver, other programs)"
+    alone = f"outside the share ({1 - state['utilization']:.0%}: not the server's)"
     words = WEIGHT_WORDS.get(state.get("weight_bytes", 2), f"{state.get('weight_bytes')}-byte numbers")
     parts = [(f"weights ({words})", weights, WEIGHTS, ""),
              ("weights past the share: they do not fit", over, WEIGHTS, "x"),
@@ -131,20 +140,25 @@ def capacity_figure(state: dict[str, Any]) -> Any:
     if over:  # where the share ends, named above the bar
         fig.add_shape(type="line", x0=share / 1e9, x1=share / 1e9, y0=0, y1=1, yref="paper",
                       line=dict(color="#000000", width=th.line_width + 1, dash="dash"))
-        fig.add_annotation(x=share / 1e9, y=1, yref="paper", yanchor="bottom", showarrow=False, xanchor="right",
+        left = share < 0.5 * span  # the label reads away from the axis' nearer end, never cut by it
+        fig.add_annotation(x=share / 1e9, y=1, yref="paper", yanchor="bottom", showarrow=False,
+                           xanchor="left" if left else "right",
                            text=f"the share ends: {share / 1e9:.1f} GB", font=dict(size=th.font_size))
     # Fixed pixels, so the legend sits under the axis title at any font size: the bar's height, the
-    # axis (ticks and title) and two rows of legend below it.
+    # axis (ticks and title) and two rows of legend below it. At most four parts are listed, two a row
+    # (entrywidth half the figure): the legend is never taller than two rows, so the bar never moves
+    # when a menu changes what is listed.
     plot_h, axis_h, legend_h = (90, 60, 60) if not th.high_contrast else (70, 85, 75)  # classroom: the whole
     top = 50 if not th.high_contrast else 60  # control (menus, sliders, this bar) fits a 599 px projector window
     fig.update_layout(
         barmode="stack", plot_bgcolor="white", height=top + plot_h + axis_h + legend_h,  # plotly_white's look: its
         # template=... would deep-copy a whole template per figure (0.15 s; the site's explorer draws ~80)
-        width=None if th.autosize else 760, autosize=th.autosize, font=dict(size=th.font_size),
+        autosize=True, font=dict(size=th.font_size),  # the output area's width, in both modes
         title=dict(text=f"{html.escape(device_label(state['device']))}: {total / 1e9:.1f} GB (simulated)", x=0.01,
                    font=dict(size=th.title_size)),
         xaxis=dict(title="GB (10^9 bytes)", range=[0, max(total, state["weights"]) / 1e9 * 1.001], gridcolor="#ebf0f8"),
-        legend=dict(orientation="h", yanchor="top", y=-axis_h / plot_h, x=0, traceorder="normal"),
+        legend=dict(orientation="h", yanchor="top", y=-axis_h / plot_h, x=0, traceorder="normal",
+                    entrywidth=0.5, entrywidthmode="fraction"),
         margin=dict(l=20, r=20, t=top, b=axis_h + legend_h),
     )
     return fig
@@ -157,14 +171,16 @@ class CapacityWidget:
     ``models``: name -> KVSpec (default: kvlab's presets); ``devices``: name -> bytes (default: the GPU
     presets), e.g. ``{"this machine's RAM": 16 * 2**30}`` added by the lesson; ``weight_bytes``:
     device name -> bytes a parameter of the weights there (default 2, fp16; lesson 02 gives this
-    machine's RAM the 4 bytes of fp32 kvlab loads models in on a CPU).
+    machine's RAM the 4 bytes of fp32 kvlab loads models in on a CPU); ``host_devices``: the devices
+    that are a machine's RAM, not GPUs (their verdict never speaks of more GPUs).
     """
 
     def __init__(self, models: dict[str, KVSpec] | None = None, devices: dict[str, int] | None = None,
                  model: str = "llama-3-8b", dtype_bytes: int = 2, device: str = "h200", tokens: int = 4096,
                  utilization: float = 0.9, static: bool | None = None,
-                 weight_bytes: dict[str, int] | None = None) -> None:
+                 weight_bytes: dict[str, int] | None = None, host_devices: tuple[str, ...] | list[str] = ()) -> None:
         self.weight_bytes = dict(weight_bytes or {})
+        self.host_devices = set(host_devices)
         self.models = dict(models) if models is not None else dict(MODELS)
         self.devices = dict(devices) if devices is not None else {k: g.memory_bytes for k, g in GPUS.items()}
         for what, key, table in (("model", model, self.models), ("device", device, self.devices)):
@@ -180,7 +196,8 @@ class CapacityWidget:
     def _compute(self) -> dict[str, Any]:
         c = self.choice
         return capacity_state(self.models[c["model"]], self.devices[c["device"]], c["tokens"], c["dtype_bytes"],
-                              c["utilization"], device_label(c["device"]), self.weight_bytes.get(c["device"], 2))
+                              c["utilization"], device_label(c["device"]), self.weight_bytes.get(c["device"], 2),
+                              gpu=c["device"] not in self.host_devices)
 
     def set(self, **kw: Any) -> None:
         unknown = set(kw) - set(self.choice)
@@ -242,9 +259,13 @@ class CapacityWidget:
     def _html(self) -> str:
         px = max(theme().font_size + 1, theme().control_px)
         s = self.state
+        n = s["requests"]
+        head = "No request fits." if n == 0 else f"{n:,} request{'' if n == 1 else 's'} fit."
+        # Room for the longest text (lines of formula, lines of verdict), so the bar below stays put
+        lines = (2, 3) if theme().high_contrast else (1, 2)
         return (f"<div style='font-size:{px}px;line-height:1.45'>"
-                f"<p style='margin:4px 0'><code>{html.escape(s['formula'])}</code></p>"
-                f"<p style='margin:4px 0'><b>{s['requests']:,} requests fit.</b> {html.escape(s['verdict'])}</p></div>")
+                f"<p style='margin:4px 0;min-height:{1.45 * lines[0]:.2f}em'><code>{html.escape(s['formula'])}</code></p>"
+                f"<p style='margin:4px 0;min-height:{1.45 * lines[1]:.2f}em'><b>{head}</b> {html.escape(s['verdict'])}</p></div>")
 
     def _redraw(self) -> None:
         from .stepper import figure_output

@@ -111,27 +111,38 @@ print(f"but the fp16 weights alone take {kvlab.format_bytes(weights)} "
 # ## 4. The picture
 #
 # Both formulas side by side for every preset (simulated: arithmetic from the published
-# configs). The axis is logarithmic (each grid line 10 times the one below): SmolLM2's cache is
-# more than 100 times smaller than the notes' 10.7 GB. Hover for the exact numbers. Where the
-# grey and blue bars are equal the model is MHA; the gap is the GQA (or MQA) factor.
+# configs). The sizes span more than a hundredfold (the line above the chart gives the range), so
+# the axis is logarithmic: from one labelled line to the next is 3 or 3.3 times. Hover for the
+# exact numbers. Where the grey and blue bars are equal the model is MHA; the gap is the GQA
+# (or MQA) factor.
 
 # %%
+import math
+
 import plotly.graph_objects as go
 
 import kvlab.viz as viz
 
-th = viz.theme()  # the fonts and width of the current mode (classroom mode: larger, the output's width)
+th = viz.theme()  # the fonts of the current mode (classroom mode: larger)
 names = LESSON_MODELS
+gb = {"notes": [kvlab.MODELS[n].hidden_formula_bytes(4096) / 1e9 for n in names],
+      "real": [kvlab.MODELS[n].kv_bytes(4096) / 1e9 for n in names]}
+lo, hi = min(gb["real"]), max(gb["notes"])
+print(f"from {lo:.3f} GB ({names[gb['real'].index(lo)]}, real) to {hi:.1f} GB ({names[gb['notes'].index(hi)]}, "
+      f"the notes' formula): {hi / lo:.0f} times")
+ticks = [m * 10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1) for m in (1, 3)]
+ticks = [t for t in ticks if lo / 3.5 <= t <= hi * 3.5]   # 1-3-10 steps: a labelled line under every bar's top
 fig = go.Figure([
-    go.Bar(name="notes' formula (hidden_size)", x=names,
-           y=[kvlab.MODELS[n].hidden_formula_bytes(4096) / 1e9 for n in names], marker_color="#bbbbbb"),
-    go.Bar(name="real (kv_heads x head_dim)", x=names,
-           y=[kvlab.MODELS[n].kv_bytes(4096) / 1e9 for n in names], marker_color="#1f77b4"),
+    go.Bar(name="notes' formula (hidden_size)", x=names, y=gb["notes"], marker_color="#bbbbbb",
+           hovertemplate="%{x}, notes' formula: %{y:.3f} GB<extra></extra>"),
+    go.Bar(name="real (kv_heads x head_dim)", x=names, y=gb["real"], marker_color="#1f77b4",
+           hovertemplate="%{x}, real: %{y:.3f} GB<extra></extra>"),
 ])
 fig.update_layout(title=dict(text="KV cache of one 4,096-token request, fp16 (simulated)", font=dict(size=th.title_size)),
-                  yaxis=dict(title="GB, log scale", type="log", dtick=1), barmode="group",  # 0.09 to 10.7 GB
-                  height=380 if not th.high_contrast else 460,
-                  width=None if th.autosize else 720, autosize=th.autosize, font=dict(size=th.font_size),
+                  yaxis=dict(title="GB, log scale", type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks],
+                             range=[math.log10(lo / 2), math.log10(hi * 1.6)]),
+                  barmode="group", height=380 if not th.high_contrast else 460,
+                  autosize=True, font=dict(size=th.font_size),   # the output area's width, in both modes
                   legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), xaxis=dict(tickangle=-30))
 fig
 
@@ -155,11 +166,14 @@ for name, gpu in kvlab.GPUS.items():
 
 # %% [markdown]
 # That is all the memory on the card, and a server gives only part of it to the KV cache.
-# vLLM's `gpu_memory_utilization` (0.9 by default) is, in its engine arguments, "the fraction
-# of GPU memory to be used for the model executor": the weights, the activations (vLLM
+# vLLM's `gpu_memory_utilization` is, in its `CacheConfig` (`vllm/config/cache.py`), "the
+# fraction of GPU memory to be used for the model executor": the weights, the activations (vLLM
 # measures their peak with a profiling forward pass at start-up) and the KV cache all come out
-# of that 90% share, and the KV cache gets what the other two leave of it. The other 10% is
-# not vLLM's at all (headroom, other processes on the card).
+# of that share, and the KV cache gets what the other two leave of it. The rest is not vLLM's
+# at all (headroom, other processes on the card). This lesson quotes the default of vLLM's
+# `CacheConfig` at commit c1d8642: 0.9 ("if unspecified, will use the default value of 0.9").
+# A later commit (002f10e) raises it to 0.92, so check the version you run; the widget of
+# section 6 lets you set any share.
 #
 # ## 6. How many requests fit on one GPU?
 #
@@ -211,6 +225,10 @@ print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget
 # token, twice the requests); 32,768-token requests. The bar is the device's memory: weights
 # grey (in the number format the line above the widget gives), the requests' KV cache purple,
 # the rest of the server's share light grey, and the part the server leaves alone white.
+#
+# The KV menu starts at fp16, the format GPU servers store K and V in. On this machine's RAM
+# kvlab stores them in fp32, as section 7's last cell counts them: pick fp32 there to get its
+# numbers.
 
 # %%
 import inspect
@@ -228,7 +246,7 @@ cpu_dtype = inspect.signature(load_pretrained).parameters["dtype"].default   # w
 print(f"weights: fp16 (2 bytes a parameter) on the GPUs, as a server loads them; on {here}, "
       f"{str(cpu_dtype).removeprefix('torch.')} ({cpu_dtype.itemsize} bytes), as kvlab runs models on this CPU")
 CapacityWidget(models={n: kvlab.MODELS[n] for n in LESSON_MODELS}, devices=devices, model="llama-2-70b",
-               device="2 x h200", tokens=4096, weight_bytes={here: cpu_dtype.itemsize})
+               device="2 x h200", tokens=4096, weight_bytes={here: cpu_dtype.itemsize}, host_devices=[here])
 
 # %% [markdown]
 # ## 7. The real run: allocate the cache
@@ -403,33 +421,42 @@ check.bytes_per_token_from_config(bytes_per_token_from_config)
 # in an MHA model.
 # </details>
 #
-# ### Exercise 3: how many requests fit
+# ### Exercise 3: the longest context you can promise
 #
-# **Contract.** `requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request) -> int`:
-# how many whole requests of `tokens_per_request` tokens fit in the budget. Example:
-# `requests_that_fit(3 * 4096 * 100, 100, 4096) == 3`.
+# Section 6 counted the requests of one length that fit. A service asks it the other way round:
+# it promises each of `users` users the same context length, all of them served at once, and
+# wants the longest promise its KV budget keeps. The pool is paged (lesson 04 builds it): the
+# budget is cut into whole blocks of `block_size` tokens, and a request of `n` tokens holds
+# `ceil(n / block_size)` of them.
 #
-# **Predict first**, then decide: with one byte less than that budget, how many fit, and
-# which way must the division round? Which arguments could no server ever have (they must
-# raise `ValueError`), and is a budget of 0 bytes one of them?
+# **Predict first**, on paper: a budget of 1 GB (10⁹ bytes), Llama-3 8B (its bytes per token are
+# in section 2's table), 16 users, blocks of 16 tokens. The budget divided by 16 users' bytes per
+# token gives a number of tokens each, rounded down: can you promise every user that many? If not,
+# what is the most you can?
+#
+# **Contract.** `longest_context(kv_budget_bytes, bytes_per_token, users, block_size=16) -> int`:
+# the most tokens `L` such that `users` requests of `L` tokens each fit in the pool at the same
+# time (0 when the pool has less than one block a user). Raise `ValueError` if `bytes_per_token`,
+# `users` or `block_size` is below 1, or if the budget is below 0 bytes.
 
 # %% tags=["exercise-stub"]
-def requests_that_fit(kv_budget_bytes, bytes_per_token, tokens_per_request):
+def longest_context(kv_budget_bytes, bytes_per_token, users, block_size=16):
     raise NotImplementedError("your code here")
 
 # %%
-check.requests_that_fit(requests_that_fit)
+check.longest_context(longest_context)
 
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# One request needs `bytes_per_token × tokens_per_request` bytes.
+# The pool does not hold tokens, it holds blocks. How many whole blocks does the budget buy, and
+# what can each user get of them?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Does a request that fits 99% of the way run? Compare what `//`, `round(...)` and
-# `math.ceil(...)` promise. And check the arguments before dividing.
+# Try your prediction on the pool: how many blocks does one request of that length hold, and how
+# many do 16 of them need? Is that more than the pool has?
 # </details>
 #
 # ### Exercise 4: a real mix of requests on a real GPU
@@ -442,7 +469,8 @@ check.requests_that_fit(requests_that_fit)
 # in GPU memory at the same time. The KV cache gets `int(gpu_bytes × utilization) − weight_bytes`
 # bytes (nothing if that is not positive), cut into whole blocks of `block_size` tokens. Raise
 # `ValueError` for a `utilization` outside (0, 1], a `block_size` or `bytes_per_token` below 1,
-# or a length below 1. Example: lengths `[3000, 40, 40, 40, 40]`, a pool of exactly 17 blocks of
+# or a length below 1, before anything else (a bad length is an error even when nothing would
+# fit). Example: lengths `[3000, 40, 40, 40, 40]`, a pool of exactly 17 blocks of
 # 16 tokens (`gpu_bytes = 17 × 16 × 64`, utilization 1, no weights, `bytes_per_token` 64): the four
 # short requests take 3 blocks each, the long one 188: the answer is 4.
 
