@@ -564,7 +564,8 @@ memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} bloc
 #
 # - naive (no cache at all): step `t` runs the whole sequence, `prompt_len + t - 1` tokens, the
 #   `i`-th of them (1-based) attending to `i` tokens;
-# - cached: step 1 is the prefill, step `t ≥ 2` runs the one token produced last.
+# - cached: step 1 is the prefill (every prompt token not cached yet, in one pass), step `t ≥ 2`
+#   runs the one token produced last.
 #
 # **Predict before you run anything:** with `prompt_len = 12`, `cached_prefix = 11`, how many
 # tokens does the prefill run, and is it cheaper or dearer than cached step 2? And does the
