@@ -7,7 +7,7 @@ import kvlab
 import kvlab.viz as viz
 from kvlab.lessons import char_tokenize
 from kvlab.viz.memory_map import snapshot_ids
-from kvlab.viz.palette import FREE, SHARED_FILL, TREE, assign_colors, request_color
+from kvlab.viz.palette import FREE, SHARED_FILL, TREE, assign_colors, holder_color, request_color
 from test_viz_kernel import lesson05_pool
 
 
@@ -53,7 +53,40 @@ def test_block_held_by_two_requests_has_its_own_colour_and_legend_entry():
     assert both and all(d["color"][b] == SHARED_FILL for b in both)
     legend = _legend(fig)
     assert set(d["color"]) <= set(legend.values()), (set(d["color"]), legend)  # every fill drawn is in the legend
-    assert set(legend.values()) <= set(d["color"]) | {FREE, "#ffffff"}, legend  # and no entry without a block
+    tables = {holder_color(h, assign_colors(snapshot_ids([snap]))) for h in snap.tables}       # drawn as tables, arrows
+    assert set(legend.values()) <= set(d["color"]) | tables | {FREE, "#ffffff"}, legend  # no entry drawn nowhere
+
+
+def test_lesson00_maps_list_the_colours_of_their_tables():
+    """Review r12: cell 9's legend lacked R1's purple and R3's pink, the colours of their tables and
+    arrows (their blocks are all shared: drawn in the held-by-2+ colour); the tree's green table is
+    named by the tree-only block's entry (one green, one entry)."""
+    m = kvlab.BlockManager(num_blocks=12, block_size=4)
+    m.add_sequence("R1", 10)
+    m.add_sequence("R2", 5)
+    m.fork("R1", "R3")
+    legend = _legend(viz.memory_map_figure(m.snapshot("fork"), by_holder=True))
+    assert {"R1", "R2", "R3"} <= set(legend) and legend["R3"] == request_color("R3"), legend
+    legend = _legend(viz.memory_map_figure(_lesson00_cache(), by_holder=True))
+    assert list(legend.values()).count(TREE) == 1, legend
+
+
+def test_classroom_map_blocks_hold_three_label_lines():
+    """Review r12: in classroom mode a shared block's label (P0, 4/4, x2) filled the block, the arrowheads
+    landed on "P0" and the slot ticks on "x2": the figure's blocks are now tall enough for three lines
+    between the ticks (0.12 units up from the bottom) and the arrowheads."""
+    from kvlab.viz.memory_map import grid_layout
+    from kvlab.viz.block_tables import map_geometry
+    from kvlab.viz.pool_grid import cell_label_px
+
+    viz.classroom(True)
+    try:
+        lay = grid_layout(12)
+        g = map_geometry(lay, [_fork()], fit_labels=True)
+        unit_px = (g.height - g.margin[2] - g.margin[3]) / (g.y_range[0] - g.y_range[1])
+        assert (0.84 - 2 * 0.12) * unit_px >= 3 * 1.25 * cell_label_px(lay.cell), unit_px
+    finally:
+        viz.classroom(False)
 
 
 def test_default_still_colours_by_owner():
