@@ -175,3 +175,27 @@ def test_thesis_tree_view_disables_the_controls_it_does_not_use():
     w._view.value = "the translation"
     assert not w._pos.disabled and not w._table.disabled
     assert w._view.style.button_width == "auto"             # classroom: "the translat..." was cut
+
+
+def test_thesis_figure_draws_the_pool_the_lesson_names_and_says_what_its_colours_mean():
+    """Review r12 (cell 14): the figure drew P0-P7 while the prose said 12 blocks; it had no legend for
+    its shades and green; the tree's "t=4" and "lock 1" were never explained."""
+    import re
+    from pathlib import Path
+
+    from kvlab.viz.thesis_widget import BLOCK_SIZE, NUM_BLOCKS, TREE_CAPTION, thesis_figure, thesis_state, thesis_tree
+
+    prose = (Path(__file__).resolve().parent.parent / "notebooks" / "src" / "00_start_here.py").read_text()
+    said = re.search(r"one small pool \((\d+) blocks of (\d+)", prose)
+    assert said and (int(said.group(1)), int(said.group(2))) == (NUM_BLOCKS, BLOCK_SIZE), said
+    for table in ("R2", "R1", "notes"):
+        fig = thesis_figure(thesis_state(shared=True, table=table, pos=5))
+        drawn = [t for t in fig.data if t.name == "physical"][0].text
+        assert [x.split(" ")[0] for x in drawn] == [f"P{b}" for b in range(NUM_BLOCKS)], drawn
+        legend = _legend(fig)
+        fills = {s["fillcolor"] for s in fig.layout.shapes if s["type"] == "rect"}
+        assert set(legend.values()) - {"#ffffff"} <= fills, (legend, fills)            # each entry is drawn
+        assert {f for f in fills if f not in ("#ffffff", "#ffe0e0") and "rgba" not in f} <= set(legend.values()) | {
+            s["fillcolor"] for s in fig.layout.shapes if s["type"] == "rect" and s["line"]["color"] == "#d62728"}
+    assert "lock" in TREE_CAPTION and "t:" in TREE_CAPTION
+    assert "last use" in thesis_tree(thesis_state()).source
