@@ -112,6 +112,30 @@ def _inner_outline(data: dict[str, Any], ys: list[float], left: list[float], cel
                   hoverinfo="skip", showlegend=False)
 
 
+def _label_places(data: dict[str, Any], text: list[str], lay: GridLayout, cell_w: float) -> tuple[list[float], list[str]]:
+    """Where each block's label is centred, and its text: the cell's middle, except in a partly filled
+    block, whose label sits over the larger of its filled and empty parts when it fits there, if need
+    be a word a line (up to three lines), so the fill's edge never cuts a word in two."""
+    font = cell_label_px(lay.cell)
+
+    def width(lines: list[str]) -> float:
+        return max((len(line) for line in lines), default=0) * 0.58 * font + 6
+
+    xs, out = [], []
+    for b, x in enumerate(data["x"]):
+        f, label = data["fill"][b], text[b]
+        room = max(f, 1 - f) * cell_w * lay.cell
+        lines = label.split("<br>")
+        words = [w for line in lines for w in line.split(" ")]
+        fit = lines if width(lines) <= room else words if len(words) <= 3 and width(words) <= room else None
+        if 0 < f < 1 and fit is not None:
+            x = x - cell_w / 2 + cell_w * (f / 2 if f >= 0.5 else (1 + f) / 2)
+            label = "<br>".join(fit)
+        xs.append(x)
+        out.append(label)
+    return xs, out
+
+
 def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, labels: list[str] | None = None,
                  cell_w: float = CELL_W) -> list[Any]:
     """The pool's traces that change from frame to frame (same count and kinds in every frame).
@@ -129,7 +153,7 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
         ys = [y0 + y for y in data["y"]]
         left = [x - cell_w / 2 for x in data["x"]]
         bg = [c if c in (FREE, UNOWNED) else tint(c, 0.3) for c in data["color"]]
-        text = labels if labels is not None else data["label"]
+        label_x, text = _label_places(data, labels if labels is not None else data["label"], lay, cell_w)
         return [
             go.Bar(x=[cell_w] * n, y=ys, base=left, orientation="h", width=CELL_H, name="blocks",
                    marker=dict(color=bg, line=dict(color=data["outline_color"], width=data["outline_width"])),
@@ -138,7 +162,7 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
                    name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
                    showlegend=False),
             _inner_outline(data, ys, left, cell_w),
-            go.Scatter(x=data["x"], y=ys, mode="text", text=text if lay.show_text else [""] * n,
+            go.Scatter(x=label_x, y=ys, mode="text", text=text if lay.show_text else [""] * n,
                        textfont=dict(size=cell_label_px(lay.cell), color=th.text_color),
                        hoverinfo="skip", showlegend=False, name="labels"),
         ]
