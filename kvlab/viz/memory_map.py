@@ -356,6 +356,7 @@ def memory_map_figure(
     lay = grid_layout(snapshot.num_blocks, cols, mode)
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     data = memory_map_data(snapshot, highlight, colors, lay, copies, by_holder=by_holder)
+    data["place_labels"] = True  # one picture: a label may move clear of a fill's edge (frames keep theirs still)
     if not data["highlight"]:  # one picture, nothing outlined red: the legend does not list the red outline
         data["highlight_name"] = ""
     geom = map_geometry(lay, [snapshot], tables, copies=bool(copies), fit_labels=True)

@@ -143,7 +143,8 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
     Grid mode: each block a cell (a horizontal bar ``CELL_W`` wide) tinted in its owner's
     colour, filled in that colour from the left as far as it holds tokens, outlined when shared
     or highlighted, and its label; ``y0``: the pool's first row in figure units; ``cell_w``: a
-    cell's width (narrower where arrows run down the gaps between cells)."""
+    cell's width (narrower where arrows run down the gaps between cells). ``data["place_labels"]`` (a
+    static figure): a partly filled block's label clear of the fill's edge (:func:`_label_places`)."""
     import plotly.graph_objects as go
 
     lay: GridLayout = data["layout"]
@@ -153,7 +154,10 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
         ys = [y0 + y for y in data["y"]]
         left = [x - cell_w / 2 for x in data["x"]]
         bg = [c if c in (FREE, UNOWNED) else tint(c, 0.3) for c in data["color"]]
-        label_x, text = _label_places(data, labels if labels is not None else data["label"], lay, cell_w)
+        text = labels if labels is not None else data["label"]
+        label_x = data["x"]
+        if data.get("place_labels"):  # a static figure (frames keep their labels in place: nothing jumps)
+            label_x, text = _label_places(data, text, lay, cell_w)
         return [
             go.Bar(x=[cell_w] * n, y=ys, base=left, orientation="h", width=CELL_H, name="blocks",
                    marker=dict(color=bg, line=dict(color=data["outline_color"], width=data["outline_width"])),
