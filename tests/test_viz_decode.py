@@ -125,7 +125,9 @@ def test_stepper_captions_and_the_static_player(run):
     assert len(stepper) == NEW and stepper.error is None
     assert stepper.caption.startswith("Prefill")
     stepper.go(2)
-    assert "recompute all 5 rows" in stepper.caption and "compute only row 4" in stepper.caption
+    # counted from 1, as the prose and the step counter count (review r12: "row 4" of "rows 0-3" was 0-based)
+    assert "recompute the K and V of all 5 tokens" in stepper.caption and "compute only token 5's" in stepper.caption
+    assert "read tokens 1-4 back" in stepper.caption and "token 6." in stepper.caption, stepper.caption
     html = stepper.flipbook_html()
     assert f'data-frames="{NEW}"' in html and f"step {NEW} / {NEW}" in html
 

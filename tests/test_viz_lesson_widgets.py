@@ -57,7 +57,9 @@ def test_thesis_table_menu_switches_tables_and_clamps_the_position():
     w._table.value = "R1"  # 16 tokens: the slider shrinks and the position follows
     assert w._pos.max == 15 and w.state["pos"] == 15 and w._pos.value == 15
     labels = [label for label, _ in w._table.options]
-    assert all("block table" in lab or "example" in lab for lab in labels)
+    # "block table of" + "R2 (from the run)": short enough for classroom mode's menu (review r12: cut there)
+    assert "block table" in w._table.description and all("from the run" in lab or "example" in lab for lab in labels)
+    assert max(len(w._table.description) + len(lab) for lab in labels) <= 52, labels
     with pytest.raises(ValueError, match="table must be one of"):
         viz.thesis_state(table="R3")
 

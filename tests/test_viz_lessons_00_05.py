@@ -7,7 +7,7 @@ import kvlab
 import kvlab.viz as viz
 from kvlab.lessons import char_tokenize
 from kvlab.viz.memory_map import snapshot_ids
-from kvlab.viz.palette import FREE, SHARED_FILL, TREE, assign_colors, request_color
+from kvlab.viz.palette import FREE, SHARED_FILL, TREE, assign_colors, holder_color, request_color
 from test_viz_kernel import lesson05_pool
 
 
@@ -53,7 +53,40 @@ def test_block_held_by_two_requests_has_its_own_colour_and_legend_entry():
     assert both and all(d["color"][b] == SHARED_FILL for b in both)
     legend = _legend(fig)
     assert set(d["color"]) <= set(legend.values()), (set(d["color"]), legend)  # every fill drawn is in the legend
-    assert set(legend.values()) <= set(d["color"]) | {FREE, "#ffffff"}, legend  # and no entry without a block
+    tables = {holder_color(h, assign_colors(snapshot_ids([snap]))) for h in snap.tables}       # drawn as tables, arrows
+    assert set(legend.values()) <= set(d["color"]) | tables | {FREE, "#ffffff"}, legend  # no entry drawn nowhere
+
+
+def test_lesson00_maps_list_the_colours_of_their_tables():
+    """Review r12: cell 9's legend lacked R1's purple and R3's pink, the colours of their tables and
+    arrows (their blocks are all shared: drawn in the held-by-2+ colour); the tree's green table is
+    named by the tree-only block's entry (one green, one entry)."""
+    m = kvlab.BlockManager(num_blocks=12, block_size=4)
+    m.add_sequence("R1", 10)
+    m.add_sequence("R2", 5)
+    m.fork("R1", "R3")
+    legend = _legend(viz.memory_map_figure(m.snapshot("fork"), by_holder=True))
+    assert {"R1", "R2", "R3"} <= set(legend) and legend["R3"] == request_color("R3"), legend
+    legend = _legend(viz.memory_map_figure(_lesson00_cache(), by_holder=True))
+    assert list(legend.values()).count(TREE) == 1, legend
+
+
+def test_classroom_map_blocks_hold_three_label_lines():
+    """Review r12: in classroom mode a shared block's label (P0, 4/4, x2) filled the block, the arrowheads
+    landed on "P0" and the slot ticks on "x2": the figure's blocks are now tall enough for three lines
+    between the ticks (0.12 units up from the bottom) and the arrowheads."""
+    from kvlab.viz.memory_map import grid_layout
+    from kvlab.viz.block_tables import map_geometry
+    from kvlab.viz.pool_grid import cell_label_px
+
+    viz.classroom(True)
+    try:
+        lay = grid_layout(12)
+        g = map_geometry(lay, [_fork()], fit_labels=True)
+        unit_px = (g.height - g.margin[2] - g.margin[3]) / (g.y_range[0] - g.y_range[1])
+        assert (0.84 - 2 * 0.12) * unit_px >= 3 * 1.25 * cell_label_px(lay.cell), unit_px
+    finally:
+        viz.classroom(False)
 
 
 def test_default_still_colours_by_owner():
@@ -95,7 +128,7 @@ def test_lesson05_pool_picture_has_no_crossing_arrows_and_names_every_block():
     labels = next(t for t in fig.data if t.name == "labels").text
     for seq, table in snap.tables.items():
         for i, b in enumerate(table):
-            assert f"{seq} L{i}" in labels[b], (b, labels[b])
+            assert f"{seq} L{i}" in labels[b].replace("<br>", " "), (b, labels[b])   # a partly filled block: a word a line
 
 
 # ------------------------------------------------------------------ lesson 00, the review of 6b9afee
@@ -142,3 +175,49 @@ def test_thesis_tree_view_disables_the_controls_it_does_not_use():
     w._view.value = "the translation"
     assert not w._pos.disabled and not w._table.disabled
     assert w._view.style.button_width == "auto"             # classroom: "the translat..." was cut
+
+
+def test_thesis_figure_draws_the_pool_the_lesson_names_and_says_what_its_colours_mean():
+    """Review r12 (cell 14): the figure drew P0-P7 while the prose said 12 blocks; it had no legend for
+    its shades and green; the tree's "t=4" and "lock 1" were never explained."""
+    import re
+    from pathlib import Path
+
+    from kvlab.viz.thesis_widget import BLOCK_SIZE, NUM_BLOCKS, TREE_CAPTION, thesis_figure, thesis_state, thesis_tree
+
+    prose = (Path(__file__).resolve().parent.parent / "notebooks" / "src" / "00_start_here.py").read_text()
+    said = re.search(r"one small pool \((\d+) blocks of (\d+)", prose)
+    assert said and (int(said.group(1)), int(said.group(2))) == (NUM_BLOCKS, BLOCK_SIZE), said
+    for table in ("R2", "R1", "notes"):
+        fig = thesis_figure(thesis_state(shared=True, table=table, pos=5))
+        drawn = [t for t in fig.data if t.name == "physical"][0].text
+        assert [x.split(" ")[0] for x in drawn] == [f"P{b}" for b in range(NUM_BLOCKS)], drawn
+        legend = _legend(fig)
+        fills = {s["fillcolor"] for s in fig.layout.shapes if s["type"] == "rect"}
+        assert set(legend.values()) - {"#ffffff"} <= fills, (legend, fills)            # each entry is drawn
+        assert {f for f in fills if f not in ("#ffffff", "#ffe0e0") and "rgba" not in f} <= set(legend.values()) | {
+            s["fillcolor"] for s in fig.layout.shapes if s["type"] == "rect" and s["line"]["color"] == "#d62728"}
+    assert "lock" in TREE_CAPTION and "t:" in TREE_CAPTION
+    assert "last use" in thesis_tree(thesis_state()).source
+
+
+def test_a_partly_filled_blocks_label_is_not_cut_by_the_fill_edge():
+    """Review r12 (lesson 01, the last cell): "seq0 L24" straddled the edge of a 3/4-filled block; the
+    label now sits over the filled part, a word a line where one line does not fit."""
+    from kvlab.viz.pool_grid import CELL_W, _label_places, cell_label_px
+
+    viz.classroom(True)
+    try:
+        m = kvlab.BlockManager(num_blocks=10, block_size=4)
+        m.add_sequence("seq0", 35)                       # 9 blocks, the last holding 3 of 4
+        fig = viz.memory_map_figure(m.snapshot("x"), tables=False, cols=9)
+        lay = viz.memory_map.grid_layout(10, 9)
+        d = viz.memory_map_data(m.snapshot("x"), layout=lay)
+        xs, texts = _label_places(d, d["label"], lay, CELL_W)
+        b = 8
+        edge = d["x"][b] - CELL_W / 2 + CELL_W * d["fill"][b]
+        half = max(len(w) for w in texts[b].split("<br>")) * 0.58 * cell_label_px(lay.cell) / 2 / lay.cell
+        assert xs[b] + half <= edge, (xs[b], half, edge, texts[b])
+        assert next(t for t in fig.data if t.name == "labels").text[b] == texts[b]
+    finally:
+        viz.classroom(False)

@@ -37,8 +37,17 @@ _BOUNDS_00 = {(0, 4): "pos = 0 is the first token: refuse only pos < 0",
 
 
 def _block_and_offset_ref(pos: int, block_size: int) -> tuple[int, int]:
-    t = _translate(list(range(max(pos, 0) // max(block_size, 1) + 1)), pos, block_size)
-    return (t.logical_block, t.offset)
+    """kvlab's translate on a table just long enough; past 2**20 blocks (the float-division case) it
+    translates the offset on a one-block table and counts the blocks before it."""
+    blocks = max(pos, 0) // max(block_size, 1)
+    if blocks < 2**20:
+        t = _translate(list(range(blocks + 1)), pos, block_size)
+        return (t.logical_block, t.offset)
+    return (blocks, _translate([0], pos - blocks * block_size, block_size).offset)
+
+
+_FLOAT_DIVISION = ("float division: pos / block_size is a float, and a float holds every integer only up to 2**53 "
+                   "(2**53 + 1 becomes 2**53): divide the integers with //")
 
 
 def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -50,13 +59,18 @@ def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
         "not 4 (try pos = block_size - 1 by hand)":
             lambda pos, bs: ((pos + 1) // bs, pos % bs),
         "the offset counts from 1: the first slot of a block is offset 0": lambda pos, bs: (pos // bs, pos % bs + 1),
+        "1-based block number: blocks count from 0, so positions 0 to block_size - 1 are block 0 (work out "
+        "pos = 0 by hand)": lambda pos, bs: (pos // bs + 1, pos % bs),
         "rounded the block up: position 1 with block_size 4 is still in block 0 (work it out by hand)":
             lambda pos, bs: (-(-pos // bs), pos % bs),
+        _FLOAT_DIVISION: lambda pos, bs: (int(pos / bs), pos % bs),
+        _FLOAT_DIVISION + ", and the offset left over from a rounded block is wrong too": lambda pos, bs: (int(pos / bs), pos - int(pos / bs) * bs),
         "hard-coded block size 4: it is right only for blocks of 4; use the block_size argument":
             lambda pos, bs: (pos // 4, pos % 4),
     })
-    for pos, bs in [(9, 4), (0, 4), (3, 4), (4, 4), (15, 16), (16, 16), (1000, 16), (7, 1)]:
-        _name_bound(run(f"pos={pos}, block_size={bs}", pos, bs), _BOUNDS_00.get((pos, bs), ""))
+    for pos, bs in [(9, 4), (0, 4), (3, 4), (4, 4), (15, 16), (16, 16), (1000, 16), (7, 1), (2**53 + 1, 1), (2**55 + 5, 4)]:
+        big = " (past 2**53: exact in integers, not in floats)" if pos > 2**53 else ""
+        _name_bound(run(f"pos={pos}, block_size={bs}{big}", pos, bs), _BOUNDS_00.get((pos, bs), ""))
     rng = random.Random(0)
     for _ in range(3):
         pos, bs = rng.randrange(0, 500), rng.choice([2, 4, 8, 16, 32])

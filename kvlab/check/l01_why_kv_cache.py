@@ -98,7 +98,8 @@ def _flops_note(expected, actual) -> str | None:
                      "tokens: itself included")
     if a_cached != list(e_cached):
         if a_cached[0] != e_cached[0]:
-            notes.append("cached step 1 is the prefill: the whole prompt once, as naive step 1")
+            notes.append("cached step 1 is the prefill: it runs every prompt token not already cached, the token at "
+                         "position i (1-based) attending to i tokens")
         else:
             notes.append("cached step t >= 2 runs one token, which attends to prompt_len + t - 1 tokens (itself included)")
     return "; ".join(notes) or None
@@ -133,6 +134,9 @@ def _step_note(f: Callable[[int], int], p: int, n: int, r: int, actual) -> str:
     naive, cached = expected_step_flops(f, p, n, r)
     if naive != cached and [a_naive, a_cached] == [cached, naive]:
         return "naive and cached are swapped: return (naive_steps, cached_steps)"
+    if p - r > 1 and a_cached[:1] and a_cached[0] in {f(c) for c in range(p + n + 1)}:
+        return (f"prefill counted as one token: cached step 1 runs all {p - r} prompt tokens that are not cached "
+                "yet, not one; the token at position i (1-based) attends to i tokens")
     if p - r > 1 and a_cached[:1] == [(p - r) * f(p)]:
         return ("the prefill's tokens do not all cost flops_per_token(prompt_len): the token at position i (1-based) "
                 "attends to i tokens, so each prefill token costs flops_per_token of its own position")
@@ -223,6 +227,8 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
             (lambda: attend(k[:t], v[:t], 1 / math.sqrt(d), right_head)) if t > 0 else None,
         "no scale: multiply the scores by 1/sqrt(head_dim)": lambda: attend(k[:t + 1], v[:t + 1], 1.0, right_head),
         "scaled by 1/head_dim: the scale is 1/sqrt(head_dim)": lambda: attend(k[:t + 1], v[:t + 1], 1 / d, right_head),
+        "scaled by 1/sqrt(num_heads * head_dim), the model's width: the scale is 1/sqrt(head_dim), one head's size":
+            (lambda: attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(h * d), right_head)) if h > 1 else None,
         "multiplied the scores by sqrt(head_dim): divide by it (the scale is 1/sqrt(head_dim))":
             lambda: attend(k[:t + 1], v[:t + 1], math.sqrt(d), right_head),
         "query heads mapped to KV heads with h % num_kv_heads: query head h uses KV head h // (num_heads // num_kv_heads)":
@@ -248,6 +254,9 @@ def _attention_mistake(out, q, k, v, t: int) -> str:
                 return note
         except Exception:  # noqa: BLE001 - a diagnosis never breaks a check
             continue
+    if torch.allclose(out.float(), attend(k[:t + 1], v[:t + 1], 1 / math.sqrt(d), right_head), atol=1e-2, rtol=1e-2):
+        return ("right to about 1e-2 but not 1e-4: the rounding of a low-precision step (float16 or bfloat16 "
+                "somewhere); compute in the inputs' dtype")
     return ""
 
 
@@ -266,6 +275,22 @@ def _cache_order_note(kc, vc, k, v) -> str:
     if same(kc, v) and same(vc, k):
         return "k_cache and v_cache are swapped in what you return"
     return "the returned caches are not the earlier caches with the new K and V appended, unchanged"
+
+
+def _reads_heads_first(fn: Callable, args: tuple, want) -> str:
+    """The note when ``fn``, which raised on token-first caches, gives the right output once they are
+    handed to it heads-first, (num_kv_heads, T, head_dim); '' otherwise."""
+    import torch
+
+    q, k_new, v_new, kc, vc = args
+    got = call_in_place(fn, q.clone(), k_new.clone(), v_new.clone(), kc.transpose(0, 1).clone(), vc.transpose(0, 1).clone())
+    try:
+        if isinstance(got, Raised) or not torch.allclose(got[0].float(), want, atol=1e-4, rtol=1e-4):
+            return ""
+    except Exception:  # noqa: BLE001 - a diagnosis never breaks a check
+        return ""
+    return ("your code reads the caches heads-first, (num_kv_heads, T, head_dim): they come token-first, "
+            "(T, num_kv_heads, head_dim), one row per token; append the new token as a row")
 
 
 def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -304,6 +329,7 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
             if isinstance(got, Raised):
                 # an untouched stub stays a Raised: the report says "not started yet" in one line
                 actual = got if isinstance(got.exc, NotImplementedError) else f"step {t + 1}: {got!r}"
+                note = "" if isinstance(got.exc, NotImplementedError) else _reads_heads_first(fn, args, want[t])
                 break
             changed = [name for name, a, b in zip(("q", "k_new", "v_new", "k_cache", "v_cache"), args, before)
                        if tuple(a.shape) != tuple(b.shape) or not torch.equal(a, b)]
@@ -320,8 +346,14 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                 break
             if not shape_ok:
                 actual = f"step {t + 1}: shapes out {tuple(out.shape)}, k_cache {tuple(kc.shape)}, v_cache {tuple(vc.shape)}"
-                if tuple(kc.shape)[:1] == (t,) or tuple(vc.shape)[:1] == (t,):
+                if (kvh, t + 1, d) != (t + 1, kvh, d) and (kvh, t + 1, d) in (tuple(kc.shape), tuple(vc.shape)):
+                    note = (f"the caches came back heads-first, (num_kv_heads, T + 1, head_dim) = ({kvh}, {t + 1}, {d}): "
+                            "the cache keeps the token dimension first, (T + 1, num_kv_heads, head_dim)")
+                elif tuple(kc.shape)[:1] == (t,) or tuple(vc.shape)[:1] == (t,):
                     note = "the caches came back without the new token: return the grown caches (T + 1 tokens)"
+                elif tuple(out.shape) == (d, h):
+                    note = (f"out is transposed, (head_dim, num_heads) = ({d}, {h}): return it heads first, "
+                            f"(num_heads, head_dim) = ({h}, {d})")
                 elif tuple(out.shape) != (h, d) and out.numel() == h * d:
                     note = (f"out has shape {tuple(out.shape)}: return it as (num_heads, head_dim) = ({h}, {d}), "
                             "without the token dimension")
@@ -331,8 +363,10 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
             if wrong_dtype:
                 name, dt = wrong_dtype[0]
                 actual = f"step {t + 1}: {name} is {str(dt).replace('torch.', '')}, the inputs {str(q.dtype).replace('torch.', '')}"
-                note = (f"{name} came back as {str(dt).replace('torch.', '')}: keep the inputs' dtype (a float64 "
-                        "cache holds twice the bytes, and the next layer expects the model's dtype)")
+                note = f"{name} came back as {str(dt).replace('torch.', '')}: keep the inputs' dtype " + (
+                    "(a float64 cache holds twice the bytes, and the next layer expects the model's dtype)"
+                    if dt.itemsize > q.dtype.itemsize else
+                    "(fewer bits round the result: the next layer expects the model's dtype and its precision)")
                 break
             order = _cache_order_note(kc, vc, k[:t + 1], v[:t + 1])
             if order:  # attention does not care about the order of the tokens; the cache does

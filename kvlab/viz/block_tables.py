@@ -50,6 +50,7 @@ GAP = 1.3  # between the last table row and the pool: room for the arrows
 COPY_ROOM = 0.95  # under the pool: room for copy-on-write arcs
 COPY_LABEL_DROP = 0.1  # grid units between a copy arc's lowest point and its label
 ROW_STRETCH = 1.2  # px per grid unit down, relative to across: room for three lines of label in a block
+LABEL_UNITS_PX = 6.25  # fit_labels: px per grid unit down, per px of label font (3 lines x 1.25 in 0.6 units)
 CLASSROOM_DRAWING_PX = 400  # classroom mode: the drawing's height budget (title, legend and controls come on top)
 CLASSROOM_MIN_CELL_PX = 72  # ... but a block never narrower than three lines of 16 px labels need
 CLASSROOM_GAP, CLASSROOM_COPY_ROOM = 0.85, 0.75  # classroom mode: the gaps shrink, not the blocks (599 px)
@@ -105,10 +106,11 @@ def _label_px(holders: Sequence[str]) -> int:
 
 
 def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables: bool | None = None,
-                 copies: bool = False) -> MapGeometry:
+                 copies: bool = False, fit_labels: bool = False) -> MapGeometry:
     """The geometry for a run's frames. ``tables``: draw block tables (None: when the pool is
     labelled and there are at most :data:`MAX_TABLE_HOLDERS` holders); ``copies``: leave room for
-    copy-on-write arcs."""
+    copy-on-write arcs; ``fit_labels``: blocks tall enough for a three-line label between the slot
+    ticks and the arrowheads (a static figure: classroom mode's narrow blocks grow taller)."""
     snaps = list(snapshots)
     holders: list[str] = []
     longest: dict[str, int] = {}
@@ -139,11 +141,13 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
     right, top, bottom = layout.margin[1], layout.margin[2], layout.margin[3]
     cell = min((th.grid_width - left - right) / cols, 110.0 if th.high_contrast else 80.0)
     units = (pool_y0 + layout.rows + (copy_units if copies else 0.0)) if holders or copies else layout.rows
+    stretch = ROW_STRETCH if layout.show_text else 1.0
     if th.high_contrast:  # a projector shows 599 px: keep the drawing (and a stepper's controls) on one screen
-        stretch = ROW_STRETCH if layout.show_text else 1.0
         cell = min(cell, max(CLASSROOM_DRAWING_PX / (units * stretch), CLASSROOM_MIN_CELL_PX))  # never wider than fits
+    if fit_labels and layout.show_text:  # px per grid unit down: three label lines in the 0.6 units between the ticks
+        stretch = max(stretch, LABEL_UNITS_PX * cell_label_px(layout.cell) / cell)
     width = int(round(cell * cols)) + left + right
-    height = int(round(cell * units * (ROW_STRETCH if layout.show_text else 1.0))) + top + bottom
+    height = int(round(cell * units * stretch)) + top + bottom
     legend_ids = tuple(sorted(ids | {h for h in holders if h != "tree"})) + (("tree",) if "tree" in holders else ())
     deep = bool(holders) and layout.rows > 1  # arrows into a lower pool row run down the gaps of the rows above
     return MapGeometry(layout, tuple(holders), row0, table_height, round(pool_y0, 6), bool(copies),

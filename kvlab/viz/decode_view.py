@@ -100,14 +100,15 @@ def decode_figure(data: dict[str, Any], source: str = "measured") -> Any:
     room = (width - 150) / columns                          # px per column (the y labels take about 150)
     font = th.label_size if all(fits(t, room, th.label_size) for t in data["ticks"] + ["-0.00"]) else th.min_text_px
     y_of = {key: i for i, (key, _name) in enumerate(ROWS)}
+    shapes, notes = [], []                                   # built as plain dicts, set once (add_shape: 5 ms each)
     for c in data["cells"]:
         fill, ink, _ = STATES[c["state"]]
         y = y_of[c["row"]]
-        fig.add_shape(type="rect", x0=c["x"] - 0.46, x1=c["x"] + 0.46, y0=y - 0.42, y1=y + 0.42, xref="x", yref="y",
-                      fillcolor=fill, line=dict(width=0), layer="below")
+        shapes.append(dict(type="rect", x0=c["x"] - 0.46, x1=c["x"] + 0.46, y0=y - 0.42, y1=y + 0.42, xref="x",
+                           yref="y", fillcolor=fill, line=dict(width=0), layer="below"))
         if c["text"]:
-            fig.add_annotation(x=c["x"], y=y, xref="x", yref="y", text=c["text"], showarrow=False,
-                               font=dict(size=font, color=ink))
+            notes.append(dict(x=c["x"], y=y, xref="x", yref="y", text=c["text"], showarrow=False,
+                              font=dict(size=font, color=ink)))
     for state, (fill, _ink, name) in STATES.items():         # the legend: one square per state
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(symbol="square", size=14, color=fill)), 1, 1)
@@ -125,6 +126,7 @@ def decode_figure(data: dict[str, Any], source: str = "measured") -> Any:
     fig.update_yaxes(autorange="reversed", ticklabelstandoff=8, row=2, col=1)   # the labels clear of their bars
     for a in fig.layout.annotations[:2]:                     # the two panel titles (make_subplots adds them first)
         a.font = dict(size=th.font_size, color=th.text_color)
+    fig.update_layout(shapes=shapes, annotations=[*fig.layout.annotations, *notes])
     fig.update_layout(
         template="none", height=400 if th.high_contrast else 360, width=None if th.autosize else width,
         autosize=th.autosize, font=dict(size=th.font_size, color=th.text_color),
@@ -136,17 +138,21 @@ def decode_figure(data: dict[str, Any], source: str = "measured") -> Any:
 
 
 def decode_caption(step: Any, labels: Sequence[str]) -> str:
-    """One frame's sentence: what the step produced, what each path computed and read, the cost so far."""
+    """One frame's sentence: what the step produced, what each path computed and read, the cost so far.
+    Tokens are counted from 1, as the lesson counts steps and positions (the stepper says "step 1" for
+    the prefill)."""
     rows, (start, end) = step.rows, step.written
     made = repr(labels[rows]) if rows < len(labels) else "a token"
     same = f"the recomputed K and V equal the cached rows (largest difference {step.max_diff:.0e})"
     if step.step == 0:
-        return (f"Prefill: both paths run the {rows}-token prompt once and produce {made}; the cache now holds its "
-                f"{rows} K and V rows ({flops_text(step.cached_flops)} each path).")
+        return (f"Prefill: both paths run the {rows}-token prompt once and produce {made}, token {rows + 1}; the cache "
+                f"now holds the K and V of tokens 1-{rows} ({flops_text(step.cached_flops)} each path).")
     ratio = step.naive_total / step.cached_total
-    return (f"Produces {made} at position {rows}. No cache: recompute all {rows} rows ({flops_text(step.naive_flops)}). "
-            f"KV cache: compute only row {end - 1} ({labels[end - 1]!r}), write it, read rows 0-{start - 1} "
-            f"({flops_text(step.cached_flops)}); {same}. So far {ratio:.1f}x the FLOPs without the cache.")
+    read = "token 1" if start == 1 else f"tokens 1-{start}"
+    return (f"Produces {made}, token {rows + 1}. No cache: recompute the K and V of all {rows} tokens "
+            f"({flops_text(step.naive_flops)}). KV cache: compute only token {end}'s ({labels[end - 1]!r}), write "
+            f"it, read {read} back ({flops_text(step.cached_flops)}); {same}. So far {ratio:.1f}x the FLOPs without "
+            "the cache.")
 
 
 def decode_frames(steps: Sequence[Any], labels: Sequence[str]) -> list[Frame]:
@@ -162,8 +168,15 @@ class DecodeView:
         self.columns = min(len(self.labels), steps[-1].rows + 1)
         self.total = steps[-1].naive_total
 
+        self._drawn: dict[tuple, Any] = {}
+
     def __call__(self, frame: Frame) -> Any:
-        return decode_figure(decode_view_data(frame.snapshot, self.labels, self.columns, self.total), self.source)
+        """The frame's figure, drawn once per theme (a step back, or play's second loop, is a lookup)."""
+        key = (theme(), frame.snapshot.step)
+        if key not in self._drawn:
+            self._drawn[key] = decode_figure(decode_view_data(frame.snapshot, self.labels, self.columns, self.total),
+                                             self.source)
+        return self._drawn[key]
 
 
 def decode_stepper(steps: Sequence[Any], tokenizer: Any, static: bool | None = None) -> Stepper:
@@ -173,5 +186,10 @@ def decode_stepper(steps: Sequence[Any], tokenizer: Any, static: bool | None = N
         raise ValueError("decode_stepper needs at least one step")
     last = steps[-1]
     labels = [tokenizer.decode([i]) for i in (*last.token_ids, last.new_token)]
-    return Stepper(decode_frames(steps, labels), DecodeView(steps, labels), static=static,
-                   title="decode")
+    frames, view = decode_frames(steps, labels), DecodeView(steps, labels)
+    for f in frames:   # every frame drawn now (about 0.1 s each): a button's answer is then a lookup
+        try:
+            view(f)
+        except Exception:  # noqa: BLE001 - a broken step: the stepper shows its error when it comes to it
+            pass
+    return Stepper(frames, view, static=static, title="decode")

@@ -42,7 +42,8 @@ from ..memory.events import Event
 from ..memory.snapshot import MemorySnapshot
 from .block_tables import frame_traces, map_geometry
 from .palette import (
-    FREE, HIGHLIGHT, SHARED_FILL, SHARED_OUTLINE, TREE, UNOWNED, assign_colors, request_color, source_label, theme,
+    FREE, HIGHLIGHT, SHARED_FILL, SHARED_OUTLINE, TREE, UNOWNED, assign_colors, holder_color, request_color,
+    source_label, theme,
 )
 from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces, grid_layout
 
@@ -259,6 +260,18 @@ def _legend_rows(legend: dict[str, str], width: int, extra_names: Sequence[str] 
     return rows
 
 
+def _holder_legend(data: dict[str, Any], colors: dict[str, str], geom: Any) -> dict[str, str]:
+    """A map coloured by holder: each request whose table (and arrows) or blocks are drawn in its colour,
+    then the colours of blocks held by two or more requests or by the tree alone; the tree's table, in
+    the tree's green, is "radix tree" unless a block held by the tree alone already names that green."""
+    out = {h: holder_color(h, colors) for h in geom.holders if h != "tree"}
+    out.update(data["legend"])
+    out.update(data["legend_extra"])
+    if "tree" in geom.holders and TREE not in out.values():
+        out["radix tree"] = TREE
+    return out
+
+
 def _legend_traces(legend: dict[str, str], highlight_name: str = "changed this step", shared: bool = True) -> list[Any]:
     """The legend's entries: each request's colour, free, shared (with ``shared``) and the red
     outline (``highlight_name``; "" for none)."""
@@ -343,9 +356,10 @@ def memory_map_figure(
     lay = grid_layout(snapshot.num_blocks, cols, mode)
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     data = memory_map_data(snapshot, highlight, colors, lay, copies, by_holder=by_holder)
+    data["place_labels"] = True  # one picture: a label may move clear of a fill's edge (frames keep theirs still)
     if not data["highlight"]:  # one picture, nothing outlined red: the legend does not list the red outline
         data["highlight_name"] = ""
-    geom = map_geometry(lay, [snapshot], tables, copies=bool(copies))
+    geom = map_geometry(lay, [snapshot], tables, copies=bool(copies), fit_labels=True)
     return _figure_from_data(data, colors, title, source, geom, shared_legend=bool(data["shared"]))
 
 
@@ -365,7 +379,7 @@ def _figure_from_data(data: dict[str, Any], colors: dict[str, str], title: str, 
         static = _slot_ticks(lay, data["block_size"], pitch=data.get("row_pitch", 1.0))
     else:
         traces = frame_traces(data, colors, geom)
-        legend = geom.legend(colors) if not data.get("by_holder") else {**data["legend"], **data["legend_extra"]}
+        legend = geom.legend(colors) if not data.get("by_holder") else _holder_legend(data, colors, geom)
         static = _slot_ticks(lay, data["block_size"], geom.pool_y0, cell_w=geom.pool_cell_w)
     highlight = data.get("highlight_name", "changed this step")
     names = ["free"] + (["shared (xN = ref count)"] if shared_legend else []) + ([highlight] if highlight else [])

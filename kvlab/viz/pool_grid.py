@@ -112,6 +112,30 @@ def _inner_outline(data: dict[str, Any], ys: list[float], left: list[float], cel
                   hoverinfo="skip", showlegend=False)
 
 
+def _label_places(data: dict[str, Any], text: list[str], lay: GridLayout, cell_w: float) -> tuple[list[float], list[str]]:
+    """Where each block's label is centred, and its text: the cell's middle, except in a partly filled
+    block, whose label sits over the larger of its filled and empty parts when it fits there, if need
+    be a word a line (up to three lines), so the fill's edge never cuts a word in two."""
+    font = cell_label_px(lay.cell)
+
+    def width(lines: list[str]) -> float:
+        return max((len(line) for line in lines), default=0) * 0.58 * font + 6
+
+    xs, out = [], []
+    for b, x in enumerate(data["x"]):
+        f, label = data["fill"][b], text[b]
+        room = max(f, 1 - f) * cell_w * lay.cell
+        lines = label.split("<br>")
+        words = [w for line in lines for w in line.split(" ")]
+        fit = lines if width(lines) <= room else words if len(words) <= 3 and width(words) <= room else None
+        if 0 < f < 1 and fit is not None:
+            x = x - cell_w / 2 + cell_w * (f / 2 if f >= 0.5 else (1 + f) / 2)
+            label = "<br>".join(fit)
+        xs.append(x)
+        out.append(label)
+    return xs, out
+
+
 def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, labels: list[str] | None = None,
                  cell_w: float = CELL_W) -> list[Any]:
     """The pool's traces that change from frame to frame (same count and kinds in every frame).
@@ -119,7 +143,8 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
     Grid mode: each block a cell (a horizontal bar ``CELL_W`` wide) tinted in its owner's
     colour, filled in that colour from the left as far as it holds tokens, outlined when shared
     or highlighted, and its label; ``y0``: the pool's first row in figure units; ``cell_w``: a
-    cell's width (narrower where arrows run down the gaps between cells)."""
+    cell's width (narrower where arrows run down the gaps between cells). ``data["place_labels"]`` (a
+    static figure): a partly filled block's label clear of the fill's edge (:func:`_label_places`)."""
     import plotly.graph_objects as go
 
     lay: GridLayout = data["layout"]
@@ -130,6 +155,9 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
         left = [x - cell_w / 2 for x in data["x"]]
         bg = [c if c in (FREE, UNOWNED) else tint(c, 0.3) for c in data["color"]]
         text = labels if labels is not None else data["label"]
+        label_x = data["x"]
+        if data.get("place_labels"):  # a static figure (frames keep their labels in place: nothing jumps)
+            label_x, text = _label_places(data, text, lay, cell_w)
         return [
             go.Bar(x=[cell_w] * n, y=ys, base=left, orientation="h", width=CELL_H, name="blocks",
                    marker=dict(color=bg, line=dict(color=data["outline_color"], width=data["outline_width"])),
@@ -138,7 +166,7 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
                    name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
                    showlegend=False),
             _inner_outline(data, ys, left, cell_w),
-            go.Scatter(x=data["x"], y=ys, mode="text", text=text if lay.show_text else [""] * n,
+            go.Scatter(x=label_x, y=ys, mode="text", text=text if lay.show_text else [""] * n,
                        textfont=dict(size=cell_label_px(lay.cell), color=th.text_color),
                        hoverinfo="skip", showlegend=False, name="labels"),
         ]

@@ -45,8 +45,8 @@ __all__ = ["thesis_state", "thesis_tree", "ThesisWidget", "SYSTEM_PROMPT", "TABL
 SYSTEM_PROMPT = "你是客服助手，请简洁回答"  # "you are a support assistant, answer briefly": 12 tokens, 3 blocks
 OTHER_PROMPT = "你是翻译助手，请译成英文"    # another 12-token prompt (a translation assistant)
 QUESTIONS = {"R1": "怎么退款", "R2": "何时发货"}  # "how do I get a refund", "when does it ship"
-TABLE_CHOICES = (("R2's block table (from the run)", "R2"), ("R1's block table (from the run)", "R1"),
-                 ("the notes' example (P3, P7, P1, P5, P9)", "notes"))
+TABLE_CHOICES = (("R2 (from the run)", "R2"), ("R1 (from the run)", "R1"),
+                 ("the notes' example", "notes"))  # its table: L0->P3 ... L4->P9, drawn in the figure
 BLOCK_SIZE, NUM_BLOCKS = 4, 12
 THESIS_VIEWS = ("the translation", "the radix tree")  # one picture at a time, under the controls
 NOTES_SEQ = "R0"  # the notes' table is no request's: drawn in orange, a colour no request of lesson 00 has
@@ -123,6 +123,10 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
                                                     **{b: "R2" for b in cm.table("R2").block_ids}}}
 
 
+TREE_CAPTION = ("tok: a node's tokens; lock: the running requests that read it (0: it can be evicted); "
+                "t: its last use on the tree's clock (LRU evicts the smallest t first).")
+
+
 def thesis_tree(state: dict[str, Any]) -> Any:
     """The radix tree after R1 finished, while R2 runs: R2's path coloured and locked (graphviz Digraph)."""
     from .radix_state import RadixState
@@ -130,7 +134,31 @@ def thesis_tree(state: dict[str, Any]) -> Any:
 
     rs = RadixState(state["tree"], hit=state["hit"], miss=state["miss"], detokenize=char_detokenize,
                     title="The radix tree while R2 runs")
-    return radix_tree_graph(rs, max_chars=12)
+    return radix_tree_graph(rs, caption=TREE_CAPTION, max_chars=12)
+
+
+def thesis_figure(state: dict[str, Any]) -> Any:
+    """The translation through the chosen table, the whole pool of :data:`NUM_BLOCKS` drawn, with a
+    legend of its colours (plotly figure)."""
+    name = "the notes' table (no run)" if state["table"] == "notes" else f"{state['table']}'s tokens and blocks"
+    return translation_figure(state["chain"], num_blocks=NUM_BLOCKS, holders=state["holders"], seq=state["seq"],
+                              legend=name)
+
+
+_DRAWN: dict[tuple, Any] = {}  # (theme, view, controls) -> a rendered picture: a control's answer is a lookup
+
+
+def _drawn(view: str, state: dict[str, Any]) -> Any:
+    """The figure's output (view "figure") or the tree's fitted SVG (view "tree", which depends on the
+    prefix only), rendered once per theme and state."""
+    from .radix_view import fit_svg
+    from .stepper import figure_output
+
+    key = (theme(), view, state["shared"]) + ((state["table"], state["pos"]) if view == "figure" else ())
+    if key not in _DRAWN:
+        _DRAWN[key] = (figure_output(thesis_figure(state)) if view == "figure" else
+                       fit_svg(thesis_tree(state).pipe(format="svg", encoding="utf-8")))
+    return _DRAWN[key]
 
 
 def _html(state: dict[str, Any], view: str | None = None) -> str:
@@ -145,6 +173,21 @@ def _html(state: dict[str, Any], view: str | None = None) -> str:
                 f"{html.escape(state['position_sentence'])}</p><table style='border-collapse:collapse'>{rows}</table>")
     body = logical if view == THESIS_VIEWS[1] else physical if view == THESIS_VIEWS[0] else logical + physical
     return f"<div style='font-size:{px}px;line-height:1.45;max-width:100%'>{body}</div>"
+
+
+def _prerender(shared: bool, table: str) -> None:
+    """Render every position's figure of one table ahead, in a daemon thread: the slider's answer is
+    then a lookup (a render took 30 ms, and far more on a busy machine)."""
+    import threading
+
+    def run() -> None:
+        try:
+            for pos in range(thesis_state(shared, table, 0)["max_pos"] + 1):
+                _drawn("figure", thesis_state(shared, table, pos))
+        except Exception:  # noqa: BLE001 - a head start only: the widget renders what it needs itself
+            pass
+
+    threading.Thread(target=run, daemon=True, name="kvlab-thesis-prerender").start()
 
 
 class ThesisWidget:
@@ -208,6 +251,7 @@ class ThesisWidget:
         self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-thesis")
         self._redraw()
+        _prerender(self.state["shared"], self.state["table"])
 
     def _show_view(self) -> None:
         """Show the picture the switch names and its sentence, hide the other; the tree view greys out
@@ -216,10 +260,13 @@ class ThesisWidget:
         self._fig.layout.display = None if fig_first else "none"
         self._tree.layout.display = "none" if fig_first else None
         self._table.disabled = self._pos.disabled = not fig_first
-        self._text.value = _html(self.state, self._view.value)
+        if self.widget is not None:
+            self._redraw()
 
-    def _changed(self, _change: dict[str, Any]) -> None:
+    def _changed(self, change: dict[str, Any]) -> None:
         self.state = thesis_state(self._shared.value, self._table.value, self._pos.value)
+        if change.get("owner") is not self._pos:   # a new prefix or table: its positions rendered ahead
+            _prerender(self.state["shared"], self.state["table"])
         if self._pos.max != self.state["max_pos"]:  # a new slider: a live one's End key keeps its first range
             self._pos = renew_slider(self.widget, self._pos, self.state["max_pos"], self._changed,
                                      value=self.state["pos"])
@@ -227,29 +274,21 @@ class ThesisWidget:
         self._redraw()
 
     def _redraw(self) -> None:
-        from .radix_view import fit_svg
-        from .stepper import figure_output
-
+        """The sentence and the picture shown; the hidden one waits until the switch shows it."""
         self._text.value = _html(self.state, self._view.value)
-        self._fig.outputs = (figure_output(translation_figure(self.state["chain"], holders=self.state["holders"],
-                                                              seq=self.state["seq"])),)
-        self._tree.value = fit_svg(thesis_tree(self.state).pipe(format="svg", encoding="utf-8"))
+        if self._view.value == THESIS_VIEWS[0]:
+            self._fig.outputs = (_drawn("figure", self.state),)
+        else:
+            self._tree.value = _drawn("tree", self.state)
 
     def __repr__(self) -> str:
         s = self.state
         return f"<ThesisWidget shared={s['shared']} table={s['table']} pos={s['pos']} -> P{s['chain']['physical_block']}>"
 
     def _ipython_display_(self) -> None:
-        from .radix_view import fit_svg
-
-        trees: dict[tuple[bool, str], str] = {}  # the tree depends on the prefix and the table only
-
         def parts() -> list[Any]:
             s = self.state
-            key = (s["shared"], s["table"])
-            if key not in trees:
-                trees[key] = fit_svg(thesis_tree(s).pipe(format="svg", encoding="utf-8"))
-            return [_html(s), translation_figure(s["chain"], holders=s["holders"], seq=s["seq"]), trees[key]]
+            return [_html(s), thesis_figure(s), _drawn("tree", s)]
 
         display_control(self.widget, parts, lambda: self._explore(parts))
 

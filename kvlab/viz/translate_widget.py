@@ -85,9 +85,12 @@ def _separated(text: str) -> str:
 
 
 def _wrap(label: str, room_px: float, font_px: float) -> str:
-    """``"L0 → P3"`` on two lines (``"L0<br>→ P3"``) when one line does not fit its cell."""
+    """``"L0 → P3"`` as it is, or ``"L0→P3"`` when only that fits its cell, else on two lines
+    (``"L0<br>→ P3"``): a wrapped label fills the cell, where the lookup's arrows end."""
     if fits(label, room_px, font_px) or " " not in label:
         return label
+    if fits(label.replace(" → ", "→"), room_px, font_px):
+        return label.replace(" → ", "→")
     head, tail = label.split(" ", 1)
     return f"{head}<br>{tail}"
 
@@ -179,7 +182,8 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
     :data:`MAX_LOGICAL` shows a window around pos's block (``more_left``/``more_right``: the
     logical blocks left out). Each cell has x0, x1, label, color, highlight. ``pos_slot`` and
     ``slot``: (x0, x1) of pos in its logical block and of its slot in the physical block;
-    ``arrows``: (x, y) points token -> table row -> slot. ``holders``: physical block -> who else
+    ``arrows``: (x, y) points token -> table row -> slot (a physical cell's ``holder``: ``seq``, who else
+    holds it, or None). ``holders``: physical block -> who else
     holds it (``"tree"`` or a request id); such a block outside this table is drawn in its
     holder's colour and named, not as a free one. ``seq``: the request whose table this is (its
     tokens and blocks take that request's colour, as in every other picture).
@@ -213,7 +217,8 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
     phys = [
         dict(x0=px[("block", b)][0], x1=px[("block", b)][1],
              label=f"P{b}" + (f" (L{owner[b]})" if b in owner else held(b)[0]),
-             color=seq_color if b in owner else held(b)[1], highlight=ok and b == pb)
+             color=seq_color if b in owner else held(b)[1], highlight=ok and b == pb,
+             holder=seq if b in owner else holders.get(b))
         for kind, b, _ in cols if kind == "block"
     ]
     gaps = [dict(x0=px[("gap", a)][0], x1=px[("gap", a)][1], label="…", first=a, last=z)
@@ -244,8 +249,8 @@ def _figure_shapes(d: dict[str, Any], bs: int, px_per_unit: float) -> list[dict[
             layer="below",
         ))
 
-    for c in d["tokens"]:
-        cell(c, 2, tint(c["color"], 0.35 + 0.3 * (c["group"] % 2)))
+    for c in d["tokens"]:  # one shade, the one of the table's blocks below: the cells' borders part the blocks
+        cell(c, 2, tint(c["color"], 0.6))
     for c in d["table"]:
         cell(c, 1, "#ffe0e0" if c["highlight"] else "#ffffff")
     for c in d["physical"]:  # a block outside this table: white, dotted (not grey: grey means free elsewhere)
@@ -285,10 +290,32 @@ def _figure_texts(d: dict[str, Any], px_per_unit: float) -> list[Any]:
     return texts
 
 
+def _legend_traces(d: dict[str, Any], seq: str, seq_name: str) -> list[Any]:
+    """One legend entry per colour the pool row draws (the tokens share the table's colour), and the
+    red of the lookup: what each colour means, in the figure's own fills."""
+    import plotly.graph_objects as go
+
+    th = theme()
+    sq = dict(symbol="square", size=14 if not th.high_contrast else 18)
+    names = {tint(request_color(seq), 0.6): seq_name}
+    for c in d["physical"]:
+        fill = tint(c["color"], 0.6)
+        if c["holder"] is not None and fill not in names:
+            names[fill] = "held by the radix tree only" if c["holder"] == "tree" else f"held by {c['holder']}"
+    out = [go.Scatter(x=[None], y=[None], mode="markers", name=n, marker=dict(color=f, **sq)) for f, n in names.items()]
+    if any(c["color"] == FREE for c in d["physical"]):
+        out.append(go.Scatter(x=[None], y=[None], mode="markers", name="free",
+                              marker=dict(color="#ffffff", line=dict(color="#555555", width=1.5), **sq)))
+    out.append(go.Scatter(x=[None], y=[None], mode="markers", name="pos and its lookup",
+                          marker=dict(color="#ffffff", line=dict(color=HIGHLIGHT, width=th.line_width), **sq)))
+    return out
+
+
 def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, source: str = "simulated",
-                       holders: dict[int, str] | None = None, seq: str = SEQ) -> Any:
+                       holders: dict[int, str] | None = None, seq: str = SEQ, legend: str = "") -> Any:
     """The notes' figure for one translation, as a static plotly figure (``holders``, ``seq``: see
-    :func:`translation_figure_data`)."""
+    :func:`translation_figure_data`). ``legend``: the legend's words for the table's colour (its tokens
+    and blocks), for a legend under the figure that says what each colour means ("" for none)."""
     import plotly.graph_objects as go
 
     d = translation_figure_data(chain, num_blocks, holders, seq)
@@ -315,11 +342,15 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
     else:
         sub = f"error: {chain['error']}"
     width = th.grid_width
-    fig = go.Figure(data=_figure_texts(d, px_per_unit))
+    keys = _legend_traces(d, seq, legend) if legend else []
+    fig = go.Figure(data=_figure_texts(d, px_per_unit) + keys)
+    room = (60 if th.high_contrast else 40) if keys else 0                   # the legend's row(s) under the pool
     fig.update_layout(
-        width=None if th.autosize else width, autosize=th.autosize, height=300 if not th.high_contrast else 320,  # classroom: widget + figure in 599 px
+        width=None if th.autosize else width, autosize=th.autosize,
+        height=(300 if not th.high_contrast else 320) + room,                # classroom: widget + figure in 599 px
         template="none", shapes=_figure_shapes(d, bs, px_per_unit),
-        annotations=annotations, showlegend=False, margin=dict(l=left, r=10, t=80, b=10),
+        annotations=annotations, showlegend=bool(keys), margin=dict(l=left, r=10, t=80, b=10 + room),
+        legend=dict(orientation="h", x=0, xanchor="left", y=0, yanchor="top", font=dict(size=th.font_size)),
         title=dict(text=f"Address translation through the block table ({source_label(source)})", x=0.01,
                    subtitle=dict(text=html.escape(sub), font=dict(size=th.font_size)),
                    font=dict(size=th.title_size, color=th.text_color)),

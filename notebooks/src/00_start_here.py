@@ -285,15 +285,14 @@ check.reusable_tokens(reusable_tokens)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Start from warm-up 2's answer. The paragraph above the contract gives two rules that can only
-# make it smaller: find them, and try each on the contract's second example.
+# Start from warm-up 2's answer. The paragraph above the contract says what the cache keeps and
+# what a request always computes: each can only make the answer smaller.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Work the contract's third example by hand, writing down what is left after each limit. Then
-# apply the two limits the other way round: does the answer change? Ask which order the cache
-# itself follows: can a token that must be computed sit in a block that is served?
+# Whatever you compute, check it against both rules at once, on the contract's three examples:
+# is it made of whole blocks, and does it leave the new request's last token to compute?
 # </details>
 #
 # ## Summary

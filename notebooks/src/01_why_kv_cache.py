@@ -228,31 +228,32 @@ def say(text):
 
 
 slower = sum(n > c for n, c in zip(times["naive"][1:], times["contiguous"][1:]))
-say(f"the naive step took longer than the cached one at {slower} of the {len(pos)} positions (measured)"
-    + ("" if slower == len(pos) else ": where it did not, the machine's other programs slowed a cached step"))
+half = len(pos) // 2
+early = {k: statistics.median(times[s][1:half + 1]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
+late = {k: statistics.median(times[s][half + 1:]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
+ratio = late["naive"] / late["cached"]
+say(f"verdict (measured): the cache was faster at {slower} of {len(pos)} positions, {ratio:.1f}x later on")
+if slower < len(pos):
+    say("  where it was not, the machine's other programs slowed a cached step")
 wander = {s: max(times[s][1:]) / min(times[s][1:]) for s in real_runs}           # along each line (the minimum)
 grown = {s: real_runs[s].step_flops[-1] / real_runs[s].step_flops[1] for s in real_runs}   # counted, same positions
 runs_apart = max(max(p[s].step_times[i] for p in passes) / min(p[s].step_times[i] for p in passes)
                  for s in real_runs for i in range(1, real_new))               # the same step, run against run
-say(f"noise: along its line the naive step's time moves x{wander['naive']:.2f} between its lowest and highest "
+say(f"  noise: along its line the naive step's time moves x{wander['naive']:.2f} between its lowest and highest "
     f"point and the cached step's x{wander['contiguous']:.2f}, while their counted FLOPs grow only "
     f"x{grown['naive']:.3f} and x{grown['contiguous']:.3f} over these positions, and one step timed twice differed "
     f"by up to x{runs_apart:.2f}: the rises and falls along a line are the machine, not the model"
     + (f"; the signal is the gap between the lines (naive above cached at all {len(pos)} positions)."
        if slower == len(pos) else "; here even the gap between the lines is partly lost in it."))
-half = len(pos) // 2
-early = {k: statistics.median(times[s][1:half + 1]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
-late = {k: statistics.median(times[s][half + 1:]) for k, s in (("naive", "naive"), ("cached", "contiguous"))}
-say(f"ms per step (measured; the minimum of {real_repeats} runs, then the median over the positions), positions "
+say(f"  ms per step (measured; the minimum of {real_repeats} runs, then the median over the positions), positions "
     f"{pos[0]}-{pos[half - 1]} | {pos[half]}-{pos[-1]}: naive {1e3 * early['naive']:.0f} | {1e3 * late['naive']:.0f}, "
     f"cached {1e3 * early['cached']:.0f} | {1e3 * late['cached']:.0f}")
 flop_x = rn.step_flops[-1] / rcache.step_flops[-1]
-say(f"counted FLOPs per step at position {pos[-1]}: naive {rn.step_flops[-1]:,}, cached {rcache.step_flops[-1]:,} "
+say(f"  counted FLOPs per step at position {pos[-1]}: naive {rn.step_flops[-1]:,}, cached {rcache.step_flops[-1]:,} "
     f"({flop_x:.0f}x)")
-ratio = late["naive"] / late["cached"]
 rate = {k: fl / t / 1e9 for k, fl, t in (("naive", rn.step_flops[-1], times["naive"][-1]),
                                           ("cached", rcache.step_flops[-1], times["contiguous"][-1]))}
-say(f"so: {flop_x:.0f}x the FLOPs but only {ratio:.1f}x the time. The naive step runs its {pos[-1]} tokens "
+say(f"  why: {flop_x:.0f}x the FLOPs but only {ratio:.1f}x the time. The naive step runs its {pos[-1]} tokens "
     f"through each weight matrix together, one matrix product, at {rate['naive']:.1f} GFLOP/s here (measured); "
     f"the cached step multiplies one token's vector by the same matrices and does {rate['cached']:.1f} GFLOP/s: "
     "it spends its time reading the 135 million weights, not on arithmetic. The saving in time is real and grows "
@@ -356,6 +357,9 @@ ends_t = {k: last[f"{k}_ms"] / first[f"{k}_ms"] for k in ("naive", "cached")}
 grow_f = {k: last[f"{k}_flops"] / first[f"{k}_flops"] for k in ("naive", "cached")}
 (n0, n1), (c0, c1) = fit(xs, [r["naive_ms"] for r in sweep]), fit(xs, [r["cached_ms"] for r in sweep])
 dips = [(a, b) for a, b in zip(sweep, sweep[1:]) if b["naive_ms"] < 0.95 * a["naive_ms"]]  # twice the FLOPs, less time
+grows = grow_t["naive"] > 3 and grow_t["naive"] > 2 * grow_t["cached"]
+say(f"verdict (measured): {span:.0f}x the context, naive x{grow_t['naive']:.1f} the time, cached "
+    f"x{grow_t['cached']:.2f}" + ("" if grows else " (NOT the counted growth)"))
 print(f"from L = {first['L']} to {last['L']} ({span:.0f}x the context):")
 say(f"  counted FLOPs per step: naive x{grow_f['naive']:.1f}, cached x{grow_f['cached']:.2f}")
 say(f"  measured time per step (median line through all {len(sweep)} points): naive x{grow_t['naive']:.1f}, "
@@ -364,17 +368,17 @@ if dips:
     a, b = dips[0]
     say(f"  this run was noisy: the naive step measured {a['naive_ms']:.2f} ms at L = {a['L']} but {b['naive_ms']:.2f} ms "
         f"at L = {b['L']}, twice the context and twice the FLOPs ({len(dips)} such dip(s)); the machine was busy "
-        "during some steps. The lines and the verdict below lean on all the points, so one such point moves them "
+        "during some steps. The lines and the verdict above lean on all the points, so one such point moves them "
         "little; run the cell again on a quieter machine to see it go.")
 say(f"  median lines: naive {n0:.1f} ms + {1e3 * n1:.1f} ms per 1,000 tokens; "
     f"cached {c0:.1f} ms + {1e3 * c1:.1f} ms per 1,000 tokens")
 if min(n0, c0) < 0:
     say("  (a fixed part below zero is the line, not the machine: the measured step grows faster than a straight "
         "line in L, so the straight line through it starts below zero)")
-if grow_t["naive"] > 3 and grow_t["naive"] > 2 * grow_t["cached"]:
+if grows:
     per_flop = grow_t["naive"] / grow_f["naive"]          # > 1: the time outgrew the FLOPs; < 1: it grew less
     than = "about as much as" if 1 / 1.3 < per_flop < 1.3 else "more than" if per_flop > 1 else "less than"
-    say(f"  so: over {last['L'] // first['L']}x the context the naive step's time grew about {grow_t['naive']:.0f}x, "
+    say(f"  against the FLOPs: over {last['L'] // first['L']}x the context the naive step's time grew about {grow_t['naive']:.0f}x, "
         f"{than} its counted FLOPs (x{grow_f['naive']:.1f}), and the cached step's {grow_t['cached']:.2f}x "
         f"(FLOPs x{grow_f['cached']:.2f}): the naive step grows with the context far more than the cached one.")
     if than != "about as much as":   # the FLOPs count attention's L² too: what differs is the rate, measured
@@ -525,10 +529,9 @@ print(f"compute saved: {f_naive / f_cached:.1f}x fewer FLOPs over the {new_token
 # is printed from the two numbers:
 
 # %%
-print(f"naive {t_naive:.2f} s, cached {t_cached:.2f} s for {new_tokens} tokens (measured): "
-      + (f"the cache saved {1 - t_cached / t_naive:.0%} of the time for {kvlab.format_bytes(space)} of memory: "
-         "the trade holds" if t_cached < t_naive else
-         "on this machine the per-step fixed cost hid the saving at this short length (section 3 shows it at longer contexts)"))
+print(f"verdict (measured): {1 - t_cached / t_naive:.0%} of the time saved for {kvlab.format_bytes(space)} of memory"
+      if t_cached < t_naive else "verdict (measured): no time saved at this short length (see section 3)")
+print(f"  naive {t_naive:.2f} s, cached {t_cached:.2f} s for {new_tokens} tokens")
 
 # %% [markdown]
 # Here is that paged pool as kvlab's allocator left it after the real run (the title's
@@ -564,7 +567,8 @@ memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} bloc
 #
 # - naive (no cache at all): step `t` runs the whole sequence, `prompt_len + t - 1` tokens, the
 #   `i`-th of them (1-based) attending to `i` tokens;
-# - cached: step 1 is the prefill, step `t ≥ 2` runs the one token produced last.
+# - cached: step 1 is the prefill (every prompt token not cached yet, in one pass), step `t ≥ 2`
+#   runs the one token produced last.
 #
 # **Predict before you run anything:** with `prompt_len = 12`, `cached_prefix = 11`, how many
 # tokens does the prefill run, and is it cheaper or dearer than cached step 2? And does the
