@@ -704,6 +704,47 @@ def test_admit_plan_accepts_solution_rejects_wrong_and_names_the_mistake():
     assert not passes(L08.admit_plan, lambda root, tokens, free: None)
 
 
+def admit_ignores_other_lock(root, tokens, num_free):
+    """Review r12's accepted answer: it takes the matched tokens of EVERY path node off the evictable
+    size, also those of a node another running request already locks (never evictable to begin with)."""
+    limit, node, pos, path = len(tokens) - 1, root, 0, []
+    while pos < limit and (child := node.children.get(tokens[pos])) is not None:
+        k = 0
+        while k < len(child.key) and pos + k < limit and child.key[k] == tokens[pos + k]:
+            k += 1
+        path.append((child, k))
+        pos, node = pos + k, child
+        if k < len(child.key):
+            break
+    evictable, stack = 0, list(root.children.values())
+    while stack:
+        n = stack.pop()
+        evictable += len(n.key) if n.lock_ref == 0 else 0
+        stack.extend(n.children.values())
+    evictable -= sum(k for _n, k in path)                  # the slip: no `if n.lock_ref == 0`
+    need = len(tokens) - pos
+    return (pos, 0) if need <= num_free else None if need > num_free + evictable else (pos, need - num_free)
+
+
+def test_admit_plan_names_an_answer_that_ignores_another_requests_lock():
+    """Review r12: admit_plan accepted an answer that took a locked path node's matched tokens off the
+    evictable size again (it ignores the other request's lock); cases where a second request locks a
+    node on the matched path and the new one fits exactly, on several trees, sizes and seeds, reject it."""
+    r = L08.admit_plan(admit_ignores_other_lock, verbose=False)
+    assert not r.passed
+    assert "another request" in _note(r) and "lock" in _note(r)
+    assert sum("locked by a running request" in c.label or "locked by another" in c.label
+               for c in r.failures) >= 3  # several trees, not one hand-made case
+
+
+def test_admit_plan_names_the_lock_and_count_slips():
+    """Review r12: four wrong answers were rejected without a name or with a wrong one; each is named."""
+    for rule, words in (("count_locked", "lock_ref == 0"), ("leaves_only", "not only the leaves"),
+                        ("evict_plus_one", "one more is one too many"), ("lock_le1", "lock_ref == 1 is a lock")):
+        r = L08.admit_plan(L08._plan_by(rule), verbose=False)
+        assert not r.passed and words in _note(r), (rule, _note(r))
+
+
 def test_inc_lock_ref_failures_show_only_the_nodes_that_differ_and_name_the_mistake():
     r = check.inc_lock_ref(lock_node_only, verbose=False)
     why = r.failures[0].why()
