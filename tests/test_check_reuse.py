@@ -755,6 +755,33 @@ def test_inc_lock_ref_failures_show_only_the_nodes_that_differ_and_name_the_mist
     assert "the sign" in _note(check.inc_lock_ref(lambda n: -S08.inc_lock_ref(n), verbose=False))
 
 
+def lock_stops_at_a_locked_node(node):
+    """Stops at the first node another request locks, as if its lock covered this request too."""
+    d = 0
+    while node.parent is not None and node.lock_ref == 0:
+        d -= len(node.key)
+        node.lock_ref += 1
+        node = node.parent
+    return d
+
+
+def lock_from_the_parent(node):
+    """Starts one node too high: the node itself is never locked."""
+    return S08.inc_lock_ref(node.parent) if node.parent is not None else 0
+
+
+def test_lru_evict_and_inc_lock_ref_name_more_wrong_answers():
+    """Round 12: wrong answers that were rejected without a name, or with another mistake's name."""
+    for rule, words in (("sorted_once", "choose again after every removal"), ("id_only", "the id only breaks a tie"),
+                        ("lfu", "not by hit_count")):
+        assert words in _note(check.lru_evict(L08._lru_by(rule), verbose=False)), rule
+    assert "a set has no order" in _note(check.lru_evict(lambda r, k: set(S08.lru_evict(r, k)), verbose=False))
+    r = check.inc_lock_ref(lock_stops_at_a_locked_node, verbose=False)
+    assert "still gets this request's +1" in _note(r) and "overwrites" not in _note(r)
+    r = check.inc_lock_ref(lock_from_the_parent, verbose=False)
+    assert all("the node itself is locked too" in c.note for c in r.failures)
+
+
 # ------------------------------------------ lesson 08's prose follows its own data (issue 16, bug 4)
 def _stored_outputs(stem: str) -> tuple[list[str], list[str]]:
     """(markdown sources, code-cell stdout texts) of a built lesson."""

@@ -84,6 +84,13 @@ def _lru_by(rule: str) -> Callable:
     def fn(root: TreeNode, num_tokens: int) -> list[int]:
         nodes, removed, order, freed = _nodes_below(root), set(), [], 0
         first_leaves = {n.id for n in nodes if not n.children}
+        if rule == "sorted_once":                # one pass over the unlocked nodes sorted once: a parent
+            for v in sorted((n for n in nodes if n.lock_ref == 0), key=lambda n: (n.last_access_time, n.id)):
+                if freed < num_tokens and all(ch.id in removed for ch in v.children.values()):
+                    removed.add(v.id)            # seen before its last child went is never seen again
+                    order.append(v.id)
+                    freed += len(v.key)
+            return order
         while freed < num_tokens or rule == "no_stop" or (rule == "strict" and freed == num_tokens):
             cands = [n for n in nodes if n.id not in removed
                      and (n.lock_ref == 0 or rule == "locked")
@@ -92,7 +99,8 @@ def _lru_by(rule: str) -> Callable:
             if not cands:
                 break
             key = {"mru": lambda n: (-n.last_access_time, n.id), "size": lambda n: (len(n.key), n.id),
-                   "tie_desc": lambda n: (n.last_access_time, -n.id), "no_tie": lambda n: n.last_access_time}.get(
+                   "tie_desc": lambda n: (n.last_access_time, -n.id), "no_tie": lambda n: n.last_access_time,
+                   "id_only": lambda n: n.id, "lfu": lambda n: (n.hit_count, n.last_access_time, n.id)}.get(
                 rule, lambda n: (n.last_access_time, n.id))
             victim = min(cands, key=key)
             removed.add(victim.id)
@@ -113,6 +121,11 @@ LRU_MISTAKES = dict([
     ("stop as soon as the freed tokens reach num_tokens (>=): one more node is one too many", _lru_by("strict")),
     ("a tie in last_access_time goes to the SMALLER id first: the key is (last_access_time, id), both ascending",
      _lru_by("tie_desc")),
+    ("choose again after every removal: a node becomes a leaf only once its last child is gone, and a list sorted "
+     "and walked once may have passed it by then", _lru_by("sorted_once")),
+    ("LRU orders by last_access_time first: the id only breaks a tie", _lru_by("id_only")),
+    ("LRU orders by last_access_time, not by hit_count (that is LFU): the least recently used leaf goes first",
+     _lru_by("lfu")),
 ])
 # Only on the trees with tied access times (a tie broken by list order is right elsewhere):
 TIE_MISTAKES = dict([
@@ -149,7 +162,8 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
             if isinstance(got, (list, tuple)):
                 got = list(got)
             ok = same_outcome(expected, got) and not changed
-            note = "...but it changed the tree" if changed else ""
+            note = ("it changed the tree: work the order out without removing anything (keep the nodes that "
+                    "went in a set of your own)" if changed else "")
             if not ok and not changed and want == 0 and got:
                 note = ("asked for 0 tokens, it evicted a node: nothing is owed, so nothing goes (test the stop "
                         "rule before each removal, not after it)")
@@ -171,6 +185,8 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
 
 def _evict_note(cache: RadixCache, got: object) -> str:
     """What is wrong in an eviction order no single known mistake gives: an inner or locked node in it."""
+    if isinstance(got, (set, frozenset)):
+        return "return a list in the order the nodes go: a set has no order"
     if not isinstance(got, list):
         return ""
     if got and all(isinstance(i, TreeNode) for i in got):
@@ -209,24 +225,41 @@ def inc_lock_ref(fn: Callable, verbose: bool = True) -> CheckResult:
                 continue
             got = call_in_place(fn, _find(mine, node_id))
             if isinstance(got, Raised):
-                c.record(label, expected, got)
+                c.record(label, expected, got, note=("the root (parent is None) is never locked: leave it as it is and "
+                                                     "return 0, no error" if node_id == 0 else ""))
                 continue
+            found = [m for m, rule in LOCK_MISTAKES.items()
+                     if _lock_sim(cache, node_id, rule) == _locks(mine) != _lock_sim(cache, node_id, "right")]
             note = ((unit_slip(expected["returned"], got) if not isinstance(got, int) else None)
-                    or _lock_note(expected, got, _locks(mine)))
-            if _lock_sim(cache, node_id, "overwrite") == _locks(mine) != _lock_sim(cache, node_id, "right"):
-                also = _locks(mine) in (_lock_sim(cache, node_id, "node_only"), _lock_sim(cache, node_id, "below_child"))
-                note = ("lock_ref = 1 overwrites other requests' locks: add one (lock_ref += 1), each running request "
-                        "holds its own" + (f"; or else {note}" if also and note else ""))
-            c.record(label, expected, {"returned": got, **_locks(mine)}, note=note)
+                    or (found[0] if found else _lock_note(expected, got, _locks(mine))))
+            c.record(label, expected, {"returned": got, **_locks(mine)}, note=note).candidates = found
     return c.done()
+
+
+# What a wrong walk does to the locks (the returned value is diagnosed apart, by _lock_note), likeliest first:
+LOCK_MISTAKES = {
+    "lock_ref = 1 overwrites other requests' locks: add one (lock_ref += 1), each running request holds its own":
+        "overwrite",
+    "a node another request already locks still gets this request's +1 (lock_ref += 1 on every node of the path, "
+    "locked or not): each running request holds its own lock": "stop_at_locked",
+    "the node itself is locked too: start at node, then walk up through node.parent": "skip_self",
+    "not every node up the path was locked: walk up through node.parent to the root's child": "node_only",
+    "not every node up the path was locked: walk up through node.parent to the root's child, and lock that one "
+    "too": "below_child",
+}
 
 
 def _lock_sim(cache: RadixCache, node_id: int, rule: str) -> dict:
     """Every node's lock_ref after locking ``node_id`` on a copy with one rule changed ("right" changes none):
-    "overwrite" sets ``lock_ref = 1``, "node_only" locks the node alone, "below_child" stops below the root's child."""
+    "overwrite" sets ``lock_ref = 1``, "node_only" locks the node alone, "below_child" stops below the root's child,
+    "stop_at_locked" stops at the first node already locked, "skip_self" starts at the node's parent."""
     sim = copy.deepcopy(cache)
     node = _find(sim, node_id)
+    if rule == "skip_self" and node.parent is not None:
+        node = node.parent
     while node.parent is not None and not (rule == "below_child" and node.parent.parent is None):
+        if rule == "stop_at_locked" and node.lock_ref > 0:
+            break
         node.lock_ref = 1 if rule == "overwrite" else node.lock_ref + 1
         node = node.parent if rule != "node_only" else sim.root
     return _locks(sim)
