@@ -849,3 +849,20 @@ def test_l09_checkers_name_their_common_mistakes_and_empty_input():
     capped = next(f for m, f in L9.ORCA_MISTAKES.items() if "capped" in m)
     notes = {c.note for c in L9.orca_reservation(capped, verbose=False).failures if c.note}
     assert any("here 4096" in n for n in notes) and any("here 2048" in n for n in notes)  # the case's max_len
+
+
+def test_cache_census_counts_what_the_tree_holds():
+    """Lesson 08 explains the dip of "fewest tokens" with these counts (review r12): the same runs as the
+    hit-rate table, and the counts follow from the stream."""
+    from kvlab.lessons.eviction import cache_census, popular_prefix_stream, served_hit_rate
+
+    reqs = popular_prefix_stream(60, seed=1)
+    for policy in ("lru", "fewest_tokens"):
+        k = cache_census(reqs, 120, policy)
+        assert k.hit_rate == served_hit_rate(reqs, 120, policy)
+        assert 0 < k.found <= k.shared_requests < len(reqs) and 0 <= k.one_off_slots <= 120
+    tiny = [([1, 2, 3], [9]), ([7, 8], [9]), ([1, 2, 4], [9])]   # [1 ...] shared, [7 8] a one-off
+    k = cache_census(tiny, 20, "lru")
+    assert (k.shared_requests, k.found, k.one_off_slots, k.prefixes_held) == (2, 1, 1.5, 0.5)
+    with pytest.raises(ValueError):
+        cache_census(tiny, 3, "lru")
