@@ -375,7 +375,7 @@ if per - 1 < (grow["reused"] - 1) / 2:
 # enough for a few more decode steps of the requests still running. Admitted again, the request
 # reuses its prompt if it was not evicted meanwhile, and computes its generated tokens again
 # (SGLang's own TODO there: "for preempted requests, we may want to insert into the tree"). So
-# on SGLang the reused count above would grow by the prompts alone, and prefilled would be larger.
+# on SGLang the reused count above would grow by the prompts alone (not measured here).
 #
 # ## 5. Cache-aware scheduling
 #
@@ -409,8 +409,10 @@ serve_request(c, [1, 2, 3, 4, 5])
 serve_request(c, [9, 9, 9])
 queue = [[1, 2, 7], [9, 9, 9, 1], [1, 2, 3, 4, 8], [9, 9, 9, 2], [9, 9, 9, 3], [5, 5]]
 print("cached prefix of each waiting request:", shared_prefix_lengths(queue, c.tree))
+print("the order each policy serves them in (one request between bars):")
 for policy in ["fcfs", "lpm", "dfs-weight"]:
-    print(f"{policy:<10}", order_by_shared_prefix(queue, c.tree, policy=policy))
+    order = order_by_shared_prefix(queue, c.tree, policy=policy)
+    print(f"{policy:<10}", " | ".join(" ".join(map(str, r)) for r in order))
 
 # %% [markdown]
 # `lpm` serves `[1 2 3 4 8]` first (4 tokens cached), then the three `[9 9 9 …]` requests, and
