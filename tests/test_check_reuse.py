@@ -704,6 +704,47 @@ def test_admit_plan_accepts_solution_rejects_wrong_and_names_the_mistake():
     assert not passes(L08.admit_plan, lambda root, tokens, free: None)
 
 
+def admit_ignores_other_lock(root, tokens, num_free):
+    """Review r12's accepted answer: it takes the matched tokens of EVERY path node off the evictable
+    size, also those of a node another running request already locks (never evictable to begin with)."""
+    limit, node, pos, path = len(tokens) - 1, root, 0, []
+    while pos < limit and (child := node.children.get(tokens[pos])) is not None:
+        k = 0
+        while k < len(child.key) and pos + k < limit and child.key[k] == tokens[pos + k]:
+            k += 1
+        path.append((child, k))
+        pos, node = pos + k, child
+        if k < len(child.key):
+            break
+    evictable, stack = 0, list(root.children.values())
+    while stack:
+        n = stack.pop()
+        evictable += len(n.key) if n.lock_ref == 0 else 0
+        stack.extend(n.children.values())
+    evictable -= sum(k for _n, k in path)                  # the slip: no `if n.lock_ref == 0`
+    need = len(tokens) - pos
+    return (pos, 0) if need <= num_free else None if need > num_free + evictable else (pos, need - num_free)
+
+
+def test_admit_plan_names_an_answer_that_ignores_another_requests_lock():
+    """Review r12: admit_plan accepted an answer that took a locked path node's matched tokens off the
+    evictable size again (it ignores the other request's lock); cases where a second request locks a
+    node on the matched path and the new one fits exactly, on several trees, sizes and seeds, reject it."""
+    r = L08.admit_plan(admit_ignores_other_lock, verbose=False)
+    assert not r.passed
+    assert "another request" in _note(r) and "lock" in _note(r)
+    assert sum("locked by a running request" in c.label or "locked by another" in c.label
+               for c in r.failures) >= 3  # several trees, not one hand-made case
+
+
+def test_admit_plan_names_the_lock_and_count_slips():
+    """Review r12: four wrong answers were rejected without a name or with a wrong one; each is named."""
+    for rule, words in (("count_locked", "lock_ref == 0"), ("leaves_only", "not only the leaves"),
+                        ("evict_plus_one", "one more is one too many"), ("lock_le1", "lock_ref == 1 is a lock")):
+        r = L08.admit_plan(L08._plan_by(rule), verbose=False)
+        assert not r.passed and words in _note(r), (rule, _note(r))
+
+
 def test_inc_lock_ref_failures_show_only_the_nodes_that_differ_and_name_the_mistake():
     r = check.inc_lock_ref(lock_node_only, verbose=False)
     why = r.failures[0].why()
@@ -712,6 +753,33 @@ def test_inc_lock_ref_failures_show_only_the_nodes_that_differ_and_name_the_mist
     assert "the root was locked" in _note(check.inc_lock_ref(lock_with_root, verbose=False))
     assert "already protected" in _note(check.inc_lock_ref(lock_counts_locked_too, verbose=False))
     assert "the sign" in _note(check.inc_lock_ref(lambda n: -S08.inc_lock_ref(n), verbose=False))
+
+
+def lock_stops_at_a_locked_node(node):
+    """Stops at the first node another request locks, as if its lock covered this request too."""
+    d = 0
+    while node.parent is not None and node.lock_ref == 0:
+        d -= len(node.key)
+        node.lock_ref += 1
+        node = node.parent
+    return d
+
+
+def lock_from_the_parent(node):
+    """Starts one node too high: the node itself is never locked."""
+    return S08.inc_lock_ref(node.parent) if node.parent is not None else 0
+
+
+def test_lru_evict_and_inc_lock_ref_name_more_wrong_answers():
+    """Round 12: wrong answers that were rejected without a name, or with another mistake's name."""
+    for rule, words in (("sorted_once", "choose again after every removal"), ("id_only", "the id only breaks a tie"),
+                        ("lfu", "not by hit_count")):
+        assert words in _note(check.lru_evict(L08._lru_by(rule), verbose=False)), rule
+    assert "a set has no order" in _note(check.lru_evict(lambda r, k: set(S08.lru_evict(r, k)), verbose=False))
+    r = check.inc_lock_ref(lock_stops_at_a_locked_node, verbose=False)
+    assert "still gets this request's +1" in _note(r) and "overwrites" not in _note(r)
+    r = check.inc_lock_ref(lock_from_the_parent, verbose=False)
+    assert all("the node itself is locked too" in c.note for c in r.failures)
 
 
 # ------------------------------------------ lesson 08's prose follows its own data (issue 16, bug 4)
@@ -781,3 +849,20 @@ def test_l09_checkers_name_their_common_mistakes_and_empty_input():
     capped = next(f for m, f in L9.ORCA_MISTAKES.items() if "capped" in m)
     notes = {c.note for c in L9.orca_reservation(capped, verbose=False).failures if c.note}
     assert any("here 4096" in n for n in notes) and any("here 2048" in n for n in notes)  # the case's max_len
+
+
+def test_cache_census_counts_what_the_tree_holds():
+    """Lesson 08 explains the dip of "fewest tokens" with these counts (review r12): the same runs as the
+    hit-rate table, and the counts follow from the stream."""
+    from kvlab.lessons.eviction import cache_census, popular_prefix_stream, served_hit_rate
+
+    reqs = popular_prefix_stream(60, seed=1)
+    for policy in ("lru", "fewest_tokens"):
+        k = cache_census(reqs, 120, policy)
+        assert k.hit_rate == served_hit_rate(reqs, 120, policy)
+        assert 0 < k.found <= k.shared_requests < len(reqs) and 0 <= k.one_off_slots <= 120
+    tiny = [([1, 2, 3], [9]), ([7, 8], [9]), ([1, 2, 4], [9])]   # [1 ...] shared, [7 8] a one-off
+    k = cache_census(tiny, 20, "lru")
+    assert (k.shared_requests, k.found, k.one_off_slots, k.prefixes_held) == (2, 1, 1.5, 0.5)
+    with pytest.raises(ValueError):
+        cache_census(tiny, 3, "lru")

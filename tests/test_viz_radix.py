@@ -144,6 +144,8 @@ def test_event_frames_show_match_insert_and_evicted_nodes():
     ev = next(f for f in fr if "evicted" in f.caption)
     gone = {n.tokens for n in ev.snapshot.evicted}
     assert gone == {tuple(char_tokenize("world!")), tuple(char_tokenize("there"))}
+    # review r12: the caption named the policy by its internal id ("policy lru")
+    assert "(2 nodes); policy: least recently used (LRU)" in ev.caption and "policy lru" not in ev.caption
     d = viz.radix_tree_data(ev.snapshot)
     faded = [n for n in d["nodes"] if n["kind"] == "evicted"]
     assert len(faded) == 2 and all(n["fill"] == EVICTED and "(evicted)" in n["label"] for n in faded)

@@ -84,6 +84,13 @@ def _lru_by(rule: str) -> Callable:
     def fn(root: TreeNode, num_tokens: int) -> list[int]:
         nodes, removed, order, freed = _nodes_below(root), set(), [], 0
         first_leaves = {n.id for n in nodes if not n.children}
+        if rule == "sorted_once":                # one pass over the unlocked nodes sorted once: a parent
+            for v in sorted((n for n in nodes if n.lock_ref == 0), key=lambda n: (n.last_access_time, n.id)):
+                if freed < num_tokens and all(ch.id in removed for ch in v.children.values()):
+                    removed.add(v.id)            # seen before its last child went is never seen again
+                    order.append(v.id)
+                    freed += len(v.key)
+            return order
         while freed < num_tokens or rule == "no_stop" or (rule == "strict" and freed == num_tokens):
             cands = [n for n in nodes if n.id not in removed
                      and (n.lock_ref == 0 or rule == "locked")
@@ -92,7 +99,8 @@ def _lru_by(rule: str) -> Callable:
             if not cands:
                 break
             key = {"mru": lambda n: (-n.last_access_time, n.id), "size": lambda n: (len(n.key), n.id),
-                   "tie_desc": lambda n: (n.last_access_time, -n.id), "no_tie": lambda n: n.last_access_time}.get(
+                   "tie_desc": lambda n: (n.last_access_time, -n.id), "no_tie": lambda n: n.last_access_time,
+                   "id_only": lambda n: n.id, "lfu": lambda n: (n.hit_count, n.last_access_time, n.id)}.get(
                 rule, lambda n: (n.last_access_time, n.id))
             victim = min(cands, key=key)
             removed.add(victim.id)
@@ -113,6 +121,11 @@ LRU_MISTAKES = dict([
     ("stop as soon as the freed tokens reach num_tokens (>=): one more node is one too many", _lru_by("strict")),
     ("a tie in last_access_time goes to the SMALLER id first: the key is (last_access_time, id), both ascending",
      _lru_by("tie_desc")),
+    ("choose again after every removal: a node becomes a leaf only once its last child is gone, and a list sorted "
+     "and walked once may have passed it by then", _lru_by("sorted_once")),
+    ("LRU orders by last_access_time first: the id only breaks a tie", _lru_by("id_only")),
+    ("LRU orders by last_access_time, not by hit_count (that is LFU): the least recently used leaf goes first",
+     _lru_by("lfu")),
 ])
 # Only on the trees with tied access times (a tie broken by list order is right elsewhere):
 TIE_MISTAKES = dict([
@@ -149,7 +162,8 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
             if isinstance(got, (list, tuple)):
                 got = list(got)
             ok = same_outcome(expected, got) and not changed
-            note = "...but it changed the tree" if changed else ""
+            note = ("it changed the tree: work the order out without removing anything (keep the nodes that "
+                    "went in a set of your own)" if changed else "")
             if not ok and not changed and want == 0 and got:
                 note = ("asked for 0 tokens, it evicted a node: nothing is owed, so nothing goes (test the stop "
                         "rule before each removal, not after it)")
@@ -171,6 +185,8 @@ def lru_evict(fn: Callable, verbose: bool = True) -> CheckResult:
 
 def _evict_note(cache: RadixCache, got: object) -> str:
     """What is wrong in an eviction order no single known mistake gives: an inner or locked node in it."""
+    if isinstance(got, (set, frozenset)):
+        return "return a list in the order the nodes go: a set has no order"
     if not isinstance(got, list):
         return ""
     if got and all(isinstance(i, TreeNode) for i in got):
@@ -209,24 +225,41 @@ def inc_lock_ref(fn: Callable, verbose: bool = True) -> CheckResult:
                 continue
             got = call_in_place(fn, _find(mine, node_id))
             if isinstance(got, Raised):
-                c.record(label, expected, got)
+                c.record(label, expected, got, note=("the root (parent is None) is never locked: leave it as it is and "
+                                                     "return 0, no error" if node_id == 0 else ""))
                 continue
+            found = [m for m, rule in LOCK_MISTAKES.items()
+                     if _lock_sim(cache, node_id, rule) == _locks(mine) != _lock_sim(cache, node_id, "right")]
             note = ((unit_slip(expected["returned"], got) if not isinstance(got, int) else None)
-                    or _lock_note(expected, got, _locks(mine)))
-            if _lock_sim(cache, node_id, "overwrite") == _locks(mine) != _lock_sim(cache, node_id, "right"):
-                also = _locks(mine) in (_lock_sim(cache, node_id, "node_only"), _lock_sim(cache, node_id, "below_child"))
-                note = ("lock_ref = 1 overwrites other requests' locks: add one (lock_ref += 1), each running request "
-                        "holds its own" + (f"; or else {note}" if also and note else ""))
-            c.record(label, expected, {"returned": got, **_locks(mine)}, note=note)
+                    or (found[0] if found else _lock_note(expected, got, _locks(mine))))
+            c.record(label, expected, {"returned": got, **_locks(mine)}, note=note).candidates = found
     return c.done()
+
+
+# What a wrong walk does to the locks (the returned value is diagnosed apart, by _lock_note), likeliest first:
+LOCK_MISTAKES = {
+    "lock_ref = 1 overwrites other requests' locks: add one (lock_ref += 1), each running request holds its own":
+        "overwrite",
+    "a node another request already locks still gets this request's +1 (lock_ref += 1 on every node of the path, "
+    "locked or not): each running request holds its own lock": "stop_at_locked",
+    "the node itself is locked too: start at node, then walk up through node.parent": "skip_self",
+    "not every node up the path was locked: walk up through node.parent to the root's child": "node_only",
+    "not every node up the path was locked: walk up through node.parent to the root's child, and lock that one "
+    "too": "below_child",
+}
 
 
 def _lock_sim(cache: RadixCache, node_id: int, rule: str) -> dict:
     """Every node's lock_ref after locking ``node_id`` on a copy with one rule changed ("right" changes none):
-    "overwrite" sets ``lock_ref = 1``, "node_only" locks the node alone, "below_child" stops below the root's child."""
+    "overwrite" sets ``lock_ref = 1``, "node_only" locks the node alone, "below_child" stops below the root's child,
+    "stop_at_locked" stops at the first node already locked, "skip_self" starts at the node's parent."""
     sim = copy.deepcopy(cache)
     node = _find(sim, node_id)
+    if rule == "skip_self" and node.parent is not None:
+        node = node.parent
     while node.parent is not None and not (rule == "below_child" and node.parent.parent is None):
+        if rule == "stop_at_locked" and node.lock_ref > 0:
+            break
         node.lock_ref = 1 if rule == "overwrite" else node.lock_ref + 1
         node = node.parent if rule != "node_only" else sim.root
     return _locks(sim)
@@ -266,50 +299,81 @@ def _nodes_below(root: TreeNode) -> list[TreeNode]:
     return out
 
 
+def _plan_match(root: TreeNode, tokens: list[int], limit: int) -> tuple[int, list[tuple[TreeNode, int]]]:
+    """The longest match of ``tokens`` up to ``limit`` tokens: (its length, the path as (node, its tokens matched))."""
+    node, pos, path = root, 0, []
+    while pos < limit:
+        child = node.children.get(tokens[pos])
+        if child is None:
+            break
+        k = 0
+        while k < len(child.key) and pos + k < limit and child.key[k] == tokens[pos + k]:
+            k += 1
+        path.append((child, k))
+        pos += k
+        if k < len(child.key):
+            break
+        node = child
+    return pos, path
+
+
+def _plan_evictable(root: TreeNode, path: list[tuple[TreeNode, int]], rule: str) -> int:
+    """The unlocked tokens once the path is locked, with one rule changed ("right" changes none)."""
+    def unlocked(n: TreeNode, in_total: bool) -> bool:
+        if rule == "lock_le1":
+            return n.lock_ref <= 1
+        ignored = rule == "count_locked" and in_total
+        return (n.lock_ref == 0 or ignored) and (rule != "leaves_only" or not n.children)
+    evictable = sum(len(n.key) for n in _nodes_below(root) if unlocked(n, True))
+    if rule == "no_lock":
+        return evictable
+    return evictable - sum(len(n.key) if rule in ("whole_node", "whole_other") else k for n, k in path
+                           if rule in ("other_lock", "whole_other") or unlocked(n, False))
+
+
 def _plan_by(rule: str):
     """admit_plan with one rule changed (each a plausible mistake; "right" changes none)."""
     def fn(root: TreeNode, tokens: list[int], num_free: int):
         limit = len(tokens) if rule in ("no_cap", "need_uncapped", "lock_uncapped") else len(tokens) - 1
-        node, pos, path = root, 0, []                       # path: (node, its tokens matched)
-        while pos < limit:
-            child = node.children.get(tokens[pos])
-            if child is None:
-                break
-            k = 0
-            while k < len(child.key) and pos + k < limit and child.key[k] == tokens[pos + k]:
-                k += 1
-            path.append((child, k))
-            pos += k
-            if k < len(child.key):
-                break
-            node = child
+        pos, path = _plan_match(root, tokens, limit)
         need = len(tokens) - (0 if rule == "no_prefix" else pos)
         pos = min(pos, len(tokens) - 1) if rule == "need_uncapped" else pos
         if rule == "lock_uncapped":
             pos = min(pos, len(tokens) - 1)
             need = len(tokens) - pos
-        evictable = sum(len(n.key) for n in _nodes_below(root) if n.lock_ref == 0)
-        if rule != "no_lock":
-            evictable -= sum(len(n.key) if rule == "whole_node" else k for n, k in path if n.lock_ref == 0)
+        evictable = _plan_evictable(root, path, rule)
         if need <= num_free and rule != "no_free":
             return (pos, 0)
         if rule != "partial" and (need >= num_free + evictable if rule == "ge" else need > num_free + evictable):
             return None
-        return (pos, need if rule == "evict_need" else need - num_free)
+        return (pos, need if rule == "evict_need" else need - num_free + (rule == "evict_plus_one"))
     return fn
 
 
 ADMIT_MISTAKES = dict([
+    ("it ignores another request's lock: a node on the matched path that another running request already locks "
+     "(lock_ref > 0) was never evictable, so locking it again takes nothing off; take off only the matched tokens "
+     "of path nodes with lock_ref == 0", _plan_by("other_lock")),
     ("the request locks its matched prefix before anything is evicted: those tokens cannot be evicted "
      "to make room for it", _plan_by("no_lock")),
+    ("any lock_ref > 0 protects a node (it counts the running requests): lock_ref == 1 is a lock too",
+     _plan_by("lock_le1")),
+    ("a node locked by a running request (lock_ref > 0) is not evictable: count only the nodes with "
+     "lock_ref == 0 as unlocked tokens", _plan_by("count_locked")),
+    ("every unlocked node counts, not only the leaves: once a leaf goes, its parent is a leaf and can go "
+     "too", _plan_by("leaves_only")),
     ("a fully cached prompt still computes its last token: match at most len(tokens) - 1 tokens", _plan_by("no_cap")),
     ("a fully cached prompt still computes its last token: the need counts the last token too "
      "(len(tokens) - prefix_len with the capped prefix_len), even when the match covers it", _plan_by("need_uncapped")),
     ("lock only the capped prefix (prefix_len tokens): the last token is computed again, so its cached slot is "
      "not locked and stays evictable", _plan_by("lock_uncapped")),
     ("evict only what the free slots do not cover (need - num_free)", _plan_by("evict_need")),
+    ("evict exactly what the free slots do not cover (need - num_free): one more is one too many",
+     _plan_by("evict_plus_one")),
     ("a match that ends inside a node locks only its matched part (the node is split there); the rest "
      "stays evictable", _plan_by("whole_node")),
+    ("it ignores another request's lock (a locked path node was never evictable: take off only the path nodes "
+     "with lock_ref == 0), and a match that ends inside a node locks only its matched part", _plan_by("whole_other")),
     ("when even every unlocked token is not enough, nothing is evicted: the request waits (None)",
      _plan_by("partial")),
     ("the matched prefix needs no new slots: need = len(tokens) - prefix_len", _plan_by("no_prefix")),
@@ -365,6 +429,48 @@ def _admission_cases() -> list[tuple[str, CacheManager, list[int]]]:
             tokens = s[: rng.randint(1, len(s))] + [rng.randrange(4, 8) for _ in range(rng.randint(0, 8))]
             out.append((f"random cache {seed} ({cm.tree.num_nodes} nodes, {cm.allocator.num_free_blocks} free): "
                         f"tokens {tokens}", cm, tokens))
+    return out + _locked_path_cases()
+
+
+def _exact_fit(cm: CacheManager, prefix: list[int], extra: int = 0) -> list[int]:
+    """``prefix`` and new tokens (ids from 20 up, never cached) so many that the request needs exactly the
+    free slots plus the unlocked tokens left after its own lock (``extra`` more: one too many)."""
+    c = copy.deepcopy(cm)
+    m = c.tree.match_prefix(prefix)
+    if m.last_node is not c.tree.root:
+        c.tree.inc_lock_ref(m.last_node)
+    new = c.allocator.num_free_blocks + c.tree.evictable_size() - (len(prefix) - m.prefix_len) + extra
+    return list(prefix) + list(range(20, 20 + max(1, new)))
+
+
+def _locked_path_cases() -> list[tuple[str, CacheManager, list[int]]]:
+    """A node on the matched path locked by another running request (once or twice), the new request fitting
+    exactly or by one token too many: counting the locked tokens as evictable, or taking them off again, shows."""
+    out = []
+    for pool, runners in ((14, 1), (18, 2)):
+        cm = CacheManager(pool, block_size=1)
+        for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 9, 9, 9]):
+            serve_request(cm, seq)
+        for i in range(runners):
+            cm.admit(f"running {i + 1}", [9, 9, 9, 9, 5 + i])
+        by = "a running request" if runners == 1 else f"{runners} running requests (lock_ref {runners})"
+        for prefix, extra in [(p, e) for p in ([9, 9, 9, 9], [9, 9], [1, 2, 3, 9]) for e in (0, 1)]:
+            tokens = _exact_fit(cm, prefix, extra)
+            out.append((f"tree [1 2 3]->{{[4 5 6], [7 8]}}, [9 9 9 9] locked by {by}, {cm.allocator.num_free_blocks} "
+                        f"free: tokens {tokens} ({'one too many' if extra else 'fits exactly'})", cm, tokens))
+    rng = random.Random(12)
+    for seed in range(5):
+        seqs = related_prompts(rng, rng.randint(3, 6), alphabet=3, max_new=6)
+        cm = CacheManager(sum(map(len, seqs)) + 2 + seed, block_size=1)
+        for q in seqs:
+            serve_request(cm, q)
+        s = max(seqs, key=len)
+        for i in range(1 + seed % 2):                            # one or two other requests lock a prefix of s
+            cm.admit(f"running {i + 1}", s[: rng.randint(1, len(s))] + [7 + i])
+        for extra in (0, 1):
+            tokens = _exact_fit(cm, s[: rng.randint(1, len(s))], extra)
+            out.append((f"random cache {seed} ({cm.tree.num_nodes} nodes, a prefix locked by another request, "
+                        f"{cm.allocator.num_free_blocks} free): tokens {tokens}", cm, tokens))
     return out
 
 

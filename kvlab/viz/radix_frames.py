@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from ..lessons.eviction import POLICY_NAMES
 from ..lessons.four_requests import char_detokenize, char_tokenize, four_request_example
 from .radix_state import RadixState
 
@@ -247,7 +248,9 @@ def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[i
                 if len(found) == len(wanted):
                     break
             gone = tuple(found[k] for k in d["nodes"] if k in found)
-            cap = f"{who}evicted {d['num_tokens']} tokens ({len(d['nodes'])} nodes, policy {d['policy']})"
+            k = len(d["nodes"])
+            cap = (f"{who}evicted {d['num_tokens']} tokens ({k} node{'s' if k != 1 else ''}); policy: "
+                   f"{POLICY_NAMES.get(d['policy'], d['policy'])}")
         elif e.kind in ("lock", "unlock"):
             what = f"the path to node {d['node']}" if d["node"] else "nothing (empty match: the root)"
             cap = f"{who}{'locked' if e.kind == 'lock' else 'unlocked'} {what}"

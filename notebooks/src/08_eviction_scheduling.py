@@ -235,13 +235,50 @@ for n in hit:
 # will need again soon; with more room the policy decides *which* prefixes survive. LFU counts
 # how often each node was matched (`hit_count`), so the one-off documents go first: nothing
 # matches them after they are cached, and their count stays 0, like R2's `[9 9 9]` in
-# section 1's table; the popular prefixes, matched again and again, stay; LRU keeps whatever came last, so a burst of documents can push the
-# prefixes out; "fewest tokens" evicts the short question leaves first and keeps the long
-# documents nobody asks for again. No policy is best for every workload, and on this stream LRU
-# is not the best one (the lines above count at how many pool sizes each policy wins). It is
-# SGLang's default for another reason: it needs no counts and no knowledge of the workload. The
-# stream it is built for, a chat where each turn's history is the next turn's prefix, is not
-# measured here.
+# section 1's table; the popular prefixes, matched again and again, stay. LRU keeps whatever
+# came last, so a burst of documents can push the prefixes out. No policy is best for every
+# workload, and on this stream LRU is not the best one (the lines above count at how many pool
+# sizes each policy wins). It is SGLang's default for another reason: it needs no counts and no
+# knowledge of the workload. The stream it is built for, a chat where each turn's history is the
+# next turn's prefix, is not measured here.
+#
+# ### Why can "fewest tokens" hit *less* with more memory?
+#
+# Its column in the table does not rise with the pool. The policy evicts the smallest unlocked
+# leaf. Once the short question leaves of a popular prompt are gone, the prompt's own 30-token
+# node is a leaf, smaller than every document longer than 30 tokens (a document is cached with
+# its 5 output tokens: 25 to 65 tokens), so the prompt goes first and the long documents stay.
+# Where the slots go, counted by `kvlab.lessons.eviction.cache_census` at the arrival of each
+# request with a popular prompt (the same runs as the table; real tree, simulated stream):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.lessons.eviction import cache_census
+
+census = {cap: cache_census(requests, cap, "fewest_tokens") for cap in capacities}
+assert all(census[cap].hit_rate == hit["fewest_tokens"][i] for i, cap in enumerate(capacities))  # the table's runs
+print(f"fewest tokens  {'hit rate':>8}  {'found their prompt':>18}  {'slots held by documents':>23}  {'prompts cached':>14}")
+for cap, k in census.items():
+    print(f"{cap:>4} slots     {k.hit_rate:>8.1%}  {f'{k.found} of {k.shared_requests}':>18}  "
+          f"{f'{k.one_off_slots:.0f} of {cap}':>23}  {k.prefixes_held:>14.2f}")
+for a, b in zip(capacities, capacities[1:]):
+    ka, kb = census[a], census[b]
+    if kb.hit_rate < ka.hit_rate:
+        more = round(kb.one_off_slots) - round(ka.one_off_slots)
+        lfu = cache_census(requests, b, "lfu")
+        print(f"From {a} to {b} slots its hit rate falls from {ka.hit_rate:.1%} to {kb.hit_rate:.1%}.\n"
+              f"The pool grows by {b - a} slots, the documents' share by {more} ({round(ka.one_off_slots)} -> "
+              f"{round(kb.one_off_slots)} on average)" + (":\nthey take room the prompts had" if more > b - a else "")
+              + f", and the popular requests that find their prompt\nfall from {ka.found} to {kb.found}. "
+              f"LFU at {b} slots: documents hold {lfu.one_off_slots:.0f}, and {lfu.found} find their prompt.")
+
+# %% [markdown]
+# In the smallest pool documents cannot pile up: one request alone needs up to 65 slots, so
+# each new one evicts most of what is cached, documents included (the first row). In a larger
+# pool long documents fit side by side, and every popular prompt that comes back is evicted
+# before them: the extra memory is spent on tokens nobody asks for again. A leaf's size says
+# nothing about whether it will be used again; recency (LRU) and match counts (LFU) do, which is
+# why those two columns rise with the pool.
 #
 # ### The real run: the bundled model under memory pressure
 #
@@ -249,9 +286,10 @@ for n in hit:
 # model serves 12 requests (three system prompts, four questions, a new request every two
 # steps) in `kvlab.compute.engine.Engine` with the radix tree, in pools of shrinking size
 # (block size 4). When the pool is short the engine evicts unlocked leaves; when even that is
-# not enough for the next decode step it **preempts** the most recently admitted request: its
-# computed tokens (prompt and the tokens generated so far) are cached in the tree, its blocks
-# freed, and it goes back to the head of the queue, to be admitted again later. Prompt tokens
+# not enough for the next decode step it **preempts** the most recently admitted request: kvlab
+# inserts its computed tokens (prompt and the tokens generated so far) into the tree, frees its
+# blocks, and puts it back at the head of the queue, to be admitted again later. (SGLang keeps
+# less of it: see below the next table.) Prompt tokens
 # are counted at every admission: `prefilled` ran through the model, `reused` came from the
 # tree. `check=True` verifies every reference count after every step (measured on the CPU).
 
@@ -320,23 +358,47 @@ if per - 1 < (grow["reused"] - 1) / 2:
 # %% [markdown]
 # Why does **reused** rise as memory shrinks? Not because a small pool caches better: every
 # preempted request is admitted again, and its second admission matches what its first one left
-# in the tree, its own prompt *and* the tokens it had generated (preemption caches them with
-# `cache_finished_req`). Those tokens are counted as reused a second time, so the count grows
-# with the admissions, while **prefilled** grows too: what was evicted in between must be
+# in the tree, its own prompt *and* the tokens it had generated (kvlab's preemption inserts them
+# with `cache_finished_req`). Those tokens are counted as reused a second time, so the count
+# grows with the admissions, while **prefilled** grows too: what was evicted in between must be
 # computed again. The last lines above compare the growth of the reused count with the growth
 # of the admissions.
+#
+# **What SGLang does instead.** Its `ScheduleBatch.retract_decode` (`schedule_batch.py`) takes
+# back the running request that has generated the fewest tokens (ties: the longest prompt), not
+# the newest, and `release_req` releases its KV with `cache_finished_req(req, is_insert=False)`
+# (through `release_kv_cache` in newer versions; the comment: "release memory and don't insert
+# into the tree because we need the space instantly"). Its prompt is already in the tree,
+# inserted right after its prefill by `cache_unfinished_req`; `RadixCache.cache_finished_req`
+# frees the slots of every token after that cached part, the generated ones, without inserting
+# them, and unlocks the prompt's path, which stays cached but evictable. The tree then evicts
+# enough for a few more decode steps of the requests still running. Admitted again, the request
+# reuses its prompt if it was not evicted meanwhile, and computes its generated tokens again
+# (SGLang's own TODO there: "for preempted requests, we may want to insert into the tree"). So
+# on SGLang the reused count above would grow by the prompts alone (not measured here).
 #
 # ## 5. Cache-aware scheduling
 #
 # The order in which waiting requests are served matters as much as what is evicted. If
 # requests sharing a prefix are served together, their prefix is computed once and stays hot;
-# served first-come-first-served, unrelated requests in between can evict it. SGLang sorts the
-# queue by the length of each request's cached prefix, longest first (`"lpm"`), or walks the
-# tree depth-first so that one subtree is served at a time (`"dfs-weight"`). One limit matters
-# below: matching every waiting request costs time, so when **more than 128** requests wait,
-# SGLang turns `lpm` off and serves the queue first-come-first-served
-# (`SchedulePolicy._determine_active_policy` in `schedule_policy.py`; `dfs-weight` has no such
-# limit). `kvlab.reuse.schedule` has both orders:
+# served first-come-first-served, unrelated requests in between can evict it. SGLang's
+# `SchedulePolicy` (`schedule_policy.py`) has two cache-aware orders:
+#
+# - `"lpm"` (longest prefix match): match every waiting request in the tree and sort by the
+#   matched length, longest first (a stable sort: ties keep their queue order). SGLang also
+#   moves to the back a request whose cached match is at most 32 tokens but which shares at
+#   least 32 tokens with a request ahead of it in the queue, so that shared part is computed
+#   once; kvlab leaves that refinement out.
+# - `"dfs-weight"`: hang each waiting request on the tree node where its match ends; a node's
+#   weight is the number of waiting requests at it and below it. Walk the tree depth-first from
+#   the root, the heaviest child first, and queue a node's own requests after those of its
+#   subtree. One subtree is served at a time, the busiest first, whatever the match lengths.
+#
+# One limit matters below: matching every waiting request costs time, so when **more than 128**
+# requests wait, SGLang turns `lpm` off and serves the queue first-come-first-served
+# (`SchedulePolicy._determine_active_policy`; `dfs-weight` has no such limit).
+# `kvlab.reuse.schedule` has both orders. A tree holding `[1 2 3 4 5]` and `[9 9 9]`, and a queue
+# where the two orders differ:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -344,11 +406,20 @@ from kvlab.reuse.schedule import order_by_shared_prefix, shared_prefix_lengths
 
 c = CacheManager(num_blocks=64, block_size=1)
 serve_request(c, [1, 2, 3, 4, 5])
-queue = [[9, 9], [1, 2, 7], [1, 2, 3, 4, 8], [9, 9, 1]]
+serve_request(c, [9, 9, 9])
+queue = [[1, 2, 7], [9, 9, 9, 1], [1, 2, 3, 4, 8], [9, 9, 9, 2], [9, 9, 9, 3], [5, 5]]
 print("cached prefix of each waiting request:", shared_prefix_lengths(queue, c.tree))
+print("the order each policy serves them in (one request between bars):")
 for policy in ["fcfs", "lpm", "dfs-weight"]:
-    print(f"{policy:<10}", order_by_shared_prefix(queue, c.tree, policy=policy))
+    order = order_by_shared_prefix(queue, c.tree, policy=policy)
+    print(f"{policy:<10}", " | ".join(" ".join(map(str, r)) for r in order))
 
+# %% [markdown]
+# `lpm` serves `[1 2 3 4 8]` first (4 tokens cached), then the three `[9 9 9 …]` requests, and
+# comes back to `[1 2 …]` only at the end: the prefix `[1 2]` must survive in between.
+# `dfs-weight` serves the `[9 9 9]` subtree first, because three requests wait under it against
+# two under `[1 2 …]`, then the whole `[1 2 …]` subtree, deepest match first, and last the
+# request with nothing cached.
 # %% [markdown]
 # At scale, with the simulator (**simulated**: `kvlab.sim`, the same radix tree code, OPT-13B on
 # an A100-40GB cost model): 128 requests, all waiting at once, each starting with one of 8
