@@ -472,15 +472,17 @@ check.orca_reservation(orca_reservation)
 # %% [markdown]
 # ### Exercise 2: how many requests fit at once?
 #
-# Implement `fit_requests(capacity, block_size, max_len, lengths)` returning
-# `(reserve_max, paged)`: how many of the requests (token lengths `lengths`, admitted **in
-# order**, stopping at the **first** one that does not fit) are in memory at once when
+# Implement `fit_requests(capacity, block_size, max_len, lengths)` returning the tuple
+# `(reserve_max, paged)` of two ints: how many of the requests (token lengths `lengths`,
+# admitted **in order**, stopping at the **first** one that does not fit) are in memory at once when
 #
 # - each request reserves `max_len` contiguous slots of a `capacity`-slot arena, and
 # - each request takes `ceil(length / block_size)` blocks of a pool of `capacity // block_size` blocks.
 #
-# The checker compares with `kvlab.ContiguousArena(policy="max")` and `kvlab.BlockManager`
-# admitting the same requests.
+# A request longer than `max_len` can never be served: if any length is over `max_len`, raise
+# `ValueError` before admitting anything, wherever that request stands in the list. The
+# caller's `lengths` is left unchanged. The checker compares with
+# `kvlab.ContiguousArena(policy="max")` and `kvlab.BlockManager` admitting the same requests.
 
 # %% tags=["exercise-stub"]
 def fit_requests(capacity, block_size, max_len, lengths):
