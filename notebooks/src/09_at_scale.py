@@ -338,7 +338,7 @@ for (ds, kind), (lo, hi) in R.PUBLISHED["saving"].items():   # each width agains
                 f"{'above' if sim_w > hi else 'below'} the range by {100 * out:.1f} points"))
     where = "Fig. 15" if per_width else f"text only, {100 * lo:.1f}%-{100 * hi:.1f}% over widths 2-6"
     print(f"{R.DATASET_NAMES[ds]}, {'beam search' if kind == 'beam' else 'parallel sampling'} ({where}):\n    "
-          + "; ".join(parts))
+          + "\n    ".join(parts))   # one width a line: fits a projector's narrow output
 print()
 print(fill(fig15.explanation, 84))
 
