@@ -136,7 +136,7 @@ def spread_bands(spread: Sequence[tuple[float, float]], scale: float = 1, top: f
     it becomes a thin band of that height centred on its value, labelled "no change" (issue 28).
 
     >>> spread_bands([(7.0, 7.0), (20.0, 30.0)], top=40)
-    ([6.76, 20.0], [0.48, 10.0], ['7.0, no change', '20.0-30.0'])
+    ([6.76, 20.0], [0.48, 10.0], ['7.0<br>no change', '20.0-30.0'])
     """
     band = thinnest * top
     base, height, text = [], [], []
@@ -146,7 +146,8 @@ def spread_bands(spread: Sequence[tuple[float, float]], scale: float = 1, top: f
             mid = (lo + hi) / 2
             base.append(round(mid - band / 2, 6))
             height.append(round(band, 6))
-            text.append(f"{mid:.1f}, no change" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}")
+            # two short lines, not one long one: beside the published label it crowded the next bar (review r12)
+            text.append(f"{mid:.1f}<br>no change" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}")
         else:
             base.append(lo)
             height.append(hi - lo)
