@@ -9,7 +9,8 @@ JupyterLab and headless Chromium from a copy with its outputs stripped, twice:
 
 Writes to ``tests/_artifacts/screenshots/`` (ignored by git):
 - ``NN_normal_00.png``, ``NN_normal_01.png``, ... and ``NN_classroom_00.png``, ...: the page,
-  one screen at a time from top to bottom (open them: that is the review);
+  one screen at a time from top to bottom (open them: that is the review); an appendix, which
+  shares its lesson's number, writes ``NNa_normal_00.png``... (it never overwrites the lesson's);
 - ``overflow.json``: every output wider than its output area and every visible text in an
   output under 12 px (16 px in classroom mode), and what the picture checks find (text crossed
   by a line or arrow, text cut by its figure's edge, a step counter shown twice, a legend entry
@@ -43,6 +44,15 @@ from browser_utils import (  # noqa: E402
 OUT = ARTIFACTS / "screenshots"
 
 
+def shot_prefix(name: str) -> str:
+    """The PNGs' prefix: the lesson's number, with an ``a`` for its appendix (which shares the number).
+
+    >>> shot_prefix("09_at_scale.ipynb"), shot_prefix("09_at_scale_appendix.ipynb")
+    ('09', '09a')
+    """
+    return name[:2] + ("a" if Path(name).stem.endswith("_appendix") else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("lessons", nargs="*", help="lesson numbers (default: all), e.g. 04 07")
@@ -61,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m == "classroom" for m in (("normal", "classroom") if args.mode == "both" else (args.mode,))]
     OUT.mkdir(parents=True, exist_ok=True)
     for name in names:  # a lesson's old pictures would mix with the new ones
-        for old in OUT.glob(f"{name[:2]}_*.png"):
+        for old in OUT.glob(f"{shot_prefix(name)}_*.png"):
             old.unlink()
     entries: list[dict] = []
     failures: list[dict] = []
@@ -76,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         with lesson_page(browser, lab, name, classroom) as page:
                             errors = cell_errors(page)
-                            pngs = page_chunks(page, None if args.no_png else OUT, f"{name[:2]}_{mode}")
+                            pngs = page_chunks(page, None if args.no_png else OUT, f"{shot_prefix(name)}_{mode}")
                             found = layout_report(page, name[:2], classroom, notebook=name)
                     except Exception as e:  # noqa: BLE001 - report it, go on with the next lesson
                         errors, pngs, found = [f"{type(e).__name__}: {str(e).splitlines()[0]}"], [], []

@@ -16,6 +16,8 @@ def orca_reservation(prompt_len, output_len, mode, block_size=16, max_len=2048):
 
 
 def fit_requests(capacity, block_size, max_len, lengths):
+    if any(n > max_len for n in lengths):
+        raise ValueError(f"a length over max_len {max_len}: {max(lengths)}")
     reserve_max = min(len(lengths), capacity // max_len)      # every request reserves max_len slots
     free_blocks = capacity // block_size
     paged = 0

@@ -15,7 +15,9 @@ def _notes(r):
 
 
 def test_09_fit_requests_names_a_hard_coded_block_size():
-    def hard_coded(capacity, block_size, max_len, lengths):  # the review's E2-W7
+    def hard_coded(capacity, block_size, max_len, lengths):  # the review's E2-W7 (with round 12's max_len check)
+        if any(n > max_len for n in lengths):
+            raise ValueError("a length over max_len")
         free, n = capacity // 16, 0
         for length in lengths:
             b = -(-length // 16)

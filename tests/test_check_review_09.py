@@ -70,3 +70,83 @@ def test_exercise_3_gives_neither_the_answer_nor_the_method():
     hints = "".join(re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>",
                                _markdown("09_at_scale").split("### Exercise 3")[1], re.S))
     assert "radix tree" not in hints and "node" not in hints
+
+
+# --------------------------------------------------------------------------- exercise 2's contract
+# A result of the documented type (a tuple), a length over max_len refused with ValueError before any
+# request is admitted (wherever it stands in the list), the caller's list left as it was. Each wrong
+# answer below is the reference with one edit; the FAIL line must name the mistake.
+_FIT = "fit_requests"
+_VALIDATE = ("    if any(n > max_len for n in lengths):\n"
+             "        raise ValueError(f\"a length over max_len {max_len}: {max(lengths)}\")\n")
+WRONG_FIT = [
+    ("a list, not the documented tuple", [("return reserve_max, paged", "return [reserve_max, paged]")],
+     "return a tuple"),
+    ("no check of max_len at all", [(_VALIDATE, "")], "must raise ValueError"),
+    ("max_len checked inside the paged loop (after the first misfit it is never reached)",
+     [(_VALIDATE, ""), ("        need = -(-n // block_size)",
+                        "        if n > max_len:\n            raise ValueError(n)\n        need = -(-n // block_size)")],
+     "check every length before admitting any"),
+    ("a length of exactly max_len refused (>= for >)", [("if any(n > max_len", "if any(n >= max_len")],
+     "raise ValueError only for a length OVER max_len"),
+    ("the caller's list emptied (pop while admitting)",
+     [("    for n in lengths:\n        need", "    while lengths:\n        n = lengths.pop(0)\n        need")],
+     "changed its argument `lengths`"),
+    ("the list sorted in place before raising (a change before the error)",
+     [(_VALIDATE, "    lengths.sort()\n" + _VALIDATE)], "changed its argument `lengths`"),
+    ("reserve-max as a float (/ for //)", [("capacity // max_len)", "capacity / max_len)")],
+     "where an int is expected"),
+    ("a request's blocks as n // block_size + 1 (a block too many on a full last block)",
+     [("need = -(-n // block_size)", "need = n // block_size + 1")], "n // block_size + 1"),
+    ("a request that needs exactly the free blocks refused (a tie)",
+     [("if need > free_blocks:", "if need >= free_blocks:")], "> not >="),
+]
+
+
+@pytest.mark.parametrize("mistake,edits,words", WRONG_FIT, ids=[w[0] for w in WRONG_FIT])
+def test_fit_requests_contract_wrong_answer_is_rejected_and_named(mistake, edits, words):
+    r = check.fit_requests(wrong_answer("09", _FIT, edits), verbose=False)
+    assert not r.passed, f"accepted: {mistake}"
+    assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)
+    assert words in r.summary
+
+
+def test_fit_requests_reference_refuses_a_length_over_max_len_before_admitting():
+    """The reference itself: a length over max_len raises ValueError even behind the first misfit,
+    and the caller's list is unchanged (measured on the real arena and allocator)."""
+    from kvlab.check.l09_at_scale import measured_fit
+
+    lengths = [16, 16, 16, 16, 16, 40]   # the fifth does not fit, the sixth is over max_len 16
+    with pytest.raises(ValueError, match="max_len"):
+        measured_fit(64, 4, 16, lengths)
+    assert lengths == [16, 16, 16, 16, 16, 40]
+    assert measured_fit(64, 4, 16, [16, 16]) == (2, 2)
+
+
+def test_exercise_2_states_the_contract():
+    text = _statement(2)
+    assert "tuple" in text and "ValueError" in text and "max_len" in text
+    assert "unchanged" in text or "left as" in text
+
+
+# own wrong answers to exercises 1 and 3 (round 12), each named by its own mistake, not a neighbour's
+WRONG_OWN = [
+    ("orca_reservation", "the output rounded DOWN to a power of two (2 ** int(log2))",
+     [("estimate = 1 << (output_len - 1).bit_length()", "estimate = 1 << (output_len.bit_length() - 1)")],
+     "rounds it down"),
+    ("orca_reservation", "the rounded run capped at max_len // block_size blocks",
+     [("tokens = min(prompt_len + estimate, max_len)", "tokens = prompt_len + estimate"),
+      ("return 1 << (blocks - 1).bit_length()", "return min(1 << (blocks - 1).bit_length(), max_len // block_size)")],
+     "the cap comes BEFORE the rounding"),
+    ("fit_requests", "the lengths sorted, shortest first", [("    for n in lengths:", "    for n in sorted(lengths):")],
+     "in the order given"),
+    ("optimal_hit_rate", "prefixes up to len(p) - 1 (the whole prompt left out)",
+     [("for i in range(1, len(p) + 1)}", "for i in range(1, len(p))}")], "range(1, len(p) + 1)"),
+]
+
+
+@pytest.mark.parametrize("name,mistake,edits,words", WRONG_OWN, ids=[w[1] for w in WRONG_OWN])
+def test_own_wrong_answer_is_rejected_and_named(name, mistake, edits, words):
+    r = getattr(check, name)(wrong_answer("09", name, edits), verbose=False)
+    assert not r.passed, f"accepted: {mistake}"
+    assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)

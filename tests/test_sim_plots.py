@@ -208,3 +208,12 @@ def test_one_colour_one_meaning_across_lesson_09():
     for c in [*systems.values(), *(plots.COLORS[k] for k in ("token_states", "reservation", "internal_fragmentation",
                                                              "rounding", "external_fragmentation", "free")), *used]:
         assert c in key, c
+
+
+def test_paged_is_one_blue_in_every_lesson_09_figure():
+    """Review (round 12): "paged" was violet in section 9 and vLLM (paging) blue in every other figure.
+    Paged is vLLM's paging: one colour, blue, and radix a colour of its own; the key lists both."""
+    assert plots.SYSTEM_COLORS["paged"] == plots.SYSTEM_COLORS["vllm"] == "#1f77b4"
+    others = {v for k, v in plots.SYSTEM_COLORS.items() if k != "radix"} | set(plots.COLORS.values())
+    assert plots.SYSTEM_COLORS["radix"] not in others
+    assert plots.SYSTEM_COLORS["radix"] in plots.colour_key_html()

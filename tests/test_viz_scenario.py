@@ -73,8 +73,8 @@ def test_the_static_site_gets_every_scenario():
 def test_a_range_of_no_width_is_a_visible_band_at_its_value():
     base, height, text = spread_bands([(7.0, 7.0), (13.6, 13.62), (26.0, 36.0)], top=40)
     assert all(h > 0 for h in height), "a range bar of zero height draws nothing"
-    assert base[0] + height[0] / 2 == pytest.approx(7.0) and text[0] == "7.0, no change"
-    assert base[1] + height[1] / 2 == pytest.approx(13.61) and text[1] == "13.6, no change"   # agree to 0.1
+    assert base[0] + height[0] / 2 == pytest.approx(7.0) and text[0] == "7.0<br>no change"
+    assert base[1] + height[1] / 2 == pytest.approx(13.61) and text[1] == "13.6<br>no change"   # agree to 0.1
     assert (base[2], height[2], text[2]) == (26.0, 10.0, "26.0-36.0")
     assert spread_bands([(2.0, 1.0)], scale=100, top=400) == ([100.0], [100.0], ["100.0-200.0"])
 
@@ -92,7 +92,7 @@ def test_compare_bars_draws_a_range_of_one_value():
                        spread=[(7.0, 7.0), (26.0, 36.0)], spread_name="step time -20% to +20%")
     (rng,) = [t for t in fig.data if t.name == "step time -20% to +20%"]
     assert all(h > 0 for h in rng.y), f"a range bar of height {list(rng.y)}"
-    assert rng.base[0] < 7.0 < rng.base[0] + rng.y[0] and rng.text[0] == "7.0, no change"
+    assert rng.base[0] < 7.0 < rng.base[0] + rng.y[0] and rng.text[0] == "7.0<br>no change"
 
 
 def test_the_static_site_player_holds_every_scenario_and_leaves_the_menu_as_it_was():

@@ -28,7 +28,7 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
 from .diagnose import changed_input, exact_equal, should_have_raised, unit_slip
-from .harness import Checker, CheckResult, Raised, call, call_in_place, same_outcome
+from .harness import Checker, CheckResult, Raised, call, call_in_place, same_ints, same_outcome
 
 __all__ = ["orca_reservation", "fit_requests", "optimal_hit_rate"]
 
@@ -66,6 +66,9 @@ def _estimate(p: int, o: int, mode: str, max_len: int) -> int:
 # Common mistakes, each written the way a learner gets it wrong: the FAIL line names the one that
 # gives exactly the learner's answer on that case.
 ORCA_MISTAKES = {
+    "Orca (Pow2) rounds the output UP to a power of two (338 -> 512): 2 ** int(log2(n)) rounds it down":
+        lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(p + (1 << (o.bit_length() - 1) if m == "pow2" else
+                                                          _estimate(p, o, m, ml)), ml) // bs)),
     "hard-coded block size: the answer divided by 16 whatever block_size was passed (use the argument)":
         lambda p, o, m, bs=16, ml=2048: None if bs == 16 else _pow2(-(-min(p + _estimate(p, o, m, ml), ml) // 16)),
     "max_len is a parameter (here {max_len}): Orca (Max) reserves it and no run goes past it, not past 2048":
@@ -90,6 +93,9 @@ ORCA_MISTAKES = {
     "the cap comes BEFORE the rounding: min(prompt + estimate, max_len) in blocks, then the next power of two "
     "(capping the rounded run cuts it off a power of two)":
         lambda p, o, m, bs=16, ml=2048: min(_pow2(-(-(p + _estimate(p, o, m, ml)) // bs)), -(-ml // bs)),
+    "the cap comes BEFORE the rounding: min(prompt + estimate, max_len) in blocks, then the next power of two "
+    "(capping the rounded run at max_len // block_size blocks cuts it off a power of two)":
+        lambda p, o, m, bs=16, ml=2048: min(_pow2(-(-(p + _estimate(p, o, m, ml)) // bs)), ml // bs),
     "the estimate replaces the output, it is added to the prompt":
         lambda p, o, m, bs=16, ml=2048: _pow2(-(-min(_estimate(p, o, m, ml), ml) // bs)),
     "rounded the token slots to a power of two, then divided into blocks: the buddy allocator rounds the "
@@ -168,12 +174,17 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
 
 def measured_fit(capacity: int, block_size: int, max_len: int, lengths: list[int]) -> tuple[int, int]:
     """How many of ``lengths`` (admitted in order, stopping at the first that does not fit)
-    fit at once, (reserving max_len contiguously, paged), on the real arena and allocator.
+    fit at once, (reserving max_len contiguously, paged), on the real arena and allocator; a
+    length over ``max_len`` raises ValueError before any request is admitted.
 
     Example:
         >>> measured_fit(capacity=64, block_size=4, max_len=32, lengths=[5, 9, 3, 20])
         (2, 4)
     """
+
+    too_long = [n for n in lengths if n > max_len]
+    if too_long:  # refused before anything is admitted, wherever it stands in the list
+        raise ValueError(f"a request of {too_long[0]} tokens is longer than max_len {max_len}")
 
     def admitted(admit: Callable[[str, int], object], full: type) -> int:
         """Admit the requests in order; how many went in before the first that did not fit."""
@@ -210,8 +221,12 @@ FIT_MISTAKES: dict[str, Callable] = {
         lambda cap, bs, ml, ls: (cap // ml, _paged_fit(cap, bs, ls)),
     "a request of n tokens takes ceil(n / block_size) blocks (round up: a partial block is a whole block)":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, lambda n, b: n // b)),
+    "n // block_size + 1 adds a block when n fills whole blocks exactly: ceil(n / block_size), with integers":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, lambda n, b: n // b + 1)),
     "the pool holds WHOLE blocks only: capacity // block_size (floor), not ceil(capacity / block_size)":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, pool=lambda c, b: -(-c // b))),
+    "admission is in the order given (sorting the lengths, shortest first, is not what the queue does)":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, sorted(ls))),
     "admission is in order and stops at the first request that does not fit (no skipping ahead)":
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, skip=True)),
     "reserving max_len: each request takes max_len slots whatever its length (capacity // max_len of them)":
@@ -261,35 +276,59 @@ def _fixed_block_size(cap: int, bs: int, ml: int, lengths: list[int]) -> "Callab
     return diagnose
 
 
+def _too_long(cap: int, bs: int, ml: int, lengths: list[int]) -> "Callable[[object, object], str | None]":
+    """A diagnosis of max_len's contract: a length over it refused (ValueError) before anything is
+    admitted, wherever it stands; a length of exactly max_len admitted."""
+    over = [i for i, n in enumerate(lengths) if n > ml]
+
+    def diagnose(expected: object, actual: object) -> str | None:
+        if over and not isinstance(actual, Raised):
+            i = over[0]
+            behind = min(cap // ml, _paged_fit(cap, bs, lengths[:i])) < i   # admission stops before it
+            return (f"a request of {lengths[i]} tokens is longer than max_len {ml}: it must raise ValueError " +
+                    ("even behind the first request that does not fit: check every length before admitting any"
+                     if behind else "(check the lengths before admitting anything)"))
+        if not over and isinstance(actual, Raised) and isinstance(actual.exc, ValueError) and ml in lengths:
+            return f"a request of exactly max_len ({ml}) tokens fits: raise ValueError only for a length OVER max_len"
+        return None
+
+    return diagnose
+
+
 def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(capacity, block_size, max_len, lengths) -> (reserve_max, paged)``: how many
     requests of the given token lengths fit at once in ``capacity`` token slots, admitted in
     order until the first one that does not fit, when each reserves ``max_len`` contiguous
     slots, and when each takes ``ceil(length / block_size)`` blocks of a pool of
-    ``capacity // block_size`` blocks. Expected: :func:`measured_fit` (real arena, real allocator).
+    ``capacity // block_size`` blocks; a tuple of two ints; a length over ``max_len`` raises
+    ValueError before any request is admitted; ``lengths`` unchanged. Expected: :func:`measured_fit`
+    (real arena, real allocator).
     """
     cases = [(64, 4, 32, [5, 9, 3, 20]), (64, 4, 16, [16, 16, 16, 16, 1]), (64, 16, 64, [1, 1, 1, 1, 1]),
              (100, 8, 30, [7, 8, 9, 30, 2, 2]), (4096, 16, 2048, [161, 338, 90, 700, 1200, 55, 400]),
              (10, 4, 10, [10, 1]), (32, 4, 8, []), (16, 4, 16, [16]), (15, 4, 8, [4, 4, 4, 4]),
              (64, 4, 16, [4, 16, 4, 4])]
+    cases += [(64, 4, 16, [40, 1]), (64, 4, 16, [4, 20, 4]),   # over max_len: ValueError, nothing admitted
+              (64, 4, 16, [16, 16, 16, 16, 16, 40])]         # ... also behind the first request that does not fit
     rng = random.Random(9)
     for _ in range(5):
         bs = rng.choice([1, 2, 4, 8, 16])
         max_len = rng.choice([16, 32, 64])
         cases.append((rng.randint(max_len, 6 * max_len), bs, max_len,
                       [rng.randint(1, max_len) for _ in range(rng.randint(1, 12))]))
-    c = Checker("fit_requests", fn, reference=measured_fit, verbose=verbose, compare=exact_equal)
+    c = Checker("fit_requests", fn, reference=measured_fit, verbose=verbose, compare=same_ints)   # a tuple of ints
     for cap, bs, ml, lengths in cases:
         c.diagnose = [_named(FIT_MISTAKES, cap, bs, ml, lengths), unit_slip, _fixed_block_size(cap, bs, ml, lengths)]
         label = f"capacity {cap}, block_size {bs}, max_len {ml}, lengths {lengths}"
-        expected = measured_fit(cap, bs, ml, lengths)
+        expected = call(measured_fit, cap, bs, ml, lengths)
         if c.unusable(label, expected):
             continue
         mine = list(lengths)
         got = call_in_place(fn, cap, bs, ml, mine)
-        changed = changed_input((lengths,), (mine,), ("lengths",))
-        case = c.record(label, expected, got, passed=False if changed else None, note=changed or "")
-        if not case.passed and not changed:   # several mistakes give this answer: Checker.done keeps the likeliest
+        changed = changed_input((lengths,), (mine,), ("lengths",))   # also when it raised: a change before the error
+        note = changed or _too_long(cap, bs, ml, lengths)(expected, got) or ""
+        case = c.record(label, expected, got, passed=False if changed else None, note=note)
+        if not case.passed and not note:   # several mistakes give this answer: Checker.done keeps the likeliest
             found = [m for m, wrong in FIT_MISTAKES.items() if repr(call(wrong, cap, bs, ml, lengths)) == repr(got)]
             case.candidates = found if len(found) > 1 else case.candidates
     return c.done()
@@ -382,6 +421,8 @@ def _whole_repeats(ps: list[list[int]]) -> float:
 
 # the review's slips, tried before the others (their answers coincide with later ones on some cases)
 HIT_MISTAKES = {
+    "a prompt's last prefix is the whole prompt: count the prefixes of every length from 1 to len(p) "
+    "(range(1, len(p) + 1))": lambda ps: _hit(ps, lambda q: len({tuple(p[:i]) for p in q for i in range(1, len(p))})),
     "that is the number of tokens a cache could hit, not the fraction of all prompt tokens (a hit RATE, "
     "between 0 and 1)": lambda ps: _hits(ps) if sum(len(p) for p in ps) else float("nan"),
     "only a whole repeated prompt hit: a prompt also hits the longest prefix it shares with any earlier "
@@ -458,5 +499,12 @@ def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
         got = call_in_place(fn, mine)
         changed = changed_input((ps,), (mine,), ("prompts",))
         note = changed or _zero_tokens(ps)(expected, got) or ""
-        c.record(full, expected, got, passed=False if changed else None, note=note)
+        case = c.record(full, expected, got, passed=False if changed else None, note=note)
+        if not case.passed and not note:   # several mistakes give this answer: Checker.done keeps the likeliest
+            found = [m for m, wrong in HIT_MISTAKES.items() if _same_rate(call(wrong, ps), got)]
+            case.candidates = found if len(found) > 1 else case.candidates
     return c.done()
+
+
+def _same_rate(a: object, b: object) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)) and abs(a - b) < 1e-9

@@ -41,7 +41,7 @@ COLORS = {"token_states": "#2ca02c", "reservation": "#ffbf00", "internal_fragmen
           "free": "#d9d9d9"}
 # one colour a system in every figure; none of them is a memory category's colour above
 SYSTEM_COLORS = {"orca-max": "#7b4173", "orca-pow2": "#bcbd22", "orca-oracle": "#17becf", "vllm": "#1f77b4",
-                 "paged": "#9467bd", "radix": "#e377c2"}
+                 "paged": "#1f77b4", "radix": "#e377c2"}   # paged IS vLLM's paging: one blue in every figure
 REQUEST_COLOR = "#9c9ede"  # a request's blocks in the buddy picture: no category's, no system's colour
 LABELS = {"token_states": "token states", "reservation": "reservation", "internal_fragmentation": "internal frag.",
           "rounding": "buddy rounding", "external_fragmentation": "external frag.",
@@ -49,7 +49,7 @@ LABELS = {"token_states": "token states", "reservation": "reservation", "interna
           "cached": "cached", "free": "free"}
 
 
-def colour_key_html(systems: Sequence[str] = ("orca-max", "orca-pow2", "orca-oracle", "vllm"),
+def colour_key_html(systems: Sequence[str] = ("orca-max", "orca-pow2", "orca-oracle", "vllm", "radix"),
                     names: dict | None = None, font_px: int | None = None) -> str:
     """One line of swatches per kind: each colour of lesson 09's figures and its one meaning
     (``font_px``: the text size, e.g. the theme's controls' size in classroom mode).
@@ -136,7 +136,7 @@ def spread_bands(spread: Sequence[tuple[float, float]], scale: float = 1, top: f
     it becomes a thin band of that height centred on its value, labelled "no change" (issue 28).
 
     >>> spread_bands([(7.0, 7.0), (20.0, 30.0)], top=40)
-    ([6.76, 20.0], [0.48, 10.0], ['7.0, no change', '20.0-30.0'])
+    ([6.76, 20.0], [0.48, 10.0], ['7.0<br>no change', '20.0-30.0'])
     """
     band = thinnest * top
     base, height, text = [], [], []
@@ -146,7 +146,8 @@ def spread_bands(spread: Sequence[tuple[float, float]], scale: float = 1, top: f
             mid = (lo + hi) / 2
             base.append(round(mid - band / 2, 6))
             height.append(round(band, 6))
-            text.append(f"{mid:.1f}, no change" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}")
+            # two short lines, not one long one: beside the published label it crowded the next bar (review r12)
+            text.append(f"{mid:.1f}<br>no change" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}")
         else:
             base.append(lo)
             height.append(hi - lo)
@@ -195,7 +196,7 @@ def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
 
 
 def batch_vs_rate_figure(rows: Sequence[dict], theme: Any = None, published: dict | None = None,
-                         paper_rate: float = 2.0) -> Any:
+                         paper_rate: float = 2.0, seed: int | None = None) -> Any:
     """Mean batch against request rate, one line per system; a filled marker where the system
     is memory-bound (requests waiting) in over half its iterations, an open one where it keeps
     up; the published Fig. 13 bars as stars at ``paper_rate``."""
@@ -216,7 +217,8 @@ def batch_vs_rate_figure(rows: Sequence[dict], theme: Any = None, published: dic
         fig.add_trace(go.Scatter(x=[paper_rate] * len(published), y=list(published.values()), mode="markers",
                                  name="published, Fig. 13a p. 10 (bar labels)",
                                  marker=dict(symbol="star", size=13, color="#000000")))
-    return _layout(fig, "Mean batched requests against request rate, ShareGPT, OPT-13B (simulated)<br><sup>filled: "
+    one = "" if seed is None else f", seed {seed}"   # a single-seed figure says which seed
+    return _layout(fig, f"Mean batched requests against request rate, ShareGPT, OPT-13B (simulated{one})<br><sup>filled: "
                    "memory-bound (requests waiting) in over half the iterations; open: keeping up with arrivals</sup>",
                    theme, xaxis_title="request rate (req/s)", yaxis_title="mean batched requests",
                    legend=dict(orientation="h", y=-0.2))

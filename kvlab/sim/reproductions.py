@@ -68,12 +68,16 @@ PUBLISHED = {
     "ratio_oracle": 2.2, "ratio_max": 4.3,
     "saving": {("alpaca", "parallel"): (0.061, 0.098), ("alpaca", "beam"): (0.376, 0.552),
                ("sharegpt", "parallel"): (0.162, 0.305), ("sharegpt", "beam"): (0.443, 0.663)},
+    # Fig. 15 itself (Alpaca only): one bar per width; the text's ranges above are its ends
+    "saving_width": {("alpaca", "parallel"): {2: 0.0609, 4: 0.0853, 6: 0.0979},
+                     ("alpaca", "beam"): {2: 0.3756, 4: 0.5313, 6: 0.5516}},
 }
 SOURCES = {
     "fig2": "vLLM paper, Fig. 2, p. 2 (bar labels, read off the figure)",
     "fig13": "vLLM paper, Fig. 13, p. 10 (bar labels, read off the figure)",
     "ratios": "vLLM paper, Sec. 6.2 text, p. 11",
     "fig15": "vLLM paper, Sec. 6.3 text and Fig. 15, p. 11",
+    "fig15_widths": "vLLM paper, Fig. 15, p. 11 (OPT-13B, Alpaca; bar labels per width, read off the figure)",
     "table1": "vLLM paper, Table 1, p. 9",
 }
 DATASET_NAMES = {"sharegpt": "ShareGPT", "alpaca": "Alpaca"}  # the datasets as the paper names them

@@ -125,9 +125,8 @@ for r in timing:
 # table (the iterations in which requests waited for memory): a system that keeps up is not measured by its
 # memory at all. 3,000 requests are 100 seconds of arrivals here, not the
 # paper's hour (108,000 requests): the hour takes minutes per system on a laptop CPU, too long
-# for a lesson. `bench/bench_sim.py` runs it; an independent check of an earlier
-# cost model got vLLM 168 against the published 132 (+27%) over the hour. The cells below show
-# why the trace length matters for Alpaca's vLLM bar.
+# for a lesson; `bench/bench_sim.py` runs it. The cells below show why the trace length matters
+# for Alpaca's vLLM bar.
 
 # %%
 alp = R.vllm_batched_requests("alpaca", 3000, seeds=SEEDS)
