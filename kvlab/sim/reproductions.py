@@ -77,7 +77,8 @@ SOURCES = {
     "fig13": "vLLM paper, Fig. 13, p. 10 (bar labels, read off the figure)",
     "ratios": "vLLM paper, Sec. 6.2 text, p. 11",
     "fig15": "vLLM paper, Sec. 6.3 text and Fig. 15, p. 11",
-    "fig15_widths": "vLLM paper, Fig. 15, p. 11 (OPT-13B, Alpaca; bar labels per width, read off the figure)",
+    "fig15_widths": ("vLLM paper, Fig. 15, p. 11 (OPT-13B, Alpaca; bar labels per width, read off the figure; "
+                     "the Sec. 6.3 text confirms widths 2 and 6, the ends of its ranges)"),
     "table1": "vLLM paper, Table 1, p. 9",
 }
 DATASET_NAMES = {"sharegpt": "ShareGPT", "alpaca": "Alpaca"}  # the datasets as the paper names them
