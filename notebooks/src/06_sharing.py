@@ -13,8 +13,8 @@
 #   tables hold it, and when a block really returns to the free pool.
 # - **Copy-on-write** ([写时复制](glossary.md)): a sequence that is about to write into a
 #   block it shares first gets a private copy, and only that block is copied.
-# - How much memory sharing saves, measured on kvlab's real allocator, and why the vLLM paper's
-#   "up to 55%" is a beam-search number.
+# - How much memory sharing saves, measured on kvlab's real allocator, and why the notes'
+#   "about 55%" is the top of the vLLM paper's beam-search range (37.6-55.2%), not a paging number.
 #
 # Lesson 04 built one block table per sequence; here several tables point at the same blocks.
 
