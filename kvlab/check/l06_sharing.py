@@ -314,6 +314,12 @@ def _with_sharing(p: int, n: int, g: int, bs: int, shared: int) -> tuple[int, in
     return n * alone, shared + n * (alone - shared)
 
 
+def _kept_partial(p: int, n: int, g: int, bs: int) -> tuple[int, int]:
+    """The answer that keeps the prompt's partial block beside every sample's copy: one block too many."""
+    without, with_sharing = _with_sharing(p, n, g, bs, p // bs)
+    return (without, with_sharing + 1) if g and p % bs else _measured(p, n, g, bs)
+
+
 SAMPLING_MISTAKES = dict([
     ("a sample holds whole blocks: round its tokens UP to blocks (ceil), not down, with sharing and without",
      lambda p, n, g, bs: (n * ((p + g) // bs), p // bs + n * ((p + g) // bs - p // bs)) if g else
@@ -338,6 +344,9 @@ SAMPLING_MISTAKES = dict([
      lambda p, n, g, bs: _with_sharing(p, n, g, bs, p // bs)),
     ("the partial last prompt block does not stay shared: every sample but one copies it when it writes",
      lambda p, n, g, bs: _with_sharing(p, n, g, bs, blocks_needed(p, bs))),
+    ("with sharing: no extra block for the partial prompt block: the last sample to write into it is its last "
+     "holder and writes in place (exercise 1's rule), so it is not kept beside the n copies",
+     lambda p, n, g, bs: _kept_partial(p, n, g, bs)),
     ("each sample's new tokens first fill its own copy of the partial prompt block: count its blocks from "
      "prompt_len % block_size + gen_len, not from gen_len alone",
      lambda p, n, g, bs: (n * blocks_needed(p + g, bs), blocks_needed(p, bs) + n * blocks_needed(g, bs))),

@@ -1,0 +1,37 @@
+"""Lesson 06, exercise 2: wrong answers an independent review (r1, round 11) typed, each named as itself.
+
+The review's `lastholder` answer keeps the prompt's original partial block beside the n copies (one
+block too many); it was named with the `sharepartial` mistake, whose numbers agree with it on the
+first failing case. Both must get their own name.
+"""
+from kvlab import check
+from kvlab.memory.block_table import blocks_needed
+
+
+def _last_holder_kept(prompt_len, num_samples, gen_len, block_size):
+    full = prompt_len // block_size
+    without = num_samples * blocks_needed(prompt_len + gen_len, block_size)
+    if gen_len == 0:
+        return without, blocks_needed(prompt_len, block_size)
+    partial = 1 if prompt_len % block_size else 0     # "the original partial block stays allocated as well"
+    return without, full + partial + num_samples * (blocks_needed(prompt_len + gen_len, block_size) - full)
+
+
+def _share_partial(prompt_len, num_samples, gen_len, block_size):
+    without = num_samples * blocks_needed(prompt_len + gen_len, block_size)
+    if gen_len == 0:
+        return without, blocks_needed(prompt_len, block_size)
+    return without, blocks_needed(prompt_len, block_size) + num_samples * blocks_needed(gen_len, block_size)
+
+
+def test_keeping_the_partial_prompt_block_is_named_as_itself():
+    r = check.sampling_blocks(_last_holder_kept, verbose=False)
+    assert not r.passed
+    assert "no extra block for the partial prompt block" in str(r) and "last holder" in str(r)
+    assert "prompt_len % block_size + gen_len" not in str(r)
+
+
+def test_answers_in_their_own_blocks_keep_their_name():
+    r = check.sampling_blocks(_share_partial, verbose=False)
+    assert not r.passed and "prompt_len % block_size + gen_len" in str(r)
+    assert "no extra block for the partial prompt block" not in str(r)
