@@ -46,8 +46,19 @@ def _run(tmp_path: Path) -> tuple[nbformat.NotebookNode, list[dict], list[dict]]
 
 
 def _texts(outputs: list[dict]) -> list[str]:
-    return [o.get("text") or o.get("data", {}).get("text/html") or o.get("data", {}).get("text/plain")
-            or f"{o.get('ename')}: {o.get('evalue')}" for o in outputs]
+    """Each output's text; consecutive stream outputs of one stream joined, as the notebook shows them
+    (a kernel may send print's "6" and its newline as two messages: a fresh-clone run did)."""
+    texts: list[str] = []
+    for i, o in enumerate(outputs):
+        text = (o.get("text") or o.get("data", {}).get("text/html") or o.get("data", {}).get("text/plain")
+                or f"{o.get('ename')}: {o.get('evalue')}")
+        prev = outputs[i - 1] if i else None
+        if prev is not None and o.get("output_type") == prev.get("output_type") == "stream" \
+                and o.get("name") == prev.get("name"):
+            texts[-1] += text
+        else:
+            texts.append(text)
+    return texts
 
 
 @pytest.mark.slow
