@@ -56,7 +56,9 @@ def _gather_slips():
                 row = (physical * BLOCK_SIZE + pos % BLOCK_SIZE) * HEAD_DIM
             else:
                 row = physical * BLOCK_SIZE + pos % BLOCK_SIZE
-            if RULE == "no_stride":
+            if RULE == "k_unmasked":         # review r1 of 1dabd17: accepted (the masked store hides it)
+                k = tl.load(cache_ptr + row[:, None] * HEAD_DIM + offs_d[None, :])
+            elif RULE == "no_stride":
                 k = tl.load(cache_ptr + row[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
             else:
                 k = tl.load(cache_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None], other=0.0)
@@ -90,6 +92,7 @@ class _Gather:
     ("offset_tile", "pos % BLOCK_SIZE, not pos % TILE_N"),  # the review of 6b9afee: both named as a missing mask
     ("units_head_dim", "physical * HEAD_DIM mixes units"),
     ("units_twice", "multiplied by HEAD_DIM twice"),
+    ("k_unmasked", "give the K load the mask too"),
 ])
 def test_paged_gather_kernel_names_the_review_slips(rule, says):
     r = check.paged_gather_kernel(_Gather(rule), verbose=False)

@@ -38,6 +38,9 @@ WRONG_09 = [
      [("return 1 - len(prefixes) / total",
        "return sum(any(q[:1] == p[:1] for q in prompts[:i]) for i, p in enumerate(prompts) if p) / len(prompts)")],
      "a share of prompt TOKENS, not of prompts"),
+    ("optimal_hit_rate", "the int 0 for no tokens (review r2: accepted)",
+     [("        return 0.0\n", "        return 0\n")],
+     "returned the int 0 where the rate is a float"),
 ]
 
 

@@ -137,7 +137,8 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
         cache_d, table_d = cache.to(DEVICE), table.to(DEVICE)
         big = torch.full((pad + n + guard + pad, d), -7.0, device=DEVICE)             # canaries around out
         out_d = big[pad:pad + n + guard]                                                # (n + guard, head_dim), a view
-        with _watch_memory(loads={"the cache": cache_d, "the block table": table_d}, stores={"the output": big}) as seen:
+        with _watch_memory(loads={"the cache": cache_d, "the block table": table_d}, stores={"the output": big},
+                           count="the cache") as seen:
             err = call_in_place(lambda: kernel[(1,)](cache_d, table_d, out_d, n, HEAD_DIM=d, BLOCK_SIZE=bs, TILE_N=tile))
         if isinstance(err, Raised):
             if "active drivers" in str(err.exc):
@@ -162,6 +163,9 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
             parts.append(f"wrote past context_len into rows {guard_hit[:4]}")
         note = _outside_note(outside, table, n, bs) if outside else _gather_note(
             got, cache, want, table, n, bs, tile, bad_rows, guard_hit)
+        if ok and seen.get("read", 0) > n * d:    # right rows stored, but K read for positions past context_len
+            ok, note = False, _unmasked_k_note(seen["read"] // d, n)
+            parts.append(f"read {seen['read'] // d} K rows for {n} positions")
         c.record(label, expected, expected if ok else "; ".join(parts), passed=ok, note=note)
     return c.done()
 
@@ -194,10 +198,12 @@ class _OutOfBounds(Exception):
 
 
 @contextmanager
-def _watch_memory(loads: dict, stores: dict):
+def _watch_memory(loads: dict, stores: dict, count: str | None = None):
     """In the Triton interpreter: check every tl.load / tl.store address (where its mask is on)
     against ``loads`` / ``stores`` (name -> tensor) BEFORE the access; an address outside raises
-    :class:`_OutOfBounds` and the dict this yields gets "what" and "note". Natively: nothing
+    :class:`_OutOfBounds` and the dict this yields gets "what" and "note". ``count`` names one of
+    ``loads``: the elements read from it (mask on) are summed in ``seen["read"]``, so a load that
+    should have been masked shows as more reads than the real positions need. Natively: nothing
     (the canary rows around the output still catch a wrong store)."""
     from kvlab.kernels import KERNEL_MODE
 
@@ -219,6 +225,8 @@ def _watch_memory(loads: dict, stores: dict):
         return bool(ok.all())
 
     def load(ptrs, mask, other, *rest):
+        if count is not None and inside(ptrs, mask, {count: loads[count]}):
+            seen["read"] = seen.get("read", 0) + int(np.broadcast_to(np.asarray(mask.data), np.shape(ptrs.data)).sum())
         if not inside(ptrs, mask, loads):
             mask_on = np.broadcast_to(np.asarray(mask.data), np.shape(ptrs.data))
             seen["addrs"] = {int(a) for a in np.asarray(ptrs.data)[mask_on].astype(np.uint64)}   # for naming the slip
@@ -250,6 +258,19 @@ _UNITS_TWICE = ("the slot was multiplied by HEAD_DIM twice: the slot physical * 
                 "and cache_ptr + slot * HEAD_DIM is its address (HEAD_DIM once)")
 _LOAD_MASK = ("a load past the block table or the cache: positions past context_len must not load either "
               "(mask=valid on every tl.load, not only on the store)")
+
+
+def _unmasked_k_note(rows: int, n: int) -> str:
+    """The K load ran without ``mask=valid``: the output is right (the store is masked), but the
+    kernel read ``rows`` K rows where only ``n`` positions are real.
+
+    >>> _unmasked_k_note(16, 10)[:45]
+    'the K load read 16 rows for 10 real positions'
+    """
+    return (f"the K load read {rows} rows for {n} real positions: a load without mask=valid reads a row for every "
+            "position of the last tile, past context_len (here from the physical block the masked table load "
+            "defaulted to; on a GPU, any address). The store's mask hides it in the output: give the K load the mask too "
+            "(mask=valid on every tl.load, not only on the store)")
 
 
 def _slot_slips(table, bs: int, tile: int, d: int) -> list[tuple[str, Callable[[int], int]]]:

@@ -456,6 +456,9 @@ def rounded(expected: object, actual: object) -> str | None:
 
 def _zero_tokens(prompts: list[list[int]]) -> "Callable[[object, object], str | None]":
     def diagnose(expected: object, actual: object) -> str | None:
+        if isinstance(actual, int) and not isinstance(actual, bool) and actual == expected:
+            return (f"returned the int {actual} where the rate is a float: return {float(actual)!r} "
+                    "(every other case returns a float)")
         if isinstance(actual, Raised) and not sum(len(p) for p in prompts):
             return f"no prompt tokens: return 0.0 (nothing could hit), not {type(actual.exc).__name__}"
         return None
@@ -489,9 +492,9 @@ def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
     cases += [("no prompts at all (nothing to hit: 0.0)", []), ("one empty prompt (0.0)", [[]]),
               ("an empty prompt among others", [[], [1, 2, 3], [1, 2]])]
     c = Checker("optimal_hit_rate", fn, reference=optimal_prompt_hit_rate, verbose=verbose,
-                compare=lambda e, a: isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - e) < 1e-9)
+                compare=lambda e, a: isinstance(a, float) and abs(a - e) < 1e-9)
     for label, ps in cases:
-        c.diagnose = [_named(HIT_MISTAKES, ps), rounded, unit_slip]
+        c.diagnose = [_zero_tokens(ps), _named(HIT_MISTAKES, ps), rounded, unit_slip]
         full, expected = f"{label}: lengths {[len(p) for p in ps]}", optimal_prompt_hit_rate(ps)
         if c.unusable(full, expected):
             continue
