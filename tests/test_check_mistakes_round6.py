@@ -38,11 +38,15 @@ def _gather_slips():
                 valid = pos <= context_len
             else:
                 valid = pos < context_len
-            if RULE == "tile_div" or RULE == "tile_both" or RULE == "tile_all":
+            if RULE == "swapped":            # review r1 of 1dabd17: misnamed as a missing mask
+                physical = tl.load(block_table_ptr + pos % BLOCK_SIZE, mask=valid, other=0)
+            elif RULE == "tile_div" or RULE == "tile_both" or RULE == "tile_all":
                 physical = tl.load(block_table_ptr + pos // TILE_N, mask=valid, other=0)
             else:
                 physical = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=valid, other=0)
-            if RULE == "no_bs":
+            if RULE == "swapped":
+                row = physical * BLOCK_SIZE + pos // BLOCK_SIZE
+            elif RULE == "no_bs":
                 row = physical + pos % BLOCK_SIZE
             elif RULE == "tile_both":
                 row = physical * BLOCK_SIZE + pos % TILE_N
@@ -93,6 +97,7 @@ class _Gather:
     ("units_head_dim", "physical * HEAD_DIM mixes units"),
     ("units_twice", "multiplied by HEAD_DIM twice"),
     ("k_unmasked", "give the K load the mask too"),
+    ("swapped", "// and % swapped"),
 ])
 def test_paged_gather_kernel_names_the_review_slips(rule, says):
     r = check.paged_gather_kernel(_Gather(rule), verbose=False)
@@ -101,7 +106,7 @@ def test_paged_gather_kernel_names_the_review_slips(rule, says):
         return
     assert not r.passed
     assert says in _notes(r), _notes(r)
-    if rule in ("tile_both", "tile_all", "no_stride", "offset_tile", "units_head_dim", "units_twice"):
+    if rule in ("swapped", "tile_both", "tile_all", "no_stride", "offset_tile", "units_head_dim", "units_twice"):
         assert says in r.failures[0].note, _notes(r)
         assert "mask" not in r.failures[0].note, _notes(r)
 

@@ -256,6 +256,8 @@ _UNITS_HEAD_DIM = ("the slot is physical * BLOCK_SIZE + offset, in token slots: 
                    "holds BLOCK_SIZE slots; HEAD_DIM comes in once, when the slot becomes an address, cache_ptr + slot * HEAD_DIM)")
 _UNITS_TWICE = ("the slot was multiplied by HEAD_DIM twice: the slot physical * BLOCK_SIZE + offset counts token rows, "
                 "and cache_ptr + slot * HEAD_DIM is its address (HEAD_DIM once)")
+_SWAPPED = ("// and % swapped: the logical block (the block table's index) is pos // BLOCK_SIZE and the offset inside "
+            "the block pos % BLOCK_SIZE (lesson 04: pos 9 with blocks of 4 is block 2, offset 1)")
 _LOAD_MASK = ("a load past the block table or the cache: positions past context_len must not load either "
               "(mask=valid on every tl.load, not only on the store)")
 
@@ -278,7 +280,8 @@ def _slot_slips(table, bs: int, tile: int, d: int) -> list[tuple[str, Callable[[
     slot arithmetic (TILE_N where BLOCK_SIZE belongs, HEAD_DIM in the slot's units)."""
     def entry(i: int) -> int:
         return int(table[min(i, len(table) - 1)])
-    return [(_OFFSET_TILE, lambda i: entry(i // bs) * bs + i % tile),
+    return [(_SWAPPED, lambda i: entry(i % bs) * bs + i // bs),
+            (_OFFSET_TILE, lambda i: entry(i // bs) * bs + i % tile),
             (_TILE_SLIP, lambda i: entry(i // tile) * bs + i % tile),
             (_TILE_SLIP, lambda i: entry(i // tile) * tile + i % tile),
             (_UNITS_HEAD_DIM, lambda i: entry(i // bs) * d + i % bs),
@@ -295,6 +298,10 @@ def _load_note(addrs, cache, table_d, table, n: int, bs: int, tile: int) -> str:
         if addrs <= {base + size * (slot_of(i) * d + j) for i in range(n) for j in range(d)}:
             return message
     lo, entry = table_d.data_ptr(), table_d.element_size()
+    swapped = {lo + entry * (i % bs) for i in range(n)}               # the table read at pos % BLOCK_SIZE
+    unmasked = {lo + entry * (i // bs) for i in range(-(-n // tile) * tile)}   # at pos // BLOCK_SIZE, no mask
+    if addrs <= swapped and not addrs <= unmasked:
+        return _SWAPPED
     past_the_table = range(lo + entry * len(table), lo + entry * (len(table) + tile))
     if any(a in past_the_table for a in addrs):
         return _LOAD_MASK
