@@ -442,14 +442,17 @@ def _copy_traces(data: dict[str, Any], geom: MapGeometry) -> list[Any]:
 
 
 def _short_labels(data: dict[str, Any]) -> list[str]:
-    """With tables drawn the arrows name the holders: a block says its id, fill and ref count."""
+    """With tables drawn the arrows name the holders: a block says its id and ref count on its first line,
+    its fill on the second (two lines: a third would reach the slot ticks along the block's bottom edge).
+
+    Example: a block P0 with 4 of 4 slots, held by three tables, reads ``P0 x3<br>4/4``.
+    """
     out = []
     for b in range(data["num_blocks"]):
-        parts = [f"P{b}"]
-        if data["ref_count"][b]:
+        rc = data["ref_count"][b]
+        parts = [f"P{b} x{rc}" if rc > 1 else f"P{b}"]
+        if rc:
             parts.append(f"{data['tokens'][b]}/{data['block_size']}")
-        if data["ref_count"][b] > 1:
-            parts.append(f"x{data['ref_count'][b]}")
         out.append("<br>".join(parts))
     return out
 
