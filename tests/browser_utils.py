@@ -120,7 +120,8 @@ def jupyter_lab(folder: Path, log_path: Path | None = None) -> Iterator[tuple[st
     env.setdefault("OMP_NUM_THREADS", "1")
     env["JUPYTER_TOKEN"] = token  # as scripts/lab.sh: never on the command line (visible in ps)
     settings = folder / ".settings"
-    for ext, text in (("notebook-extension/tracker", '{"windowingMode": "none", "recordTiming": false}'),
+    for ext, text in (("notebook-extension/tracker", '{"windowingMode": "none", "recordTiming": false, '
+                                                    '"codeCellConfig": {"lineWrap": true}}'),
                       ("apputils-extension/notification", '{"fetchNews": "false", "checkForUpdates": false}')):
         path = settings / "@jupyterlab" / f"{ext}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
