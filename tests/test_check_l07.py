@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvlab import check
-from kvlab.check.l07_radix import FAILED_ROWS
+from kvlab.check.harness import FAILED_ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("sol07", ROOT / "solutions" / "07_radix.py")
@@ -23,11 +23,16 @@ def test_a_pass_prints_one_line(capsys, name):
     assert len(out) == 1 and out[0].startswith("PASS"), out
 
 
-def test_a_failure_shows_a_few_failing_cases_and_the_summary(capsys):
+def test_a_failure_shows_the_verdict_first_then_a_few_failing_cases(capsys):
+    """The verdict is the first line (review r2: it sat 1,173 px below the code); then FAILED_ROWS
+    failing cases, a diagnosis written once, and a count of the rest."""
     r = check.match_prefix(lambda root, tokens: None)
     out = capsys.readouterr().out
     assert not r.passed and out.count("  FAIL ") == FAILED_ROWS and "  ok  " not in out, out
-    assert f"... {len(r.failures) - FAILED_ROWS} more failed" in out and out.strip().splitlines()[-1] == r.summary
+    assert f"... {len(r.failures) - FAILED_ROWS} more failed" in out and out.strip().splitlines()[0] == r.summary
+    notes = [line.strip() for line in out.splitlines() if line.strip().startswith("->")]
+    written = [n for n in notes if n != "-> the same mistake as above"]
+    assert len(set(written)) == len(written), out   # each explanation once: repeats read "the same mistake as above"
 
 
 def test_an_untouched_stub_prints_only_the_summary(capsys):

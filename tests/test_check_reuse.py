@@ -125,7 +125,7 @@ def test_sampling_blocks_accepts_solution_rejects_wrong():
 def test_checker_prints_expected_and_actual(capsys):
     r = check.sampling_blocks(sampling_no_g0)
     out = capsys.readouterr().out
-    assert "expected (12, 3)" in out and "actual   (12, 6)" in out and out.rstrip().splitlines()[-1].startswith("FAIL")
+    assert "expected (12, 3)" in out and "actual   (12, 6)" in out and out.strip().splitlines()[0].startswith("FAIL")
     assert not r.passed
 
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from .diagnose import (Diagnosis, argument_slip, changed_input, dict_changes, differing_fields, first_diagnosis,
@@ -74,7 +74,7 @@ __all__ = [
 STRICT_ENV = "KVLAB_CHECK_STRICT"
 SHARED_SLIPS = (unit_slip, raised_slip, wrong_exception)  # after each exercise's own diagnoses, in every checker
 _MAX_REPR = 90
-_MAX_ROWS = 14
+FAILED_ROWS = 3  # a failed check shows this many failing cases in full (the review: 13 of the same filled two screens)
 
 
 def is_strict() -> bool:
@@ -157,6 +157,10 @@ def same_outcome(expected: Any, actual: Any, compare: Callable[[Any, Any], bool]
         return bool(compare(expected, actual) if compare else expected == actual)
     except Exception:
         return False
+
+
+def _short_text(s: str, limit: int = 160) -> str:
+    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 def _short(x: Any) -> str:
@@ -246,18 +250,38 @@ class CheckResult:
         return f"FAIL  {self.name}: {self.num_passed}/{self.num_cases} cases passed{why}"
 
     def report(self) -> str:
-        """Expected beside actual for each case (failures first when there are many), then the summary."""
-        if self._untouched:  # an untouched stub: the summary says it all, and no expected value gives an answer away
+        """What a check prints: the verdict first (on a projector it must not sit a screen below the
+        code), then for a failure the first :data:`FAILED_ROWS` failing cases, expected beside actual,
+        each diagnosis written once ("the same mistake as above" after), and a count of the rest.
+
+        Example (a failure; a pass is its summary line alone)::
+
+            FAIL  blocks_needed: 3/5 cases passed; first failure: 9 tokens: expected 3, got 2 -- ...
+              FAIL 9 tokens
+                     expected 3
+                     actual   2
+                     -> rounded down: a partial block still needs a whole block
+              FAIL 5 tokens
+                     expected 2
+                     actual   1
+                     -> the same mistake as above
+              3 case(s) passed: 8 tokens; 0 tokens; 4 tokens
+        """
+        if self.passed or self.error or self._untouched:   # one line says it all (and no expected value of a stub)
             return self.summary
-        lines = [f"check {self.name}: {self.num_cases} case(s)"]
-        rows = self.cases
-        if len(rows) > _MAX_ROWS:
-            rows = (self.failures + [c for c in self.cases if c.passed])[:_MAX_ROWS]
-        lines += [c.line() for c in rows]
-        if len(rows) < len(self.cases):
-            rest = self.cases[len(rows):] if rows == self.cases[: len(rows)] else [c for c in self.cases if c not in rows]
-            lines.append(f"  ... {len(rest)} more case(s), " + ("all passed" if all(c.passed for c in rest) else "not all passed"))
-        lines.append(self.summary)
+        lines, seen = [self.summary], set()
+        for case in self.failures[:FAILED_ROWS]:
+            note = "the same mistake as above" if case.note and case.note in seen else case.note
+            seen.add(case.note)
+            lines.append(replace(case, note=note).line())
+        rest = self.failures[FAILED_ROWS:]
+        if rest:
+            same = all(c.note == self.failures[0].note for c in rest)
+            lines.append(f"  ... {len(rest)} more failed" + (" (the same mistake)" if same and self.failures[0].note else ""))
+        ok = [c.label for c in self.cases if c.passed]
+        if ok:
+            listed = "; ".join(ok[:3]) + ("; ..." if len(ok) > 3 else "")
+            lines.append(f"  {len(ok)} case(s) passed: {_short_text(listed)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

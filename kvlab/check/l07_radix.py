@@ -103,7 +103,7 @@ def match_prefix(fn: Callable, verbose: bool = True) -> CheckResult:
     a match may end inside an edge. Do not change the tree. Expected:
     ``RadixCache.peek_prefix_len(tokens)``; the tree must be unchanged afterwards.
     """
-    c = Checker("match_prefix", fn, verbose=False)
+    c = Checker("match_prefix", fn, verbose=verbose)
     trees: list[tuple[str, RadixCache, list[list[int]]]] = []
     cm = CacheManager(32, block_size=1)
     for s in ([1, 2, 3, 4, 5], [1, 2, 3, 9], [7, 7]):
@@ -138,31 +138,7 @@ def match_prefix(fn: Callable, verbose: bool = True) -> CheckResult:
             c.record(label, expected, got, passed=ok, note=note)
             if changed:  # rebuild nothing: later cases on this tree would be unfair, so stop here
                 break
-    return _done(c, verbose)
-
-
-FAILED_ROWS = 3  # a failed check shows this many failing cases (each with its diagnosis), then the summary
-
-
-def _done(c: Checker, verbose: bool) -> CheckResult:
-    """``c.done()`` that prints, when verbose, one line for a pass; for a failure the first
-    :data:`FAILED_ROWS` failing cases and the summary (the review of ede928d: 14 cases of the same
-    diagnosis filled a projector's screen)."""
-    result = c.done()
-    if verbose:
-        print(result.summary if result.passed else _failure_report(result))
-    return result
-
-
-def _failure_report(result: CheckResult) -> str:
-    if result.error or result.not_implemented:  # the summary says it all (and gives no expected value away)
-        return result.summary
-    shown = result.failures[:FAILED_ROWS]
-    lines = [f"check {result.name}: {len(result.failures)} of {result.num_cases} cases failed"]
-    lines += [case.line() for case in shown]
-    if len(result.failures) > len(shown):
-        lines.append(f"  ... {len(result.failures) - len(shown)} more failed")
-    return "\n".join(lines + [result.summary])
+    return c.done()
 
 
 def served_prefill_tokens(prompts: list[list[int]]) -> list[int]:
@@ -242,12 +218,12 @@ def prefill_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
     rng = random.Random(7)
     for i in range(4):
         cases.append((f"random prompts {i}", related_prompts(rng, 6, alphabet=3, max_new=6)))
-    c = Checker("prefill_tokens", fn, reference=served_prefill_tokens, verbose=False, compare=exact_equal,
+    c = Checker("prefill_tokens", fn, reference=served_prefill_tokens, verbose=verbose, compare=exact_equal,
                 diagnose=[unit_slip, off_by_one_items])
     for label, ps in cases:
         run_keeping_input(c, f"{label}: lengths {[len(p) for p in ps]}", ("prompts",), ps, mistakes=PREFILL_MISTAKES)
     _name_hard_coded(c.result.cases)
-    return _done(c, verbose)
+    return c.done()
 
 
 def _name_hard_coded(cases: list[Any]) -> None:
@@ -377,7 +353,7 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
     for i in range(4):
         cases.append((f"random prompts {i}", related_prompts(rng, 6, alphabet=3, max_new=9), rng.choice([2, 3, 4])))
     cmp = exact_equal
-    c = Checker("block_hash_reuse", fn, verbose=False, compare=cmp)
+    c = Checker("block_hash_reuse", fn, verbose=verbose, compare=cmp)
     for label, ps, bs in cases:
         label = f"{label}: block_size {bs}, lengths {[len(p) for p in ps]}"
         expected = call(hashed_reuse, ps, bs)
@@ -395,4 +371,4 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
                     or unit_slip(expected, got) or ignored_parameter(hashed_reuse, (ps, bs), got, ("prompts", "block_size"))
                     or "")
         c.record(label, expected, got, passed=ok, note=note)
-    return _done(c, verbose)
+    return c.done()

@@ -456,10 +456,11 @@ def rounded(expected: object, actual: object) -> str | None:
 
 def _zero_tokens(prompts: list[list[int]]) -> "Callable[[object, object], str | None]":
     def diagnose(expected: object, actual: object) -> str | None:
-        if isinstance(actual, int) and not isinstance(actual, bool) and actual == expected:
+        empty = not sum(len(p) for p in prompts)
+        if empty and isinstance(actual, int) and not isinstance(actual, bool) and actual == expected:
             return (f"returned the int {actual} where the rate is a float: return {float(actual)!r} "
                     "(every other case returns a float)")
-        if isinstance(actual, Raised) and not sum(len(p) for p in prompts):
+        if isinstance(actual, Raised) and empty:
             return f"no prompt tokens: return 0.0 (nothing could hit), not {type(actual.exc).__name__}"
         return None
 

@@ -86,7 +86,7 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     blocks StreamingLLM keeps, ascending: the first ``ceil(sink_tokens / block_size)`` blocks and
     the last ``ceil(window_tokens / block_size)`` (the newest, partial block included), each once.
     ValueError for a negative count, a block size below 1 or a window below 1."""
-    c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=False, compare=exact_equal,
+    c = Checker("streaming_keep", fn, reference=_streaming_keep_ref, verbose=verbose, compare=exact_equal,
                 diagnose=[_set_slip, unit_slip])
 
     def run(label, *args):
@@ -110,7 +110,7 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
     run("num_tokens -1 (must raise ValueError)", -1, 4, 4, 8)
     run("block_size 0 (must raise ValueError)", 40, 0, 4, 8)
     run("sink_tokens -1 (must raise ValueError)", 40, 4, -1, 8)
-    return _done(c, verbose)
+    return c.done()
 
 
 # ---------------------------------------------------------------- 2. Quest
@@ -185,7 +185,7 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     all blocks when top_k >= num_blocks; ValueError for top_k < 1."""
     import torch
 
-    c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=False, compare=exact_equal, diagnose=[unit_slip])
+    c = Checker("quest_pick", fn, reference=_quest_pick_ref, verbose=verbose, compare=exact_equal, diagnose=[unit_slip])
 
     def run(label, *args):
         c.diagnose = [_tie_slip(*args[:3]), unit_slip]
@@ -215,7 +215,7 @@ def quest_pick(fn: Callable, verbose: bool = True) -> CheckResult:
     elo, ehi = torch.zeros(8, 2, dtype=torch.float64), torch.ones(8, 2, dtype=torch.float64)
     run("several ties: 8 blocks with the same bound, top 3 (the three lowest blocks)", tq, elo, ehi, 3)
     run("top_k 0 (must raise ValueError)", q, lo, hi, 0)
-    return _done(c, verbose)
+    return c.done()
 
 
 # ---------------------------------------------------------------- 3. int8 with a scale per token and head
@@ -345,7 +345,7 @@ def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
     going up; x unchanged; ValueError for a tensor that is not 3-D. Expected: ``quantize_kv_ref``."""
     import torch
 
-    c = Checker("quantize_per_token", fn, compare=_same_quant, verbose=False)
+    c = Checker("quantize_per_token", fn, compare=_same_quant, verbose=verbose)
     cases = []
     g = torch.Generator().manual_seed(11)
     x = torch.randn(6, 2, 8, generator=g)
@@ -378,12 +378,4 @@ def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
              note="" if ok else "x is not 3-D: " + ("it raised " + type(got.exc).__name__ if isinstance(got, Raised) else
                                                     "it came back quantized") +
              "; check the shape first and raise ValueError for any x other than (num_tokens, num_heads, head_dim)")
-    return _done(c, verbose)
-
-
-def _done(c: Checker, verbose: bool) -> CheckResult:
-    """``c.done()`` that prints, when verbose, one line for a pass and the whole report for a failure."""
-    result = c.done()
-    if verbose:
-        print(result.summary if result.passed else result.report())
-    return result
+    return c.done()
