@@ -139,8 +139,9 @@ print(f"SGLang, leaf by leaf, LRU: drops {[text[i] for i in res.node_ids]}, {res
 #
 # Between `match_prefix` and the end of a request, the matched KV is in use: the request attends
 # to it at every decode step. So the request **locks** its path: `inc_lock_ref(node)` adds one to
-# `lock_ref` of the node and of every ancestor up to the root. Locked tokens count as
-# `protected_size`, unlocked ones as `evictable_size`; eviction never touches a locked node.
+# `lock_ref` of the node and of every ancestor up to, but not including, the root (the root holds
+# no tokens). Locked tokens count as `protected_size`, unlocked ones as `evictable_size`; eviction
+# never touches a locked node.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -605,21 +606,21 @@ check.admit_plan(admit_plan)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Start from lesson 07's `match_prefix`, but keep the nodes you pass through and how many tokens
-# of the last one matched: you need them for step 2.
+# Lesson 07's `match_prefix` finds how far the prompt matches. What else must your walk remember
+# for step 2: which nodes did it pass through, and how much of the last one matched?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# The unlocked tokens before the request: `len(node.key)` summed over every node below the
-# root with `lock_ref == 0`. Step 2 takes away the matched tokens of the path's nodes that were
-# unlocked, and nothing else.
+# Which unlocked tokens does locking the path take out of eviction's reach: all of every node on
+# it, or less? And are inner nodes evictable too, or only the leaves you see now?
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# Three outcomes to tell apart: it fits in the free slots; it fits after evicting what the
-# free slots do not cover; it does not fit at all. A fully cached prompt still needs one slot.
+# Predict one case before you run the checker: the tree `[1 2 3]` → {`[4 5 6]`, `[7 8]`} and
+# `[9 9 9 9]`, nothing locked, 2 free slots, and a request `[1 2 3 4]` followed by 9 new tokens.
+# How many slots does it need, how many could eviction still give it, and what do you return?
 # </details>
 
 # %% [markdown]
@@ -628,7 +629,7 @@ check.admit_plan(admit_plan)
 # - A full radix cache evicts unlocked **leaves**, one at a time, in policy order; a parent whose
 #   last child goes becomes a leaf. It never drops a whole subtree at once, and the order is
 #   recency (LRU, SGLang's default), not token count: a shared prefix outlives its branches.
-# - Running requests lock their matched path (`inc_lock_ref` up to the root); locked tokens
+# - Running requests lock their matched path (`inc_lock_ref`, up to, but not including, the root); locked tokens
 #   are `protected_size` and are never evicted, not even to admit the request that locked them;
 #   `dec_lock_ref` releases them.
 # - How much the policy matters depends on the workload and the pool: the sentences computed
