@@ -69,3 +69,90 @@ def test_lock_goes_up_to_but_not_including_the_root():
     src = _markdown("08_eviction_scheduling")
     assert "up to, but not including, the root" in src
     assert "every ancestor up to the root" not in src and "`inc_lock_ref` up to the root" not in src
+
+
+# --------------------------------------------------------------------------- the two controls (cells 15 and 31)
+def _markers(fig) -> dict[str, tuple[float, float]]:
+    return {t.name: (t.x[0], t.y[0]) for t in fig.data if t.mode == "markers"}
+
+
+def test_hit_rate_markers_lie_on_their_curves_at_every_slider_position():
+    """The review: the slider moved in steps of 10 while the curves were sampled at 7 sizes, so at 380
+    slots 'fewest tokens' was marked at 10.6% beside its curve's ~13%. The curves are now measured at
+    every size the slider offers, and the slider offers no other."""
+    from kvlab.lessons.eviction import popular_prefix_stream
+    from kvlab.viz import HitRateControl
+
+    c = HitRateControl(popular_prefix_stream(200, seed=0), pool_size=120, static=False)
+    slider = next(w for w in c.widget.children[-3].children if "kvlab-pool-size-slider" in w._dom_classes)
+    assert list(slider.options) == c.sizes == list(range(80, 401, 10))
+    for size in (380, 90, 400):
+        slider.value = size
+        curves = {t.name: dict(zip(t.x, t.y)) for t in c.figure().data if t.showlegend is not False and t.mode != "markers"}
+        for name, (x, y) in _markers(c.figure()).items():
+            assert x == size and curves[name.removesuffix(" here")][x] == y, (size, name)
+    with pytest.raises(ValueError, match="one of the sizes"):
+        c.set(pool_size=385)
+
+
+def test_scheduling_control_marks_each_orders_rate_at_the_chosen_size():
+    """The review: SchedulingControl marked the chosen size with a dashed line only, where the hit-rate
+    control also marks each curve."""
+    from kvlab.viz import SchedulingControl
+    from kvlab.viz.eviction_view import ORDER_NAMES
+
+    c = SchedulingControl(sizes=(1024, 4096), pool_size=4096, static=True)
+    marked = _markers(c.figure())
+    assert set(marked) == {f"{n} here" for n in ORDER_NAMES.values()}
+    assert {o: marked[f"{n} here"] for o, n in ORDER_NAMES.items()} == {o: (4096, r) for o, r in c.result["hit_rate"].items()}
+
+
+def test_lesson_08_charts_have_no_mode_bar_over_their_titles():
+    """The review: the plotly mode bar covered both charts' titles whenever the pointer was over them."""
+    from kvlab.lessons.eviction import popular_prefix_stream
+    from kvlab.viz import HitRateControl, SchedulingControl
+
+    for c in (HitRateControl(popular_prefix_stream(60, seed=1), sizes=(70, 140), static=False),
+              SchedulingControl(sizes=(1024, 4096), static=False)):
+        (out,) = c._out.outputs
+        assert out["data"]["application/vnd.plotly.v1+json"]["config"]["displayModeBar"] is False
+        c.static = True
+        shown = [p for p in c._shown_parts() if hasattr(p, "_repr_mimebundle_")]
+        assert shown[0]._repr_mimebundle_()["application/vnd.plotly.v1+json"]["config"]["displayModeBar"] is False
+        assert '"displayModeBar": false' in c._explore()
+
+
+def test_policies_in_one_order_in_the_table_and_the_legend():
+    """The review: the table in cell 13 ordered LRU, fewest tokens, LFU; the legend in cell 15 LRU, LFU,
+    fewest tokens."""
+    from kvlab.lessons.eviction import POLICY_NAMES, popular_prefix_stream
+    from kvlab.reuse import EVICTION_POLICIES
+    from kvlab.viz import HitRateControl
+
+    assert list(POLICY_NAMES) == list(EVICTION_POLICIES)
+    fig = HitRateControl(popular_prefix_stream(60, seed=1), sizes=(70, 140), static=True).figure()
+    legend = [t.name for t in fig.data if t.showlegend is not False and t.mode != "markers"][:3]
+    assert legend == list(POLICY_NAMES.values())
+
+
+def test_stepper_paints_only_the_matched_part_of_a_node_a_match_ends_inside():
+    """The review (cell 11, step 5): R2's match ends inside node 1 after 3 of its 8 tokens, yet the whole
+    node was painted green "matched (hit, reused)", its label cut to "[1 2 3 4 5 6 …]"."""
+    from kvlab.reuse import CacheManager, serve_request
+    from kvlab.viz.radix_frames import RadixRecorder, radix_event_frames
+    from kvlab.viz.radix_view import radix_tree_data, radix_tree_graph
+
+    cm = CacheManager(num_blocks=16, block_size=1)
+    recorder = RadixRecorder(cm.tree)
+    serve_request(cm, [1, 2, 3, 4, 5, 6, 7, 8], rid="R1")
+    serve_request(cm, [1, 2, 3, 9, 9, 9], rid="R2")
+    frames = radix_event_frames(recorder)
+    (at,) = [i for i, f in enumerate(frames) if "ends inside node 1" in f.caption]
+    state = frames[at].snapshot
+    state.check_integrity()
+    (node,) = [n for n in radix_tree_data(state)["nodes"] if n["id"] == 1]
+    assert node["matched"] == 3 and node["fill"] == "#ffffff" and "3 of 8 tok matched" in node["label"]
+    dot = radix_tree_graph(state, frames[at].caption, compact=True).source
+    assert re.search(r'<td bgcolor="#2ca02c"><font color="#ffffff">\[1 2 3\]</font></td><td>\[4 5 6 7 8\]</td>', dot), dot
+    assert not any(f.snapshot.partial for i, f in enumerate(frames) if i != at)   # the split frame: nodes whole again
+
