@@ -156,3 +156,33 @@ def test_stepper_paints_only_the_matched_part_of_a_node_a_match_ends_inside():
     assert re.search(r'<td bgcolor="#2ca02c"><font color="#ffffff">\[1 2 3\]</font></td><td>\[4 5 6 7 8\]</td>', dot), dot
     assert not any(f.snapshot.partial for i, f in enumerate(frames) if i != at)   # the split frame: nodes whole again
 
+
+def test_room_beside_the_served_request_is_computed_from_the_stream():
+    """The review (cell 18): "a pool of 80 slots holds about two of the 30-token popular prefixes beside
+    the request being served" was loose arithmetic (a request is up to 65 tokens). The counts are now
+    printed from the stream, and the prose names no number of its own."""
+    import nbformat
+    from test_check_mistakes_06_11 import ROOT
+
+    src = _markdown("08_eviction_scheduling")
+    assert "holds about two" not in src
+    nb = nbformat.read(ROOT / "notebooks" / "08_eviction_scheduling.ipynb", as_version=4)
+    out = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if o.get("output_type") == "stream")
+    assert "a document 25 to 65." in out
+    assert "Beside the longest request with a popular prefix, 80 slots hold at most 1 other prefix; beside the " \
+           "longest document, 0." in out
+
+
+def test_sglang_preemption_is_told_in_short_paragraphs_and_a_table():
+    """The review (cell 24): about 170 words in one paragraph naming six functions. Now short paragraphs,
+    none over 90 words, and a table of kvlab against SGLang: the request taken back, what is inserted
+    into the tree, what its second admission computes."""
+    src = _markdown("08_eviction_scheduling")
+    part = src.split("# **What SGLang does instead.**")[1].split("# ## 5. Cache-aware scheduling")[0]
+    paragraphs = [p for p in re.sub(r"^# ?", "", part, flags=re.M).split("\n\n") if p.strip()]
+    assert all(len(p.split()) <= 90 for p in paragraphs if not p.startswith("|")), [len(p.split()) for p in paragraphs]
+    table = [ln for ln in re.sub(r"^# ?", "", part, flags=re.M).splitlines() if ln.startswith("|")]
+    assert table[0].startswith("| preemption | kvlab") and "SGLang" in table[0] and len(table) == 5
+    assert [r.split("|")[1].strip() for r in table[2:]] == [
+        "the request taken back", "inserted into the tree", "computed again when it is admitted again"]
