@@ -24,6 +24,9 @@ well as into the failure. Lesson steps:
   stepper's Next button moves its caption, numbered "step k / N";
 - lesson 07 in classroom mode: at every step the radix stepper's buttons and tree fit the visible
   notebook, and so do the chat's question box and its radix-tree view;
+- lesson 08 (normal): the radix stepper's step 5 shows a partial match ("3 of 8 tok matched"), no
+  plotly mode bar shows over either chart under the pointer, and the hit-rate slider's keys move
+  its caption;
 - lesson 02 (normal): the plotly bar chart renders; lesson 07 (normal): the radix stepper's Next
   button changes the caption and the tree; lesson 01 (both modes): the decode stepper's buttons
   say on hover what they do, prev and reset are disabled at step 1 only, Next reaches step 4,
@@ -616,8 +619,43 @@ def _lesson_02_capacity_on_a_projector(page) -> None:
     assert all(abs(o - first) <= 1 for o in offsets), f"the bar moved with the menus: {first} then {offsets}"
 
 
+def _lesson_08_charts(page) -> None:
+    """Review r2_02_08 of lesson 08: at step 5 the radix stepper shows R2's match ending inside node 1 as
+    "3 of 8 tok matched"; with the pointer over either chart no plotly mode bar covers its title (the
+    two charts have none); at 380 slots (the slider's End, then two steps back) the hit-rate caption
+    follows the slider."""
+    stepper, caption = _first_stepper(page, ".kvlab-stepper:has(.kvlab-svg)", "lesson 08 shows no radix stepper")
+    while "step 5 /" not in caption.text_content():
+        _next_step(page, stepper, caption)
+    assert "ends inside node 1" in caption.text_content(), caption.text_content()
+    svg = stepper.locator(".kvlab-svg").first
+    page.wait_for_function("el => el.textContent.includes('3 of 8 tok matched')", arg=svg.element_handle(),
+                           timeout=10_000)
+    _shot(page, stepper, "08_stepper_partial_match.png")
+    for css in ("kvlab-hit-rate", "kvlab-scheduling"):
+        w = page.locator(f".{css}").first
+        w.scroll_into_view_if_needed()
+        plot = w.locator(".js-plotly-plot .main-svg").first
+        plot.wait_for(timeout=20_000)
+        box = plot.bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.wait_for_timeout(300)
+        shown = w.locator(".modebar").evaluate_all("els => els.filter(e => e.offsetParent !== null).length")
+        assert shown == 0, f"{css}: a plotly mode bar shows over the chart"
+    w = page.locator(".kvlab-hit-rate").first
+    handle = w.locator(".kvlab-pool-size-slider .noUi-handle").first
+    handle.focus()
+    for key in ("End", "ArrowLeft", "ArrowLeft"):
+        page.keyboard.press(key)
+    caption = w.locator(".kvlab-control-caption").first
+    page.wait_for_function("el => el.textContent.includes('A pool of 380 token slots')", arg=caption.element_handle(),
+                           timeout=10_000)
+    page.wait_for_timeout(300)  # plotly redraws
+    _shot(page, w, "08_hit_rate_380.png")
+
+
 _NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_decode_stepper, "02_how_big.ipynb": _lesson_02_plotly,
-                 "07_radix.ipynb": _lesson_07_radix_stepper}
+                 "07_radix.ipynb": _lesson_07_radix_stepper, "08_eviction_scheduling.ipynb": _lesson_08_charts}
 _CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector, "07_radix.ipynb": _lesson_07_on_a_projector,
                     "02_how_big.ipynb": _lesson_02_capacity_on_a_projector,
                     "01_why_kv_cache.ipynb": lambda page: _lesson_01_decode_stepper(page, "decode_stepper_classroom.png")}

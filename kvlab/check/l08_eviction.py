@@ -299,8 +299,10 @@ def _nodes_below(root: TreeNode) -> list[TreeNode]:
     return out
 
 
-def _plan_match(root: TreeNode, tokens: list[int], limit: int) -> tuple[int, list[tuple[TreeNode, int]]]:
-    """The longest match of ``tokens`` up to ``limit`` tokens: (its length, the path as (node, its tokens matched))."""
+def _plan_match(root: TreeNode, tokens: list[int], limit: int,
+                whole_nodes: bool = False) -> tuple[int, list[tuple[TreeNode, int]]]:
+    """The longest match of ``tokens`` up to ``limit`` tokens: (its length, the path as (node, its tokens matched)).
+    ``whole_nodes`` (a mistake): a node the match ends inside counts for nothing."""
     node, pos, path = root, 0, []
     while pos < limit:
         child = node.children.get(tokens[pos])
@@ -309,6 +311,8 @@ def _plan_match(root: TreeNode, tokens: list[int], limit: int) -> tuple[int, lis
         k = 0
         while k < len(child.key) and pos + k < limit and child.key[k] == tokens[pos + k]:
             k += 1
+        if whole_nodes and k < len(child.key):
+            break
         path.append((child, k))
         pos += k
         if k < len(child.key):
@@ -323,7 +327,8 @@ def _plan_evictable(root: TreeNode, path: list[tuple[TreeNode, int]], rule: str)
         if rule == "lock_le1":
             return n.lock_ref <= 1
         ignored = rule == "count_locked" and in_total
-        return (n.lock_ref == 0 or ignored) and (rule != "leaves_only" or not n.children)
+        leaves = rule == "leaves_only" or (rule == "leaves_total" and in_total)
+        return (n.lock_ref == 0 or ignored) and (not leaves or not n.children)
     evictable = sum(len(n.key) for n in _nodes_below(root) if unlocked(n, True))
     if rule == "no_lock":
         return evictable
@@ -335,18 +340,21 @@ def _plan_by(rule: str):
     """admit_plan with one rule changed (each a plausible mistake; "right" changes none)."""
     def fn(root: TreeNode, tokens: list[int], num_free: int):
         limit = len(tokens) if rule in ("no_cap", "need_uncapped", "lock_uncapped") else len(tokens) - 1
-        pos, path = _plan_match(root, tokens, limit)
+        pos, path = _plan_match(root, tokens, limit, whole_nodes=rule == "whole_match")
         need = len(tokens) - (0 if rule == "no_prefix" else pos)
+        free = 0 if rule == "ignore_free_all" else num_free
         pos = min(pos, len(tokens) - 1) if rule == "need_uncapped" else pos
         if rule == "lock_uncapped":
             pos = min(pos, len(tokens) - 1)
             need = len(tokens) - pos
         evictable = _plan_evictable(root, path, rule)
-        if need <= num_free and rule != "no_free":
+        if need <= num_free and rule not in ("no_free", "ignore_free", "ignore_free_all"):
             return (pos, 0)
-        if rule != "partial" and (need >= num_free + evictable if rule == "ge" else need > num_free + evictable):
+        if rule != "partial" and (need >= free + evictable if rule == "ge" else need > free + evictable):
             return None
-        return (pos, need if rule == "evict_need" else need - num_free + (rule == "evict_plus_one"))
+        if rule in ("evict_need", "ignore_free", "ignore_free_all"):
+            return (pos, need)
+        return (pos, need - num_free + (rule == "evict_plus_one"))
     return fn
 
 
@@ -362,6 +370,8 @@ ADMIT_MISTAKES = dict([
      "lock_ref == 0 as unlocked tokens", _plan_by("count_locked")),
     ("every unlocked node counts, not only the leaves: once a leaf goes, its parent is a leaf and can go "
      "too", _plan_by("leaves_only")),
+    ("every unlocked node counts, not only the leaves: once a leaf goes, its parent is a leaf and can go "
+     "too", _plan_by("leaves_total")),
     ("a fully cached prompt still computes its last token: match at most len(tokens) - 1 tokens", _plan_by("no_cap")),
     ("a fully cached prompt still computes its last token: the need counts the last token too "
      "(len(tokens) - prefix_len with the capped prefix_len), even when the match covers it", _plan_by("need_uncapped")),
@@ -374,10 +384,17 @@ ADMIT_MISTAKES = dict([
      "stays evictable", _plan_by("whole_node")),
     ("it ignores another request's lock (a locked path node was never evictable: take off only the path nodes "
      "with lock_ref == 0), and a match that ends inside a node locks only its matched part", _plan_by("whole_other")),
+    ("a match may end inside a node: its matched tokens count too (prefix_len includes them; the node is split "
+     "there), not only the nodes matched whole", _plan_by("whole_match")),
     ("when even every unlocked token is not enough, nothing is evicted: the request waits (None)",
      _plan_by("partial")),
     ("the matched prefix needs no new slots: need = len(tokens) - prefix_len", _plan_by("no_prefix")),
     ("when the free slots cover the need nothing is evicted (0, never a negative count)", _plan_by("no_free")),
+    ("the free slots come first: when num_free covers the need nothing is evicted, and otherwise only what it "
+     "does not cover (need - num_free)", _plan_by("ignore_free")),
+    ("the free slots come first: when num_free covers the need nothing is evicted, and otherwise only what it "
+     "does not cover (need - num_free); the request waits only when free plus unlocked tokens fall short",
+     _plan_by("ignore_free_all")),
     ("it fits exactly when the need equals the free slots plus the unlocked tokens: wait only when the need is "
      "MORE than that (> not >=)", _plan_by("ge")),
 ])

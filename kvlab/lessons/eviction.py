@@ -25,11 +25,12 @@ from ..reuse.radix_cache import get_eviction_policy
 
 __all__ = ["popular_prefix_stream", "served_hit_rate", "cache_census", "Census", "POLICY_NAMES"]
 
-# What a student reads in a menu, for each policy id of kvlab.reuse.EVICTION_POLICIES.
+# What a student reads in a menu, for each policy id of kvlab.reuse.EVICTION_POLICIES, in its order (the
+# lesson's tables and the control's legend list the policies in one order).
 POLICY_NAMES = {
     "lru": "least recently used (LRU)",
-    "lfu": "least frequently used (LFU)",
     "fewest_tokens": "fewest tokens first",
+    "lfu": "least frequently used (LFU)",
 }
 
 

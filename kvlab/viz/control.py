@@ -72,11 +72,24 @@ def renew_slider(box: Any, old: Any, maximum: int, on_change: Callable[[dict], N
     return new
 
 
+class _Configured:
+    """A plotly figure that a notebook displays with its own plotly.js ``config`` (a static control's figure)."""
+
+    def __init__(self, fig: Any, config: dict[str, Any]) -> None:
+        self.fig, self.config = fig, config
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        from .stepper import figure_output
+
+        return figure_output(self.fig, self.config)["data"]
+
+
 class LiveControl:
     """Base class (see the module doc). ``result``: the last computed data (a dict)."""
 
     css_class = "kvlab-control"
     caption_below = False  # True: the caption under the figure (the controls right above what they change)
+    plotly_config: dict[str, Any] = {}  # plotly.js options over PLOTLY_CONFIG, e.g. {"displayModeBar": False}
 
     def __init__(self, static: bool | None = None) -> None:
         self.static = is_static(static)
@@ -139,12 +152,18 @@ class LiveControl:
         figure = [f for f in [self.figure()] if f is not None]
         return figure + [self.caption_html()] if self.caption_below else [self.caption_html()] + figure
 
+    def _shown_parts(self) -> list[Any]:
+        """:meth:`_static_parts` as a notebook displays them: the figure with :attr:`plotly_config`."""
+        return [_Configured(p, self.plotly_config) if self.plotly_config and hasattr(p, "to_plotly_json") else p
+                for p in self._static_parts()]
+
     def _explore(self) -> str:
         from .explorer import explorer_html
 
         axes = self.site_grid() or {}
         start = {k: getattr(self, k) for k in axes}
-        return explorer_html(lambda **kw: self.set(**kw), self._static_parts, axes, start, self.site_labels())
+        return explorer_html(lambda **kw: self.set(**kw), self._static_parts, axes, start, self.site_labels(),
+                             config=self.plotly_config)
 
     # ------------------------------------------------------------------ widgets
     def caption_html(self, text: str | None = None) -> str:
@@ -160,7 +179,7 @@ class LiveControl:
 
         self._caption.value = self.caption_html()
         fig = self.figure()
-        self._out.outputs = (figure_output(fig),) if fig is not None else ()
+        self._out.outputs = (figure_output(fig, self.plotly_config),) if fig is not None else ()
 
     def _build(self) -> None:
         import ipywidgets as W
@@ -181,7 +200,7 @@ class LiveControl:
         self.refresh()
 
     def _ipython_display_(self) -> None:
-        display_control(self.widget, self._static_parts, self._explore if self.site_grid() else None)
+        display_control(self.widget, self._shown_parts, self._explore if self.site_grid() else None)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {self.caption()}>"

@@ -1,12 +1,16 @@
 """Lesson 08's controls: the pool size and the eviction policy (or the queue order); the hit rate they give.
 
 A slider for the radix cache's pool (token slots) and a menu of eviction policies in words
-("least recently used (LRU)"...). Every policy's hit-rate curve over pool sizes is measured
-once when the control is built; each change serves the whole stream again through the real
-request cycle at the chosen size (:func:`kvlab.lessons.eviction.served_hit_rate`, a few
-hundredths of a second per policy) and marks it on the curves, the chosen policy drawn
+("least recently used (LRU)"...). Every policy's hit-rate curve is measured once when the
+control is built, at every size the slider offers (the whole stream through the real request
+cycle, :func:`kvlab.lessons.eviction.served_hit_rate`: under a hundredth of a second a run on
+the lesson's stream, so 33 sizes x 3 policies take about half a second), so a move only
+redraws, and the markers at the chosen size lie on the curves. The chosen policy is drawn
 thick. The stream is simulated, the tree and its evictions real. Mirrors no vLLM or SGLang
 file (SGLang's ``--radix-eviction-policy``).
+
+Both charts of lesson 08 show no plotly mode bar (``displayModeBar: False``): it sat on their
+titles whenever the pointer was over the figure, and neither chart needs zoom.
 
 Example:
     >>> c = HitRateControl(popular_prefix_stream(60, seed=1), sizes=(70, 140), static=True)
@@ -27,11 +31,30 @@ __all__ = ["HitRateControl", "SchedulingControl"]
 ORDER_NAMES = {"fcfs": "first come, first served (FCFS)", "cache-aware": "cache-aware (longest cached prefix first)"}
 ORDER_SHORT = {"fcfs": "FCFS", "cache-aware": "cache-aware order"}     # in a sentence, where the full name is above
 # One colour map for both of lesson 08's charts: a colour names one policy or one order, never both.
-CHART_COLORS = dict(zip([*POLICY_NAMES, *ORDER_NAMES], REQUEST_COLORS))
+CHART_COLORS = dict(zip(["lru", "lfu", "fewest_tokens", *ORDER_NAMES], REQUEST_COLORS))
 POLICY_COLORS = {p: CHART_COLORS[p] for p in POLICY_NAMES}
 ORDER_COLORS = {o: CHART_COLORS[o] for o in ORDER_NAMES}
 NEUTRAL = "#555555"  # the best-possible line and the legend's "this pool size" marker: no policy's colour
 MARKERS = ("circle", "diamond", "square")  # one shape per policy, drawn large to small: coinciding rates all show
+
+
+NO_MODE_BAR = {"displayModeBar": False}  # the mode bar covered the charts' titles (review r2_02_08)
+
+
+def _rate_markers(fig: Any, x: int, rates: dict[str, float], colors: dict[str, str], names: dict[str, str],
+                  th: Any) -> None:
+    """Each line's rate at the chosen size ``x`` as a large marker on it, drawn large to small (one shape
+    each), so rates that coincide all show.
+
+    Example: ``_rate_markers(fig, 120, {"lru": 0.14, "lfu": 0.2}, ...)`` adds a circle at (120, 0.14)
+    and a smaller diamond at (120, 0.2)."""
+    import plotly.graph_objects as go
+
+    for k, (key, rate) in enumerate(rates.items()):
+        fig.add_trace(go.Scatter(
+            x=[x], y=[rate], mode="markers", showlegend=False, name=f"{names[key]} here",
+            marker=dict(size=20 - 5 * k + 2 * th.line_width, color=colors[key], symbol=MARKERS[k % len(MARKERS)],
+                        line=dict(color=HIGHLIGHT, width=1 + th.line_width))))
 
 
 def _pool_line(fig: Any, x: int, y_range: tuple[float, float], th: Any, name: str) -> None:
@@ -43,17 +66,19 @@ def _pool_line(fig: Any, x: int, y_range: tuple[float, float], th: Any, name: st
 
 
 class HitRateControl(LiveControl):
-    """Inputs: ``pool_size`` (token slots) and ``policy`` (an id of ``POLICY_NAMES``).
-    ``curves``: policy -> hit rate at each of ``sizes`` (measured once); ``result``:
-    ``hit_rate`` (policy -> hit rate at ``pool_size``) and ``best`` (the policy that hits most)."""
+    """Inputs: ``pool_size`` (token slots, one of ``sizes``: the slider's positions) and ``policy`` (an id
+    of ``POLICY_NAMES``). ``curves``: policy -> hit rate at each of ``sizes`` (measured once);
+    ``result``: ``hit_rate`` (policy -> hit rate at ``pool_size``, read off the curves) and ``best``
+    (the policy that hits most)."""
 
     css_class = "kvlab-hit-rate"
+    plotly_config = NO_MODE_BAR
 
     def __init__(self, requests: Sequence[tuple[list[int], list[int]]] | None = None,
-                 sizes: Sequence[int] = (80, 120, 160, 200, 260, 320, 400), pool_size: int | None = None,
+                 sizes: Sequence[int] = range(80, 401, 10), pool_size: int | None = None,
                  policy: str = "lru", static: bool | None = None) -> None:
         self.requests = list(requests) if requests is not None else popular_prefix_stream()
-        self.sizes = list(sizes)
+        self.sizes = sorted(set(sizes))
         self.pool_size, self.policy = pool_size if pool_size is not None else self.sizes[0], policy
         self.check()
         self.curves = {p: [served_hit_rate(self.requests, s, p) for s in self.sizes] for p in POLICY_NAMES}
@@ -62,18 +87,20 @@ class HitRateControl(LiveControl):
     def check(self) -> None:
         if self.policy not in POLICY_NAMES:
             raise ValueError(f"unknown policy {self.policy!r}; choose one of {sorted(POLICY_NAMES)}")
-        lo, hi = min(self.sizes), max(self.sizes)
-        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int) or not lo <= self.pool_size <= hi:
-            raise ValueError(f"pool_size must be an int in {lo}..{hi}, got {self.pool_size!r}")
+        if isinstance(self.pool_size, bool) or self.pool_size not in self.sizes:
+            raise ValueError(f"pool_size must be one of the sizes the curves were measured at ({self.sizes[0]}.."
+                             f"{self.sizes[-1]}, {len(self.sizes)} sizes), got {self.pool_size!r}")
 
     def site_grid(self) -> dict[str, list[Any]]:
-        return {"pool_size": list(self.sizes), "policy": list(POLICY_NAMES)}
+        every = max(1, len(self.sizes) // 8)   # the static site: about 9 sizes, not every slider position
+        return {"pool_size": sorted({*self.sizes[::every], self.sizes[-1]}), "policy": list(POLICY_NAMES)}
 
     def site_labels(self) -> dict[str, dict[Any, str]]:
         return {"policy": dict(POLICY_NAMES)}
 
     def update(self) -> None:
-        rates = {p: served_hit_rate(self.requests, self.pool_size, p) for p in POLICY_NAMES}
+        i = self.sizes.index(self.pool_size)
+        rates = {p: self.curves[p][i] for p in POLICY_NAMES}
         self.result = dict(hit_rate=rates, best=max(rates, key=rates.get))
 
     def caption(self) -> str:
@@ -94,19 +121,14 @@ class HitRateControl(LiveControl):
         fig = go.Figure()
         for p, name in POLICY_NAMES.items():
             chosen = p == self.policy
-            fig.add_trace(go.Scatter(
-                x=self.sizes, y=self.curves[p], name=name, mode="lines+markers",
+            fig.add_trace(go.Scatter(   # a point at every slider position: no marker on each (33 of them)
+                x=self.sizes, y=self.curves[p], name=name, mode="lines" if len(self.sizes) > 12 else "lines+markers",
                 line=dict(color=POLICY_COLORS[p], width=(3 if chosen else 1) * th.line_width + 1,
                           dash="solid" if chosen else "dot")))
-        rates = self.result["hit_rate"]
-        for k, (p, rate) in enumerate(rates.items()):   # large to small, so equal rates stay visible
-            fig.add_trace(go.Scatter(
-                x=[self.pool_size], y=[rate], mode="markers", showlegend=False, name=f"{POLICY_NAMES[p]} here",
-                marker=dict(size=20 - 5 * k + 2 * th.line_width, color=POLICY_COLORS[p], symbol=MARKERS[k % len(MARKERS)],
-                            line=dict(color=HIGHLIGHT, width=1 + th.line_width))))
         every = [r for c in self.curves.values() for r in c]
         # a short name: the legend's entries then sit two a row, under the title even in classroom mode
         _pool_line(fig, self.pool_size, (min(every), max(every)), th, "the pool size you picked")
+        _rate_markers(fig, self.pool_size, self.result["hit_rate"], POLICY_COLORS, POLICY_NAMES, th)
         fig.update_layout(
             template="none", height=420 if not th.high_contrast else 440,   # classroom: slider, caption + figure in 599 px
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
@@ -120,9 +142,9 @@ class HitRateControl(LiveControl):
 
     def _inputs(self, W: Any) -> list[Any]:
         style = {"description_width": "initial"}
-        size = W.IntSlider(value=self.pool_size, min=min(self.sizes), max=max(self.sizes), step=10,
-                           description="pool size (token slots)", style=style, continuous_update=False,
-                           layout=W.Layout(min_width="420px"))  # at classroom size the track would shrink to nothing
+        size = W.SelectionSlider(options=self.sizes, value=self.pool_size,   # only the sizes the curves hold
+                                 description="pool size (token slots)", style=style, continuous_update=False,
+                                 layout=W.Layout(min_width="420px"))  # at classroom size the track would shrink to nothing
         size.add_class("kvlab-pool-size-slider")
         policy = W.Dropdown(options=[(name, p) for p, name in POLICY_NAMES.items()], value=self.policy,
                             description="eviction policy", style=style, layout=W.Layout(min_width="400px"))
@@ -148,6 +170,7 @@ class SchedulingControl(LiveControl):
     """
 
     css_class = "kvlab-scheduling"
+    plotly_config = NO_MODE_BAR
 
     def __init__(self, trace: Any = None, sizes: Sequence[int] = (512, 768, 1024, 1536, 2048, 4096),
                  pool_size: int = 1024, order: str = "cache-aware", static: bool | None = None) -> None:
@@ -200,7 +223,9 @@ class SchedulingControl(LiveControl):
         fig.add_trace(go.Scatter(x=[self.sizes[0], self.sizes[-1]], y=[self.optimum] * 2, mode="lines", hoverinfo="skip",
                                  name=f"best possible ({self.optimum:.1%})",
                                  line=dict(color=NEUTRAL, width=th.line_width, dash="dash")))
-        _pool_line(fig, self.pool_size, (0, self.optimum), th, "the pool size you picked")
+        top = max(self.optimum, *self.result["hit_rate"].values())   # a re-prefill may hit above the optimum
+        _pool_line(fig, self.pool_size, (0, top), th, "the pool size you picked")
+        _rate_markers(fig, self.pool_size, self.result["hit_rate"], ORDER_COLORS, ORDER_NAMES, th)
         fig.update_layout(
             template="none", height=380 if not th.high_contrast else 440,
             width=None if th.autosize else th.grid_width, autosize=th.autosize,

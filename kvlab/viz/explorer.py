@@ -102,11 +102,13 @@ def _payload(obj: Any, templates: dict[str, Any]) -> tuple[str, Any]:
 
 def explorer_html(set_state: Callable[..., None], parts: Callable[[], Sequence[Any]],
                   axes: Mapping[str, Sequence[Any]], start: Mapping[str, Any] | None = None,
-                  labels: Mapping[str, Mapping[Any, str]] | None = None, title: str = "Try it here") -> str:
+                  labels: Mapping[str, Mapping[Any, str]] | None = None, title: str = "Try it here",
+                  config: Mapping[str, Any] | None = None) -> str:
     """Every combination of ``axes`` (name -> values; the first value of each shown first, or
     ``start``'s) through ``set_state(**combo)`` then ``parts()`` (HTML strings, plotly figures,
     graphviz graphs; at most one plotly figure a state), in one self-contained block (module doc).
-    The control is left as ``start`` (default: each axis's first value)."""
+    The control is left as ``start`` (default: each axis's first value). ``config``: plotly.js options
+    over :data:`PLOTLY_CONFIG` (``{"displayModeBar": False}``: the figure has no mode bar)."""
     if not axes or any(len(v) == 0 for v in axes.values()):
         raise ValueError(f"every axis needs at least one value, got {dict(axes)}")
     names, labels = list(axes), labels or {}
@@ -126,7 +128,7 @@ def explorer_html(set_state: Callable[..., None], parts: Callable[[], Sequence[A
             states.append({"html": "".join(texts), "fig": fig})
     finally:
         set_state(**start)
-    return _block(axes, start, labels, states, templates, title)
+    return _block(axes, start, labels, states, templates, title, config)
 
 
 def explorer_from_bundle(bundle: Mapping[str, Any]) -> str:
@@ -152,7 +154,7 @@ def explorer_from_bundle(bundle: Mapping[str, Any]) -> str:
 
 
 def _block(axes: Mapping[str, Sequence[Any]], start: Mapping[str, Any], labels: Mapping[str, Mapping[Any, str]],
-           states: list[dict], templates: dict[str, str], title: str) -> str:
+           states: list[dict], templates: dict[str, str], title: str, config: Mapping[str, Any] | None = None) -> str:
     names = list(axes)
     start = {k: start.get(k, axes[k][0]) for k in names}
     box_id = "kvlab-ex-" + secrets.token_hex(6)
@@ -171,7 +173,7 @@ def _block(axes: Mapping[str, Sequence[Any]], start: Mapping[str, Any], labels: 
         + "</div><div class='kvlab-ex-html' style='max-width:100%;overflow-x:auto'></div>"
           "<div class='kvlab-ex-plot' style='max-width:100%'></div>"
           f"<script type='application/json' class='kvlab-ex-data'>{data}</script>"
-          f"<script>{_SCRIPT % {'id': json.dumps(box_id), 'config': json.dumps({**PLOTLY_CONFIG, 'responsive': True})}}</script></div>"
+          f"<script>{_SCRIPT % {'id': json.dumps(box_id), 'config': json.dumps({**PLOTLY_CONFIG, **(config or {}), 'responsive': True})}}</script></div>"
     )
 
 

@@ -189,7 +189,8 @@ def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[i
 
     A match that ends inside a node splits it. The tree logs the split first (it happens
     during the walk); here the match comes first, drawn on the tree before the split with
-    the node it ends inside, then the split, drawn after it. A split made by an insert is
+    the node it ends inside green only as far as it matched ("3 of 8 tok matched"), then
+    the split, drawn after it. A split made by an insert is
     captioned with the request that inserts.
 
     The caption says what happened, e.g. ``"R2: matched 6 of 11 tokens, prefilling 5"``; the
@@ -198,9 +199,10 @@ def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[i
     """
     from .stepper import Frame
 
-    def state(snap: Any, hit: set[int] = frozenset(), miss: set[int] = frozenset(), gone: tuple = ()) -> Any:
+    def state(snap: Any, hit: set[int] = frozenset(), miss: set[int] = frozenset(), gone: tuple = (),
+              partial: dict[int, int] | None = None) -> Any:
         ids = {n.id: f"node {n.id}" for n in (*snap.nodes, *gone)}  # the captions name nodes by id
-        return RadixState(snap, frozenset(hit), frozenset(miss), gone, ids, detokenize, title)
+        return RadixState(snap, frozenset(hit), frozenset(miss), gone, ids, detokenize, title, partial=partial or {})
 
     frames: list[Any] = []
     split: tuple[int, Any] | None = None  # a split waiting for the match or insert that made it
@@ -227,7 +229,8 @@ def radix_event_frames(recorder: RadixRecorder, detokenize: Callable[[Sequence[i
                 before = recorder.snapshots[si]
                 node = next(n for n in before.nodes if n.id == se.detail["node"])
                 cap += f": the match ends inside node {node.id}, after {se.detail['at']} of its {len(node.tokens)} tokens"
-                frames.append(Frame(state(before, _ancestors(before, node.id)), cap, extra={"event": e.step}))
+                frames.append(Frame(state(before, _ancestors(before, node.id), partial={node.id: se.detail["at"]}),
+                                    cap, extra={"event": e.step}))
                 frames.append(_split_frame(Frame, state, recorder, split, who, hit=_ancestors(snap, d["node"])))
                 split = None
                 continue

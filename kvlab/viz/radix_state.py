@@ -61,7 +61,9 @@ class RadixState:
     """One frame's tree: the snapshot, which nodes matched (hit) or were prefilled now
     (miss), the nodes evicted since the previous frame (as they were), and text for labels.
     ``answer_at``: node id -> the offset in that node where a cached answer starts (its
-    tokens before are the question), so the label shows the two apart."""
+    tokens before are the question), so the label shows the two apart. ``partial``: node id -> how
+    many of its first tokens a match covered when the match ends inside that node (drawn before
+    the split it causes): only that part is drawn green."""
 
     snapshot: Any  # kvlab.reuse.radix_snapshot.RadixSnapshot
     hit: frozenset[int] = frozenset()
@@ -71,9 +73,13 @@ class RadixState:
     detokenize: Callable[[Sequence[int]], str] | None = None
     title: str = "Radix tree"
     answer_at: dict[int, int] = field(default_factory=dict)
+    partial: dict[int, int] = field(default_factory=dict)
 
     def check_integrity(self) -> None:
         check_radix_snapshot(self.snapshot)
         ids = {n.id for n in self.snapshot.nodes}
         assert self.hit <= ids and self.miss <= ids, "hit/miss nodes not in the tree"
         assert not (self.hit & self.miss), f"nodes both hit and miss: {sorted(self.hit & self.miss)}"
+        sizes = {n.id: len(n.tokens) for n in self.snapshot.nodes}
+        assert all(i in self.hit and 0 < k < sizes[i] for i, k in self.partial.items()), (
+            f"a partial match must cover part of a matched node: {self.partial}")

@@ -92,7 +92,9 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10, detail: bool =
     its text and its token count, without its lock count and last access time).
 
     ``nodes``: list of dicts (``id``, ``name`` in the DOT source (``n<id>``, root ``root``),
-    ``label``, ``fill``, ``font``, ``style``, ``kind`` = hit / miss / cached / evicted / root);
+    ``label``, ``fill``, ``font``, ``style``, ``kind`` = hit / miss / cached / evicted / root; a node a
+    match ends inside (``state.partial``) is a hit with ``matched`` = its tokens matched and ``pieces`` =
+    (its tag, matched text, the rest, the count line), drawn with only its matched part green);
     ``edges``: (parent name, child name, colour). Accepts a bare RadixSnapshot too.
     """
     if not isinstance(state, RadixState):
@@ -112,8 +114,14 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10, detail: bool =
             text = f"answer {_text(n.tokens, det, max_chars)}"
         else:  # a question and the answer cached after it: two lines
             text = f"{_text(n.tokens[:k], det, max_chars)}\nanswer {_text(n.tokens[k:], det, max_chars)}"
-        label = (f"{head}{text}\n{len(n.tokens)} tok · lock {n.lock_ref} · t={n.last_access_time}" if detail
-                 else f"{head}{text} · {len(n.tokens)} tok")
+        m = None if gone else state.partial.get(n.id)
+        pieces = None
+        count = f"{len(n.tokens)} tok"
+        if m:  # a match that ends inside this node: the matched part apart from the rest
+            pieces = (head, _text(n.tokens[:m], det, max_chars), _text(n.tokens[m:], det, max_chars))
+            text, count = " ".join(pieces[1:]), f"{m} of {len(n.tokens)} tok matched"
+        label = (f"{head}{text}\n{count} · lock {n.lock_ref} · t={n.last_access_time}" if detail
+                 else f"{head}{text} · {count}")
         if gone:
             kind, fill, font, style = "evicted", EVICTED, "#9a9a9a", "filled,dotted"
             label += "\n(evicted)"
@@ -123,10 +131,13 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10, detail: bool =
             kind, fill, font, style = "miss", MISS, "#ffffff", "filled"
         else:
             kind, fill, font, style = "cached", "#ffffff", "#000000", "filled"
+        if pieces:  # white, its matched part green (the graph draws it as two cells)
+            fill, font = "#ffffff", "#000000"
         if not gone and n.evictable:
             style += ",dashed"
         nodes.append(dict(id=n.id, name=f"n{n.id}", label=label, fill=fill, font=font, style=style, kind=kind,
-                          parent=n.parent_id, locked=not gone and n.lock_ref > 0))
+                          parent=n.parent_id, locked=not gone and n.lock_ref > 0, matched=m,
+                          pieces=pieces and (*pieces, label.split("\n", 1)[1] if detail else count)))
     nodes[1:] = sorted(nodes[1:], key=_path_key(list(snap.nodes) + list(state.evicted)))
     names = {d["id"]: d["name"] for d in nodes}
     kinds = {d["id"]: d["kind"] for d in nodes}
@@ -211,10 +222,25 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     g.attr("edge", penwidth=pen, arrowsize="0.7")
     for n in d["nodes"]:
         border = {"hit": "#1b6e1b", "miss": "#0d4a7a", "evicted": "#bdbdbd"}.get(n["kind"], "#444444")
-        g.node(n["name"], n["label"], style=n["style"], fillcolor=n["fill"], fontcolor=n["font"], color=border)
+        label = _split_label(*n["pieces"]) if n.get("pieces") else n["label"]
+        g.node(n["name"], label, style=n["style"], fillcolor=n["fill"], fontcolor=n["font"], color=border)
     for parent, child, colour in d["edges"]:
         g.edge(parent, child, color=colour, style="dotted" if colour == "#c8c8c8" else "solid")
     return g
+
+
+def _split_label(tag: str, matched: str, rest: str, count: str) -> str:
+    """A node's label with its matched tokens on green and the rest on white (an HTML-like graphviz label).
+
+    Example: ``_split_label("[node 1] ", "[1 2 3]", "[4 5 6 7 8]", "3 of 8 tok matched · lock 0 · t=3")`` ->
+    a table: "[node 1]", a green cell "[1 2 3]", a white "[4 5 6 7 8]", over the count line."""
+    def esc(text: str) -> str:  # _short doubled backslashes for DOT's plain labels; an HTML label keeps them
+        return html.escape(text.replace("\\\\", "\\"))
+
+    head = f"<td>{esc(tag.strip())}</td>" if tag.strip() else ""
+    return (f'<<table border="0" cellborder="0" cellspacing="0" cellpadding="2"><tr>{head}'
+            f'<td bgcolor="{HIT}"><font color="#ffffff">{esc(matched)}</font></td><td>{esc(rest)}</td></tr>'
+            f'<tr><td colspan="{3 if head else 2}">{esc(count)}</td></tr></table>>')
 
 
 def _legend_row(two_rows: bool = False, kinds: set[str] | None = None) -> str:

@@ -347,8 +347,9 @@ class Stepper:
             display(obj)
 
 
-def figure_output(fig: Any) -> dict[str, Any]:
-    """A plotly figure as one notebook ``display_data`` output (what an Output widget holds)."""
+def figure_output(fig: Any, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A plotly figure as one notebook ``display_data`` output (what an Output widget holds);
+    ``config``: plotly.js options over :data:`PLOTLY_CONFIG` (``{"displayModeBar": False}``: no mode bar)."""
     import json
 
     import plotly.io as pio
@@ -356,7 +357,7 @@ def figure_output(fig: Any) -> dict[str, Any]:
     spec = json.loads(pio.to_json(fig, validate=False))
     return {
         "output_type": "display_data",
-        "data": {"application/vnd.plotly.v1+json": {**spec, "config": dict(PLOTLY_CONFIG)},
+        "data": {"application/vnd.plotly.v1+json": {**spec, "config": {**PLOTLY_CONFIG, **(config or {})}},
                  "text/plain": f"<plotly figure: {fig.layout.title.text}>"},
         "metadata": {},
     }

@@ -139,8 +139,9 @@ print(f"SGLang, leaf by leaf, LRU: drops {[text[i] for i in res.node_ids]}, {res
 #
 # Between `match_prefix` and the end of a request, the matched KV is in use: the request attends
 # to it at every decode step. So the request **locks** its path: `inc_lock_ref(node)` adds one to
-# `lock_ref` of the node and of every ancestor up to the root. Locked tokens count as
-# `protected_size`, unlocked ones as `evictable_size`; eviction never touches a locked node.
+# `lock_ref` of the node and of every ancestor up to, but not including, the root (the root holds
+# no tokens). Locked tokens count as `protected_size`, unlocked ones as `evictable_size`; eviction
+# never touches a locked node.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -164,7 +165,8 @@ cache.check_integrity()
 # The recorder kept the tree after every event (match, split, insert, lock, unlock, evict).
 # Matched paths are green, inserted nodes blue, evicted nodes faded, evictable (unlocked) nodes
 # dashed (simulated, real tree code). Watch R2's match, which ends inside R1's node
-# `[1 2 3 4 5 6 7 8]`, and the step after it: the split that match causes (the captions say which step).
+# `[1 2 3 4 5 6 7 8]`: only the tokens it matched are green ("3 of 8 tok matched"); the step
+# after it shows the split that match causes (the captions say which step).
 
 # %%
 from kvlab.viz import radix_stepper
@@ -203,14 +205,16 @@ for i, cap in enumerate(capacities):
     print(f"{cap:>12}  " + "".join(f"{hit[n][i]:>15.1%}" for n in hit) + f"  {spread[i]:>15.1f}")
 
 # %% [markdown]
-# **Try it.** Pick a pool size and a policy: the same 200 requests are served again through
-# the real tree at that size, for every policy (a fraction of a second), and marked on the
-# curves; the policy you picked is drawn thick.
+# **Try it.** The control serves the same 200 requests through the real tree once for every
+# policy at every pool size its slider offers (`sizes`: 80 to 400 slots in steps of 10), and
+# draws the curves through those runs. Pick a pool size and a policy: the markers on the red
+# dashed line are the three policies' rates at that size, on their curves; the policy you
+# picked is drawn thick.
 
 # %%
 from kvlab.viz import HitRateControl
 
-HitRateControl(requests, sizes=(80, 120, 160, 200, 260, 320, 400), pool_size=120, policy="lru")
+HitRateControl(requests, sizes=range(80, 401, 10), pool_size=120, policy="lru")
 
 # %% [markdown]
 # What the table says, in sentences computed from it (so they change when the numbers do):
@@ -230,15 +234,37 @@ for n in hit:
     print(f"{NAME[n]}: best at {best_at}, worst at {worst_at} of the {len(capacities)} pool sizes")
 
 # %% [markdown]
-# What drives those numbers on this stream. A pool of 80 slots holds about two of the 30-token
-# popular prefixes beside the request being served, so every policy must evict prefixes it
-# will need again soon; with more room the policy decides *which* prefixes survive. LFU counts
+# What drives those numbers on this stream? First, how much room the smallest pool leaves beside
+# the request being served (each request is cached with its answer):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import os
+
+groups = {}
+for prompt, output in requests:
+    groups.setdefault(prompt[0], []).append(prompt + output)
+shared = [g for g in groups.values() if len(g) > 1]              # the requests of one popular system prompt
+prefix_len = min(len(os.path.commonprefix(g)) for g in shared)
+popular = [len(r) for g in shared for r in g]
+documents = [len(g[0]) for g in groups.values() if len(g) == 1]
+print(f"{len(shared)} popular prefixes of {prefix_len} tokens; a request with one takes {min(popular)} to {max(popular)} "
+      f"slots, a document {min(documents)} to {max(documents)}.")
+room = capacities[0]
+beside = {who: (room - longest) // prefix_len for who, longest in [("popular", max(popular)), ("document", max(documents))]}
+print(f"Beside the longest request with a popular prefix, {room} slots hold at most {beside['popular']} other "
+      f"prefix{'es' if beside['popular'] != 1 else ''}; beside the longest document, {beside['document']}.")
+
+# %% [markdown]
+# So the smallest pool has room for very few prefixes beside the request being served (the
+# counts above), and every policy must evict prefixes it will need again soon; with more room the
+# policy decides *which* prefixes survive. LFU counts
 # how often each node was matched (`hit_count`), so the one-off documents go first: nothing
 # matches them after they are cached, and their count stays 0, like R2's `[9 9 9]` in
 # section 1's table; the popular prefixes, matched again and again, stay. LRU keeps whatever
 # came last, so a burst of documents can push the prefixes out. No policy is best for every
-# workload, and on this stream LRU is not the best one (the lines above count at how many pool
-# sizes each policy wins). It is SGLang's default for another reason: it needs no counts and no
+# workload, and on this stream LRU is not the best one (the sentences under the table count at
+# how many pool sizes each policy wins). It is SGLang's default for another reason: it needs no counts and no
 # knowledge of the workload. The stream it is built for, a chat where each turn's history is the
 # next turn's prefix, is not measured here.
 #
@@ -364,18 +390,31 @@ if per - 1 < (grow["reused"] - 1) / 2:
 # computed again. The last lines above compare the growth of the reused count with the growth
 # of the admissions.
 #
-# **What SGLang does instead.** Its `ScheduleBatch.retract_decode` (`schedule_batch.py`) takes
-# back the running request that has generated the fewest tokens (ties: the longest prompt), not
-# the newest, and `release_req` releases its KV with `cache_finished_req(req, is_insert=False)`
-# (through `release_kv_cache` in newer versions; the comment: "release memory and don't insert
-# into the tree because we need the space instantly"). Its prompt is already in the tree,
-# inserted right after its prefill by `cache_unfinished_req`; `RadixCache.cache_finished_req`
-# frees the slots of every token after that cached part, the generated ones, without inserting
-# them, and unlocks the prompt's path, which stays cached but evictable. The tree then evicts
-# enough for a few more decode steps of the requests still running. Admitted again, the request
-# reuses its prompt if it was not evicted meanwhile, and computes its generated tokens again
-# (SGLang's own TODO there: "for preempted requests, we may want to insert into the tree"). So
-# on SGLang the reused count above would grow by the prompts alone (not measured here).
+# **What SGLang does instead.** Its preemption differs from kvlab's in three ways.
+#
+# *Which request goes.* SGLang's `ScheduleBatch.retract_decode` (`schedule_batch.py`) takes back
+# the running request that has generated the fewest tokens (ties: the longest prompt), not the
+# newest one.
+#
+# *What stays in the tree.* Its prompt is there already: SGLang inserts a prompt right after its
+# prefill (`cache_unfinished_req`). Preempting it frees the slots of its generated tokens without
+# inserting them, and unlocks the prompt's path, which stays cached but evictable (`release_req`
+# calls `cache_finished_req(req, is_insert=False)`, in newer versions through `release_kv_cache`;
+# the comment: "release memory and don't insert into the tree because we need the space
+# instantly"). The tree then evicts enough for a few more decode steps of the requests still
+# running.
+#
+# *What its second admission computes.* It reuses its prompt if nothing evicted it meanwhile, and
+# computes its generated tokens again (SGLang's own TODO there: "for preempted requests, we may
+# want to insert into the tree").
+#
+# | preemption | kvlab (the run above) | SGLang |
+# |---|---|---|
+# | the request taken back | the most recently admitted | the one with the fewest generated tokens |
+# | inserted into the tree | its prompt and the tokens generated so far | nothing: the prompt is there already, the generated tokens are freed |
+# | computed again when it is admitted again | what was evicted in between | that, and every token it had generated |
+#
+# So on SGLang the reused count above would grow by the prompts alone (not measured here).
 #
 # ## 5. Cache-aware scheduling
 #
@@ -463,7 +502,8 @@ for capacity in [2048, 4096]:
 # %% [markdown]
 # **Try it.** A smaller trace (100 requests, under SGLang's limit of 128; 8 system prompts of
 # 200 tokens), simulated once at every pool size for both orders: pick a pool size and an
-# order, and read the two hit rates against the best possible (dashed).
+# order; the markers on the red dashed line are the two orders' hit rates at that size, the
+# grey dashed line the best possible.
 
 # %%
 from kvlab.viz import SchedulingControl
@@ -605,21 +645,21 @@ check.admit_plan(admit_plan)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Start from lesson 07's `match_prefix`, but keep the nodes you pass through and how many tokens
-# of the last one matched: you need them for step 2.
+# Lesson 07's `match_prefix` finds how far the prompt matches. What else must your walk remember
+# for step 2: which nodes did it pass through, and how much of the last one matched?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# The unlocked tokens before the request: `len(node.key)` summed over every node below the
-# root with `lock_ref == 0`. Step 2 takes away the matched tokens of the path's nodes that were
-# unlocked, and nothing else.
+# Which unlocked tokens does locking the path take out of eviction's reach: all of every node on
+# it, or less? And are inner nodes evictable too, or only the leaves you see now?
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# Three outcomes to tell apart: it fits in the free slots; it fits after evicting what the
-# free slots do not cover; it does not fit at all. A fully cached prompt still needs one slot.
+# Predict one case before you run the checker: the tree `[1 2 3]` → {`[4 5 6]`, `[7 8]`} and
+# `[9 9 9 9]`, nothing locked, 2 free slots, and a request `[1 2 3 4]` followed by 9 new tokens.
+# How many slots does it need, how many could eviction still give it, and what do you return?
 # </details>
 
 # %% [markdown]
@@ -628,7 +668,7 @@ check.admit_plan(admit_plan)
 # - A full radix cache evicts unlocked **leaves**, one at a time, in policy order; a parent whose
 #   last child goes becomes a leaf. It never drops a whole subtree at once, and the order is
 #   recency (LRU, SGLang's default), not token count: a shared prefix outlives its branches.
-# - Running requests lock their matched path (`inc_lock_ref` up to the root); locked tokens
+# - Running requests lock their matched path (`inc_lock_ref`, up to, but not including, the root); locked tokens
 #   are `protected_size` and are never evicted, not even to admit the request that locked them;
 #   `dec_lock_ref` releases them.
 # - How much the policy matters depends on the workload and the pool: the sentences computed
