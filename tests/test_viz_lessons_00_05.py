@@ -7,7 +7,7 @@ import kvlab
 import kvlab.viz as viz
 from kvlab.lessons import char_tokenize
 from kvlab.viz.memory_map import snapshot_ids
-from kvlab.viz.palette import FREE, SHARED_FILL, TREE, assign_colors, holder_color, request_color
+from kvlab.viz.palette import FREE, SHARED_OUTLINE, TREE, assign_colors, holder_color, request_color
 from test_viz_kernel import lesson05_pool
 
 
@@ -45,12 +45,15 @@ def test_tree_only_block_is_the_trees_and_reused_blocks_are_r2s():
     assert "R1" not in d["legend"]                                            # R1 finished: it holds nothing
 
 
-def test_block_held_by_two_requests_has_its_own_colour_and_legend_entry():
+def test_block_held_by_two_requests_keeps_a_requests_colour_and_the_shared_outline():
+    """Review r2_00_01: a colour of its own for "held by 2+ requests" (cell 9) against R2's cyan for a block R2
+    and the tree share (cell 12) gave "x2" two colours; the design's rule is one colour per request, a shared
+    block outlined and labelled with its ref count."""
     snap = _fork()
     fig = viz.memory_map_figure(snap, by_holder=True)
     d = viz.memory_map_data(snap, by_holder=True)
     both = set(snap.tables["R1"]) & set(snap.tables["R1-sample2"])
-    assert both and all(d["color"][b] == SHARED_FILL for b in both)
+    assert both and all(d["color"][b] == request_color("R1") and d["outline_color"][b] == SHARED_OUTLINE for b in both)
     legend = _legend(fig)
     assert set(d["color"]) <= set(legend.values()), (set(d["color"]), legend)  # every fill drawn is in the legend
     tables = {holder_color(h, assign_colors(snapshot_ids([snap]))) for h in snap.tables}       # drawn as tables, arrows
@@ -59,7 +62,7 @@ def test_block_held_by_two_requests_has_its_own_colour_and_legend_entry():
 
 def test_lesson00_maps_list_the_colours_of_their_tables():
     """Review r12: cell 9's legend lacked R1's purple and R3's pink, the colours of their tables and
-    arrows (their blocks are all shared: drawn in the held-by-2+ colour); the tree's green table is
+    arrows (their blocks are all shared: then drawn in a held-by-2+ colour); the tree's green table is
     named by the tree-only block's entry (one green, one entry)."""
     m = kvlab.BlockManager(num_blocks=12, block_size=4)
     m.add_sequence("R1", 10)

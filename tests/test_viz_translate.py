@@ -182,8 +182,8 @@ def test_labels_never_run_together_at_classroom_sizes():
     """Seen in classroom mode: "L1 → P1L2 → P2" (table labels wider than their cells)."""
     from kvlab.viz.translate_widget import _one_line, _wrap, fits
 
-    assert _wrap("L1 → P1", 40.0, 16) == "L1<br>→ P1" and _wrap("L1 → P1", 120.0, 16) == "L1 → P1"
-    assert _wrap("L1 → P1", 58.0, 16) == "L1→P1"  # review r12: a wrapped label filled the cell the arrows cross
+    assert _wrap("L1 → P1", 40.0, 16) == "P1" and _wrap("L1 → P1", 120.0, 16) == "L1 → P1"  # r2_00_01: not two lines
+    assert _wrap("L1 → P1", 60.0, 16) == "L1→P1"  # review r12: a wrapped label filled the cell the arrows cross
     assert _one_line("P9 (L4)", 40.0, 16) == "P9" and _one_line("P9 (L4)", 120.0, 16) == "P9 (L4)"
     assert fits("P10", 40, 12) and not fits("P10 (L3)", 40, 12)
 

@@ -55,6 +55,9 @@ def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("block_and_offset", fn, _block_and_offset_ref, verbose=verbose, compare=same_ints,
                 diagnose=[lambda e, a: swapped(e, a, ("logical block", "offset")), should_have_raised])
     run = mistake_runner(c, {
+        "as if pos were one more (pos + 1 for both numbers): position pos is the (pos + 1)-th token, but positions, "
+        "blocks and offsets all count from 0, so divide pos itself (pos = block_size - 1 is the last slot of block 0)":
+            lambda pos, bs: ((pos + 1) // bs, (pos + 1) % bs),
         "counted tokens from 1: positions start at 0, so with block_size 4 the last position of block 0 is 3, "
         "not 4 (try pos = block_size - 1 by hand)":
             lambda pos, bs: ((pos + 1) // bs, pos % bs),

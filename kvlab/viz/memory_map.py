@@ -42,7 +42,7 @@ from ..memory.events import Event
 from ..memory.snapshot import MemorySnapshot
 from .block_tables import frame_traces, map_geometry
 from .palette import (
-    FREE, HIGHLIGHT, SHARED_FILL, SHARED_OUTLINE, TREE, UNOWNED, assign_colors, holder_color, request_color,
+    FREE, HIGHLIGHT, SHARED_OUTLINE, TREE, UNOWNED, assign_colors, holder_color, request_color,
     source_label, theme,
 )
 from .pool_grid import CELL_H, CELL_W, GridLayout, block_traces, grid_layout
@@ -67,24 +67,28 @@ def _holders(snapshot: MemorySnapshot) -> list[list[tuple[str, int]]]:
     return held
 
 
-HELD_BY_REQUESTS, HELD_BY_TREE = "held by 2+ requests", "held by the radix tree only"
+HELD_BY_TREE = "held by the radix tree only"
 
 
 def _block_color(owner: str | None, who: list[tuple[str, int]], colors: dict[str, str], by_holder: bool,
                  extra: dict[str, str]) -> tuple[str, str | None]:
     """(colour, request it names or None) of one used block; ``extra`` gets the non-request legend entries.
+    By holder, a block two or more requests hold keeps one request's colour (the one that allocated it
+    while it still holds it, else the first in its tables): its outline and ``xN`` say it is shared.
 
     >>> _block_color("R1", [("R2", 0), ("tree", 0)], {"R2": "#17becf"}, True, {})
     ('#17becf', 'R2')
+    >>> _block_color("R1", [("R1", 0), ("R3", 0)], {"R1": "#9467bd", "R3": "#e377c2"}, True, {})
+    ('#9467bd', 'R1')
     """
     reqs = list(dict.fromkeys(s for s, _ in who if s != "tree"))
-    if by_holder and len(reqs) > 1:
-        extra[HELD_BY_REQUESTS] = SHARED_FILL
-        return SHARED_FILL, None
     if by_holder and not reqs and who:
         extra[HELD_BY_TREE] = TREE
         return TREE, None
-    key = reqs[0] if by_holder and reqs else owner if owner is not None else next(iter(reqs), None)
+    if by_holder and reqs:
+        key = owner if owner in reqs else reqs[0]
+    else:
+        key = owner if owner is not None else next(iter(reqs), None)
     return (colors.get(key, request_color(key)) if key is not None else UNOWNED), key
 
 
@@ -108,9 +112,9 @@ def memory_map_data(
 ) -> dict[str, Any]:
     """Per-block colour, fill, label, outline and hover text for one snapshot (plain data).
 
-    ``by_holder``: colour each block by who HOLDS it now, not by who allocated it: the one request
-    whose table has it, :data:`SHARED_FILL` when two or more requests hold it, the tree's green when
-    only the radix tree does (the legend says which; ``legend_extra`` lists the two last).
+    ``by_holder``: colour each block by who HOLDS it now, not by who allocated it: a request whose table
+    has it (of several, the one that allocated it; the shared outline and ``xN`` say there are more), the
+    tree's green when only the radix tree does (``legend_extra`` names that green).
 
     ``highlight``: blocks the step changed (red outline; ``highlight_name`` in the legend). ``colors``: request ->
     colour (default: :func:`assign_colors` over this snapshot's ids; an animation passes

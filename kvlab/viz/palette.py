@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 __all__ = [
-    "REQUEST_COLORS", "STRONG_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE", "TREE", "SHARED_FILL",
+    "REQUEST_COLORS", "STRONG_COLORS", "FREE", "UNOWNED", "HIT", "MISS", "EVICTED", "HIGHLIGHT", "SHARED_OUTLINE", "TREE",
     "request_color", "assign_colors", "holder_color", "tint", "Theme", "theme", "classroom", "is_classroom",
     "source_label", "classroom_css", "label_px", "classroom_page_css", "page_css"
 ]
@@ -58,7 +58,6 @@ EVICTED = "#d9d9d9"  # radix: evicted node (faded)
 HIGHLIGHT = "#d62728"  # the block being written or read
 SHARED_OUTLINE = "#222222"  # outline of a block with ref_count > 1
 TREE = "#2ca02c"  # the radix tree as a holder of blocks (cached, reusable: the hit green)
-SHARED_FILL = "#b8860b"  # a block held by two or more requests at once (memory maps coloured by holder)
 
 _TRAILING_NUMBER = re.compile(r"^.*?(\d+)$")
 

@@ -13,10 +13,12 @@ full blocks stay cached in the radix tree; then R2 arrives. The controls:
 
 A **show** switch beside the slider picks one picture at a time, right under the controls, so a
 control and what it changes share one screen (599 px of notebook on a projector): the translation
-figure (:func:`kvlab.viz.translate_widget.translation_figure`, a block only the radix tree holds
-drawn in the tree's green) or the radix tree (graphviz), hits green and R2's newly computed suffix
-blue, as in the notes. Under the picture: one sentence of what the radix tree found, one of where
-the position lives (and whether that block is shared, so R2 reads K and V that R1 computed).
+figure (:func:`kvlab.viz.translate_widget.translation_figure`; every pool block in the colour of who
+holds it now, whichever table is shown: R2's cyan, the tree's green for a block only the radix tree
+holds, light grey when free, a shared block outlined with its ref count) or the radix tree (graphviz),
+hits green and R2's newly computed suffix blue, as in the notes, dashed nodes evictable. The notes'
+table has no run behind it: with it, the checkbox (which changes the run) is greyed out. Under the
+picture: one sentence of what the radix tree found, one of where the position lives (and whether that block is shared, so R2 reads K and V that R1 computed).
 
 All the numbers come from the run (:func:`thesis_state`, plain data, what the tests check).
 
@@ -78,8 +80,9 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
     RadixSnapshot: R1 finished, R2 running, its path locked), ``hit``/``miss`` (node ids on R2's path),
     ``evictable`` (tokens in unlocked nodes), ``tree_sentence``, ``position_sentence``, ``holders`` (block ->
     ``"R2"`` for each block of R2's running table, ``"tree"`` for the others the radix tree holds; none for
-    the notes' table), ``seq`` (whose colour the chosen table is drawn in). ``pos`` past the table is
-    clamped to its last slot.
+    the notes' table), ``ref_counts`` (block -> ref count of every held block; none for the notes' table),
+    ``seq`` (whose colour the chosen table's tokens are drawn in). ``pos`` past the table is clamped to its
+    last slot.
     """
     if table not in {key for _, key in TABLE_CHOICES}:
         raise ValueError(f"table must be one of {[k for _, k in TABLE_CHOICES]}, got {table!r}")
@@ -90,7 +93,7 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
     pos = max(0, min(int(pos), max_pos))
     chain = translation_chain(block_table, pos, BLOCK_SIZE)
     both = sorted(set(tables["R1"]) & set(tables["R2"]))
-    snap = cm.tree.snapshot()
+    snap, pool = cm.tree.snapshot(), cm.snapshot().ref_count
     r2 = info["tokens"]["R2"]
     on_path = [n for n in snap.nodes if tuple(r2[n.start:n.start + len(n.tokens)]) == n.tokens]
     hit = frozenset(n.id for n in on_path if n.start + len(n.tokens) <= info["prefix_len"])
@@ -120,7 +123,8 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
             "hit": hit, "miss": miss, "evictable": evictable, "tree_sentence": tree_sentence,
             "position_sentence": position_sentence, "seq": NOTES_SEQ if table == "notes" else table,
             "holders": {} if table == "notes" else {**{b: "tree" for b in cm.tree.tree_block_ids()},
-                                                    **{b: "R2" for b in cm.table("R2").block_ids}}}
+                                                    **{b: "R2" for b in cm.table("R2").block_ids}},
+            "ref_counts": {} if table == "notes" else {b: rc for b, rc in enumerate(pool) if rc}}
 
 
 TREE_CAPTION = ("tok: a node's tokens; lock: the running requests that read it (0: it can be evicted); "
@@ -140,9 +144,10 @@ def thesis_tree(state: dict[str, Any]) -> Any:
 def thesis_figure(state: dict[str, Any]) -> Any:
     """The translation through the chosen table, the whole pool of :data:`NUM_BLOCKS` drawn, with a
     legend of its colours (plotly figure)."""
-    name = "the notes' table (no run)" if state["table"] == "notes" else f"{state['table']}'s tokens and blocks"
+    name = {"notes": "the notes' table (no run)", "R1": "R1's tokens (R1 has finished)",
+            "R2": "R2's tokens and blocks"}[state["table"]]
     return translation_figure(state["chain"], num_blocks=NUM_BLOCKS, holders=state["holders"], seq=state["seq"],
-                              legend=name)
+                              legend=name, ref_counts=state["ref_counts"])
 
 
 _DRAWN: dict[tuple, Any] = {}  # (theme, view, controls) -> a rendered picture: a control's answer is a lookup
@@ -218,7 +223,8 @@ class ThesisWidget:
 
         style = {"description_width": "initial"}
         self._shared = W.Checkbox(value=self.state["shared"], description="R2 starts with R1's system prompt",
-                                  style=style, indent=False, layout=W.Layout(width="auto", margin="2px 28px 2px 0"))
+                                  style=style, indent=False, layout=W.Layout(width="auto", margin="2px 28px 2px 0"),
+                                  tooltip="changes the run: R2's prompt (greyed out with the notes' table, which has no run)")
         self._table = W.Dropdown(options=list(TABLE_CHOICES), value=self.state["table"], description="block table of",
                                  style=style, layout=W.Layout(width="min(400px, 100%)"))
         self._pos = W.IntSlider(value=self.state["pos"], min=0, max=self.state["max_pos"], description="token position",
@@ -245,8 +251,10 @@ class ThesisWidget:
         css = classroom_css("kvlab-thesis")
         parts = [W.HBox([self._shared, self._table], layout=row), W.HBox([self._pos, self._view], layout=row),
                  self._fig, self._tree, self._text]
-        if css:  # and a checkbox as tall as its (larger) label
-            parts.insert(0, W.HTML(css + "<style>.kvlab-thesis .widget-checkbox {height: auto !important;}</style>"))
+        if css:  # and a checkbox as tall as its (larger) label, the box on the label's middle
+            parts.insert(0, W.HTML(css + "<style>.kvlab-thesis .widget-checkbox {height: auto !important;}"
+                                   ".kvlab-thesis .widget-checkbox label {display: flex; align-items: center; gap: 6px;}"
+                                   ".kvlab-thesis .widget-checkbox input {margin: 0; width: 18px; height: 18px;}</style>"))
         self._show_view()
         self.widget = W.VBox(parts, layout=W.Layout(max_width="100%"))
         self.widget.add_class("kvlab-thesis")
@@ -254,17 +262,20 @@ class ThesisWidget:
         _prerender(self.state["shared"], self.state["table"])
 
     def _show_view(self) -> None:
-        """Show the picture the switch names and its sentence, hide the other; the tree view greys out
-        the controls only the translation uses (the table menu and the position)."""
+        """Show the picture the switch names and its sentence, hide the other; grey out what changes
+        nothing on screen: the tree view, the controls only the translation uses (the table menu and the
+        position); the translation of the notes' table (no run behind it), the checkbox."""
         fig_first = self._view.value == THESIS_VIEWS[0]
         self._fig.layout.display = None if fig_first else "none"
         self._tree.layout.display = "none" if fig_first else None
         self._table.disabled = self._pos.disabled = not fig_first
+        self._shared.disabled = fig_first and self._table.value == "notes"
         if self.widget is not None:
             self._redraw()
 
     def _changed(self, change: dict[str, Any]) -> None:
         self.state = thesis_state(self._shared.value, self._table.value, self._pos.value)
+        self._shared.disabled = self._view.value == THESIS_VIEWS[0] and self.state["table"] == "notes"
         if change.get("owner") is not self._pos:   # a new prefix or table: its positions rendered ahead
             _prerender(self.state["shared"], self.state["table"])
         if self._pos.max != self.state["max_pos"]:  # a new slider: a live one's End key keeps its first range

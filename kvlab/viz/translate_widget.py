@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from ..memory.block_table import translate
 from .control import renew_slider
 from .display import is_static
-from .palette import FREE, HIGHLIGHT, TREE, classroom_css, label_px, request_color, source_label, theme, tint
+from .palette import FREE, HIGHLIGHT, SHARED_OUTLINE, TREE, classroom_css, label_px, request_color, source_label, theme, tint
 
 __all__ = ["translation_chain", "parse_block_table", "translation_figure_data", "translation_figure",
            "TranslationWidget", "NOTES_TABLE", "chain_rows"]
@@ -84,21 +84,39 @@ def _separated(text: str) -> str:
     return re.sub(r"\d{5,}", lambda m: f"{int(m.group()):,}", text)
 
 
+_EM = {"→": 0.84, " ": 0.32, "–": 0.5, "(": 0.39, ")": 0.39}  # DejaVu Sans advances, in em; digits 0.64, others 0.6
+
+
+def text_px(text: str, font_px: float) -> float:
+    """About how wide ``text`` is drawn (DejaVu Sans, plotly's default): ``text_px("L3→P5", 16)`` -> 52.5.
+    An arrow is wider than a letter: the 0.58 em a character of :func:`fits` put "L3→P5" in a 56 px cell
+    that it filled edge to edge (classroom mode, review r2_00_01)."""
+    return font_px * sum(_EM.get(ch, 0.64 if ch.isdigit() else 0.6) for ch in text)
+
+
 def _wrap(label: str, room_px: float, font_px: float) -> str:
-    """``"L0 → P3"`` as it is, or ``"L0→P3"`` when only that fits its cell, else on two lines
-    (``"L0<br>→ P3"``): a wrapped label fills the cell, where the lookup's arrows end."""
-    if fits(label, room_px, font_px) or " " not in label:
+    """A table row's label: ``"L0 → P3"`` as it is, or ``"L0→P3"`` when only that fits its cell, else the
+    entry alone, ``"P3"`` (the cell's place in the row is its logical block; the walk under the figure
+    names both). Never two lines: a wrapped label filled the cell where the lookup's arrows end (review r12)."""
+    def room_for(text: str) -> bool:
+        return fits(text, room_px, font_px) and text_px(text, font_px) + 3 <= room_px
+
+    if room_for(label) or " " not in label:
         return label
-    if fits(label.replace(" → ", "→"), room_px, font_px):
+    if room_for(label.replace(" → ", "→")):
         return label.replace(" → ", "→")
-    head, tail = label.split(" ", 1)
-    return f"{head}<br>{tail}"
+    return label.rsplit(" ", 1)[-1]
 
 
 def _one_line(label: str, room_px: float, font_px: float) -> str:
     """A pool block's label on one line (its foot holds the slot marks): ``"P9 (L4)"``, or
-    ``"P9"`` when that does not fit (the table row above says which logical block it is)."""
-    return label if fits(label, room_px, font_px) else label.split(" ", 1)[0]
+    ``"P9"`` when that does not fit (the table row above says which logical block it is); a shared
+    block's ref count stays when it fits: ``"P0 (L0) x2"`` -> ``"P0 x2"`` -> ``"P0"``."""
+    if fits(label, room_px, font_px):
+        return label
+    words = label.split(" ")
+    short = f"{words[0]} {words[-1]}"
+    return short if len(words) > 1 and words[-1].startswith("x") and fits(short, room_px, font_px) else words[0]
 
 
 def parse_block_table(text: str) -> list[int]:
@@ -169,8 +187,19 @@ def _layout_x(items: list[tuple[str, Any]]) -> dict[Any, tuple[float, float]]:
     return out
 
 
+def _pool_block(b: int, owner: dict[int, int], holders: dict[int, str], seq: str, ref_count: int) -> dict[str, Any]:
+    """One pool block's ``label``, ``color`` and ``holder`` (who holds it now: ``holders``, else ``seq`` for a
+    block of this table, else None: free). Example: ``_pool_block(3, {}, {3: "tree"}, "R1", 1)`` ->
+    ``{'label': 'P3 (tree)', 'color': '#2ca02c', 'holder': 'tree'}``; with ref count 2 the label ends in " x2"."""
+    h = holders.get(b, seq if b in owner else None)
+    suffix = f" (L{owner[b]})" if b in owner else "" if h is None else f" ({h})"
+    color = FREE if h is None else TREE if h == "tree" else request_color(h)
+    return {"label": f"P{b}{suffix}" + (f" x{ref_count}" if ref_count > 1 else ""), "color": color, "holder": h}
+
+
 def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None,
-                            holders: dict[int, str] | None = None, seq: str = SEQ) -> dict[str, Any]:
+                            holders: dict[int, str] | None = None, seq: str = SEQ,
+                            ref_counts: dict[int, int] | None = None) -> dict[str, Any]:
     """Cells of the three layers, in block widths along x (plain data for the figure). Every
     block is one unit wide whatever the block size, so the picture reads the same at block size
     1 and 16 and for a block id of 99.
@@ -182,13 +211,16 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
     :data:`MAX_LOGICAL` shows a window around pos's block (``more_left``/``more_right``: the
     logical blocks left out). Each cell has x0, x1, label, color, highlight. ``pos_slot`` and
     ``slot``: (x0, x1) of pos in its logical block and of its slot in the physical block;
-    ``arrows``: (x, y) points token -> table row -> slot (a physical cell's ``holder``: ``seq``, who else
-    holds it, or None). ``holders``: physical block -> who else
-    holds it (``"tree"`` or a request id); such a block outside this table is drawn in its
-    holder's colour and named, not as a free one. ``seq``: the request whose table this is (its
-    tokens and blocks take that request's colour, as in every other picture).
+    ``arrows``: (x, y) points token -> table row -> slot (a physical cell's ``holder``: who holds it, or
+    None). ``holders``: physical block -> who holds it NOW (``"tree"`` or a request id), given when the
+    caller knows the whole pool: every block is then drawn in its holder's colour, this table's too (a
+    finished request's table points at blocks others hold), outside the table named, and a block nobody
+    holds is ``free`` (light grey). Without it, the table's blocks take ``seq``'s colour and the others
+    are only "not in this table" (white, dotted). ``seq``: the request whose table this is (its tokens
+    take that request's colour, as in every other picture). ``ref_counts``: physical block -> ref count;
+    a block held more than once is ``shared``, labelled ``xN`` (a cell's ``ref_count``).
     """
-    holders = holders or {}
+    known, holders = holders is not None, holders or {}
     table, bs = chain["block_table"], chain["block_size"]
     if not isinstance(bs, int) or bs < 1:
         bs = 1
@@ -210,17 +242,10 @@ def translation_figure_data(chain: dict[str, Any], num_blocks: int | None = None
     cols = _pool_columns(n, set(owner) | ({pb} if ok else set()))
     px = _layout_x([(kind, (kind, a)) for kind, a, _ in cols])
 
-    def held(b: int) -> tuple[str, str]:  # (label suffix, colour) of a block outside this table
-        h = holders.get(b)
-        return ("", FREE) if h is None else (f" ({'tree' if h == 'tree' else h})", TREE if h == "tree" else request_color(h))
-
-    phys = [
-        dict(x0=px[("block", b)][0], x1=px[("block", b)][1],
-             label=f"P{b}" + (f" (L{owner[b]})" if b in owner else held(b)[0]),
-             color=seq_color if b in owner else held(b)[1], highlight=ok and b == pb,
-             holder=seq if b in owner else holders.get(b))
-        for kind, b, _ in cols if kind == "block"
-    ]
+    rcs = ref_counts or {}
+    phys = [dict(x0=px[("block", b)][0], x1=px[("block", b)][1], highlight=ok and b == pb, ref_count=rcs.get(b, 0),
+                 known=known, **_pool_block(b, owner, holders, seq, rcs.get(b, 0)))
+            for kind, b, _ in cols if kind == "block"]
     gaps = [dict(x0=px[("gap", a)][0], x1=px[("gap", a)][1], label="…", first=a, last=z)
             for kind, a, z in cols if kind == "gap"]
     arrows, pos_slot, slot = [], None, None
@@ -242,10 +267,12 @@ def _figure_shapes(d: dict[str, Any], bs: int, px_per_unit: float) -> list[dict[
     shapes: list[dict[str, Any]] = []
 
     def cell(c: dict[str, Any], y: float, fill: str, dash: str = "solid") -> None:
+        shared = c.get("ref_count", 0) > 1   # outlined as in the memory map: dark and thick
         shapes.append(dict(
             type="rect", x0=c["x0"], x1=c["x1"], y0=y - CELL_H, y1=y + CELL_H, fillcolor=fill,
-            line=dict(color=HIGHLIGHT if c["highlight"] else "#555555",
-                      width=th.highlight_width if c["highlight"] else th.line_width, dash=dash),
+            line=dict(color=HIGHLIGHT if c["highlight"] else SHARED_OUTLINE if shared else "#555555",
+                      width=th.highlight_width if c["highlight"] else th.shared_width if shared else th.line_width,
+                      dash=dash),
             layer="below",
         ))
 
@@ -253,8 +280,11 @@ def _figure_shapes(d: dict[str, Any], bs: int, px_per_unit: float) -> list[dict[
         cell(c, 2, tint(c["color"], 0.6))
     for c in d["table"]:
         cell(c, 1, "#ffe0e0" if c["highlight"] else "#ffffff")
-    for c in d["physical"]:  # a block outside this table: white, dotted (not grey: grey means free elsewhere)
-        cell(c, 0, "#ffffff", "dot") if c["color"] == FREE else cell(c, 0, tint(c["color"], 0.6))
+    for c in d["physical"]:  # free: light grey when the pool's holders are known, else white, dotted ("not in this table")
+        if c["color"] != FREE:
+            cell(c, 0, tint(c["color"], 0.6))
+        else:
+            cell(c, 0, FREE) if c["known"] else cell(c, 0, "#ffffff", "dot")
     if bs > 1 and px_per_unit / bs >= 3:  # slot dividers at the foot of every token block and pool block
         for c, y in [(c, 2) for c in d["tokens"]] + [(c, 0) for c in d["physical"]]:
             for k in range(1, bs):
@@ -303,22 +333,40 @@ def _legend_traces(d: dict[str, Any], seq: str, seq_name: str) -> list[Any]:
         if c["holder"] is not None and fill not in names:
             names[fill] = "held by the radix tree only" if c["holder"] == "tree" else f"held by {c['holder']}"
     out = [go.Scatter(x=[None], y=[None], mode="markers", name=n, marker=dict(color=f, **sq)) for f, n in names.items()]
-    if any(c["color"] == FREE for c in d["physical"]):
-        out.append(go.Scatter(x=[None], y=[None], mode="markers", name="free",
-                              marker=dict(color="#ffffff", line=dict(color="#555555", width=1.5), **sq)))
+    free = [c for c in d["physical"] if c["color"] == FREE]
+    if free:   # drawn as the pool draws it: light grey when the holders are known, else white
+        out.append(go.Scatter(x=[None], y=[None], mode="markers", name="free", marker=dict(
+            color=FREE if free[0]["known"] else "#ffffff", line=dict(color="#555555", width=1.5), **sq)))
+    if any(c["ref_count"] > 1 for c in d["physical"]):
+        out.append(go.Scatter(x=[None], y=[None], mode="markers", name="shared (xN = ref count)", marker=dict(
+            color="#ffffff", line=dict(color=SHARED_OUTLINE, width=th.shared_width), **sq)))
     out.append(go.Scatter(x=[None], y=[None], mode="markers", name="pos and its lookup",
                           marker=dict(color="#ffffff", line=dict(color=HIGHLIGHT, width=th.line_width), **sq)))
     return out
 
 
+def _legend_room(names: list[str]) -> int:
+    """Pixels under the pool for a horizontal legend of ``names`` (0 for none), laid out as plotly does:
+    one row when every entry fits the figure's width, else columns as wide as the widest entry. One row is
+    40 px (classroom: 30 px a row, at least 60). Example: ``_legend_room([])`` -> 0."""
+    if not names:
+        return 0
+    th = theme()
+    room = (850 if th.autosize else th.grid_width) - 20
+    widths = [text_px(name, th.font_size) + (46 if th.high_contrast else 36) for name in names]  # swatch, gap, text
+    rows = 1 if sum(widths) <= room else -(-len(names) // max(1, int(room // max(widths))))
+    return max(60, 30 * rows) if th.high_contrast else 20 + 20 * rows
+
+
 def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, source: str = "simulated",
-                       holders: dict[int, str] | None = None, seq: str = SEQ, legend: str = "") -> Any:
-    """The notes' figure for one translation, as a static plotly figure (``holders``, ``seq``: see
-    :func:`translation_figure_data`). ``legend``: the legend's words for the table's colour (its tokens
-    and blocks), for a legend under the figure that says what each colour means ("" for none)."""
+                       holders: dict[int, str] | None = None, seq: str = SEQ, legend: str = "",
+                       ref_counts: dict[int, int] | None = None) -> Any:
+    """The notes' figure for one translation, as a static plotly figure (``holders``, ``seq``,
+    ``ref_counts``: see :func:`translation_figure_data`). ``legend``: the legend's words for the table's
+    colour (its tokens), for a legend under the figure that says what each colour means ("" for none)."""
     import plotly.graph_objects as go
 
-    d = translation_figure_data(chain, num_blocks, holders, seq)
+    d = translation_figure_data(chain, num_blocks, holders, seq, ref_counts)
     th = theme()
     bs = chain["block_size"] if isinstance(chain["block_size"], int) and chain["block_size"] > 0 else 1
     left = 110 if th.high_contrast else 90
@@ -335,7 +383,8 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
     for (x0, y0), (x1, y1) in zip(d["arrows"], d["arrows"][1:]):
         annotations.append(dict(x=x1, y=y1 + CELL_H, ax=x0, ay=y0 - CELL_H, xref="x", yref="y", axref="x", ayref="y",
                                 text="", showarrow=True, arrowhead=3, arrowsize=1.2,
-                                arrowwidth=th.line_width + 1, arrowcolor=HIGHLIGHT))
+                                arrowwidth=th.line_width + 1, arrowcolor=HIGHLIGHT,
+                                **({"standoff": 4} if th.high_contrast else {})))  # classroom: thick heads stop short
     if chain["error"] is None:
         sub = (f"pos {chain['pos']} → L{chain['logical_block']} (pos // {bs}), offset {chain['offset']} "
                f"(pos % {bs}) → P{chain['physical_block']} → slot {chain['slot']:,} → byte {chain['byte_address']:,}")
@@ -344,7 +393,7 @@ def translation_figure(chain: dict[str, Any], num_blocks: int | None = None, sou
     width = th.grid_width
     keys = _legend_traces(d, seq, legend) if legend else []
     fig = go.Figure(data=_figure_texts(d, px_per_unit) + keys)
-    room = (60 if th.high_contrast else 40) if keys else 0                   # the legend's row(s) under the pool
+    room = _legend_room([k.name for k in keys])                             # the legend's row(s) under the pool
     fig.update_layout(
         width=None if th.autosize else width, autosize=th.autosize,
         height=(300 if not th.high_contrast else 320) + room,                # classroom: widget + figure in 599 px

@@ -38,7 +38,8 @@ self_test();
 # *blocks*. A request keeps a *block table* (块表) that maps its logical blocks to physical ones.
 # The source notes' figure: block size 4, table L0→P3, L1→P7, L2→P1, L3→P5, L4→P9. Where is
 # token 9? kvlab's real `translate` walks it (simulated: no tensors, just the arithmetic the
-# kernel does):
+# kernel does; here a token takes 1 byte, so its slot and its byte address are one number: lesson 04
+# gives a token its real size, its K and V for every layer):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -87,10 +88,12 @@ m.check_integrity()
 
 # %% [markdown]
 # The same pool as a picture (kvlab.viz reads the snapshot; it never changes state). Each block
-# is coloured by who **holds** it now (one request's colour, another colour when two or more
-# requests hold it, green when only the radix tree does, grey when free) and filled from the
-# left as far as it holds tokens; above the pool, each sequence's block table with an arrow into
-# every block it uses, so a shared block shows all its holders (and its reference count, `x2`):
+# is drawn in the colour of a request that **holds** it now (green when only the radix tree does,
+# grey when free) and filled from the left as far as it holds tokens. A block with two or more
+# holders keeps one request's colour (the one that allocated it, while it still holds it) and
+# gets a dark outline and its reference count, `x2`; above the pool, each sequence's block table
+# with an arrow into every block it uses shows all its holders. These rules hold in every
+# picture of this lesson:
 
 # %%
 import kvlab.viz as viz
@@ -101,7 +104,9 @@ viz.memory_map_figure(snap, title="Two requests and a fork", by_holder=True)
 # **The logical layer: reusing content (lesson 07).** Now the *tokens* matter. A
 # `CacheManager` keeps a radix tree (前缀树) over the token ids of finished requests. R1 finishes;
 # R2 starts with the same system prompt, so its longest prefix match (最长前缀匹配) finds R1's
-# cached blocks and R2 computes only its own question (simulated, one token a character):
+# cached blocks and R2 computes only its own question (simulated, one token a character). In the
+# picture after the run, the blocks R2 reuses have two holders, R2 and the tree: R2's colour,
+# outlined, `x2`, as R1's forked blocks were above; the block only the tree holds is green:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -132,13 +137,18 @@ viz.memory_map_figure(cm.snapshot("R2 reuses the system prompt R1 left in the ra
 #
 # - Tick or untick **R2 starts with R1's system prompt**: the radix tree (**show: the radix
 #   tree**; matched nodes green, what R2 computed blue, dashed boxes the only ones that could be
-#   evicted) finds R1's blocks, or nothing.
+#   evicted: in this widget a dashed outline means that and nothing else) finds R1's blocks, or
+#   nothing.
 # - Pick a **block table** and move the **token position**: the figure (**show: the
-#   translation**) walks the translation through that table; a block only the radix tree holds
-#   is green. The sentence under the picture says whether the token lives in a block R1 and R2
-#   share. With the prefix shared, R2's positions 0-11 land in R1's blocks: the logical layer
-#   chose *which* blocks to reuse, the physical layer says *where* each token is. (The tree view
-#   greys out these two controls: they move the translation only.)
+#   translation**) walks the translation through that table. The pool is drawn as above, by who
+#   holds each block *now*, whichever table you pick: R1 has finished and holds nothing, so only
+#   its tokens are in R1's colour, and the block only the radix tree holds is green in every view.
+#   The sentence under the picture says whether the token lives in a block R1 and R2 share. With
+#   the prefix shared, R2's positions 0-11 land in R1's blocks: the logical layer chose *which*
+#   blocks to reuse, the physical layer says *where* each token is.
+# - Controls that would change nothing are greyed out: the tree view greys the table menu and
+#   the position (they move the translation only); the notes' example greys the checkbox (the
+#   notes' table has no run behind it, so R2's prompt changes nothing in it).
 
 # %%
 viz.ThesisWidget(shared=True, table="R2", pos=5)
@@ -203,10 +213,16 @@ viz.ThesisWidget(shared=True, table="R2", pos=5)
 # ### Warm-up 1: logical block and offset
 #
 # **Contract.** `block_and_offset(pos, block_size) -> (logical_block, offset)`: which logical
-# block token position `pos` falls in, and where inside that block.
-# - `pos` is an int ≥ 0, `block_size` an int ≥ 1.
-# - Raise `ValueError` if `pos < 0` or `block_size < 1`.
-# - Example: `block_and_offset(9, 4) == (2, 1)`.
+# block token position `pos` falls in, and where inside that block. Both count from 0, as
+# positions do: the notes' position 9, with blocks of 4, is logical block 2 at offset 1.
+# - `pos` and `block_size` are ints. **Decide** which of their values describe no token of a paged
+#   sequence (positions count from 0; a block holds at least one token) and raise `ValueError`
+#   for exactly those: the check tries the smallest valid value of each and the one below it.
+#
+# **Predict first**, on paper: with blocks of 4, where are positions 3 and 4? With blocks of
+# 16, positions 15 and 16? A block's last position and the next one are where an off-by-one
+# shows (the check tries all four). Once your code passes, call it on those four in a new cell
+# and compare with what you wrote.
 
 # %% tags=["exercise-stub"]
 def block_and_offset(pos, block_size):
@@ -220,22 +236,30 @@ check.block_and_offset(block_and_offset)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Position `pos` is the `(pos+1)`-th token. With 4 tokens a block, positions 0-3 are in block
-# 0, 4-7 in block 1, 8-11 in block 2. Which block is position 8 in, and how far into it?
+# With 4 tokens a block, positions 0-3 are in block 0, 4-7 in block 1, 8-11 in block 2. Which
+# block is position 8 in, and how far into it? And position 11?
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# The block is how many whole blocks come before `pos`; the offset is what is left over after
-# them. Which two inputs would make that question meaningless, and when must you look at them?
+# Write the positions 0, 1, 2, ... in rows of `block_size`, one row a block. Which arithmetic on
+# `pos` gives its row, and which its column? Try it on the last position of a row. And which
+# inputs leave no rows to write, and must be looked at before any arithmetic?
 # </details>
 #
 # ### Warm-up 2: the shared prefix
 #
 # **Contract.** `common_prefix_len(a, b) -> int`: how many leading tokens the token-id lists
-# `a` and `b` have in common. 0 when they differ at the first token or one is empty. This is
+# `a` and `b` have in common, that is, the length of the longest list both start with. This is
 # the question RadixAttention asks about every new request (lesson 07).
 # - Example: `common_prefix_len([1, 2, 3, 4, 9], [1, 2, 3, 4, 7, 7]) == 4`.
+#
+# **Predict first**, on paper, from that definition alone; the check tries each of these, so a
+# wrong guess turned into code becomes a `FAIL` line:
+# - `[5, 6]` and `[5, 6, 7, 8]` (one list ends first)?
+# - `[]` and `[1, 2]`?
+# - `[0, 1, 2, 3]` and `[9, 1, 2, 3]` (three tokens agree: do they count)?
+# - `[3, 1, 2]` and `[1, 3, 2]` (the same tokens in another order)?
 
 # %% tags=["exercise-stub"]
 def common_prefix_len(a, b):
