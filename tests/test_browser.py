@@ -560,7 +560,7 @@ def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
     page.wait_for_function("el => el.textContent.includes('step 4 / ')", arg=caption.element_handle(), timeout=10_000)
     _stepper_buttons_say_what_they_do(stepper, at_first=False)
     text = caption.text_content()
-    assert "recompute the K and V of all 6 tokens" in text and "compute only token 6's" in text, text  # from 1
+    assert "recompute the K and V of all 6 tokens" in text and "compute only position 5's" in text, text  # from 0
     page.wait_for_function("el => el.textContent.includes('new')", arg=stepper.locator(".js-plotly-plot").first
                            .element_handle(), timeout=10_000)
     _shot(page, stepper, shot)
