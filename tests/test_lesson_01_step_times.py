@@ -38,8 +38,9 @@ def test_moves_the_flops_do_not_explain_are_the_machine():
     """The default run: 4 positions, the naive medians 172 | 164 ms, FLOPs x1.08."""
     said = along_the_lines({"naive": [0.172, 0.171, 0.160, 0.168], "contiguous": [0.065, 0.064, 0.066, 0.065]},
                            {"naive": _flops(10.5e9, 0.28e9, 4), "contiguous": _flops(271.6e6, 0.09e6, 4)}, 1.44)
-    assert all("those moves are the machine" in s and "not the model" in s for s in said), said
-    assert "fell" in said[0] and "x1.44" in said[0], said
+    assert all("are the machine" in s and "not the model" in s for s in said), said
+    assert "fell" in said[0] and "x1.44" in said[0] and "lost in the machine's noise" in said[0], said
+    assert "those moves are the machine" in said[1], said   # the cached FLOPs barely grow: nothing to lose
 
 
 def test_a_rise_past_what_the_flops_explain_is_partly_the_machine():

@@ -69,16 +69,16 @@ def test_01_review_r2_factors_follow_the_model_and_a_measured_length_says_its_me
               "big": CostModel(f, context_window=8192)}
     s = cost_state(models, "small", 1024)
     assert s["measured"] and (s["naive_ms"], s["cached_ms"]) == (26.77, 2.51)
-    assert "26.77 ms against 2.51 ms (measured at exactly this length" in s["sentence"], s["sentence"]
+    assert "Measured here at this length: 26.77 ms against 2.51 ms a step" in s["sentence"], s["sentence"]
     assert "estimated" not in s["sentence"]
     assert "estimated" in cost_state(models, "small", 512)["sentence"]          # no measurement there: the line
-    assert cost_state(models, "small", 64)["factors"].startswith("small, from 16 to 2,048 tokens (128x")
-    assert cost_state(models, "big", 64)["factors"].startswith("big, from 16 to 8,192 tokens (512x")
+    assert cost_state(models, "small", 64)["factors"].startswith("From 16 to 2,048 tokens (128x)")
+    assert cost_state(models, "big", 64)["factors"].startswith("From 16 to 8,192 tokens (512x)")
     pytest.importorskip("ipywidgets")
     w = CostWidget(models, model="small", context=1024, static=False)
-    assert "small, from 16 to 2,048" in w._text.value
+    assert "From 16 to 2,048 tokens" in w._text.value
     w._model.value = "big"
-    assert "big, from 16 to 8,192" in w._text.value and "small, from" not in w._text.value
+    assert "From 16 to 8,192 tokens" in w._text.value and "2,048 tokens" not in w._text.value
 
 
 def test_01_review_r2_another_model_gets_a_new_slider():

@@ -52,8 +52,11 @@ def _one_line(name: str, times: Sequence[float], flops: Sequence[int], runs_apar
     if share > 2:
         return (f"{rose}, more than its counted FLOPs' x{rise_f:.2f} explain: part of that rise is the model, the "
                 f"rest the machine ({noise})")
+    lost = rise_f > 1.02 and grown < runs_apart   # a growth smaller than the spread of one step's timings
     return (f"{rose} and moved x{wander:.2f} between its lowest and highest point, while its counted FLOPs grew "
-            f"only x{grown:.3f}: those moves are the machine ({noise}), not the model")
+            f"only x{grown:.3f}: " + (f"a growth that small is lost in the machine's noise ({noise}), so the moves "
+                                      "along the line are the machine, not the model" if lost else
+                                      f"those moves are the machine ({noise}), not the model"))
 
 
 def along_the_lines(times: dict[str, Sequence[float]], flops: dict[str, Sequence[int]], runs_apart: float,

@@ -109,8 +109,7 @@ def cost_state(models: dict[str, CostModel], model: str, context: int) -> dict[s
                 f"{_fmt(naive)}; with the cache it runs one token, {_fmt(cached)}: {naive / cached:,.0f}x less work.")
     if timed is not None:
         n_ms, c_ms = timed
-        sentence += (f" On this CPU that step took {n_ms:,.2f} ms against {c_ms:,.2f} ms (measured at exactly this "
-                     "length).")
+        sentence += f" Measured here at this length: {n_ms:,.2f} ms against {c_ms:,.2f} ms a step."
     elif n_ms is not None and c_ms is not None:
         sentence += (f" On this CPU that is about {n_ms:,.0f} ms against {c_ms:,.1f} ms per step (estimated from the "
                      "lines fitted to the measured times above).")
@@ -126,16 +125,16 @@ def cost_state(models: dict[str, CostModel], model: str, context: int) -> dict[s
     return {"model": model, "context": context, "naive_flops": naive, "cached_flops": cached, "ratio": naive / cached,
             "naive_ms": n_ms, "cached_ms": c_ms, "measured": timed is not None, "xs": xs,
             "naive": [m.naive_step(x) for x in xs], "cached": [m.cached_step(x) for x in xs], "sentence": sentence,
-            "factors": _factors(m, model), "context_window": m.context_window}
+            "factors": _factors(m), "context_window": m.context_window}
 
 
-def _factors(m: CostModel, model: str) -> str:
-    """How much each step's FLOPs grow over the slider's whole range, for ``model``. Example (FLOPs
-    1,000 + 10 per token attended, a 2,048-token window): 'toy, from 16 to 2,048 tokens (128x the
-    context), counted: no cache x..., with the cache x...'."""
+def _factors(m: CostModel) -> str:
+    """How much a step's FLOPs grow over the slider's whole range for the model ``m`` (the menu names
+    it). Example (FLOPs 1,000 + 10 per token attended, a 2,048-token window): 'From 16 to 2,048
+    tokens (128x), counted: no cache x..., KV cache x...'."""
     lo, hi = m.contexts()[0], m.contexts()[-1]
-    return (f"{model}, from {lo:,} to {hi:,} tokens ({hi // lo:,}x the context), counted: no cache "
-            f"x{m.naive_step(hi) / m.naive_step(lo):,.0f}, with the cache x{m.cached_step(hi) / m.cached_step(lo):,.1f}")
+    return (f"From {lo:,} to {hi:,} tokens ({hi // lo:,}x), counted: no cache "
+            f"x{m.naive_step(hi) / m.naive_step(lo):,.0f}, KV cache x{m.cached_step(hi) / m.cached_step(lo):,.1f}")
 
 
 def cost_figure(state: dict[str, Any]) -> Any:
@@ -169,7 +168,7 @@ def cost_figure(state: dict[str, Any]) -> Any:
                    ticktext=[f"{x:,}" for x in state["xs"][1::2]]),  # every other one, the last (32,768) included
         yaxis=dict(type="log", title="FLOPs per step, log scale", exponentformat="SI", dtick=1,  # powers of 10 only
                    range=[lo, hi]),
-        height=400 if not th.high_contrast else 430,  # classroom: slider, sentence and figure in 599 px
+        height=400,  # classroom too: slider, two lines of text and the figure in 599 px
         width=None if th.autosize else 760, autosize=th.autosize,
         legend=dict(orientation="h", y=-0.25, x=0), margin=dict(l=70, r=20, t=60, b=40),
         font=dict(size=th.font_size), template="plotly_white",
@@ -251,8 +250,8 @@ class CostWidget:
 
     def _html(self) -> str:
         px = max(theme().font_size + 1, theme().control_px)
-        return (f"<p style='font-size:{px}px;line-height:1.45;margin:4px 0'><b>{html.escape(self.state['factors'])}"
-                f"</b><br>{html.escape(self.state['sentence'])}</p>")
+        return (f"<p style='font-size:{px}px;line-height:1.45;margin:4px 0'>{html.escape(self.state['factors'])}"
+                f"<br>{html.escape(self.state['sentence'])}</p>")
 
     def _redraw(self) -> None:
         from .stepper import figure_output

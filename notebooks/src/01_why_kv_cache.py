@@ -74,7 +74,8 @@ print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
 from kvlab.compute.decode_trace import trace_decode
 
 decode_steps = trace_decode(model, tok.encode("The socket module"), 7)   # naive and cached, step by step
-print(f"recomputed K and V = cached ones, at every step, to {max(s.max_diff for s in decode_steps):.0e} (rounding)")
+diff = max(s.max_diff for s in decode_steps)
+print(f"recomputed K and V = cached ones, at every step, to {diff:.0e} (rounding)")
 print(f"after {len(decode_steps)} steps: {decode_steps[-1].naive_total / decode_steps[-1].cached_total:.1f}x "
       "the FLOPs without the cache")
 
@@ -103,8 +104,8 @@ for c in [1, 10, 100]:
 #
 # - **without a cache**, run all `P + t - 1` tokens again, the one at position *p* attending to
 #   *p* + 1 tokens: `Σ_{p=0}^{P+t-2} flops_per_token(p + 1)`;
-# - **with a cache**, run only the newest token, at position `P + t - 2`: `flops_per_token(P + t - 1)`
-#   (for `t ≥ 2`, after the one-time prefill of the prompt at step 1).
+# - **with a cache**, run only the newest token, at position `P + t - 2`:
+#   `flops_per_token(P + t - 1)` (for `t ≥ 2`, after the one-time prefill of the prompt at step 1).
 #
 # For a 10-token prompt (counted):
 
@@ -198,9 +199,9 @@ print(f"{real_repeats} x 2 runs of {real_new} tokens took {time.perf_counter() -
 # Each step's time against the position of the token it produces (from 0: a prompt of *P* tokens
 # fills positions 0 to *P* − 1 and the prefill, step 1, produces position *P*; the prefill is left
 # out, so the first point is position *P* + 1). Measured: the open circles are the two runs, the
-# line their minimum at each position, since the machine's other programs can only slow a step down. The naive step reruns
-# all the tokens so far, so it should cost more than the cached step; the cell under the figure
-# prints at how many positions it did in this run. By its FLOPs each step also grows a little
+# line their minimum at each position, since the machine's other programs can only slow a step
+# down. The naive step reruns all the tokens so far, so it should cost more than the cached step;
+# the cell under the figure prints at how many positions it did in this run. By its FLOPs each step also grows a little
 # with the position; that cell sets how much each line rose beside how much its counted FLOPs
 # grew, and says, from these numbers, which rise is the model (the FLOPs explain it) and which
 # moves are the machine (they do not):
@@ -219,7 +220,8 @@ for s, name, color in (("naive", "naive recomputation", "#d62728"), ("contiguous
                              marker=dict(color=color, symbol="circle-open", size=10)))
 fig.update_layout(title=dict(text=f"SmolLM2-135M: each decode step (measured: {real_repeats} runs and their minimum)",
                              font=dict(size=th.title_size)),
-                  xaxis=dict(title="position of the token being produced (from 0)", tickvals=pos, tickformat="d"),
+                  xaxis=dict(title="position of the token being produced (from 0)", tickvals=pos,
+                             tickformat="d"),
                   yaxis=dict(title="ms per step", range=[0, 1.12e3 * slowest]),   # room above the highest circle
                   height=360 if not th.high_contrast else 440, font=dict(size=th.font_size),
                   width=None if th.autosize else 760, autosize=th.autosize, legend=dict(orientation="h", y=-0.3, x=0))
@@ -246,12 +248,13 @@ if slower < len(pos):
     say("  where it was not, the machine's other programs slowed a cached step")
 runs_apart = max(max(p[s].step_times[i] for p in passes) / min(p[s].step_times[i] for p in passes)
                  for s in real_runs for i in range(1, real_new))               # the same step, run against run
-lines = along_the_lines({s: times[s][1:] for s in real_runs}, {s: real_runs[s].step_flops[1:] for s in real_runs},
-                        runs_apart, names={"contiguous": "cached"})   # which moves the FLOPs explain (kvlab.lessons)
+# which moves along each line its counted FLOPs explain (the model) and which not (the machine)
+lines = along_the_lines({s: times[s][1:] for s in real_runs},
+                        {s: real_runs[s].step_flops[1:] for s in real_runs}, runs_apart, names={"contiguous": "cached"})
 for sentence in lines:
     say("  along its line: " + sentence + ".")
-say(f"  the signal is the gap between the lines (naive above cached at all {len(pos)} positions)." if slower == len(pos)
-    else "  here even the gap between the lines is partly lost in the machine's noise.")
+say(f"  the signal is the gap between the lines (naive above cached at all {len(pos)} positions)."
+    if slower == len(pos) else "  here even the gap between the lines is partly lost in the machine's noise.")
 say(f"  ms per step (measured; the minimum of {real_repeats} runs, then the median over the positions), positions "
     f"{pos[0]}-{pos[half - 1]} | {pos[half]}-{pos[-1]}: naive {1e3 * early['naive']:.0f} | {1e3 * late['naive']:.0f}, "
     f"cached {1e3 * early['cached']:.0f} | {1e3 * late['cached']:.0f}")
@@ -388,18 +391,21 @@ if grows:
     say(f"  against the FLOPs: over {last['L'] // first['L']}x the context the naive step's time grew about {grow_t['naive']:.0f}x, "
         f"{than} its counted FLOPs (x{grow_f['naive']:.1f}), and the cached step's {grow_t['cached']:.2f}x "
         f"(FLOPs x{grow_f['cached']:.2f}): the naive step grows with the context far more than the cached one.")
-    if than == "less than":   # the measured table says why: a fixed per-step cost, plus a part that follows the FLOPs
+    if than == "less than":   # the table says why: a fixed per-step cost + a part that follows the FLOPs
         for sentence in why_time_grew_less(sweep):
             say(sentence)
     elif than == "more than":  # no fixed cost makes time outgrow the FLOPs: the rate fell, measured
-        say(f"  The naive step ran at {first['gflops']:.1f} GFLOP/s at L = {first['L']} and {last['gflops']:.1f} at "
-            f"L = {last['L']} (the table's last column): this CPU ran the longer steps at a lower rate.")
+        say(f"  The naive step ran at {first['gflops']:.1f} GFLOP/s at L = {first['L']} and "
+            f"{last['gflops']:.1f} at L = {last['L']} (the table's last column): this CPU ran the longer "
+            "steps at a lower rate.")
     say("  The cached step is not free of the context: its attention still reads all L cached tokens; it is only "
         "the projections and the MLP that it runs for one token instead of L.")
 else:
     say(f"  so: on this machine the measured times do NOT show the counted growth: a step's fixed cost "
         f"({n0:.1f} ms) is larger than what {last['L']} tokens of context add ({1e3 * n1 * last['L'] / 1e3:.1f} ms naive). "
         "The FLOPs are still counted right; a bigger model, or a GPU, makes the growing part dominate.")
+
+
 def step_ms(line, key, L):
     """A step's time at context L: the median line from the shortest timed context up; below it, never
     the line's own slope (it says nothing there) but its value at the shortest timed context (or the
@@ -465,13 +471,13 @@ print(f"  naive:  fixed part x{run_naive(n_b) / run_naive(n_a):.1f} (the whole s
 # %%
 from kvlab.viz import CostModel, CostWidget
 
-timed_ms = {r["L"]: (r["naive_ms"], r["cached_ms"]) for r in sweep}   # section 3's table: measured at these lengths
-cost_models = {"bundled tiny model": CostModel(model.flops_per_token, (n0, n1), (c0, c1), measured_from=xs[0],
-                                               context_window=cfg.max_position_embeddings, measured=timed_ms),
-               "SmolLM2-135M": CostModel(real.flops_per_token, context_window=rc.max_position_embeddings, note=(
-                   f"FLOPs only for this model: its steps were timed in section 2, at positions {pos[0]}-{pos[-1]}, "
-                   "not over this range."))}
-CostWidget(cost_models, context=1024)
+timed_ms = {r["L"]: (r["naive_ms"], r["cached_ms"]) for r in sweep}   # section 3's table (measured)
+bundled = CostModel(model.flops_per_token, (n0, n1), (c0, c1), measured_from=xs[0],
+                    context_window=cfg.max_position_embeddings, measured=timed_ms)
+smol = CostModel(real.flops_per_token, context_window=rc.max_position_embeddings,
+                 note=f"FLOPs only for this model: its steps were timed in section 2, at positions "
+                      f"{pos[0]}-{pos[-1]}, not over this range.")
+CostWidget({"bundled tiny model": bundled, "SmolLM2-135M": smol}, context=1024)
 
 # %% [markdown]
 # ## 5. The price: memory
