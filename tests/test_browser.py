@@ -572,6 +572,33 @@ def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
     page.wait_for_function("el => el.textContent.includes('play')", arg=play.element_handle(), timeout=10_000)
 
 
+def _lesson_01_cost_widget_keys(page) -> None:
+    """Review r2_00_01 (cell 28): after the menu chose SmolLM2-135M (context window 8,192) the slider's
+    End key stopped at the bundled model's 2,048 while dragging reached 8,192; the factors line above
+    the widget stayed on the bundled model. End now reaches the chosen model's window, and the
+    widget's own first line gives that model's range."""
+    w = page.locator(".kvlab-cost").first
+    w.scroll_into_view_if_needed()
+    w.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
+    text = w.locator(".widget-html").last
+    assert "From 16 to 2,048 tokens" in text.text_content(), text.text_content()
+    w.locator(".kvlab-model-menu select").first.select_option(label="SmolLM2-135M")
+    page.wait_for_function("el => el.textContent.includes('From 16 to 8,192 tokens')", arg=text.element_handle(),
+                           timeout=10_000)
+    w.locator(".kvlab-context-slider .noUi-handle").first.focus()
+    page.keyboard.press("End")
+    page.wait_for_function("el => el.textContent.includes('At 8,192 tokens of context')", arg=text.element_handle(),
+                           timeout=10_000)
+    w.locator(".kvlab-model-menu select").first.select_option(label="bundled tiny model")   # as the lesson left it
+    page.wait_for_function("el => el.textContent.includes('From 16 to 2,048 tokens')", arg=text.element_handle(),
+                           timeout=10_000)
+
+
+def _lesson_01_steps(page) -> None:
+    _lesson_01_decode_stepper(page)
+    _lesson_01_cost_widget_keys(page)
+
+
 def _lesson_02_capacity_on_a_projector(page) -> None:
     """Review r12 of lesson 02, in classroom mode: the capacity bar stays where it is when the menus
     change (the text above it and the legend keep their height), a RAM device never sends the model
@@ -616,7 +643,7 @@ def _lesson_02_capacity_on_a_projector(page) -> None:
     assert all(abs(o - first) <= 1 for o in offsets), f"the bar moved with the menus: {first} then {offsets}"
 
 
-_NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_decode_stepper, "02_how_big.ipynb": _lesson_02_plotly,
+_NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_steps, "02_how_big.ipynb": _lesson_02_plotly,
                  "07_radix.ipynb": _lesson_07_radix_stepper}
 _CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector, "07_radix.ipynb": _lesson_07_on_a_projector,
                     "02_how_big.ipynb": _lesson_02_capacity_on_a_projector,
