@@ -563,7 +563,7 @@ def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
     page.wait_for_function("el => el.textContent.includes('step 4 / ')", arg=caption.element_handle(), timeout=10_000)
     _stepper_buttons_say_what_they_do(stepper, at_first=False)
     text = caption.text_content()
-    assert "recompute the K and V of all 6 tokens" in text and "compute only token 6's" in text, text  # from 1
+    assert "recompute the K and V of all 6 tokens" in text and "compute only position 5's" in text, text  # from 0
     page.wait_for_function("el => el.textContent.includes('new')", arg=stepper.locator(".js-plotly-plot").first
                            .element_handle(), timeout=10_000)
     _shot(page, stepper, shot)
@@ -573,6 +573,33 @@ def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
     page.wait_for_function("el => el.textContent.includes('pause')", arg=play.element_handle(), timeout=10_000)
     play.click()
     page.wait_for_function("el => el.textContent.includes('play')", arg=play.element_handle(), timeout=10_000)
+
+
+def _lesson_01_cost_widget_keys(page) -> None:
+    """Review r2_00_01 (cell 28): after the menu chose SmolLM2-135M (context window 8,192) the slider's
+    End key stopped at the bundled model's 2,048 while dragging reached 8,192; the factors line above
+    the widget stayed on the bundled model. End now reaches the chosen model's window, and the
+    widget's own first line gives that model's range."""
+    w = page.locator(".kvlab-cost").first
+    w.scroll_into_view_if_needed()
+    w.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
+    text = w.locator(".widget-html").last
+    assert "From 16 to 2,048 tokens" in text.text_content(), text.text_content()
+    w.locator(".kvlab-model-menu select").first.select_option(label="SmolLM2-135M")
+    page.wait_for_function("el => el.textContent.includes('From 16 to 8,192 tokens')", arg=text.element_handle(),
+                           timeout=10_000)
+    w.locator(".kvlab-context-slider .noUi-handle").first.focus()
+    page.keyboard.press("End")
+    page.wait_for_function("el => el.textContent.includes('At 8,192 tokens of context')", arg=text.element_handle(),
+                           timeout=10_000)
+    w.locator(".kvlab-model-menu select").first.select_option(label="bundled tiny model")   # as the lesson left it
+    page.wait_for_function("el => el.textContent.includes('From 16 to 2,048 tokens')", arg=text.element_handle(),
+                           timeout=10_000)
+
+
+def _lesson_01_steps(page) -> None:
+    _lesson_01_decode_stepper(page)
+    _lesson_01_cost_widget_keys(page)
 
 
 def _lesson_02_capacity_on_a_projector(page) -> None:
@@ -654,7 +681,7 @@ def _lesson_08_charts(page) -> None:
     _shot(page, w, "08_hit_rate_380.png")
 
 
-_NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_decode_stepper, "02_how_big.ipynb": _lesson_02_plotly,
+_NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_steps, "02_how_big.ipynb": _lesson_02_plotly,
                  "07_radix.ipynb": _lesson_07_radix_stepper, "08_eviction_scheduling.ipynb": _lesson_08_charts}
 _CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector, "07_radix.ipynb": _lesson_07_on_a_projector,
                     "02_how_big.ipynb": _lesson_02_capacity_on_a_projector,

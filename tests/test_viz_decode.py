@@ -125,9 +125,10 @@ def test_stepper_captions_and_the_static_player(run):
     assert len(stepper) == NEW and stepper.error is None
     assert stepper.caption.startswith("Prefill")
     stepper.go(2)
-    # counted from 1, as the prose and the step counter count (review r12: "row 4" of "rows 0-3" was 0-based)
-    assert "recompute the K and V of all 5 tokens" in stepper.caption and "compute only token 5's" in stepper.caption
-    assert "read tokens 1-4 back" in stepper.caption and "token 6." in stepper.caption, stepper.caption
+    # review r2_00_01: positions count from 0 everywhere (as vLLM and SGLang), steps from 1 (the step counter)
+    assert "recompute the K and V of all 5 tokens, positions 0-4" in stepper.caption, stepper.caption
+    assert "compute only position 4's" in stepper.caption and "read positions 0-3 back" in stepper.caption
+    assert "at position 5." in stepper.caption and "token 6" not in stepper.caption, stepper.caption
     html = stepper.flipbook_html()
     assert f'data-frames="{NEW}"' in html and f"step {NEW} / {NEW}" in html
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .harness import Checker, CheckResult, Raised, call_in_place, same_int
+from .diagnose import first_diagnosis
+from .harness import SHARED_SLIPS, Checker, CheckResult, Raised, call_in_place, same_int
 
 __all__ = ["count_flops", "attend_with_cache"]
 
@@ -94,15 +95,35 @@ def _flops_note(expected, actual) -> str | None:
         return f"each list needs new_tokens = {len(e_naive)} entries, one per step (the prefill, step 1, included)"
     notes = []
     if a_naive != list(e_naive):
-        notes.append("naive step t (from 1) reruns all prompt_len + t - 1 tokens, and the i-th of them (1-based) attends to i "
-                     "tokens: itself included")
+        notes.append("naive step t (from 1) reruns all prompt_len + t - 1 tokens, positions 0 to prompt_len + t - 2, "
+                     "and the token at position p attends to p + 1 tokens: itself included")
     if a_cached != list(e_cached):
         if a_cached[0] != e_cached[0]:
             notes.append("cached step 1 is the prefill: it runs every prompt token not already cached, the token at "
-                         "position i (1-based) attending to i tokens")
+                         "position p attending to p + 1 tokens")
         else:
             notes.append("cached step t >= 2 runs one token, which attends to prompt_len + t - 1 tokens (itself included)")
     return "; ".join(notes) or None
+
+
+def _first_difference(expected, actual) -> str:
+    """Where two pairs of per-step lists first differ, each wrong list's first wrong step with both
+    counts in full (the report cuts long lists); '' when they are not two lists each of the same
+    lengths. Example: ``_first_difference(([3, 6], [3, 3]), ([3, 6], [3, 4]))`` ->
+    ``'first difference: cached step 2 of 2: expected 3, got 4'``."""
+    try:
+        pairs = [(name, list(e), list(a)) for name, e, a in zip(("naive", "cached"), expected, actual)]
+    except TypeError:
+        return ""
+    if len(pairs) != 2 or any(len(e) != len(a) for _n, e, a in pairs):
+        return ""
+    parts = []
+    for name, e, a in pairs:
+        i = next((i for i, (x, y) in enumerate(zip(e, a)) if not same_int(x, y)), None)
+        if i is not None:
+            got = f"{a[i]:,}" if isinstance(a[i], int) else repr(a[i])
+            parts.append(f"{name} step {i + 1} of {len(e)}: expected {e[i]:,}, got {got}")
+    return "first difference: " + "; ".join(parts) if parts else ""
 
 
 def _running_totals_note(expected, actual) -> str | None:
@@ -136,11 +157,30 @@ def _step_note(f: Callable[[int], int], p: int, n: int, r: int, actual) -> str:
         return "naive and cached are swapped: return (naive_steps, cached_steps)"
     if p - r > 1 and a_cached[:1] and a_cached[0] in {f(c) for c in range(p + n + 1)}:
         return (f"prefill counted as one token: cached step 1 runs all {p - r} prompt tokens that are not cached "
-                "yet, not one; the token at position i (1-based) attends to i tokens")
+                "yet, not one; the token at position p attends to p + 1 tokens")
     if p - r > 1 and a_cached[:1] == [(p - r) * f(p)]:
-        return ("the prefill's tokens do not all cost flops_per_token(prompt_len): the token at position i (1-based) "
-                "attends to i tokens, so each prefill token costs flops_per_token of its own position")
-    return _prefix_note(f, p, n, r, actual) if r else ""
+        return ("the prefill's tokens do not all cost flops_per_token(prompt_len): the token at position p attends "
+                "to p + 1 tokens, so each prefill token costs flops_per_token(p + 1) of its own position")
+    return _decode_note(f, p, n, r, a_naive, a_cached) or (_prefix_note(f, p, n, r, actual) if r else "")
+
+
+def _decode_note(f: Callable[[int], int], p: int, n: int, r: int, a_naive: list, a_cached: list) -> str:
+    """Name a slip of the naive steps' length or of the cached decode steps' context ('' if none fits).
+    Example: with ``f = lambda c: c``, p = 2, n = 2, r = 0, naive ``[6, 10]`` (one token too many a step) is named."""
+    naive, cached = expected_step_flops(f, p, n, r)
+    if a_naive != naive:
+        for k, words in ((1, "one token too many"), (-1, "one token too few")):
+            if a_naive == expected_step_flops(f, p + k, n)[0]:
+                return (f"the naive steps ran {words}: naive step t (from 1) reruns the prompt_len + t - 1 tokens "
+                        "the sequence holds before it (positions 0 to prompt_len + t - 2), not the one it produces")
+    if n > 2 and a_cached[:1] == cached[:1] and a_cached[1:] != cached[1:] and len(set(a_cached[1:])) == 1:
+        return ("every cached decode step costs the same: a cached step runs one token, but its attention still "
+                "grows: step t reads all prompt_len + t - 1 tokens in the cache, flops_per_token(prompt_len + t - 1)")
+    if a_cached[1:] != cached[1:] and a_cached[:1] == cached[:1] and a_cached[1:] == [f(p + t + 1) for t in range(1, n)]:
+        return ("the cached steps attended to one token too many: step t runs the token at position "
+                "prompt_len + t - 2, which attends to prompt_len + t - 1 tokens (positions 0 to prompt_len + t - 2), "
+                "flops_per_token(prompt_len + t - 1)")
+    return ""
 
 
 def _prefix_note(f: Callable[[int], int], p: int, n: int, r: int, actual) -> str:
@@ -155,18 +195,19 @@ def _prefix_note(f: Callable[[int], int], p: int, n: int, r: int, actual) -> str
     except (TypeError, ValueError):
         return ""
     naive, cached = expected_step_flops(f, p, n, r)
-    if a_naive != naive and a_naive == expected_step_flops(f, p - r, n)[0]:
-        return ("naive recomputation has no cache to reuse: it reruns the whole sequence, the cached prefix "
-                "included; only the cached path skips the prefix")
+    skipped = [sum(f(i) for i in range(r + 1, p + t + 1)) for t in range(n)]   # positions r .. p + t - 1
+    if a_naive != naive and a_naive in (expected_step_flops(f, p - r, n)[0], skipped):
+        return ("naive recomputation has no cache to reuse: the cache changes no naive step, which reruns the whole "
+                "sequence, the cached prefix included; only the cached path skips the prefix")
     if a_cached[:1] == expected_step_flops(f, p, n)[1][:1]:
         return (f"cached step 1 (the prefill) ran the whole prompt: its first {r} tokens already have K and V in the cache, so "
                 "the prefill runs only the tokens after them")
     if a_cached[:1] == [sum(f(i) for i in range(1, p - r + 1))]:
-        return ("the prefill counted its tokens' attention from 1: the token at position i (1-based) still attends "
-                "to i tokens, the cached prefix included (it reads their K and V)")
+        return ("the prefill counted its tokens' attention from 1: the token at position p still attends "
+                "to p + 1 tokens, the cached prefix included (it reads their K and V)")
     if a_cached[:1] == [sum(f(i) for i in range(r, p + 1))] or a_cached[:1] == [sum(f(i) for i in range(r + 2, p + 1))]:
-        return (f"the prefill is off by one token: with {r} tokens cached it runs positions {r + 1} to {p} "
-                "(1-based), each attending to its position")
+        return (f"the prefill is off by one token: with {r} tokens cached (positions 0 to {r - 1}) it runs positions "
+                f"{r} to {p - 1}, the token at position p attending to p + 1 tokens")
     return ""
 
 
@@ -175,10 +216,10 @@ def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
 
     ``flops_per_token(c)``: FLOPs to run one token that attends to ``c`` tokens (itself
     included). Steps count from 1, as the lesson does: entry t - 1 of a list is step t, which yields
-    the t-th new token. Naive recomputation runs the whole sequence at every step (step t:
-    ``prompt_len + t - 1`` tokens, the i-th of them attending to i tokens); with a cache, step 1 is
-    the prefill of the prompt and every
-    later step runs one token. ``cached_prefix`` (0 <= cached_prefix < prompt_len) prompt tokens
+    the t-th new token; positions count from 0 (the prompt is positions 0 .. prompt_len - 1). Naive
+    recomputation runs the whole sequence at every step (step t: ``prompt_len + t - 1`` tokens, the
+    one at position p attending to p + 1 tokens); with a cache, step 1 is the prefill of the prompt
+    and every later step runs one token. ``cached_prefix`` (0 <= cached_prefix < prompt_len) prompt tokens
     already have K and V in the cache (an earlier request started the same way): the prefill runs
     only the others, each still attending to its position; naive has no cache and runs them all.
     Return one list per strategy, ``new_tokens`` FLOP counts each. Expected (cached_prefix 0):
@@ -197,8 +238,22 @@ def count_flops(fn: Callable, verbose: bool = True) -> CheckResult:
             continue
         actual = call_in_place(fn, f, p, n, cached_prefix=r) if r else call_in_place(fn, f, p, n)
         wrong = not _same_step_counts(expected, actual)
-        c.record(label, expected, actual, note=_step_note(f, p, n, r, actual) if wrong else "")
+        c.record(label, expected, actual, note=_case_note(f, (p, n, r), expected, actual) if wrong else "")
     return c.done()
+
+
+def _case_note(f: Callable[[int], int], case: tuple[int, int, int], expected, actual) -> str:
+    """A failing case's note: the mistake named (this lesson's, then the slips every checker knows),
+    then where the lists first differ, in full (the report cuts a long pair of lists at 90
+    characters, where expected and actual can read the same). Example: a cached step 2 of 10
+    counted as 2,525,184 instead of 2,586,624 ends with
+    ``first difference: cached step 2 of 10: expected 2,586,624, got 2,525,184``."""
+    name = _step_note(f, *case, actual)
+    if not name and not isinstance(actual, Raised):
+        name = first_diagnosis([_flops_note], expected, actual)
+    name = name or first_diagnosis(SHARED_SLIPS, expected, actual)
+    where = _first_difference(expected, actual) if not isinstance(actual, Raised) else ""
+    return "; ".join(part for part in (name, where) if part)
 
 
 def _attention_mistake(out, q, k, v, t: int) -> str:
@@ -270,27 +325,51 @@ def _cache_order_note(kc, vc, k, v) -> str:
     if same(kc, k) and same(vc, v):
         return ""
     if len(k) > 1 and (same(kc, k.flip(0)) or same(kc[1:], k[:-1]) or same(kc[0], k[-1])):
-        return ("the new token went to the FRONT of the cache: append it at the end (position t is row t; "
-                "attention gives the same output either way, the cache does not)")
+        return ("the new token went to the FRONT of the cache: append it at the end (the token at position t is "
+                "entry t; attention gives the same output either way, the cache does not)")
     if same(kc, v) and same(vc, k):
         return "k_cache and v_cache are swapped in what you return"
     return "the returned caches are not the earlier caches with the new K and V appended, unchanged"
 
 
+def _right_with(fn: Callable, args: tuple, want) -> bool:
+    """Whether ``fn(*args)``'s output (its first result) is ``want`` to 1e-4 (a raise is False)."""
+    import torch
+
+    got = call_in_place(fn, *args)
+    try:
+        return not isinstance(got, Raised) and torch.allclose(got[0].float(), want, atol=1e-4, rtol=1e-4)
+    except Exception:  # noqa: BLE001 - a diagnosis never breaks a check
+        return False
+
+
 def _reads_heads_first(fn: Callable, args: tuple, want) -> str:
     """The note when ``fn``, which raised on token-first caches, gives the right output once they are
     handed to it heads-first, (num_kv_heads, T, head_dim); '' otherwise."""
-    import torch
-
     q, k_new, v_new, kc, vc = args
-    got = call_in_place(fn, q.clone(), k_new.clone(), v_new.clone(), kc.transpose(0, 1).clone(), vc.transpose(0, 1).clone())
-    try:
-        if isinstance(got, Raised) or not torch.allclose(got[0].float(), want, atol=1e-4, rtol=1e-4):
-            return ""
-    except Exception:  # noqa: BLE001 - a diagnosis never breaks a check
+    if not _right_with(fn, (q.clone(), k_new.clone(), v_new.clone(), kc.transpose(0, 1).clone(),
+                            vc.transpose(0, 1).clone()), want):
         return ""
     return ("your code reads the caches heads-first, (num_kv_heads, T, head_dim): they come token-first, "
-            "(T, num_kv_heads, head_dim), one row per token; append the new token as a row")
+            "(T, num_kv_heads, head_dim), one entry per position; append the new token's as the last")
+
+
+def _kv_heads_not_repeated(fn: Callable, args: tuple, want) -> str:
+    """The note when ``fn``, wrong (or raising) on a grouped-query case, gives the right output once
+    every KV head is handed to it already repeated for its query heads (as many KV heads as query
+    heads): it never mapped query head h to KV head h // group; '' otherwise (and when there are as
+    many KV heads as query heads). Example: an einsum "hd,thd->ht" of q (4, d) with an unrepeated
+    (T, 2, d) cache raises "subscript h has size 2"; with the cache repeated to (T, 4, d) it is right."""
+    q, k_new, v_new, kc, vc = args
+    group = q.shape[0] // k_new.shape[0]
+    if group <= 1:
+        return ""
+    rep = lambda x, dim: x.repeat_interleave(group, dim=dim).clone()  # noqa: E731 - (.., h, d)
+    if not _right_with(fn, (q.clone(), rep(k_new, 0), rep(v_new, 0), rep(kc, 1), rep(vc, 1)), want):
+        return ""
+    return (f"the KV heads were not repeated for the query heads (grouped-query attention): {q.shape[0]} query "
+            f"heads share {k_new.shape[0]} KV heads, query head h reading KV head h // {group} "
+            "(repeat each KV head for its group; with one KV head, broadcasting hid it)")
 
 
 def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -329,7 +408,8 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
             if isinstance(got, Raised):
                 # an untouched stub stays a Raised: the report says "not started yet" in one line
                 actual = got if isinstance(got.exc, NotImplementedError) else f"step {t + 1}: {got!r}"
-                note = "" if isinstance(got.exc, NotImplementedError) else _reads_heads_first(fn, args, want[t])
+                note = "" if isinstance(got.exc, NotImplementedError) else (
+                    _reads_heads_first(fn, args, want[t]) or _kv_heads_not_repeated(fn, args, want[t]))
                 break
             changed = [name for name, a, b in zip(("q", "k_new", "v_new", "k_cache", "v_cache"), args, before)
                        if tuple(a.shape) != tuple(b.shape) or not torch.equal(a, b)]
@@ -374,7 +454,7 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                 break
             if not torch.allclose(out.float(), want[t], atol=1e-4, rtol=1e-4):
                 actual = f"step {t + 1}: max |out - recomputed| = {float((out.float() - want[t]).abs().max()):.3g}"
-                note = _attention_mistake(out, q, k, v, t)
+                note = _attention_mistake(out, q, k, v, t) or _kv_heads_not_repeated(fn, args, want[t])
                 break
         c.record(label, expected, actual, passed=actual == expected, note=note if actual != expected else "")
     return c.done()

@@ -5,6 +5,8 @@
     four_requests.py   the four customer-service requests and a multi-turn chat on the radix tree
     sharing.py         blocks held by parallel sampling and beam search, with and without sharing (lesson 06)
     eviction.py        popular prompts among one-off documents, and a radix cache's hit rate on them (lesson 08)
+    step_times.py      lesson 01's reading of its measured step times beside the counted FLOPs (which moves are the
+                       model, which the machine; a fixed per-step cost)
 
 The lessons and the checkers call these; nothing here is hard-coded beyond the notes' inputs.
 """

@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import html
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .display import display_control, is_static
 from .palette import classroom_css, theme
@@ -45,9 +45,12 @@ def _swap(box: Any, old: Any, new: Any) -> bool:
     return any(_swap(k, old, new) for k in kids)
 
 
-def renew_slider(box: Any, old: Any, maximum: int, on_change: Callable[[dict], None], value: int | None = None) -> Any:
+def renew_slider(box: Any, old: Any, maximum: int | Sequence[tuple[str, Any]], on_change: Callable[[dict], None],
+                 value: Any = None) -> Any:
     """A NEW IntSlider over ``old.min..maximum`` in ``old``'s place inside ``box`` (same description,
-    style, width and CSS classes, observed by ``on_change`` instead of ``old``); returns it.
+    style, width and CSS classes, observed by ``on_change`` instead of ``old``); returns it. When
+    ``old`` is a SelectionSlider, ``maximum`` is the new slider's options, ``(label, value)`` pairs
+    (lesson 01's context lengths, up to the chosen model's window), and ``value`` one of their values.
 
     The browser's slider (noUiSlider, bundled by ipywidgets 8) keeps the range it was created with
     for its End and Home keys (its ``updateOptions`` renews the range for dragging only), so a
@@ -59,9 +62,13 @@ def renew_slider(box: Any, old: Any, maximum: int, on_change: Callable[[dict], N
     """
     import ipywidgets as W
 
-    new = W.IntSlider(value=min(old.value, maximum) if value is None else value, min=old.min, max=maximum,
-                      description=old.description, style={"description_width": old.style.description_width},
-                      layout=W.Layout(width=old.layout.width))
+    common = dict(description=old.description, style={"description_width": old.style.description_width},
+                  layout=W.Layout(width=old.layout.width))
+    if isinstance(old, W.SelectionSlider):
+        options = list(maximum)  # type: ignore[arg-type]
+        new = W.SelectionSlider(options=options, value=options[0][1] if value is None else value, **common)
+    else:
+        new = W.IntSlider(value=min(old.value, maximum) if value is None else value, min=old.min, max=maximum, **common)
     for cls in old._dom_classes:
         new.add_class(cls)
     if not _swap(box, old, new):

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .control import renew_slider
 from .display import display_control, is_static
 from .palette import classroom_css, theme
 
@@ -43,7 +44,8 @@ class CostModel:
     even be negative). ``note``: a sentence the widget adds after the model's numbers (e.g.
     where, if anywhere, its steps were timed); ``context_window``: the longest context the model
     takes (its ``max_position_embeddings``): the curves and the widget's slider stop there (None:
-    the whole of :data:`CONTEXTS`)."""
+    the whole of :data:`CONTEXTS`); ``measured``: ``{context: (naive_ms, cached_ms)}``, the step times
+    measured at exactly those contexts: there the widget says the measured times, not the line's."""
 
     flops_per_token: Callable[[int], int]
     naive_fit: tuple[float, float] | None = None
@@ -51,6 +53,7 @@ class CostModel:
     measured_from: int = 1
     note: str = ""
     context_window: int | None = None
+    measured: dict[int, tuple[float, float]] = field(default_factory=dict)
     _cum: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -101,9 +104,13 @@ def cost_state(models: dict[str, CostModel], model: str, context: int) -> dict[s
     m = models[model]
     naive, cached = m.naive_step(context), m.cached_step(context)
     n_ms, c_ms = _ms(m.naive_fit, context, m.measured_from), _ms(m.cached_fit, context, m.measured_from)
+    timed = m.measured.get(context)
     sentence = (f"At {context:,} tokens of context ({model}): without a cache the step runs all {context:,} tokens again, "
                 f"{_fmt(naive)}; with the cache it runs one token, {_fmt(cached)}: {naive / cached:,.0f}x less work.")
-    if n_ms is not None and c_ms is not None:
+    if timed is not None:
+        n_ms, c_ms = timed
+        sentence += f" Measured here at this length: {n_ms:,.2f} ms against {c_ms:,.2f} ms a step."
+    elif n_ms is not None and c_ms is not None:
         sentence += (f" On this CPU that is about {n_ms:,.0f} ms against {c_ms:,.1f} ms per step (estimated from the "
                      "lines fitted to the measured times above).")
     elif m.naive_fit is not None and context < m.measured_from:
@@ -116,8 +123,18 @@ def cost_state(models: dict[str, CostModel], model: str, context: int) -> dict[s
         sentence += " " + m.note
     xs = m.contexts()
     return {"model": model, "context": context, "naive_flops": naive, "cached_flops": cached, "ratio": naive / cached,
-            "naive_ms": n_ms, "cached_ms": c_ms, "xs": xs, "naive": [m.naive_step(x) for x in xs],
-            "cached": [m.cached_step(x) for x in xs], "sentence": sentence, "context_window": m.context_window}
+            "naive_ms": n_ms, "cached_ms": c_ms, "measured": timed is not None, "xs": xs,
+            "naive": [m.naive_step(x) for x in xs], "cached": [m.cached_step(x) for x in xs], "sentence": sentence,
+            "factors": _factors(m), "context_window": m.context_window}
+
+
+def _factors(m: CostModel) -> str:
+    """How much a step's FLOPs grow over the slider's whole range for the model ``m`` (the menu names
+    it). Example (FLOPs 1,000 + 10 per token attended, a 2,048-token window): 'From 16 to 2,048
+    tokens (128x), counted: no cache x..., KV cache x...'."""
+    lo, hi = m.contexts()[0], m.contexts()[-1]
+    return (f"From {lo:,} to {hi:,} tokens ({hi // lo:,}x), counted: no cache "
+            f"x{m.naive_step(hi) / m.naive_step(lo):,.0f}, KV cache x{m.cached_step(hi) / m.cached_step(lo):,.1f}")
 
 
 def cost_figure(state: dict[str, Any]) -> Any:
@@ -151,7 +168,7 @@ def cost_figure(state: dict[str, Any]) -> Any:
                    ticktext=[f"{x:,}" for x in state["xs"][1::2]]),  # every other one, the last (32,768) included
         yaxis=dict(type="log", title="FLOPs per step, log scale", exponentformat="SI", dtick=1,  # powers of 10 only
                    range=[lo, hi]),
-        height=400 if not th.high_contrast else 430,  # classroom: slider, sentence and figure in 599 px
+        height=400,  # classroom too: slider, two lines of text and the figure in 599 px
         width=None if th.autosize else 760, autosize=th.autosize,
         legend=dict(orientation="h", y=-0.25, x=0), margin=dict(l=70, r=20, t=60, b=40),
         font=dict(size=th.font_size), template="plotly_white",
@@ -224,19 +241,17 @@ class CostWidget:
         if change.get("owner") is self._model:  # another model: the slider stops at its window
             window = self.models[self._model.value].context_window
             want = min(self.state["context"], window or self.state["context"])   # the length the student chose
-            self._context.unobserve(self._changed, names="value")  # new options reset the value to the first one
-            try:
-                self.state = dict(self.state, context=want)
-                self._context.options = self._options(self._model.value)
-                self._context.value = want
-            finally:
-                self._context.observe(self._changed, names="value")
+            self.state = dict(self.state, context=want)
+            # a NEW slider: the browser's End and Home keys keep the range a slider was made with
+            self._context = renew_slider(self.widget, self._context, self._options(self._model.value), self._changed,
+                                         value=want)
         self.state = cost_state(self.models, self._model.value, self._context.value)
         self._redraw()
 
     def _html(self) -> str:
         px = max(theme().font_size + 1, theme().control_px)
-        return f"<p style='font-size:{px}px;line-height:1.45;margin:4px 0'>{html.escape(self.state['sentence'])}</p>"
+        return (f"<p style='font-size:{px}px;line-height:1.45;margin:4px 0'>{html.escape(self.state['factors'])}"
+                f"<br>{html.escape(self.state['sentence'])}</p>")
 
     def _redraw(self) -> None:
         from .stepper import figure_output

@@ -1,15 +1,15 @@
 """Lesson 01's decode stepper: one decode step a frame, without a cache and with one.
 
 Each frame is a :class:`kvlab.compute.decode_trace.DecodeStep` of a real run. The picture has
-two rows of cells, one per token position (the token written under its column), and the FLOPs
-so far below them:
+two rows of cells, one cell per token position (positions from 0, the token written under its
+column), and the FLOPs so far below them:
 
 - **no cache**: every position up to the newest is recomputed this step (red);
-- **KV cache**: the rows written at earlier steps are read back (light blue), only the newest
-  row is computed and written (blue); the prefill (step 1) writes the whole prompt;
+- **KV cache**: the positions written at earlier steps are read back (light blue), only the
+  newest is computed and written (blue); the prefill (step 1) writes the whole prompt;
 
-each cell carries one number of that row's K (layer 0, KV head 0), from the cache in the cache
-row and from the step's own recomputation in the naive row: the same number, step after step.
+each cell carries one number of that position's K (layer 0, KV head 0), from the cache in the
+cache row and from the step's own recomputation in the naive row: the same number, step after step.
 Positions the sequence has not reached are empty (grey); the token the step produces is named
 under the next column ("new"). The bars below add up the counted FLOPs of the steps so far, on one
 scale for every frame (the whole run's naive total). Axes and canvas never move between frames.
@@ -94,7 +94,7 @@ def decode_figure(data: dict[str, Any], source: str = "measured") -> Any:
     th = theme()
     columns = len(data["ticks"])
     fig = make_subplots(rows=2, cols=1, row_heights=[0.58, 0.42], vertical_spacing=0.29,
-                        subplot_titles=("K and V rows this step: one K number per row (layer 0)",
+                        subplot_titles=("K and V of each position this step: one number of its K a cell (layer 0)",
                                         "FLOPs so far (counted)"))
     width = 880 if th.autosize else 860
     room = (width - 150) / columns                          # px per column (the y labels take about 150)
@@ -139,20 +139,22 @@ def decode_figure(data: dict[str, Any], source: str = "measured") -> Any:
 
 def decode_caption(step: Any, labels: Sequence[str]) -> str:
     """One frame's sentence: what the step produced, what each path computed and read, the cost so far.
-    Tokens are counted from 1, as the lesson counts steps and positions (the stepper says "step 1" for
-    the prefill)."""
+    Positions count from 0, as in vLLM and SGLang (the prompt of 3 tokens is positions 0-2); steps
+    count from 1 (the stepper says "step 1" for the prefill). Example: step 4 of a 3-token prompt ->
+    "Produces ' to' at position 6. No cache: recompute the K and V of all 6 tokens, positions 0-5 ..."."""
     rows, (start, end) = step.rows, step.written
     made = repr(labels[rows]) if rows < len(labels) else "a token"
-    same = f"the recomputed K and V equal the cached rows (largest difference {step.max_diff:.0e})"
+    same = f"the recomputed K and V equal the cached ones (largest difference {step.max_diff:.0e})"
     if step.step == 0:
-        return (f"Prefill: both paths run the {rows}-token prompt once and produce {made}, token {rows + 1}; the cache "
-                f"now holds the K and V of tokens 1-{rows} ({flops_text(step.cached_flops)} each path).")
+        return (f"Prefill: both paths run the {rows}-token prompt (positions 0-{rows - 1}) once and produce {made} at "
+                f"position {rows}; the cache now holds the K and V of positions 0-{rows - 1} "
+                f"({flops_text(step.cached_flops)} each path).")
     ratio = step.naive_total / step.cached_total
-    read = "token 1" if start == 1 else f"tokens 1-{start}"
-    return (f"Produces {made}, token {rows + 1}. No cache: recompute the K and V of all {rows} tokens "
-            f"({flops_text(step.naive_flops)}). KV cache: compute only token {end}'s ({labels[end - 1]!r}), write "
-            f"it, read {read} back ({flops_text(step.cached_flops)}); {same}. So far {ratio:.1f}x the FLOPs without "
-            "the cache.")
+    read = "position 0" if start == 1 else f"positions 0-{start - 1}"
+    return (f"Produces {made} at position {rows}. No cache: recompute the K and V of all {rows} tokens, positions "
+            f"0-{rows - 1} ({flops_text(step.naive_flops)}). KV cache: compute only position {end - 1}'s "
+            f"({labels[end - 1]!r}), write it, read {read} back ({flops_text(step.cached_flops)}); {same}. So far "
+            f"{ratio:.1f}x the FLOPs without the cache.")
 
 
 def decode_frames(steps: Sequence[Any], labels: Sequence[str]) -> list[Frame]:

@@ -10,8 +10,8 @@
 #   needs the **keys and values** of every token before it.
 # - Two ways to get them: **recompute** the whole sequence at every step, or **cache** each
 #   token's K and V once (the [KV cache](glossary.md)) and compute only the new token; a stepper
-#   walks through both, one decode step at a time: which K and V rows each step computes, writes
-#   and reads.
+#   walks through both, one decode step at a time: which positions' K and V each step computes,
+#   writes and reads.
 # - That both give **identical tokens**, on kvlab's bundled model (a 4-layer Llama-style model
 #   with grouped-query attention, trained on Python documentation) and on a real chat LLM,
 #   SmolLM2-135M-Instruct, while the work per step is O(n) against O(1) in the projections, so
@@ -33,13 +33,16 @@ self_test();
 #
 # At every layer, a token's query `q` is compared with the keys `K` of all tokens up to and
 # including itself, and the softmax weights mix their values `V`:
-# `out = softmax(q·Kᵀ / √d) · V`. In a decoder, the K and V of token *i* depend only on tokens
-# 0..*i* (causal attention), so **they never change once computed**. Recomputing them at every
-# step repeats the same arithmetic.
+# `out = softmax(q·Kᵀ / √d) · V`. **Positions count from 0** in this lesson, as in vLLM and
+# SGLang: a prompt of *P* tokens fills positions 0 to *P* − 1, and the token at position *p*
+# attends to the *p* + 1 tokens at positions 0 to *p*, itself included. (Steps and tokens are
+# *counted* from 1: step 1, 6 tokens.) In a decoder, the K and V at position *p* depend only on the
+# tokens at positions 0 to *p* (causal attention), so **they never change once computed**.
+# Recomputing them at every step repeats the same arithmetic.
 #
 # So there are two ways to decode. **Without a cache**, step *t* runs the whole sequence again and
 # recomputes every token's K and V. **With a cache**, step *t* computes the K and V of the newest
-# token only, writes them as one more row of the cache, and reads every earlier row back. Load
+# token only, writes them as one more entry of the cache, and reads every earlier entry back. Load
 # the bundled model and watch both, one step at a time:
 
 # %%
@@ -55,23 +58,24 @@ print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
 # %% [markdown]
 # ### Step through it
 #
-# The stepper below decodes 7 tokens after the 3-token prompt "The socket module" (greedy, run
-# now on the bundled model). Each column is a position, the token under it. The **top row** is
-# what the step without a cache computes: red, every row recomputed. The **second row** is the KV
-# cache: light blue rows were written at earlier steps and are only read back; the one blue row
-# is the only K and V the step computes (step 1 is the prefill: it writes the whole prompt;
-# every step of this lesson is counted from 1 this way). The token a step produces is marked "new"
-# under the next column. The
-# number in each cell is one entry of that row's K (layer 0): the number the naive step
-# recomputes is the one the cache already held, at every step. The bars add up the FLOPs of the
-# steps so far. Press **next ▶** and watch the red row grow while the blue one moves along by one
-# cell:
+# The stepper below decodes 7 tokens after the 3-token prompt "The socket module" (positions 0
+# to 2; greedy, run now on the bundled model). Each column is a position, 0 at the left, its token
+# under it, and each cell holds the K and V of one position. The figure's **top row** (no cache)
+# is what the step without a cache computes: red, every position's K and V recomputed. Its
+# **second row** is the KV cache: light-blue cells were written at earlier steps and are only read
+# back; the one blue cell is the only K and V the step computes (step 1 is the prefill: it writes
+# the whole prompt, positions 0 to 2). The token a step produces is marked "new" under the next
+# column. The number in each cell is one entry of that position's K (layer 0): the number the
+# naive step recomputes is the one the cache already held, at every step. The bars add up the
+# FLOPs of the steps so far. Press **next ▶** and watch the red row grow while the blue cell moves
+# along by one:
 
 # %%
 from kvlab.compute.decode_trace import trace_decode
 
 decode_steps = trace_decode(model, tok.encode("The socket module"), 7)   # naive and cached, step by step
-print(f"recomputed K and V = cached rows, at every step, to {max(s.max_diff for s in decode_steps):.0e} (rounding)")
+diff = max(s.max_diff for s in decode_steps)
+print(f"recomputed K and V = cached ones, at every step, to {diff:.0e} (rounding)")
 print(f"after {len(decode_steps)} steps: {decode_steps[-1].naive_total / decode_steps[-1].cached_total:.1f}x "
       "the FLOPs without the cache")
 
@@ -81,9 +85,9 @@ from kvlab.viz.decode_view import decode_stepper
 decode_stepper(decode_steps, tok)
 
 # %% [markdown]
-# What the stepper showed: the cached step's work is one row, whatever the position, while the
-# naive step's grows by a row every step; and the rows it recomputes are the ones the cache holds
-# (the same numbers). Now count it for the bundled model. `model.flops_per_token(c)` is the
+# What the stepper showed: the cached step's work is one cell, whatever the position, while the
+# naive step's grows by a cell every step; and the K and V it recomputes are the ones the cache
+# holds (the same numbers). Now count it for the bundled model. `model.flops_per_token(c)` is the
 # number of FLOPs (2 per multiply-add, matrix products only) to run one token through the model
 # when it attends to `c` tokens: a fixed part (projections, MLP, output layer) plus an attention
 # part that grows with `c`.
@@ -94,12 +98,14 @@ for c in [1, 10, 100]:
     print(f"flops_per_token({c:>3}) = {model.flops_per_token(c):,}")
 
 # %% [markdown]
-# Step *t* after a prompt of *P* tokens (counted from 1, as in the stepper: step 1 is the prefill
-# and produces the first new token, step *t* the *t*-th), when the sequence holds `P + t - 1` tokens:
+# Step *t* after a prompt of *P* tokens (steps counted from 1, as in the stepper: step 1 is the
+# prefill and produces the first new token, at position *P*; step *t* produces the *t*-th, at
+# position *P* + *t* − 1), when the sequence holds `P + t - 1` tokens, positions 0 to `P + t - 2`:
 #
-# - **without a cache**, run all `P + t - 1` tokens again: `Σ_{i=1}^{P+t-1} flops_per_token(i)`;
-# - **with a cache**, run only the newest token: `flops_per_token(P + t - 1)` (for `t ≥ 2`, after
-#   the one-time prefill of the prompt at step 1).
+# - **without a cache**, run all `P + t - 1` tokens again, the one at position *p* attending to
+#   *p* + 1 tokens: `Σ_{p=0}^{P+t-2} flops_per_token(p + 1)`;
+# - **with a cache**, run only the newest token, at position `P + t - 2`:
+#   `flops_per_token(P + t - 1)` (for `t ≥ 2`, after the one-time prefill of the prompt at step 1).
 #
 # For a 10-token prompt (counted):
 
@@ -175,10 +181,10 @@ print(f"SmolLM2-135M: {rc.num_hidden_layers} layers, {rc.num_attention_heads} qu
       f"{rc.num_key_value_heads} KV heads of {rc.head_dim}; the chat prompt is {len(chat)} tokens")
 
 # %% [markdown]
-# Now the two runs, twice each (a step of a few hundred ms moves by tens of ms from run to run on a
-# shared machine; the figure below keeps the faster of the two at each position). `real_new = 5`
-# new tokens keep this cell short; it prints how long it took. Try 20: each naive step reruns the
-# whole sequence, so the naive runs take a growing share of the time:
+# Now the two runs, twice each (a step of tens to hundreds of ms moves by tens of ms from run to
+# run on a shared machine; the figure below keeps the faster of the two at each position).
+# `real_new = 5` new tokens keep this cell short; it prints how long it took. Try 20: each naive
+# step reruns the whole sequence, so the naive runs take a growing share of the time:
 
 # %%
 real_new, real_repeats = 5, 2
@@ -190,13 +196,15 @@ print("reply so far:", repr(real_runs["contiguous"].text(real_tok)))
 print(f"{real_repeats} x 2 runs of {real_new} tokens took {time.perf_counter() - started:.1f} s here (measured)")
 
 # %% [markdown]
-# Each step's time against the position of the token it produces (measured: the open circles are
-# the two runs, the line their minimum at each position, since the machine's other programs can
-# only slow a step down; step 1, the prefill of the prompt, is left out). The naive step reruns
-# all the tokens so far, so it should cost more than the cached step; the cell under the figure
-# prints at how many positions it did in this run. By its FLOPs each step also grows a little
-# with the position; that cell sets how much each line moves beside how much its counted FLOPs
-# grow, and so says which moves are noise:
+# Each step's time against the position of the token it produces (from 0: a prompt of *P* tokens
+# fills positions 0 to *P* − 1 and the prefill, step 1, produces position *P*; the prefill is left
+# out, so the first point is position *P* + 1). Measured: the open circles are the two runs, the
+# line their minimum at each position, since the machine's other programs can only slow a step
+# down. The naive step reruns all the tokens so far, so it should cost more than the cached step;
+# the cell under the figure prints at how many positions it did in this run. By its FLOPs each step also grows a little
+# with the position; that cell sets how much each line rose beside how much its counted FLOPs
+# grew, and says, from these numbers, which rise is the model (the FLOPs explain it) and which
+# moves are the machine (they do not):
 
 # %%
 times = {s: [min(p[s].step_times[i] for p in passes) for i in range(real_new)] for s in real_runs}
@@ -212,7 +220,8 @@ for s, name, color in (("naive", "naive recomputation", "#d62728"), ("contiguous
                              marker=dict(color=color, symbol="circle-open", size=10)))
 fig.update_layout(title=dict(text=f"SmolLM2-135M: each decode step (measured: {real_repeats} runs and their minimum)",
                              font=dict(size=th.title_size)),
-                  xaxis=dict(title="position of the token being produced", tickvals=pos, tickformat="d"),
+                  xaxis=dict(title="position of the token being produced (from 0)", tickvals=pos,
+                             tickformat="d"),
                   yaxis=dict(title="ms per step", range=[0, 1.12e3 * slowest]),   # room above the highest circle
                   height=360 if not th.high_contrast else 440, font=dict(size=th.font_size),
                   width=None if th.autosize else 760, autosize=th.autosize, legend=dict(orientation="h", y=-0.3, x=0))
@@ -220,6 +229,8 @@ fig
 
 # %%
 from textwrap import fill
+
+from kvlab.lessons.step_times import along_the_lines, why_time_grew_less
 
 
 def say(text):
@@ -235,16 +246,15 @@ ratio = late["naive"] / late["cached"]
 say(f"verdict (measured): the cache was faster at {slower} of {len(pos)} positions, {ratio:.1f}x later on")
 if slower < len(pos):
     say("  where it was not, the machine's other programs slowed a cached step")
-wander = {s: max(times[s][1:]) / min(times[s][1:]) for s in real_runs}           # along each line (the minimum)
-grown = {s: real_runs[s].step_flops[-1] / real_runs[s].step_flops[1] for s in real_runs}   # counted, same positions
 runs_apart = max(max(p[s].step_times[i] for p in passes) / min(p[s].step_times[i] for p in passes)
                  for s in real_runs for i in range(1, real_new))               # the same step, run against run
-say(f"  noise: along its line the naive step's time moves x{wander['naive']:.2f} between its lowest and highest "
-    f"point and the cached step's x{wander['contiguous']:.2f}, while their counted FLOPs grow only "
-    f"x{grown['naive']:.3f} and x{grown['contiguous']:.3f} over these positions, and one step timed twice differed "
-    f"by up to x{runs_apart:.2f}: the rises and falls along a line are the machine, not the model"
-    + (f"; the signal is the gap between the lines (naive above cached at all {len(pos)} positions)."
-       if slower == len(pos) else "; here even the gap between the lines is partly lost in it."))
+# which moves along each line its counted FLOPs explain (the model) and which not (the machine)
+lines = along_the_lines({s: times[s][1:] for s in real_runs},
+                        {s: real_runs[s].step_flops[1:] for s in real_runs}, runs_apart, names={"contiguous": "cached"})
+for sentence in lines:
+    say("  along its line: " + sentence + ".")
+say(f"  the signal is the gap between the lines (naive above cached at all {len(pos)} positions)."
+    if slower == len(pos) else "  here even the gap between the lines is partly lost in the machine's noise.")
 say(f"  ms per step (measured; the minimum of {real_repeats} runs, then the median over the positions), positions "
     f"{pos[0]}-{pos[half - 1]} | {pos[half]}-{pos[-1]}: naive {1e3 * early['naive']:.0f} | {1e3 * late['naive']:.0f}, "
     f"cached {1e3 * early['cached']:.0f} | {1e3 * late['cached']:.0f}")
@@ -381,26 +391,21 @@ if grows:
     say(f"  against the FLOPs: over {last['L'] // first['L']}x the context the naive step's time grew about {grow_t['naive']:.0f}x, "
         f"{than} its counted FLOPs (x{grow_f['naive']:.1f}), and the cached step's {grow_t['cached']:.2f}x "
         f"(FLOPs x{grow_f['cached']:.2f}): the naive step grows with the context far more than the cached one.")
-    if than != "about as much as":   # the FLOPs count attention's L² too: what differs is the rate, measured
-        say(f"  Time and FLOPs grew apart because this CPU did not run every step at one rate: the naive step "
-            f"ran at {first['gflops']:.1f} GFLOP/s at L = {first['L']} and {last['gflops']:.1f} at L = {last['L']} "
-            "(the table's last column: counted FLOPs / measured time).")
-    # the doubling of L where the rate changed most (either way)
-    a, b = max(zip(sweep, sweep[1:]), key=lambda ab: abs(math.log(ab[1]["gflops"] / ab[0]["gflops"])))
-    if max(a["gflops"], b["gflops"]) > 1.5 * min(a["gflops"], b["gflops"]):
-        spread = max(r["naive_median_ms"] / r["naive_ms"] for r in (a, b))   # median / minimum of its 9 steps
-        say(f"  The rate changed most from L = {a['L']} to {b['L']}: x{b['naive_ms'] / a['naive_ms']:.1f} the time "
-            f"for x{b['naive_flops'] / a['naive_flops']:.1f} the FLOPs ({a['gflops']:.1f} -> {b['gflops']:.1f} "
-            "GFLOP/s). " + (f"The 9 steps timed there spread up to {spread:.1f}x their minimum: the machine was "
-                            "busy, run the cell again on a quieter one." if spread > 1.25 else
-                            f"The 9 steps timed there agree within {spread - 1:.0%}: not a busy spell, this "
-                            "CPU steadily runs those steps at that rate (the run measures the rate, not why)."))
+    if than == "less than":   # the table says why: a fixed per-step cost + a part that follows the FLOPs
+        for sentence in why_time_grew_less(sweep):
+            say(sentence)
+    elif than == "more than":  # no fixed cost makes time outgrow the FLOPs: the rate fell, measured
+        say(f"  The naive step ran at {first['gflops']:.1f} GFLOP/s at L = {first['L']} and "
+            f"{last['gflops']:.1f} at L = {last['L']} (the table's last column): this CPU ran the longer "
+            "steps at a lower rate.")
     say("  The cached step is not free of the context: its attention still reads all L cached tokens; it is only "
         "the projections and the MLP that it runs for one token instead of L.")
 else:
     say(f"  so: on this machine the measured times do NOT show the counted growth: a step's fixed cost "
         f"({n0:.1f} ms) is larger than what {last['L']} tokens of context add ({1e3 * n1 * last['L'] / 1e3:.1f} ms naive). "
         "The FLOPs are still counted right; a bigger model, or a GPU, makes the growing part dominate.")
+
+
 def step_ms(line, key, L):
     """A step's time at context L: the median line from the shortest timed context up; below it, never
     the line's own slope (it says nothing there) but its value at the shortest timed context (or the
@@ -455,28 +460,24 @@ print(f"  naive:  fixed part x{run_naive(n_b) / run_naive(n_a):.1f} (the whole s
 # slider and the curves stop there) and watch both costs: the red curve
 # (no cache: the step reruns every token) climbs steeply with the context, the blue one (one
 # token with the cache) climbs too, far more slowly (its attention still reads every cached
-# token); the line above the widget gives both factors. Both axes are logarithmic: each grid line
-# is 10 times the one below, so the cached line stays visible even where it is thousands of times
-# lower. The FLOPs are counted from the model's shapes; the milliseconds in the sentence come
-# from the median lines fitted above to this CPU's measured steps: an estimate beyond 1,024
-# tokens, where nothing was timed, and none below 32 tokens, where a line says nothing. The
-# second model in the menu, SmolLM2-135M, has FLOPs only (its steps were timed in section 2).
+# token); the widget's first line gives both factors over the chosen model's whole range. Both
+# axes are logarithmic: each grid line is 10 times the one below, so the cached line stays
+# visible even where it is thousands of times lower. The FLOPs are counted from the model's
+# shapes. The milliseconds are section 3's measured times at the lengths it timed (its table);
+# elsewhere an estimate from the median lines fitted there, and none below its shortest context,
+# where a line says nothing. The second model in the menu, SmolLM2-135M, has FLOPs only (its
+# steps were timed in section 2).
 
 # %%
 from kvlab.viz import CostModel, CostWidget
-from kvlab.viz.cost_widget import CONTEXTS
 
-cost_models = {"bundled tiny model": CostModel(model.flops_per_token, (n0, n1), (c0, c1), measured_from=xs[0],
-                                               context_window=cfg.max_position_embeddings),
-               "SmolLM2-135M": CostModel(real.flops_per_token, context_window=rc.max_position_embeddings, note=(
-                   f"FLOPs only for this model: its steps were timed in section 2, at positions {pos[0]}-{pos[-1]}, "
-                   "not over this range."))}
-lo, hi = CONTEXTS[0], cfg.max_position_embeddings   # the slider's ends for the bundled model (its context window)
-naive_x = cost_models["bundled tiny model"].naive_step(hi) / cost_models["bundled tiny model"].naive_step(lo)
-cached_x = model.flops_per_token(hi) / model.flops_per_token(lo)
-say(f"from {lo} to {hi:,} tokens ({hi // lo:,}x the context), counted: no cache x{naive_x:,.0f}, "
-    f"with the cache x{cached_x:,.1f}")
-CostWidget(cost_models, context=1024)
+timed_ms = {r["L"]: (r["naive_ms"], r["cached_ms"]) for r in sweep}   # section 3's table (measured)
+bundled = CostModel(model.flops_per_token, (n0, n1), (c0, c1), measured_from=xs[0],
+                    context_window=cfg.max_position_embeddings, measured=timed_ms)
+smol = CostModel(real.flops_per_token, context_window=rc.max_position_embeddings,
+                 note=f"FLOPs only for this model: its steps were timed in section 2, at positions "
+                      f"{pos[0]}-{pos[-1]}, not over this range.")
+CostWidget({"bundled tiny model": bundled, "SmolLM2-135M": smol}, context=1024)
 
 # %% [markdown]
 # ## 5. The price: memory
@@ -537,8 +538,8 @@ print(f"  naive {t_naive:.2f} s, cached {t_cached:.2f} s for {new_tokens} tokens
 # Here is that paged pool as kvlab's allocator left it after the real run (the title's
 # "measured" means that: the state of the run's own allocator, not a simulation). It has one
 # block table, `seq0` (the id `generate()` gives its one sequence); each block names the table
-# entry that points at it (`seq0 L3`: entry 3 of seq0's block table, the sequence's tokens 12 to
-# 15), is filled from the left as far as it holds tokens, and has a tick between each two of its
+# entry that points at it (`seq0 L3`: entry 3 of seq0's block table, the sequence's positions 12
+# to 15), is filled from the left as far as it holds tokens, and has a tick between each two of its
 # token slots along its lower edge; the spare block is free. How big this memory gets on real
 # models is lesson 02; how the pool is shared by many requests, lessons 04 to 06.
 
@@ -560,13 +561,13 @@ memory_map_figure(pool.snapshot(f"{table.num_tokens} tokens in {len(table)} bloc
 # 07 build this). Design `count_flops(flops_per_token, prompt_len, new_tokens, cached_prefix=0)`
 # for that case. It returns two lists, `(naive_steps, cached_steps)`, with the FLOPs of each of
 # the `new_tokens` steps: entry `t - 1` of a list is step `t`, counted from 1 as in section 1
-# (step `t` produces the `t`-th new token). `flops_per_token(c)` gives
+# (step `t` produces the `t`-th new token; positions count from 0). `flops_per_token(c)` gives
 # the FLOPs of running one token that attends to `c` tokens (itself included); the first
-# `cached_prefix` tokens of the prompt (`0 <= cached_prefix < prompt_len`) already have their K
-# and V in the cache.
+# `cached_prefix` tokens of the prompt, positions 0 to `cached_prefix - 1`
+# (`0 <= cached_prefix < prompt_len`), already have their K and V in the cache.
 #
 # - naive (no cache at all): step `t` runs the whole sequence, `prompt_len + t - 1` tokens, the
-#   `i`-th of them (1-based) attending to `i` tokens;
+#   one at position `p` attending to `p + 1` tokens;
 # - cached: step 1 is the prefill (every prompt token not cached yet, in one pass), step `t ≥ 2`
 #   runs the one token produced last.
 #
