@@ -51,7 +51,7 @@ def test_max_concurrent_first_come_first_served_case_really_overflows():
 
     r = l02_how_big.max_concurrent(fcfs, verbose=False)
     fcfs_cases = [c for c in r.cases if "arrival order" in c.label]
-    assert len(fcfs_cases) == 2 and not any(c.passed for c in fcfs_cases)
+    assert len(fcfs_cases) >= 2 and not any(c.passed for c in fcfs_cases)
     assert "take the shortest first" in r.summary and " -- or: " not in r.summary, r.summary
 
 

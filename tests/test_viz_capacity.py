@@ -9,15 +9,15 @@ from kvlab.viz.capacity_widget import capacity_figure, capacity_state
 
 
 def test_weights_past_the_share_are_drawn_past_its_edge():
-    state = capacity_state(MODELS["llama-2-70b"], GPUS["a100-80gb"].memory_bytes, 4096, 2)
+    state = capacity_state(MODELS["llama-2-70b"], GPUS["a100-80gb"].memory_bytes, 4096, 2, device="a100-80gb")
     assert state["weights"] > state["share"] and state["requests"] == 0
     fig = capacity_figure(state)
     drawn = {t.name: t.x[0] for t in fig.data}
     assert sum(drawn.values()) * 1e9 == pytest.approx(max(state["weights"], state["device_bytes"]))
-    assert drawn["weights past the share: they do not fit"] * 1e9 == pytest.approx(
-        state["weights"] - state["share"])
+    assert (drawn["weights past the share: they do not fit"] + drawn["weights past the device's end"]) \
+        * 1e9 == pytest.approx(state["weights"] - state["share"])
     assert fig.layout.xaxis.range[1] * 1e9 >= state["weights"]
-    assert [s.x0 for s in fig.layout.shapes] == [state["share"] / 1e9]  # the share's edge, marked and named
+    assert [s.x0 for s in fig.layout.shapes] == [state["share"] / 1e9, state["device_bytes"] / 1e9]  # both edges
     assert "the share ends" in fig.layout.annotations[0].text
 
 
@@ -64,11 +64,11 @@ def test_a_ram_device_never_sends_the_model_to_more_gpus():
     from kvlab.viz.capacity_widget import CapacityWidget
 
     ram = "this machine's RAM"
-    w = CapacityWidget(devices={ram: 16 * 2**30, "h200": GPUS["h200"].memory_bytes}, model="llama-2-70b", device=ram,
-                       weight_bytes={ram: 4}, host_devices=[ram], static=True)
+    w = CapacityWidget(devices={ram: 16 * 2**30, "a100-80gb": GPUS["a100-80gb"].memory_bytes}, model="llama-2-70b",
+                       device=ram, weight_bytes={ram: 4}, host_devices=[ram], static=True)
     assert w.state["requests"] == 0 and "GPU" not in w.state["verdict"], w.state["verdict"]
     assert "this machine cannot hold the model" in w.state["verdict"]
-    w.set(device="h200")
+    w.set(device="a100-80gb")  # (an H200 holds the weights: review r2_02_08 has it raise the share instead)
     assert "several GPUs" in w.state["verdict"]
 
 
@@ -90,3 +90,62 @@ def test_the_legend_is_two_entries_a_row_whatever_is_listed():
         fig = capacity_figure(capacity_state(spec, GPUS[gpu].memory_bytes, 4096, 2))
         assert fig.layout.legend.entrywidth == 0.5 and fig.layout.legend.entrywidthmode == "fraction"
         assert sum(t.showlegend is not False for t in fig.data) <= 4
+
+
+# ------------------------------------------------------------------ review r2_02_08 (cell 19)
+def _widget(**kw):
+    from kvlab.viz.capacity_widget import CapacityWidget
+
+    return CapacityWidget(static=True, **kw)
+
+
+def test_one_request_is_singular():
+    """The review: "1 request fit." and the legend "KV cache of 1 requests"."""
+    w = _widget(model="llama-2-7b", device="a100-40gb", tokens=32768)
+    assert w.state["requests"] == 1
+    assert "1 request fits." in w._html() and "1 request of 32,768 tokens fits at once" in w.state["verdict"], w._html()
+    names = [t.name for t in capacity_figure(w.state).data]
+    assert "KV cache of 1 request" in names, names
+
+
+def test_one_byte_is_singular():
+    """The review: "x 1 bytes" in the formula line for fp8."""
+    w = _widget(model="llama-2-7b", device="a100-40gb", dtype_bytes=1)
+    assert "x 1 byte =" in w.state["formula"] and "1 bytes" not in w.state["formula"], w.state["formula"]
+    w.set(dtype_bytes=2)
+    assert "x 2 bytes =" in w.state["formula"]
+
+
+@pytest.mark.parametrize("model, device, share, at_least", [("llama-2-13b", "a100-40gb", 0.5, 61),
+                                                             ("llama-2-70b", "h200", 0.9, 92)])
+def test_weights_that_fit_the_card_but_not_the_share_ask_for_a_larger_share(model, device, share, at_least):
+    """The review: Llama-2 13B on an A100 40GB at a 50% share said "a server splits this model over
+    several GPUs", though the card holds the model: only the share is too small."""
+    w = _widget(model=model, device=device, utilization=share, tokens=16384)
+    s = w.state
+    assert s["weights"] > s["share"] and s["weights"] < s["device_bytes"]
+    assert "several GPUs" not in s["verdict"] and f"raise the share to at least {at_least}%" in s["verdict"], s["verdict"]
+    assert int(s["device_bytes"] * at_least / 100) > s["weights"] >= int(s["device_bytes"] * (at_least - 1) / 100)
+    w.set(utilization=1.0)
+    assert w.state["weights"] < w.state["share"]
+
+
+def test_weights_past_the_card_mark_the_cards_end():
+    """The review (cell 19): Llama-2 70B on an A100 40GB ran the bar to the weights' 138 GB with the
+    card's 42.9 GB not marked, and the 10% outside the share hatched as "weights past the share": the
+    title and the bar disagreed. The card's end is a line of its own, named; the weights past it are a
+    part of their own."""
+    state = capacity_state(MODELS["llama-2-70b"], GPUS["a100-40gb"].memory_bytes, 4096, 2, device="A100 40GB")  # as the widget names it
+    assert state["weights"] > state["device_bytes"]
+    fig = capacity_figure(state)
+    drawn = {t.name: t.x[0] * 1e9 for t in fig.data}
+    assert sum(drawn.values()) == pytest.approx(state["weights"])
+    past_share = next(v for k, v in drawn.items() if k.startswith("weights past the share"))
+    past_card = next(v for k, v in drawn.items() if k.startswith("weights past the device's end"))
+    assert past_share == pytest.approx(state["device_bytes"] - state["share"])
+    assert past_card == pytest.approx(state["weights"] - state["device_bytes"])
+    assert sorted(s.x0 * 1e9 for s in fig.layout.shapes) == pytest.approx([state["share"], state["device_bytes"]])
+    texts = " | ".join(a.text for a in fig.layout.annotations)
+    assert "the share ends: 38.7 GB" in texts and "the A100 40GB ends: 42.9 GB" in texts, texts
+    assert "does not fit on the A100 40GB" in state["verdict"] or "more than the A100 40GB" in state["verdict"], \
+        state["verdict"]

@@ -187,6 +187,8 @@ CONFIGS: dict[str, dict] = {
                    "hidden_size": 4096, "torch_dtype": "float16"},
     "llama-2-70b": {"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
                     "hidden_size": 8192, "torch_dtype": "float16"},
+    "llama-3-8b": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "hidden_size": 4096, "torch_dtype": "bfloat16"},
     "mistral-7b": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
                    "hidden_size": 4096, "torch_dtype": "bfloat16"},
     "qwen2-7b": {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
@@ -236,7 +238,7 @@ def bytes_per_token_from_config(fn: Callable, verbose: bool = True) -> CheckResu
     })
     for name, cfg in CONFIGS.items():
         note = {"opt-13b": " (no num_key_value_heads: MHA)", "gemma-7b": " (head_dim 256 given; 3072 / 16 = 192)",
-                "mistral-7b": " (no head_dim)"}.get(name, "")
+                "mistral-7b": " (no head_dim)", "llama-3-8b": " (no head_dim)"}.get(name, "")
         case = run(f"{name}{note}", cfg)
         dtype = cfg.get("torch_dtype")
         if not case.passed and isinstance(case.actual, Raised) and dtype in DTYPE_BYTES:
@@ -429,13 +431,30 @@ def _ceil(n: int, d: int) -> int:
     return -(-n // d)
 
 
-def _count_fitting(sizes: list[int], room: int) -> int:
+def _count_fitting(sizes: list[int], room: int, skip: bool = False) -> int:
+    """How many of ``sizes``, taken in their order, fit in ``room``: stop at the first that does not
+    fit, or (``skip``) pass over it and try the next.
+
+    >>> _count_fitting([13, 3, 7, 3], 20), _count_fitting([13, 3, 7, 3], 20, skip=True)
+    (2, 3)
+    """
     k, used = 0, 0
     for s in sizes:
         if used + s > room:
+            if skip:
+                continue
             break
         used, k = used + s, k + 1
     return k
+
+
+def _in_order(longest_first: bool, skip: bool) -> Callable[..., int]:
+    """A learner's max_concurrent that admits the requests in arrival order or longest first (not
+    shortest first), stopping at the first that does not fit or skipping it."""
+    def wrong(L, g, u, w, b, bs=16):
+        blocks = [_ceil(n, bs) for n in L]
+        return _count_fitting(sorted(blocks, reverse=True) if longest_first else blocks, _pool_blocks(g, u, w, b, bs), skip)
+    return wrong
 
 
 def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -452,8 +471,16 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
         "not (gpu_bytes - weight_bytes) x utilization":
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(_ceil(n, bs) for n in L),
                                                         max(0, int((g - w) * u)) // (bs * b)),
-        "admitted in the given order: to fit the MOST requests, take the shortest first":
-            lambda L, g, u, w, b, bs=16: _count_fitting([_ceil(n, bs) for n in L], _pool_blocks(g, u, w, b, bs)),
+        "admitted in arrival order (the order given), stopping at the first that does not fit: to fit the MOST "
+        "requests, take the shortest first": _in_order(longest_first=False, skip=False),
+        "admitted in arrival order, skipping the requests that do not fit: a long request admitted early still "
+        "holds the blocks of several short ones; to fit the MOST requests, take the shortest first":
+            _in_order(longest_first=False, skip=True),
+        "admitted longest first (sorted in reverse): a long request holds the blocks of several short ones; to fit "
+        "the MOST requests, take the shortest first": _in_order(longest_first=True, skip=False),
+        "admitted longest first (sorted in reverse), skipping the requests that do not fit: a long request holds "
+        "the blocks of several short ones; to fit the MOST requests, take the shortest first":
+            _in_order(longest_first=True, skip=True),
         "counted tokens, not blocks: every request holds whole blocks (its last one partly empty)":
             lambda L, g, u, w, b, bs=16: _count_fitting(sorted(L), max(0, int(g * u) - w) // b),
         "rounded each request's blocks down: a request of 17 tokens needs 2 blocks of 16":
@@ -489,11 +516,14 @@ def max_concurrent(fn: Callable, verbose: bool = True) -> CheckResult:
     rng.shuffle(chat)
     run("64 chat requests (100-2,000 tokens, four of 4,096), A100 80 GB at 90%, llama-2-7b (13.5 GB of weights)",
         chat, a100, 0.9, 13_480_000_000, llama7.bytes_per_token)
-    run("a long request that fits first, then short ones: in arrival order only 2 fit, shortest first 5",
+    run("the prediction: 200, 40, 40, 100, 40, 40 and 40 tokens in arrival order, a pool of 20 blocks of 16",
+        [200, 40, 40, 100, 40, 40, 40], 20 * 16 * 64, 1.0, 0, 64, 16)
+    run("a long request that fits first, then five short ones (arrival order), a pool of 16 blocks",
         [200, 40, 40, 40, 40, 40], 16 * 16 * 64, 1.0, 0, 64, 16)
-    run("the contract's example: a long request first, then four short ones, in a pool of 17 blocks "
-        "(in arrival order the long one blocks the queue: 0; the most that fit: 4)",
+    run("a long request too big for the pool, then four short ones (arrival order), a pool of 17 blocks",
         [3000, 40, 40, 40, 40], 17 * 16 * 64, 1.0, 0, 64, 16)
+    run("short ones, then two long ones that fit only alone, then short ones, a pool of 12 blocks",
+        [16, 16, 160, 176, 16, 16, 16], 12 * 16 * 8, 1.0, 0, 8, 16)
     run("lengths that are not multiples of the block size", [17, 17, 17, 33], 200 * 16, 1.0, 0, 1, 16)
     run("utilization 0.5 halves the pool", [100] * 10, 64 * 16 * 100, 0.5, 0, 16, 16)
     run("weights take most of the card", [16] * 20, 10_000, 1.0, 6_000, 16, 16)

@@ -88,7 +88,7 @@ from .iri_parser import defer_iri_parser
 
 defer_iri_parser()   # before plotly (and through it jsonschema) is imported: see kvlab.viz.iri_parser
 
-from .capacity_widget import CapacityWidget, capacity_figure, capacity_state  # lesson 02
+from .capacity_widget import CapacityWidget, capacity_figure, capacity_state, model_name  # lesson 02
 from .compare import (
     CompareStep, animate_compare, compare_data, compare_figure, compare_stepper, growth_trace, notes_trace, run_compare,
 )
@@ -132,7 +132,8 @@ from .display import use_plotly_config
 use_plotly_config()  # no plotly logo, no "Share chart" (Plotly Cloud) button on any figure
 
 __all__ = [
-    "CapacityWidget", "capacity_figure", "capacity_state", "CostModel", "CostWidget", "cost_figure", "cost_state",
+    "CapacityWidget", "capacity_figure", "capacity_state", "model_name",
+    "CostModel", "CostWidget", "cost_figure", "cost_state",
     "decode_figure", "decode_stepper", "decode_view_data",
     "ThesisWidget", "thesis_state", "PolicyWidget", "policy_state", "ScenarioControl",
     "CompareStep", "animate_compare", "compare_data", "compare_figure", "compare_stepper", "growth_trace",

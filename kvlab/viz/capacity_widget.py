@@ -29,7 +29,8 @@ from ..memory.kvspec import GPUS, MODELS, KVSpec, format_bytes
 from .display import display_control, is_static
 from .palette import FREE, classroom_css, request_color, theme
 
-__all__ = ["capacity_state", "capacity_figure", "CapacityWidget", "model_label", "device_label", "DTYPES", "TOKEN_CHOICES"]
+__all__ = ["capacity_state", "capacity_figure", "CapacityWidget", "model_label", "model_name", "device_label", "min_share",
+           "DTYPES", "TOKEN_CHOICES"]
 
 DTYPES = (("fp32 (4 bytes)", 4), ("fp16 / bf16 (2 bytes)", 2), ("fp8 / int8 (1 byte)", 1))
 TOKEN_CHOICES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
@@ -41,10 +42,19 @@ _DEVICE_NAMES = {"a100-40gb": "A100 40GB", "a100-80gb": "A100 80GB", "h100-80gb"
 WEIGHTS, RESERVED = "#7f7f7f", "#ffffff"
 
 
+def model_name(spec: KVSpec | str) -> str:
+    """The model's published name, for a preset or its id (other names come back as they are).
+
+    >>> model_name("llama-2-70b"), model_name("toy")
+    ('Llama-2 70B', 'toy')
+    """
+    key = spec if isinstance(spec, str) else spec.name
+    return _MODEL_NAMES.get(key, key)
+
+
 def model_label(spec: KVSpec) -> str:
     """A name a student knows: ``"Llama-2 70B (80 layers, 8 KV heads)"``."""
-    name = _MODEL_NAMES.get(spec.name, spec.name)
-    return f"{name} ({spec.layers} layers, {kv_heads_text(spec.kv_heads)})"
+    return f"{model_name(spec)} ({spec.layers} layers, {kv_heads_text(spec.kv_heads)})"
 
 
 def kv_heads_text(n: int) -> str:
@@ -74,15 +84,12 @@ def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: in
     weights = int(spec.params_b * 1e9 * weight_bytes)
     budget = max(0, share - weights)
     n = budget // per_request
-    name = _MODEL_NAMES.get(spec.name, spec.name)
-    formula = (f"2 x {kv.layers} layers x {kv_heads_text(kv.kv_heads)} x {kv.head_dim} x {dtype_bytes} bytes = "
+    formula = (f"2 x {kv.layers} layers x {kv_heads_text(kv.kv_heads)} x {kv.head_dim} x {_plural(dtype_bytes, 'byte')} = "
                f"{bpt:,} bytes per token; x {tokens:,} tokens = {format_bytes(per_request)} per request")
     kv_words = WEIGHT_WORDS.get(dtype_bytes, f"{dtype_bytes}-byte numbers")
+    name = model_name(spec)
     if weights >= share:
-        where = "a server splits this model over several GPUs" if gpu else "this machine cannot hold the model at all"
-        verdict = (f"{name}'s weights ({format_bytes(weights)} in {WEIGHT_WORDS.get(weight_bytes, f'{weight_bytes}-byte numbers')}) "
-                   f"do not fit in {format_bytes(share)}, the {utilization:.0%} of {_the(device)} the server uses: no "
-                   f"request fits; {where}.")
+        verdict = _weights_verdict(name, weights, weight_bytes, share, device_bytes, utilization, device, gpu)
     elif n == 0:
         verdict = (f"{utilization:.0%} of {_the(device)} is {format_bytes(share)}; minus the weights "
                    f"({format_bytes(weights)}) leaves {format_bytes(budget)} for the KV cache, less than the "
@@ -91,11 +98,49 @@ def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: in
     else:
         verdict = (f"{utilization:.0%} of {_the(device)} is {format_bytes(share)}; minus the weights "
                    f"({format_bytes(weights)}) leaves {format_bytes(budget)} for the KV cache ({kv_words}): "
-                   f"{n:,} request{'' if n == 1 else 's'} of {tokens:,} tokens fit at once ({n * tokens:,} tokens in all).")
+                   f"{_plural(n, 'request')} of {tokens:,} tokens {'fits' if n == 1 else 'fit'} at once "
+                   f"({n * tokens:,} tokens in all).")
     return {"model": spec.name, "device": device, "tokens": tokens, "dtype_bytes": dtype_bytes, "weight_bytes": weight_bytes,
             "utilization": utilization, "bytes_per_token": bpt, "per_request": per_request, "device_bytes": device_bytes,
             "share": share, "weights": weights, "kv_budget": budget, "requests": n, "kv_used": n * per_request,
             "formula": formula, "verdict": verdict}
+
+
+def _plural(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless ``n`` is 1.
+
+    >>> _plural(1, "request"), _plural(29, "request"), _plural(2, "byte")
+    ('1 request', '29 requests', '2 bytes')
+    """
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def min_share(weights: int, device_bytes: int) -> int:
+    """The smallest whole percent of ``device_bytes`` whose share (``int(device_bytes x p / 100)``, as
+    :func:`capacity_state` takes it) holds more than ``weights``; above 100 when the device cannot.
+
+    >>> min_share(26 * 10**9, 42_949_672_960)   # Llama-2 13B in fp16 on an A100 40GB: 60.5% is not enough
+    61
+    """
+    p = max(1, weights * 100 // device_bytes)
+    while p <= 100 and int(device_bytes * (p / 100)) <= weights:
+        p += 1
+    return p
+
+
+def _weights_verdict(name: str, weights: int, weight_bytes: int, share: int, device_bytes: int, utilization: float,
+                     device: str, gpu: bool) -> str:
+    """What to say when the weights leave the KV cache nothing: the share is too small (the device holds
+    the weights: raise the share), or the device itself is (more GPUs; on a machine's RAM, no way)."""
+    words = WEIGHT_WORDS.get(weight_bytes, f"{weight_bytes}-byte numbers")
+    head = f"{name}'s weights ({format_bytes(weights)} in {words})"
+    need = min_share(weights, device_bytes)
+    if need <= 100:
+        return (f"{head} do not fit in {format_bytes(share)}, the {utilization:.0%} of {_the(device)} the server uses: "
+                f"no request fits. {_the(device)[0].upper()}{_the(device)[1:]} itself holds them "
+                f"({format_bytes(device_bytes)}): raise the share to at least {need}% to leave room for the KV cache.")
+    where = "a server splits this model over several GPUs" if gpu else "this machine cannot hold the model at all"
+    return f"{head} are more than {_the(device)} holds ({format_bytes(device_bytes)}): no share fits them; {where}."
 
 
 def _the(device: str) -> str:
@@ -111,25 +156,59 @@ WEIGHT_WORDS = {4: "fp32", 2: "fp16", 1: "fp8"}  # the weights' number format, b
 THIN = 0.01  # a bar part under this share of the axis is too thin to see: no legend entry
 
 
+def _bar_parts(state: dict[str, Any]) -> list[tuple[str, int, str, str]]:
+    """The bar's parts, left to right: (legend name, bytes, colour, hatch). Weights past the share are
+    hatched up to the device's end, and past it hatched apart (they are more than the device holds)."""
+    total, share = state["device_bytes"], state["share"]
+    weights = min(state["weights"], share)
+    over = min(state["weights"], total) - weights  # weights past the share's edge, up to the device's end
+    past = max(0, state["weights"] - total)        # weights past the device's own end
+    words = WEIGHT_WORDS.get(state.get("weight_bytes", 2), f"{state.get('weight_bytes')}-byte numbers")
+    return [(f"weights ({words})", weights, WEIGHTS, ""),
+            ("weights past the share: they do not fit", over, WEIGHTS, "x"),
+            ("weights past the device's end", past, WEIGHTS, "/"),
+            (f"KV cache of {_plural(state['requests'], 'request')}", state["kv_used"], request_color("R1"), ""),
+            ("free in the share (less than one request)", share - weights - state["kv_used"], FREE, ""),
+            (f"outside the share ({1 - state['utilization']:.0%}: not the server's)", total - share - over, RESERVED, "")]
+
+
+def _mark_edges(fig: Any, state: dict[str, Any], span: int, th: Any) -> None:
+    """Where the share ends (dashed, named above the bar) and, when the weights run past it, where the
+    device ends (solid, named on the bar): the title's size is then a line on the bar too."""
+    total, share = state["device_bytes"], state["share"]
+    edges = []
+    if state["weights"] > share and share < total:
+        edges.append((share, "dash", f"the share ends: {share / 1e9:.1f} GB", 1, "bottom", None))
+    if state["weights"] > total:
+        edges.append((total, "solid", f"{html.escape(_the(device_label(state['device'])))} ends: {total / 1e9:.1f} GB",
+                      0.5, "middle", "#ffffff"))
+    for x, dash, text, y, yanchor, bg in edges:
+        fig.add_shape(type="line", x0=x / 1e9, x1=x / 1e9, y0=0, y1=1, yref="paper",
+                      line=dict(color="#000000", width=th.line_width + 1, dash=dash))
+        left = x < 0.6 * span  # the label reads away from the axis' nearer end, never cut by it
+        fig.add_annotation(x=x / 1e9, y=y, yref="paper", yanchor=yanchor, showarrow=False, xanchor="left" if left else "right",
+                           xshift=4 if left else -4, text=text, font=dict(size=th.font_size), bgcolor=bg,
+                           bordercolor="#000000" if bg else None, borderpad=3 if bg else 0)
+
+
 def capacity_figure(state: dict[str, Any]) -> Any:
     """The device's memory as one horizontal bar (GB): weights, KV of the requests that fit, the rest
-    of the server's share, the part left alone (simulated)."""
+    of the server's share, the part left alone (simulated). Weights that do not fit run past the
+    share's edge (dashed), and past the device's own end (solid) when they are more than it holds.
+
+    >>> from kvlab.memory.kvspec import GPUS, MODELS
+    >>> fig = capacity_figure(capacity_state(MODELS["llama-2-70b"], GPUS["a100-40gb"].memory_bytes, 4096, 2,
+    ...                                      device="a100-40gb"))
+    >>> [a.text for a in fig.layout.annotations]
+    ['the share ends: 38.7 GB', 'the A100 40GB ends: 42.9 GB']
+    """
     import plotly.graph_objects as go
 
     th = theme()
-    total, share = state["device_bytes"], state["share"]
-    weights = min(state["weights"], share)
-    over = state["weights"] - weights  # weights past the share's edge: drawn past it, hatched (they do not fit)
-    alone = f"outside the share ({1 - state['utilization']:.0%}: not the server's)"
-    words = WEIGHT_WORDS.get(state.get("weight_bytes", 2), f"{state.get('weight_bytes')}-byte numbers")
-    parts = [(f"weights ({words})", weights, WEIGHTS, ""),
-             ("weights past the share: they do not fit", over, WEIGHTS, "x"),
-             (f"KV cache of {state['requests']:,} requests", state["kv_used"], request_color("R1"), ""),
-             ("free in the share (less than one request)", share - weights - state["kv_used"], FREE, ""),
-             (alone, total - share - over, RESERVED, "")]
+    total = state["device_bytes"]
     fig = go.Figure()
     span = max(total, state["weights"])
-    for name, size, color, hatch in parts:
+    for name, size, color, hatch in _bar_parts(state):
         if size <= 0:  # nothing of it is drawn: no legend entry either
             continue
         seen = size >= THIN * span  # a part a pixel or two wide: drawn (its hover names it), not listed in the legend
@@ -137,13 +216,7 @@ def capacity_figure(state: dict[str, Any]) -> Any:
                              marker=dict(color=color, line=dict(color="#444444", width=1),
                                          pattern=dict(shape=hatch, fgcolor="#000000", bgcolor="#ffffff") if hatch else None),
                              hovertemplate=f"{html.escape(name)}: %{{x:.2f}} GB<extra></extra>"))
-    if over:  # where the share ends, named above the bar
-        fig.add_shape(type="line", x0=share / 1e9, x1=share / 1e9, y0=0, y1=1, yref="paper",
-                      line=dict(color="#000000", width=th.line_width + 1, dash="dash"))
-        left = share < 0.5 * span  # the label reads away from the axis' nearer end, never cut by it
-        fig.add_annotation(x=share / 1e9, y=1, yref="paper", yanchor="bottom", showarrow=False,
-                           xanchor="left" if left else "right",
-                           text=f"the share ends: {share / 1e9:.1f} GB", font=dict(size=th.font_size))
+    _mark_edges(fig, state, span, th)
     # Fixed pixels, so the legend sits under the axis title at any font size: the bar's height, the
     # axis (ticks and title) and two rows of legend below it. At most four parts are listed, two a row
     # (entrywidth half the figure): the legend is never taller than two rows, so the bar never moves
@@ -156,7 +229,7 @@ def capacity_figure(state: dict[str, Any]) -> Any:
         autosize=True, font=dict(size=th.font_size),  # the output area's width, in both modes
         title=dict(text=f"{html.escape(device_label(state['device']))}: {total / 1e9:.1f} GB (simulated)", x=0.01,
                    font=dict(size=th.title_size)),
-        xaxis=dict(title="GB (10^9 bytes)", range=[0, max(total, state["weights"]) / 1e9 * 1.001], gridcolor="#ebf0f8"),
+        xaxis=dict(title="GB (10^9 bytes)", range=[0, span / 1e9 * 1.001], gridcolor="#ebf0f8"),
         legend=dict(orientation="h", yanchor="top", y=-axis_h / plot_h, x=0, traceorder="normal",
                     entrywidth=0.5, entrywidthmode="fraction"),
         margin=dict(l=20, r=20, t=top, b=axis_h + legend_h),
@@ -260,7 +333,7 @@ class CapacityWidget:
         px = max(theme().font_size + 1, theme().control_px)
         s = self.state
         n = s["requests"]
-        head = "No request fits." if n == 0 else f"{n:,} request{'' if n == 1 else 's'} fit."
+        head = "No request fits." if n == 0 else f"{_plural(n, 'request')} {'fits' if n == 1 else 'fit'}."
         # Room for the longest text (lines of formula, lines of verdict), so the bar below stays put
         lines = (2, 3) if theme().high_contrast else (1, 2)
         return (f"<div style='font-size:{px}px;line-height:1.45'>"

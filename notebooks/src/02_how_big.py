@@ -11,9 +11,10 @@
 # **What you will learn**
 # - the size formula `2 × layers × kv_heads × head_dim × tokens × bytes`, and where each
 #   factor comes from;
-# - why multi-head attention (MHA) and grouped-query attention (GQA) give caches 8 times apart,
-#   and why the source notes' 10.7 GB for Llama-2 70B is really 1.34 GB (and their "10 requests
-#   need 107 GB" really 13.4 GB);
+# - why grouped-query attention (GQA) makes a model's cache several times smaller than
+#   multi-head attention (MHA) would (from 3 to 71 times among this lesson's models, 8 for
+#   Llama-2 70B: section 4), and why the source notes' 10.7 GB for Llama-2 70B is really 1.34 GB
+#   (and their "10 requests need 107 GB" really 13.4 GB);
 # - what "80 GB" and "141 GB" on a GPU's spec sheet count, and how many requests fit on an A100
 #   or an H200 (and, with the widget of section 6, on any device you pick);
 # - the real bytes per token of a real LLM, SmolLM2-135M, read from its file and measured on
@@ -121,15 +122,22 @@ import math
 
 import plotly.graph_objects as go
 
+from textwrap import fill
+
 import kvlab.viz as viz
 
 th = viz.theme()  # the fonts of the current mode (classroom mode: larger)
-names = LESSON_MODELS
-gb = {"notes": [kvlab.MODELS[n].hidden_formula_bytes(4096) / 1e9 for n in names],
-      "real": [kvlab.MODELS[n].kv_bytes(4096) / 1e9 for n in names]}
+names = [viz.model_name(n) for n in LESSON_MODELS]   # published names, as in section 6's widget
+gb = {"notes": [kvlab.MODELS[n].hidden_formula_bytes(4096) / 1e9 for n in LESSON_MODELS],
+      "real": [kvlab.MODELS[n].kv_bytes(4096) / 1e9 for n in LESSON_MODELS]}
 lo, hi = min(gb["real"]), max(gb["notes"])
 print(f"from {lo:.3f} GB ({names[gb['real'].index(lo)]}, real) to {hi:.1f} GB ({names[gb['notes'].index(hi)]}, "
       f"the notes' formula): {hi / lo:.0f} times")
+ratio = {name: round(notes / real) for name, notes, real in zip(names, gb["notes"], gb["real"])}
+by_ratio = {r: [n for n in names if ratio[n] == r] for r in sorted(set(ratio.values()))}
+parts = [f"{r}x for {', '.join(ns)}" + (" (MHA: the same)" if r == 1 else "")
+         for r, ns in by_ratio.items()]
+print(fill("the notes' formula over the real one: " + "; ".join(parts), 76))
 ticks = [m * 10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1) for m in (1, 3)]
 ticks = [t for t in ticks if lo / 3.5 <= t <= hi * 3.5]   # 1-3-10 steps: a labelled line under every bar's top
 fig = go.Figure([
@@ -220,22 +228,25 @@ print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget
 #
 # Every number above comes from five choices. Change them here and the formula, the budget and
 # the count follow (simulated: arithmetic from the configs and spec sheets). Things to try:
-# Llama-2 70B on one H200 (the weights alone do not fit) and on two; Llama-2 7B against
-# Llama-3 8B (about the same size, MHA against GQA); fp8 instead of fp16 (half the bytes per
-# token, twice the requests); 32,768-token requests. The bar is the device's memory: weights
-# grey (in the number format the line above the widget gives), the requests' KV cache purple,
-# the rest of the server's share light grey, and the part the server leaves alone white.
+# Llama-2 70B on one H200 (the card holds the weights, the server's share does not) and on two;
+# Llama-2 7B against Llama-3 8B (about the same size, MHA against GQA); fp8 instead of fp16 (half
+# the bytes per token, twice the requests); 32,768-token requests. The bar is the device's memory:
+# weights grey (in the number format the line above the widget gives), the requests' KV cache
+# purple, the rest of the server's share light grey, and the part the server leaves alone white.
+# Weights that do not fit are hatched past the dashed line where the share ends, and past the
+# solid line where the device itself ends when they are more than it holds.
 #
 # The KV menu starts at fp16, the format GPU servers store K and V in. On this machine's RAM
-# kvlab stores them in fp32, as section 7's last cell counts them: pick fp32 there to get its
-# numbers.
+# kvlab stores them in fp32: pick fp32 there. The widget then budgets the RAM as a server budgets
+# a GPU, a share of **all** of it, as if nothing else ran. Section 7's last cell counts what is
+# free right now instead, and prints both counts and why they differ.
 
 # %%
 import inspect
 import os
 
 from kvlab.compute.loader import load_pretrained
-from kvlab.viz import CapacityWidget
+from kvlab.viz import CapacityWidget, capacity_state
 
 devices = {name: gpu.memory_bytes for name, gpu in kvlab.GPUS.items()}
 devices["2 x h200"] = 2 * kvlab.GPUS["h200"].memory_bytes
@@ -328,19 +339,34 @@ print(f"formula for SmolLM2 in fp16: {smol.bytes_per_token:,}; equal to the meas
 # %% [markdown]
 # And what fits in **this machine's** memory (the RAM is measured; the kernel runs SmolLM2 in
 # fp32, so its weights take 4 bytes a parameter and its cache the fp32 figure above; the amount
-# free changes from moment to moment, so these lines are not checked by the tests):
+# free changes from moment to moment, so these lines are not checked by the tests). The widget of
+# section 6 answers the same question its own way, and the last lines say why the two differ:
 
 # %%
 total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 w_smol = int(smol.params_b * 1e9 * cpu_dtype.itemsize)   # kvlab's CPU number format (section 6)
 left = free - w_smol
-print(f"this machine: {kvlab.format_bytes(total)} of RAM, {kvlab.format_bytes(free)} free now (measured)")
-print(f"SmolLM2 in {str(cpu_dtype).removeprefix('torch.')}: weights {kvlab.format_bytes(w_smol)}; the free memory left holds "
-      f"{left // measured['fp32']:,} tokens of KV cache = {left // (4096 * measured['fp32']):,} requests of 4,096 tokens")
+now = left // (4096 * measured["fp32"])
+fmt = kvlab.format_bytes
+print(f"this machine: {fmt(total)} of RAM, {fmt(free)} free now (measured)")
+print(fill(f"SmolLM2 in {str(cpu_dtype).removeprefix('torch.')}: weights {fmt(w_smol)}; the free "
+           f"memory left holds {left // measured['fp32']:,} tokens of KV cache = {now:,} requests "
+           "of 4,096 tokens", 76))
 w70 = int(llama70.params_b * 1e9 * 2)
-print(f"Llama-2 70B in fp16: weights alone {kvlab.format_bytes(w70)}: "
+print(f"Llama-2 70B in fp16: weights alone {fmt(w70)}: "
       + ("more than this machine's RAM: it does not fit at all" if w70 > total else "they fit"))
+# The widget's answer: its "this machine's RAM" entry, fp32 KV, at its default share (section 6's 90%)
+fp32 = cpu_dtype.itemsize
+widget = capacity_state(kvlab.MODELS["smollm2-135m"], devices[here], 4096, fp32, util, here, fp32,
+                        gpu=False)
+says = (f"{widget['requests']:,}, not {now:,}" if widget["requests"] != now
+        else f"{now:,} too, by chance")
+than = "less" if free < widget["share"] else "more"
+print(fill(f"The widget says {says}: like a server on a GPU, it takes {util:.0%} of ALL the RAM "
+           f"({fmt(widget['share'])}) as if nothing else ran. Here {fmt(total - free)} are in use "
+           "already (the operating system and its file cache, this kernel, other programs), so "
+           f"only {fmt(free)} are free, {than} than that share.", 76))
 
 # %% [markdown]
 # ## 8. Exercises
@@ -392,13 +418,25 @@ check.kv_heads_for_budget(kv_heads_for_budget)
 # Llama-2 70B's config (`num_hidden_layers` 80, `num_attention_heads` 64, `num_key_value_heads`
 # 8, `hidden_size` 8192, `torch_dtype` "float16") gives 327,680.
 #
-# **Decide** what a missing `num_key_value_heads` or `head_dim` must mean: a field is left out
-# when the model does what the older models did before the field existed (which attention did
-# they use? how did they split `hidden_size` among the heads?). A missing `torch_dtype` is given:
-# count 2 bytes, as a server serving the model in float16 would. And decide which `torch_dtype`
-# strings you can size: `float16`, `bfloat16` and `float32` are in the configs the checker reads
-# (six real ones from the Hugging Face hub and kvlab's own); for any other string a guess would
-# give a wrong size without a word, so raise `ValueError` naming it.
+# **Predict first**, on paper: what must a missing `num_key_value_heads` or `head_dim` stand for?
+# The two configs below leave fields out; under each is the bytes a token of that model really
+# takes (section 2's table). Find the values of the missing fields that give those sizes, as
+# expressions of the fields the config does give, and write beside each default, in a comment,
+# why a config can leave that field out. A missing `torch_dtype` is given: count 2 bytes, as a
+# server serving the model in float16 would. And decide which `torch_dtype` strings you can size:
+# `float16`, `bfloat16` and `float32` are in the configs the checker reads (seven real ones from
+# the Hugging Face hub and kvlab's own); for any other string a guess would give a wrong size
+# without a word, so raise `ValueError` naming it.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.check.l02_how_big import CONFIGS
+from kvlab.viz import model_name
+
+for name in ("llama-3-8b", "opt-13b"):
+    fields = ", ".join(f"{key} {value}" for key, value in CONFIGS[name].items())
+    print(fill(f"{model_name(name)}'s config.json: {fields}", 76, subsequent_indent="    "))
+    print(f"    section 2's table: {kvlab.MODELS[name].bytes_per_token:,} bytes per token")
 
 # %% tags=["exercise-stub"]
 def bytes_per_token_from_config(config):
@@ -410,15 +448,14 @@ check.bytes_per_token_from_config(bytes_per_token_from_config)
 # %% [markdown]
 # <details><summary>Hint 1</summary>
 #
-# Find `kv_heads`, `head_dim` and the bytes per number first, each with its default, then use
-# the formula of section 1 with one token. `dict.get(key, default)` gives a default.
+# Write section 1's formula for one token with a missing field as the unknown, put in the
+# numbers of the config above that leaves out only one field, and solve it. Then the other.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Gemma-7B gives `head_dim` 256 although `hidden_size / num_attention_heads` is 192: use the
-# config's own `head_dim` when it has one. And `hidden_size` only stands for `kv_heads × head_dim`
-# in an MHA model.
+# A default stands in only for a field that is missing. Gemma-7B's config gives `head_dim` 256:
+# is that what your default would have computed for it?
 # </details>
 #
 # ### Exercise 3: the longest context you can promise
@@ -466,13 +503,16 @@ check.longest_context(longest_context)
 #
 # **Contract.** `max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token,
 # block_size=16) -> int`: the **most** of these requests (`lengths`: tokens each) whose KV can be
-# in GPU memory at the same time. The KV cache gets `int(gpu_bytes × utilization) − weight_bytes`
-# bytes (nothing if that is not positive), cut into whole blocks of `block_size` tokens. Raise
-# `ValueError` for a `utilization` outside (0, 1], a `block_size` or `bytes_per_token` below 1,
-# or a length below 1, before anything else (a bad length is an error even when nothing would
-# fit). Example: lengths `[3000, 40, 40, 40, 40]`, a pool of exactly 17 blocks of
-# 16 tokens (`gpu_bytes = 17 × 16 × 64`, utilization 1, no weights, `bytes_per_token` 64): the four
-# short requests take 3 blocks each, the long one 188: the answer is 4.
+# in GPU memory at the same time. The KV cache gets what section 6 gives it: the server's share of
+# the GPU, rounded down to whole bytes, minus the weights (nothing if that is not positive), cut
+# into whole blocks of `block_size` tokens. Raise `ValueError` for a `utilization` outside (0, 1],
+# a `block_size` or `bytes_per_token` below 1, or a length below 1, before anything else (a bad
+# length is an error even when nothing would fit).
+#
+# **Predict first**, on paper: a pool of exactly 20 blocks of 16 tokens, and requests of 200, 40,
+# 40, 100, 40, 40 and 40 tokens that arrive in that order. How many can be in memory at once?
+# Would a server that admits them as they arrive get as many? Then write, in a comment in your
+# code, why no other choice of requests fits more than yours (a sentence is enough).
 
 # %% tags=["exercise-stub"]
 def max_concurrent(lengths, gpu_bytes, utilization, weight_bytes, bytes_per_token, block_size=16):
@@ -490,8 +530,8 @@ check.max_concurrent(max_concurrent)
 #
 # <details><summary>Hint 2</summary>
 #
-# To fit as many requests as possible, which ones would you admit first? Does the order they
-# arrived in matter?
+# Take any set of requests that fits, and a request left out that is shorter than one inside the
+# set. Swap the two: does the set still fit, and how many requests does it hold?
 # </details>
 #
 # ## Summary
@@ -501,19 +541,23 @@ check.max_concurrent(max_concurrent)
 # - With GQA, `kv_heads` is smaller than the number of query heads: Llama-2 70B needs 1.34 GB
 #   per 4,096-token request, not the 10.7 GB that the hidden-size formula gives (that figure is
 #   right only for multi-head attention), and 10 such requests need 13.4 GB, not 107 GB.
-# - An "80GB" card holds 80 GiB (85.9 GB); a server gives the KV cache `utilization × memory −
-#   weights`; how many 4,096-token requests that holds on one GPU (section 6, simulated):
+# - An "A100 80GB" holds 80 GiB (85.9 GB), an "H100 80GB" 79.6 GiB (section 5); a server gives
+#   the KV cache `utilization × memory − weights`; how many 4,096-token requests that holds on one
+#   GPU (section 6, simulated):
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from textwrap import fill
 
+from kvlab.viz.capacity_widget import device_label, model_name
+
 (lo_gpu, lo_model), (hi_gpu, hi_model) = min(fits, key=fits.get), max(fits, key=fits.get)
 on_one = [g for g, m in fits if m == "llama-2-70b"]
 say = lambda text: print(fill(text, 76))  # noqa: E731  -- wrapped: a projector's narrow output never cuts a word
-say(f"from {fits[lo_gpu, lo_model]} ({lo_model} on an {lo_gpu}) to {fits[hi_gpu, hi_model]} ({hi_model} on an "
-    f"{hi_gpu}) requests of 4,096 tokens; Llama-2 70B on one card: "
-    + (f"fits on {', '.join(on_one)}." if on_one else "none (its weights alone do not fit)."))
+say(f"from {fits[lo_gpu, lo_model]} ({model_name(lo_model)} on an {device_label(lo_gpu)}) to "
+    f"{fits[hi_gpu, hi_model]} ({model_name(hi_model)} on an {device_label(hi_gpu)}) requests of "
+    f"4,096 tokens; Llama-2 70B on one card at {util:.0%}: "
+    + (f"fits on {', '.join(on_one)}." if on_one else "none (its weights alone do not fit in the share)."))
 
 # %% [markdown]
 # - Every slot wasted is a request turned away, which is why lessons 03 and 04 look at how the
