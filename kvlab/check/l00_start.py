@@ -62,10 +62,10 @@ def block_and_offset(fn: Callable, verbose: bool = True) -> CheckResult:
         "not 4 (try pos = block_size - 1 by hand)":
             lambda pos, bs: ((pos + 1) // bs, pos % bs),
         "the offset counts from 1: the first slot of a block is offset 0": lambda pos, bs: (pos // bs, pos % bs + 1),
+        "rounded the block up (a ceiling): position 1 with block_size 4 is still in block 0 (work it out by hand)":
+            lambda pos, bs: (-(-pos // bs), pos % bs),
         "1-based block number: blocks count from 0, so positions 0 to block_size - 1 are block 0 (work out "
         "pos = 0 by hand)": lambda pos, bs: (pos // bs + 1, pos % bs),
-        "rounded the block up: position 1 with block_size 4 is still in block 0 (work it out by hand)":
-            lambda pos, bs: (-(-pos // bs), pos % bs),
         _FLOAT_DIVISION: lambda pos, bs: (int(pos / bs), pos % bs),
         _FLOAT_DIVISION + ", and the offset left over from a rounded block is wrong too": lambda pos, bs: (int(pos / bs), pos - int(pos / bs) * bs),
         "hard-coded block size 4: it is right only for blocks of 4; use the block_size argument":
@@ -87,12 +87,28 @@ def _common_prefix_len_ref(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
+def _common_suffix_len(a: list[int], b: list[int]) -> int:
+    return _common_prefix_len_ref(a[::-1], b[::-1])
+
+
+_PREFIX_MISTAKES = {   # review r3 of 00: each got only "fewer than the shared prefix"
+    "the loop stops one position early: when one list is a prefix of the other (or they are equal) the last "
+    "position is never compared; loop over every position both lists have":
+        lambda a, b: min(_common_prefix_len_ref(a, b), max(min(len(a), len(b)) - 1, 0)),
+    "that is the INDEX of the last shared token (length - 1): the count of shared tokens is one more":
+        lambda a, b: max(_common_prefix_len_ref(a, b) - 1, 0),
+    "that compares the lists from the END (a shared suffix): a prefix is shared from the FIRST token on":
+        _common_suffix_len,
+}
+
+
 def common_prefix_len(fn: Callable, verbose: bool = True) -> CheckResult:
     """``fn(a, b) -> int``: how many leading tokens two token-id lists share (0 if none)."""
     c = Checker("common_prefix_len", fn, _common_prefix_len_ref, verbose=verbose, compare=same_int, diagnose=[more_or_less(
         "more than the shared prefix: stop counting at the first token that differs (later matches do not count)",
         "fewer than the shared prefix: count every leading token the two lists have in common",
     )])
+    run = mistake_runner(c, _PREFIX_MISTAKES)
     cases = [
         ("shared system prompt", [1, 2, 3, 4, 9], [1, 2, 3, 4, 7, 7]),
         ("identical", [5, 6, 7], [5, 6, 7]),
@@ -105,7 +121,7 @@ def common_prefix_len(fn: Callable, verbose: bool = True) -> CheckResult:
         ("the same tokens in another order", [3, 1, 2], [1, 3, 2]),
     ]
     for label, a, b in cases:
-        case = c.run(f"{label}: {a} vs {b}", a, b)
+        case = run(f"{label}: {a} vs {b}", a, b)
         if not case.passed and case.actual == _common_prefix_len_ref(sorted(a), sorted(b)) != case.expected:
             case.note = ("the order of the tokens is the sequence itself: compare the lists position by position as "
                          "given (sorted, [3, 1, 2] and [1, 3, 2] would share 3 tokens; they share none)")
@@ -115,7 +131,7 @@ def common_prefix_len(fn: Callable, verbose: bool = True) -> CheckResult:
         common = [rng.randrange(50) for _ in range(k)]
         a = common + [100 + rng.randrange(5) for _ in range(rng.randrange(0, 5))]
         b = common + [200 + rng.randrange(5) for _ in range(rng.randrange(0, 5))]
-        c.run(f"random seed {seed} ({len(a)} vs {len(b)} tokens)", a, b)
+        run(f"random seed {seed} ({len(a)} vs {len(b)} tokens)", a, b)
     return c.done()
 
 
@@ -172,6 +188,9 @@ def reusable_tokens(fn: Callable, verbose: bool = True) -> CheckResult:
         "the last token is computed only when the cache holds all of new: cap the shared count at len(new) - 1, "
         "do not take 1 from every match (with nothing shared that even gives a negative count)":
             lambda a, b, bs: (min(prefix(a, b), len(b)) - 1) // bs * bs,
+        "rounded to whole blocks, then took 1 token off: the cache serves whole blocks (the answer is a multiple "
+        "of block_size); the last token is computed only when the whole of new is cached (cap at len(new) - 1 first)":
+            lambda a, b, bs: max(prefix(a, b) // bs * bs - 1, 0),
     })
     system = list(range(100, 112))  # lesson 00's 12-token system prompt, as ids
     cases = [

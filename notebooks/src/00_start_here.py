@@ -202,10 +202,11 @@ viz.ThesisWidget(shared=True, table="R2", pos=5)
 #
 # Each exercise gives a **contract** (inputs, outputs, errors), a **stub** for you to finish,
 # and a **check** cell: `check.<name>(your_function)` runs your function beside kvlab's own
-# on several sizes, seeds and edge cases, prints *expected* beside *actual*, and ends with one
-# `PASS` or `FAIL` line. It never crashes on your bug: an exception from your code becomes a
-# `FAIL` line that names it, and when your answer is a common mistake (half the right size, off
-# by one block, two values swapped...) the line under it says which. Hints are folded under
+# on several sizes, seeds and edge cases. Its first line is the verdict, `PASS` or `FAIL`, with
+# the first failing case; under a `FAIL` come a few failing cases, *expected* beside *actual*. It
+# never crashes on your bug: an exception from your code becomes a `FAIL` that names it, and when
+# your answer is a common mistake (half the right size, off by one block, two values swapped...)
+# the line starting `->` says which. Hints are folded under
 # *Hint 1*, *Hint 2* (gentle to strong; none is the whole answer); worked solutions are in the
 # `solutions/` folder of the repository, apart from the lessons. Until you finish a stub its
 # check says `FAIL`: that is expected.
