@@ -244,3 +244,19 @@ def test_fit_requests_zero_length_holds_no_block():
     from kvlab.check.l09_at_scale import measured_fit
 
     assert measured_fit(64, 4, 16, [0, 16, 16, 16, 16]) == (4, 5)
+    assert "0 tokens" in _statement(2)
+
+
+def test_exercise_2_asks_for_a_prediction_and_hint_2_stops_at_the_idea():
+    """The review: exercise 2 was transcription (the statement spelled out ceil, capacity // block_size,
+    stop at the first misfit) and hint 2 restated the algorithm (a running count of free blocks)."""
+    text = _statement(2)
+    assert "predict" in text.lower() and "ceil(" not in text and "capacity // block_size" not in text
+    hints = re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>",
+                       _markdown("09_at_scale").split("### Exercise 2")[1].split("### Exercise 3")[0], re.S)
+    assert len(hints) == 2 and "running count" not in hints[1] and "first request that does not fit" not in hints[1]
+
+
+def test_exercise_3_counts_hits_per_token():
+    text = _statement(3)
+    assert "per token" in text and "last" in text
