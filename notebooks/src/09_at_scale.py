@@ -379,6 +379,8 @@ print(fill(fig15.explanation, 84))
 # and what paging runs in that same budget.
 
 # %%
+import math
+
 import plotly.graph_objects as go
 
 adv = C.paging_advantage(lengths=(100, 500, 2000), budgets=(0.25, 1.0, 4.0), num_requests=200)
@@ -394,10 +396,12 @@ fig.update_layout(title="Paging's batch over the baselines'<br>against the mean 
                   xaxis=dict(title="mean request length (tokens)", type="log", tickvals=plots.log_tickvals([r["mean_len"] for r in ln])),
                   yaxis=dict(title="vLLM batch / baseline batch", type="log", tickvals=plots.log_tickvals([1] + ys)),
                   height=380, template="plotly_white", font=dict(size=viz.theme().font_size))
-fig.add_hline(y=1, line_dash="dot", line_color="#404040", annotation_text="1x: paging gains nothing",
-              annotation_position="top left")
-fig.add_vline(x=2000, line_dash="dash", line_color="#969696", annotation_text="the notes' 2,000 tokens",
-              annotation_position="top left")
+fig.add_hline(y=1, line_dash="dot", line_color="#404040")
+fig.add_vline(x=2000, line_dash="dash", line_color="#969696")
+# on a log axis an annotation's position is log10 of the value: 0 is 1x, log10(2000) the notes' 2,000 tokens
+fig.add_annotation(x=2, y=0, text="1x: paging gains nothing", showarrow=False, xanchor="left", yanchor="bottom")
+fig.add_annotation(x=math.log10(2000), y=1, yref="paper", text="the notes' 2,000 tokens", showarrow=False,
+                   xanchor="right", yanchor="bottom")
 fig
 
 # %%
