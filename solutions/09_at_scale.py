@@ -15,6 +15,9 @@ def orca_reservation(prompt_len, output_len, mode, block_size=16, max_len=2048):
     return 1 << (blocks - 1).bit_length()                       # the buddy allocator's power-of-two run
 
 
+# Exercise 2's prediction (capacity 64, blocks of 4, max_len 32, [13, 16, 9, 16, 5, 1]): (2, 4); the 5 stops the
+# paged queue (it needs 2 blocks, 1 is free). Skipping it would admit the 1, but a long request could then wait
+# for ever behind a stream of short ones (starvation): first come, first served waits instead.
 def fit_requests(capacity, block_size, max_len, lengths):
     if any(n > max_len for n in lengths):
         raise ValueError(f"a length over max_len {max_len}: {max(lengths)}")

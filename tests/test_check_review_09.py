@@ -153,3 +153,110 @@ def test_own_wrong_answer_is_rejected_and_named(name, mistake, edits, words):
     r = getattr(check, name)(wrong_answer("09", name, edits), verbose=False)
     assert not r.passed, f"accepted: {mistake}"
     assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)
+
+
+# --------------------------------------------------------------------------- review r2 (at f462c9a)
+# The reviewer's own answers, whole functions as typed: one accepted (a zero-length request given a
+# block), five rejected without naming the mistake or under a neighbour's name. Each must now be
+# rejected AND named as itself on the first failure shown.
+def _typed(src: str, name: str):
+    scope: dict = {}
+    exec(compile(src, f"<review r2 09 {name}>", "exec"), scope)  # noqa: S102 - the reviewer's answer, as typed
+    return scope[name]
+
+
+_FIT_HEAD = ("def fit_requests(capacity, block_size, max_len, lengths):\n"
+             "    if any(n > max_len for n in lengths): raise ValueError('too long')\n")
+_HIT_HEAD = "def optimal_hit_rate(prompts):\n"
+_HIT_SEEN = _HIT_HEAD + """\
+    total = sum(len(p) for p in prompts)
+    if total == 0: return 0.0
+    seen = set(); hits = 0
+    for p in prompts:
+"""
+TYPED_R2 = [
+    ("fit_requests", "X7 a zero-length request takes one block (max(1, ceil)): accepted", _FIT_HEAD + """\
+    free = capacity // block_size; paged = 0
+    for n in lengths:
+        need = max(1, -(-n // block_size))
+        if need > free: break
+        free -= need; paged += 1
+    return min(len(lengths), capacity // max_len), paged
+""", "0 tokens"),
+    ("fit_requests", "X8 the whole list if its blocks fit, else the pool // the mean request's blocks: misnamed",
+     _FIT_HEAD + """\
+    pool = capacity // block_size
+    needs = [-(-n // block_size) for n in lengths]
+    if sum(needs) <= pool: paged = len(needs)
+    else:
+        mean = sum(needs) / len(needs)
+        paged = int(pool // mean)
+    return min(len(lengths), capacity // max_len), paged
+""", "mean"),
+    ("optimal_hit_rate", "W8 each prompt's best LCP with any OTHER prompt (identical prompts both hit)", _HIT_HEAD + """\
+    total = sum(len(p) for p in prompts)
+    if total == 0: return 0.0
+    def lcp(a, b):
+        k = 0
+        while k < min(len(a), len(b)) and a[k] == b[k]: k += 1
+        return k
+    hits = sum(max([lcp(p, q) for j, q in enumerate(prompts) if j != i] or [0]) for i, p in enumerate(prompts))
+    return hits / total
+""", "computed once"),
+    ("optimal_hit_rate", "W11 hits only in whole 16-token blocks", _HIT_SEEN + """\
+        for i in range(16, len(p) + 1, 16):
+            if tuple(p[:i]) in seen: hits += 16
+        for i in range(16, len(p) + 1, 16): seen.add(tuple(p[:i]))
+    return hits / total
+""", "whole blocks of 16"),
+    ("optimal_hit_rate", "X11 the last token of each prompt always recomputed", _HIT_SEEN + """\
+        k = 0
+        while k < len(p) - 1 and tuple(p[:k + 1]) in seen: k += 1
+        hits += k
+        seen.update(tuple(p[:i]) for i in range(1, len(p) + 1))
+    return hits / total
+""", "last token"),
+    ("optimal_hit_rate", "X13 the mean of per-prompt hit rates", _HIT_HEAD + """\
+    if not any(prompts): return 0.0
+    seen = set(); rates = []
+    for p in prompts:
+        if not p: continue
+        k = 0
+        while k < len(p) and tuple(p[:k + 1]) in seen: k += 1
+        rates.append(k / len(p))
+        seen.update(tuple(p[:i]) for i in range(1, len(p) + 1))
+    return sum(rates) / len(rates)
+""", "mean of each prompt's"),
+]
+
+
+@pytest.mark.parametrize("name,mistake,src,words", TYPED_R2, ids=[w[1][:40] for w in TYPED_R2])
+def test_review_r2_typed_answer_is_rejected_and_named(name, mistake, src, words):
+    r = getattr(check, name)(_typed(src, name), verbose=False)
+    assert not r.passed, f"accepted: {mistake}"
+    assert words in r.failures[0].note, (mistake, r.failures[0].label, r.failures[0].note)
+    assert words in r.summary
+
+
+def test_fit_requests_zero_length_holds_no_block():
+    """The contract the review asked for: a request of 0 tokens holds 0 blocks (paged) and still
+    max_len slots (reserve-max); measured on the real arena and allocator."""
+    from kvlab.check.l09_at_scale import measured_fit
+
+    assert measured_fit(64, 4, 16, [0, 16, 16, 16, 16]) == (4, 5)
+    assert "0 tokens" in _statement(2)
+
+
+def test_exercise_2_asks_for_a_prediction_and_hint_2_stops_at_the_idea():
+    """The review: exercise 2 was transcription (the statement spelled out ceil, capacity // block_size,
+    stop at the first misfit) and hint 2 restated the algorithm (a running count of free blocks)."""
+    text = _statement(2)
+    assert "predict" in text.lower() and "ceil(" not in text and "capacity // block_size" not in text
+    hints = re.findall(r"<details><summary>Hint \d</summary>(.*?)</details>",
+                       _markdown("09_at_scale").split("### Exercise 2")[1].split("### Exercise 3")[0], re.S)
+    assert len(hints) == 2 and "running count" not in hints[1] and "first request that does not fit" not in hints[1]
+
+
+def test_exercise_3_counts_hits_per_token():
+    text = _statement(3)
+    assert "per token" in text and "last" in text

@@ -1,6 +1,8 @@
 """kvlab.sim.plots: every figure labelled simulated beside published, and lesson 09's rate widget under 2 s."""
 from __future__ import annotations
 
+import re
+
 
 import pytest
 
@@ -69,11 +71,14 @@ def test_timeline_and_buddy_figures():
     for r in sim.sharegpt(12, 2.0, seed=0):
         pol.admit(SimRequest(r))
     fig = plots.buddy_layout_figure(pol.buddy)
-    free, asked, rounding = fig.data
-    assert sum(free.x) + sum(asked.x) + sum(rounding.x) == 983
+    free, asked, rounding, runs = fig.data
+    assert sum(free.x) + sum(asked.x) + sum(rounding.x) == 983 == sum(free.x) + sum(runs.x)
     assert sum(rounding.x) == pol.buddy.stats().rounding_blocks and sum(asked.x) == pol.buddy.requested_blocks
     grey = free.marker.color  # issue 28 [6]: a request was drawn in grey, the free runs' colour
-    assert grey not in list(asked.marker.color) and "#7f7f7f" not in list(asked.marker.color)
+    assert asked.marker.color not in (grey, "#7f7f7f")
+    # review r2: the hover showed the internal id "r18.0"; each run is outlined, its hover names the request
+    assert all(h.startswith("request ") for h in runs.hovertext), runs.hovertext[:2]
+    assert not any(re.search(r"\br\d+\.\d", h) for h in runs.hovertext) and runs.marker.line.width > 0
 
 
 def test_log_ticks_give_a_short_log_axis_more_than_one_tick():
@@ -178,7 +183,8 @@ def test_timeline_draws_free_memory_in_one_colour_and_the_requests_in_a_panel_of
     fig = plots.memory_timeline_figure(res)
     by = {t.name: t for t in fig.data}
     assert not [n for n in by if n.startswith("external frag")], list(by)
-    assert list(by["free"].y) == pytest.approx([100 * (r["free"] + r["external_fragmentation"]) / res.capacity
+    free = by["free (ext. frag. while waiting)"]   # review r2: the legend names what the grey is
+    assert list(free.y) == pytest.approx([100 * (r["free"] + r["external_fragmentation"]) / res.capacity
                                                 for r in rows])
     assert [bool(y) for y in by["requests waiting"].y] == [bool(r["waiting"]) for r in rows]
     assert list(by["requests running"].y) == [r["running"] for r in rows]
@@ -201,7 +207,7 @@ def test_one_colour_one_meaning_across_lesson_09():
     pol = OrcaPolicy(15_728, "orca-oracle")
     for r in sim.sharegpt(12, 2.0, seed=0):
         pol.admit(SimRequest(r))
-    _, asked, _ = plots.buddy_layout_figure(pol.buddy).data
+    _, asked, _, _ = plots.buddy_layout_figure(pol.buddy).data
     used = set(asked.marker.color) if not isinstance(asked.marker.color, str) else {asked.marker.color}
     assert not used & (greys | set(plots.COLORS.values()) | set(plots.SYSTEM_COLORS.values())), used
     key = plots.colour_key_html()

@@ -175,11 +175,15 @@ def orca_reservation(fn: Callable, verbose: bool = True) -> CheckResult:
 def measured_fit(capacity: int, block_size: int, max_len: int, lengths: list[int]) -> tuple[int, int]:
     """How many of ``lengths`` (admitted in order, stopping at the first that does not fit)
     fit at once, (reserving max_len contiguously, paged), on the real arena and allocator; a
-    length over ``max_len`` raises ValueError before any request is admitted.
+    length over ``max_len`` raises ValueError before any request is admitted. A request of 0
+    tokens holds no block (paged) and still reserves max_len slots (the arena, which refuses an
+    empty prompt, is given 1 token: under reserve-max the reservation does not depend on it).
 
     Example:
         >>> measured_fit(capacity=64, block_size=4, max_len=32, lengths=[5, 9, 3, 20])
         (2, 4)
+        >>> measured_fit(capacity=64, block_size=4, max_len=16, lengths=[0, 16, 16, 16, 16])
+        (4, 5)
     """
 
     too_long = [n for n in lengths if n > max_len]
@@ -197,7 +201,7 @@ def measured_fit(capacity: int, block_size: int, max_len: int, lengths: list[int
 
     arena = ContiguousArena(capacity=capacity, policy="max", max_len=max_len)
     m = BlockManager(num_blocks=capacity // block_size, block_size=block_size)
-    contiguous = admitted(arena.admit, OutOfContiguousSpace)
+    contiguous = admitted(lambda rid, n: arena.admit(rid, max(n, 1)), OutOfContiguousSpace)
     paged = admitted(m.add_sequence, OutOfBlocks)
     m.check_integrity()
     return contiguous, paged
@@ -243,7 +247,25 @@ FIT_MISTAKES: dict[str, Callable] = {
         lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap * bs, bs, ls)),
     "reserving max_len is contiguous memory, counted in token slots, not blocks: capacity // max_len requests":
         lambda cap, bs, ml, ls: (min(len(ls), (cap // bs) // -(-ml // bs)), _paged_fit(cap, bs, ls)),
+    # review r2: a zero-length request given a block (accepted), and the mean shortcut (misnamed)
+    "a request of 0 tokens holds no block (0 tokens need 0 blocks): max(1, ...) gives it one":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _paged_fit(cap, bs, ls, lambda n, b: max(1, -(-n // b)))),
+    "the pool divided by the mean request's blocks is not how many fit: the lengths differ and the queue "
+    "admits them one by one, in order, each only if its own blocks are still free":
+        lambda cap, bs, ml, ls: (min(len(ls), cap // ml), _mean_fit(cap // bs, [-(-n // bs) for n in ls])),
 }
+
+
+def _mean_fit(pool: int, needs: list[int]) -> int:
+    """The shortcut: every request if all their blocks fit, else the pool over the mean request's blocks.
+
+    Example:
+        >>> _mean_fit(16, [4, 4, 3, 4, 2, 1])   # 18 blocks > 16: 16 // 3 = 5 (in order, 4 fit)
+        5
+    """
+    if sum(needs) <= pool:
+        return len(needs)
+    return int(pool // (sum(needs) / len(needs)))
 
 
 def _named(mistakes: dict[str, Callable], *args: object) -> "Callable[[object, object], str | None]":
@@ -307,7 +329,11 @@ def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
     cases = [(64, 4, 32, [5, 9, 3, 20]), (64, 4, 16, [16, 16, 16, 16, 1]), (64, 16, 64, [1, 1, 1, 1, 1]),
              (100, 8, 30, [7, 8, 9, 30, 2, 2]), (4096, 16, 2048, [161, 338, 90, 700, 1200, 55, 400]),
              (10, 4, 10, [10, 1]), (32, 4, 8, []), (16, 4, 16, [16]), (15, 4, 8, [4, 4, 4, 4]),
-             (64, 4, 16, [4, 16, 4, 4])]
+             (64, 4, 16, [4, 16, 4, 4]),
+             (64, 4, 32, [13, 16, 9, 16, 5, 1]),   # the statement's prediction: (2, 4)
+             (64, 4, 32, [3, 3, 3, 3, 30, 30]),    # in order 5 fit, the pool over the mean request 4
+             (64, 4, 16, [0, 16, 16, 16, 16]), (16, 4, 4, [0, 4, 4, 4, 4]), (8, 4, 8, [0, 0, 0])]   # 0 tokens:
+    # no block (review r2)
     cases += [(64, 4, 16, [40, 1]), (64, 4, 16, [4, 20, 4]),   # over max_len: ValueError, nothing admitted
               (64, 4, 16, [16, 16, 16, 16, 16, 40])]         # ... also behind the first request that does not fit
     rng = random.Random(9)
@@ -330,6 +356,7 @@ def fit_requests(fn: Callable, verbose: bool = True) -> CheckResult:
         case = c.record(label, expected, got, passed=False if changed else None, note=note)
         if not case.passed and not note:   # several mistakes give this answer: Checker.done keeps the likeliest
             found = [m for m, wrong in FIT_MISTAKES.items() if repr(call(wrong, cap, bs, ml, lengths)) == repr(got)]
+            found += [m for m in [_fixed_block_size(cap, bs, ml, lengths)(expected, got)] if m]
             case.candidates = found if len(found) > 1 else case.candidates
     return c.done()
 
@@ -441,6 +468,49 @@ HIT_MISTAKES["a hit rate is a share of prompt TOKENS, not of prompts: count the 
     _prompt_share
 
 
+def _hits_any_other(ps: list[list[int]]) -> float:
+    """Each prompt's longest common prefix with any OTHER prompt counted as hits (both copies of a pair hit)."""
+    return _rate(ps, sum(max([_lcp(p, q) for j, q in enumerate(ps) if j != i] or [0]) for i, p in enumerate(ps)))
+
+
+def _in_order(ps: list[list[int]], block: int = 1, keep_last: bool = False) -> list[tuple[int, int]]:
+    """(hits, length) a prompt at a time, the prompts in the order given, each hitting what the ones
+    before it computed: hits in whole blocks of ``block`` tokens; ``keep_last``: the last token recomputed.
+
+    Example:
+        >>> _in_order([[1, 2, 3], [1, 2, 3]], keep_last=True)
+        [(0, 3), (2, 3)]
+    """
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for p in ps:
+        k = 0
+        while k + block <= len(p) - keep_last and tuple(p[:k + block]) in seen:
+            k += block
+        out.append((k, len(p)))
+        seen.update(tuple(p[:i]) for i in range(1, len(p) + 1))
+    return out
+
+
+def _mean_of_rates(ps: list[list[int]]) -> float:
+    rates = [k / n for k, n in _in_order(ps) if n]
+    return sum(rates) / len(rates) if rates else 0.0
+
+
+HIT_MISTAKES.update({   # review r2: four answers a careful student gives, each with its own name
+    "a shared prefix is computed once, by the first prompt that holds it, and hit by the others: you counted it "
+    "as a hit in EVERY prompt that shares it (the longest match with any OTHER prompt)": _hits_any_other,
+    **{f"hits are counted per token, not in whole blocks of {b} tokens: the best possible cache has a page of one "
+       "token (a paged cache of block_size {b} hits less)".replace("{b}", str(b)):
+       (lambda b: lambda ps: _rate(ps, sum(k for k, _ in _in_order(ps, block=b))))(b) for b in (16, 8, 4)},
+    "every prompt token counts, the last one too: a real server recomputes a fully cached prompt's last token "
+    "(it needs its logits), but the best possible hit rate does not":
+        lambda ps: _rate(ps, sum(k for k, _ in _in_order(ps, keep_last=True))),
+    "the rate is over all prompt tokens together (hits / total), not the mean of each prompt's own rate: a long "
+    "prompt weighs more than a short one": _mean_of_rates,
+})
+
+
 def rounded(expected: object, actual: object) -> str | None:
     """A diagnosis: the learner's rate is the right one rounded to a few decimals.
 
@@ -480,6 +550,7 @@ def optimal_hit_rate(fn: Callable, verbose: bool = True) -> CheckResult:
         ("a prompt and its prefix", [[1, 2, 3, 4], [1, 2]]),
         ("no sharing", [[1, 2], [3, 4], [5]]),
         ("same tokens, different order", [[1, 2, 3], [3, 2, 1]]),
+        ("two long prompts sharing 20 tokens", [list(range(40)), list(range(20)) + [99] * 20]),   # 16-token blocks
         ("the notes' R1, R2, R3 (chars)", [a + b + char_tokenize(T[r]) for r in ("R1", "R2", "R3")]),
     ]
     rng = random.Random(99)

@@ -42,6 +42,9 @@ COLORS = {"token_states": "#2ca02c", "reservation": "#ffbf00", "internal_fragmen
 # one colour a system in every figure; none of them is a memory category's colour above
 SYSTEM_COLORS = {"orca-max": "#7b4173", "orca-pow2": "#bcbd22", "orca-oracle": "#17becf", "vllm": "#1f77b4",
                  "paged": "#1f77b4", "radix": "#e377c2"}   # paged IS vLLM's paging: one blue in every figure
+# the paper's one 'external frag. & others' is drawn hatched (brown crosses on white): a solid rosy brown beside
+# the salmon of buddy rounding and the brown of external frag. blurred on a projector (review r2)
+EXT_OTHERS_HATCH = dict(shape="x", fgcolor="#8c564b", bgcolor="#ffffff", size=8, solidity=0.3)
 REQUEST_COLOR = "#9c9ede"  # a request's blocks in the buddy picture: no category's, no system's colour
 LABELS = {"token_states": "token states", "reservation": "reservation", "internal_fragmentation": "internal frag.",
           "rounding": "buddy rounding", "external_fragmentation": "external frag.",
@@ -59,14 +62,18 @@ def colour_key_html(systems: Sequence[str] = ("orca-max", "orca-pow2", "orca-ora
         True
     """
     def sw(color: str, text: str, edge: str = "#ffffff") -> str:
+        if color == "hatch":   # the paper's 'external frag. & others', as its bars draw it
+            color = ("repeating-linear-gradient(45deg,#8c564b 0 1.5px,#ffffff 1.5px 5px),"
+                     "repeating-linear-gradient(-45deg,#8c564b 0 1.5px,#ffffff 1.5px 5px)")
         return (f'<span style="display:inline-block;white-space:nowrap;margin-right:14px"><span style="display:'
                 f'inline-block;width:1em;height:1em;vertical-align:-0.15em;background:{color};border:1px solid '
                 f'{edge}"></span> {text}</span>')
 
     names = names or {}
     rows = [("systems", [sw(SYSTEM_COLORS[p], names.get(p, p)) for p in systems]),
-            ("memory", [sw(COLORS[c], LABELS[c], "#999999") for c in ("token_states", "reservation",
-                        "internal_fragmentation", "rounding", "external_fragmentation", "free", "ext_others")]),
+            ("memory", [sw("hatch" if c == "ext_others" else COLORS[c], LABELS[c], "#999999") for c in (
+                "token_states", "reservation", "internal_fragmentation", "rounding", "external_fragmentation", "free",
+                "ext_others")]),
             ("bars", [sw("#ffffff", "published", "#000000"), sw("#404040", "simulated"),
                       sw("#969696", "range of a sensitivity run"), sw(REQUEST_COLOR, "a request's blocks (buddy picture)")])]
     size = f' style="font-size:{font_px}px;line-height:1.5"' if font_px else ""
@@ -116,7 +123,8 @@ def compare_bars(rep: Any, yaxis: str, percent: bool = False, theme: Any = None,
         go.Bar(name=f"simulated (mean of {n} seeds, 95% interval)" if n > 1 else "simulated (one seed: no interval)",
                x=x, y=sim, marker_color="#404040", texttemplate=fmt,
                error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo, visible=n > 1),
-               textposition="inside", insidetextanchor="start", textfont=dict(color="#ffffff"))])
+               textposition="inside", insidetextanchor="start", textfont=dict(color="#ffffff"),
+               textangle=0)])   # never turned 90 degrees in a narrow bar (review r2, classroom mode)
     if spread is not None:
         if len(spread) != len(picked):
             raise ValueError(f"spread has {len(spread)} ranges for {len(picked)} bars")
@@ -186,8 +194,9 @@ def memory_breakdown_bars(rep: Any, theme: Any = None) -> Any:
             x[1].append(src)
             for c in cats:
                 vals[c].append(100 * d[c])
-    fig = go.Figure([go.Bar(name=LABELS[c], x=x, y=vals[c], marker_color=COLORS[c], texttemplate="%{y:.1f}",
-                            textposition="inside") for c in cats if any(vals[c])])
+    fig = go.Figure([go.Bar(name=LABELS[c], x=x, y=vals[c], texttemplate="%{y:.1f}", textposition="inside",
+                            marker=dict(color="#ffffff", pattern=EXT_OTHERS_HATCH, line=dict(color="#8c564b", width=1))
+                            if c == "ext_others" else dict(color=COLORS[c])) for c in cats if any(vals[c])])
     # a short axis title: "share of the 15,728 slots (%)" ran taller than the plot in classroom mode, into the subtitle
     return _layout(fig, "Where the KV memory goes (simulated beside published)<br><sup>shares of the 15,728 slots; "
                    "published: Fig. 2, p. 2, read off the bar labels (vLLM's 'others': 100% - 96.3%)</sup>", theme,
@@ -248,7 +257,9 @@ def memory_timeline_figure(res: Any, theme: Any = None, title: str | None = None
     t = [r["time"] for r in rows]
     cats = [c for c in ("token_states", "reservation", "internal_fragmentation", "rounding", "cached", "free")
             if any(r[c] for r in rows)]
-    fig = go.Figure([go.Scatter(x=t, y=[100 * r[c] / res.capacity for r in rows], name=LABELS[c], stackgroup="m",
+    # the grey is every free slot: while requests wait it is external fragmentation, and the legend says so
+    names = {**LABELS, "free": "free (ext. frag. while waiting)"}
+    fig = go.Figure([go.Scatter(x=t, y=[100 * r[c] / res.capacity for r in rows], name=names[c], stackgroup="m",
                                 mode="none", fillcolor=COLORS[c]) for c in cats])
     top = max((r["running"] for r in rows), default=1)
     # the lower panel: hatched where requests wait (the free slots above strand them then), the running line on top
@@ -292,33 +303,53 @@ def log_tickvals(values: Sequence[float]) -> list[float]:
         e += 1
 
 
+def request_name(owner: str) -> str:
+    """A simulator's sequence id as a student reads it: "r18.0" (request 18, its sequence 0) -> "request 18".
+
+    Example:
+        >>> request_name("r18.0"), request_name("r3.2"), request_name("A")
+        ('request 18', 'request 3, sequence 2', 'A')
+    """
+    import re
+
+    m = re.fullmatch(r"r(\d+)(?:\.(\d+))?", str(owner))
+    if not m:
+        return str(owner)
+    return f"request {m[1]}" + (f", sequence {m[2]}" if m[2] and m[2] != "0" else "")
+
+
 def buddy_layout_figure(buddy: Any, theme: Any = None, title: str = "A buddy allocator's runs (simulated)") -> Any:
     """The runs of ``buddy`` (a BuddyAllocator) along the block axis, in address order: the blocks
-    each request asked for in its colour, the rounding up to a power of two hatched, free runs grey
-    (three traces, one bar per run)."""
+    each request asked for in its colour, the rounding up to a power of two hatched, free runs grey,
+    and each request's run outlined in black (four traces, one bar per run; the hover names the
+    request and its run)."""
     import plotly.graph_objects as go
 
     layout = buddy.layout()
-    owners = sorted({o for _, _, o, _ in layout if o is not None})
-    # one colour for every request's blocks (white edges part them; the hover names the request): a palette
-    # reused the colours of token states, the reservation and the systems (issue 28: one colour, one meaning)
-    color = dict.fromkeys(owners, REQUEST_COLOR)
+    # one colour for every request's blocks (the black outlines part the runs; the hover names the request): a
+    # palette reused the colours of token states, the reservation and the systems (issue 28: one colour, one meaning)
     free = [(s, n) for s, n, o, _ in layout if o is None]
-    used = [(s, r, o) for s, _, o, r in layout if o is not None]
-    extra = [(s + r, n - r, o) for s, n, o, r in layout if o is not None and n > r]
+    runs = [(s, n, request_name(o), r) for s, n, o, r in layout if o is not None]
+    used = [(s, r) for s, _, _, r in runs]
+    extra = [(s + r, n - r) for s, n, _, r in runs if n > r]
 
-    def bars(rows, name, marker, text):
+    def bars(rows, name, marker, text=None):
         return go.Bar(x=[r[1] for r in rows], base=[r[0] for r in rows], y=["pool"] * len(rows), orientation="h",
-                      name=name, marker=marker, hovertext=text, hoverinfo="text")
+                      name=name, marker=marker, hovertext=text, hoverinfo="text" if text else "skip")
 
     fig = go.Figure([
-        bars(free, "free run", dict(color=COLORS["free"]), [f"free run of {n} at {s}" for s, n in free]),
-        bars(used, "asked for", dict(color=[color[o] for _, _, o in used], line=dict(color="#ffffff", width=1)), [f"{o}: {r} blocks" for _, r, o in used]),
-        bars(extra, "rounding", dict(color=COLORS["rounding"], pattern_shape="/"),
-             [f"{o}: +{n} blocks of rounding" for _, n, o in extra])])
-    return _layout(fig, title + "<br><sup>colour: blocks a request asked for; hatched: rounding up to a power of two; "
-                   "grey: free</sup>", theme, height=230, barmode="overlay", xaxis_title="block",
-                   yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.5))
+        bars(free, "free run", dict(color=COLORS["free"]), [f"free run of {n} blocks at block {s}" for s, n in free]),
+        bars(used, "asked for", dict(color=REQUEST_COLOR)),
+        bars(extra, "rounding", dict(color=COLORS["rounding"], pattern_shape="/")),
+        bars([(s, n) for s, n, _, _ in runs], "one request's run", dict(color="rgba(0,0,0,0)",
+             line=dict(color="#000000", width=1.5)),
+             [f"{o}: a run of {n} blocks at block {s} ({r} asked for, +{n - r} of rounding)" for s, n, o, r in runs])])
+    # the legend at the canvas's foot, under the axis title (at y=-0.5 the four entries ran into "block")
+    fig = _layout(fig, title + "<br><sup>colour: blocks a request asked for; hatched: rounding up to a power of two; "
+                  "grey: free; outlined: one request's run</sup>", theme, height=270, barmode="overlay",
+                  xaxis_title="block", yaxis=dict(visible=False),
+                  legend=dict(orientation="h", x=0, yref="container", y=0, yanchor="bottom"))
+    return fig.update_layout(margin=dict(b=110))
 
 
 def _figure_output(fig: Any) -> dict:

@@ -266,12 +266,14 @@ def vllm_batched_requests(dataset: str = "sharegpt", num_requests: int | None = 
             (f"Keeping up with arrivals ({', '.join(free)}): the batch is arrival rate x time in the system "
              f"(Little's law), so it follows the cost model. " if free else "") +
             f"vLLM's running requests hold {per_req:.0f} token slots each on average (seed {seeds[0]})" +
-            (f"; the paper's Fig. 2 and 13 imply 0.963 x 15,728 / 30.42 = 498. At that footprint our vLLM "
-             f"batch would be {iv['vllm'].mean:.2f} x {per_req:.0f} / 498 = {iv['vllm'].mean * per_req / 498:.2f}: "
-             f"the remaining gap is the length distribution (ours: published means, log-normal shape of our "
-             f"choosing)" if text else "") +
-            f". Its prompt steps run separately; counting each prompt step as a step of its own, with only its new "
-            f"requests, the mean is {statistics.fmean(r['vllm'].metrics.mean_batch_per_step for r in runs):.2f}.")
+            (f"; the paper's Fig. 2 and 13 imply 0.963 x 15,728 / 30.42 = 498. " +
+             ("Ours hold fewer slots each, so longer requests cannot be why our vLLM batches fewer" if per_req < 498
+              else "Ours hold more slots each, so longer requests are part of why our vLLM batches fewer") +
+             ": at 2 req/s its batch follows the step time (section 4 of lesson 09 ranks the causes)" if text else "") +
+            f". (Its prompt steps run separately; counted with each prompt step as a step of its own, holding only "
+            f"its new requests, the mean would be "
+            f"{statistics.fmean(r['vllm'].metrics.mean_batch_per_step for r in runs):.2f}: a way of counting, "
+            f"not a cause.)")
     return Reproduction(f"vLLM Fig. 13: mean batched requests, {DATASET_NAMES.get(dataset, dataset)}", SOURCES["fig13"] + "; " + SOURCES["ratios"],
                         f"{trace.summary()}; Poisson {rate}/s; {len(seeds)} seeds; OPT-13B, 15,728 slots (Table 1), "
                         "block 16, vllm-2023 cost model", rows, expl, results={"runs": runs},
@@ -291,7 +293,7 @@ def vllm_memory_breakdown(num_requests: int | None = None, seeds: tuple[int, ...
         mean = {c: statistics.fmean(b[c] for b in bds) for c in bds[0]}
         oth = mean["rounding"] + mean["external_fragmentation"] + mean["free"]
         pub = PUBLISHED["fig2"][p]
-        note = (f"reservation {100 * mean['reservation']:.1f}% (published {_p(pub.get('reservation'))}), internal "
+        note = (f"reservation {100 * mean['reservation']:.1f}% ({_published(pub.get('reservation'))}), internal "
                 f"frag. {100 * mean['internal_fragmentation']:.1f}% ({_p(pub.get('internal_fragmentation'))}), external "
                 f"frag. & others {100 * oth:.1f}% ({_p(pub.get('ext_others', 1 - pub['token_states']))}; of it buddy "
                 f"rounding {100 * mean['rounding']:.1f}%)")
@@ -321,6 +323,16 @@ def vllm_memory_breakdown(num_requests: int | None = None, seeds: tuple[int, ...
 
 def _p(v) -> str:
     return "not published" if v is None else f"{100 * v:.1f}%"
+
+
+def _published(v: float | None) -> str:
+    """The first published number of a note, named as such: "published 13.3%", or "not published".
+
+    Example:
+        >>> _published(0.133), _published(None)
+        ('published 13.3%', 'not published')
+    """
+    return "not published" if v is None else f"published {_p(v)}"
 
 
 def batch_vs_rate(rates: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0), duration_s: float = HOUR, seed: int = 0,
