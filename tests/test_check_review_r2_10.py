@@ -141,3 +141,54 @@ def test_exercise_3_diagnoses_do_not_state_the_answer(key):
     right = L.placement_after(state, event, storage=(key == ("host", "evict_host", "evicted")))
     assert f"'{right}'" not in note and f'"{right}"' not in note and note.rstrip().endswith("?"), note
 
+
+# ------------------------------------------------------------------ the pictures (review r2, priority 1)
+def _four_requests_run():
+    from kvlab.lessons.four_requests import FOUR_REQUEST_TEXTS as T
+    from kvlab.lessons.four_requests import char_tokenize, four_request_example
+    from kvlab.reuse.cache_manager import serve_request
+    from kvlab.reuse.hicache_manager import HiCacheManager
+    from kvlab.reuse.hicache_storage import MemoryStorage
+    from kvlab.viz.radix_frames import NOTES_LETTERS
+    from kvlab.viz.tier_view import TierRecorder
+
+    records = four_request_example()
+    answers = {n: char_tokenize(T[f"{n} answer"]) for n in ("R1", "R2", "R3", "R4")}
+    cm = HiCacheManager(28, 4, num_host_blocks=16, write_policy="write_back", storage=MemoryStorage())
+    rec, spans = TierRecorder(cm, "start"), []
+    for r in records:
+        ans = answers.get(r.name, [])
+        serve_request(cm, list(r.prompt_tokens), ans, rid=r.name)
+        cm.take_transfers()
+        rec.snap(f"{r.name} done")
+        parts = [(NOTES_LETTERS.get(sg.label, sg.label), sg.start, sg.end) for sg in r.segments]
+        if ans:
+            parts.append((parts[-1][0], len(r.prompt_tokens), len(r.prompt_tokens) + len(ans)))
+        spans.append((list(r.prompt_tokens) + ans, parts))
+    return rec, spans
+
+
+def test_animation_legend_lists_only_what_a_frame_draws():
+    """Cell 14: 9 legend entries, 4 of them (being filled, locked, loading back, copy in flight) in no frame."""
+    from kvlab.viz import tier_view as V
+
+    rec, _ = _four_requests_run()
+    fig = V.animate_tiers(rec.snapshots)
+    listed = {t.name for t in fig.data if t.name and ":" in t.name}
+    drawn = {f"{row}: {V.STATE_WORDS[row][st]}" for row, sts in V.drawn_states(rec.snapshots).items() for st in sts}
+    assert listed == drawn and "device: in use (locked)" not in listed
+    assert "locked" not in V.state_colour_words(drawn=V.drawn_states(rec.snapshots))
+
+
+def test_animation_and_tree_stepper_name_the_run_alike():
+    """Cells 14 and 16: at "R1 done" the animation called R1's blocks B, the tree stepper the node [C] 64 tok."""
+    from kvlab.viz import tier_view as V
+
+    rec, spans = _four_requests_run()
+    nodes, blocks = V.run_labels(rec, spans)
+    i = next(k for k, sn in enumerate(rec.snapshots) if sn.caption == "R1 done")
+    anim = V.animate_tiers(rec.snapshots, labels=nodes, block_labels=blocks).frames[i].data[0].text
+    tree = V.tier_tree_figure(rec.trees[i], rec.snapshots[i], nodes[i], blocks=blocks[i])
+    pools = [t for t in tree.data if t.xaxis == "x2"][0].text
+    assert "C" in anim and "B" in anim and sorted(t for t in anim if t) == sorted(t for t in pools if t)
+    assert "B+C" in nodes[i].values()   # the node holds both parts until R2 splits it
