@@ -326,8 +326,12 @@ later = [r[3] for r in no_tier if r[0] >= first_apart]
 if first_apart > 1:
     print(f"device only: up to turn {first_apart} the device pool still holds every history (the same prefill as "
           "with the host tier)")
-print(f"device only: from turn {first_apart + 1} on, {min(later)}-{max(later)} tokens per customer: most of each "
-      "history is recomputed (the cache holds what the last customer left)")
+share = {t: prefilled(no_tier, t) / sum(r[2] for r in no_tier if r[0] == t) for t in range(first_apart, 6)}
+most = next((t for t in share if all(share[u] > 0.5 for u in share if u >= t)), None)   # of the turn's prompt tokens
+print(f"device only: from turn {first_apart + 1} on, {min(later)}-{max(later)} tokens per customer are recomputed "
+      f"(turn {first_apart + 1}: {share[first_apart]:.0%} of the turn's prompt tokens"
+      + (f"; from turn {most + 1} on, most of them: {min(share[t] for t in share if t >= most):.0%} or more)"
+         if most is not None else ")"))
 print(f"host 2x: a customer's turn prefills its {per_q}-token question plus {extra[0]} tokens (the history's last "
       f"partial page of 4 is recomputed: only full pages are cached)")
 if lost:
