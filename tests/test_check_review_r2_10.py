@@ -192,3 +192,18 @@ def test_animation_and_tree_stepper_name_the_run_alike():
     pools = [t for t in tree.data if t.xaxis == "x2"][0].text
     assert "C" in anim and "B" in anim and sorted(t for t in anim if t) == sorted(t for t in pools if t)
     assert "B+C" in nodes[i].values()   # the node holds both parts until R2 splits it
+
+
+def test_host_pool_slider_keeps_the_hit_rate_axis():
+    """Cell 27: the hit-rate axis rescaled (40 -> 100) as the slider moved, hiding how big the jump is."""
+    from types import SimpleNamespace as NS
+
+    from kvlab.viz.tier_controls import TierControls
+
+    c = TierControls(lambda r, p: NS(hit_rate=min(0.95, 0.1 + 0.2 * r), prefill_tokens=1000 - 100 * r,
+                                     ttft_mean_s=0.05 - 0.01 * r))
+    ranges = []
+    for ratio in (0.5, 4):
+        c.update(ratio)
+        ranges.append(tuple(c.figure().layout.yaxis.range or ()))
+    assert ranges[0] == ranges[1] and ranges[0][0] == 0 and ranges[0][1] >= 100, ranges
