@@ -246,7 +246,7 @@ EDITS = [  # (lesson, exercise, edits of the reference, words the first FAIL not
      "a dropped leaf frees its device pages too"),
     ("10", "write_back_evict", [("if host_free < p and host_free + evictable >= p:", "if host_free < p:")],
      "Check first that evicting them makes enough room"),
-    ("10", "write_back_evict", [("        freed += p\n", "        freed += 1\n")], "need counts pages, not leaves"),
+    ("10", "write_back_evict", [("        freed += p\n", "        freed += 1\n")], "need counts PAGES, not leaves"),
     ("10", "load_back_plan", [("    limit = prompt_len - 1", "    limit = prompt_len - 2")], "not len(prompt) - 2"),
     ("10", "load_back_plan", [("        take = min(tokens, limit - pos)", "        take = min(tokens, limit - pos - 1)")],
      "not len(prompt) - 2"),
@@ -563,7 +563,7 @@ def test_lesson_10_names_host_pages_of_a_backed_up_leaf_disk_miss_and_counted_na
         return "disk" if (state, event) == ("disk", "miss") else s10.next_placement(state, event, storage)
 
     r = check.next_placement(miss_stays, verbose=False)
-    assert not r.passed and "is 'evicted' (it does not stay 'disk')" in _first_note(r), _notes(r)
+    assert not r.passed and "is anything left to load?" in _first_note(r), _notes(r)
 
     for old, new, says in (("freed += pages", "freed += 1", "need counts PAGES, not victims"),
                            ("while freed < need", "while freed <= need", "one victim more is one too many"),

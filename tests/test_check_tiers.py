@@ -130,8 +130,9 @@ def test_next_placement_names_its_common_mistakes():
     def ignores_storage(state, event, storage=False):
         return sol.next_placement(state, event, False)
 
-    for wrong, words in ((forgets_the_host_copy, "keeps its host copy"), (never_raises, "raise ValueError"),
-                         (ignores_storage, "saves the node to disk")):
+    # the diagnoses ask about the idea, they do not state the answer (review r2)
+    for wrong, words in ((forgets_the_host_copy, "what becomes of the copy this node has on the host"),
+                         (never_raises, "raise ValueError"), (ignores_storage, "with storage attached, what does")):
         r = L.next_placement(wrong, verbose=False)
         assert not r.passed and any(words in c.note for c in r.failures), [c.note for c in r.failures][:3]
 

@@ -75,7 +75,9 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
     (evict host-only leaves even when that cannot make enough room), ``track_host`` (never evict
     the host-only leaves this eviction made), ``newest_host_first`` (host eviction from the wrong end);
     ``slip``: one more by name ("untaken_device", "dropped_frees_nothing", "count_leaves", "backed_uses_host",
-    "backed_copied", "dropped_stays")."""
+    "backed_copied", "dropped_stays", "backed_recopied": a backed-up leaf copied again when it fits, its
+    host pages taken, "host" either way; "backed_not_host_only": a backed-up leaf that left never becomes
+    a host eviction candidate)."""
     state = {name: "both" if b and slip != "untaken_device" else "device" for name, _, b in leaves}
     host_only: list[tuple[str, int]] = []
     freed = 0
@@ -84,7 +86,8 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
             break
         if backed and slip == "backed_uses_host":      # its host copy exists already: it takes no new host page
             host_free -= pages
-        backed = backed and slip != "backed_copied"
+        recopy, was = backed and slip == "backed_recopied", backed
+        backed = backed and slip not in ("backed_copied", "backed_recopied")
         if not backed and write_back:
             room = host_free + (sum(p for _, p in host_only) if track_host else 0)
             if not host_limit:
@@ -96,8 +99,9 @@ def evict_plain(leaves, host_free, need, *, write_back=True, host_limit=True, st
                         state[old], host_free = "evicted", host_free + p
                 if host_free >= pages:
                     host_free, backed = host_free - pages, True
+        backed = backed or recopy
         state[name] = "host" if backed else "device" if slip == "dropped_stays" else "evicted"
-        if backed or track_dropped:
+        if (backed or track_dropped) and not (was and slip == "backed_not_host_only"):
             host_only.append((name, pages))
         freed += 1 if slip == "count_leaves" else 0 if slip == "dropped_frees_nothing" and not backed else pages
     return state
@@ -149,6 +153,12 @@ EVICT_MISTAKES = {
         lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="backed_uses_host"),
     "a backed-up leaf already has its host copy: it is not copied again and uses no host page, it just leaves "
     "the device ('host')": lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="backed_copied"),
+    "a backed-up leaf already has its host copy: it is not copied again and takes no new host page (nor makes "
+    "room for one), it just leaves the device":
+        lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="backed_recopied"),
+    "a backed-up leaf that leaves the device is host-only too (its one copy is now on the host): like the leaves "
+    "this call copied, it is a candidate for host eviction, oldest first":
+        lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="backed_not_host_only"),
     "a leaf that is not taken keeps its placement: a backed-up one stays 'both' (on the device and the host)":
         lambda leaves, host_free, need: evict_plain(leaves, host_free, need, slip="untaken_device"),
     "a leaf taken for eviction leaves the device: when its copy does not fit on the host it is dropped "
@@ -182,12 +192,39 @@ def _call_keeping(fn: Callable, names: tuple[str, ...], *args) -> tuple[object, 
     return got, changed_input(args, mine, names) or ""
 
 
-def _record_keeping(c: Checker, label: str, expected, got, changed: str, note: str) -> None:
-    """Record one case: a changed input fails it (and is named first), else the usual comparison."""
+def _record_keeping(c: Checker, label: str, expected, got, changed: str, note: str,
+                    seen: list | None = None, args: tuple = ()) -> None:
+    """Record one case: a changed input fails it (and is named first), else the usual comparison.
+    ``seen`` (with the case's ``args``): the case is kept there for :func:`_likeliest`."""
     if changed:
         c.record(label, expected, got, passed=False, note=changed)
-    else:
-        c.record(label, expected, got, passed=same_outcome(expected, got, exact_equal), note=note)
+        return
+    case = c.record(label, expected, got, passed=same_outcome(expected, got, exact_equal), note=note)
+    if seen is not None:
+        seen.append((case, args, got))
+
+
+def _likeliest(seen: list, mistakes: dict) -> None:
+    """Name each failing case by the known mistake that gives the learner's answer in the MOST cases
+    of the check, passed ones included (a learner makes one mistake throughout): review r2 saw the
+    first mistake that matched one case misname 7 answers; two that give the same wrong answers
+    (the threshold ignored, or compared with the whole match) differ where the answer is right.
+    Ties: the earlier in ``mistakes``; ``Checker.done`` then weighs the rest.
+
+    Example: ``_likeliest([], PLAN_MISTAKES)`` changes nothing.
+    """
+    outs = {why: [call(wrong, *args) for _, args, _ in seen] for why, wrong in mistakes.items()}
+    agree = {why: sum(not isinstance(o, Raised) and o == got for o, (_, _, got) in zip(out, seen))
+             for why, out in outs.items()}
+    for i, (case, _, got) in enumerate(seen):
+        if case.passed:
+            continue
+        found = [why for why in mistakes if not isinstance(outs[why][i], Raised) and outs[why][i] == got
+                 and got != case.expected]
+        if found:
+            best = max(agree[why] for why in found)
+            case.candidates = [why for why in found if agree[why] == best]
+            case.note = case.candidates[0]
 
 
 def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -202,6 +239,7 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
     Leaves not taken stay ("both" if backed up, else "device"). Expected: a real HiRadixCache.
     """
     c = Checker("write_back_evict", fn, verbose=verbose)
+    seen: list = []  # (case, arguments, answer): _likeliest names the mistakes
     cases = [
         ("one leaf, room on the host", [("A", 2, False)], 4, 1),
         ("already backed up: no copy needed", [("A", 2, True)], 0, 2),
@@ -231,7 +269,8 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         _record_keeping(c, full, expected, got, changed,
                         crash or _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need)
                         or ignored_parameter(evict_with_tiers, (leaves, host_free, need), got, ("leaves", "host_free", "need"))
-                        or "")
+                        or "", seen, (leaves, host_free, need))
+    _likeliest(seen, EVICT_MISTAKES)
     return c.done()
 
 
@@ -340,11 +379,42 @@ def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_
             if not per_segment or take >= threshold:
                 beyond += take
         pos += take
-    enough = beyond > threshold if strict else beyond >= threshold
+    compared = beyond + (dev if slip == "threshold_whole" else 0)   # the slip: the device part counted too
+    enough = compared > threshold if strict else compared >= threshold
     loaded = beyond if beyond and (enough or not threshold_on) else 0
     computed = {"computed_loaded": prompt_len - dev, "computed_1": prompt_len - 1 - dev - loaded,
                 "vanish": prompt_len - dev - beyond}
     return dev, loaded, computed.get(slip, prompt_len - dev - loaded)
+
+
+def _uncapped(segments) -> tuple[int, int]:
+    """(device, host and disk) tokens of the whole match, no cap: the start of two slips below."""
+    dev = beyond = 0
+    for tokens, where in segments:
+        if where in ("device", "both") and not beyond:
+            dev += tokens
+        else:
+            beyond += tokens
+    return dev, beyond
+
+
+def _cap_after_threshold(segments, prompt_len, threshold):
+    """The slip: the threshold compared with the uncut host/disk part, the cap applied afterwards."""
+    dev, beyond = _uncapped(segments)
+    loaded = beyond if beyond and beyond >= threshold else 0
+    total = min(dev + loaded, prompt_len - 1)
+    dev, loaded = (dev, total - dev) if loaded else (total, 0)
+    return dev, loaded, prompt_len - dev - loaded
+
+
+def _cap_on_device(segments, prompt_len, threshold):
+    """The slip: the cap's token taken off the device part even when host or disk tokens follow it."""
+    dev, beyond = _uncapped(segments)
+    over = dev + beyond - prompt_len + 1
+    if over > 0:
+        dev, beyond = (dev - over, beyond) if dev else (dev, beyond - over)
+    loaded = beyond if beyond and beyond >= threshold else 0
+    return dev, loaded, prompt_len - dev - loaded
 
 
 PLAN_MISTAKES = {
@@ -369,6 +439,12 @@ PLAN_MISTAKES = {
     "count tokens, not nodes: add each device segment's matched tokens": lambda s, n, t: _plan(s, n, t, slip="nodes"),
     "a segment's tokens count only up to the cap: take min(tokens, prompt_len - 1 - pos) from each, the last "
     "segment may be cut": lambda s, n, t: _plan(s, n, t, slip="no_end"),
+    "the cap comes first: cut the match at prompt_len - 1 tokens, THEN compare what is left of the host/disk "
+    "part with the threshold (a cut can bring it under)": _cap_after_threshold,
+    "the threshold is compared with the tokens to LOAD (host and disk), not with the whole match: the device "
+    "part needs no copy": lambda s, n, t: _plan(s, n, t, slip="threshold_whole"),
+    "the cap cuts the END of the match: when host or disk tokens follow the device part, the last prompt token "
+    "comes off them, not off the device part": _cap_on_device,
 }
 
 
@@ -382,13 +458,15 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
     Expected: a real HiCacheManager's admission on the same tree (:func:`plan_from_cache`).
     """
     c = Checker("load_back_plan", fn, verbose=verbose)
+    seen: list = []  # (case, arguments, answer): _likeliest names the mistakes
     hand = [([(4, "device"), (3, "host")], 9, 1), ([(4, "both"), (4, "disk")], 8, 1), ([(5, "host")], 5, 1),
             ([(2, "device"), (2, "host")], 9, 4), ([], 3, 1), ([(6, "device")], 6, 1),
             ([(2, "device"), (2, "host"), (2, "disk")], 10, 3),   # the threshold on the sum: (2, 4, 4)
             ([(2, "device"), (2, "host"), (2, "disk")], 10, 5),   # exercise 2's prediction, its second half: (2, 0, 8)
             ([(3, "host")], 8, 3), ([(1, "both"), (1, "host"), (1, "host"), (1, "disk")], 9, 3),
             ([(2, "device"), (3, "host")], 4, 2), ([(4, "disk")], 1, 0), ([(3, "host")], 9, 0),
-            ([(2, "device"), (3, "host"), (2, "disk")], 9, 1)]
+            ([(2, "device"), (3, "host"), (2, "disk")], 9, 1),
+            ([(1, "device"), (1, "host")], 6, 3)]   # under the threshold, the device part too: not the whole match
     cases = [(s, n, t, _plan(s, n, t)) for s, n, t in hand]
     for seed, t in ((0, 1), (1, 1), (2, 3), (3, 0)):
         cases += plan_from_cache(seed, t)
@@ -400,7 +478,8 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
         if isinstance(got, list):
             got = tuple(got)
         _record_keeping(c, label, expected, got, changed, _named_mistake(got, PLAN_MISTAKES, expected, segs, n, t)
-                        or _plan_order(expected, got) or "")
+                        or _plan_order(expected, got) or "", seen, (segs, n, t))
+    _likeliest(seen, PLAN_MISTAKES)
     return c.done()
 
 
@@ -434,18 +513,23 @@ _CAUSE_EVENT = {"insert": "insert", "write_through": "write", "write_through_sel
 
 
 PLACEMENT_MISTAKES: dict[tuple[str, str, str], str] = {
-    # (state, event, the wrong answer) -> the likely mistake
-    ("both", "evict", "evicted"): "a node on both tiers keeps its host copy when it leaves the device: 'host'",
-    ("both", "evict", "device"): "evict takes the node OFF the device: what stays is the host copy, 'host'",
-    ("disk", "load_back", "both"): "a disk load-back fills the device only (the tree does not count on the disk copy): "
-                                   "'device'",
-    ("host", "load_back", "device"): "loading back from the host keeps the host copy: 'both'",
-    ("host", "evict_host", "evicted"): "with storage attached, host eviction saves the node to disk: 'disk'",
-    ("host", "evict_host", "disk"): "without storage, host eviction drops the node: 'evicted'",
-    ("device", "write", "host"): "a write copies to the host and keeps the device copy: 'both'",
-    ("device", "evict", "host"): "a node with no host copy that leaves the device is gone: 'evicted'",
-    ("disk", "miss", "disk"): "a miss means the disk chunk is missing or corrupt: nothing is left to load, the node "
-                              "is 'evicted' (it does not stay 'disk')",
+    # (state, event, the wrong answer) -> the likely mistake, as a question: it stops at the idea (the
+    # review r2 saw the answers themselves, so repeated tries transcribed the table)
+    ("both", "evict", "evicted"): "evict removes the DEVICE copy: what becomes of the copy this node has on the host?",
+    ("both", "evict", "device"): "evict takes the node off the device: which of its two copies is left?",
+    ("disk", "load_back", "both"): "a disk load-back copies the chunk to the device, and the disk chunk is not a host "
+                                   "copy: which copies does the tree track afterwards?",
+    ("host", "load_back", "device"): "loading back from the host is a copy: does a copy remove its source?",
+    ("host", "evict_host", "evicted"): "with storage attached, what does host eviction do with the node's KV before "
+                                       "it frees the host pages?",
+    ("host", "evict_host", "disk"): "without storage there is no disk tier: where could host eviction put the KV?",
+    ("device", "write", "host"): "a write copies the KV to the host: does a copy remove the device's KV?",
+    ("device", "evict", "host"): "this node has no host copy: once it leaves the device, which tier still holds its KV?",
+    ("disk", "miss", "disk"): "a miss means the disk chunk is missing or corrupt: is anything left to load?",
+    ("disk", "miss", "host"): "a 'disk' node is on the disk ONLY (its host copy went when it was saved): after a miss "
+                              "(the chunk is missing or corrupt), which tier still holds its KV?",
+    ("disk", "miss", "device"): "a 'disk' node is on the disk only: a miss loads nothing, so which tier still holds its "
+                                "KV?",
 }
 
 
@@ -455,8 +539,8 @@ def _placement_mistake(state: str, event: str, storage: bool):
         if isinstance(expected, Raises) or (isinstance(expected, Raised)):
             return f"a {state!r} node cannot {event!r}: raise ValueError instead of returning a state"
         if storage and actual == "disk" and expected != "disk":
-            return (f"only host eviction writes to the disk: with storage too, a {state!r} node after {event!r} "
-                    f"is {expected!r} (storage changes 'evict_host' only)")
+            return (f"only host eviction writes to the disk: storage changes what 'evict_host' does, not what "
+                    f"{event!r} does to a {state!r} node")
         if isinstance(actual, str):
             return PLACEMENT_MISTAKES.get((state, event, actual))
         return None
@@ -552,13 +636,19 @@ def arc_evict_real(t1: list[tuple[str, int]], t2: list[tuple[str, int]], target:
 
 
 def _arc_rule(t1, t2, target, need, *, always_t1=False, decide_once=False, count_nodes=False, strict=False,
-              over=False, count_victims=False, against=""):
+              over=False, count_victims=False, against="", fallback=True, vllm=False, after=False):
     t1, t2, out, freed = list(t1), list(t2), [], 0
     first = None
     while (freed <= need if over else freed < need) and (t1 or t2):
         size = len(t1) if count_nodes else sum(p for _, p in (t2 if against == "t2" else t1))
+        size -= t1[0][1] if after and t1 else 0               # the slip: T1 as it will be once its oldest is gone
         target = sum(p for _, p in t2) if against == "bigger" else target
         use_t1 = bool(t1) and (always_t1 or (size > target if strict else size >= target) or not t2)
+        if not fallback or vllm:                              # the slips: no fallback; vLLM's refused store
+            rule_t1 = size >= target and (bool(t1) or not vllm)
+            if not (t1 if rule_t1 else t2):
+                break
+            use_t1 = rule_t1
         if decide_once:
             first = use_t1 if first is None else first
             use_t1 = (first and bool(t1)) or not t2
@@ -583,6 +673,13 @@ ARC_MISTAKES = {
     "ARC does not evict from the bigger list: compare T1's pages with target (the size ARC wants T1 to have; "
     "it adapts), before every victim": lambda *a: _arc_rule(*a, against="bigger"),
     "target is T1's wanted size: compare T1's pages, not T2's, with target": lambda *a: _arc_rule(*a, against="t2"),
+    "that is vLLM's prepare_store (T1 under target and T2 empty: it evicts nothing, the store is refused); "
+    "kvlab's rule, as the statement says, then takes from T1 until need pages are freed":
+        lambda *a: _arc_rule(*a, vllm=True),
+    "when the list the rule picks is empty, take from the other one: stop only when need pages are freed or "
+    "both lists are empty": lambda *a: _arc_rule(*a, fallback=False),
+    "compare T1's pages with target BEFORE taking the victim (T1 as it is now, its oldest copy included)":
+        lambda *a: _arc_rule(*a, after=True),
 }
 
 
@@ -599,6 +696,7 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
     from ..sim.tiers import host_policy_hits, scan_with_hot_set
 
     c = Checker("arc_victims", fn, verbose=verbose)
+    seen: list = []  # (case, arguments, answer): _likeliest names the mistakes
     cases = [
         ("one big copy in T1: target counts its pages", [("a", 3)], [("c", 1)], 2, 1),
         ("T1 at its target: T1 first", [("a", 2), ("b", 2)], [("c", 2)], 4, 2),
@@ -623,11 +721,9 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
         if c.unusable(full, expected):
             continue
         got, changed = _call_keeping(fn, ("t1", "t2", "target", "need"), list(t1), list(t2), target, need)
-        _record_keeping(c, full, expected, got, changed, _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need))
-        case = c.result.cases[-1]
-        found = [] if case.passed or changed else [
-            why for why, wrong in ARC_MISTAKES.items() if call(wrong, t1, t2, target, need) == got != expected]
-        case.candidates = found if len(found) > 1 else case.candidates   # Checker.done keeps the likeliest
+        _record_keeping(c, full, expected, got, changed, _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need),
+                        seen, (t1, t2, target, need))
+    _likeliest(seen, ARC_MISTAKES)
     res = c.done()
     if verbose:
         trace = scan_with_hot_set(seed=0)

@@ -113,6 +113,9 @@ class TierControls:
                           height=230 + top, width=None if th.autosize else min(th.grid_width, 840), template="plotly_white",
                           font=dict(size=th.font_size), margin=dict(l=50, r=20, t=top, b=40))
         fig.update_yaxes(rangemode="tozero")
+        # the hit rate on a fixed 0-100% axis (and room for the value over a bar): it rescaled, 40 -> 100, as the
+        # slider moved, which hid how big the jump is (review r2)
+        fig.update_yaxes(range=[0, 115], tickvals=[0, 25, 50, 75, 100], row=1, col=1)
         return fig
 
     def _caption_html(self) -> str:

@@ -41,8 +41,8 @@ from ..reuse.lifecycle import LEGAL_EDGES, MACHINES
 from .palette import FREE, HIGHLIGHT, HIT, MISS, REQUEST_COLORS, source_label, theme
 
 __all__ = ["STATE_COLORS", "state_colour_words", "EDGE_LABELS", "lifecycle_graph", "LifecycleFigure", "TierRecorder", "tier_map_data", "tier_map_figure",
-           "tier_tree_figure", "tier_tree_stepper", "majority_labels", "PLACEMENT_WORDS",
-           "animate_tiers", "tier_stepper"]
+           "tier_tree_figure", "tier_tree_stepper", "majority_labels", "run_labels", "PLACEMENT_WORDS",
+           "animate_tiers", "tier_stepper", "drawn_states"]
 
 STATE_COLORS: dict[str, dict[str, str]] = {
     "device": {"free": FREE, "allocated": MISS, "cached": HIT, "locked": HIGHLIGHT, "loading": REQUEST_COLORS[0]},
@@ -61,15 +61,28 @@ COLOUR_WORDS = {FREE: "light grey", MISS: "blue", HIT: "green", HIGHLIGHT: "red"
                 REQUEST_COLORS[5]: "brown", "#bdbdbd": "grey", "#ffffff": "white"}
 
 
-def state_colour_words(machines: Sequence[str] = ("device", "host")) -> str:
-    """The colours of the block states in words, from :data:`STATE_COLORS` (what the pictures draw).
+def state_colour_words(machines: Sequence[str] = ("device", "host"), drawn: dict[str, set] | None = None) -> str:
+    """The colours of the block states in words, from :data:`STATE_COLORS` (what the pictures draw);
+    ``drawn`` (:func:`drawn_states`): only the states a picture draws.
 
     Example:
         >>> state_colour_words(("host",))
         'host block: free light grey, copy in flight light orange, copy (also on device) light cyan, only copy cyan'
+        >>> state_colour_words(("host",), {"host": {"free", "host"}})
+        'host block: free light grey, only copy cyan'
     """
-    return "; ".join(f"{m} block: " + ", ".join(f"{STATE_WORDS[m][s]} {COLOUR_WORDS[c]}" for s, c in STATE_COLORS[m].items())
+    return "; ".join(f"{m} block: " + ", ".join(f"{STATE_WORDS[m][s]} {COLOUR_WORDS[c]}" for s, c in STATE_COLORS[m].items()
+                                                if drawn is None or s in drawn.get(m, ()))
                      for m in machines)
+
+
+def drawn_states(snapshots: Sequence[TierSnapshot]) -> dict[str, set]:
+    """The block states some snapshot of a run has, per pool: a legend lists those only (an entry
+    with nothing drawn in its colour is a defect; review r2 of lesson 10 saw 4 of 9).
+
+    Example: a run snapped between requests has no "locked" device block."""
+    return {"device": {st for sn in snapshots for st in sn.device_states},
+            "host": {st for sn in snapshots for st in sn.host_states}}
 
 
 # Short edge labels for the diagram (the long ones are kvlab.reuse.lifecycle.LEGAL_EDGES).
@@ -86,34 +99,45 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
              ("host", "disk"): "evict_host (save)", ("disk", "device"): "load_back (fetch)",
              ("device", "evicted"): "evict", ("host", "evicted"): "evict_host", ("disk", "evicted"): "miss"},
 }
-_TITLES = {"device": "a device (GPU) block", "host": "a host (DRAM) block", "node": "a radix node's KV (placement)"}
+_TITLES = {"device": "a device (GPU) block", "host": "a host (DRAM) block", "node": "where a radix node's KV lives"}
+# states drawn side by side, the first on the left, whatever the counts on the edges (review r2: the node
+# machine had its disk on the right in section 3 and on the left in the section 4 stepper)
+_SAME_RANK = {"node": ("host", "disk")}
 
 
 def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None,
-                   events: bool = True) -> Any:
+                   events: bool = True, compact: bool | None = None) -> Any:
     """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others);
     ``font_pt``: its text size (default the theme's, 4 pt more on a projector; given: ranks closer
     too, a compact diagram for a stepper on a projector); ``events=False``: the edges carry their
     counts only, not the event that takes them (a lesson that asks for the events first), and the
-    split edges out of "new" do not pull the ranks (they ran across the counts of "back up")."""
+    split edges out of "new" do not pull the ranks (they ran across the counts of "back up");
+    ``compact``: ranks closer (default: when ``font_pt`` is given)."""
     import graphviz
 
     fs = str(font_pt or th.font_size + (4 if th.high_contrast else 0))
+    compact = bool(font_pt) if compact is None else compact
     g = graphviz.Digraph(f"lifecycle_{m}", format="svg")
     g.attr(label=f"<<b>{_TITLES[m]}</b>>", labelloc="t", fontsize=fs, fontname="Helvetica,Arial,sans-serif",
-           rankdir="TB", nodesep="0.25", ranksep="0.22" if font_pt else "0.35", bgcolor="white", margin="0.05")
+           rankdir="TB", nodesep="0.45" if compact else "0.25", ranksep="0.22" if compact else "0.35", bgcolor="white", margin="0.05")
     g.attr("node", shape="box", style="rounded,filled", fontsize=fs, fontname="Helvetica,Arial,sans-serif",
-           **({"height": "0.3", "margin": "0.08,0.03"} if font_pt else {}))
+           **({"height": "0.3", "margin": "0.08,0.03"} if compact else {}))
     g.attr("edge", fontsize=fs, fontname="Helvetica,Arial,sans-serif", arrowsize="0.7")
     for s in MACHINES[m]:
         shape = "circle" if s == "new" else "box"
         g.node(f"{m}_{s}", s, fillcolor=STATE_COLORS[m][s], shape=shape,  # "new" named: exercise 3 uses it
                margin="0.02" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
+    if m in _SAME_RANK:   # one rank, left to right (a flat edge's tail sits left of its head): the same layout always
+        with g.subgraph() as row:
+            row.attr(rank="same")
+            for s in _SAME_RANK[m]:
+                row.node(f"{m}_{s}")
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
         if text:  # a space before (graphviz sets a label against its edge: the line ran along its first letter)
-            text = "\u2002" + text + ("\u2003" if (dst, src) in LEGAL_EDGES[m] else "")  # opposite edges: a gap
+            # closer ranks bend the edges more: an em space (an en space left "copy done" touching its edge)
+            text = ("\u2003" if compact else "\u2002") + text + ("\u2003" if compact or (dst, src) in LEGAL_EDGES[m] else "")
         hot = (m, src, dst) in bold
         loose = {} if events or src != "new" or dst == "device" else {"constraint": "false"}  # unnamed, the splits
         g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width), **loose,
@@ -162,25 +186,39 @@ class LifecycleFigure:
 
 
 def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Sequence = (), caption: str = "",
-                    source: str = "simulated", unnamed: Sequence[str] = ()) -> Any:
+                    source: str = "simulated", unnamed: Sequence[str] = (), taken_words: str = "the last step's edges",
+                    static: bool | None = None) -> Any:
     """The state machine(s). ``machine``: "device", "host" or "node" (a ``graphviz.Digraph``,
-    top to bottom) or "all" (a :class:`LifecycleFigure`: the three side by side, wrapping);
-    ``counts``: ``{(machine, src, dst): n}`` (a tracker's ``counts``) written on the edges;
-    ``taken``: edges ``(machine, src, dst, ...)`` drawn bold purple (one step of a run); ``unnamed``:
-    machines whose edges do not say which event takes them (lesson 10's exercise 3 asks for the node's)."""
+    top to bottom) or "all" (a :class:`LifecycleFigure`: the three side by side, wrapping; on a
+    projector a stepper with one machine a frame, so that each fits one 599 px screen with its
+    control: stacked, the three were 1,697 px tall); ``counts``: ``{(machine, src, dst): n}`` (a
+    tracker's ``counts``) written on the edges; ``taken``: edges ``(machine, src, dst, ...)`` drawn
+    bold purple, ``taken_words`` saying which in the legend; ``unnamed``: machines whose edges do not
+    say which event takes them (lesson 10's exercise 3 asks for the node's)."""
     names = list(MACHINES) if machine == "all" else [machine]
     if any(m not in MACHINES for m in names):
         raise ValueError(f"machine must be one of {sorted(MACHINES)} or 'all', got {machine!r}")
     th = theme()
     bold = {tuple(t[:3]) for t in taken}
-    graphs = [_machine_graph(m, counts, bold, th, events=m not in unnamed) for m in names]
+    one_a_frame = machine == "all" and th.high_contrast
+    # one a frame: 14 pt text, ranks closer (each machine and the stepper fit 599 px), but the device's as far
+    # apart as in the notebook: closer, "copy done x3" touched the loading edge (402 px, the tallest)
+    graphs = [_machine_graph(m, counts, bold, th, 14 if one_a_frame else None, events=m not in unnamed,
+                             compact=None) for m in names]
     if machine != "all":
         return graphs[0]
     title = f"<b>The lifecycle of a KV block ({source_label(source)})</b>" + (f": {html.escape(caption)}" if caption else "")
     if counts is not None:  # what the edges' two greys mean (the pictures draw both)
         title += ("<br><span style='font-size:smaller'>dark edge ×n: the run took it n times · light grey edge: "
-                  "legal, but this run never took it" + (" · bold purple: the last step's edges" if bold else "") + "</span>")
-    return LifecycleFigure(graphs, title)
+                  "legal, but this run never took it" + (f" · bold purple: {html.escape(taken_words)}" if bold else "")
+                  + "</span>")
+    if not one_a_frame:
+        return LifecycleFigure(graphs, title)
+    from .stepper import Frame, Stepper
+
+    frames = [Frame(None, _TITLES[m], extra={"graph": g}) for m, g in zip(names, graphs)]
+    return Stepper(frames, lambda f: LifecycleFigure([f.extra["graph"]], title).html(), static=static,
+                   title="state machine")
 
 
 class TierRecorder:
@@ -194,6 +232,8 @@ class TierRecorder:
         self.snapshots: list[TierSnapshot] = []
         self.trees: list = []  # the radix tree (RadixSnapshot) at each snap, host-only nodes included
         self.taken: list[list[tuple[str, str, str, int]]] = []
+        # per snap: (pool, block) -> (node id, the page's index in the node): a block's own tokens
+        self.pages: list[dict[tuple[str, int], tuple[int, int]]] = []
         self._seen = len(cm.log)
         self.snap(caption)
 
@@ -209,17 +249,24 @@ class TierRecorder:
         self.snapshots.append(self.cm.snapshot_tiers(caption))
         self.trees.append(self.cm.tree.snapshot())
         self.taken.append([(*k, n) for k, n in moves.items()])
+        tree, pages = self.cm.tree, {}
+        for n in tree.iter_nodes():
+            for pool, blocks in (("device", n.value), ("host", tree.host_value.get(n.id, ()))):
+                pages.update({(pool, b): (n.id, j) for j, b in enumerate(blocks)})
+        self.pages.append(pages)
 
 
-def tier_map_data(snap: TierSnapshot, names: dict[int, str] | None = None) -> dict[str, Any]:
+def tier_map_data(snap: TierSnapshot, names: dict[int, str] | None = None,
+                  blocks: dict[tuple[str, int], str] | None = None) -> dict[str, Any]:
     """Plain data for one map: per row ("device", "host") the states, colours, labels: each block's
-    node, by its letter in ``names`` (node id -> letter, :func:`majority_labels`), else ``n<id>``."""
-    names = names or {}
+    own letter in ``blocks`` ((pool, block) -> letter, :func:`run_labels`), else its node's in
+    ``names`` (node id -> letter, :func:`majority_labels`), else ``n<id>``."""
+    names, blocks = names or {}, blocks or {}
     out: dict[str, Any] = {"caption": snap.caption}
     for row, states, nodes in (("device", snap.device_states, snap.device_nodes),
                                ("host", snap.host_states, snap.host_nodes)):
         out[row] = {"states": list(states), "colors": [STATE_COLORS[row][s] for s in states],
-                    "labels": [names.get(n, f"n{n}") if n else "" for n in nodes],
+                    "labels": [blocks.get((row, b), names.get(n, f"n{n}")) if n else "" for b, n in enumerate(nodes)],
                     "hover": [f"{row} block {b}: {s}" + (f", node {n} ({snap.placements.get(n, '?')})" if n else "")
                               for b, (s, n) in enumerate(zip(states, nodes))]}
     return out
@@ -259,8 +306,10 @@ def _legend_per_row(labels: Sequence[str]) -> int:
 
 
 def _marker_size(n: int) -> int:
-    """Square markers that fit ``n`` columns in the theme's canvas width."""
-    return max(6, min(26, int((theme().grid_width - 150) / max(n, 1) * 0.8)))
+    """Square markers that fit ``n`` columns in the theme's canvas width; on a projector 0.92 of a
+    column (0.8 left 20 px boxes under 18 px letters, review r2: the letters overflowed them)."""
+    th = theme()
+    return max(6, min(26, int((th.grid_width - 150) / max(n, 1) * (0.92 if th.high_contrast else 0.8))))
 
 
 def _traces(d: dict[str, Any]) -> list:
@@ -280,22 +329,27 @@ def _traces(d: dict[str, Any]) -> list:
 
 
 def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", source: str = "simulated",
-                    width: int | None = None, names: dict[int, str] | None = None) -> Any:
-    """Both pools of one snapshot as a plotly figure (device row on top, host row below); ``names``:
-    as in :func:`tier_map_data`."""
+                    width: int | None = None, names: dict[int, str] | None = None,
+                    blocks: dict[tuple[str, int], str] | None = None, drawn: dict[str, set] | None = None) -> Any:
+    """Both pools of one snapshot as a plotly figure (device row on top, host row below); ``names``,
+    ``blocks``: as in :func:`tier_map_data`; ``drawn``: the states the legend lists (default: this
+    snapshot's, :func:`drawn_states`)."""
     import plotly.graph_objects as go
 
     source_label(source)
     th = theme()
-    d = tier_map_data(snap, names)
+    d = tier_map_data(snap, names, blocks)
     n = max(len(snap.device_states), len(snap.host_states))
     fig = go.Figure(_traces(d))
-    for row in ("device", "host"):  # the legend: one entry per state, fixed
+    drawn = drawn or drawn_states([snap])
+    for row in ("device", "host"):  # the legend: one entry per state drawn, fixed
         for s, c in STATE_COLORS[row].items():
+            if s not in drawn[row]:
+                continue
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {STATE_WORDS[row][s]}",
                                      marker=dict(symbol="square", size=12, color=c, line=dict(width=1, color="#666"))))
     per_row = _legend_per_row([t.name for t in fig.data if t.showlegend is not False])
-    rows = -(-sum(len(v) for v in STATE_COLORS.values() if v is not STATE_COLORS["node"]) // per_row)
+    rows = -(-sum(len(v) for v in drawn.values()) // per_row)
     legend_h = rows * (th.font_size + 12)
     top = 62 + (14 if th.high_contrast else 0) + legend_h
     plot_h = 190
@@ -314,10 +368,13 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
 
 
 def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and host pools", source: str = "simulated",
-                  duration_ms: int = 700, labels: Sequence[dict[int, str]] | None = None) -> Any:
+                  duration_ms: int = 700, labels: Sequence[dict[int, str]] | None = None,
+                  block_labels: Sequence[dict[tuple[str, int], str]] | None = None) -> Any:
     """A plotly animation over a recorded run, one frame per snapshot (slider, play/pause).
     ``labels``: per snapshot, node id -> the letter its blocks carry (:func:`majority_labels` of
-    that moment's tree, as :func:`tier_tree_figure` names them); None: node ids, ``n<id>``."""
+    that moment's tree, as :func:`tier_tree_figure` names them); None: node ids, ``n<id>``;
+    ``block_labels``: per snapshot, (pool, block) -> its own letter (:func:`run_labels`), first.
+    The legend lists the states some frame draws (:func:`drawn_states`)."""
     import plotly.graph_objects as go
 
     from .memory_animation import animation_controls
@@ -328,8 +385,9 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
     names = list(labels) if labels is not None else [{}] * len(snaps)
     if len(names) != len(snaps):
         raise ValueError(f"animate_tiers: {len(names)} label maps for {len(snaps)} snapshots")
-    fig = tier_map_figure(snaps[0], title, source, names=names[0])
-    fig.frames = [go.Frame(data=_traces(tier_map_data(s, names[i])), traces=[0, 1], name=str(i + 1),
+    own = list(block_labels) if block_labels is not None else [{}] * len(snaps)
+    fig = tier_map_figure(snaps[0], title, source, names=names[0], blocks=own[0], drawn=drawn_states(snaps))
+    fig.frames = [go.Frame(data=_traces(tier_map_data(s, names[i], own[i])), traces=[0, 1], name=str(i + 1),
                            # the slider already reads "step i / n": the title carries the words only
                            layout=dict(title=dict(text=_title(title, source, s.caption))))
                   for i, s in enumerate(snaps)]
@@ -351,14 +409,17 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
     split = graph  # one machine a frame: the stepper and its diagram fit one screen
     frames = []
     for i, (s, t) in enumerate(zip(rec.snapshots, rec.taken)):
-        touched = [m for m in MACHINES if any(x[0] == m for x in t)] or ["node"]
-        for ms in ([[m] for m in touched] if split else [touched]):
-            what = f" ({_TITLES[ms[0]]})" if split and len(touched) > 1 else ""
+        touched = [m for m in MACHINES if any(x[0] == m for x in t)]   # none: nothing to draw (review r2)
+        for ms in ([[m] for m in touched] if split and touched else [touched]):
+            what = f" · {_TITLES[ms[0]]}" if split and len(touched) > 1 else ""
             frames.append(Frame(s, s.caption + what, extra={"taken": t, "i": i, "machines": ms}))
 
     def render(f: Frame) -> Any:
         if not graph:
             return tier_map_figure(f.snapshot, source=source)
+        if not f.extra["machines"]:
+            return (f"<div style='min-height:calc({tallest:.0f}pt + 3em)'>no block and no node changed state at this "
+                    "step: nothing to draw</div>")
         counts: dict = {}
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
@@ -404,20 +465,52 @@ def majority_labels(tree: Any, spans: Sequence[tuple[Sequence[int], Sequence[tup
         >>> majority_labels(t.snapshot(), [([1, 2, 3, 4], [("A", 0, 3), ("B", 3, 4)])])
         {1: 'A'}
     """
+    return {nid: _most(parts, a, b) for nid, (a, b, parts) in _node_parts(tree, spans).items()}
+
+
+def _node_parts(tree: Any, spans: Sequence) -> dict[int, tuple[int, int, Sequence[tuple[str, int, int]]]]:
+    """Per node of a RadixSnapshot: (its first token's position, its end, the labelled parts of the
+    first request in ``spans`` whose tokens its path is; () when none is)."""
     paths: dict[int, tuple[int, ...]] = {}
-    out: dict[int, str] = {}
+    out: dict[int, tuple[int, int, Sequence[tuple[str, int, int]]]] = {}
     for n in tree.nodes:  # parents come first
         paths[n.id] = paths.get(n.parent_id, ()) + tuple(n.tokens)
-        full, a, b = paths[n.id], n.start, n.start + len(n.tokens)
-        best: tuple[int, str] = (0, "?")
-        for tokens, parts in spans:
-            if tuple(tokens[:b]) != full:
-                continue
-            for label, s0, e0 in parts:
-                best = max(best, (min(b, e0) - max(a, s0), label))
-            break
-        out[n.id] = best[1]
+        a, b = n.start, n.start + len(n.tokens)
+        out[n.id] = (a, b, next((parts for tokens, parts in spans if tuple(tokens[:b]) == paths[n.id]), ()))
     return out
+
+
+def _most(parts: Sequence[tuple[str, int, int]], a: int, b: int) -> str:
+    """The label of the part that holds most of the tokens [a, b); "?" when none does."""
+    return max([(min(b, e0) - max(a, s0), label) for label, s0, e0 in parts] + [(0, "?")])[1]
+
+
+def run_labels(rec: TierRecorder, spans: Sequence) -> tuple[list[dict[int, str]], list[dict[tuple[str, int], str]]]:
+    """One naming for every picture of a recorded run, frame by frame: per snap, node id -> the
+    letters of the parts that hold at least a page of it, joined by "+" ("B+C": R1's turn before
+    a later request splits it from the few-shot examples it follows), and (pool, block) -> the
+    letter of the part that holds most of that block's own page of tokens. ``spans``: as in
+    :func:`majority_labels`.
+
+    Example:
+        >>> from kvlab.reuse.hicache_manager import HiCacheManager
+        >>> rec = TierRecorder(HiCacheManager(4, 2, host_ratio=1), "start")
+        >>> _ = rec.cm.admit("R1", [1, 2, 3, 4]); _ = rec.cm.cache_finished_req("R1", [1, 2, 3, 4]); rec.snap("R1")
+        >>> nodes, blocks = run_labels(rec, [([1, 2, 3, 4], [("A", 0, 2), ("B", 2, 4)])])
+        >>> list(nodes[-1].values()), sorted(blocks[-1].items())   # two pages, each on the device and the host
+        (['A+B'], [(('device', 0), 'A'), (('device', 1), 'B'), (('host', 0), 'A'), (('host', 1), 'B')])
+    """
+    nodes_out, blocks_out = [], []
+    for tree, pages in zip(rec.trees, rec.pages):
+        ps, found = tree.page_size, _node_parts(tree, spans)
+        names = {}
+        for nid, (a, b, parts) in found.items():
+            big = [label for label, s0, e0 in sorted(parts, key=lambda p: p[1]) if min(b, e0) - max(a, s0) >= min(ps, b - a)]
+            names[nid] = "+".join(dict.fromkeys(big)) or _most(parts, a, b)
+        nodes_out.append(names)
+        blocks_out.append({key: _most(found[nid][2], found[nid][0] + j * ps, min(found[nid][0] + (j + 1) * ps, found[nid][1]))
+                           for key, (nid, j) in pages.items() if nid in found})
+    return nodes_out, blocks_out
 
 
 def _tree_layout(tree: Any) -> dict[int, tuple[float, float]]:
@@ -500,13 +593,15 @@ def _tree_legend() -> list[tuple[str, str]]:
 
 
 def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | None = None, title: str = "Where each node's KV lives",
-                     source: str = "simulated", cols: int = 7, caption: bool = True) -> Any:
+                     source: str = "simulated", cols: int = 7, caption: bool = True,
+                     blocks: dict[tuple[str, int], str] | None = None) -> Any:
     """The radix tree (left), each node coloured by where its KV lives (device only, device +
     host copy, host only, disk only), beside the device and host pools (right) as grids whose
     blocks carry their node's letter and colour. ``tree``: a RadixSnapshot of the tiered tree
     (``cm.tree.snapshot()``); ``snap``: the same moment's TierSnapshot; ``labels``: node id ->
     letter (:func:`majority_labels`); ``caption``: the snapshot's caption under the title (a
-    stepper, which prints it above its view, passes False)."""
+    stepper, which prints it above its view, passes False); ``blocks``: (pool, block) -> the
+    block's own letter (:func:`run_labels`), else its node's."""
     import plotly.graph_objects as go
 
     source_label(source)
@@ -550,7 +645,7 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
             gy.append(-(top + b // cols))
             place = snap.placements.get(nd) if nd else None
             gc.append(STATE_COLORS[row][st])      # the block's own state, as in the animation (one colour a state)
-            gt.append(str(labels.get(nd, nd)) if nd else "")
+            gt.append((blocks or {}).get((row, b), str(labels.get(nd, nd))) if nd else "")
             gh.append(f"{row} block {b}: {STATE_WORDS[row][st]}"
                       + (f", node {name.get(nd, nd)} ({PLACEMENT_WORDS.get(place, place)})" if nd else ""))
     fig.add_trace(go.Scatter(x=gx, y=gy, mode="markers+text", text=gt, textfont=dict(size=th.font_size), hovertext=gh,
@@ -582,12 +677,18 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
     return fig
 
 
-def tier_tree_stepper(rec: TierRecorder, labels: dict[int, str] | None = None, static: bool | None = None,
-                      source: str = "simulated") -> Any:
+def tier_tree_stepper(rec: TierRecorder, labels: dict[int, str] | Sequence[dict[int, str]] | None = None,
+                      static: bool | None = None, source: str = "simulated",
+                      blocks: Sequence[dict[tuple[str, int], str]] | None = None) -> Any:
     """A stepper over a recorded run: per step, :func:`tier_tree_figure` (the tree coloured by
-    where each node's KV lives, beside both pools)."""
+    where each node's KV lives, beside both pools). ``labels``: one map for every step, or one
+    per step; ``blocks``: per step, the blocks' own letters (both from :func:`run_labels`, which
+    names a run as :func:`animate_tiers` does)."""
     from .stepper import Frame, Stepper
 
-    frames = [Frame((t, s), s.caption) for t, s in zip(rec.trees, rec.snapshots)]
-    return Stepper(frames, lambda f: tier_tree_figure(f.snapshot[0], f.snapshot[1], labels, source=source, caption=False),
+    per_step = list(labels) if isinstance(labels, (list, tuple)) else [labels] * len(rec.trees)
+    own = list(blocks) if blocks is not None else [None] * len(rec.trees)
+    frames = [Frame((t, s, per_step[i], own[i]), s.caption) for i, (t, s) in enumerate(zip(rec.trees, rec.snapshots))]
+    return Stepper(frames, lambda f: tier_tree_figure(f.snapshot[0], f.snapshot[1], f.snapshot[2], source=source,
+                                                      caption=False, blocks=f.snapshot[3]),
                    static=static, title="tree and pools")

@@ -129,14 +129,15 @@ cm.check_integrity()
 # writes complete, one of them for pages whose device copy is already gone). The numbers: how
 # often the whole run took each edge. The node's edges carry only their counts: which event
 # takes each one is exercise 3's question (the three `split` edges out of `new` are no event of
-# their own: a node split in two hands its placement to the new parent).
+# their own: a node split in two hands its placement to the new parent). On a projector the three
+# machines come one a frame: step through them with the buttons.
 
 # %%
 from kvlab.viz.tier_view import lifecycle_graph
 
 last = [e for e in cm.log if e.kind == "transition"][-6:]
 lifecycle_graph("all", cm.tree.tracker.counts, [(e.detail["machine"], e.detail["src"], e.detail["dst"]) for e in last],
-                "the worked example above", unnamed=("node",))
+                "the worked example above", unnamed=("node",), taken_words="the run's last six transitions")
 
 # %% [markdown]
 # The node's edges as a list. What makes each one happen is exercise 3's question (the reasons
@@ -202,14 +203,17 @@ tiered_cm.check_integrity()
 #
 # The device pool on the top row, the host pool below, after each request (simulated: the
 # real cache code, no model). A block's colour is its lifecycle state, and the line above the
-# player names each colour (printed from the palette the figure is drawn with). The label is
-# the letter of the radix node holding it, as in the notes and the figures below: A system
-# prompt, B few-shot examples, C R1's turn, D R2's, E R3's, F R4's follow-up. Press play, or
-# drag the slider.
+# player names each colour it draws (printed from the palette the figure is drawn with). A
+# picture taken between requests finds every block free, cached or a host copy: the states
+# that last only while a request runs (a block being filled, locked, loading back, a copy in
+# flight) are the state diagram's (section 3), and the legend lists only what a frame draws.
+# A block's label is the letter of the part of the notes' figure its own tokens come from:
+# A system prompt, B few-shot examples, C R1's turn, D R2's, E R3's, F R4's follow-up. Press
+# play, or drag the slider.
 
 # %%
 from kvlab.viz.radix_frames import NOTES_LETTERS
-from kvlab.viz.tier_view import animate_tiers, majority_labels, state_colour_words
+from kvlab.viz.tier_view import animate_tiers, drawn_states, run_labels, state_colour_words
 
 spans = []  # per request: its tokens, and which part of the notes' figure each range is
 for r in records:
@@ -218,10 +222,11 @@ for r in records:
     if ans:
         parts.append((parts[-1][0], len(r.prompt_tokens), len(r.prompt_tokens) + len(ans)))
     spans.append((list(r.prompt_tokens) + ans, parts))
-print(state_colour_words())
+node_names, block_names = run_labels(rec, spans)   # one naming, frame by frame, for this picture and the next
+print(state_colour_words(drawn=drawn_states(rec.snapshots)))
 
-animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 16 blocks",
-              labels=[majority_labels(tree, spans) for tree in rec.trees])
+animate_tiers(rec.snapshots, title="Four requests: device 28 + host 16 blocks", labels=node_names,
+              block_labels=block_names)
 
 # %% [markdown]
 # ### The tree and the pools together
@@ -229,26 +234,27 @@ animate_tiers(rec.snapshots, title="Four requests, device 28 blocks + host 16 bl
 # The same run, one picture per request: the radix tree on the left, each node lettered as in
 # the notes ([A] system prompt, [B] few-shot examples, [C] R1's turn, [D] R2's, [E] R3's, [F]
 # R4's follow-up) and coloured by where its KV lives. On the right the device and host pools,
-# each block carrying its node's letter and coloured by its own state, as in the animation. One
+# each block carrying its own letter and coloured by its own state, as in the animation (the
+# same letters, step by step). A node holding more than one part names them all: after R1,
+# one node holds [B] and R1's turn, `[B+C]`, until R2 shares [B] and splits it in two. One
 # colour is one fact in both pictures: green, cached on the device (a node there only); light
 # cyan, a host copy of KV that is also on the device (a node on both); cyan, the host's only copy
 # (a node on the host only); brown, a node on disk only. With pages of 4 tokens a node starts
-# on a page boundary, so [B] also holds the last 2 tokens of [A]: a node is named by the part
-# that holds most of it. Step to R4: [C] came back from the host (green on the device, light
+# on a page boundary, so [B] also holds the last 2 tokens of [A]: a node is named by the parts
+# that hold at least a page of it, a block by the part that holds most of its page. Step to R4: [C] came back from the host (green on the device, light
 # cyan on the host), [D] was pushed from the host to disk, [E] waits on the host.
 
 # %%
 from kvlab.viz.tier_view import tier_tree_stepper
 
-letters = majority_labels(rec.trees[-1], spans)
-tree_steps = tier_tree_stepper(rec, letters)
+tree_steps = tier_tree_stepper(rec, node_names, blocks=block_names)
 tree_steps.go(len(rec.trees) - 1)
 tree_steps
 
 # %%
 # NBVAL_CHECK_OUTPUT
 final = rec.snapshots[-1].placements
-for nid, letter in sorted(letters.items(), key=lambda kv: kv[1]):
+for nid, letter in sorted(node_names[-1].items(), key=lambda kv: kv[1]):
     print(f"[{letter}] {final[nid]}")
 
 # %% [markdown]
@@ -320,8 +326,12 @@ later = [r[3] for r in no_tier if r[0] >= first_apart]
 if first_apart > 1:
     print(f"device only: up to turn {first_apart} the device pool still holds every history (the same prefill as "
           "with the host tier)")
-print(f"device only: from turn {first_apart + 1} on, {min(later)}-{max(later)} tokens per customer: most of each "
-      "history is recomputed (the cache holds what the last customer left)")
+share = {t: prefilled(no_tier, t) / sum(r[2] for r in no_tier if r[0] == t) for t in range(first_apart, 6)}
+most = next((t for t in share if all(share[u] > 0.5 for u in share if u >= t)), None)   # of the turn's prompt tokens
+print(f"device only: from turn {first_apart + 1} on, {min(later)}-{max(later)} tokens per customer are recomputed "
+      f"(turn {first_apart + 1}: {share[first_apart]:.0%} of the turn's prompt tokens"
+      + (f"; from turn {most + 1} on, most of them: {min(share[t] for t in share if t >= most):.0%} or more)"
+         if most is not None else ")"))
 print(f"host 2x: a customer's turn prefills its {per_q}-token question plus {extra[0]} tokens (the history's last "
       f"partial page of 4 is recomputed: only full pages are cached)")
 if lost:
@@ -448,6 +458,9 @@ from kvlab.reuse.offload import load_seconds, recompute_seconds
 
 th = viz.theme()
 fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04)
+# the title on two short lines: plotly's toolbar sits at the top right (it covered a one-line title on a projector)
+title = ("Recompute a prefix or load it back<br><span style='font-size:%dpx'>simulated, stated H100 and link "
+         "numbers</span>" % th.font_size)
 for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
     lengths = [2**k for k in range(4, window[model].bit_length())]          # 16 .. the context window
     fig.add_trace(go.Scatter(x=lengths, y=[1e3 * recompute_seconds(model, n) for n in lengths], name="recompute",
@@ -461,8 +474,8 @@ for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
 ticks = [10.0**k for k in range(-2, 4)]
 fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])   # both panels, one scale
 fig.update_yaxes(title_text="milliseconds (log)", row=1, col=1)
-top = int(1.5 * th.title_size + 3 * th.font_size + 24)           # the title, then the legend (two rows on a projector)
-fig.update_layout(title=dict(text="Recompute a prefix or load it back (simulated, stated H100 and link numbers)",
+top = int(1.5 * th.title_size + 4.5 * th.font_size + 24)         # the title's 2 lines, the legend (2 rows on a projector)
+fig.update_layout(title=dict(text=title,
                              font=dict(size=th.title_size), yref="container", y=1, yanchor="top", pad=dict(t=10)),
                   font=dict(size=th.font_size), height=460 + top - 90, margin=dict(t=top, b=70),
                   legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=th.font_size)))
@@ -638,11 +651,22 @@ print(f"time to first token (measured, this CPU): {1e3 * warm.ttft:.0f} ms after
 # pages; `need` how many device pages must be freed. Take leaves oldest first until `need`
 # pages are freed. A leaf that is backed up just leaves the device (its placement becomes
 # `"host"`). Any other leaf is first copied to the host (`write_back`), which needs `pages` free
-# host pages: if there are too few, host-only leaves (ones that left the device earlier, oldest
-# first) leave the host for good (`"evicted"`) to make room, but only when that makes enough
-# room. A leaf that cannot be copied is dropped (`"evicted"`). Leaves not taken stay `"both"`
-# (backed up) or `"device"`. Return `{name: placement}` for every leaf. The checker compares
-# with a real `HiRadixCache.evict` on the same leaves.
+# host pages: if there are too few, host-only leaves (leaves of this list that left the device
+# earlier in this same call, oldest first) leave the host for good (`"evicted"`) to make room,
+# but only when that makes enough room. A leaf that cannot be copied is dropped (`"evicted"`);
+# its device pages count as freed. Leaves not taken stay `"both"` (backed up) or `"device"`.
+# Return `{name: placement}` for every leaf. The checker compares with kvlab's
+# `HiRadixCache.evict` on the same leaves.
+#
+# These rules are kvlab's. SGLang's `HiRadixCache.evict` (`python/sglang/srt/mem_cache/hiradix_cache.py`)
+# differs where the host is full. Its `write_backup` makes room with `evict_host(len(node.value))`,
+# which frees host-only leaves, least recently used first, until it has freed that much or has
+# none left: there is no "only when that makes enough room" rule. A leaf whose write still fails
+# counts 0 pages freed, yet stays in `write_back_nodes`, and after the loop
+# `assert node.backuped` fails: SGLang does not drop it, it stops with an `AssertionError`. And
+# its `evict_host` takes only nodes already off the device, which leaves out the leaves this call
+# is writing back: their device pages are freed after the loop. kvlab makes the three cases
+# defined (drop the leaf, keep the host, count the pages), so the exercise has one answer.
 
 # %% tags=["exercise-stub"]
 def write_back_evict(leaves, host_free, need):
