@@ -91,7 +91,10 @@ def _common_suffix_len(a: list[int], b: list[int]) -> int:
     return _common_prefix_len_ref(a[::-1], b[::-1])
 
 
-_PREFIX_MISTAKES = {   # review r3 of 00: each got only "fewer than the shared prefix"
+_PREFIX_MISTAKES = {   # review r3 of 00: the last three got only "fewer than the shared prefix"
+    "more than the shared prefix: that counts every position where the lists agree; stop counting at the first "
+    "token that differs (later matches do not count)":
+        lambda a, b: sum(x == y for x, y in zip(a, b)),
     "the loop stops one position early: when one list is a prefix of the other (or they are equal) the last "
     "position is never compared; loop over every position both lists have":
         lambda a, b: min(_common_prefix_len_ref(a, b), max(min(len(a), len(b)) - 1, 0)),
