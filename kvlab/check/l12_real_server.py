@@ -72,7 +72,9 @@ def cached_by_rule(nodes: list[dict], prompt: list[int], page_size: int, *, cap:
         node_id, pos = child["id"], pos + k
     if slip == "round_first":
         return min(pos // page_size * page_size, max(0, len(prompt) - 1))
-    if cap:
+    if slip == "minus_one":                                  # a mistake: 1 off every match, not a cap
+        pos = max(pos - 1, 0)
+    elif cap:
         pos = min(pos, max(0, len(prompt) - 1 - (slip == "cap_2")))
     if slip in ("ceil", "pages"):
         return -(-pos // page_size) * page_size if slip == "ceil" else pos // page_size
@@ -95,6 +97,8 @@ CACHED_MISTAKES = dict([
     ("round the match DOWN to whole pages (floor): a partly matched page is computed again, not cached",
      _rule(slip="ceil")),
     ("return the cached TOKENS (whole pages x page_size), not the number of pages", _rule(slip="pages")),
+    ("one token was taken off every match: the last prompt token is computed only when the tree holds the WHOLE "
+     "prompt, so cap the match at len(prompt) - 1 instead of subtracting 1 from it", _rule(slip="minus_one")),
     ("the last prompt token is always computed (its logits give the first output token): at most "
      "len(prompt) - 1 tokens are cached", _rule(cap=False)),
     ("the tree caches whole pages: round the match down to a multiple of page_size", _rule(pages=False)),
@@ -225,9 +229,13 @@ def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance
     unbalanced = balance and ((far or ratio_big) if slip == "or" else (far and ratio_big))
     if unbalanced:
         return loads.index(hi) if slip == "most_loaded" else least   # unbalanced: the least loaded worker
+    if slip == "words":                                      # a mistake: the match counted in whitespace words
+        return _route_in_words(sent, text, least)
     match = [max((_lcp(text, s) for s in (texts[-1:] if best == "last" else texts)), default=0)
              if best in ("longest", "last") else sum(_lcp(text, s) for s in texts) for texts in sent]
     w = max(range(n), key=lambda i: (match[i], i if last else -i))
+    if slip == "most_texts":                                 # a mistake: the worker sent the most texts
+        w = max(range(n), key=lambda i: (len(sent[i]), -i))
     rate = match[w] / len(text) if ratio and text else match[w]
     if rate > CACHE_THRESHOLD if strict else rate >= CACHE_THRESHOLD:
         return w
@@ -239,6 +247,22 @@ def route_by_rule(sent: list[list[str]], text: str, loads: list[int], *, balance
         return w
     chars = [_tree_chars(t) if miss == "tree" else sum(map(len, t)) for t in sent]
     return min(range(n), key=lambda i: (chars[i], -i if last else i))
+
+
+def _route_in_words(sent: list[list[str]], text: str, least: int) -> int:
+    """The choice when prefixes are matched in whitespace-separated words (a mistake: the router matches
+    characters); balanced loads assumed (the caller checked them)."""
+    words = text.split()
+    match = [max((_lcp_seq(words, s.split()) for s in texts), default=0) for texts in sent]
+    w = max(range(len(sent)), key=lambda i: (match[i], -i))
+    return w if words and match[w] / len(words) > CACHE_THRESHOLD else least
+
+
+def _lcp_seq(a: list[str], b: list[str]) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def _route(**kw) -> Callable:
@@ -275,6 +299,10 @@ ROUTE_MISTAKES = dict([
      _route(best="sum")),
     ("a worker's match is its longest prefix match over EVERY text it was sent (its tree holds them all), "
      "not over the last one only", _route(best="last")),
+    ("the router matches CHARACTERS, not whitespace words: a worker's match is the number of leading characters "
+     "its tree shares with the text, and the threshold is on matched characters / len(text)", _route(slip="words")),
+    ("the cache rule picks the worker with the LONGEST prefix match, not the one that was sent the most texts",
+     _route(slip="most_texts")),
     ("workers are numbered from 0 (the index into sent and loads), not from 1",
      lambda sent, text, loads: route_by_rule(sent, text, loads) + 1),
 ])
