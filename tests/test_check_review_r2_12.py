@@ -50,27 +50,10 @@ def pick_worker(sent, text, loads):
         return w
     return loads.index(lo)
 '''
-WORDS = '''
-def pick_worker(sent, text, loads):
-    lo, hi = min(loads), max(loads)
-    if hi - lo > 64 and hi > 1.5 * lo:
-        return loads.index(lo)
-    tw = text.split()
-    match = []
-    for texts in sent:
-        best = 0
-        for s in texts:
-            sw = s.split()
-            n = 0
-            while n < min(len(sw), len(tw)) and sw[n] == tw[n]:
-                n += 1
-            best = max(best, n)
-        match.append(best)
-    w = match.index(max(match))
-    if match[w] / max(1, len(tw)) > 0.3:
-        return w
-    return loads.index(lo)
-'''
+WORDS = (PICK.replace("    match = []\n", "    tw = text.split()\n    match = []\n")
+         .replace("            n = 0\n            while n < min(len(s), len(text)) and s[n] == text[n]:",
+                  "            sw = s.split()\n            n = 0\n            while n < min(len(sw), len(tw)) and sw[n] == tw[n]:")
+         .replace("match[w] / len(text)", "match[w] / max(1, len(tw))"))   # the review's p2i: words, not characters
 
 
 def _fn(src: str, name: str):
