@@ -260,3 +260,30 @@ def test_exercise_2_asks_for_a_prediction_and_hint_2_stops_at_the_idea():
 def test_exercise_3_counts_hits_per_token():
     text = _statement(3)
     assert "per token" in text and "last" in text
+
+
+# --------------------------------------------------------------------------- review r4 (cfd7949)
+def _pow2_tokens_then_floor(prompt_len, output_len, mode, block_size=16, max_len=2048):
+    if mode not in ("max", "pow2", "oracle"):
+        raise ValueError(mode)
+    est = max_len if mode == "max" else (1 << (output_len - 1).bit_length()) if mode == "pow2" else output_len
+    tokens = min(prompt_len + est, max_len)
+    return (1 << (tokens - 1).bit_length()) // block_size
+
+
+def _last_token_out_of_the_total(prompts):
+    total = sum(len(p) for p in prompts)
+    if total == 0:
+        return 0.0
+    nodes = {tuple(p[:i]) for p in prompts for i in range(1, len(p) + 1)}
+    return (total - len(nodes)) / (total - sum(1 for p in prompts if p))
+
+
+@pytest.mark.parametrize("name,fn,words", [
+    ("orca_reservation", _pow2_tokens_then_floor, "then divided into blocks rounding DOWN"),
+    ("optimal_hit_rate", _last_token_out_of_the_total, "you left each prompt's last token out of it"),
+], ids=["pow2-tokens-floor", "last-token-out-of-total"])
+def test_review_r4_09_wrong_answer_is_named_first(name, fn, words):
+    r = getattr(check, name)(fn, verbose=False)
+    assert not r.passed
+    assert words in r.summary, r.summary

@@ -101,6 +101,9 @@ ORCA_MISTAKES = {
     "rounded the token slots to a power of two, then divided into blocks: the buddy allocator rounds the "
     "number of BLOCKS (the same only when block_size is a power of two)":
         lambda p, o, m, bs=16, ml=2048: -(-_pow2(min(p + _estimate(p, o, m, ml), ml)) // bs),
+    "rounded the token slots to a power of two, then divided into blocks rounding DOWN: the buddy allocator "   # r4
+    "rounds the number of BLOCKS up to a power of two (a run of 0 blocks holds nothing)":
+        lambda p, o, m, bs=16, ml=2048: _pow2(min(p + _estimate(p, o, m, ml), ml)) // bs,
     # the review of 6b9afee: slips a student typed, named
     "int(tokens / block_size) + 1 adds a block when the tokens fill whole blocks exactly: round up with integers":
         lambda p, o, m, bs=16, ml=2048: _pow2(int(min(p + _estimate(p, o, m, ml), ml) / bs) + 1),
@@ -508,6 +511,9 @@ HIT_MISTAKES.update({   # review r2: four answers a careful student gives, each 
         lambda ps: _rate(ps, sum(k for k, _ in _in_order(ps, keep_last=True))),
     "the rate is over all prompt tokens together (hits / total), not the mean of each prompt's own rate: a long "
     "prompt weighs more than a short one": _mean_of_rates,
+    "every prompt token counts, the last one too: the total is ALL prompt tokens (you left each prompt's last "   # r4
+    "token out of it)": lambda ps: (lambda n, k: _hits(ps) / (n - k) if n - k else float("nan"))(
+        sum(len(p) for p in ps), sum(1 for p in ps if p)),
 })
 
 
