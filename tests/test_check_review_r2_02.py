@@ -107,3 +107,15 @@ def test_chart_names_and_ratios_come_from_the_data():
     assert "3x for SmolLM2-135M" in text and "8x for Llama-2 70B" in text and "71x for Falcon-7B" in text, text
     fig = next(o["data"]["application/vnd.plotly.v1+json"] for o in chart if "application/vnd.plotly.v1+json" in o.get("data", {}))
     assert fig["data"][0]["x"][:3] == ["Llama-2 7B", "Llama-2 13B", "Llama-2 70B"], fig["data"][0]["x"]
+
+
+def test_review_r4_02_one_block_short_per_user_is_named():
+    """Review r4 of lesson 02 (cfd7949): one block fewer per user was named 'as if users were one more'."""
+    def one_short(kv_budget_bytes, bytes_per_token, users, block_size=16):
+        if bytes_per_token < 1 or users < 1 or block_size < 1 or kv_budget_bytes < 0:
+            raise ValueError(kv_budget_bytes)
+        blocks = kv_budget_bytes // (bytes_per_token * block_size)
+        return max(blocks // users - 1, 0) * block_size
+
+    r = check.longest_context(one_short, verbose=False)
+    assert not r.passed and "one block short" in r.summary, r.summary

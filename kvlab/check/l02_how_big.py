@@ -358,6 +358,9 @@ _LONGEST_MISTAKES = {
     "rounded to the nearest block: a share of 29.75 blocks is 29 whole blocks, not 30 (round down)":
         lambda kv, b, u, bs=16: round(kv / (b * bs * u)) * bs,
     "that is bytes per user: divide by bytes_per_token to count tokens": lambda kv, b, u, bs=16: kv // u,
+    "one block short: each user gets every whole block of its share, blocks // users, not one fewer (a share "   # r4
+    "that fills whole blocks exactly needs no spare one)":
+        lambda kv, b, u, bs=16: max(kv // (b * bs) // u - 1, 0) * bs,
     **gib_gb_mixups(_longest_context_ref, 0, "kv_budget_bytes"),
 }
 

@@ -67,7 +67,9 @@ for spec in (kvlab.MODELS[n] for n in LESSON_MODELS):
 # %% [markdown]
 # OPT-13B's 819,200 bytes a token are 800 × 1,024 bytes: 800 KiB, which the vLLM paper (Kwon et
 # al., 2023, §3) writes "800 KB". Its 2,048-token maximum makes 2,048 × 819,200 = 1,677,721,600
-# bytes for one request: 1.68 GB (1.56 GiB), the paper's "1.6 GB".
+# bytes for one request: 1.68 GB, or 1.56 GiB. The paper's "1.6 GB" is its "800 KB" times 2,048
+# = 1,638,400 KB read with 1,000 KB to the MB and 1,000 MB to the GB: the same bytes (1,600 MiB),
+# rounded in mixed units, so it matches neither 1.68 GB nor 1.56 GiB exactly.
 #
 # ## 3. MHA versus GQA: the notes' 10.7 GB
 #
@@ -251,7 +253,7 @@ from kvlab.viz import CapacityWidget, capacity_state
 devices = {name: gpu.memory_bytes for name, gpu in kvlab.GPUS.items()}
 devices["2 x h200"] = 2 * kvlab.GPUS["h200"].memory_bytes
 ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")   # this machine's memory (measured)
-here = f"this machine's RAM ({ram / 2**30:.0f} GiB)"
+here = f"this machine's RAM ({ram / 2**30:.1f} GiB)"
 devices[here] = ram
 cpu_dtype = inspect.signature(load_pretrained).parameters["dtype"].default   # what kvlab loads a model in on a CPU
 print(f"weights: fp16 (2 bytes a parameter) on the GPUs, as a server loads them; on {here}, "
