@@ -53,3 +53,24 @@ def test_r2_count_flops_says_where_the_lists_differ():
     long = next(f for f in r.failures if f.label.startswith("prompt 30 tokens, 10 new tokens"))
     assert "naive" not in long.note.split("first difference:")[1], long.note
     assert "first difference: cached step 2 of 10: expected 2,586,624, got 2,525,184" in long.note, long.note
+
+
+def test_review_r4_01_a_cache_that_is_a_view_of_k_new_is_named():
+    """Review r4 of lesson 01 (cfd7949): on an empty cache, returning k_new[None] (a view of the caller's
+    tensor) as the new cache was accepted; the cached K/V would change with the caller's buffer."""
+    import math
+
+    import torch
+
+    def view_first(q, k_new, v_new, k_cache, v_cache):
+        if k_cache.shape[0] == 0:
+            k_cache, v_cache = k_new[None], v_new[None]
+        else:
+            k_cache, v_cache = torch.cat([k_cache, k_new[None]]), torch.cat([v_cache, v_new[None]])
+        group = q.shape[0] // k_cache.shape[1]
+        k, v = k_cache.repeat_interleave(group, dim=1), v_cache.repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,thd->ht", q, k) / math.sqrt(q.shape[1])
+        return torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), v), k_cache, v_cache
+
+    r = check.attend_with_cache(view_first, verbose=False)
+    assert not r.passed and "shares memory with the caller's k_new" in r.summary, r.summary

@@ -372,6 +372,21 @@ def _kv_heads_not_repeated(fn: Callable, args: tuple, want) -> str:
             "(repeat each KV head for its group; with one KV head, broadcasting hid it)")
 
 
+def _shares_memory(outs: tuple, inputs: dict) -> str:
+    """The name of the first input whose storage one of ``outs`` uses ('' when none).
+
+    >>> import torch
+    >>> k = torch.ones(2, 3)
+    >>> _shares_memory((k[None], torch.ones(1)), {"k_new": k}), _shares_memory((k.clone()[None],), {"k_new": k})
+    ('k_new', '')
+    """
+    for name, x in inputs.items():
+        ptr = x.untyped_storage().data_ptr()
+        if any(o.untyped_storage().data_ptr() == ptr for o in outs):
+            return name
+    return ""
+
+
 def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(q, k_new, v_new, k_cache, v_cache) -> (out, k_cache, v_cache)``: one decode step.
 
@@ -447,6 +462,13 @@ def attend_with_cache(fn: Callable, verbose: bool = True) -> CheckResult:
                     "(a float64 cache holds twice the bytes, and the next layer expects the model's dtype)"
                     if dt.itemsize > q.dtype.itemsize else
                     "(fewer bits round the result: the next layer expects the model's dtype and its precision)")
+                break
+            shared = _shares_memory((kc, vc), dict(zip(("q", "k_new", "v_new"), args[:3])))
+            if shared:   # review r4: k_new[None] on an empty cache is a view of the caller's tensor
+                actual = f"step {t + 1}: the returned cache shares memory with the caller's {shared}"
+                note = (f"the cache shares memory with the caller's {shared} (k_new[None] is a view, not a copy): when "
+                        "the caller reuses that buffer for the next token, the cached K/V changes with it. Return a "
+                        "cache of its own (torch.cat copies; or .clone())")
                 break
             order = _cache_order_note(kc, vc, k[:t + 1], v[:t + 1])
             if order:  # attention does not care about the order of the tokens; the cache does
