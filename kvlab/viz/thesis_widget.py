@@ -101,12 +101,17 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
     k, n2 = info["prefix_len"], len(r2)
     evictable = sum(len(n.tokens) for n in snap.nodes if n.lock_ref == 0)
     running = f" R2 is still running: its path is locked (solid); only the dashed {evictable} tokens could be evicted."
+    in_tree = [b for b in tables["R2"] if b not in both and pool[b] > 1]   # R2's own blocks the tree holds too
+    also = (f" R2's own {'block' if len(in_tree) == 1 else 'blocks'} {', '.join(f'P{b}' for b in in_tree)} "
+            f"{'shows' if len(in_tree) == 1 else 'show'} x{pool[in_tree[0]]}: the radix tree holds "
+            f"{'it' if len(in_tree) == 1 else 'them'} too, beside R2's table." if in_tree else "")
     if k:
         tree_sentence = (f"R2 has {n2} tokens; its longest prefix match found {k} in the radix tree (R1's system "
-                         f"prompt), so only {n2 - k} were computed.{running}")   # its blocks: the translation view
+                         f"prompt), so only {n2 - k} were computed.{also}{running}")   # its blocks: the translation view
     else:
         tree_sentence = (f"R2 has {n2} tokens and another system prompt: the radix tree matches none of them, so all "
-                         f"{n2} were computed and R2 got {len(tables['R2'])} new blocks; no block is shared.{running}")
+                         f"{n2} were computed and R2 got {len(tables['R2'])} new blocks; none of R1's blocks is in "
+                         f"R2's table.{also}{running}")
     pb = chain["physical_block"]
     if table == "notes":
         position_sentence = (f"position {pos} of the notes' table lives in P{pb} at offset {chain['offset']} "
@@ -116,8 +121,9 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
                              "and R2's tables (the tree kept it when R1 finished), so R2 reads the K and V that R1 "
                              "computed there.")
     else:
+        tree_too = " (x2: the radix tree holds it too, beside R2's table)" if table == "R2" and pb in in_tree else ""
         position_sentence = (f"{table}'s position {pos} lives in P{pb}, offset {chain['offset']}: {table}'s own block, "
-                             f"{'computed when R2 arrived' if table == 'R2' else 'computed by R1'}.")
+                             f"{'computed when R2 arrived' if table == 'R2' else 'computed by R1'}{tree_too}.")
     return {"shared": bool(shared), "table": table, "block_table": block_table, "pos": pos, "max_pos": max_pos,
             "chain": chain, "prefix_len": k, "computed": n2 - k, "shared_blocks": both, "tree": snap,
             "hit": hit, "miss": miss, "evictable": evictable, "tree_sentence": tree_sentence,
