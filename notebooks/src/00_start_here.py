@@ -63,7 +63,8 @@ one, h100 = spec.kv_bytes(4096), kvlab.get_gpu("h100-80gb")
 batch = h100.memory_bytes // one + 1                 # the fewest 4,096-token requests that overflow the card
 print(f"one request: {kvlab.format_bytes(one)}, about {one / (4096 * 1e3):.0f} KB for every token; "
       f"{batch} such requests at once: {kvlab.format_bytes(batch * one)}, more than the whole H100 "
-      f"({kvlab.format_bytes(h100.memory_bytes)}), before the model's "
+      f"({kvlab.format_bytes(h100.memory_bytes)}, which is {h100.memory_bytes / 2**30:.1f} GiB: the '80GB' in its "
+      f"name rounds binary gigabytes, lesson 02), before the model's "
       f"{kvlab.format_bytes(spec.params_b * 1e9 * spec.dtype_bytes)} of fp16 weights")
 
 # %% [markdown]
