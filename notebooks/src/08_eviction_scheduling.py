@@ -421,7 +421,8 @@ if per - 1 < (grow["reused"] - 1) / 2:
 # The order in which waiting requests are served matters as much as what is evicted. If
 # requests sharing a prefix are served together, their prefix is computed once and stays hot;
 # served first-come-first-served, unrelated requests in between can evict it. SGLang's
-# `SchedulePolicy` (`schedule_policy.py`) has two cache-aware orders:
+# `SchedulePolicy` (`schedule_policy.py`) has two cache-aware orders, the members of its
+# `CacheAwarePolicy` enum (its other orders, such as `fcfs` and `lof`, never look at the tree):
 #
 # - `"lpm"` (longest prefix match): match every waiting request in the tree and sort by the
 #   matched length, longest first (a stable sort: ties keep their queue order). SGLang also
