@@ -572,3 +572,22 @@ def test_lesson_10_names_host_pages_of_a_backed_up_leaf_disk_miss_and_counted_na
         assert not r.passed and says in _first_note(r), (new, _notes(r))
     for name in ("write_back_evict", "next_placement", "arc_victims"):
         assert getattr(check, name)(getattr(s10, name), verbose=False).passed
+
+
+def test_paged_decode_torch_names_a_softmax_that_overflows():
+    """Review r5 of lesson 05 (5bfbfa0): exp(scores) without subtracting the max passed (no case had large
+    scores); a case with scale 40 makes exp overflow float32, and the note says so."""
+    import torch
+
+    def naive_exp(q, k_cache, v_cache, block_table, context_len, scale):
+        bs = k_cache.shape[1]
+        pos = torch.arange(context_len)
+        phys = torch.tensor(block_table)[pos // bs]
+        k, v = k_cache[phys, pos % bs], v_cache[phys, pos % bs]              # (T, kv_heads, head_dim)
+        group = q.shape[0] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        w = torch.exp(torch.einsum("hd,thd->ht", q, k) * scale)
+        return torch.einsum("ht,thd->hd", w / w.sum(-1, keepdim=True), v)
+
+    r = check.paged_decode_torch(naive_exp, verbose=False)
+    assert not r.passed and "overflows float32" in r.summary, r.summary

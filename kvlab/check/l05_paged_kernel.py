@@ -364,6 +364,10 @@ def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: 
     return ""
 
 
+_OVERFLOW = ("the output holds inf or nan: exp() of a score in the hundreds overflows float32 (its largest is ~3.4e38, "
+             "exp(89)): subtract each head's largest score before exp (softmax is unchanged by it), as torch.softmax does")
+
+
 def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(q, k_cache, v_cache, block_table, context_len, scale) -> out`` (plain torch).
 
@@ -380,6 +384,7 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
     configs = [  # (num_heads, num_kv_heads, head_dim, block_size, context_len, seed, scale; None: 1/sqrt(head_dim))
         (1, 1, 8, 4, 5, 0, None), (2, 2, 8, 4, 8, 1, None), (4, 2, 8, 4, 11, 2, 0.9), (4, 1, 16, 8, 3, 3, None),
         (8, 2, 16, 4, 1, 4, None), (2, 1, 4, 2, 9, 5, 0.125), (2, 2, 8, 4, 16, 6, 1.5),
+        (2, 1, 8, 4, 6, 7, 40.0),   # scores in the hundreds: exp() of them overflows float32 (review r5)
     ]
     for h, kvh, d, bs, n, seed, scale in configs:
         g = torch.Generator().manual_seed(seed)
@@ -422,8 +427,9 @@ def paged_decode_torch(fn: Callable, verbose: bool = True) -> CheckResult:
         note = ""
         if not ok:
             act_s += f" (max |diff| {float((got.float() - want).abs().max()):.3g}, head {worst} the worst)"
-            note = _close_to_mistake(got.float(), _decode_mistakes(paged_decode_attention_ref, h, kvh, bs),
-                                     q[None], k_cache, v_cache, table, n, scale)
+            note = _OVERFLOW if not bool(torch.isfinite(got).all()) else _close_to_mistake(
+                got.float(), _decode_mistakes(paged_decode_attention_ref, h, kvh, bs), q[None], k_cache, v_cache,
+                table, n, scale)
         c.record(label, exp_s, act_s, passed=bool(ok), note=note)
     return c.done()
 
