@@ -35,3 +35,19 @@ def test_answers_in_their_own_blocks_keep_their_name():
     r = check.sampling_blocks(_share_partial, verbose=False)
     assert not r.passed and "prompt_len % block_size + gen_len" in str(r)
     assert "no extra block for the partial prompt block" not in str(r)
+
+
+def test_review_r5_06_prompt_and_answer_rounded_separately_without_sharing_is_named():
+    """Review r5 of lesson 06 (5bfbfa0): the without-sharing count with prompt and answer rounded up to blocks
+    separately was misnamed ('count blocks, not tokens', 'x // bs + 1 is not a ceiling')."""
+    from kvlab import blocks_needed
+
+    def sep_ceil(prompt_len, num_samples, gen_len, block_size):
+        without = num_samples * (blocks_needed(prompt_len, block_size) + blocks_needed(gen_len, block_size))
+        if gen_len == 0:
+            return without, blocks_needed(prompt_len, block_size)
+        full = prompt_len // block_size
+        return without, full + num_samples * (blocks_needed(prompt_len + gen_len, block_size) - full)
+
+    r = check.sampling_blocks(sep_ceil, verbose=False)
+    assert not r.passed and "without sharing: prompt and answer are not in separate blocks" in r.summary, r.summary

@@ -356,6 +356,10 @@ SAMPLING_MISTAKES = dict([
      "so a sample holds blocks_needed(prompt_len + gen_len), not blocks_needed(prompt_len) + blocks_needed(gen_len)",
      lambda p, n, g, bs: (n * (blocks_needed(p, bs) + blocks_needed(g, bs)),
                           blocks_needed(p, bs) + n * blocks_needed(g, bs))),
+    ("without sharing: prompt and answer are not in separate blocks: a sample's new tokens fill the prompt's "   # r5
+     "partial last block first, so it holds blocks_needed(prompt_len + gen_len), not blocks_needed(prompt_len) + "
+     "blocks_needed(gen_len)",
+     lambda p, n, g, bs: (n * (blocks_needed(p, bs) + blocks_needed(g, bs)), _measured(p, n, g, bs)[1])),
     ("count blocks, not token slots: do not multiply the block counts by block_size",
      lambda p, n, g, bs: (bs * _measured(p, n, g, bs)[0], _measured(p, n, g, bs)[1])),
     ("count blocks, not token slots: do not multiply the block counts by block_size (both counts)",
