@@ -36,10 +36,14 @@ def _gather_slips():
             pos = tile * TILE_N + offs_t
             if RULE == "le":
                 valid = pos <= context_len
+            elif RULE == "offs_mask":        # review r5: the mask from offs_t (misnamed a missing store mask)
+                valid = offs_t < context_len
             else:
                 valid = pos < context_len
             if RULE == "swapped":            # review r1 of 1dabd17: misnamed as a missing mask
                 physical = tl.load(block_table_ptr + pos % BLOCK_SIZE, mask=valid, other=0)
+            elif RULE == "table_by_pos":     # review r5: misnamed '// and % swapped'
+                physical = tl.load(block_table_ptr + pos, mask=valid, other=0)
             elif RULE == "tile_div" or RULE == "tile_both" or RULE == "tile_all":
                 physical = tl.load(block_table_ptr + pos // TILE_N, mask=valid, other=0)
             else:
@@ -98,6 +102,8 @@ class _Gather:
     ("units_twice", "multiplied by HEAD_DIM twice"),
     ("k_unmasked", "give the K load the mask too"),
     ("swapped", "// and % swapped"),
+    ("table_by_pos", "indexed by the LOGICAL BLOCK"),
+    ("offs_mask", "for THIS tile's positions"),
 ])
 def test_paged_gather_kernel_names_the_review_slips(rule, says):
     r = check.paged_gather_kernel(_Gather(rule), verbose=False)
@@ -106,7 +112,7 @@ def test_paged_gather_kernel_names_the_review_slips(rule, says):
         return
     assert not r.passed
     assert says in _notes(r), _notes(r)
-    if rule in ("swapped", "tile_both", "tile_all", "no_stride", "offset_tile", "units_head_dim", "units_twice"):
+    if rule in ("swapped", "table_by_pos", "tile_both", "tile_all", "no_stride", "offset_tile", "units_head_dim", "units_twice"):
         assert says in r.failures[0].note, _notes(r)
         assert "mask" not in r.failures[0].note, _notes(r)
 

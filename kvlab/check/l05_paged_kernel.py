@@ -143,9 +143,13 @@ def paged_gather_kernel(kernel: Callable, verbose: bool = True) -> CheckResult:
         if isinstance(err, Raised):
             if "active drivers" in str(err.exc):
                 seen["note"] = _NO_DRIVER
+            candidates: list[str] = []
             if "addrs" in seen:    # a load left the buffers: name the slip from the addresses it read
-                seen["note"] = _load_note(seen["addrs"], cache_d, table_d, table, n, bs, tile)
-            c.record(label, expected, seen.get("what", err), passed=False, note=seen.get("note", ""))
+                candidates = _table_read_notes(seen["addrs"], table_d, n, bs, tile)
+                seen["note"] = candidates[0] if candidates else _load_note(seen["addrs"], cache_d, table_d, table,
+                                                                           n, bs, tile)
+            case = c.record(label, expected, seen.get("what", err), passed=False, note=seen.get("note", ""))
+            case.candidates = candidates if len(candidates) > 1 else case.candidates   # the likeliest over all cases
             continue
         whole = big.cpu()
         got = whole[pad:pad + n + guard]
@@ -298,16 +302,28 @@ def _load_note(addrs, cache, table_d, table, n: int, bs: int, tile: int) -> str:
         if addrs <= {base + size * (slot_of(i) * d + j) for i in range(n) for j in range(d)}:
             return message
     lo, entry = table_d.data_ptr(), table_d.element_size()
-    swapped = {lo + entry * (i % bs) for i in range(n)}               # the table read at pos % BLOCK_SIZE
-    unmasked = {lo + entry * (i // bs) for i in range(-(-n // tile) * tile)}   # at pos // BLOCK_SIZE, no mask
-    if addrs <= swapped and not addrs <= unmasked:
-        return _SWAPPED
     past_the_table = range(lo + entry * len(table), lo + entry * (len(table) + tile))
     if any(a in past_the_table for a in addrs):
         return _LOAD_MASK
     return ("a tl.load read outside the cache: work the address out for one position by hand: its table entry at "
             "block_table_ptr + pos // BLOCK_SIZE, its slot physical * BLOCK_SIZE + pos % BLOCK_SIZE, its K row "
             "at cache_ptr + slot * HEAD_DIM (and mask=valid on every load)")
+
+
+_TABLE_BY_POS = ("the block table is indexed by the LOGICAL BLOCK, pos // BLOCK_SIZE, not by the position: "
+                 "block_table_ptr + pos reads entries the table does not have (it has one per block)")
+
+
+def _table_read_notes(addrs, table_d, n: int, bs: int, tile: int) -> list[str]:
+    """The slips a refused block-table load fits, likeliest first (a tile of BLOCK_SIZE positions or fewer
+    cannot tell the two apart: the case that can decides, :func:`~kvlab.check.harness._likeliest_mistakes`)."""
+    lo, entry = table_d.data_ptr(), table_d.element_size()
+    unmasked = {lo + entry * (i // bs) for i in range(-(-n // tile) * tile)}   # at pos // BLOCK_SIZE, no mask
+    if addrs <= unmasked:
+        return []
+    read = {_SWAPPED: {lo + entry * (i % bs) for i in range(n)},              # at pos % BLOCK_SIZE
+            _TABLE_BY_POS: {lo + entry * i for i in range(n)}}                 # at pos
+    return [note for note, at in read.items() if addrs <= at]
 
 
 def _outside_note(outside: list[int], table, n: int, bs: int) -> str:
@@ -329,6 +345,9 @@ def _gather_note(got, cache, want, table, n: int, bs: int, tile: int, bad_rows: 
     if guard_hit == [n] and not bad_rows:
         return ("exactly one row past the end was written (row context_len): valid = pos < context_len, not <= "
                 "(positions run from 0 to context_len - 1)")
+    if guard_hit and any(bool(got[i].any()) for i in guard_hit):   # real K rows past the end: loads unmasked too
+        return ("rows past context_len were loaded and stored: valid must be pos < context_len for THIS tile's "
+                "positions (pos = tile * TILE_N + offs_t; offs_t restarts at 0 every tile), on every load and store")
     if guard_hit:
         return "a store without the mask wrote past context_len: mask every tl.store with valid"
     flat = cache.reshape(-1, cache.shape[-1])                      # (num_blocks * bs, head_dim): one row a slot
