@@ -597,3 +597,15 @@ def test_paged_decode_torch_names_a_softmax_that_overflows():
 
     r = check.paged_decode_torch(naive_exp, verbose=False)
     assert not r.passed and "overflows float32" in r.summary, r.summary
+
+
+def test_kernel_tiles_names_one_block_per_tile():
+    """Review r5 of lesson 05 (5bfbfa0): a tile listed as its first block only got expected beside actual."""
+    def one_block(context_len, block_size, tile_tokens, num_splits):
+        num = -(-context_len // tile_tokens)
+        per = -(-num // num_splits)
+        tiles = [[t * tile_tokens // block_size] for t in range(num)]
+        return [tiles[s * per:(s + 1) * per] for s in range(num_splits)]
+
+    r = check.kernel_tiles(one_block, verbose=False)
+    assert not r.passed and "one block per tile" in r.summary, r.summary

@@ -612,6 +612,8 @@ TILE_MISTAKES = dict([
      "read by nobody (no tile at all when num_tiles < num_splits)", _tiles_from(_ceil, lambda t, s: t // s)),
     ("the tiles were counted in blocks: num_tiles = ceil(context_len / tile_tokens), a tile holds "
      "tile_tokens positions", lambda n, bs, tile, splits: _tiles_counted(_ceil(n, bs), n, bs, tile, splits)),
+    ("one block per tile: a tile of tile_tokens positions spans tile_tokens // block_size blocks, from "   # review r5
+     "start // block_size to (end - 1) // block_size; list each of them", _tiles_blocks(lambda a, e, bs: [a // bs])),
     # the review of 6b9afee: the right tiles, shared out by another rule
     ("one list for all the programs: num_splits was ignored; return num_splits lists, one a program, in split "
      "order (an empty one for a program that gets no tile)", lambda n, bs, tile, splits: _tiles_split(n, bs, tile, [n])),
