@@ -6,9 +6,10 @@ raises :class:`APIError`, which the app answers with OpenAI's error body::
     {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens", "code": null}}
 
 The statuses: 400 (malformed JSON, a value the model or the pool cannot serve, an option kvlab
-does not support), 401 (API key), 404 (unknown model or route), 413 (a body over
-:data:`MAX_BODY_BYTES`), 422 (a field of the wrong type or out of its range: pydantic's
-check, ``param`` names the field, e.g. ``messages.0.content``), 429 (the waiting queue is full).
+does not support, and a field of the wrong type or out of its range: pydantic's check, ``param``
+names the field, e.g. ``messages.0.content``; vLLM's server and OpenAI's API answer these 400
+too, not FastAPI's default 422), 401 (API key), 404 (unknown model or route), 413 (a body over
+:data:`MAX_BODY_BYTES`), 429 (the waiting queue is full).
 
 Mirrors vLLM's ``vllm/entrypoints/openai/protocol.py`` (``ChatCompletionRequest``,
 ``CompletionRequest``, ``ErrorResponse``); two of vLLM's extensions: ``return_token_ids`` (each
@@ -25,7 +26,7 @@ Example:
     ...     parse_body(b'{"prompt": "hi", "max_tokens": "4"}', CompletionRequest)
     ... except APIError as e:
     ...     print(e.status, e.param)
-    422 max_tokens
+    400 max_tokens
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ MAX_STOP = 4                  # stop strings per request (OpenAI's limit)
 UNSUPPORTED = ("logprobs", "top_logprobs", "logit_bias", "tools", "functions", "tool_choice", "echo", "best_of",
                "suffix", "response_format", "presence_penalty", "frequency_penalty")
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          413: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
+          413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
           503: "server_error"}
 
 
@@ -127,8 +128,8 @@ def _param(loc: tuple) -> str:
 
 
 def parse_body(raw: bytes, model: type[_Strict]) -> Any:
-    """Raw request bytes -> a checked ``model``; APIError 400 (malformed JSON, an unsupported
-    option) or 422 (a wrong type or range, naming the field)."""
+    """Raw request bytes -> a checked ``model``, or APIError 400: malformed JSON, an unsupported
+    option, or a wrong type or range (naming the field)."""
     try:
         obj = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -143,4 +144,4 @@ def parse_body(raw: bytes, model: type[_Strict]) -> Any:
     except ValidationError as e:
         err = e.errors()[0]
         param = _param(err["loc"])
-        raise APIError(422, f"{param}: {err['msg']} (got {err.get('input')!r:.60})", param) from None
+        raise APIError(400, f"{param}: {err['msg']} (got {err.get('input')!r:.60})", param) from None
