@@ -7,8 +7,9 @@ raises :class:`APIError`, which the app answers with OpenAI's error body::
 
 The statuses: 400 (malformed JSON, a value the model or the pool cannot serve, an option kvlab
 does not support, and a field of the wrong type or out of its range: pydantic's check, ``param``
-names the field, e.g. ``messages.0.content``; vLLM's server and OpenAI's API answer these 400
-too, not FastAPI's default 422), 401 (API key), 404 (unknown model or route), 413 (a body over
+names the field, e.g. ``messages.0.content``; vLLM's ``validation_exception_handler`` in
+``vllm/entrypoints/serve/utils/server_utils.py`` and OpenAI's API answer these 400 too, not
+FastAPI's default 422), 401 (API key), 404 (unknown model or route), 413 (a body over
 :data:`MAX_BODY_BYTES`), 429 (the waiting queue is full).
 
 Mirrors vLLM's ``vllm/entrypoints/openai/protocol.py`` (``ChatCompletionRequest``,
