@@ -405,7 +405,7 @@ fig.add_vline(x=2000, line_dash="dash", line_color="#969696")
 # on a log axis an annotation's position is log10 of the value: 0 is 1x, log10(2000) the notes' 2,000 tokens
 fig.add_annotation(x=2, y=0, text="1x: paging gains nothing", showarrow=False, xanchor="left", yanchor="bottom")
 fig.add_annotation(x=math.log10(2000), y=1, yref="paper", text="the notes' 2,000 tokens", showarrow=False,
-                   xanchor="right", yanchor="bottom")
+                   xanchor="right", yanchor="top")   # inside the plot: above it sat on the two-line title
 fig
 
 # %%
@@ -436,7 +436,8 @@ for c in claims:   # each claim whole, wrapped at a word (a projector's narrow o
 names = {"orca-max": "Orca (Max)", "orca-oracle": "Orca (Oracle)", "paged": "paged", "radix": "paged + radix"}
 words = {s: C.scenario_name(s) for s in C.SCENARIOS}  # "short_chat" -> "short chat": words, not ids
 # dots, not bars: a bar on a log axis starts at an arbitrary floor, so its length overstates the ratios
-fig = go.Figure([go.Scatter(name=label, x=[words[r["scenario"]] for r in scenarios], y=[r[p] for r in scenarios],
+ticks = {s: w.replace(" ", "<br>") for s, w in words.items()}   # two lines: on a projector they ran together
+fig = go.Figure([go.Scatter(name=label, x=[ticks[r["scenario"]] for r in scenarios], y=[r[p] for r in scenarios],
                             mode="markers", marker=dict(color=plots.SYSTEM_COLORS[p], size=14, symbol=sym,
                                                         line=dict(color="#000000", width=1)))
                  for (p, label), sym in zip(names.items(), ("circle", "square", "diamond", "triangle-up"))])
