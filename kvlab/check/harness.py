@@ -168,8 +168,7 @@ def _short(x: Any) -> str:
         s = repr(x)
     except Exception as exc:  # a learner's object with a broken __repr__
         s = f"<unprintable {type(x).__name__}: {type(exc).__name__}>"
-    s = " ".join(s.split())
-    return s if len(s) <= _MAX_REPR else s[: _MAX_REPR - 3] + "..."
+    return _short_text(" ".join(s.split()), _MAX_REPR)
 
 
 # -------------------------------------------------------------------------- results

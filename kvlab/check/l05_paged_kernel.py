@@ -220,8 +220,10 @@ def _watch_memory(loads: dict, stores: dict, count: str | None = None):
 
     b = interpreter.interpreter_builder
 
-    def inside(ptrs, mask, tensors: dict) -> bool:
-        addr = np.asarray(ptrs.data)[np.broadcast_to(np.asarray(mask.data), np.shape(ptrs.data))].astype(np.uint64)
+    def active(ptrs, mask):   # the addresses a masked access touches: its mask on
+        return np.asarray(ptrs.data)[np.broadcast_to(np.asarray(mask.data), np.shape(ptrs.data))].astype(np.uint64)
+
+    def inside(addr, tensors: dict) -> bool:
         ok = np.zeros(addr.shape, dtype=bool)
         for t in tensors.values():
             lo = t.data_ptr()
@@ -229,17 +231,17 @@ def _watch_memory(loads: dict, stores: dict, count: str | None = None):
         return bool(ok.all())
 
     def load(ptrs, mask, other, *rest):
-        if count is not None and inside(ptrs, mask, {count: loads[count]}):
-            seen["read"] = seen.get("read", 0) + int(np.broadcast_to(np.asarray(mask.data), np.shape(ptrs.data)).sum())
-        if not inside(ptrs, mask, loads):
-            mask_on = np.broadcast_to(np.asarray(mask.data), np.shape(ptrs.data))
-            seen["addrs"] = {int(a) for a in np.asarray(ptrs.data)[mask_on].astype(np.uint64)}   # for naming the slip
+        addr = active(ptrs, mask)
+        if count is not None and inside(addr, {count: loads[count]}):
+            seen["read"] = seen.get("read", 0) + int(addr.size)
+        if not inside(addr, loads):
+            seen["addrs"] = {int(a) for a in addr}   # for naming the slip
             seen["what"] = "a tl.load read outside " + " and ".join(loads)
             raise _OutOfBounds(seen["what"])
         return type(b).create_masked_load(b, ptrs, mask, other, *rest)
 
     def store(ptrs, value, mask, *rest):
-        if not inside(ptrs, mask, stores):
+        if not inside(active(ptrs, mask), stores):
             seen["what"] = "a tl.store wrote far outside the output (stopped before it happened)"
             seen["note"] = "stored outside the output: the output row of position pos is out_ptr + pos * HEAD_DIM"
             raise _OutOfBounds(seen["what"])
