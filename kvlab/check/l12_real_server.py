@@ -199,7 +199,8 @@ def predict_cached_tokens(fn: Callable, verbose: bool = True, live: Sequence[tup
 
 
 # ------------------------------------------------------------------------- choose_worker
-def _lcp(a: str, b: str) -> int:
+def _lcp(a: Sequence, b: Sequence) -> int:
+    """How many leading items two strings (characters) or lists (words) share."""
     n = 0
     while n < len(a) and n < len(b) and a[n] == b[n]:
         n += 1
@@ -253,16 +254,9 @@ def _route_in_words(sent: list[list[str]], text: str, least: int) -> int:
     """The choice when prefixes are matched in whitespace-separated words (a mistake: the router matches
     characters); balanced loads assumed (the caller checked them)."""
     words = text.split()
-    match = [max((_lcp_seq(words, s.split()) for s in texts), default=0) for texts in sent]
+    match = [max((_lcp(words, s.split()) for s in texts), default=0) for texts in sent]
     w = max(range(len(sent)), key=lambda i: (match[i], -i))
     return w if words and match[w] / len(words) > CACHE_THRESHOLD else least
-
-
-def _lcp_seq(a: list[str], b: list[str]) -> int:
-    n = 0
-    while n < len(a) and n < len(b) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def _route(**kw) -> Callable:
