@@ -81,12 +81,11 @@ def fixed_and_growing(sweep: Sequence[dict]) -> dict:
     two rows) and ``first`` / ``last`` (the rows). See the module's example."""
     rest = [r["naive_ms"] - r["cached_ms"] for r in sweep]
     i = next((i for i, x in enumerate(rest) if x > 0), None)
-    last = sweep[-1]
+    last, fixed = sweep[-1], sweep[0]["cached_ms"] / sweep[0]["naive_ms"]
     if i is None or i == len(sweep) - 1:
-        return dict(fixed_share=sweep[0]["cached_ms"] / sweep[0]["naive_ms"], growing_x=None, flops_x=None,
-                    rates=None, first=sweep[0], last=last)
+        return dict(fixed_share=fixed, growing_x=None, flops_x=None, rates=None, first=sweep[0], last=last)
     first = sweep[i]
-    return dict(fixed_share=sweep[0]["cached_ms"] / sweep[0]["naive_ms"], growing_x=rest[-1] / rest[i],
+    return dict(fixed_share=fixed, growing_x=rest[-1] / rest[i],
                 flops_x=last["naive_flops"] / first["naive_flops"], first=first, last=last,
                 rates=(first["naive_flops"] / rest[i] / 1e6, last["naive_flops"] / rest[-1] / 1e6))
 
