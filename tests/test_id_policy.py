@@ -8,6 +8,7 @@ leave the structure as it was).
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -299,3 +300,27 @@ def test_sequence_and_request_ids_are_strings(bad):
     assert [_state(x) for x in (m, cm, arena)] == before
     with pytest.raises(KeyError, match="'nope'"):
         cm.free("nope")
+
+
+def test_a_key_extended_checks_only_the_new_tokens_and_names_them_in_the_whole_list():
+    """``RadixKey.extended`` (the cache manager's check of a growing sequence) and ``plus``:
+    the known head is compared, the tail goes through the id rule, and an error names the bad
+    token by its position in the whole list; numpy ints in the head are equal ids."""
+    from kvlab.memory.ids import as_ids
+    from kvlab.reuse.radix_cache import RadixKey
+
+    k = RadixKey([1, 2, 3])
+    assert k.extended([1, 2, 3]) == [1, 2, 3] and k.extended([1, 2, 3]) is not k
+    assert k.extended((1, 2, 3, 4)) == [1, 2, 3, 4]  # a tuple: checked whole
+    assert k.extended(np.array([1, 2, 3, 9])) == [1, 2, 3, 9]
+    assert type(k.extended([np.int64(1), 2, 3, 5])[0]) is int
+    assert k.extended([1, 2]) is None and k.extended([1, 9, 3, 4]) is None
+    for bad, where, err in (([1, 2, 3, 4.5], "tokens[3]", TypeError), ([1, 2, 3, 4, -1], "tokens[4]", ValueError),
+                            ([1, 2, 3, True], "tokens[3]", TypeError)):
+        with pytest.raises(err, match=re.escape(where)):
+            k.extended(bad)
+        with pytest.raises(err, match=re.escape(where)):
+            k.plus(bad[3:])
+    assert k == [1, 2, 3]  # nothing changed
+    with pytest.raises(TypeError, match=re.escape("tokens[7]")):
+        as_ids([0, "x"], start=6)

@@ -144,19 +144,26 @@ class ModelRunner:
     def prepare(self, token_ids: abc.Sequence[int], block_tables: abc.Sequence[abc.Sequence[int]],
                 prefix_lens: abc.Sequence[int], extend_lens: abc.Sequence[int]) -> ForwardBatch:
         """The batch for plain lists: sequence r feeds ``extend_lens[r]`` tokens of ``token_ids``
-        (packed) after ``prefix_lens[r]`` cached ones, through the blocks ``block_tables[r]``."""
-        bs, dev = self.kv_pool.block_size, self.model.device
+        (packed) after ``prefix_lens[r]`` cached ones, through the blocks ``block_tables[r]``
+        (checked here: plain lists come from outside the block manager)."""
+        bs = self.kv_pool.block_size
         if not len(block_tables) == len(prefix_lens) == len(extend_lens) >= 1:
             raise ValueError(f"{len(block_tables)} block tables, {len(prefix_lens)} prefix and "
                              f"{len(extend_lens)} extend lengths: need one of each per sequence")
         if sum(extend_lens) != len(token_ids) or min(extend_lens) < 1:
             raise ValueError(f"extend_lens {list(extend_lens)} must be >= 1 and add up to the {len(token_ids)} tokens")
-        positions, slots = [], []
+        slots: list[int] = []
         for r, (table, p, e) in enumerate(zip(block_tables, prefix_lens, extend_lens)):
             if p + e > len(table) * bs:
                 raise ValueError(f"sequence {r}: positions up to {p + e - 1} need more than its {len(table)} block(s)")
-            positions.extend(range(p, p + e))
             slots.extend(slot_mapping(table, p, p + e, bs))
+        return self._batch(token_ids, block_tables, prefix_lens, extend_lens, slots)
+
+    def _batch(self, token_ids: abc.Sequence[int], block_tables: abc.Sequence[abc.Sequence[int]],
+               prefix_lens: abc.Sequence[int], extend_lens: abc.Sequence[int], slots: list[int]) -> ForwardBatch:
+        """The batch, from lengths and ``slots`` (one per new token) already checked."""
+        dev = self.model.device
+        positions = [q for p, e in zip(prefix_lens, extend_lens) for q in range(p, p + e)]
         ctx = tuple(p + e for p, e in zip(prefix_lens, extend_lens))
         pre, ext = tuple(prefix_lens), tuple(extend_lens)
         last, acc = [], 0
@@ -186,8 +193,7 @@ class ModelRunner:
             if not 0 <= s.num_computed_tokens < len(ids):
                 raise ValueError(f"{s.seq_id}: {s.num_computed_tokens} of {len(ids)} tokens computed: nothing to prefill")
             tokens += ids[s.num_computed_tokens:]
-        return self.prepare(tokens, [s.block_table.block_ids for s in seqs], [s.num_computed_tokens for s in seqs],
-                            [s.num_tokens - s.num_computed_tokens for s in seqs])
+        return self._from_tables(tokens, seqs, [s.num_computed_tokens for s in seqs])
 
     def prepare_decode(self, seqs: abc.Sequence[Sequence]) -> ForwardBatch:
         """Each sequence feeds its last token (every earlier one is in the cache)."""
@@ -196,8 +202,17 @@ class ModelRunner:
             if s.num_computed_tokens != s.num_tokens - 1:
                 raise ValueError(f"{s.seq_id}: {s.num_computed_tokens} of {s.num_tokens} tokens computed; "
                                  f"decode needs all but the last")
-        return self.prepare([s.last_token_id for s in seqs], [s.block_table.block_ids for s in seqs],
-                            [s.num_tokens - 1 for s in seqs], [1] * len(seqs))
+        return self._from_tables([s.last_token_id for s in seqs], seqs, [s.num_tokens - 1 for s in seqs])
+
+    def _from_tables(self, tokens: list[int], seqs: abc.Sequence[Sequence], prefix_lens: list[int]) -> ForwardBatch:
+        """The batch of ``seqs``, each feeding its tokens past ``prefix_lens``: the slots come from
+        each sequence's :class:`~kvlab.memory.block_table.BlockTable`, whose ids its block manager
+        checked (they are not checked again)."""
+        if not seqs:
+            raise ValueError("no sequences: a batch needs at least one")
+        extend_lens = [s.num_tokens - p for s, p in zip(seqs, prefix_lens)]
+        slots = [slot for s, p in zip(seqs, prefix_lens) for slot in s.block_table.slot_mapping(p, s.num_tokens)]
+        return self._batch(tokens, [s.block_table.block_ids for s in seqs], prefix_lens, extend_lens, slots)
 
     @staticmethod
     def _table_holds(s: Sequence) -> list[int]:

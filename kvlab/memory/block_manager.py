@@ -94,7 +94,7 @@ class BlockManager:
             raise KeyError(f"unknown sequence {seq_id!r}; live sequences: {sorted(self.tables)}") from None
 
     def _new_id(self, seq_id: str) -> None:
-        if check_seq_id(seq_id) in self.tables:
+        if (seq_id if type(seq_id) is str else check_seq_id(seq_id)) in self.tables:
             raise ValueError(f"sequence {seq_id!r} already exists")
 
     # ------------------------------------------------------------------ queries
@@ -143,7 +143,9 @@ class BlockManager:
         self._new_id(seq_id)
         bs = self.block_size
         ids = list(block_ids) if type(block_ids) is HeldBlocks else self._in_use(seq_id, block_ids)
-        n = len(ids) * bs if num_tokens is None else check_int("num_tokens", num_tokens, 0)
+        n = len(ids) * bs if num_tokens is None else num_tokens
+        if type(n) is not int or n < 0:
+            n = check_int("num_tokens", n, 0)
         if -(-n // bs) != len(ids):
             raise ValueError(f"adopt {seq_id}: {len(ids)} block(s) cannot hold exactly {n} token(s) (block_size {bs})")
         t = BlockTable.held(seq_id, bs, ids, n)  # ``ids`` and ``n`` are checked already
@@ -252,7 +254,7 @@ class BlockManager:
         ``share_prefix("R2", [2, 3])`` makes R2's table [2, 3, ...] and frees 6 and 7.
         """
         t = self.table(seq_id)
-        ids = as_ids(block_ids, "block_ids")
+        ids = block_ids if type(block_ids) is HeldBlocks else as_ids(block_ids, "block_ids")
         if len(ids) > t.num_full_blocks:
             raise ValueError(f"share_prefix {seq_id}: {len(ids)} block(s) but only {t.num_full_blocks} full")
         old = t.block_ids[:len(ids)]
@@ -318,7 +320,8 @@ class BlockManager:
         """
         t = self.table(seq_id)
         ids = t.block_ids
-        held = check_int("held", held, 0)
+        if type(held) is not int or held < 0:
+            held = check_int("held", held, 0)
         if type(handed_over) is range and handed_over.step == 1:
             if handed_over and not held <= handed_over.start < handed_over.stop <= len(ids):
                 raise ValueError(f"free {seq_id}: handed_over {handed_over} is outside its {len(ids)} block(s) "

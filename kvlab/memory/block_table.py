@@ -105,7 +105,12 @@ def slot_mapping(block_table: Sequence[int], start: int, end: int, block_size: i
     table = as_ids(block_table, "block_table")
     start, end = check_int("start", start, 0), check_int("end", end)
     block_size = check_int("block_size", block_size, 1)
-    return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+    return _slots(table, start, end, block_size)
+
+
+def _slots(block_ids: list[int], start: int, end: int, block_size: int) -> list[int]:
+    """The slot formula itself, on values already checked."""
+    return [block_ids[p // block_size] * block_size + p % block_size for p in range(start, end)]
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -173,10 +178,11 @@ class BlockTable:
         Example: table [3, 7], block size 4, positions 3..5 -> [15, 28, 29].
         """
         end = self.num_tokens if end is None else end
-        start, end = check_int("start", start), check_int("end", end)
+        if type(start) is not int or type(end) is not int:  # the id rule; a plain int passes it as is
+            start, end = check_int("start", start), check_int("end", end)
         if not 0 <= start <= end <= self.num_tokens:
             raise ValueError(f"slot range {start}..{end} is outside sequence {self.seq_id}'s {self.num_tokens} token(s)")
-        return slot_mapping(self.block_ids, start, end, self.block_size)
+        return _slots(self.block_ids, start, end, self.block_size)  # the table's own ids: checked when it was made
 
     def check_integrity(self, ref_count: Sequence[int] | None = None) -> None:
         """Whole blocks for ``num_tokens``, no block twice; with ``ref_count``, every block in use."""

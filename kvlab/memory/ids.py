@@ -7,8 +7,7 @@ negatives raise ``ValueError``. Every public entry point of kvlab goes through t
 the rule is written once.
 
     check_int(name, value, minimum=None) -> int
-    as_ids(values, what="tokens") -> list[int]     # a sequence of non-negative ints
-    tail_ids(values, start, what="tokens")         # the same, for the ids after ``start`` checked ones
+    as_ids(values, what="tokens", start=0)         # a sequence of non-negative ints
     check_seq_id(value, name="seq_id") -> str      # sequence ids are strings, nothing else
 
 Cost: ``as_ids`` makes two C-level passes (the element types, then ``array('Q')`` for the
@@ -34,11 +33,10 @@ Example:
 """
 from __future__ import annotations
 
-import re
 from array import array
 from typing import Any, Iterable
 
-__all__ = ["check_int", "as_ids", "extend_ids", "tail_ids", "check_seq_id"]
+__all__ = ["check_int", "as_ids", "check_seq_id"]
 
 
 def _is_int_like(value: Any) -> bool:
@@ -63,11 +61,13 @@ def check_int(name: str, value: Any, minimum: int | None = None) -> int:
     return value
 
 
-def as_ids(values: Iterable[int], what: str = "tokens") -> list[int]:
+def as_ids(values: Iterable[int], what: str = "tokens", start: int = 0) -> list[int]:
     """``values`` as a list of non-negative Python ints (the list itself when it already is one).
 
     Raises TypeError naming the first element that is not an int (a bool, a float, a string,
     None) and ValueError for the first negative one. A str or bytes is refused as a whole.
+    ``start``: the values follow ``start`` ids checked before; an error names the element by
+    its position in the whole list (``as_ids([5, 2.5], start=3)`` names ``tokens[4]``).
     """
     if isinstance(values, (str, bytes)):
         raise TypeError(f"{what} must be a sequence of int ids, got a {type(values).__name__} {values!r:.40}")
@@ -81,7 +81,7 @@ def as_ids(values: Iterable[int], what: str = "tokens") -> list[int]:
     if ok:
         return key
     out = []
-    for i, t in enumerate(key):
+    for i, t in enumerate(key, start):
         if not _is_int_like(t):
             raise TypeError(f"{what}[{i}] = {t!r} is not an int ({type(t).__name__})")
         t = int(t)
@@ -89,36 +89,6 @@ def as_ids(values: Iterable[int], what: str = "tokens") -> list[int]:
             raise ValueError(f"{what}[{i}] = {t} is negative; ids must be >= 0")
         out.append(t)
     return out
-
-
-def extend_ids(known: list[int], values: Iterable[int], what: str = "tokens") -> list[int] | None:
-    """``values`` as ids when they extend ``known`` (ids validated before): the known head is
-    compared, not converted again, and only the new tail goes through :func:`as_ids`; None when
-    ``values`` is shorter than ``known`` or differs from it at a known position. The result is a
-    new list (never ``values`` itself).
-
-    Example: ``extend_ids([1, 2], [1, 2, 3]) -> [1, 2, 3]``; ``extend_ids([1, 2], [1, 9])`` ->
-    None; ``extend_ids([1, 2], [1, 2, 3.5])`` raises TypeError naming ``tokens[2]``."""
-    n = len(known)
-    if type(values) is not list:
-        values = as_ids(values, what)
-    head = values[:n]
-    if len(head) < n or head != known:
-        return None
-    if list(map(type, head)).count(int) != n:  # equal to ints yet not ints: True, 1.0, numpy ints
-        return None if as_ids(head, what) != known else known + as_ids(values[n:], what)
-    return known + tail_ids(values[n:], n, what)
-
-
-def tail_ids(values: Iterable[int], start: int, what: str = "tokens") -> list[int]:
-    """:func:`as_ids` of ``values``, the tokens that follow ``start`` validated ones: an error
-    names the element by its position in the whole list (``start`` + its index).
-
-    Example: ``tail_ids([5, 2.5], 3)`` raises TypeError naming ``tokens[4]``."""
-    try:
-        return as_ids(values, what)
-    except (TypeError, ValueError) as e:  # name the position in the whole list, not in the tail
-        raise type(e)(re.sub(r"\[(\d+)\]", lambda m: f"[{int(m.group(1)) + start}]", str(e), count=1)) from None
 
 
 def check_seq_id(value: Any, name: str = "seq_id") -> str:

@@ -58,7 +58,7 @@ from typing import Iterable, Sequence
 
 from ..memory.block_pool import DoubleFree, KVCacheError, OutOfBlocks, check_block_ids
 from ..memory.events import EventLog
-from ..memory.ids import as_ids, check_int, extend_ids
+from ..memory.ids import as_ids, check_int
 from .radix_cache import RadixKey
 from .stats import HitStats
 
@@ -379,7 +379,7 @@ class BlockHashCache:
         elif type(tokens) is RadixKey:  # checked when it was made
             key = tokens if tokens[:len(known.tokens)] == known.tokens else None
         else:
-            key = extend_ids(known.tokens, tokens)
+            key = known.tokens.extended(tokens)  # only the tokens past the matched ones are checked
         if key is None:
             raise ValueError("cache_full_blocks: tokens do not start with the tokens the block_hashes were "
                              f"computed from ({len(known.tokens)} token(s)): pass that request's own match")

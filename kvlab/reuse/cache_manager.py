@@ -190,7 +190,8 @@ class CacheManager:
         """Evict unlocked tree leaves until ``num_blocks`` blocks are free; True when they are.
         Evicts nothing when even evicting every unlocked leaf would not be enough (as SGLang
         checks free + evictable first)."""
-        num_blocks = check_int("num_blocks", num_blocks, 0)
+        if type(num_blocks) is not int or num_blocks < 0:  # the id rule (a plain int >= 0 passes as is)
+            num_blocks = check_int("num_blocks", num_blocks, 0)
         free = self.allocator.num_free_blocks
         if num_blocks <= free:
             return True
@@ -209,10 +210,12 @@ class CacheManager:
         and refreshed the access time of the matched path, as a lookup in SGLang does). ``tokens=None``: ids unknown (the simulator's length-only
         requests): nothing is matched, ``num_tokens`` slots are allocated.
         """
-        if check_seq_id(seq_id) in self.block_manager.tables:
+        if (seq_id if type(seq_id) is str else check_seq_id(seq_id)) in self.block_manager.tables:
             raise ValueError(f"sequence {seq_id!r} already runs")
         key = RadixKey(tokens) if tokens is not None else None  # the one check of these tokens
-        n = check_int("num_tokens", num_tokens if num_tokens is not None else len(key or ()), 1)
+        n = num_tokens if num_tokens is not None else len(key or ())
+        if type(n) is not int or n < 1:
+            n = check_int("num_tokens", n, 1)
         if key is not None and n < len(key):
             raise ValueError(f"num_tokens {n} is fewer than the {len(key)} tokens to admit")
         node, prefix_len, kv, m = None, 0, [], None
@@ -347,7 +350,9 @@ class CacheManager:
         Example: the module docstring's R2 (admitted [1, 2, 3, 9], 3 matched) finishes with
         ``[1, 2, 3, 9]``: M = blocks 0-2 (drop the table's ref: 1 left, the tree's), N = block 4
         (the tree takes over its ref), no D, no T."""
-        table = self.block_manager.table(seq_id)
+        table = self.block_manager.tables.get(seq_id)
+        if table is None:
+            table = self.block_manager.table(seq_id)  # raises the error naming the live sequences
         key = self._key(table, tokens, keep=not finished)
         full = len(key) // self.block_size if self.tree is not None else 0
         if full == 0:  # no whole page: nothing to cache
@@ -356,14 +361,15 @@ class CacheManager:
             else:
                 self._tokens[seq_id] = key
             return None
-        sharers, ids = self._sharers(table, key, full)
+        sharers, ids = self._sharers(table, key, full) if seq_id in self._forked else ([], [])  # never forked: none
         table_ids = table.block_ids
         pages = key if full * self.block_size == len(key) else key.prefix(full * self.block_size)
         # finished: the tree takes over the table's ref on N and frees D; unfinished: its own ref on N
         res = self.tree.insert(pages, table, seq_id, share=not finished)
         if finished:
             self._drop_cached(seq_id, res, table_ids, full)
-            self._lock_sharers(sharers, key, ids, res.kv)
+            if sharers:
+                self._lock_sharers(sharers, key, ids, res.kv)
             old = self._locks.pop(seq_id, None)
             self._tokens.pop(seq_id, None)
             self._forked.discard(seq_id)
@@ -371,7 +377,8 @@ class CacheManager:
                 self.tree.dec_lock_ref(old, seq_id)
         else:
             self._keep_cached(seq_id, res, key)
-            self._lock_sharers(sharers, key, ids, res.kv)
+            if sharers:
+                self._lock_sharers(sharers, key, ids, res.kv)
         self.log.add(("cache", seq_id, (), (res.prefix_len, len(key), finished)))
         return res
 
@@ -432,12 +439,10 @@ class CacheManager:
     # So a running table never uses a cached block past the node it locks, and every unlocked cached
     # block is one that eviction frees (``CacheManager.check_integrity`` checks it).
     def _sharers(self, table: BlockTable, key: RadixKey, full: int) -> tuple[list[str], list[int]]:
-        """Before the sequence of ``table`` caches ``full`` pages of ``key``: the other running sequences whose
+        """Before the forked sequence of ``table`` caches ``full`` pages of ``key``: the other running sequences whose
         tables share one of its own blocks among them, and its first ``full`` block ids (a copy; [] when there is none).
         ValueError, nothing changed, when a sharer holds other tokens for a shared page."""
         seq_id = table.seq_id
-        if seq_id not in self._forked:  # the usual case: never forked, so nobody shares them (no copy)
-            return [], []
         ids = table.block_ids[:full]
         node = self._locks.get(seq_id)
         start = len(node.path_kv()) if node is not None else 0  # pages it already locks

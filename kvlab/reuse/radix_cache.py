@@ -39,7 +39,9 @@ then the class in sections: helpers, sizes, split, match, insert (walk down, spl
 ends inside a node, hand back duplicates, hang the rest as one new leaf: SGLang's ``insert`` /
 ``_insert_helper``), lock, eviction (a lazily maintained heap of unlocked leaves ordered by the
 policy: stale entries are skipped when popped), integrity, pictures. It was three modules; one
-file keeps a request's walk through the tree in one place (``scripts/trace_request.py``).
+file keeps a request's walk through the tree in one place (``scripts/trace_request.py``). It is
+longer than 800 lines for that reason: one class whole, with its key type (``RadixKey.extended``
+checks only the tokens a request added) and the invariants its tests call after every step.
 
 Example (page_size 1, one slot per token):
     >>> from kvlab.memory.block_pool import BlockAllocator
@@ -65,7 +67,7 @@ from typing import Callable, Iterable, Sequence
 from ..memory.block_pool import BlockAllocator, DoubleFree, HeldBlocks, KVCacheError, UnknownBlock
 from ..memory.block_table import BlockTable
 from ..memory.events import EventLog
-from ..memory.ids import as_ids, check_int, extend_ids, tail_ids
+from ..memory.ids import as_ids, check_int
 from .radix_snapshot import NodeView, RadixSnapshot
 from .stats import HitStats
 
@@ -108,17 +110,31 @@ class RadixKey(list):
         return self._checked(self[:n])
 
     def extended(self, tokens: Iterable[int]) -> "RadixKey | None":
-        """``tokens`` as a key when they start with this key's tokens (only the rest is checked);
-        None when they are shorter or differ at a known position."""
-        ids = extend_ids(self, tokens)
-        return None if ids is None else self._checked(ids)
+        """``tokens`` as a new key when they start with this key's tokens: the known head is
+        compared, not checked again, and only the rest goes through the id rule (an error names
+        the element by its position in the whole list); None when ``tokens`` are shorter or
+        differ at a known position.
+
+        Example: ``RadixKey([1, 2]).extended([1, 2, 3])`` -> ``RadixKey([1, 2, 3])``;
+        ``.extended([1, 9])`` -> None; ``.extended([1, 2, 3.5])`` raises TypeError naming ``tokens[2]``."""
+        n = len(self)
+        values = tokens if type(tokens) is list else as_ids(tokens)
+        head = values[:n]
+        if len(head) < n or head != self:
+            return None
+        if list(map(type, head)).count(int) != n:  # equal to ints yet not ints: True, 1.0, numpy ints
+            if as_ids(head) != self:
+                return None
+        k = self._checked(self)
+        if len(values) > n:
+            list.extend(k, as_ids(values[n:], start=n))
+        return k
 
     def plus(self, new_tokens: Iterable[int]) -> "RadixKey":
         """This key followed by ``new_tokens`` (only those are checked: TypeError / ValueError
         naming the bad element by its position in the whole key)."""
-        tail = tail_ids(new_tokens, len(self))
         k = self._checked(self)
-        list.extend(k, tail)
+        list.extend(k, as_ids(new_tokens, start=len(self)))
         return k
 
     def __repr__(self) -> str:
@@ -197,7 +213,7 @@ class InsertResult:
     that were already cached in other blocks (computed twice)."""
 
     prefix_len: int
-    kv: list[int]
+    kv: HeldBlocks
     freed: list[int]
     last_node: TreeNode
     duplicates: list[int] = ()  # type: ignore[assignment]
@@ -441,7 +457,10 @@ class RadixCache:
         node [1, 2, 3] is split into [1, 2] -> [3].
         """
         key = tokens if type(tokens) is RadixKey else as_ids(tokens)
-        limit = len(key) if limit is None else min(check_int("limit", limit, 0), len(key))
+        if limit is None:
+            limit = len(key)
+        else:
+            limit = min(limit if type(limit) is int and limit >= 0 else check_int("limit", limit, 0), len(key))
         return self._match(key, limit, rid, record_stats)
 
     def _match(self, key: list, limit: int, rid: str | None, record_stats: bool) -> MatchResult:
@@ -568,9 +587,10 @@ class RadixCache:
         freed: list[int] = []
         d: list[int] = []
         new_blocks = kv[nb:]
-        canonical = tree_kv + new_blocks  # the result's blocks: equal to kv unless some are duplicates
+        canonical = tree_kv  # the result's blocks, held by the tree: equal to kv unless some are duplicates
+        canonical += new_blocks
         if canonical != kv:  # (compared whole: no copy of kv's cached part)
-            d = [b for b, t in zip(kv, tree_kv) if b != t]
+            d = [b for b, t in zip(kv, canonical) if b != t]
             if not share:
                 self.allocator.free_blocks(d, rid, record=False)  # the insert event lists them as freed
                 freed = d
