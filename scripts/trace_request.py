@@ -65,9 +65,12 @@ def report(calls: list[tuple[str, str]], show_path: bool = False) -> str:
     funcs = {c for c in calls if not c[1].startswith("<")}  # comprehensions and lambdas are not functions to read
     lower = [f for f, _ in calls if _layer(f) in ("memory", "reuse")]
     switches = sum(a != b for a, b in zip(lower, lower[1:]))
+    model = {f for f in files if f == "compute/model.py" or f.startswith("kernels/")}  # the transformer and its ops
     lines = [f"two prompts sharing a sentence through Engine.run (bundled model, block size 4):",
              f"  kvlab files entered: {len(files)}; distinct functions: {len(funcs)}; calls: {len(calls)}",
              f"  memory + reuse layers: {len(set(lower))} files, {len(lower)} calls, {switches} file-to-file switches",
+             f"  the engine's modules with memory + reuse: {len(files) - len(model)} files; the model and its "
+             f"kernels: {len(model)} ({', '.join(sorted(model))})",
              "  files (calls): " + ", ".join(f"{f} ({n})" for f, n in files.most_common())]
     if show_path:
         seen: set = set()

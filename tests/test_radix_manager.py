@@ -263,3 +263,26 @@ def test_a_key_made_from_the_admission_is_cached_and_checked_against_what_the_se
     b = cm.admit("B", [1, 2, 3, 4, 5, 6, 7, 8])
     assert b.prefix_len == 6
     cm.check_integrity()
+
+
+def test_a_prompt_checked_at_submit_is_admitted_as_a_copy():
+    """The engine's Request checks its prompt once, into a RadixKey, and the scheduler admits that
+    key without a second check. The cache manager keeps a copy: a caller that changes the
+    request's list afterwards changes nothing the manager holds (the tree never maps other
+    tokens to this KV), and the sequence caches the tokens it was admitted with."""
+    from kvlab.compute.sequence import Request, SamplingParams
+    from kvlab.reuse.radix_cache import RadixKey
+
+    req = Request("A", [1, 2, 3, 4, 5], SamplingParams(max_new_tokens=1))
+    assert type(req.prompt_ids) is RadixKey
+    cm = CacheManager(32, 2)
+    a = cm.admit("A", req.prompt_ids, 6)
+    req.prompt_ids[0] = 9                          # the caller's slip after admission
+    assert a.tokens == [1, 2, 3, 4, 5] and a.tokens is not req.prompt_ids
+    with pytest.raises(ValueError, match="differ at position 0"):
+        cm.cache_finished_req("A", [9, 2, 3, 4, 5, 6])
+    cm.cache_finished_req("A", [1, 2, 3, 4, 5, 6])
+    assert cm.tree.match_prefix([1, 2, 3, 4, 5, 6]).prefix_len == 6
+    cm.check_integrity()
+    with pytest.raises(TypeError, match=r"prompt_ids\[1\]"):
+        Request("B", [1, 2.5], SamplingParams(max_new_tokens=1))

@@ -334,7 +334,8 @@ class Engine:
                 self._count_prefill(seqs)
                 prefill_tokens = batch.num_tokens
             else:
-                self.kv_pool.copy_blocks(self.scheduler.blocks_to_copy, self.attention_backend)
+                if self.scheduler.blocks_to_copy:                                 # copy-on-write, when a fork wrote
+                    self.kv_pool.copy_blocks(self.scheduler.blocks_to_copy, self.attention_backend)
                 batch = self.runner.prepare_decode(seqs)
                 decode_tokens = batch.num_tokens
             logits = self.runner.run(batch)                                       # (len(seqs), V)
@@ -351,9 +352,10 @@ class Engine:
         if self.record:
             kind = f"prefill of {len(seqs)}" if is_prefill else f"{decode_tokens} decoded"
             self.snapshots.append(self.snapshot(f"engine step {self.step_no}: {kind}, {len(self.running)} running"))
-        rec = StepRecord(self.step_no, time.perf_counter() - self.t0, self.allocator.num_used_blocks,
+        a, tree = self.cache_manager.allocator, self.cache_manager.tree  # the counts they keep, read
+        rec = StepRecord(self.step_no, time.perf_counter() - self.t0, a.num_blocks - a.num_free_blocks,
                          len(self.running), len(self.waiting), prefill_tokens, decode_tokens,
-                         self.cache.total_size() if self.cache is not None else 0)
+                         tree.total_size() if tree is not None else 0)
         self.timeline.append(rec)
         self.step_no += 1
         return rec

@@ -137,7 +137,8 @@ class Scheduler:
             width = 1 + len(self.forks.get(s.seq_id, ()))
             if self.running and len(self.running) + width > self.max_batch_size:
                 break
-            a = self.cache_manager.admit(s.seq_id, s.token_ids)
+            # the prompt as checked at submit (a RadixKey); after a preemption, prompt + outputs
+            a = self.cache_manager.admit(s.seq_id, s.request.prompt_ids if not s.output_ids else s.token_ids)
             if a is None:
                 break
             self.waiting.pop(0)

@@ -66,6 +66,7 @@ import torch
 
 from ..memory.block_table import BlockTable
 from ..memory.ids import as_ids, check_int
+from ..reuse.radix_cache import RadixKey
 
 __all__ = ["GenerateError", "EmptyPromptError", "ContextOverflowError", "SamplingParams", "Request",
            "SequenceStatus", "Sequence", "sequences_for", "RequestMetrics", "RequestState"]
@@ -137,14 +138,16 @@ class SamplingParams:
             object.__setattr__(self, name, value)
 
 
-def _prompt(prompt_ids: Any) -> list[int]:
-    """Token ids as a list of Python ints (a 1-D integer tensor or array is accepted)."""
+def _prompt(prompt_ids: Any) -> RadixKey:
+    """Token ids as a :class:`~kvlab.reuse.radix_cache.RadixKey` (a list of Python ints, checked
+    once: the cache manager admits it without checking it again); a 1-D integer tensor or array
+    is accepted."""
     if isinstance(prompt_ids, torch.Tensor):
         prompt_ids = prompt_ids.flatten().tolist()
     if isinstance(prompt_ids, (str, bytes)) or not hasattr(prompt_ids, "__iter__"):
         raise TypeError(f"prompt_ids must be a sequence of int token ids, got {prompt_ids!r:.60}")
     try:
-        ids = as_ids(prompt_ids, "prompt_ids")
+        ids = RadixKey(prompt_ids, "prompt_ids")
     except ValueError as e:                               # a negative id
         raise GenerateError(str(e)) from None
     if not ids:
@@ -159,7 +162,7 @@ class Request:
     model's vocabulary and context length."""
 
     rid: str
-    prompt_ids: list[int]
+    prompt_ids: RadixKey
     sampling_params: SamplingParams
     arrival_step: int = 0
 

@@ -61,6 +61,16 @@ from .snapshot import MemorySnapshot
 __all__ = ["BlockManager"]
 
 
+def _checked_table(seq_id: str, block_size: int, block_ids: list[int], num_tokens: int) -> BlockTable:
+    """A table built from values this manager has checked already (a str id, block ids in use,
+    a count that fits them): not checked again, as ``BlockTable(...)`` would.
+
+    Example: ``_checked_table("R1", 4, [3, 7], 6)`` is ``BlockTable("R1", 4, [3, 7], 6)``."""
+    t = object.__new__(BlockTable)
+    t.seq_id, t.block_size, t.block_ids, t.num_tokens = seq_id, block_size, block_ids, num_tokens
+    return t
+
+
 class BlockManager:
     """Block tables for many sequences over one allocator.
 
@@ -148,7 +158,7 @@ class BlockManager:
             n = check_int("num_tokens", n, 0)
         if -(-n // bs) != len(ids):
             raise ValueError(f"adopt {seq_id}: {len(ids)} block(s) cannot hold exactly {n} token(s) (block_size {bs})")
-        t = BlockTable.held(seq_id, bs, ids, n)  # ``ids`` and ``n`` are checked already
+        t = _checked_table(seq_id, bs, ids, n)  # ``ids`` and ``n`` are checked already
         extra, cow, new = self._plan_append(t, extra_tokens, "extra_tokens")
         if cow + new > self.allocator.num_free_blocks:
             raise OutOfBlocks(cow + new, self.allocator.num_free_blocks, f"a table for {seq_id}")
@@ -179,7 +189,7 @@ class BlockManager:
         self._new_id(child)
         p = self.table(parent)
         self.allocator.touch(p.block_ids, child, record=False)
-        t = BlockTable.held(child, self.block_size, list(p.block_ids), p.num_tokens)
+        t = _checked_table(child, self.block_size, list(p.block_ids), p.num_tokens)
         self.tables[child] = t
         self.log.add(("fork", child, tuple(p.block_ids), (parent,)))
         return t
@@ -255,8 +265,9 @@ class BlockManager:
         """
         t = self.table(seq_id)
         ids = block_ids if type(block_ids) is HeldBlocks else as_ids(block_ids, "block_ids")
-        if len(ids) > t.num_full_blocks:
-            raise ValueError(f"share_prefix {seq_id}: {len(ids)} block(s) but only {t.num_full_blocks} full")
+        full = t.num_tokens // t.block_size
+        if len(ids) > full:
+            raise ValueError(f"share_prefix {seq_id}: {len(ids)} block(s) but only {full} full")
         old = t.block_ids[:len(ids)]
         if old == ids:
             return []

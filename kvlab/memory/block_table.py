@@ -145,14 +145,6 @@ class BlockTable:
         self.block_ids = as_ids(self.block_ids, "block_ids")
         self.num_tokens = check_int("num_tokens", self.num_tokens, 0)
 
-    @classmethod
-    def held(cls, seq_id: str, block_size: int, block_ids: list[int], num_tokens: int) -> "BlockTable":
-        """A table built from values its :class:`~kvlab.memory.block_manager.BlockManager` has
-        checked already (a str id, block ids in use, a count that fits them): not checked again."""
-        t = object.__new__(cls)
-        t.seq_id, t.block_size, t.block_ids, t.num_tokens = seq_id, block_size, block_ids, num_tokens
-        return t
-
     def __len__(self) -> int:
         return len(self.block_ids)
 

@@ -4,7 +4,8 @@
 accepted and turned into ``int``; anything else (floats, strings, ``None``) raises a
 ``TypeError`` that names the argument and the value. Ranges are checked where they are known:
 negatives raise ``ValueError``. Every public entry point of kvlab goes through these helpers, so
-the rule is written once.
+the rule is written once; the request cycle's hot paths test ``type(x) is int`` (and the minimum)
+first and call them only otherwise, so every error still comes from here.
 
     check_int(name, value, minimum=None) -> int
     as_ids(values, what="tokens", start=0)         # a sequence of non-negative ints

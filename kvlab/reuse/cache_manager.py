@@ -212,7 +212,10 @@ class CacheManager:
         """
         if (seq_id if type(seq_id) is str else check_seq_id(seq_id)) in self.block_manager.tables:
             raise ValueError(f"sequence {seq_id!r} already runs")
-        key = RadixKey(tokens) if tokens is not None else None  # the one check of these tokens
+        if tokens is None:
+            key = None
+        else:  # the one check of these tokens (a RadixKey was checked when it was made: copied only)
+            key = tokens.prefix(len(tokens)) if type(tokens) is RadixKey else RadixKey(tokens)
         n = num_tokens if num_tokens is not None else len(key or ())
         if type(n) is not int or n < 1:
             n = check_int("num_tokens", n, 1)
@@ -227,7 +230,7 @@ class CacheManager:
                 self.tree.inc_lock_ref(node, seq_id)
         need = -(-n // self.block_size) - len(kv)
         before = self.tree.stats.evicted_tokens if self.tree is not None else 0
-        if not self.make_room(need, seq_id):
+        if need > self.allocator.num_free_blocks and not self.make_room(need, seq_id):  # evict only when short
             if node is not None:
                 self.tree.dec_lock_ref(node, seq_id)
             return None
@@ -400,7 +403,8 @@ class CacheManager:
         """cache_req(finished=False) after the insert: the table takes the tree's blocks for D and
         the lock moves down to the node where the cached pages end."""
         self._tokens[seq_id] = key
-        self.block_manager.share_prefix(seq_id, res.kv)  # D: the table takes the tree's blocks
+        if res.duplicates:  # D: the table takes the tree's blocks (none: it holds them already)
+            self.block_manager.share_prefix(seq_id, res.kv)
         old = self._locks.get(seq_id)
         if res.last_node is not old:
             self.tree.inc_lock_ref(res.last_node, seq_id)

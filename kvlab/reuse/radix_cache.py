@@ -92,8 +92,8 @@ class RadixKey(list):
 
     __slots__ = ()
 
-    def __init__(self, tokens: Iterable[int] = ()) -> None:
-        super().__init__(as_ids(tokens))
+    def __init__(self, tokens: Iterable[int] = (), what: str = "tokens") -> None:
+        super().__init__(as_ids(tokens, what))
 
     @property
     def token_ids(self) -> list[int]:
