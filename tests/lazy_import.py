@@ -3,8 +3,8 @@ takes about a second to import; collection runs in every pytest-xdist worker).
 
 ``lazy_transformers()`` stands for the ``transformers`` module: the first attribute read imports
 it offline (``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1``: no network, ever), quiets its
-logging and progress bars, and skips the test (``pytest.importorskip``) when it, or a module in
-``requires``, is missing.
+logging and progress bars. A missing one (or a module in ``requires``) fails the test: the
+set-up installs them, so missing means a broken set-up, never a silent skip.
 
 Example:
     >>> transformers = lazy_transformers()
@@ -13,9 +13,8 @@ Example:
 """
 from __future__ import annotations
 
+import importlib
 import os
-
-import pytest
 
 REASONS = {
     "transformers": "transformers is a test dependency (pyproject [test])",
@@ -24,7 +23,7 @@ REASONS = {
 
 
 class LazyModule:
-    """Imports ``name`` (after ``requires``) at the first attribute read; a missing one skips."""
+    """Imports ``name`` (after ``requires``) at the first attribute read; a missing one fails."""
 
     def __init__(self, name: str, requires: tuple[str, ...] = (), setup=None):
         self.__dict__.update(_name=name, _requires=requires, _setup=setup, _module=None)
@@ -33,12 +32,19 @@ class LazyModule:
         module = self.__dict__["_module"]
         if module is None:
             for dep in self._requires:
-                pytest.importorskip(dep, reason=REASONS.get(dep, f"{dep} is a test dependency"))
-            module = pytest.importorskip(self._name, reason=REASONS.get(self._name, f"{self._name} is missing"))
+                _import(dep)
+            module = _import(self._name)
             if self._setup is not None:
                 self._setup(module)
             self.__dict__["_module"] = module
         return getattr(module, attr)
+
+
+def _import(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise ImportError(f"{REASONS.get(name, name + ' is a test dependency')}, installed by scripts/setup.sh: {e}") from e
 
 
 def _quiet(transformers) -> None:

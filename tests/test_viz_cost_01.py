@@ -31,7 +31,6 @@ def test_01_context_past_the_window_is_marked():
 
 
 def test_01_slider_stops_at_the_models_window():
-    pytest.importorskip("ipywidgets")
     w = CostWidget(_models(), model="small", context=1024, static=False)
     assert max(v for _, v in w._context.options) == 2048
     w.set(model="big")
@@ -49,7 +48,6 @@ def test_01_bad_context_window_is_refused():
 def test_01_review_r6_another_model_keeps_the_context_length():
     """The review of 79ae8b9 (cell 27): picking the other model in the menu reset the context
     length to 16 (it was 1,024)."""
-    pytest.importorskip("ipywidgets")
     w = CostWidget(_models(), model="small", context=1024, static=False)
     w._model.value = "big"                     # what the menu does (not set())
     assert w.state["context"] == 1024 and w._context.value == 1024
@@ -74,7 +72,6 @@ def test_01_review_r2_factors_follow_the_model_and_a_measured_length_says_its_me
     assert "estimated" in cost_state(models, "small", 512)["sentence"]          # no measurement there: the line
     assert cost_state(models, "small", 64)["factors"].startswith("From 16 to 2,048 tokens (128x)")
     assert cost_state(models, "big", 64)["factors"].startswith("From 16 to 8,192 tokens (512x)")
-    pytest.importorskip("ipywidgets")
     w = CostWidget(models, model="small", context=1024, static=False)
     assert "From 16 to 2,048 tokens" in w._text.value
     w._model.value = "big"
@@ -84,7 +81,6 @@ def test_01_review_r2_factors_follow_the_model_and_a_measured_length_says_its_me
 def test_01_review_r2_another_model_gets_a_new_slider():
     """Review r2_00_01: after the menu chose SmolLM2 the End key stopped at the old maximum, 2,048
     (the browser's slider keeps the range it was made with for End and Home): a new slider is made."""
-    pytest.importorskip("ipywidgets")
     w = CostWidget(_models(), model="small", context=1024, static=False)
     old = w._context
     w._model.value = "big"
