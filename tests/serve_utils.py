@@ -97,3 +97,33 @@ def metrics(url: str) -> dict:
         for s in fam.samples:
             out[s.name] = out.get(s.name, 0) + s.value
     return out
+
+
+def lesson_traffic(url: str, model: str) -> list:
+    """Lesson 12's requests (the notes' four, then chats of three customers, four turns each): with a
+    pool of 96 blocks of 4 tokens its tree is crowded and evicts; returns the chats' messages.
+
+    Example: ``lesson_traffic(srv.url, MODEL)`` -> three lists of messages, each ending in a reply."""
+    import openai
+
+    from kvlab.lessons.chat import SUPPORT_EXAMPLES, SUPPORT_QUESTIONS, SUPPORT_SYSTEM
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+    shop = [{"role": "system", "content": SUPPORT_SYSTEM}]
+    for q, a in SUPPORT_EXAMPLES:
+        shop += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+
+    def ask(messages):
+        r = client.chat.completions.create(model=model, messages=messages, max_tokens=8, temperature=0)
+        return messages + [{"role": "assistant", "content": r.choices[0].message.content}]
+
+    r1 = ask(shop + [{"role": "user", "content": SUPPORT_QUESTIONS["R1"][0]}])
+    for rid in ("R2", "R3"):
+        ask(shop + [{"role": "user", "content": SUPPORT_QUESTIONS[rid][0]}])
+    ask(r1 + [{"role": "user", "content": SUPPORT_QUESTIONS["R4"][0]}])
+    chats = {name: list(shop) for name in ("ana", "ben", "cai")}
+    for turn, q in enumerate(["Where is my parcel?", "It has been a week.", "Can you send it again?",
+                              "And what about the refund?"]):
+        for name in chats:
+            chats[name] = ask(chats[name] + [{"role": "user", "content": f"{q} ({name})"}])
+    return list(chats.values())

@@ -150,7 +150,7 @@ def test_the_recorded_flags_are_the_installed_routers_and_the_lesson_names_only_
     assert {k: real[k] for k in ROUTING_FLAGS_032} == ROUTING_FLAGS_032
     assert all(real[k][2] == v for k, v in _GOOD.items())        # the thresholds are the router's defaults
     text = (Path(__file__).parents[1] / "notebooks" / "src" / "12_real_server.py").read_text()
-    router_text = text[text.index("## 5. Two servers"):text.index("## 7. Stop")]
+    router_text = text[text.index("## 5. Two servers"):text.index("## 7. ")]
     named = set(re.findall(r"--[a-z][a-z-]+", router_text))
     assert named >= {"--cache-threshold"} and not named - set(real), named - set(real)
 

@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from browser_utils import CHROMIUM_ARGS, CLASSROOM_VIEWPORT, MIN_TEXT_PX, browser_problems, chromium
-from serve_utils import MODEL, metrics, start_server
+from browser_utils import CHROMIUM_ARGS, CLASSROOM_VIEWPORT, MIN_TEXT_PX, NORMAL_VIEWPORT, browser_problems, chromium
+from serve_utils import MODEL, lesson_traffic, metrics, start_server
 
 import httpx  # noqa: E402
 
@@ -232,16 +232,27 @@ _FIT_JS = """() => {
   const pool = document.getElementById('pool').getBoundingClientRect();
   const title = document.querySelector('#pool .gtitle');
   const labels = [...document.querySelectorAll('#tree .textpoint text')].map(t => t.textContent);
+  // review r5: labels that say nothing ("…", ":…"), and labels over other labels or over nodes (ghost rings)
+  const box = el => { const r = el.getBoundingClientRect(); return {t: el.textContent, l: r.left, r: r.right, t0: r.top, b: r.bottom}; };
+  const texts = [...document.querySelectorAll('#tree .textpoint text')].map(box);
+  const marks = [...document.querySelectorAll('#tree .point')].map(box);
+  const meet = (a, b) => Math.min(a.r, b.r) - Math.max(a.l, b.l) > 1 && Math.min(a.b, b.b) - Math.max(a.t0, b.t0) > 1;
+  const over = [];
+  texts.forEach((a, i) => { texts.slice(i + 1).forEach(b => { if (meet(a, b)) over.push([a.t, b.t]); });
+                            marks.forEach(m => { if (meet(a, m)) over.push([a.t, 'a node']); }); });
+  const tree = document.getElementById('tree').getBoundingClientRect();
   return {title: title ? inside(title.getBoundingClientRect(), pool) : false, titleText: title && title.textContent,
-          short: labels.filter(t => t.endsWith('…') && t.length < 9)};
+          empty: labels.filter(t => !/[A-Za-z0-9]/.test(t)), over,
+          outside: texts.filter(a => a.l < tree.left - 1 || a.r > tree.right + 1 || a.b > tree.bottom + 1).map(a => a.t)};
 }"""
 
 
 def test_the_classroom_dashboard_fits_the_lessons_frame(browser, server):
     """Issue 28 review of 12: in the lesson's frame (the output area at 1280x720, about 860 x 590 px)
     the pool's title was cut at both ends ("ock pool: 52 of 96 blocks used (4 tokens eacl") and the
-    tree's labels shrank to four letters. The title lies inside the pool's box; no label is cut to
-    under 8 characters."""
+    tree's labels shrank to four letters. The title lies inside the pool's box. Review r5: labels read
+    "…istant…" and ":…", and ghost rings lay over labels: every label holds a whole word (or the node's
+    size), none lies over another label or a node, none leaves the tree's pane."""
     for prompt in ["You are a shop assistant. How do I get a refund for my order?",
                    "You are a shop assistant. How do I change my address?",
                    "You are a shop assistant. When does my parcel arrive?"]:
@@ -253,6 +264,33 @@ def test_the_classroom_dashboard_fits_the_lessons_frame(browser, server):
         page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
         page.wait_for_selector("#tree .textpoint text")
         fit = page.evaluate(_FIT_JS)
-        assert fit["title"] and not fit["short"], fit
+        assert fit["title"] and not fit["empty"] and not fit["over"] and not fit["outside"], fit
     finally:
         ctx.close()
+
+
+def test_review_r5_a_crowded_tree_keeps_its_labels_and_rings_apart(browser):
+    """Review r5 of lesson 12: after lesson 12's requests (96 blocks, chats that evict) the live tree drew
+    its ghost rings on one another and over labels, and its labels read "…istant…", ":…" or ran out of
+    the pane. At 1500x1000 and in classroom mode at 1280x720, with every ghost kept: no label over
+    another or over a node, none out of the pane, each with a whole word (or the node's size)."""
+    srv = start_server(num_blocks=96)
+    srv.loop.dashboard.ghost_s = 60.0                 # the ghosts stay: the most crowded tree
+    try:
+        lesson_traffic(srv.url, MODEL)
+        for viewport, query in ((NORMAL_VIEWPORT, ""), (CLASSROOM_VIEWPORT, "?classroom=1")):
+            ctx = browser.new_context(viewport=viewport)
+            try:
+                page = ctx.new_page()
+                page.goto(srv.url + "/dashboard" + query)
+                page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
+                page.wait_for_selector("#tree .textpoint text")
+                state = page.evaluate("window.kvlabState")
+                assert state["evicted_tokens"] > 0 and state["tree_nodes"] >= 10, state["tree_nodes"]
+                fit = page.evaluate(_FIT_JS)
+                assert not fit["empty"] and not fit["over"] and not fit["outside"], (viewport, fit)
+            finally:
+                ctx.close()
+    finally:
+        srv.stop()
+

@@ -176,6 +176,8 @@ def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypat
     live = shown[0][1].data
     assert '<iframe' in live and 'src="http://x/dashboard"' in live
     assert 'href="http://x/dashboard" target="_blank"' in live and "Run All runs section 7 too" in live
+    # review r5: a whole run ends with the servers stopped; both texts say how to get the page live again
+    assert "Run All Above Selected Cell" in live and "keep running" in live
     lab.stop()
     assert [k for k, _ in shown] == ["display", "update"]
     box = shown[1][1]
@@ -183,6 +185,7 @@ def test_the_live_frame_turns_into_the_recording_when_the_servers_stop(monkeypat
     said = box.children[1].value
     assert "Recorded" in said and "Pick a request" in said
     assert "http://x/dashboard no longer answers" in said and "start them again" in said
+    assert "Run All Above Selected Cell" in said and "last cell" in said
     shown.clear()
     serve_view.show_dashboard("http://x/dashboard", [_state()], ["after R1"], lab=lab)  # drawn again, stopped
     assert [k for k, _ in shown] == ["display"] and "kvlab-stepper" in shown[0][1].children[0]._dom_classes
@@ -261,3 +264,27 @@ def test_the_recorded_tree_labels_its_nodes_and_no_edge_crosses_a_label(classroo
         for l, t, r, b in boxes:
             crosses = (min(ax, bx) < r and max(ax, bx) > l and min(ay, by) < b and max(ay, by) > t)
             assert not crosses, ((ax, ay, bx, by), (l, t, r, b))
+
+
+def test_review_r5_the_router_command_is_explained_flag_by_flag():
+    """Review r5 of lesson 12: the router's flags were left to its --help. The lesson prints the command
+    Router.launch runs, one line a flag saying why it is there; every flag is one the installed router
+    accepts, everything listens on 127.0.0.1, and no threshold is set (exercise 2 asks for those)."""
+    from kvlab.serve.router import LAUNCH_FLAG_WHY, explain_command, launch_command, router_options
+
+    cmd = launch_command(["http://127.0.0.1:8001", "http://127.0.0.1:8002"], "cache_aware", 30001, 29001)
+    lines = explain_command(cmd)
+    flags = [a for a in cmd if a.startswith("--")]
+    assert [line.split(" ", 1)[0] for line in lines] == flags and set(flags) == set(LAUNCH_FLAG_WHY)
+    assert lines[0] == ("--worker-urls http://127.0.0.1:8001 http://127.0.0.1:8002: "
+                        + LAUNCH_FLAG_WHY["--worker-urls"])
+    assert set(flags) <= set(router_options()) or not importlib_has_router()
+    assert cmd[cmd.index("--host") + 1] == cmd[cmd.index("--prometheus-host") + 1] == "127.0.0.1"
+    assert not any("threshold" in f for f in flags)
+    assert explain_command(cmd[:3] + ["--max-tree-size", "5"]) == ["--max-tree-size 5: not one the lesson uses"]
+
+
+def importlib_has_router() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("sglang_router") is not None

@@ -70,11 +70,13 @@ def test_stepper_caption_counts_steps_once(run):
     cap = s._caption_html()
     assert cap.count("step ") == 1 and f"step 3 / {len(s)}" in cap
     # one machine a frame in every mode: three drawn at once were about 1,000 px tall at 1500x1000; a step
-    # that changed nothing (the start) draws none (review r2: it drew the node machine)
-    assert all(len(s.frames[i].extra["machines"]) == (1 if rec.taken[s.frames[i].extra["i"]] else 0)
-               for i in range(len(s)))
+    # that changed nothing (the start) has no frame (review r2: it drew the node machine; review r5: the
+    # stepper then opened on an empty "nothing to draw" frame)
+    assert all(len(f.extra["machines"]) == 1 for f in s.frames)
+    assert not rec.taken[0] and s.frames[0].extra["i"] == 1
     s.go(0)
-    assert "nothing to draw" in s.render(s.frame)
+    first = s.render(s.frame)
+    assert "nothing to draw" not in first and "<svg" in first
     assert s.error is None
 
 
@@ -207,9 +209,9 @@ def test_lesson_10_does_not_name_the_node_events_before_exercise_3(run):
     cm, rec, _ = run
     words = set(V.EDGE_LABELS["node"].values())
     named = V.lifecycle_graph("node", cm.tree.tracker.counts).source
-    assert any(f'label="\u2002{w}' in named for w in words)  # the default still names them
+    assert any(f"<td>{w}" in named for w in words)  # the default still names them
     for g in V.lifecycle_graph("all", cm.tree.tracker.counts, unnamed=("node",)).graphs:
-        labels = re.findall(r'label="([^"]*)"', g.source)
+        labels = re.findall(r"<td>(.*?)</td>", g.source)
         if "lifecycle_node" in g.source:
             assert not [lab for lab in labels if any(w in lab for w in words)], labels
             assert any("×" in lab for lab in labels)  # the counts stay
@@ -387,3 +389,41 @@ def test_review_r9_new_is_named_and_the_graph_stepper_keeps_its_height(run):
     st = V.tier_stepper(rec, static=True, graph=True)
     heights = {re.search(r"min-height:calc\((\d+)pt", st.render(f)).group(1) for f in st.frames}
     assert len(heights) == 1 and int(heights.pop()) > 100
+
+
+def test_review_r5_the_grid_and_the_animation_draw_the_same_blocks_the_same_way(run):
+    """Review r5 of lesson 10: cell 14 draws the device pool as one row of 28 with block ids, cell 16
+    as a 7x4 grid without them, so a student could not find cell 14's block 6 in cell 16. The grid now
+    writes each row's block ids at its right end, in block id order, with the animation's letters
+    and colours for the same block."""
+    cm, rec, spans = run
+    names, blocks = V.run_labels(rec, spans)
+    step = 1                                            # after R1: block 6 is free between [A] and [B]
+    anim = V.tier_map_data(rec.snapshots[step], names[step], blocks[step])
+    fig = V.tier_tree_figure(rec.trees[step], rec.snapshots[step], names[step], blocks=blocks[step])
+    grid = fig.data[2]
+    cols = 7
+    ids = {f"{a.text}" for a in fig.layout.annotations}
+    n_dev, n_host = len(rec.snapshots[step].device_states), len(rec.snapshots[step].host_states)
+    assert {f"{r * cols}-{min(n_dev, r * cols + cols) - 1}" for r in range(-(-n_dev // cols))} <= ids
+    assert {f"{r * cols}-{min(n_host, r * cols + cols) - 1}" for r in range(-(-n_host // cols))} <= ids
+    for k, (x, y) in enumerate(zip(grid.x, grid.y)):   # the device grid first, row-major: block id = row * 7 + column
+        pool, b = ("device", k) if k < n_dev else ("host", k - n_dev)
+        if pool == "device":
+            assert b == -round(y) * cols + x
+        assert grid.text[k] == anim[pool]["labels"][b] and grid.marker.color[k] == anim[pool]["colors"][b]
+
+
+def test_review_r5_edge_labels_are_padded_not_spaced(run):
+    """Review r5 of lesson 10: once cell 19's stepper opened on R1's device frame, the layout check saw
+    "copy done" (then "evict") crossed by an edge on a projector: the en and em spaces around an edge
+    label are text, and a bending edge ran through them. Every edge label is now a padded HTML table
+    (graphviz keeps edges out of its padding) whose text is the words alone."""
+    cm, rec, _ = run
+    for compact in (True, False):
+        for m in V.MACHINES:
+            src = V._machine_graph(m, cm.tree.tracker.counts, set(), V.theme(), 14 if compact else None).source
+            edges = [line for line in src.splitlines() if "->" in line and "label=" in line]
+            assert edges and all('label=<<table border="0" cellborder="0" cellpadding="4"><tr><td>' in e for e in edges)
+            texts = re.findall(r"<td>(.*?)</td>", src)
+            assert texts and all(t == t.strip() and "\u2002" not in t and "\u2003" not in t for t in texts), texts

@@ -23,7 +23,8 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-__all__ = ["Router", "RouterError", "free_port", "router_view", "conversations", "router_options", "ROUTING_FLAGS_032"]
+__all__ = ["Router", "RouterError", "free_port", "router_view", "conversations", "router_options", "ROUTING_FLAGS_032",
+           "LAUNCH_FLAG_WHY", "launch_command", "explain_command"]
 
 # The routing flags of sglang-router 0.3.2 (``sglang_router/router_args.py``, add_cli_args; the
 # same names and defaults in sgl-model-gateway's router_args.py at sglang commit 05e589ad):
@@ -117,6 +118,47 @@ def router_options() -> dict[str, tuple]:
             for a in parser._actions for flag in a.option_strings}
 
 
+# why Router.launch passes each flag (the lesson prints the command with these, not the --help)
+LAUNCH_FLAG_WHY = {
+    "--worker-urls": "the kvlab servers the router sends requests to",
+    "--policy": "how it picks one: cache_aware or round_robin, the two section 5 compares",
+    "--host": "listen on this machine only (the default, 0.0.0.0, is every network), as the kvlab servers do",
+    "--port": "a port free now, picked by the OS",
+    "--prometheus-host": "the router's own metrics on this machine only too (default 0.0.0.0)",
+    "--prometheus-port": "and on a free port (its default, 29000, may be taken)",
+    "--log-level": "quiet (default info): the router prints only warnings and errors into the notebook",
+}
+
+
+def launch_command(worker_urls: list[str], policy: str, port: int, prometheus_port: int) -> list[str]:
+    """The command :meth:`Router.launch` runs: each flag in :data:`LAUNCH_FLAG_WHY`, everything on
+    127.0.0.1, the thresholds left at the router's defaults.
+
+    Example: ``launch_command(["http://127.0.0.1:8001"], "round_robin", 30000, 29000)[3:6]``
+    -> ``['--worker-urls', 'http://127.0.0.1:8001', '--policy']``."""
+    return [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *worker_urls,
+            "--policy", policy, "--host", "127.0.0.1", "--port", str(port),
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port), "--log-level", "warn"]
+
+
+def explain_command(cmd: list[str]) -> list[str]:
+    """The flags of a router command line, one line each: the flag, its value(s), why it is given
+    (:data:`LAUNCH_FLAG_WHY`; a flag not in it is named as such).
+
+    Example: ``explain_command(["python", "-m", "sglang_router.launch_router", "--policy", "round_robin"])``
+    -> ``['--policy round_robin: how it picks one: cache_aware or round_robin, the two section 5 compares']``."""
+    lines: list[str] = []
+    flag, values = None, []
+    for arg in cmd[cmd.index("sglang_router.launch_router") + 1:] + ["--"]:
+        if arg.startswith("--"):
+            if flag is not None:
+                lines.append(f"{flag} {' '.join(values)}: {LAUNCH_FLAG_WHY.get(flag, 'not one the lesson uses')}")
+            flag, values = arg, []
+        else:
+            values.append(arg)
+    return lines
+
+
 class RouterError(RuntimeError):
     """The router did not start (the message holds the end of its output)."""
 
@@ -139,9 +181,7 @@ class Router:
         """Start the router on a free port and wait until its ``/health`` answers 200 (RouterError
         when it exits or does not answer within ``timeout`` seconds)."""
         port = free_port()
-        cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *worker_urls,
-               "--policy", policy, "--host", "127.0.0.1", "--port", str(port),
-               "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()), "--log-level", "warn"]
+        cmd = launch_command(worker_urls, policy, port, free_port())
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + timeout

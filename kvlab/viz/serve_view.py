@@ -370,11 +370,14 @@ def _frame_height() -> int:
     return 525 if is_classroom() else 760
 
 
+# how to get the page live after a whole run, in JupyterLab's own menu words (review r5: Run All ends stopped)
+_LIVE_AGAIN = ("select the lesson's last cell (section 7, the one that stops the servers) and use Run &gt; "
+               "<i>Run All Above Selected Cell</i>: new servers, every request again, and they keep running")
 _LIVE = ("<p style='margin:2px 0'>The server's page, live while the servers run: <a href=\"{url}\" "
-         "target=\"_blank\">{url}</a>. Section 7 stops them, and Run All runs section 7 too: to keep this page "
-         "live, run the cells one by one and stop before it.</p>")
-_GONE = ("the servers have stopped, so the live page at {url} no longer answers; to see it live again, start "
-         "them again (run the cell that starts them, then this one: they get new ports)")
+         "target=\"_blank\">{url}</a>. The lesson's last cell (section 7) stops them, and Run All runs section 7 "
+         "too; to keep this page live after a whole run, " + _LIVE_AGAIN + ".</p>")
+_GONE = ("the servers have stopped (the lesson's last cell stops them), so the live page at {url} no longer "
+         "answers; to see it live again, start them again: " + _LIVE_AGAIN + " (they get new ports)")
 
 
 def show_dashboard(url: str, states: Sequence[dict], captions: Sequence[str], lab: Any = None) -> None:

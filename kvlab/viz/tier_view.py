@@ -135,9 +135,12 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
-        if text:  # a space before (graphviz sets a label against its edge: the line ran along its first letter)
-            # closer ranks bend the edges more: an em space (an en space left "copy done" touching its edge)
-            text = ("\u2003" if compact else "\u2002") + text + ("\u2003" if compact or (dst, src) in LEGAL_EDGES[m] else "")
+        if text:
+            # a padded HTML label: graphviz keeps its edges out of the padding, and the text is the letters
+            # alone (en and em spaces around it were text that a bending edge still ran through: "copy
+            # done", "evict", "free ×1" in the stepper, review r5)
+            text = (f'<<table border="0" cellborder="0" cellpadding="4"><tr><td>'
+                    f'{html.escape(text.strip()).replace(chr(10), "<br/>")}</td></tr></table>>')
         hot = (m, src, dst) in bold
         loose = {} if events or src != "new" or dst == "device" else {"constraint": "false"}  # unnamed, the splits
         g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width), **loose,
@@ -395,6 +398,12 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
     return fig
 
 
+def _stepper_graph(m: str, counts: dict, bold: set, th: Any, unnamed: Sequence[str]) -> Any:
+    """One machine as :func:`tier_stepper` draws it (the frames and the box as tall as the tallest):
+    14 pt text and closer ranks on a projector."""
+    return _machine_graph(m, counts, bold, th, 14 if th.high_contrast else None, events=m not in unnamed)
+
+
 def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "simulated",
                  graph: bool = False, unnamed: Sequence[str] = ()) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
@@ -409,10 +418,14 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
     split = graph  # one machine a frame: the stepper and its diagram fit one screen
     frames = []
     for i, (s, t) in enumerate(zip(rec.snapshots, rec.taken)):
-        touched = [m for m in MACHINES if any(x[0] == m for x in t)]   # none: nothing to draw (review r2)
-        for ms in ([[m] for m in touched] if split and touched else [touched]):
+        touched = [m for m in MACHINES if any(x[0] == m for x in t)]
+        if split and not touched:   # a step that changed nothing (the start) has no diagram: no frame (review r5)
+            continue
+        for ms in ([[m] for m in touched] if split else [touched]):
             what = f" · {_TITLES[ms[0]]}" if split and len(touched) > 1 else ""
             frames.append(Frame(s, s.caption + what, extra={"taken": t, "i": i, "machines": ms}))
+    if not frames:   # a run that changed nothing: one frame that says so
+        frames.append(Frame(rec.snapshots[0], rec.snapshots[0].caption, extra={"taken": [], "i": 0, "machines": []}))
 
     def render(f: Frame) -> Any:
         if not graph:
@@ -424,9 +437,8 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
-        th = theme()
-        graphs = [_machine_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, th, 14 if th.high_contrast else None,
-                                 events=m not in unnamed) for m in f.extra["machines"]]
+        graphs = [_stepper_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme(), unnamed)
+                  for m in f.extra["machines"]]
         title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
                  "its edges bold purple")
         # one screen: only what the step touched, in a box as tall as the tallest machine (steady buttons)
@@ -439,8 +451,7 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
             for m, s, d, n in step:
                 everything[(m, s, d)] = everything.get((m, s, d), 0) + n
         for m in {m for f in frames for m in f.extra["machines"]}:
-            svg = _machine_graph(m, everything, set(), th, 14 if th.high_contrast else None,
-                                 events=m not in unnamed).pipe(format="svg", encoding="utf-8")
+            svg = _stepper_graph(m, everything, set(), th, unnamed).pipe(format="svg", encoding="utf-8")
             h = re.search(r'<svg\b[^>]*\sheight="([0-9.]+)pt"', svg)
             tallest = max(tallest, float(h.group(1)) if h else 0.0)
     return Stepper(frames, render, static=static, title="tiers")
@@ -669,12 +680,28 @@ def tier_tree_figure(tree: Any, snap: TierSnapshot, labels: dict[int, str] | Non
                     yanchor="bottom", font=dict(size=th.font_size)),
         xaxis=dict(domain=[0, 0.5], range=[-0.7, leaves - 0.3], visible=False),
         yaxis=dict(range=[-depth - 0.6, 0.5], visible=False),
-        xaxis2=dict(domain=[0.56, 1], range=[-1.9, cols - 0.4], visible=False),
+        xaxis2=dict(domain=[0.56, 1], range=[-1.9, cols + 1.1], visible=False),
         yaxis2=dict(range=[-(dev_rows + 1.2 + host_rows) + 0.3, 0.6], visible=False),
         annotations=[dict(x=-0.6, y=-(r0 + (n - 1) / 2), xref="x2", yref="y2", text=f"{row}<br>pool", showarrow=False,
                           xanchor="right", font=dict(size=th.font_size))
-                     for row, r0, n in (("device", 0, dev_rows), ("host", dev_rows + 1.2, host_rows))])
+                     for row, r0, n in (("device", 0, dev_rows), ("host", dev_rows + 1.2, host_rows))]
+        + _row_ids(cols, ((len(snap.device_states), 0), (len(snap.host_states), dev_rows + 1.2)), th.font_size))
     return fig
+
+
+def _row_ids(cols: int, pools: Sequence[tuple[int, float]], font_px: int) -> list[dict]:
+    """The block ids of each grid row, written at its right end (``"7-13"``), so a block of the
+    grid is found by the id the animation's one-row pools give it (review r5: the grid had no ids).
+    ``pools``: per pool, (its number of blocks, the y row its grid starts at).
+
+    Example: ``[a["text"] for a in _row_ids(7, [(16, 0)], 12)]`` -> ``['0-6', '7-13', '14-15']``."""
+    out = []
+    for n, r0 in pools:
+        for r in range(-(-n // cols)):
+            first, last = r * cols, min(n, (r + 1) * cols) - 1
+            out.append(dict(x=cols - 0.45, y=-(r0 + r), xref="x2", yref="y2", text=f"{first}-{last}", showarrow=False,
+                            xanchor="left", font=dict(size=font_px, color="#444")))
+    return out
 
 
 def tier_tree_stepper(rec: TierRecorder, labels: dict[int, str] | Sequence[dict[int, str]] | None = None,

@@ -233,9 +233,11 @@ animate_tiers(rec.snapshots, title="Four requests: device 28 + host 16 blocks", 
 #
 # The same run, one picture per request: the radix tree on the left, each node lettered as in
 # the notes ([A] system prompt, [B] few-shot examples, [C] R1's turn, [D] R2's, [E] R3's, [F]
-# R4's follow-up) and coloured by where its KV lives. On the right the device and host pools,
-# each block carrying its own letter and coloured by its own state, as in the animation (the
-# same letters, step by step). A node holding more than one part names them all: after R1,
+# R4's follow-up) and coloured by where its KV lives. On the right the device and host pools
+# of the animation above, wrapped 7 blocks a row: the same blocks in the same order (the ids
+# at the right of a row are its block ids, so device block 6 is the last of the first row), the
+# same letters and the same colours, step by step. Only the layout changed, to make room for
+# the tree. A node holding more than one part names them all: after R1,
 # one node holds [B] and R1's turn, `[B+C]`, until R2 shares [B] and splits it in two. One
 # colour is one fact in both pictures: green, cached on the device (a node there only); light
 # cyan, a host copy of KV that is also on the device (a node on both); cyan, the host's only copy
@@ -261,7 +263,8 @@ for nid, letter in sorted(node_names[-1].items(), key=lambda kv: kv[1]):
 # The same run with the state diagram: each step's transitions drawn **bold purple** (as in
 # section 3), the counts so far on the edges; only the machines that step changed are drawn,
 # one per frame of the stepper (a device block, a host block, a node's placement), so the
-# diagram fits one screen.
+# diagram fits one screen. It opens on the first request's first change: the start (both
+# pools free) changed nothing, so it has no frame.
 
 # %%
 from kvlab.viz.tier_view import tier_stepper
@@ -658,8 +661,11 @@ print(f"time to first token (measured, this CPU): {1e3 * warm.ttft:.0f} ms after
 # Return `{name: placement}` for every leaf. The checker compares with kvlab's
 # `HiRadixCache.evict` on the same leaves.
 #
-# These rules are kvlab's. SGLang's `HiRadixCache.evict` (`python/sglang/srt/mem_cache/hiradix_cache.py`)
-# differs where the host is full. Its `write_backup` makes room with `evict_host(len(node.value))`,
+# These rules are kvlab's. SGLang's `HiRadixCache.evict` differs where the host is full; what
+# follows was checked in `python/sglang/srt/mem_cache/hiradix_cache.py` at SGLang commit
+# `263bc85d` (a 0.5.x tree, the one kvlab's `HiRadixCache` mirrors; other versions and forks
+# differ: some keep a leaf in `write_back_nodes` only when its write succeeded, and then nothing
+# asserts). Its `write_backup` makes room with `evict_host(len(node.value))`,
 # which frees host-only leaves, least recently used first, until it has freed that much or has
 # none left: there is no "only when that makes enough room" rule. A leaf whose write still fails
 # counts 0 pages freed, yet stays in `write_back_nodes`, and after the loop

@@ -46,7 +46,7 @@ lab = start_lab(workers=2, model=MODEL, num_blocks=96, block_size=4)
 server = lab.urls[0]
 print(f"server 0: {server}   server 1: {lab.urls[1]}   model {lab.model!r}")
 print(f"the OpenAI API at {server}/v1, counters at {server}/metrics, the live cache at {server}/dashboard\n"
-      f"(these addresses answer while the servers run: section 7 stops them, so does Run All, which runs it)")
+      f"(these addresses answer while the servers run: the lesson's last cell, section 7, stops them)")
 
 # %% [markdown]
 # ## 2. The notes' four customer-service requests, through the OpenAI client
@@ -133,9 +133,10 @@ show_dashboard(server + "/dashboard", frames, captions, lab=lab)
 # While the servers run, the link above the frame opens the page in a browser tab of its own,
 # to see it move; tick **classroom** there for a projector (1280x720, large text, the pool and
 # the tree on one screen). Clicking a request in the table dims every block but its own. The
-# link works only until section 7 stops the servers, and *Run All* runs section 7 too: after
-# it, the frame shows the recording and says the page is gone. To see it live again, run
-# section 1's cell and this one once more (new servers, on new ports).
+# link works only until the lesson's last cell (section 7) stops the servers, and *Run All* runs
+# it too: after it, the frame shows the recording and says the page is gone. To see it live
+# after a whole run, select that last cell and use Run > *Run All Above Selected Cell*: new
+# servers on new ports, every request of the lesson sent again, and the servers keep running.
 
 # %% [markdown]
 # ## 4. A few multi-turn chats, and what `/metrics` says
@@ -289,10 +290,11 @@ def replay(asked, where):
 
 
 TUTOR = "You are a patient maths tutor; explain each step in one short sentence."
-views, computed = {}, {}
+views, computed, commands = {}, {}, {}
 for policy in ("cache_aware", "round_robin"):
     lab.flush()
     routed = openai.OpenAI(base_url=lab.route(policy).url + "/v1", api_key="none", max_retries=0, timeout=60)
+    commands[policy] = list(lab.router.proc.args)     # the command line the lab ran (printed below)
     convs, asked = [list(shop), list(shop), [{"role": "system", "content": TUTOR}]], []
     for turn in range(3):
         for i, msgs in enumerate(convs):
@@ -319,6 +321,16 @@ print(f"cache-aware routing computed {computed['cache_aware']} prompt tokens, ro
       f"{computed['round_robin']} ({computed['round_robin'] / computed['cache_aware']:.2f}x as many)")
 
 # %% [markdown]
+# The router was started with only the flags below (`Router.launch`; the cache-aware run's
+# command, one line a flag, and why it is there). Its thresholds were left at their defaults:
+# exercise 2 asks which flags pin them.
+
+# %%
+from kvlab.serve.router import explain_command
+
+print("\n".join(explain_command(commands["cache_aware"])))
+
+# %% [markdown]
 # The picture of the same runs: each conversation's turns coloured by the server that answered
 # them, and each server's hit rate (measured).
 
@@ -335,9 +347,18 @@ router_figure(views)
 # routing kept each conversation where its history is, and the lines under `cache_aware` say
 # why each request went where it did. Two are misses: the very first (nothing was sent before
 # it) and the tutor's first, which shares little more than "You are " with the shop's texts.
+#
 # The requests come one at a time, so when the router decides no server runs any of them: the
-# loads tie, and each miss goes to the first server of the router's list (not necessarily the
-# first of `--worker-urls`). Every other request is a hit on text sent to that server before
+# loads tie, and each miss goes to the first worker of the router's list (the policy takes the
+# least loaded worker, and of equal ones the first). That list is not `--worker-urls`: it is the
+# order in which the router *registered* the workers. At start-up sglang-router 0.3.2 submits
+# one `AddWorker` job per URL (a health check, then `/server_info` and `/model_info`) to a job
+# queue that runs them concurrently, and each worker joins the list when its job finishes; the
+# policy is handed that list. Whichever server answered those calls first heads it, so it can
+# change from one start to the next, and the replay above cannot know it in advance: it takes
+# the router's first worker from where the first miss went.
+#
+# Every other request is a hit on text sent to that server before
 # (the second shop chat on the first one's first request). The other server stays idle: the
 # router balances by requests in flight, not by what the trees hold, and here the loads never
 # differ (exercise 2 gives it loads that do). What the run measures is the saving of keeping a
@@ -352,7 +373,7 @@ router_figure(views)
 # will report as cached for `prompt`, given the tree the dashboard shows now. `nodes` is what
 # the page receives: `state["tree"] + state["evicted_nodes"]`, a list of dicts with `id`,
 # `parent` (0 is the root), `ids` (the node's token ids) and `evicted` (`True`: a **ghost**, a
-# node evicted a moment ago that the page still draws, in white with a red ring). `page_size`
+# node evicted a moment ago that the page still draws, in white with a red ring, where its tree has room). `page_size`
 # is the server's block size. The rules are the ones this lesson's numbers followed; the checker
 # grows trees through the server's own request cycle at page sizes 1, 2 and 4 (some with a
 # branch just evicted), and adds the requests below, which this notebook's server answered.
@@ -412,7 +433,8 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 # `cache_aware` policy (version 0.3.2, the one installed) sends the request `text` to. `sent[w]`
 # is the list of texts the router has sent worker `w` (its approximate tree for that worker holds
 # exactly their prefixes); `loads[w]` is how many requests the router has in flight at worker
-# `w`; the workers are in the router's own order. Section 5 gives the policy's three rules in
+# `w`; the workers are in the router's own order (the order it registered them, section 5), so
+# index 0 is the one a tie goes to. Section 5 gives the policy's three rules in
 # prose, and not in the order the router checks them. **Design it before you code**:
 #
 # - In which order must the three rules be tried? Find a request for which the two orders
@@ -424,11 +446,19 @@ check.predict_cached_tokens(predict_cached, live=live_cases)
 # The thresholds are sglang-router's defaults, exactly as section 5 words them. Ties go to the
 # lower index. The checker names a wrong design choice when your answer shows one.
 #
-# Then pin those rules on the router's command line: `router_flags()` returns the flags of
-# `python -m sglang_router.launch_router` that set the policy and each of the three thresholds,
-# as `{flag: value}`. Section 5 names one of them; find the others in the router's own help
-# (`python -m sglang_router.launch_router --help`, in a terminal or a `!` cell). The checker
-# looks every name up in the installed router's argument parser.
+# Then pin those rules on the router's command line: `router_flags()` returns
+# `{flag: value}` for the four flags of `python -m sglang_router.launch_router` that your
+# `pick_worker` depends on, each set to the value your rules use, in the type the router's
+# parser takes:
+#
+# - `--policy`: which rule picks a worker at all (section 5 ran two);
+# - `--cache-threshold`: how much of the text a worker's match must exceed to count as a hit;
+# - `--balance-abs-threshold`: how many more requests in flight the busiest worker must run
+#   than the least busy before the loads count as unbalanced;
+# - `--balance-rel-threshold`: and how many times as many.
+#
+# Nothing else: the checker looks every name up in the installed router's argument parser and
+# names a flag that none of the rules uses.
 
 # %% tags=["exercise-stub"]
 def pick_worker(sent, text, loads):
@@ -458,16 +488,20 @@ check.router_flags(router_flags)
 #
 # <details><summary>Hint 3</summary>
 #
-# For `router_flags`: the help gives each flag with its type and help text; the three thresholds
-# are the ones whose help speaks of cache-aware routing and of load balancing. Which of the two
-# balance flags is a count of requests, and which a ratio?
+# For `router_flags`: each value is a number your `pick_worker` already uses. Is the cache
+# threshold a percent or a fraction? Which of the two balance flags is a count of requests
+# (an integer), and which a ratio?
 # </details>
 
 # %% [markdown]
-# ## 7. Stop the servers
+# ## 7. The last step: stop the servers
 #
-# The servers live in this kernel; stopping them frees their ports (shutting the kernel down
-# would too, and the router process gets a signal when its parent dies).
+# This is the lesson's last cell, and it is here so that a run leaves nothing behind: the
+# servers are threads of this kernel holding two ports, and a test run or a whole *Run All*
+# must end with them freed (section 5 already stopped the router process). Once it has run, the
+# dashboard of section 3 shows its recording. To keep the servers running instead, select this
+# cell and use Run > *Run All Above Selected Cell*; run this cell when you are done (shutting
+# the kernel down stops them too).
 
 # %%
 import socket
@@ -481,7 +515,9 @@ def port_open(port):
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-print(f"servers stopped; ports {ports} still answering: {[p for p in ports if port_open(p)]}")
+print(f"servers stopped; ports {ports} still answering: {[p for p in ports if port_open(p)]}\n"
+      "the lesson ends here: the dashboard in section 3 now shows its recording; to watch the live page, select "
+      "this cell and use Run > Run All Above Selected Cell")
 
 # %% [markdown]
 # ## Summary
