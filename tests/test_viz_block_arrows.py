@@ -250,3 +250,42 @@ def test_arrows_down_the_pool_gaps_keep_clear_of_the_blocks(classroom):
         assert runs  # some arrows do run down the first row's gaps
     finally:
         viz.classroom(False)
+
+
+def _lesson06_frames() -> list:
+    """Lesson 06's stepper (cell 8) and its free of R2 (section 3): one prompt, three forks, three appends, a free."""
+    from kvlab.viz.memory_animation import memory_frames
+
+    m = BlockManager(num_blocks=12, block_size=4, record=True)
+    m.add_sequence("R1", 10)
+    m.fork("R1", "R2")
+    m.fork("R1", "R3")
+    for s in ("R2", "R3", "R1"):
+        m.append(s, 1)
+    m.free("R2")
+    return memory_frames(m.snapshots, m.log)
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_lesson06_stepper_arrows_never_cross(classroom):
+    """Review r5_05_06 (lesson 06, cell 8): from step 6 on, R3's L2→P4 ran across R2's L2→P3 where R2's
+    arrow stepped out of column 2 into the gap on its right (towards P3) and R3's dropped straight down
+    from under it towards P4, further right: their order swapped for nothing. Every table here is in
+    order, so in no frame, in either theme, does one arrow meet another."""
+    from kvlab.viz.memory_animation import MemoryMapView
+
+    viz.classroom(classroom)
+    try:
+        frames = _lesson06_frames()
+        view = MemoryMapView(frames, cols=12, step_legend=True)
+        bad = []
+        for k, f in enumerate(frames, 1):
+            lines = [(t.name, line) for t in view(f).data if t.name and t.name.endswith(" arrows")
+                     for line in _polylines(t)]
+            for (na, a), (nb, b) in itertools.combinations(lines, 2):
+                met = [m for (p, q), (r, s) in itertools.product(zip(a, a[1:]), zip(b, b[1:])) if (m := _meet(p, q, r, s))]
+                if met:
+                    bad.append(f"step {k}: {na} and {nb} meet at {met[0][1]}")
+        assert not bad, "\n".join(bad)
+    finally:
+        viz.classroom(False)

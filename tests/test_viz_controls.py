@@ -42,7 +42,7 @@ def test_shuffle_gives_the_same_output_bit_for_bit(shuffle):
 def test_split_count_changes_the_programs_and_agrees_up_to_rounding(shuffle):
     _inputs(shuffle, "kvlab-splits-slider").value = 2
     assert shuffle.num_splits == 2 and shuffle.result["max_diff"] < 1e-5
-    assert "2 programs" in shuffle.caption()
+    assert "num_splits = 2: 4 programs" in shuffle.caption()
     fig = shuffle.figure()
     assert "split-K: 2 programs" in fig.layout.title.text
     with pytest.raises(ValueError, match="num_splits"):
@@ -51,6 +51,30 @@ def test_split_count_changes_the_programs_and_agrees_up_to_rounding(shuffle):
     _inputs(shuffle, "kvlab-unshuffle-button").click()
     shuffle.set(num_splits=1)
     assert shuffle.result["identical"] and "the original layout" in shuffle.caption()
+
+
+def test_shuffle_picture_says_which_part_is_real(shuffle):
+    """Review r5_05_06 (lesson 05, cell 20): the widget runs the real kernel on the layout it draws; the
+    read order drawn over it is worked out in Python. The title said "(simulated)" of the whole."""
+    from kvlab.viz import kernel_access_figure
+
+    title = shuffle.figure().layout.title.text
+    assert title.endswith("(the layout the kernel ran on; read order simulated)"), title
+    with pytest.raises(ValueError, match="must say"):
+        kernel_access_figure(table_snapshot(4, 4, {"R1": [1, 2]}, {"R1": 6}), "R1", source="measured",
+                             source_note="the kernel's own layout")
+
+
+def test_shuffle_caption_counts_what_it_timed(shuffle):
+    """Review r5_05_06 (lesson 05, cells 20 and 23): the caption says how many programs ran and how many
+    tiles each read, as the cost cell counts them, and that its time is one call."""
+    shuffle.set(num_splits=1)
+    assert "num_splits = 1: 2 programs (one per KV head and range), each reading at most 3 of the 3 tiles" \
+        in shuffle.caption()
+    assert "one call (measured, CPU interpreter)" in shuffle.caption()
+    shuffle.set(num_splits=2)
+    assert "num_splits = 2: 4 programs (one per KV head and range), each reading at most 2 of the 3 tiles" \
+        in shuffle.caption()
 
 
 def test_table_snapshot_and_permutation():

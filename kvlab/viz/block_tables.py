@@ -42,7 +42,7 @@ MAX_TABLE_HOLDERS = 8  # more holders than this: tables are not drawn (the hover
 TABLE_PITCH = 0.75  # grid units between table rows
 TABLE_CELL_H = 0.56
 TABLE_CELL_W = 0.8  # narrower than a pool block: the gaps between table columns carry the arrows down
-_TABLE_LANES = (0.42, 0.49)  # offsets from a column's centre where its arrows run down past the rows below
+_TABLE_LANES = (0.45, 0.49)  # offsets from a column's centre where its arrows run down past the rows below (cells end at 0.4)
 _POOL_LANES = (0.46, 0.495)  # ... and down the pool's gaps into a lower pool row (a block is CELL_W wide)
 DEEP_CELL_W = 0.8  # a pool block's width when arrows run down its gaps into a lower pool row (room for them)
 _DEEP_LANES = (0.43, 0.49)  # ... and where they run then
@@ -201,25 +201,28 @@ def _table_row(geom: MapGeometry, holder: str, i: int) -> int:
 def _heads(data: dict[str, Any], geom: MapGeometry) -> list[tuple[str, int, int, tuple]]:
     """Each arrow's path from its cell to the channel's top: straight down when no cell of this
     frame lies below it in its column (the last table row, or rows still empty); else a step
-    sideways into a lane of the gap on the side of its block (the higher the row, the farther
-    out, so no step crosses a lane from above) and down the lane."""
+    sideways into a lane of the gap on one side (the higher the row, the farther out, so no step
+    crosses a lane from above) and down the lane. The side is the one its block lies on as seen
+    from the block of the column's straight arrow, so that the two keep their left-right order
+    down to the pool (lesson 06: R2's L2→P3 above R3's L2→P4 goes left of R3's arrow, not right)."""
     cols = geom.layout.cols
     rows = round(geom.table_height / TABLE_PITCH)
     top = geom.table_height - TABLE_PITCH + TABLE_CELL_H / 2  # the channel's top: under the last row
-    lowest: dict[int, int] = {}  # column -> the lowest table row with a cell in it (this frame)
+    lowest: dict[int, tuple[int, int]] = {}  # column -> (the lowest table row with a cell in it, that cell's block)
     for h in geom.holders:
-        for i in range(len(data["tables"].get(h, ()))):
-            lowest[i % cols] = max(lowest.get(i % cols, -1), _table_row(geom, h, i))
+        for i, b in enumerate(data["tables"].get(h, ())):
+            lowest[i % cols] = max(lowest.get(i % cols, (-1, 0)), (_table_row(geom, h, i), b), key=lambda rb: rb[0])
     out = []
     for h in geom.holders:
         for i, b in enumerate(data["tables"].get(h, ())):
             x0, y0 = _cell_xy(i, cols, geom.row0[h])
             y0 += TABLE_CELL_H / 2
             r = _table_row(geom, h, i)
-            if r == lowest[i % cols]:
+            low_row, low_block = lowest[i % cols]
+            if r == low_row:
                 head = ((x0, y0), (x0, top))
             else:
-                side = 1 if data["x"][b] > x0 else -1
+                side = 1 if data["x"][b] > data["x"][low_block] else -1
                 lane = _lane(i % cols, side, (rows - 1 - r - 0.5) / max(rows - 1, 1), _TABLE_LANES)
                 mid = y0 + (TABLE_PITCH - TABLE_CELL_H) / 2
                 head = ((x0, y0), (x0, mid), (lane, mid), (lane, top))
@@ -349,7 +352,7 @@ def arrow_routes(data: dict[str, Any], geom: MapGeometry) -> dict[str, list[tupl
         >>> _ = m.add_sequence("R1", 8); _ = m.fork("R1", "R2")
         >>> g = map_geometry(grid_layout(4), [m.snapshot()])
         >>> [(round(x, 2), round(y, 2)) for x, y in arrow_routes(memory_map_data(m.snapshot()), g)["R1"][1][2]]
-        [(1.0, 0.28), (1.0, 0.38), (0.55, 0.38), (0.55, 1.47), (0.9, 1.47), (0.9, 1.91)]
+        [(1.0, 0.28), (1.0, 0.38), (0.53, 0.38), (0.53, 1.47), (0.9, 1.47), (0.9, 1.91)]
     """
     arrows = _landings(_heads(data, geom), data, geom)
     if not arrows:

@@ -72,10 +72,12 @@ def _append(e: Event, after: MemorySnapshot | None) -> str:
 def _free_seq(e: Event) -> str:
     seq, d, back = e.seq_id, e.detail, list(e.block_ids)
     total, handed = int(d.get("num_blocks", len(back))), int(d.get("handed_over", 0))
-    parts = [f"{block_list(back)} go back to the free queue" if back else "no block goes back to the pool"]
+    go = "goes" if len(back) == 1 else "go"
+    parts = [f"{block_list(back)} {go} back to the free queue" if back else "no block goes back to the pool"]
     kept = total - len(back) - handed
     if kept > 0:
-        parts.append(f"{_plural(kept, 'shared block')} stay with their other holders (one reference less)")
+        stay = "stays with its other holders" if kept == 1 else "stay with their other holders"
+        parts.append(f"{_plural(kept, 'shared block')} {stay} (one reference less)")
     if handed:
         parts.append(f"the radix tree keeps {_plural(handed, 'block')}")
     return f"{seq} finishes: " + "; ".join(parts)
@@ -110,7 +112,8 @@ def event_sentence(event: Event, after: MemorySnapshot | None = None) -> str:
         return f"{who} takes one more reference to {block_list(ids)}"
     if k == "free":
         released = d.get("released") or []
-        tail = f": {block_list(released)} go back to the free queue" if released else " (still held by others)"
+        go = "goes" if len(released) == 1 else "go"
+        tail = f": {block_list(released)} {go} back to the free queue" if released else " (still held by others)"
         return f"{who} drops a reference to {block_list(ids)}{tail}"
     if k == "match":
         p, n = int(d.get("prefix_len", 0)), int(d.get("num_tokens", 0))

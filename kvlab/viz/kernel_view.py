@@ -272,12 +272,16 @@ def _strip_units() -> float:
 def kernel_access_figure(
     snapshot: MemorySnapshot, seq_id: str, num_splits: int = 1, tile_tokens: int | None = None,
     iteration: int | None = None, source: str = "simulated", colors: dict[str, str] | None = None,
-    subtitle: bool = True, tiles: bool = False,
+    subtitle: bool = True, tiles: bool = False, source_note: str = "",
 ) -> Any:
     """The read order over the memory map, as a static plotly figure. ``subtitle=False``: no
     sentence under the title (a control that prints its own caption beside the figure).
     ``tiles``: a strip above the pool with the sequence's tiles in loop order, each in the colour of
-    the program that reads it (:func:`_tile_strip`)."""
+    the program that reads it (:func:`_tile_strip`). ``source_note``: the title's parenthesis in
+    place of the bare ``source`` when the figure mixes both, and says which part is which (it must
+    name ``source``)."""
+    if source_note and source_label(source) not in source_note:
+        raise ValueError(f"source_note {source_note!r} must say what is {source!r}")
     colors = colors if colors is not None else assign_colors(snapshot_ids([snapshot]))
     d = kernel_access_data(snapshot, seq_id, num_splits, tile_tokens, iteration, colors)
     d["highlight_name"] = "read this iteration" if iteration is not None else ""  # the red outline's legend words
@@ -324,7 +328,7 @@ def kernel_access_figure(
                       yaxis=dict(range=[lay.rows - 0.5 + lanes, -0.5 - headroom]),
                       margin=dict(t=fig.layout.margin.t + extra - cut))
     fig.layout.title.subtitle.text = lines
-    fig.layout.title.text = head + f" ({source_label(source)})"
+    fig.layout.title.text = head + f" ({source_note or source_label(source)})"
     return fig
 
 

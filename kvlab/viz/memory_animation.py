@@ -29,11 +29,12 @@ from ..memory.snapshot import MemorySnapshot
 from .block_tables import frame_traces, map_geometry
 from .captions import event_sentence
 from .display import is_static
-from .memory_map import _figure_from_data, _title, event_highlight, memory_map_data, snapshot_ids
+from .memory_map import _figure_from_data, _title, event_highlight, memory_map_data, memory_map_figure, snapshot_ids
 from .pool_grid import grid_layout
 from .palette import assign_colors, source_label, theme
 
-__all__ = ["memory_frames", "animate_memory_map", "MemoryMapView", "memory_map_stepper", "step_caption", "animation_controls"]
+__all__ = ["memory_frames", "animate_memory_map", "MemoryMapView", "memory_map_stepper", "step_caption", "animation_controls",
+           "event_figure"]
 
 
 def step_caption(i: int, n: int, caption: str) -> str:
@@ -70,6 +71,37 @@ def memory_frames(
         copies = [(int(e.detail["src"]), int(e.detail["dst"]))] if e.kind == "cow" else []
         out.append(Frame(s, event_sentence(e, s), event_highlight(e, s), {"event": e, "copies": copies}))
     return out
+
+
+def event_figure(snapshots: Sequence[MemorySnapshot], log: EventLog | Sequence[Event], step: int = -1,
+                 title: str = "Paged KV pool", source: str = "simulated", cols: int | None = None,
+                 tables: bool | None = None) -> Any:
+    """One step of a recorded run as a static figure, drawn as the run's stepper draws it: the
+    snapshot after event ``step`` (default: the last), the blocks it changed outlined red, its
+    sentence as the subtitle, each sequence in the colour it has in the whole run's stepper (a
+    sequence that has finished keeps its colour away from the others).
+
+    >>> import kvlab
+    >>> m = kvlab.BlockManager(num_blocks=4, block_size=2, record=True)
+    >>> _ = m.add_sequence("R1", 3), m.fork("R1", "R2"), m.free("R2")
+    >>> event_figure(m.snapshots, m.log).layout.title.text.split("<br>")[0]
+    'Paged KV pool (simulated)'
+    """
+    from dataclasses import replace
+
+    from .kernel_view import _wrap
+
+    frames = memory_frames(snapshots, log)
+    f = frames[step]
+    fig = memory_map_figure(replace(f.snapshot, caption=f.caption), f.highlight, title, source,
+                            colors=_frame_colors(frames), cols=cols, tables=tables, copies=_copies(f))
+    th = theme()
+    chars = 76 if th.high_contrast else 110      # plotly does not wrap a subtitle: lines of about even length
+    lines = _wrap(f.caption, min(chars, -(-len(f.caption) // -(-len(f.caption) // chars)) + 6))
+    extra = int(1.9 * th.font_size) * lines.count("<br>")
+    fig.update_layout(height=fig.layout.height + extra, margin=dict(t=fig.layout.margin.t + extra))
+    fig.layout.title.subtitle.text = lines
+    return fig
 
 
 def _frame_colors(frames: Sequence["Frame"]) -> dict[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..lessons.sharing import beam_search_blocks, measured_sampling_blocks
 from .control import LiveControl
-from .palette import HIT, source_label, theme
+from .palette import HIT, is_classroom, source_label, theme
 
 __all__ = ["SharingControl", "UNSHARED_COLOR", "SHARED_COLOR", "UNSHARED_NAME", "SHARED_NAME"]
 
@@ -27,6 +27,9 @@ __all__ = ["SharingControl", "UNSHARED_COLOR", "SHARED_COLOR", "UNSHARED_NAME", 
 # without sharing dark grey (never the light grey of a free block), with sharing the reuse green.
 UNSHARED_COLOR, SHARED_COLOR = "#555555", HIT
 SLIDER_WIDTH = "min(330px, 31%)"  # three sliders side by side, in one row down to a 1068 px output area
+# classroom mode (an 850 px output area, 18 px labels): side by side, the tracks were about 60 px wide; there
+# samples and beam width share one row and prompt tokens (8 to 1000) has a row of its own
+CLASSROOM_WIDTHS = {"samples": "min(410px, 48%)", "beam_width": "min(410px, 48%)", "prompt_len": "min(840px, 97%)"}
 UNSHARED_NAME, SHARED_NAME = "without sharing (each sequence its own copy)", "with sharing (fork + copy-on-write)"
 
 
@@ -77,6 +80,10 @@ class SharingControl(LiveControl):
                     "the beams share generated text too.")
         else:
             beam = f"Beam search, width {self.beam_width}: {b[1]} instead of {b[0]} ({self.saved(b):.0%} saved)."
+        if is_classroom():   # a projector: two lines, so that the sliders' two rows and the chart share the 599 px
+            return (f"sampling, n = {self.samples}: {s[1]} of {s[0]} blocks ({self.saved(s):.0%} saved); beam width "
+                    f"{self.beam_width}: {b[1]} of {b[0]} ({self.saved(b):.0%} saved); "
+                    f"{self.new_tokens} new tokens each, blocks of {self.block_size}.")   # the prompt: its slider says
         return (f"{self.prompt_len}-token prompt, {self.new_tokens} new tokens each, blocks of {self.block_size}. "
                 f"{sampling} {beam} (Counted on the real allocator; beam scores simulated.)")
 
@@ -108,13 +115,19 @@ class SharingControl(LiveControl):
 
     def _inputs(self, W: Any) -> list[Any]:
         style = {"description_width": "initial"}
-        # the three in ONE row of a 1068 px output area (1500 x 1000), the slider's label and readout included
-        row = dict(style=style, layout=W.Layout(width=SLIDER_WIDTH))
+        # the three in ONE row of a 1068 px output area (1500 x 1000), the slider's label and readout included;
+        # in classroom mode two rows (CLASSROOM_WIDTHS)
+
+        def row(name: str) -> dict[str, Any]:
+            width = CLASSROOM_WIDTHS[name] if is_classroom() else SLIDER_WIDTH
+            return dict(style=style, layout=W.Layout(width=width))
+
         sliders = [
-            ("samples", W.IntSlider(value=self.samples, min=1, max=8, description="samples (n)", **row)),
-            ("beam_width", W.IntSlider(value=self.beam_width, min=1, max=8, description="beam width", **row)),
+            ("samples", W.IntSlider(value=self.samples, min=1, max=8, description="samples (n)", **row("samples"))),
+            ("beam_width", W.IntSlider(value=self.beam_width, min=1, max=8, description="beam width",
+                                       **row("beam_width"))),
             ("prompt_len", W.IntSlider(value=self.prompt_len, min=8, max=1000, step=8, description="prompt tokens",
-                                       **row)),
+                                       **row("prompt_len"))),
         ]
         for name, s in sliders:
             s.continuous_update = False

@@ -30,7 +30,11 @@ from .control import LiveControl
 from .kernel_view import kernel_access_figure
 from .palette import is_classroom
 
-__all__ = ["table_snapshot", "permuted_table", "ShuffleControl"]
+__all__ = ["table_snapshot", "permuted_table", "ShuffleControl", "SOURCE_NOTE"]
+
+# The picture's blocks and table are those the real kernel ran on; the read order drawn over them is
+# kernel_access_order's, the kernel's loop bounds worked out in Python (not recorded from the run).
+SOURCE_NOTE = "the layout the kernel ran on; read order simulated"
 
 
 def table_snapshot(num_blocks: int, block_size: int, tables: dict[str, Sequence[int]],
@@ -123,18 +127,20 @@ class ShuffleControl(LiveControl):
     def caption(self) -> str:
         r = self.result
         layout = "the original layout" if self.shuffles == 0 else f"shuffle {self.shuffles}: every block moved"
-        progs = f"{self.num_splits} program{'s' if self.num_splits > 1 else ''}"
+        kv_heads, tiles = self.k_cache.shape[2], -(-self.context_len // self.tile)
+        work = (f"num_splits = {self.num_splits}: {kv_heads * self.num_splits} programs (one per KV head and range), "
+                f"each reading at most {-(-tiles // self.num_splits)} of the {tiles} tiles")
         if r["identical"]:
-            same = "bit-for-bit identical to the first run (original layout, 1 program)"
+            same = "bit-for-bit identical to the first run (original layout, num_splits = 1)"
         else:
             same = (f"equal to the first run up to rounding (largest difference {r['max_diff']:.1e}): "
                     "split-K adds the programs' partial results in another order")
         if is_classroom():   # a projector: one line, the outcome, so that it shares the 599 px screen with the controls
             same = "output bit-for-bit identical" if r["identical"] else f"equal up to rounding ({r['max_diff']:.1e})"
             where = "original layout" if self.shuffles == 0 else f"shuffle {self.shuffles}"
-            return f"{where}, {progs}, {1e3 * r['seconds']:.0f} ms (measured): {same}"
-        return (f"{layout}; {self.seq_id}'s table starts {r['table'][:6]}. The kernel ran with {progs} in "
-                f"{1e3 * r['seconds']:.0f} ms (measured, CPU interpreter); its output is {same}.")
+            return f"{where}, num_splits {self.num_splits}, {1e3 * r['seconds']:.0f} ms (measured): {same}"
+        return (f"{layout}; {self.seq_id}'s table starts {r['table'][:6]}. The kernel ran with {work}, in "
+                f"{1e3 * r['seconds']:.0f} ms, one call (measured, CPU interpreter); its output is {same}.")
 
     def figure(self) -> Any:
         snap = table_snapshot(self.num_blocks, self.block_size, {self.seq_id: self.result["table"]},
@@ -142,7 +148,8 @@ class ShuffleControl(LiveControl):
         # classroom: the control's caption says what happened; the figure's own sentence would push the
         # figure and its controls past one 599 px projector screen
         return kernel_access_figure(snap, self.seq_id, num_splits=self.num_splits, tile_tokens=self.tile,
-                                    subtitle=not is_classroom(), tiles=True)   # the strip: where tiles end, whose
+                                    subtitle=not is_classroom(), tiles=True,   # the strip: where tiles end, whose
+                                    source_note=SOURCE_NOTE)
 
     def shuffle(self) -> None:
         self.set(shuffles=self.shuffles + 1)

@@ -222,12 +222,39 @@ two = K.paged_decode_attention(q_long, k_long, v_long, table_long, lens_long, nu
 print("num_splits=2 agrees with num_splits=1:", torch.allclose(one, two, atol=1e-5))
 
 # %% [markdown]
+# ### What vLLM's kernels do
+#
+# vLLM's CUDA PagedAttention kernels do this same lookup (`block_table[pos // block_size]`, then
+# the offset); they divide the work differently:
+#
+# - **v1**, `csrc/attention/paged_attention_v1.cu`: `dim3 grid(num_heads, num_seqs, 1)`, one
+#   thread block per **query** head and sequence, walking that sequence's whole context.
+# - **v2**, `csrc/attention/paged_attention_v2.cu`, is split-K:
+#   `dim3 grid(num_heads, num_seqs, max_num_partitions)` cuts the context into partitions of
+#   `PARTITION_SIZE = 512` tokens; each thread block writes its partition's max logit, exp-sum and
+#   partial output, and a second kernel, `paged_attention_v2_reduce_kernel`, combines them, as
+#   kvlab's second kernel does when `num_splits > 1`.
+# - **Which one runs** is a heuristic in vLLM's Python wrapper (`vllm/attention/ops/paged_attn.py`,
+#   in the versions that ship it): v1 when `max_seq_len <= 8192` and there is a single partition
+#   or more than 512 (sequence, head) pairs to keep the GPU busy; v2 otherwise.
+#
+# Two differences from kvlab's kernel: vLLM fixes the partition *size*, so a longer context gets
+# more partitions (seq4's 300 tokens would be a single one), where kvlab's `num_splits` fixes
+# their *number*; and vLLM has a thread block per query head, where kvlab has one program per KV
+# head serving its whole GQA group. Read `paged_attention_v2.cu` next: its launcher sets both
+# grids in a few lines; the kernels' bodies are in `csrc/attention/attention_kernels.cuh`. (vLLM V1
+# on NVIDIA GPUs mostly runs FlashAttention's or FlashInfer's paged kernels instead, under
+# `vllm/v1/attention/backends/`; they too read K and V through a block table.)
+
+# %% [markdown]
 # ### Try it: shuffle the blocks, change the number of programs
 #
 # The same 300-token sequence (seq4 below). **shuffle the blocks** moves every block of the pool to a new
-# place and rewrites the table; **programs (split-K)** cuts the loop into that many ranges.
-# Each change runs the real kernel again (in the interpreter: a fraction of a second) and
-# compares its output with the first run (original layout, one program). Watch the strip on
+# place and rewrites the table; **programs (split-K)** sets `num_splits`, cutting the loop into that
+# many ranges (each KV head gets that many programs). Each change runs the real kernel again (in the
+# interpreter: a fraction of a second), times that one call, and compares its output with the first
+# run (original layout, `num_splits = 1`). The picture is drawn over the layout the kernel ran on;
+# the read order on it is worked out from the loop's bounds (simulated). Watch the strip on
 # top, the table's tiles in loop order: each program reads a contiguous range of the *table*,
 # whatever the shuffle does to where its blocks sit in the pool.
 
@@ -246,29 +273,52 @@ ShuffleControl(q_long, k_long, v_long, long_table.tolist(), long_len, seq_id="se
 # you to write that paging step yourself; the kernel's own code is printed after it, to compare.
 
 # %% [markdown]
-# **Cost in the interpreter (measured).** The interpreter runs each (program, loop iteration)
-# in Python, one after the other. The grid here is (3 sequences × 2 KV heads) programs, each
-# looping over its context one tile of `TILE_N` positions at a time; the cell prints the time
-# per program-iteration, measured on this machine at this one tile size (it says nothing about
-# other tile sizes). Timing below is CPU-interpreter time and says nothing about a GPU.
+# **Cost in the interpreter (measured).** The interpreter runs a launch's programs one after
+# another in Python, and each program its loop iterations one after another; a *program-iteration*
+# is one program's pass over one tile. The cell below times three launches (each the median of 3
+# calls, on this machine): the three sequences of section 3 (3 sequences × 2 KV heads = 6
+# programs, one 64-token tile each); seq4 of the widget above (2 programs, 5 tiles each: the
+# launch the widget times, one call per change, at `num_splits = 1`); and seq4 cut to its first 64 tokens
+# (2 programs, 1 tile each). For each it prints the time and that time divided by its
+# program-iterations. This is CPU-interpreter time and says nothing about a GPU.
 
 # %%
 import time
 
-from kvlab.kernels import paged_decode
 
-t0 = time.perf_counter()
-K.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens)
-t_kernel = time.perf_counter() - t0
-t0 = time.perf_counter()
-K.paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens)
-t_ref = time.perf_counter() - t0
-tile = paged_decode.tile_tokens(4)
-iters = sum(-(-n // tile) for n in lengths.values()) * kv_heads
-print(f"TILE_N = {tile}; program-iterations: {iters}")
-print(f"Triton kernel in the interpreter: {t_kernel * 1e3:.1f} ms (measured, CPU), "
-      f"{t_kernel * 1e3 / iters:.1f} ms per program-iteration")
-print(f"torch reference (gather + dense): {t_ref * 1e3:.1f} ms (measured, CPU)")
+def median_ms(run, calls=3):
+    """The median of `calls` timed calls of `run()`, in ms (measured)."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * sorted(times)[calls // 2]
+
+
+tile, tile16 = tile_tokens(4), tile_tokens(bs16)
+lens_64 = torch.tensor([tile16], dtype=torch.int32, device=dev)
+launches = [  # (what, programs, tiles per program, the call)
+    ("the 3 sequences of section 3", len(seqs) * kv_heads, -(-max(lengths.values()) // tile),
+     lambda: K.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens)),
+    ("seq4, 300 tokens (the widget's)", kv_heads, -(-long_len // tile16),
+     lambda: K.paged_decode_attention(q_long, k_long, v_long, table_long, lens_long)),
+    (f"seq4 cut to {tile16} tokens", kv_heads, 1,
+     lambda: K.paged_decode_attention(q_long, k_long, v_long, table_long, lens_64)),
+]
+print(f"{'launch (measured, interpreter)':<32} {'programs x tiles':>16} {'ms':>6} {'ms / program-iteration':>22}")
+per_iteration = []
+for what, programs, tiles, run in launches:
+    ms = median_ms(run)
+    per_iteration.append(ms / (programs * tiles))
+    print(f"{what:<32} {f'{programs} x {tiles} = {programs * tiles}':>16} {ms:>6.1f} {per_iteration[-1]:>22.1f}")
+spread = max(per_iteration) / min(per_iteration)
+print(f"the per-program-iteration figure varies {spread:.1f}x between these launches: "
+      + ("it is not a price per iteration: a launch's time is a fixed part (the launch, each program's start) "
+         "plus a part that grows with its iterations, and the division spreads the fixed part differently"
+         if spread > 1.5 else "here it is close to a constant"))
+t_ref = median_ms(lambda: K.paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens))
+print(f"torch reference (gather + dense) for the 3 sequences: {t_ref:.1f} ms (measured, CPU)")
 
 # %% [markdown]
 # ## 5. Exercises

@@ -71,6 +71,17 @@ m.check_integrity()
 # Two things decided what each append did: whether the block the token lands in was already
 # holding tokens, and how many tables still held it. Exercise 1 asks you to turn that into the
 # allocator's rule yourself.
+#
+# **Fork and copy-on-write are the vLLM paper's design** (vLLM V0's block manager forked a
+# sequence's table and copied on write). vLLM V1 serves `n > 1` another way:
+# `ParentRequest` in `vllm/v1/engine/parallel_sampling.py` fans the request out into `n` ordinary
+# child requests (`get_child_info(index)` names child `index` `f"{index}_{request_id}"` and gives it
+# a copy of the sampling parameters with `n = 1`, and `seed + index` when a seed is set), then
+# gathers their outputs. The children share the prompt through prefix caching: the same prompt
+# hashes to the same full blocks (the block-hash cache of lesson 07), which are stored once with a
+# reference per child. Only full blocks are hashed, so each child's partial last block is its
+# own from the start, and there is nothing to copy on write. The saving on full prompt blocks is
+# the same as a fork's.
 
 # %% [markdown]
 # ## 2. The picture
@@ -100,6 +111,15 @@ released = m.free("R2")
 print("R2 freed; blocks released to the pool:", released)
 print("ref_count of P0..P5:", m.allocator.ref_count[:6])
 m.check_integrity()
+
+# %% [markdown]
+# The same moment as a picture, one step after the stepper's last: R2's table is gone, the shared
+# blocks' counts went down by one, and the block outlined red is back in the pool, light grey.
+
+# %%
+from kvlab.viz import event_figure
+
+event_figure(m.snapshots, m.log, title="Freeing R2: only its last references go", cols=12)
 
 # %% [markdown]
 # ## 4. The real run: K and V really are shared, and copy-on-write keeps samples apart
