@@ -631,7 +631,20 @@ def _lesson_02_capacity_on_a_projector(page) -> None:
     choose("model", "Llama-2 7B", "requests of 4,096")
     handle = w.locator(".kvlab-capacity-tokens .noUi-handle").first
     handle.focus()
-    page.keyboard.press("End")   # the longest requests: 131,072 tokens
+    page.keyboard.press("Home")
+    page.wait_for_function("el => el.textContent.includes('requests of 256 tokens')", arg=verdict.element_handle(),
+                           timeout=10_000)
+    page.keyboard.press("End")   # review r4_01_02: End stops at Llama-2's context window, not at 131,072
+    page.wait_for_function("el => el.textContent.includes('requests of 4,096 tokens')", arg=verdict.element_handle(),
+                           timeout=10_000)
+    readout = w.locator(".kvlab-capacity-tokens .widget-readout").first.text_content()
+    assert readout.strip() == "4,096", readout
+    choose("model", "Llama-2 13B", "requests of 4,096")
+    choose("device", "A100 40GB", "requests of 4,096")
+    share = w.locator(".kvlab-capacity-utilization .noUi-handle").first
+    share.focus()
+    for key in ("Home", "ArrowRight", "ArrowRight", "ArrowRight"):   # 65%: the weights fit, one request does not
+        page.keyboard.press(key)
     page.wait_for_function("el => el.textContent.includes('not even one request fits')", arg=verdict.element_handle(),
                            timeout=10_000)
     page.wait_for_timeout(300)

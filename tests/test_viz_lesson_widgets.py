@@ -214,14 +214,14 @@ def test_capacity_widget_menus_recompute_bytes_and_requests():
     assert s["requests"] == budget // spec.kv_bytes(4096) and s["requests"] > 0
     w._controls["dtype_bytes"].value = 1  # fp8 KV: half the bytes, about twice the requests
     assert w.state["bytes_per_token"] == 65536 and w.state["requests"] == budget // (65536 * 4096)
-    w._controls["tokens"].value = 32768
-    assert w.state["requests"] == budget // (65536 * 32768)
+    w._controls["tokens"].value = 8192   # Llama-3 8B's context window: the slider's last stop
+    assert w.state["requests"] == budget // (65536 * 8192)
     w._controls["utilization"].value = 1.0
     assert w.state["share"] == gpu.memory_bytes
     w._controls["device"].value = "a100-40gb"
     assert w.state["device_bytes"] == GPUS["a100-40gb"].memory_bytes
     names = [label for label, _ in w._controls["model"].options]
-    assert "Llama-2 70B (80 layers, 8 KV heads)" in names and not any(n.startswith("llama-") for n in names)
+    assert "Llama-2 70B (80 layers, 8 KV heads, up to 4,096 tokens)" in names and not any(n.startswith("llama-") for n in names)
     bars = _spec(w._out)["data"]
     assert sum(b["x"][0] for b in bars) == pytest.approx(w.state["device_bytes"] / 1e9)
 
