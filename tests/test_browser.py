@@ -659,6 +659,26 @@ def _lesson_02_capacity_on_a_projector(page) -> None:
     assert all(abs(o - first) <= 1 for o in offsets), f"the bar moved with the menus: {first} then {offsets}"
 
 
+def _lesson_00_thesis_on_a_projector(page) -> None:
+    """Review r3_00_08 (cell 14, classroom): the thesis widget was 777 px tall on a 599 px screen, so a
+    teacher who moved the token position saw the figure change but not the sentence under it. The whole
+    widget, controls to its last sentence, fits the visible notebook, and a move changes that sentence."""
+    w = page.locator(".kvlab-thesis").first
+    w.scroll_into_view_if_needed()
+    w.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
+    page.wait_for_timeout(300)
+    screen = page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook')?.clientHeight"
+                           " || window.innerHeight")
+    tall = w.bounding_box()["height"]
+    assert tall <= screen, f"classroom: the thesis widget is {tall:.0f} px tall, {screen} px on screen"
+    text = w.locator(".widget-html").last
+    before = text.text_content()
+    _set_slider(page, "kvlab-pos-slider", 13)
+    page.wait_for_function("([el, old]) => el.textContent !== old && el.textContent.includes('position 13')",
+                           arg=[text.element_handle(), before], timeout=10_000)
+    _shot(page, w, "00_thesis_classroom.png")
+
+
 def _lesson_08_charts(page) -> None:
     """Review r2_02_08 of lesson 08: at step 5 the radix stepper shows R2's match ending inside node 1 as
     "3 of 8 tok matched"; with the pointer over either chart no plotly mode bar covers its title (the
@@ -698,6 +718,7 @@ _NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_steps, "02_how_big.ipynb": 
                  "07_radix.ipynb": _lesson_07_radix_stepper, "08_eviction_scheduling.ipynb": _lesson_08_charts}
 _CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector, "07_radix.ipynb": _lesson_07_on_a_projector,
                     "02_how_big.ipynb": _lesson_02_capacity_on_a_projector,
+                    "00_start_here.ipynb": _lesson_00_thesis_on_a_projector,
                     "01_why_kv_cache.ipynb": lambda page: _lesson_01_decode_stepper(page, "decode_stepper_classroom.png")}
 _LESSONS = lesson_names()
 

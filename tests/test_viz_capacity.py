@@ -161,9 +161,11 @@ def test_the_tokens_slider_stops_at_the_models_context_window():
     w = CapacityWidget(model="llama-3-8b", device="h200", tokens=8192, static=False)
     assert [t for _, t in w._controls["tokens"].options][-1] == 8192 == CONTEXT_WINDOWS["llama-3-8b"]
     assert "Llama-2 7B (32 layers, 32 KV heads, up to 4,096 tokens)" in [n for n, _ in w._controls["model"].options]
+    kids = w.widget.children
     w._controls["model"].value = "opt-13b"           # window 2,048: the chosen 8,192 is past it
     slider = w._controls["tokens"]
-    assert slider in w.widget.children and [t for _, t in slider.options][-1] == 2048
+    assert w.widget.children == kids, "renewing the slider re-rendered the whole widget (its sentence and bar)"
+    assert any(slider in getattr(k, "children", ()) for k in kids) and [t for _, t in slider.options][-1] == 2048
     assert w.state["tokens"] == slider.value == 2048 and w.state["requests"] > 0
     w._controls["model"].value = "smollm2-135m"      # a longer window: the slider reaches it, the length stays
     assert [t for _, t in w._controls["tokens"].options][-1] == 8192 and w.state["tokens"] == 2048

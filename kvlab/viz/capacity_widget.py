@@ -355,7 +355,9 @@ class CapacityWidget:
         self._out.add_class("kvlab-figure")
         row = W.Layout(flex_flow="row wrap", max_width="100%")
         ctl = list(self._controls.values())
-        parts = [W.HBox(ctl[:3], layout=row), *ctl[3:], self._text, self._out]  # a slider a row: room for its track
+        # a slider a row: room for its track; the tokens slider in a box of its own, so that renewing it (another
+        # model's window) re-renders that box only, never the sentence and the bar under it
+        parts = [W.HBox(ctl[:3], layout=row), W.HBox([ctl[3]], layout=row), *ctl[4:], self._text, self._out]
         css = classroom_css("kvlab-capacity")
         if css:
             parts.insert(0, W.HTML(css))
