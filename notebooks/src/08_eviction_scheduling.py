@@ -81,6 +81,18 @@ print("the three policies evict three different sets of nodes:",
       len({frozenset(v) for v in victims.values()}) == len(victims))
 
 # %% [markdown]
+# The same answers on the tree they came from: each node with the numbers a policy looks at
+# (tokens, last access `t`, `hits`), and one cell per policy, in its colour with the order it
+# evicts the node in, or "kept":
+
+# %%
+from IPython.display import HTML
+
+from kvlab.viz.victims_view import victims_svg
+
+HTML(victims_svg(cache.snapshot(), victims, need, names=NAME))
+
+# %% [markdown]
 # LRU removes R1's `[4 5 6 7 8]`, untouched the longest although it is the most popular; "fewest
 # tokens" takes the shortest leaf first (`[7 7]`, the most recent) and then needs a second one;
 # LFU removes `[9 9 9]`, matched least. Evicting more than asked is normal: whole nodes go.
