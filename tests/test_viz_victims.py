@@ -74,3 +74,27 @@ def test_unknown_victims_are_refused():
     snap, _ = _lesson_tree()
     with pytest.raises(ValueError, match="does not hold"):
         victims_graph(snap, {"lru": [99]}, 3)
+
+
+def test_the_queue_orders_picture_counts_the_prefix_changes_of_each_order():
+    """Review r3_00_08 (section 5's queue example printed three orders as '1 2 7 | 9 9 9 1 | ...'): a row a
+    policy, each request coloured by the cached prefix it runs through, and how often each order changes
+    prefix: FCFS interleaves the two subtrees (4 changes), lpm 3, dfs-weight serves each subtree whole (2)."""
+    from kvlab.reuse.schedule import order_by_shared_prefix, shared_prefix_lengths
+    from kvlab.viz.order_view import orders_html
+    from kvlab.viz.palette import FREE, REQUEST_COLORS
+
+    c = CacheManager(num_blocks=64, block_size=1)
+    serve_request(c, [1, 2, 3, 4, 5])
+    serve_request(c, [9, 9, 9])
+    queue = [[1, 2, 7], [9, 9, 9, 1], [1, 2, 3, 4, 8], [9, 9, 9, 2], [9, 9, 9, 3], [5, 5]]
+    cached = shared_prefix_lengths(queue, c.tree)
+    orders = {p: order_by_shared_prefix(queue, c.tree, policy=p) for p in ("fcfs", "lpm", "dfs-weight")}
+    out = orders_html(queue, cached, orders)
+    changes = re.findall(r"(fcfs|lpm|dfs-weight)<br><span[^>]*>(\d+) changes? of prefix", out)
+    assert changes == [("fcfs", "4"), ("lpm", "3"), ("dfs-weight", "2")], changes
+    fills = re.findall(r"background:(#[0-9a-f]{6})", out)
+    assert len(fills) == 18 and set(fills) == {REQUEST_COLORS[0], REQUEST_COLORS[1], FREE}
+    assert out.count("4 cached") == 3 and out.count("0 cached") == 3   # [1 2 3 4 8] and [5 5], in each row
+    with pytest.raises(ValueError, match="lengths for"):
+        orders_html(queue, cached[:-1], orders)

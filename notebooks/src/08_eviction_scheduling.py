@@ -462,9 +462,22 @@ serve_request(c, [9, 9, 9])
 queue = [[1, 2, 7], [9, 9, 9, 1], [1, 2, 3, 4, 8], [9, 9, 9, 2], [9, 9, 9, 3], [5, 5]]
 print("cached prefix of each waiting request:", shared_prefix_lengths(queue, c.tree))
 print("the order each policy serves them in (one request between bars):")
+orders = {}
 for policy in ["fcfs", "lpm", "dfs-weight"]:
-    order = order_by_shared_prefix(queue, c.tree, policy=policy)
+    order = orders[policy] = order_by_shared_prefix(queue, c.tree, policy=policy)
     print(f"{policy:<10}", " | ".join(" ".join(map(str, r)) for r in order))
+
+# %% [markdown]
+# The same three orders as a picture: one row a policy, the requests left to right as served,
+# coloured by the cached prefix their match runs through, and how often each order switches from
+# one prefix to the other (every switch can push the other prefix out of a full pool):
+
+# %%
+from IPython.display import HTML
+
+from kvlab.viz.order_view import orders_html
+
+HTML(orders_html(queue, shared_prefix_lengths(queue, c.tree), orders))
 
 # %% [markdown]
 # `lpm` serves `[1 2 3 4 8]` first (4 tokens cached), then the three `[9 9 9 …]` requests, and
