@@ -631,7 +631,20 @@ def _lesson_02_capacity_on_a_projector(page) -> None:
     choose("model", "Llama-2 7B", "requests of 4,096")
     handle = w.locator(".kvlab-capacity-tokens .noUi-handle").first
     handle.focus()
-    page.keyboard.press("End")   # the longest requests: 131,072 tokens
+    page.keyboard.press("Home")
+    page.wait_for_function("el => el.textContent.includes('requests of 256 tokens')", arg=verdict.element_handle(),
+                           timeout=10_000)
+    page.keyboard.press("End")   # review r4_01_02: End stops at Llama-2's context window, not at 131,072
+    page.wait_for_function("el => el.textContent.includes('requests of 4,096 tokens')", arg=verdict.element_handle(),
+                           timeout=10_000)
+    readout = w.locator(".kvlab-capacity-tokens .widget-readout").first.text_content()
+    assert readout.strip() == "4,096", readout
+    choose("model", "Llama-2 13B", "requests of 4,096")
+    choose("device", "A100 40GB", "requests of 4,096")
+    share = w.locator(".kvlab-capacity-utilization .noUi-handle").first
+    share.focus()
+    for key in ("Home", "ArrowRight", "ArrowRight", "ArrowRight"):   # 65%: the weights fit, one request does not
+        page.keyboard.press(key)
     page.wait_for_function("el => el.textContent.includes('not even one request fits')", arg=verdict.element_handle(),
                            timeout=10_000)
     page.wait_for_timeout(300)
@@ -644,6 +657,26 @@ def _lesson_02_capacity_on_a_projector(page) -> None:
     offsets.append(bar_offset())
     _shot(page, w, "02_capacity_ram_classroom.png")
     assert all(abs(o - first) <= 1 for o in offsets), f"the bar moved with the menus: {first} then {offsets}"
+
+
+def _lesson_00_thesis_on_a_projector(page) -> None:
+    """Review r3_00_08 (cell 14, classroom): the thesis widget was 777 px tall on a 599 px screen, so a
+    teacher who moved the token position saw the figure change but not the sentence under it. The whole
+    widget, controls to its last sentence, fits the visible notebook, and a move changes that sentence."""
+    w = page.locator(".kvlab-thesis").first
+    w.scroll_into_view_if_needed()
+    w.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
+    page.wait_for_timeout(300)
+    screen = page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook')?.clientHeight"
+                           " || window.innerHeight")
+    tall = w.bounding_box()["height"]
+    assert tall <= screen, f"classroom: the thesis widget is {tall:.0f} px tall, {screen} px on screen"
+    text = w.locator(".widget-html").last
+    before = text.text_content()
+    _set_slider(page, "kvlab-pos-slider", 13)
+    page.wait_for_function("([el, old]) => el.textContent !== old && el.textContent.includes('position 13')",
+                           arg=[text.element_handle(), before], timeout=10_000)
+    _shot(page, w, "00_thesis_classroom.png")
 
 
 def _lesson_08_charts(page) -> None:
@@ -685,6 +718,7 @@ _NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_steps, "02_how_big.ipynb": 
                  "07_radix.ipynb": _lesson_07_radix_stepper, "08_eviction_scheduling.ipynb": _lesson_08_charts}
 _CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector, "07_radix.ipynb": _lesson_07_on_a_projector,
                     "02_how_big.ipynb": _lesson_02_capacity_on_a_projector,
+                    "00_start_here.ipynb": _lesson_00_thesis_on_a_projector,
                     "01_why_kv_cache.ipynb": lambda page: _lesson_01_decode_stepper(page, "decode_stepper_classroom.png")}
 _LESSONS = lesson_names()
 

@@ -76,7 +76,7 @@ def test_no_request_fits_is_said_plainly():
     """Review r12: "0 requests fit ... (0 tokens in all)" when the weights fit but not one request does."""
     from kvlab.viz.capacity_widget import CapacityWidget
 
-    w = CapacityWidget(model="llama-2-7b", device="a100-40gb", tokens=131072, static=True)
+    w = CapacityWidget(model="llama-2-7b", device="a100-40gb", tokens=131072, static=True, context_windows={})
     s = w.state
     assert s["requests"] == 0 and s["weights"] < s["share"]
     assert "not even one request fits" in s["verdict"] and "0 tokens in all" not in s["verdict"], s["verdict"]
@@ -96,7 +96,7 @@ def test_the_legend_is_two_entries_a_row_whatever_is_listed():
 def _widget(**kw):
     from kvlab.viz.capacity_widget import CapacityWidget
 
-    return CapacityWidget(static=True, **kw)
+    return CapacityWidget(static=True, context_windows={}, **kw)   # the arithmetic alone, no context window
 
 
 def test_one_request_is_singular():
@@ -149,3 +149,40 @@ def test_weights_past_the_card_mark_the_cards_end():
     assert "the share ends: 38.7 GB" in texts and "the A100 40GB ends: 42.9 GB" in texts, texts
     assert "does not fit on the A100 40GB" in state["verdict"] or "more than the A100 40GB" in state["verdict"], \
         state["verdict"]
+
+
+# ------------------------------------------------------------------ review r4_01_02 (lesson 02, cell 19)
+def test_the_tokens_slider_stops_at_the_models_context_window():
+    """Review r4_01_02: the tokens slider went to 131,072 for every model, and the widget priced a
+    131,072-token Llama-2 7B request (window 4,096) without a word. The slider stops at the model's
+    window, the model menu names it, and another model renews the slider at its own window."""
+    from kvlab.viz.capacity_widget import CONTEXT_WINDOWS, CapacityWidget
+
+    w = CapacityWidget(model="llama-3-8b", device="h200", tokens=8192, static=False)
+    assert [t for _, t in w._controls["tokens"].options][-1] == 8192 == CONTEXT_WINDOWS["llama-3-8b"]
+    assert "Llama-2 7B (32 layers, 32 KV heads, up to 4,096 tokens)" in [n for n, _ in w._controls["model"].options]
+    kids = w.widget.children
+    w._controls["model"].value = "opt-13b"           # window 2,048: the chosen 8,192 is past it
+    slider = w._controls["tokens"]
+    assert w.widget.children == kids, "renewing the slider re-rendered the whole widget (its sentence and bar)"
+    assert any(slider in getattr(k, "children", ()) for k in kids) and [t for _, t in slider.options][-1] == 2048
+    assert w.state["tokens"] == slider.value == 2048 and w.state["requests"] > 0
+    w._controls["model"].value = "smollm2-135m"      # a longer window: the slider reaches it, the length stays
+    assert [t for _, t in w._controls["tokens"].options][-1] == 8192 and w.state["tokens"] == 2048
+    w.set(model="llama-2-7b", tokens=4096)
+    assert w.state["tokens"] == 4096 and w.state["model"] == "llama-2-7b"
+    live = CapacityWidget(model="llama-2-7b", device="h200", tokens=131072, static=False)   # started past it
+    assert live.state["tokens"] == 4096 and "context window" not in live.state["verdict"]
+
+
+def test_a_request_past_the_context_window_fits_nowhere():
+    """The arithmetic past the window (static mode, set() or the site's grid): no request is said to fit."""
+    from kvlab.viz.capacity_widget import CapacityWidget
+
+    w = CapacityWidget(model="llama-2-7b", device="h200", tokens=131072, static=True)
+    s = w.state
+    assert s["requests"] == 0 and s["kv_used"] == 0 and s["context_window"] == 4096
+    assert "at most 4,096 tokens (its context window)" in s["verdict"] and "No request fits." in w._html()
+    w.set(tokens=4096)
+    assert w.state["requests"] > 0 and "context window" not in w.state["verdict"]
+    assert capacity_state(MODELS["llama-2-7b"], GPUS["h200"].memory_bytes, 131072, 2)["requests"] > 0  # no window given

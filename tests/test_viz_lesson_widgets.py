@@ -214,14 +214,14 @@ def test_capacity_widget_menus_recompute_bytes_and_requests():
     assert s["requests"] == budget // spec.kv_bytes(4096) and s["requests"] > 0
     w._controls["dtype_bytes"].value = 1  # fp8 KV: half the bytes, about twice the requests
     assert w.state["bytes_per_token"] == 65536 and w.state["requests"] == budget // (65536 * 4096)
-    w._controls["tokens"].value = 32768
-    assert w.state["requests"] == budget // (65536 * 32768)
+    w._controls["tokens"].value = 8192   # Llama-3 8B's context window: the slider's last stop
+    assert w.state["requests"] == budget // (65536 * 8192)
     w._controls["utilization"].value = 1.0
     assert w.state["share"] == gpu.memory_bytes
     w._controls["device"].value = "a100-40gb"
     assert w.state["device_bytes"] == GPUS["a100-40gb"].memory_bytes
     names = [label for label, _ in w._controls["model"].options]
-    assert "Llama-2 70B (80 layers, 8 KV heads)" in names and not any(n.startswith("llama-") for n in names)
+    assert "Llama-2 70B (80 layers, 8 KV heads, up to 4,096 tokens)" in names and not any(n.startswith("llama-") for n in names)
     bars = _spec(w._out)["data"]
     assert sum(b["x"][0] for b in bars) == pytest.approx(w.state["device_bytes"] / 1e9)
 
@@ -323,3 +323,29 @@ def test_compare_map_names_the_refused_request_where_it_would_have_gone():
     labels = compare_data(last)["contiguous_label"]
     assert not last.contiguous_ok and labels[0] == "D' (24): no range fits"  # A's freed range, the largest (16)
     assert "no range fits" not in " ".join(compare_data(run_compare(notes_trace(), 48, 4, "exact")[-2])["contiguous_label"])
+
+
+def test_thesis_in_classroom_mode_fits_its_sentence_on_the_screen():
+    """Review r3_00_08 (cell 14, classroom): the widget was 777 px tall on a 599 px screen, the sentence
+    that interprets the picture under it (the browser test measures the whole widget). In classroom mode
+    the translation's sentence comes without the walk's table (the figure's subtitle gives the same walk)
+    and the figure is shorter; at 1500x1000 both stay. The shared block's sentence no longer puts it in
+    R1's table: R1 has finished and holds nothing."""
+    from kvlab.viz.thesis_widget import CLASSROOM_TRIM_PX, _html, thesis_figure
+
+    s = viz.thesis_state(shared=True, table="R2", pos=5)
+    assert "both R1's and R2's tables" not in s["position_sentence"]
+    assert "a block R1 computed and the radix tree kept, now in R2's table" in s["position_sentence"]
+    normal_h = thesis_figure(s).layout.height
+    assert "<table" in _html(s, "the translation") and "<table" in _html(s)   # normal and static: the walk's table
+    viz.classroom(True)
+    try:
+        assert "<table" not in _html(s, "the translation")
+        assert "pos 5 → L1" in thesis_figure(s).layout.title.subtitle.text   # the walk, in the figure
+        from kvlab.viz.translate_widget import translation_figure
+        full = translation_figure(s["chain"], num_blocks=12, holders=s["holders"], seq=s["seq"], legend="R2's tokens",
+                                  ref_counts=s["ref_counts"]).layout.height
+        assert thesis_figure(s).layout.height == full - CLASSROOM_TRIM_PX
+    finally:
+        viz.classroom(False)
+    assert thesis_figure(s).layout.height == normal_h

@@ -3,6 +3,7 @@
     along_the_lines     which moves along a line of step times are the model (its FLOPs grew) and which the machine
     fixed_and_growing   a step's time split into a fixed per-step cost and a part that grows with its FLOPs
     why_time_grew_less  the sentences lesson 01 prints from that split, when time grew less than the FLOPs
+    growth_verdict      the sweep's verdict (the two paths side by side) and its time-against-FLOPs margin
 
 Every sentence is chosen by the numbers it is given, so it holds on whatever machine ran the steps:
 a rise the FLOPs explain is called the model, a move they do not explain the machine, and a busy
@@ -24,7 +25,9 @@ import math
 import statistics
 from typing import Sequence
 
-__all__ = ["along_the_lines", "fixed_and_growing", "why_time_grew_less"]
+__all__ = ["along_the_lines", "fixed_and_growing", "why_time_grew_less", "growth_verdict", "FLOPS_BAND"]
+
+FLOPS_BAND = 2.0  # the time's growth "within a factor of two" of the FLOPs': runs on a busy machine stay inside it
 
 
 def _halves(values: Sequence[float]) -> float:
@@ -43,7 +46,7 @@ def _one_line(name: str, times: Sequence[float], flops: Sequence[int], runs_apar
     wander, grown = max(times) / min(times), flops[-1] / flops[0]
     rose = (f"the {name} step's time {'rose' if rise_t > 1 else 'fell'} x{max(rise_t, 1 / rise_t):.2f} from the first "
             "half of the positions to the second (medians)")
-    noise = f"one step timed twice differed by up to x{runs_apart:.2f}"
+    noise = f"the same step, run against run, differed by up to x{runs_apart:.2f}"
     share = math.log(rise_t) / math.log(rise_f) if rise_f > 1.02 else 0.0
     if 0.5 <= share <= 2:
         return (f"{rose}, its counted FLOPs x{rise_f:.2f}: that rise is what its FLOPs predict, the model (each "
@@ -114,3 +117,35 @@ def why_time_grew_less(sweep: Sequence[dict]) -> list[str]:
                   f"x{p['growing_x']:.1f} from L = {a['L']} to {b['L']}, its FLOPs x{p['flops_x']:.1f}: {how} (that "
                   f"part ran at {p['rates'][0]:.0f} GFLOP/s at L = {a['L']} and {p['rates'][1]:.0f} at L = {b['L']}: "
                   "counted FLOPs / measured ms)."]
+
+
+def growth_verdict(span: float, time_x: dict[str, float], flops_x: dict[str, float]) -> dict:
+    """Lesson 01's sweep verdict, worded so that it holds on a busy machine: how much more the naive
+    step's time grew with the context than the cached step's (both timed in the same passes, so a busy
+    spell slows both), and, as a margin, the naive time's growth over its counted FLOPs' growth, named
+    only as within :data:`FLOPS_BAND` of it, more or less (that ratio moves from run to run; the band
+    does not, unless the machine is far off). ``time_x``/``flops_x``: ``{"naive": x, "cached": x}``.
+    Returns ``grows`` (the naive step grew > 3x and > 2x the cached one), ``apart`` (the ratio of the
+    two growths), ``per_flop`` (the naive time's growth / its FLOPs'), ``band`` ("within", "more",
+    "less") and the sentences ``verdict`` (<= 76 characters) and ``margin``.
+
+    Example (32x the context; the three runs the reviews saw grew x77.3, x20.6 and x39.4):
+        >>> [growth_verdict(32, {"naive": t, "cached": 1.3}, {"naive": 44.7, "cached": 1.78})["grows"]
+        ...  for t in (77.3, 20.6, 39.4)]
+        [True, True, True]
+        >>> growth_verdict(32, {"naive": 39.4, "cached": 1.32}, {"naive": 44.7, "cached": 1.78})["verdict"]
+        "verdict (measured): 32x the context: naive step's time x39, cached x1.3"
+    """
+    n, c = time_x["naive"], time_x["cached"]
+    grows = n > 3 and n > 2 * c
+    per_flop = n / flops_x["naive"]
+    band = "within" if 1 / FLOPS_BAND <= per_flop <= FLOPS_BAND else "more" if per_flop > 1 else "less"
+    verdict = f"verdict (measured): {span:.0f}x the context: naive step's time x{n:.0f}, cached x{c:.1f}"
+    words = {"within": f"within a factor of {FLOPS_BAND:g} of", "more": f"more than {FLOPS_BAND:g}x",
+             "less": f"less than 1/{FLOPS_BAND:g} of"}[band]
+    margin = (f"  against the FLOPs: the naive step's time grew x{n:.1f}, its counted FLOPs x{flops_x['naive']:.1f} "
+              f"({per_flop:.2f} of it: {words} what the FLOPs predict); the cached step's x{c:.2f}, its FLOPs "
+              f"x{flops_x['cached']:.2f}. That ratio moves from run to run on a busy machine (the short steps are "
+              "disturbed most); the counted FLOPs do not, nor does the verdict")
+    return {"grows": grows, "apart": n / c, "per_flop": per_flop, "band": band, "verdict": verdict,
+            "margin": margin + "."}

@@ -10,7 +10,9 @@ part the server leaves alone. Everything is arithmetic from published configs an
 
 :class:`CapacityWidget` puts four menus and two sliders over them, with names a student knows:
 **model**, **KV numbers stored as** (fp32 / fp16 / fp8), **device**, **tokens per request** and
-**share of memory the server uses**. Each change recomputes in milliseconds.
+**share of memory the server uses**. Each change recomputes in milliseconds. The tokens slider
+stops at the chosen model's context window (:data:`CONTEXT_WINDOWS`, named in the model menu): a
+longer request is not one the model can take, and :func:`capacity_state` says so (no request fits).
 
 Example:
     >>> from kvlab.memory.kvspec import GPUS, MODELS
@@ -18,6 +20,8 @@ Example:
     >>> s["bytes_per_token"], s["requests"]
     (524288, 29)
     >>> capacity_state(MODELS["llama-2-70b"], GPUS["a100-80gb"].memory_bytes, 4096, 2)["requests"]   # weights too big
+    0
+    >>> capacity_state(MODELS["llama-2-7b"], GPUS["h200"].memory_bytes, 8192, 2, context_window=4096)["requests"]
     0
 """
 from __future__ import annotations
@@ -30,7 +34,7 @@ from .display import display_control, is_static
 from .palette import FREE, classroom_css, request_color, theme
 
 __all__ = ["capacity_state", "capacity_figure", "CapacityWidget", "model_label", "model_name", "device_label", "min_share",
-           "DTYPES", "TOKEN_CHOICES"]
+           "DTYPES", "TOKEN_CHOICES", "CONTEXT_WINDOWS", "token_choices"]
 
 DTYPES = (("fp32 (4 bytes)", 4), ("fp16 / bf16 (2 bytes)", 2), ("fp8 / int8 (1 byte)", 1))
 TOKEN_CHOICES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
@@ -40,6 +44,25 @@ _MODEL_NAMES = {"llama-2-7b": "Llama-2 7B", "llama-2-13b": "Llama-2 13B", "llama
 _DEVICE_NAMES = {"a100-40gb": "A100 40GB", "a100-80gb": "A100 80GB", "h100-80gb": "H100 80GB", "h200": "H200 141GB",
                  "2 x h200": "2 x H200 (one budget)"}
 WEIGHTS, RESERVED = "#7f7f7f", "#ffffff"
+# The longest request each preset takes, its context window: ``max_position_embeddings`` of its published
+# config.json (Llama-2 4,096; Llama-3 8,192; OPT 2,048; SmolLM2-135M 8,192; DeepSeek-V2 and -V3 163,840),
+# Falcon-7B's from its model card (2,048). vLLM's ``max_model_len`` defaults to the same number.
+CONTEXT_WINDOWS = {"llama-2-7b": 4096, "llama-2-13b": 4096, "llama-2-70b": 4096, "llama-3-8b": 8192,
+                   "opt-13b": 2048, "falcon-7b": 2048, "smollm2-135m": 8192, "deepseek-v2": 163840,
+                   "deepseek-v3": 163840}
+
+
+def token_choices(window: int | None, now: int | None = None) -> list[int]:
+    """The slider's request lengths: :data:`TOKEN_CHOICES` up to ``window`` (the window itself included;
+    None: all), and ``now`` when it is within it.
+
+    >>> token_choices(4096), token_choices(2048, now=1000)[-3:], token_choices(163840)[-2:]
+    ([256, 512, 1024, 2048, 4096], [1000, 1024, 2048], [131072, 163840])
+    """
+    if window is None:
+        return sorted(set(TOKEN_CHOICES) | ({now} if now else set()))
+    keep = {now} if now is not None and now <= window else set()
+    return sorted({t for t in TOKEN_CHOICES if t <= window} | {window} | keep)
 
 
 def model_name(spec: KVSpec | str) -> str:
@@ -52,9 +75,11 @@ def model_name(spec: KVSpec | str) -> str:
     return _MODEL_NAMES.get(key, key)
 
 
-def model_label(spec: KVSpec) -> str:
-    """A name a student knows: ``"Llama-2 70B (80 layers, 8 KV heads)"``."""
-    return f"{model_name(spec)} ({spec.layers} layers, {kv_heads_text(spec.kv_heads)})"
+def model_label(spec: KVSpec, window: int | None = None) -> str:
+    """A name a student knows: ``"Llama-2 70B (80 layers, 8 KV heads)"``; with its context ``window``,
+    ``"Llama-2 70B (80 layers, 8 KV heads, up to 4,096 tokens)"``."""
+    upto = f", up to {window:,} tokens" if window else ""
+    return f"{model_name(spec)} ({spec.layers} layers, {kv_heads_text(spec.kv_heads)}{upto})"
 
 
 def kv_heads_text(n: int) -> str:
@@ -67,8 +92,10 @@ def device_label(name: str) -> str:
 
 
 def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: int, utilization: float = 0.9,
-                   device: str = "device", weight_bytes: int = 2, gpu: bool = True) -> dict[str, Any]:
-    """The numbers for one choice (see module doc); ``requests`` is 0 when the weights leave no room;
+                   device: str = "device", weight_bytes: int = 2, gpu: bool = True,
+                   context_window: int | None = None) -> dict[str, Any]:
+    """The numbers for one choice (see module doc); ``requests`` is 0 when the weights leave no room,
+    and when ``tokens`` is past the model's ``context_window`` (None: no window checked);
     ``weight_bytes``: bytes a parameter of the weights (2: fp16, as a GPU server loads them; 4: fp32,
     as kvlab runs a model on a CPU); ``gpu``: False for a machine's RAM (the verdict then does not
     send the model to more GPUs)."""
@@ -83,12 +110,16 @@ def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: in
     share = int(device_bytes * utilization)
     weights = int(spec.params_b * 1e9 * weight_bytes)
     budget = max(0, share - weights)
-    n = budget // per_request
+    past_window = context_window is not None and tokens > context_window
+    n = 0 if past_window else budget // per_request
     formula = (f"2 x {kv.layers} layers x {kv_heads_text(kv.kv_heads)} x {kv.head_dim} x {_plural(dtype_bytes, 'byte')} = "
                f"{bpt:,} bytes per token; x {tokens:,} tokens = {format_bytes(per_request)} per request")
     kv_words = WEIGHT_WORDS.get(dtype_bytes, f"{dtype_bytes}-byte numbers")
     name = model_name(spec)
-    if weights >= share:
+    if past_window:
+        verdict = (f"{name} takes at most {context_window:,} tokens (its context window): a request of {tokens:,} "
+                   "tokens is past it, so no request this long runs, whatever the memory.")
+    elif weights >= share:
         verdict = _weights_verdict(name, weights, weight_bytes, share, device_bytes, utilization, device, gpu)
     elif n == 0:
         verdict = (f"{utilization:.0%} of {_the(device)} is {format_bytes(share)}; minus the weights "
@@ -103,7 +134,7 @@ def capacity_state(spec: KVSpec, device_bytes: int, tokens: int, dtype_bytes: in
     return {"model": spec.name, "device": device, "tokens": tokens, "dtype_bytes": dtype_bytes, "weight_bytes": weight_bytes,
             "utilization": utilization, "bytes_per_token": bpt, "per_request": per_request, "device_bytes": device_bytes,
             "share": share, "weights": weights, "kv_budget": budget, "requests": n, "kv_used": n * per_request,
-            "formula": formula, "verdict": verdict}
+            "formula": formula, "verdict": verdict, "context_window": context_window}
 
 
 def _plural(n: int, word: str) -> str:
@@ -245,14 +276,18 @@ class CapacityWidget:
     presets), e.g. ``{"this machine's RAM": 16 * 2**30}`` added by the lesson; ``weight_bytes``:
     device name -> bytes a parameter of the weights there (default 2, fp16; lesson 02 gives this
     machine's RAM the 4 bytes of fp32 kvlab loads models in on a CPU); ``host_devices``: the devices
-    that are a machine's RAM, not GPUs (their verdict never speaks of more GPUs).
+    that are a machine's RAM, not GPUs (their verdict never speaks of more GPUs); ``context_windows``:
+    model name -> its context window (default :data:`CONTEXT_WINDOWS`; a model not in it has none):
+    the tokens slider stops there, and the model menu names it.
     """
 
     def __init__(self, models: dict[str, KVSpec] | None = None, devices: dict[str, int] | None = None,
                  model: str = "llama-3-8b", dtype_bytes: int = 2, device: str = "h200", tokens: int = 4096,
                  utilization: float = 0.9, static: bool | None = None,
-                 weight_bytes: dict[str, int] | None = None, host_devices: tuple[str, ...] | list[str] = ()) -> None:
+                 weight_bytes: dict[str, int] | None = None, host_devices: tuple[str, ...] | list[str] = (),
+                 context_windows: dict[str, int] | None = None) -> None:
         self.weight_bytes = dict(weight_bytes or {})
+        self.windows = dict(CONTEXT_WINDOWS if context_windows is None else context_windows)
         self.host_devices = set(host_devices)
         self.models = dict(models) if models is not None else dict(MODELS)
         self.devices = dict(devices) if devices is not None else {k: g.memory_bytes for k, g in GPUS.items()}
@@ -270,7 +305,7 @@ class CapacityWidget:
         c = self.choice
         return capacity_state(self.models[c["model"]], self.devices[c["device"]], c["tokens"], c["dtype_bytes"],
                               c["utilization"], device_label(c["device"]), self.weight_bytes.get(c["device"], 2),
-                              gpu=c["device"] not in self.host_devices)
+                              gpu=c["device"] not in self.host_devices, context_window=self.windows.get(c["model"]))
 
     def set(self, **kw: Any) -> None:
         unknown = set(kw) - set(self.choice)
@@ -285,8 +320,8 @@ class CapacityWidget:
                 self.choice = old
                 raise
             return
-        for key, value in kw.items():
-            self._controls[key].value = value
+        for key, value in sorted(kw.items(), key=lambda kv: kv[0] != "model"):  # the model first: it sets the
+            self._controls[key].value = value                                      # tokens slider's range
 
     def _build(self) -> None:
         import ipywidgets as W
@@ -295,15 +330,19 @@ class CapacityWidget:
         wide = W.Layout(width="min(400px, 100%)")
         slider = W.Layout(width="min(620px, 100%)")
         c = self.choice
-        tokens = sorted(set(TOKEN_CHOICES) | {c["tokens"]})
+        window = self.windows.get(c["model"])
+        if window is not None and c["tokens"] > window:  # the slider stops at the model's window: so does the start
+            c["tokens"] = window
+            self.state = self._compute()
         self._controls = {
-            "model": W.Dropdown(options=[(model_label(s), k) for k, s in self.models.items()], value=c["model"],
-                                description="model", style=style, layout=W.Layout(width="min(520px, 100%)")),
+            "model": W.Dropdown(options=[(model_label(s, self.windows.get(k)), k) for k, s in self.models.items()],
+                                value=c["model"], description="model", style=style,
+                                layout=W.Layout(width="min(560px, 100%)")),
             "dtype_bytes": W.Dropdown(options=list(DTYPES), value=c["dtype_bytes"], description="KV numbers stored as",
                                       style=style, layout=wide),
             "device": W.Dropdown(options=[(device_label(k), k) for k in self.devices], value=c["device"],
                                  description="device", style=style, layout=wide),
-            "tokens": W.SelectionSlider(options=[(f"{t:,}", t) for t in tokens], value=c["tokens"],
+            "tokens": W.SelectionSlider(options=self._token_options(c["model"]), value=c["tokens"],
                                         description="tokens per request", style=style, layout=slider),
             "utilization": W.FloatSlider(value=c["utilization"], min=0.5, max=1.0, step=0.05, readout_format=".0%",
                                          description="share of memory the server uses", style=style, layout=slider),
@@ -316,7 +355,9 @@ class CapacityWidget:
         self._out.add_class("kvlab-figure")
         row = W.Layout(flex_flow="row wrap", max_width="100%")
         ctl = list(self._controls.values())
-        parts = [W.HBox(ctl[:3], layout=row), *ctl[3:], self._text, self._out]  # a slider a row: room for its track
+        # a slider a row: room for its track; the tokens slider in a box of its own, so that renewing it (another
+        # model's window) re-renders that box only, never the sentence and the bar under it
+        parts = [W.HBox(ctl[:3], layout=row), W.HBox([ctl[3]], layout=row), *ctl[4:], self._text, self._out]
         css = classroom_css("kvlab-capacity")
         if css:
             parts.insert(0, W.HTML(css))
@@ -324,7 +365,20 @@ class CapacityWidget:
         self.widget.add_class("kvlab-capacity")
         self._redraw()
 
-    def _changed(self, _change: dict[str, Any]) -> None:
+    def _token_options(self, model: str) -> list[tuple[str, int]]:
+        """The tokens slider's (label, length) pairs for ``model``: up to its context window."""
+        return [(f"{t:,}", t) for t in token_choices(self.windows.get(model), self.choice["tokens"])]
+
+    def _changed(self, change: dict[str, Any]) -> None:
+        from .control import renew_slider
+
+        if change.get("owner") is self._controls["model"]:  # another model: the slider stops at its window
+            window = self.windows.get(change["new"])
+            want = min(self.choice["tokens"], window or self.choice["tokens"])
+            self.choice["tokens"] = want
+            # a NEW slider: the browser's End and Home keys keep the range a slider was made with
+            self._controls["tokens"] = renew_slider(self.widget, self._controls["tokens"],
+                                                    self._token_options(change["new"]), self._changed, value=want)
         self.choice = {k: w.value for k, w in self._controls.items()}
         self.state = self._compute()
         self._redraw()

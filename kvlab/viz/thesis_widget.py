@@ -51,6 +51,7 @@ TABLE_CHOICES = (("R2 (from the run)", "R2"), ("R1 (from the run)", "R1"),
                  ("the notes' example", "notes"))  # its table: L0->P3 ... L4->P9, drawn in the figure
 BLOCK_SIZE, NUM_BLOCKS = 4, 12
 THESIS_VIEWS = ("the translation", "the radix tree")  # one picture at a time, under the controls
+CLASSROOM_TRIM_PX = 30  # the translation figure's rows 30 px closer in classroom mode (the widget was 609 px)
 NOTES_SEQ = "R0"  # the notes' table is no request's: drawn in orange, a colour no request of lesson 00 has
 
 
@@ -117,9 +118,8 @@ def thesis_state(shared: bool = True, table: str = "R2", pos: int = 5) -> dict[s
         position_sentence = (f"position {pos} of the notes' table lives in P{pb} at offset {chain['offset']} "
                              "(no run behind this table: the notes' figure).")
     elif pb in both:
-        position_sentence = (f"{table}'s position {pos} lives in P{pb}, offset {chain['offset']}: a block in both R1's "
-                             "and R2's tables (the tree kept it when R1 finished), so R2 reads the K and V that R1 "
-                             "computed there.")
+        position_sentence = (f"{table}'s position {pos} lives in P{pb}, offset {chain['offset']}: a block R1 computed "
+                             "and the radix tree kept, now in R2's table, so R2 reads the K and V that R1 computed there.")
     else:
         tree_too = " (x2: the radix tree holds it too, beside R2's table)" if table == "R2" and pb in in_tree else ""
         position_sentence = (f"{table}'s position {pos} lives in P{pb}, offset {chain['offset']}: {table}'s own block, "
@@ -152,8 +152,11 @@ def thesis_figure(state: dict[str, Any]) -> Any:
     legend of its colours (plotly figure)."""
     name = {"notes": "the notes' table (no run)", "R1": "R1's tokens (R1 has finished)",
             "R2": "R2's tokens and blocks"}[state["table"]]
-    return translation_figure(state["chain"], num_blocks=NUM_BLOCKS, holders=state["holders"], seq=state["seq"],
-                              legend=name, ref_counts=state["ref_counts"])
+    fig = translation_figure(state["chain"], num_blocks=NUM_BLOCKS, holders=state["holders"], seq=state["seq"],
+                             legend=name, ref_counts=state["ref_counts"])
+    if theme().high_contrast:   # classroom: the controls, this figure and its sentence on one 599 px screen
+        fig.update_layout(height=fig.layout.height - CLASSROOM_TRIM_PX)
+    return fig
 
 
 _DRAWN: dict[tuple, Any] = {}  # (theme, view, controls) -> a rendered picture: a control's answer is a lookup
@@ -174,14 +177,19 @@ def _drawn(view: str, state: dict[str, Any]) -> Any:
 
 def _html(state: dict[str, Any], view: str | None = None) -> str:
     """The sentence of the picture shown (``view``, one of :data:`THESIS_VIEWS`; None: both, static
-    mode), right under it: the other picture's sentence would push it off a projector's screen."""
+    mode), right under it: the other picture's sentence would push it off a projector's screen. In
+    classroom mode the translation's sentence comes without the walk's table: the figure's subtitle
+    gives the same walk (pos -> L -> offset -> P -> slot -> byte), and the table put the sentence's
+    end under a 599 px screen (the output was 777 px tall)."""
     px = max(theme().font_size + 1, theme().control_px)
+    walk = not (theme().high_contrast and view == THESIS_VIEWS[0])
     rows = "".join(f"<tr><td style='padding:0 12px 0 0;white-space:nowrap'>{html.escape(a)}</td>"
                    f"<td><code>{html.escape(b)}</code></td></tr>" for a, b in chain_rows(state["chain"]["steps"]))
     logical = (f"<p style='margin:4px 0'><b>Logical layer (which blocks are reused):</b> "
                f"{html.escape(state['tree_sentence'])}</p>")
     physical = (f"<p style='margin:4px 0'><b>Physical layer (where a token lives):</b> "
-                f"{html.escape(state['position_sentence'])}</p><table style='border-collapse:collapse'>{rows}</table>")
+                f"{html.escape(state['position_sentence'])}</p>"
+                + (f"<table style='border-collapse:collapse'>{rows}</table>" if walk else ""))
     body = logical if view == THESIS_VIEWS[1] else physical if view == THESIS_VIEWS[0] else logical + physical
     return f"<div style='font-size:{px}px;line-height:1.45;max-width:100%'>{body}</div>"
 

@@ -144,7 +144,7 @@ viz.memory_map_figure(cm.snapshot("R2 reuses the system prompt R1 left in the ra
 #   translation**) walks the translation through that table. The pool is drawn as above, by who
 #   holds each block *now*, whichever table you pick: R1 has finished and holds nothing, so only
 #   its tokens are in R1's colour, and the block only the radix tree holds is green in every view.
-#   The sentence under the picture says whether the token lives in a block R1 and R2 share. With
+#   The sentence under the picture says whether the token lives in a block R1 computed and R2 reuses. With
 #   the prefix shared, R2's positions 0-11 land in R1's blocks: the logical layer chose *which*
 #   blocks to reuse, the physical layer says *where* each token is.
 # - Controls that would change nothing are greyed out: the tree view greys the table menu and

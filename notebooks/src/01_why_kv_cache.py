@@ -181,13 +181,14 @@ print(f"SmolLM2-135M: {rc.num_hidden_layers} layers, {rc.num_attention_heads} qu
       f"{rc.num_key_value_heads} KV heads of {rc.head_dim}; the chat prompt is {len(chat)} tokens")
 
 # %% [markdown]
-# Now the two runs, twice each (a step of tens to hundreds of ms moves by tens of ms from run to
-# run on a shared machine; the figure below keeps the faster of the two at each position).
+# Now the two runs, three times each (a step of tens to hundreds of ms moves by tens of ms from
+# run to run on a shared machine; the figure below keeps the median of the three at each
+# position, which one disturbed run cannot move).
 # `real_new = 5` new tokens keep this cell short; it prints how long it took. Try 20: each naive
 # step reruns the whole sequence, so the naive runs take a growing share of the time:
 
 # %%
-real_new, real_repeats = 5, 2
+real_new, real_repeats = 5, 3
 started = time.perf_counter()
 passes = [{s: generate(real, chat, real_new, strategy=s) for s in ("naive", "contiguous")} for _ in range(real_repeats)]
 real_runs = passes[0]
@@ -198,27 +199,27 @@ print(f"{real_repeats} x 2 runs of {real_new} tokens took {time.perf_counter() -
 # %% [markdown]
 # Each step's time against the position of the token it produces (from 0: a prompt of *P* tokens
 # fills positions 0 to *P* − 1 and the prefill, step 1, produces position *P*; the prefill is left
-# out, so the first point is position *P* + 1). Measured: the open circles are the two runs, the
-# line their minimum at each position, since the machine's other programs can only slow a step
-# down. The naive step reruns all the tokens so far, so it should cost more than the cached step;
+# out, so the first point is position *P* + 1). Measured: the open circles are the three runs, the
+# line their median at each position, so one run slowed by the machine's other programs does not
+# move it. The naive step reruns all the tokens so far, so it should cost more than the cached step;
 # the cell under the figure prints at how many positions it did in this run. By its FLOPs each step also grows a little
 # with the position; that cell sets how much each line rose beside how much its counted FLOPs
 # grew, and says, from these numbers, which rise is the model (the FLOPs explain it) and which
 # moves are the machine (they do not):
 
 # %%
-times = {s: [min(p[s].step_times[i] for p in passes) for i in range(real_new)] for s in real_runs}
+times = {s: [statistics.median(p[s].step_times[i] for p in passes) for i in range(real_new)] for s in real_runs}
 rn, rcache = real_runs["naive"], real_runs["contiguous"]
 pos = [len(chat) + t for t in range(1, len(rn.step_times))]
 slowest = max(t for p in passes for s in p for t in p[s].step_times[1:])
 fig = go.Figure()
 for s, name, color in (("naive", "naive recomputation", "#d62728"), ("contiguous", "KV cache", "#1f77b4")):
-    fig.add_trace(go.Scatter(x=pos, y=[1e3 * t for t in times[s][1:]], name=f"{name} (minimum)", mode="lines+markers",
+    fig.add_trace(go.Scatter(x=pos, y=[1e3 * t for t in times[s][1:]], name=f"{name} (median)", mode="lines+markers",
                              line_color=color))
     fig.add_trace(go.Scatter(x=pos * real_repeats, y=[1e3 * t for p in passes for t in p[s].step_times[1:]],
                              name=f"{name}: each run", mode="markers", opacity=0.7,      # the spread: the noise
                              marker=dict(color=color, symbol="circle-open", size=10)))
-fig.update_layout(title=dict(text=f"SmolLM2-135M: each decode step (measured: {real_repeats} runs and their minimum)",
+fig.update_layout(title=dict(text=f"SmolLM2-135M: each decode step (measured: {real_repeats} runs and their median)",
                              font=dict(size=th.title_size)),
                   xaxis=dict(title="position of the token being produced (from 0)", tickvals=pos,
                              tickformat="d"),
@@ -230,7 +231,7 @@ fig
 # %%
 from textwrap import fill
 
-from kvlab.lessons.step_times import along_the_lines, why_time_grew_less
+from kvlab.lessons.step_times import along_the_lines, growth_verdict, why_time_grew_less
 
 
 def say(text):
@@ -255,7 +256,7 @@ for sentence in lines:
     say("  along its line: " + sentence + ".")
 say(f"  the signal is the gap between the lines (naive above cached at all {len(pos)} positions)."
     if slower == len(pos) else "  here even the gap between the lines is partly lost in the machine's noise.")
-say(f"  ms per step (measured; the minimum of {real_repeats} runs, then the median over the positions), positions "
+say(f"  ms per step (measured; the median of {real_repeats} runs, then the median over the positions), positions "
     f"{pos[0]}-{pos[half - 1]} | {pos[half]}-{pos[-1]}: naive {1e3 * early['naive']:.0f} | {1e3 * late['naive']:.0f}, "
     f"cached {1e3 * early['cached']:.0f} | {1e3 * late['cached']:.0f}")
 flop_x = rn.step_flops[-1] / rcache.step_flops[-1]
@@ -367,9 +368,11 @@ ends_t = {k: last[f"{k}_ms"] / first[f"{k}_ms"] for k in ("naive", "cached")}
 grow_f = {k: last[f"{k}_flops"] / first[f"{k}_flops"] for k in ("naive", "cached")}
 (n0, n1), (c0, c1) = fit(xs, [r["naive_ms"] for r in sweep]), fit(xs, [r["cached_ms"] for r in sweep])
 dips = [(a, b) for a, b in zip(sweep, sweep[1:]) if b["naive_ms"] < 0.95 * a["naive_ms"]]  # twice the FLOPs, less time
-grows = grow_t["naive"] > 3 and grow_t["naive"] > 2 * grow_t["cached"]
-say(f"verdict (measured): {span:.0f}x the context, naive x{grow_t['naive']:.1f} the time, cached "
-    f"x{grow_t['cached']:.2f}" + ("" if grows else " (NOT the counted growth)"))
+said = growth_verdict(span, grow_t, grow_f)   # the two paths timed side by side, in the same passes
+grows = said["grows"]
+say(said["verdict"])
+say(f"  the naive step's time grew {said['apart']:.0f}x more with the context than the cached step's"
+    if grows else "  the measured times do NOT show the counted growth")
 print(f"from L = {first['L']} to {last['L']} ({span:.0f}x the context):")
 say(f"  counted FLOPs per step: naive x{grow_f['naive']:.1f}, cached x{grow_f['cached']:.2f}")
 say(f"  measured time per step (median line through all {len(sweep)} points): naive x{grow_t['naive']:.1f}, "
@@ -386,18 +389,15 @@ if min(n0, c0) < 0:
     say("  (a fixed part below zero is the line, not the machine: the measured step grows faster than a straight "
         "line in L, so the straight line through it starts below zero)")
 if grows:
-    per_flop = grow_t["naive"] / grow_f["naive"]          # > 1: the time outgrew the FLOPs; < 1: it grew less
-    than = "about as much as" if 1 / 1.3 < per_flop < 1.3 else "more than" if per_flop > 1 else "less than"
-    say(f"  against the FLOPs: over {last['L'] // first['L']}x the context the naive step's time grew about {grow_t['naive']:.0f}x, "
-        f"{than} its counted FLOPs (x{grow_f['naive']:.1f}), and the cached step's {grow_t['cached']:.2f}x "
-        f"(FLOPs x{grow_f['cached']:.2f}): the naive step grows with the context far more than the cached one.")
-    if than == "less than":   # the table says why: a fixed per-step cost + a part that follows the FLOPs
+    say(said["margin"])
+    if said["band"] == "less":   # the table says why: a fixed per-step cost + a part that follows the FLOPs
         for sentence in why_time_grew_less(sweep):
             say(sentence)
-    elif than == "more than":  # no fixed cost makes time outgrow the FLOPs: the rate fell, measured
+    elif said["band"] == "more":   # no fixed cost makes time outgrow the FLOPs: the rate fell, at the two ends
         say(f"  The naive step ran at {first['gflops']:.1f} GFLOP/s at L = {first['L']} and "
-            f"{last['gflops']:.1f} at L = {last['L']} (the table's last column): this CPU ran the longer "
-            "steps at a lower rate.")
+            f"{last['gflops']:.1f} at L = {last['L']} (the table's last column): at the two ends, that rate "
+            f"accounts for x{grow_f['naive'] * first['gflops'] / last['gflops']:.0f} of the time's growth; "
+            "the rest of the trend is the machine.")
     say("  The cached step is not free of the context: its attention still reads all L cached tokens; it is only "
         "the projections and the MLP that it runs for one token instead of L.")
 else:

@@ -232,7 +232,10 @@ print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget
 # the count follow (simulated: arithmetic from the configs and spec sheets). Things to try:
 # Llama-2 70B on one H200 (the card holds the weights, the server's share does not) and on two;
 # Llama-2 7B against Llama-3 8B (about the same size, MHA against GQA); fp8 instead of fp16 (half
-# the bytes per token, twice the requests); 32,768-token requests. The bar is the device's memory:
+# the bytes per token, twice the requests); the longest request each model takes. The **tokens per
+# request** slider stops at the chosen model's context window, which the model menu names (its
+# published `max_position_embeddings`: 4,096 tokens for Llama-2, 2,048 for OPT-13B): a longer
+# request is not one the model can serve, so the widget never prices one. The bar is the device's memory:
 # weights grey (in the number format the line above the widget gives), the requests' KV cache
 # purple, the rest of the server's share light grey, and the part the server leaves alone white.
 # Weights that do not fit are hatched past the dashed line where the share ends, and past the

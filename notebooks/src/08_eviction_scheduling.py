@@ -68,7 +68,8 @@ print(f"evictable tokens: {cache.evictable_size()} | free slots: {free} | a new 
 # %%
 # NBVAL_CHECK_OUTPUT
 need = new_len - free
-text = {n.id: str(list(n.tokens)) for n in cache.snapshot().nodes}
+tree_before = cache.snapshot()                   # the tree the three policies are asked about (drawn below)
+text = {n.id: str(list(n.tokens)) for n in tree_before.nodes}
 victims = {}
 for name, policy in EVICTION_POLICIES.items():
     c = copy.deepcopy(cache)
@@ -79,6 +80,18 @@ for name, policy in EVICTION_POLICIES.items():
           f"   -- {policy.description}")
 print("the three policies evict three different sets of nodes:",
       len({frozenset(v) for v in victims.values()}) == len(victims))
+
+# %% [markdown]
+# The same answers on the tree they came from: each node with the numbers a policy looks at
+# (tokens, last access `t`, `hits`), and one cell per policy, in its colour with the order it
+# evicts the node in, or "kept":
+
+# %%
+from IPython.display import HTML
+
+from kvlab.viz.victims_view import victims_svg
+
+HTML(victims_svg(tree_before, victims, need, names=NAME))
 
 # %% [markdown]
 # LRU removes R1's `[4 5 6 7 8]`, untouched the longest although it is the most popular; "fewest
@@ -448,11 +461,25 @@ c = CacheManager(num_blocks=64, block_size=1)
 serve_request(c, [1, 2, 3, 4, 5])
 serve_request(c, [9, 9, 9])
 queue = [[1, 2, 7], [9, 9, 9, 1], [1, 2, 3, 4, 8], [9, 9, 9, 2], [9, 9, 9, 3], [5, 5]]
-print("cached prefix of each waiting request:", shared_prefix_lengths(queue, c.tree))
+waiting_cached = shared_prefix_lengths(queue, c.tree)            # read-only lookups (drawn below too)
+print("cached prefix of each waiting request:", waiting_cached)
 print("the order each policy serves them in (one request between bars):")
+orders = {}
 for policy in ["fcfs", "lpm", "dfs-weight"]:
-    order = order_by_shared_prefix(queue, c.tree, policy=policy)
+    order = orders[policy] = order_by_shared_prefix(queue, c.tree, policy=policy)
     print(f"{policy:<10}", " | ".join(" ".join(map(str, r)) for r in order))
+
+# %% [markdown]
+# The same three orders as a picture: one row a policy, the requests left to right as served,
+# coloured by the cached prefix their match runs through, and how often each order switches from
+# one prefix to the other (every switch can push the other prefix out of a full pool):
+
+# %%
+from IPython.display import HTML
+
+from kvlab.viz.order_view import orders_html
+
+HTML(orders_html(queue, waiting_cached, orders))
 
 # %% [markdown]
 # `lpm` serves `[1 2 3 4 8]` first (4 tokens cached), then the three `[9 9 9 …]` requests, and
