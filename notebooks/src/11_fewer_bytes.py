@@ -126,7 +126,10 @@ s = profile.shares()
 # The paper (section 3.2, and its `pos_shift` code) gives positions *within the cache*: slot i
 # is position i, and the new token's query sits at the last slot, so the model never sees a
 # distance longer than the cache. Its code keeps K before RoPE and rotates the whole cache at
-# 0..n-1 each step. kvlab's pool stores K after RoPE (the kernels read it as it is), so when a
+# 0..n-1 each step. (RoPE in one sentence: a key at position p is stored turned, each pair of its
+# channels by an angle proportional to p, so that q . k depends only on how far apart the query's
+# and the key's positions are; a key that moves d slots closer is turned back by d steps.)
+# kvlab's pool stores K after RoPE (the kernels read it as it is), so when a
 # drop moves a block up by d slots, its keys are rotated once by -d (rotations add up:
 # rotating by p and then by -d is rotating by p - d). The variant `streaming-orig` keeps every
 # token's original position instead; section 5 measures both.
