@@ -27,6 +27,7 @@ def test_profile_reads_are_uniform_and_mass_sums_to_one_per_layer(model):
     p = attention_profile(model, IDS, steps=3, block_size=8, sinks=4, recent=16)
     assert p.layer_mass.shape == (model.config.num_hidden_layers, len(IDS) + 3)
     assert max(p.reads) == min(p.reads)
+    assert len(p.reads) == len(IDS) + 3   # review r6_03_11 (cell 7): the read line stopped at the prompt's end
     layers = model.config.num_hidden_layers
     assert p.reads[0] == 2 * layers * 2 * 32 * 4 / layers * layers     # every layer's K and V of a token, fp32
     for row in p.layer_mass:

@@ -237,3 +237,51 @@ def test_round9_review_the_spot_note_never_covers_a_mark_in_classroom_mode():
     lo, hi = fig.layout.yaxis.range or (None, None)
     if notes[0].y > 0.5 and notes[0].x < 0.5:            # top-left: only with headroom above every mark
         assert hi is not None and (1.78 - lo) / (hi - lo) < 0.8
+
+
+def test_explorer_caption_gives_the_block_share_of_the_pool(monkeypatch):
+    """Review r6_03_11 of lesson 11 (cell 16): "keeps 59 of 251 tokens (24% of the KV memory)" is
+    the token share; the pool holds 4 of 16 blocks (25%), and blocks are the unit."""
+    import kvlab.viz.kv_compress_view as v
+    monkeypatch.setattr(v, "is_static", lambda *a: False)
+    monkeypatch.setattr(v, "static_frames", lambda: False)
+    odd = Profile(torch.rand(1, 7), [1.0] * 7, sinks=1, recent=2)           # 4 blocks of 2, the newest holds 1
+    box = budget_explorer(odd, block_size=2, budget_tokens=4, sink_tokens=2)
+    words = next(c for c in box.children if "kvlab-control-caption" in c._dom_classes)
+    assert "keeps 3 of 7 tokens (43%) in 2 of 4 blocks (50% of the KV memory)" in words.value, words.value
+
+
+def test_explorer_log_axis_has_one_tick_format():
+    """Review r6_03_11 of lesson 11 (cell 16): the log axis read "100µ, 0.001, 0.01, 0.1"."""
+    from kvlab.viz.kv_compress_view import _kept_figure
+
+    fig = _kept_figure(P, kept_blocks(P, "streaming", 4, 1, 2), "")
+    ticks = fig.layout.yaxis.ticktext
+    assert fig.layout.yaxis.type == "log" and ticks and "0.01" in ticks, ticks
+    assert not any("μ" in t or "µ" in t or "e" in t for t in ticks), ticks
+
+
+def test_budget_sweep_menu_shows_names_not_ids():
+    """Review r6_03_11 of lesson 11 (cell 31): the method menu showed `streaming-orig`, `h2o-block`."""
+    from kvlab.viz.budget_sweep import BUDGET_METHODS, BudgetSweep
+
+    c = BudgetSweep(_sweep_rows(), _fake_measure([]), static=False)
+    menu = next(k for box in c.widget.children for k in getattr(box, "children", ()) if hasattr(k, "options"))
+    labels = [label for label, _ in menu.options]
+    assert [value for _, value in menu.options] == list(BUDGET_METHODS) and menu.value == "streaming"
+    assert "StreamingLLM, original positions (variant)" in labels and not set(labels) & set(BUDGET_METHODS), labels
+
+
+def test_tradeoff_legend_title_sits_above_its_entries_in_classroom_mode():
+    """Review r6_03_11 of lesson 11 (classroom cell 29): the legend's last entry ended 5 px from the
+    output's right edge: plotly wraps the entries at the plot's width beside a title at their side."""
+    from kvlab.viz import classroom as set_classroom
+
+    rows = [MethodResult("full", 100, 1e6, 1e6, 9.0, 1.0), MethodResult("int8", 30, 3e5, 3e5, 9.1, 0.9)]
+    set_classroom(True)
+    try:
+        fig = tradeoff_figure(rows)
+    finally:
+        set_classroom(False)
+    assert fig.layout.legend.title.side == "top" and "<br>" not in fig.layout.legend.title.text
+    assert fig.layout.width is None or fig.layout.margin.r >= 30

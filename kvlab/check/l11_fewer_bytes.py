@@ -40,6 +40,9 @@ def _streaming_keep_ref(num_tokens: int, block_size: int, sink_tokens: int, wind
     return [i for i in range(nb) if i not in drop]
 
 
+SINKS_IN_WINDOW = ("the sinks do not use up the window's budget: the window covers the newest window_tokens tokens "
+                   "whatever the sinks hold, and the sink blocks come on top")
+
 STREAMING_MISTAKES = {
     "window_tokens counts tokens, not blocks: you kept window_tokens whole blocks":
         lambda n, bs, s, w: sorted(set(range(min(-(-s // bs), -(-n // bs)))) | set(range(max(0, -(-n // bs) - w),
@@ -70,7 +73,19 @@ STREAMING_MISTAKES = {
     "window_tokens)": lambda n, bs, s, w: _streaming_keep_ref(n, bs, w, s),
     "those are token positions: return the kept BLOCK indices (a block table keeps or drops whole blocks)":
         lambda n, bs, s, w: [t for b in _streaming_keep_ref(n, bs, s, w) for t in range(b * bs, min(n, (b + 1) * bs))],
+    SINKS_IN_WINDOW + " (you counted the sink blocks against the window's blocks)":
+        lambda n, bs, s, w: _sinks_then_window(n, bs, s, max(1, -(-w // bs) - min(-(-s // bs), -(-n // bs)))),
+    SINKS_IN_WINDOW + " (you gave the window window_tokens - sink_tokens)":
+        lambda n, bs, s, w: _sinks_then_window(n, bs, s, -(-max(0, w - s) // bs)),
 }
+
+
+def _sinks_then_window(n: int, bs: int, s: int, window_blocks: int) -> list[int]:
+    """The sink blocks and the last ``window_blocks`` blocks, ascending, each once (a mistake's window).
+
+    Example: 30 tokens in blocks of 4, 4 sinks, a window of 1 block -> [0, 7]."""
+    nb = -(-n // bs)
+    return sorted(set(range(min(-(-s // bs), nb))) | set(range(max(0, nb - window_blocks), nb)))
 
 
 def _set_slip(expected: Any, actual: Any) -> str | None:
@@ -93,7 +108,7 @@ def streaming_keep(fn: Callable, verbose: bool = True) -> CheckResult:
         return run_keeping_input(c, label, ("num_tokens", "block_size", "sink_tokens", "window_tokens"), *args,
                                  mistakes=STREAMING_MISTAKES)
 
-    run("the lesson's table: 30 tokens, blocks of 4, 4 sinks, window 8", 30, 4, 4, 8)
+    run("the lesson's example of section 3: 30 tokens, blocks of 4, 4 sinks, window 8", 30, 4, 4, 8)
     run("sinks smaller than a block: 100 tokens, bs 16, 4 sinks, window 32", 100, 16, 4, 32)
     run("a short sequence: sinks and window overlap (10 tokens, bs 4, 4 + 8)", 10, 4, 4, 8)
     run("a whole number of blocks (64 tokens, bs 16, 16 + 16)", 64, 16, 16, 16)
@@ -244,13 +259,16 @@ def _q(x, scale, rounding: str = "half_up", low: int = -127):
     import torch
 
     s = torch.where(scale > 0, scale, torch.ones_like(scale))
-    v = {"even": torch.round, "half_down": lambda y: torch.ceil(y - 0.5)}.get(rounding, lambda y: torch.floor(y + 0.5))(x / s)
+    v = {"even": torch.round, "half_down": lambda y: torch.ceil(y - 0.5),
+         "away": lambda y: torch.sign(y) * torch.floor(y.abs() + 0.5)}.get(rounding, lambda y: torch.floor(y + 0.5))(x / s)
     return torch.clamp(v, low, 127).to(torch.int8), s
 
 
-def _per_head(x, levels: int = 127, rounding: str = "half_up", low: int = -127):
-    """Quantization with one scale per (token, head) and the given rounding (``_q``), scale (T, H)."""
-    xq, s = _q(x, x.abs().amax(-1, keepdim=True) / levels, rounding, low)
+def _per_head(x, levels: int = 127, rounding: str = "half_up", low: int = -127, top=None):
+    """Quantization with one scale per (token, head), ``top / levels`` (``top``: the largest |x| of
+    each (token, head) unless given, kept dims), and the given rounding (``_q``); scale (T, H)."""
+    top = x.abs().amax(-1, keepdim=True) if top is None else top
+    xq, s = _q(x, top / levels, rounding, low)
     return xq, s[..., 0]
 
 
@@ -277,6 +295,17 @@ def _cost(x, actual) -> str:
             f"largest value, against {own_rel.flatten()[worst].item():.2%} with a scale of its own)")
 
 
+HALF_AWAY = ("-2.5 must go to -2 (upper), not -3: you rounded halves away from zero (as C's round() does); the "
+             "format sends a value exactly halfway to the UPPER neighbour, 2.5 -> 3 and -2.5 -> -2")
+SIGNED_MAX = ("the scale came from the largest value, not the largest |value| (a negative value "
+              "counts by its size): where a (token, head)'s biggest magnitude is negative its scale is too small and that value clips at -127")
+ASYMMETRIC = ("an asymmetric range, scale (max - min) / 254: the format is symmetric around 0, the scale comes from "
+              "the largest |value| alone and lands it on +-127; with (max - min) a (token, head) whose values lean "
+              "to one side gets too small a scale and clips")
+OVER_TOKENS = ("the max was taken over the token axis: one scale per (head, channel) shared by every token, so a "
+               "quiet token gets a loud token's step; a scale belongs to one (token, head) and sees only "
+               "that head's values of that token")
+
 QUANT_MISTAKES = {
     "torch.round sends a value exactly halfway to the EVEN neighbour (2.5 -> 2, 0.5 -> 0); the format rounds "
     "halves up, as kvlab's kernels do": lambda x: _per_head(x, rounding="even"),
@@ -302,6 +331,9 @@ QUANT_MISTAKES = {
     "-128 used and the scale divides by 128: int8's -128 has no +128, so the format is not symmetric and a "
     "largest value that is positive cannot land on its level; divide by 127 and keep -127..127":
         lambda x: _per_head(x, levels=128, low=-128),
+    HALF_AWAY: lambda x: _per_head(x, rounding="away"),
+    SIGNED_MAX: lambda x: _per_head(x, top=x.amax(-1, keepdim=True)),
+    ASYMMETRIC: lambda x: _per_head(x, levels=254, top=x.amax(-1, keepdim=True) - x.amin(-1, keepdim=True)),
     "values truncated toward zero (.to(torch.int8) alone): round to the nearest first":
         lambda x: ((x / _q(x, x.abs().amax(-1, keepdim=True) / 127)[1]).to(__import__("torch").int8),
                    _q(x, x.abs().amax(-1, keepdim=True) / 127)[1][..., 0]),
@@ -316,6 +348,9 @@ def _quant_diagnosis(x):
                     return message + (_cost(x, actual) if "coarse steps" in message else "")
             except Exception:
                 continue
+        structural = _design_slip(x, actual)
+        if structural:
+            return structural
         try:
             if bool((actual[0] == -128).any()):
                 return ("-128 used: the format is symmetric, -127..127 (int8's -128 has no +128 partner); the "
@@ -336,6 +371,75 @@ def _quant_diagnosis(x):
                 pass
         return None
     return diagnose
+
+
+def _design_slip(x, actual) -> str | None:
+    """A wrong design read off the answer itself, whatever its rounding or clamp: xq quantized with
+    a scale per (head, channel) over the tokens, or a scale of the signed max or of (max - min)."""
+    import torch
+
+    try:
+        xq, s = actual
+        if tuple(s.shape) == tuple(x.shape[1:]) != tuple(x.shape[:2]) or torch.equal(
+                xq, _q(x, x.abs().amax(0, keepdim=True) / 127)[0]):
+            return OVER_TOKENS
+        if tuple(s.shape) != tuple(x.shape[:2]):
+            return None
+        for message, top in ((SIGNED_MAX, x.amax(-1)), (ASYMMETRIC, (x.amax(-1) - x.amin(-1)) / 2)):
+            want = torch.where(top > 0, top / 127, torch.ones_like(top))
+            if not torch.allclose(want, _quant_ref(x)[1]) and torch.allclose(s.float(), want, rtol=1e-5, atol=0):
+                return message
+    except (TypeError, ValueError, AttributeError, IndexError, RuntimeError):
+        return None
+    return None
+
+
+class _Shown(tuple):
+    """An (xq, scale) pair that prints one element, where expected and actual first differ (two
+    cut-off tensor reprs look the same); it is the pair in every other way.
+
+    Example: ``xq[1, 0, 3] = 27 (scale[1, 0] = 0.0121)`` beside ``xq[1, 0, 3] = 26 (scale[1, 0] = 0.0126)``."""
+
+    text = ""
+
+    def __repr__(self) -> str:
+        return self.text or tuple.__repr__(self)
+
+
+def _at(pair, where: tuple[int, ...]) -> str:
+    xq, s = pair
+    i = ", ".join(map(str, where))
+    ts = ", ".join(map(str, where[:2]))
+    scale = f"scale[{ts}] = {s[where[:2]].item():.4g}" if tuple(s.shape) == tuple(xq.shape[:2]) else \
+        f"scale of shape {tuple(s.shape)}"
+    v = xq[where].item()
+    return f"xq[{i}] = {v:g} ({scale}; xq {str(xq.dtype).replace('torch.', '')} {tuple(xq.shape)})"
+
+
+def _shown(expected, actual) -> tuple[Any, Any]:
+    """``expected`` and ``actual`` as :class:`_Shown` pairs that print their first difference (the
+    answer as it is when it is not a pair of tensors of the expected shape)."""
+    import torch
+
+    try:
+        (xe, se), (xa, sa) = expected, actual
+        if not all(isinstance(t, torch.Tensor) for t in (xe, se, xa, sa)) or xa.shape != xe.shape:
+            return expected, actual
+    except (TypeError, ValueError):
+        return expected, actual
+    e, a = _Shown(expected), _Shown(actual)
+    off = (xa.double() != xe.double()).nonzero()
+    if len(off):
+        where = tuple(int(v) for v in off[0])
+        e.text, a.text = _at(expected, where), _at(actual, where)
+    elif sa.shape == se.shape and not torch.allclose(sa.double(), se.double(), rtol=1e-6, atol=0):
+        where = tuple(int(v) for v in (~torch.isclose(sa.double(), se.double(), rtol=1e-6, atol=0)).nonzero()[0])
+        e.text, a.text = f"scale[{', '.join(map(str, where))}] = {se[where].item():.6g}", \
+            f"scale[{', '.join(map(str, where))}] = {sa[where].item():.6g} (every xq right)"
+    elif xa.dtype == xe.dtype and sa.shape == se.shape:
+        e.text = f"xq int8 {tuple(xe.shape)} and scale {tuple(se.shape)}"
+        a.text = "the same values as expected"
+    return e, a
 
 
 def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
@@ -369,7 +473,7 @@ def quantize_per_token(fn: Callable, verbose: bool = True) -> CheckResult:
         mine = x.clone()
         got = call_in_place(fn, mine)
         changed = changed_input((x,), (mine,), ("x",))
-        c.record(label, expected, got, passed=False if changed else None, note=changed or "")
+        c.record(label, *_shown(expected, got), passed=False if changed else None, note=changed or "")
     bad = torch.randn(4, 8)
     c.diagnose = []
     got = call(fn, bad)

@@ -111,7 +111,7 @@ class Profile:
     """Attention mass and K/V reads by position over ``steps`` dense decode steps.
 
     layer_mass (layers, T): attention each position received, averaged over heads and steps;
-    reads (T,): bytes of K and V read for each position per decode step (all layers);
+    reads (T,): bytes of K and V read for each position per decode step it was in the cache (all layers);
     sinks, recent: how many first / last positions the verdict groups.
     """
 
@@ -164,7 +164,8 @@ def attention_profile(model, prompt_ids: Sequence[int], steps: int = 8, block_si
     for layer, values in d.record.decode_mass.items():
         mass[layer, :len(values)] = values / steps
     per_layer_token = d.pool.bytes_per_token() / L
-    reads = (d.record.reads[:len(prompt_ids)] * per_layer_token / steps).tolist()   # positions every step saw
+    in_cache = torch.tensor([steps - max(0, p - len(prompt_ids)) for p in range(T)])   # decoded token k: steps - k
+    reads = (d.record.reads[:T] * per_layer_token / in_cache).tolist()   # per step the position was in the cache
     return Profile(mass[:, :T], reads, sinks, min(recent, T - sinks))
 
 

@@ -32,6 +32,10 @@ from .palette import source_label, theme
 __all__ = ["BudgetSweep"]
 
 BUDGET_METHODS = ("streaming", "streaming-orig", "h2o", "h2o-block", "quest", "quest-shared")
+METHOD_NAMES = {   # the menu's words; the ids stay in the captions and the figure, as in the lesson's tables
+    "streaming": "StreamingLLM (paper)", "streaming-orig": "StreamingLLM, original positions (variant)",
+    "h2o": "H2O, per head (paper)", "h2o-block": "H2O, whole blocks (variant)",
+    "quest": "Quest, per KV head (paper)", "quest-shared": "Quest, one set for all heads (variant)"}
 
 
 class BudgetSweep(LiveControl):
@@ -145,7 +149,7 @@ class BudgetSweep(LiveControl):
     def _inputs(self, W: Any) -> list[Any]:
         th = theme()
         lo, hi, step = self.budgets
-        menu = W.Dropdown(options=list(self.methods), value=self.method, description="method",
+        menu = W.Dropdown(options=[(METHOD_NAMES[m], m) for m in self.methods], value=self.method, description="method",
                           layout=W.Layout(width="auto"))
         menu.add_class("kvlab-sweep-method")
         slider = W.IntSlider(value=self.budget, min=lo, max=hi, step=step, description="budget (tokens)",

@@ -131,6 +131,7 @@ def _kept_figure(profile: Any, k: dict, caption: str) -> Any:
     th = theme()
     keep = set(k["kept"])
     mass = profile.mass.tolist()
+    decades = _decades([max(v, 1e-6) for v in mass])
     method = k.get("method", "streaming")        # the method's colour of the trade-off figure: one meaning a colour
     kept_colour, colour_name = METHOD_COLORS[method], {"streaming": "blue", "h2o": "orange"}[method]
     fig = go.Figure(go.Bar(x=list(range(len(mass))), y=mass, marker_color=[
@@ -138,7 +139,8 @@ def _kept_figure(profile: Any, k: dict, caption: str) -> Any:
     fig.update_layout(title=dict(text=caption or f"Attention mass by position (measured); {colour_name}: kept",
                                  font=dict(size=th.font_size + 1)), height=300, width=_width(th),
                       autosize=th.autosize, template="plotly_white", font=dict(size=th.font_size),
-                      yaxis=dict(type="log", title="attention mass"),
+                      yaxis=dict(type="log", title="attention mass", tickvals=decades,   # one format: 0.0001, not 100μ
+                                 ticktext=[_plain(v) for v in decades]),
                       xaxis_title=f"token position ({colour_name}: kept, grey: dropped)",
                       margin=dict(l=60, r=20, t=60, b=50), showlegend=False)
     return fig
@@ -224,9 +226,10 @@ def budget_explorer(profile: Any, block_size: int = 16, budget_tokens: int = 64,
     T = profile.mass.shape[0]
 
     def caption(k: dict, method: str, budget: int, sink: int = 0) -> str:
+        blocks, num_blocks = len({p // block_size for p in k["kept"]}), -(-T // block_size)
         text = (f"{method}, budget {budget} tokens: keeps {len(k['kept'])} of {T} tokens "
-                f"({_share(k['tokens_kept'])} of the KV memory) and {_share(k['mass_kept'])} of the attention mass "
-                "(measured)")
+                f"({_share(k['tokens_kept'])}) in {blocks} of {num_blocks} blocks ({_share(blocks / num_blocks)} of "
+                f"the KV memory) and {_share(k['mass_kept'])} of the attention mass (measured)")
         text += _partial_note(k["kept"], T, block_size)
         if method != "StreamingLLM":
             return text
@@ -333,10 +336,23 @@ def tradeoff_figure(rows: Sequence[Any], title: str = "Bytes against quality, ev
                       height=560 if hc else 480, width=_width(th), autosize=th.autosize, template="plotly_white",
                       font=dict(size=th.font_size), margin=dict(l=60, r=30, t=110 if hc else 90, b=170 if hc else 120),
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.3 if hc else -0.22, yanchor="top",
-                                  font=dict(size=th.font_size), title=dict(text="method<br>(open: kvlab's<br>variant):")))
+                                  font=dict(size=th.font_size), title=_legend_title(hc)))
     for a in fig.layout.annotations[:2]:   # the subtitles
         a.font = dict(size=th.font_size)
     return fig
+
+
+def _legend_title(classroom: bool) -> dict[str, str]:
+    """The trade-off legend's title: beside the entries, or in classroom mode above them (plotly wraps a
+    horizontal legend's entries at the plot's width without counting a title at their side, so the
+    last entry ran to the output's right edge).
+
+        >>> _legend_title(True)["side"], _legend_title(False)["side"]
+        ('top', 'left')
+    """
+    if classroom:
+        return dict(text="method (open: kvlab's variant):", side="top")
+    return dict(text="method<br>(open: kvlab's<br>variant):", side="left")
 
 
 def _spot_note(fig: Any, col: int, points: list[tuple[float, float]], spots: list, th: Any) -> None:

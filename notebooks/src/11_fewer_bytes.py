@@ -49,13 +49,14 @@ for name in ("llama-2-7b", "llama-3-8b", "falcon-7b", "deepseek-v3", "smollm2-13
     spec = MODELS[name]
     print(f"{name:13s} {spec.kind:5s} {'fp16':6s} {spec.per_token_formula()}")
     print(f"{'':13s} {'':5s} {'int8':6s} {spec.with_dtype('int8').per_token_formula()}")
-v3, l70 = MODELS["deepseek-v3"], MODELS["llama-2-70b"]
-print(f"DeepSeek-V3 (671B parameters) keeps {v3.bytes_per_token:,} B per token,\n"
-      f"{l70.bytes_per_token / v3.bytes_per_token:.1f}x less than Llama-2 70B with GQA")
+v3, l70, l8 = MODELS["deepseek-v3"], MODELS["llama-2-70b"], MODELS["llama-3-8b"]
+print(f"DeepSeek-V3 ({v3.params_b:.0f}B parameters) keeps {v3.bytes_per_token:,} B per token,\n"
+      f"{l70.bytes_per_token / v3.bytes_per_token:.1f}x less than Llama-2 70B with GQA, and less than Llama-3 8B\n"
+      f"({l8.bytes_per_token:,} B), a model {v3.params_b / l8.params_b:.0f} times smaller")
 
 # %% [markdown]
-# MLA keeps less per token than Llama-3 8B although the model is 80 times bigger. The price is
-# paid in compute: each step multiplies the latent back up (or folds that matrix into the query
+# MLA keeps less per token than Llama-3 8B, although Llama-3 8B is the smaller model by the factor
+# printed above. The price is paid in compute: each step multiplies the latent back up (or folds that matrix into the query
 # and the output projection, "absorbing" it). The rest of the lesson keeps SmolLM2's GQA layout
 # (3 KV heads x 64) and asks how many tokens, and how many bytes for each, must be kept.
 #
@@ -86,7 +87,8 @@ print(f"SmolLM2: {model.config.num_hidden_layers} layers, {model.config.num_key_
 # The picture: on top, for each layer (rows) and position (columns), the attention the 8 decode
 # queries gave that position, averaged over heads (log colour scale). Below, the same averaged
 # over layers (red, log axis). At the bottom, in a small panel of its own (a count of bytes, not
-# a mass), the kilobytes of K and V each decode step read for that position (grey, dashed).
+# a mass), the kilobytes of K and V each decode step read for that position (grey, dashed; a
+# token decoded here counts from the step it joined the cache).
 
 # %%
 from kvlab.viz.kv_compress_view import attention_figure
@@ -96,7 +98,11 @@ attention_figure(profile)
 # %%
 from textwrap import fill                                      # long sentences wrap between words, not inside them
 
-print(fill(profile.verdict(), 80))                              # 80 characters fit a projector's output area
+def say(text):                                                 # 80 characters fit a projector's output area
+    print(fill(text, 80, subsequent_indent="  "))
+
+
+say(profile.verdict())
 s = profile.shares()
 
 # %% [markdown]
@@ -120,7 +126,10 @@ s = profile.shares()
 # The paper (section 3.2, and its `pos_shift` code) gives positions *within the cache*: slot i
 # is position i, and the new token's query sits at the last slot, so the model never sees a
 # distance longer than the cache. Its code keeps K before RoPE and rotates the whole cache at
-# 0..n-1 each step. kvlab's pool stores K after RoPE (the kernels read it as it is), so when a
+# 0..n-1 each step. (RoPE in one sentence: a key at position p is stored turned, each pair of its
+# channels by an angle proportional to p, so that q . k depends only on how far apart the query's
+# and the key's positions are; a key that moves d slots closer is turned back by d steps.)
+# kvlab's pool stores K after RoPE (the kernels read it as it is), so when a
 # drop moves a block up by d slots, its keys are rotated once by -d (rotations add up:
 # rotating by p and then by -d is rotating by p - d). The variant `streaming-orig` keeps every
 # token's original position instead; section 5 measures both.
@@ -142,11 +151,11 @@ print(f"drop logical blocks {drop}: blocks {released} back to the pool")
 print(f"after:  table {t.block_ids}, {t.num_tokens} tokens, free blocks {m.allocator.num_free_blocks}")
 print(f"slot i holds original position {kept_positions}")
 shift = kept_positions[4] - 4                                 # how far the window's first block moved up
-print(f"paper: slot i is RoPE position i, so the keys of slots 4-{len(kept_positions) - 1} (positions "
-      f"{kept_positions[4]}-{kept_positions[-1]}) are rotated by -{shift}; variant (streaming-orig): they keep "
-      f"positions {kept_positions[4]}-{kept_positions[-1]}")
+say(f"paper: slot i is RoPE position i, so the keys of slots 4-{len(kept_positions) - 1} (positions "
+    f"{kept_positions[4]}-{kept_positions[-1]}) are rotated by -{shift}; variant (streaming-orig): they keep "
+    f"positions {kept_positions[4]}-{kept_positions[-1]}")
 scores = [9.0, 0.5, 6.0, 0.2, 0.1, 0.3, 0.4, 0.2]     # attention received per block (made-up numbers)
-print(f"H2O at block level (kvlab's adaptation), 4 blocks, window 2, scores {scores}: drop {h2o_drop(scores, 7, 4, 2)}")
+say(f"H2O at block level (kvlab's adaptation), 4 blocks, window 2, scores {scores}: drop {h2o_drop(scores, 7, 4, 2)}")
 
 # %% [markdown]
 # H2O (Zhang et al. 2023) keeps the window and then the *heavy hitters*, the tokens that
@@ -243,9 +252,10 @@ xq, scale = quantize_kv_ref(k0)
 err_token = ((dequantize_kv_ref(xq, scale) - k0).norm() / k0.norm()).item()
 xq1, scale1 = quantize_kv_ref(k0.reshape(1, 1, -1))         # the whole tensor as one group: one scale
 err_tensor = ((dequantize_kv_ref(xq1, scale1).reshape(k0.shape) - k0).norm() / k0.norm()).item()
-print(f"relative error of layer 0's keys: one scale per token and head {err_token:.2%}, "
-      f"one scale for the tensor {err_tensor:.2%}, {err_tensor / err_token:.1f}x the error (measured)")
-print(f"bytes per token: fp32 {2 * 30 * 3 * 64 * 4:,}, fp16 {2 * 30 * 3 * 64 * 2:,}, "
+say(f"relative error of layer 0's keys: one scale per token and head {err_token:.2%}, "
+    f"one scale for the tensor {err_tensor:.2%}, {err_tensor / err_token:.1f}x the error (measured)")
+values = 2 * model.config.num_hidden_layers * model.config.num_key_value_heads * model.config.head_dim  # K and V
+print(f"bytes per token: fp32 {values * 4:,}, fp16 {values * 2:,}, "
       f"int8 + scales {MODELS['smollm2-135m'].with_dtype('int8').bytes_per_token:,}")
 
 # %% [markdown]
@@ -346,10 +356,6 @@ from kvlab.viz.kv_compress_view import tradeoff_figure
 tradeoff_figure(rows)
 
 # %%
-def say(text):
-    print(fill(text, 80, subsequent_indent="  "))
-
-
 full = rows[0]
 best = max(rows[1:], key=lambda r: (r.agreement, -abs(r.ppl - full.ppl)))
 small = min(rows[1:], key=lambda r: r.kv_bytes)
