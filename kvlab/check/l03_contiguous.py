@@ -363,6 +363,8 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     run("first fit, not best fit: a big hole first, a snug one later",
         100, [("admit", "A", 30), ("admit", "B", 20), ("admit", "C", 12), ("admit", "X", 38), ("finish", "A"),
               ("finish", "C"), ("admit", "D", 12)])
+    run("a split hole's remainder keeps its place: D goes right after C, in what is left of A's hole",
+        30, [("admit", "A", 10), ("admit", "B", 5), ("finish", "A"), ("admit", "C", 4), ("admit", "D", 3)])
     run("a refused request takes no space, and its finish is ignored",
         50, [("admit", "A", 30), ("admit", "B", 30), ("finish", "B"), ("admit", "C", 20)])
     run("everything fits, nothing is free", 30, [("admit", "A", 10), ("admit", "B", 20)])
