@@ -328,31 +328,7 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     c = Checker("place_first_fit", fn, _place_ref, verbose=verbose, compare=_same_placement,
                 diagnose=[should_have_raised, _share_rounded])
-    run = mistake_runner(c, {
-        "a freed range must merge with the free ranges beside it: two neighbouring holes are one hole":
-            lambda cap, ops: _simulate(cap, ops, coalesce=False),
-        "that is best fit (the smallest hole that fits): first fit takes the lowest address that fits":
-            lambda cap, ops: _simulate(cap, ops, fit="best"),
-        "freed holes were never reused: place each request in the first hole that fits, not after the last one":
-            lambda cap, ops: _simulate(cap, ops, bump=True),
-        "wasted_share is a share of the FREE memory, not of the capacity": _share_of_capacity,
-        "wasted_share is a share of the free memory, 0..1, not slots: (free - largest) / free":
-            lambda cap, ops: (lambda r, free: {**r, "wasted_share": free - r["largest_hole"]})(*_place_run(cap, ops)[:2]),
-        "first fit scans holes in address order: keep the list sorted (a split hole's remainder stays where the "
-        "hole was, not at the back of the list)": lambda cap, ops: _simulate(cap, ops, remainder_back=True),
-        "wasted_share came out as the largest hole's own share of the free memory: it is the share OUTSIDE "
-        "it, (free - largest) / free": _share_inverted,
-        "the refused ids are missing: list every request that found no hole, in the order they came":
-            lambda cap, ops: {**_place_ref(cap, ops), "refused": []},
-        "largest_hole is the biggest single hole, not all the free slots added up":
-            lambda cap, ops: {**_place_ref(cap, ops), "largest_hole": _place_run(cap, ops)[1]},
-        "a refused id may be admitted again later: it is placed when a hole then holds it": _refused_forever,
-        "each refusal is listed: a request refused twice appears twice in refused, in the order they came":
-            lambda cap, ops: (lambda r: {**r, "refused": list(dict.fromkeys(r["refused"]))})(_place_ref(cap, ops)),
-        "starts keeps every request ever placed (where each went), finished ones too: a finish does not remove it":
-            lambda cap, ops: (lambda r, live: {**r, "starts": {k: v for k, v in r["starts"].items() if k in live}})(
-                *_place_run(cap, ops)[::2]),
-    })
+    run = mistake_runner(c, _place_mistakes())
     run = _naming_raised(_naming_no_free(run))
     notes = [("admit", "A", 4096), ("admit", "B", 2048), ("admit", "C", 4096), ("finish", "A"),
              ("admit", "D", 8192), ("admit", "E", 3000)]
@@ -386,6 +362,39 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     c.run("a request of 0 slots (must raise ValueError)", 10, [("admit", "A", 0)])
     c.run("an unknown operation 'grow' (must raise ValueError)", 10, [("admit", "A", 2), ("grow", "A", 1)])
     return c.done()
+
+
+def _place_mistakes() -> dict[str, Callable]:
+    """place_first_fit's named mistakes: each note beside a trace run the wrong way (see ``mistake_runner``).
+
+    Example: ``_place_mistakes()["that is best fit (the smallest hole that fits): ..."]`` runs best fit.
+    """
+    return {
+        "a freed range must merge with the free ranges beside it: two neighbouring holes are one hole":
+            lambda cap, ops: _simulate(cap, ops, coalesce=False),
+        "that is best fit (the smallest hole that fits): first fit takes the lowest address that fits":
+            lambda cap, ops: _simulate(cap, ops, fit="best"),
+        "freed holes were never reused: place each request in the first hole that fits, not after the last one":
+            lambda cap, ops: _simulate(cap, ops, bump=True),
+        "wasted_share is a share of the FREE memory, not of the capacity": _share_of_capacity,
+        "wasted_share is a share of the free memory, 0..1, not slots: (free - largest) / free":
+            lambda cap, ops: (lambda r, free: {**r, "wasted_share": free - r["largest_hole"]})(
+                *_place_run(cap, ops)[:2]),
+        "first fit scans holes in address order: keep the list sorted (a split hole's remainder stays where the "
+        "hole was, not at the back of the list)": lambda cap, ops: _simulate(cap, ops, remainder_back=True),
+        "wasted_share came out as the largest hole's own share of the free memory: it is the share OUTSIDE "
+        "it, (free - largest) / free": _share_inverted,
+        "the refused ids are missing: list every request that found no hole, in the order they came":
+            lambda cap, ops: {**_place_ref(cap, ops), "refused": []},
+        "largest_hole is the biggest single hole, not all the free slots added up":
+            lambda cap, ops: {**_place_ref(cap, ops), "largest_hole": _place_run(cap, ops)[1]},
+        "a refused id may be admitted again later: it is placed when a hole then holds it": _refused_forever,
+        "each refusal is listed: a request refused twice appears twice in refused, in the order they came":
+            lambda cap, ops: (lambda r: {**r, "refused": list(dict.fromkeys(r["refused"]))})(_place_ref(cap, ops)),
+        "starts keeps every request ever placed (where each went), finished ones too: a finish does not remove it":
+            lambda cap, ops: (lambda r, live: {**r, "starts": {k: v for k, v in r["starts"].items() if k in live}})(
+                *_place_run(cap, ops)[::2]),
+    }
 
 
 def _refused_forever(capacity: int, ops: list[tuple]) -> dict:
