@@ -270,19 +270,26 @@ def test_policy_widget_menus_rerun_the_trace():
 def test_policy_widget_on_a_projector_fits_controls_sentence_and_figure_on_one_screen():
     """Issue 28 [5]: in classroom mode the widget was 982 px tall; then 706 px with the sentence
     below the figure, off the 599 px screen (the student review of ede928d). Now the controls sit
-    side by side, the sentence (one line a side) right under them, and a compact figure (no
-    subtitle: the sentence has the copied tokens) short enough for all three on one screen."""
+    side by side, the sentence (one line a side) right under them, and a compact figure short
+    enough for all three on one screen. Review r6_03_11: that figure had dropped its subtitle, so
+    the projector showed THAT paged refused D' but not why, nor the copy counter: the compact
+    figure keeps the last step's caption (two lines at most) and puts the counter by the bars."""
     viz.classroom(True)
     try:
         w = viz.PolicyWidget(static=False)
+        w.set(policy="pow2", block_size=16)  # the longest caption: both sides fail D'
         layout = _spec(w._out)["layout"]
     finally:
         viz.classroom(False)
     kids = list(w.widget.children)
     assert kids.index(w._text) < kids.index(w._out)
     assert layout["height"] <= 410, layout["height"]
-    assert not layout["title"].get("subtitle", {}).get("text") and "tokens copied" in w.state["sentence"]
-    assert "<br>Paged, blocks of 4" in w._text.value
+    sub = layout["title"]["text"]  # under the title's first line: a subtitle sat on the map's name
+    assert sub.startswith("<b>The last step of the run (simulated)</b><br>") and sub.count("<br>") == 2, sub
+    assert "paged FAILS (out of blocks: asked for 2 block(s), only 1 free (a table for D'))" in sub, sub
+    assert any("slots copied on growth: 0 (0 moves); paged: 0" in a["text"] for a in layout["annotations"])
+    assert "<br>Paged, blocks of 16" in w._text.value
+    assert w._controls["trace"].layout.margin  # a gap between the requests menu and the slider's label
 
 
 def test_policy_sentence_gives_the_true_reason_for_no_empty_slot_and_counts_failed_growths():

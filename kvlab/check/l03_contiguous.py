@@ -142,6 +142,8 @@ def first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
             lambda r, n: r[0][0] if r and sum(ln for _, ln in r) >= n else None,
         "that is the hole's index in the list: return its start address (the first number of the pair)":
             lambda r, n: next((i for i, (_, ln) in enumerate(r) if ln >= n), None),
+        "that is where the request's last n slots would begin (the hole's end minus n): return the start of "
+        "the hole (the first number of the pair)": lambda r, n: next((s + ln - n for s, ln in r if ln >= n), None),
     })
     notes = [(0, 4096), (10240, 2048)]  # the notes' arena after A finished: holes of 4096 and 2048
     run("the notes' holes, D needs 8192", notes, 8192)
@@ -245,9 +247,11 @@ def _place_run(capacity: int, ops: list[tuple]) -> tuple[dict, int, set[str]]:
             "wasted_share": (st.free - st.largest_free_range) / st.free if st.free else 0.0}, st.free, set(arena.requests)
 
 
-def _simulate(capacity: int, ops: list[tuple], fit: str = "first", coalesce: bool = True, bump: bool = False) -> dict:
+def _simulate(capacity: int, ops: list[tuple], fit: str = "first", coalesce: bool = True, bump: bool = False,
+              remainder_back: bool = False) -> dict:
     """The trace done the ways learners get it wrong (for the diagnoses): best fit, holes never
-    merged, or a bump allocator that never reuses a hole."""
+    merged, a bump allocator that never reuses a hole, or a split hole's remainder put at the back
+    of the list (first fit then takes the first hole in list order, no longer address order)."""
     holes = [(0, capacity)]  # (start, length), address order
     live: dict[str, tuple[int, int]] = {}
     starts, refused, end = {}, [], 0
@@ -259,7 +263,7 @@ def _simulate(capacity: int, ops: list[tuple], fit: str = "first", coalesce: boo
                 s = end if ok else None
             else:
                 fits = [(ln, st) for st, ln in holes if ln >= n]
-                s = (min(fits)[1] if fit == "best" else min(st for _, st in fits)) if fits else None
+                s = (min(fits)[1] if fit == "best" else fits[0][1]) if fits else None  # fits: in list order
             if s is None:
                 refused.append(rid)
                 continue
@@ -268,7 +272,8 @@ def _simulate(capacity: int, ops: list[tuple], fit: str = "first", coalesce: boo
             if not bump:
                 i = next(i for i, (st, _) in enumerate(holes) if st == s)
                 st, ln = holes[i]
-                holes[i:i + 1] = [(st + n, ln - n)] if ln > n else []
+                holes[i:i + 1] = [] if remainder_back else [(st + n, ln - n)] if ln > n else []
+                holes += [(st + n, ln - n)] if remainder_back and ln > n else []
         elif op[1] in live:
             s, n = live.pop(op[1])
             holes = sorted(holes + [(s, n)])
@@ -323,27 +328,7 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     c = Checker("place_first_fit", fn, _place_ref, verbose=verbose, compare=_same_placement,
                 diagnose=[should_have_raised, _share_rounded])
-    run = mistake_runner(c, {
-        "a freed range must merge with the free ranges beside it: two neighbouring holes are one hole":
-            lambda cap, ops: _simulate(cap, ops, coalesce=False),
-        "that is best fit (the smallest hole that fits): first fit takes the lowest address that fits":
-            lambda cap, ops: _simulate(cap, ops, fit="best"),
-        "freed holes were never reused: place each request in the first hole that fits, not after the last one":
-            lambda cap, ops: _simulate(cap, ops, bump=True),
-        "wasted_share is a share of the FREE memory, not of the capacity": _share_of_capacity,
-        "wasted_share came out as the largest hole's own share of the free memory: it is the share OUTSIDE "
-        "it, (free - largest) / free": _share_inverted,
-        "the refused ids are missing: list every request that found no hole, in the order they came":
-            lambda cap, ops: {**_place_ref(cap, ops), "refused": []},
-        "largest_hole is the biggest single hole, not all the free slots added up":
-            lambda cap, ops: {**_place_ref(cap, ops), "largest_hole": _place_run(cap, ops)[1]},
-        "a refused id may be admitted again later: it is placed when a hole then holds it": _refused_forever,
-        "each refusal is listed: a request refused twice appears twice in refused, in the order they came":
-            lambda cap, ops: (lambda r: {**r, "refused": list(dict.fromkeys(r["refused"]))})(_place_ref(cap, ops)),
-        "starts keeps every request ever placed (where each went), finished ones too: a finish does not remove it":
-            lambda cap, ops: (lambda r, live: {**r, "starts": {k: v for k, v in r["starts"].items() if k in live}})(
-                *_place_run(cap, ops)[::2]),
-    })
+    run = mistake_runner(c, _place_mistakes())
     run = _naming_raised(_naming_no_free(run))
     notes = [("admit", "A", 4096), ("admit", "B", 2048), ("admit", "C", 4096), ("finish", "A"),
              ("admit", "D", 8192), ("admit", "E", 3000)]
@@ -354,6 +339,8 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     run("first fit, not best fit: a big hole first, a snug one later",
         100, [("admit", "A", 30), ("admit", "B", 20), ("admit", "C", 12), ("admit", "X", 38), ("finish", "A"),
               ("finish", "C"), ("admit", "D", 12)])
+    run("a split hole's remainder keeps its place: D goes right after C, in what is left of A's hole",
+        30, [("admit", "A", 10), ("admit", "B", 5), ("finish", "A"), ("admit", "C", 4), ("admit", "D", 3)])
     run("a refused request takes no space, and its finish is ignored",
         50, [("admit", "A", 30), ("admit", "B", 30), ("finish", "B"), ("admit", "C", 20)])
     run("everything fits, nothing is free", 30, [("admit", "A", 10), ("admit", "B", 20)])
@@ -375,6 +362,39 @@ def place_first_fit(fn: Callable, verbose: bool = True) -> CheckResult:
     c.run("a request of 0 slots (must raise ValueError)", 10, [("admit", "A", 0)])
     c.run("an unknown operation 'grow' (must raise ValueError)", 10, [("admit", "A", 2), ("grow", "A", 1)])
     return c.done()
+
+
+def _place_mistakes() -> dict[str, Callable]:
+    """place_first_fit's named mistakes: each note beside a trace run the wrong way (see ``mistake_runner``).
+
+    Example: ``_place_mistakes()["that is best fit (the smallest hole that fits): ..."]`` runs best fit.
+    """
+    return {
+        "a freed range must merge with the free ranges beside it: two neighbouring holes are one hole":
+            lambda cap, ops: _simulate(cap, ops, coalesce=False),
+        "that is best fit (the smallest hole that fits): first fit takes the lowest address that fits":
+            lambda cap, ops: _simulate(cap, ops, fit="best"),
+        "freed holes were never reused: place each request in the first hole that fits, not after the last one":
+            lambda cap, ops: _simulate(cap, ops, bump=True),
+        "wasted_share is a share of the FREE memory, not of the capacity": _share_of_capacity,
+        "wasted_share is a share of the free memory, 0..1, not slots: (free - largest) / free":
+            lambda cap, ops: (lambda r, free: {**r, "wasted_share": free - r["largest_hole"]})(
+                *_place_run(cap, ops)[:2]),
+        "first fit scans holes in address order: keep the list sorted (a split hole's remainder stays where the "
+        "hole was, not at the back of the list)": lambda cap, ops: _simulate(cap, ops, remainder_back=True),
+        "wasted_share came out as the largest hole's own share of the free memory: it is the share OUTSIDE "
+        "it, (free - largest) / free": _share_inverted,
+        "the refused ids are missing: list every request that found no hole, in the order they came":
+            lambda cap, ops: {**_place_ref(cap, ops), "refused": []},
+        "largest_hole is the biggest single hole, not all the free slots added up":
+            lambda cap, ops: {**_place_ref(cap, ops), "largest_hole": _place_run(cap, ops)[1]},
+        "a refused id may be admitted again later: it is placed when a hole then holds it": _refused_forever,
+        "each refusal is listed: a request refused twice appears twice in refused, in the order they came":
+            lambda cap, ops: (lambda r: {**r, "refused": list(dict.fromkeys(r["refused"]))})(_place_ref(cap, ops)),
+        "starts keeps every request ever placed (where each went), finished ones too: a finish does not remove it":
+            lambda cap, ops: (lambda r, live: {**r, "starts": {k: v for k, v in r["starts"].items() if k in live}})(
+                *_place_run(cap, ops)[::2]),
+    }
 
 
 def _refused_forever(capacity: int, ops: list[tuple]) -> dict:

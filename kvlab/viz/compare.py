@@ -274,16 +274,59 @@ def _traces(d: dict[str, Any], step: CompareStep) -> list[Any]:
     return out
 
 
+TITLE_LINE_PX = 24  # a line of a compact title (18 px text): its first line in bold, then the caption's lines
+COMPACT_CAPTION_CHARS = 80  # a compact subtitle's line: about 80 characters of 18 px text fill a projector's output
+
+
+def _legend_text(d: dict[str, Any], compact: bool) -> str:
+    """What the map colours mean; the dark grey only when this step draws a stranded slot.
+
+    Example: a step with no hole beside the largest one gives "full colour: a token · ... · light grey: free".
+    """
+    stranded = STRANDED in d["contiguous_color"]
+    if compact:  # one line on a projector
+        return "full colour: a token · tint: reserved, empty · light grey: free" + (
+            " · dark grey: stranded" if stranded else "")
+    return "full colour: a token · tint: reserved or allocated, empty · light grey: free" + (
+        "<br>dark grey: free but stranded (external fragmentation; equal holes: the first is usable)" if stranded else "")
+
+
+def _heading(d: dict[str, Any], caption: str, compact: bool) -> tuple[int, str]:
+    """The figure's top margin and its subtitle: the caption (wrapped on a projector) and the copy counter.
+
+    Compact (lesson 03's policy widget, classroom): the caption only, in at most two lines, which
+    says why a side failed; :func:`_layout` puts them under the title (a subtitle sits a line
+    lower: it ran into the map's name) and the counter beside the bars' legend.
+    Example: ``_heading(d, "", False)`` -> ``(80, "contiguous token slots copied on growth: 0 (0 moves); paged: 0")``.
+    """
+    import textwrap
+
+    th = theme()
+    copied = f"contiguous token slots copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
+    if compact:
+        sides = caption.split("; ")  # "...: contiguous FAILS (...); paged FAILS (...)": one line a side
+        lines = ([sides[0] + ";", sides[1]] if len(sides) == 2 and max(map(len, sides)) < COMPACT_CAPTION_CHARS
+                 else textwrap.wrap(caption, COMPACT_CAPTION_CHARS, max_lines=2, placeholder=" …"))
+        return 60 + TITLE_LINE_PX * len(lines), "<br>".join(lines)
+    sub = f"{caption}<br>{copied}" if caption else copied
+    if th.high_contrast:
+        return 106 + (34 if caption else 0), sub
+    return 80 + (17 if caption else 0), sub  # the title, the subtitle's lines, the map's name: no empty band
+
+
 def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, caption: str,
             compact: bool = False) -> dict[str, Any]:
     th = theme()
     rows = d["rows"]
     map_h = max(50, rows * 34 + 10)
     # classroom mode: the stepper's controls and this whole figure on one 599 px projector screen
-    bar_h = 230 if not th.high_contrast else (85 if compact else 124)
-    top, gap = (106 + (34 if caption else 0) if th.high_contrast else 115), (50 if not th.high_contrast else 34)
-    if compact:  # the title on one line, no subtitle: the widget's sentence says the rest
-        top, gap = 56, min(gap, 30)
+    bar_h = 150 if not th.high_contrast else (54 if compact else 124)
+    gap = 50 if not th.high_contrast else (24 if compact else 34)
+    top, sub = _heading(d, caption, compact)
+    head = f"{title} ({source_label(source)})"
+    if compact and sub:
+        head, sub = f"<b>{head}</b><br>{sub}", ""  # one font size: plotly spaces a title's lines by its size
+    legend_px = 22 if compact else 40  # the colours' legend under the paged map: one line, or two
     height = top + 2 * map_h + bar_h + 3 * gap + 60
     plot_h = height - top - 40
 
@@ -292,17 +335,18 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
 
     y1 = [frac(map_h), frac(0)]
     y2 = [frac(2 * map_h + gap), frac(map_h + gap)]
-    y3 = [0, frac(2 * map_h + 2 * gap + 40)]
+    y3 = [0, frac(2 * map_h + 2 * gap + legend_px)]
     ax = dict(visible=False, fixedrange=True, autorange=False)
     xr = [-0.6, d["cols"] - 0.4]
     yr = [rows - 0.5, -0.95]
-    copied = f"contiguous token slots copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0"
-    sub = "" if compact else f"{caption}<br>{copied}" if caption else copied
+    note = dict(xref="paper", yref="paper", xanchor="left", showarrow=False, font=dict(size=th.font_size))
+    counter = [dict(note, text=f"slots copied on growth: {d['bytes_copied']} ({d['moves']} moves); paged: 0", x=0,
+                    y=y3[1], yanchor="bottom", font=dict(size=th.label_size))] if compact else []
     return dict(
         width=None if th.autosize else th.grid_width + 40, autosize=th.autosize, height=height, template="none",
         margin=dict(l=60, r=20, t=top, b=40),
-        title=dict(text=f"{title} ({source_label(source)})", x=0.01, font=dict(size=th.title_size),
-                   yref="container", y=1, yanchor="top", pad=dict(t=12),
+        title=dict(text=head, x=0.01, font=dict(size=th.font_size if compact else th.title_size),
+                   yref="container", y=1, yanchor="top", pad=dict(t=20 if compact else 12),  # a multi-line title
                    subtitle=dict(text=sub, font=dict(size=th.font_size))),
         font=dict(size=th.font_size, color=th.text_color), barmode="group", plot_bgcolor="#ffffff",
         xaxis=dict(domain=[0, 1], range=xr, anchor="y", **ax), yaxis=dict(domain=y1, range=yr, anchor="x", **ax),
@@ -313,14 +357,12 @@ def _layout(d: dict[str, Any], step: CompareStep, title: str, source: str, capti
                     title=dict(text="slots")),
         legend=dict(orientation="h", x=0.6, y=y3[1], yanchor="bottom"),
         annotations=[
-            dict(text="<b>contiguous</b>: one range per request", x=0, y=y1[1], xref="paper", yref="paper",
-                 xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
-            dict(text=f"<b>paged</b>: blocks of {step.block_size} slot{'s' if step.block_size != 1 else ''}, on demand", x=0, y=y2[1], xref="paper",
-                 yref="paper", xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=th.font_size)),
-            dict(text="full colour: a token · tint: reserved or allocated, empty · light grey: free<br>"
-                      "dark grey: free but stranded (external fragmentation; equal holes: the first is usable)",
-                 x=0, y=y2[0], xref="paper", yref="paper", xanchor="left", yanchor="top", showarrow=False, align="left",
+            dict(note, text="<b>contiguous</b>: one range per request", x=0, y=y1[1], yanchor="bottom"),
+            dict(note, text=f"<b>paged</b>: blocks of {step.block_size} slot{'s' if step.block_size != 1 else ''}, "
+                            "on demand", x=0, y=y2[1], yanchor="bottom"),
+            dict(note, text=_legend_text(d, compact), x=0, y=y2[0], yanchor="top", align="left",
                  font=dict(size=th.label_size)),
+            *counter,
         ],
     )
 
@@ -331,8 +373,8 @@ def compare_figure(step: CompareStep, title: str = "Contiguous versus paged", so
 
     ``caption`` (default: the step's own) heads the subtitle; ``""`` leaves it out, for a
     stepper that already shows "step k / N: caption" above the figure (once is enough).
-    ``compact``: no subtitle (neither caption nor copy counter) and, in classroom mode, shorter
-    bars, for a control whose own text says what the run did (lesson 03's policy widget).
+    ``compact`` (classroom mode, lesson 03's policy widget, whose own text says what the run did):
+    the caption in at most two lines, the copy counter beside the bars' legend, shorter bars.
     """
     import plotly.graph_objects as go
 
@@ -366,7 +408,8 @@ def animate_compare(steps: Sequence[CompareStep], title: str = "Contiguous versu
         d = compare_data(st, colors)
         lay = _layout(d, st, title, source, step_caption(i, len(steps), st.caption))
         frames.append(go.Frame(data=_traces(d, st), traces=[0, 1, 2, 3], name=str(i + 1),
-                               layout=dict(title=lay["title"], xaxis=lay["xaxis"], yaxis=lay["yaxis"],
+                               layout=dict(title=lay["title"], annotations=lay["annotations"],  # the legend's dark grey
+                                           xaxis=lay["xaxis"], yaxis=lay["yaxis"],
                                            xaxis2=lay["xaxis2"], yaxis2=lay["yaxis2"], yaxis3=lay["yaxis3"])))
     fig.frames = frames
     fig.update_layout(**animation_controls(len(frames), duration_ms, fig.layout))

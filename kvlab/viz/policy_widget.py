@@ -130,6 +130,7 @@ class PolicyWidget:
         if css:  # a projector (599 px): the controls side by side, the sentence, then a compact figure
             row = W.Layout(flex_flow="row wrap", max_width="100%")
             self._controls["trace"].layout.width = "min(400px, 100%)"     # the policy menu keeps its width: its
+            self._controls["trace"].layout.margin = "2px 28px 2px 2px"    # a gap before the slider's label
             self._controls["block_size"].layout.width = "min(400px, 100%)"  # entries are long sentences
             parts = [W.HTML(css), self._controls["policy"],
                      W.HBox([self._controls["trace"], self._controls["block_size"]], layout=row), self._text, self._out]
@@ -151,9 +152,8 @@ class PolicyWidget:
         return f"<p style='font-size:{px}px;line-height:{lh};margin:4px 0{fixed}'>{text}</p>"
 
     def figure(self) -> Any:
-        last = self.state["steps"][-1]  # on a projector the sentence (above it) says what the run did
-        return compare_figure(last, "The last step of the run", caption="" if theme().high_contrast else None,
-                              compact=theme().high_contrast)
+        last = self.state["steps"][-1]  # its caption says why a side failed, on a projector too
+        return compare_figure(last, "The last step of the run", compact=theme().high_contrast)
 
     def _redraw(self) -> None:
         from .stepper import figure_output

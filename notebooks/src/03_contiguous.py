@@ -52,6 +52,7 @@ arena = kvlab.ContiguousArena(capacity=8192, policy="max", max_len=4096)
 arena.admit("A", 20)            # a 20-token prompt reserves the maximum, 4,096 slots
 arena.grow("A", 480)            # A produces 480 tokens and stops: 500 in all
 r, st = arena.requests["A"], arena.stats()
+a_reserved, a_tokens, a_unused = r.reserved, r.length, st.reserved_unused  # for the table of the four costs
 print(f"A holds {r.length} tokens in a reservation of {r.reserved}: {st.reserved_unused} slots reserved for tokens "
       f"that never came = {st.reserved_unused / r.reserved:.1%} of the reservation (the notes cut it to 87%: "
       f"truncated, not rounded, which would give {st.reserved_unused / r.reserved:.0%})")
@@ -69,9 +70,11 @@ arena = kvlab.ContiguousArena(capacity=64, policy="pow2", max_len=64)
 arena.admit("R1", 3)
 arena.admit("R2", 4)
 print("before:", [(r.req_id, r.start, r.reserved) for r in arena.requests.values()], "(request, start, reserved)")
+r1_slots = arena.requests["R1"].reserved
 copied = arena.grow("R1", 2)
+moves = arena.stats().moves
 print("after: ", [(r.req_id, r.start, r.reserved) for r in arena.requests.values()])
-print(f"bytes copied: {copied}, moves: {arena.stats().moves}")
+print(f"bytes copied: {copied}, moves: {moves}")
 arena.check_integrity()
 
 # %% [markdown]
@@ -131,9 +134,10 @@ pool.check_integrity()
 # %%
 # NBVAL_CHECK_OUTPUT
 costs = [
-    ("over-reservation", "A: reserved 4,096, finished at 500", f"{4096 - 500:,} slots never used"),
-    ("copy on growth", "R1 outgrew its 4 slots", f"{copied} tokens copied, 1 move"),
-    ("external fragmentation", "A finished: holes of 4,096 and 2,048", f"{ex.contiguous_external_fragmentation:,} slots stranded"),
+    ("over-reservation", f"A: reserved {a_reserved:,}, finished at {a_tokens:,}", f"{a_unused:,} slots never used"),
+    ("copy on growth", f"R1 outgrew its {r1_slots} slots", f"{copied} tokens copied, {moves} move{'s' * (moves != 1)}"),
+    ("external fragmentation", f"A finished: {ex.contiguous_free:,} free, largest hole {ex.contiguous_largest_free:,}",
+     f"{ex.contiguous_external_fragmentation:,} slots stranded"),
     ("no sharing", f"{samples} samples of a {prompt:,}-token prompt", f"{samples * (prompt + new) - held:,} slots duplicated"),
 ]
 for name, example, cost in costs:  # two short lines each: they fit a projector's narrow output too
@@ -154,12 +158,13 @@ for name, example, cost in costs:  # two short lines each: they fit a projector'
 # the start the queue is P0, P1, P2, ... in address order, each request takes blocks from its
 # front, and a finished request's blocks join its **back**. When D' arrives the queue holds the
 # two blocks no one has used yet (P10, P11) and then A's four freed blocks, so D' gets P10, P11
-# and then A's blocks. kvlab queues a finished request's blocks in table order (P0, P1, P2, P3);
-# vLLM queues them **tail first** (P3, P2, P1, P0: its prefix cache, lesson 08, then evicts a
-# request's last blocks before the first ones, which other requests are likelier to share), so
-# in vLLM D' would get P10, P11, P3, P2, P1, P0. Without a prefix cache the order changes
-# nothing: where a block sits does not matter to the paged side, the request's block table
-# records it (lesson 04).
+# and then A's blocks. kvlab queues a finished request's blocks in table order (P0, P1, P2, P3).
+# With prefix caching on (the default in vLLM v1), vLLM queues them **tail first** (P3, P2, P1,
+# P0): its `KVCacheManager.free` frees them in reverse "so that the tail blocks are evicted first
+# when caching is enabled" (lesson 08), since other requests are likelier to share a request's
+# first blocks. There D' would get P10, P11, P3, P2, P1, P0. Without a prefix cache the order
+# changes nothing: where a block sits does not matter to the paged side, the request's block
+# table records it (lesson 04).
 
 # %%
 import kvlab.viz as viz
@@ -279,14 +284,14 @@ say = lambda text: print(fill(text, 76, subsequent_indent="  "))  # noqa: E731  
 share = {h: r["token states"] for h, r in results.items()}
 best_share = max(share, key=share.get)
 most_done = max(results, key=lambda h: results[h]["finished"])
-print(f"- 'max' keeps only {share['max']:.1%} of the memory holding tokens: the rest is reserved for tokens "
-      "not produced (yet, or ever).")
-print(f"- 'pow2' holds {share['pow2']:.1%} but pays twice: {results['pow2']['tokens copied']:,} tokens copied on growth, "
-      f"{results['pow2']['preempted']} preemptions when no range was free for the doubled size.")
-print(f"- 'exact' is an oracle (no real server knows the output length) and still holds only {share['exact']:.1%}: "
-      "reservations for tokens not yet produced, and holes between requests.")
-print(f"- the most memory holding tokens: {best_share} ({share[best_share]:.1%}); the most requests finished: "
-      f"{most_done} ({results[most_done]['finished']}).")
+say(f"- 'max' keeps only {share['max']:.1%} of the memory holding tokens: the rest is reserved for tokens "
+    "not produced (yet, or ever).")
+say(f"- 'pow2' holds {share['pow2']:.1%} but pays twice: {results['pow2']['tokens copied']:,} tokens copied on growth, "
+    f"{results['pow2']['preempted']} preemptions when no range was free for the doubled size.")
+say(f"- 'exact' is an oracle (no real server knows the output length) and still holds only {share['exact']:.1%}: "
+    "reservations for tokens not yet produced, and holes between requests.")
+say(f"- the most memory holding tokens: {best_share} ({share[best_share]:.1%}); the most requests finished: "
+    f"{most_done} ({results[most_done]['finished']}).")
 if share["pow2"] > share["exact"]:
     say(f"- why 'pow2' ({share['pow2']:.1%}) beats the oracle 'exact' ({share['exact']:.1%}) here, when the vLLM "
         "paper's Fig. 2 ranks Orca (Oracle) above Orca (Pow2): this 'pow2' starts from the CURRENT length and grows "
@@ -304,16 +309,16 @@ if share["pow2"] > share["exact"]:
 # %%
 # NBVAL_CHECK_OUTPUT
 stranded = ex.contiguous_external_fragmentation / ex.contiguous_free
-print(f"- A/B/C/D: {ex.contiguous_external_fragmentation:,} of the {ex.contiguous_free:,} free slots ({stranded:.0%}) lie "
-      f"outside the largest hole, so a request of {ex.d_small_tokens:,} fails with that much memory free")
+say(f"- A/B/C/D: {ex.contiguous_external_fragmentation:,} of the {ex.contiguous_free:,} free slots ({stranded:.0%}) lie "
+    f"outside the largest hole, so a request of {ex.d_small_tokens:,} fails with that much memory free")
 pw, pg = results["pow2"], results["paged"]
-print(f"- serving loop: 'pow2' had to move requests ({pw['tokens copied']:,} tokens copied) and preempted "
-      f"{pw['preempted']} when no free range was big enough for a doubled size; paged preempted {pg['preempted']} "
-      f"and finished {pg['finished']} requests against {pw['finished']}")
+say(f"- serving loop: 'pow2' had to move requests ({pw['tokens copied']:,} tokens copied) and preempted "
+    f"{pw['preempted']} when no free range was big enough for a doubled size; paged preempted {pg['preempted']} "
+    f"and finished {pg['finished']} requests against {pw['finished']}")
 holds = stranded > 0 and pg["finished"] >= pw["finished"] and share["paged"] > share["pow2"]
-print(f"- the maxim {'holds here' if holds else 'does NOT hold on this run'}: contiguous ranges that grow leave holes "
-      f"that stop the next request; blocks of one size leave none, and hold {share['paged']:.1%} of the memory with "
-      f"tokens against {share['pow2']:.1%}")
+say(f"- the maxim {'holds here' if holds else 'does NOT hold on this run'}: contiguous ranges that grow leave holes "
+    f"that stop the next request; blocks of one size leave none, and hold {share['paged']:.1%} of the memory with "
+    f"tokens against {share['pow2']:.1%}")
 
 # %% [markdown]
 # The vLLM paper (Kwon et al., 2023, Fig. 2) measured the same thing in real systems: only
