@@ -132,7 +132,10 @@ show_dashboard(server + "/dashboard", frames, captions, lab=lab)
 # %% [markdown]
 # While the servers run, the link above the frame opens the page in a browser tab of its own,
 # to see it move; tick **classroom** there for a projector (1280x720, large text, the pool and
-# the tree on one screen). Clicking a request in the table dims every block but its own. The
+# the tree on one screen). Clicking a request in the table dims every block and tree node but
+# the ones that hold its tokens now: its path through the tree (also once it has finished, as
+# long as the tree keeps it) and, while it runs, the blocks it holds; the line under the title
+# counts them. The legend lists only what the page draws at that moment. The
 # link works only until the lesson's last cell (section 7) stops the servers, and *Run All* runs
 # it too: after it, the frame shows the recording and says the page is gone. To see it live
 # after a whole run, select that last cell and use Run > *Run All Above Selected Cell*: new
