@@ -102,8 +102,8 @@ print(f"R4's tokens and R1's (its {len(p1)} prompt tokens, then its {len(o1)} ge
 # first output token). R4 found R1's prompt, but look where the match stops: the line above says
 # R4 and R1 part exactly at the end of R1's prompt, not after R1's reply. The reply comes back to
 # the server as *text* inside R4's messages, and this model's plain template writes
-# `assistant: ` with a space before it, where R1's prompt ended at `assistant:` and the model went
-# on without one. So R4 computes R1's reply again, plus its own line. The tree does hold R1's
+# `assistant: ` (a space after the colon, then the reply), where R1's prompt ended at `assistant:`
+# and the model's reply began with no space. So R4 computes R1's reply again, plus its own line. The tree does hold R1's
 # generated tokens (a finished request is cached with its output); a later turn reuses them only
 # if the chat template renders the reply back into the very same tokens.
 
