@@ -38,3 +38,24 @@ def test_10_review_r6_wrong_answer_is_rejected_and_named(mistake, name, edits, w
 def test_10_review_r6_reference_still_passes(name):
     r = getattr(L, name)(wrong_answer("10", name, []), verbose=False)
     assert r.passed, [(f.label, f.note) for f in r.failures[:3]]
+
+
+def test_10_review_r6_tier_controls_run_each_setting_once():
+    """Defect 2: Home, End, Left, Left on the host-ratio slider queued a re-simulation per key, and the
+    figure lagged behind the readout; a setting seen before is now drawn from its first run."""
+    from types import SimpleNamespace as NS
+
+    from kvlab.viz.tier_controls import TierControls
+
+    calls = []
+
+    def run(r, p):
+        calls.append((r, p))
+        return NS(hit_rate=0.5, prefill_tokens=1000 - 100 * r, ttft_mean_s=0.1)
+
+    c = TierControls(run, host_ratio=2, static=True)
+    for r in (0.5, 4, 3, 2, 0.5, 4):
+        c.update(host_ratio=r)
+    assert sorted(calls) == sorted({(0, "write_back"), (2, "write_back"), (0.5, "write_back"), (4, "write_back"),
+                                    (3, "write_back")}), calls
+    assert c.host_ratio == 4 and c.row.prefill_tokens == 600
