@@ -2,9 +2,12 @@
 
 Starts a bundled-model server as lesson 12 does (96 blocks of 4 tokens), sends lesson 12's
 requests (the notes' four, then three chats) until the pool evicts, and shoots the page
-in Chromium at 1500x1000 and in classroom mode at 1280x720, within the 3 s an evicted node is drawn
-as a ghost. Writes ``tests/_artifacts/screenshots/12_dashboard_{normal,classroom}_{k}.png`` and
-prints the page's tree labels (its SVG text) and any two that overlap.
+in Chromium at 1500x1000, in classroom mode at 1280x720, at 1500x1000 with "classroom" ticked
+on the page (review r6: the pool was clipped), and at the lesson's classroom frame (860x525),
+within the 3 s an evicted node is drawn as a ghost, then settled, then with the last request's
+row clicked (its tree path and blocks highlighted). Writes
+``tests/_artifacts/screenshots/12_dashboard_{mode}_{k}.png`` (k = 0, 1, click) and prints the
+page's tree labels (its SVG text) and any two that overlap.
 
     .venv/bin/python scripts/dashboard_screenshots.py
 """
@@ -22,6 +25,7 @@ from browser_utils import CLASSROOM_VIEWPORT, NORMAL_VIEWPORT, chromium  # noqa:
 from serve_utils import lesson_traffic  # noqa: E402
 
 OUT = ROOT / "tests" / "_artifacts" / "screenshots"
+FRAME_VIEWPORT = {"width": 860, "height": 525}   # the lesson's iframe in classroom mode (serve_view._frame_height)
 
 # every tree label's box, and the pairs of labels or markers that overlap (a ghost ring over a label)
 _OVERLAPS_JS = """() => {
@@ -50,11 +54,14 @@ def main() -> int:
     report = {}
     try:
         with chromium() as browser:
-            for mode, viewport in (("normal", NORMAL_VIEWPORT), ("classroom", CLASSROOM_VIEWPORT)):
+            for mode, viewport in (("normal", NORMAL_VIEWPORT), ("classroom", CLASSROOM_VIEWPORT),
+                                   ("classroom1500", NORMAL_VIEWPORT), ("frame", FRAME_VIEWPORT)):
                 lab.flush()
                 page = browser.new_page(viewport=viewport)
-                page.goto(lab.urls[0] + "/dashboard" + ("?classroom=1" if mode == "classroom" else ""))
+                page.goto(lab.urls[0] + "/dashboard" + ("?classroom=1" if mode in ("classroom", "frame") else ""))
                 page.wait_for_function("() => window.kvlabState !== undefined", timeout=20_000)
+                if mode == "classroom1500":
+                    page.check("#classroom")            # ticked on the page, as a teacher does
                 lesson_traffic(lab.urls[0], lab.model)
                 time.sleep(1.0)                     # the page's next event (ghosts live 3 s)
                 page.screenshot(path=str(OUT / f"12_dashboard_{mode}_0.png"))
@@ -62,6 +69,10 @@ def main() -> int:
                 time.sleep(3.5)                     # the ghosts gone: the settled tree
                 page.screenshot(path=str(OUT / f"12_dashboard_{mode}_1.png"))
                 report[mode + " settled"] = page.evaluate(_OVERLAPS_JS)
+                page.click("#reqs tbody tr >> nth=0")   # the latest request, finished: its path and blocks
+                time.sleep(0.5)
+                page.screenshot(path=str(OUT / f"12_dashboard_{mode}_click.png"))
+                print(mode, "clicked:", page.inner_text("#selinfo"), "| legend:", page.inner_text("#legend"))
                 page.close()
     finally:
         lab.stop()

@@ -94,7 +94,10 @@ def test_the_dashboard_shows_each_request_within_a_second_and_fits_the_classroom
         assert page.locator(f"#reqs tr[data-rid='{rid}']").count() == 1
         page.click(f"#reqs tr[data-rid='{rid}']")                 # its blocks stay, the others fade
         state = page.evaluate("window.kvlabState")
-        mine = [b for b, h in enumerate(state["blocks"]["holders"]) if rid in h]
+        path = set(next(r for r in state["requests"] if r["rid"] == rid)["path"])   # finished: its tree path's blocks
+        mine = sorted({b for b, h in enumerate(state["blocks"]["holders"]) if rid in h}
+                      | {b for t in state["tree"] if t["id"] in path for b in t["kv"]})
+        assert mine
         faded = page.evaluate("""() => [...document.querySelectorAll('#pool .scatterlayer .point')]
                                    .map(p => parseFloat(p.style.opacity || '1'))""")
         assert all(faded[b] == 1 for b in mine) and sum(o < 1 for o in faded) == len(faded) - len(mine)
@@ -113,20 +116,27 @@ def test_the_dashboard_shows_each_request_within_a_second_and_fits_the_classroom
     assert server.url + "/dashboard/plotly.min.js" in seen
 
 
+def _after_one_request(browser, server, prompt: str):
+    """A 1500x1000 page on the live dashboard, once ``prompt``'s request shows there as finished:
+    (context, page, the request's id)."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    page = ctx.new_page()
+    page.goto(server.url + "/dashboard")
+    page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
+    rid = _completion(server, prompt)["id"].removeprefix("cmpl-")
+    page.wait_for_function("""(rid) => { const s = window.kvlabState;
+        return s && s.requests.some(r => r.rid === rid && r.state === 'finished'); }""", arg=rid, timeout=15_000)
+    page.wait_for_timeout(300)
+    return ctx, page, rid
+
+
 def test_the_live_page_says_each_count_once_and_draws_no_empty_column(browser, server):
     """Review of 0430388 (lesson 12's live page): the pool's and the tree's counts were written twice
     (header and plot titles), an empty name column, the history's date row clipped, its lines in the
     tree's blue and the copy-on-write orange, and a cyan swatch for "held by a request" that is also
     one request's colour."""
-    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
-    page = ctx.new_page()
+    ctx, page, rid = _after_one_request(browser, server, "def count(xs):\n    return")
     try:
-        page.goto(server.url + "/dashboard")
-        page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
-        rid = _completion(server, "def count(xs):\n    return")["id"].removeprefix("cmpl-")
-        page.wait_for_function("""(rid) => { const s = window.kvlabState;
-            return s && s.requests.some(r => r.rid === rid && r.state === 'finished'); }""", arg=rid, timeout=15_000)
-        page.wait_for_timeout(300)
         titles = page.evaluate("""() => ['pool', 'tree'].map(id => document.getElementById(id).layout.title.text)""")
         used, nodes = page.inner_text("#used"), page.inner_text("#nodes")
         assert not any(f"{used} of" in t or f"{nodes} nodes" in t for t in titles), titles
@@ -135,8 +145,33 @@ def test_the_live_page_says_each_count_once_and_draws_no_empty_column(browser, s
         assert hist == "%H:%M:%S", hist
         lines = page.evaluate("() => document.getElementById('history').data.map(t => t.line.color)")
         assert set(lines) == {"#444"}, lines
-        swatch = page.evaluate("() => [...document.querySelectorAll('#legend .swatch')][1].style.background")
-        assert "gradient" in swatch, swatch
+        # "held by a running request" (listed only while one runs) is all the requests' colours, not one of them
+        swatch = page.evaluate("""() => [...document.querySelectorAll('#legend > span')].filter(e =>
+            e.textContent.startsWith('held')).map(e => e.querySelector('.swatch').style.background)[0] || ''""")
+        assert swatch == "" or "gradient" in swatch, swatch
+    finally:
+        ctx.close()
+
+
+def test_review_r6_a_clicked_finished_request_shows_its_path_and_the_legend_what_is_drawn(browser, server):
+    """Review r6 of lesson 12 (defects 1 and 4): clicking a finished request dimmed every block, the
+    ones it had just hit and computed too; the legend listed shared, locked, ghost and copy-on-write
+    marks the page never drew. Now the row's tree path (from the server) and its blocks stay bright,
+    everything else is dimmed, and the legend lists only the kinds the state draws."""
+    ctx, page, rid = _after_one_request(browser, server, "You are a shop assistant. Where is my parcel?")
+    try:
+        page.click(f"#reqs tbody tr[data-rid='{rid}']")
+        page.wait_for_timeout(300)
+        got = page.evaluate("""(rid) => {
+            const s = window.kvlabState, row = s.requests.find(r => r.rid === rid), path = new Set(row.path);
+            const kv = new Set(s.tree.filter(t => path.has(t.id)).flatMap(t => t.kv));
+            const op = document.getElementById('pool').data[0].marker.opacity;
+            return {path: row.path.length, bright: op.map((o, b) => o === 1 ? b : -1).filter(b => b >= 0),
+                    kv: [...kv].sort((a, b) => a - b), legend: document.getElementById('legend').textContent,
+                    shared: s.blocks.state.some(x => x === 3), locked: s.tree.some(t => t.lock)}; }""", rid)
+        assert got["path"] and got["kv"] and got["bright"] == got["kv"], got
+        assert ("shared" in got["legend"]) == got["shared"] and ("locked" in got["legend"]) == got["locked"], got
+        assert "copy-on-write" not in got["legend"] and "free" in got["legend"], got
     finally:
         ctx.close()
 
@@ -294,3 +329,23 @@ def test_review_r5_a_crowded_tree_keeps_its_labels_and_rings_apart(browser):
     finally:
         srv.stop()
 
+
+
+def test_review_r6_classroom_ticked_at_1500_px_the_pool_fits_its_box(browser, server):
+    """Review r6 of lesson 12 (defect 2): "classroom" ticked on a 1500 px page kept the pool's plot at
+    its old width, so about 9.5 of its 13 columns showed and the tree's pane lay over the rest. Every
+    block's square now lies inside the pool's own box."""
+    _completion(server, "You are a shop assistant. How do I get a refund?")
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    page = ctx.new_page()
+    try:
+        page.goto(server.url + "/dashboard")
+        page.wait_for_function("document.body.dataset.version !== undefined", timeout=15_000)
+        page.check("#classroom")
+        page.wait_for_timeout(300)
+        out = page.evaluate("""() => { const box = document.getElementById('pool').getBoundingClientRect();
+            return [...document.querySelectorAll('#pool .scatterlayer .point')].map(p => p.getBoundingClientRect())
+              .filter(r => r.right > box.right + 1 || r.bottom > box.bottom + 1).length; }""")
+        assert out == 0, f"{out} blocks drawn outside the pool's box"
+    finally:
+        ctx.close()

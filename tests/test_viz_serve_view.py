@@ -205,8 +205,10 @@ def test_the_page_size_control_reruns_the_lessons_requests(monkeypatch):
     assert "reported 80 cached (measured)" in c.caption()
     c.set(page_size=16)
     assert c.result["matched"] == {"R1": 0, "R2": 32, "R3": 32} and "Pages of 16 tokens" in c.caption()
+    assert "with 1-token pages" in c.caption()
     c.set(page_size=1)
     assert c.result["matched"]["R3"] == 42
+    assert "with 1-token pages" not in c.caption()   # review r6: "... 1265 (80%; with 1-token pages 1265)"
     with pytest.raises(ValueError, match="32"):
         c.set(page_size=32)
     assert c.page_size == 1 and c.result["matched"]["R3"] == 42

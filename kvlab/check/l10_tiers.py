@@ -192,6 +192,19 @@ def _call_keeping(fn: Callable, names: tuple[str, ...], *args) -> tuple[object, 
     return got, changed_input(args, mine, names) or ""
 
 
+def _wrong_container(got, want: type) -> str:
+    """A note naming a list returned where the contract asks for a tuple (or the reverse); '' otherwise.
+
+    Example: ``_wrong_container([2, 4, 4], tuple)`` is 'returned a list where the contract asks for a
+    tuple ...'; ``_wrong_container((2, 4, 4), tuple)`` is ''.
+    """
+    other = list if want is tuple else tuple
+    if type(got) is not other:
+        return ""
+    return (f"returned a {other.__name__} where the contract asks for a {want.__name__}: return "
+            + ("the tuple (device, loaded, computed)" if want is tuple else "a list of the names evicted, in order"))
+
+
 def _record_keeping(c: Checker, label: str, expected, got, changed: str, note: str,
                     seen: list | None = None, args: tuple = ()) -> None:
     """Record one case: a changed input fails it (and is named first), else the usual comparison.
@@ -382,6 +395,8 @@ def _plan(segments, prompt_len, threshold, cap=True, threshold_on=True, both_is_
     compared = beyond + (dev if slip == "threshold_whole" else 0)   # the slip: the device part counted too
     enough = compared > threshold if strict else compared >= threshold
     loaded = beyond if beyond and (enough or not threshold_on) else 0
+    if slip == "chunk" and threshold > 0:                    # the slip: the threshold read as a chunk size
+        loaded = loaded // threshold * threshold
     computed = {"computed_loaded": prompt_len - dev, "computed_1": prompt_len - 1 - dev - loaded,
                 "vanish": prompt_len - dev - beyond}
     return dev, loaded, computed.get(slip, prompt_len - dev - loaded)
@@ -436,6 +451,8 @@ PLAN_MISTAKES = {
         lambda s, n, t: _plan(s, n, t, slip="computed_loaded"),
     "computed counts every token not reused or loaded, the last prompt token included: prompt_len - device - "
     "loaded (no - 1)": lambda s, n, t: _plan(s, n, t, slip="computed_1"),
+    "load_back_threshold is a minimum, not a chunk size: a hit of at least that many host/disk tokens is "
+    "loaded back whole (not rounded down to a multiple of the threshold)": lambda s, n, t: _plan(s, n, t, slip="chunk"),
     "count tokens, not nodes: add each device segment's matched tokens": lambda s, n, t: _plan(s, n, t, slip="nodes"),
     "a segment's tokens count only up to the cap: take min(tokens, prompt_len - 1 - pos) from each, the last "
     "segment may be cut": lambda s, n, t: _plan(s, n, t, slip="no_end"),
@@ -475,8 +492,7 @@ def load_back_plan(fn: Callable, verbose: bool = True) -> CheckResult:
         if c.unusable(label, expected):
             continue
         got, changed = _call_keeping(fn, ("segments", "prompt_len", "threshold"), segs, n, t)
-        if isinstance(got, list):
-            got = tuple(got)
+        changed = changed or _wrong_container(got, tuple)
         _record_keeping(c, label, expected, got, changed, _named_mistake(got, PLAN_MISTAKES, expected, segs, n, t)
                         or _plan_order(expected, got) or "", seen, (segs, n, t))
     _likeliest(seen, PLAN_MISTAKES)
@@ -721,6 +737,7 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
         if c.unusable(full, expected):
             continue
         got, changed = _call_keeping(fn, ("t1", "t2", "target", "need"), list(t1), list(t2), target, need)
+        changed = changed or _wrong_container(got, list)
         _record_keeping(c, full, expected, got, changed, _named_mistake(got, ARC_MISTAKES, expected, t1, t2, target, need),
                         seen, (t1, t2, target, need))
     _likeliest(seen, ARC_MISTAKES)

@@ -222,7 +222,7 @@ class Dashboard:
                       "tree_nodes": engine.cache.num_nodes if engine.cache is not None else 0,
                       "tree_tokens": engine.cache.total_size() if engine.cache is not None else 0,
                       "evicted_tokens": engine.cache.stats.evicted_tokens if engine.cache is not None else 0,
-                      "blocks": blocks, "tree": tree, "requests": self._requests(loop),
+                      "blocks": blocks, "tree": tree, "requests": self._requests(loop, engine),
                       "last": self.last_rid, "history": list(self.history),
                       "evicted_nodes": self._live_ghosts(now), "cow_blocks": self._cow_blocks(engine),
                       "tiers": hasattr(engine.cache, "placement")}
@@ -293,10 +293,17 @@ class Dashboard:
         for st in engine.requests:
             yield st.rid, _request_tokens(st), st.prefill_saved
 
-    def _requests(self, loop) -> list[dict]:
+    def _requests(self, loop, engine) -> list[dict]:
+        """The table's rows, each with ``path``: the ids of the tree nodes that hold its tokens now
+        (root first; the page highlights them and their blocks when the row is clicked, also once
+        the request has finished, as long as the tree keeps them)."""
+        paths = {rid: [n.id for n, _ in walk(engine.cache, tokens, len(tokens))] if engine.cache is not None else []
+                 for rid, tokens, _ in self._recent_states(engine)}
         rows = [{k: v for k, v in r.items() if k != "_tokens"} for r in self.finished]
         for rid, act in loop.active.items():
             rows.append(request_row(rid, act, self.names.get(rid, "")))
+        for row in rows:
+            row["path"] = paths.get(row["rid"], [])
         return rows
 
     def _history(self, now: float, usage: float) -> None:

@@ -509,8 +509,9 @@ def served_page_size_control(requests: Sequence[tuple[str, Sequence[int], Sequen
             r, p = self.result, self.page_size
             total, found = sum(r["prompt"].values()), sum(r["matched"].values())
             return (f"Pages of {p} token{'s' if p != 1 else ''}: the tree finds {found} of the {total} prompt tokens of "
-                    f"this notebook's {len(r['prompt'])} requests ({found / total:.0%}; with 1-token pages "
-                    f"{sum(r['matched_1'].values())}). The server, at pages of {server_page}, reported "
+                    f"this notebook's {len(r['prompt'])} requests ({found / total:.0%}"
+                    + (f"; with 1-token pages {sum(r['matched_1'].values())}" if p != 1 else "")   # review r6: not twice
+                    + f"). The server, at pages of {server_page}, reported "
                     f"{sum(measured.values())} cached (measured). (Simulated: the server's own cache code on the "
                     f"requests' own token ids.)")
 

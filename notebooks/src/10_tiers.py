@@ -206,7 +206,8 @@ tiered_cm.check_integrity()
 # player names each colour it draws (printed from the palette the figure is drawn with). A
 # picture taken between requests finds every block free, cached or a host copy: the states
 # that last only while a request runs (a block being filled, locked, loading back, a copy in
-# flight) are the state diagram's (section 3), and the legend lists only what a frame draws.
+# flight) are the state diagram's (section 3). The legend lists only the states some frame of
+# this run draws, for the whole player: a frame may draw fewer (at the start every block is free).
 # A block's label is the letter of the part of the notes' figure its own tokens come from:
 # A system prompt, B few-shot examples, C R1's turn, D R2's, E R3's, F R4's follow-up. Press
 # play, or drag the slider.
@@ -278,8 +279,8 @@ tier_stepper(rec, graph=True, unnamed=("node",))   # the node's events: exercise
 # 07's multi-turn chat). The device pool (64 blocks of 4 tokens) holds the three short
 # histories of the first turns, but not three long ones: once they outgrow it, between two
 # turns of one customer the two others' turns push its history out (the table shows from
-# which turn). A host tier twice the device pool keeps it. Every number is simulated on the
-# real cache code.
+# which turn). A host tier twice the device pool keeps it until the host pool fills too (the
+# last turn, below). Every number is simulated on the real cache code.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -331,8 +332,9 @@ if first_apart > 1:
           "with the host tier)")
 share = {t: prefilled(no_tier, t) / sum(r[2] for r in no_tier if r[0] == t) for t in range(first_apart, 6)}
 most = next((t for t in share if all(share[u] > 0.5 for u in share if u >= t)), None)   # of the turn's prompt tokens
-print(f"device only: from turn {first_apart + 1} on, {min(later)}-{max(later)} tokens per customer are recomputed "
-      f"(turn {first_apart + 1}: {share[first_apart]:.0%} of the turn's prompt tokens"
+print(f"device only: from turn {first_apart + 1} on, {min(later)}-{max(later)} tokens per customer are prefilled "
+      f"(its {per_q}-token question and the history it lost; turn {first_apart + 1}: {share[first_apart]:.0%} "
+      "of the turn's prompt tokens"
       + (f"; from turn {most + 1} on, most of them: {min(share[t] for t in share if t >= most):.0%} or more)"
          if most is not None else ")"))
 print(f"host 2x: a customer's turn prefills its {per_q}-token question plus {extra[0]} tokens (the history's last "
@@ -394,7 +396,9 @@ for line in judge(chat_rows, doc_rows):
 # `memory_pool_host.py` rounds `device size x --hicache-ratio` down to whole pages, adds one page,
 # then asserts `self.size > device_pool.size`, so a ratio of 1 passes, just, and one a page under
 # 1 fails); `write-back` spends host memory only on what leaves the device. Selective
-# write-through copies a node only once a second request has inserted it: the line above the
+# write-through copies a node only once a second request has inserted it (SGLang's
+# `write_through_threshold = 1 if write_through else 2` in `hiradix_cache.py` at commit `263bc85d`;
+# an older `HiRadixCache` used 3): the line above the
 # control says, from the runs, how little that is, and why its hit rate does not move with the
 # host pool.
 
@@ -813,9 +817,11 @@ else:
 # compares with a real `HiRadixCache` using `host_eviction_policy="arc"` (your prediction is
 # one of its cases), then prints LRU against ARC on a scan with a hot set. When the list the rule
 # picks is empty, kvlab takes from the other one, until `need` pages are freed or both lists are
-# empty. vLLM's `ARCOffloadingManager.prepare_store` differs in one case: with T1 under its target
-# and T2 empty, it evicts nothing and returns `None` (the store is refused); it also counts T1 in
-# blocks, where kvlab counts a node's pages.
+# empty. vLLM's `ARCOffloadingManager.prepare_store` (`vllm/v1/kv_offload/arc_manager.py` at
+# vLLM commit `05fad737`) differs in one case: with T1 under its target and T2 empty, it evicts
+# nothing and returns `None` (the store is refused); it also counts T1 in blocks, where kvlab
+# counts a node's pages. The file has changed since: other versions of it take T1 when T2 is
+# empty, as kvlab does.
 
 # %% tags=["exercise-stub"]
 def arc_victims(t1, t2, target, need):

@@ -102,8 +102,8 @@ print(f"R4's tokens and R1's (its {len(p1)} prompt tokens, then its {len(o1)} ge
 # first output token). R4 found R1's prompt, but look where the match stops: the line above says
 # R4 and R1 part exactly at the end of R1's prompt, not after R1's reply. The reply comes back to
 # the server as *text* inside R4's messages, and this model's plain template writes
-# `assistant: ` with a space before it, where R1's prompt ended at `assistant:` and the model went
-# on without one. So R4 computes R1's reply again, plus its own line. The tree does hold R1's
+# `assistant: ` (a space after the colon, then the reply), where R1's prompt ended at `assistant:`
+# and the model's reply began with no space. So R4 computes R1's reply again, plus its own line. The tree does hold R1's
 # generated tokens (a finished request is cached with its output); a later turn reuses them only
 # if the chat template renders the reply back into the very same tokens.
 
@@ -132,7 +132,10 @@ show_dashboard(server + "/dashboard", frames, captions, lab=lab)
 # %% [markdown]
 # While the servers run, the link above the frame opens the page in a browser tab of its own,
 # to see it move; tick **classroom** there for a projector (1280x720, large text, the pool and
-# the tree on one screen). Clicking a request in the table dims every block but its own. The
+# the tree on one screen). Clicking a request in the table dims every block and tree node but
+# the ones that hold its tokens now: its path through the tree (also once it has finished, as
+# long as the tree keeps it) and, while it runs, the blocks it holds; the line under the title
+# counts them. The legend lists only what the page draws at that moment. The
 # link works only until the lesson's last cell (section 7) stops the servers, and *Run All* runs
 # it too: after it, the frame shows the recording and says the page is gone. To see it live
 # after a whole run, select that last cell and use Run > *Run All Above Selected Cell*: new
