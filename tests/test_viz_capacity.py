@@ -156,7 +156,8 @@ def test_the_tokens_slider_stops_at_the_models_context_window():
     """Review r4_01_02: the tokens slider went to 131,072 for every model, and the widget priced a
     131,072-token Llama-2 7B request (window 4,096) without a word. The slider stops at the model's
     window, the model menu names it, and another model renews the slider at its own window."""
-    from kvlab.viz.capacity_widget import CONTEXT_WINDOWS, CapacityWidget
+    from kvlab.memory.kvspec import CONTEXT_WINDOWS
+    from kvlab.viz.capacity_widget import CapacityWidget
 
     w = CapacityWidget(model="llama-3-8b", device="h200", tokens=8192, static=False)
     assert [t for _, t in w._controls["tokens"].options][-1] == 8192 == CONTEXT_WINDOWS["llama-3-8b"]
@@ -186,3 +187,22 @@ def test_a_request_past_the_context_window_fits_nowhere():
     w.set(tokens=4096)
     assert w.state["requests"] > 0 and "context window" not in w.state["verdict"]
     assert capacity_state(MODELS["llama-2-7b"], GPUS["h200"].memory_bytes, 131072, 2)["requests"] > 0  # no window given
+
+
+def test_every_preset_has_its_context_window_and_lesson_02s_table_marks_the_short_ones():
+    """Lesson 02's size table prices every model at 4,096 tokens; a model whose window is shorter
+    (OPT-13B and Falcon-7B: 2,048) is marked there, so the table never shows an impossible request
+    as one (review r4 of 02)."""
+    import json
+    from pathlib import Path
+
+    from kvlab.memory.kvspec import CONTEXT_WINDOWS, MODELS
+
+    assert set(CONTEXT_WINDOWS) == set(MODELS)
+    nb = json.loads(next((Path(__file__).parents[1] / "notebooks").glob("02_*.ipynb")).read_text())
+    out = next("".join(o["text"]) for c in nb["cells"] if c["cell_type"] == "code" and "CONTEXT_WINDOWS" in "".join(c["source"])
+               for o in c["outputs"] if "text" in o)
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in MODELS}
+    for name, row in rows.items():
+        assert row.rstrip().endswith("*") == (CONTEXT_WINDOWS[name] < 4096), row
+    assert "opt-13b and falcon-7b take at most 2,048 tokens" in out

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 
 from .ids import check_int
 
-__all__ = ["KVSpec", "GPUSpec", "MODELS", "GPUS", "get_model", "get_gpu", "DTYPE_BYTES", "SCALE_BYTES", "KV_DTYPES",
-           "format_bytes"]
+__all__ = ["KVSpec", "GPUSpec", "MODELS", "CONTEXT_WINDOWS", "GPUS", "get_model", "get_gpu", "DTYPE_BYTES", "SCALE_BYTES",
+           "KV_DTYPES", "format_bytes"]
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 # Scale bytes per token, KV head and K/V: int8 keeps an fp32 scale per token and head (kvlab's
@@ -227,6 +227,14 @@ MODELS: dict[str, KVSpec] = {
     # MLA: kv_lora_rank 512, qk_rope_head_dim 64 (deepseek-ai/DeepSeek-V2 and -V3 config.json).
     "deepseek-v2": KVSpec.mla(60, 512, 64, num_heads=128, name="deepseek-v2", params_b=236.0),
     "deepseek-v3": KVSpec.mla(61, 512, 64, num_heads=128, name="deepseek-v3", params_b=671.0),
+}
+
+# The longest request each preset takes, its context window: ``max_position_embeddings`` of its published
+# config.json (Llama-2 4,096; Llama-3 8,192; OPT 2,048; SmolLM2-135M 8,192; DeepSeek-V2 and -V3 163,840),
+# Falcon-7B's from its model card (2,048). vLLM's ``max_model_len`` defaults to the same number.
+CONTEXT_WINDOWS: dict[str, int] = {
+    "llama-2-7b": 4096, "llama-2-13b": 4096, "llama-2-70b": 4096, "llama-3-8b": 8192, "opt-13b": 2048,
+    "falcon-7b": 2048, "smollm2-135m": 8192, "deepseek-v2": 163840, "deepseek-v3": 163840,
 }
 
 MiB = 1024**2

@@ -11,7 +11,7 @@ part the server leaves alone. Everything is arithmetic from published configs an
 :class:`CapacityWidget` puts four menus and two sliders over them, with names a student knows:
 **model**, **KV numbers stored as** (fp32 / fp16 / fp8), **device**, **tokens per request** and
 **share of memory the server uses**. Each change recomputes in milliseconds. The tokens slider
-stops at the chosen model's context window (:data:`CONTEXT_WINDOWS`, named in the model menu): a
+stops at the chosen model's context window (``kvlab.memory.kvspec.CONTEXT_WINDOWS``, named in the model menu): a
 longer request is not one the model can take, and :func:`capacity_state` says so (no request fits).
 
 Example:
@@ -29,12 +29,12 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..memory.kvspec import GPUS, MODELS, KVSpec, format_bytes
+from ..memory.kvspec import CONTEXT_WINDOWS, GPUS, MODELS, KVSpec, format_bytes
 from .display import display_control, is_static
 from .palette import FREE, classroom_css, request_color, theme
 
 __all__ = ["capacity_state", "capacity_figure", "CapacityWidget", "model_label", "model_name", "device_label", "min_share",
-           "DTYPES", "TOKEN_CHOICES", "CONTEXT_WINDOWS", "token_choices"]
+           "DTYPES", "TOKEN_CHOICES", "token_choices"]
 
 DTYPES = (("fp32 (4 bytes)", 4), ("fp16 / bf16 (2 bytes)", 2), ("fp8 / int8 (1 byte)", 1))
 TOKEN_CHOICES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
@@ -44,12 +44,6 @@ _MODEL_NAMES = {"llama-2-7b": "Llama-2 7B", "llama-2-13b": "Llama-2 13B", "llama
 _DEVICE_NAMES = {"a100-40gb": "A100 40GB", "a100-80gb": "A100 80GB", "h100-80gb": "H100 80GB", "h200": "H200 141GB",
                  "2 x h200": "2 x H200 (one budget)"}
 WEIGHTS, RESERVED = "#7f7f7f", "#ffffff"
-# The longest request each preset takes, its context window: ``max_position_embeddings`` of its published
-# config.json (Llama-2 4,096; Llama-3 8,192; OPT 2,048; SmolLM2-135M 8,192; DeepSeek-V2 and -V3 163,840),
-# Falcon-7B's from its model card (2,048). vLLM's ``max_model_len`` defaults to the same number.
-CONTEXT_WINDOWS = {"llama-2-7b": 4096, "llama-2-13b": 4096, "llama-2-70b": 4096, "llama-3-8b": 8192,
-                   "opt-13b": 2048, "falcon-7b": 2048, "smollm2-135m": 8192, "deepseek-v2": 163840,
-                   "deepseek-v3": 163840}
 
 
 def token_choices(window: int | None, now: int | None = None) -> list[int]:
@@ -277,7 +271,7 @@ class CapacityWidget:
     device name -> bytes a parameter of the weights there (default 2, fp16; lesson 02 gives this
     machine's RAM the 4 bytes of fp32 kvlab loads models in on a CPU); ``host_devices``: the devices
     that are a machine's RAM, not GPUs (their verdict never speaks of more GPUs); ``context_windows``:
-    model name -> its context window (default :data:`CONTEXT_WINDOWS`; a model not in it has none):
+    model name -> its context window (default ``kvspec.CONTEXT_WINDOWS``; a model not in it has none):
     the tokens slider stops there, and the model menu names it.
     """
 

@@ -57,12 +57,18 @@ print(toy.formula(3))
 
 # %%
 # NBVAL_CHECK_OUTPUT
+from kvlab.memory.kvspec import CONTEXT_WINDOWS
+
 LESSON_MODELS = [name for name, spec in kvlab.MODELS.items() if spec.kind != "mla"]
 print(f"{'model':12s} {'kind':>4s} {'layers':>6s} {'q heads':>7s} {'kv heads':>8s} {'head_dim':>8s} {'bytes/token':>12s} "
-      f"{'4096 tokens':>12s}")
+      f"{'4096 tokens':>12s} {'window':>7s}")
 for spec in (kvlab.MODELS[n] for n in LESSON_MODELS):
+    short = " *" if CONTEXT_WINDOWS[spec.name] < 4096 else ""
     print(f"{spec.name:12s} {spec.kind:>4s} {spec.layers:6d} {spec.num_heads:7d} {spec.kv_heads:8d} {spec.head_dim:8d} "
-          f"{spec.bytes_per_token:12,d} {kvlab.format_bytes(spec.kv_bytes(4096)):>12s}")
+          f"{spec.bytes_per_token:12,d} {kvlab.format_bytes(spec.kv_bytes(4096)):>12s} {CONTEXT_WINDOWS[spec.name]:7,d}{short}")
+short = [n for n in LESSON_MODELS if CONTEXT_WINDOWS[n] < 4096]
+print(f"* {' and '.join(short)} take at most {CONTEXT_WINDOWS[short[0]]:,} tokens (their context window):\n"
+      f"  their 4,096-token column is two of their longest requests, for comparison")
 
 # %% [markdown]
 # OPT-13B's 819,200 bytes a token are 800 × 1,024 bytes: 800 KiB, which the vLLM paper (Kwon et
