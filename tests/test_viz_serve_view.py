@@ -290,3 +290,13 @@ def importlib_has_router() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("sglang_router") is not None
+
+
+def test_the_router_figures_worker_colours_are_no_cache_states_colour():
+    """Lesson 12's router figure (review r6): W0 was orange, the live page's copy-on-write outline
+    and lesson 10's "loading". A worker's colour is none of the cache states' marks."""
+    from kvlab.viz.palette import EVICTED, FREE, HIGHLIGHT, HIT, MISS, UNOWNED
+    from kvlab.viz.serve_view import WORKER_COLORS
+
+    states = {"#ff7f0e", "#ff0000", "#eeeeee", "#9e9e9e", "#222222", EVICTED, FREE, HIGHLIGHT, HIT, MISS, UNOWNED}
+    assert len(set(WORKER_COLORS)) == len(WORKER_COLORS) and not states & set(WORKER_COLORS)

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from .palette import HIT, MISS, theme
 
-__all__ = ["DASHBOARD_REQUEST_COLORS", "served_page_size_control", "served_run", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
+__all__ = ["DASHBOARD_REQUEST_COLORS", "WORKER_COLORS", "served_page_size_control", "served_run", "block_marks", "dashboard_data", "dashboard_figure", "dashboard_request_color",
            "dashboard_stepper", "router_figure", "show_dashboard"]
 
 _BLOCK = {0: "#eeeeee", 2: "#9e9e9e", 3: "#222222"}       # free, cached only, shared (as the live page)
@@ -39,7 +39,9 @@ _EVICTED = "#ff0000"
 # The live page's request colours (kvlab/serve/static/dashboard.html, PALETTE; a test compares them):
 # none of them is a mark's (red evicted, orange copy-on-write, green hit, blue computed, the greys).
 DASHBOARD_REQUEST_COLORS = ("#9467bd", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#f7b6d2")
-_WORKERS = ("#ff7f0e", "#9467bd", "#17becf", "#e377c2")
+# Workers: brown and olive first, colours no cache state uses (orange is the live page's copy-on-write
+# outline and lesson 10's "loading"), then request colours for a third and fourth worker.
+WORKER_COLORS = ("#8c564b", "#bcbd22", "#9467bd", "#17becf")
 
 
 def _tree_xy(nodes: list[dict]) -> dict[int, tuple[float, float]]:
@@ -436,11 +438,11 @@ def router_figure(views: dict[str, dict]) -> Any:
             fig.add_trace(go.Scatter(x=list(range(1, len(turns) + 1)), y=[user] * len(turns), mode="markers+text",
                                      text=[f"W{w}" for w in turns], textposition="middle center",
                                      textfont=dict(size=th.font_size, color="white"),
-                                     marker=dict(symbol="square", size=28, color=[_WORKERS[w % 4] for w in turns]),
+                                     marker=dict(symbol="square", size=28, color=[WORKER_COLORS[w % 4] for w in turns]),
                                      hoverinfo="text", showlegend=False), r, 1)
         ws = view["workers"]
         fig.add_trace(go.Bar(x=[f"W{i}" for i in range(len(ws))], y=[100 * w["hit_rate"] for w in ws],
-                             marker_color=[_WORKERS[i % 4] for i in range(len(ws))],
+                             marker_color=[WORKER_COLORS[i % 4] for i in range(len(ws))],
                              text=[f"{100 * w['hit_rate']:.0f}% of {w['prompt_tokens']}" for w in ws],
                              textposition="outside", showlegend=False), r, 2)
         fig.update_xaxes(title_text="turn", dtick=1, row=r, col=1)
