@@ -33,6 +33,7 @@ from ..lessons.chat import ChatSession, ChatTurn, cached_model, path_node_ids
 from .palette import HIT, MISS, theme
 
 __all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode", "block_turns",
+           "start_held", "new_conversation_sentence",
            "TREE_MAX_PX"]
 
 TREE_MAX_PX = 380  # classroom mode: the tallest the chat's tree is drawn (599 px hold the controls above it)
@@ -77,6 +78,30 @@ def continues(session: ChatSession) -> str:
             "examples).")
 
 
+def start_held(session: ChatSession) -> tuple[int, int]:
+    """(tokens the radix tree holds now, tokens) of the current conversation's start: the system
+    prompt and the examples as the next turn's prompt begins (computed from the tree, not assumed).
+
+    Example: after *clear the cache* -> ``(0, n)``: the next turn prefills all ``n`` again.
+    """
+    start = session.render(session.messages)
+    if session.engine.cache is None:
+        return 0, len(start)
+    return session.engine.cache.peek_prefix_len(start), len(start)   # changes nothing in the tree
+
+
+def new_conversation_sentence(session: ChatSession, number: int) -> str:
+    """What *new conversation* starts from, true to the tree now (held or emptied).
+
+    Example: after *clear the cache* -> "... the cache is empty, so turn 1 prefills them again (92 tokens)."
+    """
+    held, total = start_held(session)
+    head = f"A new conversation (chat {number}): its turn 1 starts from the system prompt and the examples"
+    if held == 0:
+        return f"{head}; the cache is empty, so turn 1 prefills them again ({total} tokens)."
+    return f"{head}: the tree holds {held} of its {total} tokens, so turn 1 reuses them."
+
+
 def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None) -> str:
     """The radix tree now, token text and token count on its nodes (one line each), the last
     turn's path green / blue; ``labels``: node id -> a letter shown on the node (the notes'
@@ -86,7 +111,8 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
 
     if session.engine.cache is None:
         return "<p>(no radix tree: radix=False)</p>"
-    last = session.turns[-1] if session.turns else None
+    held = session.turns_in_cache   # after *clear the cache* the tree holds no turn: none is named or coloured
+    last = held[-1] if held else None
     snap = session.engine.cache.snapshot()
     state = RadixState(snap, hit=last.hit_nodes if last else frozenset(),
                        miss=last.miss_nodes if last else frozenset(), detokenize=mid_word_decode(snap, session.tok.decode),
@@ -335,10 +361,12 @@ def _build(session: ChatSession) -> _Widgets:
     def restart(_b: Any) -> None:
         session.new_conversation()
         chats["number"], chats["turns"] = chats["number"] + 1, 0
-        show(f"A new conversation (chat {chats['number']}): its turn 1 starts from the system prompt and the "
-             "examples, still cached.")
+        show(new_conversation_sentence(session, chats["number"]))
 
     buttons["send"].on_click(send)
+    # Enter in the box sends too (review r6_04_07): the front end sends {"event": "submit"}; on_msg
+    # hears it without Text.on_submit, which ipywidgets 8 deprecates (its replacement fires on blur too)
+    text.on_msg(lambda _w, content, _buffers: send() if content.get("event") == "submit" else None)
     buttons["clear the cache"].on_click(clear)
     buttons["new conversation"].on_click(restart)
     show()
