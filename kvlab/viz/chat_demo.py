@@ -120,6 +120,10 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
                        title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
     graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False)
     graph.graph_attr["pad"] = "0.15"  # a margin round the tree: the widest row's boxes touched the edge (review r7)
+    if theme().high_contrast and "rankdir=TB" in graph.source:
+        # drawn top to bottom and shrunk to TREE_MAX_PX, rows 0.3 in apart ended ~10 px apart, the arrowheads
+        # on the boxes (review r6_04_07): more room between the rows
+        graph.attr(ranksep="0.55")  # after radix_tree_graph's own graph attributes: this one counts
     # a projector shows 599 px: the question box, the caption and the tree on one screen, however deep it grows
     return fit_svg(graph.pipe(format="svg", encoding="utf-8"), TREE_MAX_PX if theme().high_contrast else None)
 
