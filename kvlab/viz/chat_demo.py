@@ -286,6 +286,16 @@ class _StaticChat:
                                    "lesson; the tree and the pool below are after the last turn)")
 
 
+def _on_enter(text: Any, action: Any) -> None:
+    """Run ``action()`` when Enter is pressed in the Text widget ``text`` (review r6_04_07: only
+    *send* sent). The front end sends ``{"event": "submit"}``; ``on_msg`` hears it without
+    ``Text.on_submit``, which ipywidgets 8 deprecates (its replacement also fires on leaving the box).
+
+    Example: ``_on_enter(text, send)``: typing a question and pressing Enter sends it.
+    """
+    text.on_msg(lambda _w, content, _buffers: action() if content.get("event") == "submit" else None)
+
+
 def _build(session: ChatSession) -> _Widgets:
     import ipywidgets as W
 
@@ -368,9 +378,7 @@ def _build(session: ChatSession) -> _Widgets:
         show(new_conversation_sentence(session, chats["number"]))
 
     buttons["send"].on_click(send)
-    # Enter in the box sends too (review r6_04_07): the front end sends {"event": "submit"}; on_msg
-    # hears it without Text.on_submit, which ipywidgets 8 deprecates (its replacement fires on blur too)
-    text.on_msg(lambda _w, content, _buffers: send() if content.get("event") == "submit" else None)
+    _on_enter(text, send)
     buttons["clear the cache"].on_click(clear)
     buttons["new conversation"].on_click(restart)
     show()
