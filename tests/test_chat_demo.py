@@ -242,3 +242,32 @@ def test_the_tree_view_fills_the_width_when_its_tab_is_shown(bundled):
     pick.value = "radix tree"
     tree = shown.children[0]
     assert "<svg" in tree.value and tree.layout.width == "100%" and shown.layout.width == "100%"
+
+
+def test_new_conversation_after_clear_says_the_cache_is_empty(bundled):
+    """Review r6_04_07, lesson 07 defect 1: after *clear the cache*, *new conversation* said the
+    system prompt and examples were "still cached" while the tree was only its root; the tree's
+    title still named a turn it no longer held. Every message is computed from the tree now."""
+    s = session(bundled)
+    box = chat_demo(s, questions=["What is socket?"], static=False)
+    text, send, new, caption = _controls(box)
+    said = lambda: html.unescape(caption.value)  # noqa: E731
+    new.click()                                                   # the tree holds the start: cached, counted
+    assert "still cached" not in said() and re.search(r"the tree holds \d+ of its \d+ tokens", said()), said()
+    row = next(w for w in box.children if "kvlab-chat-text" in str(w))
+    next(w for w in row.children if "kvlab-chat-clear-the-cache" in w._dom_classes).click()
+    assert "Radix tree (empty)" in tree_svg(s) and "after your turn" not in tree_svg(s)
+    new.click()
+    assert s.engine.allocator.num_used_blocks == 0
+    assert "cached" not in said().replace("the cache is empty", "") and "the cache is empty" in said(), said()
+    assert re.search(r"prefills them again \(\d+ tokens\)", said()), said()
+
+
+def test_enter_in_the_chat_box_sends(bundled):
+    """Review r6_04_07, lesson 07 defect 5: pressing Enter in the box did nothing; only *send* sent."""
+    s = session(bundled)
+    box = chat_demo(s, static=False)
+    text, send, new, caption = _controls(box)
+    text.value = "What is socket?"
+    text._handle_msg({"content": {"data": {"method": "custom", "content": {"event": "submit"}}}, "buffers": []})  # Enter
+    assert len(s.turns) == 1 and s.turns[0].question == "What is socket?" and text.value == ""

@@ -290,7 +290,8 @@ def _reuse_by(rule: str) -> Callable:
                 while n + bs <= limit and (n if rule == "same_index" else 0, tuple(p[n:n + bs])) in blocks:
                     n += bs
             else:  # the prefix shared with the cached (full-block) part of an earlier prompt
-                lcp = max((_common(p, q[:len(q) // bs * bs]) for q in earlier), default=0)
+                kept = (lambda q: (len(q) - 1) // bs * bs) if rule == "cache_limit" else (lambda q: len(q) // bs * bs)
+                lcp = max((_common(p, q[:kept(q)]) for q in earlier), default=0)
                 k = -(-lcp // bs) if rule == "ceil" else lcp // bs
                 n = min(k, limit // bs) * bs
                 n = max(n - bs, 0) if rule == "one_less" else n
@@ -329,6 +330,26 @@ def _constant_block(fn: Callable, prompts: list[list[int]], block_size: int, got
     return ""
 
 
+CACHED_TOO_FEW = ("the cache keeps every full block of a served prompt, even the ones this prompt could not "
+                  "reuse (its last block, when the prompt fills it): cache all len(prompt) // block_size blocks")
+
+
+def _cached_too_few(fn: Callable, prompts: list[list[int]], block_size: int, got: object) -> str:
+    """The answer of a function that caches a prompt's blocks only up to its reuse limit
+    (``(len - 1) // block_size`` blocks, not every full one): named when it gives that answer here and
+    on a probe (8 tokens, then the same 8 and one more) reuses a block less, but reuses a whole
+    prompt's first block (5 tokens twice), which "one block short" would not.
+
+    Example: ``[[0..7], [0..8]]`` in blocks of 4: 8 tokens reused; caching too few gives 4.
+    """
+    too_few = _reuse_by("cache_limit")
+    probe, twice = [list(range(8)), list(range(9))], [list(range(5)), list(range(5))]
+    if got == call(too_few, prompts, block_size) and call(fn, probe, 4) == too_few(probe, 4) \
+            and call(fn, twice, 4) == hashed_reuse(twice, 4):
+        return CACHED_TOO_FEW
+    return ""
+
+
 def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(prompts, block_size) -> list[int]``: tokens each prompt (served in order)
     reuses from vLLM's block-hash prefix cache, which keeps every served prompt's full blocks.
@@ -347,6 +368,7 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
         ("an earlier block's tokens again, at other places", [[1, 2, 5, 5, 5], [1, 2, 1, 2, 1, 2, 9]], 2),
         ("the notes' R1, R2, R3 (chars, blocks of 16)", [sys_ + shots + char_tokenize(T[r]) for r in ("R1", "R2", "R3")], 16),
         ("a prompt shorter than a block", [[1, 2, 3], [1, 2, 3, 4]], 4),
+        ("a prompt of whole blocks, then one that goes on", [list(range(8)), list(range(9))], 4),
         ("no prompts", [], 4),
     ]
     rng = random.Random(17)
@@ -367,7 +389,7 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
             note = "your function takes (block_size, prompts): the checker calls it as block_hash_reuse(prompts, block_size)"
         if not ok and not note and not isinstance(got, Raised):
             got = list(got) if isinstance(got, tuple) else got
-            note = (_constant_block(fn, ps, bs, got) or radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
+            note = (_constant_block(fn, ps, bs, got) or _cached_too_few(fn, ps, bs, got) or radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
                     or unit_slip(expected, got) or ignored_parameter(hashed_reuse, (ps, bs), got, ("prompts", "block_size"))
                     or "")
         c.record(label, expected, got, passed=ok, note=note)

@@ -33,6 +33,7 @@ from ..lessons.chat import ChatSession, ChatTurn, cached_model, path_node_ids
 from .palette import HIT, MISS, theme
 
 __all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode", "block_turns",
+           "start_held", "new_conversation_sentence",
            "TREE_MAX_PX"]
 
 TREE_MAX_PX = 380  # classroom mode: the tallest the chat's tree is drawn (599 px hold the controls above it)
@@ -77,6 +78,30 @@ def continues(session: ChatSession) -> str:
             "examples).")
 
 
+def start_held(session: ChatSession) -> tuple[int, int]:
+    """(tokens the radix tree holds now, tokens) of the current conversation's start: the system
+    prompt and the examples as the next turn's prompt begins (computed from the tree, not assumed).
+
+    Example: after *clear the cache* -> ``(0, n)``: the next turn prefills all ``n`` again.
+    """
+    start = session.render(session.messages)
+    if session.engine.cache is None:
+        return 0, len(start)
+    return session.engine.cache.peek_prefix_len(start), len(start)   # changes nothing in the tree
+
+
+def new_conversation_sentence(session: ChatSession, number: int) -> str:
+    """What *new conversation* starts from, true to the tree now (held or emptied).
+
+    Example: after *clear the cache* -> "... the cache is empty, so turn 1 prefills them again (92 tokens)."
+    """
+    held, total = start_held(session)
+    head = f"A new conversation (chat {number}): its turn 1 starts from the system prompt and the examples"
+    if held == 0:
+        return f"{head}; the cache is empty, so turn 1 prefills them again ({total} tokens)."
+    return f"{head}: the tree holds {held} of its {total} tokens, so turn 1 reuses them."
+
+
 def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None) -> str:
     """The radix tree now, token text and token count on its nodes (one line each), the last
     turn's path green / blue; ``labels``: node id -> a letter shown on the node (the notes'
@@ -86,7 +111,8 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
 
     if session.engine.cache is None:
         return "<p>(no radix tree: radix=False)</p>"
-    last = session.turns[-1] if session.turns else None
+    held = session.turns_in_cache   # after *clear the cache* the tree holds no turn: none is named or coloured
+    last = held[-1] if held else None
     snap = session.engine.cache.snapshot()
     state = RadixState(snap, hit=last.hit_nodes if last else frozenset(),
                        miss=last.miss_nodes if last else frozenset(), detokenize=mid_word_decode(snap, session.tok.decode),
@@ -94,6 +120,10 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
                        title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
     graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False)
     graph.graph_attr["pad"] = "0.15"  # a margin round the tree: the widest row's boxes touched the edge (review r7)
+    if theme().high_contrast and "rankdir=TB" in graph.source:
+        # drawn top to bottom and shrunk to TREE_MAX_PX, rows 0.3 in apart ended ~10 px apart, the arrowheads
+        # on the boxes (review r6_04_07): more room between the rows
+        graph.attr(ranksep="0.55")  # after radix_tree_graph's own graph attributes: this one counts
     # a projector shows 599 px: the question box, the caption and the tree on one screen, however deep it grows
     return fit_svg(graph.pipe(format="svg", encoding="utf-8"), TREE_MAX_PX if theme().high_contrast else None)
 
@@ -256,6 +286,16 @@ class _StaticChat:
                                    "lesson; the tree and the pool below are after the last turn)")
 
 
+def _on_enter(text: Any, action: Any) -> None:
+    """Run ``action()`` when Enter is pressed in the Text widget ``text`` (review r6_04_07: only
+    *send* sent). The front end sends ``{"event": "submit"}``; ``on_msg`` hears it without
+    ``Text.on_submit``, which ipywidgets 8 deprecates (its replacement also fires on leaving the box).
+
+    Example: ``_on_enter(text, send)``: typing a question and pressing Enter sends it.
+    """
+    text.on_msg(lambda _w, content, _buffers: action() if content.get("event") == "submit" else None)
+
+
 def _build(session: ChatSession) -> _Widgets:
     import ipywidgets as W
 
@@ -335,10 +375,10 @@ def _build(session: ChatSession) -> _Widgets:
     def restart(_b: Any) -> None:
         session.new_conversation()
         chats["number"], chats["turns"] = chats["number"] + 1, 0
-        show(f"A new conversation (chat {chats['number']}): its turn 1 starts from the system prompt and the "
-             "examples, still cached.")
+        show(new_conversation_sentence(session, chats["number"]))
 
     buttons["send"].on_click(send)
+    _on_enter(text, send)
     buttons["clear the cache"].on_click(clear)
     buttons["new conversation"].on_click(restart)
     show()

@@ -389,11 +389,12 @@ else:
 #
 # The same session, live, and it goes on where section 5 stopped: your first question
 # **continues R1's conversation after R4** (the caption says whose conversation a question
-# continues). Type a question and press *send*: the turn's prompt is shown token by token,
+# continues). Type a question and press Enter or *send*: the turn's prompt is shown token by token,
 # matched in the tree (green) or prefilled (blue), with its time to first token; the other two
 # views show the tree and the block pool, where a block on the path of two or more turns
 # (computed once, reused by the others) is hatched and its hover names them. *new conversation*
-# starts one after [A] [B] (still cached); *clear the cache* empties the pool and the tree but
+# starts one after [A] [B], and its caption says how many of their tokens the tree still holds
+# (none after *clear the cache*); *clear the cache* empties the pool and the tree but
 # keeps the conversation: ask again and compare the time to first token. A turn takes a few
 # seconds on a CPU.
 
