@@ -64,3 +64,25 @@ def test_04_blocks_to_append_names_each_missing_check():
     notes = {case.label: case.note for case in result.failures}
     assert any("num_tokens < 0" in n for n in notes.values()), notes
     assert any("block_size < 1" in n for n in notes.values()), notes
+
+
+def test_04_animation_legend_lists_only_what_each_frame_draws():
+    """Defect 2: the plotly animation listed R1, R2 and R3 in every frame; now, as the stepper,
+    a frame's legend shows only the requests holding blocks (step 1: R1; step 16: R2 and R3)."""
+    import kvlab
+    import kvlab.viz as viz
+
+    m = kvlab.BlockManager(num_blocks=12, block_size=4, record=True)
+    m.add_sequence("R1", 6)
+    m.add_sequence("R2", 3)
+    m.free("R1")
+    m.add_sequence("R3", 9)
+    fig = viz.animate_memory_map(m.snapshots, m.log, cols=12, tables=False)
+
+    def shown(k: int) -> set[str]:
+        frame = fig.frames[k]
+        return {fig.data[i].name for i, t in zip(frame.traces, frame.data)
+                if fig.data[i].name in ("R1", "R2", "R3") and t.showlegend is not False}
+
+    assert {t.name for t in fig.data if t.name in ("R1", "R2", "R3") and t.showlegend is not False} == {"R1"}
+    assert shown(0) == {"R1"} and shown(1) == {"R1", "R2"} and shown(len(fig.frames) - 1) == {"R2", "R3"}

@@ -180,9 +180,8 @@ viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growt
 # %% [markdown]
 # The same recording as a plotly animation (press play, or drag the slider: its steps are
 # numbered as the stepper's). It needs no running kernel, so it also plays in an exported HTML
-# page. Unlike the stepper's, its legend lists **every request of the run** (R1, R2, R3) at every
-# step, also one that holds no block yet (R3 before it arrives) or any more (R1 once it
-# finishes); and it does not print the free queue: read that in the stepper above.
+# page. As in the stepper, each step's legend lists only the requests that hold blocks at that
+# step; the free queue is not printed here: read it in the stepper's captions above.
 
 # %%
 viz.animate_memory_map(m.snapshots, m.log, title="Paged KV pool: on-demand growth", duration_ms=500, cols=cols,
