@@ -439,6 +439,7 @@ def _lesson_04_widgets_on_a_projector(page) -> None:
     text = chain.text_content()
     assert "L2" in text and "P1" in text and "offset" in text.lower() and "1" in text, text
     assert "P7" not in text, f"chain still shows pos 4's block: {text}"
+    _error_banner_keeps_the_figure_still(page)
     _far_block_at_block_size_16(page)
 
     stepper = page.locator(".kvlab-stepper").first
@@ -456,6 +457,20 @@ def _lesson_04_widgets_on_a_projector(page) -> None:
     assert "R1 finishes" in caption.text_content(), caption.text_content()
     page.wait_for_selector(".kvlab-stepper .js-plotly-plot .main-svg", timeout=20_000)
     _shot(page, stepper, "memory_map.png")
+
+
+def _error_banner_keeps_the_figure_still(page) -> None:
+    """The review r6_04_07: a bad table entry's red banner pushed the figure down about 36 px; its
+    line is reserved, so the figure stays where it was (the next step types a good table again)."""
+    top = "() => document.querySelector('.kvlab-translation .kvlab-figure').getBoundingClientRect().top"
+    before = page.evaluate(top)
+    table = page.locator(".kvlab-translation .kvlab-block-table input").first
+    table.fill("3, 7, x")
+    table.press("Enter")
+    page.wait_for_function("() => /\\S/.test(document.querySelector('.kvlab-translation-error')?.textContent || '')",
+                           timeout=10_000)
+    moved = page.evaluate(top) - before
+    assert abs(moved) <= 2, f"the error banner moved the translation figure by {moved:.0f} px"
 
 
 def _far_block_at_block_size_16(page) -> None:

@@ -90,9 +90,22 @@ def translate(fn: Callable, verbose: bool = True) -> CheckResult:
     huge = 2**60 + 1
     run("block_size 2**60 + 1, pos 2 x block_size - 1 (a float rounds pos / block_size up to 2.0)",
         [5, 2, 8], 2 * huge - 1, huge)
-    c.run("pos 20 past the notes' table (5 blocks x 4 = 20 slots; must raise ValueError)", notes, 20, 4)
+    case = c.run("pos 20 past the notes' table (5 blocks x 4 = 20 slots; must raise ValueError)", notes, 20, 4)
+    if not case.passed and _refuses(fn, notes, 21, 4):  # pos 21 refused, pos 20 not: the bound is one off
+        case.note = ("the bound is checked one slot too late: pos 20 = len(block_table) x block_size is already past "
+                     "the last slot (slots 0..19), so refuse pos >= len(block_table) x block_size, not pos > ...")
     c.run("pos -1 (must raise ValueError)", notes, -1, 4)
     return c.done()
+
+
+def _refuses(fn: Callable, *args: Any) -> bool:
+    """True when ``fn(*args)`` raises ValueError (the contract's refusal).
+
+    >>> _refuses(lambda pos: 1 // 0, 3), _refuses(int, "x")
+    (False, True)
+    """
+    out = call(fn, *args)
+    return isinstance(out, Raised) and isinstance(out.exc, ValueError)
 
 
 def _translate_by_float(t: list[int], p: int, bs: int, bpt: int = 1) -> tuple[int, int, int, int] | None:
@@ -172,6 +185,11 @@ def blocks_to_append(fn: Callable, verbose: bool = True) -> CheckResult:
         run(f"num_tokens={t}, n={n}, block_size={bs} (random)", t, n, bs)
     run("num_tokens=2**60, append n=17, block_size=16 (floats lose the +17)", 2**60, 17, 16)
     c.run("n=-1 (must raise ValueError)", 5, -1, 4)
+    for label, args, want in [("num_tokens=-1", (-1, 1, 4), "num_tokens < 0"), ("block_size=0", (5, 1, 0), "block_size < 1")]:
+        case = c.run(f"{label} (must raise ValueError)", *args)
+        if not case.passed:
+            case.note = (f"{label} must raise ValueError: add the check {want} (the contract's other checks: "
+                         "ValueError for num_tokens < 0, n < 0 or block_size < 1, before computing anything)")
     return c.done()
 
 
@@ -282,6 +300,10 @@ def _allocator_note(label: str, want: tuple, got: tuple, freed_before: bool = Tr
         if type(w_out.exc).__name__ == "KVCacheError":
             return "incref of a free block must raise kvlab.KVCacheError: only blocks in use can be shared"
         return f"this call must raise {type(w_out.exc).__name__}"
+    if isinstance(w_out, Raised) and isinstance(g_out, Raised) and type(g_out.exc) is not type(w_out.exc) \
+            and w_state == g_state and type(w_out.exc).__name__ == "DoubleFree":
+        return (f"raised {type(g_out.exc).__name__} for a block that is already free: raise kvlab.DoubleFree "
+                "(a KVCacheError of its own kind, so a caller can tell a double free from other errors)")
     if isinstance(w_out, Raised) and isinstance(g_out, Raised) and w_state != g_state:
         return "the call raised but changed the state first: check everything, then change (all or nothing)"
     if isinstance(w_out, Raised) and isinstance(g_out, Raised) and not _same_exc_args(w_out.exc, g_out.exc):

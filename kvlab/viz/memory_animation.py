@@ -168,14 +168,40 @@ def animate_memory_map(
     datas = [view.data(f) for f in frames]
     fig = _figure_from_data(datas[0], view.colors, title, source, view.geometry, shared_legend=view.any_shared)
     n_fixed = len(frame_traces(datas[0], view.colors, view.geometry))
+    keys, legend_idx = _legend_keys(fig, n_fixed, datas)
     fig.frames = [
-        go.Frame(data=frame_traces(d, view.colors, view.geometry), traces=list(range(n_fixed)), name=str(i + 1),
+        go.Frame(data=frame_traces(d, view.colors, view.geometry) + _frame_legend(fig, legend_idx, keys, d),
+                 traces=list(range(n_fixed)) + legend_idx, name=str(i + 1),
                  layout=dict(title=_title(title, source, d["caption"]), xaxis=fig.layout.xaxis, yaxis=fig.layout.yaxis))
         for i, d in enumerate(datas)
     ]
+    for i, t in zip(legend_idx, _frame_legend(fig, legend_idx, keys, datas[0])):
+        fig.data[i].showlegend = t.showlegend
     fig.update_layout(**animation_controls(n, duration_ms, fig.layout))
     fig.layout.sliders[0].currentvalue.visible = False  # the subtitle says "step k / N" already: once is enough
     return fig
+
+
+def _drawn(data: dict[str, Any]) -> set[str]:
+    return set(data["tables"]) | set(data["legend"]) | set(data.get("legend_extra", {}))
+
+
+def _legend_keys(fig: Any, n_fixed: int, datas: Sequence[dict[str, Any]]) -> tuple[set[str], list[int]]:
+    """(the run's request names, the indices of the figure's legend traces): the entries a frame
+    may hide. Example: ``keys, idx = _legend_keys(fig, n_fixed, datas)``."""
+    keys = set().union(*(_drawn(d) for d in datas))
+    idx = [i for i, t in enumerate(fig.data) if i >= n_fixed and t.showlegend is not False and t.name
+           and tuple(t.x or ()) == (None,)]
+    return keys, idx
+
+
+def _frame_legend(fig: Any, legend_idx: list[int], keys: set[str], data: dict[str, Any]) -> list[Any]:
+    """One frame's legend traces: a request's entry shows only in the frames that draw it (as the
+    stepper's legend), free and the outlines always. Example: ``_frame_legend(fig, idx, keys, datas[0])``."""
+    import plotly.graph_objects as go
+
+    drawn = _drawn(data)
+    return [go.Scatter(showlegend=fig.data[i].name not in keys or fig.data[i].name in drawn) for i in legend_idx]
 
 
 def animation_controls(n: int, duration_ms: int, base: Any) -> dict[str, Any]:

@@ -487,7 +487,7 @@ class TranslationWidget:
     def _error_html(self) -> str:
         if not self.chain["error"]:
             return ""
-        return ("<div style='color:#ffffff;background:#d62728;padding:4px 8px;font-weight:bold'>"
+        return ("<div style='color:#ffffff;background:#d62728;padding:4px 8px;line-height:1.5;font-weight:bold'>"
                 f"{html.escape(self.chain['error'])}</div>")
 
     # -- widgets
@@ -509,7 +509,8 @@ class TranslationWidget:
         self._bpt.add_class("kvlab-bytes-per-token")
         self._chain = W.HTML(self.chain_html())
         self._chain.add_class("kvlab-chain")
-        self._error = W.HTML(self._error_html())
+        # one banner line's height is kept even with no error: a bad entry does not push the figure down
+        self._error = W.HTML(self._error_html(), layout=W.Layout(min_height="calc(1.5em + 16px)"))
         self._error.add_class("kvlab-translation-error")
         self._out = W.Output()
         self._out.add_class("kvlab-figure")

@@ -180,7 +180,8 @@ viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growt
 # %% [markdown]
 # The same recording as a plotly animation (press play, or drag the slider: its steps are
 # numbered as the stepper's). It needs no running kernel, so it also plays in an exported HTML
-# page:
+# page. As in the stepper, each step's legend lists only the requests that hold blocks at that
+# step; the free queue is not printed here: read it in the stepper's captions above.
 
 # %%
 viz.animate_memory_map(m.snapshots, m.log, title="Paged KV pool: on-demand growth", duration_ms=500, cols=cols,
@@ -232,7 +233,8 @@ print(f"R1's freed blocks {list(r1_blocks)} joined the back of the free queue, s
 # > *Where it breaks.* "Shared" means shared **over time**: at any moment a block has one
 # > writer; it is shared at the same time only when its reference count is above 1, and then
 # > only read (copy-on-write, lesson 06). And it is not a GPU's "shared memory": that is the
-# > few hundred KB of on-chip SRAM per streaming multiprocessor a kernel uses for its tiles.
+# > on-chip SRAM of one streaming multiprocessor, at most 164 KB on an A100 and 228 KB on an
+# > H100, that a kernel uses for its tiles.
 #
 # > **Analogy box: L2 on-demand loading (the notes: "L2 on-demand loading = on-demand
 # > allocation").** The notes' L2 is not a CPU cache: it is the warm tier of their ad index,
