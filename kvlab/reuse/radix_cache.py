@@ -122,9 +122,8 @@ class RadixKey(list):
         head = values[:n]
         if len(head) < n or head != self:
             return None
-        if list(map(type, head)).count(int) != n:  # equal to ints yet not ints: True, 1.0, numpy ints
-            if as_ids(head) != self:
-                return None
+        if list(map(type, head)).count(int) != n:  # equal to ints yet not ints: True, 1.0 raise; numpy ints pass
+            as_ids(head)
         k = self._checked(self)
         if len(values) > n:
             list.extend(k, as_ids(values[n:], start=n))
