@@ -60,11 +60,18 @@ def trace(max_new_tokens: int = 4) -> list[tuple[str, str]]:
     return calls
 
 
+def lower_layers(calls: list[tuple[str, str]]) -> tuple[list[str], int]:
+    """The memory and reuse files of ``calls`` in order, and how often consecutive ones differ.
+
+    Example: files a, b (a compute file between them is skipped), a -> ``(["a", "b", "a"], 2)``."""
+    lower = [f for f, _ in calls if _layer(f) in ("memory", "reuse")]
+    return lower, sum(a != b for a, b in zip(lower, lower[1:]))
+
+
 def report(calls: list[tuple[str, str]], show_path: bool = False) -> str:
     files = Counter(f for f, _ in calls)
     funcs = {c for c in calls if not c[1].startswith("<")}  # comprehensions and lambdas are not functions to read
-    lower = [f for f, _ in calls if _layer(f) in ("memory", "reuse")]
-    switches = sum(a != b for a, b in zip(lower, lower[1:]))
+    lower, switches = lower_layers(calls)
     model = {f for f in files if f == "compute/model.py" or f.startswith("kernels/")}  # the transformer and its ops
     lines = [f"two prompts sharing a sentence through Engine.run (bundled model, block size 4):",
              f"  kvlab files entered: {len(files)}; distinct functions: {len(funcs)}; calls: {len(calls)}",
