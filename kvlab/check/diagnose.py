@@ -545,10 +545,44 @@ def changed_input(before: Sequence[Any], after: Sequence[Any], names: Sequence[s
             if isinstance(b, dict) and isinstance(a, dict):
                 return (f"it changed its argument `{name}` in place ({dict_changes(b, a)}): the caller's input "
                         "must be left as it was (work on a copy)")
-            shown = lambda v: " ".join(repr(v).split())[:40]  # noqa: E731
-            return (f"it changed its argument `{name}` in place ({shown(b)} became {shown(a)}): the caller's input "
+            return (f"it changed its argument `{name}` in place ({describe_change(b, a)}): the caller's input "
                     "must be left as it was (work on a copy)")
     return None
+
+
+def _short(v: Any) -> str:
+    """``repr(v)`` on one line, at most 40 characters (a longer one ends with '...')."""
+    text = " ".join(repr(v).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def describe_change(before: Any, after: Any) -> str:
+    """What changed between two values, in words a learner can act on: a tensor's shape, dtype or
+    first changed element; a long list's length or first changed item; else both values, shortened.
+
+    >>> describe_change([1, 2, 3] * 20, [1, 2, 3] * 19)
+    'its length 60 became 57'
+    >>> describe_change(list(range(30)), list(range(29)) + [0])
+    'item 29 29 became 0'
+    """
+    if hasattr(before, "shape") and hasattr(before, "dtype") and hasattr(after, "shape") and hasattr(after, "dtype"):
+        if tuple(before.shape) != tuple(after.shape):
+            return f"its shape {tuple(before.shape)} became {tuple(after.shape)}"
+        if before.dtype != after.dtype:
+            return f"its dtype {before.dtype} became {after.dtype}"
+        diff = (before != after).nonzero()  # [n_changed, ndim]
+        if len(diff):
+            idx = tuple(int(i) for i in diff[0])
+            many = f"{len(diff)} elements changed, the first" if len(diff) > 1 else "1 element changed,"
+            return (f"{many} at {list(idx)}: "
+                    f"{before[idx].item()!r} became {after[idx].item()!r}")
+    if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)) and len(repr(before)) > 40:
+        if len(before) != len(after):
+            return f"its length {len(before)} became {len(after)}"
+        i = next((i for i, (x, y) in enumerate(zip(before, after)) if not same_value(x, y)), None)
+        if i is not None:
+            return f"item {i} {_short(before[i])} became {_short(after[i])}"
+    return f"{_short(before)} became {_short(after)}"
 
 
 def off_by_one_items(expected: Any, actual: Any) -> str | None:
