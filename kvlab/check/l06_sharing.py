@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import functools
 import random
+import sys
 from typing import Any, Callable
 
 from ..memory.block_manager import BlockManager
@@ -170,7 +171,7 @@ def _rebound(before: dict, expected: dict, actual: dict) -> list[str]:
     if actual["block_table"] == before["block_table"] != expected["block_table"] \
             and actual["ref_count"] == expected["ref_count"] and actual["free_blocks"] == expected["free_blocks"]:
         return ["block_table was rebound to a new list the caller never sees: change the caller's list in place "
-                "(block_table[-1] = dst, block_table.append(b)), as ref_count and free_blocks were"]
+                "(its last entry replaced, or a block added at its end), as ref_count and free_blocks were"]
     return []
 
 
@@ -240,18 +241,21 @@ def _cow_mistake(expected: Any, actual: Any) -> str | None:
             return f"returned the pair {a_cp} itself: return a LIST of copies, [{a_cp}] ([] when nothing is copied)"
         what = "None (a missing return?)" if a_cp is None else f"a {type(a_cp).__name__}"
         return f"returned {what}: return a list of (src, dst) copies, [] or [(src, dst)]"
+    if actual.get("block_table") == [] and len(expected["block_table"]) == 1 and not e_cp:
+        return ("the sequence had no tokens, so it has no last block to write into: its first token needs a "
+                "fresh block from the free list")
     et, at, free = expected["block_table"], actual.get("block_table", []), expected["free_blocks"]
     kept = [b for b in at if b in actual.get("free_blocks", [])]
     if kept:
         return (f"the block you took, P{kept[0]}, is still in free_blocks: take it out of the free list "
-                "(free_blocks.pop(0)), or the next request gets it too")
+                "(from its front), or the next request gets it too")
     src = e_cp[0][0] if e_cp else None
     if src is not None and len(at) == len(et) + 1 and at[:-2] == et[:-1] and at[-2:] == [src, et[-1]]:
-        return (f"the copy P{et[-1]} replaces the shared block P{src} in the table (block_table[-1] = dst), it is "
+        return (f"the copy P{et[-1]} replaces the shared block P{src} in the table (it takes the shared block's place), it is "
                 "not appended after it: the table now holds one block too many")
     arc = actual.get("ref_count", [])
     if src is not None and len(arc) > src and arc[src] == 0 < expected["ref_count"][src]:
-        return (f"the copied block P{src} is still held by the other tables: drop ONE reference (ref_count[src] -= 1), "
+        return (f"the copied block P{src} is still held by the other tables: drop ONE reference (this table's), "
                 "not all of them")
     if not e_cp and a_cp:
         if len(at) < len(et):
@@ -260,7 +264,7 @@ def _cow_mistake(expected: Any, actual: Any) -> str | None:
     if e_cp and a_cp and at == et:
         src = e_cp[0][0]
         if actual["ref_count"][src] == expected["ref_count"][src] + 1:
-            return f"the copied block P{src} kept its reference: drop one (ref_count[src] -= 1)"
+            return f"the copied block P{src} kept this table's reference: the table no longer holds it, so its count drops by one"
     if a_cp and e_cp and at and et and at[-1] == e_cp[0][0]:
         return (f"you returned the copy {a_cp[0]} but the table still points at the shared block P{at[-1]}: "
                 "the sequence must write into its copy")
@@ -268,7 +272,7 @@ def _cow_mistake(expected: Any, actual: Any) -> str | None:
         return (f"the block you took, P{at[-1]}, has ref_count {arc[at[-1]]}: only this table holds it, so its "
                 "count is 1")
     if free and at and et and at[-1] != et[-1] and at[-1] == free[-1]:
-        return "take the FIRST free block (free_blocks.pop(0)), not the last"
+        return "take the FIRST free block (the front of free_blocks), not the last"
     return None
 
 
@@ -283,8 +287,14 @@ def sampling_blocks(fn: Callable, verbose: bool = True) -> CheckResult:
     rng = random.Random(66)
     for _ in range(4):
         cases_in.append((rng.randint(1, 60), rng.randint(1, 8), rng.randint(0, 40), rng.choice([2, 4, 8, 16])))
-    c = Checker("sampling_blocks", fn, reference=_measured, verbose=verbose, compare=exact_equal,
+    c = Checker("sampling_blocks", fn, reference=_measured, verbose=verbose,
+                compare=lambda e, a: isinstance(a, tuple) and exact_equal(e, a),
                 diagnose=[_not_a_pair, lambda e, a: swapped(e, a, ("without sharing", "with sharing")), unit_slip])
+    simulated = _simulation_used(fn, cases_in[0])
+    if simulated:
+        c.record("a formula, not a simulation", "no allocator call", f"called {simulated}", passed=False,
+                 note=(f"it called {simulated}, which runs kvlab's allocator: the exercise asks for a formula in "
+                       "prompt_len, num_samples, gen_len and block_size (count the blocks, do not simulate them)"))
     run = mistake_runner(c, SAMPLING_MISTAKES)
     base = c.diagnose
     for p, n, g, bs in cases_in:
@@ -294,8 +304,34 @@ def sampling_blocks(fn: Callable, verbose: bool = True) -> CheckResult:
     return c.done()
 
 
+def _simulation_used(fn: Callable, args: tuple) -> str:
+    """The simulation ``fn(*args)`` ran ('' for none): ``measured_sampling_blocks`` or a
+    :class:`BlockManager` call, seen by a profile hook during the call (the exercise asks for a formula).
+
+        >>> _simulation_used(measured_sampling_blocks, (10, 4, 5, 4))
+        'measured_sampling_blocks'
+    """
+    codes = {measured_sampling_blocks.__code__: "measured_sampling_blocks",
+             **{getattr(BlockManager, m).__code__: f"BlockManager.{m}" for m in ("add_sequence", "fork", "append")}}
+    seen: list[str] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in codes and not seen:
+            seen.append(codes[frame.f_code])
+    old = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        call_in_place(fn, *args)
+    finally:
+        sys.setprofile(old)
+    return seen[0] if seen else ""
+
+
 def _not_a_pair(expected: Any, actual: Any) -> str | None:
-    """A single number (or None) where the pair (without_sharing, with_sharing) is due."""
+    """A single number (or None) where the pair (without_sharing, with_sharing) is due; a list
+    where the tuple is due."""
+    if isinstance(actual, list) and len(actual) == 2 and exact_equal(expected, tuple(actual)):
+        return f"returned the list {actual!r}: return a tuple, (without_sharing, with_sharing)"
     if isinstance(actual, (tuple, list)) and len(actual) == 2:
         return None
     return f"returned {type(actual).__name__} {actual!r}: return both counts, (without_sharing, with_sharing)"

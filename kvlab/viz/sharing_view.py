@@ -107,7 +107,7 @@ class SharingControl(LiveControl):
             font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Blocks in use at the end ({source_label('simulated')} scores, real allocator)",
                        font=dict(size=th.title_size)),
-            yaxis=dict(title="blocks in use", range=[0, top * 1.25]),
+            yaxis=dict(title="blocks in use", range=[0, top * 1.25], dtick=1 if top <= 6 else None),  # whole blocks
             # the legend above the plot, under the title: under it, it sat on the bars' labels (classroom mode)
             legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
             margin=dict(t=head, b=max(50, th.font_size * 3), l=60, r=20))

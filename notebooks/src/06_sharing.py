@@ -77,7 +77,7 @@ m.check_integrity()
 # `ParentRequest` in `vllm/v1/engine/parallel_sampling.py` fans the request out into `n` ordinary
 # child requests (`get_child_info(index)` names child `index` `f"{index}_{request_id}"` and gives it
 # a copy of the sampling parameters with `n = 1`, and `seed + index` when a seed is set), then
-# gathers their outputs. The children share the prompt through prefix caching: the same prompt
+# gathers their outputs. With prefix caching on (the V1 default), the children share the prompt: the same prompt
 # hashes to the same full blocks (the block-hash cache of lesson 07), which are stored once with a
 # reference per child. Only full blocks are hashed, so each child's partial last block is its
 # own from the start, and there is nothing to copy on write. The saving on full prompt blocks is
@@ -130,7 +130,7 @@ event_figure(m.snapshots, m.log, title="Freeing R2: only its last references go"
 # own new token written into its own block, and then **one batched call of the paged decode
 # kernel** for the three samples. We compare each sample with plain attention over that
 # sample's own contiguous K/V (prompt + its token). All kernels run in the Triton interpreter
-# on the CPU (measured, but the timing is not the point).
+# on the CPU; no time is printed: this cell checks values, not speed.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -196,14 +196,25 @@ torch.set_num_threads(1)                      # a tiny model is fastest on one t
 model, tok = load_bundled()
 prompt = tok.encode("The socket module provides a")
 res = generate(model, prompt, 12, strategy="paged", n=4, temperature=0.8, seed=0, block_size=4, keep=True)
-print(f"prompt: {len(prompt)} tokens = {len(prompt) // 4} full block(s) + {len(prompt) % 4} token(s) in a partial block")
+full, rest = divmod(len(prompt), 4)
+print(f"prompt: {len(prompt)} tokens = {full} full block{'s' * (full != 1)} + {rest} token{'s' * (rest != 1)} "
+      "in a partial block")
 print("copy-on-write copies (src, dst):", res.copies)
 for sid in res.seq_ids:
     print(f"{sid}: block table {res.manager.tables[sid].block_ids}")
 print("ref_count of the full prompt block P0:", res.manager.allocator.ref_count[0])
 naive = generate(model, prompt, 12, strategy="naive", n=4, temperature=0.8, seed=0)
 print("same samples as recomputing without a cache:", naive.sequences == res.sequences)
+held = res.manager.tables[res.seq_ids[0]].num_tokens
+if held < len(prompt) + 12:
+    print(f"each table holds {held} of its {len(prompt) + 12} tokens: the last sampled token is not fed back "
+          "yet, so its K/V is not in the cache")
 res.manager.check_integrity()
+
+# %% [markdown]
+# The bundled model is tiny (trained from scratch on a CPU in about 13 minutes), so its samples read
+# as nonsense. What matters here is that the four differ and that the paged path reproduces,
+# token for token, what recomputing without a cache samples.
 
 # %%
 for i in range(4):
@@ -248,8 +259,9 @@ print(f"prompt 500 and 50 new tokens held fixed, only n changing: the saving {tr
 # surviving candidate forks its parent beam, the old beams are freed, each new beam appends one
 # token (copy-on-write where needed). Its saving is compared below with parallel sampling on the
 # *same* prompt, number of sequences and length. The table's rows above are not comparable
-# with this run: its `(500, 4, 50)` row can save more because its prompt is ten times its
-# answers (here 100 against 24), not because sampling shares more than beam search.
+# with this run: a row's saving depends on how long its prompt is against its answers (the
+# `(500, 4, 50)` row's prompt is ten times its answers; here 100 against 24), not only on
+# whether it samples or searches.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -331,7 +343,7 @@ one = measured_sampling_blocks(500, 1, 50, block_size=16)
 short = measured_sampling_blocks(10, 3, 1, block_size=16)
 big = measured_sampling_blocks(2000, 8, 100, block_size=16)
 beam_saved = 1 - sum(shared_used) / sum(alone_used)
-print(f"Free: forking 2 samples of a 10-token prompt took {forked - before} new blocks and copied nothing; "
+print(f"Free: forking 2 more samples from a 10-token prompt (3 sequences in all) took {forked - before} new blocks and copied nothing; "
       f"their first tokens then cost {len(copies)} block copies (copy-on-write of the shared partial block).")
 print(f"A dividend of batching: one sequence alone saves {1 - one[1] / one[0]:.0%}; 3 samples of a 10-token "
       f"prompt {1 - short[1] / short[0]:.0%}; 8 samples of a 2,000-token prompt {1 - big[1] / big[0]:.0%}; "
