@@ -134,5 +134,44 @@ def test_a_request_is_never_drawn_in_a_tint_of_another():
     from kvlab.viz.compare import compare_data
     from kvlab.viz.palette import STRONG_COLORS
 
+    from kvlab.viz.compare import TRACE_COLORS
+
     d = compare_data(policy_state("max", "notes", 4)["steps"][-1])
-    assert set(d["legend"].values()) <= set(STRONG_COLORS), d["legend"]
+    assert set(d["legend"].values()) <= set(STRONG_COLORS) | set(TRACE_COLORS.values()), d["legend"]
+    tints = {viz.palette.tint(c) for c in TRACE_COLORS.values()}
+    assert not tints & set(TRACE_COLORS.values()), "a request's colour is another's reserved tint"
+
+
+def _slot_colours(fig) -> dict[str, set[str]]:
+    """Request id -> the full (token) colours its labelled slots have in a compare figure's two maps."""
+    out: dict[str, set[str]] = {}
+    for tr in fig.data[:2]:
+        for label, colour in zip(tr.text, tr.marker.color):
+            if label and " " not in label.split(" L")[0]:
+                out.setdefault(label.split(" L")[0], set()).add(colour)
+    return out
+
+
+def test_lesson_03_figures_colour_each_request_the_same_way():
+    """Review: a request's colour changed between lesson 03's figures. The compare stepper and the
+    policy widget (its figure of the last step) now read one map, TRACE_COLORS, for every request."""
+    from kvlab.viz.compare import CompareView, TRACE_COLORS
+    from kvlab.viz.policy_widget import PolicyWidget
+
+    ids = [op[1] for op in viz.notes_trace() + viz.growth_trace()]
+    assert set(ids) <= TRACE_COLORS.keys()
+    colours = [TRACE_COLORS[i] for i in dict.fromkeys(ids)]
+    assert len(set(colours)) == len(colours), "two requests of the lesson share a colour"
+    assert not {FREE, STRANDED} & set(colours)
+    for trace, name, policy in ((viz.notes_trace(), "notes", "exact"), (viz.growth_trace(), "growth", "pow2")):
+        steps = viz.run_compare(trace, 48, 4, policy)
+        view = CompareView(steps)
+        stepper = {}
+        for st in steps:
+            for rid, cs in _slot_colours(view(type("F", (), {"snapshot": st})())).items():
+                stepper.setdefault(rid, set()).update(cs)
+        for pol in ("max", "pow2", "exact"):
+            widget = _slot_colours(PolicyWidget(policy=pol, trace=name, block_size=4).figure())
+            assert widget, (name, pol)
+            for rid, cs in widget.items():
+                assert cs == {TRACE_COLORS[rid]} == stepper[rid], (name, pol, rid, cs, stepper[rid])

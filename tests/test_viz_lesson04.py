@@ -65,3 +65,24 @@ def test_lesson04_stepper_draws_no_arrows_and_names_every_block():
                 assert f"{seq} L{i}" in labels[b], (k, b, labels[b])
         legend = {t.name for t in fig.data if t.showlegend is not False}
         assert {s for s in ("R1", "R2", "R3") if s in legend} == set(snap.tables), (k, legend)
+
+
+@pytest.mark.parametrize("room", [False, True])
+def test_tight_stepper_drops_the_empty_bands(room):
+    """Review: lesson 04's stepper had an empty band of about 50 px (the empty subtitle's room and
+    the base margin under the legend). ``tight=True`` cuts both; the legend keeps its rows."""
+    m = kvlab.BlockManager(num_blocks=12, block_size=4, record=True)
+    m.add_sequence("R1", 6)
+    m.append("R1", 3)
+    viz.classroom(room)
+    try:
+        steppers = [viz.memory_map_stepper(m.snapshots, m.log, cols=12, tables=False, step_legend=True,
+                                           free_queue=True, static=False, tight=t) for t in (False, True)]
+        figs = [s.render(s.frames[0]) for s in steppers]
+    finally:
+        viz.classroom(False)
+    loose, tight = (f.layout for f in figs)
+    assert loose.height - tight.height >= 45, (loose.height, tight.height)
+    assert tight.height - tight.margin.t - tight.margin.b == loose.height - loose.margin.t - loose.margin.b  # same drawing
+    assert tight.margin.b >= (30 if room else 22), "the legend's row must keep its room"
+    assert tight.title.subtitle.text == ""

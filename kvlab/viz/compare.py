@@ -29,12 +29,20 @@ from ..memory.block_manager import BlockManager
 from ..memory.block_pool import OutOfBlocks
 from ..memory.contiguous import ContiguousArena, OutOfContiguousSpace
 from ..memory.snapshot import MemorySnapshot
-from .palette import FREE, REQUEST_COLORS, STRONG_COLORS, assign_colors, label_px, source_label, theme, tint
+from .palette import FREE, REQUEST_COLORS, STRONG_COLORS, assign_colors, label_px, request_color, source_label, theme, tint
 
 __all__ = ["notes_trace", "growth_trace", "CompareStep", "run_compare", "compare_data", "compare_figure",
-           "animate_compare", "compare_stepper", "STRANDED"]
+           "animate_compare", "compare_stepper", "STRANDED", "TRACE_COLORS", "trace_colors"]
 
 STRANDED = "#a6a6a6"  # free slot outside the largest free range (external fragmentation)
+# One colour per request of lesson 03, the same in every figure of the lesson (both steppers and the
+# policy widget): the notes' A, B, C, D' and the growing R1, R2, R3, seven colours that differ from each
+# other, from free (light grey), stranded (dark grey) and any tint (reserved); R1..R3 keep the colour
+# they have in every other lesson (request_color). No light colour: a tint would read as "reserved".
+TRACE_COLORS: dict[str, str] = {
+    "A": "#ff7f0e", "B": "#bcbd22", "C": "#8c564b", "D'": "#7b4173",  # orange, olive, brown, plum
+    **{rid: request_color(rid) for rid in ("R1", "R2", "R3")},  # purple, cyan, pink
+}
 BAR_KINDS = ("token states", "reserved, unused", "external fragmentation", "free (usable)")
 
 
@@ -384,12 +392,25 @@ def compare_figure(step: CompareStep, title: str = "Contiguous versus paged", so
     return fig
 
 
+def trace_colors(ids: Sequence[str]) -> dict[str, str]:
+    """The colour of every id: :data:`TRACE_COLORS` for lesson 03's requests, so one request keeps
+    one colour across the lesson; any other id gets a strong colour none of those ids took.
+
+    Example: ``trace_colors(["R1", "A"]) == {"R1": TRACE_COLORS["R1"], "A": TRACE_COLORS["A"]} -> True``.
+    """
+    known = {i: TRACE_COLORS[i] for i in ids if i in TRACE_COLORS}
+    rest = sorted(set(ids) - known.keys())
+    pool = STRONG_COLORS if len(rest) + len(known) <= len(STRONG_COLORS) else REQUEST_COLORS
+    free = [c for c in pool if c not in known.values()] or list(REQUEST_COLORS)
+    return {**known, **assign_colors(rest, free)}  # tints mean reserved: strong colours first
+
+
 def _all_colors(steps: Sequence[CompareStep]) -> dict[str, str]:
     ids: set[str] = set()
     for s in steps:
         ids.update(r[0] for r in s.reservations)
         ids.update(s.paged_snapshot.tables)
-    return assign_colors(ids, STRONG_COLORS if len(ids) <= len(STRONG_COLORS) else REQUEST_COLORS)  # tints mean reserved
+    return trace_colors(sorted(ids))
 
 
 def animate_compare(steps: Sequence[CompareStep], title: str = "Contiguous versus paged",

@@ -117,8 +117,9 @@ class MemoryMapView:
 
     def __init__(self, frames: Sequence["Frame"], title: str = "Paged KV pool", source: str = "simulated",
                  cols: int | None = None, mode: str = "auto", tables: bool | None = None,
-                 numbered: bool = True, step_legend: bool = False) -> None:
+                 numbered: bool = True, step_legend: bool = False, tight: bool = False) -> None:
         source_label(source)
+        self.tight = tight  # True: no empty room above the map (an empty subtitle) or under the legend
         self.step_legend = step_legend  # True: each frame's legend lists only what that frame draws
         self.numbered = numbered  # False: a live stepper's caption line numbers the frame, the figure does not
         self.frames = list(frames)
@@ -142,8 +143,28 @@ class MemoryMapView:
         return d
 
     def __call__(self, frame: "Frame") -> Any:
-        return _figure_from_data(self.data(frame), self.colors, self.title, self.source, self.geometry,
-                                 shared_legend=self.any_shared, drawn_only=self.step_legend)
+        fig = _figure_from_data(self.data(frame), self.colors, self.title, self.source, self.geometry,
+                                shared_legend=self.any_shared, drawn_only=self.step_legend)
+        if self.tight and not self.numbered:
+            _trim_empty_bands(fig, self.geometry.margin[3])
+        return fig
+
+
+TIGHT_BOTTOM_PX = 8  # a tight stepper's figure: what stays under its legend
+
+
+def _trim_empty_bands(fig: Any, base_bottom: int) -> None:
+    """Cut a live stepper figure's two empty bands (review: about 50 px blank in lesson 04's stepper):
+    the subtitle's room under the title (the stepper's caption line says the step, the subtitle is
+    empty) and the base bottom margin under the legend (the legend rows keep their own room).
+
+    Example: lesson 04's classroom stepper figure, 246 px tall (t 80, b 80), becomes 177 px (t 53, b 38)."""
+    th = theme()
+    top_cut = int(1.55 * th.font_size)  # one subtitle line
+    bottom_cut = max(0, base_bottom - TIGHT_BOTTOM_PX)
+    m = fig.layout.margin
+    fig.update_layout(height=fig.layout.height - top_cut - bottom_cut,
+                      margin=dict(t=m.t - top_cut, b=m.b - bottom_cut))
 
 
 def animate_memory_map(
@@ -250,12 +271,14 @@ def memory_map_stepper(
     tables: bool | None = None,
     step_legend: bool = False,
     free_queue: bool = False,
+    tight: bool = False,
 ) -> "Stepper":
     """A :class:`~kvlab.viz.stepper.Stepper` over a recorded run's memory maps (numbered from 1).
     ``step_legend``: each step's legend lists only the sequences and outlines that step draws (the
     figure keeps the whole run's legend height, so it does not jump between steps).
     ``free_queue``: each caption ends with the free queue, front (next handed out) first, and
-    keeps two lines' height.
+    keeps two lines' height. ``tight``: a live stepper's figure drops its empty subtitle room and
+    the blank under its legend.
 
     >>> import kvlab
     >>> m = kvlab.BlockManager(num_blocks=3, block_size=2, record=True)
@@ -272,5 +295,5 @@ def memory_map_stepper(
                   for f in frames]
     live = not is_static(static)  # a live stepper numbers and captions each frame in its own line
     return Stepper(frames, MemoryMapView(frames, title, source, cols, mode, tables, numbered=not live,
-                                              step_legend=step_legend), static=static,
+                                              step_legend=step_legend, tight=tight), static=static,
                    caption_lines=2 if free_queue else 0)

@@ -175,7 +175,7 @@ m.check_integrity()
 
 cols = 12   # one row: the stepper fits one screen, and the page's width
 viz.memory_map_stepper(m.snapshots, m.log, title="Paged KV pool: on-demand growth", cols=cols, tables=False,
-                       step_legend=True, free_queue=True)   # blocks named "R1 L0": no arrows to cross
+                       step_legend=True, free_queue=True, tight=True)  # blocks named "R1 L0": no arrows
 
 # %% [markdown]
 # The same recording as a plotly animation (press play, or drag the slider: its steps are
