@@ -96,7 +96,8 @@ from kvlab.viz import memory_map_stepper
 
 memory_map_stepper(m.snapshots, m.log, title="Parallel sampling: fork and copy-on-write", source="simulated",
                    cols=12,   # the 12 blocks in one row: the stepper and its picture fit one projector screen
-                   step_legend=True)   # each step's legend lists only what it draws
+                   step_legend=True,   # each step's legend lists only what it draws
+                   tight=True)         # no empty subtitle room: the legend stays on a projector screen
 
 # %% [markdown]
 # ## 3. Freeing shared blocks
