@@ -116,7 +116,7 @@ def test_animation_one_frame_per_event_and_fixed_axes():
     # the cow's frame: P1 and P2 outlined red, the copy drawn as an arc from P1 to P2, captioned in words
     cow = fig.frames[_step(m, "cow")]
     sub = cow.layout.title.subtitle.text
-    assert sub == f"step {_step(m, 'cow') + 1} / {n}: R2 writes into shared block P1: copy it to P2, then write there (copy-on-write)"
+    assert sub == f"step {_step(m, 'cow') + 1} / {n}: R2 writes into shared block P1: copy it to P2, where the write will go (copy-on-write)"
     assert cow.data[0].marker.line.color[1] == HIGHLIGHT and cow.data[0].marker.line.color[2] == HIGHLIGHT
     arc = next(t for t in cow.data if t.name == "copy-on-write")
     xs = [x for x, t in zip(arc.x, arc.text) if x is not None and not t]  # the arc (its label: a point of its own)

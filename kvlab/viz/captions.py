@@ -4,7 +4,7 @@ An :class:`~kvlab.memory.events.Event` is data (``kind``, ``seq_id``, ``block_id
 its ``describe()`` is a log line (``'#3 cow R2: copy P1 -> P6 (logical block L1)'``). A learner
 needs the action instead: who did what to which block, and why. :func:`event_sentence` says it
 from the event and the pool after it (a :class:`~kvlab.memory.snapshot.MemorySnapshot`), e.g.
-``'R2 writes into shared block P1: copy it to P6, then write there (copy-on-write)'``. Every kind
+``'R2 writes into shared block P1: copy it to P6, where the write will go (copy-on-write)'``. Every kind
 listed in the Event docstring has its sentence; an unknown kind still gets words, never a repr.
 
 Mirrors no vLLM or SGLang file (kvlab's pictures).
@@ -16,7 +16,7 @@ Example:
     >>> [event_sentence(e, s) for e, s in zip(m.log, m.snapshots[1:])]  # doctest: +NORMALIZE_WHITESPACE
     ['R1 arrives with 6 tokens: it takes P0, P1 (P1 has 2 of 4 slots used)',
      'R2 forks R1: it shares all 2 blocks P0, P1 (ref count +1 each, nothing copied)',
-     'R2 writes into shared block P1: copy it to P2, then write there (copy-on-write)',
+     'R2 writes into shared block P1: copy it to P2, where the write will go (copy-on-write)',
      'R2 writes position 6 into its own block P2 (3 of 4 slots used)']
 """
 from __future__ import annotations
@@ -97,7 +97,7 @@ def event_sentence(event: Event, after: MemorySnapshot | None = None) -> str:
         return (f"{seq} forks {d.get('parent', '?')}: it shares all {_plural(len(ids), 'block')} {block_list(ids)} "
                 "(ref count +1 each, nothing copied)")
     if k == "cow":
-        return (f"{seq} writes into shared block P{d.get('src')}: copy it to P{d.get('dst')}, then write there "
+        return (f"{seq} writes into shared block P{d.get('src')}: copy it to P{d.get('dst')}, where the write will go "
                 "(copy-on-write)")
     if k == "share_prefix":
         released = d.get("released") or []

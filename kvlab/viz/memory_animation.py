@@ -4,7 +4,7 @@ A run recorded with ``BlockManager(record=True)`` keeps one :class:`MemorySnapsh
 every event of its log (plus the start). :func:`memory_frames` pairs each event with the
 snapshot after it: the event's blocks highlighted, a copy-on-write drawn as an arc from the
 source block to its copy, and the caption one plain sentence (:func:`kvlab.viz.captions.event_sentence`:
-"R2 writes into shared block P1: copy it to P6, then write there (copy-on-write)").
+"R2 writes into shared block P1: copy it to P6, where the write will go (copy-on-write)").
 :func:`animate_memory_map` draws them as one plotly animation (slider, play/pause; no kernel
 needed) and :func:`memory_map_stepper` in the stepper widget. Both number the frames the same
 way, from 1: the animation's slider and its subtitle say "step 3 / 16" where the stepper says
