@@ -166,12 +166,19 @@ def test_review_r6_a_clicked_finished_request_shows_its_path_and_the_legend_what
             const s = window.kvlabState, row = s.requests.find(r => r.rid === rid), path = new Set(row.path);
             const kv = new Set(s.tree.filter(t => path.has(t.id)).flatMap(t => t.kv));
             const op = document.getElementById('pool').data[0].marker.opacity;
-            return {path: row.path.length, bright: op.map((o, b) => o === 1 ? b : -1).filter(b => b >= 0),
+            return {path: row.path.length, bright: op.map((o, b) => o === 1 ? b : -1).filter(b => b >= 0), op,
+                    st: s.blocks.state, widths: document.getElementById('pool').data[0].marker.line.width,
                     kv: [...kv].sort((a, b) => a - b), legend: document.getElementById('legend').textContent,
                     shared: s.blocks.state.some(x => x === 3), locked: s.tree.some(t => t.lock)}; }""", rid)
         assert got["path"] and got["kv"] and got["bright"] == got["kv"], got
         assert ("shared" in got["legend"]) == got["shared"] and ("locked" in got["legend"]) == got["locked"], got
         assert "copy-on-write" not in got["legend"] and "free" in got["legend"], got
+        # a dimmed cached block (the tree's only) keeps its outline and more of its fill than a dimmed free one
+        dim = {st: {o for o, x in zip(got["op"], got["st"]) if x == st and o < 1} for st in (0, 2)}
+        assert all(o > max(dim[0]) for o in dim[2]) if dim[0] and dim[2] else True, dim
+        assert all(w == 2 for w, x in zip(got["widths"], got["st"]) if x == 2), got["widths"]
+        assert all(w == 0 for w, x in zip(got["widths"], got["st"]) if x == 0), got["widths"]
+        assert "dark outline on a block" in got["legend"], got["legend"]
     finally:
         ctx.close()
 
@@ -249,7 +256,10 @@ def test_an_eviction_flashes_the_blocks_it_freed(browser):
         snap = _settled_snapshot(page)     # state and drawing read together: later events redraw in between
         after, widths, fills, white = snap["state"], snap["widths"], snap["fills"], snap["white"]
         gone = [b for b, (x, y) in enumerate(zip(before["blocks"]["state"], after["blocks"]["state"])) if x == 2 > y]
-        flashing = {b for b, w in enumerate(widths) if w > 0}             # (a state in between may flash more)
+        flashing = {b for b, w in enumerate(widths) if w > 2}             # (a state in between may flash more)
+        # the rest: a block only the tree holds in its 2 px dark outline, every other one (free, running) in none
+        assert all(w == (2 if st == 2 else 0) for b, (w, st) in enumerate(zip(widths, after["blocks"]["state"]))
+                   if b not in flashing), (widths, after["blocks"]["state"])
         assert gone and set(gone) <= flashing and all(before["blocks"]["state"][b] == 2 for b in flashing)
         ghosts = after["evicted_nodes"]
         assert ghosts and all(g["evicted"] for g in ghosts)

@@ -76,11 +76,29 @@ def test_the_recorded_pool_shows_what_the_last_request_hit_and_computed():
     assert pool == [HIT, HIT, MISS, MISS, "#9e9e9e", "#9e9e9e", "#eeeeee", "#eeeeee"]
     legend, drawn = _legend_and_drawn(fig)
     assert {"free", "the last request's hit (found in the tree)", "what it computed (now cached)",
-            "cached, not used by it"} == set(legend)
-    assert all(c in drawn for c in legend.values())
+            "cached, not used by it", _OUTLINE} == set(legend)
+    assert all(c in drawn for name, c in legend.items() if name != _OUTLINE)
     assert "found in the tree" in fig.data[0].text[0] and "computed" in fig.data[0].text[2]
     legend, _ = _legend_and_drawn(serve_view.dashboard_figure(_finished(("computed", "computed", "computed"))))
-    assert set(legend) == {"free", "what it computed (now cached)"}  # R1 on an empty tree: no hit, no grey
+    assert set(legend) == {"free", "what it computed (now cached)", _OUTLINE}  # R1 on an empty tree: no hit, no grey
+
+
+_OUTLINE = serve_view._OUTLINE_NAME
+
+
+def test_a_cached_block_is_outlined_and_a_free_one_is_plain():
+    """Review of lesson 12's dashboard: a cached block (held by the tree only, no running request)
+    looked like a free one once dimmed. Now every block only the tree holds keeps its colour in a dark
+    outline, free blocks are plain light grey with none, and the legend's swatches are drawn the same."""
+    fig = serve_view.dashboard_figure(_finished(("hit", "computed", "")))
+    widths = list(fig.data[0].marker.line.width)
+    assert widths == [2] * 6 + [0, 0], widths
+    swatch = {t.name: t.marker.line.width for t in fig.data if t.showlegend}
+    assert swatch["free"] == 0 and swatch["cached, not used by it"] == 2 and swatch[_OUTLINE] == 3, swatch
+    running = _state()                                     # a block a request holds is not outlined
+    st = running["blocks"]["state"]
+    got = list(serve_view.dashboard_figure(running).data[0].marker.line.width)
+    assert got == [2 if x == 2 else 0 for x in st], (got, st)
 
 
 @pytest.mark.parametrize("classroom", [False, True])

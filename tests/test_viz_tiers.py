@@ -3,6 +3,7 @@ off its controls, the stepper's caption counts steps once, and the tree coloured
 with both pools."""
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -48,7 +49,9 @@ def test_lifecycle_graphs_fit_850px_with_readable_text(run):
         assert w * 4 / 3 <= 850, w
         tag = re.search(r"<svg\b[^>]*>", svg).group(0)
         assert 'width="100%"' in tag and "max-width" in tag and 'height="' not in tag
-    assert all('rankdir=TB' in g.source for g in fig.graphs)
+    assert ['rankdir=TB' in g.source for g in fig.graphs] == [True, True, False]   # the node's: left to right
+    node = fig.graphs[2].source
+    assert "rankdir=LR" in node and node.count("rank=same") == 2, node
     assert min(int(x) for x in re.findall(r'fontsize=(\d+)', fig.source)) >= 12
 
 
@@ -427,3 +430,62 @@ def test_review_r5_edge_labels_are_padded_not_spaced(run):
             assert edges and all('label=<<table border="0" cellborder="0" cellpadding="4"><tr><td>' in e for e in edges)
             texts = re.findall(r"<td>(.*?)</td>", src)
             assert texts and all(t == t.strip() and "\u2002" not in t and "\u2003" not in t for t in texts), texts
+
+
+def _edge_crossings(svg: str) -> list[tuple[str, str]]:
+    """Pairs of a graph's edges whose drawn paths cross (sampled cubic Béziers, away from the nodes
+    they share), and edges that run through another edge's label text."""
+    import numpy as np
+
+    edges = []
+    for m in re.finditer(r'<g id="edge\d+" class="edge">\s*<title>(.*?)</title>(.*?)</g>', svg, re.S):
+        name, body = html.unescape(m.group(1)), m.group(2)
+        d = re.search(r'<path[^>]* d="M([^"]+)"', body).group(1)
+        pts = np.array([[float(v) for v in p.split(",")] for p in re.split(r"[C ]+", d.strip()) if "," in p])
+        curve = []
+        for i in range(0, len(pts) - 3, 3):
+            for t in np.linspace(0, 1, 12):
+                p0, p1, p2, p3 = pts[i:i + 4]
+                curve.append((1 - t) ** 3 * p0 + 3 * (1 - t) ** 2 * t * p1 + 3 * (1 - t) * t ** 2 * p2 + t ** 3 * p3)
+        texts = [(float(x), float(y), len(t)) for x, y, t in re.findall(r'<text[^>]* x="([-0-9.]+)" y="([-0-9.]+)"[^>]*>([^<]*)<', body)]
+        edges.append((name, np.array(curve), set(name.split("->")), texts))
+
+    def cross(a, b):
+        for i in range(len(a) - 1):
+            for j in range(len(b) - 1):
+                p, r, q, s = a[i], a[i + 1] - a[i], b[j], b[j + 1] - b[j]
+                den = r[0] * s[1] - r[1] * s[0]
+                if abs(den) < 1e-9:
+                    continue
+                t = ((q - p)[0] * s[1] - (q - p)[1] * s[0]) / den
+                u = ((q - p)[0] * r[1] - (q - p)[1] * r[0]) / den
+                if 0 <= t <= 1 and 0 <= u <= 1:
+                    return True
+        return False
+
+    out = []
+    for i, (na, ca, ea, _) in enumerate(edges):
+        for nb, cb, eb, tb in edges[i + 1:] + edges[:i]:
+            if nb > na and not (ea & eb) and cross(ca, cb):
+                out.append((na, nb))
+            for x, y, n in tb:        # text centred on x, baseline y, about 0.55 em a character at 12-14 pt
+                w = 0.55 * 14 * n / 2
+                if any(abs(px - x) < w and y - 11 < py < y + 2 for px, py in ca):
+                    out.append((na, f"label of {nb}"))
+    return out
+
+
+def test_the_node_machine_is_short_and_no_edge_crosses_another(run):
+    """Review of lesson 10's state-machine figure: the node machine (device, both, host, disk,
+    evicted) was drawn top to bottom, 420 pt tall, and its split and evict edges crossed. Left to
+    right, as a loop round "new", it is wider than tall and no two edges that share no state cross,
+    with counts (as lesson 10 draws it: nor through a label) or event names, at both sizes."""
+    cm, _, _ = run
+    for font_pt in (None, 14):
+        for events in (False, True):
+            g = V._machine_graph("node", cm.tree.tracker.counts, set(), V.theme(), font_pt, events=events)
+            svg = g.pipe(format="svg", encoding="utf-8")
+            w, h = map(float, re.search(r'width="([0-9.]+)pt" height="([0-9.]+)pt"', svg).groups())
+            assert h < w and h <= 320, (font_pt, events, w, h)
+            bad = [c for c in _edge_crossings(svg) if not (events and c[1].startswith("label of"))]
+            assert bad == [], (font_pt, events, bad)   # named: an xlabel beside a column may touch an evict edge

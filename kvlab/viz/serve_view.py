@@ -36,6 +36,10 @@ __all__ = ["DASHBOARD_REQUEST_COLORS", "WORKER_COLORS", "served_page_size_contro
 _BLOCK = {0: "#eeeeee", 2: "#9e9e9e", 3: "#222222"}       # free, cached only, shared (as the live page)
 _MARK = {"hit": HIT, "computed": MISS, "": _BLOCK[2]}     # a node the last request did not touch: cached
 _EVICTED = "#ff0000"
+# A block only the tree holds (state 2: cached, no running request) keeps its colour inside this dark
+# outline; a free block is plain light grey (as the live page, where the outline survives dimming).
+_TREE_ONLY = ("#333333", 2)
+_OUTLINE_NAME = "dark outline on a block: held by the tree only (no running request)"
 # The live page's request colours (kvlab/serve/static/dashboard.html, PALETTE; a test compares them):
 # none of them is a mark's (red evicted, orange copy-on-write, green hit, blue computed, the greys).
 DASHBOARD_REQUEST_COLORS = ("#9467bd", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#f7b6d2")
@@ -88,7 +92,8 @@ def block_marks(state: dict) -> list[str]:
 def dashboard_data(state: dict) -> dict:
     """What the figure draws: each block's colour (the last request's hit green and computed blue,
     as its tree nodes; else free, cached, shared, or a running request's colour), and each tree
-    node's colour (hit green, computed blue, evicted white) and label."""
+    node's colour (hit green, computed blue, evicted white) and label; ``outlined``: the blocks only
+    the tree holds (cached, no running request), drawn in a dark outline so none reads as free."""
     holders, colors = state["blocks"]["holders"], []
     marks = block_marks(state)
     for b, st in enumerate(state["blocks"]["state"]):
@@ -97,6 +102,7 @@ def dashboard_data(state: dict) -> dict:
                       _BLOCK[st] if st != 1 else dashboard_request_color(reqs[0] if reqs else "?"))
     nodes = list(state["tree"]) + list(state.get("evicted_nodes", []))
     return {"colors": colors, "nodes": nodes, "block_marks": marks,
+            "outlined": [st == 2 for st in state["blocks"]["state"]],
             "node_colors": ["#ffffff" if n["evicted"] else _MARK[n["mark"]] for n in nodes]}
 
 
@@ -105,25 +111,30 @@ def _legend_traces(state: dict, d: dict) -> list[Any]:
     import plotly.graph_objects as go
 
     blocks, entries = state["blocks"], []
-    drawn = set(d["colors"])
+    drawn, outlined = set(d["colors"]), d["outlined"]
+    edge_of = {c: _TREE_ONLY if any(o and x == c for x, o in zip(d["colors"], outlined)) else ("#888", 0)
+               for c in drawn}                                 # a swatch outlined as its blocks are
     if _BLOCK[0] in drawn:
-        entries.append(("free", _BLOCK[0], "square", "#888"))
+        entries.append(("free", _BLOCK[0], "square", ("#888", 0)))
     marks = {n["mark"] for n in d["nodes"] if not n["evicted"]} | set(d["block_marks"])
-    entries += [(t, _MARK[m], "square", "#888") for m, t in (("hit", "the last request's hit (found in the tree)"),
-                                                           ("computed", "what it computed (now cached)")) if m in marks]
+    entries += [(t, _MARK[m], "square", edge_of.get(_MARK[m], ("#888", 0)))
+                for m, t in (("hit", "the last request's hit (found in the tree)"),
+                             ("computed", "what it computed (now cached)")) if m in marks]
     if _BLOCK[2] in drawn or "" in {n["mark"] for n in d["nodes"] if not n["evicted"]}:
-        entries.append(("cached, not used by it", _BLOCK[2], "square", "#888"))
+        entries.append(("cached, not used by it", _BLOCK[2], "square", edge_of.get(_BLOCK[2], ("#888", 0))))
+    if any(outlined):
+        entries.append((_OUTLINE_NAME, "#ffffff", "square", (_TREE_ONLY[0], _TREE_ONLY[1] + 1)))
     if _BLOCK[3] in drawn:
-        entries.append(("shared (ref count > 1)", _BLOCK[3], "square", "#888"))
+        entries.append(("shared (ref count > 1)", _BLOCK[3], "square", ("#888", 0)))
     running = sorted({next((h for h in hs if h != "tree"), "?") for hs, st in zip(blocks["holders"], blocks["state"])
                       if st == 1}, key=lambda r: (len(r), r))  # the requests whose colour a block shows
-    entries += [(f"{rid}: running", dashboard_request_color(rid), "square", "#888") for rid in running]
+    entries += [(f"{rid}: running", dashboard_request_color(rid), "square", ("#888", 0)) for rid in running]
     if any(n["evicted"] for n in d["nodes"]):
-        entries.append(("evicted (its ghost)", "#ffffff", "circle", _EVICTED))
+        entries.append(("evicted (its ghost)", "#ffffff", "circle", (_EVICTED, 1)))
     if any(n.get("lock") for n in d["nodes"]):
-        entries.append(("locked (a square node)", "#ffffff", "square", "#555"))
+        entries.append(("locked (a square node)", "#ffffff", "square", ("#555", 1)))
     return [go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True, hoverinfo="skip",
-                       marker=dict(symbol=sym, size=14, color=fill, line=dict(width=1, color=edge)))
+                       marker=dict(symbol=sym, size=14, color=fill, line=dict(width=edge[1], color=edge[0])))
             for name, fill, sym, edge in entries]
 
 
@@ -162,7 +173,8 @@ def _pool_trace(state: dict, d: dict, cols: int, size: int) -> Any:
     n = state["num_blocks"]
     what = {"hit": "found in the tree by the last request", "computed": "computed by the last request"}
     return go.Scatter(x=[b % cols for b in range(n)], y=[-(b // cols) for b in range(n)], mode="markers",
-                      marker=dict(symbol="square", size=size, color=d["colors"], line=dict(width=1, color="#888")),
+                      marker=dict(symbol="square", size=size, color=d["colors"],
+                                  line=dict(width=[_TREE_ONLY[1] if o else 0 for o in d["outlined"]], color=_TREE_ONLY[0])),
                       text=[f"block {b}: ref count {state['blocks']['ref'][b]}"
                             + (f", {what[d['block_marks'][b]]}" if d["block_marks"][b] else "") for b in range(n)],
                       hoverinfo="text", showlegend=False)

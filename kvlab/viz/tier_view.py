@@ -100,14 +100,20 @@ EDGE_LABELS: dict[str, dict[tuple[str, str], str]] = {
              ("device", "evicted"): "evict", ("host", "evicted"): "evict_host", ("disk", "evicted"): "miss"},
 }
 _TITLES = {"device": "a device (GPU) block", "host": "a host (DRAM) block", "node": "where a radix node's KV lives"}
-# states drawn side by side, the first on the left, whatever the counts on the edges (review r2: the node
-# machine had its disk on the right in section 3 and on the left in the section 4 stepper)
-_SAME_RANK = {"node": ("host", "disk")}
+# The node machine left to right, as a loop with "new" inside it (review: top to bottom it was 420 pt tall and
+# its split and evict edges crossed): device above both on the left, disk above host on the right, evicted
+# at the far right; device -> both -> host -> disk -> device runs round "new", whose four edges go out to the
+# corners, and the evict edges leave the loop on its right. The same layout whatever the counts on the edges
+# (review r2: the node machine had its disk on the right in section 3 and on the left in the section 4 stepper). Each rank's nodes listed top to bottom; the edges
+# in _BACKWARD are written head first (dir=back), so that dot ranks and orders them as drawn: no two cross.
+_LOOP = {"node": (("device", "both"), ("disk", "host"))}
+_BACKWARD = {"node": {("new", "device"), ("new", "both"), ("host", "disk"), ("disk", "device"), ("host", "both")}}
 
 
 def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None,
                    events: bool = True, compact: bool | None = None) -> Any:
-    """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others);
+    """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others;
+    the node's left to right, a loop with no two edges crossing, :data:`_LOOP`);
     ``font_pt``: its text size (default the theme's, 4 pt more on a projector; given: ranks closer
     too, a compact diagram for a stepper on a projector); ``events=False``: the edges carry their
     counts only, not the event that takes them (a lesson that asks for the events first), and the
@@ -119,7 +125,7 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
     compact = bool(font_pt) if compact is None else compact
     g = graphviz.Digraph(f"lifecycle_{m}", format="svg")
     g.attr(label=f"<<b>{_TITLES[m]}</b>>", labelloc="t", fontsize=fs, fontname="Helvetica,Arial,sans-serif",
-           rankdir="TB", nodesep="0.45" if compact else "0.25", ranksep="0.22" if compact else "0.35", bgcolor="white", margin="0.05")
+           rankdir="LR" if m in _LOOP else "TB", nodesep="0.45" if compact else "0.25", ranksep="0.22" if compact else "0.35", bgcolor="white", margin="0.05")
     g.attr("node", shape="box", style="rounded,filled", fontsize=fs, fontname="Helvetica,Arial,sans-serif",
            **({"height": "0.3", "margin": "0.08,0.03"} if compact else {}))
     g.attr("edge", fontsize=fs, fontname="Helvetica,Arial,sans-serif", arrowsize="0.7")
@@ -127,11 +133,11 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
         shape = "circle" if s == "new" else "box"
         g.node(f"{m}_{s}", s, fillcolor=STATE_COLORS[m][s], shape=shape,  # "new" named: exercise 3 uses it
                margin="0.02" if s == "new" else "", fontcolor="white" if s in ("allocated", "locked") else "black")
-    if m in _SAME_RANK:   # one rank, left to right (a flat edge's tail sits left of its head): the same layout always
-        with g.subgraph() as row:
-            row.attr(rank="same")
-            for s in _SAME_RANK[m]:
-                row.node(f"{m}_{s}")
+    for rank in _LOOP.get(m, ()):   # one column each, top to bottom: the same layout always
+        with g.subgraph() as col:
+            col.attr(rank="same")
+            for s in rank:
+                col.node(f"{m}_{s}")
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
@@ -142,15 +148,19 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
             text = (f'<<table border="0" cellborder="0" cellpadding="4"><tr><td>'
                     f'{html.escape(text.strip()).replace(chr(10), "<br/>")}</td></tr></table>>')
         hot = (m, src, dst) in bold
-        loose = {} if events or src != "new" or dst == "device" else {"constraint": "false"}  # unnamed, the splits
-        g.edge(f"{m}_{src}", f"{m}_{dst}", label=text, penwidth="3.5" if hot else str(th.line_width), **loose,
+        loose = {} if events or src != "new" or dst == "device" or m in _LOOP else {"constraint": "false"}  # the splits
+        ends = (f"{m}_{dst}", f"{m}_{src}") if (src, dst) in _BACKWARD.get(m, ()) else (f"{m}_{src}", f"{m}_{dst}")
+        if ends[0] != f"{m}_{src}":
+            loose["dir"] = "back"                                # written head first, drawn tail to head
+        flat = any(src in r and dst in r for r in _LOOP.get(m, ()))   # up or down a column: its label beside it
+        g.edge(*ends, **{"xlabel" if flat else "label": text}, penwidth="3.5" if hot else str(th.line_width), **loose,
                color=TAKEN if hot else ("#444444" if n or counts is None else "#c8c8c8"),
                fontcolor="#000000" if n or counts is None else "#777777")
     return g
 
 
 class LifecycleFigure:
-    """The three state machines side by side, each its own top-to-bottom graph, in a row that
+    """The three state machines side by side, each its own graph (the node's left to right), in a row that
     wraps: at 850 px the device and host machines share a row and the node machine takes the
     next, each SVG at its drawn size (text never below 12 px) and never wider than the output
     (``max-width: 100%``). ``source`` is the DOT of all three (tests read it); ``html()`` the

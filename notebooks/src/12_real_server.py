@@ -113,7 +113,9 @@ print(f"R4's tokens and R1's (its {len(p1)} prompt tokens, then its {len(o1)} ge
 # The server draws its own state at `/dashboard`: the **pool** and the **tree** in one code of
 # colours. Green is what the last request found in the tree (its nodes, and the blocks holding
 # them), blue what it computed (now cached too), mid grey what the tree caches that it did not
-# use, light grey a free block; a block held by a running request only is in that request's
+# use, light grey a free block. A block only the tree holds (cached, no running request) keeps its
+# colour inside a dark outline, so it never reads as free, also when a click dims it; a free block
+# has none. A block held by a running request only is in that request's
 # colour, one shared by several holders black; a block just evicted flashes red, a copy-on-write
 # copy orange; a locked node is square. Then the **requests** (prompt, cached, output, time to
 # first token). The page is pushed by server-sent events from snapshots taken on the engine
