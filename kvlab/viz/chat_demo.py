@@ -36,6 +36,7 @@ __all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure"
            "start_held", "new_conversation_sentence",
            "TREE_MAX_PX"]
 
+CHAT_LEGEND_GAP_PT = 2  # the empty space between the tree's legend and the tree (the stepper's is 12)
 TREE_MAX_PX = 380  # classroom mode: the tallest the chat's tree is drawn (599 px hold the controls above it)
 
 
@@ -118,7 +119,10 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
                        miss=last.miss_nodes if last else frozenset(), detokenize=mid_word_decode(snap, session.tok.decode),
                        node_labels=dict(labels or {}),
                        title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
-    graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False)
+    # a small gap under the legend: in classroom mode the tree is capped at TREE_MAX_PX, and every point of
+    # height shrinks its text (R4's tree kept 16 px with 2 pt, not with the stepper's 12)
+    graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False,
+                             legend_gap_pt=CHAT_LEGEND_GAP_PT)
     graph.graph_attr["pad"] = "0.15"  # a margin round the tree: the widest row's boxes touched the edge (review r7)
     if theme().high_contrast and "rankdir=TB" in graph.source:
         # drawn top to bottom and shrunk to TREE_MAX_PX, rows 0.3 in apart ended ~10 px apart, the arrowheads
