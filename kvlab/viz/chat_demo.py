@@ -36,6 +36,7 @@ __all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure"
            "start_held", "new_conversation_sentence",
            "TREE_MAX_PX"]
 
+CHAT_LEGEND_GAP_PT = 2  # the empty space between the tree's legend and the tree (the stepper's is 12)
 TREE_MAX_PX = 380  # classroom mode: the tallest the chat's tree is drawn (599 px hold the controls above it)
 
 
@@ -118,7 +119,10 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
                        miss=last.miss_nodes if last else frozenset(), detokenize=mid_word_decode(snap, session.tok.decode),
                        node_labels=dict(labels or {}),
                        title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
-    graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False)
+    # a small gap under the legend: in classroom mode the tree is capped at TREE_MAX_PX, and every point of
+    # height shrinks its text (R4's tree kept 16 px with 2 pt, not with the stepper's 12)
+    graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False,
+                             legend_gap_pt=CHAT_LEGEND_GAP_PT)
     graph.graph_attr["pad"] = "0.15"  # a margin round the tree: the widest row's boxes touched the edge (review r7)
     if theme().high_contrast and "rankdir=TB" in graph.source:
         # drawn top to bottom and shrunk to TREE_MAX_PX, rows 0.3 in apart ended ~10 px apart, the arrowheads
@@ -297,10 +301,19 @@ def _on_enter(text: Any, action: Any) -> None:
 
 
 def _build(session: ChatSession) -> _Widgets:
+    """The live chat box on ``session``: its widgets (:func:`_make_widgets`), wired to the session
+    (:func:`_wire`), showing the state after the turns already asked."""
+    w = _make_widgets()
+    _wire(session, w)
+    return w
+
+
+def _make_widgets() -> _Widgets:
+    """The chat's widgets, laid out: the question box and its buttons, the caption, and one view at
+    a time under them (:func:`_view_picker`). Nothing is wired to a session yet."""
     import ipywidgets as W
 
     from .palette import classroom_css
-    from .stepper import figure_output
 
     text = W.Text(placeholder="ask the shop assistant something", layout=W.Layout(width="300px", max_width="100%"))
     text.add_class("kvlab-chat-text")
@@ -314,8 +327,24 @@ def _build(session: ChatSession) -> _Widgets:
     tree.add_class("kvlab-svg")
     pool.add_class("kvlab-figure")
     css = classroom_css("kvlab-chat")
-    # One view at a time under the controls (the prompt's tokens, the tree, the pool): the question
-    # box, the caption and what the turn changed fit one projector screen (599 px at 1280x720).
+    pick, shown = _view_picker(tokens, tree, pool)
+    parts = ([W.HTML(css)] if css else []) + [
+        W.HBox([text, *buttons.values()], layout=W.Layout(flex_flow="row wrap", max_width="100%")),
+        caption, pick, shown]
+    box = W.VBox(parts, layout=W.Layout(max_width="100%"))
+    box.add_class("kvlab-control")
+    box.add_class("kvlab-chat")
+    return _Widgets(box, text, tokens, tree, pool, caption, buttons)
+
+
+def _view_picker(tokens: Any, tree: Any, pool: Any) -> tuple[Any, Any]:
+    """Toggle buttons and the box that shows the view they pick: the prompt's tokens, the tree or the pool.
+
+    One view at a time under the controls: the question box, the caption and what the turn changed
+    fit one projector screen (599 px at 1280x720). Example: picking "radix tree" shows ``tree`` alone.
+    """
+    import ipywidgets as W
+
     views = {"this turn's tokens": tokens, "radix tree": tree, "block pool": pool}
     pick = W.ToggleButtons(options=list(views), value="this turn's tokens",  # no "show:" label: a row less
                            style={"button_width": "auto"},   # classroom mode cut "this turn's tokens"
@@ -328,23 +357,29 @@ def _build(session: ChatSession) -> _Widgets:
         shown.children = (views[change["new"]],)
 
     pick.observe(choose, names="value")
-    parts = ([W.HTML(css)] if css else []) + [
-        W.HBox([text, *buttons.values()], layout=W.Layout(flex_flow="row wrap", max_width="100%")),
-        caption, pick, shown]
-    box = W.VBox(parts, layout=W.Layout(max_width="100%"))
-    box.add_class("kvlab-control")
-    box.add_class("kvlab-chat")
-    w = _Widgets(box, text, tokens, tree, pool, caption, buttons)
+    return pick, shown
+
+
+def _show(session: ChatSession, w: _Widgets, note: str = "") -> None:
+    """Draw the session's state in ``w``: ``note`` (or the last turn's sentence) as the caption, the
+    last turn's token chips, the tree and the pool."""
+    from .stepper import figure_output
+
+    last = session.turns[-1] if session.turns else None
+    w.caption.value = html.escape(note or (turn_sentence(last) + " " + continues(session) if last else
+                                           "Ask a question."))
+    w.tokens.value = token_html(session, last) if last else ""
+    w.tree.value = tree_svg(session)
+    w.pool.outputs = (figure_output(pool_figure(session)),)
+
+
+def _wire(session: ChatSession, w: _Widgets) -> None:
+    """Connect the buttons and Enter to ``session`` (send, clear the cache, new conversation) and show its state."""
+    text, caption, buttons = w.text, w.caption, w.buttons
+    chats = {"number": 1, "turns": 0}  # the conversation this demo is in, and its turns so far
 
     def show(note: str = "") -> None:
-        last = session.turns[-1] if session.turns else None
-        caption.value = html.escape(note or (turn_sentence(last) + " " + continues(session) if last else
-                                             "Ask a question."))
-        tokens.value = token_html(session, last) if last else ""
-        tree.value = tree_svg(session)
-        pool.outputs = (figure_output(pool_figure(session)),)
-
-    chats = {"number": 1, "turns": 0}  # the conversation this demo is in, and its turns so far
+        _show(session, w, note)
 
     def send(_b: Any = None) -> None:
         q = text.value
@@ -382,4 +417,3 @@ def _build(session: ChatSession) -> _Widgets:
     buttons["clear the cache"].on_click(clear)
     buttons["new conversation"].on_click(restart)
     show()
-    return w

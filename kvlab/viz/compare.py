@@ -124,61 +124,99 @@ def run_compare(
     final = _final_lengths(trace)
     steps: list[CompareStep] = []
     for i, op in enumerate(trace):
-        kind, rid = op[0], op[1]
-        ok_c = ok_p = True
-        note_c = note_p = ""
+        kind = op[0]
         if kind == "admit":
-            n = op[2]
-            try:
-                arena.admit(rid, n, final_len=final[rid] if policy == "exact" else None)
-            except OutOfContiguousSpace:
-                ok_c = False
-                note_c = f"contiguous FAILS ({arena.free_tokens} slots free, largest range {arena.largest_free_range})"
-            try:
-                pool.add_sequence(rid, n)
-            except OutOfBlocks as e:
-                ok_p, note_p = False, f"paged FAILS ({e})"
-            caption = f"admit {rid} ({n} tokens)"
+            caption, ok_c, ok_p = _admit_both(arena, pool, op, final if policy == "exact" else None)
         elif kind == "grow":
-            n = op[2]
-            copied = 0
-            if rid in arena.requests:
-                try:
-                    copied = arena.grow(rid, n)
-                except OutOfContiguousSpace as e:
-                    r = arena.requests[rid]
-                    ok_c, note_c = False, (f"contiguous FAILS (no free range of {e.needed} slots): {rid} keeps "
-                                           f"its {r.length} tokens")  # two lines with "step k / N" on a projector
-            if rid in pool.tables:
-                try:
-                    pool.append(rid, n)
-                except OutOfBlocks:
-                    ok_p, note_p = False, f"paged FAILS to grow {rid}: no free block"
-            caption = f"grow {rid} by {n}" + (f": contiguous moves it, copying {copied} token slots" if copied else "")
+            caption, ok_c, ok_p = _grow_both(arena, pool, op)
         elif kind == "finish":
-            if rid in arena.requests:
-                arena.finish(rid)
-            if rid in pool.tables:
-                pool.free(rid)
-            caption = f"finish {rid}"
+            caption, ok_c, ok_p = _finish_both(arena, pool, op)
         else:
             raise ValueError(f"trace step {i}: unknown operation {kind!r} (use admit, grow or finish)")
-        notes = [x for x in (note_c, note_p) if x]
-        if kind == "admit" and notes and ok_p:
-            notes.append("paged fits")
-        if notes:
-            caption += ": " + "; ".join(notes)
-        st = arena.stats()
-        cont = {"token_states": st.token_states, "reserved_unused": st.reserved_unused,
-                "external_fragmentation": st.external_fragmentation, "free": st.free,
-                "free_usable": st.largest_free_range, "bytes_copied": st.bytes_copied, "moves": st.moves}
-        snap = pool.snapshot(caption)
-        steps.append(CompareStep(
-            i, tuple(op), caption, capacity, block_size,
-            tuple((r.req_id, r.start, r.reserved, r.length) for r in sorted(arena.requests.values(), key=lambda r: r.start)),
-            cont, snap, _paged_stats(snap), ok_c, ok_p,
-        ))
+        steps.append(_record_step(i, op, caption, capacity, block_size, arena, pool, ok_c, ok_p))
     return steps
+
+
+def _with_notes(caption: str, note_c: str, note_p: str, admit: bool, ok_p: bool) -> str:
+    """``caption`` followed by the sides' failure notes; an admit that only contiguous refused adds "paged fits".
+
+    Example: ``_with_notes("admit D' (24 tokens)", "contiguous FAILS (...)", "", True, True)``
+    -> ``"admit D' (24 tokens): contiguous FAILS (...); paged fits"``.
+    """
+    notes = [x for x in (note_c, note_p) if x]
+    if admit and notes and ok_p:
+        notes.append("paged fits")
+    return caption + (": " + "; ".join(notes) if notes else "")
+
+
+def _admit_both(arena: ContiguousArena, pool: BlockManager, op: tuple,
+                final: dict[str, int] | None) -> tuple[str, bool, bool]:
+    """``("admit", rid, n)`` on both sides; ``final`` (policy ``exact``): each request's final length to reserve.
+
+    Returns the step's caption and whether each side (contiguous, paged) took it."""
+    rid, n = op[1], op[2]
+    ok_c = ok_p = True
+    note_c = note_p = ""
+    try:
+        arena.admit(rid, n, final_len=final[rid] if final is not None else None)
+    except OutOfContiguousSpace:
+        ok_c = False
+        note_c = f"contiguous FAILS ({arena.free_tokens} slots free, largest range {arena.largest_free_range})"
+    try:
+        pool.add_sequence(rid, n)
+    except OutOfBlocks as e:
+        ok_p, note_p = False, f"paged FAILS ({e})"
+    return _with_notes(f"admit {rid} ({n} tokens)", note_c, note_p, True, ok_p), ok_c, ok_p
+
+
+def _grow_both(arena: ContiguousArena, pool: BlockManager, op: tuple) -> tuple[str, bool, bool]:
+    """``("grow", rid, n)`` on each side that holds ``rid``; a growth that does not fit fails this step only.
+
+    Returns the step's caption (with the slots contiguous copied, if it moved the request) and
+    whether each side (contiguous, paged) grew."""
+    rid, n = op[1], op[2]
+    ok_c = ok_p = True
+    note_c = note_p = ""
+    copied = 0
+    if rid in arena.requests:
+        try:
+            copied = arena.grow(rid, n)
+        except OutOfContiguousSpace as e:
+            r = arena.requests[rid]
+            ok_c, note_c = False, (f"contiguous FAILS (no free range of {e.needed} slots): {rid} keeps "
+                                   f"its {r.length} tokens")  # two lines with "step k / N" on a projector
+    if rid in pool.tables:
+        try:
+            pool.append(rid, n)
+        except OutOfBlocks:
+            ok_p, note_p = False, f"paged FAILS to grow {rid}: no free block"
+    caption = f"grow {rid} by {n}" + (f": contiguous moves it, copying {copied} token slots" if copied else "")
+    return _with_notes(caption, note_c, note_p, False, ok_p), ok_c, ok_p
+
+
+def _finish_both(arena: ContiguousArena, pool: BlockManager, op: tuple) -> tuple[str, bool, bool]:
+    """``("finish", rid)`` on each side that holds ``rid``; it never fails. Example caption: ``"finish A"``."""
+    rid = op[1]
+    if rid in arena.requests:
+        arena.finish(rid)
+    if rid in pool.tables:
+        pool.free(rid)
+    return f"finish {rid}", True, True
+
+
+def _record_step(i: int, op: tuple, caption: str, capacity: int, block_size: int, arena: ContiguousArena,
+                 pool: BlockManager, ok_c: bool, ok_p: bool) -> CompareStep:
+    """Both sides' state after trace operation ``i`` as one :class:`CompareStep`."""
+    st = arena.stats()
+    cont = {"token_states": st.token_states, "reserved_unused": st.reserved_unused,
+            "external_fragmentation": st.external_fragmentation, "free": st.free,
+            "free_usable": st.largest_free_range, "bytes_copied": st.bytes_copied, "moves": st.moves}
+    snap = pool.snapshot(caption)
+    return CompareStep(
+        i, tuple(op), caption, capacity, block_size,
+        tuple((r.req_id, r.start, r.reserved, r.length) for r in sorted(arena.requests.values(), key=lambda r: r.start)),
+        cont, snap, _paged_stats(snap), ok_c, ok_p,
+    )
 
 
 def _final_lengths(trace: Sequence[tuple]) -> dict[str, int]:

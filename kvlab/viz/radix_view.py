@@ -152,6 +152,7 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10, detail: bool =
 # The widest a tree may be drawn (points) before it is laid out top-to-bottom instead: an
 # output area of about 850 px shows a wider SVG scaled down, and its text with it.
 MAX_WIDTH_PT = {False: 880, True: 1000}
+LEGEND_GAP_PT = 12  # empty space between the legend and the tree: the legend never reads as part of the top node
 
 
 def _svg_width_pt(g: Any) -> float:
@@ -161,7 +162,7 @@ def _svg_width_pt(g: Any) -> float:
 
 def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "simulated",
                      max_chars: int = 10, legend: bool = True, rankdir: str | None = None, locks: bool = True,
-                     compact: bool = False, detail: bool = True) -> Any:
+                     compact: bool = False, detail: bool = True, legend_gap_pt: int = LEGEND_GAP_PT) -> Any:
     """One tree as a ``graphviz.Digraph`` (``.source`` is the DOT text, ``.pipe('svg')`` the picture).
 
     The caption is wrapped (about 70 characters a line, 50 in classroom mode) so that it never
@@ -173,20 +174,22 @@ def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "
     legend on one row, the ranks closer (a projector's 599 px hold the stepper's controls, its
     caption and the whole tree; the frames, drawn on one canvas, keep the header in place).
     ``detail=False``: each node on one line, without its lock count and last access time.
+    ``legend_gap_pt``: the empty space between the legend and the tree.
     """
     if rankdir is None:
-        wide = _radix_graph(state, caption, source, max_chars, legend, "LR", locks, compact, detail)
+        wide = _radix_graph(state, caption, source, max_chars, legend, "LR", locks, compact, detail, legend_gap_pt)
         if _svg_width_pt(wide) <= MAX_WIDTH_PT[theme().high_contrast]:
             return wide
-        tall = _radix_graph(state, caption, source, max_chars, legend, "TB", locks, compact, detail)
+        tall = _radix_graph(state, caption, source, max_chars, legend, "TB", locks, compact, detail, legend_gap_pt)
         return tall if _svg_width_pt(tall) < _svg_width_pt(wide) else wide
     if rankdir not in ("LR", "TB"):
         raise ValueError(f"rankdir must be 'LR', 'TB' or None, got {rankdir!r}")
-    return _radix_graph(state, caption, source, max_chars, legend, rankdir, locks, compact, detail)
+    return _radix_graph(state, caption, source, max_chars, legend, rankdir, locks, compact, detail, legend_gap_pt)
 
 
 def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: int, legend: bool,
-                 rankdir: str, locks: bool = True, compact: bool = False, detail: bool = True) -> Any:
+                 rankdir: str, locks: bool = True, compact: bool = False, detail: bool = True,
+                 legend_gap_pt: int = LEGEND_GAP_PT) -> Any:
     import textwrap
 
     import graphviz
@@ -211,7 +214,7 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     if legend:
         kinds = ({n["kind"] for n in d["nodes"]} | ({"evictable"} if any("dashed" in n["style"] for n in d["nodes"]) else set())
                  | ({"locked"} if any(n.get("locked") for n in d["nodes"]) else set()))
-        rows += _legend_row(two_rows=th.high_contrast and not compact, kinds=kinds)
+        rows += _legend_row(two_rows=th.high_contrast and not compact, kinds=kinds, font_pt=fs, gap_pt=legend_gap_pt)
     g = graphviz.Digraph("radix", format="svg")
     g.attr(rankdir=rankdir, label=f'<<table border="0" cellspacing="3" cellpadding="2">{rows}</table>>', labelloc="t",
            labeljust="c" if compact else "l", fontsize=str(int(fs) + 1),
@@ -243,21 +246,32 @@ def _split_label(tag: str, matched: str, rest: str, count: str) -> str:
             f'<tr><td colspan="{3 if head else 2}">{esc(count)}</td></tr></table>>')
 
 
-def _legend_row(two_rows: bool = False, kinds: set[str] | None = None) -> str:
+def _legend_row(two_rows: bool = False, kinds: set[str] | None = None, font_pt: str = "",
+                gap_pt: int = LEGEND_GAP_PT) -> str:
     """The legend as table rows: only the entries this picture uses (``kinds``: hit, miss,
-    evictable, locked, evicted; None: all five), so "faded: evicted" shows only where a node is evicted."""
-    cells = {"hit": f'<td bgcolor="{HIT}"><font color="white">matched (hit, reused)</font></td>',
-             "miss": f'<td bgcolor="{MISS}"><font color="white">prefilled now (miss)</font></td>',
-             "evictable": '<td border="1" style="dashed">dashed: evictable (unlocked)</td>',
-             "locked": '<td border="1">solid: locked (a running request reads it)</td>',
-             "evicted": f'<td bgcolor="{EVICTED}"><font color="#6e6e6e">faded: evicted</font></td>'}
-    used = [c for k, c in cells.items() if kinds is None or k in kinds]
+    evictable, locked, evicted; None: all five), so "faded: evicted" shows only where a node is evicted.
+
+    Each entry is plain text (in ``font_pt``, the nodes' size), a colour's after a square of it (■),
+    in a table of its own, and an empty row of ``gap_pt`` follows: filled boxes the size of nodes,
+    right above the tree, looked like nodes attached to its top one (the review r7, lesson 07).
+    Example: ``_legend_row(kinds={"hit"})``: one row, a green ■, then "matched (hit, reused)"."""
+    # one cell an entry, a coloured square glyph before the words: graphviz stretches the legend's table to
+    # the title's width and spreads the slack over its cells (a swatch cell of its own drifted from its text)
+    entries = {"hit": (HIT, "matched (hit, reused)"), "miss": (MISS, "prefilled now (miss)"),
+               "evictable": ("", "dashed: evictable (unlocked)"),
+               "locked": ("", "solid: locked (a running request reads it)"),
+               "evicted": (EVICTED, "faded: evicted")}
+    sized = (lambda t: f'<font point-size="{font_pt}">{t}</font>') if font_pt else (lambda t: t)
+    used = ['<td align="left">' + sized((f'<font color="{colour}">&#9632;</font>&#160;' if colour else "")
+                                        + f"{words}&#160;&#160;&#160;") + "</td>"
+            for k, (colour, words) in entries.items() if kinds is None or k in kinds]
     if not used:
         return ""
-    if two_rows:  # classroom mode: two cells a row, so the legend never sets the width
-        wide = [c.replace("<td", '<td colspan="2"', 1) for c in used]
-        return "".join(f"<tr>{''.join(wide[i:i + 2])}</tr>" for i in range(0, len(wide), 2))
-    return "<tr>" + "".join(used) + "</tr>"
+    per_row = 2 if two_rows else len(used)  # classroom mode: two entries a row, so the legend never sets the width
+    rows = "".join(f"<tr>{''.join(used[i:i + per_row])}</tr>" for i in range(0, len(used), per_row))
+    table = f'<table border="0" cellspacing="0" cellpadding="2">{rows}</table>'
+    return (f'<tr><td colspan="4" cellpadding="0">{table}</td></tr>'
+            f'<tr><td colspan="4" height="{gap_pt}" cellpadding="0"></td></tr>')
 
 
 def fit_svg(svg: str, max_height_px: int | None = None) -> str:

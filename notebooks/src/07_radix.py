@@ -142,15 +142,26 @@ print(f"{len(leaves)} leaves for {len(ends)} requests; every leaf ends a request
 # %% [markdown]
 # ## 3. The picture: step through the four requests
 #
-# The tree after each request (simulated, on the real tree code): the path its prompt matched
-# in **green**, the suffix it had to prefill (and the answer cached with it) in **blue**,
-# unlocked (evictable) nodes dashed. A node that holds a question and its answer shows them on
-# two lines; its last line gives its token count (`tok`), its `lock` (the `lock_ref` of section 1:
-# how many running requests hold it; 0 on every node here, because each picture is the tree after
-# its request finished) and `t`, its last access time: the tree's clock, which ticks at every match
-# and every insert (twice a request here), stamped on each node the match or insert went through.
-# Eviction (lesson 08) frees the unlocked leaf with the smallest `t` first (least recently used). Watch step 3: R2's match ends inside node [B+C] (the few-shot examples and R1's
-# turn, one edge until now), so the tree **splits** it into [B] and [C]; the caption says so.
+# The stepper shows the tree after each request. It is simulated, on the real tree code.
+#
+# - **Green** is the path the request's prompt matched: KV it reused.
+# - **Blue** is the suffix it had to prefill, and the answer cached with it.
+# - A **dashed** border marks an unlocked node: one that can be evicted.
+# - The legend under the title says the same; the tree starts below it, from `root`.
+#
+# Each node shows its text. A node that holds a question and its answer shows them on two lines.
+# Its last line has three numbers:
+#
+# - `tok`: how many tokens the node holds.
+# - `lock`: its `lock_ref` from section 1, the number of running requests that hold it. It is 0 on
+#   every node here, because each picture is the tree after its request finished.
+# - `t`: its last access time. This is the tree's clock. It ticks at every match and every insert
+#   (twice a request here). The match or insert stamps it on each node it went through.
+#
+# Eviction (lesson 08) frees the unlocked leaf with the smallest `t` first: least recently used.
+#
+# Watch step 3. R2's match ends inside node [B+C]: the few-shot examples and R1's turn, one edge
+# until then. So the tree **splits** that node into [B] and [C], and the caption says so.
 # Press *next*.
 
 # %%
