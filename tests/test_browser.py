@@ -584,10 +584,10 @@ def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:
     _shot(page, stepper, shot)
     play = stepper.locator(".kvlab-play button").first  # the browser's timer moves on, and pause stops it
     play.click()
-    page.wait_for_function("el => !el.textContent.includes('step 4 / ')", arg=caption.element_handle(), timeout=10_000)
-    page.wait_for_function("el => el.textContent.includes('pause')", arg=play.element_handle(), timeout=10_000)
+    page.wait_for_function("el => !el.textContent.includes('step 4 / ')", arg=caption.element_handle(), timeout=30_000)  # the kernel answers the click: slow on a loaded machine
+    page.wait_for_function("el => el.textContent.includes('pause')", arg=play.element_handle(), timeout=30_000)  # the kernel answers the click: slow on a loaded machine
     play.click()
-    page.wait_for_function("el => el.textContent.includes('play')", arg=play.element_handle(), timeout=10_000)
+    page.wait_for_function("el => el.textContent.includes('play')", arg=play.element_handle(), timeout=30_000)  # the kernel answers the click: slow on a loaded machine
 
 
 def _lesson_01_cost_widget_keys(page) -> None:

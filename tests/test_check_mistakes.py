@@ -59,7 +59,7 @@ def sampling_gen_only(p, n, g, bs):
     (check.sampling_blocks, T.sampling_ceil_everything, "not pooled across samples"),
     (check.sampling_blocks, sampling_gen_only, "prompt_len % block_size + gen_len"),
     (check.sampling_blocks, T.sampling_share_partial, "partial last prompt block does not stay shared"),
-    (check.cow_append, T.cow_no_decref, "kept its reference"),
+    (check.cow_append, T.cow_no_decref, "kept this table's reference"),
     (check.cow_append, T.cow_shared_first, "the last block was full"),
     (check.paged_decode_torch, T.decode_gqa_modulo, "h // (num_heads // num_kv_heads)"),
     (check.paged_decode_torch, T.decode_ignores_table, "the block table was not used"),

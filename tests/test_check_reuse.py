@@ -821,7 +821,7 @@ def test_lesson_08_sentences_follow_its_tables():
 def test_lesson_06_checkers_name_the_mistake():
     notes = {w.__name__: [c.note for c in check.cow_append(w, verbose=False).failures]
              for w in (cow_no_decref, cow_shared_first, cow_always_copy, cow_pop_back)}
-    assert any("kept its reference" in n for n in notes["cow_no_decref"])
+    assert any("kept this table's reference" in n for n in notes["cow_no_decref"])
     assert any("the last block was full" in n for n in notes["cow_shared_first"])
     assert any("writes in place" in n for n in notes["cow_always_copy"])
     assert any("FIRST free block" in n for n in notes["cow_pop_back"])

@@ -167,6 +167,8 @@ def _prefill_by(rule: str) -> Callable:
                 continue
             earlier = [] if rule == "none" else seen[-1:] if rule == "previous" else [*seen, p] if rule == "self" else seen
             best = max((_common(p, q) if rule != "exact" else len(p) * (p == q) for q in earlier), default=0)
+            if rule == "full_miss" and p and best >= len(p):  # a prompt cached in full counted as a miss
+                best = 0
             if rule != "no_cap":
                 best = min(best, len(p) - 1)
             out.append(best if rule == "reused" else len(p) - best)
@@ -191,6 +193,8 @@ PREFILL_MISTAKES = dict([
      "served BEFORE it, then add it to the cache", _prefill_by("self")),
     ("a prompt that starts like an earlier one reuses that shared prefix, not only an exact repeat",
      _prefill_by("exact")),
+    ("a prompt cached in full still reuses all but its last token: prefill 1, not the whole prompt",
+     _prefill_by("full_miss")),
     # last: where it gives the same answer as a mistake above, that one is the likelier
     ("every prompt prefilled whole: the cache keeps the prompts served before it, and a prompt reuses the "
      "longest prefix it shares with one of them", _prefill_by("none")),
