@@ -490,6 +490,11 @@ def _is_tensor(x: Any) -> bool:
 
 
 
+def _is_tensor(v: Any) -> bool:
+    """A torch tensor, by its duck type (diagnose imports no torch)."""
+    return hasattr(v, "shape") and hasattr(v, "dtype") and hasattr(v, "equal")
+
+
 def same_value(a: Any, b: Any) -> bool:
     """Deep equality that also compares tensors (same shape, dtype and values) inside containers.
 
@@ -502,7 +507,7 @@ def same_value(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    if hasattr(a, "shape") and hasattr(a, "dtype") and hasattr(a, "equal"):  # a torch tensor
+    if _is_tensor(a):
         return a.shape == b.shape and a.dtype == b.dtype and bool(a.equal(b))
     try:
         return bool(a == b) or (a != a and b != b)  # NaN equals NaN here
@@ -565,7 +570,7 @@ def describe_change(before: Any, after: Any) -> str:
     >>> describe_change(list(range(30)), list(range(29)) + [0])
     'item 29 29 became 0'
     """
-    if hasattr(before, "shape") and hasattr(before, "dtype") and hasattr(after, "shape") and hasattr(after, "dtype"):
+    if _is_tensor(before) and _is_tensor(after):
         if tuple(before.shape) != tuple(after.shape):
             return f"its shape {tuple(before.shape)} became {tuple(after.shape)}"
         if before.dtype != after.dtype:

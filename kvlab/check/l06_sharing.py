@@ -251,7 +251,7 @@ def _cow_mistake(expected: Any, actual: Any) -> str | None:
                 "(from its front), or the next request gets it too")
     src = e_cp[0][0] if e_cp else None
     if src is not None and len(at) == len(et) + 1 and at[:-2] == et[:-1] and at[-2:] == [src, et[-1]]:
-        return (f"the copy P{et[-1]} replaces the shared block P{src} in the table (it takes the shared block's place), it is "
+        return (f"the copy P{et[-1]} replaces the shared block P{src} in the table, it is "
                 "not appended after it: the table now holds one block too many")
     arc = actual.get("ref_count", [])
     if src is not None and len(arc) > src and arc[src] == 0 < expected["ref_count"][src]:

@@ -69,7 +69,7 @@ def renew_slider(box: Any, old: Any, maximum: int | Sequence[tuple[str, Any]], o
         new = W.SelectionSlider(options=options, value=options[0][1] if value is None else value, **common)
     else:
         new = W.IntSlider(value=min(old.value, maximum) if value is None else value, min=old.min, max=maximum, **common)
-    for cls in old._dom_classes:
+    for cls in old.get_state()["_dom_classes"]:   # the widget's synced state (public), not the trait itself
         new.add_class(cls)
     if not _swap(box, old, new):
         raise ValueError(f"renew_slider: the slider {old.description!r} is not inside the box given")
