@@ -564,6 +564,15 @@ def _lesson_07_on_a_projector(page) -> None:
     span = page.evaluate(_SPAN_JS, chat.element_handle())
     assert span <= window, f"the chat with its radix tree spans {span} px, {window} px on screen"
     _shot(page, chat, "chat_tree_classroom.png")
+    # review r7: the views shown only after a click escaped Run All's layout check (the tree's text was
+    # 12.5 px, the pool's legend swatches solid where its blocks were hatched): each view, checked open
+    for view, wait in (("radix tree", ".kvlab-svg svg"), ("block pool", ".js-plotly-plot .legend")):
+        chat.locator(".kvlab-chat-view button", has_text=view).first.click()
+        page.wait_for_function(f"el => el.querySelector('{wait}')?.getBoundingClientRect().height > 0",
+                               arg=chat.element_handle(), timeout=10_000)
+        bad = [e for e in layout_report(page, "07", True, notebook="07_radix.ipynb")
+               if e["kind"] in (*FIT_KINDS, "legend-undrawn", "tall-control")]
+        assert not bad, f"lesson 07's chat with its {view} view open, classroom mode:\n" + format_report(bad)
 
 
 def _lesson_01_decode_stepper(page, shot: str = "decode_stepper.png") -> None:

@@ -171,14 +171,22 @@ def test_the_pool_marks_blocks_that_two_turns_share(bundled):
     r1_r4 = [b for b, r in users.items() if r == ["R1", "R4"]]
     assert only_r4 and r1_r4
     fig = pool_figure(s)
-    shapes = next(t for t in fig.data if t.name == "tokens").marker.pattern.shape
+    tokens = next(t for t in fig.data if t.name == "tokens")
+    hatch = next(t for t in fig.data if t.name == SHARED_NAME)
     hover = next(t for t in fig.data if t.name == "blocks").hovertext
-    assert shapes[0] == shapes[r1_r4[0]] == "/" and shapes[only_r4[0]] == ""
+    # the hatch covers exactly the shared blocks' fills: same y, base and width as their token bars
+    cells = {(y, b) for y, b in zip(hatch.y, hatch.base)}
+    shared = [b for b, r in users.items() if len(r) > 1]
+    assert cells == {(tokens.y[b], tokens.base[b]) for b in shared}
+    assert 0 in shared and r1_r4[0] in shared and only_r4[0] not in shared
+    assert list(hatch.x) == [tokens.x[b] for b in sorted(shared)] and hatch.marker.pattern.shape == "/"
+    assert tokens.marker.pattern.shape is None                          # the turn's colour stays solid below
+    names = [t.name for t in fig.data]
+    assert names.index(SHARED_NAME) == names.index("tokens") + 1 < names.index("labels")  # the labels on top
     assert "shared by R1, R4" in hover[r1_r4[0]] and "computed by R1" in hover[r1_r4[0]]
-    assert SHARED_NAME in [t.name for t in fig.data if t.showlegend is not False]
+    assert hatch.showlegend is True
     s.clear_cache()                                                     # nothing cached: nothing shared
     fig = pool_figure(s)
-    assert set(next(t for t in fig.data if t.name == "tokens").marker.pattern.shape) <= {""}
     assert SHARED_NAME not in [t.name for t in fig.data]
     big = session(bundled, num_blocks=300)                              # drawn as a heatmap: no cells to hatch
     big.ask("What is socket?")
@@ -271,3 +279,56 @@ def test_enter_in_the_chat_box_sends(bundled):
     text.value = "What is socket?"
     text._handle_msg({"content": {"data": {"method": "custom", "content": {"event": "submit"}}}, "buffers": []})  # Enter
     assert len(s.turns) == 1 and s.turns[0].question == "What is socket?" and text.value == ""
+
+
+def test_classroom_tree_is_the_last_turns_path_folded_and_readable(bundled):
+    """Review r7 of lesson 07: in classroom mode the chat's whole tree, capped at TREE_MAX_PX, had
+    12.5 px labels and was still taller than the screen. It is now the last turn's path: the
+    matched run between the first and the last matched node folded into one "[k nodes]" box, the
+    branches off the path counted in a box of their own; drawn at 912 px wide and TREE_MAX_PX high
+    at most, its 22 pt text stays at 16 px or more, however long the conversation grows."""
+    from kvlab.lessons.chat import path_node_ids
+    from kvlab.viz import classroom
+    from kvlab.viz.chat_demo import TREE_MAX_PX
+
+    s = session(bundled)
+    s.ask("What is socket?")
+    s.new_conversation()
+    s.ask("What is re?")                                         # a branch beside the first conversation
+    for q in ("And json?", "And os?", "And sys?", "And io?", "Why?"):
+        s.ask(q)
+    snap = s.engine.cache.snapshot()
+    path = path_node_ids(snap, s.turns[-1].prompt_ids + s.turns[-1].output_ids)
+    classroom(True)
+    try:
+        svg = tree_svg(s)
+    finally:
+        classroom(False)
+    w_pt, h_pt = map(float, re.search(r'viewBox="0\.00 0\.00 ([\d.]+) ([\d.]+)"', svg).groups())
+    scale = min(1.0, 912 / (w_pt * 4 / 3), TREE_MAX_PX / (h_pt * 4 / 3))
+    sizes = {float(x) for x in re.findall(r'font-size="([\d.]+)"', svg)}
+    assert min(sizes) * 4 / 3 * scale >= 16, (min(sizes), scale)
+    assert len(path) >= 6 and re.search(r"\[\d+ nodes\]", svg)   # the matched middle folded
+    counted = [int(k) for k in re.findall(r"\+(\d+) other branch(?:es)? · \d+ tok", svg)]
+    folded = re.search(r"'s path, (\d+) branch(?:es)? folded", html.unescape(svg))
+    assert counted and folded and int(folded.group(1)) == sum(counted)  # the first conversation among them
+    assert f"{s.turns[-1].rid}'s path" in html.unescape(svg)
+    full = tree_svg(s)                                            # the normal view: the whole tree
+    assert "other branch" not in full and "nodes]" not in full
+
+
+def test_the_token_view_goes_blank_when_the_tree_no_longer_holds_the_turn(bundled):
+    """Review r7 of lesson 07: after *clear the cache* the chat's token view kept the last turn's
+    green chips (matched in a tree that is now empty); after *new conversation*, the old one's."""
+    from kvlab.viz.chat_demo import token_view
+
+    s = session(bundled)
+    assert "Ask a question" in token_view(s)
+    t = s.ask("What is socket?")
+    assert token_view(s) == token_html(s, t)
+    s.new_conversation()
+    total, held = re.search(r"\((\d+) tokens; the tree holds (\d+) of them\)", token_view(s)).groups()
+    assert 0 < int(total) and 0 < int(held) <= int(total) and f"background:{HIT}" not in token_view(s)
+    s.ask("What is re?")
+    s.clear_cache()
+    assert "cleared after" in token_view(s) and f"background:{HIT}" not in token_view(s)

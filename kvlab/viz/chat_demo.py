@@ -32,9 +32,9 @@ from typing import Any, Sequence
 from ..lessons.chat import ChatSession, ChatTurn, cached_model, path_node_ids
 from .palette import HIT, MISS, theme
 
-__all__ = ["chat_demo", "token_html", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode", "block_turns",
+__all__ = ["chat_demo", "token_html", "token_view", "turn_sentence", "tree_svg", "pool_figure", "mid_word_decode", "block_turns",
            "start_held", "new_conversation_sentence",
-           "TREE_MAX_PX"]
+           "classroom_tree_graph", "TREE_MAX_PX"]
 
 CHAT_LEGEND_GAP_PT = 2  # the empty space between the tree's legend and the tree (the stepper's is 12)
 TREE_MAX_PX = 380  # classroom mode: the tallest the chat's tree is drawn (599 px hold the controls above it)
@@ -56,6 +56,31 @@ def token_html(session: ChatSession, turn: ChatTurn, max_tokens: int = 120) -> s
             + "".join(chips) + "</div>")
 
 
+def token_view(session: ChatSession) -> str:
+    """The chat's "this turn's tokens" view: the last turn's chips while the tree still holds that
+    turn and the conversation goes on from it; otherwise one line that says why none are shown
+    (after *clear the cache* the chips' green would contradict the empty tree; after *new
+    conversation* they belong to the previous one).
+
+    Example: after *clear the cache* -> "<p style=...>The cache was cleared after R4: ...</p>".
+    """
+    def line(text: str) -> str:  # the chips' text size (the notebook's 14 px is under a projector's 16)
+        return f"<p style='font-size:{theme().font_size}px'>{text}</p>"
+
+    last = session.turns[-1] if session.turns else None
+    if last is None:
+        return line("Ask a question: its prompt appears here token by token (green: matched in the tree, "
+                    "blue: prefilled).")
+    if not any(t is last for t in session.turns_in_cache):
+        return line(f"The cache was cleared after {html.escape(last.rid)}: the tree holds none of its tokens now, "
+                    "so the next turn prefills its whole prompt (all blue).")
+    if not any(t is last for t in session.conversation_turns):
+        held, total = start_held(session)
+        return line(f"A new conversation: its first turn's prompt starts with the system prompt and the examples "
+                    f"({total} tokens; the tree holds {held} of them). Send a question to see its tokens.")
+    return token_html(session, last)
+
+
 def turn_sentence(turn: ChatTurn) -> str:
     """The turn in one sentence, from its numbers (the reply in quotes)."""
     cleared = " (the cache had just been cleared)" if turn.cache_was_cleared else ""
@@ -67,15 +92,15 @@ def turn_sentence(turn: ChatTurn) -> str:
 def continues(session: ChatSession) -> str:
     """What a new question continues, in one sentence: the turns of the current conversation.
 
-    Example: after the notes' R1 .. R4 -> "Your question continues R1 → R4's conversation (new
+    Example: after the notes' R1 .. R4 -> "Your next question continues R1 → R4's conversation (new
     conversation: one after the examples)."
     """
     rids = [t.rid for t in session.conversation_turns]
     if len(rids) > 3:
         rids = [rids[0], "…", rids[-1]]
     if not rids:
-        return "Your question starts a new conversation after the system prompt and the examples."
-    return (f"Your question continues {' → '.join(rids)}'s conversation (new conversation: one after the "
+        return "Your next question starts a new conversation after the system prompt and the examples."
+    return (f"Your next question continues {' → '.join(rids)}'s conversation (new conversation: one after the "
             "examples).")
 
 
@@ -106,7 +131,8 @@ def new_conversation_sentence(session: ChatSession, number: int) -> str:
 def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None) -> str:
     """The radix tree now, token text and token count on its nodes (one line each), the last
     turn's path green / blue; ``labels``: node id -> a letter shown on the node (the notes'
-    [A]..[F]). In classroom mode no taller than :data:`TREE_MAX_PX` (a deeper tree is drawn smaller)."""
+    [A]..[F]). In classroom mode only the last turn's path, folded (:func:`classroom_tree_graph`):
+    the whole tree would be taller than a projector's screen, or its text too small to read."""
     from .radix_state import RadixState
     from .radix_view import fit_svg, radix_tree_graph
 
@@ -115,21 +141,51 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
     held = session.turns_in_cache   # after *clear the cache* the tree holds no turn: none is named or coloured
     last = held[-1] if held else None
     snap = session.engine.cache.snapshot()
+    decode = mid_word_decode(snap, session.tok.decode)
+    if theme().high_contrast and last is not None:
+        graph = classroom_tree_graph(session, last, decode, max_chars, dict(labels or {}))
+        return fit_svg(graph.pipe(format="svg", encoding="utf-8"), TREE_MAX_PX)
     state = RadixState(snap, hit=last.hit_nodes if last else frozenset(),
-                       miss=last.miss_nodes if last else frozenset(), detokenize=mid_word_decode(snap, session.tok.decode),
+                       miss=last.miss_nodes if last else frozenset(), detokenize=decode,
                        node_labels=dict(labels or {}),
                        title=f"Radix tree after {last.rid}" if last else "Radix tree (empty)")
-    # a small gap under the legend: in classroom mode the tree is capped at TREE_MAX_PX, and every point of
-    # height shrinks its text (R4's tree kept 16 px with 2 pt, not with the stepper's 12)
     graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False,
                              legend_gap_pt=CHAT_LEGEND_GAP_PT)
     graph.graph_attr["pad"] = "0.15"  # a margin round the tree: the widest row's boxes touched the edge (review r7)
-    if theme().high_contrast and "rankdir=TB" in graph.source:
-        # drawn top to bottom and shrunk to TREE_MAX_PX, rows 0.3 in apart ended ~10 px apart, the arrowheads
-        # on the boxes (review r6_04_07): more room between the rows
-        graph.attr(ranksep="0.55")  # after radix_tree_graph's own graph attributes: this one counts
-    # a projector shows 599 px: the question box, the caption and the tree on one screen, however deep it grows
     return fit_svg(graph.pipe(format="svg", encoding="utf-8"), TREE_MAX_PX if theme().high_contrast else None)
+
+
+def classroom_tree_graph(session: ChatSession, last: ChatTurn, decode: Any, max_chars: int = 18,
+                         labels: dict[int, str] | None = None) -> Any:
+    """The last turn's path in the tree, folded for a projector (:func:`kvlab.viz.radix_fold.fold_to_path`):
+    its matched middle as one ``[k nodes]`` box, and under each node a grey dashed box counting the
+    branches that leave the path there ("+2 other branches · 40 tok"), drawn top to bottom.
+
+    Example: after R4 and one turn: root -> [A+B] (92 tok, "+2 other branches") -> [3 nodes] ... ->
+    the turn's prefilled nodes in blue; nothing is shrunk below 16 px text."""
+    from .radix_fold import fold_to_path
+    from .radix_state import RadixState
+    from .radix_view import radix_tree_graph
+
+    snap = session.engine.cache.snapshot()
+    path = [i for i, _end in path_node_ids(snap, last.prompt_ids + last.output_ids)]
+    fold = fold_to_path(snap, path, hit=last.hit_nodes)
+    names = {**{k: v for k, v in (labels or {}).items()}, **fold.labels}
+    hidden = sum(n for n, _t in fold.branches.values())
+    state = RadixState(fold.snapshot, hit=last.hit_nodes, miss=last.miss_nodes, detokenize=decode, node_labels=names,
+                       title=f"{last.rid}'s path" + (f", {hidden} branch{'es' if hidden > 1 else ''} folded" if hidden else ""))
+    graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False,
+                             legend_gap_pt=CHAT_LEGEND_GAP_PT, rankdir="TB", locks=False)
+    graph.graph_attr["pad"] = "0.15"
+    th = theme()
+    fs = str(th.font_size + 4)
+    for node_id, (count, tokens) in fold.branches.items():
+        name = "root" if node_id == 0 else f"n{node_id}"
+        words = f"+{count} other branch{'es' if count > 1 else ''} · {tokens} tok"
+        graph.node(f"{name}_off", words, shape="box", style="dashed,rounded", color="#7f7f7f", fontcolor="#555555",
+                   fontsize=fs)
+        graph.edge(name, f"{name}_off", color="#9a9a9a", style="dashed")
+    return graph
 
 
 def mid_word_decode(snapshot: Any, decode: Any) -> Any:
@@ -161,7 +217,7 @@ def mid_word_decode(snapshot: Any, decode: Any) -> Any:
     return marked
 
 
-SHARED_NAME = "shared: on the path of 2+ turns (hover: which)"
+SHARED_NAME = "hatched: on the path of 2+ turns, computed once (hover: which)"
 
 
 def block_turns(session: ChatSession) -> dict[int, list[str]]:
@@ -185,9 +241,9 @@ def block_turns(session: ChatSession) -> dict[int, list[str]]:
 
 def pool_figure(session: ChatSession) -> Any:
     """The block pool now: the tree's blocks and any running request's, each in the colour of the
-    turn that computed it; hatched where 2+ turns' paths share it (the legend says so; hover
-    names the turns)."""
-    from .memory_map import _legend_rows, memory_map_figure
+    turn that computed it (the legend's swatches); hatched over that colour where 2+ turns' paths
+    share it (a legend entry of its own; hover names the turns)."""
+    from .memory_map import memory_map_figure
 
     used = session.engine.allocator.num_used_blocks
     fig = memory_map_figure(session.engine.snapshot(), source="measured",
@@ -196,7 +252,7 @@ def pool_figure(session: ChatSession) -> Any:
     if tokens is None:  # a pool of over 256 blocks is drawn as a heatmap: hover tells, no hatch
         return fig
     users = block_turns(session)
-    shared = {b for b, rids in users.items() if len(rids) > 1}
+    shared = sorted(b for b, rids in users.items() if len(rids) > 1)
     owner = session.engine.allocator.owner
     blocks = next(t for t in fig.data if t.name == "blocks")
     hover = list(blocks.hovertext)
@@ -204,24 +260,37 @@ def pool_figure(session: ChatSession) -> Any:
         who = f"shared by {', '.join(rids)}" if len(rids) > 1 else f"used by {rids[0]} only"
         hover[b] = f"P{b}: computed by {owner[b]}; {who} (cached in the radix tree)"
     blocks.hovertext = hover
-    tokens.marker.pattern = dict(shape=["/" if b in shared else "" for b in range(len(hover))],
-                                 fillmode="overlay", fgcolor="#222222", size=7, solidity=0.3)
     if shared:
-        import plotly.graph_objects as go
-
-        th = theme()
-        names = [t.name for t in fig.data if t.showlegend is not False and t.name]
-        width = fig.layout.width or th.grid_width
-        row = 30 if th.high_contrast else 22
-        grow = (_legend_rows({}, width, [*names, SHARED_NAME]) - _legend_rows({}, width, names)) * row
-        off = fig.layout.yaxis.range[0] + 10  # a bar below the drawn rows: a legend swatch needs one point
-        fig.add_trace(go.Bar(x=[1], y=[off], orientation="h", name=SHARED_NAME, showlegend=True, hoverinfo="skip",
-                             marker=dict(color="#7f7f7f", line=dict(width=0),
-                                         pattern=dict(shape="/", bgcolor="#bdbdbd", fgcolor="#222222", size=7,
-                                                      solidity=0.3))))
-        fig.layout.height += grow
-        fig.layout.margin.b += grow
+        _hatch_shared(fig, tokens, shared)
     return fig
+
+
+def _hatch_shared(fig: Any, tokens: Any, shared: Sequence[int]) -> None:
+    """Hatching over the ``shared`` blocks' fill, a trace of its own drawn right above the fill (under
+    the labels): the blocks keep their turn's colour, solid under the hatch, so every legend swatch
+    is drawn as it is shown, and the hatch has its own legend entry (review r7 of 07: R1's and R4's
+    swatches were solid while all their blocks were drawn hatched)."""
+    import plotly.graph_objects as go
+
+    from .memory_map import _legend_rows
+
+    th = theme()
+    pick = lambda values: [values[b] for b in shared]  # noqa: E731 - one column of the tokens trace
+    hatch = go.Bar(x=pick(tokens.x), y=pick(tokens.y), base=pick(tokens.base), width=tokens.width,
+                   orientation="h", name=SHARED_NAME, showlegend=True, hoverinfo="skip",
+                   marker=dict(color="rgba(0,0,0,0)", line=dict(width=0),
+                               pattern=dict(shape="/", fgcolor="#222222", bgcolor="rgba(0,0,0,0)", size=7,
+                                            solidity=0.3)))
+    names = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    width = fig.layout.width or th.grid_width
+    row = 30 if th.high_contrast else 22
+    grow = (_legend_rows({}, width, [*names, SHARED_NAME]) - _legend_rows({}, width, names)) * row
+    fig.add_trace(hatch)
+    order = list(fig.data)
+    at = order.index(tokens) + 1
+    fig.data = order[:at] + [order[-1]] + order[at:-1]
+    fig.layout.height += grow
+    fig.layout.margin.b += grow
 
 
 # ---------------------------------------------------------------------- the widget
@@ -368,7 +437,7 @@ def _show(session: ChatSession, w: _Widgets, note: str = "") -> None:
     last = session.turns[-1] if session.turns else None
     w.caption.value = html.escape(note or (turn_sentence(last) + " " + continues(session) if last else
                                            "Ask a question."))
-    w.tokens.value = token_html(session, last) if last else ""
+    w.tokens.value = token_view(session)
     w.tree.value = tree_svg(session)
     w.pool.outputs = (figure_output(pool_figure(session)),)
 

@@ -403,7 +403,10 @@ else:
 # continues). Type a question and press Enter or *send*: the turn's prompt is shown token by token,
 # matched in the tree (green) or prefilled (blue), with its time to first token; the other two
 # views show the tree and the block pool, where a block on the path of two or more turns
-# (computed once, reused by the others) is hatched and its hover names them. *new conversation*
+# (computed once, reused by the others) is hatched and its hover names them. On a projector
+# (classroom mode) the tree view shows only the last turn's path: the matched nodes between
+# its first and its last are folded into one box, `[k nodes]`, and each grey dashed box counts the
+# branches that leave the path there (other conversations, other turns). *new conversation*
 # starts one after [A] [B], and its caption says how many of their tokens the tree still holds
 # (none after *clear the cache*); *clear the cache* empties the pool and the tree but
 # keeps the conversation: ask again and compare the time to first token. A turn takes a few
