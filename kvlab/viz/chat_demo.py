@@ -277,7 +277,7 @@ def _hatch_shared(fig: Any, tokens: Any, shared: Sequence[int]) -> None:
     th = theme()
     pick = lambda values: [values[b] for b in shared]  # noqa: E731 - one column of the tokens trace
     hatch = go.Bar(x=pick(tokens.x), y=pick(tokens.y), base=pick(tokens.base), width=tokens.width,
-                   orientation="h", name=SHARED_NAME, showlegend=True, hoverinfo="skip",
+                   orientation="h", name=SHARED_NAME, showlegend=True, hoverinfo="skip", legendrank=1001,
                    marker=dict(color="rgba(0,0,0,0)", line=dict(width=0),
                                pattern=dict(shape="/", fgcolor="#222222", bgcolor="rgba(0,0,0,0)", size=7,
                                             solidity=0.3)))
