@@ -313,10 +313,14 @@ def _traces(d: dict[str, Any], step: CompareStep) -> list[Any]:
             textfont=dict(size=label_px(), color=th.text_color),
             hoverinfo="skip", showlegend=False, xaxis=f"x{k + 1}" if k else "x", yaxis=f"y{k + 1}" if k else "y",
         ))
-    for k, side in enumerate(("contiguous", "paged")):
+    # not grey (free in the maps) and no request's colour (a brown bar read as request C's, review r6):
+    # contiguous hatched dark slate over white, paged solid navy
+    marker = {"contiguous": dict(color="#ffffff", line=dict(color="#2f3b45", width=1.5),
+                                 pattern=dict(shape="/", fgcolor="#2f3b45", size=8, solidity=0.45)),
+              "paged": dict(color="#393b79", line=dict(width=0))}
+    for side in ("contiguous", "paged"):
         out.append(go.Bar(x=list(BAR_KINDS), y=d["bars"][side], name=side, text=d["bars"][side],
-                          textposition="outside", marker_color=("#8c6d31", "#393b79")[k],  # not grey: grey is free in the maps
-                          xaxis="x3", yaxis="y3", showlegend=True))
+                          textposition="outside", marker=marker[side], xaxis="x3", yaxis="y3", showlegend=True))
     return out
 
 
