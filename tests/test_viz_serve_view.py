@@ -47,6 +47,10 @@ def _legend_and_drawn(fig) -> tuple[dict, set]:
 def test_each_colour_of_the_recording_means_one_thing():
     fig = serve_view.dashboard_figure(_state())
     legend, drawn = _legend_and_drawn(fig)
+    # the outline's swatch is an outlined block of this frame (its colour in the dark edge): its meaning is
+    # the edge, so its fill is not another meaning (review r7 of 12: a white square read as "locked")
+    outline_fill = legend.pop(serve_view._OUTLINE_NAME, None)
+    assert outline_fill is None or outline_fill in drawn and outline_fill != "#ffffff"
     colours = list(legend.values())
     assert len(colours) == len(set(colours)) + colours.count("#ffffff") - min(1, colours.count("#ffffff"))
     assert {"free", "cached, not used by it", "shared (ref count > 1)", "req-2: running",

@@ -122,8 +122,10 @@ def _legend_traces(state: dict, d: dict) -> list[Any]:
                              ("computed", "what it computed (now cached)")) if m in marks]
     if _BLOCK[2] in drawn or "" in {n["mark"] for n in d["nodes"] if not n["evicted"]}:
         entries.append(("cached, not used by it", _BLOCK[2], "square", edge_of.get(_BLOCK[2], ("#888", 0))))
-    if any(outlined):
-        entries.append((_OUTLINE_NAME, "#ffffff", "square", (_TREE_ONLY[0], _TREE_ONLY[1] + 1)))
+    if any(outlined):  # the swatch an outlined block of this state (its colour in the dark outline): a white
+        # square with a dark edge read as "locked (a square node)" (review r7 of 12)
+        example = next(c for c, o in zip(d["colors"], outlined) if o)
+        entries.append((_OUTLINE_NAME, example, "square", (_TREE_ONLY[0], _TREE_ONLY[1] + 1)))
     if _BLOCK[3] in drawn:
         entries.append(("shared (ref count > 1)", _BLOCK[3], "square", ("#888", 0)))
     running = sorted({next((h for h in hs if h != "tree"), "?") for hs, st in zip(blocks["holders"], blocks["state"])
