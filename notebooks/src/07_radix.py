@@ -155,8 +155,8 @@ print(f"{len(leaves)} leaves for {len(ends)} requests; every leaf ends a request
 #
 # - **Green** is the path the request's prompt matched: KV it reused.
 # - **Blue** is the suffix it had to prefill, and the answer cached with it.
-# - A **dashed** border marks an unlocked node: one that can be evicted. A **solid** white or
-#   green border marks a locked one (step 5).
+# - A **dashed** border marks an unlocked node: one that can be evicted; a **solid** border, a
+#   locked one (step 5).
 # - The legend under the title says the same; the tree starts below it, from `root`.
 #
 # Each node shows its text. A node that holds a question and its answer shows them on two lines.
