@@ -368,7 +368,8 @@ def svg_size_pt(svg: str) -> tuple[float, float]:
 def on_canvas(svg: str, width: float, height: float) -> str:
     """graphviz's SVG on a canvas of ``width`` x ``height`` pt (at least its own size): the
     drawing centred left to right, at the top; the rest empty. Frames drawn on one canvas keep
-    one scale when :func:`fit_svg` fits them to a width, and one height.
+    one scale when :func:`fit_svg` fits them to a width (and one height, unless ``height`` is 0:
+    each its own).
 
     Example:
         >>> on_canvas('<svg width="60pt" height="40pt" viewBox="0.00 0.00 60.00 40.00"><g/></svg>', 100, 50)
