@@ -297,7 +297,7 @@ def _reuse_by(rule: str) -> Callable:
                 kept = (lambda q: (len(q) - 1) // bs * bs) if rule == "cache_limit" else (lambda q: len(q) // bs * bs)
                 lcp = max((_common(p, q[:kept(q)]) for q in earlier), default=0)
                 k = -(-lcp // bs) if rule == "ceil" else lcp // bs
-                n = min(k, limit // bs) * bs
+                n = min(k * bs, limit) if rule == "cap_last" else min(k, limit // bs) * bs
                 n = max(n - bs, 0) if rule == "one_less" else n
             out.append(n)
             seen.append(list(p))
@@ -331,6 +331,24 @@ def _constant_block(fn: Callable, prompts: list[list[int]], block_size: int, got
                 call(fn, [list(p) for p in probe], b) == hashed_reuse(probe, const) for b in {2, 3, 4, 16} - {const}):
             return (f"use block_size, not a constant: that is the answer for blocks of {const}; this case has "
                     f"block_size {block_size}")
+    return ""
+
+
+CAPPED_AFTER_ROUNDING = ("cap at len(prompt) - 1 before rounding down to whole blocks: capped after rounding, "
+                         "a prompt cached in full reuses a count that is not whole blocks")
+
+
+def _capped_after_rounding(fn: Callable, prompts: list[list[int]], block_size: int, got: object) -> str:
+    """The answer of a function that rounds the match down to whole blocks, then caps it at
+    ``len(prompt) - 1`` (``min(k * block_size, len(prompt) - 1)``): named when it gives that answer here
+    and on a probe that tells it from the radix tree's token-by-token answer (6 tokens, then 5 of them
+    and two others, in blocks of 4: 4 tokens reused; token by token, 5).
+
+    Example: ``[[0..7], [0..7]]`` in blocks of 4: 4 tokens reused; capped after rounding, 7.
+    """
+    probe = [list(range(6)), [0, 1, 2, 3, 4, 9, 9]]
+    if got == call(_reuse_by("cap_last"), prompts, block_size) and call(fn, probe, 4) == hashed_reuse(probe, 4):
+        return CAPPED_AFTER_ROUNDING
     return ""
 
 
@@ -373,6 +391,8 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
         ("the notes' R1, R2, R3 (chars, blocks of 16)", [sys_ + shots + char_tokenize(T[r]) for r in ("R1", "R2", "R3")], 16),
         ("a prompt shorter than a block", [[1, 2, 3], [1, 2, 3, 4]], 4),
         ("a prompt of whole blocks, then one that goes on", [list(range(8)), list(range(9))], 4),
+        ("a prompt that is an earlier one's first two blocks", [list(range(12)), list(range(8))], 4),
+        ("32 tokens, all cached (the spec's example)", [list(range(40)), list(range(32))], 16),
         ("no prompts", [], 4),
     ]
     rng = random.Random(17)
@@ -393,7 +413,8 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
             note = "your function takes (block_size, prompts): the checker calls it as block_hash_reuse(prompts, block_size)"
         if not ok and not note and not isinstance(got, Raised):
             got = list(got) if isinstance(got, tuple) else got
-            note = (_constant_block(fn, ps, bs, got) or _cached_too_few(fn, ps, bs, got) or radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
+            note = (_constant_block(fn, ps, bs, got) or _cached_too_few(fn, ps, bs, got)
+                    or _capped_after_rounding(fn, ps, bs, got) or radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
                     or unit_slip(expected, got) or ignored_parameter(hashed_reuse, (ps, bs), got, ("prompts", "block_size"))
                     or "")
         c.record(label, expected, got, passed=ok, note=note)

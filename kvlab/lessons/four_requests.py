@@ -12,7 +12,7 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..reuse.cache_manager import CacheManager, serve_request
@@ -70,6 +70,10 @@ class ExampleRequest:
     ``segments`` cut the prompt at its labelled parts and at ``matched_len``;
     ``tree`` is the cache after the request (prompt and answer inserted); ``node_labels``
     maps each node id of that tree to the segment labels it holds ("A", "B", "C", ...).
+    ``running_tree``: the cache while the request ran (admitted, not finished: its matched path
+    locked, nothing of it inserted yet), its nodes labelled by ``running_labels``; ``new_blocks``:
+    the blocks it was given then for the rest of its prompt and its answer (in its block table,
+    not yet in the tree).
     """
 
     name: str
@@ -82,6 +86,9 @@ class ExampleRequest:
     tree: RadixSnapshot
     node_labels: dict[int, str]
     tree_text: str
+    running_tree: RadixSnapshot | None = None
+    running_labels: dict[int, str] = field(default_factory=dict)
+    new_blocks: tuple[int, ...] = ()
 
     @property
     def hit_segments(self) -> list[str]:
@@ -118,27 +125,38 @@ def _run_script(script: list[tuple[str, list[Part], Part | None]], tokenize: Cal
         if answer_part is not None:
             for t in answer_part[1]:
                 answer += tokenize(t)
-        rec = serve_request(cm, prompt, answer, rid=name)
+        running: list[RadixSnapshot] = []  # the tree between admit and finish (matched path locked)
+        rec = serve_request(cm, prompt, answer, rid=name, while_running=lambda _a: running.append(cm.tree.snapshot()))
         mlen = rec.matched_len
-        out = []
-        for label, text, s, e in segs:
-            if s < mlen < e:  # the hit/miss boundary falls inside this part: cut it in two
-                hit_text = detokenize(prompt[s:mlen]) if detokenize else ""
-                miss_text = detokenize(prompt[mlen:e]) if detokenize else ""
-                out += [Segment(label, hit_text, s, mlen, True), Segment(label, miss_text, mlen, e, False)]
-            else:
-                out.append(Segment(label, text, s, e, e <= mlen))
+        out = _cut_segments(segs, prompt, mlen, detokenize)
         full = prompt + answer
         for label, _text, _s, e in segs:
             spans.append((tuple(full[:e]), label))
+        run_snap = running[0]
+        run_labels = _label_nodes(run_snap, spans)  # the prompt's parts are known; its answer not yet
         if answer:
             spans.append((tuple(full), answer_part[0]))
         snap = cm.tree.snapshot()
         records.append(ExampleRequest(name, "".join(seg[1] for seg in segs), tuple(prompt), mlen, rec.prefill_len,
                                      tuple(out), "".join(answer_part[1]) if answer_part else "", snap,
-                                     _label_nodes(snap, spans), snap.pretty(detokenize)))
+                                     _label_nodes(snap, spans), snap.pretty(detokenize), run_snap, run_labels,
+                                     rec.new_kv))
         cm.check_integrity()
     return records
+
+
+def _cut_segments(segs: list[tuple[str, str, int, int]], prompt: list[int], mlen: int,
+                  detokenize: Callable[[Sequence[int]], str] | None) -> list[Segment]:
+    """The prompt's parts as Segments, hit up to ``mlen``; a part the boundary falls inside is cut in two."""
+    out: list[Segment] = []
+    for label, text, s, e in segs:
+        if s < mlen < e:
+            hit_text = detokenize(prompt[s:mlen]) if detokenize else ""
+            miss_text = detokenize(prompt[mlen:e]) if detokenize else ""
+            out += [Segment(label, hit_text, s, mlen, True), Segment(label, miss_text, mlen, e, False)]
+        else:
+            out.append(Segment(label, text, s, e, e <= mlen))
+    return out
 
 
 def _label_nodes(snap: RadixSnapshot, spans: list[tuple[tuple[int, ...], str]]) -> dict[int, str]:

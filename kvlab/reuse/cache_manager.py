@@ -84,7 +84,7 @@ Example (block size 1; R2 hits the 3 tokens R1 cached):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..memory.block_manager import BlockManager
 from ..memory.block_pool import BlockAllocator, OutOfBlocks
@@ -541,11 +541,13 @@ class ServeRecord:
 
 
 def serve_request(tree: RadixCache | CacheManager, prompt: Sequence[int], output: Sequence[int] = (),
-                  rid: str | None = None) -> ServeRecord:
+                  rid: str | None = None, while_running: Callable[[Admission], None] | None = None) -> ServeRecord:
     """One request's whole cycle at once, through :class:`CacheManager`: admit the prompt (and
     room for ``output``), then cache prompt + output as finished. No model runs: only the memory
     bookkeeping happens. Raises OutOfBlocks, with nothing changed, when even eviction cannot
-    make room.
+    make room. ``while_running(admission)`` is called between the two, while the request runs
+    (its matched path locked, its new blocks allocated, nothing of it in the tree yet): a picture
+    of that moment reads the state there (lesson 07's stepper).
 
     Example:
         >>> from kvlab.memory.block_pool import BlockAllocator
@@ -567,6 +569,8 @@ def serve_request(tree: RadixCache | CacheManager, prompt: Sequence[int], output
         raise OutOfBlocks(need, cm.available_blocks(), f"request {rid}: even after eviction")
     matched = tuple(a.matched_kv)
     new = tuple(a.table.block_ids[len(matched):])
+    if while_running is not None:
+        while_running(a)
     res = cm.cache_finished_req(sid, seq)
     return ServeRecord(rid, len(prompt), len(seq) - len(prompt), a.prefix_len, len(prompt) - a.prefix_len,
                        matched, new, a.evicted_tokens, res)

@@ -69,8 +69,9 @@ def _words(labels: Sequence[str]) -> str:
 
 
 def radix_request_frames(records: Sequence[Any] | None = None, title: str = "Radix tree",
-                         letters: dict[str, str] | None = None) -> list[Any]:
-    """One frame per request of an example run (default: the notes' four requests).
+                         letters: dict[str, str] | None = None, running: Sequence[str] = ()) -> list[Any]:
+    """One frame per request of an example run (default: the notes' four requests), and one more
+    before it for each request named in ``running``: the tree *while* that request runs.
 
     ``records``: :class:`~kvlab.lessons.four_requests.ExampleRequest` records
     (``kvlab.lessons.four_request_example()``, ``multi_turn_example()``). The frame's tree is
@@ -79,6 +80,15 @@ def radix_request_frames(records: Sequence[Any] | None = None, title: str = "Rad
     request are shown faded. A node the request's match split is named in the caption.
     ``letters``: segment label -> the letter its node carries (default :data:`NOTES_LETTERS`,
     the notes' figure: R2's node is [D], R3's [E], R4's [F]).
+    ``running``: request names (e.g. ``("R4",)``) drawn also between admit and finish, from the
+    record's ``running_tree`` (the real cache at that moment): its matched path green and locked,
+    its new blocks allocated but not in the tree yet (the caption counts them); the frame after it
+    is the request finished, its path unlocked again.
+
+    Example:
+        >>> fr = radix_request_frames(running=("R4",))
+        >>> fr[-2].caption.split(" (")[0], fr[-2].snapshot.snapshot.protected_size, fr[-1].caption[:3]
+        ('R4 running', 88, 'R4:')
     """
     from .stepper import Frame
 
@@ -89,6 +99,9 @@ def radix_request_frames(records: Sequence[Any] | None = None, title: str = "Rad
     prev, prev_labels = None, {}
     seen: list[tuple[int, ...]] = []  # the prompts so far: their answers are marked in the labels
     for r in records:
+        if r.name in running and r.running_tree is not None:
+            frames.append(_running_frame(r, prev, prev_labels, letters, title, seen))
+            prev, prev_labels = r.running_tree, frames[-1].snapshot.node_labels
         snap = r.tree
         full_path = _path_ids(snap, r.prompt_tokens)
         hit = {i for i, s, e in full_path if e <= r.matched_len}
@@ -106,12 +119,42 @@ def radix_request_frames(records: Sequence[Any] | None = None, title: str = "Rad
             cap += (f"; its match ended inside node [{prev_labels.get(old.id, old.id)}] after {lower.start - old.start} "
                     f"of its {len(old.tokens)} tokens, so that node was split into [{labels.get(upper.id, upper.id)}] -> "
                     f"[{labels.get(lower.id, lower.id)}]")
+        if r.name in running:
+            cap += "; finished: prompt and answer inserted, its path unlocked"
         seen.append(tuple(r.prompt_tokens))
         state = RadixState(snap, frozenset(hit), frozenset(miss - hit), gone, labels, char_detokenize
                            if _decodable(r) else None, f"{title} after {r.name}", _answers(snap, seen))
         frames.append(Frame(state, cap))
         prev, prev_labels = snap, labels
     return frames
+
+
+def _running_frame(r: Any, prev: Any, prev_labels: dict[int, str], letters: dict[str, str], title: str,
+                   seen: Sequence[tuple[int, ...]]) -> Any:
+    """The frame of request ``r`` while it runs: ``r.running_tree`` (admitted: matched path locked,
+    its new blocks in its block table, not in the tree), the matched path green."""
+    from .stepper import Frame
+
+    snap = r.running_tree
+    path = _path_ids(snap, r.prompt_tokens)
+    hit = {i for i, s, e in path if e <= r.matched_len}
+    labels = {i: _lettered(lab, letters) for i, lab in r.running_labels.items()}
+    locked = [n for n in snap.nodes if n.lock_ref > 0]
+    hits = [s.label for s in r.segments if s.hit]
+    refs = sorted({n.lock_ref for n in locked})
+    miss_text = "".join(s.text for s in r.segments if not s.hit and s.text)
+    new_for = f"{miss_text}, then" if miss_text and len(miss_text) <= 16 else f"its {r.prefill_len} new prompt tokens, then"
+    cap = (f"{r.name} running (admitted, not finished): the {len(locked)} node{'s' if len(locked) != 1 else ''} "
+           f"it matched ({_words(hits) or '-'}: {r.matched_len} tokens) {'are' if len(locked) != 1 else 'is'} locked, lock "
+           + "/".join(map(str, refs)) + f", so {snap.protected_size} tokens are protected from eviction; its "
+           f"{len(r.new_blocks)} new blocks (for {new_for} its answer) are in its block table, not yet in the tree")
+    for old, upper, lower in _splits(prev, snap):
+        cap += (f"; its match ended inside node [{prev_labels.get(old.id, old.id)}] after {lower.start - old.start} "
+                f"of its {len(old.tokens)} tokens, so that node was split into [{labels.get(upper.id, upper.id)}] -> "
+                f"[{labels.get(lower.id, lower.id)}]")
+    state = RadixState(snap, frozenset(hit), frozenset(), (), labels, char_detokenize if _decodable(r) else None,
+                       f"{title} while {r.name} runs", _answers(snap, seen))
+    return Frame(state, cap)
 
 
 def _lettered(label: str, letters: dict[str, str]) -> str:

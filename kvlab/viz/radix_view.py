@@ -20,8 +20,9 @@ Sources of frames:
 
 In the stepper the tree is drawn as an SVG that scales to the output's width
 (:func:`fit_svg`), so a deep tree is never cut off at the right edge, and every frame on one
-canvas (:func:`on_canvas`, the widest and tallest frame's size), so the picture keeps one scale
-and one height from step to step. The stepper's trees are compact (the title and the counts on
+canvas width (:func:`on_canvas`, the widest frame's), so the picture keeps one scale from step
+to step; each frame keeps its own height, drawn from the top (the header never moves, and no
+blank band is left under a small tree). The stepper's trees are compact (the title and the counts on
 one line, centred over the legend on one row): in classroom mode the controls, the caption and
 the tree fit a projector's 599 px.
 
@@ -171,8 +172,9 @@ def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "
     so a wide tree keeps its text size when it is fitted to the output width. ``locks=False``
     leaves out the locked (protected) count when it is 0 (a lesson before locks are taught).
     ``compact`` (a stepper's frames): the title and the counts on one line, centred above the
-    legend on one row, the ranks closer (a projector's 599 px hold the stepper's controls, its
-    caption and the whole tree; the frames, drawn on one canvas, keep the header in place).
+    legend on one row, the ranks closer left to right (a projector's 599 px hold the stepper's
+    controls, its caption and the whole tree; the frames, drawn on one canvas width, keep the
+    header in place).
     ``detail=False``: each node on one line, without its lock count and last access time.
     ``legend_gap_pt``: the empty space between the legend and the tree.
     """
@@ -219,7 +221,7 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     g.attr(rankdir=rankdir, label=f'<<table border="0" cellspacing="3" cellpadding="2">{rows}</table>>', labelloc="t",
            labeljust="c" if compact else "l", fontsize=str(int(fs) + 1),
            fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
-           bgcolor="white", nodesep="0.25", ranksep="0.3" if compact else "0.45", ordering="out")
+           bgcolor="white", nodesep="0.25", ranksep=_ranksep(rankdir, compact), ordering="out")
     g.attr("node", shape="box", fontsize=fs, fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
            penwidth=pen, margin="0.12,0.06")
     g.attr("edge", penwidth=pen, arrowsize="0.7")
@@ -230,6 +232,15 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     for parent, child, colour in d["edges"]:
         g.edge(parent, child, color=colour, style="dotted" if colour == "#c8c8c8" else "solid")
     return g
+
+
+def _ranksep(rankdir: str, compact: bool) -> str:
+    """Inches between ranks: closer in a stepper's compact frames, except top-to-bottom, where the gap is an
+    edge's whole length (the boxes sit above one another) and 0.3 left root -> [A] an arrowhead on [A]'s
+    border with no shaft (review r8 of 07, classroom mode)."""
+    if not compact:
+        return "0.45"
+    return "0.42" if rankdir == "TB" else "0.3"
 
 
 def _split_label(tag: str, matched: str, rest: str, count: str) -> str:
@@ -301,8 +312,8 @@ class RadixView:
     """Renders RadixState frames as SVG that fits the output width (graphviz, then :func:`fit_svg`).
 
     ``canvas``: (width, height) in pt that every frame is drawn on (None: each frame its own
-    size), so that a stepper's picture keeps one scale and one height from frame to frame
-    (:meth:`share_canvas`); each frame's SVG is drawn once and kept."""
+    size; height 0: each frame its own height), so that a stepper's picture keeps one scale from
+    frame to frame (:meth:`share_canvas`); each frame's SVG is drawn once and kept."""
 
     def __init__(self, source: str = "simulated", max_chars: int = 10, captioned: bool = True,
                  rankdir: str | None = None, compact: bool = False) -> None:
@@ -325,10 +336,15 @@ class RadixView:
             kept = self._drawn[key] = (frame, self.graph(frame).pipe(format="svg", encoding="utf-8"))
         return kept[1]
 
-    def share_canvas(self, frames: Sequence[Any]) -> tuple[float, float]:
-        """Draw every frame on the canvas of the widest and the tallest one; returns it (pt)."""
+    def share_canvas(self, frames: Sequence[Any], height: bool = False) -> tuple[float, float]:
+        """Draw every frame on the canvas of the widest one (one scale when fitted to a width), and
+        with ``height`` of the tallest one too; returns it (pt; height 0: each frame its own).
+
+        A stepper shares the width only: its controls and caption sit above the picture, which
+        starts at the top of the canvas, so a frame's own height moves nothing above it; the tallest
+        frame's height left a blank band of 250 px under step 1's two nodes (review r8 of 07)."""
         sizes = [svg_size_pt(self.svg(f)) for f in frames]
-        self.canvas = (max(w for w, _ in sizes), max(h for _, h in sizes))
+        self.canvas = (max(w for w, _ in sizes), max(h for _, h in sizes) if height else 0.0)
         return self.canvas
 
     def __call__(self, frame: Any) -> str:
@@ -352,7 +368,8 @@ def svg_size_pt(svg: str) -> tuple[float, float]:
 def on_canvas(svg: str, width: float, height: float) -> str:
     """graphviz's SVG on a canvas of ``width`` x ``height`` pt (at least its own size): the
     drawing centred left to right, at the top; the rest empty. Frames drawn on one canvas keep
-    one scale when :func:`fit_svg` fits them to a width, and one height.
+    one scale when :func:`fit_svg` fits them to a width (and one height, unless ``height`` is 0:
+    each its own).
 
     Example:
         >>> on_canvas('<svg width="60pt" height="40pt" viewBox="0.00 0.00 60.00 40.00"><g/></svg>', 100, 50)
@@ -387,7 +404,7 @@ def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = Non
     live = not is_static(static)  # the live stepper's caption line holds the caption, once
     view = RadixView(source, max_chars, captioned=not live, compact=True)
     view.rankdir = common_rankdir(view, frames)
-    view.share_canvas(frames)  # one scale and one height in every frame: the picture never jumps
+    view.share_canvas(frames)  # one scale in every frame; each its own height (no blank band under a small tree)
     return Stepper(frames, view, static=static, title="radix tree")
 
 

@@ -55,7 +55,8 @@ a = cm.admit("R3", [1, 2, 3, 9, 7])                 # match and lock, but do not
 print(f"\nR3 [1 2 3 9 7] admitted, still running: matched {a.prefix_len}")
 print(cache.pretty())
 cm.cache_finished_req("R3", [1, 2, 3, 9, 7])        # insert its prompt, unlock
-print("R3 finished: locks", [n.lock_ref for n in cache.snapshot().nodes])
+print("\nR3 finished (its prompt inserted, its path unlocked): locks", [n.lock_ref for n in cache.snapshot().nodes])
+print(cache.pretty())
 cm.check_integrity()
 
 # %% [markdown]
@@ -66,7 +67,8 @@ cm.check_integrity()
 #
 # While R3 ran, the nodes its match went through were **locked**: `lock=1` is the node's
 # `lock_ref`, how many running requests hold it (its KV is being read, so it must not be evicted);
-# finishing unlocked them, and every lock went back to 0.
+# finishing inserted R3's own token `[7]`, a new leaf under `[9]`, and unlocked them: every lock
+# went back to 0.
 #
 # Two details worth noticing:
 #
@@ -81,8 +83,14 @@ cm.check_integrity()
 #
 # An online shop's assistant. Every request starts with the same system prompt **[A]** and the
 # same few-shot examples **[B]**. [A], [B] and [C] are lettered as in the notes' figure; the
-# notes letter R2's, R3's and R4's own parts [E], [F] and [D], this lesson (and lesson 10) [D],
-# [E] and [F], in the order the requests arrive:
+# requests' own parts are lettered in the order the requests arrive, here and in lesson 10:
+#
+# | the notes' letter | this lesson's letter |
+# |---|---|
+# | [A] system prompt, [B] few-shot examples, [C] R1's turn | the same: [A], [B], [C] |
+# | [E] R2's question | [D] |
+# | [F] R3's question | [E] |
+# | [D] R4's follow-up | [F] |
 #
 # | request | its own part | node | what happens |
 # |---|---|---|---|
@@ -142,19 +150,25 @@ print(f"{len(leaves)} leaves for {len(ends)} requests; every leaf ends a request
 # %% [markdown]
 # ## 3. The picture: step through the four requests
 #
-# The stepper shows the tree after each request. It is simulated, on the real tree code.
+# The stepper shows the tree after each request, and once *while* a request runs (step 5: R4
+# admitted, not finished yet). It is simulated, on the real tree code.
 #
 # - **Green** is the path the request's prompt matched: KV it reused.
 # - **Blue** is the suffix it had to prefill, and the answer cached with it.
-# - A **dashed** border marks an unlocked node: one that can be evicted.
+# - A **dashed** border marks an unlocked node: one that can be evicted; a **solid** border, a
+#   locked one (step 5).
 # - The legend under the title says the same; the tree starts below it, from `root`.
 #
 # Each node shows its text. A node that holds a question and its answer shows them on two lines.
 # Its last line has three numbers:
 #
 # - `tok`: how many tokens the node holds.
-# - `lock`: its `lock_ref` from section 1, the number of running requests that hold it. It is 0 on
-#   every node here, because each picture is the tree after its request finished.
+# - `lock`: its `lock_ref` from section 1, the number of running requests that hold it. After a
+#   request finishes it is 0 again, so most steps show `lock 0` everywhere. Step 5 is the real
+#   `CacheManager`'s tree between R4's `admit` and its `cache_finished_req`: the path R4 matched
+#   reads `lock 1`, the header counts its tokens as *protected (locked)*, and R4's new blocks
+#   are allocated in its block table but not in the tree yet (the caption counts them). Step 6,
+#   R4 finished, has its answer inserted and its path unlocked.
 # - `t`: its last access time. This is the tree's clock. It ticks at every match and every insert
 #   (twice a request here). The match or insert stamps it on each node it went through.
 #
@@ -168,7 +182,7 @@ print(f"{len(leaves)} leaves for {len(ends)} requests; every leaf ends a request
 from kvlab.viz import radix_stepper
 from kvlab.viz.radix_frames import radix_request_frames
 
-radix_stepper(radix_request_frames(records))
+radix_stepper(radix_request_frames(records, running=("R4",)))   # R4 also drawn while it runs
 
 # %% [markdown]
 # ## 4. Multi-turn chat
@@ -300,6 +314,9 @@ print(f"prompt tokens run through the model: {computed} of {total} ({1 - compute
 # like the rest of what R4 computes now, starts with them, then R4's question; [F2] holds the
 # end of R4's prompt and its reply. And a split can fall inside a word: a leading "…" marks a node whose first token
 # continues its parent's last word.
+#
+# In section 2's letters: [C1] and [C2] are together [C] (R1's turn), [F1] and [F2] together [F]
+# (R4's follow-up, the notes' [D]).
 
 # %%
 from IPython.display import HTML, display
@@ -344,14 +361,18 @@ PageSizeControl(page_size=16)
 # ### Time to first token, with the tree and without it (measured)
 #
 # A request's first token is sampled from the logits of its prefill, so a shorter prefill is a
-# sooner first token. The same prompts are served again. First, untimed, one pass puts R1's turn
-# in a fresh engine's tree, as the real run left it (so no timed pass is the cell's first). R1
-# itself is not timed: with nothing cached it prefills every token with the tree as without it,
-# the work the "no tree" column measures. Then R2 (a first question: it reuses [A] [B]) and R4 (a
-# second turn: it reuses R1's whole turn) **three times** with that tree and three times without
-# one, a request's two runs back to back so that the machine's load falls on both alike
-# (`ttft_runs`); R3, a first question like R2, is not timed (each run costs a forward pass). The table prints each request's **median** (one slow run moves it
-# little); the sentences under it are printed from it.
+# sooner first token. The same prompts are served again (`ttft_runs`):
+#
+# 1. Untimed, one pass puts R1's turn in a fresh engine's tree, as the real run left it (so no
+#    timed pass is the cell's first).
+# 2. R1 itself is not timed: with nothing cached it prefills every token with the tree as without
+#    it, the work the "no tree" column measures.
+# 3. R2 (a first question: it reuses [A] [B]) and R4 (a second turn: it reuses R1's whole turn)
+#    run **three times** with that tree and three times without one, a request's two runs back to
+#    back so that the machine's load falls on both alike.
+# 4. R3, a first question like R2, is not timed (each run costs a forward pass).
+# 5. The table prints each request's **median** (one slow run moves it little); the sentences
+#    under it are printed from it.
 
 # %%
 from statistics import median
@@ -389,6 +410,12 @@ if sooner == hits:
 else:
     print(f"At least {MARGIN}x sooner with the tree: {', '.join(sooner) or 'none'}; within noise on this run: "
           f"{', '.join(r for r in hits if r not in sooner)}.")
+
+# %% [markdown]
+# R4's time to first token in this table need not match the one in the live chat's first
+# caption below: that caption reports R4's one run in the real run above (measured once, under
+# whatever load the machine had then), this table the median of three runs made after an untimed
+# warm-up pass.
 
 # %% [markdown]
 # On a quiet machine the first token comes sooner by less than the tokens saved (the two

@@ -1,0 +1,48 @@
+"""Review r8 of lesson 07, exercise 3 (block_hash_reuse): the wrong answer ``min(k * bs, len(prompt) - 1)``
+(round down to whole blocks first, then cap at len(prompt) - 1) failed 1 of 16 cases and was named
+"the radix tree's token-by-token answer". It must fail more than one case and be named for what it is;
+the radix tree's token-by-token answer keeps its own name."""
+from kvlab import check
+
+
+def _reuse(cap_last: bool = False, token_level: bool = False):
+    """A student's block_hash_reuse: the leading blocks an earlier prompt shares, whole blocks only."""
+    def fn(prompts, block_size):
+        out, seen = [], []
+        for p in prompts:
+            best = 0
+            for q in seen:
+                n = 0
+                while n < min(len(p), len(q)) and p[n] == q[n]:
+                    n += 1
+                best = max(best, n if token_level else min(n, len(q) // block_size * block_size))
+            k = best // block_size
+            if token_level:
+                out.append(min(best, len(p) - 1) if p else 0)
+            elif cap_last:
+                out.append(min(k * block_size, len(p) - 1) if p else 0)
+            else:
+                out.append(min(k, (len(p) - 1) // block_size) * block_size if p else 0)
+            seen.append(list(p))
+        return out
+    return fn
+
+
+def test_reference_like_answer_passes():
+    assert check.block_hash_reuse(_reuse(), verbose=False).passed
+
+
+def test_capping_after_rounding_fails_several_cases_and_is_named():
+    r = check.block_hash_reuse(_reuse(cap_last=True), verbose=False)
+    assert not r.passed
+    assert len(r.failures) >= 2, [f.label for f in r.failures]
+    for f in r.failures:
+        assert "cap at len(prompt) - 1 before rounding down to whole blocks" in f.note, (f.label, f.note)
+        assert "token-by-token" not in f.note, f.note
+
+
+def test_the_token_by_token_answer_keeps_its_name():
+    r = check.block_hash_reuse(_reuse(token_level=True), verbose=False)
+    assert not r.passed
+    assert any("token-by-token" in f.note for f in r.failures), [f.note for f in r.failures]
+    assert not any("before rounding down" in f.note for f in r.failures), [f.note for f in r.failures]
