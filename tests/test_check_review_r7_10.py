@@ -34,3 +34,34 @@ def test_10_review_r7_case_titles_describe_the_input():
     assert labels
     for words in ("first", "switch", "dropped", "stop when", "makes room", "become room", "no copy needed"):
         assert not any(words in t for t in labels), (words, labels)
+
+
+def test_10_review_r7_tier_controls_precompute_the_grid():
+    """I1: with ``precompute`` every (host ratio, policy) runs once in the constructor; a move is a lookup."""
+    from types import SimpleNamespace as NS
+
+    from kvlab.viz.tier_controls import POLICY_WORDS, TierControls
+
+    calls = []
+
+    def run(r, p):
+        calls.append((r, p))
+        return NS(hit_rate=0.5, prefill_tokens=1000 - 100 * r, ttft_mean_s=0.1)
+
+    c = TierControls(run, host_ratio=2, static=True, precompute=True)
+    n = len(calls)
+    assert n == 1 + len(c.ratios) * len(POLICY_WORDS)
+    for r in c.ratios:
+        for p in POLICY_WORDS:
+            c.update(host_ratio=r, policy=p)
+    assert len(calls) == n
+
+
+def test_10_review_r7_tier_rows_name_host_drops():
+    """C6: a write-back chat writes fewer GB to a bigger host because the small one drops its copies."""
+    from kvlab.sim.tiers import multi_turn_chat, run_tiers
+
+    one, big = run_tiers(multi_turn_chat(num_sessions=40, turns=6, seed=0), capacity=8192, host_ratios=(1, 4),
+                         write_policy="write_back")
+    assert big.bytes_to_host < one.bytes_to_host
+    assert one.host_dropped_tokens > big.host_dropped_tokens
