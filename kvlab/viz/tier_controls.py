@@ -95,7 +95,7 @@ class TierControls:
         faster = b.ttft_mean_s / r.ttft_mean_s if r.ttft_mean_s else float("inf")
         self.caption = (f"host pool {self.host_ratio:g}x the device pool, {POLICY_WORDS[self.policy]}: hit rate "
                         f"{100 * r.hit_rate:.0f}% (device only {100 * b.hit_rate:.0f}%), prefill {r.prefill_tokens:,} "
-                        f"tokens ({100 * saved:.0f}% fewer), mean time to first token {1e3 * r.ttft_mean_s:.0f} ms "
+                        f"tokens ({100 * saved:.0f}% fewer), mean time to first token (TTFT) {1e3 * r.ttft_mean_s:.0f} ms "
                         + _speed_words(faster) + f" ({self.source})")
         return r
 
@@ -106,7 +106,7 @@ class TierControls:
 
         th = theme()
         b, r = self.base, self.row
-        names = ["hit rate (%)", "prefill tokens", "mean time to first token (ms)"]
+        names = ["hit rate (%)", "prefill tokens", "mean TTFT (ms)"]   # review r7: the long title ran to 6 px of the edge
         fig = make_subplots(rows=1, cols=3, subplot_titles=names, horizontal_spacing=0.12)
         label = f"host {self.host_ratio:g}x"
         for i, (v0, v1) in enumerate(((100 * b.hit_rate, 100 * r.hit_rate), (b.prefill_tokens, r.prefill_tokens),

@@ -206,7 +206,10 @@ tiered_cm.check_integrity()
 # ### The picture: both pools, block by block
 #
 # The device pool on the top row, the host pool below, after each request (simulated: the
-# real cache code, no model). A block's colour is its lifecycle state, and the line above the
+# real cache code, no model). The third row is the disk: it has no pool of blocks, so it shows
+# one brown square for each page of a node that is on disk only, node by node. Step to R4:
+# [D]'s blocks leave the device and, with the host pool taken by [C] and [E], its pages go on
+# to the disk: they appear on the disk row. A block's colour is its lifecycle state, and the line above the
 # player names each colour it draws (printed from the palette the figure is drawn with). A
 # picture taken between requests finds every block free, cached or a host copy: the states
 # that last only while a request runs (a block being filled, locked, loading back, a copy in
@@ -432,7 +435,8 @@ from kvlab.viz.tier_controls import TierControls
 chat_trace = multi_turn_chat(num_sessions=40, turns=6, seed=0)
 
 
-@functools.cache                                   # one run a setting: the controls' grid and the line below share them
+# one run a setting: the controls' grid and the line below share them
+@functools.cache
 def one_tier(host_ratio, write_policy):
     return run_tiers(chat_trace, capacity=8192, host_ratios=(host_ratio,), write_policy=write_policy)[0]
 
