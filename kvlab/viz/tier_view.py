@@ -474,8 +474,8 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         graphs = [_stepper_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme(), unnamed)
                   for m in f.extra["machines"]]
         # the legal edges are no simulation: what the run did (its counts, its purple edges) is (review r7)
-        title = ("<b>The lifecycle of a KV block</b>: the machines this step changed, its edges bold purple; "
-                 f"the counts: the run so far ({source_label(source)})")
+        title = ("<b>The lifecycle of a KV block</b>: the machines this step changed, its edges bold purple, "
+                 f"the counts so far ({source_label(source)} run)")
         # one screen: only what the step touched, in a box as tall as the tallest machine (steady buttons)
         return f"<div style='min-height:calc({tallest:.0f}pt + 3em)'>{LifecycleFigure(graphs, title).html()}</div>"
 
