@@ -65,3 +65,26 @@ def test_10_review_r7_tier_rows_name_host_drops():
                          write_policy="write_back")
     assert big.bytes_to_host < one.bytes_to_host
     assert one.host_dropped_tokens > big.host_dropped_tokens
+
+
+def test_10_review_r7_purple_node_edges_name_their_nodes():
+    """P3: in the stepper's node machine, a bold edge carries the letters of the nodes that took it."""
+    from kvlab.reuse.hicache_manager import HiCacheManager
+    from kvlab.viz.tier_view import TierRecorder, _movers, tier_stepper
+
+    cm = HiCacheManager(4, 1, host_ratio=2, write_policy="write_through")
+    rec = TierRecorder(cm, "start")
+    for rid, p in (("R1", [1, 2, 3]), ("R2", [7, 8, 9])):
+        cm.admit(rid, p)
+        cm.cache_finished_req(rid, p)
+        rec.snap(f"{rid} done")
+    names = [{n: f"X{n}" for n in s.placements} for s in rec.snapshots]
+    who = _movers(rec, 2, names)
+    assert who and all(letters for letters in who.values()), who
+    from kvlab.viz.palette import theme
+    from kvlab.viz.tier_view import _stepper_graph
+
+    bold = {t[:3] for t in rec.taken[2]}
+    dot = _stepper_graph("node", {}, bold, theme(), ("node",), who).source
+    assert all(f"[{x}]" in dot for letters in who.values() for x in letters), dot
+    assert tier_stepper(rec, graph=True, names=names, static=True).frames

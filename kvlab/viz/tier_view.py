@@ -117,14 +117,15 @@ _BACKWARD = {"node": {("new", "device"), ("new", "both"), ("host", "disk"), ("di
 
 
 def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None,
-                   events: bool = True, compact: bool | None = None) -> Any:
+                   events: bool = True, compact: bool | None = None, who: dict | None = None) -> Any:
     """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others;
     the node's left to right, a loop with no two edges crossing, :data:`_LOOP`);
     ``font_pt``: its text size (default the theme's, 4 pt more on a projector; given: ranks closer
     too, a compact diagram for a stepper on a projector); ``events=False``: the edges carry their
     counts only, not the event that takes them (a lesson that asks for the events first), and the
     split edges out of "new" do not pull the ranks (they ran across the counts of "back up");
-    ``compact``: ranks closer (default: when ``font_pt`` is given)."""
+    ``compact``: ranks closer (default: when ``font_pt`` is given); ``who``: ``{(machine, src, dst):
+    letters}``, the nodes that took a bold edge, written after its count ("×1 [D]")."""
     import graphviz
 
     fs = str(font_pt or th.font_size + (4 if th.high_contrast else 0))
@@ -147,13 +148,15 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
+        hot = (m, src, dst) in bold
+        if hot and (who or {}).get((m, src, dst)):   # review r7: which node took the purple edge
+            text += " " + " ".join(f"[{x}]" for x in who[(m, src, dst)])
         if text:
             # a padded HTML label: graphviz keeps its edges out of the padding, and the text is the letters
             # alone (en and em spaces around it were text that a bending edge still ran through: "copy
             # done", "evict", "free ×1" in the stepper, review r5)
             text = (f'<<table border="0" cellborder="0" cellpadding="4"><tr><td>'
                     f'{html.escape(text.strip()).replace(chr(10), "<br/>")}</td></tr></table>>')
-        hot = (m, src, dst) in bold
         loose = {} if events or src != "new" or dst == "device" or m in _LOOP else {"constraint": "false"}  # the splits
         ends = (f"{m}_{dst}", f"{m}_{src}") if (src, dst) in _BACKWARD.get(m, ()) else (f"{m}_{src}", f"{m}_{dst}")
         if ends[0] != f"{m}_{src}":
@@ -253,6 +256,7 @@ class TierRecorder:
         self.snapshots: list[TierSnapshot] = []
         self.trees: list = []  # the radix tree (RadixSnapshot) at each snap, host-only nodes included
         self.taken: list[list[tuple[str, str, str, int]]] = []
+        self.movers: list[dict[tuple[str, str, str], list[int]]] = []   # per snap: a node edge -> the nodes that took it
         # per snap: (pool, block) -> (node id, the page's index in the node): a block's own tokens
         self.pages: list[dict[tuple[str, int], tuple[int, int]]] = []
         self._seen = len(cm.log)
@@ -261,11 +265,15 @@ class TierRecorder:
     def snap(self, caption: str) -> None:
         log = self.cm.log
         moves: dict[tuple[str, str, str], int] = {}
+        movers: dict[tuple[str, str, str], list[int]] = {}
         for i in range(self._seen, len(log)):
             e = log[i]
             if e.kind == "transition":
                 k = (e.detail["machine"], e.detail["src"], e.detail["dst"])
                 moves[k] = moves.get(k, 0) + (1 if k[0] == "node" else len(e.block_ids))
+                if k[0] == "node":
+                    movers.setdefault(k, []).append(e.detail["node"])
+        self.movers.append(movers)
         self._seen = len(log)
         self.snapshots.append(self.cm.snapshot_tiers(caption))
         self.trees.append(self.cm.tree.snapshot())
@@ -432,20 +440,32 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
     return fig
 
 
-def _stepper_graph(m: str, counts: dict, bold: set, th: Any, unnamed: Sequence[str]) -> Any:
+def _stepper_graph(m: str, counts: dict, bold: set, th: Any, unnamed: Sequence[str], who: dict | None = None) -> Any:
     """One machine as :func:`tier_stepper` draws it (the frames and the box as tall as the tallest):
-    14 pt text and closer ranks on a projector."""
-    return _machine_graph(m, counts, bold, th, 14 if th.high_contrast else None, events=m not in unnamed)
+    14 pt text and closer ranks on a projector; ``who``: as in :func:`_machine_graph`."""
+    return _machine_graph(m, counts, bold, th, 14 if th.high_contrast else None, events=m not in unnamed, who=who)
+
+
+def _movers(rec: TierRecorder, i: int, names: Sequence[dict[int, str]]) -> dict[tuple[str, str, str], list[str]]:
+    """Step ``i``'s node edges -> the letters of the nodes that took them (a node gone from the tree
+    at step ``i`` keeps the letter it had last; ``n<id>`` if it never had one).
+
+    Example: a step where node 7, lettered "D", went host -> disk gives ``{("node", "host", "disk"): ["D"]}``."""
+    def letter(n: int) -> str:
+        return next((m[n] for m in reversed(names[:i + 1]) if n in m), f"n{n}")
+
+    return {k: sorted({letter(n) for n in ids}) for k, ids in rec.movers[i].items()}
 
 
 def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "simulated",
-                 graph: bool = False, unnamed: Sequence[str] = ()) -> Any:
+                 graph: bool = False, unnamed: Sequence[str] = (), names: Sequence[dict[int, str]] | None = None) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
     diagram of the machines that step changed, its transitions bold purple, the run's counts so far.
     Each machine a step changed is a frame of its own (three machines drawn at once were about
     1,000 px tall at 1500x1000), drawn with ranks closer on a projector (classroom mode, 14 pt =
     18.7 px text), so that the stepper and its diagram fit one 599 px screen. ``unnamed``: as in
-    :func:`lifecycle_graph`."""
+    :func:`lifecycle_graph`; ``names``: per snapshot, node id -> letter (:func:`run_labels`): a bold
+    node edge then names the nodes that took it."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
@@ -471,7 +491,8 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
-        graphs = [_stepper_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme(), unnamed)
+        who = _movers(rec, f.extra["i"], names) if names is not None else None
+        graphs = [_stepper_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme(), unnamed, who)
                   for m in f.extra["machines"]]
         # the legal edges are no simulation: what the run did (its counts, its purple edges) is (review r7)
         title = ("<b>The lifecycle of a KV block</b>: the machines this step changed, its edges bold purple, "

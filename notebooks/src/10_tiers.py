@@ -269,7 +269,8 @@ for nid, letter in sorted(node_names[-1].items(), key=lambda kv: kv[1]):
 
 # %% [markdown]
 # The same run with the state diagram: each step's transitions drawn **bold purple** (as in
-# section 3), the counts so far on the edges; only the machines that step changed are drawn,
+# section 3), the counts so far on the edges (a purple edge of the node's machine also names the
+# nodes that took it at this step, `[D]`); only the machines that step changed are drawn,
 # one per frame of the stepper (a device block, a host block, a node's placement), so the
 # diagram fits one screen. It opens on the first request's first change: the start (both
 # pools free) changed nothing, so it has no frame.
@@ -277,7 +278,7 @@ for nid, letter in sorted(node_names[-1].items(), key=lambda kv: kv[1]):
 # %%
 from kvlab.viz.tier_view import tier_stepper
 
-tier_stepper(rec, graph=True, unnamed=("node",))   # the node's events: exercise 3
+tier_stepper(rec, graph=True, unnamed=("node",), names=node_names)   # the node's events: exercise 3
 
 # %% [markdown]
 # ## 5. A long chat session, replayed with a small device pool
