@@ -255,17 +255,17 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
     seen: list = []  # (case, arguments, answer): _likeliest names the mistakes
     cases = [
         ("one leaf, room on the host", [("A", 2, False)], 4, 1),
-        ("already backed up: no copy needed", [("A", 2, True)], 0, 2),
-        ("the host is full: dropped", [("A", 2, False)], 0, 1),
-        ("stop when enough is freed", [("A", 2, False), ("B", 2, False), ("C", 2, False)], 8, 3),
-        ("host eviction makes room for the next one", [("A", 2, False), ("B", 2, False)], 2, 4),
+        ("one backed-up leaf, no free host page", [("A", 2, True)], 0, 2),
+        ("one leaf, no free host page", [("A", 2, False)], 0, 1),
+        ("three leaves, need less than all of them", [("A", 2, False), ("B", 2, False), ("C", 2, False)], 8, 3),
+        ("two leaves, host room for one of them", [("A", 2, False), ("B", 2, False)], 2, 4),
         ("a mix", [("A", 3, True), ("B", 1, False), ("C", 2, False), ("D", 2, True)], 2, 6),
         ("need nothing", [("A", 2, False)], 2, 0),
         ("need more than there is", [("A", 1, False), ("B", 1, True)], 1, 9),
         ("host eviction cannot make room: keep the host as it is", [("A", 1, True), ("B", 4, False)], 1, 5),
-        ("host eviction cannot make room, then a small leaf fits", [("A", 2, True), ("B", 5, False), ("C", 1, False)], 1, 8),
-        ("the leaves that just left become room", [("A", 2, True), ("B", 2, True), ("C", 3, False)], 1, 7),
-        ("a dropped leaf makes no room on the host", [("A", 2, False), ("B", 2, False)], 0, 4),
+        ("a backed-up leaf, a big one, a small one; 1 free host page", [("A", 2, True), ("B", 5, False), ("C", 1, False)], 1, 8),
+        ("two backed-up leaves, then a bigger one; 1 free host page", [("A", 2, True), ("B", 2, True), ("C", 3, False)], 1, 7),
+        ("two leaves, no free host page", [("A", 2, False), ("B", 2, False)], 0, 4),
     ]
     rng = random.Random(10)
     for i in range(6):
@@ -535,6 +535,8 @@ PLACEMENT_MISTAKES: dict[tuple[str, str, str], str] = {
     ("both", "evict", "device"): "evict takes the node off the device: which of its two copies is left?",
     ("disk", "load_back", "both"): "a disk load-back copies the chunk to the device, and the disk chunk is not a host "
                                    "copy: which copies does the tree track afterwards?",
+    ("disk", "load_back", "host"): "a disk load-back brings the chunk to the DEVICE (a request needs it there): which "
+                                   "copies does the tree track afterwards?",
     ("host", "load_back", "device"): "loading back from the host is a copy: does a copy remove its source?",
     ("host", "evict_host", "evicted"): "with storage attached, what does host eviction do with the node's KV before "
                                        "it frees the host pages?",
@@ -714,14 +716,14 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
     c = Checker("arc_victims", fn, verbose=verbose)
     seen: list = []  # (case, arguments, answer): _likeliest names the mistakes
     cases = [
-        ("one big copy in T1: target counts its pages", [("a", 3)], [("c", 1)], 2, 1),
-        ("T1 at its target: T1 first", [("a", 2), ("b", 2)], [("c", 2)], 4, 2),
-        ("T1 under its target: T2 first", [("a", 2)], [("c", 2), ("d", 1)], 3, 3),
-        ("T1 shrinks below target: switch to T2", [("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6),
-        ("T2 empty: T1 whatever the target", [("a", 1), ("b", 1)], [], 5, 2),
+        ("one 3-page copy in T1, target 2", [("a", 3)], [("c", 1)], 2, 1),
+        ("T1 at its target", [("a", 2), ("b", 2)], [("c", 2)], 4, 2),
+        ("T1 under its target", [("a", 2)], [("c", 2), ("d", 1)], 3, 3),
+        ("T1 above target, then below", [("a", 2), ("b", 2)], [("c", 2), ("d", 2)], 3, 6),
+        ("T2 empty, T1 under target", [("a", 1), ("b", 1)], [], 5, 2),
         ("T1 empty", [], [("c", 1), ("d", 3)], 0, 2),
-        ("target 0: T1 first", [("a", 3)], [("c", 1)], 0, 1),
-        ("pages, not nodes", [("a", 1), ("b", 1), ("e", 1)], [("c", 4)], 2, 1),
+        ("target 0", [("a", 3)], [("c", 1)], 0, 1),
+        ("three 1-page copies in T1, target 2", [("a", 1), ("b", 1), ("e", 1)], [("c", 4)], 2, 1),
         ("need nothing", [("a", 1)], [("c", 1)], 0, 0),
         ("need more than there is", [("a", 1)], [("c", 2)], 1, 9),
     ]

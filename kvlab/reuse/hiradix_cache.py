@@ -286,8 +286,9 @@ class HiRadixCache(RadixCache):
                 dev[b] = n.id
             for b in self.host_value.get(n.id, ()):
                 host[b] = n.id
+        disk = sorted((n.id, len(n.key) // self.page_size) for n in self.iter_nodes() if places[n.id] == "disk")
         return TierSnapshot(tuple(self.device_states()), tuple(self.host_states()), tuple(dev), tuple(host), places,
-                            caption)
+                            caption, tuple(disk))
 
     # ------------------------------------------------------------------ split, match, insert
     def _split(self, child: TreeNode, m: int) -> TreeNode:

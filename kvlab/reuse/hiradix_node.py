@@ -79,3 +79,4 @@ class TierSnapshot:
     host_nodes: tuple[int, ...]
     placements: dict[int, str]
     caption: str = ""
+    disk_pages: tuple[tuple[int, int], ...] = ()   # (node id, pages) of each node on disk only, oldest node first

@@ -54,7 +54,8 @@ STATE_COLORS: dict[str, dict[str, str]] = {
 STATE_WORDS = {"device": {"free": "free", "allocated": "being filled", "cached": "cached", "locked": "in use (locked)",
                           "loading": "loading back"},
                "host": {"free": "free", "writing": "copy in flight", "backup": "copy (also on device)",
-                        "host": "only copy"}}
+                        "host": "only copy"},
+               "disk": {"disk": "a page, on disk only"}}
 TAKEN = "#7b1fa2"  # an edge taken this step: bold purple (red is the locked state's colour; no state is purple)
 COLOUR_WORDS = {FREE: "light grey", MISS: "blue", HIT: "green", HIGHLIGHT: "red", REQUEST_COLORS[0]: "orange",
                 REQUEST_COLORS[7]: "light orange", REQUEST_COLORS[9]: "light cyan", REQUEST_COLORS[2]: "cyan",
@@ -71,9 +72,11 @@ def state_colour_words(machines: Sequence[str] = ("device", "host"), drawn: dict
         >>> state_colour_words(("host",), {"host": {"free", "host"}})
         'host block: free light grey, only copy cyan'
     """
-    return "; ".join(f"{m} block: " + ", ".join(f"{STATE_WORDS[m][s]} {COLOUR_WORDS[c]}" for s, c in STATE_COLORS[m].items()
-                                                if drawn is None or s in drawn.get(m, ()))
-                     for m in machines)
+    words = "; ".join(f"{m} block: " + ", ".join(f"{STATE_WORDS[m][s]} {COLOUR_WORDS[c]}" for s, c in STATE_COLORS[m].items()
+                                                 if drawn is None or s in drawn.get(m, ()))
+                      for m in machines)
+    disk = COLOUR_WORDS[STATE_COLORS["node"]["disk"]]
+    return words + (f"; disk: {STATE_WORDS['disk']['disk']} {disk}" if drawn and drawn.get("disk") else "")
 
 
 def drawn_states(snapshots: Sequence[TierSnapshot]) -> dict[str, set]:
@@ -81,8 +84,11 @@ def drawn_states(snapshots: Sequence[TierSnapshot]) -> dict[str, set]:
     with nothing drawn in its colour is a defect; review r2 of lesson 10 saw 4 of 9).
 
     Example: a run snapped between requests has no "locked" device block."""
-    return {"device": {st for sn in snapshots for st in sn.device_states},
-            "host": {st for sn in snapshots for st in sn.host_states}}
+    out = {"device": {st for sn in snapshots for st in sn.device_states},
+           "host": {st for sn in snapshots for st in sn.host_states}}
+    if any(sn.disk_pages for sn in snapshots):   # a disk row: nodes on disk only (review r7: [D] vanished)
+        out["disk"] = {"disk"}
+    return out
 
 
 # Short edge labels for the diagram (the long ones are kvlab.reuse.lifecycle.LEGAL_EDGES).
@@ -111,14 +117,15 @@ _BACKWARD = {"node": {("new", "device"), ("new", "both"), ("host", "disk"), ("di
 
 
 def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int | None = None,
-                   events: bool = True, compact: bool | None = None) -> Any:
+                   events: bool = True, compact: bool | None = None, who: dict | None = None) -> Any:
     """One state machine as a top-to-bottom ``graphviz.Digraph`` (narrow: it fits beside the others;
     the node's left to right, a loop with no two edges crossing, :data:`_LOOP`);
     ``font_pt``: its text size (default the theme's, 4 pt more on a projector; given: ranks closer
     too, a compact diagram for a stepper on a projector); ``events=False``: the edges carry their
     counts only, not the event that takes them (a lesson that asks for the events first), and the
     split edges out of "new" do not pull the ranks (they ran across the counts of "back up");
-    ``compact``: ranks closer (default: when ``font_pt`` is given)."""
+    ``compact``: ranks closer (default: when ``font_pt`` is given); ``who``: ``{(machine, src, dst):
+    letters}``, the nodes that took a bold edge, written after its count ("×1 [D]")."""
     import graphviz
 
     fs = str(font_pt or th.font_size + (4 if th.high_contrast else 0))
@@ -141,13 +148,15 @@ def _machine_graph(m: str, counts: dict | None, bold: set, th: Any, font_pt: int
     for (src, dst) in LEGAL_EDGES[m]:
         n = (counts or {}).get((m, src, dst))
         text = (EDGE_LABELS[m][(src, dst)] if events else "") + (f" ×{n}" if n else "")
+        hot = (m, src, dst) in bold
+        if hot and (who or {}).get((m, src, dst)):   # review r7: which node took the purple edge
+            text += " " + " ".join(f"[{x}]" for x in who[(m, src, dst)])
         if text:
             # a padded HTML label: graphviz keeps its edges out of the padding, and the text is the letters
             # alone (en and em spaces around it were text that a bending edge still ran through: "copy
             # done", "evict", "free ×1" in the stepper, review r5)
             text = (f'<<table border="0" cellborder="0" cellpadding="4"><tr><td>'
                     f'{html.escape(text.strip()).replace(chr(10), "<br/>")}</td></tr></table>>')
-        hot = (m, src, dst) in bold
         loose = {} if events or src != "new" or dst == "device" or m in _LOOP else {"constraint": "false"}  # the splits
         ends = (f"{m}_{dst}", f"{m}_{src}") if (src, dst) in _BACKWARD.get(m, ()) else (f"{m}_{src}", f"{m}_{dst}")
         if ends[0] != f"{m}_{src}":
@@ -220,7 +229,9 @@ def lifecycle_graph(machine: str = "all", counts: dict | None = None, taken: Seq
                              compact=None) for m in names]
     if machine != "all":
         return graphs[0]
-    title = f"<b>The lifecycle of a KV block ({source_label(source)})</b>" + (f": {html.escape(caption)}" if caption else "")
+    title = "<b>The lifecycle of a KV block</b>" + (f": {html.escape(caption)}" if caption else "")
+    if counts is not None or bold:   # the edges are the machine's; the counts and purple edges come from a run
+        title += f" ({source_label(source)} run)"
     if counts is not None:  # what the edges' two greys mean (the pictures draw both)
         title += ("<br><span style='font-size:smaller'>dark edge ×n: the run took it n times · light grey edge: "
                   "legal, but this run never took it" + (f" · bold purple: {html.escape(taken_words)}" if bold else "")
@@ -245,6 +256,7 @@ class TierRecorder:
         self.snapshots: list[TierSnapshot] = []
         self.trees: list = []  # the radix tree (RadixSnapshot) at each snap, host-only nodes included
         self.taken: list[list[tuple[str, str, str, int]]] = []
+        self.movers: list[dict[tuple[str, str, str], list[int]]] = []   # per snap: a node edge -> the nodes that took it
         # per snap: (pool, block) -> (node id, the page's index in the node): a block's own tokens
         self.pages: list[dict[tuple[str, int], tuple[int, int]]] = []
         self._seen = len(cm.log)
@@ -253,11 +265,15 @@ class TierRecorder:
     def snap(self, caption: str) -> None:
         log = self.cm.log
         moves: dict[tuple[str, str, str], int] = {}
+        movers: dict[tuple[str, str, str], list[int]] = {}
         for i in range(self._seen, len(log)):
             e = log[i]
             if e.kind == "transition":
                 k = (e.detail["machine"], e.detail["src"], e.detail["dst"])
                 moves[k] = moves.get(k, 0) + (1 if k[0] == "node" else len(e.block_ids))
+                if k[0] == "node":
+                    movers.setdefault(k, []).append(e.detail["node"])
+        self.movers.append(movers)
         self._seen = len(log)
         self.snapshots.append(self.cm.snapshot_tiers(caption))
         self.trees.append(self.cm.tree.snapshot())
@@ -282,6 +298,10 @@ def tier_map_data(snap: TierSnapshot, names: dict[int, str] | None = None,
                     "labels": [blocks.get((row, b), names.get(n, f"n{n}")) if n else "" for b, n in enumerate(nodes)],
                     "hover": [f"{row} block {b}: {s}" + (f", node {n} ({snap.placements.get(n, '?')})" if n else "")
                               for b, (s, n) in enumerate(zip(states, nodes))]}
+    pages = [(n, j, k) for n, k in snap.disk_pages for j in range(k)]   # one square a page of each disk-only node
+    out["disk"] = {"states": ["disk"] * len(pages), "colors": [STATE_COLORS["node"]["disk"]] * len(pages),
+                   "labels": [names.get(n, f"n{n}") for n, _, _ in pages],
+                   "hover": [f"disk: node {n}, page {j + 1} of {k} (on disk only)" for n, j, k in pages]}
     return out
 
 
@@ -325,17 +345,23 @@ def _marker_size(n: int) -> int:
     return max(6, min(26, int((th.grid_width - 150) / max(n, 1) * (0.92 if th.high_contrast else 0.8))))
 
 
-def _traces(d: dict[str, Any]) -> list:
+def _traces(d: dict[str, Any], disk: bool = False) -> list:
+    """One trace a row: the device pool (y 1), the host pool (y 0) and, with ``disk``, the pages
+    of the nodes on disk only (y -1; a disk tier has no pool of blocks to draw). A block's letter
+    is black or white, whichever reads better on its fill (review r7: dark grey on green)."""
     import plotly.graph_objects as go
+
+    from .victims_view import _ink
 
     th = theme()
     size = _marker_size(max(len(d["device"]["states"]), len(d["host"]["states"])))
     traces = []
-    for y, row in ((1, "device"), (0, "host")):
+    for y, row in ((1, "device"), (0, "host"), (-1, "disk"))[:3 if disk else 2]:
         r = d[row]
         n = len(r["states"])
         traces.append(go.Scatter(x=list(range(n)), y=[y] * n, mode="markers+text", text=r["labels"],
-                                 textfont=dict(size=th.label_size), hovertext=r["hover"], hoverinfo="text",
+                                 textfont=dict(size=th.label_size, color=[_ink(c) for c in r["colors"]]),
+                                 hovertext=r["hover"], hoverinfo="text",
                                  marker=dict(symbol="square", size=size, color=r["colors"], line=dict(width=1, color="#666")),
                                  showlegend=False, name=row))
     return traces
@@ -353,25 +379,28 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
     th = theme()
     d = tier_map_data(snap, names, blocks)
     n = max(len(snap.device_states), len(snap.host_states))
-    fig = go.Figure(_traces(d))
     drawn = drawn or drawn_states([snap])
-    for row in ("device", "host"):  # the legend: one entry per state drawn, fixed
-        for s, c in STATE_COLORS[row].items():
-            if s not in drawn[row]:
-                continue
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {STATE_WORDS[row][s]}",
+    disk = bool(drawn.get("disk"))
+    fig = go.Figure(_traces(d, disk))
+    entries = [(row, s, STATE_WORDS[row][s], c) for row in ("device", "host") for s, c in STATE_COLORS[row].items()]
+    entries += [("disk", "disk", STATE_WORDS["disk"]["disk"], STATE_COLORS["node"]["disk"])]
+    for row, s, words, c in entries:  # the legend: one entry per state drawn, fixed
+        if s in drawn.get(row, ()):
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{row}: {words}",
                                      marker=dict(symbol="square", size=12, color=c, line=dict(width=1, color="#666"))))
     per_row = _legend_per_row([t.name for t in fig.data if t.showlegend is not False])
     rows = -(-sum(len(v) for v in drawn.values()) // per_row)
     legend_h = rows * (th.font_size + 12)
     top = 62 + (14 if th.high_contrast else 0) + legend_h
-    plot_h = 190
+    plot_h = 250 if disk else 190
+    bottom = 2 * th.font_size + 34   # the tick labels and "block id" above the slider (review r7: squeezed)
     fig.update_layout(
         title=dict(text=_title(title, source, snap.caption), font=dict(size=th.title_size),
                    yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
-        width=width or _width(), autosize=theme().autosize and not width, height=plot_h + top + 40, margin=dict(l=70, r=20, t=top, b=40),
+        width=width or _width(), autosize=theme().autosize and not width, height=plot_h + top + bottom, margin=dict(l=70, r=20, t=top, b=bottom),
         xaxis=dict(range=[-0.7, n - 0.3], showgrid=False, zeroline=False, title="block id", dtick=1 if n <= 16 else None),
-        yaxis=dict(range=[-0.6, 1.6], tickvals=[1, 0], ticktext=["device", "host"], showgrid=False, zeroline=False),
+        yaxis=dict(range=[-1.6 if disk else -0.6, 1.6], tickvals=[1, 0, -1][:3 if disk else 2],
+                   ticktext=["device", "host", "disk"][:3 if disk else 2], showgrid=False, zeroline=False),
         plot_bgcolor="white", font=dict(size=th.font_size),
         # the legend sits ABOVE the plot, under the title: the play/pause buttons and the slider
         # that animate_tiers adds go below it, so the two never overlap
@@ -399,8 +428,11 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
     if len(names) != len(snaps):
         raise ValueError(f"animate_tiers: {len(names)} label maps for {len(snaps)} snapshots")
     own = list(block_labels) if block_labels is not None else [{}] * len(snaps)
-    fig = tier_map_figure(snaps[0], title, source, names=names[0], blocks=own[0], drawn=drawn_states(snaps))
-    fig.frames = [go.Frame(data=_traces(tier_map_data(s, names[i], own[i])), traces=[0, 1], name=str(i + 1),
+    drawn = drawn_states(snaps)
+    disk = bool(drawn.get("disk"))
+    fig = tier_map_figure(snaps[0], title, source, names=names[0], blocks=own[0], drawn=drawn)
+    fig.frames = [go.Frame(data=_traces(tier_map_data(s, names[i], own[i]), disk), traces=[0, 1, 2][:3 if disk else 2],
+                           name=str(i + 1),
                            # the slider already reads "step i / n": the title carries the words only
                            layout=dict(title=dict(text=_title(title, source, s.caption))))
                   for i, s in enumerate(snaps)]
@@ -408,20 +440,32 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
     return fig
 
 
-def _stepper_graph(m: str, counts: dict, bold: set, th: Any, unnamed: Sequence[str]) -> Any:
+def _stepper_graph(m: str, counts: dict, bold: set, th: Any, unnamed: Sequence[str], who: dict | None = None) -> Any:
     """One machine as :func:`tier_stepper` draws it (the frames and the box as tall as the tallest):
-    14 pt text and closer ranks on a projector."""
-    return _machine_graph(m, counts, bold, th, 14 if th.high_contrast else None, events=m not in unnamed)
+    14 pt text and closer ranks on a projector; ``who``: as in :func:`_machine_graph`."""
+    return _machine_graph(m, counts, bold, th, 14 if th.high_contrast else None, events=m not in unnamed, who=who)
+
+
+def _movers(rec: TierRecorder, i: int, names: Sequence[dict[int, str]]) -> dict[tuple[str, str, str], list[str]]:
+    """Step ``i``'s node edges -> the letters of the nodes that took them (a node gone from the tree
+    at step ``i`` keeps the letter it had last; ``n<id>`` if it never had one).
+
+    Example: a step where node 7, lettered "D", went host -> disk gives ``{("node", "host", "disk"): ["D"]}``."""
+    def letter(n: int) -> str:
+        return next((m[n] for m in reversed(names[:i + 1]) if n in m), f"n{n}")
+
+    return {k: sorted({letter(n) for n in ids}) for k, ids in rec.movers[i].items()}
 
 
 def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "simulated",
-                 graph: bool = False, unnamed: Sequence[str] = ()) -> Any:
+                 graph: bool = False, unnamed: Sequence[str] = (), names: Sequence[dict[int, str]] | None = None) -> Any:
     """A stepper over a recorded run: the two-row map per step, or (``graph=True``) the state
     diagram of the machines that step changed, its transitions bold purple, the run's counts so far.
     Each machine a step changed is a frame of its own (three machines drawn at once were about
     1,000 px tall at 1500x1000), drawn with ranks closer on a projector (classroom mode, 14 pt =
     18.7 px text), so that the stepper and its diagram fit one 599 px screen. ``unnamed``: as in
-    :func:`lifecycle_graph`."""
+    :func:`lifecycle_graph`; ``names``: per snapshot, node id -> letter (:func:`run_labels`): a bold
+    node edge then names the nodes that took it."""
     from .stepper import Frame, Stepper
 
     # the Stepper writes "step i / n:" before the caption itself: the frame's caption is the words only
@@ -447,10 +491,12 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
                 counts[(m, s, d)] = counts.get((m, s, d), 0) + n
-        graphs = [_stepper_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme(), unnamed)
+        who = _movers(rec, f.extra["i"], names) if names is not None else None
+        graphs = [_stepper_graph(m, counts, {tuple(t[:3]) for t in f.extra["taken"]}, theme(), unnamed, who)
                   for m in f.extra["machines"]]
-        title = (f"<b>The lifecycle of a KV block ({source_label(source)})</b>: the machines this step changed, "
-                 "its edges bold purple")
+        # the legal edges are no simulation: what the run did (its counts, its purple edges) is (review r7)
+        title = ("<b>The lifecycle of a KV block</b>: the machines this step changed, its edges bold purple, "
+                 f"the counts so far ({source_label(source)} run)")
         # one screen: only what the step touched, in a box as tall as the tallest machine (steady buttons)
         return f"<div style='min-height:calc({tallest:.0f}pt + 3em)'>{LifecycleFigure(graphs, title).html()}</div>"
 
@@ -464,7 +510,7 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
             svg = _stepper_graph(m, everything, set(), th, unnamed).pipe(format="svg", encoding="utf-8")
             h = re.search(r'<svg\b[^>]*\sheight="([0-9.]+)pt"', svg)
             tallest = max(tallest, float(h.group(1)) if h else 0.0)
-    return Stepper(frames, render, static=static, title="tiers")
+    return Stepper(frames, render, static=static)   # "step i / n: R1 done ..." (review r7: "tiers:" read internal)
 
 
 # ------------------------------------------------------------------ the tree beside the pools

@@ -65,7 +65,7 @@ for name, size, unit, bw in rows:
     print(f"{name:<32} {size:>6.0f}  {unit:<30} {bw:>15,.0f}")
 print(f"\nLlama-3 8B keeps {spec.bytes_per_token // 1024} KiB of KV per token: all of an H100's ~110 MB of SRAM "
       f"({110e6 / 2**20:.0f} MiB) would hold {110e6 / spec.bytes_per_token:.0f} tokens, its "
-      f"{h100.memory_bytes / 2**30:.0f} GiB of HBM {h100.memory_bytes / spec.bytes_per_token:,.0f}")
+      f"{h100.memory_bytes / 2**30:.2f} GiB of HBM {h100.memory_bytes / spec.bytes_per_token:,.0f}")
 
 # %% [markdown]
 # ## 2. A tiny worked example
@@ -118,11 +118,15 @@ cm.check_integrity()
 # ## 3. The lifecycle of a KV block
 #
 # Every state change above is one edge of three small state machines, defined once in
-# `kvlab.reuse.lifecycle` and emitted as `transition` events in the run's event log: a
-# **device block** (free → allocated → cached ⇄ locked, or free → loading when a copy comes back;
-# back to free from `cached` (evicted), `allocated` (never cached) or `loading`), a **host block** (free → writing → backup → host → free), and a **node's
-# placement** (device → both → host → disk → evicted). A test drives random workloads and
-# checks that every transition in the log is one of these edges and that no state is skipped.
+# `kvlab.reuse.lifecycle` and emitted as `transition` events in the run's event log:
+#
+# - a **device block**: free → allocated → cached ⇄ locked, or free → loading when a copy comes
+#   back; back to free from `cached` (evicted), `allocated` (never cached) or `loading`;
+# - a **host block**: free → writing → backup → host → free;
+# - a **node's placement**: device → both → host → disk → evicted.
+#
+# A test drives random workloads and checks that every transition in the log is one of these
+# edges and that no state is skipped.
 # Bold purple: the run's last six transitions, R3's admission (the node comes back from the
 # host: `host -> both`, its device blocks `free -> loading`, one fresh block for its new
 # tokens) and the queued copies finishing (`transfers done`: the loads land, and two host
@@ -202,7 +206,10 @@ tiered_cm.check_integrity()
 # ### The picture: both pools, block by block
 #
 # The device pool on the top row, the host pool below, after each request (simulated: the
-# real cache code, no model). A block's colour is its lifecycle state, and the line above the
+# real cache code, no model). The third row is the disk: it has no pool of blocks, so it shows
+# one brown square for each page of a node that is on disk only, node by node. Step to R4:
+# [D]'s blocks leave the device and, with the host pool taken by [C] and [E], its pages go on
+# to the disk: they appear on the disk row. A block's colour is its lifecycle state, and the line above the
 # player names each colour it draws (printed from the palette the figure is drawn with). A
 # picture taken between requests finds every block free, cached or a host copy: the states
 # that last only while a request runs (a block being filled, locked, loading back, a copy in
@@ -262,7 +269,8 @@ for nid, letter in sorted(node_names[-1].items(), key=lambda kv: kv[1]):
 
 # %% [markdown]
 # The same run with the state diagram: each step's transitions drawn **bold purple** (as in
-# section 3), the counts so far on the edges; only the machines that step changed are drawn,
+# section 3), the counts so far on the edges (a purple edge of the node's machine also names the
+# nodes that took it at this step, `[D]`); only the machines that step changed are drawn,
 # one per frame of the stepper (a device block, a host block, a node's placement), so the
 # diagram fits one screen. It opens on the first request's first change: the start (both
 # pools free) changed nothing, so it has no frame.
@@ -270,7 +278,7 @@ for nid, letter in sorted(node_names[-1].items(), key=lambda kv: kv[1]):
 # %%
 from kvlab.viz.tier_view import tier_stepper
 
-tier_stepper(rec, graph=True, unnamed=("node",))   # the node's events: exercise 3
+tier_stepper(rec, graph=True, unnamed=("node",), names=node_names)   # the node's events: exercise 3
 
 # %% [markdown]
 # ## 5. A long chat session, replayed with a small device pool
@@ -305,11 +313,12 @@ def chat_sessions(cm, sessions=3, turns=6, question=12, answer=24):
 no_tier = chat_sessions(CacheManager(64, 4))
 chat_cm = HiCacheManager(64, 4, host_ratio=2, write_policy="write_back")
 with_tier = chat_sessions(chat_cm)
+print("tokens of each turn, summed over the 3 customers")
 print(f"{'turn':>4} {'prompt':>6} | prefilled: {'device only':>11} {'+ host 2x':>9} (loaded back)")
 for t in range(6):
     a = [r for r in no_tier if r[0] == t]
     b = [r for r in with_tier if r[0] == t]
-    print(f"{t + 1:>4} {sum(r[2] for r in a) // 3:>6} |            {sum(r[3] for r in a):>11} {sum(r[3] for r in b):>9} "
+    print(f"{t + 1:>4} {sum(r[2] for r in a):>6} |            {sum(r[3] for r in a):>11} {sum(r[3] for r in b):>9} "
           f"({sum(r[4] for r in b)})")
 print(f"prefill over the chat: {sum(r[3] for r in no_tier)} tokens with the device pool alone, "
       f"{sum(r[3] for r in with_tier)} with the host tier (prompts: {sum(r[2] for r in no_tier)} tokens)")
@@ -361,6 +370,23 @@ chat_rows = run_tiers(multi_turn_chat(num_sessions=40, turns=6, seed=0), capacit
 doc_rows = run_tiers(shared_documents(num_requests=200, seed=0), capacity=8192, host_ratios=(0, 1, 2, 4))
 print("multi-turn chat (simulated)\n" + format_tier_rows(chat_rows))
 print("\nshared documents (simulated)\n" + format_tier_rows(doc_rows))
+print("tokens: prefilled, saved by hits, loaded back from the host; GB copied to the host and back; TTFT: the mean "
+      "time to first token, p50 its median")
+one, big = chat_rows[1], chat_rows[-1]                 # the chat's 1x and 4x host tiers
+
+
+def tokens(row):
+    """Tokens written to the host in a run of the table."""
+    return row.bytes_to_host // spec.bytes_per_token
+
+
+if big.bytes_to_host < one.bytes_to_host:
+    print(f"\nwhy the chat's GB to host falls as the host grows (write-back copies a page only when it leaves the "
+          f"device with no host copy): at {one.host_ratio:g}x the host pool drops {one.host_dropped_tokens:,} of the "
+          f"{tokens(one):,} tokens written to it, so the history they held is computed again when a turn asks for "
+          f"it, and written again; at {big.host_ratio:g}x it drops {big.host_dropped_tokens:,}, and the {big.loaded_tokens:,} "
+          f"tokens loaded back keep their host copy, so leaving the device again writes nothing ({tokens(big):,} "
+          "tokens written)")
 print("\nagainst SGLang's HiCache documentation and blog, and the notes:")
 for line in judge(chat_rows, doc_rows):
     print(line)
@@ -389,13 +415,12 @@ for line in judge(chat_rows, doc_rows):
 #
 # ### Try it: host pool size and write policy
 #
-# The chat workload above (40 sessions, a device pool of 8,192 slots), re-simulated whenever you
-# move the slider or pick a policy (each run takes well under a second). With
+# The chat workload above (40 sessions, a device pool of 8,192 slots), simulated once for every
+# host pool size and write policy of the controls (the cell takes a few seconds), so that moving
+# the slider or picking a policy only looks the run up. With
 # `write-through` the host holds copies of what is also on the device, so a small host pool
-# adds almost nothing (SGLang refuses a host pool that is not larger than the device pool: its
-# `memory_pool_host.py` rounds `device size x --hicache-ratio` down to whole pages, adds one page,
-# then asserts `self.size > device_pool.size`, so a ratio of 1 passes, just, and one a page under
-# 1 fails); `write-back` spends host memory only on what leaves the device. Selective
+# adds almost nothing (SGLang refuses one that is not larger than the device pool: see under
+# the control); `write-back` spends host memory only on what leaves the device. Selective
 # write-through copies a node only once a second request has inserted it (SGLang's
 # `write_through_threshold = 1 if write_through else 2` in `hiradix_cache.py` at commit `263bc85d`;
 # an older `HiRadixCache` used 3): the line above the
@@ -403,12 +428,16 @@ for line in judge(chat_rows, doc_rows):
 # host pool.
 
 # %%
+import functools
+
 from kvlab import viz
 from kvlab.viz.tier_controls import TierControls
 
 chat_trace = multi_turn_chat(num_sessions=40, turns=6, seed=0)
 
 
+# one run a setting: the controls' grid and the line below share them
+@functools.cache
 def one_tier(host_ratio, write_policy):
     return run_tiers(chat_trace, capacity=8192, host_ratios=(host_ratio,), write_policy=write_policy)[0]
 
@@ -421,8 +450,14 @@ print(f"selective write-through copies {copied[0]:,} tokens to the host in the w
       else "drops some") + f", the 0.5x pool holds {sel[0].host_tokens:,} at most; hit rate {sel[0].hit_rate:.1%} "
       f"at 0.5x, {sel[1].hit_rate:.1%} at 4x" + (": the copies the small pool has no room for are ones no request "
                                                   "asks for again" if same else ""))
-controls = TierControls(one_tier, host_ratio=2, policy="write_back", static=viz.is_static())
+controls = TierControls(one_tier, host_ratio=2, policy="write_back", static=viz.is_static(), precompute=True)
 controls
+
+# %% [markdown]
+# SGLang and host ratios under 1: its `memory_pool_host.py` rounds `device size x
+# --hicache-ratio` down to whole pages, adds one page, then asserts `self.size >
+# device_pool.size`, so a ratio of 1 passes, just, and one a page under 1 fails. The slider
+# goes down to 0.5 to show what a small pool does.
 
 # %% [markdown]
 # ## 6. When offloading pays
@@ -449,13 +484,14 @@ slow_ssd = LinkSpec("slow-ssd", 3e9, 100e-6, "a 3 GB/s SSD")
 # each model's context window: max_position_embeddings in its config.json (a longer prefix cannot exist)
 window = {"llama-3-8b": 8192, "llama-2-7b": 4096, "llama-2-70b": 4096}
 be = {}
+print("loading a prefix back beats recomputing it from this many tokens (simulated, an H100):")
+print(f"{'model':<12} {'host':>6} {'SSD 7 GB/s':>11} {'SSD 3 GB/s':>11} {'context window':>15}")
 for model in ("llama-3-8b", "llama-2-7b", "llama-2-70b"):
     be[model] = [break_even_tokens(model, "h100-80gb", link) for link in ("pcie-gen5-x16", "nvme-gen4", slow_ssd)]
-    print(f"{model:<12} loading wins from: host {be[model][0]:>8,}, SSD 7 GB/s {be[model][1]:>8,}, "
-          f"SSD 3 GB/s {be[model][2]:>8,} tokens (context window {window[model]:,})")
+    print(f"{model:<12} {be[model][0]:>6,} {be[model][1]:>11,} {be[model][2]:>11,} {window[model]:>15,}")
 c = offload_costs("llama-3-8b", 4096)
-print(f"\nLlama-3 8B, a 4,096-token prefix: recompute {1e3 * c.recompute_s:.1f} ms, load over PCIe 5 "
-      f"{1e3 * c.load_s:.2f} ms ({c.speedup:.0f}x faster) (simulated)")
+print(f"\nLlama-3 8B, a 4,096-token prefix (simulated): recompute {1e3 * c.recompute_s:.1f} ms,\n"
+      f"load over PCIe 5 {1e3 * c.load_s:.2f} ms ({c.speedup:.0f}x faster)")
 
 # %%
 import plotly.graph_objects as go
@@ -754,7 +790,8 @@ check.load_back_plan(load_back_plan)
 #
 # Implement `next_placement(state, event, storage=False)`: a node's placement after `event`.
 # States: `"new"`, `"device"`, `"both"`, `"host"`, `"disk"`, `"evicted"`. Events: `"insert"`,
-# `"write"` (a backup to the host), `"evict"` (from the device), `"load_back"`, `"evict_host"`,
+# `"write"` (a backup to the host), `"evict"` (from the device), `"load_back"`, `"evict_host"`
+# (host eviction: it takes only a node on the host alone, so a `both` node cannot take it),
 # `"miss"` (a disk chunk that is missing or corrupt). With `storage`, host eviction saves to
 # disk. An event that cannot happen in that state raises `ValueError`. The checker tries every
 # state and event, and replays the node transitions of real runs.
