@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from typing import Any
 from dataclasses import dataclass
 
 __all__ = ["Router", "RouterError", "free_port", "router_view", "conversations", "router_options", "ROUTING_FLAGS_032",
@@ -106,16 +107,47 @@ def router_options() -> dict[str, tuple]:
 
     Example: ``router_options()["--cache-threshold"]`` -> ``(float, None, 0.3)``.
     """
-    import argparse
-
     try:
         from sglang_router.router_args import RouterArgs
     except ImportError:
         return dict(ROUTING_FLAGS_032)
-    parser = argparse.ArgumentParser()
-    RouterArgs.add_cli_args(parser)
+    actions: list[Any] = []
+    RouterArgs.add_cli_args(_recording_parser(actions))
     return {flag: (a.type, tuple(a.choices) if a.choices else None, a.default)
-            for a in parser._actions for flag in a.option_strings}
+            for a in actions for flag in a.option_strings}
+
+
+def _recording_parser(actions: list[Any]) -> Any:
+    """An ``argparse.ArgumentParser`` that appends to ``actions`` every Action its ``add_argument``
+    returns, its argument groups' (and their exclusive groups') too: the parser's flags through
+    argparse's public calls, not its private ``_actions`` list.
+
+    Example:
+        >>> got = []
+        >>> p = _recording_parser(got)
+        >>> _ = p.add_argument_group("g").add_argument("--policy", choices=["a", "b"], default="a")
+        >>> [(a.option_strings, a.default) for a in got]
+        [(['-h', '--help'], '==SUPPRESS=='), (['--policy'], 'a')]
+    """
+    import argparse
+
+    def recorded(container: Any) -> Any:
+        add, group, exclusive = (container.add_argument, container.add_argument_group,
+                                 container.add_mutually_exclusive_group)
+
+        def add_argument(*args: Any, **kw: Any) -> Any:
+            action = add(*args, **kw)
+            actions.append(action)
+            return action
+        container.add_argument = add_argument
+        container.add_argument_group = lambda *a, **kw: recorded(group(*a, **kw))
+        container.add_mutually_exclusive_group = lambda *a, **kw: recorded(exclusive(*a, **kw))
+        return container
+
+    parser = argparse.ArgumentParser(add_help=False)
+    recorded(parser).add_argument("-h", "--help", action="help", default=argparse.SUPPRESS,
+                                  help="show this help message and exit")
+    return parser
 
 
 # why Router.launch passes each flag (the lesson prints the command with these, not the --help)
