@@ -60,9 +60,9 @@ kv_pool = h100.kv_budget_bytes(spec, 0.9)
 rows = [("L1: GPU HBM (H100)", h100.memory_bytes / 2**30, f"GiB, of which {kv_pool / 2**30:.0f} GiB hold KV", h100.hbm_bandwidth / 1e9),
         ("L2: host DRAM over PCIe 5.0 x16", 2 * kv_pool / 2**30, "GiB (2x the device KV pool)", LINKS["pcie-gen5-x16"].bandwidth / 1e9),
         ("L3: one NVMe SSD (PCIe 4.0 x4)", 4e12 / 2**30, "GiB (a 4 TB drive)", LINKS["nvme-gen4"].bandwidth / 1e9)]
-print(f"{'tier':<32} {'size':>6}  {'':<30} {'GB/s to the GPU':>15}")
-for name, size, unit, bw in rows:
-    print(f"{name:<32} {size:>6.0f}  {unit:<30} {bw:>15,.0f}")
+print(f"{'tier':<31} {'size':>8}  {'':<28} {'GB/s to the GPU':>15}")
+for name, size, unit, bw in rows:   # sizes to 0.01 GiB: the "80 GB" card holds 79.65 GiB, the figure used below
+    print(f"{name:<31} {size:>8,.2f}  {unit:<28} {bw:>15,.0f}")
 print(f"\nLlama-3 8B keeps {spec.bytes_per_token // 1024} KiB of KV per token: all of an H100's ~110 MB of SRAM "
       f"({110e6 / 2**20:.0f} MiB) would hold {110e6 / spec.bytes_per_token:.0f} tokens, its "
       f"{h100.memory_bytes / 2**30:.2f} GiB of HBM {h100.memory_bytes / spec.bytes_per_token:,.0f}")
