@@ -6,6 +6,7 @@ Views (each has a pure-data builder that tests check, and a picture built from i
                                            with an arrow into every block it holds (the radix tree too)
     animate_memory_map(snapshots, log)     plotly animation, one frame per event, captioned in words
     memory_map_stepper(snapshots, log)     the same in the stepper widget (frames numbered alike: step 3 / 16)
+    StepperChoice({label: stepper})       toggle buttons above a stepper: each option a run of its own (lesson 06)
     event_figure(snapshots, log, step)     one of those steps as a static figure (the stepper's colours)
     event_sentence(event, snapshot)        the caption of an event: one plain sentence
     pool_snapshot(allocator, tables)       a bare allocator's pool (e.g. under a RadixCache) as a snapshot
@@ -116,7 +117,7 @@ from .cost_widget import CostModel, CostWidget, cost_figure, cost_state  # lesso
 from .decode_view import decode_figure, decode_stepper, decode_view_data  # lesson 01
 from .policy_widget import PolicyWidget, policy_state  # lesson 03
 from .scenario_control import ScenarioControl  # lesson 09 appendix
-from .stepper import Frame, Stepper
+from .stepper import Frame, Stepper, StepperChoice
 from .thesis_widget import ThesisWidget, thesis_state  # lesson 00
 from .control import LiveControl
 from .chat_demo import chat_demo
@@ -149,7 +150,7 @@ __all__ = [
     "memory_map_figure", "memory_map_stepper", "event_figure", "pool_snapshot",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "TREE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
-    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "SchedulingControl", "PageSizeControl", "BlockSizeControl", "SharingControl", "ShuffleControl",
+    "Frame", "Stepper", "StepperChoice", "LiveControl", "chat_demo", "HitRateControl", "SchedulingControl", "PageSizeControl", "BlockSizeControl", "SharingControl", "ShuffleControl",
     "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
     "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
     "TranslationWidget", "chain_rows", "parse_block_table", "translation_chain", "translation_figure",
