@@ -30,7 +30,7 @@ Views (each has a pure-data builder that tests check, and a picture built from i
                                            the order the paged decode kernel reads a sequence's blocks
     Stepper(frames, render)                prev / next / play / reset + caption over any frames
     ShuffleControl(q, k, v, table, n)      lesson 05: shuffle the blocks, choose split-K's programs; the kernel reruns
-    SharingControl()                       lesson 06: samples n, beam width, prompt length -> blocks shared and saved
+    SharingControl()                       lesson 06: n, beam width, new tokens, block size, prompt -> blocks saved, copies
     HitRateControl()                       lesson 08: pool size and eviction policy -> hit rate
     SchedulingControl()                    lesson 08: pool size and queue order -> hit rate (simulated)
     chat_demo(session=None)                lesson 07: a chat box on SmolLM2; each turn's tokens matched (green) or
@@ -54,7 +54,8 @@ CSS classes for browser tests (ipywidgets ``_dom_classes``; select with ``.kvlab
     controls:     kvlab-control (box) + kvlab-shuffle / kvlab-sharing / kvlab-hit-rate,
                   kvlab-control-caption, kvlab-figure; inputs kvlab-shuffle-button,
                   kvlab-unshuffle-button, kvlab-splits-slider, kvlab-samples-slider,
-                  kvlab-beam-width-slider, kvlab-prompt-len-slider, kvlab-pool-size-slider,
+                  kvlab-beam-width-slider, kvlab-new-tokens-slider, kvlab-block-size-slider (06),
+                  kvlab-prompt-len-slider, kvlab-pool-size-slider,
                   kvlab-policy-menu; lesson 11's kvlab-budget-sweep (kvlab-sweep-method,
                   kvlab-sweep-budget)
     stepper:      kvlab-stepper (box), kvlab-prev, kvlab-next, kvlab-play, kvlab-reset,

@@ -6,9 +6,9 @@ size and the prompt length; after every change both runs are counted again on th
 (:mod:`kvlab.lessons.sharing`: forks, appends with copy-on-write, frees) and drawn as bars:
 blocks without sharing (each sequence its own copy) beside blocks with sharing, and the share
 saved; the caption says how many prompt blocks the samples share and how many copies
-copy-on-write made (none when the prompt ends on a block boundary). Under 0.2 s at the
-sliders' ends (prompt 1000, blocks of 4, 64 new tokens, width 8). Mirrors no vLLM or SGLang file (vLLM's sharing is ``fork`` + copy-on-write in
-its block manager).
+copy-on-write made (none when the prompt ends on a block boundary). Under 0.1 s at the
+sliders' ends (prompt 1000, blocks of 4, 64 new tokens, width 8). Mirrors no vLLM or SGLang file
+(vLLM's sharing is ``fork`` + copy-on-write in its block manager).
 
 Example:
     >>> c = SharingControl(static=True)
@@ -135,7 +135,7 @@ class SharingControl(LiveControl):
         top = max(p[0] for p in pairs)
         head = int(th.title_size * 1.4 + th.font_size * 2 + 16)  # the title, then the legend's row above the plot
         fig.update_layout(
-            barmode="group", template="none", height=360 if not th.high_contrast else 400,  # the plot gives up the room (3 slider rows)
+            barmode="group", template="none", height=360 if not th.high_contrast else 400,  # 3 slider rows above
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
             font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Blocks in use at the end ({source_label('simulated')} scores, real allocator)",
