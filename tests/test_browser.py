@@ -703,6 +703,54 @@ def _lesson_00_thesis_on_a_projector(page) -> None:
     _shot(page, w, "00_thesis_classroom.png")
 
 
+def _lesson_06_on_a_projector(page) -> None:
+    """Lesson 06 at 1280x720 (review r7_06): the fork stepper with its prompt choice above it fits the
+    visible notebook at every step of both runs; the 10-token run copies P2 on the samples' first write,
+    the 8-token run copies nothing; the sharing control's five sliders and its chart fit one screen,
+    and its prompt slider moved from 100 to 96 (blocks of 16) takes the copies from 3 to 0."""
+    window = page.evaluate("() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
+                           ".jp-WindowedPanel-outer').clientHeight")
+    choice = page.locator(".kvlab-stepper-choice").first
+    choice.scroll_into_view_if_needed()
+    captions: dict[int, list[str]] = {0: [], 1: []}
+    spans = []
+    for run in (0, 1):
+        if run:
+            choice.locator(".kvlab-choice button").nth(1).click()
+            page.wait_for_function("el => / 6:/.test(el.querySelector('.kvlab-caption')?.textContent || '')",
+                                   arg=choice.element_handle(), timeout=10_000)
+            stepper = choice.locator(".kvlab-stepper").first
+            caption = stepper.locator(".kvlab-caption").first
+            now = caption.text_content()
+            stepper.locator("button.kvlab-reset").first.click()
+            page.wait_for_function("([el, old]) => el.textContent !== old", arg=[caption.element_handle(), now],
+                                   timeout=10_000)
+        stepper = choice.locator(".kvlab-stepper").first
+        caption = stepper.locator(".kvlab-caption").first
+        while True:
+            captions[run].append(caption.text_content())
+            spans.append(page.evaluate(_SPAN_JS, choice.element_handle()))
+            if re.search(r"step (\d+) / \1:", captions[run][-1]):
+                break
+            _next_step(page, stepper, caption)
+    assert max(spans) <= window, f"the stepper with its prompt choice spans {spans} px, {window} px on screen"
+    assert any("copy-on-write" in c for c in captions[0]), captions[0]
+    assert len(captions[1]) == 6 and not any("copy-on-write" in c for c in captions[1]), captions[1]
+    control = page.locator(".kvlab-sharing").first
+    control.scroll_into_view_if_needed()
+    span = page.evaluate(_SPAN_JS.replace("'input, button, select,", "'.widget-slider, input, button, select,"),
+                         control.element_handle())
+    assert span <= window, f"the sharing control's sliders and chart span {span} px, {window} px on screen"
+    caption = control.locator(".kvlab-control-caption").first
+    assert "3 copies" in caption.text_content(), caption.text_content()
+    for key, want in (("ArrowLeft", "0 copies"), ("ArrowRight", "3 copies")):   # prompt 100 -> 96 -> 100
+        control.locator(".kvlab-prompt-len-slider .noUi-handle").first.focus()
+        page.keyboard.press(key)
+        page.wait_for_function("([el, want]) => el.textContent.includes(want)", arg=[caption.element_handle(), want],
+                               timeout=10_000)
+    _shot(page, control, "sharing_control_classroom.png")
+
+
 def _lesson_08_charts(page) -> None:
     """Review r2_02_08 of lesson 08: at step 5 the radix stepper shows R2's match ending inside node 1 as
     "3 of 8 tok matched"; with the pointer over either chart no plotly mode bar covers its title (the
@@ -743,6 +791,7 @@ _NORMAL_STEPS = {"01_why_kv_cache.ipynb": _lesson_01_steps, "02_how_big.ipynb": 
 _CLASSROOM_STEPS = {CLASSROOM_LESSON: _lesson_04_widgets_on_a_projector, "07_radix.ipynb": _lesson_07_on_a_projector,
                     "02_how_big.ipynb": _lesson_02_capacity_on_a_projector,
                     "00_start_here.ipynb": _lesson_00_thesis_on_a_projector,
+                    "06_sharing.ipynb": _lesson_06_on_a_projector,
                     "01_why_kv_cache.ipynb": lambda page: _lesson_01_decode_stepper(page, "decode_stepper_classroom.png")}
 _LESSONS = lesson_names()
 

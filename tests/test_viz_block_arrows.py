@@ -289,3 +289,45 @@ def test_lesson06_stepper_arrows_never_cross(classroom):
         assert not bad, "\n".join(bad)
     finally:
         viz.classroom(False)
+
+
+def _vertical_runs(fig) -> list[tuple[str, float, float, float]]:
+    """Every vertical run of a table arrow: (holder, x, y top, y bottom)."""
+    out = []
+    for t in fig.data:
+        if t.name and t.name.endswith(" arrows"):
+            for line in _polylines(t):
+                out += [(t.name[:-7], p[0], min(p[1], q[1]), max(p[1], q[1])) for p, q in zip(line, line[1:])
+                        if abs(p[0] - q[0]) < 1e-9 and abs(p[1] - q[1]) > 1e-9]
+    return out
+
+
+@pytest.mark.parametrize("classroom", [False, True])
+def test_lesson06_tables_keep_their_own_corridors_and_heads_apart(classroom):
+    """Review r7_06 (cell 8 and cell 12): from step 4 on, R1's and R2's arrows ran down one corridor,
+    0.02 grid units (about 1 px) apart, for about 60 px, and three arrowheads landed within a few px
+    of each other on P0 and P1. Now the arrows of one gap share its whole width (table cells 0.75 of a
+    column wide, 0.6 in classroom mode), so two tables' vertical runs side by side are at least 0.05
+    units apart (3.3 px at 66 px a block, 1.5 px lines), 0.08 in classroom mode (5.3 px, 3.5 px lines),
+    and the arrowheads on one block at least 0.2 units apart."""
+    from kvlab.viz.memory_animation import MemoryMapView
+
+    viz.classroom(classroom)
+    try:
+        frames = _lesson06_frames()
+        view = MemoryMapView(frames, cols=12, step_legend=True)
+        bad, apart = [], 0.075 if classroom else 0.049
+        for k, f in enumerate(frames, 1):
+            fig = view(f)
+            runs = _vertical_runs(fig)
+            for (ha, xa, ta, ba), (hb, xb, tb, bb) in itertools.combinations(runs, 2):
+                if ha != hb and min(ba, bb) - max(ta, tb) > 0.2 and abs(xa - xb) < apart:
+                    bad.append(f"step {k}: {ha} and {hb} run {abs(xa - xb):.3f} apart at x {xa:.2f}")
+            heads = [(line[-1][0], line[-1][1]) for t in fig.data if t.name and t.name.endswith(" arrows")
+                     for line in _polylines(t)]
+            for (xa, ya), (xb, yb) in itertools.combinations(heads, 2):
+                if abs(ya - yb) < 1e-6 and abs(xa - xb) < 0.2:
+                    bad.append(f"step {k}: two arrowheads {abs(xa - xb):.3f} apart at x {xa:.2f}")
+        assert not bad, "\n".join(bad[:10])
+    finally:
+        viz.classroom(False)

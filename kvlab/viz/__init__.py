@@ -6,6 +6,7 @@ Views (each has a pure-data builder that tests check, and a picture built from i
                                            with an arrow into every block it holds (the radix tree too)
     animate_memory_map(snapshots, log)     plotly animation, one frame per event, captioned in words
     memory_map_stepper(snapshots, log)     the same in the stepper widget (frames numbered alike: step 3 / 16)
+    StepperChoice({label: stepper})       toggle buttons above a stepper: each option a run of its own (lesson 06)
     event_figure(snapshots, log, step)     one of those steps as a static figure (the stepper's colours)
     event_sentence(event, snapshot)        the caption of an event: one plain sentence
     pool_snapshot(allocator, tables)       a bare allocator's pool (e.g. under a RadixCache) as a snapshot
@@ -29,7 +30,7 @@ Views (each has a pure-data builder that tests check, and a picture built from i
                                            the order the paged decode kernel reads a sequence's blocks
     Stepper(frames, render)                prev / next / play / reset + caption over any frames
     ShuffleControl(q, k, v, table, n)      lesson 05: shuffle the blocks, choose split-K's programs; the kernel reruns
-    SharingControl()                       lesson 06: samples n, beam width, prompt length -> blocks shared and saved
+    SharingControl()                       lesson 06: n, beam width, new tokens, block size, prompt -> blocks saved, copies
     HitRateControl()                       lesson 08: pool size and eviction policy -> hit rate
     SchedulingControl()                    lesson 08: pool size and queue order -> hit rate (simulated)
     chat_demo(session=None)                lesson 07: a chat box on SmolLM2; each turn's tokens matched (green) or
@@ -53,7 +54,8 @@ CSS classes for browser tests (ipywidgets ``_dom_classes``; select with ``.kvlab
     controls:     kvlab-control (box) + kvlab-shuffle / kvlab-sharing / kvlab-hit-rate,
                   kvlab-control-caption, kvlab-figure; inputs kvlab-shuffle-button,
                   kvlab-unshuffle-button, kvlab-splits-slider, kvlab-samples-slider,
-                  kvlab-beam-width-slider, kvlab-prompt-len-slider, kvlab-pool-size-slider,
+                  kvlab-beam-width-slider, kvlab-new-tokens-slider, kvlab-block-size-slider (06),
+                  kvlab-prompt-len-slider, kvlab-pool-size-slider,
                   kvlab-policy-menu; lesson 11's kvlab-budget-sweep (kvlab-sweep-method,
                   kvlab-sweep-budget)
     stepper:      kvlab-stepper (box), kvlab-prev, kvlab-next, kvlab-play, kvlab-reset,
@@ -116,7 +118,7 @@ from .cost_widget import CostModel, CostWidget, cost_figure, cost_state  # lesso
 from .decode_view import decode_figure, decode_stepper, decode_view_data  # lesson 01
 from .policy_widget import PolicyWidget, policy_state  # lesson 03
 from .scenario_control import ScenarioControl  # lesson 09 appendix
-from .stepper import Frame, Stepper
+from .stepper import Frame, Stepper, StepperChoice
 from .thesis_widget import ThesisWidget, thesis_state  # lesson 00
 from .control import LiveControl
 from .chat_demo import chat_demo
@@ -149,7 +151,7 @@ __all__ = [
     "memory_map_figure", "memory_map_stepper", "event_figure", "pool_snapshot",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "TREE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
-    "Frame", "Stepper", "LiveControl", "chat_demo", "HitRateControl", "SchedulingControl", "PageSizeControl", "BlockSizeControl", "SharingControl", "ShuffleControl",
+    "Frame", "Stepper", "StepperChoice", "LiveControl", "chat_demo", "HitRateControl", "SchedulingControl", "PageSizeControl", "BlockSizeControl", "SharingControl", "ShuffleControl",
     "RadixRecorder", "RadixState", "check_radix_snapshot", "radix_event_frames", "radix_graph_at",
     "radix_request_frames", "radix_stepper", "radix_tree_data", "radix_tree_graph",
     "TranslationWidget", "chain_rows", "parse_block_table", "translation_chain", "translation_figure",

@@ -41,8 +41,10 @@ __all__ = ["MapGeometry", "map_geometry", "arrow_routes", "copy_arc", "frame_tra
 MAX_TABLE_HOLDERS = 8  # more holders than this: tables are not drawn (the hover still names them)
 TABLE_PITCH = 0.75  # grid units between table rows
 TABLE_CELL_H = 0.56
-TABLE_CELL_W = 0.8  # narrower than a pool block: the gaps between table columns carry the arrows down
-_TABLE_LANES = (0.45, 0.49)  # offsets from a column's centre where its arrows run down past the rows below (cells end at 0.4)
+# narrower than a pool block: the gaps between table columns carry the arrows down (review r7_06: up to four
+# arrows share a gap in lesson 06, so the gaps are wide: 0.25 of a column, where lesson 05's "L7→P15" still
+# fits, and 0.4 in classroom mode, whose lines are 3.5 px thick and whose cells say only "P3")
+TABLE_CELL_W, CLASSROOM_TABLE_CELL_W = 0.75, 0.6
 _POOL_LANES = (0.46, 0.495)  # ... and down the pool's gaps into a lower pool row (a block is CELL_W wide)
 DEEP_CELL_W = 0.8  # a pool block's width when arrows run down its gaps into a lower pool row (room for them)
 _DEEP_LANES = (0.43, 0.49)  # ... and where they run then
@@ -72,6 +74,7 @@ class MapGeometry:
     legend_ids: tuple[str, ...]  # every id that colours something in some frame
     copy_units: float = COPY_ROOM  # grid units under the pool for the copy arcs (when copy_room)
     pool_cell_w: float = CELL_W  # a pool block's width: narrower when arrows run down the gaps between blocks
+    table_cell_w: float = TABLE_CELL_W  # a table cell's width (the rest of its column is the arrows' gap)
 
     @property
     def cell_px(self) -> float:
@@ -152,7 +155,7 @@ def map_geometry(layout: GridLayout, snapshots: Iterable[MemorySnapshot], tables
     deep = bool(holders) and layout.rows > 1  # arrows into a lower pool row run down the gaps of the rows above
     return MapGeometry(layout, tuple(holders), row0, table_height, round(pool_y0, 6), bool(copies),
                        (left, right, top, bottom), width, height, legend_ids, copy_units,
-                       DEEP_CELL_W if deep else CELL_W)
+                       DEEP_CELL_W if deep else CELL_W, CLASSROOM_TABLE_CELL_W if th.high_contrast else TABLE_CELL_W)
 
 
 def _cell_xy(i: int, cols: int, y0: float) -> tuple[float, float]:
@@ -198,36 +201,118 @@ def _table_row(geom: MapGeometry, holder: str, i: int) -> int:
     return round((geom.row0[holder] + (i // geom.layout.cols) * TABLE_PITCH) / TABLE_PITCH)
 
 
+def _gap_lanes(steps: list[tuple[int, int, int, int]], cols: int, cell_w: float) -> dict[int, float]:
+    """x of each side step's lane: ``steps`` are (arrow, column, side, table row). The arrows that
+    run down one gap between table columns share its whole width, evenly spaced: the left column's
+    (side 1) first, its lowest row nearest the column; then the right column's (side -1), its highest
+    row first. So a step sideways crosses no lane from above, and two tables' arrows keep apart (review
+    r7_06: spaced 0.02 units in half a gap, R1's and R2's ran on top of each other for 60 px). The gaps
+    outside the first and last columns are half as wide (the picture ends there)."""
+    by_gap: dict[int, list[tuple[int, int, int, int]]] = {}
+    for k, col, side, r in steps:
+        by_gap.setdefault(col if side == 1 else col - 1, []).append((k, col, side, r))
+    half = cell_w / 2
+    out = {}
+    for g, group in by_gap.items():
+        group.sort(key=lambda t: (-t[2], -t[3] if t[2] == 1 else t[3]))
+        lo = g + half if g >= 0 else -0.5
+        hi = g + 1 - half if g < cols - 1 else cols - 0.5
+        for j, (k, *_rest) in enumerate(group):
+            out[k] = lo + (hi - lo) * (j + 1) / (len(group) + 1)
+    return out
+
+
+def _pick_sides(steps: list[list[int]], cols: int) -> None:
+    """Turn each step's third item, how its block lies from the straight arrow's (1 right, -1 left,
+    0 the same block), into the side of the gap it runs down (1 right, -1 left). An arrow into the
+    same block may take either side, unless another arrow of its column must go one way (then the
+    other, so that the two keep their order); it takes the gap fewer arrows run down (the gaps
+    outside the first and last columns count double: they are half as wide), the right on a tie."""
+    load: dict[int, float] = {}
+    free: dict[int, list[list[int]]] = {}
+    forced: dict[int, set[int]] = {}
+    for st in steps:
+        if st[2]:
+            forced.setdefault(st[1], set()).add(st[2])
+            load[st[1] if st[2] > 0 else st[1] - 1] = load.get(st[1] if st[2] > 0 else st[1] - 1, 0) + 1
+        else:
+            free.setdefault(st[1], []).append(st)
+
+    def weight(g: int, extra: int) -> float:
+        return (load.get(g, 0) + extra) * (2 if g in (-1, cols - 1) else 1)
+
+    for col in sorted(free):
+        sts, must = free[col], forced.get(col, set())
+        if 1 in must or col == cols - 1:
+            side = -1
+        elif -1 in must:
+            side = 1
+        else:
+            side = 1 if weight(col, len(sts)) <= weight(col - 1, len(sts)) else -1
+        gap = col if side > 0 else col - 1
+        load[gap] = load.get(gap, 0) + len(sts)
+        for st in sts:
+            st[2] = side
+
+
 def _heads(data: dict[str, Any], geom: MapGeometry) -> list[tuple[str, int, int, tuple]]:
     """Each arrow's path from its cell to the channel's top: straight down when no cell of this
     frame lies below it in its column (the last table row, or rows still empty); else a step
-    sideways into a lane of the gap on one side (the higher the row, the farther out, so no step
-    crosses a lane from above) and down the lane. The side is the one its block lies on as seen
-    from the block of the column's straight arrow, so that the two keep their left-right order
-    down to the pool (lesson 06: R2's L2→P3 above R3's L2→P4 goes left of R3's arrow, not right)."""
+    sideways into a lane of the gap on one side (:func:`_gap_lanes`) and down the lane. The side is
+    the one its block lies on as seen from the block of the column's straight arrow, so that the
+    two keep their left-right order down to the pool (lesson 06: R2's L2→P3 above R3's L2→P4 goes
+    left of R3's arrow, not right); into the same block, the emptier gap (:func:`_pick_sides`)."""
     cols = geom.layout.cols
-    rows = round(geom.table_height / TABLE_PITCH)
     top = geom.table_height - TABLE_PITCH + TABLE_CELL_H / 2  # the channel's top: under the last row
     lowest: dict[int, tuple[int, int]] = {}  # column -> (the lowest table row with a cell in it, that cell's block)
     for h in geom.holders:
         for i, b in enumerate(data["tables"].get(h, ())):
             lowest[i % cols] = max(lowest.get(i % cols, (-1, 0)), (_table_row(geom, h, i), b), key=lambda rb: rb[0])
-    out = []
+    cells, steps = [], []
     for h in geom.holders:
         for i, b in enumerate(data["tables"].get(h, ())):
             x0, y0 = _cell_xy(i, cols, geom.row0[h])
-            y0 += TABLE_CELL_H / 2
-            r = _table_row(geom, h, i)
-            low_row, low_block = lowest[i % cols]
-            if r == low_row:
-                head = ((x0, y0), (x0, top))
-            else:
-                side = 1 if data["x"][b] > data["x"][low_block] else -1
-                lane = _lane(i % cols, side, (rows - 1 - r - 0.5) / max(rows - 1, 1), _TABLE_LANES)
-                mid = y0 + (TABLE_PITCH - TABLE_CELL_H) / 2
-                head = ((x0, y0), (x0, mid), (lane, mid), (lane, top))
-            out.append((h, i, b, head))
+            r, (low_row, low_block) = _table_row(geom, h, i), lowest[i % cols]
+            if r != low_row:
+                bx, lx = data["x"][b], data["x"][low_block]
+                steps.append([len(cells), i % cols, (bx > lx) - (bx < lx), r])
+            cells.append((h, i, b, x0, y0 + TABLE_CELL_H / 2))
+    _pick_sides(steps, cols)
+    lanes = _gap_lanes(steps, cols, geom.table_cell_w)
+    out = []
+    for k, (h, i, b, x0, y0) in enumerate(cells):
+        if k not in lanes:
+            head = ((x0, y0), (x0, top))
+        else:
+            mid = y0 + (TABLE_PITCH - TABLE_CELL_H) / 2
+            head = ((x0, y0), (x0, mid), (lanes[k], mid), (lanes[k], top))
+        out.append((h, i, b, head))
     return out
+
+
+def _spread(x: float, own: list[float], others: list[float]) -> list[float]:
+    """Where ``len(own)`` arrows (leaving the tables at ``own``, in order) land on a block centred at
+    ``x``: evenly spaced, as far apart as its width allows (review r7_06: two of three arrowheads on
+    P0 landed 3 px apart), the group slid sideways so that none lands on the line of an arrow that
+    starts above (``others``) and as many as can land straight under their own start.
+
+    Example: three arrows into P0, one straight from above its middle: ``_spread(0, [-0.47, -0.45, 0],
+    [])`` -> the last lands at 0, straight."""
+    m = len(own)
+    step = min(0.25, 0.72 / m)
+    reach = 0.36 - step * (m - 1) / 2   # how far the group may slide and stay on the block
+    best: tuple[tuple[int, int, float], list[float]] | None = None
+    for k in range(-8, 9):
+        shift = k * step / 4
+        if abs(shift) > reach + 1e-9:
+            continue
+        xs = [x + (j - (m - 1) / 2) * step + shift for j in range(m)]
+        hits = sum(1 for p in xs for o in others if abs(p - o) < 0.06)
+        straight = sum(1 for p, o in zip(xs, own) if abs(p - o) < 1e-6)
+        score = (hits, -straight, abs(shift))
+        if best is None or score < best[0]:
+            best = (score, xs)
+    return best[1] if best else [x] * m
 
 
 def _landings(heads: list[tuple[str, int, int, tuple]], data: dict[str, Any], geom: MapGeometry) -> list[_Arrow]:
@@ -244,12 +329,9 @@ def _landings(heads: list[tuple[str, int, int, tuple]], data: dict[str, Any], ge
     starts = [head[-1][0] for *_, head in heads]
     for b, ks in into.items():
         ks.sort(key=lambda k: starts[k])
-        m = len(ks)
-        for j, k in enumerate(ks):
-            x = float(data["x"][b]) + (j - (m - 1) / 2) * min(0.2, 0.7 / m)
-            if any(abs(x - s) < 1e-6 for n, s in enumerate(starts) if n != k):  # another arrow starts above:
-                x += 0.15 if starts[k] > x else -0.15                         # land beside it, not on its line
-            land[k] = (x, j, m)
+        for j, x in enumerate(_spread(float(data["x"][b]), [starts[k] for k in ks],
+                                      [s for n, s in enumerate(starts) if n not in ks])):
+            land[ks[j]] = (x, j, len(ks))
     deep: dict[int, list[int]] = {}  # column -> arrows into its lower rows
     for k, (_h, _i, b, _head) in enumerate(heads):
         if data["y"][b] > 0.5:
@@ -338,21 +420,21 @@ def arrow_routes(data: dict[str, Any], geom: MapGeometry) -> dict[str, list[tupl
     in straight runs across and down.
 
     An arrow leaves its cell's bottom; from a higher table row it steps into the gap beside its
-    column and runs down past the rows below (cells are :data:`TABLE_CELL_W` wide, so the gaps
+    column and runs down past the rows below (cells are ``geom.table_cell_w`` wide, so the gaps
     hold no label). Between the last table row and the pool each arrow has a track of its own: down
     to it, across, down into its block (or, into a lower pool row, down the gap beside the
     block's column and in). Arrows whose order is the same at both ends never cross; two whose
     order swaps cross once, at a right angle; no arrow crosses a label.
 
-    Example (R1 and its fork R2 share P0 and P1; R1's L1 runs down the gap left of its column,
-    past R2's row, and lands left of R2's arrow):
+    Example (R1 and its fork R2 share P0 and P1; R1's L1 runs down the gap right of its column,
+    past R2's row, and lands right of R2's arrow):
         >>> from kvlab.memory.block_manager import BlockManager
         >>> from kvlab.viz.memory_map import grid_layout, memory_map_data
         >>> m = BlockManager(num_blocks=4, block_size=4)
         >>> _ = m.add_sequence("R1", 8); _ = m.fork("R1", "R2")
         >>> g = map_geometry(grid_layout(4), [m.snapshot()])
         >>> [(round(x, 2), round(y, 2)) for x, y in arrow_routes(memory_map_data(m.snapshot()), g)["R1"][1][2]]
-        [(1.0, 0.28), (1.0, 0.38), (0.53, 0.38), (0.53, 1.47), (0.9, 1.47), (0.9, 1.91)]
+        [(1.0, 0.28), (1.0, 0.38), (1.5, 0.38), (1.5, 1.47), (1.25, 1.47), (1.25, 1.91)]
     """
     arrows = _landings(_heads(data, geom), data, geom)
     if not arrows:
@@ -402,10 +484,11 @@ def _table_traces(data: dict[str, Any], colors: dict[str, str], geom: MapGeometr
             ch.append(f"{h}: L{i} -> P{b}" + ("" if h == "tree" else f" (tokens {i * data['block_size']}.."
                                                                          f"{min(n, (i + 1) * data['block_size']) - 1})"))
     size = cell_label_px(geom.cell_px, 5.2)
-    if ct and max(map(len, ct)) * size * 0.68 > geom.cell_px * TABLE_CELL_W:  # "L12→P13" would spill over its cell:
+    w = geom.table_cell_w
+    if ct and max(map(len, ct)) * size * 0.68 > geom.cell_px * w:  # "L12→P13" would spill over its cell:
         ct = [t.split("→")[-1] if "→" in t else t for t in ct]            # the position says L, the cell says P
     out = [
-        go.Bar(x=[TABLE_CELL_W] * len(cx), y=cy, base=[x - TABLE_CELL_W / 2 for x in cx], orientation="h", width=TABLE_CELL_H,
+        go.Bar(x=[w] * len(cx), y=cy, base=[x - w / 2 for x in cx], orientation="h", width=TABLE_CELL_H,
                marker=dict(color=cc, line=dict(color="#555555", width=th.line_width)), hovertext=ch,
                hoverinfo="text", showlegend=False, name="tables"),
         go.Scatter(x=cx, y=cy, mode="text", text=ct, textfont=dict(size=size, color=th.text_color), hoverinfo="skip",
@@ -464,7 +547,9 @@ def frame_traces(data: dict[str, Any], colors: dict[str, str], geom: MapGeometry
     """Every trace that changes between frames, in a fixed order: the pool, then (with tables)
     the tables and one arrow trace per holder, then (with copy room) the copy arcs."""
     labels = _short_labels(data) if geom.holders else None
-    out = block_traces(data, colors, geom.pool_y0, labels, geom.pool_cell_w)
+    low, high = geom.y_range
+    down = (geom.height - geom.margin[2] - geom.margin[3]) / (low - high)   # px per grid unit down
+    out = block_traces(data, colors, geom.pool_y0, labels, geom.pool_cell_w, (geom.cell_px, down))
     if geom.holders:
         out += _table_traces(data, colors, geom)
     if geom.copy_room:

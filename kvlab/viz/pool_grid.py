@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..memory.ids import check_int
-from .palette import FREE, SHARED_OUTLINE, UNOWNED, label_px, theme, tint
+from .palette import FREE, HIGHLIGHT, SHARED_OUTLINE, UNOWNED, label_px, theme, tint
 
 __all__ = ["CELL_W", "CELL_H", "LABELLED_MAX", "SQUARES_MAX", "GridLayout", "grid_layout", "block_traces",
            "cell_label_px"]
@@ -96,20 +96,29 @@ def _palette_index(colors: dict[str, str]) -> list[str]:
     return out
 
 
-def _inner_outline(data: dict[str, Any], ys: list[float], left: list[float], cell_w: float) -> Any:
-    """The shared outline drawn INSIDE a block that is also outlined red (changed this step): both
-    stay visible. A transparent bar per block (line width 0 where the block is not both)."""
+def _both_outlines(data: dict[str, Any], ys: list[float], left: list[float], cell_w: float,
+                   px: tuple[float, float]) -> tuple[list[str], list[float], Any]:
+    """A block both shared and changed this step shows both outlines: the shared one (black) on its
+    edge, as on every shared block, and the red one just inside it, touching it, so the label keeps
+    the block's whole room (review r7_06: the black outline drawn inside the red one boxed the label
+    in). ``px``: px per grid unit across and down. Returns the edge outlines' colours and widths
+    and the red ring (a transparent bar per block, line width 0 where the block is not both)."""
     import plotly.graph_objects as go
 
     th = theme()
     both = set(data["shared"]) & set(data["highlight"])
-    n, inset = data["num_blocks"], cell_w * 0.1
-    return go.Bar(x=[cell_w - 2 * inset] * n, y=ys, base=[x + inset for x in left], orientation="h",
-                  width=CELL_H * 0.74, name="shared inside changed",
+    n = data["num_blocks"]
+    color = [SHARED_OUTLINE if b in both else c for b, c in enumerate(data["outline_color"])]
+    width = [th.shared_width if b in both else w for b, w in enumerate(data["outline_width"])]
+    gap = (th.shared_width + th.highlight_width) / 2 + 0.5   # px from the edge to the red line's middle
+    across, down = gap / px[0], gap / px[1]
+    ring = go.Bar(x=[cell_w - 2 * across] * n, y=ys, base=[x + across for x in left], orientation="h",
+                  width=CELL_H - 2 * down, name="changed inside shared",
                   marker=dict(color="rgba(0,0,0,0)", line=dict(
-                      color=[SHARED_OUTLINE if b in both else "rgba(0,0,0,0)" for b in range(n)],
-                      width=[th.shared_width if b in both else 0 for b in range(n)])),
+                      color=[HIGHLIGHT if b in both else "rgba(0,0,0,0)" for b in range(n)],
+                      width=[th.highlight_width if b in both else 0 for b in range(n)])),
                   hoverinfo="skip", showlegend=False)
+    return color, width, ring
 
 
 def _label_places(data: dict[str, Any], text: list[str], lay: GridLayout, cell_w: float) -> tuple[list[float], list[str]]:
@@ -137,14 +146,16 @@ def _label_places(data: dict[str, Any], text: list[str], lay: GridLayout, cell_w
 
 
 def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, labels: list[str] | None = None,
-                 cell_w: float = CELL_W) -> list[Any]:
+                 cell_w: float = CELL_W, px: tuple[float, float] | None = None) -> list[Any]:
     """The pool's traces that change from frame to frame (same count and kinds in every frame).
 
     Grid mode: each block a cell (a horizontal bar ``CELL_W`` wide) tinted in its owner's
     colour, filled in that colour from the left as far as it holds tokens, outlined when shared
     or highlighted, and its label; ``y0``: the pool's first row in figure units; ``cell_w``: a
     cell's width (narrower where arrows run down the gaps between cells). ``data["place_labels"]`` (a
-    static figure): a partly filled block's label clear of the fill's edge (:func:`_label_places`)."""
+    static figure): a partly filled block's label clear of the fill's edge (:func:`_label_places`).
+    ``px``: px per grid unit across and down (None: the layout's ``cell`` both ways), for the red
+    outline drawn inside a shared block's (:func:`_both_outlines`)."""
     import plotly.graph_objects as go
 
     lay: GridLayout = data["layout"]
@@ -158,14 +169,15 @@ def block_traces(data: dict[str, Any], colors: dict[str, str], y0: float = 0.0, 
         label_x = data["x"]
         if data.get("place_labels"):  # a static figure (frames keep their labels in place: nothing jumps)
             label_x, text = _label_places(data, text, lay, cell_w)
+        edge, edge_w, ring = _both_outlines(data, ys, left, cell_w, px or (lay.cell, lay.cell))
         return [
             go.Bar(x=[cell_w] * n, y=ys, base=left, orientation="h", width=CELL_H, name="blocks",
-                   marker=dict(color=bg, line=dict(color=data["outline_color"], width=data["outline_width"])),
+                   marker=dict(color=bg, line=dict(color=edge, width=edge_w)),
                    hovertext=data["hover"], hoverinfo="text", showlegend=False),
             go.Bar(x=[cell_w * f for f in data["fill"]], y=ys, base=left, orientation="h", width=CELL_H * 0.92,
                    name="tokens", marker=dict(color=data["color"], line=dict(width=0)), hoverinfo="skip",
                    showlegend=False),
-            _inner_outline(data, ys, left, cell_w),
+            ring,
             go.Scatter(x=label_x, y=ys, mode="text", text=text if lay.show_text else [""] * n,
                        textfont=dict(size=cell_label_px(lay.cell), color=th.text_color),
                        hoverinfo="skip", showlegend=False, name="labels"),

@@ -1,23 +1,28 @@
-"""Lesson 06's control: how many samples, how wide a beam, how long a prompt; blocks shared and saved.
+"""Lesson 06's control: how many samples, how wide a beam, how long a prompt and answers, how big a
+block; blocks shared, copied and saved.
 
-Sliders for parallel sampling's ``n``, beam search's width and the prompt length; after every
-change both runs are counted again on the real allocator (:mod:`kvlab.lessons.sharing`:
-forks, appends with copy-on-write, frees) and drawn as bars: blocks without sharing (each
-sequence its own copy) beside blocks with sharing, and the share saved. Well under a second
-at these sizes. Mirrors no vLLM or SGLang file (vLLM's sharing is ``fork`` + copy-on-write in
-its block manager).
+Sliders for parallel sampling's ``n``, beam search's width, the new tokens per sequence, the block
+size and the prompt length; after every change both runs are counted again on the real allocator
+(:mod:`kvlab.lessons.sharing`: forks, appends with copy-on-write, frees) and drawn as bars:
+blocks without sharing (each sequence its own copy) beside blocks with sharing, and the share
+saved; the caption says how many prompt blocks the samples share and how many copies
+copy-on-write made (none when the prompt ends on a block boundary). Under 0.1 s at the
+sliders' ends (prompt 1000, blocks of 4, 64 new tokens, width 8). Mirrors no vLLM or SGLang file
+(vLLM's sharing is ``fork`` + copy-on-write in its block manager).
 
 Example:
     >>> c = SharingControl(static=True)
     >>> c.set(samples=4, beam_width=4, prompt_len=100)
     >>> c.result["sampling"], c.result["beam"]
     ((32, 14), (32, 11))
+    >>> c.set(prompt_len=96); c.result["copies"], c.result["shared_prompt_blocks"]   # 96 = 6 blocks of 16
+    (0, 6)
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..lessons.sharing import beam_search_blocks, measured_sampling_blocks
+from ..lessons.sharing import beam_search_blocks, sampling_run
 from .control import LiveControl
 from .palette import HIT, is_classroom, source_label, theme
 
@@ -26,17 +31,25 @@ __all__ = ["SharingControl", "UNSHARED_COLOR", "SHARED_COLOR", "UNSHARED_NAME", 
 # Lesson 06's one palette for its "with / without sharing" pictures (the line chart and this control):
 # without sharing dark grey (never the light grey of a free block), with sharing the reuse green.
 UNSHARED_COLOR, SHARED_COLOR = "#555555", HIT
-SLIDER_WIDTH = "min(330px, 31%)"  # three sliders side by side, in one row down to a 1068 px output area
+# two rows in a 1068 px output area (1500 x 1000): samples, beam width and new tokens; block size and prompt tokens
+WIDTHS = {"samples": "min(330px, 31%)", "beam_width": "min(330px, 31%)", "new_tokens": "min(330px, 31%)",
+          "block_size": "min(360px, 34%)", "prompt_len": "min(660px, 62%)"}
 # classroom mode (an 850 px output area, 18 px labels): side by side, the tracks were about 60 px wide; there
-# samples and beam width share one row and prompt tokens (8 to 1000) has a row of its own
-CLASSROOM_WIDTHS = {"samples": "min(410px, 48%)", "beam_width": "min(410px, 48%)", "prompt_len": "min(840px, 97%)"}
+# two sliders share a row and prompt tokens (8 to 1000) has a row of its own
+CLASSROOM_WIDTHS = {"samples": "min(410px, 48%)", "beam_width": "min(410px, 48%)", "new_tokens": "min(410px, 48%)",
+                    "block_size": "min(410px, 48%)", "prompt_len": "min(840px, 97%)"}
+# name, label, min, max, step: in the order the rows take them
+SLIDERS = (("samples", "samples (n)", 1, 8, 1), ("beam_width", "beam width", 1, 8, 1),
+           ("new_tokens", "new tokens", 1, 64, 1), ("block_size", "block size", 4, 32, 4),
+           ("prompt_len", "prompt tokens", 8, 1000, 4))
 UNSHARED_NAME, SHARED_NAME = "without sharing (each sequence its own copy)", "with sharing (fork + copy-on-write)"
 
 
 class SharingControl(LiveControl):
-    """Inputs: ``samples`` (parallel sampling's n), ``beam_width``, ``prompt_len``; fixed:
-    ``new_tokens`` per sequence and ``block_size``. ``result``: ``sampling`` and ``beam``, each
-    (blocks without sharing, blocks with sharing) at the end of the run."""
+    """Inputs: ``samples`` (parallel sampling's n), ``beam_width``, ``prompt_len``, ``new_tokens`` per
+    sequence and ``block_size``. ``result``: ``sampling`` and ``beam``, each (blocks without sharing,
+    blocks with sharing) at the end of the run; ``copies`` (copy-on-write's block copies in the
+    sampling run) and ``shared_prompt_blocks`` (blocks all n samples still hold at its end)."""
 
     css_class = "kvlab-sharing"
 
@@ -48,7 +61,8 @@ class SharingControl(LiveControl):
         super().__init__(static=static)
 
     def check(self) -> None:
-        for name, lo, hi in (("samples", 1, 16), ("beam_width", 1, 16), ("prompt_len", 1, 4096)):
+        for name, lo, hi in (("samples", 1, 16), ("beam_width", 1, 16), ("prompt_len", 1, 4096),
+                             ("new_tokens", 1, 256), ("block_size", 1, 256)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"{name} must be an int in {lo}..{hi}, got {v!r}")
@@ -57,14 +71,31 @@ class SharingControl(LiveControl):
         return {"samples": list(range(1, 9)), "beam_width": list(range(1, 9))}
 
     def update(self) -> None:
-        sampling = measured_sampling_blocks(self.prompt_len, self.samples, self.new_tokens, self.block_size)
+        run = sampling_run(self.prompt_len, self.samples, self.new_tokens, self.block_size)
         shared, alone = beam_search_blocks(self.prompt_len, self.beam_width, self.new_tokens, self.block_size)
-        self.result = dict(sampling=sampling, beam=(alone[-1], shared[-1]))
+        self.result = dict(sampling=(run.alone, run.shared), beam=(alone[-1], shared[-1]), copies=run.copies,
+                           shared_prompt_blocks=run.shared_prompt_blocks)
 
     @staticmethod
     def saved(pair: tuple[int, int]) -> float:
         alone, shared = pair
         return 1 - shared / alone
+
+    def prompt_blocks(self) -> str:
+        """How the prompt lies in blocks, e.g. "100 = 6 blocks of 16 + 4 tokens" or "96 = 6 blocks of 16"."""
+        full, rest = divmod(self.prompt_len, self.block_size)
+        return f"{self.prompt_len} = {full} block{'s' * (full != 1)} of {self.block_size}" + (
+            f" + {rest} token{'s' * (rest != 1)}" if rest else "")
+
+    def sharing_words(self) -> str:
+        """What the samples shared and copied (n > 1), from the run: "the 4 samples share 6 prompt
+        blocks; copy-on-write copied the partial last block 3 times (...)"."""
+        k, c = self.result["shared_prompt_blocks"], self.result["copies"]
+        shared = f"the {self.samples} samples share {k} prompt block{'s' * (k != 1)}"
+        if self.prompt_len % self.block_size:
+            return (f"{shared}; copy-on-write copied the partial last block {c} time{'s' * (c != 1)} "
+                    "(every sample but the last writes into it)")
+        return f"{shared}; the prompt ends on a block boundary, so no shared block is written: {c} copies"
 
     def caption(self) -> str:
         s, b = self.result["sampling"], self.result["beam"]
@@ -72,7 +103,7 @@ class SharingControl(LiveControl):
             sampling = f"Parallel sampling, n = 1: one sample, nothing to share ({s[1]} blocks)."
         else:
             sampling = (f"Parallel sampling, n = {self.samples}: {s[1]} blocks instead of {s[0]} "
-                        f"({self.saved(s):.0%} saved).")
+                        f"({self.saved(s):.0%} saved): {self.sharing_words()}.")
         if self.beam_width == 1:
             beam = f"Beam search, width 1: one beam, nothing to share ({b[1]} blocks)."
         elif self.saved(b) > self.saved(s):
@@ -80,11 +111,13 @@ class SharingControl(LiveControl):
                     "the beams share generated text too.")
         else:
             beam = f"Beam search, width {self.beam_width}: {b[1]} instead of {b[0]} ({self.saved(b):.0%} saved)."
-        if is_classroom():   # a projector: two lines, so that the sliders' two rows and the chart share the 599 px
-            return (f"sampling, n = {self.samples}: {s[1]} of {s[0]} blocks ({self.saved(s):.0%} saved); beam width "
-                    f"{self.beam_width}: {b[1]} of {b[0]} ({self.saved(b):.0%} saved); "
-                    f"{self.new_tokens} new tokens each, blocks of {self.block_size}.")   # the prompt: its slider says
-        return (f"{self.prompt_len}-token prompt, {self.new_tokens} new tokens each, blocks of {self.block_size}. "
+        if is_classroom():   # a projector: two lines, so that the sliders' three rows and the chart share the 599 px
+            c = self.result["copies"]
+            copies = "" if self.samples == 1 else f", {c} cop{'y' if c == 1 else 'ies'}"
+            return (f"prompt {self.prompt_blocks()}. Sampling, n = {self.samples}: {s[1]} of {s[0]} blocks "
+                    f"({self.saved(s):.0%} saved{copies}); beam width {self.beam_width}: {b[1]} of {b[0]} "
+                    f"({self.saved(b):.0%} saved).")
+        return (f"Prompt {self.prompt_blocks()}, {self.new_tokens} new token{'s' * (self.new_tokens != 1)} each. "
                 f"{sampling} {beam} (Counted on the real allocator; beam scores simulated.)")
 
     def figure(self) -> Any:
@@ -102,7 +135,7 @@ class SharingControl(LiveControl):
         top = max(p[0] for p in pairs)
         head = int(th.title_size * 1.4 + th.font_size * 2 + 16)  # the title, then the legend's row above the plot
         fig.update_layout(
-            barmode="group", template="none", height=360 if not th.high_contrast else 440,  # the plot gives up the room
+            barmode="group", template="none", height=360 if not th.high_contrast else 400,  # 3 slider rows above
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
             font=dict(size=th.font_size, color=th.text_color),
             title=dict(text=f"Blocks in use at the end ({source_label('simulated')} scores, real allocator)",
@@ -115,22 +148,13 @@ class SharingControl(LiveControl):
 
     def _inputs(self, W: Any) -> list[Any]:
         style = {"description_width": "initial"}
-        # the three in ONE row of a 1068 px output area (1500 x 1000), the slider's label and readout included;
-        # in classroom mode two rows (CLASSROOM_WIDTHS)
-
-        def row(name: str) -> dict[str, Any]:
-            width = CLASSROOM_WIDTHS[name] if is_classroom() else SLIDER_WIDTH
-            return dict(style=style, layout=W.Layout(width=width))
-
-        sliders = [
-            ("samples", W.IntSlider(value=self.samples, min=1, max=8, description="samples (n)", **row("samples"))),
-            ("beam_width", W.IntSlider(value=self.beam_width, min=1, max=8, description="beam width",
-                                       **row("beam_width"))),
-            ("prompt_len", W.IntSlider(value=self.prompt_len, min=8, max=1000, step=8, description="prompt tokens",
-                                       **row("prompt_len"))),
-        ]
-        for name, s in sliders:
+        widths = CLASSROOM_WIDTHS if is_classroom() else WIDTHS  # two rows at 1500 x 1000, three in classroom mode
+        sliders = []
+        for name, label, lo, hi, step in SLIDERS:
+            s = W.IntSlider(value=getattr(self, name), min=lo, max=hi, step=step, description=label, style=style,
+                            layout=W.Layout(width=widths[name]))
             s.continuous_update = False
             s.add_class(f"kvlab-{name.replace('_', '-')}-slider")
             s.observe(lambda ch, name=name: self.set(**{name: ch["new"]}), names="value")
-        return [s for _, s in sliders]
+            sliders.append(s)
+        return sliders

@@ -18,6 +18,7 @@ CSS classes (for browser tests): ``kvlab-stepper`` (the box), ``kvlab-prev``,
 ``kvlab-next``, ``kvlab-play`` (the box of ``kvlab-play-button`` and the ``kvlab-loop``
 toggle), ``kvlab-reset``, ``kvlab-step-slider``, ``kvlab-caption``,
 ``kvlab-error``, ``kvlab-figure`` (plotly, an Output widget) or ``kvlab-svg`` (graphviz).
+:class:`StepperChoice`: ``kvlab-stepper-choice`` (the box) and ``kvlab-choice`` (its toggle buttons).
 
 Example (no front end needed):
     >>> s = Stepper([Frame(None, "first"), Frame(None, "second")], render=lambda f: f"<p>{f.caption}</p>", static=True)
@@ -37,7 +38,7 @@ from .display import PLOTLY_CONFIG, is_static, static_frames, static_html
 from .flipbook import TIPS
 from .palette import classroom_css, theme
 
-__all__ = ["Frame", "Stepper"]
+__all__ = ["Frame", "Stepper", "StepperChoice"]
 
 
 @dataclass(frozen=True)
@@ -361,3 +362,66 @@ def figure_output(fig: Any, config: dict[str, Any] | None = None) -> dict[str, A
                  "text/plain": f"<plotly figure: {fig.layout.title.text}>"},
         "metadata": {},
     }
+
+
+class StepperChoice:
+    """Toggle buttons above a stepper: each option is a run of its own (a :class:`Stepper` over its
+    frames), and a click swaps that run's stepper in at the same step (lesson 06: a prompt that ends
+    inside a block against one that ends on a block boundary). In static mode: the first option's
+    stepper, under a line naming the options.
+
+    Example (no front end needed):
+        >>> a = Stepper([Frame(None, "a1"), Frame(None, "a2")], render=lambda f: f.caption, static=True)
+        >>> b = Stepper([Frame(None, "b1"), Frame(None, "b2")], render=lambda f: f.caption, static=True)
+        >>> c = StepperChoice({"run a": a, "run b": b}, static=True)
+        >>> a.next(); c.pick("run b"); c.current.caption
+        'b2'
+    """
+
+    def __init__(self, choices: dict[str, Stepper], description: str = "", static: bool | None = None) -> None:
+        if not choices or not all(isinstance(s, Stepper) for s in choices.values()):
+            raise ValueError("StepperChoice needs at least one option, each a Stepper")
+        self.choices = dict(choices)
+        self.value = next(iter(self.choices))
+        self.static = is_static(static)
+        self.widget: Any = None
+        if not self.static and all(s.widget is not None for s in self.choices.values()):
+            self._build(description)
+
+    @property
+    def current(self) -> Stepper:
+        return self.choices[self.value]
+
+    def pick(self, label: str) -> None:
+        """Show option ``label``'s stepper at the step the current one shows (or its last)."""
+        if label not in self.choices:
+            raise ValueError(f"no option {label!r}; the options: {list(self.choices)}")
+        step, self.value = self.current.index, label
+        self.current.go(min(step, len(self.current) - 1))
+        if self.widget is not None:
+            self.widget.children = (self._toggle, self.current.widget)
+            if self._toggle.value != label:
+                self._toggle.value = label
+
+    def _build(self, description: str) -> None:
+        import ipywidgets as W
+
+        th = theme()
+        self._toggle = W.ToggleButtons(options=list(self.choices), value=self.value, description=description,
+                                       style={"button_width": "auto", "description_width": "initial"})
+        if th.high_contrast:
+            self._toggle.style.font_size = f"{th.control_px}px"
+        self._toggle.add_class("kvlab-choice")
+        self._toggle.observe(lambda ch: self.pick(ch["new"]), names="value")
+        self.widget = W.VBox([self._toggle, self.current.widget], layout=W.Layout(max_width="100%"))
+        self.widget.add_class("kvlab-stepper-choice")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import HTML, display
+
+        if self.widget is not None:
+            display(self.widget)
+            return
+        display(HTML(f"<p>{html.escape(' / '.join(self.choices))}: {html.escape(self.value)} shown "
+                     "(the buttons need a live kernel)</p>"))
+        self.current._ipython_display_()

@@ -89,15 +89,26 @@ m.check_integrity()
 # Every step of the run above, replayed from its event log (one step per table operation):
 # blocks coloured by the sequence that allocated them, shared blocks outlined with their
 # reference count (`x3`), the block being touched outlined in red. Step through it with the
-# buttons.
+# buttons. The buttons above the stepper swap in the same run with an **8-token prompt**, which
+# fills L0 and L1 exactly: step to the samples' first tokens in both runs and compare.
 
 # %%
-from kvlab.viz import memory_map_stepper
+from kvlab.viz import StepperChoice, memory_map_stepper
 
-memory_map_stepper(m.snapshots, m.log, title="Parallel sampling: fork and copy-on-write", source="simulated",
-                   cols=12,   # the 12 blocks in one row: the stepper and its picture fit one projector screen
-                   step_legend=True,   # each step's legend lists only what it draws
-                   tight=True)         # no empty subtitle room: the legend stays on a projector screen
+m8 = BlockManager(num_blocks=12, block_size=4, record=True)   # the same run, an 8-token prompt
+m8.add_sequence("R1", 8)
+m8.fork("R1", "R2")
+m8.fork("R1", "R3")
+for seq in ["R2", "R3", "R1"]:
+    m8.append(seq, 1)
+m8.check_integrity()
+runs = {"10-token prompt (ends inside L2)": m, "8-token prompt (fills L0 and L1)": m8}
+StepperChoice({label: memory_map_stepper(
+    run.snapshots, run.log, title="Parallel sampling: fork and copy-on-write", source="simulated",
+    cols=12,           # the 12 blocks in one row: the stepper and its picture fit one projector screen
+    step_legend=True,  # each step's legend lists only what it draws
+    tight=True)        # no empty subtitle room: the legend stays on a projector screen
+    for label, run in runs.items()})
 
 # %% [markdown]
 # ## 3. Freeing shared blocks
@@ -314,15 +325,39 @@ fig
 # often the beams re-converge.
 # Lesson 09 puts the claims side by side.
 #
-# ### Try it: samples, beam width, prompt length
+# ### Try it: samples, beam width, new tokens, block size, prompt length
 #
-# Move a slider: both runs are counted again on the real allocator (a fraction of a second),
-# 24 new tokens per sequence, blocks of 16.
+# Move a slider: both runs are counted again on the real allocator (a fraction of a second), and
+# the caption says how the prompt lies in blocks and how many block copies copy-on-write made.
+# **The experiment to try:** keep the block size at 16 and set the prompt to 96 tokens, then to 100.
+# Then try other block sizes with the same prompt: which ones make the copies disappear? The cell
+# under the control prints what you should see at 96 and 100.
 
 # %%
 from kvlab.viz import SharingControl
 
-SharingControl(samples=4, beam_width=4, prompt_len=100)
+SharingControl(samples=4, beam_width=4, prompt_len=100, new_tokens=24, block_size=16)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from kvlab.lessons.sharing import sampling_run   # the control's sampling run: blocks, copies, shared blocks
+
+by_prompt = {P: sampling_run(P, 4, 24, block_size=16) for P in (96, 100)}
+for P, r in by_prompt.items():
+    full, rest = divmod(P, 16)
+    print(f"prompt {P} = {full} blocks of 16" + (f" + {rest} tokens" if rest else "")
+          + f": {r.shared_prompt_blocks} blocks shared by 4 samples, {r.copies} block copies; "
+          f"{r.shared} blocks in use ({r.alone} without sharing)")
+a, b = by_prompt[96], by_prompt[100]
+print("the same blocks in use:" if a.shared == b.shared else "different blocks in use:", a.shared, "and", b.shared,
+      "| copies:", a.copies, "and", b.copies)
+
+# %% [markdown]
+# A prompt that ends on a block boundary leaves no partial block, so no sample ever writes into a
+# shared block and nothing is copied. A prompt with a few tokens past the boundary leaves a shared
+# partial block, and every sample but the last copies it on its first write. The copy costs a
+# block copy (time), but not always memory: each copy becomes the block that sample fills with
+# its own tokens, so the count of blocks in use (last line) can come out the same.
 
 # %% [markdown]
 # ### "Dedup is a free dividend of batching"
