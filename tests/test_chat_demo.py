@@ -301,9 +301,11 @@ def test_classroom_tree_is_the_last_turns_path_folded_and_readable(bundled):
     path = path_node_ids(snap, s.turns[-1].prompt_ids + s.turns[-1].output_ids)
     classroom(True)
     try:
-        svg = tree_svg(s)
+        svg = tree_svg(s, fold=True)
+        whole = tree_svg(s)                                       # a lesson's own picture: not folded
     finally:
         classroom(False)
+    assert "other branch" not in whole and "nodes]" not in whole
     w_pt, h_pt = map(float, re.search(r'viewBox="0\.00 0\.00 ([\d.]+) ([\d.]+)"', svg).groups())
     scale = min(1.0, 912 / (w_pt * 4 / 3), TREE_MAX_PX / (h_pt * 4 / 3))
     sizes = {float(x) for x in re.findall(r'font-size="([\d.]+)"', svg)}
@@ -332,3 +334,22 @@ def test_the_token_view_goes_blank_when_the_tree_no_longer_holds_the_turn(bundle
     s.ask("What is re?")
     s.clear_cache()
     assert "cleared after" in token_view(s) and f"background:{HIT}" not in token_view(s)
+
+
+def test_new_conversation_counts_what_the_next_turn_really_reuses(bundled):
+    """Review r8 of lesson 07: after *new conversation* the caption said "the tree holds 88 of its
+    93 tokens" and the next turn then matched 92: the count walked ``render(messages)``, whose
+    trailing "assistant" header no next prompt has. It now walks what every next prompt begins
+    with, in whole pages, and the next turn reuses exactly that."""
+    from kvlab.viz.chat_demo import new_conversation_sentence, start_held
+
+    s = session(bundled)
+    s.ask("What is socket?")
+    s.new_conversation()
+    held, total = start_held(s)
+    assert held % s.block_size == 0 and 0 < held <= total
+    assert f"the tree holds {held} of its {total} tokens" in new_conversation_sentence(s, 2)
+    t = s.ask("Where is re?")
+    assert t.matched == held, (t.matched, held, total)
+    start = s.render([*t.messages[:-2], {"role": "user", "content": "x"}])[:total]
+    assert start == t.prompt_ids[:total]                           # the start is the prompt's first tokens

@@ -46,3 +46,36 @@ def test_the_token_by_token_answer_keeps_its_name():
     assert not r.passed
     assert any("token-by-token" in f.note for f in r.failures), [f.note for f in r.failures]
     assert not any("before rounding down" in f.note for f in r.failures), [f.note for f in r.failures]
+
+
+def test_prefill_compared_only_with_the_first_prompt_is_named():
+    """Review r8 of 07 (W2f): comparing each prompt only with the FIRST prompt served was named
+    "off by one ... (< or <=)"."""
+    from kvlab.check import l07_radix as ch
+
+    def first_only(prompts):
+        out = []
+        for i, p in enumerate(prompts):
+            q = prompts[0] if i else []
+            n = 0
+            while n < min(len(p), len(q)) and p[n] == q[n]:
+                n += 1
+            out.append(len(p) - min(n, len(p) - 1))
+        return out
+
+    r = ch.prefill_tokens(first_only, verbose=False)
+    notes = {c.note for c in r.cases if not c.passed}
+    assert not r.passed and notes and all("not only the first one" in n for n in notes), notes
+
+
+def test_block_hash_floats_are_named_before_the_rules():
+    """Review r8 of 07 (W3f): counts returned as floats were headlined "cap at len(prompt) - 1 before
+    rounding"; the float is named first now, on every failing case."""
+    from kvlab.check import l07_radix as ch
+
+    def floats(prompts, block_size):
+        return [float(x) for x in ch.hashed_reuse(prompts, block_size)]
+
+    r = ch.block_hash_reuse(floats, verbose=False)
+    notes = [c.note for c in r.cases if not c.passed]
+    assert not r.passed and notes and all(n.startswith("returned the float") for n in notes), notes

@@ -165,7 +165,8 @@ def _prefill_by(rule: str) -> Callable:
                 out.append(max(1, len(p) - sum(t in {x for q in seen for x in q} for t in p)))
                 seen.append(list(p))
                 continue
-            earlier = [] if rule == "none" else seen[-1:] if rule == "previous" else [*seen, p] if rule == "self" else seen
+            earlier = ([] if rule == "none" else seen[-1:] if rule == "previous" else seen[:1] if rule == "first"
+                       else [*seen, p] if rule == "self" else seen)
             best = max((_common(p, q) if rule != "exact" else len(p) * (p == q) for q in earlier), default=0)
             if rule == "full_miss" and p and best >= len(p):  # a prompt cached in full counted as a miss
                 best = 0
@@ -186,6 +187,8 @@ PREFILL_MISTAKES = dict([
     ("the last prompt token is always computed (its logits give the first output token): prefill at least 1",
      _prefill_by("no_cap")),
     ("the tree keeps every prompt served so far, not only the previous one", _prefill_by("previous")),
+    ("the tree keeps every prompt served so far, not only the first one: compare with each of them",
+     _prefill_by("first")),
     ("that is the number of tokens reused from the tree; return how many must be prefilled", _prefill_by("reused")),
     ("only a shared PREFIX is reused: count the leading tokens in common, up to the first difference "
      "(a token's K/V depends on every token before it)", _prefill_by("anywhere")),
@@ -372,6 +375,22 @@ def _cached_too_few(fn: Callable, prompts: list[list[int]], block_size: int, got
     return ""
 
 
+def _float_counts(got: Any) -> str:
+    """A list with a float among its counts: named before the rules (review r8 of 07: floats from ``/``
+    were headlined "cap at len(prompt) - 1 before rounding", a rule the answer kept).
+
+    >>> _float_counts([8, 4.0])
+    'returned the float 4.0 among the counts: a count of tokens is an int (whole blocks: use //, not /)'
+    >>> _float_counts([8, 4])
+    ''
+    """
+    if isinstance(got, list):
+        for x in got:
+            if isinstance(x, float):
+                return f"returned the float {x!r} among the counts: a count of tokens is an int (whole blocks: use //, not /)"
+    return ""
+
+
 def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
     """Grade ``fn(prompts, block_size) -> list[int]``: tokens each prompt (served in order)
     reuses from vLLM's block-hash prefix cache, which keeps every served prompt's full blocks.
@@ -413,7 +432,7 @@ def block_hash_reuse(fn: Callable, verbose: bool = True) -> CheckResult:
             note = "your function takes (block_size, prompts): the checker calls it as block_hash_reuse(prompts, block_size)"
         if not ok and not note and not isinstance(got, Raised):
             got = list(got) if isinstance(got, tuple) else got
-            note = (_constant_block(fn, ps, bs, got) or _cached_too_few(fn, ps, bs, got)
+            note = (_float_counts(got) or _constant_block(fn, ps, bs, got) or _cached_too_few(fn, ps, bs, got)
                     or _capped_after_rounding(fn, ps, bs, got) or radix_granularity(expected, got, bs) or matching_mistake(got, REUSE_MISTAKES, ps, bs, expected=expected)
                     or unit_slip(expected, got) or ignored_parameter(hashed_reuse, (ps, bs), got, ("prompts", "block_size"))
                     or "")

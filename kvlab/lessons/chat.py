@@ -152,6 +152,19 @@ class ChatSession:
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
         return self.tok.encode(text)
 
+    def next_prompt_start(self) -> list[int]:
+        """The tokens every next question's prompt begins with: the conversation so far as the chat
+        template renders it before a user turn (not ``render(self.messages)``, which ends in the
+        template's "assistant" header that a next prompt does not have).
+
+        Example: after *new conversation*: the system prompt, the examples and the next user turn's
+        header; the tree holds them (in whole pages) if an earlier conversation started the same way.
+        """
+        a = self.render([*self.messages, {"role": "user", "content": "a"}])
+        b = self.render([*self.messages, {"role": "user", "content": "?"}])
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return a[:n]
+
     def _end_ids(self) -> set[int]:
         ids = {getattr(self.tok, "eos_id", None)}
         hf = getattr(self.tok, "hf", None)

@@ -110,10 +110,12 @@ def start_held(session: ChatSession) -> tuple[int, int]:
 
     Example: after *clear the cache* -> ``(0, n)``: the next turn prefills all ``n`` again.
     """
-    start = session.render(session.messages)
+    start = session.next_prompt_start()   # what the next prompt begins with, whatever the question
     if session.engine.cache is None:
         return 0, len(start)
-    return session.engine.cache.peek_prefix_len(start), len(start)   # changes nothing in the tree
+    held = session.engine.cache.peek_prefix_len(start)   # changes nothing in the tree
+    page = session.block_size
+    return held // page * page, len(start)   # the tree matches whole pages: what the next turn reuses
 
 
 def new_conversation_sentence(session: ChatSession, number: int) -> str:
@@ -128,11 +130,13 @@ def new_conversation_sentence(session: ChatSession, number: int) -> str:
     return f"{head}: the tree holds {held} of its {total} tokens, so turn 1 reuses them."
 
 
-def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None) -> str:
+def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] | None = None,
+             fold: bool = False) -> str:
     """The radix tree now, token text and token count on its nodes (one line each), the last
     turn's path green / blue; ``labels``: node id -> a letter shown on the node (the notes'
-    [A]..[F]). In classroom mode only the last turn's path, folded (:func:`classroom_tree_graph`):
-    the whole tree would be taller than a projector's screen, or its text too small to read."""
+    [A]..[F]). ``fold`` (the live chat's view): in classroom mode only the last turn's path, folded
+    (:func:`classroom_tree_graph`), for a tree that grows a turn at a time would soon be taller than a
+    projector's screen, or its text too small to read; a lesson's own picture of a known tree stays whole."""
     from .radix_state import RadixState
     from .radix_view import fit_svg, radix_tree_graph
 
@@ -142,7 +146,7 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
     last = held[-1] if held else None
     snap = session.engine.cache.snapshot()
     decode = mid_word_decode(snap, session.tok.decode)
-    if theme().high_contrast and last is not None:
+    if fold and theme().high_contrast and last is not None:
         graph = classroom_tree_graph(session, last, decode, max_chars, dict(labels or {}))
         return fit_svg(graph.pipe(format="svg", encoding="utf-8"), TREE_MAX_PX)
     state = RadixState(snap, hit=last.hit_nodes if last else frozenset(),
@@ -152,6 +156,10 @@ def tree_svg(session: ChatSession, max_chars: int = 18, labels: dict[int, str] |
     graph = radix_tree_graph(state, source="measured", max_chars=max_chars, compact=True, detail=False,
                              legend_gap_pt=CHAT_LEGEND_GAP_PT)
     graph.graph_attr["pad"] = "0.15"  # a margin round the tree: the widest row's boxes touched the edge (review r7)
+    if theme().high_contrast and "rankdir=TB" in graph.source:
+        # drawn top to bottom and shrunk to TREE_MAX_PX, rows 0.3 in apart ended ~10 px apart, the arrowheads
+        # on the boxes (review r6_04_07): more room between the rows
+        graph.attr(ranksep="0.55")  # after radix_tree_graph's own graph attributes: this one counts
     return fit_svg(graph.pipe(format="svg", encoding="utf-8"), TREE_MAX_PX if theme().high_contrast else None)
 
 
@@ -438,7 +446,7 @@ def _show(session: ChatSession, w: _Widgets, note: str = "") -> None:
     w.caption.value = html.escape(note or (turn_sentence(last) + " " + continues(session) if last else
                                            "Ask a question."))
     w.tokens.value = token_view(session)
-    w.tree.value = tree_svg(session)
+    w.tree.value = tree_svg(session, fold=True)
     w.pool.outputs = (figure_output(pool_figure(session)),)
 
 

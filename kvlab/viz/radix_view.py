@@ -221,7 +221,8 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
     g.attr(rankdir=rankdir, label=f'<<table border="0" cellspacing="3" cellpadding="2">{rows}</table>>', labelloc="t",
            labeljust="c" if compact else "l", fontsize=str(int(fs) + 1),
            fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
-           bgcolor="white", nodesep="0.25", ranksep=_ranksep(rankdir, compact), ordering="out")
+           bgcolor="white", nodesep="0.25", ranksep=_ranksep(rankdir, compact), ordering="out",
+           pad="0.12")  # graphviz's 4 pt margin cut a thick border at the canvas edge (review r8 of 07, [F] at step 6)
     g.attr("node", shape="box", fontsize=fs, fontname="Helvetica,Arial,Noto Sans CJK SC,sans-serif",
            penwidth=pen, margin="0.12,0.06")
     g.attr("edge", penwidth=pen, arrowsize="0.7")

@@ -100,7 +100,8 @@ cm.check_integrity()
 # | R4 | 人工呢 (a human, please?), R1's follow-up | [F] | LPM goes root→A→B→C (R1's whole turn); only 人工呢 is prefilled |
 #
 # `kvlab.lessons.four_request_example()` runs them through a real `CacheManager`, one token per
-# character (a server that warmed the system prompt first, as many do). Each answer is inserted
+# character, after a warm-up pass that caches the system prompt (as many servers do: the table's
+# first row, `warm-up`). Each answer is inserted
 # after its request, as SGLang caches finished requests with their output, so node [C] holds
 # R1's question *and* its answer.
 
@@ -127,7 +128,7 @@ print(records[-1].tree_text)
 # **"Leaves are requests."** The notes put it this way. Every leaf of the tree is where some
 # request's sequence (its prompt and answer) ends; the converse does not hold, because a later
 # request can continue an earlier one's sequence and turn its last node into an inner node.
-# Checked on the tree of the four requests:
+# Checked on the tree of the warm-up and the four requests (five sequences):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -139,11 +140,13 @@ for name, (prompt, answer) in seqs.items():
     serve_request(cm4, prompt, answer, rid=name)
 ends = {name: cm4.tree.match_prefix(p + a).last_node for name, (p, a) in seqs.items()}
 for name, node in ends.items():
-    kind = "a leaf" if not node.children else f"an inner node ({len(node.children)} later request(s) continued it)"
+    seq = seqs[name][0] + seqs[name][1]
+    later = [m for m, (p, a) in seqs.items() if len(p + a) > len(seq) and (p + a)[:len(seq)] == seq]
+    kind = "a leaf" if not node.children else f"an inner node ({', '.join(later)} continue{'s' if len(later) == 1 else ''} it)"
     print(f"{name:<8} ends at node {node.id} ({len(node.key)} tokens): {kind}")
 leaves = [n for n in cm4.tree.snapshot().nodes if n.is_leaf]
 ending = {node.id for node in ends.values()}
-print(f"{len(leaves)} leaves for {len(ends)} requests; every leaf ends a request: "
+print(f"{len(leaves)} leaves for {len(ends)} sequences (the warm-up and 4 requests); every leaf ends one: "
       f"{all(n.id in ending for n in leaves)}; requests that end at an inner node: "
       f"{[name for name, node in ends.items() if node.children]}")
 
@@ -280,6 +283,9 @@ print(f"tokens run through the layer: {computed} of {total} ({1 - computed / tot
 # questions are asked in English. They are served one after another by
 # `kvlab.compute.engine.Engine`: a paged K/V pool (block size 4, so reuse comes in whole pages of
 # 4 tokens) with the radix tree in front. Replies are cut at 8 tokens to keep the lesson fast.
+# A model of 135M parameters often echoes the question or drifts off topic: that does not
+# matter here, because what the lesson measures is the prompt, how much of it the tree reuses
+# and how fast the first token comes, not what the reply says.
 
 # %%
 import torch
@@ -508,7 +514,7 @@ print(f"R2's first 20 tokens: the radix tree finds {cm.cached_prefix_len(r2[:20]
       f"the block hash {pc.match_prefix(r2[:20]).prefix_len}\n  (a partial block is never shared)")
 print(f"[B] + R2's question, without [A] first: the radix tree finds {cm.cached_prefix_len(b_only)}, "
       f"the block hash {pc.match_prefix(b_only).prefix_len}\n  (the same text after a different prefix: neither)")
-print(f"structures: radix tree {cm.tree.num_nodes} nodes (walked and split by every match);\n  "
+print(f"structures: radix tree {cm.tree.num_nodes} nodes (walked by every match, split where one ends inside an edge);\n  "
       f"block hash {len(pc.cached_block_hash_to_block)} cached blocks (one dict lookup per block)")
 
 # %% [markdown]
