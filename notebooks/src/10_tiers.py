@@ -129,14 +129,20 @@ cm.check_integrity()
 #
 # A test drives random workloads and checks that every transition in the log is one of these
 # edges and that no state is skipped.
-# Bold purple: the run's last six transitions, R3's admission (the node comes back from the
-# host: `host -> both`, its device blocks `free -> loading`, one fresh block for its new
-# tokens) and the queued copies finishing (`transfers done`: the loads land, and two host
-# writes complete, one of them for pages whose device copy is already gone). The numbers: how
-# often the whole run took each edge. The node's edges carry only their counts: which event
-# takes each one is exercise 3's question (the three `split` edges out of `new` are no event of
-# their own: a node split in two hands its placement to the new parent). On a projector the three
-# machines come one a frame: step through them with the buttons.
+#
+# **What you see**: the three machines, each edge with how often the whole run took it. **Bold
+# purple**: the run's last six transitions, R3's admission and then its copies finishing:
+#
+# - R3 matches the host-only node: it comes back (`host -> both`), its device blocks wait for
+#   the copy (`free -> loading`), and one fresh block takes R3's new token (`free -> allocated`);
+# - the queued copies finish (`transfers done`): the loads land (`loading -> locked`, R3 holds
+#   them), and the host writes of R1 and R2 complete: R1's host copy is a backup of blocks back on
+#   the device (`writing -> backup`), R2's is the only copy left (`writing -> host`).
+#
+# The node's edges carry only their counts: which event takes each one is exercise 3's question
+# (the `split` edges out of `new` are no event of their own: a node split in two hands its
+# placement to the new parent). On a projector the three machines come one a frame: step through
+# them with the buttons.
 
 # %%
 from kvlab.viz.tier_view import lifecycle_graph
