@@ -89,3 +89,22 @@ def test_10_review_r8_replays_are_diagnosed_by_their_own_state_and_event():
         assert "'miss'" not in note and "a 'evicted'" not in note, (c.label, note)
         if c.label.startswith("real run"):
             assert "evict_host" in note or "host eviction" in note or not note, (c.label, note)
+
+
+def test_10_review_r8_a_right_answer_from_a_changed_input_is_not_expected_x_got_x():
+    """Exercise 4, a learner who pops from ``t1``: the headline read "expected ['a'], got ['a']"
+    before the reason. A right value that fails for another reason now says so."""
+    def pops(t1, t2, target, need):
+        out, freed = [], 0
+        while freed < need and (t1 or t2):
+            side = t1 if (t1 and sum(p for _, p in t1) >= target) or not t2 else t2
+            name, pages = side.pop(0)
+            out.append(name)
+            freed += pages
+        return out
+
+    r = L.arc_victims(pops, verbose=False)
+    first = r.failures[0]
+    assert "in place" in first.note
+    assert "the value expected, yet the case fails" in first.why(), first.why()
+    assert f"expected {first.expected!r}, got" not in first.why()
