@@ -383,16 +383,19 @@ def test_review_r9_pool_legend_slots_hold_their_labels(run):
     assert slot >= max(len(t) for t in labels) * 0.6 * lg.font.size + 40, (slot, max(labels, key=len))
 
 
-def test_review_r9_new_is_named_and_the_graph_stepper_keeps_its_height(run):
+def test_review_r9_new_is_named_and_r8_each_graph_frame_keeps_its_own_height(run):
     """The review of e072322: cells 8 and 19 drew the state "new" as an empty circle (exercise 3 uses
-    the name), and cell 19's stepper jumped from 438 to 591 px between steps (the page moved under the
-    buttons): every frame now sits in a box as tall as the tallest machine's diagram."""
+    the name). Review r8 of lesson 10: a box as tall as the tallest machine (r9's fix for a stepper
+    that changed height) left half of a node-machine frame blank; the buttons sit above the diagram,
+    so each frame is now as tall as its own diagram, with no blank box under it."""
     cm, rec, _ = run
     fig = V.lifecycle_graph("all", cm.tree.tracker.counts, [], "a caption")
     assert re.search(r'node_new \[label=new\b', fig.source), fig.source[:400]
     st = V.tier_stepper(rec, static=True, graph=True)
-    heights = {re.search(r"min-height:calc\((\d+)pt", st.render(f)).group(1) for f in st.frames}
-    assert len(heights) == 1 and int(heights.pop()) > 100
+    frames = [st.render(f) for f in st.frames]
+    assert not any("min-height" in h for h in frames)
+    heights = {float(h) for f in frames for h in re.findall(r'viewBox="[-0-9.]+ [-0-9.]+ [0-9.]+ ([0-9.]+)"', f)}
+    assert len(heights) > 1, heights   # the machines differ in height, and each frame shows its own
 
 
 def test_review_r5_the_grid_and_the_animation_draw_the_same_blocks_the_same_way(run):
@@ -490,3 +493,13 @@ def test_the_node_machine_is_short_and_no_edge_crosses_another(run):
             assert h < w and h <= 320, (font_pt, events, w, h)
             bad = [c for c in _edge_crossings(svg) if not (events and c[1].startswith("label of"))]
             assert bad == [], (font_pt, events, bad)   # named: an xlabel beside a column may touch an evict edge
+
+
+def test_review_r8_the_graph_steppers_buttons_sit_above_its_diagram(run):
+    """Review r8 of lesson 10: with each frame as tall as its own diagram, the buttons must not move
+    between steps: they come before the diagram in the stepper, so a shorter frame moves nothing above."""
+    _, rec, _ = run
+    st = V.tier_stepper(rec, static=False, graph=True)
+    kinds = [type(w).__name__ for w in st.widget.children]
+    assert kinds.index("HBox") < len(kinds) - 1, kinds   # the controls' row, then the caption and the view
+    assert st.widget.children[-1] is not st.widget.children[kinds.index("HBox")]

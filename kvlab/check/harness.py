@@ -195,6 +195,8 @@ class CaseResult:
         """The failure in one line: what differs, and the diagnosis when there is one."""
         diff = differing_fields(self.expected, self.actual)
         what = diff if diff else f"expected {_short(self.expected)}, got {_short(self.actual)}"
+        if not diff and self.note and _identical(self.expected, self.actual):   # review r8 of 10: "expected ['a'], got ['a']"
+            what = f"returned {_short(self.actual)}, the value expected, yet the case fails"
         return what + (f" -- {self.note}" if self.note else "")
 
 
@@ -378,6 +380,18 @@ class Checker:
         if (is_strict() if strict is None else strict) and not self.result.passed:
             raise AssertionError(f"{STRICT_ENV}=1 and the check failed:\n{self.result.report()}")
         return self.result
+
+
+def _identical(expected: Any, actual: Any) -> bool:
+    """The same type and equal: a right answer that failed for another reason (a changed input).
+
+        >>> _identical(["a"], ["a"]), _identical((1,), [1]), _identical(2, 2.0)
+        (True, False, False)
+    """
+    try:
+        return type(expected) is type(actual) and bool(expected == actual)
+    except Exception:  # noqa: BLE001 -- arrays and the like: never claimed identical
+        return False
 
 
 def same_int(expected: Any, actual: Any) -> bool:

@@ -22,6 +22,8 @@ Example:
 from __future__ import annotations
 
 import random
+import re
+from collections import Counter
 from typing import Callable, Sequence
 
 from ..memory.block_pool import BlockAllocator
@@ -253,6 +255,7 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
     """
     c = Checker("write_back_evict", fn, verbose=verbose)
     seen: list = []  # (case, arguments, answer): _likeliest names the mistakes
+    guesses: list = []  # every case, for _guess_constants
     cases = [
         ("one leaf, room on the host", [("A", 2, False)], 4, 1),
         ("one backed-up leaf, no free host page", [("A", 2, True)], 0, 2),
@@ -280,11 +283,36 @@ def write_back_evict(fn: Callable, verbose: bool = True) -> CheckResult:
         crash = EVICT_CRASH.format(exc=type(got.exc).__name__) if isinstance(got, Raised) and isinstance(
             got.exc, IndexError) and any(not b for _, _, b in leaves) else ""
         _record_keeping(c, full, expected, got, changed,
-                        crash or _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need)
-                        or ignored_parameter(evict_with_tiers, (leaves, host_free, need), got, ("leaves", "host_free", "need"))
-                        or "", seen, (leaves, host_free, need))
+                        crash or _named_mistake(got, EVICT_MISTAKES, expected, leaves, host_free, need), seen,
+                        (leaves, host_free, need))
+        guesses.append((c.result.cases[-1], (leaves, host_free, need), got))
     _likeliest(seen, EVICT_MISTAKES)
+    _guess_constants(guesses)
     return c.done()
+
+
+def _guess_constants(cases: list) -> None:
+    """The last resort, "hard-coded need?", for the failing cases no known mistake names: only when
+    ONE constant (the same argument, the same value) explains more failing cases than the known
+    mistakes do. Review r8: an off-by-one stop (``freed > need``, named in 4 cases) read "as if need
+    were 2, not 1" in a 5th, a constant that changed from case to case; a ``need`` really replaced
+    by 1 is named so in most of its cases.
+
+    Example: ``_guess_constants([])`` changes nothing."""
+    failing = [(case, args, got) for case, args, got in cases if not case.passed]
+    guesses = {id(case): ignored_parameter(evict_with_tiers, args, got, ("leaves", "host_free", "need")) or ""
+               for case, args, got in failing}
+    constant = {k: re.search(r"as if (\w+) were (\S+),", g) for k, g in guesses.items()}
+    tally = Counter(m.groups() for m in constant.values() if m)
+    if not tally:
+        return
+    best, n = tally.most_common(1)[0]
+    if n <= sum(bool(case.note) for case, _, _ in failing):
+        return
+    for case, _, _ in failing:
+        m = constant[id(case)]
+        if not case.note and m and m.groups() == best:
+            case.note = guesses[id(case)]
 
 
 # ------------------------------------------------------------------ exercise 2: load-back on a host hit
@@ -454,8 +482,8 @@ PLAN_MISTAKES = {
     "load_back_threshold is a minimum, not a chunk size: a hit of at least that many host/disk tokens is "
     "loaded back whole (not rounded down to a multiple of the threshold)": lambda s, n, t: _plan(s, n, t, slip="chunk"),
     "count tokens, not nodes: add each device segment's matched tokens": lambda s, n, t: _plan(s, n, t, slip="nodes"),
-    "a segment's tokens count only up to the cap: take min(tokens, prompt_len - 1 - pos) from each, the last "
-    "segment may be cut": lambda s, n, t: _plan(s, n, t, slip="no_end"),
+    "a segment's tokens count only up to the cap: the match ends at the prompt's last token wherever it falls, "
+    "so the segment it falls in is cut part-way, not counted whole": lambda s, n, t: _plan(s, n, t, slip="no_end"),
     "the cap comes first: cut the match at prompt_len - 1 tokens, THEN compare what is left of the host/disk "
     "part with the threshold (a cut can bring it under)": _cap_after_threshold,
     "the threshold is compared with the tokens to LOAD (host and disk), not with the whole match: the device "
@@ -551,14 +579,19 @@ PLACEMENT_MISTAKES: dict[tuple[str, str, str], str] = {
 }
 
 
+def _a(state: str) -> str:
+    """The state quoted after its article: ``_a("evicted")`` is "an 'evicted'", ``_a("host")`` "a 'host'"."""
+    return f"{'an' if state[0] in 'aeiou' else 'a'} {state!r}"
+
+
 def _placement_mistake(state: str, event: str, storage: bool):
     """A diagnosis for one (state, event): the known wrong answer's message, or "must raise"."""
     def diagnose(expected: object, actual: object) -> str | None:
         if isinstance(expected, Raises) or (isinstance(expected, Raised)):
-            return f"a {state!r} node cannot {event!r}: raise ValueError instead of returning a state"
+            return f"{_a(state)} node cannot {event!r}: raise ValueError instead of returning a state"
         if storage and actual == "disk" and expected != "disk":
             return (f"only host eviction writes to the disk: storage changes what 'evict_host' does, not what "
-                    f"{event!r} does to a {state!r} node")
+                    f"{event!r} does to {_a(state)} node")
         if isinstance(actual, str):
             return PLACEMENT_MISTAKES.get((state, event, actual))
         return None
@@ -618,6 +651,7 @@ def next_placement(fn: Callable, verbose: bool = True) -> CheckResult:
             got = call(fn, src, event, storage) if c.ok else None
             if c.unusable(label, dst):
                 continue
+            c.diagnose = [_placement_mistake(src, event, storage)]   # this replay's own pair (review r8: the table's last)
             c.record(label, dst, got, passed=same_outcome(dst, got))
     return c.done()
 

@@ -398,9 +398,10 @@ def tier_map_figure(snap: TierSnapshot, title: str = "Device and host pools", so
         title=dict(text=_title(title, source, snap.caption), font=dict(size=th.title_size),
                    yref="container", y=1, yanchor="top", pad=dict(t=12 + th.title_size)),
         width=width or _width(), autosize=theme().autosize and not width, height=plot_h + top + bottom, margin=dict(l=70, r=20, t=top, b=bottom),
-        xaxis=dict(range=[-0.7, n - 0.3], showgrid=False, zeroline=False, title="block id", dtick=1 if n <= 16 else None),
+        xaxis=dict(range=[-0.7, n - 0.3], showgrid=False, zeroline=False, title="block id" + (" (the disk row: pages, node by node)" if disk else ""),
+                   dtick=1 if n <= 16 else None),
         yaxis=dict(range=[-1.6 if disk else -0.6, 1.6], tickvals=[1, 0, -1][:3 if disk else 2],
-                   ticktext=["device", "host", "disk"][:3 if disk else 2], showgrid=False, zeroline=False),
+                   ticktext=["device", "host", "disk<br>pages"][:3 if disk else 2], showgrid=False, zeroline=False),
         plot_bgcolor="white", font=dict(size=th.font_size),
         # the legend sits ABOVE the plot, under the title: the play/pause buttons and the slider
         # that animate_tiers adds go below it, so the two never overlap
@@ -441,7 +442,7 @@ def animate_tiers(snapshots: Sequence[TierSnapshot], title: str = "Device and ho
 
 
 def _stepper_graph(m: str, counts: dict, bold: set, th: Any, unnamed: Sequence[str], who: dict | None = None) -> Any:
-    """One machine as :func:`tier_stepper` draws it (the frames and the box as tall as the tallest):
+    """One machine as :func:`tier_stepper` draws it (each frame as tall as its own diagram):
     14 pt text and closer ranks on a projector; ``who``: as in :func:`_machine_graph`."""
     return _machine_graph(m, counts, bold, th, 14 if th.high_contrast else None, events=m not in unnamed, who=who)
 
@@ -485,8 +486,7 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         if not graph:
             return tier_map_figure(f.snapshot, source=source)
         if not f.extra["machines"]:
-            return (f"<div style='min-height:calc({tallest:.0f}pt + 3em)'>no block and no node changed state at this "
-                    "step: nothing to draw</div>")
+            return "<div>no block and no node changed state at this step: nothing to draw</div>"
         counts: dict = {}
         for step in rec.taken[:f.extra["i"] + 1]:
             for m, s, d, n in step:
@@ -497,19 +497,10 @@ def tier_stepper(rec: TierRecorder, static: bool | None = None, source: str = "s
         # the legal edges are no simulation: what the run did (its counts, its purple edges) is (review r7)
         title = ("<b>The lifecycle of a KV block</b>: the machines this step changed, its edges bold purple, "
                  f"the counts so far ({source_label(source)} run)")
-        # one screen: only what the step touched, in a box as tall as the tallest machine (steady buttons)
-        return f"<div style='min-height:calc({tallest:.0f}pt + 3em)'>{LifecycleFigure(graphs, title).html()}</div>"
+        # one screen: only what the step touched, as tall as its own diagram (review r8: a box as tall as
+        # the tallest machine left half of a node-machine frame blank); the buttons sit above it and stay put
+        return LifecycleFigure(graphs, title).html()
 
-    tallest = 0.0
-    if graph:
-        th, everything = theme(), {}
-        for step in rec.taken:
-            for m, s, d, n in step:
-                everything[(m, s, d)] = everything.get((m, s, d), 0) + n
-        for m in {m for f in frames for m in f.extra["machines"]}:
-            svg = _stepper_graph(m, everything, set(), th, unnamed).pipe(format="svg", encoding="utf-8")
-            h = re.search(r'<svg\b[^>]*\sheight="([0-9.]+)pt"', svg)
-            tallest = max(tallest, float(h.group(1)) if h else 0.0)
     return Stepper(frames, render, static=static)   # "step i / n: R1 done ..." (review r7: "tiers:" read internal)
 
 

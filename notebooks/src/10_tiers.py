@@ -39,8 +39,8 @@ self_test();
 #   V there, uses it, and drops it; they are gone when the kernel ends. The L2 cache (50 MB on an
 #   H100) does keep data between kernel launches, but it is a hardware cache *of* HBM: it keeps
 #   whatever was read last, and no server decides what stays in it. An H100 has about 110 MB
-#   (105 MiB) of on-chip memory in all (registers, shared memory, L2) against 80 GiB of HBM. **All** of the KV
-#   cache lives in HBM.
+#   (105 MiB) of on-chip memory in all (registers, shared memory, L2) against the HBM of an
+#   "80 GB" card, 79.65 GiB (the table below). **All** of the KV cache lives in HBM.
 # - **The real tiers sit below HBM**: host DRAM over PCIe, then local SSDs or remote storage.
 #   That is exactly SGLang's HiCache, which happens to use the notes' own names: GPU memory is
 #   L1, host memory L2, storage L3. vLLM offloads KV blocks to CPU memory through its KV
@@ -102,7 +102,9 @@ cm.check_integrity()
 # `both` means the node's KV is on the device and on the host; `host` that the host copy is
 # the only one. R3's match ended in a node that was on the host only: it got fresh device
 # blocks, and the queued `load` copies host blocks 0-2 into them (R2's pages made room, and are
-# on the host only now). The first two transfers are the write-throughs of R1 and R2.
+# on the host only now). The first two transfers are the write-throughs of R1 and R2. `lock=1`:
+# R3 is admitted but not finished, so it holds a lock reference on the node it matched (lesson
+# 08): a locked node cannot be evicted until R3 finishes and unlocks it.
 #
 # > **The notes' analogy: "L2 on-demand loading = on-demand allocation".** The notes' L2 is the
 # > warm tier of their ad index: an entry is loaded into memory only when a query asks for it;
@@ -127,14 +129,20 @@ cm.check_integrity()
 #
 # A test drives random workloads and checks that every transition in the log is one of these
 # edges and that no state is skipped.
-# Bold purple: the run's last six transitions, R3's admission (the node comes back from the
-# host: `host -> both`, its device blocks `free -> loading`, one fresh block for its new
-# tokens) and the queued copies finishing (`transfers done`: the loads land, and two host
-# writes complete, one of them for pages whose device copy is already gone). The numbers: how
-# often the whole run took each edge. The node's edges carry only their counts: which event
-# takes each one is exercise 3's question (the three `split` edges out of `new` are no event of
-# their own: a node split in two hands its placement to the new parent). On a projector the three
-# machines come one a frame: step through them with the buttons.
+#
+# **What you see**: the three machines, each edge with how often the whole run took it. **Bold
+# purple**: the run's last six transitions, R3's admission and then its copies finishing:
+#
+# - R3 matches the host-only node: it comes back (`host -> both`), its device blocks wait for
+#   the copy (`free -> loading`), and one fresh block takes R3's new token (`free -> allocated`);
+# - the queued copies finish (`transfers done`): the loads land (`loading -> locked`, R3 holds
+#   them), and the host writes of R1 and R2 complete: R1's host copy is a backup of blocks back on
+#   the device (`writing -> backup`), R2's is the only copy left (`writing -> host`).
+#
+# The node's edges carry only their counts: which event takes each one is exercise 3's question
+# (the `split` edges out of `new` are no event of their own: a node split in two hands its
+# placement to the new parent). On a projector the three machines come one a frame: step through
+# them with the buttons.
 
 # %%
 from kvlab.viz.tier_view import lifecycle_graph
@@ -163,7 +171,8 @@ print("  ".join(f"{src} -> {dst}" for src, dst, _ in transition_table("node")))
 # blocks (112 token slots): R2 and R3 push R1's turn out of the device. Without a host tier,
 # R4 must recompute R1's turn; with one (`write_back`: pages are copied to the host only when
 # they are evicted; a host pool of 16 blocks, and below it a disk tier, here an in-memory
-# stand-in for files), R1's turn comes back from the host.
+# stand-in for files), R1's turn comes back from the host. The table's first row, `warm-up`, is
+# the system prompt [A] alone, prefilled before R1 as a server does at start-up (lesson 07).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -205,19 +214,14 @@ tiered_cm.check_integrity()
 # %% [markdown]
 # ### The picture: both pools, block by block
 #
-# The device pool on the top row, the host pool below, after each request (simulated: the
-# real cache code, no model). The third row is the disk: it has no pool of blocks, so it shows
-# one brown square for each page of a node that is on disk only, node by node. Step to R4:
-# [D]'s blocks leave the device and, with the host pool taken by [C] and [E], its pages go on
-# to the disk: they appear on the disk row. A block's colour is its lifecycle state, and the line above the
-# player names each colour it draws (printed from the palette the figure is drawn with). A
-# picture taken between requests finds every block free, cached or a host copy: the states
-# that last only while a request runs (a block being filled, locked, loading back, a copy in
-# flight) are the state diagram's (section 3). The legend lists only the states some frame of
-# this run draws, for the whole player: a frame may draw fewer (at the start every block is free).
-# A block's label is the letter of the part of the notes' figure its own tokens come from:
-# A system prompt, B few-shot examples, C R1's turn, D R2's, E R3's, F R4's follow-up. Press
-# play, or drag the slider.
+# **What you see**, after each request (simulated: the real cache code, no model): the device
+# pool on the top row, the host pool below, and the disk, which has no blocks: one brown square
+# for each page of a node on disk only. A block's colour is its state (the legend, and the line
+# above the player, name each one); its letter is the part of the notes' figure its tokens come
+# from: A system prompt, B few-shot examples, C R1's turn, D R2's, E R3's, F R4's follow-up.
+#
+# **What changes at R4**: [D]'s blocks leave the device and, with the host pool taken by [C] and
+# [E], its pages go on to the disk row. Press play, or drag the slider.
 
 # %%
 from kvlab.viz.radix_frames import NOTES_LETTERS
@@ -239,20 +243,15 @@ animate_tiers(rec.snapshots, title="Four requests: device 28 + host 16 blocks", 
 # %% [markdown]
 # ### The tree and the pools together
 #
-# The same run, one picture per request: the radix tree on the left, each node lettered as in
-# the notes ([A] system prompt, [B] few-shot examples, [C] R1's turn, [D] R2's, [E] R3's, [F]
-# R4's follow-up) and coloured by where its KV lives. On the right the device and host pools
-# of the animation above, wrapped 7 blocks a row: the same blocks in the same order (the ids
-# at the right of a row are its block ids, so device block 6 is the last of the first row), the
-# same letters and the same colours, step by step. Only the layout changed, to make room for
-# the tree. A node holding more than one part names them all: after R1,
-# one node holds [B] and R1's turn, `[B+C]`, until R2 shares [B] and splits it in two. One
-# colour is one fact in both pictures: green, cached on the device (a node there only); light
-# cyan, a host copy of KV that is also on the device (a node on both); cyan, the host's only copy
-# (a node on the host only); brown, a node on disk only. With pages of 4 tokens a node starts
-# on a page boundary, so [B] also holds the last 2 tokens of [A]: a node is named by the parts
-# that hold at least a page of it, a block by the part that holds most of its page. Step to R4: [C] came back from the host (green on the device, light
-# cyan on the host), [D] was pushed from the host to disk, [E] waits on the host.
+# **What you see**: the same run, one picture per request. On the left the radix tree, each node
+# lettered as above and coloured by where its KV lives; on the right the same two pools wrapped 7
+# blocks a row (the ids at a row's right end are its block ids). A colour means the same for a
+# node as for its blocks: green, on the device only; light cyan, on the device with a host copy;
+# cyan, on the host only; brown, on disk only. A node holding more than one part names them all:
+# after R1, `[B+C]`, until R2 shares [B] and splits it in two.
+#
+# **What changes at R4**: [C] came back from the host (green on the device, light cyan on the
+# host), [D] left the device and went on, through the full host pool, to disk; [E] waits on the host.
 
 # %%
 from kvlab.viz.tier_view import tier_tree_stepper
@@ -517,9 +516,11 @@ for col, model in enumerate(("llama-3-8b", "llama-2-7b"), start=1):
 ticks = [10.0**k for k in range(-2, 4)]
 fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])   # both panels, one scale
 fig.update_yaxes(title_text="milliseconds (log)", row=1, col=1)
-top = int(1.5 * th.title_size + 4.5 * th.font_size + 24)         # the title's 2 lines, the legend (2 rows on a projector)
-fig.update_layout(title=dict(text=title,
-                             font=dict(size=th.title_size), yref="container", y=1, yanchor="top", pad=dict(t=10)),
+# the title's 2 lines, the legend (2 rows on a projector); plotly places a 2-line title's top about a line too
+# high, so its pad is a line more (review r8: a pad of 10 px cut the title's top at both sizes)
+top = int(2.5 * th.title_size + 4.5 * th.font_size + 24)
+fig.update_layout(title=dict(text=title, font=dict(size=th.title_size), yref="container", y=1, yanchor="top",
+                             pad=dict(t=10 + th.title_size)),
                   font=dict(size=th.font_size), height=460 + top - 90, margin=dict(t=top, b=70),
                   legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=th.font_size)))
 fig
@@ -699,20 +700,8 @@ print(f"time to first token (measured, this CPU): {1e3 * warm.ttft:.0f} ms after
 # but only when that makes enough room. A leaf that cannot be copied is dropped (`"evicted"`);
 # its device pages count as freed. Leaves not taken stay `"both"` (backed up) or `"device"`.
 # Return `{name: placement}` for every leaf. The checker compares with kvlab's
-# `HiRadixCache.evict` on the same leaves.
-#
-# These rules are kvlab's. SGLang's `HiRadixCache.evict` differs where the host is full; what
-# follows was checked in `python/sglang/srt/mem_cache/hiradix_cache.py` at SGLang commit
-# `263bc85d` (a 0.5.x tree, the one kvlab's `HiRadixCache` mirrors; other versions and forks
-# differ: some keep a leaf in `write_back_nodes` only when its write succeeded, and then nothing
-# asserts). Its `write_backup` makes room with `evict_host(len(node.value))`,
-# which frees host-only leaves, least recently used first, until it has freed that much or has
-# none left: there is no "only when that makes enough room" rule. A leaf whose write still fails
-# counts 0 pages freed, yet stays in `write_back_nodes`, and after the loop
-# `assert node.backuped` fails: SGLang does not drop it, it stops with an `AssertionError`. And
-# its `evict_host` takes only nodes already off the device, which leaves out the leaves this call
-# is writing back: their device pages are freed after the loop. kvlab makes the three cases
-# defined (drop the leaf, keep the host, count the pages), so the exercise has one answer.
+# `HiRadixCache.evict` on the same leaves. These rules are kvlab's: SGLang's differs where the
+# host is full ("How SGLang differs", after the hints).
 
 # %% tags=["exercise-stub"]
 def write_back_evict(leaves, host_free, need):
@@ -736,6 +725,21 @@ check.write_back_evict(write_back_evict)
 #
 # Before dropping anything from the host, ask: would dropping every host-only leaf make room for
 # this one? The statement says what the host must look like when even that is not enough.
+# </details>
+#
+# <details><summary>How SGLang differs (checked at commit 263bc85d)</summary>
+#
+# What follows was checked in `python/sglang/srt/mem_cache/hiradix_cache.py` at SGLang commit
+# `263bc85d` (a 0.5.x tree, the one kvlab's `HiRadixCache` mirrors; other versions and forks
+# differ: some keep a leaf in `write_back_nodes` only when its write succeeded, and then nothing
+# asserts). Its `write_backup` makes room with `evict_host(len(node.value))`,
+# which frees host-only leaves, least recently used first, until it has freed that much or has
+# none left: there is no "only when that makes enough room" rule. A leaf whose write still fails
+# counts 0 pages freed, yet stays in `write_back_nodes`, and after the loop
+# `assert node.backuped` fails: SGLang does not drop it, it stops with an `AssertionError`. And
+# its `evict_host` takes only nodes already off the device, which leaves out the leaves this call
+# is writing back: their device pages are freed after the loop. kvlab makes the three cases
+# defined (drop the leaf, keep the host, count the pages), so the exercise has one answer.
 # </details>
 
 # %% [markdown]
@@ -854,11 +858,7 @@ else:
 # compares with a real `HiRadixCache` using `host_eviction_policy="arc"` (your prediction is
 # one of its cases), then prints LRU against ARC on a scan with a hot set. When the list the rule
 # picks is empty, kvlab takes from the other one, until `need` pages are freed or both lists are
-# empty. vLLM's `ARCOffloadingManager.prepare_store` (`vllm/v1/kv_offload/arc_manager.py` at
-# vLLM commit `05fad737`) differs in one case: with T1 under its target and T2 empty, it evicts
-# nothing and returns `None` (the store is refused); it also counts T1 in blocks, where kvlab
-# counts a node's pages. The file has changed since: other versions of it take T1 when T2 is
-# empty, as kvlab does.
+# empty (vLLM differs here: "How vLLM differs", after the hints).
 
 # %% tags=["exercise-stub"]
 def arc_victims(t1, t2, target, need):
@@ -878,6 +878,15 @@ check.arc_victims(arc_victims)
 # <details><summary>Hint 2</summary>
 #
 # What does a list with nothing left give? And which two things can end the loop?
+# </details>
+#
+# <details><summary>How vLLM differs (checked at commit 05fad737)</summary>
+#
+# vLLM's `ARCOffloadingManager.prepare_store` (`vllm/v1/kv_offload/arc_manager.py` at vLLM
+# commit `05fad737`) differs in one case: with T1 under its target and T2 empty, it evicts
+# nothing and returns `None` (the store is refused); it also counts T1 in blocks, where kvlab
+# counts a node's pages. The file has changed since: other versions of it take T1 when T2 is
+# empty, as kvlab does.
 # </details>
 
 # %% [markdown]
