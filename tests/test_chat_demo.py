@@ -103,13 +103,15 @@ def test_widget_send_and_clear(bundled):
 
     def watched_ask(q, **kw):  # issue 28 [8]: the chat showed nothing while it computed (3-4 s a turn)
         caption_now = next(w for w in box.children if "kvlab-control-caption" in w._dom_classes).value
-        seen.append((caption_now, send.disabled))
+        seen.append((caption_now, send.disabled, clear.disabled, new.disabled))
         return ask(q, **kw)
 
+    new = next(w for w in row.children if "kvlab-chat-new-conversation" in w._dom_classes)
     s.ask = watched_ask
     send.click()
-    assert seen and seen[0][0].startswith("computing the reply to") and seen[0][1] is True, seen
-    assert not send.disabled
+    # review r9 of 07: clear / new conversation clicked mid-turn ran on a turn not shown yet: all off while it computes
+    assert seen and seen[0][0].startswith("computing the reply to") and seen[0][1:] == (True, True, True), seen
+    assert not send.disabled and not clear.disabled and not new.disabled
     assert len(s.turns) == 2 and text.value == ""
     caption = next(w for w in box.children if "kvlab-control-caption" in w._dom_classes)
     # the review of ede928d: a student's first question after R1-R4 was "T5"; the demo names its own turns

@@ -79,3 +79,23 @@ def test_block_hash_floats_are_named_before_the_rules():
     r = ch.block_hash_reuse(floats, verbose=False)
     notes = [c.note for c in r.cases if not c.passed]
     assert not r.passed and notes and all(n.startswith("returned the float") for n in notes), notes
+
+
+def test_block_hash_counting_every_cached_block_is_named_on_every_failing_case():
+    """Review r9 of 07: an unchained answer that counts every cached block, even after one that is not,
+    was named only at a later case (the first two showed expected beside actual)."""
+    from kvlab.check import l07_radix as ch
+
+    def every_block(prompts, block_size):
+        cached, out = set(), []
+        for p in prompts:
+            full = len(p) // block_size * block_size
+            n = sum(block_size for i in range(0, full, block_size) if tuple(p[i:i + block_size]) in cached)
+            out.append(min(n, (len(p) - 1) // block_size * block_size))
+            cached.update(tuple(p[i:i + block_size]) for i in range(0, full, block_size))
+        return out
+
+    r = ch.block_hash_reuse(every_block, verbose=False)
+    failing = [c for c in r.cases if not c.passed]
+    assert not r.passed and failing and all(c.note for c in failing), [(c.label, c.note) for c in failing]
+    assert "every cached block counted" in failing[0].note, failing[0].note

@@ -290,6 +290,10 @@ def _reuse_by(rule: str) -> Callable:
                 n = 0
                 while n + bs <= limit and tuple(p[max(n - bs, 0):n + bs]) in pairs:
                     n += bs
+            elif rule == "count_all":  # every block of p found in some earlier prompt, even after a block that is not
+                blocks = {tuple(q[i:i + bs]) for q in seen for i in range(0, len(q) // bs * bs, bs)}
+                n = sum(bs for i in range(0, len(p) // bs * bs, bs) if tuple(p[i:i + bs]) in blocks)
+                n = min(n, limit // bs * bs)
             elif rule in ("content", "same_index"):  # leading blocks found in some earlier prompt (anywhere, or same place)
                 blocks = {(i if rule == "same_index" else 0, tuple(q[i:i + bs]))
                           for q in seen for i in range(0, len(q) // bs * bs, bs)}
@@ -317,6 +321,8 @@ REUSE_MISTAKES = dict([
      "hash covers every earlier block", _reuse_by("pair")),
     ("a block is reused only if every block before it matches too (the chained hash): the same tokens "
      "after a different prefix have other K/V", _reuse_by("content")),
+    ("every cached block counted, even after one that is not: reuse stops at the first block not cached, and a "
+     "block counts only after every block before it (the chained hash covers the whole prefix)", _reuse_by("count_all")),
     ("one block short: every leading block that matches counts (the cap is len(prompt) - 1 tokens, in whole "
      "blocks, not a block less)", _reuse_by("one_less")),
     ("the cache holds the blocks of every earlier prompt, not only the previous one's", _reuse_by("previous")),

@@ -467,7 +467,10 @@ def _wire(session: ChatSession, w: _Widgets) -> None:
         # are made), and take no second question until this one is answered.
         caption.value = html.escape(f"computing the reply to {q!r}: prefill the part the tree does not hold, then one "
                                     "token at a time (a few seconds on a CPU)…")
-        buttons["send"].disabled = True
+        # every button off until the turn is answered: a *new conversation* or *clear the cache* clicked
+        # mid-turn ran after it, on a turn the caption had not shown yet (review r9 of 07: "chat 3, turn 4")
+        for b in buttons.values():
+            b.disabled = True
         try:
             n = chats["turns"] + 1
             session.ask(q, rid=f"your turn {n}" if chats["number"] == 1 else f"chat {chats['number']}, turn {n}")
@@ -476,7 +479,8 @@ def _wire(session: ChatSession, w: _Widgets) -> None:
             show(str(e))
             return
         finally:
-            buttons["send"].disabled = False
+            for b in buttons.values():
+                b.disabled = False
         text.value = ""
         show()
 

@@ -208,10 +208,11 @@ def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: 
         lines.append('<br align="left"/>'.join(html.escape(x) for x in textwrap.wrap(caption, wrap)) + '<br align="left"/>')
     lines.append(f"evictable {d['evictable_size']} tokens" + (f" · protected (locked) {d['protected_size']} tokens"
                                                             if locks or d["protected_size"] else ""))
-    if compact:  # one line: "Radix tree after R2 (simulated) · evictable 110 tokens · ..."
-        # the separator's spaces unbreakable: a browser's bold font runs wider than graphviz's
-        # estimate of it, and a plain space let "(measured)" touch the "·" (the review r7, classroom)
-        lines = [lines[0] + "&#160;&#160;·&#160;" + lines[-1], *lines[1:-1]]
+    if compact:  # one line: "Radix tree after R2 (simulated):  evictable 110 tokens · ..."
+        # a colon in the bold title, then unbreakable spaces: a browser's bold font runs wider than graphviz's
+        # estimate of it (a plain space let "(measured)" touch what followed, review r7), and a "·" there read
+        # as a stray dot opening the counts (review r9 of 07)
+        lines = [lines[0].replace("</b>", ":</b>", 1) + "&#160;&#160;&#160;" + lines[-1], *lines[1:-1]]
     rows = "".join(f'<tr><td align="left" colspan="4">{x}</td></tr>' for x in lines)
     if legend:
         kinds = ({n["kind"] for n in d["nodes"]} | ({"evictable"} if any("dashed" in n["style"] for n in d["nodes"]) else set())

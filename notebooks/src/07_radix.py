@@ -433,17 +433,21 @@ else:
 #
 # The same session, live, and it goes on where section 5 stopped: your first question
 # **continues R1's conversation after R4** (the caption says whose conversation a question
-# continues). Type a question and press Enter or *send*: the turn's prompt is shown token by token,
-# matched in the tree (green) or prefilled (blue), with its time to first token; the other two
-# views show the tree and the block pool, where a block on the path of two or more turns
-# (computed once, reused by the others) is hatched and its hover names them. On a projector
-# (classroom mode) the tree view shows only the last turn's path: the matched nodes between
-# its first and its last are folded into one box, `[k nodes]`, and each grey dashed box counts the
-# branches that leave the path there (other conversations, other turns). *new conversation*
-# starts one after [A] [B], and its caption says how many of their tokens the tree still holds
-# (none after *clear the cache*); *clear the cache* empties the pool and the tree but
-# keeps the conversation: ask again and compare the time to first token. A turn takes a few
-# seconds on a CPU.
+# continues). A turn takes a few seconds on a CPU; the buttons wait until it is answered.
+#
+# - **Ask**: type a question, press Enter or *send*. The caption gives the turn's numbers and
+#   its time to first token.
+# - **Three views** (one at a time, under the caption): *this turn's tokens*, the prompt token by
+#   token, matched in the tree (green) or prefilled (blue); *radix tree*; *block pool*, where a
+#   block on the path of two or more turns (computed once, reused by the others) is hatched and
+#   its hover names them.
+# - **On a projector** (classroom mode) the tree view shows only the last turn's path: the
+#   matched nodes between its first and its last fold into one box, `[k nodes]`, and each grey
+#   dashed box counts the branches that leave the path there (other conversations, other turns).
+# - ***new conversation*** starts one after [A] [B]; its caption says how many of their tokens
+#   the tree still holds (none after *clear the cache*).
+# - ***clear the cache*** empties the pool and the tree but keeps the conversation: ask again and
+#   compare the time to first token.
 
 # %%
 from kvlab.viz import chat_demo
