@@ -190,7 +190,7 @@ def _bar_parts(state: dict[str, Any]) -> list[tuple[str, int, str, str]]:
     past = max(0, state["weights"] - total)        # weights past the device's own end
     words = WEIGHT_WORDS.get(state.get("weight_bytes", 2), f"{state.get('weight_bytes')}-byte numbers")
     return [(f"weights ({words})", weights, WEIGHTS, ""),
-            ("weights past the share: they do not fit", over, WEIGHTS, "x"),
+            (f"weights past the share: {over / 1e9:.1f} GB, they do not fit", over, WEIGHTS, "x"),
             ("weights past the device's end", past, WEIGHTS, "/"),
             (f"KV cache of {_plural(state['requests'], 'request')}", state["kv_used"], request_color("R1"), ""),
             (f"free in the share: {(share - weights - state['kv_used']) / 1e9:.2f} GB (less than one request)",
@@ -219,14 +219,18 @@ def _mark_edges(fig: Any, state: dict[str, Any], span: int, th: Any) -> None:
 
 def _mark_thin_over(fig: Any, state: dict[str, Any], span: int, th: Any) -> None:
     """Weights past the share that are a sliver of the bar (under :data:`THIN` of it: Llama-2 70B on one
-    H200, 2.3 GB of 150.8): an arrow to the hatched part from a boxed label on the grey weights, with its size."""
+    H200, 2.3 GB of 150.8): an arrow to the hatched part from a boxed label with its size (the legend's
+    hatched entry says what it is), on the grey weights; where they are too short for it (under 15% of
+    the bar), from the right, low on the bar (the device's end is named at its middle)."""
     share = state["share"]
     over = min(state["weights"], state["device_bytes"]) - min(state["weights"], share)
     if over <= 0 or over >= THIN * span:
         return
-    fig.add_annotation(x=(share + over / 2) / 1e9, y=0.5, yref="paper", showarrow=True, arrowhead=2, arrowwidth=2,
-                       ax=-40, ay=0, xanchor="right", text=f"{over / 1e9:.1f} GB of weights past the share",
-                       font=dict(size=th.font_size), bgcolor="#ffffff", bordercolor="#000000", borderpad=3)
+    left = share >= 0.15 * span
+    fig.add_annotation(x=(share + over / 2) / 1e9, y=0.5 if left else 0.2, yref="paper", showarrow=True, arrowhead=2,
+                       arrowwidth=2, ax=-40 if left else 40, ay=0, xanchor="right" if left else "left",
+                       text=f"{over / 1e9:.1f} GB", font=dict(size=th.font_size), bgcolor="#ffffff",
+                       bordercolor="#000000", borderpad=3)
 
 
 def capacity_figure(state: dict[str, Any]) -> Any:
