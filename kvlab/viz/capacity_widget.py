@@ -242,7 +242,7 @@ def capacity_figure(state: dict[str, Any]) -> Any:
     >>> fig = capacity_figure(capacity_state(MODELS["llama-2-70b"], GPUS["a100-40gb"].memory_bytes, 4096, 2,
     ...                                      device="a100-40gb"))
     >>> [a.text for a in fig.layout.annotations]
-    ['the share ends: 38.7 GB', 'the A100 40GB ends: 42.9 GB']
+    ['the share ends: 38.7 GB', 'the A100 40GB ends: 42.9 GB', '4.3 GB']
     """
     import plotly.graph_objects as go
 
