@@ -190,11 +190,11 @@ def _bar_parts(state: dict[str, Any]) -> list[tuple[str, int, str, str]]:
     past = max(0, state["weights"] - total)        # weights past the device's own end
     words = WEIGHT_WORDS.get(state.get("weight_bytes", 2), f"{state.get('weight_bytes')}-byte numbers")
     return [(f"weights ({words})", weights, WEIGHTS, ""),
-            (f"weights past the share: {over / 1e9:.1f} GB, they do not fit", over, WEIGHTS, "x"),
+            (f"weights past the share: {over / 1e9:.1f} GB", over, WEIGHTS, "x"),
             ("weights past the device's end", past, WEIGHTS, "/"),
             (f"KV cache of {_plural(state['requests'], 'request')}", state["kv_used"], request_color("R1"), ""),
-            (f"free in the share: {(share - weights - state['kv_used']) / 1e9:.2f} GB (less than one request)",
-             share - weights - state["kv_used"], FREE, ""),  # its size named: a sliver may be a pixel wide
+            (f"free in the share: {(share - weights - state['kv_used']) / 1e9:.2f} GB", share - weights - state["kv_used"],
+             FREE, ""),  # its size named: a sliver may be a pixel wide; short: a classroom legend's half row
             (f"outside the share ({1 - state['utilization']:.0%}: not the server's)", total - share - over, RESERVED, "")]
 
 
