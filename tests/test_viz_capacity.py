@@ -2,6 +2,8 @@
 server's share were drawn filling it exactly, up to its edge, as if they fitted."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvlab.memory.kvspec import GPUS, MODELS
@@ -14,7 +16,8 @@ def test_weights_past_the_share_are_drawn_past_its_edge():
     fig = capacity_figure(state)
     drawn = {t.name: t.x[0] for t in fig.data}
     assert sum(drawn.values()) * 1e9 == pytest.approx(max(state["weights"], state["device_bytes"]))
-    assert (drawn["weights past the share: they do not fit"] + drawn["weights past the device's end"]) \
+    past_share = next(v for k, v in drawn.items() if k.startswith("weights past the share: "))
+    assert (past_share + drawn["weights past the device's end"]) \
         * 1e9 == pytest.approx(state["weights"] - state["share"])
     assert fig.layout.xaxis.range[1] * 1e9 >= state["weights"]
     assert [s.x0 for s in fig.layout.shapes] == [state["share"] / 1e9, state["device_bytes"] / 1e9]  # both edges
@@ -24,22 +27,24 @@ def test_weights_past_the_share_are_drawn_past_its_edge():
 def test_weights_that_fit_draw_no_edge():
     state = capacity_state(MODELS["llama-2-7b"], GPUS["a100-80gb"].memory_bytes, 4096, 2)
     fig = capacity_figure(state)
-    assert not fig.layout.shapes and "weights past the share: they do not fit" not in {t.name for t in fig.data}
+    assert not fig.layout.shapes and not any(t.name.startswith("weights past the share") for t in fig.data)
 
 
-def test_no_legend_entry_for_a_segment_too_thin_to_see():
-    """Issue 28, the review of lesson 02 (cell 21): on 2 x H200 the "free in the share" part is
-    0.16% of the bar, about one pixel, yet the legend listed it. A part under 1% of the axis keeps
-    its hover but no legend entry; every listed part is at least 1% of the bar."""
+def test_every_part_drawn_is_in_the_legend_thin_ones_with_their_size():
+    """Review r8_02 (cell 19): on 2 x H200 the "free in the share" part is 0.16% of the bar and had
+    no legend entry (issue 28 had dropped entries under 1%), so the light grey the text promises was
+    nowhere to be found. Every part drawn is listed; the free part names its size (a sliver may be a
+    pixel wide), and weights past the share under 5% of the bar get an arrow with their size."""
     from kvlab import GPUS
 
-    state = capacity_state(MODELS["llama-2-70b"], 2 * GPUS["h200"].memory_bytes, 4096, 2)
-    fig = capacity_figure(state)
-    span = fig.layout.xaxis.range[1]
-    listed = [t for t in fig.data if t.showlegend is not False]
-    assert listed and all(t.x[0] / span >= 0.01 for t in listed), [(t.name, t.x[0] / span) for t in listed]
-    thin = [t for t in fig.data if t.showlegend is False]
-    assert [t.name for t in thin] == ["free in the share (less than one request)"]  # still drawn, hover names it
+    fig = capacity_figure(capacity_state(MODELS["llama-2-70b"], 2 * GPUS["h200"].memory_bytes, 4096, 2))
+    assert all(t.showlegend is not False for t in fig.data), [(t.name, t.showlegend) for t in fig.data]
+    free = [t.name for t in fig.data if t.name.startswith("free in the share")]
+    assert free and re.fullmatch(r"free in the share: 0\.\d\d GB", free[0]), free
+    one = capacity_figure(capacity_state(MODELS["llama-2-70b"], GPUS["h200"].memory_bytes, 4096, 2, device="H200 141GB"))
+    texts = [a.text for a in one.layout.annotations]
+    assert "2.3 GB" in texts and any(a.showarrow for a in one.layout.annotations), texts
+    assert "weights past the share: 2.3 GB" in [t.name for t in one.data]
 
 
 def test_weights_in_the_number_format_the_device_runs():
@@ -168,8 +173,12 @@ def test_the_tokens_slider_stops_at_the_models_context_window():
     assert w.widget.children == kids, "renewing the slider re-rendered the whole widget (its sentence and bar)"
     assert any(slider in getattr(k, "children", ()) for k in kids) and [t for _, t in slider.options][-1] == 2048
     assert w.state["tokens"] == slider.value == 2048 and w.state["requests"] > 0
-    w._controls["model"].value = "smollm2-135m"      # a longer window: the slider reaches it, the length stays
-    assert [t for _, t in w._controls["tokens"].options][-1] == 8192 and w.state["tokens"] == 2048
+    w._controls["model"].value = "smollm2-135m"      # a longer window: the length asked for (8,192) comes back
+    assert [t for _, t in w._controls["tokens"].options][-1] == 8192 and w.state["tokens"] == 8192  # review r8_02
+    w._controls["model"].value = "opt-13b"
+    w._controls["tokens"].value = 1024               # a length asked for within the window: kept after it
+    w._controls["model"].value = "llama-2-7b"
+    assert w.state["tokens"] == 1024
     w.set(model="llama-2-7b", tokens=4096)
     assert w.state["tokens"] == 4096 and w.state["model"] == "llama-2-7b"
     live = CapacityWidget(model="llama-2-7b", device="h200", tokens=131072, static=False)   # started past it

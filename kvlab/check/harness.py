@@ -182,10 +182,27 @@ class CaseResult:
     passed: bool
     note: str = ""
     candidates: list = field(default_factory=list)  # several known mistakes give this answer: Checker.done picks one
+    input_changed: bool = False  # failed because the call changed its arguments (the note says how)
+
+    def _right_but_changed(self) -> str:
+        """For a case that failed only because the call changed its input, with the answer the
+        reference gives: that answer, said as right ("returned 524288, the expected answer, but"),
+        never an "expected X / actual X" pair that looks the same; else ''.
+
+            >>> CaseResult("c", 3, 3, False, "changed its input", input_changed=True)._right_but_changed()
+            'returned 3, the expected answer, but'
+        """
+        if self.passed or not self.input_changed or _short(self.expected) != _short(self.actual):
+            return ""
+        did = _short(self.actual) if isinstance(self.actual, Raised) else f"returned {_short(self.actual)}"
+        return f"{did}, the expected answer, but"
 
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
         extra = f"\n         -> {self.note}" if self.note else ""
+        right = self._right_but_changed()
+        if right:
+            return f"  {mark} {self.label}\n         {right}{extra}"
         diff = None if self.passed else differing_fields(self.expected, self.actual)
         if diff:  # a state: only the fields that differ, in full
             return f"  {mark} {self.label}\n         differs: {diff}{extra}"
@@ -193,6 +210,9 @@ class CaseResult:
 
     def why(self) -> str:
         """The failure in one line: what differs, and the diagnosis when there is one."""
+        right = self._right_but_changed()
+        if right:
+            return f"{right} {self.note}"
         diff = differing_fields(self.expected, self.actual)
         what = diff if diff else f"expected {_short(self.expected)}, got {_short(self.actual)}"
         if not diff and self.note and _identical(self.expected, self.actual):   # review r8 of 10: "expected ['a'], got ['a']"
@@ -361,7 +381,9 @@ class Checker:
         actual = call_in_place(self.fn, *given[0], **given[1])
         changed = changed_argument(self.reference, before, given) if self.inputs_unchanged else ""
         if changed:  # the contract: the caller's arguments are left as they were (raised or not)
-            return self.record(label, expected, actual, passed=False, note=changed)
+            case = self.record(label, expected, actual, passed=False, note=changed)
+            case.input_changed = True
+            return case
         case = self.record(label, expected, actual)
         if not case.passed and not case.note and not kwargs:
             try:

@@ -178,7 +178,7 @@ def _the(device: str) -> str:
 
 
 WEIGHT_WORDS = {4: "fp32", 2: "fp16", 1: "fp8"}  # the weights' number format, by bytes a parameter
-THIN = 0.01  # a bar part under this share of the axis is too thin to see: no legend entry
+THIN = 0.05  # weights past the share narrower than this share of the axis get their size written beside them
 
 
 def _bar_parts(state: dict[str, Any]) -> list[tuple[str, int, str, str]]:
@@ -190,10 +190,11 @@ def _bar_parts(state: dict[str, Any]) -> list[tuple[str, int, str, str]]:
     past = max(0, state["weights"] - total)        # weights past the device's own end
     words = WEIGHT_WORDS.get(state.get("weight_bytes", 2), f"{state.get('weight_bytes')}-byte numbers")
     return [(f"weights ({words})", weights, WEIGHTS, ""),
-            ("weights past the share: they do not fit", over, WEIGHTS, "x"),
+            (f"weights past the share: {over / 1e9:.1f} GB", over, WEIGHTS, "x"),
             ("weights past the device's end", past, WEIGHTS, "/"),
             (f"KV cache of {_plural(state['requests'], 'request')}", state["kv_used"], request_color("R1"), ""),
-            ("free in the share (less than one request)", share - weights - state["kv_used"], FREE, ""),
+            (f"free in the share: {(share - weights - state['kv_used']) / 1e9:.2f} GB", share - weights - state["kv_used"],
+             FREE, ""),  # its size named: a sliver may be a pixel wide; short: a classroom legend's half row
             (f"outside the share ({1 - state['utilization']:.0%}: not the server's)", total - share - over, RESERVED, "")]
 
 
@@ -216,6 +217,22 @@ def _mark_edges(fig: Any, state: dict[str, Any], span: int, th: Any) -> None:
                            bordercolor="#000000" if bg else None, borderpad=3 if bg else 0)
 
 
+def _mark_thin_over(fig: Any, state: dict[str, Any], span: int, th: Any) -> None:
+    """Weights past the share that are a sliver of the bar (under :data:`THIN` of it: Llama-2 70B on one
+    H200, 2.3 GB of 150.8): an arrow to the hatched part from a boxed label with its size (the legend's
+    hatched entry says what it is), on the grey weights; where they are too short for it (under 15% of
+    the bar), from the right, low on the bar (the device's end is named at its middle)."""
+    share = state["share"]
+    over = min(state["weights"], state["device_bytes"]) - min(state["weights"], share)
+    if over <= 0 or over >= THIN * span:
+        return
+    left = share >= 0.15 * span
+    fig.add_annotation(x=(share + over / 2) / 1e9, y=0.5 if left else 0.2, yref="paper", showarrow=True, arrowhead=2,
+                       arrowwidth=2, ax=-40 if left else 40, ay=0, xanchor="right" if left else "left",
+                       text=f"{over / 1e9:.1f} GB", font=dict(size=th.font_size), bgcolor="#ffffff",
+                       bordercolor="#000000", borderpad=3)
+
+
 def capacity_figure(state: dict[str, Any]) -> Any:
     """The device's memory as one horizontal bar (GB): weights, KV of the requests that fit, the rest
     of the server's share, the part left alone (simulated). Weights that do not fit run past the
@@ -225,7 +242,7 @@ def capacity_figure(state: dict[str, Any]) -> Any:
     >>> fig = capacity_figure(capacity_state(MODELS["llama-2-70b"], GPUS["a100-40gb"].memory_bytes, 4096, 2,
     ...                                      device="a100-40gb"))
     >>> [a.text for a in fig.layout.annotations]
-    ['the share ends: 38.7 GB', 'the A100 40GB ends: 42.9 GB']
+    ['the share ends: 38.7 GB', 'the A100 40GB ends: 42.9 GB', '4.3 GB']
     """
     import plotly.graph_objects as go
 
@@ -236,12 +253,14 @@ def capacity_figure(state: dict[str, Any]) -> Any:
     for name, size, color, hatch in _bar_parts(state):
         if size <= 0:  # nothing of it is drawn: no legend entry either
             continue
-        seen = size >= THIN * span  # a part a pixel or two wide: drawn (its hover names it), not listed in the legend
-        fig.add_trace(go.Bar(y=[""], x=[size / 1e9], orientation="h", name=name, showlegend=seen,
+        # every part drawn is listed, however thin (at most four are: "free in the share" is drawn only
+        # when the weights fit, and then nothing is hatched)
+        fig.add_trace(go.Bar(y=[""], x=[size / 1e9], orientation="h", name=name, showlegend=True,
                              marker=dict(color=color, line=dict(color="#444444", width=1),
                                          pattern=dict(shape=hatch, fgcolor="#000000", bgcolor="#ffffff") if hatch else None),
                              hovertemplate=f"{html.escape(name)}: %{{x:.2f}} GB<extra></extra>"))
     _mark_edges(fig, state, span, th)
+    _mark_thin_over(fig, state, span, th)
     # Fixed pixels, so the legend sits under the axis title at any font size: the bar's height, the
     # axis (ticks and title) and two rows of legend below it. At most four parts are listed, two a row
     # (entrywidth half the figure): the legend is never taller than two rows, so the bar never moves
@@ -322,24 +341,29 @@ class CapacityWidget:
 
         style = {"description_width": "initial"}
         wide = W.Layout(width="min(400px, 100%)")
-        slider = W.Layout(width="min(620px, 100%)")
+        # both sliders: one label width (the longer label's), so their tracks start at one x, and a margin
+        # that keeps "tokens per request" off the output area's left edge
+        slider_style = {"description_width": "17.5em"}
+        slider = W.Layout(width="min(660px, 100%)", margin="2px 2px 2px 6px")
         c = self.choice
         window = self.windows.get(c["model"])
+        self._wanted_tokens = c["tokens"]  # the length asked for: a model with a longer window gets it back
         if window is not None and c["tokens"] > window:  # the slider stops at the model's window: so does the start
             c["tokens"] = window
             self.state = self._compute()
         self._controls = {
             "model": W.Dropdown(options=[(model_label(s, self.windows.get(k)), k) for k, s in self.models.items()],
                                 value=c["model"], description="model", style=style,
-                                layout=W.Layout(width="min(560px, 100%)")),
+                                layout=W.Layout(width="min(660px, 100%)")),  # room for "up to 8,192 tokens"
             "dtype_bytes": W.Dropdown(options=list(DTYPES), value=c["dtype_bytes"], description="KV numbers stored as",
                                       style=style, layout=wide),
             "device": W.Dropdown(options=[(device_label(k), k) for k in self.devices], value=c["device"],
                                  description="device", style=style, layout=wide),
             "tokens": W.SelectionSlider(options=self._token_options(c["model"]), value=c["tokens"],
-                                        description="tokens per request", style=style, layout=slider),
+                                        description="tokens per request", style=slider_style, layout=slider),
             "utilization": W.FloatSlider(value=c["utilization"], min=0.5, max=1.0, step=0.05, readout_format=".0%",
-                                         description="share of memory the server uses", style=style, layout=slider),
+                                         description="share of memory the server uses", style=slider_style,
+                                         layout=slider),
         }
         for key, w in self._controls.items():
             w.add_class(f"kvlab-capacity-{key.replace('_', '-')}")
@@ -367,12 +391,16 @@ class CapacityWidget:
         from .control import renew_slider
 
         if change.get("owner") is self._controls["model"]:  # another model: the slider stops at its window
+            # the length the student last asked for, up to this model's window: after OPT-13B's 2,048
+            # tokens, a 4,096-token model is back at 4,096
             window = self.windows.get(change["new"])
-            want = min(self.choice["tokens"], window or self.choice["tokens"])
+            want = min(self._wanted_tokens, window or self._wanted_tokens)
             self.choice["tokens"] = want
             # a NEW slider: the browser's End and Home keys keep the range a slider was made with
             self._controls["tokens"] = renew_slider(self.widget, self._controls["tokens"],
                                                     self._token_options(change["new"]), self._changed, value=want)
+        elif change.get("owner") is self._controls["tokens"]:
+            self._wanted_tokens = change["new"]
         self.choice = {k: w.value for k, w in self._controls.items()}
         self.state = self._compute()
         self._redraw()

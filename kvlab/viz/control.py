@@ -63,7 +63,7 @@ def renew_slider(box: Any, old: Any, maximum: int | Sequence[tuple[str, Any]], o
     import ipywidgets as W
 
     common = dict(description=old.description, style={"description_width": old.style.description_width},
-                  layout=W.Layout(width=old.layout.width))
+                  layout=W.Layout(width=old.layout.width, margin=old.layout.margin))
     if isinstance(old, W.SelectionSlider):
         options = list(maximum)  # type: ignore[arg-type]
         new = W.SelectionSlider(options=options, value=options[0][1] if value is None else value, **common)

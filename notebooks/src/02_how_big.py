@@ -71,11 +71,14 @@ print(f"* {' and '.join(short)} take at most {CONTEXT_WINDOWS[short[0]]:,} token
       f"  their 4,096-token column is two of their longest requests, for comparison")
 
 # %% [markdown]
-# OPT-13B's 819,200 bytes a token are 800 × 1,024 bytes: 800 KiB, which the vLLM paper (Kwon et
-# al., 2023, §3) writes "800 KB". Its 2,048-token maximum makes 2,048 × 819,200 = 1,677,721,600
-# bytes for one request: 1.68 GB, or 1.56 GiB. The paper's "1.6 GB" is its "800 KB" times 2,048
-# = 1,638,400 KB read with 1,000 KB to the MB and 1,000 MB to the GB: the same bytes (1,600 MiB),
-# rounded in mixed units, so it matches neither 1.68 GB nor 1.56 GiB exactly.
+# OPT-13B in the vLLM paper (Kwon et al., 2023, §3), in two steps:
+#
+# 1. One token: 819,200 bytes = 800 × 1,024 bytes, that is 800 KiB (1 KiB = 1,024 bytes). The
+#    paper writes "800 KB".
+# 2. One request of OPT-13B's longest, 2,048 tokens: 2,048 × 819,200 = 1,677,721,600 bytes, that
+#    is 1.68 GB (1 GB = 10^9 bytes). The paper's "1.6 GB" is the same size, rounded: 800 × 2,048
+#    = 1,638,400 of its "KB", read 1,000 to the MB and 1,000 to the GB. Section 5 says why
+#    1,000 and 1,024 both turn up.
 #
 # ## 3. MHA versus GQA: the notes' 10.7 GB
 #
@@ -221,7 +224,9 @@ for gpu_name in ("a100-80gb", "h200"):
 
 # %% [markdown]
 # Llama-2 70B's 138 GB of fp16 weights do not fit on one 80 GB card, nor within 90% of an
-# H200; servers split it across GPUs (tensor parallelism). Two H200s together, as one budget:
+# H200; servers split it across GPUs (tensor parallelism: each GPU holds a slice of every layer's
+# weight matrices, and of its KV heads, and they compute each layer together). Two H200s together,
+# as one budget:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -235,17 +240,15 @@ print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget
 # ### Try your own: model, number format, device, request length
 #
 # Every number above comes from five choices. Change them here and the formula, the budget and
-# the count follow (simulated: arithmetic from the configs and spec sheets). Things to try:
-# Llama-2 70B on one H200 (the card holds the weights, the server's share does not) and on two;
-# Llama-2 7B against Llama-3 8B (about the same size, MHA against GQA); fp8 instead of fp16 (half
-# the bytes per token, twice the requests); the longest request each model takes. The **tokens per
-# request** slider stops at the chosen model's context window, which the model menu names (its
-# published `max_position_embeddings`: 4,096 tokens for Llama-2, 2,048 for OPT-13B): a longer
-# request is not one the model can serve, so the widget never prices one. The bar is the device's memory:
-# weights grey (in the number format the line above the widget gives), the requests' KV cache
-# purple, the rest of the server's share light grey, and the part the server leaves alone white.
-# Weights that do not fit are hatched past the dashed line where the share ends, and past the
-# solid line where the device itself ends when they are more than it holds.
+# the count follow (simulated: arithmetic from the configs and spec sheets). The bar is the
+# device's memory, and its legend names each colour. Things to try:
+#
+# - Llama-2 70B on one H200 (the card holds the weights, the server's share does not), then on two;
+# - Llama-2 7B against Llama-3 8B (about the same size, MHA against GQA);
+# - fp8 instead of fp16 (half the bytes per token, twice the requests);
+# - the longest request each model takes: the **tokens per request** slider stops at the model's
+#   context window, which the model menu names (4,096 tokens for Llama-2, 2,048 for OPT-13B); a
+#   model with a longer window gets back the length you last chose.
 #
 # The KV menu starts at fp16, the format GPU servers store K and V in. On this machine's RAM
 # kvlab stores them in fp32: pick fp32 there. The widget then budgets the RAM as a server budgets
@@ -318,7 +321,7 @@ print(f"measured pool: {pool.nbytes:,} bytes; equal: {pool.nbytes == bundled.kv_
 # %% [markdown]
 # ### A real LLM: SmolLM2-135M-Instruct
 #
-# The model lesson 01 ran. Its shape is read from its GGUF file's own metadata (not from a
+# This is the model that lesson 01 ran. Its shape is read from its GGUF file's own metadata (not from a
 # preset), then its cache is allocated as kvlab's engine allocates it, in fp32 (how it runs on
 # this CPU) and in fp16, and its bytes per token are measured on the tensors, beside Llama-2
 # 70B's from the formula:
@@ -544,17 +547,9 @@ check.max_concurrent(max_concurrent)
 # Take any set of requests that fits, and a request left out that is shorter than one inside the
 # set. Swap the two: does the set still fit, and how many requests does it hold?
 # </details>
-#
-# ## Summary
-#
-# - KV bytes = `2 × layers × kv_heads × head_dim × tokens × bytes`; one token of Llama-2 7B
-#   costs 512 KiB, of OPT-13B 800 KiB (the vLLM paper's "800 KB").
-# - With GQA, `kv_heads` is smaller than the number of query heads: Llama-2 70B needs 1.34 GB
-#   per 4,096-token request, not the 10.7 GB that the hidden-size formula gives (that figure is
-#   right only for multi-head attention), and 10 such requests need 13.4 GB, not 107 GB.
-# - An "A100 80GB" holds 80 GiB (85.9 GB), an "H100 80GB" 79.6 GiB (section 5); a server gives
-#   the KV cache `utilization × memory − weights`; how many 4,096-token requests that holds on one
-#   GPU (section 6, simulated):
+
+# %% [markdown]
+# Section 6's counts on one GPU, from the fewest requests to the most (simulated), for the summary:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -571,6 +566,16 @@ say(f"from {fits[lo_gpu, lo_model]} ({model_name(lo_model)} on an {device_label(
     + (f"fits on {', '.join(on_one)}." if on_one else "none (its weights alone do not fit in the share)."))
 
 # %% [markdown]
-# - Every slot wasted is a request turned away, which is why lessons 03 and 04 look at how the
-#   cache is laid out.
+# ## Summary
+#
+# - KV bytes = `2 × layers × kv_heads × head_dim × tokens × bytes`; one token of Llama-2 7B
+#   costs 512 KiB, of OPT-13B 800 KiB (the vLLM paper's "800 KB").
+# - With GQA, `kv_heads` is smaller than the number of query heads: Llama-2 70B needs 1.34 GB
+#   per 4,096-token request, not the 10.7 GB that the hidden-size formula gives (that figure is
+#   right only for multi-head attention), and 10 such requests need 13.4 GB, not 107 GB.
+# - An "A100 80GB" holds 80 GiB (85.9 GB), an "H100 80GB" 79.6 GiB (section 5); a server gives
+#   the KV cache `utilization × memory − weights`; on one GPU that holds the range of 4,096-token
+#   requests printed just above this summary (section 6, simulated).
+# - Cache memory reserved but filled by no token is room another request could have had, which is
+#   why lessons 03 and 04 look at how the cache is laid out.
 #
