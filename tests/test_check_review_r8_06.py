@@ -14,25 +14,11 @@ from test_check_mistakes_06_11 import wrong_answer
 GIVEAWAY = re.compile(r"%\s*block_size|blocks_needed\(|//\s*block_size|-\(-")
 
 
-def _read_last_first(block_table, num_tokens, ref_count, free_blocks, block_size):
-    """Reads block_table[-1] before asking whether the table is empty (IndexError on an empty sequence)."""
-    from kvlab import OutOfBlocks
-    last = block_table[-1]
-    if num_tokens % block_size == 0:
-        if not free_blocks:
-            raise OutOfBlocks(1, 0)
-        b = free_blocks.pop(0)
-        ref_count[b] = 1
-        block_table.append(b)
-        return []
-    if ref_count[last] == 1:
-        return []
-    if not free_blocks:
-        raise OutOfBlocks(1, 0)
-    d = free_blocks.pop(0)
-    ref_count[d], ref_count[last] = 1, ref_count[last] - 1
-    block_table[-1] = d
-    return [(last, d)]
+# reads block_table[-1] before asking whether the table is empty (IndexError on an empty sequence)
+_read_last_first = wrong_answer("06", "cow_append", [(
+    "    if num_tokens % block_size == 0:           # last block full (or no block yet): take a fresh one\n",
+    "    last = block_table[-1]\n"
+    "    if num_tokens % block_size == 0:           # last block full (or no block yet): take a fresh one\n")])
 
 
 def test_an_empty_table_has_no_last_block():
