@@ -327,7 +327,8 @@ fig
 # ### Try it: samples, beam width, new tokens, block size, prompt length
 #
 # Move a slider: both runs are counted again on the real allocator (a fraction of a second), and
-# the caption says how the prompt lies in blocks and how many block copies copy-on-write made.
+# the caption says how the prompt lies in blocks and how many block copies copy-on-write made
+# (the red line under the sampling bars counts them too).
 # **The experiment to try:** keep the block size at 16 and set the prompt to 96 tokens, then to 100.
 # Then try other block sizes with the same prompt: which ones make the copies disappear? The cell
 # under the control prints what you should see at 96 and 100.
