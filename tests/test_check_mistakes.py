@@ -57,7 +57,7 @@ def sampling_gen_only(p, n, g, bs):
     (check.lru_evict, T._evict_by(lambda n: (-n.last_access_time, n.id)), "the smallest last_access_time"),
     (check.lru_evict, T._evict_by(lambda n: (len(n.key), n.id)), "not by how many tokens"),
     (check.sampling_blocks, T.sampling_ceil_everything, "not pooled across samples"),
-    (check.sampling_blocks, sampling_gen_only, "prompt_len % block_size + gen_len"),
+    (check.sampling_blocks, sampling_gen_only, "not its new tokens alone"),
     (check.sampling_blocks, T.sampling_share_partial, "partial last prompt block does not stay shared"),
     (check.cow_append, T.cow_no_decref, "kept this table's reference"),
     (check.cow_append, T.cow_shared_first, "the last block was full"),

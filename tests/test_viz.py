@@ -186,7 +186,7 @@ def test_captions_are_sentences_never_event_reprs():
         assert c != e.describe() and "#" not in c and "=" not in c, c
         assert c[0].isupper() and e.seq_id in c
     assert captions[0] == "R1 arrives with 6 tokens: it takes P0, P1 (P1 has 2 of 4 slots used)"
-    assert captions[_step(m, "fork")] == "R2 forks R1: it shares all 2 blocks P0, P1 (ref count +1 each, nothing copied)"
+    assert captions[_step(m, "fork")] == "R2 forks R1: it shares both blocks P0, P1 (ref count +1 each, nothing copied)"
     assert captions[_step(m, "free_seq")].startswith("R1 finishes: P1 goes back to the free queue; 1 shared block stays with its other holders")
     for kind in ("allocate", "incref", "free", "match", "insert", "split", "evict", "lock", "unlock", "admit",
                  "cache", "adopt", "share_prefix", "preempt", "something_new"):

@@ -128,6 +128,7 @@ def cow_append(fn: Callable, verbose: bool = True) -> CheckResult:
                      note=("it changed the lists before raising: a refused append must change nothing (check "
                            "free_blocks first)") if changed else _out_of_blocks_due(expected, got)
                      or _needless_raise(expected, got)
+                     or _no_last_block(before, got)
                      or wrong_exception(expected, got)
                      or should_have_raised(expected, got)
                      or (next(iter(_cow_slips(before, num_tokens, bs, got)), "") if isinstance(got, Raised) else ""))
@@ -163,6 +164,14 @@ def _needless_raise(expected: Any, got: Any) -> str:
             and isinstance(got.exc, OutOfBlocks):
         return ("raised OutOfBlocks where no block is needed: the last block is partial and private, so the token "
                 "is written in place; an empty free_blocks is an error only when a block must be taken")
+    return ""
+
+
+def _no_last_block(before: dict, got: Any) -> str:
+    """An IndexError on an empty block table: the answer read its last block, and an empty sequence has none."""
+    if not before["block_table"] and isinstance(got, Raised) and isinstance(got.exc, IndexError):
+        return ("the sequence had no tokens, so it has no last block to read: its first token needs a fresh "
+                "block from the free list (look at the last block only when there is one)")
     return ""
 
 
@@ -206,11 +215,11 @@ COW_SLIPS = {
     "share_first": "the last block was full: it is never written again, shared or not, so take a fresh block "
                    "and copy nothing (ask 'is it full?' before 'is it shared?')",
     "copy_full_too": "the last block was full: the fresh block is all it needs; copying the full shared block too "
-                     "wastes a block (no copy when num_tokens % block_size == 0)",
+                     "wastes a block (a full block is never written again, so nothing is copied)",
     "drop_full_ref": "a full last block stays in the table: taking a fresh block after it drops no reference "
                      "(ref_count changes only for the block taken, and for a block copied)",
-    "full_off": "the last block is full when num_tokens % block_size == 0: num_tokens counts the tokens already "
-                "held, not the one being added",
+    "full_off": "off by one on 'is the last block full?': num_tokens counts the tokens already held, not the one "
+                "being added, so the block is full when the tokens held fill it exactly",
     "swap_pair": "a copy is (src, dst): the shared block first, then the fresh block it is copied into",
 }
 
@@ -383,42 +392,40 @@ SAMPLING_MISTAKES = dict([
     ("with sharing: no extra block for the partial prompt block: the last sample to write into it is its last "
      "holder and writes in place (exercise 1's rule), so it is not kept beside the n copies",
      lambda p, n, g, bs: _kept_partial(p, n, g, bs)),
-    ("each sample's new tokens first fill its own copy of the partial prompt block: count its blocks from "
-     "prompt_len % block_size + gen_len, not from gen_len alone",
+    ("each sample's new tokens first fill its own copy of the partial prompt block: its own blocks hold the "
+     "prompt's leftover tokens and its new tokens together, not its new tokens alone",
      lambda p, n, g, bs: (n * blocks_needed(p + g, bs), blocks_needed(p, bs) + n * blocks_needed(g, bs))),
     ("each sample holds its own blocks for its new tokens: they are not pooled across samples",
      lambda p, n, g, bs: (n * blocks_needed(p + g, bs), blocks_needed(p, bs) + blocks_needed(n * g, bs))),
     ("prompt and answer are not in separate blocks: the new tokens fill the prompt's partial last block first, "
-     "so a sample holds blocks_needed(prompt_len + gen_len), not blocks_needed(prompt_len) + blocks_needed(gen_len)",
+     "so a sample's prompt and answer are rounded up to blocks together, not each on its own",
      lambda p, n, g, bs: (n * (blocks_needed(p, bs) + blocks_needed(g, bs)),
                           blocks_needed(p, bs) + n * blocks_needed(g, bs))),
     ("without sharing: prompt and answer are not in separate blocks: a sample's new tokens fill the prompt's "   # r5
-     "partial last block first, so it holds blocks_needed(prompt_len + gen_len), not blocks_needed(prompt_len) + "
-     "blocks_needed(gen_len)",
+     "partial last block first, so its prompt and answer are rounded up to blocks together, not each on its own",
      lambda p, n, g, bs: (n * (blocks_needed(p, bs) + blocks_needed(g, bs)), _measured(p, n, g, bs)[1])),
     ("count blocks, not token slots: do not multiply the block counts by block_size",
      lambda p, n, g, bs: (bs * _measured(p, n, g, bs)[0], _measured(p, n, g, bs)[1])),
     ("count blocks, not token slots: do not multiply the block counts by block_size (both counts)",
      lambda p, n, g, bs: tuple(bs * x for x in _measured(p, n, g, bs))),
-    ("gen_len == 0: the samples still hold the prompt's blocks once (blocks_needed(prompt_len, block_size)), "
-     "not nothing",
+    ("gen_len == 0: the samples still hold the prompt's blocks once, not nothing",
      lambda p, n, g, bs: (_measured(p, n, g, bs)[0], 0) if g == 0 else _measured(p, n, g, bs)),
     ("gen_len == 0: every block is still shared, so the prompt's blocks count once, not once per sample",
      lambda p, n, g, bs: (_measured(p, n, g, bs)[0],) * 2 if g == 0 else _measured(p, n, g, bs)),
     ("x // block_size + 1 is not a ceiling (one block too many when x fills its blocks exactly), and the "
-     "ceiling is per sample: num_samples * blocks_needed(prompt_len + gen_len, block_size)",
+     "rounding up is per sample (each sample its own blocks), not of all the samples' tokens at once",
      lambda p, n, g, bs: (n * (p + g) // bs + 1, _measured(p, n, g, bs)[1])),
     ("x // block_size + 1 is not a ceiling: it is one block too many when x fills its blocks exactly; "
-     "use blocks_needed (or -(-x // block_size))",
+     "round up to whole blocks instead",
      lambda p, n, g, bs: (n * ((p + g) // bs + 1), _measured(p, n, g, bs)[1])),
-    ("with sharing: the full prompt blocks are prompt_len // block_size; (prompt_len - 1) // block_size is one "
-     "too few when the prompt fills its last block exactly",
+    ("with sharing: one shared prompt block too few when the prompt fills its last block exactly: a full "
+     "prompt block is never written, so it stays shared however the prompt ends",
      lambda p, n, g, bs: _with_sharing(p, n, g, bs, (p - 1) // bs) if g else _measured(p, n, g, bs)),
-    ("without sharing: each sample holds its prompt AND its gen_len new tokens: "
-     "blocks_needed(prompt_len + gen_len, block_size) a sample",
+    ("without sharing: each sample holds its prompt AND its gen_len new tokens in blocks of its own, not its "
+     "prompt alone",
      lambda p, n, g, bs: (n * blocks_needed(p, bs), _measured(p, n, g, bs)[1])),
-    ("without sharing: every sample has blocks of its own: round up per sample "
-     "(num_samples * blocks_needed(...)), not the pooled tokens of all samples",
+    ("without sharing: every sample has blocks of its own: round up per sample, not the pooled tokens of all "
+     "samples",
      lambda p, n, g, bs: (blocks_needed(n * (p + g), bs), _measured(p, n, g, bs)[1])),
     ("with sharing: one block too few: the full prompt blocks count once, then EVERY sample holds its own "
      "blocks from there (its copy of a partial prompt block included)",

@@ -7,6 +7,7 @@ Views (each has a pure-data builder that tests check, and a picture built from i
     animate_memory_map(snapshots, log)     plotly animation, one frame per event, captioned in words
     memory_map_stepper(snapshots, log)     the same in the stepper widget (frames numbered alike: step 3 / 16)
     StepperChoice({label: stepper})       toggle buttons above a stepper: each option a run of its own (lesson 06)
+    memory_map_choice({label: run})       the same over recorded runs, one figure and caption height for all
     event_figure(snapshots, log, step)     one of those steps as a static figure (the stepper's colours)
     event_sentence(event, snapshot)        the caption of an event: one plain sentence
     pool_snapshot(allocator, tables)       a bare allocator's pool (e.g. under a RadixCache) as a snapshot
@@ -103,7 +104,7 @@ from .kernel_view import (
     kernel_access_stepper,
 )
 from .memory_animation import (
-    MemoryMapView, animate_memory_map, event_figure, memory_frames, memory_map_stepper, step_caption,
+    MemoryMapView, animate_memory_map, event_figure, memory_frames, memory_map_choice, memory_map_stepper, step_caption,
 )
 from .memory_map import memory_map_data, memory_map_figure, pool_snapshot
 from .pool_grid import GridLayout, grid_layout
@@ -148,7 +149,7 @@ __all__ = [
     "BlockRead", "kernel_access_data", "kernel_access_figure", "kernel_access_frames", "kernel_access_order",
     "kernel_access_stepper",
     "GridLayout", "MemoryMapView", "animate_memory_map", "grid_layout", "memory_frames", "memory_map_data",
-    "memory_map_figure", "memory_map_stepper", "event_figure", "pool_snapshot",
+    "memory_map_figure", "memory_map_stepper", "memory_map_choice", "event_figure", "pool_snapshot",
     "FREE", "HIGHLIGHT", "HIT", "MISS", "EVICTED", "REQUEST_COLORS", "SHARED_OUTLINE", "TREE", "assign_colors",
     "classroom", "is_classroom", "request_color", "theme",
     "Frame", "Stepper", "StepperChoice", "LiveControl", "chat_demo", "HitRateControl", "SchedulingControl", "PageSizeControl", "BlockSizeControl", "SharingControl", "ShuffleControl",

@@ -15,7 +15,7 @@ Example:
     >>> _ = m.add_sequence("R1", 6); _ = m.fork("R1", "R2"); _ = m.append("R2", 1)
     >>> [event_sentence(e, s) for e, s in zip(m.log, m.snapshots[1:])]  # doctest: +NORMALIZE_WHITESPACE
     ['R1 arrives with 6 tokens: it takes P0, P1 (P1 has 2 of 4 slots used)',
-     'R2 forks R1: it shares all 2 blocks P0, P1 (ref count +1 each, nothing copied)',
+     'R2 forks R1: it shares both blocks P0, P1 (ref count +1 each, nothing copied)',
      'R2 writes into shared block P1: copy it to P2, where the write will go (copy-on-write)',
      'R2 writes position 6 into its own block P2 (3 of 4 slots used)']
 """
@@ -47,7 +47,14 @@ def _fill(after: MemorySnapshot | None, b: int) -> str:
     return f" ({after.tokens_in_block[b]} of {after.block_size} slots used)"
 
 
-def _append(e: Event, after: MemorySnapshot | None) -> str:
+def _shares(ids: list[int]) -> str:
+    """What a fork shares: "block P0", "both blocks P0, P1", "all 3 blocks P0, P1, P2"."""
+    if len(ids) == 1:
+        return f"block {block_list(ids)}"
+    return f"{'both' if len(ids) == 2 else f'all {len(ids)}'} blocks {block_list(ids)}"
+
+
+def _append(e: Event, after: MemorySnapshot | None, was_shared: frozenset[int] = frozenset()) -> str:
     seq, d, fresh = e.seq_id, e.detail, list(e.block_ids)
     start, n = int(d.get("start", 0)), int(d.get("num_tokens", 0))
     table = list(after.tables.get(seq, ())) if after is not None else []
@@ -62,6 +69,9 @@ def _append(e: Event, after: MemorySnapshot | None) -> str:
         if fresh:
             return f"{seq}'s last block is full: it takes free block P{fresh[0]} for position {start}"
         own = after is not None and last is not None and after.ref_count[last] == 1
+        if own and last in was_shared:   # the others copied it away: the last holder needs no copy
+            return (f"{seq} writes position {start} into P{last} in place{_fill(after, last)}: P{last} has 1 "
+                    f"reference left, so {seq} is its last holder and nothing is copied")
         return f"{seq} writes position {start} into its {'own' if own else 'last'} block P{last}{_fill(after, last)}"
     span = f"positions {start} to {start + n - 1}"
     if fresh:
@@ -83,18 +93,21 @@ def _free_seq(e: Event) -> str:
     return f"{seq} finishes: " + "; ".join(parts)
 
 
-def event_sentence(event: Event, after: MemorySnapshot | None = None) -> str:
-    """One plain sentence for ``event``; ``after``: the pool after it (for fill levels)."""
+def event_sentence(event: Event, after: MemorySnapshot | None = None,
+                   was_shared: frozenset[int] = frozenset()) -> str:
+    """One plain sentence for ``event``; ``after``: the pool after it (for fill levels); ``was_shared``:
+    the blocks held by more than one table earlier in the run and not freed since (a write into one
+    that is private now is its last holder's, in place: no copy)."""
     e, seq, ids, d = event, event.seq_id, list(event.block_ids), event.detail
     who = seq if seq is not None else "the cache"
     k = e.kind
     if k == "append":
-        return _append(e, after)
+        return _append(e, after, was_shared)
     if k == "adopt":
         return (f"{seq} starts with {_plural(len(ids), 'cached block')} {block_list(ids)} holding "
                 f"{_plural(int(d.get('num_tokens', 0)), 'token')} (shared: ref count +1 each, nothing computed)")
     if k == "fork":
-        return (f"{seq} forks {d.get('parent', '?')}: it shares all {_plural(len(ids), 'block')} {block_list(ids)} "
+        return (f"{seq} forks {d.get('parent', '?')}: it shares {_shares(ids)} "
                 "(ref count +1 each, nothing copied)")
     if k == "cow":
         return (f"{seq} writes into shared block P{d.get('src')}: copy it to P{d.get('dst')}, where the write will go "

@@ -18,7 +18,7 @@ Example:
     >>> _ = m.add_sequence("R1", 5); _ = m.fork("R1", "R2")
     >>> frames = memory_frames(m.snapshots, m.log)          # one frame per event
     >>> frames[-1].caption, frames[-1].highlight, frames[-1].snapshot.tables
-    ('R2 forks R1: it shares all 2 blocks P0, P1 (ref count +1 each, nothing copied)', (0, 1), {'R1': (0, 1), 'R2': (0, 1)})
+    ('R2 forks R1: it shares both blocks P0, P1 (ref count +1 each, nothing copied)', (0, 1), {'R1': (0, 1), 'R2': (0, 1)})
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from .memory_map import _figure_from_data, _title, event_highlight, memory_map_d
 from .pool_grid import grid_layout
 from .palette import assign_colors, source_label, theme
 
-__all__ = ["memory_frames", "animate_memory_map", "MemoryMapView", "memory_map_stepper", "step_caption", "animation_controls",
-           "event_figure"]
+__all__ = ["memory_frames", "animate_memory_map", "MemoryMapView", "memory_map_stepper", "memory_map_choice",
+           "step_caption", "animation_controls", "event_figure"]
 
 
 def step_caption(i: int, n: int, caption: str) -> str:
@@ -66,10 +66,12 @@ def memory_frames(
             f"memory_frames: {len(snaps)} snapshots for {len(events)} events; expected one snapshot per "
             "event plus the start (record the manager from the log's first event)"
         )
-    out = []
-    for e, s in zip(events, snaps[1:]):
+    out, shared = [], set()   # shared: blocks held by two tables or more earlier in the run, not freed since
+    for e, before, s in zip(events, snaps, snaps[1:]):
+        shared = {b for b in shared | {b for b, r in enumerate(before.ref_count) if r > 1} if s.ref_count[b] > 0}
         copies = [(int(e.detail["src"]), int(e.detail["dst"]))] if e.kind == "cow" else []
-        out.append(Frame(s, event_sentence(e, s), event_highlight(e, s), {"event": e, "copies": copies}))
+        out.append(Frame(s, event_sentence(e, s, frozenset(shared)), event_highlight(e, s),
+                         {"event": e, "copies": copies}))
     return out
 
 
@@ -120,6 +122,7 @@ class MemoryMapView:
                  numbered: bool = True, step_legend: bool = False, tight: bool = False) -> None:
         source_label(source)
         self.tight = tight  # True: no empty room above the map (an empty subtitle) or under the legend
+        self.height = 0  # > 0: every figure is padded (blank under its legend) to this height in px
         self.step_legend = step_legend  # True: each frame's legend lists only what that frame draws
         self.numbered = numbered  # False: a live stepper's caption line numbers the frame, the figure does not
         self.frames = list(frames)
@@ -147,6 +150,8 @@ class MemoryMapView:
                                 shared_legend=self.any_shared, drawn_only=self.step_legend)
         if self.tight and not self.numbered:
             _trim_empty_bands(fig, self.geometry.margin[3])
+        if self.height > fig.layout.height:   # the same height as the other runs it is shown beside
+            fig.update_layout(height=self.height, margin=dict(b=fig.layout.margin.b + self.height - fig.layout.height))
         return fig
 
 
@@ -297,3 +302,37 @@ def memory_map_stepper(
     return Stepper(frames, MemoryMapView(frames, title, source, cols, mode, tables, numbered=not live,
                                               step_legend=step_legend, tight=tight), static=static,
                    caption_lines=2 if free_queue else 0)
+
+
+def memory_map_choice(
+    runs: dict[str, Any],
+    title: str = "Paged KV pool",
+    source: str = "simulated",
+    static: bool | None = None,
+    caption_lines: int = 2,
+    **view: Any,
+) -> "StepperChoice":
+    """Toggle buttons over several recorded runs (each with ``snapshots`` and ``log``, e.g. a
+    ``BlockManager(record=True)``), one stepper a run, that never jump: every run's figure has the
+    tallest run's height, and every caption keeps ``caption_lines`` lines' height. ``view``: what
+    :func:`memory_map_stepper` passes to :class:`MemoryMapView` (``cols``, ``mode``, ``tables``,
+    ``step_legend``, ``tight``).
+
+    >>> import kvlab
+    >>> a = kvlab.BlockManager(num_blocks=4, block_size=2, record=True); _ = a.add_sequence("R1", 3)
+    >>> b = kvlab.BlockManager(num_blocks=4, block_size=2, record=True); _ = b.add_sequence("R1", 2)
+    >>> memory_map_choice({"3 tokens": a, "2 tokens": b}, static=True).current.caption
+    'R1 arrives with 3 tokens: it takes P0, P1 (P1 has 1 of 2 slots used)'
+    """
+    from .stepper import Stepper, StepperChoice
+
+    numbered = is_static(static)
+    made = {}
+    for label, run in runs.items():
+        frames = memory_frames(run.snapshots, run.log)
+        made[label] = (frames, MemoryMapView(frames, title, source, numbered=numbered, **view))
+    tallest = max(v(frames[0]).layout.height for frames, v in made.values())
+    for _, v in made.values():
+        v.height = tallest
+    return StepperChoice({label: Stepper(frames, v, static=static, caption_lines=caption_lines)
+                          for label, (frames, v) in made.items()}, static=static)

@@ -6,7 +6,8 @@ size and the prompt length; after every change both runs are counted again on th
 (:mod:`kvlab.lessons.sharing`: forks, appends with copy-on-write, frees) and drawn as bars:
 blocks without sharing (each sequence its own copy) beside blocks with sharing, and the share
 saved; the caption says how many prompt blocks the samples share and how many copies
-copy-on-write made (none when the prompt ends on a block boundary). Under 0.1 s at the
+copy-on-write made (none when the prompt ends on a block boundary), and the figure draws that
+count in red under the sampling bars. No plotly mode bar (it covered the title). Under 0.1 s at the
 sliders' ends (prompt 1000, blocks of 4, 64 new tokens, width 8). Mirrors no vLLM or SGLang file
 (vLLM's sharing is ``fork`` + copy-on-write in its block manager).
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from ..lessons.sharing import beam_search_blocks, sampling_run
 from .control import LiveControl
-from .palette import HIT, is_classroom, source_label, theme
+from .palette import HIGHLIGHT, HIT, is_classroom, source_label, theme
 
 __all__ = ["SharingControl", "UNSHARED_COLOR", "SHARED_COLOR", "UNSHARED_NAME", "SHARED_NAME"]
 
@@ -52,6 +53,7 @@ class SharingControl(LiveControl):
     sampling run) and ``shared_prompt_blocks`` (blocks all n samples still hold at its end)."""
 
     css_class = "kvlab-sharing"
+    plotly_config = {"displayModeBar": False}  # its buttons sat on the title and the legend (classroom mode, review r8_06)
 
     def __init__(self, samples: int = 4, beam_width: int = 4, prompt_len: int = 100, new_tokens: int = 24,
                  block_size: int = 16, static: bool | None = None) -> None:
@@ -97,6 +99,13 @@ class SharingControl(LiveControl):
                     "(every sample but the last writes into it)")
         return f"{shared}; the prompt ends on a block boundary, so no shared block is written: {c} copies"
 
+    def copies_words(self) -> str:
+        """The sampling run's copy-on-write copies, drawn under its bars in the copy red (the picture
+        shows what the 96-against-100 experiment changes): "3 copy-on-write copies"."""
+        c = self.result["copies"]
+        words = "one sample: no copy" if self.samples == 1 else f"{c} copy-on-write cop{'y' if c == 1 else 'ies'}"
+        return f"<span style='color:{HIGHLIGHT}'><b>{words}</b></span>"
+
     def caption(self) -> str:
         s, b = self.result["sampling"], self.result["beam"]
         if self.samples == 1:
@@ -124,7 +133,8 @@ class SharingControl(LiveControl):
         import plotly.graph_objects as go
 
         th = theme()
-        groups = [f"parallel sampling, n = {self.samples}", f"beam search, width {self.beam_width}"]
+        groups = [f"parallel sampling, n = {self.samples}<br>{self.copies_words()}",
+                  f"beam search, width {self.beam_width}"]
         pairs = [self.result["sampling"], self.result["beam"]]
         fig = go.Figure([
             go.Bar(x=groups, y=[p[0] for p in pairs], name=UNSHARED_NAME, marker_color=UNSHARED_COLOR,
@@ -143,7 +153,7 @@ class SharingControl(LiveControl):
             yaxis=dict(title="blocks in use", range=[0, top * 1.25], dtick=1 if top <= 6 else None),  # whole blocks
             # the legend above the plot, under the title: under it, it sat on the bars' labels (classroom mode)
             legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
-            margin=dict(t=head, b=max(50, th.font_size * 3), l=60, r=20))
+            margin=dict(t=head, b=max(60, th.font_size * 4), l=60, r=20))   # two lines of group names
         return fig
 
     def _inputs(self, W: Any) -> list[Any]:

@@ -93,7 +93,7 @@ m.check_integrity()
 # fills L0 and L1 exactly: step to the samples' first tokens in both runs and compare.
 
 # %%
-from kvlab.viz import StepperChoice, memory_map_stepper
+from kvlab.viz import memory_map_choice
 
 m8 = BlockManager(num_blocks=12, block_size=4, record=True)   # the same run, an 8-token prompt
 m8.add_sequence("R1", 8)
@@ -103,12 +103,11 @@ for seq in ["R2", "R3", "R1"]:
     m8.append(seq, 1)
 m8.check_integrity()
 runs = {"10-token prompt (ends inside L2)": m, "8-token prompt (fills L0 and L1)": m8}
-StepperChoice({label: memory_map_stepper(
-    run.snapshots, run.log, title="Parallel sampling: fork and copy-on-write", source="simulated",
+memory_map_choice(    # both runs one height, every caption two lines' room: nothing jumps
+    runs, title="Parallel sampling: fork and copy-on-write", source="simulated",
     cols=12,           # the 12 blocks in one row: the stepper and its picture fit one projector screen
     step_legend=True,  # each step's legend lists only what it draws
     tight=True)        # no empty subtitle room: the legend stays on a projector screen
-    for label, run in runs.items()})
 
 # %% [markdown]
 # ## 3. Freeing shared blocks
@@ -328,7 +327,8 @@ fig
 # ### Try it: samples, beam width, new tokens, block size, prompt length
 #
 # Move a slider: both runs are counted again on the real allocator (a fraction of a second), and
-# the caption says how the prompt lies in blocks and how many block copies copy-on-write made.
+# the caption says how the prompt lies in blocks and how many block copies copy-on-write made
+# (the red line under the sampling bars counts them too).
 # **The experiment to try:** keep the block size at 16 and set the prompt to 96 tokens, then to 100.
 # Then try other block sizes with the same prompt: which ones make the copies disappear? The cell
 # under the control prints what you should see at 96 and 100.
@@ -375,15 +375,18 @@ bm.fork("R1", "R3")
 forked = bm.allocator.num_used_blocks
 copies = [c for s in ("R2", "R3", "R1") for c in bm.append(s, 1)]
 bm.check_integrity()
-one = measured_sampling_blocks(500, 1, 50, block_size=16)
-short = measured_sampling_blocks(10, 3, 1, block_size=16)
-big = measured_sampling_blocks(2000, 8, 100, block_size=16)
+BS = 16                                                    # the real-size block of section 4
+one = measured_sampling_blocks(500, 1, 50, block_size=BS)
+short = measured_sampling_blocks(10, 3, 1, block_size=BS)
+short4 = measured_sampling_blocks(10, 3, 1, block_size=bm.block_size)   # section 1's blocks of 4
+big = measured_sampling_blocks(2000, 8, 100, block_size=BS)
 beam_saved = 1 - sum(shared_used) / sum(alone_used)
 print(f"Free: forking 2 more samples from a 10-token prompt (3 sequences in all) took {forked - before} new blocks and copied nothing; "
       f"their first tokens then cost {len(copies)} block copies (copy-on-write of the shared partial block).")
-print(f"A dividend of batching: one sequence alone saves {1 - one[1] / one[0]:.0%}; 3 samples of a 10-token "
-      f"prompt {1 - short[1] / short[0]:.0%}; 8 samples of a 2,000-token prompt {1 - big[1] / big[0]:.0%}; "
-      f"the beam search above {beam_saved:.0%} on average.")
+print(f"A dividend of batching, in blocks of {BS}: one sequence alone saves {1 - one[1] / one[0]:.0%}; 3 samples "
+      f"of a 10-token prompt {1 - short[1] / short[0]:.0%} (the prompt is shorter than one block; in section 1's "
+      f"blocks of {bm.block_size} they save {1 - short4[1] / short4[0]:.0%}, {short4[1]} blocks against {short4[0]}); "
+      f"8 samples of a 2,000-token prompt {1 - big[1] / big[0]:.0%}; the beam search above {beam_saved:.0%} on average.")
 
 # %% [markdown]
 # So the maxim holds with two provisos the numbers show: "free" means no memory and no copy at
