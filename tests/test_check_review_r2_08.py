@@ -73,7 +73,8 @@ def test_lock_goes_up_to_but_not_including_the_root():
 
 # --------------------------------------------------------------------------- the two controls (cells 15 and 31)
 def _markers(fig) -> dict[str, tuple[float, float]]:
-    return {t.name: (t.x[0], t.y[0]) for t in fig.data if t.mode == "markers"}
+    """The one-point marker traces (since review r8_08 they carry the legend, named as their curves)."""
+    return {t.name: (t.x[0], t.y[0]) for t in fig.data if len(t.x) == 1 and t.marker.symbol}
 
 
 def test_hit_rate_markers_lie_on_their_curves_at_every_slider_position():
@@ -88,9 +89,9 @@ def test_hit_rate_markers_lie_on_their_curves_at_every_slider_position():
     assert list(slider.options) == c.sizes == list(range(80, 401, 10))
     for size in (380, 90, 400):
         slider.value = size
-        curves = {t.name: dict(zip(t.x, t.y)) for t in c.figure().data if t.showlegend is not False and t.mode != "markers"}
+        curves = {t.name: dict(zip(t.x, t.y)) for t in c.figure().data if len(t.x) > 1 and t.legendgroup}
         for name, (x, y) in _markers(c.figure()).items():
-            assert x == size and curves[name.removesuffix(" here")][x] == y, (size, name)
+            assert x == size and curves[name][x] == y, (size, name)
     with pytest.raises(ValueError, match="one of the sizes"):
         c.set(pool_size=385)
 
@@ -103,8 +104,8 @@ def test_scheduling_control_marks_each_orders_rate_at_the_chosen_size():
 
     c = SchedulingControl(sizes=(1024, 4096), pool_size=4096, static=True)
     marked = _markers(c.figure())
-    assert set(marked) == {f"{n} here" for n in ORDER_NAMES.values()}
-    assert {o: marked[f"{n} here"] for o, n in ORDER_NAMES.items()} == {o: (4096, r) for o, r in c.result["hit_rate"].items()}
+    assert set(marked) == set(ORDER_NAMES.values())
+    assert {o: marked[n] for o, n in ORDER_NAMES.items()} == {o: (4096, r) for o, r in c.result["hit_rate"].items()}
 
 
 def test_lesson_08_charts_have_no_mode_bar_over_their_titles():
@@ -131,7 +132,8 @@ def test_policies_in_one_order_in_the_table_and_the_legend():
 
     assert list(POLICY_NAMES) == list(EVICTION_POLICIES)
     fig = HitRateControl(popular_prefix_stream(60, seed=1), sizes=(70, 140), static=True).figure()
-    legend = [t.name for t in fig.data if t.showlegend is not False and t.mode != "markers"][:3]
+    shown = [t for t in fig.data if t.showlegend is not False]
+    legend = [t.name for t in sorted(shown, key=lambda t: 1000 if t.legendrank is None else t.legendrank)][:3]
     assert legend == list(POLICY_NAMES.values())
 
 

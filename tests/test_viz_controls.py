@@ -192,8 +192,23 @@ def test_lesson_08_charts_put_every_line_in_the_legend_and_share_one_colour_map(
     assert any("best possible" in t.name for t in s.data)
     assert not set(POLICY_COLORS.values()) & set(ORDER_COLORS.values())
     assert "log" in s.layout.xaxis.title.text
-    here = [t for t in h.data if t.mode == "markers"]
+    here = [t for t in h.data if len(t.x) == 1]
     assert len({t.marker.size for t in here}) == len(here) == len(POLICY_COLORS)  # coinciding rates all show
+    # review r8_08: the legend shows each policy's marker shape (the one-point marker traces carry it)
+    for fig, n in ((h, len(POLICY_COLORS)), (s, 2)):
+        marks = [t for t in fig.data if t.showlegend is not False and t.marker.symbol]
+        assert len({t.marker.symbol for t in marks}) == len(marks) == n, [t.name for t in marks]
+
+
+def test_lesson_08_scheduling_chart_shows_the_gap_to_the_best_possible():
+    """Review r8_08 (cell 37): cell 38 explains a gap of a few points to the best possible hit rate, which a
+    0-85% axis drew as a few pixels: a bracket from the chosen order's marker to the best-possible line, and
+    a label with the gap in points (computed from the runs)."""
+    from kvlab.viz import SchedulingControl
+    s = SchedulingControl(sizes=(1024, 4096), order="cache-aware", pool_size=4096, static=True)
+    gap = 100 * (s.optimum - s.result["hit_rate"]["cache-aware"])
+    notes = [a.text for a in s.figure().layout.annotations if "best possible" in (a.text or "")]
+    assert notes == [f"{abs(gap):.1f} points {'under' if gap >= 0 else 'above'} the best possible"], notes
 
 
 def test_page_size_control_labels_every_segment_and_says_nothing_empty_at_page_1():

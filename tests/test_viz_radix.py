@@ -363,3 +363,18 @@ def test_legend_names_a_locked_node():
     cache.inc_lock_ref(m.last_node, rid="R2")
     locked = viz.radix_tree_graph(cache.snapshot()).source
     assert "solid: locked" in locked and "dashed: evictable" not in locked   # every node is locked now
+
+
+def test_lesson_08_stepper_can_show_whole_8_token_keys():
+    """Review r8_08 (cell 13): the stepper cut lesson 08's 8-token keys to six ids ("[1 2 3 4 5 6 …]");
+    ``max_ids=8`` shows them whole, and the default (other lessons' pictures) still stops at six."""
+    from kvlab.reuse import CacheManager, serve_request
+    from kvlab.viz.radix_frames import RadixRecorder, radix_event_frames
+    from kvlab.viz.radix_view import radix_tree_data
+
+    cm = CacheManager(num_blocks=16, block_size=1)
+    rec = RadixRecorder(cm.tree)
+    serve_request(cm, [1, 2, 3, 4, 5, 6, 7, 8])
+    snap = radix_event_frames(rec)[-1].snapshot
+    assert any("[1 2 3 4 5 6 7 8]" in n["label"] for n in radix_tree_data(snap, max_ids=8)["nodes"])
+    assert any("[1 2 3 4 5 6 …]" in n["label"] for n in radix_tree_data(snap)["nodes"])

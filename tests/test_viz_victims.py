@@ -79,9 +79,12 @@ def test_unknown_victims_are_refused():
 def test_the_queue_orders_picture_counts_the_prefix_changes_of_each_order():
     """Review r3_00_08 (section 5's queue example printed three orders as '1 2 7 | 9 9 9 1 | ...'): a row a
     policy, each request coloured by the cached prefix it runs through, and how often each order changes
-    prefix: FCFS interleaves the two subtrees (4 changes), lpm 3, dfs-weight serves each subtree whole (2)."""
+    prefix: FCFS interleaves the two subtrees (4 changes), lpm 3, dfs-weight serves each subtree whole (2).
+    Review r8_08: a change is between two cached prefixes (the uncached [5 5] is skipped): 3 / 2 / 1; the
+    prefix colours are none of the lesson's policy colours, and a key names them."""
     from kvlab.reuse.schedule import order_by_shared_prefix, shared_prefix_lengths
     from kvlab.viz.order_view import orders_html
+    from kvlab.viz.order_view import PREFIX_COLORS
     from kvlab.viz.palette import FREE, REQUEST_COLORS
 
     c = CacheManager(num_blocks=64, block_size=1)
@@ -92,9 +95,11 @@ def test_the_queue_orders_picture_counts_the_prefix_changes_of_each_order():
     orders = {p: order_by_shared_prefix(queue, c.tree, policy=p) for p in ("fcfs", "lpm", "dfs-weight")}
     out = orders_html(queue, cached, orders)
     changes = re.findall(r"(fcfs|lpm|dfs-weight)<br><span[^>]*>(\d+) changes? of prefix", out)
-    assert changes == [("fcfs", "4"), ("lpm", "3"), ("dfs-weight", "2")], changes
-    fills = re.findall(r"background:(#[0-9a-f]{6})", out)
-    assert len(fills) == 18 and set(fills) == {REQUEST_COLORS[0], REQUEST_COLORS[1], FREE}
+    assert changes == [("fcfs", "3"), ("lpm", "2"), ("dfs-weight", "1")], changes
+    fills = re.findall(r"<td style='background:(#[0-9a-f]{6})", out)
+    assert len(fills) == 18 and set(fills) == {PREFIX_COLORS[0], PREFIX_COLORS[1], FREE}
+    assert not set(PREFIX_COLORS[:2]) & set(REQUEST_COLORS[:5])          # LRU, LFU, fewest, FCFS, cache-aware
+    assert "[1 2 …] cached" in out and "[9 9 9 …] cached" in out and "nothing cached" in out
     assert out.count("4 cached") == 3 and out.count("0 cached") == 3   # [1 2 3 4 8] and [5 5], in each row
     with pytest.raises(ValueError, match="lengths for"):
         orders_html(queue, cached[:-1], orders)

@@ -91,6 +91,20 @@ def _lru_by(rule: str) -> Callable:
                     order.append(v.id)
                     freed += len(v.key)
             return order
+        if rule == "rounds":                     # all of this round's leaves go (oldest first) before any
+            while freed < num_tokens:            # parent they leave childless is looked at
+                leaves = sorted((n for n in nodes if n.id not in removed and n.lock_ref == 0
+                                 and all(ch.id in removed for ch in n.children.values())),
+                                key=lambda n: (n.last_access_time, n.id))
+                if not leaves:
+                    break
+                for v in leaves:
+                    if freed >= num_tokens:
+                        break
+                    removed.add(v.id)
+                    order.append(v.id)
+                    freed += len(v.key)
+            return order
         while freed < num_tokens or rule == "no_stop" or (rule == "strict" and freed == num_tokens):
             cands = [n for n in nodes if n.id not in removed
                      and (n.lock_ref == 0 or rule == "locked")
@@ -121,6 +135,8 @@ LRU_MISTAKES = dict([
     ("stop as soon as the freed tokens reach num_tokens (>=): one more node is one too many", _lru_by("strict")),
     ("a tie in last_access_time goes to the SMALLER id first: the key is (last_access_time, id), both ascending",
      _lru_by("tie_desc")),
+    ("a parent that became a leaf competes at once with the remaining leaves: re-pick the oldest after every "
+     "removal, not only once this round's leaves are all gone", _lru_by("rounds")),
     ("choose again after every removal: a node becomes a leaf only once its last child is gone, and a list sorted "
      "and walked once may have passed it by then", _lru_by("sorted_once")),
     ("LRU orders by last_access_time first: the id only breaks a tie", _lru_by("id_only")),
@@ -225,8 +241,8 @@ def inc_lock_ref(fn: Callable, verbose: bool = True) -> CheckResult:
                 continue
             got = call_in_place(fn, _find(mine, node_id))
             if isinstance(got, Raised):
-                c.record(label, expected, got, note=("the root (parent is None) is never locked: leave it as it is and "
-                                                     "return 0, no error" if node_id == 0 else ""))
+                c.record(label, expected, got, note=("the root (parent is None) keeps its permanent lock_ref of 1: "
+                                                     "leave it as it is and return 0, no error" if node_id == 0 else ""))
                 continue
             found = [m for m, rule in LOCK_MISTAKES.items()
                      if _lock_sim(cache, node_id, rule) == _locks(mine) != _lock_sim(cache, node_id, "right")]

@@ -20,6 +20,8 @@ Example:
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any, Sequence
 
 from ..lessons.eviction import POLICY_NAMES, popular_prefix_stream, served_hit_rate
@@ -28,7 +30,7 @@ from .palette import HIGHLIGHT, REQUEST_COLORS, source_label, theme
 
 __all__ = ["HitRateControl", "SchedulingControl"]
 
-ORDER_NAMES = {"fcfs": "first come, first served (FCFS)", "cache-aware": "cache-aware (longest cached prefix first)"}
+ORDER_NAMES = {"fcfs": "first come, first served (FCFS)", "cache-aware": "cache-aware (lpm: longest match first)"}
 ORDER_SHORT = {"fcfs": "FCFS", "cache-aware": "cache-aware order"}     # in a sentence, where the full name is above
 # One colour map for both of lesson 08's charts: a colour names one policy or one order, never both.
 CHART_COLORS = dict(zip(["lru", "lfu", "fewest_tokens", *ORDER_NAMES], REQUEST_COLORS))
@@ -41,10 +43,17 @@ MARKERS = ("circle", "diamond", "square")  # one shape per policy, drawn large t
 NO_MODE_BAR = {"displayModeBar": False}  # the mode bar covered the charts' titles (review r2_02_08)
 
 
+def _curve_line(color: str, chosen: bool, th: Any) -> dict:
+    """A curve's line: thick and solid for the chosen policy or order, thin and dotted for the others."""
+    return dict(color=color, width=(3 if chosen else 1) * th.line_width + 1, dash="solid" if chosen else "dot")
+
+
 def _rate_markers(fig: Any, x: int, rates: dict[str, float], colors: dict[str, str], names: dict[str, str],
-                  th: Any) -> None:
+                  th: Any, chosen: str) -> None:
     """Each line's rate at the chosen size ``x`` as a large marker on it, drawn large to small (one shape
-    each), so rates that coincide all show.
+    each), so rates that coincide all show. These traces carry the legend (the curves do not): a
+    one-point trace drawn as "lines+markers" shows only its marker on the plot, and in the legend
+    the curve's line with the marker's shape on it.
 
     Example: ``_rate_markers(fig, 120, {"lru": 0.14, "lfu": 0.2}, ...)`` adds a circle at (120, 0.14)
     and a smaller diamond at (120, 0.2)."""
@@ -52,9 +61,25 @@ def _rate_markers(fig: Any, x: int, rates: dict[str, float], colors: dict[str, s
 
     for k, (key, rate) in enumerate(rates.items()):
         fig.add_trace(go.Scatter(
-            x=[x], y=[rate], mode="markers", showlegend=False, name=f"{names[key]} here",
+            x=[x], y=[rate], mode="lines+markers", name=names[key], legendgroup=key, legendrank=k + 1,
+            line=_curve_line(colors[key], key == chosen, th),
             marker=dict(size=20 - 5 * k + 2 * th.line_width, color=colors[key], symbol=MARKERS[k % len(MARKERS)],
                         line=dict(color=HIGHLIGHT, width=1 + th.line_width))))
+
+
+def _gap_note(fig: Any, x: int, rate: float, best: float, th: Any, left: bool = False) -> None:
+    """The chosen order's distance to the best possible hit rate at ``x``, as a bracket from its marker up
+    to the best-possible line and a label beside it (a gap of a few points is a few pixels on a 0-85% axis);
+    ``left``: the label on the bracket's left (at the right end of the axis)."""
+    import plotly.graph_objects as go
+
+    fig.add_trace(go.Scatter(x=[x, x], y=[rate, best], mode="lines", showlegend=False, hoverinfo="skip",
+                             line=dict(color=NEUTRAL, width=2 * th.line_width)))
+    gap = 100 * (best - rate)
+    text = f"{abs(gap):.1f} points {'under' if gap >= 0 else 'above'} the best possible"
+    fig.add_annotation(x=math.log10(x), y=min(rate, best), text=text, showarrow=False, yanchor="top",
+                       xanchor="right" if left else "left", xshift=-16 if left else 16, yshift=-4, bgcolor="rgba(255,255,255,0.85)",
+                       font=dict(size=th.font_size, color=th.text_color))
 
 
 def _pool_line(fig: Any, x: int, y_range: tuple[float, float], th: Any, name: str) -> None:
@@ -123,12 +148,11 @@ class HitRateControl(LiveControl):
             chosen = p == self.policy
             fig.add_trace(go.Scatter(   # a point at every slider position: no marker on each (33 of them)
                 x=self.sizes, y=self.curves[p], name=name, mode="lines" if len(self.sizes) > 12 else "lines+markers",
-                line=dict(color=POLICY_COLORS[p], width=(3 if chosen else 1) * th.line_width + 1,
-                          dash="solid" if chosen else "dot")))
+                showlegend=False, legendgroup=p, line=_curve_line(POLICY_COLORS[p], chosen, th)))
         every = [r for c in self.curves.values() for r in c]
         # a short name: the legend's entries then sit two a row, under the title even in classroom mode
         _pool_line(fig, self.pool_size, (min(every), max(every)), th, "the pool size you picked")
-        _rate_markers(fig, self.pool_size, self.result["hit_rate"], POLICY_COLORS, POLICY_NAMES, th)
+        _rate_markers(fig, self.pool_size, self.result["hit_rate"], POLICY_COLORS, POLICY_NAMES, th, self.policy)
         fig.update_layout(
             template="none", height=420 if not th.high_contrast else 440,   # classroom: slider, caption + figure in 599 px
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
@@ -136,8 +160,8 @@ class HitRateControl(LiveControl):
             title=dict(text=f"Prompt-token hit rate vs pool size ({source_label('simulated')} stream, real radix tree)",
                        font=dict(size=th.title_size), y=0.98, yanchor="top"),
             xaxis=dict(title="pool size (token slots)"), yaxis=dict(title="hit rate", tickformat=".0%"),
-            legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),     # above the plot, under the title
-            margin=dict(t=120 if th.high_contrast else 95, b=70, l=70, r=20))
+            legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, itemsizing="constant"),  # under the title
+            margin=dict(t=104 if th.high_contrast else 78, b=70, l=70, r=20))   # the legend right under the title
         return fig
 
     def _inputs(self, W: Any) -> list[Any]:
@@ -218,14 +242,15 @@ class SchedulingControl(LiveControl):
             chosen = o == self.order
             fig.add_trace(go.Scatter(
                 x=self.sizes, y=[self.runs[s, o].hit_rate for s in self.sizes], name=name, mode="lines+markers",
-                line=dict(color=ORDER_COLORS[o], width=(3 if chosen else 1) * th.line_width + 1,
-                          dash="solid" if chosen else "dot")))
+                showlegend=False, legendgroup=o, line=_curve_line(ORDER_COLORS[o], chosen, th)))
         fig.add_trace(go.Scatter(x=[self.sizes[0], self.sizes[-1]], y=[self.optimum] * 2, mode="lines", hoverinfo="skip",
                                  name=f"best possible ({self.optimum:.1%})",
                                  line=dict(color=NEUTRAL, width=th.line_width, dash="dash")))
         top = max(self.optimum, *self.result["hit_rate"].values())   # a re-prefill may hit above the optimum
         _pool_line(fig, self.pool_size, (0, top), th, "the pool size you picked")
-        _rate_markers(fig, self.pool_size, self.result["hit_rate"], ORDER_COLORS, ORDER_NAMES, th)
+        _rate_markers(fig, self.pool_size, self.result["hit_rate"], ORDER_COLORS, ORDER_NAMES, th, self.order)
+        _gap_note(fig, self.pool_size, self.result["hit_rate"][self.order], self.optimum, th,
+                  left=self.sizes.index(self.pool_size) >= len(self.sizes) / 2)
         fig.update_layout(
             template="none", height=380 if not th.high_contrast else 440,
             width=None if th.autosize else th.grid_width, autosize=th.autosize,
@@ -234,8 +259,8 @@ class SchedulingControl(LiveControl):
                        font=dict(size=th.title_size), y=0.98, yanchor="top"),
             xaxis=dict(title="pool size (token slots, log scale)", type="log", tickvals=self.sizes),
             yaxis=dict(title="hit rate", tickformat=".0%", rangemode="tozero"),
-            legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),
-            margin=dict(t=120 if th.high_contrast else 95, b=70, l=70, r=20))
+            legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, itemsizing="constant"),
+            margin=dict(t=104 if th.high_contrast else 78, b=70, l=70, r=20))   # the legend right under the title
         return fig
 
     def _inputs(self, W: Any) -> list[Any]:

@@ -60,13 +60,14 @@ def _short(text: str, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
-def _text(tokens: Sequence[int], detokenize: Callable[[Sequence[int]], str] | None, max_chars: int) -> str:
+def _text(tokens: Sequence[int], detokenize: Callable[[Sequence[int]], str] | None, max_chars: int,
+          max_ids: int = 6) -> str:
     if detokenize is not None:
         try:
             return "“" + _short(detokenize(list(tokens)), max_chars) + "”"
         except Exception:  # noqa: BLE001 - a tokenizer that cannot decode a piece: show ids
             pass
-    ids = " ".join(map(str, tokens[:6])) + (" …" if len(tokens) > 6 else "")
+    ids = " ".join(map(str, tokens[:max_ids])) + (" …" if len(tokens) > max_ids else "")
     return f"[{ids}]"
 
 
@@ -88,9 +89,10 @@ def _path_key(all_nodes: Sequence[Any]) -> Any:
     return lambda d: (path(d["id"]), d["id"])
 
 
-def radix_tree_data(state: RadixState | Any, max_chars: int = 10, detail: bool = True) -> dict[str, Any]:
+def radix_tree_data(state: RadixState | Any, max_chars: int = 10, detail: bool = True, max_ids: int = 6) -> dict[str, Any]:
     """Nodes and edges of one tree as plain data (``detail=False``: a node's label is one line,
-    its text and its token count, without its lock count and last access time).
+    its text and its token count, without its lock count and last access time; ``max_ids``: the
+    token ids a label shows before "…" when there is no detokenizer).
 
     ``nodes``: list of dicts (``id``, ``name`` in the DOT source (``n<id>``, root ``root``),
     ``label``, ``fill``, ``font``, ``style``, ``kind`` = hit / miss / cached / evicted / root; a node a
@@ -110,16 +112,18 @@ def radix_tree_data(state: RadixState | Any, max_chars: int = 10, detail: bool =
         head = f"[{tag}] " if tag else ""
         k = state.answer_at.get(n.id)
         if k is None or not 0 <= k < len(n.tokens):
-            text = _text(n.tokens, det, max_chars)
+            text = _text(n.tokens, det, max_chars, max_ids)
         elif k == 0:
-            text = f"answer {_text(n.tokens, det, max_chars)}"
+            text = f"answer {_text(n.tokens, det, max_chars, max_ids)}"
         else:  # a question and the answer cached after it: two lines
-            text = f"{_text(n.tokens[:k], det, max_chars)}\nanswer {_text(n.tokens[k:], det, max_chars)}"
+            q, a = _text(n.tokens[:k], det, max_chars, max_ids), _text(n.tokens[k:], det, max_chars, max_ids)
+            text = f"{q}\nanswer {a}"
         m = None if gone else state.partial.get(n.id)
         pieces = None
         count = f"{len(n.tokens)} tok"
         if m:  # a match that ends inside this node: the matched part apart from the rest
-            pieces = (head, _text(n.tokens[:m], det, max_chars), _text(n.tokens[m:], det, max_chars))
+            pieces = (head, _text(n.tokens[:m], det, max_chars, max_ids),
+                      _text(n.tokens[m:], det, max_chars, max_ids))
             text, count = " ".join(pieces[1:]), f"{m} of {len(n.tokens)} tok matched"
         label = (f"{head}{text}\n{count} · lock {n.lock_ref} · t={n.last_access_time}" if detail
                  else f"{head}{text} · {count}")
@@ -163,7 +167,8 @@ def _svg_width_pt(g: Any) -> float:
 
 def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "simulated",
                      max_chars: int = 10, legend: bool = True, rankdir: str | None = None, locks: bool = True,
-                     compact: bool = False, detail: bool = True, legend_gap_pt: int = LEGEND_GAP_PT) -> Any:
+                     compact: bool = False, detail: bool = True, legend_gap_pt: int = LEGEND_GAP_PT,
+                     max_ids: int = 6) -> Any:
     """One tree as a ``graphviz.Digraph`` (``.source`` is the DOT text, ``.pipe('svg')`` the picture).
 
     The caption is wrapped (about 70 characters a line, 50 in classroom mode) so that it never
@@ -176,7 +181,8 @@ def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "
     controls, its caption and the whole tree; the frames, drawn on one canvas width, keep the
     header in place).
     ``detail=False``: each node on one line, without its lock count and last access time.
-    ``legend_gap_pt``: the empty space between the legend and the tree.
+    ``legend_gap_pt``: the empty space between the legend and the tree. ``max_ids``: see
+    :func:`radix_tree_data`.
     """
     if rankdir is None:
         wide = _radix_graph(state, caption, source, max_chars, legend, "LR", locks, compact, detail, legend_gap_pt)
@@ -191,14 +197,14 @@ def radix_tree_graph(state: RadixState | Any, caption: str = "", source: str = "
 
 def _radix_graph(state: RadixState | Any, caption: str, source: str, max_chars: int, legend: bool,
                  rankdir: str, locks: bool = True, compact: bool = False, detail: bool = True,
-                 legend_gap_pt: int = LEGEND_GAP_PT) -> Any:
+                 legend_gap_pt: int = LEGEND_GAP_PT, max_ids: int = 6) -> Any:
     import textwrap
 
     import graphviz
 
     if not isinstance(state, RadixState):
         state = RadixState(state)
-    d = radix_tree_data(state, max_chars, detail)
+    d = radix_tree_data(state, max_chars, detail, max_ids)
     th = theme()
     fs = str(th.font_size + (4 if th.high_contrast else 0))
     pen = str(th.line_width + (1.5 if th.high_contrast else 0.5))
@@ -318,8 +324,8 @@ class RadixView:
     frame to frame (:meth:`share_canvas`); each frame's SVG is drawn once and kept."""
 
     def __init__(self, source: str = "simulated", max_chars: int = 10, captioned: bool = True,
-                 rankdir: str | None = None, compact: bool = False) -> None:
-        self.source, self.max_chars = source_label(source), max_chars
+                 rankdir: str | None = None, compact: bool = False, max_ids: int = 6) -> None:
+        self.source, self.max_chars, self.max_ids = source_label(source), max_chars, max_ids
         self.captioned = captioned  # False: a live stepper's caption line says it; the graph does not repeat it
         self.rankdir = rankdir      # a stepper's frames share one orientation (None: each frame chooses)
         self.compact = compact      # see radix_tree_graph (a stepper's frames)
@@ -328,7 +334,7 @@ class RadixView:
 
     def graph(self, frame: Any) -> Any:
         return radix_tree_graph(frame.snapshot, frame.caption if self.captioned else "", self.source, self.max_chars,
-                                rankdir=self.rankdir, compact=self.compact)
+                                rankdir=self.rankdir, compact=self.compact, max_ids=self.max_ids)
 
     def svg(self, frame: Any) -> str:
         """The frame's SVG as graphviz draws it (its own size), drawn once per orientation."""
@@ -398,13 +404,14 @@ def common_rankdir(view: RadixView, frames: Sequence[Any]) -> str:
 
 
 def radix_stepper(frames: Sequence[Any] | None = None, static: bool | None = None, source: str = "simulated",
-                  max_chars: int = 10) -> Any:
-    """A stepper over radix frames (default: the notes' four-request example)."""
+                  max_chars: int = 10, max_ids: int = 6) -> Any:
+    """A stepper over radix frames (default: the notes' four-request example); ``max_ids``: the token
+    ids a node's label shows before "…" (lesson 08: 8, its keys' length)."""
     from .stepper import Stepper
 
     frames = list(frames) if frames is not None else radix_request_frames()
     live = not is_static(static)  # the live stepper's caption line holds the caption, once
-    view = RadixView(source, max_chars, captioned=not live, compact=True)
+    view = RadixView(source, max_chars, captioned=not live, compact=True, max_ids=max_ids)
     view.rankdir = common_rankdir(view, frames)
     view.share_canvas(frames)  # one scale in every frame; each its own height (no blank band under a small tree)
     return Stepper(frames, view, static=static, title="radix tree")

@@ -152,8 +152,9 @@ print(f"SGLang, leaf by leaf, LRU: drops {[text[i] for i in res.node_ids]}, {res
 #
 # Between `match_prefix` and the end of a request, the matched KV is in use: the request attends
 # to it at every decode step. So the request **locks** its path: `inc_lock_ref(node)` adds one to
-# `lock_ref` of the node and of every ancestor up to, but not including, the root (the root holds
-# no tokens). Locked tokens count as `protected_size`, unlocked ones as `evictable_size`; eviction
+# `lock_ref` of the node and of every ancestor up to, but not including, the root. The root holds
+# no tokens and is never evicted: kvlab, like SGLang, gives it a permanent `lock_ref` of 1 when the
+# tree is made (print `root.lock_ref`: 1 on an idle tree), and `inc_lock_ref` leaves it alone. Locked tokens count as `protected_size`, unlocked ones as `evictable_size`; eviction
 # never touches a locked node.
 
 # %%
@@ -185,7 +186,7 @@ cache.check_integrity()
 from kvlab.viz import radix_stepper
 from kvlab.viz.radix_frames import radix_event_frames
 
-radix_stepper(radix_event_frames(recorder))
+radix_stepper(radix_event_frames(recorder), max_ids=8)   # every 8-token key whole
 
 # %% [markdown]
 # ## 4. Hit rate under memory pressure (real tree, simulated workload)
@@ -277,9 +278,9 @@ print(f"Beside the longest request with a popular prefix, {room} slots hold at m
 # section 1's table; the popular prefixes, matched again and again, stay. LRU keeps whatever
 # came last, so a burst of documents can push the prefixes out. No policy is best for every
 # workload, and on this stream LRU is not the best one (the sentences under the table count at
-# how many pool sizes each policy wins). It is SGLang's default for another reason: it needs no counts and no
-# knowledge of the workload. The stream it is built for, a chat where each turn's history is the
-# next turn's prefix, is not measured here.
+# how many pool sizes each policy wins). It is nevertheless SGLang's default (`--radix-eviction-policy`
+# defaults to `lru`); SGLang's source states no reason for that choice. A stream LRU plausibly
+# suits, a chat where each turn's history is the next turn's prefix, is not measured here.
 #
 # ### Why can "fewest tokens" hit *less* with more memory?
 #
@@ -449,7 +450,9 @@ if per - 1 < (grow["reused"] - 1) / 2:
 #
 # One limit matters below: matching every waiting request costs time, so when **more than 128**
 # requests wait, SGLang turns `lpm` off and serves the queue first-come-first-served
-# (`SchedulePolicy._determine_active_policy`; `dfs-weight` has no such limit).
+# (`SchedulePolicy._determine_active_policy`; `dfs-weight` has no such limit). From here on,
+# **"cache-aware" means `lpm`**: the simulator and the control below order the queue by longest
+# cached prefix first; `dfs-weight` appears only in the small example.
 # `kvlab.reuse.schedule` has both orders. A tree holding `[1 2 3 4 5]` and `[9 9 9]`, and a queue
 # where the two orders differ:
 
@@ -471,8 +474,10 @@ for policy in ["fcfs", "lpm", "dfs-weight"]:
 
 # %% [markdown]
 # The same three orders as a picture: one row a policy, the requests left to right as served,
-# coloured by the cached prefix their match runs through, and how often each order switches from
-# one prefix to the other (every switch can push the other prefix out of a full pool):
+# coloured by the cached prefix their match runs through (the key names each colour), and how
+# often each order switches from one cached prefix to the other (every switch can push the other
+# prefix out of a full pool). The request with nothing cached, `[5 5]`, needs no prefix kept, so
+# moving to it or from it is not counted:
 
 # %%
 from IPython.display import HTML
@@ -493,7 +498,7 @@ HTML(orders_html(queue, waiting_cached, orders))
 # system prompts of 400 tokens. 128 is SGLang's limit: with one more waiting request its `lpm`
 # would serve this queue FCFS until enough of it had been admitted, so the FCFS rows below are
 # also what SGLang does with a longer queue. Under memory pressure, FCFS keeps evicting the prefixes it is
-# about to need; cache-aware order approaches the best possible hit rate (every prefix computed
+# about to need; cache-aware order (`lpm`) approaches the best possible hit rate (every prefix computed
 # once), and the throughput follows. (The hit rate also counts the re-prefill of preempted
 # requests, which mostly hits, so it can end slightly above the one-pass optimum.)
 
@@ -531,7 +536,8 @@ for capacity in [2048, 4096]:
 # **Try it.** A smaller trace (100 requests, under SGLang's limit of 128; 8 system prompts of
 # 200 tokens), simulated once at every pool size for both orders: pick a pool size and an
 # order; the markers on the red dashed line are the two orders' hit rates at that size, the
-# grey dashed line the best possible.
+# grey dashed line the best possible, and the grey bracket with its label the chosen order's gap
+# to it (cache-aware is `lpm` here too).
 
 # %%
 from kvlab.viz import SchedulingControl
@@ -570,12 +576,15 @@ print(f"{len(hits)} requests x about {prefix - max(hits)} tokens = {lost} tokens
 # `node.children` (a dict), `node.key` (its tokens), `node.lock_ref`, `node.last_access_time`,
 # `node.id`.
 #
-# - Only a node with no (remaining) children and `lock_ref == 0` can go; never the root.
-# - The candidate with the smallest `(last_access_time, id)` goes first.
-# - When a node's last child is gone, the node itself becomes a candidate.
-# - Stop as soon as the removed nodes hold at least `num_tokens` tokens, or when no candidate is left.
+# The contract: only a node with no remaining children and `lock_ref == 0` can go, never the
+# root; the candidate with the smallest `(last_access_time, id)` goes first; stop as soon as the
+# removed nodes hold at least `num_tokens` tokens, or when no candidate is left. The checker
+# compares with `RadixCache.evict` on copies of random trees, some with locked paths.
 #
-# The checker compares with `RadixCache.evict` on copies of random trees, some with locked paths.
+# Design the loop yourself. Predict first: the root has two children, `A` (3 tokens) with one
+# leaf `B` (2 tokens), both last used at tick 1, and a leaf `D` (4 tokens) last used at tick 2;
+# nothing is locked. Ask for 5 tokens: which nodes go, in which order, and at which moment does
+# `A` become a candidate? What does that tell you about *when* you must choose the next victim?
 
 # %% tags=["exercise-stub"]
 def lru_evict(root, num_tokens):
@@ -611,7 +620,8 @@ check.lru_evict(lru_evict)
 #
 # A request starts running on the cached prefix that ends at `node`. Implement
 # `inc_lock_ref(node)`: protect that prefix from eviction for as long as the request runs (the
-# tree counts this with `lock_ref`, one per running request; the root is never locked), and
+# tree counts this with `lock_ref`, one per running request; the root keeps its permanent
+# `lock_ref` of 1 and is never changed), and
 # return how the **evictable size** (tokens eviction could still take) changes because of this
 # call. Design it yourself; the checker compares the returned value and every node's `lock_ref`
 # with `RadixCache.inc_lock_ref` on copies of trees where other requests already lock parts of
