@@ -75,7 +75,8 @@ def test_lesson_07_states_leaves_are_requests():
     src = _source("07_radix")
     assert "Leaves are requests" in src
     out = "\n".join(_stdout("07_radix"))
-    assert re.search(r"\d+ leaves for \d+ requests; every leaf ends a request: True", out)
+    assert re.search(r"\d+ leaves for \d+ sequences \(the warm-up and 4 requests\); every leaf ends one: True", out)
+    assert "an inner node (R1, R2, R3, R4 continue it)" in out   # the requests named, not a child count
 
 
 def test_lesson_06_judges_the_dedup_maxim_with_numbers():
