@@ -154,7 +154,7 @@ lifecycle_graph("all", cm.tree.tracker.counts, [(e.detail["machine"], e.detail["
 # %% [markdown]
 # The node's edges as a list. What makes each one happen is exercise 3's question (the reasons
 # are printed after it), except `new -> both`, `new -> host` and `new -> disk`: those come from a
-# split (section 3 above), and `new -> disk` also from pages found in storage (section 8), not
+# split (earlier in this section), and `new -> disk` also from pages found in storage (section 8), not
 # from one of its events.
 
 # %%
@@ -216,16 +216,19 @@ tiered_cm.check_integrity()
 #
 # **What you see**, after each request (simulated: the real cache code, no model): the device
 # pool on the top row, the host pool below, and the disk, which has no blocks: one brown square
-# for each page of a node on disk only. A block's colour is its state (the legend, and the line
-# above the player, name each one); its letter is the part of the notes' figure its tokens come
+# for each page of a node on disk only. A block's colour is its state (the legend names each
+# one); its letter is the part of the notes' figure its tokens come
 # from: A system prompt, B few-shot examples, C R1's turn, D R2's, E R3's, F R4's follow-up.
 #
 # **What changes at R4**: [D]'s blocks leave the device and, with the host pool taken by [C] and
 # [E], its pages go on to the disk row. Press play, or drag the slider.
 
 # %%
+from IPython.display import display
+
 from kvlab.viz.radix_frames import NOTES_LETTERS
-from kvlab.viz.tier_view import animate_tiers, drawn_states, run_labels, state_colour_words
+from kvlab.viz.stepper import figure_output
+from kvlab.viz.tier_view import animate_tiers, run_labels
 
 spans = []  # per request: its tokens, and which part of the notes' figure each range is
 for r in records:
@@ -235,10 +238,9 @@ for r in records:
         parts.append((parts[-1][0], len(r.prompt_tokens), len(r.prompt_tokens) + len(ans)))
     spans.append((list(r.prompt_tokens) + ans, parts))
 node_names, block_names = run_labels(rec, spans)   # one naming, frame by frame, for this picture and the next
-print(state_colour_words(drawn=drawn_states(rec.snapshots)))
-
-animate_tiers(rec.snapshots, title="Four requests: device 28 + host 16 blocks", labels=node_names,
-              block_labels=block_names)
+pools_fig = animate_tiers(rec.snapshots, title="Four requests: device 28 + host 16 blocks", labels=node_names,
+                          block_labels=block_names)
+display(figure_output(pools_fig, {"displayModeBar": False})["data"], raw=True)   # no zoom or pan over a block grid
 
 # %% [markdown]
 # ### The tree and the pools together
@@ -364,7 +366,8 @@ if lost:
 # %%
 from kvlab.sim.tiers import format_tier_rows, judge, multi_turn_chat, run_tiers, shared_documents
 
-chat_rows = run_tiers(multi_turn_chat(num_sessions=40, turns=6, seed=0), capacity=8192, host_ratios=(0, 1, 2, 4),
+chat_load = multi_turn_chat(num_sessions=40, turns=6, seed=0)
+chat_rows = run_tiers(chat_load, capacity=8192, host_ratios=(0, 1, 2, 4),
                       write_policy="write_back")
 doc_rows = run_tiers(shared_documents(num_requests=200, seed=0), capacity=8192, host_ratios=(0, 1, 2, 4))
 print("multi-turn chat (simulated)\n" + format_tier_rows(chat_rows))
@@ -386,6 +389,16 @@ if big.bytes_to_host < one.bytes_to_host:
           f"it, and written again; at {big.host_ratio:g}x it drops {big.host_dropped_tokens:,}, and the {big.loaded_tokens:,} "
           f"tokens loaded back keep their host copy, so leaving the device again writes nothing ({tokens(big):,} "
           "tokens written)")
+slow = next((r for r in chat_rows[1:] if r.ttft_mean_s > chat_rows[0].ttft_mean_s
+             and r.ttft_p50_s < chat_rows[0].ttft_p50_s), None)
+if slow is not None:                   # a host tier whose mean TTFT is above the device pool's, its median below
+    n_req, base = len(chat_load.requests), chat_rows[0]
+    print(f"\nwhy the chat's mean TTFT at {slow.host_ratio:g}x is above the device pool's ({1e3 * slow.ttft_mean_s:.0f} "
+          f"against {1e3 * base.ttft_mean_s:.0f} ms) while its median falls ({1e3 * base.ttft_p50_s:.1f} -> "
+          f"{1e3 * slow.ttft_p50_s:.1f} ms): the loads add {1e3 * slow.load_s / n_req:.2f} ms a request, and "
+          f"{base.prefill_tokens - slow.prefill_tokens:,} fewer prefill tokens save compute; but TTFT counts from a "
+          "request's release, its wait in the queue included, so the mean is set by the few requests that wait "
+          "behind others, and which ones wait changes with the timing of every turn")
 print("\nagainst SGLang's HiCache documentation and blog, and the notes:")
 for line in judge(chat_rows, doc_rows):
     print(line)
@@ -409,8 +422,10 @@ for line in judge(chat_rows, doc_rows):
 #   request from HBM. The tier *adds* host memory (write_through even duplicates what is on the
 #   device) and saves **compute**: prefill tokens not recomputed, TTFT.
 # - The time to first token here counts each load as if it did not overlap compute (HiCache
-#   overlaps it layer by layer), so a tier that saves few prefill tokens can show a *slower*
-#   mean time to first token: the loads cost more than the recompute they save.
+#   overlaps it layer by layer), yet the loads are not what makes a tier's mean time to first
+#   token *slower*: over PCIe 5 they cost far less than the prefill they save (section 6). The
+#   line above the judgement says, from the run, what does: the mean counts time waiting in the
+#   queue, and a few long waits set it.
 #
 # ### Try it: host pool size and write policy
 #
@@ -453,10 +468,11 @@ controls = TierControls(one_tier, host_ratio=2, policy="write_back", static=viz.
 controls
 
 # %% [markdown]
-# SGLang and host ratios under 1: its `memory_pool_host.py` rounds `device size x
-# --hicache-ratio` down to whole pages, adds one page, then asserts `self.size >
-# device_pool.size`, so a ratio of 1 passes, just, and one a page under 1 fails. The slider
-# goes down to 0.5 to show what a small pool does.
+# SGLang and host ratios under 1: its `memory_pool_host.py` asserts `self.size >
+# device_pool.size`. Some versions round `device size x --hicache-ratio` down to whole pages
+# and add one page, so a ratio of 1 passes, just, and one a page under 1 fails; others only
+# round down, and there a ratio of 1 fails too (this lesson did not pin the commit of
+# either). The slider goes down to 0.5 to show what a small pool does.
 
 # %% [markdown]
 # ## 6. When offloading pays
@@ -522,7 +538,9 @@ top = int(2.5 * th.title_size + 4.5 * th.font_size + 24)
 fig.update_layout(title=dict(text=title, font=dict(size=th.title_size), yref="container", y=1, yanchor="top",
                              pad=dict(t=10 + th.title_size)),
                   font=dict(size=th.font_size), height=460 + top - 90, margin=dict(t=top, b=70),
-                  legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=th.font_size)))
+                  legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=th.font_size),
+                              # on a projector two even rows of two (review r9: it wrapped 3 + 1)
+                              **(dict(entrywidth=0.5, entrywidthmode="fraction") if th.high_contrast else {})))
 fig
 
 # %% [markdown]
@@ -566,7 +584,8 @@ from kvlab.compute.loader import load_bundled
 
 torch.set_num_threads(1)
 model, tok = load_bundled()
-for r in measure_offload(model, [32, 128, 512], repeats=2):
+offload_rows = measure_offload(model, [32, 128, 512], repeats=2)
+for r in offload_rows:
     rate = r["kv_bytes"] / r["load_s"] / 1e9
     print(f"prefix {r['prefix_len']:>4}: recompute {1e3 * r['recompute_s']:7.2f} ms, copy back "
           f"{1e3 * r['load_s']:6.3f} ms ({r['recompute_s'] / r['load_s']:4.0f}x), {rate:5.2f} GB/s "
@@ -623,6 +642,13 @@ print(f"copy time: {1e3 * t['measured_s']:.2f} ms measured on this machine (host
       f"{1e3 * t['simulated_s']:.3f} ms simulated over {t['host_link']} (64 GB/s, 10 µs a copy): the copies here took "
       + (f"{ratio:.0f}x LONGER than the simulated link" if ratio > 1 else f"{1 / ratio:.0f}x less time than the "
          "simulated link") + f" ({t['bytes_moved'] / t['measured_s'] / 1e9:.2f} GB/s measured)")
+pages, page_b, small = sum(eng1.copier.stats.pages.values()), eng1.copier.page_bytes, offload_rows[0]
+if pages and t["bytes_moved"] / t["measured_s"] < small["kv_bytes"] / small["load_s"]:
+    print(f"why slower than section 6's copy back ({small['kv_bytes'] / small['load_s'] / 1e9:.2f} GB/s for "
+          f"{small['prefix_len']} tokens, {small['kv_bytes']:,} bytes in one copy, best of 2): the engine moves pages "
+          f"of {eng1.kv_pool.block_size} tokens ({page_b:,} bytes), {pages} pages in many small copies, each copy paying "
+          f"the same fixed cost (index tensors, index_select, index_copy_, timing): "
+          f"{1e6 * t['measured_s'] / pages:.0f} µs a page here")
 
 # %% [markdown]
 # ## 8. Restart the server: the system prompt comes back from disk (the real model)
