@@ -215,3 +215,18 @@ def test_every_preset_has_its_context_window_and_lesson_02s_table_marks_the_shor
     for name, row in rows.items():
         assert row.rstrip().endswith("*") == (CONTEXT_WINDOWS[name] < 4096), row
     assert "opt-13b and falcon-7b take at most 2,048 tokens" in out
+
+
+def test_a_part_under_a_pixel_of_the_bar_is_neither_drawn_nor_listed():
+    """Review r9 of 02: the legend listed "free in the share: 0.00 GB" and 0.27 GB of weights on a 301 GB
+    bar, parts no one can see. A part under 1/1000 of the bar (a pixel of ~800) is left out of both."""
+    from kvlab.memory.kvspec import GPUS, MODELS
+    from kvlab.viz.capacity_widget import SLIVER, capacity_figure, capacity_state
+
+    huge = capacity_state(MODELS["llama-2-70b"], 10**15, 4096, 2, device="a100-40gb")
+    names = [t.name for t in capacity_figure(huge).data]
+    assert huge["weights"] < 10**15 * SLIVER and not any(n.startswith("weights") for n in names), names
+    fits = capacity_state(MODELS["llama-2-70b"], GPUS["a100-40gb"].memory_bytes, 4096, 2, device="a100-40gb")
+    drawn = capacity_figure(fits).data
+    span = max(fits["device_bytes"], fits["weights"])
+    assert drawn and all(t.x[0] * 1e9 >= span * SLIVER for t in drawn)
