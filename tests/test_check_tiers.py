@@ -148,7 +148,10 @@ def test_arc_victims_rejects_lru_and_mru():
 def test_the_comparison_printed_is_measured_on_the_real_manager(capsys):
     L.arc_victims(sol.arc_victims)
     out = capsys.readouterr().out
-    assert "host hits LRU" in out and "ARC keeps more" in out
+    assert "host hits LRU" in out and "ARC keeps more" in out and "kvlab's own host pools" in out
+    # review r10 of 10: not under a stub or a failing answer, where it read as the learner's own result
+    L.arc_victims(lambda t1, t2, target, need: L._arc_rule(t1, t2, target, need, always_t1=True))
+    assert "host hits LRU" not in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ the review of 79ae8b9 (r6): typed wrong answers

@@ -790,9 +790,11 @@ def arc_victims(fn: Callable, verbose: bool = True) -> CheckResult:
                         seen, (t1, t2, target, need))
     _likeliest(seen, ARC_MISTAKES)
     res = c.done()
-    if verbose:
+    if verbose and res.passed:  # kvlab's own host pools, not the learner's function: shown once it passes, and said
+        # so (review r10 of 10: printed under a stub or a failure, it read as the learner's own result)
         trace = scan_with_hot_set(seed=0)
         lru, arc = host_policy_hits("lru", trace), host_policy_hits("arc", trace)
-        print(f"LRU against ARC on a scan with 3 reused system prompts ({len(trace)} requests, 16 host blocks; "
-              f"simulated): host hits LRU {lru} tokens, ARC {arc} tokens ({'ARC' if arc > lru else 'LRU'} keeps more)")
+        print(f"Now that your rule matches kvlab's, kvlab's own host pools, LRU against ARC on a scan with 3 reused "
+              f"system prompts ({len(trace)} requests, 16 host blocks; simulated): host hits LRU {lru} tokens, "
+              f"ARC {arc} tokens ({'ARC' if arc > lru else 'LRU'} keeps more)")
     return res

@@ -258,6 +258,7 @@ print(f"2 x H200, llama-2-70b: KV budget {kvlab.format_bytes(budget)} -> {budget
 # %%
 import inspect
 import os
+from pathlib import Path
 
 from kvlab.compute.loader import load_pretrained
 from kvlab.viz import CapacityWidget, capacity_state
@@ -358,7 +359,11 @@ print(f"formula for SmolLM2 in fp16: {smol.bytes_per_token:,}; equal to the meas
 
 # %%
 total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+# free: Linux's MemAvailable (free pages plus the file cache the system gives back on demand); MemFree
+# alone counted that cache as in use, and moved with disk activity (review r9 of 02)
+meminfo = Path("/proc/meminfo").read_text().splitlines() if Path("/proc/meminfo").exists() else []
+free = next((int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:")),
+            os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 w_smol = int(smol.params_b * 1e9 * cpu_dtype.itemsize)   # kvlab's CPU number format (section 6)
 left = free - w_smol
 now = left // (4096 * measured["fp32"])
@@ -379,8 +384,9 @@ says = (f"{widget['requests']:,}, not {now:,}" if widget["requests"] != now
 than = "less" if free < widget["share"] else "more"
 print(fill(f"The widget says {says}: like a server on a GPU, it takes {util:.0%} of ALL the RAM "
            f"({fmt(widget['share'])}) as if nothing else ran. Here {fmt(total - free)} are in use "
-           "already (the operating system and its file cache, this kernel, other programs), so "
-           f"only {fmt(free)} are free, {than} than that share.", 76))
+           "already (the operating system, this kernel, other programs; the file cache, which the "
+           f"system gives back on demand, counts as free), so {fmt(free)} are free, {than} than that "
+           "share.", 76))
 
 # %% [markdown]
 # ## 8. Exercises

@@ -253,7 +253,8 @@ display(figure_output(pools_fig, {"displayModeBar": False})["data"], raw=True)  
 # after R1, `[B+C]`, until R2 shares [B] and splits it in two.
 #
 # **What changes at R4**: [C] came back from the host (green on the device, light cyan on the
-# host), [D] left the device and went on, through the full host pool, to disk; [E] waits on the host.
+# host), [D] left the device and, with too few free host blocks for all its pages, went on to
+# disk; [E] waits on the host.
 
 # %%
 from kvlab.viz.tier_view import tier_tree_stepper
@@ -882,8 +883,8 @@ else:
 # if T1's copies are the oldest? Then implement `arc_victims(t1, t2, target, need)`: free at
 # least `need` pages, one copy at a time, and return the names evicted, in order. The checker
 # compares with a real `HiRadixCache` using `host_eviction_policy="arc"` (your prediction is
-# one of its cases), then prints LRU against ARC on a scan with a hot set. When the list the rule
-# picks is empty, kvlab takes from the other one, until `need` pages are freed or both lists are
+# one of its cases); once your rule passes, it prints kvlab's LRU against ARC on a scan with a
+# hot set. When the list the rule picks is empty, kvlab takes from the other one, until `need` pages are freed or both lists are
 # empty (vLLM differs here: "How vLLM differs", after the hints).
 
 # %% tags=["exercise-stub"]
