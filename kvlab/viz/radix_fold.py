@@ -52,9 +52,10 @@ def _children(snapshot: Any) -> dict[int, list[Any]]:
     return kids
 
 
-def subtree_tokens(snapshot: Any, node_id: int) -> int:
-    """Tokens held by a node and everything below it."""
-    kids = _children(snapshot)
+def subtree_tokens(snapshot: Any, node_id: int, kids: dict[int, list[Any]] | None = None) -> int:
+    """Tokens held by a node and everything below it (``kids``: :func:`_children` of the snapshot, if
+    the caller has it already)."""
+    kids = _children(snapshot) if kids is None else kids
     stack, total = [node_id], 0
     by_id = {n.id: n for n in snapshot.nodes}
     while stack:
@@ -92,7 +93,8 @@ def fold_to_path(snapshot: Any, path: Sequence[int], hit: frozenset[int] = froze
     kids = _children(snapshot)
     nodes, labels, branches, folded = [], {}, {}, {}
     parent = 0
-    for run in _runs(list(path), hit):
+    runs = _runs(list(path), hit)
+    for run in runs:
         first = by_id[run[0]]
         tokens = tuple(t for i in run for t in by_id[i].tokens)
         kv = tuple(b for i in run for b in by_id[i].kv)
@@ -103,10 +105,10 @@ def fold_to_path(snapshot: Any, path: Sequence[int], hit: frozenset[int] = froze
             labels[first.id], folded[first.id] = f"{len(run)} nodes", tuple(run)
         off = [k.id for i in run for k in kids.get(i, []) if k.id not in on_path]
         if off:
-            branches[first.id] = (len(off), sum(subtree_tokens(snapshot, k) for k in off))
+            branches[first.id] = (len(off), sum(subtree_tokens(snapshot, k, kids) for k in off))
         parent = first.id
     root_off = [k.id for k in kids.get(0, []) if k.id not in on_path]
     if root_off:
-        branches[0] = (len(root_off), sum(subtree_tokens(snapshot, k) for k in root_off))
-    drawn = sum(len(r) for r in _runs(list(path), hit))
+        branches[0] = (len(root_off), sum(subtree_tokens(snapshot, k, kids) for k in root_off))
+    drawn = sum(len(r) for r in runs)
     return FoldedTree(replace(snapshot, nodes=tuple(nodes)), labels, branches, folded, len(snapshot.nodes) - drawn)
